@@ -1,0 +1,32 @@
+# Two commands set up a fresh machine:  `make run` (the main job) and `make test` (the test suite).
+# CPU torch is installed first from its pinned version, so no multi-GB CUDA build is pulled.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+TORCH_SPEC ?= torch==2.13.0
+STAMP := $(VENV)/.installed
+
+.PHONY: install run test bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q "$(TORCH_SPEC)"
+	$(PIP) install -q -e ".[test]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+run: $(STAMP)
+	$(VENV)/bin/embinit inits
+	$(VENV)/bin/embinit embeddings stats --vocab tests/data/example_vocab.txt --init xavier --dim 300
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+bench: $(STAMP)
+	$(PIP) install -q -e ".[bench]"
+	$(PY) bench/run_all.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache

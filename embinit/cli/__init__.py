@@ -1,0 +1,45 @@
+"""The `embinit` command line.
+
+Every module in this package that defines `register(subparsers)` contributes its subcommands; the
+module adds a parser and sets `func` (a callable taking the parsed args and returning an exit code).
+User errors (`EmbinitError`) print as one line on stderr with exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+
+from embinit.errors import EmbinitError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="embinit", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        if hasattr(module, "register"):
+            module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 1
+    try:
+        return int(args.func(args) or 0)
+    except EmbinitError as e:
+        print(f"embinit: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("embinit: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,149 @@
+"""One trial's configuration, and the tasks' default hyperparameters (the paper's Table 5).
+
+`TrialConfig` is the contract between the layers: the spec expands into TrialConfigs, the sweep hashes
+them into trial keys and ships them to Ray workers as plain dicts, the trainer runs one, the service
+shows them. Field names here are the parameter names logged to MLflow.
+
+Knob kinds (Google's tuning playbook): task x init x seed are *scientific*; lr, batch size, dropout and
+the like are *nuisance* (searched per grid point when the spec asks); model sizes are *fixed*.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from embinit.errors import EmbinitError
+
+# Bumped whenever a change to the code changes what a trial computes, so that old MLflow runs are not
+# reused for new code (the trial key includes it).
+CODE_VERSION = "1"
+
+TASK_KINDS = ("translation", "classification", "lm")
+
+
+@dataclass(frozen=True)
+class TaskDefaults:
+    """Per-task defaults. Sources: paper Table 5 / appendix A.2 unless the comment says otherwise."""
+
+    kind: str
+    description: str
+    epochs: int
+    batch_size: int
+    lr: float
+    min_freq: int
+    layers: int = 3
+    heads: int = 8
+    ff_dim: int = 512     # Table 5's parameter counts imply a 512-wide feed-forward layer
+    dropout: float = 0.1
+    d_model: int = 512    # used only when no pretrained source fixes D
+    max_len: int = 256    # longest sequence kept (longer ones are truncated)
+    metric: str = "bleu"  # the metric reported in Table 1
+
+
+TASKS: dict[str, TaskDefaults] = {
+    "multi30k": TaskDefaults("translation", "Multi30k task 1 de->en, test_2016_flickr BLEU at best val loss",
+                             epochs=20, batch_size=64, lr=2e-4, min_freq=2, metric="bleu"),
+    "iwslt2017": TaskDefaults("translation", "IWSLT2017 de->en, test BLEU at best val loss",
+                              epochs=20, batch_size=128, lr=2e-4, min_freq=5, metric="bleu"),
+    "sst2": TaskDefaults("classification", "GLUE SST-2 sentiment, best dev accuracy",
+                         epochs=5, batch_size=128, lr=1e-4, min_freq=2, metric="acc"),
+    "mnli": TaskDefaults("classification", "GLUE MNLI entailment, best dev matched/mismatched accuracy",
+                         epochs=10, batch_size=128, lr=1e-4, min_freq=2, metric="acc_matched"),
+    # The KNN-similarity blog post: decoder-only, D=512, 6 layers, 8 heads, GPT-2 tokenizer. It gives
+    # no lr; 3e-4 is the usual Adam lr for a model of this size.
+    "wikitext2": TaskDefaults("lm", "WikiText-2 language modelling with the GPT-2 tokenizer, perplexity",
+                              epochs=10, batch_size=32, lr=3e-4, min_freq=1, layers=6, ff_dim=2048,
+                              max_len=128, metric="ppl"),
+    # Small generated tasks that a 1-layer model learns in seconds: for tests, demos and benchmarks.
+    "synthetic_translation": TaskDefaults("translation", "generated copy/reverse translation (tests)",
+                                          epochs=5, batch_size=32, lr=1e-3, min_freq=1, layers=1,
+                                          heads=4, ff_dim=64, d_model=32, max_len=32, metric="bleu"),
+    "synthetic_classification": TaskDefaults("classification", "generated keyword classification (tests)",
+                                             epochs=5, batch_size=32, lr=1e-3, min_freq=1, layers=1,
+                                             heads=4, ff_dim=64, d_model=32, max_len=32, metric="acc"),
+    "synthetic_lm": TaskDefaults("lm", "generated repeating-pattern language model (tests)",
+                                 epochs=5, batch_size=16, lr=1e-3, min_freq=1, layers=1, heads=4,
+                                 ff_dim=64, d_model=32, max_len=32, metric="ppl"),
+}
+
+
+def task_defaults(task: str) -> TaskDefaults:
+    if task not in TASKS:
+        raise EmbinitError(f"{task!r} is not a registered task; choose from {sorted(TASKS)}")
+    return TASKS[task]
+
+
+@dataclass
+class TrialConfig:
+    """Everything one trial (one trained transformer) depends on. None means "the task's default"."""
+
+    task: str
+    init: str = "xavier"                # init spec of the (target-side / only) embedding table
+    seed: int = 0
+    src_init: str | None = None         # translation: source-side init spec; None -> same as `init`
+    pretrained: str | None = None       # path or hub id of the pretrained source of `init`
+    src_pretrained: str | None = None   # same for `src_init`; None -> `pretrained`
+    oov: str = "xavier"                 # rule for rows the pretrained source lacks
+    tokenizer: str = "auto"             # auto: spaCy words, or the pretrained model's own tokenizer
+    epochs: int | None = None
+    batch_size: int | None = None
+    max_tokens: int | None = None       # token-budget batches instead of a fixed number of examples
+    lr: float | None = None
+    d_model: int | None = None          # None -> the pretrained source's D, else the task default
+    layers: int | None = None
+    heads: int | None = None
+    ff_dim: int | None = None
+    dropout: float | None = None
+    min_freq: int | None = None
+    max_len: int | None = None
+    pe_base: float = 10000.0
+    pre_ln: bool = False
+    pos_encoding: bool = True           # Table 3 ablation: position encoding on/off
+    train_embeddings: bool = True       # Table 3 ablation: embeddings trainable/frozen
+    freeze_non_embeddings: bool = False  # KNN experiment 2: only the embeddings learn
+    early_stopping_patience: int | None = None
+    max_train_examples: int | None = None
+    data_dir: str | None = None
+    beam_size: int = 1                  # 1 = greedy decoding
+    precision: str = "fp32"             # fp32 | bf16 (autocast)
+    threads: int | None = None          # torch intra-op threads; not part of the trial key
+    device: str = "auto"                # not part of the trial key
+    extras: dict[str, Any] = field(default_factory=dict)  # task-specific switches (documented per task)
+
+    NOT_IN_KEY = ("threads", "device")
+
+    def resolved(self) -> "TrialConfig":
+        """A copy with every None hyperparameter replaced by the task default (d_model excepted:
+        it depends on the pretrained source and is resolved by the trainer)."""
+        d = task_defaults(self.task)
+        out = dataclasses.replace(self)
+        for name in ("epochs", "batch_size", "lr", "layers", "heads", "ff_dim", "dropout", "min_freq",
+                     "max_len"):
+            if getattr(out, name) is None:
+                setattr(out, name, getattr(d, name))
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "TrialConfig":
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise EmbinitError(f"unknown trial config fields {unknown}; valid: {sorted(names)}")
+        return cls(**data)
+
+    def key(self) -> str:
+        """Stable identity of what this trial computes: sha256 of its canonical resolved config and the
+        code version, without fields that do not change results (threads, device)."""
+        d = self.resolved().to_dict()
+        for name in self.NOT_IN_KEY:
+            d.pop(name, None)
+        d["code_version"] = CODE_VERSION
+        blob = json.dumps(d, sort_keys=True, separators=(",", ":"), default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]

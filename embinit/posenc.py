@@ -1,0 +1,23 @@
+"""Sinusoidal position encodings (Vaswani et al. 2017, eq. in section 3.5).
+
+PE[pos, 2i] = sin(pos / base^(2i/D)),  PE[pos, 2i+1] = cos(pos / base^(2i/D)).
+One implementation shared by the models, the embedding statistics and the analyses, so that every
+number about "position signal" refers to the same table.
+"""
+
+import math
+
+import torch
+
+
+def sinusoidal(length: int, dim: int, base: float = 10000.0, dtype=torch.float32) -> torch.Tensor:
+    """The `length` x `dim` sinusoidal position-encoding table."""
+    if length < 1 or dim < 1:
+        raise ValueError(f"length and dim must be positive, got length={length}, dim={dim}")
+    position = torch.arange(length, dtype=torch.float64).unsqueeze(1)
+    # frequencies for the even columns; odd columns reuse the frequency of the column before them
+    div = torch.exp(torch.arange(0, dim, 2, dtype=torch.float64) * (-math.log(base) / dim))
+    table = torch.zeros(length, dim, dtype=torch.float64)
+    table[:, 0::2] = torch.sin(position * div)
+    table[:, 1::2] = torch.cos(position * div[: dim // 2])
+    return table.to(dtype)
