@@ -1,0 +1,609 @@
+"""Experiment specs: one pydantic model describing a whole study, expanded into `TrialConfig`s.
+
+The same model is used by the CLI (`embinit run SPEC.yaml`), the YAML files in `tune_configs/` and the
+HTTP service. Knob kinds follow Google's tuning playbook: task x init x seed (and the ablation `axes`)
+are *scientific*; `search` holds *nuisance* hyperparameters searched per scientific point with the spec's
+seeds at each search point (best mean selected, the paper's MNLI grid search); everything else is *fixed*
+(per task, Table 5 defaults from `embinit.config.TASKS`).
+
+    name: glove-multi30k
+    tasks: [multi30k]                      # or {task: multi30k, epochs: 20, batch_size: 64}
+    inits: [xavier, glove, glove+standardize, {tgt: glove+standardize, src: xavier}]
+    seeds: 4                               # or [0, 1, 2, 3]
+    pretrained: {glove: ${EMBINIT_ASSETS}/glove.6B.50d.txt}
+    axes: {pos_encoding: [true, false]}    # scientific grid axes (Table 3 ablation)
+    search: {method: grid, space: {lr: [1e-4, 2e-4]}}
+
+Validation collects every problem with its path (`inits[2]: ...`) and raises one `SpecError`.
+`${VAR}` in path fields is expanded from the environment; an unset variable is a problem.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from embinit.config import TASKS, TrialConfig
+from embinit.errors import EmbinitError
+
+__all__ = ["ExperimentSpec", "InitEntry", "SpecError", "load_spec", "Hyperparams", "TaskEntry", "Search",
+           "Range", "Resources", "MlflowSettings", "PlannedTrial"]
+
+# TrialConfig fields a spec may set per task, in `defaults`, as an ablation axis or in a search space.
+HYPERPARAMETERS = ("epochs", "batch_size", "max_tokens", "lr", "d_model", "layers", "heads", "ff_dim",
+                   "dropout", "min_freq", "max_len", "pe_base", "pre_ln", "pos_encoding", "train_embeddings",
+                   "freeze_non_embeddings", "early_stopping_patience", "max_train_examples", "beam_size",
+                   "precision", "oov", "tokenizer", "threads", "device", "extras")
+_ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+class SpecError(EmbinitError):
+    """An invalid spec; `.problems` lists every (path, message), the message joins them on one line."""
+
+    def __init__(self, problems: list[tuple[str, str]]):
+        self.problems = list(problems)
+        joined = "; ".join(f"{p}: {m}" if p else m for p, m in self.problems)
+        super().__init__(f"invalid experiment spec ({len(self.problems)} problem"
+                         f"{'s' if len(self.problems) != 1 else ''}): {joined}")
+
+
+def expand_env(value: str | None) -> str | None:
+    """`${VAR}` -> its value; an unset variable raises ValueError (reported with the field's path)."""
+    if value is None:
+        return None
+    missing = [m for m in _ENV.findall(value) if m not in os.environ]
+    if missing:
+        raise ValueError(f"environment variable {missing[0]} is not set (needed by {value!r}); "
+                         f"export {missing[0]}=... or write the path out")
+    return _ENV.sub(lambda m: os.environ[m.group(1)], value)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Hyperparams(_Strict):
+    """Fixed hyperparameters (None = the task's Table 5 default). Names are `TrialConfig` fields."""
+
+    epochs: int | None = Field(None, ge=1)
+    batch_size: int | None = Field(None, ge=1)
+    max_tokens: int | None = Field(None, ge=1)
+    lr: float | None = Field(None, gt=0)
+    d_model: int | None = Field(None, ge=1)
+    layers: int | None = Field(None, ge=1)
+    heads: int | None = Field(None, ge=1)
+    ff_dim: int | None = Field(None, ge=1)
+    dropout: float | None = Field(None, ge=0, lt=1)
+    min_freq: int | None = Field(None, ge=1)
+    max_len: int | None = Field(None, ge=2)
+    pe_base: float | None = Field(None, gt=0)
+    pre_ln: bool | None = None
+    pos_encoding: bool | None = None
+    train_embeddings: bool | None = None
+    freeze_non_embeddings: bool | None = None
+    early_stopping_patience: int | None = Field(None, ge=1)
+    max_train_examples: int | None = Field(None, ge=1)
+    beam_size: int | None = Field(None, ge=1)
+    precision: Literal["fp32", "bf16"] | None = None
+    oov: str | None = None
+    tokenizer: str | None = None
+    threads: int | None = Field(None, ge=1)
+    device: str | None = None
+    extras: dict[str, Any] | None = None
+
+    def set_values(self) -> dict[str, Any]:
+        return {k: v for k, v in self.model_dump().items() if v is not None}
+
+
+class TaskEntry(Hyperparams):
+    """One task with its fixed hyperparameters; a bare task name in YAML means all defaults."""
+
+    task: str
+    data_dir: str | None = None  # the task's own data folder (Multi30k's train.de, ...)
+
+    @field_validator("task")
+    @classmethod
+    def _known_task(cls, v: str) -> str:
+        if v not in TASKS:
+            raise ValueError(f"{v!r} is not a registered task; choose from {sorted(TASKS)}")
+        return v
+
+    @field_validator("data_dir")
+    @classmethod
+    def _env(cls, v):
+        return expand_env(v)
+
+
+class Range(_Strict):
+    """A continuous/integer range for Optuna (grid search needs explicit lists)."""
+
+    low: float
+    high: float
+    log: bool = False
+    type: Literal["float", "int"] = "float"
+
+    @model_validator(mode="after")
+    def _ordered(self):
+        if not self.low < self.high:
+            raise ValueError(f"low < high must hold, but got (low={self.low}, high={self.high})")
+        if self.log and self.low <= 0:
+            raise ValueError(f"a log range needs low > 0, but got low={self.low}")
+        return self
+
+
+class Search(_Strict):
+    """Nuisance hyperparameters searched per (task, init, axes) point; each point runs every seed and
+    the point with the best mean `metric` is the one reported."""
+
+    method: Literal["grid", "optuna"] = "grid"
+    space: dict[str, list[Any] | Range] = Field(min_length=1)
+    num_samples: int | None = Field(None, ge=1)  # optuna: search points per (task, init, axes)
+    metric: str | None = None   # default: the task's validation metric, e.g. val/acc_matched
+    mode: Literal["min", "max"] | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        problems = []
+        for k, v in self.space.items():
+            if isinstance(v, list) and not v:
+                problems.append(f"space.{k} is an empty list")
+            if self.method == "grid" and isinstance(v, Range):
+                problems.append(f"space.{k}: grid search needs a list of values, got a range")
+        if self.method == "optuna" and self.num_samples is None:
+            problems.append("num_samples: optuna search needs a trial budget (num_samples)")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+
+class Resources(_Strict):
+    cpus: float = Field(1.0, gt=0)
+    gpus: float = Field(0.0, ge=0)
+
+
+class MlflowSettings(_Strict):
+    tracking_uri: str | None = None   # default sqlite:///mlflow.db in the working directory
+    experiment: str | None = None     # default: the spec's name
+    log_checkpoint: bool = True       # the best checkpoint as artifact checkpoint/best.pt
+    log_plots: bool = True
+
+    @field_validator("tracking_uri")
+    @classmethod
+    def _env(cls, v):
+        return expand_env(v)
+
+
+def _parse_init(spec: str | dict[str, Any]):
+    """`embinit.init.parse_init_spec(spec)` (raises EmbinitError listing the valid names)."""
+    try:
+        from embinit.init import parse_init_spec  # noqa: PLC0415 (the package pulls in torch)
+    except ImportError:  # the package's __init__ is not there yet in some checkouts
+        from embinit.init.spec import parse_init_spec  # noqa: PLC0415
+    return parse_init_spec(spec)
+
+
+def _family_default(source: str) -> str | None:
+    from embinit.init.spec import SOURCE_FAMILIES  # noqa: PLC0415
+    return SOURCE_FAMILIES.get(source, (None, None))[1]
+
+
+def init_string(spec: str | dict[str, Any]) -> str:
+    """The canonical string form of an init spec (what `TrialConfig.init` holds): `glove+standardize`."""
+    return str(_parse_init(spec))
+
+
+def source_name(init: str | dict[str, Any] | None) -> str | None:
+    """The pretrained source family an init spec draws from (e.g. "glove"), None for random inits."""
+    if init is None:
+        return None
+    parsed = _parse_init(init)
+    return parsed.source if parsed.is_pretrained else None
+
+
+def init_label(init: str | dict[str, Any] | None) -> str:
+    return _parse_init(init).label if init is not None else "?"
+
+
+class InitEntry(_Strict):
+    """One embedding init: a spec string or the init library's structured form, per side for
+    translation (`tgt` = target/only table, `src` = source table; src None = same as tgt)."""
+
+    tgt: str | dict[str, Any]
+    src: str | dict[str, Any] | None = None
+    pretrained: str | None = None      # path/hub id for tgt's source (overrides the spec's)
+    src_pretrained: str | None = None
+    label: str | None = None           # report label; default: the paper's label of tgt (and src)
+
+    @classmethod
+    def shorthand(cls, entry: Any) -> Any:
+        if isinstance(entry, str):
+            return {"tgt": entry}
+        if isinstance(entry, dict) and not ({"tgt", "src"} & set(entry)):
+            return {"tgt": entry}  # the init library's structured spec for the only/target side
+        return entry
+
+    @field_validator("tgt", "src")
+    @classmethod
+    def _valid_init(cls, v):
+        if v is None:
+            return v
+        try:
+            _parse_init(v)
+        except EmbinitError as e:
+            raise ValueError(str(e)) from None
+        if isinstance(v, str) and not v.strip():
+            raise ValueError("an init spec must not be empty")
+        return v
+
+    @field_validator("pretrained", "src_pretrained")
+    @classmethod
+    def _env(cls, v):
+        return expand_env(v)
+
+    def tgt_str(self) -> str:
+        return init_string(self.tgt)
+
+    def src_str(self) -> str | None:
+        return None if self.src is None else init_string(self.src)
+
+    def side_option(self, side: str, name: str) -> Any:
+        """An option (`pretrained`, `oov`, `lowercase`) given in a side's structured init spec."""
+        spec = self.tgt if side == "tgt" else self.src
+        return spec.get(name) if isinstance(spec, dict) else None
+
+    def label_for(self, translation: bool = True) -> str:
+        if self.label:
+            return self.label
+        tgt = init_label(self.tgt)
+        if not translation or self.src is None:
+            return tgt
+        src = init_label(self.src)
+        # The paper varies the target (English) table and keeps Xavier on the German side for GloVe.
+        return tgt if src in (tgt, "Xavier") else f"{tgt}|src:{src}"
+
+
+class PlannedTrial(BaseModel):
+    """One expanded trial with the coordinates the report groups by."""
+
+    config: dict[str, Any]
+    key: str
+    task: str
+    label: str              # paper label, e.g. GloVe_Xavier (with the source side when it differs)
+    axes: dict[str, Any]    # ablation axis values
+    point: dict[str, Any]   # search-space values ({} without a search)
+    seed: int
+
+
+class ExperimentSpec(_Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}$")
+    description: str = ""
+    tasks: list[TaskEntry] = Field(min_length=1)
+    inits: list[InitEntry] = Field(min_length=1)
+    seeds: list[int] = Field(default_factory=lambda: [0, 1, 2], min_length=1)
+    defaults: Hyperparams = Field(default_factory=Hyperparams)
+    axes: dict[str, list[Any]] = Field(default_factory=dict)
+    search: Search | None = None
+    resources: Resources = Field(default_factory=Resources)
+    max_concurrent: int | None = Field(None, ge=1)
+    retries: int = Field(2, ge=0)
+    data_dir: str | None = None       # a root with one folder per task (like EMBINIT_DATA_DIR)
+    pretrained: str | dict[str, str] | None = None  # a path, or {source name: path}
+    cache_dir: str | None = None
+    mlflow: MlflowSettings = Field(default_factory=MlflowSettings)
+
+    @field_validator("tasks", mode="before")
+    @classmethod
+    def _task_shorthand(cls, v):
+        return [{"task": t} if isinstance(t, str) else t for t in v] if isinstance(v, list) else v
+
+    @field_validator("inits", mode="before")
+    @classmethod
+    def _init_shorthand(cls, v):
+        return [InitEntry.shorthand(e) for e in v] if isinstance(v, list) else v
+
+    @field_validator("seeds", mode="before")
+    @classmethod
+    def _seed_count(cls, v):
+        if isinstance(v, int) and not isinstance(v, bool):
+            if v < 1:
+                raise ValueError(f"a seed count must be >= 1, got {v}")
+            return list(range(v))
+        return v
+
+    @field_validator("seeds")
+    @classmethod
+    def _distinct(cls, v):
+        if len(set(v)) != len(v):
+            raise ValueError(f"seeds must be distinct, got {v}")
+        return v
+
+    @field_validator("data_dir", "cache_dir")
+    @classmethod
+    def _env(cls, v):
+        return expand_env(v)
+
+    @field_validator("pretrained")
+    @classmethod
+    def _env_map(cls, v):
+        return {k: expand_env(p) for k, p in v.items()} if isinstance(v, dict) else expand_env(v)
+
+    @model_validator(mode="after")
+    def _cross_checks(self):
+        problems = _cross_check(self)
+        if problems:
+            raise SpecError(problems)
+        return self
+
+    # ---- expansion --------------------------------------------------------------------------------
+    def search_points(self) -> list[dict[str, Any]]:
+        """Grid search points ([{}] without a grid search; Optuna points are drawn at run time)."""
+        if self.search is None or self.search.method != "grid":
+            return [{}]
+        keys = list(self.search.space)
+        return [dict(zip(keys, combo)) for combo in itertools.product(*self.search.space.values())]
+
+    def axis_points(self) -> list[dict[str, Any]]:
+        keys = list(self.axes)
+        return [dict(zip(keys, combo)) for combo in itertools.product(*self.axes.values())]
+
+    def plan(self) -> list[PlannedTrial]:
+        """Every trial: tasks x inits x axes x search points x seeds, in that nesting order."""
+        out = []
+        for task, init, axes, point, seed in itertools.product(
+                self.tasks, self.inits, self.axis_points(), self.search_points(), self.seeds):
+            cfg = self.trial_config(task, init, seed, {**axes, **point})
+            out.append(PlannedTrial(config=cfg.to_dict(), key=cfg.key(), task=task.task,
+                                    label=init.label_for(_is_translation(task.task)), axes=axes,
+                                    point=point, seed=seed))
+        return out
+
+    def expand(self) -> list[TrialConfig]:
+        return [TrialConfig.from_dict(p.config) for p in self.plan()]
+
+    def num_trials(self) -> int:
+        """Planned trial count (for Optuna: the budget x seeds per scientific point)."""
+        per_point = self.search.num_samples if self.search and self.search.method == "optuna" else 1
+        return len(self.plan()) * per_point
+
+    def trial_config(self, task: TaskEntry, init: InitEntry, seed: int,
+                     overrides: dict[str, Any] | None = None) -> TrialConfig:
+        values: dict[str, Any] = {"threads": max(1, int(self.resources.cpus))}
+        values.update(self.defaults.set_values())
+        values.update({k: v for k, v in task.set_values().items() if k not in ("task", "data_dir")})
+        values.update(overrides or {})
+        if init.side_option("tgt", "oov"):
+            values.setdefault("oov", init.side_option("tgt", "oov"))
+        two_sided = init.src is not None and _is_translation(task.task)
+        tgt_path = init.pretrained or init.side_option("tgt", "pretrained")
+        src_path = init.src_pretrained or init.side_option("src", "pretrained")
+        return TrialConfig(task=task.task, init=init.tgt_str(), seed=seed,
+                           src_init=init.src_str() if two_sided else None,
+                           pretrained=self._pretrained_for(init.tgt, expand_env(tgt_path)),
+                           src_pretrained=(self._pretrained_for(init.src, expand_env(src_path))
+                                           if two_sided else None),
+                           data_dir=self._data_dir(task), **values)
+
+    def _pretrained_for(self, init: str | dict | None, explicit: str | None) -> str | None:
+        """Path of a side's source: the entry's own, else the spec's (per source family), else the
+        family's default (a hub id for BERT/T5, None for file formats)."""
+        source = source_name(init)
+        if explicit is not None or source is None:
+            return explicit
+        if isinstance(self.pretrained, dict):
+            return self.pretrained.get(source, _family_default(source))
+        return self.pretrained or _family_default(source)
+
+    def _data_dir(self, task: TaskEntry) -> str | None:
+        if task.data_dir is not None:
+            return task.data_dir
+        if self.data_dir is None or task.task.startswith("synthetic"):
+            return None
+        return str(Path(self.data_dir) / task.task)
+
+    def tracking_uri(self, override: str | None = None) -> str:
+        return override or self.mlflow.tracking_uri or "sqlite:///mlflow.db"
+
+    def experiment_name(self) -> str:
+        return self.mlflow.experiment or self.name
+
+    def paths(self) -> list[tuple[str, str]]:
+        """(field path, filesystem path) of every data/pretrained path, for callers that confine them."""
+        out = [("data_dir", self.data_dir), ("cache_dir", self.cache_dir)]
+        if isinstance(self.pretrained, dict):
+            out += [(f"pretrained.{k}", v) for k, v in self.pretrained.items()]
+        else:
+            out.append(("pretrained", self.pretrained))
+        out += [(f"tasks[{i}].data_dir", t.data_dir) for i, t in enumerate(self.tasks)]
+        for i, e in enumerate(self.inits):
+            out += [(f"inits[{i}].pretrained", e.pretrained), (f"inits[{i}].src_pretrained", e.src_pretrained)]
+        return [(k, v) for k, v in out if v]
+
+    def canonical(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+    def spec_hash(self) -> str:
+        blob = json.dumps(self.canonical(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.canonical(), sort_keys=False)
+
+
+def _is_translation(task: str) -> bool:
+    return TASKS[task].kind == "translation"
+
+
+def _check_values(where: str, name: str, values: list[Any]) -> list[tuple[str, str]]:
+    """Each value of an axis/search list must be a valid value of hyperparameter `name`."""
+    if name not in HYPERPARAMETERS:
+        return [(where, f"{name!r} is not a hyperparameter; choose from {sorted(HYPERPARAMETERS)}")]
+    out = []
+    for i, value in enumerate(values):
+        try:
+            Hyperparams.model_validate({name: value})
+        except ValidationError as e:
+            out.append((f"{where}[{i}]", f"{e.errors()[0]['msg'].removeprefix('Value error, ')}, "
+                                         f"got {value!r}"))
+    return out
+
+
+def _side_problems(spec: "ExperimentSpec", i: int, init: InitEntry,
+                   translation: bool) -> list[tuple[str, str]]:
+    """A pretrained side needs a source path (file formats have no default); options the trial
+    config cannot carry are refused rather than silently dropped."""
+    out = []
+    sides = [("tgt", init.tgt, init.pretrained)]
+    if init.src is not None and translation:
+        sides.append(("src", init.src, init.src_pretrained))
+    for side, value, explicit in sides:
+        where = f"inits[{i}].{side}" if init.src is not None else f"inits[{i}]"
+        source = source_name(value)
+        path = explicit or init.side_option(side, "pretrained")
+        if source and spec._pretrained_for(value, path) is None:
+            out.append((where, f"{source!r} needs a pretrained file: set `pretrained: {{{source}: PATH}}` "
+                               "in the spec or `pretrained` on this init"))
+        if init.side_option(side, "lowercase"):
+            out.append((where + ".lowercase", "lowercase lookup cannot be set per init in a spec yet"))
+    return out
+
+
+def _cross_check(spec: "ExperimentSpec") -> list[tuple[str, str]]:
+    """Problems that involve more than one field (each field alone is valid)."""
+    problems: list[tuple[str, str]] = []
+    for name, values in spec.axes.items():
+        if not values:
+            problems.append((f"axes.{name}", "an axis needs at least one value"))
+        problems += _check_values(f"axes.{name}", name, values)
+    if spec.search is not None:
+        for name, values in spec.search.space.items():
+            where = f"search.space.{name}"
+            if name in spec.axes:
+                problems.append((where, f"{name!r} is both an ablation axis and searched; pick one"))
+            if isinstance(values, list):
+                problems += _check_values(where, name, values)
+            elif name not in HYPERPARAMETERS:
+                problems += _check_values(where, name, [])
+    translation = any(_is_translation(t.task) for t in spec.tasks)
+    seen: dict[Any, int] = {}
+    for i, init in enumerate(spec.inits):
+        if init.src is not None and not translation:
+            problems.append((f"inits[{i}].src", "only translation tasks have a source side; tasks "
+                             f"{[t.task for t in spec.tasks]} have one embedding table"))
+        problems += _side_problems(spec, i, init, translation)
+        ident = (init.tgt_str(), init.src_str(), init.pretrained, init.src_pretrained)
+        label = init.label_for(translation)
+        for other in (ident, ("label", label)):
+            if other in seen:
+                problems.append((f"inits[{i}]", f"duplicates inits[{seen[other]}] (label {label!r}); "
+                                 "remove it or give it its own `label`"))
+                break
+            seen[other] = i
+    tasks = [t.task for t in spec.tasks]
+    for i, t in enumerate(tasks):
+        if t in tasks[:i]:
+            problems.append((f"tasks[{i}]", f"task {t!r} is listed twice"))
+    return problems
+
+
+_BRANCHES = {"Range", "str", "int", "float", "bool", "list", "dict"}
+
+
+def _loc(loc: tuple) -> tuple[str, bool]:
+    """(dotted path, whether the error came from one branch of a union type)."""
+    out, branch = "", False
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif "[" in part or part in _BRANCHES:
+            branch = True  # pydantic names union branches inside locations; users never see them
+        else:
+            out += f".{part}" if out else str(part)
+    return out, branch
+
+
+def _problems(err: ValidationError) -> list[tuple[str, str]]:
+    found = []
+    for e in err.errors():
+        msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            msg = f"unknown field {e['loc'][-1]!r}"
+        elif e["type"] != "value_error" and not isinstance(e.get("input"), (dict, list, type(None))):
+            msg = f"{msg}, got {e['input']!r}"
+        path, branch = _loc(e["loc"])
+        last = e["loc"][-1] if e["loc"] else ""
+        at_branch = branch and isinstance(last, str) and ("[" in last or last in _BRANCHES)
+        found.append((path, msg, at_branch and e["type"].endswith("_type")))
+    # A union's "wrong type" error is noise when another branch explains the problem at the same path.
+    explained = {p for p, _, noise in found if not noise}
+    out = [(p, m) for p, m, noise in found
+           if not (noise and any(q == p or q.startswith((p + ".", p + "[")) for q in explained))]
+    return list(dict.fromkeys(out))
+
+
+def _read(source: Any) -> dict[str, Any]:
+    if isinstance(source, ExperimentSpec):
+        return source.canonical()
+    if isinstance(source, dict):
+        return source
+    text = None
+    if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source
+                                    and source.strip().endswith((".yaml", ".yml", ".json"))):
+        path = Path(source).expanduser()
+        try:
+            text = path.read_text()
+        except OSError as e:
+            raise SpecError([("", f"cannot read spec file {str(path)!r}: {e.strerror}")]) from None
+    elif isinstance(source, str):
+        text = source
+    else:
+        raise SpecError([("", f"a spec must be a mapping, YAML text or a file path, got {type(source).__name__}")])
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise SpecError([("", f"not valid YAML: {str(e).splitlines()[0]}")]) from None
+    if not isinstance(data, dict):
+        raise SpecError([("", f"a spec must be a mapping at the top level, got {type(data).__name__}")])
+    return data
+
+
+def load_spec(source: Any) -> ExperimentSpec:
+    """A validated spec from a dict, YAML/JSON text, a file path or a spec; raises SpecError listing
+    every problem."""
+    data = _read(source)
+    try:
+        return ExperimentSpec.model_validate(data)
+    except ValidationError as e:
+        raise SpecError(_init_paths(_problems(e), data)) from None
+    except SpecError as e:
+        raise SpecError(_init_paths(e.problems, data)) from None
+
+
+_FIELD_OF = {"registered transform": "transform", "registered init": "source", "oov rule": "oov",
+             "no 'source'": "source"}
+
+
+def _init_paths(problems: list[tuple[str, str]], data: dict[str, Any]) -> list[tuple[str, str]]:
+    """Paths as the user wrote the init: `inits[2]` for a shorthand string, `inits[2].transform` for a
+    structured spec whose transform is wrong (not the internal `inits[2].tgt`)."""
+    raw = data.get("inits") if isinstance(data.get("inits"), list) else []
+    out = []
+    for path, msg in problems:
+        m = re.match(r"^inits\[(\d+)\]\.(tgt|src)(.*)$", path)
+        if m and int(m.group(1)) < len(raw):
+            entry = raw[int(m.group(1))]
+            written = isinstance(entry, dict) and ({"tgt", "src"} & set(entry))
+            path = path if written else f"inits[{m.group(1)}]{m.group(3)}"
+            side_value = entry.get(m.group(2)) if written else entry
+            if isinstance(side_value, dict) and not m.group(3):
+                field = next((f for k, f in _FIELD_OF.items() if k in msg), None)
+                path = f"{path}.{field}" if field else path
+        out.append((path, msg))
+    return out
