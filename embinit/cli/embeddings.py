@@ -1,0 +1,58 @@
+"""`embinit embeddings stats`: build a table for a vocabulary and print its statistics."""
+
+from __future__ import annotations
+
+import json
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("embeddings", help="embedding tables: statistics")
+    sub = p.add_subparsers(dest="embeddings_command", metavar="SUBCOMMAND", required=True)
+    s = sub.add_parser("stats", help="build a table by an init spec and print its statistics")
+    s.add_argument("--vocab", required=True, help="vocabulary file: one token per line, optional TAB count")
+    s.add_argument("--init", required=True, help="init spec, e.g. xavier, glove+standardize (see `embinit inits`)")
+    s.add_argument("--pretrained", help="path or hub id of the pretrained source")
+    s.add_argument("--oov", help="rule for rows the source lacks (default: xavier)")
+    s.add_argument("--dim", type=int, help="D; required for random inits, checked against a pretrained source")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--lowercase", action="store_true", help="look up token.lower() when a token is missing")
+    s.add_argument("--pe-length", type=int, default=512, help="positions of the encoding table compared")
+    s.add_argument("--cache-dir", help="cache for aligned pretrained rows (default: $EMBINIT_CACHE_DIR)")
+    s.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    s.set_defaults(func=run_stats)
+
+
+def _fmt(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
+def run_stats(args) -> int:
+    from embinit.init import build_table, parse_init_spec
+    from embinit.stats import embedding_stats
+    from embinit.vocab import Vocab
+
+    vocab = Vocab.load(args.vocab)
+    spec = parse_init_spec(args.init)
+    if args.lowercase:
+        spec = parse_init_spec({**spec.to_dict(), "lowercase": True})
+    res = build_table(spec, vocab, dim=args.dim, seed=args.seed, pretrained=args.pretrained, oov=args.oov,
+                      cache_dir=args.cache_dir)
+    stats = embedding_stats(res.table, pe_length=args.pe_length, coverage=res.coverage)
+    if args.json:
+        print(json.dumps({"init": str(spec), "label": res.label, "rows": len(vocab), "dim": res.dim,
+                          "seed": args.seed, "oov": res.oov, "source": res.source, "coverage": res.coverage,
+                          "source_stats": res.source_stats, "stats": stats}, indent=2))
+        return 0
+    print(f"{res.label}  ({spec}, {len(vocab)} x {res.dim}, seed {args.seed}"
+          + (f", oov {res.oov}" if res.oov else "") + ")")
+    if res.source:
+        print(f"source: {res.source}")
+    if res.source_stats:
+        print("source rows: " + ", ".join(f"{k} {_fmt(v)}" for k, v in res.source_stats.items()))
+    width = max(len(k) for k in stats)
+    print(f"{'statistic':<{width}}  value")
+    for key, value in stats.items():
+        print(f"{key:<{width}}  {_fmt(value)}")
+    return 0

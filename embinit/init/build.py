@@ -1,0 +1,177 @@
+"""`build_table`: one embedding table for a vocabulary from an init spec; `source_dim`.
+
+Order of operations for a pretrained source (the issue's contract):
+1. load the source rows the vocabulary has (`Aligned`; cached on disk);
+2. mean_p and sigma_p come from those found rows (reported as `source_stats`);
+3. the spec's transforms apply to the found rows, in order;
+4. the rows the source lacks are filled by the OOV rule, computed from the *transformed* rows, so a
+   table never mixes two scales by accident (except by choice: the default `xavier` rule with a raw,
+   untransformed source reproduces the paper, whose missing rows keep Xavier values).
+`match` replaces every row, so the OOV rule does not apply to it.
+
+Randomness: everything draws from one generator in a fixed order (transform, then OOV rule); the same
+spec, vocabulary and seed give the identical tensor. No generator and no seed means seed 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from embinit.errors import EmbinitError
+from embinit.init import cache, hf, vectors
+from embinit.init.aligned import Aligned
+from embinit.init.oov import OOV_RULES, OOVContext
+from embinit.init.random import INITS
+from embinit.init.spec import DEFAULT_OOV, SOURCE_FAMILIES, InitSpec, parse_init_spec
+from embinit.init.transforms import TRANSFORMS
+from embinit.vocab import Vocab
+
+LOADERS = {"text": vectors.load_text, "word2vec_bin": vectors.load_word2vec_binary,
+           "npy": vectors.load_npy, "hf": hf.load_hf}
+
+
+@dataclass
+class BuildResult:
+    table: torch.Tensor                     # float32 [len(vocab), D]
+    label: str                              # the paper's name, e.g. GloVe_Xavier
+    dim: int
+    coverage: dict[str, Any] | None = None  # rows_found, rows_total, row_share, token_share
+    source_stats: dict[str, float] | None = None  # mean_p, std_p of the found rows (source space)
+    spec: InitSpec | None = None
+    oov: str | None = None
+    source: str | None = None               # the file / model actually read
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def _as_vocab(vocab: "Vocab | Sequence[str]") -> Vocab:
+    return vocab if isinstance(vocab, Vocab) else Vocab(list(vocab))
+
+
+def _generator(generator: torch.Generator | None, seed: int | None) -> torch.Generator:
+    if generator is not None:
+        return generator
+    return torch.Generator().manual_seed(0 if seed is None else int(seed))
+
+
+def resolve_source(spec: InitSpec, pretrained: str | None = None) -> tuple[str, str]:
+    """(loader kind, location) for a pretrained spec: kind is text | word2vec_bin | npy | hf."""
+    location = pretrained or spec.pretrained or SOURCE_FAMILIES[spec.source][1]
+    if not location:
+        raise EmbinitError(f"init {str(spec)!r} needs a pretrained source: pass a path"
+                           f"{' or hub id' if spec.source == 'hf' else ''} (--pretrained)")
+    location = str(location)
+    if spec.is_subword:
+        return "hf", location
+    kind = vectors.detect_format(location) if Path(location).expanduser().exists() else None
+    if kind is None:
+        vectors.check_file(location)   # raises "not found"
+    if spec.source == "npy" and kind != "npy":
+        raise EmbinitError(f"init 'npy' needs a .npy file, got {location}")
+    if kind == "hf" and spec.source != "pretrained":
+        raise EmbinitError(f"{location} is a Hugging Face model folder; use init 'hf' (or 'pretrained')")
+    return kind, location
+
+
+def _identity(kind: str, location: str) -> dict:
+    return hf.identity(location) if kind == "hf" else cache.file_identity(location)
+
+
+def load_aligned(kind: str, location: str, vocab: Vocab, lowercase: bool,
+                 cache_dir: "str | Path | None | bool" = None) -> tuple[Aligned, bool]:
+    """The aligned source rows, from the cache when present. Returns (aligned, was_cached).
+    cache_dir: None -> default location; False or "" -> no cache."""
+    path = None
+    if cache_dir is not False and cache_dir != "":
+        key = {"kind": kind, "source": _identity(kind, location), "vocab": vocab.fingerprint(),
+               "lowercase": lowercase}
+        path = cache.entry_path(cache_dir or cache.default_cache_dir(), key)
+        hit = cache.load_entry(path)
+        if hit is not None:
+            return hit, True
+    aligned = LOADERS[kind](location, vocab.tokens, lowercase)
+    if path is not None:
+        cache.save_entry(path, aligned)
+    return aligned, False
+
+
+def _coverage(vocab: Vocab, found: torch.Tensor) -> dict[str, Any]:
+    n_found, n = int(found.numel()), len(vocab)
+    cov: dict[str, Any] = {"rows_found": n_found, "rows_total": n, "row_share": n_found / n}
+    if vocab.counts:
+        total = sum(vocab.counts.values())
+        hit = sum(vocab.counts.get(vocab.tokens[i], 0) for i in found.tolist())
+        cov["token_share"] = hit / total if total else None
+    return cov
+
+
+def _fill(spec: InitSpec, aligned: Aligned, n: int, rule: str, g: torch.Generator) -> torch.Tensor:
+    """Steps 2-4 of the module docstring, in float64; returns the float32 table."""
+    rows, found, vmap = aligned.rows.double(), aligned.found, (lambda v: v)
+    for name in spec.transforms:
+        fitted = TRANSFORMS[name](rows, n, aligned.dim, g)
+        rows = fitted.rows
+        if fitted.covers_all:
+            found, vmap = torch.arange(n), None
+        else:
+            vmap = (lambda f, h: (lambda v: h(f(v))))(vmap, fitted.vector_map) if vmap else None
+    table = torch.empty(n, aligned.dim, dtype=torch.float64)
+    table[found] = rows
+    mask = torch.ones(n, dtype=torch.bool)
+    mask[found] = False
+    missing = mask.nonzero().flatten()
+    if len(missing):
+        piece = None
+        if aligned.piece_idx is not None:
+            mapped = vmap(aligned.piece_rows.double()) if vmap else aligned.piece_rows.double()
+            piece = dict(zip(aligned.piece_idx.tolist(), mapped))
+        ctx = OOVContext(missing, rows, n, aligned.dim, g, aligned.source, piece)
+        table[missing] = OOV_RULES[rule](ctx)
+    return table.float()
+
+
+def build_table(spec, vocab, dim: int | None = None, generator: torch.Generator | None = None,
+                seed: int | None = None, pretrained: str | None = None, oov: str | None = None,
+                cache_dir: "str | Path | None | bool" = None) -> BuildResult:
+    """Build the N x D float32 table for `vocab` (a Vocab or a list of tokens) by `spec`."""
+    spec = parse_init_spec(spec)
+    vocab = _as_vocab(vocab)
+    g = _generator(generator, seed)
+    if not spec.is_pretrained:
+        if not dim or dim < 1:
+            raise EmbinitError(f"init {spec.source!r} needs a positive dimension (dim/--dim), got {dim!r}")
+        return BuildResult(INITS[spec.source](len(vocab), int(dim), g), spec.label, int(dim), spec=spec)
+    rule = oov or spec.oov or DEFAULT_OOV
+    if rule not in OOV_RULES:
+        raise EmbinitError(f"{rule!r} is not a registered oov rule; choose from {sorted(OOV_RULES)}")
+    kind, location = resolve_source(spec, pretrained)
+    if rule == "subword_mean" and kind != "hf":
+        raise EmbinitError(f"oov rule 'subword_mean' needs a source with a tokenizer (bert, mbert, t5, mt5, "
+                           f"hf); {location} is a word-vector file without one")
+    aligned, cached = load_aligned(kind, location, vocab, spec.lowercase, cache_dir)
+    if dim and dim != aligned.dim:
+        raise EmbinitError(f"dimension mismatch: {location} has D={aligned.dim} but dim={dim} was requested")
+    if aligned.found.numel() == 0:
+        raise EmbinitError(f"empty overlap: none of the {len(vocab)} vocabulary tokens is in {location}"
+                           f"{'' if spec.lowercase else ' (try lowercase lookup)'}")
+    rows = aligned.rows.double()
+    stats = {"mean_p": rows.mean().item(), "std_p": rows.std().item() if rows.numel() > 1 else 0.0}
+    table = _fill(spec, aligned, len(vocab), rule, g)
+    return BuildResult(table, spec.label, aligned.dim, _coverage(vocab, aligned.found), stats, spec,
+                       None if "match" in spec.transforms else rule, location,
+                       {"cached": cached, "kind": kind})
+
+
+def source_dim(spec, pretrained: str | None = None) -> int | None:
+    """D fixed by the pretrained source (from a header, first line or model config), None for random."""
+    spec = parse_init_spec(spec)
+    if not spec.is_pretrained:
+        return None
+    kind, location = resolve_source(spec, pretrained)
+    if kind == "hf":
+        d = hf.hf_dim(location)
+        return d if d is not None else hf._load(location)[1].shape[1]
+    return vectors.file_dim(location, kind)

@@ -1,0 +1,54 @@
+"""On-disk cache of aligned source rows (`Aligned`), keyed by the source's identity and the vocabulary.
+
+Key: source kind, source identity (a file's resolved path + size + mtime; a model folder's files; a hub
+id), the vocabulary fingerprint, the lowercase flag and a format version. Entries are `.pt` files under
+`cache_dir/aligned/`, written atomically. A corrupt entry is ignored and rebuilt.
+Default location: `$EMBINIT_CACHE_DIR`, else `~/.cache/embinit`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import torch
+
+from embinit.init.aligned import Aligned
+
+FORMAT_VERSION = 1
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("EMBINIT_CACHE_DIR") or Path.home() / ".cache" / "embinit")
+
+
+def file_identity(path: str | Path) -> dict:
+    p = Path(path).expanduser().resolve()
+    st = p.stat()
+    return {"file": str(p), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def entry_path(cache_dir: str | Path, key: dict) -> Path:
+    blob = json.dumps({**key, "format": FORMAT_VERSION}, sort_keys=True, default=str)
+    return Path(cache_dir).expanduser() / "aligned" / f"{hashlib.sha256(blob.encode()).hexdigest()[:32]}.pt"
+
+
+def load_entry(path: Path) -> Aligned | None:
+    if not path.is_file():
+        return None
+    try:
+        return Aligned.from_dict(torch.load(path, weights_only=True))
+    except Exception:  # noqa: BLE001 - any unreadable entry is simply rebuilt
+        return None
+
+
+def save_entry(path: Path, aligned: Aligned) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        torch.save(aligned.to_dict(), tmp)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a read-only cache location only costs speed

@@ -1,0 +1,113 @@
+"""Hugging Face sources: a model's input-embedding matrix plus its tokenizer (`transformers`).
+
+The paper (section 3.3) copies the rows of the sub-word tokens that both vocabularies share. Here each
+vocabulary token takes the source row of the tokenizer token with the same string (WordPiece `##`
+continuation pieces included, since a vocabulary built with that tokenizer contains them verbatim).
+embinit's specials map to the tokenizer's own: `<pad>` -> pad, `<unk>` -> unk, `<bos>` -> cls or bos,
+`<eos>` -> sep or eos, where the tokenizer has them. For tokens the source lacks, the mean of the rows of
+the pieces the tokenizer splits them into is kept beside the aligned rows (for the `subword_mean` rule).
+
+Works from a local folder or a hub id; loading from the hub needs the network (the error says so).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from embinit.errors import EmbinitError
+from embinit.init.aligned import Aligned, wanted_keys
+from embinit.vocab import BOS, EOS, PAD, UNK
+
+# config keys that hold the input-embedding width, most specific first (ALBERT factorizes embeddings)
+DIM_KEYS = ("embedding_size", "d_model", "n_embd", "dim", "hidden_size")
+
+
+def _fail(name: str, e: Exception) -> EmbinitError:
+    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    where = "folder" if Path(name).expanduser().is_dir() else "hub id (needs the network)"
+    return EmbinitError(f"cannot load Hugging Face model {name!r} ({where}): {first}")
+
+
+def identity(name: str) -> dict:
+    """What the cache keys on: a local folder's files (name, size, mtime), or the hub id."""
+    p = Path(name).expanduser()
+    if p.is_dir():
+        files = sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in p.iterdir() if f.is_file())
+        return {"hf_folder": str(p.resolve()), "files": files}
+    return {"hf_hub_id": name}
+
+
+def hf_dim(name: str) -> int | None:
+    """D from the model config (no weights are loaded)."""
+    p = Path(name).expanduser()
+    try:
+        if (p / "config.json").is_file():
+            cfg = json.loads((p / "config.json").read_text(encoding="utf-8"))
+        else:
+            from transformers import AutoConfig
+            cfg = AutoConfig.from_pretrained(name).to_dict()
+    except Exception as e:  # noqa: BLE001 - transformers raises many kinds; all mean "cannot load"
+        raise _fail(name, e) from None
+    for key in DIM_KEYS:
+        if isinstance(cfg.get(key), int):
+            return cfg[key]
+    return None
+
+
+def _load(name: str):
+    try:
+        from transformers import AutoModel, AutoTokenizer
+        tok = AutoTokenizer.from_pretrained(name)
+        model = AutoModel.from_pretrained(name)
+    except Exception as e:  # noqa: BLE001
+        raise _fail(name, e) from None
+    weight = model.get_input_embeddings().weight.detach().to(torch.float32).clone()
+    return tok, weight
+
+
+def special_aliases(tok) -> dict[str, str]:
+    pairs = {PAD: [tok.pad_token], UNK: [tok.unk_token], BOS: [tok.cls_token, tok.bos_token],
+             EOS: [tok.sep_token, tok.eos_token]}
+    return {ours: next(t for t in theirs if t) for ours, theirs in pairs.items() if any(theirs)}
+
+
+def _piece_means(tok, weight: torch.Tensor, tokens: list[str], missing: list[int],
+                 specials: set[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean source row of each missing token's pieces (a `##` continuation is split without `##`)."""
+    idx = [i for i in missing if tokens[i] not in specials]
+    texts = [tokens[i][2:] if tokens[i].startswith("##") and len(tokens[i]) > 2 else tokens[i] for i in idx]
+    if not idx:
+        return torch.zeros(0, dtype=torch.int64), torch.zeros(0, weight.shape[1])
+    ids = tok(texts, add_special_tokens=False)["input_ids"]
+    keep, rows = [], []
+    for i, piece_ids in zip(idx, ids):
+        piece_ids = [p for p in piece_ids if p != tok.unk_token_id and p < weight.shape[0]]
+        if piece_ids:
+            keep.append(i)
+            rows.append(weight[piece_ids].double().mean(0).float())
+    if not keep:
+        return torch.zeros(0, dtype=torch.int64), torch.zeros(0, weight.shape[1])
+    return torch.tensor(keep, dtype=torch.int64), torch.stack(rows)
+
+
+def load_hf(name: str, tokens: list[str], lowercase: bool = False) -> Aligned:
+    tok, weight = _load(name)
+    src_vocab = tok.get_vocab()
+    aliases = special_aliases(tok)
+    best: dict[int, tuple[int, int]] = {}
+    for key, hits in wanted_keys(tokens, lowercase, aliases, encode=False).items():
+        sid = src_vocab.get(key)
+        if sid is None or sid >= weight.shape[0]:
+            continue
+        for idx, pri in hits:
+            if idx not in best or pri < best[idx][0]:
+                best[idx] = (pri, sid)
+    found = sorted(best)
+    rows = weight[[best[i][1] for i in found]] if found else torch.zeros(0, weight.shape[1])
+    missing = [i for i in range(len(tokens)) if i not in best]
+    piece_idx, piece_rows = _piece_means(tok, weight, tokens, missing, set(aliases) | {PAD, UNK, BOS, EOS})
+    return Aligned(rows.contiguous(), torch.tensor(found, dtype=torch.int64), int(weight.shape[1]),
+                   f"hf:{name}", piece_idx, piece_rows)

@@ -1,0 +1,152 @@
+"""Init specs: what the user writes (`glove+standardize`, or a dict) and the paper's label for it.
+
+Grammar of the short form: `SOURCE[+TRANSFORM]...`, e.g. `xavier`, `glove`, `glove+standardize`,
+`bert+match`, `t5+shuffle`. SOURCE is a random init (`INITS`) or a pretrained source family
+(`SOURCES`); transforms (`TRANSFORMS`) apply in order and only to pretrained sources. The structured form
+is a dict with the keys of `InitSpec` (`source`, `transform` or `transforms`, `oov`, `lowercase`,
+`pretrained`, `name`); unknown keys are an error.
+
+Labels follow the paper (section 3.4): `standardize` appends `_Xavier` (GloVe -> GloVe_Xavier),
+`match` prefixes `Xavier_` (BERT -> Xavier_BERT), `shuffle` appends `_Shuffled` (T5 -> T5_Shuffled).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Mapping
+
+from embinit.errors import EmbinitError, unknown_name
+
+# name -> (paper label, description)
+RANDOM_INITS = {
+    "xavier": ("Xavier", "i.i.d. U(-sqrt(6/(N+D)), +sqrt(6/(N+D))), as in the paper (Glorot & Bengio 2010)"),
+    "xavier_normal": ("XavierNormal", "i.i.d. N(0, 2/(N+D)): Xavier's variance with a normal shape"),
+    "normal": ("Normal", "i.i.d. N(0, 0.02^2), GPT-style"),
+}
+
+# name -> (paper label, default pretrained location or None, is_subword, description)
+SOURCE_FAMILIES = {
+    "glove": ("GloVe", None, False, "GloVe text file `word v1 ... vD` (optionally .gz)"),
+    "word2vec": ("Word2Vec", None, False, "word2vec text with an `N D` header, or binary (.bin)"),
+    "fasttext": ("FastText", None, False, "fastText .vec text with an `N D` header"),
+    "npy": ("Pretrained", None, False, "a .npy matrix [V, D] plus its vocabulary file (X.vocab.txt)"),
+    "bert": ("BERT", "bert-base-uncased", True, "BERT input embeddings + WordPiece tokenizer (D=768)"),
+    "mbert": ("mBERT", "bert-base-multilingual-cased", True, "multilingual BERT embeddings (D=768)"),
+    "t5": ("T5", "t5-small", True, "T5 shared embeddings + SentencePiece tokenizer (t5-small, D=512)"),
+    "mt5": ("mT5", "google/mt5-base", True, "multilingual T5 embeddings (mt5-base, D=768)"),
+    "hf": ("Pretrained", None, True, "any Hugging Face model folder or hub id: input embeddings + tokenizer"),
+    "pretrained": ("Pretrained", None, False, "any of the above, format detected from the path"),
+}
+
+TRANSFORM_INFO = {
+    "standardize": "Pretrained_Xavier (eq. 1): (x - mean_p) * sigma_x / sigma_p on the found rows",
+    "match": "Xavier_Pretrained (eq. 4): a Xavier table rescaled to the pretrained mean/std (all rows)",
+    "shuffle": "Pretrained_Shuffled: permute the found rows and the columns (seeded); values unchanged",
+}
+
+OOV_INFO = {
+    "xavier": "rows the source lacks keep Xavier values (default; the paper's behaviour)",
+    "mean": "mean of the found rows (after the transform)",
+    "mean_cov": "sampled from N(mean, covariance) of the found rows (after the transform)",
+    "subword_mean": "mean of the source rows of the pieces the source tokenizer splits the token into",
+    "zeros": "zero vectors",
+}
+
+DEFAULT_OOV = "xavier"
+SPEC_KEYS = ("source", "transform", "transforms", "oov", "lowercase", "pretrained", "name")
+
+
+@dataclass(frozen=True)
+class InitSpec:
+    """A parsed init spec. `pretrained` and `oov` here are defaults that `build_table` may override."""
+
+    source: str
+    transforms: tuple[str, ...] = ()
+    oov: str | None = None
+    lowercase: bool = False       # look up token.lower() when the exact token is missing
+    pretrained: str | None = None  # path or hub id; None -> the family's default (if any)
+    name: str | None = None       # label for the source in reports (default: the family's label)
+
+    @property
+    def is_pretrained(self) -> bool:
+        return self.source in SOURCE_FAMILIES
+
+    @property
+    def is_subword(self) -> bool:
+        """True when the source is a Hugging Face model that brings its own tokenizer. The generic
+        `pretrained` alias reports False: its format is known only once the path is inspected."""
+        return self.is_pretrained and SOURCE_FAMILIES[self.source][2]
+
+    @property
+    def transform(self) -> str | None:
+        return self.transforms[0] if self.transforms else None
+
+    @property
+    def label(self) -> str:
+        base = self.name or (SOURCE_FAMILIES[self.source][0] if self.is_pretrained
+                             else RANDOM_INITS[self.source][0])
+        for t in self.transforms:
+            base = {"standardize": f"{base}_Xavier", "match": f"Xavier_{base}",
+                    "shuffle": f"{base}_Shuffled"}[t]
+        return base
+
+    def __str__(self) -> str:
+        return "+".join((self.source,) + self.transforms)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["transforms"] = list(self.transforms)
+        return d
+
+
+def _check_name(kind: str, name: Any, valid) -> str:
+    if not isinstance(name, str) or name not in valid:
+        raise unknown_name(kind, str(name), valid)
+    return name
+
+
+def _validated(source: str, transforms, oov, lowercase, pretrained, name) -> InitSpec:
+    _check_name("init", source, list(RANDOM_INITS) + list(SOURCE_FAMILIES))
+    transforms = tuple(_check_name("transform", t, TRANSFORM_INFO) for t in transforms)
+    if transforms and source in RANDOM_INITS:
+        raise EmbinitError(f"transform {transforms[0]!r} applies to pretrained sources, not to the random "
+                           f"init {source!r}; pretrained sources: {sorted(SOURCE_FAMILIES)}")
+    if oov is not None:
+        _check_name("oov rule", oov, OOV_INFO)
+    if not isinstance(lowercase, bool):
+        raise EmbinitError(f"init spec 'lowercase' must be true or false, got {lowercase!r}")
+    return InitSpec(source, transforms, oov, lowercase, pretrained, name)
+
+
+def _from_string(text: str) -> InitSpec:
+    parts = [p.strip().lower() for p in text.strip().split("+")]
+    if not parts or any(not p for p in parts):
+        raise EmbinitError(f"cannot parse init spec {text!r}; expected SOURCE[+TRANSFORM], e.g. glove+standardize")
+    return _validated(parts[0], parts[1:], None, False, None, None)
+
+
+def _from_mapping(data: Mapping[str, Any]) -> InitSpec:
+    unknown = sorted(set(data) - set(SPEC_KEYS))
+    if unknown:
+        raise EmbinitError(f"unknown init spec keys {unknown}; valid: {list(SPEC_KEYS)}")
+    if "source" not in data:
+        raise EmbinitError(f"init spec {dict(data)!r} has no 'source'")
+    transforms = data.get("transforms") or []
+    if isinstance(transforms, str):
+        transforms = [transforms]
+    if data.get("transform"):
+        transforms = [data["transform"], *transforms]
+    return _validated(data["source"], transforms, data.get("oov"), data.get("lowercase", False),
+                      data.get("pretrained"), data.get("name"))
+
+
+def parse_init_spec(spec: "str | Mapping[str, Any] | InitSpec") -> InitSpec:
+    """Parse a short string, a dict, or an InitSpec (re-validated) into an InitSpec."""
+    if isinstance(spec, InitSpec):
+        return _validated(spec.source, spec.transforms, spec.oov, spec.lowercase, spec.pretrained,
+                          spec.name)
+    if isinstance(spec, str):
+        return _from_string(spec)
+    if isinstance(spec, Mapping):
+        return _from_mapping(spec)
+    raise EmbinitError(f"init spec must be a string or a mapping, got {type(spec).__name__}: {spec!r}")

@@ -1,0 +1,71 @@
+"""Transforms that compose with any pretrained source, named as in the paper (section 3.4).
+
+Each takes the found source rows X_p (float64 [n, D]), the full table size N x D and a generator, and
+returns a `Fitted`: the transformed rows, the vocabulary rows they cover, and `vector_map`, the same
+map for other source-space vectors (used to bring `subword_mean` rows into the transformed space).
+
+- `standardize` (Pretrained_Xavier, eq. 1): x* = (x - mean_p) * sigma_x / sigma_p, with mean_p, sigma_p
+  the mean and sample std of all values of the found rows. sigma_x is the std of a Xavier table of the
+  same N x D taken *analytically*: sqrt(6/(N+D))/sqrt(3) = sqrt(2/(N+D)). The paper uses the sample std
+  of a drawn table; the two differ by O(1/sqrt(N*D)) (0.05% for 5,893 x 300), and the analytic value
+  makes the target exact and independent of the draw (the tests check found rows hit it to 1e-6).
+- `match` (Xavier_Pretrained, eq. 4): x* = (x_x - mean(X_x)) * sigma_p / sigma_x + mean_p for an actual
+  Xavier draw X_x of all N x D rows, using that draw's own sample mean and std, so the table hits the
+  source's mean_p and sigma_p exactly. It fills every row; no pretrained row survives.
+- `shuffle` (Pretrained_Shuffled): permute the found rows, then the columns (seeded); the multiset of
+  values is unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from embinit.errors import EmbinitError
+from embinit.init.random import xavier, xavier_std
+
+
+@dataclass
+class Fitted:
+    rows: torch.Tensor                 # float64 [n, D]
+    covers_all: bool                   # True: the rows are the whole N x D table (match)
+    vector_map: Callable[[torch.Tensor], torch.Tensor] | None
+
+
+def _mean_std(rows: torch.Tensor, what: str) -> tuple[float, float]:
+    if rows.numel() < 2:
+        raise EmbinitError(f"cannot {what}: only {rows.numel()} pretrained value(s) found")
+    mean, std = rows.mean().item(), rows.std().item()
+    if not std > 0:
+        raise EmbinitError(f"cannot {what}: the found pretrained rows have zero spread (std={std})")
+    return mean, std
+
+
+def standardize(rows: torch.Tensor, n_total: int, dim: int, generator: torch.Generator) -> Fitted:
+    mean_p, std_p = _mean_std(rows, "standardize")
+    scale = xavier_std(n_total, dim) / std_p
+
+    def vector_map(v: torch.Tensor) -> torch.Tensor:
+        return (v - mean_p) * scale
+
+    return Fitted(vector_map(rows), False, vector_map)
+
+
+def match(rows: torch.Tensor, n_total: int, dim: int, generator: torch.Generator) -> Fitted:
+    mean_p, std_p = _mean_std(rows, "match")
+    x = xavier(n_total, dim, generator).double()
+    out = (x - x.mean()) * (std_p / x.std()) + mean_p
+    return Fitted(out, True, None)
+
+
+def shuffle(rows: torch.Tensor, n_total: int, dim: int, generator: torch.Generator) -> Fitted:
+    row_perm = torch.randperm(rows.shape[0], generator=generator)
+    col_perm = torch.randperm(rows.shape[1], generator=generator)
+    return Fitted(rows[row_perm][:, col_perm], False, lambda v: v[..., col_perm])
+
+
+TRANSFORMS: dict[str, Callable[[torch.Tensor, int, int, torch.Generator], Fitted]] = {
+    "standardize": standardize, "match": match, "shuffle": shuffle,
+}

@@ -1,0 +1,236 @@
+"""Word-vector file loaders: GloVe / word2vec / fastText text (optionally .gz), word2vec binary, .npy.
+
+Each loader streams the file and keeps only the rows the vocabulary needs. Text files: the word is
+split off each line and the floats are parsed only for needed words, so a 400k-line file costs one pass
+of byte scanning. Every line's field count is still checked (a cheap `count(b" ")`), so an inconsistent
+dimension anywhere before the last needed word is reported with its line number. Reading stops early
+once every token has its exact row.
+
+`.npy` convention: the matrix `X.npy` is [V, D]; its vocabulary (one token per line, line i = row i) is
+the first file that exists of `X.vocab.txt`, `X.vocab`, `vocab.txt` in the same folder.
+"""
+
+from __future__ import annotations
+
+import gzip
+import mmap
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from embinit.errors import EmbinitError
+from embinit.init.aligned import Aligned, wanted_keys
+
+
+def check_file(path: str | Path) -> Path:
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise EmbinitError(f"pretrained file not found: {path}")
+    if not path.is_file():
+        raise EmbinitError(f"pretrained source is not a file: {path}")
+    return path
+
+
+def _open(path: Path):
+    try:
+        return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+    except OSError as e:
+        raise EmbinitError(f"cannot read pretrained file {path}: {e.strerror or e}") from None
+
+
+def _header(line: bytes) -> tuple[int, int] | None:
+    """`N D` (two integers) on the first line means a word2vec/fastText header."""
+    parts = line.split()
+    if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
+        return int(parts[0]), int(parts[1])
+    return None
+
+
+def _first_line(path: Path) -> bytes:
+    with _open(path) as f:
+        try:
+            line = f.readline()
+        except (OSError, EOFError) as e:
+            raise EmbinitError(f"cannot read pretrained file {path}: {e}") from None
+    if not line.strip():
+        raise EmbinitError(f"pretrained file is empty: {path}")
+    return line
+
+
+def npy_vocab_path(path: Path) -> Path:
+    tried = [path.with_suffix(".vocab.txt"), path.with_suffix(".vocab"), path.parent / "vocab.txt"]
+    for p in tried:
+        if p.is_file():
+            return p
+    raise EmbinitError(f"no vocabulary file for {path}; expected one of {[str(p) for p in tried]}")
+
+
+def _load_npy_matrix(path: Path) -> np.ndarray:
+    try:
+        arr = np.load(path, mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise EmbinitError(f"cannot read .npy matrix {path}: {e}") from None
+    if arr.ndim != 2 or not np.issubdtype(arr.dtype, np.number):
+        raise EmbinitError(f"{path}: expected a 2-D numeric matrix, got shape {arr.shape} {arr.dtype}")
+    return arr
+
+
+def file_dim(path: str | Path, fmt: str) -> int:
+    """D of a word-vector file, from its header, first line or .npy shape (cheap)."""
+    path = check_file(path)
+    if fmt == "npy":
+        return int(_load_npy_matrix(path).shape[1])
+    line = _first_line(path)
+    head = _header(line)
+    if head:
+        return head[1]
+    return len(line.split()) - 1
+
+
+def _parse_row(parts: list[bytes], path: Path, lineno: int) -> list[float]:
+    try:
+        return [float(x) for x in parts]
+    except ValueError:
+        bad = next(x for x in parts if not _is_float(x))
+        raise EmbinitError(f"{path}:{lineno}: value {bad.decode('utf-8', 'replace')!r} is not a number") from None
+
+
+def _is_float(x: bytes) -> bool:
+    try:
+        float(x)
+        return True
+    except ValueError:
+        return False
+
+
+def _split_line(line: bytes, dim: int, path: Path, lineno: int) -> tuple[bytes, list[bytes]]:
+    """(word, D value fields). Words may contain spaces (GloVe 840B has some): the vector is the
+    last D fields."""
+    parts = line.rstrip(b"\r\n").rstrip().split(b" ")
+    if len(parts) < dim + 1 or not parts[0]:
+        parts = line.split()
+    if len(parts) < dim + 1 or (len(parts) > dim + 1 and _is_float(parts[1])):
+        raise EmbinitError(f"{path}:{lineno}: expected a word and {dim} values (the file's D), found "
+                           f"{len(parts) - 1} values after {parts[0].decode('utf-8', 'replace')!r}")
+    return b" ".join(parts[:-dim]), parts[-dim:]
+
+
+class _Collector:
+    """Keeps the best (lowest-priority) row per vocabulary index and knows when all are exact."""
+
+    def __init__(self, wanted: dict, n_tokens: int):
+        self.wanted = wanted
+        self.best: dict[int, tuple[int, list[float]]] = {}
+        self.pending = {i for hits in wanted.values() for i, pri in hits if pri == 0}
+        self.n_tokens = n_tokens
+
+    def offer(self, word: bytes, values) -> None:
+        for idx, pri in self.wanted.get(word, ()):
+            old = self.best.get(idx)
+            if old is None or pri < old[0]:   # first occurrence wins among equals
+                self.best[idx] = (pri, values)
+                if pri == 0:
+                    self.pending.discard(idx)
+
+    def result(self, dim: int, source: str) -> Aligned:
+        found = sorted(self.best)
+        rows = np.asarray([self.best[i][1] for i in found], dtype=np.float32).reshape(len(found), dim)
+        return Aligned(torch.from_numpy(rows), torch.tensor(found, dtype=torch.int64), dim, source)
+
+
+def load_text(path: str | Path, tokens: list[str], lowercase: bool = False) -> Aligned:
+    """GloVe (no header) or word2vec/fastText text (`N D` header); .gz is decompressed on the fly."""
+    path = check_file(path)
+    first = _first_line(path)
+    head = _header(first)
+    dim = head[1] if head else len(first.split()) - 1
+    if dim < 1:
+        raise EmbinitError(f"{path}:1: expected `word v1 ... vD` or an `N D` header, got {first[:80]!r}")
+    col = _Collector(wanted_keys(tokens, lowercase), len(tokens))
+    wanted = col.wanted
+    with _open(path) as f:
+        try:
+            for lineno, line in enumerate(f, 1):
+                if lineno == 1 and head:
+                    continue
+                if line.count(b" ") == dim and line[-2:-1] != b" ":   # fast path: one-word line
+                    word = line[: line.find(b" ")]
+                    if word not in wanted:
+                        continue
+                    fields = line.split()[1:]
+                elif not line.strip():
+                    continue
+                else:
+                    word, fields = _split_line(line, dim, path, lineno)
+                    if word not in wanted:
+                        continue
+                col.offer(word, _parse_row(fields, path, lineno))
+                if not col.pending:
+                    break
+        except (OSError, EOFError) as e:
+            raise EmbinitError(f"cannot read pretrained file {path}: {e}") from None
+    return col.result(dim, str(path))
+
+
+def load_word2vec_binary(path: str | Path, tokens: list[str], lowercase: bool = False) -> Aligned:
+    """word2vec binary: `N D\\n` then per word `word<space>` + D little-endian float32 (+ optional \\n)."""
+    path = check_file(path)
+    head = _header(_first_line(path))
+    if not head:
+        raise EmbinitError(f"{path}:1: a word2vec binary file must start with an `N D` header")
+    n, dim = head
+    col = _Collector(wanted_keys(tokens, lowercase), len(tokens))
+    width = 4 * dim
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        pos = mm.find(b"\n") + 1
+        for k in range(n):
+            while pos < len(mm) and mm[pos:pos + 1] in (b"\n", b" "):
+                pos += 1
+            sp = mm.find(b" ", pos)
+            if sp < 0 or sp + 1 + width > len(mm):
+                raise EmbinitError(f"{path}: truncated at entry {k + 1} of {n} (byte {pos})")
+            word = mm[pos:sp]
+            if word in col.wanted:
+                vec = np.frombuffer(mm[sp + 1: sp + 1 + width], dtype="<f4").tolist()
+                col.offer(word, vec)
+                if not col.pending:
+                    break
+            pos = sp + 1 + width
+    return col.result(dim, str(path))
+
+
+def load_npy(path: str | Path, tokens: list[str], lowercase: bool = False) -> Aligned:
+    path = check_file(path)
+    arr = _load_npy_matrix(path)
+    vpath = npy_vocab_path(path)
+    names = [t for t in vpath.read_text(encoding="utf-8").split("\n")]
+    if names and names[-1] == "":
+        names.pop()
+    if len(names) != arr.shape[0]:
+        raise EmbinitError(f"{vpath} has {len(names)} tokens but {path} has {arr.shape[0]} rows")
+    col = _Collector(wanted_keys(tokens, lowercase, encode=False), len(tokens))
+    for row, name in enumerate(names):
+        if name in col.wanted:
+            col.offer(name, row)
+    found = sorted(col.best)
+    src_rows = [col.best[i][1] for i in found]
+    rows = np.asarray(arr[src_rows], dtype=np.float32).reshape(len(found), arr.shape[1])
+    if not np.isfinite(rows).all():
+        raise EmbinitError(f"{path}: the matrix has non-finite values in the needed rows")
+    return Aligned(torch.from_numpy(rows.copy()), torch.tensor(found, dtype=torch.int64),
+                   int(arr.shape[1]), str(path))
+
+
+def detect_format(path: str | Path) -> str:
+    """'hf' (a folder with config.json), 'npy', 'word2vec_bin' (.bin) or 'text'."""
+    p = Path(path).expanduser()
+    if p.is_dir():
+        if (p / "config.json").is_file():
+            return "hf"
+        raise EmbinitError(f"folder {p} is not a Hugging Face model (no config.json)")
+    if p.suffix == ".npy":
+        return "npy"
+    if p.suffix == ".bin":
+        return "word2vec_bin"
+    return "text"

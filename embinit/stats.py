@@ -1,0 +1,53 @@
+"""Statistics of an embedding table (the paper's Tables 2, 6 and 8) as one flat dict for logging.
+
+Keys (with the default prefix `emb/`), all floats:
+- `min`, `max`, `mean`, `std`: over all values of the table (std is the sample std, as in the paper);
+- `scaled_min`, ..., `scaled_std`: the same after the transformer's x sqrt(D) input scaling;
+- `pe_min`, `pe_max`, `pe_mean`, `pe_std`: the sinusoidal position encodings of `pe_length` positions;
+- `absorption`: std(scaled embeddings) / std(PE). Above 1 the token signal dominates the sum that
+  enters the transformer; far above 1 (raw GloVe x sqrt(300): ~9) the position signal is drowned;
+- `row_norm_mean`, `row_norm_std`: L2 norms of the (unscaled) rows;
+- `rows`, `dim`;
+- with `coverage` (from `build_table`): `coverage_rows_found`, `coverage_row_share`,
+  `coverage_token_share` (when the vocabulary has counts).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from embinit.errors import EmbinitError
+from embinit.posenc import sinusoidal
+
+COVERAGE_KEYS = ("rows_found", "row_share", "token_share")
+
+
+def _summary(x: torch.Tensor, prefix: str) -> dict[str, float]:
+    return {f"{prefix}min": x.min().item(), f"{prefix}max": x.max().item(),
+            f"{prefix}mean": x.mean().item(), f"{prefix}std": x.std().item() if x.numel() > 1 else 0.0}
+
+
+def embedding_stats(table: torch.Tensor, pe_length: int = 512, pe_base: float = 10000.0,
+                    coverage: dict | None = None, prefix: str = "emb/") -> dict[str, float]:
+    """Flat, namespaced statistics of an N x D table (see the module docstring for the keys)."""
+    if table.ndim != 2 or table.numel() == 0:
+        raise EmbinitError(f"expected a non-empty 2-D embedding table, got shape {tuple(table.shape)}")
+    x = table.detach().to(torch.float64)
+    n, dim = x.shape
+    scaled = x * math.sqrt(dim)
+    pe = sinusoidal(pe_length, dim, pe_base, dtype=torch.float64)
+    out = {f"{prefix}rows": float(n), f"{prefix}dim": float(dim)}
+    out.update(_summary(x, prefix))
+    out.update(_summary(scaled, prefix + "scaled_"))
+    out.update(_summary(pe, prefix + "pe_"))
+    pe_std = out[f"{prefix}pe_std"]
+    out[f"{prefix}absorption"] = out[f"{prefix}scaled_std"] / pe_std if pe_std > 0 else math.inf
+    norms = x.norm(dim=1)
+    out[f"{prefix}row_norm_mean"] = norms.mean().item()
+    out[f"{prefix}row_norm_std"] = norms.std().item() if n > 1 else 0.0
+    for key in COVERAGE_KEYS:
+        if coverage and coverage.get(key) is not None:
+            out[f"{prefix}coverage_{key}"] = float(coverage[key])
+    return out
