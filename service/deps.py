@@ -1,0 +1,94 @@
+"""Typed FastAPI dependencies: settings, the database session, the runner, the MLflow store, auth, and
+the size-limited request body. Tests replace the runner and store through `app.dependency_overrides`."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from typing import Annotated
+
+from fastapi import Depends, HTTPException, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy.orm import Session
+
+from service.runner import Runner
+from service.settings import Settings
+from service.state import Reconciler
+from service.store import ResultStore
+
+bearer = HTTPBearer(auto_error=False, description="`Authorization: Bearer <EMBINIT_API_TOKEN>`")
+
+
+def get_settings(request: Request) -> Settings:
+    return request.app.state.settings
+
+
+def get_session(request: Request) -> Iterator[Session]:
+    with request.app.state.sessions() as session:
+        yield session
+
+
+def get_runner(request: Request) -> Runner:
+    return request.app.state.runner
+
+
+def get_store(request: Request) -> ResultStore:
+    return request.app.state.store
+
+
+def get_reconciler(request: Request, runner: Annotated[Runner, Depends(get_runner)],
+                   store: Annotated[ResultStore, Depends(get_store)]) -> Reconciler:
+    # One reconciler per app (it remembers when each experiment was last checked), built on first use
+    # so that dependency overrides of the runner and store are honoured.
+    rec = getattr(request.app.state, "reconciler", None)
+    if rec is None or rec.runner is not runner or rec.store is not store:
+        rec = request.app.state.reconciler = Reconciler(runner, store, request.app.state.settings)
+    return rec
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+SessionDep = Annotated[Session, Depends(get_session)]
+RunnerDep = Annotated[Runner, Depends(get_runner)]
+StoreDep = Annotated[ResultStore, Depends(get_store)]
+ReconcilerDep = Annotated[Reconciler, Depends(get_reconciler)]
+Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
+
+
+def _check_token(settings: Settings, credentials: HTTPAuthorizationCredentials | None) -> None:
+    if not settings.api_token:
+        return
+    if credentials is None or credentials.scheme.lower() != "bearer":
+        raise HTTPException(401, detail="missing bearer token: send 'Authorization: Bearer <token>'",
+                            headers={"WWW-Authenticate": "Bearer"})
+    if not secrets.compare_digest(credentials.credentials.encode(), settings.api_token.encode()):
+        raise HTTPException(401, detail="invalid bearer token", headers={"WWW-Authenticate": "Bearer"})
+
+
+def require_write(settings: SettingsDep, credentials: Credentials) -> None:
+    """Writes need the token whenever one is configured."""
+    _check_token(settings, credentials)
+
+
+def require_read(settings: SettingsDep, credentials: Credentials) -> None:
+    """Reads need the token only when `reads_require_token` is set."""
+    if settings.reads_require_token:
+        _check_token(settings, credentials)
+
+
+async def read_body(request: Request, settings: SettingsDep) -> bytes:
+    """The request body, refused with 413 as soon as it exceeds `max_body_bytes` (declared or streamed)."""
+    limit = settings.max_body_bytes
+    too_big = HTTPException(413, detail=f"request body too large: the limit is {limit} bytes")
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise too_big
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_big
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+BodyDep = Annotated[bytes, Depends(read_body)]

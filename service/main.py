@@ -1,0 +1,104 @@
+"""Builds the FastAPI app: routes, error handlers, the state database, the runner and the MLflow store.
+
+    uvicorn --factory service.main:create_app      # or: embinit serve
+
+`create_app(settings, runner=None, store=None)`: without a runner, a `RayRunner` on `settings.ray_address`
+(a local Ray when unset) is connected at startup; every unfinished experiment is then reconciled with
+Ray and MLflow, so a restarted API shows the true state at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse
+
+import embinit
+from embinit.errors import EmbinitError
+from embinit.spec import ExperimentSpec, SpecError
+from service.db import make_sessionmaker
+from service.routes import catalog, experiments, health
+from service.settings import Settings, get_settings
+from service.specs import problems_detail
+from service.state import Reconciler
+from service.store import ResultStore, absolute_sqlite_uri
+
+log = logging.getLogger("embinit.service")
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(SpecError)
+    async def _spec_error(_request: Request, exc: SpecError):
+        return JSONResponse(status_code=422, content={"detail": problems_detail(exc.problems)})
+
+    @app.exception_handler(EmbinitError)
+    async def _user_error(_request: Request, exc: EmbinitError):
+        return JSONResponse(status_code=422, content={"detail": str(exc)})
+
+    @app.exception_handler(RecursionError)
+    async def _too_deep(_request: Request, _exc: RecursionError):
+        return JSONResponse(status_code=422, content={"detail": "the request is nested too deeply"})
+
+    @app.exception_handler(Exception)
+    async def _bug(_request: Request, exc: Exception):
+        log.exception("unhandled error", exc_info=exc)
+        return JSONResponse(status_code=500, content={"detail": f"internal error ({type(exc).__name__}); "
+                                                                f"see the service log"})
+
+
+def _openapi(app: FastAPI):
+    # The submit endpoint parses its body itself (JSON or YAML); publish the spec's schema for it.
+    def build():
+        if app.openapi_schema is None:
+            schema = get_openapi(title=app.title, version=app.version, description=app.description,
+                                 routes=app.routes)
+            spec = ExperimentSpec.model_json_schema(ref_template="#/components/schemas/{model}")
+            components = schema.setdefault("components", {}).setdefault("schemas", {})
+            components.update(spec.pop("$defs", {}))
+            components["ExperimentSpec"] = spec
+            app.openapi_schema = schema
+        return app.openapi_schema
+    return build
+
+
+def _lifespan(owns_runner: bool):
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        if owns_runner:
+            await run_in_threadpool(app.state.runner.connect)
+        rec = Reconciler(app.state.runner, app.state.store, app.state.settings)
+        app.state.reconciler = rec
+        with app.state.sessions() as session:
+            await run_in_threadpool(rec.refresh_active, session)
+        yield
+        if owns_runner:
+            app.state.runner.shutdown()
+    return lifespan
+
+
+def create_app(settings: Settings | None = None, runner=None, store=None) -> FastAPI:
+    settings = settings or get_settings()
+    if runner is None:
+        from service.runner import RayRunner
+        runner = RayRunner(settings.ray_address, settings.ray_namespace, settings.ray_node_ip)
+        owns_runner = True
+    else:
+        owns_runner = False
+    app = FastAPI(title="embinit", version=embinit.__version__, lifespan=_lifespan(owns_runner),
+                  description="Submit embedding-initialization experiments, follow them, read Table 1.")
+    app.state.settings = settings
+    app.state.sessions = make_sessionmaker(absolute_sqlite_uri(settings.database_url))
+    app.state.runner = runner
+    app.state.store = store or ResultStore(settings.tracking_uri)
+    for module in (experiments, catalog, health):
+        app.include_router(module.router)
+    _install_error_handlers(app)
+    app.openapi = _openapi(app)
+    log.info("embinit service: state %s, tracking %s, ray %s (pid %d)", settings.database_url,
+             settings.tracking_uri, settings.ray_address or "local", os.getpid())
+    return app

@@ -1,0 +1,104 @@
+"""Which files a spec submitted over HTTP may name: only those inside the configured roots.
+
+A spec's data and pretrained paths are rewritten to absolute paths inside a root (so a Ray worker with
+another working directory finds the same file); absolute paths elsewhere, `..` components, `~`, URLs and
+symlinks that lead out of a root are refused with one message per offending value. A pretrained value
+that is no file under a root is kept only if it has the shape of a Hugging Face hub id (`org/name`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+# Spec fields that name files, wherever they appear in the spec (top level, per task, per init).
+DATA_KEYS = ("data_dir", "cache_dir")
+PRETRAINED_KEYS = ("pretrained", "src_pretrained", "tokenizer")
+HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}(/[A-Za-z0-9][A-Za-z0-9_.-]{0,95})?$")
+
+
+def _inside(path: Path, roots: list[Path]) -> Path | None:
+    real = Path(os.path.realpath(path))
+    for root in roots:
+        if real.is_relative_to(Path(os.path.realpath(root))):
+            return real
+    return None
+
+
+def _check(value: str, roots: list[Path], kind: str, allow_hub_id: bool) -> tuple[str | None, str | None]:
+    """(rewritten value, None) or (None, problem)."""
+    shown = ", ".join(str(r) for r in roots) or "(none configured)"
+    if "\x00" in value or "://" in value or value.startswith("~") or value.startswith("file:"):
+        return None, f"{value!r} is not a plain path; {kind} paths must lie inside {shown}"
+    parts = PurePosixPath(value.replace("\\", "/")).parts
+    if ".." in parts:
+        return None, f"{value!r} contains '..'; {kind} paths must lie inside {shown}"
+    if os.path.isabs(value):
+        real = _inside(Path(value), roots)
+        if real is None:
+            return None, f"{value!r} is outside the allowed {kind} roots {shown}"
+        return str(real), None
+    for root in roots:
+        candidate = Path(root) / value
+        if candidate.exists():
+            real = _inside(candidate, roots)
+            if real is None:
+                return None, f"{value!r} leads outside the allowed {kind} roots {shown} (symlink)"
+            return str(real), None
+    if allow_hub_id:
+        # A hub id must not also name a file beside the process (a worker could read it as a path).
+        if HUB_ID.match(value) and not Path(value).exists():
+            return value, None
+        return None, f"{value!r} is neither a file inside {shown} nor a hub id like 'org/model'"
+    if not roots:
+        return None, f"{value!r}: this service accepts no {kind} paths (no roots configured)"
+    return str(Path(os.path.realpath(roots[0])) / value), None
+
+
+def confine_paths(data: Any, data_roots: list[Path], pretrained_roots: list[Path],
+                  loc: tuple = ()) -> tuple[Any, list[str]]:
+    """A copy of the spec dict `data` with its path fields rewritten, and the problems found (each
+    prefixed by its location, e.g. `inits[1].pretrained: ...`)."""
+    problems: list[str] = []
+    if isinstance(data, list):
+        out = []
+        for i, item in enumerate(data):
+            new, probs = confine_paths(item, data_roots, pretrained_roots, loc + (i,))
+            out.append(new)
+            problems += probs
+        return out, problems
+    if not isinstance(data, dict):
+        return data, problems
+    out = {}
+    for key, value in data.items():
+        here = loc + (key,)
+        if isinstance(value, dict) and key in PRETRAINED_KEYS:  # {source name: path}
+            value = {k: v for k, v in value.items()}
+            for name, path in list(value.items()):
+                if isinstance(path, str):
+                    new, problem = _check(path, pretrained_roots, "pretrained", allow_hub_id=True)
+                    if problem:
+                        problems.append(f"{format_loc(here + (name,))}: {problem}")
+                    value[name] = new if new is not None else path
+            out[key] = value
+        elif isinstance(value, str) and key in DATA_KEYS + PRETRAINED_KEYS:
+            is_data = key in DATA_KEYS
+            new, problem = _check(value, data_roots if is_data else pretrained_roots,
+                                  "data" if is_data else "pretrained", allow_hub_id=not is_data)
+            if problem:
+                problems.append(f"{format_loc(here)}: {problem}")
+            out[key] = new if new is not None else value
+        else:
+            out[key], probs = confine_paths(value, data_roots, pretrained_roots, here)
+            problems += probs
+    return out, problems
+
+
+def format_loc(loc: tuple) -> str:
+    """('inits', 2, 'transform') -> 'inits[2].transform'."""
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text

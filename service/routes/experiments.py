@@ -1,0 +1,139 @@
+"""Experiments: submit a spec, follow it, read its trials and results, cancel it."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
+from sqlalchemy import func, select
+
+from service import views
+from service.db import ACTIVE, STATUSES, TERMINAL, Experiment, utcnow
+from service.deps import (BodyDep, ReconcilerDep, RunnerDep, SessionDep, SettingsDep, StoreDep, require_read,
+                          require_write)
+from service.schemas import ExperimentDetail, ExperimentPage, Status, Submitted, TrialPage
+from service.specs import JSON_TYPES, YAML_TYPES, parse_body, prepare
+
+router = APIRouter(prefix="/experiments", tags=["experiments"])
+_submit_lock = threading.Lock()  # dedup + limit + insert must not interleave within this process
+
+SPEC_BODY = {"requestBody": {"required": True, "content": {
+    **{t: {"schema": {"$ref": "#/components/schemas/ExperimentSpec"}} for t in JSON_TYPES},
+    **{t: {"schema": {"type": "string", "description": "the same spec as YAML"}} for t in YAML_TYPES[:1]}}}}
+
+
+def _get(session, exp_id: str) -> Experiment:
+    exp = session.get(Experiment, exp_id) if len(exp_id) <= 32 else None
+    if exp is None:
+        raise HTTPException(404, detail=f"experiment {exp_id!r} not found")
+    return exp
+
+
+def _submitted(exp: Experiment, created: bool) -> Submitted:
+    links = views.links(exp.id)
+    return Submitted(id=exp.id, n_trials=exp.n_trials, status=exp.status, created=created,
+                     spec_hash=exp.spec_hash, status_url=links.status, results_url=links.results)
+
+
+@router.post("", status_code=202, response_model=Submitted, dependencies=[Depends(require_write)],
+             openapi_extra=SPEC_BODY, responses={200: {"model": Submitted, "description": "already submitted"},
+                                                 413: {}, 415: {}, 422: {}, 429: {}})
+def submit(request: Request, response: Response, body: BodyDep, session: SessionDep, settings: SettingsDep,
+           runner: RunnerDep, store: StoreDep, reconciler: ReconcilerDep,
+           rerun: Annotated[bool, Query(description="start again even if this spec was submitted")] = False):
+    """Submit an experiment spec (JSON, or YAML with a YAML content type)."""
+    data = parse_body(body, request.headers.get("content-type"))
+    sub = prepare(data, settings, store.tracking_uri)
+    with _submit_lock:
+        existing = session.scalars(select(Experiment).where(Experiment.spec_hash == sub.spec_hash)
+                                   .order_by(Experiment.created_at.desc()).limit(1)).first()
+        if existing is not None and not rerun:
+            response.status_code = 200
+            return _submitted(reconciler.refresh(session, existing), created=False)
+        reconciler.refresh_active(session)
+        active = session.scalar(select(func.count()).select_from(Experiment)
+                                .where(Experiment.status.in_(ACTIVE)))
+        if active >= settings.max_active_experiments:
+            raise HTTPException(429, headers={"Retry-After": "60"},
+                                detail=f"{active} experiments are queued or running; this service runs at "
+                                       f"most {settings.max_active_experiments} at once, retry later")
+        exp = Experiment(id=uuid.uuid4().hex[:12], name=sub.spec.name, spec=sub.data, spec_hash=sub.spec_hash,
+                         trial_keys=sub.trial_keys, n_trials=sub.n_trials, status="queued",
+                         counts={"pending": sub.n_trials}, tracking_uri=store.tracking_uri)
+        session.add(exp)
+        session.commit()
+    try:
+        exp.driver = runner.start(exp.id, sub.data, store.tracking_uri, sub.trial_keys)
+    except Exception as e:  # noqa: BLE001 - recorded on the experiment, reported to the client
+        exp.status, exp.error, exp.finished_at = "failed", f"could not start the Ray driver: {e}", utcnow()
+        session.commit()
+        raise HTTPException(503, detail=f"experiment {exp.id} could not be started: {e}") from None
+    session.commit()
+    return _submitted(exp, created=True)
+
+
+@router.get("", response_model=ExperimentPage, dependencies=[Depends(require_read)])
+def list_experiments(session: SessionDep, settings: SettingsDep, reconciler: ReconcilerDep,
+                     status: Annotated[Status | None, Query(description="only experiments in this state")] = None,
+                     limit: Annotated[int, Query(ge=1, le=1000)] = 50, offset: Annotated[int, Query(ge=0)] = 0):
+    """List experiments, newest first, optionally only those in one state."""
+    limit = min(limit, settings.max_page_size)
+    reconciler.refresh_active(session)
+    query = select(Experiment)
+    if status is not None:
+        query = query.where(Experiment.status == status)
+    total = session.scalar(select(func.count()).select_from(query.subquery()))
+    rows = session.scalars(query.order_by(Experiment.created_at.desc()).limit(limit).offset(offset))
+    return ExperimentPage(items=[views.summary(e, settings) for e in rows], total=total, limit=limit,
+                          offset=offset)
+
+
+@router.get("/{exp_id}", response_model=ExperimentDetail, dependencies=[Depends(require_read)])
+def get_experiment(exp_id: str, session: SessionDep, settings: SettingsDep, reconciler: ReconcilerDep):
+    """An experiment's status, trial counts, progress, ETA and MLflow link."""
+    exp = reconciler.refresh(session, _get(session, exp_id))
+    return views.summary(exp, settings, detail=True)
+
+
+@router.get("/{exp_id}/trials", response_model=TrialPage, dependencies=[Depends(require_read)])
+def get_trials(exp_id: str, session: SessionDep, settings: SettingsDep, store: StoreDep,
+               reconciler: ReconcilerDep, limit: Annotated[int, Query(ge=1, le=10000)] = 1000,
+               offset: Annotated[int, Query(ge=0)] = 0):
+    """Each trial's config, status, best metric and MLflow run id."""
+    exp = reconciler.refresh(session, _get(session, exp_id))
+    trials = store.trials(exp)
+    return TrialPage(items=trials[offset:offset + limit], total=len(trials), limit=limit, offset=offset)
+
+
+@router.get("/{exp_id}/results", dependencies=[Depends(require_read)],
+            responses={200: {"content": {"application/json": {}, "text/markdown": {}, "text/csv": {}}}})
+def get_results(exp_id: str, session: SessionDep, store: StoreDep, reconciler: ReconcilerDep,
+                format: Annotated[Literal["json", "markdown", "csv"], Query()] = "json"):
+    """The Table-1 aggregation of the experiment's MLflow runs (JSON, markdown or CSV)."""
+    exp = reconciler.refresh(session, _get(session, exp_id))
+    rendered = exp.report or store.report(exp)
+    if exp.status in TERMINAL and exp.report is None:
+        exp.report = rendered  # finished: keep the rendering, so later reads never rebuild it
+        session.commit()
+    body = rendered[format]
+    media = {"json": "application/json", "markdown": "text/markdown; charset=utf-8",
+             "csv": "text/csv; charset=utf-8"}[format]
+    return Response(content=body, media_type=media)
+
+
+@router.delete("/{exp_id}", response_model=ExperimentDetail, status_code=202,
+               dependencies=[Depends(require_write)])
+def cancel(exp_id: str, session: SessionDep, settings: SettingsDep, runner: RunnerDep,
+           reconciler: ReconcilerDep):
+    """Cancel an experiment: running trials stop, finished results stay."""
+    exp = _get(session, exp_id)
+    if exp.status in TERMINAL:
+        raise HTTPException(409, detail=f"experiment {exp_id} is already {exp.status}")
+    if exp.cancel_requested_at is None:
+        exp.cancel_requested_at = exp.updated_at = utcnow()
+        session.commit()
+    if exp.driver:
+        runner.cancel(exp.driver)
+    return views.summary(reconciler.refresh(session, exp, force=True), settings, detail=True)

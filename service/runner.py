@@ -1,0 +1,200 @@
+"""How experiments run: never in the API process, but as one Ray driver per experiment.
+
+The driver is a detached, named Ray actor (`embinit-exp-<id>` in the service's namespace) that calls
+`embinit.sweep.run_sweep` in a thread and answers `poll()` / `cancel()` meanwhile. Detached means it
+outlives the API process: a restarted API finds it by name and asks it for the state; a driver that is
+gone (finished and collected, or lost with its node) is reconciled from MLflow (`service.state`).
+The driver takes no CPU, so it never holds a slot a trial could use.
+
+The API talks to drivers through the small `Runner` protocol, so tests can substitute an in-process fake
+(`service.fakes.FakeRunner`) and the real one is exercised by the integration test.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+log = logging.getLogger("embinit.service")
+
+
+@dataclass
+class DriverState:
+    """What a driver knows about its experiment."""
+
+    status: str                                   # queued | running | succeeded | failed | cancelled
+    counts: dict[str, int] = field(default_factory=dict)
+    error: str | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+    node: str | None = None                       # where the driver runs
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Runner(Protocol):
+    def start(self, exp_id: str, spec: dict[str, Any], tracking_uri: str, trial_keys: list[str]) -> str:
+        """Start a driver; returns its name (stored with the experiment)."""
+
+    def poll(self, driver: str) -> DriverState | None:
+        """The driver's state, None when no such driver exists any more; TimeoutError when it exists
+        but does not answer now (not scheduled yet, or busy): the caller keeps what it knew."""
+
+    def cancel(self, driver: str) -> None:
+        """Ask the driver to stop its trials (finished results stay)."""
+
+    def release(self, driver: str) -> None:
+        """Remove a driver whose final state was recorded."""
+
+
+def driver_name(exp_id: str) -> str:
+    return f"embinit-exp-{exp_id}"
+
+
+class ExperimentDriver:
+    """The Ray actor body. Runs the sweep in a thread so poll/cancel answer while it trains."""
+
+    def __init__(self, spec: dict[str, Any], tracking_uri: str, trial_keys: list[str]):
+        import ray
+
+        self.spec, self.tracking_uri, self.keys = spec, tracking_uri, trial_keys
+        self.stop = threading.Event()
+        self.state = DriverState("queued", node=ray.util.get_node_ip_address())
+        self._counts_at = 0.0
+        self.reused: set[str] = set()
+        threading.Thread(target=self._run, daemon=True, name="embinit-sweep").start()
+
+    def _run(self) -> None:
+        from embinit.spec import load_spec
+        from embinit.sweep import run_sweep
+
+        self.state.status, self.state.started_at = "running", time.time()
+        try:
+            self.reused = self._finished_before()
+            run_sweep(load_spec(self.spec), tracking_uri=self.tracking_uri, progress=False, stop=self.stop)
+            self.state.counts = self._counts(force=True)
+            failed = self.state.counts.get("failed", 0)
+            if self.stop.is_set():
+                self.state.status = "cancelled"
+            elif failed and failed == len(self.keys):
+                self.state.status, self.state.error = "failed", f"all {failed} trials failed (see MLflow)"
+            else:
+                self.state.status = "succeeded"
+                if failed:
+                    self.state.error = f"{failed} of {len(self.keys)} trials failed (see MLflow)"
+        except BaseException as e:  # noqa: BLE001 - any failure must end as a recorded state
+            log.exception("experiment driver failed")
+            self.state.status = "cancelled" if self.stop.is_set() else "failed"
+            self.state.error = f"{type(e).__name__}: {e}".splitlines()[0][:2000]
+        finally:
+            self.state.finished_at = time.time()
+
+    def _counts(self, force: bool = False) -> dict[str, int]:
+        # MLflow is the truth about trials; ask it at most once a second however often we are polled.
+        if force or time.time() - self._counts_at > 1.0:
+            from service.store import count_trial_states
+            try:
+                self.state.counts = count_trial_states(self.tracking_uri, self.spec, self.keys,
+                                                       reused=self.reused)
+            except Exception:  # noqa: BLE001 - a busy store must not kill the driver; keep old counts
+                log.warning("could not read trial states from MLflow", exc_info=True)
+            self._counts_at = time.time()
+        return self.state.counts
+
+    def _finished_before(self) -> set[str]:
+        """Keys whose results MLflow already has: the sweep reuses them instead of training."""
+        from embinit.tracking import experiment_id, finished_keys
+        from service.store import experiment_name
+
+        exp_id = experiment_id(experiment_name(self.spec), self.tracking_uri)
+        return set(finished_keys(exp_id, self.tracking_uri)) & set(self.keys) if exp_id else set()
+
+    def poll(self) -> dict[str, Any]:
+        if self.state.status == "running":
+            self._counts()
+        return self.state.to_dict()
+
+    def cancel(self) -> None:
+        self.stop.set()
+
+
+class RayRunner:
+    """`Runner` on a Ray cluster: a local one started in this process, or an existing one by address."""
+
+    def __init__(self, address: str | None = None, namespace: str = "embinit", node_ip: str | None = None,
+                 poll_timeout_s: float = 2.0):
+        self.address, self.namespace, self.node_ip = address, namespace, node_ip
+        self.poll_timeout_s = poll_timeout_s
+        self._lock = threading.Lock()
+
+    def describe(self) -> str:
+        return f"ray at {self.address}" if self.address else "local ray (started by the API)"
+
+    def connect(self) -> None:
+        import ray
+
+        with self._lock:
+            if ray.is_initialized():
+                return
+            os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+            kwargs: dict[str, Any] = {"namespace": self.namespace, "log_to_driver": False}
+            if self.node_ip and not (self.address or "").startswith("ray://"):
+                kwargs["_node_ip_address"] = self.node_ip
+            ray.init(address=self.address, **kwargs)
+
+    def _actor(self, driver: str):
+        import ray
+
+        self.connect()
+        try:
+            return ray.get_actor(driver, namespace=self.namespace)
+        except ValueError:
+            return None
+
+    def start(self, exp_id: str, spec: dict[str, Any], tracking_uri: str, trial_keys: list[str]) -> str:
+        import ray
+
+        self.connect()
+        name = driver_name(exp_id)
+        actor_cls = ray.remote(ExperimentDriver)
+        actor_cls.options(name=name, namespace=self.namespace, lifetime="detached", num_cpus=0,
+                          max_concurrency=4, get_if_exists=True).remote(spec, tracking_uri, trial_keys)
+        return name
+
+    def poll(self, driver: str) -> DriverState | None:
+        import ray
+
+        actor = self._actor(driver)
+        if actor is None:
+            return None
+        try:
+            return DriverState(**ray.get(actor.poll.remote(), timeout=self.poll_timeout_s))
+        except ray.exceptions.GetTimeoutError:
+            raise TimeoutError(f"driver {driver} did not answer within {self.poll_timeout_s} s") from None
+        except (ray.exceptions.RayActorError, ray.exceptions.ActorDiedError):
+            return None
+
+    def cancel(self, driver: str) -> None:
+        actor = self._actor(driver)
+        if actor is not None:
+            actor.cancel.remote()
+
+    def kill(self, driver: str) -> None:
+        import ray
+
+        actor = self._actor(driver)
+        if actor is not None:
+            ray.kill(actor, no_restart=True)
+
+    release = kill
+
+    def shutdown(self) -> None:
+        import ray
+
+        if ray.is_initialized():
+            ray.shutdown()

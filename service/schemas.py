@@ -1,0 +1,91 @@
+"""Response models of the API (what clients can rely on; the OpenAPI schema at /docs shows them)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+Status = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+
+
+class MlflowLink(BaseModel):
+    tracking_uri: str
+    experiment_name: str
+    experiment_id: str | None = None
+    url: str | None = Field(None, description="the experiment in the MLflow UI, when its URL is configured")
+
+
+class Links(BaseModel):
+    status: str
+    trials: str
+    results: str
+
+
+class ExperimentSummary(BaseModel):
+    id: str
+    name: str
+    status: Status
+    n_trials: int
+    counts: dict[str, int] = Field(description="trials by state: pending, running, finished, failed, "
+                                               "reused (finished before this run and not trained again)")
+    progress: float = Field(description="fraction of trials finished or failed, 0..1")
+    eta_s: float | None = Field(None, description="estimated seconds left, from this run's trial rate")
+    spec_hash: str
+    created_at: dt.datetime
+    updated_at: dt.datetime
+    started_at: dt.datetime | None = None
+    finished_at: dt.datetime | None = None
+    cancel_requested: bool = False
+    error: str | None = None
+    mlflow: MlflowLink
+    links: Links
+
+
+class ExperimentDetail(ExperimentSummary):
+    spec: dict[str, Any]
+    driver: str | None = Field(None, description="name of the Ray actor that drives the experiment")
+
+
+class ExperimentPage(BaseModel):
+    items: list[ExperimentSummary]
+    total: int
+    limit: int
+    offset: int
+
+
+class Submitted(BaseModel):
+    id: str
+    n_trials: int
+    status: Status
+    created: bool = Field(description="false when an experiment with the same spec already existed")
+    spec_hash: str
+    status_url: str
+    results_url: str
+
+
+class Trial(BaseModel):
+    key: str
+    status: str = Field(description="pending, running, finished, failed (diverged trials are finished "
+                                    "runs tagged diverged)")
+    label: str | None = None
+    seed: int | None = None
+    config: dict[str, Any]
+    metric: str | None = Field(None, description="the task's reported metric, e.g. test/bleu")
+    best_metric: float | None = None
+    run_id: str | None = None
+
+
+class TrialPage(BaseModel):
+    items: list[Trial]
+    total: int
+    limit: int
+    offset: int
+
+
+class Health(BaseModel):
+    status: Literal["ok", "degraded"]
+    version: str
+    database: str
+    ray: str

@@ -1,0 +1,58 @@
+"""The service's settings, from the environment (prefix `EMBINIT_`) or a `.env` file.
+
+Every knob a deployment sets lives here; `docker-compose.yml` sets only names that exist in this class
+(a test checks it). Lists are given as JSON in the environment: `EMBINIT_DATA_ROOTS='["/data"]'`.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="EMBINIT_", env_file=".env", extra="ignore")
+
+    # Where the service keeps its own state (experiments, their spec, status, counts). SQLite file by
+    # default; any SQLAlchemy URL works, e.g. postgresql+psycopg://user:pw@host/db.
+    database_url: str = "sqlite:///embinit-state.db"
+    # The MLflow store every experiment logs to; specs may not point elsewhere.
+    tracking_uri: str = "sqlite:///mlflow.db"
+    # Base URL of an MLflow UI on the same store, used to build each experiment's link (None: no link).
+    mlflow_ui_url: str | None = None
+    # Ray: None starts a local Ray inside the API process; "ray://head:10001" (Ray Client) or
+    # "host:6379" / "auto" (when this machine is a node of the cluster) use an existing cluster.
+    ray_address: str | None = None
+    # IP of this machine's Ray node when it joins a cluster with a GCS address (loopback clusters).
+    ray_node_ip: str | None = None
+    ray_namespace: str = "embinit"
+
+    # Security. With a token set, writes need `Authorization: Bearer <token>`; reads too when
+    # `reads_require_token` is true.
+    api_token: str | None = None
+    reads_require_token: bool = False
+    # Specs may name data and pretrained files only inside these folders (relative paths in a spec are
+    # looked up inside them). Empty: no local files may be named at all.
+    data_roots: list[Path] = Field(default_factory=lambda: [Path("data")])
+    pretrained_roots: list[Path] = Field(default_factory=lambda: [Path("pretrained")])
+
+    # Limits, each answered with a clear 4xx (413, 422, 429).
+    max_body_bytes: int = 256 * 1024
+    max_trials_per_experiment: int = 2000
+    max_active_experiments: int = 4
+    max_page_size: int = 200
+
+    # How often a non-finished experiment's state is refreshed from Ray/MLflow on read (seconds);
+    # reads in between are served from the state database.
+    refresh_interval_s: float = 2.0
+    # Seconds a cancelled driver gets to stop its trials before it is killed.
+    cancel_grace_s: float = 30.0
+
+
+@lru_cache
+def get_settings() -> Settings:
+    """The process-wide settings (a FastAPI dependency; tests override it)."""
+    return Settings()

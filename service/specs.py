@@ -1,0 +1,140 @@
+"""A submitted spec, from request bytes to a validated, confined `ExperimentSpec`.
+
+Order of checks: the body parses (JSON, or YAML with a YAML content type, safe loader, no aliases);
+nothing asks for environment expansion; the spec validates (`embinit.spec.load_spec`, every problem
+listed); its paths lie inside the configured roots; it logs to the service's MLflow store; it has no more
+trials than the limit. Each failure is an `HTTPException` with a precise `detail`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+from fastapi import HTTPException
+
+from embinit.spec import ExperimentSpec, SpecError, load_spec
+from service.paths import confine_paths
+from service.settings import Settings
+
+YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml")
+JSON_TYPES = ("application/json",)
+
+
+@dataclass
+class Submission:
+    spec: ExperimentSpec
+    data: dict[str, Any]       # the confined canonical spec, as stored and sent to the driver
+    spec_hash: str
+    trial_keys: list[str]
+    n_trials: int
+
+
+class _NoAliasLoader(yaml.SafeLoader):
+    """Safe YAML without anchors/aliases: an alias bomb would expand into gigabytes on validation."""
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            raise yaml.YAMLError("YAML aliases (*name) are not accepted by the service")
+        return super().compose_node(parent, index)
+
+
+def problems_detail(problems: list[tuple[str, str]]) -> list[dict[str, str]]:
+    return [{"loc": loc, "msg": msg} for loc, msg in problems]
+
+
+def _unprocessable(problems: list[tuple[str, str]]) -> HTTPException:
+    return HTTPException(422, detail=problems_detail(problems))
+
+
+def parse_body(body: bytes, content_type: str | None) -> dict[str, Any]:
+    """The request body as a mapping; JSON unless the content type says YAML."""
+    media = (content_type or "application/json").split(";")[0].strip().lower()
+    if media not in YAML_TYPES + JSON_TYPES:
+        raise HTTPException(415, detail=f"unsupported content type {media!r}; send application/json "
+                                        f"or application/yaml")
+    try:
+        text = body.decode("utf-8")
+        data = yaml.load(text, Loader=_NoAliasLoader) if media in YAML_TYPES else json.loads(text)
+    except UnicodeDecodeError:
+        raise _unprocessable([("", "the body is not UTF-8 text")]) from None
+    except (ValueError, yaml.YAMLError, RecursionError) as e:
+        kind = "YAML" if media in YAML_TYPES else "JSON"
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise _unprocessable([("", f"the body is not valid {kind}: {first}")]) from None
+    if not isinstance(data, dict):
+        raise _unprocessable([("", f"a spec must be a mapping at the top level, got {type(data).__name__}")])
+    return data
+
+
+def _env_refs(data: Any, loc: str = "") -> list[tuple[str, str]]:
+    """`${VAR}` anywhere: the CLI expands these, the service must not (it would disclose its env)."""
+    if isinstance(data, dict):
+        return [p for k, v in data.items() for p in _env_refs(v, f"{loc}.{k}" if loc else str(k))]
+    if isinstance(data, list):
+        return [p for i, v in enumerate(data) for p in _env_refs(v, f"{loc}[{i}]")]
+    if isinstance(data, str) and "${" in data:
+        return [(loc, f"{data!r}: environment variables are not expanded in specs sent to the service; "
+                      f"write the path relative to a data or pretrained root")]
+    return []
+
+
+def _validate(data: dict[str, Any]) -> ExperimentSpec:
+    try:
+        return load_spec(data)
+    except SpecError as e:
+        raise _unprocessable(e.problems) from None
+    except RecursionError:
+        raise _unprocessable([("", "the spec is nested too deeply")]) from None
+
+
+def _too_many(n: int, settings: Settings) -> HTTPException:
+    return _unprocessable([("", f"the spec expands into {n} trials; this service accepts at most "
+                                f"{settings.max_trials_per_experiment} per experiment")])
+
+
+def count_trials(spec: ExperimentSpec) -> int:
+    """The planned trial count, computed without expanding the grid (which could be astronomically big)."""
+    n = len(spec.tasks) * len(spec.inits) * len(spec.seeds)
+    for values in spec.axes.values():
+        n *= len(values)
+    if spec.search is not None:
+        if spec.search.method == "grid":
+            for values in spec.search.space.values():
+                n *= len(values)
+        else:
+            n *= spec.search.num_samples or 1
+    return n
+
+
+def prepare(data: dict[str, Any], settings: Settings, tracking_uri: str) -> Submission:
+    """Validate and confine a submitted spec; raises HTTPException(422) listing every problem."""
+    refs = _env_refs(data)
+    if refs:
+        raise _unprocessable(refs)
+    seeds = data.get("seeds")
+    if isinstance(seeds, int) and not isinstance(seeds, bool) and seeds > settings.max_trials_per_experiment:
+        raise _too_many(seeds, settings)  # checked first: the spec would build a list this long
+    spec = _validate(data)
+    problems: list[tuple[str, str]] = []
+    if spec.mlflow.tracking_uri not in (None, tracking_uri, settings.tracking_uri):
+        problems.append(("mlflow.tracking_uri", f"{spec.mlflow.tracking_uri!r}: this service logs every "
+                         f"experiment to its own store {settings.tracking_uri!r}; leave it out"))
+    canonical = spec.canonical()
+    canonical["mlflow"]["tracking_uri"] = None
+    confined, path_problems = confine_paths(canonical, settings.data_roots, settings.pretrained_roots)
+    problems += [tuple(p.split(": ", 1)) for p in path_problems]
+    if problems:
+        raise _unprocessable(problems)
+    spec = _validate(confined)
+    n_trials = count_trials(spec)
+    if n_trials > settings.max_trials_per_experiment:
+        raise _too_many(n_trials, settings)
+    try:
+        keys = [p.key for p in spec.plan()]
+    except SpecError as e:
+        raise _unprocessable(e.problems) from None
+    return Submission(spec=spec, data=spec.canonical(), spec_hash=spec.spec_hash(), trial_keys=keys,
+                      n_trials=n_trials)

@@ -1,0 +1,109 @@
+"""Reconciling the stored state of experiments with the truth in Ray and MLflow.
+
+Called on startup for every unfinished experiment and on each read of one (at most once per
+`refresh_interval_s` per experiment; concurrent readers never wait on each other: whoever does not get
+the experiment's lock serves the stored row). A driver that answers is the truth; a driver that is gone
+leaves MLflow as the truth: all trials finished means succeeded, anything else failed (or cancelled, when
+a cancel was asked for), with the reason in `error`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+import time
+from collections import defaultdict
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from service.db import ACTIVE, TERMINAL, Experiment, utcnow
+from service.runner import DriverState, Runner
+from service.settings import Settings
+
+log = logging.getLogger("embinit.service")
+
+DRIVER_LOST = ("its Ray driver is gone (the node or the Ray cluster stopped) before all trials finished; "
+               "submit the spec again with ?rerun=true to run the rest (finished trials are reused)")
+
+
+def _ts(seconds: float | None) -> dt.datetime | None:
+    return dt.datetime.fromtimestamp(seconds, dt.timezone.utc) if seconds else None
+
+
+class Reconciler:
+    def __init__(self, runner: Runner, store, settings: Settings):
+        self.runner, self.store, self.settings = runner, store, settings
+        self._checked: dict[str, float] = {}
+        self._locks: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)
+
+    def refresh(self, session: Session, exp: Experiment, force: bool = False) -> Experiment:
+        """Bring `exp` up to date (committing any change) and return it."""
+        if exp.status in TERMINAL:
+            return exp
+        if not force and time.monotonic() - self._checked.get(exp.id, -1e9) < self.settings.refresh_interval_s:
+            return exp
+        lock = self._locks[exp.id]
+        if not lock.acquire(blocking=False):
+            return exp
+        try:
+            self._reconcile(exp)
+            self._checked[exp.id] = time.monotonic()
+            session.commit()
+        except Exception:  # noqa: BLE001 - a read must still answer with the stored state
+            log.warning("could not refresh experiment %s", exp.id, exc_info=True)
+            session.rollback()
+        finally:
+            lock.release()
+        return exp
+
+    def refresh_active(self, session: Session) -> None:
+        """Reconcile every unfinished experiment (startup, and before counting active ones)."""
+        for exp in session.scalars(select(Experiment).where(Experiment.status.in_(ACTIVE))):
+            self.refresh(session, exp)
+
+    def _reconcile(self, exp: Experiment) -> None:
+        try:
+            state = self.runner.poll(exp.driver) if exp.driver else None
+        except TimeoutError:
+            return  # exists but busy or not scheduled yet: keep what we know
+        if state is None:
+            state = self._without_driver(exp)
+        elif exp.cancel_requested_at and state.status in ACTIVE:
+            waited = (utcnow() - exp.cancel_requested_at).total_seconds()
+            if waited > self.settings.cancel_grace_s:  # it did not stop in time: stop it hard
+                self.runner.release(exp.driver)
+                state = DriverState("cancelled", counts=state.counts, started_at=state.started_at,
+                                    finished_at=time.time(), error="stopped after the cancel grace period")
+        self._apply(exp, state)
+        if exp.mlflow_experiment_id is None:
+            exp.mlflow_experiment_id = self.store.experiment_id(exp)
+        if exp.status in TERMINAL and exp.driver:
+            self.runner.release(exp.driver)
+
+    def _without_driver(self, exp: Experiment) -> DriverState:
+        counts = self.store.counts(exp.tracking_uri, exp.spec, exp.trial_keys)
+        if exp.cancel_requested_at:
+            return DriverState("cancelled", counts=counts, finished_at=time.time())
+        done = counts.get("finished", 0) + counts.get("reused", 0)
+        if done >= exp.n_trials:
+            return DriverState("succeeded", counts=counts, finished_at=time.time())
+        return DriverState("failed", counts=counts, finished_at=time.time(), error=DRIVER_LOST)
+
+    @staticmethod
+    def _apply(exp: Experiment, state: DriverState) -> None:
+        changed = False
+        updates = {"status": state.status, "error": state.error or exp.error,
+                   "started_at": exp.started_at or _ts(state.started_at),
+                   "finished_at": exp.finished_at or _ts(state.finished_at)}
+        if state.counts:
+            updates["counts"] = dict(state.counts)
+        if updates["status"] not in TERMINAL:
+            updates["finished_at"] = None
+        for name, value in updates.items():
+            if getattr(exp, name) != value:
+                setattr(exp, name, value)
+                changed = True
+        if changed:
+            exp.updated_at = utcnow()

@@ -1,0 +1,121 @@
+"""What the service reads from MLflow: trial states, per-trial rows, the Table-1 report.
+
+MLflow queries over a thousand runs take a noticeable fraction of a second, so results are cached per
+experiment, keyed by the experiment's `updated_at` (which changes whenever its state or counts change);
+a finished experiment's report is in addition stored in the state database by the route.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any, Callable
+
+from embinit.tracking import list_trials, resolve_uri
+
+# Which run stands for a trial key when there are several (retries, re-runs): a result beats a run in
+# progress, which beats a failure.
+_RANK = {"finished": 3, "diverged": 3, "running": 2, "failed": 1}
+
+
+def absolute_sqlite_uri(url: str) -> str:
+    """`sqlite:///rel.db` -> `sqlite:////abs/rel.db`, so every process means the same file."""
+    if url.startswith("sqlite:///") and not url.startswith("sqlite:////") and ":memory:" not in url:
+        return "sqlite:///" + str(Path(url[len("sqlite:///"):]).resolve())
+    return url
+
+
+def experiment_name(spec: dict[str, Any]) -> str:
+    return (spec.get("mlflow") or {}).get("experiment") or spec["name"]
+
+
+def _runs_by_key(tracking_uri: str, spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    from embinit.errors import EmbinitError
+
+    try:
+        rows = list_trials(experiment_name(spec), tracking_uri)
+    except EmbinitError:  # no MLflow experiment yet: nothing has run
+        return {}
+    best: dict[str, dict[str, Any]] = {}
+    for row in rows:  # newest first (MLflow's order), so ties keep the newest run
+        current = best.get(row["key"])
+        if current is None or _RANK.get(row["status"], 0) > _RANK.get(current["status"], 0):
+            best[row["key"]] = row
+    return best
+
+
+def count_trial_states(tracking_uri: str, spec: dict[str, Any], keys: list[str],
+                       reused: set[str] | frozenset = frozenset()) -> dict[str, int]:
+    """Trials of `keys` by state: pending, running, finished (diverged included), failed, and reused
+    (finished before this run started, so not trained again)."""
+    runs = _runs_by_key(tracking_uri, spec)
+    out = {"pending": 0, "running": 0, "finished": 0, "failed": 0, "reused": 0}
+    for key in keys:
+        status = runs[key]["status"] if key in runs else "pending"
+        if status in ("finished", "diverged"):
+            status = "reused" if key in reused else "finished"
+        out[status] += 1
+    return out
+
+
+class ResultStore:
+    """Reads one MLflow tracking store for the API, with a small cache."""
+
+    def __init__(self, tracking_uri: str, cache_size: int = 64):
+        self.tracking_uri = resolve_uri(tracking_uri)
+        self._cache: OrderedDict[tuple, Any] = OrderedDict()
+        self._size = cache_size
+        self._lock = threading.Lock()
+
+    def _cached(self, key: tuple, build: Callable[[], Any]) -> Any:
+        with self._lock:
+            if key in self._cache:
+                self._cache.move_to_end(key)
+                return self._cache[key]
+        value = build()
+        with self._lock:
+            self._cache[key] = value
+            while len(self._cache) > self._size:
+                self._cache.popitem(last=False)
+        return value
+
+    def counts(self, tracking_uri: str, spec: dict[str, Any], keys: list[str]) -> dict[str, int]:
+        return count_trial_states(tracking_uri, spec, keys)
+
+    def experiment_id(self, exp) -> str | None:
+        from embinit.tracking import experiment_id
+
+        return experiment_id(experiment_name(exp.spec), exp.tracking_uri)
+
+    def trials(self, exp) -> list[dict[str, Any]]:
+        return self._cached(("trials", exp.id, exp.updated_at), lambda: self._trials(exp))
+
+    def _trials(self, exp) -> list[dict[str, Any]]:
+        runs = _runs_by_key(exp.tracking_uri, exp.spec)
+        planned = {} if all(k in runs for k in exp.trial_keys) else self._planned(exp)
+        out = []
+        for key in exp.trial_keys:
+            run = runs.get(key)
+            config = run["config"] if run else planned.get(key, {}).get("config", {})
+            out.append({"key": key, "status": run["status"] if run else "pending",
+                        "label": run["label"] if run else planned.get(key, {}).get("label"),
+                        "seed": config.get("seed"), "config": config,
+                        "metric": run["metric"] if run else None, "best_metric": run["value"] if run else None,
+                        "run_id": run["run_id"] if run else None})
+        return out
+
+    def _planned(self, exp) -> dict[str, dict[str, Any]]:
+        from embinit.spec import load_spec
+
+        return self._cached(("plan", exp.id), lambda: {
+            p.key: {"config": p.config, "label": p.label} for p in load_spec(exp.spec).plan()})
+
+    def report(self, exp) -> dict[str, str]:
+        return self._cached(("report", exp.id, exp.updated_at), lambda: self._report(exp))
+
+    def _report(self, exp) -> dict[str, str]:
+        from embinit.report import build_report
+
+        report = build_report(experiment_name(exp.spec), exp.tracking_uri)
+        return {"json": report.to_json(), "markdown": report.to_markdown(), "csv": report.to_csv()}

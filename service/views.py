@@ -1,0 +1,52 @@
+"""Rows of the state database as API responses: progress, ETA, links."""
+
+from __future__ import annotations
+
+from service.db import Experiment, utcnow
+from service.schemas import ExperimentDetail, ExperimentSummary, Links, MlflowLink
+from service.settings import Settings
+
+
+def mlflow_experiment_name(spec: dict) -> str:
+    return (spec.get("mlflow") or {}).get("experiment") or spec["name"]
+
+
+def progress(exp: Experiment) -> float:
+    c = exp.counts or {}
+    done = c.get("finished", 0) + c.get("failed", 0) + c.get("reused", 0)
+    return round(min(1.0, done / exp.n_trials), 4) if exp.n_trials else 1.0
+
+
+def eta_s(exp: Experiment) -> float | None:
+    """Seconds left at this run's rate (reused trials cost nothing, so they do not count)."""
+    c = exp.counts or {}
+    ran = c.get("finished", 0) + c.get("failed", 0)
+    left = exp.n_trials - ran - c.get("reused", 0)
+    if exp.status != "running" or not exp.started_at or ran == 0 or left <= 0:
+        return 0.0 if exp.status == "succeeded" else None
+    elapsed = (utcnow() - exp.started_at).total_seconds()
+    return round(elapsed / ran * left, 1)
+
+
+def links(exp_id: str) -> Links:
+    base = f"/experiments/{exp_id}"
+    return Links(status=base, trials=f"{base}/trials", results=f"{base}/results")
+
+
+def mlflow_link(exp: Experiment, settings: Settings) -> MlflowLink:
+    url = None
+    if settings.mlflow_ui_url and exp.mlflow_experiment_id:
+        url = f"{settings.mlflow_ui_url.rstrip('/')}/#/experiments/{exp.mlflow_experiment_id}"
+    return MlflowLink(tracking_uri=exp.tracking_uri, experiment_name=mlflow_experiment_name(exp.spec),
+                      experiment_id=exp.mlflow_experiment_id, url=url)
+
+
+def summary(exp: Experiment, settings: Settings, detail: bool = False) -> ExperimentSummary:
+    fields = dict(id=exp.id, name=exp.name, status=exp.status, n_trials=exp.n_trials,
+                  counts=exp.counts or {}, progress=progress(exp), eta_s=eta_s(exp), spec_hash=exp.spec_hash,
+                  created_at=exp.created_at, updated_at=exp.updated_at, started_at=exp.started_at,
+                  finished_at=exp.finished_at, cancel_requested=exp.cancel_requested_at is not None,
+                  error=exp.error, mlflow=mlflow_link(exp, settings), links=links(exp.id))
+    if detail:
+        return ExperimentDetail(**fields, spec=exp.spec, driver=exp.driver)
+    return ExperimentSummary(**fields)
