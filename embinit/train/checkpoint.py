@@ -1,0 +1,68 @@
+"""Checkpoints: `last.pt` (everything needed to resume after a crash) and `best.pt` (the best model).
+
+`last.pt` is written atomically (to a temporary file, then renamed) at the end of every epoch, so a
+trial killed at any moment resumes from its last complete epoch.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from embinit.errors import EmbinitError
+
+LAST, BEST = "last.pt", "best.pt"
+
+
+def _atomic_save(obj: Any, path: Path) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def rng_state(dropout_generator: torch.Generator) -> dict:
+    return {"dropout": dropout_generator.get_state(), "torch": torch.get_rng_state(),
+            "python": random.getstate()}
+
+
+def set_rng_state(state: dict, dropout_generator: torch.Generator) -> None:
+    dropout_generator.set_state(state["dropout"])
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+
+
+def save_last(out_dir: Path, key: str, model, optimizer, dropout_generator, progress: dict) -> None:
+    """progress: epoch, step, history, best tracker, emb_stats_init, elapsed time, ..."""
+    _atomic_save({"key": key, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                  "rng": rng_state(dropout_generator), "progress": progress}, out_dir / LAST)
+
+
+def load_last(out_dir: Path, key: str) -> dict | None:
+    path = out_dir / LAST
+    if not path.is_file():
+        return None
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as e:  # a truncated file cannot happen with the atomic rename, but say so if it does
+        raise EmbinitError(f"cannot read checkpoint {path}: {e}") from None
+    if ckpt.get("key") != key:
+        raise EmbinitError(f"{path} belongs to trial {ckpt.get('key')!r}, not {key!r}; use another "
+                           "out_dir or resume=False")
+    return ckpt
+
+
+def save_best(out_dir: Path, model, config: dict, vocabs: dict[str, list[str]], epoch: int) -> Path:
+    """The format analyses read: model state, config, the embedding tables and their vocabularies."""
+    embeddings = {k: e.weight.detach().float().cpu().clone() for k, e in model.embeddings().items()}
+    path = out_dir / BEST
+    _atomic_save({"model": model.state_dict(), "config": config, "embeddings": embeddings,
+                  "vocabs": vocabs, "epoch": epoch}, path)
+    return path
+
+
+def load_best(path: Path) -> dict:
+    return torch.load(path, map_location="cpu", weights_only=False)

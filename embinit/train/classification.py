@@ -1,0 +1,83 @@
+"""Classification: the encoder-only classifier; every evaluation split (SST-2 dev; MNLI dev matched
+and mismatched) is tracked on its own, each with its best accuracy and epoch. The best checkpoint
+follows the first split (MNLI: matched).
+
+Metric names: one evaluation split gives `val/acc` and `val/loss`; several give a suffix from the
+split name without its `dev_` prefix (`val/acc_matched`, `val/acc_mismatched`, ...).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from embinit.train.batching import bucket_batches, pad
+from embinit.train.decoding import EOS_ID, PAD_ID
+
+
+class ClassificationTask:
+    kind = "classification"
+
+    def __init__(self, data, cfg, device, autocast, max_positions: int):
+        self.data, self.cfg, self.device, self.autocast = data, cfg, device, autocast
+        self.max_positions = max_positions
+        self.train_split = "train"
+        self.eval_splits = list(getattr(data, "eval_splits", None) or ["dev"])
+        self.suffix = {s: ("" if len(self.eval_splits) == 1 else "_" + _short(s)) for s in self.eval_splits}
+        self.tracked = [(f"val/acc{self.suffix[s]}", "max") for s in self.eval_splits]
+        self._eval_batches: dict[str, list] = {}
+
+    def _join(self, ex) -> tuple[list[int], int]:
+        """(ids, label); a sentence pair is joined as `a <eos> b` (the model module explains why)."""
+        ids = list(ex[0]) if len(ex) == 2 else list(ex[0]) + [EOS_ID] + list(ex[1])
+        return (ids[:self.max_positions] or [EOS_ID]), int(ex[-1])
+
+    def _batches(self, split: str, generator=None) -> list[dict]:
+        examples = [self._join(ex) for ex in self.data.splits[split]]
+        lengths = [len(ids) for ids, _ in examples]
+        idx_batches = bucket_batches(lengths, batch_size=None if self.cfg.max_tokens else self.cfg.batch_size,
+                                     max_tokens=self.cfg.max_tokens, generator=generator)
+        return [{"ids": pad([examples[i][0] for i in idx]),
+                 "labels": torch.tensor([examples[i][1] for i in idx])} for idx in idx_batches]
+
+    def train_batches(self, generator: torch.Generator) -> list[dict]:
+        return self._batches(self.train_split, generator)
+
+    def batch_loss(self, model, batch):
+        ids = batch["ids"].to(self.device, non_blocking=True)
+        labels = batch["labels"].to(self.device, non_blocking=True)
+        logits = model(ids)
+        return F.cross_entropy(logits.float(), labels), labels.numel(), int((ids != PAD_ID).sum())
+
+    @torch.no_grad()
+    def _accuracy(self, model, split: str) -> tuple[float, float]:
+        if split not in self._eval_batches:
+            self._eval_batches[split] = self._batches(split)
+        model.eval()
+        loss_sum, correct, n = 0.0, 0, 0
+        for batch in self._eval_batches[split]:
+            labels = batch["labels"].to(self.device)
+            with self.autocast():
+                logits = model(batch["ids"].to(self.device)).float()
+            loss_sum += F.cross_entropy(logits, labels, reduction="sum").item()
+            correct += int((logits.argmax(-1) == labels).sum())
+            n += labels.numel()
+        return loss_sum / max(n, 1), correct / max(n, 1)
+
+    def validate(self, model) -> dict:
+        out = {}
+        for s in self.eval_splits:
+            loss, acc = self._accuracy(model, s)
+            out[f"val/loss{self.suffix[s]}"] = loss
+            out[f"val/acc{self.suffix[s]}"] = acc
+        return out
+
+    def test(self, model) -> dict:
+        return {}  # GLUE test labels are hidden: the paper reports dev accuracy
+
+
+def _short(split: str) -> str:
+    for prefix in ("dev_", "val_", "validation_"):
+        if split.startswith(prefix):
+            return split[len(prefix):]
+    return split

@@ -1,0 +1,101 @@
+"""Greedy and beam-search decoding for the encoder-decoder.
+
+Greedy decoding runs in one of two modes that produce the same tokens: `cached=True` feeds one new
+token per step and reuses the decoder's earlier keys/values and the encoder memory's cross-attention
+keys/values (O(T) work per step); `cached=False` re-runs the decoder on the whole prefix each step
+(O(T^2)), kept as the reference and for the benchmark.
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+from typing import Sequence
+
+import torch
+
+from embinit.train.batching import pad
+from embinit.vocab import BOS, EOS, SPECIALS
+
+BOS_ID, EOS_ID, PAD_ID = SPECIALS.index(BOS), SPECIALS.index(EOS), 0
+
+
+def max_decode_len(src_len: int, limit: int) -> int:
+    """Output length cap: 1.5 x the source plus 10, within the model's position table."""
+    return max(1, min(limit - 1, int(src_len * 1.5) + 10))
+
+
+@torch.no_grad()
+def translate(model, sources: Sequence[Sequence[int]], beam_size: int = 1, batch_size: int = 128,
+              cached: bool = True, device="cpu", autocast=None) -> list[list[int]]:
+    """Token ids (no bos/eos) for each source (given without eos), in input order."""
+    model.eval()
+    order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
+    out: list[list[int]] = [[] for _ in sources]
+    for start in range(0, len(order), batch_size):
+        idx = order[start:start + batch_size]
+        src = pad([list(sources[i]) + [EOS_ID] for i in idx]).to(device)
+        with autocast or nullcontext():
+            if beam_size > 1:
+                hyps = beam_search(model, src, beam_size)
+            else:
+                hyps = greedy(model, src, cached=cached)
+        for i, h in zip(idx, hyps):
+            out[i] = h
+    return out
+
+
+def _strip(row: list[int]) -> list[int]:
+    return row[:row.index(EOS_ID)] if EOS_ID in row else row
+
+
+def greedy(model, src: torch.Tensor, cached: bool = True) -> list[list[int]]:
+    memory, mask = model.encode(src)
+    b = src.shape[0]
+    steps = max_decode_len(src.shape[1], model.cfg.max_positions)
+    ys = torch.full((b, 1), BOS_ID, dtype=torch.long, device=src.device)
+    done = torch.zeros(b, dtype=torch.bool, device=src.device)
+    state = model.start_state(memory, mask) if cached else None
+    for _ in range(steps):
+        if cached:
+            logits = model.decode_step(ys[:, -1:], state)
+        else:
+            logits = model.output(model.decode(ys, memory, mask)[:, -1])
+        nxt = logits.argmax(-1).masked_fill(done, PAD_ID)
+        ys = torch.cat([ys, nxt[:, None]], dim=1)
+        done |= nxt == EOS_ID
+        if bool(done.all()):
+            break
+    return [_strip(row[1:]) for row in ys.tolist()]
+
+
+def beam_search(model, src: torch.Tensor, beam: int, alpha: float = 0.6) -> list[list[int]]:
+    """Beam search with cached decoder states; hypotheses ranked by log-probability divided by the
+    GNMT length penalty ((5 + length) / 6) ** alpha."""
+    b, dev = src.shape[0], src.device
+    memory, mask = model.encode(src)
+    state = model.start_state(memory, mask)
+    model.reorder_state(state, torch.arange(b, device=dev).repeat_interleave(beam))
+    scores = torch.full((b, beam), float("-inf"), device=dev)
+    scores[:, 0] = 0.0
+    ys = torch.full((b * beam, 1), BOS_ID, dtype=torch.long, device=dev)
+    finished = torch.zeros(b * beam, dtype=torch.bool, device=dev)
+    lengths = torch.zeros(b * beam, device=dev)
+    for _ in range(max_decode_len(src.shape[1], model.cfg.max_positions)):
+        logp = torch.log_softmax(model.decode_step(ys[:, -1:], state).float(), dim=-1)
+        # a finished hypothesis can only be extended by padding, at no cost
+        logp[finished] = float("-inf")
+        logp[finished, PAD_ID] = 0.0
+        total = (scores.view(-1, 1) + logp).view(b, -1)
+        scores, flat = total.topk(beam, dim=-1)
+        v = logp.shape[-1]
+        rows = (torch.arange(b, device=dev)[:, None] * beam + flat // v).view(-1)
+        tok = (flat % v).view(-1)
+        model.reorder_state(state, rows)
+        ys = torch.cat([ys[rows], tok[:, None]], dim=1)
+        lengths = lengths[rows] + (~finished[rows]).float()
+        finished = finished[rows] | (tok == EOS_ID)
+        if bool(finished.all()):
+            break
+    norm = scores.view(-1) / ((5.0 + lengths) / 6.0) ** alpha
+    best = norm.view(b, beam).argmax(-1) + torch.arange(b, device=dev) * beam
+    return [_strip([t for t in ys[r, 1:].tolist() if t != PAD_ID]) for r in best.tolist()]

@@ -1,0 +1,61 @@
+"""Language modelling: the decoder-only model on fixed-length chunks of the token stream; the best
+checkpoint has the lowest validation perplexity, and its test perplexity is reported.
+
+Splits: "train", then the task's evaluation splits in order (validation, test). Which source files
+they come from is the task loader's business (e.g. `cfg.extras = {"train_split": "valid",
+"eval_split": "test"}` for a WikiText-2 copy without its train file: there is then no test split).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from embinit.train.batching import lm_chunks
+from embinit.train.decoding import PAD_ID
+from embinit.train.loop import mean_loss, ppl
+
+
+class LMTask:
+    kind = "lm"
+
+    def __init__(self, data, cfg, device, autocast):
+        self.data, self.cfg, self.device, self.autocast = data, cfg, device, autocast
+        evals = [e for e in (getattr(data, "eval_splits", None) or ["valid", "test"]) if e in data.splits]
+        self.train_split, self.val_split = "train", evals[0]
+        self.test_split = evals[1] if len(evals) > 1 else None
+        self.seq_len = cfg.max_len
+        self.tracked = [("val/ppl", "min")]
+        self._chunks: dict[str, torch.Tensor] = {}
+
+    def _rows(self, split: str) -> torch.Tensor:
+        if split not in self._chunks:
+            self._chunks[split] = lm_chunks(self.data.splits[split], self.seq_len)
+        return self._chunks[split]
+
+    def _batches(self, split: str, generator=None) -> list[dict]:
+        rows = self._rows(split)
+        order = torch.randperm(len(rows), generator=generator) if generator is not None else torch.arange(len(rows))
+        size = self.cfg.batch_size if not self.cfg.max_tokens else max(1, self.cfg.max_tokens // self.seq_len)
+        return [{"rows": rows[order[i:i + size]]} for i in range(0, len(rows), size)]
+
+    def train_batches(self, generator: torch.Generator) -> list[dict]:
+        return self._batches(self.train_split, generator)
+
+    def batch_loss(self, model, batch):
+        rows = batch["rows"].to(self.device, non_blocking=True)
+        inputs, targets = rows[:, :-1].clamp(min=PAD_ID), rows[:, 1:]  # -1 marks the short row's tail
+        logits = model(inputs)
+        keep = targets >= 0
+        n = int(keep.sum())
+        return F.cross_entropy(logits[keep].float(), targets[keep]), n, n
+
+    def _evaluate(self, model, split: str, prefix: str) -> dict:
+        loss = mean_loss(model, self._batches(split), self, self.autocast)
+        return {f"{prefix}/loss": loss, f"{prefix}/ppl": ppl(loss)}
+
+    def validate(self, model) -> dict:
+        return self._evaluate(model, self.val_split, "val")
+
+    def test(self, model) -> dict:
+        return self._evaluate(model, self.test_split, "test") if self.test_split else {}

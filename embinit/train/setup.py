@@ -1,0 +1,159 @@
+"""Everything before the first step of a trial: resolve the config, load the task, build the embedding
+tables and the model. Every user error surfaces here, before any training.
+
+Seeds: one trial seed, split into named streams (`derive_seed`) so the non-embedding weights, each
+embedding table, dropout and each epoch's data order have their own generator. Two trials with the same
+seed but different inits therefore share every other weight, every dropout mask and the data order
+(paired comparisons).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from embinit.config import TrialConfig, task_defaults
+from embinit.errors import EmbinitError
+from embinit.models import ModelConfig, build_model, divisors, set_dropout_generator, set_trainable
+
+
+TRAINER_EXTRAS = ("val_bleu",)  # read by the trainers; every other extras key goes to load_task
+
+
+def derive_seed(seed: int, stream: str) -> int:
+    return int.from_bytes(hashlib.sha256(f"{seed}:{stream}".encode()).digest()[:8], "little") >> 1
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(name)
+    except RuntimeError:
+        raise EmbinitError(f"unknown device {name!r}; use auto, cpu or cuda[:N]") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise EmbinitError(f"device {name!r} requested but CUDA is not available")
+    return dev
+
+
+@dataclass
+class Setup:
+    cfg: TrialConfig           # resolved: every hyperparameter filled in, d_model and heads included
+    data: Any                  # TaskData
+    model: torch.nn.Module
+    model_cfg: ModelConfig
+    tables: dict[str, Any]     # side ("src"/"tgt"/"tok") -> BuildResult
+    device: torch.device
+    dropout_generator: torch.Generator
+
+
+def check_config(cfg: TrialConfig) -> TrialConfig:
+    """Resolve defaults and reject impossible values (all before loading anything)."""
+    task_defaults(cfg.task)  # unknown task -> EmbinitError listing the valid ones
+    rc = cfg.resolved()
+    problems = []
+    if rc.precision not in ("fp32", "bf16"):
+        problems.append(f"precision must be fp32 or bf16, got {rc.precision!r}")
+    for name in ("epochs", "batch_size", "layers", "ff_dim", "max_len"):
+        if getattr(rc, name) < 1:
+            problems.append(f"{name} must be >= 1, got {getattr(rc, name)}")
+    if rc.lr <= 0:
+        problems.append(f"lr must be > 0, got {rc.lr}")
+    if rc.max_tokens is not None and rc.max_tokens < 1:
+        problems.append(f"max_tokens must be >= 1, got {rc.max_tokens}")
+    if rc.beam_size < 1:
+        problems.append(f"beam_size must be >= 1, got {rc.beam_size}")
+    if rc.threads is not None and rc.threads < 1:
+        problems.append(f"threads must be >= 1, got {rc.threads}")
+    if not rc.train_embeddings and rc.freeze_non_embeddings:
+        problems.append("train_embeddings=False with freeze_non_embeddings=True leaves nothing to train")
+    if problems:
+        raise EmbinitError("; ".join(problems))
+    return rc
+
+
+def resolve_model_size(cfg: TrialConfig, user_heads: int | None, dims: dict[str, int | None]) -> tuple[int, int]:
+    """D: cfg.d_model, else the pretrained source's D, else the task default; every pretrained source
+    must agree with it. Heads: cfg.heads must divide D; when heads was left at the task default and
+    does not divide D, the divisor of D nearest the default is used (GloVe 300d: 10, as in the paper)."""
+    known = {side: d for side, d in dims.items() if d is not None}
+    if len(set(known.values())) > 1:
+        raise EmbinitError(f"the pretrained sources disagree on the embedding dimension: {known}")
+    d_model = cfg.d_model or next(iter(known.values()), None) or task_defaults(cfg.task).d_model
+    for side, d in known.items():
+        if d != d_model:
+            raise EmbinitError(f"the {side} init has dimension {d} but the model's d_model is {d_model}")
+    heads = cfg.heads
+    if d_model % heads:
+        if user_heads is not None:
+            raise EmbinitError(f"heads={heads} does not divide d_model={d_model}; choose heads from "
+                               f"{divisors(d_model)}")
+        heads = min(divisors(d_model), key=lambda h: (abs(h - heads), -h))
+    return d_model, heads
+
+
+def resolve_tokenizer(cfg: TrialConfig, spec) -> str:
+    if cfg.tokenizer != "auto":
+        return cfg.tokenizer
+    if spec.is_subword:
+        return cfg.pretrained or spec.pretrained or spec.source
+    return "gpt2" if task_defaults(cfg.task).kind == "lm" else "spacy"
+
+
+def load_data(cfg: TrialConfig, tokenizer: str, cache_dir):
+    from embinit.tasks import load_task  # imported here: the models/training code does not need it
+
+    kwargs = dict(data_dir=cfg.data_dir, tokenizer=tokenizer, min_freq=cfg.min_freq,
+                  max_train_examples=cfg.max_train_examples, max_len=cfg.max_len, cache_dir=cache_dir)
+    # task-specific switches (e.g. wikitext2's train_split/eval_split) are load_task keyword arguments
+    params = inspect.signature(load_task).parameters
+    loader_extras = sorted(set(params) - set(kwargs) - {"task"})
+    for name, value in (cfg.extras or {}).items():
+        if name in loader_extras:
+            kwargs[name] = value
+        elif name not in TRAINER_EXTRAS:
+            raise EmbinitError(f"unknown extras key {name!r}; valid: {sorted(TRAINER_EXTRAS) + loader_extras}")
+    return load_task(cfg.task, **kwargs)
+
+
+def prepare(cfg: TrialConfig, cache_dir=None) -> Setup:
+    from embinit.init import build_table, parse_init_spec, source_dim
+
+    rc = check_config(cfg)
+    kind = task_defaults(rc.task).kind
+    sides = ("src", "tgt") if kind == "translation" else ("tok",)
+    main_side = sides[-1]
+    specs = {main_side: parse_init_spec(rc.init)}
+    pretrained = {main_side: rc.pretrained}
+    if kind == "translation":
+        specs["src"] = parse_init_spec(rc.src_init or rc.init)
+        pretrained["src"] = rc.src_pretrained or rc.pretrained
+    dims = {s: source_dim(specs[s], pretrained[s]) for s in sides}
+    d_model, heads = resolve_model_size(rc, cfg.heads, dims)
+    rc = dataclasses.replace(rc, d_model=d_model, heads=heads)
+    device = pick_device(rc.device)
+
+    data = load_data(rc, resolve_tokenizer(rc, specs[main_side]), cache_dir)
+    if data.kind != kind:
+        raise EmbinitError(f"task {rc.task!r} loaded as {data.kind!r} data, expected {kind!r}")
+    vocabs = {"tgt": data.vocab, "tok": data.vocab, "src": data.src_vocab}
+    tables = {s: build_table(specs[s], vocabs[s], dim=d_model, pretrained=pretrained[s], oov=rc.oov,
+                             generator=torch.Generator().manual_seed(derive_seed(rc.seed, f"emb:{s}")),
+                             cache_dir=cache_dir) for s in sides}
+    # sequences are truncated to max_len ids; <bos>/<eos> (and a pair's separator) need room beyond it
+    model_cfg = ModelConfig(d_model=d_model, heads=heads, layers=rc.layers, ff_dim=rc.ff_dim,
+                            dropout=rc.dropout, max_positions=2 * rc.max_len + 2, pe_base=rc.pe_base,
+                            pre_ln=rc.pre_ln, pos_encoding=rc.pos_encoding)
+    g_model = torch.Generator().manual_seed(derive_seed(rc.seed, "model"))
+    model = build_model(kind, {s: t.table for s, t in tables.items()}, model_cfg,
+                        num_labels=data.num_labels or 0, generator=g_model)
+    set_trainable(model, rc.train_embeddings, rc.freeze_non_embeddings)
+    model.to(device)
+    g_drop = torch.Generator(device=device).manual_seed(derive_seed(rc.seed, "dropout"))
+    set_dropout_generator(model, g_drop)
+    return Setup(rc, data, model, model_cfg, tables, device, g_drop)

@@ -1,0 +1,95 @@
+"""Translation: the encoder-decoder trained with teacher forcing; per-epoch validation loss (and greedy
+BLEU); the best checkpoint is the one with the lowest validation loss, and its test BLEU is reported.
+
+Sequences as fed: source `x ... <eos>`, target input `<bos> y ...`, target output `y ... <eos>`.
+The output projection runs only on non-pad target positions (no FLOPs spent on padding).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from embinit.train.batching import bucket_batches, pad
+from embinit.train.bleu import corpus_bleu, detokenize_all, is_lowercased
+from embinit.train.decoding import BOS_ID, EOS_ID, PAD_ID, translate
+from embinit.train.loop import mean_loss, ppl
+
+
+class TranslationTask:
+    kind = "translation"
+
+    def __init__(self, data, cfg, device, autocast):
+        self.data, self.cfg, self.device, self.autocast = data, cfg, device, autocast
+        evals = [e for e in (getattr(data, "eval_splits", None) or ["val", "test"]) if e in data.splits]
+        self.train_split, self.val_split = "train", evals[0]
+        self.test_split = evals[1] if len(evals) > 1 else None
+        # greedy BLEU on the validation set each epoch (cfg.extras["val_bleu"]=False skips it)
+        self.val_bleu = bool((cfg.extras or {}).get("val_bleu", True))
+        self.tracked = [("val/loss", "min")]       # the criterion: lowest validation loss
+        self.lowercase = is_lowercased(getattr(data, "info", {}), data.vocab.tokens)
+        self._eval_batches: dict[str, list] = {}
+
+    # batches ---------------------------------------------------------------------------------------
+    def _batches(self, split: str, generator=None) -> list[dict]:
+        pairs = self.data.splits[split]
+        lengths = [(len(s) + 1, len(t) + 1) for s, t in pairs]
+        idx_batches = bucket_batches(lengths, batch_size=None if self.cfg.max_tokens else self.cfg.batch_size,
+                                     max_tokens=self.cfg.max_tokens, generator=generator)
+        return [self._collate([pairs[i] for i in idx]) for idx in idx_batches]
+
+    @staticmethod
+    def _collate(pairs) -> dict:
+        src = pad([list(s) + [EOS_ID] for s, _ in pairs])
+        tgt = pad([[BOS_ID] + list(t) + [EOS_ID] for _, t in pairs])
+        return {"src": src, "tgt_in": tgt[:, :-1], "tgt_out": tgt[:, 1:]}
+
+    def train_batches(self, generator: torch.Generator) -> list[dict]:
+        return self._batches(self.train_split, generator)
+
+    def eval_batches(self, split: str) -> list[dict]:
+        if split not in self._eval_batches:
+            self._eval_batches[split] = self._batches(split)
+        return self._eval_batches[split]
+
+    # loss ------------------------------------------------------------------------------------------
+    def batch_loss(self, model, batch):
+        """(mean loss over target tokens, number of target tokens, tokens fed)."""
+        src = batch["src"].to(self.device, non_blocking=True)
+        tgt_in = batch["tgt_in"].to(self.device, non_blocking=True)
+        tgt_out = batch["tgt_out"].to(self.device, non_blocking=True)
+        memory, mask = model.encode(src)
+        hidden = model.decode(tgt_in, memory, mask)
+        keep = tgt_out != PAD_ID
+        logits = model.output(hidden[keep])
+        n = int(keep.sum())
+        fed = int((src != PAD_ID).sum()) + int((tgt_in != PAD_ID).sum())
+        return F.cross_entropy(logits.float(), tgt_out[keep]), n, fed
+
+    # evaluation ------------------------------------------------------------------------------------
+    def _evaluate(self, model, split: str, prefix: str, bleu: bool) -> dict:
+        loss = mean_loss(model, self.eval_batches(split), self, self.autocast)
+        out = {f"{prefix}/loss": loss, f"{prefix}/ppl": ppl(loss)}
+        if bleu:
+            score, sig = self.bleu(model, split)
+            out[f"{prefix}/bleu"] = score
+            out[f"{prefix}/bleu_signature"] = sig
+        return out
+
+    def bleu(self, model, split: str) -> tuple[float, str]:
+        sources = [s for s, _ in self.data.splits[split]]
+        hyp_ids = translate(model, sources, beam_size=self.cfg.beam_size, device=self.device,
+                            autocast=self.autocast())
+        hyps = detokenize_all([self.data.vocab.decode(h) for h in hyp_ids], self.data.detokenize)
+        refs = self.data.references[split]
+        return corpus_bleu(hyps, refs, self.lowercase)
+
+    def validate(self, model) -> dict:
+        out = self._evaluate(model, self.val_split, "val", self.val_bleu)
+        out.pop("val/bleu_signature", None)
+        return out
+
+    def test(self, model) -> dict:
+        if self.test_split is None:
+            return {}
+        return self._evaluate(model, self.test_split, "test", True)
