@@ -1,0 +1,108 @@
+"""Loading a task through Hugging Face `datasets` by its usual hub name, when no local folder is given.
+
+`convert` turns any mapping of split -> rows (a `DatasetDict`, or one built with
+`load_dataset("json"/"csv"/"text", data_files=...)` from local files) into the same `RawData` the local
+reader produces, so the tests exercise the real conversion without a network.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from embinit.errors import EmbinitError
+from embinit.tasks.raw import LAYOUTS, RawData, label_id
+
+# task -> (hub path, config, {hub split: source split}, text columns)
+HUB: dict[str, tuple[str, str | None, dict[str, str], tuple[str, ...]]] = {
+    "multi30k": ("bentrevett/multi30k", None, {"train": "train", "validation": "val", "test": "test"},
+                 ("de", "en")),
+    "iwslt2017": ("iwslt2017", "iwslt2017-de-en", {"train": "train", "validation": "val", "test": "test"},
+                  ("de", "en")),
+    "sst2": ("glue", "sst2", {"train": "train", "validation": "dev"}, ("sentence",)),
+    "mnli": ("glue", "mnli", {"train": "train", "validation_matched": "dev_matched",
+                              "validation_mismatched": "dev_mismatched"}, ("premise", "hypothesis")),
+    "wikitext2": ("wikitext", "wikitext-2-raw-v1", {"train": "train", "validation": "valid", "test": "test"},
+                  ("text",)),
+}
+
+
+def hub_name(task: str) -> str:
+    path, config, _, _ = HUB[task]
+    return f"{path}/{config}" if config else path
+
+
+def _load_dataset(path: str, config: str | None) -> Any:
+    """The one call that touches the network (tests replace it with a local `load_dataset`)."""
+    import datasets
+    return datasets.load_dataset(path, config) if config else datasets.load_dataset(path)
+
+
+def load_hub(task: str, splits: dict[str, str], looked: str) -> RawData:
+    """Download (or read from the Hugging Face cache) and convert. `looked` says where local data was
+    sought, for the error message when the hub is unreachable too."""
+    path, config, _, _ = HUB[task]
+    try:
+        ds = _load_dataset(path, config)
+    except EmbinitError:
+        raise
+    except Exception as e:
+        first = str(e).splitlines()[0] if str(e) else ""
+        raise EmbinitError(
+            f"{task}: no local data ({looked}) and the Hugging Face dataset {hub_name(task)!r} could not be "
+            f"loaded ({type(e).__name__}: {first[:200]}); put the files in a folder and pass data_dir, or set "
+            f"EMBINIT_DATA_DIR to a folder holding {task}/ (needs: {_needs(task, splits)})") from None
+    return convert(task, ds, splits, source=f"hub:{hub_name(task)}")
+
+
+def _needs(task: str, splits: dict[str, str]) -> str:
+    layout = LAYOUTS[task]
+    if layout.kind == "translation":
+        return ", ".join(f"{layout.files[s][0]}.{{{layout.src_lang},{layout.tgt_lang}}}" for s in splits)
+    return ", ".join(layout.files[s][0] for s in splits.values())
+
+
+def convert(task: str, ds: Mapping[str, Any], splits: dict[str, str], source: str) -> RawData:
+    """Hub-shaped dataset -> RawData. `splits` maps TaskData split -> source split (see raw.lm_split_map)."""
+    layout = LAYOUTS[task]
+    _, _, hub_splits, columns = HUB[task]
+    by_source = {ours: hub for hub, ours in hub_splits.items()}
+    out: dict[str, list] = {}
+    for split, src_split in splits.items():
+        hub_split = by_source[src_split]
+        if hub_split not in ds:
+            raise EmbinitError(f"{task}: {source} has no split {hub_split!r}; it has {sorted(ds)}")
+        where = f"{source} split {hub_split!r}"
+        out[split] = _convert_rows(layout, ds[hub_split], columns, where)
+    evals = [s for s in layout.eval_splits if s in out] if layout.kind != "lm" else \
+        [s for s in ("valid", "test") if s in out]
+    return RawData(layout.kind, out, evals, source, list(layout.label_names) or None)
+
+
+def _convert_rows(layout, rows, columns, where) -> list:
+    out = []
+    for i, row in enumerate(rows):
+        try:
+            if layout.kind == "translation":
+                pair = row["translation"] if "translation" in row else row
+                out.append((str(pair[layout.src_lang]).strip(), str(pair[layout.tgt_lang]).strip()))
+            elif layout.kind == "classification":
+                texts = [str(row[c] or "").strip() for c in columns]
+                out.append((*texts, _label(row["label"], layout, f"{where} row {i}")))
+            else:
+                out.append(str(row[columns[0]] or "").strip())
+        except KeyError as e:
+            raise EmbinitError(f"{where} row {i}: missing column {e}; it has {sorted(row)}") from None
+    return out
+
+
+def _label(value, layout, where: str) -> int:
+    """Hub labels are ints (ClassLabel); some copies store the names instead."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise EmbinitError(f"{where}: unknown label {value!r}; valid labels: {list(layout.labels)}")
+    if isinstance(value, int):
+        if 0 <= value < len(layout.labels):
+            return value
+        raise EmbinitError(f"{where}: unknown label {value!r}; valid labels: 0..{len(layout.labels) - 1}")
+    if value.strip().lstrip("-").isdigit():
+        return _label(int(value), layout, where)
+    return label_id(value, layout, where)

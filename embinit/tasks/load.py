@@ -1,0 +1,128 @@
+"""`load_task`: find a task's data, tokenize it, build vocabularies, cache the result."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from embinit import config
+from embinit.errors import EmbinitError
+from embinit.tasks import cache, hub, local, synthetic
+from embinit.tasks.build import build
+from embinit.tasks.data import TaskData
+from embinit.tasks.raw import LAYOUTS, RawData, lm_split_map
+from embinit.tasks.tokenization import TokenizerSpec, resolve_tokenizer
+
+DATA_ENV = "EMBINIT_DATA_DIR"
+
+
+@dataclass
+class Source:
+    """Where a task's raw data comes from: its cache identity and how to read it."""
+
+    folder: Path | None          # the task's local folder (also searched for GPT-2 files)
+    identity: list
+    read: Callable[[], RawData]
+
+
+def locate(task: str, data_dir, splits: dict[str, str], seed: int) -> Source:
+    """data_dir (must be complete) -> $EMBINIT_DATA_DIR/<task>/ (must be complete if it exists) -> hub."""
+    if task.startswith("synthetic_"):
+        return Source(None, ["generated", seed], lambda: synthetic.generate(task, seed, splits))
+    layout = LAYOUTS[task]
+    if data_dir is not None:
+        folder = Path(data_dir).expanduser()
+        if not folder.is_dir():
+            raise EmbinitError(f"{task}: data_dir {str(folder)!r} is not a folder")
+    else:
+        root = os.environ.get(DATA_ENV)
+        folder = Path(root).expanduser() / task if root else None
+        if folder is None or not folder.is_dir():
+            looked = (f"data_dir not given; ${DATA_ENV}/{task} = {folder} does not exist" if root
+                      else f"data_dir not given and ${DATA_ENV} not set")
+            return Source(None, ["hub", hub.hub_name(task)], lambda: hub.load_hub(task, splits, looked))
+    identity = ["local", local.file_identity(task, layout, folder, splits)]
+    return Source(folder, identity, lambda: local.read_local(task, layout, folder, splits))
+
+
+def _check_args(min_freq, max_train_examples, max_len) -> None:
+    problems = []
+    if not isinstance(min_freq, int) or isinstance(min_freq, bool) or min_freq < 1:
+        problems.append(f"min_freq must be an integer >= 1, got {min_freq!r}")
+    if max_train_examples is not None and (not isinstance(max_train_examples, int) or max_train_examples < 1):
+        problems.append(f"max_train_examples must be None or an integer >= 1, got {max_train_examples!r}")
+    if not isinstance(max_len, int) or isinstance(max_len, bool) or max_len < 1:
+        problems.append(f"max_len must be an integer >= 1, got {max_len!r}")
+    if problems:
+        raise EmbinitError("; ".join(problems))
+
+
+def _tokenizers(task: str, kind: str, name: str, lowercase: bool, folder: Path | None):
+    """(source-side spec or None, target-side spec). spaCy's language: German for the source side of the
+    translation tasks, English everywhere else."""
+    if name == "auto":
+        name = "gpt2" if task == "wikitext2" else "spacy"
+    tgt = resolve_tokenizer(name, "en", lowercase, folder)
+    if kind != "translation":
+        return None, tgt
+    src_lang = LAYOUTS[task].src_lang if task in LAYOUTS else "de"
+    return resolve_tokenizer(name, src_lang, lowercase, folder), tgt
+
+
+def load_task(task: str, data_dir: str | Path | None = None, tokenizer: str = "spacy", min_freq: int = 2,
+              max_train_examples: int | None = None, max_len: int = 256,
+              cache_dir: str | Path | None | bool = None, seed: int = 0, lowercase: bool = True,
+              train_split: str | None = None, eval_split: str | None = None) -> TaskData:
+    """Load one task as TaskData (see docs/architecture.md, "tasks").
+
+    data_dir: the task's own folder in its raw form; else $EMBINIT_DATA_DIR/<task>/; else the Hugging Face
+      hub (`embinit.tasks.hub.HUB`). tokenizer: "spacy" | "whitespace" | "gpt2" | "auto" (GPT-2 for
+      wikitext2, spaCy otherwise) | a Hugging Face tokenizer folder or hub id. lowercase: word-level
+      tokenizers only (GloVe 6B is uncased). cache_dir: root of embinit's caches (entries go to
+      `<root>/tasks`); False disables caching. seed: used by the synthetic tasks only. train_split /
+      eval_split: LM tasks only, which source split trains and which validates (see raw.lm_split_map).
+    """
+    start = time.perf_counter()
+    kind = config.task_defaults(task).kind
+    _check_args(min_freq, max_train_examples, max_len)
+    splits = lm_split_map(task, kind, train_split, eval_split) or \
+        ({s: s for s in LAYOUTS[task].files} if task in LAYOUTS else None)
+    source = locate(task, data_dir, splits, seed)
+    src_spec, tgt_spec = _tokenizers(task, kind, tokenizer, bool(lowercase), source.folder)
+    full_vocab = kind == "lm" and tgt_spec.name == "gpt2"
+    parts = {"task": task, "source": source.identity, "splits": splits, "tokenizer": tgt_spec.identity,
+             "src_tokenizer": src_spec.identity if src_spec else None, "min_freq": min_freq,
+             "max_train_examples": max_train_examples, "max_len": max_len, "full_vocab": full_vocab,
+             "data_version": cache.DATA_VERSION, "code_version": config.CODE_VERSION}
+    key = cache.cache_key(parts)
+    path = None if cache_dir is False else cache.entry_path(cache.cache_root(cache_dir or None), task, key)
+    payload = cache.load(path) if path else None
+    status = "hit" if payload else ("off" if path is None else "miss")
+    if payload is None:
+        payload = build(source.read(), src_spec, tgt_spec, min_freq, max_train_examples, max_len, full_vocab)
+        payload["info"].update(_describe(task, kind, tgt_spec, src_spec, min_freq, max_train_examples,
+                                         max_len, splits, seed))
+        if path:
+            cache.save(path, payload)
+    info = {**payload["info"], "cache": status, "cache_key": key, "cache_path": str(path) if path else None,
+            "load_time_s": round(time.perf_counter() - start, 3)}
+    return TaskData(name=task, kind=kind, vocab=payload["vocab"], src_vocab=payload["src_vocab"],
+                    splits=payload["splits"], eval_splits=payload["eval_splits"],
+                    references=payload["references"], detokenize=tgt_spec.detokenizer(),
+                    num_labels=payload["num_labels"], info=info)
+
+
+def _describe(task, kind, tgt_spec: TokenizerSpec, src_spec, min_freq, max_train_examples, max_len, splits,
+              seed) -> dict:
+    info = {"task": task, "kind": kind, "tokenizer": tgt_spec.name, "tokenizer_source": tgt_spec.source,
+            "min_freq": min_freq, "max_train_examples": max_train_examples, "max_len": max_len}
+    if src_spec is not None:
+        info["src_lang"], info["tgt_lang"] = src_spec.lang, tgt_spec.lang
+    if kind == "lm":
+        info["split_sources"] = dict(splits)
+    if task.startswith("synthetic_"):
+        info["seed"] = seed
+    return info

@@ -1,0 +1,112 @@
+"""Reading a task from a local folder in its dataset's usual raw form (see `raw.LAYOUTS`).
+
+Lines are split on "\\n" only (never on U+2028, U+0085 or a lone "\\r", which `str.splitlines` would
+treat as line breaks and so silently misalign parallel files).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from embinit.errors import EmbinitError
+from embinit.tasks.raw import Layout, RawData, label_id
+
+
+def _pick(folder: Path, candidates: tuple[str, ...], suffixes: tuple[str, ...]) -> list[Path] | None:
+    """The first candidate name for which every `<name><suffix>` exists, else None."""
+    for name in candidates:
+        paths = [folder / f"{name}{s}" for s in suffixes]
+        if all(p.is_file() for p in paths):
+            return paths
+    return None
+
+
+def find_files(task: str, layout: Layout, folder: Path, splits: dict[str, str]) -> dict[str, list[Path]]:
+    """{TaskData split: [paths]} for the source splits `splits` needs; a missing file is an error naming
+    every missing file and the folder."""
+    suffixes = (f".{layout.src_lang}", f".{layout.tgt_lang}") if layout.kind == "translation" else ("",)
+    found, missing = {}, []
+    for split, source in splits.items():
+        paths = _pick(folder, layout.files[source], suffixes)
+        if paths is None:
+            names = [f"{c}{s}" for c in layout.files[source] for s in suffixes]
+            missing.append(names[0] if len(names) == 1 else " or ".join(names))
+        else:
+            found[split] = paths
+    if missing:
+        hint = ""
+        if layout.kind == "lm" and "train" in splits and splits["train"] == "train":
+            hint = " (without a train file, pass train_split='valid', eval_split='test')"
+        raise EmbinitError(f"{task}: data folder {folder} lacks {'; '.join(missing)}{hint}")
+    return found
+
+
+def read_lines(path: Path) -> list[str]:
+    """The lines of a UTF-8 text file, without line ends."""
+    try:
+        with open(path, encoding="utf-8", newline="\n") as f:
+            return [line.rstrip("\r\n") for line in f]
+    except UnicodeDecodeError as e:
+        raise EmbinitError(f"{path} is not UTF-8 text: {e}") from None
+    except OSError as e:
+        raise EmbinitError(f"cannot read {path}: {e}") from None
+
+
+def read_parallel(src_path: Path, tgt_path: Path) -> list[tuple[str, str]]:
+    src, tgt = read_lines(src_path), read_lines(tgt_path)
+    if len(src) != len(tgt):
+        raise EmbinitError(f"misaligned parallel files: {src_path} has {len(src)} lines but {tgt_path} "
+                           f"has {len(tgt)}")
+    return [(s.strip(), t.strip()) for s, t in zip(src, tgt)]
+
+
+def read_tsv(path: Path, layout: Layout) -> list[tuple]:
+    """GLUE TSV -> [(text[, text_b], label_id)]. Columns are found by header name; fields are split on
+    tabs without quote processing (GLUE's MNLI text contains unbalanced quotes)."""
+    lines = read_lines(path)
+    if not lines:
+        raise EmbinitError(f"{path} is empty; expected a header with columns {list(layout.columns)}")
+    header = lines[0].split("\t")
+    absent = [c for c in layout.columns if c not in header]
+    if absent:
+        raise EmbinitError(f"{path}:1: header lacks column(s) {absent}; found {header}")
+    cols = [header.index(c) for c in layout.columns]
+    rows = []
+    for lineno, line in enumerate(lines[1:], 2):
+        if not line.strip():
+            continue
+        fields = line.split("\t")
+        if len(fields) != len(header):
+            raise EmbinitError(f"{path}:{lineno}: expected {len(header)} tab-separated fields as in the "
+                               f"header, got {len(fields)}: {line[:80]!r}")
+        values = [fields[i] for i in cols]
+        texts = [v.strip() for v in values[:-1]]
+        rows.append((*texts, label_id(values[-1], layout, f"{path}:{lineno}")))
+    return rows
+
+
+def read_local(task: str, layout: Layout, folder: Path, splits: dict[str, str]) -> RawData:
+    """Read the splits (TaskData name -> source name) of `task` from `folder`."""
+    files = find_files(task, layout, folder, splits)
+    out: dict[str, list] = {}
+    for split, paths in files.items():
+        if layout.kind == "translation":
+            out[split] = read_parallel(paths[0], paths[1])
+        elif layout.kind == "classification":
+            out[split] = read_tsv(paths[0], layout)
+        else:
+            out[split] = [line.strip() for line in read_lines(paths[0])]
+    evals = [s for s in layout.eval_splits if s in out] if layout.kind != "lm" else \
+        [s for s in ("valid", "test") if s in out]
+    return RawData(layout.kind, out, evals, str(folder.resolve()), list(layout.label_names) or None,
+                   {"files": {s: [p.name for p in ps] for s, ps in files.items()}})
+
+
+def file_identity(task: str, layout: Layout, folder: Path, splits: dict[str, str]) -> list:
+    """What the cache key needs to know about the files: path, size and mtime of each."""
+    ids = []
+    for split, paths in sorted(find_files(task, layout, folder, splits).items()):
+        for p in paths:
+            st = p.stat()
+            ids.append([split, str(p.resolve()), st.st_size, st.st_mtime_ns])
+    return ids

@@ -1,0 +1,239 @@
+"""Tokenizers: word-level (spaCy, whitespace) for word-vector inits, sub-word (GPT-2 BPE, any Hugging Face
+tokenizer) for sub-word inits.
+
+A tokenizer is resolved in two steps so that a cache hit never pays for loading one: `resolve_tokenizer`
+only looks at names and file identities (cheap, gives the cache-key `identity`); `TokenizerSpec.load()`
+builds the backend when text really has to be tokenized. Detokenizers are picklable and load lazily.
+
+Casing: GloVe 6B is uncased, so word-level tokens are lowercased by default (`lowercase=True`, after
+tokenization, as torchtext-era Multi30k pipelines do). Sub-word tokenizers keep their own normalization
+(lowercasing GPT-2's cased BPE input would only waste its vocabulary), whatever `lowercase` says.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from embinit.errors import EmbinitError
+from embinit.vocab import BOS, EOS, PAD
+
+WORD_LEVEL = ("spacy", "whitespace")
+GPT2_FILES = ("encoder.json", "vocab.bpe")
+GPT2_ENV = "EMBINIT_GPT2_DIR"
+# Files in a Hugging Face model folder that do not define the tokenizer (weights): not in the identity.
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".h5", ".msgpack", ".onnx", ".ckpt")
+
+
+def _file_id(path: Path) -> list:
+    st = path.stat()
+    return [str(path.resolve()), st.st_size, st.st_mtime_ns]
+
+
+@dataclass(frozen=True)
+class TokenizerSpec:
+    """A resolved tokenizer: what it is (`identity`, for cache keys) and how to load it."""
+
+    name: str                  # as the user gave it: "spacy", "whitespace", "gpt2", or an HF path/id
+    kind: str                  # "spacy" | "whitespace" | "gpt2_files" | "hf"
+    lang: str                  # spaCy language ("de", "en"); ignored by the others
+    lowercase: bool            # effective: only word-level tokenizers lowercase
+    source: str                # spaCy version, a GPT-2 folder, or the HF path/id
+    identity: tuple
+
+    @property
+    def word_level(self) -> bool:
+        return self.kind in WORD_LEVEL
+
+    def load(self) -> "Backend":
+        return _BACKENDS[self.kind](self)
+
+    def detokenizer(self):
+        return WordDetokenizer() if self.word_level else SubwordDetokenizer(self)
+
+
+def resolve_tokenizer(name: str, lang: str = "en", lowercase: bool = True,
+                      data_dir: Path | None = None) -> TokenizerSpec:
+    """Name -> TokenizerSpec, without loading anything heavy. Unknown names fail here."""
+    if not isinstance(name, str) or not name.strip():
+        raise EmbinitError(f"tokenizer must be a non-empty string, got {name!r}")
+    if name == "spacy":
+        version = importlib.metadata.version("spacy")
+        return TokenizerSpec(name, "spacy", lang, lowercase, f"spacy-{version}",
+                             ("spacy", version, lang, lowercase))
+    if name == "whitespace":
+        return TokenizerSpec(name, "whitespace", lang, lowercase, "str.split", ("whitespace", lowercase))
+    if name == "gpt2":
+        folder = find_gpt2_dir(data_dir)
+        if folder is not None:
+            ids = [_file_id(folder / f) for f in GPT2_FILES]
+            return TokenizerSpec(name, "gpt2_files", lang, False, str(folder), ("gpt2_files", ids))
+        return TokenizerSpec(name, "hf", lang, False, "gpt2", ("hf", "gpt2"))
+    path = Path(name).expanduser()
+    if path.is_dir():
+        files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.endswith(_WEIGHT_SUFFIXES))
+        return TokenizerSpec(name, "hf", lang, False, str(path.resolve()),
+                             ("hf", [_file_id(p) for p in files]))
+    # A hub id is "name" or "org/name"; anything else that looks like a path is a missing folder.
+    if name.startswith((".", "/", "~")) or name.count("/") > 1 or path.suffix in (".json", ".txt"):
+        raise EmbinitError(f"tokenizer folder {name!r} does not exist; give 'spacy', 'whitespace', 'gpt2', "
+                           f"a Hugging Face tokenizer folder or a hub id")
+    return TokenizerSpec(name, "hf", lang, False, name, ("hf", name))
+
+
+def find_gpt2_dir(data_dir: Path | None) -> Path | None:
+    """The folder holding GPT-2's encoder.json + vocab.bpe: $EMBINIT_GPT2_DIR, else the task's data folder."""
+    env = os.environ.get(GPT2_ENV)
+    if env:
+        folder = Path(env).expanduser()
+        missing = [f for f in GPT2_FILES if not (folder / f).is_file()]
+        if missing:
+            raise EmbinitError(f"${GPT2_ENV}={env} lacks the GPT-2 tokenizer files {missing}")
+        return folder
+    if data_dir is not None and all((Path(data_dir) / f).is_file() for f in GPT2_FILES):
+        return Path(data_dir)
+    return None
+
+
+class Backend:
+    """A loaded tokenizer. `full_vocab()` lists the tokenizer's own vocabulary in id order (sub-word only)."""
+
+    lowercases = False
+
+    def tokenize_batch(self, texts: list[str]) -> list[list[str]]:
+        raise NotImplementedError
+
+    def full_vocab(self) -> list[str] | None:
+        return None
+
+    def to_string(self, tokens: list[str]) -> str:
+        raise NotImplementedError
+
+
+class SpacyBackend(Backend):
+    def __init__(self, spec: TokenizerSpec):
+        import spacy  # slow import (~2 s): only when text is really tokenized
+        self.nlp = spacy.blank(spec.lang)
+        self.lowercases = spec.lowercase
+
+    def tokenize_batch(self, texts):
+        # Whitespace tokens (double spaces, U+00A0 in Multi30k's German side) are not words.
+        lower = self.lowercases
+        return [[t.text.lower() if lower else t.text for t in doc if not t.is_space]
+                for doc in self.nlp.tokenizer.pipe(texts, batch_size=1000)]
+
+
+class WhitespaceBackend(Backend):
+    def __init__(self, spec: TokenizerSpec):
+        self.lowercases = spec.lowercase
+
+    def tokenize_batch(self, texts):
+        return [(t.lower() if self.lowercases else t).split() for t in texts]
+
+
+class Gpt2FilesBackend(Backend):
+    """GPT-2 byte-level BPE from OpenAI's encoder.json + vocab.bpe, via the `tokenizers` library.
+    (transformers 5's GPT2TokenizerFast(vocab_file=..., merges_file=...) silently builds an empty
+    vocabulary from these files, so it is not used.)"""
+
+    def __init__(self, spec: TokenizerSpec):
+        from tokenizers import ByteLevelBPETokenizer
+        folder = Path(spec.source)
+        try:
+            self.tok = ByteLevelBPETokenizer(str(folder / "encoder.json"), str(folder / "vocab.bpe"))
+        except Exception as e:  # the library raises plain Exceptions on malformed files
+            raise EmbinitError(f"cannot read GPT-2 tokenizer files in {folder}: {e}") from None
+
+    def tokenize_batch(self, texts):
+        return [e.tokens for e in self.tok.encode_batch(texts, add_special_tokens=False)]
+
+    def full_vocab(self):
+        vocab = self.tok.get_vocab()
+        return sorted(vocab, key=vocab.__getitem__)
+
+    def to_string(self, tokens):
+        return self.tok.decoder.decode(tokens)
+
+
+class HfBackend(Backend):
+    """Any Hugging Face tokenizer (a local folder or a hub id) through AutoTokenizer."""
+
+    def __init__(self, spec: TokenizerSpec):
+        from transformers import AutoTokenizer  # slow import (~4 s)
+        try:
+            self.tok = AutoTokenizer.from_pretrained(spec.source)
+        except Exception as e:
+            hint = (f"put GPT-2's {' and '.join(GPT2_FILES)} in a folder and set ${GPT2_ENV} to it (or into "
+                    f"the task's data folder)" if spec.name == "gpt2" else
+                    "give a local folder with the tokenizer files (tokenizer.json, vocab.txt, ...)")
+            raise EmbinitError(f"cannot load tokenizer {spec.source!r} with transformers.AutoTokenizer "
+                               f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
+                               f"offline? {hint}") from None
+        probe = self.tok.tokenize("Ab")
+        self.lowercases = probe == self.tok.tokenize("ab")
+
+    def tokenize_batch(self, texts):
+        backend = getattr(self.tok, "backend_tokenizer", None)
+        if backend is not None:  # Rust fast path: same tokens as tokenize(), batched
+            return [e.tokens for e in backend.encode_batch(texts, add_special_tokens=False)]
+        return [self.tok.tokenize(t) for t in texts]
+
+    def full_vocab(self):
+        vocab = self.tok.get_vocab()
+        return sorted(vocab, key=vocab.__getitem__)
+
+    def to_string(self, tokens):
+        return self.tok.convert_tokens_to_string(tokens)
+
+
+_BACKENDS = {"spacy": SpacyBackend, "whitespace": WhitespaceBackend, "gpt2_files": Gpt2FilesBackend,
+             "hf": HfBackend}
+
+# Word-level detokenization: join with spaces, re-attach punctuation and clitics the way English text
+# writes them ("a man 's t - shirt ." -> "a man's t-shirt.").
+_NO_SPACE_BEFORE = {".", ",", "!", "?", ";", ":", ")", "]", "}", "%", "...", "n't", "'s", "'re", "'ve",
+                    "'m", "'ll", "'d", "’s"}
+_NO_SPACE_AFTER = {"(", "[", "{", "$", "#"}
+_WORDLIKE = re.compile(r"\w$")
+
+
+class WordDetokenizer:
+    """tokens -> text for word-level tokenizers (picklable; no spaCy needed)."""
+
+    def __call__(self, tokens: list[str]) -> str:
+        out: list[str] = []
+        glue_next, open_quote = False, False
+        for i, tok in enumerate(t for t in tokens if t not in (PAD, BOS, EOS)):
+            attach = glue_next or not out
+            glue_next = False
+            if tok in _NO_SPACE_BEFORE:
+                attach = True
+            elif tok == "-" and out and _WORDLIKE.search(out[-1]):
+                attach, glue_next = True, True   # infix hyphen: "t - shirt" -> "t-shirt"
+            elif tok == '"':
+                attach = attach or open_quote
+                glue_next = not open_quote
+                open_quote = not open_quote
+            elif tok in _NO_SPACE_AFTER:
+                glue_next = True
+            out.append(tok if attach else " " + tok)
+        return "".join(out)
+
+
+class SubwordDetokenizer:
+    """tokens -> text with the tokenizer's own convert_tokens_to_string; loads the tokenizer on first use."""
+
+    def __init__(self, spec: TokenizerSpec):
+        self.spec = spec
+        self._backend = None
+
+    def __call__(self, tokens: list[str]) -> str:
+        if self._backend is None:
+            self._backend = self.spec.load()
+        return self._backend.to_string([t for t in tokens if t not in (PAD, BOS, EOS)]).strip()
+
+    def __getstate__(self):  # ship the spec, not the loaded tokenizer
+        return {"spec": self.spec, "_backend": None}

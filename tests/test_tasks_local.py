@@ -1,0 +1,138 @@
+"""Local loaders on tiny files written here: line files, GLUE TSVs, WikiText tokens."""
+
+from collections import Counter
+
+import pytest
+
+from embinit.tasks import TaskData, load_task
+from embinit.vocab import EOS, SPECIALS, UNK
+
+DE = ["ein hund läuft .", "ein mann sitzt .", "eine frau läuft .", "ein hund sitzt ."]
+EN = ["a dog runs .", "a man sits .", "a woman runs .", "a dog sits ."]
+
+
+@pytest.fixture(autouse=True)
+def _isolated_env(monkeypatch, tmp_path):
+    for var in ("EMBINIT_DATA_DIR", "EMBINIT_GPT2_DIR"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("EMBINIT_CACHE_DIR", str(tmp_path / "default-cache"))
+
+
+def write(path, lines):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+
+
+def translation_dir(folder, val="val", test="test_2016_flickr"):
+    for stem, de, en in (("train", DE, EN), (val, DE[:2], ["A dog runs!", "A man sits."]),
+                         (test, DE[2:], EN[2:])):
+        write(folder / f"{stem}.de", de)
+        write(folder / f"{stem}.en", en)
+    return folder
+
+
+def test_multi30k_line_files(tmp_path):
+    data = load_task("multi30k", data_dir=translation_dir(tmp_path / "m"), tokenizer="whitespace",
+                     min_freq=1, cache_dir=tmp_path / "c")
+    assert isinstance(data, TaskData) and data.kind == "translation" and data.num_labels is None
+    assert sorted(data.splits) == ["test", "train", "val"] and data.eval_splits == ["val", "test"]
+    assert len(data.splits["train"]) == 4 and len(data.splits["test"]) == 2
+    src_ids, tgt_ids = data.splits["train"][0]
+    assert data.src_vocab.decode(src_ids) == DE[0].split()      # no <bos>/<eos> added
+    assert data.vocab.decode(tgt_ids) == EN[0].split()
+    assert "hund" in data.src_vocab and "hund" not in data.vocab   # separate vocabularies
+    assert data.vocab.tokens[:4] == list(SPECIALS)
+    # References are the raw target lines, lowercased like the model's output vocabulary.
+    assert data.references["val"] == ["a dog runs!", "a man sits."]
+    assert data.info["sizes"] == {"train": 4, "val": 2, "test": 2}
+    assert data.info["loaded_from"] == str((tmp_path / "m").resolve())
+
+
+def test_iwslt_accepts_valid_as_dev_name(tmp_path):
+    data = load_task("iwslt2017", data_dir=translation_dir(tmp_path / "i", val="valid", test="test"),
+                     tokenizer="whitespace", min_freq=1, cache_dir=False)
+    assert data.eval_splits == ["val", "test"] and len(data.splits["val"]) == 2
+    assert data.info["files"]["val"] == ["valid.de", "valid.en"]
+
+
+def test_min_freq_keeps_tokens_at_the_threshold(tmp_path):
+    folder = translation_dir(tmp_path / "m")
+    data = load_task("multi30k", data_dir=folder, tokenizer="whitespace", min_freq=2, cache_dir=False)
+    counts = Counter(t for line in EN for t in line.split())
+    expected = {t for t, c in counts.items() if c >= 2}
+    assert set(data.vocab.tokens[4:]) == expected
+    assert "woman" not in data.vocab          # seen once
+    woman_pair = data.splits["train"][2]
+    assert data.vocab.index(UNK) in woman_pair[1]
+    rare = sum(c for c in counts.values() if c < 2)
+    assert rare == 2 and data.info["unk_rate"]["train"] == pytest.approx(rare / sum(counts.values()))
+
+
+def test_max_train_examples_and_max_len(tmp_path):
+    folder = translation_dir(tmp_path / "m")
+    data = load_task("multi30k", data_dir=folder, tokenizer="whitespace", min_freq=1, max_train_examples=2,
+                     max_len=3, cache_dir=False)
+    assert len(data.splits["train"]) == 2
+    assert data.vocab.decode(data.splits["train"][1][1]) == ["a", "man", "sits"]   # first N, truncated
+    assert "woman" not in data.vocab          # the vocabulary counts only the examples kept
+    assert all(len(s) <= 3 and len(t) <= 3 for split in data.splits.values() for s, t in split)
+    assert data.info["truncated"]["train"] == 2 and data.info["truncated"]["train/src"] == 2
+    assert data.info["train_examples_available"] == 4
+
+
+def test_data_dir_from_environment(tmp_path, monkeypatch):
+    translation_dir(tmp_path / "root" / "multi30k")
+    monkeypatch.setenv("EMBINIT_DATA_DIR", str(tmp_path / "root"))
+    data = load_task("multi30k", tokenizer="whitespace", min_freq=1, cache_dir=False)
+    assert data.info["loaded_from"] == str((tmp_path / "root" / "multi30k").resolve())
+
+
+def test_sst2_tsv(tmp_path):
+    write(tmp_path / "sst2" / "train.tsv", ["sentence\tlabel", "a great film \t1", "a dull film \t0",
+                                            "great acting\t1"])
+    write(tmp_path / "sst2" / "dev.tsv", ["sentence\tlabel", "a great film \t1"])
+    data = load_task("sst2", data_dir=tmp_path / "sst2", tokenizer="whitespace", min_freq=1, cache_dir=False)
+    assert data.kind == "classification" and data.num_labels == 2 and data.eval_splits == ["dev"]
+    ids, label = data.splits["train"][1]
+    assert data.vocab.decode(ids) == ["a", "dull", "film"] and label == 0
+    assert [label for _, label in data.splits["train"]] == [1, 0, 1]
+    assert data.info["label_names"] == ["negative", "positive"]
+
+
+def test_mnli_tsv_pairs_by_header_names(tmp_path):
+    header = "index\tgenre\tsentence1\tsentence2\tlabel1\tgold_label"
+    rows = ["0\tfiction\tThe cat sat.\tA cat sat.\tentailment\tentailment",
+            "1\tfiction\tThe cat sat.\tNo cat \"sat.\tcontradiction\tcontradiction",
+            "2\tgov\tA man ran.\tA man slept.\tneutral\tneutral"]
+    for name in ("train.tsv", "dev_matched.tsv", "dev_mismatched.tsv"):
+        write(tmp_path / "mnli" / name, [header] + rows)
+    data = load_task("mnli", data_dir=tmp_path / "mnli", tokenizer="whitespace", min_freq=1, cache_dir=False)
+    assert data.num_labels == 3 and data.eval_splits == ["dev_matched", "dev_mismatched"]
+    a, b, label = data.splits["train"][1]
+    assert data.vocab.decode(a) == ["the", "cat", "sat."] and data.vocab.decode(b) == ["no", "cat", '"sat.']
+    assert [r[2] for r in data.splits["dev_mismatched"]] == [0, 2, 1]   # GLUE's label order
+
+
+def test_wikitext_streams_and_split_choice(tmp_path):
+    folder = tmp_path / "wt"
+    write(folder / "wiki.valid.tokens", [" ", " = Title = ", " ", " the cat sat on the mat . "])
+    write(folder / "wiki.test.tokens", [" the dog sat . "])
+    data = load_task("wikitext2", data_dir=folder, tokenizer="whitespace", min_freq=1, cache_dir=False,
+                     train_split="valid", eval_split="test")
+    assert data.kind == "lm" and sorted(data.splits) == ["train", "valid"] and data.eval_splits == ["valid"]
+    words = data.vocab.decode(data.splits["train"])
+    # Every line ends with <eos>, blank ones too (WikiText's convention).
+    assert words == [EOS, "=", "title", "=", EOS, EOS, "the", "cat", "sat", "on", "the", "mat", ".", EOS]
+    assert data.vocab.decode(data.splits["valid"]) == ["the", UNK, "sat", ".", EOS]
+    assert data.info["split_sources"] == {"train": "valid", "valid": "test"}
+
+
+def test_wikitext_default_splits(tmp_path):
+    folder = tmp_path / "wt"
+    for split in ("train", "valid", "test"):
+        write(folder / f"wiki.{split}.tokens", [f" {split} words here . "])
+    data = load_task("wikitext2", data_dir=folder, tokenizer="whitespace", min_freq=1, cache_dir=False,
+                     lowercase=False)
+    assert data.eval_splits == ["valid", "test"]
+    assert data.vocab.decode(data.splits["test"])[0] == UNK   # "test" never occurs in train
+    assert data.info["split_sources"] == {"train": "train", "valid": "valid", "test": "test"}
