@@ -83,6 +83,12 @@ def confine_paths(data: Any, data_roots: list[Path], pretrained_roots: list[Path
                         problems.append(f"{format_loc(here + (name,))}: {problem}")
                     value[name] = new if new is not None else path
             out[key] = value
+        elif isinstance(value, list) and key in DATA_KEYS + PRETRAINED_KEYS:  # an axis or search space
+            out[key] = []
+            for i, item in enumerate(value):
+                new, probs = confine_paths({key: item}, data_roots, pretrained_roots, here[:-1])
+                out[key].append(new[key])
+                problems += [p.replace(format_loc(here), format_loc(here + (i,)), 1) for p in probs]
         elif isinstance(value, str) and key in DATA_KEYS + PRETRAINED_KEYS:
             is_data = key in DATA_KEYS
             new, problem = _check(value, data_roots if is_data else pretrained_roots,

@@ -1,0 +1,374 @@
+"""The HTTP API against an in-process fake of Ray and MLflow (`service.fakes`): every endpoint, its
+status codes and `detail` for each bad input, idempotent submission, cancel, and an API restart."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from fastapi.testclient import TestClient
+
+from service.fakes import FakeCluster, FakeRunner, FakeStore
+from service.main import create_app
+from service.settings import Settings
+from service.state import DRIVER_LOST
+
+SPEC = {"name": "svc-test", "tasks": ["synthetic_translation"], "inits": ["xavier", "normal"], "seeds": 2}
+
+
+@pytest.fixture
+def roots(tmp_path):
+    data, pre = tmp_path / "data", tmp_path / "pretrained"
+    data.mkdir()
+    pre.mkdir()
+    (pre / "vec.txt").write_text("the 0.1 0.2\n")
+    return data, pre
+
+
+@pytest.fixture
+def make_settings(tmp_path, roots):
+    def make(**overrides):
+        values = dict(database_url=f"sqlite:///{tmp_path}/state.db", tracking_uri=f"sqlite:///{tmp_path}/mlflow.db",
+                      data_roots=[roots[0]], pretrained_roots=[roots[1]], refresh_interval_s=0.0)
+        values.update(overrides)
+        return Settings(**values)
+    return make
+
+
+@pytest.fixture
+def cluster():
+    return FakeCluster()
+
+
+@pytest.fixture
+def make_client(make_settings, cluster):
+    clients = []
+
+    def make(**overrides):
+        app = create_app(make_settings(**overrides), runner=FakeRunner(cluster), store=FakeStore(cluster))
+        client = TestClient(app)
+        client.__enter__()
+        clients.append(client)
+        return client
+    yield make
+    for c in clients:
+        c.__exit__(None, None, None)
+
+
+@pytest.fixture
+def client(make_client):
+    return make_client()
+
+
+def submit(client, spec=SPEC, **kwargs):
+    return client.post("/experiments", json=spec, **kwargs)
+
+
+def problems(response) -> dict[str, str]:
+    return {p["loc"]: p["msg"] for p in response.json()["detail"]}
+
+
+# ---- happy paths ---------------------------------------------------------------------------------
+
+def test_health_and_catalog(client):
+    assert client.get("/health").json() == {"status": "ok", "version": "0.1.0", "database": "ok",
+                                            "ray": "fake (in-process)"}
+    tasks = {t["name"]: t for t in client.get("/tasks").json()["tasks"]}
+    assert tasks["multi30k"]["defaults"]["batch_size"] == 64 and tasks["multi30k"]["kind"] == "translation"
+    assert tasks["sst2"]["metric"] == "acc"
+    inits = client.get("/inits").json()
+    assert {"xavier", "normal"} <= {i["name"] for i in inits["inits"]}
+    assert {"glove", "bert"} <= {s["name"] for s in inits["sources"]}
+    assert {"standardize", "shuffle"} <= {t["name"] for t in inits["transforms"]}
+    assert all(entry["description"] for group in ("inits", "sources", "transforms", "oov_rules")
+               for entry in inits[group])
+    assert client.get("/docs").status_code == 200
+    schema = client.get("/openapi.json").json()
+    assert "ExperimentSpec" in schema["components"]["schemas"]
+
+
+def test_submit_returns_ids_and_urls(client, cluster):
+    r = submit(client)
+    assert r.status_code == 202
+    body = r.json()
+    assert body["n_trials"] == 4 and body["status"] == "queued" and body["created"] is True
+    assert body["status_url"] == f"/experiments/{body['id']}"
+    assert body["results_url"] == f"/experiments/{body['id']}/results"
+    assert cluster.specs[f"embinit-exp-{body['id']}"]["keys"].__len__() == 4
+    exp = client.get(body["status_url"]).json()
+    assert exp["status"] == "queued" and exp["counts"] == {"pending": 4} and exp["progress"] == 0
+    assert exp["spec"]["seeds"] == [0, 1] and exp["mlflow"]["experiment_name"] == "svc-test"
+
+
+def test_same_spec_is_the_same_experiment_unless_rerun(client):
+    first = submit(client).json()
+    again = submit(client)
+    assert again.status_code == 200 and again.json()["id"] == first["id"] and again.json()["created"] is False
+    as_yaml = client.post("/experiments", content=yaml.safe_dump(SPEC),
+                          headers={"content-type": "application/yaml"})
+    assert as_yaml.status_code == 200 and as_yaml.json()["id"] == first["id"]
+    rerun = submit(client, params={"rerun": "true"})
+    assert rerun.status_code == 202 and rerun.json()["id"] != first["id"]
+    assert rerun.json()["spec_hash"] == first["spec_hash"]
+
+
+def test_yaml_submission(client):
+    r = client.post("/experiments", content="name: y1\ntasks: [synthetic_lm]\ninits: [xavier]\nseeds: [3]\n",
+                    headers={"content-type": "application/x-yaml"})
+    assert r.status_code == 202 and r.json()["n_trials"] == 1
+
+
+def test_progress_eta_and_listing(client, cluster):
+    ids = [submit(client, {**SPEC, "name": f"e{i}"}).json()["id"] for i in range(3)]
+    FakeRunner(cluster).advance(f"embinit-exp-{ids[0]}", "running", pending=1, running=1, finished=2)
+    FakeRunner(cluster).advance(f"embinit-exp-{ids[1]}", "succeeded", finished=4)
+    exp = client.get(f"/experiments/{ids[0]}").json()
+    assert exp["status"] == "running" and exp["progress"] == 0.5 and exp["eta_s"] > 0
+    page = client.get("/experiments", params={"limit": 2}).json()
+    assert page["total"] == 3 and [e["id"] for e in page["items"]] == ids[::-1][:2]
+    assert [e["id"] for e in client.get("/experiments", params={"offset": 2}).json()["items"]] == [ids[0]]
+    running = client.get("/experiments", params={"status": "running"}).json()
+    assert [e["id"] for e in running["items"]] == [ids[0]]
+    done = client.get("/experiments", params={"status": "succeeded"}).json()["items"]
+    assert [e["id"] for e in done] == [ids[1]] and done[0]["progress"] == 1.0 and done[0]["eta_s"] == 0.0
+
+
+def test_trials_and_results(client, cluster):
+    exp_id = submit(client).json()["id"]
+    keys = cluster.specs[f"embinit-exp-{exp_id}"]["keys"]
+    cluster.mlflow[keys[0]] = "finished"
+    trials = client.get(f"/experiments/{exp_id}/trials").json()
+    assert trials["total"] == 4 and [t["key"] for t in trials["items"]] == keys
+    assert trials["items"][0]["status"] == "finished" and trials["items"][0]["run_id"] == f"run-{keys[0]}"
+    assert client.get(f"/experiments/{exp_id}/trials", params={"limit": 1, "offset": 3}).json()["items"][0][
+        "key"] == keys[3]
+    r = client.get(f"/experiments/{exp_id}/results")
+    assert r.headers["content-type"] == "application/json" and r.json()["rows"][0]["init"] == "Xavier"
+    md = client.get(f"/experiments/{exp_id}/results", params={"format": "markdown"})
+    assert md.headers["content-type"].startswith("text/markdown") and md.text.startswith("| task")
+    csv = client.get(f"/experiments/{exp_id}/results", params={"format": "csv"})
+    assert csv.headers["content-type"].startswith("text/csv") and csv.text.startswith("task,init")
+
+
+def test_finished_report_is_stored_and_not_rebuilt(make_client, cluster):
+    client = make_client()
+    exp_id = submit(client).json()["id"]
+    FakeRunner(cluster).advance(f"embinit-exp-{exp_id}", "succeeded", finished=4)
+    store = client.app.state.store
+    for _ in range(3):
+        assert client.get(f"/experiments/{exp_id}/results").status_code == 200
+    assert store.report_builds == 1
+    restarted = make_client()
+    assert restarted.get(f"/experiments/{exp_id}/results", params={"format": "csv"}).text.startswith("task,")
+    assert restarted.app.state.store.report_builds == 0  # served from the state database
+
+
+# ---- cancel and restart --------------------------------------------------------------------------
+
+def test_cancel(client, cluster):
+    exp_id = submit(client).json()["id"]
+    driver = f"embinit-exp-{exp_id}"
+    FakeRunner(cluster).advance(driver, "running", pending=2, running=1, finished=1)
+    r = client.delete(f"/experiments/{exp_id}")
+    assert r.status_code == 202
+    body = r.json()
+    assert body["status"] == "cancelled" and body["cancel_requested"] is True
+    assert body["counts"]["finished"] == 1  # finished results stay
+    assert driver in cluster.cancelled and driver in cluster.released
+    again = client.delete(f"/experiments/{exp_id}")
+    assert again.status_code == 409 and again.json()["detail"] == f"experiment {exp_id} is already cancelled"
+
+
+def test_restart_shows_what_happened_meanwhile(make_client, cluster):
+    first = make_client()
+    # different seeds: trial keys do not depend on the name, and b and c must not share trials
+    a, b, c = (submit(first, {**SPEC, "name": n, "seeds": [i, 10 + i]}).json()["id"]
+               for i, n in enumerate("abc"))
+    runner = FakeRunner(cluster)
+    for exp_id in (a, b, c):
+        runner.advance(f"embinit-exp-{exp_id}", "running", pending=2, running=2)
+    assert first.get(f"/experiments/{a}").json()["status"] == "running"
+    first.__exit__(None, None, None)  # the API goes away; the cluster keeps working
+    runner.advance(f"embinit-exp-{a}", "succeeded", finished=4)
+    runner.lose(f"embinit-exp-{b}")   # b's node died: MLflow shows 1 of 4 done
+    keys_b = cluster.specs[f"embinit-exp-{b}"]["keys"]
+    cluster.mlflow[keys_b[0]] = "finished"
+    runner.lose(f"embinit-exp-{c}")   # c finished and its driver was collected, all in MLflow
+    for key in cluster.specs[f"embinit-exp-{c}"]["keys"]:
+        cluster.mlflow[key] = "finished"
+    second = make_client()            # a new app instance on the same state database
+    ea = second.get(f"/experiments/{a}").json()
+    assert ea["status"] == "succeeded" and ea["counts"] == {"finished": 4} and ea["finished_at"]
+    eb = second.get(f"/experiments/{b}").json()
+    assert eb["status"] == "failed" and eb["error"] == DRIVER_LOST and eb["counts"]["finished"] == 1
+    assert second.get(f"/experiments/{c}").json()["status"] == "succeeded"
+    assert f"embinit-exp-{a}" in cluster.released
+
+
+# ---- bad input -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("spec, loc, msg", [
+    ({**SPEC, "tsks": ["x"]}, "tsks", "unknown field 'tsks'"),
+    ({**SPEC, "tasks": ["nope"]}, "tasks[0].task", "'nope' is not a registered task"),
+    ({**SPEC, "inits": ["glvoe"]}, "inits[0]", "'glvoe' is not a registered init"),
+    ({**SPEC, "seeds": 0}, "seeds", "a seed count must be >= 1"),
+    ({k: v for k, v in SPEC.items() if k != "name"}, "name", "Field required"),
+])
+def test_schema_errors_list_path_and_problem(client, spec, loc, msg):
+    r = submit(client, spec)
+    assert r.status_code == 422
+    # the location is the field's path (the spec layer may name the exact side: inits[0] or inits[0].tgt)
+    assert any(where.startswith(loc) and msg in text for where, text in problems(r).items()), r.json()
+
+
+@pytest.mark.parametrize("body, ctype, msg", [
+    (b"{not json", "application/json", "the body is not valid JSON"),
+    (b"[1, 2]", "application/json", "a spec must be a mapping at the top level, got list"),
+    (b"a: &x [1]\nb: *x\n", "application/yaml", "YAML aliases (*name) are not accepted"),
+    (b"\xff\xfe", "application/json", "the body is not UTF-8 text"),
+    (b"[" * 5000 + b"]" * 5000, "application/json", "the body is not valid JSON"),
+])
+def test_unparsable_bodies(client, body, ctype, msg):
+    r = client.post("/experiments", content=body, headers={"content-type": ctype})
+    assert r.status_code == 422, r.text
+    assert msg in r.json()["detail"][0]["msg"]
+
+
+def test_unsupported_content_type(client):
+    r = client.post("/experiments", content=b"name=x", headers={"content-type": "text/plain"})
+    assert r.status_code == 415
+    assert r.json()["detail"] == "unsupported content type 'text/plain'; send application/json or application/yaml"
+
+
+def test_paths_must_stay_inside_roots(client, roots, tmp_path):
+    data, pre = roots
+    (pre / "escape").symlink_to(tmp_path)
+    glove = {"tgt": "glove"}
+    cases = {
+        "data_dir": ({**SPEC, "data_dir": "/etc"}, "is outside the allowed data roots"),
+        "cache_dir": ({**SPEC, "cache_dir": "../cache"}, "contains '..'"),
+        "inits[0].pretrained": ({**SPEC, "inits": [{**glove, "pretrained": "~/.ssh/id_rsa"}]}, "is not a plain path"),
+        "pretrained.glove": ({**SPEC, "inits": [glove], "pretrained": {"glove": "escape/state.db"}}, "(symlink)"),
+        "inits[0].tgt.pretrained": ({**SPEC, "inits": [{"tgt": {"source": "glove", "pretrained": "/etc/passwd"}}]},
+                                    "is outside the allowed pretrained roots"),
+        "tasks[0].data_dir": ({**SPEC, "tasks": [{"task": "synthetic_lm", "data_dir": "file:///etc"}]},
+                              "is not a plain path"),
+        "axes.tokenizer[1]": ({**SPEC, "axes": {"tokenizer": ["whitespace", str(tmp_path)]}},
+                              "is outside the allowed pretrained roots"),
+    }
+    for loc, (spec, msg) in cases.items():
+        r = submit(client, spec)
+        assert r.status_code == 422, (loc, r.text)
+        assert msg in problems(r)[loc], (loc, r.json())
+
+
+def test_environment_references_are_refused(client):
+    r = submit(client, {**SPEC, "data_dir": "${HOME}/data"})
+    assert r.status_code == 422
+    assert "environment variables are not expanded" in problems(r)["data_dir"]
+
+
+def test_paths_inside_roots_are_made_absolute(client, roots):
+    data, pre = roots
+    spec = {**SPEC, "inits": [{"tgt": "glove", "pretrained": "vec.txt"}], "data_dir": "corpora"}
+    r = submit(client, spec)
+    assert r.status_code == 202, r.text
+    stored = client.get(r.json()["status_url"]).json()["spec"]
+    assert stored["inits"][0]["pretrained"] == str((pre / "vec.txt").resolve())
+    assert stored["data_dir"] == str((data / "corpora").resolve())
+
+
+def test_tracking_uri_is_the_services(client):
+    r = submit(client, {**SPEC, "mlflow": {"tracking_uri": "sqlite:////tmp/elsewhere.db"}})
+    assert r.status_code == 422
+    assert "this service logs every experiment to its own store" in problems(r)["mlflow.tracking_uri"]
+
+
+def test_trial_limit(make_client):
+    client = make_client(max_trials_per_experiment=3)
+    r = submit(client)
+    assert r.status_code == 422
+    assert problems(r)[""] == "the spec expands into 4 trials; this service accepts at most 3 per experiment"
+    r = submit(client, {**SPEC, "seeds": 10 ** 12})
+    assert r.status_code == 422 and "expands into 1000000000000 trials" in problems(r)[""]
+
+
+def test_body_size_limit(make_client):
+    client = make_client(max_body_bytes=1000)
+    big = {**SPEC, "description": "x" * 2000}
+    r = submit(client, big)
+    assert r.status_code == 413 and r.json()["detail"] == "request body too large: the limit is 1000 bytes"
+
+    def chunks():  # no content-length: the limit applies to the streamed bytes
+        yield json.dumps(big).encode()
+    r = client.post("/experiments", content=chunks(), headers={"content-type": "application/json"})
+    assert r.status_code == 413
+
+
+def test_concurrent_experiment_limit(make_client, cluster):
+    client = make_client(max_active_experiments=2)
+    first = submit(client, {**SPEC, "name": "one"}).json()["id"]
+    assert submit(client, {**SPEC, "name": "two"}).status_code == 202
+    r = submit(client, {**SPEC, "name": "three"})
+    assert r.status_code == 429 and r.headers["retry-after"] == "60"
+    assert r.json()["detail"] == ("2 experiments are queued or running; this service runs at most 2 at once, "
+                                  "retry later")
+    assert submit(client, {**SPEC, "name": "one"}).status_code == 200  # resubmitting is no new work
+    FakeRunner(cluster).advance(f"embinit-exp-{first}", "succeeded", finished=4)
+    assert submit(client, {**SPEC, "name": "three"}).status_code == 202
+
+
+def test_unknown_ids(client):
+    for method, path in [("get", "/experiments/nope"), ("get", "/experiments/nope/trials"),
+                         ("get", "/experiments/nope/results"), ("delete", "/experiments/nope")]:
+        r = client.request(method.upper(), path)
+        assert r.status_code == 404 and r.json()["detail"] == "experiment 'nope' not found", path
+    assert client.get("/experiments/" + "x" * 500).status_code == 404
+
+
+def test_bad_query_parameters(client):
+    assert client.get("/experiments", params={"status": "done"}).status_code == 422
+    assert client.get("/experiments", params={"limit": 0}).status_code == 422
+    exp_id = submit(client).json()["id"]
+    r = client.get(f"/experiments/{exp_id}/results", params={"format": "xlsx"})
+    assert r.status_code == 422 and "'json', 'markdown' or 'csv'" in r.json()["detail"][0]["msg"]
+
+
+def test_driver_start_failure_is_recorded(make_settings, cluster):
+    app = create_app(make_settings(), runner=FakeRunner(cluster, fail_start=True), store=FakeStore(cluster))
+    with TestClient(app) as client:
+        r = submit(client)
+        assert r.status_code == 503 and "could not be started: no Ray cluster" in r.json()["detail"]
+        exp = client.get("/experiments").json()["items"][0]
+        assert exp["status"] == "failed" and exp["error"].startswith("could not start the Ray driver")
+
+
+# ---- auth ----------------------------------------------------------------------------------------
+
+def test_token_guards_writes(make_client):
+    client = make_client(api_token="s3cret")
+    r = submit(client)
+    assert r.status_code == 401 and r.json()["detail"].startswith("missing bearer token")
+    assert r.headers["www-authenticate"] == "Bearer"
+    r = submit(client, headers={"Authorization": "Bearer wrong"})
+    assert r.status_code == 401 and r.json()["detail"] == "invalid bearer token"
+    assert submit(client, headers={"Authorization": "Basic czNjcmV0"}).status_code == 401
+    ok = submit(client, headers={"Authorization": "Bearer s3cret"})
+    assert ok.status_code == 202
+    assert client.delete(f"/experiments/{ok.json()['id']}").status_code == 401
+    assert client.get(f"/experiments/{ok.json()['id']}").status_code == 200  # reads open by default
+
+
+def test_token_can_guard_reads(make_client):
+    client = make_client(api_token="s3cret", reads_require_token=True)
+    for path in ("/experiments", "/inits", "/tasks"):
+        assert client.get(path).status_code == 401, path
+        assert client.get(path, headers={"Authorization": "Bearer s3cret"}).status_code == 200
+    assert client.get("/health").status_code == 200  # liveness stays open
+
+
+def test_oversized_unauthenticated_body_is_refused_before_reading(make_client):
+    client = make_client(api_token="s3cret", max_body_bytes=100)
+    r = client.post("/experiments", content=b"x" * 1000, headers={"content-type": "application/json"})
+    assert r.status_code == 401
