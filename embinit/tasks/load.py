@@ -72,6 +72,38 @@ def _tokenizers(task: str, kind: str, name: str, lowercase: bool, folder: Path |
     return resolve_tokenizer(name, src_lang, lowercase, folder), tgt
 
 
+@dataclass
+class Plan:
+    """What a load will do, decided without reading data or loading a tokenizer (cheap): enough to
+    compute the cache key."""
+
+    task: str
+    kind: str
+    splits: dict[str, str] | None
+    source: Source
+    src_spec: TokenizerSpec | None
+    tgt_spec: TokenizerSpec
+    full_vocab: bool
+    key: str
+
+
+def plan(task: str, data_dir=None, tokenizer: str = "spacy", min_freq: int = 2,
+         max_train_examples: int | None = None, max_len: int = 256, seed: int = 0, lowercase: bool = True,
+         train_split: str | None = None, eval_split: str | None = None) -> Plan:
+    kind = config.task_defaults(task).kind
+    _check_args(min_freq, max_train_examples, max_len)
+    splits = lm_split_map(task, kind, train_split, eval_split) or \
+        ({s: s for s in LAYOUTS[task].files} if task in LAYOUTS else None)
+    source = locate(task, data_dir, splits, seed)
+    src_spec, tgt_spec = _tokenizers(task, kind, tokenizer, bool(lowercase), source.folder)
+    full_vocab = kind == "lm" and tgt_spec.name == "gpt2"
+    parts = {"task": task, "source": source.identity, "splits": splits, "tokenizer": tgt_spec.identity,
+             "src_tokenizer": src_spec.identity if src_spec else None, "min_freq": min_freq,
+             "max_train_examples": max_train_examples, "max_len": max_len, "full_vocab": full_vocab,
+             "data_version": cache.DATA_VERSION, "code_version": config.CODE_VERSION}
+    return Plan(task, kind, splits, source, src_spec, tgt_spec, full_vocab, cache.cache_key(parts))
+
+
 def load_task(task: str, data_dir: str | Path | None = None, tokenizer: str = "spacy", min_freq: int = 2,
               max_train_examples: int | None = None, max_len: int = 256,
               cache_dir: str | Path | None | bool = None, seed: int = 0, lowercase: bool = True,
@@ -86,43 +118,32 @@ def load_task(task: str, data_dir: str | Path | None = None, tokenizer: str = "s
       eval_split: LM tasks only, which source split trains and which validates (see raw.lm_split_map).
     """
     start = time.perf_counter()
-    kind = config.task_defaults(task).kind
-    _check_args(min_freq, max_train_examples, max_len)
-    splits = lm_split_map(task, kind, train_split, eval_split) or \
-        ({s: s for s in LAYOUTS[task].files} if task in LAYOUTS else None)
-    source = locate(task, data_dir, splits, seed)
-    src_spec, tgt_spec = _tokenizers(task, kind, tokenizer, bool(lowercase), source.folder)
-    full_vocab = kind == "lm" and tgt_spec.name == "gpt2"
-    parts = {"task": task, "source": source.identity, "splits": splits, "tokenizer": tgt_spec.identity,
-             "src_tokenizer": src_spec.identity if src_spec else None, "min_freq": min_freq,
-             "max_train_examples": max_train_examples, "max_len": max_len, "full_vocab": full_vocab,
-             "data_version": cache.DATA_VERSION, "code_version": config.CODE_VERSION}
-    key = cache.cache_key(parts)
-    path = None if cache_dir is False else cache.entry_path(cache.cache_root(cache_dir or None), task, key)
+    p = plan(task, data_dir, tokenizer, min_freq, max_train_examples, max_len, seed, lowercase,
+             train_split, eval_split)
+    path = None if cache_dir is False else cache.entry_path(cache.cache_root(cache_dir or None), task, p.key)
     payload = cache.load(path) if path else None
     status = "hit" if payload else ("off" if path is None else "miss")
     if payload is None:
-        payload = build(source.read(), src_spec, tgt_spec, min_freq, max_train_examples, max_len, full_vocab)
-        payload["info"].update(_describe(task, kind, tgt_spec, src_spec, min_freq, max_train_examples,
-                                         max_len, splits, seed))
+        payload = build(p.source.read(), p.src_spec, p.tgt_spec, min_freq, max_train_examples, max_len,
+                        p.full_vocab)
+        payload["info"].update(_describe(p, min_freq, max_train_examples, max_len, seed))
         if path:
             cache.save(path, payload)
-    info = {**payload["info"], "cache": status, "cache_key": key, "cache_path": str(path) if path else None,
+    info = {**payload["info"], "cache": status, "cache_key": p.key, "cache_path": str(path) if path else None,
             "load_time_s": round(time.perf_counter() - start, 3)}
-    return TaskData(name=task, kind=kind, vocab=payload["vocab"], src_vocab=payload["src_vocab"],
+    return TaskData(name=task, kind=p.kind, vocab=payload["vocab"], src_vocab=payload["src_vocab"],
                     splits=payload["splits"], eval_splits=payload["eval_splits"],
-                    references=payload["references"], detokenize=tgt_spec.detokenizer(),
+                    references=payload["references"], detokenize=p.tgt_spec.detokenizer(),
                     num_labels=payload["num_labels"], info=info)
 
 
-def _describe(task, kind, tgt_spec: TokenizerSpec, src_spec, min_freq, max_train_examples, max_len, splits,
-              seed) -> dict:
-    info = {"task": task, "kind": kind, "tokenizer": tgt_spec.name, "tokenizer_source": tgt_spec.source,
+def _describe(p: Plan, min_freq, max_train_examples, max_len, seed) -> dict:
+    info = {"task": p.task, "kind": p.kind, "tokenizer": p.tgt_spec.name, "tokenizer_source": p.tgt_spec.source,
             "min_freq": min_freq, "max_train_examples": max_train_examples, "max_len": max_len}
-    if src_spec is not None:
-        info["src_lang"], info["tgt_lang"] = src_spec.lang, tgt_spec.lang
-    if kind == "lm":
-        info["split_sources"] = dict(splits)
-    if task.startswith("synthetic_"):
+    if p.src_spec is not None:
+        info["src_lang"], info["tgt_lang"] = p.src_spec.lang, p.tgt_spec.lang
+    if p.kind == "lm":
+        info["split_sources"] = dict(p.splits)
+    if p.task.startswith("synthetic_"):
         info["seed"] = seed
     return info

@@ -1,0 +1,158 @@
+"""Bad input fails before training with one clear EmbinitError naming the problem and the value."""
+
+import pytest
+
+from embinit.errors import EmbinitError
+from embinit.tasks import load_task
+from embinit.tasks import hub
+
+
+@pytest.fixture(autouse=True)
+def _isolated_env(monkeypatch, tmp_path):
+    for var in ("EMBINIT_DATA_DIR", "EMBINIT_GPT2_DIR"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("EMBINIT_CACHE_DIR", str(tmp_path / "default-cache"))
+
+
+def write(path, lines):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+
+
+def load(task, folder, **kw):
+    return load_task(task, data_dir=folder, tokenizer="whitespace", min_freq=1, cache_dir=False, **kw)
+
+
+def test_unknown_task_lists_valid_ones():
+    with pytest.raises(EmbinitError, match=r"'multi31k' is not a registered task.*'multi30k'.*'sst2'"):
+        load_task("multi31k")
+
+
+def test_missing_files_are_named_with_the_folder(tmp_path):
+    folder = tmp_path / "m"
+    write(folder / "train.de", ["a"])
+    write(folder / "train.en", ["a"])
+    write(folder / "val.de", ["a"])
+    with pytest.raises(EmbinitError) as e:
+        load("multi30k", folder)
+    msg = str(e.value)
+    assert str(folder) in msg and "val.en" in msg and "test_2016_flickr.de" in msg
+    assert "train.de" not in msg
+
+
+def test_missing_wikitext_train_suggests_the_split_option(tmp_path):
+    write(tmp_path / "wt" / "wiki.valid.tokens", ["a"])
+    write(tmp_path / "wt" / "wiki.test.tokens", ["a"])
+    with pytest.raises(EmbinitError, match=r"wiki\.train\.tokens.*train_split='valid'"):
+        load("wikitext2", tmp_path / "wt")
+
+
+def test_data_dir_that_is_not_a_folder(tmp_path):
+    with pytest.raises(EmbinitError, match="is not a folder"):
+        load("sst2", tmp_path / "nowhere")
+
+
+def test_misaligned_line_files_name_both_files_and_counts(tmp_path):
+    folder = tmp_path / "m"
+    for stem in ("train", "val", "test_2016_flickr"):
+        write(folder / f"{stem}.de", ["x", "y", "z"])
+        write(folder / f"{stem}.en", ["x", "y", "z"])
+    write(folder / "val.en", ["x", "y"])
+    with pytest.raises(EmbinitError) as e:
+        load("multi30k", folder)
+    msg = str(e.value)
+    assert "val.de has 3 lines" in msg and "val.en has 2" in msg
+
+
+def test_unicode_line_separator_does_not_misalign(tmp_path):
+    # str.splitlines would split this line in two and report a misalignment.
+    folder = tmp_path / "m"
+    for stem in ("train", "val", "test_2016_flickr"):
+        write(folder / f"{stem}.de", ["ein\u2028hund", "b"])
+        write(folder / f"{stem}.en", ["a dog", "b"])
+    assert len(load("multi30k", folder).splits["train"]) == 2
+
+
+def sst2(folder, train_rows, dev_rows=("good\t1",)):
+    write(folder / "train.tsv", ["sentence\tlabel", *train_rows])
+    write(folder / "dev.tsv", ["sentence\tlabel", *dev_rows])
+    return folder
+
+
+def test_malformed_tsv_row_gives_file_and_line(tmp_path):
+    folder = sst2(tmp_path / "s", ["fine film\t1", "no label here", "ok\t0"])
+    with pytest.raises(EmbinitError, match=r"train\.tsv:3: expected 2 tab-separated fields.*got 1"):
+        load("sst2", folder)
+
+
+def test_tsv_header_without_required_column(tmp_path):
+    folder = tmp_path / "s"
+    write(folder / "train.tsv", ["text\tlabel", "fine\t1"])
+    write(folder / "dev.tsv", ["sentence\tlabel", "fine\t1"])
+    with pytest.raises(EmbinitError, match=r"train\.tsv:1: header lacks column\(s\) \['sentence'\]"):
+        load("sst2", folder)
+
+
+def test_unknown_label_value(tmp_path):
+    folder = sst2(tmp_path / "s", ["fine\t1"], dev_rows=["bad\t0", "odd\t2"])
+    with pytest.raises(EmbinitError, match=r"dev\.tsv:3: unknown label '2'; valid labels: \['0', '1'\]"):
+        load("sst2", folder)
+
+
+def test_unknown_mnli_label(tmp_path):
+    folder = tmp_path / "mnli"
+    rows = ["sentence1\tsentence2\tgold_label", "a\tb\tentailment", "a\tc\t-"]
+    for name in ("train.tsv", "dev_matched.tsv", "dev_mismatched.tsv"):
+        write(folder / name, rows)
+    with pytest.raises(EmbinitError, match=r"unknown label '-'.*entailment"):
+        load("mnli", folder)
+
+
+def test_not_utf8(tmp_path):
+    folder = sst2(tmp_path / "s", ["fine\t1"])
+    (folder / "train.tsv").write_bytes(b"sentence\tlabel\ncaf\xe9\t1\n")
+    with pytest.raises(EmbinitError, match="not UTF-8"):
+        load("sst2", folder)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"min_freq": 0}, "min_freq must be an integer >= 1, got 0"),
+    ({"max_len": -3}, "max_len must be an integer >= 1, got -3"),
+    ({"max_train_examples": 0}, "max_train_examples must be None or an integer >= 1, got 0"),
+    ({"train_split": "valid"}, "train_split/eval_split apply to language-model tasks only"),
+])
+def test_bad_arguments(kwargs, match):
+    with pytest.raises(EmbinitError, match=match):
+        load_task("synthetic_translation", cache_dir=False, tokenizer="whitespace", **kwargs)
+
+
+def test_bad_lm_split_choice():
+    with pytest.raises(EmbinitError, match=r"train_split='dev' is not a split"):
+        load_task("synthetic_lm", tokenizer="whitespace", cache_dir=False, train_split="dev")
+    with pytest.raises(EmbinitError, match="both 'test'"):
+        load_task("synthetic_lm", tokenizer="whitespace", cache_dir=False, train_split="test",
+                  eval_split="test")
+
+
+def test_missing_tokenizer_folder():
+    with pytest.raises(EmbinitError, match=r"tokenizer folder './no/such/tokenizer' does not exist"):
+        load_task("synthetic_classification", tokenizer="./no/such/tokenizer", cache_dir=False)
+
+
+def test_no_local_data_and_hub_unreachable_says_where_it_looked(monkeypatch):
+    def offline(path, config):
+        raise ConnectionError("Name or service not known")
+
+    monkeypatch.setattr(hub, "_load_dataset", offline)
+    with pytest.raises(EmbinitError) as e:
+        load_task("multi30k", tokenizer="whitespace", cache_dir=False)
+    msg = str(e.value)
+    assert "EMBINIT_DATA_DIR not set" in msg and "bentrevett/multi30k" in msg
+    assert "ConnectionError" in msg and "train.{de,en}" in msg and "data_dir" in msg
+
+
+def test_env_root_without_the_task_folder_is_reported(monkeypatch, tmp_path):
+    monkeypatch.setenv("EMBINIT_DATA_DIR", str(tmp_path))
+    monkeypatch.setattr(hub, "_load_dataset", lambda p, c: (_ for _ in ()).throw(OSError("offline")))
+    with pytest.raises(EmbinitError, match=rf"EMBINIT_DATA_DIR/sst2 = {tmp_path / 'sst2'} does not exist"):
+        load_task("sst2", tokenizer="whitespace", cache_dir=False)
