@@ -1,0 +1,130 @@
+"""The Hugging Face `datasets` path, exercised with `load_dataset` on local files (no network): the same
+data through the hub conversion and through the local reader must give the same TaskData."""
+
+import json
+
+import pytest
+
+datasets = pytest.importorskip("datasets")
+
+from embinit.errors import EmbinitError  # noqa: E402
+from embinit.tasks import hub, load_task  # noqa: E402
+
+DE = ["ein hund läuft .", "ein mann sitzt .", "eine frau läuft ."]
+EN = ["A dog runs.", "A man sits.", "A woman runs."]
+
+
+@pytest.fixture(autouse=True)
+def _isolated_env(monkeypatch, tmp_path):
+    for var in ("EMBINIT_DATA_DIR", "EMBINIT_GPT2_DIR"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("EMBINIT_CACHE_DIR", str(tmp_path / "default-cache"))
+
+
+def write(path, lines):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+
+
+def use_local_hub(monkeypatch, tmp_path, builder, files, **kwargs):
+    """Make hub._load_dataset return `load_dataset(builder, data_files=files)`; record what was asked."""
+    asked = []
+
+    def fake(path, config):
+        asked.append((path, config))
+        return datasets.load_dataset(builder, data_files={k: str(v) for k, v in files.items()},
+                                     cache_dir=str(tmp_path / "hf-cache"), **kwargs)
+
+    monkeypatch.setattr(hub, "_load_dataset", fake)
+    return asked
+
+
+def same_data(a, b):
+    assert a.splits == b.splits and a.eval_splits == b.eval_splits and a.references == b.references
+    assert a.vocab.tokens == b.vocab.tokens and a.num_labels == b.num_labels
+    assert (a.src_vocab.tokens if a.src_vocab else None) == (b.src_vocab.tokens if b.src_vocab else None)
+
+
+def test_multi30k_hub_matches_local_files(monkeypatch, tmp_path):
+    files = {}
+    for split in ("train", "validation", "test"):
+        files[split] = tmp_path / f"{split}.jsonl"
+        write(files[split], [json.dumps({"en": e, "de": d}) for d, e in zip(DE, EN)])
+        stem = {"train": "train", "validation": "val", "test": "test_2016_flickr"}[split]
+        write(tmp_path / "local" / f"{stem}.de", DE)
+        write(tmp_path / "local" / f"{stem}.en", EN)
+    asked = use_local_hub(monkeypatch, tmp_path, "json", files)
+    kw = {"tokenizer": "whitespace", "min_freq": 1, "cache_dir": tmp_path / "c"}
+    via_hub = load_task("multi30k", **kw)
+    assert asked == [("bentrevett/multi30k", None)]
+    assert via_hub.info["loaded_from"] == "hub:bentrevett/multi30k"
+    same_data(via_hub, load_task("multi30k", data_dir=tmp_path / "local", **kw))
+    # A second load is served from embinit's cache: no hub call, so it works offline.
+    monkeypatch.setattr(hub, "_load_dataset", lambda p, c: pytest.fail("hub called on a cache hit"))
+    assert load_task("multi30k", **kw).info["cache"] == "hit"
+
+
+def test_iwslt_translation_column(monkeypatch, tmp_path):
+    files = {}
+    for split in ("train", "validation", "test"):
+        files[split] = tmp_path / f"{split}.jsonl"
+        write(files[split], [json.dumps({"translation": {"de": d, "en": e}}) for d, e in zip(DE, EN)])
+    asked = use_local_hub(monkeypatch, tmp_path, "json", files)
+    data = load_task("iwslt2017", tokenizer="whitespace", min_freq=1, cache_dir=False)
+    assert asked == [("iwslt2017", "iwslt2017-de-en")]
+    assert data.src_vocab.decode(data.splits["val"][0][0]) == DE[0].split()
+    assert data.references["test"] == [e.lower() for e in EN]
+
+
+def test_sst2_hub_csv_matches_local_tsv(monkeypatch, tmp_path):
+    rows = ["sentence\tlabel", "a great film\t1", "a dull film\t0", "great fun\t1"]
+    write(tmp_path / "local" / "train.tsv", rows)
+    write(tmp_path / "local" / "dev.tsv", rows[:3])
+    files = {"train": tmp_path / "local" / "train.tsv", "validation": tmp_path / "local" / "dev.tsv"}
+    asked = use_local_hub(monkeypatch, tmp_path, "csv", files, delimiter="\t")
+    kw = {"tokenizer": "whitespace", "min_freq": 1, "cache_dir": False}
+    via_hub = load_task("sst2", **kw)
+    assert asked == [("glue", "sst2")]
+    same_data(via_hub, load_task("sst2", data_dir=tmp_path / "local", **kw))
+
+
+def test_mnli_hub_splits_and_int_labels(monkeypatch, tmp_path):
+    files = {}
+    for split in ("train", "validation_matched", "validation_mismatched"):
+        files[split] = tmp_path / f"{split}.jsonl"
+        write(files[split], [json.dumps({"premise": "the cat sat", "hypothesis": "a cat sat", "label": 0}),
+                             json.dumps({"premise": "the cat sat", "hypothesis": "no cat", "label": 2})])
+    use_local_hub(monkeypatch, tmp_path, "json", files)
+    data = load_task("mnli", tokenizer="whitespace", min_freq=1, cache_dir=False)
+    assert data.eval_splits == ["dev_matched", "dev_mismatched"] and data.num_labels == 3
+    assert [r[2] for r in data.splits["dev_mismatched"]] == [0, 2]
+    assert data.vocab.decode(data.splits["train"][1][1]) == ["no", "cat"]
+
+
+def test_hub_label_out_of_range(monkeypatch, tmp_path):
+    files = {s: tmp_path / f"{s}.jsonl" for s in ("train", "validation")}
+    for path in files.values():
+        write(path, [json.dumps({"sentence": "fine", "label": 1}), json.dumps({"sentence": "odd", "label": 5})])
+    use_local_hub(monkeypatch, tmp_path, "json", files)
+    with pytest.raises(EmbinitError, match=r"hub:glue/sst2 split 'train' row 1: unknown label 5"):
+        load_task("sst2", tokenizer="whitespace", cache_dir=False)
+
+
+def test_hub_missing_split(monkeypatch, tmp_path):
+    write(tmp_path / "train.jsonl", [json.dumps({"sentence": "fine", "label": 1})])
+    use_local_hub(monkeypatch, tmp_path, "json", {"train": tmp_path / "train.jsonl"})
+    with pytest.raises(EmbinitError, match=r"has no split 'validation'; it has \['train'\]"):
+        load_task("sst2", tokenizer="whitespace", cache_dir=False)
+
+
+def test_wikitext_hub_text_matches_local_tokens(monkeypatch, tmp_path):
+    files = {}
+    for split, name in (("train", "train"), ("validation", "valid"), ("test", "test")):
+        files[split] = tmp_path / "local" / f"wiki.{name}.tokens"
+        write(files[split], [" ", f" = {name} = ", " ", " the cat sat . "])
+    asked = use_local_hub(monkeypatch, tmp_path, "text", files)
+    kw = {"tokenizer": "whitespace", "min_freq": 1, "cache_dir": False}
+    via_hub = load_task("wikitext2", **kw)
+    assert asked == [("wikitext", "wikitext-2-raw-v1")]
+    same_data(via_hub, load_task("wikitext2", data_dir=tmp_path / "local", **kw))
+    assert via_hub.info["stream_tokens"]["train"] == 1 + 4 + 1 + 5   # every line ends with <eos>
