@@ -1,0 +1,237 @@
+"""Table 1 from MLflow alone: per task x init (x ablation axes), the reported metric's mean (σ) over
+seeds, n, the mean best epoch and a 95% confidence interval (Student's t), with failed/diverged counts.
+
+With a search, each (task, init, axes) group reports its best search point: the one whose seeds have
+the best mean selection metric (the paper's MNLI grid search), with the point's values in the row.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import re
+import statistics
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from embinit import tracking
+from embinit.config import TASKS
+from embinit.errors import EmbinitError
+
+
+def t_quantile(df: int) -> float:
+    """The 0.975 quantile of Student's t with `df` degrees of freedom."""
+    from scipy.stats import t  # noqa: PLC0415 (scipy comes with mlflow)
+    return float(t.ppf(0.975, df))
+
+
+def summarize(values: list[float]) -> dict[str, Any]:
+    """mean, sample σ, n and the 95% CI half-width (None where n < 2)."""
+    n = len(values)
+    if n == 0:
+        return {"n": 0, "mean": None, "std": None, "ci95": None}
+    mean = statistics.fmean(values)
+    std = statistics.stdev(values) if n > 1 else None
+    ci = t_quantile(n - 1) * std / math.sqrt(n) if std is not None else None
+    return {"n": n, "mean": mean, "std": std, "ci95": ci}
+
+
+@dataclass
+class _Trial:
+    run_id: str
+    task: str
+    label: str
+    axes: dict[str, Any]
+    point: dict[str, Any]
+    selection: list
+    status: str
+    metrics: dict[str, float]
+    error: str | None
+
+
+def _trials(experiment: str, uri: str | None, keys: set[str] | None) -> list[_Trial]:
+    exp_id = tracking.experiment_id(experiment, uri)
+    if exp_id is None:
+        raise EmbinitError(f"no MLflow experiment {experiment!r} in {tracking.resolve_uri(uri)}")
+    by_key: dict[str, Any] = {}
+    rank = {"finished": 3, "diverged": 3, "running": 1, "failed": 0}
+    for run in sorted(tracking.search_runs(exp_id, uri), key=lambda r: r.info.start_time or 0):
+        key = run.data.tags.get(tracking.KEY_TAG)
+        if key is None or (keys is not None and key not in keys):
+            continue
+        old = by_key.get(key)
+        if old is None or rank[tracking.run_status(run)] >= rank[tracking.run_status(old)]:
+            by_key[key] = run
+    out = []
+    for run in by_key.values():
+        tags = run.data.tags
+        group = json.loads(tags.get(tracking.GROUP_TAG, "{}"))
+        out.append(_Trial(run.info.run_id, tags.get(tracking.TASK_TAG, "?"), tags.get(tracking.LABEL_TAG, "?"),
+                          group.get("axes", {}), group.get("point", {}), group.get("selection") or [],
+                          tracking.run_status(run), dict(run.data.metrics), tags.get(tracking.ERROR_TAG)))
+    return out
+
+
+def _epoch_metric(metric: str) -> str:
+    return f"{metric}_epoch" if metric.startswith("best/") else "best_epoch"
+
+
+def _best_point(trials: list[_Trial]) -> dict[str, Any]:
+    """The search point with the best mean selection metric among its finished seeds."""
+    points: dict[str, list[_Trial]] = defaultdict(list)
+    for t in trials:
+        points[json.dumps(t.point, sort_keys=True)].append(t)
+    if len(points) == 1:
+        return trials[0].point
+    metric, mode = (trials[0].selection or ["val/loss", "min"])[:2]
+
+    def score(ts: list[_Trial]) -> float:
+        vals = [t.metrics.get(f"best/{metric}") for t in ts if t.status == "finished"]
+        vals = [v for v in vals if v is not None and math.isfinite(v)]
+        if not vals:
+            return math.inf
+        return statistics.fmean(vals) * (1 if mode == "min" else -1)
+    return json.loads(min(points, key=lambda p: score(points[p])))
+
+
+@dataclass
+class Report:
+    experiment: str
+    rows: list[dict[str, Any]]
+    failed: list[dict[str, Any]] = field(default_factory=list)
+    run_ids: dict[tuple, list[str]] = field(default_factory=dict)  # (task, label, axes json) -> runs
+    tracking_uri: str | None = None
+
+    def to_json(self) -> str:
+        return json.dumps({"experiment": self.experiment, "rows": self.rows, "failed": self.failed}, indent=1)
+
+    def to_csv(self) -> str:
+        buf = io.StringIO()
+        cols = ["task", "init", "axes", "point", "metric", "mean", "std", "n", "ci95", "best_epoch",
+                "diverged", "failed", "failure_reasons"]
+        w = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore")
+        w.writeheader()
+        for r in self.rows:
+            w.writerow({**r, "axes": json.dumps(r["axes"]) if r["axes"] else "",
+                        "point": json.dumps(r["point"]) if r["point"] else "",
+                        "failure_reasons": "; ".join(f"{k} (x{v})" for k, v in r["failure_reasons"].items())})
+        return buf.getvalue()
+
+    def to_markdown(self) -> str:
+        head = "| task | init | metric | mean (σ) | n | best epoch | 95% CI | diverged | failed |"
+        lines = [f"### {self.experiment}", "", head, "|---" * 9 + "|"]
+        for r in self.rows:
+            init = r["init"] + "".join(f" {k}={v}" for k, v in r["axes"].items())
+            init += "".join(f" [{k}={v}]" for k, v in r["point"].items())
+            lines.append(f"| {r['task']} | {init} | {r['metric']} | {_fmt(r['mean'])} ({_fmt(r['std'])}) | "
+                         f"{r['n']} | {_fmt(r['best_epoch'], 1)} | {_ci(r)} | {r['diverged']} | {r['failed']} |")
+        if self.failed:
+            lines += ["", f"Failed trials: {len(self.failed)}"]
+            for reason, n in Counter(f["reason"] for f in self.failed).most_common():
+                lines.append(f"- {n} x {reason}")
+        return "\n".join(lines) + "\n"
+
+    def plot(self, out_dir: str | Path) -> list[Path]:
+        """Figure-1-style mean validation curves per init, one PNG per task (and axes setting)."""
+        return mean_curves(self, Path(out_dir))
+
+
+def _fmt(v, digits: int = 2) -> str:
+    return "-" if v is None else f"{v:.{digits}f}"
+
+
+def _ci(r: dict) -> str:
+    if r["ci95"] is None:
+        return "-"
+    return f"[{r['mean'] - r['ci95']:.2f}, {r['mean'] + r['ci95']:.2f}]"
+
+
+def _reason(error: str | None) -> str:
+    lines = [ln.strip() for ln in (error or "unknown error").strip().splitlines() if ln.strip()]
+    return (lines[-1] if lines else "unknown error")[:200]
+
+
+def build_report(experiment_name: str, tracking_uri: str | None = None,
+                 keys: set[str] | None = None) -> Report:
+    """Aggregate the experiment's trial runs (only `keys` when given) into Table 1 rows."""
+    trials = _trials(experiment_name, tracking_uri, keys)
+    groups: dict[tuple, list[_Trial]] = defaultdict(list)
+    for t in trials:
+        groups[(t.task, t.label, json.dumps(t.axes, sort_keys=True))].append(t)
+    rows, failed, run_ids = [], [], {}
+    for gkey in sorted(groups, key=lambda g: (g[0], g[2], _label_order(g[1]))):
+        task, label, axes = gkey
+        members = groups[gkey]
+        point = _best_point(members)
+        chosen = [t for t in members if t.point == point]
+        run_ids[gkey] = [t.run_id for t in chosen if t.status in ("finished", "diverged")]
+        bad = [t for t in members if t.status == "failed"]
+        failed += [{"task": task, "init": label, "run_id": t.run_id, "reason": _reason(t.error)} for t in bad]
+        for metric in tracking.reported_metrics(task) if task in TASKS else []:
+            ok = [t for t in chosen if t.status == "finished" and metric in t.metrics]
+            epochs = [t.metrics[_epoch_metric(metric)] for t in ok if _epoch_metric(metric) in t.metrics]
+            rows.append({"task": task, "init": label, "axes": json.loads(axes), "point": point,
+                         "metric": metric, **summarize([t.metrics[metric] for t in ok]),
+                         "best_epoch": statistics.fmean(epochs) if epochs else None,
+                         "diverged": sum(t.status == "diverged" for t in chosen), "failed": len(bad),
+                         "failure_reasons": dict(Counter(_reason(t.error) for t in bad)),
+                         "running": sum(t.status == "running" for t in members)})
+    return Report(experiment_name, rows, failed, run_ids, tracking_uri)
+
+
+def _label_order(label: str) -> tuple:
+    """Xavier first, then the pretrained init, its _Xavier, _Shuffled and Xavier_ variants."""
+    order = 0 if label == "Xavier" else 4 if label.startswith("Xavier_") else 3 if label.endswith(
+        "_Shuffled") else 2 if label.endswith("_Xavier") else 1
+    return (order, label)
+
+
+def curve_metric(task: str) -> str:
+    """The validation curve Figure 1 shows: val BLEU for translation, else the task's val metric."""
+    return f"val/{TASKS[task].metric}" if task in TASKS else "val/loss"
+
+
+def _mean_history(client, run_ids: list[str], metric: str) -> tuple[list[int], list[float]]:
+    """Mean over runs of a metric per epoch (the last value logged at each step: a resumed trial may
+    have logged an epoch twice)."""
+    per_epoch: dict[int, list[float]] = defaultdict(list)
+    for run_id in run_ids:
+        last: dict[int, Any] = {}
+        for m in sorted(client.get_metric_history(run_id, metric), key=lambda m: m.timestamp):
+            last[m.step] = m.value
+        for step, value in last.items():
+            per_epoch[step].append(value)
+    epochs = sorted(per_epoch)
+    return epochs, [statistics.fmean(per_epoch[e]) for e in epochs]
+
+
+def mean_curves(report: Report, out_dir: Path) -> list[Path]:
+    import matplotlib  # noqa: PLC0415
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+    out_dir.mkdir(parents=True, exist_ok=True)
+    client = tracking.client(report.tracking_uri)
+    figures: dict[tuple, list] = defaultdict(list)
+    for (task, label, axes), run_ids in report.run_ids.items():
+        figures[(task, axes)].append((label, run_ids))
+    paths = []
+    for (task, axes), lines in sorted(figures.items()):
+        metric = curve_metric(task)
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for label, run_ids in sorted(lines, key=lambda x: _label_order(x[0])):
+            epochs, values = _mean_history(client, run_ids, metric)
+            if epochs:
+                ax.plot(epochs, values, marker="o", label=f"{label} (n={len(run_ids)})")
+        suffix = "" if axes == "{}" else " " + axes
+        ax.set(xlabel="epoch", ylabel=f"mean {metric}", title=f"{report.experiment}: {task}{suffix}")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        name = f"{task}{'' if axes == '{}' else '-' + re.sub(r'[^A-Za-z0-9]+', '_', axes).strip('_')}.png"
+        fig.savefig(out_dir / name, dpi=100)
+        plt.close(fig)
+        paths.append(out_dir / name)
+    return paths

@@ -1,0 +1,53 @@
+"""Per-trial plots logged to MLflow: the validation curve, and the initial embedding values beside a
+Xavier table of the same shape (the paper's point: a pretrained table's scale against Xavier's)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+
+def _pyplot():
+    import matplotlib  # noqa: PLC0415 (only trials that plot pay the import)
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+    return plt
+
+
+def validation_curve(history: list[dict], path: Path, title: str) -> Path | None:
+    """val/loss (left axis) and the task's validation metric (right axis) per epoch."""
+    epochs = [h["epoch"] for h in history if "val/loss" in h]
+    if not epochs:
+        return None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot(epochs, [h["val/loss"] for h in history if "val/loss" in h], "o-", color="C0")
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("val/loss", color="C0")
+    other = sorted(k for k in history[-1] if k.startswith("val/") and k != "val/loss")
+    if other:
+        ax2 = ax.twinx()
+        ax2.plot(epochs, [h.get(other[0], math.nan) for h in history if "val/loss" in h], "s--", color="C1")
+        ax2.set_ylabel(other[0], color="C1")
+    ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def init_histogram(values: np.ndarray, shape: tuple[int, int], path: Path, title: str) -> Path:
+    """Histogram of the initial table's values beside Xavier's U(-a, a), a = sqrt(6/(N+D))."""
+    plt = _pyplot()
+    bound = math.sqrt(6.0 / (shape[0] + shape[1]))
+    xavier = np.random.default_rng(0).uniform(-bound, bound, size=min(values.size, 200_000))
+    fig, axes = plt.subplots(1, 2, figsize=(8, 3.2))
+    for ax, data, name in ((axes[0], values, title), (axes[1], xavier, "Xavier (same N x D)")):
+        ax.hist(data, bins=80, color="C0" if ax is axes[0] else "C2")
+        ax.set_title(f"{name}\nstd {data.std():.3g}, range [{data.min():.3g}, {data.max():.3g}]", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path

@@ -1,0 +1,162 @@
+"""`run_sweep`: a validated spec -> trials MLflow does not have yet -> Ray Tune -> MLflow -> report.
+
+What still has to run is decided by the trial keys and MLflow alone (never by Tune's experiment state,
+see docs/architecture.md): every planned key with a FINISHED run is reused, so submitting the same
+spec again resumes it and trains nothing twice.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from embinit import tracking
+from embinit.spec import ExperimentSpec, SpecError, load_spec
+
+StopFlag = threading.Event | Callable[[], bool] | None
+
+
+@dataclass
+class SweepResult:
+    experiment: str
+    experiment_id: str
+    parent_run_id: str
+    tracking_uri: str
+    planned: int                       # trials the spec expands to
+    reused: int                        # of those, already finished in MLflow before this sweep
+    trials: list[dict[str, Any]] = field(default_factory=list)   # tracking.list_trials rows, planned keys
+    cancelled: bool = False
+    wall_s: float = 0.0
+    report: Any = None                 # embinit.report.Report
+
+    def count(self, status: str) -> int:
+        return sum(1 for t in self.trials if t["status"] == status)
+
+    @property
+    def n_finished(self) -> int:
+        return self.count("finished") + self.count("diverged")
+
+    @property
+    def n_failed(self) -> int:
+        return self.count("failed")
+
+
+def _stop_fn(stop: StopFlag) -> Callable[[], bool]:
+    if stop is None:
+        return lambda: False
+    if isinstance(stop, threading.Event):
+        return stop.is_set
+    return stop
+
+
+def check_local_paths(spec: ExperimentSpec) -> None:
+    """Paths written as filesystem paths (absolute, ./, ../, ~) must exist before any trial starts;
+    other values may be hub ids (`bert-base-uncased`, `google/mt5-base`)."""
+    problems = []
+    for where, value in spec.paths():
+        if value.startswith(("/", "./", "../", "~")) and not Path(value).expanduser().exists():
+            problems.append((where, f"{value!r} does not exist"))
+    if problems:
+        raise SpecError(problems)
+
+
+def _items(spec: ExperimentSpec, finished: set[str]) -> tuple[list[dict], int]:
+    """Units of work for Tune (grid: one trial each) and how many planned trials were reused."""
+    units, reused = [], 0
+    for p in spec.plan():
+        if p.key in finished:
+            reused += 1
+            continue
+        units.append({"trials": [_item(spec, p)]})
+    return units, reused
+
+
+def _item(spec: ExperimentSpec, p) -> dict[str, Any]:
+    metric, mode = tracking.selection_metric(p.task)
+    if spec.search is not None and spec.search.metric:
+        metric, mode = spec.search.metric, spec.search.mode or mode
+    return {"config": p.config, "label": p.label, "group": {"axes": p.axes, "point": p.point},
+            "selection": [metric, mode], "key": p.key}
+
+
+def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = None,
+              progress: bool | Callable[[dict], None] = True, stop: StopFlag = None, *,
+              storage_path: str | None = None, extra_callbacks: Callable | None = None) -> SweepResult:
+    """Run every trial of `spec` that MLflow has no finished run for, on local Ray (started and
+    stopped here) or the cluster at `address`; returns the sweep's trials and its report.
+
+    progress: True prints a status line to stderr, a callable receives the counts dict instead.
+    stop: a threading.Event or a callable; once true, running trials stop and no new ones start.
+    extra_callbacks: `f(TrialConfig) -> [trainer callbacks]`, called in the worker (tests, probes).
+    """
+    from embinit.sweep.ray_runtime import RayRuntime  # noqa: PLC0415
+    from embinit.sweep.tune_run import run_tune  # noqa: PLC0415
+    t0 = time.monotonic()
+    spec = spec if isinstance(spec, ExperimentSpec) else load_spec(spec)
+    if address is None:
+        check_local_paths(spec)
+    uri = tracking.resolve_uri(tracking_uri or spec.mlflow.tracking_uri)
+    name = spec.experiment_name()
+    exp_id = tracking.ensure_experiment(name, uri)
+    planned = spec.plan()
+    finished = set(tracking.finished_keys(exp_id, uri))
+    units, reused = _items(spec, finished)
+    parent = tracking.start_parent_run(exp_id, uri, spec.spec_hash(), spec.to_yaml(), spec.num_trials())
+    shared = {"tracking_uri": uri, "experiment_id": exp_id, "parent_run_id": parent,
+              "log_checkpoint": spec.mlflow.log_checkpoint, "log_plots": spec.mlflow.log_plots,
+              "cache_dir": spec.cache_dir, "search_keys": []}
+    storage = Path(storage_path or Path(spec.cache_dir or ".embinit-cache") / "ray_results").resolve()
+    cancelled, should_stop = False, _stop_fn(stop)
+    try:
+        if spec.search is not None and spec.search.method == "optuna":
+            from embinit.sweep.optuna_search import run_optuna  # noqa: PLC0415
+            with RayRuntime(address):
+                cancelled = run_optuna(spec, shared, finished, storage, progress, should_stop, extra_callbacks)
+        elif units:
+            with RayRuntime(address):
+                cancelled = run_tune(spec, units, shared, storage, progress, should_stop, extra_callbacks,
+                                     total=len(planned), reused=reused)
+    finally:
+        reason = "cancelled" if cancelled else "the trial's worker failed (see the Ray Tune error log)"
+        tracking.close_orphans(exp_id, uri, parent, reason, status="KILLED" if cancelled else "FAILED")
+    return _finish(spec, uri, exp_id, parent, planned, reused, cancelled, t0, progress)
+
+
+def _finish(spec, uri, exp_id, parent, planned, reused, cancelled, t0, progress) -> SweepResult:
+    from embinit.report import build_report  # noqa: PLC0415
+    keys = {p.key for p in planned}
+    search = spec.search is not None and spec.search.method == "optuna"
+    trials = [t for t in tracking.list_trials(spec.experiment_name(), uri) if search or t["key"] in keys]
+    report = build_report(spec.experiment_name(), uri, keys=None if search else keys)
+    result = SweepResult(spec.experiment_name(), exp_id, parent, uri, len(planned) if not search else
+                         spec.num_trials(), reused, _latest(trials), cancelled, time.monotonic() - t0, report)
+    counts = {"planned": result.planned, "reused": reused, "finished": result.n_finished,
+              "failed": result.n_failed, "wall_s": result.wall_s}
+    tracking.end_parent_run(parent, uri, "KILLED" if cancelled else "FINISHED", report.to_markdown(), counts)
+    if progress is True:
+        print(report.to_markdown(), flush=True)
+    return result
+
+
+def _latest(trials: list[dict]) -> list[dict]:
+    """One row per key: a finished run beats later failed attempts (a finished key is never rerun)."""
+    rank = {"finished": 3, "diverged": 3, "running": 1, "failed": 0}
+    best: dict[str, dict] = {}
+    for t in trials:
+        if t["key"] not in best or rank[t["status"]] > rank[best[t["key"]]["status"]]:
+            best[t["key"]] = t
+    return list(best.values())
+
+
+def default_env() -> None:
+    """Ray's token auth off for a local cluster and no usage-stats reporting, unless set otherwise."""
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    # MLflow is the record; Tune's JSON/CSV/TensorBoard loggers would only add per-result latency.
+    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
+    # Every epoch checkpoints, so Tune's "snapshotting too often" warning fires on short trials.
+    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")

@@ -1,0 +1,66 @@
+"""One Ray Tune run over a list of units (grid: one embinit trial per Tune trial)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+from ray import tune
+
+from embinit.sweep.progress import Progress
+from embinit.sweep.trainable import train_unit
+
+
+class _StopAll(tune.Stopper):
+    """Stops every trial once the caller's stop flag is set (polled by Tune every ~0.1 s)."""
+
+    def __init__(self, should_stop: Callable[[], bool]):
+        self.should_stop, self.fired = should_stop, False
+
+    def __call__(self, trial_id, result) -> bool:
+        return False
+
+    def stop_all(self) -> bool:
+        self.fired = self.fired or bool(self.should_stop())
+        return self.fired
+
+
+def trial_name(units: list[dict]) -> Callable:
+    def name(trial) -> str:
+        item = units[trial.config["unit"]]["trials"][0]
+        return f"{item['label']}-s{item['config']['seed']}-{item['key'][:8]}"
+    return name
+
+
+def make_trainable(spec, units, shared, extra_callbacks):
+    fn = tune.with_parameters(train_unit, shared=shared, units=units, extra_callbacks=extra_callbacks)
+    return tune.with_resources(fn, {"cpu": spec.resources.cpus, "gpu": spec.resources.gpus})
+
+
+def run_config(spec, name: str, storage: Path, callbacks: list, stopper: _StopAll) -> tune.RunConfig:
+    return tune.RunConfig(name=name, storage_path=str(storage), stop=stopper, callbacks=callbacks,
+                          failure_config=tune.FailureConfig(max_failures=spec.retries),
+                          checkpoint_config=tune.CheckpointConfig(num_to_keep=1), verbose=0)
+
+
+def progress_callback(progress, total: int, reused: int, per_unit: int = 1) -> list:
+    if progress is False:
+        return []
+    return [Progress(total, reused, per_unit, sink=progress if callable(progress) else None)]
+
+
+def run_tune(spec, units: list[dict[str, Any]], shared: dict[str, Any], storage: Path, progress,
+             should_stop: Callable[[], bool], extra_callbacks, total: int, reused: int) -> bool:
+    """Run the units; returns True when the sweep was cancelled through `should_stop`."""
+    import time  # noqa: PLC0415
+    stopper = _StopAll(should_stop)
+    names = trial_name(units)
+    tuner = tune.Tuner(
+        make_trainable(spec, units, shared, extra_callbacks),
+        param_space={"unit": tune.grid_search(list(range(len(units))))},
+        tune_config=tune.TuneConfig(max_concurrent_trials=spec.max_concurrent, reuse_actors=True,
+                                    trial_name_creator=names, trial_dirname_creator=names),
+        run_config=run_config(spec, f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}", storage,
+                              progress_callback(progress, total, reused), stopper))
+    tuner.fit()
+    return stopper.fired
