@@ -158,13 +158,18 @@ class Gpt2FilesBackend(Backend):
         return self.tok.decoder.decode(tokens)
 
 
+def _from_pretrained(source: str):
+    """The one call that may touch the network (tests replace it)."""
+    from transformers import AutoTokenizer  # slow import (~4 s): only when needed
+    return AutoTokenizer.from_pretrained(source)
+
+
 class HfBackend(Backend):
     """Any Hugging Face tokenizer (a local folder or a hub id) through AutoTokenizer."""
 
     def __init__(self, spec: TokenizerSpec):
-        from transformers import AutoTokenizer  # slow import (~4 s)
         try:
-            self.tok = AutoTokenizer.from_pretrained(spec.source)
+            self.tok = _from_pretrained(spec.source)
         except Exception as e:
             hint = (f"put GPT-2's {' and '.join(GPT2_FILES)} in a folder and set ${GPT2_ENV} to it (or into "
                     f"the task's data folder)" if spec.name == "gpt2" else

@@ -1,0 +1,172 @@
+"""Tokenizers: word-level detokenization, GPT-2 BPE from encoder.json + vocab.bpe, Hugging Face folders."""
+
+import json
+import pickle
+from pathlib import Path
+
+import pytest
+
+from embinit.errors import EmbinitError
+from embinit.tasks import load_task, tokenization
+from embinit.tasks.tokenization import WordDetokenizer, resolve_tokenizer
+from embinit.vocab import SPECIALS
+
+REAL_GPT2 = Path("/work/shared/data/gpt2_tokenizer")   # optional, developer machines only
+
+
+@pytest.fixture(autouse=True)
+def _isolated_env(monkeypatch, tmp_path):
+    for var in ("EMBINIT_DATA_DIR", "EMBINIT_GPT2_DIR"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("EMBINIT_CACHE_DIR", str(tmp_path / "default-cache"))
+
+
+def write(path, lines):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+
+
+@pytest.mark.parametrize("tokens, text", [
+    (["a", "man", "'s", "t", "-", "shirt", "."], "a man's t-shirt."),
+    (["two", "dogs", ",", "one", "cat", "!"], "two dogs, one cat!"),
+    (["he", "said", '"', "hi", '"', "(", "twice", ")", "."], 'he said "hi" (twice).'),
+    (["<bos>", "do", "n't", "stop", "<eos>", "<pad>"], "don't stop"),
+    (["a", "<unk>", "-", "<unk>"], "a <unk> - <unk>"),
+])
+def test_word_detokenizer(tokens, text):
+    assert WordDetokenizer()(tokens) == text
+
+
+def test_ids_to_text_stops_at_eos(tmp_path):
+    data = load_task("synthetic_translation", tokenizer="whitespace", cache_dir=False)
+    src, tgt = data.splits["val"][0]
+    ids = [data.vocab.index("<bos>")] + tgt + [data.vocab.index("<eos>"), data.vocab.index("a")]
+    assert data.ids_to_text(ids) == data.detokenize(data.vocab.decode(tgt))
+    assert data.ids_to_text(ids).endswith(".") and " ." not in data.ids_to_text(ids)
+
+
+def tiny_gpt2(folder):
+    """A real byte-level BPE in OpenAI's file format: the 256-symbol byte alphabet plus six merges."""
+    from tokenizers.pre_tokenizers import ByteLevel
+    merges = [("h", "e"), ("t", "he"), ("c", "a"), ("ca", "t"), ("Ġ", "cat"), ("Ġ", "the")]
+    tokens = sorted(ByteLevel.alphabet()) + [a + b for a, b in merges]
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "encoder.json").write_text(json.dumps({t: i for i, t in enumerate(tokens)}), encoding="utf-8")
+    write(folder / "vocab.bpe", ["#version: 0.2"] + [f"{a} {b}" for a, b in merges])
+    return tokens
+
+
+def test_gpt2_from_local_files_in_the_task_folder(tmp_path):
+    folder = tmp_path / "wt"
+    gpt2_tokens = tiny_gpt2(folder)
+    write(folder / "wiki.train.tokens", ["the cat the", "The Cat"])
+    write(folder / "wiki.valid.tokens", ["the cat"])
+    write(folder / "wiki.test.tokens", ["cat"])
+    data = load_task("wikitext2", data_dir=folder, tokenizer="gpt2", min_freq=5, cache_dir=False)
+    # LM + GPT-2: the whole tokenizer vocabulary after the specials, in GPT-2's id order, no min_freq.
+    assert data.vocab.tokens == list(SPECIALS) + gpt2_tokens
+    first_line = data.vocab.decode(data.splits["train"][:4])
+    assert first_line == ["the", "Ġcat", "Ġthe", "<eos>"]
+    assert data.detokenize(first_line) == "the cat the"
+    # Cased (never lowercased): no merge applies to "T" or "Cat".
+    assert data.vocab.decode(data.splits["train"][4:10]) == ["T", "he", "Ġ", "C", "a", "t"]
+    assert data.info["tokenizer_source"] == str(folder) and "full vocabulary" in data.info["vocab_rule"]
+    detok = pickle.loads(pickle.dumps(data.detokenize))     # picklable for Ray workers
+    assert detok(["Ġcat", "Ġthe"]) == "cat the"
+
+
+def test_gpt2_from_env_dir_for_classification_uses_min_freq(tmp_path, monkeypatch):
+    tiny_gpt2(tmp_path / "gpt2")
+    monkeypatch.setenv("EMBINIT_GPT2_DIR", str(tmp_path / "gpt2"))
+    write(tmp_path / "s" / "train.tsv", ["sentence\tlabel", "the cat\t1", "the the\t0"])
+    write(tmp_path / "s" / "dev.tsv", ["sentence\tlabel", "cat\t1"])
+    data = load_task("sst2", data_dir=tmp_path / "s", tokenizer="gpt2", min_freq=2, cache_dir=False)
+    assert data.vocab.tokens == list(SPECIALS) + ["the"]     # "Ġcat"/"Ġthe" seen once each
+
+
+def test_gpt2_env_dir_missing_files(tmp_path, monkeypatch):
+    (tmp_path / "gpt2").mkdir()
+    (tmp_path / "gpt2" / "encoder.json").write_text("{}")
+    monkeypatch.setenv("EMBINIT_GPT2_DIR", str(tmp_path / "gpt2"))
+    with pytest.raises(EmbinitError, match=r"EMBINIT_GPT2_DIR=.* lacks the GPT-2 tokenizer files \['vocab.bpe'\]"):
+        load_task("synthetic_lm", tokenizer="gpt2", cache_dir=False)
+
+
+def test_gpt2_without_files_falls_back_to_the_hub_with_a_clear_error(monkeypatch):
+    asked = []
+
+    def offline(source):
+        asked.append(source)
+        raise OSError("We couldn't connect to 'https://huggingface.co'")
+
+    monkeypatch.setattr(tokenization, "_from_pretrained", offline)
+    with pytest.raises(EmbinitError) as e:
+        load_task("synthetic_lm", tokenizer="gpt2", cache_dir=False)
+    assert asked == ["gpt2"]
+    assert "encoder.json and vocab.bpe" in str(e.value) and "EMBINIT_GPT2_DIR" in str(e.value)
+
+
+@pytest.mark.skipif(not (REAL_GPT2 / "encoder.json").is_file(), reason="real GPT-2 files not present")
+def test_real_gpt2_files(tmp_path, monkeypatch):
+    monkeypatch.setenv("EMBINIT_GPT2_DIR", str(REAL_GPT2))
+    write(tmp_path / "wt" / "wiki.valid.tokens", ["Hello world"])
+    write(tmp_path / "wt" / "wiki.test.tokens", [" The lobster's claws"])
+    data = load_task("wikitext2", data_dir=tmp_path / "wt", tokenizer="gpt2", cache_dir=False,
+                     train_split="valid", eval_split="test")
+    assert len(data.vocab) == 50257 + 4
+    # OpenAI's ids for "Hello", " world" are 15496, 995; embinit's rows are shifted by the 4 specials.
+    assert data.splits["train"] == [15496 + 4, 995 + 4, data.vocab.index("<eos>")]
+    assert data.vocab.decode(data.splits["valid"][:-1]) == ["The", "Ġlobster", "'s", "Ġclaws"]
+
+
+@pytest.fixture(scope="module")
+def hf_folder(tmp_path_factory):
+    """A tiny uncased WordPiece tokenizer saved as a Hugging Face tokenizer folder."""
+    transformers = pytest.importorskip("transformers")
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, decoders
+    vocab = {t: i for i, t in enumerate(["[UNK]", "[CLS]", "[SEP]", "[PAD]", "the", "cat", "sat", "s",
+                                         "##at", "##s", "m", "."])}
+    tok = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece()
+    folder = tmp_path_factory.mktemp("hf")
+    transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]").save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.slow   # imports transformers (~5-10 s here)
+def test_hf_tokenizer_folder_vocab_from_training_strings(hf_folder, tmp_path):
+    write(tmp_path / "s" / "train.tsv", ["sentence\tlabel", "The cats sat.\t1", "the mats\t0"])
+    write(tmp_path / "s" / "dev.tsv", ["sentence\tlabel", "THE CAT\t1"])
+    data = load_task("sst2", data_dir=tmp_path / "s", tokenizer=str(hf_folder), min_freq=1, cache_dir=False)
+    assert data.vocab.decode(data.splits["train"][0][0]) == ["the", "cat", "##s", "sat", "."]
+    assert data.vocab.decode(data.splits["train"][1][0]) == ["the", "m", "##at", "##s"]
+    assert set(data.vocab.tokens[4:]) == {"the", "cat", "##s", "sat", ".", "m", "##at"}  # seen strings only
+    assert data.detokenize(["the", "m", "##at", "##s"]) == "the mats"
+    assert data.info["lowercased"] is True          # detected from the tokenizer, not the flag
+    resolved = resolve_tokenizer(str(hf_folder))
+    assert resolved.kind == "hf" and resolved.source == str(hf_folder.resolve())
+
+
+@pytest.mark.slow   # imports spaCy and builds two blank pipelines (~5 s here)
+def test_spacy_tokenization_lowercase_and_whitespace_tokens(tmp_path):
+    de = ["Zwei junge weiße Männer sind im Freien in der Nähe vieler Büsche.",
+          "Ein  Mann\u00a0schläft."]
+    en = ["Two young, White males are outside near many bushes.", "A man's sleeping."]
+    for stem in ("train", "val", "test_2016_flickr"):
+        write(tmp_path / "m" / f"{stem}.de", de)
+        write(tmp_path / "m" / f"{stem}.en", en)
+    data = load_task("multi30k", data_dir=tmp_path / "m", tokenizer="spacy", min_freq=1, cache_dir=False)
+    src, tgt = data.splits["train"][0]
+    assert data.src_vocab.decode(src)[-3:] == ["vieler", "büsche", "."]
+    assert data.vocab.decode(tgt)[:4] == ["two", "young", ",", "white"]
+    # Double spaces and U+00A0 are spaCy whitespace tokens: dropped, not vocabulary entries.
+    assert data.src_vocab.decode(data.splits["train"][1][0]) == ["ein", "mann", "schläft", "."]
+    assert data.vocab.decode(data.splits["train"][1][1]) == ["a", "man", "'s", "sleeping", "."]
+    assert data.ids_to_text(data.splits["test"][1][1]) == "a man's sleeping."
+    assert data.info["src_lang"] == "de" and data.info["tgt_lang"] == "en"
+    cased = load_task("multi30k", data_dir=tmp_path / "m", tokenizer="spacy", min_freq=1, cache_dir=False,
+                      lowercase=False)
+    assert "White" in cased.vocab and "white" not in cased.vocab and "Büsche" in cased.src_vocab
+    assert cased.references["val"] == en
