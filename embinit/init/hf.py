@@ -60,10 +60,19 @@ def hf_dim(name: str) -> int | None:
 def _load(name: str):
     try:
         from transformers import AutoModel, AutoTokenizer
+        from transformers.utils import logging as hf_logging
+    except ImportError as e:
+        raise EmbinitError(f"Hugging Face sources need `transformers`: {e}") from None
+    bar = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()   # a progress bar per load would flood CLI output and logs
+    try:
         tok = AutoTokenizer.from_pretrained(name)
         model = AutoModel.from_pretrained(name)
     except Exception as e:  # noqa: BLE001
         raise _fail(name, e) from None
+    finally:
+        if bar:
+            hf_logging.enable_progress_bar()
     weight = model.get_input_embeddings().weight.detach().to(torch.float32).clone()
     return tok, weight
 

@@ -1,0 +1,140 @@
+"""Every bad input is one clear EmbinitError line naming the file, line or value."""
+
+
+import numpy as np
+import pytest
+
+from embinit.errors import EmbinitError
+from embinit.init import build_table, parse_init_spec, source_dim
+from embinit.init import testing as tt
+from embinit.vocab import Vocab
+
+VOCAB = Vocab(["<pad>", "the", "cat", "dog"])
+
+
+def _err(fn, *args, **kw) -> str:
+    with pytest.raises(EmbinitError) as e:
+        fn(*args, **kw)
+    msg = str(e.value)
+    assert "\n" not in msg
+    return msg
+
+
+def test_missing_file(tmp_path):
+    missing = tmp_path / "nope.txt"
+    msg = _err(build_table, "glove", VOCAB, pretrained=str(missing), cache_dir=False)
+    assert "not found" in msg and str(missing) in msg
+    assert str(missing) in _err(source_dim, "glove", str(missing))
+
+
+def test_unreadable_file(tmp_path):
+    bad = tmp_path / "g.txt.gz"
+    bad.write_bytes(b"this is not gzip data")
+    msg = _err(build_table, "glove", VOCAB, pretrained=str(bad), cache_dir=False)
+    assert "cannot read" in msg and str(bad) in msg
+    folder = tmp_path / "dir.txt"
+    folder.mkdir()
+    assert "Hugging Face" in _err(build_table, "glove", VOCAB, pretrained=str(folder), cache_dir=False)
+
+
+def test_empty_file(tmp_path):
+    empty = tmp_path / "e.txt"
+    empty.write_text("")
+    assert "empty" in _err(build_table, "glove", VOCAB, pretrained=str(empty), cache_dir=False)
+
+
+def test_malformed_value_names_the_line(tmp_path):
+    path = tmp_path / "g.txt"
+    path.write_text("the 0.1 0.2\ncat 0.3 abc\ndog 0.5 0.6\n")
+    msg = _err(build_table, "glove", VOCAB, pretrained=str(path), cache_dir=False)
+    assert f"{path}:2" in msg and "'abc'" in msg
+
+
+@pytest.mark.parametrize("line", ["cat 0.3", "cat 0.3 0.4 0.5"])
+def test_inconsistent_dimension_within_a_file(tmp_path, line):
+    path = tmp_path / "g.txt"
+    path.write_text(f"the 0.1 0.2\nbird 0.1 0.1\n{line}\ndog 0.5 0.6\n")
+    msg = _err(build_table, "glove", VOCAB, pretrained=str(path), cache_dir=False)
+    assert f"{path}:3" in msg and "D" in msg
+
+
+def test_inconsistent_dimension_in_an_unneeded_line_is_still_reported(tmp_path):
+    path = tmp_path / "g.txt"
+    path.write_text("the 0.1 0.2\nbird 0.1\ncat 0.3 0.4\ndog 0.5 0.6\n")
+    assert f"{path}:2" in _err(build_table, "glove", VOCAB, pretrained=str(path), cache_dir=False)
+
+
+def test_header_dimension_disagrees_with_rows(tmp_path):
+    path = tmp_path / "w.txt"
+    path.write_text("3 4\nthe 0.1 0.2\ncat 0.3 0.4\n")
+    assert f"{path}:2" in _err(build_table, "word2vec", VOCAB, pretrained=str(path), cache_dir=False)
+
+
+def test_dimension_disagrees_with_requested_dim(tmp_path):
+    path = tt.write_text(tmp_path / "g.txt", tt.word_vectors(dim=6))
+    msg = _err(build_table, "glove", VOCAB, pretrained=str(path), dim=300, cache_dir=False)
+    assert "D=6" in msg and "dim=300" in msg
+
+
+def test_truncated_word2vec_binary(tmp_path):
+    path = tt.write_word2vec_bin(tmp_path / "w.bin", tt.word_vectors(dim=6))
+    path.write_bytes(path.read_bytes()[:-20])
+    assert "truncated" in _err(build_table, "word2vec", Vocab(["zzz"]), pretrained=str(path), cache_dir=False)
+
+
+def test_empty_overlap(tmp_path):
+    path = tt.write_text(tmp_path / "g.txt", tt.word_vectors(dim=3))
+    msg = _err(build_table, "glove", Vocab(["xyzzy", "plugh"]), pretrained=str(path), cache_dir=False)
+    assert "empty overlap" in msg and str(path) in msg
+
+
+def test_npy_without_vocabulary_file_or_mismatched(tmp_path):
+    np.save(tmp_path / "m.npy", np.zeros((3, 2), dtype=np.float32))
+    assert "m.vocab.txt" in _err(build_table, "npy", VOCAB, pretrained=str(tmp_path / "m.npy"), cache_dir=False)
+    (tmp_path / "m.vocab.txt").write_text("the\ncat\n")
+    assert "2 tokens" in _err(build_table, "npy", VOCAB, pretrained=str(tmp_path / "m.npy"), cache_dir=False)
+
+
+@pytest.mark.parametrize("spec,kind,valid", [
+    ("glvoe", "init", "glove"),
+    ("glove+standardise", "transform", "standardize"),
+    ({"source": "glove", "oov": "avg"}, "oov rule", "mean_cov"),
+])
+def test_unknown_names_list_the_valid_ones(spec, kind, valid):
+    msg = _err(parse_init_spec, spec)
+    assert f"registered {kind}" in msg and valid in msg
+
+
+def test_unknown_oov_rule_at_build_time(tmp_path):
+    path = tt.write_text(tmp_path / "g.txt", tt.word_vectors(dim=3))
+    msg = _err(build_table, "glove", VOCAB, pretrained=str(path), oov="nearest", cache_dir=False)
+    assert "'nearest'" in msg and "subword_mean" in msg
+
+
+def test_spec_shape_errors():
+    assert "unknown init spec keys ['colour']" in _err(parse_init_spec, {"source": "glove", "colour": 1})
+    assert "no 'source'" in _err(parse_init_spec, {"oov": "mean"})
+    assert "pretrained sources" in _err(parse_init_spec, "xavier+standardize")
+    assert "cannot parse" in _err(parse_init_spec, "glove++")
+    assert "string or a mapping" in _err(parse_init_spec, 3)
+
+
+def test_random_init_needs_a_dimension_and_pretrained_needs_a_source():
+    assert "dim" in _err(build_table, "xavier", VOCAB)
+    assert "--pretrained" in _err(build_table, "glove", VOCAB, cache_dir=False)
+
+
+def test_subword_mean_needs_a_tokenizer(tmp_path):
+    path = tt.write_text(tmp_path / "g.txt", tt.word_vectors(dim=3))
+    msg = _err(build_table, "glove", VOCAB, pretrained=str(path), oov="subword_mean", cache_dir=False)
+    assert "subword_mean" in msg and "tokenizer" in msg
+
+
+@pytest.mark.slow  # imports transformers
+def test_hf_model_that_cannot_be_loaded(tmp_path):
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"model_type": "bert", "hidden_size": 4}')
+    msg = _err(build_table, "hf", VOCAB, pretrained=str(folder), cache_dir=False)
+    assert "cannot load Hugging Face model" in msg and str(folder) in msg
+    assert source_dim("hf", str(folder)) == 4

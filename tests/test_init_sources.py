@@ -1,0 +1,172 @@
+"""Every pretrained source format round-trips exact rows; lookups, specials, cache and source_dim."""
+
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from embinit.init import build_table, load_aligned, source_dim
+from embinit.init import testing as tt
+from embinit.vocab import Vocab
+
+torch.set_num_threads(1)
+VOCAB = Vocab(["<pad>", "<unk>", "the", "cat", "sat", "zebra", "mat", "Paris"])
+
+
+def _write(fmt, tmp_path, vectors):
+    return {
+        "glove": lambda: tt.write_text(tmp_path / "g.txt", vectors),
+        "glove_gz": lambda: tt.write_text(tmp_path / "g.txt.gz", vectors),
+        "word2vec": lambda: tt.write_text(tmp_path / "w.txt", vectors, header=True),
+        "fasttext": lambda: tt.write_text(tmp_path / "f.vec", vectors, header=True),
+        "word2vec_bin": lambda: tt.write_word2vec_bin(tmp_path / "w.bin", vectors),
+        "npy": lambda: tt.write_npy(tmp_path / "m.npy", vectors),
+    }[fmt]()
+
+
+FAMILY = {"glove": "glove", "glove_gz": "glove", "word2vec": "word2vec", "fasttext": "fasttext",
+          "word2vec_bin": "word2vec", "npy": "npy"}
+
+
+@pytest.mark.parametrize("fmt", list(FAMILY))
+def test_word_vector_formats_round_trip_exact_rows(fmt, tmp_path):
+    vectors = tt.word_vectors(dim=6, seed=3)
+    path = _write(fmt, tmp_path, vectors)
+    res = build_table(FAMILY[fmt], VOCAB, pretrained=str(path), cache_dir=False, seed=0)
+    assert res.table.shape == (len(VOCAB), 6) and res.dim == 6
+    for i, tok in enumerate(VOCAB.tokens):
+        if tok in vectors:
+            assert torch.equal(res.table[i], torch.tensor(vectors[tok], dtype=torch.float32)), tok
+    assert res.coverage["rows_found"] == sum(t in vectors for t in VOCAB.tokens) == 5
+    assert source_dim(FAMILY[fmt], str(path)) == 6
+    assert source_dim("pretrained", str(path)) == 6
+
+
+@pytest.mark.parametrize("fmt", list(FAMILY))
+def test_generic_pretrained_alias_detects_the_format(fmt, tmp_path):
+    vectors = tt.word_vectors(dim=4, seed=1)
+    path = _write(fmt, tmp_path, vectors)
+    a = build_table("pretrained", VOCAB, pretrained=str(path), cache_dir=False).table
+    b = build_table(FAMILY[fmt], VOCAB, pretrained=str(path), cache_dir=False).table
+    assert torch.equal(a, b)
+
+
+def test_lowercase_fallback_prefers_the_exact_token(tmp_path):
+    vectors = tt.word_vectors(["the", "cat", "paris", "Paris", "london"], dim=3)
+    path = tt.write_text(tmp_path / "g.txt", vectors)
+    vocab = Vocab(["The", "Paris", "London", "cat"])
+    plain = build_table("glove", vocab, pretrained=str(path), cache_dir=False)
+    assert plain.coverage["rows_found"] == 2
+    low = build_table({"source": "glove", "lowercase": True}, vocab, pretrained=str(path), cache_dir=False)
+    assert low.coverage["rows_found"] == 4
+    assert torch.equal(low.table[1], torch.tensor(vectors["Paris"], dtype=torch.float32))
+    assert torch.equal(low.table[2], torch.tensor(vectors["london"], dtype=torch.float32))
+
+
+def test_first_occurrence_wins_and_words_may_contain_spaces(tmp_path):
+    path = tmp_path / "g.txt"
+    path.write_text("cat 1.0 2.0\n. . . 5.0 6.0\ncat 3.0 4.0\n. 7.0 8.0\n", encoding="utf-8")
+    res = build_table("glove", Vocab(["cat", ". . .", "."]), pretrained=str(path), cache_dir=False)
+    assert res.table.tolist() == [[1.0, 2.0], [5.0, 6.0], [7.0, 8.0]]
+
+
+def test_token_share_uses_training_counts(tmp_path):
+    path = tt.write_text(tmp_path / "g.txt", tt.word_vectors(["the", "cat"], dim=2))
+    vocab = Vocab(["<pad>", "the", "cat", "qqq"], counts={"the": 6, "cat": 2, "qqq": 2}, specials=("<pad>",))
+    cov = build_table("glove", vocab, pretrained=str(path), cache_dir=False).coverage
+    assert cov == {"rows_found": 2, "rows_total": 4, "row_share": 0.5, "token_share": 0.8}
+
+
+def test_cache_returns_identical_matrices_and_tracks_the_file(tmp_path):
+    vectors = tt.word_vectors(dim=5)
+    path = tt.write_text(tmp_path / "g.txt", vectors)
+    cache = tmp_path / "cache"
+    first = build_table("glove+standardize", VOCAB, pretrained=str(path), cache_dir=cache, seed=4)
+    second = build_table("glove+standardize", VOCAB, pretrained=str(path), cache_dir=cache, seed=4)
+    assert not first.info["cached"] and second.info["cached"]
+    assert torch.equal(first.table, second.table)
+    assert len(list((cache / "aligned").glob("*.pt"))) == 1
+    # a changed file (size and mtime) is a different source: the cache must not serve the old rows
+    vectors["cat"] = vectors["cat"] + 1.0
+    tt.write_text(path, {**vectors, "extra": vectors["the"]})
+    os.utime(path, ns=(1, 1))
+    third = build_table("glove", VOCAB, pretrained=str(path), cache_dir=cache)
+    assert not third.info["cached"]
+    assert torch.equal(third.table[3], torch.tensor(vectors["cat"], dtype=torch.float32))
+
+
+def test_cache_key_includes_vocabulary_and_lowercase(tmp_path):
+    path = tt.write_text(tmp_path / "g.txt", tt.word_vectors(dim=3))
+    cache = tmp_path / "cache"
+    kind = "text"
+    a, hit_a = load_aligned(kind, str(path), VOCAB, False, cache)
+    b, hit_b = load_aligned(kind, str(path), Vocab(VOCAB.tokens[:-1]), False, cache)
+    c, hit_c = load_aligned(kind, str(path), VOCAB, True, cache)
+    assert not (hit_a or hit_b or hit_c)
+    d, hit_d = load_aligned(kind, str(path), VOCAB, False, cache)
+    assert hit_d and torch.equal(d.rows, a.rows) and torch.equal(d.found, a.found)
+
+
+def test_corrupt_cache_entry_is_rebuilt(tmp_path):
+    path = tt.write_text(tmp_path / "g.txt", tt.word_vectors(dim=3))
+    cache = tmp_path / "cache"
+    ref = build_table("glove", VOCAB, pretrained=str(path), cache_dir=cache).table
+    (entry,) = (cache / "aligned").glob("*.pt")
+    entry.write_bytes(b"not a torch file")
+    again = build_table("glove", VOCAB, pretrained=str(path), cache_dir=cache)
+    assert not again.info["cached"] and torch.equal(again.table, ref)
+
+
+def test_default_cache_dir_comes_from_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("EMBINIT_CACHE_DIR", str(tmp_path / "envcache"))
+    path = tt.write_text(tmp_path / "g.txt", tt.word_vectors(dim=3))
+    build_table("glove", VOCAB, pretrained=str(path))
+    assert list((tmp_path / "envcache" / "aligned").glob("*.pt"))
+
+
+@pytest.fixture(scope="module")
+def bert_dir(tmp_path_factory):
+    return tt.write_tiny_bert(tmp_path_factory.mktemp("bert"), dim=8)
+
+
+@pytest.mark.slow  # imports transformers (several seconds on a busy machine)
+def test_hf_source_round_trips_rows_and_maps_specials(bert_dir):
+    pieces, weight = tt.bert_rows(bert_dir)
+    vocab = Vocab(["<pad>", "<unk>", "<bos>", "<eos>", "the", "##s", "mat", "cats", "zzzq"])
+    res = build_table("hf", vocab, pretrained=str(bert_dir), cache_dir=False)
+    expect = {"<pad>": "[PAD]", "<unk>": "[UNK]", "<bos>": "[CLS]", "<eos>": "[SEP]", "the": "the",
+              "##s": "##s", "mat": "mat"}
+    for i, tok in enumerate(vocab.tokens):
+        if tok in expect:
+            assert torch.equal(res.table[i], weight[pieces[expect[tok]]]), tok
+    assert res.coverage["rows_found"] == 7
+    assert source_dim("hf", str(bert_dir)) == 8 and source_dim("bert", str(bert_dir)) == 8
+    assert res.dim == 8
+
+
+@pytest.mark.slow
+def test_subword_mean_averages_the_tokenizer_pieces(bert_dir):
+    pieces, weight = tt.bert_rows(bert_dir)
+    vocab = Vocab(["the", "cats", "running", "zzzq"])
+    res = build_table("bert", vocab, pretrained=str(bert_dir), oov="subword_mean", cache_dir=False)
+    cats = weight[[pieces["cat"], pieces["##s"]]].double().mean(0).float()
+    running = weight[[pieces["run"], pieces["##ning"]]].double().mean(0).float()
+    assert torch.allclose(res.table[1], cats, atol=1e-7)
+    assert torch.allclose(res.table[2], running, atol=1e-7)
+    # no known piece: falls back to the mean of the found rows
+    assert torch.allclose(res.table[3], weight[pieces["the"]], atol=1e-7)
+    # with a transform the pieces are mapped into the transformed space (affine for standardize)
+    std = build_table("bert+standardize", vocab, pretrained=str(bert_dir), oov="subword_mean", cache_dir=False)
+    raw = weight[pieces["the"]].double()
+    scale = (std.table[0].double()[0] - std.table[0].double()[1]) / (raw[0] - raw[1])
+    shift = std.table[0].double() - raw * scale
+    assert torch.allclose(std.table[1].double(), cats.double() * scale + shift, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_hf_cache_round_trip(bert_dir, tmp_path):
+    vocab = Vocab(["the", "cats", "dog"])
+    a = build_table("hf", vocab, pretrained=str(bert_dir), oov="subword_mean", cache_dir=tmp_path)
+    b = build_table("hf", vocab, pretrained=str(bert_dir), oov="subword_mean", cache_dir=tmp_path)
+    assert b.info["cached"] and torch.equal(a.table, b.table)

@@ -1,0 +1,127 @@
+"""The paper's equations: Xavier's bound, standardize (eq. 1), match (eq. 4), shuffle; the order of
+operations (statistics from found rows, transform, then OOV rows in the transformed space)."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from embinit.init import build_table, xavier_bound, xavier_std
+from embinit.init import testing as tt
+from embinit.vocab import Vocab
+
+torch.set_num_threads(1)
+
+
+def _rel(a, b):
+    return abs(a - b) / abs(b)
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory):
+    """40 words with a wide, shifted distribution (like GloVe: std ~ 0.7 to 5, mean != 0)."""
+    words = [f"w{i}" for i in range(40)]
+    vectors = {w: np.round(v * 3.0 + 0.5, 4) for w, v in tt.word_vectors(words, dim=16, seed=5).items()}
+    path = tt.write_text(tmp_path_factory.mktemp("src") / "g.txt", vectors)
+    return path, vectors
+
+
+VOCAB = Vocab(["<pad>", "<unk>"] + [f"w{i}" for i in range(30)] + ["oov1", "oov2", "oov3"])
+FOUND = slice(2, 32)
+
+
+def test_xavier_bound_is_the_papers():
+    n, d = 5893, 300
+    assert xavier_bound(n, d) == math.sqrt(6 / (n + d))
+    t = build_table("xavier", Vocab([f"t{i}" for i in range(n)]), dim=d, seed=0).table
+    a = math.sqrt(6 / (n + d))
+    assert t.abs().max().item() <= a
+    assert t.abs().max().item() > 0.999 * a          # a uniform draw of 1.7M values reaches the edge
+    assert _rel(t.double().std().item(), a / math.sqrt(3)) < 0.01
+    assert abs(t.double().mean().item()) < 0.01 * a
+
+
+def test_xavier_normal_and_normal_stds():
+    vocab = Vocab([f"t{i}" for i in range(2000)])
+    xn = build_table("xavier_normal", vocab, dim=100, seed=0).table.double()
+    assert _rel(xn.std().item(), xavier_std(2000, 100)) < 0.01
+    nm = build_table("normal", vocab, dim=100, seed=0).table.double()
+    assert _rel(nm.std().item(), 0.02) < 0.01
+
+
+def test_standardize_hits_xavier_mean_and_std(source):
+    path, vectors = source
+    res = build_table("glove+standardize", VOCAB, pretrained=str(path), cache_dir=False, seed=0)
+    found = res.table[FOUND].double()
+    target = xavier_std(len(VOCAB), 16)
+    assert _rel(found.std().item(), target) < 1e-6
+    assert abs(found.mean().item()) < 1e-6 * target
+    # the analytic sigma_x agrees with the sample std of an actual Xavier table of the same N x D
+    big = build_table("xavier", Vocab([f"t{i}" for i in range(3000)]), dim=16, seed=1).table.double()
+    assert _rel(big.std().item(), xavier_std(3000, 16)) < 0.01
+    # eq. 1 keeps the rows' geometry: the map is affine with one scale for every value
+    raw = np.stack([vectors[f"w{i}"] for i in range(30)])
+    z = (raw - raw.mean()) / raw.std(ddof=1) * target
+    assert np.allclose(found.numpy(), z, atol=1e-6)
+    assert res.source_stats["std_p"] == pytest.approx(raw.std(ddof=1), rel=1e-6)
+    assert res.source_stats["mean_p"] == pytest.approx(raw.mean(), rel=1e-6)
+
+
+def test_match_hits_the_sources_mean_and_std(source):
+    path, vectors = source
+    res = build_table("glove+match", VOCAB, pretrained=str(path), cache_dir=False, seed=0)
+    raw = np.stack([vectors[f"w{i}"] for i in range(30)])
+    table = res.table.double()
+    assert _rel(table.std().item(), raw.std(ddof=1)) < 1e-6
+    assert _rel(table.mean().item(), raw.mean()) < 1e-6
+    assert res.label == "Xavier_GloVe" and res.oov is None   # every row is rescaled Xavier
+    # no pretrained row survives: the table is a rescaled uniform draw, not the source's values
+    assert not np.isin(res.table[FOUND].numpy(), raw.astype(np.float32)).any()
+
+
+def test_shuffle_preserves_values_and_permutes_rows_and_columns(source):
+    path, vectors = source
+    res = build_table("glove+shuffle", VOCAB, pretrained=str(path), cache_dir=False, seed=0)
+    raw = torch.tensor(np.stack([vectors[f"w{i}"] for i in range(30)]), dtype=torch.float32)
+    found = res.table[FOUND]
+    assert torch.equal(found.flatten().sort().values, raw.flatten().sort().values)
+    assert not torch.equal(found, raw)
+    # a row and column permutation: each shuffled row is some source row with permuted columns
+    raw_rows = {tuple(sorted(r.tolist())) for r in raw}
+    assert all(tuple(sorted(r.tolist())) in raw_rows for r in found)
+    col_sums = sorted(raw.sum(0).tolist())
+    assert np.allclose(sorted(found.sum(0).tolist()), col_sums, atol=1e-4)
+    again = build_table("glove+shuffle", VOCAB, pretrained=str(path), cache_dir=False, seed=0).table
+    assert torch.equal(again, res.table)
+
+
+def test_oov_rows_are_filled_in_the_transformed_space(source):
+    path, _ = source
+    res = build_table("glove+standardize", VOCAB, pretrained=str(path), oov="mean", cache_dir=False)
+    found = res.table[FOUND].double()
+    for i in (0, 1, 32, 33, 34):
+        assert torch.allclose(res.table[i].double(), found.mean(0), atol=1e-7)
+    xav = build_table("glove+standardize", VOCAB, pretrained=str(path), oov="xavier", cache_dir=False)
+    a = xavier_bound(len(VOCAB), 16)
+    assert xav.table[[0, 1, 32, 33, 34]].abs().max().item() <= a
+    zeros = build_table("glove+standardize", VOCAB, pretrained=str(path), oov="zeros", cache_dir=False)
+    assert zeros.table[[0, 1, 32, 33, 34]].abs().sum().item() == 0
+
+
+def test_mean_cov_samples_the_found_rows_distribution(source):
+    path, _ = source
+    vocab = Vocab([f"w{i}" for i in range(40)] + [f"oov{i}" for i in range(4000)])
+    res = build_table("glove", vocab, pretrained=str(path), oov="mean_cov", cache_dir=False, seed=0)
+    found, fill = res.table[:40].double(), res.table[40:].double()
+    assert (fill.mean(0) - found.mean(0)).abs().max().item() < 0.25   # 3 sigma/sqrt(4000) ~ 0.15
+    cov_found = torch.cov(found.T)
+    cov_fill = torch.cov(fill.T)
+    assert (cov_fill - cov_found).abs().max().item() < 0.1 * cov_found.diagonal().max().item() + 0.5
+
+
+def test_raw_source_keeps_xavier_oov_rows_as_in_the_paper(source):
+    path, vectors = source
+    res = build_table("glove", VOCAB, pretrained=str(path), cache_dir=False)
+    assert torch.equal(res.table[2], torch.tensor(vectors["w0"], dtype=torch.float32))
+    assert res.table[[0, 1, 32]].abs().max().item() <= xavier_bound(len(VOCAB), 16)
