@@ -43,7 +43,7 @@ def test_multi30k_line_files(tmp_path):
     assert "hund" in data.src_vocab and "hund" not in data.vocab   # separate vocabularies
     assert data.vocab.tokens[:4] == list(SPECIALS)
     # References are the raw target lines, lowercased like the model's output vocabulary.
-    assert data.references["val"] == ["a dog runs!", "a man sits."]
+    assert data.references["val"] == ["a dog runs!", "a man sits."] and data.info["lowercase"] is True
     assert data.info["sizes"] == {"train": 4, "val": 2, "test": 2}
     assert data.info["loaded_from"] == str((tmp_path / "m").resolve())
 

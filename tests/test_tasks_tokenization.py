@@ -71,6 +71,7 @@ def test_gpt2_from_local_files_in_the_task_folder(tmp_path):
     # Cased (never lowercased): no merge applies to "T" or "Cat".
     assert data.vocab.decode(data.splits["train"][4:10]) == ["T", "he", "Ġ", "C", "a", "t"]
     assert data.info["tokenizer_source"] == str(folder) and "full vocabulary" in data.info["vocab_rule"]
+    assert data.info["lowercase"] is False
     detok = pickle.loads(pickle.dumps(data.detokenize))     # picklable for Ray workers
     assert detok(["Ġcat", "Ġthe"]) == "cat the"
 
@@ -144,7 +145,7 @@ def test_hf_tokenizer_folder_vocab_from_training_strings(hf_folder, tmp_path):
     assert data.vocab.decode(data.splits["train"][1][0]) == ["the", "m", "##at", "##s"]
     assert set(data.vocab.tokens[4:]) == {"the", "cat", "##s", "sat", ".", "m", "##at"}  # seen strings only
     assert data.detokenize(["the", "m", "##at", "##s"]) == "the mats"
-    assert data.info["lowercased"] is True          # detected from the tokenizer, not the flag
+    assert data.info["lowercase"] is True          # detected from the tokenizer, not the flag
     resolved = resolve_tokenizer(str(hf_folder))
     assert resolved.kind == "hf" and resolved.source == str(hf_folder.resolve())
 
@@ -169,4 +170,4 @@ def test_spacy_tokenization_lowercase_and_whitespace_tokens(tmp_path):
     cased = load_task("multi30k", data_dir=tmp_path / "m", tokenizer="spacy", min_freq=1, cache_dir=False,
                       lowercase=False)
     assert "White" in cased.vocab and "white" not in cased.vocab and "Büsche" in cased.src_vocab
-    assert cased.references["val"] == en
+    assert cased.references["val"] == en and cased.info["lowercase"] is False

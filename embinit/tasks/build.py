@@ -119,7 +119,9 @@ def build(raw: RawData, src_spec: TokenizerSpec | None, tgt_spec: TokenizerSpec,
     else:
         out = build_lm(raw, tgt, min_freq, full_vocab)
     out["eval_splits"] = list(raw.eval_splits)
-    out["info"].update(train_examples_available=available, lowercased=tgt.lowercases,
+    # info["lowercase"]: whether the text the model sees is lowercased (the effective value, detected for
+    # sub-word tokenizers); BLEU reads it to compare case-insensitively.
+    out["info"].update(train_examples_available=available, lowercase=tgt.lowercases,
                        loaded_from=raw.loaded_from, vocab_size=len(out["vocab"]),
                        src_vocab_size=len(out["src_vocab"]) if out["src_vocab"] else None, **raw.extra_info)
     return out

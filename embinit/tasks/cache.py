@@ -21,7 +21,7 @@ from typing import Any
 from embinit.errors import EmbinitError
 
 # Bumped whenever a change here changes the tokenized data of a task (part of every key).
-DATA_VERSION = "1"
+DATA_VERSION = "2"
 FORMAT = 1
 
 
