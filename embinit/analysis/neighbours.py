@@ -1,0 +1,126 @@
+"""Blocked k-nearest-neighbour search over the rows of an embedding matrix, never forming N x N.
+
+Scores are inner products (`"dot"`) or cosines (`"cosine"`: rows are unit-normalized first; an all-zero
+row has cosine 0 with everything). A token is never its own neighbour.
+
+Tie-break, so results are deterministic: neighbours are ordered by descending score, and among equal
+scores the lower row index wins, including at the k-th place (if rows 7 and 3 tie for the last slot,
+row 3 gets it). "Equal" means equal as computed in the input's dtype.
+
+How: the score matrix is symmetric, so only the blocks on and above the diagonal are multiplied; each
+block updates the running top-(k+1) of its rows and, transposed, of its columns (half the FLOPs of the
+naive loop, memory O(N k + block^2)). Keeping k+1 values tells exactly which rows have a tie across
+the k-th place; only those rows are recomputed with a stable full sort.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from embinit.errors import EmbinitError, unknown_name
+
+NEIGHBOUR_METRICS = ("dot", "cosine")
+DEFAULT_BLOCK = 4096  # 4096^2 floats = 64 MB per score block; big enough for efficient matmuls
+
+
+def prepare(x: torch.Tensor, neighbours: str = "dot", name: str = "embeddings") -> torch.Tensor:
+    """Validate a 2-D finite float matrix and normalize it when `neighbours` is cosine."""
+    if neighbours not in NEIGHBOUR_METRICS:
+        raise unknown_name("neighbour metric", neighbours, NEIGHBOUR_METRICS)
+    if not isinstance(x, torch.Tensor):
+        x = torch.as_tensor(x)
+    if x.dim() != 2 or x.shape[0] == 0 or x.shape[1] == 0:
+        raise EmbinitError(f"{name} must be a non-empty 2-D matrix, got shape {tuple(x.shape)}")
+    if not x.is_floating_point():
+        x = x.float()
+    if not torch.isfinite(x).all():
+        raise EmbinitError(f"{name} contains NaN or infinite values")
+    if neighbours == "cosine":
+        x = x / x.norm(dim=1, keepdim=True).clamp_min(torch.finfo(x.dtype).tiny)
+    return x.contiguous()
+
+
+def check_k(k: int, n: int) -> None:
+    if not isinstance(k, int) or k < 1:
+        raise EmbinitError(f"k must be a positive integer, got {k!r}")
+    if k >= n:
+        raise EmbinitError(f"k={k} must be smaller than the number of tokens N={n} "
+                           "(each token has only N-1 other tokens)")
+
+
+def _merge(vals, idx, rows: slice, scores: torch.Tensor, col0: int, keep: int) -> None:
+    """Fold a score block (rows x block columns starting at col0) into the running top-`keep`."""
+    m = min(keep, scores.shape[1])
+    v, p = torch.topk(scores, m, dim=1)
+    cat_v = torch.cat([vals[rows], v], dim=1)
+    cat_i = torch.cat([idx[rows], p + col0], dim=1)
+    best_v, pos = torch.topk(cat_v, keep, dim=1)
+    vals[rows] = best_v
+    idx[rows] = torch.gather(cat_i, 1, pos)
+
+
+def _order(vals: torch.Tensor, idx: torch.Tensor):
+    """Sort each row by descending value, ties by ascending index."""
+    by_idx = torch.argsort(idx, dim=1)
+    vals, idx = torch.gather(vals, 1, by_idx), torch.gather(idx, 1, by_idx)
+    by_val = torch.sort(vals, dim=1, descending=True, stable=True).indices
+    return torch.gather(vals, 1, by_val), torch.gather(idx, 1, by_val)
+
+
+def _exact_rows(x: torch.Tensor, rows: torch.Tensor, k: int):
+    """Top-k of the given rows by a stable full sort (for rows whose k-th place is tied)."""
+    s = x[rows] @ x.T
+    s[torch.arange(len(rows)), rows] = float("-inf")
+    v, i = torch.sort(s, dim=1, descending=True, stable=True)
+    return v[:, :k], i[:, :k]
+
+
+def knn(x: torch.Tensor, k: int, neighbours: str = "dot", block_size: int = DEFAULT_BLOCK,
+        prepared: bool = False):
+    """(scores, indices), each [N, k]: every row's k nearest other rows, by the tie-break above."""
+    if not prepared:
+        x = prepare(x, neighbours)
+    n = x.shape[0]
+    check_k(k, n)
+    keep = k + 1  # one extra to detect a tie across the k-th place
+    vals = torch.full((n, keep), float("-inf"), dtype=x.dtype)
+    idx = torch.full((n, keep), n, dtype=torch.long)  # n: "no neighbour yet" (only with -inf)
+    b = max(1, int(block_size))
+    with torch.no_grad():
+        for i0 in range(0, n, b):
+            ri = slice(i0, min(i0 + b, n))
+            xi = x[ri]
+            for j0 in range(i0, n, b):
+                rj = slice(j0, min(j0 + b, n))
+                s = xi @ x[rj].T
+                if j0 == i0:
+                    s.fill_diagonal_(float("-inf"))
+                _merge(vals, idx, ri, s, j0, keep)
+                if j0 != i0:
+                    _merge(vals, idx, rj, s.T.contiguous(), i0, keep)
+        vals, idx = _order(vals, idx)
+        tied = torch.nonzero(vals[:, k - 1] == vals[:, k]).flatten() if keep <= n - 1 else \
+            torch.empty(0, dtype=torch.long)
+        out_v, out_i = vals[:, :k].clone(), idx[:, :k].clone()
+        for c0 in range(0, len(tied), b):
+            rows = tied[c0:c0 + b]
+            out_v[rows], out_i[rows] = _exact_rows(x, rows, k)
+    return out_v, out_i
+
+
+def topk_excluding(scores: torch.Tensor, k: int, exclude: torch.Tensor | None = None):
+    """Top-k per row of a [B, V] score block by the same tie-break (lower column wins), after setting
+    the columns in `exclude` ([B, E] long, -1 = none) to -inf. Used for query-vs-vocabulary searches."""
+    if exclude is not None:
+        valid = exclude >= 0
+        rows = torch.arange(scores.shape[0]).unsqueeze(1).expand_as(exclude)
+        scores[rows[valid], exclude[valid]] = float("-inf")
+    keep = min(k + 1, scores.shape[1])
+    v, i = torch.topk(scores, keep, dim=1)
+    v, i = _order(v, i)
+    if keep > k:
+        tied = torch.nonzero(v[:, k - 1] == v[:, k]).flatten()
+        if len(tied):
+            sv, si = torch.sort(scores[tied], dim=1, descending=True, stable=True)
+            v[tied], i[tied] = sv[:, :keep], si[:, :keep]
+    return v[:, :k], i[:, :k]
