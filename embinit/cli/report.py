@@ -1,0 +1,24 @@
+"""`embinit report EXPERIMENT`: the paper's Table 1 for an MLflow experiment (mean (σ), n, best epoch,
+95% CI per task x init), read from MLflow alone; `--plot DIR` writes Figure-1-style mean curves."""
+
+from __future__ import annotations
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("report", help="Table 1 (mean, σ, n, 95% CI per task x init) from MLflow")
+    p.add_argument("experiment", help="MLflow experiment name (the spec's name)")
+    p.add_argument("--format", choices=("markdown", "csv", "json"), default="markdown")
+    p.add_argument("--plot", metavar="DIR", default=None, help="write mean validation curves per init to DIR")
+    p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: sqlite:///mlflow.db)")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from embinit.report import build_report
+    report = build_report(args.experiment, args.tracking_uri)
+    text = {"markdown": report.to_markdown, "csv": report.to_csv, "json": report.to_json}[args.format]()
+    print(text, end="" if text.endswith("\n") else "\n")
+    if args.plot:
+        for path in report.plot(args.plot):
+            print(f"wrote {path}")
+    return 0
