@@ -1,0 +1,64 @@
+"""`embinit inits` and `embinit embeddings stats`: a table for people, --json for programs, and
+one-line errors with exit code 2."""
+
+import json
+from pathlib import Path
+
+import torch
+
+from embinit.cli import main
+from embinit.init import DESCRIPTIONS, build_table
+from embinit.init import testing as tt
+from embinit.stats import embedding_stats
+from embinit.vocab import Vocab
+
+EXAMPLE = Path(__file__).parent / "data" / "example_vocab.txt"
+
+
+def test_inits_lists_every_registered_name(capsys):
+    assert main(["inits"]) == 0
+    out = capsys.readouterr().out
+    for group in DESCRIPTIONS.values():
+        for name, desc in group.items():
+            assert any(line.split()[:1] == [name] and desc in line for line in out.splitlines()), name
+
+
+def test_inits_json(capsys):
+    assert main(["inits", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == DESCRIPTIONS
+
+
+def test_stats_table_for_the_readme_example(capsys):
+    assert main(["embeddings", "stats", "--vocab", str(EXAMPLE), "--init", "xavier", "--dim", "300"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Xavier")
+    expected = embedding_stats(build_table("xavier", Vocab.load(EXAMPLE), dim=300, seed=0).table)
+    rows = dict(line.split() for line in out.splitlines() if line.startswith("emb/"))
+    assert set(rows) == set(expected)
+    assert float(rows["emb/std"]) == float(f"{expected['emb/std']:.6g}")
+
+
+def test_stats_json_with_a_pretrained_source(capsys, tmp_path):
+    vectors = tt.word_vectors(["a", "the", "in", "man", "dog"], dim=4)
+    path = tt.write_text(tmp_path / "g.txt", vectors)
+    argv = ["embeddings", "stats", "--vocab", str(EXAMPLE), "--init", "glove+standardize", "--pretrained",
+            str(path), "--oov", "mean", "--seed", "3", "--cache-dir", str(tmp_path / "c"), "--json"]
+    assert main(argv) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["label"] == "GloVe_Xavier" and data["dim"] == 4 and data["oov"] == "mean"
+    assert data["coverage"]["rows_found"] == 5 and 0 < data["coverage"]["token_share"] < 1
+    res = build_table("glove+standardize", Vocab.load(EXAMPLE), pretrained=str(path), oov="mean", seed=3,
+                      cache_dir=False)
+    assert data["stats"] == embedding_stats(res.table, coverage=res.coverage)
+    assert torch.isfinite(res.table).all()
+
+
+def test_errors_are_one_line_with_exit_2(capsys, tmp_path):
+    assert main(["embeddings", "stats", "--vocab", str(EXAMPLE), "--init", "glvoe", "--dim", "8"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "'glvoe' is not a registered init" in err and "Traceback" not in err
+    missing = tmp_path / "missing.txt"
+    assert main(["embeddings", "stats", "--vocab", str(EXAMPLE), "--init", "glove", "--pretrained",
+                 str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(missing) in err

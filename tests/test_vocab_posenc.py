@@ -1,0 +1,101 @@
+"""Basics of the shared foundation: Vocab, sinusoidal position encodings, TrialConfig."""
+
+import math
+from collections import Counter
+
+import pytest
+import torch
+
+from embinit.config import TASKS, TrialConfig, task_defaults
+from embinit.errors import EmbinitError
+from embinit.posenc import sinusoidal
+from embinit.vocab import BOS, EOS, PAD, SPECIALS, UNK, Vocab
+
+
+def test_build_puts_specials_first_then_by_count_then_alphabetically():
+    counter = Counter({"b": 3, "a": 3, "c": 5, "rare": 1})
+    v = Vocab.build(counter, min_freq=2)
+    assert v.tokens == [PAD, UNK, BOS, EOS, "c", "a", "b"]
+    assert [v.index(s) for s in SPECIALS] == [0, 1, 2, 3]
+    assert v.counts == {"c": 5, "a": 3, "b": 3}
+    assert Vocab.build(counter, min_freq=1, max_size=6).tokens == [PAD, UNK, BOS, EOS, "c", "a"]
+
+
+def test_encode_decode_and_unknowns():
+    v = Vocab.build(Counter({"cat": 2, "dog": 2}))
+    ids = v.encode(["cat", "zebra", "dog"])
+    assert ids == [v.index("cat"), v.index(UNK), v.index("dog")]
+    assert v.decode(ids) == ["cat", UNK, "dog"]
+    assert v.index("zebra") == 1 and "cat" in v and "zebra" not in v and v[4] in ("cat", "dog")
+    with pytest.raises(KeyError):
+        Vocab(["a", "b"]).index("zebra")
+
+
+def test_duplicates_are_rejected():
+    with pytest.raises(EmbinitError, match="duplicate"):
+        Vocab(["a", "b", "a"])
+
+
+def test_fingerprint_depends_on_tokens_and_order():
+    a, b = Vocab(["x", "y"]), Vocab(["y", "x"])
+    assert a.fingerprint() == Vocab(["x", "y"]).fingerprint() != b.fingerprint()
+    assert Vocab(["xy"]).fingerprint() != Vocab(["x", "y"]).fingerprint()
+
+
+def test_save_load_round_trip_with_counts(tmp_path):
+    v = Vocab.build(Counter({"naïve": 4, "tab-free": 2}), min_freq=1)
+    v.save(tmp_path / "v.txt")
+    w = Vocab.load(tmp_path / "v.txt")
+    assert w.tokens == v.tokens and w.counts == v.counts and w.specials == SPECIALS
+    assert w.fingerprint() == v.fingerprint()
+
+
+@pytest.mark.parametrize("content,match", [(None, "not found"), ("", "empty"), ("a\t3\nb\tx\n", ":2")])
+def test_load_errors(tmp_path, content, match):
+    path = tmp_path / "v.txt"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(EmbinitError, match=match):
+        Vocab.load(path)
+
+
+def test_example_vocab_file_is_a_real_vocabulary():
+    from pathlib import Path
+    v = Vocab.load(Path(__file__).parent / "data" / "example_vocab.txt")
+    assert v.tokens[:4] == list(SPECIALS) and 150 <= len(v) <= 250
+    assert {"the", "a", "man", "dog"} <= set(v.tokens)
+    assert all(v.counts[t] > 0 for t in v.tokens[4:])
+
+
+def test_sinusoidal_matches_the_formula():
+    pe = sinusoidal(20, 7, base=10000.0)
+    assert pe.shape == (20, 7) and pe.dtype == torch.float32
+    for pos in (0, 1, 5, 19):
+        for i in range(7):
+            angle = pos / 10000.0 ** ((i - i % 2) / 7)
+            expect = math.sin(angle) if i % 2 == 0 else math.cos(angle)
+            assert pe[pos, i].item() == pytest.approx(expect, abs=1e-6)
+    assert torch.equal(sinusoidal(3, 4, dtype=torch.float64)[0], torch.tensor([0.0, 1.0, 0.0, 1.0],
+                                                                                dtype=torch.float64))
+    with pytest.raises(ValueError):
+        sinusoidal(0, 4)
+
+
+def test_trial_key_is_stable_and_ignores_threads_and_device():
+    a = TrialConfig(task="multi30k", init="glove+standardize", seed=1)
+    assert a.key() == TrialConfig(task="multi30k", init="glove+standardize", seed=1, threads=4,
+                                  device="cpu").key()
+    assert a.key() != TrialConfig(task="multi30k", init="glove+standardize", seed=2).key()
+    # an explicit default is the same trial as an implicit one
+    assert a.key() == TrialConfig(task="multi30k", init="glove+standardize", seed=1,
+                                  lr=TASKS["multi30k"].lr).key()
+    assert TrialConfig.from_dict(a.to_dict()) == a
+
+
+def test_trial_config_resolution_and_errors():
+    r = TrialConfig(task="sst2").resolved()
+    assert r.epochs == TASKS["sst2"].epochs and r.lr == TASKS["sst2"].lr and r.d_model is None
+    with pytest.raises(EmbinitError, match="unknown trial config fields"):
+        TrialConfig.from_dict({"task": "sst2", "learning_rate": 1})
+    with pytest.raises(EmbinitError, match="not a registered task"):
+        task_defaults("mnist")
