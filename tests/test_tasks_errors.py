@@ -156,3 +156,9 @@ def test_env_root_without_the_task_folder_is_reported(monkeypatch, tmp_path):
     monkeypatch.setattr(hub, "_load_dataset", lambda p, c: (_ for _ in ()).throw(OSError("offline")))
     with pytest.raises(EmbinitError, match=rf"EMBINIT_DATA_DIR/sst2 = {tmp_path / 'sst2'} does not exist"):
         load_task("sst2", tokenizer="whitespace", cache_dir=False)
+
+
+def test_empty_split(tmp_path):
+    folder = sst2(tmp_path / "s", ["fine\t1"], dev_rows=[])
+    with pytest.raises(EmbinitError, match=r"split\(s\) \['dev'\] have no examples"):
+        load("sst2", folder)

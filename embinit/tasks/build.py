@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 
+from embinit.errors import EmbinitError
 from embinit.tasks.raw import RawData
 from embinit.tasks.tokenization import Backend, TokenizerSpec
 from embinit.vocab import EOS, SPECIALS, UNK, Vocab
@@ -100,6 +101,9 @@ def build(raw: RawData, src_spec: TokenizerSpec | None, tgt_spec: TokenizerSpec,
           max_train_examples: int | None, max_len: int, full_vocab: bool) -> dict:
     """Tokenize, build vocabularies, numericalize. `max_train_examples` keeps the first N training
     examples (lines for LM), before the vocabulary is counted: the vocabulary is what the model sees."""
+    empty = [s for s, rows in raw.splits.items() if not rows]
+    if empty:
+        raise EmbinitError(f"{raw.loaded_from}: split(s) {empty} have no examples")
     available = len(raw.splits["train"])
     if max_train_examples is not None:
         raw.splits["train"] = raw.splits["train"][:max_train_examples]

@@ -19,7 +19,8 @@ class TaskData:
                       (blank lines too, as WikiText counts tokens)
     No <bos>/<eos> is added to translation or classification sequences; each is at most `max_len` ids
     long (longer ones are truncated and counted in `info["truncated"]`), so a model that adds <bos> and
-    <eos> needs `max_len + 2` positions. LM streams are not truncated: the trainer cuts them into blocks.
+    <eos> needs `max_len + 2` positions (a sentence pair: each side is truncated on its own). LM streams
+    are not truncated: the trainer cuts them into blocks.
     """
 
     name: str
