@@ -1,0 +1,207 @@
+"""Word analogies "a : b :: c : d" by 3CosAdd (Mikolov et al. 2013; the paper's Table 4).
+
+The answer is the row nearest by cosine to b̂ − â + ĉ (unit-normalized rows, i.e. 3CosAdd of Levy &
+Goldberg 2014, what gensim's `evaluate_word_analogies` computes), the three question words excluded.
+
+Conventions (chosen to match gensim so the numbers can be compared):
+- Questions file: word2vec's `questions-words.txt` format, `: section` headers and lines of four words.
+  Sections whose name starts with `gram` are syntactic, the others semantic. Lines without exactly
+  four words are skipped and counted as `invalid`.
+- Case-insensitive lookup (default): words and tokens are compared by `str.upper()`; when several rows
+  share a key (`Paris`, `paris`) the first row (the most frequent, in a frequency-ordered table) stands
+  for the key, any of them counts as the answer, and all of them are excluded when the key is a
+  question word.
+- Only questions whose four words are all in the (restricted) vocabulary count (`total`); the others are
+  `oov`. Accuracy = correct / total.
+- Ties: among equal cosines the lower row wins.
+- Restriction: `restrict` keeps the first N rows (gensim's `restrict_vocab`), `vocab` keeps the rows
+  whose token (by the lookup key) is in the given list; both restrict the questions and the candidates.
+
+Blocked: question blocks of at most ~32M scores each, never a vocabulary x vocabulary matrix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import torch
+
+from embinit.analysis.neighbours import topk_excluding
+from embinit.errors import EmbinitError
+
+SCORE_BUDGET = 1 << 25  # scores per question block (128 MB of float32)
+
+
+@dataclass
+class Questions:
+    sections: list[tuple[str, list[tuple[str, str, str, str]]]]
+    invalid: int = 0
+    source: str = ""
+
+    @property
+    def count(self) -> int:
+        return sum(len(q) for _, q in self.sections)
+
+
+def parse_questions(lines: Iterable[str], source: str = "") -> Questions:
+    sections: list = []
+    invalid = 0
+    for line in lines:
+        line = line.strip()
+        if not line:
+            continue
+        if line.startswith(":"):
+            sections.append((line[1:].strip(), []))
+            continue
+        words = line.split()
+        if len(words) != 4:
+            invalid += 1
+            continue
+        if not sections:
+            sections.append(("(no section)", []))
+        sections[-1][1].append(tuple(words))
+    return Questions([s for s in sections if s[1]], invalid, source)
+
+
+def load_questions(path: str | Path) -> Questions:
+    path = Path(path)
+    if not path.is_file():
+        raise EmbinitError(f"questions file not found: {path}")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise EmbinitError(f"cannot read questions file {path}: {e}") from None
+    qs = parse_questions(text.splitlines(), str(path))
+    if qs.count == 0:
+        raise EmbinitError(f"no analogy questions (lines of four words) in {path}")
+    return qs
+
+
+def is_syntactic(section: str) -> bool:
+    return section.startswith("gram")
+
+
+@dataclass
+class AnalogyResult:
+    correct: int
+    total: int                      # questions with all four words in the vocabulary
+    oov: int                        # questions skipped for an out-of-vocabulary word
+    sections: dict[str, dict] = field(default_factory=dict)   # name -> {"correct", "total", "oov"}
+    vocab_size: int = 0
+    label: str = ""
+
+    @staticmethod
+    def _pct(c: int, t: int) -> float | None:
+        return 100.0 * c / t if t else None
+
+    @property
+    def accuracy(self) -> float | None:
+        return self._pct(self.correct, self.total)
+
+    def group(self, syntactic: bool) -> tuple[int, int]:
+        rows = [s for name, s in self.sections.items() if is_syntactic(name) == syntactic]
+        return sum(s["correct"] for s in rows), sum(s["total"] for s in rows)
+
+    def to_dict(self) -> dict:
+        sem, syn = self.group(False), self.group(True)
+        return {"label": self.label, "correct": self.correct, "total": self.total, "oov": self.oov,
+                "accuracy": self.accuracy, "vocab_size": self.vocab_size,
+                "semantic": {"correct": sem[0], "total": sem[1], "accuracy": self._pct(*sem)},
+                "syntactic": {"correct": syn[0], "total": syn[1], "accuracy": self._pct(*syn)},
+                "sections": {n: {**s, "accuracy": self._pct(s["correct"], s["total"])}
+                             for n, s in self.sections.items()}}
+
+    def to_metrics(self, prefix: str = "analogy") -> dict[str, float]:
+        """Namespaced numbers for MLflow (percentages; a group without questions is left out)."""
+        d = self.to_dict()
+        out = {f"{prefix}/correct": float(self.correct), f"{prefix}/total": float(self.total)}
+        for name, acc in (("acc", d["accuracy"]), ("semantic_acc", d["semantic"]["accuracy"]),
+                          ("syntactic_acc", d["syntactic"]["accuracy"])):
+            if acc is not None:
+                out[f"{prefix}/{name}"] = acc
+        return out
+
+    def summary_line(self) -> str:
+        acc = self.accuracy
+        return f"{self.correct}/{self.total} ({'n/a' if acc is None else f'{acc:.1f}'})"
+
+
+def _key(word: str, case_insensitive: bool) -> str:
+    return word.upper() if case_insensitive else word
+
+
+def _candidate_rows(tokens, restrict, vocab, case_insensitive) -> torch.Tensor:
+    n = len(tokens) if restrict is None else min(restrict, len(tokens))
+    if vocab is None:
+        return torch.arange(n)
+    wanted = {_key(w, case_insensitive) for w in vocab}
+    return torch.tensor([i for i in range(n) if _key(tokens[i], case_insensitive) in wanted],
+                        dtype=torch.long)
+
+
+def evaluate_analogies(matrix: torch.Tensor, tokens: Sequence[str], questions: Questions,
+                       restrict: int | None = None, vocab: Sequence[str] | None = None,
+                       case_insensitive: bool = True, label: str = "") -> AnalogyResult:
+    """3CosAdd accuracy of the rows of `matrix` (row i is `tokens[i]`) on `questions`."""
+    if matrix.dim() != 2 or matrix.shape[0] != len(tokens):
+        raise EmbinitError(f"{len(tokens)} tokens for an embedding matrix of shape {tuple(matrix.shape)}")
+    if not torch.isfinite(matrix).all():
+        raise EmbinitError("the embedding matrix contains NaN or infinite values")
+    rows = _candidate_rows(tokens, restrict, vocab, case_insensitive)
+    if len(rows) == 0:
+        raise EmbinitError("the vocabulary restriction leaves no words")
+    w = matrix[rows].float()
+    w = w / w.norm(dim=1, keepdim=True).clamp_min(1e-12)
+    keys = [_key(tokens[i], case_insensitive) for i in rows.tolist()]
+    first: dict[str, int] = {}
+    for i, k in enumerate(keys):
+        first.setdefault(k, i)                 # the first (most frequent) row stands for the key
+    group = torch.tensor([first[k] for k in keys], dtype=torch.long)
+    result = AnalogyResult(0, 0, 0, vocab_size=len(rows), label=label)
+    for name, qs in questions.sections:
+        ids = [[first.get(_key(x, case_insensitive)) for x in q] for q in qs]
+        ok = [q for q in ids if None not in q]
+        correct = _count_correct(w, group, torch.tensor(ok, dtype=torch.long).view(-1, 4))
+        sec = result.sections.setdefault(name, {"correct": 0, "total": 0, "oov": 0})
+        sec["correct"] += correct
+        sec["total"] += len(ok)
+        sec["oov"] += len(qs) - len(ok)
+    result.correct = sum(s["correct"] for s in result.sections.values())
+    result.total = sum(s["total"] for s in result.sections.values())
+    result.oov = sum(s["oov"] for s in result.sections.values())
+    return result
+
+
+def _count_correct(w: torch.Tensor, group: torch.Tensor, q: torch.Tensor) -> int:
+    """Number of questions (rows of key ids a, b, c, d) whose 3CosAdd answer has d's key."""
+    if len(q) == 0:
+        return 0
+    v = w.shape[0]
+    # rows sharing a key with a question word are excluded too; with unique keys one pass suffices
+    dup = int(torch.bincount(group).max())
+    block = max(1, min(4096, SCORE_BUDGET // v))
+    correct = 0
+    with torch.no_grad():
+        for s in range(0, len(q), block):
+            qb = q[s:s + block]
+            query = w[qb[:, 1]] - w[qb[:, 0]] + w[qb[:, 2]]
+            scores = query @ w.T
+            excluded = qb[:, :3]
+            if dup == 1:
+                rows = torch.arange(len(qb)).unsqueeze(1)
+                scores[rows, excluded] = float("-inf")
+                pred = scores.argmax(dim=1)   # first maximum: the lower row wins a tie
+            else:
+                pred = _pick_allowing_duplicates(scores, excluded, group, 1 + 3 * (dup - 1))
+            correct += int((group[pred] == qb[:, 3]).sum())
+    return correct
+
+
+def _pick_allowing_duplicates(scores, excluded, group, m) -> torch.Tensor:
+    """The best row whose key is not a question word's key, among the top-m after masking."""
+    _, top = topk_excluding(scores, min(m, scores.shape[1]), excluded)
+    bad = (group[top].unsqueeze(2) == excluded.unsqueeze(1)).any(dim=2)
+    first_ok = (~bad).float().argmax(dim=1)   # argmax returns the first True
+    return top[torch.arange(len(top)), first_ok]

@@ -1,0 +1,136 @@
+"""Where the analyses get an embedding table: a checkpoint, a word-vector file, or an MLflow run.
+
+`load_embeddings(source)` accepts
+- a trainer checkpoint `best.pt` (its `embeddings` and `vocabs`; `key` picks `tok`, `tgt` or `src`,
+  default the first of those present);
+- a `.npy` matrix (tokens from its vocabulary file beside it when there is one, see
+  `embinit.init.vectors.npy_vocab_path`; without one the rows are unnamed);
+- a GloVe / word2vec / fastText text file or word2vec `.bin` (read by `embinit.init`'s loaders; rows in
+  file order, i.e. by frequency for GloVe; `top` keeps the first N words; a repeated word keeps its
+  first row);
+- an MLflow run id (32 hex digits) or `runs:/<id>`: the run's `checkpoint/best.pt` artifact is
+  downloaded (from `tracking_uri`, default MLflow's own resolution) and read as above.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from embinit.errors import EmbinitError
+
+CHECKPOINT_ARTIFACT = "checkpoint/best.pt"   # where the sweep logs best.pt (embinit.sweep.trainable)
+TABLE_KEYS = ("tok", "tgt", "src")
+_RUN_ID = re.compile(r"^(?:runs:/)?([0-9a-f]{32})/?$")
+
+
+@dataclass
+class Embeddings:
+    matrix: torch.Tensor            # float32 [N, D]
+    tokens: list[str] | None        # row names, None when unknown (a bare .npy)
+    source: str                     # what was read, for messages and reports
+    config: dict | None = None      # a checkpoint's trial config
+
+
+def is_run_id(source: str) -> bool:
+    return bool(_RUN_ID.match(str(source))) and not Path(source).exists()
+
+
+def download_checkpoint(run_id: str, tracking_uri: str | None = None, dst: str | None = None) -> Path:
+    """The local path of run `run_id`'s best.pt artifact (downloaded by MLflow)."""
+    import mlflow  # noqa: PLC0415  (heavy; only needed for run ids)
+
+    rid = _RUN_ID.match(run_id).group(1)
+    try:
+        path = mlflow.artifacts.download_artifacts(run_id=rid, artifact_path=CHECKPOINT_ARTIFACT,
+                                                   tracking_uri=tracking_uri, dst_path=dst)
+    except Exception as e:  # MLflow raises several types for a missing run / artifact
+        raise EmbinitError(f"cannot download {CHECKPOINT_ARTIFACT} of MLflow run {rid}: "
+                           f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+    return Path(path)
+
+
+def load_checkpoint(path: str | Path, key: str | None = None) -> Embeddings:
+    from embinit.train.checkpoint import load_best  # noqa: PLC0415
+
+    path = Path(path)
+    try:
+        ckpt = load_best(path)
+    except Exception as e:
+        raise EmbinitError(f"cannot read checkpoint {path}: {e}") from None
+    tables = ckpt.get("embeddings") if isinstance(ckpt, dict) else None
+    if not tables:
+        raise EmbinitError(f"{path} is not an embinit best.pt checkpoint (no 'embeddings' entry)")
+    if key is None:
+        key = next((k for k in TABLE_KEYS if k in tables), next(iter(tables)))
+    if key not in tables:
+        raise EmbinitError(f"{key!r} is not a table of {path}; choose from {sorted(tables)}")
+    tokens = (ckpt.get("vocabs") or {}).get(key)
+    return Embeddings(tables[key].detach().float().cpu(), list(tokens) if tokens else None,
+                      f"{path}:{key}", ckpt.get("config"))
+
+
+def scan_words(path: Path, top: int | None = None) -> list[str]:
+    """The words of a text vector file in file order (header skipped, first occurrence kept)."""
+    from embinit.init.vectors import _header, _open  # noqa: PLC0415
+
+    words, seen = [], set()
+    with _open(path) as f:
+        for lineno, line in enumerate(f, 1):
+            if lineno == 1 and _header(line):
+                continue
+            parts = line.rstrip(b"\r\n").split(b" ", 1)
+            word = parts[0].decode("utf-8", "replace")
+            if word and word not in seen:
+                seen.add(word)
+                words.append(word)
+                if top is not None and len(words) >= top:
+                    break
+    return words
+
+
+def load_vectors(path: str | Path, top: int | None = None) -> Embeddings:
+    """All (or the first `top`) rows of a word-vector file, via embinit.init's loaders."""
+    from embinit.init import vectors  # noqa: PLC0415
+
+    path = vectors.check_file(path)
+    fmt = vectors.detect_format(path)
+    if fmt == "hf":
+        raise EmbinitError(f"{path} is a Hugging Face model folder; build a table from it with "
+                           "embinit.init and pass the table or a checkpoint instead")
+    if fmt == "npy":
+        matrix = torch.from_numpy(vectors._load_npy_matrix(path)[:top].astype("float32"))
+        try:
+            names = vectors.npy_vocab_path(path).read_text(encoding="utf-8").splitlines()[:len(matrix)]
+        except EmbinitError:
+            names = None
+        if names is not None and len(names) != len(matrix):
+            raise EmbinitError(f"the vocabulary beside {path} has {len(names)} tokens for {len(matrix)} rows")
+        return Embeddings(matrix, names, str(path))
+    if fmt == "word2vec_bin":
+        raise EmbinitError(f"{path}: word2vec binary files need a token list; pass --vocab")
+    words = scan_words(path, top)
+    aligned = vectors.load_text(path, words)
+    if aligned.found.numel() != len(words):
+        raise EmbinitError(f"{path}: read {aligned.found.numel()} rows for {len(words)} words")
+    return Embeddings(aligned.rows, words, str(path))
+
+
+def load_embeddings(source: str | Path, key: str | None = None, top: int | None = None,
+                    tracking_uri: str | None = None) -> Embeddings:
+    """An `Embeddings` from a checkpoint, vector file or MLflow run id (see the module docstring)."""
+    source = str(source)
+    if is_run_id(source):
+        emb = load_checkpoint(download_checkpoint(source, tracking_uri), key)
+        emb.source = f"run {source} ({emb.source})"
+    else:
+        path = Path(source).expanduser()
+        if not path.exists():
+            raise EmbinitError(f"embeddings not found: {source!r} is neither a file nor an MLflow run id")
+        emb = load_checkpoint(path, key) if path.suffix in (".pt", ".pth") else load_vectors(path, top)
+    if top is not None and emb.matrix.shape[0] > top:
+        emb = Embeddings(emb.matrix[:top], emb.tokens[:top] if emb.tokens else None, emb.source, emb.config)
+    return emb

@@ -1,0 +1,115 @@
+"""The paper's Table-4 transformation chain: what scaling, standardization and position encodings do
+to the word-analogy structure of a pretrained table. Steps apply left to right, named like its rows:
+
+- `scale`: x · sqrt(D) (what the transformer's input layer does);
+- `standardize`: Xavier standardization, eq. 1 -- `embinit.init.TRANSFORMS["standardize"]` itself, with
+  the table's N x D for sigma_x (the init library's analytic Xavier std);
+- `pe`: each row gets the sinusoidal encoding of one randomly chosen position added, positions drawn
+  uniformly from [0, max_len) with a seeded generator (the paper's footnote 6);
+- `pe_scaled`: the same, with the encodings multiplied by sigma_p / sigma_x (sigma_p: std of the chain's
+  input, the pretrained table; sigma_x: Xavier std of an N x D table) -- the row
+  "GloVe & (Pos. Enc. × σp/σx)".
+
+max_len defaults to 5,000: the paper's Table 6 statistics of its position encodings (mean 0.131) are
+those of a 5,000-row table at D=300 (`embinit.posenc.sinusoidal(5000, 300)` has mean 0.131).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from embinit.analysis.analogy import AnalogyResult, Questions, evaluate_analogies
+from embinit.errors import EmbinitError, unknown_name
+from embinit.posenc import sinusoidal
+
+STEP_LABELS = {"scale": "Scaled", "standardize": "Xavier-Std.", "pe": "Pos. Enc.",
+               "pe_scaled": "(Pos. Enc. × σp/σx)"}
+STEPS = tuple(STEP_LABELS)
+PAPER_MAX_LEN = 5000
+
+# (steps, the paper's Table 4 value where it gives one: correct/total on its 5,893-word Multi30k table)
+TABLE4_ROWS: list[tuple[tuple[str, ...], str | None]] = [
+    ((), None),
+    (("scale",), None),
+    (("pe",), "1424/1631 (87.3)"),
+    (("standardize",), None),
+    (("standardize", "scale"), None),
+    (("standardize", "pe"), "210/1631 (12.9)"),
+    (("pe_scaled",), "181/1631 (11.1)"),
+]
+
+
+@dataclass
+class ChainContext:
+    n_total: int          # N of the table (sigma_x is the Xavier std of an N x D table)
+    sigma_p: float        # std of the chain's input
+    generator: torch.Generator
+    max_len: int
+    pe_base: float
+
+
+def parse_steps(spec: str | Sequence[str] | None) -> tuple[str, ...]:
+    """'scale,standardize,pe' or a list -> validated step names ('' or None: no step)."""
+    if spec is None:
+        return ()
+    items = [s.strip() for s in spec.split(",")] if isinstance(spec, str) else list(spec)
+    items = [s for s in items if s]
+    for s in items:
+        if s not in STEP_LABELS:
+            raise unknown_name("analogy transform", s, STEPS)
+    return tuple(items)
+
+
+def chain_label(steps: Sequence[str], source: str = "GloVe") -> str:
+    """The paper's row name, e.g. 'GloVe & Xavier-Std. & Pos. Enc.'."""
+    return " & ".join([source] + [STEP_LABELS[s] for s in steps])
+
+
+def _positions(ctx: ChainContext, n: int, dim: int) -> torch.Tensor:
+    pos = torch.randint(0, ctx.max_len, (n,), generator=ctx.generator)
+    return sinusoidal(ctx.max_len, dim, ctx.pe_base, dtype=torch.float64)[pos]
+
+
+def _step(name: str, x: torch.Tensor, ctx: ChainContext) -> torch.Tensor:
+    n, dim = x.shape
+    if name == "scale":
+        return x * math.sqrt(dim)
+    if name == "standardize":
+        from embinit.init import TRANSFORMS  # noqa: PLC0415 (the init library's own, not a copy)
+        return TRANSFORMS["standardize"](x, ctx.n_total, dim, ctx.generator).rows
+    if name == "pe":
+        return x + _positions(ctx, n, dim)
+    if name == "pe_scaled":
+        from embinit.init import xavier_std  # noqa: PLC0415
+        return x + _positions(ctx, n, dim) * (ctx.sigma_p / xavier_std(ctx.n_total, dim))
+    raise unknown_name("analogy transform", name, STEPS)
+
+
+def apply_chain(matrix: torch.Tensor, steps: Sequence[str], seed: int = 0, n_total: int | None = None,
+                max_len: int = PAPER_MAX_LEN, pe_base: float = 10000.0) -> torch.Tensor:
+    """The transformed float32 table. n_total: N for sigma_x (default: the matrix's rows)."""
+    steps = parse_steps(steps)
+    if max_len < 1:
+        raise EmbinitError(f"max_len must be positive, got {max_len}")
+    x = matrix.double()
+    ctx = ChainContext(n_total or x.shape[0], float(x.std()) if x.numel() > 1 else 0.0,
+                       torch.Generator().manual_seed(int(seed)), int(max_len), float(pe_base))
+    for s in steps:
+        x = _step(s, x, ctx)
+    return x.float()
+
+
+def run_table4(matrix: torch.Tensor, tokens: Sequence[str], questions: Questions, source: str = "GloVe",
+               rows=None, seed: int = 0, n_total: int | None = None, max_len: int = PAPER_MAX_LEN,
+               pe_base: float = 10000.0, **evaluate_kw) -> list[tuple[str, str | None, AnalogyResult]]:
+    """(row label, the paper's value or None, result) for each chain in `rows` (default: Table 4's)."""
+    out = []
+    for steps, paper in (rows or TABLE4_ROWS):
+        table = apply_chain(matrix, steps, seed, n_total, max_len, pe_base)
+        label = chain_label(steps, source)
+        out.append((label, paper, evaluate_analogies(table, tokens, questions, label=label, **evaluate_kw)))
+    return out

@@ -1,0 +1,207 @@
+import math
+
+import pytest
+import torch
+
+from embinit.analysis.analogy import evaluate_analogies, load_questions, parse_questions
+from embinit.analysis.table4 import (TABLE4_ROWS, apply_chain, chain_label, parse_steps, run_table4)
+from embinit.errors import EmbinitError
+from embinit.init import xavier_std
+from embinit.posenc import sinusoidal
+
+torch.set_num_threads(1)
+
+# A hand-made space: gender along axis 1, royalty along axis 2, country/capital along axes 3-5.
+VECS = {
+    "man": [1, 0, 0, 0, 0, 0], "woman": [0, 1, 0, 0, 0, 0],
+    "king": [1, 0, 1, 0, 0, 0], "queen": [0, 1, 1, 0, 0, 0],
+    "boy": [1, 0, 0, 0, 0, 0.3], "girl": [0, 1, 0, 0, 0, 0.3],
+    "france": [0, 0, 0, 1, 0, 0], "paris": [0, 0, 0, 1, 1, 0],
+    "italy": [0, 0, 0, 0, 0, 1], "rome": [0, 0, 0, 0, 1, 1],
+    "slow": [0.5, 0.5, 0, 0, 0, 0.2], "slowly": [0.5, 0.5, 0.9, 0, 0, 0.2],
+}
+QUESTIONS = """: capital-common-countries
+france paris italy rome
+Italy Rome France Paris
+france paris spain madrid
+: family
+man woman king queen
+man woman boy girl
+king queen man woman
+this line is invalid here
+: gram1-adjective-to-adverb
+man king slow slowly
+"""
+
+
+def space(vecs=VECS):
+    tokens = list(vecs)
+    return torch.tensor([vecs[t] for t in tokens], dtype=torch.float32), tokens
+
+
+def brute_force(matrix, tokens, questions):
+    """Per question, loops only: cosine to b - a + c over unit rows, a/b/c excluded, lower row wins."""
+    w = matrix / matrix.norm(dim=1, keepdim=True)
+    index = {}
+    for i, t in enumerate(tokens):
+        index.setdefault(t.upper(), i)
+    correct = total = 0
+    for _, qs in questions.sections:
+        for q in qs:
+            ids = [index.get(x.upper()) for x in q]
+            if None in ids:
+                continue
+            total += 1
+            query = w[ids[1]] - w[ids[0]] + w[ids[2]]
+            best, best_i = -math.inf, None
+            for i in range(len(tokens)):
+                if i in ids[:3]:
+                    continue
+                s = float(w[i] @ query)
+                if s > best:
+                    best, best_i = s, i
+            correct += best_i == ids[3]
+    return correct, total
+
+
+def test_parse_questions_sections_and_invalid_lines():
+    qs = parse_questions(QUESTIONS.splitlines())
+    assert [name for name, _ in qs.sections] == ["capital-common-countries", "family",
+                                                 "gram1-adjective-to-adverb"]
+    assert qs.count == 7 and qs.invalid == 1
+    assert qs.sections[1][1][0] == ("man", "woman", "king", "queen")
+
+
+def test_known_answers_oov_and_groups():
+    m, tokens = space()
+    res = evaluate_analogies(m, tokens, parse_questions(QUESTIONS.splitlines()))
+    d = res.to_dict()
+    # spain/madrid are out of the vocabulary: that question does not count
+    assert res.oov == 1 and res.total == 6
+    assert d["sections"]["capital-common-countries"] == {"correct": 2, "total": 2, "oov": 1, "accuracy": 100.0}
+    assert d["sections"]["family"]["correct"] == 3          # queen, girl and woman
+    assert d["sections"]["gram1-adjective-to-adverb"]["correct"] == 1
+    assert d["semantic"] == {"correct": 5, "total": 5, "accuracy": 100.0}
+    assert d["syntactic"] == {"correct": 1, "total": 1, "accuracy": 100.0}
+    assert res.summary_line() == "6/6 (100.0)"
+    assert res.to_metrics()["analogy/acc"] == 100.0
+
+
+def test_question_words_are_excluded():
+    # without the exclusion the answer to "man woman king ?" would be `woman` (b itself) here
+    vecs = {"man": [1, 0, 0], "woman": [0, 1, 0], "king": [1, 0, 0.05], "queen": [0, 1, 0.05]}
+    m, tokens = space(vecs)
+    q = parse_questions(["man woman king queen"])
+    assert evaluate_analogies(m, tokens, q).correct == 1
+
+
+def test_ties_go_to_the_lower_row():
+    vecs = dict(VECS)
+    vecs = {"queen2": VECS["queen"], **vecs}  # an identical row *before* queen
+    m, tokens = space(vecs)
+    q = parse_questions(["man woman king queen", "man woman king queen2"])
+    res = evaluate_analogies(m, tokens, q)
+    assert res.correct == 1   # queen2 (row 0) wins the tie, so only the second question is right
+    # and the reverse order flips which question is right
+    vecs2 = {**VECS, "queen2": VECS["queen"]}
+    m2, tokens2 = space(vecs2)
+    res2 = evaluate_analogies(m2, tokens2, parse_questions(["man woman king queen"]))
+    assert res2.correct == 1
+
+
+def test_case_insensitive_lookup_with_duplicate_keys():
+    vecs = {**VECS, "Queen": [0, 1, 1.05, 0, 0, 0], "Woman": [0.1, 1, 0.2, 0, 0, 0]}
+    m, tokens = space(vecs)
+    q = parse_questions(["MAN Woman KING queen"])
+    assert evaluate_analogies(m, tokens, q).correct == 1
+    # case-sensitive: 'MAN' and 'KING' are unknown
+    res = evaluate_analogies(m, tokens, q, case_insensitive=False)
+    assert res.total == 0 and res.oov == 1 and res.accuracy is None
+
+
+def test_case_variants_of_question_words_are_excluded():
+    # 'Woman' is a second row for the key WOMAN, nearest to the query: it must not be the answer
+    vecs = {"man": [1, 0, 0], "woman": [0, 1, 0], "king": [1, 0, 0.05], "queen": [0, 1, 0.05],
+            "Woman": [0, 1, 0.049]}
+    m, tokens = space(vecs)
+    assert evaluate_analogies(m, tokens, parse_questions(["man woman king queen"])).correct == 1
+
+
+def test_matches_brute_force_on_random_space():
+    g = torch.Generator().manual_seed(0)
+    words = [f"w{i}" for i in range(60)]
+    m = torch.randn(60, 5, generator=g)
+    idx = torch.randint(0, 60, (300, 4), generator=g)
+    lines = [": random"] + [" ".join(words[i] for i in row) for row in idx.tolist()]
+    lines += ["w1 w2 w3 missing"]
+    qs = parse_questions(lines)
+    res = evaluate_analogies(m, words, qs)
+    assert (res.correct, res.total) == brute_force(m, words, qs)
+    assert res.correct > 0 and res.oov == 1
+
+
+def test_restrictions():
+    m, tokens = space()
+    qs = parse_questions(QUESTIONS.splitlines())
+    # only the first 4 rows: man woman king queen
+    top4 = evaluate_analogies(m, tokens, qs, restrict=4)
+    assert top4.total == 2 and top4.vocab_size == 4
+    listed = evaluate_analogies(m, tokens, qs, vocab=["France", "paris", "italy", "rome"])
+    assert listed.total == 2 and listed.correct == 2 and listed.vocab_size == 4
+    with pytest.raises(EmbinitError, match="leaves no words"):
+        evaluate_analogies(m, tokens, qs, vocab=["nothing"])
+
+
+def test_load_questions_errors(tmp_path):
+    with pytest.raises(EmbinitError, match="not found"):
+        load_questions(tmp_path / "none.txt")
+    p = tmp_path / "q.txt"
+    p.write_text(": only header\n")
+    with pytest.raises(EmbinitError, match="no analogy questions"):
+        load_questions(p)
+    p.write_text(QUESTIONS)
+    assert load_questions(p).count == 7
+
+
+def test_chain_steps():
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(40, 8, generator=g) * 3 + 1
+    assert torch.allclose(apply_chain(x, ["scale"]), x * math.sqrt(8))
+    st = apply_chain(x, ["standardize"]).double()
+    assert st.mean().item() == pytest.approx(0.0, abs=1e-7)
+    assert st.std().item() == pytest.approx(xavier_std(40, 8), rel=1e-6)
+    assert apply_chain(x, ["standardize"], n_total=100).double().std().item() == \
+        pytest.approx(xavier_std(100, 8), rel=1e-6)
+    pe = sinusoidal(16, 8, dtype=torch.float64)
+    added = apply_chain(x, ["pe"], seed=3, max_len=16).double() - x.double()
+    # every row got exactly one position's encoding, positions spread over the table
+    match = (added.unsqueeze(1) - pe.unsqueeze(0)).abs().amax(dim=2) < 1e-5
+    assert torch.all(match.sum(dim=1) == 1) and len(set(match.float().argmax(1).tolist())) > 5
+    assert torch.equal(apply_chain(x, ["pe"], seed=3, max_len=16), apply_chain(x, ["pe"], seed=3, max_len=16))
+    assert not torch.equal(apply_chain(x, ["pe"], seed=3, max_len=16), apply_chain(x, ["pe"], seed=4, max_len=16))
+    scaled = apply_chain(x, ["pe_scaled"], seed=3, max_len=16).double() - x.double()
+    ratio = x.double().std().item() / xavier_std(40, 8)
+    assert torch.allclose(scaled, added * ratio, atol=1e-4)
+
+
+def test_chain_names_and_errors():
+    assert chain_label(("standardize", "pe")) == "GloVe & Xavier-Std. & Pos. Enc."
+    assert chain_label((), "T5") == "T5"
+    assert parse_steps("scale, standardize,pe") == ("scale", "standardize", "pe")
+    assert parse_steps("") == ()
+    with pytest.raises(EmbinitError, match=r"'scal' is not a registered analogy transform; choose from"):
+        parse_steps("scal")
+    with pytest.raises(EmbinitError, match="max_len"):
+        apply_chain(torch.ones(3, 2), ["pe"], max_len=0)
+
+
+def test_table4_rows_on_hand_made_space():
+    m, tokens = space()
+    qs = parse_questions(QUESTIONS.splitlines())
+    rows = run_table4(m, tokens, qs, max_len=50)
+    assert [r[0] for r in rows] == [chain_label(steps) for steps, _ in TABLE4_ROWS]
+    by = {label: res for label, _, res in rows}
+    # cosine ignores scale: scaling alone cannot change any answer
+    assert by["GloVe & Scaled"].correct == by["GloVe"].correct == 6
+    # unit-scale vectors plus unit-scale encodings: the structure is damaged
+    assert by["GloVe & Pos. Enc."].correct < 6
