@@ -148,6 +148,9 @@ def test_hf_tokenizer_folder_vocab_from_training_strings(hf_folder, tmp_path):
     assert data.info["lowercase"] is True          # detected from the tokenizer, not the flag
     resolved = resolve_tokenizer(str(hf_folder))
     assert resolved.kind == "hf" and resolved.source == str(hf_folder.resolve())
+    backend = resolved.load()       # the batched fast path gives exactly tokenize()'s strings
+    texts = ["The cats sat.", "THE MATS", "", "cat ?"]
+    assert backend.tokenize_batch(texts) == [backend.tok.tokenize(t) for t in texts]
 
 
 @pytest.mark.slow   # imports spaCy and builds two blank pipelines (~5 s here)

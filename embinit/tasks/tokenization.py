@@ -211,7 +211,7 @@ class WordDetokenizer:
     def __call__(self, tokens: list[str]) -> str:
         out: list[str] = []
         glue_next, open_quote = False, False
-        for i, tok in enumerate(t for t in tokens if t not in (PAD, BOS, EOS)):
+        for tok in (t for t in tokens if t not in (PAD, BOS, EOS)):
             attach = glue_next or not out
             glue_next = False
             if tok in _NO_SPACE_BEFORE:
