@@ -162,3 +162,16 @@ def test_empty_split(tmp_path):
     folder = sst2(tmp_path / "s", ["fine\t1"], dev_rows=[])
     with pytest.raises(EmbinitError, match=r"split\(s\) \['dev'\] have no examples"):
         load("sst2", folder)
+
+
+def test_nli_rows_with_fewer_annotator_labels_are_read_extra_fields_are_not(tmp_path):
+    folder = tmp_path / "mnli"
+    header = "index\tsentence1\tsentence2\tlabel1\tlabel2\tgold_label"
+    good = [header, "0\ta\tb\tneutral\tneutral\tneutral", "1\ta\tc\tcontradiction\tcontradiction"]
+    for name in ("train.tsv", "dev_matched.tsv", "dev_mismatched.tsv"):
+        write(folder / name, good)
+    data = load("mnli", folder)
+    assert [r[2] for r in data.splits["train"]] == [1, 2]
+    write(folder / "dev_matched.tsv", good + ["2\ta\tb\tx\tneutral\tneutral\tneutral"])
+    with pytest.raises(EmbinitError, match=r"dev_matched\.tsv:4: expected 6 tab-separated fields.*got 7"):
+        load("mnli", folder)

@@ -71,15 +71,21 @@ def read_tsv(path: Path, layout: Layout) -> list[tuple]:
     if absent:
         raise EmbinitError(f"{path}:1: header lacks column(s) {absent}; found {header}")
     cols = [header.index(c) for c in layout.columns]
+    label_last = cols[-1] == len(header) - 1
     rows = []
     for lineno, line in enumerate(lines[1:], 2):
         if not line.strip():
             continue
         fields = line.split("\t")
-        if len(fields) != len(header):
+        if len(fields) == len(header):
+            values = [fields[i] for i in cols]
+        elif label_last and max(cols[:-1]) < len(fields) - 1 < len(header) - 1:
+            # GLUE's NLI files: a row may have fewer annotator-label columns (label1..label5) than the
+            # header; the gold label is still its last field (as GLUE's own readers take it).
+            values = [fields[i] for i in cols[:-1]] + [fields[-1]]
+        else:
             raise EmbinitError(f"{path}:{lineno}: expected {len(header)} tab-separated fields as in the "
                                f"header, got {len(fields)}: {line[:80]!r}")
-        values = [fields[i] for i in cols]
         texts = [v.strip() for v in values[:-1]]
         rows.append((*texts, label_id(values[-1], layout, f"{path}:{lineno}")))
     return rows
