@@ -12,8 +12,10 @@ The API talks to drivers through the small `Runner` protocol, so tests can subst
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
+import sys
 import threading
 import time
 from dataclasses import asdict, dataclass, field
@@ -56,17 +58,64 @@ def driver_name(exp_id: str) -> str:
     return f"embinit-exp-{exp_id}"
 
 
+NODE_TAG, HOST_TAG = "embinit.node", "embinit.hostname"
+
+
+class _NodeTag:
+    """Trainer callback: tags the trial's MLflow run with the Ray node (IP) and host that trained it."""
+
+    def __init__(self, tracking_uri: str):
+        self.tracking_uri = tracking_uri
+
+    def on_train_start(self, ctx) -> None:
+        import socket
+        from pathlib import Path
+
+        import ray
+        from embinit import tracking
+        from embinit.sweep.trainable import RUN_ID_FILE
+
+        id_file = Path(ctx.out_dir or ".") / RUN_ID_FILE
+        if ctx.out_dir is None or not id_file.exists():
+            return
+        client = tracking.client(self.tracking_uri)
+        run_id = id_file.read_text().strip()
+        tracking.retry(lambda: client.set_tag(run_id, NODE_TAG, ray.util.get_node_ip_address()))
+        tracking.retry(lambda: client.set_tag(run_id, HOST_TAG, socket.gethostname()))
+
+
+def node_tagger(tracking_uri: str, _cfg) -> list:
+    """`run_sweep(extra_callbacks=partial(node_tagger, uri))`: called in the worker, so the tag names the
+    worker's node."""
+    return [_NodeTag(tracking_uri)]
+
+
+# Tune pickles its run config (stopper, callbacks) into tuner.pkl, so what the sweep gets must not hold a
+# lock: it gets picklable `partial`s naming the driver, which look the live driver up here.
+_DRIVERS: dict[str, "ExperimentDriver"] = {}
+
+
+def _should_stop(name: str) -> bool:
+    driver = _DRIVERS.get(name)
+    return driver is not None and driver.stop.is_set()
+
+
+def _on_progress(name: str, counts: dict[str, Any]) -> None:
+    driver = _DRIVERS.get(name)
+    if driver is not None:
+        driver.progress(counts)
+
+
 class ExperimentDriver:
     """The Ray actor body. Runs the sweep in a thread so poll/cancel answer while it trains."""
 
-    def __init__(self, spec: dict[str, Any], tracking_uri: str, trial_keys: list[str]):
+    def __init__(self, name: str, spec: dict[str, Any], tracking_uri: str, trial_keys: list[str]):
         import ray
 
-        self.spec, self.tracking_uri, self.keys = spec, tracking_uri, trial_keys
+        self.name, self.spec, self.tracking_uri, self.keys = name, spec, tracking_uri, trial_keys
+        _DRIVERS[name] = self
         self.stop = threading.Event()
         self.state = DriverState("queued", node=ray.util.get_node_ip_address())
-        self._counts_at = 0.0
-        self.reused: set[str] = set()
         threading.Thread(target=self._run, daemon=True, name="embinit-sweep").start()
 
     def _run(self) -> None:
@@ -74,19 +123,25 @@ class ExperimentDriver:
         from embinit.sweep import run_sweep
 
         self.state.status, self.state.started_at = "running", time.time()
+        # Ray wraps a worker's stderr in an object cloudpickle cannot pickle, and Tune pickles callbacks
+        # that keep a reference to sys.stderr (the sweep's progress printer): use the plain stream.
+        sys.stderr = getattr(sys.stderr, "stream", sys.stderr)
         try:
-            self.reused = self._finished_before()
-            run_sweep(load_spec(self.spec), tracking_uri=self.tracking_uri, progress=False, stop=self.stop)
-            self.state.counts = self._counts(force=True)
-            failed = self.state.counts.get("failed", 0)
-            if self.stop.is_set():
+            result = run_sweep(load_spec(self.spec), tracking_uri=self.tracking_uri,
+                               progress=functools.partial(_on_progress, self.name),
+                               stop=functools.partial(_should_stop, self.name),
+                               extra_callbacks=functools.partial(node_tagger, self.tracking_uri))
+            self.state.counts = {"pending": 0, "running": 0, "finished": result.n_finished - result.reused,
+                                 "failed": result.n_failed, "reused": result.reused}
+            failed, ran = result.n_failed, result.planned - result.reused
+            if result.cancelled or self.stop.is_set():
                 self.state.status = "cancelled"
-            elif failed and failed == len(self.keys):
+            elif failed and failed >= ran:
                 self.state.status, self.state.error = "failed", f"all {failed} trials failed (see MLflow)"
             else:
                 self.state.status = "succeeded"
                 if failed:
-                    self.state.error = f"{failed} of {len(self.keys)} trials failed (see MLflow)"
+                    self.state.error = f"{failed} of {result.planned} trials failed (see MLflow)"
         except BaseException as e:  # noqa: BLE001 - any failure must end as a recorded state
             log.exception("experiment driver failed")
             self.state.status = "cancelled" if self.stop.is_set() else "failed"
@@ -94,29 +149,13 @@ class ExperimentDriver:
         finally:
             self.state.finished_at = time.time()
 
-    def _counts(self, force: bool = False) -> dict[str, int]:
-        # MLflow is the truth about trials; ask it at most once a second however often we are polled.
-        if force or time.time() - self._counts_at > 1.0:
-            from service.store import count_trial_states
-            try:
-                self.state.counts = count_trial_states(self.tracking_uri, self.spec, self.keys,
-                                                       reused=self.reused)
-            except Exception:  # noqa: BLE001 - a busy store must not kill the driver; keep old counts
-                log.warning("could not read trial states from MLflow", exc_info=True)
-            self._counts_at = time.time()
-        return self.state.counts
-
-    def _finished_before(self) -> set[str]:
-        """Keys whose results MLflow already has: the sweep reuses them instead of training."""
-        from embinit.tracking import experiment_id, finished_keys
-        from service.store import experiment_name
-
-        exp_id = experiment_id(experiment_name(self.spec), self.tracking_uri)
-        return set(finished_keys(exp_id, self.tracking_uri)) & set(self.keys) if exp_id else set()
+    def progress(self, counts: dict[str, Any]) -> None:
+        """The sweep's progress sink (called on every trial start/end): counts in the API's terms."""
+        self.state.counts = {"pending": counts["pending"], "running": counts["running"],
+                             "finished": counts["done"] - counts["reused"], "failed": counts["failed"],
+                             "reused": counts["reused"]}
 
     def poll(self) -> dict[str, Any]:
-        if self.state.status == "running":
-            self._counts()
         return self.state.to_dict()
 
     def cancel(self) -> None:
@@ -163,7 +202,7 @@ class RayRunner:
         name = driver_name(exp_id)
         actor_cls = ray.remote(ExperimentDriver)
         actor_cls.options(name=name, namespace=self.namespace, lifetime="detached", num_cpus=0,
-                          max_concurrency=4, get_if_exists=True).remote(spec, tracking_uri, trial_keys)
+                          max_concurrency=4, get_if_exists=True).remote(name, spec, tracking_uri, trial_keys)
         return name
 
     def poll(self, driver: str) -> DriverState | None:

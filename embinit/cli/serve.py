@@ -1,0 +1,50 @@
+"""`embinit serve`: the HTTP API on embedded defaults (a local Ray, a SQLite state database and the
+`sqlite:///mlflow.db` MLflow store with artifacts beside it), or on what `EMBINIT_*` variables say."""
+
+from __future__ import annotations
+
+import os
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("serve", help="run the HTTP API (experiments over HTTP; docs at /docs)")
+    p.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    p.add_argument("--ray-address", default=None,
+                   help="an existing Ray cluster (ray://HEAD:10001, or HOST:6379 on a cluster node); "
+                        "default: EMBINIT_RAY_ADDRESS, else a local Ray started with the API")
+    p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    p.set_defaults(func=run)
+
+
+def _ui_command(tracking_uri: str) -> str:
+    if tracking_uri.startswith(("http://", "https://")):
+        return f"open {tracking_uri} (the MLflow server)"
+    return f"mlflow ui --backend-store-uri {tracking_uri} --port 5000"
+
+
+def run(args) -> int:
+    import uvicorn
+
+    from embinit.errors import EmbinitError
+    from service.main import create_app
+    from service.settings import Settings
+
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")      # a local Ray with token auth refuses drivers
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    try:
+        settings = Settings()
+    except Exception as e:  # noqa: BLE001 - pydantic's message names the bad variable
+        raise EmbinitError(f"invalid EMBINIT_* setting: {str(e).splitlines()[0]} ({e})") from None
+    if args.ray_address:
+        settings.ray_address = args.ray_address
+    if settings.mlflow_ui_url is None and not settings.tracking_uri.startswith(("http://", "https://")):
+        settings.mlflow_ui_url = "http://127.0.0.1:5000"  # where the printed `mlflow ui` command serves
+    app = create_app(settings)
+    base = f"http://{args.host}:{args.port}"
+    print(f"embinit API on {base}  (docs: {base}/docs)", flush=True)
+    print(f"state database: {settings.database_url}   MLflow store: {settings.tracking_uri}", flush=True)
+    print(f"Ray: {settings.ray_address or 'local (started with the API, stopped with it)'}", flush=True)
+    print(f"MLflow UI: {_ui_command(settings.tracking_uri)}", flush=True)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    return 0
