@@ -26,10 +26,11 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo,
+                      field_validator, model_validator)
 
 from embinit.config import TASKS, TrialConfig
 from embinit.errors import EmbinitError
@@ -64,6 +65,24 @@ def expand_env(value: str | None) -> str | None:
         raise ValueError(f"environment variable {missing[0]} is not set (needed by {value!r}); "
                          f"export {missing[0]}=... or write the path out")
     return _ENV.sub(lambda m: os.environ[m.group(1)], value)
+
+
+def spec_path(value: str | None, info: ValidationInfo | None = None) -> str | None:
+    """A path field: `${VAR}` expanded; `./x` and `../x` taken relative to the spec file's folder when
+    the spec came from a file (like docker-compose), so a spec travels with its data."""
+    value = expand_env(value)
+    base = (info.context or {}).get("base_dir") if info is not None and info.context else None
+    if value is not None and base is not None and value.startswith(("./", "../")):
+        return str((Path(base) / value).resolve())
+    return value
+
+
+def _path_field(value: str, info: ValidationInfo) -> str | None:
+    return spec_path(value, info)
+
+
+# A path field: `${VAR}` expanded, `./x` relative to the spec file's folder.
+PathStr = Annotated[str, AfterValidator(_path_field)]
 
 
 class _Strict(BaseModel):
@@ -107,7 +126,7 @@ class TaskEntry(Hyperparams):
     """One task with its fixed hyperparameters; a bare task name in YAML means all defaults."""
 
     task: str
-    data_dir: str | None = None  # the task's own data folder (Multi30k's train.de, ...)
+    data_dir: PathStr | None = None  # the task's own data folder (Multi30k's train.de, ...)
 
     @field_validator("task")
     @classmethod
@@ -116,10 +135,6 @@ class TaskEntry(Hyperparams):
             raise ValueError(f"{v!r} is not a registered task; choose from {sorted(TASKS)}")
         return v
 
-    @field_validator("data_dir")
-    @classmethod
-    def _env(cls, v):
-        return expand_env(v)
 
 
 class Range(_Strict):
@@ -145,23 +160,27 @@ class Search(_Strict):
 
     method: Literal["grid", "optuna"] = "grid"
     space: dict[str, list[Any] | Range] = Field(min_length=1)
-    num_samples: int | None = Field(None, ge=1)  # optuna: search points per (task, init, axes)
-    metric: str | None = None   # default: the task's validation metric, e.g. val/acc_matched
+    num_samples: int | None = Field(None, ge=1, validate_default=True)  # optuna: points per group
+    metric: str | None = None   # default: the task's selection metric, e.g. val/acc_matched
     mode: Literal["min", "max"] | None = None
 
-    @model_validator(mode="after")
-    def _consistent(self):
-        problems = []
-        for k, v in self.space.items():
-            if isinstance(v, list) and not v:
-                problems.append(f"space.{k} is an empty list")
-            if self.method == "grid" and isinstance(v, Range):
-                problems.append(f"space.{k}: grid search needs a list of values, got a range")
-        if self.method == "optuna" and self.num_samples is None:
-            problems.append("num_samples: optuna search needs a trial budget (num_samples)")
+    @field_validator("space")
+    @classmethod
+    def _values(cls, space, info: ValidationInfo):
+        problems = [f"{k} is an empty list" for k, v in space.items() if isinstance(v, list) and not v]
+        if info.data.get("method") == "grid":
+            problems += [f"{k}: grid search needs a list of values, got a range"
+                         for k, v in space.items() if isinstance(v, Range)]
         if problems:
             raise ValueError("; ".join(problems))
-        return self
+        return space
+
+    @field_validator("num_samples")
+    @classmethod
+    def _budget(cls, n, info: ValidationInfo):
+        if n is None and info.data.get("method") == "optuna":
+            raise ValueError("optuna search needs a trial budget (num_samples)")
+        return n
 
 
 class Resources(_Strict):
@@ -170,15 +189,10 @@ class Resources(_Strict):
 
 
 class MlflowSettings(_Strict):
-    tracking_uri: str | None = None   # default sqlite:///mlflow.db in the working directory
+    tracking_uri: Annotated[str, AfterValidator(expand_env)] | None = None  # default sqlite:///mlflow.db
     experiment: str | None = None     # default: the spec's name
     log_checkpoint: bool = True       # the best checkpoint as artifact checkpoint/best.pt
     log_plots: bool = True
-
-    @field_validator("tracking_uri")
-    @classmethod
-    def _env(cls, v):
-        return expand_env(v)
 
 
 def _parse_init(spec: str | dict[str, Any]):
@@ -218,8 +232,8 @@ class InitEntry(_Strict):
 
     tgt: str | dict[str, Any]
     src: str | dict[str, Any] | None = None
-    pretrained: str | None = None      # path/hub id for tgt's source (overrides the spec's)
-    src_pretrained: str | None = None
+    pretrained: PathStr | None = None      # path/hub id for tgt's source (overrides the spec's)
+    src_pretrained: PathStr | None = None
     label: str | None = None           # report label; default: the paper's label of tgt (and src)
 
     @classmethod
@@ -242,11 +256,6 @@ class InitEntry(_Strict):
         if isinstance(v, str) and not v.strip():
             raise ValueError("an init spec must not be empty")
         return v
-
-    @field_validator("pretrained", "src_pretrained")
-    @classmethod
-    def _env(cls, v):
-        return expand_env(v)
 
     def tgt_str(self) -> str:
         return init_string(self.tgt)
@@ -294,9 +303,9 @@ class ExperimentSpec(_Strict):
     resources: Resources = Field(default_factory=Resources)
     max_concurrent: int | None = Field(None, ge=1)
     retries: int = Field(2, ge=0)
-    data_dir: str | None = None       # a root with one folder per task (like EMBINIT_DATA_DIR)
-    pretrained: str | dict[str, str] | None = None  # a path, or {source name: path}
-    cache_dir: str | None = None
+    data_dir: PathStr | None = None   # a root with one folder per task (like EMBINIT_DATA_DIR)
+    pretrained: PathStr | dict[str, PathStr] | None = None  # a path, or {source family: path}
+    cache_dir: PathStr | None = None
     mlflow: MlflowSettings = Field(default_factory=MlflowSettings)
 
     @field_validator("tasks", mode="before")
@@ -324,16 +333,6 @@ class ExperimentSpec(_Strict):
         if len(set(v)) != len(v):
             raise ValueError(f"seeds must be distinct, got {v}")
         return v
-
-    @field_validator("data_dir", "cache_dir")
-    @classmethod
-    def _env(cls, v):
-        return expand_env(v)
-
-    @field_validator("pretrained")
-    @classmethod
-    def _env_map(cls, v):
-        return {k: expand_env(p) for k, p in v.items()} if isinstance(v, dict) else expand_env(v)
 
     @model_validator(mode="after")
     def _cross_checks(self):
@@ -382,12 +381,12 @@ class ExperimentSpec(_Strict):
         if init.side_option("tgt", "oov"):
             values.setdefault("oov", init.side_option("tgt", "oov"))
         two_sided = init.src is not None and _is_translation(task.task)
-        tgt_path = init.pretrained or init.side_option("tgt", "pretrained")
-        src_path = init.src_pretrained or init.side_option("src", "pretrained")
+        tgt_path = init.pretrained or spec_path(init.side_option("tgt", "pretrained"))
+        src_path = init.src_pretrained or spec_path(init.side_option("src", "pretrained"))
         return TrialConfig(task=task.task, init=init.tgt_str(), seed=seed,
                            src_init=init.src_str() if two_sided else None,
-                           pretrained=self._pretrained_for(init.tgt, expand_env(tgt_path)),
-                           src_pretrained=(self._pretrained_for(init.src, expand_env(src_path))
+                           pretrained=self._pretrained_for(init.tgt, tgt_path),
+                           src_pretrained=(self._pretrained_for(init.src, src_path)
                                            if two_sided else None),
                            data_dir=self._data_dir(task), **values)
 
@@ -548,15 +547,17 @@ def _problems(err: ValidationError) -> list[tuple[str, str]]:
     return list(dict.fromkeys(out))
 
 
-def _read(source: Any) -> dict[str, Any]:
+def _read(source: Any) -> tuple[dict[str, Any], Path | None]:
+    """(raw spec data, the folder of the file it came from or None)."""
     if isinstance(source, ExperimentSpec):
-        return source.canonical()
+        return source.canonical(), None
     if isinstance(source, dict):
-        return source
-    text = None
+        return source, None
+    text, base = None, None
     if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source
                                     and source.strip().endswith((".yaml", ".yml", ".json"))):
         path = Path(source).expanduser()
+        base = path.resolve().parent
         try:
             text = path.read_text()
         except OSError as e:
@@ -571,15 +572,15 @@ def _read(source: Any) -> dict[str, Any]:
         raise SpecError([("", f"not valid YAML: {str(e).splitlines()[0]}")]) from None
     if not isinstance(data, dict):
         raise SpecError([("", f"a spec must be a mapping at the top level, got {type(data).__name__}")])
-    return data
+    return data, base
 
 
 def load_spec(source: Any) -> ExperimentSpec:
     """A validated spec from a dict, YAML/JSON text, a file path or a spec; raises SpecError listing
     every problem."""
-    data = _read(source)
+    data, base = _read(source)
     try:
-        return ExperimentSpec.model_validate(data)
+        return ExperimentSpec.model_validate(data, context={"base_dir": base})
     except ValidationError as e:
         raise SpecError(_init_paths(_problems(e), data)) from None
     except SpecError as e:

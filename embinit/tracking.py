@@ -278,7 +278,8 @@ class TrialRun:
                  "diverged_step": result.get("diverged_step"), "coverage": result.get("coverage") or {}}
         metrics += _metrics(extra)
         from mlflow.entities import RunTag  # noqa: PLC0415
-        tags = [RunTag(STATUS_TAG, result["status"]), RunTag(LABEL_TAG, result.get("label") or "")]
+        # The label tag stays the spec's (it may be a custom `name`); the trainer's goes beside it.
+        tags = [RunTag(STATUS_TAG, result["status"]), RunTag("embinit.trainer_label", result.get("label") or "")]
         if result.get("bleu_signature"):
             tags.append(RunTag("embinit.bleu_signature", result["bleu_signature"]))
         _log_batch(self.client, self.run_id, metrics=metrics, tags=tags)

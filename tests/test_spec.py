@@ -1,0 +1,260 @@
+"""ExperimentSpec: parsing, expansion into TrialConfigs, hashing, and every validation error path."""
+
+from __future__ import annotations
+
+import pytest
+
+from embinit.config import TASKS, TrialConfig
+from embinit.errors import EmbinitError
+from embinit.spec import ExperimentSpec, SpecError, load_spec
+
+
+def base(**over):
+    spec = {"name": "t", "tasks": ["synthetic_translation"], "inits": ["xavier"], "seeds": 2}
+    spec.update(over)
+    return spec
+
+
+def problems(data) -> dict[str, str]:
+    with pytest.raises(SpecError) as err:
+        load_spec(data)
+    assert isinstance(err.value, EmbinitError)
+    return dict(err.value.problems)
+
+
+# ---- parsing and expansion ---------------------------------------------------------------------------
+
+def test_minimal_spec_expands_to_tasks_x_inits_x_seeds():
+    spec = load_spec(base(tasks=["synthetic_translation", "synthetic_classification"],
+                          inits=["xavier", "normal", "xavier_normal"], seeds=3))
+    trials = spec.expand()
+    assert len(trials) == 2 * 3 * 3 == spec.num_trials()
+    assert all(isinstance(t, TrialConfig) for t in trials)
+    assert {(t.task, t.init, t.seed) for t in trials} == {
+        (task, init, seed) for task in ("synthetic_translation", "synthetic_classification")
+        for init in ("xavier", "normal", "xavier_normal") for seed in range(3)}
+    assert len({t.key() for t in trials}) == len(trials)
+
+
+def test_seeds_as_count_or_list():
+    assert load_spec(base(seeds=4)).seeds == [0, 1, 2, 3]
+    assert load_spec(base(seeds=[7, 11])).seeds == [7, 11]
+    assert [t.seed for t in load_spec(base(seeds=[7, 11])).expand()] == [7, 11]
+
+
+def test_table5_defaults_apply_and_overrides_win():
+    spec = load_spec(base(tasks=["multi30k", {"task": "sst2", "epochs": 2, "lr": 5e-4}], inits=["xavier"],
+                          seeds=1, defaults={"precision": "bf16", "epochs": 7}))
+    by_task = {t.task: t.resolved() for t in spec.expand()}
+    assert by_task["multi30k"].batch_size == TASKS["multi30k"].batch_size
+    assert by_task["multi30k"].lr == TASKS["multi30k"].lr
+    assert by_task["multi30k"].epochs == 7                    # spec-wide default beats Table 5
+    assert by_task["sst2"].epochs == 2 and by_task["sst2"].lr == 5e-4  # the task's own beats both
+    assert {t.precision for t in by_task.values()} == {"bf16"}
+
+
+def test_axes_and_grid_search_multiply_the_grid():
+    spec = load_spec(base(inits=["xavier", "normal"], seeds=2,
+                          axes={"pos_encoding": [True, False], "train_embeddings": [True, False]},
+                          search={"space": {"lr": [1e-4, 3e-4, 1e-3]}}))
+    plan = spec.plan()
+    assert len(plan) == 2 * 4 * 3 * 2
+    assert {(p.axes["pos_encoding"], p.axes["train_embeddings"]) for p in plan} == {
+        (a, b) for a in (True, False) for b in (True, False)}
+    cfgs = spec.expand()
+    assert {c.lr for c in cfgs} == {1e-4, 3e-4, 1e-3}
+    assert {c.pos_encoding for c in cfgs} == {True, False}
+
+
+def test_optuna_search_counts_budget_times_seeds_per_group():
+    spec = load_spec(base(inits=["xavier", "normal"], seeds=2,
+                          search={"method": "optuna", "num_samples": 5,
+                                  "space": {"lr": {"low": 1e-4, "high": 1e-2, "log": True}}}))
+    assert len(spec.plan()) == 2 * 2          # the scientific grid; points are drawn at run time
+    assert spec.num_trials() == 2 * 2 * 5
+
+
+def test_per_side_inits_for_translation_and_labels():
+    spec = load_spec(base(inits=["xavier", {"tgt": "glove+standardize", "src": "xavier"},
+                                 {"tgt": "glove", "src": "glove+shuffle"}],
+                          pretrained={"glove": "/data/glove.txt"}, seeds=1))
+    plan = spec.plan()
+    assert [p.label for p in plan] == ["Xavier", "GloVe_Xavier", "GloVe|src:GloVe_Shuffled"]
+    cfg = spec.expand()[1]
+    assert (cfg.init, cfg.src_init, cfg.pretrained, cfg.src_pretrained) == (
+        "glove+standardize", "xavier", "/data/glove.txt", None)
+    third = spec.expand()[2]
+    assert third.src_init == "glove+shuffle" and third.src_pretrained == "/data/glove.txt"
+
+
+def test_structured_init_spec_with_name_and_own_path():
+    spec = load_spec(base(inits=[{"source": "glove", "transform": "standardize", "name": "HighVar",
+                                  "pretrained": "/x/v.txt"}], seeds=1))
+    (p,) = spec.plan()
+    assert p.label == "HighVar_Xavier"
+    assert (p.config["init"], p.config["pretrained"]) == ("glove+standardize", "/x/v.txt")
+
+
+def test_subword_source_defaults_to_its_hub_id():
+    spec = load_spec(base(tasks=["sst2"], inits=["bert", "bert+standardize"], seeds=1))
+    assert {c.pretrained for c in spec.expand()} == {"bert-base-uncased"}
+
+
+def test_data_dir_root_gives_each_real_task_its_folder():
+    spec = load_spec(base(tasks=["multi30k", "synthetic_translation", {"task": "sst2", "data_dir": "/own"}],
+                          data_dir="/data", seeds=1))
+    dirs = {c.task: c.data_dir for c in spec.expand()}
+    assert dirs == {"multi30k": "/data/multi30k", "synthetic_translation": None, "sst2": "/own"}
+
+
+def test_env_vars_expand_in_path_fields(monkeypatch):
+    monkeypatch.setenv("EMB_TEST_ROOT", "/assets")
+    spec = load_spec(base(inits=["glove"], pretrained={"glove": "${EMB_TEST_ROOT}/glove.6B.50d.txt"}))
+    assert spec.expand()[0].pretrained == "/assets/glove.6B.50d.txt"
+
+
+def test_relative_paths_are_relative_to_the_spec_file(tmp_path):
+    (tmp_path / "v.txt").write_text("a 1 2\n")
+    path = tmp_path / "s.yaml"
+    path.write_text("name: rel\ntasks: [synthetic_translation]\ninits: [glove]\n"
+                    "pretrained: {glove: ./v.txt}\nseeds: 1\n")
+    assert load_spec(path).expand()[0].pretrained == str(tmp_path / "v.txt")
+    assert load_spec(str(path)).expand()[0].pretrained == str(tmp_path / "v.txt")
+
+
+def test_yaml_text_dict_and_spec_give_the_same_hash():
+    text = "name: t\ntasks: [synthetic_translation]\ninits: [xavier]\nseeds: 2\n"
+    a, b = load_spec(text), load_spec(base())
+    assert a.spec_hash() == b.spec_hash() == load_spec(a).spec_hash()
+    assert load_spec(base(seeds=3)).spec_hash() != a.spec_hash()
+    assert isinstance(ExperimentSpec.model_validate(base()), ExperimentSpec)
+
+
+def test_trial_keys_are_stable_across_loads_and_ignore_threads():
+    one = [t.key() for t in load_spec(base()).expand()]
+    two = [t.key() for t in load_spec(base(resources={"cpus": 2})).expand()]
+    assert one == two
+
+
+def test_experiment_and_tracking_defaults():
+    spec = load_spec(base())
+    assert spec.experiment_name() == "t" and spec.tracking_uri() == "sqlite:///mlflow.db"
+    spec = load_spec(base(mlflow={"experiment": "other", "tracking_uri": "http://mlflow:5000"}))
+    assert spec.experiment_name() == "other" and spec.tracking_uri("file:///x") == "file:///x"
+
+
+def test_paths_lists_every_path_field():
+    spec = load_spec(base(inits=[{"tgt": "glove", "src": "xavier", "pretrained": "/g.txt"}],
+                          data_dir="/d", cache_dir="/c", tasks=[{"task": "multi30k", "data_dir": "/m"}]))
+    assert dict(spec.paths()) == {"data_dir": "/d", "cache_dir": "/c", "tasks[0].data_dir": "/m",
+                                  "inits[0].pretrained": "/g.txt"}
+
+
+# ---- every error path ----------------------------------------------------------------------------
+
+def test_every_problem_is_collected_with_its_path():
+    found = problems({"name": "bad name", "tasks": ["nope", {"task": "sst2", "epoch": 3}], "inits": [],
+                      "seeds": 0, "resources": {"cpus": -1}, "colour": "red"})
+    assert set(found) >= {"name", "tasks[0].task", "tasks[1].epoch", "inits", "seeds", "resources.cpus",
+                          "colour"}
+    assert "'nope' is not a registered task" in found["tasks[0].task"] and "multi30k" in found["tasks[0].task"]
+    assert found["colour"] == "unknown field 'colour'"
+
+
+def test_message_is_one_line_listing_all_problems():
+    with pytest.raises(SpecError) as err:
+        load_spec({"name": "x", "tasks": ["nope"], "inits": ["glvoe"]})
+    text = str(err.value)
+    assert "\n" not in text and "2 problems" in text and "nope" in text and "glvoe" in text
+
+
+def test_structured_init_error_points_at_the_field():
+    found = problems(base(inits=["xavier", "normal", {"source": "glove", "transform": "standardise"}]))
+    assert "'standardise' is not a registered transform" in found["inits[2].transform"]
+    assert "standardize" in found["inits[2].transform"]
+
+
+def test_init_errors_by_form():
+    found = problems(base(inits=["glvoe", {"tgt": "glove", "src": "xavierr"}, {"tgt": {"source": "nope"}},
+                                 {"tgt": "xavier", "colour": 1}, 3]))
+    assert "'glvoe' is not a registered init" in found["inits[0]"]
+    assert "'xavierr'" in found["inits[1].src"]
+    assert "'nope'" in found["inits[2].tgt.source"]
+    assert found["inits[3].colour"] == "unknown field 'colour'"
+    assert "inits[4]" in found
+
+
+def test_transform_on_a_random_init_is_refused():
+    assert "applies to pretrained sources" in problems(base(inits=["xavier+standardize"]))["inits[0]"]
+
+
+def test_source_side_needs_a_translation_task():
+    found = problems(base(tasks=["sst2"], inits=[{"tgt": "xavier", "src": "normal"}]))
+    assert "only translation tasks" in found["inits[0].src"]
+
+
+def test_duplicate_inits_and_tasks():
+    found = problems(base(tasks=["synthetic_translation", "synthetic_translation"],
+                          inits=["xavier", "normal", "xavier"]))
+    assert "duplicates inits[0]" in found["inits[2]"]
+    assert "listed twice" in found["tasks[1]"]
+
+
+def test_same_label_twice_needs_an_explicit_label():
+    spec = base(inits=["glove", {"tgt": "glove", "pretrained": "/other.txt"}], pretrained={"glove": "/g.txt"})
+    assert "give it its own `label`" in problems(spec)["inits[1]"]
+    spec["inits"][1]["label"] = "GloVe-other"
+    assert [p.label for p in load_spec(spec).plan()][-1] == "GloVe-other"
+
+
+def test_pretrained_file_source_without_a_path():
+    found = problems(base(inits=["glove+standardize"]))
+    assert "'glove' needs a pretrained file" in found["inits[0]"]
+
+
+def test_seed_problems():
+    assert "must be >= 1" in problems(base(seeds=0))["seeds"]
+    assert "distinct" in problems(base(seeds=[1, 1]))["seeds"]
+    assert "seeds[0]" in problems(base(seeds=["a"]))
+
+
+def test_axis_problems():
+    found = problems(base(axes={"pos_encoding": ["maybe"], "colour": [1], "epochs": []}))
+    assert "valid boolean" in found["axes.pos_encoding[0]"]
+    assert "'colour' is not a hyperparameter" in found["axes.colour"]
+    assert "at least one value" in found["axes.epochs"]
+
+
+def test_search_problems():
+    found = problems(base(axes={"lr": [1e-3]}, search={"space": {"lr": [1e-4], "dropout": {"low": 0.1, "high": 0.3},
+                                                                  "batch_size": ["big"]}}))
+    assert "grid search needs a list" in found["search.space"]
+    found = problems(base(search={"space": {"lr": [1e-4], "batch_size": ["big"]}}))
+    assert "valid integer" in found["search.space.batch_size[0]"]
+    assert "search.mode" in problems(base(search={"space": {"lr": [1e-4]}, "mode": "up"}))
+    found = problems(base(search={"method": "optuna", "space": {"lr": {"low": 1, "high": 0}}}))
+    assert "low < high" in found["search.space.lr"]
+    assert "trial budget" in found["search.num_samples"]
+    found = problems(base(search={"space": {"pos_encoding": [True]}}, axes={"pos_encoding": [False]}))
+    assert "both an ablation axis and searched" in found["search.space.pos_encoding"]
+    assert "log range needs low > 0" in problems(base(search={
+        "method": "optuna", "num_samples": 2, "space": {"lr": {"low": 0, "high": 1, "log": True}}}))["search.space.lr"]
+    assert "search.space" in problems(base(search={"space": {}}))
+
+
+def test_hyperparameter_range_problems():
+    found = problems(base(tasks=[{"task": "sst2", "epochs": 0, "dropout": 1.5, "precision": "fp8"}]))
+    assert {"tasks[0].epochs", "tasks[0].dropout", "tasks[0].precision"} <= set(found)
+
+
+def test_unset_env_var_is_a_clear_problem(monkeypatch):
+    monkeypatch.delenv("EMB_NOT_SET", raising=False)
+    found = problems(base(inits=["glove"], pretrained={"glove": "${EMB_NOT_SET}/g.txt"}))
+    assert "environment variable EMB_NOT_SET is not set" in found["pretrained.glove"]
+
+
+def test_input_form_errors(tmp_path):
+    assert "not valid YAML" in str(pytest.raises(SpecError, load_spec, "name: [unclosed\n").value)
+    assert "mapping at the top level" in str(pytest.raises(SpecError, load_spec, "- a\n- b\n").value)
+    assert "cannot read spec file" in str(pytest.raises(SpecError, load_spec, str(tmp_path / "no.yaml")).value)
+    assert "must be a mapping" in str(pytest.raises(SpecError, load_spec, 42).value)
