@@ -50,7 +50,7 @@ def test_malformed_value_names_the_line(tmp_path):
     assert f"{path}:2" in msg and "'abc'" in msg
 
 
-@pytest.mark.parametrize("line", ["cat 0.3", "cat 0.3 0.4 0.5"])
+@pytest.mark.parametrize("line", ["cat 0.3", "cat 0.3 ", "cat 0.3 0.4 0.5"])
 def test_inconsistent_dimension_within_a_file(tmp_path, line):
     path = tmp_path / "g.txt"
     path.write_text(f"the 0.1 0.2\nbird 0.1 0.1\n{line}\ndog 0.5 0.6\n")

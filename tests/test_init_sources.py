@@ -71,6 +71,13 @@ def test_first_occurrence_wins_and_words_may_contain_spaces(tmp_path):
     assert res.table.tolist() == [[1.0, 2.0], [5.0, 6.0], [7.0, 8.0]]
 
 
+def test_trailing_spaces_crlf_and_a_last_line_without_newline(tmp_path):
+    path = tmp_path / "g.txt"
+    path.write_bytes(b"the 0.1 0.2 \ndog 0.5 0.6\r\n\nlast 1 2")
+    res = build_table("glove", Vocab(["the", "last", "dog"]), pretrained=str(path), cache_dir=False)
+    assert res.table.tolist() == torch.tensor([[0.1, 0.2], [1.0, 2.0], [0.5, 0.6]]).tolist()
+
+
 def test_token_share_uses_training_counts(tmp_path):
     path = tt.write_text(tmp_path / "g.txt", tt.word_vectors(["the", "cat"], dim=2))
     vocab = Vocab(["<pad>", "the", "cat", "qqq"], counts={"the": 6, "cat": 2, "qqq": 2}, specials=("<pad>",))

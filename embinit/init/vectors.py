@@ -151,14 +151,16 @@ def load_text(path: str | Path, tokens: list[str], lowercase: bool = False) -> A
     wanted = col.wanted
     with _open(path) as f:
         try:
-            for lineno, line in enumerate(f, 1):
-                if lineno == 1 and head:
-                    continue
-                if line.count(b" ") == dim and line[-2:-1] != b" ":   # fast path: one-word line
+            if head:
+                f.readline()
+            for lineno, line in enumerate(f, 2 if head else 1):
+                if line.count(b" ") == dim:   # fast path: a one-word line (the hot loop: keep it lean)
                     word = line[: line.find(b" ")]
                     if word not in wanted:
                         continue
                     fields = line.split()[1:]
+                    if len(fields) != dim:    # e.g. a trailing space hiding a missing value
+                        word, fields = _split_line(line, dim, path, lineno)
                 elif not line.strip():
                     continue
                 else:
