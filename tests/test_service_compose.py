@@ -1,0 +1,164 @@
+"""docker-compose.yml and the Dockerfile agree with the service's settings (there is no Docker engine
+here, so the files are parsed and cross-checked, not run)."""
+
+from __future__ import annotations
+
+import importlib
+import re
+import shlex
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+import yaml
+
+from service.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[1]
+COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+SERVICES = COMPOSE["services"]
+_DEFAULT = re.compile(r"\$\{([A-Z_]+):-([^}]*)\}")
+
+
+def resolved(value: str) -> str:
+    """`${VAR:-default}` -> default, as compose does with VAR unset."""
+    return _DEFAULT.sub(lambda m: m.group(2), str(value))
+
+
+def env(service: str) -> dict[str, str]:
+    return {k: resolved(v) for k, v in (SERVICES[service].get("environment") or {}).items()}
+
+
+def command(service: str) -> list[str]:
+    cmd = SERVICES[service]["command"]
+    return shlex.split(resolved(cmd)) if isinstance(cmd, str) else [resolved(c) for c in cmd]
+
+
+def option(cmd: list[str], name: str) -> str:
+    for i, part in enumerate(cmd):
+        if part == name:
+            return cmd[i + 1]
+        if part.startswith(name + "="):
+            return part.split("=", 1)[1]
+    raise AssertionError(f"{name} not in {cmd}")
+
+
+def mounts(service: str) -> dict[str, str]:
+    """container path -> volume name."""
+    return {v.split(":")[1]: v.split(":")[0] for v in SERVICES[service].get("volumes", [])}
+
+
+def published(service: str) -> dict[int, int]:
+    """container port -> host port."""
+    out = {}
+    for p in SERVICES[service].get("ports", []):
+        host, container = str(p).rsplit(":", 1) if ":" in str(p) else (p, p)
+        out[int(container)] = int(host.split(":")[-1])
+    return out
+
+
+def test_services_present():
+    assert {"api", "ray-head", "ray-worker", "mlflow", "postgres"} <= set(SERVICES)
+
+
+def test_api_env_names_exist_in_settings_and_parse(monkeypatch):
+    api_env = {k: v for k, v in env("api").items() if k.startswith("EMBINIT_")}
+    fields = set(Settings.model_fields)
+    unknown = [k for k in api_env if k.removeprefix("EMBINIT_").lower() not in fields]
+    assert not unknown, f"compose sets variables the service does not read: {unknown}"
+    for k, v in api_env.items():
+        monkeypatch.setenv(k, v)
+    settings = Settings(_env_file=None)
+    assert settings.data_roots == [Path("/data")] and settings.pretrained_roots == [Path("/pretrained")]
+    assert settings.api_token in (None, "")  # no token baked into the file
+
+
+def test_tracking_uri_points_at_the_mlflow_service():
+    uri = urlparse(env("api")["EMBINIT_TRACKING_URI"])
+    cmd = command("mlflow")
+    assert uri.scheme == "http" and uri.hostname == "mlflow"
+    assert uri.port == int(option(cmd, "--port"))
+    assert option(cmd, "--host") == "0.0.0.0"
+    assert uri.port in published("mlflow")
+    assert f"mlflow:{uri.port}" in option(cmd, "--allowed-hosts").split(",")
+    ui = urlparse(env("api")["EMBINIT_MLFLOW_UI_URL"])
+    assert published("mlflow")[uri.port] == ui.port
+
+
+def test_mlflow_server_setup():
+    cmd = command("mlflow")
+    backend = urlparse(option(cmd, "--backend-store-uri"))
+    assert backend.scheme.startswith("postgresql") and backend.hostname == "postgres"
+    pg = env("postgres")
+    assert backend.username == pg["POSTGRES_USER"] and backend.password == pg["POSTGRES_PASSWORD"]
+    assert backend.path.lstrip("/") == pg["POSTGRES_DB"]
+    assert "--serve-artifacts" in cmd and option(cmd, "--workers") == "1"
+    assert env("mlflow")["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] == "false"
+    assert option(cmd, "--artifacts-destination") in mounts("mlflow")  # artifacts on a volume
+
+
+def test_state_database_is_the_postgres_service():
+    url = urlparse(env("api")["EMBINIT_DATABASE_URL"])
+    pg = env("postgres")
+    assert url.scheme.startswith("postgresql") and url.hostname == "postgres"
+    assert url.username == pg["POSTGRES_USER"] and url.password == pg["POSTGRES_PASSWORD"]
+    state_db = url.path.lstrip("/")
+    assert state_db != pg["POSTGRES_DB"]  # MLflow has a table named `experiments` too
+    init = COMPOSE["configs"]["create-state-db"]["content"]
+    assert f"CREATE DATABASE {state_db};" in init
+    targets = [c["target"] for c in SERVICES["postgres"]["configs"]]
+    assert any(t.startswith("/docker-entrypoint-initdb.d/") for t in targets)
+    assert "api" in SERVICES and SERVICES["api"]["depends_on"]["postgres"]["condition"] == "service_healthy"
+
+
+def test_ray_address_is_the_heads_client_server():
+    address = urlparse(env("api")["EMBINIT_RAY_ADDRESS"])
+    head = command("ray-head")
+    assert address.scheme == "ray" and address.hostname == "ray-head"
+    assert address.port == int(option(head, "--ray-client-server-port"))
+    gcs = option(head, "--port")
+    for worker in ("ray-worker", "ray-worker-cpu"):
+        assert option(command(worker), "--address") == f"ray-head:{gcs}"
+        assert "--block" in command(worker)
+
+
+def test_workers_scale_and_reserve_gpus():
+    worker = SERVICES["ray-worker"]
+    assert "container_name" not in worker and not worker.get("ports")  # scalable: no fixed names/ports
+    devices = worker["deploy"]["resources"]["reservations"]["devices"]
+    assert any("gpu" in d["capabilities"] for d in devices)
+
+
+@pytest.mark.parametrize("service", ["api", "ray-head", "ray-worker", "ray-worker-cpu"])
+def test_roots_and_work_dir_are_shared_volumes(service, monkeypatch):
+    for k, v in env("api").items():
+        if k.startswith("EMBINIT_"):
+            monkeypatch.setenv(k, v)
+    settings = Settings(_env_file=None)
+    paths = mounts(service)
+    for root in settings.data_roots + settings.pretrained_roots:
+        assert str(root) in paths, f"{service} does not mount {root}"
+    assert paths[SERVICES[service]["working_dir"]] == "embinit-work"  # Tune checkpoints, caches
+
+
+def test_named_volumes_are_declared():
+    declared = set(COMPOSE["volumes"])
+    used = {name for s in SERVICES for name in mounts(s).values() if not name.startswith((".", "/"))}
+    assert used <= declared and {"pgdata", "mlartifacts"} <= used
+    assert mounts("postgres")["/var/lib/postgresql/data"] == "pgdata"
+
+
+def test_api_command_serves_the_app_on_its_published_port():
+    cmd = command("api")
+    module, attr = cmd[cmd.index("--factory") + 1].split(":")
+    assert callable(getattr(importlib.import_module(module), attr))
+    assert int(option(cmd, "--port")) in published("api")
+
+
+def test_dockerfile_builds_what_compose_runs():
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert all(SERVICES[s].get("build") == "." for s in ("api", "ray-head", "ray-worker", "mlflow"))
+    for needed in ("COPY embinit", "COPY service", "psycopg", "TORCH_SPEC"):
+        assert needed in dockerfile
+    exposed = {int(p) for line in dockerfile.splitlines() if line.startswith("EXPOSE") for p in line.split()[1:]}
+    assert {8000, 5000, 6379, 10001} <= exposed
