@@ -123,3 +123,17 @@ def test_failed_write_leaves_no_partial_entry(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError):
         cache.save(tmp_path / "x" / "e.pkl", {"a": 1})
     assert os.listdir(tmp_path / "x") == []
+
+
+def test_a_hit_loads_no_tokenizer(sst2_dir, tmp_path, monkeypatch):
+    """The point of the cache: a second trial pays neither for spaCy nor for tokenizing."""
+    monkeypatch.setitem(tokenization._BACKENDS, "spacy", tokenization.WhitespaceBackend)  # a cheap stand-in
+    first = load(sst2_dir, tmp_path / "c", tokenizer="spacy")
+
+    def no_backend(spec):
+        raise AssertionError("a tokenizer was loaded on a cache hit")
+
+    monkeypatch.setitem(tokenization._BACKENDS, "spacy", no_backend)
+    again = load(sst2_dir, tmp_path / "c", tokenizer="spacy")
+    assert again.info["cache"] == "hit" and again.splits == first.splits
+    assert again.detokenize(["a", "film", "."]) == "a film."

@@ -136,3 +136,13 @@ def test_wikitext_default_splits(tmp_path):
     assert data.eval_splits == ["valid", "test"]
     assert data.vocab.decode(data.splits["test"])[0] == UNK   # "test" never occurs in train
     assert data.info["split_sources"] == {"train": "train", "valid": "valid", "test": "test"}
+
+
+def test_crlf_and_byte_order_mark(tmp_path):
+    folder = tmp_path / "sst2"
+    folder.mkdir()
+    (folder / "train.tsv").write_bytes("\ufeffsentence\tlabel\r\na fine film\t1\r\nbad\t0\r\n".encode())
+    (folder / "dev.tsv").write_bytes(b"sentence\tlabel\r\nfine\t1\r\n")
+    data = load_task("sst2", data_dir=folder, tokenizer="whitespace", min_freq=1, cache_dir=False)
+    assert [(data.vocab.decode(ids), label) for ids, label in data.splits["train"]] == \
+        [(["a", "fine", "film"], 1), (["bad"], 0)]

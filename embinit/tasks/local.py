@@ -42,9 +42,9 @@ def find_files(task: str, layout: Layout, folder: Path, splits: dict[str, str]) 
 
 
 def read_lines(path: Path) -> list[str]:
-    """The lines of a UTF-8 text file, without line ends."""
+    """The lines of a UTF-8 text file (a byte-order mark is skipped), without line ends ("\r\n" too)."""
     try:
-        with open(path, encoding="utf-8", newline="\n") as f:
+        with open(path, encoding="utf-8-sig", newline="\n") as f:
             return [line.rstrip("\r\n") for line in f]
     except UnicodeDecodeError as e:
         raise EmbinitError(f"{path} is not UTF-8 text: {e}") from None
