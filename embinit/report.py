@@ -163,7 +163,7 @@ def build_report(experiment_name: str, tracking_uri: str | None = None,
     for t in trials:
         groups[(t.task, t.label, json.dumps(t.axes, sort_keys=True))].append(t)
     rows, failed, run_ids = [], [], {}
-    for gkey in sorted(groups, key=lambda g: (g[0], g[2], _label_order(g[1]))):
+    for gkey in sorted(groups, key=lambda g: (g[0], _label_order(g[1]), g[2])):
         task, label, axes = gkey
         members = groups[gkey]
         point = _best_point(members)

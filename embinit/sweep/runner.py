@@ -160,3 +160,5 @@ def default_env() -> None:
     os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
     # Every epoch checkpoints, so Tune's "snapshotting too often" warning fires on short trials.
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+    # embinit prints its own progress line; Tune's tables (new output engine) would interleave with it.
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")

@@ -1,0 +1,120 @@
+"""Table 1 from MLflow: grouping per task x init (x axes), mean/σ/n/95% CI, best search point, failed and
+diverged counts, the three formats and the Figure-1 plot. Runs are written with embinit.tracking into a
+temporary SQLite store; the numbers are inputs chosen so the expected statistics are known."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+
+import pytest
+
+from embinit import tracking
+from embinit.report import build_report, summarize, t_quantile
+
+pytestmark = pytest.mark.slow  # creating an MLflow SQLite store takes a few seconds
+
+
+def test_t_quantile_matches_tables():
+    assert t_quantile(1) == pytest.approx(12.706, abs=1e-3)
+    assert t_quantile(2) == pytest.approx(4.303, abs=1e-3)
+    assert t_quantile(30) == pytest.approx(2.042, abs=1e-3)
+
+
+def test_summarize():
+    s = summarize([0.7, 0.8, 0.9])
+    assert s["n"] == 3 and s["mean"] == pytest.approx(0.8) and s["std"] == pytest.approx(0.1)
+    assert s["ci95"] == pytest.approx(4.303 * 0.1 / math.sqrt(3), rel=1e-3)
+    assert summarize([1.0]) == {"n": 1, "mean": 1.0, "std": None, "ci95": None}
+    assert summarize([])["mean"] is None
+
+
+def _add(uri, exp, key, label, seed, acc, *, status="finished", axes=None, point=None, epoch=2, curve=None):
+    cfg = {"task": "synthetic_classification", "init": label.lower(), "seed": seed}
+    group = {"axes": axes or {}, "point": point or {}, "selection": ["val/acc", "max"]}
+    run = tracking.TrialRun.open(uri, exp, None, cfg, key, label, group)
+    if status == "failed":
+        run.fail("Traceback (most recent call last):\nRuntimeError: out of memory")
+        return
+    history = [{"epoch": e, "val/loss": 1.0, "val/acc": v} for e, v in enumerate(curve or [acc], start=1)]
+    for h in history:
+        run.log_epoch(h["epoch"], h)
+    run.finish({"status": status, "history": history,
+                "best": {} if status == "diverged" else {"val/acc": acc, "val/acc_epoch": epoch},
+                "best_epoch": epoch}, [])
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    uri = f"sqlite:///{tmp_path_factory.mktemp('mlflow')}/mlflow.db"
+    exp = tracking.ensure_experiment("rep", uri)
+    for seed, acc in enumerate([0.7, 0.8, 0.9]):
+        _add(uri, exp, f"x{seed}", "Xavier", seed, acc, epoch=seed + 1, curve=[0.5, acc])
+    for seed, acc in enumerate([0.6, 0.65]):
+        _add(uri, exp, f"g{seed}", "GloVe", seed, acc, curve=[0.3, acc])
+    _add(uri, exp, "g2", "GloVe", 2, None, status="diverged")
+    _add(uri, exp, "g3", "GloVe", 3, None, status="failed")
+    # a grid search: lr point 1e-3 has the better mean over its two seeds
+    for seed, (lo, hi) in enumerate([(0.5, 0.75), (0.55, 0.85)]):
+        _add(uri, exp, f"s-lo{seed}", "Normal", seed, lo, point={"lr": 1e-4})
+        _add(uri, exp, f"s-hi{seed}", "Normal", seed, hi, point={"lr": 1e-3})
+    # an ablation axis: one row per setting
+    _add(uri, exp, "a-on", "XavierNormal", 0, 0.9, axes={"pos_encoding": True})
+    _add(uri, exp, "a-off", "XavierNormal", 0, 0.4, axes={"pos_encoding": False})
+    return uri
+
+
+def _rows(report):
+    return {(r["init"], json.dumps(r["axes"], sort_keys=True)): r for r in report.rows}
+
+
+def test_rows_per_task_init_and_axes(store):
+    rows = _rows(build_report("rep", store))
+    x = rows[("Xavier", "{}")]
+    assert (x["task"], x["metric"], x["n"]) == ("synthetic_classification", "best/val/acc", 3)
+    assert x["mean"] == pytest.approx(0.8) and x["std"] == pytest.approx(0.1)
+    assert x["ci95"] == pytest.approx(4.303 * 0.1 / math.sqrt(3), rel=1e-3)
+    assert x["best_epoch"] == pytest.approx(2.0)          # mean of epochs 1, 2, 3
+    g = rows[("GloVe", "{}")]
+    assert g["n"] == 2 and g["mean"] == pytest.approx(0.625)
+    assert g["diverged"] == 1 and g["failed"] == 1
+    assert g["failure_reasons"] == {"RuntimeError: out of memory": 1}
+    assert rows[("XavierNormal", '{"pos_encoding": true}')]["mean"] == pytest.approx(0.9)
+    assert rows[("XavierNormal", '{"pos_encoding": false}')]["mean"] == pytest.approx(0.4)
+
+
+def test_search_reports_the_best_mean_point(store):
+    normal = _rows(build_report("rep", store))[("Normal", "{}")]
+    assert normal["point"] == {"lr": 1e-3}
+    assert normal["n"] == 2 and normal["mean"] == pytest.approx(0.8)
+
+
+def test_keys_restrict_the_report(store):
+    report = build_report("rep", store, keys={"x0", "x1"})
+    assert [(r["init"], r["n"]) for r in report.rows] == [("Xavier", 2)]
+
+
+def test_formats(store):
+    report = build_report("rep", store)
+    md = report.to_markdown()
+    assert "| synthetic_classification | Xavier | best/val/acc | 0.80 (0.10) | 3 |" in md
+    assert "Failed trials: 1" in md and "RuntimeError: out of memory" in md
+    assert "pos_encoding=False" in md and "[lr=0.001]" in md
+    table = list(csv.DictReader(io.StringIO(report.to_csv())))
+    assert len(table) == len(report.rows) and {"mean", "std", "n", "ci95", "best_epoch"} <= set(table[0])
+    data = json.loads(report.to_json())
+    assert data["experiment"] == "rep" and len(data["rows"]) == len(report.rows)
+    assert data["failed"][0]["init"] == "GloVe"
+
+
+def test_rows_put_xavier_first(store):
+    labels = [r["init"] for r in build_report("rep", store).rows]
+    assert labels[0] == "Xavier"
+
+
+def test_plot_writes_mean_curves(store, tmp_path):
+    paths = build_report("rep", store).plot(tmp_path)
+    assert paths and all(p.exists() and p.stat().st_size > 1000 for p in paths)
+    assert {p.name for p in paths} >= {"synthetic_classification.png"}

@@ -1,0 +1,116 @@
+"""MLflow tracking: child runs keyed by trial key, reuse of a restarted attempt's run, finished-key
+lookup, failures, orphan cleanup, list_trials. Real MLflow on a temporary SQLite store (no Ray)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from embinit import tracking
+from embinit.errors import EmbinitError
+
+pytestmark = pytest.mark.slow  # creating an MLflow SQLite store takes a few seconds
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    root = tmp_path_factory.mktemp("mlflow")
+    uri = f"sqlite:///{root}/mlflow.db"
+    return uri, tracking.ensure_experiment("track", uri)
+
+
+def config(seed: int, task: str = "synthetic_classification") -> dict:
+    return {"task": task, "init": "xavier", "seed": seed, "lr": 1e-3, "extras": {"a": 1}}
+
+
+def result(history_epochs=(1, 2), status="finished") -> dict:
+    return {"status": status, "history": [{"epoch": e, "train/loss": 1.0 / e, "val/loss": 2.0 / e,
+                                           "val/acc": 0.5 + e / 10} for e in history_epochs],
+            "best": {"val/acc": 0.7, "val/acc_epoch": 2}, "test": {}, "best_epoch": 2,
+            "emb_stats_init": {"emb/std": 0.1}, "emb_stats_best": {"emb/std": 0.2}, "label": "Xavier",
+            "wall_time_s": 3.0, "coverage": None}
+
+
+def test_resolve_uri_makes_local_stores_absolute(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert tracking.resolve_uri(None) == f"sqlite:///{tmp_path}/mlflow.db"
+    assert tracking.resolve_uri("sqlite:////abs/x.db") == "sqlite:////abs/x.db"
+    assert tracking.resolve_uri("runs") == (tmp_path / "runs").as_uri()
+    assert tracking.resolve_uri("http://host:5000") == "http://host:5000"
+    assert tracking.artifact_root(f"sqlite:///{tmp_path}/m.db") == (tmp_path / "mlartifacts").as_uri()
+
+
+def test_trial_run_records_params_tags_epochs_and_result(store, tmp_path):
+    uri, exp = store
+    run = tracking.TrialRun.open(uri, exp, None, config(0), "key0", "Xavier", {"axes": {}, "point": {}})
+    for h in result()["history"]:
+        run.log_epoch(h["epoch"], h)
+    plot = tmp_path / "curve.png"
+    plot.write_bytes(b"png")
+    run.finish(result(), [("plots", str(plot))])
+    got = tracking.client(uri).get_run(run.run_id)
+    assert got.info.status == "FINISHED"
+    assert got.data.params["lr"] == "0.001" and got.data.params["extras.a"] == "1"
+    assert got.data.tags[tracking.KEY_TAG] == "key0" and got.data.tags[tracking.LABEL_TAG] == "Xavier"
+    assert json.loads(got.data.tags[tracking.CONFIG_TAG])["seed"] == 0
+    m = got.data.metrics
+    assert m["best/val/acc"] == 0.7 and m["init/emb/std"] == 0.1 and m["best/emb/std"] == 0.2
+    assert m["best_epoch"] == 2
+    history = tracking.client(uri).get_metric_history(run.run_id, "val/loss")
+    assert sorted(x.step for x in history) == [1, 2]       # logged per epoch, not again at the end
+    arts = [a.path for a in tracking.client(uri).list_artifacts(run.run_id, "plots")]
+    assert arts == ["plots/curve.png"]
+    assert tracking.finished_keys(exp, uri)["key0"] == run.run_id
+    assert tracking.finished_run(exp, uri, "key0").info.run_id == run.run_id
+
+
+def test_finish_fills_epochs_missing_from_the_live_log(store):
+    uri, exp = store
+    run = tracking.TrialRun.open(uri, exp, None, config(1), "key1", "Xavier", {})
+    run.log_epoch(1, result()["history"][0])    # epoch 2's live log was lost (worker died)
+    run.finish(result(), [])
+    steps = sorted(x.step for x in tracking.client(uri).get_metric_history(run.run_id, "val/loss"))
+    assert steps == [1, 2]
+
+
+def test_a_restarted_attempt_reuses_its_run(store):
+    uri, exp = store
+    parent = tracking.start_parent_run(exp, uri, "hash", "name: x\n", 1)
+    first = tracking.TrialRun.open(uri, exp, parent, config(2), "key2", "Xavier", {})
+    again = tracking.TrialRun.open(uri, exp, parent, config(2), "key2", "Xavier", {})
+    assert again.run_id == first.run_id
+    by_id = tracking.TrialRun.open(uri, exp, parent, config(2), "key2", "Xavier", {}, run_id=first.run_id)
+    assert by_id.run_id == first.run_id
+    assert tracking.close_orphans(exp, uri, parent, "worker died") == 1
+    got = tracking.client(uri).get_run(first.run_id)
+    assert got.info.status == "FAILED" and got.data.tags[tracking.ERROR_TAG] == "worker died"
+
+
+def test_failed_and_diverged_runs_and_list_trials(store):
+    uri, exp = store
+    bad = tracking.TrialRun.open(uri, exp, None, config(3), "key3", "Xavier", {})
+    bad.fail("Traceback ...\nValueError: boom")
+    div = tracking.TrialRun.open(uri, exp, None, config(4), "key4", "Xavier", {})
+    div.finish(result(history_epochs=(1,), status="diverged"), [])
+    rows = {r["key"]: r for r in tracking.list_trials("track", uri)}
+    assert rows["key3"]["status"] == "failed" and "boom" in rows["key3"]["error"]
+    assert rows["key4"]["status"] == "diverged"
+    assert rows["key0"]["status"] == "finished" and rows["key0"]["value"] == 0.7
+    assert rows["key0"]["metric"] == "best/val/acc" and rows["key0"]["config"]["seed"] == 0
+    assert "key3" not in tracking.finished_keys(exp, uri)
+    assert "key4" in tracking.finished_keys(exp, uri)   # a diverged trial is a result: never rerun
+
+
+def test_unknown_experiment_is_a_user_error(store):
+    with pytest.raises(EmbinitError, match="no MLflow experiment 'nope'"):
+        tracking.list_trials("nope", store[0])
+
+
+def test_reported_metrics_per_task():
+    assert tracking.primary_metric("multi30k") == "test/bleu"
+    assert tracking.primary_metric("sst2") == "best/val/acc"
+    assert tracking.reported_metrics("mnli") == ["best/val/acc_matched", "best/val/acc_mismatched"]
+    assert tracking.primary_metric("wikitext2") == "test/ppl"
+    assert tracking.selection_metric("multi30k") == ("val/loss", "min")
+    assert tracking.selection_metric("mnli") == ("val/acc_matched", "max")
