@@ -40,6 +40,8 @@ def test_hit_returns_identical_data(sst2_dir, tmp_path):
     assert (first.info["cache"], second.info["cache"]) == ("miss", "hit")
     assert second.splits == first.splits and second.eval_splits == first.eval_splits
     assert second.vocab.tokens == first.vocab.tokens and second.vocab.counts == first.vocab.counts
+    assert second.vocab.specials == first.vocab.specials
+    assert second.vocab.fingerprint() == first.vocab.fingerprint()
     assert second.num_labels == first.num_labels and second.info["cache_key"] == first.info["cache_key"]
     assert second.info["sizes"] == first.info["sizes"]
     entries = os.listdir(tmp_path / "c" / "tasks")
@@ -51,6 +53,7 @@ def test_cached_result_is_really_read_from_disk(sst2_dir, tmp_path):
     path = first.info["cache_path"]
     with open(path, "rb") as f:
         payload = pickle.load(f)
+    assert payload["vocab"]["__vocab__"] == first.vocab.tokens    # stored as plain data, not a Vocab pickle
     payload["splits"]["dev"] = [([1, 1], 0)]
     cache.save(cache.Path(path), payload)
     assert load(sst2_dir, tmp_path / "c").splits["dev"] == [([1, 1], 0)]

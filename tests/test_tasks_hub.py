@@ -104,7 +104,8 @@ def test_mnli_hub_splits_and_int_labels(monkeypatch, tmp_path):
 def test_hub_label_out_of_range(monkeypatch, tmp_path):
     files = {s: tmp_path / f"{s}.jsonl" for s in ("train", "validation")}
     for path in files.values():
-        write(path, [json.dumps({"sentence": "fine", "label": 1}), json.dumps({"sentence": "odd", "label": 5})])
+        write(path, [json.dumps({"sentence": "fine", "label": 1}),
+                     json.dumps({"sentence": "odd", "label": 5})])
     use_local_hub(monkeypatch, tmp_path, "json", files)
     with pytest.raises(EmbinitError, match=r"hub:glue/sst2 split 'train' row 1: unknown label 5"):
         load_task("sst2", tokenizer="whitespace", cache_dir=False)

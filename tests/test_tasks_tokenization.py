@@ -89,7 +89,7 @@ def test_gpt2_env_dir_missing_files(tmp_path, monkeypatch):
     (tmp_path / "gpt2").mkdir()
     (tmp_path / "gpt2" / "encoder.json").write_text("{}")
     monkeypatch.setenv("EMBINIT_GPT2_DIR", str(tmp_path / "gpt2"))
-    with pytest.raises(EmbinitError, match=r"EMBINIT_GPT2_DIR=.* lacks the GPT-2 tokenizer files \['vocab.bpe'\]"):
+    with pytest.raises(EmbinitError, match=r"GPT2_DIR=.* lacks the GPT-2 tokenizer files \['vocab.bpe"):
         load_task("synthetic_lm", tokenizer="gpt2", cache_dir=False)
 
 

@@ -94,7 +94,8 @@ def build_lm(raw: RawData, tok: Backend, min_freq: int, full_vocab: bool) -> dic
             stream.append(eos)
         splits[split] = stream
     return {"splits": splits, "vocab": vocab, "src_vocab": None, "references": {}, "num_labels": None,
-            "info": {**stats.info(), "vocab_rule": rule, "stream_tokens": {s: len(v) for s, v in splits.items()}}}
+            "info": {**stats.info(), "vocab_rule": rule,
+                     "stream_tokens": {s: len(v) for s, v in splits.items()}}}
 
 
 def build(raw: RawData, src_spec: TokenizerSpec | None, tgt_spec: TokenizerSpec, min_freq: int,

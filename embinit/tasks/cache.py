@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from embinit.errors import EmbinitError
+from embinit.vocab import Vocab
 
 # Bumped whenever a change here changes the tokenized data of a task (part of every key).
-DATA_VERSION = "2"
+DATA_VERSION = "3"
 FORMAT = 1
 
 
@@ -52,7 +53,21 @@ def load(path: Path) -> dict | None:
         return None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         return None
-    return payload
+    return {k: _vocab_from_plain(v) for k, v in payload.items()}
+
+
+# Vocabularies are stored as plain lists and dicts, not pickled `Vocab` objects, so an entry stays
+# readable when the Vocab class changes.
+def _vocab_to_plain(value):
+    if isinstance(value, Vocab):
+        return {"__vocab__": value.tokens, "counts": value.counts, "specials": list(value.specials)}
+    return value
+
+
+def _vocab_from_plain(value):
+    if isinstance(value, dict) and "__vocab__" in value:
+        return Vocab(value["__vocab__"], value["counts"], value["specials"])
+    return value
 
 
 def save(path: Path, payload: dict) -> None:
@@ -64,7 +79,8 @@ def save(path: Path, payload: dict) -> None:
         raise EmbinitError(f"cannot write the task cache in {path.parent}: {e}") from None
     try:
         with os.fdopen(fd, "wb") as f:
-            pickle.dump({**payload, "format": FORMAT}, f, protocol=pickle.HIGHEST_PROTOCOL)
+            plain = {k: _vocab_to_plain(v) for k, v in payload.items()}
+            pickle.dump({**plain, "format": FORMAT}, f, protocol=pickle.HIGHEST_PROTOCOL)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

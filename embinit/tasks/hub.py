@@ -49,8 +49,8 @@ def load_hub(task: str, splits: dict[str, str], looked: str) -> RawData:
         first = str(e).splitlines()[0] if str(e) else ""
         raise EmbinitError(
             f"{task}: no local data ({looked}) and the Hugging Face dataset {hub_name(task)!r} could not be "
-            f"loaded ({type(e).__name__}: {first[:200]}); put the files in a folder and pass data_dir, or set "
-            f"EMBINIT_DATA_DIR to a folder holding {task}/ (needs: {_needs(task, splits)})") from None
+            f"loaded ({type(e).__name__}: {first[:200]}); put the files in a folder and pass data_dir, or "
+            f"set EMBINIT_DATA_DIR to a folder holding {task}/ (needs: {_needs(task, splits)})") from None
     return convert(task, ds, splits, source=f"hub:{hub_name(task)}")
 
 

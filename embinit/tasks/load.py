@@ -138,8 +138,9 @@ def load_task(task: str, data_dir: str | Path | None = None, tokenizer: str = "s
 
 
 def _describe(p: Plan, min_freq, max_train_examples, max_len, seed) -> dict:
-    info = {"task": p.task, "kind": p.kind, "tokenizer": p.tgt_spec.name, "tokenizer_source": p.tgt_spec.source,
-            "min_freq": min_freq, "max_train_examples": max_train_examples, "max_len": max_len}
+    info = {"task": p.task, "kind": p.kind, "tokenizer": p.tgt_spec.name,
+            "tokenizer_source": p.tgt_spec.source, "min_freq": min_freq,
+            "max_train_examples": max_train_examples, "max_len": max_len}
     if p.src_spec is not None:
         info["src_lang"], info["tgt_lang"] = p.src_spec.lang, p.tgt_spec.lang
     if p.kind == "lm":
