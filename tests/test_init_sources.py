@@ -103,6 +103,19 @@ def test_cache_returns_identical_matrices_and_tracks_the_file(tmp_path):
     assert torch.equal(third.table[3], torch.tensor(vectors["cat"], dtype=torch.float32))
 
 
+def test_npy_cache_tracks_the_vocabulary_file_too(tmp_path):
+    vectors = tt.word_vectors(dim=3)
+    path = tt.write_npy(tmp_path / "m.npy", vectors)
+    cache = tmp_path / "cache"
+    first = build_table("npy", VOCAB, pretrained=str(path), cache_dir=cache)
+    names = list(vectors)
+    names[0], names[1] = names[1], names[0]   # "the" and "cat" swap rows
+    path.with_suffix(".vocab.txt").write_text("\r\n".join(names) + "\r\n", encoding="utf-8")
+    second = build_table("npy", VOCAB, pretrained=str(path), cache_dir=cache)
+    assert not second.info["cached"]
+    assert torch.equal(second.table[2], first.table[3]) and torch.equal(second.table[3], first.table[2])
+
+
 def test_cache_key_includes_vocabulary_and_lowercase(tmp_path):
     path = tt.write_text(tmp_path / "g.txt", tt.word_vectors(dim=3))
     cache = tmp_path / "cache"

@@ -77,7 +77,12 @@ def resolve_source(spec: InitSpec, pretrained: str | None = None) -> tuple[str, 
 
 
 def _identity(kind: str, location: str) -> dict:
-    return hf.identity(location) if kind == "hf" else cache.file_identity(location)
+    if kind == "hf":
+        return hf.identity(location)
+    ident = cache.file_identity(location)
+    if kind == "npy":   # the rows' names live in a second file
+        ident["vocab"] = cache.file_identity(vectors.npy_vocab_path(Path(location).expanduser()))
+    return ident
 
 
 def load_aligned(kind: str, location: str, vocab: Vocab, lowercase: bool,

@@ -206,7 +206,10 @@ def load_npy(path: str | Path, tokens: list[str], lowercase: bool = False) -> Al
     path = check_file(path)
     arr = _load_npy_matrix(path)
     vpath = npy_vocab_path(path)
-    names = [t for t in vpath.read_text(encoding="utf-8").split("\n")]
+    try:
+        names = [t.rstrip("\r") for t in vpath.read_text(encoding="utf-8").split("\n")]
+    except (OSError, UnicodeDecodeError) as e:
+        raise EmbinitError(f"cannot read vocabulary file {vpath}: {e}") from None
     if names and names[-1] == "":
         names.pop()
     if len(names) != arr.shape[0]:
