@@ -4,6 +4,7 @@ from collections import Counter
 
 import pytest
 
+from embinit.errors import EmbinitError
 from embinit.tasks import TaskData, load_task
 from embinit.vocab import EOS, SPECIALS, UNK
 
@@ -146,3 +147,39 @@ def test_crlf_and_byte_order_mark(tmp_path):
     data = load_task("sst2", data_dir=folder, tokenizer="whitespace", min_freq=1, cache_dir=False)
     assert [(data.vocab.decode(ids), label) for ids, label in data.splits["train"]] == \
         [(["a", "fine", "film"], 1), (["bad"], 0)]
+
+
+def iwslt_release(folder, skip=()):
+    meta = ["<url>http://www.ted.com/talks/x</url>", "<keywords>talks</keywords>", "<talkid>1</talkid>",
+            "<title>T</title>", "<description>TED: d</description>"]
+    write(folder / "train.tags.de-en.de", meta + ["Hallo Welt .", "Danke ."] + ["<reviewer></reviewer>"])
+    write(folder / "train.tags.de-en.en", meta + ["Hello world .", "Thanks ."] + ["<reviewer></reviewer>"])
+    for name in ["dev2010"] + [f"tst{y}" for y in range(2010, 2016)]:
+        for lang, text in (("de", f"Satz {name} &amp; mehr ."), ("en", f"Sentence {name} &amp; more .")):
+            path = folder / f"IWSLT17.TED.{name}.de-en.{lang}.xml"
+            if path.name in skip:
+                continue
+            write(path, ['<?xml version="1.0" encoding="UTF-8"?>', "<mteval>", '<srcset setid="x">',
+                         '<doc docid="535" genre="lectures">', "<talkid>535</talkid>", "<title>T</title>",
+                         f'<seg id="1"> {text} </seg>', "</doc>", "</srcset>", "</mteval>"])
+    return folder
+
+
+def test_iwslt_release_form_read_like_the_hub(tmp_path):
+    data = load_task("iwslt2017", data_dir=iwslt_release(tmp_path / "r"), tokenizer="whitespace", min_freq=1,
+                     cache_dir=False, lowercase=False)
+    targets = [data.vocab.decode(t) for _, t in data.splits["train"]]
+    assert targets == [["Hello", "world", "."], ["Thanks", "."]]                # metadata lines skipped
+    assert data.references["val"] == ["Sentence dev2010 &amp; more ."]        # entities kept, as the hub does
+    assert data.references["test"] == [f"Sentence tst{y} &amp; more ." for y in range(2010, 2016)]
+    assert data.info["files"]["test"][0] == "IWSLT17.TED.tst2010.de-en.de.xml"
+
+
+def test_iwslt_release_missing_and_misaligned_files(tmp_path):
+    folder = iwslt_release(tmp_path / "r", skip=("IWSLT17.TED.tst2013.de-en.en.xml",))
+    with pytest.raises(EmbinitError, match=r"release folder .* lacks IWSLT17\.TED\.tst2013\.de-en\.en\.xml"):
+        load_task("iwslt2017", data_dir=folder, tokenizer="whitespace", cache_dir=False)
+    folder = iwslt_release(tmp_path / "r2")
+    write(folder / "train.tags.de-en.en", ["<talkid>1</talkid>", "Hello world ."])
+    with pytest.raises(EmbinitError, match=r"train\.tags\.de-en\.de has 2 sentences but .*\.en has 1"):
+        load_task("iwslt2017", data_dir=folder, tokenizer="whitespace", cache_dir=False)

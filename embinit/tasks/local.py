@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from embinit.errors import EmbinitError
+from embinit.tasks import iwslt
 from embinit.tasks.raw import Layout, RawData, label_id
 
 
@@ -25,6 +26,8 @@ def find_files(task: str, layout: Layout, folder: Path, splits: dict[str, str]) 
     """{TaskData split: [paths]} for the source splits `splits` needs; a missing file is an error naming
     every missing file and the folder."""
     suffixes = (f".{layout.src_lang}", f".{layout.tgt_lang}") if layout.kind == "translation" else ("",)
+    if task == "iwslt2017" and iwslt.is_release(folder) and not _pick(folder, ("train",), suffixes):
+        return iwslt.release_files(folder, splits, (layout.src_lang, layout.tgt_lang))
     found, missing = {}, []
     for split, source in splits.items():
         paths = _pick(folder, layout.files[source], suffixes)
@@ -54,8 +57,11 @@ def read_lines(path: Path) -> list[str]:
 
 def read_parallel(src_path: Path, tgt_path: Path) -> list[tuple[str, str]]:
     src, tgt = read_lines(src_path), read_lines(tgt_path)
+    unit = "lines"
+    if iwslt.is_release_file(src_path):
+        src, tgt, unit = iwslt.read_release_file(src), iwslt.read_release_file(tgt), "sentences"
     if len(src) != len(tgt):
-        raise EmbinitError(f"misaligned parallel files: {src_path} has {len(src)} lines but {tgt_path} "
+        raise EmbinitError(f"misaligned parallel files: {src_path} has {len(src)} {unit} but {tgt_path} "
                            f"has {len(tgt)}")
     return [(s.strip(), t.strip()) for s, t in zip(src, tgt)]
 
@@ -96,8 +102,9 @@ def read_local(task: str, layout: Layout, folder: Path, splits: dict[str, str]) 
     files = find_files(task, layout, folder, splits)
     out: dict[str, list] = {}
     for split, paths in files.items():
-        if layout.kind == "translation":
-            out[split] = read_parallel(paths[0], paths[1])
+        if layout.kind == "translation":   # (src, tgt) file pairs; IWSLT's release test set has six
+            pairs = zip(paths[::2], paths[1::2])
+            out[split] = [example for src, tgt in pairs for example in read_parallel(src, tgt)]
         elif layout.kind == "classification":
             out[split] = read_tsv(paths[0], layout)
         else:

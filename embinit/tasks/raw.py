@@ -44,8 +44,8 @@ LAYOUTS: dict[str, Layout] = {
     # Multi30k task 1 raw files (github.com/multi30k/dataset data/task1/raw, gunzipped).
     "multi30k": Layout("translation", {"train": ("train",), "val": ("val",), "test": ("test_2016_flickr",)},
                        ("val", "test"), src_lang="de", tgt_lang="en"),
-    # IWSLT2017 de-en as aligned line files (e.g. extracted from the XML release): the dev set may be
-    # called val, valid or dev; TaskData always names it "val", as for Multi30k.
+    # IWSLT2017 de-en as aligned line files: the dev set may be called val, valid or dev; TaskData always
+    # names it "val", as for Multi30k. The unpacked release (train.tags + XML) is read too: see iwslt.py.
     "iwslt2017": Layout("translation", {"train": ("train",), "val": ("val", "valid", "dev"),
                                         "test": ("test",)}, ("val", "test"), src_lang="de", tgt_lang="en"),
     # GLUE SST-2: train.tsv / dev.tsv with header "sentence<TAB>label" (test.tsv has no labels).
