@@ -57,7 +57,8 @@ def load_hub(task: str, splits: dict[str, str], looked: str) -> RawData:
 def _needs(task: str, splits: dict[str, str]) -> str:
     layout = LAYOUTS[task]
     if layout.kind == "translation":
-        return ", ".join(f"{layout.files[s][0]}.{{{layout.src_lang},{layout.tgt_lang}}}" for s in splits)
+        files = ", ".join(f"{layout.files[s][0]}.{{{layout.src_lang},{layout.tgt_lang}}}" for s in splits)
+        return files + (" or the unpacked de-en release archive" if task == "iwslt2017" else "")
     return ", ".join(layout.files[s][0] for s in splits.values())
 
 
