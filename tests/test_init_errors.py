@@ -50,6 +50,16 @@ def test_malformed_value_names_the_line(tmp_path):
     assert f"{path}:2" in msg and "'abc'" in msg
 
 
+def test_non_finite_values_are_rejected(tmp_path):
+    path = tmp_path / "g.txt"
+    path.write_text("the 0.1 0.2\ncat nan 0.4\n")
+    msg = _err(build_table, "glove", VOCAB, pretrained=str(path), cache_dir=False)
+    assert "'cat'" in msg and "non-finite" in msg
+    np.save(tmp_path / "m.npy", np.array([[0.1, np.inf]], dtype=np.float32))
+    (tmp_path / "m.vocab.txt").write_text("cat\n")
+    assert "non-finite" in _err(build_table, "npy", VOCAB, pretrained=str(tmp_path / "m.npy"), cache_dir=False)
+
+
 @pytest.mark.parametrize("line", ["cat 0.3", "cat 0.3 ", "cat 0.3 0.4 0.5"])
 def test_inconsistent_dimension_within_a_file(tmp_path, line):
     path = tmp_path / "g.txt"

@@ -119,11 +119,11 @@ def _split_line(line: bytes, dim: int, path: Path, lineno: int) -> tuple[bytes, 
 class _Collector:
     """Keeps the best (lowest-priority) row per vocabulary index and knows when all are exact."""
 
-    def __init__(self, wanted: dict, n_tokens: int):
+    def __init__(self, wanted: dict, tokens: list[str]):
         self.wanted = wanted
         self.best: dict[int, tuple[int, list[float]]] = {}
         self.pending = {i for hits in wanted.values() for i, pri in hits if pri == 0}
-        self.n_tokens = n_tokens
+        self.tokens = tokens
 
     def offer(self, word: bytes, values) -> None:
         for idx, pri in self.wanted.get(word, ()):
@@ -136,6 +136,10 @@ class _Collector:
     def result(self, dim: int, source: str) -> Aligned:
         found = sorted(self.best)
         rows = np.asarray([self.best[i][1] for i in found], dtype=np.float32).reshape(len(found), dim)
+        bad = np.flatnonzero(~np.isfinite(rows).all(1))
+        if len(bad):   # nan/inf parse as floats but would poison every statistic downstream
+            raise EmbinitError(f"{source}: the row of {self.tokens[found[bad[0]]]!r} has a non-finite value "
+                               f"({len(bad)} such row(s) among the needed ones)")
         return Aligned(torch.from_numpy(rows), torch.tensor(found, dtype=torch.int64), dim, source)
 
 
@@ -147,7 +151,7 @@ def load_text(path: str | Path, tokens: list[str], lowercase: bool = False) -> A
     dim = head[1] if head else len(first.split()) - 1
     if dim < 1:
         raise EmbinitError(f"{path}:1: expected `word v1 ... vD` or an `N D` header, got {first[:80]!r}")
-    col = _Collector(wanted_keys(tokens, lowercase), len(tokens))
+    col = _Collector(wanted_keys(tokens, lowercase), tokens)
     wanted = col.wanted
     with _open(path) as f:
         try:
@@ -182,7 +186,7 @@ def load_word2vec_binary(path: str | Path, tokens: list[str], lowercase: bool = 
     if not head:
         raise EmbinitError(f"{path}:1: a word2vec binary file must start with an `N D` header")
     n, dim = head
-    col = _Collector(wanted_keys(tokens, lowercase), len(tokens))
+    col = _Collector(wanted_keys(tokens, lowercase), tokens)
     width = 4 * dim
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
         pos = mm.find(b"\n") + 1
@@ -214,7 +218,7 @@ def load_npy(path: str | Path, tokens: list[str], lowercase: bool = False) -> Al
         names.pop()
     if len(names) != arr.shape[0]:
         raise EmbinitError(f"{vpath} has {len(names)} tokens but {path} has {arr.shape[0]} rows")
-    col = _Collector(wanted_keys(tokens, lowercase, encode=False), len(tokens))
+    col = _Collector(wanted_keys(tokens, lowercase, encode=False), tokens)
     for row, name in enumerate(names):
         if name in col.wanted:
             col.offer(name, row)
