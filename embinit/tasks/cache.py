@@ -83,6 +83,7 @@ def save(path: Path, payload: dict) -> None:
             pickle.dump({**plain, "format": FORMAT}, f, protocol=pickle.HIGHEST_PROTOCOL)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)   # mkstemp makes it owner-only; a shared cache folder should stay readable
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
