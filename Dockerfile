@@ -17,8 +17,10 @@ RUN pip install --index-url "$TORCH_INDEX" "$TORCH_SPEC"
 COPY pyproject.toml README.md ./
 COPY embinit ./embinit
 COPY service ./service
-# psycopg: the PostgreSQL driver for the API's state database and MLflow's backend store.
+# psycopg: the PostgreSQL driver for the API's state database and MLflow's backend store;
+# ray[client,default]: the client server the API connects through (ray://) and the dashboard.
 RUN pip install . "psycopg[binary]>=3.1" \
+ && pip install "ray[client,default]==$(python -c 'import ray; print(ray.__version__)')" \
  && for m in $SPACY_MODELS; do python -m spacy download "$m"; done
 
 RUN useradd --create-home --uid 1000 embinit \
