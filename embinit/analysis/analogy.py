@@ -17,7 +17,7 @@ Conventions (chosen to match gensim so the numbers can be compared):
 - Restriction: `restrict` keeps the first N rows (gensim's `restrict_vocab`), `vocab` keeps the rows
   whose token (by the lookup key) is in the given list; both restrict the questions and the candidates.
 
-Blocked: question blocks of at most ~32M scores each, never a vocabulary x vocabulary matrix.
+Blocked: 1024 questions x 8,192 candidate rows at a time, never a vocabulary x vocabulary matrix.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ import torch
 from embinit.analysis.neighbours import topk_excluding
 from embinit.errors import EmbinitError
 
-SCORE_BUDGET = 1 << 25  # scores per question block (128 MB of float32)
+QUESTION_BLOCK = 1024
+VOCAB_CHUNK = 8192    # 1024 x 8192 scores = 32 MB, reused for every chunk
 
 
 @dataclass
@@ -178,25 +179,42 @@ def _count_correct(w: torch.Tensor, group: torch.Tensor, q: torch.Tensor) -> int
     """Number of questions (rows of key ids a, b, c, d) whose 3CosAdd answer has d's key."""
     if len(q) == 0:
         return 0
-    v = w.shape[0]
     # rows sharing a key with a question word are excluded too; with unique keys one pass suffices
     dup = int(torch.bincount(group).max())
-    block = max(1, min(4096, SCORE_BUDGET // v))
     correct = 0
     with torch.no_grad():
-        for s in range(0, len(q), block):
-            qb = q[s:s + block]
+        for s in range(0, len(q), QUESTION_BLOCK):
+            qb = q[s:s + QUESTION_BLOCK]
             query = w[qb[:, 1]] - w[qb[:, 0]] + w[qb[:, 2]]
-            scores = query @ w.T
             excluded = qb[:, :3]
             if dup == 1:
-                rows = torch.arange(len(qb)).unsqueeze(1)
-                scores[rows, excluded] = float("-inf")
-                pred = scores.argmax(dim=1)   # first maximum: the lower row wins a tie
+                pred = _argmax_excluding(query, w, excluded)
             else:
-                pred = _pick_allowing_duplicates(scores, excluded, group, 1 + 3 * (dup - 1))
+                pred = _pick_allowing_duplicates(query @ w.T, excluded, group, 1 + 3 * (dup - 1))
             correct += int((group[pred] == qb[:, 3]).sum())
     return correct
+
+
+def _argmax_excluding(query: torch.Tensor, w: torch.Tensor, excluded: torch.Tensor) -> torch.Tensor:
+    """Best row per query, excluded rows masked; the lower row wins ties. Vocabulary chunks go through
+    one reused buffer (fresh 100 MB score blocks cost more in page faults than in arithmetic)."""
+    b = len(query)
+    buf = torch.empty(b, VOCAB_CHUNK, dtype=query.dtype)
+    best_v = torch.full((b,), float("-inf"), dtype=query.dtype)
+    best_i = torch.zeros(b, dtype=torch.long)
+    rows = torch.arange(b)
+    for c0 in range(0, w.shape[0], VOCAB_CHUNK):
+        c1 = min(c0 + VOCAB_CHUNK, w.shape[0])
+        s = buf[:, : c1 - c0]
+        torch.mm(query, w[c0:c1].T, out=s)
+        inside = (excluded >= c0) & (excluded < c1)
+        r, c = rows.unsqueeze(1).expand_as(excluded)[inside], excluded[inside] - c0
+        s[r, c] = float("-inf")
+        v, i = s.max(dim=1)              # first maximum within the chunk
+        better = v > best_v              # strict: an earlier chunk keeps a tie
+        best_v = torch.where(better, v, best_v)
+        best_i = torch.where(better, i + c0, best_i)
+    return best_i
 
 
 def _pick_allowing_duplicates(scores, excluded, group, m) -> torch.Tensor:

@@ -1,0 +1,108 @@
+"""Benchmark: embinit's 3CosAdd analogies against gensim's `evaluate_word_analogies` on real vectors.
+
+Same vectors (GloVe 6B 50d), same questions (word2vec's questions-words.txt), same vocabulary limits
+(the 30,000 most frequent words, and all 400,000): the accuracies must agree to 0.1 points; the time
+ratio is measured in this one run. Loading is timed separately from evaluation.
+
+    python bench/bench_analogy.py --glove /path/glove.6B.50d.txt --questions /path/questions-words.txt
+
+Paths default to $EMBINIT_GLOVE and $EMBINIT_ANALOGY_QUESTIONS. Writes bench/results/analogy.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from embinit.analysis.analogy import evaluate_analogies, load_questions
+from embinit.analysis.sources import load_embeddings
+
+
+def machine() -> dict:
+    import psutil  # noqa: PLC0415
+    return {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(), "load_avg_1m": os.getloadavg()[0],
+            "memory_gb": round(psutil.virtual_memory().total / 2**30, 1), "torch": torch.__version__,
+            "python": platform.python_version()}
+
+
+def need(path: str | None, what: str, env: str) -> Path:
+    if not path:
+        sys.exit(f"bench_analogy: give {what} with --{what} or ${env}")
+    p = Path(path)
+    if not p.is_file():
+        sys.exit(f"bench_analogy: {what} file not found: {p}")
+    return p
+
+
+def run_gensim(glove: Path, questions: Path, limits: list[int]) -> dict:
+    from gensim.models import KeyedVectors  # noqa: PLC0415
+    t = time.perf_counter()
+    kv = KeyedVectors.load_word2vec_format(str(glove), binary=False, no_header=True)
+    out = {"load_s": time.perf_counter() - t, "vocab": len(kv)}
+    for limit in limits:
+        t = time.perf_counter()
+        score, sections = kv.evaluate_word_analogies(str(questions), restrict_vocab=limit,
+                                                     case_insensitive=True)
+        total = next(s for s in sections if s["section"] == "Total accuracy")
+        out[str(limit)] = {"time_s": time.perf_counter() - t, "accuracy": 100.0 * score,
+                           "correct": len(total["correct"]),
+                           "total": len(total["correct"]) + len(total["incorrect"])}
+    return out
+
+
+def run_embinit(glove: Path, questions: Path, limits: list[int]) -> dict:
+    t = time.perf_counter()
+    emb = load_embeddings(glove)
+    qs = load_questions(questions)
+    out = {"load_s": time.perf_counter() - t, "vocab": len(emb.tokens)}
+    for limit in limits:
+        t = time.perf_counter()
+        res = evaluate_analogies(emb.matrix, emb.tokens, qs, restrict=limit)
+        d = res.to_dict()
+        out[str(limit)] = {"time_s": time.perf_counter() - t, "accuracy": res.accuracy,
+                           "correct": res.correct, "total": res.total,
+                           "semantic": d["semantic"]["accuracy"], "syntactic": d["syntactic"]["accuracy"]}
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--glove", default=os.environ.get("EMBINIT_GLOVE"))
+    ap.add_argument("--questions", default=os.environ.get("EMBINIT_ANALOGY_QUESTIONS"))
+    ap.add_argument("--limits", default="30000,400000")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--out", default="bench/results/analogy.json")
+    args = ap.parse_args()
+    glove, questions = need(args.glove, "glove", "EMBINIT_GLOVE"), need(
+        args.questions, "questions", "EMBINIT_ANALOGY_QUESTIONS")
+    torch.set_num_threads(args.threads)
+    os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
+    limits = [int(x) for x in args.limits.split(",")]
+    ours = run_embinit(glove, questions, limits)
+    print("embinit", json.dumps(ours, indent=1), flush=True)
+    theirs = run_gensim(glove, questions, limits)
+    print("gensim", json.dumps(theirs, indent=1), flush=True)
+    compare = {}
+    for limit in map(str, limits):
+        a, b = ours[limit], theirs[limit]
+        compare[limit] = {"accuracy_diff_points": a["accuracy"] - b["accuracy"],
+                          "same_within_0.1": abs(a["accuracy"] - b["accuracy"]) <= 0.1,
+                          "same_total": a["total"] == b["total"],
+                          "gensim_over_embinit_time": b["time_s"] / a["time_s"]}
+    result = {"benchmark": "analogy", "vectors": str(glove), "questions": str(questions),
+              "machine": machine(), "embinit": ours, "gensim": theirs, "compare": compare}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=2))
+    print(json.dumps(compare, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,121 @@
+"""`embinit analogy`: 3CosAdd word-analogy accuracy of an embedding table, optionally transformed by
+the paper's Table-4 chain (see embinit.analysis.analogy and embinit.analysis.table4)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import torch
+
+from embinit.errors import EmbinitError
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "analogy", help="word-analogy accuracy (3CosAdd) of embeddings, with the paper's Table-4 transforms",
+        description="Word-analogy accuracy (3CosAdd, question words excluded, case-insensitive) of an "
+                    "embedding table. Only questions whose four words are in the vocabulary count.")
+    p.add_argument("--embeddings", required=True, metavar="SOURCE",
+                   help="GloVe/word2vec text file, .npy (vocabulary beside it), best.pt, or MLflow run id")
+    p.add_argument("--questions", required=True, metavar="FILE", help="questions-words.txt format")
+    vocab = p.add_mutually_exclusive_group()
+    vocab.add_argument("--vocab", metavar="FILE", help="restrict to these tokens (one per line)")
+    vocab.add_argument("--task", help="restrict to a task's training vocabulary (target side), e.g. multi30k")
+    p.add_argument("--top", type=int, metavar="N",
+                   help="with --vocab/--task: the N most frequent non-special tokens (the paper: 5,893); "
+                        "alone: the first N rows of SOURCE (gensim's restrict_vocab)")
+    p.add_argument("--data-dir", help="the task's data folder (with --task)")
+    p.add_argument("--transform", default="", metavar="STEPS",
+                   help="comma-separated chain, applied in order: scale, standardize, pe, pe_scaled")
+    p.add_argument("--table4", action="store_true", help="run every row of the paper's Table 4")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random positions (pe steps)")
+    p.add_argument("--max-len", type=int, default=5000, help="positions drawn from [0, max-len)")
+    p.add_argument("--pe-base", type=float, default=10000.0)
+    p.add_argument("--key", choices=("tok", "tgt", "src"), help="which table of a checkpoint")
+    p.add_argument("--source-name", default=None, help="name in row labels (default GloVe for text files)")
+    p.add_argument("--case-sensitive", action="store_true", help="exact-case lookup (default: ignore case)")
+    p.add_argument("--sections", action="store_true", help="print the per-section accuracy too")
+    p.add_argument("--tracking-uri", help="MLflow tracking URI for run ids")
+    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.set_defaults(func=run)
+
+
+def _restriction(args) -> list[str] | None:
+    """The vocabulary list from --vocab / --task (most frequent first, specials dropped)."""
+    from embinit.vocab import Vocab  # noqa: PLC0415
+
+    if args.vocab:
+        v = Vocab.load(args.vocab)
+    elif args.task:
+        from embinit.tasks import load_task  # noqa: PLC0415
+        v = load_task(args.task, data_dir=args.data_dir).vocab
+    else:
+        return None
+    tokens = [t for t in v.tokens if t not in v.specials]
+    if args.top is not None:
+        if args.top < 1:
+            raise EmbinitError(f"--top must be positive, got {args.top}")
+        tokens = tokens[: args.top]
+    return tokens
+
+
+def restrict_table(matrix: torch.Tensor, tokens: list[str], wanted: list[str]):
+    """Rows for `wanted` in its order (exact token, else its lowercase); missing words are dropped.
+    Returns (matrix, tokens, n_wanted)."""
+    index: dict[str, int] = {}
+    for i, t in enumerate(tokens):
+        index.setdefault(t, i)
+    rows, names = [], []
+    for w in wanted:
+        i = index.get(w, index.get(w.lower()))
+        if i is not None:
+            rows.append(i)
+            names.append(w)
+    if not rows:
+        raise EmbinitError(f"none of the {len(wanted)} vocabulary words is in the embeddings")
+    return matrix[torch.tensor(rows)], names, len(wanted)
+
+
+def run(args) -> int:
+    from embinit.analysis.analogy import load_questions  # noqa: PLC0415
+    from embinit.analysis.sources import load_embeddings  # noqa: PLC0415
+    from embinit.analysis.table4 import TABLE4_ROWS, parse_steps, run_table4  # noqa: PLC0415
+
+    steps = parse_steps(args.transform)
+    questions = load_questions(args.questions)
+    wanted = _restriction(args)
+    emb = load_embeddings(args.embeddings, key=args.key, tracking_uri=args.tracking_uri,
+                          top=args.top if wanted is None else None)
+    if emb.tokens is None:
+        raise EmbinitError(f"{emb.source} has no token names; analogies need them (a vocabulary file "
+                           "beside the .npy)")
+    matrix, tokens, n_total = emb.matrix, emb.tokens, None
+    if wanted is not None:
+        matrix, tokens, n_total = restrict_table(matrix, tokens, wanted)
+    name = args.source_name or ("checkpoint" if emb.config is not None else "GloVe")
+    kw = dict(seed=args.seed, n_total=n_total, max_len=args.max_len, pe_base=args.pe_base,
+              case_insensitive=not args.case_sensitive)
+    rows = TABLE4_ROWS if args.table4 else [(steps, None)]
+    results = run_table4(matrix, tokens, questions, source=name, rows=rows, **kw)
+    if args.json:
+        print(json.dumps({"source": emb.source, "questions": questions.source, "rows": [
+            {**res.to_dict(), "steps": list(st), "paper": paper}
+            for (st, _), (_, paper, res) in zip(rows, results)]}, indent=2))
+        return 0
+    print(f"{emb.source}: {len(tokens):,} words; {questions.count:,} questions in {questions.source}")
+    width = max(len(label) for label, _, _ in results)
+    print(f"{'embedding':<{width}}  {'total acc. (%)':<20} {'semantic':<20} {'syntactic':<20} paper")
+    for label, paper, res in results:
+        d = res.to_dict()
+        sem, syn = d["semantic"], d["syntactic"]
+        print(f"{label:<{width}}  {res.summary_line():<20} {_fmt(sem):<20} {_fmt(syn):<20} {paper or ''}")
+        if args.sections:
+            for sec, s in d["sections"].items():
+                print(f"    {sec:<{width - 4}}  {_fmt(s)}  (oov {s['oov']})")
+    return 0
+
+
+def _fmt(d: dict) -> str:
+    acc = d.get("accuracy")
+    return f"{d['correct']}/{d['total']} ({'n/a' if acc is None else f'{acc:.1f}'})"

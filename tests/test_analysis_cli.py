@@ -1,0 +1,164 @@
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from embinit.cli import main
+torch.set_num_threads(1)
+
+# The hand-made space of test_analysis_analogy.py (copied: test modules do not import each other): gender along axis 1, royalty along axis 2, country/capital along axes 3-5.
+VECS = {
+    "man": [1, 0, 0, 0, 0, 0], "woman": [0, 1, 0, 0, 0, 0],
+    "king": [1, 0, 1, 0, 0, 0], "queen": [0, 1, 1, 0, 0, 0],
+    "boy": [1, 0, 0, 0, 0, 0.3], "girl": [0, 1, 0, 0, 0, 0.3],
+    "france": [0, 0, 0, 1, 0, 0], "paris": [0, 0, 0, 1, 1, 0],
+    "italy": [0, 0, 0, 0, 0, 1], "rome": [0, 0, 0, 0, 1, 1],
+    "slow": [0.5, 0.5, 0, 0, 0, 0.2], "slowly": [0.5, 0.5, 0.9, 0, 0, 0.2],
+}
+QUESTIONS = """: capital-common-countries
+france paris italy rome
+Italy Rome France Paris
+france paris spain madrid
+: family
+man woman king queen
+man woman boy girl
+king queen man woman
+this line is invalid here
+: gram1-adjective-to-adverb
+man king slow slowly
+"""
+
+
+
+def write_glove(path, vecs):
+    path.write_text("".join(f"{w} {' '.join(str(float(v)) for v in vec)}\n" for w, vec in vecs.items()))
+    return path
+
+
+@pytest.fixture
+def files(tmp_path):
+    glove = write_glove(tmp_path / "vecs.txt", VECS)
+    questions = tmp_path / "questions.txt"
+    questions.write_text(QUESTIONS)
+    return glove, questions
+
+
+def run_json(capsys, argv):
+    assert main(argv) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_analogy_json_on_glove_text(files, capsys):
+    glove, questions = files
+    out = run_json(capsys, ["analogy", "--embeddings", str(glove), "--questions", str(questions), "--json"])
+    (row,) = out["rows"]
+    assert (row["correct"], row["total"], row["oov"]) == (6, 6, 1)
+    assert row["label"] == "GloVe" and row["steps"] == []
+    assert row["syntactic"]["total"] == 1
+
+
+def test_analogy_vocab_restriction_and_transform(files, tmp_path, capsys):
+    glove, questions = files
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("<pad>\n<unk>\nfrance\t9\nparis\t8\nitaly\t7\nrome\t6\nzebra\t5\n")
+    out = run_json(capsys, ["analogy", "--embeddings", str(glove), "--questions", str(questions),
+                            "--vocab", str(vocab), "--transform", "standardize,scale", "--json"])
+    (row,) = out["rows"]
+    assert row["total"] == 2 and row["vocab_size"] == 4          # zebra is not in the vectors
+    assert row["label"] == "GloVe & Xavier-Std. & Scaled"
+    top2 = run_json(capsys, ["analogy", "--embeddings", str(glove), "--questions", str(questions),
+                             "--vocab", str(vocab), "--top", "2", "--json"])
+    assert top2["rows"][0]["total"] == 0
+
+
+def test_analogy_table4_text(files, capsys):
+    glove, questions = files
+    assert main(["analogy", "--embeddings", str(glove), "--questions", str(questions), "--table4",
+                 "--max-len", "50", "--sections"]) == 0
+    text = capsys.readouterr().out
+    assert "GloVe & Xavier-Std. & Pos. Enc." in text and "210/1631 (12.9)" in text
+    assert "capital-common-countries" in text
+
+
+def test_analogy_user_errors(files, capsys):
+    glove, questions = files
+    assert main(["analogy", "--embeddings", str(glove), "--questions", str(questions),
+                 "--transform", "scale,bogus"]) == 2
+    assert "'bogus' is not a registered analogy transform" in capsys.readouterr().err
+    assert main(["analogy", "--embeddings", "/nonexistent.txt", "--questions", str(questions)]) == 2
+    assert "embeddings not found" in capsys.readouterr().err
+
+
+def save_npy(tmp_path, name, matrix, tokens):
+    np.save(tmp_path / f"{name}.npy", matrix.numpy())
+    (tmp_path / f"{name}.vocab.txt").write_text("\n".join(tokens) + "\n")
+    return tmp_path / f"{name}.npy"
+
+
+def test_similarity_npy_identical_and_rotated(tmp_path, capsys):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(50, 8, generator=g, dtype=torch.float64)
+    q, _ = torch.linalg.qr(torch.randn(8, 8, generator=g, dtype=torch.float64))
+    tokens = [f"t{i}" for i in range(50)]
+    a = save_npy(tmp_path, "a", x, tokens)
+    b = save_npy(tmp_path, "b", x @ q, tokens)
+    out = run_json(capsys, ["similarity", str(a), str(b), "--k", "5", "--json"])
+    assert out["mean"] == 1.0 and out["tokens"] == 50 and out["alignment"] is None
+
+
+def test_similarity_checkpoints_with_different_vocabularies(tmp_path, capsys):
+    g = torch.Generator().manual_seed(1)
+    ta, tb = [f"w{i}" for i in range(40)], [f"w{i}" for i in range(10, 60)]
+    m = torch.randn(60, 6, generator=g)
+    torch.save({"embeddings": {"tok": m[:40]}, "vocabs": {"tok": ta}}, tmp_path / "a.pt")
+    torch.save({"embeddings": {"tok": m[10:60], "src": m[10:60]}, "vocabs": {"tok": tb}}, tmp_path / "b.pt")
+    out = run_json(capsys, ["similarity", str(tmp_path / "a.pt"), str(tmp_path / "b.pt"), "--k", "4",
+                            "--metric", "overlap", "--json"])
+    # the same vectors for the 30 shared tokens: identical neighbourhoods within the shared set
+    assert out["tokens"] == 30 and out["mean"] == 1.0
+    assert "30 shared tokens" in out["alignment"]
+    assert main(["similarity", str(tmp_path / "a.pt"), str(tmp_path / "b.pt"), "--k", "30"]) == 2
+    assert "k=30 must be smaller than the number of tokens N=30" in capsys.readouterr().err
+    assert main(["similarity", str(tmp_path / "a.pt"), str(tmp_path / "b.pt"), "--key", "tgt"]) == 2
+    assert "'tgt' is not a table" in capsys.readouterr().err
+
+
+def test_similarity_text_output_with_weights(tmp_path, capsys):
+    g = torch.Generator().manual_seed(2)
+    tokens = [f"w{i}" for i in range(30)] + [",", "."]
+    a = save_npy(tmp_path, "a", torch.randn(32, 4, generator=g), tokens)
+    b = save_npy(tmp_path, "b", torch.randn(32, 5, generator=g), tokens)
+    counts = tmp_path / "counts.txt"
+    counts.write_text("".join(f"{t}\t{i + 1}\n" for i, t in enumerate(tokens)))
+    assert main(["similarity", str(a), str(b), "--k", "3", "--weights", str(counts),
+                 "--exclude-punctuation"]) == 0
+    text = capsys.readouterr().out
+    assert "over 30 tokens" in text and "frequency-weighted" in text and "(D=5)" in text
+
+
+@pytest.mark.slow
+def test_similarity_from_mlflow_run_ids(tmp_path, capsys):
+    mlflow = pytest.importorskip("mlflow")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    mlflow.set_tracking_uri(uri)
+    exp = mlflow.create_experiment("sim", artifact_location=(tmp_path / "artifacts").as_uri())
+    g = torch.Generator().manual_seed(3)
+    tokens = [f"w{i}" for i in range(25)]
+    run_ids = []
+    for seed in range(2):
+        ckpt = tmp_path / f"run{seed}" / "best.pt"
+        ckpt.parent.mkdir()
+        torch.save({"embeddings": {"tok": torch.randn(25, 6, generator=g)}, "vocabs": {"tok": tokens},
+                    "config": {"seed": seed}}, ckpt)
+        with mlflow.start_run(experiment_id=exp) as run:
+            mlflow.log_artifact(str(ckpt), artifact_path="checkpoint")
+            run_ids.append(run.info.run_id)
+    out = run_json(capsys, ["similarity", run_ids[0], run_ids[1], "--k", "3", "--tracking-uri", uri, "--json"])
+    assert out["a"].startswith(f"run {run_ids[0]}") and out["tokens"] == 25
+    same = run_json(capsys, ["similarity", run_ids[0], f"runs:/{run_ids[0]}", "--k", "3",
+                             "--tracking-uri", uri, "--json"])
+    assert same["mean"] == 1.0
+    missing = "0" * 32
+    assert main(["similarity", missing, run_ids[0], "--tracking-uri", uri]) == 2
+    assert f"cannot download checkpoint/best.pt of MLflow run {missing}" in capsys.readouterr().err
