@@ -6,9 +6,9 @@ Written for speed on CPU without changing what is computed:
   is no dropout on attention weights or inside the feed-forward layer; the paper describes neither, and
   without attention dropout `scaled_dot_product_attention` can use its fused kernel.
 - `FastDropout` draws its mask from 16 random bits per element (four elements per 64-bit draw) rather
-  than `bernoulli_`'s one float per element: about 4x cheaper, with a keep probability of
-  1 - 6554/65536 = 0.899994 for p=0.1 (the exact p is recorded in `effective_p`). It takes an explicit
-  generator, so a seed fixes every mask.
+  than `bernoulli_`'s one float per element: about 4x cheaper, with a drop probability of
+  6554/65536 = 0.100006 for p=0.1 (recorded in `effective_p`). It takes an explicit generator, so a
+  seed fixes every mask.
 - Query, key and value projections are one fused matrix (key and value for cross-attention).
 - Decoder self-attention keeps a key/value cache for incremental (one token at a time) decoding.
 """
@@ -31,8 +31,13 @@ class FastDropout(nn.Module):
         if not 0.0 <= p < 1.0:
             raise ValueError(f"dropout probability must be in [0, 1), got {p}")
         self.p = p
-        self.threshold = round(p * _LEVELS) - _LEVELS // 2  # int16 draws are in [-32768, 32767]
-        self.effective_p = round(p * _LEVELS) / _LEVELS
+        # A 64-bit draw from random_() is uniform on [0, 2^63): viewed as four int16 lanes, lanes 0-2
+        # are uniform on [-32768, 32767] and lane 3 (the top bits) on [0, 32767], so each lane gets the
+        # threshold that drops a share p of its own range.
+        t16, t15 = round(p * _LEVELS), round(p * _LEVELS / 2)
+        self.register_buffer("threshold", torch.tensor([t16 - _LEVELS // 2] * 3 + [t15], dtype=torch.int16),
+                             persistent=False)
+        self.effective_p = t16 / _LEVELS
         self.generator: torch.Generator | None = None  # set by the trainer; None = torch's default
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -41,7 +46,7 @@ class FastDropout(nn.Module):
         n = x.numel()
         draws = torch.empty((n + 3) // 4, dtype=torch.int64, device=x.device)
         draws.random_(generator=self.generator)
-        keep = draws.view(torch.int16)[:n].view(x.shape) >= self.threshold
+        keep = (draws.view(torch.int16).view(-1, 4) >= self.threshold).view(-1)[:n].view(x.shape)
         return x * keep * (1.0 / (1.0 - self.effective_p))
 
 

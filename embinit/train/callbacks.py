@@ -18,6 +18,7 @@ class TrainContext:
     out_dir: Path | None
     step: int = 0             # optimizer steps so far
     epoch: int = 0            # current (1-based) epoch; 0 before the first
+    epoch_steps: int = 0      # number of batches in the current epoch (for progress bars)
 
 
 def fire(callbacks, event: str, *args) -> None:

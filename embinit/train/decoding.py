@@ -44,14 +44,24 @@ def translate(model, sources: Sequence[Sequence[int]], beam_size: int = 1, batch
     return out
 
 
+def _no_specials(logits: torch.Tensor) -> torch.Tensor:
+    """Generation never produces <pad> or <bos>."""
+    logits[:, PAD_ID] = float("-inf")
+    logits[:, BOS_ID] = float("-inf")
+    return logits
+
+
 def _strip(row: list[int]) -> list[int]:
     return row[:row.index(EOS_ID)] if EOS_ID in row else row
 
 
-def greedy(model, src: torch.Tensor, cached: bool = True) -> list[list[int]]:
+def greedy(model, src: torch.Tensor, cached: bool = True, steps: int | None = None,
+           stop_at_eos: bool = True) -> list[list[int]]:
+    """Greedy decoding of a padded source batch. `steps` overrides the length cap; with
+    stop_at_eos=False every row runs all `steps` (the benchmark's fixed-length mode)."""
     memory, mask = model.encode(src)
     b = src.shape[0]
-    steps = max_decode_len(src.shape[1], model.cfg.max_positions)
+    steps = steps or max_decode_len(src.shape[1], model.cfg.max_positions)
     ys = torch.full((b, 1), BOS_ID, dtype=torch.long, device=src.device)
     done = torch.zeros(b, dtype=torch.bool, device=src.device)
     state = model.start_state(memory, mask) if cached else None
@@ -60,10 +70,10 @@ def greedy(model, src: torch.Tensor, cached: bool = True) -> list[list[int]]:
             logits = model.decode_step(ys[:, -1:], state)
         else:
             logits = model.output(model.decode(ys, memory, mask)[:, -1])
-        nxt = logits.argmax(-1).masked_fill(done, PAD_ID)
+        nxt = _no_specials(logits).argmax(-1).masked_fill(done, PAD_ID)
         ys = torch.cat([ys, nxt[:, None]], dim=1)
         done |= nxt == EOS_ID
-        if bool(done.all()):
+        if stop_at_eos and bool(done.all()):
             break
     return [_strip(row[1:]) for row in ys.tolist()]
 
@@ -81,7 +91,7 @@ def beam_search(model, src: torch.Tensor, beam: int, alpha: float = 0.6) -> list
     finished = torch.zeros(b * beam, dtype=torch.bool, device=dev)
     lengths = torch.zeros(b * beam, device=dev)
     for _ in range(max_decode_len(src.shape[1], model.cfg.max_positions)):
-        logp = torch.log_softmax(model.decode_step(ys[:, -1:], state).float(), dim=-1)
+        logp = torch.log_softmax(_no_specials(model.decode_step(ys[:, -1:], state).float()), dim=-1)
         # a finished hypothesis can only be extended by padding, at no cost
         logp[finished] = float("-inf")
         logp[finished, PAD_ID] = 0.0

@@ -31,7 +31,6 @@ def train_epoch(model, batches, task, optimizer, ctx, callbacks, autocast) -> Ep
     """One pass over `batches`. A NaN/inf loss stops the epoch before the optimizer step and reports
     the global step (1-based) it happened at."""
     model.train()
-    params = [p for p in model.parameters() if p.requires_grad]
     total, weight, tokens = 0.0, 0, 0
     start = time.perf_counter()
     for batch in batches:
@@ -48,7 +47,6 @@ def train_epoch(model, batches, task, optimizer, ctx, callbacks, autocast) -> Ep
         weight += n_targets
         tokens += n_tokens
         fire(callbacks, "on_step_end", ctx, ctx.step, value)
-    del params
     return EpochStats(total / max(weight, 1), tokens, time.perf_counter() - start)
 
 

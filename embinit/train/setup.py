@@ -98,11 +98,16 @@ def resolve_model_size(cfg: TrialConfig, user_heads: int | None, dims: dict[str,
 
 
 def resolve_tokenizer(cfg: TrialConfig, spec) -> str:
+    """tokenizer="auto": the pretrained model's own tokenizer for a sub-word init; GPT-2 BPE for a
+    language-model task; spaCy words otherwise. The generated synthetic tasks are made of whole words
+    and always use spaCy, so they run offline without GPT-2's files."""
     if cfg.tokenizer != "auto":
         return cfg.tokenizer
     if spec.is_subword:
         return cfg.pretrained or spec.pretrained or spec.source
-    return "gpt2" if task_defaults(cfg.task).kind == "lm" else "spacy"
+    if task_defaults(cfg.task).kind == "lm" and not cfg.task.startswith("synthetic_"):
+        return "gpt2"
+    return "spacy"
 
 
 def load_data(cfg: TrialConfig, tokenizer: str, cache_dir):

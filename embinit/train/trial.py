@@ -116,8 +116,9 @@ def run_trial(cfg: TrialConfig, out_dir=None, callbacks=(), resume: bool = True,
             break
         ctx.epoch = epoch
         data_gen = torch.Generator().manual_seed(derive_seed(rc.seed, f"data:{epoch}"))
-        stats = train_epoch(model, task.train_batches(data_gen), task, optimizer, ctx, callbacks,
-                            task.autocast)
+        batches = task.train_batches(data_gen)
+        ctx.epoch_steps = len(batches)
+        stats = train_epoch(model, batches, task, optimizer, ctx, callbacks, task.autocast)
         if stats.diverged_step is not None:
             status, diverged_step = "diverged", stats.diverged_step
             break

@@ -1,0 +1,130 @@
+"""`embinit train`: one trial from the command line, with a progress bar per epoch and a summary."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from embinit.errors import EmbinitError
+
+
+class ProgressBar:
+    """A tqdm bar on stderr per epoch, showing the running training loss; validation metrics after."""
+
+    def __init__(self, enabled: bool = True):
+        self.enabled, self.bar = enabled, None
+
+    def on_step_end(self, ctx, step, loss):
+        if not self.enabled:
+            return
+        if self.bar is None:
+            from tqdm import tqdm
+            self.bar = tqdm(total=ctx.epoch_steps, desc=f"epoch {ctx.epoch}/{ctx.cfg.epochs}",
+                            file=sys.stderr, leave=True, dynamic_ncols=True)
+        self.bar.update(1)
+        if step % 10 == 0:
+            self.bar.set_postfix(loss=f"{loss:.3f}")
+
+    def on_epoch_end(self, ctx, epoch, metrics):
+        if self.bar is not None:
+            shown = {k.replace("/", "_"): f"{v:.4g}" for k, v in metrics.items()
+                     if k.startswith(("train/", "val/")) and isinstance(v, float)}
+            self.bar.set_postfix(shown)
+            self.bar.close()
+            self.bar = None
+
+    on_train_end = lambda self, ctx, result: self.on_epoch_end(ctx, None, {})  # noqa: E731
+
+
+def _extra(text: str) -> tuple[str, object]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("train", help="train one trial (task x init x seed) and print its result",
+                              description=__doc__.splitlines()[0])
+    p.add_argument("--task", required=True, help="multi30k, iwslt2017, sst2, mnli, wikitext2, synthetic_*")
+    p.add_argument("--init", default="xavier", help="init spec of the (target) embedding, e.g. glove+standardize")
+    p.add_argument("--src-init", help="translation: init spec of the source embedding (default: --init)")
+    p.add_argument("--pretrained", help="path or hub id of the pretrained source")
+    p.add_argument("--src-pretrained", help="pretrained source of --src-init (default: --pretrained)")
+    p.add_argument("--oov", default="xavier", help="rule for vocabulary rows the source lacks")
+    p.add_argument("--tokenizer", default="auto")
+    p.add_argument("--seed", type=int, default=0)
+    for name, typ in (("epochs", int), ("batch-size", int), ("max-tokens", int), ("lr", float),
+                      ("d-model", int), ("layers", int), ("heads", int), ("ff-dim", int),
+                      ("dropout", float), ("min-freq", int), ("max-len", int),
+                      ("max-train-examples", int), ("threads", int), ("beam-size", int),
+                      ("early-stopping-patience", int)):
+        p.add_argument(f"--{name}", type=typ)
+    p.add_argument("--pe-base", type=float, default=10000.0)
+    p.add_argument("--pre-ln", action="store_true", help="pre-LN layers (default: post-LN)")
+    p.add_argument("--no-pos-encoding", action="store_true", help="ablation: no position encoding")
+    p.add_argument("--freeze-embeddings", action="store_true", help="ablation: embeddings not trained")
+    p.add_argument("--freeze-non-embeddings", action="store_true", help="train only the embeddings")
+    p.add_argument("--data-dir", help="the task's data folder (else $EMBINIT_DATA_DIR/<task>, else the hub)")
+    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--extra", type=_extra, action="append", default=[], metavar="KEY=VALUE",
+                   help="task-specific switch, e.g. train_split=valid (repeatable)")
+    p.add_argument("--out", help="checkpoint folder (last.pt, best.pt); resumes from last.pt")
+    p.add_argument("--no-resume", action="store_true", help="ignore an existing last.pt in --out")
+    p.add_argument("--cache-dir", help="cache of tokenized data and aligned vectors")
+    p.add_argument("--json", action="store_true", help="print the full result as JSON")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=run)
+
+
+def config_from_args(args):
+    from embinit.config import TrialConfig
+
+    return TrialConfig(
+        task=args.task, init=args.init, seed=args.seed, src_init=args.src_init, pretrained=args.pretrained,
+        src_pretrained=args.src_pretrained, oov=args.oov, tokenizer=args.tokenizer, epochs=args.epochs,
+        batch_size=args.batch_size, max_tokens=args.max_tokens, lr=args.lr, d_model=args.d_model,
+        layers=args.layers, heads=args.heads, ff_dim=args.ff_dim, dropout=args.dropout,
+        min_freq=args.min_freq, max_len=args.max_len, pe_base=args.pe_base, pre_ln=args.pre_ln,
+        pos_encoding=not args.no_pos_encoding, train_embeddings=not args.freeze_embeddings,
+        freeze_non_embeddings=args.freeze_non_embeddings,
+        early_stopping_patience=args.early_stopping_patience,
+        max_train_examples=args.max_train_examples, data_dir=args.data_dir,
+        beam_size=args.beam_size or 1, precision=args.precision, threads=args.threads,
+        device=args.device, extras=dict(args.extra))
+
+
+def summary(result) -> str:
+    def fmt(d):
+        return ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in d.items())
+
+    lines = [f"trial {result.key}: {result.config['task']} init={result.label}"
+             + (f" src_init={result.src_label}" if result.src_label else "")
+             + f" seed={result.config['seed']} D={result.config['d_model']} heads={result.config['heads']}",
+             f"status: {result.status}" + (f" at step {result.diverged_step}" if result.diverged_step else "")]
+    if result.best:
+        lines.append(f"best (epoch {result.best_epoch}): {fmt(result.best)}")
+    if result.test:
+        lines.append(f"test: {fmt(result.test)}")
+    if result.bleu_signature:
+        lines.append(f"bleu signature: {result.bleu_signature}")
+    lines.append(f"wall time: {result.wall_time_s:.1f} s"
+                 + (f"; best checkpoint: {result.checkpoint_path}" if result.checkpoint_path else ""))
+    return "\n".join(lines)
+
+
+def run(args) -> int:
+    from embinit.train import run_trial
+
+    cfg = config_from_args(args)
+    if args.no_resume and args.out is None:
+        raise EmbinitError("--no-resume needs --out")
+    result = run_trial(cfg, out_dir=args.out, callbacks=(ProgressBar(not args.quiet),),
+                       resume=not args.no_resume, cache_dir=args.cache_dir)
+    print(result.to_json(indent=2) if args.json else summary(result))
+    return 0
