@@ -1,0 +1,168 @@
+from types import SimpleNamespace
+
+import pytest
+import torch
+from torch import nn
+
+from embinit.analysis.callbacks import (ProbeCallback, SimilarityCallback, make_callbacks,
+                                        similarity_curve)
+from embinit.analysis.similarity import knn_match_similarity
+from embinit.errors import EmbinitError
+from embinit.vocab import Vocab
+
+torch.set_num_threads(1)
+N, D = 80, 8
+TOKENS = [f"w{i}" for i in range(N)]
+
+
+class TinyModel(nn.Module):
+    def __init__(self, table):
+        super().__init__()
+        self.emb = nn.Embedding(*table.shape)
+        with torch.no_grad():
+            self.emb.weight.copy_(table)
+
+    def embeddings(self):
+        return {"tok": self.emb}
+
+
+def ctx_for(table, tokens=TOKENS):
+    return SimpleNamespace(model=TinyModel(table), data=SimpleNamespace(vocab=Vocab(tokens)),
+                           cfg=SimpleNamespace(pe_base=10000.0), step=0, epoch=0)
+
+
+def tables(seed, count=4):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(N, D, generator=g) for _ in range(count)]
+
+
+def train(ctx, trajectory, callbacks, every=1):
+    """Fake training: after step s the table is trajectory[s]."""
+    for cb in callbacks:
+        cb.on_train_start(ctx)
+    for step, table in enumerate(trajectory[1:], 1):
+        with torch.no_grad():
+            ctx.model.emb.weight.copy_(table)
+        ctx.step = step
+        for cb in callbacks:
+            if hasattr(cb, "on_step_end"):
+                cb.on_step_end(ctx, step, 0.0)
+    for cb in callbacks:
+        cb.on_train_end(ctx, None)
+
+
+def test_logs_similarity_to_a_fixed_reference_every_n_steps():
+    traj = tables(0, 4)
+    ref = traj[0].clone()
+    logged = []
+    cb = SimilarityCallback(ref, every_n_steps=2, k=5, log_fn=lambda m, s: logged.append((s, m)))
+    train(ctx_for(traj[0]), traj, [cb])
+    # step 0 (start), step 2 (every 2), step 3 (the end, not a multiple of 2)
+    assert [s for s, _ in logged] == [0, 2, 3]
+    assert logged[0][1] == {"sim/knn_jaccard_mean": 1.0, "sim/knn_jaccard_median": 1.0}
+    for step, metrics in logged[1:]:
+        expected = knn_match_similarity(traj[step], ref, k=5).summary
+        assert metrics["sim/knn_jaccard_mean"] == pytest.approx(expected["mean"])
+        assert metrics["sim/knn_jaccard_median"] == pytest.approx(expected["median"])
+    assert [h["step"] for h in cb.history] == [0, 2, 3]
+
+
+def test_snapshot_reference_compares_the_same_step(tmp_path):
+    traj_a, traj_b = tables(1, 4), tables(2, 4)
+    snap = tmp_path / "a_snaps"
+    train(ctx_for(traj_a[0]), traj_a, [SimilarityCallback(snapshot_dir=snap, every_n_steps=1, k=4)])
+    assert sorted(p.name for p in snap.iterdir()) == [f"knn_step{s:08d}.pt" for s in range(4)]
+    (snap / "knn_step00000002.pt").unlink()         # a step run A never wrote
+    logged = []
+    cb = SimilarityCallback(snap, every_n_steps=1, k=4, metric="overlap",
+                            log_fn=lambda m, s: logged.append((s, m["sim/knn_overlap_mean"])))
+    train(ctx_for(traj_b[0]), traj_b, [cb])
+    assert [s for s, _ in logged] == [0, 1, 3] and cb.missing_steps == [2]
+    for step, value in logged:
+        expected = knn_match_similarity(traj_b[step], traj_a[step], k=4, metric="overlap").summary["mean"]
+        assert value == pytest.approx(expected)
+    # the same curve, recomputed afterwards from two snapshot folders
+    snap_b = tmp_path / "b_snaps"
+    train(ctx_for(traj_b[0]), traj_b, [SimilarityCallback(snapshot_dir=snap_b, every_n_steps=1, k=4)])
+    curve = similarity_curve(snap, snap_b, k=4, metric="overlap")
+    assert [c["step"] for c in curve] == [0, 1, 3]
+    assert [c["mean"] for c in curve] == pytest.approx([v for _, v in logged])
+    with pytest.raises(EmbinitError, match="K=4 dot neighbours; K=6 dot was asked"):
+        similarity_curve(snap, snap_b, k=6)
+
+
+def test_snapshot_of_another_vocabulary_is_refused(tmp_path):
+    traj = tables(3, 2)
+    train(ctx_for(traj[0]), traj, [SimilarityCallback(snapshot_dir=tmp_path, every_n_steps=1, k=3)])
+    other = [f"x{i}" for i in range(N)]
+    cb = SimilarityCallback(tmp_path, every_n_steps=1, k=3)
+    with pytest.raises(EmbinitError, match="another vocabulary"):
+        cb.on_train_start(ctx_for(traj[0], other))
+
+
+def test_checkpoint_reference_is_aligned_on_shared_tokens(tmp_path):
+    traj = tables(4, 2)
+    ckpt = tmp_path / "best.pt"
+    # the reference knows the first 60 tokens only, with the same vectors as the model at step 0
+    torch.save({"embeddings": {"tok": traj[0][:60]}, "vocabs": {"tok": TOKENS[:60]}}, ckpt)
+    logged = []
+    cb = SimilarityCallback(str(ckpt), every_n_steps=1, k=5, log_fn=lambda m, s: logged.append(m))
+    cb.on_train_start(ctx_for(traj[0]))
+    assert logged[0]["sim/knn_jaccard_mean"] == 1.0
+
+
+def test_probe_callback_logs_start_epochs_and_end():
+    traj = tables(5, 2)
+    logged = []
+    cb = ProbeCallback(every_n_epochs=1, log_fn=lambda m, s: logged.append((s, m)), n_samples=200)
+    ctx = ctx_for(traj[0] * 0.01)
+    cb.on_train_start(ctx)
+    ctx.step = 7
+    cb.on_epoch_end(ctx, 1, {})
+    cb.on_train_end(ctx, None)           # already measured at step 7: not again
+    assert [s for s, _ in logged] == [0, 7]
+    assert all("probe/pos_acc" in m and "probe/token_acc" in m for _, m in logged)
+
+
+def test_constructor_and_factory_errors(tmp_path):
+    with pytest.raises(EmbinitError, match="needs a reference, a snapshot_dir"):
+        SimilarityCallback()
+    with pytest.raises(EmbinitError, match="every_n_steps"):
+        SimilarityCallback(torch.zeros(3, 2), every_n_steps=0)
+    with pytest.raises(EmbinitError, match=r"unknown analyses \['knn'\]"):
+        make_callbacks({"knn": {}})
+    with pytest.raises(EmbinitError, match="out_dir"):
+        make_callbacks({"similarity": {"snapshot": True}})
+    cbs = make_callbacks({"similarity": {"snapshot": True, "every_n_steps": 10}, "probe": {}},
+                         out_dir=tmp_path)
+    assert isinstance(cbs[0], SimilarityCallback) and cbs[0].snapshot_dir == tmp_path / "knn_snapshots"
+    assert isinstance(cbs[1], ProbeCallback)
+
+
+@pytest.mark.slow
+def test_with_the_real_trainer(tmp_path):
+    from embinit.config import TrialConfig
+    from embinit.train import run_trial
+
+    cfg = TrialConfig(task="synthetic_lm", epochs=1, d_model=16, threads=1)
+    logged = []
+    sim = SimilarityCallback(snapshot_dir=tmp_path / "snaps", every_n_steps=10, k=5)
+    probe = ProbeCallback(log_fn=lambda m, s: logged.append(s), n_samples=300)
+    res = run_trial(cfg, out_dir=tmp_path / "run", callbacks=[sim, probe], resume=False)
+    steps = sorted(int(p.stem[8:]) for p in (tmp_path / "snaps").glob("knn_step*.pt"))
+    assert steps[0] == 0 and steps[-1] == logged[-1] and logged[0] == 0
+    assert all(s % 10 == 0 for s in steps[:-1])
+    # compare the trained run with its own checkpoint: the final step must agree perfectly
+    final = []
+    SimilarityCallback(str(tmp_path / "run" / "best.pt"), k=5, log_fn=lambda m, s: final.append(m)) \
+        .measure(SimpleNamespace(model=_Reloaded(tmp_path / "run" / "best.pt"), data=None), 0)
+    assert final[0]["sim/knn_jaccard_mean"] == 1.0 and res.status == "finished"
+
+
+class _Reloaded:
+    def __init__(self, path):
+        ckpt = torch.load(path, map_location="cpu", weights_only=False)
+        self.emb = nn.Embedding.from_pretrained(ckpt["embeddings"]["tok"])
+
+    def embeddings(self):
+        return {"tok": self.emb}
