@@ -25,6 +25,7 @@ def _ui_command(tracking_uri: str) -> str:
 
 def run(args) -> int:
     import uvicorn
+    from pydantic import ValidationError
 
     from embinit.errors import EmbinitError
     from service.main import create_app
@@ -34,8 +35,10 @@ def run(args) -> int:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     try:
         settings = Settings()
-    except Exception as e:  # noqa: BLE001 - pydantic's message names the bad variable
-        raise EmbinitError(f"invalid EMBINIT_* setting: {str(e).splitlines()[0]} ({e})") from None
+    except ValidationError as e:
+        bad = "; ".join(f"EMBINIT_{'_'.join(map(str, err['loc'])).upper()}: {err['msg']}, got {err.get('input')!r}"
+                        for err in e.errors())
+        raise EmbinitError(f"invalid EMBINIT_* setting: {bad}") from None
     if args.ray_address:
         settings.ray_address = args.ray_address
     if settings.mlflow_ui_url is None and not settings.tracking_uri.startswith(("http://", "https://")):
