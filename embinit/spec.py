@@ -113,7 +113,7 @@ class Hyperparams(_Strict):
     beam_size: int | None = Field(None, ge=1)
     precision: Literal["fp32", "bf16"] | None = None
     oov: str | None = None
-    tokenizer: str | None = None
+    tokenizer: PathStr | None = None   # spacy | gpt2 | whitespace | a HF model folder or hub id
     threads: int | None = Field(None, ge=1)
     device: str | None = None
     extras: dict[str, Any] | None = None
@@ -421,6 +421,8 @@ class ExperimentSpec(_Strict):
         else:
             out.append(("pretrained", self.pretrained))
         out += [(f"tasks[{i}].data_dir", t.data_dir) for i, t in enumerate(self.tasks)]
+        out += [(f"tasks[{i}].tokenizer", t.tokenizer) for i, t in enumerate(self.tasks)]
+        out.append(("defaults.tokenizer", self.defaults.tokenizer))
         for i, e in enumerate(self.inits):
             out += [(f"inits[{i}].pretrained", e.pretrained), (f"inits[{i}].src_pretrained", e.src_pretrained)]
         return [(k, v) for k, v in out if v]

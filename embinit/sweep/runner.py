@@ -58,6 +58,8 @@ def check_local_paths(spec: ExperimentSpec) -> None:
     other values may be hub ids (`bert-base-uncased`, `google/mt5-base`)."""
     problems = []
     for where, value in spec.paths():
+        if where == "cache_dir":
+            continue  # created on demand
         if value.startswith(("/", "./", "../", "~")) and not Path(value).expanduser().exists():
             problems.append((where, f"{value!r} does not exist"))
     if problems:

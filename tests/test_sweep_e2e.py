@@ -1,0 +1,133 @@
+"""End to end: a spec on local Ray with MLflow in a temporary SQLite store, on the synthetic translation
+task (tiny: 1-layer model, 300 training pairs, 2 epochs).
+
+- runs appear with their metrics, the report has the right rows, a second submission trains nothing;
+- a trial whose worker is killed mid-run (os._exit in a callback on the first attempt) restarts from
+  its last epoch checkpoint, logs into the same MLflow run, and every epoch's history is there;
+- a trial that raises is recorded as failed with its error, and the sweep goes on.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import ray.cloudpickle
+
+from embinit import tracking
+from embinit.spec import load_spec
+from embinit.sweep import run_sweep
+
+pytestmark = pytest.mark.slow
+
+# The callbacks below are shipped to Ray workers by value (this test module is not importable there);
+# Ray pickles with its vendored cloudpickle.
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+TINY = {"task": "synthetic_translation", "epochs": 2, "max_train_examples": 300, "d_model": 16,
+        "ff_dim": 32, "heads": 2}
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    import ray
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def spec(name: str, tmp: Path, **over) -> object:
+    data = {"name": name, "tasks": [TINY], "inits": ["xavier", "normal", "xavier_normal"], "seeds": 2,
+            "resources": {"cpus": 1}, "retries": 1, "cache_dir": str(tmp / "cache"),
+            "mlflow": {"tracking_uri": f"sqlite:///{tmp}/mlflow.db"}}
+    data.update(over)
+    return load_spec(data)
+
+
+def child_runs(uri: str, name: str) -> list:
+    exp = tracking.experiment_id(name, uri)
+    return [r for r in tracking.search_runs(exp, uri) if tracking.KEY_TAG in r.data.tags]
+
+
+def test_sweep_records_runs_reports_and_resumes(ray_local, tmp_path):
+    s = spec("e2e", tmp_path)
+    uri = tracking.resolve_uri(s.mlflow.tracking_uri)
+    result = run_sweep(s, progress=False)
+    assert (result.planned, result.reused, result.n_finished, result.n_failed) == (6, 0, 6, 0)
+    runs = child_runs(uri, "e2e")
+    assert len(runs) == 6 and {r.info.status for r in runs} == {"FINISHED"}
+    assert {r.data.tags[tracking.KEY_TAG] for r in runs} == {p.key for p in s.plan()}
+    for run in runs:
+        steps = [m.step for m in tracking.client(uri).get_metric_history(run.info.run_id, "val/loss")]
+        assert sorted(steps) == [1, 2]
+        assert {"train/loss", "val/bleu", "tokens_per_s", "test/bleu", "best/val/loss", "best_epoch",
+                "init/emb/std", "best/emb/std"} <= set(run.data.metrics)
+        assert run.data.tags[tracking.PARENT_TAG] == result.parent_run_id
+        arts = {a.path for a in tracking.client(uri).list_artifacts(run.info.run_id)}
+        assert {"checkpoint", "plots", "result.json"} <= arts
+    rows = {r["init"]: r for r in result.report.rows}
+    assert set(rows) == {"Xavier", "Normal", "XavierNormal"}
+    assert all(r["n"] == 2 and r["metric"] == "test/bleu" and r["failed"] == 0 for r in rows.values())
+
+    again = run_sweep(s, progress=False)
+    assert (again.reused, again.n_finished) == (6, 6)
+    assert len(child_runs(uri, "e2e")) == 6                      # nothing trained a second time
+    assert [r["mean"] for r in again.report.rows] == [r["mean"] for r in result.report.rows]
+
+
+class KillOnce:
+    """On the first attempt, kill the worker process right after epoch 1 was checkpointed."""
+
+    def __init__(self, marker: str):
+        self.marker = Path(marker)
+
+    def on_train_start(self, ctx):
+        with open(self.marker.with_suffix(".starts"), "a") as f:
+            f.write(f"{ctx.step}\n")
+
+    def on_epoch_end(self, ctx, epoch, metrics):
+        if epoch == 1 and not self.marker.exists():
+            self.marker.write_text("killed")
+            os._exit(1)
+
+
+def test_killed_worker_resumes_from_its_checkpoint(ray_local, tmp_path):
+    s = spec("kill", tmp_path, inits=["xavier"], seeds=1, tasks=[{**TINY, "epochs": 3}], retries=2)
+    marker = str(tmp_path / "marker")
+    result = run_sweep(s, progress=False, extra_callbacks=lambda cfg: [KillOnce(marker)])
+    assert Path(marker).read_text() == "killed"
+    starts = [int(x) for x in Path(marker).with_suffix(".starts").read_text().split()]
+    assert len(starts) == 2 and starts[0] == 0 and starts[1] > 0    # the retry resumed, not restarted
+    assert (result.n_finished, result.n_failed) == (1, 0)
+    (run,) = child_runs(tracking.resolve_uri(s.mlflow.tracking_uri), "kill")   # the same run, reused
+    hist = tracking.client(result.tracking_uri).get_metric_history(run.info.run_id, "val/loss")
+    assert sorted({m.step for m in hist}) == [1, 2, 3]
+    assert run.info.status == "FINISHED" and run.data.metrics["best_epoch"] in (1, 2, 3)
+
+
+class Raise:
+    def __init__(self, init: str):
+        self.init = init
+
+    def on_train_start(self, ctx):
+        if ctx.cfg.init == self.init:
+            raise RuntimeError("injected failure")
+
+
+def test_a_failing_trial_is_recorded_and_the_sweep_continues(ray_local, tmp_path):
+    bad = tmp_path / "bad.txt"
+    bad.write_text("the 0.1 oops\n")             # a malformed vector line: a user error at setup
+    s = spec("fail", tmp_path, inits=["xavier", "normal", {"tgt": "glove", "src": "xavier"}], seeds=1,
+             pretrained={"glove": str(bad)}, retries=0)
+    result = run_sweep(s, progress=False, extra_callbacks=lambda cfg: [Raise("normal")])
+    statuses = {t["label"]: t["status"] for t in result.trials}
+    assert statuses == {"Xavier": "finished", "Normal": "failed", "GloVe": "failed"}
+    errors = {t["label"]: t["error"] for t in result.trials}
+    assert "injected failure" in errors["Normal"]
+    assert "bad.txt" in errors["GloVe"] or "line" in errors["GloVe"]
+    assert len(result.report.failed) == 2
+    assert "injected failure" in result.report.to_markdown()
