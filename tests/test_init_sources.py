@@ -219,3 +219,25 @@ def test_round_trip_property(tmp_path_factory, words, dim, seed, fmt):
     for i, w in enumerate(wanted[:-1]):
         assert torch.equal(res.table[i], torch.tensor(vectors[w], dtype=torch.float32)), w
     assert res.table[-1].abs().sum() == 0 and res.coverage["rows_found"] == len(wanted) - 1
+
+
+@pytest.mark.slow
+def test_hf_reads_only_the_embedding_tensor_and_agrees_with_the_full_model(bert_dir, tmp_path, monkeypatch):
+    from transformers import AutoModel, BertConfig, BertForMaskedLM
+
+    from embinit.init import hf
+    full = AutoModel.from_pretrained(bert_dir).get_input_embeddings().weight.detach()
+    assert torch.equal(hf._weight_from_safetensors(bert_dir), full)
+    # a checkpoint saved from a model with a head stores the tensor under the `bert.` prefix
+    torch.manual_seed(1)
+    mlm = BertForMaskedLM(BertConfig(vocab_size=12, hidden_size=4, num_hidden_layers=1, num_attention_heads=1,
+                                     intermediate_size=8, max_position_embeddings=8))
+    mlm.save_pretrained(tmp_path / "mlm")
+    assert torch.equal(hf._weight_from_safetensors(tmp_path / "mlm"),
+                       mlm.get_input_embeddings().weight.detach())
+    # without the fast path (e.g. a .bin checkpoint) the full model load gives the same table
+    vocab = Vocab(["the", "cats", "dog", "<pad>"])
+    fast = build_table("hf", vocab, pretrained=str(bert_dir), oov="subword_mean", cache_dir=False).table
+    monkeypatch.setattr(hf, "_weight_from_safetensors", lambda folder: None)
+    slow = build_table("hf", vocab, pretrained=str(bert_dir), oov="subword_mean", cache_dir=False).table
+    assert torch.equal(fast, slow)

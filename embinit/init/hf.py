@@ -57,6 +57,50 @@ def hf_dim(name: str) -> int | None:
     return None
 
 
+def _local_folder(name: str) -> Path | None:
+    """The folder holding the model's files: the path itself, or its snapshot in the HF cache."""
+    p = Path(name).expanduser()
+    if p.is_dir():
+        return p
+    try:
+        from transformers.utils import cached_file
+        config = cached_file(name, "config.json", local_files_only=True,
+                             _raise_exceptions_for_missing_entries=False)
+    except Exception:  # noqa: BLE001 - not cached: the full load below downloads it
+        return None
+    return Path(config).parent if config else None
+
+
+def _weight_from_safetensors(folder: Path) -> torch.Tensor | None:
+    """Only the input-embedding tensor, read from the checkpoint's safetensors (a big model such as
+    mt5-base is ~2.3 GB in fp32; its embedding ~0.8 GB). The tensor's name comes from the model class
+    built on the meta device, so no name is guessed; None when this is not possible."""
+    try:
+        from safetensors import safe_open
+        from transformers import AutoConfig, AutoModel
+        with torch.device("meta"):
+            model = AutoModel.from_config(AutoConfig.from_pretrained(folder))
+        weight = model.get_input_embeddings().weight
+        pname = next(n for n, p in model.named_parameters() if p is weight)
+        keys = [pname, f"{model.base_model_prefix}.{pname}"]
+        index = folder / "model.safetensors.index.json"
+        if index.is_file():
+            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+            files = [(folder / weight_map[k], k) for k in keys if k in weight_map]
+        else:
+            files = [(folder / "model.safetensors", k) for k in keys]
+        for file, key in files:
+            if file.is_file():
+                with safe_open(str(file), "pt") as st:
+                    if key in st.keys():
+                        t = st.get_tensor(key)
+                        if tuple(t.shape) == tuple(weight.shape):
+                            return t.to(torch.float32)
+    except Exception:  # noqa: BLE001 - any surprise: the full model load is the reference path
+        return None
+    return None
+
+
 def _load(name: str):
     try:
         from transformers import AutoModel, AutoTokenizer
@@ -67,13 +111,16 @@ def _load(name: str):
     hf_logging.disable_progress_bar()   # a progress bar per load would flood CLI output and logs
     try:
         tok = AutoTokenizer.from_pretrained(name)
-        model = AutoModel.from_pretrained(name)
+        folder = _local_folder(name)
+        weight = _weight_from_safetensors(folder) if folder else None
+        if weight is None:
+            model = AutoModel.from_pretrained(name)
+            weight = model.get_input_embeddings().weight.detach().to(torch.float32).clone()
     except Exception as e:  # noqa: BLE001
         raise _fail(name, e) from None
     finally:
         if bar:
             hf_logging.enable_progress_bar()
-    weight = model.get_input_embeddings().weight.detach().to(torch.float32).clone()
     return tok, weight
 
 
