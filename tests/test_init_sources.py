@@ -241,3 +241,20 @@ def test_hf_reads_only_the_embedding_tensor_and_agrees_with_the_full_model(bert_
     monkeypatch.setattr(hf, "_weight_from_safetensors", lambda folder: None)
     slow = build_table("hf", vocab, pretrained=str(bert_dir), oov="subword_mean", cache_dir=False).table
     assert torch.equal(fast, slow)
+
+
+@pytest.mark.slow
+def test_t5_style_source_maps_eos_and_leaves_bos_to_the_oov_rule(tmp_path):
+    from transformers import AutoModel
+    folder = tt.write_tiny_t5(tmp_path / "t5")
+    weight = AutoModel.from_pretrained(folder).get_input_embeddings().weight.detach()
+    ids = {p: i for i, p in enumerate(tt.T5_PIECES)}
+    vocab = Vocab(["<pad>", "<unk>", "<bos>", "<eos>", "▁the", "▁cat", "▁cats"])
+    res = build_table("t5", vocab, pretrained=str(folder), oov="subword_mean", cache_dir=False)
+    for i, piece in [(0, "<pad>"), (1, "<unk>"), (3, "</s>"), (4, "▁the"), (5, "▁cat")]:
+        assert torch.equal(res.table[i], weight[ids[piece]]), piece
+    assert res.coverage["rows_found"] == 5   # not <bos> (T5 has no cls/bos token), not "▁cats" (split)
+    assert torch.allclose(res.table[6], weight[[ids["▁cat"], ids["s"]]].double().mean(0).float(), atol=1e-7)
+    found = res.table[[0, 1, 3, 4, 5]].double()
+    assert torch.allclose(res.table[2].double(), found.mean(0), atol=1e-7)   # unmapped special -> mean
+    assert source_dim("mt5", str(folder)) == 8 and res.label == "T5"

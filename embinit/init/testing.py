@@ -83,3 +83,25 @@ def bert_rows(folder: str | Path) -> tuple[dict[str, int], torch.Tensor]:
     key = next(k for k in weights if k.endswith("word_embeddings.weight"))
     data = json.loads((Path(folder) / "tokenizer.json").read_text(encoding="utf-8"))
     return dict(data["model"]["vocab"]), weights[key]
+
+
+T5_PIECES = ["<pad>", "</s>", "<unk>", "▁the", "▁cat", "▁dog", "▁s", "at", "▁", "s", "▁run", "ning", "▁a"]
+
+
+def write_tiny_t5(folder: str | Path, pieces=T5_PIECES, dim: int = 8, seed: int = 0) -> Path:
+    """A 1-layer T5Model with a SentencePiece-style (Unigram, `▁` word prefix) tokenizer over `pieces`:
+    no cls/bos token, eos `</s>`, like T5 and mT5."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast, T5Config, T5Model
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    core = Tokenizer(models.Unigram([(p, -float(len(p) == 1) - 1.0) for p in pieces], unk_id=2))
+    core.pre_tokenizer = pre_tokenizers.Metaspace()
+    core.decoder = decoders.Metaspace()
+    tok = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", eos_token="</s>", unk_token="<unk>")
+    torch.manual_seed(seed)
+    cfg = T5Config(vocab_size=len(pieces), d_model=dim, d_kv=4, d_ff=16, num_layers=1, num_heads=2,
+                   decoder_start_token_id=0)
+    T5Model(cfg).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
