@@ -12,7 +12,7 @@ Labels follow the paper (section 3.4): `standardize` appends `_Xavier` (GloVe ->
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
 from embinit.errors import EmbinitError, unknown_name
