@@ -19,7 +19,7 @@ from service.store import ResultStore
 bearer = HTTPBearer(auto_error=False, description="`Authorization: Bearer <EMBINIT_API_TOKEN>`")
 
 
-def get_settings(request: Request) -> Settings:
+async def get_settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
@@ -28,18 +28,19 @@ def get_session(request: Request) -> Iterator[Session]:
         yield session
 
 
-def get_runner(request: Request) -> Runner:
+async def get_runner(request: Request) -> Runner:
     return request.app.state.runner
 
 
-def get_store(request: Request) -> ResultStore:
+async def get_store(request: Request) -> ResultStore:
     return request.app.state.store
 
 
-def get_reconciler(request: Request, runner: Annotated[Runner, Depends(get_runner)],
+async def get_reconciler(request: Request, runner: Annotated[Runner, Depends(get_runner)],
                    store: Annotated[ResultStore, Depends(get_store)]) -> Reconciler:
     # One reconciler per app (it remembers when each experiment was last checked), built on first use
-    # so that dependency overrides of the runner and store are honoured.
+    # so that dependency overrides of the runner and store are honoured. The cheap dependencies are
+    # async so that FastAPI does not hop to a worker thread for each of them.
     rec = getattr(request.app.state, "reconciler", None)
     if rec is None or rec.runner is not runner or rec.store is not store:
         rec = request.app.state.reconciler = Reconciler(runner, store, request.app.state.settings)
@@ -64,12 +65,12 @@ def _check_token(settings: Settings, credentials: HTTPAuthorizationCredentials |
         raise HTTPException(401, detail="invalid bearer token", headers={"WWW-Authenticate": "Bearer"})
 
 
-def require_write(settings: SettingsDep, credentials: Credentials) -> None:
+async def require_write(settings: SettingsDep, credentials: Credentials) -> None:
     """Writes need the token whenever one is configured."""
     _check_token(settings, credentials)
 
 
-def require_read(settings: SettingsDep, credentials: Credentials) -> None:
+async def require_read(settings: SettingsDep, credentials: Credentials) -> None:
     """Reads need the token only when `reads_require_token` is set."""
     if settings.reads_require_token:
         _check_token(settings, credentials)

@@ -21,6 +21,7 @@ from fastapi.responses import JSONResponse
 import embinit
 from embinit.errors import EmbinitError
 from embinit.spec import ExperimentSpec, SpecError
+from service.cache import ResponseCache
 from service.db import make_sessionmaker
 from service.routes import catalog, experiments, health
 from service.settings import Settings, get_settings
@@ -94,6 +95,7 @@ def create_app(settings: Settings | None = None, runner=None, store=None) -> Fas
     app.state.settings = settings
     app.state.sessions = make_sessionmaker(absolute_sqlite_uri(settings.database_url))
     app.state.runner = runner
+    app.state.responses = ResponseCache()
     app.state.store = store or ResultStore(settings.tracking_uri)
     for module in (experiments, catalog, health):
         app.include_router(module.router)

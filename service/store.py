@@ -93,7 +93,12 @@ class ResultStore:
 
     def _trials(self, exp) -> list[dict[str, Any]]:
         runs = _runs_by_key(exp.tracking_uri, exp.spec)
-        planned = {} if all(k in runs for k in exp.trial_keys) else self._planned(exp)
+        planned = {}
+        if not all(k in runs for k in exp.trial_keys):
+            try:
+                planned = self._planned(exp)
+            except Exception:  # noqa: BLE001 - a spec stored by an older version: show keys without configs
+                planned = {}
         out = []
         for key in exp.trial_keys:
             run = runs.get(key)
@@ -115,7 +120,15 @@ class ResultStore:
         return self._cached(("report", exp.id, exp.updated_at), lambda: self._report(exp))
 
     def _report(self, exp) -> dict[str, str]:
-        from embinit.report import build_report
+        from embinit.errors import EmbinitError
+        from embinit.report import Report, build_report
 
-        report = build_report(experiment_name(exp.spec), exp.tracking_uri)
+        name = experiment_name(exp.spec)
+        # Only this spec's trials (an MLflow experiment may hold other specs' runs under the same name);
+        # an Optuna search draws its trials at run time, so there the whole experiment counts.
+        optuna = (exp.spec.get("search") or {}).get("method") == "optuna"
+        try:
+            report = build_report(name, exp.tracking_uri, keys=None if optuna else set(exp.trial_keys))
+        except EmbinitError:  # no MLflow experiment yet: nothing has run, the table is empty
+            report = Report(name, [], tracking_uri=exp.tracking_uri)
         return {"json": report.to_json(), "markdown": report.to_markdown(), "csv": report.to_csv()}

@@ -7,6 +7,7 @@ import uuid
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import func, select
 
 from service import views
@@ -90,37 +91,63 @@ def list_experiments(session: SessionDep, settings: SettingsDep, reconciler: Rec
                           offset=offset)
 
 
+JSON = "application/json"
+MEDIA = {"json": JSON, "markdown": "text/markdown; charset=utf-8", "csv": "text/csv; charset=utf-8"}
+
+
+async def _read(request: Request, key: tuple, build) -> Response:
+    """Serve a read: from memory when the experiment is finished and was read before, else built from
+    the database (and MLflow) in a worker thread; `build(session)` -> (body, media type, finished)."""
+    cache = request.app.state.responses
+    hit = cache.get(key)
+    if hit is None:
+        hit = await run_in_threadpool(_build, request.app.state.sessions, key, build, cache)
+    return Response(content=hit[0], media_type=hit[1])
+
+
+def _build(sessions, key: tuple, build, cache) -> tuple[bytes, str]:
+    with sessions() as session:
+        body, media, finished = build(session)
+    if finished:
+        cache.put(key, (body, media))
+    return body, media
+
+
 @router.get("/{exp_id}", response_model=ExperimentDetail, dependencies=[Depends(require_read)])
-def get_experiment(exp_id: str, session: SessionDep, settings: SettingsDep, reconciler: ReconcilerDep):
+async def get_experiment(exp_id: str, request: Request, settings: SettingsDep, reconciler: ReconcilerDep):
     """An experiment's status, trial counts, progress, ETA and MLflow link."""
-    exp = reconciler.refresh(session, _get(session, exp_id))
-    return views.summary(exp, settings, detail=True)
+    def build(session):
+        exp = reconciler.refresh(session, _get(session, exp_id))
+        return views.summary(exp, settings, detail=True).model_dump_json().encode(), JSON, exp.status in TERMINAL
+    return await _read(request, ("status", exp_id), build)
 
 
 @router.get("/{exp_id}/trials", response_model=TrialPage, dependencies=[Depends(require_read)])
-def get_trials(exp_id: str, session: SessionDep, settings: SettingsDep, store: StoreDep,
-               reconciler: ReconcilerDep, limit: Annotated[int, Query(ge=1, le=10000)] = 1000,
-               offset: Annotated[int, Query(ge=0)] = 0):
+async def get_trials(exp_id: str, request: Request, store: StoreDep, reconciler: ReconcilerDep,
+                     limit: Annotated[int, Query(ge=1, le=10000)] = 1000, offset: Annotated[int, Query(ge=0)] = 0):
     """Each trial's config, status, best metric and MLflow run id."""
-    exp = reconciler.refresh(session, _get(session, exp_id))
-    trials = store.trials(exp)
-    return TrialPage(items=trials[offset:offset + limit], total=len(trials), limit=limit, offset=offset)
+    def build(session):
+        exp = reconciler.refresh(session, _get(session, exp_id))
+        trials = store.trials(exp)
+        page = TrialPage(items=trials[offset:offset + limit], total=len(trials), limit=limit, offset=offset)
+        return page.model_dump_json().encode(), JSON, exp.status in TERMINAL
+    return await _read(request, ("trials", exp_id, limit, offset), build)
 
 
 @router.get("/{exp_id}/results", dependencies=[Depends(require_read)],
             responses={200: {"content": {"application/json": {}, "text/markdown": {}, "text/csv": {}}}})
-def get_results(exp_id: str, session: SessionDep, store: StoreDep, reconciler: ReconcilerDep,
-                format: Annotated[Literal["json", "markdown", "csv"], Query()] = "json"):
+async def get_results(exp_id: str, request: Request, store: StoreDep, reconciler: ReconcilerDep,
+                      format: Annotated[Literal["json", "markdown", "csv"], Query()] = "json"):
     """The Table-1 aggregation of the experiment's MLflow runs (JSON, markdown or CSV)."""
-    exp = reconciler.refresh(session, _get(session, exp_id))
-    rendered = exp.report or store.report(exp)
-    if exp.status in TERMINAL and exp.report is None:
-        exp.report = rendered  # finished: keep the rendering, so later reads never rebuild it
-        session.commit()
-    body = rendered[format]
-    media = {"json": "application/json", "markdown": "text/markdown; charset=utf-8",
-             "csv": "text/csv; charset=utf-8"}[format]
-    return Response(content=body, media_type=media)
+    def build(session):
+        exp = reconciler.refresh(session, _get(session, exp_id))
+        rendered = exp.report or store.report(exp)
+        finished = exp.status in TERMINAL
+        if finished and exp.report is None:
+            exp.report = rendered  # kept in the state database: a restarted API does not rebuild it
+            session.commit()
+        return rendered[format].encode(), MEDIA[format], finished
+    return await _read(request, ("results", exp_id, format), build)
 
 
 @router.delete("/{exp_id}", response_model=ExperimentDetail, status_code=202,

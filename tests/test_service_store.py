@@ -1,0 +1,101 @@
+"""`service.store.ResultStore` on a real (temporary SQLite) MLflow store: trial rows, counts, the report,
+and its cache. Runs are written the way the sweep writes them (`embinit.tracking.TrialRun`)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from embinit import tracking
+from embinit.spec import load_spec
+from service.db import Experiment, utcnow
+from service.store import ResultStore, count_trial_states
+
+pytestmark = pytest.mark.slow  # MLflow's store setup takes a few seconds
+
+SPEC = {"name": "store-test", "tasks": ["synthetic_classification"], "inits": ["xavier", "normal"], "seeds": 2}
+
+
+def _write(uri: str, spec, statuses: dict[int, str]) -> list[str]:
+    """One run per planned trial index in `statuses` (finished | failed | running)."""
+    from mlflow.entities import Metric
+    plan = spec.plan()
+    exp_id = tracking.ensure_experiment(spec.experiment_name(), uri)
+    client = tracking.client(uri)
+    for i, status in statuses.items():
+        p = plan[i]
+        run = tracking.TrialRun.open(uri, exp_id, None, p.config, p.key, p.label, {"axes": {}, "point": {}})
+        if status == "finished":
+            now = int(time.time() * 1000)
+            client.log_batch(run.run_id, metrics=[Metric("best/val/acc", 0.5 + i / 10, now, 0),
+                                                  Metric("best_epoch", 2, now, 0)])
+            client.set_tag(run.run_id, tracking.STATUS_TAG, "finished")
+            client.set_terminated(run.run_id, "FINISHED")
+        elif status == "failed":
+            run.fail("ValueError: boom")
+    return [p.key for p in plan]
+
+
+@pytest.fixture(scope="module")
+def mlflow_uri(tmp_path_factory):
+    # One store for the module (creating MLflow's schema takes seconds); each test has its experiment.
+    return tracking.resolve_uri(f"sqlite:///{tmp_path_factory.mktemp('store')}/mlflow.db")
+
+
+@pytest.fixture
+def setup(mlflow_uri, request):
+    uri = mlflow_uri
+    spec = load_spec({**SPEC, "name": request.node.name.replace("[", "-").replace("]", "")[:60]})
+    exp = Experiment(id="e1", name=spec.name, spec=spec.canonical(), spec_hash=spec.spec_hash(),
+                     trial_keys=[p.key for p in spec.plan()], n_trials=4, status="running", counts={},
+                     tracking_uri=uri, created_at=utcnow(), updated_at=utcnow())
+    return uri, spec, exp
+
+
+def test_nothing_run_yet(setup):
+    uri, spec, exp = setup
+    store = ResultStore(uri)
+    assert count_trial_states(uri, exp.spec, exp.trial_keys) == {"pending": 4, "running": 0, "finished": 0,
+                                                                 "failed": 0, "reused": 0}
+    trials = store.trials(exp)
+    assert [t["status"] for t in trials] == ["pending"] * 4
+    assert trials[0]["config"]["init"] == "xavier" and trials[0]["label"] == "Xavier"  # from the plan
+    assert json.loads(store.report(exp)["json"])["rows"] == []
+    assert store.experiment_id(exp) is None
+
+
+def test_trials_counts_and_report(setup):
+    uri, spec, exp = setup
+    keys = _write(uri, spec, {0: "finished", 1: "finished", 2: "failed", 3: "running"})
+    store = ResultStore(uri)
+    counts = count_trial_states(uri, exp.spec, keys, reused={keys[0]})
+    assert counts == {"pending": 0, "running": 1, "finished": 1, "failed": 1, "reused": 1}
+    trials = {t["key"]: t for t in store.trials(exp)}
+    assert trials[keys[0]]["status"] == "finished" and trials[keys[0]]["best_metric"] == pytest.approx(0.5)
+    assert trials[keys[0]]["metric"] == "best/val/acc" and trials[keys[0]]["run_id"]
+    assert trials[keys[2]]["status"] == "failed" and trials[keys[3]]["status"] == "running"
+    report = store.report(exp)
+    rows = {r["init"]: r for r in json.loads(report["json"])["rows"]}
+    assert rows["Xavier"]["n"] == 2 and rows["Xavier"]["mean"] == pytest.approx(0.55)
+    assert "Xavier" in report["markdown"] and report["csv"].startswith("task,init")
+    assert store.experiment_id(exp) == tracking.experiment_id(spec.name, uri)
+
+
+def test_a_later_finished_run_beats_an_earlier_failure(setup):
+    uri, spec, exp = setup
+    keys = _write(uri, spec, {0: "failed"})
+    _write(uri, spec, {0: "finished"})
+    assert count_trial_states(uri, exp.spec, keys)["finished"] == 1
+    assert ResultStore(uri).trials(exp)[0]["status"] == "finished"
+
+
+def test_cache_is_keyed_by_the_experiments_last_update(setup):
+    uri, spec, exp = setup
+    store = ResultStore(uri)
+    first = store.report(exp)
+    _write(uri, spec, {0: "finished"})
+    assert store.report(exp) is first            # unchanged experiment: served from the cache
+    exp.updated_at = utcnow()
+    assert json.loads(store.report(exp)["json"])["rows"]  # a state change shows the new run
