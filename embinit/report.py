@@ -58,7 +58,7 @@ def _trials(experiment: str, uri: str | None, keys: set[str] | None) -> list[_Tr
     if exp_id is None:
         raise EmbinitError(f"no MLflow experiment {experiment!r} in {tracking.resolve_uri(uri)}")
     by_key: dict[str, Any] = {}
-    rank = {"finished": 3, "diverged": 3, "running": 1, "failed": 0}
+    rank = {"finished": 3, "diverged": 3, "running": 1, "cancelled": 0, "failed": 0}
     for run in sorted(tracking.search_runs(exp_id, uri), key=lambda r: r.info.start_time or 0):
         key = run.data.tags.get(tracking.KEY_TAG)
         if key is None or (keys is not None and key not in keys):

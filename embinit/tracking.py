@@ -191,13 +191,11 @@ def list_trials(experiment_name: str, tracking_uri: str | None = None) -> list[d
 
 
 def run_status(run) -> str:
-    """finished | diverged | failed | running, from MLflow's run status and embinit's tag."""
+    """finished | diverged | failed | cancelled | running, from MLflow's run status and embinit's tag."""
     status = run.info.status
     if status == "FINISHED":
         return "diverged" if run.data.tags.get(STATUS_TAG) == "diverged" else "finished"
-    if status in ("FAILED", "KILLED"):
-        return "failed"
-    return "running"
+    return {"FAILED": "failed", "KILLED": "cancelled"}.get(status, "running")
 
 
 def _metrics(values: dict[str, Any], step: int = 0, prefix: str = "") -> list:

@@ -146,7 +146,7 @@ def _finish(spec, uri, exp_id, parent, planned, reused, cancelled, t0, progress)
 
 def _latest(trials: list[dict]) -> list[dict]:
     """One row per key: a finished run beats later failed attempts (a finished key is never rerun)."""
-    rank = {"finished": 3, "diverged": 3, "running": 1, "failed": 0}
+    rank = {"finished": 3, "diverged": 3, "running": 1, "cancelled": 0, "failed": 0}
     best: dict[str, dict] = {}
     for t in trials:
         if t["key"] not in best or rank[t["status"]] > rank[best[t["key"]]["status"]]:

@@ -27,8 +27,8 @@ INIT_SAMPLE = "init_embedding_sample.npy"
 class TrialReporter:
     """Trainer callback: per-epoch metrics to MLflow, then `tune.report` with a checkpoint."""
 
-    def __init__(self, run: tracking.TrialRun, ckpt_root: Path, extra: Callable[[], dict]):
-        self.run, self.ckpt_root, self.extra = run, ckpt_root, extra
+    def __init__(self, run: tracking.TrialRun, ckpt_root: Path, selection: str):
+        self.run, self.ckpt_root, self.selection = run, ckpt_root, selection
 
     def on_train_start(self, ctx) -> None:
         if ctx.step == 0 and ctx.out_dir is not None:  # a fresh start, not a resumed attempt
@@ -39,7 +39,9 @@ class TrialReporter:
         from ray.tune import Checkpoint  # noqa: PLC0415
         self.run.log_epoch(epoch, metrics)
         numbers = {k: v for k, v in tracking.flat_numbers(metrics).items() if math.isfinite(v)}
-        tune.report({**numbers, **self.extra(), "embinit_epoch": epoch},
+        # `objective` (the selection metric this epoch) is what an Optuna search sees while it runs.
+        objective = numbers.get(self.selection, math.nan)
+        tune.report({**numbers, "objective": objective, "embinit_epoch": epoch},
                     checkpoint=Checkpoint.from_directory(str(self.ckpt_root)))
 
 
@@ -66,11 +68,12 @@ def train_unit(config: dict[str, Any], shared: dict[str, Any], units: list[dict[
     if restored is not None:
         restored.to_directory(str(root))
     objectives: list[float] = []
-    current = {"objective": math.nan}
     try:
         for item in unit["trials"]:
             cfg = TrialConfig.from_dict({**item["config"], **overrides})
-            value = _run_one(cfg, item, shared, root, extra_callbacks, current)
+            item = {**item, "group": {**item["group"], "point": overrides or item["group"]["point"],
+                                      "selection": item["selection"]}}
+            value = _run_one(cfg, item, shared, root, extra_callbacks)
             if value is not None:
                 objectives.append(value)
         final = {"objective": _mean(objectives), "embinit_done": 1,
@@ -80,7 +83,7 @@ def train_unit(config: dict[str, Any], shared: dict[str, Any], units: list[dict[
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _run_one(cfg, item, shared, root: Path, extra_callbacks, current) -> float | None:
+def _run_one(cfg, item, shared, root: Path, extra_callbacks) -> float | None:
     """Run (or reuse) one embinit trial; returns its selection value, None when it failed."""
     from embinit.train import run_trial  # noqa: PLC0415 (torch; only workers import it)
     uri, exp_id, key = shared["tracking_uri"], shared["experiment_id"], cfg.key()
@@ -94,7 +97,7 @@ def _run_one(cfg, item, shared, root: Path, extra_callbacks, current) -> float |
     run = tracking.TrialRun.open(uri, exp_id, shared["parent_run_id"], cfg.to_dict(), key, item["label"],
                                  item["group"], run_id=id_file.read_text().strip() if id_file.exists() else None)
     id_file.write_text(run.run_id)
-    callbacks = [TrialReporter(run, root, lambda: dict(current))]
+    callbacks = [TrialReporter(run, root, metric)]
     if extra_callbacks is not None:
         callbacks += list(extra_callbacks(cfg))
     try:
@@ -109,9 +112,7 @@ def _run_one(cfg, item, shared, root: Path, extra_callbacks, current) -> float |
     res = result.to_dict()
     run.finish(res, _artifacts(res, out_dir, shared, item["label"]))
     value = (res.get("best") or {}).get(metric)
-    value = math.nan if value is None else value  # a diverged trial is a result, not a failure
-    current["objective"] = value
-    return value
+    return math.nan if value is None else value  # a diverged trial is a result, not a failure
 
 
 def _artifacts(res: dict, out_dir: Path, shared: dict, label: str) -> list[tuple[str, str]]:

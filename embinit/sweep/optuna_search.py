@@ -1,0 +1,96 @@
+"""Optuna TPE search over nuisance hyperparameters, through Ray Tune's `OptunaSearch`.
+
+One Tune run per scientific point (task x init x axes): each Tune trial is one search point and runs
+the spec's seeds in turn (each seed an embinit trial with its own MLflow run and key); the objective is
+their mean selection metric. Points that MLflow already has for every seed are given to the sampler as
+evaluated (`points_to_evaluate` + `evaluated_rewards`) and count against the budget, so resubmitting
+resumes the search rather than redrawing it; a re-suggested point trains nothing (its keys are done).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Callable
+
+from ray import tune
+
+from embinit import tracking
+from embinit.spec import ExperimentSpec, Range
+
+
+def domain(value: list | Range):
+    if isinstance(value, list):
+        return tune.choice(value)
+    if value.type == "int":
+        low, high = int(value.low), int(value.high) + 1  # Tune's int ranges exclude `high`
+        return tune.lograndint(low, high) if value.log else tune.randint(low, high)
+    return tune.loguniform(value.low, value.high) if value.log else tune.uniform(value.low, value.high)
+
+
+def _groups(spec: ExperimentSpec) -> dict[tuple, list]:
+    from embinit.sweep.runner import _item  # noqa: PLC0415
+    groups: dict[tuple, list] = defaultdict(list)
+    for p in spec.plan():
+        groups[(p.task, p.label, json.dumps(p.axes, sort_keys=True))].append(_item(spec, p))
+    return groups
+
+
+def _evaluated(spec: ExperimentSpec, uri: str, exp_id: str, items: list[dict]) -> tuple[list, list]:
+    """Search points MLflow has finished for every seed of this group: (points, mean objectives)."""
+    keys = set(spec.search.space)
+    label, task = items[0]["label"], items[0]["config"]["task"]
+    metric = items[0]["selection"][0]
+    axes = items[0]["group"]["axes"]
+    by_point: dict[str, dict[int, float]] = defaultdict(dict)
+    for run in tracking.search_runs(exp_id, uri, "attributes.status = 'FINISHED'"):
+        tags = run.data.tags
+        group = json.loads(tags.get(tracking.GROUP_TAG, "{}"))
+        if (tags.get(tracking.LABEL_TAG), tags.get(tracking.TASK_TAG)) != (label, task) or \
+                group.get("axes") != axes or set(group.get("point", {})) != keys:
+            continue
+        value = run.data.metrics.get(f"best/{metric}", math.nan)
+        by_point[json.dumps(group["point"], sort_keys=True)][int(tags[tracking.SEED_TAG])] = value
+    seeds = set(spec.seeds)
+    points, rewards = [], []
+    for point, values in by_point.items():
+        if seeds <= set(values):
+            finite = [values[s] for s in seeds if math.isfinite(values[s])]
+            points.append(json.loads(point))
+            rewards.append(sum(finite) / len(finite) if finite else math.nan)
+    return points, rewards
+
+
+def run_optuna(spec: ExperimentSpec, shared: dict[str, Any], finished: set[str], storage: Path, progress,
+               should_stop: Callable[[], bool], extra_callbacks) -> bool:
+    """Run the search for each scientific point in turn; True when cancelled."""
+    import optuna  # noqa: PLC0415
+    from ray.tune.search.optuna import OptunaSearch  # noqa: PLC0415
+    from embinit.sweep.tune_run import _StopAll, make_trainable, progress_callback, run_config  # noqa: PLC0415
+    shared = {**shared, "search_keys": list(spec.search.space)}
+    space = {k: domain(v) for k, v in spec.search.space.items()}
+    stopper = _StopAll(should_stop)
+    for (task, label, _axes), items in _groups(spec).items():
+        points, rewards = _evaluated(spec, shared["tracking_uri"], shared["experiment_id"], items)
+        budget = spec.search.num_samples - len(points)
+        if budget <= 0:
+            continue
+        mode = items[0]["selection"][1]
+        searcher = OptunaSearch(metric="objective", mode=mode, sampler=optuna.samplers.TPESampler(seed=0),
+                                points_to_evaluate=points or None, evaluated_rewards=rewards or None)
+        units = [{"trials": items}]
+        tuner = tune.Tuner(
+            make_trainable(spec, units, shared, extra_callbacks),
+            param_space={"unit": 0, **space},
+            tune_config=tune.TuneConfig(search_alg=searcher, num_samples=budget, reuse_actors=True,
+                                        max_concurrent_trials=spec.max_concurrent),
+            run_config=run_config(spec, f"{spec.name}-{task}-{label}-{time.strftime('%Y%m%d-%H%M%S')}",
+                                  storage, progress_callback(progress, budget * len(items), 0, len(items)),
+                                  stopper))
+        tuner.fit()
+        if stopper.fired:
+            return True
+    return False

@@ -1,0 +1,84 @@
+"""Sweeps with a search (Optuna TPE through Ray Tune's OptunaSearch), cancellation, and the pre-flight
+checks, on local Ray with MLflow in a temporary SQLite store (tiny synthetic tasks)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import ray.cloudpickle
+
+from embinit import tracking
+from embinit.spec import SpecError, load_spec
+from embinit.sweep import run_sweep
+
+pytestmark = pytest.mark.slow
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+TINY = {"task": "synthetic_classification", "epochs": 1, "max_train_examples": 200, "d_model": 16,
+        "ff_dim": 32, "heads": 2}
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    import ray
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def spec(name, tmp, **over):
+    data = {"name": name, "tasks": [TINY], "inits": ["xavier"], "seeds": [0], "resources": {"cpus": 1},
+            "retries": 0, "cache_dir": str(tmp / "cache"), "mlflow": {"tracking_uri": f"sqlite:///{tmp}/m.db"}}
+    data.update(over)
+    return load_spec(data)
+
+
+def test_optuna_search_runs_its_budget_and_resumes(ray_local, tmp_path):
+    s = spec("opt", tmp_path, seeds=[0, 1], search={
+        "method": "optuna", "num_samples": 2, "space": {"lr": {"low": 1e-4, "high": 1e-2, "log": True}}})
+    result = run_sweep(s, progress=False)
+    assert result.n_finished == 4 and result.n_failed == 0        # 2 points x 2 seeds
+    trials = tracking.list_trials("opt", result.tracking_uri)
+    lrs = {t["config"]["lr"] for t in trials}
+    assert len(lrs) == 2 and all(1e-4 <= lr <= 1e-2 for lr in lrs)
+    for lr in lrs:                                                # each point ran every seed
+        assert sorted(t["config"]["seed"] for t in trials if t["config"]["lr"] == lr) == [0, 1]
+    (row,) = result.report.rows
+    assert set(row["point"]) == {"lr"} and row["point"]["lr"] in lrs and row["n"] == 2
+
+    again = run_sweep(s, progress=False)                          # the budget is spent: nothing trains
+    assert len(tracking.list_trials("opt", result.tracking_uri)) == 4
+    assert again.report.rows[0]["point"] == row["point"]
+
+
+class StopAfterFirstEpoch:
+    def __init__(self, flag: str):
+        self.flag = Path(flag)
+
+    def on_epoch_end(self, ctx, epoch, metrics):
+        self.flag.write_text("stop")
+        import time
+        time.sleep(30)   # still "running" when the driver sees the flag
+
+
+def test_stop_cancels_running_trials(ray_local, tmp_path):
+    s = spec("stop", tmp_path, inits=["xavier", "normal"], seeds=[0, 1], max_concurrent=1,
+             tasks=[{**TINY, "epochs": 2}])
+    flag = tmp_path / "flag"
+    result = run_sweep(s, progress=False, stop=lambda: flag.exists(),
+                       extra_callbacks=lambda cfg: [StopAfterFirstEpoch(str(flag))])
+    assert result.cancelled
+    statuses = [t["status"] for t in result.trials]
+    assert statuses.count("cancelled") == 1 and "finished" not in statuses and "running" not in statuses
+    assert len(statuses) == 1                                     # nothing else started
+
+
+def test_missing_local_paths_fail_before_any_trial(tmp_path):
+    s = spec("paths", tmp_path, inits=["glove"], pretrained={"glove": str(tmp_path / "nope.txt")})
+    with pytest.raises(SpecError, match="nope.txt' does not exist"):
+        run_sweep(s, progress=False)
