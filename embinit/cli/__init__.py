@@ -39,6 +39,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("embinit: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # output piped into e.g. `head`, which closed early: not an error of ours
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":
