@@ -101,13 +101,18 @@ def test_submit_returns_ids_and_urls(client, cluster):
     assert exp["spec"]["seeds"] == [0, 1] and exp["mlflow"]["experiment_name"] == "svc-test"
 
 
-def test_same_spec_is_the_same_experiment_unless_rerun(client):
+def test_same_spec_is_the_same_experiment_unless_rerun(client, cluster):
     first = submit(client).json()
     again = submit(client)
     assert again.status_code == 200 and again.json()["id"] == first["id"] and again.json()["created"] is False
     as_yaml = client.post("/experiments", content=yaml.safe_dump(SPEC),
                           headers={"content-type": "application/yaml"})
     assert as_yaml.status_code == 200 and as_yaml.json()["id"] == first["id"]
+    busy = submit(client, params={"rerun": "true"})  # still queued: a second driver would duplicate work
+    assert busy.status_code == 409
+    assert busy.json()["detail"] == (f"experiment {first['id']} with this spec is still queued; cancel it or "
+                                     "wait before re-running")
+    FakeRunner(cluster).advance(f"embinit-exp-{first['id']}", "failed", error="boom", finished=1, failed=3)
     rerun = submit(client, params={"rerun": "true"})
     assert rerun.status_code == 202 and rerun.json()["id"] != first["id"]
     assert rerun.json()["spec_hash"] == first["spec_hash"]

@@ -11,7 +11,7 @@ from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import func, select
 
 from service import views
-from service.db import ACTIVE, STATUSES, TERMINAL, Experiment, utcnow
+from service.db import ACTIVE, TERMINAL, Experiment, utcnow
 from service.deps import (BodyDep, ReconcilerDep, RunnerDep, SessionDep, SettingsDep, StoreDep, require_read,
                           require_write)
 from service.schemas import ExperimentDetail, ExperimentPage, Status, Submitted, TrialPage
@@ -40,7 +40,7 @@ def _submitted(exp: Experiment, created: bool) -> Submitted:
 
 @router.post("", status_code=202, response_model=Submitted, dependencies=[Depends(require_write)],
              openapi_extra=SPEC_BODY, responses={200: {"model": Submitted, "description": "already submitted"},
-                                                 413: {}, 415: {}, 422: {}, 429: {}})
+                                                 409: {}, 413: {}, 415: {}, 422: {}, 429: {}})
 def submit(request: Request, response: Response, body: BodyDep, session: SessionDep, settings: SettingsDep,
            runner: RunnerDep, store: StoreDep, reconciler: ReconcilerDep,
            rerun: Annotated[bool, Query(description="start again even if this spec was submitted")] = False):
@@ -50,9 +50,14 @@ def submit(request: Request, response: Response, body: BodyDep, session: Session
     with _submit_lock:
         existing = session.scalars(select(Experiment).where(Experiment.spec_hash == sub.spec_hash)
                                    .order_by(Experiment.created_at.desc()).limit(1)).first()
-        if existing is not None and not rerun:
-            response.status_code = 200
-            return _submitted(reconciler.refresh(session, existing), created=False)
+        if existing is not None:
+            reconciler.refresh(session, existing)
+            if not rerun:
+                response.status_code = 200
+                return _submitted(existing, created=False)
+            if existing.status in ACTIVE:  # two drivers would train the same trials side by side
+                raise HTTPException(409, detail=f"experiment {existing.id} with this spec is still "
+                                                f"{existing.status}; cancel it or wait before re-running")
         reconciler.refresh_active(session)
         active = session.scalar(select(func.count()).select_from(Experiment)
                                 .where(Experiment.status.in_(ACTIVE)))
