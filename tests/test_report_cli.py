@@ -1,0 +1,55 @@
+"""`embinit report EXPERIMENT`: markdown / csv / json from MLflow alone, --plot, unknown experiment."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pytest
+
+from embinit import tracking
+from embinit.cli import main
+
+pytestmark = pytest.mark.slow  # creates an MLflow SQLite store
+
+
+@pytest.fixture(scope="module")
+def uri(tmp_path_factory):
+    uri = f"sqlite:///{tmp_path_factory.mktemp('mlflow')}/mlflow.db"
+    exp = tracking.ensure_experiment("cli", uri)
+    for seed, (label, bleu) in enumerate([("Xavier", 30.0), ("Xavier", 32.0), ("GloVe", 20.0)]):
+        run = tracking.TrialRun.open(uri, exp, None, {"task": "multi30k", "seed": seed}, f"k{seed}", label, {})
+        history = [{"epoch": 1, "val/loss": 3.0, "val/bleu": bleu / 2}, {"epoch": 2, "val/loss": 2.5, "val/bleu": bleu}]
+        for h in history:
+            run.log_epoch(h["epoch"], h)
+        run.finish({"status": "finished", "history": history, "best": {"val/loss": 2.5, "val/loss_epoch": 2},
+                    "test": {"test/bleu": bleu}, "best_epoch": 2}, [])
+    return uri
+
+
+def test_markdown(uri, capsys):
+    assert main(["report", "cli", "--tracking-uri", uri]) == 0
+    out = capsys.readouterr().out
+    assert "| multi30k | Xavier | test/bleu | 31.00 (1.41) | 2 | 2.0 |" in out
+    assert "| multi30k | GloVe | test/bleu | 20.00 (-) | 1 |" in out
+
+
+def test_csv_and_json(uri, capsys):
+    assert main(["report", "cli", "--format", "csv", "--tracking-uri", uri]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert [(r["init"], r["n"]) for r in rows] == [("Xavier", "2"), ("GloVe", "1")]
+    assert main(["report", "cli", "--format", "json", "--tracking-uri", uri]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["rows"][0]["mean"] == pytest.approx(31.0) and data["failed"] == []
+
+
+def test_plot(uri, tmp_path, capsys):
+    assert main(["report", "cli", "--plot", str(tmp_path), "--tracking-uri", uri]) == 0
+    assert (tmp_path / "multi30k.png").stat().st_size > 1000
+    assert f"wrote {tmp_path / 'multi30k.png'}" in capsys.readouterr().out
+
+
+def test_unknown_experiment(uri, capsys):
+    assert main(["report", "nope", "--tracking-uri", uri]) == 2
+    assert "no MLflow experiment 'nope'" in capsys.readouterr().err

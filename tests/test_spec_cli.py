@@ -1,0 +1,56 @@
+"""`embinit run SPEC --dry-run`: the expanded trial list and its size; bad specs exit 2 with one line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from embinit.cli import main
+from embinit.spec import load_spec
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_dry_run_lists_every_trial_and_the_total(capsys):
+    path = ROOT / "tune_configs" / "quickstart.yaml"
+    assert main(["run", str(path), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    spec = load_spec(path)
+    for p in spec.plan():
+        assert p.key in out
+    assert f"{len(spec.plan())} trials" in out
+    assert "Pretrained_Xavier" in out and "MLflow experiment 'quickstart'" in out
+
+
+def test_dry_run_shows_axes_and_search_points(tmp_path, capsys):
+    spec = tmp_path / "s.yaml"
+    spec.write_text("name: g\ntasks: [synthetic_classification]\ninits: [xavier]\nseeds: 2\n"
+                    "axes: {pos_encoding: [true, false]}\nsearch: {space: {lr: [0.001, 0.002]}}\n")
+    assert main(["run", str(spec), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "8 trials" in out and '"pos_encoding": false' in out and '"lr": 0.002' in out
+
+
+def test_optuna_dry_run_explains_the_budget(tmp_path, capsys):
+    spec = tmp_path / "s.yaml"
+    spec.write_text("name: o\ntasks: [synthetic_classification]\ninits: [xavier, normal]\nseeds: 2\n"
+                    "search: {method: optuna, num_samples: 3, space: {lr: {low: 0.0001, high: 0.01}}}\n")
+    assert main(["run", str(spec), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "12 trials" in out and "optuna: 3 points x 2 seeds" in out
+
+
+def test_invalid_spec_exits_2_with_every_problem_on_one_line(tmp_path, capsys):
+    spec = tmp_path / "bad.yaml"
+    spec.write_text("name: bad\ntasks: [nope]\ninits: [glove+standardise]\nseeds: 0\n")
+    assert main(["run", str(spec), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("embinit: error: invalid experiment spec (3 problems)")
+    assert "tasks[0].task" in err and "inits[0]" in err and "seeds" in err
+
+
+def test_missing_file_and_unset_variable(tmp_path, capsys, monkeypatch):
+    assert main(["run", str(tmp_path / "none.yaml"), "--dry-run"]) == 2
+    assert "cannot read spec file" in capsys.readouterr().err
+    monkeypatch.delenv("EMBINIT_ASSETS", raising=False)
+    assert main(["run", str(ROOT / "tune_configs" / "offline" / "sst2_glove50.yaml"), "--dry-run"]) == 2
+    assert "EMBINIT_ASSETS is not set" in capsys.readouterr().err
