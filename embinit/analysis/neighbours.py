@@ -20,7 +20,7 @@ import torch
 from embinit.errors import EmbinitError, unknown_name
 
 NEIGHBOUR_METRICS = ("dot", "cosine")
-DEFAULT_BLOCK = 4096  # 4096^2 floats = 64 MB per score block; big enough for efficient matmuls
+DEFAULT_BLOCK = 2048  # 2048^2 floats = 16 MB per score block: efficient matmuls, cache-friendlier top-k
 
 
 def prepare(x: torch.Tensor, neighbours: str = "dot", name: str = "embeddings") -> torch.Tensor:
@@ -85,19 +85,25 @@ def knn(x: torch.Tensor, k: int, neighbours: str = "dot", block_size: int = DEFA
     keep = k + 1  # one extra to detect a tie across the k-th place
     vals = torch.full((n, keep), float("-inf"), dtype=x.dtype)
     idx = torch.full((n, keep), n, dtype=torch.long)  # n: "no neighbour yet" (only with -inf)
-    b = max(1, int(block_size))
+    b = max(1, min(int(block_size), n))
+    # two score buffers reused for every block: fresh 16-64 MB tensors per block cost page faults
+    buf, buf_t = torch.empty(b * b, dtype=x.dtype), torch.empty(b * b, dtype=x.dtype)
     with torch.no_grad():
         for i0 in range(0, n, b):
             ri = slice(i0, min(i0 + b, n))
             xi = x[ri]
             for j0 in range(i0, n, b):
                 rj = slice(j0, min(j0 + b, n))
-                s = xi @ x[rj].T
+                ni, nj = ri.stop - i0, rj.stop - j0
+                s = buf[: ni * nj].view(ni, nj)
+                torch.mm(xi, x[rj].T, out=s)
                 if j0 == i0:
                     s.fill_diagonal_(float("-inf"))
                 _merge(vals, idx, ri, s, j0, keep)
                 if j0 != i0:
-                    _merge(vals, idx, rj, s.T.contiguous(), i0, keep)
+                    st = buf_t[: ni * nj].view(nj, ni)
+                    st.copy_(s.T)
+                    _merge(vals, idx, rj, st, i0, keep)
         vals, idx = _order(vals, idx)
         tied = torch.nonzero(vals[:, k - 1] == vals[:, k]).flatten() if keep <= n - 1 else \
             torch.empty(0, dtype=torch.long)

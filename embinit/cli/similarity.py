@@ -33,7 +33,7 @@ def register(subparsers) -> None:
                                                       "aggregates (tokens without a count weigh 0)")
     p.add_argument("--exclude-punctuation", action="store_true",
                    help="leave punctuation-only tokens out of the aggregates")
-    p.add_argument("--block-size", type=int, default=4096, help=argparse.SUPPRESS)
+    p.add_argument("--block-size", type=int, default=2048, help=argparse.SUPPRESS)
     p.add_argument("--tracking-uri", help="MLflow tracking URI for run ids")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=run)
