@@ -32,6 +32,10 @@ def _get(session, exp_id: str) -> Experiment:
     return exp
 
 
+def _active_count(session) -> int:
+    return session.scalar(select(func.count()).select_from(Experiment).where(Experiment.status.in_(ACTIVE)))
+
+
 def _submitted(exp: Experiment, created: bool) -> Submitted:
     links = views.links(exp.id)
     return Submitted(id=exp.id, n_trials=exp.n_trials, status=exp.status, created=created,
@@ -58,9 +62,10 @@ def submit(request: Request, response: Response, body: BodyDep, session: Session
             if existing.status in ACTIVE:  # two drivers would train the same trials side by side
                 raise HTTPException(409, detail=f"experiment {existing.id} with this spec is still "
                                                 f"{existing.status}; cancel it or wait before re-running")
-        reconciler.refresh_active(session)
-        active = session.scalar(select(func.count()).select_from(Experiment)
-                                .where(Experiment.status.in_(ACTIVE)))
+        active = _active_count(session)
+        if active >= settings.max_active_experiments:  # at the limit: are they really still running?
+            reconciler.refresh_active(session)
+            active = _active_count(session)
         if active >= settings.max_active_experiments:
             raise HTTPException(429, headers={"Retry-After": "60"},
                                 detail=f"{active} experiments are queued or running; this service runs at "
