@@ -122,7 +122,7 @@ class ExperimentDriver:
         from embinit.spec import load_spec
         from embinit.sweep import run_sweep
 
-        self.state.status, self.state.started_at = "running", time.time()
+        self.state.started_at = time.time()  # still `queued` until a trial starts (resources permitting)
         # Ray wraps a worker's stderr in an object cloudpickle cannot pickle, and Tune pickles callbacks
         # that keep a reference to sys.stderr (the sweep's progress printer): use the plain stream.
         sys.stderr = getattr(sys.stderr, "stream", sys.stderr)
@@ -151,6 +151,9 @@ class ExperimentDriver:
 
     def progress(self, counts: dict[str, Any]) -> None:
         """The sweep's progress sink (called on every trial start/end): counts in the API's terms."""
+        if self.state.status == "queued" and (counts["running"] or counts["done"] > counts["reused"]
+                                              or counts["failed"]):
+            self.state.status = "running"
         self.state.counts = {"pending": counts["pending"], "running": counts["running"],
                              "finished": counts["done"] - counts["reused"], "failed": counts["failed"],
                              "reused": counts["reused"]}
