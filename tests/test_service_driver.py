@@ -1,0 +1,82 @@
+"""The experiment driver's lifecycle (the body of the Ray actor), with `run_sweep` replaced: the states it
+reports for a sweep that succeeds, partly fails, wholly fails, raises or is cancelled, and that what it
+hands the sweep survives pickling (Tune pickles its stopper and callbacks)."""
+
+from __future__ import annotations
+
+import pickle
+import threading
+import time
+
+import pytest
+
+import embinit.sweep
+from embinit.sweep import SweepResult
+from service.runner import _DRIVERS, ExperimentDriver, _should_stop
+
+SPEC = {"name": "drv", "tasks": ["synthetic_lm"], "inits": ["xavier"], "seeds": 4}
+
+
+def _result(planned=4, reused=0, finished=4, failed=0, cancelled=False) -> SweepResult:
+    trials = ([{"key": f"f{i}", "status": "finished"} for i in range(finished)]
+              + [{"key": f"x{i}", "status": "failed"} for i in range(failed)])
+    return SweepResult("drv", "1", "p", "sqlite:///x.db", planned, reused, trials, cancelled)
+
+
+def _drive(monkeypatch, sweep) -> ExperimentDriver:
+    monkeypatch.setattr(embinit.sweep, "run_sweep", sweep)
+    driver = ExperimentDriver("embinit-exp-t", SPEC, "sqlite:///x.db", ["k"] * 4)
+    for _ in range(500):
+        if driver.state.finished_at:
+            return driver
+        time.sleep(0.01)
+    raise AssertionError("the driver did not finish")
+
+
+@pytest.mark.parametrize("result, status, error", [
+    (_result(), "succeeded", None),
+    (_result(reused=2, finished=4), "succeeded", None),
+    (_result(finished=3, failed=1), "succeeded", "1 of 4 trials failed (see MLflow)"),
+    (_result(finished=0, failed=4), "failed", "all 4 trials failed (see MLflow)"),
+    (_result(finished=1, cancelled=True), "cancelled", None),
+])
+def test_final_states(monkeypatch, result, status, error):
+    driver = _drive(monkeypatch, lambda *a, **k: result)
+    assert driver.state.status == status and driver.state.error == error
+    assert driver.state.counts["reused"] == result.reused
+    assert driver.state.counts["finished"] == result.n_finished - result.reused
+
+
+def test_a_raising_sweep_is_failed_with_its_error(monkeypatch):
+    def boom(*a, **k):
+        raise RuntimeError("Ray cluster unreachable\nsecond line")
+    driver = _drive(monkeypatch, boom)
+    assert driver.state.status == "failed" and driver.state.error == "RuntimeError: Ray cluster unreachable"
+
+
+def test_progress_stop_and_pickling(monkeypatch):
+    seen = {}
+    release = threading.Event()
+
+    def sweep(spec, tracking_uri, progress, stop, extra_callbacks):
+        for fn in (progress, stop, extra_callbacks):
+            pickle.dumps(fn)  # what Tune does with its run config
+        progress({"total": 4, "done": 1, "reused": 0, "running": 2, "pending": 1, "failed": 0})
+        me = _DRIVERS["embinit-exp-p"]  # the driver itself (its constructor may not have returned yet)
+        seen["running"] = dict(me.state.counts), me.state.status
+        release.wait(5)
+        seen["stop"] = stop()
+        return _result(finished=1, cancelled=stop())
+
+    monkeypatch.setattr(embinit.sweep, "run_sweep", sweep)
+    driver = ExperimentDriver("embinit-exp-p", SPEC, "sqlite:///x.db", ["k"] * 4)
+    assert driver.poll()["status"] in ("queued", "running")
+    driver.cancel()
+    release.set()
+    for _ in range(500):
+        if driver.state.finished_at:
+            break
+        time.sleep(0.01)
+    assert seen["running"] == ({"pending": 1, "running": 2, "finished": 1, "failed": 0, "reused": 0}, "running")
+    assert seen["stop"] is True and driver.poll()["status"] == "cancelled"
+    assert _should_stop("embinit-exp-nobody") is False
