@@ -1,0 +1,83 @@
+"""Sweep pieces that need no running Ray: progress counts and ETA, the stop flag, Optuna domains,
+pre-flight path checks, and which run of a key counts."""
+
+from __future__ import annotations
+
+import io
+import threading
+from types import SimpleNamespace
+
+import pytest
+from ray import tune
+
+from embinit.spec import Range, SpecError, load_spec
+from embinit.sweep.optuna_search import domain
+from embinit.sweep.progress import Progress
+from embinit.sweep.runner import _latest, _stop_fn, check_local_paths
+from embinit.sweep.tune_run import _StopAll
+
+
+def trial(tid, last=None):
+    return SimpleNamespace(trial_id=tid, last_result=last or {})
+
+
+def test_progress_counts_and_eta():
+    out = io.StringIO()
+    p = Progress(total=10, reused=2, per_unit=1, every=1e9, stream=out)
+    p.on_trial_start(0, [], trial("a"))
+    p.on_trial_start(0, [], trial("b"))
+    c = p.counts()
+    assert (c["done"], c["running"], c["pending"], c["failed"], c["eta_s"]) == (2, 2, 6, 0, None)
+    p.on_trial_complete(0, [], trial("a", {"embinit_failed": 0}))
+    p.on_trial_error(0, [], trial("b"))
+    c = p.counts()
+    assert (c["done"], c["running"], c["pending"], c["failed"]) == (3, 0, 6, 1)
+    assert c["eta_s"] is not None and c["eta_s"] >= 0
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 4 and lines[-1].startswith("[embinit] 3/10 done (2 reused), 0 running, 6 pending, 1 failed")
+    assert "elapsed" in lines[-1] and "ETA" in lines[-1]
+
+
+def test_progress_units_with_several_seeds_and_a_sink():
+    seen = []
+    p = Progress(total=6, reused=0, per_unit=3, sink=seen.append)
+    p.on_trial_start(0, [], trial("a"))
+    assert seen[-1]["running"] == 3 and seen[-1]["pending"] == 3
+    p.on_trial_complete(0, [], trial("a", {"embinit_failed": 1}))
+    assert (seen[-1]["done"], seen[-1]["failed"]) == (2, 1)
+
+
+def test_stop_flags():
+    event = threading.Event()
+    stop = _StopAll(_stop_fn(event))
+    assert not stop.stop_all() and not stop("t", {})
+    event.set()
+    assert stop.stop_all() and stop.fired
+    assert _stop_fn(None)() is False
+    assert _StopAll(_stop_fn(lambda: True)).stop_all()
+
+
+def test_optuna_domains():
+    assert isinstance(domain([1, 2]), tune.search.sample.Categorical)
+    log = domain(Range(low=1e-4, high=1e-2, log=True))
+    assert isinstance(log, tune.search.sample.Float) and log.lower == 1e-4 and log.upper == 1e-2
+    ints = domain(Range(low=2, high=4, type="int"))
+    assert isinstance(ints, tune.search.sample.Integer) and (ints.lower, ints.upper) == (2, 5)
+
+
+def test_preflight_paths(tmp_path):
+    (tmp_path / "g.txt").write_text("a 1\n")
+    ok = load_spec({"name": "p", "tasks": ["synthetic_translation"], "inits": ["glove", "bert"],
+                    "pretrained": {"glove": str(tmp_path / "g.txt"), "bert": "bert-base-uncased"},
+                    "cache_dir": str(tmp_path / "not-yet")})
+    check_local_paths(ok)  # an existing file, a hub id, a cache folder made on demand
+    bad = load_spec({"name": "p", "tasks": [{"task": "multi30k", "data_dir": str(tmp_path / "none")}],
+                     "inits": ["xavier"]})
+    with pytest.raises(SpecError, match=r"tasks\[0\].data_dir: .*does not exist"):
+        check_local_paths(bad)
+
+
+def test_a_finished_run_beats_later_failed_attempts():
+    rows = [{"key": "a", "status": "finished"}, {"key": "a", "status": "failed"},
+            {"key": "b", "status": "failed"}, {"key": "b", "status": "cancelled"}]
+    assert {r["key"]: r["status"] for r in _latest(rows)} == {"a": "finished", "b": "failed"}
