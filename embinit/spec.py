@@ -197,16 +197,14 @@ class MlflowSettings(_Strict):
 
 def _parse_init(spec: str | dict[str, Any]):
     """`embinit.init.parse_init_spec(spec)` (raises EmbinitError listing the valid names)."""
-    try:
-        from embinit.init import parse_init_spec  # noqa: PLC0415 (the package pulls in torch)
-    except ImportError:  # the package's __init__ is not there yet in some checkouts
-        from embinit.init.spec import parse_init_spec  # noqa: PLC0415
+    from embinit.init import parse_init_spec  # noqa: PLC0415 (the package pulls in torch)
     return parse_init_spec(spec)
 
 
 def _family_default(source: str) -> str | None:
-    from embinit.init.spec import SOURCE_FAMILIES  # noqa: PLC0415
-    return SOURCE_FAMILIES.get(source, (None, None))[1]
+    """The family's default location (a hub id for BERT/T5), None for file formats."""
+    from embinit.init import SOURCES  # noqa: PLC0415
+    return SOURCES.get(source)
 
 
 def init_string(spec: str | dict[str, Any]) -> str:
