@@ -214,3 +214,19 @@ def test_bad_input_fails_before_training(change, message, tmp_path):
 def test_heads_left_at_default_adapt_to_d_model(cache):
     r = run_trial(small(d_model=18), cache_dir=cache)  # the task's default 4 heads do not divide 18
     assert r.config["d_model"] == 18 and r.config["heads"] == 3  # the divisor of 18 nearest 4
+
+
+def test_early_stopping_after_patience_epochs_without_improvement(cache):
+    """A callback that puts the initial weights back after every step: validation never improves
+    after epoch 1, so patience 2 stops the trial after epoch 3."""
+
+    class Undo:
+        def on_train_start(self, ctx):
+            self.state = {k: v.clone() for k, v in ctx.model.state_dict().items()}
+
+        def on_step_end(self, ctx, step, loss):
+            ctx.model.load_state_dict(self.state)
+
+    r = run_trial(small(epochs=6, early_stopping_patience=2), callbacks=(Undo(),), cache_dir=cache)
+    assert r.status == "finished" and [h["epoch"] for h in r.history] == [1, 2, 3]
+    assert r.best_epoch == 1

@@ -47,7 +47,9 @@ class FastDropout(nn.Module):
         draws = torch.empty((n + 3) // 4, dtype=torch.int64, device=x.device)
         draws.random_(generator=self.generator)
         keep = (draws.view(torch.int16).view(-1, 4) >= self.threshold).view(-1)[:n].view(x.shape)
-        return x * keep * (1.0 / (1.0 - self.effective_p))
+        # one float mask holding 0 or 1/(1-p): autograd saves it and backward is a single multiply
+        mask = keep.to(x.dtype).mul_(1.0 / (1.0 - self.effective_p))
+        return x * mask
 
 
 class Attention(nn.Module):

@@ -56,6 +56,15 @@ class BestTracker:
         return out
 
 
+def make_optimizer(params, lr: float) -> torch.optim.Optimizer:
+    """Adam (0.9, 0.98, eps 1e-9) as in the paper. The fused kernel is ~6x faster than the default
+    per-tensor loop on CPU (the dense embedding-table updates dominate it); same algorithm."""
+    try:
+        return torch.optim.Adam(params, lr=lr, betas=(0.9, 0.98), eps=1e-9, fused=True)
+    except (RuntimeError, TypeError):  # a device or dtype without a fused kernel
+        return torch.optim.Adam(params, lr=lr, betas=(0.9, 0.98), eps=1e-9)
+
+
 def make_task(setup):
     cfg, data, dev = setup.cfg, setup.data, setup.device
     ac = autocast_for(cfg.precision, dev)
@@ -92,7 +101,7 @@ def run_trial(cfg: TrialConfig, out_dir=None, callbacks=(), resume: bool = True,
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.Adam(params, lr=rc.lr, betas=(0.9, 0.98), eps=1e-9)
+    optimizer = make_optimizer(params, rc.lr)
     vocabs = {side: (s.data.src_vocab if side == "src" else s.data.vocab).tokens for side in s.tables}
 
     history, tracker, start_epoch, stopped, elapsed = [], BestTracker(task.tracked), 1, False, 0.0
