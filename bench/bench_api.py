@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 N_TRIALS = 1000
+LOAD_AT_START = os.getloadavg() if hasattr(os, "getloadavg") else None
 STORE_SPEC = {"name": "bench-store", "tasks": ["synthetic_classification"], "inits": ["xavier", "normal"],
               "seeds": N_TRIALS // 2}
 
@@ -164,15 +165,25 @@ def main() -> int:
             "POST /experiments (same spec again)": lambda i: ("POST", "/experiments", {"json": _spec_body(0)}),
         }
         rows = []
+        import psutil
+        proc = psutil.Process(server.pid)
         for name, make in endpoints.items():
             for conc in (1, 10, 50):
                 asyncio.run(_load(base, conc, min(50, args.requests), make))  # warm-up
+                cpu0, client0, wall0 = sum(proc.cpu_times()[:2]), time.process_time(), time.perf_counter()
                 lat = asyncio.run(_load(base, conc, args.requests, make))
+                wall = time.perf_counter() - wall0
+                # CPU per request separates the service's cost from the machine's load: latency at 50
+                # clients is mostly queueing for the cores (closed loop: latency ~ clients / throughput).
+                server_cpu = (sum(proc.cpu_times()[:2]) - cpu0) / len(lat) * 1000
+                client_cpu = (time.process_time() - client0) / len(lat) * 1000
                 row = {"endpoint": name, "clients": conc, "requests": len(lat), "p50_ms": round(_pct(lat, 50), 2),
-                       "p99_ms": round(_pct(lat, 99), 2), "mean_ms": round(statistics.mean(lat), 2)}
+                       "p99_ms": round(_pct(lat, 99), 2), "mean_ms": round(statistics.mean(lat), 2),
+                       "throughput_rps": round(len(lat) / wall, 1), "server_cpu_ms_per_request": round(server_cpu, 3),
+                       "client_cpu_ms_per_request": round(client_cpu, 3)}
                 rows.append(row)
-                print(f"{name:48s} clients={conc:3d}  p50={row['p50_ms']:7.2f} ms  p99={row['p99_ms']:7.2f} ms",
-                      flush=True)
+                print(f"{name:48s} clients={conc:3d}  p50={row['p50_ms']:7.2f} ms  p99={row['p99_ms']:7.2f} ms  "
+                      f"{row['throughput_rps']:6.0f} req/s  server cpu {server_cpu:.2f} ms/req", flush=True)
     finally:
         server.terminate()
         server.wait(timeout=30)
@@ -180,11 +191,12 @@ def main() -> int:
         load = os.getloadavg()
     except OSError:
         load = None
+    load_at_start = LOAD_AT_START
     result = {"benchmark": "bench_api", "trials_in_store": N_TRIALS, "requests_per_level": args.requests,
               "cold_results_ms": round(cold_ms, 1), "cold_trials_ms": round(cold_trials_ms, 1), "rows": rows,
               "goal": "p99 < 50 ms for reads at 50 clients",
               "machine": {"platform": platform.platform(), "python": platform.python_version(),
-                          "cpus": os.cpu_count(), "loadavg_at_end": load},
+                          "cpus": os.cpu_count(), "loadavg_at_start": load_at_start, "loadavg_at_end": load},
               "notes": "uvicorn (1 process) in a subprocess; httpx async clients in the same machine; "
                        "submissions use the fake runner (no Ray actor is started)"}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -1,5 +1,5 @@
 """Typed FastAPI dependencies: settings, the database session, the runner, the MLflow store, auth, and
-the size-limited request body. Tests replace the runner and store through `app.dependency_overrides`."""
+the size-limited request body. The runner and store are chosen by `create_app` (tests pass fakes)."""
 
 from __future__ import annotations
 
@@ -36,15 +36,8 @@ async def get_store(request: Request) -> ResultStore:
     return request.app.state.store
 
 
-async def get_reconciler(request: Request, runner: Annotated[Runner, Depends(get_runner)],
-                   store: Annotated[ResultStore, Depends(get_store)]) -> Reconciler:
-    # One reconciler per app (it remembers when each experiment was last checked), built on first use
-    # so that dependency overrides of the runner and store are honoured. The cheap dependencies are
-    # async so that FastAPI does not hop to a worker thread for each of them.
-    rec = getattr(request.app.state, "reconciler", None)
-    if rec is None or rec.runner is not runner or rec.store is not store:
-        rec = request.app.state.reconciler = Reconciler(runner, store, request.app.state.settings)
-    return rec
+async def get_reconciler(request: Request) -> Reconciler:
+    return request.app.state.reconciler
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
@@ -65,13 +58,16 @@ def _check_token(settings: Settings, credentials: HTTPAuthorizationCredentials |
         raise HTTPException(401, detail="invalid bearer token", headers={"WWW-Authenticate": "Bearer"})
 
 
-async def require_write(settings: SettingsDep, credentials: Credentials) -> None:
+# The auth dependencies read the settings from the app directly: they run on every request, and each
+# sub-dependency costs FastAPI tens of microseconds.
+async def require_write(request: Request, credentials: Credentials) -> None:
     """Writes need the token whenever one is configured."""
-    _check_token(settings, credentials)
+    _check_token(request.app.state.settings, credentials)
 
 
-async def require_read(settings: SettingsDep, credentials: Credentials) -> None:
+async def require_read(request: Request, credentials: Credentials) -> None:
     """Reads need the token only when `reads_require_token` is set."""
+    settings = request.app.state.settings
     if settings.reads_require_token:
         _check_token(settings, credentials)
 

@@ -72,8 +72,7 @@ def _lifespan(owns_runner: bool):
     async def lifespan(app: FastAPI):
         if owns_runner:
             await run_in_threadpool(app.state.runner.connect)
-        rec = Reconciler(app.state.runner, app.state.store, app.state.settings)
-        app.state.reconciler = rec
+        rec = app.state.reconciler
         with app.state.sessions() as session:
             await run_in_threadpool(rec.refresh_active, session)
         yield
@@ -97,6 +96,7 @@ def create_app(settings: Settings | None = None, runner=None, store=None) -> Fas
     app.state.runner = runner
     app.state.responses = ResponseCache()
     app.state.store = store or ResultStore(settings.tracking_uri)
+    app.state.reconciler = Reconciler(runner, app.state.store, settings)
     for module in (experiments, catalog, health):
         app.include_router(module.router)
     _install_error_handlers(app)

@@ -124,21 +124,25 @@ def _build(sessions, key: tuple, build, cache) -> tuple[bytes, str]:
 
 
 @router.get("/{exp_id}", response_model=ExperimentDetail, dependencies=[Depends(require_read)])
-async def get_experiment(exp_id: str, request: Request, settings: SettingsDep, reconciler: ReconcilerDep):
+async def get_experiment(exp_id: str, request: Request):
     """An experiment's status, trial counts, progress, ETA and MLflow link."""
+    state = request.app.state  # not dependencies: a cached read should cost next to nothing
+
     def build(session):
-        exp = reconciler.refresh(session, _get(session, exp_id))
-        return views.summary(exp, settings, detail=True).model_dump_json().encode(), JSON, exp.status in TERMINAL
+        exp = state.reconciler.refresh(session, _get(session, exp_id))
+        return views.summary(exp, state.settings, detail=True).model_dump_json().encode(), JSON, exp.status in TERMINAL
     return await _read(request, ("status", exp_id), build)
 
 
 @router.get("/{exp_id}/trials", response_model=TrialPage, dependencies=[Depends(require_read)])
-async def get_trials(exp_id: str, request: Request, store: StoreDep, reconciler: ReconcilerDep,
-                     limit: Annotated[int, Query(ge=1, le=10000)] = 1000, offset: Annotated[int, Query(ge=0)] = 0):
+async def get_trials(exp_id: str, request: Request, limit: Annotated[int, Query(ge=1, le=10000)] = 1000,
+                     offset: Annotated[int, Query(ge=0)] = 0):
     """Each trial's config, status, best metric and MLflow run id."""
+    state = request.app.state
+
     def build(session):
-        exp = reconciler.refresh(session, _get(session, exp_id))
-        trials = store.trials(exp)
+        exp = state.reconciler.refresh(session, _get(session, exp_id))
+        trials = state.store.trials(exp)
         page = TrialPage(items=trials[offset:offset + limit], total=len(trials), limit=limit, offset=offset)
         return page.model_dump_json().encode(), JSON, exp.status in TERMINAL
     return await _read(request, ("trials", exp_id, limit, offset), build)
@@ -146,12 +150,14 @@ async def get_trials(exp_id: str, request: Request, store: StoreDep, reconciler:
 
 @router.get("/{exp_id}/results", dependencies=[Depends(require_read)],
             responses={200: {"content": {"application/json": {}, "text/markdown": {}, "text/csv": {}}}})
-async def get_results(exp_id: str, request: Request, store: StoreDep, reconciler: ReconcilerDep,
+async def get_results(exp_id: str, request: Request,
                       format: Annotated[Literal["json", "markdown", "csv"], Query()] = "json"):
     """The Table-1 aggregation of the experiment's MLflow runs (JSON, markdown or CSV)."""
+    state = request.app.state
+
     def build(session):
-        exp = reconciler.refresh(session, _get(session, exp_id))
-        rendered = exp.report or store.report(exp)
+        exp = state.reconciler.refresh(session, _get(session, exp_id))
+        rendered = exp.report or state.store.report(exp)
         finished = exp.status in TERMINAL
         if finished and exp.report is None:
             exp.report = rendered  # kept in the state database: a restarted API does not rebuild it
