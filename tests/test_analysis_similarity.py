@@ -165,3 +165,15 @@ def test_topk_excluding_masks_and_breaks_ties_by_index():
     v, i = topk_excluding(scores.clone(), 2, exclude)
     assert i.tolist() == [[1, 3], [3, 4]]
     assert v.tolist() == [[5.0, 5.0], [2.0, 2.0]]
+
+
+def test_two_spaces_side_by_side_with_two_threads():
+    g = torch.Generator().manual_seed(8)
+    a, b = torch.randn(90, 5, generator=g, dtype=torch.float64), torch.randn(90, 7, generator=g, dtype=torch.float64)
+    torch.set_num_threads(2)
+    try:
+        res = knn_match_similarity(a, b, k=4, block_size=32)
+        assert torch.get_num_threads() == 2          # restored after the side-by-side searches
+    finally:
+        torch.set_num_threads(1)
+    assert torch.allclose(res.per_token, brute_similarity(a, b, 4, "jaccard"))
