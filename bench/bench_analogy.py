@@ -73,12 +73,39 @@ def run_embinit(glove: Path, questions: Path, limits: list[int]) -> dict:
     return out
 
 
+def run_table4_multi30k(glove: Path, questions: Path, data_dir: Path, top: int = 5893) -> dict:
+    """The paper's Table-4 setting: the table of Multi30k's `top` most frequent English words (the
+    paper: 5,893, 1,631 applicable questions), every chain row, at the paper's 5,000-row position table
+    and at fewer distinct positions (how many positions the paper's PE rows must have come from)."""
+    from embinit.analysis.table4 import EXTRA_ROWS, TABLE4_ROWS, run_table4  # noqa: PLC0415
+    from embinit.cli.analogy import restrict_table  # noqa: PLC0415
+    from embinit.tasks import load_task  # noqa: PLC0415
+
+    vocab = load_task("multi30k", data_dir=data_dir).vocab
+    wanted = [t for t in vocab.tokens if t not in vocab.specials][:top]
+    emb = load_embeddings(glove)
+    matrix, tokens, n_total = restrict_table(emb.matrix, emb.tokens, wanted)
+    qs = load_questions(questions)
+    out = {"vocab_words": len(wanted), "rows_found": len(tokens), "by_max_len": {}}
+    for max_len in (5000, 64, 16, 4):
+        rows = TABLE4_ROWS + EXTRA_ROWS if max_len == 5000 else [r for r in TABLE4_ROWS + EXTRA_ROWS
+                                                                  if any("pe" in s for s in r[0])]
+        res = run_table4(matrix, tokens, qs, rows=rows, max_len=max_len, n_total=n_total)
+        out["by_max_len"][str(max_len)] = [{"row": label, "paper": paper, "result": r.summary_line()}
+                                           for label, paper, r in res]
+        print(max_len, json.dumps(out["by_max_len"][str(max_len)]), flush=True)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--glove", default=os.environ.get("EMBINIT_GLOVE"))
     ap.add_argument("--questions", default=os.environ.get("EMBINIT_ANALOGY_QUESTIONS"))
     ap.add_argument("--limits", default="30000,400000")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--multi30k", default=os.environ.get("EMBINIT_MULTI30K"),
+                    help="Multi30k data folder: also run the Table-4 chain on its 5,893-word table")
+    ap.add_argument("--skip-gensim", action="store_true")
     ap.add_argument("--out", default="bench/results/analogy.json")
     args = ap.parse_args()
     glove, questions = need(args.glove, "glove", "EMBINIT_GLOVE"), need(
@@ -88,17 +115,19 @@ def main() -> None:
     limits = [int(x) for x in args.limits.split(",")]
     ours = run_embinit(glove, questions, limits)
     print("embinit", json.dumps(ours, indent=1), flush=True)
-    theirs = run_gensim(glove, questions, limits)
+    table4 = run_table4_multi30k(glove, questions, Path(args.multi30k)) if args.multi30k else None
+    theirs = {} if args.skip_gensim else run_gensim(glove, questions, limits)
     print("gensim", json.dumps(theirs, indent=1), flush=True)
     compare = {}
-    for limit in map(str, limits):
+    for limit in map(str, limits) if theirs else ():
         a, b = ours[limit], theirs[limit]
         compare[limit] = {"accuracy_diff_points": a["accuracy"] - b["accuracy"],
                           "same_within_0.1": abs(a["accuracy"] - b["accuracy"]) <= 0.1,
                           "same_total": a["total"] == b["total"],
                           "gensim_over_embinit_time": b["time_s"] / a["time_s"]}
     result = {"benchmark": "analogy", "vectors": str(glove), "questions": str(questions),
-              "machine": machine(), "embinit": ours, "gensim": theirs, "compare": compare}
+              "machine": machine(), "embinit": ours, "gensim": theirs, "compare": compare,
+              "table4_multi30k": table4}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2))
     print(json.dumps(compare, indent=1))

@@ -79,6 +79,7 @@ def test_analogy_table4_text(files, capsys):
     text = capsys.readouterr().out
     assert "GloVe & Xavier-Std. & Pos. Enc." in text and "210/1631 (12.9)" in text
     assert "capital-common-countries" in text
+    assert "GloVe & Scaled & Pos. Enc." in text and "(not in the paper)" in text
 
 
 def test_analogy_user_errors(files, capsys):

@@ -41,6 +41,9 @@ TABLE4_ROWS: list[tuple[tuple[str, ...], str | None]] = [
     (("standardize", "pe"), "210/1631 (12.9)"),
     (("pe_scaled",), "181/1631 (11.1)"),
 ]
+# Not a row of the paper: what the transformer actually adds (scaled rows + encodings), for comparison
+# with "GloVe & Pos. Enc." (the paper's text explains that row by the scaled std, 6.39 vs 0.67).
+EXTRA_ROWS: list[tuple[tuple[str, ...], str | None]] = [(("scale", "pe"), None)]
 
 
 @dataclass

@@ -28,7 +28,8 @@ def register(subparsers) -> None:
     p.add_argument("--data-dir", help="the task's data folder (with --task)")
     p.add_argument("--transform", default="", metavar="STEPS",
                    help="comma-separated chain, applied in order: scale, standardize, pe, pe_scaled")
-    p.add_argument("--table4", action="store_true", help="run every row of the paper's Table 4")
+    p.add_argument("--table4", action="store_true",
+                   help="run every row of the paper's Table 4 (and scale,pe: the model's actual input)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random positions (pe steps)")
     p.add_argument("--max-len", type=int, default=5000, help="positions drawn from [0, max-len)")
     p.add_argument("--pe-base", type=float, default=10000.0)
@@ -80,7 +81,7 @@ def restrict_table(matrix: torch.Tensor, tokens: list[str], wanted: list[str]):
 def run(args) -> int:
     from embinit.analysis.analogy import load_questions  # noqa: PLC0415
     from embinit.analysis.sources import load_embeddings  # noqa: PLC0415
-    from embinit.analysis.table4 import TABLE4_ROWS, parse_steps, run_table4  # noqa: PLC0415
+    from embinit.analysis.table4 import EXTRA_ROWS, TABLE4_ROWS, parse_steps, run_table4  # noqa: PLC0415
 
     steps = parse_steps(args.transform)
     questions = load_questions(args.questions)
@@ -96,7 +97,7 @@ def run(args) -> int:
     name = args.source_name or ("checkpoint" if emb.config is not None else "GloVe")
     kw = dict(seed=args.seed, n_total=n_total, max_len=args.max_len, pe_base=args.pe_base,
               case_insensitive=not args.case_sensitive)
-    rows = TABLE4_ROWS if args.table4 else [(steps, None)]
+    rows = TABLE4_ROWS + EXTRA_ROWS if args.table4 else [(steps, None)]
     results = run_table4(matrix, tokens, questions, source=name, rows=rows, **kw)
     if args.json:
         print(json.dumps({"source": emb.source, "questions": questions.source, "rows": [
@@ -106,10 +107,12 @@ def run(args) -> int:
     print(f"{emb.source}: {len(tokens):,} words; {questions.count:,} questions in {questions.source}")
     width = max(len(label) for label, _, _ in results)
     print(f"{'embedding':<{width}}  {'total acc. (%)':<20} {'semantic':<20} {'syntactic':<20} paper")
-    for label, paper, res in results:
+    extra = {r[0] for r in EXTRA_ROWS} if args.table4 else set()
+    for (st, _), (label, paper, res) in zip(rows, results):
+        paper = paper or ("(not in the paper)" if st in extra else "")
         d = res.to_dict()
         sem, syn = d["semantic"], d["syntactic"]
-        print(f"{label:<{width}}  {res.summary_line():<20} {_fmt(sem):<20} {_fmt(syn):<20} {paper or ''}")
+        print(f"{label:<{width}}  {res.summary_line():<20} {_fmt(sem):<20} {_fmt(syn):<20} {paper}")
         if args.sections:
             for sec, s in d["sections"].items():
                 print(f"    {sec:<{width - 4}}  {_fmt(s)}  (oov {s['oov']})")
