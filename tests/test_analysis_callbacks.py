@@ -166,3 +166,15 @@ class _Reloaded:
 
     def embeddings(self):
         return {"tok": self.emb}
+
+
+def test_similarity_figure_from_a_callback_history(tmp_path):
+    from embinit.analysis.plots import similarity_figure
+
+    traj = tables(6, 3)
+    cb = SimilarityCallback(traj[0].clone(), every_n_steps=1, k=3)
+    train(ctx_for(traj[0]), traj, [cb])
+    png = similarity_figure(cb.history, tmp_path / "sim.png", perplexity=[(1, 80.0), (2, 60.0)])
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 2000
+    with pytest.raises(EmbinitError, match="empty"):
+        similarity_figure([], tmp_path / "x.png")
