@@ -22,7 +22,7 @@ def test_separates_strong_position_signal_from_drowned():
     # the other direction of Finding 2: wide rows keep their identity, small ones lose some of it
     assert wide["probe/token_acc"] == 1.0
     assert small["probe/token_acc"] < wide["probe/token_acc"]
-    assert small["probe/pe_to_emb_std"] > 1 > wide["probe/pe_to_emb_std"]
+    assert small["probe/absorption"] < 1 < wide["probe/absorption"]
     assert wide["probe/emb_scaled_std"] == pytest.approx(5.0 * D ** 0.5, rel=0.05)
 
 

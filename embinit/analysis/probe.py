@@ -12,7 +12,8 @@ pairs with a seeded generator, builds z, and measures both directions:
 (b) token: the token is recovered as the nearest row of X · sqrt(D) by cosine (`probe/token_acc`,
     chance 1/N; ties: lower row).
 
-Plus the scales side by side: std of X · sqrt(D), std of the encodings used, and their ratio.
+Plus the scales side by side (from `embinit.stats.embedding_stats` over the probed positions): std of
+X · sqrt(D), std of the encodings, and `absorption` = their ratio (far above 1: position drowned).
 `probe_table` works on any table (an init before training, `probe_init`), `probe_checkpoint` on a
 trained `best.pt` (its pe_base and max_len come from the checkpoint's config when present).
 """
@@ -94,16 +95,18 @@ def probe_table(table: torch.Tensor, max_len: int = DEFAULT_MAX_LEN, n_samples: 
     z_all = torch.cat([z_tr, z_te]).float()
     tok_all = torch.cat([tr_tok, te_tok])
     tok_hat = _nearest(z_all, scaled.float(), cosine=True)
-    emb_std, pe_std = float(scaled.std()), float(pe.std())
+    # the scales side by side, from the one implementation of the statistics (embinit.stats)
+    from embinit.stats import embedding_stats  # noqa: PLC0415
+    st = embedding_stats(table.detach().float().cpu(), pe_length=max_len, pe_base=pe_base, prefix="")
     return {f"{prefix}/pos_acc": float((pos_hat == te_pos).double().mean()),
             f"{prefix}/pos_r2": r2,
             f"{prefix}/pos_mae": float((pos_hat - te_pos).abs().double().mean()),
             f"{prefix}/pos_chance": 1.0 / max_len,
             f"{prefix}/token_acc": float((tok_hat == tok_all).double().mean()),
             f"{prefix}/token_chance": 1.0 / n,
-            f"{prefix}/emb_scaled_std": emb_std,
-            f"{prefix}/pe_std": pe_std,
-            f"{prefix}/pe_to_emb_std": pe_std / emb_std if emb_std > 0 else math.inf}
+            f"{prefix}/emb_scaled_std": st["scaled_std"],
+            f"{prefix}/pe_std": st["pe_std"],
+            f"{prefix}/absorption": st["absorption"]}
 
 
 def probe_checkpoint(path, key: str | None = None, max_len: int | None = None, **kw) -> dict[str, float]:
