@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from embinit.analysis.analogy import evaluate_analogies, load_questions
+from embinit.analysis.analogy import evaluate_analogies, load_questions, select_rows
 from embinit.analysis.sources import load_embeddings
 
 
@@ -78,13 +78,12 @@ def run_table4_multi30k(glove: Path, questions: Path, data_dir: Path, top: int =
     paper: 5,893, 1,631 applicable questions), every chain row, at the paper's 5,000-row position table
     and at fewer distinct positions (how many positions the paper's PE rows must have come from)."""
     from embinit.analysis.table4 import EXTRA_ROWS, TABLE4_ROWS, run_table4  # noqa: PLC0415
-    from embinit.cli.analogy import restrict_table  # noqa: PLC0415
     from embinit.tasks import load_task  # noqa: PLC0415
 
     vocab = load_task("multi30k", data_dir=data_dir).vocab
     wanted = [t for t in vocab.tokens if t not in vocab.specials][:top]
     emb = load_embeddings(glove)
-    matrix, tokens, n_total = restrict_table(emb.matrix, emb.tokens, wanted)
+    matrix, tokens, n_total = select_rows(emb.matrix, emb.tokens, wanted)
     qs = load_questions(questions)
     out = {"vocab_words": len(wanted), "rows_found": len(tokens), "by_max_len": {}}
     for max_len in (5000, 64, 16, 4):

@@ -129,6 +129,24 @@ class AnalogyResult:
         return f"{self.correct}/{self.total} ({'n/a' if acc is None else f'{acc:.1f}'})"
 
 
+def select_rows(matrix: torch.Tensor, tokens: Sequence[str], wanted: Sequence[str]):
+    """The table of a task vocabulary, as the paper built Table 4's: rows for `wanted` in its order
+    (exact token, else its lowercase), words the source lacks dropped. Returns (matrix, tokens,
+    len(wanted)); the last is the table's N for sigma_x of the Xavier standardization."""
+    index: dict[str, int] = {}
+    for i, t in enumerate(tokens):
+        index.setdefault(t, i)
+    rows, names = [], []
+    for w in wanted:
+        i = index.get(w, index.get(w.lower()))
+        if i is not None:
+            rows.append(i)
+            names.append(w)
+    if not rows:
+        raise EmbinitError(f"none of the {len(wanted)} vocabulary words is in the embeddings")
+    return matrix[torch.tensor(rows)], names, len(wanted)
+
+
 def _key(word: str, case_insensitive: bool) -> str:
     return word.upper() if case_insensitive else word
 

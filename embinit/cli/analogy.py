@@ -6,8 +6,6 @@ from __future__ import annotations
 import argparse
 import json
 
-import torch
-
 from embinit.errors import EmbinitError
 
 
@@ -61,25 +59,8 @@ def _restriction(args) -> list[str] | None:
     return tokens
 
 
-def restrict_table(matrix: torch.Tensor, tokens: list[str], wanted: list[str]):
-    """Rows for `wanted` in its order (exact token, else its lowercase); missing words are dropped.
-    Returns (matrix, tokens, n_wanted)."""
-    index: dict[str, int] = {}
-    for i, t in enumerate(tokens):
-        index.setdefault(t, i)
-    rows, names = [], []
-    for w in wanted:
-        i = index.get(w, index.get(w.lower()))
-        if i is not None:
-            rows.append(i)
-            names.append(w)
-    if not rows:
-        raise EmbinitError(f"none of the {len(wanted)} vocabulary words is in the embeddings")
-    return matrix[torch.tensor(rows)], names, len(wanted)
-
-
 def run(args) -> int:
-    from embinit.analysis.analogy import load_questions  # noqa: PLC0415
+    from embinit.analysis.analogy import load_questions, select_rows  # noqa: PLC0415
     from embinit.analysis.sources import load_embeddings  # noqa: PLC0415
     from embinit.analysis.table4 import EXTRA_ROWS, TABLE4_ROWS, parse_steps, run_table4  # noqa: PLC0415
 
@@ -93,7 +74,7 @@ def run(args) -> int:
                            "beside the .npy)")
     matrix, tokens, n_total = emb.matrix, emb.tokens, None
     if wanted is not None:
-        matrix, tokens, n_total = restrict_table(matrix, tokens, wanted)
+        matrix, tokens, n_total = select_rows(matrix, tokens, wanted)
     name = args.source_name or ("checkpoint" if emb.config is not None else "GloVe")
     kw = dict(seed=args.seed, n_total=n_total, max_len=args.max_len, pe_base=args.pe_base,
               case_insensitive=not args.case_sensitive)
