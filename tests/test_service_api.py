@@ -335,6 +335,7 @@ def test_unknown_ids(client):
 def test_bad_query_parameters(client):
     assert client.get("/experiments", params={"status": "done"}).status_code == 422
     assert client.get("/experiments", params={"limit": 0}).status_code == 422
+    assert client.get("/experiments", params={"offset": 2 ** 63}).status_code == 422  # found by the fuzz test
     exp_id = submit(client).json()["id"]
     r = client.get(f"/experiments/{exp_id}/results", params={"format": "xlsx"})
     assert r.status_code == 422 and "'json', 'markdown' or 'csv'" in r.json()["detail"][0]["msg"]

@@ -19,6 +19,7 @@ from service.specs import JSON_TYPES, YAML_TYPES, parse_body, prepare
 
 router = APIRouter(prefix="/experiments", tags=["experiments"])
 _submit_lock = threading.Lock()  # dedup + limit + insert must not interleave within this process
+MAX_OFFSET = 2 ** 31 - 1  # a bigger offset overflows the database's integer (found by the fuzz test)
 
 SPEC_BODY = {"requestBody": {"required": True, "content": {
     **{t: {"schema": {"$ref": "#/components/schemas/ExperimentSpec"}} for t in JSON_TYPES},
@@ -88,7 +89,8 @@ def submit(request: Request, response: Response, body: BodyDep, session: Session
 @router.get("", response_model=ExperimentPage, dependencies=[Depends(require_read)])
 def list_experiments(session: SessionDep, settings: SettingsDep, reconciler: ReconcilerDep,
                      status: Annotated[Status | None, Query(description="only experiments in this state")] = None,
-                     limit: Annotated[int, Query(ge=1, le=1000)] = 50, offset: Annotated[int, Query(ge=0)] = 0):
+                     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+                     offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0):
     """List experiments, newest first, optionally only those in one state."""
     limit = min(limit, settings.max_page_size)
     reconciler.refresh_active(session)
@@ -136,7 +138,7 @@ async def get_experiment(exp_id: str, request: Request):
 
 @router.get("/{exp_id}/trials", response_model=TrialPage, dependencies=[Depends(require_read)])
 async def get_trials(exp_id: str, request: Request, limit: Annotated[int, Query(ge=1, le=10000)] = 1000,
-                     offset: Annotated[int, Query(ge=0)] = 0):
+                     offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0):
     """Each trial's config, status, best metric and MLflow run id."""
     state = request.app.state
 
