@@ -74,7 +74,7 @@ def test_snapshot_reference_compares_the_same_step(tmp_path):
     assert sorted(p.name for p in snap.iterdir()) == [f"knn_step{s:08d}.pt" for s in range(4)]
     (snap / "knn_step00000002.pt").unlink()         # a step run A never wrote
     logged = []
-    cb = SimilarityCallback(snap, every_n_steps=1, k=4, metric="overlap",
+    cb = SimilarityCallback(reference_snapshots=snap, every_n_steps=1, k=4, metric="overlap",
                             log_fn=lambda m, s: logged.append((s, m["sim/knn_overlap_mean"])))
     train(ctx_for(traj_b[0]), traj_b, [cb])
     assert [s for s, _ in logged] == [0, 1, 3] and cb.missing_steps == [2]
@@ -95,7 +95,7 @@ def test_snapshot_of_another_vocabulary_is_refused(tmp_path):
     traj = tables(3, 2)
     train(ctx_for(traj[0]), traj, [SimilarityCallback(snapshot_dir=tmp_path, every_n_steps=1, k=3)])
     other = [f"x{i}" for i in range(N)]
-    cb = SimilarityCallback(tmp_path, every_n_steps=1, k=3)
+    cb = SimilarityCallback(reference_snapshots=tmp_path, every_n_steps=1, k=3)
     with pytest.raises(EmbinitError, match="another vocabulary"):
         cb.on_train_start(ctx_for(traj[0], other))
 
@@ -125,8 +125,10 @@ def test_probe_callback_logs_start_epochs_and_end():
 
 
 def test_constructor_and_factory_errors(tmp_path):
-    with pytest.raises(EmbinitError, match="needs a reference, a snapshot_dir"):
+    with pytest.raises(EmbinitError, match="needs a reference, reference_snapshots or a snapshot_dir"):
         SimilarityCallback()
+    with pytest.raises(EmbinitError, match="not both"):
+        SimilarityCallback(torch.zeros(3, 2), reference_snapshots=tmp_path)
     with pytest.raises(EmbinitError, match="every_n_steps"):
         SimilarityCallback(torch.zeros(3, 2), every_n_steps=0)
     with pytest.raises(EmbinitError, match=r"unknown analyses \['knn'\]"):
@@ -137,6 +139,11 @@ def test_constructor_and_factory_errors(tmp_path):
                          out_dir=tmp_path)
     assert isinstance(cbs[0], SimilarityCallback) and cbs[0].snapshot_dir == tmp_path / "knn_snapshots"
     assert isinstance(cbs[1], ProbeCallback)
+    # a reference folder that does not exist yet (the other run has not started): steps are skipped
+    later = SimilarityCallback(reference_snapshots=tmp_path / "not_yet", k=3)
+    traj = tables(7, 2)
+    later.on_train_start(ctx_for(traj[0]))
+    assert later.missing_steps == [0] and later.history == []
 
 
 @pytest.mark.slow

@@ -4,11 +4,12 @@
 
 `SimilarityCallback` -- KNN match similarity of the model's table to a reference, every N steps.
 Two runs are not trained in lockstep; instead the reference is one of:
-- a fixed table: a tensor, or a checkpoint path (`best.pt`: that run's final embeddings);
-- another run's *snapshot folder*: every run with `snapshot_dir` writes, at each measured step, its
-  K-nearest-neighbour lists (`knn_step00000500.pt`, N x K int32: ~2 MB at 50k tokens, instead of a
-  100 MB table), and a run given that folder as reference compares with the snapshot of the *same
-  step*. This is how the blog's experiments run: seed 0 writes snapshots, seed 1 reads them (start it
+- `reference`: a fixed table -- a tensor, a checkpoint path (`best.pt`: that run's final embeddings),
+  an embeddings file or an MLflow run id;
+- `reference_snapshots`: another run's *snapshot folder*: every run with `snapshot_dir` writes, at
+  each measured step, its K-nearest-neighbour lists (`knn_step00000500.pt`, N x K int32: ~2 MB at 50k
+  tokens, instead of a 100 MB table), and a run given that folder compares with the snapshot of the
+  *same step*. This is how the blog's experiments run: seed 0 writes snapshots, seed 1 reads them (start it
   after seed 0, or give `wait_s` for a concurrent one); a snapshot that is missing is skipped and
   listed in `missing_steps`. `similarity_curve(dir_a, dir_b)` recomputes the whole curve afterwards
   from two snapshot folders, whatever order the runs ran in.
@@ -62,15 +63,18 @@ def snapshot_path(folder: str | Path, step: int) -> Path:
 class SimilarityCallback:
     def __init__(self, reference=None, every_n_steps: int = 500, k: int = 10, metric: str = "jaccard",
                  neighbours: str = "dot", log_fn: LogFn | None = None, key: str | None = None,
-                 snapshot_dir: str | Path | None = None, wait_s: float = 0.0, prefix: str = "sim",
-                 block_size: int = DEFAULT_BLOCK):
-        if reference is None and snapshot_dir is None:
-            raise EmbinitError("SimilarityCallback needs a reference, a snapshot_dir, or both")
+                 snapshot_dir: str | Path | None = None, reference_snapshots: str | Path | None = None,
+                 wait_s: float = 0.0, prefix: str = "sim", block_size: int = DEFAULT_BLOCK):
+        if reference is not None and reference_snapshots is not None:
+            raise EmbinitError("give either a fixed reference or reference_snapshots, not both")
+        if reference is None and reference_snapshots is None and snapshot_dir is None:
+            raise EmbinitError("SimilarityCallback needs a reference, reference_snapshots or a snapshot_dir")
         if every_n_steps < 1:
             raise EmbinitError(f"every_n_steps must be >= 1, got {every_n_steps}")
         self.reference, self.every, self.k, self.metric = reference, every_n_steps, k, metric
         self.neighbours, self.log_fn, self.key, self.prefix = neighbours, log_fn, key, prefix
         self.snapshot_dir = Path(snapshot_dir) if snapshot_dir else None
+        self.reference_snapshots = Path(reference_snapshots) if reference_snapshots else None
         self.wait_s, self.block = wait_s, block_size
         self.history: list[dict] = []
         self.missing_steps: list[int] = []
@@ -99,9 +103,9 @@ class SimilarityCallback:
         if self.snapshot_dir is not None:
             _, idx = knn(table, self.k, self.neighbours, self.block)
             self._save_snapshot(step, idx, tokens)
-        if self.reference is None:
+        if self.reference is None and self.reference_snapshots is None:
             return None
-        if isinstance(self.reference, (str, Path)) and Path(self.reference).is_dir():
+        if self.reference_snapshots is not None:
             ref_idx = self._snapshot_at(step, tokens)
             if ref_idx is None:
                 return None
@@ -127,7 +131,7 @@ class SimilarityCallback:
         os.replace(tmp, path)   # a concurrent reader never sees a half-written file
 
     def _snapshot_at(self, step: int, tokens) -> torch.Tensor | None:
-        path = snapshot_path(self.reference, step)
+        path = snapshot_path(self.reference_snapshots, step)
         deadline = time.monotonic() + self.wait_s
         while not path.exists() and time.monotonic() < deadline:
             time.sleep(min(5.0, self.wait_s))
@@ -221,9 +225,9 @@ class ProbeCallback:
 
 
 def make_callbacks(settings: dict | None, log_fn: LogFn | None = None, out_dir: str | Path | None = None):
-    """Callbacks from a plain dict, e.g. {"similarity": {"reference": PATH, "every_n_steps": 500,
-    "k": 10, "metric": "jaccard", "snapshot": true}, "probe": {"every_n_epochs": 1}}. With
-    `"snapshot": true` the snapshots go to `<out_dir>/knn_snapshots`."""
+    """Callbacks from a plain dict, e.g. {"similarity": {"reference_snapshots": DIR, "every_n_steps":
+    500, "k": 10, "metric": "jaccard", "snapshot": true}, "probe": {"every_n_epochs": 1}} (keys are
+    the callbacks' arguments). With `"snapshot": true` the snapshots go to `<out_dir>/knn_snapshots`."""
     settings = dict(settings or {})
     unknown = sorted(set(settings) - {"similarity", "probe"})
     if unknown:

@@ -31,8 +31,8 @@ def prepare(x: torch.Tensor, neighbours: str = "dot", name: str = "embeddings") 
         x = torch.as_tensor(x)
     if x.dim() != 2 or x.shape[0] == 0 or x.shape[1] == 0:
         raise EmbinitError(f"{name} must be a non-empty 2-D matrix, got shape {tuple(x.shape)}")
-    if not x.is_floating_point():
-        x = x.float()
+    if x.dtype not in (torch.float32, torch.float64):
+        x = x.float()   # integers, and half precision (slow and tie-prone on CPU)
     if not torch.isfinite(x).all():
         raise EmbinitError(f"{name} contains NaN or infinite values")
     if neighbours == "cosine":
