@@ -3,7 +3,9 @@
 1. Overhead: 16 trivially short trials (synthetic classification, 1 epoch, 64 examples) on a local Ray
    already running; sweep wall time against the sum of the trials' own `run_trial` time divided by the
    concurrency. Overhead per trial = (wall - sum(own) / concurrency) / trials. Goal: < 0.3 s.
-   Measured with per-trial plots and checkpoint artifacts off and on.
+   Split into the fixed start-up (sweep start -> the first trial's MLflow run: Tune starts the trial
+   actors, which import torch + mlflow and open the MLflow store) and the steady state (first run start
+   -> last run end, against own time). Measured with per-trial plots and checkpoint artifacts off and on.
 2. Parallel efficiency on a small real grid (SST-2, GloVe-free: xavier/normal x 2 seeds, a training
    subset, 1 epoch): 2 one-thread trials at a time against one two-thread trial at a time; ratio of
    wall times (> 1: running trials side by side is the better use of 2 cores).
@@ -36,20 +38,27 @@ def machine() -> dict:
             "load_avg_at_start": os.getloadavg()}
 
 
-def own_times(name: str, uri: str) -> list[float]:
+def child_runs(name: str, uri: str) -> list:
     exp = tracking.experiment_id(name, uri)
-    return [r.data.metrics["wall_time_s"] for r in tracking.search_runs(exp, uri)
-            if tracking.KEY_TAG in r.data.tags and "wall_time_s" in r.data.metrics]
+    return [r for r in tracking.search_runs(exp, uri) if tracking.KEY_TAG in r.data.tags]
 
 
-def sweep(spec_data: dict, tmp: Path) -> tuple[float, list[float]]:
+def own_times(name: str, uri: str) -> list[float]:
+    return [r.data.metrics["wall_time_s"] for r in child_runs(name, uri) if "wall_time_s" in r.data.metrics]
+
+
+def sweep(spec_data: dict, tmp: Path, timeline: dict | None = None) -> tuple[float, list[float]]:
     uri = f"sqlite:///{tmp}/{spec_data['name']}.db"
     spec = load_spec({**spec_data, "mlflow": {**spec_data.get("mlflow", {}), "tracking_uri": uri}})
     tracking.ensure_experiment(spec.name, uri)     # store creation is not per-trial overhead
-    t0 = time.perf_counter()
+    t0, epoch0 = time.perf_counter(), time.time()
     result = run_sweep(spec, progress=False, storage_path=str(tmp / "ray"))
     wall = time.perf_counter() - t0
     assert result.n_finished == len(spec.plan()), f"{result.n_failed} trials failed"
+    if timeline is not None:  # MLflow run start/end times (ms) of the trials, against the sweep's
+        runs = child_runs(spec.name, uri)
+        timeline["first_trial_start_s"] = min(r.info.start_time for r in runs) / 1000 - epoch0
+        timeline["last_trial_end_s"] = max(r.info.end_time for r in runs) / 1000 - epoch0
     return wall, own_times(spec.name, uri)
 
 
@@ -60,10 +69,14 @@ def overhead(tmp: Path, artifacts: bool) -> dict:
                        "d_model": 16, "ff_dim": 32, "heads": 2}],
             "inits": ["xavier", "normal"], "resources": {"cpus": 1}, "max_concurrent": conc,
             "mlflow": {"log_plots": artifacts, "log_checkpoint": artifacts}}
-    wall, own = sweep(data, tmp)
-    per_trial = (wall - sum(own) / conc) / n
+    tl: dict = {}
+    wall, own = sweep(data, tmp, tl)
+    steady = tl["last_trial_end_s"] - tl["first_trial_start_s"]
     return {"trials": n, "concurrency": conc, "artifacts": artifacts, "wall_s": wall,
-            "sum_own_s": sum(own), "mean_own_s": sum(own) / len(own), "overhead_per_trial_s": per_trial}
+            "sum_own_s": sum(own), "mean_own_s": sum(own) / len(own),
+            "overhead_per_trial_s": (wall - sum(own) / conc) / n,
+            "startup_s": tl["first_trial_start_s"], "tail_s": wall - tl["last_trial_end_s"],
+            "steady_state_overhead_per_trial_s": (steady - sum(own) / conc) / n}
 
 
 def efficiency(tmp: Path, data_dir: str) -> dict:

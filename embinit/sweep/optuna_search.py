@@ -64,23 +64,37 @@ def _evaluated(spec: ExperimentSpec, uri: str, exp_id: str, items: list[dict]) -
     return points, rewards
 
 
-def run_optuna(spec: ExperimentSpec, shared: dict[str, Any], finished: set[str], storage: Path, progress,
-               should_stop: Callable[[], bool], extra_callbacks) -> bool:
-    """Run the search for each scientific point in turn; True when cancelled."""
+def run_optuna(spec: ExperimentSpec, shared: dict[str, Any], storage: Path, progress,
+               should_stop: Callable[[], bool], extra_callbacks, ray_runtime: Callable) -> bool:
+    """Run the search for each scientific point in turn; True when cancelled. Ray is started (through
+    `ray_runtime()`) only when some point still has budget left."""
+    work = []
+    for (task, label, _axes), items in _groups(spec).items():
+        points, rewards = _evaluated(spec, shared["tracking_uri"], shared["experiment_id"], items)
+        if spec.search.num_samples > len(points):
+            work.append((task, label, items, points, rewards))
+    if not work:
+        return False
+    with ray_runtime():
+        return _search(spec, shared, storage, progress, should_stop, extra_callbacks, work)
+
+
+def _search(spec, shared, storage, progress, should_stop, extra_callbacks, work) -> bool:
     import optuna  # noqa: PLC0415
     from ray.tune.search.optuna import OptunaSearch  # noqa: PLC0415
-    from embinit.sweep.tune_run import _StopAll, make_trainable, progress_callback, run_config  # noqa: PLC0415
+    from embinit.sweep.tune_run import (_StopAll, make_trainable, progress_callback,  # noqa: PLC0415
+                                        quiet_tune_logs, run_config)
+    quiet_tune_logs()
     shared = {**shared, "search_keys": list(spec.search.space)}
     space = {k: domain(v) for k, v in spec.search.space.items()}
     stopper = _StopAll(should_stop)
-    for (task, label, _axes), items in _groups(spec).items():
-        points, rewards = _evaluated(spec, shared["tracking_uri"], shared["experiment_id"], items)
+    for task, label, items, points, rewards in work:
         budget = spec.search.num_samples - len(points)
-        if budget <= 0:
-            continue
         mode = items[0]["selection"][1]
+        known = [(p, r) for p, r in zip(points, rewards) if math.isfinite(r)]  # all-diverged: no reward
         searcher = OptunaSearch(metric="objective", mode=mode, sampler=optuna.samplers.TPESampler(seed=0),
-                                points_to_evaluate=points or None, evaluated_rewards=rewards or None)
+                                points_to_evaluate=[p for p, _ in known] or None,
+                                evaluated_rewards=[r for _, r in known] or None)
         units = [{"trials": items}]
         tuner = tune.Tuner(
             make_trainable(spec, units, shared, extra_callbacks),

@@ -116,15 +116,19 @@ def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = 
     try:
         if spec.search is not None and spec.search.method == "optuna":
             from embinit.sweep.optuna_search import run_optuna  # noqa: PLC0415
-            with RayRuntime(address):
-                cancelled = run_optuna(spec, shared, finished, storage, progress, should_stop, extra_callbacks)
+            cancelled = run_optuna(spec, shared, storage, progress, should_stop, extra_callbacks,
+                                   lambda: RayRuntime(address))
         elif units:
             with RayRuntime(address):
                 cancelled = run_tune(spec, units, shared, storage, progress, should_stop, extra_callbacks,
                                      total=len(planned), reused=reused)
-    finally:
-        reason = "cancelled" if cancelled else "the trial's worker failed (see the Ray Tune error log)"
-        tracking.close_orphans(exp_id, uri, parent, reason, status="KILLED" if cancelled else "FAILED")
+    except KeyboardInterrupt:
+        tracking.close_orphans(exp_id, uri, parent, "cancelled (interrupted)", status="KILLED")
+        tracking.end_parent_run(parent, uri, "KILLED", None, {})
+        raise
+    reason = ("cancelled" if cancelled else
+              "the trial did not finish: its worker died more often than `retries` allows, or Ray stopped it")
+    tracking.close_orphans(exp_id, uri, parent, reason, status="KILLED" if cancelled else "FAILED")
     return _finish(spec, uri, exp_id, parent, planned, reused, cancelled, t0, progress)
 
 

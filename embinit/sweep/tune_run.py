@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any, Callable
 
@@ -32,6 +33,13 @@ def trial_name(units: list[dict]) -> Callable:
     return name
 
 
+def quiet_tune_logs() -> None:
+    """MLflow is the record: Tune's notes about its own result files (which embinit turns off) and
+    where it wrote its state are noise on embinit's terminal. Trial errors still print."""
+    logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)
+    logging.getLogger("ray.tune.tune").setLevel(logging.WARNING)
+
+
 def make_trainable(spec, units, shared, extra_callbacks):
     fn = tune.with_parameters(train_unit, shared=shared, units=units, extra_callbacks=extra_callbacks)
     return tune.with_resources(fn, {"cpu": spec.resources.cpus, "gpu": spec.resources.gpus})
@@ -53,6 +61,7 @@ def run_tune(spec, units: list[dict[str, Any]], shared: dict[str, Any], storage:
              should_stop: Callable[[], bool], extra_callbacks, total: int, reused: int) -> bool:
     """Run the units; returns True when the sweep was cancelled through `should_stop`."""
     import time  # noqa: PLC0415
+    quiet_tune_logs()
     stopper = _StopAll(should_stop)
     names = trial_name(units)
     tuner = tune.Tuner(
