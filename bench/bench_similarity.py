@@ -131,7 +131,8 @@ def main() -> None:
     same = torch.equal(torch.load(tmp / "small_blocked.pt"), torch.load(tmp / "small_full.pt"))
     result["small"] = {"blocked": small_b, "full": small_f, "identical_per_token_scores": same,
                        "full_over_blocked_wall": small_f["wall_s"] / small_b["wall_s"],
-                       "full_over_blocked_peak_extra": small_f["peak_extra_mb"] / max(small_b["peak_extra_mb"], 1e-9)}
+                       "full_over_blocked_peak_extra":
+                           small_f["peak_extra_mb"] / max(small_b["peak_extra_mb"], 1e-9)}
     for p in tmp.iterdir():
         p.unlink()
     tmp.rmdir()

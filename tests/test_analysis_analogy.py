@@ -78,7 +78,8 @@ def test_known_answers_oov_and_groups():
     d = res.to_dict()
     # spain/madrid are out of the vocabulary: that question does not count
     assert res.oov == 1 and res.total == 6
-    assert d["sections"]["capital-common-countries"] == {"correct": 2, "total": 2, "oov": 1, "accuracy": 100.0}
+    assert d["sections"]["capital-common-countries"] == {"correct": 2, "total": 2, "oov": 1,
+                                                         "accuracy": 100.0}
     assert d["sections"]["family"]["correct"] == 3          # queen, girl and woman
     assert d["sections"]["gram1-adjective-to-adverb"]["correct"] == 1
     assert d["semantic"] == {"correct": 5, "total": 5, "accuracy": 100.0}
@@ -178,7 +179,8 @@ def test_chain_steps():
     match = (added.unsqueeze(1) - pe.unsqueeze(0)).abs().amax(dim=2) < 1e-5
     assert torch.all(match.sum(dim=1) == 1) and len(set(match.float().argmax(1).tolist())) > 5
     assert torch.equal(apply_chain(x, ["pe"], seed=3, max_len=16), apply_chain(x, ["pe"], seed=3, max_len=16))
-    assert not torch.equal(apply_chain(x, ["pe"], seed=3, max_len=16), apply_chain(x, ["pe"], seed=4, max_len=16))
+    other_seed = apply_chain(x, ["pe"], seed=4, max_len=16)
+    assert not torch.equal(apply_chain(x, ["pe"], seed=3, max_len=16), other_seed)
     scaled = apply_chain(x, ["pe_scaled"], seed=3, max_len=16).double() - x.double()
     ratio = x.double().std().item() / xavier_std(40, 8)
     assert torch.allclose(scaled, added * ratio, atol=1e-4)

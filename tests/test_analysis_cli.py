@@ -5,9 +5,11 @@ import pytest
 import torch
 
 from embinit.cli import main
+
 torch.set_num_threads(1)
 
-# The hand-made space of test_analysis_analogy.py (copied: test modules do not import each other): gender along axis 1, royalty along axis 2, country/capital along axes 3-5.
+# The hand-made space of test_analysis_analogy.py (copied: test modules do not import each other):
+# gender along axis 1, royalty along axis 2, country/capital along axes 3-5.
 VECS = {
     "man": [1, 0, 0, 0, 0, 0], "woman": [0, 1, 0, 0, 0, 0],
     "king": [1, 0, 1, 0, 0, 0], "queen": [0, 1, 1, 0, 0, 0],
@@ -28,7 +30,6 @@ this line is invalid here
 : gram1-adjective-to-adverb
 man king slow slowly
 """
-
 
 
 def write_glove(path, vecs):
@@ -155,7 +156,8 @@ def test_similarity_from_mlflow_run_ids(tmp_path, capsys):
         with mlflow.start_run(experiment_id=exp) as run:
             mlflow.log_artifact(str(ckpt), artifact_path="checkpoint")
             run_ids.append(run.info.run_id)
-    out = run_json(capsys, ["similarity", run_ids[0], run_ids[1], "--k", "3", "--tracking-uri", uri, "--json"])
+    out = run_json(capsys, ["similarity", run_ids[0], run_ids[1], "--k", "3", "--tracking-uri", uri,
+                            "--json"])
     assert out["a"].startswith(f"run {run_ids[0]}") and out["tokens"] == 25
     same = run_json(capsys, ["similarity", run_ids[0], f"runs:/{run_ids[0]}", "--k", "3",
                              "--tracking-uri", uri, "--json"])

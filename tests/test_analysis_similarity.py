@@ -169,7 +169,8 @@ def test_topk_excluding_masks_and_breaks_ties_by_index():
 
 def test_two_spaces_side_by_side_with_two_threads():
     g = torch.Generator().manual_seed(8)
-    a, b = torch.randn(90, 5, generator=g, dtype=torch.float64), torch.randn(90, 7, generator=g, dtype=torch.float64)
+    a = torch.randn(90, 5, generator=g, dtype=torch.float64)
+    b = torch.randn(90, 7, generator=g, dtype=torch.float64)
     torch.set_num_threads(2)
     try:
         res = knn_match_similarity(a, b, k=4, block_size=32)

@@ -196,7 +196,8 @@ class ProbeCallback:
 
     def __init__(self, every_n_epochs: int | None = None, log_fn: LogFn | None = None,
                  key: str | None = None, max_len: int | None = None, **probe_kw):
-        self.every, self.log_fn, self.key, self.max_len, self.kw = every_n_epochs, log_fn, key, max_len, probe_kw
+        self.every, self.log_fn, self.key = every_n_epochs, log_fn, key
+        self.max_len, self.kw = max_len, probe_kw
         self.history: list[dict] = []
         self._last_step = None
 

@@ -29,7 +29,8 @@ from embinit.analysis.neighbours import DEFAULT_BLOCK, check_k, knn, prepare
 from embinit.errors import EmbinitError, unknown_name
 
 SCORES = ("jaccard", "overlap")
-BPE_MARKERS = ("\u0120", "\u2581", "##", "\u010a")  # GPT-2 'Ġ' (space), SentencePiece '▁', WordPiece '##', GPT-2 'Ċ'
+# GPT-2 'Ġ' (a leading space), SentencePiece '▁', WordPiece '##', GPT-2 'Ċ' (newline)
+BPE_MARKERS = ("\u0120", "\u2581", "##", "\u010a")
 
 
 @dataclass
