@@ -59,6 +59,7 @@ class Experiment(Base):
     # The Ray actor that drives this experiment (a detached named actor), and where it logs.
     driver: Mapped[str | None] = mapped_column(String(200), nullable=True)
     tracking_uri: Mapped[str] = mapped_column(String(1000))
+    mlflow_experiment: Mapped[str] = mapped_column(String(500))
     mlflow_experiment_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
     cancel_requested_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     # Rendered results of a finished experiment ({"json": ..., "markdown": ..., "csv": ...}), so reads

@@ -94,5 +94,6 @@ class FakeStore:
         self.report_builds += 1
         rows = [{"task": "synthetic_translation", "init": "Xavier", "n": 2, "mean": 1.0}]
         return {"json": json.dumps({"experiment": exp.name, "rows": rows}),
-                "markdown": "| task | init | n | mean |\n|---|---|---|---|\n| synthetic_translation | Xavier | 2 | 1.0 |\n",
+                "markdown": ("| task | init | n | mean |\n|---|---|---|---|\n"
+                             "| synthetic_translation | Xavier | 2 | 1.0 |\n"),
                 "csv": "task,init,n,mean\nsynthetic_translation,Xavier,2,1.0\n"}

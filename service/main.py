@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
@@ -22,7 +23,7 @@ import embinit
 from embinit.errors import EmbinitError
 from embinit.spec import ExperimentSpec, SpecError
 from service.cache import ResponseCache
-from service.db import make_sessionmaker
+from service.db import Experiment, make_sessionmaker
 from service.routes import catalog, experiments, health
 from service.settings import Settings, get_settings
 from service.specs import problems_detail
@@ -81,6 +82,23 @@ def _lifespan(owns_runner: bool):
     return lifespan
 
 
+def _warm(app: FastAPI, exp_id: str) -> None:
+    """Render a just-finished experiment's results and trials in the background, so the first reader does
+    not wait for a report over (possibly) thousands of MLflow runs."""
+    def work():
+        try:
+            with app.state.sessions() as session:
+                exp = session.get(Experiment, exp_id)
+                if exp is not None and exp.report is None:
+                    exp.report = app.state.store.report(exp)
+                    session.commit()
+                if exp is not None:
+                    app.state.store.trials(exp)
+        except Exception:  # noqa: BLE001 - only a warm-up: the first read builds it instead
+            log.warning("could not pre-render experiment %s", exp_id, exc_info=True)
+    threading.Thread(target=work, daemon=True, name=f"embinit-warm-{exp_id}").start()
+
+
 def create_app(settings: Settings | None = None, runner=None, store=None) -> FastAPI:
     settings = settings or get_settings()
     if runner is None:
@@ -96,7 +114,8 @@ def create_app(settings: Settings | None = None, runner=None, store=None) -> Fas
     app.state.runner = runner
     app.state.responses = ResponseCache()
     app.state.store = store or ResultStore(settings.tracking_uri)
-    app.state.reconciler = Reconciler(runner, app.state.store, settings)
+    app.state.reconciler = Reconciler(runner, app.state.store, settings,
+                                      on_finished=lambda exp_id: _warm(app, exp_id))
     for module in (experiments, catalog, health):
         app.include_router(module.router)
     _install_error_handlers(app)

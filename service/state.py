@@ -33,8 +33,9 @@ def _ts(seconds: float | None) -> dt.datetime | None:
 
 
 class Reconciler:
-    def __init__(self, runner: Runner, store, settings: Settings):
+    def __init__(self, runner: Runner, store, settings: Settings, on_finished=None):
         self.runner, self.store, self.settings = runner, store, settings
+        self.on_finished = on_finished  # called with the id of an experiment that just finished
         self._checked: dict[str, float] = {}
         self._locks: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)
 
@@ -51,6 +52,8 @@ class Reconciler:
             self._reconcile(exp)
             self._checked[exp.id] = time.monotonic()
             session.commit()
+            if exp.status in TERMINAL and self.on_finished is not None:
+                self.on_finished(exp.id)
         except Exception:  # noqa: BLE001 - a read must still answer with the stored state
             log.warning("could not refresh experiment %s", exp.id, exc_info=True)
             session.rollback()

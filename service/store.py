@@ -67,17 +67,24 @@ class ResultStore:
         self._cache: OrderedDict[tuple, Any] = OrderedDict()
         self._size = cache_size
         self._lock = threading.Lock()
+        self._building: dict[tuple, threading.Lock] = {}
 
     def _cached(self, key: tuple, build: Callable[[], Any]) -> Any:
         with self._lock:
             if key in self._cache:
                 self._cache.move_to_end(key)
                 return self._cache[key]
-        value = build()
-        with self._lock:
-            self._cache[key] = value
-            while len(self._cache) > self._size:
-                self._cache.popitem(last=False)
+            building = self._building.setdefault(key, threading.Lock())
+        with building:  # concurrent readers of a cold entry build it once; the others wait for it
+            with self._lock:
+                if key in self._cache:
+                    return self._cache[key]
+            value = build()
+            with self._lock:
+                self._cache[key] = value
+                self._building.pop(key, None)
+                while len(self._cache) > self._size:
+                    self._cache.popitem(last=False)
         return value
 
     def counts(self, tracking_uri: str, spec: dict[str, Any], keys: list[str]) -> dict[str, int]:

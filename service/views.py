@@ -7,10 +7,6 @@ from service.schemas import ExperimentDetail, ExperimentSummary, Links, MlflowLi
 from service.settings import Settings
 
 
-def mlflow_experiment_name(spec: dict) -> str:
-    return (spec.get("mlflow") or {}).get("experiment") or spec["name"]
-
-
 def progress(exp: Experiment) -> float:
     c = exp.counts or {}
     done = c.get("finished", 0) + c.get("failed", 0) + c.get("reused", 0)
@@ -37,7 +33,7 @@ def mlflow_link(exp: Experiment, settings: Settings) -> MlflowLink:
     url = None
     if settings.mlflow_ui_url and exp.mlflow_experiment_id:
         url = f"{settings.mlflow_ui_url.rstrip('/')}/#/experiments/{exp.mlflow_experiment_id}"
-    return MlflowLink(tracking_uri=exp.tracking_uri, experiment_name=mlflow_experiment_name(exp.spec),
+    return MlflowLink(tracking_uri=exp.tracking_uri, experiment_name=exp.mlflow_experiment,
                       experiment_id=exp.mlflow_experiment_id, url=url)
 
 

@@ -4,11 +4,13 @@ status codes and `detail` for each bad input, idempotent submission, cancel, and
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 import yaml
 from fastapi.testclient import TestClient
 
+from service.db import Experiment
 from service.fakes import FakeCluster, FakeRunner, FakeStore
 from service.main import create_app
 from service.settings import Settings
@@ -29,7 +31,8 @@ def roots(tmp_path):
 @pytest.fixture
 def make_settings(tmp_path, roots):
     def make(**overrides):
-        values = dict(database_url=f"sqlite:///{tmp_path}/state.db", tracking_uri=f"sqlite:///{tmp_path}/mlflow.db",
+        values = dict(database_url=f"sqlite:///{tmp_path}/state.db",
+                      tracking_uri=f"sqlite:///{tmp_path}/mlflow.db",
                       data_roots=[roots[0]], pretrained_roots=[roots[1]], refresh_interval_s=0.0)
         values.update(overrides)
         return Settings(**values)
@@ -161,6 +164,13 @@ def test_finished_report_is_stored_and_not_rebuilt(make_client, cluster):
     exp_id = submit(client).json()["id"]
     FakeRunner(cluster).advance(f"embinit-exp-{exp_id}", "succeeded", finished=4)
     store = client.app.state.store
+    assert client.get(f"/experiments/{exp_id}").json()["status"] == "succeeded"
+    for _ in range(250):  # the transition to `succeeded` renders the report in the background
+        with client.app.state.sessions() as session:
+            if session.get(Experiment, exp_id).report is not None:
+                break
+        time.sleep(0.02)
+    assert store.report_builds == 1
     for _ in range(3):
         assert client.get(f"/experiments/{exp_id}/results").status_code == 200
     assert store.report_builds == 1
@@ -253,7 +263,8 @@ def test_paths_must_stay_inside_roots(client, roots, tmp_path):
     cases = {
         "data_dir": ({**SPEC, "data_dir": "/etc"}, "is outside the allowed data roots"),
         "cache_dir": ({**SPEC, "cache_dir": "../cache"}, "contains '..'"),
-        "inits[0].pretrained": ({**SPEC, "inits": [{**glove, "pretrained": "~/.ssh/id_rsa"}]}, "is not a plain path"),
+        "inits[0].pretrained": ({**SPEC, "inits": [{**glove, "pretrained": "~/.ssh/id_rsa"}]},
+                                "is not a plain path"),
         "pretrained.glove": ({**SPEC, "inits": [glove], "pretrained": {"glove": "escape/state.db"}}, "(symlink)"),
         "inits[0].tgt.pretrained": ({**SPEC, "inits": [{"tgt": {"source": "glove", "pretrained": "/etc/passwd"}}]},
                                     "is outside the allowed pretrained roots"),

@@ -107,7 +107,8 @@ def test_experiment_runs_on_both_nodes_and_survives_an_api_restart(cluster, tmp_
     import ray
     if ray.is_initialized():  # another test's Ray: the API must connect to this cluster
         ray.shutdown()
-    settings = Settings(database_url=f"sqlite:///{tmp_path}/state.db", tracking_uri=f"sqlite:///{tmp_path}/mlflow.db",
+    settings = Settings(database_url=f"sqlite:///{tmp_path}/state.db",
+                        tracking_uri=f"sqlite:///{tmp_path}/mlflow.db",
                         ray_address=cluster, ray_node_ip=HEAD, data_roots=[tmp_path], pretrained_roots=[tmp_path],
                         refresh_interval_s=0.5, _env_file=None)
     with TestClient(create_app(settings)) as client:

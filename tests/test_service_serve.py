@@ -46,6 +46,7 @@ def test_bad_setting_is_a_one_line_error(served, capsys, monkeypatch):
     monkeypatch.setenv("EMBINIT_MAX_BODY_BYTES", "lots")
     assert main(["serve"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("embinit: error: invalid EMBINIT_* setting") and "EMBINIT_MAX_BODY_BYTES: Input should be a valid integer" in err
+    assert err.startswith("embinit: error: invalid EMBINIT_* setting")
+    assert "EMBINIT_MAX_BODY_BYTES: Input should be a valid integer" in err
     assert len(err.strip().splitlines()) == 1
     assert not served

@@ -50,7 +50,8 @@ def setup(mlflow_uri, request):
     spec = load_spec({**SPEC, "name": request.node.name.replace("[", "-").replace("]", "")[:60]})
     exp = Experiment(id="e1", name=spec.name, spec=spec.canonical(), spec_hash=spec.spec_hash(),
                      trial_keys=[p.key for p in spec.plan()], n_trials=4, status="running", counts={},
-                     tracking_uri=uri, created_at=utcnow(), updated_at=utcnow())
+                     tracking_uri=uri, mlflow_experiment=spec.experiment_name(), created_at=utcnow(),
+                     updated_at=utcnow())
     return uri, spec, exp
 
 

@@ -9,6 +9,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import func, select
+from sqlalchemy.orm import defer
 
 from service import views
 from service.db import ACTIVE, TERMINAL, Experiment, utcnow
@@ -73,7 +74,8 @@ def submit(request: Request, response: Response, body: BodyDep, session: Session
                                        f"most {settings.max_active_experiments} at once, retry later")
         exp = Experiment(id=uuid.uuid4().hex[:12], name=sub.spec.name, spec=sub.data, spec_hash=sub.spec_hash,
                          trial_keys=sub.trial_keys, n_trials=sub.n_trials, status="queued",
-                         counts={"pending": sub.n_trials}, tracking_uri=store.tracking_uri)
+                         counts={"pending": sub.n_trials}, tracking_uri=store.tracking_uri,
+                         mlflow_experiment=sub.spec.experiment_name())
         session.add(exp)
         session.commit()
     try:
@@ -94,7 +96,9 @@ def list_experiments(session: SessionDep, settings: SettingsDep, reconciler: Rec
     """List experiments, newest first, optionally only those in one state."""
     limit = min(limit, settings.max_page_size)
     reconciler.refresh_active(session)
-    query = select(Experiment)
+    # The list never shows specs, trial keys or reports: do not load them.
+    query = select(Experiment).options(defer(Experiment.spec), defer(Experiment.trial_keys),
+                                       defer(Experiment.report))
     if status is not None:
         query = query.where(Experiment.status == status)
     total = session.scalar(select(func.count()).select_from(query.subquery()))
@@ -132,7 +136,8 @@ async def get_experiment(exp_id: str, request: Request):
 
     def build(session):
         exp = state.reconciler.refresh(session, _get(session, exp_id))
-        return views.summary(exp, state.settings, detail=True).model_dump_json().encode(), JSON, exp.status in TERMINAL
+        body = views.summary(exp, state.settings, detail=True).model_dump_json().encode()
+        return body, JSON, exp.status in TERMINAL
     return await _read(request, ("status", exp_id), build)
 
 
