@@ -96,6 +96,7 @@ def small(**kw):
     return cfg(**{"epochs": 2, "max_train_examples": 300, "extras": {"val_bleu": False}, **kw})
 
 
+@pytest.mark.slow
 def test_same_seed_same_history_other_seed_other_history(cache):
     a = run_trial(small(seed=3), cache_dir=cache)
     b = run_trial(small(seed=3), cache_dir=cache)
@@ -118,6 +119,7 @@ class StopAfter:
             raise Stop(epoch)
 
 
+@pytest.mark.slow
 def test_killed_trial_resumes_from_its_last_epoch(cache, tmp_path):
     full = run_trial(small(epochs=3), cache_dir=cache)
     with pytest.raises(Stop):
@@ -149,6 +151,7 @@ def test_best_checkpoint_format(cache, tmp_path):
     assert torch.equal(ck["model"]["tgt_embed.embedding.weight"], ck["embeddings"]["tgt"])
 
 
+@pytest.mark.slow
 def test_frozen_embeddings_end_where_they_started(cache):
     r = run_trial(small(train_embeddings=False), cache_dir=cache)
     assert r.info["trainable_parameters"] < r.info["parameters"]
@@ -216,6 +219,7 @@ def test_heads_left_at_default_adapt_to_d_model(cache):
     assert r.config["d_model"] == 18 and r.config["heads"] == 3  # the divisor of 18 nearest 4
 
 
+@pytest.mark.slow
 def test_early_stopping_after_patience_epochs_without_improvement(cache):
     """A callback that puts the initial weights back after every step: validation never improves
     after epoch 1, so patience 2 stops the trial after epoch 3."""

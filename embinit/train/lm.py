@@ -45,10 +45,10 @@ class LMTask:
     def batch_loss(self, model, batch):
         rows = batch["rows"].to(self.device, non_blocking=True)
         inputs, targets = rows[:, :-1].clamp(min=PAD_ID), rows[:, 1:]  # -1 marks the short row's tail
-        logits = model(inputs)
         keep = targets >= 0
+        logits = model.output(model.hidden(inputs, causal=True)[keep])  # no output FLOPs on the tail
         n = int(keep.sum())
-        return F.cross_entropy(logits[keep].float(), targets[keep]), n, n
+        return F.cross_entropy(logits.float(), targets[keep]), n, n
 
     def _evaluate(self, model, split: str, prefix: str) -> dict:
         loss = mean_loss(model, self._batches(split), self, self.autocast)
