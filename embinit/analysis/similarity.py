@@ -11,7 +11,8 @@ The spaces may differ in dimension (only row i of each is compared with the othe
 space); they must have the same rows in the same order (see `align` for vocabularies that differ).
 
 Neighbours come from `embinit.analysis.neighbours.knn` (blocked, never N x N; ties: lower index wins).
-Aggregates: mean, median and the histogram of I (K+1 bins: 0..K shared neighbours). Optional per-token
+Aggregates: mean, median (for an even count the lower of the two middle values, as `torch.median`)
+and the histogram of I (K+1 bins: 0..K shared neighbours). Optional per-token
 weights (e.g. training-text frequencies, as the post suggests) give a weighted mean and median; a
 boolean mask drops tokens from the aggregates only (they still count as neighbours of others).
 """
