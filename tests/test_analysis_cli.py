@@ -73,6 +73,22 @@ def test_analogy_vocab_restriction_and_transform(files, tmp_path, capsys):
     assert top2["rows"][0]["total"] == 0
 
 
+def test_analogy_on_a_checkpoint_and_first_rows(files, tmp_path, capsys):
+    glove, questions = files
+    tokens = ["<pad>", "<unk>"] + list(VECS)
+    table = torch.tensor([[0.0] * 6, [0.1] * 6] + list(VECS.values()))
+    torch.save({"embeddings": {"tgt": table, "src": table[:3]}, "vocabs": {"tgt": tokens, "src": tokens[:3]},
+                "config": {"task": "multi30k"}}, tmp_path / "best.pt")
+    out = run_json(capsys, ["analogy", "--embeddings", str(tmp_path / "best.pt"), "--questions",
+                            str(questions), "--key", "tgt", "--json"])
+    row = out["rows"][0]
+    assert (row["correct"], row["total"]) == (6, 6) and row["label"] == "checkpoint"
+    assert out["source"].endswith("best.pt:tgt")
+    first4 = run_json(capsys, ["analogy", "--embeddings", str(glove), "--questions", str(questions),
+                               "--top", "4", "--json"])
+    assert first4["rows"][0]["vocab_size"] == 4 and first4["rows"][0]["total"] == 2
+
+
 def test_analogy_table4_text(files, capsys):
     glove, questions = files
     assert main(["analogy", "--embeddings", str(glove), "--questions", str(questions), "--table4",
