@@ -229,8 +229,10 @@ def _log_batch(c, run_id: str, metrics=(), params=(), tags=()) -> None:
 class TrialRun:
     """The MLflow child run of one trial, written from inside the trial's worker."""
 
-    def __init__(self, uri: str, run_id: str):
+    def __init__(self, uri: str, run_id: str, reopened: bool = False):
         self.uri, self.run_id, self.client = uri, run_id, client(uri)
+        self.reopened = reopened         # an earlier attempt may have logged epochs this one did not
+        self.logged: set[int] = set()    # epochs this process logged
 
     @classmethod
     def open(cls, uri: str, exp_id: str, parent_id: str | None, config: dict[str, Any], key: str,
@@ -244,7 +246,7 @@ class TrialRun:
         if run_id is not None:
             retry(lambda: c.update_run(run_id, status="RUNNING"))
             retry(lambda: c.set_tag(run_id, STATUS_TAG, "running"))
-            return cls(uri, run_id)
+            return cls(uri, run_id, reopened=True)
         tags = {KEY_TAG: key, LABEL_TAG: label, TASK_TAG: config["task"], SEED_TAG: str(config["seed"]),
                 STATUS_TAG: "running", CONFIG_TAG: json.dumps(config, sort_keys=True, default=str),
                 GROUP_TAG: json.dumps(group, sort_keys=True, default=str)}
@@ -260,13 +262,15 @@ class TrialRun:
     def log_epoch(self, epoch: int, metrics: dict[str, Any]) -> None:
         _log_batch(self.client, self.run_id, _metrics({k: v for k, v in metrics.items() if k != "epoch"},
                                                       step=epoch))
+        self.logged.add(epoch)
 
     def logged_steps(self, name: str) -> set[int]:
         return {m.step for m in retry(lambda: self.client.get_metric_history(self.run_id, name))}
 
     def finish(self, result: dict[str, Any], artifacts: list[tuple[str, str]]) -> None:
         """Final metrics and tags of a returned trial (finished or diverged), then its artifacts."""
-        logged = self.logged_steps("val/loss")
+        # A resumed attempt's history holds epochs an earlier (dead) attempt may not have logged.
+        logged = self.logged_steps("val/loss") | self.logged if self.reopened else self.logged
         missing = [h for h in result["history"] if h.get("epoch") not in logged]
         metrics = [m for h in missing for m in _metrics({k: v for k, v in h.items() if k != "epoch"},
                                                           step=h["epoch"])]

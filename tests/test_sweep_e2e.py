@@ -121,11 +121,20 @@ class Raise:
 def test_a_failing_trial_is_recorded_and_the_sweep_continues(ray_local, tmp_path):
     bad = tmp_path / "bad.txt"
     bad.write_text("the 0.1 0.2\ncat 0.3\n")     # a malformed vector file: a user error at setup
-    s = spec("fail", tmp_path, inits=["xavier", "normal", {"tgt": "glove", "src": "xavier"}], seeds=1,
-             pretrained={"glove": str(bad)}, retries=0)
+    from embinit.tasks.synthetic import LEXICON
+    huge = tmp_path / "huge.txt"                 # finite but absurdly scaled: the loss overflows
+    huge.write_text("".join(f"{w} " + " ".join(["1e30"] * 16) + "\n" for w in set(LEXICON.values())))
+    s = spec("fail", tmp_path, seeds=1, pretrained={"glove": str(bad)}, retries=0, inits=[
+        "xavier", "normal", {"tgt": "glove", "src": "xavier"},
+        {"tgt": {"source": "glove", "name": "Huge"}, "src": "xavier", "pretrained": str(huge)}])
     result = run_sweep(s, progress=False, extra_callbacks=lambda cfg: [Raise("normal")])
     statuses = {t["label"]: t["status"] for t in result.trials}
-    assert statuses == {"Xavier": "finished", "Normal": "failed", "GloVe": "failed"}
+    assert statuses == {"Xavier": "finished", "Normal": "failed", "GloVe": "failed", "Huge": "diverged"}
+    rows = {r["init"]: r for r in result.report.rows}
+    assert (rows["Huge"]["diverged"], rows["Huge"]["n"]) == (1, 0)
+    (huge_run,) = [t for t in result.trials if t["label"] == "Huge"]
+    tags = tracking.client(result.tracking_uri).get_run(huge_run["run_id"]).data.tags
+    assert tags[tracking.STATUS_TAG] == "diverged"
     errors = {t["label"]: t["error"] for t in result.trials}
     assert "injected failure" in errors["Normal"]
     assert errors["GloVe"].startswith("EmbinitError: ")   # a user error: one line, no traceback
