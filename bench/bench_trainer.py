@@ -255,6 +255,7 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--dims", type=int, nargs="+", default=[300, 512])
+    ap.add_argument("--precisions", nargs="+", choices=("fp32", "bf16"), default=["fp32", "bf16"])
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "trainer.json"))
     args = ap.parse_args(argv)
     folder = Path(args.data) if args.data else None
@@ -274,7 +275,7 @@ def main(argv=None):
     dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16}
     for d in args.dims:
         entry = {}
-        for precision in ("fp32", "bf16"):
+        for precision in args.precisions:
             # the peak is re-measured next to each run and the highest value kept: under contention
             # from other processes a low peak would flatter the achieved share
             peaks = result["peak_gflops"]
@@ -291,17 +292,22 @@ def main(argv=None):
               f"uncached {entry['decode']['uncached_s']:.1f} s: {entry['decode']['speedup']:.2f}x, "
               f"same output: {entry['decode']['same_output']}", flush=True)
         result["dims"][str(d)] = entry
+        write(args.out, result)  # after each D, so a long run interrupted later keeps what it measured
     result["load_after"] = os.getloadavg()
     for d, entry in result["dims"].items():
-        for precision in ("fp32", "bf16"):
+        for precision in args.precisions:
             for side in ("ours", "plain"):
                 r = entry[precision][side]
                 r["peak_share"] = r["gflops_per_s"] / result["peak_gflops"][precision]
         print(f"D={d} peak shares: " + ", ".join(f"{p} embinit {entry[p]['ours']['peak_share']:.0%} / plain "
-                                          f"{entry[p]['plain']['peak_share']:.0%}" for p in ("fp32", "bf16")))
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2))
+                                          f"{entry[p]['plain']['peak_share']:.0%}" for p in args.precisions))
+    write(args.out, result)
     print(f"wrote {args.out}")
+
+
+def write(path, result):
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":
