@@ -131,6 +131,10 @@ def test_constructor_and_factory_errors(tmp_path):
         SimilarityCallback(torch.zeros(3, 2), reference_snapshots=tmp_path)
     with pytest.raises(EmbinitError, match="every_n_steps"):
         SimilarityCallback(torch.zeros(3, 2), every_n_steps=0)
+    with pytest.raises(EmbinitError, match="'iou' is not a registered similarity metric"):
+        SimilarityCallback(torch.zeros(3, 2), metric="iou")
+    with pytest.raises(EmbinitError, match="'l2' is not a registered neighbour metric"):
+        SimilarityCallback(torch.zeros(3, 2), neighbours="l2")
     with pytest.raises(EmbinitError, match=r"unknown analyses \['knn'\]"):
         make_callbacks({"knn": {}})
     with pytest.raises(EmbinitError, match="out_dir"):

@@ -30,9 +30,9 @@ from typing import Callable
 
 import torch
 
-from embinit.analysis.neighbours import DEFAULT_BLOCK, knn
-from embinit.analysis.similarity import align, per_token_scores, summarize
-from embinit.errors import EmbinitError
+from embinit.analysis.neighbours import DEFAULT_BLOCK, NEIGHBOUR_METRICS, knn
+from embinit.analysis.similarity import SCORES, align, per_token_scores, summarize
+from embinit.errors import EmbinitError, unknown_name
 
 LogFn = Callable[[dict, int], None]
 
@@ -71,6 +71,10 @@ class SimilarityCallback:
             raise EmbinitError("SimilarityCallback needs a reference, reference_snapshots or a snapshot_dir")
         if every_n_steps < 1:
             raise EmbinitError(f"every_n_steps must be >= 1, got {every_n_steps}")
+        if metric not in SCORES:
+            raise unknown_name("similarity metric", metric, SCORES)
+        if neighbours not in NEIGHBOUR_METRICS:
+            raise unknown_name("neighbour metric", neighbours, NEIGHBOUR_METRICS)
         self.reference, self.every, self.k, self.metric = reference, every_n_steps, k, metric
         self.neighbours, self.log_fn, self.key, self.prefix = neighbours, log_fn, key, prefix
         self.snapshot_dir = Path(snapshot_dir) if snapshot_dir else None
