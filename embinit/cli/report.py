@@ -5,7 +5,7 @@ from __future__ import annotations
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("report", help="Table 1 (mean, σ, n, 95% CI per task x init) from MLflow")
+    p = subparsers.add_parser("report", help="Table 1 (mean, σ, n, 95%% CI per task x init) from MLflow")
     p.add_argument("experiment", help="MLflow experiment name (the spec's name)")
     p.add_argument("--format", choices=("markdown", "csv", "json"), default="markdown")
     p.add_argument("--plot", metavar="DIR", default=None, help="write mean validation curves per init to DIR")
