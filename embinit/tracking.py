@@ -160,10 +160,13 @@ def start_parent_run(exp_id: str, uri: str, spec_hash: str, spec_yaml: str, n_tr
 
 
 def end_parent_run(run_id: str, uri: str, status: str, report_md: str | None,
-                   counts: dict[str, int]) -> None:
+                   counts: dict[str, int], files: tuple[tuple[str, str], ...] = ()) -> None:
+    """Close a sweep's parent run with its report (markdown, and `files`: (artifact dir, path))."""
     c = client(uri)
     if report_md:
         retry(lambda: c.log_text(run_id, report_md, "report.md"))
+    for artifact_dir, path in files:
+        retry(lambda a=artifact_dir, p=path: c.log_artifact(run_id, p, a))
     for name, value in counts.items():
         retry(lambda n=name, v=value: c.log_metric(run_id, f"sweep/{n}", v))
     retry(lambda: c.set_terminated(run_id, status=status))

@@ -69,6 +69,12 @@ def test_sweep_records_runs_reports_and_resumes(ray_local, tmp_path):
         assert run.data.tags[tracking.PARENT_TAG] == result.parent_run_id
         arts = {a.path for a in tracking.client(uri).list_artifacts(run.info.run_id)}
         assert {"checkpoint", "plots", "result.json"} <= arts
+    parent = tracking.client(uri).get_run(result.parent_run_id)
+    assert parent.info.status == "FINISHED" and parent.data.metrics["sweep/finished"] == 6
+    logged = {a.path for d in ("", "report", "figures") for a in tracking.client(uri).list_artifacts(
+        result.parent_run_id, d or None)}
+    assert {"report.md", "spec.yaml", "report/report.csv", "report/report.json",
+            "figures/synthetic_translation.png"} <= logged
     rows = {r["init"]: r for r in result.report.rows}
     assert set(rows) == {"Xavier", "Normal", "XavierNormal"}
     assert all(r["n"] == 2 and r["metric"] == "test/bleu" and r["failed"] == 0 for r in rows.values())

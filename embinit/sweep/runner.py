@@ -8,6 +8,7 @@ spec again resumes it and trains nothing twice.
 from __future__ import annotations
 
 import os
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -142,7 +143,14 @@ def _finish(spec, uri, exp_id, parent, planned, reused, cancelled, t0, progress)
                          spec.num_trials(), reused, _latest(trials), cancelled, time.monotonic() - t0, report)
     counts = {"planned": result.planned, "reused": reused, "finished": result.n_finished,
               "failed": result.n_failed, "wall_s": result.wall_s}
-    tracking.end_parent_run(parent, uri, "KILLED" if cancelled else "FINISHED", report.to_markdown(), counts)
+    with tempfile.TemporaryDirectory() as tmp:
+        files = (("report", str(Path(tmp) / "report.csv")), ("report", str(Path(tmp) / "report.json")))
+        Path(files[0][1]).write_text(report.to_csv())
+        Path(files[1][1]).write_text(report.to_json())
+        if spec.mlflow.log_plots and report.rows:  # Figure-1-style mean curves per init
+            files += tuple(("figures", str(p)) for p in report.plot(Path(tmp) / "figures"))
+        tracking.end_parent_run(parent, uri, "KILLED" if cancelled else "FINISHED", report.to_markdown(),
+                                counts, files)
     if progress is True:
         print(report.to_markdown(), flush=True)
     return result
