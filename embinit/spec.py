@@ -497,14 +497,18 @@ def _cross_check(spec: "ExperimentSpec") -> list[tuple[str, str]]:
             problems.append((f"inits[{i}].src", "only translation tasks have a source side; tasks "
                              f"{[t.task for t in spec.tasks]} have one embedding table"))
         problems += _side_problems(spec, i, init, translation)
-        ident = (init.tgt_str(), init.src_str(), init.pretrained, init.src_pretrained)
         label = init.label_for(translation)
-        for other in (ident, ("label", label)):
+        # Two entries that compute the same trials (same key for some task) would train and report
+        # one thing twice, e.g. `glove` and `{source: glove, name: X}` with the same file.
+        same = [("key", t.task, spec.trial_config(t, init, spec.seeds[0]).key()) for t in spec.tasks]
+        for other in (*same, ("label", label)):
             if other in seen:
-                problems.append((f"inits[{i}]", f"duplicates inits[{seen[other]}] (label {label!r}); "
-                                 "remove it or give it its own `label`"))
+                why = ("remove it or give it its own `label`" if other[0] == "label"
+                       else "remove it: it trains the same trials")
+                problems.append((f"inits[{i}]", f"duplicates inits[{seen[other]}] (label {label!r}); {why}"))
                 break
-            seen[other] = i
+        for other in (*same, ("label", label)):
+            seen.setdefault(other, i)
     tasks = [t.task for t in spec.tasks]
     for i, t in enumerate(tasks):
         if t in tasks[:i]:

@@ -258,3 +258,8 @@ def test_input_form_errors(tmp_path):
     assert "mapping at the top level" in str(pytest.raises(SpecError, load_spec, "- a\n- b\n").value)
     assert "cannot read spec file" in str(pytest.raises(SpecError, load_spec, str(tmp_path / "no.yaml")).value)
     assert "must be a mapping" in str(pytest.raises(SpecError, load_spec, 42).value)
+
+
+def test_entries_that_compute_the_same_trials_are_refused():
+    spec = base(inits=["glove", {"tgt": {"source": "glove", "name": "Other"}}], pretrained={"glove": "/g.txt"})
+    assert "trains the same trials" in problems(spec)["inits[1]"]
