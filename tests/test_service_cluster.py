@@ -137,3 +137,28 @@ def test_experiment_runs_on_both_nodes_and_survives_an_api_restart(cluster, tmp_
     assert nodes == {HEAD, WORKER}, f"trials ran on {nodes}"
     assert sorted(r.info.run_id for r in runs if "embinit.trial_key" in r.data.tags) == \
         sorted(t["run_id"] for t in trials)
+
+
+def test_cancel_stops_running_trials_on_the_cluster(cluster, tmp_path):
+    import ray
+    if ray.is_initialized():
+        ray.shutdown()
+    settings = Settings(database_url=f"sqlite:///{tmp_path}/state.db",
+                        tracking_uri=f"sqlite:///{tmp_path}/mlflow.db", ray_address=cluster, ray_node_ip=HEAD,
+                        data_roots=[tmp_path], pretrained_roots=[tmp_path], refresh_interval_s=0.5,
+                        _env_file=None)
+    long_spec = {**SPEC, "name": "cluster-cancel",
+                 "tasks": [{"task": "synthetic_classification", "epochs": 500, "max_train_examples": 256}]}
+    with TestClient(create_app(settings)) as client:
+        exp_id = client.post("/experiments", json=long_spec).json()["id"]
+        _wait(client, exp_id, lambda e: e["counts"].get("running", 0) > 0)
+        r = client.delete(f"/experiments/{exp_id}")
+        assert r.status_code == 202 and r.json()["cancel_requested"] is True
+        exp = _wait(client, exp_id, lambda e: e["status"] not in ("queued", "running"), timeout=180)
+        assert exp["status"] == "cancelled", exp
+        assert exp["counts"]["finished"] == 0  # 500 epochs: nothing finished before the cancel
+        trials = client.get(f"/experiments/{exp_id}/trials").json()["items"]
+        assert "running" not in {t["status"] for t in trials}  # the stopped trials' runs were closed
+        driver = client.get(f"/experiments/{exp_id}").json()["driver"]
+        with pytest.raises(ValueError):
+            ray.get_actor(driver, namespace="embinit")  # the driver was removed once its state was recorded
