@@ -389,3 +389,40 @@ def test_oversized_unauthenticated_body_is_refused_before_reading(make_client):
     client = make_client(api_token="s3cret", max_body_bytes=100)
     r = client.post("/experiments", content=b"x" * 1000, headers={"content-type": "application/json"})
     assert r.status_code == 401
+
+
+class _StubbornRunner(FakeRunner):
+    """A driver that ignores cancel requests, or does not answer polls."""
+
+    busy = False
+
+    def cancel(self, driver) -> None:
+        self.cluster.cancelled.add(driver)
+
+    def poll(self, driver):
+        if self.busy:
+            raise TimeoutError(f"driver {driver} did not answer")
+        return super().poll(driver)
+
+
+def test_a_driver_that_ignores_cancel_is_stopped_after_the_grace_period(make_settings, cluster):
+    runner = _StubbornRunner(cluster)
+    app = create_app(make_settings(cancel_grace_s=0.0), runner=runner, store=FakeStore(cluster))
+    with TestClient(app) as client:
+        exp_id = submit(client).json()["id"]
+        runner.advance(f"embinit-exp-{exp_id}", "running", pending=3, running=1)
+        body = client.delete(f"/experiments/{exp_id}").json()
+        assert body["status"] == "cancelled" and body["error"] == "stopped after the cancel grace period"
+        assert f"embinit-exp-{exp_id}" in cluster.released  # killed
+
+
+def test_a_driver_that_does_not_answer_keeps_the_known_state(make_settings, cluster):
+    runner = _StubbornRunner(cluster)
+    app = create_app(make_settings(), runner=runner, store=FakeStore(cluster))
+    with TestClient(app) as client:
+        exp_id = submit(client).json()["id"]
+        runner.advance(f"embinit-exp-{exp_id}", "running", pending=3, running=1)
+        assert client.get(f"/experiments/{exp_id}").json()["counts"] == {"pending": 3, "running": 1}
+        runner.busy = True
+        exp = client.get(f"/experiments/{exp_id}").json()
+        assert exp["status"] == "running" and exp["counts"] == {"pending": 3, "running": 1} and exp["error"] is None
