@@ -111,6 +111,7 @@ def _run_one(cfg, item, shared, root: Path, extra_callbacks) -> float | None:
         raise  # Tune retries the trial (FailureConfig) from its last checkpoint
     res = result.to_dict()
     run.finish(res, _artifacts(res, out_dir, shared, item["label"]))
+    shutil.rmtree(out_dir, ignore_errors=True)  # recorded: later checkpoints of the unit need not carry it
     value = (res.get("best") or {}).get(metric)
     return math.nan if value is None else value  # a diverged trial is a result, not a failure
 
