@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -69,8 +71,14 @@ class StopAfterFirstEpoch:
 def test_stop_cancels_running_trials(ray_local, tmp_path):
     s = spec("stop", tmp_path, inits=["xavier", "normal"], seeds=[0, 1], max_concurrent=1,
              tasks=[{**TINY, "epochs": 2}])
-    flag = tmp_path / "flag"
-    result = run_sweep(s, progress=False, stop=lambda: flag.exists(),
+    flag, stop = tmp_path / "flag", threading.Event()
+
+    def watch():  # the caller's side: e.g. the service's cancel endpoint sets the event
+        while not flag.exists():
+            time.sleep(0.2)
+        stop.set()
+    threading.Thread(target=watch, daemon=True).start()
+    result = run_sweep(s, progress=True, stop=stop,
                        extra_callbacks=lambda cfg: [StopAfterFirstEpoch(str(flag))])
     assert result.cancelled
     statuses = [t["status"] for t in result.trials]

@@ -81,3 +81,13 @@ def test_a_finished_run_beats_later_failed_attempts():
     rows = [{"key": "a", "status": "finished"}, {"key": "a", "status": "failed"},
             {"key": "b", "status": "failed"}, {"key": "b", "status": "cancelled"}]
     assert {r["key"]: r["status"] for r in _latest(rows)} == {"a": "finished", "b": "failed"}
+
+
+def test_stopper_and_progress_pickle_without_their_live_parts():
+    import pickle
+    event = threading.Event()
+    stop = pickle.loads(pickle.dumps(_StopAll(_stop_fn(event))))
+    assert stop.stop_all() is False
+    p = Progress(total=1, reused=0, sink=lambda c: None, stream=io.StringIO())
+    q = pickle.loads(pickle.dumps(p))
+    assert q.sink is None and q.stream is None and q.total == 1

@@ -22,7 +22,7 @@ class Progress(Callback):
     def __init__(self, total: int, reused: int, per_unit: int = 1, every: float = 10.0,
                  sink: Callable[[dict[str, Any]], None] | None = None, stream=None):
         self.total, self.reused, self.per_unit, self.every = total, reused, per_unit, every
-        self.sink, self.stream = sink, stream or sys.stderr
+        self.sink, self.stream = sink, stream  # None: whatever sys.stderr is when printing
         self.running: set[str] = set()
         self.done = self.failed = 0
         self.start = time.monotonic()
@@ -53,7 +53,12 @@ class Progress(Callback):
         if self.sink is not None:
             self.sink(self.counts())
         else:
-            print(self.line(), file=self.stream, flush=True)
+            print(self.line(), file=self.stream or sys.stderr, flush=True)
+
+    def __getstate__(self) -> dict:
+        # Tune pickles its callbacks into its experiment state: streams and a caller's sink may not
+        # pickle, and only the live callback ever reports.
+        return {**self.__dict__, "sink": None, "stream": None}
 
     def on_trial_start(self, iteration, trials, trial, **info):
         self.running.add(trial.trial_id)

@@ -22,8 +22,13 @@ class _StopAll(tune.Stopper):
         return False
 
     def stop_all(self) -> bool:
-        self.fired = self.fired or bool(self.should_stop())
+        self.fired = self.fired or bool(self.should_stop is not None and self.should_stop())
         return self.fired
+
+    def __getstate__(self) -> dict:
+        # Tune pickles its run config into its experiment state; a threading.Event (a lock) cannot be
+        # pickled, and only this live object ever stops anything (embinit never restores Tune state).
+        return {**self.__dict__, "should_stop": None}
 
 
 def trial_name(units: list[dict]) -> Callable:
