@@ -221,11 +221,14 @@ def mean_curves(report: Report, out_dir: Path) -> list[Path]:
     paths = []
     for (task, axes), lines in sorted(figures.items()):
         metric = curve_metric(task)
+        curves = [(label, len(run_ids), *_mean_history(client, run_ids, metric))
+                  for label, run_ids in sorted(lines, key=lambda x: _label_order(x[0]))]
+        curves = [c for c in curves if c[2]]
+        if not curves:
+            continue  # nothing finished yet (e.g. a cancelled sweep)
         fig, ax = plt.subplots(figsize=(6, 4))
-        for label, run_ids in sorted(lines, key=lambda x: _label_order(x[0])):
-            epochs, values = _mean_history(client, run_ids, metric)
-            if epochs:
-                ax.plot(epochs, values, marker="o", label=f"{label} (n={len(run_ids)})")
+        for label, n, epochs, values in curves:
+            ax.plot(epochs, values, marker="o", label=f"{label} (n={n})")
         suffix = "" if axes == "{}" else " " + axes
         ax.set(xlabel="epoch", ylabel=f"mean {metric}", title=f"{report.experiment}: {task}{suffix}")
         ax.legend(fontsize=8)
