@@ -234,3 +234,42 @@ def test_early_stopping_after_patience_epochs_without_improvement(cache):
     r = run_trial(small(epochs=6, early_stopping_patience=2), callbacks=(Undo(),), cache_dir=cache)
     assert r.status == "finished" and [h["epoch"] for h in r.history] == [1, 2, 3]
     assert r.best_epoch == 1
+
+
+def write_mnli(folder, rng_seed=0):
+    """A tiny MNLI-shaped folder (GLUE TSVs): label = whether the hypothesis repeats the premise,
+    negates it, or says something else."""
+    import random
+
+    rng = random.Random(rng_seed)
+    words = ["a", "dog", "cat", "man", "runs", "sits", "red", "big", "park", "street"]
+    labels = ["entailment", "neutral", "contradiction"]
+    for split, n in (("train", 240), ("dev_matched", 60), ("dev_mismatched", 60)):
+        rows = ["sentence1\tsentence2\tgold_label"]
+        for _ in range(n):
+            premise = " ".join(rng.choice(words) for _ in range(5))
+            label = rng.randrange(3)
+            hyp = premise if label == 0 else ("not " + premise if label == 2 else
+                                              " ".join(rng.choice(words) for _ in range(4)))
+            rows.append(f"{premise}\t{hyp}\t{labels[label]}")
+        (folder / f"{split}.tsv").write_text("\n".join(rows) + "\n")
+    return folder
+
+
+@pytest.mark.slow
+def test_sentence_pair_task_tracks_matched_and_mismatched_separately(tmp_path):
+    data = write_mnli(tmp_path)
+    r = run_trial(TrialConfig(task="mnli", data_dir=str(data), d_model=32, heads=4, layers=1, ff_dim=64,
+                              epochs=2, batch_size=32, lr=1e-3, min_freq=1, threads=1),
+                  cache_dir=tmp_path / "c")
+    for h in r.history:
+        assert {"val/acc_matched", "val/acc_mismatched", "val/loss_matched", "val/loss_mismatched"} <= set(h)
+    for name in ("val/acc_matched", "val/acc_mismatched"):
+        best = max(r.history, key=lambda h: h[name])
+        assert r.best[name] == best[name] and r.best[f"{name}_epoch"] == best["epoch"]
+    assert r.best_epoch == r.best["val/acc_matched_epoch"]
+
+
+def test_beam_search_decodes_the_test_set(cache):
+    r = run_trial(small(epochs=1, beam_size=3), cache_dir=cache)
+    assert r.status == "finished" and 0.0 <= r.test["test/bleu"] <= 100.0
