@@ -181,3 +181,13 @@ def test_similarity_from_mlflow_run_ids(tmp_path, capsys):
     missing = "0" * 32
     assert main(["similarity", missing, run_ids[0], "--tracking-uri", uri]) == 2
     assert f"cannot download checkpoint/best.pt of MLflow run {missing}" in capsys.readouterr().err
+
+
+def test_vector_file_words_with_spaces_and_header(tmp_path, capsys):
+    from embinit.analysis.sources import load_embeddings
+
+    text = tmp_path / "w2v.txt"
+    text.write_text("3 2\nnew york 1.0 0.0\nparis 0.5 0.5\nparis 9 9\nrome 0.0 1.0\n")
+    emb = load_embeddings(text)
+    assert emb.tokens == ["new york", "paris", "rome"]
+    assert emb.matrix.tolist() == [[1.0, 0.0], [0.5, 0.5], [0.0, 1.0]]   # the first 'paris' row wins

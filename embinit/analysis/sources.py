@@ -74,19 +74,28 @@ def load_checkpoint(path: str | Path, key: str | None = None) -> Embeddings:
 
 
 def scan_words(path: Path, top: int | None = None) -> list[str]:
-    """The words of a text vector file in file order (header skipped, first occurrence kept)."""
-    from embinit.init.vectors import _header, _open  # noqa: PLC0415
+    """The words of a text vector file in file order (header skipped, first occurrence kept). A word
+    is everything before the last D fields, as the init library's loader reads it (GloVe 840B has
+    words with spaces)."""
+    from embinit.init.vectors import _first_line, _header, _open  # noqa: PLC0415
 
+    first = _first_line(path)
+    head = _header(first)
+    dim = head[1] if head else len(first.split()) - 1
     words, seen = [], set()
     with _open(path) as f:
         for lineno, line in enumerate(f, 1):
-            if lineno == 1 and _header(line):
+            if lineno == 1 and head:
                 continue
-            parts = line.rstrip(b"\r\n").split(b" ", 1)
-            word = parts[0].decode("utf-8", "replace")
-            if word and word not in seen:
-                seen.add(word)
-                words.append(word)
+            line = line.rstrip(b"\r\n").rstrip()
+            if line.count(b" ") == dim:       # fast path: a one-word line
+                word = line[: line.find(b" ")]
+            else:
+                word = b" ".join(line.split(b" ")[:-dim]) if dim else line
+            name = word.decode("utf-8", "replace")
+            if name and name not in seen:
+                seen.add(name)
+                words.append(name)
                 if top is not None and len(words) >= top:
                     break
     return words
