@@ -17,9 +17,10 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# The main job: the quickstart study on a local Ray, tracked in ./mlflow.db (see README).
 run: $(STAMP)
-	$(VENV)/bin/embinit inits
-	$(VENV)/bin/embinit embeddings stats --vocab tests/data/example_vocab.txt --init xavier --dim 300
+	RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0 HF_HUB_OFFLINE=1 \
+	  $(VENV)/bin/embinit run tune_configs/quickstart.yaml
 
 test: $(STAMP)
 	$(PY) -m pytest -q
