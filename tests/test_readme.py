@@ -1,0 +1,53 @@
+"""The README's commands work: the two set-up commands exist and do what it says, and every
+`embinit ...` command it shows is a real command whose spec files parse."""
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from embinit.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+
+
+def _make_dry_run(target: str) -> str:
+    proc = subprocess.run(["make", "-n", "-B", target], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_readme_names_exactly_the_two_setup_commands():
+    setup = README.split("## Set up and run")[1].split("```")[1]
+    commands = [line.split("#")[0].strip() for line in setup.splitlines() if line.strip()]
+    assert commands[1:] == ["make run", "make test"]
+
+
+@pytest.mark.parametrize("target", ["run", "test"])
+def test_setup_installs_cpu_torch_before_the_project(target):
+    steps = _make_dry_run(target)
+    torch_at, project_at = steps.index("torch==2.13.0"), steps.index('install -q -e ".[test]"')
+    assert torch_at < project_at
+
+
+def test_make_run_runs_the_quickstart_and_make_test_runs_pytest():
+    assert "embinit run tune_configs/quickstart.yaml" in _make_dry_run("run")
+    assert "pytest" in _make_dry_run("test")
+    assert "make test" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_every_embinit_subcommand_in_the_readme_exists(capsys):
+    # commands as the README shows them: in code blocks and table cells, after a prompt or venv path
+    used = set(re.findall(r"(?:^|[\s`/])embinit (\w+) ", README)) - {"is"}
+    assert {"run", "report", "train", "inits", "serve"} <= used
+    for command in used:
+        with pytest.raises(SystemExit) as exc:
+            main([command, "--help"])
+        assert exc.value.code == 0, command
+
+
+def test_quickstart_spec_expands(capsys):
+    assert main(["run", str(ROOT / "tune_configs" / "quickstart.yaml"), "--dry-run"]) == 0
+    assert "9 trials" in capsys.readouterr().out  # 3 inits x 3 seeds
