@@ -36,7 +36,7 @@ from embinit.config import TASKS, TrialConfig
 from embinit.errors import EmbinitError
 
 __all__ = ["ExperimentSpec", "InitEntry", "SpecError", "load_spec", "Hyperparams", "TaskEntry", "Search",
-           "Range", "Resources", "MlflowSettings", "PlannedTrial"]
+           "Range", "Resources", "MlflowSettings", "PlannedTrial", "Analyses"]
 
 # TrialConfig fields a spec may set per task, in `defaults`, as an ablation axis or in a search space.
 HYPERPARAMETERS = ("epochs", "batch_size", "max_tokens", "lr", "d_model", "layers", "heads", "ff_dim",
@@ -195,6 +195,56 @@ class MlflowSettings(_Strict):
     log_plots: bool = True
 
 
+class ProbeAnalysis(_Strict):
+    """The position-absorption probe (embinit.analysis.probe) on the trial's embedding table: at init,
+    every `every_n_epochs` (None: never in between) and on the best epoch's weights at the end."""
+
+    every_n_epochs: int | None = Field(None, ge=1)
+    max_len: int | None = Field(None, ge=2)      # positions probed; None: the probe's default (64)
+    n_samples: int = Field(20000, ge=10)
+
+
+class SimilarityAnalysis(_Strict):
+    """KNN match similarity of the trial's table during training (embinit.analysis.callbacks), against
+    a fixed `reference` (checkpoint, embeddings file or MLflow run id), or against the snapshots of the
+    same trial at `reference_seed` (the blog's two seeds). With `reference_seed` or `snapshot_dir` every
+    trial writes its K-NN lists to `<snapshot_dir>/<trial key>/` (default snapshot_dir:
+    `<cache_dir or .embinit-cache>/knn_snapshots`; it must be shared by all workers)."""
+
+    every_n_steps: int = Field(500, ge=1)
+    k: int = Field(10, ge=1)
+    metric: Literal["jaccard", "overlap"] = "jaccard"      # embinit.analysis.similarity.SCORES
+    neighbours: Literal["dot", "cosine"] = "dot"           # embinit.analysis.neighbours.NEIGHBOUR_METRICS
+    reference: PathStr | None = None
+    reference_seed: int | None = None
+    snapshot_dir: PathStr | None = None
+    wait_s: float = Field(0.0, ge=0)   # how long a trial waits for the reference seed's snapshot of a step
+
+    @model_validator(mode="after")
+    def _one_reference(self):
+        if self.reference is not None and self.reference_seed is not None:
+            raise ValueError("give either a fixed `reference` or a `reference_seed`, not both")
+        if self.reference is None and self.reference_seed is None and self.snapshot_dir is None:
+            raise ValueError("similarity needs a `reference`, a `reference_seed` or a `snapshot_dir`")
+        return self
+
+
+class Analyses(_Strict):
+    """Analyses logged to each trial's MLflow run. They only observe training: they are passed beside
+    the TrialConfig (not in it), so switching them on does not change trial keys and finished trials
+    are reused without them."""
+
+    probe: ProbeAnalysis | None = None
+    similarity: SimilarityAnalysis | None = None
+
+    @field_validator("probe", mode="before")
+    @classmethod
+    def _probe_flag(cls, v):
+        if isinstance(v, bool):    # `probe: true` = the defaults, `probe: false` = off
+            return {} if v else None
+        return v
+
+
 def _parse_init(spec: str | dict[str, Any]):
     """`embinit.init.parse_init_spec(spec)` (raises EmbinitError listing the valid names)."""
     from embinit.init import parse_init_spec  # noqa: PLC0415 (the package pulls in torch)
@@ -305,6 +355,7 @@ class ExperimentSpec(_Strict):
     pretrained: PathStr | dict[str, PathStr] | None = None  # a path, or {source family: path}
     cache_dir: PathStr | None = None
     mlflow: MlflowSettings = Field(default_factory=MlflowSettings)
+    analyses: Analyses | None = None
 
     @field_validator("tasks", mode="before")
     @classmethod
@@ -423,10 +474,17 @@ class ExperimentSpec(_Strict):
         out.append(("defaults.tokenizer", self.defaults.tokenizer))
         for i, e in enumerate(self.inits):
             out += [(f"inits[{i}].pretrained", e.pretrained), (f"inits[{i}].src_pretrained", e.src_pretrained)]
+        sim = self.analyses.similarity if self.analyses is not None else None
+        if sim is not None:
+            out += [("analyses.similarity.reference", sim.reference),
+                    ("analyses.similarity.snapshot_dir", sim.snapshot_dir)]
         return [(k, v) for k, v in out if v]
 
     def canonical(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
+        data = self.model_dump(mode="json")
+        if data.get("analyses") is None:
+            data.pop("analyses", None)   # specs without analyses keep the hash they had before the field
+        return data
 
     def spec_hash(self) -> str:
         blob = json.dumps(self.canonical(), sort_keys=True, separators=(",", ":"))
@@ -509,6 +567,10 @@ def _cross_check(spec: "ExperimentSpec") -> list[tuple[str, str]]:
                 break
         for other in (*same, ("label", label)):
             seen.setdefault(other, i)
+    sim = spec.analyses.similarity if spec.analyses is not None else None
+    if sim is not None and sim.reference_seed is not None and sim.reference_seed not in spec.seeds:
+        problems.append(("analyses.similarity.reference_seed", f"seed {sim.reference_seed} is not one of "
+                         f"the spec's seeds {spec.seeds}, so no trial would write its snapshots"))
     tasks = [t.task for t in spec.tasks]
     for i, t in enumerate(tasks):
         if t in tasks[:i]:

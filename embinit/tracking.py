@@ -8,7 +8,8 @@ URI or stage artifacts on the wrong machine). A child run carries:
   `embinit.error` for failures, `mlflow.parentRunId`;
 - params: the flat trial config;
 - metrics: per epoch (step = epoch) `train/loss`, `val/loss`, `val/<metric>`, `tokens_per_s`, ...; at the
-  end `test/*`, `best/<val metric>`, `best_epoch`, `init/emb/*` and `best/emb/*` statistics.
+  end `test/*`, `best/<val metric>`, `best_epoch`, `init/emb/*` and `best/emb/*` statistics; with the
+  spec's `analyses`, `sim/*` and `probe/*` at optimizer steps, `init/probe/*` and `best/probe/*`.
 A trial's key has a result when it has a FINISHED run (diverged runs are finished results).
 """
 
@@ -266,6 +267,10 @@ class TrialRun:
         _log_batch(self.client, self.run_id, _metrics({k: v for k, v in metrics.items() if k != "epoch"},
                                                       step=epoch))
         self.logged.add(epoch)
+
+    def log_metrics(self, metrics: dict[str, Any], step: int) -> None:
+        """Metrics an analysis callback measured (`sim/*`, `probe/*`); step = optimizer step, not epoch."""
+        _log_batch(self.client, self.run_id, _metrics(metrics, step=step))
 
     def logged_steps(self, name: str) -> set[int]:
         return {m.step for m in retry(lambda: self.client.get_metric_history(self.run_id, name))}

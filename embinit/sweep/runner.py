@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 from embinit import tracking
 from embinit.spec import ExperimentSpec, SpecError, load_spec
+from embinit.sweep.analyses import shared_settings
 
 StopFlag = threading.Event | Callable[[], bool] | None
 
@@ -59,7 +60,7 @@ def check_local_paths(spec: ExperimentSpec) -> None:
     other values may be hub ids (`bert-base-uncased`, `google/mt5-base`)."""
     problems = []
     for where, value in spec.paths():
-        if where == "cache_dir":
+        if where in ("cache_dir", "analyses.similarity.snapshot_dir"):
             continue  # created on demand
         if value.startswith(("/", "./", "../", "~")) and not Path(value).expanduser().exists():
             problems.append((where, f"{value!r} does not exist"))
@@ -111,7 +112,7 @@ def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = 
     parent = tracking.start_parent_run(exp_id, uri, spec.spec_hash(), spec.to_yaml(), spec.num_trials())
     shared = {"tracking_uri": uri, "experiment_id": exp_id, "parent_run_id": parent,
               "log_checkpoint": spec.mlflow.log_checkpoint, "log_plots": spec.mlflow.log_plots,
-              "cache_dir": spec.cache_dir, "search_keys": []}
+              "cache_dir": spec.cache_dir, "search_keys": [], "analyses": shared_settings(spec)}
     storage = Path(storage_path or Path(spec.cache_dir or ".embinit-cache") / "ray_results").resolve()
     cancelled, should_stop = False, _stop_fn(stop)
     try:

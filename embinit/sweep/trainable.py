@@ -5,7 +5,8 @@ concurrent or earlier sweep did it); open its MLflow child run (the same run aga
 run `run_trial` with a callback that logs each epoch to MLflow and reports it to Tune with the trial's
 `out_dir` (holding `last.pt`) as the checkpoint. When the worker dies, Tune restarts the trial from the
 last reported checkpoint: it is restored into `out_dir` and `run_trial(resume=True)` continues from its
-last epoch, logging into the same MLflow run.
+last epoch, logging into the same MLflow run. With the spec's `analyses`, the probe and similarity
+callbacks (embinit.sweep.analyses) log into the trial's run as well.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any, Callable
 
 from embinit import tracking
 from embinit.errors import EmbinitError
+from embinit.sweep import analyses
 
 RUN_ID_FILE = "mlflow_run_id"
 INIT_SAMPLE = "init_embedding_sample.npy"
@@ -98,6 +100,7 @@ def _run_one(cfg, item, shared, root: Path, extra_callbacks) -> float | None:
                                  item["group"], run_id=id_file.read_text().strip() if id_file.exists() else None)
     id_file.write_text(run.run_id)
     callbacks = [TrialReporter(run, root, metric)]
+    callbacks += analyses.trial_callbacks(shared.get("analyses"), cfg, run.log_metrics, out_dir)
     if extra_callbacks is not None:
         callbacks += list(extra_callbacks(cfg))
     try:

@@ -1,0 +1,69 @@
+"""The spec's `analyses` in a sweep: trainer callbacks (embinit.analysis.callbacks) that log the
+position probe and the KNN match similarity to the trial's MLflow run.
+
+The settings travel in the sweep's `shared` dict beside the TrialConfig, never inside it: the analyses
+only observe training, so they must not change the trial key (a finished trial is reused as it is,
+without re-running to add an analysis).
+
+Similarity against another seed (the blog's experiment 1): every trial writes its K-NN snapshots to
+`<snapshot_dir>/<trial key>/`; a trial whose seed is not `reference_seed` compares, step by step, with
+the folder of its twin -- the same config at `reference_seed`. The folder must be visible to every worker
+(local Ray, or a shared filesystem on a cluster).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Callable
+
+
+def shared_settings(spec) -> dict[str, Any] | None:
+    """The spec's analyses as a plain dict for the workers, paths made absolute (workers run in
+    other directories); None when the spec has none."""
+    if spec.analyses is None:
+        return None
+    data = spec.analyses.model_dump()
+    sim = data.get("similarity")
+    if sim is not None:
+        if sim["reference_seed"] is not None or sim["snapshot_dir"] is not None:
+            root = sim["snapshot_dir"] or Path(spec.cache_dir or ".embinit-cache") / "knn_snapshots"
+            sim["snapshot_dir"] = str(Path(root).expanduser().resolve())
+        ref = sim["reference"]
+        if ref is not None and Path(ref).expanduser().exists():   # else an MLflow run id
+            sim["reference"] = str(Path(ref).expanduser().resolve())
+    return data
+
+
+def trial_callbacks(settings: dict[str, Any] | None, cfg, log_fn: Callable[[dict, int], None],
+                    out_dir: Path) -> list:
+    """The callbacks of one trial (`cfg`: its TrialConfig), logging through `log_fn(metrics, step)`."""
+    if not settings:
+        return []
+    from embinit.analysis.callbacks import make_callbacks  # noqa: PLC0415 (torch; workers only)
+    wanted: dict[str, Any] = {}
+    sim = settings.get("similarity")
+    if sim is not None:
+        wanted["similarity"] = _similarity_args(sim, cfg)
+    probe = settings.get("probe")
+    if probe is not None:
+        wanted["probe"] = {"every_n_epochs": probe["every_n_epochs"], "max_len": probe["max_len"],
+                           "n_samples": probe["n_samples"], "summary": True}
+    return make_callbacks(wanted, log_fn=log_fn, out_dir=out_dir)
+
+
+def _similarity_args(sim: dict[str, Any], cfg) -> dict[str, Any]:
+    args = {"every_n_steps": sim["every_n_steps"], "k": sim["k"], "metric": sim["metric"],
+            "neighbours": sim["neighbours"], "wait_s": sim["wait_s"], "reference": sim["reference"]}
+    root = sim["snapshot_dir"]
+    if root is not None:
+        args["snapshot_dir"] = Path(root) / cfg.key()
+        ref_seed = sim["reference_seed"]
+        if ref_seed is not None and cfg.seed != ref_seed:
+            args["reference_snapshots"] = Path(root) / twin_key(cfg, ref_seed)
+    return args
+
+
+def twin_key(cfg, seed: int) -> str:
+    """The trial key of the same config at another seed (whose snapshots a trial compares with)."""
+    return dataclasses.replace(cfg, seed=seed).key()

@@ -1,0 +1,142 @@
+"""The spec's `analyses` section: validation, and a sweep that logs the position probe and the KNN
+match similarity into each trial's MLflow run (local Ray, temporary SQLite store, tiny synthetic LM)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from embinit import tracking
+from embinit.spec import SpecError, load_spec
+
+TINY = {"task": "synthetic_lm", "epochs": 2, "d_model": 16, "ff_dim": 32, "heads": 2, "max_train_examples": 200}
+
+
+def spec_data(tmp: Path, analyses, **over) -> dict:
+    data = {"name": "analyses", "tasks": [TINY], "inits": ["xavier"], "seeds": [0], "resources": {"cpus": 1},
+            "retries": 0, "cache_dir": str(tmp / "cache"), "mlflow": {"tracking_uri": f"sqlite:///{tmp}/m.db"}}
+    if analyses is not None:
+        data["analyses"] = analyses
+    data.update(over)
+    return data
+
+
+# ---- validation ---------------------------------------------------------------------------------------
+def test_analyses_parse_and_do_not_change_trial_keys_or_old_hashes(tmp_path):
+    plain = load_spec(spec_data(tmp_path, None))
+    spec = load_spec(spec_data(tmp_path, {"probe": True, "similarity": {"reference_seed": 0, "k": 5}}))
+    assert spec.analyses.probe.n_samples == 20000 and spec.analyses.similarity.k == 5
+    assert [p.key for p in spec.plan()] == [p.key for p in plain.plan()]
+    assert "analyses" not in plain.canonical() and load_spec(spec.to_yaml()) == spec
+    assert load_spec(spec_data(tmp_path, {"probe": False})).analyses.probe is None
+
+
+@pytest.mark.parametrize("analyses, where, message", [
+    ({"probes": True}, "analyses.probes", "unknown field 'probes'"),
+    ({"probe": {"n_samples": 5}}, "analyses.probe.n_samples", "greater than or equal to 10"),
+    ({"similarity": {"metric": "iou", "reference_seed": 0}}, "analyses.similarity.metric", "'jaccard'"),
+    ({"similarity": {"k": 10}}, "analyses.similarity", "needs a `reference`, a `reference_seed`"),
+    ({"similarity": {"reference": "x.pt", "reference_seed": 0}}, "analyses.similarity", "not both"),
+    ({"similarity": {"reference_seed": 3}}, "analyses.similarity.reference_seed", "not one of"),
+    ({"similarity": {"every_n_steps": 0, "snapshot_dir": "s"}}, "analyses.similarity.every_n_steps",
+     "greater than or equal to 1"),
+])
+def test_invalid_analyses_name_the_field(tmp_path, analyses, where, message):
+    with pytest.raises(SpecError) as err:
+        load_spec(spec_data(tmp_path, analyses))
+    assert any(p == where and message in m for p, m in err.value.problems), err.value.problems
+
+
+def test_literal_names_match_the_library():
+    from embinit.analysis.neighbours import NEIGHBOUR_METRICS
+    from embinit.analysis.similarity import SCORES
+    from embinit.spec import SimilarityAnalysis
+    fields = SimilarityAnalysis.model_fields
+    assert fields["metric"].annotation.__args__ == SCORES
+    assert fields["neighbours"].annotation.__args__ == NEIGHBOUR_METRICS
+
+
+# ---- end to end ---------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def ray_local():
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    import ray
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def history(uri: str, run_id: str, name: str) -> dict[int, float]:
+    return {m.step: m.value for m in tracking.client(uri).get_metric_history(run_id, name)}
+
+
+def reference_file(path: Path) -> Path:
+    """A small GloVe-style text file over the synthetic task's words (no specials): the trial aligns
+    its table with it on the shared tokens."""
+    from embinit.tasks.synthetic import LEXICON
+    words = sorted(set(LEXICON.values()))
+    g = torch.Generator().manual_seed(1)
+    vecs = torch.randn(len(words), 8, generator=g)
+    path.write_text("".join(w + " " + " ".join(f"{x:.6f}" for x in v.tolist()) + "\n"
+                            for w, v in zip(words, vecs)))
+    return path
+
+
+@pytest.mark.slow
+def test_probe_and_fixed_reference_similarity_are_logged(ray_local, tmp_path):
+    from embinit.analysis import align, knn_match_similarity, load_embeddings
+    from embinit.sweep import run_sweep
+    ref = reference_file(tmp_path / "ref.txt")
+    spec = load_spec(spec_data(tmp_path, {"probe": {"n_samples": 300},
+                                          "similarity": {"reference": str(ref), "every_n_steps": 5, "k": 3}}))
+    result = run_sweep(spec, progress=False)
+    assert result.n_finished == 1, result.trials
+    uri, (trial,) = result.tracking_uri, result.trials
+    run = tracking.client(uri).get_run(trial["run_id"])
+    assert trial["key"] == spec.plan()[0].key
+    probe = history(uri, trial["run_id"], "probe/pos_acc")
+    sim = history(uri, trial["run_id"], "sim/knn_jaccard_mean")
+    final = max(sim)
+    assert sorted(probe) == [0, final] and final > 5          # at init and after training
+    assert {"init/probe/pos_acc", "best/probe/pos_acc", "best/probe/token_acc",
+            "sim/knn_jaccard_median"} <= set(run.data.metrics)
+    assert run.data.metrics["init/probe/pos_acc"] == probe[0]
+    assert all(0.0 <= v <= 1.0 for v in [*probe.values(), *sim.values()])
+    assert sorted(sim)[:-1] == list(range(0, final, 5))       # step 0, every 5 steps, the end
+    # the last value is the similarity of the best checkpoint's table to the reference, recomputed here
+    ckpt = tracking.client(uri).download_artifacts(trial["run_id"], "checkpoint/best.pt", str(tmp_path))
+    mine, theirs = load_embeddings(ckpt), load_embeddings(ref)
+    _, a, b = align(mine.tokens, mine.matrix, theirs.tokens, theirs.matrix)
+    expected = knn_match_similarity(a, b, k=3).summary["mean"]
+    assert sim[final] == pytest.approx(expected, abs=1e-6)
+
+
+@pytest.mark.slow
+def test_reference_seed_compares_with_the_other_seeds_snapshots(ray_local, tmp_path):
+    from embinit.analysis import similarity_curve
+    from embinit.sweep import run_sweep
+    snaps = tmp_path / "snaps"
+    # one trial at a time, seed 0 first (plan order), so seed 1 finds seed 0's snapshot of every step
+    spec = load_spec(spec_data(tmp_path, {"similarity": {"reference_seed": 0, "snapshot_dir": str(snaps),
+                                                         "every_n_steps": 4, "k": 3}},
+                               seeds=[0, 1], max_concurrent=1, name="analyses-seeds"))
+    result = run_sweep(spec, progress=False)
+    assert result.n_finished == 2, result.trials
+    by_seed = {t["config"]["seed"]: t for t in result.trials}
+    uri = result.tracking_uri
+    assert history(uri, by_seed[0]["run_id"], "sim/knn_jaccard_mean") == {}   # the reference itself
+    logged = history(uri, by_seed[1]["run_id"], "sim/knn_jaccard_mean")
+    curve = similarity_curve(snaps / by_seed[0]["key"], snaps / by_seed[1]["key"], k=3)
+    assert len(curve) >= 3 and curve[0]["step"] == 0
+    assert logged == pytest.approx({c["step"]: c["mean"] for c in curve}, abs=1e-6)
+
+
+def test_blog_configs_track_similarity_to_seed_0():
+    root = Path(__file__).resolve().parents[1] / "tune_configs" / "blog"
+    for path in sorted(root.glob("*.yaml")):
+        sim = load_spec(path).analyses.similarity
+        assert sim.reference_seed == 0 and sim.k == 10 and sim.every_n_steps == 500, path.name
