@@ -12,12 +12,13 @@ import torch
 from embinit import tracking
 from embinit.spec import SpecError, load_spec
 
-TINY = {"task": "synthetic_lm", "epochs": 2, "d_model": 16, "ff_dim": 32, "heads": 2, "max_train_examples": 200}
+TINY = {"task": "synthetic_lm", "epochs": 2, "d_model": 16, "ff_dim": 32, "heads": 2,
+        "max_train_examples": 200}
 
 
 def spec_data(tmp: Path, analyses, **over) -> dict:
-    data = {"name": "analyses", "tasks": [TINY], "inits": ["xavier"], "seeds": [0], "resources": {"cpus": 1},
-            "retries": 0, "cache_dir": str(tmp / "cache"), "mlflow": {"tracking_uri": f"sqlite:///{tmp}/m.db"}}
+    data = {"name": "analyses", "tasks": [TINY], "inits": ["xavier"], "seeds": [0],
+            "resources": {"cpus": 1}, "retries": 0, "cache_dir": str(tmp / "cache"), "mlflow": {"tracking_uri": f"sqlite:///{tmp}/m.db"}}
     if analyses is not None:
         data["analyses"] = analyses
     data.update(over)
