@@ -60,6 +60,25 @@ def test_literal_names_match_the_library():
     assert fields["neighbours"].annotation.__args__ == NEIGHBOUR_METRICS
 
 
+def test_workers_get_absolute_paths_and_the_twin_of_the_reference_seed(tmp_path, monkeypatch):
+    from embinit.analysis import ProbeCallback, SimilarityCallback
+    from embinit.sweep.analyses import shared_settings, trial_callbacks, twin_key
+    monkeypatch.chdir(tmp_path)
+    spec = load_spec(spec_data(tmp_path, {"probe": True, "similarity": {"reference_seed": 0,
+                                                                        "snapshot_dir": "snaps"}}, seeds=[0, 1]))
+    settings = shared_settings(spec)
+    assert settings["similarity"]["snapshot_dir"] == str(tmp_path / "snaps")   # a worker's cwd differs
+    cfg0, cfg1 = spec.expand()
+    assert twin_key(cfg1, 0) == cfg0.key()
+    cbs0 = trial_callbacks(settings, cfg0, lambda m, s: None, tmp_path / "out0")
+    cbs1 = trial_callbacks(settings, cfg1, lambda m, s: None, tmp_path / "out1")
+    sim0, sim1 = (next(c for c in cbs if isinstance(c, SimilarityCallback)) for cbs in (cbs0, cbs1))
+    assert sim0.snapshot_dir == tmp_path / "snaps" / cfg0.key() and sim0.reference_snapshots is None
+    assert sim1.reference_snapshots == tmp_path / "snaps" / cfg0.key()
+    assert any(isinstance(c, ProbeCallback) and c.summary for c in cbs1)
+    assert trial_callbacks(None, cfg0, lambda m, s: None, tmp_path) == []
+
+
 # ---- end to end ---------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def ray_local():
@@ -108,6 +127,8 @@ def test_probe_and_fixed_reference_similarity_are_logged(ray_local, tmp_path):
     assert run.data.metrics["init/probe/pos_acc"] == probe[0]
     assert all(0.0 <= v <= 1.0 for v in [*probe.values(), *sim.values()])
     assert sorted(sim)[:-1] == list(range(0, final, 5))       # step 0, every 5 steps, the end
+    plots = {a.path for a in tracking.client(uri).list_artifacts(trial["run_id"], "plots")}
+    assert "plots/similarity_curve.png" in plots
     # the last value is the similarity of the best checkpoint's table to the reference, recomputed here
     ckpt = tracking.client(uri).download_artifacts(trial["run_id"], "checkpoint/best.pt", str(tmp_path))
     mine, theirs = load_embeddings(ckpt), load_embeddings(ref)

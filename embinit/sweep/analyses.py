@@ -49,7 +49,8 @@ def trial_callbacks(settings: dict[str, Any] | None, cfg, log_fn: Callable[[dict
     if probe is not None:
         wanted["probe"] = {"every_n_epochs": probe["every_n_epochs"], "max_len": probe["max_len"],
                            "n_samples": probe["n_samples"], "summary": True}
-    return make_callbacks(wanted, log_fn=log_fn, out_dir=out_dir)
+    out = make_callbacks(wanted, log_fn=log_fn, out_dir=out_dir)
+    return out + [EpochSteps()] if sim is not None else out
 
 
 def _similarity_args(sim: dict[str, Any], cfg) -> dict[str, Any]:
@@ -67,3 +68,31 @@ def _similarity_args(sim: dict[str, Any], cfg) -> dict[str, Any]:
 def twin_key(cfg, seed: int) -> str:
     """The trial key of the same config at another seed (whose snapshots a trial compares with)."""
     return dataclasses.replace(cfg, seed=seed).key()
+
+
+class EpochSteps:
+    """Trainer callback: the optimizer step at each epoch's end, to put per-epoch perplexity on the
+    similarity figure's step axis."""
+
+    def __init__(self):
+        self.steps: dict[int, int] = {}
+
+    def on_epoch_end(self, ctx, epoch: int, metrics: dict) -> None:
+        self.steps[epoch] = ctx.step
+
+
+def plot_artifacts(callbacks: list, history: list[dict], out_dir: Path, label: str) -> list[tuple[str, str]]:
+    """[("plots", similarity_curve.png)]: the similarity curve this attempt measured, with validation
+    perplexity on a second axis for LMs; [] when there is nothing to plot. (A resumed attempt plots the
+    steps since its restart; MLflow's `sim/*` history holds them all.)"""
+    from embinit.analysis.callbacks import SimilarityCallback  # noqa: PLC0415
+    from embinit.analysis.plots import similarity_figure  # noqa: PLC0415
+    sim = next((c for c in callbacks if isinstance(c, SimilarityCallback)), None)
+    if sim is None or not sim.history:
+        return []
+    steps = next((c.steps for c in callbacks if isinstance(c, EpochSteps)), {})
+    ppl = [(steps[h["epoch"]], h["val/ppl"]) for h in history
+           if h.get("epoch") in steps and isinstance(h.get("val/ppl"), (int, float))]
+    path = similarity_figure(sim.history, out_dir / "similarity_curve.png",
+                             title=f"KNN match similarity ({label})", perplexity=ppl or None)
+    return [("plots", str(path))]

@@ -100,7 +100,8 @@ def _run_one(cfg, item, shared, root: Path, extra_callbacks) -> float | None:
                                  item["group"], run_id=id_file.read_text().strip() if id_file.exists() else None)
     id_file.write_text(run.run_id)
     callbacks = [TrialReporter(run, root, metric)]
-    callbacks += analyses.trial_callbacks(shared.get("analyses"), cfg, run.log_metrics, out_dir)
+    analysis_cbs = analyses.trial_callbacks(shared.get("analyses"), cfg, run.log_metrics, out_dir)
+    callbacks += analysis_cbs
     if extra_callbacks is not None:
         callbacks += list(extra_callbacks(cfg))
     try:
@@ -113,7 +114,10 @@ def _run_one(cfg, item, shared, root: Path, extra_callbacks) -> float | None:
         run.fail(traceback.format_exc())
         raise  # Tune retries the trial (FailureConfig) from its last checkpoint
     res = result.to_dict()
-    run.finish(res, _artifacts(res, out_dir, shared, item["label"]))
+    files = _artifacts(res, out_dir, shared, item["label"])
+    if shared.get("log_plots", True):
+        files += analyses.plot_artifacts(analysis_cbs, res["history"], out_dir, item["label"])
+    run.finish(res, files)
     shutil.rmtree(out_dir, ignore_errors=True)  # recorded: later checkpoints of the unit need not carry it
     value = (res.get("best") or {}).get(metric)
     return math.nan if value is None else value  # a diverged trial is a result, not a failure
