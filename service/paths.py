@@ -14,8 +14,9 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 # Spec fields that name files, wherever they appear in the spec (top level, per task, per init).
-DATA_KEYS = ("data_dir", "cache_dir")
-PRETRAINED_KEYS = ("pretrained", "src_pretrained", "tokenizer")
+DATA_KEYS = ("data_dir", "cache_dir", "snapshot_dir")  # snapshot_dir: analyses.similarity writes there
+# reference: analyses.similarity reads a table file there (or names an MLflow run id, which passes as an id)
+PRETRAINED_KEYS = ("pretrained", "src_pretrained", "tokenizer", "reference")
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}(/[A-Za-z0-9][A-Za-z0-9_.-]{0,95})?$")
 
 

@@ -272,6 +272,12 @@ def test_paths_must_stay_inside_roots(client, roots, tmp_path):
                               "is not a plain path"),
         "axes.tokenizer[1]": ({**SPEC, "axes": {"tokenizer": ["whitespace", str(tmp_path)]}},
                               "is outside the allowed pretrained roots"),
+        "analyses.similarity.snapshot_dir": (
+            {**SPEC, "analyses": {"similarity": {"snapshot_dir": "/tmp/elsewhere"}}},
+            "is outside the allowed data roots"),
+        "analyses.similarity.reference": (
+            {**SPEC, "analyses": {"similarity": {"reference": "/etc/passwd"}}},
+            "is outside the allowed pretrained roots"),
     }
     for loc, (spec, msg) in cases.items():
         r = submit(client, spec)
