@@ -84,6 +84,10 @@ class TrialConfig:
     task: str
     init: str = "xavier"                # init spec of the (target-side / only) embedding table
     seed: int = 0
+    data_seed: int | None = None        # seed of the data order; None -> `seed`. Two seeds sharing one
+                                        # data order is the KNN-similarity post's experiment 1.
+    init_from: str | None = None        # a best.pt whose non-embedding weights start this model (the
+                                        # post's experiment 2: a trained body, re-initialized embeddings)
     src_init: str | None = None         # translation: source-side init spec; None -> same as `init`
     pretrained: str | None = None       # path or hub id of the pretrained source of `init`
     src_pretrained: str | None = None   # same for `src_init`; None -> `pretrained`
@@ -115,6 +119,7 @@ class TrialConfig:
     extras: dict[str, Any] = field(default_factory=dict)  # task-specific switches (documented per task)
 
     NOT_IN_KEY = ("threads", "device")
+    KEY_IF_SET = ("data_seed", "init_from")
 
     def resolved(self) -> "TrialConfig":
         """A copy with every None hyperparameter replaced by the task default (d_model excepted:
@@ -144,6 +149,9 @@ class TrialConfig:
         d = self.resolved().to_dict()
         for name in self.NOT_IN_KEY:
             d.pop(name, None)
+        for name in self.KEY_IF_SET:  # added later: unset, they leave earlier trial keys unchanged
+            if d.get(name) is None:
+                d.pop(name, None)
         d["code_version"] = CODE_VERSION
         blob = json.dumps(d, sort_keys=True, separators=(",", ":"), default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]

@@ -39,7 +39,7 @@ __all__ = ["ExperimentSpec", "InitEntry", "SpecError", "load_spec", "Hyperparams
            "Range", "Resources", "MlflowSettings", "PlannedTrial", "Analyses"]
 
 # TrialConfig fields a spec may set per task, in `defaults`, as an ablation axis or in a search space.
-HYPERPARAMETERS = ("epochs", "batch_size", "max_tokens", "lr", "d_model", "layers", "heads", "ff_dim",
+HYPERPARAMETERS = ("data_seed", "init_from", "epochs", "batch_size", "max_tokens", "lr", "d_model", "layers", "heads", "ff_dim",
                    "dropout", "min_freq", "max_len", "pe_base", "pre_ln", "pos_encoding", "train_embeddings",
                    "freeze_non_embeddings", "early_stopping_patience", "max_train_examples", "beam_size",
                    "precision", "oov", "tokenizer", "threads", "device", "extras")
@@ -92,6 +92,8 @@ class _Strict(BaseModel):
 class Hyperparams(_Strict):
     """Fixed hyperparameters (None = the task's Table 5 default). Names are `TrialConfig` fields."""
 
+    data_seed: int | None = Field(None, ge=0)   # one data order for every seed (KNN post, exp. 1)
+    init_from: PathStr | None = None            # a checkpoint whose non-embedding weights start the model
     epochs: int | None = Field(None, ge=1)
     batch_size: int | None = Field(None, ge=1)
     max_tokens: int | None = Field(None, ge=1)

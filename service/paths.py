@@ -16,7 +16,7 @@ from typing import Any
 # Spec fields that name files, wherever they appear in the spec (top level, per task, per init).
 DATA_KEYS = ("data_dir", "cache_dir", "snapshot_dir")  # snapshot_dir: analyses.similarity writes there
 # reference: analyses.similarity reads a table file there (or names an MLflow run id, which passes as an id)
-PRETRAINED_KEYS = ("pretrained", "src_pretrained", "tokenizer", "reference")
+PRETRAINED_KEYS = ("pretrained", "src_pretrained", "tokenizer", "reference", "init_from")
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}(/[A-Za-z0-9][A-Za-z0-9_.-]{0,95})?$")
 
 

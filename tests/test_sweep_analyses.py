@@ -157,8 +157,20 @@ def test_reference_seed_compares_with_the_other_seeds_snapshots(ray_local, tmp_p
     assert logged == pytest.approx({c["step"]: c["mean"] for c in curve}, abs=1e-6)
 
 
-def test_blog_configs_track_similarity_to_seed_0():
+def test_blog_configs_track_similarity_to_seed_0(monkeypatch, tmp_path):
+    monkeypatch.setenv("EMBINIT_ASSETS", str(tmp_path))  # exp. 2 names exp. 1's checkpoint there
     root = Path(__file__).resolve().parents[1] / "tune_configs" / "blog"
     for path in sorted(root.glob("*.yaml")):
         sim = load_spec(path).analyses.similarity
         assert sim.reference_seed == 0 and sim.k == 10 and sim.every_n_steps == 500, path.name
+
+
+def test_blog_configs_share_a_data_order_and_exp2_starts_from_exp1(monkeypatch, tmp_path):
+    monkeypatch.setenv("EMBINIT_ASSETS", str(tmp_path))
+    root = Path(__file__).resolve().parents[1] / "tune_configs" / "blog"
+    for path in sorted(root.glob("*.yaml")):
+        trials = load_spec(path).expand()
+        assert len({t.data_seed for t in trials}) == 1 and trials[0].data_seed is not None, path.name
+        assert len({t.seed for t in trials}) == 2, path.name
+    exp2 = load_spec(root / "blog_exp2_reinit_embeddings.yaml").expand()
+    assert all(t.init_from == str(tmp_path / "blog_exp1_best.pt") and t.freeze_non_embeddings for t in exp2)

@@ -19,10 +19,33 @@ import torch
 
 from embinit.config import TrialConfig, task_defaults
 from embinit.errors import EmbinitError
-from embinit.models import ModelConfig, build_model, divisors, set_dropout_generator, set_trainable
+from embinit.models import (ModelConfig, build_model, divisors, embedding_parameters,
+                            set_dropout_generator, set_trainable)
 
 
 TRAINER_EXTRAS = ("val_bleu",)  # read by the trainers; every other extras key goes to load_task
+
+
+def load_body(model, path: str) -> None:
+    """Copy every non-embedding parameter and buffer of the checkpoint `path` (a best.pt or last.pt)
+    into `model`, keeping the model's own freshly initialized embedding tables."""
+    from pathlib import Path
+    if not Path(path).is_file():
+        raise EmbinitError(f"init_from checkpoint not found: {path}")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=False)["model"]
+    except Exception as e:  # a corrupt or foreign file: say which
+        raise EmbinitError(f"init_from {path} is not an embinit checkpoint: {e}") from None
+    emb = {name for name, p in model.named_parameters()
+           if any(p is q for q in embedding_parameters(model))}
+    own = model.state_dict()
+    body = {k: v for k, v in state.items() if k not in emb}
+    missing = sorted(k for k in own if k not in emb and k not in body)
+    wrong = sorted(k for k, v in body.items() if k in own and own[k].shape != v.shape)
+    if missing or wrong or set(body) - set(own):
+        raise EmbinitError(f"init_from {path} does not fit this model: missing {missing[:3]}, "
+                           f"shape mismatch {wrong[:3]}, unexpected {sorted(set(body) - set(own))[:3]}")
+    model.load_state_dict(body, strict=False)
 
 
 def derive_seed(seed: int, stream: str) -> int:
@@ -157,6 +180,8 @@ def prepare(cfg: TrialConfig, cache_dir=None) -> Setup:
     g_model = torch.Generator().manual_seed(derive_seed(rc.seed, "model"))
     model = build_model(kind, {s: t.table for s, t in tables.items()}, model_cfg,
                         num_labels=data.num_labels or 0, generator=g_model)
+    if rc.init_from:
+        load_body(model, rc.init_from)
     set_trainable(model, rc.train_embeddings, rc.freeze_non_embeddings)
     model.to(device)
     g_drop = torch.Generator(device=device).manual_seed(derive_seed(rc.seed, "dropout"))

@@ -124,7 +124,8 @@ def run_trial(cfg: TrialConfig, out_dir=None, callbacks=(), resume: bool = True,
         if stopped:
             break
         ctx.epoch = epoch
-        data_gen = torch.Generator().manual_seed(derive_seed(rc.seed, f"data:{epoch}"))
+        data_seed = rc.seed if rc.data_seed is None else rc.data_seed
+        data_gen = torch.Generator().manual_seed(derive_seed(data_seed, f"data:{epoch}"))
         batches = task.train_batches(data_gen)
         ctx.epoch_steps = len(batches)
         stats = train_epoch(model, batches, task, optimizer, ctx, callbacks, task.autocast)
