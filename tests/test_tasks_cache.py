@@ -9,13 +9,6 @@ from embinit.tasks import cache, load_task, tokenization
 from embinit.tasks.load import plan
 
 
-@pytest.fixture(autouse=True)
-def _isolated_env(monkeypatch, tmp_path):
-    for var in ("EMBINIT_DATA_DIR", "EMBINIT_GPT2_DIR"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("EMBINIT_CACHE_DIR", str(tmp_path / "default-cache"))
-
-
 def write(path, lines):
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")

@@ -7,11 +7,6 @@ from embinit.tasks import load_task, synthetic
 TASKS = ("synthetic_translation", "synthetic_classification", "synthetic_lm")
 
 
-@pytest.fixture(autouse=True)
-def _isolated_env(monkeypatch, tmp_path):
-    monkeypatch.setenv("EMBINIT_CACHE_DIR", str(tmp_path / "default-cache"))
-
-
 def load(task, seed, **kw):
     return load_task(task, tokenizer="whitespace", min_freq=1, seed=seed, cache_dir=False, **kw)
 
