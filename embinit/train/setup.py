@@ -13,6 +13,7 @@ import dataclasses
 import hashlib
 import inspect
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -29,15 +30,14 @@ TRAINER_EXTRAS = ("val_bleu",)  # read by the trainers; every other extras key g
 def load_body(model, path: str) -> None:
     """Copy every non-embedding parameter and buffer of the checkpoint `path` (a best.pt or last.pt)
     into `model`, keeping the model's own freshly initialized embedding tables."""
-    from pathlib import Path
     if not Path(path).is_file():
         raise EmbinitError(f"init_from checkpoint not found: {path}")
     try:
         state = torch.load(path, map_location="cpu", weights_only=False)["model"]
     except Exception as e:  # a corrupt or foreign file: say which
         raise EmbinitError(f"init_from {path} is not an embinit checkpoint: {e}") from None
-    emb = {name for name, p in model.named_parameters()
-           if any(p is q for q in embedding_parameters(model))}
+    emb_ids = {id(p) for p in embedding_parameters(model)}
+    emb = {name for name, p in model.named_parameters() if id(p) in emb_ids}
     own = model.state_dict()
     body = {k: v for k, v in state.items() if k not in emb}
     missing = sorted(k for k in own if k not in emb and k not in body)
