@@ -534,6 +534,25 @@ def _side_problems(spec: "ExperimentSpec", i: int, init: InitEntry,
     return out
 
 
+def _heads_problems(spec: "ExperimentSpec") -> list[tuple[str, str]]:
+    """An init without a pretrained source on any side (all-Xavier) gets D from `d_model` or the task
+    default, not from a file; heads set explicitly must divide that D, or every such trial fails at start."""
+    out = []
+    for i, task in enumerate(spec.tasks):
+        for j, init in enumerate(spec.inits):
+            sides = [init.tgt] + ([init.src] if init.src is not None and _is_translation(task.task) else [])
+            if any(source_name(v) for v in sides):
+                continue
+            cfg = spec.trial_config(task, init, spec.seeds[0])
+            d_model = cfg.d_model or TASKS[task.task].d_model
+            if task.heads is not None and d_model % cfg.heads:
+                out.append((f"tasks[{i}].heads", f"heads={cfg.heads} does not divide d_model={d_model}, the D of "
+                            f"inits[{j}] ({init.label_for(_is_translation(task.task))}, no pretrained file to take "
+                            "D from); set `d_model` on the task"))
+                break
+    return out
+
+
 def _cross_check(spec: "ExperimentSpec") -> list[tuple[str, str]]:
     """Problems that involve more than one field (each field alone is valid)."""
     problems: list[tuple[str, str]] = []
@@ -573,6 +592,7 @@ def _cross_check(spec: "ExperimentSpec") -> list[tuple[str, str]]:
     if sim is not None and sim.reference_seed is not None and sim.reference_seed not in spec.seeds:
         problems.append(("analyses.similarity.reference_seed", f"seed {sim.reference_seed} is not one of "
                          f"the spec's seeds {spec.seeds}, so no trial would write its snapshots"))
+    problems += _heads_problems(spec)
     tasks = [t.task for t in spec.tasks]
     for i, t in enumerate(tasks):
         if t in tasks[:i]:

@@ -194,6 +194,34 @@ def list_trials(experiment_name: str, tracking_uri: str | None = None) -> list[d
     return out
 
 
+def log_analysis_run(experiment: str, uri: str | None, kind: str, run_name: str, params: dict[str, Any],
+                     metrics: dict[str, float], result: dict[str, Any]) -> str:
+    """Record one analysis outside a sweep (e.g. Table 4's analogies) as a FINISHED MLflow run: `params`,
+    `metrics`, the full `result` as the artifact result.json, tag embinit.kind=`kind`. Returns the run id."""
+    c, uri = client(uri), resolve_uri(uri)
+    exp_id = ensure_experiment(experiment, uri)
+    run = retry(lambda: c.create_run(exp_id, run_name=run_name, tags={"embinit.kind": kind}))
+    run_id = run.info.run_id
+    from mlflow.entities import Param  # noqa: PLC0415
+    try:
+        _log_batch(c, run_id, metrics=_metrics(metrics),
+                   params=[Param(k, str(v)[:6000]) for k, v in params.items()])
+        retry(lambda: c.log_text(run_id, json.dumps(result, indent=1, default=str), "result.json"))
+    except Exception as e:
+        retry(lambda: c.set_terminated(run_id, "FAILED"))
+        raise EmbinitError(f"could not record the {kind} run in MLflow: {e}") from e
+    retry(lambda: c.set_terminated(run_id, "FINISHED"))
+    return run_id
+
+
+def analysis_runs(experiment: str, uri: str | None, kind: str) -> list:
+    """The FINISHED runs of one analysis kind in an experiment (empty when the experiment is missing)."""
+    exp_id = experiment_id(experiment, uri)
+    if exp_id is None:
+        return []
+    return search_runs(exp_id, uri, f"tags.`embinit.kind` = '{kind}' and attributes.status = 'FINISHED'")
+
+
 def run_status(run) -> str:
     """finished | diverged | failed | cancelled | running, from MLflow's run status and embinit's tag."""
     status = run.info.status

@@ -191,3 +191,19 @@ def test_vector_file_words_with_spaces_and_header(tmp_path, capsys):
     emb = load_embeddings(text)
     assert emb.tokens == ["new york", "paris", "rome"]
     assert emb.matrix.tolist() == [[1.0, 0.0], [0.5, 0.5], [0.0, 1.0]]   # the first 'paris' row wins
+
+
+@pytest.mark.slow
+def test_analogy_log_experiment_records_every_row_in_mlflow(files, tmp_path, capsys):
+    from embinit import tracking
+    glove, questions = files
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    assert main(["analogy", "--embeddings", str(glove), "--questions", str(questions), "--table4", "--seed", "3",
+                 "--max-len", "50", "--tracking-uri", uri, "--log-experiment", "t4"]) == 0
+    assert "logged to MLflow run" in capsys.readouterr().out
+    (run,) = tracking.analysis_runs("t4", uri, "analogy")
+    m = run.data.metrics
+    assert (m["analogy/raw/correct"], m["analogy/raw/total"]) == (6.0, 6.0)
+    assert "analogy/standardize.pe/correct" in m and "analogy/scale.pe/total" in m
+    assert run.data.params["seed"] == "3" and run.data.params["max_len"] == "50"
+    assert tracking.analysis_runs("missing", uri, "analogy") == []

@@ -263,3 +263,17 @@ def test_input_form_errors(tmp_path):
 def test_entries_that_compute_the_same_trials_are_refused():
     spec = base(inits=["glove", {"tgt": {"source": "glove", "name": "Other"}}], pretrained={"glove": "/g.txt"})
     assert "trains the same trials" in problems(spec)["inits[1]"]
+
+
+def test_explicit_heads_must_divide_the_xavier_rows_d_model(tmp_path):
+    """An all-Xavier init takes D from d_model or the task default (no file to take it from): heads set on
+    the task must divide it, caught when the spec loads instead of failing every such trial at start."""
+    from embinit.spec import load_spec
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\ntasks:\n  - task: synthetic_translation\n    heads: 5\ninits: [xavier]\nseeds: 1\n")
+    with pytest.raises(EmbinitError, match=r"tasks\[0\]\.heads: heads=5 does not divide d_model=32"):
+        load_spec(bad)
+    ok = tmp_path / "ok.yaml"
+    ok.write_text("name: ok\ntasks:\n  - task: synthetic_translation\n    heads: 5\n    d_model: 40\n"
+                  "inits: [xavier]\nseeds: 1\n")
+    assert load_spec(ok).num_trials() == 1

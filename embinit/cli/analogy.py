@@ -37,6 +37,9 @@ def register(subparsers) -> None:
     p.add_argument("--sections", action="store_true", help="print the per-section accuracy too")
     p.add_argument("--tracking-uri", help="MLflow tracking URI for run ids")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.add_argument("--log-experiment", metavar="NAME",
+                   help="also record the results as an MLflow run (kind 'analogy') in experiment NAME "
+                        "at --tracking-uri, for `embinit reproduction`")
     p.set_defaults(func=run)
 
 
@@ -80,6 +83,9 @@ def run(args) -> int:
               case_insensitive=not args.case_sensitive)
     rows = TABLE4_ROWS + EXTRA_ROWS if args.table4 else [(steps, None)]
     results = run_table4(matrix, tokens, questions, source=name, rows=rows, **kw)
+    if args.log_experiment:
+        run_id = _log(args, emb.source, questions.source, len(tokens), rows, results)
+        print(f"logged to MLflow run {run_id} (experiment {args.log_experiment!r})")
     if args.json:
         print(json.dumps({"source": emb.source, "questions": questions.source, "rows": [
             {**res.to_dict(), "steps": list(st), "paper": paper}
@@ -98,6 +104,26 @@ def run(args) -> int:
             for sec, s in d["sections"].items():
                 print(f"    {sec:<{width - 4}}  {_fmt(s)}  (oov {s['oov']})")
     return 0
+
+
+def row_slug(steps) -> str:
+    """The metric namespace of a Table-4 row: its steps joined by '.', 'raw' for none (MLflow metric
+    names allow no '+')."""
+    return ".".join(steps) or "raw"
+
+
+def _log(args, source: str, questions: str, n_words: int, rows, results) -> str:
+    from embinit import tracking  # noqa: PLC0415
+    metrics: dict[str, float] = {}
+    for (st, _), (_, _, res) in zip(rows, results):
+        metrics.update(res.to_metrics(f"analogy/{row_slug(st)}"))
+    params = {"embeddings": source, "questions": questions, "words": n_words, "task": args.task or "",
+              "vocab": args.vocab or "", "top": args.top if args.top is not None else "", "seed": args.seed,
+              "max_len": args.max_len, "pe_base": args.pe_base, "case_sensitive": args.case_sensitive}
+    result = {"rows": [{**res.to_dict(), "steps": list(st), "slug": row_slug(st), "paper": paper}
+                       for (st, _), (_, paper, res) in zip(rows, results)], "params": params}
+    return tracking.log_analysis_run(args.log_experiment, args.tracking_uri, "analogy",
+                                     f"analogy-seed{args.seed}", params, metrics, result)
 
 
 def _fmt(d: dict) -> str:

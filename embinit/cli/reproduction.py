@@ -1,0 +1,39 @@
+"""`embinit reproduction`: docs/reproduction.md -- the paper's Tables 1-4 beside this installation's own
+runs, read from MLflow (see embinit.reproduction), with the findings' verdicts and small CSV/JSON exports."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("reproduction", help="the reproduction report (paper vs embinit) from MLflow",
+                              description="Write the reproduction report from the MLflow records of the offline "
+                                          "specs (tune_configs/offline/) and the Table-4 analogy runs.")
+    p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: sqlite:///mlflow.db)")
+    p.add_argument("--out", default=None, metavar="FILE", help="write the markdown here (default: stdout)")
+    p.add_argument("--exports", default=None, metavar="DIR", help="write reproduction.json and CSV tables here")
+    p.add_argument("--preamble", default=None, metavar="FILE", help="markdown put before the generated tables")
+    p.add_argument("--epilogue", default=None, metavar="FILE", help="markdown put after them")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from embinit.reproduction import Reproduction, render, write_exports  # noqa: PLC0415
+
+    rep = Reproduction(args.tracking_uri)
+    sections = rep.build()
+    pre = Path(args.preamble).read_text() if args.preamble else ""
+    text = render(rep, sections, pre)
+    if args.epilogue:
+        text += "\n" + Path(args.epilogue).read_text()
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(text)
+        print(f"wrote {args.out}")
+    else:
+        print(text, end="")
+    if args.exports:
+        for path in write_exports(rep, Path(args.exports)):
+            print(f"wrote {path}")
+    return 0

@@ -1,0 +1,168 @@
+"""The reproduction report from MLflow: rows matched to the paper's by role, Table 3 cells read from each
+trial's config, Table 4 from analogy runs, KNN similarity from logged histories, verdicts from Welch
+intervals, exports. Runs are written with embinit.tracking into a temporary SQLite store; the values are
+chosen so the expected statistics are known."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+
+import pytest
+from scipy import stats
+
+from embinit import tracking
+from embinit.cli import main
+from embinit.errors import EmbinitError
+from embinit.reproduction import Group, Inputs, Reproduction, render, role_of, verdict, welch, write_exports
+
+pytestmark = pytest.mark.slow  # an MLflow SQLite store takes a few seconds to create
+
+BLEU = {"Xavier": [20.0, 21.0, 22.0], "GloVe": [15.0, 16.0, 17.0], "GloVe_Xavier": [21.0, 22.0, 23.5],
+        "GloVe_Shuffled": [18.0, 19.0, 17.5], "Xavier_GloVe": [19.0, 20.0, 21.0]}
+ACC = {"Xavier": [0.80, 0.81, 0.82], "MiniLM": [0.80, 0.82, 0.81], "MiniLM_Xavier": [0.70, 0.71, 0.72],
+       "MiniLM_Shuffled": [0.79, 0.80, 0.78], "Xavier_MiniLM": [0.81, 0.80, 0.79]}
+STD = {"Xavier": 0.02, "GloVe": 0.4, "GloVe_Xavier": 0.02, "GloVe_Shuffled": 0.4, "Xavier_GloVe": 0.4,
+       "MiniLM": 0.04, "MiniLM_Xavier": 0.01, "MiniLM_Shuffled": 0.04, "Xavier_MiniLM": 0.04}
+
+
+def _trial(uri, exp, key, task, label, seed, test, best, *, te=True, pe=True, sim=None, axes=None):
+    cfg = {"task": task, "init": label.lower(), "seed": seed, "d_model": 50, "heads": 5, "layers": 3,
+           "epochs": 4, "batch_size": 64, "lr": 2e-4, "train_embeddings": te, "pos_encoding": pe}
+    run = tracking.TrialRun.open(uri, exp, None, cfg, key, label, {"axes": axes or {}, "point": {}})
+    for step, v in (sim or []):
+        run.log_metrics({"sim/knn_jaccard_mean": v}, step)
+    sd = STD[label]
+    init_stats = {"emb/min": -3 * sd, "emb/max": 3 * sd, "emb/mean": 0.0, "emb/std": sd, "emb/rows": 100.0,
+                  "emb/scaled_std": sd * math.sqrt(50), "emb/pe_std": 0.7, "emb/absorption": sd * math.sqrt(50) / 0.7}
+    run.finish({"status": "finished", "history": [{"epoch": 1, "val/loss": best["val/loss"]}], "test": test,
+                "best": best, "best_epoch": 1 + seed % 2, "emb_stats_init": init_stats}, [])
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    uri = f"sqlite:///{tmp_path_factory.mktemp('mlflow')}/mlflow.db"
+    m30 = tracking.ensure_experiment("m30", uri)
+    for label, vals in BLEU.items():
+        for seed, v in enumerate(vals):
+            sim = [(0, 1.0 if label == "GloVe" else 0.01), (100, 0.2 + seed / 10)] if seed else None
+            _trial(uri, m30, f"{label}{seed}", "multi30k", label, seed, {"test/bleu": v}, {"val/loss": 3.0 - v / 100},
+                   sim=sim)
+    # the ablation's other cells, seed 0 (the trainable + PE cell is the main trial above)
+    for label, base in (("Xavier", 10.0), ("GloVe", 12.0), ("GloVe_Xavier", 11.0)):
+        for te, pe, add in ((False, False, 0.0), (True, False, 1.0), (False, True, 5.0)):
+            _trial(uri, m30, f"{label}-{te}-{pe}", "multi30k", label, 0, {"test/bleu": base + add}, {"val/loss": 4.0},
+                   te=te, pe=pe, axes={"train_embeddings": te, "pos_encoding": pe})
+    sst = tracking.ensure_experiment("sst", uri)
+    for label, vals in ACC.items():
+        for seed, v in enumerate(vals):
+            _trial(uri, sst, f"s{label}{seed}", "sst2", label, seed, {}, {"val/acc": v, "val/loss": 0.4})
+    for seed in (0, 1):
+        rows = [{"label": "GloVe", "steps": [], "correct": 60, "total": 100, "accuracy": 60.0, "paper": None},
+                {"label": "GloVe & Xavier-Std.", "steps": ["standardize"], "correct": 60, "total": 100,
+                 "accuracy": 60.0, "paper": None},
+                {"label": "GloVe & Pos. Enc.", "steps": ["pe"], "correct": 2 + seed, "total": 100,
+                 "accuracy": 2.0 + seed, "paper": "1424/1631 (87.3)"},
+                {"label": "GloVe & Xavier-Std. & Pos. Enc.", "steps": ["standardize", "pe"], "correct": 0,
+                 "total": 100, "accuracy": 0.0, "paper": "210/1631 (12.9)"}]
+        tracking.log_analysis_run("t4", uri, "analogy", f"a{seed}", {"seed": seed},
+                                  {"analogy/raw/correct": 60.0}, {"rows": rows, "params": {"seed": seed, "top": 5893}})
+    inputs = Inputs(groups=(Group("m30", "multi30k", "GloVe", "GloVe", "a.yaml"),
+                            Group("sst", "sst2", "MiniLM", "BERT", "b.yaml")), analogy_experiment="t4")
+    rep = Reproduction(uri, inputs)
+    return uri, inputs, rep, rep.build()
+
+
+def test_roles():
+    assert role_of("GloVe_Xavier", "GloVe") == "P_Xavier" and role_of("Xavier_MiniLM", "MiniLM") == "Xavier_P"
+    assert role_of("Xavier", "GloVe") == "Xavier" and role_of("MiniLM", "GloVe") is None
+
+
+def test_welch_matches_scipy():
+    a, b = [1.0, 2.0, 4.0], [3.0, 5.0, 6.0, 8.0]
+    c = welch(a, b)
+    res = stats.ttest_ind(a, b, equal_var=False)
+    lo, hi = res.confidence_interval(0.95)
+    assert c["diff"] == pytest.approx(sum(a) / 3 - sum(b) / 4)
+    assert (c["diff"] - c["ci95"], c["diff"] + c["ci95"]) == (pytest.approx(lo), pytest.approx(hi))
+    assert welch([1.0], [2.0, 3.0])["ci95"] is None and welch([], [1.0])["diff"] is None
+
+
+def test_verdicts():
+    assert verdict({"diff": -2.0, "ci95": 1.0, "n": (3, 3)}, -1) == "reproduces"
+    assert verdict({"diff": 2.0, "ci95": 1.0, "n": (3, 3)}, -1) == "contradicts"
+    assert verdict({"diff": -0.5, "ci95": 1.0, "n": (3, 3)}, -1) == "same direction, not significant"
+    assert verdict({"diff": 0.5, "ci95": 1.0, "n": (3, 3)}, -1) == "opposite direction, not significant"
+    assert verdict({"diff": -0.5, "ci95": 1.0, "n": (3, 3)}, +1, tolerate=True).startswith("reproduces (on par")
+    assert verdict({"diff": -2.0, "ci95": 1.0, "n": (3, 3)}, +1, tolerate=True) == "contradicts"
+    assert verdict({"diff": 1.0, "ci95": None, "n": (1, 1)}, +1).startswith("same direction (n = 1 vs 1")
+
+
+def test_table1_rows_beside_the_papers(store):
+    _, _, rep, _ = store
+    rows = {(r["task"], r["init"]): r for r in rep.exports["table1"]}
+    x = rows[("multi30k", "Xavier")]
+    assert (x["mean"], x["std"], x["n"]) == (pytest.approx(21.0), pytest.approx(1.0), 3)
+    assert x["ci95"] == pytest.approx(stats.t.ppf(0.975, 2) / math.sqrt(3))
+    assert (x["paper_mean"], x["paper_std"], x["paper_epoch"]) == (37.3, 0.4, 11.7)
+    assert rows[("multi30k", "GloVe_Shuffled")]["paper_mean"] is None     # not in the paper's Table 1
+    # SST-2 accuracy in percent, matched to the paper's BERT rows (Xavier_P from Table 7)
+    assert rows[("sst2", "MiniLM")]["mean"] == pytest.approx(81.0)
+    assert rows[("sst2", "Xavier_MiniLM")]["paper_mean"] == 82.0
+    # the ablation's cells are not main rows
+    assert rows[("multi30k", "GloVe")]["n"] == 3
+
+
+def test_table3_cells_from_configs(store):
+    _, _, rep, _ = store
+    cells = {(r["init"], r["train_embeddings"], r["pos_encoding"]): r for r in rep.exports["table3"]}
+    assert cells[("GloVe", False, False)]["bleu"]["mean"] == 12.0
+    assert cells[("GloVe", False, True)]["bleu"]["mean"] == 17.0
+    assert cells[("GloVe", True, True)]["bleu"]["n"] == 3 and cells[("GloVe", True, True)]["seeds"] == [0, 1, 2]
+    assert cells[("Xavier", True, True)]["paper"] == [1.61, 11.67, 37.3, 0.42]
+
+
+def test_findings_verdicts(store):
+    _, _, rep, sections = store
+    f = {(x["finding"], x["claim"].split(" (")[0]): x for x in rep.exports["findings"] if "verdict" in x}
+    assert f[("1", "raw GloVe does worse than Xavier")]["verdict"] == "reproduces"
+    assert f[("1", "standardizing GloVe to Xavier's σ helps")]["verdict"] == "reproduces"
+    assert f[("1", "standardizing MiniLM is neutral or worse")]["verdict"] == "reproduces"
+    assert f[("3", "shuffling GloVe")]["verdict"] == "contradicts"          # shuffled 18.2 > raw 16
+    assert f[("1", "MiniLM, with a σ close to Xavier's, does on par or better than Xavier")]["verdict"] \
+        .startswith("reproduces (on par")
+    # Table 3, seed 0: PE gain with trainable embeddings = yes/yes - yes/no
+    gains = next(x for x in rep.exports["findings"] if x.get("claim", "").startswith("PE gain"))
+    assert gains["values"] == {"Xavier": pytest.approx(9.0), "P": pytest.approx(2.0), "P_Xavier": pytest.approx(9.0)}
+    assert gains["verdict"] == "reproduces"
+    text = render(rep, sections)
+    assert "GloVe − Xavier = -5.00" in text and "**Finding 2.**" in text
+
+
+def test_similarity_and_table4(store):
+    _, _, rep, sections = store
+    sim = {r["init"]: r for r in rep.exports["similarity"]}
+    assert sim["GloVe"]["at_init"]["mean"] == 1.0 and sim["GloVe"]["end"]["mean"] == pytest.approx(0.35)
+    assert sim["GloVe"]["end"]["n"] == 2 and "Xavier" in sim
+    t4 = {r["row"]: r for r in rep.exports["table4"]}
+    assert t4["GloVe & Pos. Enc."]["mean"] == pytest.approx(2.5) and t4["GloVe & Pos. Enc."]["n"] == 2
+    assert t4["GloVe & Pos. Enc."]["correct"] in ([2, 3], [3, 2])
+    text = render(rep, sections)
+    assert "| GloVe & Pos. Enc. | 1424/1631 (87.3) | 2–3/100 |" in text
+
+
+def test_exports_and_cli(store, tmp_path, capsys):
+    uri, inputs, rep, _ = store
+    paths = write_exports(rep, tmp_path / "exp")
+    data = json.loads((tmp_path / "exp" / "reproduction.json").read_text())
+    assert set(data) >= {"table1", "table2", "table3", "table4", "similarity", "findings"}
+    with open(tmp_path / "exp" / "table1.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == 10 and {"task", "init", "mean", "std", "n", "ci95", "paper_mean"} <= set(rows[0])
+    assert all(p.exists() for p in paths)
+    # the CLI reads the default experiment names: missing ones are a clear error, not a traceback
+    with pytest.raises(EmbinitError, match="no MLflow experiment 'offline-multi30k-glove50'"):
+        Reproduction(uri)
+    assert main(["reproduction", "--tracking-uri", uri]) == 2
+    assert "offline-multi30k-glove50" in capsys.readouterr().err
