@@ -60,6 +60,10 @@ class Inputs:
     )
     ablation_spec: str = "tune_configs/offline/table3_ablation_glove50.yaml"
     analogy_experiment: str = "offline-table4-analogy-glove50"
+    analogy_command: str = ("embinit analogy --embeddings $EMBINIT_ASSETS/glove.6B.50d.txt --questions "
+                            "$EMBINIT_DATA_DIR/analogy/questions-words.txt --task multi30k --data-dir "
+                            "$EMBINIT_DATA_DIR/multi30k --top 5893 --table4 --seed $S --tracking-uri $URI "
+                            "--log-experiment offline-table4-analogy-glove50")
     similarity_metric: str = "jaccard"
 
 
@@ -347,7 +351,8 @@ class Reproduction:
         if not runs:
             s.lines.append(f"No `analogy` runs in experiment `{self.inputs.analogy_experiment}`.")
             return s
-        results = [json.loads(_load_text(r, "result.json")) for r in runs]
+        results = sorted((json.loads(_load_text(r, "result.json")) for r in runs),
+                         key=lambda r: str(r.get("params", {}).get("seed")))
         first = results[0]
         prm = first.get("params", {})
         s.lines += [f"{len(runs)} runs (seeds of the random positions: "
@@ -523,10 +528,10 @@ class Reproduction:
                 rows.append({"spec": spec_file, "experiment": exp, "run_id": p.info.run_id, "wall_s": wall,
                              "trial_s": busy, "trials": len(own), "status": p.info.status})
         if self.analogy_runs:
-            dur = sum(((r.info.end_time or r.info.start_time) - r.info.start_time) / 1000 for r in self.analogy_runs)
+            dur = sum(r.data.metrics.get("wall_time_s", ((r.info.end_time or r.info.start_time) - r.info.start_time) / 1000)
+                      for r in self.analogy_runs)
             s.lines.append(f"| Table 4 | `{self.inputs.analogy_experiment}` | {len(self.analogy_runs)} runs | — | "
-                           f"{_dur(dur)} (logging only) | — | — | `for s in 0 1 2 3 4; do embinit analogy ... "
-                           f"--seed $s --log-experiment {self.inputs.analogy_experiment}; done` |")
+                           f"{_dur(dur)} | — | — | `{self.inputs.analogy_command}` for S in 0..{len(self.analogy_runs) - 1} |")
         self.exports["runs"] = rows
         return s
 

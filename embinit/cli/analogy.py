@@ -63,6 +63,8 @@ def _restriction(args) -> list[str] | None:
 
 
 def run(args) -> int:
+    import time  # noqa: PLC0415
+    t0 = time.perf_counter()
     from embinit.analysis.analogy import load_questions, select_rows  # noqa: PLC0415
     from embinit.analysis.sources import load_embeddings  # noqa: PLC0415
     from embinit.analysis.table4 import EXTRA_ROWS, TABLE4_ROWS, parse_steps, run_table4  # noqa: PLC0415
@@ -84,7 +86,7 @@ def run(args) -> int:
     rows = TABLE4_ROWS + EXTRA_ROWS if args.table4 else [(steps, None)]
     results = run_table4(matrix, tokens, questions, source=name, rows=rows, **kw)
     if args.log_experiment:
-        run_id = _log(args, emb.source, questions.source, len(tokens), rows, results)
+        run_id = _log(args, emb.source, questions.source, len(tokens), rows, results, time.perf_counter() - t0)
         print(f"logged to MLflow run {run_id} (experiment {args.log_experiment!r})")
     if args.json:
         print(json.dumps({"source": emb.source, "questions": questions.source, "rows": [
@@ -112,9 +114,9 @@ def row_slug(steps) -> str:
     return ".".join(steps) or "raw"
 
 
-def _log(args, source: str, questions: str, n_words: int, rows, results) -> str:
+def _log(args, source: str, questions: str, n_words: int, rows, results, wall_s: float) -> str:
     from embinit import tracking  # noqa: PLC0415
-    metrics: dict[str, float] = {}
+    metrics: dict[str, float] = {"wall_time_s": wall_s}
     for (st, _), (_, _, res) in zip(rows, results):
         metrics.update(res.to_metrics(f"analogy/{row_slug(st)}"))
     params = {"embeddings": source, "questions": questions, "words": n_words, "task": args.task or "",
