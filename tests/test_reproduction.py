@@ -130,6 +130,10 @@ def test_findings_verdicts(store):
     assert f[("1", "standardizing GloVe to Xavier's σ helps")]["verdict"] == "reproduces"
     assert f[("1", "standardizing MiniLM is neutral or worse")]["verdict"] == "reproduces"
     assert f[("3", "shuffling GloVe")]["verdict"] == "contradicts"          # shuffled 18.2 > raw 16
+    # translation claims are also checked on the best validation loss (lower is better)
+    loss = next(x for x in rep.exports["findings"]
+                if x.get("claim") == "raw GloVe does worse than Xavier (multi30k, best validation loss)")
+    assert loss["diff"] == pytest.approx(0.05) and loss["verdict"] == "reproduces"
     assert f[("1", "MiniLM, with a σ close to Xavier's, does on par or better than Xavier")]["verdict"] \
         .startswith("reproduces (on par")
     # Table 3, seed 0: PE gain with trainable embeddings = yes/yes - yes/no
