@@ -53,19 +53,28 @@ class _Trial:
     error: str | None
 
 
-def _trials(experiment: str, uri: str | None, keys: set[str] | None) -> list[_Trial]:
-    exp_id = tracking.experiment_id(experiment, uri)
-    if exp_id is None:
-        raise EmbinitError(f"no MLflow experiment {experiment!r} in {tracking.resolve_uri(uri)}")
+_RANK = {"finished": 3, "diverged": 3, "running": 1, "cancelled": 0, "failed": 0}
+
+
+def runs_by_key(runs: list, keys: set[str] | None = None) -> dict[str, Any]:
+    """trial key -> its run to report: the newest of its best status (finished over running over
+    failed); runs without a key (sweep parents) and keys outside `keys` are left out."""
     by_key: dict[str, Any] = {}
-    rank = {"finished": 3, "diverged": 3, "running": 1, "cancelled": 0, "failed": 0}
-    for run in sorted(tracking.search_runs(exp_id, uri), key=lambda r: r.info.start_time or 0):
+    for run in sorted(runs, key=lambda r: r.info.start_time or 0):
         key = run.data.tags.get(tracking.KEY_TAG)
         if key is None or (keys is not None and key not in keys):
             continue
         old = by_key.get(key)
-        if old is None or rank[tracking.run_status(run)] >= rank[tracking.run_status(old)]:
+        if old is None or _RANK[tracking.run_status(run)] >= _RANK[tracking.run_status(old)]:
             by_key[key] = run
+    return by_key
+
+
+def _trials(experiment: str, uri: str | None, keys: set[str] | None) -> list[_Trial]:
+    exp_id = tracking.experiment_id(experiment, uri)
+    if exp_id is None:
+        raise EmbinitError(f"no MLflow experiment {experiment!r} in {tracking.resolve_uri(uri)}")
+    by_key = runs_by_key(tracking.search_runs(exp_id, uri), keys)
     out = []
     for run in by_key.values():
         tags = run.data.tags

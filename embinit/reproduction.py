@@ -34,7 +34,7 @@ from typing import Any
 from embinit import paper, tracking
 from embinit.config import TASKS
 from embinit.errors import EmbinitError
-from embinit.report import summarize
+from embinit.report import runs_by_key, summarize
 
 ROLES = ("Xavier", "P", "P_Xavier", "P_Shuffled", "Xavier_P")
 ROLE_TEXT = {"Xavier": "Xavier", "P": "{p}", "P_Xavier": "{p}_Xavier", "P_Shuffled": "{p}_Shuffled",
@@ -101,20 +101,10 @@ def load_trials(experiment: str, uri: str | None) -> tuple[list[Trial], list]:
     if exp_id is None:
         raise EmbinitError(f"no MLflow experiment {experiment!r} in {tracking.resolve_uri(uri)}; run its spec "
                            "first (see docs/reproduction.md, 'Commands')")
-    by_key: dict[str, Any] = {}
-    parents = []
-    rank = {"finished": 3, "diverged": 3, "running": 1, "cancelled": 0, "failed": 0}
-    for run in sorted(tracking.search_runs(exp_id, uri), key=lambda r: r.info.start_time or 0):
-        tags = run.data.tags
-        if tags.get("embinit.kind") == "sweep":
-            parents.append(run)
-            continue
-        key = tags.get(tracking.KEY_TAG)
-        if key is None:
-            continue
-        old = by_key.get(key)
-        if old is None or rank[tracking.run_status(run)] >= rank[tracking.run_status(old)]:
-            by_key[key] = run
+    runs = tracking.search_runs(exp_id, uri)
+    parents = sorted((r for r in runs if r.data.tags.get("embinit.kind") == "sweep"),
+                     key=lambda r: r.info.start_time or 0)
+    by_key = runs_by_key(runs)
     trials = []
     for key, run in by_key.items():
         tags = run.data.tags
