@@ -35,9 +35,11 @@ class Settings(BaseSettings):
     api_token: str | None = None
     reads_require_token: bool = False
     # Specs may name data and pretrained files only inside these folders (relative paths in a spec are
-    # looked up inside them). Empty: no local files may be named at all.
+    # looked up inside them). Empty: no local files may be named at all. `tune_configs` (the bundled
+    # specs' folder, relative to the working directory like the others) is a default pretrained root so
+    # a bundled spec posted as-is finds its files: `./data/synthetic_vectors.txt` is relative to it.
     data_roots: list[Path] = Field(default_factory=lambda: [Path("data")])
-    pretrained_roots: list[Path] = Field(default_factory=lambda: [Path("pretrained")])
+    pretrained_roots: list[Path] = Field(default_factory=lambda: [Path("pretrained"), Path("tune_configs")])
 
     # Limits, each answered with a clear 4xx (413, 422, 429).
     max_body_bytes: int = 256 * 1024
