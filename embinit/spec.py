@@ -635,17 +635,30 @@ def _problems(err: ValidationError) -> list[tuple[str, str]]:
     return list(dict.fromkeys(out))
 
 
+def yaml_error(e: yaml.YAMLError, where: str = "") -> str:
+    """One line that keeps where the parser stopped: `line 4, column 4: expected <block end>, but found
+    ... (while parsing a block collection at line 3, column 3)`; `where` names the file, if any."""
+    mark, problem = getattr(e, "problem_mark", None), getattr(e, "problem", None)
+    if mark is None or not problem:
+        return f"not valid YAML{where}: {(str(e).splitlines() or [type(e).__name__])[0]}"
+    text = f"not valid YAML{where} at line {mark.line + 1}, column {mark.column + 1}: {problem}"
+    context, at = getattr(e, "context", None), getattr(e, "context_mark", None)
+    if context:
+        text += f" ({context}" + (f" at line {at.line + 1}, column {at.column + 1})" if at else ")")
+    return text
+
+
 def _read(source: Any) -> tuple[dict[str, Any], Path | None]:
     """(raw spec data, the folder of the file it came from or None)."""
     if isinstance(source, ExperimentSpec):
         return source.canonical(), None
     if isinstance(source, dict):
         return source, None
-    text, base = None, None
+    text, base, where = None, None, ""
     if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source
                                     and source.strip().endswith((".yaml", ".yml", ".json"))):
         path = Path(source).expanduser()
-        base = path.resolve().parent
+        base, where = path.resolve().parent, f" in {str(path)!r}"
         try:
             text = path.read_text()
         except OSError as e:
@@ -657,7 +670,7 @@ def _read(source: Any) -> tuple[dict[str, Any], Path | None]:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
-        raise SpecError([("", f"not valid YAML: {str(e).splitlines()[0]}")]) from None
+        raise SpecError([("", yaml_error(e, where))]) from None
     if not isinstance(data, dict):
         raise SpecError([("", f"a spec must be a mapping at the top level, got {type(data).__name__}")])
     return data, base

@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 from fastapi import HTTPException
 
-from embinit.spec import ExperimentSpec, SpecError, load_spec
+from embinit.spec import ExperimentSpec, SpecError, load_spec, yaml_error
 from service.paths import confine_paths
 from service.settings import Settings
 
@@ -60,7 +60,9 @@ def parse_body(body: bytes, content_type: str | None) -> dict[str, Any]:
         data = yaml.load(text, Loader=_NoAliasLoader) if media in YAML_TYPES else json.loads(text)
     except UnicodeDecodeError:
         raise _unprocessable([("", "the body is not UTF-8 text")]) from None
-    except (ValueError, yaml.YAMLError, RecursionError) as e:
+    except yaml.YAMLError as e:
+        raise _unprocessable([("", yaml_error(e).replace("not valid YAML", "the body is not valid YAML", 1))]) from None
+    except (ValueError, RecursionError) as e:
         kind = "YAML" if media in YAML_TYPES else "JSON"
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise _unprocessable([("", f"the body is not valid {kind}: {first}")]) from None

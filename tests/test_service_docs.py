@@ -86,3 +86,13 @@ def test_the_default_roots_still_confine(default_server, tmp_path):
     assert code == "422"
     (problem,) = json.loads(body)["detail"]
     assert problem["loc"] == "pretrained.glove" and "outside the allowed pretrained roots" in problem["msg"]
+
+
+def test_invalid_yaml_body_keeps_line_and_column(default_server):
+    base, _ = default_server
+    body = "name: x\ntasks:\n  - task: synthetic_translation\n   epochs: 3\n"
+    proc = subprocess.run(["curl", "-s", "-X", "POST", f"{base}/experiments", "-H", "content-type: application/yaml",
+                           "--data-binary", body], capture_output=True, text=True, timeout=60)
+    (problem,) = json.loads(proc.stdout)["detail"]
+    assert problem["msg"].startswith("the body is not valid YAML at line 4, column 4: expected <block end>")
+    assert "(while parsing a block collection at line 3, column 3)" in problem["msg"]
