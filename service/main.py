@@ -18,6 +18,7 @@ from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
+from fastapi_offline import FastAPIOffline
 
 import embinit
 from embinit.errors import EmbinitError
@@ -107,8 +108,11 @@ def create_app(settings: Settings | None = None, runner=None, store=None) -> Fas
         owns_runner = True
     else:
         owns_runner = False
-    app = FastAPI(title="embinit", version=embinit.__version__, lifespan=_lifespan(owns_runner),
-                  description="Submit embedding-initialization experiments, follow them, read Table 1.")
+    # FastAPIOffline: /docs and /redoc load Swagger UI / ReDoc from files the fastapi-offline package
+    # installs (served under /static-offline-docs), not from a CDN, so the docs work without internet.
+    app = FastAPIOffline(title="embinit", version=embinit.__version__, lifespan=_lifespan(owns_runner),
+                  description="Submit embedding-initialization experiments, follow them, read Table 1.",
+                  swagger_ui_parameters={"validatorUrl": None})  # no badge fetched from swagger.io
     app.state.settings = settings
     app.state.sessions = make_sessionmaker(absolute_sqlite_uri(settings.database_url))
     app.state.runner = runner

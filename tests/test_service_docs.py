@@ -96,3 +96,23 @@ def test_invalid_yaml_body_keeps_line_and_column(default_server):
     (problem,) = json.loads(proc.stdout)["detail"]
     assert problem["msg"].startswith("the body is not valid YAML at line 4, column 4: expected <block end>")
     assert "(while parsing a block collection at line 3, column 3)" in problem["msg"]
+
+
+@pytest.mark.parametrize("page, script", [("/docs", "swagger-ui-bundle.js"), ("/redoc", "redoc.standalone.js")])
+def test_api_docs_load_only_local_assets(default_server, page, script):
+    """/docs and /redoc work offline: every script, stylesheet and icon they reference is served by the API
+    itself (from the installed fastapi-offline package), none comes from a CDN."""
+    import httpx
+    base, _ = default_server
+    html = httpx.get(base + page).text
+    assert not re.search(r"(https?:)?//[\w.-]+\.\w+/", html), "the page names an outside host"
+    assets = re.findall(r'(?:src|href)="([^"]+)"', html)
+    assert any(a.endswith(script) for a in assets) and len(assets) >= 2
+    for asset in assets:
+        assert asset.startswith("/"), asset
+        r = httpx.get(base + asset)
+        assert r.status_code == 200 and len(r.content) > 1000, asset
+        kind = asset.rsplit(".", 1)[-1]
+        assert {"js": "javascript", "css": "text/css", "png": "image/png"}[kind] in r.headers["content-type"]
+    assert "'/openapi.json'" in html or '"/openapi.json"' in html
+    assert httpx.get(base + "/openapi.json").json()["info"]["title"] == "embinit"
