@@ -63,6 +63,8 @@ class Submitted(BaseModel):
     spec_hash: str
     status_url: str
     results_url: str
+    notices: list[str] = Field(default_factory=list, description="what to know about the submitted spec, "
+                               "e.g. a model the trials will fetch from the Hugging Face hub")
 
 
 class Trial(BaseModel):

@@ -16,7 +16,8 @@ import yaml
 from fastapi import HTTPException
 
 from embinit.spec import ExperimentSpec, SpecError, load_spec, yaml_error
-from service.paths import confine_paths
+from service.hub import check_hub_ids
+from service.paths import PRETRAINED_KEYS, confine_paths, format_loc
 from service.settings import Settings
 
 YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml")
@@ -30,6 +31,7 @@ class Submission:
     spec_hash: str
     trial_keys: list[str]
     n_trials: int
+    notices: list[str]         # what the client should know, e.g. a model the trials fetch from the hub
 
 
 class _NoAliasLoader(yaml.SafeLoader):
@@ -138,5 +140,26 @@ def prepare(data: dict[str, Any], settings: Settings, tracking_uri: str) -> Subm
         keys = [p.key for p in spec.plan()]
     except SpecError as e:
         raise _unprocessable(e.problems) from None
+    hub_problems, notices = check_hub_ids(spec, settings.pretrained_roots, _locator(confined))
+    if hub_problems:
+        raise _unprocessable(hub_problems)
     return Submission(spec=spec, data=spec.canonical(), spec_hash=spec.spec_hash(), trial_keys=keys,
-                      n_trials=n_trials)
+                      n_trials=n_trials, notices=notices)
+
+
+def _locator(data: dict[str, Any]):
+    """value -> where the spec names it first (`pretrained.glove`, `inits[1].tgt.pretrained`), else `inits`
+    (a family's default, e.g. bert's bert-base-uncased)."""
+    found: dict[str, str] = {}
+
+    def walk(node: Any, loc: tuple, under: bool) -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                walk(v, loc + (k,), under or k in PRETRAINED_KEYS)
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                walk(v, loc + (i,), under)
+        elif isinstance(node, str) and under:
+            found.setdefault(node, format_loc(loc))
+    walk(data, (), False)
+    return lambda value: found.get(value, "inits")

@@ -38,10 +38,11 @@ def _active_count(session) -> int:
     return session.scalar(select(func.count()).select_from(Experiment).where(Experiment.status.in_(ACTIVE)))
 
 
-def _submitted(exp: Experiment, created: bool) -> Submitted:
+def _submitted(exp: Experiment, created: bool, notices: list[str] = ()) -> Submitted:
     links = views.links(exp.id)
     return Submitted(id=exp.id, n_trials=exp.n_trials, status=exp.status, created=created,
-                     spec_hash=exp.spec_hash, status_url=links.status, results_url=links.results)
+                     spec_hash=exp.spec_hash, status_url=links.status, results_url=links.results,
+                     notices=list(notices))
 
 
 @router.post("", status_code=202, response_model=Submitted, dependencies=[Depends(require_write)],
@@ -60,7 +61,7 @@ def submit(request: Request, response: Response, body: BodyDep, session: Session
             reconciler.refresh(session, existing)
             if not rerun:
                 response.status_code = 200
-                return _submitted(existing, created=False)
+                return _submitted(existing, created=False, notices=sub.notices)
             if existing.status in ACTIVE:  # two drivers would train the same trials side by side
                 raise HTTPException(409, detail=f"experiment {existing.id} with this spec is still "
                                                 f"{existing.status}; cancel it or wait before re-running")
@@ -85,7 +86,7 @@ def submit(request: Request, response: Response, body: BodyDep, session: Session
         session.commit()
         raise HTTPException(503, detail=f"experiment {exp.id} could not be started: {e}") from None
     session.commit()
-    return _submitted(exp, created=True)
+    return _submitted(exp, created=True, notices=sub.notices)
 
 
 @router.get("", response_model=ExperimentPage, dependencies=[Depends(require_read)])

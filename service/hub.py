@@ -1,0 +1,98 @@
+"""Which pretrained values of a submitted spec are Hugging Face hub ids, and whether each resolves.
+
+`service.paths` keeps a pretrained value that names no file under a root only when it has the shape of a
+hub id; this module decides at submit, so a bad value is a 422 instead of a failure in every trial:
+- a file-format source (glove, word2vec, fasttext, npy, pretrained) is read from a file, never from the
+  hub: a bare name such as `synthetic_vectors.txt` is a missing file;
+- a Hugging Face source (hf, bert, mbert, t5, mt5) resolves from the API's local Hugging Face cache, else,
+  unless `HF_HUB_OFFLINE` is set, from the hub (asked once, briefly); the answer's `notices` say that
+  the trials will fetch it. Offline, not cached, unknown on the hub, or the hub unreachable: a 422.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterable
+
+from embinit.init.spec import SOURCE_FAMILIES, parse_init_spec
+from embinit.spec import ExperimentSpec
+
+TRUE = {"1", "on", "yes", "true"}
+HUB_TIMEOUT_S = 10.0
+
+
+def offline() -> bool:
+    return any(os.environ.get(v, "").strip().lower() in TRUE for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+
+
+def _cache_dir() -> Path:
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"])
+    home = os.environ.get("HF_HOME") or os.path.join(os.environ.get("XDG_CACHE_HOME", "~/.cache"), "huggingface")
+    return Path(home).expanduser() / "hub"
+
+
+def cached(repo_id: str) -> bool:
+    """True when the model's config is in the local Hugging Face cache (what an offline trial can load)."""
+    from huggingface_hub import try_to_load_from_cache
+    try:
+        found = try_to_load_from_cache(repo_id, "config.json", cache_dir=_cache_dir())
+    except Exception:  # noqa: BLE001 - an id the cache layer refuses is simply not cached
+        return False
+    return isinstance(found, str)
+
+
+def on_hub(repo_id: str) -> str | None:
+    """None when the hub knows the model, else why it cannot be used."""
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
+    try:
+        HfApi(endpoint=os.environ.get("HF_ENDPOINT") or None).model_info(repo_id, timeout=HUB_TIMEOUT_S)
+    except GatedRepoError:
+        return None  # it exists; the trials need a token with access
+    except RepositoryNotFoundError:
+        return "no such model on the Hugging Face hub"
+    except Exception as e:  # noqa: BLE001 - no network, DNS, TLS, timeouts: all mean "cannot resolve"
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        return f"the Hugging Face hub cannot be reached to resolve it ({first})"
+    return None
+
+
+def _candidates(spec: ExperimentSpec) -> Iterable[tuple[str, str]]:
+    """(source family, value) of every trial side whose pretrained value is not a path (a confined path
+    is absolute), once each."""
+    seen = set()
+    for planned in spec.plan():
+        cfg = planned.config
+        for init, value in ((cfg["init"], cfg.get("pretrained")),
+                            (cfg.get("src_init"), cfg.get("src_pretrained"))):
+            if init is None or value is None or os.path.isabs(value):
+                continue
+            source = parse_init_spec(init).source
+            if source in SOURCE_FAMILIES and (source, value) not in seen:
+                seen.add((source, value))
+                yield source, value
+
+
+def check_hub_ids(spec: ExperimentSpec, roots: list[Path], locate) -> tuple[list[tuple[str, str]], list[str]]:
+    """(problems as (loc, msg), notices) for the spec's hub ids; `locate(value)` gives the spec location
+    a value was written at."""
+    problems, notices = [], []
+    shown = ", ".join(str(r) for r in roots) or "(no pretrained roots)"
+    for source, value in _candidates(spec):
+        where = locate(value)
+        if not SOURCE_FAMILIES[source][2]:  # a file format: the hub is never asked
+            problems.append((where, f"{value!r} is no file inside {shown}; a {source} source is read from a "
+                                    f"file (put it in a pretrained root), it is not a hub id"))
+        elif cached(value):
+            notices.append(f"{where}: {value!r} is read from the Hugging Face cache of the API's machine")
+        elif offline():
+            problems.append((where, f"{value!r} is no file inside {shown} and not in the local Hugging Face "
+                                    f"cache, and HF_HUB_OFFLINE is set, so it cannot be fetched from the hub"))
+        elif (why := on_hub(value)) is not None:
+            problems.append((where, f"{value!r} is no file inside {shown} and not a usable hub id: {why}"))
+        else:
+            notices.append(f"{where}: {value!r} will be fetched from the Hugging Face hub by the trials "
+                           f"(it is not in the local cache)")
+    return problems, notices
