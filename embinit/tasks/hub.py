@@ -7,7 +7,11 @@ reader produces, so the tests exercise the real conversion without a network.
 
 from __future__ import annotations
 
+import os
+import socket
+from pathlib import Path
 from typing import Any, Mapping
+from urllib.parse import urlparse
 
 from embinit.errors import EmbinitError
 from embinit.tasks.raw import LAYOUTS, RawData, label_id
@@ -32,9 +36,43 @@ def hub_name(task: str) -> str:
 
 
 def _load_dataset(path: str, config: str | None) -> Any:
-    """The one call that touches the network (tests replace it with a local `load_dataset`)."""
+    """The one call that touches the network (tests replace it with a local `load_dataset`). Offline
+    without a cached copy it fails at once instead of leaving `datasets` to retry for half a minute."""
+    if not _cached(path) and (why := unreachable()) is not None:
+        raise ConnectionError(f"{why}, and it is not in the local cache")
     import datasets
     return datasets.load_dataset(path, config) if config else datasets.load_dataset(path)
+
+
+def _cached(path: str) -> bool:
+    """Whether the dataset has a copy in the local Hugging Face caches (datasets' or the hub's)."""
+    home = Path(os.environ.get("HF_HOME") or Path(os.environ.get("XDG_CACHE_HOME", "~/.cache")) / "huggingface")
+    datasets_cache = Path(os.environ.get("HF_DATASETS_CACHE") or home / "datasets").expanduser()
+    hub_cache = Path(os.environ.get("HF_HUB_CACHE") or home / "hub").expanduser()
+    return (any(datasets_cache.glob(path.replace("/", "___") + "*"))
+            or (hub_cache / f"datasets--{path.replace('/', '--')}").is_dir())
+
+
+def unreachable() -> str | None:
+    """Why the hub cannot be asked now (declared offline, or its host does not answer), else None: checked
+    before `datasets` is asked, which would spend half a minute in retries."""
+    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+        if os.environ.get(var, "").strip().lower() in ("1", "on", "yes", "true"):
+            return f"{var} is set"
+    url = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        socket.create_connection((url.hostname, port), timeout=5).close()
+    except OSError as e:
+        return f"{url.hostname} cannot be reached: {e.strerror or e}"
+    return None
+
+
+def _no_data(task: str, splits: dict[str, str], looked: str, why: str) -> EmbinitError:
+    return EmbinitError(
+        f"{task}: no local data ({looked}) and the Hugging Face dataset {hub_name(task)!r} could not be "
+        f"loaded ({why}); put the files in a folder and pass it with --data-dir (a spec's data_dir), or "
+        f"set EMBINIT_DATA_DIR to a folder holding {task}/ (needs: {_needs(task, splits)})")
 
 
 def load_hub(task: str, splits: dict[str, str], looked: str) -> RawData:
@@ -47,10 +85,7 @@ def load_hub(task: str, splits: dict[str, str], looked: str) -> RawData:
         raise
     except Exception as e:
         first = str(e).splitlines()[0] if str(e) else ""
-        raise EmbinitError(
-            f"{task}: no local data ({looked}) and the Hugging Face dataset {hub_name(task)!r} could not be "
-            f"loaded ({type(e).__name__}: {first[:200]}); put the files in a folder and pass data_dir, or "
-            f"set EMBINIT_DATA_DIR to a folder holding {task}/ (needs: {_needs(task, splits)})") from None
+        raise _no_data(task, splits, looked, f"{type(e).__name__}: {first[:200]}") from None
     return convert(task, ds, splits, source=f"hub:{hub_name(task)}")
 
 

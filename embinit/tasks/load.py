@@ -36,13 +36,13 @@ def locate(task: str, data_dir, splits: dict[str, str], seed: int) -> Source:
     if data_dir is not None:
         folder = Path(data_dir).expanduser()
         if not folder.is_dir():
-            raise EmbinitError(f"{task}: data_dir {str(folder)!r} is not a folder")
+            raise EmbinitError(f"{task}: data folder {str(folder)!r} (--data-dir / data_dir) is not a folder")
     else:
         root = os.environ.get(DATA_ENV)
         folder = Path(root).expanduser() / task if root else None
         if folder is None or not folder.is_dir():
-            looked = (f"data_dir not given; ${DATA_ENV}/{task} = {folder} does not exist" if root
-                      else f"data_dir not given and ${DATA_ENV} not set")
+            looked = (f"no --data-dir given; ${DATA_ENV}/{task} = {folder} does not exist" if root
+                      else f"no --data-dir given and ${DATA_ENV} not set")
             return Source(None, ["hub", hub.hub_name(task)], lambda: hub.load_hub(task, splits, looked))
     identity = ["local", local.file_identity(task, layout, folder, splits)]
     return Source(folder, identity, lambda: local.read_local(task, layout, folder, splits))
