@@ -53,7 +53,7 @@ class _Trial:
     error: str | None
 
 
-_RANK = {"finished": 3, "diverged": 3, "running": 1, "cancelled": 0, "failed": 0}
+_RANK = {"finished": 3, "diverged": 3, "running": 1, "cancelled": 0, "interrupted": 0, "failed": 0}
 
 
 def runs_by_key(runs: list, keys: set[str] | None = None) -> dict[str, Any]:

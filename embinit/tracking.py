@@ -223,10 +223,13 @@ def analysis_runs(experiment: str, uri: str | None, kind: str) -> list:
 
 
 def run_status(run) -> str:
-    """finished | diverged | failed | cancelled | running, from MLflow's run status and embinit's tag."""
+    """finished | diverged | failed | cancelled | interrupted | running, from MLflow's run status and
+    embinit's tag (a KILLED run is `interrupted` when Ctrl-C stopped its sweep, else `cancelled`)."""
     status = run.info.status
     if status == "FINISHED":
         return "diverged" if run.data.tags.get(STATUS_TAG) == "diverged" else "finished"
+    if status == "KILLED" and run.data.tags.get(STATUS_TAG) == "interrupted":
+        return "interrupted"
     return {"FAILED": "failed", "KILLED": "cancelled"}.get(status, "running")
 
 
@@ -327,9 +330,10 @@ class TrialRun:
             retry(lambda a=artifact_dir, p=path: self.client.log_artifact(self.run_id, p, a))
         retry(lambda: self.client.set_terminated(self.run_id, status="FINISHED"))
 
-    def fail(self, error: str, status: str = "FAILED") -> None:
-        """Record a failed (or cancelled: status KILLED) attempt with its error text."""
-        tag = "failed" if status == "FAILED" else "cancelled"
+    def fail(self, error: str, status: str = "FAILED", tag: str | None = None) -> None:
+        """Record a failed (or cancelled: status KILLED) attempt with its error text; `tag` overrides
+        the status tag (`interrupted`)."""
+        tag = tag or ("failed" if status == "FAILED" else "cancelled")
         retry(lambda: self.client.set_tag(self.run_id, STATUS_TAG, tag))
         retry(lambda: self.client.set_tag(self.run_id, ERROR_TAG, error[-4000:]))
         retry(lambda: self.client.log_text(self.run_id, error, "error.txt"))
@@ -342,10 +346,11 @@ def _initial_best(result: dict[str, Any]) -> dict[str, Any]:
             **{f"best/{k}": v for k, v in (result.get("emb_stats_best") or {}).items()}}
 
 
-def close_orphans(exp_id: str, uri: str, parent_id: str, reason: str, status: str = "FAILED") -> int:
-    """Mark this sweep's child runs still RUNNING (their worker died or was stopped) as failed or
-    cancelled. Returns how many."""
+def close_orphans(exp_id: str, uri: str, parent_id: str, reason: str, status: str = "FAILED",
+                  tag: str | None = None) -> int:
+    """Mark this sweep's child runs still RUNNING (their worker died or was stopped) as failed,
+    cancelled or (`tag`) interrupted. Returns how many."""
     runs = search_runs(exp_id, uri, f"tags.`{PARENT_TAG}` = '{parent_id}' and attributes.status = 'RUNNING'")
     for run in runs:
-        TrialRun(uri, run.info.run_id).fail(reason, status=status)
+        TrialRun(uri, run.info.run_id).fail(reason, status=status, tag=tag)
     return len(runs)

@@ -55,7 +55,7 @@ def count_trial_states(tracking_uri: str, spec: dict[str, Any], keys: list[str],
         status = runs[key]["status"] if key in runs else "pending"
         if status in ("finished", "diverged"):
             status = "reused" if key in reused else "finished"
-        out[status] += 1
+        out[status if status in out else "pending"] += 1  # cancelled / interrupted: to be run again
     return out
 
 

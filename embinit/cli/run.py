@@ -8,6 +8,7 @@ reused, never trained twice.
 from __future__ import annotations
 
 import json
+import sys
 
 
 def register(subparsers) -> None:
@@ -44,7 +45,13 @@ def run(args) -> int:
         print(dry_run(spec))
         return 0
     from embinit.sweep import run_sweep
-    result = run_sweep(spec, address=args.address, tracking_uri=args.tracking_uri, progress=not args.quiet)
+    try:
+        result = run_sweep(spec, address=args.address, tracking_uri=args.tracking_uri, progress=not args.quiet)
+    except KeyboardInterrupt:
+        print(f"embinit: interrupted. Trials that finished are kept in MLflow; the stopped ones are marked "
+              f"'interrupted'. Run `embinit run {args.spec}` again to resume: finished trials are reused, "
+              f"the rest train.", file=sys.stderr, flush=True)
+        return 130
     print(f"{result.n_finished}/{result.planned} trials finished ({result.reused} reused), {result.n_failed} "
           f"failed, in {result.wall_s:.0f} s. MLflow: experiment {result.experiment!r} at {result.tracking_uri}; "
           f"open the UI with: mlflow ui --backend-store-uri {result.tracking_uri}")

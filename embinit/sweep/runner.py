@@ -87,6 +87,9 @@ def _item(spec: ExperimentSpec, p) -> dict[str, Any]:
             "selection": [metric, mode], "key": p.key}
 
 
+INTERRUPTED = "interrupted (Ctrl-C); running the same spec again resumes: finished trials are reused"
+
+
 def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = None,
               progress: bool | Callable[[dict], None] = True, stop: StopFlag = None, *,
               storage_path: str | None = None, extra_callbacks: Callable | None = None) -> SweepResult:
@@ -124,8 +127,8 @@ def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = 
             with RayRuntime(address):
                 cancelled = run_tune(spec, units, shared, storage, progress, should_stop, extra_callbacks,
                                      total=len(planned), reused=reused)
-    except KeyboardInterrupt:
-        tracking.close_orphans(exp_id, uri, parent, "cancelled (interrupted)", status="KILLED")
+    except KeyboardInterrupt:  # Ctrl-C: not a failure; a rerun of the spec resumes
+        tracking.close_orphans(exp_id, uri, parent, INTERRUPTED, status="KILLED", tag="interrupted")
         tracking.end_parent_run(parent, uri, "KILLED", None, {})
         raise
     reason = ("cancelled" if cancelled else
@@ -159,7 +162,7 @@ def _finish(spec, uri, exp_id, parent, planned, reused, cancelled, t0, progress)
 
 def _latest(trials: list[dict]) -> list[dict]:
     """One row per key: a finished run beats later failed attempts (a finished key is never rerun)."""
-    rank = {"finished": 3, "diverged": 3, "running": 1, "cancelled": 0, "failed": 0}
+    rank = {"finished": 3, "diverged": 3, "running": 1, "cancelled": 0, "interrupted": 0, "failed": 0}
     best: dict[str, dict] = {}
     for t in trials:
         if t["key"] not in best or rank[t["status"]] > rank[best[t["key"]]["status"]]:
@@ -177,3 +180,6 @@ def default_env() -> None:
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
     # embinit prints its own progress line; Tune's tables (new output engine) would interleave with it.
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    # Ctrl-C is embinit's (sweep/interrupt.py): Tune's own handler would print a Tuner.restore hint,
+    # while embinit resumes by running the spec again.
+    os.environ.setdefault("TUNE_DISABLE_SIGINT_HANDLER", "1")

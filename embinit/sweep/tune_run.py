@@ -8,6 +8,7 @@ from typing import Any, Callable
 
 from ray import tune
 
+from embinit.sweep.interrupt import stop_on_interrupt
 from embinit.sweep.progress import Progress
 from embinit.sweep.trainable import train_unit
 
@@ -67,14 +68,15 @@ def run_tune(spec, units: list[dict[str, Any]], shared: dict[str, Any], storage:
     """Run the units; returns True when the sweep was cancelled through `should_stop`."""
     import time  # noqa: PLC0415
     quiet_tune_logs()
-    stopper = _StopAll(should_stop)
     names = trial_name(units)
-    tuner = tune.Tuner(
-        make_trainable(spec, units, shared, extra_callbacks),
-        param_space={"unit": tune.grid_search(list(range(len(units))))},
-        tune_config=tune.TuneConfig(max_concurrent_trials=spec.max_concurrent, reuse_actors=True,
-                                    trial_name_creator=names, trial_dirname_creator=names),
-        run_config=run_config(spec, f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}", storage,
-                              progress_callback(progress, total, reused), stopper))
-    tuner.fit()
+    with stop_on_interrupt() as interrupted:  # Ctrl-C stops the trials, then raises KeyboardInterrupt
+        stopper = _StopAll(lambda: interrupted() or bool(should_stop and should_stop()))
+        tuner = tune.Tuner(
+            make_trainable(spec, units, shared, extra_callbacks),
+            param_space={"unit": tune.grid_search(list(range(len(units))))},
+            tune_config=tune.TuneConfig(max_concurrent_trials=spec.max_concurrent, reuse_actors=True,
+                                        trial_name_creator=names, trial_dirname_creator=names),
+            run_config=run_config(spec, f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}", storage,
+                                  progress_callback(progress, total, reused), stopper))
+        tuner.fit()
     return stopper.fired
