@@ -91,3 +91,44 @@ def test_stopper_and_progress_pickle_without_their_live_parts():
     p = Progress(total=1, reused=0, sink=lambda c: None, stream=io.StringIO())
     q = pickle.loads(pickle.dumps(p))
     assert q.sink is None and q.stream is None and q.total == 1
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def _epoch(p, tid, epoch, best, epochs=6):
+    p.on_trial_result(0, [], trial(tid), {"embinit_epoch": epoch, "embinit_epochs": epochs, "embinit_best": best})
+
+
+def test_progress_table_per_running_trial(monkeypatch):
+    """Piped: plain lines, the running trials' epoch, best-so-far and ETA under each periodic line."""
+    out = io.StringIO()
+    p = Progress(total=4, reused=0, every=0.0, stream=out)
+    p.on_trial_start(0, [], trial("a"))
+    p.on_trial_start(0, [], trial("b"))
+    _epoch(p, "a", 2, 41.5)
+    _epoch(p, "b", 1, float("nan"))
+    last = out.getvalue().split("[embinit]")[-1].splitlines()
+    assert last[0].startswith(" 0/4 done") and last[1].split() == ["running", "trial", "epoch", "best", "ETA"]
+    row_a, row_b = last[2].split(), last[3].split()
+    assert row_a[-3:-1] == ["2/6", "41.5"] and row_a[-1] != "?"
+    assert row_b[-3:] == ["1/6", "-", row_b[-1]]
+    p.on_trial_complete(0, [], trial("a", {"embinit_failed": 0}))
+    assert [t.epoch for t in p.trials.values()] == [1]  # a finished trial leaves the table
+    assert out.getvalue().splitlines()[-1].startswith("[embinit] 1/4 done")  # state changes: one line
+
+
+def test_progress_table_is_redrawn_in_place_on_a_terminal(monkeypatch):
+    monkeypatch.setenv("TERM", "xterm")
+    out = _Terminal()
+    p = Progress(total=2, reused=0, every=0.0, stream=out)
+    p.on_trial_start(0, [], trial("a"))  # 3 lines: counts, header, the trial
+    _epoch(p, "a", 1, 10.0, epochs=3)
+    second = out.getvalue().split("\n", 3)[3]
+    assert second.startswith("\x1b[3F\x1b[J[embinit] 0/2 done")  # up 3 lines, clear, redraw
+    assert "1/3" in second and "10" in second
+    monkeypatch.setenv("TERM", "dumb")
+    p.emit(force=True)
+    assert "\x1b" not in out.getvalue().rsplit("\x1b[J", 1)[1]

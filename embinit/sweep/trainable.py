@@ -29,8 +29,9 @@ INIT_SAMPLE = "init_embedding_sample.npy"
 class TrialReporter:
     """Trainer callback: per-epoch metrics to MLflow, then `tune.report` with a checkpoint."""
 
-    def __init__(self, run: tracking.TrialRun, ckpt_root: Path, selection: str):
-        self.run, self.ckpt_root, self.selection = run, ckpt_root, selection
+    def __init__(self, run: tracking.TrialRun, ckpt_root: Path, selection: str, mode: str = "max"):
+        self.run, self.ckpt_root, self.selection, self.mode = run, ckpt_root, selection, mode
+        self.best = math.nan  # best-so-far of the selection metric, for the terminal's progress table
 
     def on_train_start(self, ctx) -> None:
         if ctx.step == 0 and ctx.out_dir is not None:  # a fresh start, not a resumed attempt
@@ -43,7 +44,11 @@ class TrialReporter:
         numbers = {k: v for k, v in tracking.flat_numbers(metrics).items() if math.isfinite(v)}
         # `objective` (the selection metric this epoch) is what an Optuna search sees while it runs.
         objective = numbers.get(self.selection, math.nan)
-        tune.report({**numbers, "objective": objective, "embinit_epoch": epoch},
+        if math.isfinite(objective) and not (math.isfinite(self.best) and (
+                objective <= self.best if self.mode == "max" else objective >= self.best)):
+            self.best = objective
+        tune.report({**numbers, "objective": objective, "embinit_epoch": epoch, "embinit_best": self.best,
+                     "embinit_epochs": getattr(ctx.cfg, "epochs", None) or math.nan},
                     checkpoint=Checkpoint.from_directory(str(self.ckpt_root)))
 
 
@@ -89,7 +94,7 @@ def _run_one(cfg, item, shared, root: Path, extra_callbacks) -> float | None:
     """Run (or reuse) one embinit trial; returns its selection value, None when it failed."""
     from embinit.train import run_trial  # noqa: PLC0415 (torch; only workers import it)
     uri, exp_id, key = shared["tracking_uri"], shared["experiment_id"], cfg.key()
-    metric, _mode = item["selection"]
+    metric, mode = item["selection"]
     done = tracking.finished_run(exp_id, uri, key)
     if done is not None:  # another sweep finished it meanwhile: reuse, never train twice
         return done.data.metrics.get(f"best/{metric}", math.nan)
@@ -99,7 +104,7 @@ def _run_one(cfg, item, shared, root: Path, extra_callbacks) -> float | None:
     run = tracking.TrialRun.open(uri, exp_id, shared["parent_run_id"], cfg.to_dict(), key, item["label"],
                                  item["group"], run_id=id_file.read_text().strip() if id_file.exists() else None)
     id_file.write_text(run.run_id)
-    callbacks = [TrialReporter(run, root, metric)]
+    callbacks = [TrialReporter(run, root, metric, mode or "max")]
     analysis_cbs = analyses.trial_callbacks(shared.get("analyses"), cfg, run.log_metrics, out_dir)
     callbacks += analysis_cbs
     if extra_callbacks is not None:
