@@ -25,7 +25,7 @@ from embinit.errors import EmbinitError
 
 def t_quantile(df: int) -> float:
     """The 0.975 quantile of Student's t with `df` degrees of freedom."""
-    from scipy.stats import t  # noqa: PLC0415 (scipy comes with mlflow)
+    from scipy.stats import t  # scipy comes with mlflow
     return float(t.ppf(0.975, df))
 
 
@@ -219,9 +219,9 @@ def _mean_history(client, run_ids: list[str], metric: str) -> tuple[list[int], l
 
 
 def mean_curves(report: Report, out_dir: Path) -> list[Path]:
-    import matplotlib  # noqa: PLC0415
+    import matplotlib
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
+    import matplotlib.pyplot as plt
     out_dir.mkdir(parents=True, exist_ok=True)
     client = tracking.client(report.tracking_uri)
     figures: dict[tuple, list] = defaultdict(list)

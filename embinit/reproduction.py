@@ -130,7 +130,7 @@ def welch(a: list[float], b: list[float]) -> dict[str, Any]:
     if se == 0:
         return {"diff": diff, "ci95": 0.0, "n": (len(a), len(b))}
     dof = (va + vb) ** 2 / ((va ** 2 / (len(a) - 1) if va else 0) + (vb ** 2 / (len(b) - 1) if vb else 0))
-    from scipy.stats import t  # noqa: PLC0415
+    from scipy.stats import t
     return {"diff": diff, "ci95": float(t.ppf(0.975, dof)) * se, "n": (len(a), len(b))}
 
 
@@ -142,7 +142,8 @@ def verdict(cmp: dict[str, Any], expected: int, tolerate: bool = False) -> str:
         return "not measured"
     same = d * expected > 0
     if ci is None:
-        return ("same direction" if same else "opposite direction") + f" (n = {cmp['n'][0]} vs {cmp['n'][1]}: no interval)"
+        return (("same direction" if same else "opposite direction")
+                + f" (n = {cmp['n'][0]} vs {cmp['n'][1]}: no interval)")
     lo, hi = sorted((expected * (d - ci), expected * (d + ci)))   # the interval on the paper's side
     if lo > 0:
         return "reproduces"
@@ -297,7 +298,8 @@ class Reproduction:
                 st = {k: mean(k) for k in ("min", "max", "mean", "std", "scaled_min", "scaled_max", "scaled_std",
                                            "pe_std", "absorption")}
                 p = ref2.get(role)
-                p6 = paper.TABLE6.get(f"{role} (scaled)") if g.task == "multi30k" and g.paper_source == "GloVe" else None
+                glove30k = g.task == "multi30k" and g.paper_source == "GloVe"
+                p6 = paper.TABLE6.get(f"{role} (scaled)") if glove30k else None
                 label = ROLE_TEXT[role].format(p=g.source)
                 s.lines.append(
                     f"| {g.task} | {label} | {_f(st['min'], 3)}, {_f(st['max'], 3)} | {_f(st['mean'], 4)} "
@@ -308,7 +310,8 @@ class Reproduction:
                 rows.append({"task": g.task, "init": label, "role": role, **st,
                              "paper": list(p) if p else None, "paper_scaled_std": p6[3] if p6 else None})
         pe = paper.TABLE6["Pos. Enc."]
-        s.lines += ["", f"The paper's position encodings (Table 6): min, max {pe[0]}, {pe[1]}; mean {pe[2]} (σ {pe[3]})."]
+        s.lines += ["", f"The paper's position encodings (Table 6): min, max {pe[0]}, {pe[1]}; "
+                        f"mean {pe[2]} (σ {pe[3]})."]
         self.exports["table2"] = rows
         return s
 
@@ -399,7 +402,8 @@ class Reproduction:
                 first = summarize([hist[t.run_id][0][1] for t in ts if hist[t.run_id]])
                 last = summarize([hist[t.run_id][-1][1] for t in ts if hist[t.run_id]])
                 s.lines.append(f"| {label} | {_ms(first, 3)} | {_ms(last, 3)} | {last['n']} | {_ci(last, 3)} |")
-                curves[label] = {st: statistics.fmean([v for t in ts for s2, v in hist[t.run_id] if s2 == st] or [math.nan])
+                curves[label] = {st: statistics.fmean([v for t in ts for s2, v in hist[t.run_id] if s2 == st]
+                                                      or [math.nan])
                                  for st in steps}
                 rows.append({"task": g.task, "init": label, "at_init": first, "end": last,
                              "curve": {str(k): v for k, v in curves[label].items()}})
@@ -467,7 +471,8 @@ class Reproduction:
     def _finding2(self, tr: Group | None, out: list) -> list[str]:
         lines = []
         if tr:
-            absorb = {role: self.values(self.main_trials(tr, role), "init/emb/absorption") for role in ("Xavier", "P", "P_Xavier")}
+            absorb = {role: self.values(self.main_trials(tr, role), "init/emb/absorption")
+                      for role in ("Xavier", "P", "P_Xavier")}
             if all(absorb.values()):
                 a = {r: statistics.fmean(v) for r, v in absorb.items()}
                 lines.append(f"- (a) absorption: σ(scaled table)/σ(PE) is {a['P']:.2f} for {tr.source}, "
@@ -485,10 +490,11 @@ class Reproduction:
                     gains[role] = on[0] - off[0]
             if len(gains) == 3:
                 smaller = gains["P"] < min(gains["Xavier"], gains["P_Xavier"])
+                verdict = "the smallest, as the paper says" if smaller else "not the smallest, unlike the paper"
                 lines.append(f"- (a) Table 3, seed 0: switching position encoding on (trainable embeddings) gains "
                              f"{gains['Xavier']:.2f} BLEU for Xavier, {gains['P']:.2f} for {tr.source}, "
                              f"{gains['P_Xavier']:.2f} for {tr.source}_Xavier: the gain for raw {tr.source} is "
-                             f"**{'the smallest, as the paper says' if smaller else 'not the smallest, unlike the paper'}**"
+                             f"**{verdict}**"
                              " (one seed per cell: no interval).")
                 out.append({"finding": "2", "claim": "PE gain smallest for raw P (Table 3, seed 0)",
                             "values": gains, "verdict": "reproduces" if smaller else "does not reproduce"})
@@ -530,10 +536,12 @@ class Reproduction:
                 rows.append({"spec": spec_file, "experiment": exp, "run_id": p.info.run_id, "wall_s": wall,
                              "trial_s": busy, "trials": len(own), "status": p.info.status})
         if self.analogy_runs:
-            dur = sum(r.data.metrics.get("wall_time_s", ((r.info.end_time or r.info.start_time) - r.info.start_time) / 1000)
+            dur = sum(r.data.metrics.get("wall_time_s",
+                                         ((r.info.end_time or r.info.start_time) - r.info.start_time) / 1000)
                       for r in self.analogy_runs)
             s.lines.append(f"| Table 4 | `{self.inputs.analogy_experiment}` | {len(self.analogy_runs)} runs | — | "
-                           f"{_dur(dur)} | — | — | `{self.inputs.analogy_command}` for S in 0..{len(self.analogy_runs) - 1} |")
+                           f"{_dur(dur)} | — | — | `{self.inputs.analogy_command}` "
+                           f"for S in 0..{len(self.analogy_runs) - 1} |")
         self.exports["runs"] = rows
         return s
 
@@ -554,10 +562,10 @@ def _history(uri: str | None, run_id: str, metric: str) -> list[tuple[int, float
 
 
 def _load_text(run, path: str) -> str | None:
-    import mlflow  # noqa: PLC0415
+    import mlflow
     try:
         return mlflow.artifacts.load_text(f"{run.info.artifact_uri}/{path}")
-    except Exception:  # noqa: BLE001 (a missing artifact: the caller shows "?")
+    except Exception:  # a missing artifact: the caller shows "?"
         return None
 
 

@@ -50,7 +50,7 @@ def artifact_root(uri: str) -> str | None:
 
 
 def client(uri: str | None = None):
-    from mlflow import MlflowClient  # noqa: PLC0415 (mlflow import costs ~1 s; only trackers pay it)
+    from mlflow import MlflowClient  # mlflow import costs ~1 s; only trackers pay it
     return MlflowClient(tracking_uri=resolve_uri(uri))
 
 
@@ -59,7 +59,7 @@ def retry(fn: Callable[[], Any], attempts: int = 8) -> Any:
     for i in range(attempts):
         try:
             return fn()
-        except Exception as e:  # noqa: BLE001 (mlflow wraps sqlalchemy errors in several types)
+        except Exception as e:  # mlflow wraps sqlalchemy errors in several types
             if "locked" not in str(e).lower() or i == attempts - 1:
                 raise
             time.sleep(0.05 * 2 ** i)
@@ -72,7 +72,7 @@ def ensure_experiment(name: str, uri: str | None = None) -> str:
     if exp is None:
         try:
             return retry(lambda: c.create_experiment(name, artifact_location=_exp_artifacts(uri, name)))
-        except Exception:  # noqa: BLE001 (a concurrent creator won the race)
+        except Exception:  # a concurrent creator won the race
             exp = c.get_experiment_by_name(name)
             if exp is None:
                 raise
@@ -202,7 +202,7 @@ def log_analysis_run(experiment: str, uri: str | None, kind: str, run_name: str,
     exp_id = ensure_experiment(experiment, uri)
     run = retry(lambda: c.create_run(exp_id, run_name=run_name, tags={"embinit.kind": kind}))
     run_id = run.info.run_id
-    from mlflow.entities import Param  # noqa: PLC0415
+    from mlflow.entities import Param
     try:
         _log_batch(c, run_id, metrics=_metrics(metrics),
                    params=[Param(k, str(v)[:6000]) for k, v in params.items()])
@@ -231,7 +231,7 @@ def run_status(run) -> str:
 
 
 def _metrics(values: dict[str, Any], step: int = 0, prefix: str = "") -> list:
-    from mlflow.entities import Metric  # noqa: PLC0415
+    from mlflow.entities import Metric
     now = int(time.time() * 1000)
     out = []
     for k, v in flat_numbers(values).items():
@@ -254,8 +254,9 @@ def _log_batch(c, run_id: str, metrics=(), params=(), tags=()) -> None:
     metrics = list(metrics)
     for i in range(0, max(len(metrics), 1), 900):  # the REST API caps a batch at 1000 entries
         chunk = metrics[i:i + 900]
-        retry(lambda: c.log_batch(run_id, metrics=chunk, params=params if i == 0 else (),
-                                  tags=tags if i == 0 else ()))
+        first = i == 0
+        retry(lambda chunk=chunk, first=first: c.log_batch(run_id, metrics=chunk, params=params if first else (),
+                                                           tags=tags if first else ()))
 
 
 class TrialRun:
@@ -286,7 +287,7 @@ class TrialRun:
             tags[PARENT_TAG] = parent_id
         run = retry(lambda: c.create_run(exp_id, run_name=f"{config['task']}-{label}-s{config['seed']}",
                                          tags=tags))
-        from mlflow.entities import Param  # noqa: PLC0415
+        from mlflow.entities import Param
         params = [Param(k, v[:6000]) for k, v in flat_params(config).items()]
         _log_batch(c, run.info.run_id, params=params)
         return cls(uri, run.info.run_id)
@@ -315,7 +316,7 @@ class TrialRun:
         extra = {"best_epoch": result.get("best_epoch"), "wall_time_s": result.get("wall_time_s"),
                  "diverged_step": result.get("diverged_step"), "coverage": result.get("coverage") or {}}
         metrics += _metrics(extra)
-        from mlflow.entities import RunTag  # noqa: PLC0415
+        from mlflow.entities import RunTag
         # The label tag stays the spec's (it may be a custom `name`); the trainer's goes beside it.
         tags = [RunTag(STATUS_TAG, result["status"]), RunTag("embinit.trainer_label", result.get("label") or "")]
         if result.get("bleu_signature"):

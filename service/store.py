@@ -104,7 +104,7 @@ class ResultStore:
         if not all(k in runs for k in exp.trial_keys):
             try:
                 planned = self._planned(exp)
-            except Exception:  # noqa: BLE001 - a spec stored by an older version: show keys without configs
+            except Exception:  # a spec stored by an older version: show keys without configs
                 planned = {}
         out = []
         for key in exp.trial_keys:

@@ -32,7 +32,7 @@ def domain(value: list | Range):
 
 
 def _groups(spec: ExperimentSpec) -> dict[tuple, list]:
-    from embinit.sweep.runner import _item  # noqa: PLC0415
+    from embinit.sweep.runner import _item
     groups: dict[tuple, list] = defaultdict(list)
     for p in spec.plan():
         groups[(p.task, p.label, json.dumps(p.axes, sort_keys=True))].append(_item(spec, p))
@@ -80,9 +80,9 @@ def run_optuna(spec: ExperimentSpec, shared: dict[str, Any], storage: Path, prog
 
 
 def _search(spec, shared, storage, progress, should_stop, extra_callbacks, work) -> bool:
-    import optuna  # noqa: PLC0415
-    from ray.tune.search.optuna import OptunaSearch  # noqa: PLC0415
-    from embinit.sweep.tune_run import (_StopAll, make_trainable, progress_callback,  # noqa: PLC0415
+    import optuna
+    from ray.tune.search.optuna import OptunaSearch
+    from embinit.sweep.tune_run import (_StopAll, make_trainable, progress_callback,
                                         quiet_tune_logs, run_config)
     quiet_tune_logs()
     shared = {**shared, "search_keys": list(spec.search.space)}

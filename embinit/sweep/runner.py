@@ -97,8 +97,8 @@ def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = 
     stop: a threading.Event or a callable; once true, running trials stop and no new ones start.
     extra_callbacks: `f(TrialConfig) -> [trainer callbacks]`, called in the worker (tests, probes).
     """
-    from embinit.sweep.ray_runtime import RayRuntime  # noqa: PLC0415
-    from embinit.sweep.tune_run import run_tune  # noqa: PLC0415
+    from embinit.sweep.ray_runtime import RayRuntime
+    from embinit.sweep.tune_run import run_tune
     t0 = time.monotonic()
     spec = spec if isinstance(spec, ExperimentSpec) else load_spec(spec)
     if address is None:
@@ -117,7 +117,7 @@ def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = 
     cancelled, should_stop = False, _stop_fn(stop)
     try:
         if spec.search is not None and spec.search.method == "optuna":
-            from embinit.sweep.optuna_search import run_optuna  # noqa: PLC0415
+            from embinit.sweep.optuna_search import run_optuna
             cancelled = run_optuna(spec, shared, storage, progress, should_stop, extra_callbacks,
                                    lambda: RayRuntime(address))
         elif units:
@@ -135,7 +135,7 @@ def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = 
 
 
 def _finish(spec, uri, exp_id, parent, planned, reused, cancelled, t0, progress) -> SweepResult:
-    from embinit.report import build_report  # noqa: PLC0415
+    from embinit.report import build_report
     keys = {p.key for p in planned}
     search = spec.search is not None and spec.search.method == "optuna"
     trials = [t for t in tracking.list_trials(spec.experiment_name(), uri) if search or t["key"] in keys]

@@ -65,7 +65,7 @@ def progress_callback(progress, total: int, reused: int, per_unit: int = 1) -> l
 def run_tune(spec, units: list[dict[str, Any]], shared: dict[str, Any], storage: Path, progress,
              should_stop: Callable[[], bool], extra_callbacks, total: int, reused: int) -> bool:
     """Run the units; returns True when the sweep was cancelled through `should_stop`."""
-    import time  # noqa: PLC0415
+    import time
     quiet_tune_logs()
     stopper = _StopAll(should_stop)
     names = trial_name(units)
