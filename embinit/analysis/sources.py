@@ -77,13 +77,13 @@ def scan_words(path: Path, top: int | None = None) -> list[str]:
     """The words of a text vector file in file order (header skipped, first occurrence kept). A word
     is everything before the last D fields, as the init library's loader reads it (GloVe 840B has
     words with spaces)."""
-    from embinit.init.vectors import _first_line, _header, _open
+    from embinit.init.vectors import count_header, first_line, open_binary
 
-    first = _first_line(path)
-    head = _header(first)
+    first = first_line(path)
+    head = count_header(first)
     dim = head[1] if head else len(first.split()) - 1
     words, seen = [], set()
-    with _open(path) as f:
+    with open_binary(path) as f:
         for lineno, line in enumerate(f, 1):
             if lineno == 1 and head:
                 continue
@@ -111,7 +111,7 @@ def load_vectors(path: str | Path, top: int | None = None) -> Embeddings:
         raise EmbinitError(f"{path} is a Hugging Face model folder; build a table from it with "
                            "embinit.init and pass the table or a checkpoint instead")
     if fmt == "npy":
-        matrix = torch.from_numpy(vectors._load_npy_matrix(path)[:top].astype("float32"))
+        matrix = torch.from_numpy(vectors.load_npy_matrix(path)[:top].astype("float32"))
         try:
             names = vectors.npy_vocab_path(path).read_text(encoding="utf-8").splitlines()[:len(matrix)]
         except EmbinitError:

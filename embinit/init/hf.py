@@ -101,7 +101,8 @@ def _weight_from_safetensors(folder: Path) -> torch.Tensor | None:
     return None
 
 
-def _load(name: str):
+def load_model_embeddings(name: str):
+    """(tokenizer, input-embedding matrix) of a Hugging Face model folder or hub id."""
     try:
         from transformers import AutoModel, AutoTokenizer
         from transformers.utils import logging as hf_logging
@@ -150,7 +151,7 @@ def _piece_means(tok, weight: torch.Tensor, tokens: list[str], missing: list[int
 
 
 def load_hf(name: str, tokens: list[str], lowercase: bool = False) -> Aligned:
-    tok, weight = _load(name)
+    tok, weight = load_model_embeddings(name)
     src_vocab = tok.get_vocab()
     aliases = special_aliases(tok)
     best: dict[int, tuple[int, int]] = {}

@@ -32,10 +32,10 @@ def domain(value: list | Range):
 
 
 def _groups(spec: ExperimentSpec) -> dict[tuple, list]:
-    from embinit.sweep.runner import _item
+    from embinit.sweep.runner import work_item
     groups: dict[tuple, list] = defaultdict(list)
     for p in spec.plan():
-        groups[(p.task, p.label, json.dumps(p.axes, sort_keys=True))].append(_item(spec, p))
+        groups[(p.task, p.label, json.dumps(p.axes, sort_keys=True))].append(work_item(spec, p))
     return groups
 
 
@@ -82,12 +82,12 @@ def run_optuna(spec: ExperimentSpec, shared: dict[str, Any], storage: Path, prog
 def _search(spec, shared, storage, progress, should_stop, extra_callbacks, work) -> bool:
     import optuna
     from ray.tune.search.optuna import OptunaSearch
-    from embinit.sweep.tune_run import (_StopAll, make_trainable, progress_callback,
+    from embinit.sweep.tune_run import (StopAll, make_trainable, progress_callback,
                                         quiet_tune_logs, run_config)
     quiet_tune_logs()
     shared = {**shared, "search_keys": list(spec.search.space)}
     space = {k: domain(v) for k, v in spec.search.space.items()}
-    stopper = _StopAll(should_stop)
+    stopper = StopAll(should_stop)
     for task, label, items, points, rewards in work:
         budget = spec.search.num_samples - len(points)
         mode = items[0]["selection"][1]

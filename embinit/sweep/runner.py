@@ -75,11 +75,12 @@ def _items(spec: ExperimentSpec, finished: set[str]) -> tuple[list[dict], int]:
         if p.key in finished:
             reused += 1
             continue
-        units.append({"trials": [_item(spec, p)]})
+        units.append({"trials": [work_item(spec, p)]})
     return units, reused
 
 
-def _item(spec: ExperimentSpec, p) -> dict[str, Any]:
+def work_item(spec: ExperimentSpec, p) -> dict[str, Any]:
+    """What a worker needs to train one planned trial `p`: its config, label, group and selection metric."""
     metric, mode = tracking.selection_metric(p.task)
     if spec.search is not None and spec.search.metric:
         metric, mode = spec.search.metric, spec.search.mode or mode

@@ -12,7 +12,7 @@ from embinit.sweep.progress import Progress
 from embinit.sweep.trainable import train_unit
 
 
-class _StopAll(tune.Stopper):
+class StopAll(tune.Stopper):
     """Stops every trial once the caller's stop flag is set (polled by Tune every ~0.1 s)."""
 
     def __init__(self, should_stop: Callable[[], bool]):
@@ -50,7 +50,7 @@ def make_trainable(spec, units, shared, extra_callbacks):
     return tune.with_resources(fn, {"cpu": spec.resources.cpus, "gpu": spec.resources.gpus})
 
 
-def run_config(spec, name: str, storage: Path, callbacks: list, stopper: _StopAll) -> tune.RunConfig:
+def run_config(spec, name: str, storage: Path, callbacks: list, stopper: StopAll) -> tune.RunConfig:
     return tune.RunConfig(name=name, storage_path=str(storage), stop=stopper, callbacks=callbacks,
                           failure_config=tune.FailureConfig(max_failures=spec.retries),
                           checkpoint_config=tune.CheckpointConfig(num_to_keep=1), verbose=0)
@@ -67,7 +67,7 @@ def run_tune(spec, units: list[dict[str, Any]], shared: dict[str, Any], storage:
     """Run the units; returns True when the sweep was cancelled through `should_stop`."""
     import time
     quiet_tune_logs()
-    stopper = _StopAll(should_stop)
+    stopper = StopAll(should_stop)
     names = trial_name(units)
     tuner = tune.Tuner(
         make_trainable(spec, units, shared, extra_callbacks),
