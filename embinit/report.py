@@ -18,9 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from embinit import tracking
+from embinit import records, tracking
 from embinit.config import TASKS
 from embinit.errors import EmbinitError
+from embinit.records import TrialRecord
 
 
 def t_quantile(df: int) -> float:
@@ -40,49 +41,15 @@ def summarize(values: list[float]) -> dict[str, Any]:
     return {"n": n, "mean": mean, "std": std, "ci95": ci}
 
 
-@dataclass
-class _Trial:
-    run_id: str
-    task: str
-    label: str
-    axes: dict[str, Any]
-    point: dict[str, Any]
-    selection: list
-    status: str
-    metrics: dict[str, float]
-    error: str | None
-
-
-_RANK = {"finished": 3, "diverged": 3, "running": 1, "cancelled": 0, "failed": 0}
-
-
-def runs_by_key(runs: list, keys: set[str] | None = None) -> dict[str, Any]:
-    """trial key -> its run to report: the newest of its best status (finished over running over
-    failed); runs without a key (sweep parents) and keys outside `keys` are left out."""
-    by_key: dict[str, Any] = {}
-    for run in sorted(runs, key=lambda r: r.info.start_time or 0):
-        key = run.data.tags.get(tracking.KEY_TAG)
-        if key is None or (keys is not None and key not in keys):
-            continue
-        old = by_key.get(key)
-        if old is None or _RANK[tracking.run_status(run)] >= _RANK[tracking.run_status(old)]:
-            by_key[key] = run
-    return by_key
+# The report's rows are built from trial records (one per key, `records.by_key`).
+_Trial = TrialRecord
 
 
 def _trials(experiment: str, uri: str | None, keys: set[str] | None) -> list[_Trial]:
     exp_id = tracking.experiment_id(experiment, uri)
     if exp_id is None:
         raise EmbinitError(f"no MLflow experiment {experiment!r} in {tracking.resolve_uri(uri)}")
-    by_key = runs_by_key(tracking.search_runs(exp_id, uri), keys)
-    out = []
-    for run in by_key.values():
-        tags = run.data.tags
-        group = json.loads(tags.get(tracking.GROUP_TAG, "{}"))
-        out.append(_Trial(run.info.run_id, tags.get(tracking.TASK_TAG, "?"), tags.get(tracking.LABEL_TAG, "?"),
-                          group.get("axes", {}), group.get("point", {}), group.get("selection") or [],
-                          tracking.run_status(run), dict(run.data.metrics), tags.get(tracking.ERROR_TAG)))
-    return out
+    return list(records.by_key(tracking.trial_records(exp_id, uri), keys).values())
 
 
 def _epoch_metric(metric: str) -> str:

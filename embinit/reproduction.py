@@ -31,10 +31,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from embinit import paper, tracking
+from embinit import paper, records, tracking
 from embinit.config import TASKS
 from embinit.errors import EmbinitError
-from embinit.report import runs_by_key, summarize
+from embinit.records import TrialRecord
+from embinit.report import summarize
 
 ROLES = ("Xavier", "P", "P_Xavier", "P_Shuffled", "Xavier_P")
 ROLE_TEXT = {"Xavier": "Xavier", "P": "{p}", "P_Xavier": "{p}_Xavier", "P_Shuffled": "{p}_Shuffled",
@@ -68,19 +69,8 @@ class Inputs:
     similarity_metric: str = "jaccard"
 
 
-@dataclass
-class Trial:
-    run_id: str
-    key: str
-    label: str
-    task: str
-    config: dict[str, Any]
-    axes: dict[str, Any]
-    status: str
-    metrics: dict[str, float]
-    start_ms: int
-    end_ms: int | None
-    parent: str | None
+class Trial(TrialRecord):
+    """A trial record with the Table-3 cell it belongs to."""
 
     @property
     def cell(self) -> tuple[bool, bool]:
@@ -102,17 +92,9 @@ def load_trials(experiment: str, uri: str | None) -> tuple[list[Trial], list]:
         raise EmbinitError(f"no MLflow experiment {experiment!r} in {tracking.resolve_uri(uri)}; run its spec "
                            "first (see docs/reproduction.md, 'Commands')")
     runs = tracking.search_runs(exp_id, uri)
-    parents = sorted((r for r in runs if r.data.tags.get("embinit.kind") == "sweep"),
+    parents = sorted((r for r in runs if r.data.tags.get(records.KIND_TAG) == "sweep"),
                      key=lambda r: r.info.start_time or 0)
-    by_key = runs_by_key(runs)
-    trials = []
-    for key, run in by_key.items():
-        tags = run.data.tags
-        trials.append(Trial(run.info.run_id, key, tags.get(tracking.LABEL_TAG, "?"), tags.get(tracking.TASK_TAG, "?"),
-                            json.loads(tags.get(tracking.CONFIG_TAG, "{}")),
-                            json.loads(tags.get(tracking.GROUP_TAG, "{}")).get("axes", {}),
-                            tracking.run_status(run), dict(run.data.metrics), run.info.start_time or 0,
-                            run.info.end_time, tags.get(tracking.PARENT_TAG)))
+    trials = [Trial(**vars(rec)) for rec in records.by_key(records.from_runs(runs)).values()]
     return trials, parents
 
 
@@ -526,13 +508,13 @@ class Reproduction:
                                   if ln.startswith("name:")), "?")
                 spec_file = next((g.spec for g in self.inputs.groups if g.experiment == spec_name), None) or \
                     (self.inputs.ablation_spec if "ablation" in spec_name else "?")
-                own = [t for t in trials if t.parent == p.info.run_id and t.end_ms]
+                own = [t for t in trials if t.parent_id == p.info.run_id and t.end_ms]
                 wall = ((p.info.end_time or 0) - p.info.start_time) / 1000 if p.info.end_time else None
                 busy = sum((t.end_ms - t.start_ms) / 1000 for t in own)
                 started = datetime.fromtimestamp(p.info.start_time / 1000, timezone.utc).strftime("%Y-%m-%d %H:%M")
                 cmd = f"`embinit run {spec_file} --address $ADDR --tracking-uri $URI`"
                 s.lines.append(f"| `{spec_file}` | `{exp}` | {p.info.run_name} | {started} | {_dur(wall)} | "
-                               f"{p.data.tags.get('embinit.n_trials', '?')} ({len(own)}) | {_dur(busy)} | {cmd} |")
+                               f"{p.data.tags.get(records.N_TRIALS_TAG, '?')} ({len(own)}) | {_dur(busy)} | {cmd} |")
                 rows.append({"spec": spec_file, "experiment": exp, "run_id": p.info.run_id, "wall_s": wall,
                              "trial_s": busy, "trials": len(own), "status": p.info.status})
         if self.analogy_runs:

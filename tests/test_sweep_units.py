@@ -13,7 +13,8 @@ from ray import tune
 from embinit.spec import Range, SpecError, load_spec
 from embinit.sweep.optuna_search import domain
 from embinit.sweep.progress import Progress
-from embinit.sweep.runner import _latest, _stop_fn, check_local_paths
+from embinit.records import TrialRecord, by_key
+from embinit.sweep.runner import _stop_fn, check_local_paths
 from embinit.sweep.tune_run import StopAll
 
 
@@ -80,7 +81,8 @@ def test_preflight_paths(tmp_path):
 def test_a_finished_run_beats_later_failed_attempts():
     rows = [{"key": "a", "status": "finished"}, {"key": "a", "status": "failed"},
             {"key": "b", "status": "failed"}, {"key": "b", "status": "cancelled"}]
-    assert {r["key"]: r["status"] for r in _latest(rows)} == {"a": "finished", "b": "failed"}
+    recs = [TrialRecord(f"run{i}", r["key"], "t", "L", r["status"], start_ms=i) for i, r in enumerate(rows)]
+    assert {k: r.status for k, r in by_key(recs).items()} == {"a": "finished", "b": "failed"}
 
 
 def test_stopper_and_progress_pickle_without_their_live_parts():

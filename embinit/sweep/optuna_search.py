@@ -46,14 +46,10 @@ def _evaluated(spec: ExperimentSpec, uri: str, exp_id: str, items: list[dict]) -
     metric = items[0]["selection"][0]
     axes = items[0]["group"]["axes"]
     by_point: dict[str, dict[int, float]] = defaultdict(dict)
-    for run in tracking.search_runs(exp_id, uri, "attributes.status = 'FINISHED'"):
-        tags = run.data.tags
-        group = json.loads(tags.get(tracking.GROUP_TAG, "{}"))
-        if (tags.get(tracking.LABEL_TAG), tags.get(tracking.TASK_TAG)) != (label, task) or \
-                group.get("axes") != axes or set(group.get("point", {})) != keys:
+    for rec in tracking.trial_records(exp_id, uri, "attributes.status = 'FINISHED'"):
+        if (rec.label, rec.task) != (label, task) or rec.group.get("axes") != axes or set(rec.point) != keys:
             continue
-        value = run.data.metrics.get(f"best/{metric}", math.nan)
-        by_point[json.dumps(group["point"], sort_keys=True)][int(tags[tracking.SEED_TAG])] = value
+        by_point[json.dumps(rec.point, sort_keys=True)][rec.seed] = rec.metrics.get(f"best/{metric}", math.nan)
     seeds = set(spec.seeds)
     points, rewards = [], []
     for point, values in by_point.items():
