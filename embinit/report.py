@@ -21,6 +21,7 @@ from typing import Any
 from embinit import records, tracking
 from embinit.config import TASKS
 from embinit.errors import EmbinitError
+from embinit.formatting import interval, number
 from embinit.records import TrialRecord
 
 
@@ -116,14 +117,7 @@ class Report:
         return mean_curves(self, Path(out_dir))
 
 
-def _fmt(v, digits: int = 2) -> str:
-    return "-" if v is None else f"{v:.{digits}f}"
-
-
-def _ci(r: dict) -> str:
-    if r["ci95"] is None:
-        return "-"
-    return f"[{r['mean'] - r['ci95']:.2f}, {r['mean'] + r['ci95']:.2f}]"
+_fmt, _ci = number, interval
 
 
 def _reason(error: str | None) -> str:
