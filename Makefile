@@ -6,7 +6,7 @@ PIP := $(PY) -m pip
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test bench clean
+.PHONY: install run lint test bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -21,6 +21,10 @@ install: $(STAMP)
 run: $(STAMP)
 	RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0 HF_HUB_OFFLINE=1 \
 	  $(VENV)/bin/embinit run tune_configs/quickstart.yaml
+
+# `ruff check .` with the rules in pyproject.toml; CI runs it before the tests.
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
 
 test: $(STAMP)
 	$(PY) -m pytest -q

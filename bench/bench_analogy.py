@@ -27,7 +27,7 @@ from embinit.analysis.sources import load_embeddings
 
 
 def machine() -> dict:
-    import psutil  # noqa: PLC0415
+    import psutil
     return {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
             "torch_threads": torch.get_num_threads(), "load_avg_1m": os.getloadavg()[0],
             "memory_gb": round(psutil.virtual_memory().total / 2**30, 1), "torch": torch.__version__,
@@ -44,7 +44,7 @@ def need(path: str | None, what: str, env: str) -> Path:
 
 
 def run_gensim(glove: Path, questions: Path, limits: list[int]) -> dict:
-    from gensim.models import KeyedVectors  # noqa: PLC0415
+    from gensim.models import KeyedVectors
     t = time.perf_counter()
     kv = KeyedVectors.load_word2vec_format(str(glove), binary=False, no_header=True)
     out = {"load_s": time.perf_counter() - t, "vocab": len(kv)}
@@ -80,8 +80,8 @@ def run_table4_multi30k(glove: Path, questions: Path, data_dir: Path, top: int =
     """The paper's Table-4 setting: the table of Multi30k's `top` most frequent English words (the
     paper: 5,893, 1,631 applicable questions), every chain row, at the paper's 5,000-row position table
     and at fewer distinct positions (how many positions the paper's PE rows must have come from)."""
-    from embinit.analysis.table4 import EXTRA_ROWS, TABLE4_ROWS, run_table4  # noqa: PLC0415
-    from embinit.tasks import load_task  # noqa: PLC0415
+    from embinit.analysis.table4 import EXTRA_ROWS, TABLE4_ROWS, run_table4
+    from embinit.tasks import load_task
 
     vocab = load_task("multi30k", data_dir=data_dir).vocab
     wanted = [t for t in vocab.tokens if t not in vocab.specials][:top]

@@ -75,7 +75,8 @@ def populate(work: Path) -> str:
         s.add(Experiment(id="bench0000000", name=spec.name, spec=spec.canonical(), spec_hash=spec.spec_hash(),
                          trial_keys=[p.key for p in plan], n_trials=len(plan), status="succeeded",
                          counts={"pending": 0, "running": 0, "finished": len(plan), "failed": 0, "reused": 0},
-                         tracking_uri=uri, mlflow_experiment=spec.experiment_name(), mlflow_experiment_id=exp_id, started_at=utcnow(), finished_at=utcnow()))
+                         tracking_uri=uri, mlflow_experiment=spec.experiment_name(), mlflow_experiment_id=exp_id,
+                         started_at=utcnow(), finished_at=utcnow()))
         s.commit()
     return "bench0000000"
 

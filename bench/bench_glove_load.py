@@ -98,8 +98,8 @@ def main() -> int:
     cold, cached = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.repeats):
-            t, res = timed(lambda: build_table("glove+standardize", vocab, pretrained=str(glove),
-                                               cache_dir=Path(tmp) / f"c{r}", seed=0))
+            t, res = timed(lambda r=r: build_table("glove+standardize", vocab, pretrained=str(glove),
+                                                   cache_dir=Path(tmp) / f"c{r}", seed=0))
             cold.append(t)
         for _ in range(5):
             t, again = timed(lambda: build_table("glove+standardize", vocab, pretrained=str(glove),

@@ -29,7 +29,7 @@ from pathlib import Path
 
 
 def _tables(n: int, d: int, seed: int):
-    import torch  # noqa: PLC0415
+    import torch
     g = torch.Generator().manual_seed(seed)
     # two independent "trained-like" spaces with shared structure: a common part plus noise
     common = torch.randn(n, d, generator=g)
@@ -38,7 +38,7 @@ def _tables(n: int, d: int, seed: int):
 
 def full_matrix_similarity(a, b, k: int):
     """The straightforward version: the whole N x N score matrix per space, then top-k."""
-    import torch  # noqa: PLC0415
+    import torch
 
     def neighbours(x):
         s = x @ x.T
@@ -51,10 +51,10 @@ def full_matrix_similarity(a, b, k: int):
 
 
 def child(case: str, n: int, d: int, k: int, threads: int) -> dict:
-    import psutil  # noqa: PLC0415
-    import torch  # noqa: PLC0415
+    import psutil
+    import torch
 
-    from embinit.analysis.similarity import knn_match_similarity  # noqa: PLC0415
+    from embinit.analysis.similarity import knn_match_similarity
 
     torch.set_num_threads(threads)
     a, b = _tables(n, d, 0)
@@ -100,8 +100,8 @@ def run_case(case: str, n: int, d: int, k: int, threads: int, scores_path: Path)
 
 
 def machine(threads: int) -> dict:
-    import psutil  # noqa: PLC0415
-    import torch  # noqa: PLC0415
+    import psutil
+    import torch
     return {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "threads": threads,
             "memory_gb": round(psutil.virtual_memory().total / 2**30, 1), "torch": torch.__version__,
             "load_avg_1m_start": os.getloadavg()[0]}
@@ -120,7 +120,7 @@ def main() -> None:
     if args.child:
         print(json.dumps(child(args.child, args.n, args.d, args.k, args.threads)))
         return
-    import torch  # noqa: PLC0415
+    import torch
     tmp = Path(args.out).with_suffix(".scores")
     tmp.mkdir(parents=True, exist_ok=True)
     result = {"benchmark": "knn_match_similarity", "machine": machine(args.threads)}

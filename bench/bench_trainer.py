@@ -40,13 +40,13 @@ import torch.nn.functional as F
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from embinit.models import ModelConfig, build_model, set_dropout_generator  # noqa: E402
-from embinit.posenc import sinusoidal  # noqa: E402
-from embinit.train.decoding import greedy  # noqa: E402
-from embinit.train.loop import autocast_for  # noqa: E402
-from embinit.train.translation import TranslationTask  # noqa: E402
-from embinit.train.trial import make_optimizer  # noqa: E402
-from embinit.vocab import Vocab  # noqa: E402
+from embinit.models import ModelConfig, build_model, set_dropout_generator
+from embinit.posenc import sinusoidal
+from embinit.train.decoding import greedy
+from embinit.train.loop import autocast_for
+from embinit.train.translation import TranslationTask
+from embinit.train.trial import make_optimizer
+from embinit.vocab import Vocab
 
 BATCH, LAYERS, FF = 64, 3, 512
 HEADS = {300: 10, 512: 8}

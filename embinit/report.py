@@ -18,14 +18,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from embinit import tracking
+from embinit import records, tracking
 from embinit.config import TASKS
 from embinit.errors import EmbinitError
+from embinit.formatting import interval, number
+from embinit.records import TrialRecord
 
 
 def t_quantile(df: int) -> float:
     """The 0.975 quantile of Student's t with `df` degrees of freedom."""
-    from scipy.stats import t  # noqa: PLC0415 (scipy comes with mlflow)
+    from scipy.stats import t  # scipy comes with mlflow
     return float(t.ppf(0.975, df))
 
 
@@ -40,49 +42,15 @@ def summarize(values: list[float]) -> dict[str, Any]:
     return {"n": n, "mean": mean, "std": std, "ci95": ci}
 
 
-@dataclass
-class _Trial:
-    run_id: str
-    task: str
-    label: str
-    axes: dict[str, Any]
-    point: dict[str, Any]
-    selection: list
-    status: str
-    metrics: dict[str, float]
-    error: str | None
-
-
-_RANK = {"finished": 3, "diverged": 3, "running": 1, "cancelled": 0, "interrupted": 0, "failed": 0}
-
-
-def runs_by_key(runs: list, keys: set[str] | None = None) -> dict[str, Any]:
-    """trial key -> its run to report: the newest of its best status (finished over running over
-    failed); runs without a key (sweep parents) and keys outside `keys` are left out."""
-    by_key: dict[str, Any] = {}
-    for run in sorted(runs, key=lambda r: r.info.start_time or 0):
-        key = run.data.tags.get(tracking.KEY_TAG)
-        if key is None or (keys is not None and key not in keys):
-            continue
-        old = by_key.get(key)
-        if old is None or _RANK[tracking.run_status(run)] >= _RANK[tracking.run_status(old)]:
-            by_key[key] = run
-    return by_key
+# The report's rows are built from trial records (one per key, `records.by_key`).
+_Trial = TrialRecord
 
 
 def _trials(experiment: str, uri: str | None, keys: set[str] | None) -> list[_Trial]:
     exp_id = tracking.experiment_id(experiment, uri)
     if exp_id is None:
         raise EmbinitError(f"no MLflow experiment {experiment!r} in {tracking.resolve_uri(uri)}")
-    by_key = runs_by_key(tracking.search_runs(exp_id, uri), keys)
-    out = []
-    for run in by_key.values():
-        tags = run.data.tags
-        group = json.loads(tags.get(tracking.GROUP_TAG, "{}"))
-        out.append(_Trial(run.info.run_id, tags.get(tracking.TASK_TAG, "?"), tags.get(tracking.LABEL_TAG, "?"),
-                          group.get("axes", {}), group.get("point", {}), group.get("selection") or [],
-                          tracking.run_status(run), dict(run.data.metrics), tags.get(tracking.ERROR_TAG)))
-    return out
+    return list(records.by_key(tracking.trial_records(exp_id, uri), keys).values())
 
 
 def _epoch_metric(metric: str) -> str:
@@ -149,14 +117,7 @@ class Report:
         return mean_curves(self, Path(out_dir))
 
 
-def _fmt(v, digits: int = 2) -> str:
-    return "-" if v is None else f"{v:.{digits}f}"
-
-
-def _ci(r: dict) -> str:
-    if r["ci95"] is None:
-        return "-"
-    return f"[{r['mean'] - r['ci95']:.2f}, {r['mean'] + r['ci95']:.2f}]"
+_fmt, _ci = number, interval
 
 
 def _reason(error: str | None) -> str:
@@ -219,9 +180,9 @@ def _mean_history(client, run_ids: list[str], metric: str) -> tuple[list[int], l
 
 
 def mean_curves(report: Report, out_dir: Path) -> list[Path]:
-    import matplotlib  # noqa: PLC0415
+    import matplotlib
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
+    import matplotlib.pyplot as plt
     out_dir.mkdir(parents=True, exist_ok=True)
     client = tracking.client(report.tracking_uri)
     figures: dict[tuple, list] = defaultdict(list)

@@ -39,8 +39,8 @@ __all__ = ["ExperimentSpec", "InitEntry", "SpecError", "load_spec", "Hyperparams
            "Range", "Resources", "MlflowSettings", "PlannedTrial", "Analyses"]
 
 # TrialConfig fields a spec may set per task, in `defaults`, as an ablation axis or in a search space.
-HYPERPARAMETERS = ("data_seed", "init_from", "epochs", "batch_size", "max_tokens", "lr", "d_model", "layers", "heads", "ff_dim",
-                   "dropout", "min_freq", "max_len", "pe_base", "pre_ln", "pos_encoding", "train_embeddings",
+HYPERPARAMETERS = ("data_seed", "init_from", "epochs", "batch_size", "max_tokens", "lr", "d_model", "layers", "heads",
+                   "ff_dim", "dropout", "min_freq", "max_len", "pe_base", "pre_ln", "pos_encoding", "train_embeddings",
                    "freeze_non_embeddings", "early_stopping_patience", "max_train_examples", "beam_size",
                    "precision", "oov", "tokenizer", "threads", "device", "extras")
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -249,13 +249,13 @@ class Analyses(_Strict):
 
 def _parse_init(spec: str | dict[str, Any]):
     """`embinit.init.parse_init_spec(spec)` (raises EmbinitError listing the valid names)."""
-    from embinit.init import parse_init_spec  # noqa: PLC0415 (the package pulls in torch)
+    from embinit.init import parse_init_spec  # the package pulls in torch
     return parse_init_spec(spec)
 
 
 def _family_default(source: str) -> str | None:
     """The family's default location (a hub id for BERT/T5), None for file formats."""
-    from embinit.init import SOURCES  # noqa: PLC0415
+    from embinit.init import SOURCES
     return SOURCES.get(source)
 
 

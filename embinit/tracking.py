@@ -22,12 +22,11 @@ from typing import Any, Callable
 
 from embinit.config import TASKS
 from embinit.errors import EmbinitError
+from embinit.records import (  # noqa: F401 (the tag names and run_status are part of this module's API)
+    BLEU_SIGNATURE_TAG, CONFIG_TAG, ERROR_TAG, GROUP_TAG, KEY_TAG, KIND_TAG, LABEL_TAG, N_TRIALS_TAG, PARENT_TAG,
+    SEED_TAG, SPEC_HASH_TAG, STATUS_TAG, TASK_TAG, TRAINER_LABEL_TAG, TrialRecord, from_runs, run_status)
 
 DEFAULT_URI = "sqlite:///mlflow.db"
-KEY_TAG, LABEL_TAG, STATUS_TAG = "embinit.trial_key", "embinit.label", "embinit.status"
-TASK_TAG, SEED_TAG, CONFIG_TAG, ERROR_TAG = "embinit.task", "embinit.seed", "embinit.config", "embinit.error"
-SPEC_HASH_TAG, PARENT_TAG = "embinit.spec_hash", "mlflow.parentRunId"
-GROUP_TAG = "embinit.group"  # JSON of the ablation-axis and search-point values (report grouping)
 
 
 def resolve_uri(uri: str | None = None) -> str:
@@ -50,7 +49,7 @@ def artifact_root(uri: str) -> str | None:
 
 
 def client(uri: str | None = None):
-    from mlflow import MlflowClient  # noqa: PLC0415 (mlflow import costs ~1 s; only trackers pay it)
+    from mlflow import MlflowClient  # mlflow import costs ~1 s; only trackers pay it
     return MlflowClient(tracking_uri=resolve_uri(uri))
 
 
@@ -59,7 +58,7 @@ def retry(fn: Callable[[], Any], attempts: int = 8) -> Any:
     for i in range(attempts):
         try:
             return fn()
-        except Exception as e:  # noqa: BLE001 (mlflow wraps sqlalchemy errors in several types)
+        except Exception as e:  # mlflow wraps sqlalchemy errors in several types
             if "locked" not in str(e).lower() or i == attempts - 1:
                 raise
             time.sleep(0.05 * 2 ** i)
@@ -72,7 +71,7 @@ def ensure_experiment(name: str, uri: str | None = None) -> str:
     if exp is None:
         try:
             return retry(lambda: c.create_experiment(name, artifact_location=_exp_artifacts(uri, name)))
-        except Exception:  # noqa: BLE001 (a concurrent creator won the race)
+        except Exception:  # a concurrent creator won the race
             exp = c.get_experiment_by_name(name)
             if exp is None:
                 raise
@@ -154,8 +153,8 @@ def flat_params(config: dict[str, Any]) -> dict[str, str]:
 def start_parent_run(exp_id: str, uri: str, spec_hash: str, spec_yaml: str, n_trials: int) -> str:
     c = client(uri)
     run = retry(lambda: c.create_run(exp_id, run_name=f"sweep-{spec_hash[:8]}",
-                                     tags={SPEC_HASH_TAG: spec_hash, "embinit.kind": "sweep",
-                                           "embinit.n_trials": str(n_trials)}))
+                                     tags={SPEC_HASH_TAG: spec_hash, KIND_TAG: "sweep",
+                                           N_TRIALS_TAG: str(n_trials)}))
     retry(lambda: c.log_text(run.info.run_id, spec_yaml, "spec.yaml"))
     return run.info.run_id
 
@@ -173,25 +172,31 @@ def end_parent_run(run_id: str, uri: str, status: str, report_md: str | None,
     retry(lambda: c.set_terminated(run_id, status=status))
 
 
-def list_trials(experiment_name: str, tracking_uri: str | None = None) -> list[dict[str, Any]]:
-    """Every trial run of an experiment: key, config, status, label, its reported metric and value,
-    run id, error text (failed runs)."""
+def trial_records(exp_id: str, uri: str | None = None, filter_string: str = "") -> list[TrialRecord]:
+    """The experiment's trial runs (matching the filter) as records, newest first."""
+    return from_runs(search_runs(exp_id, uri, filter_string))
+
+
+def experiment_records(experiment_name: str, tracking_uri: str | None = None) -> list[TrialRecord]:
+    """Every trial run of the named experiment as a record; an error when there is no such experiment."""
     exp_id = experiment_id(experiment_name, tracking_uri)
     if exp_id is None:
         raise EmbinitError(f"no MLflow experiment {experiment_name!r} in {resolve_uri(tracking_uri)}")
-    out = []
-    for run in search_runs(exp_id, tracking_uri):
-        tags = run.data.tags
-        if KEY_TAG not in tags:
-            continue  # a sweep's parent run
-        task = tags.get(TASK_TAG, "")
-        metric = primary_metric(task) if task in TASKS else None
-        out.append({"key": tags[KEY_TAG], "config": json.loads(tags.get(CONFIG_TAG, "{}")),
-                    "status": run_status(run), "label": tags.get(LABEL_TAG), "task": task,
-                    "metric": metric, "value": run.data.metrics.get(metric) if metric else None,
-                    "best_epoch": run.data.metrics.get("best_epoch"), "run_id": run.info.run_id,
-                    "error": tags.get(ERROR_TAG)})
-    return out
+    return trial_records(exp_id, tracking_uri)
+
+
+def trial_row(rec: TrialRecord) -> dict[str, Any]:
+    """A record as a plain row: key, config, status, label, task, its reported metric and value, best
+    epoch, run id, error text (failed runs)."""
+    metric = primary_metric(rec.task) if rec.task in TASKS else None
+    return {"key": rec.key, "config": rec.config, "status": rec.status, "label": rec.label, "task": rec.task,
+            "metric": metric, "value": rec.metrics.get(metric) if metric else None,
+            "best_epoch": rec.metrics.get("best_epoch"), "run_id": rec.run_id, "error": rec.error}
+
+
+def list_trials(experiment_name: str, tracking_uri: str | None = None) -> list[dict[str, Any]]:
+    """Every trial run of an experiment as a `trial_row`, newest first."""
+    return [trial_row(r) for r in experiment_records(experiment_name, tracking_uri)]
 
 
 def log_analysis_run(experiment: str, uri: str | None, kind: str, run_name: str, params: dict[str, Any],
@@ -200,9 +205,9 @@ def log_analysis_run(experiment: str, uri: str | None, kind: str, run_name: str,
     `metrics`, the full `result` as the artifact result.json, tag embinit.kind=`kind`. Returns the run id."""
     c, uri = client(uri), resolve_uri(uri)
     exp_id = ensure_experiment(experiment, uri)
-    run = retry(lambda: c.create_run(exp_id, run_name=run_name, tags={"embinit.kind": kind}))
+    run = retry(lambda: c.create_run(exp_id, run_name=run_name, tags={KIND_TAG: kind}))
     run_id = run.info.run_id
-    from mlflow.entities import Param  # noqa: PLC0415
+    from mlflow.entities import Param
     try:
         _log_batch(c, run_id, metrics=_metrics(metrics),
                    params=[Param(k, str(v)[:6000]) for k, v in params.items()])
@@ -219,22 +224,11 @@ def analysis_runs(experiment: str, uri: str | None, kind: str) -> list:
     exp_id = experiment_id(experiment, uri)
     if exp_id is None:
         return []
-    return search_runs(exp_id, uri, f"tags.`embinit.kind` = '{kind}' and attributes.status = 'FINISHED'")
-
-
-def run_status(run) -> str:
-    """finished | diverged | failed | cancelled | interrupted | running, from MLflow's run status and
-    embinit's tag (a KILLED run is `interrupted` when Ctrl-C stopped its sweep, else `cancelled`)."""
-    status = run.info.status
-    if status == "FINISHED":
-        return "diverged" if run.data.tags.get(STATUS_TAG) == "diverged" else "finished"
-    if status == "KILLED" and run.data.tags.get(STATUS_TAG) == "interrupted":
-        return "interrupted"
-    return {"FAILED": "failed", "KILLED": "cancelled"}.get(status, "running")
+    return search_runs(exp_id, uri, f"tags.`{KIND_TAG}` = '{kind}' and attributes.status = 'FINISHED'")
 
 
 def _metrics(values: dict[str, Any], step: int = 0, prefix: str = "") -> list:
-    from mlflow.entities import Metric  # noqa: PLC0415
+    from mlflow.entities import Metric
     now = int(time.time() * 1000)
     out = []
     for k, v in flat_numbers(values).items():
@@ -257,8 +251,9 @@ def _log_batch(c, run_id: str, metrics=(), params=(), tags=()) -> None:
     metrics = list(metrics)
     for i in range(0, max(len(metrics), 1), 900):  # the REST API caps a batch at 1000 entries
         chunk = metrics[i:i + 900]
-        retry(lambda: c.log_batch(run_id, metrics=chunk, params=params if i == 0 else (),
-                                  tags=tags if i == 0 else ()))
+        first = i == 0
+        retry(lambda chunk=chunk, first=first: c.log_batch(run_id, metrics=chunk, params=params if first else (),
+                                                           tags=tags if first else ()))
 
 
 class TrialRun:
@@ -289,7 +284,7 @@ class TrialRun:
             tags[PARENT_TAG] = parent_id
         run = retry(lambda: c.create_run(exp_id, run_name=f"{config['task']}-{label}-s{config['seed']}",
                                          tags=tags))
-        from mlflow.entities import Param  # noqa: PLC0415
+        from mlflow.entities import Param
         params = [Param(k, v[:6000]) for k, v in flat_params(config).items()]
         _log_batch(c, run.info.run_id, params=params)
         return cls(uri, run.info.run_id)
@@ -318,11 +313,11 @@ class TrialRun:
         extra = {"best_epoch": result.get("best_epoch"), "wall_time_s": result.get("wall_time_s"),
                  "diverged_step": result.get("diverged_step"), "coverage": result.get("coverage") or {}}
         metrics += _metrics(extra)
-        from mlflow.entities import RunTag  # noqa: PLC0415
+        from mlflow.entities import RunTag
         # The label tag stays the spec's (it may be a custom `name`); the trainer's goes beside it.
-        tags = [RunTag(STATUS_TAG, result["status"]), RunTag("embinit.trainer_label", result.get("label") or "")]
+        tags = [RunTag(STATUS_TAG, result["status"]), RunTag(TRAINER_LABEL_TAG, result.get("label") or "")]
         if result.get("bleu_signature"):
-            tags.append(RunTag("embinit.bleu_signature", result["bleu_signature"]))
+            tags.append(RunTag(BLEU_SIGNATURE_TAG, result["bleu_signature"]))
         _log_batch(self.client, self.run_id, metrics=metrics, tags=tags)
         retry(lambda: self.client.log_text(self.run_id, json.dumps(result, indent=1, default=str),
                                            "result.json"))

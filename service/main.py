@@ -95,7 +95,7 @@ def _warm(app: FastAPI, exp_id: str) -> None:
                     session.commit()
                 if exp is not None:
                     app.state.store.trials(exp)
-        except Exception:  # noqa: BLE001 - only a warm-up: the first read builds it instead
+        except Exception:  # only a warm-up: the first read builds it instead
             log.warning("could not pre-render experiment %s", exp_id, exc_info=True)
     threading.Thread(target=work, daemon=True, name=f"embinit-warm-{exp_id}").start()
 

@@ -142,7 +142,7 @@ class ExperimentDriver:
                 self.state.status = "succeeded"
                 if failed:
                     self.state.error = f"{failed} of {result.planned} trials failed (see MLflow)"
-        except BaseException as e:  # noqa: BLE001 - any failure must end as a recorded state
+        except BaseException as e:  # any failure must end as a recorded state
             log.exception("experiment driver failed")
             self.state.status = "cancelled" if self.stop.is_set() else "failed"
             self.state.error = f"{type(e).__name__}: {e}".splitlines()[0][:2000]

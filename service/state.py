@@ -54,7 +54,7 @@ class Reconciler:
             session.commit()
             if exp.status in TERMINAL and self.on_finished is not None:
                 self.on_finished(exp.id)
-        except Exception:  # noqa: BLE001 - a read must still answer with the stored state
+        except Exception:  # a read must still answer with the stored state
             log.warning("could not refresh experiment %s", exp.id, exc_info=True)
             session.rollback()
         finally:

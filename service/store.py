@@ -12,11 +12,8 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Callable
 
-from embinit.tracking import list_trials, resolve_uri
-
-# Which run stands for a trial key when there are several (retries, re-runs): a result beats a run in
-# progress, which beats a failure.
-_RANK = {"finished": 3, "diverged": 3, "running": 2, "failed": 1}
+from embinit import records
+from embinit.tracking import experiment_records, resolve_uri, trial_row
 
 
 def absolute_sqlite_uri(url: str) -> str:
@@ -34,15 +31,10 @@ def _runs_by_key(tracking_uri: str, spec: dict[str, Any]) -> dict[str, dict[str,
     from embinit.errors import EmbinitError
 
     try:
-        rows = list_trials(experiment_name(spec), tracking_uri)
+        recs = experiment_records(experiment_name(spec), tracking_uri)
     except EmbinitError:  # no MLflow experiment yet: nothing has run
         return {}
-    best: dict[str, dict[str, Any]] = {}
-    for row in rows:  # newest first (MLflow's order), so ties keep the newest run
-        current = best.get(row["key"])
-        if current is None or _RANK.get(row["status"], 0) > _RANK.get(current["status"], 0):
-            best[row["key"]] = row
-    return best
+    return {key: trial_row(rec) for key, rec in records.by_key(recs).items()}
 
 
 def count_trial_states(tracking_uri: str, spec: dict[str, Any], keys: list[str],
@@ -104,7 +96,7 @@ class ResultStore:
         if not all(k in runs for k in exp.trial_keys):
             try:
                 planned = self._planned(exp)
-            except Exception:  # noqa: BLE001 - a spec stored by an older version: show keys without configs
+            except Exception:  # a spec stored by an older version: show keys without configs
                 planned = {}
         out = []
         for key in exp.trial_keys:

@@ -76,8 +76,8 @@ def test_hf_source_contract(family, transform, bert_dir, tmp_path_factory):
     spec = family + (f"+{transform}" if transform else "")
     cache = tmp_path_factory.getbasetemp() / "hf_contract_cache"   # shared: one model load in all
     for rule in ("xavier", "subword_mean"):
-        _check_contract(lambda **kw: build_table(spec, VOCAB, pretrained=str(bert_dir), oov=rule,
-                                                 cache_dir=cache, **kw), len(VOCAB), 8,
+        _check_contract(lambda rule=rule, **kw: build_table(spec, VOCAB, pretrained=str(bert_dir), oov=rule,
+                                                            cache_dir=cache, **kw), len(VOCAB), 8,
                         random_part=rule == "xavier" or transform in ("match", "shuffle"))
 
 

@@ -3,7 +3,6 @@ match similarity into each trial's MLflow run (local Ray, temporary SQLite store
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -11,14 +10,14 @@ import torch
 
 from embinit import tracking
 from embinit.spec import SpecError, load_spec
+from helpers.sweep import sweep_spec_data
 
 TINY = {"task": "synthetic_lm", "epochs": 2, "d_model": 16, "ff_dim": 32, "heads": 2,
         "max_train_examples": 200}
 
 
 def spec_data(tmp: Path, analyses, **over) -> dict:
-    data = {"name": "analyses", "tasks": [TINY], "inits": ["xavier"], "seeds": [0],
-            "resources": {"cpus": 1}, "retries": 0, "cache_dir": str(tmp / "cache"), "mlflow": {"tracking_uri": f"sqlite:///{tmp}/m.db"}}
+    data = sweep_spec_data("analyses", tmp, TINY)
     if analyses is not None:
         data["analyses"] = analyses
     data.update(over)
@@ -80,16 +79,6 @@ def test_workers_get_absolute_paths_and_the_twin_of_the_reference_seed(tmp_path,
 
 
 # ---- end to end ---------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def ray_local():
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    import ray
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
-
-
 def history(uri: str, run_id: str, name: str) -> dict[int, float]:
     return {m.step: m.value for m in tracking.client(uri).get_metric_history(run_id, name)}
 

@@ -19,6 +19,7 @@ import ray.cloudpickle
 from embinit import tracking
 from embinit.spec import load_spec
 from embinit.sweep import run_sweep
+from helpers.sweep import sweep_spec_data
 
 pytestmark = pytest.mark.slow
 
@@ -30,20 +31,9 @@ TINY = {"task": "synthetic_translation", "epochs": 2, "max_train_examples": 300,
         "ff_dim": 32, "heads": 2}
 
 
-@pytest.fixture(scope="module")
-def ray_local():
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    import ray
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
-
-
 def spec(name: str, tmp: Path, **over) -> object:
-    data = {"name": name, "tasks": [TINY], "inits": ["xavier", "normal", "xavier_normal"], "seeds": 2,
-            "resources": {"cpus": 1}, "retries": 1, "cache_dir": str(tmp / "cache"),
-            "mlflow": {"tracking_uri": f"sqlite:///{tmp}/mlflow.db"}}
+    data = sweep_spec_data(name, tmp, TINY, inits=["xavier", "normal", "xavier_normal"], seeds=2, retries=1,
+                           mlflow={"tracking_uri": f"sqlite:///{tmp}/mlflow.db"})
     data.update(over)
     return load_spec(data)
 

@@ -3,7 +3,6 @@ checks, on local Ray with MLflow in a temporary SQLite store (tiny synthetic tas
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import time
@@ -15,6 +14,7 @@ import ray.cloudpickle
 from embinit import tracking
 from embinit.spec import SpecError, load_spec
 from embinit.sweep import run_sweep
+from helpers.sweep import sweep_spec_data
 
 pytestmark = pytest.mark.slow
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -23,21 +23,8 @@ TINY = {"task": "synthetic_classification", "epochs": 1, "max_train_examples": 2
         "ff_dim": 32, "heads": 2}
 
 
-@pytest.fixture(scope="module")
-def ray_local():
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    import ray
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
-
-
 def spec(name, tmp, **over):
-    data = {"name": name, "tasks": [TINY], "inits": ["xavier"], "seeds": [0], "resources": {"cpus": 1},
-            "retries": 0, "cache_dir": str(tmp / "cache"), "mlflow": {"tracking_uri": f"sqlite:///{tmp}/m.db"}}
-    data.update(over)
-    return load_spec(data)
+    return load_spec(sweep_spec_data(name, tmp, TINY, **over))
 
 
 def test_optuna_search_runs_its_budget_and_resumes(ray_local, tmp_path):

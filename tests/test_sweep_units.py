@@ -13,8 +13,9 @@ from ray import tune
 from embinit.spec import Range, SpecError, load_spec
 from embinit.sweep.optuna_search import domain
 from embinit.sweep.progress import Progress
-from embinit.sweep.runner import _latest, _stop_fn, check_local_paths
-from embinit.sweep.tune_run import _StopAll
+from embinit.records import TrialRecord, by_key
+from embinit.sweep.runner import _stop_fn, check_local_paths
+from embinit.sweep.tune_run import StopAll
 
 
 def trial(tid, last=None):
@@ -49,12 +50,12 @@ def test_progress_units_with_several_seeds_and_a_sink():
 
 def test_stop_flags():
     event = threading.Event()
-    stop = _StopAll(_stop_fn(event))
+    stop = StopAll(_stop_fn(event))
     assert not stop.stop_all() and not stop("t", {})
     event.set()
     assert stop.stop_all() and stop.fired
     assert _stop_fn(None)() is False
-    assert _StopAll(_stop_fn(lambda: True)).stop_all()
+    assert StopAll(_stop_fn(lambda: True)).stop_all()
 
 
 def test_optuna_domains():
@@ -80,13 +81,14 @@ def test_preflight_paths(tmp_path):
 def test_a_finished_run_beats_later_failed_attempts():
     rows = [{"key": "a", "status": "finished"}, {"key": "a", "status": "failed"},
             {"key": "b", "status": "failed"}, {"key": "b", "status": "cancelled"}]
-    assert {r["key"]: r["status"] for r in _latest(rows)} == {"a": "finished", "b": "failed"}
+    recs = [TrialRecord(f"run{i}", r["key"], "t", "L", r["status"], start_ms=i) for i, r in enumerate(rows)]
+    assert {k: r.status for k, r in by_key(recs).items()} == {"a": "finished", "b": "failed"}
 
 
 def test_stopper_and_progress_pickle_without_their_live_parts():
     import pickle
     event = threading.Event()
-    stop = pickle.loads(pickle.dumps(_StopAll(_stop_fn(event))))
+    stop = pickle.loads(pickle.dumps(StopAll(_stop_fn(event))))
     assert stop.stop_all() is False
     p = Progress(total=1, reused=0, sink=lambda c: None, stream=io.StringIO())
     q = pickle.loads(pickle.dumps(p))

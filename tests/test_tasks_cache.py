@@ -7,11 +7,7 @@ import pytest
 
 from embinit.tasks import cache, load_task, tokenization
 from embinit.tasks.load import plan
-
-
-def write(path, lines):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+from helpers.files import write
 
 
 @pytest.fixture

@@ -5,11 +5,7 @@ import pytest
 from embinit.errors import EmbinitError
 from embinit.tasks import load_task
 from embinit.tasks import hub
-
-
-def write(path, lines):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+from helpers.files import write
 
 
 def load(task, folder, **kw):

@@ -9,14 +9,10 @@ datasets = pytest.importorskip("datasets")
 
 from embinit.errors import EmbinitError  # noqa: E402
 from embinit.tasks import hub, load_task  # noqa: E402
+from helpers.files import write  # noqa: E402
 
 DE = ["ein hund läuft .", "ein mann sitzt .", "eine frau läuft ."]
 EN = ["A dog runs.", "A man sits.", "A woman runs."]
-
-
-def write(path, lines):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
 
 
 def use_local_hub(monkeypatch, tmp_path, builder, files, **kwargs):

@@ -7,14 +7,10 @@ import pytest
 from embinit.errors import EmbinitError
 from embinit.tasks import TaskData, load_task
 from embinit.vocab import EOS, SPECIALS, UNK
+from helpers.files import write
 
 DE = ["ein hund läuft .", "ein mann sitzt .", "eine frau läuft .", "ein hund sitzt ."]
 EN = ["a dog runs .", "a man sits .", "a woman runs .", "a dog sits ."]
-
-
-def write(path, lines):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
 
 
 def translation_dir(folder, val="val", test="test_2016_flickr"):

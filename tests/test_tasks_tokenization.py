@@ -10,13 +10,9 @@ from embinit.errors import EmbinitError
 from embinit.tasks import load_task, tokenization
 from embinit.tasks.tokenization import WordDetokenizer, resolve_tokenizer
 from embinit.vocab import SPECIALS
+from helpers.files import write
 
 REAL_GPT2 = Path("/work/shared/data/gpt2_tokenizer")   # optional, developer machines only
-
-
-def write(path, lines):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
 
 
 @pytest.mark.parametrize("tokens, text", [

@@ -63,7 +63,7 @@ def test_init_from_loads_the_body_and_keeps_fresh_embeddings(tmp_path):
     first = run_trial(TrialConfig(seed=0, **TINY), out_dir=tmp_path / "first", cache_dir=False)
     best = tmp_path / "first" / "best.pt"
     assert first.status == "finished" and best.is_file()
-    second = run_trial(TrialConfig(seed=3, init_from=str(best), freeze_non_embeddings=True, **TINY),
+    run_trial(TrialConfig(seed=3, init_from=str(best), freeze_non_embeddings=True, **TINY),
                        out_dir=tmp_path / "second", cache_dir=False)
     a = torch.load(best, weights_only=False)
     b = torch.load(tmp_path / "second" / "best.pt", weights_only=False)

@@ -164,7 +164,7 @@ class SimilarityCallback:
 def _load_reference(reference) -> tuple[list[str] | None, torch.Tensor]:
     if isinstance(reference, torch.Tensor):
         return None, reference.detach().float().cpu()
-    from embinit.analysis.sources import load_embeddings  # noqa: PLC0415
+    from embinit.analysis.sources import load_embeddings
     emb = load_embeddings(reference)
     return emb.tokens, emb.matrix
 
@@ -210,7 +210,7 @@ class ProbeCallback:
         self._last_step = None
 
     def probe(self, ctx) -> dict:
-        from embinit.analysis.probe import DEFAULT_MAX_LEN, probe_table  # noqa: PLC0415
+        from embinit.analysis.probe import DEFAULT_MAX_LEN, probe_table
         _, table = model_table(ctx.model, self.key)
         cfg = getattr(ctx, "cfg", None)
         kw = {"pe_base": float(getattr(cfg, "pe_base", None) or 10000.0), **self.kw}

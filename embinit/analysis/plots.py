@@ -24,9 +24,9 @@ def _values(curve: list[dict]) -> tuple[list[int], list[float]]:
 def similarity_figure(curve: list[dict], path: str | Path, title: str = "KNN match similarity",
                       perplexity: list[tuple[int, float]] | None = None) -> Path:
     """Write the figure to `path` and return it. perplexity: optional (step, ppl) points."""
-    import matplotlib  # noqa: PLC0415
+    import matplotlib
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
+    import matplotlib.pyplot as plt
 
     steps, values = _values(curve)
     fig, ax = plt.subplots(figsize=(6, 3.5))

@@ -96,7 +96,7 @@ def probe_table(table: torch.Tensor, max_len: int = DEFAULT_MAX_LEN, n_samples: 
     tok_all = torch.cat([tr_tok, te_tok])
     tok_hat = _nearest(z_all, scaled.float(), cosine=True)
     # the scales side by side, from the one implementation of the statistics (embinit.stats)
-    from embinit.stats import embedding_stats  # noqa: PLC0415
+    from embinit.stats import embedding_stats
     st = embedding_stats(table.detach().float().cpu(), pe_length=max_len, pe_base=pe_base, prefix="")
     return {f"{prefix}/pos_acc": float((pos_hat == te_pos).double().mean()),
             f"{prefix}/pos_r2": r2,
@@ -111,7 +111,7 @@ def probe_table(table: torch.Tensor, max_len: int = DEFAULT_MAX_LEN, n_samples: 
 
 def probe_checkpoint(path, key: str | None = None, max_len: int | None = None, **kw) -> dict[str, float]:
     """The probe on a trained checkpoint's table (`key`: tok, tgt or src; default as in sources)."""
-    from embinit.analysis.sources import load_checkpoint  # noqa: PLC0415
+    from embinit.analysis.sources import load_checkpoint
 
     emb = load_checkpoint(path, key)
     cfg = emb.config or {}
@@ -122,7 +122,7 @@ def probe_checkpoint(path, key: str | None = None, max_len: int | None = None, *
 def probe_init(init, vocab, dim: int | None = None, pretrained: str | None = None, seed: int = 0,
                **kw) -> dict[str, float]:
     """The probe on a freshly built init table (embinit.init.build_table), before any training."""
-    from embinit.init import build_table  # noqa: PLC0415
+    from embinit.init import build_table
 
     res = build_table(init, vocab, dim=dim, pretrained=pretrained, seed=seed)
     return probe_table(res.table, seed=seed, **kw)

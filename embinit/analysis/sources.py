@@ -41,7 +41,7 @@ def is_run_id(source: str) -> bool:
 
 def download_checkpoint(run_id: str, tracking_uri: str | None = None, dst: str | None = None) -> Path:
     """The local path of run `run_id`'s best.pt artifact (downloaded by MLflow)."""
-    import mlflow  # noqa: PLC0415  (heavy; only needed for run ids)
+    import mlflow  # heavy; only needed for run ids
 
     rid = _RUN_ID.match(run_id).group(1)
     try:
@@ -54,7 +54,7 @@ def download_checkpoint(run_id: str, tracking_uri: str | None = None, dst: str |
 
 
 def load_checkpoint(path: str | Path, key: str | None = None) -> Embeddings:
-    from embinit.train.checkpoint import load_best  # noqa: PLC0415
+    from embinit.train.checkpoint import load_best
 
     path = Path(path)
     try:
@@ -77,13 +77,13 @@ def scan_words(path: Path, top: int | None = None) -> list[str]:
     """The words of a text vector file in file order (header skipped, first occurrence kept). A word
     is everything before the last D fields, as the init library's loader reads it (GloVe 840B has
     words with spaces)."""
-    from embinit.init.vectors import _first_line, _header, _open  # noqa: PLC0415
+    from embinit.init.vectors import count_header, first_line, open_binary
 
-    first = _first_line(path)
-    head = _header(first)
+    first = first_line(path)
+    head = count_header(first)
     dim = head[1] if head else len(first.split()) - 1
     words, seen = [], set()
-    with _open(path) as f:
+    with open_binary(path) as f:
         for lineno, line in enumerate(f, 1):
             if lineno == 1 and head:
                 continue
@@ -103,7 +103,7 @@ def scan_words(path: Path, top: int | None = None) -> list[str]:
 
 def load_vectors(path: str | Path, top: int | None = None) -> Embeddings:
     """All (or the first `top`) rows of a word-vector file, via embinit.init's loaders."""
-    from embinit.init import vectors  # noqa: PLC0415
+    from embinit.init import vectors
 
     path = vectors.check_file(path)
     fmt = vectors.detect_format(path)
@@ -111,7 +111,7 @@ def load_vectors(path: str | Path, top: int | None = None) -> Embeddings:
         raise EmbinitError(f"{path} is a Hugging Face model folder; build a table from it with "
                            "embinit.init and pass the table or a checkpoint instead")
     if fmt == "npy":
-        matrix = torch.from_numpy(vectors._load_npy_matrix(path)[:top].astype("float32"))
+        matrix = torch.from_numpy(vectors.load_npy_matrix(path)[:top].astype("float32"))
         try:
             names = vectors.npy_vocab_path(path).read_text(encoding="utf-8").splitlines()[:len(matrix)]
         except EmbinitError:

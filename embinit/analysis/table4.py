@@ -82,12 +82,12 @@ def _step(name: str, x: torch.Tensor, ctx: ChainContext) -> torch.Tensor:
     if name == "scale":
         return x * math.sqrt(dim)
     if name == "standardize":
-        from embinit.init import TRANSFORMS  # noqa: PLC0415 (the init library's own, not a copy)
+        from embinit.init import TRANSFORMS  # the init library's own, not a copy
         return TRANSFORMS["standardize"](x, ctx.n_total, dim, ctx.generator).rows
     if name == "pe":
         return x + _positions(ctx, n, dim)
     if name == "pe_scaled":
-        from embinit.init import xavier_std  # noqa: PLC0415
+        from embinit.init import xavier_std
         return x + _positions(ctx, n, dim) * (ctx.sigma_p / xavier_std(ctx.n_total, dim))
     raise unknown_name("analogy transform", name, STEPS)
 

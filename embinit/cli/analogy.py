@@ -3,7 +3,6 @@ the paper's Table-4 chain (see embinit.analysis.analogy and embinit.analysis.tab
 
 from __future__ import annotations
 
-import argparse
 import json
 
 from embinit.errors import EmbinitError
@@ -45,12 +44,12 @@ def register(subparsers) -> None:
 
 def _restriction(args) -> list[str] | None:
     """The vocabulary list from --vocab / --task (most frequent first, specials dropped)."""
-    from embinit.vocab import Vocab  # noqa: PLC0415
+    from embinit.vocab import Vocab
 
     if args.vocab:
         v = Vocab.load(args.vocab)
     elif args.task:
-        from embinit.tasks import load_task  # noqa: PLC0415
+        from embinit.tasks import load_task
         v = load_task(args.task, data_dir=args.data_dir).vocab
     else:
         return None
@@ -63,11 +62,11 @@ def _restriction(args) -> list[str] | None:
 
 
 def run(args) -> int:
-    import time  # noqa: PLC0415
+    import time
     t0 = time.perf_counter()
-    from embinit.analysis.analogy import load_questions, select_rows  # noqa: PLC0415
-    from embinit.analysis.sources import load_embeddings  # noqa: PLC0415
-    from embinit.analysis.table4 import EXTRA_ROWS, TABLE4_ROWS, parse_steps, run_table4  # noqa: PLC0415
+    from embinit.analysis.analogy import load_questions, select_rows
+    from embinit.analysis.sources import load_embeddings
+    from embinit.analysis.table4 import EXTRA_ROWS, TABLE4_ROWS, parse_steps, run_table4
 
     steps = parse_steps(args.transform)
     questions = load_questions(args.questions)
@@ -115,7 +114,7 @@ def row_slug(steps) -> str:
 
 
 def _log(args, source: str, questions: str, n_words: int, rows, results, wall_s: float) -> str:
-    from embinit import tracking  # noqa: PLC0415
+    from embinit import tracking
     metrics: dict[str, float] = {"wall_time_s": wall_s}
     for (st, _), (_, _, res) in zip(rows, results):
         metrics.update(res.to_metrics(f"analogy/{row_slug(st)}"))

@@ -19,7 +19,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from embinit.reproduction import Reproduction, render, write_exports  # noqa: PLC0415
+    from embinit.reproduction import Reproduction, render, write_exports
 
     rep = Reproduction(args.tracking_uri)
     sections = rep.build()

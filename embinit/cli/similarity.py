@@ -44,7 +44,7 @@ def register(subparsers) -> None:
 
 def _paired(ea, eb):
     """(tokens or None, matrix A, matrix B, note) with rows matched."""
-    from embinit.analysis.similarity import align  # noqa: PLC0415
+    from embinit.analysis.similarity import align
 
     if ea.tokens is not None and eb.tokens is not None:
         tokens, a, b = align(ea.tokens, ea.matrix, eb.tokens, eb.matrix)
@@ -60,7 +60,7 @@ def _paired(ea, eb):
 def _weights(path: str | None, tokens):
     if path is None:
         return None
-    from embinit.vocab import Vocab  # noqa: PLC0415
+    from embinit.vocab import Vocab
     if tokens is None:
         raise EmbinitError("--weights needs tables with token names")
     counts = Vocab.load(path).counts
@@ -70,8 +70,8 @@ def _weights(path: str | None, tokens):
 
 
 def run(args) -> int:
-    from embinit.analysis.similarity import knn_match_similarity  # noqa: PLC0415
-    from embinit.analysis.sources import load_embeddings  # noqa: PLC0415
+    from embinit.analysis.similarity import knn_match_similarity
+    from embinit.analysis.sources import load_embeddings
 
     ea = load_embeddings(args.a, key=args.key, top=args.top, tracking_uri=args.tracking_uri)
     eb = load_embeddings(args.b, key=args.key, top=args.top, tracking_uri=args.tracking_uri)

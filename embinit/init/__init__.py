@@ -18,13 +18,12 @@ from embinit.init.spec import (OOV_INFO, RANDOM_INITS, SOURCE_FAMILIES, TRANSFOR
 from embinit.init.transforms import TRANSFORMS
 
 # family name -> default location (path / hub id) or None
-SOURCES: dict[str, str | None] = {name: info[1] for name, info in SOURCE_FAMILIES.items()}
+SOURCES: dict[str, str | None] = {name: entry.default for name, entry in SOURCE_FAMILIES.items()}
 
 DESCRIPTIONS: dict[str, dict[str, str]] = {
-    "inits": {name: info[1] for name, info in RANDOM_INITS.items()},
-    "sources": {name: info[3] for name, info in SOURCE_FAMILIES.items()},
-    "transforms": dict(TRANSFORM_INFO),
-    "oov_rules": dict(OOV_INFO),
+    kind: {name: entry.description for name, entry in entries.items()}
+    for kind, entries in (("inits", RANDOM_INITS), ("sources", SOURCE_FAMILIES), ("transforms", TRANSFORM_INFO),
+                          ("oov_rules", OOV_INFO))
 }
 
 __all__ = ["BuildResult", "DESCRIPTIONS", "INITS", "InitSpec", "OOV_RULES", "SOURCES", "TRANSFORMS",

@@ -59,7 +59,7 @@ def _generator(generator: torch.Generator | None, seed: int | None) -> torch.Gen
 
 def resolve_source(spec: InitSpec, pretrained: str | None = None) -> tuple[str, str]:
     """(loader kind, location) for a pretrained spec: kind is text | word2vec_bin | npy | hf."""
-    location = pretrained or spec.pretrained or SOURCE_FAMILIES[spec.source][1]
+    location = pretrained or spec.pretrained or SOURCE_FAMILIES[spec.source].default
     if not location:
         raise EmbinitError(f"init {str(spec)!r} needs a pretrained source: pass a path"
                            f"{' or hub id' if spec.source == 'hf' else ''} (--pretrained)")
@@ -178,5 +178,5 @@ def source_dim(spec, pretrained: str | None = None) -> int | None:
     kind, location = resolve_source(spec, pretrained)
     if kind == "hf":
         d = hf.hf_dim(location)
-        return d if d is not None else hf._load(location)[1].shape[1]
+        return d if d is not None else hf.load_model_embeddings(location)[1].shape[1]
     return vectors.file_dim(location, kind)

@@ -40,7 +40,7 @@ def load_entry(path: Path) -> Aligned | None:
         return None
     try:
         return Aligned.from_dict(torch.load(path, weights_only=True))
-    except Exception:  # noqa: BLE001 - any unreadable entry is simply rebuilt
+    except Exception:  # any unreadable entry is simply rebuilt
         return None
 
 

@@ -49,7 +49,7 @@ def hf_dim(name: str) -> int | None:
         else:
             from transformers import AutoConfig
             cfg = AutoConfig.from_pretrained(name).to_dict()
-    except Exception as e:  # noqa: BLE001 - transformers raises many kinds; all mean "cannot load"
+    except Exception as e:  # transformers raises many kinds; all mean "cannot load"
         raise _fail(name, e) from None
     for key in DIM_KEYS:
         if isinstance(cfg.get(key), int):
@@ -66,7 +66,7 @@ def _local_folder(name: str) -> Path | None:
         from transformers.utils import cached_file
         config = cached_file(name, "config.json", local_files_only=True,
                              _raise_exceptions_for_missing_entries=False)
-    except Exception:  # noqa: BLE001 - not cached: the full load below downloads it
+    except Exception:  # not cached: the full load below downloads it
         return None
     return Path(config).parent if config else None
 
@@ -96,12 +96,13 @@ def _weight_from_safetensors(folder: Path) -> torch.Tensor | None:
                         t = st.get_tensor(key)
                         if tuple(t.shape) == tuple(weight.shape):
                             return t.to(torch.float32)
-    except Exception:  # noqa: BLE001 - any surprise: the full model load is the reference path
+    except Exception:  # any surprise: the full model load is the reference path
         return None
     return None
 
 
-def _load(name: str):
+def load_model_embeddings(name: str):
+    """(tokenizer, input-embedding matrix) of a Hugging Face model folder or hub id."""
     try:
         from transformers import AutoModel, AutoTokenizer
         from transformers.utils import logging as hf_logging
@@ -116,7 +117,7 @@ def _load(name: str):
         if weight is None:
             model = AutoModel.from_pretrained(name)
             weight = model.get_input_embeddings().weight.detach().to(torch.float32).clone()
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         raise _fail(name, e) from None
     finally:
         if bar:
@@ -150,7 +151,7 @@ def _piece_means(tok, weight: torch.Tensor, tokens: list[str], missing: list[int
 
 
 def load_hf(name: str, tokens: list[str], lowercase: bool = False) -> Aligned:
-    tok, weight = _load(name)
+    tok, weight = load_model_embeddings(name)
     src_vocab = tok.get_vocab()
     aliases = special_aliases(tok)
     best: dict[int, tuple[int, int]] = {}

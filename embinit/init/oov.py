@@ -17,6 +17,7 @@ import torch
 
 from embinit.errors import EmbinitError
 from embinit.init.random import xavier_bound
+from embinit.init.spec import OOV_INFO
 
 
 @dataclass
@@ -68,7 +69,6 @@ def zero_rows(ctx: OOVContext) -> torch.Tensor:
     return torch.zeros(len(ctx.missing), ctx.dim, dtype=torch.float64)
 
 
+# the functions of the registry entries (names, descriptions) in embinit.init.spec
 OOV_RULES: dict[str, Callable[[OOVContext], torch.Tensor]] = {
-    "xavier": xavier_rows, "mean": mean_rows, "mean_cov": mean_cov_rows,
-    "subword_mean": subword_mean_rows, "zeros": zero_rows,
-}
+    name: entry.load() for name, entry in OOV_INFO.items()}

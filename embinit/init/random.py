@@ -11,6 +11,8 @@ from typing import Callable
 
 import torch
 
+from embinit.init.spec import RANDOM_INITS
+
 InitFn = Callable[[int, int, torch.Generator], torch.Tensor]
 
 
@@ -38,4 +40,5 @@ def normal(n_rows: int, dim: int, generator: torch.Generator) -> torch.Tensor:
     return torch.empty(n_rows, dim).normal_(0.0, 0.02, generator=generator)
 
 
-INITS: dict[str, InitFn] = {"xavier": xavier, "xavier_normal": xavier_normal, "normal": normal}
+# the functions of the registry entries (names, labels, descriptions) in embinit.init.spec
+INITS: dict[str, InitFn] = {name: entry.load() for name, entry in RANDOM_INITS.items()}

@@ -12,44 +12,81 @@ Labels follow the paper (section 3.4): `standardize` appends `_Xavier` (GloVe ->
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import asdict, dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from embinit.errors import EmbinitError, unknown_name
 
-# name -> (paper label, description)
+@dataclass(frozen=True)
+class Entry:
+    """One registry name: its label in reports, its one-line description and its function.
+
+    `function` is "module:attribute", imported on first use (`load()`), so that parsing and validating
+    init specs never imports torch. For a transform, `label` formats the source's label ("{}_Xavier").
+    """
+
+    label: str
+    description: str
+    function: str = ""           # sources have none: build.py picks a loader by file format
+    default: str | None = None   # sources: the default location (path or hub id)
+    subword: bool = False        # sources: a Hugging Face model that brings its own tokenizer
+
+    def load(self) -> Callable:
+        module, attribute = self.function.split(":")
+        return getattr(importlib.import_module(module), attribute)
+
+
+def _random(name: str, label: str, description: str) -> Entry:
+    return Entry(label, description, f"embinit.init.random:{name}")
+
+
 RANDOM_INITS = {
-    "xavier": ("Xavier", "i.i.d. U(-sqrt(6/(N+D)), +sqrt(6/(N+D))), as in the paper (Glorot & Bengio 2010)"),
-    "xavier_normal": ("XavierNormal", "i.i.d. N(0, 2/(N+D)): Xavier's variance with a normal shape"),
-    "normal": ("Normal", "i.i.d. N(0, 0.02^2), GPT-style"),
+    "xavier": _random("xavier", "Xavier",
+                      "i.i.d. U(-sqrt(6/(N+D)), +sqrt(6/(N+D))), as in the paper (Glorot & Bengio 2010)"),
+    "xavier_normal": _random("xavier_normal", "XavierNormal",
+                             "i.i.d. N(0, 2/(N+D)): Xavier's variance with a normal shape"),
+    "normal": _random("normal", "Normal", "i.i.d. N(0, 0.02^2), GPT-style"),
 }
 
-# name -> (paper label, default pretrained location or None, is_subword, description)
 SOURCE_FAMILIES = {
-    "glove": ("GloVe", None, False, "GloVe text file `word v1 ... vD` (optionally .gz)"),
-    "word2vec": ("Word2Vec", None, False, "word2vec text with an `N D` header, or binary (.bin)"),
-    "fasttext": ("FastText", None, False, "fastText .vec text with an `N D` header"),
-    "npy": ("Pretrained", None, False, "a .npy matrix [V, D] plus its vocabulary file (X.vocab.txt)"),
-    "bert": ("BERT", "bert-base-uncased", True, "BERT input embeddings + WordPiece tokenizer (D=768)"),
-    "mbert": ("mBERT", "bert-base-multilingual-cased", True, "multilingual BERT embeddings (D=768)"),
-    "t5": ("T5", "t5-small", True, "T5 shared embeddings + SentencePiece tokenizer (t5-small, D=512)"),
-    "mt5": ("mT5", "google/mt5-base", True, "multilingual T5 embeddings (mt5-base, D=768)"),
-    "hf": ("Pretrained", None, True, "any Hugging Face model folder or hub id: input embeddings + tokenizer"),
-    "pretrained": ("Pretrained", None, False, "any of the above, format detected from the path"),
+    "glove": Entry("GloVe", "GloVe text file `word v1 ... vD` (optionally .gz)"),
+    "word2vec": Entry("Word2Vec", "word2vec text with an `N D` header, or binary (.bin)"),
+    "fasttext": Entry("FastText", "fastText .vec text with an `N D` header"),
+    "npy": Entry("Pretrained", "a .npy matrix [V, D] plus its vocabulary file (X.vocab.txt)"),
+    "bert": Entry("BERT", "BERT input embeddings + WordPiece tokenizer (D=768)", default="bert-base-uncased",
+                  subword=True),
+    "mbert": Entry("mBERT", "multilingual BERT embeddings (D=768)", default="bert-base-multilingual-cased",
+                   subword=True),
+    "t5": Entry("T5", "T5 shared embeddings + SentencePiece tokenizer (t5-small, D=512)", default="t5-small",
+                subword=True),
+    "mt5": Entry("mT5", "multilingual T5 embeddings (mt5-base, D=768)", default="google/mt5-base", subword=True),
+    "hf": Entry("Pretrained", "any Hugging Face model folder or hub id: input embeddings + tokenizer",
+                subword=True),
+    "pretrained": Entry("Pretrained", "any of the above, format detected from the path"),
 }
 
 TRANSFORM_INFO = {
-    "standardize": "Pretrained_Xavier (eq. 1): (x - mean_p) * sigma_x / sigma_p on the found rows",
-    "match": "Xavier_Pretrained (eq. 4): a Xavier table rescaled to the pretrained mean/std (all rows)",
-    "shuffle": "Pretrained_Shuffled: permute the found rows and the columns (seeded); values unchanged",
+    "standardize": Entry("{}_Xavier", "Pretrained_Xavier (eq. 1): (x - mean_p) * sigma_x / sigma_p on the found rows",
+                         "embinit.init.transforms:standardize"),
+    "match": Entry("Xavier_{}", "Xavier_Pretrained (eq. 4): a Xavier table rescaled to the pretrained mean/std "
+                   "(all rows)", "embinit.init.transforms:match"),
+    "shuffle": Entry("{}_Shuffled", "Pretrained_Shuffled: permute the found rows and the columns (seeded); values "
+                     "unchanged", "embinit.init.transforms:shuffle"),
 }
 
+
+def _oov(function: str, description: str) -> Entry:
+    return Entry("", description, f"embinit.init.oov:{function}")
+
+
 OOV_INFO = {
-    "xavier": "rows the source lacks keep Xavier values (default; the paper's behaviour)",
-    "mean": "mean of the found rows (after the transform)",
-    "mean_cov": "sampled from N(mean, covariance) of the found rows (after the transform)",
-    "subword_mean": "mean of the source rows of the pieces the source tokenizer splits the token into",
-    "zeros": "zero vectors",
+    "xavier": _oov("xavier_rows", "rows the source lacks keep Xavier values (default; the paper's behaviour)"),
+    "mean": _oov("mean_rows", "mean of the found rows (after the transform)"),
+    "mean_cov": _oov("mean_cov_rows", "sampled from N(mean, covariance) of the found rows (after the transform)"),
+    "subword_mean": _oov("subword_mean_rows",
+                         "mean of the source rows of the pieces the source tokenizer splits the token into"),
+    "zeros": _oov("zero_rows", "zero vectors"),
 }
 
 DEFAULT_OOV = "xavier"
@@ -75,7 +112,7 @@ class InitSpec:
     def is_subword(self) -> bool:
         """True when the source is a Hugging Face model that brings its own tokenizer. The generic
         `pretrained` alias reports False: its format is known only once the path is inspected."""
-        return self.is_pretrained and SOURCE_FAMILIES[self.source][2]
+        return self.is_pretrained and SOURCE_FAMILIES[self.source].subword
 
     @property
     def transform(self) -> str | None:
@@ -83,11 +120,10 @@ class InitSpec:
 
     @property
     def label(self) -> str:
-        base = self.name or (SOURCE_FAMILIES[self.source][0] if self.is_pretrained
-                             else RANDOM_INITS[self.source][0])
+        base = self.name or (SOURCE_FAMILIES[self.source] if self.is_pretrained
+                             else RANDOM_INITS[self.source]).label
         for t in self.transforms:
-            base = {"standardize": f"{base}_Xavier", "match": f"Xavier_{base}",
-                    "shuffle": f"{base}_Shuffled"}[t]
+            base = TRANSFORM_INFO[t].label.format(base)
         return base
 
     def __str__(self) -> str:

@@ -32,14 +32,15 @@ def check_file(path: str | Path) -> Path:
     return path
 
 
-def _open(path: Path):
+def open_binary(path: Path):
+    """`path` opened for binary reading, gunzipped when it ends in .gz."""
     try:
         return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
     except OSError as e:
         raise EmbinitError(f"cannot read pretrained file {path}: {e.strerror or e}") from None
 
 
-def _header(line: bytes) -> tuple[int, int] | None:
+def count_header(line: bytes) -> tuple[int, int] | None:
     """`N D` (two integers) on the first line means a word2vec/fastText header."""
     parts = line.split()
     if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
@@ -47,8 +48,9 @@ def _header(line: bytes) -> tuple[int, int] | None:
     return None
 
 
-def _first_line(path: Path) -> bytes:
-    with _open(path) as f:
+def first_line(path: Path) -> bytes:
+    """The first line of a vector file (an error when the file is empty)."""
+    with open_binary(path) as f:
         try:
             line = f.readline()
         except (OSError, EOFError) as e:
@@ -66,7 +68,8 @@ def npy_vocab_path(path: Path) -> Path:
     raise EmbinitError(f"no vocabulary file for {path}; expected one of {[str(p) for p in tried]}")
 
 
-def _load_npy_matrix(path: Path) -> np.ndarray:
+def load_npy_matrix(path: Path) -> np.ndarray:
+    """A .npy file as a memory-mapped 2-D numeric matrix."""
     try:
         arr = np.load(path, mmap_mode="r", allow_pickle=False)
     except (OSError, ValueError) as e:
@@ -80,9 +83,9 @@ def file_dim(path: str | Path, fmt: str) -> int:
     """D of a word-vector file, from its header, first line or .npy shape (cheap)."""
     path = check_file(path)
     if fmt == "npy":
-        return int(_load_npy_matrix(path).shape[1])
-    line = _first_line(path)
-    head = _header(line)
+        return int(load_npy_matrix(path).shape[1])
+    line = first_line(path)
+    head = count_header(line)
     if head:
         return head[1]
     return len(line.split()) - 1
@@ -146,14 +149,14 @@ class _Collector:
 def load_text(path: str | Path, tokens: list[str], lowercase: bool = False) -> Aligned:
     """GloVe (no header) or word2vec/fastText text (`N D` header); .gz is decompressed on the fly."""
     path = check_file(path)
-    first = _first_line(path)
-    head = _header(first)
+    first = first_line(path)
+    head = count_header(first)
     dim = head[1] if head else len(first.split()) - 1
     if dim < 1:
         raise EmbinitError(f"{path}:1: expected `word v1 ... vD` or an `N D` header, got {first[:80]!r}")
     col = _Collector(wanted_keys(tokens, lowercase), tokens)
     wanted = col.wanted
-    with _open(path) as f:
+    with open_binary(path) as f:
         try:
             if head:
                 f.readline()
@@ -182,7 +185,7 @@ def load_text(path: str | Path, tokens: list[str], lowercase: bool = False) -> A
 def load_word2vec_binary(path: str | Path, tokens: list[str], lowercase: bool = False) -> Aligned:
     """word2vec binary: `N D\\n` then per word `word<space>` + D little-endian float32 (+ optional \\n)."""
     path = check_file(path)
-    head = _header(_first_line(path))
+    head = count_header(first_line(path))
     if not head:
         raise EmbinitError(f"{path}:1: a word2vec binary file must start with an `N D` header")
     n, dim = head
@@ -208,7 +211,7 @@ def load_word2vec_binary(path: str | Path, tokens: list[str], lowercase: bool = 
 
 def load_npy(path: str | Path, tokens: list[str], lowercase: bool = False) -> Aligned:
     path = check_file(path)
-    arr = _load_npy_matrix(path)
+    arr = load_npy_matrix(path)
     vpath = npy_vocab_path(path)
     try:
         names = [t.rstrip("\r") for t in vpath.read_text(encoding="utf-8").split("\n")]

@@ -40,7 +40,7 @@ def trial_callbacks(settings: dict[str, Any] | None, cfg, log_fn: Callable[[dict
     """The callbacks of one trial (`cfg`: its TrialConfig), logging through `log_fn(metrics, step)`."""
     if not settings:
         return []
-    from embinit.analysis.callbacks import make_callbacks  # noqa: PLC0415 (torch; workers only)
+    from embinit.analysis.callbacks import make_callbacks  # torch; workers only
     wanted: dict[str, Any] = {}
     sim = settings.get("similarity")
     if sim is not None:
@@ -85,8 +85,8 @@ def plot_artifacts(callbacks: list, history: list[dict], out_dir: Path, label: s
     """[("plots", similarity_curve.png)]: the similarity curve this attempt measured, with validation
     perplexity on a second axis for LMs; [] when there is nothing to plot. (A resumed attempt plots the
     steps since its restart; MLflow's `sim/*` history holds them all.)"""
-    from embinit.analysis.callbacks import SimilarityCallback  # noqa: PLC0415
-    from embinit.analysis.plots import similarity_figure  # noqa: PLC0415
+    from embinit.analysis.callbacks import SimilarityCallback
+    from embinit.analysis.plots import similarity_figure
     sim = next((c for c in callbacks if isinstance(c, SimilarityCallback)), None)
     if sim is None or not sim.history:
         return []

@@ -32,10 +32,10 @@ def domain(value: list | Range):
 
 
 def _groups(spec: ExperimentSpec) -> dict[tuple, list]:
-    from embinit.sweep.runner import _item  # noqa: PLC0415
+    from embinit.sweep.runner import work_item
     groups: dict[tuple, list] = defaultdict(list)
     for p in spec.plan():
-        groups[(p.task, p.label, json.dumps(p.axes, sort_keys=True))].append(_item(spec, p))
+        groups[(p.task, p.label, json.dumps(p.axes, sort_keys=True))].append(work_item(spec, p))
     return groups
 
 
@@ -46,14 +46,10 @@ def _evaluated(spec: ExperimentSpec, uri: str, exp_id: str, items: list[dict]) -
     metric = items[0]["selection"][0]
     axes = items[0]["group"]["axes"]
     by_point: dict[str, dict[int, float]] = defaultdict(dict)
-    for run in tracking.search_runs(exp_id, uri, "attributes.status = 'FINISHED'"):
-        tags = run.data.tags
-        group = json.loads(tags.get(tracking.GROUP_TAG, "{}"))
-        if (tags.get(tracking.LABEL_TAG), tags.get(tracking.TASK_TAG)) != (label, task) or \
-                group.get("axes") != axes or set(group.get("point", {})) != keys:
+    for rec in tracking.trial_records(exp_id, uri, "attributes.status = 'FINISHED'"):
+        if (rec.label, rec.task) != (label, task) or rec.group.get("axes") != axes or set(rec.point) != keys:
             continue
-        value = run.data.metrics.get(f"best/{metric}", math.nan)
-        by_point[json.dumps(group["point"], sort_keys=True)][int(tags[tracking.SEED_TAG])] = value
+        by_point[json.dumps(rec.point, sort_keys=True)][rec.seed] = rec.metrics.get(f"best/{metric}", math.nan)
     seeds = set(spec.seeds)
     points, rewards = [], []
     for point, values in by_point.items():
@@ -82,14 +78,14 @@ def run_optuna(spec: ExperimentSpec, shared: dict[str, Any], storage: Path, prog
 
 
 def _search(spec, shared, storage, progress, should_stop, extra_callbacks, work) -> bool:
-    import optuna  # noqa: PLC0415
-    from ray.tune.search.optuna import OptunaSearch  # noqa: PLC0415
-    from embinit.sweep.tune_run import (_StopAll, make_trainable, progress_callback,  # noqa: PLC0415
+    import optuna
+    from ray.tune.search.optuna import OptunaSearch
+    from embinit.sweep.tune_run import (StopAll, make_trainable, progress_callback,
                                         quiet_tune_logs, run_config)
     quiet_tune_logs()
     shared = {**shared, "search_keys": list(spec.search.space)}
     space = {k: domain(v) for k, v in spec.search.space.items()}
-    stopper = _StopAll(should_stop)
+    stopper = StopAll(should_stop)
     for task, label, items, points, rewards in work:
         budget = spec.search.num_samples - len(points)
         mode = items[0]["selection"][1]

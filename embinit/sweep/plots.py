@@ -10,9 +10,9 @@ import numpy as np
 
 
 def _pyplot():
-    import matplotlib  # noqa: PLC0415 (only trials that plot pay the import)
+    import matplotlib  # only trials that plot pay the import
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
+    import matplotlib.pyplot as plt
     return plt
 
 

@@ -14,9 +14,9 @@ class RayRuntime:
         self.address, self.started = address, False
 
     def __enter__(self) -> "RayRuntime":
-        from embinit.sweep.runner import default_env  # noqa: PLC0415
+        from embinit.sweep.runner import default_env
         default_env()
-        import ray  # noqa: PLC0415
+        import ray
         if ray.is_initialized():
             return self  # the caller (a service driver, a test) owns the connection
         try:
@@ -30,5 +30,5 @@ class RayRuntime:
 
     def __exit__(self, *exc) -> None:
         if self.started:
-            import ray  # noqa: PLC0415
+            import ray
             ray.shutdown()

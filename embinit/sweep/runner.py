@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from embinit import tracking
+from embinit import records, tracking
 from embinit.spec import ExperimentSpec, SpecError, load_spec
 from embinit.sweep.analyses import shared_settings
 
@@ -30,7 +30,7 @@ class SweepResult:
     tracking_uri: str
     planned: int                       # trials the spec expands to
     reused: int                        # of those, already finished in MLflow before this sweep
-    trials: list[dict[str, Any]] = field(default_factory=list)   # tracking.list_trials rows, planned keys
+    trials: list[dict[str, Any]] = field(default_factory=list)   # tracking.trial_row rows, one per planned key
     cancelled: bool = False
     wall_s: float = 0.0
     report: Any = None                 # embinit.report.Report
@@ -75,11 +75,12 @@ def _items(spec: ExperimentSpec, finished: set[str]) -> tuple[list[dict], int]:
         if p.key in finished:
             reused += 1
             continue
-        units.append({"trials": [_item(spec, p)]})
+        units.append({"trials": [work_item(spec, p)]})
     return units, reused
 
 
-def _item(spec: ExperimentSpec, p) -> dict[str, Any]:
+def work_item(spec: ExperimentSpec, p) -> dict[str, Any]:
+    """What a worker needs to train one planned trial `p`: its config, label, group and selection metric."""
     metric, mode = tracking.selection_metric(p.task)
     if spec.search is not None and spec.search.metric:
         metric, mode = spec.search.metric, spec.search.mode or mode
@@ -100,8 +101,8 @@ def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = 
     stop: a threading.Event or a callable; once true, running trials stop and no new ones start.
     extra_callbacks: `f(TrialConfig) -> [trainer callbacks]`, called in the worker (tests, probes).
     """
-    from embinit.sweep.ray_runtime import RayRuntime  # noqa: PLC0415
-    from embinit.sweep.tune_run import run_tune  # noqa: PLC0415
+    from embinit.sweep.ray_runtime import RayRuntime
+    from embinit.sweep.tune_run import run_tune
     t0 = time.monotonic()
     spec = spec if isinstance(spec, ExperimentSpec) else load_spec(spec)
     if address is None:
@@ -120,7 +121,7 @@ def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = 
     cancelled, should_stop = False, _stop_fn(stop)
     try:
         if spec.search is not None and spec.search.method == "optuna":
-            from embinit.sweep.optuna_search import run_optuna  # noqa: PLC0415
+            from embinit.sweep.optuna_search import run_optuna
             cancelled = run_optuna(spec, shared, storage, progress, should_stop, extra_callbacks,
                                    lambda: RayRuntime(address))
         elif units:
@@ -138,13 +139,14 @@ def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = 
 
 
 def _finish(spec, uri, exp_id, parent, planned, reused, cancelled, t0, progress) -> SweepResult:
-    from embinit.report import build_report  # noqa: PLC0415
+    from embinit.report import build_report
     keys = {p.key for p in planned}
     search = spec.search is not None and spec.search.method == "optuna"
-    trials = [t for t in tracking.list_trials(spec.experiment_name(), uri) if search or t["key"] in keys]
+    chosen = records.by_key(tracking.experiment_records(spec.experiment_name(), uri), None if search else keys)
+    rows = [tracking.trial_row(r) for r in chosen.values()]
     report = build_report(spec.experiment_name(), uri, keys=None if search else keys)
     result = SweepResult(spec.experiment_name(), exp_id, parent, uri, len(planned) if not search else
-                         spec.num_trials(), reused, _latest(trials), cancelled, time.monotonic() - t0, report)
+                         spec.num_trials(), reused, rows, cancelled, time.monotonic() - t0, report)
     counts = {"planned": result.planned, "reused": reused, "finished": result.n_finished,
               "failed": result.n_failed, "wall_s": result.wall_s}
     with tempfile.TemporaryDirectory() as tmp:
@@ -158,16 +160,6 @@ def _finish(spec, uri, exp_id, parent, planned, reused, cancelled, t0, progress)
     if progress is True:
         print(report.to_markdown(), flush=True)
     return result
-
-
-def _latest(trials: list[dict]) -> list[dict]:
-    """One row per key: a finished run beats later failed attempts (a finished key is never rerun)."""
-    rank = {"finished": 3, "diverged": 3, "running": 1, "cancelled": 0, "interrupted": 0, "failed": 0}
-    best: dict[str, dict] = {}
-    for t in trials:
-        if t["key"] not in best or rank[t["status"]] > rank[best[t["key"]]["status"]]:
-            best[t["key"]] = t
-    return list(best.values())
 
 
 def default_env() -> None:

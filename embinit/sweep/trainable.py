@@ -38,8 +38,8 @@ class TrialReporter:
             _save_init_sample(ctx.model, Path(ctx.out_dir) / INIT_SAMPLE)
 
     def on_epoch_end(self, ctx, epoch: int, metrics: dict[str, Any]) -> None:
-        from ray import tune  # noqa: PLC0415
-        from ray.tune import Checkpoint  # noqa: PLC0415
+        from ray import tune
+        from ray.tune import Checkpoint
         self.run.log_epoch(epoch, metrics)
         numbers = {k: v for k, v in tracking.flat_numbers(metrics).items() if math.isfinite(v)}
         # `objective` (the selection metric this epoch) is what an Optuna search sees while it runs.
@@ -54,7 +54,7 @@ class TrialReporter:
 
 def _save_init_sample(model, path: Path) -> None:
     """Up to 200k values of the initial (target / only) embedding table, for the histogram plot."""
-    import numpy as np  # noqa: PLC0415
+    import numpy as np
     tables = model.embeddings()
     weight = tables.get("tgt", tables.get("tok", next(iter(tables.values())))).weight.detach().float()
     flat = weight.flatten()
@@ -66,8 +66,8 @@ def train_unit(config: dict[str, Any], shared: dict[str, Any], units: list[dict[
                extra_callbacks: Callable | None = None) -> None:
     """Tune function trainable. `config["unit"]` picks the unit; Optuna's searched values are the
     other keys of `config` and override the unit's configs."""
-    from ray import tune  # noqa: PLC0415
-    from embinit.config import TrialConfig  # noqa: PLC0415
+    from ray import tune
+    from embinit.config import TrialConfig
     unit = units[config["unit"]]
     overrides = {k: config[k] for k in shared["search_keys"] if k in config}
     root = Path(tempfile.mkdtemp(prefix="embinit-trial-"))
@@ -92,7 +92,7 @@ def train_unit(config: dict[str, Any], shared: dict[str, Any], units: list[dict[
 
 def _run_one(cfg, item, shared, root: Path, extra_callbacks) -> float | None:
     """Run (or reuse) one embinit trial; returns its selection value, None when it failed."""
-    from embinit.train import run_trial  # noqa: PLC0415 (torch; only workers import it)
+    from embinit.train import run_trial  # torch; only workers import it
     uri, exp_id, key = shared["tracking_uri"], shared["experiment_id"], cfg.key()
     metric, mode = item["selection"]
     done = tracking.finished_run(exp_id, uri, key)
@@ -135,13 +135,13 @@ def _artifacts(res: dict, out_dir: Path, shared: dict, label: str) -> list[tuple
     if shared.get("log_checkpoint", True) and best.exists():
         out.append(("checkpoint", str(best)))
     if shared.get("log_plots", True):
-        from embinit.sweep import plots  # noqa: PLC0415
+        from embinit.sweep import plots
         curve = plots.validation_curve(res["history"], out_dir / "val_curve.png", label)
         if curve:
             out.append(("plots", str(curve)))
         sample = out_dir / INIT_SAMPLE
         if sample.exists():
-            import numpy as np  # noqa: PLC0415
+            import numpy as np
             data = np.load(sample, allow_pickle=True).item()
             hist = plots.init_histogram(data["values"], data["shape"], out_dir / "init_histogram.png", label)
             out.append(("plots", str(hist)))

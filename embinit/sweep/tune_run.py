@@ -13,7 +13,7 @@ from embinit.sweep.progress import Progress
 from embinit.sweep.trainable import train_unit
 
 
-class _StopAll(tune.Stopper):
+class StopAll(tune.Stopper):
     """Stops every trial once the caller's stop flag is set (polled by Tune every ~0.1 s)."""
 
     def __init__(self, should_stop: Callable[[], bool]):
@@ -51,7 +51,7 @@ def make_trainable(spec, units, shared, extra_callbacks):
     return tune.with_resources(fn, {"cpu": spec.resources.cpus, "gpu": spec.resources.gpus})
 
 
-def run_config(spec, name: str, storage: Path, callbacks: list, stopper: _StopAll) -> tune.RunConfig:
+def run_config(spec, name: str, storage: Path, callbacks: list, stopper: StopAll) -> tune.RunConfig:
     return tune.RunConfig(name=name, storage_path=str(storage), stop=stopper, callbacks=callbacks,
                           failure_config=tune.FailureConfig(max_failures=spec.retries),
                           checkpoint_config=tune.CheckpointConfig(num_to_keep=1), verbose=0)
@@ -66,11 +66,11 @@ def progress_callback(progress, total: int, reused: int, per_unit: int = 1) -> l
 def run_tune(spec, units: list[dict[str, Any]], shared: dict[str, Any], storage: Path, progress,
              should_stop: Callable[[], bool], extra_callbacks, total: int, reused: int) -> bool:
     """Run the units; returns True when the sweep was cancelled through `should_stop`."""
-    import time  # noqa: PLC0415
+    import time
     quiet_tune_logs()
     names = trial_name(units)
     with stop_on_interrupt() as interrupted:  # Ctrl-C stops the trials, then raises KeyboardInterrupt
-        stopper = _StopAll(lambda: interrupted() or bool(should_stop and should_stop()))
+        stopper = StopAll(lambda: interrupted() or bool(should_stop and should_stop()))
         tuner = tune.Tuner(
             make_trainable(spec, units, shared, extra_callbacks),
             param_space={"unit": tune.grid_search(list(range(len(units))))},

@@ -20,8 +20,9 @@ from embinit.errors import EmbinitError
 
 def bucket_batches(lengths: Sequence, batch_size: int | None = None, max_tokens: int | None = None,
                    generator: torch.Generator | None = None, pool_factor: int = 200) -> list[list[int]]:
-    """Index lists of batches. `lengths[i]` is an int or a tuple of lengths (e.g. source, target). With a generator, the examples are shuffled before pooling and the batch
-    order is shuffled; without one, the order is deterministic (evaluation)."""
+    """Index lists of batches. `lengths[i]` is an int or a tuple of lengths (e.g. source, target). With a generator,
+    the examples are shuffled before pooling and the batch order is shuffled; without one, the order is deterministic
+    (evaluation)."""
     if not batch_size and not max_tokens:
         raise EmbinitError("batching needs batch_size or max_tokens")
     n = len(lengths)

@@ -81,7 +81,7 @@ def submit(request: Request, response: Response, body: BodyDep, session: Session
         session.commit()
     try:
         exp.driver = runner.start(exp.id, sub.data, store.tracking_uri, sub.trial_keys)
-    except Exception as e:  # noqa: BLE001 - recorded on the experiment, reported to the client
+    except Exception as e:  # recorded on the experiment, reported to the client
         exp.status, exp.error, exp.finished_at = "failed", f"could not start the Ray driver: {e}", utcnow()
         session.commit()
         raise HTTPException(503, detail=f"experiment {exp.id} could not be started: {e}") from None

@@ -18,7 +18,7 @@ def health(session: SessionDep, runner: RunnerDep) -> Health:
     try:
         session.execute(text("SELECT 1"))
         database = "ok"
-    except Exception as e:  # noqa: BLE001 - reported, not raised
+    except Exception as e:  # reported, not raised
         database = f"error: {type(e).__name__}"
     ray = getattr(runner, "describe", lambda: type(runner).__name__)()
     return Health(status="ok" if database == "ok" else "degraded", version=embinit.__version__,

@@ -1,0 +1,99 @@
+"""Trial records: MLflow trial runs read back as frozen values, and the one rule for which run stands
+for a trial key.
+
+Every reader of trials (the report, the reproduction, the sweep's result, the Optuna resume, the
+service) goes through `from_runs` and `by_key`; `embinit.tracking` searches MLflow and writes runs with
+the tag names below. This module imports neither MLflow nor torch.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+# Tags of a trial's child run (see embinit.tracking for the whole layout).
+KEY_TAG, LABEL_TAG, STATUS_TAG = "embinit.trial_key", "embinit.label", "embinit.status"
+TASK_TAG, SEED_TAG, CONFIG_TAG, ERROR_TAG = "embinit.task", "embinit.seed", "embinit.config", "embinit.error"
+GROUP_TAG = "embinit.group"  # JSON of the ablation-axis and search-point values (report grouping)
+TRAINER_LABEL_TAG, BLEU_SIGNATURE_TAG = "embinit.trainer_label", "embinit.bleu_signature"
+# Tags of a sweep's parent run and of analysis runs.
+SPEC_HASH_TAG, KIND_TAG, N_TRIALS_TAG = "embinit.spec_hash", "embinit.kind", "embinit.n_trials"
+PARENT_TAG = "mlflow.parentRunId"
+
+# Which run stands for a trial key when it has several (retries, re-runs): a result beats a run in
+# progress, which beats a failure, which beats a cancellation; among equals, the newest run.
+STATUS_RANK = {"finished": 3, "diverged": 3, "running": 2, "failed": 1, "cancelled": 0, "interrupted": 0}
+
+
+def run_status(run) -> str:
+    """finished | diverged | failed | cancelled | interrupted | running, from MLflow's run status and
+    embinit's tag (a KILLED run is `interrupted` when Ctrl-C stopped its sweep, else `cancelled`)."""
+    status = run.info.status
+    if status == "FINISHED":
+        return "diverged" if run.data.tags.get(STATUS_TAG) == "diverged" else "finished"
+    if status == "KILLED" and run.data.tags.get(STATUS_TAG) == "interrupted":
+        return "interrupted"
+    return {"FAILED": "failed", "KILLED": "cancelled"}.get(status, "running")
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    """One trial run as embinit wrote it. `label` and `task` read "?" on a run that lacks their tags."""
+
+    run_id: str
+    key: str
+    task: str
+    label: str
+    status: str
+    config: dict[str, Any] = field(default_factory=dict)
+    group: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+    seed: int | None = None
+    error: str | None = None
+    parent_id: str | None = None
+    start_ms: int = 0
+    end_ms: int | None = None
+
+    @property
+    def axes(self) -> dict[str, Any]:
+        return self.group.get("axes", {})
+
+    @property
+    def point(self) -> dict[str, Any]:
+        return self.group.get("point", {})
+
+    @property
+    def selection(self) -> list:
+        return self.group.get("selection") or []
+
+
+def from_run(run) -> TrialRecord | None:
+    """The record of an MLflow run, or None for a run that is not a trial (a sweep parent, an analysis)."""
+    tags = run.data.tags
+    if KEY_TAG not in tags:
+        return None
+    seed = tags.get(SEED_TAG)
+    return TrialRecord(run.info.run_id, tags[KEY_TAG], tags.get(TASK_TAG, "?"), tags.get(LABEL_TAG, "?"),
+                       run_status(run), json.loads(tags.get(CONFIG_TAG, "{}")),
+                       json.loads(tags.get(GROUP_TAG, "{}")), dict(run.data.metrics),
+                       int(seed) if seed is not None and seed.lstrip("-").isdigit() else None,
+                       tags.get(ERROR_TAG), tags.get(PARENT_TAG), run.info.start_time or 0, run.info.end_time)
+
+
+def from_runs(runs: Iterable) -> list[TrialRecord]:
+    """The records of the trial runs among `runs`, in their order."""
+    return [r for r in map(from_run, runs) if r is not None]
+
+
+def by_key(records: Iterable[TrialRecord], keys: set[str] | None = None) -> dict[str, TrialRecord]:
+    """trial key -> the record that stands for it (`STATUS_RANK`, then the newest), for the keys in
+    `keys` (all when None); keys in the order of their oldest record."""
+    chosen: dict[str, TrialRecord] = {}
+    for rec in sorted(records, key=lambda r: r.start_ms):
+        if keys is not None and rec.key not in keys:
+            continue
+        old = chosen.get(rec.key)
+        if old is None or STATUS_RANK[rec.status] >= STATUS_RANK[old.status]:
+            chosen[rec.key] = rec
+    return chosen

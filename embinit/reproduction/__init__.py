@@ -1,0 +1,28 @@
+"""The reproduction report (docs/reproduction.md): the paper's Tables 1-4 beside embinit's own runs, read
+from MLflow alone, with mean, σ, n and 95% CIs, a verdict on each of the paper's three findings computed
+from the numbers, the KNN match similarity between seeds, and the wall-clock of every run.
+
+Inputs (all MLflow experiments in one tracking store):
+- translation and classification groups (`Group`): sweeps of one task x {Xavier, P, P_Xavier,
+  P_Shuffled, Xavier_P} x seeds, P a pretrained source (GloVe, MiniLM...). Rows are matched to the
+  paper's by *role* (the label with the source's name replaced by `P`, embinit.paper);
+- the Table-3 ablation: trials of the translation group's experiment whose configs switch
+  `train_embeddings` / `pos_encoding` (cells are read from each trial's config, so a cell shared with
+  the main sweep is the same run);
+- Table 4: runs of kind `analogy` (`embinit analogy --table4 --log-experiment NAME`), one per seed of
+  the random positions;
+- KNN match similarity: the `sim/knn_<metric>_mean` history the sweep's `analyses.similarity` logs on
+  every seed but the reference one.
+
+Verdicts compare two groups by the difference of their means with a Welch 95% interval: "reproduces"
+when the interval excludes 0 on the paper's side, "contradicts" when it excludes 0 on the other side,
+otherwise "same direction, not significant" / "opposite direction, not significant".
+"""
+
+from embinit.reproduction.compare import verdict, welch
+from embinit.reproduction.export import Section, render, write_exports
+from embinit.reproduction.inputs import ROLE_TEXT, ROLES, Group, Inputs, Trial, load_trials, role_of
+from embinit.reproduction.tables import Reproduction
+
+__all__ = ["ROLES", "ROLE_TEXT", "Group", "Inputs", "Reproduction", "Section", "Trial", "load_trials", "render",
+           "role_of", "verdict", "welch", "write_exports"]

@@ -1,0 +1,46 @@
+"""The reproduction document rendered as Markdown, and its results as JSON/CSV exports."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from embinit.reproduction.tables import Reproduction
+
+
+@dataclass
+class Section:
+    title: str
+    lines: list[str] = field(default_factory=list)
+
+
+def write_exports(rep: Reproduction, out_dir: Path) -> list[Path]:
+    """Small result exports: one JSON of everything, and a CSV per flat table."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = [out_dir / "reproduction.json"]
+    paths[0].write_text(json.dumps(rep.exports, indent=1, default=str) + "\n")
+    for name in ("table1", "table2", "table4", "runs"):
+        rows = rep.exports.get(name) or []
+        if not rows:
+            continue
+        cols = [k for k in rows[0] if not isinstance(rows[0][k], (dict, list))]
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+        p = out_dir / f"{name}.csv"
+        p.write_text(buf.getvalue())
+        paths.append(p)
+    return paths
+
+
+def render(rep: Reproduction, sections: list[Section], preamble: str = "") -> str:
+    lines = [preamble.rstrip(), ""] if preamble else []
+    for sec in sections:
+        lines += [f"## {sec.title}", "", *sec.lines, ""]
+    return "\n".join(lines).rstrip() + "\n"

@@ -1,0 +1,82 @@
+"""What the reproduction reads: the groups of runs it compares, and their trials from MLflow."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from embinit import records, tracking
+from embinit.errors import EmbinitError
+from embinit.records import TrialRecord
+
+ROLES = ("Xavier", "P", "P_Xavier", "P_Shuffled", "Xavier_P")
+ROLE_TEXT = {"Xavier": "Xavier", "P": "{p}", "P_Xavier": "{p}_Xavier", "P_Shuffled": "{p}_Shuffled",
+             "Xavier_P": "Xavier_{p}"}
+
+
+@dataclass(frozen=True)
+class Group:
+    """One Table-1 block: an experiment, its task, the pretrained source's label in embinit's runs
+    (`source`) and the paper's block it stands in for (`paper_source`)."""
+    experiment: str
+    task: str
+    source: str
+    paper_source: str
+    spec: str            # the spec file that produced it (for the commands section)
+
+
+@dataclass
+class Inputs:
+    """Where everything comes from; the defaults are the offline specs of tune_configs/offline/."""
+    groups: tuple[Group, ...] = (
+        Group("offline-multi30k-glove50", "multi30k", "GloVe", "GloVe", "tune_configs/offline/multi30k_glove50.yaml"),
+        Group("offline-sst2-minilm", "sst2", "MiniLM", "BERT", "tune_configs/offline/sst2_minilm.yaml"),
+    )
+    ablation_spec: str = "tune_configs/offline/table3_ablation_glove50.yaml"
+    analogy_experiment: str = "offline-table4-analogy-glove50"
+    analogy_command: str = ("embinit analogy --embeddings $EMBINIT_ASSETS/glove.6B.50d.txt --questions "
+                            "$EMBINIT_DATA_DIR/analogy/questions-words.txt --task multi30k --data-dir "
+                            "$EMBINIT_DATA_DIR/multi30k --top 5893 --table4 --seed $S --tracking-uri $URI "
+                            "--log-experiment offline-table4-analogy-glove50")
+    similarity_metric: str = "jaccard"
+
+
+class Trial(TrialRecord):
+    """A trial record with the Table-3 cell it belongs to."""
+
+    @property
+    def cell(self) -> tuple[bool, bool]:
+        return bool(self.config.get("train_embeddings", True)), bool(self.config.get("pos_encoding", True))
+
+
+def role_of(label: str, source: str) -> str | None:
+    """'GloVe_Xavier' with source 'GloVe' -> 'P_Xavier'; None for labels of another source."""
+    for role, text in ROLE_TEXT.items():
+        if text.format(p=source) == label:
+            return role
+    return None
+
+
+def load_trials(experiment: str, uri: str | None) -> tuple[list[Trial], list]:
+    """(the experiment's trials, newest run per key, and its sweep parent runs)."""
+    exp_id = tracking.experiment_id(experiment, uri)
+    if exp_id is None:
+        raise EmbinitError(f"no MLflow experiment {experiment!r} in {tracking.resolve_uri(uri)}; run its spec "
+                           "first (see docs/reproduction.md, 'Commands')")
+    runs = tracking.search_runs(exp_id, uri)
+    parents = sorted((r for r in runs if r.data.tags.get(records.KIND_TAG) == "sweep"),
+                     key=lambda r: r.info.start_time or 0)
+    trials = [Trial(**vars(rec)) for rec in records.by_key(records.from_runs(runs)).values()]
+    return trials, parents
+
+
+def metric_history(uri: str | None, run_id: str, metric: str) -> list[tuple[int, float]]:
+    hist = tracking.client(uri).get_metric_history(run_id, metric)
+    return sorted((m.step, m.value) for m in hist)
+
+
+def load_artifact_text(run, path: str) -> str | None:
+    import mlflow
+    try:
+        return mlflow.artifacts.load_text(f"{run.info.artifact_uri}/{path}")
+    except Exception:  # a missing artifact: the caller shows "?"
+        return None
