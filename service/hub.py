@@ -38,7 +38,7 @@ def cached(repo_id: str) -> bool:
     from huggingface_hub import try_to_load_from_cache
     try:
         found = try_to_load_from_cache(repo_id, "config.json", cache_dir=_cache_dir())
-    except Exception:  # noqa: BLE001 - an id the cache layer refuses is simply not cached
+    except Exception:
         return False
     return isinstance(found, str)
 
@@ -53,7 +53,7 @@ def on_hub(repo_id: str) -> str | None:
         return None  # it exists; the trials need a token with access
     except RepositoryNotFoundError:
         return "no such model on the Hugging Face hub"
-    except Exception as e:  # noqa: BLE001 - no network, DNS, TLS, timeouts: all mean "cannot resolve"
+    except Exception as e:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
         return f"the Hugging Face hub cannot be reached to resolve it ({first})"
     return None

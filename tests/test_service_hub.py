@@ -48,7 +48,7 @@ def online(monkeypatch):
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
 
     class Hub(BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802 - http.server's name
+        def do_GET(self):
             known = self.path.split("?")[0] == f"/api/models/{KNOWN}"
             body = json.dumps({"id": KNOWN, "sha": "0" * 40} if known else {"error": "Repository not found"})
             self.send_response(200 if known else 404)

@@ -29,7 +29,8 @@ def test_ctrl_c_marks_trials_interrupted_and_says_how_to_resume(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "RAY_AUTH_MODE": "disabled",
            "RAY_USAGE_STATS_ENABLED": "0"}
     proc = subprocess.Popen([sys.executable, "-m", "embinit", "run", str(spec)], cwd=tmp_path, env=env,
-                            stdout=(tmp_path / "out.txt").open("w"), stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stdout=(tmp_path / "out.txt").open("w"), stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
     reader.start()

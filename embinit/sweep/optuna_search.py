@@ -71,7 +71,7 @@ def run_optuna(spec: ExperimentSpec, shared: dict[str, Any], storage: Path, prog
             work.append((task, label, items, points, rewards))
     if not work:
         return False
-    from embinit.sweep.interrupt import stop_on_interrupt  # noqa: PLC0415
+    from embinit.sweep.interrupt import stop_on_interrupt
     with ray_runtime(), stop_on_interrupt() as interrupted:  # Ctrl-C: stop, then KeyboardInterrupt
         stop = lambda: interrupted() or bool(should_stop and should_stop())  # noqa: E731
         return _search(spec, shared, storage, progress, stop, extra_callbacks, work)

@@ -142,7 +142,7 @@ class Progress(Callback):
 
 def _live(stream) -> bool:
     """Redraw in place only on a real terminal that understands ANSI cursor moves."""
-    import os  # noqa: PLC0415
+    import os
     try:
         return stream.isatty() and os.environ.get("TERM", "dumb") != "dumb"
     except (AttributeError, ValueError):
