@@ -280,24 +280,22 @@ def curve_metric(task: str) -> str:
     return f"val/{TASKS[task].metric}" if task in TASKS else "val/loss"
 
 
-def _mean_history(client, run_ids: list[str], metric: str) -> tuple[list[int], list[float]]:
-    """Mean over runs of a metric per epoch (the last value logged at each step: a resumed trial may
-    have logged an epoch twice)."""
-    per_epoch: dict[int, list[float]] = defaultdict(list)
+def _histories(client, run_ids: list[str], metric: str) -> list[dict[int, float]]:
+    """Per run, its metric per epoch (the last value logged at each step: a resumed trial may have
+    logged an epoch twice)."""
+    out = []
     for run_id in run_ids:
-        last: dict[int, Any] = {}
+        last: dict[int, float] = {}
         for m in sorted(client.get_metric_history(run_id, metric), key=lambda m: m.timestamp):
             last[m.step] = m.value
-        for step, value in last.items():
-            per_epoch[step].append(value)
-    epochs = sorted(per_epoch)
-    return epochs, [statistics.fmean(per_epoch[e]) for e in epochs]
+        out.append(last)
+    return out
 
 
 def mean_curves(report: Report, out_dir: Path) -> list[Path]:
-    import matplotlib  # noqa: PLC0415
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
+    """Figure 1 per task (and axes setting): the validation metric beside the validation loss, per init
+    the mean over seeds with the seeds' band (embinit.sweep.plots.figure1)."""
+    from embinit.sweep.plots import figure1  # noqa: PLC0415 (matplotlib only where a figure is drawn)
     out_dir.mkdir(parents=True, exist_ok=True)
     client = tracking.client(report.tracking_uri)
     figures: dict[tuple, list] = defaultdict(list)
@@ -305,21 +303,12 @@ def mean_curves(report: Report, out_dir: Path) -> list[Path]:
         figures[(task, axes)].append((label + _setting_text(setting), run_ids))
     paths = []
     for (task, axes), lines in sorted(figures.items()):
-        metric = curve_metric(task)
-        curves = [(label, len(run_ids), *_mean_history(client, run_ids, metric))
-                  for label, run_ids in sorted(lines, key=lambda x: _label_order(x[0]))]
-        curves = [c for c in curves if c[2]]
-        if not curves:
+        lines = sorted(lines, key=lambda x: _label_order(x[0]))
+        metrics = [curve_metric(task)] + (["val/loss"] if curve_metric(task) != "val/loss" else [])
+        panels = [(m, {label: _histories(client, run_ids, m) for label, run_ids in lines}) for m in metrics]
+        if not any(h for _, by_label in panels for hs in by_label.values() for h in hs):
             continue  # nothing finished yet (e.g. a cancelled sweep)
-        fig, ax = plt.subplots(figsize=(6, 4))
-        for label, n, epochs, values in curves:
-            ax.plot(epochs, values, marker="o", label=f"{label} (n={n})")
         suffix = "" if axes == "{}" else " " + axes
-        ax.set(xlabel="epoch", ylabel=f"mean {metric}", title=f"{report.experiment}: {task}{suffix}")
-        ax.legend(fontsize=8)
-        fig.tight_layout()
         name = f"{task}{'' if axes == '{}' else '-' + re.sub(r'[^A-Za-z0-9]+', '_', axes).strip('_')}.png"
-        fig.savefig(out_dir / name, dpi=100)
-        plt.close(fig)
-        paths.append(out_dir / name)
+        paths.append(figure1(panels, out_dir / name, f"{report.experiment}: {task}{suffix}"))
     return paths

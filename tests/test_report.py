@@ -14,6 +14,7 @@ import pytest
 from embinit import tracking
 from embinit.config import metric_range
 from embinit.report import build_report, summarize, t_quantile
+from embinit.sweep.plots import figure1 as _real_figure1
 
 pytestmark = pytest.mark.slow  # creating an MLflow SQLite store takes a few seconds
 
@@ -161,7 +162,20 @@ def test_rows_put_xavier_first(store):
     assert labels[0] == "Xavier"
 
 
-def test_plot_writes_mean_curves(store, tmp_path):
+def test_plot_writes_mean_curves(store, tmp_path, monkeypatch):
+    from embinit.sweep import plots
+    drawn = []
+    monkeypatch.setattr(plots, "figure1", lambda panels, path, title: drawn.append(panels) or
+                        _real_figure1(panels, path, title))
     paths = build_report("rep", store).plot(tmp_path)
     assert paths and all(p.exists() and p.stat().st_size > 1000 for p in paths)
     assert {p.name for p in paths} >= {"synthetic_classification.png"}
+    (panels,) = [p for p in drawn if "Xavier" in p[0][1]]
+    assert [metric for metric, _ in panels] == ["val/acc", "val/loss"]   # the loss beside the metric
+    assert panels[0][1]["Xavier"] == [{1: 0.5, 2: 0.7}, {1: 0.5, 2: 0.8}, {1: 0.5, 2: 0.9}]  # per seed
+
+
+def test_seed_band():
+    from embinit.sweep.plots import seed_band
+    epochs, mean, low, high = seed_band([{1: 1.0, 2: 4.0}, {1: 3.0, 2: 2.0}, {1: 2.0}])
+    assert epochs == [1, 2] and mean == [2.0, 3.0] and low == [1.0, 2.0] and high == [3.0, 4.0]
