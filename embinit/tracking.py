@@ -5,7 +5,7 @@ trial, created by the trial itself inside its Ray worker (so no driver-side logg
 URI or stage artifacts on the wrong machine). A child run carries:
 - tags `embinit.trial_key`, `embinit.label` (paper label), `embinit.task`, `embinit.seed`,
   `embinit.status` (running | finished | diverged | failed), `embinit.config` (the config as JSON),
-  `embinit.error` for failures, `mlflow.parentRunId`;
+  `embinit.error` for failures, `embinit.sweep_run` (the sweep's run id);
 - tags `embinit.init` (= the label) and `embinit.group` for MLflow's run table: "Group by" the tag
   `embinit.init` averages the seeds of each init;
 - params: the flat trial config with the task defaults filled in (unset options are left out);
@@ -31,7 +31,9 @@ from embinit.errors import EmbinitError
 DEFAULT_URI = "sqlite:///mlflow.db"
 KEY_TAG, LABEL_TAG, STATUS_TAG = "embinit.trial_key", "embinit.label", "embinit.status"
 TASK_TAG, SEED_TAG, CONFIG_TAG, ERROR_TAG = "embinit.task", "embinit.seed", "embinit.config", "embinit.error"
-SPEC_HASH_TAG, PARENT_TAG = "embinit.spec_hash", "mlflow.parentRunId"
+# A trial names its sweep's run in its own tag, not `mlflow.parentRunId`: MLflow's UI folds child runs
+# under a collapsed parent, and a sweep is read by comparing its trials side by side in the run table.
+SPEC_HASH_TAG, PARENT_TAG = "embinit.spec_hash", "embinit.sweep_run"
 GROUP_TAG = "embinit.group"  # JSON of the ablation-axis and search-point values (report grouping)
 INIT_TAG = "embinit.init"    # the label again, under a name MLflow's "Group by" menu reads well
 # Embedding statistics kept as metrics (Table 2's columns, read by the reproduction); the rest of the
@@ -81,7 +83,9 @@ def ensure_experiment(name: str, uri: str | None = None) -> str:
     exp = c.get_experiment_by_name(name)
     if exp is None:
         try:
-            return retry(lambda: c.create_experiment(name, artifact_location=_exp_artifacts(uri, name)))
+            # the kind tag makes MLflow 3's UI open the experiment on its run table, not the GenAI pages
+            return retry(lambda: c.create_experiment(name, artifact_location=_exp_artifacts(uri, name),
+                                                     tags={"mlflow.experimentKind": "custom_model_development"}))
         except Exception:  # noqa: BLE001 (a concurrent creator won the race)
             exp = c.get_experiment_by_name(name)
             if exp is None:
