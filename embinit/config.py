@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,6 +70,26 @@ TASKS: dict[str, TaskDefaults] = {
                                  epochs=5, batch_size=16, lr=1e-3, min_freq=1, layers=1, heads=4,
                                  ff_dim=64, d_model=32, max_len=32, metric="ppl"),
 }
+
+
+# The range of each metric embinit logs, by the last part of its name (`test/bleu` -> `bleu`; a
+# `_matched`/`_mismatched` or `_mean`/`_median` suffix is dropped): confidence intervals are clipped to it.
+# BLEU is sacrebleu's 0-100; accuracies are logged as fractions; a perplexity is exp(loss) >= 1.
+METRIC_RANGES: dict[str, tuple[float, float]] = {
+    "bleu": (0.0, 100.0), "acc": (0.0, 1.0), "loss": (0.0, math.inf), "ppl": (1.0, math.inf),
+    "epoch": (1.0, math.inf), "best_epoch": (1.0, math.inf), "wall_time_s": (0.0, math.inf),
+    "knn_jaccard": (0.0, 1.0), "knn_overlap": (0.0, 1.0), "coverage": (0.0, 1.0),
+}
+
+
+def metric_range(name: str) -> tuple[float, float]:
+    """(low, high) of a metric from METRIC_RANGES; unbounded for a metric it does not list."""
+    base = name.rsplit("/", 1)[-1]
+    for suffix in ("_matched", "_mismatched", "_weighted_mean", "_weighted_median", "_mean", "_median"):
+        base = base.removesuffix(suffix)
+    if base.endswith("_epoch") and base not in METRIC_RANGES:
+        base = "epoch"
+    return METRIC_RANGES.get(base, (-math.inf, math.inf))
 
 
 def task_defaults(task: str) -> TaskDefaults:

@@ -14,7 +14,10 @@ def number(v: float | None, digits: int = 2, missing: str = "-") -> str:
 
 
 def interval(s: dict[str, Any], digits: int = 2, missing: str = "-") -> str:
-    """The 95% interval `[mean - ci95, mean + ci95]` of a `summarize` dict; `missing` without one."""
+    """The 95% interval of a `summarize` dict: `[ci_low, ci_high]` (clipped to the metric's range) where
+    the dict has them, else `[mean - ci95, mean + ci95]`; `missing` without one."""
     if not s or s.get("ci95") is None:
         return missing
-    return f"[{number(s['mean'] - s['ci95'], digits, missing)}, {number(s['mean'] + s['ci95'], digits, missing)}]"
+    low = s["ci_low"] if s.get("ci_low") is not None else s["mean"] - s["ci95"]
+    high = s["ci_high"] if s.get("ci_high") is not None else s["mean"] + s["ci95"]
+    return f"[{number(low, digits, missing)}, {number(high, digits, missing)}]"

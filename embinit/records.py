@@ -19,7 +19,10 @@ GROUP_TAG = "embinit.group"  # JSON of the ablation-axis and search-point values
 TRAINER_LABEL_TAG, BLEU_SIGNATURE_TAG = "embinit.trainer_label", "embinit.bleu_signature"
 # Tags of a sweep's parent run and of analysis runs.
 SPEC_HASH_TAG, KIND_TAG, N_TRIALS_TAG = "embinit.spec_hash", "embinit.kind", "embinit.n_trials"
-PARENT_TAG = "mlflow.parentRunId"
+# A trial names its sweep's run in its own tag, not `mlflow.parentRunId`: MLflow's UI folds child runs
+# under a collapsed parent, and a sweep is read by comparing its trials side by side in the run table.
+PARENT_TAG = "embinit.sweep_run"
+INIT_TAG = "embinit.init"  # the label again, under a name MLflow's "Group by" menu reads well
 
 # Which run stands for a trial key when it has several (retries, re-runs): a result beats a run in
 # progress, which beats a failure, which beats a cancellation; among equals, the newest run.

@@ -1,5 +1,11 @@
 """Table 1 from MLflow alone: per task x init (x ablation axes), the reported metric's mean (σ) over
-seeds, n, the mean best epoch and a 95% confidence interval (Student's t), with failed/diverged counts.
+seeds, n, the mean best epoch and a 95% confidence interval (Student's t, clipped to the metric's range
+from `config.METRIC_RANGES`), with failed/diverged counts.
+
+Runs are grouped by everything but the seed: trials of one init label whose resolved configs differ in
+anything else (e.g. the same spec run from the CLI and from the service with another pretrained path)
+get one row each, marked with the fields that differ, and the markdown says so. Each trial key counts
+once, and so does each seed of a configuration (the newest run of its best status).
 
 With a search, each (task, init, axes) group reports its best search point: the one whose seeds have
 the best mean selection metric (the paper's MNLI grid search), with the point's values in the row.
@@ -19,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from embinit import records, tracking
-from embinit.config import TASKS
+from embinit.config import TASKS, TrialConfig, metric_range
 from embinit.errors import EmbinitError
 from embinit.formatting import interval, number
 from embinit.records import TrialRecord
@@ -31,15 +37,17 @@ def t_quantile(df: int) -> float:
     return float(t.ppf(0.975, df))
 
 
-def summarize(values: list[float]) -> dict[str, Any]:
-    """mean, sample σ, n and the 95% CI half-width (None where n < 2)."""
+def summarize(values: list[float], bounds: tuple[float, float] = (-math.inf, math.inf)) -> dict[str, Any]:
+    """mean, sample σ, n, the 95% CI half-width and the interval [ci_low, ci_high] clipped to `bounds`
+    (the metric's range: a BLEU interval never leaves [0, 100]); the CI entries are None where n < 2."""
     n = len(values)
     if n == 0:
-        return {"n": 0, "mean": None, "std": None, "ci95": None}
+        return {"n": 0, "mean": None, "std": None, "ci95": None, "ci_low": None, "ci_high": None}
     mean = statistics.fmean(values)
     std = statistics.stdev(values) if n > 1 else None
     ci = t_quantile(n - 1) * std / math.sqrt(n) if std is not None else None
-    return {"n": n, "mean": mean, "std": std, "ci95": ci}
+    low, high = (None, None) if ci is None else (max(bounds[0], mean - ci), min(bounds[1], mean + ci))
+    return {"n": n, "mean": mean, "std": std, "ci95": ci, "ci_low": low, "ci_high": high}
 
 
 # The report's rows are built from trial records (one per key, `records.by_key`).
@@ -51,6 +59,48 @@ def _trials(experiment: str, uri: str | None, keys: set[str] | None) -> list[_Tr
     if exp_id is None:
         raise EmbinitError(f"no MLflow experiment {experiment!r} in {tracking.resolve_uri(uri)}")
     return list(records.by_key(tracking.trial_records(exp_id, uri), keys).values())
+
+
+def _setting(t: _Trial) -> dict[str, Any]:
+    """Everything the trial computed with but its seed and search point: its resolved config without
+    seed, data order seed (when it follows the seed), threads, device and the searched keys."""
+    try:
+        cfg = TrialConfig.from_dict(t.config).resolved().to_dict()
+    except Exception:
+        cfg = dict(t.config)
+    drop = {"seed", *TrialConfig.NOT_IN_KEY, *t.point}
+    if cfg.get("data_seed") in (None, cfg.get("seed")):
+        drop.add("data_seed")
+    return {k: v for k, v in cfg.items() if k not in drop}
+
+
+def _one_per_seed(trials: list[_Trial]) -> list[_Trial]:
+    """One trial per (search point, seed): the newest of the best status (a rerun under another key of
+    the same configuration, e.g. after a code version bump, does not count twice)."""
+    best: dict[tuple, _Trial] = {}
+    for t in sorted(trials, key=lambda t: t.start_ms):
+        slot = (json.dumps(t.point, sort_keys=True), t.config.get("seed"))
+        old = best.get(slot)
+        if old is None or records.STATUS_RANK[t.status] >= records.STATUS_RANK[old.status]:
+            best[slot] = t
+    return list(best.values())
+
+
+def _group(trials: list[_Trial]) -> dict[tuple, list[_Trial]]:
+    """(task, label, axes json, differing settings json) -> its trials. The last part is {} unless
+    the label's trials were run with several settings; then it holds the fields that tell them apart."""
+    by_label: dict[tuple, dict[str, list[_Trial]]] = defaultdict(lambda: defaultdict(list))
+    for t in trials:
+        setting = json.dumps(_setting(t), sort_keys=True, default=str)
+        by_label[(t.task, t.label, json.dumps(t.axes, sort_keys=True))][setting].append(t)
+    out: dict[tuple, list[_Trial]] = {}
+    for gkey, settings in by_label.items():
+        parsed = [json.loads(s) for s in settings]
+        differ = sorted({k for p in parsed for k in p if any(q.get(k) != p.get(k) for q in parsed)})
+        for text, members in settings.items():
+            which = {k: json.loads(text).get(k) for k in differ}
+            out[(*gkey, json.dumps(which, sort_keys=True, default=str))] = _one_per_seed(members)
+    return out
 
 
 def _epoch_metric(metric: str) -> str:
@@ -80,7 +130,7 @@ class Report:
     experiment: str
     rows: list[dict[str, Any]]
     failed: list[dict[str, Any]] = field(default_factory=list)
-    run_ids: dict[tuple, list[str]] = field(default_factory=dict)  # (task, label, axes json) -> runs
+    run_ids: dict[tuple, list[str]] = field(default_factory=dict)  # (task, label, axes, setting) -> runs
     tracking_uri: str | None = None
 
     def to_json(self) -> str:
@@ -88,12 +138,13 @@ class Report:
 
     def to_csv(self) -> str:
         buf = io.StringIO()
-        cols = ["task", "init", "axes", "point", "metric", "mean", "std", "n", "ci95", "best_epoch",
-                "diverged", "failed", "failure_reasons"]
+        cols = ["task", "init", "axes", "setting", "point", "metric", "mean", "std", "n", "ci95", "ci_low",
+                "ci_high", "best_epoch", "diverged", "failed", "failure_reasons"]
         w = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore")
         w.writeheader()
         for r in self.rows:
             w.writerow({**r, "axes": json.dumps(r["axes"]) if r["axes"] else "",
+                        "setting": json.dumps(r["setting"]) if r["setting"] else "",
                         "point": json.dumps(r["point"]) if r["point"] else "",
                         "failure_reasons": "; ".join(f"{k} (x{v})" for k, v in r["failure_reasons"].items())})
         return buf.getvalue()
@@ -104,13 +155,28 @@ class Report:
         for r in self.rows:
             init = r["init"] + "".join(f" {k}={v}" for k, v in r["axes"].items())
             init += "".join(f" [{k}={v}]" for k, v in r["point"].items())
+            init += _setting_text(json.dumps(r["setting"]))
             lines.append(f"| {r['task']} | {init} | {r['metric']} | {_fmt(r['mean'])} ({_fmt(r['std'])}) | "
                          f"{r['n']} | {_fmt(r['best_epoch'], 1)} | {_ci(r)} | {r['diverged']} | {r['failed']} |")
+        lines += self._split_notes()
         if self.failed:
             lines += ["", f"Failed trials: {len(self.failed)}"]
             for reason, n in Counter(f["reason"] for f in self.failed).most_common():
                 lines.append(f"- {n} x {reason}")
         return "\n".join(lines) + "\n"
+
+    def _split_notes(self) -> list[str]:
+        """One line per init label whose trials ran with several settings (shown as separate rows)."""
+        split: dict[tuple, set[str]] = defaultdict(set)
+        for r in self.rows:
+            if r["setting"]:
+                split[(r["task"], r["init"])].add(json.dumps(r["setting"], sort_keys=True))
+        notes = []
+        for (task, init), settings in split.items():
+            fields = sorted({k for s in settings for k in json.loads(s)})
+            notes.append(f"- {task} {init}: {len(settings)} configurations that differ in "
+                         f"{', '.join(fields)}; one row each, not pooled")
+        return ["", "Init labels covering several configurations:", *notes] if notes else []
 
     def plot(self, out_dir: str | Path) -> list[Path]:
         """Figure-1-style mean validation curves per init, one PNG per task (and axes setting)."""
@@ -118,6 +184,15 @@ class Report:
 
 
 _fmt, _ci = number, interval
+
+
+def _setting_text(setting: str) -> str:
+    return "".join(f" {{{k}={_short(v)}}}" for k, v in json.loads(setting).items())
+
+
+def _short(value: Any, width: int = 40) -> str:
+    text = str(value)
+    return text if len(text) <= width else "…" + text[-(width - 1):]
 
 
 def _reason(error: str | None) -> str:
@@ -128,13 +203,10 @@ def _reason(error: str | None) -> str:
 def build_report(experiment_name: str, tracking_uri: str | None = None,
                  keys: set[str] | None = None) -> Report:
     """Aggregate the experiment's trial runs (only `keys` when given) into Table 1 rows."""
-    trials = _trials(experiment_name, tracking_uri, keys)
-    groups: dict[tuple, list[_Trial]] = defaultdict(list)
-    for t in trials:
-        groups[(t.task, t.label, json.dumps(t.axes, sort_keys=True))].append(t)
+    groups = _group(_trials(experiment_name, tracking_uri, keys))
     rows, failed, run_ids = [], [], {}
-    for gkey in sorted(groups, key=lambda g: (g[0], _label_order(g[1]), g[2])):
-        task, label, axes = gkey
+    for gkey in sorted(groups, key=lambda g: (g[0], _label_order(g[1]), g[2], g[3])):
+        task, label, axes, setting = gkey
         members = groups[gkey]
         point = _best_point(members)
         chosen = [t for t in members if t.point == point]
@@ -144,8 +216,9 @@ def build_report(experiment_name: str, tracking_uri: str | None = None,
         for metric in tracking.reported_metrics(task) if task in TASKS else []:
             ok = [t for t in chosen if t.status == "finished" and metric in t.metrics]
             epochs = [t.metrics[_epoch_metric(metric)] for t in ok if _epoch_metric(metric) in t.metrics]
-            rows.append({"task": task, "init": label, "axes": json.loads(axes), "point": point,
-                         "metric": metric, **summarize([t.metrics[metric] for t in ok]),
+            rows.append({"task": task, "init": label, "axes": json.loads(axes), "setting": json.loads(setting),
+                         "point": point, "metric": metric,
+                         **summarize([t.metrics[metric] for t in ok], metric_range(metric)),
                          "best_epoch": statistics.fmean(epochs) if epochs else None,
                          "diverged": sum(t.status == "diverged" for t in chosen), "failed": len(bad),
                          "failure_reasons": dict(Counter(_reason(t.error) for t in bad)),
@@ -165,46 +238,35 @@ def curve_metric(task: str) -> str:
     return f"val/{TASKS[task].metric}" if task in TASKS else "val/loss"
 
 
-def _mean_history(client, run_ids: list[str], metric: str) -> tuple[list[int], list[float]]:
-    """Mean over runs of a metric per epoch (the last value logged at each step: a resumed trial may
-    have logged an epoch twice)."""
-    per_epoch: dict[int, list[float]] = defaultdict(list)
+def _histories(client, run_ids: list[str], metric: str) -> list[dict[int, float]]:
+    """Per run, its metric per epoch (the last value logged at each step: a resumed trial may have
+    logged an epoch twice)."""
+    out = []
     for run_id in run_ids:
-        last: dict[int, Any] = {}
+        last: dict[int, float] = {}
         for m in sorted(client.get_metric_history(run_id, metric), key=lambda m: m.timestamp):
             last[m.step] = m.value
-        for step, value in last.items():
-            per_epoch[step].append(value)
-    epochs = sorted(per_epoch)
-    return epochs, [statistics.fmean(per_epoch[e]) for e in epochs]
+        out.append(last)
+    return out
 
 
 def mean_curves(report: Report, out_dir: Path) -> list[Path]:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    """Figure 1 per task (and axes setting): the validation metric beside the validation loss, per init
+    the mean over seeds with the seeds' band (embinit.sweep.plots.figure1)."""
+    from embinit.sweep.plots import figure1  # matplotlib only where a figure is drawn
     out_dir.mkdir(parents=True, exist_ok=True)
     client = tracking.client(report.tracking_uri)
     figures: dict[tuple, list] = defaultdict(list)
-    for (task, label, axes), run_ids in report.run_ids.items():
-        figures[(task, axes)].append((label, run_ids))
+    for (task, label, axes, setting), run_ids in report.run_ids.items():
+        figures[(task, axes)].append((label + _setting_text(setting), run_ids))
     paths = []
     for (task, axes), lines in sorted(figures.items()):
-        metric = curve_metric(task)
-        curves = [(label, len(run_ids), *_mean_history(client, run_ids, metric))
-                  for label, run_ids in sorted(lines, key=lambda x: _label_order(x[0]))]
-        curves = [c for c in curves if c[2]]
-        if not curves:
+        lines = sorted(lines, key=lambda x: _label_order(x[0]))
+        metrics = [curve_metric(task)] + (["val/loss"] if curve_metric(task) != "val/loss" else [])
+        panels = [(m, {label: _histories(client, run_ids, m) for label, run_ids in lines}) for m in metrics]
+        if not any(h for _, by_label in panels for hs in by_label.values() for h in hs):
             continue  # nothing finished yet (e.g. a cancelled sweep)
-        fig, ax = plt.subplots(figsize=(6, 4))
-        for label, n, epochs, values in curves:
-            ax.plot(epochs, values, marker="o", label=f"{label} (n={n})")
         suffix = "" if axes == "{}" else " " + axes
-        ax.set(xlabel="epoch", ylabel=f"mean {metric}", title=f"{report.experiment}: {task}{suffix}")
-        ax.legend(fontsize=8)
-        fig.tight_layout()
         name = f"{task}{'' if axes == '{}' else '-' + re.sub(r'[^A-Za-z0-9]+', '_', axes).strip('_')}.png"
-        fig.savefig(out_dir / name, dpi=100)
-        plt.close(fig)
-        paths.append(out_dir / name)
+        paths.append(figure1(panels, out_dir / name, f"{report.experiment}: {task}{suffix}"))
     return paths

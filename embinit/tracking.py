@@ -5,12 +5,17 @@ trial, created by the trial itself inside its Ray worker (so no driver-side logg
 URI or stage artifacts on the wrong machine). A child run carries:
 - tags `embinit.trial_key`, `embinit.label` (paper label), `embinit.task`, `embinit.seed`,
   `embinit.status` (running | finished | diverged | failed), `embinit.config` (the config as JSON),
-  `embinit.error` for failures, `mlflow.parentRunId`;
-- params: the flat trial config;
+  `embinit.error` for failures, `embinit.sweep_run` (the sweep's run id);
+- tags `embinit.init` (= the label) and `embinit.group` for MLflow's run table: "Group by" the tag
+  `embinit.init` averages the seeds of each init;
+- params: the flat trial config with the task defaults filled in (unset options are left out);
 - metrics: per epoch (step = epoch) `train/loss`, `val/loss`, `val/<metric>`, `tokens_per_s`, ...; at the
-  end `test/*`, `best/<val metric>`, `best_epoch`, `init/emb/*` and `best/emb/*` statistics; with the
+  end `test/*`, `best/<val metric>`, `best_epoch` and the key statistics of the initial target table
+  (`init/emb/<KEY_EMB_STATS>`: Table 2's columns); every embedding statistic, at init and at the best
+  epoch, both tables, goes to the table artifact `emb_stats.json` (one row per statistic); with the
   spec's `analyses`, `sim/*` and `probe/*` at optimizer steps, `init/probe/*` and `best/probe/*`.
-A trial's key has a result when it has a FINISHED run (diverged runs are finished results).
+A trial's key has a result when it has a FINISHED run (diverged runs are finished results). A sweep's
+parent run is FAILED when none of its trials has a result (all failed), KILLED when cancelled.
 """
 
 from __future__ import annotations
@@ -23,10 +28,14 @@ from typing import Any, Callable
 from embinit.config import TASKS
 from embinit.errors import EmbinitError
 from embinit.records import (  # noqa: F401 (the tag names and run_status are part of this module's API)
-    BLEU_SIGNATURE_TAG, CONFIG_TAG, ERROR_TAG, GROUP_TAG, KEY_TAG, KIND_TAG, LABEL_TAG, N_TRIALS_TAG, PARENT_TAG,
-    SEED_TAG, SPEC_HASH_TAG, STATUS_TAG, TASK_TAG, TRAINER_LABEL_TAG, TrialRecord, from_runs, run_status)
+    BLEU_SIGNATURE_TAG, CONFIG_TAG, ERROR_TAG, GROUP_TAG, INIT_TAG, KEY_TAG, KIND_TAG, LABEL_TAG, N_TRIALS_TAG,
+    PARENT_TAG, SEED_TAG, SPEC_HASH_TAG, STATUS_TAG, TASK_TAG, TRAINER_LABEL_TAG, TrialRecord, from_runs, run_status)
 
 DEFAULT_URI = "sqlite:///mlflow.db"
+# Embedding statistics kept as metrics (Table 2's columns, read by the reproduction); the rest of the
+# ~70 statistics go to the `emb_stats.json` table artifact instead of one-value bar charts.
+KEY_EMB_STATS = ("rows", "min", "max", "mean", "std", "scaled_min", "scaled_max", "scaled_std", "pe_std",
+                 "absorption")
 
 
 def resolve_uri(uri: str | None = None) -> str:
@@ -70,7 +79,9 @@ def ensure_experiment(name: str, uri: str | None = None) -> str:
     exp = c.get_experiment_by_name(name)
     if exp is None:
         try:
-            return retry(lambda: c.create_experiment(name, artifact_location=_exp_artifacts(uri, name)))
+            # the kind tag makes MLflow 3's UI open the experiment on its run table, not the GenAI pages
+            return retry(lambda: c.create_experiment(name, artifact_location=_exp_artifacts(uri, name),
+                                                     tags={"mlflow.experimentKind": "custom_model_development"}))
         except Exception:  # a concurrent creator won the race
             exp = c.get_experiment_by_name(name)
             if exp is None:
@@ -148,6 +159,25 @@ def flat_params(config: dict[str, Any]) -> dict[str, str]:
         else:
             out[k] = str(v)
     return out
+
+
+def resolved_params(config: dict[str, Any]) -> dict[str, str]:
+    """The flat params of a trial config with the task defaults filled in and unset options (None)
+    left out, so the run table shows the values the trial trained with, not `None`."""
+    from embinit.config import TrialConfig
+    try:
+        config = TrialConfig.from_dict(config).resolved().to_dict()
+    except EmbinitError:
+        pass  # not a TrialConfig (an older run's fields): log it as given
+    return {k: v for k, v in flat_params(config).items() if v != "None"}
+
+
+def sweep_status(cancelled: bool, n_results: int, n_planned: int) -> str:
+    """The parent run's terminal status: KILLED when cancelled, FAILED when trials were planned and
+    none has a result, else FINISHED."""
+    if cancelled:
+        return "KILLED"
+    return "FAILED" if n_planned > 0 and n_results == 0 else "FINISHED"
 
 
 def start_parent_run(exp_id: str, uri: str, spec_hash: str, spec_yaml: str, n_trials: int) -> str:
@@ -277,7 +307,8 @@ class TrialRun:
             retry(lambda: c.update_run(run_id, status="RUNNING"))
             retry(lambda: c.set_tag(run_id, STATUS_TAG, "running"))
             return cls(uri, run_id, reopened=True)
-        tags = {KEY_TAG: key, LABEL_TAG: label, TASK_TAG: config["task"], SEED_TAG: str(config["seed"]),
+        tags = {KEY_TAG: key, LABEL_TAG: label, INIT_TAG: label, TASK_TAG: config["task"],
+                SEED_TAG: str(config["seed"]),
                 STATUS_TAG: "running", CONFIG_TAG: json.dumps(config, sort_keys=True, default=str),
                 GROUP_TAG: json.dumps(group, sort_keys=True, default=str)}
         if parent_id:
@@ -285,7 +316,7 @@ class TrialRun:
         run = retry(lambda: c.create_run(exp_id, run_name=f"{config['task']}-{label}-s{config['seed']}",
                                          tags=tags))
         from mlflow.entities import Param
-        params = [Param(k, v[:6000]) for k, v in flat_params(config).items()]
+        params = [Param(k, v[:6000]) for k, v in resolved_params(config).items()]
         _log_batch(c, run.info.run_id, params=params)
         return cls(uri, run.info.run_id)
 
@@ -309,7 +340,7 @@ class TrialRun:
         metrics = [m for h in missing for m in _metrics({k: v for k, v in h.items() if k != "epoch"},
                                                           step=h["epoch"])]
         metrics += _metrics(result.get("test") or {}) + _metrics(result.get("best") or {}, prefix="best/")
-        metrics += _metrics(_initial_best(result))
+        metrics += _metrics(_key_emb_stats(result))
         extra = {"best_epoch": result.get("best_epoch"), "wall_time_s": result.get("wall_time_s"),
                  "diverged_step": result.get("diverged_step"), "coverage": result.get("coverage") or {}}
         metrics += _metrics(extra)
@@ -321,6 +352,9 @@ class TrialRun:
         _log_batch(self.client, self.run_id, metrics=metrics, tags=tags)
         retry(lambda: self.client.log_text(self.run_id, json.dumps(result, indent=1, default=str),
                                            "result.json"))
+        table = emb_stats_table(result)
+        if table["statistic"]:
+            retry(lambda: self.client.log_table(self.run_id, table, "emb_stats.json"))
         for artifact_dir, path in artifacts:
             retry(lambda a=artifact_dir, p=path: self.client.log_artifact(self.run_id, p, a))
         retry(lambda: self.client.set_terminated(self.run_id, status="FINISHED"))
@@ -335,10 +369,18 @@ class TrialRun:
         retry(lambda: self.client.set_terminated(self.run_id, status=status))
 
 
-def _initial_best(result: dict[str, Any]) -> dict[str, Any]:
-    """Embedding statistics at init and at the best epoch, prefixed `init/` and `best/`."""
-    return {**{f"init/{k}": v for k, v in (result.get("emb_stats_init") or {}).items()},
-            **{f"best/{k}": v for k, v in (result.get("emb_stats_best") or {}).items()}}
+def _key_emb_stats(result: dict[str, Any]) -> dict[str, Any]:
+    """The initial target table's KEY_EMB_STATS, prefixed `init/`."""
+    init = result.get("emb_stats_init") or {}
+    return {f"init/emb/{k}": init[f"emb/{k}"] for k in KEY_EMB_STATS if f"emb/{k}" in init}
+
+
+def emb_stats_table(result: dict[str, Any]) -> dict[str, list]:
+    """Every embedding statistic as columns table, statistic, init, best (one row per statistic, e.g.
+    `emb/std`, `emb_src/absorption`), for `MlflowClient.log_table`."""
+    init, best = result.get("emb_stats_init") or {}, result.get("emb_stats_best") or {}
+    names = sorted(set(init) | set(best))
+    return {"statistic": names, "init": [init.get(n) for n in names], "best": [best.get(n) for n in names]}
 
 
 def close_orphans(exp_id: str, uri: str, parent_id: str, reason: str, status: str = "FAILED",

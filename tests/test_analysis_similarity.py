@@ -9,12 +9,24 @@ torch.set_num_threads(1)
 
 
 def brute_knn(x: torch.Tensor, k: int, neighbours: str = "dot") -> torch.Tensor:
-    """The full N x N matrix, self excluded, stable sort: ties go to the lower index."""
+    """The full N x N matrix, self excluded, by the tie rule written out: sorted by descending score,
+    neighbours whose consecutive scores differ by <= 4 D eps max|x_i|^2 form a group, ordered by index."""
     if neighbours == "cosine":
         x = x / x.norm(dim=1, keepdim=True).clamp_min(1e-300)
+    tol = 4 * x.shape[1] * torch.finfo(x.dtype).eps * float((x * x).sum(1).max())
     s = x @ x.T
     s.fill_diagonal_(float("-inf"))
-    return torch.sort(s, dim=1, descending=True, stable=True).indices[:, :k]
+    out = []
+    for row in s.tolist():
+        ranked = sorted(range(len(row)), key=lambda j: -row[j])
+        groups, prev = [], None
+        for j in ranked:
+            if prev is None or row[prev] - row[j] > tol:
+                groups.append([])
+            groups[-1].append(j)
+            prev = j
+        out.append([j for g in groups for j in sorted(g)][:k])
+    return torch.tensor(out)
 
 
 def brute_similarity(a, b, k, metric, neighbours="dot"):
@@ -61,6 +73,24 @@ def test_knn_equals_brute_force_with_many_ties(neighbours):
     for k in (1, 4, 12):
         _, idx = knn(x, k, neighbours, block_size=32)
         assert torch.equal(idx, brute_knn(x, k, neighbours)), k
+
+
+@pytest.mark.parametrize("neighbours", ["dot", "cosine"])
+def test_knn_ties_do_not_depend_on_block_shape(neighbours):
+    # parallel rows of different lengths: equal cosines whose computed values differ in the last bits
+    g = torch.Generator().manual_seed(6)
+    x = torch.randint(-2, 3, (157, 3), generator=g).double()
+    x = x * torch.randint(1, 4, (157, 1), generator=g).double()
+    ref = knn(x, 9, neighbours, block_size=157)[1]
+    for b in (1, 7, 32, 100):
+        assert torch.equal(knn(x, 9, neighbours, block_size=b)[1], ref), b
+
+
+def test_scores_one_rounding_error_apart_tie():
+    # 1 + 2^-52 and 1 are one ulp apart: rounding noise, not order, so the lower index (1) wins
+    x = torch.tensor([[1.0, 0.0], [1.0, 0.0], [1.0 + 2.0 ** -52, 0.0], [0.0, 1.0]], dtype=torch.float64)
+    assert knn(x, 2, block_size=4)[1][0].tolist() == [1, 2]
+    assert knn(x, 1, block_size=1)[1][0].tolist() == [1]
 
 
 def test_tie_break_lower_index_wins():

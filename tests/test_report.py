@@ -12,7 +12,9 @@ import math
 import pytest
 
 from embinit import tracking
+from embinit.config import metric_range
 from embinit.report import build_report, summarize, t_quantile
+from embinit.sweep.plots import figure1 as _real_figure1
 
 pytestmark = pytest.mark.slow  # creating an MLflow SQLite store takes a few seconds
 
@@ -27,12 +29,29 @@ def test_summarize():
     s = summarize([0.7, 0.8, 0.9])
     assert s["n"] == 3 and s["mean"] == pytest.approx(0.8) and s["std"] == pytest.approx(0.1)
     assert s["ci95"] == pytest.approx(4.303 * 0.1 / math.sqrt(3), rel=1e-3)
-    assert summarize([1.0]) == {"n": 1, "mean": 1.0, "std": None, "ci95": None}
+    assert summarize([1.0]) == {"n": 1, "mean": 1.0, "std": None, "ci95": None, "ci_low": None,
+                                "ci_high": None}
     assert summarize([])["mean"] is None
 
 
-def _add(uri, exp, key, label, seed, acc, *, status="finished", axes=None, point=None, epoch=2, curve=None):
-    cfg = {"task": "synthetic_classification", "init": label.lower(), "seed": seed}
+def test_ci_is_clipped_to_the_metric_range():
+    # three BLEU scores near the top: the t interval [mean - 12.5, mean + 12.5] would pass 100
+    s = summarize([99.0, 100.0, 94.0], (0.0, 100.0))
+    assert s["mean"] + s["ci95"] > 100
+    assert s["ci_high"] == 100.0 and s["ci_low"] == pytest.approx(s["mean"] - s["ci95"])
+    assert summarize([0.01, 0.3, 0.02], metric_range("best/val/acc"))["ci_low"] == 0.0
+
+
+def test_metric_ranges():
+    assert metric_range("test/bleu") == (0.0, 100.0)
+    assert metric_range("best/val/acc_mismatched") == (0.0, 1.0)
+    assert metric_range("test/ppl")[0] == 1.0 and metric_range("val/loss") == (0.0, math.inf)
+    assert metric_range("init/emb/std") == (-math.inf, math.inf)
+
+
+def _add(uri, exp, key, label, seed, acc, *, status="finished", axes=None, point=None, epoch=2, curve=None,
+         **cfg_extra):
+    cfg = {"task": "synthetic_classification", "init": label.lower(), "seed": seed, **cfg_extra}
     group = {"axes": axes or {}, "point": point or {}, "selection": ["val/acc", "max"]}
     run = tracking.TrialRun.open(uri, exp, None, cfg, key, label, group)
     if status == "failed":
@@ -64,6 +83,35 @@ def store(tmp_path_factory):
     _add(uri, exp, "a-on", "XavierNormal", 0, 0.9, axes={"pos_encoding": True})
     _add(uri, exp, "a-off", "XavierNormal", 0, 0.4, axes={"pos_encoding": False})
     return uri
+
+
+def test_a_label_with_two_configurations_gets_two_rows(store):
+    # the same spec from the CLI and from the service: same seeds, another pretrained path
+    exp = tracking.ensure_experiment("two-paths", store)
+    for seed, acc in enumerate([0.7, 0.8, 0.9]):
+        _add(store, exp, f"cli{seed}", "GloVe", seed, acc, pretrained="/home/me/glove.txt")
+        _add(store, exp, f"svc{seed}", "GloVe", seed, acc - 0.5, pretrained="/srv/pretrained/glove.txt",
+             lr=1e-3)  # lr given explicitly = the task default: not a difference
+    report = build_report("two-paths", store)
+    assert [(r["setting"], r["n"]) for r in report.rows] == [
+        ({"pretrained": "/home/me/glove.txt"}, 3), ({"pretrained": "/srv/pretrained/glove.txt"}, 3)]
+    assert report.rows[0]["mean"] == pytest.approx(0.8) and report.rows[1]["mean"] == pytest.approx(0.3)
+    md = report.to_markdown()
+    assert "synthetic_classification GloVe: 2 configurations that differ in pretrained" in md
+    assert "GloVe {pretrained=/home/me/glove.txt}" in md
+
+
+def test_each_trial_key_and_each_seed_counts_once(store):
+    exp = tracking.ensure_experiment("reruns", store)
+    for seed, acc in enumerate([0.7, 0.8, 0.9]):
+        _add(store, exp, f"k{seed}", "Xavier", seed, acc)
+    _add(store, exp, "k0", "Xavier", 0, 0.75)                 # the same key finished twice (a rerun)
+    _add(store, exp, "k1-old", "Xavier", 1, 0.1)              # seed 1 again under another key (older code)
+    _add(store, exp, "k1-new", "Xavier", 1, 0.85)
+    _add(store, exp, "k2-failed", "Xavier", 2, None, status="failed")  # a finished seed 2 exists
+    (row,) = build_report("reruns", store).rows
+    assert row["n"] == 3 and row["mean"] == pytest.approx((0.75 + 0.85 + 0.9) / 3)
+    assert row["failed"] == 0
 
 
 def _rows(report):
@@ -114,7 +162,20 @@ def test_rows_put_xavier_first(store):
     assert labels[0] == "Xavier"
 
 
-def test_plot_writes_mean_curves(store, tmp_path):
+def test_plot_writes_mean_curves(store, tmp_path, monkeypatch):
+    from embinit.sweep import plots
+    drawn = []
+    monkeypatch.setattr(plots, "figure1", lambda panels, path, title: drawn.append(panels) or
+                        _real_figure1(panels, path, title))
     paths = build_report("rep", store).plot(tmp_path)
     assert paths and all(p.exists() and p.stat().st_size > 1000 for p in paths)
     assert {p.name for p in paths} >= {"synthetic_classification.png"}
+    (panels,) = [p for p in drawn if "Xavier" in p[0][1]]
+    assert [metric for metric, _ in panels] == ["val/acc", "val/loss"]   # the loss beside the metric
+    assert panels[0][1]["Xavier"] == [{1: 0.5, 2: 0.7}, {1: 0.5, 2: 0.8}, {1: 0.5, 2: 0.9}]  # per seed
+
+
+def test_seed_band():
+    from embinit.sweep.plots import seed_band
+    epochs, mean, low, high = seed_band([{1: 1.0, 2: 4.0}, {1: 3.0, 2: 2.0}, {1: 2.0}])
+    assert epochs == [1, 2] and mean == [2.0, 3.0] and low == [1.0, 2.0] and high == [3.0, 4.0]

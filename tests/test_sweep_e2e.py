@@ -55,10 +55,10 @@ def test_sweep_records_runs_reports_and_resumes(ray_local, tmp_path):
         steps = [m.step for m in tracking.client(uri).get_metric_history(run.info.run_id, "val/loss")]
         assert sorted(steps) == [1, 2]
         assert {"train/loss", "val/bleu", "tokens_per_s", "test/bleu", "best/val/loss", "best_epoch",
-                "init/emb/std", "best/emb/std"} <= set(run.data.metrics)
+                "init/emb/std", "init/emb/absorption"} <= set(run.data.metrics)
         assert run.data.tags[tracking.PARENT_TAG] == result.parent_run_id
         arts = {a.path for a in tracking.client(uri).list_artifacts(run.info.run_id)}
-        assert {"checkpoint", "plots", "result.json"} <= arts
+        assert {"checkpoint", "plots", "result.json", "emb_stats.json"} <= arts
     parent = tracking.client(uri).get_run(result.parent_run_id)
     assert parent.info.status == "FINISHED" and parent.data.metrics["sweep/finished"] == 6
     logged = {a.path for d in ("", "report", "figures") for a in tracking.client(uri).list_artifacts(

@@ -28,7 +28,8 @@ def result(history_epochs=(1, 2), status="finished") -> dict:
     return {"status": status, "history": [{"epoch": e, "train/loss": 1.0 / e, "val/loss": 2.0 / e,
                                            "val/acc": 0.5 + e / 10} for e in history_epochs],
             "best": {"val/acc": 0.7, "val/acc_epoch": 2}, "test": {}, "best_epoch": 2,
-            "emb_stats_init": {"emb/std": 0.1}, "emb_stats_best": {"emb/std": 0.2}, "label": "Xavier",
+            "emb_stats_init": {"emb/std": 0.1, "emb/absorption": 2.0, "emb_src/std": 0.3},
+            "emb_stats_best": {"emb/std": 0.2, "emb_src/std": 0.4}, "label": "Xavier",
             "wall_time_s": 3.0, "coverage": None}
 
 
@@ -52,10 +53,20 @@ def test_trial_run_records_params_tags_epochs_and_result(store, tmp_path):
     got = tracking.client(uri).get_run(run.run_id)
     assert got.info.status == "FINISHED"
     assert got.data.params["lr"] == "0.001" and got.data.params["extras.a"] == "1"
+    # the resolved config: task defaults filled in, unset options left out, never "None"
+    assert got.data.params["epochs"] == "5" and got.data.params["batch_size"] == "32"
+    assert "None" not in got.data.params.values() and "data_seed" not in got.data.params
     assert got.data.tags[tracking.KEY_TAG] == "key0" and got.data.tags[tracking.LABEL_TAG] == "Xavier"
+    assert got.data.tags[tracking.INIT_TAG] == "Xavier"
     assert json.loads(got.data.tags[tracking.CONFIG_TAG])["seed"] == 0
     m = got.data.metrics
-    assert m["best/val/acc"] == 0.7 and m["init/emb/std"] == 0.1 and m["best/emb/std"] == 0.2
+    assert m["best/val/acc"] == 0.7 and m["init/emb/std"] == 0.1
+    # embedding statistics: the key ones as metrics, all of them in a table artifact
+    assert not [k for k in m if k.startswith("best/emb") or k.startswith("init/emb_src")]
+    table = json.loads(tracking.client(uri).download_artifacts(run.run_id, "emb_stats.json", str(tmp_path))
+                       and (tmp_path / "emb_stats.json").read_text())
+    assert table["columns"] == ["statistic", "init", "best"]
+    assert table["data"] == [["emb/absorption", 2.0, None], ["emb/std", 0.1, 0.2], ["emb_src/std", 0.3, 0.4]]
     assert m["best_epoch"] == 2
     history = tracking.client(uri).get_metric_history(run.run_id, "val/loss")
     assert sorted(x.step for x in history) == [1, 2]       # logged per epoch, not again at the end
@@ -63,6 +74,13 @@ def test_trial_run_records_params_tags_epochs_and_result(store, tmp_path):
     assert arts == ["plots/curve.png"]
     assert tracking.finished_keys(exp, uri)["key0"] == run.run_id
     assert tracking.finished_run(exp, uri, "key0").info.run_id == run.run_id
+
+
+def test_sweep_status():
+    assert tracking.sweep_status(cancelled=False, n_results=0, n_planned=3) == "FAILED"  # all failed
+    assert tracking.sweep_status(cancelled=False, n_results=1, n_planned=3) == "FINISHED"
+    assert tracking.sweep_status(cancelled=False, n_results=0, n_planned=0) == "FINISHED"
+    assert tracking.sweep_status(cancelled=True, n_results=0, n_planned=3) == "KILLED"
 
 
 def test_finish_fills_epochs_missing_from_the_live_log(store):

@@ -3,9 +3,14 @@
 Scores are inner products (`"dot"`) or cosines (`"cosine"`: rows are unit-normalized first; an all-zero
 row has cosine 0 with everything). A token is never its own neighbour.
 
-Tie-break, so results are deterministic: neighbours are ordered by descending score, and among equal
+Tie rule, so results are deterministic: neighbours are ordered by descending score, and among equal
 scores the lower row index wins, including at the k-th place (if rows 7 and 3 tie for the last slot,
-row 3 gets it). "Equal" means equal as computed in the input's dtype.
+row 3 gets it). "Equal" is defined so that rounding cannot decide it: sorted by descending score, two
+neighbours in a row whose scores differ by at most tol = 4·D·eps·max‖x_i‖² (eps of the input's dtype;
+max‖x_i‖² bounds every |score|, so tol is well above the rounding error of a D-term dot product) are
+in one tie group, and a tie group is ordered by index. Without a tolerance, mathematically equal scores
+(parallel rows under cosine, repeated rows) differ in their last bits depending on the BLAS kernel, the
+block shape and whether a block was transposed, and their order followed the platform.
 
 How: the score matrix is symmetric, so only the blocks on and above the diagonal are multiplied; each
 block updates the running top-(k+1) of its rows and, transposed, of its columns (half the FLOPs of the
@@ -48,6 +53,12 @@ def check_k(k: int, n: int) -> None:
                            "(each token has only N-1 other tokens)")
 
 
+def tie_tolerance(x: torch.Tensor) -> float:
+    """tol of the tie rule above for a prepared matrix x [N, D]."""
+    scale = float(x.pow(2).sum(dim=1).max())
+    return 4 * x.shape[1] * float(torch.finfo(x.dtype).eps) * scale
+
+
 def _merge(vals, idx, rows: slice, scores: torch.Tensor, col0: int, keep: int) -> None:
     """Fold a score block (rows x block columns starting at col0) into the running top-`keep`."""
     m = min(keep, scores.shape[1])
@@ -59,19 +70,27 @@ def _merge(vals, idx, rows: slice, scores: torch.Tensor, col0: int, keep: int) -
     idx[rows] = torch.gather(cat_i, 1, pos)
 
 
-def _order(vals: torch.Tensor, idx: torch.Tensor):
-    """Sort each row by descending value, ties by ascending index."""
-    by_idx = torch.argsort(idx, dim=1)
-    vals, idx = torch.gather(vals, 1, by_idx), torch.gather(idx, 1, by_idx)
+def _order(vals: torch.Tensor, idx: torch.Tensor, tol: float):
+    """Sort each row by descending value, then each tie group (consecutive gaps <= tol) by index."""
     by_val = torch.sort(vals, dim=1, descending=True, stable=True).indices
-    return torch.gather(vals, 1, by_val), torch.gather(idx, 1, by_val)
+    vals, idx = torch.gather(vals, 1, by_val), torch.gather(idx, 1, by_val)
+    gaps = (vals[:, :-1] - vals[:, 1:]) > tol   # -inf - -inf is nan: no gap, one group
+    group = torch.cat([torch.zeros_like(vals[:, :1], dtype=torch.long), gaps.long().cumsum(1)], dim=1)
+    order = torch.argsort(group * (int(idx.max()) + 1) + idx, dim=1)
+    return torch.gather(vals, 1, order), torch.gather(idx, 1, order)
 
 
-def _exact_rows(x: torch.Tensor, rows: torch.Tensor, k: int):
-    """Top-k of the given rows by a stable full sort (for rows whose k-th place is tied)."""
+def _tied_at_k(vals: torch.Tensor, k: int, tol: float) -> torch.Tensor:
+    """Rows whose k-th and (k+1)-th scores are one tie group (vals has k+1 sorted columns)."""
+    return torch.nonzero((vals[:, k - 1] - vals[:, k] <= tol) | (vals[:, k - 1] == vals[:, k])).flatten()
+
+
+def _exact_rows(x: torch.Tensor, rows: torch.Tensor, k: int, tol: float):
+    """Top-k of the given rows by a full sort (for rows whose k-th place is tied)."""
     s = x[rows] @ x.T
     s[torch.arange(len(rows)), rows] = float("-inf")
-    v, i = torch.sort(s, dim=1, descending=True, stable=True)
+    idx = torch.arange(x.shape[0]).expand_as(s)
+    v, i = _order(s, idx, tol)
     return v[:, :k], i[:, :k]
 
 
@@ -86,6 +105,7 @@ def knn(x: torch.Tensor, k: int, neighbours: str = "dot", block_size: int = DEFA
     vals = torch.full((n, keep), float("-inf"), dtype=x.dtype)
     idx = torch.full((n, keep), n, dtype=torch.long)  # n: "no neighbour yet" (only with -inf)
     b = max(1, min(int(block_size), n))
+    tol = tie_tolerance(x)
     # two score buffers reused for every block: fresh 16-64 MB tensors per block cost page faults
     buf, buf_t = torch.empty(b * b, dtype=x.dtype), torch.empty(b * b, dtype=x.dtype)
     with torch.no_grad():
@@ -104,26 +124,26 @@ def knn(x: torch.Tensor, k: int, neighbours: str = "dot", block_size: int = DEFA
                     st = buf_t[: ni * nj].view(nj, ni)
                     st.copy_(s.T)
                     _merge(vals, idx, rj, st, i0, keep)
-        vals, idx = _order(vals, idx)
-        tied = torch.nonzero(vals[:, k - 1] == vals[:, k]).flatten() if keep <= n - 1 else \
-            torch.empty(0, dtype=torch.long)
+        vals, idx = _order(vals, idx, tol)
+        tied = _tied_at_k(vals, k, tol) if keep <= n - 1 else torch.empty(0, dtype=torch.long)
         out_v, out_i = vals[:, :k].clone(), idx[:, :k].clone()
         for c0 in range(0, len(tied), b):
             rows = tied[c0:c0 + b]
-            out_v[rows], out_i[rows] = _exact_rows(x, rows, k)
+            out_v[rows], out_i[rows] = _exact_rows(x, rows, k, tol)
     return out_v, out_i
 
 
 def topk_excluding(scores: torch.Tensor, k: int, exclude: torch.Tensor | None = None):
-    """Top-k per row of a [B, V] score block by the same tie-break (lower column wins), after setting
-    the columns in `exclude` ([B, E] long, -1 = none) to -inf. Used for query-vs-vocabulary searches."""
+    """Top-k per row of a [B, V] score block, exactly equal scores ordered by lower column (the caller's
+    scores are taken as computed: no tolerance), after setting the columns in `exclude` ([B, E] long,
+    -1 = none) to -inf. Used for query-vs-vocabulary searches."""
     if exclude is not None:
         valid = exclude >= 0
         rows = torch.arange(scores.shape[0]).unsqueeze(1).expand_as(exclude)
         scores[rows[valid], exclude[valid]] = float("-inf")
     keep = min(k + 1, scores.shape[1])
     v, i = torch.topk(scores, keep, dim=1)
-    v, i = _order(v, i)
+    v, i = _order(v, i, 0.0)
     if keep > k:
         tied = torch.nonzero(v[:, k - 1] == v[:, k]).flatten()
         if len(tied):

@@ -1,5 +1,7 @@
-"""Per-trial plots logged to MLflow: the validation curve, and the initial embedding values beside a
-Xavier table of the same shape (the paper's point: a pretrained table's scale against Xavier's)."""
+"""Plots logged to MLflow: per trial the validation curve, and the initial embedding values beside a
+Xavier table of the same shape (the paper's point: a pretrained table's scale against Xavier's); per
+sweep Figure 1, the validation metric and the validation loss per init over epochs, as the mean over
+seeds with the seeds' min-max band."""
 
 from __future__ import annotations
 
@@ -49,5 +51,38 @@ def init_histogram(values: np.ndarray, shape: tuple[int, int], path: Path, title
         ax.set_title(f"{name}\nstd {data.std():.3g}, range [{data.min():.3g}, {data.max():.3g}]", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def seed_band(histories: list[dict[int, float]]) -> tuple[list[int], list[float], list[float], list[float]]:
+    """(epochs, mean, min, max) over the seeds' {epoch: value} histories, at each epoch some seed logged."""
+    epochs = sorted({e for h in histories for e in h})
+    at = [[h[e] for h in histories if e in h] for e in epochs]
+    return epochs, [float(np.mean(v)) for v in at], [min(v) for v in at], [max(v) for v in at]
+
+
+def figure1(panels: list[tuple[str, dict[str, list[dict[int, float]]]]], path: Path, title: str) -> Path:
+    """One panel per (metric, {init label: seed histories}), side by side (e.g. val/bleu beside
+    val/loss): per init the mean over seeds as a line and the seeds' min-max as a shaded band."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4), squeeze=False)
+    for ax, (metric, by_label) in zip(axes[0], panels):
+        for i, (label, histories) in enumerate(by_label.items()):
+            histories = [h for h in histories if h]
+            if not histories:
+                continue
+            epochs, mean, low, high = seed_band(histories)
+            ax.plot(epochs, mean, marker="o", markersize=3, color=f"C{i}",
+                    label=f"{label} (mean of {len(histories)} seeds)")
+            ax.fill_between(epochs, low, high, color=f"C{i}", alpha=0.2, linewidth=0)
+        ax.set(xlabel="epoch", ylabel=metric, title=metric)
+        if metric.endswith("loss"):
+            ax.set_yscale("log")
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=8)
+    fig.suptitle(f"{title}  (band: min-max over seeds)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
     plt.close(fig)
     return path

@@ -155,8 +155,8 @@ def _finish(spec, uri, exp_id, parent, planned, reused, cancelled, t0, progress)
         Path(files[1][1]).write_text(report.to_json())
         if spec.mlflow.log_plots and report.rows:  # Figure-1-style mean curves per init
             files += tuple(("figures", str(p)) for p in report.plot(Path(tmp) / "figures"))
-        tracking.end_parent_run(parent, uri, "KILLED" if cancelled else "FINISHED", report.to_markdown(),
-                                counts, files)
+        status = tracking.sweep_status(cancelled, result.n_finished, result.planned)
+        tracking.end_parent_run(parent, uri, status, report.to_markdown(), counts, files)
     if progress is True:
         print(report.to_markdown(), flush=True)
     return result
