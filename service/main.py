@@ -103,7 +103,8 @@ def create_app(settings: Settings | None = None, runner=None, store=None) -> Fas
     settings = settings or get_settings()
     if runner is None:
         from service.runner import RayRunner
-        runner = RayRunner(settings.ray_address, settings.ray_namespace, settings.ray_node_ip)
+        runner = RayRunner(settings.ray_address, settings.ray_namespace, settings.ray_node_ip,
+                           trusted_roots=[str(r) for r in [*settings.data_roots, *settings.pretrained_roots]])
         owns_runner = True
     else:
         owns_runner = False
