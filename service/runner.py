@@ -284,6 +284,13 @@ class RayRunner:
         except (ray.exceptions.RayActorError, ray.exceptions.ActorDiedError):
             return None
 
+    def nodes(self) -> list[dict[str, float]]:
+        """Each live node's total resources (CPU, GPU, ...)."""
+        import ray
+
+        self.connect()
+        return [dict(n["Resources"]) for n in ray.nodes() if n.get("Alive")]
+
     def cancel(self, driver: str) -> None:
         actor = self._actor(driver)
         if actor is not None:

@@ -90,6 +90,12 @@ class ResultStore:
     def counts(self, tracking_uri: str, spec: dict[str, Any], keys: list[str]) -> dict[str, int]:
         return count_trial_states(tracking_uri, spec, keys)
 
+    def has_experiment(self, name: str) -> bool:
+        """Whether the MLflow store has an experiment of this name."""
+        from embinit.tracking import experiment_id
+
+        return experiment_id(name, self.tracking_uri) is not None
+
     def experiment_id(self, exp) -> str | None:
         from embinit.tracking import experiment_id
 
