@@ -88,6 +88,12 @@ class FakeStore:
             out[self.cluster.mlflow.get(key, "pending")] += 1
         return out
 
+    def close_orphans(self, exp, reason: str, status: str = "FAILED") -> int:
+        orphans = [k for k in exp.trial_keys if self.cluster.mlflow.get(k) == "running"]
+        for key in orphans:
+            self.cluster.mlflow[key] = "failed"
+        return len(orphans)
+
     def has_experiment(self, name: str) -> bool:
         return name in self.cluster.mlflow_experiments
 

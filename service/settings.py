@@ -41,6 +41,9 @@ class Settings(BaseSettings):
 
     # Limits, each answered with a clear 4xx (413, 422, 429).
     max_body_bytes: int = 256 * 1024
+    # Seconds a client gets to send a whole request body (408 after that), so slow bodies cannot hold
+    # connections open.
+    body_timeout_s: float = 10.0
     max_trials_per_experiment: int = 2000
     max_active_experiments: int = 4
     max_page_size: int = 200

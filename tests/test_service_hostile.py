@@ -227,3 +227,32 @@ def test_trusted_roots_reach_the_driver(tmp_path):
     from service.runner import RayRunner
     runner = RayRunner(trusted_roots=[tmp_path / "data", "rel"])
     assert runner.trusted_roots == [os.path.realpath(tmp_path / "data"), os.path.realpath("rel")]
+
+
+# ---- 7: leftovers after crashes and cancels ----------------------------------------------------------------
+
+def test_a_lost_driver_leaves_no_run_running_and_no_running_count(client, cluster):
+    exp = client.post("/experiments", json={**SPEC, "seeds": 3}).json()
+    driver = f"embinit-exp-{exp['id']}"
+    runner = FakeRunner(cluster)
+    runner.advance(driver, "running", running=1, finished=1, pending=1)
+    keys = cluster.specs[driver]["keys"]
+    cluster.mlflow.update({keys[0]: "finished", keys[1]: "running"})
+    runner.lose(driver)  # the API and its local Ray were killed
+    after = client.get(exp["status_url"]).json()
+    assert after["status"] == "failed"
+    assert cluster.mlflow[keys[1]] == "failed"     # the orphaned MLflow run was closed
+    assert after["counts"]["running"] == 0 and after["counts"]["failed"] == 1
+
+
+def test_a_failed_experiment_counts_nothing_running(client, cluster):
+    exp = client.post("/experiments", json={**SPEC, "seeds": 2}).json()
+    FakeRunner(cluster).advance(f"embinit-exp-{exp['id']}", "failed", error="boom", running=1, finished=1)
+    counts = client.get(exp["status_url"]).json()["counts"]
+    assert counts["running"] == 0 and counts["failed"] == 1 and counts["finished"] == 1
+
+
+def test_a_cancel_counts_what_it_stopped(client):
+    exp = client.post("/experiments", json={**SPEC, "seeds": 3}).json()
+    counts = client.delete(exp["status_url"]).json()["counts"]
+    assert counts["cancelled"] == 3 and counts["running"] == counts["pending"] == 0
