@@ -21,7 +21,8 @@ import threading
 import time
 from concurrent.futures import Future
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from embinit.trusted import TRUSTED_ROOTS_ENV
 
@@ -187,7 +188,7 @@ class RayOwner:
     after `ray.shutdown`."""
 
     def __init__(self):
-        self._calls: "queue.Queue[tuple[Callable[[], Any], Future] | None]" = queue.Queue()
+        self._calls: queue.Queue[tuple[Callable[[], Any], Future] | None] = queue.Queue()
         self._thread = threading.Thread(target=self._serve, daemon=True, name="embinit-ray-owner")
         self._thread.start()
 

@@ -54,8 +54,9 @@ def postgres_url():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    run = lambda *cmd: subprocess.run(_as_postgres_user([str(pg / cmd[0]), *cmd[1:]]), check=True,  # noqa: E731
-                                      capture_output=True, timeout=120)
+    def run(*cmd: str) -> None:
+        subprocess.run(_as_postgres_user([str(pg / cmd[0]), *cmd[1:]]), check=True, capture_output=True,
+                       timeout=120)
     run("initdb", "-D", str(data / "db"), "-U", "embinit", "--auth=trust", "-E", "UTF8")
     run("pg_ctl", "-D", str(data / "db"), "-l", str(data / "log"), "-w", "start",
         "-o", f"-h 127.0.0.1 -p {port} -k {data} -F")
