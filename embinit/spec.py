@@ -86,7 +86,7 @@ PathStr = Annotated[str, AfterValidator(_path_field)]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # no float field means inf or NaN
 
 
 class Hyperparams(_Strict):

@@ -3,6 +3,8 @@ the size-limited request body. The runner and store are chosen by `create_app` (
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import secrets
 from collections.abc import Iterator
 from typing import Annotated
@@ -10,12 +12,14 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
+from starlette.requests import ClientDisconnect
 
 from service.runner import Runner
 from service.settings import Settings
 from service.state import Reconciler
 from service.store import ResultStore
 
+log = logging.getLogger("embinit.service")
 bearer = HTTPBearer(auto_error=False, description="`Authorization: Bearer <EMBINIT_API_TOKEN>`")
 
 
@@ -80,11 +84,19 @@ async def read_body(request: Request, settings: SettingsDep) -> bytes:
     if declared and declared.isdigit() and int(declared) > limit:
         raise too_big
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise too_big
-        chunks.append(chunk)
+    try:
+        async with asyncio.timeout(settings.body_timeout_s):  # a slow client must not hold a connection
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise too_big
+                chunks.append(chunk)
+    except TimeoutError:
+        raise HTTPException(408, detail=f"the request body did not arrive within {settings.body_timeout_s} s",
+                            headers={"Connection": "close"}) from None
+    except ClientDisconnect:  # the client went away mid-upload: nobody reads an answer, nothing to log
+        log.info("client disconnected while sending %s %s", request.method, request.url.path)
+        raise HTTPException(400, detail="the client disconnected before sending the whole body") from None
     return b"".join(chunks)
 
 

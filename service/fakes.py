@@ -20,6 +20,9 @@ class FakeCluster:
     released: set[str] = field(default_factory=set)
     # trial key -> state as MLflow would show it after the driver is gone
     mlflow: dict[str, str] = field(default_factory=dict)
+    # MLflow experiments that exist in the pretend store; each node's total resources
+    mlflow_experiments: set[str] = field(default_factory=set)
+    nodes: list[dict[str, float]] = field(default_factory=lambda: [{"CPU": 4.0, "GPU": 0.0}])
 
 
 class FakeRunner:
@@ -43,6 +46,9 @@ class FakeRunner:
     def poll(self, driver):
         state = self.cluster.drivers.get(driver)
         return None if state is None else DriverState(**state.to_dict())
+
+    def nodes(self) -> list[dict[str, float]]:
+        return [dict(n) for n in self.cluster.nodes]
 
     def cancel(self, driver) -> None:
         self.cluster.cancelled.add(driver)
@@ -81,6 +87,15 @@ class FakeStore:
         for key in keys:
             out[self.cluster.mlflow.get(key, "pending")] += 1
         return out
+
+    def close_orphans(self, exp, reason: str, status: str = "FAILED") -> int:
+        orphans = [k for k in exp.trial_keys if self.cluster.mlflow.get(k) == "running"]
+        for key in orphans:
+            self.cluster.mlflow[key] = "failed"
+        return len(orphans)
+
+    def has_experiment(self, name: str) -> bool:
+        return name in self.cluster.mlflow_experiments
 
     def experiment_id(self, exp) -> str | None:
         return "7"

@@ -64,9 +64,43 @@ def _openapi(app: FastAPI):
             components = schema.setdefault("components", {}).setdefault("schemas", {})
             components.update(spec.pop("$defs", {}))
             components["ExperimentSpec"] = spec
+            _document_auth_and_errors(schema, app.state.settings)
             app.openapi_schema = schema
         return app.openapi_schema
     return build
+
+
+ERROR = {"content": {"application/json": {"schema": {"type": "object", "properties": {"detail": {}},
+                                                                   "required": ["detail"]}}}}
+# What each kind of operation may answer besides its success (the schema must say what the API does).
+ERRORS = {"401": "missing or invalid bearer token", "404": "no experiment with this id",
+          "409": "the experiment is already finished", "400": "the client disconnected mid-upload",
+          "408": "the request body did not arrive in time", "413": "the request body is too large",
+          "415": "unsupported content type", "422": "the request is invalid (every problem listed)",
+          "429": "too many experiments are active", "503": "the Ray driver could not be started"}
+
+
+def _document_auth_and_errors(schema: dict, settings: Settings) -> None:
+    """Security only where a token is really asked for (writes with a token set, reads only when
+    `reads_require_token`), with its 401; 404 on every experiment id; the submit's and cancel's errors."""
+    for path, ops in schema.get("paths", {}).items():
+        for method, op in ops.items():
+            guarded = bool(settings.api_token) and (method != "get" or settings.reads_require_token)
+            codes = ["422"] if op.get("parameters") or "requestBody" in op else []
+            if "security" in op and not guarded:
+                del op["security"]
+            elif "security" in op:
+                codes.append("401")
+            if "{exp_id}" in path:
+                codes.append("404")
+            if method == "delete":
+                codes.append("409")
+            if method == "post":
+                codes += ["400", "408", "409", "413", "415", "422", "429", "503"]
+            responses = op.setdefault("responses", {})
+            for code in codes:
+                if code not in responses or not responses[code].get("content"):
+                    responses[code] = {"description": ERRORS[code], **ERROR}
 
 
 def _lifespan(owns_runner: bool):
@@ -104,7 +138,8 @@ def create_app(settings: Settings | None = None, runner=None, store=None) -> Fas
     settings = settings or get_settings()
     if runner is None:
         from service.runner import RayRunner
-        runner = RayRunner(settings.ray_address, settings.ray_namespace, settings.ray_node_ip)
+        runner = RayRunner(settings.ray_address, settings.ray_namespace, settings.ray_node_ip,
+                           trusted_roots=[str(r) for r in [*settings.data_roots, *settings.pretrained_roots]])
         owns_runner = True
     else:
         owns_runner = False

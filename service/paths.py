@@ -55,7 +55,12 @@ def _check(value: str, roots: list[Path], kind: str, allow_hub_id: bool) -> tupl
         return None, f"{value!r} is neither a file inside {shown} nor a hub id like 'org/model'"
     if not roots:
         return None, f"{value!r}: this service accepts no {kind} paths (no roots configured)"
-    return str(Path(os.path.realpath(roots[0])) / value), None
+    # Not there yet (a folder the trial creates): where it will really land, once the symlinks on the
+    # way are followed, must still be inside a root.
+    real = _inside(Path(roots[0]) / value, roots)
+    if real is None:
+        return None, f"{value!r} leads outside the allowed {kind} roots {shown} (symlink)"
+    return str(real), None
 
 
 def confine_paths(data: Any, data_roots: list[Path], pretrained_roots: list[Path],

@@ -15,11 +15,16 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import queue
 import sys
 import threading
 import time
+from concurrent.futures import Future
 from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
 from typing import Any, Protocol
+
+from embinit.trusted import TRUSTED_ROOTS_ENV
 
 log = logging.getLogger("embinit.service")
 
@@ -106,6 +111,23 @@ def _on_progress(name: str, counts: dict[str, Any]) -> None:
         driver.progress(counts)
 
 
+def final_state(result, cancelled: bool) -> tuple[str, str | None]:
+    """(status, error) of a finished sweep: succeeded only when every planned trial has a finished run
+    (trained now or reused), so a sweep that lost trials never passes for a complete one."""
+    failed, ran = result.n_failed, result.planned - result.reused
+    if result.cancelled or cancelled:
+        return "cancelled", None
+    if result.n_finished >= result.planned:
+        return "succeeded", None
+    if failed and failed >= ran:
+        return "failed", f"all {failed} trials failed (see MLflow)"
+    missing = result.planned - result.n_finished - failed
+    parts = [f"{failed} failed"] if failed else []
+    parts += [f"{missing} have no finished run"] if missing else []
+    return "failed", (f"only {result.n_finished} of {result.planned} trials finished ({', '.join(parts)}; "
+                      f"see MLflow); submit again with ?rerun=true to run the rest")
+
+
 class ExperimentDriver:
     """The Ray actor body. Runs the sweep in a thread so poll/cancel answer while it trains."""
 
@@ -133,15 +155,7 @@ class ExperimentDriver:
                                extra_callbacks=functools.partial(node_tagger, self.tracking_uri))
             self.state.counts = {"pending": 0, "running": 0, "finished": result.n_finished - result.reused,
                                  "failed": result.n_failed, "reused": result.reused}
-            failed, ran = result.n_failed, result.planned - result.reused
-            if result.cancelled or self.stop.is_set():
-                self.state.status = "cancelled"
-            elif failed and failed >= ran:
-                self.state.status, self.state.error = "failed", f"all {failed} trials failed (see MLflow)"
-            else:
-                self.state.status = "succeeded"
-                if failed:
-                    self.state.error = f"{failed} of {result.planned} trials failed (see MLflow)"
+            self.state.status, self.state.error = final_state(result, self.stop.is_set())
         except BaseException as e:  # any failure must end as a recorded state
             log.exception("experiment driver failed")
             self.state.status = "cancelled" if self.stop.is_set() else "failed"
@@ -165,14 +179,53 @@ class ExperimentDriver:
         self.stop.set()
 
 
+class RayOwner:
+    """The thread that starts (and stops) a local Ray, alive for as long as the process.
+
+    Ray starts its GCS and raylet with `PR_SET_PDEATHSIG=SIGKILL`, which fires when the *thread* that
+    created them exits. A worker thread of a pool (AnyIO retires idle ones after 10 s) would take the
+    local cluster down with it, so `ray.init` and `ray.shutdown` run here, on one thread that only ends
+    after `ray.shutdown`."""
+
+    def __init__(self):
+        self._calls: queue.Queue[tuple[Callable[[], Any], Future] | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._serve, daemon=True, name="embinit-ray-owner")
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            item = self._calls.get()
+            if item is None:
+                return
+            fn, future = item
+            try:
+                future.set_result(fn())
+            except BaseException as e:
+                future.set_exception(e)
+
+    def call(self, fn: Callable[[], Any]) -> Any:
+        """Run `fn` on the owner thread and return its result (or raise its exception)."""
+        if threading.current_thread() is self._thread:
+            return fn()
+        future: Future = Future()
+        self._calls.put((fn, future))
+        return future.result()
+
+    @property
+    def ident(self) -> int | None:
+        return self._thread.ident
+
+
 class RayRunner:
     """`Runner` on a Ray cluster: a local one started in this process, or an existing one by address."""
 
     def __init__(self, address: str | None = None, namespace: str = "embinit", node_ip: str | None = None,
-                 poll_timeout_s: float = 2.0):
+                 poll_timeout_s: float = 2.0, trusted_roots: list[str] | None = None):
         self.address, self.namespace, self.node_ip = address, namespace, node_ip
         self.poll_timeout_s = poll_timeout_s
+        self.trusted_roots = [os.path.realpath(r) for r in trusted_roots or []]
         self._lock = threading.Lock()
+        self.owner = RayOwner()
 
     def describe(self) -> str:
         return f"ray at {self.address}" if self.address else "local ray (started by the API)"
@@ -180,14 +233,21 @@ class RayRunner:
     def connect(self) -> None:
         import ray
 
+        if ray.is_initialized():
+            return
         with self._lock:
-            if ray.is_initialized():
-                return
-            os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-            kwargs: dict[str, Any] = {"namespace": self.namespace, "log_to_driver": False}
-            if self.node_ip and not (self.address or "").startswith("ray://"):
-                kwargs["_node_ip_address"] = self.node_ip
-            ray.init(address=self.address, **kwargs)
+            self.owner.call(self._init)
+
+    def _init(self) -> None:
+        import ray
+
+        if ray.is_initialized():
+            return
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        kwargs: dict[str, Any] = {"namespace": self.namespace, "log_to_driver": False}
+        if self.node_ip and not (self.address or "").startswith("ray://"):
+            kwargs["_node_ip_address"] = self.node_ip
+        ray.init(address=self.address, **kwargs)
 
     def _actor(self, driver: str):
         import ray
@@ -204,8 +264,12 @@ class RayRunner:
         self.connect()
         name = driver_name(exp_id)
         actor_cls = ray.remote(ExperimentDriver)
+        # The driver and the trials it starts (which inherit its runtime env) load pickled caches only
+        # from inside the service's roots (embinit.trusted).
+        env = {"env_vars": {TRUSTED_ROOTS_ENV: os.pathsep.join(self.trusted_roots)}} if self.trusted_roots else None
         actor_cls.options(name=name, namespace=self.namespace, lifetime="detached", num_cpus=0,
-                          max_concurrency=4, get_if_exists=True).remote(name, spec, tracking_uri, trial_keys)
+                          max_concurrency=4, get_if_exists=True, runtime_env=env).remote(
+            name, spec, tracking_uri, trial_keys)
         return name
 
     def poll(self, driver: str) -> DriverState | None:
@@ -220,6 +284,13 @@ class RayRunner:
             raise TimeoutError(f"driver {driver} did not answer within {self.poll_timeout_s} s") from None
         except (ray.exceptions.RayActorError, ray.exceptions.ActorDiedError):
             return None
+
+    def nodes(self) -> list[dict[str, float]]:
+        """Each live node's total resources (CPU, GPU, ...)."""
+        import ray
+
+        self.connect()
+        return [dict(n["Resources"]) for n in ray.nodes() if n.get("Alive")]
 
     def cancel(self, driver: str) -> None:
         actor = self._actor(driver)
@@ -239,4 +310,4 @@ class RayRunner:
         import ray
 
         if ray.is_initialized():
-            ray.shutdown()
+            self.owner.call(ray.shutdown)

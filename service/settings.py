@@ -43,9 +43,26 @@ class Settings(BaseSettings):
 
     # Limits, each answered with a clear 4xx (413, 422, 429).
     max_body_bytes: int = 256 * 1024
+    # Seconds a client gets to send a whole request body (408 after that), so slow bodies cannot hold
+    # connections open.
+    body_timeout_s: float = 10.0
     max_trials_per_experiment: int = 2000
     max_active_experiments: int = 4
     max_page_size: int = 200
+    # Bounds on what one trial may ask for (a 422 names the field): per-trial values beyond these would
+    # hold the cluster for days or oversubscribe a node. Set them to what the cluster is sized for.
+    max_epochs: int = 1000
+    max_d_model: int = 4096
+    max_layers: int = 64
+    max_ff_dim: int = 16384
+    min_cpus_per_trial: float = 0.25
+    # Refuse (422) a spec whose trials need more CPUs or GPUs than any node of the cluster has. Turn off
+    # on an autoscaling cluster, where bigger nodes appear on demand.
+    check_cluster_resources: bool = True
+    # Validation costs CPU in proportion to the spec: lists are capped before the spec is validated,
+    # and a 422 lists at most `max_problems` problems (then says how many more there were).
+    max_list_items: int = 1000
+    max_problems: int = 50
 
     # How often a non-finished experiment's state is refreshed from Ray/MLflow on read (seconds);
     # reads in between are served from the state database.

@@ -9,6 +9,7 @@ trials than the limit. Each failure is an `HTTPException` with a precise `detail
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,12 +44,43 @@ class _NoAliasLoader(yaml.SafeLoader):
         return super().compose_node(parent, index)
 
 
-def problems_detail(problems: list[tuple[str, str]]) -> list[dict[str, str]]:
-    return [{"loc": loc, "msg": msg} for loc, msg in problems]
+MAX_PROBLEMS = 50  # the default of Settings.max_problems
 
 
-def _unprocessable(problems: list[tuple[str, str]]) -> HTTPException:
-    return HTTPException(422, detail=problems_detail(problems))
+def problems_detail(problems: list[tuple[str, str]], limit: int = MAX_PROBLEMS) -> list[dict[str, str]]:
+    """At most `limit` problems, then one saying how many more there were (a spec of 20,000 bad
+    entries must not answer with megabytes)."""
+    shown = [{"loc": loc, "msg": msg} for loc, msg in problems[:limit]]
+    if len(problems) > limit:
+        shown.append({"loc": "", "msg": f"... and {len(problems) - limit} more problems (only the first "
+                                        f"{limit} are listed)"})
+    return shown
+
+
+def _unprocessable(problems: list[tuple[str, str]], limit: int = MAX_PROBLEMS) -> HTTPException:
+    return HTTPException(422, detail=problems_detail(problems, limit))
+
+
+def _where(loc: str, key: Any) -> str:
+    return f"{loc}[{key}]" if isinstance(key, int) else (f"{loc}.{key}" if loc else str(key))
+
+
+def hostile_values(data: Any, max_items: int, loc: str = "") -> list[tuple[str, str]]:
+    """What no spec may hold, found before validation (which costs far more): a list longer than
+    `max_items`, a non-finite number (`Infinity`, `NaN`, `1e999`: JSON columns refuse them and no
+    hyperparameter means them), a NUL character (PostgreSQL and MLflow refuse it)."""
+    if isinstance(data, float) and not math.isfinite(data):
+        return [(loc, f"{data!r} is not a finite number")]
+    if isinstance(data, str) and "\x00" in data:
+        return [(loc, "contains a NUL character")]
+    if isinstance(data, dict):
+        out = [(loc, f"key {str(k)[:40]!r} contains a NUL character") for k in data if "\x00" in str(k)]
+        return out + [p for k, v in data.items() for p in hostile_values(v, max_items, _where(loc, k))]
+    if isinstance(data, list):
+        if len(data) > max_items:
+            return [(loc, f"has {len(data)} items; this service accepts at most {max_items} per list")]
+        return [p for i, v in enumerate(data) for p in hostile_values(v, max_items, _where(loc, i))]
+    return []
 
 
 def parse_body(body: bytes, content_type: str | None) -> dict[str, Any]:
@@ -85,11 +117,11 @@ def _env_refs(data: Any, loc: str = "") -> list[tuple[str, str]]:
     return []
 
 
-def _validate(data: dict[str, Any]) -> ExperimentSpec:
+def _validate(data: dict[str, Any], limit: int = MAX_PROBLEMS) -> ExperimentSpec:
     try:
         return load_spec(data)
     except SpecError as e:
-        raise _unprocessable(e.problems) from None
+        raise _unprocessable(e.problems, limit) from None
     except RecursionError:
         raise _unprocessable([("", "the spec is nested too deeply")]) from None
 
@@ -113,15 +145,56 @@ def count_trials(spec: ExperimentSpec) -> int:
     return n
 
 
+# Per-trial config values bounded by a setting: (config key, setting, bound is a maximum).
+BOUNDS = (("epochs", "max_epochs"), ("d_model", "max_d_model"), ("layers", "max_layers"),
+          ("ff_dim", "max_ff_dim"))
+
+
+def _num(value: float) -> int | float:
+    return int(value) if float(value).is_integer() else value
+
+
+def bound_problems(spec: ExperimentSpec, plan: list, settings: Settings) -> list[tuple[str, str]]:
+    """Values beyond the service's bounds, once per field and value, wherever they were set (defaults,
+    a task, an axis, a search grid or an Optuna range)."""
+    problems: dict[tuple[str, str], None] = {}
+    if spec.resources.cpus < settings.min_cpus_per_trial:
+        problems[("resources.cpus", f"{spec.resources.cpus} is below this service's minimum of "
+                  f"{settings.min_cpus_per_trial} CPUs per trial")] = None
+    for key, setting in BOUNDS:
+        limit = getattr(settings, setting)
+        values = [p.config.get(key) for p in plan]
+        space = spec.search.space.get(key) if spec.search is not None else None
+        values += [getattr(space, "high", None)]
+        for value in sorted({v for v in values if isinstance(v, (int, float)) and v > limit}):
+            problems[(key, f"{_num(value)} exceeds this service's limit of {limit} (setting {setting})")] = None
+    return list(problems)
+
+
+def resource_problems(spec: ExperimentSpec, nodes: list[dict[str, float]] | None) -> list[tuple[str, str]]:
+    """A trial must fit on one node of the cluster as it is now (`nodes`: each node's total resources;
+    None when unknown): a trial asking for more would wait forever and hold an experiment slot."""
+    if not nodes:
+        return []
+    out = []
+    for field, name, unit in (("cpus", "CPU", "CPUs"), ("gpus", "GPU", "GPUs")):
+        want, most = getattr(spec.resources, field), max(n.get(name, 0.0) for n in nodes)
+        if want > most:
+            have = f"no node has {unit}" if most == 0 else f"the largest node has {most:g} {unit}"
+            out.append((f"resources.{field}", f"each trial asks for {want:g} {unit} but {have}; "
+                                              f"the trials could never start"))
+    return out
+
+
 def prepare(data: dict[str, Any], settings: Settings, tracking_uri: str) -> Submission:
     """Validate and confine a submitted spec; raises HTTPException(422) listing every problem."""
-    refs = _env_refs(data)
+    refs = _env_refs(data) + hostile_values(data, settings.max_list_items)
     if refs:
-        raise _unprocessable(refs)
+        raise _unprocessable(refs, settings.max_problems)
     seeds = data.get("seeds")
     if isinstance(seeds, int) and not isinstance(seeds, bool) and seeds > settings.max_trials_per_experiment:
         raise _too_many(seeds, settings)  # checked first: the spec would build a list this long
-    spec = _validate(data)
+    spec = _validate(data, settings.max_problems)
     problems: list[tuple[str, str]] = []
     if spec.mlflow.tracking_uri not in (None, tracking_uri, settings.tracking_uri):
         problems.append(("mlflow.tracking_uri", f"{spec.mlflow.tracking_uri!r}: this service logs every "
@@ -131,18 +204,22 @@ def prepare(data: dict[str, Any], settings: Settings, tracking_uri: str) -> Subm
     confined, path_problems = confine_paths(canonical, settings.data_roots, settings.pretrained_roots)
     problems += [tuple(p.split(": ", 1)) for p in path_problems]
     if problems:
-        raise _unprocessable(problems)
-    spec = _validate(confined)
+        raise _unprocessable(problems, settings.max_problems)
+    spec = _validate(confined, settings.max_problems)
     n_trials = count_trials(spec)
     if n_trials > settings.max_trials_per_experiment:
         raise _too_many(n_trials, settings)
     try:
-        keys = [p.key for p in spec.plan()]
+        plan = spec.plan()
     except SpecError as e:
-        raise _unprocessable(e.problems) from None
+        raise _unprocessable(e.problems, settings.max_problems) from None
+    bounds = bound_problems(spec, plan, settings)
+    if bounds:
+        raise _unprocessable(bounds, settings.max_problems)
     hub_problems, notices = check_hub_ids(spec, settings.pretrained_roots, _locator(confined))
     if hub_problems:
-        raise _unprocessable(hub_problems)
+        raise _unprocessable(hub_problems, settings.max_problems)
+    keys = [p.key for p in plan]
     return Submission(spec=spec, data=spec.canonical(), spec_hash=spec.spec_hash(), trial_keys=keys,
                       n_trials=n_trials, notices=notices)
 

@@ -32,6 +32,23 @@ def _ts(seconds: float | None) -> dt.datetime | None:
     return dt.datetime.fromtimestamp(seconds, dt.timezone.utc) if seconds else None
 
 
+def settle_counts(status: str, counts: dict[str, int], n_trials: int) -> dict[str, int]:
+    """Counts as the API shows them: a finished experiment has nothing running; what a cancel stopped
+    or never started is `cancelled`, what a failed experiment left running is `failed`."""
+    out = {k: int(v) for k, v in counts.items()}
+    if status not in TERMINAL:
+        return out
+    stopped = out.pop("running", 0)
+    out["running"] = 0
+    if status == "cancelled":
+        done = sum(out.get(k, 0) for k in ("finished", "failed", "reused"))
+        out["pending"] = 0
+        out["cancelled"] = max(0, n_trials - done)
+    elif status == "failed":
+        out["failed"] = out.get("failed", 0) + stopped
+    return out
+
+
 class Reconciler:
     def __init__(self, runner: Runner, store, settings: Settings, on_finished=None):
         self.runner, self.store, self.settings = runner, store, settings
@@ -87,6 +104,12 @@ class Reconciler:
 
     def _without_driver(self, exp: Experiment) -> DriverState:
         counts = self.store.counts(exp.tracking_uri, exp.spec, exp.trial_keys)
+        if counts.get("running"):  # nothing writes to them any more (the API or Ray was killed): close them
+            status = "KILLED" if exp.cancel_requested_at else "FAILED"
+            closed = self.store.close_orphans(exp, "the experiment's Ray driver is gone", status)
+            if closed:
+                log.info("experiment %s: closed %d orphaned MLflow runs", exp.id, closed)
+                counts = self.store.counts(exp.tracking_uri, exp.spec, exp.trial_keys)
         if exp.cancel_requested_at:
             return DriverState("cancelled", counts=counts, finished_at=time.time())
         done = counts.get("finished", 0) + counts.get("reused", 0)
@@ -101,7 +124,7 @@ class Reconciler:
                    "started_at": exp.started_at or _ts(state.started_at),
                    "finished_at": exp.finished_at or _ts(state.finished_at)}
         if state.counts:
-            updates["counts"] = dict(state.counts)
+            updates["counts"] = settle_counts(state.status, state.counts, exp.n_trials)
         if updates["status"] not in TERMINAL:
             updates["finished_at"] = None
         for name, value in updates.items():

@@ -82,6 +82,22 @@ class ResultStore:
     def counts(self, tracking_uri: str, spec: dict[str, Any], keys: list[str]) -> dict[str, int]:
         return count_trial_states(tracking_uri, spec, keys)
 
+    def close_orphans(self, exp, reason: str, status: str = "FAILED") -> int:
+        """Close this experiment's trial runs still RUNNING although their driver is gone."""
+        from embinit.tracking import TrialRun
+
+        runs = _runs_by_key(exp.tracking_uri, exp.spec)
+        orphans = [r["run_id"] for k, r in runs.items() if k in set(exp.trial_keys) and r["status"] == "running"]
+        for run_id in orphans:
+            TrialRun(exp.tracking_uri, run_id).fail(reason, status=status)
+        return len(orphans)
+
+    def has_experiment(self, name: str) -> bool:
+        """Whether the MLflow store has an experiment of this name."""
+        from embinit.tracking import experiment_id
+
+        return experiment_id(name, self.tracking_uri) is not None
+
     def experiment_id(self, exp) -> str | None:
         from embinit.tracking import experiment_id
 

@@ -214,7 +214,7 @@ def test_restart_shows_what_happened_meanwhile(make_client, cluster):
         cluster.mlflow[key] = "finished"
     second = make_client()            # a new app instance on the same state database
     ea = second.get(f"/experiments/{a}").json()
-    assert ea["status"] == "succeeded" and ea["counts"] == {"finished": 4} and ea["finished_at"]
+    assert ea["status"] == "succeeded" and ea["counts"] == {"finished": 4, "running": 0} and ea["finished_at"]
     eb = second.get(f"/experiments/{b}").json()
     assert eb["status"] == "failed" and eb["error"] == DRIVER_LOST and eb["counts"]["finished"] == 1
     assert second.get(f"/experiments/{c}").json()["status"] == "succeeded"

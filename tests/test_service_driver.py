@@ -36,8 +36,16 @@ def _drive(monkeypatch, sweep) -> ExperimentDriver:
 @pytest.mark.parametrize("result, status, error", [
     (_result(), "succeeded", None),
     (_result(reused=2, finished=4), "succeeded", None),
-    (_result(finished=3, failed=1), "succeeded", "1 of 4 trials failed (see MLflow)"),
+    (_result(finished=3, failed=1), "failed",
+     "only 3 of 4 trials finished (1 failed; see MLflow); submit again with ?rerun=true to run the rest"),
     (_result(finished=0, failed=4), "failed", "all 4 trials failed (see MLflow)"),
+    # a sweep whose trials never ran (or ran elsewhere) is not a success: finished + reused != planned
+    (_result(finished=0), "failed",
+     "only 0 of 4 trials finished (4 have no finished run; see MLflow); submit again with ?rerun=true "
+     "to run the rest"),
+    (_result(finished=2, failed=1), "failed",
+     "only 2 of 4 trials finished (1 failed, 1 have no finished run; see MLflow); submit again with "
+     "?rerun=true to run the rest"),
     (_result(finished=1, cancelled=True), "cancelled", None),
 ])
 def test_final_states(monkeypatch, result, status, error):

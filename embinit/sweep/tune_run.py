@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import uuid
 from pathlib import Path
 from typing import Any, Callable
 
@@ -46,8 +47,18 @@ def quiet_tune_logs() -> None:
     logging.getLogger("ray.tune.tune").setLevel(logging.WARNING)
 
 
-def make_trainable(spec, units, shared, extra_callbacks):
+def unique_name(spec) -> str:
+    """A name no other sweep uses, for this sweep's trainable and its Tune run.
+
+    Tune registers a trainable under its name in the cluster's key-value store, per Ray job; every
+    experiment driver the service starts is in the API's job, so two sweeps registering `train_unit`
+    would overwrite each other and train each other's units (ray-project/ray#31330)."""
+    return f"embinit_{spec.name}_{uuid.uuid4().hex[:12]}"
+
+
+def make_trainable(spec, units, shared, extra_callbacks, name: str | None = None):
     fn = tune.with_parameters(train_unit, shared=shared, units=units, extra_callbacks=extra_callbacks)
+    fn.__name__ = name or unique_name(spec)
     return tune.with_resources(fn, {"cpu": spec.resources.cpus, "gpu": spec.resources.gpus})
 
 
@@ -66,17 +77,16 @@ def progress_callback(progress, total: int, reused: int, per_unit: int = 1) -> l
 def run_tune(spec, units: list[dict[str, Any]], shared: dict[str, Any], storage: Path, progress,
              should_stop: Callable[[], bool], extra_callbacks, total: int, reused: int) -> bool:
     """Run the units; returns True when the sweep was cancelled through `should_stop`."""
-    import time
     quiet_tune_logs()
     names = trial_name(units)
+    unique = unique_name(spec)
     with stop_on_interrupt() as interrupted:  # Ctrl-C stops the trials, then raises KeyboardInterrupt
         stopper = StopAll(lambda: interrupted() or bool(should_stop and should_stop()))
         tuner = tune.Tuner(
-            make_trainable(spec, units, shared, extra_callbacks),
+            make_trainable(spec, units, shared, extra_callbacks, unique),
             param_space={"unit": tune.grid_search(list(range(len(units))))},
             tune_config=tune.TuneConfig(max_concurrent_trials=spec.max_concurrent, reuse_actors=True,
                                         trial_name_creator=names, trial_dirname_creator=names),
-            run_config=run_config(spec, f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}", storage,
-                                  progress_callback(progress, total, reused), stopper))
+            run_config=run_config(spec, unique, storage, progress_callback(progress, total, reused), stopper))
         tuner.fit()
     return stopper.fired

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from embinit.errors import EmbinitError
+from embinit.trusted import is_trusted
 from embinit.vocab import Vocab
 
 # Bumped whenever a change here changes the tokenized data of a task (part of every key).
@@ -44,6 +45,8 @@ def entry_path(root: Path, task: str, key: str) -> Path:
 
 def load(path: Path) -> dict | None:
     """The cached payload, or None when absent, unreadable or from another format (rebuilt then)."""
+    if not is_trusted(path):  # a symlink leading out of the service's roots: never unpickle it
+        return None
     try:
         with open(path, "rb") as f:
             payload = pickle.load(f)
@@ -71,7 +74,10 @@ def _vocab_from_plain(value):
 
 
 def save(path: Path, payload: dict) -> None:
-    """Write atomically: a temporary file in the same folder, then rename over the entry."""
+    """Write atomically: a temporary file in the same folder, then rename over the entry. Outside the
+    trusted roots (embinit.trusted) nothing is written: the entry could never be loaded."""
+    if not is_trusted(path):
+        return
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)

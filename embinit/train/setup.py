@@ -22,7 +22,7 @@ from embinit.config import TrialConfig, task_defaults
 from embinit.errors import EmbinitError
 from embinit.models import (ModelConfig, build_model, divisors, embedding_parameters,
                             set_dropout_generator, set_trainable)
-
+from embinit.trusted import is_trusted
 
 TRAINER_EXTRAS = ("val_bleu",)  # read by the trainers; every other extras key goes to load_task
 
@@ -32,6 +32,8 @@ def load_body(model, path: str) -> None:
     into `model`, keeping the model's own freshly initialized embedding tables."""
     if not Path(path).is_file():
         raise EmbinitError(f"init_from checkpoint not found: {path}")
+    if not is_trusted(path):  # unpickling runs code: only from inside the service's roots
+        raise EmbinitError(f"init_from {path} lies outside the trusted roots; it is not loaded")
     try:
         state = torch.load(path, map_location="cpu", weights_only=False)["model"]
     except Exception as e:  # a corrupt or foreign file: say which

@@ -16,7 +16,7 @@ from service.db import ACTIVE, TERMINAL, Experiment, utcnow
 from service.deps import (BodyDep, ReconcilerDep, RunnerDep, SessionDep, SettingsDep, StoreDep, require_read,
                           require_write)
 from service.schemas import ExperimentDetail, ExperimentPage, Status, Submitted, TrialPage
-from service.specs import JSON_TYPES, YAML_TYPES, parse_body, prepare
+from service.specs import JSON_TYPES, YAML_TYPES, parse_body, prepare, problems_detail, resource_problems
 
 router = APIRouter(prefix="/experiments", tags=["experiments"])
 _submit_lock = threading.Lock()  # dedup + limit + insert must not interleave within this process
@@ -38,6 +38,30 @@ def _active_count(session) -> int:
     return session.scalar(select(func.count()).select_from(Experiment).where(Experiment.status.in_(ACTIVE)))
 
 
+def _nodes(runner) -> list[dict[str, float]] | None:
+    """Each node's total resources, None when the runner cannot tell (then nothing is checked)."""
+    try:
+        return runner.nodes() if hasattr(runner, "nodes") else None
+    except Exception:  # a cluster that cannot say is not checked; start() will tell
+        return None
+
+
+def _foreign_experiment(session, store, spec) -> list[tuple[str, str]]:
+    """`mlflow.experiment` may name a new MLflow experiment, or one this service already fills for
+    specs of the same name; never another team's (its runs would be reused and its results mixed)."""
+    target = spec.mlflow.experiment
+    if not target or target == spec.name:
+        return []
+    users = set(session.scalars(select(Experiment.name).where(Experiment.mlflow_experiment == target)))
+    if users - {spec.name}:
+        return [("mlflow.experiment", f"{target!r} holds the runs of other experiments "
+                                      f"({', '.join(sorted(users - {spec.name}))}); choose another name")]
+    if not users and store.has_experiment(target):
+        return [("mlflow.experiment", f"{target!r} already exists in the MLflow store and was not created "
+                                      f"by this service for {spec.name!r}; choose another name")]
+    return []
+
+
 def _submitted(exp: Experiment, created: bool, notices: list[str] = ()) -> Submitted:
     links = views.links(exp.id)
     return Submitted(id=exp.id, n_trials=exp.n_trials, status=exp.status, created=created,
@@ -54,7 +78,11 @@ def submit(request: Request, response: Response, body: BodyDep, session: Session
     """Submit an experiment spec (JSON, or YAML with a YAML content type)."""
     data = parse_body(body, request.headers.get("content-type"))
     sub = prepare(data, settings, store.tracking_uri)
+    problems = resource_problems(sub.spec, _nodes(runner) if settings.check_cluster_resources else None)
     with _submit_lock:
+        problems += _foreign_experiment(session, store, sub.spec)
+        if problems:
+            raise HTTPException(422, detail=problems_detail(problems, settings.max_problems))
         existing = session.scalars(select(Experiment).where(Experiment.spec_hash == sub.spec_hash)
                                    .order_by(Experiment.created_at.desc()).limit(1)).first()
         if existing is not None:

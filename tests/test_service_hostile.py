@@ -1,0 +1,258 @@
+"""Hostile and unrunnable specs against the API (in-process fake of Ray and MLflow): symlinks that lead a
+not-yet-existing path out of a root, non-finite numbers, NUL characters, another team's MLflow
+experiment, resources no node has, values beyond the service's bounds, and specs whose validation
+would cost far more than the request. Each is a clear 422 that names the field, and stores nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import time
+
+import pytest
+from fastapi.testclient import TestClient
+
+from embinit.tasks import cache
+from embinit.trusted import TRUSTED_ROOTS_ENV, is_trusted
+from service.fakes import FakeCluster, FakeRunner, FakeStore
+from service.main import create_app
+from service.settings import Settings
+
+SPEC = {"name": "hostile", "tasks": ["synthetic_translation"], "inits": ["xavier"], "seeds": 1}
+
+
+@pytest.fixture
+def cluster():
+    return FakeCluster()
+
+
+@pytest.fixture
+def make_client(tmp_path, cluster):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "pretrained").mkdir()
+    clients = []
+
+    def make(**overrides):
+        values = dict(database_url=f"sqlite:///{tmp_path}/state.db", tracking_uri=f"sqlite:///{tmp_path}/m.db",
+                      data_roots=[tmp_path / "data"], pretrained_roots=[tmp_path / "pretrained"],
+                      refresh_interval_s=0.0, _env_file=None)
+        client = TestClient(create_app(Settings(**{**values, **overrides}), runner=FakeRunner(cluster),
+                                       store=FakeStore(cluster)))
+        client.__enter__()
+        clients.append(client)
+        return client
+    yield make
+    for c in clients:
+        c.__exit__(None, None, None)
+
+
+@pytest.fixture
+def client(make_client):
+    return make_client()
+
+
+def problems(response) -> dict[str, str]:
+    assert response.status_code == 422, response.text
+    return {p["loc"]: p["msg"] for p in response.json()["detail"]}
+
+
+def nothing_stored(client) -> bool:
+    return client.get("/experiments").json()["total"] == 0
+
+
+# ---- 3: symlinks out of a root -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("field", ["cache_dir", "data_dir", "analyses.similarity.snapshot_dir"])
+def test_a_new_path_under_a_symlink_out_of_the_root_is_refused(client, tmp_path, field):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "data" / "escape").symlink_to(elsewhere)
+    spec = dict(SPEC)
+    if field.startswith("analyses"):
+        spec["analyses"] = {"similarity": {"snapshot_dir": "escape/newdir"}}
+    else:
+        spec[field] = "escape/newdir"
+    assert "leads outside the allowed data roots" in problems(client.post("/experiments", json=spec))[field]
+    assert nothing_stored(client)
+
+
+def test_a_new_path_under_a_symlink_inside_the_root_is_accepted(client, tmp_path):
+    (tmp_path / "data" / "real").mkdir()
+    (tmp_path / "data" / "link").symlink_to(tmp_path / "data" / "real")
+    r = client.post("/experiments", json={**SPEC, "cache_dir": "link/newdir"})
+    assert r.status_code == 202, r.text
+    stored = client.get(r.json()["status_url"]).json()["spec"]["cache_dir"]
+    assert stored == str((tmp_path / "data" / "real" / "newdir").resolve())
+
+
+def test_pickles_are_loaded_and_written_only_inside_the_trusted_roots(tmp_path, monkeypatch):
+    root, elsewhere = tmp_path / "root", tmp_path / "elsewhere"
+    root.mkdir()
+    elsewhere.mkdir()
+    (root / "escape").symlink_to(elsewhere)
+    entry = {"format": cache.FORMAT, "value": 1}
+    for folder in (root, elsewhere):
+        (folder / "e.pkl").write_bytes(pickle.dumps(entry))
+    monkeypatch.setenv(TRUSTED_ROOTS_ENV, str(root))
+    assert cache.load(root / "e.pkl") == {"format": cache.FORMAT, "value": 1}
+    assert cache.load(root / "escape" / "e.pkl") is None   # the same file name, really outside the root
+    assert not is_trusted(root / "escape" / "new" / "x.pkl")
+    cache.save(root / "escape" / "new.pkl", {"value": 2})
+    assert not (elsewhere / "new.pkl").exists()
+    cache.save(root / "new.pkl", {"value": 2})
+    assert cache.load(root / "new.pkl")["value"] == 2
+    monkeypatch.delenv(TRUSTED_ROOTS_ENV)                  # the CLI: everything is the user's own
+    assert cache.load(root / "escape" / "e.pkl") is not None
+
+
+# ---- 4: non-finite numbers -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("body, loc", [
+    ('{"name": "h", "tasks": ["synthetic_lm"], "inits": ["xavier"], "defaults": {"lr": Infinity}}',
+     "defaults.lr"),
+    ('{"name": "h", "tasks": ["synthetic_lm"], "inits": ["xavier"], "defaults": {"lr": 1e999}}', "defaults.lr"),
+    ('{"name": "h", "tasks": [{"task": "synthetic_lm", "dropout": NaN}], "inits": ["xavier"]}',
+     "tasks[0].dropout"),
+    ('{"name": "h", "tasks": ["synthetic_lm"], "inits": ["xavier"], "axes": {"lr": [0.1, -Infinity]}}',
+     "axes.lr[1]"),
+    ('{"name": "h", "tasks": ["synthetic_lm"], "inits": ["xavier"], "resources": {"cpus": Infinity}}',
+     "resources.cpus"),
+])
+def test_non_finite_numbers_are_refused_at_parse_time(client, body, loc):
+    r = client.post("/experiments", content=body, headers={"content-type": "application/json"})
+    assert "is not a finite number" in problems(r)[loc]
+    assert nothing_stored(client)
+
+
+def test_non_finite_yaml_numbers_are_refused(client):
+    r = client.post("/experiments", content="name: h\ntasks: [synthetic_lm]\ninits: [xavier]\n"
+                                            "search: {method: optuna, space: {lr: {low: 0.1, high: .inf}}}\n",
+                    headers={"content-type": "application/yaml"})
+    assert "is not a finite number" in problems(r)["search.space.lr.high"]
+
+
+def test_the_library_refuses_non_finite_floats_too():
+    from embinit.spec import SpecError, load_spec
+    with pytest.raises(SpecError) as e:
+        load_spec({**SPEC, "defaults": {"lr": float("inf")}})
+    assert "defaults.lr" in dict(e.value.problems)
+
+
+# ---- 5: unrunnable or unbounded ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("spec, loc", [
+    ({**SPEC, "description": "a\x00b"}, "description"),
+    ({**SPEC, "mlflow": {"experiment": "team\x00x"}}, "mlflow.experiment"),
+    ({**SPEC, "inits": [{"tgt": "xavier", "name": "x\x00"}]}, "inits[0].name"),
+])
+def test_nul_characters_are_refused(client, spec, loc):
+    assert "NUL character" in problems(client.post("/experiments", json=spec))[loc]
+    assert nothing_stored(client)
+
+
+def test_another_teams_mlflow_experiment_is_refused(client, cluster):
+    cluster.mlflow_experiments.add("team-b-study")   # made outside this service
+    r = client.post("/experiments", json={**SPEC, "mlflow": {"experiment": "team-b-study"}})
+    assert "was not created by this service" in problems(r)["mlflow.experiment"]
+    mine = client.post("/experiments", json={**SPEC, "name": "a", "mlflow": {"experiment": "shared-a"}})
+    assert mine.status_code == 202, mine.text
+    cluster.mlflow_experiments.add("shared-a")
+    again = client.post("/experiments", json={**SPEC, "name": "a", "seeds": 2, "mlflow": {"experiment": "shared-a"}})
+    assert again.status_code == 202, again.text               # the same spec name may go on filling it
+    other = client.post("/experiments", json={**SPEC, "name": "b", "mlflow": {"experiment": "shared-a"}})
+    assert "holds the runs of other experiments (a)" in problems(other)["mlflow.experiment"]
+
+
+def test_resources_no_node_has_are_refused_at_submit(client, cluster):
+    r = client.post("/experiments", json={**SPEC, "resources": {"gpus": 1}})
+    assert problems(r)["resources.gpus"] == ("each trial asks for 1 GPUs but no node has GPUs; the trials "
+                                             "could never start")
+    r = client.post("/experiments", json={**SPEC, "resources": {"cpus": 16}})
+    assert "the largest node has 4 CPUs" in problems(r)["resources.cpus"]
+    assert nothing_stored(client)
+    cluster.nodes.append({"CPU": 16.0, "GPU": 2.0})
+    assert client.post("/experiments", json={**SPEC, "resources": {"gpus": 1}}).status_code == 202
+
+
+def test_four_gpu_specs_do_not_lock_everyone_out(client):
+    for i in range(4):
+        assert client.post("/experiments", json={**SPEC, "seeds": [i], "resources": {"gpus": 1}}).status_code == 422
+    assert client.post("/experiments", json=SPEC).status_code == 202
+
+
+@pytest.mark.parametrize("spec, loc, msg", [
+    ({**SPEC, "defaults": {"epochs": 100000}}, "epochs", "100000 exceeds this service's limit of 1000"),
+    ({**SPEC, "axes": {"d_model": [64, 1000000]}}, "d_model", "1000000 exceeds this service's limit of 4096"),
+    ({**SPEC, "tasks": [{"task": "synthetic_lm", "layers": 1000}]}, "layers", "limit of 64 (setting max_layers)"),
+    ({**SPEC, "search": {"method": "optuna", "num_samples": 2,
+                 "space": {"epochs": {"low": 1, "high": 5000, "type": "int"}}}},
+     "epochs", "5000 exceeds"),
+    ({**SPEC, "resources": {"cpus": 0.001}}, "resources.cpus", "below this service's minimum of 0.25 CPUs"),
+])
+def test_bounds(client, spec, loc, msg):
+    assert msg in problems(client.post("/experiments", json=spec))[loc]
+    assert nothing_stored(client)
+
+
+def test_bounds_are_settings(make_client):
+    client = make_client(max_epochs=5)
+    r = client.post("/experiments", json={**SPEC, "defaults": {"epochs": 6}})
+    assert "6 exceeds this service's limit of 5 (setting max_epochs)" in problems(r)["epochs"]
+
+
+# ---- 6: validation cost ---------------------------------------------------------------------------------
+
+def test_long_lists_are_refused_before_validation(client):
+    body = json.dumps({**SPEC, "inits": ["xavier"] * 20000})
+    assert len(body) > 150_000
+    t0 = time.process_time()
+    r = client.post("/experiments", content=body, headers={"content-type": "application/json"})
+    spent = time.process_time() - t0
+    assert problems(r) == {"inits": "has 20000 items; this service accepts at most 1000 per list"}
+    assert len(r.content) < 1000
+    # not a timing assertion on speed: a sanity bound, 30x above what the capped check costs
+    assert spent < 3.0, spent
+
+
+def test_the_problem_list_is_capped(client):
+    r = client.post("/experiments", json={**SPEC, "inits": [{"tgt": f"nosuch{i}"} for i in range(500)]})
+    detail = r.json()["detail"]
+    assert r.status_code == 422 and len(detail) == 51
+    assert detail[-1]["msg"].startswith("... and 450 more problems")
+    assert len(r.content) < 20_000
+
+
+def test_trusted_roots_reach_the_driver(tmp_path):
+    from service.runner import RayRunner
+    runner = RayRunner(trusted_roots=[tmp_path / "data", "rel"])
+    assert runner.trusted_roots == [os.path.realpath(tmp_path / "data"), os.path.realpath("rel")]
+
+
+# ---- 7: leftovers after crashes and cancels ----------------------------------------------------------------
+
+def test_a_lost_driver_leaves_no_run_running_and_no_running_count(client, cluster):
+    exp = client.post("/experiments", json={**SPEC, "seeds": 3}).json()
+    driver = f"embinit-exp-{exp['id']}"
+    runner = FakeRunner(cluster)
+    runner.advance(driver, "running", running=1, finished=1, pending=1)
+    keys = cluster.specs[driver]["keys"]
+    cluster.mlflow.update({keys[0]: "finished", keys[1]: "running"})
+    runner.lose(driver)  # the API and its local Ray were killed
+    after = client.get(exp["status_url"]).json()
+    assert after["status"] == "failed"
+    assert cluster.mlflow[keys[1]] == "failed"     # the orphaned MLflow run was closed
+    assert after["counts"]["running"] == 0 and after["counts"]["failed"] == 1
+
+
+def test_a_failed_experiment_counts_nothing_running(client, cluster):
+    exp = client.post("/experiments", json={**SPEC, "seeds": 2}).json()
+    FakeRunner(cluster).advance(f"embinit-exp-{exp['id']}", "failed", error="boom", running=1, finished=1)
+    counts = client.get(exp["status_url"]).json()["counts"]
+    assert counts["running"] == 0 and counts["failed"] == 1 and counts["finished"] == 1
+
+
+def test_a_cancel_counts_what_it_stopped(client):
+    exp = client.post("/experiments", json={**SPEC, "seeds": 3}).json()
+    counts = client.delete(exp["status_url"]).json()["counts"]
+    assert counts["cancelled"] == 3 and counts["running"] == counts["pending"] == 0
