@@ -82,7 +82,7 @@ def check_hub_ids(spec: ExperimentSpec, roots: list[Path], locate) -> tuple[list
     shown = ", ".join(str(r) for r in roots) or "(no pretrained roots)"
     for source, value in _candidates(spec):
         where = locate(value)
-        if not SOURCE_FAMILIES[source][2]:  # a file format: the hub is never asked
+        if not SOURCE_FAMILIES[source].subword:  # a file format: the hub is never asked
             problems.append((where, f"{value!r} is no file inside {shown}; a {source} source is read from a "
                                     f"file (put it in a pretrained root), it is not a hub id"))
         elif cached(value):
