@@ -27,6 +27,7 @@ DEFAULT_URI = "sqlite:///mlflow.db"
 KEY_TAG, LABEL_TAG, STATUS_TAG = "embinit.trial_key", "embinit.label", "embinit.status"
 TASK_TAG, SEED_TAG, CONFIG_TAG, ERROR_TAG = "embinit.task", "embinit.seed", "embinit.config", "embinit.error"
 SPEC_HASH_TAG, PARENT_TAG = "embinit.spec_hash", "mlflow.parentRunId"
+EXECUTION_TAG = "embinit.execution"  # separate | fused (the trial's result.json has the group)
 GROUP_TAG = "embinit.group"  # JSON of the ablation-axis and search-point values (report grouping)
 
 
@@ -317,7 +318,8 @@ class TrialRun:
         metrics += _metrics(extra)
         from mlflow.entities import RunTag  # noqa: PLC0415
         # The label tag stays the spec's (it may be a custom `name`); the trainer's goes beside it.
-        tags = [RunTag(STATUS_TAG, result["status"]), RunTag("embinit.trainer_label", result.get("label") or "")]
+        tags = [RunTag(STATUS_TAG, result["status"]), RunTag("embinit.trainer_label", result.get("label") or ""),
+                RunTag(EXECUTION_TAG, ((result.get("info") or {}).get("execution") or {}).get("mode", "separate"))]
         if result.get("bleu_signature"):
             tags.append(RunTag("embinit.bleu_signature", result["bleu_signature"]))
         _log_batch(self.client, self.run_id, metrics=metrics, tags=tags)

@@ -64,6 +64,7 @@ class Member:
     loss_sum: float = 0.0
     loss_weight: int = 0
     tokens: int = 0
+    batches: list = field(default_factory=list)   # this epoch's training batches
 
 
 def run_fused(cfgs: list[TrialConfig], out_dirs=None, callbacks=None, group_callbacks=(),
@@ -189,19 +190,18 @@ def _train(members: list[Member], active: list[Member], group_callbacks, t0) -> 
         if not active:
             break
         start = time.perf_counter()
-        per_member = []
         for m in active:
             m.ctx.epoch = epoch
             seed = m.s.cfg.seed if m.s.cfg.data_seed is None else m.s.cfg.data_seed
-            per_member.append(m.task.train_batches(torch.Generator().manual_seed(derive_seed(seed, f"data:{epoch}"))))
-            m.ctx.epoch_steps = len(per_member[-1])
+            m.batches = m.task.train_batches(torch.Generator().manual_seed(derive_seed(seed, f"data:{epoch}")))
+            m.ctx.epoch_steps = len(m.batches)
             m.loss_sum, m.loss_weight, m.tokens = 0.0, 0, 0
-        if len({len(b) for b in per_member}) > 1:
+        if len({len(m.batches) for m in active}) > 1:
             raise EmbinitError("fused members got different numbers of batches in one epoch")
         fused.train()
-        for step in range(len(per_member[0])):
-            batches = [b[step] for b in per_member]
-            fused, opt, trainable, active, batches = _step(fused, opt, trainable, active, batches, pad)
+        for step in range(len(active[0].batches)):
+            batches = [m.batches[step] for m in active]
+            fused, opt, trainable, active = _step(fused, opt, trainable, active, batches, pad)
             if not active:
                 break
         seconds = time.perf_counter() - start
@@ -241,7 +241,7 @@ def _step(fused, opt, trainable, active, batches, pad):
             active[g].s.dropout_generator.set_state(gens[g])
         active, batches = [active[g] for g in keep], [batches[g] for g in keep]
         if not active:
-            return fused, opt, trainable, active, batches
+            return fused, opt, trainable, active
         fused, opt, trainable = _build(active)
         fused.train()
     opt.zero_grad(set_to_none=True)
@@ -254,7 +254,7 @@ def _step(fused, opt, trainable, active, batches, pad):
         m.loss_weight += c
         m.tokens += int((b["src"] != PAD_ID).sum()) + int((b["tgt_in"] != PAD_ID).sum())
         fire(m.callbacks, "on_step_end", m.ctx, m.ctx.step, v)
-    return fused, opt, trainable, active, batches
+    return fused, opt, trainable, active
 
 
 def _count_padding(pad: dict, batches, src, tgt_in) -> None:
