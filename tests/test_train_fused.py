@@ -13,8 +13,8 @@ from embinit.tasks.synthetic import LEXICON
 from embinit.train import run_trial
 from embinit.train.fused import run_fused
 
-TINY = dict(threads=1, epochs=2, max_train_examples=200, d_model=16, heads=2, ff_dim=32,
-            extras={"val_bleu": False})
+TINY = {"threads": 1, "epochs": 2, "max_train_examples": 200, "d_model": 16, "heads": 2, "ff_dim": 32,
+        "extras": {"val_bleu": False}}
 
 
 @pytest.fixture(scope="module")

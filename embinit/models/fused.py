@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from embinit.errors import EmbinitError
-from embinit.models.layers import _LEVELS, FastDropout
+from embinit.models.layers import FastDropout
 
 
 def _flat(name: str) -> str:

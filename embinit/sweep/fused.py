@@ -17,8 +17,9 @@ from __future__ import annotations
 import json
 import math
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from embinit import tracking
 from embinit.config import task_defaults
@@ -30,7 +31,7 @@ MEMBER_FIELDS = ("seed", "data_seed", "init", "src_init", "pretrained", "src_pre
 
 def fuse_key(config: dict[str, Any]) -> str | None:
     """The group a trial config fuses into, None when it runs alone."""
-    from embinit.train.fused import FUSABLE_KINDS  # noqa: PLC0415
+    from embinit.train.fused import FUSABLE_KINDS
     if task_defaults(config["task"]).kind not in FUSABLE_KINDS or config.get("max_tokens"):
         return None
     shared = {k: v for k, v in config.items() if k not in MEMBER_FIELDS}
@@ -40,7 +41,7 @@ def fuse_key(config: dict[str, Any]) -> str | None:
 
 def _dims(config: dict[str, Any]) -> list:
     """The embedding dimension each side's init implies (None: random, D comes from the config)."""
-    from embinit.init import parse_init_spec, source_dim  # noqa: PLC0415
+    from embinit.init import parse_init_spec, source_dim
     sides = [(config["init"], config.get("pretrained"))]
     if task_defaults(config["task"]).kind == "translation":
         sides.append((config.get("src_init") or config["init"],
@@ -84,8 +85,8 @@ class GroupReporter:
         self.ckpt_root, self.size = ckpt_root, size
 
     def on_group_epoch_end(self, epoch: int) -> None:
-        from ray import tune  # noqa: PLC0415
-        from ray.tune import Checkpoint  # noqa: PLC0415
+        from ray import tune
+        from ray.tune import Checkpoint
         tune.report({"embinit_epoch": epoch, "embinit_trials": self.size},
                     checkpoint=Checkpoint.from_directory(str(self.ckpt_root)))
 
@@ -93,8 +94,8 @@ class GroupReporter:
 def run_group(items: list[dict[str, Any]], shared: dict[str, Any], root: Path,
               extra_callbacks: Callable | None) -> list[float]:
     """Run (or reuse) a fused group's trials; returns the selection values of those that did not fail."""
-    from embinit.config import TrialConfig  # noqa: PLC0415
-    from embinit.train.fused import run_fused  # noqa: PLC0415
+    from embinit.config import TrialConfig
+    from embinit.train.fused import run_fused
     uri, exp_id = shared["tracking_uri"], shared["experiment_id"]
     values, todo = [], []
     for item in items:

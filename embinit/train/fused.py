@@ -21,6 +21,7 @@ member's update is its separate update up to float summation order.
 from __future__ import annotations
 
 import copy
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +37,15 @@ from embinit.train.callbacks import TrainContext, fire
 from embinit.train.decoding import PAD_ID
 from embinit.train.result import TrialResult
 from embinit.train.setup import derive_seed, prepare
-from embinit.train.trial import BestTracker, _coverage, _info, emb_stats, make_optimizer, make_task, run_trial
+from embinit.train.trial import (
+    BestTracker,
+    _coverage,
+    _info,
+    emb_stats,
+    make_optimizer,
+    make_task,
+    run_trial,
+)
 
 FUSABLE_KINDS = ("translation",)
 
@@ -230,7 +239,7 @@ def _step(fused, opt, trainable, active, batches, pad):
                                           [tuple(b["src"].shape) for b in batches],
                                           [tuple(b["tgt_in"].shape) for b in batches])
         values = losses.tolist()
-        bad = [g for g, v in enumerate(values) if v != v or v in (float("inf"), float("-inf"))]
+        bad = [g for g, v in enumerate(values) if not math.isfinite(v)]
         if not bad:
             break
         _write_back(fused, opt, trainable, active)
