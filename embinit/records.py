@@ -23,6 +23,7 @@ SPEC_HASH_TAG, KIND_TAG, N_TRIALS_TAG = "embinit.spec_hash", "embinit.kind", "em
 # under a collapsed parent, and a sweep is read by comparing its trials side by side in the run table.
 PARENT_TAG = "embinit.sweep_run"
 INIT_TAG = "embinit.init"  # the label again, under a name MLflow's "Group by" menu reads well
+EXECUTION_TAG = "embinit.execution"  # separate | fused (the trial's result.json has the group)
 
 # Which run stands for a trial key when it has several (retries, re-runs): a result beats a run in
 # progress, which beats a failure, which beats a cancellation; among equals, the newest run.

@@ -36,7 +36,7 @@ from embinit.config import TASKS, TrialConfig
 from embinit.errors import EmbinitError
 
 __all__ = ["ExperimentSpec", "InitEntry", "SpecError", "load_spec", "Hyperparams", "TaskEntry", "Search",
-           "Range", "Resources", "MlflowSettings", "PlannedTrial", "Analyses"]
+           "Range", "Resources", "MlflowSettings", "PlannedTrial", "Analyses", "Execution"]
 
 # TrialConfig fields a spec may set per task, in `defaults`, as an ablation axis or in a search space.
 HYPERPARAMETERS = ("data_seed", "init_from", "epochs", "batch_size", "max_tokens", "lr", "d_model", "layers", "heads",
@@ -188,6 +188,16 @@ class Search(_Strict):
 class Resources(_Strict):
     cpus: float = Field(1.0, gt=0)
     gpus: float = Field(0.0, ge=0)
+
+
+class Execution(_Strict):
+    """How trials run. `fuse: auto` trains each group of trials that share task, model shape and batch
+    schedule (the seeds and inits of one grid point) as one fused model in one Ray trial
+    (embinit.sweep.fused); `off` (the default) runs one trial per Ray trial. A group holds at most
+    `max_group` trials. Results, trial keys and MLflow runs are per trial either way."""
+
+    fuse: Literal["auto", "off"] = "off"
+    max_group: int = Field(8, ge=2, le=256)
 
 
 class MlflowSettings(_Strict):
@@ -358,6 +368,7 @@ class ExperimentSpec(_Strict):
     cache_dir: PathStr | None = None
     mlflow: MlflowSettings = Field(default_factory=MlflowSettings)
     analyses: Analyses | None = None
+    execution: Execution = Field(default_factory=Execution)
 
     @field_validator("tasks", mode="before")
     @classmethod
@@ -486,6 +497,8 @@ class ExperimentSpec(_Strict):
         data = self.model_dump(mode="json")
         if data.get("analyses") is None:
             data.pop("analyses", None)   # specs without analyses keep the hash they had before the field
+        if data.get("execution") == Execution().model_dump(mode="json"):
+            data.pop("execution", None)  # likewise for the default (separate) execution
         return data
 
     def spec_hash(self) -> str:
@@ -593,11 +606,26 @@ def _cross_check(spec: "ExperimentSpec") -> list[tuple[str, str]]:
         problems.append(("analyses.similarity.reference_seed", f"seed {sim.reference_seed} is not one of "
                          f"the spec's seeds {spec.seeds}, so no trial would write its snapshots"))
     problems += _heads_problems(spec)
+    problems += _execution_problems(spec)
     tasks = [t.task for t in spec.tasks]
     for i, t in enumerate(tasks):
         if t in tasks[:i]:
             problems.append((f"tasks[{i}]", f"task {t!r} is listed twice"))
     return problems
+
+
+def _execution_problems(spec: "ExperimentSpec") -> list[tuple[str, str]]:
+    """Fused execution trains whole grid groups at once; what needs one trial at a time is refused."""
+    if spec.execution.fuse == "off":
+        return []
+    out = []
+    if spec.search is not None and spec.search.method == "optuna":
+        out.append(("execution.fuse", "fuse: auto groups the trials of a grid; an optuna search draws its "
+                                      "points one at a time: use fuse: off"))
+    if spec.analyses is not None:
+        out.append(("execution.fuse", "analyses observe one trial's model during training and do not run "
+                                      "on fused groups yet: use fuse: off or drop `analyses`"))
+    return out
 
 
 _BRANCHES = {"Range", "str", "int", "float", "bool", "list", "dict"}

@@ -28,8 +28,9 @@ from typing import Any, Callable
 from embinit.config import TASKS
 from embinit.errors import EmbinitError
 from embinit.records import (  # noqa: F401 (the tag names and run_status are part of this module's API)
-    BLEU_SIGNATURE_TAG, CONFIG_TAG, ERROR_TAG, GROUP_TAG, INIT_TAG, KEY_TAG, KIND_TAG, LABEL_TAG, N_TRIALS_TAG,
-    PARENT_TAG, SEED_TAG, SPEC_HASH_TAG, STATUS_TAG, TASK_TAG, TRAINER_LABEL_TAG, TrialRecord, from_runs, run_status)
+    BLEU_SIGNATURE_TAG, CONFIG_TAG, ERROR_TAG, EXECUTION_TAG, GROUP_TAG, INIT_TAG, KEY_TAG, KIND_TAG, LABEL_TAG,
+    N_TRIALS_TAG, PARENT_TAG, SEED_TAG, SPEC_HASH_TAG, STATUS_TAG, TASK_TAG, TRAINER_LABEL_TAG, TrialRecord, from_runs,
+    run_status)
 
 DEFAULT_URI = "sqlite:///mlflow.db"
 # Embedding statistics kept as metrics (Table 2's columns, read by the reproduction); the rest of the
@@ -346,7 +347,8 @@ class TrialRun:
         metrics += _metrics(extra)
         from mlflow.entities import RunTag
         # The label tag stays the spec's (it may be a custom `name`); the trainer's goes beside it.
-        tags = [RunTag(STATUS_TAG, result["status"]), RunTag(TRAINER_LABEL_TAG, result.get("label") or "")]
+        tags = [RunTag(STATUS_TAG, result["status"]), RunTag(TRAINER_LABEL_TAG, result.get("label") or ""),
+                RunTag(EXECUTION_TAG, ((result.get("info") or {}).get("execution") or {}).get("mode", "separate"))]
         if result.get("bleu_signature"):
             tags.append(RunTag(BLEU_SIGNATURE_TAG, result["bleu_signature"]))
         _log_batch(self.client, self.run_id, metrics=metrics, tags=tags)

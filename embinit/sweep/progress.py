@@ -125,9 +125,10 @@ class Progress(Callback):
     def on_trial_complete(self, iteration, trials, trial, **info):
         self.running.discard(trial.trial_id)
         self.trials.pop(trial.trial_id, None)
-        failed = min(self.per_unit, int((trial.last_result or {}).get("embinit_failed", 0)))
+        per = int((trial.last_result or {}).get("embinit_trials", self.per_unit))  # a fused group's size
+        failed = min(per, int((trial.last_result or {}).get("embinit_failed", 0)))
         self.failed += failed
-        self.done += self.per_unit - failed
+        self.done += per - failed
         self.emit(force=True)
 
     def on_trial_error(self, iteration, trials, trial, **info):

@@ -113,6 +113,9 @@ def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = 
     planned = spec.plan()
     finished = set(tracking.finished_keys(exp_id, uri))
     units, reused = _items(spec, finished)
+    if spec.execution.fuse == "auto":
+        from embinit.sweep.fused import group_units
+        units = group_units(units, spec.execution.max_group)
     parent = tracking.start_parent_run(exp_id, uri, spec.spec_hash(), spec.to_yaml(), spec.num_trials())
     shared = {"tracking_uri": uri, "experiment_id": exp_id, "parent_run_id": parent,
               "log_checkpoint": spec.mlflow.log_checkpoint, "log_plots": spec.mlflow.log_plots,

@@ -76,14 +76,17 @@ def train_unit(config: dict[str, Any], shared: dict[str, Any], units: list[dict[
         restored.to_directory(str(root))
     objectives: list[float] = []
     try:
-        for item in unit["trials"]:
+        if unit.get("fused"):  # one fused model for the group (embinit.sweep.fused)
+            from embinit.sweep.fused import run_group
+            objectives = run_group(unit["trials"], shared, root, extra_callbacks)
+        for item in unit["trials"] if not unit.get("fused") else ():
             cfg = TrialConfig.from_dict({**item["config"], **overrides})
             item = {**item, "group": {**item["group"], "point": overrides or item["group"]["point"],
                                       "selection": item["selection"]}}
             value = _run_one(cfg, item, shared, root, extra_callbacks)
             if value is not None:
                 objectives.append(value)
-        final = {"objective": _mean(objectives), "embinit_done": 1,
+        final = {"objective": _mean(objectives), "embinit_done": 1, "embinit_trials": len(unit["trials"]),
                  "embinit_failed": len(unit["trials"]) - len(objectives)}
         tune.report(final)
     finally:

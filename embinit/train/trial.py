@@ -181,5 +181,5 @@ def _info(s, params) -> dict:
     return {"parameters": sum(p.numel() for p in s.model.parameters()),
             "trainable_parameters": sum(p.numel() for p in params),
             "d_model": s.model_cfg.d_model, "heads": s.model_cfg.heads, "device": str(s.device),
-            "threads": torch.get_num_threads(), "data": data_info,
+            "threads": torch.get_num_threads(), "data": data_info, "execution": {"mode": "separate"},
             "split_sizes": {k: len(v) for k, v in s.data.splits.items()}}

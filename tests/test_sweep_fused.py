@@ -1,0 +1,106 @@
+"""Fused execution in a sweep: the `execution` spec option, which trials group, and a fused sweep on
+local Ray whose MLflow runs a separate sweep of the same trials reuses (dedup cannot tell them apart)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from embinit import tracking
+from embinit.spec import SpecError, load_spec
+from embinit.sweep.fused import group_units
+from embinit.sweep.runner import _items
+
+TINY = {"task": "synthetic_translation", "epochs": 2, "max_train_examples": 200, "d_model": 16,
+        "ff_dim": 32, "heads": 2, "extras": {"val_bleu": False}}
+
+
+def spec(tmp: Path | None = None, **over):
+    data = {"name": "fz", "tasks": [TINY], "inits": ["xavier", "normal"], "seeds": 3,
+            "resources": {"cpus": 1}, "execution": {"fuse": "auto", "max_group": 4}}
+    if tmp is not None:
+        data.update(cache_dir=str(tmp / "cache"), mlflow={"tracking_uri": f"sqlite:///{tmp}/mlflow.db"})
+    data.update(over)
+    return load_spec(data)
+
+
+def test_execution_defaults_to_separate_and_keeps_the_spec_hash():
+    plain = load_spec({"name": "fz", "tasks": [TINY], "inits": ["xavier"]})
+    assert plain.execution.fuse == "off" and plain.execution.max_group == 8
+    explicit = load_spec({"name": "fz", "tasks": [TINY], "inits": ["xavier"], "execution": {"fuse": "off"}})
+    assert explicit.spec_hash() == plain.spec_hash() and "execution" not in plain.to_yaml()
+    assert spec().spec_hash() != load_spec({**spec().canonical(), "execution": {"fuse": "off"}}).spec_hash()
+
+
+@pytest.mark.parametrize("execution, where, message", [
+    ({"fuse": "yes"}, "execution.fuse", "'auto' or 'off'"),
+    ({"max_group": 1}, "execution.max_group", "greater than or equal to 2"),
+    ({"fuse": "auto", "groups": 2}, "execution.groups", "unknown field 'groups'"),
+])
+def test_bad_execution_settings_name_the_field(execution, where, message):
+    with pytest.raises(SpecError) as e:
+        spec(execution=execution)
+    assert any(p == where and message in m for p, m in e.value.problems), e.value.problems
+
+
+def test_fusing_what_runs_one_trial_at_a_time_is_refused():
+    with pytest.raises(SpecError) as e:
+        spec(search={"method": "optuna", "space": {"lr": {"low": 1e-4, "high": 1e-3}}, "num_samples": 2},
+             analyses={"probe": True})
+    problems = [m for p, m in e.value.problems if p == "execution.fuse"]
+    assert len(problems) == 2 and "optuna" in problems[0] and "analyses" in problems[1]
+
+
+def test_grouping_by_task_shape_and_schedule():
+    s = spec(tasks=[TINY, {**TINY, "task": "synthetic_classification", "d_model": None, "extras": None}],
+             axes={"pos_encoding": [True, False]})
+    units = group_units(_items(s, set())[0], max_group=4)
+    fused = [u for u in units if u.get("fused")]
+    alone = [u for u in units if not u.get("fused")]
+    # translation: 2 inits x 3 seeds = 6 trials per pos_encoding value -> groups of 4 + 2, never mixed
+    assert sorted(len(u["trials"]) for u in fused) == [2, 2, 4, 4]
+    for u in fused:
+        assert len({t["config"]["pos_encoding"] for t in u["trials"]}) == 1
+        assert {t["config"]["task"] for t in u["trials"]} == {"synthetic_translation"}
+    # classification does not fuse yet: one trial per unit
+    assert len(alone) == 12 and all(len(u["trials"]) == 1 for u in alone)
+    assert sum(len(u["trials"]) for u in units) == len(s.plan())
+    assert group_units(_items(spec(tasks=[{**TINY, "max_tokens": 200}]), set())[0], 4) == \
+        _items(spec(tasks=[{**TINY, "max_tokens": 200}]), set())[0]
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    import ray
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+@pytest.mark.slow
+def test_fused_sweep_runs_are_the_trials_runs(ray_local, tmp_path):
+    from embinit.config import TrialConfig
+    from embinit.sweep import run_sweep
+    from embinit.train import run_trial
+    s = spec(tmp_path, seeds=2, mlflow={"tracking_uri": f"sqlite:///{tmp_path}/mlflow.db", "log_plots": False})
+    result = run_sweep(s, progress=False)
+    assert (result.planned, result.n_finished, result.n_failed) == (4, 4, 0)
+    uri = tracking.resolve_uri(s.mlflow.tracking_uri)
+    runs = [r for r in tracking.search_runs(tracking.experiment_id("fz", uri), uri)
+            if tracking.KEY_TAG in r.data.tags]
+    assert sorted(r.data.tags[tracking.KEY_TAG] for r in runs) == sorted(p.key for p in s.plan())
+    assert {r.data.tags[tracking.EXECUTION_TAG] for r in runs} == {"fused"}
+    for r in runs:
+        steps = [m.step for m in tracking.client(uri).get_metric_history(r.info.run_id, "val/loss")]
+        assert sorted(steps) == [1, 2] and "test/loss" in r.data.metrics
+    first = s.plan()[0]
+    alone = run_trial(TrialConfig.from_dict(first.config), cache_dir=tmp_path / "cache")
+    run = next(r for r in runs if r.data.tags[tracking.KEY_TAG] == first.key)
+    assert run.data.metrics["test/loss"] == pytest.approx(alone.test["test/loss"], rel=1e-4)
+    # a separate-execution submission of the same trials finds them all done
+    again = run_sweep(load_spec({**s.canonical(), "execution": {"fuse": "off"}}), progress=False)
+    assert (again.planned, again.reused) == (4, 4)
