@@ -176,3 +176,10 @@ class TrialConfig:
         d["code_version"] = CODE_VERSION
         blob = json.dumps(d, sort_keys=True, separators=(",", ":"), default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+# What a spec's tasks, inits and seeds set (the trial's identity); every other TrialConfig field is a
+# hyperparameter a spec may set per task, in `defaults`, as an ablation axis or in a search space.
+IDENTITY_FIELDS = ("task", "init", "seed", "src_init", "pretrained", "src_pretrained", "data_dir")
+HYPERPARAMETERS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(TrialConfig)
+                                         if f.name not in IDENTITY_FIELDS)

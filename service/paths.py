@@ -13,10 +13,8 @@ import re
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-# Spec fields that name files, wherever they appear in the spec (top level, per task, per init).
-DATA_KEYS = ("data_dir", "cache_dir", "snapshot_dir")  # snapshot_dir: analyses.similarity writes there
-# reference: analyses.similarity reads a table file there (or names an MLflow run id, which passes as an id)
-PRETRAINED_KEYS = ("pretrained", "src_pretrained", "tokenizer", "reference", "init_from")
+from embinit.spec import DATA_KEYS, PATH_KEYS, PRETRAINED_KEYS  # the spec fields that name files
+
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}(/[A-Za-z0-9][A-Za-z0-9_.-]{0,95})?$")
 
 
@@ -89,13 +87,13 @@ def confine_paths(data: Any, data_roots: list[Path], pretrained_roots: list[Path
                         problems.append(f"{format_loc(here + (name,))}: {problem}")
                     value[name] = new if new is not None else path
             out[key] = value
-        elif isinstance(value, list) and key in DATA_KEYS + PRETRAINED_KEYS:  # an axis or search space
+        elif isinstance(value, list) and key in PATH_KEYS:  # an axis or search space
             out[key] = []
             for i, item in enumerate(value):
                 new, probs = confine_paths({key: item}, data_roots, pretrained_roots, here[:-1])
                 out[key].append(new[key])
                 problems += [p.replace(format_loc(here), format_loc(here + (i,)), 1) for p in probs]
-        elif isinstance(value, str) and key in DATA_KEYS + PRETRAINED_KEYS:
+        elif isinstance(value, str) and key in PATH_KEYS:
             is_data = key in DATA_KEYS
             new, problem = _check(value, data_roots if is_data else pretrained_roots,
                                   "data" if is_data else "pretrained", allow_hub_id=not is_data)

@@ -16,9 +16,9 @@ from typing import Any
 import yaml
 from fastapi import HTTPException
 
-from embinit.spec import ExperimentSpec, SpecError, load_spec, yaml_error
+from embinit.spec import PRETRAINED_KEYS, ExperimentSpec, SpecError, load_spec, yaml_error
 from service.hub import check_hub_ids
-from service.paths import PRETRAINED_KEYS, confine_paths, format_loc
+from service.paths import confine_paths, format_loc
 from service.settings import Settings
 
 YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml")

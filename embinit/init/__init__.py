@@ -10,12 +10,17 @@ families), `TRANSFORMS`, `OOV_RULES`; `DESCRIPTIONS` holds the one-line descript
 See `build.py` for the order of operations and `vectors.py` for the file formats.
 """
 
-from embinit.init.build import BuildResult, build_table, load_aligned, resolve_source, source_dim
-from embinit.init.oov import OOV_RULES
-from embinit.init.random import INITS, xavier_bound, xavier_std
-from embinit.init.spec import (OOV_INFO, RANDOM_INITS, SOURCE_FAMILIES, TRANSFORM_INFO, InitSpec,
+import importlib
+from typing import Any
+
+from embinit.init.spec import (OOV_INFO, RANDOM_INITS, SOURCE_FAMILIES, TRANSFORM_INFO, InitSpec, InitSpecError,
                                parse_init_spec)
-from embinit.init.transforms import TRANSFORMS
+
+# Names whose modules import torch, loaded on first use: parsing and validating init specs (and so
+# validating an experiment spec) never imports torch.
+_LAZY = {"BuildResult": "build", "build_table": "build", "load_aligned": "build", "resolve_source": "build",
+         "source_dim": "build", "OOV_RULES": "oov", "INITS": "random", "xavier_bound": "random",
+         "xavier_std": "random", "TRANSFORMS": "transforms"}
 
 # family name -> default location (path / hub id) or None
 SOURCES: dict[str, str | None] = {name: entry.default for name, entry in SOURCE_FAMILIES.items()}
@@ -26,6 +31,15 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
                           ("oov_rules", OOV_INFO))
 }
 
-__all__ = ["BuildResult", "DESCRIPTIONS", "INITS", "InitSpec", "OOV_RULES", "SOURCES", "TRANSFORMS",
-           "build_table", "load_aligned", "parse_init_spec", "resolve_source", "source_dim",
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'embinit.init' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"embinit.init.{_LAZY[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+__all__ = ["BuildResult", "DESCRIPTIONS", "INITS", "InitSpec", "InitSpecError", "OOV_RULES", "SOURCES",
+           "TRANSFORMS", "build_table", "load_aligned", "parse_init_spec", "resolve_source", "source_dim",
            "xavier_bound", "xavier_std"]

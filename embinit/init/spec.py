@@ -18,6 +18,16 @@ from typing import Any, Callable, Mapping
 
 from embinit.errors import EmbinitError, unknown_name
 
+
+class InitSpecError(EmbinitError):
+    """An invalid init spec; `field` names the structured form's key at fault (`source`, `transform`,
+    `oov`), None when the problem is the spec as a whole."""
+
+    def __init__(self, message: str, field: str | None = None):
+        super().__init__(message)
+        self.field = field
+
+
 @dataclass(frozen=True)
 class Entry:
     """One registry name: its label in reports, its one-line description and its function.
@@ -135,38 +145,38 @@ class InitSpec:
         return d
 
 
-def _check_name(kind: str, name: Any, valid) -> str:
+def _check_name(kind: str, name: Any, valid, field: str) -> str:
     if not isinstance(name, str) or name not in valid:
-        raise unknown_name(kind, str(name), valid)
+        raise InitSpecError(str(unknown_name(kind, str(name), valid)), field)
     return name
 
 
 def _validated(source: str, transforms, oov, lowercase, pretrained, name) -> InitSpec:
-    _check_name("init", source, list(RANDOM_INITS) + list(SOURCE_FAMILIES))
-    transforms = tuple(_check_name("transform", t, TRANSFORM_INFO) for t in transforms)
+    _check_name("init", source, list(RANDOM_INITS) + list(SOURCE_FAMILIES), "source")
+    transforms = tuple(_check_name("transform", t, TRANSFORM_INFO, "transform") for t in transforms)
     if transforms and source in RANDOM_INITS:
-        raise EmbinitError(f"transform {transforms[0]!r} applies to pretrained sources, not to the random "
+        raise InitSpecError(f"transform {transforms[0]!r} applies to pretrained sources, not to the random "
                            f"init {source!r}; pretrained sources: {sorted(SOURCE_FAMILIES)}")
     if oov is not None:
-        _check_name("oov rule", oov, OOV_INFO)
+        _check_name("oov rule", oov, OOV_INFO, "oov")
     if not isinstance(lowercase, bool):
-        raise EmbinitError(f"init spec 'lowercase' must be true or false, got {lowercase!r}")
+        raise InitSpecError(f"init spec 'lowercase' must be true or false, got {lowercase!r}")
     return InitSpec(source, transforms, oov, lowercase, pretrained, name)
 
 
 def _from_string(text: str) -> InitSpec:
     parts = [p.strip().lower() for p in text.strip().split("+")]
     if not parts or any(not p for p in parts):
-        raise EmbinitError(f"cannot parse init spec {text!r}; expected SOURCE[+TRANSFORM], e.g. glove+standardize")
+        raise InitSpecError(f"cannot parse init spec {text!r}; expected SOURCE[+TRANSFORM], e.g. glove+standardize")
     return _validated(parts[0], parts[1:], None, False, None, None)
 
 
 def _from_mapping(data: Mapping[str, Any]) -> InitSpec:
     unknown = sorted(set(data) - set(SPEC_KEYS))
     if unknown:
-        raise EmbinitError(f"unknown init spec keys {unknown}; valid: {list(SPEC_KEYS)}")
+        raise InitSpecError(f"unknown init spec keys {unknown}; valid: {list(SPEC_KEYS)}")
     if "source" not in data:
-        raise EmbinitError(f"init spec {dict(data)!r} has no 'source'")
+        raise InitSpecError(f"init spec {dict(data)!r} has no 'source'", "source")
     transforms = data.get("transforms") or []
     if isinstance(transforms, str):
         transforms = [transforms]
@@ -185,4 +195,4 @@ def parse_init_spec(spec: "str | Mapping[str, Any] | InitSpec") -> InitSpec:
         return _from_string(spec)
     if isinstance(spec, Mapping):
         return _from_mapping(spec)
-    raise EmbinitError(f"init spec must be a string or a mapping, got {type(spec).__name__}: {spec!r}")
+    raise InitSpecError(f"init spec must be a string or a mapping, got {type(spec).__name__}: {spec!r}")

@@ -1,0 +1,147 @@
+"""Checks that involve more than one field of a spec (run once every field is valid): axis and search
+values, pretrained sources per init side, duplicate inits and tasks, heads vs. D, analyses and
+execution against the rest."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from embinit.config import HYPERPARAMETERS, TASKS
+from embinit.spec.inits import InitEntry, source_name
+from embinit.spec.models import Hyperparams
+from embinit.spec.planning import is_translation, pretrained_for, trial_config
+
+if TYPE_CHECKING:
+    from embinit.spec.experiment import ExperimentSpec
+
+
+def _check_values(where: str, name: str, values: list[Any]) -> list[tuple[str, str]]:
+    """Each value of an axis/search list must be a valid value of hyperparameter `name`."""
+    if name not in HYPERPARAMETERS:
+        return [(where, f"{name!r} is not a hyperparameter; choose from {sorted(HYPERPARAMETERS)}")]
+    out = []
+    for i, value in enumerate(values):
+        try:
+            Hyperparams.model_validate({name: value})
+        except ValidationError as e:
+            out.append((f"{where}[{i}]", f"{e.errors()[0]['msg'].removeprefix('Value error, ')}, "
+                                         f"got {value!r}"))
+    return out
+
+
+def _side_problems(spec: ExperimentSpec, i: int, init: InitEntry,
+                   translation: bool) -> list[tuple[str, str]]:
+    """A pretrained side needs a source path (file formats have no default); options the trial
+    config cannot carry are refused rather than silently dropped."""
+    out = []
+    sides = [("tgt", init.tgt, init.pretrained)]
+    if init.src is not None and translation:
+        sides.append(("src", init.src, init.src_pretrained))
+    for side, value, explicit in sides:
+        where = f"inits[{i}].{side}" if init.src is not None else f"inits[{i}]"
+        source = source_name(value)
+        path = explicit or init.side_option(side, "pretrained")
+        if source and pretrained_for(spec, value, path) is None:
+            out.append((where, f"{source!r} needs a pretrained file: set `pretrained: {{{source}: PATH}}` "
+                               "in the spec or `pretrained` on this init"))
+        if init.side_option(side, "lowercase"):
+            out.append((where + ".lowercase", "lowercase lookup cannot be set per init in a spec yet"))
+    return out
+
+
+def _heads_problems(spec: ExperimentSpec) -> list[tuple[str, str]]:
+    """An init without a pretrained source on any side (all-Xavier) gets D from `d_model` or the task
+    default, not from a file; heads set explicitly must divide that D, or every such trial fails at start."""
+    out = []
+    for i, task in enumerate(spec.tasks):
+        for j, init in enumerate(spec.inits):
+            sides = [init.tgt] + ([init.src] if init.src is not None and is_translation(task.task) else [])
+            if any(source_name(v) for v in sides):
+                continue
+            cfg = trial_config(spec, task, init, spec.seeds[0])
+            d_model = cfg.d_model or TASKS[task.task].d_model
+            if task.heads is not None and d_model % cfg.heads:
+                out.append((f"tasks[{i}].heads", f"heads={cfg.heads} does not divide d_model={d_model}, the D of "
+                            f"inits[{j}] ({init.label_for(is_translation(task.task))}, no pretrained file to take "
+                            "D from); set `d_model` on the task"))
+                break
+    return out
+
+
+def cross_check(spec: ExperimentSpec) -> list[tuple[str, str]]:
+    """Problems that involve more than one field (each field alone is valid)."""
+    return (_value_problems(spec) + _init_problems(spec) + _reference_seed_problems(spec)
+            + _heads_problems(spec) + _execution_problems(spec) + _task_problems(spec))
+
+
+def _value_problems(spec: ExperimentSpec) -> list[tuple[str, str]]:
+    """Axis and search-space values must be values of the hyperparameter they name."""
+    problems: list[tuple[str, str]] = []
+    for name, values in spec.axes.items():
+        if not values:
+            problems.append((f"axes.{name}", "an axis needs at least one value"))
+        problems += _check_values(f"axes.{name}", name, values)
+    if spec.search is not None:
+        for name, values in spec.search.space.items():
+            where = f"search.space.{name}"
+            if name in spec.axes:
+                problems.append((where, f"{name!r} is both an ablation axis and searched; pick one"))
+            if isinstance(values, list):
+                problems += _check_values(where, name, values)
+            elif name not in HYPERPARAMETERS:
+                problems += _check_values(where, name, [])
+    return problems
+
+
+def _init_problems(spec: ExperimentSpec) -> list[tuple[str, str]]:
+    """Sides the tasks lack, pretrained sources without a file, and inits that duplicate another."""
+    problems: list[tuple[str, str]] = []
+    translation = any(is_translation(t.task) for t in spec.tasks)
+    seen: dict[Any, int] = {}
+    for i, init in enumerate(spec.inits):
+        if init.src is not None and not translation:
+            problems.append((f"inits[{i}].src", "only translation tasks have a source side; tasks "
+                             f"{[t.task for t in spec.tasks]} have one embedding table"))
+        problems += _side_problems(spec, i, init, translation)
+        label = init.label_for(translation)
+        # Two entries that compute the same trials (same key for some task) would train and report
+        # one thing twice, e.g. `glove` and `{source: glove, name: X}` with the same file.
+        same = [("key", t.task, trial_config(spec, t, init, spec.seeds[0]).key()) for t in spec.tasks]
+        for other in (*same, ("label", label)):
+            if other in seen:
+                why = ("remove it or give it its own `label`" if other[0] == "label"
+                       else "remove it: it trains the same trials")
+                problems.append((f"inits[{i}]", f"duplicates inits[{seen[other]}] (label {label!r}); {why}"))
+                break
+        for other in (*same, ("label", label)):
+            seen.setdefault(other, i)
+    return problems
+
+
+def _reference_seed_problems(spec: ExperimentSpec) -> list[tuple[str, str]]:
+    sim = spec.analyses.similarity if spec.analyses is not None else None
+    if sim is not None and sim.reference_seed is not None and sim.reference_seed not in spec.seeds:
+        return [("analyses.similarity.reference_seed", f"seed {sim.reference_seed} is not one of "
+                 f"the spec's seeds {spec.seeds}, so no trial would write its snapshots")]
+    return []
+
+
+def _task_problems(spec: ExperimentSpec) -> list[tuple[str, str]]:
+    tasks = [t.task for t in spec.tasks]
+    return [(f"tasks[{i}]", f"task {t!r} is listed twice") for i, t in enumerate(tasks) if t in tasks[:i]]
+
+
+def _execution_problems(spec: ExperimentSpec) -> list[tuple[str, str]]:
+    """Fused execution trains whole grid groups at once; what needs one trial at a time is refused."""
+    if spec.execution.fuse == "off":
+        return []
+    out = []
+    if spec.search is not None and spec.search.method == "optuna":
+        out.append(("execution.fuse", "fuse: auto groups the trials of a grid; an optuna search draws its "
+                                      "points one at a time: use fuse: off"))
+    if spec.analyses is not None:
+        out.append(("execution.fuse", "analyses observe one trial's model during training and do not run "
+                                      "on fused groups yet: use fuse: off or drop `analyses`"))
+    return out

@@ -1,0 +1,138 @@
+"""`ExperimentSpec`: one whole study (tasks, inits, seeds, axes, search, resources, MLflow settings),
+validated field by field and then across fields (embinit.spec.checks), expanded into trials by
+embinit.spec.planning."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import yaml
+from pydantic import Field, field_validator, model_validator
+
+from embinit.config import TrialConfig
+from embinit.spec import planning
+from embinit.spec.checks import cross_check
+from embinit.spec.inits import InitEntry
+from embinit.spec.models import (Analyses, Execution, Hyperparams, MlflowSettings, Resources, Search, TaskEntry,
+                                 _Strict)
+from embinit.spec.path_fields import PathStr
+from embinit.spec.planning import PlannedTrial
+from embinit.spec.problems import SpecError
+
+
+class ExperimentSpec(_Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}$")
+    description: str = ""
+    tasks: list[TaskEntry] = Field(min_length=1)
+    inits: list[InitEntry] = Field(min_length=1)
+    seeds: list[int] = Field(default_factory=lambda: [0, 1, 2], min_length=1)
+    defaults: Hyperparams = Field(default_factory=Hyperparams)
+    axes: dict[str, list[Any]] = Field(default_factory=dict)
+    search: Search | None = None
+    resources: Resources = Field(default_factory=Resources)
+    max_concurrent: int | None = Field(None, ge=1)
+    retries: int = Field(2, ge=0)
+    data_dir: PathStr | None = None   # a root with one folder per task (like EMBINIT_DATA_DIR)
+    pretrained: PathStr | dict[str, PathStr] | None = None  # a path, or {source family: path}
+    cache_dir: PathStr | None = None
+    mlflow: MlflowSettings = Field(default_factory=MlflowSettings)
+    analyses: Analyses | None = None
+    execution: Execution = Field(default_factory=Execution)
+
+    @field_validator("tasks", mode="before")
+    @classmethod
+    def _task_shorthand(cls, v):
+        return [{"task": t} if isinstance(t, str) else t for t in v] if isinstance(v, list) else v
+
+    @field_validator("inits", mode="before")
+    @classmethod
+    def _init_shorthand(cls, v):
+        return [InitEntry.shorthand(e) for e in v] if isinstance(v, list) else v
+
+    @field_validator("seeds", mode="before")
+    @classmethod
+    def _seed_count(cls, v):
+        if isinstance(v, int) and not isinstance(v, bool):
+            if v < 1:
+                raise ValueError(f"a seed count must be >= 1, got {v}")
+            return list(range(v))
+        return v
+
+    @field_validator("seeds")
+    @classmethod
+    def _distinct(cls, v):
+        if len(set(v)) != len(v):
+            raise ValueError(f"seeds must be distinct, got {v}")
+        return v
+
+    @model_validator(mode="after")
+    def _cross_checks(self):
+        problems = cross_check(self)
+        if problems:
+            raise SpecError(problems)
+        return self
+
+    # ---- expansion (embinit.spec.planning) ------------------------------------------------------
+    def search_points(self) -> list[dict[str, Any]]:
+        """Grid search points ([{}] without a grid search; Optuna points are drawn at run time)."""
+        return planning.search_points(self)
+
+    def axis_points(self) -> list[dict[str, Any]]:
+        return planning.axis_points(self)
+
+    def plan(self) -> list[PlannedTrial]:
+        """Every trial: tasks x inits x axes x search points x seeds, in that nesting order."""
+        return planning.plan(self)
+
+    def expand(self) -> list[TrialConfig]:
+        return [TrialConfig.from_dict(p.config) for p in self.plan()]
+
+    def num_trials(self) -> int:
+        """Planned trial count (for Optuna: the budget x seeds per scientific point)."""
+        per_point = self.search.num_samples if self.search and self.search.method == "optuna" else 1
+        return len(self.plan()) * per_point
+
+    def trial_config(self, task: TaskEntry, init: InitEntry, seed: int,
+                     overrides: dict[str, Any] | None = None) -> TrialConfig:
+        return planning.trial_config(self, task, init, seed, overrides)
+
+    def tracking_uri(self, override: str | None = None) -> str:
+        return override or self.mlflow.tracking_uri or "sqlite:///mlflow.db"
+
+    def experiment_name(self) -> str:
+        return self.mlflow.experiment or self.name
+
+    def paths(self) -> list[tuple[str, str]]:
+        """(field path, filesystem path) of every data/pretrained path, for callers that confine them."""
+        out = [("data_dir", self.data_dir), ("cache_dir", self.cache_dir)]
+        if isinstance(self.pretrained, dict):
+            out += [(f"pretrained.{k}", v) for k, v in self.pretrained.items()]
+        else:
+            out.append(("pretrained", self.pretrained))
+        out += [(f"tasks[{i}].data_dir", t.data_dir) for i, t in enumerate(self.tasks)]
+        out += [(f"tasks[{i}].tokenizer", t.tokenizer) for i, t in enumerate(self.tasks)]
+        out.append(("defaults.tokenizer", self.defaults.tokenizer))
+        for i, e in enumerate(self.inits):
+            out += [(f"inits[{i}].pretrained", e.pretrained), (f"inits[{i}].src_pretrained", e.src_pretrained)]
+        sim = self.analyses.similarity if self.analyses is not None else None
+        if sim is not None:
+            out += [("analyses.similarity.reference", sim.reference),
+                    ("analyses.similarity.snapshot_dir", sim.snapshot_dir)]
+        return [(k, v) for k, v in out if v]
+
+    def canonical(self) -> dict[str, Any]:
+        data = self.model_dump(mode="json")
+        if data.get("analyses") is None:
+            data.pop("analyses", None)   # specs without analyses keep the hash they had before the field
+        if data.get("execution") == Execution().model_dump(mode="json"):
+            data.pop("execution", None)  # likewise for the default (separate) execution
+        return data
+
+    def spec_hash(self) -> str:
+        blob = json.dumps(self.canonical(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.canonical(), sort_keys=False)

@@ -1,0 +1,92 @@
+"""A spec's embedding inits: `InitEntry` (one init per side) and the init-library queries the spec
+needs (canonical string, source family, paper label). Parsing init specs never imports torch."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import field_validator
+
+from embinit.errors import EmbinitError
+from embinit.init.spec import SOURCE_FAMILIES, parse_init_spec
+from embinit.spec.models import _Strict
+from embinit.spec.path_fields import PathStr
+from embinit.spec.problems import InitFieldError
+
+
+def family_default(source: str) -> str | None:
+    """The family's default location (a hub id for BERT/T5), None for file formats."""
+    entry = SOURCE_FAMILIES.get(source)
+    return entry.default if entry is not None else None
+
+
+def init_string(spec: str | dict[str, Any]) -> str:
+    """The canonical string form of an init spec (what `TrialConfig.init` holds): `glove+standardize`."""
+    return str(parse_init_spec(spec))
+
+
+def source_name(init: str | dict[str, Any] | None) -> str | None:
+    """The pretrained source family an init spec draws from (e.g. "glove"), None for random inits."""
+    if init is None:
+        return None
+    parsed = parse_init_spec(init)
+    return parsed.source if parsed.is_pretrained else None
+
+
+def init_label(init: str | dict[str, Any] | None) -> str:
+    return parse_init_spec(init).label if init is not None else "?"
+
+
+class InitEntry(_Strict):
+    """One embedding init: a spec string or the init library's structured form, per side for
+    translation (`tgt` = target/only table, `src` = source table; src None = same as tgt)."""
+
+    tgt: str | dict[str, Any]
+    src: str | dict[str, Any] | None = None
+    pretrained: PathStr | None = None      # path/hub id for tgt's source (overrides the spec's)
+    src_pretrained: PathStr | None = None
+    label: str | None = None           # report label; default: the paper's label of tgt (and src)
+
+    @classmethod
+    def shorthand(cls, entry: Any) -> Any:
+        if isinstance(entry, str):
+            return {"tgt": entry}
+        if isinstance(entry, dict) and not ({"tgt", "src"} & set(entry)):
+            return {"tgt": entry}  # the init library's structured spec for the only/target side
+        return entry
+
+    @field_validator("tgt", "src")
+    @classmethod
+    def _valid_init(cls, v):
+        if v is None:
+            return v
+        try:
+            parse_init_spec(v)
+        except EmbinitError as e:
+            # The structured form's key at fault becomes part of the path (`inits[2].transform`).
+            field = getattr(e, "field", None) if isinstance(v, dict) else None
+            raise InitFieldError(str(e), field) from None
+        if isinstance(v, str) and not v.strip():
+            raise ValueError("an init spec must not be empty")
+        return v
+
+    def tgt_str(self) -> str:
+        return init_string(self.tgt)
+
+    def src_str(self) -> str | None:
+        return None if self.src is None else init_string(self.src)
+
+    def side_option(self, side: str, name: str) -> Any:
+        """An option (`pretrained`, `oov`, `lowercase`) given in a side's structured init spec."""
+        spec = self.tgt if side == "tgt" else self.src
+        return spec.get(name) if isinstance(spec, dict) else None
+
+    def label_for(self, translation: bool = True) -> str:
+        if self.label:
+            return self.label
+        tgt = init_label(self.tgt)
+        if not translation or self.src is None:
+            return tgt
+        src = init_label(self.src)
+        # The paper varies the target (English) table and keeps Xavier on the German side for GloVe.
+        return tgt if src in (tgt, "Xavier") else f"{tgt}|src:{src}"

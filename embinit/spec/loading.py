@@ -1,0 +1,66 @@
+"""Reading a spec: a dict, YAML/JSON text, a file path or a spec, validated into an `ExperimentSpec`
+with every problem reported in one `SpecError`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from embinit.spec.experiment import ExperimentSpec
+from embinit.spec.problems import SpecError, as_written, problems_of
+
+
+def yaml_error(e: yaml.YAMLError, where: str = "") -> str:
+    """One line that keeps where the parser stopped: `line 4, column 4: expected <block end>, but found
+    ... (while parsing a block collection at line 3, column 3)`; `where` names the file, if any."""
+    mark, problem = getattr(e, "problem_mark", None), getattr(e, "problem", None)
+    if mark is None or not problem:
+        return f"not valid YAML{where}: {(str(e).splitlines() or [type(e).__name__])[0]}"
+    text = f"not valid YAML{where} at line {mark.line + 1}, column {mark.column + 1}: {problem}"
+    context, at = getattr(e, "context", None), getattr(e, "context_mark", None)
+    if context:
+        text += f" ({context}" + (f" at line {at.line + 1}, column {at.column + 1})" if at else ")")
+    return text
+
+
+def _read(source: Any) -> tuple[dict[str, Any], Path | None]:
+    """(raw spec data, the folder of the file it came from or None)."""
+    if isinstance(source, ExperimentSpec):
+        return source.canonical(), None
+    if isinstance(source, dict):
+        return source, None
+    text, base, where = None, None, ""
+    if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source
+                                    and source.strip().endswith((".yaml", ".yml", ".json"))):
+        path = Path(source).expanduser()
+        base, where = path.resolve().parent, f" in {str(path)!r}"
+        try:
+            text = path.read_text()
+        except OSError as e:
+            raise SpecError([("", f"cannot read spec file {str(path)!r}: {e.strerror}")]) from None
+    elif isinstance(source, str):
+        text = source
+    else:
+        raise SpecError([("", f"a spec must be a mapping, YAML text or a file path, got {type(source).__name__}")])
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise SpecError([("", yaml_error(e, where))]) from None
+    if not isinstance(data, dict):
+        raise SpecError([("", f"a spec must be a mapping at the top level, got {type(data).__name__}")])
+    return data, base
+
+
+def load_spec(source: Any) -> ExperimentSpec:
+    """A validated spec from a dict, YAML/JSON text, a file path or a spec; raises SpecError listing
+    every problem."""
+    data, base = _read(source)
+    try:
+        return ExperimentSpec.model_validate(data, context={"base_dir": base})
+    except ValidationError as e:
+        raise SpecError(as_written(problems_of(e), data)) from None
+    except SpecError as e:
+        raise SpecError(as_written(e.problems, data)) from None

@@ -1,0 +1,192 @@
+"""The spec's building blocks: fixed hyperparameters, tasks, search, resources, execution, MLflow and
+analyses settings. Every model forbids unknown fields and infinite/NaN floats."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+
+from embinit.config import HYPERPARAMETERS, TASKS
+from embinit.spec.path_fields import PathStr, expand_env
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # no float field means inf or NaN
+
+
+class Hyperparams(_Strict):
+    """Fixed hyperparameters (None = the task's Table 5 default). Names are `TrialConfig` fields."""
+
+    data_seed: int | None = Field(None, ge=0)   # one data order for every seed (KNN post, exp. 1)
+    init_from: PathStr | None = None            # a checkpoint whose non-embedding weights start the model
+    epochs: int | None = Field(None, ge=1)
+    batch_size: int | None = Field(None, ge=1)
+    max_tokens: int | None = Field(None, ge=1)
+    lr: float | None = Field(None, gt=0)
+    d_model: int | None = Field(None, ge=1)
+    layers: int | None = Field(None, ge=1)
+    heads: int | None = Field(None, ge=1)
+    ff_dim: int | None = Field(None, ge=1)
+    dropout: float | None = Field(None, ge=0, lt=1)
+    min_freq: int | None = Field(None, ge=1)
+    max_len: int | None = Field(None, ge=2)
+    pe_base: float | None = Field(None, gt=0)
+    pre_ln: bool | None = None
+    pos_encoding: bool | None = None
+    train_embeddings: bool | None = None
+    freeze_non_embeddings: bool | None = None
+    early_stopping_patience: int | None = Field(None, ge=1)
+    max_train_examples: int | None = Field(None, ge=1)
+    beam_size: int | None = Field(None, ge=1)
+    precision: Literal["fp32", "bf16"] | None = None
+    oov: str | None = None
+    tokenizer: PathStr | None = None   # spacy | gpt2 | whitespace | a HF model folder or hub id
+    threads: int | None = Field(None, ge=1)
+    device: str | None = None
+    extras: dict[str, Any] | None = None
+
+    def set_values(self) -> dict[str, Any]:
+        return {k: v for k, v in self.model_dump().items() if v is not None}
+
+
+class TaskEntry(Hyperparams):
+    """One task with its fixed hyperparameters; a bare task name in YAML means all defaults."""
+
+    task: str
+    data_dir: PathStr | None = None  # the task's own data folder (Multi30k's train.de, ...)
+
+    @field_validator("task")
+    @classmethod
+    def _known_task(cls, v: str) -> str:
+        if v not in TASKS:
+            raise ValueError(f"{v!r} is not a registered task; choose from {sorted(TASKS)}")
+        return v
+
+
+
+class Range(_Strict):
+    """A continuous/integer range for Optuna (grid search needs explicit lists)."""
+
+    low: float
+    high: float
+    log: bool = False
+    type: Literal["float", "int"] = "float"
+
+    @model_validator(mode="after")
+    def _ordered(self):
+        if not self.low < self.high:
+            raise ValueError(f"low < high must hold, but got (low={self.low}, high={self.high})")
+        if self.log and self.low <= 0:
+            raise ValueError(f"a log range needs low > 0, but got low={self.low}")
+        return self
+
+
+class Search(_Strict):
+    """Nuisance hyperparameters searched per (task, init, axes) point; each point runs every seed and
+    the point with the best mean `metric` is the one reported."""
+
+    method: Literal["grid", "optuna"] = "grid"
+    space: dict[str, list[Any] | Range] = Field(min_length=1)
+    num_samples: int | None = Field(None, ge=1, validate_default=True)  # optuna: points per group
+    metric: str | None = None   # default: the task's selection metric, e.g. val/acc_matched
+    mode: Literal["min", "max"] | None = None
+
+    @field_validator("space")
+    @classmethod
+    def _values(cls, space, info: ValidationInfo):
+        problems = [f"{k} is an empty list" for k, v in space.items() if isinstance(v, list) and not v]
+        if info.data.get("method") == "grid":
+            problems += [f"{k}: grid search needs a list of values, got a range"
+                         for k, v in space.items() if isinstance(v, Range)]
+        if problems:
+            raise ValueError("; ".join(problems))
+        return space
+
+    @field_validator("num_samples")
+    @classmethod
+    def _budget(cls, n, info: ValidationInfo):
+        if n is None and info.data.get("method") == "optuna":
+            raise ValueError("optuna search needs a trial budget (num_samples)")
+        return n
+
+
+class Resources(_Strict):
+    cpus: float = Field(1.0, gt=0)
+    gpus: float = Field(0.0, ge=0)
+
+
+class Execution(_Strict):
+    """How trials run. `fuse: auto` trains each group of trials that share task, model shape and batch
+    schedule (the seeds and inits of one grid point) as one fused model in one Ray trial
+    (embinit.sweep.fused); `off` (the default) runs one trial per Ray trial. A group holds at most
+    `max_group` trials. Results, trial keys and MLflow runs are per trial either way."""
+
+    fuse: Literal["auto", "off"] = "off"
+    max_group: int = Field(8, ge=2, le=256)
+
+
+class MlflowSettings(_Strict):
+    tracking_uri: Annotated[str, AfterValidator(expand_env)] | None = None  # default sqlite:///mlflow.db
+    experiment: str | None = None     # default: the spec's name
+    log_checkpoint: bool = True       # the best checkpoint as artifact checkpoint/best.pt
+    log_plots: bool = True
+
+
+class ProbeAnalysis(_Strict):
+    """The position-absorption probe (embinit.analysis.probe) on the trial's embedding table: at init,
+    every `every_n_epochs` (None: never in between) and on the best epoch's weights at the end."""
+
+    every_n_epochs: int | None = Field(None, ge=1)
+    max_len: int | None = Field(None, ge=2)      # positions probed; None: the probe's default (64)
+    n_samples: int = Field(20000, ge=10)
+
+
+class SimilarityAnalysis(_Strict):
+    """KNN match similarity of the trial's table during training (embinit.analysis.callbacks), against
+    a fixed `reference` (checkpoint, embeddings file or MLflow run id), or against the snapshots of the
+    same trial at `reference_seed` (the blog's two seeds). With `reference_seed` or `snapshot_dir` every
+    trial writes its K-NN lists to `<snapshot_dir>/<trial key>/` (default snapshot_dir:
+    `<cache_dir or .embinit-cache>/knn_snapshots`; it must be shared by all workers)."""
+
+    every_n_steps: int = Field(500, ge=1)
+    k: int = Field(10, ge=1)
+    metric: Literal["jaccard", "overlap"] = "jaccard"      # embinit.analysis.similarity.SCORES
+    neighbours: Literal["dot", "cosine"] = "dot"           # embinit.analysis.neighbours.NEIGHBOUR_METRICS
+    reference: PathStr | None = None
+    reference_seed: int | None = None
+    snapshot_dir: PathStr | None = None
+    wait_s: float = Field(0.0, ge=0)   # how long a trial waits for the reference seed's snapshot of a step
+
+    @model_validator(mode="after")
+    def _one_reference(self):
+        if self.reference is not None and self.reference_seed is not None:
+            raise ValueError("give either a fixed `reference` or a `reference_seed`, not both")
+        if self.reference is None and self.reference_seed is None and self.snapshot_dir is None:
+            raise ValueError("similarity needs a `reference`, a `reference_seed` or a `snapshot_dir`")
+        return self
+
+
+class Analyses(_Strict):
+    """Analyses logged to each trial's MLflow run. They only observe training: they are passed beside
+    the TrialConfig (not in it), so switching them on does not change trial keys and finished trials
+    are reused without them."""
+
+    probe: ProbeAnalysis | None = None
+    similarity: SimilarityAnalysis | None = None
+
+    @field_validator("probe", mode="before")
+    @classmethod
+    def _probe_flag(cls, v):
+        if isinstance(v, bool):    # `probe: true` = the defaults, `probe: false` = off
+            return {} if v else None
+        return v
+
+
+
+
+# The spec's hyperparameters are TrialConfig's (embinit.config.HYPERPARAMETERS); Hyperparams adds their
+# bounds. A field on one side only would be silently dropped or refused, so the two must agree.
+if set(Hyperparams.model_fields) != set(HYPERPARAMETERS):
+    raise TypeError(f"spec Hyperparams and TrialConfig disagree: "
+                    f"{sorted(set(Hyperparams.model_fields) ^ set(HYPERPARAMETERS))}")

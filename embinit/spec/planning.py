@@ -1,0 +1,98 @@
+"""A spec expanded into trials: tasks x inits x axes x grid-search points x seeds, each a `TrialConfig`
+with the coordinates the report groups by (`PlannedTrial`)."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
+
+from embinit.config import TASKS, TrialConfig
+from embinit.spec.inits import InitEntry, family_default, source_name
+from embinit.spec.models import TaskEntry
+from embinit.spec.path_fields import spec_path
+
+if TYPE_CHECKING:
+    from embinit.spec.experiment import ExperimentSpec
+
+
+class PlannedTrial(BaseModel):
+    """One expanded trial with the coordinates the report groups by."""
+
+    config: dict[str, Any]
+    key: str
+    task: str
+    label: str              # paper label, e.g. GloVe_Xavier (with the source side when it differs)
+    axes: dict[str, Any]    # ablation axis values
+    point: dict[str, Any]   # search-space values ({} without a search)
+    seed: int
+
+
+def is_translation(task: str) -> bool:
+    return TASKS[task].kind == "translation"
+
+
+def search_points(spec: ExperimentSpec) -> list[dict[str, Any]]:
+    """Grid search points ([{}] without a grid search; Optuna points are drawn at run time)."""
+    if spec.search is None or spec.search.method != "grid":
+        return [{}]
+    keys = list(spec.search.space)
+    return [dict(zip(keys, combo)) for combo in itertools.product(*spec.search.space.values())]
+
+
+def axis_points(spec: ExperimentSpec) -> list[dict[str, Any]]:
+    keys = list(spec.axes)
+    return [dict(zip(keys, combo)) for combo in itertools.product(*spec.axes.values())]
+
+
+def plan(spec: ExperimentSpec) -> list[PlannedTrial]:
+    """Every trial: tasks x inits x axes x search points x seeds, in that nesting order."""
+    out = []
+    for task, init, axes, point, seed in itertools.product(
+            spec.tasks, spec.inits, axis_points(spec), search_points(spec), spec.seeds):
+        cfg = trial_config(spec, task, init, seed, {**axes, **point})
+        out.append(PlannedTrial(config=cfg.to_dict(), key=cfg.key(), task=task.task,
+                                label=init.label_for(is_translation(task.task)), axes=axes,
+                                point=point, seed=seed))
+    return out
+
+
+def trial_config(spec: ExperimentSpec, task: TaskEntry, init: InitEntry, seed: int,
+                 overrides: dict[str, Any] | None = None) -> TrialConfig:
+    """One trial's config: the spec's defaults, then the task's values, then `overrides` (axes and
+    search point), with the init's sides and their pretrained sources."""
+    values: dict[str, Any] = {"threads": max(1, int(spec.resources.cpus))}
+    values.update(spec.defaults.set_values())
+    values.update({k: v for k, v in task.set_values().items() if k not in ("task", "data_dir")})
+    values.update(overrides or {})
+    if init.side_option("tgt", "oov"):
+        values.setdefault("oov", init.side_option("tgt", "oov"))
+    two_sided = init.src is not None and is_translation(task.task)
+    tgt_path = init.pretrained or spec_path(init.side_option("tgt", "pretrained"))
+    src_path = init.src_pretrained or spec_path(init.side_option("src", "pretrained"))
+    return TrialConfig(task=task.task, init=init.tgt_str(), seed=seed,
+                       src_init=init.src_str() if two_sided else None,
+                       pretrained=pretrained_for(spec, init.tgt, tgt_path),
+                       src_pretrained=(pretrained_for(spec, init.src, src_path) if two_sided else None),
+                       data_dir=data_dir_for(spec, task), **values)
+
+
+def pretrained_for(spec: ExperimentSpec, init: str | dict | None, explicit: str | None) -> str | None:
+    """Path of a side's source: the entry's own, else the spec's (per source family), else the
+    family's default (a hub id for BERT/T5, None for file formats)."""
+    source = source_name(init)
+    if explicit is not None or source is None:
+        return explicit
+    if isinstance(spec.pretrained, dict):
+        return spec.pretrained.get(source, family_default(source))
+    return spec.pretrained or family_default(source)
+
+
+def data_dir_for(spec: ExperimentSpec, task: TaskEntry) -> str | None:
+    if task.data_dir is not None:
+        return task.data_dir
+    if spec.data_dir is None or task.task.startswith("synthetic"):
+        return None
+    return str(Path(spec.data_dir) / task.task)

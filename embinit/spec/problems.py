@@ -1,0 +1,88 @@
+"""`SpecError`, and pydantic's validation errors turned into the paths a user wrote (`inits[2].transform`,
+`search.space.lr[1]`), each with a one-line message."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from pydantic import ValidationError
+
+from embinit.errors import EmbinitError
+
+
+class SpecError(EmbinitError):
+    """An invalid spec; `.problems` lists every (path, message), the message joins them on one line."""
+
+    def __init__(self, problems: list[tuple[str, str]]):
+        self.problems = list(problems)
+        joined = "; ".join(f"{p}: {m}" if p else m for p, m in self.problems)
+        super().__init__(f"invalid experiment spec ({len(self.problems)} problem"
+                         f"{'s' if len(self.problems) != 1 else ''}): {joined}")
+
+
+class InitFieldError(ValueError):
+    """An init spec that does not parse, from a spec field validator; `field` is the structured form's
+    key at fault (`transform`), which becomes the last part of the problem's path."""
+
+    def __init__(self, message: str, field: str | None = None):
+        super().__init__(message)
+        self.field = field
+
+
+_BRANCHES = {"Range", "str", "int", "float", "bool", "list", "dict"}
+
+
+def _loc(loc: tuple) -> tuple[str, bool]:
+    """(dotted path, whether the error came from one branch of a union type)."""
+    out, branch = "", False
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif "[" in part or part in _BRANCHES:
+            branch = True  # pydantic names union branches inside locations; users never see them
+        else:
+            out += f".{part}" if out else str(part)
+    return out, branch
+
+
+def _message(e: dict[str, Any]) -> str:
+    msg = e["msg"].removeprefix("Value error, ")
+    if e["type"] == "extra_forbidden":
+        return f"unknown field {e['loc'][-1]!r}"
+    if e["type"] != "value_error" and not isinstance(e.get("input"), (dict, list, type(None))):
+        return f"{msg}, got {e['input']!r}"
+    return msg
+
+
+def problems_of(err: ValidationError) -> list[tuple[str, str]]:
+    """Every (path, message) of a validation error, without a union's noise."""
+    found = []
+    for e in err.errors():
+        path, branch = _loc(e["loc"])
+        field = getattr((e.get("ctx") or {}).get("error"), "field", None)
+        if field:
+            path = f"{path}.{field}"
+        last = e["loc"][-1] if e["loc"] else ""
+        at_branch = branch and isinstance(last, str) and ("[" in last or last in _BRANCHES)
+        found.append((path, _message(e), at_branch and e["type"].endswith("_type")))
+    # A union's "wrong type" error is noise when another branch explains the problem at the same path.
+    explained = {p for p, _, noise in found if not noise}
+    out = [(p, m) for p, m, noise in found
+           if not (noise and any(q == p or q.startswith((p + ".", p + "[")) for q in explained))]
+    return list(dict.fromkeys(out))
+
+
+def as_written(problems: list[tuple[str, str]], data: dict[str, Any]) -> list[tuple[str, str]]:
+    """Paths as the user wrote the init: `inits[2]` for a shorthand, `inits[2].transform` for a
+    structured spec whose transform is wrong (not the internal `inits[2].tgt.transform`)."""
+    raw = data.get("inits") if isinstance(data.get("inits"), list) else []
+    out = []
+    for path, msg in problems:
+        m = re.match(r"^inits\[(\d+)\]\.(tgt|src)(.*)$", path)
+        if m and int(m.group(1)) < len(raw):
+            entry = raw[int(m.group(1))]
+            written = isinstance(entry, dict) and ({"tgt", "src"} & set(entry))
+            path = path if written else f"inits[{m.group(1)}]{m.group(3)}"
+        out.append((path, msg))
+    return out
