@@ -100,7 +100,7 @@ def main() -> None:
                     help="root with sst2/ (GLUE TSVs) for the efficiency part; omitted: skip that part")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "bench_sweep.json"))
     args = ap.parse_args()
-    from embinit.sweep.runner import default_env
+    from embinit.sweep.ray_runtime import default_env
     default_env()
     import ray
     out = {"machine": machine()}

@@ -11,7 +11,7 @@ import pytest
 from embinit import tracking
 from embinit.spec import SpecError, load_spec
 from embinit.sweep.fused import group_units
-from embinit.sweep.runner import _items
+from embinit.sweep.work import units_to_run
 
 TINY = {"task": "synthetic_translation", "epochs": 2, "max_train_examples": 200, "d_model": 16,
         "ff_dim": 32, "heads": 2, "extras": {"val_bleu": False}}
@@ -56,19 +56,19 @@ def test_fusing_what_runs_one_trial_at_a_time_is_refused():
 def test_grouping_by_task_shape_and_schedule():
     s = spec(tasks=[TINY, {**TINY, "task": "synthetic_classification", "d_model": None, "extras": None}],
              axes={"pos_encoding": [True, False]})
-    units = group_units(_items(s, set())[0], max_group=4)
-    fused = [u for u in units if u.get("fused")]
-    alone = [u for u in units if not u.get("fused")]
+    units = group_units(units_to_run(s, set())[0], max_group=4)
+    fused = [u for u in units if u.fused]
+    alone = [u for u in units if not u.fused]
     # translation: 2 inits x 3 seeds = 6 trials per pos_encoding value -> groups of 4 + 2, never mixed
-    assert sorted(len(u["trials"]) for u in fused) == [2, 2, 4, 4]
+    assert sorted(len(u.trials) for u in fused) == [2, 2, 4, 4]
     for u in fused:
-        assert len({t["config"]["pos_encoding"] for t in u["trials"]}) == 1
-        assert {t["config"]["task"] for t in u["trials"]} == {"synthetic_translation"}
+        assert len({t.config["pos_encoding"] for t in u.trials}) == 1
+        assert {t.config["task"] for t in u.trials} == {"synthetic_translation"}
     # classification does not fuse yet: one trial per unit
-    assert len(alone) == 12 and all(len(u["trials"]) == 1 for u in alone)
-    assert sum(len(u["trials"]) for u in units) == len(s.plan())
-    assert group_units(_items(spec(tasks=[{**TINY, "max_tokens": 200}]), set())[0], 4) == \
-        _items(spec(tasks=[{**TINY, "max_tokens": 200}]), set())[0]
+    assert len(alone) == 12 and all(len(u.trials) == 1 for u in alone)
+    assert sum(len(u.trials) for u in units) == len(s.plan())
+    assert group_units(units_to_run(spec(tasks=[{**TINY, "max_tokens": 200}]), set())[0], 4) == \
+        units_to_run(spec(tasks=[{**TINY, "max_tokens": 200}]), set())[0]
 
 
 @pytest.fixture(scope="module")

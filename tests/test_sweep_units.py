@@ -134,3 +134,18 @@ def test_progress_table_is_redrawn_in_place_on_a_terminal(monkeypatch):
     monkeypatch.setenv("TERM", "dumb")
     p.emit(force=True)
     assert "\x1b" not in out.getvalue().rsplit("\x1b[J", 1)[1]
+
+
+def test_work_records_survive_pickling():
+    """Units and the sweep context travel to Ray workers through pickle: typed records, equal after."""
+    import pickle
+    from embinit.sweep.work import SweepContext, Unit, units_to_run
+    spec = load_spec({"name": "p", "tasks": ["synthetic_classification"], "inits": ["xavier"], "seeds": 2,
+                      "search": {"method": "grid", "space": {"lr": [1e-3, 2e-3]}}})
+    units, reused = units_to_run(spec, {spec.plan()[0].key})
+    assert reused == 1 and len(units) == 3 and all(isinstance(u, Unit) for u in units)
+    ctx = SweepContext("sqlite:///x.db", "1", "parent", search_keys=("lr",))
+    assert pickle.loads(pickle.dumps((units, ctx))) == (units, ctx)
+    item = units[0].trials[0].at_point({"lr": 5e-3})
+    assert item.config["lr"] == 5e-3 and item.group() == {"axes": {}, "point": {"lr": 5e-3},
+                                                          "selection": ["val/acc", "max"]}

@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from embinit import tracking
-from embinit.config import task_defaults
+from embinit.config import TrialConfig, task_defaults
 from embinit.errors import EmbinitError
-from embinit.sweep.trainable import RUN_ID_FILE, TrialReporter, _artifacts
+from embinit.sweep.reporting import RUN_ID_FILE, TrialReporter, artifacts
+from embinit.sweep.work import SweepContext, Unit, WorkItem
 
 MEMBER_FIELDS = ("seed", "data_seed", "init", "src_init", "pretrained", "src_pretrained", "oov", "init_from")
 
@@ -52,24 +53,21 @@ def _dims(config: dict[str, Any]) -> list:
         return [f"unknown:{e}"]
 
 
-def group_units(units: list[dict[str, Any]], max_group: int) -> list[dict[str, Any]]:
+def group_units(units: list[Unit], max_group: int) -> list[Unit]:
     """Single-trial units -> fused groups of up to `max_group` (in plan order) and the units that
     stay alone."""
-    groups: dict[str, list[dict]] = {}
-    out: list[dict[str, Any]] = []
+    groups: dict[str, list[WorkItem]] = {}
+    out: list[Unit] = []
     for unit in units:
-        if len(unit["trials"]) != 1:
-            out.append(unit)
-            continue
-        key = fuse_key(unit["trials"][0]["config"])
+        key = fuse_key(unit.trials[0].config) if len(unit.trials) == 1 else None
         if key is None:
             out.append(unit)
         else:
-            groups.setdefault(key, []).append(unit["trials"][0])
+            groups.setdefault(key, []).append(unit.trials[0])
     for items in groups.values():
         for i in range(0, len(items), max_group):
-            chunk = items[i:i + max_group]
-            out.append({"trials": chunk, "fused": True} if len(chunk) > 1 else {"trials": chunk})
+            chunk = tuple(items[i:i + max_group])
+            out.append(Unit(chunk, fused=len(chunk) > 1))
     return out
 
 
@@ -91,41 +89,25 @@ class GroupReporter:
                     checkpoint=Checkpoint.from_directory(str(self.ckpt_root)))
 
 
-def run_group(items: list[dict[str, Any]], shared: dict[str, Any], root: Path,
+def run_group(items: tuple[WorkItem, ...], ctx: SweepContext, root: Path,
               extra_callbacks: Callable | None) -> list[float]:
     """Run (or reuse) a fused group's trials; returns the selection values of those that did not fail."""
-    from embinit.config import TrialConfig
     from embinit.train.fused import run_fused
-    uri, exp_id = shared["tracking_uri"], shared["experiment_id"]
     values, todo = [], []
     for item in items:
-        cfg = TrialConfig.from_dict(item["config"])
-        done = tracking.finished_run(exp_id, uri, cfg.key())
+        cfg = TrialConfig.from_dict(item.config)
+        done = tracking.finished_run(ctx.experiment_id, ctx.tracking_uri, cfg.key())
         if done is not None:  # another sweep finished it meanwhile: reuse, never train twice
-            values.append(done.data.metrics.get(f"best/{item['selection'][0]}", math.nan))
+            values.append(done.data.metrics.get(f"best/{item.metric}", math.nan))
         else:
             todo.append((cfg, item))
     if not todo:
         return values
-    runs, dirs, callbacks = [], [], []
-    for cfg, item in todo:
-        out_dir = root / cfg.key()
-        out_dir.mkdir(parents=True, exist_ok=True)
-        id_file = out_dir / RUN_ID_FILE
-        group = {**item["group"], "selection": item["selection"]}
-        run = tracking.TrialRun.open(uri, exp_id, shared["parent_run_id"], cfg.to_dict(), cfg.key(),
-                                     item["label"], group,
-                                     run_id=id_file.read_text().strip() if id_file.exists() else None)
-        id_file.write_text(run.run_id)
-        cbs = [MemberReporter(run, root, item["selection"][0])]
-        cbs += list(extra_callbacks(cfg)) if extra_callbacks is not None else []
-        runs.append(run)
-        dirs.append(out_dir)
-        callbacks.append(cbs)
+    runs, dirs, callbacks = _open_members(todo, ctx, root, extra_callbacks)
     try:
         results = run_fused([c for c, _ in todo], out_dirs=dirs, callbacks=callbacks,
                             group_callbacks=[GroupReporter(root, len(todo))], resume=True,
-                            cache_dir=shared.get("cache_dir"))
+                            cache_dir=ctx.cache_dir)
     except EmbinitError as e:  # a user error fails the same way on every retry: record it, go on
         for run in runs:
             run.fail(f"{type(e).__name__}: {e}")
@@ -136,7 +118,27 @@ def run_group(items: list[dict[str, Any]], shared: dict[str, Any], root: Path,
         raise  # Tune retries the group from its last checkpoint
     for (_cfg, item), run, out_dir, result in zip(todo, runs, dirs, results):
         res = result.to_dict()
-        run.finish(res, _artifacts(res, out_dir, shared, item["label"]))
-        value = (res.get("best") or {}).get(item["selection"][0])
+        run.finish(res, artifacts(res, out_dir, ctx, item.label))
+        value = (res.get("best") or {}).get(item.metric)
         values.append(math.nan if value is None else value)
     return values
+
+
+def _open_members(todo: list[tuple[TrialConfig, WorkItem]], ctx: SweepContext, root: Path,
+                  extra_callbacks: Callable | None) -> tuple[list, list[Path], list[list]]:
+    """Each member's MLflow run (the same one again after a restart), out_dir and callbacks."""
+    runs, dirs, callbacks = [], [], []
+    for cfg, item in todo:
+        out_dir = root / cfg.key()
+        out_dir.mkdir(parents=True, exist_ok=True)
+        id_file = out_dir / RUN_ID_FILE
+        run = tracking.TrialRun.open(ctx.tracking_uri, ctx.experiment_id, ctx.parent_run_id, cfg.to_dict(),
+                                     cfg.key(), item.label, item.group(),
+                                     run_id=id_file.read_text().strip() if id_file.exists() else None)
+        id_file.write_text(run.run_id)
+        cbs = [MemberReporter(run, root, item.metric)]
+        cbs += list(extra_callbacks(cfg)) if extra_callbacks is not None else []
+        runs.append(run)
+        dirs.append(out_dir)
+        callbacks.append(cbs)
+    return runs, dirs, callbacks

@@ -13,13 +13,18 @@ import json
 import math
 import time
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from ray import tune
 
 from embinit import tracking
 from embinit.spec import ExperimentSpec, Range
+from embinit.sweep.interrupt import stop_on_interrupt
+from embinit.sweep.ray_runtime import RayRuntime
+from embinit.sweep.tune_run import StopAll, make_trainable, progress_callback, quiet_tune_logs, run_config
+from embinit.sweep.work import SweepContext, Unit, WorkItem, work_item
 
 
 def domain(value: list | Range):
@@ -31,20 +36,19 @@ def domain(value: list | Range):
     return tune.loguniform(value.low, value.high) if value.log else tune.uniform(value.low, value.high)
 
 
-def _groups(spec: ExperimentSpec) -> dict[tuple, list]:
-    from embinit.sweep.runner import work_item
-    groups: dict[tuple, list] = defaultdict(list)
+def _groups(spec: ExperimentSpec) -> dict[tuple, list[WorkItem]]:
+    groups: dict[tuple, list[WorkItem]] = defaultdict(list)
     for p in spec.plan():
         groups[(p.task, p.label, json.dumps(p.axes, sort_keys=True))].append(work_item(spec, p))
     return groups
 
 
-def _evaluated(spec: ExperimentSpec, uri: str, exp_id: str, items: list[dict]) -> tuple[list, list]:
+def _evaluated(spec: ExperimentSpec, uri: str, exp_id: str, items: list[WorkItem]) -> tuple[list, list]:
     """Search points MLflow has finished for every seed of this group: (points, mean objectives)."""
     keys = set(spec.search.space)
-    label, task = items[0]["label"], items[0]["config"]["task"]
-    metric = items[0]["selection"][0]
-    axes = items[0]["group"]["axes"]
+    label, task = items[0].label, items[0].config["task"]
+    metric = items[0].metric
+    axes = items[0].axes
     by_point: dict[str, dict[int, float]] = defaultdict(dict)
     for rec in tracking.trial_records(exp_id, uri, "attributes.status = 'FINISHED'"):
         if (rec.label, rec.task) != (label, task) or rec.group.get("axes") != axes or set(rec.point) != keys:
@@ -60,19 +64,18 @@ def _evaluated(spec: ExperimentSpec, uri: str, exp_id: str, items: list[dict]) -
     return points, rewards
 
 
-def run_optuna(spec: ExperimentSpec, shared: dict[str, Any], storage: Path, progress,
-               should_stop: Callable[[], bool], extra_callbacks, ray_runtime: Callable) -> bool:
-    """Run the search for each scientific point in turn; True when cancelled. Ray is started (through
-    `ray_runtime()`) only when some point still has budget left."""
+def run_optuna(spec: ExperimentSpec, shared: SweepContext, storage: Path, progress,
+               should_stop: Callable[[], bool], extra_callbacks, address: str | None) -> bool:
+    """Run the search for each scientific point in turn; True when cancelled. Ray is started (or the
+    cluster at `address` joined) only when some point still has budget left."""
     work = []
     for (task, label, _axes), items in _groups(spec).items():
-        points, rewards = _evaluated(spec, shared["tracking_uri"], shared["experiment_id"], items)
+        points, rewards = _evaluated(spec, shared.tracking_uri, shared.experiment_id, items)
         if spec.search.num_samples > len(points):
             work.append((task, label, items, points, rewards))
     if not work:
         return False
-    from embinit.sweep.interrupt import stop_on_interrupt
-    with ray_runtime(), stop_on_interrupt() as interrupted:  # Ctrl-C: stop, then KeyboardInterrupt
+    with RayRuntime(address), stop_on_interrupt() as interrupted:  # Ctrl-C: stop, then KeyboardInterrupt
         stop = lambda: interrupted() or bool(should_stop and should_stop())  # noqa: E731
         return _search(spec, shared, storage, progress, stop, extra_callbacks, work)
 
@@ -80,20 +83,18 @@ def run_optuna(spec: ExperimentSpec, shared: dict[str, Any], storage: Path, prog
 def _search(spec, shared, storage, progress, should_stop, extra_callbacks, work) -> bool:
     import optuna
     from ray.tune.search.optuna import OptunaSearch
-    from embinit.sweep.tune_run import (StopAll, make_trainable, progress_callback,
-                                        quiet_tune_logs, run_config)
     quiet_tune_logs()
-    shared = {**shared, "search_keys": list(spec.search.space)}
+    shared = replace(shared, search_keys=tuple(spec.search.space))
     space = {k: domain(v) for k, v in spec.search.space.items()}
     stopper = StopAll(should_stop)
     for task, label, items, points, rewards in work:
         budget = spec.search.num_samples - len(points)
-        mode = items[0]["selection"][1]
+        mode = items[0].selection[1]
         known = [(p, r) for p, r in zip(points, rewards) if math.isfinite(r)]  # all-diverged: no reward
         searcher = OptunaSearch(metric="objective", mode=mode, sampler=optuna.samplers.TPESampler(seed=0),
                                 points_to_evaluate=[p for p, _ in known] or None,
                                 evaluated_rewards=[r for _, r in known] or None)
-        units = [{"trials": items}]
+        units = [Unit(tuple(items))]
         tuner = tune.Tuner(
             make_trainable(spec, units, shared, extra_callbacks),
             param_space={"unit": 0, **space},

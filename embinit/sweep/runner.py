@@ -7,7 +7,6 @@ spec again resumes it and trains nothing twice.
 
 from __future__ import annotations
 
-import os
 import tempfile
 import threading
 import time
@@ -18,6 +17,9 @@ from typing import Any, Callable
 from embinit import records, tracking
 from embinit.spec import ExperimentSpec, SpecError, load_spec
 from embinit.sweep.analyses import shared_settings
+from embinit.sweep.fused import group_units
+from embinit.sweep.ray_runtime import RayRuntime
+from embinit.sweep.work import SweepContext, units_to_run
 
 StopFlag = threading.Event | Callable[[], bool] | None
 
@@ -68,26 +70,6 @@ def check_local_paths(spec: ExperimentSpec) -> None:
         raise SpecError(problems)
 
 
-def _items(spec: ExperimentSpec, finished: set[str]) -> tuple[list[dict], int]:
-    """Units of work for Tune (grid: one trial each) and how many planned trials were reused."""
-    units, reused = [], 0
-    for p in spec.plan():
-        if p.key in finished:
-            reused += 1
-            continue
-        units.append({"trials": [work_item(spec, p)]})
-    return units, reused
-
-
-def work_item(spec: ExperimentSpec, p) -> dict[str, Any]:
-    """What a worker needs to train one planned trial `p`: its config, label, group and selection metric."""
-    metric, mode = tracking.selection_metric(p.task)
-    if spec.search is not None and spec.search.metric:
-        metric, mode = spec.search.metric, spec.search.mode or mode
-    return {"config": p.config, "label": p.label, "group": {"axes": p.axes, "point": p.point},
-            "selection": [metric, mode], "key": p.key}
-
-
 INTERRUPTED = "interrupted (Ctrl-C); running the same spec again resumes: finished trials are reused"
 
 
@@ -101,8 +83,6 @@ def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = 
     stop: a threading.Event or a callable; once true, running trials stop and no new ones start.
     extra_callbacks: `f(TrialConfig) -> [trainer callbacks]`, called in the worker (tests, probes).
     """
-    from embinit.sweep.ray_runtime import RayRuntime
-    from embinit.sweep.tune_run import run_tune
     t0 = time.monotonic()
     spec = spec if isinstance(spec, ExperimentSpec) else load_spec(spec)
     if address is None:
@@ -112,22 +92,21 @@ def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = 
     exp_id = tracking.ensure_experiment(name, uri)
     planned = spec.plan()
     finished = set(tracking.finished_keys(exp_id, uri))
-    units, reused = _items(spec, finished)
+    units, reused = units_to_run(spec, finished)
     if spec.execution.fuse == "auto":
-        from embinit.sweep.fused import group_units
         units = group_units(units, spec.execution.max_group)
     parent = tracking.start_parent_run(exp_id, uri, spec.spec_hash(), spec.to_yaml(), spec.num_trials())
-    shared = {"tracking_uri": uri, "experiment_id": exp_id, "parent_run_id": parent,
-              "log_checkpoint": spec.mlflow.log_checkpoint, "log_plots": spec.mlflow.log_plots,
-              "cache_dir": spec.cache_dir, "search_keys": [], "analyses": shared_settings(spec)}
+    shared = SweepContext(uri, exp_id, parent, log_checkpoint=spec.mlflow.log_checkpoint,
+                          log_plots=spec.mlflow.log_plots, cache_dir=spec.cache_dir,
+                          analyses=shared_settings(spec))
     storage = Path(storage_path or Path(spec.cache_dir or ".embinit-cache") / "ray_results").resolve()
     cancelled, should_stop = False, _stop_fn(stop)
     try:
         if spec.search is not None and spec.search.method == "optuna":
-            from embinit.sweep.optuna_search import run_optuna
-            cancelled = run_optuna(spec, shared, storage, progress, should_stop, extra_callbacks,
-                                   lambda: RayRuntime(address))
+            from embinit.sweep.optuna_search import run_optuna  # imports ray
+            cancelled = run_optuna(spec, shared, storage, progress, should_stop, extra_callbacks, address)
         elif units:
+            from embinit.sweep.tune_run import run_tune  # imports ray
             with RayRuntime(address):
                 cancelled = run_tune(spec, units, shared, storage, progress, should_stop, extra_callbacks,
                                      total=len(planned), reused=reused)
@@ -163,18 +142,3 @@ def _finish(spec, uri, exp_id, parent, planned, reused, cancelled, t0, progress)
     if progress is True:
         print(report.to_markdown(), flush=True)
     return result
-
-
-def default_env() -> None:
-    """Ray's token auth off for a local cluster and no usage-stats reporting, unless set otherwise."""
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    # MLflow is the record; Tune's JSON/CSV/TensorBoard loggers would only add per-result latency.
-    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
-    # Every epoch checkpoints, so Tune's "snapshotting too often" warning fires on short trials.
-    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
-    # embinit prints its own progress line; Tune's tables (new output engine) would interleave with it.
-    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
-    # Ctrl-C is embinit's (sweep/interrupt.py): Tune's own handler would print a Tuner.restore hint,
-    # while embinit resumes by running the spec again.
-    os.environ.setdefault("TUNE_DISABLE_SIGINT_HANDLER", "1")

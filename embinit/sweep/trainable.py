@@ -19,102 +19,63 @@ from pathlib import Path
 from typing import Any, Callable
 
 from embinit import tracking
+from embinit.config import TrialConfig
 from embinit.errors import EmbinitError
 from embinit.sweep import analyses
-
-RUN_ID_FILE = "mlflow_run_id"
-INIT_SAMPLE = "init_embedding_sample.npy"
-
-
-class TrialReporter:
-    """Trainer callback: per-epoch metrics to MLflow, then `tune.report` with a checkpoint."""
-
-    def __init__(self, run: tracking.TrialRun, ckpt_root: Path, selection: str, mode: str = "max"):
-        self.run, self.ckpt_root, self.selection, self.mode = run, ckpt_root, selection, mode
-        self.best = math.nan  # best-so-far of the selection metric, for the terminal's progress table
-
-    def on_train_start(self, ctx) -> None:
-        if ctx.step == 0 and ctx.out_dir is not None:  # a fresh start, not a resumed attempt
-            _save_init_sample(ctx.model, Path(ctx.out_dir) / INIT_SAMPLE)
-
-    def on_epoch_end(self, ctx, epoch: int, metrics: dict[str, Any]) -> None:
-        from ray import tune
-        from ray.tune import Checkpoint
-        self.run.log_epoch(epoch, metrics)
-        numbers = {k: v for k, v in tracking.flat_numbers(metrics).items() if math.isfinite(v)}
-        # `objective` (the selection metric this epoch) is what an Optuna search sees while it runs.
-        objective = numbers.get(self.selection, math.nan)
-        if math.isfinite(objective) and not (math.isfinite(self.best) and (
-                objective <= self.best if self.mode == "max" else objective >= self.best)):
-            self.best = objective
-        tune.report({**numbers, "objective": objective, "embinit_epoch": epoch, "embinit_best": self.best,
-                     "embinit_epochs": getattr(ctx.cfg, "epochs", None) or math.nan},
-                    checkpoint=Checkpoint.from_directory(str(self.ckpt_root)))
+from embinit.sweep.fused import run_group
+from embinit.sweep.reporting import RUN_ID_FILE, TrialReporter, artifacts
+from embinit.sweep.work import SweepContext, Unit, WorkItem
 
 
-def _save_init_sample(model, path: Path) -> None:
-    """Up to 200k values of the initial (target / only) embedding table, for the histogram plot."""
-    import numpy as np
-    tables = model.embeddings()
-    weight = tables.get("tgt", tables.get("tok", next(iter(tables.values())))).weight.detach().float()
-    flat = weight.flatten()
-    step = max(1, flat.numel() // 200_000)
-    np.save(path, {"values": flat[::step].cpu().numpy(), "shape": tuple(weight.shape)}, allow_pickle=True)
-
-
-def train_unit(config: dict[str, Any], shared: dict[str, Any], units: list[dict[str, Any]],
+def train_unit(config: dict[str, Any], shared: SweepContext, units: list[Unit],
                extra_callbacks: Callable | None = None) -> None:
     """Tune function trainable. `config["unit"]` picks the unit; Optuna's searched values are the
     other keys of `config` and override the unit's configs."""
     from ray import tune
-    from embinit.config import TrialConfig
     unit = units[config["unit"]]
-    overrides = {k: config[k] for k in shared["search_keys"] if k in config}
+    overrides = {k: config[k] for k in shared.search_keys if k in config}
     root = Path(tempfile.mkdtemp(prefix="embinit-trial-"))
     restored = tune.get_checkpoint()
     if restored is not None:
         restored.to_directory(str(root))
-    objectives: list[float] = []
     try:
-        if unit.get("fused"):  # one fused model for the group (embinit.sweep.fused)
-            from embinit.sweep.fused import run_group
-            objectives = run_group(unit["trials"], shared, root, extra_callbacks)
-        for item in unit["trials"] if not unit.get("fused") else ():
-            cfg = TrialConfig.from_dict({**item["config"], **overrides})
-            item = {**item, "group": {**item["group"], "point": overrides or item["group"]["point"],
-                                      "selection": item["selection"]}}
-            value = _run_one(cfg, item, shared, root, extra_callbacks)
-            if value is not None:
-                objectives.append(value)
-        final = {"objective": _mean(objectives), "embinit_done": 1, "embinit_trials": len(unit["trials"]),
-                 "embinit_failed": len(unit["trials"]) - len(objectives)}
+        if unit.fused:  # one fused model for the group (embinit.sweep.fused)
+            objectives = run_group(unit.trials, shared, root, extra_callbacks)
+        else:
+            objectives = []
+            for item in unit.trials:
+                value = _run_one(item.at_point(overrides), shared, root, extra_callbacks)
+                if value is not None:
+                    objectives.append(value)
+        final = {"objective": _mean(objectives), "embinit_done": 1, "embinit_trials": len(unit.trials),
+                 "embinit_failed": len(unit.trials) - len(objectives)}
         tune.report(final)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _run_one(cfg, item, shared, root: Path, extra_callbacks) -> float | None:
+def _run_one(item: WorkItem, ctx: SweepContext, root: Path, extra_callbacks) -> float | None:
     """Run (or reuse) one embinit trial; returns its selection value, None when it failed."""
     from embinit.train import run_trial  # torch; only workers import it
-    uri, exp_id, key = shared["tracking_uri"], shared["experiment_id"], cfg.key()
-    metric, mode = item["selection"]
+    cfg = TrialConfig.from_dict(item.config)
+    uri, exp_id, key = ctx.tracking_uri, ctx.experiment_id, cfg.key()
+    metric, mode = item.selection
     done = tracking.finished_run(exp_id, uri, key)
     if done is not None:  # another sweep finished it meanwhile: reuse, never train twice
         return done.data.metrics.get(f"best/{metric}", math.nan)
     out_dir = root / key
     out_dir.mkdir(parents=True, exist_ok=True)
     id_file = out_dir / RUN_ID_FILE
-    run = tracking.TrialRun.open(uri, exp_id, shared["parent_run_id"], cfg.to_dict(), key, item["label"],
-                                 item["group"], run_id=id_file.read_text().strip() if id_file.exists() else None)
+    run = tracking.TrialRun.open(uri, exp_id, ctx.parent_run_id, cfg.to_dict(), key, item.label,
+                                 item.group(), run_id=id_file.read_text().strip() if id_file.exists() else None)
     id_file.write_text(run.run_id)
     callbacks = [TrialReporter(run, root, metric, mode or "max")]
-    analysis_cbs = analyses.trial_callbacks(shared.get("analyses"), cfg, run.log_metrics, out_dir)
+    analysis_cbs = analyses.trial_callbacks(ctx.analyses, cfg, run.log_metrics, out_dir)
     callbacks += analysis_cbs
     if extra_callbacks is not None:
         callbacks += list(extra_callbacks(cfg))
     try:
-        result = run_trial(cfg, out_dir=out_dir, callbacks=callbacks, resume=True,
-                           cache_dir=shared.get("cache_dir"))
+        result = run_trial(cfg, out_dir=out_dir, callbacks=callbacks, resume=True, cache_dir=ctx.cache_dir)
     except EmbinitError as e:  # a user error fails the same way on every retry: record it, go on
         run.fail(f"{type(e).__name__}: {e}")
         return None
@@ -122,33 +83,13 @@ def _run_one(cfg, item, shared, root: Path, extra_callbacks) -> float | None:
         run.fail(traceback.format_exc())
         raise  # Tune retries the trial (FailureConfig) from its last checkpoint
     res = result.to_dict()
-    files = _artifacts(res, out_dir, shared, item["label"])
-    if shared.get("log_plots", True):
-        files += analyses.plot_artifacts(analysis_cbs, res["history"], out_dir, item["label"])
+    files = artifacts(res, out_dir, ctx, item.label)
+    if ctx.log_plots:
+        files += analyses.plot_artifacts(analysis_cbs, res["history"], out_dir, item.label)
     run.finish(res, files)
     shutil.rmtree(out_dir, ignore_errors=True)  # recorded: later checkpoints of the unit need not carry it
     value = (res.get("best") or {}).get(metric)
     return math.nan if value is None else value  # a diverged trial is a result, not a failure
-
-
-def _artifacts(res: dict, out_dir: Path, shared: dict, label: str) -> list[tuple[str, str]]:
-    """(artifact dir, local file): the best checkpoint (optional) and the two plots."""
-    out: list[tuple[str, str]] = []
-    best = out_dir / "best.pt"
-    if shared.get("log_checkpoint", True) and best.exists():
-        out.append(("checkpoint", str(best)))
-    if shared.get("log_plots", True):
-        from embinit.sweep import plots
-        curve = plots.validation_curve(res["history"], out_dir / "val_curve.png", label)
-        if curve:
-            out.append(("plots", str(curve)))
-        sample = out_dir / INIT_SAMPLE
-        if sample.exists():
-            import numpy as np
-            data = np.load(sample, allow_pickle=True).item()
-            hist = plots.init_histogram(data["values"], data["shape"], out_dir / "init_histogram.png", label)
-            out.append(("plots", str(hist)))
-    return out
 
 
 def _mean(values: list[float]) -> float:

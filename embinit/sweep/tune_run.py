@@ -5,13 +5,14 @@ from __future__ import annotations
 import logging
 import uuid
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from ray import tune
 
 from embinit.sweep.interrupt import stop_on_interrupt
 from embinit.sweep.progress import Progress
 from embinit.sweep.trainable import train_unit
+from embinit.sweep.work import SweepContext, Unit
 
 
 class StopAll(tune.Stopper):
@@ -33,10 +34,10 @@ class StopAll(tune.Stopper):
         return {**self.__dict__, "should_stop": None}
 
 
-def trial_name(units: list[dict]) -> Callable:
+def trial_name(units: list[Unit]) -> Callable:
     def name(trial) -> str:
-        item = units[trial.config["unit"]]["trials"][0]
-        return f"{item['label']}-s{item['config']['seed']}-{item['key'][:8]}"
+        item = units[trial.config["unit"]].trials[0]
+        return f"{item.label}-s{item.config['seed']}-{item.key[:8]}"
     return name
 
 
@@ -74,7 +75,7 @@ def progress_callback(progress, total: int, reused: int, per_unit: int = 1) -> l
     return [Progress(total, reused, per_unit, sink=progress if callable(progress) else None)]
 
 
-def run_tune(spec, units: list[dict[str, Any]], shared: dict[str, Any], storage: Path, progress,
+def run_tune(spec, units: list[Unit], shared: SweepContext, storage: Path, progress,
              should_stop: Callable[[], bool], extra_callbacks, total: int, reused: int) -> bool:
     """Run the units; returns True when the sweep was cancelled through `should_stop`."""
     quiet_tune_logs()

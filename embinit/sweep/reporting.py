@@ -1,0 +1,79 @@
+"""What a worker records of a trial besides MLflow's per-epoch metrics: the Tune reports with their
+checkpoint (`TrialReporter`), the file holding the trial's MLflow run id (so a restarted attempt logs
+into the same run), and the artifacts (best checkpoint, validation curve, init histogram)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from embinit import tracking
+from embinit.sweep.work import SweepContext
+
+
+RUN_ID_FILE = "mlflow_run_id"
+INIT_SAMPLE = "init_embedding_sample.npy"
+
+
+def trial_run_id(out_dir: str | Path | None) -> str | None:
+    """The MLflow run id of the sweep trial training in `out_dir` (a trainer callback's `ctx.out_dir`),
+    None outside a sweep."""
+    id_file = Path(out_dir) / RUN_ID_FILE if out_dir is not None else None
+    return id_file.read_text().strip() if id_file is not None and id_file.exists() else None
+
+
+class TrialReporter:
+    """Trainer callback: per-epoch metrics to MLflow, then `tune.report` with a checkpoint."""
+
+    def __init__(self, run: tracking.TrialRun, ckpt_root: Path, selection: str, mode: str = "max"):
+        self.run, self.ckpt_root, self.selection, self.mode = run, ckpt_root, selection, mode
+        self.best = math.nan  # best-so-far of the selection metric, for the terminal's progress table
+
+    def on_train_start(self, ctx) -> None:
+        if ctx.step == 0 and ctx.out_dir is not None:  # a fresh start, not a resumed attempt
+            _save_init_sample(ctx.model, Path(ctx.out_dir) / INIT_SAMPLE)
+
+    def on_epoch_end(self, ctx, epoch: int, metrics: dict[str, Any]) -> None:
+        from ray import tune
+        from ray.tune import Checkpoint
+        self.run.log_epoch(epoch, metrics)
+        numbers = {k: v for k, v in tracking.flat_numbers(metrics).items() if math.isfinite(v)}
+        # `objective` (the selection metric this epoch) is what an Optuna search sees while it runs.
+        objective = numbers.get(self.selection, math.nan)
+        if math.isfinite(objective) and not (math.isfinite(self.best) and (
+                objective <= self.best if self.mode == "max" else objective >= self.best)):
+            self.best = objective
+        tune.report({**numbers, "objective": objective, "embinit_epoch": epoch, "embinit_best": self.best,
+                     "embinit_epochs": getattr(ctx.cfg, "epochs", None) or math.nan},
+                    checkpoint=Checkpoint.from_directory(str(self.ckpt_root)))
+
+
+def _save_init_sample(model, path: Path) -> None:
+    """Up to 200k values of the initial (target / only) embedding table, for the histogram plot."""
+    import numpy as np
+    tables = model.embeddings()
+    weight = tables.get("tgt", tables.get("tok", next(iter(tables.values())))).weight.detach().float()
+    flat = weight.flatten()
+    step = max(1, flat.numel() // 200_000)
+    np.save(path, {"values": flat[::step].cpu().numpy(), "shape": tuple(weight.shape)}, allow_pickle=True)
+
+
+def artifacts(res: dict, out_dir: Path, ctx: SweepContext, label: str) -> list[tuple[str, str]]:
+    """(artifact dir, local file): the best checkpoint (optional) and the two plots."""
+    out: list[tuple[str, str]] = []
+    best = out_dir / "best.pt"
+    if ctx.log_checkpoint and best.exists():
+        out.append(("checkpoint", str(best)))
+    if ctx.log_plots:
+        from embinit.sweep import plots
+        curve = plots.validation_curve(res["history"], out_dir / "val_curve.png", label)
+        if curve:
+            out.append(("plots", str(curve)))
+        sample = out_dir / INIT_SAMPLE
+        if sample.exists():
+            import numpy as np
+            data = np.load(sample, allow_pickle=True).item()
+            hist = plots.init_histogram(data["values"], data["shape"], out_dir / "init_histogram.png", label)
+            out.append(("plots", str(hist)))
+    return out

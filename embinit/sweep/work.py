@@ -1,0 +1,76 @@
+"""What the driver ships to the Ray workers: small frozen, picklable records.
+
+- `WorkItem`: one planned trial: its config, label, group (axes, search point) and selection metric;
+- `Unit`: what one Tune trial runs: one item (grid), a fused group of items, or an Optuna point's
+  seeds in turn;
+- `SweepContext`: the settings every worker of a sweep shares (MLflow target, what to log, caches,
+  the searched keys, the analyses).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from embinit import tracking
+
+
+@dataclass(frozen=True)
+class WorkItem:
+    config: dict[str, Any]            # TrialConfig.to_dict()
+    label: str
+    axes: dict[str, Any]
+    point: dict[str, Any]
+    selection: tuple[str, str]        # (metric, mode), e.g. ("val/bleu", "max")
+    key: str
+
+    @property
+    def metric(self) -> str:
+        return self.selection[0]
+
+    def group(self) -> dict[str, Any]:
+        """The run's `embinit.group` tag: axes, search point and selection metric."""
+        return {"axes": self.axes, "point": self.point, "selection": list(self.selection)}
+
+    def at_point(self, overrides: dict[str, Any]) -> WorkItem:
+        """This item at an Optuna search point: the searched values override its config."""
+        if not overrides:
+            return self
+        return replace(self, config={**self.config, **overrides}, point=overrides)
+
+
+@dataclass(frozen=True)
+class Unit:
+    trials: tuple[WorkItem, ...]
+    fused: bool = False               # True: the trials train as one fused model (embinit.sweep.fused)
+
+
+@dataclass(frozen=True)
+class SweepContext:
+    tracking_uri: str
+    experiment_id: str
+    parent_run_id: str
+    log_checkpoint: bool = True
+    log_plots: bool = True
+    cache_dir: str | None = None
+    search_keys: tuple[str, ...] = ()                 # Optuna: the searched hyperparameters
+    analyses: dict[str, Any] | None = field(default=None)   # embinit.sweep.analyses.shared_settings
+
+
+def work_item(spec, p) -> WorkItem:
+    """What a worker needs to train one planned trial `p`: its config, label, group and selection metric."""
+    metric, mode = tracking.selection_metric(p.task)
+    if spec.search is not None and spec.search.metric:
+        metric, mode = spec.search.metric, spec.search.mode or mode
+    return WorkItem(p.config, p.label, p.axes, p.point, (metric, mode), p.key)
+
+
+def units_to_run(spec, finished: set[str]) -> tuple[list[Unit], int]:
+    """Units of work for Tune (grid: one trial each) and how many planned trials were reused."""
+    units, reused = [], 0
+    for p in spec.plan():
+        if p.key in finished:
+            reused += 1
+            continue
+        units.append(Unit((work_item(spec, p),)))
+    return units, reused
