@@ -82,9 +82,9 @@ class FakeStore:
         self.cluster, self.tracking_uri = cluster, tracking_uri
         self.report_builds = 0
 
-    def counts(self, tracking_uri, spec, keys) -> dict[str, int]:
+    def counts(self, exp) -> dict[str, int]:
         out = {"pending": 0, "running": 0, "finished": 0, "failed": 0}
-        for key in keys:
+        for key in exp.trial_keys:
             out[self.cluster.mlflow.get(key, "pending")] += 1
         return out
 

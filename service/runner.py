@@ -74,17 +74,15 @@ class _NodeTag:
 
     def on_train_start(self, ctx) -> None:
         import socket
-        from pathlib import Path
 
         import ray
         from embinit import tracking
-        from embinit.sweep.trainable import RUN_ID_FILE
+        from embinit.sweep.reporting import trial_run_id
 
-        id_file = Path(ctx.out_dir or ".") / RUN_ID_FILE
-        if ctx.out_dir is None or not id_file.exists():
+        run_id = trial_run_id(ctx.out_dir)
+        if run_id is None:
             return
         client = tracking.client(self.tracking_uri)
-        run_id = id_file.read_text().strip()
         tracking.retry(lambda: client.set_tag(run_id, NODE_TAG, ray.util.get_node_ip_address()))
         tracking.retry(lambda: client.set_tag(run_id, HOST_TAG, socket.gethostname()))
 

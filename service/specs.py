@@ -131,20 +131,6 @@ def _too_many(n: int, settings: Settings) -> HTTPException:
                                 f"{settings.max_trials_per_experiment} per experiment")])
 
 
-def count_trials(spec: ExperimentSpec) -> int:
-    """The planned trial count, computed without expanding the grid (which could be astronomically big)."""
-    n = len(spec.tasks) * len(spec.inits) * len(spec.seeds)
-    for values in spec.axes.values():
-        n *= len(values)
-    if spec.search is not None:
-        if spec.search.method == "grid":
-            for values in spec.search.space.values():
-                n *= len(values)
-        else:
-            n *= spec.search.num_samples or 1
-    return n
-
-
 # Per-trial config values bounded by a setting: (config key, setting, bound is a maximum).
 BOUNDS = (("epochs", "max_epochs"), ("d_model", "max_d_model"), ("layers", "max_layers"),
           ("ff_dim", "max_ff_dim"))
@@ -206,7 +192,7 @@ def prepare(data: dict[str, Any], settings: Settings, tracking_uri: str) -> Subm
     if problems:
         raise _unprocessable(problems, settings.max_problems)
     spec = _validate(confined, settings.max_problems)
-    n_trials = count_trials(spec)
+    n_trials = spec.num_trials()
     if n_trials > settings.max_trials_per_experiment:
         raise _too_many(n_trials, settings)
     try:

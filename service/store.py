@@ -23,25 +23,22 @@ def absolute_sqlite_uri(url: str) -> str:
     return url
 
 
-def experiment_name(spec: dict[str, Any]) -> str:
-    return (spec.get("mlflow") or {}).get("experiment") or spec["name"]
-
-
-def _runs_by_key(tracking_uri: str, spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def _runs_by_key(tracking_uri: str, name: str) -> dict[str, dict[str, Any]]:
+    """The row of the run that stands for each trial key of MLflow experiment `name`."""
     from embinit.errors import EmbinitError
 
     try:
-        recs = experiment_records(experiment_name(spec), tracking_uri)
+        recs = experiment_records(name, tracking_uri)
     except EmbinitError:  # no MLflow experiment yet: nothing has run
         return {}
     return {key: trial_row(rec) for key, rec in records.by_key(recs).items()}
 
 
-def count_trial_states(tracking_uri: str, spec: dict[str, Any], keys: list[str],
+def count_trial_states(tracking_uri: str, name: str, keys: list[str],
                        reused: set[str] | frozenset = frozenset()) -> dict[str, int]:
-    """Trials of `keys` by state: pending, running, finished (diverged included), failed, and reused
-    (finished before this run started, so not trained again)."""
-    runs = _runs_by_key(tracking_uri, spec)
+    """Trials of `keys` in MLflow experiment `name` by state: pending, running, finished (diverged
+    included), failed, and reused (finished before this run started, so not trained again)."""
+    runs = _runs_by_key(tracking_uri, name)
     out = {"pending": 0, "running": 0, "finished": 0, "failed": 0, "reused": 0}
     for key in keys:
         status = runs[key]["status"] if key in runs else "pending"
@@ -79,14 +76,14 @@ class ResultStore:
                     self._cache.popitem(last=False)
         return value
 
-    def counts(self, tracking_uri: str, spec: dict[str, Any], keys: list[str]) -> dict[str, int]:
-        return count_trial_states(tracking_uri, spec, keys)
+    def counts(self, exp) -> dict[str, int]:
+        return count_trial_states(exp.tracking_uri, exp.mlflow_experiment, exp.trial_keys)
 
     def close_orphans(self, exp, reason: str, status: str = "FAILED") -> int:
         """Close this experiment's trial runs still RUNNING although their driver is gone."""
         from embinit.tracking import TrialRun
 
-        runs = _runs_by_key(exp.tracking_uri, exp.spec)
+        runs = _runs_by_key(exp.tracking_uri, exp.mlflow_experiment)
         orphans = [r["run_id"] for k, r in runs.items() if k in set(exp.trial_keys) and r["status"] == "running"]
         for run_id in orphans:
             TrialRun(exp.tracking_uri, run_id).fail(reason, status=status)
@@ -101,13 +98,13 @@ class ResultStore:
     def experiment_id(self, exp) -> str | None:
         from embinit.tracking import experiment_id
 
-        return experiment_id(experiment_name(exp.spec), exp.tracking_uri)
+        return experiment_id(exp.mlflow_experiment, exp.tracking_uri)
 
     def trials(self, exp) -> list[dict[str, Any]]:
         return self._cached(("trials", exp.id, exp.updated_at), lambda: self._trials(exp))
 
     def _trials(self, exp) -> list[dict[str, Any]]:
-        runs = _runs_by_key(exp.tracking_uri, exp.spec)
+        runs = _runs_by_key(exp.tracking_uri, exp.mlflow_experiment)
         planned = {}
         if not all(k in runs for k in exp.trial_keys):
             try:
@@ -138,7 +135,7 @@ class ResultStore:
         from embinit.errors import EmbinitError
         from embinit.report import Report, build_report
 
-        name = experiment_name(exp.spec)
+        name = exp.mlflow_experiment
         # Only this spec's trials (an MLflow experiment may hold other specs' runs under the same name);
         # an Optuna search draws its trials at run time, so there the whole experiment counts.
         optuna = (exp.spec.get("search") or {}).get("method") == "optuna"

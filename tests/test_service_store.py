@@ -58,7 +58,7 @@ def setup(mlflow_uri, request):
 def test_nothing_run_yet(setup):
     uri, spec, exp = setup
     store = ResultStore(uri)
-    assert count_trial_states(uri, exp.spec, exp.trial_keys) == {"pending": 4, "running": 0, "finished": 0,
+    assert count_trial_states(uri, exp.mlflow_experiment, exp.trial_keys) == {"pending": 4, "running": 0, "finished": 0,
                                                                  "failed": 0, "reused": 0}
     trials = store.trials(exp)
     assert [t["status"] for t in trials] == ["pending"] * 4
@@ -71,7 +71,7 @@ def test_trials_counts_and_report(setup):
     uri, spec, exp = setup
     keys = _write(uri, spec, {0: "finished", 1: "finished", 2: "failed", 3: "running"})
     store = ResultStore(uri)
-    counts = count_trial_states(uri, exp.spec, keys, reused={keys[0]})
+    counts = count_trial_states(uri, exp.mlflow_experiment, keys, reused={keys[0]})
     assert counts == {"pending": 0, "running": 1, "finished": 1, "failed": 1, "reused": 1}
     trials = {t["key"]: t for t in store.trials(exp)}
     assert trials[keys[0]]["status"] == "finished" and trials[keys[0]]["best_metric"] == pytest.approx(0.5)
@@ -88,7 +88,7 @@ def test_a_later_finished_run_beats_an_earlier_failure(setup):
     uri, spec, exp = setup
     keys = _write(uri, spec, {0: "failed"})
     _write(uri, spec, {0: "finished"})
-    assert count_trial_states(uri, exp.spec, keys)["finished"] == 1
+    assert count_trial_states(uri, exp.mlflow_experiment, keys)["finished"] == 1
     assert ResultStore(uri).trials(exp)[0]["status"] == "finished"
 
 

@@ -90,9 +90,10 @@ class ExperimentSpec(_Strict):
         return [TrialConfig.from_dict(p.config) for p in self.plan()]
 
     def num_trials(self) -> int:
-        """Planned trial count (for Optuna: the budget x seeds per scientific point)."""
+        """Planned trial count (for Optuna: the budget x seeds per scientific point), computed without
+        expanding the grid (which could be astronomically big)."""
         per_point = self.search.num_samples if self.search and self.search.method == "optuna" else 1
-        return len(self.plan()) * per_point
+        return planning.planned_count(self) * per_point
 
     def trial_config(self, task: TaskEntry, init: InitEntry, seed: int,
                      overrides: dict[str, Any] | None = None) -> TrialConfig:

@@ -59,6 +59,17 @@ def plan(spec: ExperimentSpec) -> list[PlannedTrial]:
     return out
 
 
+def planned_count(spec: ExperimentSpec) -> int:
+    """len(plan(spec)), without expanding it."""
+    n = len(spec.tasks) * len(spec.inits) * len(spec.seeds)
+    for values in spec.axes.values():
+        n *= len(values)
+    if spec.search is not None and spec.search.method == "grid":
+        for values in spec.search.space.values():
+            n *= len(values)
+    return n
+
+
 def trial_config(spec: ExperimentSpec, task: TaskEntry, init: InitEntry, seed: int,
                  overrides: dict[str, Any] | None = None) -> TrialConfig:
     """One trial's config: the spec's defaults, then the task's values, then `overrides` (axes and

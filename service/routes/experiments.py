@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import threading
-import uuid
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
@@ -11,15 +9,14 @@ from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import func, select
 from sqlalchemy.orm import defer
 
-from service import views
-from service.db import ACTIVE, TERMINAL, Experiment, utcnow
+from service import submission, views
+from service.db import TERMINAL, Experiment, utcnow
 from service.deps import (BodyDep, ReconcilerDep, RunnerDep, SessionDep, SettingsDep, StoreDep, require_read,
                           require_write)
 from service.schemas import ExperimentDetail, ExperimentPage, Status, Submitted, TrialPage
-from service.specs import JSON_TYPES, YAML_TYPES, parse_body, prepare, problems_detail, resource_problems
+from service.specs import JSON_TYPES, YAML_TYPES, parse_body, prepare
 
 router = APIRouter(prefix="/experiments", tags=["experiments"])
-_submit_lock = threading.Lock()  # dedup + limit + insert must not interleave within this process
 MAX_OFFSET = 2 ** 31 - 1  # a bigger offset overflows the database's integer (found by the fuzz test)
 
 SPEC_BODY = {"requestBody": {"required": True, "content": {
@@ -32,34 +29,6 @@ def _get(session, exp_id: str) -> Experiment:
     if exp is None:
         raise HTTPException(404, detail=f"experiment {exp_id!r} not found")
     return exp
-
-
-def _active_count(session) -> int:
-    return session.scalar(select(func.count()).select_from(Experiment).where(Experiment.status.in_(ACTIVE)))
-
-
-def _nodes(runner) -> list[dict[str, float]] | None:
-    """Each node's total resources, None when the runner cannot tell (then nothing is checked)."""
-    try:
-        return runner.nodes() if hasattr(runner, "nodes") else None
-    except Exception:  # a cluster that cannot say is not checked; start() will tell
-        return None
-
-
-def _foreign_experiment(session, store, spec) -> list[tuple[str, str]]:
-    """`mlflow.experiment` may name a new MLflow experiment, or one this service already fills for
-    specs of the same name; never another team's (its runs would be reused and its results mixed)."""
-    target = spec.mlflow.experiment
-    if not target or target == spec.name:
-        return []
-    users = set(session.scalars(select(Experiment.name).where(Experiment.mlflow_experiment == target)))
-    if users - {spec.name}:
-        return [("mlflow.experiment", f"{target!r} holds the runs of other experiments "
-                                      f"({', '.join(sorted(users - {spec.name}))}); choose another name")]
-    if not users and store.has_experiment(target):
-        return [("mlflow.experiment", f"{target!r} already exists in the MLflow store and was not created "
-                                      f"by this service for {spec.name!r}; choose another name")]
-    return []
 
 
 def _submitted(exp: Experiment, created: bool, notices: list[str] = ()) -> Submitted:
@@ -76,45 +45,11 @@ def submit(request: Request, response: Response, body: BodyDep, session: Session
            runner: RunnerDep, store: StoreDep, reconciler: ReconcilerDep,
            rerun: Annotated[bool, Query(description="start again even if this spec was submitted")] = False):
     """Submit an experiment spec (JSON, or YAML with a YAML content type)."""
-    data = parse_body(body, request.headers.get("content-type"))
-    sub = prepare(data, settings, store.tracking_uri)
-    problems = resource_problems(sub.spec, _nodes(runner) if settings.check_cluster_resources else None)
-    with _submit_lock:
-        problems += _foreign_experiment(session, store, sub.spec)
-        if problems:
-            raise HTTPException(422, detail=problems_detail(problems, settings.max_problems))
-        existing = session.scalars(select(Experiment).where(Experiment.spec_hash == sub.spec_hash)
-                                   .order_by(Experiment.created_at.desc()).limit(1)).first()
-        if existing is not None:
-            reconciler.refresh(session, existing)
-            if not rerun:
-                response.status_code = 200
-                return _submitted(existing, created=False, notices=sub.notices)
-            if existing.status in ACTIVE:  # two drivers would train the same trials side by side
-                raise HTTPException(409, detail=f"experiment {existing.id} with this spec is still "
-                                                f"{existing.status}; cancel it or wait before re-running")
-        active = _active_count(session)
-        if active >= settings.max_active_experiments:  # at the limit: are they really still running?
-            reconciler.refresh_active(session)
-            active = _active_count(session)
-        if active >= settings.max_active_experiments:
-            raise HTTPException(429, headers={"Retry-After": "60"},
-                                detail=f"{active} experiments are queued or running; this service runs at "
-                                       f"most {settings.max_active_experiments} at once, retry later")
-        exp = Experiment(id=uuid.uuid4().hex[:12], name=sub.spec.name, spec=sub.data, spec_hash=sub.spec_hash,
-                         trial_keys=sub.trial_keys, n_trials=sub.n_trials, status="queued",
-                         counts={"pending": sub.n_trials}, tracking_uri=store.tracking_uri,
-                         mlflow_experiment=sub.spec.experiment_name())
-        session.add(exp)
-        session.commit()
-    try:
-        exp.driver = runner.start(exp.id, sub.data, store.tracking_uri, sub.trial_keys)
-    except Exception as e:  # recorded on the experiment, reported to the client
-        exp.status, exp.error, exp.finished_at = "failed", f"could not start the Ray driver: {e}", utcnow()
-        session.commit()
-        raise HTTPException(503, detail=f"experiment {exp.id} could not be started: {e}") from None
-    session.commit()
-    return _submitted(exp, created=True, notices=sub.notices)
+    sub = prepare(parse_body(body, request.headers.get("content-type")), settings, store.tracking_uri)
+    outcome = submission.submit(sub, rerun, session, settings, runner, store, reconciler)
+    if not outcome.created:
+        response.status_code = 200
+    return _submitted(outcome.experiment, created=outcome.created, notices=sub.notices)
 
 
 @router.get("", response_model=ExperimentPage, dependencies=[Depends(require_read)])

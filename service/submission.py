@@ -1,0 +1,108 @@
+"""Submitting a prepared spec: refuse another team's MLflow experiment, answer a resubmission with the
+experiment it already has, keep to the limit of active experiments, record the experiment and start
+its driver. The route (service/routes/experiments.py) parses and validates; this module decides."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from dataclasses import dataclass
+
+from fastapi import HTTPException
+from sqlalchemy import func, select
+
+from service.db import ACTIVE, Experiment, utcnow
+from service.specs import Submission, problems_detail, resource_problems
+
+_submit_lock = threading.Lock()  # dedup + limit + insert must not interleave within this process
+
+
+@dataclass
+class Outcome:
+    experiment: Experiment
+    created: bool      # False: the same spec was submitted before (answered with 200, not 202)
+
+
+def nodes(runner) -> list[dict[str, float]] | None:
+    """Each node's total resources, None when the runner cannot tell (then nothing is checked)."""
+    try:
+        return runner.nodes() if hasattr(runner, "nodes") else None
+    except Exception:  # a cluster that cannot say is not checked; start() will tell
+        return None
+
+
+def active_count(session) -> int:
+    return session.scalar(select(func.count()).select_from(Experiment).where(Experiment.status.in_(ACTIVE)))
+
+
+def foreign_experiment(session, store, spec) -> list[tuple[str, str]]:
+    """`mlflow.experiment` may name a new MLflow experiment, or one this service already fills for
+    specs of the same name; never another team's (its runs would be reused and its results mixed)."""
+    target = spec.mlflow.experiment
+    if not target or target == spec.name:
+        return []
+    users = set(session.scalars(select(Experiment.name).where(Experiment.mlflow_experiment == target)))
+    if users - {spec.name}:
+        return [("mlflow.experiment", f"{target!r} holds the runs of other experiments "
+                                      f"({', '.join(sorted(users - {spec.name}))}); choose another name")]
+    if not users and store.has_experiment(target):
+        return [("mlflow.experiment", f"{target!r} already exists in the MLflow store and was not created "
+                                      f"by this service for {spec.name!r}; choose another name")]
+    return []
+
+
+def submit(sub: Submission, rerun: bool, session, settings, runner, store, reconciler) -> Outcome:
+    """Record and start the experiment of `sub` (or return the one this spec already has)."""
+    problems = resource_problems(sub.spec, nodes(runner) if settings.check_cluster_resources else None)
+    with _submit_lock:
+        problems += foreign_experiment(session, store, sub.spec)
+        if problems:
+            raise HTTPException(422, detail=problems_detail(problems, settings.max_problems))
+        existing = _existing(session, sub, rerun, reconciler)
+        if existing is not None:
+            return Outcome(existing, created=False)
+        _check_limit(session, settings, reconciler)
+        exp = Experiment(id=uuid.uuid4().hex[:12], name=sub.spec.name, spec=sub.data, spec_hash=sub.spec_hash,
+                         trial_keys=sub.trial_keys, n_trials=sub.n_trials, status="queued",
+                         counts={"pending": sub.n_trials}, tracking_uri=store.tracking_uri,
+                         mlflow_experiment=sub.spec.experiment_name())
+        session.add(exp)
+        session.commit()
+    _start(exp, sub, session, runner, store)
+    return Outcome(exp, created=True)
+
+
+def _existing(session, sub: Submission, rerun: bool, reconciler) -> Experiment | None:
+    """The newest experiment of this spec when it is to be answered as it is (no rerun asked)."""
+    existing = session.scalars(select(Experiment).where(Experiment.spec_hash == sub.spec_hash)
+                               .order_by(Experiment.created_at.desc()).limit(1)).first()
+    if existing is None:
+        return None
+    reconciler.refresh(session, existing)
+    if not rerun:
+        return existing
+    if existing.status in ACTIVE:  # two drivers would train the same trials side by side
+        raise HTTPException(409, detail=f"experiment {existing.id} with this spec is still "
+                                        f"{existing.status}; cancel it or wait before re-running")
+    return None
+
+
+def _check_limit(session, settings, reconciler) -> None:
+    active = active_count(session)
+    if active >= settings.max_active_experiments:  # at the limit: are they really still running?
+        reconciler.refresh_active(session)
+        active = active_count(session)
+    if active >= settings.max_active_experiments:
+        raise HTTPException(429, headers={"Retry-After": "60"},
+                            detail=f"{active} experiments are queued or running; this service runs at "
+                                   f"most {settings.max_active_experiments} at once, retry later")
+
+
+def _start(exp: Experiment, sub: Submission, session, runner, store) -> None:
+    try:
+        exp.driver = runner.start(exp.id, sub.data, store.tracking_uri, sub.trial_keys)
+    except Exception as e:  # recorded on the experiment, reported to the client
+        exp.status, exp.error, exp.finished_at = "failed", f"could not start the Ray driver: {e}", utcnow()
+        session.commit()
+        raise HTTPException(503, detail=f"experiment {exp.id} could not be started: {e}") from None
+    session.commit()
