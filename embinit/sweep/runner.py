@@ -19,7 +19,7 @@ from embinit.spec import ExperimentSpec, SpecError, load_spec
 from embinit.sweep.analyses import shared_settings
 from embinit.sweep.fused import group_units
 from embinit.sweep.ray_runtime import RayRuntime
-from embinit.sweep.work import SweepContext, units_to_run
+from embinit.sweep.work import SweepContext, Unit, units_to_run
 
 StopFlag = threading.Event | Callable[[], bool] | None
 
@@ -100,16 +100,9 @@ def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = 
                           log_plots=spec.mlflow.log_plots, cache_dir=spec.cache_dir,
                           analyses=shared_settings(spec))
     storage = Path(storage_path or Path(spec.cache_dir or ".embinit-cache") / "ray_results").resolve()
-    cancelled, should_stop = False, _stop_fn(stop)
     try:
-        if spec.search is not None and spec.search.method == "optuna":
-            from embinit.sweep.optuna_search import run_optuna  # imports ray
-            cancelled = run_optuna(spec, shared, storage, progress, should_stop, extra_callbacks, address)
-        elif units:
-            from embinit.sweep.tune_run import run_tune  # imports ray
-            with RayRuntime(address):
-                cancelled = run_tune(spec, units, shared, storage, progress, should_stop, extra_callbacks,
-                                     total=len(planned), reused=reused)
+        cancelled = _execute(spec, units, shared, storage, progress, _stop_fn(stop), extra_callbacks, address,
+                             total=len(planned), reused=reused)
     except KeyboardInterrupt:  # Ctrl-C: not a failure; a rerun of the spec resumes
         tracking.close_orphans(exp_id, uri, parent, INTERRUPTED, status="KILLED", tag="interrupted")
         tracking.end_parent_run(parent, uri, "KILLED", None, {})
@@ -118,6 +111,21 @@ def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = 
               "the trial did not finish: its worker died more often than `retries` allows, or Ray stopped it")
     tracking.close_orphans(exp_id, uri, parent, reason, status="KILLED" if cancelled else "FAILED")
     return _finish(spec, uri, exp_id, parent, planned, reused, cancelled, t0, progress)
+
+
+def _execute(spec: ExperimentSpec, units: list[Unit], shared: SweepContext, storage: Path, progress,
+             should_stop: Callable[[], bool], extra_callbacks, address: str | None, total: int,
+             reused: int) -> bool:
+    """Train the units (an Optuna search: its points); True when cancelled through `should_stop`."""
+    if spec.search is not None and spec.search.method == "optuna":
+        from embinit.sweep.optuna_search import run_optuna  # imports ray
+        return run_optuna(spec, shared, storage, progress, should_stop, extra_callbacks, address)
+    if not units:
+        return False
+    from embinit.sweep.tune_run import run_tune  # imports ray
+    with RayRuntime(address):
+        return run_tune(spec, units, shared, storage, progress, should_stop, extra_callbacks, total=total,
+                        reused=reused)
 
 
 def _finish(spec, uri, exp_id, parent, planned, reused, cancelled, t0, progress) -> SweepResult:
