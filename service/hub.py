@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Iterable
 
-from embinit.init.spec import SOURCE_FAMILIES, parse_init_spec
+from embinit.init.registry import SOURCE_FAMILIES, parse_init_spec
 from embinit.spec import ExperimentSpec
 
 TRUE = {"1", "on", "yes", "true"}

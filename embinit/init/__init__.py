@@ -13,7 +13,7 @@ See `build.py` for the order of operations and `vectors.py` for the file formats
 import importlib
 from typing import Any
 
-from embinit.init.spec import (OOV_INFO, RANDOM_INITS, SOURCE_FAMILIES, TRANSFORM_INFO, InitSpec, InitSpecError,
+from embinit.init.registry import (OOV_INFO, RANDOM_INITS, SOURCE_FAMILIES, TRANSFORM_INFO, InitSpec, InitSpecError,
                                parse_init_spec)
 
 # Names whose modules import torch, loaded on first use: parsing and validating init specs (and so

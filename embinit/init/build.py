@@ -26,7 +26,7 @@ from embinit.init import cache, hf, vectors
 from embinit.init.aligned import Aligned
 from embinit.init.oov import OOV_RULES, OOVContext
 from embinit.init.random import INITS
-from embinit.init.spec import DEFAULT_OOV, SOURCE_FAMILIES, InitSpec, parse_init_spec
+from embinit.init.registry import DEFAULT_OOV, SOURCE_FAMILIES, InitSpec, parse_init_spec
 from embinit.init.transforms import TRANSFORMS
 from embinit.vocab import Vocab
 

@@ -17,7 +17,7 @@ import torch
 
 from embinit.errors import EmbinitError
 from embinit.init.random import xavier_bound
-from embinit.init.spec import OOV_INFO
+from embinit.init.registry import OOV_INFO
 
 
 @dataclass
@@ -69,6 +69,6 @@ def zero_rows(ctx: OOVContext) -> torch.Tensor:
     return torch.zeros(len(ctx.missing), ctx.dim, dtype=torch.float64)
 
 
-# the functions of the registry entries (names, descriptions) in embinit.init.spec
+# the functions of the registry entries (names, descriptions) in embinit.init.registry
 OOV_RULES: dict[str, Callable[[OOVContext], torch.Tensor]] = {
     name: entry.load() for name, entry in OOV_INFO.items()}

@@ -11,7 +11,7 @@ from typing import Callable
 
 import torch
 
-from embinit.init.spec import RANDOM_INITS
+from embinit.init.registry import RANDOM_INITS
 
 InitFn = Callable[[int, int, torch.Generator], torch.Tensor]
 
@@ -40,5 +40,5 @@ def normal(n_rows: int, dim: int, generator: torch.Generator) -> torch.Tensor:
     return torch.empty(n_rows, dim).normal_(0.0, 0.02, generator=generator)
 
 
-# the functions of the registry entries (names, labels, descriptions) in embinit.init.spec
+# the functions of the registry entries (names, labels, descriptions) in embinit.init.registry
 INITS: dict[str, InitFn] = {name: entry.load() for name, entry in RANDOM_INITS.items()}

@@ -25,7 +25,7 @@ import torch
 
 from embinit.errors import EmbinitError
 from embinit.init.random import xavier, xavier_std
-from embinit.init.spec import TRANSFORM_INFO
+from embinit.init.registry import TRANSFORM_INFO
 
 
 @dataclass
@@ -67,6 +67,6 @@ def shuffle(rows: torch.Tensor, n_total: int, dim: int, generator: torch.Generat
     return Fitted(rows[row_perm][:, col_perm], False, lambda v: v[..., col_perm])
 
 
-# the functions of the registry entries (names, labels, descriptions) in embinit.init.spec
+# the functions of the registry entries (names, labels, descriptions) in embinit.init.registry
 TRANSFORMS: dict[str, Callable[[torch.Tensor, int, int, torch.Generator], Fitted]] = {
     name: entry.load() for name, entry in TRANSFORM_INFO.items()}

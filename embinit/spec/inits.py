@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import field_validator
 
 from embinit.errors import EmbinitError
-from embinit.init.spec import SOURCE_FAMILIES, parse_init_spec
+from embinit.init.registry import SOURCE_FAMILIES, parse_init_spec
 from embinit.spec.models import _Strict
 from embinit.spec.path_fields import PathStr
 from embinit.spec.problems import InitFieldError
