@@ -7,7 +7,7 @@ res.table, res.label, res.coverage               # float32 [N, D], "GloVe_Xavier
 ```
 Registries (name -> function / description): `INITS` (random inits), `SOURCES` (pretrained source
 families), `TRANSFORMS`, `OOV_RULES`; `DESCRIPTIONS` holds the one-line description of every name.
-See `build.py` for the order of operations and `vectors.py` for the file formats.
+See `table.py` for the order of operations and `vectors.py` for the file formats.
 """
 
 import importlib
@@ -18,8 +18,8 @@ from embinit.init.registry import (OOV_INFO, RANDOM_INITS, SOURCE_FAMILIES, TRAN
 
 # Names whose modules import torch, loaded on first use: parsing and validating init specs (and so
 # validating an experiment spec) never imports torch.
-_LAZY = {"BuildResult": "build", "build_table": "build", "load_aligned": "build", "resolve_source": "build",
-         "source_dim": "build", "OOV_RULES": "oov", "INITS": "random", "xavier_bound": "random",
+_LAZY = {"BuildResult": "table", "build_table": "table", "load_aligned": "table", "resolve_source": "table",
+         "source_dim": "table", "OOV_RULES": "oov", "INITS": "random", "xavier_bound": "random",
          "xavier_std": "random", "TRANSFORMS": "transforms"}
 
 # family name -> default location (path / hub id) or None

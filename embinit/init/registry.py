@@ -38,7 +38,7 @@ class Entry:
 
     label: str
     description: str
-    function: str = ""           # sources have none: build.py picks a loader by file format
+    function: str = ""           # sources have none: table.py picks a loader by file format
     default: str | None = None   # sources: the default location (path or hub id)
     subword: bool = False        # sources: a Hugging Face model that brings its own tokenizer
 
