@@ -22,7 +22,7 @@ from typing import Any, Sequence
 import torch
 
 from embinit.errors import EmbinitError
-from embinit.init import cache, hf, vectors
+from embinit.init import hf, table_cache, vectors
 from embinit.init.aligned import Aligned
 from embinit.init.oov import OOV_RULES, OOVContext
 from embinit.init.random import INITS
@@ -79,9 +79,9 @@ def resolve_source(spec: InitSpec, pretrained: str | None = None) -> tuple[str, 
 def _identity(kind: str, location: str) -> dict:
     if kind == "hf":
         return hf.identity(location)
-    ident = cache.file_identity(location)
+    ident = table_cache.file_identity(location)
     if kind == "npy":   # the rows' names live in a second file
-        ident["vocab"] = cache.file_identity(vectors.npy_vocab_path(Path(location).expanduser()))
+        ident["vocab"] = table_cache.file_identity(vectors.npy_vocab_path(Path(location).expanduser()))
     return ident
 
 
@@ -93,13 +93,13 @@ def load_aligned(kind: str, location: str, vocab: Vocab, lowercase: bool,
     if cache_dir is not False and cache_dir != "":
         key = {"kind": kind, "source": _identity(kind, location), "vocab": vocab.fingerprint(),
                "lowercase": lowercase}
-        path = cache.entry_path(cache_dir or cache.default_cache_dir(), key)
-        hit = cache.load_entry(path)
+        path = table_cache.entry_path(cache_dir or table_cache.default_cache_dir(), key)
+        hit = table_cache.load_entry(path)
         if hit is not None:
             return hit, True
     aligned = LOADERS[kind](location, vocab.tokens, lowercase)
     if path is not None:
-        cache.save_entry(path, aligned)
+        table_cache.save_entry(path, aligned)
     return aligned, False
 
 
