@@ -23,7 +23,7 @@ from fastapi_offline import FastAPIOffline
 import embinit
 from embinit.errors import EmbinitError
 from embinit.spec import ExperimentSpec, SpecError
-from service.cache import ResponseCache
+from service.response_cache import ResponseCache
 from service.db import Experiment, make_sessionmaker
 from service.routes import catalog, experiments, health
 from service.settings import Settings, get_settings
