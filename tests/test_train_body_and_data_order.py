@@ -68,7 +68,7 @@ def test_init_from_loads_the_body_and_keeps_fresh_embeddings(tmp_path):
     a = torch.load(best, weights_only=False)
     b = torch.load(tmp_path / "second" / "best.pt", weights_only=False)
     # which state-dict entries are embeddings: ask a model built the same way
-    from embinit.train.setup import prepare
+    from embinit.train.prepare import prepare
     setup = prepare(TrialConfig(seed=3, **TINY).resolved(), cache_dir=False)
     ids = {id(p) for p in embedding_parameters(setup.model)}
     emb_names = {n for n, p in setup.model.named_parameters() if id(p) in ids}

@@ -36,7 +36,7 @@ from embinit.train import checkpoint as ckpt
 from embinit.train.callbacks import TrainContext, fire
 from embinit.train.decoding import PAD_ID
 from embinit.train.result import TrialResult
-from embinit.train.setup import derive_seed, prepare
+from embinit.train.prepare import derive_seed, prepare
 from embinit.train.trial import (
     BestTracker,
     _coverage,

@@ -21,7 +21,7 @@ from embinit.train.classification import ClassificationTask
 from embinit.train.lm import LMTask
 from embinit.train.loop import autocast_for, train_epoch
 from embinit.train.result import TrialResult
-from embinit.train.setup import derive_seed, prepare
+from embinit.train.prepare import derive_seed, prepare
 from embinit.train.translation import TranslationTask
 
 
