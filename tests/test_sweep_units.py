@@ -14,7 +14,7 @@ from embinit.spec import Range, SpecError, load_spec
 from embinit.sweep.optuna_search import domain
 from embinit.sweep.progress import Progress
 from embinit.records import TrialRecord, by_key
-from embinit.sweep.runner import _stop_fn, check_local_paths
+from embinit.sweep.run import _stop_fn, check_local_paths
 from embinit.sweep.tune_run import StopAll
 
 

@@ -6,6 +6,6 @@
     print(result.report.to_markdown())
 """
 
-from embinit.sweep.runner import SweepResult, run_sweep
+from embinit.sweep.run import SweepResult, run_sweep
 
 __all__ = ["run_sweep", "SweepResult"]
