@@ -284,8 +284,8 @@ class Hang:  # after epoch 2 (checkpointed and logged) of the first attempt: wai
             self.marker.write_text('hanging')
             time.sleep(600)
 
-spec = load_spec(sys.argv[1])
-result = run_sweep(spec, progress=False, extra_callbacks=lambda cfg: [Hang(sys.argv[2])])
+spec, marker = load_spec(sys.argv[1]), sys.argv[2]  # bound here: a worker's sys.argv is its own
+result = run_sweep(spec, progress=False, extra_callbacks=lambda cfg, m=marker: [Hang(m)])
 print('FINISHED', result.n_finished, result.planned)
 """
 
@@ -301,13 +301,14 @@ def test_a_killed_driver_and_ray_resume_the_trial_when_the_spec_runs_again(tmp_p
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "RAY_AUTH_MODE": "disabled",
            "RAY_USAGE_STATS_ENABLED": "0"}
     cmd = [sys.executable, str(tmp_path / "driver.py"), str(spec_file), str(marker)]
-    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
+    out = tmp_path / "first.log"   # a file, not a pipe: a full pipe would stall the driver
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=out.open("w"), stderr=subprocess.STDOUT,
+                            start_new_session=True)
     try:
-        deadline = time.monotonic() + 240
+        deadline = time.monotonic() + 300
         while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.5)
-        assert marker.exists(), proc.communicate()[0] if proc.poll() is not None else "no epoch 2 in time"
+        assert marker.exists(), out.read_text()[-3000:]
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # the driver, its local Ray and the trial: gone at once
         proc.wait(timeout=60)
