@@ -32,9 +32,9 @@ from typing import Any, Callable
 from embinit.config import TASKS
 from embinit.errors import EmbinitError
 from embinit.records import (  # noqa: F401 (the tag names and run_status are part of this module's API)
-    BLEU_SIGNATURE_TAG, CHECKPOINT_TAG, CONFIG_TAG, ERROR_TAG, EXECUTION_TAG, GROUP_TAG, INIT_TAG, KEY_TAG, KIND_TAG, LABEL_TAG,
-    N_TRIALS_TAG, PARENT_TAG, RESUMED_TAG, SEED_TAG, SPEC_HASH_TAG, STATUS_TAG, TASK_TAG, TRAINER_LABEL_TAG, TrialRecord, from_runs,
-    run_status)
+    BLEU_SIGNATURE_TAG, CHECKPOINT_TAG, CONFIG_TAG, ERROR_TAG, EXECUTION_TAG, GROUP_TAG, INIT_TAG, KEY_TAG, KIND_TAG,
+    LABEL_TAG, N_TRIALS_TAG, PARENT_TAG, RESUMED_TAG, SEED_TAG, SPEC_HASH_TAG, STATUS_TAG, TASK_TAG, TRAINER_LABEL_TAG,
+    TrialRecord, from_runs, run_status)
 
 DEFAULT_URI = "sqlite:///mlflow.db"
 # Embedding statistics kept as metrics (Table 2's columns, read by the reproduction); the rest of the

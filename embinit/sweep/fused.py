@@ -23,7 +23,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from embinit import tracking
 from embinit.config import task_defaults
 from embinit.errors import EmbinitError
 from embinit.sweep import resume
