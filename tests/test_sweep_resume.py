@@ -257,6 +257,27 @@ def test_a_second_claim_waits_for_the_first(tmp_path):
     assert order == ["first out", "second in"]
 
 
+def test_tune_s_restored_copy_replaces_the_folder_only_when_newer(tmp_path):
+    """A worker Tune restarted (maybe on a node without the folder) takes Tune's checkpoint of the key
+    only when it holds a later epoch than the folder."""
+    shared = {"tracking_uri": "sqlite:///x.db", "experiment_id": "1", "cache_dir": str(tmp_path / "c")}
+
+    def fake_last(folder: Path, epoch: int) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "last.pt").write_text(f"epoch {epoch}")
+        (folder / "last.json").write_text(f'{{"key": "k", "epoch": {epoch}}}')
+    restored = tmp_path / "restored"
+    fake_last(restored / "k", 3)
+    with resume.claim(shared, "k", restored) as c:       # no folder yet (another node): Tune's copy
+        assert (c.path / "last.pt").read_text() == "epoch 3"
+        fake_last(c.path, 5)
+    with resume.claim(shared, "k", restored) as c:       # the folder is newer: kept
+        assert (c.path / "last.pt").read_text() == "epoch 5"
+        fake_last(restored / "k", 6)
+    with resume.claim(shared, "k", restored) as c:       # Tune's copy is newer: taken
+        assert (c.path / "last.pt").read_text() == "epoch 6"
+
+
 def test_a_resumable_run_stands_for_its_key_over_a_newer_failure():
     kept = records.TrialRecord("old", "k", "t", "L", "failed", start_ms=1, resume_epoch=3)
     fresh = records.TrialRecord("new", "k", "t", "L", "failed", start_ms=2)
