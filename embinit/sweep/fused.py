@@ -8,8 +8,10 @@ trials. Kinds that do not fuse (embinit.train.fused.FUSABLE_KINDS) and token-bud
 (max_tokens: the number of steps depends on the data order) stay one trial per Ray trial.
 
 In the worker every member is its own MLflow child run under its own trial key, opened, logged and
-closed as a separate trial's is; the group reports to Tune once per epoch with one checkpoint folder
-holding every member's `last.pt`.
+closed as a separate trial's is, in its own claimed checkpoint folder (embinit.sweep.resume: a rerun
+after a crash resumes each member from it, in its run); the group reports to Tune once per epoch with
+one checkpoint holding every member's folder. Members that resume at different epochs (a crash between
+two members' checkpoints) train separately, each from its own.
 """
 
 from __future__ import annotations
@@ -21,10 +23,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from embinit import tracking
 from embinit.config import task_defaults
 from embinit.errors import EmbinitError
-from embinit.sweep.trainable import RUN_ID_FILE, TrialReporter, _artifacts
+from embinit.sweep import resume
+from embinit.sweep.trainable import TrialReporter, _artifacts, reused_value
 
 MEMBER_FIELDS = ("seed", "data_seed", "init", "src_init", "pretrained", "src_pretrained", "oov", "init_from")
 
@@ -77,66 +79,66 @@ class MemberReporter(TrialReporter):
     """A member's epochs go to its own MLflow run; the group reports to Tune once (GroupReporter)."""
 
     def on_epoch_end(self, ctx, epoch: int, metrics: dict[str, Any]) -> None:
-        self.run.log_epoch(epoch, metrics)
+        self.run.log_epoch(epoch, metrics, checkpoint=self.claim.persistent)
 
 
 class GroupReporter:
-    def __init__(self, ckpt_root: Path, size: int):
-        self.ckpt_root, self.size = ckpt_root, size
+    def __init__(self, claims: list[resume.Claim]):
+        self.claims = claims
 
     def on_group_epoch_end(self, epoch: int) -> None:
         from ray import tune
         from ray.tune import Checkpoint
-        tune.report({"embinit_epoch": epoch, "embinit_trials": self.size},
-                    checkpoint=Checkpoint.from_directory(str(self.ckpt_root)))
+        with resume.staged(self.claims) as folder:
+            tune.report({"embinit_epoch": epoch, "embinit_trials": len(self.claims)},
+                        checkpoint=Checkpoint.from_directory(folder))
 
 
-def run_group(items: list[dict[str, Any]], shared: dict[str, Any], root: Path,
+def run_group(items: list[dict[str, Any]], shared: dict[str, Any], restored: Path | None,
               extra_callbacks: Callable | None) -> list[float]:
-    """Run (or reuse) a fused group's trials; returns the selection values of those that did not fail."""
+    """Run (or reuse) a fused group's trials; returns the selection values of those that did not fail.
+    `restored`: Tune's checkpoint of the group restored to disk (a restarted attempt), or None."""
     from embinit.config import TrialConfig
+    cfgs = [TrialConfig.from_dict(item["config"]) for item in items]
+    with resume.claim_all(shared, [c.key() for c in cfgs], restored) as claims:
+        values, todo = [], []
+        for cfg, item in zip(cfgs, items):
+            done = reused_value(shared, claims[cfg.key()], item["selection"][0])
+            if done is not None:
+                values.append(done)
+            else:
+                todo.append((cfg, item, claims[cfg.key()]))
+        return values + _train_group(todo, shared, extra_callbacks) if todo else values
+
+
+def _train_group(todo: list[tuple], shared: dict[str, Any], extra_callbacks: Callable | None) -> list[float]:
     from embinit.train.fused import run_fused
-    uri, exp_id = shared["tracking_uri"], shared["experiment_id"]
-    values, todo = [], []
-    for item in items:
-        cfg = TrialConfig.from_dict(item["config"])
-        done = tracking.finished_run(exp_id, uri, cfg.key())
-        if done is not None:  # another sweep finished it meanwhile: reuse, never train twice
-            values.append(done.data.metrics.get(f"best/{item['selection'][0]}", math.nan))
-        else:
-            todo.append((cfg, item))
-    if not todo:
-        return values
-    runs, dirs, callbacks = [], [], []
-    for cfg, item in todo:
-        out_dir = root / cfg.key()
-        out_dir.mkdir(parents=True, exist_ok=True)
-        id_file = out_dir / RUN_ID_FILE
+    runs, callbacks, values = [], [], []
+    for cfg, item, claim in todo:
         group = {**item["group"], "selection": item["selection"]}
-        run = tracking.TrialRun.open(uri, exp_id, shared["parent_run_id"], cfg.to_dict(), cfg.key(),
-                                     item["label"], group,
-                                     run_id=id_file.read_text().strip() if id_file.exists() else None)
-        id_file.write_text(run.run_id)
-        cbs = [MemberReporter(run, root, item["selection"][0])]
+        run = resume.open_run(claim, shared, cfg.to_dict(), item["label"], group)
+        cbs = [MemberReporter(run, claim, item["selection"][0])]
         cbs += list(extra_callbacks(cfg)) if extra_callbacks is not None else []
         runs.append(run)
-        dirs.append(out_dir)
         callbacks.append(cbs)
+    claims = [claim for _, _, claim in todo]
     try:
-        results = run_fused([c for c, _ in todo], out_dirs=dirs, callbacks=callbacks,
-                            group_callbacks=[GroupReporter(root, len(todo))], resume=True,
+        results = run_fused([c for c, _, _ in todo], out_dirs=[c.path for c in claims], callbacks=callbacks,
+                            group_callbacks=[GroupReporter(claims)], resume=True,
                             cache_dir=shared.get("cache_dir"))
     except EmbinitError as e:  # a user error fails the same way on every retry: record it, go on
-        for run in runs:
-            run.fail(f"{type(e).__name__}: {e}")
+        for run, claim in zip(runs, claims):
+            claim.discard()
+            run.fail(f"{type(e).__name__}: {e}", checkpoint=False)
         return values
     except Exception:
         for run in runs:
             run.fail(traceback.format_exc())
         raise  # Tune retries the group from its last checkpoint
-    for (_cfg, item), run, out_dir, result in zip(todo, runs, dirs, results):
+    for (_cfg, item, claim), run, result in zip(todo, runs, results):
         res = result.to_dict()
-        run.finish(res, _artifacts(res, out_dir, shared, item["label"]))
+        run.finish(res, _artifacts(res, claim.path, shared, item["label"]))
+        claim.discard()  # recorded: nothing left to resume
         value = (res.get("best") or {}).get(item["selection"][0])
         values.append(math.nan if value is None else value)
     return values

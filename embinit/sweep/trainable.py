@@ -1,36 +1,35 @@
 """The Ray Tune trainable: one Tune trial runs one embinit trial (an Optuna point: its seeds in turn).
 
-Inside the worker, per embinit trial: skip it if MLflow already has a finished run of its key (a
-concurrent or earlier sweep did it); open its MLflow child run (the same run again after a restart);
-run `run_trial` with a callback that logs each epoch to MLflow and reports it to Tune with the trial's
-`out_dir` (holding `last.pt`) as the checkpoint. When the worker dies, Tune restarts the trial from the
-last reported checkpoint: it is restored into `out_dir` and `run_trial(resume=True)` continues from its
-last epoch, logging into the same MLflow run. With the spec's `analyses`, the probe and similarity
-callbacks (embinit.sweep.analyses) log into the trial's run as well.
+Inside the worker, per embinit trial: claim its key and its checkpoint folder (embinit.sweep.resume;
+waiting while another sweep trains the key); skip it if MLflow already has a finished run of the key (a
+concurrent or earlier sweep did it); open its MLflow child run (the run its folder names when an earlier
+attempt or sweep left one to continue); run `run_trial` in the folder with a callback that logs each
+epoch to MLflow and reports it to Tune with the folder as the checkpoint. When the worker dies, Tune
+restarts the trial from the last reported checkpoint; when the whole sweep died (the local Ray, the API),
+running the spec again finds the folder. Either way `run_trial(resume=True)` continues after the last
+epoch, logging into the same MLflow run. With the spec's `analyses`, the probe and similarity callbacks
+(embinit.sweep.analyses) log into the trial's run as well.
 """
 
 from __future__ import annotations
 
 import math
-import shutil
-import tempfile
 import traceback
 from pathlib import Path
 from typing import Any, Callable
 
 from embinit import tracking
 from embinit.errors import EmbinitError
-from embinit.sweep import analyses
-
-RUN_ID_FILE = "mlflow_run_id"
+from embinit.sweep import analyses, resume
+from embinit.sweep.resume import RUN_ID_FILE  # noqa: F401 (the name other modules import from here)
 INIT_SAMPLE = "init_embedding_sample.npy"
 
 
 class TrialReporter:
     """Trainer callback: per-epoch metrics to MLflow, then `tune.report` with a checkpoint."""
 
-    def __init__(self, run: tracking.TrialRun, ckpt_root: Path, selection: str, mode: str = "max"):
-        self.run, self.ckpt_root, self.selection, self.mode = run, ckpt_root, selection, mode
+    def __init__(self, run: tracking.TrialRun, claim: resume.Claim, selection: str, mode: str = "max"):
+        self.run, self.claim, self.selection, self.mode = run, claim, selection, mode
         self.best = math.nan  # best-so-far of the selection metric, for the terminal's progress table
 
     def on_train_start(self, ctx) -> None:
@@ -40,16 +39,17 @@ class TrialReporter:
     def on_epoch_end(self, ctx, epoch: int, metrics: dict[str, Any]) -> None:
         from ray import tune
         from ray.tune import Checkpoint
-        self.run.log_epoch(epoch, metrics)
+        self.run.log_epoch(epoch, metrics, checkpoint=self.claim.persistent)
         numbers = {k: v for k, v in tracking.flat_numbers(metrics).items() if math.isfinite(v)}
         # `objective` (the selection metric this epoch) is what an Optuna search sees while it runs.
         objective = numbers.get(self.selection, math.nan)
         if math.isfinite(objective) and not (math.isfinite(self.best) and (
                 objective <= self.best if self.mode == "max" else objective >= self.best)):
             self.best = objective
-        tune.report({**numbers, "objective": objective, "embinit_epoch": epoch, "embinit_best": self.best,
-                     "embinit_epochs": getattr(ctx.cfg, "epochs", None) or math.nan},
-                    checkpoint=Checkpoint.from_directory(str(self.ckpt_root)))
+        with resume.staged([self.claim]) as folder:
+            tune.report({**numbers, "objective": objective, "embinit_epoch": epoch, "embinit_best": self.best,
+                         "embinit_epochs": getattr(ctx.cfg, "epochs", None) or math.nan},
+                        checkpoint=Checkpoint.from_directory(folder))
 
 
 def _save_init_sample(model, path: Path) -> None:
@@ -70,44 +70,45 @@ def train_unit(config: dict[str, Any], shared: dict[str, Any], units: list[dict[
     from embinit.config import TrialConfig
     unit = units[config["unit"]]
     overrides = {k: config[k] for k in shared["search_keys"] if k in config}
-    root = Path(tempfile.mkdtemp(prefix="embinit-trial-"))
-    restored = tune.get_checkpoint()
-    if restored is not None:
-        restored.to_directory(str(root))
     objectives: list[float] = []
-    try:
+    with resume.restored_checkpoint() as restored:
         if unit.get("fused"):  # one fused model for the group (embinit.sweep.fused)
             from embinit.sweep.fused import run_group
-            objectives = run_group(unit["trials"], shared, root, extra_callbacks)
+            objectives = run_group(unit["trials"], shared, restored, extra_callbacks)
         for item in unit["trials"] if not unit.get("fused") else ():
             cfg = TrialConfig.from_dict({**item["config"], **overrides})
             item = {**item, "group": {**item["group"], "point": overrides or item["group"]["point"],
                                       "selection": item["selection"]}}
-            value = _run_one(cfg, item, shared, root, extra_callbacks)
+            with resume.claim(shared, cfg.key(), restored) as claim:
+                value = _run_one(cfg, item, shared, claim, extra_callbacks)
             if value is not None:
                 objectives.append(value)
-        final = {"objective": _mean(objectives), "embinit_done": 1, "embinit_trials": len(unit["trials"]),
-                 "embinit_failed": len(unit["trials"]) - len(objectives)}
-        tune.report(final)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    final = {"objective": _mean(objectives), "embinit_done": 1, "embinit_trials": len(unit["trials"]),
+             "embinit_failed": len(unit["trials"]) - len(objectives)}
+    tune.report(final)
 
 
-def _run_one(cfg, item, shared, root: Path, extra_callbacks) -> float | None:
-    """Run (or reuse) one embinit trial; returns its selection value, None when it failed."""
+def reused_value(shared: dict[str, Any], claim: resume.Claim, metric: str) -> float | None:
+    """The selection value of the key's finished run when it has one (another sweep finished it
+    meanwhile, or while this one waited for the claim): reuse it, never train twice."""
+    done = tracking.finished_run(shared["experiment_id"], shared["tracking_uri"], claim.key)
+    if done is None:
+        return None
+    claim.discard()  # a leftover folder of a key that has its result
+    return done.data.metrics.get(f"best/{metric}", math.nan)
+
+
+def _run_one(cfg, item, shared, claim: resume.Claim, extra_callbacks) -> float | None:
+    """Run (or reuse) one embinit trial in its claimed folder; returns its selection value, None when
+    it failed."""
     from embinit.train import run_trial  # torch; only workers import it
-    uri, exp_id, key = shared["tracking_uri"], shared["experiment_id"], cfg.key()
     metric, mode = item["selection"]
-    done = tracking.finished_run(exp_id, uri, key)
-    if done is not None:  # another sweep finished it meanwhile: reuse, never train twice
-        return done.data.metrics.get(f"best/{metric}", math.nan)
-    out_dir = root / key
-    out_dir.mkdir(parents=True, exist_ok=True)
-    id_file = out_dir / RUN_ID_FILE
-    run = tracking.TrialRun.open(uri, exp_id, shared["parent_run_id"], cfg.to_dict(), key, item["label"],
-                                 item["group"], run_id=id_file.read_text().strip() if id_file.exists() else None)
-    id_file.write_text(run.run_id)
-    callbacks = [TrialReporter(run, root, metric, mode or "max")]
+    done = reused_value(shared, claim, metric)
+    if done is not None:
+        return done
+    out_dir = claim.path
+    run = resume.open_run(claim, shared, cfg.to_dict(), item["label"], item["group"])
+    callbacks = [TrialReporter(run, claim, metric, mode or "max")]
     analysis_cbs = analyses.trial_callbacks(shared.get("analyses"), cfg, run.log_metrics, out_dir)
     callbacks += analysis_cbs
     if extra_callbacks is not None:
@@ -116,7 +117,8 @@ def _run_one(cfg, item, shared, root: Path, extra_callbacks) -> float | None:
         result = run_trial(cfg, out_dir=out_dir, callbacks=callbacks, resume=True,
                            cache_dir=shared.get("cache_dir"))
     except EmbinitError as e:  # a user error fails the same way on every retry: record it, go on
-        run.fail(f"{type(e).__name__}: {e}")
+        claim.discard()
+        run.fail(f"{type(e).__name__}: {e}", checkpoint=False)
         return None
     except Exception:
         run.fail(traceback.format_exc())
@@ -126,7 +128,7 @@ def _run_one(cfg, item, shared, root: Path, extra_callbacks) -> float | None:
     if shared.get("log_plots", True):
         files += analyses.plot_artifacts(analysis_cbs, res["history"], out_dir, item["label"])
     run.finish(res, files)
-    shutil.rmtree(out_dir, ignore_errors=True)  # recorded: later checkpoints of the unit need not carry it
+    claim.discard()  # recorded: nothing left to resume
     value = (res.get("best") or {}).get(metric)
     return math.nan if value is None else value  # a diverged trial is a result, not a failure
 
