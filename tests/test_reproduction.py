@@ -170,3 +170,26 @@ def test_exports_and_cli(store, tmp_path, capsys):
         Reproduction(uri)
     assert main(["reproduction", "--tracking-uri", uri]) == 2
     assert "offline-multi30k-glove50" in capsys.readouterr().err
+
+
+def test_intervals_are_clipped_to_the_metrics_range(store):
+    """Issue 16 item 6: a widely spread BLEU (1, 2, 30) or accuracy (70%, 90%, 99%) has a t interval that
+    leaves [0, 100]; the reproduction's tables show it clipped, as the report does."""
+    uri = store[0]
+    wide = tracking.ensure_experiment("wide", uri)
+    for seed, v in enumerate((1.0, 2.0, 30.0)):
+        _trial(uri, wide, f"w{seed}", "multi30k", "Xavier", seed, {"test/bleu": v}, {"val/loss": 0.05 + seed})
+    wide_sst = tracking.ensure_experiment("wide-sst", uri)
+    for seed, v in enumerate((0.7, 0.9, 0.99)):
+        _trial(uri, wide_sst, f"ws{seed}", "sst2", "Xavier", seed, {}, {"val/acc": v, "val/loss": 0.4})
+    inputs = Inputs(groups=(Group("wide", "multi30k", "GloVe", "GloVe", "w.yaml"),
+                            Group("wide-sst", "sst2", "MiniLM", "BERT", "s.yaml")), analogy_experiment="none")
+    rep = Reproduction(uri, inputs)
+    text = render(rep, rep.build())
+    rows = {r["task"]: r for r in rep.exports["table1"] if r["init"] == "Xavier"}
+    bleu, acc = rows["multi30k"], rows["sst2"]
+    assert bleu["mean"] - bleu["ci95"] < 0 and bleu["ci_low"] == 0.0 and bleu["ci_high"] < 100
+    assert acc["mean"] + acc["ci95"] > 100 and acc["ci_high"] == 100.0 and acc["ci_low"] > 0
+    assert f"[0.00, {bleu['ci_high']:.2f}]" in text and f"[{acc['ci_low']:.2f}, 100.00]" in text
+    table3 = {r["init"]: r for r in rep.exports["table3"] if r["train_embeddings"] and r["pos_encoding"]}
+    assert table3["Xavier"]["bleu"]["ci_low"] == 0.0

@@ -8,6 +8,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 from embinit import records
+from embinit.config import metric_range
 from embinit.report import summarize
 from embinit.reproduction.compare import ci_text, compare_text, duration, fmt, mean_std, verdict, welch
 from embinit.reproduction.export import Section
@@ -41,8 +42,8 @@ def similarity_section(rep: Reproduction) -> Section:
             if not ts:
                 continue
             label = ROLE_TEXT[role].format(p=g.source)
-            first = summarize([hist[t.run_id][0][1] for t in ts if hist[t.run_id]])
-            last = summarize([hist[t.run_id][-1][1] for t in ts if hist[t.run_id]])
+            first = summarize([hist[t.run_id][0][1] for t in ts if hist[t.run_id]], metric_range(metric))
+            last = summarize([hist[t.run_id][-1][1] for t in ts if hist[t.run_id]], metric_range(metric))
             s.lines.append(f"| {label} | {mean_std(first, 3)} | {mean_std(last, 3)} | {last['n']} | "
                            f"{ci_text(last, 3)} |")
             curves[label] = {st: statistics.fmean([v for t in ts for s2, v in hist[t.run_id] if s2 == st]

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from embinit import paper, tracking
-from embinit.config import TASKS
+from embinit.config import TASKS, metric_range
 from embinit.report import summarize
 from embinit.reproduction.compare import ci_text, fmt, mean_std
 from embinit.reproduction.export import Section
@@ -43,6 +43,11 @@ class Reproduction:
         """(metric, its name, scale to the paper's units)."""
         m = tracking.primary_metric(task)
         return (m, "test BLEU", 1.0) if "bleu" in m else (m, "best val. accuracy (%)", 100.0)
+
+    def bounds(self, task: str) -> tuple[float, float]:
+        """The range of the task's metric in the paper's units (confidence intervals are clipped to it)."""
+        m, _, scale = self.metric(task)
+        return tuple(b * scale for b in metric_range(m))
 
     def scaled(self, g: Group, role: str) -> list[float]:
         m, _, scale = self.metric(g.task)
@@ -92,9 +97,9 @@ class Reproduction:
                           and role_of(t.label, g.source) == role and t.status in ("failed", "diverged")]
                 if not trials and not failed:
                     continue
-                st = summarize(self.scaled(g, role))
-                ep = summarize(self.values(trials, "best_epoch"))
-                vl = summarize(self.values(trials, "best/val/loss"))
+                st = summarize(self.scaled(g, role), self.bounds(g.task))
+                ep = summarize(self.values(trials, "best_epoch"), metric_range("best_epoch"))
+                vl = summarize(self.values(trials, "best/val/loss"), metric_range("best/val/loss"))
                 p = ref.get(role)
                 label = ROLE_TEXT[role].format(p=g.source)
                 s.lines.append(f"| {label} | {'—' if p is None else f'{p[0]} ({p[1]})'} | "
@@ -163,9 +168,9 @@ class Reproduction:
             for cell in ((False, False), (True, False), (False, True), (True, True)):
                 ts = [t for t in trials if role_of(t.label, g.source) == role and t.cell == cell]
                 p = paper.TABLE3.get((role, *cell))
-                bleu = summarize(self.values(ts, "test/bleu"))
-                vl = summarize(self.values(ts, "best/val/loss"))
-                ep = summarize(self.values(ts, "best_epoch"))
+                bleu = summarize(self.values(ts, "test/bleu"), metric_range("test/bleu"))
+                vl = summarize(self.values(ts, "best/val/loss"), metric_range("best/val/loss"))
+                ep = summarize(self.values(ts, "best_epoch"), metric_range("best_epoch"))
                 label = ROLE_TEXT[role].format(p=g.source)
                 yn = "/".join("yes" if c else "no" for c in cell)
                 s.lines.append(f"| {label} | {yn} | {'—' if p is None else f'{p[0]} ({p[1]})'} | "
@@ -199,7 +204,7 @@ class Reproduction:
         for i, row in enumerate(first["rows"]):
             accs = [r["rows"][i]["accuracy"] for r in results if r["rows"][i]["accuracy"] is not None]
             corr = [r["rows"][i]["correct"] for r in results]
-            st = summarize(accs)
+            st = summarize(accs, (0.0, 100.0))  # percentages
             rng = f"{min(corr)}–{max(corr)}" if min(corr) != max(corr) else str(corr[0])
             s.lines.append(f"| {row['label']} | {row.get('paper') or '—'} | {rng}/{row['total']} | {mean_std(st, 1)} | "
                            f"{st['n']} | {ci_text(st, 1)} |")
