@@ -71,9 +71,10 @@ class TokenEmbedding(nn.Module):
 
 
 def padding_mask(ids: torch.Tensor, pad_id: int = 0) -> torch.Tensor | None:
-    """Attention mask [B, 1, 1, S] (True = attend) hiding pad keys; None when nothing is padded, so
-    attention takes its unmasked fast path."""
+    """Attention mask [B, 1, 1, S] (True = attend) hiding pad keys. On CPU: None when nothing is padded,
+    so attention takes its unmasked fast path. On an accelerator the mask is always returned: asking
+    whether anything is padded would make the host wait for the device at every forward pass."""
     keep = ids != pad_id
-    if bool(keep.all()):
+    if ids.device.type == "cpu" and bool(keep.all()):
         return None
     return keep[:, None, None, :]
