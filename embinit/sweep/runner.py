@@ -122,6 +122,8 @@ def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = 
                                    lambda: RayRuntime(address))
         elif units:
             with RayRuntime(address):
+                from embinit.sweep.prepare import prepare_on_ray  # noqa: PLC0415
+                prepare_on_ray(units, spec.cache_dir)   # tokenize / align once, before the fan-out
                 cancelled = run_tune(spec, units, shared, storage, progress, should_stop, extra_callbacks,
                                      total=len(planned), reused=reused)
     except KeyboardInterrupt:

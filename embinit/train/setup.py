@@ -178,7 +178,10 @@ def load_data(cfg: TrialConfig, tokenizer: str, cache_dir):
     return load_task(cfg.task, **kwargs)
 
 
-def prepare(cfg: TrialConfig, cache_dir=None) -> Setup:
+def load_inputs(cfg: TrialConfig, cache_dir=None, device: torch.device | None = None):
+    """(resolved config, task kind, TaskData, embedding tables): everything `prepare` makes but the
+    model. A sweep calls it once per distinct data setting before its trials fan out, so the trials
+    find the tokenized task and the aligned pretrained rows in the cache."""
     from embinit.init import build_table, parse_init_spec, source_dim
 
     rc = check_config(cfg)
@@ -193,9 +196,8 @@ def prepare(cfg: TrialConfig, cache_dir=None) -> Setup:
     dims = {s: source_dim(specs[s], pretrained[s]) for s in sides}
     d_model, heads = resolve_model_size(rc, cfg.heads, dims)
     rc = dataclasses.replace(rc, d_model=d_model, heads=heads)
-    device = pick_device(rc.device)
-    rc = dataclasses.replace(rc, precision=resolve_precision(rc.precision, device))
-
+    if device is not None:
+        rc = dataclasses.replace(rc, precision=resolve_precision(rc.precision, device))
     data = load_data(rc, resolve_tokenizer(rc, specs[main_side]), cache_dir)
     if data.kind != kind:
         raise EmbinitError(f"task {rc.task!r} loaded as {data.kind!r} data, expected {kind!r}")
@@ -203,8 +205,14 @@ def prepare(cfg: TrialConfig, cache_dir=None) -> Setup:
     tables = {s: build_table(specs[s], vocabs[s], dim=d_model, pretrained=pretrained[s], oov=rc.oov,
                              generator=torch.Generator().manual_seed(derive_seed(rc.seed, f"emb:{s}")),
                              cache_dir=cache_dir) for s in sides}
+    return rc, kind, data, tables
+
+
+def prepare(cfg: TrialConfig, cache_dir=None) -> Setup:
+    device = pick_device(check_config(cfg).device)
+    rc, kind, data, tables = load_inputs(cfg, cache_dir, device)
     # sequences are truncated to max_len ids; <bos>/<eos> (and a pair's separator) need room beyond it
-    model_cfg = ModelConfig(d_model=d_model, heads=heads, layers=rc.layers, ff_dim=rc.ff_dim,
+    model_cfg = ModelConfig(d_model=rc.d_model, heads=rc.heads, layers=rc.layers, ff_dim=rc.ff_dim,
                             dropout=rc.dropout, max_positions=2 * rc.max_len + 2, pe_base=rc.pe_base,
                             pre_ln=rc.pre_ln, pos_encoding=rc.pos_encoding)
     g_model = torch.Generator().manual_seed(derive_seed(rc.seed, "model"))
