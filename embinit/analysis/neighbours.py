@@ -70,24 +70,26 @@ def _order(vals: torch.Tensor, idx: torch.Tensor):
 def _exact_rows(x: torch.Tensor, rows: torch.Tensor, k: int):
     """Top-k of the given rows by a stable full sort (for rows whose k-th place is tied)."""
     s = x[rows] @ x.T
-    s[torch.arange(len(rows)), rows] = float("-inf")
+    s[torch.arange(len(rows), device=x.device), rows] = float("-inf")
     v, i = torch.sort(s, dim=1, descending=True, stable=True)
     return v[:, :k], i[:, :k]
 
 
 def knn(x: torch.Tensor, k: int, neighbours: str = "dot", block_size: int = DEFAULT_BLOCK,
         prepared: bool = False):
-    """(scores, indices), each [N, k]: every row's k nearest other rows, by the tie-break above."""
+    """(scores, indices), each [N, k]: every row's k nearest other rows, by the tie-break above.
+    Runs on x's device (a trial's GPU); the results stay there."""
     if not prepared:
         x = prepare(x, neighbours)
     n = x.shape[0]
     check_k(k, n)
     keep = k + 1  # one extra to detect a tie across the k-th place
-    vals = torch.full((n, keep), float("-inf"), dtype=x.dtype)
-    idx = torch.full((n, keep), n, dtype=torch.long)  # n: "no neighbour yet" (only with -inf)
+    dev = x.device
+    vals = torch.full((n, keep), float("-inf"), dtype=x.dtype, device=dev)
+    idx = torch.full((n, keep), n, dtype=torch.long, device=dev)  # n: "no neighbour yet" (only with -inf)
     b = max(1, min(int(block_size), n))
     # two score buffers reused for every block: fresh 16-64 MB tensors per block cost page faults
-    buf, buf_t = torch.empty(b * b, dtype=x.dtype), torch.empty(b * b, dtype=x.dtype)
+    buf, buf_t = torch.empty(b * b, dtype=x.dtype, device=dev), torch.empty(b * b, dtype=x.dtype, device=dev)
     with torch.no_grad():
         for i0 in range(0, n, b):
             ri = slice(i0, min(i0 + b, n))
@@ -106,7 +108,7 @@ def knn(x: torch.Tensor, k: int, neighbours: str = "dot", block_size: int = DEFA
                     _merge(vals, idx, rj, st, i0, keep)
         vals, idx = _order(vals, idx)
         tied = torch.nonzero(vals[:, k - 1] == vals[:, k]).flatten() if keep <= n - 1 else \
-            torch.empty(0, dtype=torch.long)
+            torch.empty(0, dtype=torch.long, device=dev)
         out_v, out_i = vals[:, :k].clone(), idx[:, :k].clone()
         for c0 in range(0, len(tied), b):
             rows = tied[c0:c0 + b]

@@ -24,6 +24,7 @@ from embinit.sweep import analyses
 
 RUN_ID_FILE = "mlflow_run_id"
 INIT_SAMPLE = "init_embedding_sample.npy"
+DEVICE_TAG = "embinit.device"
 
 
 class TrialReporter:
@@ -33,6 +34,7 @@ class TrialReporter:
         self.run, self.ckpt_root, self.selection = run, ckpt_root, selection
 
     def on_train_start(self, ctx) -> None:
+        tracking.retry(lambda: self.run.client.set_tag(self.run.run_id, DEVICE_TAG, device_name(ctx.model)))
         if ctx.step == 0 and ctx.out_dir is not None:  # a fresh start, not a resumed attempt
             _save_init_sample(ctx.model, Path(ctx.out_dir) / INIT_SAMPLE)
 
@@ -45,6 +47,15 @@ class TrialReporter:
         objective = numbers.get(self.selection, math.nan)
         tune.report({**numbers, "objective": objective, "embinit_epoch": epoch},
                     checkpoint=Checkpoint.from_directory(str(self.ckpt_root)))
+
+
+def device_name(model) -> str:
+    """Where the trial trains, e.g. `cuda:0 (NVIDIA H100 80GB HBM3)` or `cpu`."""
+    device = next(model.parameters()).device
+    if device.type != "cuda":
+        return str(device)
+    import torch  # noqa: PLC0415
+    return f"{device} ({torch.cuda.get_device_name(device)})"
 
 
 def _save_init_sample(model, path: Path) -> None:
