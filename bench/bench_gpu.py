@@ -179,7 +179,8 @@ class MPS:
 
     def __exit__(self, *exc):
         if self.on:
-            subprocess.run(["nvidia-cuda-mps-control"], input=b"quit\n", env={**os.environ, **self.env})
+            subprocess.run(["nvidia-cuda-mps-control"], input=b"quit\n", env={**os.environ, **self.env},
+                           check=False)
         shutil.rmtree(self.dir, ignore_errors=True)
 
 

@@ -100,9 +100,10 @@ def test_knn_and_probe_on_cuda_equal_cpu():
 def test_sweep_puts_four_trials_on_one_gpu(tmp_path):
     """resources: {gpus: 0.25}: 4 trials at once on the one GPU, each MLflow run tagged with cuda."""
     sys.path.insert(0, os.path.dirname(__file__))
-    from test_sweep_gpu_share import share_sweep
-    from embinit.sweep.trainable import DEVICE_TAG
     import ray
+    from test_sweep_gpu_share import share_sweep
+
+    from embinit.sweep.trainable import DEVICE_TAG
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     ray.init(num_cpus=4, num_gpus=1, include_dashboard=False, log_to_driver=False)
     try:

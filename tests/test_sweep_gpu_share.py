@@ -100,6 +100,7 @@ def test_sweep_warns_once_on_a_gpu_node_without_mps(tmp_path, monkeypatch, caplo
     monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", str(tmp_path / "no-mps"))
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
     import ray
+
     from embinit.sweep.gpu_share import check_on_ray
     ray.init(num_cpus=1, num_gpus=1, include_dashboard=False, log_to_driver=False)
     try:

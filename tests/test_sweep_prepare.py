@@ -4,6 +4,7 @@ file) more than once, and the cache keys hold across folders with the same file 
 import shutil
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -44,8 +45,8 @@ def vectors(path, dim=8):
 
 
 def configs(vec, seeds=3):
-    base = dict(task="synthetic_translation", epochs=1, max_train_examples=64, threads=1,
-                extras={"val_bleu": False})
+    base = {"task": "synthetic_translation", "epochs": 1, "max_train_examples": 64, "threads": 1,
+            "extras": {"val_bleu": False}}
     return [TrialConfig(init=init, pretrained=vec if init == "glove" else None, seed=s, **base)
             for init in ("glove", "xavier") for s in range(seeds)]
 
@@ -107,6 +108,6 @@ def test_cache_is_keyed_by_content_not_path(counted, tmp_path):
     (tmp_path / "b" / "vec.txt").touch()             # other path, other mtime, same bytes
     prepare_configs([TrialConfig(**{**cfg.to_dict(), "pretrained": str(copy)})], tmp_path / "cache")
     assert counted["align"] == 2                     # source and target side, built once
-    (tmp_path / "b" / "vec.txt").write_text(open(vec).read().replace("0.1", "0.2"))
+    (tmp_path / "b" / "vec.txt").write_text(Path(vec).read_text().replace("0.1", "0.2"))
     prepare_configs([TrialConfig(**{**cfg.to_dict(), "pretrained": str(copy)})], tmp_path / "cache")
     assert counted["align"] == 4                     # other content: a miss

@@ -3,6 +3,7 @@ host-side batch. Checked on CPU by recording the aten ops that read a device val
 (`_local_scalar_dense`: .item(), int(), bool(); `nonzero`: boolean-mask indexing), with the CPU-only
 shortcut in `padding_mask` switched off as on an accelerator. Divergence is still found, with its step."""
 
+import math
 from types import SimpleNamespace
 
 import pytest
@@ -63,7 +64,7 @@ def test_training_steps_read_the_device_once_per_window(task, tmp_path, as_on_gp
     assert stats.diverged_step is None and ctx.step == 12 and stats.tokens > 0
     # the callback sees the last loss read: NaN before the first read, then fresh at steps 5 and 10
     assert [st for st, _ in seen] == list(range(1, 13))
-    assert all(v != v for _, v in seen[:4]) and all(v == v for _, v in seen[4:])
+    assert all(math.isnan(v) for _, v in seen[:4]) and not any(math.isnan(v) for _, v in seen[4:])
     assert seen[4][1] == seen[8][1] and seen[9][1] != seen[4][1]
 
 
