@@ -134,7 +134,7 @@ class TrialConfig:
     max_train_examples: int | None = None
     data_dir: str | None = None
     beam_size: int = 1                  # 1 = greedy decoding
-    precision: str = "fp32"             # fp32 | bf16 (autocast)
+    precision: str = "fp32"             # fp32 | bf16 (autocast) | auto (bf16 where the machine has bf16 units)
     threads: int | None = None          # torch intra-op threads; not part of the trial key
     device: str = "auto"                # not part of the trial key
     extras: dict[str, Any] = field(default_factory=dict)  # task-specific switches (documented per task)

@@ -38,12 +38,13 @@ LogFn = Callable[[dict, int], None]
 
 
 def model_table(model, key: str | None = None) -> tuple[str, torch.Tensor]:
-    """(side, a CPU float32 copy of the embedding table) of a model with `embeddings()`."""
+    """(side, a float32 copy of the embedding table) of a model with `embeddings()`, on the model's
+    device: trials sharing a GPU search neighbours and probe there too."""
     tables = model.embeddings()
     key = key or next((k for k in ("tok", "tgt", "src") if k in tables), next(iter(tables)))
     if key not in tables:
         raise EmbinitError(f"{key!r} is not an embedding table of the model; choose from {sorted(tables)}")
-    return key, tables[key].weight.detach().float().cpu().clone()
+    return key, tables[key].weight.detach().float().clone()
 
 
 def context_tokens(ctx, key: str) -> list[str] | None:
@@ -106,6 +107,7 @@ class SimilarityCallback:
         idx = None
         if self.snapshot_dir is not None:
             _, idx = knn(table, self.k, self.neighbours, self.block)
+            idx = idx.cpu()
             self._save_snapshot(step, idx, tokens)
         if self.reference is None and self.reference_snapshots is None:
             return None
@@ -148,6 +150,7 @@ class SimilarityCallback:
         if self._ref_cache is None:
             self._ref_cache = _load_reference(self.reference)
         ref_tokens, ref = self._ref_cache
+        ref = ref.to(table.device)
         if ref_tokens is not None and tokens is not None and ref_tokens != tokens:
             _, table, ref = align(tokens, table, ref_tokens, ref)
             idx = None                      # neighbours must be searched within the shared tokens

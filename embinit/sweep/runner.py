@@ -129,6 +129,10 @@ def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = 
                                    lambda: RayRuntime(address))
         elif units:
             with RayRuntime(address):
+                from embinit.sweep.gpu_share import check_on_ray
+                from embinit.sweep.prepare import prepare_on_ray
+                check_on_ray(spec.resources.gpus)       # several trials per GPU without MPS: say so once
+                prepare_on_ray(units, spec.cache_dir)   # tokenize / align once, before the fan-out
                 cancelled = run_tune(spec, units, shared, storage, progress, should_stop, extra_callbacks,
                                      total=len(planned), reused=reused)
     except KeyboardInterrupt:  # Ctrl-C: not a failure; a rerun of the spec resumes

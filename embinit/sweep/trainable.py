@@ -23,6 +23,7 @@ from embinit.errors import EmbinitError
 from embinit.sweep import analyses, resume
 from embinit.sweep.resume import RUN_ID_FILE  # noqa: F401 (the name other modules import from here)
 INIT_SAMPLE = "init_embedding_sample.npy"
+DEVICE_TAG = "embinit.device"
 
 
 class TrialReporter:
@@ -33,6 +34,7 @@ class TrialReporter:
         self.best = math.nan  # best-so-far of the selection metric, for the terminal's progress table
 
     def on_train_start(self, ctx) -> None:
+        tracking.retry(lambda: self.run.client.set_tag(self.run.run_id, DEVICE_TAG, device_name(ctx.model)))
         if ctx.step == 0 and ctx.out_dir is not None:  # a fresh start, not a resumed attempt
             _save_init_sample(ctx.model, Path(ctx.out_dir) / INIT_SAMPLE)
 
@@ -50,6 +52,15 @@ class TrialReporter:
             tune.report({**numbers, "objective": objective, "embinit_epoch": epoch, "embinit_best": self.best,
                          "embinit_epochs": getattr(ctx.cfg, "epochs", None) or math.nan},
                         checkpoint=Checkpoint.from_directory(folder))
+
+
+def device_name(model) -> str:
+    """Where the trial trains, e.g. `cuda:0 (NVIDIA H100 80GB HBM3)` or `cpu`."""
+    device = next(model.parameters()).device
+    if device.type != "cuda":
+        return str(device)
+    import torch
+    return f"{device} ({torch.cuda.get_device_name(device)})"
 
 
 def _save_init_sample(model, path: Path) -> None:
