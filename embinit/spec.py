@@ -41,7 +41,7 @@ __all__ = ["ExperimentSpec", "InitEntry", "SpecError", "load_spec", "Hyperparams
 # TrialConfig fields a spec may set per task, in `defaults`, as an ablation axis or in a search space.
 HYPERPARAMETERS = ("data_seed", "init_from", "epochs", "batch_size", "max_tokens", "lr", "d_model", "layers", "heads",
                    "ff_dim", "dropout", "min_freq", "max_len", "pe_base", "pre_ln", "pos_encoding", "train_embeddings",
-                   "freeze_non_embeddings", "early_stopping_patience", "max_train_examples", "beam_size",
+                   "freeze_non_embeddings", "tie_embeddings", "early_stopping_patience", "max_train_examples", "beam_size",
                    "precision", "oov", "tokenizer", "threads", "device", "extras")
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -110,6 +110,7 @@ class Hyperparams(_Strict):
     pos_encoding: bool | None = None
     train_embeddings: bool | None = None
     freeze_non_embeddings: bool | None = None
+    tie_embeddings: bool | None = None   # LM only: output layer = the token table (GPT-2 style)
     early_stopping_patience: int | None = Field(None, ge=1)
     max_train_examples: int | None = Field(None, ge=1)
     beam_size: int | None = Field(None, ge=1)

@@ -53,6 +53,17 @@ def context_tokens(ctx, key: str) -> list[str] | None:
     return list(vocab.tokens) if vocab is not None else None
 
 
+def context_seen(ctx, key: str) -> torch.Tensor | None:
+    """bool [N]: the rows whose token training saw (its training count > 0); None when the vocabulary
+    has no counts. A GPT-2 LM keeps a row for every tokenizer entry, seen or not; for the post's
+    experiments those unseen rows never move (untied) and dilute the all-token mean."""
+    data = getattr(ctx, "data", None)
+    vocab = getattr(data, "src_vocab" if key == "src" else "vocab", None) if data is not None else None
+    if vocab is None or not getattr(vocab, "counts", None):
+        return None
+    return torch.tensor([vocab.counts.get(t, 0) > 0 for t in vocab.tokens], dtype=torch.bool)
+
+
 def fingerprint(tokens: list[str] | None) -> str | None:
     return hashlib.sha256("\n".join(tokens).encode()).hexdigest()[:16] if tokens else None
 
@@ -123,10 +134,22 @@ class SimilarityCallback:
         summary = summarize(scores, inter, self.k, torch.ones(len(scores), dtype=torch.bool))
         metrics = {f"{self.prefix}/knn_{self.metric}_mean": summary["mean"],
                    f"{self.prefix}/knn_{self.metric}_median": summary["median"]}
+        metrics.update(self._seen_metrics(ctx, key, scores, inter))
         self.history.append({"step": step, **metrics})
         if self.log_fn is not None:
             self.log_fn(metrics, step)
         return metrics
+
+    def _seen_metrics(self, ctx, key: str, scores: torch.Tensor, inter: torch.Tensor) -> dict[str, float]:
+        """`<prefix>/seen/knn_<metric>_mean|median` and `<prefix>/seen/tokens`: the same per-token scores
+        aggregated over the tokens training saw only (neighbours are still searched among all rows)."""
+        seen = context_seen(ctx, key)
+        if seen is None or len(seen) != len(scores) or not seen.any():
+            return {}
+        part = summarize(scores, inter, self.k, seen)
+        return {f"{self.prefix}/seen/knn_{self.metric}_mean": part["mean"],
+                f"{self.prefix}/seen/knn_{self.metric}_median": part["median"],
+                f"{self.prefix}/seen/tokens": float(part["tokens"])}
 
     def _save_snapshot(self, step: int, idx: torch.Tensor, tokens) -> None:
         self.snapshot_dir.mkdir(parents=True, exist_ok=True)

@@ -26,6 +26,7 @@ class ModelConfig:
     pe_base: float = 10000.0
     pre_ln: bool = False         # False: post-LN, the original transformer
     pos_encoding: bool = True    # Table 3 ablation
+    tie_embeddings: bool = False  # decoder-only LM: logits = h @ E^T + b (GPT-2 style), no separate matrix
 
     def __post_init__(self):
         if self.d_model < 1 or self.layers < 1 or self.ff_dim < 1 or self.heads < 1:

@@ -126,6 +126,9 @@ def check_config(cfg: TrialConfig) -> TrialConfig:
         problems.append(f"threads must be >= 1, got {rc.threads}")
     if not rc.train_embeddings and rc.freeze_non_embeddings:
         problems.append("train_embeddings=False with freeze_non_embeddings=True leaves nothing to train")
+    if rc.tie_embeddings and task_defaults(rc.task).kind != "lm":
+        problems.append(f"tie_embeddings applies to language models only; {rc.task!r} is a "
+                        f"{task_defaults(rc.task).kind} task")
     if problems:
         raise EmbinitError("; ".join(problems))
     return rc
@@ -216,7 +219,8 @@ def prepare(cfg: TrialConfig, cache_dir=None) -> Setup:
     # sequences are truncated to max_len ids; <bos>/<eos> (and a pair's separator) need room beyond it
     model_cfg = ModelConfig(d_model=rc.d_model, heads=rc.heads, layers=rc.layers, ff_dim=rc.ff_dim,
                             dropout=rc.dropout, max_positions=2 * rc.max_len + 2, pe_base=rc.pe_base,
-                            pre_ln=rc.pre_ln, pos_encoding=rc.pos_encoding)
+                            pre_ln=rc.pre_ln, pos_encoding=rc.pos_encoding,
+                            tie_embeddings=rc.tie_embeddings)
     g_model = torch.Generator().manual_seed(derive_seed(rc.seed, "model"))
     model = build_model(kind, {s: t.table for s, t in tables.items()}, model_cfg,
                         num_labels=data.num_labels or 0, generator=g_model)
