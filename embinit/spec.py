@@ -41,8 +41,8 @@ __all__ = ["ExperimentSpec", "InitEntry", "SpecError", "load_spec", "Hyperparams
 # TrialConfig fields a spec may set per task, in `defaults`, as an ablation axis or in a search space.
 HYPERPARAMETERS = ("data_seed", "init_from", "epochs", "batch_size", "max_tokens", "lr", "d_model", "layers", "heads",
                    "ff_dim", "dropout", "min_freq", "max_len", "pe_base", "pre_ln", "pos_encoding", "train_embeddings",
-                   "freeze_non_embeddings", "tie_embeddings", "early_stopping_patience", "max_train_examples", "beam_size",
-                   "precision", "oov", "tokenizer", "threads", "device", "extras")
+                   "freeze_non_embeddings", "tie_embeddings", "early_stopping_patience", "max_train_examples",
+                   "beam_size", "precision", "oov", "tokenizer", "threads", "device", "extras")
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 

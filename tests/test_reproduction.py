@@ -116,7 +116,8 @@ def test_verdicts():
     assert verdict({"diff": 0.5, "ci95": 1.0, "n": (3, 3)}, -1).startswith("inconclusive (opposite direction")
     assert verdict({"diff": -0.5, "ci95": 2.0, "n": (3, 3)}, +1, tolerate=True, effect=1.8).startswith("inconclusive")
     # narrower than the paper's effect: on par for a tolerant claim, not reproduced for a directional one
-    assert verdict({"diff": -0.2, "ci95": 0.5, "n": (5, 5)}, +1, tolerate=True, effect=1.8).startswith("reproduces (on par")
+    on_par = verdict({"diff": -0.2, "ci95": 0.5, "n": (5, 5)}, +1, tolerate=True, effect=1.8)
+    assert on_par.startswith("reproduces (on par")
     assert verdict({"diff": 0.2, "ci95": 0.5, "n": (5, 5)}, -1, effect=-3.2).startswith("does not reproduce")
     assert verdict({"diff": -0.8, "ci95": 1.0, "n": (5, 5)}, -1, effect=-1.5).startswith("inconclusive")
     assert verdict({"diff": -2.0, "ci95": 1.0, "n": (3, 3)}, +1, tolerate=True) == "contradicts"

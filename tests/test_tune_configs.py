@@ -34,7 +34,8 @@ def test_every_config_parses_and_expands(path):
     trials = spec.expand()
     assert trials and len({t.key() for t in trials}) == len(trials)
     assert all(t.task in TASKS for t in trials)
-    assert spec.name == path.stem.replace("_", "-") or spec.name.startswith(("paper-", "offline-", "gpu-", "quickstart"))
+    assert spec.name == path.stem.replace("_", "-") or \
+        spec.name.startswith(("paper-", "offline-", "gpu-", "quickstart"))
 
 
 def test_quickstart_runs_offline_on_its_own_files():
