@@ -31,6 +31,7 @@ BENCHES = {
     "bench_trainer": lambda: None,
     "bench_similarity": lambda: None,
     "bench_sweep": lambda: None,
+    "bench_fused": lambda: None,
     "bench_glove_load": lambda: _files(("EMBINIT_BENCH_GLOVE", "/work/assets/glove.6B.50d.txt")),
     "bench_analogy": lambda: _files(("EMBINIT_GLOVE", None), ("EMBINIT_ANALOGY_QUESTIONS", None)),
 }

@@ -54,8 +54,9 @@ TASKS: dict[str, TaskDefaults] = {
                          epochs=5, batch_size=128, lr=1e-4, min_freq=2, metric="acc"),
     "mnli": TaskDefaults("classification", "GLUE MNLI entailment, best dev matched/mismatched accuracy",
                          epochs=10, batch_size=128, lr=1e-4, min_freq=2, metric="acc_matched"),
-    # The KNN-similarity blog post: decoder-only, D=512, 6 layers, 8 heads, GPT-2 tokenizer. It gives
-    # no lr; 3e-4 is the usual Adam lr for a model of this size.
+    # The KNN-similarity blog post gives a decoder-only model, D=512, the GPT-2 tokenizer, WikiText-2 and
+    # the step counts (16,000; 8,000), nothing more: the 6 layers, 8 heads, 2,048-wide feed-forward layer,
+    # lr 3e-4 (the usual Adam lr at this size), batch and sequence length are embinit's choices.
     "wikitext2": TaskDefaults("lm", "WikiText-2 language modelling with the GPT-2 tokenizer, perplexity",
                               epochs=10, batch_size=32, lr=3e-4, min_freq=1, layers=6, ff_dim=2048,
                               max_len=128, metric="ppl"),
@@ -130,17 +131,19 @@ class TrialConfig:
     pos_encoding: bool = True           # Table 3 ablation: position encoding on/off
     train_embeddings: bool = True       # Table 3 ablation: embeddings trainable/frozen
     freeze_non_embeddings: bool = False  # KNN experiment 2: only the embeddings learn
+    tie_embeddings: bool = False        # LM: the output layer reuses the token table (GPT-2 style);
+                                        # False (default): a separate output projection
     early_stopping_patience: int | None = None
     max_train_examples: int | None = None
     data_dir: str | None = None
     beam_size: int = 1                  # 1 = greedy decoding
-    precision: str = "fp32"             # fp32 | bf16 (autocast)
+    precision: str = "fp32"             # fp32 | bf16 (autocast) | auto (bf16 where the machine has bf16 units)
     threads: int | None = None          # torch intra-op threads; not part of the trial key
     device: str = "auto"                # not part of the trial key
     extras: dict[str, Any] = field(default_factory=dict)  # task-specific switches (documented per task)
 
     NOT_IN_KEY = ("threads", "device")
-    KEY_IF_SET = ("data_seed", "init_from")
+    KEY_IF_SET = ("data_seed", "init_from", "tie_embeddings")   # in the key only when not the default
 
     def resolved(self) -> "TrialConfig":
         """A copy with every None hyperparameter replaced by the task default (d_model excepted:
@@ -170,8 +173,9 @@ class TrialConfig:
         d = self.resolved().to_dict()
         for name in self.NOT_IN_KEY:
             d.pop(name, None)
-        for name in self.KEY_IF_SET:  # added later: unset, they leave earlier trial keys unchanged
-            if d.get(name) is None:
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        for name in self.KEY_IF_SET:  # added later: at their default, they leave earlier keys unchanged
+            if d.get(name) == defaults[name]:
                 d.pop(name, None)
         d["code_version"] = CODE_VERSION
         blob = json.dumps(d, sort_keys=True, separators=(",", ":"), default=str)

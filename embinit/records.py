@@ -22,11 +22,17 @@ SPEC_HASH_TAG, KIND_TAG, N_TRIALS_TAG = "embinit.spec_hash", "embinit.kind", "em
 # A trial names its sweep's run in its own tag, not `mlflow.parentRunId`: MLflow's UI folds child runs
 # under a collapsed parent, and a sweep is read by comparing its trials side by side in the run table.
 PARENT_TAG = "embinit.sweep_run"
+DEVICE_TAG = "embinit.device"  # where the trial trained, e.g. `cuda:0 (NVIDIA H100 80GB HBM3)` or `cpu`
 INIT_TAG = "embinit.init"  # the label again, under a name MLflow's "Group by" menu reads well
 EXECUTION_TAG = "embinit.execution"  # separate | fused (the trial's result.json has the group)
+# The last epoch whose checkpoint the trial's folder keeps (embinit.sweep.resume), written with each
+# epoch's metrics and cleared when the folder goes: an unfinished run with it is resumable, and running
+# its spec again continues this run after that epoch. RESUMED_TAG: the epoch a rerun resumed after.
+CHECKPOINT_TAG, RESUMED_TAG = "embinit.checkpoint_epoch", "embinit.resumed_after_epoch"
 
 # Which run stands for a trial key when it has several (retries, re-runs): a result beats a run in
-# progress, which beats a failure, which beats a cancellation; among equals, the newest run.
+# progress, which beats a failure, which beats a cancellation; among equals a resumable run (the one a
+# rerun continues) beats one that is not, then the newest run (`rank`).
 STATUS_RANK = {"finished": 3, "diverged": 3, "running": 2, "failed": 1, "cancelled": 0, "interrupted": 0}
 
 
@@ -58,6 +64,11 @@ class TrialRecord:
     parent_id: str | None = None
     start_ms: int = 0
     end_ms: int | None = None
+    resume_epoch: int | None = None  # an unfinished run whose checkpoint after this epoch is kept
+
+    @property
+    def resumable(self) -> bool:
+        return self.resume_epoch is not None
 
     @property
     def axes(self) -> dict[str, Any]:
@@ -77,12 +88,14 @@ def from_run(run) -> TrialRecord | None:
     tags = run.data.tags
     if KEY_TAG not in tags:
         return None
-    seed = tags.get(SEED_TAG)
+    seed, kept = tags.get(SEED_TAG), tags.get(CHECKPOINT_TAG, "")
+    status = run_status(run)
     return TrialRecord(run.info.run_id, tags[KEY_TAG], tags.get(TASK_TAG, "?"), tags.get(LABEL_TAG, "?"),
-                       run_status(run), json.loads(tags.get(CONFIG_TAG, "{}")),
+                       status, json.loads(tags.get(CONFIG_TAG, "{}")),
                        json.loads(tags.get(GROUP_TAG, "{}")), dict(run.data.metrics),
                        int(seed) if seed is not None and seed.lstrip("-").isdigit() else None,
-                       tags.get(ERROR_TAG), tags.get(PARENT_TAG), run.info.start_time or 0, run.info.end_time)
+                       tags.get(ERROR_TAG), tags.get(PARENT_TAG), run.info.start_time or 0, run.info.end_time,
+                       int(kept) if kept.isdigit() and status not in ("finished", "diverged") else None)
 
 
 def from_runs(runs: Iterable) -> list[TrialRecord]:
@@ -90,14 +103,19 @@ def from_runs(runs: Iterable) -> list[TrialRecord]:
     return [r for r in map(from_run, runs) if r is not None]
 
 
+def rank(rec: TrialRecord) -> tuple[int, bool]:
+    """How strongly a run stands for its key: `STATUS_RANK`, then resumable over not."""
+    return STATUS_RANK[rec.status], rec.resumable
+
+
 def by_key(records: Iterable[TrialRecord], keys: set[str] | None = None) -> dict[str, TrialRecord]:
-    """trial key -> the record that stands for it (`STATUS_RANK`, then the newest), for the keys in
-    `keys` (all when None); keys in the order of their oldest record."""
+    """trial key -> the record that stands for it (`rank`, then the newest), for the keys in `keys`
+    (all when None); keys in the order of their oldest record."""
     chosen: dict[str, TrialRecord] = {}
     for rec in sorted(records, key=lambda r: r.start_ms):
         if keys is not None and rec.key not in keys:
             continue
         old = chosen.get(rec.key)
-        if old is None or STATUS_RANK[rec.status] >= STATUS_RANK[old.status]:
+        if old is None or rank(rec) >= rank(old):
             chosen[rec.key] = rec
     return chosen

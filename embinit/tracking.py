@@ -5,7 +5,10 @@ trial, created by the trial itself inside its Ray worker (so no driver-side logg
 URI or stage artifacts on the wrong machine). A child run carries:
 - tags `embinit.trial_key`, `embinit.label` (paper label), `embinit.task`, `embinit.seed`,
   `embinit.status` (running | finished | diverged | failed), `embinit.config` (the config as JSON),
-  `embinit.error` for failures, `embinit.sweep_run` (the sweep's run id);
+  `embinit.error` for failures, `embinit.sweep_run` (the sweep's run id: the latest sweep that trained
+  it); `embinit.checkpoint_epoch` while its checkpoint folder is kept (embinit.sweep.resume: a run that
+  did not finish resumes from it when its spec runs again) and `embinit.resumed_after_epoch` on a run a
+  rerun continued;
 - tags `embinit.init` (= the label) and `embinit.group` for MLflow's run table: "Group by" the tag
   `embinit.init` averages the seeds of each init;
 - params: the flat trial config with the task defaults filled in (unset options are left out);
@@ -15,7 +18,8 @@ URI or stage artifacts on the wrong machine). A child run carries:
   epoch, both tables, goes to the table artifact `emb_stats.json` (one row per statistic); with the
   spec's `analyses`, `sim/*` and `probe/*` at optimizer steps, `init/probe/*` and `best/probe/*`.
 A trial's key has a result when it has a FINISHED run (diverged runs are finished results). A sweep's
-parent run is FAILED when none of its trials has a result (all failed), KILLED when cancelled.
+parent run is FAILED when none of its trials has a result (all failed), KILLED when cancelled; one
+whose driver was lost is closed FAILED (KILLED) by the service with the reason in `embinit.error`.
 """
 
 from __future__ import annotations
@@ -28,9 +32,9 @@ from typing import Any, Callable
 from embinit.config import TASKS
 from embinit.errors import EmbinitError
 from embinit.records import (  # noqa: F401 (the tag names and run_status are part of this module's API)
-    BLEU_SIGNATURE_TAG, CONFIG_TAG, ERROR_TAG, EXECUTION_TAG, GROUP_TAG, INIT_TAG, KEY_TAG, KIND_TAG, LABEL_TAG,
-    N_TRIALS_TAG, PARENT_TAG, SEED_TAG, SPEC_HASH_TAG, STATUS_TAG, TASK_TAG, TRAINER_LABEL_TAG, TrialRecord, from_runs,
-    run_status)
+    BLEU_SIGNATURE_TAG, CHECKPOINT_TAG, CONFIG_TAG, ERROR_TAG, EXECUTION_TAG, GROUP_TAG, INIT_TAG, KEY_TAG, KIND_TAG,
+    LABEL_TAG, N_TRIALS_TAG, PARENT_TAG, RESUMED_TAG, SEED_TAG, SPEC_HASH_TAG, STATUS_TAG, TASK_TAG, TRAINER_LABEL_TAG,
+    TrialRecord, from_runs, run_status)
 
 DEFAULT_URI = "sqlite:///mlflow.db"
 # Embedding statistics kept as metrics (Table 2's columns, read by the reproduction); the rest of the
@@ -297,16 +301,17 @@ class TrialRun:
 
     @classmethod
     def open(cls, uri: str, exp_id: str, parent_id: str | None, config: dict[str, Any], key: str,
-             label: str, group: dict[str, Any], run_id: str | None = None) -> "TrialRun":
-        """Reuse `run_id` (a restarted attempt) or this sweep's unfinished run of the key; else create."""
+             label: str, group: dict[str, Any], run_id: str | None = None,
+             resumed_epoch: int | None = None) -> "TrialRun":
+        """Reuse `run_id` (a restarted attempt, or an earlier sweep's run whose checkpoint this one resumes
+        after `resumed_epoch`) or this sweep's unfinished run of the key; else create one."""
         c = client(uri)
         if run_id is None and parent_id is not None:
             runs = search_runs(exp_id, uri, f"tags.`{KEY_TAG}` = '{key}' and tags.`{PARENT_TAG}` = '{parent_id}'"
                                             " and attributes.status != 'FINISHED'")
             run_id = runs[0].info.run_id if runs else None
         if run_id is not None:
-            retry(lambda: c.update_run(run_id, status="RUNNING"))
-            retry(lambda: c.set_tag(run_id, STATUS_TAG, "running"))
+            cls._reopen(c, run_id, parent_id, resumed_epoch)
             return cls(uri, run_id, reopened=True)
         tags = {KEY_TAG: key, LABEL_TAG: label, INIT_TAG: label, TASK_TAG: config["task"],
                 SEED_TAG: str(config["seed"]),
@@ -321,9 +326,24 @@ class TrialRun:
         _log_batch(c, run.info.run_id, params=params)
         return cls(uri, run.info.run_id)
 
-    def log_epoch(self, epoch: int, metrics: dict[str, Any]) -> None:
+    @staticmethod
+    def _reopen(c, run_id: str, parent_id: str | None, resumed_epoch: int | None) -> None:
+        """Running again, in the sweep `parent_id`, without the error an earlier close left on it."""
+        from mlflow.entities import RunTag
+        tags = [RunTag(STATUS_TAG, "running")] + ([RunTag(PARENT_TAG, parent_id)] if parent_id else [])
+        if resumed_epoch is not None:
+            tags.append(RunTag(RESUMED_TAG, str(resumed_epoch)))
+        retry(lambda: c.update_run(run_id, status="RUNNING"))
+        retry(lambda: c.log_batch(run_id, tags=tags))
+        if ERROR_TAG in retry(lambda: c.get_run(run_id)).data.tags:
+            retry(lambda: c.delete_tag(run_id, ERROR_TAG))
+
+    def log_epoch(self, epoch: int, metrics: dict[str, Any], checkpoint: bool = False) -> None:
+        """One epoch's metrics (step = epoch); `checkpoint`: the trial's kept folder now holds it."""
+        from mlflow.entities import RunTag
+        tags = [RunTag(CHECKPOINT_TAG, str(epoch))] if checkpoint else ()
         _log_batch(self.client, self.run_id, _metrics({k: v for k, v in metrics.items() if k != "epoch"},
-                                                      step=epoch))
+                                                      step=epoch), tags=tags)
         self.logged.add(epoch)
 
     def log_metrics(self, metrics: dict[str, Any], step: int) -> None:
@@ -348,6 +368,7 @@ class TrialRun:
         from mlflow.entities import RunTag
         # The label tag stays the spec's (it may be a custom `name`); the trainer's goes beside it.
         tags = [RunTag(STATUS_TAG, result["status"]), RunTag(TRAINER_LABEL_TAG, result.get("label") or ""),
+                RunTag(CHECKPOINT_TAG, ""),  # a result: nothing to resume
                 RunTag(EXECUTION_TAG, ((result.get("info") or {}).get("execution") or {}).get("mode", "separate"))]
         if result.get("bleu_signature"):
             tags.append(RunTag(BLEU_SIGNATURE_TAG, result["bleu_signature"]))
@@ -361,11 +382,13 @@ class TrialRun:
             retry(lambda a=artifact_dir, p=path: self.client.log_artifact(self.run_id, p, a))
         retry(lambda: self.client.set_terminated(self.run_id, status="FINISHED"))
 
-    def fail(self, error: str, status: str = "FAILED", tag: str | None = None) -> None:
+    def fail(self, error: str, status: str = "FAILED", tag: str | None = None, checkpoint: bool = True) -> None:
         """Record a failed (or cancelled: status KILLED) attempt with its error text; `tag` overrides
-        the status tag (`interrupted`)."""
+        the status tag (`interrupted`); `checkpoint=False`: its kept checkpoint is gone (not resumable)."""
         tag = tag or ("failed" if status == "FAILED" else "cancelled")
         retry(lambda: self.client.set_tag(self.run_id, STATUS_TAG, tag))
+        if not checkpoint:
+            retry(lambda: self.client.set_tag(self.run_id, CHECKPOINT_TAG, ""))
         retry(lambda: self.client.set_tag(self.run_id, ERROR_TAG, error[-4000:]))
         retry(lambda: self.client.log_text(self.run_id, error, "error.txt"))
         retry(lambda: self.client.set_terminated(self.run_id, status=status))
@@ -391,5 +414,36 @@ def close_orphans(exp_id: str, uri: str, parent_id: str, reason: str, status: st
     cancelled or (`tag`) interrupted. Returns how many."""
     runs = search_runs(exp_id, uri, f"tags.`{PARENT_TAG}` = '{parent_id}' and attributes.status = 'RUNNING'")
     for run in runs:
-        TrialRun(uri, run.info.run_id).fail(reason, status=status, tag=tag)
+        close_run(uri, run, reason, status, tag)
     return len(runs)
+
+
+def close_run(uri: str, run, reason: str, status: str = "FAILED", tag: str | None = None) -> None:
+    """Close a trial run nothing writes to any more; one that keeps a checkpoint says it resumes."""
+    kept = run.data.tags.get(CHECKPOINT_TAG, "")
+    if kept.isdigit():
+        reason += f"; its checkpoint after epoch {kept} is kept: running the spec again resumes this run"
+    TrialRun(uri, run.info.run_id).fail(reason, status=status, tag=tag)
+
+
+def close_sweeps(exp_id: str, uri: str, spec_hash: str, reason: str, status: str = "FAILED") -> int:
+    """Close the sweep (parent) runs of a spec still RUNNING although their driver is gone: MLflow status
+    `status`, `embinit.status` failed (cancelled when KILLED), the reason in `embinit.error`."""
+    runs = search_runs(exp_id, uri, f"tags.`{KIND_TAG}` = 'sweep' and tags.`{SPEC_HASH_TAG}` = '{spec_hash}'"
+                                    " and attributes.status = 'RUNNING'")
+    c = client(uri)
+    for run in runs:
+        retry(lambda r=run: c.set_tag(r.info.run_id, STATUS_TAG, "failed" if status == "FAILED" else "cancelled"))
+        retry(lambda r=run: c.set_tag(r.info.run_id, ERROR_TAG, reason))
+        retry(lambda r=run: c.set_terminated(r.info.run_id, status=status))
+    return len(runs)
+
+
+def can_continue(uri: str, exp_id: str, key: str, run_id: str) -> bool:
+    """Whether `run_id` is an unfinished, undeleted run of trial `key` in experiment `exp_id`."""
+    try:
+        run = retry(lambda: client(uri).get_run(run_id))
+    except Exception:  # deleted for good, or never in this store
+        return False
+    return (run.info.experiment_id == str(exp_id) and run.info.lifecycle_stage == "active"
+            and run.data.tags.get(KEY_TAG) == key and run.info.status != "FINISHED")

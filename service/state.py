@@ -103,13 +103,14 @@ class Reconciler:
             self.runner.release(exp.driver)
 
     def _without_driver(self, exp: Experiment) -> DriverState:
+        # Nothing writes to its MLflow runs any more (the API or Ray was killed): close the trial runs and
+        # the sweep runs still RUNNING. A trial that kept a checkpoint stays resumable: resubmitting the
+        # spec (?rerun=true) continues it, in the same run, after its last checkpointed epoch.
+        status = "KILLED" if exp.cancel_requested_at else "FAILED"
+        closed = self.store.close_orphans(exp, "the experiment's Ray driver is gone", status)
+        if closed:
+            log.info("experiment %s: closed %d orphaned MLflow runs", exp.id, closed)
         counts = self.store.counts(exp)
-        if counts.get("running"):  # nothing writes to them any more (the API or Ray was killed): close them
-            status = "KILLED" if exp.cancel_requested_at else "FAILED"
-            closed = self.store.close_orphans(exp, "the experiment's Ray driver is gone", status)
-            if closed:
-                log.info("experiment %s: closed %d orphaned MLflow runs", exp.id, closed)
-                counts = self.store.counts(exp)
         if exp.cancel_requested_at:
             return DriverState("cancelled", counts=counts, finished_at=time.time())
         done = counts.get("finished", 0) + counts.get("reused", 0)

@@ -80,13 +80,20 @@ class ResultStore:
         return count_trial_states(exp.tracking_uri, exp.mlflow_experiment, exp.trial_keys)
 
     def close_orphans(self, exp, reason: str, status: str = "FAILED") -> int:
-        """Close this experiment's trial runs still RUNNING although their driver is gone."""
-        from embinit.tracking import TrialRun
+        """Close what this experiment left RUNNING in MLflow although its driver is gone: its trial runs
+        (one that keeps a checkpoint says that a rerun resumes it, and stays resumable) and its sweep
+        (parent) runs. Returns how many trial runs were closed."""
+        from embinit import tracking
 
-        runs = _runs_by_key(exp.tracking_uri, exp.mlflow_experiment)
-        orphans = [r["run_id"] for k, r in runs.items() if k in set(exp.trial_keys) and r["status"] == "running"]
-        for run_id in orphans:
-            TrialRun(exp.tracking_uri, run_id).fail(reason, status=status)
+        exp_id = tracking.experiment_id(exp.mlflow_experiment, exp.tracking_uri)
+        if exp_id is None:
+            return 0
+        keys = set(exp.trial_keys)
+        orphans = [r for r in tracking.search_runs(exp_id, exp.tracking_uri, "attributes.status = 'RUNNING'")
+                   if r.data.tags.get(records.KEY_TAG) in keys]
+        for run in orphans:
+            tracking.close_run(exp.tracking_uri, run, reason, status)
+        tracking.close_sweeps(exp_id, exp.tracking_uri, exp.spec_hash, reason, status)
         return len(orphans)
 
     def has_experiment(self, name: str) -> bool:

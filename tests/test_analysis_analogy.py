@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from embinit.analysis.analogy import evaluate_analogies, load_questions, parse_questions
-from embinit.analysis.table4 import (TABLE4_ROWS, apply_chain, chain_label, parse_steps, run_table4)
+from embinit.analysis.table4 import (EXTRA_ROWS, TABLE4_ROWS, apply_chain, chain_label, chain_ratio, parse_steps,
+                                     ratio_sweep, run_table4)
 from embinit.errors import EmbinitError
 from embinit.init import xavier_std
 from embinit.posenc import sinusoidal
@@ -186,3 +187,38 @@ def test_table4_rows_on_hand_made_space():
     assert by["GloVe & Scaled"].correct == by["GloVe"].correct == 6
     # unit-scale vectors plus unit-scale encodings: the structure is damaged
     assert by["GloVe & Pos. Enc."].correct < 6
+
+
+def test_chain_ratio_is_words_std_over_the_added_encodings_std():
+    """Table 4 evidence: σ(words)/σ(PE) at the step where a chain adds encodings."""
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(40, 8, generator=g) * 3 + 1
+    pe = apply_chain(x, ["pe"], seed=3, max_len=16).double() - x.double()
+    assert chain_ratio(x, ["pe"], seed=3, max_len=16) == pytest.approx(x.double().std().item() / pe.std().item(),
+                                                                        rel=1e-5)
+    xs = xavier_std(40, 8)
+    assert chain_ratio(x, ["standardize", "scale", "pe"], seed=3, max_len=16) == \
+        pytest.approx(xs * math.sqrt(8) / pe.std().item(), rel=1e-5)
+    # pe then standardize: the ratio is taken at the addition, on the raw rows
+    assert chain_ratio(x, ["pe", "standardize"], seed=3, max_len=16) == \
+        pytest.approx(chain_ratio(x, ["pe"], seed=3, max_len=16))
+    # encodings scaled by σp/σx: the ratio is σx/σ(PE), the same as standardizing first
+    assert chain_ratio(x, ["pe_scaled"], seed=3, max_len=16) == pytest.approx(xs / pe.std().item(), rel=1e-5)
+    assert chain_ratio(x, ["standardize", "scale"]) is None
+    labels = [chain_label(steps) for steps, _ in EXTRA_ROWS]
+    assert "GloVe & Xavier-Std. & Scaled & Pos. Enc." in labels and "GloVe & Pos. Enc. & Xavier-Std." in labels
+
+
+def test_ratio_sweep_accuracy_rises_with_the_ratio():
+    """Generated vectors with known analogies: far above the encodings' spread every analogy survives,
+    far below almost none does; the sweep is deterministic for a seed."""
+    m, tokens = space()
+    qs = parse_questions(QUESTIONS.splitlines())
+    raw = evaluate_analogies(m, tokens, qs).correct
+    rows = ratio_sweep(m, tokens, qs, ratios=(0.01, 1.0, 100.0), seed=0, max_len=50)
+    assert [r["ratio"] for r in rows] == [0.01, 1.0, 100.0]
+    assert rows[-1]["correct"] == raw and rows[0]["correct"] < raw
+    assert rows[0]["correct"] <= rows[1]["correct"] <= rows[2]["correct"]
+    assert rows == ratio_sweep(m, tokens, qs, ratios=(0.01, 1.0, 100.0), seed=0, max_len=50)
+    with pytest.raises(EmbinitError, match="ratios must be positive"):
+        ratio_sweep(m, tokens, qs, ratios=(0.0,))

@@ -67,6 +67,30 @@ def test_logs_similarity_to_a_fixed_reference_every_n_steps():
     assert [h["step"] for h in cb.history] == [0, 2, 3]
 
 
+def test_similarity_over_the_tokens_training_saw():
+    """Blog experiment 2: a GPT-2 vocabulary keeps rows training never saw; the callback logs the mean
+    over the seen tokens (counts > 0) beside the all-token mean, and it is the mask's own aggregate."""
+    traj = tables(5, 2)
+    seen = [i % 3 != 0 for i in range(N)]
+    counts = {t: 4 for t, s in zip(TOKENS, seen) if s}
+    ctx = SimpleNamespace(model=TinyModel(traj[0]), data=SimpleNamespace(vocab=Vocab(TOKENS, counts)), step=0)
+    logged = []
+    cb = SimilarityCallback(traj[0].clone(), every_n_steps=1, k=5, log_fn=lambda m, s: logged.append((s, m)))
+    train(ctx, traj, [cb])
+    step, metrics = logged[-1]
+    full = knn_match_similarity(traj[1], traj[0], k=5).summary
+    part = knn_match_similarity(traj[1], traj[0], k=5, exclude=[not x for x in seen]).summary
+    assert metrics["sim/knn_jaccard_mean"] == pytest.approx(full["mean"])
+    assert metrics["sim/seen/knn_jaccard_mean"] == pytest.approx(part["mean"])
+    assert metrics["sim/seen/knn_jaccard_mean"] != pytest.approx(full["mean"])
+    assert metrics["sim/seen/tokens"] == sum(seen)
+    # a vocabulary without counts: no seen-token metrics
+    logged.clear()
+    train(ctx_for(traj[0]), traj, [SimilarityCallback(traj[0].clone(), every_n_steps=1, k=5,
+                                                      log_fn=lambda m, s: logged.append(m))])
+    assert not any(k.startswith("sim/seen/") for m in logged for k in m)
+
+
 def test_snapshot_reference_compares_the_same_step(tmp_path):
     traj_a, traj_b = tables(1, 4), tables(2, 4)
     snap = tmp_path / "a_snaps"

@@ -184,4 +184,12 @@ def test_analogy_log_experiment_records_every_row_in_mlflow(files, tmp_path, cap
     assert (m["analogy/raw/correct"], m["analogy/raw/total"]) == (6.0, 6.0)
     assert "analogy/standardize.pe/correct" in m and "analogy/scale.pe/total" in m
     assert run.data.params["seed"] == "3" and run.data.params["max_len"] == "50"
+    # the Table-4 evidence: σ(words)/σ(PE) per encoding row and the ratio sweep in result.json
+    assert m["analogy/pe/pe_ratio"] > 0 and "analogy/standardize/pe_ratio" not in m
+    assert "analogy/standardize.scale.pe/correct" in m and "analogy/pe.standardize/correct" in m
+    import json
+    from embinit.reproduction.inputs import load_artifact_text
+    result = json.loads(load_artifact_text(run, "result.json"))
+    assert [r["ratio"] for r in result["ratio_sweep"]][:2] == [0.03, 0.1]
+    assert all(r["total"] == 6 for r in result["ratio_sweep"]) and result["ratio_sweep"][-1]["correct"] == 6
     assert tracking.analysis_runs("missing", uri, "analogy") == []

@@ -96,6 +96,23 @@ def test_shuffle_preserves_values_and_permutes_rows_and_columns(source):
     assert torch.equal(again, res.table)
 
 
+def test_shuffle_elements_mixes_values_across_rows(source):
+    """The paper's Finding 3 wording ("the elements"): one permutation of all n x D values. The values'
+    multiset is kept, but rows are broken up: almost no shuffled row is a permutation of a source row."""
+    path, vectors = source
+    res = build_table("glove+shuffle_elements", VOCAB, pretrained=str(path), cache_dir=False, seed=0)
+    assert res.label == "GloVe_ShuffledElements"
+    raw = torch.tensor(np.stack([vectors[f"w{i}"] for i in range(30)]), dtype=torch.float32)
+    found = res.table[FOUND]
+    assert torch.equal(found.flatten().sort().values, raw.flatten().sort().values)
+    raw_rows = {tuple(sorted(r.tolist())) for r in raw}
+    assert sum(tuple(sorted(r.tolist())) in raw_rows for r in found) <= 1   # row+column shuffle: all 30
+    again = build_table("glove+shuffle_elements", VOCAB, pretrained=str(path), cache_dir=False, seed=0).table
+    assert torch.equal(again, res.table)
+    other = build_table("glove+shuffle_elements", VOCAB, pretrained=str(path), cache_dir=False, seed=1).table
+    assert not torch.equal(other[FOUND], found)
+
+
 def test_oov_rows_are_filled_in_the_transformed_space(source):
     path, _ = source
     res = build_table("glove+standardize", VOCAB, pretrained=str(path), oov="mean", cache_dir=False)

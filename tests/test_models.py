@@ -189,3 +189,27 @@ def test_dropout_generator_makes_training_forward_reproducible():
     set_dropout_generator(m, torch.Generator().manual_seed(6))
     c = m(src, tgt)
     assert torch.equal(a, b) and not torch.equal(a, c)
+
+
+def test_attention_with_heads_padded_to_a_multiple_of_8_is_the_same():
+    """The CUDA layout for the fused SDPA kernels (head_dim 30 -> 32, zero-padded, true scale), checked
+    here on the CPU: same output, masked or causal."""
+    from embinit.models.layers import attend
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(3, 10, 9, 30, generator=g) for _ in range(3))
+    mask = torch.ones(3, 1, 1, 9, dtype=torch.bool)
+    mask[0, :, :, 5:] = False
+    for m, causal in ((mask, False), (None, True)):
+        torch.testing.assert_close(attend(q, k, v, m, causal, pad_heads=True),
+                                   attend(q, k, v, m, causal, pad_heads=False))
+
+
+def test_bf16_attention_on_cpu_runs_its_core_in_fp32():
+    from embinit.models.layers import attend
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 7, 16, generator=g) for _ in range(3))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = attend(q.bfloat16(), k.bfloat16(), v.bfloat16(), None, True)
+    ref = torch.nn.functional.scaled_dot_product_attention(q.bfloat16().float(), k.bfloat16().float(),
+                                                           v.bfloat16().float(), is_causal=True)
+    assert y.dtype == torch.bfloat16 and torch.equal(y, ref.bfloat16())

@@ -15,7 +15,8 @@ from scipy import stats
 from embinit import tracking
 from embinit.cli import main
 from embinit.errors import EmbinitError
-from embinit.reproduction import Group, Inputs, Reproduction, render, role_of, verdict, welch, write_exports
+from embinit.reproduction import (Group, Inputs, Reproduction, paired, render, role_of, verdict, welch,
+                                  write_exports)
 
 pytestmark = pytest.mark.slow  # an MLflow SQLite store takes a few seconds to create
 
@@ -66,8 +67,12 @@ def store(tmp_path_factory):
                  "accuracy": 2.0 + seed, "paper": "1424/1631 (87.3)"},
                 {"label": "GloVe & Xavier-Std. & Pos. Enc.", "steps": ["standardize", "pe"], "correct": 0,
                  "total": 100, "accuracy": 0.0, "paper": "210/1631 (12.9)"}]
+        rows[2]["pe_ratio"], rows[3]["pe_ratio"] = 1.0 + seed, 0.02
+        sweep = [{"ratio": 0.1, "correct": 1, "total": 100, "accuracy": 1.0 + seed},
+                 {"ratio": 10.0, "correct": 59, "total": 100, "accuracy": 59.0}]
         tracking.log_analysis_run("t4", uri, "analogy", f"a{seed}", {"seed": seed},
-                                  {"analogy/raw/correct": 60.0}, {"rows": rows, "params": {"seed": seed, "top": 5893}})
+                                  {"analogy/raw/correct": 60.0}, {"rows": rows, "params": {"seed": seed, "top": 5893},
+                                                                  "ratio_sweep": sweep})
     inputs = Inputs(groups=(Group("m30", "multi30k", "GloVe", "GloVe", "a.yaml"),
                             Group("sst", "sst2", "MiniLM", "BERT", "b.yaml")), analogy_experiment="t4")
     rep = Reproduction(uri, inputs)
@@ -89,12 +94,32 @@ def test_welch_matches_scipy():
     assert welch([1.0], [2.0, 3.0])["ci95"] is None and welch([], [1.0])["diff"] is None
 
 
+def test_paired_t_on_shared_seeds_and_welch_otherwise():
+    a, b = {0: 20.0, 1: 22.0, 2: 21.5}, {0: 19.0, 1: 21.5, 2: 20.0}
+    c = paired(a, b)
+    res = stats.ttest_rel([20.0, 22.0, 21.5], [19.0, 21.5, 20.0])
+    lo, hi = res.confidence_interval(0.95)
+    assert c["test"] == "paired t" and c["diff"] == pytest.approx(1.0)
+    assert (c["diff"] - c["ci95"], c["diff"] + c["ci95"]) == (pytest.approx(lo), pytest.approx(hi))
+    # pairing removes the seed effect: Welch on the same numbers is far wider
+    assert c["ci95"] < welch(list(a.values()), list(b.values()))["ci95"] / 2
+    unequal = paired(a, {0: 19.0, 1: 21.5, 3: 20.0})
+    assert unequal["test"] == "Welch" and unequal["ci95"] == pytest.approx(
+        welch(list(a.values()), [19.0, 21.5, 20.0])["ci95"])
+
+
 def test_verdicts():
     assert verdict({"diff": -2.0, "ci95": 1.0, "n": (3, 3)}, -1) == "reproduces"
     assert verdict({"diff": 2.0, "ci95": 1.0, "n": (3, 3)}, -1) == "contradicts"
-    assert verdict({"diff": -0.5, "ci95": 1.0, "n": (3, 3)}, -1) == "same direction, not significant"
-    assert verdict({"diff": 0.5, "ci95": 1.0, "n": (3, 3)}, -1) == "opposite direction, not significant"
-    assert verdict({"diff": -0.5, "ci95": 1.0, "n": (3, 3)}, +1, tolerate=True).startswith("reproduces (on par")
+    # an interval across 0 and wider than the paper's effect (or without one) is inconclusive
+    assert verdict({"diff": -0.5, "ci95": 1.0, "n": (3, 3)}, -1, effect=-0.8).startswith("inconclusive (same dir")
+    assert verdict({"diff": 0.5, "ci95": 1.0, "n": (3, 3)}, -1).startswith("inconclusive (opposite direction")
+    assert verdict({"diff": -0.5, "ci95": 2.0, "n": (3, 3)}, +1, tolerate=True, effect=1.8).startswith("inconclusive")
+    # narrower than the paper's effect: on par for a tolerant claim, not reproduced for a directional one
+    on_par = verdict({"diff": -0.2, "ci95": 0.5, "n": (5, 5)}, +1, tolerate=True, effect=1.8)
+    assert on_par.startswith("reproduces (on par")
+    assert verdict({"diff": 0.2, "ci95": 0.5, "n": (5, 5)}, -1, effect=-3.2).startswith("does not reproduce")
+    assert verdict({"diff": -0.8, "ci95": 1.0, "n": (5, 5)}, -1, effect=-1.5).startswith("inconclusive")
     assert verdict({"diff": -2.0, "ci95": 1.0, "n": (3, 3)}, +1, tolerate=True) == "contradicts"
     assert verdict({"diff": 1.0, "ci95": None, "n": (1, 1)}, +1).startswith("same direction (n = 1 vs 1")
 
@@ -126,22 +151,45 @@ def test_table3_cells_from_configs(store):
 def test_findings_verdicts(store):
     _, _, rep, sections = store
     f = {(x["finding"], x["claim"].split(" (")[0]): x for x in rep.exports["findings"] if "verdict" in x}
-    assert f[("1", "raw GloVe does worse than Xavier")]["verdict"] == "reproduces"
+    raw = f[("1", "raw GloVe does worse than Xavier")]
+    # seeds 0..2 on both sides: paired differences (-5 each), a zero-width interval
+    assert raw["test"] == "paired t" and raw["diff"] == pytest.approx(-5.0) and raw["verdict"] == "reproduces"
+    assert raw["paper_effect"] == pytest.approx(34.1 - 37.3)
+    # the same claim on the best validation loss (lower is better), with the paper's Table-3 difference
+    assert raw["loss"]["diff"] == pytest.approx(0.05) and raw["loss"]["verdict"] == "reproduces"
+    assert raw["loss"]["paper_effect"] == pytest.approx(1.62 - 1.61) and not raw["disagree"]
     assert f[("1", "standardizing GloVe to Xavier's σ helps")]["verdict"] == "reproduces"
     assert f[("1", "standardizing MiniLM is neutral or worse")]["verdict"] == "reproduces"
-    assert f[("3", "shuffling GloVe")]["verdict"] == "contradicts"          # shuffled 18.2 > raw 16
-    # translation claims are also checked on the best validation loss (lower is better)
-    loss = next(x for x in rep.exports["findings"]
-                if x.get("claim") == "raw GloVe does worse than Xavier (multi30k, best validation loss)")
-    assert loss["diff"] == pytest.approx(0.05) and loss["verdict"] == "reproduces"
+    shuffled = next(x for x in rep.exports["findings"] if x.get("a") == "GloVe_Shuffled" and x["task"] == "multi30k")
+    assert shuffled["verdict"].startswith("inconclusive") and shuffled["paper_effect"] is None
+    elements = next(x for x in rep.exports["findings"] if x.get("a") == "GloVe_ShuffledElements")
+    assert elements["verdict"] == "not measured" and "(elements;" in elements["claim"]
+    # MiniLM − Xavier: differences 0, +1, -1 -> the interval (±2.5) is wider than the paper's 1.8
     assert f[("1", "MiniLM, with a σ close to Xavier's, does on par or better than Xavier")]["verdict"] \
-        .startswith("reproduces (on par")
-    # Table 3, seed 0: PE gain with trainable embeddings = yes/yes - yes/no
+        .startswith("inconclusive")
+    # Table 3: PE gain with trainable embeddings = yes/yes (seeds 0-2) - yes/no (seed 0 only): unequal seed
+    # sets, so Welch on the means, without an interval (n = 1 on one side)
     gains = next(x for x in rep.exports["findings"] if x.get("claim", "").startswith("PE gain"))
-    assert gains["values"] == {"Xavier": pytest.approx(9.0), "P": pytest.approx(2.0), "P_Xavier": pytest.approx(9.0)}
-    assert gains["verdict"] == "reproduces"
+    assert gains["values"] == {"Xavier": pytest.approx(10.0), "P": pytest.approx(3.0),
+                               "P_Xavier": pytest.approx((21.0 + 22.0 + 23.5) / 3 - 12.0)}
+    assert gains["intervals"]["P"]["test"] == "Welch" and gains["verdict"] == "reproduces"
     text = render(rep, sections)
-    assert "GloVe − Xavier = -5.00" in text and "**Finding 2.**" in text
+    assert "GloVe − Xavier = -5.00 (paired t, 95% CI [-5.00, -5.00]" in text and "**Finding 2.**" in text
+
+
+def test_bleu_and_loss_disagreement_is_marked(store):
+    uri = store[0]
+    exp = tracking.ensure_experiment("disagree", uri)
+    for seed in range(3):   # GloVe_Xavier: better BLEU than GloVe, but a worse loss, on every seed
+        _trial(uri, exp, f"dg{seed}", "multi30k", "GloVe", seed, {"test/bleu": 10.0 + seed}, {"val/loss": 2.0 + seed})
+        _trial(uri, exp, f"dx{seed}", "multi30k", "GloVe_Xavier", seed, {"test/bleu": 15.0 + seed},
+               {"val/loss": 2.5 + seed})
+    rep = Reproduction(uri, Inputs(groups=(Group("disagree", "multi30k", "GloVe", "GloVe", "d.yaml"),),
+                                   analogy_experiment="none"))
+    text = render(rep, rep.build())
+    x = next(x for x in rep.exports["findings"] if x["claim"].startswith("standardizing GloVe"))
+    assert x["verdict"] == "reproduces" and x["loss"]["verdict"] == "contradicts" and x["disagree"]
+    assert "**BLEU and loss disagree.**" in text
 
 
 def test_similarity_and_table4(store):
@@ -154,6 +202,14 @@ def test_similarity_and_table4(store):
     assert t4["GloVe & Pos. Enc."]["correct"] in ([2, 3], [3, 2])
     text = render(rep, sections)
     assert "| GloVe & Pos. Enc. | 1424/1631 (87.3) | 2–3/100 |" in text
+    # the Table-4 evidence: σ(words)/σ(PE) per row (mean over the seeds), the paper's rows and the sweep
+    assert t4["GloVe & Pos. Enc."]["pe_ratio"] == pytest.approx(1.5) and t4["GloVe"]["pe_ratio"] is None
+    ratio = rep.exports["table4_ratio"]
+    assert ratio["paper"][0]["ratio"] == pytest.approx(0.37 / 0.67) and ratio["paper"][1]["ratio"] == \
+        pytest.approx(0.016 / 0.67)
+    assert [(r["ratio"], r["mean"], r["n"]) for r in ratio["here"]] == [(0.1, pytest.approx(1.5), 2),
+                                                                       (10.0, pytest.approx(59.0), 2)]
+    assert "| 10 | 59.0 (0.0) | 2 |" in text
 
 
 def test_exports_and_cli(store, tmp_path, capsys):
@@ -165,8 +221,46 @@ def test_exports_and_cli(store, tmp_path, capsys):
         rows = list(csv.DictReader(fh))
     assert len(rows) == 10 and {"task", "init", "mean", "std", "n", "ci95", "paper_mean"} <= set(rows[0])
     assert all(p.exists() for p in paths)
-    # the CLI reads the default experiment names: missing ones are a clear error, not a traceback
+    # the CLI reads the GPU experiment names by default: a store without any is a clear error, not a
+    # traceback; the superseded CPU names with --inputs offline
     with pytest.raises(EmbinitError, match="no MLflow experiment 'offline-multi30k-glove50'"):
         Reproduction(uri)
     assert main(["reproduction", "--tracking-uri", uri]) == 2
+    assert "gpu-multi30k-glove50" in capsys.readouterr().err
+    assert main(["reproduction", "--tracking-uri", uri, "--inputs", "offline"]) == 2
     assert "offline-multi30k-glove50" in capsys.readouterr().err
+
+
+def test_a_partial_store_renders_what_ran(store, tmp_path, capsys):
+    """A GPU run stopped between batches: the experiments not run yet are listed as such, the rest renders."""
+    uri = store[0]
+    exp = tracking.ensure_experiment("gpu-sst2-minilm", uri)
+    for seed in range(2):
+        _trial(uri, exp, f"p{seed}", "sst2", "Xavier", seed, {}, {"val/acc": 0.8, "val/loss": 0.4})
+    out = tmp_path / "repro.md"
+    assert main(["reproduction", "--tracking-uri", uri, "--out", str(out), "--exports", str(tmp_path / "x")]) == 0
+    text = out.read_text()
+    assert "no trials in `gpu-multi30k-glove50` yet" in text and "| Xavier | 81.5 (1.0) |" in text
+
+
+def test_intervals_are_clipped_to_the_metrics_range(store):
+    """Issue 16 item 6: a widely spread BLEU (1, 2, 30) or accuracy (70%, 90%, 99%) has a t interval that
+    leaves [0, 100]; the reproduction's tables show it clipped, as the report does."""
+    uri = store[0]
+    wide = tracking.ensure_experiment("wide", uri)
+    for seed, v in enumerate((1.0, 2.0, 30.0)):
+        _trial(uri, wide, f"w{seed}", "multi30k", "Xavier", seed, {"test/bleu": v}, {"val/loss": 0.05 + seed})
+    wide_sst = tracking.ensure_experiment("wide-sst", uri)
+    for seed, v in enumerate((0.7, 0.9, 0.99)):
+        _trial(uri, wide_sst, f"ws{seed}", "sst2", "Xavier", seed, {}, {"val/acc": v, "val/loss": 0.4})
+    inputs = Inputs(groups=(Group("wide", "multi30k", "GloVe", "GloVe", "w.yaml"),
+                            Group("wide-sst", "sst2", "MiniLM", "BERT", "s.yaml")), analogy_experiment="none")
+    rep = Reproduction(uri, inputs)
+    text = render(rep, rep.build())
+    rows = {r["task"]: r for r in rep.exports["table1"] if r["init"] == "Xavier"}
+    bleu, acc = rows["multi30k"], rows["sst2"]
+    assert bleu["mean"] - bleu["ci95"] < 0 and bleu["ci_low"] == 0.0 and bleu["ci_high"] < 100
+    assert acc["mean"] + acc["ci95"] > 100 and acc["ci_high"] == 100.0 and acc["ci_low"] > 0
+    assert f"[0.00, {bleu['ci_high']:.2f}]" in text and f"[{acc['ci_low']:.2f}, 100.00]" in text
+    table3 = {r["init"]: r for r in rep.exports["table3"] if r["train_embeddings"] and r["pos_encoding"]}
+    assert table3["Xavier"]["bleu"]["ci_low"] == 0.0

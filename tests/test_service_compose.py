@@ -129,6 +129,24 @@ def test_workers_scale_and_reserve_gpus():
     assert any("gpu" in d["capabilities"] for d in devices)
 
 
+def test_gpu_worker_starts_the_mps_daemon_before_ray():
+    """Trials sharing a GPU need CUDA MPS (docs/deployment.md): the GPU worker's entrypoint starts the
+    daemon in the pipe directory every trial process inherits, then execs the Ray command."""
+    worker = SERVICES["ray-worker"]
+    entry = worker["entrypoint"]
+    assert entry[:2] == ["sh", "-c"]
+    script = entry[2].replace("$$", "$")
+    start, run = script.index("nvidia-cuda-mps-control -d"), script.index('exec "$@"')
+    assert start < run and 'mkdir -p "$CUDA_MPS_PIPE_DIRECTORY"' in script
+    environment = env("ray-worker")
+    assert environment["CUDA_MPS_PIPE_DIRECTORY"] and environment["CUDA_MPS_LOG_DIRECTORY"]
+    assert environment["RAY_AUTH_MODE"] == env("ray-head")["RAY_AUTH_MODE"]   # the shared env is kept
+    devices = worker["deploy"]["resources"]["reservations"]["devices"]
+    assert any("compute" in d["capabilities"] for d in devices)
+    assert command("ray-worker")[:2] == ["ray", "start"]   # what "$@" runs
+    assert "entrypoint" not in SERVICES["ray-worker-cpu"]
+
+
 @pytest.mark.parametrize("service", ["api", "ray-head", "ray-worker", "ray-worker-cpu"])
 def test_roots_and_work_dir_are_shared_volumes(service, monkeypatch):
     for k, v in env("api").items():

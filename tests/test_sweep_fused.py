@@ -3,7 +3,6 @@ local Ray whose MLflow runs a separate sweep of the same trials reuses (dedup ca
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -69,16 +68,6 @@ def test_grouping_by_task_shape_and_schedule():
     assert sum(len(u.trials) for u in units) == len(s.plan())
     assert group_units(units_to_run(spec(tasks=[{**TINY, "max_tokens": 200}]), set())[0], 4) == \
         units_to_run(spec(tasks=[{**TINY, "max_tokens": 200}]), set())[0]
-
-
-@pytest.fixture(scope="module")
-def ray_local():
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    import ray
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
 
 
 @pytest.mark.slow

@@ -196,7 +196,7 @@ def test_model_dimension_follows_the_pretrained_source_and_must_agree(tmp_path):
 @pytest.mark.parametrize("change, message", [
     ({"task": "nope"}, "'nope' is not a registered task"),
     ({"heads": 5}, "heads=5 does not divide d_model=32"),
-    ({"precision": "fp8"}, "precision must be fp32 or bf16"),
+    ({"precision": "fp8"}, "precision must be one of fp32, bf16, auto"),
     ({"extras": {"val_blue": False}}, "unknown extras key 'val_blue'"),
     ({"init": "glvoe"}, "glvoe"),
     ({"train_embeddings": False, "freeze_non_embeddings": True}, "nothing to train"),

@@ -24,7 +24,7 @@ def env(monkeypatch, tmp_path):
 
 def test_the_walk_finds_every_folder():
     folders = {p.parent.relative_to(ROOT).as_posix() for p in ALL}
-    assert {".", "paper", "offline"} <= folders
+    assert {".", "paper", "offline", "gpu"} <= folders
     assert len(ALL) >= 15
 
 
@@ -34,7 +34,8 @@ def test_every_config_parses_and_expands(path):
     trials = spec.expand()
     assert trials and len({t.key() for t in trials}) == len(trials)
     assert all(t.task in TASKS for t in trials)
-    assert spec.name == path.stem.replace("_", "-") or spec.name.startswith(("paper-", "offline-", "quickstart"))
+    assert spec.name == path.stem.replace("_", "-") or \
+        spec.name.startswith(("paper-", "offline-", "gpu-", "quickstart"))
 
 
 def test_quickstart_runs_offline_on_its_own_files():
@@ -106,3 +107,47 @@ def test_offline_configs_need_their_env_vars(monkeypatch):
     for path in sorted((ROOT / "offline").glob("*.yaml")):
         with pytest.raises(SpecError, match="EMBINIT_ASSETS is not set"):
             load_spec(path)
+
+
+GPU = ROOT / "gpu"
+
+
+def _gpu(name):
+    spec = load_spec(GPU / f"{name}.yaml")
+    return spec, spec.expand()
+
+
+def test_gpu_specs_carry_the_issues_settings():
+    """Issue 13's five GPU runs: the paper's schedules, the seeds it asks for, both shuffles, no Table-3
+    cell with one seed, the blog's experiments untied and tied; every trial on CUDA, several per GPU."""
+    spec, trials = _gpu("multi30k_xavier300")
+    assert {(t.d_model, t.heads, t.epochs, t.init) for t in trials} == {(300, 10, 20, "xavier")}
+    assert len(trials) == 4 and spec.execution.fuse == "auto"
+    spec, trials = _gpu("multi30k_glove50")
+    assert {t.epochs for t in trials} == {20} and len(spec.seeds) == 5
+    assert {"glove+shuffle", "glove+shuffle_elements", "glove+standardize", "glove+match"} <= {t.init for t in trials}
+    spec, trials = _gpu("table3_ablation_glove50")
+    cells = {}
+    for t in trials:
+        cells.setdefault((t.init, t.train_embeddings, t.pos_encoding), []).append(t.seed)
+    assert len(cells) == 12 and all(len(seeds) == 3 for seeds in cells.values())
+    assert spec.mlflow.experiment == "gpu-multi30k-glove50" and {t.epochs for t in trials} == {20}
+    spec, trials = _gpu("sst2_minilm")
+    assert {t.epochs for t in trials} == {5} and len(spec.seeds) == 5
+    _, trials = _gpu("blog_exp1")
+    assert {(t.tie_embeddings, t.seed) for t in trials} == {(False, 0), (False, 1), (True, 0), (True, 1)}
+    for tie in ("tied", "untied"):
+        _, trials = _gpu(f"blog_exp2_{tie}")
+        assert {t.tie_embeddings for t in trials} == {tie == "tied"} and all(t.freeze_non_embeddings for t in trials)
+        assert all(t.init_from.endswith(f"blog_exp1_{tie}_best.pt") for t in trials)
+    for path in GPU.glob("*.yaml"):
+        spec = load_spec(path)
+        assert spec.resources.gpus > 0 and all(t.device == "cuda" for t in spec.expand()), path.name
+
+
+def test_gpu_specs_match_the_reproductions_inputs():
+    """`embinit reproduction` (GPU preset) reads the experiments these specs write."""
+    from embinit.reproduction.inputs import GPU_INPUTS
+    for g in GPU_INPUTS.groups:
+        assert load_spec(ROOT.parent / g.spec).name == g.experiment
+    assert load_spec(ROOT.parent / GPU_INPUTS.ablation_spec).mlflow.experiment == GPU_INPUTS.groups[0].experiment

@@ -38,18 +38,30 @@ LogFn = Callable[[dict, int], None]
 
 
 def model_table(model, key: str | None = None) -> tuple[str, torch.Tensor]:
-    """(side, a CPU float32 copy of the embedding table) of a model with `embeddings()`."""
+    """(side, a float32 copy of the embedding table) of a model with `embeddings()`, on the model's
+    device: trials sharing a GPU search neighbours and probe there too."""
     tables = model.embeddings()
     key = key or next((k for k in ("tok", "tgt", "src") if k in tables), next(iter(tables)))
     if key not in tables:
         raise EmbinitError(f"{key!r} is not an embedding table of the model; choose from {sorted(tables)}")
-    return key, tables[key].weight.detach().float().cpu().clone()
+    return key, tables[key].weight.detach().float().clone()
 
 
 def context_tokens(ctx, key: str) -> list[str] | None:
     data = getattr(ctx, "data", None)
     vocab = getattr(data, "src_vocab" if key == "src" else "vocab", None) if data is not None else None
     return list(vocab.tokens) if vocab is not None else None
+
+
+def context_seen(ctx, key: str) -> torch.Tensor | None:
+    """bool [N]: the rows whose token training saw (its training count > 0); None when the vocabulary
+    has no counts. A GPT-2 LM keeps a row for every tokenizer entry, seen or not; for the post's
+    experiments those unseen rows never move (untied) and dilute the all-token mean."""
+    data = getattr(ctx, "data", None)
+    vocab = getattr(data, "src_vocab" if key == "src" else "vocab", None) if data is not None else None
+    if vocab is None or not getattr(vocab, "counts", None):
+        return None
+    return torch.tensor([vocab.counts.get(t, 0) > 0 for t in vocab.tokens], dtype=torch.bool)
 
 
 def fingerprint(tokens: list[str] | None) -> str | None:
@@ -106,6 +118,7 @@ class SimilarityCallback:
         idx = None
         if self.snapshot_dir is not None:
             _, idx = knn(table, self.k, self.neighbours, self.block)
+            idx = idx.cpu()
             self._save_snapshot(step, idx, tokens)
         if self.reference is None and self.reference_snapshots is None:
             return None
@@ -121,10 +134,22 @@ class SimilarityCallback:
         summary = summarize(scores, inter, self.k, torch.ones(len(scores), dtype=torch.bool))
         metrics = {f"{self.prefix}/knn_{self.metric}_mean": summary["mean"],
                    f"{self.prefix}/knn_{self.metric}_median": summary["median"]}
+        metrics.update(self._seen_metrics(ctx, key, scores, inter))
         self.history.append({"step": step, **metrics})
         if self.log_fn is not None:
             self.log_fn(metrics, step)
         return metrics
+
+    def _seen_metrics(self, ctx, key: str, scores: torch.Tensor, inter: torch.Tensor) -> dict[str, float]:
+        """`<prefix>/seen/knn_<metric>_mean|median` and `<prefix>/seen/tokens`: the same per-token scores
+        aggregated over the tokens training saw only (neighbours are still searched among all rows)."""
+        seen = context_seen(ctx, key)
+        if seen is None or len(seen) != len(scores) or not seen.any():
+            return {}
+        part = summarize(scores, inter, self.k, seen)
+        return {f"{self.prefix}/seen/knn_{self.metric}_mean": part["mean"],
+                f"{self.prefix}/seen/knn_{self.metric}_median": part["median"],
+                f"{self.prefix}/seen/tokens": float(part["tokens"])}
 
     def _save_snapshot(self, step: int, idx: torch.Tensor, tokens) -> None:
         self.snapshot_dir.mkdir(parents=True, exist_ok=True)
@@ -148,6 +173,7 @@ class SimilarityCallback:
         if self._ref_cache is None:
             self._ref_cache = _load_reference(self.reference)
         ref_tokens, ref = self._ref_cache
+        ref = ref.to(table.device)
         if ref_tokens is not None and tokens is not None and ref_tokens != tokens:
             _, table, ref = align(tokens, table, ref_tokens, ref)
             idx = None                      # neighbours must be searched within the shared tokens

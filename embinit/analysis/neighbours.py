@@ -88,26 +88,28 @@ def _tied_at_k(vals: torch.Tensor, k: int, tol: float) -> torch.Tensor:
 def _exact_rows(x: torch.Tensor, rows: torch.Tensor, k: int, tol: float):
     """Top-k of the given rows by a full sort (for rows whose k-th place is tied)."""
     s = x[rows] @ x.T
-    s[torch.arange(len(rows)), rows] = float("-inf")
-    idx = torch.arange(x.shape[0]).expand_as(s)
+    s[torch.arange(len(rows), device=x.device), rows] = float("-inf")
+    idx = torch.arange(x.shape[0], device=x.device).expand_as(s)
     v, i = _order(s, idx, tol)
     return v[:, :k], i[:, :k]
 
 
 def knn(x: torch.Tensor, k: int, neighbours: str = "dot", block_size: int = DEFAULT_BLOCK,
         prepared: bool = False):
-    """(scores, indices), each [N, k]: every row's k nearest other rows, by the tie-break above."""
+    """(scores, indices), each [N, k]: every row's k nearest other rows, by the tie-break above.
+    Runs on x's device (a trial's GPU); the results stay there."""
     if not prepared:
         x = prepare(x, neighbours)
     n = x.shape[0]
     check_k(k, n)
     keep = k + 1  # one extra to detect a tie across the k-th place
-    vals = torch.full((n, keep), float("-inf"), dtype=x.dtype)
-    idx = torch.full((n, keep), n, dtype=torch.long)  # n: "no neighbour yet" (only with -inf)
+    dev = x.device
+    vals = torch.full((n, keep), float("-inf"), dtype=x.dtype, device=dev)
+    idx = torch.full((n, keep), n, dtype=torch.long, device=dev)  # n: "no neighbour yet" (only with -inf)
     b = max(1, min(int(block_size), n))
     tol = tie_tolerance(x)
     # two score buffers reused for every block: fresh 16-64 MB tensors per block cost page faults
-    buf, buf_t = torch.empty(b * b, dtype=x.dtype), torch.empty(b * b, dtype=x.dtype)
+    buf, buf_t = torch.empty(b * b, dtype=x.dtype, device=dev), torch.empty(b * b, dtype=x.dtype, device=dev)
     with torch.no_grad():
         for i0 in range(0, n, b):
             ri = slice(i0, min(i0 + b, n))
@@ -125,7 +127,7 @@ def knn(x: torch.Tensor, k: int, neighbours: str = "dot", block_size: int = DEFA
                     st.copy_(s.T)
                     _merge(vals, idx, rj, st, i0, keep)
         vals, idx = _order(vals, idx, tol)
-        tied = _tied_at_k(vals, k, tol) if keep <= n - 1 else torch.empty(0, dtype=torch.long)
+        tied = _tied_at_k(vals, k, tol) if keep <= n - 1 else torch.empty(0, dtype=torch.long, device=dev)
         out_v, out_i = vals[:, :k].clone(), idx[:, :k].clone()
         for c0 in range(0, len(tied), b):
             rows = tied[c0:c0 + b]

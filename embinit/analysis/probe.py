@@ -51,8 +51,8 @@ def _sample(rows: torch.Tensor, n: int, max_len: int, g: torch.Generator):
 
 def _ridge(z: torch.Tensor, y: torch.Tensor, lam: float) -> torch.Tensor:
     """W minimizing |[z 1] W - y|^2 + lam |W|^2 (bias not penalized), in float64."""
-    a = torch.cat([z, torch.ones(len(z), 1, dtype=z.dtype)], dim=1)
-    reg = lam * torch.eye(a.shape[1], dtype=z.dtype)
+    a = torch.cat([z, torch.ones(len(z), 1, dtype=z.dtype, device=z.device)], dim=1)
+    reg = lam * torch.eye(a.shape[1], dtype=z.dtype, device=z.device)
     reg[-1, -1] = 0.0
     return torch.linalg.solve(a.T @ a + reg, a.T @ y)
 
@@ -61,7 +61,7 @@ def _nearest(queries: torch.Tensor, keys: torch.Tensor, cosine: bool, block: int
     """Index of the nearest key per query (cosine, or Euclidean when cosine=False); first wins ties."""
     if cosine:
         keys = keys / keys.norm(dim=1, keepdim=True).clamp_min(1e-12)
-    out = torch.empty(len(queries), dtype=torch.long)
+    out = torch.empty(len(queries), dtype=torch.long, device=queries.device)
     sq = (keys * keys).sum(1)
     for s in range(0, len(queries), block):
         q = queries[s:s + block]
@@ -73,12 +73,14 @@ def _nearest(queries: torch.Tensor, keys: torch.Tensor, cosine: bool, block: int
 def probe_table(table: torch.Tensor, max_len: int = DEFAULT_MAX_LEN, n_samples: int = 20000,
                 seed: int = 0, pe_base: float = 10000.0, test_frac: float = 0.25, ridge: float = 1e-3,
                 prefix: str = "probe") -> dict[str, float]:
-    """Namespaced probe metrics for table X (see the module docstring)."""
+    """Namespaced probe metrics for table X (see the module docstring), computed on the table's device
+    (the samples are drawn on the CPU from `seed`, so every device probes the same rows)."""
     _check(table, max_len, n_samples, test_frac)
-    x = table.detach().double().cpu()
+    dev = table.device
+    x = table.detach().double()
     n, dim = x.shape
     scaled = x * math.sqrt(dim)
-    pe = sinusoidal(max_len, dim, pe_base, dtype=torch.float64)
+    pe = sinusoidal(max_len, dim, pe_base, dtype=torch.float64).to(dev)
     g = torch.Generator().manual_seed(int(seed))
     perm = torch.randperm(n, generator=g)
     n_test_rows = min(n - 1, max(1, round(n * test_frac)))
@@ -86,9 +88,10 @@ def probe_table(table: torch.Tensor, max_len: int = DEFAULT_MAX_LEN, n_samples: 
     n_test = max(1, round(n_samples * test_frac))
     tr_tok, tr_pos = _sample(train_rows, n_samples - n_test, max_len, g)
     te_tok, te_pos = _sample(test_rows, n_test, max_len, g)
+    tr_tok, tr_pos, te_tok, te_pos = (t.to(dev) for t in (tr_tok, tr_pos, te_tok, te_pos))
     z_tr, z_te = scaled[tr_tok] + pe[tr_pos], scaled[te_tok] + pe[te_pos]
     w = _ridge(z_tr, pe[tr_pos], ridge)
-    pred = torch.cat([z_te, torch.ones(len(z_te), 1, dtype=z_te.dtype)], dim=1) @ w
+    pred = torch.cat([z_te, torch.ones(len(z_te), 1, dtype=z_te.dtype, device=dev)], dim=1) @ w
     target = pe[te_pos]
     r2 = 1.0 - float(((pred - target) ** 2).sum() / ((target - target.mean(0)) ** 2).sum())
     pos_hat = _nearest(pred.float(), pe.float(), cosine=False)

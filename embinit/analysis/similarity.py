@@ -61,6 +61,7 @@ def per_token_scores(idx1: torch.Tensor, idx2: torch.Tensor, metric: str = "jacc
         raise unknown_name("similarity metric", metric, SCORES)
     if idx1.shape != idx2.shape:
         raise EmbinitError(f"neighbour lists differ in shape: {tuple(idx1.shape)} vs {tuple(idx2.shape)}")
+    idx1, idx2 = idx1.cpu(), idx2.cpu()   # N x K integers: small, whichever device searched them
     k = idx1.shape[1]
     inter = torch.zeros(idx1.shape[0], dtype=torch.long)
     for r0 in range(0, idx1.shape[0], 8192):  # N x K x K booleans per chunk, small

@@ -10,6 +10,12 @@ to the word-analogy structure of a pretrained table. Steps apply left to right, 
   input, the pretrained table; sigma_x: Xavier std of an N x D table) -- the row
   "GloVe & (Pos. Enc. × σp/σx)".
 
+Every chain with a `pe` or `pe_scaled` step also reports the ratio σ(words)/σ(PE) at that step: the std
+of the table just before the encodings are added over the std of the encodings added (`chain_ratio`).
+`ratio_sweep` isolates that ratio: the same rows rescaled to a grid of ratios, the same drawn positions
+added, and the analogies counted at each (cosine analogies ignore a common scale, so only the ratio
+changes). It is the evidence for when analogies survive the encodings.
+
 max_len defaults to 5,000: the paper's Table 6 statistics of its position encodings (mean 0.131) are
 those of a 5,000-row table at D=300 (`embinit.posenc.sinusoidal(5000, 300)` has mean 0.131).
 """
@@ -43,7 +49,12 @@ TABLE4_ROWS: list[tuple[tuple[str, ...], str | None]] = [
 ]
 # Not a row of the paper: what the transformer actually adds (scaled rows + encodings), for comparison
 # with "GloVe & Pos. Enc." (the paper's text explains that row by the scaled std, 6.39 vs 0.67).
-EXTRA_ROWS: list[tuple[tuple[str, ...], str | None]] = [(("scale", "pe"), None)]
+# "Xavier-Std. & Scaled & Pos. Enc.": what the model adds for GloVe_Xavier; "Pos. Enc. & Xavier-Std.": the
+# encodings added first, then the sum standardized (the ratio at the addition is the raw one).
+EXTRA_ROWS: list[tuple[tuple[str, ...], str | None]] = [
+    (("scale", "pe"), None), (("standardize", "scale", "pe"), None), (("pe", "standardize"), None)]
+# σ(words)/σ(PE) grid of `ratio_sweep` (log-spaced around 1, where the two spreads are equal)
+RATIO_GRID = (0.03, 0.1, 0.3, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0)
 
 
 @dataclass
@@ -53,6 +64,7 @@ class ChainContext:
     generator: torch.Generator
     max_len: int
     pe_base: float
+    ratio: float | None = None   # σ(words)/σ(PE) at the chain's first encoding step
 
 
 def parse_steps(spec: str | Sequence[str] | None) -> tuple[str, ...]:
@@ -84,26 +96,70 @@ def _step(name: str, x: torch.Tensor, ctx: ChainContext) -> torch.Tensor:
     if name == "standardize":
         from embinit.init import TRANSFORMS  # the init library's own, not a copy
         return TRANSFORMS["standardize"](x, ctx.n_total, dim, ctx.generator).rows
-    if name == "pe":
-        return x + _positions(ctx, n, dim)
-    if name == "pe_scaled":
-        from embinit.init import xavier_std
-        return x + _positions(ctx, n, dim) * (ctx.sigma_p / xavier_std(ctx.n_total, dim))
+    if name in ("pe", "pe_scaled"):
+        pe = _positions(ctx, n, dim)
+        if name == "pe_scaled":
+            from embinit.init import xavier_std
+            pe = pe * (ctx.sigma_p / xavier_std(ctx.n_total, dim))
+        if ctx.ratio is None:
+            ctx.ratio = _std(x) / _std(pe)
+        return x + pe
     raise unknown_name("analogy transform", name, STEPS)
+
+
+def _std(x: torch.Tensor) -> float:
+    return float(x.std()) if x.numel() > 1 else 0.0
+
+
+def _context(x: torch.Tensor, seed: int, n_total: int | None, max_len: int, pe_base: float) -> ChainContext:
+    if max_len < 1:
+        raise EmbinitError(f"max_len must be positive, got {max_len}")
+    return ChainContext(n_total or x.shape[0], _std(x), torch.Generator().manual_seed(int(seed)), int(max_len),
+                        float(pe_base))
+
+
+def chain_with_ratio(matrix: torch.Tensor, steps: Sequence[str], seed: int = 0, n_total: int | None = None,
+                     max_len: int = PAPER_MAX_LEN, pe_base: float = 10000.0) -> tuple[torch.Tensor, float | None]:
+    """(the transformed float32 table, σ(words)/σ(PE) at its first encoding step or None without one)."""
+    steps = parse_steps(steps)
+    x = matrix.double()
+    ctx = _context(x, seed, n_total, max_len, pe_base)
+    for s in steps:
+        x = _step(s, x, ctx)
+    return x.float(), ctx.ratio
 
 
 def apply_chain(matrix: torch.Tensor, steps: Sequence[str], seed: int = 0, n_total: int | None = None,
                 max_len: int = PAPER_MAX_LEN, pe_base: float = 10000.0) -> torch.Tensor:
     """The transformed float32 table. n_total: N for sigma_x (default: the matrix's rows)."""
-    steps = parse_steps(steps)
-    if max_len < 1:
-        raise EmbinitError(f"max_len must be positive, got {max_len}")
+    return chain_with_ratio(matrix, steps, seed, n_total, max_len, pe_base)[0]
+
+
+def chain_ratio(matrix: torch.Tensor, steps: Sequence[str], seed: int = 0, n_total: int | None = None,
+                max_len: int = PAPER_MAX_LEN, pe_base: float = 10000.0) -> float | None:
+    """σ(words)/σ(PE) where the chain adds encodings (None when it adds none)."""
+    return chain_with_ratio(matrix, steps, seed, n_total, max_len, pe_base)[1]
+
+
+def ratio_sweep(matrix: torch.Tensor, tokens: Sequence[str], questions: Questions,
+                ratios: Sequence[float] = RATIO_GRID, seed: int = 0, max_len: int = PAPER_MAX_LEN,
+                pe_base: float = 10000.0, **evaluate_kw) -> list[dict]:
+    """Analogy accuracy of `matrix · c + PE` with c chosen so that σ(words)/σ(PE) is each ratio; one draw
+    of positions (from `seed`) for every ratio. Rows: {ratio, correct, total, accuracy}."""
     x = matrix.double()
-    ctx = ChainContext(n_total or x.shape[0], float(x.std()) if x.numel() > 1 else 0.0,
-                       torch.Generator().manual_seed(int(seed)), int(max_len), float(pe_base))
-    for s in steps:
-        x = _step(s, x, ctx)
-    return x.float()
+    ctx = _context(x, seed, None, max_len, pe_base)
+    pe = _positions(ctx, x.shape[0], x.shape[1])
+    if not _std(x) > 0:
+        raise EmbinitError("ratio_sweep needs a table with spread (its std is 0)")
+    out = []
+    for r in ratios:
+        if not r > 0:
+            raise EmbinitError(f"ratios must be positive, got {r}")
+        table = (x * (r * _std(pe) / _std(x)) + pe).float()
+        res = evaluate_analogies(table, tokens, questions, label=f"ratio {r:g}", **evaluate_kw).to_dict()
+        out.append({"ratio": float(r), "correct": res["correct"], "total": res["total"],
+                    "accuracy": res["accuracy"]})
+    return out
 
 
 def run_table4(matrix: torch.Tensor, tokens: Sequence[str], questions: Questions, source: str = "GloVe",

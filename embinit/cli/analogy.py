@@ -66,7 +66,7 @@ def run(args) -> int:
     t0 = time.perf_counter()
     from embinit.analysis.analogy import load_questions, select_rows
     from embinit.analysis.sources import load_embeddings
-    from embinit.analysis.table4 import EXTRA_ROWS, TABLE4_ROWS, parse_steps, run_table4
+    from embinit.analysis.table4 import EXTRA_ROWS, TABLE4_ROWS, chain_ratio, parse_steps, ratio_sweep, run_table4
 
     steps = parse_steps(args.transform)
     questions = load_questions(args.questions)
@@ -84,8 +84,13 @@ def run(args) -> int:
               case_insensitive=not args.case_sensitive)
     rows = TABLE4_ROWS + EXTRA_ROWS if args.table4 else [(steps, None)]
     results = run_table4(matrix, tokens, questions, source=name, rows=rows, **kw)
+    ratio_kw = {k: kw[k] for k in ("seed", "n_total", "max_len", "pe_base")}
+    ratios = [chain_ratio(matrix, st, **ratio_kw) for st, _ in rows]
+    sweep = ratio_sweep(matrix, tokens, questions, seed=args.seed, max_len=args.max_len, pe_base=args.pe_base,
+                        case_insensitive=kw["case_insensitive"]) if args.table4 else []
     if args.log_experiment:
-        run_id = _log(args, emb.source, questions.source, len(tokens), rows, results, time.perf_counter() - t0)
+        run_id = _log(args, emb.source, questions.source, len(tokens), rows, results, time.perf_counter() - t0,
+                      ratios, sweep)
         print(f"logged to MLflow run {run_id} (experiment {args.log_experiment!r})")
     if args.json:
         print(json.dumps({"source": emb.source, "questions": questions.source, "rows": [
@@ -113,16 +118,21 @@ def row_slug(steps) -> str:
     return ".".join(steps) or "raw"
 
 
-def _log(args, source: str, questions: str, n_words: int, rows, results, wall_s: float) -> str:
+def _log(args, source: str, questions: str, n_words: int, rows, results, wall_s: float, ratios, sweep) -> str:
+    """One MLflow run: each row's metrics (and its σ(words)/σ(PE) as `analogy/<slug>/pe_ratio`), and
+    result.json with the rows and the ratio sweep."""
     from embinit import tracking
     metrics: dict[str, float] = {"wall_time_s": wall_s}
-    for (st, _), (_, _, res) in zip(rows, results):
+    for (st, _), (_, _, res), ratio in zip(rows, results, ratios):
         metrics.update(res.to_metrics(f"analogy/{row_slug(st)}"))
+        if ratio is not None:
+            metrics[f"analogy/{row_slug(st)}/pe_ratio"] = ratio
     params = {"embeddings": source, "questions": questions, "words": n_words, "task": args.task or "",
               "vocab": args.vocab or "", "top": args.top if args.top is not None else "", "seed": args.seed,
               "max_len": args.max_len, "pe_base": args.pe_base, "case_sensitive": args.case_sensitive}
-    result = {"rows": [{**res.to_dict(), "steps": list(st), "slug": row_slug(st), "paper": paper}
-                       for (st, _), (_, paper, res) in zip(rows, results)], "params": params}
+    result = {"rows": [{**res.to_dict(), "steps": list(st), "slug": row_slug(st), "paper": paper, "pe_ratio": ratio}
+                       for (st, _), (_, paper, res), ratio in zip(rows, results, ratios)],
+              "ratio_sweep": sweep, "params": params}
     return tracking.log_analysis_run(args.log_experiment, args.tracking_uri, "analogy",
                                      f"analogy-seed{args.seed}", params, metrics, result)
 

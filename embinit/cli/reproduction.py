@@ -8,8 +8,12 @@ from pathlib import Path
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("reproduction", help="the reproduction report (paper vs embinit) from MLflow",
-                              description="Write the reproduction report from the MLflow records of the offline "
-                                          "specs (tune_configs/offline/) and the Table-4 analogy runs.")
+                              description="Write the reproduction report from the MLflow records of the GPU specs "
+                                          "(tune_configs/gpu/; --inputs offline: the superseded CPU specs) and "
+                                          "the Table-4 analogy runs. Experiments not run yet are shown as such.")
+    p.add_argument("--inputs", choices=("gpu", "offline"), default="gpu",
+                   help="which sweeps to read: the GPU specs of tune_configs/gpu/ (default) or the superseded "
+                        "CPU specs of tune_configs/offline/")
     p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: sqlite:///mlflow.db)")
     p.add_argument("--out", default=None, metavar="FILE", help="write the markdown here (default: stdout)")
     p.add_argument("--exports", default=None, metavar="DIR", help="write reproduction.json and CSV tables here")
@@ -20,8 +24,9 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     from embinit.reproduction import Reproduction, render, write_exports
+    from embinit.reproduction.inputs import PRESETS
 
-    rep = Reproduction(args.tracking_uri)
+    rep = Reproduction(args.tracking_uri, PRESETS[args.inputs])
     sections = rep.build()
     pre = Path(args.preamble).read_text() if args.preamble else ""
     text = render(rep, sections, pre)

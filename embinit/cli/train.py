@@ -70,7 +70,8 @@ def register(subparsers) -> None:
     p.add_argument("--freeze-embeddings", action="store_true", help="ablation: embeddings not trained")
     p.add_argument("--freeze-non-embeddings", action="store_true", help="train only the embeddings")
     p.add_argument("--data-dir", help="the task's data folder (else $EMBINIT_DATA_DIR/<task>, else the hub)")
-    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
+    p.add_argument("--precision", choices=("fp32", "bf16", "auto"), default="fp32",
+                   help="auto: bf16 where the GPU or CPU has bf16 units, else fp32")
     p.add_argument("--device", default="auto")
     p.add_argument("--extra", type=_extra, action="append", default=[], metavar="KEY=VALUE",
                    help="task-specific switch, e.g. train_split=valid (repeatable)")

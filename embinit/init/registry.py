@@ -7,7 +7,8 @@ is a dict with the keys of `InitSpec` (`source`, `transform` or `transforms`, `o
 `pretrained`, `name`); unknown keys are an error.
 
 Labels follow the paper (section 3.4): `standardize` appends `_Xavier` (GloVe -> GloVe_Xavier),
-`match` prefixes `Xavier_` (BERT -> Xavier_BERT), `shuffle` appends `_Shuffled` (T5 -> T5_Shuffled).
+`match` prefixes `Xavier_` (BERT -> Xavier_BERT), `shuffle` appends `_Shuffled` (T5 -> T5_Shuffled),
+`shuffle_elements` appends `_ShuffledElements` (GloVe -> GloVe_ShuffledElements).
 """
 
 from __future__ import annotations
@@ -83,6 +84,9 @@ TRANSFORM_INFO = {
                    "(all rows)", "embinit.init.transforms:match"),
     "shuffle": Entry("{}_Shuffled", "Pretrained_Shuffled: permute the found rows and the columns (seeded); values "
                      "unchanged", "embinit.init.transforms:shuffle"),
+    "shuffle_elements": Entry("{}_ShuffledElements", "Pretrained_Shuffled by elements (the paper's Finding 3 "
+                              "wording): permute all values of the found rows as one list (seeded); values "
+                              "unchanged, rows broken up", "embinit.init.transforms:shuffle_elements"),
 }
 
 

@@ -21,6 +21,7 @@ from typing import Any, Sequence
 
 import torch
 
+from embinit.content_hash import entry_lock
 from embinit.errors import EmbinitError
 from embinit.init import hf, table_cache, vectors
 from embinit.init.aligned import Aligned
@@ -76,12 +77,12 @@ def resolve_source(spec: InitSpec, pretrained: str | None = None) -> tuple[str, 
     return kind, location
 
 
-def _identity(kind: str, location: str) -> dict:
+def _identity(kind: str, location: str, cache_dir=None) -> dict:
     if kind == "hf":
         return hf.identity(location)
-    ident = table_cache.file_identity(location)
+    ident = table_cache.file_identity(location, cache_dir)
     if kind == "npy":   # the rows' names live in a second file
-        ident["vocab"] = table_cache.file_identity(vectors.npy_vocab_path(Path(location).expanduser()))
+        ident["vocab"] = table_cache.file_identity(vectors.npy_vocab_path(Path(location).expanduser()), cache_dir)
     return ident
 
 
@@ -91,15 +92,20 @@ def load_aligned(kind: str, location: str, vocab: Vocab, lowercase: bool,
     cache_dir: None -> default location; False or "" -> no cache."""
     path = None
     if cache_dir is not False and cache_dir != "":
-        key = {"kind": kind, "source": _identity(kind, location), "vocab": vocab.fingerprint(),
+        root = cache_dir or table_cache.default_cache_dir()
+        key = {"kind": kind, "source": _identity(kind, location, root), "vocab": vocab.fingerprint(),
                "lowercase": lowercase}
-        path = table_cache.entry_path(cache_dir or table_cache.default_cache_dir(), key)
+        path = table_cache.entry_path(root, key)
         hit = table_cache.load_entry(path)
         if hit is not None:
             return hit, True
-    aligned = LOADERS[kind](location, vocab.tokens, lowercase)
-    if path is not None:
-        table_cache.save_entry(path, aligned)
+    with entry_lock(path):   # concurrent trials: the first reads the source, the others wait and hit
+        hit = table_cache.load_entry(path) if path is not None else None
+        if hit is not None:
+            return hit, True
+        aligned = LOADERS[kind](location, vocab.tokens, lowercase)
+        if path is not None:
+            table_cache.save_entry(path, aligned)
     return aligned, False
 
 

@@ -1,6 +1,6 @@
 """On-disk cache of aligned source rows (`Aligned`), keyed by the source's identity and the vocabulary.
 
-Key: source kind, source identity (a file's resolved path + size + mtime; a model folder's files; a hub
+Key: source kind, source identity (a file's name + size + content sha256; a model folder's files; a hub
 id), the vocabulary fingerprint, the lowercase flag and a format version. Entries are `.pt` files under
 `cache_dir/aligned/`, written atomically. A corrupt entry is ignored and rebuilt.
 Default location: `$EMBINIT_CACHE_DIR`, else `~/.cache/embinit`.
@@ -24,10 +24,12 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("EMBINIT_CACHE_DIR") or Path.home() / ".cache" / "embinit")
 
 
-def file_identity(path: str | Path) -> dict:
+def file_identity(path: str | Path, cache_dir=None) -> dict:
+    """The file's content (sha256, memoized per path/size/mtime: embinit.content_hash), not its path:
+    an entry made on one node is valid on another with the same file."""
+    from embinit.content_hash import file_digest
     p = Path(path).expanduser().resolve()
-    st = p.stat()
-    return {"file": str(p), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    return {"name": p.name, "size": p.stat().st_size, "sha256": file_digest(p, cache_dir)}
 
 
 def entry_path(cache_dir: str | Path, key: dict) -> Path:

@@ -13,7 +13,12 @@ map for other source-space vectors (used to bring `subword_mean` rows into the t
   Xavier draw X_x of all N x D rows, using that draw's own sample mean and std, so the table hits the
   source's mean_p and sigma_p exactly. It fills every row; no pretrained row survives.
 - `shuffle` (Pretrained_Shuffled): permute the found rows, then the columns (seeded); the multiset of
-  values is unchanged.
+  values is unchanged. This is what the paper's method section (3.4) describes.
+- `shuffle_elements` (Pretrained_ShuffledElements): permute all n x D values of the found rows as one
+  flat list (seeded), what the paper's Finding 3 says ("the elements"): the multiset of values is
+  unchanged, but no row keeps its values together, so per-row norms and per-column statistics are mixed
+  too. Other source-space vectors (`subword_mean` pieces) map to D values drawn from the shuffled pool
+  (a generator seeded from the transform's own draw), so they carry no source direction either.
 """
 
 from __future__ import annotations
@@ -65,6 +70,18 @@ def shuffle(rows: torch.Tensor, n_total: int, dim: int, generator: torch.Generat
     row_perm = torch.randperm(rows.shape[0], generator=generator)
     col_perm = torch.randperm(rows.shape[1], generator=generator)
     return Fitted(rows[row_perm][:, col_perm], False, lambda v: v[..., col_perm])
+
+
+def shuffle_elements(rows: torch.Tensor, n_total: int, dim: int, generator: torch.Generator) -> Fitted:
+    flat = rows.reshape(-1)
+    pool = flat[torch.randperm(flat.numel(), generator=generator)]
+    map_seed = int(torch.randint(0, 2 ** 62, (1,), generator=generator))
+
+    def vector_map(v: torch.Tensor) -> torch.Tensor:
+        g = torch.Generator().manual_seed(map_seed)
+        return pool[torch.randint(0, pool.numel(), v.shape, generator=g)].to(v.dtype)
+
+    return Fitted(pool.reshape(rows.shape), False, vector_map)
 
 
 # the functions of the registry entries (names, labels, descriptions) in embinit.init.registry

@@ -26,6 +26,7 @@ class ModelConfig:
     pe_base: float = 10000.0
     pre_ln: bool = False         # False: post-LN, the original transformer
     pos_encoding: bool = True    # Table 3 ablation
+    tie_embeddings: bool = False  # decoder-only LM: logits = h @ E^T + b (GPT-2 style), no separate matrix
 
     def __post_init__(self):
         if self.d_model < 1 or self.layers < 1 or self.ff_dim < 1 or self.heads < 1:
@@ -70,10 +71,16 @@ class TokenEmbedding(nn.Module):
         return self.drop(x)
 
 
+def cheap_host_reads(device: torch.device) -> bool:
+    """Whether reading a value of a tensor on `device` back to Python is free (CPU: no device queue)."""
+    return device.type == "cpu"
+
+
 def padding_mask(ids: torch.Tensor, pad_id: int = 0) -> torch.Tensor | None:
-    """Attention mask [B, 1, 1, S] (True = attend) hiding pad keys; None when nothing is padded, so
-    attention takes its unmasked fast path."""
+    """Attention mask [B, 1, 1, S] (True = attend) hiding pad keys. On CPU: None when nothing is padded,
+    so attention takes its unmasked fast path. On an accelerator the mask is always returned: asking
+    whether anything is padded would make the host wait for the device at every forward pass."""
     keep = ids != pad_id
-    if bool(keep.all()):
+    if cheap_host_reads(ids.device) and bool(keep.all()):
         return None
     return keep[:, None, None, :]

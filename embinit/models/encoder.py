@@ -52,14 +52,31 @@ class EncoderClassifier(_Stack):
         return self.head(self.drop(pooled))
 
 
+class TiedOutput(nn.Module):
+    """The output layer of a tied LM: logits = h @ E^T + b with E the token table. E stays owned by the
+    input layer (it is not registered here), so the state dict has it once and the bias as `output.bias`."""
+
+    def __init__(self, embedding: nn.Embedding):
+        super().__init__()
+        object.__setattr__(self, "_embedding", embedding)   # a reference, not a submodule
+        self.bias = nn.Parameter(torch.zeros(embedding.num_embeddings))
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return nn.functional.linear(h, self._embedding.weight, self.bias)
+
+
 class DecoderLM(_Stack):
-    """Causal self-attention only (no cross-attention); a separate output projection."""
+    """Causal self-attention only (no cross-attention). Output layer: a separate projection (default),
+    or with `cfg.tie_embeddings` the token table itself, logits = h @ E^T + b as in GPT-2 (the table
+    then gets gradients from every softmax, so rows of tokens never seen as input move too; it is one
+    parameter, so freezing or re-initializing the embeddings covers the output layer as well)."""
 
     kind = "lm"
 
     def __init__(self, table: torch.Tensor, cfg: ModelConfig, pad_id: int = 0):
         super().__init__(table, cfg, pad_id)
-        self.output = nn.Linear(cfg.d_model, table.shape[0])
+        self.output = TiedOutput(self.embed.embedding) if cfg.tie_embeddings else \
+            nn.Linear(cfg.d_model, table.shape[0])
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         """ids [B, T] -> next-token logits [B, T, V]."""

@@ -14,15 +14,17 @@ Inputs (all MLflow experiments in one tracking store):
 - KNN match similarity: the `sim/knn_<metric>_mean` history the sweep's `analyses.similarity` logs on
   every seed but the reference one.
 
-Verdicts compare two groups by the difference of their means with a Welch 95% interval: "reproduces"
-when the interval excludes 0 on the paper's side, "contradicts" when it excludes 0 on the other side,
-otherwise "same direction, not significant" / "opposite direction, not significant".
+Verdicts compare two inits by a − b with a 95% interval: the paired t interval on per-seed differences
+(seeds are paired across inits: one seed, one data order), Welch's only where the seed sets differ.
+"reproduces" when the interval lies on the paper's side of 0, "contradicts" on the other side,
+"inconclusive" when it includes 0 and is wider than the difference the paper reports; every finding is
+checked on the task metric and on the best validation loss, and a disagreement between them is marked.
 """
 
-from embinit.reproduction.compare import verdict, welch
+from embinit.reproduction.compare import paired, verdict, welch
 from embinit.reproduction.export import Section, render, write_exports
 from embinit.reproduction.inputs import ROLE_TEXT, ROLES, Group, Inputs, Trial, load_trials, role_of
 from embinit.reproduction.tables import Reproduction
 
 __all__ = ["ROLES", "ROLE_TEXT", "Group", "Inputs", "Reproduction", "Section", "Trial", "load_trials", "render",
-           "role_of", "verdict", "welch", "write_exports"]
+           "paired", "role_of", "verdict", "welch", "write_exports"]

@@ -26,9 +26,29 @@ def welch(a: list[float], b: list[float]) -> dict[str, Any]:
     return {"diff": diff, "ci95": float(t.ppf(0.975, dof)) * se, "n": (len(a), len(b))}
 
 
-def verdict(cmp: dict[str, Any], expected: int, tolerate: bool = False) -> str:
+def paired(a: dict[Any, float], b: dict[Any, float]) -> dict[str, Any]:
+    """a − b for values keyed by seed. Seeds are paired across inits (one seed: one data order, one draw
+    of the non-embedding weights and of the dropout masks), so when both sides hold the same seeds the
+    comparison is the paired t interval on the per-seed differences; otherwise (unequal seed sets) Welch's
+    interval on the two means. `test` names the one used."""
+    if a and set(a) == set(b) and len(a) >= 2:
+        diffs = [a[k] - b[k] for k in sorted(a, key=str)]
+        d, sd = statistics.fmean(diffs), statistics.stdev(diffs)
+        from scipy.stats import t
+        ci = float(t.ppf(0.975, len(diffs) - 1)) * sd / math.sqrt(len(diffs))
+        return {"diff": d, "ci95": ci, "n": (len(a), len(b)), "test": "paired t"}
+    return {**welch(list(a.values()), list(b.values())), "test": "Welch"}
+
+
+def verdict(cmp: dict[str, Any], expected: int, tolerate: bool = False, effect: float | None = None) -> str:
     """expected +1: the paper says a > b; -1: a < b. tolerate: the paper's claim is 'a >= b' ("on par or
-    better"), which only a significant opposite difference contradicts."""
+    better"). effect: the size of the difference the paper reports (|a − b| in its tables), or None.
+
+    "reproduces": the interval lies on the paper's side of 0; "contradicts": on the other side. An interval
+    across 0 is "inconclusive" when it is wider than the paper's effect (or the paper gives none): it could
+    not have told the paper's effect from 0. An interval across 0 and narrower than the effect is
+    "on par" for a tolerant claim, and "does not reproduce" for a directional one (the paper's effect
+    lies outside it)."""
     d, ci = cmp["diff"], cmp["ci95"]
     if d is None:
         return "not measured"
@@ -41,9 +61,14 @@ def verdict(cmp: dict[str, Any], expected: int, tolerate: bool = False) -> str:
         return "reproduces"
     if hi < 0:
         return "contradicts"
+    direction = "same direction" if same else "opposite direction"
+    if effect is None or ci > abs(effect):
+        return f"inconclusive ({direction}; the interval is wider than the paper's effect)" if effect is not None \
+            else f"inconclusive ({direction}; the paper gives no effect size)"
     if tolerate:
-        return "reproduces (on par: the interval includes 0)"
-    return "same direction, not significant" if same else "opposite direction, not significant"
+        return "reproduces (on par: the interval includes 0 and is narrower than the paper's effect)"
+    return "does not reproduce (the interval includes 0 and excludes the paper's effect)" \
+        if hi < abs(effect) else f"inconclusive ({direction})"
 
 
 def fmt(v: float | None, digits: int = 2) -> str:
@@ -65,7 +90,8 @@ def compare_text(name_a: str, name_b: str, cmp: dict[str, Any], digits: int = 2)
         return f"{name_a} − {name_b}: not measured"
     ci = "no interval" if cmp["ci95"] is None else \
         f"95% CI [{fmt(cmp['diff'] - cmp['ci95'], digits)}, {fmt(cmp['diff'] + cmp['ci95'], digits)}]"
-    return f"{name_a} − {name_b} = {fmt(cmp['diff'], digits)} ({ci}; n = {cmp['n'][0]} vs {cmp['n'][1]})"
+    test = f"{cmp['test']}, " if cmp.get("test") else ""
+    return f"{name_a} − {name_b} = {fmt(cmp['diff'], digits)} ({test}{ci}; n = {cmp['n'][0]} vs {cmp['n'][1]})"
 
 
 def duration(s: float | None) -> str:

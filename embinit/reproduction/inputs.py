@@ -8,9 +8,11 @@ from embinit import records, tracking
 from embinit.errors import EmbinitError
 from embinit.records import TrialRecord
 
-ROLES = ("Xavier", "P", "P_Xavier", "P_Shuffled", "Xavier_P")
+ROLES = ("Xavier", "P", "P_Xavier", "P_Shuffled", "P_ShuffledElements", "Xavier_P")
 ROLE_TEXT = {"Xavier": "Xavier", "P": "{p}", "P_Xavier": "{p}_Xavier", "P_Shuffled": "{p}_Shuffled",
-             "Xavier_P": "Xavier_{p}"}
+             "P_ShuffledElements": "{p}_ShuffledElements", "Xavier_P": "Xavier_{p}"}
+# the two shuffles: the paper's method section (rows and columns) and its Finding 3 ("the elements")
+SHUFFLE_TEXT = {"P_Shuffled": "rows and columns", "P_ShuffledElements": "elements"}
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,19 @@ class Inputs:
                             "$EMBINIT_DATA_DIR/multi30k --top 5893 --table4 --seed $S --tracking-uri $URI "
                             "--log-experiment offline-table4-analogy-glove50")
     similarity_metric: str = "jaccard"
+
+
+GPU_ANALOGY = "gpu-table4-analogy-glove50"
+# The GPU reproduction (issue 13; tune_configs/gpu/): the paper's schedule, one MLflow store.
+GPU_INPUTS = Inputs(
+    groups=(Group("gpu-multi30k-glove50", "multi30k", "GloVe", "GloVe", "tune_configs/gpu/multi30k_glove50.yaml"),
+            Group("gpu-sst2-minilm", "sst2", "MiniLM", "BERT", "tune_configs/gpu/sst2_minilm.yaml"),
+            Group("gpu-multi30k-xavier300", "multi30k", "GloVe", "GloVe",
+                  "tune_configs/gpu/multi30k_xavier300.yaml")),
+    ablation_spec="tune_configs/gpu/table3_ablation_glove50.yaml",
+    analogy_experiment=GPU_ANALOGY,
+    analogy_command=Inputs.analogy_command.replace("offline-table4-analogy-glove50", GPU_ANALOGY))
+PRESETS = {"gpu": GPU_INPUTS, "offline": Inputs()}
 
 
 class Trial(TrialRecord):

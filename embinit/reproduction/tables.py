@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from embinit import paper, tracking
-from embinit.config import TASKS
+from embinit.config import TASKS, metric_range
+from embinit.errors import EmbinitError
 from embinit.report import summarize
 from embinit.reproduction.compare import ci_text, fmt, mean_std
 from embinit.reproduction.export import Section
@@ -24,9 +25,17 @@ class Reproduction:
     def __init__(self, uri: str | None, inputs: Inputs | None = None):
         self.uri, self.inputs = uri, inputs or Inputs()
         self.data: dict[str, tuple[list[Trial], list]] = {}
+        self.missing: list[str] = []     # experiments not in the store yet (a partial run): shown as such
+        errors = []
         for g in self.inputs.groups:
-            self.data[g.experiment] = load_trials(g.experiment, uri)
+            try:
+                self.data[g.experiment] = load_trials(g.experiment, uri)
+            except EmbinitError as e:
+                self.data[g.experiment], errors = ([], []), errors + [str(e)]
+                self.missing.append(g.experiment)
         self.analogy_runs = tracking.analysis_runs(self.inputs.analogy_experiment, uri, "analogy")
+        if len(self.missing) == len(self.inputs.groups) and not self.analogy_runs:
+            raise EmbinitError(errors[0] if len(errors) == 1 else "; ".join(errors))
         self.exports: dict[str, list[dict[str, Any]]] = {}
 
     # ---- selection helpers
@@ -43,6 +52,11 @@ class Reproduction:
         """(metric, its name, scale to the paper's units)."""
         m = tracking.primary_metric(task)
         return (m, "test BLEU", 1.0) if "bleu" in m else (m, "best val. accuracy (%)", 100.0)
+
+    def bounds(self, task: str) -> tuple[float, float]:
+        """The range of the task's metric in the paper's units (confidence intervals are clipped to it)."""
+        m, _, scale = self.metric(task)
+        return tuple(b * scale for b in metric_range(m))
 
     def scaled(self, g: Group, role: str) -> list[float]:
         m, _, scale = self.metric(g.task)
@@ -69,7 +83,8 @@ class Reproduction:
                     "vocab": f"{int(rows_src[0]):,} rows in the {'target ' if g.task == 'multi30k' else ''}table"
                     if rows_src else "—"}
             for k in ("source", "d_model", "heads", "layers", "epochs", "batch_size", "lr", "seeds", "vocab"):
-                mark = "" if str(ref.get(k, "—")) == str(here[k]) else " **(differs)**"
+                # the vocabulary is built by the paper's rule (training data, min freq 2), so it is not flagged
+                mark = "" if k == "vocab" or str(ref.get(k, "—")) == str(here[k]) else " **(differs)**"
                 s.lines.append(f"| {g.task} / {g.paper_source} | {k} | {ref.get(k, '—')} | {here[k]}{mark} |")
         return s
 
@@ -92,9 +107,9 @@ class Reproduction:
                           and role_of(t.label, g.source) == role and t.status in ("failed", "diverged")]
                 if not trials and not failed:
                     continue
-                st = summarize(self.scaled(g, role))
-                ep = summarize(self.values(trials, "best_epoch"))
-                vl = summarize(self.values(trials, "best/val/loss"))
+                st = summarize(self.scaled(g, role), self.bounds(g.task))
+                ep = summarize(self.values(trials, "best_epoch"), metric_range("best_epoch"))
+                vl = summarize(self.values(trials, "best/val/loss"), metric_range("best/val/loss"))
                 p = ref.get(role)
                 label = ROLE_TEXT[role].format(p=g.source)
                 s.lines.append(f"| {label} | {'—' if p is None else f'{p[0]} ({p[1]})'} | "
@@ -163,9 +178,9 @@ class Reproduction:
             for cell in ((False, False), (True, False), (False, True), (True, True)):
                 ts = [t for t in trials if role_of(t.label, g.source) == role and t.cell == cell]
                 p = paper.TABLE3.get((role, *cell))
-                bleu = summarize(self.values(ts, "test/bleu"))
-                vl = summarize(self.values(ts, "best/val/loss"))
-                ep = summarize(self.values(ts, "best_epoch"))
+                bleu = summarize(self.values(ts, "test/bleu"), metric_range("test/bleu"))
+                vl = summarize(self.values(ts, "best/val/loss"), metric_range("best/val/loss"))
+                ep = summarize(self.values(ts, "best_epoch"), metric_range("best_epoch"))
                 label = ROLE_TEXT[role].format(p=g.source)
                 yn = "/".join("yes" if c else "no" for c in cell)
                 s.lines.append(f"| {label} | {yn} | {'—' if p is None else f'{p[0]} ({p[1]})'} | "
@@ -193,19 +208,22 @@ class Reproduction:
                     f"`{self.inputs.analogy_experiment}`; embeddings `{Path(str(prm.get('embeddings'))).name}`, "
                     f"vocabulary: the {prm.get('top')} most frequent target words of `{prm.get('task')}` "
                     f"({prm.get('words')} found in the vectors); questions `{Path(str(prm.get('questions'))).name}`.",
-                    "", "| row | paper | here correct/applicable | here acc. % mean (σ) | n | 95% CI |",
-                    "|---|---|---|---|---|---|"]
+                    "", "| row | paper | here correct/applicable | here acc. % mean (σ) | n | 95% CI | "
+                    "σ(words)/σ(PE) |", "|---|---|---|---|---|---|---|"]
         rows = []
         for i, row in enumerate(first["rows"]):
             accs = [r["rows"][i]["accuracy"] for r in results if r["rows"][i]["accuracy"] is not None]
             corr = [r["rows"][i]["correct"] for r in results]
-            st = summarize(accs)
+            ratios = [r["rows"][i]["pe_ratio"] for r in results if r["rows"][i].get("pe_ratio") is not None]
+            ratio = statistics.fmean(ratios) if ratios else None
+            st = summarize(accs, (0.0, 100.0))  # percentages
             rng = f"{min(corr)}–{max(corr)}" if min(corr) != max(corr) else str(corr[0])
             s.lines.append(f"| {row['label']} | {row.get('paper') or '—'} | {rng}/{row['total']} | {mean_std(st, 1)} | "
-                           f"{st['n']} | {ci_text(st, 1)} |")
+                           f"{st['n']} | {ci_text(st, 1)} | {fmt(ratio, 3)} |")
             rows.append({"row": row["label"], "steps": row["steps"], "paper": row.get("paper"), "total": row["total"],
-                         "correct": corr, **st})
+                         "correct": corr, "pe_ratio": ratio, **st})
         self.exports["table4"] = rows
+        s.lines += ["", *table4_ratio_lines(results, self.exports)]
         return s
 
     def similarity(self) -> Section:
@@ -220,3 +238,39 @@ class Reproduction:
     def build(self) -> list[Section]:
         return [self.settings(), self.table1(), self.table2(), self.table3(), self.table4(), self.similarity(),
                 self.findings(), self.runs_section()]
+
+
+# σ of the paper's tables at D = 300 (Table 6): GloVe 840B raw, a Xavier table (= GloVe_Xavier), the
+# position encodings; with them the ratio σ(words)/σ(PE) of each of the paper's Table-4 rows with encodings
+def paper_ratio_rows() -> list[dict]:
+    g, x, pe = paper.TABLE6["P"][3], paper.TABLE6["Xavier"][3], paper.TABLE6["Pos. Enc."][3]
+    return [{"row": "GloVe & Pos. Enc.", "ratio": g / pe, "accuracy": 87.3},
+            {"row": "GloVe & Xavier-Std. & Pos. Enc.", "ratio": x / pe, "accuracy": 12.9},
+            {"row": "GloVe & (Pos. Enc. × σp/σx)", "ratio": g / (pe * g / x), "accuracy": 11.1}]
+
+
+def table4_ratio_lines(results: list[dict], exports: dict) -> list[str]:
+    """Accuracy against σ(words)/σ(PE): the paper's rows (D = 300, its Table 6 σ) and here (the rows
+    above, and the ratio sweep of `embinit analogy --table4`: the same rows rescaled to each ratio)."""
+    lines = ["Accuracy against σ(words)/σ(PE), the spread of the word vectors over that of the encodings "
+             "added to them. The paper's rows, from its Table 6 σ at D = 300 (GloVe 0.37, Xavier 0.016, "
+             "encodings 0.67):", "", "| paper row | σ(words)/σ(PE) | paper acc. % |", "|---|---|---|"]
+    paper_rows = paper_ratio_rows()
+    lines += [f"| {r['row']} | {r['ratio']:.3f} | {r['accuracy']} |" for r in paper_rows]
+    sweeps = [r.get("ratio_sweep") or [] for r in results]
+    grid = sorted({x["ratio"] for sw in sweeps for x in sw})
+    out = []
+    if grid:
+        lines += ["", "Here (D of the vectors above): the vectors rescaled so that σ(words)/σ(PE) takes each "
+                  "value, one draw of positions per seed, accuracy mean (σ) over the seeds:", "",
+                  "| σ(words)/σ(PE) | acc. % mean (σ) | n |", "|---|---|---|"]
+        for ratio in grid:
+            accs = [x["accuracy"] for sw in sweeps for x in sw if x["ratio"] == ratio and x["accuracy"] is not None]
+            st = summarize(accs, (0.0, 100.0))
+            lines.append(f"| {ratio:g} | {mean_std(st, 1)} | {st['n']} |")
+            out.append({"ratio": ratio, **st})
+    else:
+        lines += ["", "No ratio sweep in these analogy runs (recorded before `embinit analogy --table4` "
+                  "logged one)."]
+    exports["table4_ratio"] = {"paper": paper_rows, "here": out}
+    return lines

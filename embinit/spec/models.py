@@ -36,10 +36,11 @@ class Hyperparams(_Strict):
     pos_encoding: bool | None = None
     train_embeddings: bool | None = None
     freeze_non_embeddings: bool | None = None
+    tie_embeddings: bool | None = None   # LM only: output layer = the token table (GPT-2 style)
     early_stopping_patience: int | None = Field(None, ge=1)
     max_train_examples: int | None = Field(None, ge=1)
     beam_size: int | None = Field(None, ge=1)
-    precision: Literal["fp32", "bf16"] | None = None
+    precision: Literal["fp32", "bf16", "auto"] | None = None
     oov: str | None = None
     tokenizer: PathStr | None = None   # spacy | gpt2 | whitespace | a HF model folder or hub id
     threads: int | None = Field(None, ge=1)

@@ -8,8 +8,10 @@ trials. Kinds that do not fuse (embinit.train.fused.FUSABLE_KINDS) and token-bud
 (max_tokens: the number of steps depends on the data order) stay one trial per Ray trial.
 
 In the worker every member is its own MLflow child run under its own trial key, opened, logged and
-closed as a separate trial's is; the group reports to Tune once per epoch with one checkpoint folder
-holding every member's `last.pt`.
+closed as a separate trial's is, in its own claimed checkpoint folder (embinit.sweep.resume: a rerun
+after a crash resumes each member from it, in its run); the group reports to Tune once per epoch with
+one checkpoint holding every member's folder. Members that resume at different epochs (a crash between
+two members' checkpoints) train separately, each from its own.
 """
 
 from __future__ import annotations
@@ -21,10 +23,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from embinit import tracking
 from embinit.config import TrialConfig, task_defaults
 from embinit.errors import EmbinitError
-from embinit.sweep.reporting import RUN_ID_FILE, TrialReporter, artifacts
+from embinit.sweep import resume
+from embinit.sweep.reporting import TrialReporter, artifacts
 from embinit.sweep.work import SweepContext, Unit, WorkItem
 
 MEMBER_FIELDS = ("seed", "data_seed", "init", "src_init", "pretrained", "src_pretrained", "oov", "init_from")
@@ -75,70 +77,64 @@ class MemberReporter(TrialReporter):
     """A member's epochs go to its own MLflow run; the group reports to Tune once (GroupReporter)."""
 
     def on_epoch_end(self, ctx, epoch: int, metrics: dict[str, Any]) -> None:
-        self.run.log_epoch(epoch, metrics)
+        self.run.log_epoch(epoch, metrics, checkpoint=self.claim.persistent)
 
 
 class GroupReporter:
-    def __init__(self, ckpt_root: Path, size: int):
-        self.ckpt_root, self.size = ckpt_root, size
+    def __init__(self, claims: list[resume.Claim]):
+        self.claims = claims
 
     def on_group_epoch_end(self, epoch: int) -> None:
         from ray import tune
         from ray.tune import Checkpoint
-        tune.report({"embinit_epoch": epoch, "embinit_trials": self.size},
-                    checkpoint=Checkpoint.from_directory(str(self.ckpt_root)))
+        with resume.staged(self.claims) as folder:
+            tune.report({"embinit_epoch": epoch, "embinit_trials": len(self.claims)},
+                        checkpoint=Checkpoint.from_directory(folder))
 
 
-def run_group(items: tuple[WorkItem, ...], ctx: SweepContext, root: Path,
+def run_group(items: tuple[WorkItem, ...], ctx: SweepContext, restored: Path | None,
               extra_callbacks: Callable | None) -> list[float]:
-    """Run (or reuse) a fused group's trials; returns the selection values of those that did not fail."""
+    """Run (or reuse) a fused group's trials; returns the selection values of those that did not fail.
+    `restored`: Tune's checkpoint of the group restored to disk (a restarted attempt), or None."""
+    cfgs = [TrialConfig.from_dict(item.config) for item in items]
+    with resume.claim_all(ctx, [c.key() for c in cfgs], restored) as claims:
+        values, todo = [], []
+        for cfg, item in zip(cfgs, items):
+            done = resume.reused_value(ctx, claims[cfg.key()], item.metric)
+            if done is not None:
+                values.append(done)
+            else:
+                todo.append((cfg, item, claims[cfg.key()]))
+        return values + _train_group(todo, ctx, extra_callbacks) if todo else values
+
+
+def _train_group(todo: list[tuple], ctx: SweepContext, extra_callbacks: Callable | None) -> list[float]:
     from embinit.train.fused import run_fused
-    values, todo = [], []
-    for item in items:
-        cfg = TrialConfig.from_dict(item.config)
-        done = tracking.finished_run(ctx.experiment_id, ctx.tracking_uri, cfg.key())
-        if done is not None:  # another sweep finished it meanwhile: reuse, never train twice
-            values.append(done.data.metrics.get(f"best/{item.metric}", math.nan))
-        else:
-            todo.append((cfg, item))
-    if not todo:
-        return values
-    runs, dirs, callbacks = _open_members(todo, ctx, root, extra_callbacks)
+    runs, callbacks, values = [], [], []
+    for cfg, item, claim in todo:
+        run = resume.open_run(claim, ctx, cfg.to_dict(), item.label, item.group())
+        cbs = [MemberReporter(run, claim, item.metric)]
+        cbs += list(extra_callbacks(cfg)) if extra_callbacks is not None else []
+        runs.append(run)
+        callbacks.append(cbs)
+    claims = [claim for _, _, claim in todo]
     try:
-        results = run_fused([c for c, _ in todo], out_dirs=dirs, callbacks=callbacks,
-                            group_callbacks=[GroupReporter(root, len(todo))], resume=True,
+        results = run_fused([c for c, _, _ in todo], out_dirs=[c.path for c in claims], callbacks=callbacks,
+                            group_callbacks=[GroupReporter(claims)], resume=True,
                             cache_dir=ctx.cache_dir)
     except EmbinitError as e:  # a user error fails the same way on every retry: record it, go on
-        for run in runs:
-            run.fail(f"{type(e).__name__}: {e}")
+        for run, claim in zip(runs, claims):
+            claim.discard()
+            run.fail(f"{type(e).__name__}: {e}", checkpoint=False)
         return values
     except Exception:
         for run in runs:
             run.fail(traceback.format_exc())
         raise  # Tune retries the group from its last checkpoint
-    for (_cfg, item), run, out_dir, result in zip(todo, runs, dirs, results):
+    for (_cfg, item, claim), run, result in zip(todo, runs, results):
         res = result.to_dict()
-        run.finish(res, artifacts(res, out_dir, ctx, item.label))
+        run.finish(res, artifacts(res, claim.path, ctx, item.label))
+        claim.discard()  # recorded: nothing left to resume
         value = (res.get("best") or {}).get(item.metric)
         values.append(math.nan if value is None else value)
     return values
-
-
-def _open_members(todo: list[tuple[TrialConfig, WorkItem]], ctx: SweepContext, root: Path,
-                  extra_callbacks: Callable | None) -> tuple[list, list[Path], list[list]]:
-    """Each member's MLflow run (the same one again after a restart), out_dir and callbacks."""
-    runs, dirs, callbacks = [], [], []
-    for cfg, item in todo:
-        out_dir = root / cfg.key()
-        out_dir.mkdir(parents=True, exist_ok=True)
-        id_file = out_dir / RUN_ID_FILE
-        run = tracking.TrialRun.open(ctx.tracking_uri, ctx.experiment_id, ctx.parent_run_id, cfg.to_dict(),
-                                     cfg.key(), item.label, item.group(),
-                                     run_id=id_file.read_text().strip() if id_file.exists() else None)
-        id_file.write_text(run.run_id)
-        cbs = [MemberReporter(run, root, item.metric)]
-        cbs += list(extra_callbacks(cfg)) if extra_callbacks is not None else []
-        runs.append(run)
-        dirs.append(out_dir)
-        callbacks.append(cbs)
-    return runs, dirs, callbacks

@@ -1,6 +1,7 @@
 """What a worker records of a trial besides MLflow's per-epoch metrics: the Tune reports with their
-checkpoint (`TrialReporter`), the file holding the trial's MLflow run id (so a restarted attempt logs
-into the same run), and the artifacts (best checkpoint, validation curve, init histogram)."""
+checkpoint (`TrialReporter`), the file in the trial's folder holding its MLflow run id (so a restarted
+attempt or a rerun logs into the same run; embinit.sweep.resume), the device it trains on, and the
+artifacts (best checkpoint, validation curve, init histogram)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from embinit import tracking
+from embinit.records import DEVICE_TAG
+from embinit.sweep import resume
+from embinit.sweep.resume import RUN_ID_FILE
 from embinit.sweep.work import SweepContext
 
-
-RUN_ID_FILE = "mlflow_run_id"
 INIT_SAMPLE = "init_embedding_sample.npy"
 
 
@@ -24,29 +26,41 @@ def trial_run_id(out_dir: str | Path | None) -> str | None:
 
 
 class TrialReporter:
-    """Trainer callback: per-epoch metrics to MLflow, then `tune.report` with a checkpoint."""
+    """Trainer callback: per-epoch metrics to MLflow, then `tune.report` with the trial's claimed folder
+    (embinit.sweep.resume) as the checkpoint."""
 
-    def __init__(self, run: tracking.TrialRun, ckpt_root: Path, selection: str, mode: str = "max"):
-        self.run, self.ckpt_root, self.selection, self.mode = run, ckpt_root, selection, mode
+    def __init__(self, run: tracking.TrialRun, claim: resume.Claim, selection: str, mode: str = "max"):
+        self.run, self.claim, self.selection, self.mode = run, claim, selection, mode
         self.best = math.nan  # best-so-far of the selection metric, for the terminal's progress table
 
     def on_train_start(self, ctx) -> None:
+        tracking.retry(lambda: self.run.client.set_tag(self.run.run_id, DEVICE_TAG, device_name(ctx.model)))
         if ctx.step == 0 and ctx.out_dir is not None:  # a fresh start, not a resumed attempt
             _save_init_sample(ctx.model, Path(ctx.out_dir) / INIT_SAMPLE)
 
     def on_epoch_end(self, ctx, epoch: int, metrics: dict[str, Any]) -> None:
         from ray import tune
         from ray.tune import Checkpoint
-        self.run.log_epoch(epoch, metrics)
+        self.run.log_epoch(epoch, metrics, checkpoint=self.claim.persistent)
         numbers = {k: v for k, v in tracking.flat_numbers(metrics).items() if math.isfinite(v)}
         # `objective` (the selection metric this epoch) is what an Optuna search sees while it runs.
         objective = numbers.get(self.selection, math.nan)
         if math.isfinite(objective) and not (math.isfinite(self.best) and (
                 objective <= self.best if self.mode == "max" else objective >= self.best)):
             self.best = objective
-        tune.report({**numbers, "objective": objective, "embinit_epoch": epoch, "embinit_best": self.best,
-                     "embinit_epochs": getattr(ctx.cfg, "epochs", None) or math.nan},
-                    checkpoint=Checkpoint.from_directory(str(self.ckpt_root)))
+        with resume.staged([self.claim]) as folder:
+            tune.report({**numbers, "objective": objective, "embinit_epoch": epoch, "embinit_best": self.best,
+                         "embinit_epochs": getattr(ctx.cfg, "epochs", None) or math.nan},
+                        checkpoint=Checkpoint.from_directory(folder))
+
+
+def device_name(model) -> str:
+    """Where the trial trains, e.g. `cuda:0 (NVIDIA H100 80GB HBM3)` or `cpu`."""
+    device = next(model.parameters()).device
+    if device.type != "cuda":
+        return str(device)
+    import torch
+    return f"{device} ({torch.cuda.get_device_name(device)})"
 
 
 def _save_init_sample(model, path: Path) -> None:

@@ -122,8 +122,12 @@ def _execute(spec: ExperimentSpec, units: list[Unit], shared: SweepContext, stor
         return run_optuna(spec, shared, storage, progress, should_stop, extra_callbacks, address)
     if not units:
         return False
+    from embinit.sweep.gpu_share import check_on_ray
+    from embinit.sweep.warmup import prepare_on_ray
     from embinit.sweep.tune_run import run_tune  # imports ray
     with RayRuntime(address):
+        check_on_ray(spec.resources.gpus)       # several trials per GPU without MPS: say so once
+        prepare_on_ray(units, spec.cache_dir)   # tokenize / align once, before the fan-out
         return run_tune(spec, units, shared, storage, progress, should_stop, extra_callbacks, total=total,
                         reused=reused)
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Callable
 
 from embinit import config
+from embinit.content_hash import entry_lock
 from embinit.errors import EmbinitError
 from embinit.tasks import cache, hub, local, synthetic
 from embinit.tasks.build import build
@@ -28,10 +29,12 @@ class Source:
     read: Callable[[], RawData]
 
 
-def locate(task: str, data_dir, splits: dict[str, str], seed: int) -> Source:
+def locate(task: str, data_dir, splits: dict[str, str], seed: int, noise: float = 0.0, cache_dir=None) -> Source:
     """data_dir (must be complete) -> $EMBINIT_DATA_DIR/<task>/ (must be complete if it exists) -> hub."""
+    synthetic.check_noise(task, noise)
     if task.startswith("synthetic_"):
-        return Source(None, ["generated", seed], lambda: synthetic.generate(task, seed, splits))
+        identity = ["generated", seed] + ([noise] if noise else [])  # noise 0: the same entry as before
+        return Source(None, identity, lambda: synthetic.generate(task, seed, splits, noise))
     layout = LAYOUTS[task]
     if data_dir is not None:
         folder = Path(data_dir).expanduser()
@@ -44,7 +47,7 @@ def locate(task: str, data_dir, splits: dict[str, str], seed: int) -> Source:
             looked = (f"no --data-dir given; ${DATA_ENV}/{task} = {folder} does not exist" if root
                       else f"no --data-dir given and ${DATA_ENV} not set")
             return Source(None, ["hub", hub.hub_name(task)], lambda: hub.load_hub(task, splits, looked))
-    identity = ["local", local.file_identity(task, layout, folder, splits)]
+    identity = ["local", local.file_identity(task, layout, folder, splits, cache_dir)]
     return Source(folder, identity, lambda: local.read_local(task, layout, folder, splits))
 
 
@@ -89,12 +92,13 @@ class Plan:
 
 def plan(task: str, data_dir=None, tokenizer: str = "spacy", min_freq: int = 2,
          max_train_examples: int | None = None, max_len: int = 256, seed: int = 0, lowercase: bool = True,
-         train_split: str | None = None, eval_split: str | None = None) -> Plan:
+         train_split: str | None = None, eval_split: str | None = None, noise: float = 0.0,
+         cache_dir=None) -> Plan:
     kind = config.task_defaults(task).kind
     _check_args(min_freq, max_train_examples, max_len)
     splits = lm_split_map(task, kind, train_split, eval_split) or \
         ({s: s for s in LAYOUTS[task].files} if task in LAYOUTS else None)
-    source = locate(task, data_dir, splits, seed)
+    source = locate(task, data_dir, splits, seed, noise, cache_dir or None)
     src_spec, tgt_spec = _tokenizers(task, kind, tokenizer, bool(lowercase), source.folder)
     full_vocab = kind == "lm" and tgt_spec.name == "gpt2"
     parts = {"task": task, "source": source.identity, "splits": splits, "tokenizer": tgt_spec.identity,
@@ -107,7 +111,7 @@ def plan(task: str, data_dir=None, tokenizer: str = "spacy", min_freq: int = 2,
 def load_task(task: str, data_dir: str | Path | None = None, tokenizer: str = "spacy", min_freq: int = 2,
               max_train_examples: int | None = None, max_len: int = 256,
               cache_dir: str | Path | None | bool = None, seed: int = 0, lowercase: bool = True,
-              train_split: str | None = None, eval_split: str | None = None) -> TaskData:
+              train_split: str | None = None, eval_split: str | None = None, noise: float = 0.0) -> TaskData:
     """Load one task as TaskData (see docs/architecture.md, "tasks").
 
     data_dir: the task's own folder in its raw form; else $EMBINIT_DATA_DIR/<task>/; else the Hugging Face
@@ -116,19 +120,25 @@ def load_task(task: str, data_dir: str | Path | None = None, tokenizer: str = "s
       tokenizers only (GloVe 6B is uncased). cache_dir: root of embinit's caches (entries go to
       `<root>/tasks`); False disables caching. seed: used by the synthetic tasks only. train_split /
       eval_split: LM tasks only, which source split trains and which validates (see raw.lm_split_map).
+      noise: synthetic_translation only, the chance that a training target word is replaced by a random
+      one (see synthetic.translation); a spec sets it as `extras: {noise: 0.2}`.
     """
     start = time.perf_counter()
     p = plan(task, data_dir, tokenizer, min_freq, max_train_examples, max_len, seed, lowercase,
-             train_split, eval_split)
+             train_split, eval_split, noise, cache_dir=cache_dir if cache_dir is not False else None)
     path = None if cache_dir is False else cache.entry_path(cache.cache_root(cache_dir or None), task, p.key)
     payload = cache.load(path) if path else None
     status = "hit" if payload else ("off" if path is None else "miss")
     if payload is None:
-        payload = build(p.source.read(), p.src_spec, p.tgt_spec, min_freq, max_train_examples, max_len,
-                        p.full_vocab)
-        payload["info"].update(_describe(p, min_freq, max_train_examples, max_len, seed))
-        if path:
-            cache.save(path, payload)
+        with entry_lock(path):   # concurrent trials: the first tokenizes, the others wait and read
+            payload = cache.load(path) if path else None
+            status = "hit" if payload else status
+            if payload is None:
+                payload = build(p.source.read(), p.src_spec, p.tgt_spec, min_freq, max_train_examples,
+                                max_len, p.full_vocab)
+                payload["info"].update(_describe(p, min_freq, max_train_examples, max_len, seed))
+                if path:
+                    cache.save(path, payload)
     info = {**payload["info"], "cache": status, "cache_key": p.key, "cache_path": str(path) if path else None,
             "load_time_s": round(time.perf_counter() - start, 3)}
     return TaskData(name=task, kind=p.kind, vocab=payload["vocab"], src_vocab=payload["src_vocab"],

@@ -115,11 +115,12 @@ def read_local(task: str, layout: Layout, folder: Path, splits: dict[str, str]) 
                    {"files": {s: [p.name for p in ps] for s, ps in files.items()}})
 
 
-def file_identity(task: str, layout: Layout, folder: Path, splits: dict[str, str]) -> list:
-    """What the cache key needs to know about the files: path, size and mtime of each."""
+def file_identity(task: str, layout: Layout, folder: Path, splits: dict[str, str], cache_dir=None) -> list:
+    """What the cache key needs to know about the files: the name and content digest of each (not the
+    path or mtime, so an entry made on one node is valid on another with the same files)."""
+    from embinit.content_hash import file_digest
     ids = []
     for split, paths in sorted(find_files(task, layout, folder, splits).items()):
         for p in paths:
-            st = p.stat()
-            ids.append([split, str(p.resolve()), st.st_size, st.st_mtime_ns])
+            ids.append([split, p.name, file_digest(p, cache_dir)])
     return ids

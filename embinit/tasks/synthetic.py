@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 
+from embinit.errors import EmbinitError
 from embinit.tasks.raw import RawData
 
 # A fixed word-for-word lexicon (uninflected, so every source word has exactly one translation).
@@ -47,17 +48,32 @@ def _german_sentence(rng: random.Random) -> list[str]:
     return words + ["."]
 
 
-def translation(seed: int) -> RawData:
-    """Source: generated German-word sentences; target: their word-for-word English translation."""
+def _noisy(word: str, rng: random.Random, noise: float, targets: list[str]) -> str:
+    return rng.choice(targets) if word != "." and rng.random() < noise else word
+
+
+def translation(seed: int, noise: float = 0.0) -> RawData:
+    """Source: generated German-word sentences; target: their word-for-word English translation.
+
+    noise: the chance that a training target word is replaced by a random English word of the lexicon
+    (validation and test stay clean). With it the task is no longer noiseless: validation loss bottoms out
+    once the model starts fitting the noise, as on real data. The replacements come from their own random
+    stream, so the sentences are the same at any noise level."""
     rng = random.Random(f"synthetic_translation:{seed}")
+    flip = random.Random(f"synthetic_translation:{seed}:noise")
+    targets = sorted(set(LEXICON.values()) - {"."})
     splits = {}
     for split, n in SIZES.items():
         pairs = []
         for _ in range(n):
             src = _german_sentence(rng)
-            pairs.append((" ".join(src), " ".join(LEXICON[w] for w in src)))
+            tgt = [LEXICON[w] for w in src]
+            if split == "train" and noise > 0:
+                tgt = [_noisy(w, flip, noise, targets) for w in tgt]
+            pairs.append((" ".join(src), " ".join(tgt)))
         splits[split] = pairs
-    return RawData("translation", splits, ["val", "test"], f"generated(seed={seed})")
+    source = f"generated(seed={seed}, noise={noise})" if noise else f"generated(seed={seed})"
+    return RawData("translation", splits, ["val", "test"], source)
 
 
 def classification(seed: int) -> RawData:
@@ -94,9 +110,17 @@ def lm(seed: int, splits: dict[str, str] | None = None) -> RawData:
     return RawData("lm", out, [s for s in ("valid", "test") if s in out], f"generated(seed={seed})")
 
 
-def generate(task: str, seed: int, splits: dict[str, str] | None = None) -> RawData:
+def check_noise(task: str, noise) -> None:
+    """noise is a synthetic_translation option: a number in [0, 1)."""
+    if isinstance(noise, bool) or not isinstance(noise, (int, float)) or not 0 <= noise < 1:
+        raise EmbinitError(f"noise must be a number in [0, 1), got {noise!r}")
+    if noise and task != "synthetic_translation":
+        raise EmbinitError(f"noise is an option of synthetic_translation only, not of {task!r}")
+
+
+def generate(task: str, seed: int, splits: dict[str, str] | None = None, noise: float = 0.0) -> RawData:
     if task == "synthetic_translation":
-        return translation(seed)
+        return translation(seed, noise)
     if task == "synthetic_classification":
         return classification(seed)
     return lm(seed, splits)

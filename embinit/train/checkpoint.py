@@ -1,11 +1,13 @@
 """Checkpoints: `last.pt` (everything needed to resume after a crash) and `best.pt` (the best model).
 
 `last.pt` is written atomically (to a temporary file, then renamed) at the end of every epoch, so a
-trial killed at any moment resumes from its last complete epoch.
+trial killed at any moment resumes from its last complete epoch. `last.json` beside it names the key and
+epoch `last.pt` holds, so a sweep can tell which of two copies is newer without unpickling either.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import random
 from pathlib import Path
@@ -15,7 +17,7 @@ import torch
 
 from embinit.errors import EmbinitError
 
-LAST, BEST = "last.pt", "best.pt"
+LAST, BEST, LAST_INFO = "last.pt", "best.pt", "last.json"
 
 
 def _atomic_save(obj: Any, path: Path) -> None:
@@ -39,6 +41,20 @@ def save_last(out_dir: Path, key: str, model, optimizer, dropout_generator, prog
     """progress: epoch, step, history, best tracker, emb_stats_init, elapsed time, ..."""
     _atomic_save({"key": key, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
                   "rng": rng_state(dropout_generator), "progress": progress}, out_dir / LAST)
+    tmp = out_dir / (LAST_INFO + ".tmp")  # written after last.pt: it never names an epoch not saved
+    tmp.write_text(json.dumps({"key": key, "epoch": progress["epoch"]}))
+    os.replace(tmp, out_dir / LAST_INFO)
+
+
+def last_epoch(out_dir: Path, key: str) -> int | None:
+    """The epoch `out_dir`'s `last.pt` of trial `key` holds (from `last.json`), None without one."""
+    try:
+        info = json.loads((Path(out_dir) / LAST_INFO).read_text())
+    except (OSError, ValueError):
+        return None
+    if info.get("key") != key or not (Path(out_dir) / LAST).is_file():
+        return None
+    return int(info["epoch"])
 
 
 def load_last(out_dir: Path, key: str) -> dict | None:

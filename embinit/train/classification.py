@@ -37,8 +37,8 @@ class ClassificationTask:
         lengths = [len(ids) for ids, _ in examples]
         idx_batches = bucket_batches(lengths, batch_size=None if self.cfg.max_tokens else self.cfg.batch_size,
                                      max_tokens=self.cfg.max_tokens, generator=generator)
-        return [{"ids": pad([examples[i][0] for i in idx]),
-                 "labels": torch.tensor([examples[i][1] for i in idx])} for idx in idx_batches]
+        return [_batch(pad([examples[i][0] for i in idx]), torch.tensor([examples[i][1] for i in idx]))
+                for idx in idx_batches]
 
     def train_batches(self, generator: torch.Generator) -> list[dict]:
         return self._batches(self.train_split, generator)
@@ -47,21 +47,22 @@ class ClassificationTask:
         ids = batch["ids"].to(self.device, non_blocking=True)
         labels = batch["labels"].to(self.device, non_blocking=True)
         logits = model(ids)
-        return F.cross_entropy(logits.float(), labels), labels.numel(), int((ids != PAD_ID).sum())
+        return F.cross_entropy(logits.float(), labels), labels.numel(), batch["n_tokens"]
 
     @torch.no_grad()
     def _accuracy(self, model, split: str) -> tuple[float, float]:
         if split not in self._eval_batches:
             self._eval_batches[split] = self._batches(split)
         model.eval()
-        loss_sum, correct, n = 0.0, 0, 0
+        sums, n = torch.zeros(2, dtype=torch.float64, device=self.device), 0   # (loss, correct), read once
         for batch in self._eval_batches[split]:
             labels = batch["labels"].to(self.device)
             with self.autocast():
                 logits = model(batch["ids"].to(self.device)).float()
-            loss_sum += F.cross_entropy(logits, labels, reduction="sum").item()
-            correct += int((logits.argmax(-1) == labels).sum())
+            sums[0] += F.cross_entropy(logits, labels, reduction="sum")
+            sums[1] += (logits.argmax(-1) == labels).sum()
             n += labels.numel()
+        loss_sum, correct = sums.tolist()
         return loss_sum / max(n, 1), correct / max(n, 1)
 
     def validate(self, model) -> dict:
@@ -81,3 +82,7 @@ def _short(split: str) -> str:
         if split.startswith(prefix):
             return split[len(prefix):]
     return split
+
+
+def _batch(ids: torch.Tensor, labels: torch.Tensor) -> dict:
+    return {"ids": ids, "labels": labels, "n_tokens": int((ids != PAD_ID).sum())}

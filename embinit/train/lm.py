@@ -37,18 +37,17 @@ class LMTask:
         rows = self._rows(split)
         order = torch.randperm(len(rows), generator=generator) if generator is not None else torch.arange(len(rows))
         size = self.cfg.batch_size if not self.cfg.max_tokens else max(1, self.cfg.max_tokens // self.seq_len)
-        return [{"rows": rows[order[i:i + size]]} for i in range(0, len(rows), size)]
+        return [_batch(rows[order[i:i + size]]) for i in range(0, len(rows), size)]
 
     def train_batches(self, generator: torch.Generator) -> list[dict]:
         return self._batches(self.train_split, generator)
 
     def batch_loss(self, model, batch):
-        rows = batch["rows"].to(self.device, non_blocking=True)
-        inputs, targets = rows[:, :-1].clamp(min=PAD_ID), rows[:, 1:]  # -1 marks the short row's tail
-        keep = targets >= 0
-        logits = model.output(model.hidden(inputs, causal=True)[keep])  # no output FLOPs on the tail
-        n = int(keep.sum())
-        return F.cross_entropy(logits.float(), targets[keep]), n, n
+        inputs, keep, targets = (batch[k].to(self.device, non_blocking=True)
+                                 for k in ("inputs", "keep", "targets"))
+        hidden = model.hidden(inputs, causal=True).flatten(0, 1)
+        logits = model.output(hidden.index_select(0, keep))  # no output FLOPs on the tail
+        return F.cross_entropy(logits.float(), targets), batch["n_targets"], batch["n_targets"]
 
     def _evaluate(self, model, split: str, prefix: str) -> dict:
         loss = mean_loss(model, self._batches(split), self, self.autocast)
@@ -59,3 +58,12 @@ class LMTask:
 
     def test(self, model) -> dict:
         return self._evaluate(model, self.test_split, "test") if self.test_split else {}
+
+
+def _batch(rows: torch.Tensor) -> dict:
+    """Inputs, and (computed on the host, so the step never waits on the device for a size) the flat
+    positions of the real targets (-1 marks the short row's tail), their ids and their count."""
+    targets = rows[:, 1:].flatten()
+    keep = (targets >= 0).nonzero().squeeze(1)
+    return {"rows": rows, "inputs": rows[:, :-1].clamp(min=PAD_ID), "keep": keep, "targets": targets[keep],
+            "n_targets": int(keep.numel())}

@@ -11,6 +11,8 @@ import torch
 
 from embinit.train.callbacks import fire
 
+SYNC_EVERY = 25   # steps between loss reads on an accelerator (see sync_interval)
+
 
 @dataclass
 class EpochStats:
@@ -27,40 +29,85 @@ def autocast_for(precision: str, device: torch.device):
     return nullcontext
 
 
-def train_epoch(model, batches, task, optimizer, ctx, callbacks, autocast) -> EpochStats:
-    """One pass over `batches`. A NaN/inf loss stops the epoch before the optimizer step and reports
-    the global step (1-based) it happened at."""
+def sync_interval(device: torch.device) -> int:
+    """Steps between host reads of the training loss. On CPU a read costs nothing, so every step (the
+    divergence check then stops before the bad step's update); on an accelerator a read waits for the
+    queued kernels and starves the device, so every SYNC_EVERY steps."""
+    return 1 if device.type == "cpu" else SYNC_EVERY
+
+
+class LossMeter:
+    """Per-step losses kept on the device and read in one transfer every `every` steps (`flush`).
+    Token counts come from the host-side batch, so nothing else waits on the device."""
+
+    def __init__(self):
+        self.pending: list[tuple[int, torch.Tensor, int]] = []   # (global step, loss, n_targets)
+        self.total, self.weight, self.last = 0.0, 0, math.nan
+
+    def add(self, step: int, loss: torch.Tensor, n_targets: int) -> None:
+        self.pending.append((step, loss.detach(), n_targets))
+
+    def flush(self) -> int | None:
+        """Read the pending losses; returns the first step whose loss is NaN/inf (None if all are
+        finite). Losses before that step count toward the mean; the bad one and later ones do not."""
+        if not self.pending:
+            return None
+        values = torch.stack([loss.float() for _, loss, _ in self.pending]).tolist()
+        steps = [(step, n) for step, _, n in self.pending]
+        self.pending = []
+        for (step, n), value in zip(steps, values):
+            if not math.isfinite(value):
+                return step
+            self.total += value * n
+            self.weight += n
+            self.last = value
+        return None
+
+    @property
+    def mean(self) -> float:
+        return self.total / max(self.weight, 1)
+
+
+def train_epoch(model, batches, task, optimizer, ctx, callbacks, autocast,
+                sync_every: int | None = None) -> EpochStats:
+    """One pass over `batches`. The losses stay on the device and are read every `sync_every` steps
+    (`sync_interval`); a NaN/inf loss ends the epoch and reports the global step (1-based) it happened
+    at, exactly (the steps after it in the same window have already updated the weights, which a
+    diverged trial never uses). `on_step_end` gets the last loss read from the device."""
     model.train()
-    total, weight, tokens = 0.0, 0, 0
+    every = sync_every or sync_interval(getattr(task, "device", torch.device("cpu")))
+    meter, tokens = LossMeter(), 0
     start = time.perf_counter()
     for batch in batches:
         with autocast():
             loss, n_targets, n_tokens = task.batch_loss(model, batch)
-        value = loss.item()
-        if not math.isfinite(value):
-            return EpochStats(total / max(weight, 1), tokens, time.perf_counter() - start, ctx.step + 1)
+        meter.add(ctx.step + 1, loss, n_targets)
+        if len(meter.pending) >= every:
+            bad = meter.flush()    # before this step's update: with every=1 a bad step never updates
+            if bad is not None:
+                return EpochStats(meter.mean, tokens, time.perf_counter() - start, bad)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
         ctx.step += 1
-        total += value * n_targets
-        weight += n_targets
         tokens += n_tokens
-        fire(callbacks, "on_step_end", ctx, ctx.step, value)
-    return EpochStats(total / max(weight, 1), tokens, time.perf_counter() - start)
+        fire(callbacks, "on_step_end", ctx, ctx.step, meter.last)
+    bad = meter.flush()
+    return EpochStats(meter.mean, tokens, time.perf_counter() - start, bad)
 
 
 @torch.no_grad()
 def mean_loss(model, batches, task, autocast) -> float:
-    """Token-weighted mean loss over evaluation batches (dropout off)."""
+    """Token-weighted mean loss over evaluation batches (dropout off), read from the device once."""
     model.eval()
-    total, weight = 0.0, 0
+    total, weight = None, 0
     for batch in batches:
         with autocast():
             loss, n_targets, _ = task.batch_loss(model, batch)
-        total += loss.item() * n_targets
+        part = loss.detach().double() * n_targets
+        total = part if total is None else total + part
         weight += n_targets
-    return total / max(weight, 1)
+    return float(total) / max(weight, 1) if total is not None else 0.0
 
 
 def ppl(loss: float) -> float:

@@ -66,6 +66,35 @@ def pick_device(name: str) -> torch.device:
     return dev
 
 
+PRECISIONS = ("fp32", "bf16", "auto")
+BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")   # /proc/cpuinfo flags of CPUs with bf16 matrix units
+
+
+def cpu_has_bf16(cpuinfo: str | None = None) -> bool:
+    """Whether this CPU has bf16 dot-product units (AVX512-BF16 or AMX). Without them bf16 matmuls are
+    emulated and slower than fp32 (the Intel machines seen so far)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return False
+    flags = set(cpuinfo.split())
+    return any(f in flags for f in BF16_CPU_FLAGS)
+
+
+def resolve_precision(precision: str, device: torch.device, cpuinfo: str | None = None) -> str:
+    """`auto` -> bf16 where the machine computes it natively (a CUDA GPU with bf16 support, a CPU with
+    bf16 units), else fp32. Measured on an AVX512-BF16 EPYC: the bf16 step is faster than fp32 once the
+    attention core runs in fp32 (docs/benchmarks.md)."""
+    if precision != "auto":
+        return precision
+    if device.type == "cuda":
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+    if device.type == "cpu":
+        return "bf16" if cpu_has_bf16(cpuinfo) else "fp32"
+    return "fp32"
+
+
 @dataclass
 class Setup:
     cfg: TrialConfig           # resolved: every hyperparameter filled in, d_model and heads included
@@ -82,8 +111,8 @@ def check_config(cfg: TrialConfig) -> TrialConfig:
     task_defaults(cfg.task)  # unknown task -> EmbinitError listing the valid ones
     rc = cfg.resolved()
     problems = []
-    if rc.precision not in ("fp32", "bf16"):
-        problems.append(f"precision must be fp32 or bf16, got {rc.precision!r}")
+    if rc.precision not in PRECISIONS:
+        problems.append(f"precision must be one of {', '.join(PRECISIONS)}, got {rc.precision!r}")
     for name in ("epochs", "batch_size", "layers", "ff_dim", "max_len"):
         if getattr(rc, name) < 1:
             problems.append(f"{name} must be >= 1, got {getattr(rc, name)}")
@@ -97,6 +126,9 @@ def check_config(cfg: TrialConfig) -> TrialConfig:
         problems.append(f"threads must be >= 1, got {rc.threads}")
     if not rc.train_embeddings and rc.freeze_non_embeddings:
         problems.append("train_embeddings=False with freeze_non_embeddings=True leaves nothing to train")
+    if rc.tie_embeddings and task_defaults(rc.task).kind != "lm":
+        problems.append(f"tie_embeddings applies to language models only; {rc.task!r} is a "
+                        f"{task_defaults(rc.task).kind} task")
     if problems:
         raise EmbinitError("; ".join(problems))
     return rc
@@ -151,7 +183,10 @@ def load_data(cfg: TrialConfig, tokenizer: str, cache_dir):
     return load_task(cfg.task, **kwargs)
 
 
-def prepare(cfg: TrialConfig, cache_dir=None) -> Setup:
+def load_inputs(cfg: TrialConfig, cache_dir=None, device: torch.device | None = None):
+    """(resolved config, task kind, TaskData, embedding tables): everything `prepare` makes but the
+    model. A sweep calls it once per distinct data setting before its trials fan out, so the trials
+    find the tokenized task and the aligned pretrained rows in the cache."""
     from embinit.init import build_table, parse_init_spec, source_dim
 
     rc = check_config(cfg)
@@ -166,8 +201,8 @@ def prepare(cfg: TrialConfig, cache_dir=None) -> Setup:
     dims = {s: source_dim(specs[s], pretrained[s]) for s in sides}
     d_model, heads = resolve_model_size(rc, cfg.heads, dims)
     rc = dataclasses.replace(rc, d_model=d_model, heads=heads)
-    device = pick_device(rc.device)
-
+    if device is not None:
+        rc = dataclasses.replace(rc, precision=resolve_precision(rc.precision, device))
     data = load_data(rc, resolve_tokenizer(rc, specs[main_side]), cache_dir)
     if data.kind != kind:
         raise EmbinitError(f"task {rc.task!r} loaded as {data.kind!r} data, expected {kind!r}")
@@ -175,10 +210,17 @@ def prepare(cfg: TrialConfig, cache_dir=None) -> Setup:
     tables = {s: build_table(specs[s], vocabs[s], dim=d_model, pretrained=pretrained[s], oov=rc.oov,
                              generator=torch.Generator().manual_seed(derive_seed(rc.seed, f"emb:{s}")),
                              cache_dir=cache_dir) for s in sides}
+    return rc, kind, data, tables
+
+
+def prepare(cfg: TrialConfig, cache_dir=None) -> Setup:
+    device = pick_device(check_config(cfg).device)
+    rc, kind, data, tables = load_inputs(cfg, cache_dir, device)
     # sequences are truncated to max_len ids; <bos>/<eos> (and a pair's separator) need room beyond it
-    model_cfg = ModelConfig(d_model=d_model, heads=heads, layers=rc.layers, ff_dim=rc.ff_dim,
+    model_cfg = ModelConfig(d_model=rc.d_model, heads=rc.heads, layers=rc.layers, ff_dim=rc.ff_dim,
                             dropout=rc.dropout, max_positions=2 * rc.max_len + 2, pe_base=rc.pe_base,
-                            pre_ln=rc.pre_ln, pos_encoding=rc.pos_encoding)
+                            pre_ln=rc.pre_ln, pos_encoding=rc.pos_encoding,
+                            tie_embeddings=rc.tie_embeddings)
     g_model = torch.Generator().manual_seed(derive_seed(rc.seed, "model"))
     model = build_model(kind, {s: t.table for s, t in tables.items()}, model_cfg,
                         num_labels=data.num_labels or 0, generator=g_model)

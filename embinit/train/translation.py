@@ -40,9 +40,16 @@ class TranslationTask:
 
     @staticmethod
     def _collate(pairs) -> dict:
+        """Padded tensors, plus what the loss needs from the padding computed here on the host: the flat
+        positions of the real target tokens, their ids, and the counts. The step then never asks the
+        device for a size (boolean-mask indexing or `.sum()` there would wait for the GPU)."""
         src = pad([list(s) + [EOS_ID] for s, _ in pairs])
         tgt = pad([[BOS_ID] + list(t) + [EOS_ID] for _, t in pairs])
-        return {"src": src, "tgt_in": tgt[:, :-1], "tgt_out": tgt[:, 1:]}
+        tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]
+        keep = (tgt_out != PAD_ID).flatten().nonzero().squeeze(1)
+        return {"src": src, "tgt_in": tgt_in, "tgt_out": tgt_out, "keep": keep,
+                "targets": tgt_out.flatten()[keep], "n_targets": int(keep.numel()),
+                "n_tokens": int((src != PAD_ID).sum()) + int((tgt_in != PAD_ID).sum())}
 
     def train_batches(self, generator: torch.Generator) -> list[dict]:
         return self._batches(self.train_split, generator)
@@ -55,16 +62,12 @@ class TranslationTask:
     # loss ------------------------------------------------------------------------------------------
     def batch_loss(self, model, batch):
         """(mean loss over target tokens, number of target tokens, tokens fed)."""
-        src = batch["src"].to(self.device, non_blocking=True)
-        tgt_in = batch["tgt_in"].to(self.device, non_blocking=True)
-        tgt_out = batch["tgt_out"].to(self.device, non_blocking=True)
+        src, tgt_in, keep, targets = (batch[k].to(self.device, non_blocking=True)
+                                      for k in ("src", "tgt_in", "keep", "targets"))
         memory, mask = model.encode(src)
         hidden = model.decode(tgt_in, memory, mask)
-        keep = tgt_out != PAD_ID
-        logits = model.output(hidden[keep])
-        n = int(keep.sum())
-        fed = int((src != PAD_ID).sum()) + int((tgt_in != PAD_ID).sum())
-        return F.cross_entropy(logits.float(), tgt_out[keep]), n, fed
+        logits = model.output(hidden.flatten(0, 1).index_select(0, keep))   # real target positions only
+        return F.cross_entropy(logits.float(), targets), batch["n_targets"], batch["n_tokens"]
 
     # evaluation ------------------------------------------------------------------------------------
     def _evaluate(self, model, split: str, prefix: str, bleu: bool) -> dict:

@@ -1,0 +1,305 @@
+"""GPU benchmark: embinit's trainer on Multi30k at the paper's D=300 setting, on one GPU.
+
+    python bench/bench_gpu.py --data DIR/multi30k [--out DIR]      # on the GPU machine
+    python bench/bench_gpu.py --smoke                               # tiny, on CPU (the test suite runs it)
+
+DIR/multi30k holds train.de/train.en (Multi30k's files; without --data, synthetic sentences with its
+lengths are used and the JSON says so). It prints one table and writes the full results to
+`<out>/bench_gpu.json` (out: --out, else $OUT, else bench/results):
+- (a) one trial alone, fp32 and bf16: tokens/s (non-pad source + target tokens), s/epoch, achieved
+  TFLOP/s (matmul FLOPs executed, forward x3) and its share of the bf16 matmul peak measured in this run;
+- (b) N = 1, 4, 8, 16 trials at once, each its own process as under Ray, with CUDA MPS on and off:
+  aggregate tokens/s and trial-epochs per GPU-hour. MPS on: a daemon started by this script in its own
+  pipe directory (stopped afterwards); off: the trials point at a pipe directory without a daemon;
+- (c) a plain PyTorch loop (nn.Transformer, padded random batches, the textbook recipe) of the same
+  sizes, on the same device and precision, run beside (a).
+Each trial process runs the trainer's own epoch loop (`embinit.train.loop.train_epoch`: losses read every
+SYNC_EVERY steps on the GPU) over `--steps` batches of a shuffled Multi30k epoch (all 453 by default).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+from torch import nn
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+import bench_trainer as bt  # noqa: E402  (data, the plain model, FLOP accounting)
+from embinit.models import ModelConfig, build_model, set_dropout_generator  # noqa: E402
+from embinit.train.callbacks import TrainContext  # noqa: E402
+from embinit.train.loop import autocast_for, train_epoch  # noqa: E402
+from embinit.train.translation import TranslationTask  # noqa: E402
+from embinit.train.trial import make_optimizer  # noqa: E402
+
+
+def settings(args) -> dict:
+    if args.smoke:
+        return {"d": 32, "heads": 4, "steps": 6, "concurrency": [1, 2], "precisions": ["fp32", "bf16"],
+                "train_pairs": 600}
+    return {"d": 300, "heads": 10, "steps": args.steps, "concurrency": args.concurrency,
+            "precisions": ["fp32", "bf16"], "train_pairs": None}
+
+
+def load(args, n_pairs):
+    folder = Path(args.data) if args.data else None
+    if folder is not None and not (folder / "train.de").is_file():
+        sys.exit(f"--data {folder}: no train.de there (need Multi30k's train/val .de/.en files)")
+    if folder is None and args.smoke:
+        (train, val), source = tiny_pairs(n_pairs), "synthetic (tiny, --smoke)"
+    else:
+        (train, val), source = bt.load_pairs(folder)
+    train = train[:n_pairs] if n_pairs else train
+    sv, tv, train_ids, _ = bt.numericalize(train, val[:10])
+    return sv, tv, train_ids, source
+
+
+def tiny_pairs(n):
+    import random
+    rng = random.Random(0)
+    words = [f"w{i}" for i in range(300)]
+    def sent():
+        return [rng.choice(words) for _ in range(rng.randint(4, 14))]
+    return [(sent(), sent()) for _ in range(n)], [(sent(), sent()) for _ in range(10)]
+
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+# one trial ----------------------------------------------------------------------------------------------
+def embinit_trial(d, heads, sv, tv, pairs, steps, precision, device) -> dict:
+    """One epoch (`steps` batches) of the trainer's loop; tokens, seconds and matmul FLOPs."""
+    ac = autocast_for(precision, device)
+    g = torch.Generator().manual_seed(0)
+    model = build_model("translation", {"src": torch.randn(len(sv), d, generator=g) * 0.05,
+                                        "tgt": torch.randn(len(tv), d, generator=g) * 0.05},
+                        ModelConfig(d_model=d, heads=heads, layers=bt.LAYERS, ff_dim=bt.FF), generator=g)
+    model.to(device)
+    set_dropout_generator(model, torch.Generator(device=device).manual_seed(1))
+    cfg = SimpleNamespace(batch_size=bt.BATCH, max_tokens=None, beam_size=1, extras={"val_bleu": False})
+    data = SimpleNamespace(splits={"train": pairs}, eval_splits=["train"], vocab=tv, info={})
+    task = TranslationTask(data, cfg, device, ac)
+    batches = task.train_batches(torch.Generator().manual_seed(0))
+    batches = batches[:steps] if steps else batches
+    opt = make_optimizer(list(model.parameters()), 2e-4)
+    ctx = TrainContext(cfg=None, model=model, data=data, out_dir=None)
+    train_epoch(model, batches[:3], task, opt, ctx, [], ac)          # warm-up: kernels, allocator
+    sync(device)
+    start = time.perf_counter()
+    stats = train_epoch(model, batches, task, opt, ctx, [], ac)
+    sync(device)
+    seconds = time.perf_counter() - start
+    rows = sum(b["n_targets"] for b in batches)
+    fl = sum(bt.flops(b, d, len(tv), 0, True) for b in batches) + 3 * 2 * rows * d * len(tv)
+    return {"tokens": stats.tokens, "seconds": seconds, "steps": len(batches), "flops": fl,
+            "loss": stats.loss, "full_epoch_steps": len(task.train_batches(torch.Generator().manual_seed(0)))}
+
+
+def plain_trial(d, heads, sv, tv, pairs, steps, precision, device) -> dict:
+    """The textbook loop (bench_trainer.PlainTransformer) over the same number of batches."""
+    ac = autocast_for(precision, device)
+    torch.manual_seed(0)
+    model = bt.PlainTransformer(len(sv), len(tv), d, heads).to(device)
+    for p in model.parameters():
+        if p.dim() > 1:
+            nn.init.xavier_uniform_(p)
+    opt = torch.optim.Adam(model.parameters(), lr=2e-4, betas=(0.9, 0.98), eps=1e-9)
+    n = steps or len(pairs) // bt.BATCH
+    batches = [{k: v.to(device) for k, v in b.items() if torch.is_tensor(v) and k in ("src", "tgt_in", "tgt_out")}
+               for b in bt.plain_batches(pairs, n + 3)]
+    for b in batches[:3]:
+        bt.plain_step(model, opt, b, ac)
+    sync(device)
+    start = time.perf_counter()
+    for b in batches[3:]:
+        bt.plain_step(model, opt, b, ac)
+    sync(device)
+    seconds = time.perf_counter() - start
+    tokens = sum(int((b["src"] != 0).sum() + (b["tgt_in"] != 0).sum()) for b in batches[3:])
+    fl = sum(bt.flops(b, d, len(tv), b["tgt_out"].numel(), False) for b in batches[3:])
+    return {"tokens": tokens, "seconds": seconds, "steps": n, "flops": fl}
+
+
+def matmul_peak(device, dtype=torch.bfloat16, sizes=(4096, 8192)) -> float:
+    """Best dense matmul FLOP/s of this device in `dtype` (the ceiling the shares are taken of)."""
+    if device.type != "cuda" and sizes == (4096, 8192):
+        return bt.matmul_peak(dtype, torch.get_num_threads()) * 1e9
+    best = 0.0
+    for n in sizes:
+        a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
+        for _ in range(3):
+            a @ b
+        sync(device)
+        reps, start = 20, time.perf_counter()
+        for _ in range(reps):
+            a @ b
+        sync(device)
+        best = max(best, 2 * n ** 3 * reps / (time.perf_counter() - start))
+    return best
+
+
+# concurrent trials -----------------------------------------------------------------------------------
+def worker(args) -> None:
+    """One trial process of (b): writes its tokens and wall-clock span to --result."""
+    s = settings(args)
+    device = torch.device(args.device)
+    sv, tv, pairs, _ = load(args, s["train_pairs"])
+    r = embinit_trial(s["d"], s["heads"], sv, tv, pairs, s["steps"], args.precision, device)
+    end = time.time()
+    Path(args.result).write_text(json.dumps({**r, "start": end - r["seconds"], "end": end}))
+
+
+class MPS:
+    """The CUDA MPS control daemon in a private pipe directory (on) or a pipe directory with none (off)."""
+
+    def __init__(self, on: bool):
+        self.on, self.dir = on, Path(tempfile.mkdtemp(prefix="embinit-mps-"))
+        self.env = {"CUDA_MPS_PIPE_DIRECTORY": str(self.dir / "pipe"),
+                    "CUDA_MPS_LOG_DIRECTORY": str(self.dir / "log")}
+
+    def __enter__(self):
+        for p in self.env.values():
+            Path(p).mkdir(parents=True)
+        if self.on:
+            subprocess.run(["nvidia-cuda-mps-control", "-d"], env={**os.environ, **self.env}, check=True)
+        return self
+
+    def __exit__(self, *exc):
+        if self.on:
+            subprocess.run(["nvidia-cuda-mps-control"], input=b"quit\n", env={**os.environ, **self.env},
+                           check=False)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def concurrent(args, n: int, precision: str, env: dict) -> dict:
+    """n trial processes started together; aggregate throughput over their common span."""
+    tmp = Path(tempfile.mkdtemp(prefix="embinit-bench-"))
+    base = [sys.executable, str(Path(__file__).resolve()), "--worker", "--device", args.device,
+            "--precision", precision, "--steps", str(args.steps)]
+    base += ["--smoke"] if args.smoke else []
+    base += ["--data", args.data] if args.data else []
+    procs = [subprocess.Popen(base + ["--result", str(tmp / f"{i}.json")], env={**os.environ, **env,
+             "OMP_NUM_THREADS": "1"}) for i in range(n)]
+    codes = [p.wait() for p in procs]
+    results = [json.loads((tmp / f"{i}.json").read_text()) for i in range(n) if (tmp / f"{i}.json").exists()]
+    shutil.rmtree(tmp, ignore_errors=True)
+    if len(results) < n:
+        return {"n": n, "error": f"{n - len(results)} of {n} trial processes failed (exit codes {codes})"}
+    span = max(r["end"] for r in results) - min(r["start"] for r in results)
+    tokens = sum(r["tokens"] for r in results)
+    epoch_share = sum(r["steps"] / r["full_epoch_steps"] for r in results)
+    return {"n": n, "span_s": span, "tokens_per_s": tokens / span,
+            "trial_epochs_per_gpu_hour": epoch_share * 3600 / span,
+            "mean_trial_tokens_per_s": sum(r["tokens"] / r["seconds"] for r in results) / n}
+
+
+# report ------------------------------------------------------------------------------------------------
+def machine(device) -> dict:
+    out = bt.machine(torch.get_num_threads())
+    if device.type == "cuda":
+        p = torch.cuda.get_device_properties(device)
+        out.update(gpu=p.name, gpu_memory_gib=round(p.total_memory / 2 ** 30, 1), cuda=torch.version.cuda)
+    return out
+
+
+def table(result) -> str:
+    lines = [f"device: {result['machine'].get('gpu') or result['machine']['cpu']}  data: {result['data']}  "
+             f"D={result['d']}  bf16 matmul peak {result['peak_bf16_tflops']:.1f} TFLOP/s",
+             "| run | precision | tokens/s | s/epoch | TFLOP/s | share of bf16 peak |", "|---|---|---|---|---|---|"]
+    for p, entry in result["single"].items():
+        for side in ("embinit", "plain"):
+            r = entry[side]
+            lines.append(f"| (a) one trial, {side} | {p} | {r['tokens_per_s']:.0f} | {r['s_per_epoch']:.2f} | "
+                         f"{r['tflops']:.3g} | {r['peak_share']:.1%} |")
+    lines += ["", "| (b) trials at once | MPS | precision | aggregate tokens/s | trial-epochs per GPU-hour |",
+              "|---|---|---|---|---|"]
+    for r in result["concurrent"]:
+        if "error" in r:
+            lines.append(f"| {r['n']} | {r['mps']} | {r['precision']} | {r['error']} | |")
+        else:
+            lines.append(f"| {r['n']} | {r['mps']} | {r['precision']} | {r['tokens_per_s']:.0f} | "
+                         f"{r['trial_epochs_per_gpu_hour']:.0f} |")
+    return "\n".join(lines)
+
+
+def single(s, sv, tv, pairs, device, peak) -> dict:
+    out = {}
+    for p in s["precisions"]:
+        entry = {}
+        for side, fn in (("embinit", embinit_trial), ("plain", plain_trial)):
+            r = fn(s["d"], s["heads"], sv, tv, pairs, s["steps"], p, device)
+            full = r.get("full_epoch_steps") or entry["embinit"]["full_epoch_steps"]
+            entry[side] = {**r, "tokens_per_s": r["tokens"] / r["seconds"],
+                           "s_per_epoch": r["seconds"] / r["steps"] * full,
+                           "tflops": r["flops"] / r["seconds"] / 1e12,
+                           "peak_share": r["flops"] / r["seconds"] / peak}
+            print(f"(a) {side} {p}: {entry[side]['tokens_per_s']:.0f} tokens/s", file=sys.stderr, flush=True)
+        entry["plain"]["full_epoch_steps"] = entry["embinit"]["full_epoch_steps"]
+        out[p] = entry
+    return out
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", help="Multi30k folder (train.de, train.en, val.de, val.en)")
+    ap.add_argument("--out", default=os.environ.get("OUT") or str(HERE / "results"))
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--steps", type=int, default=0, help="batches per trial (0: a whole epoch)")
+    ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8, 16])
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes, CPU-friendly (tests)")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--precision", default="fp32", help=argparse.SUPPRESS)
+    ap.add_argument("--result", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.worker:
+        worker(args)
+        return {}
+    s = settings(args)
+    device = torch.device(args.device)
+    sv, tv, pairs, source = load(args, s["train_pairs"])
+    peak = matmul_peak(device, sizes=(512,) if args.smoke else (4096, 8192))
+    result = {"machine": machine(device), "data": source, "d": s["d"], "heads": s["heads"],
+              "layers": bt.LAYERS, "ff_dim": bt.FF, "batch_size": bt.BATCH, "vocab": [len(sv), len(tv)],
+              "smoke": args.smoke, "peak_bf16_tflops": peak / 1e12}
+    result["single"] = single(s, sv, tv, pairs, device, peak)
+    mps_modes = ["off", "on"] if device.type == "cuda" and shutil.which("nvidia-cuda-mps-control") else ["n/a"]
+    best = max(s["precisions"], key=lambda p: result["single"][p]["embinit"]["tokens_per_s"])
+    result["concurrent"] = []
+    for mode in mps_modes:
+        with MPS(mode == "on") if mode != "n/a" else _Nothing() as mps:
+            for n in s["concurrency"]:
+                r = concurrent(args, n, best, getattr(mps, "env", {}))
+                result["concurrent"].append({**r, "mps": mode, "precision": best})
+                print(f"(b) {n} trials, MPS {mode}: {r.get('tokens_per_s', r.get('error'))}", file=sys.stderr,
+                      flush=True)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench_gpu.json").write_text(json.dumps(result, indent=2))
+    print(table(result))
+    print(f"wrote {out / 'bench_gpu.json'}")
+    return result
+
+
+class _Nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return None
+
+
+if __name__ == "__main__":
+    main()

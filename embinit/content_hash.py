@@ -1,0 +1,75 @@
+"""Content digests of input files, for cache keys that hold across machines.
+
+A cache entry keyed by a file's path and mtime is worthless on another node (or after a copy); keyed by
+the file's sha256 it is valid wherever the same bytes are. Hashing a multi-GB vector file on every trial
+would cost seconds, so each digest is remembered under `<cache root>/digests/`, keyed by the file's
+(resolved path, size, mtime): a node hashes each file version once, and a stale memo can only cause a
+re-hash, never a wrong digest being trusted for changed content of another size or mtime.
+
+`entry_lock(path)` serializes the builders of one cache entry across processes on a node: the first
+builds and writes it, the others wait and then read it (N concurrent trials never build it N times).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+from contextlib import contextmanager
+from pathlib import Path
+
+CHUNK = 1 << 20
+
+
+def _root(cache_dir) -> Path:
+    return Path(cache_dir or os.environ.get("EMBINIT_CACHE_DIR") or Path.home() / ".cache" / "embinit").expanduser()
+
+
+def file_digest(path: str | Path, cache_dir=None) -> str:
+    """sha256 of the file's bytes (hex), memoized per (path, size, mtime) under the cache root."""
+    p = Path(path).expanduser().resolve()
+    st = p.stat()
+    stamp = hashlib.sha256(f"{p}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:32]
+    memo = _root(cache_dir) / "digests" / stamp
+    try:
+        known = memo.read_text().strip()
+        if len(known) == 64:
+            return known
+    except OSError:
+        pass
+    h = hashlib.sha256()
+    with open(p, "rb") as f:
+        for chunk in iter(lambda: f.read(CHUNK), b""):
+            h.update(chunk)
+    digest = h.hexdigest()
+    try:
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        tmp = memo.with_name(f".{memo.name}.{os.getpid()}")
+        tmp.write_text(digest)
+        os.replace(tmp, memo)
+    except OSError:
+        pass  # a read-only cache root only costs a re-hash next time
+    return digest
+
+
+@contextmanager
+def entry_lock(entry: Path | None):
+    """An exclusive advisory lock on `<cache root>/locks/<folder>-<entry>.lock` for the duration (no-op
+    for None or an unwritable folder: the atomic write of the entry still keeps readers safe, only the
+    work may be repeated)."""
+    if entry is None:
+        yield
+        return
+    lock = entry.parent.parent / "locks" / f"{entry.parent.name}-{entry.name}.lock"
+    try:
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock, os.O_CREAT | os.O_RDWR, 0o644)
+    except OSError:
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)

@@ -1,0 +1,200 @@
+"""Trial folders that outlive their sweep: per trial key a checkpoint folder that a rerun resumes
+from, and a claim on the key while it trains.
+
+A trial of key K, tracked in MLflow experiment E, trains in `<root>/checkpoints/<E's folder>/<K>/`, where
+root is the spec's `cache_dir` (else `$EMBINIT_CACHE_DIR`, else `~/.cache/embinit`). The folder holds the
+trainer's `last.pt`, `last.json` and `best.pt` and `mlflow_run_id`, the run the trial logs into. It
+outlives the worker, the Ray session and the driver: when the spec runs again (after the whole local Ray
+or the API died), the trial finds the folder, reopens that MLflow run and the trainer continues after the
+checkpoint's epoch. The folder is removed once the run is finished (or failed with a user error, which
+fails the same way again).
+
+While a trial trains it holds an exclusive lock (flock) on `<K>.lock` beside the folder. A second sweep
+reaching the same key (another spec sharing it, in the same MLflow experiment) waits for it, then finds
+the finished run in MLflow and reuses it: the key is not trained twice. A killed process holds no lock.
+The claim holds between sweeps that share the folder: one machine and one root, or a shared file system
+whose locks work.
+
+The folder holds pickles the trainer loads, so it is used only inside the trusted roots
+(embinit.trusted); elsewhere the trial trains in a temporary folder, as before, and cannot resume once its
+sweep is gone.
+
+Ray Tune's own checkpoint (a killed worker restarts from it within the sweep, possibly on another node)
+is the folder staged with hard links at every report; when Tune restores a trial, the restored copy
+replaces the folder only when it holds a later epoch.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from embinit import tracking
+from embinit.sweep.work import SweepContext
+from embinit.trusted import is_trusted
+
+RUN_ID_FILE = "mlflow_run_id"
+
+
+@dataclass
+class Claim:
+    """A trial key claimed by this process, and the folder its trial trains in."""
+
+    key: str
+    path: Path
+    persistent: bool  # False: a temporary folder (outside the trusted roots), gone with the sweep
+
+    def discard(self) -> None:
+        """Remove the folder's contents (the trial has its result, or can never resume)."""
+        shutil.rmtree(self.path, ignore_errors=True)
+        self.path.mkdir(parents=True, exist_ok=True)
+
+
+def checkpoint_root(cache_dir: str | Path | None) -> Path:
+    root = cache_dir or os.environ.get("EMBINIT_CACHE_DIR") or Path.home() / ".cache" / "embinit"
+    return Path(root).expanduser().absolute() / "checkpoints"
+
+
+def experiment_folder(ctx: SweepContext) -> Path:
+    """The folder of the sweep's MLflow experiment (experiment ids repeat across tracking stores)."""
+    uri, exp_id = ctx.tracking_uri, str(ctx.experiment_id)
+    digest = hashlib.sha256(f"{uri}\0{exp_id}".encode()).hexdigest()[:12]
+    return checkpoint_root(ctx.cache_dir) / f"{re.sub(r'[^A-Za-z0-9_-]', '_', exp_id)[:40]}-{digest}"
+
+
+@contextmanager
+def claim(ctx: SweepContext, key: str, restored: Path | None = None) -> Iterator[Claim]:
+    """Claim `key` (waiting while another process trains it) and yield its folder; `restored` is a
+    Tune checkpoint restored to disk, whose `<key>/` is taken when newer than the folder."""
+    base = experiment_folder(ctx)
+    if not is_trusted(base):
+        tmp = Path(tempfile.mkdtemp(prefix="embinit-trial-"))
+        try:
+            yield _ready(Claim(key, tmp / key, persistent=False), restored)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return
+    base.mkdir(parents=True, exist_ok=True)
+    lock = base / f"{key}.lock"
+    fd = _lock(lock)
+    c = Claim(key, base / key, persistent=True)
+    try:
+        yield _ready(c, restored)
+    finally:
+        if not c.path.is_dir() or not any(c.path.iterdir()):  # nothing to resume: leave no trace
+            shutil.rmtree(c.path, ignore_errors=True)
+            lock.unlink(missing_ok=True)  # while still locked: a waiter sees the inode change, retries
+        os.close(fd)  # releases the lock
+
+
+@contextmanager
+def claim_all(ctx: SweepContext, keys: list[str], restored: Path | None = None) -> Iterator[dict[str, Claim]]:
+    """Claims of several keys (a fused group), taken in sorted order so two groups never deadlock."""
+    with ExitStack() as stack:
+        yield {k: stack.enter_context(claim(ctx, k, restored)) for k in sorted(set(keys))}
+
+
+def _lock(path: Path) -> int:
+    """An fd holding an exclusive lock on `path`, the file that is there now (not one a finishing
+    holder removed while this process waited on it)."""
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # waits while another process trains the key
+            if os.fstat(fd).st_ino == os.stat(path).st_ino:
+                return fd
+        except FileNotFoundError:
+            pass
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
+
+
+def _ready(c: Claim, restored: Path | None) -> Claim:
+    from embinit.train.checkpoint import last_epoch  # torch: only workers import it
+    c.path.mkdir(parents=True, exist_ok=True)
+    src = restored / c.key if restored is not None else None
+    if src is None or not src.is_dir():
+        return c
+    theirs, ours = last_epoch(src, c.key), last_epoch(c.path, c.key)
+    if ours is None and theirs is None and (c.path / RUN_ID_FILE).exists():
+        return c
+    if ours is None or (theirs is not None and theirs > ours):
+        shutil.rmtree(c.path)
+        shutil.copytree(src, c.path)
+    return c
+
+
+@contextmanager
+def staged(claims: list[Claim]) -> Iterator[str]:
+    """A folder holding `<key>/` for each claim (hard links of its files, copies across file systems),
+    for Tune to copy as the trial's checkpoint; removed after."""
+    tmp = Path(tempfile.mkdtemp(prefix=".tune-", dir=claims[0].path.parent))
+    try:
+        for c in claims:
+            shutil.copytree(c.path, tmp / c.key, copy_function=_link_or_copy,
+                            ignore=shutil.ignore_patterns("*.tmp"))
+        yield str(tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+@contextmanager
+def restored_checkpoint() -> Iterator[Path | None]:
+    """Tune's checkpoint of this trial (a restarted attempt) on local disk, or None."""
+    from ray import tune
+    checkpoint = tune.get_checkpoint()
+    if checkpoint is None:
+        yield None
+        return
+    tmp = Path(tempfile.mkdtemp(prefix="embinit-restored-"))
+    try:
+        checkpoint.to_directory(str(tmp))
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def open_run(c: Claim, ctx: SweepContext, config: dict[str, Any], label: str,
+             group: dict[str, Any]) -> tracking.TrialRun:
+    """The trial's MLflow run: the one its folder names when that run can go on (not finished, not
+    deleted, of this key and experiment), else this sweep's unfinished run of the key, else a new one."""
+    from embinit.train.checkpoint import last_epoch
+    uri, exp_id = ctx.tracking_uri, ctx.experiment_id
+    id_file = c.path / RUN_ID_FILE
+    run_id = id_file.read_text().strip() if id_file.exists() else None
+    if run_id is not None and not tracking.can_continue(uri, exp_id, c.key, run_id):
+        c.discard()  # a leftover of a run that is gone or done: start afresh
+        run_id = None
+    run = tracking.TrialRun.open(uri, exp_id, ctx.parent_run_id, config, c.key, label, group,
+                                 run_id=run_id, resumed_epoch=last_epoch(c.path, c.key))
+    id_file.write_text(run.run_id)
+    return run
+
+
+def reused_value(ctx: SweepContext, c: Claim, metric: str) -> float | None:
+    """The selection value of the key's finished run when it has one (another sweep finished it
+    meanwhile, or while this one waited for the claim): reuse it, never train twice."""
+    import math
+    done = tracking.finished_run(ctx.experiment_id, ctx.tracking_uri, c.key)
+    if done is None:
+        return None
+    c.discard()  # a leftover folder of a key that has its result
+    return done.data.metrics.get(f"best/{metric}", math.nan)

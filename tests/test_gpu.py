@@ -1,0 +1,114 @@
+"""The GPU path, on a real CUDA device (skipped without one; `gpu` marker). Run on a GPU machine with
+
+    python -m pytest -m gpu -q tests/test_gpu.py
+
+Reproducibility: with `torch.use_deterministic_algorithms(True)` and CUBLAS_WORKSPACE_CONFIG=:4096:8
+(set below, before CUDA starts), the same seed twice gives the same metrics to a relative 1e-6 (the
+trainer's dropout masks come from a seeded CUDA generator; batches and weights from seeded CPU ones).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+import torch
+
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")   # deterministic cuBLAS (before CUDA init)
+
+from embinit.config import TrialConfig
+from embinit.train import run_trial
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+TIMING = ("tokens_per_s", "time_s")
+REL = 1e-6
+
+
+def small(**kw):
+    return TrialConfig(**{"task": "synthetic_translation", "epochs": 3, "max_train_examples": 600,
+                          "device": "cuda", "seed": 0, **kw})
+
+
+@pytest.fixture
+def deterministic():
+    before = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    yield
+    torch.use_deterministic_algorithms(before)
+
+
+def metrics(result):
+    return [{k: v for k, v in h.items() if k not in TIMING} for h in result.history] + [result.test]
+
+
+def test_translation_trial_trains_on_cuda_and_repeats(tmp_path, deterministic):
+    a = run_trial(small(), cache_dir=tmp_path)
+    b = run_trial(small(), cache_dir=tmp_path)
+    assert a.status == "finished" and a.info["device"].startswith("cuda")
+    h = a.history
+    assert h[-1]["train/loss"] < 0.7 * h[0]["train/loss"] and h[-1]["val/loss"] < h[0]["val/loss"]
+    for x, y in zip(metrics(a), metrics(b)):
+        assert x.keys() == y.keys()
+        for k in x:
+            if isinstance(x[k], float):
+                assert y[k] == pytest.approx(x[k], rel=REL), k
+            else:
+                assert y[k] == x[k], k
+
+
+def test_bf16_autocast_trains_on_cuda(tmp_path):
+    r = run_trial(small(precision="bf16"), cache_dir=tmp_path)
+    assert r.status == "finished" and r.config["precision"] == "bf16"
+    assert r.history[-1]["train/loss"] < 0.7 * r.history[0]["train/loss"]
+    auto = run_trial(small(precision="auto", epochs=1), cache_dir=tmp_path)
+    assert auto.config["precision"] == ("bf16" if torch.cuda.is_bf16_supported() else "fp32")
+
+
+def test_fused_attention_layout_matches_on_cuda():
+    """head_dim 30 (D=300, 10 heads) is zero-padded to 32 for the fused kernels: same result."""
+    from embinit.models.layers import attend
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(4, 10, 17, 30, generator=g).cuda() for _ in range(3))
+    mask = torch.ones(4, 1, 1, 17, dtype=torch.bool, device="cuda")
+    mask[:, :, :, 12:] = False
+    for m, causal in ((mask, False), (None, True)):
+        padded = attend(q, k, v, m, causal, pad_heads=True)
+        plain = attend(q, k, v, m, causal, pad_heads=False)
+        torch.testing.assert_close(padded, plain, rtol=1e-4, atol=1e-5)
+
+
+def test_knn_and_probe_on_cuda_equal_cpu():
+    from embinit.analysis.neighbours import knn
+    from embinit.analysis.probe import probe_table
+    g = torch.Generator().manual_seed(0)
+    table = torch.randn(3000, 64, generator=g)
+    for neighbours in ("dot", "cosine"):
+        v_cpu, i_cpu = knn(table, 10, neighbours, block_size=1024)
+        v_gpu, i_gpu = knn(table.cuda(), 10, neighbours, block_size=1024)
+        assert i_gpu.is_cuda and torch.equal(i_gpu.cpu(), i_cpu)
+        torch.testing.assert_close(v_gpu.cpu(), v_cpu, rtol=1e-5, atol=1e-5)
+    cpu, gpu = probe_table(table, n_samples=4000), probe_table(table.cuda(), n_samples=4000)
+    assert cpu.keys() == gpu.keys()
+    for k in cpu:
+        assert gpu[k] == pytest.approx(cpu[k], rel=1e-6, abs=1e-9), k
+
+
+@pytest.mark.slow
+def test_sweep_puts_four_trials_on_one_gpu(tmp_path):
+    """resources: {gpus: 0.25}: 4 trials at once on the one GPU, each MLflow run tagged with cuda."""
+    sys.path.insert(0, os.path.dirname(__file__))
+    import ray
+    from test_sweep_gpu_share import share_sweep
+
+    from embinit.records import DEVICE_TAG
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    ray.init(num_cpus=4, num_gpus=1, include_dashboard=False, log_to_driver=False)
+    try:
+        runs, met = share_sweep(tmp_path, "cuda")
+    finally:
+        ray.shutdown()
+    assert len(runs) == 4 and all(r.data.tags[DEVICE_TAG].startswith("cuda") for r in runs)
+    assert met == [True] * 4

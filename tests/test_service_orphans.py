@@ -1,0 +1,60 @@
+"""A lost driver's leftovers in a real MLflow store (the API with a fake Ray): the reconciler closes the
+experiment's sweep run as well as its trial runs, and a trial run that kept a checkpoint stays resumable
+(its error says that running the spec again resumes it). Another spec's sweep in the same MLflow
+experiment is left alone."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+
+from embinit import records, tracking
+from service.fakes import FakeCluster, FakeRunner
+from service.main import create_app
+from service.settings import Settings
+from service.store import ResultStore
+
+pytestmark = pytest.mark.slow  # an MLflow SQLite store takes a few seconds to create
+
+SPEC = {"name": "orphans", "tasks": ["synthetic_translation"], "inits": ["xavier"], "seeds": 2}
+
+
+def test_a_lost_driver_s_sweep_run_is_closed_and_a_checkpointed_trial_stays_resumable(tmp_path):
+    (tmp_path / "data").mkdir()
+    uri = tracking.resolve_uri(f"sqlite:///{tmp_path}/m.db")
+    cluster = FakeCluster()
+    settings = Settings(database_url=f"sqlite:///{tmp_path}/state.db", tracking_uri=uri,
+                        data_roots=[tmp_path / "data"], pretrained_roots=[], refresh_interval_s=0.0,
+                        check_cluster_resources=False, _env_file=None)
+    with TestClient(create_app(settings, runner=FakeRunner(cluster), store=ResultStore(uri))) as client:
+        sub = client.post("/experiments", json=SPEC)
+        assert sub.status_code == 202, sub.text
+        exp = sub.json()
+        driver = f"embinit-exp-{exp['id']}"
+        keys = cluster.specs[driver]["keys"]
+        # What the driver had written when it died: its sweep run, one trial past a checkpointed epoch,
+        # one that had not reached its first epoch; and another spec's sweep, alive, in the same experiment.
+        exp_id = tracking.ensure_experiment("orphans", uri)
+        parent = tracking.start_parent_run(exp_id, uri, exp["spec_hash"], "name: orphans\n", 2)
+        other = tracking.start_parent_run(exp_id, uri, "another-spec", "name: other\n", 1)
+        config = {"task": "synthetic_translation", "init": "xavier", "seed": 0}
+        kept = tracking.TrialRun.open(uri, exp_id, parent, config, keys[0], "Xavier", {})
+        kept.log_epoch(1, {"val/loss": 2.0}, checkpoint=True)
+        fresh = tracking.TrialRun.open(uri, exp_id, parent, {**config, "seed": 1}, keys[1], "Xavier", {})
+        FakeRunner(cluster).lose(driver)  # the API and its local Ray were killed
+
+        after = client.get(exp["status_url"]).json()
+        assert after["status"] == "failed" and after["counts"]["running"] == 0
+
+    c = tracking.client(uri)
+    sweep = c.get_run(parent)
+    assert sweep.info.status == "FAILED"
+    assert sweep.data.tags[tracking.STATUS_TAG] == "failed"
+    assert "Ray driver is gone" in sweep.data.tags[tracking.ERROR_TAG]
+    assert c.get_run(other).info.status == "RUNNING"       # not this experiment's
+    recs = {r.key: r for r in tracking.trial_records(exp_id, uri)}
+    assert recs[keys[0]].status == "failed" and recs[keys[0]].resume_epoch == 1
+    assert "running the spec again resumes this run" in recs[keys[0]].error
+    assert recs[keys[1]].status == "failed" and not recs[keys[1]].resumable
+    assert records.by_key(recs.values())[keys[0]].run_id == kept.run_id
+    assert fresh.run_id == recs[keys[1]].run_id

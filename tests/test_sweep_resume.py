@@ -1,0 +1,348 @@
+"""A trial that its whole sweep lost (the driver, the local Ray, the API: killed) resumes from its kept
+checkpoint folder when the spec runs again, in the same MLflow run; a trial key is claimed while it
+trains, so a second sweep sharing it waits and reuses the result instead of training it twice.
+
+The trainable runs here without Ray (Tune's `report` and `get_checkpoint` are stood in for); the sweep
+is "killed" by an exception that nothing in the trainable catches (a BaseException, as a dying process
+catches nothing), after epoch 2 was checkpointed and logged. The slow test at the end kills a real
+`run_sweep` process (driver and local Ray) with SIGKILL and runs the spec again.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from ray import tune
+
+from embinit import records, tracking
+from embinit.spec import load_spec
+from embinit.sweep import resume
+from embinit.sweep.work import SweepContext, Unit, work_item
+from embinit.sweep.trainable import train_unit
+from embinit.trusted import TRUSTED_ROOTS_ENV
+from helpers.sweep import sweep_spec_data
+
+pytestmark = pytest.mark.slow  # MLflow SQLite stores and a few tiny trainings: ~1 min in all
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = {"task": "synthetic_translation", "epochs": 4, "max_train_examples": 200, "d_model": 16,
+        "ff_dim": 32, "heads": 2, "layers": 1}
+
+
+class Killed(BaseException):
+    """The process died: nothing in the trainable may catch it."""
+
+
+class KillAfter:
+    """Kills the sweep at the end of `epoch` (its checkpoint and metrics are written by then)."""
+
+    def __init__(self, epoch: int):
+        self.epoch = epoch
+
+    def on_epoch_end(self, ctx, epoch, metrics):
+        if epoch == self.epoch:
+            raise Killed()
+
+
+class Record:
+    """Where each attempt started (optimizer steps done) and which epochs it trained."""
+
+    def __init__(self, log: list):
+        self.log = log
+
+    def on_train_start(self, ctx):
+        self.log.append(("start", ctx.cfg.init, ctx.step))
+
+    def on_epoch_end(self, ctx, epoch, metrics):
+        self.log.append(("epoch", ctx.cfg.init, epoch))
+
+
+@pytest.fixture
+def no_tune(monkeypatch):
+    """Tune's session calls, outside Tune: reports are kept, no checkpoint to restore."""
+    reports: list[dict] = []
+    monkeypatch.setattr(tune, "report", lambda metrics, checkpoint=None: reports.append(metrics))
+    monkeypatch.setattr(tune, "get_checkpoint", lambda: None)
+    return reports
+
+
+def setup(tmp: Path, name: str, **over):
+    data = sweep_spec_data(name, tmp, TINY, mlflow={"tracking_uri": f"sqlite:///{tmp}/m.db",
+                                                    "log_plots": False})
+    data.update(over)
+    return load_spec(data)
+
+
+def sweep(spec, units, callbacks) -> tuple[dict, str]:
+    """One sweep of `spec`'s units, as a driver runs them (a parent run, the shared settings);
+    `callbacks`: a list for every trial, or `f(cfg) -> list`."""
+    uri = tracking.resolve_uri(spec.mlflow.tracking_uri)
+    exp_id = tracking.ensure_experiment(spec.experiment_name(), uri)
+    parent = tracking.start_parent_run(exp_id, uri, spec.spec_hash(), spec.to_yaml(), spec.num_trials())
+    shared = SweepContext(uri, exp_id, parent, log_checkpoint=False, log_plots=False, cache_dir=spec.cache_dir)
+    for i in range(len(units)):
+        try:
+            train_unit({"unit": i}, shared, units,
+                       extra_callbacks=callbacks if callable(callbacks) else lambda cfg: callbacks)
+        except Killed:
+            return shared, "killed"
+    return shared, "done"
+
+
+def units_of(spec, fused: bool = False) -> list[dict]:
+    items = [work_item(spec, p) for p in spec.plan()]
+    return [Unit(tuple(items), fused=True)] if fused else [Unit((i,)) for i in items]
+
+
+def trial_runs(shared) -> list:
+    return [r for r in tracking.search_runs(shared.experiment_id, shared.tracking_uri)
+            if tracking.KEY_TAG in r.data.tags]
+
+
+def steps(uri: str, run_id: str, metric: str) -> list[int]:
+    return sorted(m.step for m in tracking.client(uri).get_metric_history(run_id, metric))
+
+
+def assert_resumed_in_one_run(shared, first_parent: str, keys: set[str], kept_epoch: int) -> None:
+    uri = shared.tracking_uri
+    runs = trial_runs(shared)
+    assert {r.data.tags[tracking.KEY_TAG] for r in runs} == keys
+    assert len(runs) == len(keys)                      # no second run for any key
+    for run in runs:
+        assert run.info.status == "FINISHED", run.data.tags.get(tracking.ERROR_TAG)
+        tags = run.data.tags
+        assert tags[tracking.RESUMED_TAG] == str(kept_epoch)
+        assert tags[tracking.PARENT_TAG] == shared.parent_run_id != first_parent
+        assert tracking.ERROR_TAG not in tags and tags[tracking.CHECKPOINT_TAG] == ""
+        for metric in ("val/loss", "train/loss"):          # every epoch once: continuous, nothing redone
+            assert steps(uri, run.info.run_id, metric) == [1, 2, 3, 4]
+    folder = resume.experiment_folder(shared)
+    assert not folder.exists() or not any(folder.iterdir())   # nothing left once recorded
+
+
+def test_a_lost_sweep_resumes_its_trial_from_the_checkpoint_in_the_same_run(tmp_path, no_tune):
+    spec = setup(tmp_path, "lost")
+    units = units_of(spec)
+    first, outcome = sweep(spec, units, [KillAfter(2)])
+    assert outcome == "killed"
+    (run,) = trial_runs(first)
+    assert run.info.status == "RUNNING" and run.data.tags[tracking.CHECKPOINT_TAG] == "2"
+    # What the reconciler (or the sweep's own cleanup) does with a run whose driver is gone:
+    assert tracking.close_orphans(first.experiment_id, first.tracking_uri, first.parent_run_id,
+                                  "the experiment's Ray driver is gone") == 1
+    (rec,) = tracking.trial_records(first.experiment_id, first.tracking_uri)
+    assert (rec.status, rec.resume_epoch) == ("failed", 2)
+    assert "running the spec again resumes this run" in rec.error
+
+    log: list = []
+    second, outcome = sweep(spec, units, [Record(log)])
+    assert outcome == "done"
+    (start,) = [e for e in log if e[0] == "start"]
+    assert start[2] > 0                                     # it started with epoch 2's optimizer steps
+    assert [e[2] for e in log if e[0] == "epoch"] == [3, 4]  # and trained epochs 3 and 4 only
+    assert_resumed_in_one_run(second, first.parent_run_id, {p.key for p in spec.plan()}, 2)
+    (rec,) = tracking.trial_records(second.experiment_id, second.tracking_uri)
+    assert rec.status == "finished" and not rec.resumable
+
+
+def test_a_lost_fused_group_resumes_each_member_in_its_run(tmp_path, no_tune):
+    spec = setup(tmp_path, "lostfused", inits=["xavier", "normal"], execution={"fuse": "auto"})
+    units = units_of(spec, fused=True)
+    first, outcome = sweep(spec, units, [KillAfter(2)])   # the first member's epoch 2 kills the group ...
+    assert outcome == "killed"
+    # ... so only that member checkpointed epoch 2: members at different epochs train separately
+    kept = {r.data.tags[tracking.KEY_TAG]: r.data.tags.get(tracking.CHECKPOINT_TAG) for r in trial_runs(first)}
+    assert sorted(kept.values()) == ["1", "2"]
+    log: list = []
+    second, _ = sweep(spec, units, [Record(log)])
+    uri = second.tracking_uri
+    runs = trial_runs(second)
+    assert len(runs) == 2 and {r.info.status for r in runs} == {"FINISHED"}
+    for run in runs:
+        resumed = int(run.data.tags[tracking.RESUMED_TAG])
+        assert resumed == int(kept[run.data.tags[tracking.KEY_TAG]])
+        assert steps(uri, run.info.run_id, "val/loss") == [1, 2, 3, 4]
+    assert sorted(e[2] for e in log if e[0] == "epoch") == [2, 3, 3, 4, 4]
+
+
+def test_a_lost_fused_group_at_one_epoch_resumes_fused(tmp_path, no_tune):
+    spec = setup(tmp_path, "lostfused2", inits=["xavier", "normal"], execution={"fuse": "auto"})
+    units = units_of(spec, fused=True)
+    last = units[0].trials[-1].key
+
+    def kill_last_member(cfg):  # the last member's epoch end: every member has checkpointed epoch 2
+        return [KillAfter(2)] if cfg.key() == last else []
+    first, outcome = sweep(spec, units, kill_last_member)
+    assert outcome == "killed"
+    log: list = []
+    second, _ = sweep(spec, units, [Record(log)])
+    assert_resumed_in_one_run(second, first.parent_run_id, {i.key for i in units[0].trials}, 2)
+    runs = trial_runs(second)
+    assert {r.data.tags[tracking.EXECUTION_TAG] for r in runs} == {"fused"}
+    assert sorted(e[2] for e in log if e[0] == "epoch") == [3, 3, 4, 4]
+
+
+def test_outside_the_trusted_roots_nothing_is_kept(tmp_path, no_tune, monkeypatch):
+    monkeypatch.setenv(TRUSTED_ROOTS_ENV, str(tmp_path / "elsewhere"))
+    monkeypatch.setenv("EMBINIT_CACHE_DIR", str(tmp_path / "default-cache"))
+    spec = setup(tmp_path, "untrusted")
+    first, outcome = sweep(spec, units_of(spec), [KillAfter(1)])
+    assert outcome == "killed"
+    assert not resume.checkpoint_root(spec.cache_dir).exists()   # no pickle written outside the roots
+    (run,) = trial_runs(first)
+    assert tracking.CHECKPOINT_TAG not in run.data.tags           # so it does not claim to be resumable
+
+
+def test_two_specs_sharing_a_key_train_it_once(tmp_path, no_tune):
+    """Two different specs in one MLflow experiment, at the same time: the shared key (xavier, seed 0)
+    is claimed by one; the other waits, then reuses its finished run."""
+    shared_exp = {"experiment": "shared-keys", "tracking_uri": f"sqlite:///{tmp_path}/m.db", "log_plots": False}
+    a = setup(tmp_path, "spec-a", mlflow=shared_exp, tasks=[{**TINY, "epochs": 2}])
+    b = setup(tmp_path, "spec-b", mlflow=shared_exp, tasks=[{**TINY, "epochs": 2}], inits=["normal", "xavier"])
+    common = {p.key for p in a.plan()} & {p.key for p in b.plan()}
+    assert len(common) == 1
+    tracking.ensure_experiment("shared-keys", tracking.resolve_uri(shared_exp["tracking_uri"]))
+    log: list = []
+    results: dict[str, str] = {}
+    threads = [threading.Thread(target=lambda s=s: results.update({s.name: sweep(s, units_of(s), [Record(log)])[1]}))
+               for s in (a, b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert results == {"spec-a": "done", "spec-b": "done"}
+    uri = tracking.resolve_uri(shared_exp["tracking_uri"])
+    runs = [r for r in tracking.search_runs(tracking.experiment_id("shared-keys", uri), uri)
+            if tracking.KEY_TAG in r.data.tags]
+    by_key: dict[str, list] = {}
+    for r in runs:
+        by_key.setdefault(r.data.tags[tracking.KEY_TAG], []).append(r.info.status)
+    assert by_key[next(iter(common))] == ["FINISHED"]             # trained once, by one of the two
+    assert len(by_key) == 2 and all(v == ["FINISHED"] for v in by_key.values())
+    assert [e[1] for e in log if e[0] == "start"].count("xavier") == 1
+
+
+def test_a_second_claim_waits_for_the_first(tmp_path):
+    shared = SweepContext("sqlite:///x.db", "1", "p", cache_dir=str(tmp_path))
+    entered, release, order = threading.Event(), threading.Event(), []
+
+    def first():
+        with resume.claim(shared, "k") as c:
+            (c.path / "last.json").write_text("{}")  # something to keep: the folder and lock stay
+            entered.set()
+            release.wait(10)
+            order.append("first out")
+
+    def second():
+        with resume.claim(shared, "k"):
+            order.append("second in")
+    t1 = threading.Thread(target=first)
+    t1.start()
+    assert entered.wait(10)
+    t2 = threading.Thread(target=second)
+    t2.start()
+    time.sleep(0.5)
+    assert order == []                                            # still waiting for the first
+    release.set()
+    t1.join(10)
+    t2.join(10)
+    assert order == ["first out", "second in"]
+
+
+def test_tune_s_restored_copy_replaces_the_folder_only_when_newer(tmp_path):
+    """A worker Tune restarted (maybe on a node without the folder) takes Tune's checkpoint of the key
+    only when it holds a later epoch than the folder."""
+    shared = SweepContext("sqlite:///x.db", "1", "p", cache_dir=str(tmp_path / "c"))
+
+    def fake_last(folder: Path, epoch: int) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "last.pt").write_text(f"epoch {epoch}")
+        (folder / "last.json").write_text(f'{{"key": "k", "epoch": {epoch}}}')
+    restored = tmp_path / "restored"
+    fake_last(restored / "k", 3)
+    with resume.claim(shared, "k", restored) as c:       # no folder yet (another node): Tune's copy
+        assert (c.path / "last.pt").read_text() == "epoch 3"
+        fake_last(c.path, 5)
+    with resume.claim(shared, "k", restored) as c:       # the folder is newer: kept
+        assert (c.path / "last.pt").read_text() == "epoch 5"
+        fake_last(restored / "k", 6)
+    with resume.claim(shared, "k", restored) as c:       # Tune's copy is newer: taken
+        assert (c.path / "last.pt").read_text() == "epoch 6"
+
+
+def test_a_resumable_run_stands_for_its_key_over_a_newer_failure():
+    kept = records.TrialRecord("old", "k", "t", "L", "failed", start_ms=1, resume_epoch=3)
+    fresh = records.TrialRecord("new", "k", "t", "L", "failed", start_ms=2)
+    assert records.by_key([kept, fresh])["k"].run_id == "old"
+    done = records.TrialRecord("done", "k", "t", "L", "finished", start_ms=0)
+    assert records.by_key([kept, fresh, done])["k"].run_id == "done"
+
+
+# ---- a real crash: SIGKILL to the driver process and its local Ray -----------------------------------------
+
+DRIVER = """
+import sys, time
+from pathlib import Path
+from embinit.spec import load_spec
+from embinit.sweep import run_sweep
+
+class Hang:  # after epoch 2 (checkpointed and logged) of the first attempt: wait to be killed
+    def __init__(self, marker):
+        self.marker = Path(marker)
+    def on_train_start(self, ctx):
+        with open(self.marker.with_suffix('.starts'), 'a') as f:
+            f.write(f'{ctx.step}\\n')
+    def on_epoch_end(self, ctx, epoch, metrics):
+        if epoch == 2 and not self.marker.exists():
+            self.marker.write_text('hanging')
+            time.sleep(600)
+
+spec, marker = load_spec(sys.argv[1]), sys.argv[2]  # bound here: a worker's sys.argv is its own
+result = run_sweep(spec, progress=False, extra_callbacks=lambda cfg, m=marker: [Hang(m)])
+print('FINISHED', result.n_finished, result.planned)
+"""
+
+
+def test_a_killed_driver_and_ray_resume_the_trial_when_the_spec_runs_again(tmp_path):
+    import yaml
+    spec_file = tmp_path / "spec.yaml"
+    data = sweep_spec_data("killed", tmp_path, TINY, mlflow={"tracking_uri": f"sqlite:///{tmp_path}/m.db",
+                                                             "log_plots": False, "log_checkpoint": False})
+    spec_file.write_text(yaml.safe_dump(data))
+    (tmp_path / "driver.py").write_text(DRIVER)
+    marker = tmp_path / "marker"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "RAY_AUTH_MODE": "disabled",
+           "RAY_USAGE_STATS_ENABLED": "0"}
+    cmd = [sys.executable, str(tmp_path / "driver.py"), str(spec_file), str(marker)]
+    out = tmp_path / "first.log"   # a file, not a pipe: a full pipe would stall the driver
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=out.open("w"), stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert marker.exists(), out.read_text()[-3000:]
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the driver, its local Ray and the trial: gone at once
+        proc.wait(timeout=60)
+    uri = tracking.resolve_uri(data["mlflow"]["tracking_uri"])
+    exp_id = tracking.experiment_id("killed", uri)
+    (run,) = [r for r in tracking.search_runs(exp_id, uri) if tracking.KEY_TAG in r.data.tags]
+    assert run.info.status == "RUNNING" and steps(uri, run.info.run_id, "val/loss") == [1, 2]
+
+    again = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400)
+    assert "FINISHED 1 1" in again.stdout, again.stdout + again.stderr
+    starts = [int(x) for x in marker.with_suffix(".starts").read_text().split()]
+    assert len(starts) == 2 and starts[0] == 0 and starts[1] > 0   # the rerun did not start from epoch 0
+    runs = [r for r in tracking.search_runs(exp_id, uri) if tracking.KEY_TAG in r.data.tags]
+    assert [r.info.run_id for r in runs] == [run.info.run_id]    # one run stands for the key: the same
+    (done,) = runs
+    assert done.info.status == "FINISHED" and done.data.tags[tracking.RESUMED_TAG] == "2"
+    assert steps(uri, run.info.run_id, "val/loss") == [1, 2, 3, 4]

@@ -1,0 +1,114 @@
+"""Prepare once per sweep: concurrent trials never tokenize the same task (or align the same pretrained
+file) more than once, and the cache keys hold across folders with the same file contents."""
+
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from embinit.config import TrialConfig
+from embinit.init import table as init_build
+from embinit.sweep.work import Unit, WorkItem
+from embinit.sweep.warmup import distinct_configs, prepare_configs, prepare_units
+from embinit.tasks import load as task_load
+from embinit.tasks.synthetic import LEXICON
+from embinit.train import run_trial
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    """Counts tokenizations (`build` of a task) and reads of a pretrained text file; each is slow
+    enough that concurrent callers overlap."""
+    counts = {"tokenize": 0, "align": 0}
+    real_build, real_text = task_load.build, init_build.LOADERS["text"]
+
+    def build(*a, **kw):
+        counts["tokenize"] += 1
+        time.sleep(0.3)
+        return real_build(*a, **kw)
+
+    def text(*a, **kw):
+        counts["align"] += 1
+        time.sleep(0.3)
+        return real_text(*a, **kw)
+
+    monkeypatch.setattr(task_load, "build", build)
+    monkeypatch.setitem(init_build.LOADERS, "text", text)
+    return counts
+
+
+def vectors(path, dim=8):
+    words = sorted(set(LEXICON.values()))
+    path.write_text("".join(f"{w} " + " ".join(f"{(i % 7) / 10:.1f}" for i in range(dim)) + "\n" for w in words))
+    return str(path)
+
+
+def configs(vec, seeds=3):
+    base = {"task": "synthetic_translation", "epochs": 1, "max_train_examples": 64, "threads": 1,
+            "extras": {"val_bleu": False}}
+    return [TrialConfig(init=init, pretrained=vec if init == "glove" else None, seed=s, **base)
+            for init in ("glove", "xavier") for s in range(seeds)]
+
+
+def run_concurrently(cfgs, cache):
+    errors = []
+
+    def one(cfg):
+        try:
+            run_trial(cfg, cache_dir=cache)
+        except Exception as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=one, args=(c,)) for c in cfgs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+
+
+@pytest.mark.slow
+def test_prepared_sweep_tokenizes_once_for_all_concurrent_trials(counted, tmp_path):
+    cfgs = configs(vectors(tmp_path / "vec.txt"))
+    assert len(distinct_configs(cfgs)) == 2          # seeds share; the two inits differ
+    units = [Unit((WorkItem(c.to_dict(), "l", {}, {}, ("val/loss", "min"), c.key()),)) for c in cfgs]
+    out = prepare_units(units, tmp_path / "cache")
+    assert out == {"prepared": 2, "skipped": []}
+    # one tokenization of the task; the pretrained file aligned once per side (source, target vocab)
+    assert counted == {"tokenize": 1, "align": 2}
+    run_concurrently(cfgs, tmp_path / "cache")       # 6 trials at once: all read the cache
+    assert counted == {"tokenize": 1, "align": 2}
+
+
+@pytest.mark.slow
+def test_concurrent_trials_on_a_cold_cache_tokenize_once(counted, tmp_path):
+    """Without the preparation step (e.g. an Optuna search), the entry lock still lets one trial
+    build while the others wait and read (before: each of the 3 tokenized and aligned itself)."""
+    cfgs = [c for c in configs(vectors(tmp_path / "vec.txt")) if c.init == "glove"]
+    run_concurrently(cfgs, tmp_path / "cache")
+    assert counted == {"tokenize": 1, "align": 2}    # once per side
+
+
+def test_failing_setting_is_skipped_for_its_trials_to_report(tmp_path):
+    bad = TrialConfig(task="synthetic_translation", init="glove", pretrained=str(tmp_path / "missing.txt"))
+    out = prepare_configs([bad], tmp_path / "cache")
+    assert out["prepared"] == 0 and "missing.txt" in out["skipped"][0]
+
+
+def test_cache_is_keyed_by_content_not_path(counted, tmp_path):
+    """A cache made with the files in one folder is a hit for a copy of them elsewhere (another node)."""
+    (tmp_path / "a").mkdir()
+    vec = vectors(tmp_path / "a" / "vec.txt")
+    cfg = configs(vec, seeds=1)[0]
+    prepare_configs([cfg], tmp_path / "cache")
+    (tmp_path / "b").mkdir()
+    copy = shutil.copy(vec, tmp_path / "b" / "vec.txt")
+    time.sleep(0.01)
+    (tmp_path / "b" / "vec.txt").touch()             # other path, other mtime, same bytes
+    prepare_configs([TrialConfig(**{**cfg.to_dict(), "pretrained": str(copy)})], tmp_path / "cache")
+    assert counted["align"] == 2                     # source and target side, built once
+    (tmp_path / "b" / "vec.txt").write_text(Path(vec).read_text().replace("0.1", "0.2"))
+    prepare_configs([TrialConfig(**{**cfg.to_dict(), "pretrained": str(copy)})], tmp_path / "cache")
+    assert counted["align"] == 4                     # other content: a miss
