@@ -254,7 +254,8 @@ def single(s, sv, tv, pairs, device, peak) -> dict:
 
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", help="Multi30k folder (train.de, train.en, val.de, val.en)")
+    ap.add_argument("--data", default=os.environ.get("EMBINIT_BENCH_MULTI30K"),
+                    help="Multi30k folder (train.de, train.en, val.de, val.en); default $EMBINIT_BENCH_MULTI30K")
     ap.add_argument("--out", default=os.environ.get("OUT") or str(HERE / "results"))
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--steps", type=int, default=0, help="batches per trial (0: a whole epoch)")

@@ -25,6 +25,16 @@ def _files(*pairs: tuple[str, str | None]) -> str | None:
     return f"set {', '.join('$' + v for v in missing)}" if missing else None
 
 
+def _multi30k() -> str | None:
+    folder = os.environ.get("EMBINIT_BENCH_MULTI30K")
+    return None if folder and Path(folder, "train.de").is_file() else "set $EMBINIT_BENCH_MULTI30K (a Multi30k folder)"
+
+
+def _cuda() -> str | None:
+    import shutil
+    return None if shutil.which("nvidia-smi") else "needs a CUDA GPU (see docs/benchmarks.md)"
+
+
 # name -> what must exist before it can run (None: it needs nothing, or falls back on synthetic data)
 BENCHES = {
     "bench_api": lambda: None,
@@ -32,6 +42,8 @@ BENCHES = {
     "bench_similarity": lambda: None,
     "bench_sweep": lambda: None,
     "bench_fused": lambda: None,
+    "bench_trainer_ab": _multi30k,
+    "bench_gpu": lambda: _cuda() or _multi30k(),
     "bench_glove_load": lambda: _files(("EMBINIT_BENCH_GLOVE", "/work/assets/glove.6B.50d.txt")),
     "bench_analogy": lambda: _files(("EMBINIT_GLOVE", None), ("EMBINIT_ANALOGY_QUESTIONS", None)),
 }
