@@ -16,6 +16,8 @@ from service.main import create_app
 from service.settings import Settings
 from service.state import DRIVER_LOST
 
+from helpers.service import app_clients
+
 SPEC = {"name": "svc-test", "tasks": ["synthetic_translation"], "inits": ["xavier", "normal"], "seeds": 2}
 
 
@@ -46,17 +48,8 @@ def cluster():
 
 @pytest.fixture
 def make_client(make_settings, cluster):
-    clients = []
-
-    def make(**overrides):
-        app = create_app(make_settings(**overrides), runner=FakeRunner(cluster), store=FakeStore(cluster))
-        client = TestClient(app)
-        client.__enter__()
-        clients.append(client)
-        return client
-    yield make
-    for c in clients:
-        c.__exit__(None, None, None)
+    with app_clients(cluster) as open_client:
+        yield lambda **overrides: open_client(make_settings(**overrides))
 
 
 @pytest.fixture

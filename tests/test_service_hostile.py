@@ -11,13 +11,13 @@ import pickle
 import time
 
 import pytest
-from fastapi.testclient import TestClient
 
 from embinit.tasks import cache
 from embinit.trusted import TRUSTED_ROOTS_ENV, is_trusted
-from service.fakes import FakeCluster, FakeRunner, FakeStore
-from service.main import create_app
+from service.fakes import FakeCluster, FakeRunner
 from service.settings import Settings
+
+from helpers.service import app_clients
 
 SPEC = {"name": "hostile", "tasks": ["synthetic_translation"], "inits": ["xavier"], "seeds": 1}
 
@@ -31,20 +31,11 @@ def cluster():
 def make_client(tmp_path, cluster):
     (tmp_path / "data").mkdir()
     (tmp_path / "pretrained").mkdir()
-    clients = []
-
-    def make(**overrides):
-        values = dict(database_url=f"sqlite:///{tmp_path}/state.db", tracking_uri=f"sqlite:///{tmp_path}/m.db",
-                      data_roots=[tmp_path / "data"], pretrained_roots=[tmp_path / "pretrained"],
-                      refresh_interval_s=0.0, _env_file=None)
-        client = TestClient(create_app(Settings(**{**values, **overrides}), runner=FakeRunner(cluster),
-                                       store=FakeStore(cluster)))
-        client.__enter__()
-        clients.append(client)
-        return client
-    yield make
-    for c in clients:
-        c.__exit__(None, None, None)
+    values = dict(database_url=f"sqlite:///{tmp_path}/state.db", tracking_uri=f"sqlite:///{tmp_path}/m.db",
+                  data_roots=[tmp_path / "data"], pretrained_roots=[tmp_path / "pretrained"],
+                  refresh_interval_s=0.0, _env_file=None)
+    with app_clients(cluster) as open_client:
+        yield lambda **overrides: open_client(Settings(**{**values, **overrides}))
 
 
 @pytest.fixture
