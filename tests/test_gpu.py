@@ -10,7 +10,6 @@ trainer's dropout masks come from a seeded CUDA generator; batches and weights f
 from __future__ import annotations
 
 import os
-import sys
 
 import pytest
 import torch
@@ -99,16 +98,7 @@ def test_knn_and_probe_on_cuda_equal_cpu():
 @pytest.mark.slow
 def test_sweep_puts_four_trials_on_one_gpu(tmp_path):
     """resources: {gpus: 0.25}: 4 trials at once on the one GPU, each MLflow run tagged with cuda."""
-    sys.path.insert(0, os.path.dirname(__file__))
-    import ray
-    from test_sweep_gpu_share import share_sweep
-
-    from embinit.records import DEVICE_TAG
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    ray.init(num_cpus=4, num_gpus=1, include_dashboard=False, log_to_driver=False)
-    try:
-        runs, met = share_sweep(tmp_path, "cuda")
-    finally:
-        ray.shutdown()
-    assert len(runs) == 4 and all(r.data.tags[DEVICE_TAG].startswith("cuda") for r in runs)
+    from helpers.gpu_share import four_on_one_gpu
+    devices, met = four_on_one_gpu(tmp_path, "cuda", num_cpus=4)
+    assert all(d.startswith("cuda") for d in devices)
     assert met == [True] * 4
