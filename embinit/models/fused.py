@@ -24,7 +24,7 @@ from torch import nn
 
 from embinit.errors import EmbinitError
 from embinit.models import embedding
-from embinit.models.layers import FastDropout
+from embinit.models.layers import FastDropout, attend
 
 IGNORE = -100   # the target id of the padded tail of a member's target positions (never a loss term)
 
@@ -123,7 +123,7 @@ class FusedEncoderDecoder(nn.Module):
             s = memory.shape[2]
             q = self._linear(x, name + ".q").view(g * b, t, h, d // h).transpose(1, 2)
             k, v = self._linear(memory, name + ".kv").view(g * b, s, 2, h, d // h).permute(2, 0, 3, 1, 4)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal and mask is None)
+        y = attend(q, k, v, mask, causal and mask is None)   # the separate model's kernel choice
         return self._linear(y.transpose(1, 2).reshape(g, b, t, d), name + ".out")
 
     def _residual(self, x, name: str, f, shapes) -> torch.Tensor:
