@@ -29,7 +29,9 @@ def test_gpu_bench_smoke_writes_its_table_and_json(tmp_path, capsys, monkeypatch
     best = max(saved["concurrent"], key=lambda c: c["tokens_per_s"])
     assert [f["g"] for f in saved["fused"]] == [2, 3]
     for f, same in zip(saved["fused"], saved["concurrent"][1:]):
-        assert f["diverged"] == 0 and f["steps"] == 6 and f["tokens"] > 0 and 0 < f["peak_share"] < 1
+        assert f["diverged"] == 0 and f["steps"] == 6 and f["tokens"] > 0
+        # the share is not bounded here: the smoke's 512-wide peak on a loaded CPU is a rough ceiling
+        assert f["peak_share"] == pytest.approx(f["flops"] / f["seconds"] / (saved["peak_bf16_tflops"] * 1e12))
         assert f["tokens_per_s"] == pytest.approx(f["tokens"] / f["seconds"])
         assert f["trial_epochs_per_gpu_hour"] == pytest.approx(
             f["g"] * 6 / f["full_epoch_steps"] * 3600 / f["seconds"])
