@@ -11,10 +11,8 @@ slots the separate trials compute (each padded to its own longest) and the real 
     python bench/bench_fused.py [--groups 2 4 8] [--d-model 64] [--epochs 1] [--threads 2]
 Results: bench/results/fused_cpu.json (with lscpu's model name).
 
-GPU section (not run here: no GPU in the session that wrote this): bench/bench_gpu.py must add, on
-Multi30k at D=300, fused groups of 4, 8, 16 and 32 against the same number of separate trials under
-MPS: aggregate tokens/s, trial-epochs per GPU-hour, achieved TFLOP/s (matmul FLOPs x3) as a share of
-the bf16 matmul peak measured in the same run, fp32 and bf16, and the padding slots as below.
+GPU: section (d) of bench/bench_gpu.py (fused groups of 4, 8, 16, 32 on Multi30k at D=300 against as
+many separate processes under MPS); not yet run on a GPU.
 """
 
 from __future__ import annotations
