@@ -11,16 +11,15 @@ slots the separate trials compute (each padded to its own longest) and the real 
     python bench/bench_fused.py [--groups 2 4 8] [--d-model 64] [--epochs 1] [--threads 2]
 Results: bench/results/fused_cpu.json (with lscpu's model name).
 
-GPU section (not run here: no GPU in the session that wrote this): bench/bench_gpu.py must add, on
-Multi30k at D=300, fused groups of 4, 8, 16 and 32 against the same number of separate trials under
-MPS: aggregate tokens/s, trial-epochs per GPU-hour, achieved TFLOP/s (matmul FLOPs x3) as a share of
-the bf16 matmul peak measured in the same run, fp32 and bf16, and the padding slots as below.
+GPU: section (d) of bench/bench_gpu.py (fused groups of 4, 8, 16, 32 on Multi30k at D=300 against as
+many separate processes under MPS); not yet run on a GPU.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import subprocess
 import tempfile
@@ -86,18 +85,21 @@ def main() -> None:
     ap.add_argument("--out", default="bench/results/fused_cpu.json")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as cache:
         run_trial(configs(1, args)[0], cache_dir=cache)  # warm the data cache and the kernels
         rows = [measure(g, args, cache) for g in args.groups]
+    load = {"before": load_before, "after": os.getloadavg()}   # (1, 5, 15 min), the machine may be shared
     print(f"CPU: {cpu_model()}, {args.threads} threads, D={args.d_model}, {args.layers}+{args.layers} layers, "
-          f"{args.examples} pairs x {args.epochs} epoch(s)")
+          f"{args.examples} pairs x {args.epochs} epoch(s); load average before {load_before[0]:.2f}, "
+          f"after {load['after'][0]:.2f} (1 min)")
     print("| G | separate s | fused s | wall ratio | train-step ratio | fused slots / separate | real share fused |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['group']} | {r['separate_s']:.1f} | {r['fused_s']:.1f} | {r['speedup']:.2f}x | "
               f"{r['train_step_speedup']:.2f}x | {r['fused_slots_over_separate']:.3f} | {r['real_share_fused']:.3f} |")
     Path(args.out).write_text(json.dumps({"cpu": cpu_model(), "args": vars(args), "torch": torch.__version__,
-                                          "rows": rows}, indent=1))
+                                          "load_average": load, "rows": rows}, indent=1))
 
 
 if __name__ == "__main__":

@@ -12,9 +12,17 @@ lengths are used and the JSON says so). It prints one table and writes the full 
   aggregate tokens/s and trial-epochs per GPU-hour. MPS on: a daemon started by this script in its own
   pipe directory (stopped afterwards); off: the trials point at a pipe directory without a daemon;
 - (c) a plain PyTorch loop (nn.Transformer, padded random batches, the textbook recipe) of the same
-  sizes, on the same device and precision, run beside (a).
+  sizes, on the same device and precision, run beside (a);
+- (d) fused groups of G = 4, 8, 16, 32 trials (`--fused`) in one process, the trainer's own fused step
+  (`embinit.train.fused_group.FusedGroup`, losses read every SYNC_EVERY steps), each member its own
+  seed, dropout stream and data order, in the faster precision of (b): aggregate tokens/s, trial-epochs
+  per GPU-hour, achieved TFLOP/s (the members' own matmul FLOPs, forward x3: padding is not counted as
+  work) and its share of the bf16 peak, the padding overhead (token slots computed against real tokens
+  and against the slots of the same batches run separately), and the ratio to G separate processes
+  under MPS (rows (b) for every G, MPS on where available) and to the best row of (b).
 Each trial process runs the trainer's own epoch loop (`embinit.train.loop.train_epoch`: losses read every
-SYNC_EVERY steps on the GPU) over `--steps` batches of a shuffled Multi30k epoch (all 453 by default).
+SYNC_EVERY steps on the GPU) over `--steps` batches of a shuffled Multi30k epoch (all 453 by default);
+`--steps 100` keeps the whole run within a 10-minute device call.
 """
 
 from __future__ import annotations
@@ -39,7 +47,8 @@ sys.path.insert(0, str(HERE))
 import bench_trainer as bt  # noqa: E402  (data, the plain model, FLOP accounting)
 from embinit.models import ModelConfig, build_model, set_dropout_generator  # noqa: E402
 from embinit.train.callbacks import TrainContext  # noqa: E402
-from embinit.train.loop import autocast_for, train_epoch  # noqa: E402
+from embinit.train.fused_group import FusedGroup, Lane  # noqa: E402
+from embinit.train.loop import autocast_for, sync_interval, train_epoch  # noqa: E402
 from embinit.train.translation import TranslationTask  # noqa: E402
 from embinit.train.trial import make_optimizer  # noqa: E402
 
@@ -47,9 +56,9 @@ from embinit.train.trial import make_optimizer  # noqa: E402
 def settings(args) -> dict:
     if args.smoke:
         return {"d": 32, "heads": 4, "steps": 6, "concurrency": [1, 2], "precisions": ["fp32", "bf16"],
-                "train_pairs": 600}
+                "train_pairs": 600, "fused": [2, 3]}
     return {"d": 300, "heads": 10, "steps": args.steps, "concurrency": args.concurrency,
-            "precisions": ["fp32", "bf16"], "train_pairs": None}
+            "precisions": ["fp32", "bf16"], "train_pairs": None, "fused": args.fused}
 
 
 def load(args, n_pairs):
@@ -131,6 +140,64 @@ def plain_trial(d, heads, sv, tv, pairs, steps, precision, device) -> dict:
     tokens = sum(int((b["src"] != 0).sum() + (b["tgt_in"] != 0).sum()) for b in batches[3:])
     fl = sum(bt.flops(b, d, len(tv), b["tgt_out"].numel(), False) for b in batches[3:])
     return {"tokens": tokens, "seconds": seconds, "steps": n, "flops": fl}
+
+
+def fused_trial(g, d, heads, sv, tv, pairs, steps, precision, device) -> dict:
+    """`steps` batches of G trials trained as one fused group; tokens, seconds, FLOPs and padding."""
+    ac = autocast_for(precision, device)
+    cfg = SimpleNamespace(batch_size=bt.BATCH, max_tokens=None, beam_size=1, extras={"val_bleu": False})
+    data = SimpleNamespace(splits={"train": pairs}, eval_splits=["train"], vocab=tv, info={})
+    task = TranslationTask(data, cfg, device, ac)
+    lanes, batches = [], []
+    for i in range(g):
+        gen = torch.Generator().manual_seed(i)
+        model = build_model("translation", {"src": torch.randn(len(sv), d, generator=gen) * 0.05,
+                                            "tgt": torch.randn(len(tv), d, generator=gen) * 0.05},
+                            ModelConfig(d_model=d, heads=heads, layers=bt.LAYERS, ff_dim=bt.FF), generator=gen)
+        model.to(device)
+        drop = torch.Generator(device=device).manual_seed(1000 + i)
+        set_dropout_generator(model, drop)
+        params = [p for p in model.parameters() if p.requires_grad]
+        lanes.append(Lane(model=model, generator=drop, optimizer=make_optimizer(params, 2e-4), params=params,
+                          ctx=TrainContext(cfg=None, model=model, data=data, out_dir=None)))
+        own = task.train_batches(torch.Generator().manual_seed(i))   # each member its own data order
+        batches.append(own[:steps] if steps else own)
+    group, every = FusedGroup(lanes, 2e-4), sync_interval(device)
+    group.train_epoch([b[:3] for b in batches], ac, every)           # warm-up: kernels, allocator
+    sync(device)
+    pad = {"real_tokens": 0, "separate_slots": 0, "fused_slots": 0}
+    start = time.perf_counter()
+    diverged = group.train_epoch(batches, ac, every, pad)
+    sync(device)
+    seconds = time.perf_counter() - start
+    fl = sum(bt.flops(b, d, len(tv), 0, True) + 3 * 2 * b["n_targets"] * d * len(tv) for own in batches for b in own)
+    return {"g": g, "tokens": pad["real_tokens"], "seconds": seconds, "steps": len(batches[0]), "flops": fl,
+            "padding": pad, "diverged": len(diverged), "loss": sum(x.mean_loss for x in lanes) / g,
+            "full_epoch_steps": len(task.train_batches(torch.Generator().manual_seed(0)))}
+
+
+def fused_rows(s, sv, tv, pairs, device, peak, precision, concurrent_rows) -> list[dict]:
+    """(d): each fused group against G separate processes (MPS on where it ran) and the best of (b)."""
+    ok = [r for r in concurrent_rows if "error" not in r]
+    best = max(ok, key=lambda r: r["tokens_per_s"], default=None)
+    modes = {r["mps"] for r in ok}
+    mode = "on" if "on" in modes else ("n/a" if "n/a" in modes else "off")
+    out = []
+    for g in s["fused"]:
+        r = fused_trial(g, s["d"], s["heads"], sv, tv, pairs, s["steps"], precision, device)
+        pad = r["padding"]
+        row = {**r, "precision": precision, "tokens_per_s": r["tokens"] / r["seconds"],
+               "trial_epochs_per_gpu_hour": g * r["steps"] / r["full_epoch_steps"] * 3600 / r["seconds"],
+               "tflops": r["flops"] / r["seconds"] / 1e12, "peak_share": r["flops"] / r["seconds"] / peak,
+               "slots_per_real_token": pad["fused_slots"] / pad["real_tokens"],
+               "slots_vs_separate": pad["fused_slots"] / pad["separate_slots"]}
+        same = next((c for c in ok if c["n"] == g and c["mps"] == mode), None)
+        row["vs_separate"] = {"mps": mode, "ratio": row["tokens_per_s"] / same["tokens_per_s"]} if same else None
+        row["vs_best_separate"] = ({"n": best["n"], "mps": best["mps"], "ratio": row["tokens_per_s"] /
+                                    best["tokens_per_s"]} if best else None)
+        out.append(row)
+        print(f"(d) fused G={g}: {row['tokens_per_s']:.0f} tokens/s", file=sys.stderr, flush=True)
+    return out
 
 
 def matmul_peak(device, dtype=torch.bfloat16, sizes=(4096, 8192)) -> float:
@@ -232,6 +299,17 @@ def table(result) -> str:
         else:
             lines.append(f"| {r['n']} | {r['mps']} | {r['precision']} | {r['tokens_per_s']:.0f} | "
                          f"{r['trial_epochs_per_gpu_hour']:.0f} |")
+    if result.get("fused"):
+        lines += ["", "| (d) fused group G | precision | aggregate tokens/s | trial-epochs per GPU-hour | TFLOP/s | "
+                  "share of bf16 peak | x G separate | x best separate | slots / real tokens | "
+                  "slots / separate slots |", "|---|---|---|---|---|---|---|---|---|---|"]
+        for r in result["fused"]:
+            same = f"{r['vs_separate']['ratio']:.2f} (MPS {r['vs_separate']['mps']})" if r["vs_separate"] else "-"
+            best = (f"{r['vs_best_separate']['ratio']:.2f} (N={r['vs_best_separate']['n']}, MPS "
+                    f"{r['vs_best_separate']['mps']})" if r["vs_best_separate"] else "-")
+            lines.append(f"| {r['g']} | {r['precision']} | {r['tokens_per_s']:.0f} | "
+                         f"{r['trial_epochs_per_gpu_hour']:.0f} | {r['tflops']:.3g} | {r['peak_share']:.1%} | "
+                         f"{same} | {best} | {r['slots_per_real_token']:.3f} | {r['slots_vs_separate']:.3f} |")
     return "\n".join(lines)
 
 
@@ -260,6 +338,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--steps", type=int, default=0, help="batches per trial (0: a whole epoch)")
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8, 16])
+    ap.add_argument("--fused", type=int, nargs="*", default=[4, 8, 16, 32],
+                    help="fused group sizes for (d); each is also run as that many processes under MPS")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes, CPU-friendly (tests)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--precision", default="fp32", help=argparse.SUPPRESS)
@@ -280,12 +360,14 @@ def main(argv=None) -> dict:
     best = max(s["precisions"], key=lambda p: result["single"][p]["embinit"]["tokens_per_s"])
     result["concurrent"] = []
     for mode in mps_modes:
+        sizes = s["concurrency"] if mode == "off" else sorted(set(s["concurrency"]) | set(s["fused"]))
         with MPS(mode == "on") if mode != "n/a" else _Nothing() as mps:
-            for n in s["concurrency"]:
+            for n in sizes:
                 r = concurrent(args, n, best, getattr(mps, "env", {}))
                 result["concurrent"].append({**r, "mps": mode, "precision": best})
                 print(f"(b) {n} trials, MPS {mode}: {r.get('tokens_per_s', r.get('error'))}", file=sys.stderr,
                       flush=True)
+    result["fused"] = fused_rows(s, sv, tv, pairs, device, peak, best, result["concurrent"])
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "bench_gpu.json").write_text(json.dumps(result, indent=2))

@@ -23,8 +23,25 @@ def test_gpu_bench_smoke_writes_its_table_and_json(tmp_path, capsys, monkeypatch
             r = saved["single"][p][side]
             assert r["tokens_per_s"] > 0 and r["s_per_epoch"] > 0 and 0 < r["peak_share"] < 1
             assert r["tflops"] == pytest.approx(r["flops"] / r["seconds"] / 1e12)
-    assert [(c["n"], c["mps"]) for c in saved["concurrent"]] == [(1, "n/a"), (2, "n/a")]
+    # the fused groups' sizes are also run as that many separate processes, to compare against
+    assert [(c["n"], c["mps"]) for c in saved["concurrent"]] == [(1, "n/a"), (2, "n/a"), (3, "n/a")]
     assert all(c["tokens_per_s"] > 0 and c["trial_epochs_per_gpu_hour"] > 0 for c in saved["concurrent"])
+    best = max(saved["concurrent"], key=lambda c: c["tokens_per_s"])
+    assert [f["g"] for f in saved["fused"]] == [2, 3]
+    for f, same in zip(saved["fused"], saved["concurrent"][1:]):
+        assert f["diverged"] == 0 and f["steps"] == 6 and f["tokens"] > 0
+        # the share is not bounded here: the smoke's 512-wide peak on a loaded CPU is a rough ceiling
+        assert f["peak_share"] == pytest.approx(f["flops"] / f["seconds"] / (saved["peak_bf16_tflops"] * 1e12))
+        assert f["tokens_per_s"] == pytest.approx(f["tokens"] / f["seconds"])
+        assert f["trial_epochs_per_gpu_hour"] == pytest.approx(
+            f["g"] * 6 / f["full_epoch_steps"] * 3600 / f["seconds"])
+        assert f["vs_separate"]["ratio"] == pytest.approx(f["tokens_per_s"] / same["tokens_per_s"])
+        assert f["vs_best_separate"]["ratio"] == pytest.approx(f["tokens_per_s"] / best["tokens_per_s"])
+        pad = f["padding"]   # every member padded to the group's longest: more slots than run alone
+        assert pad["fused_slots"] >= pad["separate_slots"] >= pad["real_tokens"] == f["tokens"]
+        assert f["slots_per_real_token"] == pytest.approx(pad["fused_slots"] / pad["real_tokens"])
+        assert f["slots_per_real_token"] > 1
     assert result["d"] == 32
     out = capsys.readouterr().out
     assert "| (a) one trial, embinit | bf16 |" in out and "| (b) trials at once |" in out
+    assert "| (d) fused group G |" in out and "| 3 | " in out

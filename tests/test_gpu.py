@@ -102,3 +102,27 @@ def test_sweep_puts_four_trials_on_one_gpu(tmp_path):
     devices, met = four_on_one_gpu(tmp_path, "cuda", num_cpus=4)
     assert all(d.startswith("cuda") for d in devices)
     assert met == [True] * 4
+
+
+def test_fused_members_are_their_separate_trials_on_cuda(tmp_path):
+    """Fused execution on the GPU (losses read every 25 steps): each member matches its separate CUDA
+    trial to float tolerance, and a member that diverges at step 1 is reported with that exact step
+    while the others go on."""
+    from embinit.tasks.synthetic import LEXICON
+    from embinit.train.fused import run_fused
+    words = sorted(set(LEXICON.values()))
+    huge = tmp_path / "huge.txt"
+    huge.write_text("".join(f"{w} " + " ".join(["1e30"] * 16) + "\n" for w in words))
+    kw = {"epochs": 2, "max_train_examples": 200, "d_model": 16, "heads": 2, "ff_dim": 32, "dropout": 0.1,
+          "extras": {"val_bleu": False}}
+    cfgs = [small(seed=0, **kw), small(seed=1, init="normal", **kw),
+            small(seed=0, init="glove", pretrained=str(huge), **kw)]
+    fused = run_fused(cfgs, cache_dir=tmp_path / "c")
+    assert (fused[2].status, fused[2].diverged_step) == ("diverged", 1)
+    for c, f in zip(cfgs[:2], fused[:2]):
+        sep = run_trial(c, cache_dir=tmp_path / "c")
+        assert f.info["execution"]["mode"] == "fused" and f.status == sep.status == "finished"
+        for a, b in zip(sep.history, f.history):
+            assert a["val/loss"] == pytest.approx(b["val/loss"], rel=1e-4)
+        for name, value in sep.test.items():
+            assert f.test[name] == pytest.approx(value, rel=1e-4), name

@@ -4,6 +4,7 @@ dropout on (members draw their own dropout masks, so the curves match too, not o
 only the float summation order of the batched kernels differs."""
 
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -109,3 +110,101 @@ def test_kinds_that_do_not_fuse_run_as_separate_trials(cache):
         assert f.info["execution"]["mode"] == "separate"
         assert "classification does not fuse yet" in f.info["execution"]["fuse_refused"]
         assert_same_trial(run_trial(c, cache_dir=cache), f, 0.0)
+
+
+# the windowed step: divergence with its exact step, early stopping, no host reads between windows ------
+SEPARATE = {}
+
+
+def separate(c, cache):
+    """run_trial's result for `c` (each config trained once per test session)."""
+    if c.key() not in SEPARATE:
+        SEPARATE[c.key()] = run_trial(c, cache_dir=cache)
+    return SEPARATE[c.key()]
+
+
+@pytest.mark.parametrize("every, poison", [(1, {1: 9}), (4, {1: 9, 2: 10}), (4, {2: 14})])
+def test_divergence_in_a_read_window_keeps_its_step_and_spares_the_others(cache, monkeypatch, every, poison):
+    """Member p's loss becomes inf at step `poison[p]` (its gradient too, so its weights go NaN in the
+    window's later steps). 7 steps an epoch; with every=4 the reads come after steps 4, 7, 11, 14: the
+    bad steps 9 and 10 are read at 11, step 14 at the epoch's end. Each diverged member reports its exact
+    step and keeps its first epoch; the others are exactly their separate runs."""
+    from embinit.models.fused import FusedEncoderDecoder
+    original, calls = FusedEncoderDecoder.losses, []
+
+    def losses(self, *args):
+        out = original(self, *args)
+        calls.append(len(calls) + 1)
+        scale = [math.inf if poison.get(g) == len(calls) else 1.0 for g in range(self.G)]
+        return out * torch.tensor(scale) if math.inf in scale else out
+
+    monkeypatch.setattr(FusedEncoderDecoder, "losses", losses)
+    cfgs = [cfg(0, dropout=0.1), cfg(1, dropout=0.1), cfg(0, "normal", dropout=0.1)]
+    fused = run_fused(cfgs, cache_dir=cache, sync_every=every)
+    assert len(calls) == 14    # no step is redone
+    for g, (c, f) in enumerate(zip(cfgs, fused)):
+        sep = separate(c, cache)
+        if g not in poison:
+            assert_same_trial(sep, f, 1e-4)
+            continue
+        assert (f.status, f.diverged_step, f.test, f.best_epoch) == ("diverged", poison[g], {}, 1)
+        assert len(f.history) == 1 and close(f.history[0]["val/loss"], sep.history[0]["val/loss"], 1e-4)
+
+
+def test_a_member_that_stops_early_leaves_and_every_member_is_its_separate_run(cache):
+    """patience 1 at lr 0.03 on 64 examples (2 steps an epoch): the first member's validation loss rises
+    at epoch 4, so it stops there; the other two go on to epoch 6 in a group of two."""
+    kw = {"dropout": 0.1, "lr": 0.03, "epochs": 6, "max_train_examples": 64, "early_stopping_patience": 1}
+    cfgs = [cfg(3, "normal", **kw), cfg(0, **kw), cfg(1, "normal", **kw)]
+    seen = []
+    fused = run_fused(cfgs, cache_dir=cache, group_callbacks=[SimpleNamespace(on_group_epoch_end=seen.append)])
+    assert [len(f.history) for f in fused] == [4, 6, 6] and fused[0].best_epoch == 3
+    assert seen == [1, 2, 3, 4, 5, 6]
+    for c, f in zip(cfgs, fused):
+        assert f.status == "finished" and f.info["execution"]["mode"] == "fused"
+        assert_same_trial(run_trial(c, cache_dir=cache), f, 1e-4)
+
+
+def test_the_fused_step_reads_the_device_once_per_window(cache, monkeypatch):
+    """12 steps, reads every 5: the losses come back in three transfers ([5, G], [5, G], then the last
+    [2, G]) and nothing else in the step reads a device value (the padding mask built as on a GPU)."""
+    from test_train_hostsync import HostReads
+
+    from embinit.models import embedding
+    from embinit.train.translation import TranslationTask
+    monkeypatch.setattr(embedding, "cheap_host_reads", lambda device: False)
+    reads, recording, transfers, seen = HostReads(), [], [], []
+    build = TranslationTask.train_batches
+
+    def train_batches(self, generator):   # built on the host before the steps, as on a GPU
+        reads.__exit__(None, None, None)
+        out = build(self, generator)
+        reads.__enter__()
+        return out
+
+    def tolist(t):
+        transfers.append(tuple(t.shape))
+        return original_tolist(t)
+
+    original_tolist = torch.Tensor.tolist
+    monkeypatch.setattr(TranslationTask, "train_batches", train_batches)
+    monkeypatch.setattr(torch.Tensor, "tolist", tolist)
+
+    def start(ctx):
+        reads.__enter__()
+        recording.append(True)
+
+    def step_end(ctx, step, loss):
+        seen.append((step, loss))
+        if step == 12:
+            reads.__exit__(None, None, None)
+
+    probe = SimpleNamespace(on_train_start=start, on_step_end=step_end)
+    cfgs = [cfg(s, dropout=0.1, epochs=1, max_train_examples=96, batch_size=8) for s in (0, 1, 2)]
+    fused = run_fused(cfgs, callbacks=[[probe], [], []], cache_dir=cache, sync_every=5)
+    assert recording and reads.ops == [], reads.ops
+    assert [t for t in transfers if len(t) == 2 and t[1] == 3] == [(5, 3), (5, 3), (2, 3)]
+    assert [st for st, _ in seen] == list(range(1, 13))
+    assert all(math.isnan(v) for _, v in seen[:4]) and not any(math.isnan(v) for _, v in seen[4:])
+    assert seen[4][1] == seen[8][1] and seen[9][1] != seen[4][1]
+    assert all(f.status == "finished" and f.history[0]["train/loss"] > 0 for f in fused)

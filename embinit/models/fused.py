@@ -2,8 +2,8 @@
 group dimension G, every matrix multiply one batched `baddbmm`, attention over G x B rows at once.
 
     fused = FusedEncoderDecoder([model_a, model_b], generators=[g_a, g_b])
-    losses, n_targets = fused.losses(src, tgt_in, tgt_out, shapes)   # one loss per member
-    fused.write_back()                                               # stacked weights -> the members
+    losses = fused.losses(src, tgt_in, rows, targets, src_shapes, tgt_shapes)   # [G]: one per member
+    fused.write_back()                                    # stacked weights -> the members
 
 Why not `torch.func.vmap`: the trainer's dropout draws from one explicit generator per trial, the
 padding mask is skipped when a batch has no padding (a data-dependent branch) and the output layer
@@ -23,7 +23,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from embinit.errors import EmbinitError
-from embinit.models.layers import FastDropout
+from embinit.models import embedding
+from embinit.models.layers import FastDropout, attend
+
+IGNORE = -100   # the target id of the padded tail of a member's target positions (never a loss term)
 
 
 def _flat(name: str) -> str:
@@ -120,7 +123,7 @@ class FusedEncoderDecoder(nn.Module):
             s = memory.shape[2]
             q = self._linear(x, name + ".q").view(g * b, t, h, d // h).transpose(1, 2)
             k, v = self._linear(memory, name + ".kv").view(g * b, s, 2, h, d // h).permute(2, 0, 3, 1, 4)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal and mask is None)
+        y = attend(q, k, v, mask, causal and mask is None)   # the separate model's kernel choice
         return self._linear(y.transpose(1, 2).reshape(g, b, t, d), name + ".out")
 
     def _residual(self, x, name: str, f, shapes) -> torch.Tensor:
@@ -134,9 +137,10 @@ class FusedEncoderDecoder(nn.Module):
     # the model -------------------------------------------------------------------------------------
     def _key_mask(self, ids: torch.Tensor) -> torch.Tensor | None:
         """[G*B, 1, 1, S], True = attend; a row of padding only (a member's batch has fewer rows than
-        the group's longest) attends to its first position, so no softmax row is all -inf."""
+        the group's longest) attends to its first position, so no softmax row is all -inf. On CPU None
+        when nothing is padded; on an accelerator always a mask (asking would wait for the device)."""
         keep = ids != self.pad_id
-        if bool(keep.all()):
+        if embedding.cheap_host_reads(ids.device) and bool(keep.all()):
             return None
         empty = ~keep.any(-1, keepdim=True)
         keep = keep.clone()
@@ -164,23 +168,17 @@ class FusedEncoderDecoder(nn.Module):
             x = self._residual(x, n + ".res3", lambda h, n=n: self._ff(h, n + ".ff"), shapes)
         return self._norm(x, "dec_norm") if self.cfg.pre_ln else x
 
-    def losses(self, src, tgt_in, tgt_out, src_shapes, tgt_shapes) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per-member mean cross-entropy over its non-pad target tokens [G], and their counts [G].
-        src/tgt_in/tgt_out: [G, B, S|T], padded; *_shapes: each member's own (rows, length)."""
+    def losses(self, src, tgt_in, rows, targets, src_shapes, tgt_shapes) -> torch.Tensor:
+        """Per-member mean cross-entropy over its real target tokens, [G]. src/tgt_in: [G, B, S|T],
+        padded; rows: [G, L] each member's target positions in the flat padded [B*T] layout, targets:
+        [G, L] their ids, IGNORE past the member's count (both built on the host, so no size is read
+        from the device); *_shapes: each member's own (rows, length). The output layer runs on those
+        positions only."""
         memory, mask = self.encode(src, src_shapes)
         hidden = self.decode(tgt_in, memory, mask, tgt_shapes)
         g, b, t, d = hidden.shape
-        keep = (tgt_out != self.pad_id).view(g, b * t)
-        counts = keep.sum(1)
-        # the output layer only on non-pad positions: each member's rows first, padded to the longest
-        order = torch.sort(keep.to(torch.int8), dim=1, descending=True, stable=True).indices
-        longest = int(counts.max())
-        rows = order[:, :longest]
         picked = torch.gather(hidden.reshape(g, b * t, d), 1, rows.unsqueeze(-1).expand(-1, -1, d))
         logits = self._linear(picked.unsqueeze(1), "output").squeeze(1).float()
-        target = torch.gather(tgt_out.reshape(g, b * t), 1, rows)
-        valid = torch.arange(longest, device=src.device).unsqueeze(0) < counts.unsqueeze(1)
-        target = target.masked_fill(~valid, -100)
-        ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1), reduction="none",
-                             ignore_index=-100).view(g, longest)
-        return ce.sum(1) / counts.clamp(min=1), counts
+        ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="none",
+                             ignore_index=IGNORE).view(g, -1)
+        return ce.sum(1) / (targets != IGNORE).sum(1).clamp(min=1)

@@ -10,9 +10,10 @@ member's update is its separate update up to float summation order.
 - Validation, test, BLEU and checkpoints run on each member's own module (the stacked weights are
   copied back at every epoch end), so they are the separate trial's code, and `last.pt` has the
   separate format: a fused member can resume alone and the other way round.
-- A member whose loss is NaN/inf is `diverged` at that step and leaves the group before the optimizer
-  step; the others redo the step (their dropout generators rewound) and go on. A member that stops
-  early (patience) leaves the group at that epoch's end.
+- The step (`embinit.train.fused_group`) keeps the losses on the device and reads them every
+  `sync_interval` steps, as the separate loop does. A member whose loss is NaN/inf is `diverged` at
+  that exact step and leaves the group at the read; the others' steps are untouched by it and go on.
+  A member that stops early (patience) leaves the group at that epoch's end.
 - Only translation fuses today; other kinds, and members whose shapes or batch schedules differ, run
   one after the other through `run_trial` (the result says which mode ran).
 - `ctx.model` of a member's callbacks holds the weights of the last epoch end, not of the current step.
@@ -21,7 +22,6 @@ member's update is its separate update up to float summation order.
 from __future__ import annotations
 
 import copy
-import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,11 +30,10 @@ from typing import Any
 import torch
 
 from embinit.config import TrialConfig
-from embinit.errors import EmbinitError
-from embinit.models.fused import FusedEncoderDecoder
 from embinit.train import checkpoint as ckpt
 from embinit.train.callbacks import TrainContext, fire
-from embinit.train.decoding import PAD_ID
+from embinit.train.fused_group import FusedGroup, Lane
+from embinit.train.loop import sync_interval
 from embinit.train.result import TrialResult
 from embinit.train.prepare import derive_seed, prepare
 from embinit.train.trial import (
@@ -50,17 +49,14 @@ from embinit.train.trial import (
 FUSABLE_KINDS = ("translation",)
 
 
-@dataclass
-class Member:
+@dataclass(kw_only=True, eq=False)
+class Member(Lane):
+    """A lane with what the trial around the step needs: its config, task, checkpoints and tracking."""
     cfg: TrialConfig
     key: str
     s: Any                      # Setup
     task: Any
     out: Path | None
-    callbacks: list
-    optimizer: torch.optim.Optimizer   # holds the member's Adam state between fused epochs
-    params: list
-    ctx: TrainContext
     tracker: BestTracker
     history: list = field(default_factory=list)
     init_stats: dict = field(default_factory=dict)
@@ -68,18 +64,13 @@ class Member:
     start_epoch: int = 1
     stopped: bool = False
     elapsed: float = 0.0
-    status: str = "finished"
-    diverged_step: int | None = None
-    loss_sum: float = 0.0
-    loss_weight: int = 0
-    tokens: int = 0
-    batches: list = field(default_factory=list)   # this epoch's training batches
 
 
 def run_fused(cfgs: list[TrialConfig], out_dirs=None, callbacks=None, group_callbacks=(),
-              resume: bool = True, cache_dir=None) -> list[TrialResult]:
+              resume: bool = True, cache_dir=None, sync_every: int | None = None) -> list[TrialResult]:
     """Train `cfgs` as one fused group; `out_dirs` and `callbacks` are per member (as `run_trial`'s),
-    `group_callbacks` get `on_group_epoch_end(epoch)` after every member's epoch end."""
+    `group_callbacks` get `on_group_epoch_end(epoch)` after every member's epoch end. `sync_every`:
+    steps between loss reads (default `sync_interval` of the device)."""
     t0 = time.perf_counter()
     n = len(cfgs)
     out_dirs = list(out_dirs) if out_dirs is not None else [None] * n
@@ -96,7 +87,7 @@ def run_fused(cfgs: list[TrialConfig], out_dirs=None, callbacks=None, group_call
         return [_separate(m, why, resume, cache_dir) for m in members]
     for m in members:
         fire(m.callbacks, "on_train_start", m.ctx)
-    stats = _train(members, active, group_callbacks, t0)
+    stats = _train(active, group_callbacks, t0, sync_every)
     group = {"mode": "fused", "group_size": n, "group_keys": [m.key for m in members], "padding": stats}
     return [_finish(m, group, t0) for m in members]
 
@@ -126,8 +117,9 @@ def _member(cfg, s, out_dir, cbs, resume) -> Member:
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
     params = [p for p in s.model.parameters() if p.requires_grad]
-    m = Member(cfg, cfg.key(), s, task, out, cbs, make_optimizer(params, s.cfg.lr), params,
-               TrainContext(cfg=s.cfg, model=s.model, data=s.data, out_dir=out), BestTracker(task.tracked))
+    m = Member(model=s.model, generator=s.dropout_generator, optimizer=make_optimizer(params, s.cfg.lr),
+               params=params, ctx=TrainContext(cfg=s.cfg, model=s.model, data=s.data, out_dir=out),
+               callbacks=cbs, cfg=cfg, key=cfg.key(), s=s, task=task, out=out, tracker=BestTracker(task.tracked))
     m.init_stats = emb_stats(s.model, s.cfg, s.tables)
     last = ckpt.load_last(out, m.key) if (out is not None and resume) else None
     if last is not None:
@@ -150,133 +142,43 @@ def _separate(m: Member, why: str, resume, cache_dir) -> TrialResult:
     return r
 
 
-# the fused state: stacked weights and Adam moments of the active members -----------------------------
-def _build(active: list[Member]):
-    fused = FusedEncoderDecoder([m.s.model for m in active], [m.s.dropout_generator for m in active])
-    fused.to(active[0].s.device)
-    trainable = [p for p in fused.stacked() if p.requires_grad]
-    opt = make_optimizer(trainable, active[0].s.cfg.lr)
-    states = [[m.optimizer.state.get(p) for p in m.params] for m in active]
-    for i, p in enumerate(trainable):
-        per = [st[i] for st in states]
-        if any(s is None or not s for s in per):
-            continue  # a fresh start: no moments yet
-        opt.state[p] = {"step": per[0]["step"].clone().to(p.device),
-                        "exp_avg": torch.stack([s["exp_avg"] for s in per]).to(p.device),
-                        "exp_avg_sq": torch.stack([s["exp_avg_sq"] for s in per]).to(p.device)}
-    return fused, opt, trainable
-
-
-def _write_back(fused, opt, trainable, active: list[Member]) -> None:
-    """Stacked weights and Adam moments -> each active member's module and optimizer."""
-    fused.write_back()
-    for i, p in enumerate(trainable):
-        st = opt.state.get(p)
-        if not st:
-            continue
-        for g, m in enumerate(active):
-            m.optimizer.state[m.params[i]] = {"step": st["step"].clone(), "exp_avg": st["exp_avg"][g].clone(),
-                                              "exp_avg_sq": st["exp_avg_sq"][g].clone()}
-
-
-def _stack(tensors: list[torch.Tensor]) -> torch.Tensor:
-    rows = max(t.shape[0] for t in tensors)
-    cols = max(t.shape[1] for t in tensors)
-    out = torch.full((len(tensors), rows, cols), PAD_ID, dtype=torch.long)
-    for g, t in enumerate(tensors):
-        out[g, :t.shape[0], :t.shape[1]] = t
-    return out
-
-
-def _train(members: list[Member], active: list[Member], group_callbacks, t0) -> dict:
+def _train(active: list[Member], group_callbacks, t0, sync_every) -> dict:
     """Every epoch of the group; returns the padding it cost (token slots)."""
     pad = {"real_tokens": 0, "separate_slots": 0, "fused_slots": 0}
     if not active:
         return pad
-    fused, opt, trainable = _build(active)
-    rc = active[0].s.cfg
+    rc, task = active[0].s.cfg, active[0].task
+    group = FusedGroup(active, rc.lr)
+    every = sync_every or sync_interval(active[0].s.device)
     for epoch in range(active[0].start_epoch, rc.epochs + 1):
-        if not active:
-            break
         start = time.perf_counter()
-        for m in active:
-            m.ctx.epoch = epoch
-            seed = m.s.cfg.seed if m.s.cfg.data_seed is None else m.s.cfg.data_seed
-            m.batches = m.task.train_batches(torch.Generator().manual_seed(derive_seed(seed, f"data:{epoch}")))
-            m.ctx.epoch_steps = len(m.batches)
-            m.loss_sum, m.loss_weight, m.tokens = 0.0, 0, 0
-        if len({len(m.batches) for m in active}) > 1:
-            raise EmbinitError("fused members got different numbers of batches in one epoch")
-        fused.train()
-        for step in range(len(active[0].batches)):
-            batches = [m.batches[step] for m in active]
-            fused, opt, trainable, active = _step(fused, opt, trainable, active, batches, pad)
-            if not active:
-                break
+        group.train_epoch([_epoch_batches(m, epoch) for m in group.lanes], task.autocast, every, pad)
         seconds = time.perf_counter() - start
-        if not active:
+        if not group.lanes:
             break
-        _write_back(fused, opt, trainable, active)
-        for m in active:
+        group.write_back()
+        for m in group.lanes:
             _epoch_end(m, epoch, seconds, t0)
-        still = [m for m in active if not m.stopped]
-        if len(still) != len(active) and still:
-            fused, opt, trainable = _build(still)
-        active = still
+        group.drop([m for m in group.lanes if m.stopped])
         fire(group_callbacks, "on_group_epoch_end", epoch)
+        if not group.lanes:
+            break
     return pad
 
 
-def _step(fused, opt, trainable, active, batches, pad):
-    """One fused optimizer step; members whose loss is not finite leave the group first."""
-    while True:
-        src = _stack([b["src"] for b in batches])
-        tgt_in, tgt_out = _stack([b["tgt_in"] for b in batches]), _stack([b["tgt_out"] for b in batches])
-        dev = active[0].s.device
-        gens = [m.s.dropout_generator.get_state() for m in active]
-        with active[0].task.autocast():
-            losses, counts = fused.losses(src.to(dev), tgt_in.to(dev), tgt_out.to(dev),
-                                          [tuple(b["src"].shape) for b in batches],
-                                          [tuple(b["tgt_in"].shape) for b in batches])
-        values = losses.tolist()
-        bad = [g for g, v in enumerate(values) if not math.isfinite(v)]
-        if not bad:
-            break
-        _write_back(fused, opt, trainable, active)
-        for g in bad:
-            active[g].status, active[g].diverged_step = "diverged", active[g].ctx.step + 1
-        keep = [g for g in range(len(active)) if g not in bad]
-        for g in keep:
-            active[g].s.dropout_generator.set_state(gens[g])
-        active, batches = [active[g] for g in keep], [batches[g] for g in keep]
-        if not active:
-            return fused, opt, trainable, active
-        fused, opt, trainable = _build(active)
-        fused.train()
-    opt.zero_grad(set_to_none=True)
-    losses.sum().backward()
-    opt.step()
-    _count_padding(pad, batches, src, tgt_in)
-    for m, b, v, c in zip(active, batches, values, counts.tolist()):
-        m.ctx.step += 1
-        m.loss_sum += v * c
-        m.loss_weight += c
-        m.tokens += int((b["src"] != PAD_ID).sum()) + int((b["tgt_in"] != PAD_ID).sum())
-        fire(m.callbacks, "on_step_end", m.ctx, m.ctx.step, v)
-    return fused, opt, trainable, active
-
-
-def _count_padding(pad: dict, batches, src, tgt_in) -> None:
-    pad["real_tokens"] += sum(int((b["src"] != PAD_ID).sum()) + int((b["tgt_in"] != PAD_ID).sum())
-                              for b in batches)
-    pad["separate_slots"] += sum(b["src"].numel() + b["tgt_in"].numel() for b in batches)
-    pad["fused_slots"] += src.numel() + tgt_in.numel()
+def _epoch_batches(m: Member, epoch: int) -> list[dict]:
+    """The member's own data order for `epoch` (as run_trial draws it)."""
+    m.ctx.epoch = epoch
+    seed = m.s.cfg.seed if m.s.cfg.data_seed is None else m.s.cfg.data_seed
+    batches = m.task.train_batches(torch.Generator().manual_seed(derive_seed(seed, f"data:{epoch}")))
+    m.ctx.epoch_steps = len(batches)
+    return batches
 
 
 def _epoch_end(m: Member, epoch: int, seconds: float, t0: float) -> None:
     """Validate on the member's own module, keep its best checkpoint, write its last.pt (as run_trial)."""
     s, rc, model = m.s, m.s.cfg, m.s.model
-    metrics = {"epoch": epoch, "train/loss": m.loss_sum / max(m.loss_weight, 1), **m.task.validate(model),
+    metrics = {"epoch": epoch, "train/loss": m.mean_loss, **m.task.validate(model),
                "tokens_per_s": m.tokens / max(seconds, 1e-9), "lr": rc.lr, "time_s": seconds}
     m.history.append(metrics)
     if m.tracker.update(metrics, epoch):
