@@ -24,11 +24,12 @@ import torch
 
 from embinit.analysis.analogy import evaluate_analogies, load_questions, select_rows
 from embinit.analysis.sources import load_embeddings
+from machine import cpu_model  # bench/machine.py
 
 
 def machine() -> dict:
     import psutil
-    return {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+    return {"cpu": cpu_model(), "cores": os.cpu_count(),
             "torch_threads": torch.get_num_threads(), "load_avg_1m": os.getloadavg()[0],
             "memory_gb": round(psutil.virtual_memory().total / 2**30, 1), "torch": torch.__version__,
             "python": platform.python_version()}

@@ -20,8 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -31,14 +29,7 @@ import torch
 from embinit.config import TrialConfig
 from embinit.train import run_trial
 from embinit.train.fused import run_fused
-
-
-def cpu_model() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-        return next(line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name"))
-    except Exception:
-        return platform.processor() or "unknown"
+from machine import cpu_model  # bench/machine.py
 
 
 def configs(g: int, args) -> list[TrialConfig]:

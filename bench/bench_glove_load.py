@@ -29,6 +29,7 @@ import torch
 
 from embinit.init import build_table, load_aligned
 from embinit.vocab import SPECIALS, Vocab
+from machine import cpu_model  # bench/machine.py
 
 DATA = Path(os.environ.get("EMBINIT_BENCH_DATA", "/work/shared/data"))
 WORD = re.compile(r"[a-z]+(?:'[a-z]+)?|[0-9]+|[^\sa-z0-9]")
@@ -81,10 +82,8 @@ def timed(fn):
 
 
 def machine() -> dict:
-    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
-               platform.processor()) if Path("/proc/cpuinfo").exists() else platform.processor()
-    return {"cpu": cpu, "cores": os.cpu_count(), "loadavg_1m": os.getloadavg()[0], "python": platform.python_version(),
-            "torch": torch.__version__, "platform": platform.platform()}
+    return {"cpu": cpu_model(), "cores": os.cpu_count(), "loadavg_1m": os.getloadavg()[0],
+            "python": platform.python_version(), "torch": torch.__version__, "platform": platform.platform()}
 
 
 def main() -> int:

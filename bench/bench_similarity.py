@@ -19,13 +19,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
+from machine import cpu_model  # bench/machine.py
 
 
 def _tables(n: int, d: int, seed: int):
@@ -102,7 +102,7 @@ def run_case(case: str, n: int, d: int, k: int, threads: int, scores_path: Path)
 def machine(threads: int) -> dict:
     import psutil
     import torch
-    return {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "threads": threads,
+    return {"cpu": cpu_model(), "cores": os.cpu_count(), "threads": threads,
             "memory_gb": round(psutil.virtual_memory().total / 2**30, 1), "torch": torch.__version__,
             "load_avg_1m_start": os.getloadavg()[0]}
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -29,12 +28,11 @@ from pathlib import Path
 from embinit import tracking
 from embinit.spec import load_spec
 from embinit.sweep import run_sweep
+from machine import cpu_model  # bench/machine.py
 
 
 def machine() -> dict:
-    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")),
-               platform.processor())
-    return {"cpu": cpu, "cores": os.cpu_count(), "python": sys.version.split()[0],
+    return {"cpu": cpu_model(), "cores": os.cpu_count(), "python": sys.version.split()[0],
             "load_avg_at_start": os.getloadavg()}
 
 

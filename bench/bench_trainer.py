@@ -47,6 +47,7 @@ from embinit.train.loop import autocast_for
 from embinit.train.translation import TranslationTask
 from embinit.train.trial import make_optimizer
 from embinit.vocab import Vocab
+from machine import cpu_model  # bench/machine.py
 
 BATCH, LAYERS, FF = 64, 3, 512
 HEADS = {300: 10, 512: 8}
@@ -237,12 +238,7 @@ def bench_decoding(model, val, batch_size=128, repeats=2):
 
 
 def machine(threads):
-    cpu = platform.processor() or ""
-    try:
-        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if "model name" in line)
-    except (OSError, StopIteration):
-        pass
-    return {"cpu": cpu, "logical_cpus": os.cpu_count(), "threads": threads, "torch": torch.__version__,
+    return {"cpu": cpu_model(), "logical_cpus": os.cpu_count(), "threads": threads, "torch": torch.__version__,
             "capability": torch.backends.cpu.get_cpu_capability(), "python": platform.python_version()}
 
 

@@ -18,11 +18,9 @@ import os
 from contextlib import contextmanager
 from pathlib import Path
 
+from embinit.cache_root import cache_root
+
 CHUNK = 1 << 20
-
-
-def _root(cache_dir) -> Path:
-    return Path(cache_dir or os.environ.get("EMBINIT_CACHE_DIR") or Path.home() / ".cache" / "embinit").expanduser()
 
 
 def file_digest(path: str | Path, cache_dir=None) -> str:
@@ -30,7 +28,7 @@ def file_digest(path: str | Path, cache_dir=None) -> str:
     p = Path(path).expanduser().resolve()
     st = p.stat()
     stamp = hashlib.sha256(f"{p}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:32]
-    memo = _root(cache_dir) / "digests" / stamp
+    memo = cache_root(cache_dir) / "digests" / stamp
     try:
         known = memo.read_text().strip()
         if len(known) == 64:

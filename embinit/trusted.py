@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from embinit.cache_root import cache_root
+
 TRUSTED_ROOTS_ENV = "EMBINIT_TRUSTED_ROOTS"
 
 
@@ -20,7 +22,7 @@ def trusted_roots() -> list[Path] | None:
     if value is None:
         return None
     # embinit's own default cache folder is not something a spec can name, so it stays trusted.
-    default = os.environ.get("EMBINIT_CACHE_DIR") or Path.home() / ".cache" / "embinit"
+    default = cache_root()
     return [Path(os.path.realpath(p)) for p in [*value.split(os.pathsep), default] if p]
 
 

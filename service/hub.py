@@ -15,29 +15,22 @@ import os
 from pathlib import Path
 from typing import Iterable
 
+from embinit.hf_cache import hub_cache, set_flag
 from embinit.init.registry import SOURCE_FAMILIES, parse_init_spec
 from embinit.spec import ExperimentSpec
 
-TRUE = {"1", "on", "yes", "true"}
 HUB_TIMEOUT_S = 10.0
 
 
 def offline() -> bool:
-    return any(os.environ.get(v, "").strip().lower() in TRUE for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
-
-
-def _cache_dir() -> Path:
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"])
-    home = os.environ.get("HF_HOME") or os.path.join(os.environ.get("XDG_CACHE_HOME", "~/.cache"), "huggingface")
-    return Path(home).expanduser() / "hub"
+    return set_flag("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE") is not None
 
 
 def cached(repo_id: str) -> bool:
     """True when the model's config is in the local Hugging Face cache (what an offline trial can load)."""
     from huggingface_hub import try_to_load_from_cache
     try:
-        found = try_to_load_from_cache(repo_id, "config.json", cache_dir=_cache_dir())
+        found = try_to_load_from_cache(repo_id, "config.json", cache_dir=hub_cache())
     except Exception:
         return False
     return isinstance(found, str)

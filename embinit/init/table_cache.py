@@ -15,13 +15,14 @@ from pathlib import Path
 
 import torch
 
+from embinit.cache_root import cache_root
 from embinit.init.aligned import Aligned
 
 FORMAT_VERSION = 1
 
 
 def default_cache_dir() -> Path:
-    return Path(os.environ.get("EMBINIT_CACHE_DIR") or Path.home() / ".cache" / "embinit")
+    return cache_root()
 
 
 def file_identity(path: str | Path, cache_dir=None) -> dict:

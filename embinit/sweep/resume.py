@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from embinit import tracking
+from embinit.cache_root import cache_root
 from embinit.sweep.work import SweepContext
 from embinit.trusted import is_trusted
 
@@ -60,8 +61,7 @@ class Claim:
 
 
 def checkpoint_root(cache_dir: str | Path | None) -> Path:
-    root = cache_dir or os.environ.get("EMBINIT_CACHE_DIR") or Path.home() / ".cache" / "embinit"
-    return Path(root).expanduser().absolute() / "checkpoints"
+    return cache_root(cache_dir).absolute() / "checkpoints"
 
 
 def experiment_folder(ctx: SweepContext) -> Path:

@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from embinit.cache_root import cache_root as shared_cache_root
 from embinit.errors import EmbinitError
 from embinit.trusted import is_trusted
 from embinit.vocab import Vocab
@@ -30,8 +31,7 @@ FORMAT = 1
 def cache_root(cache_dir: str | Path | None) -> Path:
     """`cache_dir` (or $EMBINIT_CACHE_DIR, else ~/.cache/embinit) is a root shared by embinit's caches;
     task entries go to its `tasks/` subfolder."""
-    root = cache_dir or os.environ.get("EMBINIT_CACHE_DIR") or Path.home() / ".cache" / "embinit"
-    return Path(root).expanduser() / "tasks"
+    return shared_cache_root(cache_dir) / "tasks"
 
 
 def cache_key(parts: dict[str, Any]) -> str:

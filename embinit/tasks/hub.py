@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import os
 import socket
-from pathlib import Path
 from typing import Any, Mapping
 from urllib.parse import urlparse
 
 from embinit.errors import EmbinitError
+from embinit.hf_cache import datasets_cache, hub_cache, set_flag
 from embinit.tasks.raw import LAYOUTS, RawData, label_id
 
 # task -> (hub path, config, {hub split: source split}, text columns)
@@ -46,19 +46,15 @@ def _load_dataset(path: str, config: str | None) -> Any:
 
 def _cached(path: str) -> bool:
     """Whether the dataset has a copy in the local Hugging Face caches (datasets' or the hub's)."""
-    home = Path(os.environ.get("HF_HOME") or Path(os.environ.get("XDG_CACHE_HOME", "~/.cache")) / "huggingface")
-    datasets_cache = Path(os.environ.get("HF_DATASETS_CACHE") or home / "datasets").expanduser()
-    hub_cache = Path(os.environ.get("HF_HUB_CACHE") or home / "hub").expanduser()
-    return (any(datasets_cache.glob(path.replace("/", "___") + "*"))
-            or (hub_cache / f"datasets--{path.replace('/', '--')}").is_dir())
+    return (any(datasets_cache().glob(path.replace("/", "___") + "*"))
+            or (hub_cache() / f"datasets--{path.replace('/', '--')}").is_dir())
 
 
 def unreachable() -> str | None:
     """Why the hub cannot be asked now (declared offline, or its host does not answer), else None: checked
     before `datasets` is asked, which would spend half a minute in retries."""
-    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
-        if os.environ.get(var, "").strip().lower() in ("1", "on", "yes", "true"):
-            return f"{var} is set"
+    if (var := set_flag("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")) is not None:
+        return f"{var} is set"
     url = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
     port = url.port or (443 if url.scheme == "https" else 80)
     try:
