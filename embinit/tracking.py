@@ -25,6 +25,7 @@ whose driver was lost is closed FAILED (KILLED) by the service with the reason i
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -79,8 +80,10 @@ def retry(fn: Callable[[], Any], attempts: int = 8) -> Any:
 
 
 def ensure_experiment(name: str, uri: str | None = None) -> str:
-    """The experiment id for `name`, created (artifacts beside a SQLite store) if needed."""
+    """The experiment id for `name`, created (artifacts beside a SQLite store) if needed; a name whose
+    artifact folder would lie outside the artifact root (`../x`) is an error, new or not."""
     c, uri = client(uri), resolve_uri(uri)
+    _exp_artifacts(uri, name)
     exp = c.get_experiment_by_name(name)
     if exp is None:
         try:
@@ -97,8 +100,16 @@ def ensure_experiment(name: str, uri: str | None = None) -> str:
 
 
 def _exp_artifacts(uri: str, name: str) -> str | None:
+    """The experiment's artifact folder under the store's artifact root; EmbinitError when `name`
+    (`../../x`, an absolute path, a symlink in the root) would place it outside."""
     root = artifact_root(uri)
-    return f"{root}/{name}" if root else None
+    if not root:
+        return None
+    base = os.path.realpath(Path(uri[len("sqlite:///"):]).parent / "mlartifacts")
+    if not Path(os.path.realpath(os.path.join(base, name))).is_relative_to(base) or name in ("", "."):
+        raise EmbinitError(f"MLflow experiment name {name!r} would put its artifacts outside the artifact "
+                           f"root {base}; use a plain name (letters, digits, '_', '.', '-')")
+    return f"{root}/{name}"
 
 
 def experiment_id(name: str, uri: str | None = None) -> str | None:

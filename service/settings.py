@@ -12,6 +12,8 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from embinit.bounds import setting_default
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="EMBINIT_", env_file=".env", extra="ignore")
@@ -50,11 +52,18 @@ class Settings(BaseSettings):
     max_active_experiments: int = 4
     max_page_size: int = 200
     # Bounds on what one trial may ask for (a 422 names the field): per-trial values beyond these would
-    # hold the cluster for days or oversubscribe a node. Set them to what the cluster is sized for.
-    max_epochs: int = 1000
-    max_d_model: int = 4096
-    max_layers: int = 64
-    max_ff_dim: int = 16384
+    # hold the cluster for days or oversubscribe a node. Set them to what the cluster is sized for. The
+    # defaults (and the hard limits no setting lifts) are declared once, in embinit.bounds.BOUNDS.
+    max_epochs: int = setting_default("max_epochs")
+    max_d_model: int = setting_default("max_d_model")
+    max_layers: int = setting_default("max_layers")
+    max_ff_dim: int = setting_default("max_ff_dim")
+    max_len: int = setting_default("max_len")
+    max_retries: int = setting_default("max_retries")
+    max_lr: float = setting_default("max_lr")
+    max_batch_size: int = setting_default("max_batch_size")
+    max_batch_tokens: int = setting_default("max_batch_tokens")
+    max_beam_size: int = setting_default("max_beam_size")
     min_cpus_per_trial: float = 0.25
     # Refuse (422) a spec whose trials need more CPUs or GPUs than any node of the cluster has. Turn off
     # on an autoscaling cluster, where bigger nodes appear on demand.

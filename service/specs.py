@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 from fastapi import HTTPException
 
+from embinit.bounds import BOUNDS, over_setting
 from embinit.spec import PRETRAINED_KEYS, ExperimentSpec, SpecError, load_spec, yaml_error
 from service.hub import check_hub_ids
 from service.paths import confine_paths, format_loc
@@ -131,29 +132,22 @@ def _too_many(n: int, settings: Settings) -> HTTPException:
                                 f"{settings.max_trials_per_experiment} per experiment")])
 
 
-# Per-trial config values bounded by a setting: (config key, setting, bound is a maximum).
-BOUNDS = (("epochs", "max_epochs"), ("d_model", "max_d_model"), ("layers", "max_layers"),
-          ("ff_dim", "max_ff_dim"))
-
-
-def _num(value: float) -> int | float:
-    return int(value) if float(value).is_integer() else value
-
-
 def bound_problems(spec: ExperimentSpec, plan: list, settings: Settings) -> list[tuple[str, str]]:
-    """Values beyond the service's bounds, once per field and value, wherever they were set (defaults,
-    a task, an axis, a search grid or an Optuna range)."""
+    """Values beyond the service's bounds (the settings named in embinit.bounds.BOUNDS), once per field
+    and value, wherever they were set (defaults, a task, an axis, a search grid or an Optuna range)."""
     problems: dict[tuple[str, str], None] = {}
     if spec.resources.cpus < settings.min_cpus_per_trial:
         problems[("resources.cpus", f"{spec.resources.cpus} is below this service's minimum of "
                   f"{settings.min_cpus_per_trial} CPUs per trial")] = None
-    for key, setting in BOUNDS:
-        limit = getattr(settings, setting)
-        values = [p.config.get(key) for p in plan]
+    for key, bound in BOUNDS.items():
+        if bound.setting is None:
+            continue
+        values = [getattr(spec, key)] if key in ExperimentSpec.model_fields else [p.config.get(key) for p in plan]
         space = spec.search.space.get(key) if spec.search is not None else None
         values += [getattr(space, "high", None)]
-        for value in sorted({v for v in values if isinstance(v, (int, float)) and v > limit}):
-            problems[(key, f"{_num(value)} exceeds this service's limit of {limit} (setting {setting})")] = None
+        limit = getattr(settings, bound.setting)
+        for value in sorted({v for v in values if over_setting(key, v, limit)}):
+            problems[(key, over_setting(key, value, limit))] = None
     return list(problems)
 
 

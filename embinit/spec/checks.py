@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
+from embinit import bounds
 from embinit.config import HYPERPARAMETERS, TASKS
 from embinit.spec.inits import InitEntry, source_name
 from embinit.spec.models import Hyperparams
@@ -92,6 +93,9 @@ def _value_problems(spec: ExperimentSpec) -> list[tuple[str, str]]:
                 problems += _check_values(where, name, values)
             elif name not in HYPERPARAMETERS:
                 problems += _check_values(where, name, [])
+            else:  # an Optuna range: both ends within the hyperparameter's bounds (embinit.bounds)
+                problems += [(f"{where}.{end}", msg) for end in ("low", "high")
+                             if (msg := bounds.problem(name, getattr(values, end)))]
     return problems
 
 

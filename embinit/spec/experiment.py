@@ -6,34 +6,36 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
 from pydantic import Field, field_validator, model_validator
 
+from embinit.bounds import field_limits
 from embinit.config import TrialConfig
 from embinit.spec import planning
 from embinit.spec.checks import cross_check
 from embinit.spec.inits import InitEntry
-from embinit.spec.models import (Analyses, Execution, Hyperparams, MlflowSettings, Resources, Search, TaskEntry,
-                                 _Strict)
+from embinit.spec.models import (NAME_PATTERN, Analyses, Execution, Hyperparams, MlflowSettings, Resources, Search,
+                                 TaskEntry, _Strict)
 from embinit.spec.path_fields import PathStr
 from embinit.spec.planning import PlannedTrial
 from embinit.spec.problems import SpecError
 
 
 class ExperimentSpec(_Strict):
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}$")
+    name: str = Field(pattern=NAME_PATTERN)
     description: str = ""
     tasks: list[TaskEntry] = Field(min_length=1)
     inits: list[InitEntry] = Field(min_length=1)
-    seeds: list[int] = Field(default_factory=lambda: [0, 1, 2], min_length=1)
+    seeds: list[Annotated[int, Field(**field_limits("seed"))]] = Field(default_factory=lambda: [0, 1, 2],
+                                                                    min_length=1)
     defaults: Hyperparams = Field(default_factory=Hyperparams)
     axes: dict[str, list[Any]] = Field(default_factory=dict)
     search: Search | None = None
     resources: Resources = Field(default_factory=Resources)
     max_concurrent: int | None = Field(None, ge=1)
-    retries: int = Field(2, ge=0)
+    retries: int = Field(2, **field_limits("retries"))  # Tune's reruns of a failing trial
     data_dir: PathStr | None = None   # a root with one folder per task (like EMBINIT_DATA_DIR)
     pretrained: PathStr | dict[str, PathStr] | None = None  # a path, or {source family: path}
     cache_dir: PathStr | None = None

@@ -7,8 +7,14 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from embinit.bounds import field_limits
 from embinit.config import HYPERPARAMETERS, TASKS
 from embinit.spec.path_fields import PathStr, expand_env
+
+
+# An experiment's name, also the MLflow experiment it logs to: one plain path component (its artifacts
+# live in a folder of that name), so `../x` or `a/b` cannot place them elsewhere.
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}$"
 
 
 class _Strict(BaseModel):
@@ -18,19 +24,19 @@ class _Strict(BaseModel):
 class Hyperparams(_Strict):
     """Fixed hyperparameters (None = the task's Table 5 default). Names are `TrialConfig` fields."""
 
-    data_seed: int | None = Field(None, ge=0)   # one data order for every seed (KNN post, exp. 1)
+    data_seed: int | None = Field(None, **field_limits("data_seed"))  # one data order for all seeds (KNN post, exp. 1)
     init_from: PathStr | None = None            # a checkpoint whose non-embedding weights start the model
-    epochs: int | None = Field(None, ge=1)
-    batch_size: int | None = Field(None, ge=1)
-    max_tokens: int | None = Field(None, ge=1)
-    lr: float | None = Field(None, gt=0)
-    d_model: int | None = Field(None, ge=1)
-    layers: int | None = Field(None, ge=1)
+    epochs: int | None = Field(None, **field_limits("epochs"))
+    batch_size: int | None = Field(None, **field_limits("batch_size"))
+    max_tokens: int | None = Field(None, **field_limits("max_tokens"))
+    lr: float | None = Field(None, **field_limits("lr"))
+    d_model: int | None = Field(None, **field_limits("d_model"))
+    layers: int | None = Field(None, **field_limits("layers"))
     heads: int | None = Field(None, ge=1)
-    ff_dim: int | None = Field(None, ge=1)
+    ff_dim: int | None = Field(None, **field_limits("ff_dim"))
     dropout: float | None = Field(None, ge=0, lt=1)
     min_freq: int | None = Field(None, ge=1)
-    max_len: int | None = Field(None, ge=2)
+    max_len: int | None = Field(None, **field_limits("max_len"))
     pe_base: float | None = Field(None, gt=0)
     pre_ln: bool | None = None
     pos_encoding: bool | None = None
@@ -39,7 +45,7 @@ class Hyperparams(_Strict):
     tie_embeddings: bool | None = None   # LM only: output layer = the token table (GPT-2 style)
     early_stopping_patience: int | None = Field(None, ge=1)
     max_train_examples: int | None = Field(None, ge=1)
-    beam_size: int | None = Field(None, ge=1)
+    beam_size: int | None = Field(None, **field_limits("beam_size"))
     precision: Literal["fp32", "bf16", "auto"] | None = None
     oov: str | None = None
     tokenizer: PathStr | None = None   # spacy | gpt2 | whitespace | a HF model folder or hub id
@@ -129,7 +135,7 @@ class Execution(_Strict):
 
 class MlflowSettings(_Strict):
     tracking_uri: Annotated[str, AfterValidator(expand_env)] | None = None  # default sqlite:///mlflow.db
-    experiment: str | None = None     # default: the spec's name
+    experiment: str | None = Field(None, pattern=NAME_PATTERN)  # default: the spec's name
     log_checkpoint: bool = True       # the best checkpoint as artifact checkpoint/best.pt
     log_plots: bool = True
 
@@ -155,7 +161,7 @@ class SimilarityAnalysis(_Strict):
     metric: Literal["jaccard", "overlap"] = "jaccard"      # embinit.analysis.similarity.SCORES
     neighbours: Literal["dot", "cosine"] = "dot"           # embinit.analysis.neighbours.NEIGHBOUR_METRICS
     reference: PathStr | None = None
-    reference_seed: int | None = None
+    reference_seed: int | None = Field(None, **field_limits("seed"))
     snapshot_dir: PathStr | None = None
     wait_s: float = Field(0.0, ge=0)   # how long a trial waits for the reference seed's snapshot of a step
 

@@ -18,6 +18,8 @@ from typing import Any
 
 import torch
 
+from embinit.bounds import BOUNDS
+from embinit.bounds import problem as bound_problem
 from embinit.config import TrialConfig, task_defaults
 from embinit.errors import EmbinitError
 from embinit.models import (ModelConfig, build_model, divisors, embedding_parameters,
@@ -113,15 +115,8 @@ def check_config(cfg: TrialConfig) -> TrialConfig:
     problems = []
     if rc.precision not in PRECISIONS:
         problems.append(f"precision must be one of {', '.join(PRECISIONS)}, got {rc.precision!r}")
-    for name in ("epochs", "batch_size", "layers", "ff_dim", "max_len"):
-        if getattr(rc, name) < 1:
-            problems.append(f"{name} must be >= 1, got {getattr(rc, name)}")
-    if rc.lr <= 0:
-        problems.append(f"lr must be > 0, got {rc.lr}")
-    if rc.max_tokens is not None and rc.max_tokens < 1:
-        problems.append(f"max_tokens must be >= 1, got {rc.max_tokens}")
-    if rc.beam_size < 1:
-        problems.append(f"beam_size must be >= 1, got {rc.beam_size}")
+    # the bounds declared in embinit.bounds (seeds, lr, max_len, sizes, ...)
+    problems += [msg for name in BOUNDS if (msg := bound_problem(name, getattr(rc, name, None)))]
     if rc.threads is not None and rc.threads < 1:
         problems.append(f"threads must be >= 1, got {rc.threads}")
     if not rc.train_embeddings and rc.freeze_non_embeddings:

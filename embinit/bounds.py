@@ -1,0 +1,81 @@
+"""The bounds on the numbers a spec sets, declared once: the spec, the trainer and the service check them.
+
+Each `Bound` holds the values embinit accepts anywhere (`low`..`high`: the spec model refuses anything
+outside, and so does the trainer's `check_config`) and, where a deployment should size it, the service
+setting that caps it further (`Settings.<setting>`, default `default`, env `EMBINIT_<SETTING>`). A value
+beyond the setting is a 422 from the service; the CLI, on the user's own machine, only applies `high`.
+
+Why these numbers: seeds are 32-bit (numpy); the position table and the activations grow with `max_len`
+(about 1 GB per 10^6 positions), `retries` reruns a failing trial that often on the cluster, and an lr
+outside 1e-8..10 only diverges or never moves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+SEED_MAX = 2**32 - 1
+
+
+@dataclass(frozen=True)
+class Bound:
+    low: float | None          # smallest valid value (inclusive)
+    high: float | None         # largest value embinit accepts anywhere (inclusive); None: no hard limit
+    setting: str | None = None  # the service setting that caps it further
+    default: float | None = None  # that setting's default
+    why: str = ""
+
+
+# Keys are TrialConfig / spec field names. Each number is declared here and nowhere else.
+BOUNDS: dict[str, Bound] = {
+    "seed": Bound(0, SEED_MAX, why="seeds are 32-bit"),
+    "data_seed": Bound(0, SEED_MAX, why="seeds are 32-bit"),
+    "retries": Bound(0, 1000, "max_retries", 10, why="Tune reruns a failing trial this often"),
+    "max_len": Bound(2, 1_000_000, "max_len", 8192, why="about 1 GB of memory per 10^6 positions"),
+    "lr": Bound(1e-8, 10.0, "max_lr", 1.0, why="beyond it training diverges at once"),
+    "epochs": Bound(1, None, "max_epochs", 1000, why="a trial would hold its slot for days"),
+    "d_model": Bound(1, None, "max_d_model", 4096, why="memory per trial"),
+    "layers": Bound(1, None, "max_layers", 64, why="memory per trial"),
+    "ff_dim": Bound(1, None, "max_ff_dim", 16384, why="memory per trial"),
+    "batch_size": Bound(1, None, "max_batch_size", 65536, why="memory per trial"),
+    "max_tokens": Bound(1, None, "max_batch_tokens", 10_000_000, why="memory per trial"),
+    "beam_size": Bound(1, None, "max_beam_size", 64, why="decoding memory grows with the beam"),
+}
+
+
+def field_limits(name: str) -> dict[str, Any]:
+    """pydantic `Field` keywords (ge, le) for the bound `name`: the spec model's view."""
+    b = BOUNDS[name]
+    return {k: v for k, v in (("ge", b.low), ("le", b.high)) if v is not None}
+
+
+def setting_default(setting: str) -> Any:
+    """The default of a service setting declared here (`Settings.max_len = setting_default("max_len")`)."""
+    for b in BOUNDS.values():
+        if b.setting == setting:
+            return b.default
+    raise KeyError(f"no bound has the setting {setting!r}")
+
+
+def problem(name: str, value: Any) -> str | None:
+    """Why `value` is outside the bound `name` (None when inside, or when `name` has no bound)."""
+    b = BOUNDS.get(name)
+    if b is None or not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    if b.low is not None and value < b.low:
+        return f"{name} must be >= {_num(b.low)}, got {_num(value)}"
+    if b.high is not None and value > b.high:
+        return f"{name} must be <= {_num(b.high)} ({b.why}), got {_num(value)}"
+    return None
+
+
+def over_setting(name: str, value: Any, limit: float) -> str | None:
+    """Why `value` exceeds the service's setting for `name` (None when within it)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= limit:
+        return None
+    return f"{_num(value)} exceeds this service's limit of {_num(limit)} (setting {BOUNDS[name].setting})"
+
+
+def _num(value: float) -> int | float:
+    return int(value) if float(value).is_integer() and abs(value) < 1e18 else value
