@@ -4,7 +4,8 @@
 hub id; this module decides at submit, so a bad value is a 422 instead of a failure in every trial:
 - a file-format source (glove, word2vec, fasttext, npy, pretrained) is read from a file, never from the
   hub: a bare name such as `synthetic_vectors.txt` is a missing file;
-- a Hugging Face source (hf, bert, mbert, t5, mt5) resolves from the API's local Hugging Face cache, else,
+- a Hugging Face source (hf, bert, mbert, t5, mt5), or a tokenizer that is no embinit name (spacy, ...),
+  resolves from the API's local Hugging Face cache, else,
   unless `HF_HUB_OFFLINE` is set, from the hub (asked once, briefly); the answer's `notices` say that
   the trials will fetch it. Offline, not cached, unknown on the hub, or the hub unreachable: a 422.
 """
@@ -18,6 +19,7 @@ from typing import Iterable
 from embinit.hf_cache import hub_cache, set_flag
 from embinit.init.registry import SOURCE_FAMILIES, parse_init_spec
 from embinit.spec import ExperimentSpec
+from service.paths import TOKENIZER_NAMES
 
 HUB_TIMEOUT_S = 10.0
 
@@ -29,11 +31,13 @@ def offline() -> bool:
 def cached(repo_id: str) -> bool:
     """True when the model's config is in the local Hugging Face cache (what an offline trial can load)."""
     from huggingface_hub import try_to_load_from_cache
-    try:
-        found = try_to_load_from_cache(repo_id, "config.json", cache_dir=hub_cache())
-    except Exception:
-        return False
-    return isinstance(found, str)
+    for name in ("config.json", "tokenizer_config.json"):   # a model, or a tokenizer-only repository
+        try:
+            if isinstance(try_to_load_from_cache(repo_id, name, cache_dir=hub_cache()), str):
+                return True
+        except Exception:
+            return False
+    return False
 
 
 def on_hub(repo_id: str) -> str | None:
@@ -66,6 +70,11 @@ def _candidates(spec: ExperimentSpec) -> Iterable[tuple[str, str]]:
             if source in SOURCE_FAMILIES and (source, value) not in seen:
                 seen.add((source, value))
                 yield source, value
+        tokenizer = cfg.get("tokenizer")  # a Hugging Face tokenizer id, resolved like a subword source
+        if tokenizer and not os.path.isabs(tokenizer) and tokenizer not in TOKENIZER_NAMES \
+                and ("tokenizer", tokenizer) not in seen:
+            seen.add(("tokenizer", tokenizer))
+            yield "tokenizer", tokenizer
 
 
 def check_hub_ids(spec: ExperimentSpec, roots: list[Path], locate) -> tuple[list[tuple[str, str]], list[str]]:
@@ -75,7 +84,7 @@ def check_hub_ids(spec: ExperimentSpec, roots: list[Path], locate) -> tuple[list
     shown = ", ".join(str(r) for r in roots) or "(no pretrained roots)"
     for source, value in _candidates(spec):
         where = locate(value)
-        if not SOURCE_FAMILIES[source].subword:  # a file format: the hub is never asked
+        if source != "tokenizer" and not SOURCE_FAMILIES[source].subword:  # a file format: never the hub
             problems.append((where, f"{value!r} is no file inside {shown}; a {source} source is read from a "
                                     f"file (put it in a pretrained root), it is not a hub id"))
         elif cached(value):

@@ -16,6 +16,26 @@ from typing import Any
 from embinit.spec import DATA_KEYS, PATH_KEYS, PRETRAINED_KEYS  # the spec fields that name files
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}(/[A-Za-z0-9][A-Za-z0-9_.-]{0,95})?$")
+RUN_ID = re.compile(r"^[0-9a-f]{32}$")   # an MLflow run id (analyses.similarity.reference)
+TOKENIZER_NAMES = ("auto", "spacy", "whitespace", "gpt2")   # embinit.tasks.tokenization's own names
+# What a pretrained-root value that names no file under a root may be instead, per key: a hub id (checked
+# at submit by service.hub), a tokenizer name or hub id, an MLflow run id, or nothing (a checkpoint).
+NOT_A_FILE = {"pretrained": "hub id", "src_pretrained": "hub id", "tokenizer": "tokenizer",
+              "reference": "run id", "init_from": None}
+
+
+def _other(value: str, kind: str | None, shown: str) -> tuple[str | None, str | None]:
+    """A value that is no file under a root: kept when it has the shape `kind` allows, else the problem."""
+    if kind == "tokenizer" and value in TOKENIZER_NAMES:
+        return value, None
+    # A hub id must not also name a file beside the process (a worker could read it as a path).
+    if kind in ("hub id", "tokenizer") and HUB_ID.match(value) and not Path(value).exists():
+        return value, None
+    if kind == "run id" and RUN_ID.match(value):
+        return value, None
+    other = {"hub id": " nor a hub id like 'org/model'", "tokenizer": f", one of {list(TOKENIZER_NAMES)}"
+             " nor a hub id like 'org/model'", "run id": " nor an MLflow run id (32 hex digits)"}
+    return None, f"{value!r} is neither a file inside {shown}{other.get(kind, '')}"
 
 
 def _inside(path: Path, roots: list[Path]) -> Path | None:
@@ -26,8 +46,9 @@ def _inside(path: Path, roots: list[Path]) -> Path | None:
     return None
 
 
-def _check(value: str, roots: list[Path], kind: str, allow_hub_id: bool) -> tuple[str | None, str | None]:
-    """(rewritten value, None) or (None, problem)."""
+def _check(value: str, roots: list[Path], kind: str, allow_hub_id: bool | str | None) -> tuple[str | None, str | None]:
+    """(rewritten value, None) or (None, problem). `allow_hub_id`: False for data paths (which may not
+    exist yet), else what a value naming no file may be instead (`NOT_A_FILE`; True: a hub id)."""
     shown = ", ".join(str(r) for r in roots) or "(none configured)"
     if "\x00" in value or "://" in value or value.startswith("~") or value.startswith("file:"):
         return None, f"{value!r} is not a plain path; {kind} paths must lie inside {shown}"
@@ -46,11 +67,8 @@ def _check(value: str, roots: list[Path], kind: str, allow_hub_id: bool) -> tupl
             if real is None:
                 return None, f"{value!r} leads outside the allowed {kind} roots {shown} (symlink)"
             return str(real), None
-    if allow_hub_id:
-        # A hub id must not also name a file beside the process (a worker could read it as a path).
-        if HUB_ID.match(value) and not Path(value).exists():
-            return value, None
-        return None, f"{value!r} is neither a file inside {shown} nor a hub id like 'org/model'"
+    if allow_hub_id is not False:
+        return _other(value, "hub id" if allow_hub_id is True else allow_hub_id, shown)
     if not roots:
         return None, f"{value!r}: this service accepts no {kind} paths (no roots configured)"
     # Not there yet (a folder the trial creates): where it will really land, once the symlinks on the
@@ -96,7 +114,8 @@ def confine_paths(data: Any, data_roots: list[Path], pretrained_roots: list[Path
         elif isinstance(value, str) and key in PATH_KEYS:
             is_data = key in DATA_KEYS
             new, problem = _check(value, data_roots if is_data else pretrained_roots,
-                                  "data" if is_data else "pretrained", allow_hub_id=not is_data)
+                                  "data" if is_data else "pretrained",
+                                  allow_hub_id=False if is_data else NOT_A_FILE[key])
             if problem:
                 problems.append(f"{format_loc(here)}: {problem}")
             out[key] = new if new is not None else value

@@ -131,3 +131,53 @@ def test_bounds_are_declared_once():
         if b.setting:
             assert f"{b.setting}: int = {b.default}" not in settings and f"{b.setting}: float = " \
                    f"{b.default}" not in settings
+
+
+# ---- 6: hub-id-shaped tokenizer, init_from and reference values ------------------------------------------
+
+@pytest.fixture
+def offline_hub(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))   # empty: nothing is cached
+
+
+@pytest.mark.parametrize("spec, loc, msg", [
+    ({**SPEC, "defaults": {"tokenizer": "some-org/some-tokenizer"}}, "defaults.tokenizer",
+     "not in the local Hugging Face cache, and HF_HUB_OFFLINE is set"),
+    ({**SPEC, "tasks": [{"task": "synthetic_translation", "tokenizer": "sometok"}]}, "tasks[0].tokenizer",
+     "not in the local Hugging Face cache"),
+    ({**SPEC, "axes": {"tokenizer": ["whitespace", "org/tok"]}}, "axes.tokenizer[1]",
+     "not in the local Hugging Face cache"),
+    ({**SPEC, "defaults": {"init_from": "org/checkpoint"}}, "defaults.init_from",
+     "'org/checkpoint' is neither a file inside"),
+    ({**SPEC, "defaults": {"init_from": "best.pt"}}, "defaults.init_from", "'best.pt' is neither a file inside"),
+    ({**SPEC, "analyses": {"similarity": {"reference": "org/model"}}}, "analyses.similarity.reference",
+     "nor an MLflow run id (32 hex digits)"),
+])
+def test_hub_id_shaped_values_are_checked(client, offline_hub, spec, loc, msg):
+    found = problems(client.post("/experiments", json=spec))
+    assert msg in found[loc], found
+    assert nothing_stored(client)
+
+
+def test_what_those_fields_may_name_instead(client, offline_hub, tmp_path):
+    (tmp_path / "pretrained" / "best.pt").write_bytes(b"x")
+    for spec in ({**SPEC, "defaults": {"tokenizer": "whitespace"}},
+                 {**SPEC, "axes": {"tokenizer": ["spacy", "whitespace"]}},
+                 {**SPEC, "defaults": {"init_from": "best.pt"}},
+                 {**SPEC, "analyses": {"similarity": {"reference": "0123456789abcdef" * 2}}}):
+        r = client.post("/experiments", json=spec)
+        assert r.status_code == 202, (spec, r.text)
+    stored = client.get(r.json()["status_url"]).json()["spec"]
+    assert stored["analyses"]["similarity"]["reference"] == "0123456789abcdef" * 2
+
+
+def test_a_cached_tokenizer_id_is_accepted(client, offline_hub, tmp_path):
+    snapshot = tmp_path / "hf-cache" / "models--org--tok" / "snapshots" / ("0" * 40)
+    snapshot.mkdir(parents=True)
+    (snapshot / "tokenizer_config.json").write_text("{}")
+    (tmp_path / "hf-cache" / "models--org--tok" / "refs").mkdir()
+    (tmp_path / "hf-cache" / "models--org--tok" / "refs" / "main").write_text("0" * 40)
+    r = client.post("/experiments", json={**SPEC, "defaults": {"tokenizer": "org/tok"}})
+    assert r.status_code == 202, r.text
+    assert any("'org/tok' is read from the Hugging Face cache" in n for n in r.json()["notices"])
