@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from embinit.cache_root import cache_root
+from embinit.trusted import escapes
 
 CHUNK = 1 << 20
 
@@ -41,6 +42,8 @@ def file_digest(path: str | Path, cache_dir=None) -> str:
             h.update(chunk)
     digest = h.hexdigest()
     try:
+        if escapes(memo.parent):
+            return digest
         memo.parent.mkdir(parents=True, exist_ok=True)
         tmp = memo.with_name(f".{memo.name}.{os.getpid()}")
         tmp.write_text(digest)
@@ -59,6 +62,9 @@ def entry_lock(entry: Path | None):
         yield
         return
     lock = entry.parent.parent / "locks" / f"{entry.parent.name}-{entry.name}.lock"
+    if escapes(lock.parent):  # a cache folder swapped for a symlink out of the roots: write nothing
+        yield
+        return
     try:
         lock.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(lock, os.O_CREAT | os.O_RDWR, 0o644)

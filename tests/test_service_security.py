@@ -181,3 +181,108 @@ def test_a_cached_tokenizer_id_is_accepted(client, offline_hub, tmp_path):
     r = client.post("/experiments", json={**SPEC, "defaults": {"tokenizer": "org/tok"}})
     assert r.status_code == 202, r.text
     assert any("'org/tok' is read from the Hugging Face cache" in n for n in r.json()["notices"])
+
+
+# ---- 2: a symlink swapped into a root after the 202 ------------------------------------------------------
+
+class _Marker:
+    """Unpickling it creates a file: proof that a pickle's code ran."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def _swap(folder: Path, outside: Path) -> None:
+    """Replace a root's folder by a symlink to `outside` (what a user who can write in a root could do
+    between the submit and the trial)."""
+    folder.rename(folder.with_name(folder.name + ".old"))
+    folder.symlink_to(outside, target_is_directory=True)
+
+
+def _roots(monkeypatch, tmp_path) -> None:
+    from embinit.trusted import TRUSTED_ROOTS_ENV
+    monkeypatch.setenv(TRUSTED_ROOTS_ENV, f"{tmp_path / 'data'}:{tmp_path / 'pretrained'}")
+    monkeypatch.setenv("EMBINIT_CACHE_DIR", str(tmp_path / "own-cache"))
+
+
+def test_a_reference_swapped_after_the_202_is_never_unpickled(client, tmp_path, monkeypatch):
+    import torch
+    from embinit.analysis.sources import load_embeddings
+    (tmp_path / "pretrained" / "ref").mkdir()
+    (tmp_path / "pretrained" / "ref" / "best.pt").write_bytes(b"x")
+    r = client.post("/experiments", json={**SPEC, "analyses": {"similarity": {"reference": "ref/best.pt"}}})
+    assert r.status_code == 202, r.text
+    reference = client.get(r.json()["status_url"]).json()["spec"]["analyses"]["similarity"]["reference"]
+    outside, marker = tmp_path / "outside", tmp_path / "code-ran"
+    outside.mkdir()
+    torch.save({"embeddings": {"tgt": _Marker(marker)}}, outside / "best.pt")
+    _swap(tmp_path / "pretrained" / "ref", outside)
+    _roots(monkeypatch, tmp_path)
+    with pytest.raises(EmbinitError, match="outside the trusted roots"):
+        load_embeddings(reference)
+    assert not marker.exists()
+
+
+def test_the_checkpoint_reader_never_runs_code_even_inside_the_roots(tmp_path, monkeypatch):
+    import torch
+    from embinit.train import checkpoint
+    from embinit.train.prepare import load_body
+    marker = tmp_path / "code-ran"
+    (tmp_path / "data").mkdir()
+    path = tmp_path / "data" / "best.pt"
+    torch.save({"model": {"w": torch.zeros(2)}, "config": _Marker(marker)}, path)
+    _roots(monkeypatch, tmp_path)
+    for load in (checkpoint.load_best, lambda p: checkpoint.load_last(p.parent, "k"),
+                 lambda p: load_body(torch.nn.Linear(2, 2), str(p))):
+        if load is not checkpoint.load_best:
+            (tmp_path / "data" / "last.pt").write_bytes(path.read_bytes())
+        with pytest.raises(EmbinitError, match="cannot read"):
+            load(path)
+        assert not marker.exists()
+
+
+def test_knn_snapshots_are_not_written_through_a_swapped_folder(client, tmp_path, monkeypatch):
+    from embinit.config import TrialConfig
+    from embinit.spec import load_spec
+    from embinit.sweep.analyses import shared_settings, trial_callbacks
+    from embinit.train import run_trial
+    r = client.post("/experiments", json={**SPEC, "analyses": {"similarity": {"snapshot_dir": "snaps",
+                                                                              "every_n_steps": 1}}})
+    assert r.status_code == 202, r.text
+    spec = load_spec(client.get(r.json()["status_url"]).json()["spec"])
+    (tmp_path / "data" / "snaps").mkdir()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    _swap(tmp_path / "data" / "snaps", outside)
+    _roots(monkeypatch, tmp_path)
+    settings = shared_settings(spec)   # in the driver, after the swap
+    cfg = TrialConfig(task="synthetic_lm", epochs=1, max_train_examples=16, d_model=16, layers=1, ff_dim=16)
+    callbacks = trial_callbacks(settings, cfg, lambda metrics, step: None, tmp_path / "data" / "trial")
+    with pytest.raises(EmbinitError, match="KNN snapshot folder .* outside the trusted roots"):
+        run_trial(cfg, out_dir=tmp_path / "data" / "trial", callbacks=callbacks, cache_dir=False)
+    assert list(outside.iterdir()) == []
+
+
+def test_a_cache_dir_swapped_after_the_202_gets_nothing_written(client, tmp_path, monkeypatch):
+    from embinit import content_hash
+    from embinit.spec import load_spec
+    from embinit.sweep import run_sweep
+    r = client.post("/experiments", json={**SPEC, "cache_dir": "cache"})
+    assert r.status_code == 202, r.text
+    spec = load_spec(client.get(r.json()["status_url"]).json()["spec"])
+    (tmp_path / "data" / "cache").mkdir()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    _swap(tmp_path / "data" / "cache", outside)
+    _roots(monkeypatch, tmp_path)
+    uri = f"sqlite:///{tmp_path}/m.db"
+    with pytest.raises(EmbinitError, match="Tune's storage folder .* outside the trusted roots"):
+        run_sweep(spec, tracking_uri=uri, progress=False)   # refused before Ray, MLflow or Tune start
+    with content_hash.entry_lock(Path(spec.cache_dir) / "tasks" / "entry.pkl"):   # the build lock
+        pass
+    (tmp_path / "pretrained" / "v.txt").write_text("a 1 2\n")
+    assert len(content_hash.file_digest(tmp_path / "pretrained" / "v.txt", spec.cache_dir)) == 64  # no memo
+    assert list(outside.iterdir()) == []

@@ -33,6 +33,7 @@ import torch
 from embinit.analysis.neighbours import DEFAULT_BLOCK, NEIGHBOUR_METRICS, knn
 from embinit.analysis.similarity import SCORES, align, per_token_scores, summarize
 from embinit.errors import EmbinitError, unknown_name
+from embinit.trusted import check_writable
 
 LogFn = Callable[[dict, int], None]
 
@@ -152,8 +153,9 @@ class SimilarityCallback:
                 f"{self.prefix}/seen/tokens": float(part["tokens"])}
 
     def _save_snapshot(self, step: int, idx: torch.Tensor, tokens) -> None:
-        self.snapshot_dir.mkdir(parents=True, exist_ok=True)
-        path = snapshot_path(self.snapshot_dir, step)
+        folder = check_writable(self.snapshot_dir, "the KNN snapshot folder")  # resolved as it is used
+        folder.mkdir(parents=True, exist_ok=True)
+        path = snapshot_path(folder, step)
         tmp = path.with_name(path.name + ".tmp")
         torch.save({"step": step, "k": self.k, "neighbours": self.neighbours, "indices": idx.int(),
                     "fingerprint": fingerprint(tokens)}, tmp)

@@ -15,11 +15,13 @@
 from __future__ import annotations
 
 import re
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from embinit.cache_root import cache_root
 from embinit.errors import EmbinitError
 
 CHECKPOINT_ARTIFACT = "checkpoint/best.pt"   # where the sweep logs best.pt (embinit.sweep.trainable)
@@ -133,7 +135,11 @@ def load_embeddings(source: str | Path, key: str | None = None, top: int | None 
     """An `Embeddings` from a checkpoint, vector file or MLflow run id (see the module docstring)."""
     source = str(source)
     if is_run_id(source):
-        emb = load_checkpoint(download_checkpoint(source, tracking_uri), key)
+        # into embinit's own cache folder, a trusted root, where the one checkpoint reader reads it
+        downloads = cache_root() / "downloads"
+        downloads.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=downloads) as dst:
+            emb = load_checkpoint(download_checkpoint(source, tracking_uri, dst), key)
         emb.source = f"run {source} ({emb.source})"
     else:
         path = Path(source).expanduser()

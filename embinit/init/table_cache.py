@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from embinit.cache_root import cache_root
+from embinit.trusted import escapes
 from embinit.init.aligned import Aligned
 
 FORMAT_VERSION = 1
@@ -48,6 +49,8 @@ def load_entry(path: Path) -> Aligned | None:
 
 
 def save_entry(path: Path, aligned: Aligned) -> None:
+    if escapes(path.parent):  # a cache folder swapped for a symlink out of the trusted roots
+        return
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")

@@ -14,6 +14,7 @@ the folder of its twin -- the same config at `reference_seed`. The folder must b
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 from typing import Any, Callable
 
@@ -28,10 +29,11 @@ def shared_settings(spec) -> dict[str, Any] | None:
     if sim is not None:
         if sim["reference_seed"] is not None or sim["snapshot_dir"] is not None:
             root = sim["snapshot_dir"] or Path(spec.cache_dir or ".embinit-cache") / "knn_snapshots"
-            sim["snapshot_dir"] = str(Path(root).expanduser().resolve())
+            # absolute, symlinks kept: the trial resolves and checks them when it writes (embinit.trusted)
+            sim["snapshot_dir"] = os.path.abspath(Path(root).expanduser())
         ref = sim["reference"]
         if ref is not None and Path(ref).expanduser().exists():   # else an MLflow run id
-            sim["reference"] = str(Path(ref).expanduser().resolve())
+            sim["reference"] = os.path.abspath(Path(ref).expanduser())
     return data
 
 

@@ -41,7 +41,7 @@ from typing import Any
 from embinit import tracking
 from embinit.cache_root import cache_root
 from embinit.sweep.work import SweepContext
-from embinit.trusted import is_trusted
+from embinit.trusted import check_writable, is_trusted
 
 RUN_ID_FILE = "mlflow_run_id"
 
@@ -84,6 +84,7 @@ def claim(ctx: SweepContext, key: str, restored: Path | None = None) -> Iterator
             shutil.rmtree(tmp, ignore_errors=True)
         return
     base.mkdir(parents=True, exist_ok=True)
+    base = check_writable(base, "the checkpoint folder")  # a symlink swapped in since the check above
     lock = base / f"{key}.lock"
     fd = _lock(lock)
     c = Claim(key, base / key, persistent=True)
@@ -107,7 +108,7 @@ def _lock(path: Path) -> int:
     """An fd holding an exclusive lock on `path`, the file that is there now (not one a finishing
     holder removed while this process waited on it)."""
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)  # never through a symlink
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)  # waits while another process trains the key
             if os.fstat(fd).st_ino == os.stat(path).st_ino:

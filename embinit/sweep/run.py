@@ -20,6 +20,7 @@ from embinit.sweep.analyses import shared_settings
 from embinit.sweep.fused import group_units
 from embinit.sweep.ray_runtime import RayRuntime
 from embinit.sweep.work import SweepContext, Unit, units_to_run
+from embinit.trusted import check_writable
 
 StopFlag = threading.Event | Callable[[], bool] | None
 
@@ -87,6 +88,8 @@ def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = 
     spec = spec if isinstance(spec, ExperimentSpec) else load_spec(spec)
     if address is None:
         check_local_paths(spec)
+    storage = Path(storage_path or Path(spec.cache_dir or ".embinit-cache") / "ray_results").absolute()
+    storage = check_writable(storage, "Tune's storage folder")   # resolved and checked now, as used
     uri = tracking.resolve_uri(tracking_uri or spec.mlflow.tracking_uri)
     name = spec.experiment_name()
     exp_id = tracking.ensure_experiment(name, uri)
@@ -99,7 +102,6 @@ def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = 
     shared = SweepContext(uri, exp_id, parent, log_checkpoint=spec.mlflow.log_checkpoint,
                           log_plots=spec.mlflow.log_plots, cache_dir=spec.cache_dir,
                           analyses=shared_settings(spec))
-    storage = Path(storage_path or Path(spec.cache_dir or ".embinit-cache") / "ray_results").resolve()
     try:
         cancelled = _execute(spec, units, shared, storage, progress, _stop_fn(stop), extra_callbacks, address,
                              total=len(planned), reused=reused)

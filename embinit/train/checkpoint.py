@@ -3,6 +3,7 @@
 `last.pt` is written atomically (to a temporary file, then renamed) at the end of every epoch, so a
 trial killed at any moment resumes from its last complete epoch. `last.json` beside it names the key and
 epoch `last.pt` holds, so a sweep can tell which of two copies is newer without unpickling either.
+Every checkpoint is read by `read` (trusted roots, weights only).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 import torch
 
 from embinit.errors import EmbinitError
+from embinit.trusted import is_trusted, opened_path
 
 LAST, BEST, LAST_INFO = "last.pt", "best.pt", "last.json"
 
@@ -57,14 +59,30 @@ def last_epoch(out_dir: Path, key: str) -> int | None:
     return int(info["epoch"])
 
 
+def read(path: str | Path, what: str = "checkpoint") -> dict:
+    """The one reader of embinit's checkpoints (`last.pt`, `best.pt`, an `init_from`): only from inside
+    the trusted roots (embinit.trusted), checked on the opened file, so a symlink swapped in after any
+    earlier check is seen; and with `weights_only=True`: tensors and plain containers, never code."""
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
+        raise EmbinitError(f"{what} not found: {path}") from None
+    with f:
+        real = opened_path(f)
+        if not is_trusted(real):  # unpickling runs code: only from inside the service's roots
+            raise EmbinitError(f"{what} {path} lies outside the trusted roots ({real}); it is not loaded")
+        try:
+            return torch.load(f, map_location="cpu", weights_only=True)
+        except Exception as e:  # truncated, foreign, or holding objects that are not weights
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+            raise EmbinitError(f"cannot read {what} {path}: {first}") from None
+
+
 def load_last(out_dir: Path, key: str) -> dict | None:
     path = out_dir / LAST
     if not path.is_file():
         return None
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as e:  # a truncated file cannot happen with the atomic rename, but say so if it does
-        raise EmbinitError(f"cannot read checkpoint {path}: {e}") from None
+    ckpt = read(path)
     if ckpt.get("key") != key:
         raise EmbinitError(f"{path} belongs to trial {ckpt.get('key')!r}, not {key!r}; use another "
                            "out_dir or resume=False")
@@ -81,4 +99,4 @@ def save_best(out_dir: Path, model, config: dict, vocabs: dict[str, list[str]], 
 
 
 def load_best(path: Path) -> dict:
-    return torch.load(path, map_location="cpu", weights_only=False)
+    return read(path)

@@ -24,7 +24,7 @@ from embinit.config import TrialConfig, task_defaults
 from embinit.errors import EmbinitError
 from embinit.models import (ModelConfig, build_model, divisors, embedding_parameters,
                             set_dropout_generator, set_trainable)
-from embinit.trusted import is_trusted
+from embinit.train.checkpoint import read as read_checkpoint
 
 TRAINER_EXTRAS = ("val_bleu",)  # read by the trainers; every other extras key goes to load_task
 
@@ -32,14 +32,10 @@ TRAINER_EXTRAS = ("val_bleu",)  # read by the trainers; every other extras key g
 def load_body(model, path: str) -> None:
     """Copy every non-embedding parameter and buffer of the checkpoint `path` (a best.pt or last.pt)
     into `model`, keeping the model's own freshly initialized embedding tables."""
-    if not Path(path).is_file():
-        raise EmbinitError(f"init_from checkpoint not found: {path}")
-    if not is_trusted(path):  # unpickling runs code: only from inside the service's roots
-        raise EmbinitError(f"init_from {path} lies outside the trusted roots; it is not loaded")
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=False)["model"]
-    except Exception as e:  # a corrupt or foreign file: say which
-        raise EmbinitError(f"init_from {path} is not an embinit checkpoint: {e}") from None
+    ckpt = read_checkpoint(path, "init_from checkpoint")   # trusted roots, weights only
+    state = ckpt.get("model") if isinstance(ckpt, dict) else None
+    if not isinstance(state, dict):
+        raise EmbinitError(f"init_from {path} is not an embinit checkpoint (no 'model' state)")
     emb_ids = {id(p) for p in embedding_parameters(model)}
     emb = {name for name, p in model.named_parameters() if id(p) in emb_ids}
     own = model.state_dict()
