@@ -243,7 +243,10 @@ class RayRunner:
             return
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         kwargs: dict[str, Any] = {"namespace": self.namespace, "log_to_driver": False}
-        if self.node_ip and not (self.address or "").startswith("ray://"):
+        if self.address is None:  # a local Ray: every listener on the loopback (embinit.sweep.ray_runtime)
+            from embinit.sweep.ray_runtime import local_ray_options
+            kwargs.update(local_ray_options())
+        elif self.node_ip and not self.address.startswith("ray://"):
             kwargs["_node_ip_address"] = self.node_ip
         ray.init(address=self.address, **kwargs)
 

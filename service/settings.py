@@ -48,6 +48,13 @@ class Settings(BaseSettings):
     # Seconds a client gets to send a whole request body (408 after that), so slow bodies cannot hold
     # connections open.
     body_timeout_s: float = 10.0
+    # `embinit serve`'s HTTP server (service/serving.py): a connection whose request headers are not
+    # complete this many seconds after they began (or after it opened) is closed; an idle keep-alive
+    # connection is closed after `keep_alive_s`; beyond `max_connections` open connections or requests,
+    # new requests get 503.
+    header_timeout_s: float = 10.0
+    keep_alive_s: int = 5
+    max_connections: int = 1000
     max_trials_per_experiment: int = 2000
     max_active_experiments: int = 4
     max_page_size: int = 200

@@ -29,9 +29,9 @@ def run(args) -> int:
 
     from embinit.errors import EmbinitError
     from service.main import create_app
+    from service.serving import uvicorn_options
     from service.settings import Settings
 
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")      # a local Ray with token auth refuses drivers
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     try:
         settings = Settings()
@@ -41,6 +41,10 @@ def run(args) -> int:
         raise EmbinitError(f"invalid EMBINIT_* setting: {bad}") from None
     if args.ray_address:
         settings.ray_address = args.ray_address
+    if settings.ray_address is None:
+        # Only for the local Ray, which listens on the loopback alone (embinit.sweep.ray_runtime); on a
+        # cluster Ray's token auth stays as the cluster set it (docs/deployment.md).
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")   # a local Ray with token auth refuses drivers
     if settings.mlflow_ui_url is None and not settings.tracking_uri.startswith(("http://", "https://")):
         settings.mlflow_ui_url = "http://127.0.0.1:5000"  # where the printed `mlflow ui` command serves
     app = create_app(settings)
@@ -49,5 +53,5 @@ def run(args) -> int:
     print(f"state database: {settings.database_url}   MLflow store: {settings.tracking_uri}", flush=True)
     print(f"Ray: {settings.ray_address or 'local (started with the API, stopped with it)'}", flush=True)
     print(f"MLflow UI: {_ui_command(settings.tracking_uri)}", flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, **uvicorn_options(settings))
     return 0

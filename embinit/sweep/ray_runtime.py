@@ -1,5 +1,5 @@
 """Ray for a sweep: an existing connection, the cluster at an address, or a local Ray started (and
-stopped) for the purpose with token auth disabled and usage stats off."""
+stopped) for the purpose, listening on the loopback only, with token auth disabled and usage stats off."""
 
 from __future__ import annotations
 
@@ -9,9 +9,29 @@ import os
 from embinit.errors import EmbinitError
 
 
-def default_env() -> None:
-    """Ray's token auth off for a local cluster and no usage-stats reporting, unless set otherwise."""
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+LOOPBACK = "127.0.0.1"
+
+
+def local_ray_options() -> dict:
+    """`ray.init` keywords for a Ray started by this process for this machine alone: its node address
+    is the loopback, so the GCS, the raylet, the workers and the agents listen on 127.0.0.1 only, and
+    there is no dashboard. Ray otherwise replaces a loopback node address by the machine's network one
+    and binds its gRPC servers to every interface; its "no cluster" mode (meant for laptops) keeps the
+    loopback. Its token auth can then stay off: nothing off this machine reaches it."""
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"   # read by the Ray processes started below
+    try:  # and by this process, which may have imported ray already (the value is read at import)
+        from ray._private import ray_constants
+        ray_constants.ENABLE_RAY_CLUSTER = False
+    except (ImportError, AttributeError):
+        pass
+    return {"_node_ip_address": LOOPBACK, "include_dashboard": False}
+
+
+def default_env(local: bool = True) -> None:
+    """No usage-stats reporting, and for a local Ray (loopback only) token auth off, unless set
+    otherwise; a cluster keeps the auth mode its environment gives."""
+    if local:
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     # MLflow is the record; Tune's JSON/CSV/TensorBoard loggers would only add per-result latency.
     os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
@@ -29,12 +49,13 @@ class RayRuntime:
         self.address, self.started = address, False
 
     def __enter__(self) -> "RayRuntime":
-        default_env()
+        default_env(local=self.address is None)
         import ray
         if ray.is_initialized():
             return self  # the caller (a service driver, a test) owns the connection
+        where = local_ray_options() if self.address is None else {"include_dashboard": False}
         try:
-            ray.init(address=self.address, include_dashboard=False, ignore_reinit_error=True,
+            ray.init(address=self.address, ignore_reinit_error=True, **where,
                      log_to_driver=os.environ.get("EMBINIT_RAY_LOGS", "0") == "1",
                      logging_level=logging.WARNING)
         except ConnectionError as e:
