@@ -3,6 +3,8 @@ recorder, so no server or Ray starts here; the real stack runs in tests/test_ser
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import uvicorn
 
@@ -50,3 +52,16 @@ def test_bad_setting_is_a_one_line_error(served, capsys, monkeypatch):
     assert "EMBINIT_MAX_BODY_BYTES: Input should be a valid integer" in err
     assert len(err.strip().splitlines()) == 1
     assert not served
+
+
+def test_serve_limits_connections_and_keeps_ray_auth_for_clusters(served, monkeypatch):
+    from service.serving import HeaderTimeoutH11Protocol
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    monkeypatch.setenv("EMBINIT_HEADER_TIMEOUT_S", "3.5")
+    assert main(["serve", "--ray-address", "ray://head:10001"]) == 0
+    _, kwargs = served[0]
+    assert issubclass(kwargs["http"], HeaderTimeoutH11Protocol) and kwargs["http"].header_timeout_s == 3.5
+    assert kwargs["timeout_keep_alive"] == 5 and kwargs["limit_concurrency"] == 1000
+    assert "RAY_AUTH_MODE" not in os.environ   # a cluster's token auth is left as it is
+    assert main(["serve"]) == 0                               # the local Ray (loopback only): off
+    assert os.environ["RAY_AUTH_MODE"] == "disabled"

@@ -60,6 +60,14 @@ class Claim:
         self.path.mkdir(parents=True, exist_ok=True)
 
 
+def scratch() -> Path:
+    """Where a trial's temporary folders go: embinit's own cache folder, always a trusted root, so the
+    checkpoint reader (embinit.train.checkpoint.read) accepts what the trial itself wrote there."""
+    folder = cache_root() / "scratch"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
 def checkpoint_root(cache_dir: str | Path | None) -> Path:
     return cache_root(cache_dir).absolute() / "checkpoints"
 
@@ -77,7 +85,7 @@ def claim(ctx: SweepContext, key: str, restored: Path | None = None) -> Iterator
     Tune checkpoint restored to disk, whose `<key>/` is taken when newer than the folder."""
     base = experiment_folder(ctx)
     if not is_trusted(base):
-        tmp = Path(tempfile.mkdtemp(prefix="embinit-trial-"))
+        tmp = Path(tempfile.mkdtemp(prefix="embinit-trial-", dir=scratch()))
         try:
             yield _ready(Claim(key, tmp / key, persistent=False), restored)
         finally:
@@ -165,7 +173,7 @@ def restored_checkpoint() -> Iterator[Path | None]:
     if checkpoint is None:
         yield None
         return
-    tmp = Path(tempfile.mkdtemp(prefix="embinit-restored-"))
+    tmp = Path(tempfile.mkdtemp(prefix="embinit-restored-", dir=scratch()))
     try:
         checkpoint.to_directory(str(tmp))
         yield tmp
