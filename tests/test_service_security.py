@@ -286,3 +286,12 @@ def test_a_cache_dir_swapped_after_the_202_gets_nothing_written(client, tmp_path
     (tmp_path / "pretrained" / "v.txt").write_text("a 1 2\n")
     assert len(content_hash.file_digest(tmp_path / "pretrained" / "v.txt", spec.cache_dir)) == 64  # no memo
     assert list(outside.iterdir()) == []
+
+
+def test_an_optuna_range_beyond_a_fields_own_constraint_is_refused():
+    with pytest.raises(SpecError) as e:
+        load_spec({**SPEC, "search": {"method": "optuna", "num_samples": 2,
+                                      "space": {"dropout": {"low": 0.1, "high": 5.0}}}})
+    problems_found = dict(e.value.problems)
+    assert "less than 1" in problems_found["search.space.dropout.high"], problems_found
+    assert "search.space.dropout.low" not in problems_found

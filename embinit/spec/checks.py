@@ -32,6 +32,20 @@ def _check_values(where: str, name: str, values: list[Any]) -> list[tuple[str, s
     return out
 
 
+def _range_problems(where: str, name: str, space) -> list[tuple[str, str]]:
+    out = []
+    for end in ("low", "high"):
+        value = getattr(space, end)
+        value = int(value) if space.type == "int" and float(value).is_integer() else value
+        msg = bounds.problem(name, value)
+        if msg is None:
+            found = _check_values(f"{where}.{end}", name, [value])
+            msg = found[0][1] if found else None
+        if msg:
+            out.append((f"{where}.{end}", msg))
+    return out
+
+
 def _side_problems(spec: ExperimentSpec, i: int, init: InitEntry,
                    translation: bool) -> list[tuple[str, str]]:
     """A pretrained side needs a source path (file formats have no default); options the trial
@@ -93,9 +107,8 @@ def _value_problems(spec: ExperimentSpec) -> list[tuple[str, str]]:
                 problems += _check_values(where, name, values)
             elif name not in HYPERPARAMETERS:
                 problems += _check_values(where, name, [])
-            else:  # an Optuna range: both ends within the hyperparameter's bounds (embinit.bounds)
-                problems += [(f"{where}.{end}", msg) for end in ("low", "high")
-                             if (msg := bounds.problem(name, getattr(values, end)))]
+            else:  # an Optuna range: both ends valid values (embinit.bounds, the field's own constraints)
+                problems += _range_problems(where, name, values)
     return problems
 
 
