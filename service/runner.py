@@ -245,8 +245,10 @@ class RayRunner:
         kwargs: dict[str, Any] = {"namespace": self.namespace, "log_to_driver": False}
         if self.address is None:  # a local Ray: every listener on the loopback (embinit.sweep.ray_runtime)
             from embinit.sweep.ray_runtime import local_ray_options
-            kwargs.update(local_ray_options())
-        elif self.node_ip and not self.address.startswith("ray://"):
+            with local_ray_options() as local:
+                ray.init(**kwargs, **local)
+            return
+        if self.node_ip and not self.address.startswith("ray://"):
             kwargs["_node_ip_address"] = self.node_ip
         ray.init(address=self.address, **kwargs)
 

@@ -4,6 +4,7 @@ MLflow unless a test says otherwise; each refusal is a 422 naming the field, and
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -295,3 +296,16 @@ def test_an_optuna_range_beyond_a_fields_own_constraint_is_refused():
     problems_found = dict(e.value.problems)
     assert "less than 1" in problems_found["search.space.dropout.high"], problems_found
     assert "search.space.dropout.low" not in problems_found
+
+
+# ---- 3: the local Ray's options (the listening sockets themselves: tests/test_service_listen.py) -----------
+
+def test_local_ray_options_hold_only_while_the_local_ray_starts(monkeypatch):
+    from ray._private import ray_constants
+    from embinit.sweep.ray_runtime import NO_CLUSTER_ENV, local_ray_options
+    monkeypatch.delenv(NO_CLUSTER_ENV, raising=False)
+    before = ray_constants.ENABLE_RAY_CLUSTER
+    with local_ray_options() as options:
+        assert options == {"_node_ip_address": "127.0.0.1", "include_dashboard": False}
+        assert os.environ[NO_CLUSTER_ENV] == "0" and ray_constants.ENABLE_RAY_CLUSTER is False
+    assert NO_CLUSTER_ENV not in os.environ and ray_constants.ENABLE_RAY_CLUSTER == before

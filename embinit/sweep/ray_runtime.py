@@ -5,26 +5,37 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 
 from embinit.errors import EmbinitError
 
 
 LOOPBACK = "127.0.0.1"
+NO_CLUSTER_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"   # Ray's switch for its no-cluster (loopback) mode
 
 
-def local_ray_options() -> dict:
-    """`ray.init` keywords for a Ray started by this process for this machine alone: its node address
-    is the loopback, so the GCS, the raylet, the workers and the agents listen on 127.0.0.1 only, and
-    there is no dashboard. Ray otherwise replaces a loopback node address by the machine's network one
-    and binds its gRPC servers to every interface; its "no cluster" mode (meant for laptops) keeps the
-    loopback. Its token auth can then stay off: nothing off this machine reaches it."""
-    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"   # read by the Ray processes started below
-    try:  # and by this process, which may have imported ray already (the value is read at import)
-        from ray._private import ray_constants
-        ray_constants.ENABLE_RAY_CLUSTER = False
-    except (ImportError, AttributeError):
-        pass
-    return {"_node_ip_address": LOOPBACK, "include_dashboard": False}
+@contextmanager
+def local_ray_options() -> Iterator[dict]:
+    """While a Ray for this machine alone starts (`with local_ray_options() as kw: ray.init(**kw)`): the
+    `ray.init` keywords that make its node address the loopback, so the GCS, the raylet, the workers and
+    the agents listen on 127.0.0.1 only, with no dashboard. Ray otherwise replaces a loopback node
+    address by the machine's network one and binds its gRPC servers to every interface; its "no
+    cluster" mode (meant for laptops) keeps the loopback. The processes started meanwhile keep that
+    mode; this process gets its own setting back afterwards (it may join a cluster later). Token auth
+    can then stay off: nothing off this machine reaches that Ray."""
+    from ray._private import ray_constants
+    before_env, before = os.environ.get(NO_CLUSTER_ENV), ray_constants.ENABLE_RAY_CLUSTER
+    os.environ[NO_CLUSTER_ENV] = "0"             # inherited by the Ray processes started here
+    ray_constants.ENABLE_RAY_CLUSTER = False     # read by ray.init in this process (set at import)
+    try:
+        yield {"_node_ip_address": LOOPBACK, "include_dashboard": False}
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = before
+        if before_env is None:
+            os.environ.pop(NO_CLUSTER_ENV, None)
+        else:
+            os.environ[NO_CLUSTER_ENV] = before_env
 
 
 def default_env(local: bool = True) -> None:
@@ -53,11 +64,11 @@ class RayRuntime:
         import ray
         if ray.is_initialized():
             return self  # the caller (a service driver, a test) owns the connection
-        where = local_ray_options() if self.address is None else {"include_dashboard": False}
         try:
-            ray.init(address=self.address, ignore_reinit_error=True, **where,
-                     log_to_driver=os.environ.get("EMBINIT_RAY_LOGS", "0") == "1",
-                     logging_level=logging.WARNING)
+            with local_ray_options() if self.address is None else nullcontext({"include_dashboard": False}) as where:
+                ray.init(address=self.address, ignore_reinit_error=True, **where,
+                         log_to_driver=os.environ.get("EMBINIT_RAY_LOGS", "0") == "1",
+                         logging_level=logging.WARNING)
         except ConnectionError as e:
             raise EmbinitError(f"cannot connect to the Ray cluster at {self.address!r}: {e}") from None
         self.started = True
