@@ -31,6 +31,7 @@ class Bound:
 BOUNDS: dict[str, Bound] = {
     "seed": Bound(0, SEED_MAX, why="seeds are 32-bit"),
     "data_seed": Bound(0, SEED_MAX, why="seeds are 32-bit"),
+    "seed_count": Bound(1, 100_000, why="`seeds: N` builds a list of N seeds"),
     "retries": Bound(0, 1000, "max_retries", 10, why="Tune reruns a failing trial this often"),
     "max_len": Bound(2, 1_000_000, "max_len", 8192, why="about 1 GB of memory per 10^6 positions"),
     "lr": Bound(1e-8, 10.0, "max_lr", 1.0, why="beyond it training diverges at once"),

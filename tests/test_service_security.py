@@ -88,6 +88,12 @@ def test_values_beyond_the_declared_bounds_are_refused(client, spec, loc, msg):
     assert loc in dict(e.value.problems)
 
 
+def test_a_seed_count_is_bounded_before_its_list_is_built():
+    with pytest.raises(SpecError) as e:   # the service refuses it earlier still, as too many trials
+        load_spec({**SPEC, "seeds": 10**9})
+    assert "seed_count must be <= 100000" in dict(e.value.problems)["seeds"]
+
+
 @pytest.mark.parametrize("spec, loc, msg", [
     ({**SPEC, "defaults": {"max_len": 100_000}}, "max_len", "100000 exceeds this service's limit of 8192 "
                                                             "(setting max_len)"),

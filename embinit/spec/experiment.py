@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import yaml
 from pydantic import Field, field_validator, model_validator
 
+from embinit import bounds
 from embinit.bounds import field_limits
 from embinit.config import TrialConfig
 from embinit.spec import planning
@@ -59,6 +60,8 @@ class ExperimentSpec(_Strict):
         if isinstance(v, int) and not isinstance(v, bool):
             if v < 1:
                 raise ValueError(f"a seed count must be >= 1, got {v}")
+            if (problem := bounds.problem("seed_count", v)) is not None:
+                raise ValueError(problem)
             return list(range(v))
         return v
 
