@@ -315,3 +315,21 @@ def test_local_ray_options_hold_only_while_the_local_ray_starts(monkeypatch):
         assert options == {"_node_ip_address": "127.0.0.1", "include_dashboard": False}
         assert os.environ[NO_CLUSTER_ENV] == "0" and ray_constants.ENABLE_RAY_CLUSTER is False
     assert NO_CLUSTER_ENV not in os.environ and ray_constants.ENABLE_RAY_CLUSTER == before
+
+
+def test_a_checkpoint_folder_swapped_after_its_check_gets_no_lock_file(tmp_path, monkeypatch):
+    """The claim checks its folder, creates it, then resolves it again as it writes the lock: a swap that
+    lands between the two (simulated by letting the first check pass) still writes nothing outside."""
+    from embinit.sweep import resume
+    from embinit.sweep.work import SweepContext
+    (tmp_path / "data" / "cache").mkdir(parents=True)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    _roots(monkeypatch, tmp_path)
+    ctx = SweepContext("sqlite:///m.db", "1", "parent", cache_dir=str(tmp_path / "data" / "cache"))
+    _swap(tmp_path / "data" / "cache", outside)
+    monkeypatch.setattr(resume, "is_trusted", lambda path: True)   # the check made before the swap
+    with pytest.raises(EmbinitError, match="checkpoint folder .* outside the trusted roots"):
+        with resume.claim(ctx, "k"):
+            pass
+    assert not list(outside.rglob("*.lock"))
