@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from embinit.config import HYPERPARAMETERS, TASKS
+from embinit.errors import unknown_name
 from embinit.spec.path_fields import PathStr, expand_env
 
 
@@ -61,7 +62,7 @@ class TaskEntry(Hyperparams):
     @classmethod
     def _known_task(cls, v: str) -> str:
         if v not in TASKS:
-            raise ValueError(f"{v!r} is not a registered task; choose from {sorted(TASKS)}")
+            raise ValueError(str(unknown_name("task", v, TASKS)))
         return v
 
 
