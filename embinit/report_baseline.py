@@ -7,12 +7,11 @@ when they share none. The verdict knows the metric's direction: a lower loss or 
 
 from __future__ import annotations
 
-import difflib
 import json
 from typing import Any
 
 from embinit.comparison import direction, higher_is_better, paired
-from embinit.errors import EmbinitError
+from embinit.errors import EmbinitError, did_you_mean
 from embinit.formatting import number
 
 DEFAULT_BASELINE = "Xavier"
@@ -21,10 +20,8 @@ DEFAULT_BASELINE = "Xavier"
 def check_baseline(baseline: str, labels: set[str]) -> None:
     """An error naming `baseline` and the init labels the experiment has, when it is not one of them."""
     if labels and baseline not in labels:
-        close = difflib.get_close_matches(baseline, sorted(labels), n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
         raise EmbinitError(f"baseline {baseline!r} is not an init of this experiment; choose from "
-                           f"{sorted(labels)}{hint}")
+                           f"{sorted(labels)}{did_you_mean(baseline, labels)}")
 
 
 def _slot(row: dict[str, Any]) -> tuple[str, str, str]:
@@ -75,8 +72,8 @@ CSV_COLUMNS = ["baseline", "diff", "diff_ci_low", "diff_ci_high", "test", "pairs
 def _seeds_text(c: dict[str, Any]) -> str:
     na, nb = c["n"]
     if c["test"] == "Welch":
-        return f"none shared ({na} vs {nb} seeds)"
-    return f"{c['pairs']}" + ("" if c["pairs"] == na == nb else f" of {na} vs {nb}")
+        return f"none (of {na} and {nb}): Welch"
+    return f"{c['pairs']}" + ("" if c["pairs"] == na == nb else f" (of {na} and {nb})")
 
 
 def _ci_text(c: dict[str, Any]) -> str:
