@@ -88,7 +88,8 @@ def markdown(rows: list[dict[str, Any]], baseline: str, name: Any = None) -> lis
     if not compared:
         if any(r["init"] == baseline for r in rows) or not rows:
             return []
-        return ["", f"No {baseline} rows to compare with (`--baseline LABEL` picks another init)."]
+        return ["", f"No {baseline} rows to compare with (`--baseline LABEL`, in the API `?baseline=LABEL`, "
+                "picks another init)."]
     lines = ["", f"Difference from {baseline} (init − {baseline}, 95% CI: paired t on the seeds both share, "
              "Welch only where they share none):", "",
              "| task | init | metric | difference | 95% CI | seeds paired | verdict |", "|---" * 7 + "|"]

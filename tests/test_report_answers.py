@@ -159,3 +159,14 @@ def test_a_misspelled_experiment_lists_the_ones_that_exist(uri, capsys):
     err = capsys.readouterr().err
     assert "no MLflow experiment 'cpm'" in err and "did you mean 'cmp'?" in err
     assert "'cmp'" in err.split("it has")[1] and "'Default'" in err
+
+
+def test_without_a_xavier_row_the_report_says_how_to_pick_a_baseline(uri, capsys):
+    exp = tracking.ensure_experiment("no-xavier", uri)
+    for seed, v in enumerate([20.0, 21.0]):
+        _trial(uri, exp, f"nx-g{seed}", "GloVe", seed, v)
+        _trial(uri, exp, f"nx-n{seed}", "Normal", seed, v - 5)
+    out = _report(uri, capsys, name="no-xavier")
+    assert "No Xavier rows to compare with (`--baseline LABEL`" in out
+    assert "| multi30k | GloVe | test/bleu (higher is better) | 5.00 |" in _report(uri, capsys, "--baseline", "Normal",
+                                                                                    name="no-xavier")
