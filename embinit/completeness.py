@@ -37,10 +37,9 @@ def completeness(planned: list[dict[str, Any]] | None, trials: dict[str, TrialRe
             "inits_without_results": [{"task": t, "init": label} for t, label in without]}
 
 
-def empty_groups(planned: list[dict[str, Any]] | None, rows: list[dict[str, Any]]) -> list[tuple]:
-    """(task, label, axes json) of the planned groups that have no row (none of their trials has a run),
-    so that the table still lists every planned init."""
-    have = {(r["task"], r["init"], json.dumps(r["axes"], sort_keys=True)) for r in rows}
+def empty_groups(planned: list[dict[str, Any]] | None, have: set[tuple]) -> list[tuple]:
+    """(task, label, axes json) of the planned groups not in `have` (none of their trials has a run), so
+    that the table still lists every planned init."""
     groups = {(p["task"], p["label"], json.dumps(p["axes"], sort_keys=True)) for p in planned or []}
     return sorted(groups - have)
 

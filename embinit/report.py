@@ -226,9 +226,8 @@ def build_report(experiment_name: str, tracking_uri: str | None = None, keys: se
     if planned is None and keys is None:
         planned = coverage.planned_in_mlflow(exp_id, tracking_uri)
     groups = _group(list(trials.values()))
-    for task, label, axes in coverage.empty_groups(planned, [{"task": g[0], "init": g[1], "axes": json.loads(g[2])}
-                                                              for g in groups]):
-        groups[(task, label, axes, "{}")] = []
+    for task, label, axes in coverage.empty_groups(planned, {g[:3] for g in groups}):
+        groups[(task, label, axes, "{}")] = []   # a planned init none of whose trials has a run
     rows, failed, run_ids = [], [], {}
     for gkey in sorted(groups, key=lambda g: (g[0], label_order(g[1]), g[2], g[3])):
         failed += _group_rows(gkey, groups[gkey], rows, run_ids)
