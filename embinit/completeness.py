@@ -8,11 +8,13 @@ reads it from the newest sweep run's `spec.yaml` artifact. Without a plan there 
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
 from typing import Any, Iterable
 
 from embinit.records import TrialRecord
 
+PROGRESS_BAR = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"   # mlflow.environment_variables, read at each download
 RESULT = ("finished", "diverged")   # a trial that ran to its end (a diverged one has no metric)
 NEVER_STARTED = "never started"
 
@@ -78,6 +80,8 @@ def planned_in_mlflow(exp_id: str, uri: str | None) -> list[dict[str, Any]] | No
     if not runs:
         return None
     newest = max(runs, key=lambda r: r.info.start_time or 0)
+    quiet = os.environ.get(PROGRESS_BAR)
+    os.environ[PROGRESS_BAR] = "false"   # no "Downloading artifacts" bar above the report
     try:
         with tempfile.TemporaryDirectory() as tmp:
             path = tracking.client(uri).download_artifacts(newest.info.run_id, "spec.yaml", tmp)
@@ -87,3 +91,8 @@ def planned_in_mlflow(exp_id: str, uri: str | None) -> list[dict[str, Any]] | No
         return planned_trials(spec.plan())
     except Exception:  # a missing artifact or a spec that no longer plans here: say nothing
         return None
+    finally:
+        if quiet is None:
+            os.environ.pop(PROGRESS_BAR, None)
+        else:
+            os.environ[PROGRESS_BAR] = quiet

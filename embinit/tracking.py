@@ -110,8 +110,8 @@ def no_experiment(name: str, uri: str | None = None) -> EmbinitError:
     """The error for an experiment the store lacks, naming the closest one and those it has."""
     from embinit.errors import did_you_mean
     names = sorted(e.name for e in client(uri).search_experiments())
-    have = f"; it has {names}" if names else "; it has no experiments yet"
-    return EmbinitError(f"no MLflow experiment {name!r} in {resolve_uri(uri)}{did_you_mean(name, names)}{have}")
+    have = f" (it has {names})" if names else " (it has no experiments yet)"
+    return EmbinitError(f"no MLflow experiment {name!r} in {resolve_uri(uri)}{have}{did_you_mean(name, names)}")
 
 
 def search_runs(exp_id: str, uri: str | None = None, filter_string: str = "") -> list:
