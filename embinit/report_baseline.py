@@ -44,11 +44,13 @@ def compare_rows(rows: list[dict[str, Any]], baseline: str) -> None:
             base.setdefault(_slot(r), []).append(r)
     for r in rows:
         b = None if r["init"] == baseline else _baseline_row(r, base.get(_slot(r), []))
-        r["vs_baseline"] = None if b is None or not r["seeds"] or not b["seeds"] else \
-            comparison(r["seeds"], b["seeds"], r["metric"], baseline)
+        r["vs_baseline"] = None if b is None or not r["seeds"] or not b["seeds"] else {
+            **comparison(r["seeds"], b["seeds"], r["metric"], baseline),
+            "still_improving": bool(r.get("still_improving") or b.get("still_improving"))}
 
 
 def comparison(a: dict[str, float], b: dict[str, float], metric: str, baseline: str) -> dict[str, Any]:
+    """a − b for {seed: value} dicts on `metric`: difference, 95% interval, test, pairs and verdict."""
     c = paired(a, b)
     low = high = None
     if c["diff"] is not None and c["ci95"] is not None:
@@ -97,6 +99,7 @@ def markdown(rows: list[dict[str, Any]], baseline: str, name: Any = None) -> lis
         c = r["vs_baseline"]
         better = "higher" if c["higher_is_better"] else "lower"
         init = name(r) if name else r["init"]
+        budget = " (at this budget: still improving)" if c.get("still_improving") else ""
         lines.append(f"| {r['task']} | {init} | {r['metric']} ({better} is better) | {number(c['diff'])} | "
-                     f"{_ci_text(c)} | {_seeds_text(c)} | {c['verdict']} |")
+                     f"{_ci_text(c)} | {_seeds_text(c)} | {c['verdict']}{budget} |")
     return lines

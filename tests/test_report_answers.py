@@ -81,7 +81,7 @@ def test_markdown_shows_the_difference_the_interval_and_the_verdict(uri, capsys)
     lo, hi = stats.ttest_rel(GLOVE, XAVIER[:3]).confidence_interval(0.95)
     assert "Difference from Xavier" in out
     assert (f"| multi30k | GloVe | test/bleu (higher is better) | -10.00 | [{lo:.2f}, {hi:.2f}] | 3 (of 3 and 4) | "
-            "worse |") in out
+            "worse (at this budget: still improving) |") in out
     assert "| multi30k | Normal | test/bleu (higher is better) |" in out
     assert "| none (of 2 and 4): Welch | worse |" in out
 
