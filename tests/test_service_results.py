@@ -61,3 +61,27 @@ def test_results_compare_inits_and_say_what_never_finished(client):
     assert bad.status_code == 422
     assert bad.json()["detail"] == ("baseline 'nromal' is not an init of this experiment; choose from "
                                     "['Normal', 'Xavier']; did you mean 'Normal'?")
+
+
+def test_the_cli_client_passes_the_baseline(tmp_path, capsys, monkeypatch):
+    import json
+
+    from live_server import serving
+
+    from embinit.cli import main
+    for name in ("EMBINIT_API_URL", "EMBINIT_API_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    settings = Settings(_env_file=None, database_url=f"sqlite:///{tmp_path}/state.db",
+                        tracking_uri=f"sqlite:///{tmp_path}/m.db", data_roots=[tmp_path],
+                        pretrained_roots=[tmp_path], refresh_interval_s=0.0)
+    with serving(create_app(settings, runner=FakeRunner(FakeCluster()))) as base:
+        spec = tmp_path / "spec.json"
+        spec.write_text(json.dumps(SPEC))
+        assert main(["experiments", "submit", str(spec), "--url", base]) == 0
+        exp_id = capsys.readouterr().out.split("submitted: ")[1].split()[0]
+        _write_runs(tracking.resolve_uri(settings.tracking_uri))
+        assert main(["experiments", "results", exp_id, "--baseline", "Normal", "--format", "json", "--url", base]) == 0
+        rows = {r["init"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
+        assert rows["Xavier"]["vs_baseline"]["baseline"] == "Normal"
+        assert main(["experiments", "results", exp_id, "--baseline", "Nrmal", "--url", base]) == 2
+        assert "did you mean 'Normal'?" in capsys.readouterr().err
