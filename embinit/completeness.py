@@ -12,7 +12,7 @@ import os
 from collections import Counter
 from typing import Any, Iterable
 
-from embinit.records import TrialRecord
+from embinit.records import STATUS_RANK, TrialRecord
 
 PROGRESS_BAR = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"   # mlflow.environment_variables, read at each download
 RESULT = ("finished", "diverged")   # a trial that ran to its end (a diverged one has no metric)
@@ -20,8 +20,26 @@ NEVER_STARTED = "never started"
 
 
 def planned_trials(plan: Iterable[Any]) -> list[dict[str, Any]]:
-    """`PlannedTrial`s as plain dicts: key, task, label, axes."""
-    return [{"key": p.key, "task": p.task, "label": p.label, "axes": p.axes} for p in plan]
+    """`PlannedTrial`s as plain dicts: key, task, label, axes, search point, seed."""
+    return [{"key": p.key, "task": p.task, "label": p.label, "axes": p.axes, "point": p.point, "seed": p.seed}
+            for p in plan]
+
+
+def _slot(task: str, label: str, axes: Any, point: Any, seed: Any) -> str:
+    return json.dumps([task, label, axes, point, seed], sort_keys=True, default=str)
+
+
+def _statuses(planned: list[dict[str, Any]], trials: dict[str, TrialRecord]) -> list[str]:
+    """Each planned trial's status: its key's record, else the best record of the same task, init,
+    axes, search point and seed (the same trial under another key, e.g. one an older version keyed)."""
+    by_slot: dict[str, str] = {}
+    for t in trials.values():
+        slot = _slot(t.task, t.label, t.axes, t.point, t.config.get("seed"))
+        if slot not in by_slot or STATUS_RANK[t.status] > STATUS_RANK[by_slot[slot]]:
+            by_slot[slot] = t.status
+    return [trials[p["key"]].status if p["key"] in trials else
+            by_slot.get(_slot(p["task"], p["label"], p["axes"], p.get("point", {}), p.get("seed")), NEVER_STARTED)
+            for p in planned]
 
 
 def completeness(planned: list[dict[str, Any]] | None, trials: dict[str, TrialRecord]) -> dict[str, Any] | None:
@@ -29,10 +47,10 @@ def completeness(planned: list[dict[str, Any]] | None, trials: dict[str, TrialRe
     trial; None without a plan. `trials`: the experiment's record per trial key (`records.by_key`)."""
     if not planned:
         return None
-    status = Counter(trials[p["key"]].status if p["key"] in trials else NEVER_STARTED for p in planned)
+    statuses = _statuses(planned, trials)
+    status = Counter(statuses)
     unfinished = {s: n for s, n in sorted(status.items()) if s not in RESULT}
-    done = {(p["task"], p["label"]) for p in planned
-            if p["key"] in trials and trials[p["key"]].status == "finished"}
+    done = {(p["task"], p["label"]) for p, s in zip(planned, statuses) if s == "finished"}
     without = sorted({(p["task"], p["label"]) for p in planned} - done)
     return {"planned": len(planned), "finished": len(planned) - sum(unfinished.values()),
             "unfinished": sum(unfinished.values()), "unfinished_by_status": unfinished,

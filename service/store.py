@@ -141,7 +141,8 @@ class ResultStore:
         from embinit.spec import load_spec
 
         return self._cached(("plan", exp.id), lambda: {
-            p.key: {"config": p.config, "label": p.label, "task": p.task, "axes": p.axes}
+            p.key: {"config": p.config, "label": p.label, "task": p.task, "axes": p.axes, "point": p.point,
+                    "seed": p.seed}
             for p in load_spec(exp.spec).plan()})
 
     def report(self, exp, baseline: str | None = None) -> dict[str, str]:

@@ -172,3 +172,18 @@ def test_without_a_xavier_row_the_report_says_how_to_pick_a_baseline(uri, capsys
     assert "No Xavier rows to compare with (`--baseline LABEL`" in out
     assert "| multi30k | GloVe | test/bleu (higher is better) | 5.00 |" in _report(uri, capsys, "--baseline", "Normal",
                                                                                     name="no-xavier")
+
+
+def test_a_trial_recorded_under_an_older_key_counts_as_run(uri, capsys):
+    # the newest sweep's spec is planned again with today's keys; a trial an older version keyed
+    # differently (same task, init, axes, point and seed) is not "never started"
+    spec = load_spec({"name": "rekeyed", "tasks": ["synthetic_classification"], "inits": ["xavier"], "seeds": 2})
+    exp = tracking.ensure_experiment("rekeyed", uri)
+    parent = tracking.start_parent_run(exp, uri, spec.spec_hash(), spec.to_yaml(), spec.num_trials())
+    for i, p in enumerate(spec.plan()):
+        run = tracking.TrialRun.open(uri, exp, parent, p.config, f"old-key-{i}", p.label, {"axes": {}, "point": {}})
+        run.finish({"status": "finished", "history": [], "best": {"val/acc": 0.8}, "best_epoch": 1}, [])
+    tracking.end_parent_run(parent, uri, "FINISHED", None, {})
+    data = json.loads(_report(uri, capsys, "--format", "json", name="rekeyed"))
+    assert (data["completeness"]["finished"], data["completeness"]["unfinished"]) == (2, 0)
+    assert "Incomplete" not in _report(uri, capsys, name="rekeyed")
