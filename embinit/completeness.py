@@ -79,12 +79,6 @@ def markdown(c: dict[str, Any] | None) -> list[str]:
     return lines
 
 
-def text(c: dict[str, Any] | None) -> str | None:
-    """One line for a terminal (the run summary), or None when the experiment is complete."""
-    lines = markdown(c)
-    return " ".join(line.replace("**", "") for line in lines if line) or None
-
-
 def planned_in_mlflow(exp_id: str, uri: str | None) -> list[dict[str, Any]] | None:
     """The plan of the experiment's newest sweep, from its `spec.yaml` artifact; None when there is no
     sweep run, it is an Optuna search (drawn at run time), or its spec no longer plans here (e.g. a path
