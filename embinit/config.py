@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from embinit.errors import EmbinitError
+from embinit.errors import EmbinitError, unknown_name
 
 # Bumped whenever a change to the code changes what a trial computes, so that old MLflow runs are not
 # reused for new code (the trial key includes it).
@@ -95,7 +95,7 @@ def metric_range(name: str) -> tuple[float, float]:
 
 def task_defaults(task: str) -> TaskDefaults:
     if task not in TASKS:
-        raise EmbinitError(f"{task!r} is not a registered task; choose from {sorted(TASKS)}")
+        raise unknown_name("task", task, TASKS)
     return TASKS[task]
 
 

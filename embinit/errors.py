@@ -10,6 +10,17 @@ class EmbinitError(Exception):
     """A problem with the user's input, reported as one clear line."""
 
 
+def did_you_mean(name: str, valid) -> str:
+    """"; did you mean 'x'?" with the valid name closest to `name` (difflib), or "" when none is close."""
+    import difflib
+    names = sorted(str(v) for v in valid)
+    close = difflib.get_close_matches(str(name), names, n=1) or \
+        difflib.get_close_matches(str(name).lower(), [v.lower() for v in names], n=1)
+    if close and close[0] not in names:  # matched case-insensitively: show the registered spelling
+        close = [next(v for v in names if v.lower() == close[0])]
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
 def unknown_name(kind: str, name: str, valid) -> EmbinitError:
-    """The error for a name that is not in a registry, listing the valid ones."""
-    return EmbinitError(f"{name!r} is not a registered {kind}; choose from {sorted(valid)}")
+    """The error for a name that is not in a registry, listing the valid ones and the closest."""
+    return EmbinitError(f"{name!r} is not a registered {kind}; choose from {sorted(valid)}{did_you_mean(name, valid)}")

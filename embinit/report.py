@@ -2,6 +2,13 @@
 seeds, n, the mean best epoch and a 95% confidence interval (Student's t, clipped to the metric's range
 from `config.METRIC_RANGES`), with failed/diverged counts.
 
+Each row is compared with the baseline init's row of the same task, axes and metric (Xavier unless
+`baseline` names another; `embinit.report_baseline`): the difference with a 95% interval, paired on the
+shared seeds, and a verdict. A row whose best epoch is the last epoch for most seeds is flagged: the model
+was still improving when its budget ended. With the experiment's plan (`planned`, else the newest sweep's
+spec in MLflow) the report says how many planned trials never finished and which inits have none
+(`embinit.completeness`); a planned init without any run still gets its (empty) row.
+
 Runs are grouped by everything but the seed: trials of one init label whose resolved configs differ in
 anything else (e.g. the same spec run from the CLI and from the service with another pretrained path)
 get one row each, marked with the fields that differ, and the markdown says so. Each trial key counts
@@ -17,33 +24,32 @@ import csv
 import io
 import json
 import math
-import re
 import statistics
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from embinit import records, tracking
+from embinit import completeness as coverage
+from embinit import records, report_baseline, tracking
+from embinit.comparison import t_quantile
 from embinit.config import TASKS, TrialConfig, metric_range
-from embinit.errors import EmbinitError
 from embinit.formatting import interval, number
 from embinit.records import TrialRecord
+from embinit.report_baseline import DEFAULT_BASELINE
+from embinit.report_plots import curve_metric, label_order, mean_curves, setting_text
 
-
-def t_quantile(df: int) -> float:
-    """The 0.975 quantile of Student's t with `df` degrees of freedom."""
-    from scipy.stats import t  # scipy comes with mlflow
-    return float(t.ppf(0.975, df))
+__all__ = ["DEFAULT_BASELINE", "Report", "build_report", "curve_metric", "mean_curves", "summarize", "t_quantile"]
 
 
 def summarize(values: list[float], bounds: tuple[float, float] = (-math.inf, math.inf)) -> dict[str, Any]:
-    """mean, sample σ, n, the 95% CI half-width and the interval [ci_low, ci_high] clipped to `bounds`
-    (the metric's range: a BLEU interval never leaves [0, 100]); the CI entries are None where n < 2."""
+    """mean, sample σ, n, the 95% CI half-width and the interval [ci_low, ci_high], the mean and the
+    interval clipped to `bounds` (the metric's range: a BLEU of 100.00000000000004 from float rounding
+    reads 100), so ci_low <= mean <= ci_high; the CI entries are None where n < 2."""
     n = len(values)
     if n == 0:
         return {"n": 0, "mean": None, "std": None, "ci95": None, "ci_low": None, "ci_high": None}
-    mean = statistics.fmean(values)
+    mean = min(max(statistics.fmean(values), bounds[0]), bounds[1])
     std = statistics.stdev(values) if n > 1 else None
     ci = t_quantile(n - 1) * std / math.sqrt(n) if std is not None else None
     low, high = (None, None) if ci is None else (max(bounds[0], mean - ci), min(bounds[1], mean + ci))
@@ -54,20 +60,17 @@ def summarize(values: list[float], bounds: tuple[float, float] = (-math.inf, mat
 _Trial = TrialRecord
 
 
-def _trials(experiment: str, uri: str | None, keys: set[str] | None) -> list[_Trial]:
-    exp_id = tracking.experiment_id(experiment, uri)
-    if exp_id is None:
-        raise EmbinitError(f"no MLflow experiment {experiment!r} in {tracking.resolve_uri(uri)}")
-    return list(records.by_key(tracking.trial_records(exp_id, uri), keys).values())
+def _resolved(t: _Trial) -> dict[str, Any]:
+    try:
+        return TrialConfig.from_dict(t.config).resolved().to_dict()
+    except Exception:
+        return dict(t.config)
 
 
 def _setting(t: _Trial) -> dict[str, Any]:
     """Everything the trial computed with but its seed and search point: its resolved config without
     seed, data order seed (when it follows the seed), threads, device and the searched keys."""
-    try:
-        cfg = TrialConfig.from_dict(t.config).resolved().to_dict()
-    except Exception:
-        cfg = dict(t.config)
+    cfg = _resolved(t)
     drop = {"seed", *TrialConfig.NOT_IN_KEY, *t.point}
     if cfg.get("data_seed") in (None, cfg.get("seed")):
         drop.add("data_seed")
@@ -132,32 +135,38 @@ class Report:
     failed: list[dict[str, Any]] = field(default_factory=list)
     run_ids: dict[tuple, list[str]] = field(default_factory=dict)  # (task, label, axes, setting) -> runs
     tracking_uri: str | None = None
+    baseline: str = DEFAULT_BASELINE
+    completeness: dict[str, Any] | None = None   # embinit.completeness; None without a plan
 
     def to_json(self) -> str:
-        return json.dumps({"experiment": self.experiment, "rows": self.rows, "failed": self.failed}, indent=1)
+        return json.dumps({"experiment": self.experiment, "baseline": self.baseline, "rows": self.rows,
+                           "failed": self.failed, "completeness": self.completeness}, indent=1)
 
     def to_csv(self) -> str:
         buf = io.StringIO()
         cols = ["task", "init", "axes", "setting", "point", "metric", "mean", "std", "n", "ci95", "ci_low",
-                "ci_high", "best_epoch", "diverged", "failed", "failure_reasons"]
+                "ci_high", "best_epoch", "best_at_last_epoch", "diverged", "failed", "failure_reasons",
+                *report_baseline.CSV_COLUMNS]
         w = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore")
         w.writeheader()
         for r in self.rows:
             w.writerow({**r, "axes": json.dumps(r["axes"]) if r["axes"] else "",
                         "setting": json.dumps(r["setting"]) if r["setting"] else "",
                         "point": json.dumps(r["point"]) if r["point"] else "",
-                        "failure_reasons": "; ".join(f"{k} (x{v})" for k, v in r["failure_reasons"].items())})
+                        "failure_reasons": "; ".join(f"{k} (x{v})" for k, v in r["failure_reasons"].items()),
+                        **report_baseline.csv_columns(r)})
         return buf.getvalue()
 
     def to_markdown(self) -> str:
         head = "| task | init | metric | mean (σ) | n | best epoch | 95% CI | diverged | failed |"
         lines = [f"### {self.experiment}", "", head, "|---" * 9 + "|"]
         for r in self.rows:
-            init = r["init"] + "".join(f" {k}={v}" for k, v in r["axes"].items())
-            init += "".join(f" [{k}={v}]" for k, v in r["point"].items())
-            init += _setting_text(json.dumps(r["setting"]))
-            lines.append(f"| {r['task']} | {init} | {r['metric']} | {_fmt(r['mean'])} ({_fmt(r['std'])}) | "
-                         f"{r['n']} | {_fmt(r['best_epoch'], 1)} | {_ci(r)} | {r['diverged']} | {r['failed']} |")
+            last = " (last)" if r.get("still_improving") else ""
+            lines.append(f"| {r['task']} | {_row_name(r)} | {r['metric']} | {_fmt(r['mean'])} ({_fmt(r['std'])}) | "
+                         f"{r['n']} | {_fmt(r['best_epoch'], 1)}{last} | {_ci(r)} | {r['diverged']} | {r['failed']} |")
+        lines += coverage.markdown(self.completeness)
+        lines += _unconverged_notes(self.rows)
+        lines += report_baseline.markdown(self.rows, self.baseline, _row_name)
         lines += self._split_notes()
         if self.failed:
             lines += ["", f"Failed trials: {len(self.failed)}"]
@@ -186,13 +195,21 @@ class Report:
 _fmt, _ci = number, interval
 
 
-def _setting_text(setting: str) -> str:
-    return "".join(f" {{{k}={_short(v)}}}" for k, v in json.loads(setting).items())
+def _row_name(r: dict[str, Any]) -> str:
+    """The init with its axes, search point and differing settings, as the markdown tables show it."""
+    init = r["init"] + "".join(f" {k}={v}" for k, v in r["axes"].items())
+    init += "".join(f" [{k}={v}]" for k, v in r["point"].items())
+    return init + setting_text(json.dumps(r["setting"]))
 
 
-def _short(value: Any, width: int = 40) -> str:
-    text = str(value)
-    return text if len(text) <= width else "…" + text[-(width - 1):]
+def _unconverged_notes(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per row whose best epoch is the last epoch for most of its seeds."""
+    notes = [f"- {r['task']} {_row_name(r)} ({r['metric']}): best epoch = last epoch for "
+             f"{r['best_at_last_epoch']} of {r['n']} seeds" for r in rows if r.get("still_improving")]
+    if not notes:
+        return []
+    return ["", "Still improving when training stopped (best epoch = last epoch for most seeds): these rows "
+            "compare training budgets, not converged models; more epochs may change the ranking.", *notes]
 
 
 def _reason(error: str | None) -> str:
@@ -200,73 +217,58 @@ def _reason(error: str | None) -> str:
     return (lines[-1] if lines else "unknown error")[:200]
 
 
-def build_report(experiment_name: str, tracking_uri: str | None = None,
-                 keys: set[str] | None = None) -> Report:
-    """Aggregate the experiment's trial runs (only `keys` when given) into Table 1 rows."""
-    groups = _group(_trials(experiment_name, tracking_uri, keys))
+def build_report(experiment_name: str, tracking_uri: str | None = None, keys: set[str] | None = None,
+                 baseline: str | None = None, planned: list[dict[str, Any]] | None = None) -> Report:
+    """Aggregate the experiment's trial runs (only `keys` when given) into Table 1 rows, each compared
+    with `baseline` (default Xavier; a label the experiment lacks is an error when named). `planned`
+    (`completeness.planned_trials`): the sweep's plan; None reads the newest sweep's from MLflow."""
+    exp_id, trials = _records(experiment_name, tracking_uri, keys)
+    if planned is None and keys is None:
+        planned = coverage.planned_in_mlflow(exp_id, tracking_uri)
+    groups = _group(list(trials.values()))
+    for task, label, axes in coverage.empty_groups(planned, {g[:3] for g in groups}):
+        groups[(task, label, axes, "{}")] = []   # a planned init none of whose trials has a run
     rows, failed, run_ids = [], [], {}
-    for gkey in sorted(groups, key=lambda g: (g[0], _label_order(g[1]), g[2], g[3])):
-        task, label, axes, setting = gkey
-        members = groups[gkey]
-        point = _best_point(members)
-        chosen = [t for t in members if t.point == point]
-        run_ids[gkey] = [t.run_id for t in chosen if t.status in ("finished", "diverged")]
-        bad = [t for t in members if t.status == "failed"]
-        failed += [{"task": task, "init": label, "run_id": t.run_id, "reason": _reason(t.error)} for t in bad]
-        for metric in tracking.reported_metrics(task) if task in TASKS else []:
-            ok = [t for t in chosen if t.status == "finished" and metric in t.metrics]
-            epochs = [t.metrics[_epoch_metric(metric)] for t in ok if _epoch_metric(metric) in t.metrics]
-            rows.append({"task": task, "init": label, "axes": json.loads(axes), "setting": json.loads(setting),
-                         "point": point, "metric": metric,
-                         **summarize([t.metrics[metric] for t in ok], metric_range(metric)),
-                         "best_epoch": statistics.fmean(epochs) if epochs else None,
-                         "diverged": sum(t.status == "diverged" for t in chosen), "failed": len(bad),
-                         "failure_reasons": dict(Counter(_reason(t.error) for t in bad)),
-                         "running": sum(t.status == "running" for t in members)})
-    return Report(experiment_name, rows, failed, run_ids, tracking_uri)
+    for gkey in sorted(groups, key=lambda g: (g[0], label_order(g[1]), g[2], g[3])):
+        failed += _group_rows(gkey, groups[gkey], rows, run_ids)
+    if baseline is not None:
+        report_baseline.check_baseline(baseline, {r["init"] for r in rows})
+    report_baseline.compare_rows(rows, baseline or DEFAULT_BASELINE)
+    return Report(experiment_name, rows, failed, run_ids, tracking_uri, baseline or DEFAULT_BASELINE,
+                  coverage.completeness(planned, trials))
 
 
-def _label_order(label: str) -> tuple:
-    """Xavier first, then the pretrained init, its _Xavier, _Shuffled and Xavier_ variants."""
-    order = 0 if label == "Xavier" else 4 if label.startswith("Xavier_") else 3 if label.endswith(
-        "_Shuffled") else 2 if label.endswith("_Xavier") else 1
-    return (order, label)
+def _records(experiment: str, uri: str | None, keys: set[str] | None) -> tuple[str, dict[str, _Trial]]:
+    exp_id = tracking.experiment_id(experiment, uri)
+    if exp_id is None:
+        raise tracking.no_experiment(experiment, uri)
+    return exp_id, records.by_key(tracking.trial_records(exp_id, uri), keys)
 
 
-def curve_metric(task: str) -> str:
-    """The validation curve Figure 1 shows: val BLEU for translation, else the task's val metric."""
-    return f"val/{TASKS[task].metric}" if task in TASKS else "val/loss"
+def _group_rows(gkey: tuple, members: list[_Trial], rows: list, run_ids: dict) -> list[dict[str, Any]]:
+    """Append the group's rows (one per reported metric) and its run ids; return its failed trials."""
+    task, label, axes, setting = gkey
+    point = _best_point(members) if members else {}
+    chosen = [t for t in members if t.point == point]
+    run_ids[gkey] = [t.run_id for t in chosen if t.status in ("finished", "diverged")]
+    bad = [t for t in members if t.status == "failed"]
+    for metric in tracking.reported_metrics(task) if task in TASKS else []:
+        ok = [t for t in chosen if t.status == "finished" and metric in t.metrics]
+        epochs = [t.metrics[_epoch_metric(metric)] for t in ok if _epoch_metric(metric) in t.metrics]
+        at_last = sum(_best_at_last_epoch(t, metric) for t in ok)
+        rows.append({"task": task, "init": label, "axes": json.loads(axes), "setting": json.loads(setting),
+                     "point": point, "metric": metric,
+                     **summarize([t.metrics[metric] for t in ok], metric_range(metric)),
+                     "seeds": {str(t.config.get("seed")): t.metrics[metric] for t in ok},
+                     "best_epoch": statistics.fmean(epochs) if epochs else None,
+                     "best_at_last_epoch": at_last, "still_improving": bool(ok) and at_last > len(ok) / 2,
+                     "diverged": sum(t.status == "diverged" for t in chosen), "failed": len(bad),
+                     "failure_reasons": dict(Counter(_reason(t.error) for t in bad)),
+                     "running": sum(t.status == "running" for t in members)})
+    return [{"task": task, "init": label, "run_id": t.run_id, "reason": _reason(t.error)} for t in bad]
 
 
-def _histories(client, run_ids: list[str], metric: str) -> list[dict[int, float]]:
-    """Per run, its metric per epoch (the last value logged at each step: a resumed trial may have
-    logged an epoch twice)."""
-    out = []
-    for run_id in run_ids:
-        last: dict[int, float] = {}
-        for m in sorted(client.get_metric_history(run_id, metric), key=lambda m: m.timestamp):
-            last[m.step] = m.value
-        out.append(last)
-    return out
-
-
-def mean_curves(report: Report, out_dir: Path) -> list[Path]:
-    """Figure 1 per task (and axes setting): the validation metric beside the validation loss, per init
-    the mean over seeds with the seeds' band (embinit.sweep.plots.figure1)."""
-    from embinit.sweep.plots import figure1  # matplotlib only where a figure is drawn
-    out_dir.mkdir(parents=True, exist_ok=True)
-    client = tracking.client(report.tracking_uri)
-    figures: dict[tuple, list] = defaultdict(list)
-    for (task, label, axes, setting), run_ids in report.run_ids.items():
-        figures[(task, axes)].append((label + _setting_text(setting), run_ids))
-    paths = []
-    for (task, axes), lines in sorted(figures.items()):
-        lines = sorted(lines, key=lambda x: _label_order(x[0]))
-        metrics = [curve_metric(task)] + (["val/loss"] if curve_metric(task) != "val/loss" else [])
-        panels = [(m, {label: _histories(client, run_ids, m) for label, run_ids in lines}) for m in metrics]
-        if not any(h for _, by_label in panels for hs in by_label.values() for h in hs):
-            continue  # nothing finished yet (e.g. a cancelled sweep)
-        suffix = "" if axes == "{}" else " " + axes
-        name = f"{task}{'' if axes == '{}' else '-' + re.sub(r'[^A-Za-z0-9]+', '_', axes).strip('_')}.png"
-        paths.append(figure1(panels, out_dir / name, f"{report.experiment}: {task}{suffix}"))
-    return paths
+def _best_at_last_epoch(t: _Trial, metric: str) -> bool:
+    """Whether the trial's best epoch (for `metric`) is the last epoch of its budget: still improving."""
+    epoch, last = t.metrics.get(_epoch_metric(metric)), _resolved(t).get("epochs")
+    return epoch is not None and isinstance(last, (int, float)) and epoch >= last

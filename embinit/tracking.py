@@ -117,6 +117,14 @@ def experiment_id(name: str, uri: str | None = None) -> str | None:
     return exp.experiment_id if exp is not None else None
 
 
+def no_experiment(name: str, uri: str | None = None) -> EmbinitError:
+    """The error for an experiment the store lacks, naming the closest one and those it has."""
+    from embinit.errors import did_you_mean
+    names = sorted(e.name for e in client(uri).search_experiments())
+    have = f" (it has {names})" if names else " (it has no experiments yet)"
+    return EmbinitError(f"no MLflow experiment {name!r} in {resolve_uri(uri)}{have}{did_you_mean(name, names)}")
+
+
 def search_runs(exp_id: str, uri: str | None = None, filter_string: str = "") -> list:
     """Every run of the experiment matching the filter (all pages)."""
     c, out, token = client(uri), [], None
@@ -227,7 +235,7 @@ def experiment_records(experiment_name: str, tracking_uri: str | None = None) ->
     """Every trial run of the named experiment as a record; an error when there is no such experiment."""
     exp_id = experiment_id(experiment_name, tracking_uri)
     if exp_id is None:
-        raise EmbinitError(f"no MLflow experiment {experiment_name!r} in {resolve_uri(tracking_uri)}")
+        raise no_experiment(experiment_name, tracking_uri)
     return trial_records(exp_id, tracking_uri)
 
 

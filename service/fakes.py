@@ -105,10 +105,14 @@ class FakeStore:
                  "metric": "test/bleu", "best_metric": 1.0 if self.cluster.mlflow.get(k) == "finished" else None,
                  "run_id": f"run-{k}" if k in self.cluster.mlflow else None} for k in exp.trial_keys]
 
-    def report(self, exp) -> dict[str, str]:
+    def report(self, exp, baseline: str | None = None) -> dict[str, str]:
+        from embinit.errors import EmbinitError
+        from service.store import REPORT_VERSION
+        if baseline not in (None, "Xavier"):
+            raise EmbinitError(f"baseline {baseline!r} is not an init of this experiment; choose from ['Xavier']")
         self.report_builds += 1
         rows = [{"task": "synthetic_translation", "init": "Xavier", "n": 2, "mean": 1.0}]
-        return {"json": json.dumps({"experiment": exp.name, "rows": rows}),
+        return {"version": REPORT_VERSION, "json": json.dumps({"experiment": exp.name, "rows": rows}),
                 "markdown": ("| task | init | n | mean |\n|---|---|---|---|\n"
                              "| synthetic_translation | Xavier | 2 | 1.0 |\n"),
                 "csv": "task,init,n,mean\nsynthetic_translation,Xavier,2,1.0\n"}

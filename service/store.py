@@ -16,6 +16,11 @@ from embinit import records
 from embinit.tracking import experiment_records, resolve_uri, trial_row
 
 
+# The layout of a stored report (`Experiment.report`): one stored by an older layout is built again.
+# 2: rows compared with a baseline, the unconverged-training flag, completeness (issue 22).
+REPORT_VERSION = 2
+
+
 def absolute_sqlite_uri(url: str) -> str:
     """`sqlite:///rel.db` -> `sqlite:////abs/rel.db`, so every process means the same file."""
     if url.startswith("sqlite:///") and not url.startswith("sqlite:////") and ":memory:" not in url:
@@ -68,10 +73,13 @@ class ResultStore:
             with self._lock:
                 if key in self._cache:
                     return self._cache[key]
-            value = build()
+            try:
+                value = build()
+            finally:  # a build that raised (e.g. an unknown baseline) leaves no lock behind
+                with self._lock:
+                    self._building.pop(key, None)
             with self._lock:
                 self._cache[key] = value
-                self._building.pop(key, None)
                 while len(self._cache) > self._size:
                     self._cache.popitem(last=False)
         return value
@@ -133,21 +141,35 @@ class ResultStore:
         from embinit.spec import load_spec
 
         return self._cached(("plan", exp.id), lambda: {
-            p.key: {"config": p.config, "label": p.label} for p in load_spec(exp.spec).plan()})
+            p.key: {"config": p.config, "label": p.label, "task": p.task, "axes": p.axes, "point": p.point,
+                    "seed": p.seed}
+            for p in load_spec(exp.spec).plan()})
 
-    def report(self, exp) -> dict[str, str]:
-        return self._cached(("report", exp.id, exp.updated_at), lambda: self._report(exp))
+    def report(self, exp, baseline: str | None = None) -> dict[str, str]:
+        """The report in its three formats (`REPORT_VERSION` says which layout), each init compared with
+        `baseline` (default Xavier; an init the experiment lacks: EmbinitError, a 422)."""
+        return self._cached(("report", exp.id, exp.updated_at, baseline), lambda: self._report(exp, baseline))
 
-    def _report(self, exp) -> dict[str, str]:
-        from embinit.errors import EmbinitError
+    def _report(self, exp, baseline: str | None) -> dict[str, str]:
+        from embinit.completeness import completeness
         from embinit.report import Report, build_report
 
         name = exp.mlflow_experiment
         # Only this spec's trials (an MLflow experiment may hold other specs' runs under the same name);
         # an Optuna search draws its trials at run time, so there the whole experiment counts.
         optuna = (exp.spec.get("search") or {}).get("method") == "optuna"
+        planned = None if optuna else self._plan_rows(exp)
+        if self.experiment_id(exp) is None:  # nothing has run yet: an empty table, every trial unfinished
+            report = Report(name, [], tracking_uri=exp.tracking_uri, completeness=completeness(planned, {}))
+        else:
+            report = build_report(name, exp.tracking_uri, keys=None if optuna else set(exp.trial_keys),
+                                  baseline=baseline, planned=planned)
+        return {"json": report.to_json(), "markdown": report.to_markdown(), "csv": report.to_csv(),
+                "version": REPORT_VERSION}
+
+    def _plan_rows(self, exp) -> list[dict[str, Any]] | None:
         try:
-            report = build_report(name, exp.tracking_uri, keys=None if optuna else set(exp.trial_keys))
-        except EmbinitError:  # no MLflow experiment yet: nothing has run, the table is empty
-            report = Report(name, [], tracking_uri=exp.tracking_uri)
-        return {"json": report.to_json(), "markdown": report.to_markdown(), "csv": report.to_csv()}
+            plan = self._planned(exp)
+        except Exception:  # a spec stored by an older version: no plan to compare with
+            return None
+        return [{"key": k, **plan[k]} for k in exp.trial_keys if k in plan]

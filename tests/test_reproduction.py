@@ -103,8 +103,11 @@ def test_paired_t_on_shared_seeds_and_welch_otherwise():
     assert (c["diff"] - c["ci95"], c["diff"] + c["ci95"]) == (pytest.approx(lo), pytest.approx(hi))
     # pairing removes the seed effect: Welch on the same numbers is far wider
     assert c["ci95"] < welch(list(a.values()), list(b.values()))["ci95"] / 2
+    # a seed missing on one side drops that seed only: paired on the two shared seeds
     unequal = paired(a, {0: 19.0, 1: 21.5, 3: 20.0})
-    assert unequal["test"] == "Welch" and unequal["ci95"] == pytest.approx(
+    assert (unequal["test"], unequal["pairs"], unequal["diff"]) == ("paired t", 2, pytest.approx(0.75))
+    disjoint = paired(a, {5: 19.0, 6: 21.5, 7: 20.0})   # Welch only when no seed is shared
+    assert disjoint["test"] == "Welch" and disjoint["pairs"] == 0 and disjoint["ci95"] == pytest.approx(
         welch(list(a.values()), [19.0, 21.5, 20.0])["ci95"])
 
 
@@ -167,12 +170,13 @@ def test_findings_verdicts(store):
     # MiniLM − Xavier: differences 0, +1, -1 -> the interval (±2.5) is wider than the paper's 1.8
     assert f[("1", "MiniLM, with a σ close to Xavier's, does on par or better than Xavier")]["verdict"] \
         .startswith("inconclusive")
-    # Table 3: PE gain with trainable embeddings = yes/yes (seeds 0-2) - yes/no (seed 0 only): unequal seed
-    # sets, so Welch on the means, without an interval (n = 1 on one side)
+    # Table 3: PE gain with trainable embeddings = yes/yes (seeds 0-2) - yes/no (seed 0 only): paired on
+    # the one shared seed (seed 0: 20 - 11, 15 - 13, 21 - 12), without an interval (one pair)
     gains = next(x for x in rep.exports["findings"] if x.get("claim", "").startswith("PE gain"))
-    assert gains["values"] == {"Xavier": pytest.approx(10.0), "P": pytest.approx(3.0),
-                               "P_Xavier": pytest.approx((21.0 + 22.0 + 23.5) / 3 - 12.0)}
-    assert gains["intervals"]["P"]["test"] == "Welch" and gains["verdict"] == "reproduces"
+    assert gains["values"] == {"Xavier": pytest.approx(9.0), "P": pytest.approx(2.0),
+                               "P_Xavier": pytest.approx(9.0)}
+    assert gains["intervals"]["P"]["test"] == "paired t" and gains["intervals"]["P"]["pairs"] == 1
+    assert gains["intervals"]["P"]["ci95"] is None and gains["verdict"] == "reproduces"
     text = render(rep, sections)
     assert "GloVe − Xavier = -5.00 (paired t, 95% CI [-5.00, -5.00]" in text and "**Finding 2.**" in text
 

@@ -152,6 +152,23 @@ def test_trials_and_results(client, cluster):
     assert csv.headers["content-type"].startswith("text/csv") and csv.text.startswith("task,init")
 
 
+def test_results_compare_with_the_baseline_query_parameter(make_client, cluster):
+    client = make_client()
+    exp_id = submit(client).json()["id"]
+    FakeRunner(cluster).advance(f"embinit-exp-{exp_id}", "succeeded", finished=4)
+    assert client.get(f"/experiments/{exp_id}/results", params={"baseline": "Xavier"}).status_code == 200
+    r = client.get(f"/experiments/{exp_id}/results", params={"baseline": "Xavir"})
+    assert r.status_code == 422
+    assert r.json()["detail"].startswith("baseline 'Xavir' is not an init of this experiment")
+    # a report stored by an older layout (no comparisons) is built again, not served
+    with client.app.state.sessions() as session:
+        session.get(Experiment, exp_id).report = {"json": "{}", "markdown": "old", "csv": "old"}
+        session.commit()
+    restarted = make_client()
+    assert restarted.get(f"/experiments/{exp_id}/results", params={"format": "markdown"}).text != "old"
+    assert restarted.app.state.store.report_builds == 1
+
+
 def test_finished_report_is_stored_and_not_rebuilt(make_client, cluster):
     client = make_client()
     exp_id = submit(client).json()["id"]

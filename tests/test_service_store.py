@@ -9,6 +9,7 @@ import time
 import pytest
 
 from embinit import tracking
+from embinit.errors import EmbinitError
 from embinit.spec import load_spec
 from service.db import Experiment, utcnow
 from service.store import ResultStore, count_trial_states
@@ -100,3 +101,31 @@ def test_cache_is_keyed_by_the_experiments_last_update(setup):
     assert store.report(exp) is first            # unchanged experiment: served from the cache
     exp.updated_at = utcnow()
     assert json.loads(store.report(exp)["json"])["rows"]  # a state change shows the new run
+
+
+def test_report_compares_with_a_baseline_and_says_what_never_finished(setup):
+    uri, spec, exp = setup
+    keys = _write(uri, spec, {0: "finished", 1: "finished", 2: "finished"})  # Normal seed 1 never ran
+    store = ResultStore(uri)
+    data = json.loads(store.report(exp)["json"])
+    rows = {r["init"]: r for r in data["rows"]}
+    normal = rows["Normal"]["vs_baseline"]        # Normal seed 0 (0.7) against Xavier seed 0 (0.5)
+    assert (data["baseline"], normal["test"], normal["pairs"]) == ("Xavier", "paired t", 1)
+    assert normal["diff"] == pytest.approx(0.2) and normal["verdict"] == "inconclusive"  # one pair
+    assert data["completeness"]["unfinished"] == 1
+    assert data["completeness"]["unfinished_by_status"] == {"never started": 1}
+    assert "**Incomplete: 1 of 4 planned trials never finished** (1 never started)." in store.report(exp)["markdown"]
+    other = json.loads(store.report(exp, "Normal")["json"])
+    assert other["baseline"] == "Normal" and {r["init"]: r for r in other["rows"]}["Xavier"]["vs_baseline"][
+        "diff"] == pytest.approx(-0.2)
+    with pytest.raises(EmbinitError, match=r"baseline 'normall' .*did you mean 'Normal'\?"):
+        store.report(exp, "normall")
+    assert not store._building            # the failed build left no lock behind
+    assert keys
+
+
+def test_nothing_run_yet_says_every_trial_is_unfinished(setup):
+    uri, spec, exp = setup
+    data = json.loads(ResultStore(uri).report(exp)["json"])
+    assert data["completeness"]["unfinished_by_status"] == {"never started": 4}
+    assert [x["init"] for x in data["completeness"]["inits_without_results"]] == ["Normal", "Xavier"]

@@ -9,6 +9,7 @@ task (tiny: 1-layer model, 300 training pairs, 2 epochs).
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -68,6 +69,17 @@ def test_sweep_records_runs_reports_and_resumes(ray_local, tmp_path):
     rows = {r["init"]: r for r in result.report.rows}
     assert set(rows) == {"Xavier", "Normal", "XavierNormal"}
     assert all(r["n"] == 2 and r["metric"] == "test/bleu" and r["failed"] == 0 for r in rows.values())
+    # the report artifact compares each init with Xavier, paired on the two seeds (issue 22)
+    c = tracking.client(uri)
+    logged_json = json.loads(Path(c.download_artifacts(result.parent_run_id, "report/report.json", str(tmp_path)))
+                             .read_text())
+    assert logged_json["baseline"] == "Xavier" and logged_json["completeness"]["unfinished"] == 0
+    vs = {r["init"]: r["vs_baseline"] for r in logged_json["rows"]}
+    assert vs["Xavier"] is None and {(v["test"], v["pairs"]) for k, v in vs.items() if k != "Xavier"} == {
+        ("paired t", 2)}
+    assert vs["Normal"]["verdict"] in ("better", "worse", "inconclusive")
+    assert "Difference from Xavier" in Path(c.download_artifacts(result.parent_run_id, "report.md",
+                                                                 str(tmp_path))).read_text()
 
     again = run_sweep(s, progress=False)
     assert (again.reused, again.n_finished) == (6, 6)

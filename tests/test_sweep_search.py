@@ -71,6 +71,15 @@ def test_stop_cancels_running_trials(ray_local, tmp_path):
     statuses = [t["status"] for t in result.trials]
     assert statuses.count("cancelled") == 1 and "finished" not in statuses and "running" not in statuses
     assert len(statuses) == 1                                     # nothing else started
+    # the sweep's report says what never finished and lists both inits (issue 22), also in MLflow
+    done = result.report.completeness
+    assert (done["planned"], done["unfinished"], done["unfinished_by_status"]) == (
+        4, 4, {"cancelled": 1, "never started": 3})
+    assert {x["init"] for x in done["inits_without_results"]} == {"Xavier", "Normal"}
+    assert {(r["init"], r["n"]) for r in result.report.rows} == {("Xavier", 0), ("Normal", 0)}
+    logged = tracking.client(result.tracking_uri).download_artifacts(result.parent_run_id, "report.md", str(tmp_path))
+    assert "**Incomplete: 4 of 4 planned trials never finished** (1 cancelled, 3 never started)." in Path(
+        logged).read_text()
 
 
 def test_missing_local_paths_fail_before_any_trial(tmp_path):

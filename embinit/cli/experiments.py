@@ -14,6 +14,7 @@ import os
 import sys
 import urllib.error
 import urllib.request
+from urllib.parse import quote
 from pathlib import Path
 
 from embinit.errors import EmbinitError
@@ -40,6 +41,8 @@ def register(subparsers) -> None:
     s = sub.add_parser("results", parents=[common], help="Table 1 of an experiment")
     s.add_argument("id")
     s.add_argument("--format", choices=("markdown", "csv", "json"), default="markdown")
+    s.add_argument("--baseline", metavar="LABEL", default=None, help="compare each init with this one "
+                   "(default Xavier)")
     s.set_defaults(func=_results)
     s = sub.add_parser("cancel", parents=[common], help="stop an experiment (finished trials stay)")
     s.add_argument("id")
@@ -142,7 +145,8 @@ def _status(args) -> int:
 
 
 def _results(args) -> int:
-    _, body, _ = request(args, "GET", f"/experiments/{args.id}/results?format={args.format}")
+    query = f"format={args.format}" + (f"&baseline={quote(args.baseline)}" if args.baseline else "")
+    _, body, _ = request(args, "GET", f"/experiments/{args.id}/results?{query}")
     text = body.decode()
     sys.stdout.write(text if text.endswith("\n") else text + "\n")
     return 0

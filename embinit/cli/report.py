@@ -1,5 +1,6 @@
 """`embinit report EXPERIMENT`: the paper's Table 1 for an MLflow experiment (mean (σ), n, best epoch,
-95% CI per task x init), read from MLflow alone; `--plot DIR` writes Figure-1-style mean curves."""
+95% CI per task x init), read from MLflow alone, with each init's difference from a baseline init
+(`--baseline`, default Xavier) and a verdict; `--plot DIR` writes Figure-1-style mean curves."""
 
 from __future__ import annotations
 
@@ -9,13 +10,15 @@ def register(subparsers) -> None:
     p.add_argument("experiment", help="MLflow experiment name (the spec's name)")
     p.add_argument("--format", choices=("markdown", "csv", "json"), default="markdown")
     p.add_argument("--plot", metavar="DIR", default=None, help="write mean validation curves per init to DIR")
+    p.add_argument("--baseline", metavar="LABEL", default=None,
+                   help="compare each init with this one: difference, 95%% CI, verdict (default: Xavier)")
     p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: sqlite:///mlflow.db)")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     from embinit.report import build_report
-    report = build_report(args.experiment, args.tracking_uri)
+    report = build_report(args.experiment, args.tracking_uri, baseline=args.baseline)
     text = {"markdown": report.to_markdown, "csv": report.to_csv, "json": report.to_json}[args.format]()
     print(text, end="" if text.endswith("\n") else "\n")
     if args.plot:

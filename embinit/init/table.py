@@ -22,7 +22,7 @@ from typing import Any, Sequence
 import torch
 
 from embinit.content_hash import entry_lock
-from embinit.errors import EmbinitError
+from embinit.errors import EmbinitError, unknown_name
 from embinit.init import hf, table_cache, vectors
 from embinit.init.aligned import Aligned
 from embinit.init.oov import OOV_RULES, OOVContext
@@ -157,7 +157,7 @@ def build_table(spec, vocab, dim: int | None = None, generator: torch.Generator 
         return BuildResult(INITS[spec.source](len(vocab), int(dim), g), spec.label, int(dim), spec=spec)
     rule = oov or spec.oov or DEFAULT_OOV
     if rule not in OOV_RULES:
-        raise EmbinitError(f"{rule!r} is not a registered oov rule; choose from {sorted(OOV_RULES)}")
+        raise unknown_name("oov rule", rule, OOV_RULES)
     kind, location = resolve_source(spec, pretrained)
     if rule == "subword_mean" and kind != "hf":
         raise EmbinitError(f"oov rule 'subword_mean' needs a source with a tokenizer (bert, mbert, t5, mt5, "

@@ -1,43 +1,15 @@
-"""Comparisons of two groups of values (Welch intervals, verdicts on the paper's claims) and the number
-formatting of the reproduction (the report's, with "—" for what is missing)."""
+"""Verdicts on the paper's claims from comparisons of two inits (`embinit.comparison`: paired t on the
+shared seeds, Welch when none is shared) and the number formatting of the reproduction (the report's,
+with "—" for what is missing)."""
 
 from __future__ import annotations
 
-import math
-import statistics
 from typing import Any
 
+from embinit.comparison import paired, welch  # the statistics live below the report and the reproduction
 from embinit.formatting import interval, number
 
-
-def welch(a: list[float], b: list[float]) -> dict[str, Any]:
-    """mean(a) - mean(b) with a Welch 95% half-width (None when either side has n < 2)."""
-    if not a or not b:
-        return {"diff": None, "ci95": None, "n": (len(a), len(b))}
-    diff = statistics.fmean(a) - statistics.fmean(b)
-    if len(a) < 2 or len(b) < 2:
-        return {"diff": diff, "ci95": None, "n": (len(a), len(b))}
-    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
-    se = math.sqrt(va + vb)
-    if se == 0:
-        return {"diff": diff, "ci95": 0.0, "n": (len(a), len(b))}
-    dof = (va + vb) ** 2 / ((va ** 2 / (len(a) - 1) if va else 0) + (vb ** 2 / (len(b) - 1) if vb else 0))
-    from scipy.stats import t
-    return {"diff": diff, "ci95": float(t.ppf(0.975, dof)) * se, "n": (len(a), len(b))}
-
-
-def paired(a: dict[Any, float], b: dict[Any, float]) -> dict[str, Any]:
-    """a − b for values keyed by seed. Seeds are paired across inits (one seed: one data order, one draw
-    of the non-embedding weights and of the dropout masks), so when both sides hold the same seeds the
-    comparison is the paired t interval on the per-seed differences; otherwise (unequal seed sets) Welch's
-    interval on the two means. `test` names the one used."""
-    if a and set(a) == set(b) and len(a) >= 2:
-        diffs = [a[k] - b[k] for k in sorted(a, key=str)]
-        d, sd = statistics.fmean(diffs), statistics.stdev(diffs)
-        from scipy.stats import t
-        ci = float(t.ppf(0.975, len(diffs) - 1)) * sd / math.sqrt(len(diffs))
-        return {"diff": d, "ci95": ci, "n": (len(a), len(b)), "test": "paired t"}
-    return {**welch(list(a.values()), list(b.values())), "test": "Welch"}
+__all__ = ["ci_text", "compare_text", "duration", "fmt", "mean_std", "paired", "verdict", "welch"]
 
 
 def verdict(cmp: dict[str, Any], expected: int, tolerate: bool = False, effect: float | None = None) -> str:
@@ -91,7 +63,8 @@ def compare_text(name_a: str, name_b: str, cmp: dict[str, Any], digits: int = 2)
     ci = "no interval" if cmp["ci95"] is None else \
         f"95% CI [{fmt(cmp['diff'] - cmp['ci95'], digits)}, {fmt(cmp['diff'] + cmp['ci95'], digits)}]"
     test = f"{cmp['test']}, " if cmp.get("test") else ""
-    return f"{name_a} − {name_b} = {fmt(cmp['diff'], digits)} ({test}{ci}; n = {cmp['n'][0]} vs {cmp['n'][1]})"
+    pairs = f", {cmp['pairs']} shared" if cmp.get("pairs") and cmp["pairs"] < max(cmp["n"]) else ""
+    return f"{name_a} − {name_b} = {fmt(cmp['diff'], digits)} ({test}{ci}; n = {cmp['n'][0]} vs {cmp['n'][1]}{pairs})"
 
 
 def duration(s: float | None) -> str:

@@ -147,7 +147,7 @@ def _findings_legend() -> list[str]:
             "validation loss, as a − b with a 95% interval. Seeds are paired across inits (the same seed: "
             "the same data order, non-embedding weights and dropout masks; embinit/train/trial.py derives "
             "them from the seed alone), so the interval is the **paired t** interval on the per-seed "
-            "differences; **Welch**'s interval is used only where the two inits ran different seed sets. "
+            "differences of the seeds both inits ran; **Welch**'s interval only where they share no seed. "
             "Verdicts: *reproduces* — the interval lies on the paper's side of 0; *contradicts* — on the "
             "other side; *inconclusive* — it includes 0 and is wider than the difference the paper reports "
             "(Tables 1, 3 and 7), so it could not have told that difference from 0; *on par* (for the "

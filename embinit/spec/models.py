@@ -9,6 +9,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInf
 
 from embinit.bounds import field_limits
 from embinit.config import HYPERPARAMETERS, TASKS
+from embinit.errors import unknown_name
 from embinit.spec.path_fields import PathStr, expand_env
 
 
@@ -67,7 +68,7 @@ class TaskEntry(Hyperparams):
     @classmethod
     def _known_task(cls, v: str) -> str:
         if v not in TASKS:
-            raise ValueError(f"{v!r} is not a registered task; choose from {sorted(TASKS)}")
+            raise ValueError(str(unknown_name("task", v, TASKS)))
         return v
 
 

@@ -135,12 +135,14 @@ def _execute(spec: ExperimentSpec, units: list[Unit], shared: SweepContext, stor
 
 
 def _finish(spec, uri, exp_id, parent, planned, reused, cancelled, t0, progress) -> SweepResult:
+    from embinit.completeness import planned_trials
     from embinit.report import build_report
     keys = {p.key for p in planned}
     search = spec.search is not None and spec.search.method == "optuna"
     chosen = records.by_key(tracking.experiment_records(spec.experiment_name(), uri), None if search else keys)
     rows = [tracking.trial_row(r) for r in chosen.values()]
-    report = build_report(spec.experiment_name(), uri, keys=None if search else keys)
+    report = build_report(spec.experiment_name(), uri, keys=None if search else keys,
+                          planned=None if search else planned_trials(planned))  # says what never finished
     result = SweepResult(spec.experiment_name(), exp_id, parent, uri, len(planned) if not search else
                          spec.num_trials(), reused, rows, cancelled, time.monotonic() - t0, report)
     counts = {"planned": result.planned, "reused": reused, "finished": result.n_finished,

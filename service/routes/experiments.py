@@ -15,6 +15,7 @@ from service.deps import (BodyDep, ReconcilerDep, RunnerDep, SessionDep, Setting
                           require_write)
 from service.schemas import ExperimentDetail, ExperimentPage, Status, Submitted, TrialPage
 from service.specs import JSON_TYPES, YAML_TYPES, parse_body, prepare
+from service.store import REPORT_VERSION
 
 router = APIRouter(prefix="/experiments", tags=["experiments"])
 MAX_OFFSET = 2 ** 31 - 1  # a bigger offset overflows the database's integer (found by the fuzz test)
@@ -122,19 +123,25 @@ async def get_trials(exp_id: str, request: Request, limit: Annotated[int, Query(
 @router.get("/{exp_id}/results", dependencies=[Depends(require_read)],
             responses={200: {"content": {"application/json": {}, "text/markdown": {}, "text/csv": {}}}})
 async def get_results(exp_id: str, request: Request,
-                      format: Annotated[Literal["json", "markdown", "csv"], Query()] = "json"):
-    """The Table-1 aggregation of the experiment's MLflow runs (JSON, markdown or CSV)."""
+                      format: Annotated[Literal["json", "markdown", "csv"], Query()] = "json",
+                      baseline: Annotated[str | None, Query(min_length=1, max_length=200, description=(
+                          "the init label each init is compared with (default Xavier)"))] = None):
+    """The Table-1 aggregation of the experiment's MLflow runs (JSON, markdown or CSV), each init
+    compared with a baseline init."""
     state = request.app.state
 
     def build(session):
         exp = state.reconciler.refresh(session, _get(session, exp_id))
-        rendered = exp.report or state.store.report(exp)
         finished = exp.status in TERMINAL
-        if finished and exp.report is None:
+        if baseline is not None:  # another baseline than the stored report's: built on demand
+            return state.store.report(exp, baseline)[format].encode(), MEDIA[format], finished
+        stored = exp.report if (exp.report or {}).get("version") == REPORT_VERSION else None
+        rendered = stored or state.store.report(exp)
+        if finished and stored is None:
             exp.report = rendered  # kept in the state database: a restarted API does not rebuild it
             session.commit()
         return rendered[format].encode(), MEDIA[format], finished
-    return await _read(request, ("results", exp_id, format), build)
+    return await _read(request, ("results", exp_id, format, baseline), build)
 
 
 @router.delete("/{exp_id}", response_model=ExperimentDetail, status_code=202,

@@ -1,0 +1,75 @@
+"""Two inits compared on one metric: mean(a) − mean(b) with a 95% interval, and a verdict.
+
+Seeds are paired across inits (one seed: one data order, one draw of the non-embedding weights and of
+the dropout masks), so the comparison is the paired t interval on the per-seed differences of the seeds
+both sides have (`pairs` says how many); a seed missing on one side only drops that seed. Welch's
+interval on the two means is used only when the sides share no seed. Below both `embinit.report` and
+`embinit.reproduction`; imports neither MLflow nor torch (scipy for the t quantile).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any
+
+# The last part of a metric's name (`test/bleu` -> `bleu`) for which a lower value is the better one.
+LOWER_IS_BETTER = ("loss", "ppl")
+VERDICTS = ("better", "worse", "inconclusive")
+
+
+def t_quantile(df: float) -> float:
+    """The 0.975 quantile of Student's t with `df` degrees of freedom."""
+    from scipy.stats import t  # scipy comes with mlflow
+    return float(t.ppf(0.975, df))
+
+
+def welch(a: list[float], b: list[float]) -> dict[str, Any]:
+    """mean(a) - mean(b) with a Welch 95% half-width (None when either side has n < 2)."""
+    if not a or not b:
+        return {"diff": None, "ci95": None, "n": (len(a), len(b))}
+    diff = statistics.fmean(a) - statistics.fmean(b)
+    if len(a) < 2 or len(b) < 2:
+        return {"diff": diff, "ci95": None, "n": (len(a), len(b))}
+    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
+    se = math.sqrt(va + vb)
+    if se == 0:
+        return {"diff": diff, "ci95": 0.0, "n": (len(a), len(b))}
+    dof = (va + vb) ** 2 / ((va ** 2 / (len(a) - 1) if va else 0) + (vb ** 2 / (len(b) - 1) if vb else 0))
+    return {"diff": diff, "ci95": t_quantile(dof) * se, "n": (len(a), len(b))}
+
+
+def paired(a: dict[Any, float], b: dict[Any, float]) -> dict[str, Any]:
+    """a − b for values keyed by seed: the paired t interval on the differences of the shared seeds
+    (`pairs` of them; no interval with one pair), Welch's on all values when no seed is shared.
+    `test` names the one used; `n` is each side's number of seeds."""
+    shared = sorted(set(a) & set(b), key=str)
+    n = (len(a), len(b))
+    if not shared:
+        return {**welch(list(a.values()), list(b.values())), "pairs": 0, "test": "Welch"}
+    diffs = [a[k] - b[k] for k in shared]
+    d = statistics.fmean(diffs)
+    ci = None
+    if len(diffs) >= 2:
+        ci = t_quantile(len(diffs) - 1) * statistics.stdev(diffs) / math.sqrt(len(diffs))
+    return {"diff": d, "ci95": ci, "n": n, "pairs": len(shared), "test": "paired t"}
+
+
+def higher_is_better(metric: str) -> bool:
+    """Whether a larger value of `metric` is the better one (BLEU, accuracy), not (loss, perplexity)."""
+    base = metric.rsplit("/", 1)[-1]
+    for suffix in ("_matched", "_mismatched"):
+        base = base.removesuffix(suffix)
+    return base not in LOWER_IS_BETTER
+
+
+def direction(cmp: dict[str, Any], metric: str) -> str:
+    """better | worse | inconclusive: a's value against b's on `metric`, from the 95% interval of a − b
+    (inconclusive when it includes 0 or there is none)."""
+    d, ci = cmp.get("diff"), cmp.get("ci95")
+    if d is None or ci is None or not math.isfinite(d) or not math.isfinite(ci):
+        return "inconclusive"
+    low, high = d - ci, d + ci
+    if low <= 0 <= high:
+        return "inconclusive"
+    return "better" if (low > 0) == higher_is_better(metric) else "worse"

@@ -1,0 +1,110 @@
+"""How much of a planned experiment has a result: the planned trials that never finished (cancelled,
+failed, still running, never started) and the inits with no finished trial at all.
+
+The plan is the sweep's (`ExperimentSpec.plan`); the service and the sweep know it, `embinit report`
+reads it from the newest sweep run's `spec.yaml` artifact. Without a plan there is nothing to say.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from typing import Any, Iterable
+
+from embinit.records import STATUS_RANK, TrialRecord
+
+PROGRESS_BAR = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"   # mlflow.environment_variables, read at each download
+RESULT = ("finished", "diverged")   # a trial that ran to its end (a diverged one has no metric)
+NEVER_STARTED = "never started"
+
+
+def planned_trials(plan: Iterable[Any]) -> list[dict[str, Any]]:
+    """`PlannedTrial`s as plain dicts: key, task, label, axes, search point, seed."""
+    return [{"key": p.key, "task": p.task, "label": p.label, "axes": p.axes, "point": p.point, "seed": p.seed}
+            for p in plan]
+
+
+def _slot(task: str, label: str, axes: Any, point: Any, seed: Any) -> str:
+    return json.dumps([task, label, axes, point, seed], sort_keys=True, default=str)
+
+
+def _statuses(planned: list[dict[str, Any]], trials: dict[str, TrialRecord]) -> list[str]:
+    """Each planned trial's status: its key's record, else the best record of the same task, init,
+    axes, search point and seed (the same trial under another key, e.g. one an older version keyed)."""
+    by_slot: dict[str, str] = {}
+    for t in trials.values():
+        slot = _slot(t.task, t.label, t.axes, t.point, t.config.get("seed"))
+        if slot not in by_slot or STATUS_RANK[t.status] > STATUS_RANK[by_slot[slot]]:
+            by_slot[slot] = t.status
+    return [trials[p["key"]].status if p["key"] in trials else
+            by_slot.get(_slot(p["task"], p["label"], p["axes"], p.get("point", {}), p.get("seed")), NEVER_STARTED)
+            for p in planned]
+
+
+def completeness(planned: list[dict[str, Any]] | None, trials: dict[str, TrialRecord]) -> dict[str, Any] | None:
+    """planned, finished, unfinished (with their statuses) and the (task, init) pairs with no finished
+    trial; None without a plan. `trials`: the experiment's record per trial key (`records.by_key`)."""
+    if not planned:
+        return None
+    statuses = _statuses(planned, trials)
+    status = Counter(statuses)
+    unfinished = {s: n for s, n in sorted(status.items()) if s not in RESULT}
+    done = {(p["task"], p["label"]) for p, s in zip(planned, statuses) if s == "finished"}
+    without = sorted({(p["task"], p["label"]) for p in planned} - done)
+    return {"planned": len(planned), "finished": len(planned) - sum(unfinished.values()),
+            "unfinished": sum(unfinished.values()), "unfinished_by_status": unfinished,
+            "inits_without_results": [{"task": t, "init": label} for t, label in without]}
+
+
+def empty_groups(planned: list[dict[str, Any]] | None, have: set[tuple]) -> list[tuple]:
+    """(task, label, axes json) of the planned groups not in `have` (none of their trials has a run), so
+    that the table still lists every planned init."""
+    groups = {(p["task"], p["label"], json.dumps(p["axes"], sort_keys=True)) for p in planned or []}
+    return sorted(groups - have)
+
+
+def markdown(c: dict[str, Any] | None) -> list[str]:
+    """The lines that say the experiment is incomplete (none when every planned trial finished)."""
+    if not c or (c["unfinished"] == 0 and not c["inits_without_results"]):
+        return []
+    how = ", ".join(f"{n} {s}" for s, n in c["unfinished_by_status"].items())
+    lines = ["", f"**Incomplete: {c['unfinished']} of {c['planned']} planned trials never finished** ({how})."]
+    if c["inits_without_results"]:
+        by_task: dict[str, list[str]] = {}
+        for x in c["inits_without_results"]:
+            by_task.setdefault(x["task"], []).append(x["init"])
+        lines.append("Inits with no finished trial: "
+                     + "; ".join(f"{t}: {', '.join(labels)}" for t, labels in by_task.items()) + ".")
+    return lines
+
+
+def planned_in_mlflow(exp_id: str, uri: str | None) -> list[dict[str, Any]] | None:
+    """The plan of the experiment's newest sweep, from its `spec.yaml` artifact; None when there is no
+    sweep run, it is an Optuna search (drawn at run time), or its spec no longer plans here (e.g. a path
+    of another machine)."""
+    import tempfile
+    from pathlib import Path
+
+    from embinit import tracking
+    from embinit.spec import load_spec
+    runs = tracking.search_runs(exp_id, uri, f"tags.`{tracking.KIND_TAG}` = 'sweep'")
+    if not runs:
+        return None
+    newest = max(runs, key=lambda r: r.info.start_time or 0)
+    quiet = os.environ.get(PROGRESS_BAR)
+    os.environ[PROGRESS_BAR] = "false"   # no "Downloading artifacts" bar above the report
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = tracking.client(uri).download_artifacts(newest.info.run_id, "spec.yaml", tmp)
+            spec = load_spec(Path(path).read_text())
+        if spec.search is not None and spec.search.method == "optuna":
+            return None
+        return planned_trials(spec.plan())
+    except Exception:  # a missing artifact or a spec that no longer plans here: say nothing
+        return None
+    finally:
+        if quiet is None:
+            os.environ.pop(PROGRESS_BAR, None)
+        else:
+            os.environ[PROGRESS_BAR] = quiet

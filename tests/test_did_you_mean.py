@@ -1,0 +1,44 @@
+"""A misspelled init, task, transform or OOV rule gets the closest valid name (difflib) in the error, the
+way a user meets it: `embinit run SPEC --dry-run` (every problem at once), `embinit train`, and the
+library's own calls."""
+
+from __future__ import annotations
+
+import pytest
+
+from embinit.cli import main
+from embinit.errors import EmbinitError, did_you_mean, unknown_name
+from embinit.init import parse_init_spec
+
+
+def test_closest_name_or_nothing():
+    assert did_you_mean("glvoe", ["glove", "xavier", "bert"]) == "; did you mean 'glove'?"
+    assert did_you_mean("GLOVE_xavier", ["GloVe_Xavier", "Xavier"]) == "; did you mean 'GloVe_Xavier'?"
+    assert did_you_mean("zzzz", ["glove", "xavier"]) == ""
+    err = str(unknown_name("init", "glvoe", ["xavier", "glove"]))
+    assert err == "'glvoe' is not a registered init; choose from ['glove', 'xavier']; did you mean 'glove'?"
+
+
+def test_a_spec_with_four_misspellings_names_each_closest(tmp_path, capsys):
+    spec = tmp_path / "s.yaml"
+    spec.write_text("name: typo\ntasks: [multi30kk]\nseeds: 1\n"
+                    "inits: [glvoe, glove+standardise, {source: glove, oov: xavir}]\n")
+    assert main(["run", str(spec), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "'multi30kk' is not a registered task" in err and "did you mean 'multi30k'?" in err
+    assert "'glvoe' is not a registered init" in err and "did you mean 'glove'?" in err
+    assert "'standardise' is not a registered transform" in err and "did you mean 'standardize'?" in err
+    assert "'xavir' is not a registered oov rule" in err and "did you mean 'xavier'?" in err
+
+
+def test_train_with_a_misspelled_task_or_init(capsys):
+    assert main(["train", "--task", "sst3", "--epochs", "1"]) == 2
+    assert "did you mean 'sst2'?" in capsys.readouterr().err
+    assert main(["train", "--task", "synthetic_classification", "--init", "xaviar", "--epochs", "1"]) == 2
+    assert "did you mean 'xavier'?" in capsys.readouterr().err
+
+
+def test_build_table_oov_rule():
+    from embinit.init import build_table
+    with pytest.raises(EmbinitError, match=r"'zeroes' is not a registered oov rule.*did you mean 'zeros'\?"):
+        build_table(parse_init_spec("glove"), ["a", "b"], oov="zeroes")

@@ -1,0 +1,189 @@
+"""Issue 22's "answer at a glance", the way a user meets it in `embinit report` and in the service's
+results: each init's difference from a baseline (paired on the shared seeds, Welch only when none is
+shared; checked against scipy), a verdict that knows the metric's direction, the flag on rows still
+improving at their last epoch, means and intervals inside the metric's range, what a cancelled
+experiment never finished, and the experiments that exist when a name is misspelled. Runs are written
+with embinit.tracking into a temporary SQLite store, the way the sweep writes them."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pytest
+from scipy import stats
+
+from embinit import tracking
+from embinit.cli import main
+from embinit.spec import load_spec
+
+pytestmark = pytest.mark.slow  # creates an MLflow SQLite store
+
+XAVIER = [30.0, 32.0, 31.0, 33.0]                 # seeds 0-3
+GLOVE = [20.0, 22.5, 20.5]                        # seeds 0-2: seed 3 is missing
+GLOVE_XAVIER = [30.5, 31.0, 31.5, 33.2]           # seeds 0-3: within noise of Xavier
+NORMAL = {5: 10.0, 6: 12.0}                       # no seed shared with Xavier
+
+
+def _trial(uri, exp, key, label, seed, bleu, best_epoch=2, epochs=4, parent=None):
+    cfg = {"task": "multi30k", "init": label.lower(), "seed": seed, "epochs": epochs}
+    run = tracking.TrialRun.open(uri, exp, parent, cfg, key, label, {"axes": {}, "point": {}})
+    history = [{"epoch": e, "val/loss": 3.0 - e / 10, "val/bleu": bleu} for e in range(1, epochs + 1)]
+    run.finish({"status": "finished", "history": history, "best": {"val/loss": 2.5},
+                "test": {"test/bleu": bleu}, "best_epoch": best_epoch}, [])
+
+
+@pytest.fixture(scope="module")
+def uri(tmp_path_factory):
+    uri = f"sqlite:///{tmp_path_factory.mktemp('mlflow')}/mlflow.db"
+    exp = tracking.ensure_experiment("cmp", uri)
+    for seed, v in enumerate(XAVIER):
+        _trial(uri, exp, f"x{seed}", "Xavier", seed, v)
+    for seed, v in enumerate(GLOVE):   # best at the last epoch (4) for seeds 0 and 1: still improving
+        _trial(uri, exp, f"g{seed}", "GloVe", seed, v, best_epoch=4 if seed < 2 else 2)
+    for seed, v in enumerate(GLOVE_XAVIER):
+        _trial(uri, exp, f"gx{seed}", "GloVe_Xavier", seed, v)
+    for seed, v in NORMAL.items():
+        _trial(uri, exp, f"n{seed}", "Normal", seed, v)
+    return uri
+
+
+def _report(uri, capsys, *args, name="cmp"):
+    assert main(["report", name, "--tracking-uri", uri, *args]) == 0
+    captured = capsys.readouterr()
+    assert "Downloading artifacts" not in captured.err   # reading the sweep's spec draws no progress bar
+    return captured.out
+
+
+def _rows(uri, capsys, *args):
+    return {r["init"]: r for r in json.loads(_report(uri, capsys, "--format", "json", *args))["rows"]}
+
+
+def test_each_init_is_compared_with_xavier_paired_on_the_shared_seeds(uri, capsys):
+    rows = _rows(uri, capsys)
+    glove = rows["GloVe"]["vs_baseline"]
+    lo, hi = stats.ttest_rel(GLOVE, XAVIER[:3]).confidence_interval(0.95)   # the three shared seeds
+    assert (glove["baseline"], glove["test"], glove["pairs"], glove["n"]) == ("Xavier", "paired t", 3, [3, 4])
+    assert glove["diff"] == pytest.approx(-10.0, abs=1e-12)
+    assert (glove["ci_low"], glove["ci_high"]) == (pytest.approx(lo, abs=1e-12), pytest.approx(hi, abs=1e-12))
+    assert glove["verdict"] == "worse" and glove["higher_is_better"] is True
+    assert rows["GloVe_Xavier"]["vs_baseline"]["verdict"] == "inconclusive"
+    normal = rows["Normal"]["vs_baseline"]          # no seed shared: Welch on the two means
+    lo, hi = stats.ttest_ind(list(NORMAL.values()), XAVIER, equal_var=False).confidence_interval(0.95)
+    assert (normal["test"], normal["pairs"]) == ("Welch", 0)
+    assert (normal["ci_low"], normal["ci_high"]) == (pytest.approx(lo, abs=1e-12), pytest.approx(hi, abs=1e-12))
+    assert rows["Xavier"]["vs_baseline"] is None
+
+
+def test_markdown_shows_the_difference_the_interval_and_the_verdict(uri, capsys):
+    out = _report(uri, capsys)
+    lo, hi = stats.ttest_rel(GLOVE, XAVIER[:3]).confidence_interval(0.95)
+    assert "Difference from Xavier" in out
+    assert (f"| multi30k | GloVe | test/bleu (higher is better) | -10.00 | [{lo:.2f}, {hi:.2f}] | 3 (of 3 and 4) | "
+            "worse (at this budget: still improving) |") in out
+    assert "| multi30k | Normal | test/bleu (higher is better) |" in out
+    assert "| none (of 2 and 4): Welch | worse |" in out
+
+
+def test_baseline_option_and_csv(uri, capsys):
+    rows = _rows(uri, capsys, "--baseline", "GloVe")
+    x = rows["Xavier"]["vs_baseline"]
+    assert (x["baseline"], x["verdict"], x["diff"]) == ("GloVe", "better", pytest.approx(10.0))
+    assert rows["GloVe"]["vs_baseline"] is None
+    table = {r["init"]: r for r in csv.DictReader(io.StringIO(_report(uri, capsys, "--format", "csv")))}
+    assert table["GloVe"]["verdict"] == "worse" and table["GloVe"]["pairs"] == "3"
+    assert float(table["GloVe"]["diff"]) == pytest.approx(-10.0) and table["Xavier"]["verdict"] == ""
+
+
+def test_an_unknown_baseline_names_the_closest_init(uri, capsys):
+    assert main(["report", "cmp", "--baseline", "glove_xavier", "--tracking-uri", uri]) == 2
+    err = capsys.readouterr().err
+    assert "baseline 'glove_xavier' is not an init of this experiment" in err
+    assert "did you mean 'GloVe_Xavier'?" in err and "'Normal'" in err
+
+
+def test_rows_still_improving_at_their_last_epoch_are_flagged(uri, capsys):
+    rows = _rows(uri, capsys)
+    assert (rows["GloVe"]["best_at_last_epoch"], rows["GloVe"]["still_improving"]) == (2, True)
+    assert (rows["Xavier"]["best_at_last_epoch"], rows["Xavier"]["still_improving"]) == (0, False)
+    out = _report(uri, capsys)
+    assert "| multi30k | GloVe | test/bleu | 21.00 (1.32) | 3 | 3.3 (last) |" in out
+    assert "- multi30k GloVe (test/bleu): best epoch = last epoch for 2 of 3 seeds" in out
+    assert "compare training budgets, not converged models" in out
+    assert "Xavier (test/bleu): best epoch" not in out
+
+
+def test_means_and_intervals_stay_inside_the_metric_range(uri, capsys):
+    # sacrebleu can return 100.00000000000004 for a perfect score: the mean and the interval stay in
+    # [0, 100] and ordered
+    exp = tracking.ensure_experiment("top", uri)
+    for seed, v in enumerate([100.00000000000004, 100.00000000000004, 100.00000000000004]):
+        _trial(uri, exp, f"t{seed}", "Xavier", seed, v)
+    for seed, v in enumerate([100.00000000000004, 99.99999999999997, 100.00000000000004]):
+        _trial(uri, exp, f"u{seed}", "GloVe", seed, v)
+    rows = json.loads(_report(uri, capsys, "--format", "json", name="top"))["rows"]
+    table = list(csv.DictReader(io.StringIO(_report(uri, capsys, "--format", "csv", name="top"))))
+    for r in rows + [{k: float(r[k]) for k in ("mean", "ci_low", "ci_high")} for r in table]:
+        assert 0.0 <= r["ci_low"] <= r["mean"] <= r["ci_high"] <= 100.0, r
+    assert rows[0]["mean"] == 100.0
+
+
+def test_a_cancelled_experiment_says_what_never_finished(uri, capsys):
+    spec = load_spec({"name": "cancelled", "tasks": ["synthetic_classification"],
+                      "inits": ["xavier", "normal", "xavier_normal"], "seeds": 2})
+    exp = tracking.ensure_experiment("cancelled", uri)
+    parent = tracking.start_parent_run(exp, uri, spec.spec_hash(), spec.to_yaml(), spec.num_trials())
+    plan = spec.plan()
+    for p, status in zip(plan, ("finished", "cancelled")):   # Xavier: one seed finished, one cancelled
+        run = tracking.TrialRun.open(uri, exp, parent, p.config, p.key, p.label, {"axes": {}, "point": {}})
+        if status == "cancelled":
+            run.fail("cancelled", status="KILLED")
+        else:
+            run.finish({"status": "finished", "history": [], "best": {"val/acc": 0.8}, "best_epoch": 1}, [])
+    tracking.end_parent_run(parent, uri, "KILLED", None, {})
+    out = _report(uri, capsys, name="cancelled")
+    assert "**Incomplete: 5 of 6 planned trials never finished** (1 cancelled, 4 never started)." in out
+    assert "Inits with no finished trial: synthetic_classification: Normal, XavierNormal." in out
+    data = json.loads(_report(uri, capsys, "--format", "json", name="cancelled"))
+    assert data["completeness"] == {
+        "planned": 6, "finished": 1, "unfinished": 5, "unfinished_by_status": {"cancelled": 1, "never started": 4},
+        "inits_without_results": [{"task": "synthetic_classification", "init": "Normal"},
+                                  {"task": "synthetic_classification", "init": "XavierNormal"}]}
+    # every planned init has its row (n = 0 where nothing finished), in every format
+    assert [(r["init"], r["n"]) for r in data["rows"]] == [("Xavier", 1), ("Normal", 0), ("XavierNormal", 0)]
+    table = list(csv.DictReader(io.StringIO(_report(uri, capsys, "--format", "csv", name="cancelled"))))
+    assert [(r["init"], r["n"]) for r in table] == [("Xavier", "1"), ("Normal", "0"), ("XavierNormal", "0")]
+
+
+def test_a_misspelled_experiment_lists_the_ones_that_exist(uri, capsys):
+    assert main(["report", "cpm", "--tracking-uri", uri]) == 2
+    err = capsys.readouterr().err
+    assert "no MLflow experiment 'cpm'" in err and "did you mean 'cmp'?" in err
+    assert "(it has [" in err and "'cmp'" in err.split("it has")[1] and "'Default'" in err
+
+
+def test_without_a_xavier_row_the_report_says_how_to_pick_a_baseline(uri, capsys):
+    exp = tracking.ensure_experiment("no-xavier", uri)
+    for seed, v in enumerate([20.0, 21.0]):
+        _trial(uri, exp, f"nx-g{seed}", "GloVe", seed, v)
+        _trial(uri, exp, f"nx-n{seed}", "Normal", seed, v - 5)
+    out = _report(uri, capsys, name="no-xavier")
+    assert "No Xavier rows to compare with (`--baseline LABEL`" in out
+    assert "| multi30k | GloVe | test/bleu (higher is better) | 5.00 |" in _report(uri, capsys, "--baseline", "Normal",
+                                                                                    name="no-xavier")
+
+
+def test_a_trial_recorded_under_an_older_key_counts_as_run(uri, capsys):
+    # the newest sweep's spec is planned again with today's keys; a trial an older version keyed
+    # differently (same task, init, axes, point and seed) is not "never started"
+    spec = load_spec({"name": "rekeyed", "tasks": ["synthetic_classification"], "inits": ["xavier"], "seeds": 2})
+    exp = tracking.ensure_experiment("rekeyed", uri)
+    parent = tracking.start_parent_run(exp, uri, spec.spec_hash(), spec.to_yaml(), spec.num_trials())
+    for i, p in enumerate(spec.plan()):
+        run = tracking.TrialRun.open(uri, exp, parent, p.config, f"old-key-{i}", p.label, {"axes": {}, "point": {}})
+        run.finish({"status": "finished", "history": [], "best": {"val/acc": 0.8}, "best_epoch": 1}, [])
+    tracking.end_parent_run(parent, uri, "FINISHED", None, {})
+    data = json.loads(_report(uri, capsys, "--format", "json", name="rekeyed"))
+    assert (data["completeness"]["finished"], data["completeness"]["unfinished"]) == (2, 0)
+    assert "Incomplete" not in _report(uri, capsys, name="rekeyed")

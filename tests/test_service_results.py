@@ -1,0 +1,87 @@
+"""`GET /experiments/{id}/results` over a real (temporary SQLite) MLflow store, as an API user meets
+issue 22: each init compared with Xavier or `?baseline=`, a 422 naming the closest init for a misspelled
+baseline, and what a partial experiment never finished. The cluster is the in-process fake; the trial
+runs are written the way the sweep writes them."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from fastapi.testclient import TestClient
+
+from embinit import tracking
+from embinit.spec import load_spec
+from service.fakes import FakeCluster, FakeRunner
+from service.main import create_app
+from service.settings import Settings
+
+pytestmark = pytest.mark.slow  # MLflow's store setup takes a few seconds
+
+SPEC = {"name": "api-results", "tasks": ["synthetic_classification"], "inits": ["xavier", "normal"], "seeds": 2}
+ACC = [0.50, 0.60, 0.70]   # Xavier seed 0, Xavier seed 1, Normal seed 0; Normal seed 1 never ran
+
+
+@pytest.fixture
+def client(tmp_path):
+    settings = Settings(database_url=f"sqlite:///{tmp_path}/state.db", tracking_uri=f"sqlite:///{tmp_path}/m.db",
+                        data_roots=[tmp_path], pretrained_roots=[tmp_path], refresh_interval_s=0.0)
+    with TestClient(create_app(settings, runner=FakeRunner(FakeCluster()))) as c:
+        yield c, tracking.resolve_uri(settings.tracking_uri)
+
+
+def _write_runs(uri: str) -> None:
+    from mlflow.entities import Metric
+    exp = tracking.ensure_experiment(SPEC["name"], uri)
+    client = tracking.client(uri)
+    for p, acc in zip(load_spec(SPEC).plan(), ACC):
+        run = tracking.TrialRun.open(uri, exp, None, p.config, p.key, p.label, {"axes": {}, "point": {}})
+        now = int(time.time() * 1000)
+        client.log_batch(run.run_id, metrics=[Metric("best/val/acc", acc, now, 0), Metric("best_epoch", 1, now, 0)])
+        client.set_tag(run.run_id, tracking.STATUS_TAG, "finished")
+        client.set_terminated(run.run_id, "FINISHED")
+
+
+def test_results_compare_inits_and_say_what_never_finished(client):
+    c, uri = client
+    exp_id = c.post("/experiments", json=SPEC).json()["id"]
+    _write_runs(uri)
+    data = c.get(f"/experiments/{exp_id}/results").json()
+    rows = {r["init"]: r for r in data["rows"]}
+    normal = rows["Normal"]["vs_baseline"]
+    assert (data["baseline"], normal["baseline"], normal["test"], normal["pairs"]) == ("Xavier", "Xavier",
+                                                                                      "paired t", 1)
+    assert normal["diff"] == pytest.approx(0.2) and normal["verdict"] == "inconclusive"
+    assert data["completeness"]["unfinished"] == 1 and data["completeness"]["planned"] == 4
+    md = c.get(f"/experiments/{exp_id}/results", params={"format": "markdown"}).text
+    assert "Difference from Xavier" in md and "1 of 4 planned trials never finished" in md
+    other = c.get(f"/experiments/{exp_id}/results", params={"baseline": "Normal"}).json()
+    assert {r["init"]: r for r in other["rows"]}["Xavier"]["vs_baseline"]["diff"] == pytest.approx(-0.2)
+    bad = c.get(f"/experiments/{exp_id}/results", params={"baseline": "nromal"})
+    assert bad.status_code == 422
+    assert bad.json()["detail"] == ("baseline 'nromal' is not an init of this experiment; choose from "
+                                    "['Normal', 'Xavier']; did you mean 'Normal'?")
+
+
+def test_the_cli_client_passes_the_baseline(tmp_path, capsys, monkeypatch):
+    import json
+
+    from live_server import serving
+
+    from embinit.cli import main
+    for name in ("EMBINIT_API_URL", "EMBINIT_API_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    settings = Settings(_env_file=None, database_url=f"sqlite:///{tmp_path}/state.db",
+                        tracking_uri=f"sqlite:///{tmp_path}/m.db", data_roots=[tmp_path],
+                        pretrained_roots=[tmp_path], refresh_interval_s=0.0)
+    with serving(create_app(settings, runner=FakeRunner(FakeCluster()))) as base:
+        spec = tmp_path / "spec.json"
+        spec.write_text(json.dumps(SPEC))
+        assert main(["experiments", "submit", str(spec), "--url", base]) == 0
+        exp_id = capsys.readouterr().out.split("submitted: ")[1].split()[0]
+        _write_runs(tracking.resolve_uri(settings.tracking_uri))
+        assert main(["experiments", "results", exp_id, "--baseline", "Normal", "--format", "json", "--url", base]) == 0
+        rows = {r["init"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
+        assert rows["Xavier"]["vs_baseline"]["baseline"] == "Normal"
+        assert main(["experiments", "results", exp_id, "--baseline", "Nrmal", "--url", base]) == 2
+        assert "did you mean 'Normal'?" in capsys.readouterr().err
