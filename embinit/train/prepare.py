@@ -24,7 +24,7 @@ from embinit.models import (ModelConfig, build_model, divisors, embedding_parame
                             set_dropout_generator, set_trainable)
 from embinit.trusted import is_trusted
 
-TRAINER_EXTRAS = ("val_bleu",)  # read by the trainers; every other extras key goes to load_task
+TRAINER_EXTRAS = ("val_bleu", "bleu_drop_unk")  # read by the trainers; every other extras key goes to load_task
 
 
 def load_body(model, path: str) -> None:
