@@ -127,8 +127,9 @@ class Reproduction:
         s = Section("Table 2 / Table 6: embedding statistics at init")
         s.lines += ["Statistics of the initialized table the trials logged (`init/emb/*`: the target table for "
                     "translation, the only table for classification), mean over seeds. 'scaled' is ×√D, what "
-                    "enters the transformer; 'PE' are the sinusoidal encodings of 512 positions at the same D "
-                    "(the paper's Table 6 uses 5,000 positions at D = 300). Absorption = σ(scaled)/σ(PE).", "",
+                    "enters the transformer; 'PE' are the sinusoidal encodings of the trial's `pe_positions` at the "
+                    "same D (default 5,000, as the paper's Table 6 at D = 300; runs logged before issue 23 used "
+                    "512). Absorption = σ(scaled)/σ(PE).", "",
                     "| group | init | min, max | mean (σ) | paper min, max | paper mean (σ) | scaled min, max | "
                     "scaled σ | paper scaled σ | PE σ | absorption |", "|---" * 11 + "|"]
         rows = []
