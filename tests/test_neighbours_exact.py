@@ -84,3 +84,14 @@ def test_similarity_of_a_table_with_itself_perturbed_below_float32_noise():
     x = near_tie_table()
     res = knn_match_similarity(x, x.clone(), k=10, block_size=40)
     assert torch.all(res.per_token == 1.0)
+
+
+def test_cosine_similarity_is_float64_exact_too():
+    """knn_match_similarity searches cosine neighbours from the original rows (not float32-normalized
+    copies), so its neighbour lists are float64 brute force's."""
+    x = near_tie_table("cosine")
+    y = near_tie_table("cosine", seed=1)
+    res = knn_match_similarity(x, y, k=10, neighbours="cosine", block_size=64)
+    r1, r2 = brute64(x, 10, "cosine"), brute64(y, 10, "cosine")
+    inter = torch.tensor([len(set(a) & set(b)) for a, b in zip(r1.tolist(), r2.tolist())])
+    assert torch.equal(res.intersections, inter)
