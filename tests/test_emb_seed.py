@@ -109,3 +109,31 @@ def test_a_reference_emb_seed_no_trial_uses_is_a_spec_error(monkeypatch, tmp_pat
     with pytest.raises(SpecError) as err:
         load_spec(data)
     assert any(p == "analyses.similarity.reference_emb_seed" and "9" in m for p, m in err.value.problems)
+
+
+@pytest.mark.slow
+def test_a_sweep_compares_embedding_seeds_with_both_scores(ray_local, tmp_path):
+    """The blog specs' design end to end on local Ray: one trial seed, two embedding seeds; the second
+    compares with the first's snapshots step by step and logs the blog's score beside Jaccard."""
+    from embinit import tracking
+    from embinit.analysis import similarity_curve
+    from embinit.sweep import run_sweep
+    from helpers.sweep import sweep_spec_data
+    snaps = tmp_path / "snaps"
+    data = sweep_spec_data("emb-seeds", tmp_path, {"task": "synthetic_lm", "epochs": 2, "d_model": 16,
+                                                   "ff_dim": 32, "heads": 2, "max_train_examples": 200})
+    data.update(seeds=[0], axes={"emb_seed": [1, 2]}, max_concurrent=1,
+                analyses={"similarity": {"reference_emb_seed": 1, "snapshot_dir": str(snaps), "every_n_steps": 4,
+                                         "k": 3, "metric": ["overlap", "jaccard"]}})
+    result = run_sweep(load_spec(data), progress=False)
+    assert result.n_finished == 2, result.trials
+    by_emb = {t["config"]["emb_seed"]: t for t in result.trials}
+    uri = result.tracking_uri
+
+    def history(run_id, metric):
+        return {m.step: m.value for m in tracking.client(uri).get_metric_history(run_id, metric)}
+    assert history(by_emb[1]["run_id"], "sim/knn_overlap_mean") == {}     # the reference itself
+    for score in ("overlap", "jaccard"):
+        logged = history(by_emb[2]["run_id"], f"sim/knn_{score}_mean")
+        curve = similarity_curve(snaps / by_emb[1]["key"], snaps / by_emb[2]["key"], k=3, metric=score)
+        assert len(curve) >= 3 and logged == pytest.approx({c["step"]: c["mean"] for c in curve}, abs=1e-6)
