@@ -8,18 +8,17 @@ float64, and only true ties are ties -- scores within their float64 rounding bou
 (each score s_ij's bound is (D + 4)·eps64·Σ_d |x_id x_jd|: mathematically equal scores, e.g. parallel
 rows under cosine, may differ in their last float64 bits; repeated rows score bit-equal, since products
 of float32 values are exact in float64) -- and among tied scores the lower row index wins, including
-at the k-th place. Near-ties that float32 cannot resolve are ordered by their
-float64 values, as `argsort` of the float64 score matrix orders them.
+at the k-th place. Near-ties that float32 cannot resolve are ordered by their float64 values, as
+`argsort` of the float64 score matrix orders them.
 
 How: the score matrix is symmetric, so only the blocks on and above the diagonal are multiplied, in the
 input's dtype; each block updates the running top-`keep` (k + EXTRA) of its rows and, transposed, of its
 columns (half the FLOPs of the naive loop, memory O(N k + block^2)). Then every row's `keep` candidates
 are rescored in float64 (N·keep·D work) and ordered by the rule above. A row's top k is certain when its
 float64 k-th score beats, by more than tol64 = 2·(D + 4)·eps64·max‖x_i‖² (any two scores' bounds),
-anything a non-candidate could score: the smallest kept
-first-pass score plus the first pass's rounding bound (4·D·eps·max‖x_i‖² in the input's dtype; it also
-covers a float32 cosine's normalization). The few rows where it does not are recomputed against every
-row in float64.
+anything a non-candidate could score: the smallest kept first-pass score plus the first pass's rounding
+bound (4·D·eps·max‖x_i‖² in the input's dtype; it also covers a float32 cosine's normalization). The
+few rows where it does not are recomputed against every row in float64.
 """
 
 from __future__ import annotations
