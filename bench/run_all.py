@@ -40,6 +40,7 @@ BENCHES = {
     "bench_api": lambda: None,
     "bench_trainer": lambda: None,
     "bench_similarity": lambda: None,
+    "bench_knn_exact": lambda: None,
     "bench_sweep": lambda: None,
     "bench_fused": lambda: None,
     "bench_trainer_ab": _multi30k,

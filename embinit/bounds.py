@@ -31,8 +31,10 @@ class Bound:
 BOUNDS: dict[str, Bound] = {
     "seed": Bound(0, SEED_MAX, why="seeds are 32-bit"),
     "data_seed": Bound(0, SEED_MAX, why="seeds are 32-bit"),
+    "emb_seed": Bound(0, SEED_MAX, why="seeds are 32-bit"),
     "seed_count": Bound(1, 100_000, why="`seeds: N` builds a list of N seeds"),
     "retries": Bound(0, 1000, "max_retries", 10, why="Tune reruns a failing trial this often"),
+    "pe_positions": Bound(1, 1_000_000, why="the position table holds pe_positions x d_model floats"),
     "max_len": Bound(2, 1_000_000, "max_len", 8192, why="about 1 GB of memory per 10^6 positions"),
     "lr": Bound(1e-8, 10.0, "max_lr", 1.0, why="beyond it training diverges at once"),
     "epochs": Bound(1, None, "max_epochs", 1000, why="a trial would hold its slot for days"),

@@ -54,9 +54,9 @@ TASKS: dict[str, TaskDefaults] = {
                          epochs=5, batch_size=128, lr=1e-4, min_freq=2, metric="acc"),
     "mnli": TaskDefaults("classification", "GLUE MNLI entailment, best dev matched/mismatched accuracy",
                          epochs=10, batch_size=128, lr=1e-4, min_freq=2, metric="acc_matched"),
-    # The KNN-similarity blog post gives a decoder-only model, D=512, the GPT-2 tokenizer, WikiText-2 and
-    # the step counts (16,000; 8,000), nothing more: the 6 layers, 8 heads, 2,048-wide feed-forward layer,
-    # lr 3e-4 (the usual Adam lr at this size), batch and sequence length are embinit's choices.
+    # A small, fast LM setting (6 layers, 8 heads, feed-forward 2,048 as the KNN-similarity blog's code;
+    # batch 32 x 128 tokens and lr 3e-4 are embinit's). The blog's own settings (its repository's config:
+    # sequence 512, batch 12, lr 1e-4, dropout 0.2, pre-norm) are set in tune_configs/blog/.
     "wikitext2": TaskDefaults("lm", "WikiText-2 language modelling with the GPT-2 tokenizer, perplexity",
                               epochs=10, batch_size=32, lr=3e-4, min_freq=1, layers=6, ff_dim=2048,
                               max_len=128, metric="ppl"),
@@ -108,6 +108,10 @@ class TrialConfig:
     seed: int = 0
     data_seed: int | None = None        # seed of the data order; None -> `seed`. Two seeds sharing one
                                         # data order is the KNN-similarity post's experiment 1.
+    emb_seed: int | None = None         # seed of the embedding tables' init only; None -> `seed`. Every
+                                        # other weight, the data order and dropout follow `seed`: trials
+                                        # differing only in emb_seed differ only in their tables (the KNN
+                                        # post's code: only the token table's init differs)
     init_from: str | None = None        # a best.pt whose non-embedding weights start this model (the
                                         # post's experiment 2: a trained body, re-initialized embeddings)
     src_init: str | None = None         # translation: source-side init spec; None -> same as `init`
@@ -127,6 +131,10 @@ class TrialConfig:
     min_freq: int | None = None
     max_len: int | None = None
     pe_base: float = 10000.0
+    pe_positions: int = 5000            # rows of the position-encoding table: the model's (at least the
+                                        # 2 max_len + 2 a sequence needs) and the one `emb/pe_*` and
+                                        # `emb/absorption` are measured on. 5,000: the paper's Table 6 PE
+                                        # statistics (mean 0.131) are those of 5,000 positions
     pre_ln: bool = False
     pos_encoding: bool = True           # Table 3 ablation: position encoding on/off
     train_embeddings: bool = True       # Table 3 ablation: embeddings trainable/frozen
@@ -143,7 +151,9 @@ class TrialConfig:
     extras: dict[str, Any] = field(default_factory=dict)  # task-specific switches (documented per task)
 
     NOT_IN_KEY = ("threads", "device")
-    KEY_IF_SET = ("data_seed", "init_from", "tie_embeddings")   # in the key only when not the default
+    KEY_IF_SET = ("data_seed", "init_from", "tie_embeddings", "emb_seed")   # in the key only when not the default
+    # in the key unless at the value every earlier key computed with (so those keys stay reachable)
+    KEY_OMIT_AT = {"pe_positions": 512}
 
     def resolved(self) -> "TrialConfig":
         """A copy with every None hyperparameter replaced by the task default (d_model excepted:
@@ -176,6 +186,9 @@ class TrialConfig:
         defaults = {f.name: f.default for f in dataclasses.fields(self)}
         for name in self.KEY_IF_SET:  # added later: at their default, they leave earlier keys unchanged
             if d.get(name) == defaults[name]:
+                d.pop(name, None)
+        for name, legacy in self.KEY_OMIT_AT.items():
+            if d.get(name) == legacy:
                 d.pop(name, None)
         d["code_version"] = CODE_VERSION
         blob = json.dumps(d, sort_keys=True, separators=(",", ":"), default=str)

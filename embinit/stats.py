@@ -3,7 +3,9 @@
 Keys (with the default prefix `emb/`), all floats:
 - `min`, `max`, `mean`, `std`: over all values of the table (std is the sample std, as in the paper);
 - `scaled_min`, ..., `scaled_std`: the same after the transformer's x sqrt(D) input scaling;
-- `pe_min`, `pe_max`, `pe_mean`, `pe_std`: the sinusoidal position encodings of `pe_length` positions;
+- `pe_min`, `pe_max`, `pe_mean`, `pe_std`: the sinusoidal position encodings of `pe_length` positions
+  (default 5,000: the paper's Table 6 PE row, mean 0.131, is that table's; a trial passes its
+  `pe_positions`);
 - `absorption`: std(scaled embeddings) / std(PE). Above 1 the token signal dominates the sum that
   enters the transformer; far above 1 (raw GloVe x sqrt(300): ~9) the position signal is drowned;
 - `row_norm_mean`, `row_norm_std`: L2 norms of the (unscaled) rows;
@@ -22,6 +24,7 @@ from embinit.errors import EmbinitError
 from embinit.posenc import sinusoidal
 
 COVERAGE_KEYS = ("rows_found", "row_share", "token_share")
+DEFAULT_PE_POSITIONS = 5000   # TrialConfig.pe_positions' default (embinit/config.py, which avoids torch)
 
 
 def _summary(x: torch.Tensor, prefix: str) -> dict[str, float]:
@@ -29,7 +32,7 @@ def _summary(x: torch.Tensor, prefix: str) -> dict[str, float]:
             f"{prefix}mean": x.mean().item(), f"{prefix}std": x.std().item() if x.numel() > 1 else 0.0}
 
 
-def embedding_stats(table: torch.Tensor, pe_length: int = 512, pe_base: float = 10000.0,
+def embedding_stats(table: torch.Tensor, pe_length: int = DEFAULT_PE_POSITIONS, pe_base: float = 10000.0,
                     coverage: dict | None = None, prefix: str = "emb/") -> dict[str, float]:
     """Flat, namespaced statistics of an N x D table (see the module docstring for the keys)."""
     if table.ndim != 2 or table.numel() == 0:

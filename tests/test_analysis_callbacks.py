@@ -213,3 +213,26 @@ def test_similarity_figure_from_a_callback_history(tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 2000
     with pytest.raises(EmbinitError, match="empty"):
         similarity_figure([], tmp_path / "x.png")
+
+
+def test_the_blogs_score_is_logged_beside_jaccard():
+    """metric=[overlap, jaccard] (the blog specs): |∩|/K, what the blog's code published, and |∩|/|∪|
+    from the same neighbour lists, at every measured step."""
+    traj = tables(7, 3)
+    ref = traj[0] + 0.8 * torch.randn(N, D, generator=torch.Generator().manual_seed(8))
+    logged = []
+    cb = SimilarityCallback(ref, every_n_steps=1, k=5, metric=["overlap", "jaccard"],
+                            log_fn=lambda m, s: logged.append(m))
+    train(ctx_for(traj[0]), traj, [cb])
+    for step, metrics in enumerate(logged):
+        for score in ("overlap", "jaccard"):
+            expected = knn_match_similarity(traj[step], ref, k=5, metric=score).summary
+            assert metrics[f"sim/knn_{score}_mean"] == pytest.approx(expected["mean"])
+            assert metrics[f"sim/knn_{score}_median"] == pytest.approx(expected["median"])
+    assert logged[0]["sim/knn_overlap_mean"] > logged[0]["sim/knn_jaccard_mean"]   # I/K > I/(2K-I)
+    assert list(cb.history[0])[:2] == ["step", "sim/knn_overlap_mean"]            # the figure's score
+
+
+def test_an_unknown_score_in_a_list_is_named():
+    with pytest.raises(EmbinitError, match="'iou' is not a registered similarity metric"):
+        SimilarityCallback(torch.zeros(N, D), metric=["overlap", "iou"])

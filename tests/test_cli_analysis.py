@@ -193,3 +193,19 @@ def test_analogy_log_experiment_records_every_row_in_mlflow(files, tmp_path, cap
     assert [r["ratio"] for r in result["ratio_sweep"]][:2] == [0.03, 0.1]
     assert all(r["total"] == 6 for r in result["ratio_sweep"]) and result["ratio_sweep"][-1]["correct"] == 6
     assert tracking.analysis_runs("missing", uri, "analogy") == []
+
+
+def test_similarity_reports_the_blogs_score_beside_jaccard(tmp_path, capsys):
+    g = torch.Generator().manual_seed(3)
+    tokens = [f"w{i}" for i in range(60)]
+    x = torch.randn(60, 6, generator=g)
+    a = save_npy(tmp_path, "a", x, tokens)
+    b = save_npy(tmp_path, "b", x + 0.7 * torch.randn(60, 6, generator=g), tokens)
+    out = run_json(capsys, ["similarity", str(a), str(b), "--k", "5", "--json"])
+    from embinit.analysis.similarity import knn_match_similarity
+    for metric in ("jaccard", "overlap"):
+        ref = knn_match_similarity(np.load(a), np.load(b), k=5, metric=metric).summary
+        assert out["scores"][metric] == {"mean": ref["mean"], "median": ref["median"]}
+    assert out["scores"]["overlap"]["mean"] > out["scores"]["jaccard"]["mean"] == out["mean"]
+    assert main(["similarity", str(a), str(b), "--k", "5"]) == 0
+    assert "beside it, overlap (|∩|/K, the post's code and numbers): mean" in capsys.readouterr().out

@@ -44,3 +44,15 @@ def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2 and message in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_emb_seed_and_pe_positions_reach_the_trial_config():
+    import argparse
+
+    from embinit.cli.train import config_from_args, register
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    cfg = config_from_args(parser.parse_args(["train", "--task", "synthetic_lm", "--emb-seed", "7",
+                                              "--pe-positions", "2000"]))
+    assert (cfg.seed, cfg.emb_seed, cfg.pe_positions) == (0, 7, 2000)
+    assert config_from_args(parser.parse_args(["train", "--task", "synthetic_lm"])).pe_positions == 5000

@@ -1,6 +1,7 @@
 """Prepare once per sweep: concurrent trials never tokenize the same task (or align the same pretrained
 file) more than once, and the cache keys hold across folders with the same file contents."""
 
+import dataclasses
 import shutil
 import threading
 import time
@@ -112,3 +113,10 @@ def test_cache_is_keyed_by_content_not_path(counted, tmp_path):
     (tmp_path / "b" / "vec.txt").write_text(Path(vec).read_text().replace("0.1", "0.2"))
     prepare_configs([TrialConfig(**{**cfg.to_dict(), "pretrained": str(copy)})], tmp_path / "cache")
     assert counted["align"] == 4                     # other content: a miss
+
+
+def test_embedding_seeds_and_position_counts_share_one_warmup():
+    """emb_seed and pe_positions change neither the tokenized task nor the aligned rows (issue 23)."""
+    base = TrialConfig(task="synthetic_lm", seed=0)
+    cfgs = [dataclasses.replace(base, emb_seed=e, pe_positions=p) for e in (1, 2) for p in (512, 5000)]
+    assert len(distinct_configs(cfgs)) == 1

@@ -1,11 +1,45 @@
-"""BLEU: sacrebleu on detokenized hypotheses, <unk> dropped, case handling, signature."""
+"""BLEU: sacrebleu on detokenized hypotheses, <unk> kept unless asked, case handling, signature."""
 
+from types import SimpleNamespace
+
+import embinit.train.translation as translation
+from embinit.config import TrialConfig
 from embinit.train.bleu import corpus_bleu, detokenize_all, is_lowercased
+from embinit.vocab import Vocab
 
 
-def test_unk_and_specials_are_dropped_before_detokenizing():
-    hyps = detokenize_all([["a", "<unk>", "dog", "runs", ".", "<eos>"]], lambda t: " ".join(t))
+def test_unk_is_kept_and_specials_dropped_before_detokenizing():
+    hyps = detokenize_all([["a", "<unk>", "dog", "runs", ".", "<eos>", "<pad>"]], lambda t: " ".join(t))
+    assert hyps == ["a <unk> dog runs ."]
+
+
+def test_dropping_unk_is_an_explicit_option():
+    hyps = detokenize_all([["a", "<unk>", "dog", "runs", ".", "<eos>"]], lambda t: " ".join(t), drop_unk=True)
     assert hyps == ["a dog runs ."]
+
+
+def _task_with_hypothesis(tokens, extras, monkeypatch):
+    vocab = Vocab(["<pad>", "<unk>", "<bos>", "<eos>", "a", "dog", "runs", "on", "the", "grass", "."])
+    data = SimpleNamespace(vocab=vocab, splits={"train": [], "val": [([4], [4])], "test": [([4], [4])]},
+                           eval_splits=["val", "test"], info={"lowercase": True},
+                           references={"test": ["a brown dog runs on the grass ."]},
+                           detokenize=lambda t: " ".join(t))
+    ids = vocab.encode(tokens)
+    monkeypatch.setattr(translation, "translate", lambda model, sources, **kw: [ids for _ in sources])
+    cfg = TrialConfig(task="synthetic_translation", extras=extras).resolved()
+    return translation.TranslationTask(data, cfg, "cpu", lambda: None)
+
+
+def test_trial_bleu_keeps_unk_by_default_and_says_so_in_the_signature(monkeypatch):
+    hyp = ["a", "<unk>", "dog", "runs", "on", "the", "grass", "."]
+    kept, sig_kept = _task_with_hypothesis(hyp, {}, monkeypatch).bleu(None, "test")
+    dropped, sig_dropped = _task_with_hypothesis(hyp, {"bleu_drop_unk": True}, monkeypatch).bleu(None, "test")
+    ref = "a brown dog runs on the grass ."
+    assert kept == corpus_bleu(["a <unk> dog runs on the grass ."], [ref], lowercase=True)[0]
+    assert dropped == corpus_bleu(["a dog runs on the grass ."], [ref], lowercase=True)[0]
+    assert kept != dropped
+    assert sig_kept.endswith("|unk:kept") and sig_dropped.endswith("|unk:dropped")
+    assert "tok:13a" in sig_kept and "case:lc" in sig_kept
 
 
 def test_unk_would_cost_bleu_under_13a():

@@ -134,11 +134,14 @@ def test_gpu_specs_carry_the_issues_settings():
     assert spec.mlflow.experiment == "gpu-multi30k-glove50" and {t.epochs for t in trials} == {20}
     spec, trials = _gpu("sst2_minilm")
     assert {t.epochs for t in trials} == {5} and len(spec.seeds) == 5
-    _, trials = _gpu("blog_exp1")
-    assert {(t.tie_embeddings, t.seed) for t in trials} == {(False, 0), (False, 1), (True, 0), (True, 1)}
+    _, trials = _gpu("blog_exp1")   # since issue 23: one trial seed, the post's two token-table seeds
+    assert {(t.tie_embeddings, t.seed, t.emb_seed) for t in trials} == {
+        (False, 1, 1), (False, 1, 2), (True, 1, 1), (True, 1, 2)}
+    assert {(t.max_len, t.batch_size, t.lr, t.dropout, t.pre_ln) for t in trials} == {(512, 12, 1e-4, 0.2, True)}
     for tie in ("tied", "untied"):
         _, trials = _gpu(f"blog_exp2_{tie}")
         assert {t.tie_embeddings for t in trials} == {tie == "tied"} and all(t.freeze_non_embeddings for t in trials)
+        assert {(t.seed, t.emb_seed) for t in trials} == {(2, 100), (2, 200)}
         assert all(t.init_from.endswith(f"blog_exp1_{tie}_best.pt") for t in trials)
     for path in GPU.glob("*.yaml"):
         spec = load_spec(path)

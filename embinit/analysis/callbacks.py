@@ -74,7 +74,7 @@ def snapshot_path(folder: str | Path, step: int) -> Path:
 
 
 class SimilarityCallback:
-    def __init__(self, reference=None, every_n_steps: int = 500, k: int = 10, metric: str = "jaccard",
+    def __init__(self, reference=None, every_n_steps: int = 500, k: int = 10, metric: str | list[str] = "jaccard",
                  neighbours: str = "dot", log_fn: LogFn | None = None, key: str | None = None,
                  snapshot_dir: str | Path | None = None, reference_snapshots: str | Path | None = None,
                  wait_s: float = 0.0, prefix: str = "sim", block_size: int = DEFAULT_BLOCK):
@@ -84,11 +84,15 @@ class SimilarityCallback:
             raise EmbinitError("SimilarityCallback needs a reference, reference_snapshots or a snapshot_dir")
         if every_n_steps < 1:
             raise EmbinitError(f"every_n_steps must be >= 1, got {every_n_steps}")
-        if metric not in SCORES:
-            raise unknown_name("similarity metric", metric, SCORES)
+        metrics = (metric,) if isinstance(metric, str) else tuple(metric)
+        bad = [m for m in metrics if m not in SCORES]
+        if bad or not metrics:
+            raise unknown_name("similarity metric", bad[0] if bad else "", SCORES)
         if neighbours not in NEIGHBOUR_METRICS:
             raise unknown_name("neighbour metric", neighbours, NEIGHBOUR_METRICS)
-        self.reference, self.every, self.k, self.metric = reference, every_n_steps, k, metric
+        # every score in `metric` is logged (the first one is the figure's); all share one intersection count
+        self.reference, self.every, self.k, self.metrics = reference, every_n_steps, k, metrics
+        self.metric = metrics[0]
         self.neighbours, self.log_fn, self.key, self.prefix = neighbours, log_fn, key, prefix
         self.snapshot_dir = Path(snapshot_dir) if snapshot_dir else None
         self.reference_snapshots = Path(reference_snapshots) if reference_snapshots else None
@@ -131,25 +135,28 @@ class SimilarityCallback:
                 _, idx = knn(table, self.k, self.neighbours, self.block)
         else:
             idx, ref_idx = self._fixed_pair(table, tokens, idx)
-        scores, inter = per_token_scores(idx, ref_idx, self.metric)
-        summary = summarize(scores, inter, self.k, torch.ones(len(scores), dtype=torch.bool))
-        metrics = {f"{self.prefix}/knn_{self.metric}_mean": summary["mean"],
-                   f"{self.prefix}/knn_{self.metric}_median": summary["median"]}
-        metrics.update(self._seen_metrics(ctx, key, scores, inter))
+        metrics = {}
+        for name in self.metrics:
+            scores, inter = per_token_scores(idx, ref_idx, name)
+            summary = summarize(scores, inter, self.k, torch.ones(len(scores), dtype=torch.bool))
+            metrics[f"{self.prefix}/knn_{name}_mean"] = summary["mean"]
+            metrics[f"{self.prefix}/knn_{name}_median"] = summary["median"]
+            metrics.update(self._seen_metrics(ctx, key, scores, inter, name))
         self.history.append({"step": step, **metrics})
         if self.log_fn is not None:
             self.log_fn(metrics, step)
         return metrics
 
-    def _seen_metrics(self, ctx, key: str, scores: torch.Tensor, inter: torch.Tensor) -> dict[str, float]:
+    def _seen_metrics(self, ctx, key: str, scores: torch.Tensor, inter: torch.Tensor,
+                      name: str) -> dict[str, float]:
         """`<prefix>/seen/knn_<metric>_mean|median` and `<prefix>/seen/tokens`: the same per-token scores
         aggregated over the tokens training saw only (neighbours are still searched among all rows)."""
         seen = context_seen(ctx, key)
         if seen is None or len(seen) != len(scores) or not seen.any():
             return {}
         part = summarize(scores, inter, self.k, seen)
-        return {f"{self.prefix}/seen/knn_{self.metric}_mean": part["mean"],
-                f"{self.prefix}/seen/knn_{self.metric}_median": part["median"],
+        return {f"{self.prefix}/seen/knn_{name}_mean": part["mean"],
+                f"{self.prefix}/seen/knn_{name}_median": part["median"],
                 f"{self.prefix}/seen/tokens": float(part["tokens"])}
 
     def _save_snapshot(self, step: int, idx: torch.Tensor, tokens) -> None:

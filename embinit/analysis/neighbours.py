@@ -3,19 +3,22 @@
 Scores are inner products (`"dot"`) or cosines (`"cosine"`: rows are unit-normalized first; an all-zero
 row has cosine 0 with everything). A token is never its own neighbour.
 
-Tie rule, so results are deterministic: neighbours are ordered by descending score, and among equal
-scores the lower row index wins, including at the k-th place (if rows 7 and 3 tie for the last slot,
-row 3 gets it). "Equal" is defined so that rounding cannot decide it: sorted by descending score, two
-neighbours in a row whose scores differ by at most tol = 4·D·eps·max‖x_i‖² (eps of the input's dtype;
-max‖x_i‖² bounds every |score|, so tol is well above the rounding error of a D-term dot product) are
-in one tie group, and a tie group is ordered by index. Without a tolerance, mathematically equal scores
-(parallel rows under cosine, repeated rows) differ in their last bits depending on the BLAS kernel, the
-block shape and whether a block was transposed, and their order followed the platform.
+Exact, as float64 brute force (issue 23): neighbours are ordered by descending score computed in
+float64, and only true ties are ties -- scores within their float64 rounding bounds of each other
+(each score s_ij's bound is (D + 4)·eps64·Σ_d |x_id x_jd|: mathematically equal scores, e.g. parallel
+rows under cosine, may differ in their last float64 bits; repeated rows score bit-equal, since products
+of float32 values are exact in float64) -- and among tied scores the lower row index wins, including
+at the k-th place. Near-ties that float32 cannot resolve are ordered by their float64 values, as
+`argsort` of the float64 score matrix orders them.
 
-How: the score matrix is symmetric, so only the blocks on and above the diagonal are multiplied; each
-block updates the running top-(k+1) of its rows and, transposed, of its columns (half the FLOPs of the
-naive loop, memory O(N k + block^2)). Keeping k+1 values tells exactly which rows have a tie across
-the k-th place; only those rows are recomputed with a stable full sort.
+How: the score matrix is symmetric, so only the blocks on and above the diagonal are multiplied, in the
+input's dtype; each block updates the running top-`keep` (k + EXTRA) of its rows and, transposed, of its
+columns (half the FLOPs of the naive loop, memory O(N k + block^2)). Then every row's `keep` candidates
+are rescored in float64 (N·keep·D work) and ordered by the rule above. A row's top k is certain when its
+float64 k-th score beats, by more than tol64 = 2·(D + 4)·eps64·max‖x_i‖² (any two scores' bounds),
+anything a non-candidate could score: the smallest kept first-pass score plus the first pass's rounding
+bound (4·D·eps·max‖x_i‖² in the input's dtype; it also covers a float32 cosine's normalization). The
+few rows where it does not are recomputed against every row in float64.
 """
 
 from __future__ import annotations
@@ -26,10 +29,21 @@ from embinit.errors import EmbinitError, unknown_name
 
 NEIGHBOUR_METRICS = ("dot", "cosine")
 DEFAULT_BLOCK = 2048  # 2048^2 floats = 16 MB per score block: efficient matmuls, cache-friendlier top-k
+EXTRA = 5             # candidates kept beyond k: the float64 rescoring then rarely needs a full row
 
 
 def prepare(x: torch.Tensor, neighbours: str = "dot", name: str = "embeddings") -> torch.Tensor:
     """Validate a 2-D finite float matrix and normalize it when `neighbours` is cosine."""
+    x = validate(x, neighbours, name)
+    return _normalized(x) if neighbours == "cosine" else x
+
+
+def _normalized(x: torch.Tensor) -> torch.Tensor:
+    return (x / x.norm(dim=1, keepdim=True).clamp_min(torch.finfo(x.dtype).tiny)).contiguous()
+
+
+def validate(x: torch.Tensor, neighbours: str = "dot", name: str = "embeddings") -> torch.Tensor:
+    """A 2-D finite float32/float64 matrix (integers and half precision become float32), not normalized."""
     if neighbours not in NEIGHBOUR_METRICS:
         raise unknown_name("neighbour metric", neighbours, NEIGHBOUR_METRICS)
     if not isinstance(x, torch.Tensor):
@@ -40,8 +54,6 @@ def prepare(x: torch.Tensor, neighbours: str = "dot", name: str = "embeddings") 
         x = x.float()   # integers, and half precision (slow and tie-prone on CPU)
     if not torch.isfinite(x).all():
         raise EmbinitError(f"{name} contains NaN or infinite values")
-    if neighbours == "cosine":
-        x = x / x.norm(dim=1, keepdim=True).clamp_min(torch.finfo(x.dtype).tiny)
     return x.contiguous()
 
 
@@ -53,10 +65,18 @@ def check_k(k: int, n: int) -> None:
                            "(each token has only N-1 other tokens)")
 
 
-def tie_tolerance(x: torch.Tensor) -> float:
-    """tol of the tie rule above for a prepared matrix x [N, D]."""
+def tie_tolerance(x: torch.Tensor, dtype: torch.dtype | None = None) -> float:
+    """4·D·eps·max‖x_i‖² for a prepared matrix x [N, D]: a bound on the rounding error of its scores
+    computed in `dtype` (default x's own)."""
     scale = float(x.pow(2).sum(dim=1).max())
-    return 4 * x.shape[1] * float(torch.finfo(x.dtype).eps) * scale
+    return 4 * x.shape[1] * float(torch.finfo(dtype or x.dtype).eps) * scale
+
+
+def _first_pass_error(x: torch.Tensor) -> float:
+    """Rounding bound of the blocked search's scores (TF32 matmuls on a GPU round to 10 bits)."""
+    if x.is_cuda and x.dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32:
+        return 4 * x.shape[1] * 2.0 ** -10 * float(x.pow(2).sum(dim=1).max())
+    return tie_tolerance(x)
 
 
 def _merge(vals, idx, rows: slice, scores: torch.Tensor, col0: int, keep: int) -> None:
@@ -70,44 +90,87 @@ def _merge(vals, idx, rows: slice, scores: torch.Tensor, col0: int, keep: int) -
     idx[rows] = torch.gather(cat_i, 1, pos)
 
 
-def _order(vals: torch.Tensor, idx: torch.Tensor, tol: float):
-    """Sort each row by descending value, then each tie group (consecutive gaps <= tol) by index."""
+def _order(vals: torch.Tensor, idx: torch.Tensor, tol):
+    """Sort each row by descending value, then each tie group by index. tol: a float (consecutive gaps
+    <= tol tie), or a tensor shaped like vals holding each value's rounding bound (a gap ties when it
+    is within the two values' bounds added)."""
     by_val = torch.sort(vals, dim=1, descending=True, stable=True).indices
     vals, idx = torch.gather(vals, 1, by_val), torch.gather(idx, 1, by_val)
+    if isinstance(tol, torch.Tensor):
+        tol = torch.gather(tol, 1, by_val)
+        tol = tol[:, :-1] + tol[:, 1:]
     gaps = (vals[:, :-1] - vals[:, 1:]) > tol   # -inf - -inf is nan: no gap, one group
     group = torch.cat([torch.zeros_like(vals[:, :1], dtype=torch.long), gaps.long().cumsum(1)], dim=1)
     order = torch.argsort(group * (int(idx.max()) + 1) + idx, dim=1)
     return torch.gather(vals, 1, order), torch.gather(idx, 1, order)
 
 
-def _tied_at_k(vals: torch.Tensor, k: int, tol: float) -> torch.Tensor:
-    """Rows whose k-th and (k+1)-th scores are one tie group (vals has k+1 sorted columns)."""
-    return torch.nonzero((vals[:, k - 1] - vals[:, k] <= tol) | (vals[:, k - 1] == vals[:, k])).flatten()
+def _bound64(a: torch.Tensor, b_abs_dot: torch.Tensor) -> torch.Tensor:
+    """Rounding bound of float64 scores: (D + 4)·eps64·Σ|a_d b_d| (the dot product's γ_D bound, twice
+    over, plus a float64 normalization's relative error for cosines)."""
+    return (a.shape[-1] + 4) * torch.finfo(torch.float64).eps * b_abs_dot
 
 
-def _exact_rows(x: torch.Tensor, rows: torch.Tensor, k: int, tol: float):
-    """Top-k of the given rows by a full sort (for rows whose k-th place is tied)."""
-    s = x[rows] @ x.T
-    s[torch.arange(len(rows), device=x.device), rows] = float("-inf")
-    idx = torch.arange(x.shape[0], device=x.device).expand_as(s)
-    v, i = _order(s, idx, tol)
+def _exact64(raw: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, neighbours: str):
+    """(float64 scores, their rounding bounds) [R, C] of rows against cols (index tensors into the
+    validated, unnormalized matrix; a cosine normalizes in float64). Products of float32 values are
+    exact in float64, so equal rows score bit-equal and distinct ones apart by their true difference."""
+    a, b = raw[rows].double(), raw[cols].double()
+    if neighbours == "cosine":
+        a, b = _normalized(a), _normalized(b)
+    return a @ b.T, _bound64(a, a.abs() @ b.abs().T)
+
+
+def _full_rows(raw, rows: torch.Tensor, k: int, neighbours: str, block: int):
+    """Top-k of the given rows against every other row, all in float64 (the uncertain rows)."""
+    n = raw.shape[0]
+    parts = [_exact64(raw, rows, torch.arange(c0, min(c0 + block, n), device=raw.device), neighbours)
+             for c0 in range(0, n, block)]
+    s, e = torch.cat([p[0] for p in parts], dim=1), torch.cat([p[1] for p in parts], dim=1)
+    s[torch.arange(len(rows), device=raw.device), rows] = float("-inf")
+    v, i = _order(s, torch.arange(n, device=raw.device).expand_as(s), e)
     return v[:, :k], i[:, :k]
+
+
+def _refine(raw, vals, idx, k: int, neighbours: str, err: float, tol64: float, block: int):
+    """(scores, indices) [N, k] from the first pass's candidates, rescored and ordered in float64;
+    rows whose top k is not certain (see the module docstring) are recomputed in full."""
+    n, keep = idx.shape
+    out_v = torch.empty(n, k, dtype=torch.float64, device=raw.device)
+    out_i = torch.empty(n, k, dtype=torch.long, device=raw.device)
+    for r0 in range(0, n, 512):            # 512 x keep x D float64 gathers at a time
+        rows = torch.arange(r0, min(r0 + 512, n), device=raw.device)
+        cand = idx[rows]
+        a = raw[rows].double()
+        b = raw[cand].double()
+        if neighbours == "cosine":
+            a, b = _normalized(a), _normalized(b.flatten(0, 1)).view_as(b)
+        s = torch.einsum("rd,rcd->rc", a, b)
+        v, i = _order(s, cand, _bound64(a, torch.einsum("rd,rcd->rc", a.abs(), b.abs())))
+        out_v[rows], out_i[rows] = v[:, :k], i[:, :k]
+    if keep < n - 1:                        # else every other row was a candidate: certain
+        bound = vals.min(dim=1).values.double() + err   # a non-candidate's float64 score is below this
+        unsure = torch.nonzero(out_v[:, k - 1] - bound <= tol64).flatten()
+        for c0 in range(0, len(unsure), 64):
+            rows = unsure[c0:c0 + 64]
+            out_v[rows], out_i[rows] = _full_rows(raw, rows, k, neighbours, block)
+    return out_v, out_i
 
 
 def knn(x: torch.Tensor, k: int, neighbours: str = "dot", block_size: int = DEFAULT_BLOCK,
         prepared: bool = False):
-    """(scores, indices), each [N, k]: every row's k nearest other rows, by the tie-break above.
-    Runs on x's device (a trial's GPU); the results stay there."""
-    if not prepared:
-        x = prepare(x, neighbours)
+    """(scores, indices), each [N, k]: every row's k nearest other rows, exactly as float64 brute force
+    orders them (the rule above); scores in x's dtype. Runs on x's device (a trial's GPU); the results
+    stay there. `prepared=True`: x is already validated (and, for cosine, normalized)."""
+    raw = x if prepared else validate(x, neighbours)
+    x = _normalized(raw) if neighbours == "cosine" and not prepared else raw
     n = x.shape[0]
     check_k(k, n)
-    keep = k + 1  # one extra to detect a tie across the k-th place
+    keep = min(k + EXTRA, n - 1)
     dev = x.device
     vals = torch.full((n, keep), float("-inf"), dtype=x.dtype, device=dev)
     idx = torch.full((n, keep), n, dtype=torch.long, device=dev)  # n: "no neighbour yet" (only with -inf)
     b = max(1, min(int(block_size), n))
-    tol = tie_tolerance(x)
     # two score buffers reused for every block: fresh 16-64 MB tensors per block cost page faults
     buf, buf_t = torch.empty(b * b, dtype=x.dtype, device=dev), torch.empty(b * b, dtype=x.dtype, device=dev)
     with torch.no_grad():
@@ -126,13 +189,9 @@ def knn(x: torch.Tensor, k: int, neighbours: str = "dot", block_size: int = DEFA
                     st = buf_t[: ni * nj].view(nj, ni)
                     st.copy_(s.T)
                     _merge(vals, idx, rj, st, i0, keep)
-        vals, idx = _order(vals, idx, tol)
-        tied = _tied_at_k(vals, k, tol) if keep <= n - 1 else torch.empty(0, dtype=torch.long, device=dev)
-        out_v, out_i = vals[:, :k].clone(), idx[:, :k].clone()
-        for c0 in range(0, len(tied), b):
-            rows = tied[c0:c0 + b]
-            out_v[rows], out_i[rows] = _exact_rows(x, rows, k, tol)
-    return out_v, out_i
+        tol64 = 2 * (x.shape[1] + 4) * float(torch.finfo(torch.float64).eps) * float(x.pow(2).sum(dim=1).max())
+        out_v, out_i = _refine(raw, vals, idx, k, neighbours, _first_pass_error(x), tol64, b)
+    return out_v.to(x.dtype), out_i
 
 
 def topk_excluding(scores: torch.Tensor, k: int, exclude: torch.Tensor | None = None):

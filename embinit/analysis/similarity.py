@@ -10,7 +10,8 @@ With I = |∩|, jaccard = I / (2K - I) <= overlap = I / K; both are 1 exactly wh
 The spaces may differ in dimension (only row i of each is compared with the other rows of its own
 space); they must have the same rows in the same order (see `align` for vocabularies that differ).
 
-Neighbours come from `embinit.analysis.neighbours.knn` (blocked, never N x N; ties: lower index wins).
+Neighbours come from `embinit.analysis.neighbours.knn` (blocked, never N x N; exactly as float64 brute
+force orders them, true ties to the lower index).
 Aggregates: mean, median (for an even count the lower of the two middle values, as `torch.median`)
 and the histogram of I (K+1 bins: 0..K shared neighbours). Optional per-token
 weights (e.g. training-text frequencies, as the post suggests) give a weighted mean and median; a
@@ -26,7 +27,7 @@ from typing import Sequence
 
 import torch
 
-from embinit.analysis.neighbours import DEFAULT_BLOCK, check_k, knn, prepare
+from embinit.analysis.neighbours import DEFAULT_BLOCK, check_k, knn, validate
 from embinit.errors import EmbinitError, unknown_name
 
 SCORES = ("jaccard", "overlap")
@@ -116,7 +117,8 @@ def knn_match_similarity(a: torch.Tensor, b: torch.Tensor, k: int = 10, metric: 
     """
     if metric not in SCORES:
         raise unknown_name("similarity metric", metric, SCORES)
-    a, b = prepare(a, neighbours, "space A"), prepare(b, neighbours, "space B")
+    # validated, not normalized: knn normalizes a cosine itself and rescores from the originals in float64
+    a, b = validate(a, neighbours, "space A"), validate(b, neighbours, "space B")
     n = a.shape[0]
     if b.shape[0] != n:
         raise EmbinitError(f"the two spaces have different numbers of tokens: {n} vs {b.shape[0]} "
@@ -140,13 +142,12 @@ def _both_knn(a, b, k, neighbours, block_size):
     cores); the thread setting is restored afterwards."""
     threads = torch.get_num_threads()
     if threads < 2:
-        return (knn(a, k, neighbours, block_size, prepared=True)[1],
-                knn(b, k, neighbours, block_size, prepared=True)[1])
+        return knn(a, k, neighbours, block_size)[1], knn(b, k, neighbours, block_size)[1]
     torch.set_num_threads(max(1, threads // 2))
     try:
         with ThreadPoolExecutor(2) as pool:
-            fa = pool.submit(knn, a, k, neighbours, block_size, True)
-            fb = pool.submit(knn, b, k, neighbours, block_size, True)
+            fa = pool.submit(knn, a, k, neighbours, block_size)
+            fb = pool.submit(knn, b, k, neighbours, block_size)
             return fa.result()[1], fb.result()[1]
     finally:
         torch.set_num_threads(threads)

@@ -69,6 +69,18 @@ def _weights(path: str | None, tokens):
     return torch.tensor([float(counts.get(t, 0)) for t in tokens], dtype=torch.float64)
 
 
+SCORE_TEXT = {"jaccard": "|∩|/|∪|, the post's formula", "overlap": "|∩|/K, the post's code and numbers"}
+
+
+def both_scores(res) -> dict:
+    """{score: {mean, median}} for both scores, from the one set of shared-neighbour counts."""
+    from embinit.analysis.similarity import SCORES, summarize
+    inter, k = res.intersections.double(), res.k
+    per = {"jaccard": inter / (2 * k - inter), "overlap": inter / k}
+    return {m: {key: summarize(per[m], res.intersections, k, res.included)[key] for key in ("mean", "median")}
+            for m in SCORES}
+
+
 def run(args) -> int:
     from embinit.analysis.similarity import knn_match_similarity
     from embinit.analysis.sources import load_embeddings
@@ -83,7 +95,7 @@ def run(args) -> int:
                                exclude_punctuation=args.exclude_punctuation, block_size=args.block_size)
     out = {"a": ea.source, "b": eb.source, "k": args.k, "metric": args.metric,
            "neighbours": args.neighbours, "dims": [int(a.shape[1]), int(b.shape[1])],
-           "alignment": note, **res.summary}
+           "alignment": note, **res.summary, "scores": both_scores(res)}
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
@@ -93,6 +105,9 @@ def run(args) -> int:
     s = res.summary
     print(f"KNN match similarity ({args.metric}, K={args.k}, {args.neighbours}) over {s['tokens']:,} tokens: "
           f"mean {s['mean']:.4f}, median {s['median']:.4f}")
+    other = next(m for m in out["scores"] if m != args.metric)
+    print(f"beside it, {other} ({SCORE_TEXT[other]}): mean {out['scores'][other]['mean']:.4f}, "
+          f"median {out['scores'][other]['median']:.4f}")
     if "weighted_mean" in s:
         print(f"frequency-weighted: mean {s['weighted_mean']:.4f}, median {s['weighted_median']:.4f}")
     print("shared neighbours: " + "  ".join(f"{i}:{c}" for i, c in enumerate(s["histogram"])))

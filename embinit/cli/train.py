@@ -58,6 +58,7 @@ def register(subparsers) -> None:
     p.add_argument("--oov", default="xavier", help="rule for vocabulary rows the source lacks")
     p.add_argument("--tokenizer", default="auto")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--emb-seed", type=int, help="seed of the embedding tables' init only (default: --seed)")
     for name, typ in (("epochs", int), ("batch-size", int), ("max-tokens", int), ("lr", float),
                       ("d-model", int), ("layers", int), ("heads", int), ("ff-dim", int),
                       ("dropout", float), ("min-freq", int), ("max-len", int),
@@ -65,6 +66,8 @@ def register(subparsers) -> None:
                       ("early-stopping-patience", int)):
         p.add_argument(f"--{name}", type=typ)
     p.add_argument("--pe-base", type=float, default=10000.0)
+    p.add_argument("--pe-positions", type=int, default=5000,
+                   help="position-encoding rows: the model's table and the statistics' (default 5000, the paper's)")
     p.add_argument("--pre-ln", action="store_true", help="pre-LN layers (default: post-LN)")
     p.add_argument("--no-pos-encoding", action="store_true", help="ablation: no position encoding")
     p.add_argument("--freeze-embeddings", action="store_true", help="ablation: embeddings not trained")
@@ -87,11 +90,13 @@ def config_from_args(args):
     from embinit.config import TrialConfig
 
     return TrialConfig(
-        task=args.task, init=args.init, seed=args.seed, src_init=args.src_init, pretrained=args.pretrained,
+        task=args.task, init=args.init, seed=args.seed, emb_seed=args.emb_seed, src_init=args.src_init,
+        pretrained=args.pretrained,
         src_pretrained=args.src_pretrained, oov=args.oov, tokenizer=args.tokenizer, epochs=args.epochs,
         batch_size=args.batch_size, max_tokens=args.max_tokens, lr=args.lr, d_model=args.d_model,
         layers=args.layers, heads=args.heads, ff_dim=args.ff_dim, dropout=args.dropout,
-        min_freq=args.min_freq, max_len=args.max_len, pe_base=args.pe_base, pre_ln=args.pre_ln,
+        min_freq=args.min_freq, max_len=args.max_len, pe_base=args.pe_base,
+        pe_positions=args.pe_positions, pre_ln=args.pre_ln,
         pos_encoding=not args.no_pos_encoding, train_embeddings=not args.freeze_embeddings,
         freeze_non_embeddings=args.freeze_non_embeddings,
         early_stopping_patience=args.early_stopping_patience,

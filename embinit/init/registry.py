@@ -95,7 +95,8 @@ def _oov(function: str, description: str) -> Entry:
 
 
 OOV_INFO = {
-    "xavier": _oov("xavier_rows", "rows the source lacks keep Xavier values (default; the paper's behaviour)"),
+    "xavier": _oov("xavier_rows", "rows the source lacks keep Xavier values (embinit's default; the paper "
+                                "never says how it filled missing rows)"),
     "mean": _oov("mean_rows", "mean of the found rows (after the transform)"),
     "mean_cov": _oov("mean_cov_rows", "sampled from N(mean, covariance) of the found rows (after the transform)"),
     "subword_mean": _oov("subword_mean_rows",

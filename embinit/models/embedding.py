@@ -22,7 +22,9 @@ class ModelConfig:
     layers: int = 3
     ff_dim: int = 512
     dropout: float = 0.1
-    max_positions: int = 512     # rows of the position-encoding table
+    max_positions: int = 512     # longest sequence (positions) the model accepts
+    pe_positions: int | None = None  # rows of the position-encoding table (None: max_positions; never
+                                     # fewer than max_positions). Rows past a sequence's end are never read
     pe_base: float = 10000.0
     pre_ln: bool = False         # False: post-LN, the original transformer
     pos_encoding: bool = True    # Table 3 ablation
@@ -56,7 +58,9 @@ class TokenEmbedding(nn.Module):
         with torch.no_grad():
             self.embedding.weight.copy_(table)
         self.scale = math.sqrt(cfg.d_model)
-        pe = sinusoidal(cfg.max_positions, cfg.d_model, cfg.pe_base) if cfg.pos_encoding else None
+        rows = max(cfg.pe_positions or cfg.max_positions, cfg.max_positions)
+        pe = sinusoidal(rows, cfg.d_model, cfg.pe_base) if cfg.pos_encoding else None
+        self.max_positions = cfg.max_positions
         self.register_buffer("pe", pe, persistent=False)
         self.drop = FastDropout(cfg.dropout)
 
@@ -64,9 +68,9 @@ class TokenEmbedding(nn.Module):
         x = self.embedding(ids) * self.scale
         if self.pe is not None:
             t = ids.shape[1]
-            if offset + t > self.pe.shape[0]:
+            if offset + t > self.max_positions:
                 raise EmbinitError(f"sequence of {offset + t} positions exceeds the model's "
-                                   f"max_positions={self.pe.shape[0]}")
+                                   f"max_positions={self.max_positions}")
             x = x + self.pe[offset:offset + t].to(x.dtype)
         return self.drop(x)
 

@@ -13,6 +13,7 @@ from embinit import paper, tracking
 from embinit.config import TASKS, metric_range
 from embinit.errors import EmbinitError
 from embinit.report import summarize
+from embinit.reproduction.blog import blog_section
 from embinit.reproduction.compare import ci_text, fmt, mean_std
 from embinit.reproduction.export import Section
 from embinit.reproduction.findings import findings_section, runs_section, similarity_section
@@ -127,8 +128,9 @@ class Reproduction:
         s = Section("Table 2 / Table 6: embedding statistics at init")
         s.lines += ["Statistics of the initialized table the trials logged (`init/emb/*`: the target table for "
                     "translation, the only table for classification), mean over seeds. 'scaled' is ×√D, what "
-                    "enters the transformer; 'PE' are the sinusoidal encodings of 512 positions at the same D "
-                    "(the paper's Table 6 uses 5,000 positions at D = 300). Absorption = σ(scaled)/σ(PE).", "",
+                    "enters the transformer; 'PE' are the sinusoidal encodings of the trial's `pe_positions` at the "
+                    "same D (default 5,000, as the paper's Table 6 at D = 300; runs logged before issue 23 used "
+                    "512). Absorption = σ(scaled)/σ(PE).", "",
                     "| group | init | min, max | mean (σ) | paper min, max | paper mean (σ) | scaled min, max | "
                     "scaled σ | paper scaled σ | PE σ | absorption |", "|---" * 11 + "|"]
         rows = []
@@ -237,7 +239,7 @@ class Reproduction:
 
     def build(self) -> list[Section]:
         return [self.settings(), self.table1(), self.table2(), self.table3(), self.table4(), self.similarity(),
-                self.findings(), self.runs_section()]
+                blog_section(self), self.findings(), self.runs_section()]
 
 
 # σ of the paper's tables at D = 300 (Table 6): GloVe 840B raw, a Xavier table (= GloVe_Xavier), the

@@ -26,6 +26,7 @@ class Hyperparams(_Strict):
     """Fixed hyperparameters (None = the task's Table 5 default). Names are `TrialConfig` fields."""
 
     data_seed: int | None = Field(None, **field_limits("data_seed"))  # one data order for all seeds (KNN post, exp. 1)
+    emb_seed: int | None = Field(None, **field_limits("emb_seed"))    # the tables' init only; the rest follows the seed (KNN post)
     init_from: PathStr | None = None            # a checkpoint whose non-embedding weights start the model
     epochs: int | None = Field(None, **field_limits("epochs"))
     batch_size: int | None = Field(None, **field_limits("batch_size"))
@@ -39,6 +40,7 @@ class Hyperparams(_Strict):
     min_freq: int | None = Field(None, ge=1)
     max_len: int | None = Field(None, **field_limits("max_len"))
     pe_base: float | None = Field(None, gt=0)
+    pe_positions: int | None = Field(None, **field_limits("pe_positions"))   # position-encoding rows (model and statistics)
     pre_ln: bool | None = None
     pos_encoding: bool | None = None
     train_embeddings: bool | None = None
@@ -150,28 +152,40 @@ class ProbeAnalysis(_Strict):
     n_samples: int = Field(20000, ge=10)
 
 
+Score = Literal["jaccard", "overlap"]
+
+
 class SimilarityAnalysis(_Strict):
     """KNN match similarity of the trial's table during training (embinit.analysis.callbacks), against
     a fixed `reference` (checkpoint, embeddings file or MLflow run id), or against the snapshots of the
-    same trial at `reference_seed` (the blog's two seeds). With `reference_seed` or `snapshot_dir` every
-    trial writes its K-NN lists to `<snapshot_dir>/<trial key>/` (default snapshot_dir:
-    `<cache_dir or .embinit-cache>/knn_snapshots`; it must be shared by all workers)."""
+    same trial at `reference_seed`, or at `reference_emb_seed` (the same trial with another embedding
+    seed only: the blog's code). With either or `snapshot_dir` every trial writes its K-NN lists to
+    `<snapshot_dir>/<trial key>/` (default snapshot_dir: `<cache_dir or .embinit-cache>/knn_snapshots`;
+    it must be shared by all workers). `metric` is one score or a list (all logged, the first plotted):
+    `jaccard` |∩|/|∪| (the post's formula), `overlap` |∩|/K (the post's code and its published numbers)."""
 
     every_n_steps: int = Field(500, ge=1)
     k: int = Field(10, ge=1)
-    metric: Literal["jaccard", "overlap"] = "jaccard"      # embinit.analysis.similarity.SCORES
+    metric: Score | list[Score] = "jaccard"                # embinit.analysis.similarity.SCORES
     neighbours: Literal["dot", "cosine"] = "dot"           # embinit.analysis.neighbours.NEIGHBOUR_METRICS
     reference: PathStr | None = None
     reference_seed: int | None = Field(None, **field_limits("seed"))
+    reference_emb_seed: int | None = Field(None, **field_limits("emb_seed"))
     snapshot_dir: PathStr | None = None
     wait_s: float = Field(0.0, ge=0)   # how long a trial waits for the reference seed's snapshot of a step
 
     @model_validator(mode="after")
     def _one_reference(self):
-        if self.reference is not None and self.reference_seed is not None:
-            raise ValueError("give either a fixed `reference` or a `reference_seed`, not both")
-        if self.reference is None and self.reference_seed is None and self.snapshot_dir is None:
-            raise ValueError("similarity needs a `reference`, a `reference_seed` or a `snapshot_dir`")
+        given = [name for name in ("reference", "reference_seed", "reference_emb_seed")
+                 if getattr(self, name) is not None]
+        if len(given) > 1:
+            raise ValueError(f"give one of a fixed `reference`, a `reference_seed` or a `reference_emb_seed`, "
+                             f"not both (got {' and '.join(given)})")
+        if not given and self.snapshot_dir is None:
+            raise ValueError("similarity needs a `reference`, a `reference_seed`, a `reference_emb_seed` "
+                             "or a `snapshot_dir`")
+        if isinstance(self.metric, list) and (not self.metric or len(set(self.metric)) < len(self.metric)):
+            raise ValueError(f"metric lists distinct scores, at least one; got {self.metric}")
         return self
 
 

@@ -7,8 +7,10 @@ without re-running to add an analysis).
 
 Similarity against another seed (the blog's experiment 1): every trial writes its K-NN snapshots to
 `<snapshot_dir>/<trial key>/`; a trial whose seed is not `reference_seed` compares, step by step, with
-the folder of its twin -- the same config at `reference_seed`. The folder must be visible to every worker
-(local Ray, or a shared filesystem on a cluster).
+the folder of its twin -- the same config at `reference_seed`. With `reference_emb_seed` instead, the
+twin is the same config (same trial seed) at that embedding seed: the two runs differ only in their
+tables' init, as in the blog's code. The folder must be visible to every worker (local Ray, or a shared
+filesystem on a cluster).
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ def shared_settings(spec) -> dict[str, Any] | None:
     data = spec.analyses.model_dump()
     sim = data.get("similarity")
     if sim is not None:
-        if sim["reference_seed"] is not None or sim["snapshot_dir"] is not None:
+        if (sim["reference_seed"] is not None or sim.get("reference_emb_seed") is not None
+                or sim["snapshot_dir"] is not None):
             root = sim["snapshot_dir"] or Path(spec.cache_dir or ".embinit-cache") / "knn_snapshots"
             # absolute, symlinks kept: the trial resolves and checks them when it writes (embinit.trusted)
             sim["snapshot_dir"] = os.path.abspath(Path(root).expanduser())
@@ -61,10 +64,24 @@ def _similarity_args(sim: dict[str, Any], cfg) -> dict[str, Any]:
     root = sim["snapshot_dir"]
     if root is not None:
         args["snapshot_dir"] = Path(root) / cfg.key()
-        ref_seed = sim["reference_seed"]
-        if ref_seed is not None and cfg.seed != ref_seed:
-            args["reference_snapshots"] = Path(root) / twin_key(cfg, ref_seed)
+        twin = _twin(sim, cfg)
+        if twin is not None:
+            args["reference_snapshots"] = Path(root) / twin
     return args
+
+
+def _twin(sim: dict[str, Any], cfg) -> str | None:
+    """The key of the trial whose snapshots `cfg`'s trial compares with; None for the reference itself."""
+    ref_seed, ref_emb = sim["reference_seed"], sim.get("reference_emb_seed")
+    if ref_seed is not None and cfg.seed != ref_seed:
+        return twin_key(cfg, ref_seed)
+    if ref_emb is not None and emb_seed_of(cfg) != ref_emb:
+        return dataclasses.replace(cfg, emb_seed=ref_emb).key()
+    return None
+
+
+def emb_seed_of(cfg) -> int:
+    return cfg.seed if cfg.emb_seed is None else cfg.emb_seed
 
 
 def twin_key(cfg, seed: int) -> str:

@@ -29,7 +29,8 @@ from embinit.sweep import resume
 from embinit.sweep.reporting import TrialReporter, artifacts
 from embinit.sweep.work import SweepContext, Unit, WorkItem
 
-MEMBER_FIELDS = ("seed", "data_seed", "init", "src_init", "pretrained", "src_pretrained", "oov", "init_from")
+MEMBER_FIELDS = ("seed", "data_seed", "emb_seed", "init", "src_init", "pretrained", "src_pretrained", "oov",
+                 "init_from")
 
 
 def fuse_key(config: dict[str, Any]) -> str | None:

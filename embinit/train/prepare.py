@@ -5,6 +5,8 @@ Seeds: one trial seed, split into named streams (`derive_seed`) so the non-embed
 embedding table, dropout and each epoch's data order have their own generator. Two trials with the same
 seed but different inits therefore share every other weight, every dropout mask and the data order
 (paired comparisons).
+`emb_seed` (when set) replaces the seed for the embedding tables only: trials that differ only in it
+differ only in their tables' init (the KNN-similarity post's code).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from embinit.models import (ModelConfig, build_model, divisors, embedding_parame
                             set_dropout_generator, set_trainable)
 from embinit.train.checkpoint import read as read_checkpoint
 
-TRAINER_EXTRAS = ("val_bleu",)  # read by the trainers; every other extras key goes to load_task
+TRAINER_EXTRAS = ("val_bleu", "bleu_drop_unk")  # read by the trainers; every other extras key goes to load_task
 
 
 def load_body(model, path: str) -> None:
@@ -50,6 +52,11 @@ def load_body(model, path: str) -> None:
 
 def derive_seed(seed: int, stream: str) -> int:
     return int.from_bytes(hashlib.sha256(f"{seed}:{stream}".encode()).digest()[:8], "little") >> 1
+
+
+def emb_seed(cfg: TrialConfig) -> int:
+    """The seed the embedding tables' init draws from: `emb_seed` when set, else the trial seed."""
+    return cfg.seed if cfg.emb_seed is None else cfg.emb_seed
 
 
 def pick_device(name: str) -> torch.device:
@@ -199,7 +206,7 @@ def load_inputs(cfg: TrialConfig, cache_dir=None, device: torch.device | None = 
         raise EmbinitError(f"task {rc.task!r} loaded as {data.kind!r} data, expected {kind!r}")
     vocabs = {"tgt": data.vocab, "tok": data.vocab, "src": data.src_vocab}
     tables = {s: build_table(specs[s], vocabs[s], dim=d_model, pretrained=pretrained[s], oov=rc.oov,
-                             generator=torch.Generator().manual_seed(derive_seed(rc.seed, f"emb:{s}")),
+                             generator=torch.Generator().manual_seed(derive_seed(emb_seed(rc), f"emb:{s}")),
                              cache_dir=cache_dir) for s in sides}
     return rc, kind, data, tables
 
@@ -210,6 +217,7 @@ def prepare(cfg: TrialConfig, cache_dir=None) -> Setup:
     # sequences are truncated to max_len ids; <bos>/<eos> (and a pair's separator) need room beyond it
     model_cfg = ModelConfig(d_model=rc.d_model, heads=rc.heads, layers=rc.layers, ff_dim=rc.ff_dim,
                             dropout=rc.dropout, max_positions=2 * rc.max_len + 2, pe_base=rc.pe_base,
+                            pe_positions=rc.pe_positions,
                             pre_ln=rc.pre_ln, pos_encoding=rc.pos_encoding,
                             tie_embeddings=rc.tie_embeddings)
     g_model = torch.Generator().manual_seed(derive_seed(rc.seed, "model"))

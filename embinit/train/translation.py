@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from embinit.train.batching import bucket_batches, pad
-from embinit.train.bleu import corpus_bleu, detokenize_all, is_lowercased
+from embinit.train.bleu import corpus_bleu, detokenize_all, is_lowercased, unk_signature
 from embinit.train.decoding import BOS_ID, EOS_ID, PAD_ID, translate
 from embinit.train.loop import mean_loss, ppl
 
@@ -26,6 +26,8 @@ class TranslationTask:
         self.test_split = evals[1] if len(evals) > 1 else None
         # greedy BLEU on the validation set each epoch (cfg.extras["val_bleu"]=False skips it)
         self.val_bleu = bool((cfg.extras or {}).get("val_bleu", True))
+        # `<unk>` stays in BLEU hypotheses unless the trial asks to drop it (embinit.train.bleu)
+        self.drop_unk = bool((cfg.extras or {}).get("bleu_drop_unk", False))
         self.tracked = [("val/loss", "min")]       # the criterion: lowest validation loss
         self.lowercase = is_lowercased(getattr(data, "info", {}), data.vocab.tokens)
         self._eval_batches: dict[str, list] = {}
@@ -83,9 +85,10 @@ class TranslationTask:
         sources = [s for s, _ in self.data.splits[split]]
         hyp_ids = translate(model, sources, beam_size=self.cfg.beam_size, device=self.device,
                             autocast=self.autocast())
-        hyps = detokenize_all([self.data.vocab.decode(h) for h in hyp_ids], self.data.detokenize)
-        refs = self.data.references[split]
-        return corpus_bleu(hyps, refs, self.lowercase)
+        hyps = detokenize_all([self.data.vocab.decode(h) for h in hyp_ids], self.data.detokenize,
+                              drop_unk=self.drop_unk)
+        score, sig = corpus_bleu(hyps, self.data.references[split], self.lowercase)
+        return score, unk_signature(sig, self.drop_unk)
 
     def validate(self, model) -> dict:
         out = self._evaluate(model, self.val_split, "val", self.val_bleu)

@@ -83,7 +83,8 @@ def emb_stats(model, cfg, tables=None) -> dict:
     out = {}
     for side, emb in model.embeddings().items():
         cov = tables[side].coverage if tables else None
-        out.update(embedding_stats(emb.weight.detach().float().cpu(), pe_base=cfg.pe_base, coverage=cov,
+        out.update(embedding_stats(emb.weight.detach().float().cpu(), pe_length=cfg.pe_positions,
+                                   pe_base=cfg.pe_base, coverage=cov,
                                    prefix="emb_src/" if side == "src" else "emb/"))
     return out
 

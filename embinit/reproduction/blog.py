@@ -1,0 +1,94 @@
+"""The reproduction's section on the KNN-similarity blog post: its experiments as embinit runs them
+(tune_configs/blog/), scored as the post's code scores -- |shared neighbours| / K, `overlap` -- and by
+the Jaccard index its text writes, side by side (issue 23).
+
+The post's numbers are its code's score: experiment 1 rises to ~26% (then falls: its peak), experiment
+2 reaches ~32% (its end). Each trial that compared itself with its twin (the same config at the
+reference embedding seed) logged `sim/knn_<score>_mean` over training; the table shows, per score, the
+value at init, the peak (and its step) and the end. Experiments not in the store are listed as such.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from embinit import tracking
+from embinit.reproduction.compare import fmt
+from embinit.reproduction.export import Section
+from embinit.reproduction.inputs import load_trials, metric_history
+
+if TYPE_CHECKING:
+    from embinit.reproduction.tables import Reproduction
+
+SCORES = ("overlap", "jaccard")   # the post's code's score first
+SETTINGS = ("max_len", "batch_size", "lr", "dropout", "pre_ln", "epochs")
+
+
+@dataclass(frozen=True)
+class BlogRun:
+    experiment: str
+    title: str
+    spec: str
+    blog_value: float     # the post's published number (its code's score, a fraction)
+    blog_at: str          # "peak" or "end": where in its curve the post reads it
+
+
+BLOG_RUNS = (
+    BlogRun("blog-exp1-from-scratch", "experiment 1: from scratch, only the token table's init differs",
+            "tune_configs/blog/blog_exp1_from_scratch.yaml", 0.26, "peak"),
+    BlogRun("blog-exp1-from-scratch-offline", "experiment 1 on WikiText-2 valid (trained on the valid split)",
+            "tune_configs/blog/blog_exp1_from_scratch_offline.yaml", 0.26, "peak"),
+    BlogRun("blog-exp2-reinit-embeddings", "experiment 2: experiment 1's body frozen, token tables re-initialized",
+            "tune_configs/blog/blog_exp2_reinit_embeddings.yaml", 0.32, "end"),
+)
+
+
+def _curve_cells(uri, run_id: str, score: str) -> dict:
+    hist = metric_history(uri, run_id, f"sim/knn_{score}_mean")
+    if not hist:
+        return {}
+    peak = max(hist, key=lambda p: (p[1], -p[0]))
+    return {"init": hist[0][1], "peak": peak[1], "peak_step": peak[0], "end": hist[-1][1], "end_step": hist[-1][0]}
+
+
+def _run_lines(rep: Reproduction, run: BlogRun, rows: list) -> list[str]:
+    trials = [t for t in load_trials(run.experiment, rep.uri)[0] if t.status in ("finished", "running")]
+    have = [t for t in trials if any(f"sim/knn_{s}_mean" in t.metrics for s in SCORES)]
+    lines = [f"**{run.title}** (`{run.experiment}`, {run.spec}); the post: ~{run.blog_value:.0%} ({run.blog_at})", ""]
+    if not have:
+        return lines + ["No trial of it logged a similarity yet.", ""]
+    lines += ["| trial | settings | score | at init | peak (step) | end (step) | the post |", "|---" * 7 + "|"]
+    for t in sorted(have, key=lambda t: (t.config.get("seed", 0), t.config.get("emb_seed") or 0)):
+        who = f"seed {t.config.get('seed')}, emb_seed {t.config.get('emb_seed', '—')}"
+        settings = ", ".join(f"{k} {t.config.get(k)}" for k in SETTINGS if t.config.get(k) is not None)
+        for score in SCORES:
+            c = _curve_cells(rep.uri, t.run_id, score)
+            post = f"~{run.blog_value:.2f} ({run.blog_at})" if score == "overlap" else "—"
+            lines.append(f"| {who} | {settings} | {score} | {fmt(c.get('init'), 3)} | {fmt(c.get('peak'), 3)} "
+                         f"({c.get('peak_step', '—')}) | {fmt(c.get('end'), 3)} ({c.get('end_step', '—')}) | {post} |")
+            rows.append({"experiment": run.experiment, "run": t.run_id, "seed": t.config.get("seed"),
+                         "emb_seed": t.config.get("emb_seed"), "score": score, **c,
+                         "blog": run.blog_value if score == "overlap" else None, "blog_at": run.blog_at})
+    return lines + [""]
+
+
+def blog_section(rep: Reproduction, runs: tuple[BlogRun, ...] = BLOG_RUNS) -> Section:
+    s = Section("The KNN-similarity blog post: its score beside Jaccard")
+    s.lines += ["KNN match similarity of two LMs that differ only in their token table's init (`emb_seed`), "
+                "K = 10, inner product, logged over training. `overlap` = |shared neighbours| / K is the "
+                "score of the post's code and of its published numbers; `jaccard` = |∩| / |∪| is the formula "
+                "its text writes (jaccard = I / (2K − I) ≤ overlap = I / K). The settings follow the post's "
+                "repository (ryankish/DoEmbeddingsConverge, configs/configs.py); the specs say where embinit "
+                "differs.", ""]
+    rows: list[dict] = []
+    absent = []
+    for run in runs:
+        if tracking.experiment_id(run.experiment, rep.uri) is None:
+            absent.append(f"`{run.experiment}`")
+            continue
+        s.lines += _run_lines(rep, run, rows)
+    if absent:
+        s.lines.append(f"Not run in this store: {', '.join(absent)} (`embinit run <spec>`).")
+    rep.exports["blog"] = rows
+    return s

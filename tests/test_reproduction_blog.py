@@ -1,0 +1,57 @@
+"""The reproduction's KNN-blog section (issue 23 item 1): both scores of the blog specs' runs, the
+post's number beside its own score, and the experiments not run listed."""
+
+from __future__ import annotations
+
+import pytest
+
+from embinit import tracking
+from embinit.reproduction import Group, Inputs, Reproduction, render
+from embinit.reproduction.blog import BLOG_RUNS, blog_section
+
+pytestmark = pytest.mark.slow  # an MLflow SQLite store takes a few seconds to create
+
+CURVE = {"overlap": [(0, 0.01), (500, 0.30), (1000, 0.20)], "jaccard": [(0, 0.005), (500, 0.18), (1000, 0.11)]}
+
+
+def _blog_trial(uri, exp, emb_seed, curves):
+    cfg = {"task": "wikitext2", "init": "xavier", "seed": 1, "emb_seed": emb_seed, "max_len": 512,
+           "batch_size": 12, "lr": 1e-4, "dropout": 0.2, "pre_ln": True, "epochs": 40}
+    run = tracking.TrialRun.open(uri, exp, None, cfg, f"k{emb_seed}", "Xavier", {"axes": {"emb_seed": emb_seed},
+                                                                                 "point": {}})
+    for score, hist in curves.items():
+        for step, v in hist:
+            run.log_metrics({f"sim/knn_{score}_mean": v}, step)
+    run.finish({"status": "finished", "history": [{"epoch": 1, "val/loss": 5.0}], "test": {},
+                "best": {"val/loss": 5.0, "val/ppl": 150.0}, "best_epoch": 1}, [])
+
+
+@pytest.fixture(scope="module")
+def rep(tmp_path_factory):
+    uri = f"sqlite:///{tmp_path_factory.mktemp('mlflow')}/mlflow.db"
+    exp = tracking.ensure_experiment("blog-exp1-from-scratch-offline", uri)
+    _blog_trial(uri, exp, 1, {})             # the reference: logs snapshots, no similarity
+    _blog_trial(uri, exp, 2, CURVE)
+    m30 = tracking.ensure_experiment("m30", uri)
+    _blog_trial(uri, m30, 9, {})
+    return Reproduction(uri, Inputs(groups=(Group("m30", "multi30k", "GloVe", "GloVe", "a.yaml"),),
+                                    analogy_experiment="t4"))
+
+
+def test_the_blog_section_shows_both_scores_and_the_posts_number(rep):
+    sec = blog_section(rep)
+    text = "\n".join(sec.lines)
+    assert "seed 1, emb_seed 2" in text and "emb_seed 1" not in text   # the reference compared with nothing
+    assert "| overlap | 0.010 | 0.300 (500) | 0.200 (1000) | ~0.26 (peak) |" in text
+    assert "| jaccard | 0.005 | 0.180 (500) | 0.110 (1000) | — |" in text
+    assert "max_len 512, batch_size 12, lr 0.0001, dropout 0.2, pre_ln True, epochs 40" in text
+    missing = [r.experiment for r in BLOG_RUNS if r.experiment != "blog-exp1-from-scratch-offline"]
+    assert all(f"`{m}`" in text.split("Not run in this store:")[1] for m in missing)
+    rows = rep.exports["blog"]
+    assert {(r["score"], r["peak"], r["peak_step"], r["end"]) for r in rows} == {
+        ("overlap", 0.30, 500, 0.20), ("jaccard", 0.18, 500, 0.11)}
+
+
+def test_the_document_carries_the_blog_section(rep):
+    doc = render(rep, rep.build())
+    assert "## The KNN-similarity blog post: its score beside Jaccard" in doc
