@@ -37,6 +37,7 @@ from embinit.records import (  # noqa: F401 (the tag names and run_status are pa
     TrialRecord, from_runs, run_status)
 
 DEFAULT_URI = "sqlite:///mlflow.db"
+NOTE_TAG = "mlflow.note.content"  # MLflow's UI shows an experiment's (or run's) description from this tag
 # Embedding statistics kept as metrics (Table 2's columns, read by the reproduction); the rest of the
 # ~70 statistics go to the `emb_stats.json` table artifact instead of one-value bar charts.
 KEY_EMB_STATS = ("rows", "min", "max", "mean", "std", "scaled_min", "scaled_max", "scaled_std", "pe_std",
@@ -185,9 +186,29 @@ def sweep_status(cancelled: bool, n_results: int, n_planned: int) -> str:
     return "FAILED" if n_planned > 0 and n_results == 0 else "FINISHED"
 
 
-def start_parent_run(exp_id: str, uri: str, spec_hash: str, spec_yaml: str, n_trials: int) -> str:
+def describe_experiment(exp_id: str, uri: str, description: str) -> None:
+    """Show `description` (a spec's) as the experiment's description in MLflow's UI (its note tag);
+    an empty one leaves the current description."""
+    if not description.strip():
+        return
     c = client(uri)
-    run = retry(lambda: c.create_run(exp_id, run_name=f"sweep-{spec_hash[:8]}",
+    if retry(lambda: c.get_experiment(exp_id)).tags.get(NOTE_TAG) != description:
+        retry(lambda: c.set_experiment_tag(exp_id, NOTE_TAG, description))
+
+
+def finished_sweep(exp_id: str, uri: str, spec_hash: str) -> str | None:
+    """The newest FINISHED sweep run of the spec `spec_hash`, or None: a rerun that trains nothing links
+    it instead of adding an empty sweep run."""
+    runs = search_runs(exp_id, uri, f"tags.`{KIND_TAG}` = 'sweep' and tags.`{SPEC_HASH_TAG}` = '{spec_hash}'"
+                                    " and attributes.status = 'FINISHED'")
+    return max(runs, key=lambda r: r.info.start_time or 0).info.run_id if runs else None
+
+
+def start_parent_run(exp_id: str, uri: str, spec_hash: str, spec_yaml: str, n_trials: int,
+                     run_name: str | None = None) -> str:
+    """A sweep's run, named `run_name` (the spec's name), else `sweep-<spec hash>`."""
+    c = client(uri)
+    run = retry(lambda: c.create_run(exp_id, run_name=run_name or f"sweep-{spec_hash[:8]}",
                                      tags={SPEC_HASH_TAG: spec_hash, KIND_TAG: "sweep",
                                            N_TRIALS_TAG: str(n_trials)}))
     retry(lambda: c.log_text(run.info.run_id, spec_yaml, "spec.yaml"))
@@ -319,10 +340,9 @@ class TrialRun:
                 GROUP_TAG: json.dumps(group, sort_keys=True, default=str)}
         if parent_id:
             tags[PARENT_TAG] = parent_id
-        run = retry(lambda: c.create_run(exp_id, run_name=f"{config['task']}-{label}-s{config['seed']}",
-                                         tags=tags))
+        run = retry(lambda: c.create_run(exp_id, run_name=trial_run_name(label, config["seed"]), tags=tags))
         from mlflow.entities import Param
-        params = [Param(k, v[:6000]) for k, v in resolved_params(config).items()]
+        params = [Param(k, v[:6000]) for k, v in trial_params(config, label).items()]
         _log_batch(c, run.info.run_id, params=params)
         return cls(uri, run.info.run_id)
 
@@ -346,6 +366,14 @@ class TrialRun:
                                                       step=epoch), tags=tags)
         self.logged.add(epoch)
 
+    def log_model_size(self, model) -> None:
+        """The model's size as params (`model_parameters`, `trainable_parameters`), logged when training
+        starts: a running or failed trial has them too."""
+        from mlflow.entities import Param
+        counts = {"model_parameters": sum(p.numel() for p in model.parameters()),
+                  "trainable_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad)}
+        _log_batch(self.client, self.run_id, params=[Param(k, str(v)) for k, v in counts.items()])
+
     def log_metrics(self, metrics: dict[str, Any], step: int) -> None:
         """Metrics an analysis callback measured (`sim/*`, `probe/*`); step = optimizer step, not epoch."""
         _log_batch(self.client, self.run_id, _metrics(metrics, step=step))
@@ -368,11 +396,11 @@ class TrialRun:
         from mlflow.entities import RunTag
         # The label tag stays the spec's (it may be a custom `name`); the trainer's goes beside it.
         tags = [RunTag(STATUS_TAG, result["status"]), RunTag(TRAINER_LABEL_TAG, result.get("label") or ""),
-                RunTag(CHECKPOINT_TAG, ""),  # a result: nothing to resume
                 RunTag(EXECUTION_TAG, ((result.get("info") or {}).get("execution") or {}).get("mode", "separate"))]
         if result.get("bleu_signature"):
             tags.append(RunTag(BLEU_SIGNATURE_TAG, result["bleu_signature"]))
         _log_batch(self.client, self.run_id, metrics=metrics, tags=tags)
+        self._drop_checkpoint_tag()  # a result: nothing to resume
         retry(lambda: self.client.log_text(self.run_id, json.dumps(result, indent=1, default=str),
                                            "result.json"))
         table = emb_stats_table(result)
@@ -388,10 +416,30 @@ class TrialRun:
         tag = tag or ("failed" if status == "FAILED" else "cancelled")
         retry(lambda: self.client.set_tag(self.run_id, STATUS_TAG, tag))
         if not checkpoint:
-            retry(lambda: self.client.set_tag(self.run_id, CHECKPOINT_TAG, ""))
+            self._drop_checkpoint_tag()
         retry(lambda: self.client.set_tag(self.run_id, ERROR_TAG, error[-4000:]))
         retry(lambda: self.client.log_text(self.run_id, error, "error.txt"))
         retry(lambda: self.client.set_terminated(self.run_id, status=status))
+
+    def _drop_checkpoint_tag(self) -> None:
+        """No checkpoint is kept: remove the tag rather than leave it empty (clutter in the run's tags)."""
+        if CHECKPOINT_TAG in retry(lambda: self.client.get_run(self.run_id)).data.tags:
+            retry(lambda: self.client.delete_tag(self.run_id, CHECKPOINT_TAG))
+
+
+def trial_run_name(label: str, seed: Any) -> str:
+    """A trial run's name in MLflow's run table: its label (the report's) and seed, e.g.
+    `GloVe_Xavier-s0`; the label comes first, so a narrow or grouped name column still shows it."""
+    return f"{label}-s{seed}"
+
+
+def trial_params(config: dict[str, Any], label: str) -> dict[str, str]:
+    """A trial run's params: `resolved_params`, with `init` the label the report uses (`GloVe_Xavier`)
+    and the init spec as written in `init_spec` (`glove+standardize`)."""
+    params = resolved_params(config)
+    if "init" in params:
+        params["init_spec"] = params.pop("init")
+    return {**params, "init": label}
 
 
 def _key_emb_stats(result: dict[str, Any]) -> dict[str, Any]:
