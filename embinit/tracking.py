@@ -7,16 +7,21 @@ URI or stage artifacts on the wrong machine). A child run carries:
   `embinit.status` (running | finished | diverged | failed), `embinit.config` (the config as JSON),
   `embinit.error` for failures, `embinit.sweep_run` (the sweep's run id: the latest sweep that trained
   it); `embinit.checkpoint_epoch` while its checkpoint folder is kept (embinit.sweep.resume: a run that
-  did not finish resumes from it when its spec runs again) and `embinit.resumed_after_epoch` on a run a
-  rerun continued;
+  did not finish resumes from it when its spec runs again; deleted once nothing is kept) and
+  `embinit.resumed_after_epoch` on a run a rerun continued;
 - tags `embinit.init` (= the label) and `embinit.group` for MLflow's run table: "Group by" the tag
   `embinit.init` averages the seeds of each init;
-- params: the flat trial config with the task defaults filled in (unset options are left out);
+- its name `<label>-s<seed>`; params: the flat trial config with the task defaults
+  filled in (unset options are left out), `init` = the label and `init_spec` = the init as written
+  (embinit.run_names), and `model_parameters`/`trainable_parameters` from when training starts;
 - metrics: per epoch (step = epoch) `train/loss`, `val/loss`, `val/<metric>`, `tokens_per_s`, ...; at the
   end `test/*`, `best/<val metric>`, `best_epoch` and the key statistics of the initial target table
   (`init/emb/<KEY_EMB_STATS>`: Table 2's columns); every embedding statistic, at init and at the best
   epoch, both tables, goes to the table artifact `emb_stats.json` (one row per statistic); with the
   spec's `analyses`, `sim/*` and `probe/*` at optimizer steps, `init/probe/*` and `best/probe/*`.
+A sweep's run is named after its spec; the spec's description is the experiment's (`describe_experiment`);
+a rerun with nothing to train links the spec's last finished sweep run (`finished_sweep`) instead of
+adding one.
 A trial's key has a result when it has a FINISHED run (diverged runs are finished results). A sweep's
 parent run is FAILED when none of its trials has a result (all failed), KILLED when cancelled; one
 whose driver was lost is closed FAILED (KILLED) by the service with the reason in `embinit.error`.
@@ -31,13 +36,13 @@ from typing import Any, Callable
 
 from embinit.config import TASKS
 from embinit.errors import EmbinitError
+from embinit.run_names import NOTE_TAG, trial_params, trial_run_name
 from embinit.records import (  # noqa: F401 (the tag names and run_status are part of this module's API)
     BLEU_SIGNATURE_TAG, CHECKPOINT_TAG, CONFIG_TAG, ERROR_TAG, EXECUTION_TAG, GROUP_TAG, INIT_TAG, KEY_TAG, KIND_TAG,
     LABEL_TAG, N_TRIALS_TAG, PARENT_TAG, RESUMED_TAG, SEED_TAG, SPEC_HASH_TAG, STATUS_TAG, TASK_TAG, TRAINER_LABEL_TAG,
     TrialRecord, from_runs, run_status)
 
 DEFAULT_URI = "sqlite:///mlflow.db"
-NOTE_TAG = "mlflow.note.content"  # MLflow's UI shows an experiment's (or run's) description from this tag
 # Embedding statistics kept as metrics (Table 2's columns, read by the reproduction); the rest of the
 # ~70 statistics go to the `emb_stats.json` table artifact instead of one-value bar charts.
 KEY_EMB_STATS = ("rows", "min", "max", "mean", "std", "scaled_min", "scaled_max", "scaled_std", "pe_std",
@@ -342,7 +347,7 @@ class TrialRun:
             tags[PARENT_TAG] = parent_id
         run = retry(lambda: c.create_run(exp_id, run_name=trial_run_name(label, config["seed"]), tags=tags))
         from mlflow.entities import Param
-        params = [Param(k, v[:6000]) for k, v in trial_params(config, label).items()]
+        params = [Param(k, v[:6000]) for k, v in trial_params(resolved_params(config), label).items()]
         _log_batch(c, run.info.run_id, params=params)
         return cls(uri, run.info.run_id)
 
@@ -425,21 +430,6 @@ class TrialRun:
         """No checkpoint is kept: remove the tag rather than leave it empty (clutter in the run's tags)."""
         if CHECKPOINT_TAG in retry(lambda: self.client.get_run(self.run_id)).data.tags:
             retry(lambda: self.client.delete_tag(self.run_id, CHECKPOINT_TAG))
-
-
-def trial_run_name(label: str, seed: Any) -> str:
-    """A trial run's name in MLflow's run table: its label (the report's) and seed, e.g.
-    `GloVe_Xavier-s0`; the label comes first, so a narrow or grouped name column still shows it."""
-    return f"{label}-s{seed}"
-
-
-def trial_params(config: dict[str, Any], label: str) -> dict[str, str]:
-    """A trial run's params: `resolved_params`, with `init` the label the report uses (`GloVe_Xavier`)
-    and the init spec as written in `init_spec` (`glove+standardize`)."""
-    params = resolved_params(config)
-    if "init" in params:
-        params["init_spec"] = params.pop("init")
-    return {**params, "init": label}
 
 
 def _key_emb_stats(result: dict[str, Any]) -> dict[str, Any]:
