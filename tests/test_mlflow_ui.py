@@ -1,9 +1,12 @@
 """The MLflow UI as a user meets it: a real `mlflow server` on a small store written by embinit.tracking,
 read in headless Chromium. Trials are rows of the run table (not folded under the sweep's run), their
 metrics and params are columns to pick, and "Group by" on the `embinit.init` tag gives the mean over seeds;
-a trial's params are the resolved config (no `None`), its Model-metrics tab holds a few key metrics and the
-embedding statistics are a table artifact (not dozens of one-value charts); a sweep whose trials all failed
-is not a green "Finished".
+runs read as `<label>-s<seed>` (whole, also when grouped), the sweep's run as the spec's name, the
+experiment's description as the spec's; a trial's params are the resolved config (no `None`) with the
+report's label as `init` and its model size; its Model-metrics tab, for a trial recorded by the sweep's
+own worker code with every metric a real trial logs (`coverage/*`, `sim/*`, `probe/*` included), shows
+each kind and keeps the embedding statistics beyond Table 2's in a table artifact; a sweep whose trials
+all failed is not a green "Finished".
 
 Screenshots go to $EMBINIT_SCREENSHOTS (docs/screenshots/ is made that way:
 `EMBINIT_SCREENSHOTS=docs/screenshots pytest tests/test_mlflow_ui.py`), else a temporary folder.
