@@ -67,3 +67,29 @@ def test_a_copied_pretrained_file_reuses_its_trials_and_a_rerun_links_its_sweep(
     assert [r["mean"] for r in result.report.rows] == [r["mean"] for r in done.report.rows]
     # the trials keep the path they trained from (provenance); the key holds the content
     assert {r.data.params["pretrained"] for r in runs(uri, None)} == {str(tmp_path / "a" / "glove.txt")}
+
+
+def test_a_worker_records_the_key_its_driver_planned(tmp_path, monkeypatch):
+    """A driver that cannot read the file keys it by path; the worker, which can, must still record the
+    trial under the driver's key, or the driver's dedup and report would never find it."""
+    from dataclasses import replace
+
+    from ray import tune
+
+    from embinit.sweep.trainable import train_unit
+    from embinit.sweep.work import SweepContext, Unit, units_to_run
+    monkeypatch.setattr(tune, "report", lambda metrics, checkpoint=None: None)
+    monkeypatch.setattr(tune, "get_checkpoint", lambda: None)
+    s = load_spec(sweep_spec_data("driver", tmp_path, TINY, pretrained=vectors(tmp_path / "glove.txt"),
+                                  inits=["glove"], mlflow={"tracking_uri": f"sqlite:///{tmp_path}/m.db",
+                                                           "log_plots": False, "log_checkpoint": False}))
+    (unit,), _ = units_to_run(s, set())
+    planned = replace(unit.trials[0], key="key-the-driver-planned")
+    uri = tracking.resolve_uri(s.mlflow.tracking_uri)
+    exp = tracking.ensure_experiment("driver", uri)
+    shared = SweepContext(uri, exp, tracking.start_parent_run(exp, uri, s.spec_hash(), s.to_yaml(), 1),
+                          log_checkpoint=False, log_plots=False, cache_dir=s.cache_dir)
+    train_unit({"unit": 0}, shared, [Unit((planned,))])
+    (run,) = [r for r in tracking.search_runs(exp, uri) if tracking.KEY_TAG in r.data.tags]
+    assert run.info.status == "FINISHED" and run.data.tags[tracking.KEY_TAG] == "key-the-driver-planned"
+    assert "key-the-driver-planned" in tracking.finished_keys(exp, uri)
