@@ -46,6 +46,7 @@ BENCHES = {
     "bench_trainer_ab": _multi30k,
     "bench_gpu": lambda: _cuda() or _multi30k(),
     "bench_glove_load": lambda: _files(("EMBINIT_BENCH_GLOVE", "/work/assets/glove.6B.50d.txt")),
+    "bench_trial_keys": lambda: _files(("EMBINIT_BENCH_GLOVE", "/work/assets/glove.6B.50d.txt")),
     "bench_analogy": lambda: _files(("EMBINIT_GLOVE", None), ("EMBINIT_ANALOGY_QUESTIONS", None)),
 }
 

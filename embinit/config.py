@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from embinit.errors import EmbinitError, unknown_name
+from embinit.file_inputs import key_values
 
 # Bumped whenever a change to the code changes what a trial computes, so that old MLflow runs are not
 # reused for new code (the trial key includes it).
@@ -179,8 +180,9 @@ class TrialConfig:
 
     def key(self) -> str:
         """Stable identity of what this trial computes: sha256 of its canonical resolved config and the
-        code version, without fields that do not change results (threads, device)."""
-        d = self.resolved().to_dict()
+        code version, without fields that do not change results (threads, device); a field naming a
+        local file or folder (pretrained, data_dir, ...) counts by its content (embinit.file_inputs)."""
+        d = key_values(self.resolved().to_dict())
         for name in self.NOT_IN_KEY:
             d.pop(name, None)
         defaults = {f.name: f.default for f in dataclasses.fields(self)}

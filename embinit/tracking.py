@@ -7,16 +7,21 @@ URI or stage artifacts on the wrong machine). A child run carries:
   `embinit.status` (running | finished | diverged | failed), `embinit.config` (the config as JSON),
   `embinit.error` for failures, `embinit.sweep_run` (the sweep's run id: the latest sweep that trained
   it); `embinit.checkpoint_epoch` while its checkpoint folder is kept (embinit.sweep.resume: a run that
-  did not finish resumes from it when its spec runs again) and `embinit.resumed_after_epoch` on a run a
-  rerun continued;
+  did not finish resumes from it when its spec runs again; deleted once nothing is kept) and
+  `embinit.resumed_after_epoch` on a run a rerun continued;
 - tags `embinit.init` (= the label) and `embinit.group` for MLflow's run table: "Group by" the tag
   `embinit.init` averages the seeds of each init;
-- params: the flat trial config with the task defaults filled in (unset options are left out);
+- its name `<label>-s<seed>`; params: the flat trial config with the task defaults
+  filled in (unset options are left out), `init` = the label and `init_spec` = the init as written
+  (embinit.run_names), and `model_parameters`/`trainable_parameters` from when training starts;
 - metrics: per epoch (step = epoch) `train/loss`, `val/loss`, `val/<metric>`, `tokens_per_s`, ...; at the
   end `test/*`, `best/<val metric>`, `best_epoch` and the key statistics of the initial target table
   (`init/emb/<KEY_EMB_STATS>`: Table 2's columns); every embedding statistic, at init and at the best
   epoch, both tables, goes to the table artifact `emb_stats.json` (one row per statistic); with the
   spec's `analyses`, `sim/*` and `probe/*` at optimizer steps, `init/probe/*` and `best/probe/*`.
+A sweep's run is named after its spec; the spec's description is the experiment's (`describe_experiment`);
+a rerun with nothing to train links the spec's last finished sweep run (`finished_sweep`) instead of
+adding one.
 A trial's key has a result when it has a FINISHED run (diverged runs are finished results). A sweep's
 parent run is FAILED when none of its trials has a result (all failed), KILLED when cancelled; one
 whose driver was lost is closed FAILED (KILLED) by the service with the reason in `embinit.error`.
@@ -32,6 +37,7 @@ from typing import Any, Callable
 
 from embinit.config import TASKS
 from embinit.errors import EmbinitError
+from embinit.run_names import NOTE_TAG, trial_params, trial_run_name
 from embinit.records import (  # noqa: F401 (the tag names and run_status are part of this module's API)
     BLEU_SIGNATURE_TAG, CHECKPOINT_TAG, CONFIG_TAG, ERROR_TAG, EXECUTION_TAG, GROUP_TAG, INIT_TAG, KEY_TAG, KIND_TAG,
     LABEL_TAG, N_TRIALS_TAG, PARENT_TAG, RESUMED_TAG, SEED_TAG, SPEC_HASH_TAG, STATUS_TAG, TASK_TAG, TRAINER_LABEL_TAG,
@@ -204,9 +210,29 @@ def sweep_status(cancelled: bool, n_results: int, n_planned: int) -> str:
     return "FAILED" if n_planned > 0 and n_results == 0 else "FINISHED"
 
 
-def start_parent_run(exp_id: str, uri: str, spec_hash: str, spec_yaml: str, n_trials: int) -> str:
+def describe_experiment(exp_id: str, uri: str, description: str) -> None:
+    """Show `description` (a spec's) as the experiment's description in MLflow's UI (its note tag);
+    an empty one leaves the current description."""
+    if not description.strip():
+        return
     c = client(uri)
-    run = retry(lambda: c.create_run(exp_id, run_name=f"sweep-{spec_hash[:8]}",
+    if retry(lambda: c.get_experiment(exp_id)).tags.get(NOTE_TAG) != description:
+        retry(lambda: c.set_experiment_tag(exp_id, NOTE_TAG, description))
+
+
+def finished_sweep(exp_id: str, uri: str, spec_hash: str) -> str | None:
+    """The newest FINISHED sweep run of the spec `spec_hash`, or None: a rerun that trains nothing links
+    it instead of adding an empty sweep run."""
+    runs = search_runs(exp_id, uri, f"tags.`{KIND_TAG}` = 'sweep' and tags.`{SPEC_HASH_TAG}` = '{spec_hash}'"
+                                    " and attributes.status = 'FINISHED'")
+    return max(runs, key=lambda r: r.info.start_time or 0).info.run_id if runs else None
+
+
+def start_parent_run(exp_id: str, uri: str, spec_hash: str, spec_yaml: str, n_trials: int,
+                     run_name: str | None = None) -> str:
+    """A sweep's run, named `run_name` (the spec's name), else `sweep-<spec hash>`."""
+    c = client(uri)
+    run = retry(lambda: c.create_run(exp_id, run_name=run_name or f"sweep-{spec_hash[:8]}",
                                      tags={SPEC_HASH_TAG: spec_hash, KIND_TAG: "sweep",
                                            N_TRIALS_TAG: str(n_trials)}))
     retry(lambda: c.log_text(run.info.run_id, spec_yaml, "spec.yaml"))
@@ -338,10 +364,9 @@ class TrialRun:
                 GROUP_TAG: json.dumps(group, sort_keys=True, default=str)}
         if parent_id:
             tags[PARENT_TAG] = parent_id
-        run = retry(lambda: c.create_run(exp_id, run_name=f"{config['task']}-{label}-s{config['seed']}",
-                                         tags=tags))
+        run = retry(lambda: c.create_run(exp_id, run_name=trial_run_name(label, config["seed"]), tags=tags))
         from mlflow.entities import Param
-        params = [Param(k, v[:6000]) for k, v in resolved_params(config).items()]
+        params = [Param(k, v[:6000]) for k, v in trial_params(resolved_params(config), label).items()]
         _log_batch(c, run.info.run_id, params=params)
         return cls(uri, run.info.run_id)
 
@@ -365,6 +390,14 @@ class TrialRun:
                                                       step=epoch), tags=tags)
         self.logged.add(epoch)
 
+    def log_model_size(self, model) -> None:
+        """The model's size as params (`model_parameters`, `trainable_parameters`), logged when training
+        starts: a running or failed trial has them too."""
+        from mlflow.entities import Param
+        counts = {"model_parameters": sum(p.numel() for p in model.parameters()),
+                  "trainable_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad)}
+        _log_batch(self.client, self.run_id, params=[Param(k, str(v)) for k, v in counts.items()])
+
     def log_metrics(self, metrics: dict[str, Any], step: int) -> None:
         """Metrics an analysis callback measured (`sim/*`, `probe/*`); step = optimizer step, not epoch."""
         _log_batch(self.client, self.run_id, _metrics(metrics, step=step))
@@ -387,11 +420,11 @@ class TrialRun:
         from mlflow.entities import RunTag
         # The label tag stays the spec's (it may be a custom `name`); the trainer's goes beside it.
         tags = [RunTag(STATUS_TAG, result["status"]), RunTag(TRAINER_LABEL_TAG, result.get("label") or ""),
-                RunTag(CHECKPOINT_TAG, ""),  # a result: nothing to resume
                 RunTag(EXECUTION_TAG, ((result.get("info") or {}).get("execution") or {}).get("mode", "separate"))]
         if result.get("bleu_signature"):
             tags.append(RunTag(BLEU_SIGNATURE_TAG, result["bleu_signature"]))
         _log_batch(self.client, self.run_id, metrics=metrics, tags=tags)
+        self._drop_checkpoint_tag()  # a result: nothing to resume
         retry(lambda: self.client.log_text(self.run_id, json.dumps(result, indent=1, default=str),
                                            "result.json"))
         table = emb_stats_table(result)
@@ -407,10 +440,15 @@ class TrialRun:
         tag = tag or ("failed" if status == "FAILED" else "cancelled")
         retry(lambda: self.client.set_tag(self.run_id, STATUS_TAG, tag))
         if not checkpoint:
-            retry(lambda: self.client.set_tag(self.run_id, CHECKPOINT_TAG, ""))
+            self._drop_checkpoint_tag()
         retry(lambda: self.client.set_tag(self.run_id, ERROR_TAG, error[-4000:]))
         retry(lambda: self.client.log_text(self.run_id, error, "error.txt"))
         retry(lambda: self.client.set_terminated(self.run_id, status=status))
+
+    def _drop_checkpoint_tag(self) -> None:
+        """No checkpoint is kept: remove the tag rather than leave it empty (clutter in the run's tags)."""
+        if CHECKPOINT_TAG in retry(lambda: self.client.get_run(self.run_id)).data.tags:
+            retry(lambda: self.client.delete_tag(self.run_id, CHECKPOINT_TAG))
 
 
 def _key_emb_stats(result: dict[str, Any]) -> dict[str, Any]:

@@ -1,9 +1,12 @@
 """The MLflow UI as a user meets it: a real `mlflow server` on a small store written by embinit.tracking,
 read in headless Chromium. Trials are rows of the run table (not folded under the sweep's run), their
 metrics and params are columns to pick, and "Group by" on the `embinit.init` tag gives the mean over seeds;
-a trial's params are the resolved config (no `None`), its Model-metrics tab holds a few key metrics and the
-embedding statistics are a table artifact (not dozens of one-value charts); a sweep whose trials all failed
-is not a green "Finished".
+runs read as `<label>-s<seed>` (whole, also when grouped), the sweep's run as the spec's name, the
+experiment's description as the spec's; a trial's params are the resolved config (no `None`) with the
+report's label as `init` and its model size; its Model-metrics tab, for a trial recorded by the sweep's
+own worker code with every metric a real trial logs (`coverage/*`, `sim/*`, `probe/*` included), shows
+each kind and keeps the embedding statistics beyond Table 2's in a table artifact; a sweep whose trials
+all failed is not a green "Finished".
 
 Screenshots go to $EMBINIT_SCREENSHOTS (docs/screenshots/ is made that way:
 `EMBINIT_SCREENSHOTS=docs/screenshots pytest tests/test_mlflow_ui.py`), else a temporary folder.
@@ -44,23 +47,63 @@ def _trial(uri, exp, parent, label, init, seed, bleu):
     return run.run_id
 
 
+def _real_trial(root: Path, uri: str) -> tuple[str, str]:
+    """(experiment id, run id) of a trial recorded as a sweep's worker records it (`train_unit`, Tune's
+    session calls stubbed): the synthetic task with GloVe-format rows (`coverage/*`) and both analyses
+    (`probe/*`, `init/probe/*`, `best/probe/*`, `sim/*`), so its run holds every metric a real trial logs."""
+    from ray import tune
+
+    from embinit.spec import load_spec
+    from embinit.sweep.analyses import shared_settings
+    from embinit.sweep.trainable import train_unit
+    from embinit.sweep.work import SweepContext, units_to_run
+    from embinit.tasks.synthetic import LEXICON
+    words = sorted(set(LEXICON.values()))
+    vec = root / "glove.txt"
+    vec.write_text("".join(f"{w} " + " ".join(f"{(i * 3 + j) % 11 / 10:.1f}" for j in range(16)) + "\n"
+                           for i, w in enumerate(words)))
+    spec = load_spec({"name": "ui-trial", "tasks": [{"task": "synthetic_translation", "epochs": 3, "heads": 2,
+                                                     "ff_dim": 32, "max_train_examples": 128}],
+                      "inits": ["glove+standardize"], "seeds": [0], "pretrained": str(vec),
+                      "cache_dir": str(root / "cache"), "resources": {"cpus": 1},
+                      "analyses": {"probe": {"every_n_epochs": 1, "n_samples": 200},
+                                   "similarity": {"every_n_steps": 2, "reference": str(vec)}},
+                      "mlflow": {"tracking_uri": uri, "log_checkpoint": False}})
+    exp = tracking.ensure_experiment(spec.experiment_name(), uri)
+    parent = tracking.start_parent_run(exp, uri, spec.spec_hash(), spec.to_yaml(), 1, run_name=spec.name)
+    shared = SweepContext(uri, exp, parent, log_checkpoint=False, cache_dir=spec.cache_dir,
+                          analyses=shared_settings(spec))
+    units, _ = units_to_run(spec, set())
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(tune, "report", lambda metrics, checkpoint=None: None)
+        mp.setattr(tune, "get_checkpoint", lambda: None)
+        train_unit({"unit": 0}, shared, units)
+    tracking.end_parent_run(parent, uri, "FINISHED", None, {})
+    (run,) = [r for r in tracking.search_runs(exp, uri) if tracking.KEY_TAG in r.data.tags]
+    return exp, run.info.run_id
+
+
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     root = tmp_path_factory.mktemp("ui")
     uri = f"sqlite:///{root}/mlflow.db"
     exp = tracking.ensure_experiment("ui", uri)
-    parent = tracking.start_parent_run(exp, uri, "abc12345", "name: ui\n", 4)
+    tracking.describe_experiment(exp, uri, "Pretrained rows vs Xavier on the synthetic task")
+    parent = tracking.start_parent_run(exp, uri, "abc12345", "name: ui\n", 4, run_name="ui-study")
     ids = [_trial(uri, exp, parent, label, init, seed, bleu + seed)
-           for label, init, bleu in (("Xavier", "xavier", 90.0), ("Pretrained", "glove", 40.0)) for seed in (0, 1)]
+           for label, init, bleu in (("Xavier", "xavier", 90.0), ("Pretrained_Xavier", "glove+standardize", 40.0))
+           for seed in (0, 1)]
     tracking.end_parent_run(parent, uri, tracking.sweep_status(False, 4, 4), None, {})
     failed_exp = tracking.ensure_experiment("ui-failed", uri)
-    bad_parent = tracking.start_parent_run(failed_exp, uri, "def67890", "name: ui-failed\n", 1)
+    bad_parent = tracking.start_parent_run(failed_exp, uri, "def67890", "name: ui-failed\n", 1,
+                                           run_name="ui-failed")
     bad = tracking.TrialRun.open(uri, failed_exp, bad_parent, {"task": "synthetic_translation", "seed": 0},
                                  "bad0", "Xavier", {})
     bad.fail("RuntimeError: boom")
     tracking.end_parent_run(bad_parent, uri, tracking.sweep_status(False, 0, 1), None, {})
+    real_exp, real = _real_trial(root, uri)
     return {"root": root, "uri": uri, "exp": exp, "failed_exp": failed_exp, "trial": ids[0],
-            "bad_parent": bad_parent}
+            "bad_parent": bad_parent, "real_exp": real_exp, "real": real}
 
 
 @pytest.fixture(scope="module")
@@ -137,15 +180,24 @@ def _table(page, header: str) -> dict[str, str]:
 
 
 def test_trials_are_rows_of_the_run_table(page, server, store):
-    _open(page, f"{server}/#/experiments/{store['exp']}/runs", "sweep-abc12345")
-    for name in ("synthetic_translation-Xavier-s0", "synthetic_translation-Xavier-s1",
-                 "synthetic_translation-Pretrained-s0", "synthetic_translation-Pretrained-s1"):
+    _open(page, f"{server}/#/experiments/{store['exp']}/runs", "ui-study")   # the sweep: named after the spec
+    for name in ("Xavier-s0", "Xavier-s1", "Pretrained_Xavier-s0", "Pretrained_Xavier-s1"):
         page.get_by_text(name, exact=True).first.wait_for(timeout=60_000)  # visible without expanding
+    # the spec's description is the experiment's
+    page.get_by_text("Pretrained rows vs Xavier on the synthetic task", exact=True).first.wait_for(timeout=30_000)
     page.screenshot(path=str(_shots() / "runs-table.png"))
 
 
+def _clipped_run_names(page) -> dict[str, bool]:
+    """Each trial row's name in the run table -> whether the table cuts it short (an ellipsis)."""
+    cells = page.evaluate("""() => Array.from(document.querySelectorAll(
+        '[role=gridcell][col-id="attributes.`Run Name`"]')).map(c => [c.innerText.trim(),
+        Array.from(c.querySelectorAll('*')).some(e => e.scrollWidth > e.clientWidth + 1)])""")
+    return {name: clipped for name, clipped in cells if "\n" not in name and name != "Additional runs"}
+
+
 def test_group_by_init_shows_the_mean_over_seeds(page, server, store):
-    _open(page, f"{server}/#/experiments/{store['exp']}/runs", "sweep-abc12345")
+    _open(page, f"{server}/#/experiments/{store['exp']}/runs", "ui-study")
     page.get_by_role("button", name="Columns", exact=True).click()
     for name in ("test/bleu", "seed"):  # the trials' metrics and params are columns to pick
         page.get_by_role("dialog").get_by_text(name, exact=True).click()
@@ -156,9 +208,12 @@ def test_group_by_init_shows_the_mean_over_seeds(page, server, store):
     page.get_by_role("menu").get_by_text("embinit.init", exact=True).click()
     page.keyboard.press("Escape")
     # one group per init, two seeds each, and the mean of test/bleu over the seeds (90, 91 and 40, 41)
-    for group, mean in (("Xavier", "90.5"), ("Pretrained", "40.5")):
+    for group, mean in (("Xavier", "90.5"), ("Pretrained_Xavier", "40.5")):
         page.get_by_text(f"Group: {group}", exact=True).first.wait_for(timeout=30_000)
         page.get_by_text(f"{mean} (average)").first.wait_for(timeout=30_000)
+    # the grouped rows read as label and seed, whole (not `synthetic_translation-Pre…`)
+    assert _clipped_run_names(page) == {"Pretrained_Xavier-s1": False, "Pretrained_Xavier-s0": False,
+                                        "Xavier-s1": False, "Xavier-s0": False}
     page.screenshot(path=str(_shots() / "runs-grouped-by-init.png"))
 
 
@@ -168,22 +223,46 @@ def test_params_are_the_resolved_config(page, server, store):
     params = _table(page, "Parameter")
     # task defaults filled in (synthetic_translation: 5 epochs, batch 32, lr 1e-3); unset options left out
     assert (params.get("epochs"), params.get("batch_size"), params.get("lr")) == ("5", "32", "0.001"), params
-    assert params["task"] == "synthetic_translation" and params["init"] == "xavier", params
+    assert params["task"] == "synthetic_translation", params
+    assert (params["init"], params["init_spec"]) == ("Xavier", "xavier"), params  # the report's label
     assert "None" not in params.values() and "data_dir" not in params, params
     page.get_by_text("batch_size", exact=True).first.scroll_into_view_if_needed()
     page.screenshot(path=str(_shots() / "trial-overview.png"))
 
 
-def test_model_metrics_are_a_few_key_metrics(page, server, store):
-    _open(page, f"{server}/#/experiments/{store['exp']}/runs/{store['trial']}/model-metrics", "init/emb")
+def test_a_real_trial_shows_its_model_size_and_no_empty_checkpoint_tag(page, server, store):
+    _open(page, f"{server}/#/experiments/{store['real_exp']}/runs/{store['real']}", "Parameter")
+    page.get_by_text("model_parameters", exact=True).first.wait_for(timeout=30_000)
+    params = _table(page, "Parameter")
+    assert int(params["model_parameters"]) == int(params["trainable_parameters"]) > 0, params
+    assert (params["init"], params["init_spec"]) == ("GloVe_Xavier", "glove+standardize"), params
+    tags = page.inner_text("body")
+    assert "embinit.trial_key" in tags and "embinit.checkpoint_epoch" not in tags, tags
+
+
+def _chart_sections(page) -> dict[str, int]:
+    """The model-metrics view's sections, in page order: title -> its chart count."""
     page.wait_for_timeout(2000)  # the chart sections render one after another
+    return {t: int(n) for t, n in re.findall(r"^(\S+)\n\((\d+)\)$", page.inner_text("body"), re.M)}
+
+
+def test_model_metrics_show_every_kind_a_real_trial_logs(page, server, store):
+    _open(page, f"{server}/#/experiments/{store['real_exp']}/runs/{store['real']}/model-metrics", "init/emb")
+    sections = _chart_sections(page)
+    # the curves (per epoch; analyses per optimizer step) and the one-value results of a real trial
+    assert {"train", "val", "sim", "probe", "test", "best/val", "coverage/tgt", "init/emb"} <= set(sections), sections
+    assert sections["init/emb"] == len(tracking.KEY_EMB_STATS), sections
     text = page.inner_text("body")
-    sections = dict(re.findall(r"^(\S+)\n\((\d+)\)$", text, re.M))  # a section title, then (its chart count)
-    assert sections.get("init/emb") == str(len(tracking.KEY_EMB_STATS)), sections
-    assert {"test", "val", "best/val"} <= set(sections), sections
-    assert sum(int(n) for n in sections.values()) <= 16, sections  # not the ~70 one-value charts
     assert "row_norm_mean" not in text and "best/emb" not in text  # the rest is in emb_stats.json
     page.screenshot(path=str(_shots() / "trial-metrics.png"))
+
+
+@pytest.mark.xfail(strict=True, reason="MLflow sorts a run's chart sections by name (the part of a metric key "
+                   "before its last '/'), unprefixed keys last, so best/*, coverage/*, init/* come before "
+                   "train/* and val/*; putting the curves first needs other metric names (see docs/architecture.md)")
+def test_model_metrics_show_the_curves_first(page, server, store):
+    _open(page, f"{server}/#/experiments/{store['real_exp']}/runs/{store['real']}/model-metrics", "init/emb")
+    assert next(iter(_chart_sections(page))) in ("train", "val")
 
 
 def test_embedding_statistics_are_a_table_artifact(page, server, store):
@@ -205,9 +284,9 @@ def _green_status_icons(page) -> list[bool]:
 
 
 def test_an_all_failed_sweep_is_not_finished(page, server, store):
-    _open(page, f"{server}/#/experiments/{store['exp']}/runs", "sweep-abc12345")
+    _open(page, f"{server}/#/experiments/{store['exp']}/runs", "ui-study")
     assert _green_status_icons(page) == [True] * 5  # the finished sweep and its 4 trials: green
-    _open(page, f"{server}/#/experiments/{store['failed_exp']}/runs", "sweep-def67890")
+    _open(page, f"{server}/#/experiments/{store['failed_exp']}/runs", "ui-failed")
     assert _green_status_icons(page) == [False, False]  # its failed trial and the sweep itself: not green
     _open(page, f"{server}/#/experiments/{store['failed_exp']}/runs/{store['bad_parent']}", "Failed")
     assert "Finished" not in page.inner_text("body")

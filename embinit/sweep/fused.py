@@ -98,14 +98,14 @@ def run_group(items: tuple[WorkItem, ...], ctx: SweepContext, restored: Path | N
     """Run (or reuse) a fused group's trials; returns the selection values of those that did not fail.
     `restored`: Tune's checkpoint of the group restored to disk (a restarted attempt), or None."""
     cfgs = [TrialConfig.from_dict(item.config) for item in items]
-    with resume.claim_all(ctx, [c.key() for c in cfgs], restored) as claims:
+    with resume.claim_all(ctx, [item.key for item in items], restored) as claims:  # the driver's keys
         values, todo = [], []
         for cfg, item in zip(cfgs, items):
-            done = resume.reused_value(ctx, claims[cfg.key()], item.metric)
+            done = resume.reused_value(ctx, claims[item.key], item.metric)
             if done is not None:
                 values.append(done)
             else:
-                todo.append((cfg, item, claims[cfg.key()]))
+                todo.append((cfg, item, claims[item.key]))
         return values + _train_group(todo, ctx, extra_callbacks) if todo else values
 
 

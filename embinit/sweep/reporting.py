@@ -35,6 +35,7 @@ class TrialReporter:
 
     def on_train_start(self, ctx) -> None:
         tracking.retry(lambda: self.run.client.set_tag(self.run.run_id, DEVICE_TAG, device_name(ctx.model)))
+        self.run.log_model_size(ctx.model)
         if ctx.step == 0 and ctx.out_dir is not None:  # a fresh start, not a resumed attempt
             _save_init_sample(ctx.model, Path(ctx.out_dir) / INIT_SAMPLE)
 

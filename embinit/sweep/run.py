@@ -37,6 +37,7 @@ class SweepResult:
     cancelled: bool = False
     wall_s: float = 0.0
     report: Any = None                 # embinit.report.Report
+    linked: bool = False               # nothing to train: parent_run_id is the spec's earlier sweep run
 
     def count(self, status: str) -> int:
         return sum(1 for t in self.trials if t["status"] == status)
@@ -93,12 +94,17 @@ def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = 
     uri = tracking.resolve_uri(tracking_uri or spec.mlflow.tracking_uri)
     name = spec.experiment_name()
     exp_id = tracking.ensure_experiment(name, uri)
+    tracking.describe_experiment(exp_id, uri, spec.description)
     planned = spec.plan()
     finished = set(tracking.finished_keys(exp_id, uri))
     units, reused = units_to_run(spec, finished)
     if spec.execution.fuse == "auto":
         units = group_units(units, spec.execution.max_group)
-    parent = tracking.start_parent_run(exp_id, uri, spec.spec_hash(), spec.to_yaml(), spec.num_trials())
+    linked = _earlier_sweep(spec, units, exp_id, uri)
+    if linked is not None:  # nothing to train: no new, empty sweep run
+        return _finish(spec, uri, exp_id, linked, planned, reused, False, t0, progress, linked=True)
+    parent = tracking.start_parent_run(exp_id, uri, spec.spec_hash(), spec.to_yaml(), spec.num_trials(),
+                                       run_name=spec.name)
     shared = SweepContext(uri, exp_id, parent, log_checkpoint=spec.mlflow.log_checkpoint,
                           log_plots=spec.mlflow.log_plots, cache_dir=spec.cache_dir,
                           analyses=shared_settings(spec))
@@ -113,6 +119,14 @@ def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = 
               "the trial did not finish: its worker died more often than `retries` allows, or Ray stopped it")
     tracking.close_orphans(exp_id, uri, parent, reason, status="KILLED" if cancelled else "FAILED")
     return _finish(spec, uri, exp_id, parent, planned, reused, cancelled, t0, progress)
+
+
+def _earlier_sweep(spec: ExperimentSpec, units: list[Unit], exp_id: str, uri: str) -> str | None:
+    """The spec's finished sweep run when this sweep has nothing to train (an Optuna search always
+    draws), else None."""
+    if units or (spec.search is not None and spec.search.method == "optuna"):
+        return None
+    return tracking.finished_sweep(exp_id, uri, spec.spec_hash())
 
 
 def _execute(spec: ExperimentSpec, units: list[Unit], shared: SweepContext, storage: Path, progress,
@@ -134,7 +148,7 @@ def _execute(spec: ExperimentSpec, units: list[Unit], shared: SweepContext, stor
                         reused=reused)
 
 
-def _finish(spec, uri, exp_id, parent, planned, reused, cancelled, t0, progress) -> SweepResult:
+def _finish(spec, uri, exp_id, parent, planned, reused, cancelled, t0, progress, linked=False) -> SweepResult:
     from embinit.completeness import planned_trials
     from embinit.report import build_report
     keys = {p.key for p in planned}
@@ -144,7 +158,17 @@ def _finish(spec, uri, exp_id, parent, planned, reused, cancelled, t0, progress)
     report = build_report(spec.experiment_name(), uri, keys=None if search else keys,
                           planned=None if search else planned_trials(planned))  # says what never finished
     result = SweepResult(spec.experiment_name(), exp_id, parent, uri, len(planned) if not search else
-                         spec.num_trials(), reused, rows, cancelled, time.monotonic() - t0, report)
+                         spec.num_trials(), reused, rows, cancelled, time.monotonic() - t0, report, linked)
+    if not linked:
+        _close_parent(spec, uri, parent, result, report)
+    if progress is True:
+        print(report.to_markdown(), flush=True)
+    return result
+
+
+def _close_parent(spec, uri, parent, result, report) -> None:
+    """End the sweep's run with its counts, its report (markdown, CSV, JSON) and the figures."""
+    reused, cancelled = result.reused, result.cancelled
     counts = {"planned": result.planned, "reused": reused, "finished": result.n_finished,
               "failed": result.n_failed, "wall_s": result.wall_s}
     with tempfile.TemporaryDirectory() as tmp:
@@ -155,6 +179,3 @@ def _finish(spec, uri, exp_id, parent, planned, reused, cancelled, t0, progress)
             files += tuple(("figures", str(p)) for p in report.plot(Path(tmp) / "figures"))
         status = tracking.sweep_status(cancelled, result.n_finished, result.planned)
         tracking.end_parent_run(parent, uri, status, report.to_markdown(), counts, files)
-    if progress is True:
-        print(report.to_markdown(), flush=True)
-    return result

@@ -38,8 +38,12 @@ def train_unit(config: dict[str, Any], shared: SweepContext, units: list[Unit],
         if unit.fused:  # one fused model for the group (embinit.sweep.fused)
             objectives = run_group(unit.trials, shared, restored, extra_callbacks)
         for item in unit.trials if not unit.fused else ():
-            item = item.at_point(overrides)
-            with resume.claim(shared, TrialConfig.from_dict(item.config).key(), restored) as claim:
+            at_point = item.at_point(overrides)
+            # The driver's key (the one its dedup and report look for), unless a search point made a new
+            # config: keys count file inputs by content, and a worker may see files the driver does not.
+            key = item.key if at_point is item else TrialConfig.from_dict(at_point.config).key()
+            item = at_point
+            with resume.claim(shared, key, restored) as claim:
                 value = _run_one(item, shared, claim, extra_callbacks)
             if value is not None:
                 objectives.append(value)

@@ -1,0 +1,89 @@
+"""A trial's file inputs by content: the identity `TrialConfig.key()` uses for fields that name files.
+
+A trial reads its pretrained vectors, its data folder, a `best.pt` to start from and a tokenizer folder
+from paths. Keyed by those paths, the same file moved or copied elsewhere looked like a new trial and
+was trained again, although every cache below the trial (task data, aligned rows) is keyed by content.
+`content_id(value)` gives `sha256:<hex>` for a value that names an existing local file or folder, so a
+key holds the bytes a trial reads, not where they lie; the path stays in the trial's config (its MLflow
+params) for provenance.
+
+What counts as a local path: a value written as one (absolute, `./`, `../` or `~`, the rule
+`embinit.sweep.run.check_local_paths` uses) that exists. Anything else (a hub id such as
+`bert-base-uncased`, a tokenizer name such as `spacy`, a path that does not exist here) stays as
+written. A folder's identity is the sha256 of its files' relative paths and digests (names starting
+with `.` skipped: `.git`, editor and OS leftovers), so a copied model or data folder keeps its trials.
+
+Cost: every file is hashed once per version. `content_hash.file_digest` remembers digests on disk per
+(path, size, mtime) under the cache root; on top of that this process remembers them by the same stamp,
+so planning a spec of N trials stats its files N times and reads them at most once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+from embinit.content_hash import file_digest
+
+# TrialConfig fields that may name a file or folder a trial reads.
+FILE_FIELDS = ("pretrained", "src_pretrained", "data_dir", "init_from", "tokenizer")
+PREFIX = "sha256:"
+
+_memo: dict[tuple, str] = {}  # stamp of a file or folder -> its content id, for this process
+
+
+def local_path(value: object) -> Path | None:
+    """The existing local file or folder `value` names, or None (not a path, or nothing there)."""
+    if not isinstance(value, str) or not value.startswith(("/", "./", "../", "~")):
+        return None
+    path = Path(value).expanduser()
+    return path.resolve() if path.exists() else None
+
+
+def content_id(value: object) -> str | None:
+    """`sha256:<hex>` of the file or folder `value` names; None when it names none (see `local_path`)."""
+    path = local_path(value)
+    if path is None:
+        return None
+    return PREFIX + (_folder_digest(path) if path.is_dir() else _file_digest(path))
+
+
+def key_values(config: dict) -> dict:
+    """`config` with each FILE_FIELDS value that names a local file or folder replaced by its content id."""
+    out = dict(config)
+    for name in FILE_FIELDS:
+        cid = content_id(out.get(name))
+        if cid is not None:
+            out[name] = cid
+    return out
+
+
+def _file_digest(path: Path) -> str:
+    st = path.stat()
+    stamp = (str(path), st.st_size, st.st_mtime_ns)
+    if stamp not in _memo:
+        _memo[stamp] = file_digest(path)
+    return _memo[stamp]
+
+
+def _folder_digest(root: Path) -> str:
+    files = _files(root)
+    stamp = (str(root), tuple((rel, st.st_size, st.st_mtime_ns) for rel, _, st in files))
+    if stamp not in _memo:
+        h = hashlib.sha256()
+        for rel, path, _ in files:
+            h.update(f"{rel}\0{_file_digest(path)}\n".encode())
+        _memo[stamp] = h.hexdigest()
+    return _memo[stamp]
+
+
+def _files(root: Path) -> list[tuple[str, Path, os.stat_result]]:
+    """(relative path, path, stat) of every file under `root`, sorted, hidden names skipped."""
+    out = []
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in sorted(n for n in names if not n.startswith(".")):
+            path = Path(folder) / name
+            out.append((path.relative_to(root).as_posix(), path, path.stat()))
+    return out

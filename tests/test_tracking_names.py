@@ -1,0 +1,79 @@
+"""What MLflow's UI shows of embinit's runs (issue 22, item 13): trial runs named by label and seed, the
+`init` param the report's label (the spec as written in `init_spec`), the model size as params, no empty
+`embinit.checkpoint_epoch` tag once nothing is kept, sweep runs named after the spec, the spec's
+description as the experiment's. Real MLflow on a temporary SQLite store (no Ray)."""
+
+from __future__ import annotations
+
+import pytest
+
+from embinit import tracking
+
+pytestmark = pytest.mark.slow  # creating an MLflow SQLite store takes a few seconds
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    uri = f"sqlite:///{tmp_path_factory.mktemp('names')}/mlflow.db"
+    return uri, tracking.ensure_experiment("names", uri)
+
+
+def config(seed: int) -> dict:
+    return {"task": "synthetic_translation", "init": "glove+standardize", "seed": seed}
+
+
+def result() -> dict:
+    return {"status": "finished", "history": [{"epoch": 1, "val/loss": 1.0}], "best": {"val/loss": 1.0},
+            "test": {}, "best_epoch": 1, "label": "GloVe_Xavier"}
+
+
+def test_a_trial_run_is_named_by_label_and_seed_and_its_init_param_is_the_label(store):
+    uri, exp = store
+    run = tracking.TrialRun.open(uri, exp, None, config(3), "k-name", "GloVe_Xavier", {})
+    got = tracking.client(uri).get_run(run.run_id)
+    assert got.info.run_name == "GloVe_Xavier-s3"
+    assert got.data.params["init"] == "GloVe_Xavier"                  # what the report and the tags say
+    assert got.data.params["init_spec"] == "glove+standardize"        # the spec as written
+
+
+def test_the_model_size_is_a_param(store):
+    import torch
+    uri, exp = store
+    run = tracking.TrialRun.open(uri, exp, None, config(4), "k-size", "GloVe_Xavier", {})
+    model = torch.nn.Linear(3, 2)   # 6 weights + 2 biases
+    model.bias.requires_grad_(False)
+    run.log_model_size(model)
+    run.log_model_size(model)       # a resumed attempt logs the same values again: allowed
+    params = tracking.client(uri).get_run(run.run_id).data.params
+    assert (params["model_parameters"], params["trainable_parameters"]) == ("8", "6")
+
+
+def test_no_empty_checkpoint_tag_once_nothing_is_kept(store):
+    uri, exp = store
+    done = tracking.TrialRun.open(uri, exp, None, config(5), "k-ckpt", "GloVe_Xavier", {})
+    done.log_epoch(1, {"val/loss": 1.0}, checkpoint=True)
+    assert tracking.client(uri).get_run(done.run_id).data.tags[tracking.CHECKPOINT_TAG] == "1"
+    done.finish(result(), [])
+    assert tracking.CHECKPOINT_TAG not in tracking.client(uri).get_run(done.run_id).data.tags
+    bad = tracking.TrialRun.open(uri, exp, None, config(6), "k-bad", "GloVe_Xavier", {})
+    bad.log_epoch(1, {"val/loss": 1.0}, checkpoint=True)
+    bad.fail("EmbinitError: bad file", checkpoint=False)
+    assert tracking.CHECKPOINT_TAG not in tracking.client(uri).get_run(bad.run_id).data.tags
+    kept = tracking.TrialRun.open(uri, exp, None, config(7), "k-kept", "GloVe_Xavier", {})
+    kept.log_epoch(1, {"val/loss": 1.0}, checkpoint=True)
+    kept.fail("worker died")        # its checkpoint is kept: resumable, the tag stays
+    assert tracking.client(uri).get_run(kept.run_id).data.tags[tracking.CHECKPOINT_TAG] == "1"
+
+
+def test_sweep_runs_are_named_after_the_spec_and_its_description_is_the_experiments(store):
+    uri, exp = store
+    parent = tracking.start_parent_run(exp, uri, "0123456789abcdef", "name: my-study\n", 2, run_name="my-study")
+    assert tracking.client(uri).get_run(parent).info.run_name == "my-study"
+    assert tracking.finished_sweep(exp, uri, "0123456789abcdef") is None   # still running
+    tracking.end_parent_run(parent, uri, "FINISHED", None, {})
+    assert tracking.finished_sweep(exp, uri, "0123456789abcdef") == parent
+    assert tracking.finished_sweep(exp, uri, "another-spec") is None
+    tracking.describe_experiment(exp, uri, "GloVe vs Xavier on Multi30k")
+    assert tracking.client(uri).get_experiment(exp).tags[tracking.NOTE_TAG] == "GloVe vs Xavier on Multi30k"
+    tracking.describe_experiment(exp, uri, "")   # a spec without one keeps what is there
+    assert tracking.client(uri).get_experiment(exp).tags[tracking.NOTE_TAG] == "GloVe vs Xavier on Multi30k"
