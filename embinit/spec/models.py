@@ -26,7 +26,7 @@ class Hyperparams(_Strict):
     """Fixed hyperparameters (None = the task's Table 5 default). Names are `TrialConfig` fields."""
 
     data_seed: int | None = Field(None, **field_limits("data_seed"))  # one data order for all seeds (KNN post, exp. 1)
-    emb_seed: int | None = Field(None, **field_limits("emb_seed"))    # the tables' init only; the rest follows the seed (KNN post)
+    emb_seed: int | None = Field(None, **field_limits("emb_seed"))  # the tables' init only (KNN post)
     init_from: PathStr | None = None            # a checkpoint whose non-embedding weights start the model
     epochs: int | None = Field(None, **field_limits("epochs"))
     batch_size: int | None = Field(None, **field_limits("batch_size"))
@@ -40,7 +40,7 @@ class Hyperparams(_Strict):
     min_freq: int | None = Field(None, ge=1)
     max_len: int | None = Field(None, **field_limits("max_len"))
     pe_base: float | None = Field(None, gt=0)
-    pe_positions: int | None = Field(None, **field_limits("pe_positions"))   # position-encoding rows (model and statistics)
+    pe_positions: int | None = Field(None, **field_limits("pe_positions"))  # PE rows (model, statistics)
     pre_ln: bool | None = None
     pos_encoding: bool | None = None
     train_embeddings: bool | None = None
