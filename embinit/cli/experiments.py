@@ -16,6 +16,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from embinit.commands import command
 from embinit.errors import EmbinitError
 
 DEFAULT_URL = "http://127.0.0.1:8000"
@@ -81,8 +82,8 @@ def request(args, method: str, path: str, body: bytes | None = None,
         raise EmbinitError(f"{method} {base}{path}: {e.code} {detail}") from None
     except (urllib.error.URLError, OSError) as e:
         reason = getattr(e, "reason", e)
-        raise EmbinitError(f"cannot reach the embinit API at {base} ({reason}); start it with `embinit serve` "
-                           f"or point --url / EMBINIT_API_URL at it") from None
+        raise EmbinitError(f"cannot reach the embinit API at {base} ({reason}); start it with "
+                           f"`{command('embinit', 'serve')}` or point --url / EMBINIT_API_URL at it") from None
 
 
 def _json(args, method: str, path: str, **kw) -> dict:
@@ -165,7 +166,7 @@ def _submit(args) -> int:
                                 body=body, content_type=kind)
     sub = json.loads(answer)
     print(f"{'submitted' if sub['created'] else 'already submitted'}: {sub['id']} ({sub['n_trials']} trials, "
-          f"{sub['status']}); follow it with `embinit experiments status {sub['id']}`")
+          f"{sub['status']}); follow it with `{command('embinit', 'experiments', 'status', sub['id'])}`")
     for notice in sub.get("notices") or []:
         print(f"  note: {notice}")
     return 0
