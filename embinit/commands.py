@@ -31,11 +31,10 @@ def program(name: str) -> str:
     found = shutil.which(name)
     if found and Path(found).resolve() == own.resolve():
         return name
-    try:
-        rel = own.absolute().relative_to(Path.cwd())
-        return str(rel)
-    except ValueError:
-        return str(own.absolute())
+    cwd = Path.cwd()
+    if cwd != Path(cwd.anchor) and own.absolute().is_relative_to(cwd):
+        return str(own.absolute().relative_to(cwd))    # `.venv/bin/embinit`, as the README writes it
+    return str(own.absolute())
 
 
 def command(name: str, *args: str) -> str:
