@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from embinit import records, tracking
+from embinit import provenance, records, tracking
 from embinit.spec import ExperimentSpec, SpecError, load_spec
 from embinit.sweep.analyses import shared_settings
 from embinit.sweep.fused import group_units
@@ -96,6 +96,7 @@ def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = 
     if spec.execution.fuse == "auto":
         units = group_units(units, spec.execution.max_group)
     parent = tracking.start_parent_run(exp_id, uri, spec.spec_hash(), spec.to_yaml(), spec.num_trials())
+    provenance.record(parent, uri)   # the command, machine, version and commit, for the documents
     shared = SweepContext(uri, exp_id, parent, log_checkpoint=spec.mlflow.log_checkpoint,
                           log_plots=spec.mlflow.log_plots, cache_dir=spec.cache_dir,
                           analyses=shared_settings(spec))
