@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 import sys
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -34,9 +35,12 @@ def register(subparsers) -> None:
     s.add_argument("--limit", type=int, default=50)
     s.add_argument("--json", action="store_true", help="the API's JSON")
     s.set_defaults(func=_list)
-    s = sub.add_parser("status", parents=[common], help="one experiment's state, counts, progress and ETA")
+    s = sub.add_parser("status", parents=[common], help="one experiment's state, counts, progress and ETA, "
+                                                        "and its running trials")
     s.add_argument("id")
     s.add_argument("--json", action="store_true", help="the API's JSON (with the spec)")
+    s.add_argument("--watch", action="store_true", help="print it again every --every seconds until it ends")
+    s.add_argument("--every", type=float, default=5.0, metavar="S", help="seconds between --watch reads (5)")
     s.set_defaults(func=_status)
     s = sub.add_parser("results", parents=[common], help="Table 1 of an experiment")
     s.add_argument("id")
@@ -131,15 +135,30 @@ def _print_status(e: dict) -> None:
           + (f"  {mlflow['url']}" if mlflow.get("url") else ""))
     if e.get("error"):
         print(f"  error: {e['error']}")
+    rows = [(t.get("trial", "?"), t.get("epoch", "-"), t.get("best", "-"), t.get("eta", "?"))
+            for t in e.get("running_trials") or []]
+    if rows:
+        rows.insert(0, ("running trial", "epoch", "best so far", "ETA"))
+        widths = [max(len(str(r[i])) for r in rows) for i in range(4)]
+        for r in rows:
+            print("    " + "  ".join(str(v).ljust(w) for v, w in zip(r, widths)).rstrip())
+
+
+TERMINAL = ("succeeded", "failed", "cancelled")
 
 
 def _status(args) -> int:
-    exp = _json(args, "GET", f"/experiments/{args.id}")
-    if args.json:
-        print(json.dumps(exp, indent=2))
-    else:
-        _print_status(exp)
-    return 0
+    while True:
+        exp = _json(args, "GET", f"/experiments/{args.id}")
+        if args.json:
+            print(json.dumps(exp, indent=2))
+        else:
+            _print_status(exp)
+        if not args.watch or exp["status"] in TERMINAL:
+            return 0
+        sys.stdout.flush()
+        time.sleep(max(0.1, args.every))
+        print()
 
 
 def _results(args) -> int:
