@@ -129,7 +129,7 @@ def final_state(result, cancelled: bool) -> tuple[str, str | None]:
 def live_counts(counts: dict[str, Any]) -> dict[str, Any]:
     """The sweep's ETA (from epoch times, before any trial ends) and its running trials' rows, carried
     with the counts to the state database (service.views shows them as `eta_s` and `running_trials`)."""
-    out: dict[str, Any] = {"running_trials": list(counts.get("trials") or [])}
+    out: dict[str, Any] = {"running_trials": list(counts["trials"])} if "trials" in counts else {}
     if counts.get("eta_s") is not None:
         out["eta_s"] = round(float(counts["eta_s"]), 1)
     return out
