@@ -32,7 +32,10 @@ def test_clean_drops_empty_headings_and_all_dash_tables():
     full = ["| init | a | b |", "|---|---|---|", "| Xavier | 1.0 | — |"]
     sections = [Section("A", ["**Finding 1.**", "- a claim", "", "**Finding 2.**", "", "**Finding 3.**"]),
                 Section("B", ["intro", "", *dash, "", *full]),
-                Section("C", ["**x, y**", "", *dash])]
+                Section("C", ["**x, y**", "", *dash]),
+                # Table 2's shape: two label columns, cells such as `—, —` and `— (—)`
+                Section("D", ["| group | init | min, max | mean (σ) | PE σ |", "|---|---|---|---|---|",
+                              "| multi30k | GloVe_Shuffled | —, — | — (—) | — |"])]
     a, b = clean(sections)
     assert a.lines == ["**Finding 1.**", "- a claim"]
     assert b.lines == ["intro", "", "", *full] and [s.title for s in clean(sections)] == ["A", "B"]

@@ -24,7 +24,6 @@ TITLE = ("Reproduction: Kim, Balasubramanian & Kang, \"On Initializing Transform
 NOT_COMPARABLE = "not comparable at this budget"
 # What a verdict needs to be the same as the paper's: the schedule and the model's size.
 BUDGET_KEYS = {"epochs": "epochs", "d_model": "D", "layers": "layers"}
-MISSING = {"", "—", "-", "?", "–"}
 
 
 def header(rep: Reproduction, inputs: str | None = None, now: datetime | None = None) -> list[str]:
@@ -80,9 +79,17 @@ def _is_table_row(line: str) -> bool:
     return line.startswith("|") and line.rstrip().endswith("|")
 
 
+def _dash(cell: str) -> bool:
+    """`—`, `—, —`, `— (—)`, `?`, empty: a cell with nothing measured in it."""
+    return re.fullmatch(r"[\s—–\-,()/?]*", cell) is not None
+
+
 def _all_dashes(row: str) -> bool:
+    """Every cell but the row's labels (the first one, or two in a table of more than three columns)
+    shows nothing."""
     cells = [c.strip() for c in row.strip().strip("|").split("|")]
-    return all(c in MISSING for c in cells[1:])
+    labels = 2 if len(cells) > 3 else 1
+    return all(_dash(c) for c in cells[labels:])
 
 
 def _drop_dash_tables(lines: list[str]) -> list[str]:
