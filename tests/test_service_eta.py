@@ -21,7 +21,7 @@ from service.settings import Settings
 from service.state import settle_counts
 
 ROOT = Path(__file__).resolve().parents[1]
-ROW = {"trial": "quickstart_00000", "epoch": "1/20", "best": "0.8123", "eta": "1m50s"}
+ROW = {"trial": "quickstart_00000", "epoch": "1/20", "best": "0.8123", "eta": "1m50s", "metric": "val/loss"}
 
 
 def test_the_drivers_counts_carry_the_sweeps_eta_and_rows():
@@ -70,6 +70,6 @@ def test_eta_before_the_first_trial_ends_and_status_watch(api, capsys):
     assert len(blocks) >= 2 and blocks[-1].splitlines()[0] == f"{exp_id}  quickstart  succeeded"
     first = blocks[0].splitlines()
     assert "ETA 1m" in first[1] or "ETA 2m00s" in first[1]
-    assert first[3].split() == ["running", "trial", "epoch", "best", "so", "far", "ETA"]
+    assert first[3].split() == ["running", "trial", "epoch", "best", "val/loss", "ETA"]
     assert first[4].split() == ["quickstart_00000", "1/20", "0.8123", "1m50s"]
     assert "running trial" not in blocks[-1]

@@ -61,7 +61,8 @@ def test_progress_eta_before_the_first_trial_ends_and_labelled_columns():
     assert p.counts()["eta_s"] == 90.0
     clock.t += 5
     c = p.counts()
-    assert c["eta_s"] == 85.0 and c["trials"][0] == {"trial": "a", "epoch": "1/5", "best": "2.5", "eta": "0m35s"}
+    assert c["eta_s"] == 85.0 and c["trials"][0] == {"trial": "a", "epoch": "1/5", "best": "2.5", "eta": "0m35s",
+                                            "metric": "val/loss"}
     p.sink = seen.append
     p.emit(force=True)
     assert seen[-1]["eta_s"] == 85.0 and seen[-1]["done"] == 0   # what the service's eta_s is made of

@@ -138,7 +138,9 @@ def _print_status(e: dict) -> None:
     rows = [(t.get("trial", "?"), t.get("epoch", "-"), t.get("best", "-"), t.get("eta", "?"))
             for t in e.get("running_trials") or []]
     if rows:
-        rows.insert(0, ("running trial", "epoch", "best so far", "ETA"))
+        metrics = {t.get("metric") for t in e["running_trials"]}
+        best = f"best {metrics.pop()}" if len(metrics) == 1 and None not in metrics else "best so far"
+        rows.insert(0, ("running trial", "epoch", best, "ETA"))
         widths = [max(len(str(r[i])) for r in rows) for i in range(4)]
         for r in rows:
             print("    " + "  ".join(str(v).ljust(w) for v, w in zip(r, widths)).rstrip())

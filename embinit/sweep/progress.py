@@ -69,7 +69,8 @@ class Progress(Callback):
         return {"total": self.total, "done": self.done + self.reused, "reused": self.reused,
                 "running": running, "pending": pending, "failed": self.failed,
                 "elapsed_s": elapsed, "eta_s": self.eta_s(now, pending, elapsed, finished_here),
-                "trials": [dict(zip(("trial", "epoch", "best", "eta"), t.row(now))) for t in self._by_start()]}
+                "trials": [{**dict(zip(("trial", "epoch", "best", "eta"), t.row(now))), "metric": self.metric}
+                           for t in self._by_start()]}
 
     def eta_s(self, now: float, pending: int, elapsed: float, finished_here: int) -> float | None:
         """From epoch times once one epoch ended; else (epochs unknown) from this sweep's trial rate."""
