@@ -65,3 +65,21 @@ def test_model_size_counts_what_the_model_has():
     model = build_model("translation", {"src": torch.zeros(11, 16), "tgt": torch.zeros(13, 16)}, cfg)
     assert size.total({"src": 11, "tgt": 13}) == sum(p.numel() for p in model.parameters())
     assert size.per_row == {"src": 16, "tgt": 16 + 17}    # the target row's embedding and output (+ bias)
+
+
+@pytest.mark.slow   # an MLflow store
+def test_dry_run_estimates_from_trials_of_the_same_shape_in_the_store(tmp_path, monkeypatch, capsys):
+    from embinit import tracking
+    monkeypatch.chdir(tmp_path)                       # the quickstart's store is ./mlflow.db
+    assert main(["run", str(QUICK), "--dry-run", "epochs=2"]) == 0
+    assert "s/epoch '?'" in capsys.readouterr().out and not (tmp_path / "mlflow.db").exists()  # creates nothing
+    uri = "sqlite:///mlflow.db"
+    exp = tracking.ensure_experiment("earlier", uri)
+    cfg = load_spec(QUICK, ["epochs=4"]).expand()[0].to_dict()    # same shape, another schedule
+    run = tracking.TrialRun.open(uri, exp, None, cfg, "k", "Xavier", {"axes": {}, "point": {}})
+    run.finish({"status": "finished", "history": [], "test": {}, "best": {}, "best_epoch": 4, "wall_time_s": 80.0}, [])
+    assert main(["run", str(QUICK), "--dry-run", "epochs=2"]) == 0
+    out = capsys.readouterr().out
+    row = next(ln for ln in out.splitlines() if ln.strip().startswith("9 "))
+    assert row.split()[:6] == ["9", "2", "synthetic_translation", "32", "1", "20"]   # 80 s / 4 epochs
+    assert "6.0 trial-minutes" in out                                               # 9 x 2 epochs x 20 s

@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 import math
 import os
+import statistics
 from collections import Counter
+from pathlib import Path
 
 from embinit.config import TASKS, TrialConfig
 
@@ -74,21 +76,56 @@ def parallelism(spec) -> tuple[int, str]:
     return k, why
 
 
+def _without_epochs(shape: tuple) -> tuple:
+    return shape[:5] + shape[6:]
+
+
+def past_epoch_s(uri: str) -> dict[tuple, list[float]]:
+    """Seconds per epoch of the finished trials already in the tracking store, by model shape (epochs
+    left out); only a local SQLite store that exists is read (a dry run starts nothing, creates nothing)."""
+    if not uri.startswith("sqlite:///") or not Path(uri[len("sqlite:///"):]).exists():
+        return {}
+    from embinit import records, tracking
+    out: dict[tuple, list[float]] = {}
+    for exp in tracking.client(uri).search_experiments():
+        for rec in records.from_runs(tracking.search_runs(exp.experiment_id, uri, "attributes.status = 'FINISHED'")):
+            wall = rec.metrics.get("wall_time_s")
+            try:
+                shape = shape_of(TrialConfig.from_dict(rec.config))
+            except Exception:  # a config of an older embinit, or a source not reachable here
+                continue
+            if wall and shape[5]:
+                out.setdefault(_without_epochs(shape), []).append(wall / shape[5])
+    return out
+
+
 def cost_lines(spec) -> list[str]:
-    """Per model shape: trials, epochs, size; then the total in trial-epochs and rounds."""
+    """Per model shape: trials, epochs, size, and the seconds per epoch measured before in this store;
+    then the total in trial-epochs and rounds, and a wall-clock estimate where every shape was measured."""
     shapes = Counter(shape_of(cfg) for cfg in spec.expand())
+    past = past_epoch_s(spec.tracking_uri())
     lines = ["", "cost, per model shape:",
-             f"  {'trials':>6}  {'epochs':>6}  {'task':22} {'D':>4} {'layers':>6}  model size"]
+             f"  {'trials':>6}  {'epochs':>6}  {'task':22} {'D':>4} {'layers':>6}  {'s/epoch':>8}  model size"]
+    per_epoch = {}
     for shape, n in shapes.items():
         task, d, _, layers, _, epochs, _, _ = shape
-        lines.append(f"  {n:>6}  {epochs:>6}  {task:22} {str(d):>4} {layers:>6}  {_size(shape)}")
+        seen = past.get(_without_epochs(shape))
+        per_epoch[shape] = statistics.median(seen) if seen else None
+        measured = f"{per_epoch[shape]:.0f}" if seen else "?"
+        lines.append(f"  {n:>6}  {epochs:>6}  {task:22} {str(d):>4} {layers:>6}  {measured:>8}  {_size(shape)}")
     trial_epochs = sum(n * s[5] for s, n in shapes.items())
     k, why = parallelism(spec)
     longest = max(s[5] for s in shapes)
     rounds = math.ceil(sum(shapes.values()) / k)
     lines.append(f"  total: {trial_epochs} trial-epochs; {k} trials at a time here ({why}): about {rounds} "
-                 f"round{'s' if rounds != 1 else ''} of up to {longest} epoch{'s' if longest != 1 else ''} each. "
-                 "The sweep's progress line gives an ETA once the first epoch has finished.")
+                 f"round{'s' if rounds != 1 else ''} of up to {longest} epoch{'s' if longest != 1 else ''} each.")
+    if all(v is not None for v in per_epoch.values()):
+        busy = sum(n * s[5] * per_epoch[s] for s, n in shapes.items())
+        lines.append(f"  estimate from the trials of this shape already in the store (s/epoch, median): "
+                     f"{busy / 60:.1f} trial-minutes, about {busy / k / 60:.1f} min of wall-clock at {k} at a time.")
+    else:
+        lines.append("  s/epoch '?': no finished trial of that shape in the store yet; the sweep's progress "
+                     "line gives an ETA once the first epoch has finished.")
     return lines
 
 
