@@ -86,3 +86,20 @@ def test_documented_commands_name_the_venv(doc):
     calls = [ln for ln in lines if re.match(r"(\S*/)?(embinit|mlflow) ", ln)]
     assert calls, doc
     assert [ln for ln in calls if not ln.startswith(".venv/bin/")] == []
+
+
+@needs_scripts
+def test_the_serve_banners_ui_command_runs_as_printed(tmp_path, monkeypatch, capsys):
+    import uvicorn
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: None)    # no server: only the banner
+    for name in ("EMBINIT_RAY_ADDRESS", "EMBINIT_TRACKING_URI", "EMBINIT_DATABASE_URL", "EMBINIT_MLFLOW_UI_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PATH", BARE_PATH)
+    monkeypatch.chdir(tmp_path)
+    assert main(["serve", "--port", "8123"]) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("MLflow UI: "))
+    words = shlex.split(line.removeprefix("MLflow UI: ").split("#")[0])
+    assert words[1:] == ["ui", "--backend-store-uri", "sqlite:///mlflow.db", "--port", str(commands.UI_PORT)]
+    env = {**os.environ, "PATH": BARE_PATH}
+    done = subprocess.run(words[:2] + ["--help"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "--backend-store-uri" in done.stdout
