@@ -8,12 +8,18 @@ STAMP := $(VENV)/.installed
 
 .PHONY: install run lint test bench clean
 
+# The first install takes minutes: each step says what it does, and pip shows its own progress (no -q).
 $(STAMP): pyproject.toml
+	@echo "[make] 1/4 the virtual environment $(VENV)"
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PIP) install -q --upgrade pip
-	$(PIP) install -q "$(TORCH_SPEC)"
-	$(PIP) install -q -e ".[test]"
+	@echo "[make] 2/4 pip itself"
+	$(PIP) install --progress-bar on --upgrade pip
+	@echo "[make] 3/4 CPU torch ($(TORCH_SPEC)), the largest download"
+	$(PIP) install --progress-bar on "$(TORCH_SPEC)"
+	@echo "[make] 4/4 embinit and its test dependencies (ray, mlflow, fastapi, ...)"
+	$(PIP) install --progress-bar on -e ".[test]"
 	touch $(STAMP)
+	@echo "[make] installed into $(VENV); its commands are in $(VENV)/bin (e.g. $(VENV)/bin/embinit)"
 
 install: $(STAMP)
 

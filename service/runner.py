@@ -126,6 +126,15 @@ def final_state(result, cancelled: bool) -> tuple[str, str | None]:
                       f"see MLflow); submit again with ?rerun=true to run the rest")
 
 
+def live_counts(counts: dict[str, Any]) -> dict[str, Any]:
+    """The sweep's ETA (from epoch times, before any trial ends) and its running trials' rows, carried
+    with the counts to the state database (service.views shows them as `eta_s` and `running_trials`)."""
+    out: dict[str, Any] = {"running_trials": list(counts["trials"])} if "trials" in counts else {}
+    if counts.get("eta_s") is not None:
+        out["eta_s"] = round(float(counts["eta_s"]), 1)
+    return out
+
+
 class ExperimentDriver:
     """The Ray actor body. Runs the sweep in a thread so poll/cancel answer while it trains."""
 
@@ -168,7 +177,7 @@ class ExperimentDriver:
             self.state.status = "running"
         self.state.counts = {"pending": counts["pending"], "running": counts["running"],
                              "finished": counts["done"] - counts["reused"], "failed": counts["failed"],
-                             "reused": counts["reused"]}
+                             "reused": counts["reused"], **live_counts(counts)}
 
     def poll(self) -> dict[str, Any]:
         return self.state.to_dict()

@@ -31,7 +31,8 @@ class ExperimentSummary(BaseModel):
     counts: dict[str, int] = Field(description="trials by state: pending, running, finished, failed, "
                                                "reused (finished before this run and not trained again)")
     progress: float = Field(description="fraction of trials finished or failed, 0..1")
-    eta_s: float | None = Field(None, description="estimated seconds left, from this run's trial rate")
+    eta_s: float | None = Field(None, description="estimated seconds left: from the sweep's epoch times as soon "
+                                "as one epoch has ended, else from this run's trial rate")
     spec_hash: str
     created_at: dt.datetime
     updated_at: dt.datetime
@@ -46,6 +47,9 @@ class ExperimentSummary(BaseModel):
 class ExperimentDetail(ExperimentSummary):
     spec: dict[str, Any]
     driver: str | None = Field(None, description="name of the Ray actor that drives the experiment")
+    running_trials: list[dict[str, Any]] = Field(default_factory=list, description="the running trials as the "
+                                                 "sweep sees them: trial, epoch (of the planned), best selection "
+                                                 "metric so far, ETA")
 
 
 class ExperimentPage(BaseModel):

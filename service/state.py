@@ -32,12 +32,17 @@ def _ts(seconds: float | None) -> dt.datetime | None:
     return dt.datetime.fromtimestamp(seconds, dt.timezone.utc) if seconds else None
 
 
+# What a running driver reports beside the counts: the sweep's ETA and its running trials (dropped once
+# the experiment ends).
+LIVE_KEYS = ("eta_s", "running_trials")
+
+
 def settle_counts(status: str, counts: dict[str, int], n_trials: int) -> dict[str, int]:
     """Counts as the API shows them: a finished experiment has nothing running; what a cancel stopped
     or never started is `cancelled`, what a failed experiment left running is `failed`."""
-    out = {k: int(v) for k, v in counts.items()}
+    out = {k: int(v) for k, v in counts.items() if k not in LIVE_KEYS}
     if status not in TERMINAL:
-        return out
+        return {**out, **{k: counts[k] for k in LIVE_KEYS if k in counts}}
     stopped = out.pop("running", 0)
     out["running"] = 0
     if status == "cancelled":

@@ -5,6 +5,7 @@ from __future__ import annotations
 from service.db import Experiment, utcnow
 from service.schemas import ExperimentDetail, ExperimentSummary, Links, MlflowLink
 from service.settings import Settings
+from service.state import LIVE_KEYS
 
 
 def progress(exp: Experiment) -> float:
@@ -13,9 +14,18 @@ def progress(exp: Experiment) -> float:
     return round(min(1.0, done / exp.n_trials), 4) if exp.n_trials else 1.0
 
 
+def counts(exp: Experiment) -> dict[str, int]:
+    return {k: v for k, v in (exp.counts or {}).items() if k not in LIVE_KEYS}
+
+
 def eta_s(exp: Experiment) -> float | None:
-    """Seconds left at this run's rate (reused trials cost nothing, so they do not count)."""
+    """Seconds left: the sweep's own estimate from epoch times (there as soon as one epoch has ended),
+    counted down since it was stored; else this run's trial rate (reused trials cost nothing)."""
     c = exp.counts or {}
+    live = c.get("eta_s")
+    if exp.status == "running" and isinstance(live, (int, float)):
+        since = (utcnow() - exp.updated_at).total_seconds() if exp.updated_at else 0.0
+        return round(max(0.0, live - max(0.0, since)), 1)
     ran = c.get("finished", 0) + c.get("failed", 0)
     left = exp.n_trials - ran - c.get("reused", 0)
     if exp.status != "running" or not exp.started_at or ran == 0 or left <= 0:
@@ -39,10 +49,11 @@ def mlflow_link(exp: Experiment, settings: Settings) -> MlflowLink:
 
 def summary(exp: Experiment, settings: Settings, detail: bool = False) -> ExperimentSummary:
     fields = dict(id=exp.id, name=exp.name, status=exp.status, n_trials=exp.n_trials,
-                  counts=exp.counts or {}, progress=progress(exp), eta_s=eta_s(exp), spec_hash=exp.spec_hash,
+                  counts=counts(exp), progress=progress(exp), eta_s=eta_s(exp), spec_hash=exp.spec_hash,
                   created_at=exp.created_at, updated_at=exp.updated_at, started_at=exp.started_at,
                   finished_at=exp.finished_at, cancel_requested=exp.cancel_requested_at is not None,
                   error=exp.error, mlflow=mlflow_link(exp, settings), links=links(exp.id))
     if detail:
-        return ExperimentDetail(**fields, spec=exp.spec, driver=exp.driver)
+        running = (exp.counts or {}).get("running_trials") if exp.status == "running" else None
+        return ExperimentDetail(**fields, spec=exp.spec, driver=exp.driver, running_trials=running or [])
     return ExperimentSummary(**fields)

@@ -22,3 +22,40 @@ def ray_local():
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
+
+
+# What `make test` skipped and why, said once at the very end (issue 22 item 12): a newcomer without
+# Chromium or PostgreSQL otherwise tests less than CI without noticing. `.ci/run` installs both.
+_ENABLE = {"chromium": "apt-get install -y chromium (and the playwright package: pip install playwright)",
+           "playwright": "pip install playwright", "postgresql": "apt-get install -y postgresql",
+           "gpu": "a CUDA GPU (python -m pytest -m gpu tests/test_gpu.py)"}
+
+
+def skip_reasons(reports) -> dict[str, int]:
+    """{reason: number of tests skipped for it}, most frequent first."""
+    counts: dict[str, int] = {}
+    for rep in reports:
+        longrepr = rep.longrepr
+        reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+        reason = reason.removeprefix("Skipped: ")
+        counts[reason] = counts.get(reason, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)   # the outermost wrapper: after pytest's short summary
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    result = yield
+    reasons = skip_reasons(terminalreporter.stats.get("skipped", []))
+    if reasons:
+        _say_skips(terminalreporter, reasons)
+    return result
+
+
+def _say_skips(terminalreporter, reasons: dict[str, int]) -> None:
+    total = sum(reasons.values())
+    terminalreporter.section("what this run skipped, and why", sep="-")
+    for reason, n in reasons.items():
+        hint = next((how for word, how in _ENABLE.items() if word in reason.lower()), None)
+        terminalreporter.write_line(f"{n:4d} skipped: {reason}" + (f"  -> to run them: {hint}" if hint else ""))
+    terminalreporter.write_line(f"{total} test{'s' if total != 1 else ''} skipped: this run tested less than "
+                                "CI, which installs what they need (.ci/run).")

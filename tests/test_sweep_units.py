@@ -114,6 +114,7 @@ def test_progress_table_per_running_trial(monkeypatch):
     _epoch(p, "b", 1, float("nan"))
     last = out.getvalue().split("[embinit]")[-1].splitlines()
     assert last[0].startswith(" 0/4 done") and last[1].split() == ["running", "trial", "epoch", "best", "ETA"]
+    # (no metric named here; the sweep names it: "best val/loss", tests/test_sweep_eta.py)
     row_a, row_b = last[2].split(), last[3].split()
     assert row_a[-3:-1] == ["2/6", "41.5"] and row_a[-1] != "?"
     assert row_b[-3:] == ["1/6", "-", row_b[-1]]

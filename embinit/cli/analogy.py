@@ -133,8 +133,11 @@ def _log(args, source: str, questions: str, n_words: int, rows, results, wall_s:
     result = {"rows": [{**res.to_dict(), "steps": list(st), "slug": row_slug(st), "paper": paper, "pe_ratio": ratio}
                        for (st, _), (_, paper, res), ratio in zip(rows, results, ratios)],
               "ratio_sweep": sweep, "params": params}
-    return tracking.log_analysis_run(args.log_experiment, args.tracking_uri, "analogy",
-                                     f"analogy-seed{args.seed}", params, metrics, result)
+    run_id = tracking.log_analysis_run(args.log_experiment, args.tracking_uri, "analogy",
+                                       f"analogy-seed{args.seed}", params, metrics, result)
+    from embinit import provenance
+    provenance.record(run_id, tracking.resolve_uri(args.tracking_uri))   # for the reproduction's runs section
+    return run_id
 
 
 def _fmt(d: dict) -> str:

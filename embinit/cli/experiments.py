@@ -12,11 +12,13 @@ import argparse
 import json
 import os
 import sys
+import time
 import urllib.error
 import urllib.request
 from urllib.parse import quote
 from pathlib import Path
 
+from embinit.commands import command
 from embinit.errors import EmbinitError
 
 DEFAULT_URL = "http://127.0.0.1:8000"
@@ -34,9 +36,12 @@ def register(subparsers) -> None:
     s.add_argument("--limit", type=int, default=50)
     s.add_argument("--json", action="store_true", help="the API's JSON")
     s.set_defaults(func=_list)
-    s = sub.add_parser("status", parents=[common], help="one experiment's state, counts, progress and ETA")
+    s = sub.add_parser("status", parents=[common], help="one experiment's state, counts, progress and ETA, "
+                                                        "and its running trials")
     s.add_argument("id")
     s.add_argument("--json", action="store_true", help="the API's JSON (with the spec)")
+    s.add_argument("--watch", action="store_true", help="print it again every --every seconds until it ends")
+    s.add_argument("--every", type=float, default=5.0, metavar="S", help="seconds between --watch reads (5)")
     s.set_defaults(func=_status)
     s = sub.add_parser("results", parents=[common], help="Table 1 of an experiment")
     s.add_argument("id")
@@ -84,8 +89,8 @@ def request(args, method: str, path: str, body: bytes | None = None,
         raise EmbinitError(f"{method} {base}{path}: {e.code} {detail}") from None
     except (urllib.error.URLError, OSError) as e:
         reason = getattr(e, "reason", e)
-        raise EmbinitError(f"cannot reach the embinit API at {base} ({reason}); start it with `embinit serve` "
-                           f"or point --url / EMBINIT_API_URL at it") from None
+        raise EmbinitError(f"cannot reach the embinit API at {base} ({reason}); start it with "
+                           f"`{command('embinit', 'serve')}` or point --url / EMBINIT_API_URL at it") from None
 
 
 def _json(args, method: str, path: str, **kw) -> dict:
@@ -133,15 +138,32 @@ def _print_status(e: dict) -> None:
           + (f"  {mlflow['url']}" if mlflow.get("url") else ""))
     if e.get("error"):
         print(f"  error: {e['error']}")
+    rows = [(t.get("trial", "?"), t.get("epoch", "-"), t.get("best", "-"), t.get("eta", "?"))
+            for t in e.get("running_trials") or []]
+    if rows:
+        metrics = {t.get("metric") for t in e["running_trials"]}
+        best = f"best {metrics.pop()}" if len(metrics) == 1 and None not in metrics else "best so far"
+        rows.insert(0, ("running trial", "epoch", best, "ETA"))
+        widths = [max(len(str(r[i])) for r in rows) for i in range(4)]
+        for r in rows:
+            print("    " + "  ".join(str(v).ljust(w) for v, w in zip(r, widths)).rstrip())
+
+
+TERMINAL = ("succeeded", "failed", "cancelled")
 
 
 def _status(args) -> int:
-    exp = _json(args, "GET", f"/experiments/{args.id}")
-    if args.json:
-        print(json.dumps(exp, indent=2))
-    else:
-        _print_status(exp)
-    return 0
+    while True:
+        exp = _json(args, "GET", f"/experiments/{args.id}")
+        if args.json:
+            print(json.dumps(exp, indent=2))
+        else:
+            _print_status(exp)
+        if not args.watch or exp["status"] in TERMINAL:
+            return 0
+        sys.stdout.flush()
+        time.sleep(max(0.1, args.every))
+        print()
 
 
 def _results(args) -> int:
@@ -169,7 +191,7 @@ def _submit(args) -> int:
                                 body=body, content_type=kind)
     sub = json.loads(answer)
     print(f"{'submitted' if sub['created'] else 'already submitted'}: {sub['id']} ({sub['n_trials']} trials, "
-          f"{sub['status']}); follow it with `embinit experiments status {sub['id']}`")
+          f"{sub['status']}); follow it with `{command('embinit', 'experiments', 'status', sub['id'])}`")
     for notice in sub.get("notices") or []:
         print(f"  note: {notice}")
     return 0

@@ -9,11 +9,13 @@ from pathlib import Path
 def register(subparsers) -> None:
     p = subparsers.add_parser("reproduction", help="the reproduction report (paper vs embinit) from MLflow",
                               description="Write the reproduction report from the MLflow records of the GPU specs "
-                                          "(tune_configs/gpu/; --inputs offline: the superseded CPU specs) and "
-                                          "the Table-4 analogy runs. Experiments not run yet are shown as such.")
-    p.add_argument("--inputs", choices=("gpu", "offline"), default="gpu",
-                   help="which sweeps to read: the GPU specs of tune_configs/gpu/ (default) or the superseded "
-                        "CPU specs of tune_configs/offline/")
+                                          "(tune_configs/gpu/) or, when the store has none of those, the "
+                                          "superseded CPU specs (tune_configs/offline/), and the Table-4 analogy "
+                                          "runs. Experiments not run yet are shown as such.")
+    p.add_argument("--inputs", choices=("auto", "gpu", "offline"), default="auto",
+                   help="which sweeps to read: the GPU specs of tune_configs/gpu/, the superseded CPU specs of "
+                        "tune_configs/offline/, or (auto, the default) the first of these two whose experiments "
+                        "the store holds")
     p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: sqlite:///mlflow.db)")
     p.add_argument("--out", default=None, metavar="FILE", help="write the markdown here (default: stdout)")
     p.add_argument("--exports", default=None, metavar="DIR", help="write reproduction.json and CSV tables here")
@@ -24,12 +26,14 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     from embinit.reproduction import Reproduction, render, write_exports
-    from embinit.reproduction.inputs import PRESETS
+    from embinit.reproduction.frame import header
+    from embinit.reproduction.inputs import PRESETS, choose_inputs
 
-    rep = Reproduction(args.tracking_uri, PRESETS[args.inputs])
+    name = choose_inputs(args.inputs, args.tracking_uri)
+    rep = Reproduction(args.tracking_uri, PRESETS[name])
     sections = rep.build()
     pre = Path(args.preamble).read_text() if args.preamble else ""
-    text = render(rep, sections, pre)
+    text = render(rep, sections, pre, header=header(rep, name))
     if args.epilogue:
         text += "\n" + Path(args.epilogue).read_text()
     if args.out:

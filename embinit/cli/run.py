@@ -1,20 +1,29 @@
 """`embinit run SPEC.yaml`: run an experiment spec as a Ray Tune sweep recorded in MLflow.
 
-`--dry-run` validates the spec and prints the expanded trial list and its size without running
-anything. Re-running the same spec resumes it: trials that already have a finished MLflow run are
-reused, never trained twice.
+`--dry-run` validates the spec and prints the expanded trial list, its epochs, model sizes and cost
+without running anything. `key=value` arguments after the spec override it for this run
+(embinit.spec.overrides): `embinit run SPEC epochs=2 seeds=2 inits=xavier,glove --dry-run`.
+Re-running the same spec resumes it: trials that already have a finished MLflow run are reused, never
+trained twice. A run ends with its next steps, as commands that run as printed (embinit.commands).
 """
 
 from __future__ import annotations
 
-import json
 import sys
+
+from embinit.cli.dry_run import dry_run
+from embinit.commands import command, next_steps
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("run", help="run an experiment spec (a sweep on Ray Tune, recorded in MLflow)")
     p.add_argument("spec", help="experiment spec YAML (see tune_configs/)")
-    p.add_argument("--dry-run", action="store_true", help="print the expanded trials and their number, run nothing")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                   help="override the spec for this run, e.g. epochs=2 seeds=2 inits=xavier,glove (a "
+                        "hyperparameter applies to every task; unless name= or mlflow.experiment= is given, "
+                        "the MLflow experiment is named after the overrides)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the expanded trials, their epochs, model sizes and cost; run nothing")
     p.add_argument("--address", default=None, help="Ray cluster address (default: start a local Ray)")
     p.add_argument("--tracking-uri", default=None,
                    help="MLflow tracking URI (default: the spec's, else sqlite:///mlflow.db)")
@@ -22,25 +31,9 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
-def dry_run(spec) -> str:
-    """The expanded trial list as text, one trial a line, and the total."""
-    plan = spec.plan()
-    lines = [f"{'#':>4}  {'key':16}  {'task':24} {'init':22} seed  settings"]
-    for i, p in enumerate(plan):
-        settings = {**p.axes, **p.point}
-        lines.append(f"{i:>4}  {p.key}  {p.task:24} {p.label:22} {p.seed:>4}  "
-                     f"{json.dumps(settings) if settings else ''}".rstrip())
-    total = spec.num_trials()
-    if spec.search is not None and spec.search.method == "optuna":
-        lines.append(f"optuna: {spec.search.num_samples} points x {len(spec.seeds)} seeds for each of the "
-                     f"{len(plan) // len(spec.seeds)} (task, init, axes) groups above, drawn while running")
-    lines.append(f"{total} trials; MLflow experiment {spec.experiment_name()!r} at {spec.tracking_uri()}")
-    return "\n".join(lines)
-
-
 def run(args) -> int:
     from embinit.spec import load_spec
-    spec = load_spec(args.spec)
+    spec = load_spec(args.spec, args.overrides)
     if args.dry_run:
         print(dry_run(spec))
         return 0
@@ -49,10 +42,10 @@ def run(args) -> int:
         result = run_sweep(spec, address=args.address, tracking_uri=args.tracking_uri, progress=not args.quiet)
     except KeyboardInterrupt:
         print(f"embinit: interrupted. Trials that finished are kept in MLflow; the stopped ones are marked "
-              f"'interrupted'. Run `embinit run {args.spec}` again to resume: finished trials are reused, "
-              f"the rest train.", file=sys.stderr, flush=True)
+              f"'interrupted'. Run `{command('embinit', 'run', args.spec, *args.overrides)}` again to resume: "
+              f"finished trials are reused, the rest train.", file=sys.stderr, flush=True)
         return 130
     print(f"{result.n_finished}/{result.planned} trials finished ({result.reused} reused), {result.n_failed} "
-          f"failed, in {result.wall_s:.0f} s. MLflow: experiment {result.experiment!r} at {result.tracking_uri}; "
-          f"open the UI with: mlflow ui --backend-store-uri {result.tracking_uri}")
+          f"failed, in {result.wall_s:.0f} s. MLflow: experiment {result.experiment!r} at {result.tracking_uri}")
+    print("\n".join(next_steps(result.experiment, result.tracking_uri)), flush=True)
     return 1 if result.n_failed or result.cancelled else 0

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 
+from embinit.commands import ui_command
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("serve", help="run the HTTP API (experiments over HTTP; docs at /docs)")
@@ -15,12 +17,6 @@ def register(subparsers) -> None:
                         "default: EMBINIT_RAY_ADDRESS, else a local Ray started with the API")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     p.set_defaults(func=run)
-
-
-def _ui_command(tracking_uri: str) -> str:
-    if tracking_uri.startswith(("http://", "https://")):
-        return f"open {tracking_uri} (the MLflow server)"
-    return f"mlflow ui --backend-store-uri {tracking_uri} --port 5000"
 
 
 def run(args) -> int:
@@ -52,6 +48,6 @@ def run(args) -> int:
     print(f"embinit API on {base}  (docs: {base}/docs)", flush=True)
     print(f"state database: {settings.database_url}   MLflow store: {settings.tracking_uri}", flush=True)
     print(f"Ray: {settings.ray_address or 'local (started with the API, stopped with it)'}", flush=True)
-    print(f"MLflow UI: {_ui_command(settings.tracking_uri)}", flush=True)
+    print(f"MLflow UI: {ui_command(settings.tracking_uri)}", flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, **uvicorn_options(settings))
     return 0

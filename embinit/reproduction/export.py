@@ -39,8 +39,14 @@ def write_exports(rep: Reproduction, out_dir: Path) -> list[Path]:
     return paths
 
 
-def render(rep: Reproduction, sections: list[Section], preamble: str = "") -> str:
-    lines = [preamble.rstrip(), ""] if preamble else []
-    for sec in sections:
+def render(rep: Reproduction, sections: list[Section], preamble: str = "", header: list[str] | None = None) -> str:
+    """The document: the preamble, then each section; with `header` (embinit.reproduction.frame.header)
+    a title block first. Headings with nothing under them and all-dash tables are left out."""
+    from embinit.reproduction import frame
+    if header is not None:
+        lines = frame.title_block(preamble, header)
+    else:
+        lines = [preamble.rstrip(), ""] if preamble else []
+    for sec in frame.clean(sections):
         lines += [f"## {sec.title}", "", *sec.lines, ""]
     return "\n".join(lines).rstrip() + "\n"

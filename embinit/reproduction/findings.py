@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import math
 import statistics
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
-from embinit import records
 from embinit.config import metric_range
 from embinit.report import summarize
 from embinit import paper
-from embinit.reproduction.compare import ci_text, compare_text, duration, fmt, mean_std, paired, verdict
+from embinit.reproduction.compare import ci_text, compare_text, fmt, mean_std, paired, verdict
 from embinit.reproduction.export import Section
-from embinit.reproduction.inputs import (ROLE_TEXT, ROLES, SHUFFLE_TEXT, Group, metric_history, load_artifact_text,
-                                         role_of)
+from embinit.reproduction.frame import NOT_COMPARABLE, budget_gap
+from embinit.reproduction.inputs import ROLE_TEXT, ROLES, SHUFFLE_TEXT, Group, metric_history, role_of
 
 if TYPE_CHECKING:
     from embinit.reproduction.tables import Reproduction
@@ -113,9 +111,11 @@ def findings_section(rep: Reproduction) -> Section:
         lc = paired(_by_seed(rep, g, a, "best/val/loss"), _by_seed(rep, g, b, "best/val/loss"))
         leff = paper_effect(g, a, b, loss=True)
         lv = verdict(lc, -expected, tolerate, leff)   # lower loss is better
+        gap = budget_gap(rep, g)
         out.append({"finding": f, "claim": f"{claim} ({g.task})", "task": g.task, "a": name(g, a),
                     "b": name(g, b), "metric": mname, **c, "paper_effect": eff, "verdict": v,
-                    "loss": {**lc, "paper_effect": leff, "verdict": lv}, "disagree": _disagree(v, lv)})
+                    "loss": {**lc, "paper_effect": leff, "verdict": lv}, "disagree": _disagree(v, lv),
+                    **({"budget": gap, "verdict": NOT_COMPARABLE, "measured": v} if gap else {})})
     if tr:
         check("1", f"raw {tr.source} does worse than Xavier", tr, "P", "Xavier", -1)
         check("1", f"standardizing {tr.source} to Xavier's σ helps", tr, "P_Xavier", "P", +1)
@@ -131,13 +131,11 @@ def findings_section(rep: Reproduction) -> Section:
             check("3", f"{name(g, 'P_Xavier')} gains over Xavier", g, "P_Xavier", "Xavier", +1)
     s.lines += _findings_legend()
     for f in ("1", "2", "3"):
-        s.lines.append(f"**Finding {f}.**")
-        for x in out:
-            if x["finding"] == f and x["n"] != (0, 0):
-                s.lines.append(_finding_line(x))
+        lines = [_finding_line(x) for x in out if x["finding"] == f and x["n"] != (0, 0)]
         if f == "2":
-            s.lines += _finding2(rep, tr, out)
-        s.lines.append("")
+            lines += _finding2(rep, tr, out)
+        if lines:   # no heading without a claim under it
+            s.lines += [f"**Finding {f}.**", *lines, ""]
     rep.exports["findings"] = out
     return s
 
@@ -152,7 +150,9 @@ def _findings_legend() -> list[str]:
             "other side; *inconclusive* — it includes 0 and is wider than the difference the paper reports "
             "(Tables 1, 3 and 7), so it could not have told that difference from 0; *on par* (for the "
             "paper's \"on par or better\" claims) and *does not reproduce* — it includes 0 and is narrower "
-            "than the paper's difference. A claim whose two metrics reach opposite verdicts is marked "
+            "than the paper's difference; *not comparable at this budget* — the group trained for fewer "
+            "epochs or with a smaller model than the paper (the reason follows), so its interval is shown "
+            "but not read as a test of the paper's claim. A claim whose two metrics reach opposite verdicts is marked "
             "**BLEU and loss disagree** (or accuracy and loss).", ""]
 
 
@@ -160,6 +160,10 @@ def _finding_line(x: dict) -> str:
     lc = x["loss"]
     eff = "—" if x["paper_effect"] is None else fmt(x["paper_effect"])
     leff = "—" if lc["paper_effect"] is None else fmt(lc["paper_effect"], 3)
+    if x.get("budget"):   # the interval is reported, but not read as the paper's claim
+        return (f"- {x['claim']}: **{NOT_COMPARABLE}** ({x['budget']}). Measured here, {x['metric']}: "
+                f"{compare_text(x['a'], x['b'], x)}; paper {eff}; best validation loss: "
+                f"{compare_text(x['a'], x['b'], lc, 3)}; paper {leff}.")
     line = (f"- {x['claim']}: {x['metric']} **{x['verdict']}**. {compare_text(x['a'], x['b'], x)}; "
             f"paper {eff}. Best validation loss **{lc['verdict']}**. "
             f"{compare_text(x['a'], x['b'], lc, 3)}; paper {leff}.")
@@ -192,6 +196,9 @@ def _finding2(rep: Reproduction, tr: Group | None, out: list) -> list[str]:
             d = {r: c["diff"] for r, c in gains.items()}
             smaller = d["P"] < min(d["Xavier"], d["P_Xavier"])
             verdict = "the smallest, as the paper says" if smaller else "not the smallest, unlike the paper"
+            gap = budget_gap(rep, tr)
+            if gap:
+                verdict += f"; {NOT_COMPARABLE}: {gap}"
             lines.append(f"- (a) Table 3: switching position encoding on (trainable embeddings) gains "
                          f"{compare_text('on', 'off', gains['Xavier'])} BLEU for Xavier, "
                          f"{compare_text('on', 'off', gains['P'])} for {tr.source}, "
@@ -199,7 +206,8 @@ def _finding2(rep: Reproduction, tr: Group | None, out: list) -> list[str]:
                          f"for raw {tr.source} is **{verdict}** (paper: +2.2 for GloVe, +7.7 for Xavier, +7.5 for "
                          "GloVe_Xavier).")
             out.append({"finding": "2", "claim": "PE gain smallest for raw P (Table 3)", "values": d,
-                        "intervals": gains, "verdict": "reproduces" if smaller else "does not reproduce"})
+                        "intervals": gains, "verdict": "reproduces" if smaller else "does not reproduce",
+                        **({"budget": gap, "verdict": NOT_COMPARABLE} if gap else {})})
     t4 = {r["steps"] and ".".join(r["steps"]) or "raw": r for r in rep.exports.get("table4", [])}
     if {"raw", "standardize", "standardize.pe", "pe"} <= set(t4):
         raw, std, stdpe, pe = (t4[k]["mean"] for k in ("raw", "standardize", "standardize.pe", "pe"))
@@ -212,38 +220,3 @@ def _finding2(rep: Reproduction, tr: Group | None, out: list) -> list[str]:
         if sp:
             lines.append(f"  What the transformer actually adds (√D-scaled vectors + PE) keeps {sp['mean']:.1f}%.")
     return lines
-
-
-def runs_section(rep: Reproduction) -> Section:
-    s = Section("Commands, wall-clock and MLflow experiments")
-    s.lines += ["Every sweep below was run against one local 2-CPU Ray cluster with two 1-thread trials at a "
-                "time; sweeps ran side by side, so their wall-clock spans overlap. 'trial time' is the sum of "
-                "the trials' own durations.", "",
-                "| spec | MLflow experiment | sweep run | started (UTC) | wall-clock | trials (new) | "
-                "trial time | command |", "|---" * 8 + "|"]
-    rows = []
-    for exp, (trials, parents) in rep.data.items():
-        for p in parents:
-            spec_text = load_artifact_text(p, "spec.yaml") or ""
-            spec_name = next((ln.split(":", 1)[1].strip() for ln in spec_text.splitlines()
-                              if ln.startswith("name:")), "?")
-            spec_file = next((g.spec for g in rep.inputs.groups if g.experiment == spec_name), None) or \
-                (rep.inputs.ablation_spec if "ablation" in spec_name else "?")
-            own = [t for t in trials if t.parent_id == p.info.run_id and t.end_ms]
-            wall = ((p.info.end_time or 0) - p.info.start_time) / 1000 if p.info.end_time else None
-            busy = sum((t.end_ms - t.start_ms) / 1000 for t in own)
-            started = datetime.fromtimestamp(p.info.start_time / 1000, timezone.utc).strftime("%Y-%m-%d %H:%M")
-            cmd = f"`embinit run {spec_file} --address $ADDR --tracking-uri $URI`"
-            s.lines.append(f"| `{spec_file}` | `{exp}` | {p.info.run_name} | {started} | {duration(wall)} | "
-                           f"{p.data.tags.get(records.N_TRIALS_TAG, '?')} ({len(own)}) | {duration(busy)} | {cmd} |")
-            rows.append({"spec": spec_file, "experiment": exp, "run_id": p.info.run_id, "wall_s": wall,
-                         "trial_s": busy, "trials": len(own), "status": p.info.status})
-    if rep.analogy_runs:
-        dur = sum(r.data.metrics.get("wall_time_s",
-                                     ((r.info.end_time or r.info.start_time) - r.info.start_time) / 1000)
-                  for r in rep.analogy_runs)
-        s.lines.append(f"| Table 4 | `{rep.inputs.analogy_experiment}` | {len(rep.analogy_runs)} runs | — | "
-                       f"{duration(dur)} | — | — | `{rep.inputs.analogy_command}` "
-                       f"for S in 0..{len(rep.analogy_runs) - 1} |")
-    rep.exports["runs"] = rows
-    return s

@@ -95,3 +95,25 @@ def load_artifact_text(run, path: str) -> str | None:
         return mlflow.artifacts.load_text(f"{run.info.artifact_uri}/{path}")
     except Exception:  # a missing artifact: the caller shows "?"
         return None
+
+
+def _experiments(inputs: Inputs) -> list[str]:
+    return [g.experiment for g in inputs.groups] + [inputs.analogy_experiment]
+
+
+def choose_inputs(name: str, uri: str | None) -> str:
+    """The preset to read: `name`, or for "auto" the first of gpu, offline whose experiments the store
+    holds. Raises EmbinitError naming each preset's experiments and what the store has, when the one
+    asked for (or every one, for auto) has none there."""
+    names = ("gpu", "offline") if name == "auto" else (name,)
+    for n in names:
+        if any(tracking.experiment_id(e, uri) is not None for e in _experiments(PRESETS[n])):
+            return n
+    have = sorted(e.name for e in tracking.client(uri).search_experiments() if e.name != "Default")
+    wants = "; ".join(f"--inputs {n} reads {', '.join(_experiments(PRESETS[n]))}" for n in PRESETS)
+    other = [n for n in PRESETS if n not in names
+             and any(tracking.experiment_id(e, uri) is not None for e in _experiments(PRESETS[n]))]
+    hint = f"; use --inputs {other[0]}, whose experiments are there" if other else \
+        "; run their specs first (tune_configs/gpu/run_batch.sh or tune_configs/offline/reproduce.sh)"
+    raise EmbinitError(f"none of the reproduction's experiments ({'--inputs ' + name}) are in "
+                       f"{tracking.resolve_uri(uri)}, which holds {have or 'no experiments'}. {wants}{hint}")

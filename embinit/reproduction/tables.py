@@ -16,7 +16,7 @@ from embinit.report import summarize
 from embinit.reproduction.blog import blog_section
 from embinit.reproduction.compare import ci_text, fmt, mean_std
 from embinit.reproduction.export import Section
-from embinit.reproduction.findings import findings_section, runs_section, similarity_section
+from embinit.reproduction.findings import findings_section, similarity_section
 from embinit.reproduction.inputs import (ROLE_TEXT, ROLES, Group, Inputs, Trial, load_artifact_text, load_trials,
                                          role_of)
 
@@ -235,7 +235,8 @@ class Reproduction:
         return findings_section(self)
 
     def runs_section(self) -> Section:
-        return runs_section(self)
+        from embinit.reproduction.runs import how_it_was_run
+        return how_it_was_run(self)
 
     def build(self) -> list[Section]:
         return [self.settings(), self.table1(), self.table2(), self.table3(), self.table4(), self.similarity(),

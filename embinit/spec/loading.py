@@ -54,13 +54,38 @@ def _read(source: Any) -> tuple[dict[str, Any], Path | None]:
     return data, base
 
 
-def load_spec(source: Any) -> ExperimentSpec:
+def load_spec(source: Any, overrides: list[str] | tuple[str, ...] = ()) -> ExperimentSpec:
     """A validated spec from a dict, YAML/JSON text, a file path or a spec; raises SpecError listing
-    every problem."""
+    every problem. `overrides`: command-line `key=value` items (embinit.spec.overrides), applied to the
+    spec's data before validation; a problem they cause names the override."""
     data, base = _read(source)
+    if overrides:
+        return _with_overrides(data, base, list(overrides))
     try:
         return ExperimentSpec.model_validate(data, context={"base_dir": base})
     except ValidationError as e:
         raise SpecError(as_written(problems_of(e), data)) from None
     except SpecError as e:
         raise SpecError(as_written(e.problems, data)) from None
+
+
+def _with_overrides(data: dict[str, Any], base: Path | None, items: list[str]) -> ExperimentSpec:
+    from embinit.spec import overrides
+    new, problems = overrides.apply(data, items, set(ExperimentSpec.model_fields))
+    if problems:
+        raise SpecError([(f"override {k}", m) for k, m in problems])
+    keys = {item.partition("=")[0].strip(): item for item in items}
+    try:
+        return ExperimentSpec.model_validate(new, context={"base_dir": base})
+    except ValidationError as e:
+        found = as_written(problems_of(e), new)
+    except SpecError as e:
+        found = as_written(e.problems, new)
+    raise SpecError([(path, _blame(path, message, keys)) for path, message in found]) from None
+
+
+def _blame(path: str, message: str, keys: dict[str, str]) -> str:
+    """The message, prefixed with the override that set the field at `path`, if one did."""
+    field = path.replace("[", ".").split(".")
+    hit = next((item for key, item in keys.items() if key in field or path.startswith(key)), None)
+    return f"{message} (from the command-line override {hit})" if hit else message

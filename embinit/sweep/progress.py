@@ -1,5 +1,6 @@
 """Terminal progress of a sweep: trials done / running / pending / failed, elapsed time and ETA, and per
-running trial its epoch, best-so-far selection metric and ETA. On a terminal the block is redrawn in
+running trial its epoch, best-so-far selection metric and ETA (both ETAs from epoch times, see
+embinit.sweep.eta). On a terminal the block is redrawn in
 place (a live table); piped to a file it is printed as plain lines every `every` seconds."""
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from typing import Any, Callable
 
 from ray.tune import Callback
 
+from embinit.sweep.eta import TrialClock, sweep_eta, unit_estimate
+
 
 def _clock(seconds: float) -> str:
     seconds = int(round(seconds))
@@ -22,50 +25,66 @@ def _clock(seconds: float) -> str:
 @dataclass
 class TrialProgress:
     name: str
-    started: float
-    epoch: int = 0
-    epochs: int | None = None
+    clock: TrialClock
     best: float = math.nan
-    epochs_seen: int = 0  # epochs this sweep saw (a resumed trial starts past epoch 1)
 
-    def eta_s(self, now: float) -> float | None:
-        if not self.epochs or not self.epochs_seen:
-            return None
-        per_epoch = (now - self.started) / self.epochs_seen
-        return max(0.0, per_epoch * (self.epochs - self.epoch))
+    @property
+    def epoch(self) -> int:
+        return self.clock.epoch
 
     def row(self, now: float) -> tuple[str, str, str, str]:
-        epoch = f"{self.epoch}/{self.epochs}" if self.epochs else (str(self.epoch) if self.epoch else "-")
+        c = self.clock
+        epoch = f"{c.epoch}/{c.epochs}" if c.epochs else (str(c.epoch) if c.epoch else "-")
         best = f"{self.best:.4g}" if math.isfinite(self.best) else "-"
-        eta = self.eta_s(now)
+        eta = c.eta_s(now)
         return self.name, epoch, best, _clock(eta) if eta is not None else "?"
 
 
 class Progress(Callback):
     """Counts embinit trials (a Tune trial holds `per_unit` of them) and prints a line every `every`
-    seconds and at each change of state; `sink`, when given, receives the counts instead."""
+    seconds and at each change of state; `sink`, when given, receives the counts instead. ETAs come
+    from epoch times (embinit.sweep.eta) read on `clock` (a simulated one in tests); `metric` names the
+    best-so-far column (the selection metric, e.g. val/loss)."""
 
     def __init__(self, total: int, reused: int, per_unit: int = 1, every: float = 10.0,
-                 sink: Callable[[dict[str, Any]], None] | None = None, stream=None):
+                 sink: Callable[[dict[str, Any]], None] | None = None, stream=None,
+                 clock: Callable[[], float] = time.monotonic, metric: str | None = None):
         self.total, self.reused, self.per_unit, self.every = total, reused, per_unit, every
-        self.sink, self.stream = sink, stream  # None: whatever sys.stderr is when printing
+        self.sink, self.stream, self.clock, self.metric = sink, stream, clock, metric
         self.running: set[str] = set()
         self.trials: dict[str, TrialProgress] = {}  # running Tune trials by id
         self.done = self.failed = 0
-        self.start = time.monotonic()
-        self._last = 0.0
+        self.durations: list[float] = []  # full-length estimates of the trials that ended
+        self.slots = 0                    # the most Tune trials seen running at once
+        self.start = clock()
+        self._last = -math.inf
         self._drawn = 0  # lines of the live block drawn last time (redrawn in place on a terminal)
 
     def counts(self) -> dict[str, Any]:
-        elapsed = time.monotonic() - self.start
+        now = self.clock()
+        elapsed = now - self.start
         finished_here = self.done + self.failed
         running = len(self.running) * self.per_unit
         pending = max(0, self.total - self.reused - finished_here - running)
-        remaining = pending + running
-        eta = elapsed / finished_here * remaining if finished_here else None
         return {"total": self.total, "done": self.done + self.reused, "reused": self.reused,
                 "running": running, "pending": pending, "failed": self.failed,
-                "elapsed_s": elapsed, "eta_s": eta}
+                "elapsed_s": elapsed, "eta_s": self.eta_s(now, pending, elapsed, finished_here),
+                "trials": [{**dict(zip(("trial", "epoch", "best", "eta"), t.row(now))), "metric": self.metric}
+                           for t in self._by_start()]}
+
+    def eta_s(self, now: float, pending: int, elapsed: float, finished_here: int) -> float | None:
+        """From epoch times once one epoch ended; else (epochs unknown) from this sweep's trial rate."""
+        clocks = [t.clock for t in self.trials.values()]
+        unit = unit_estimate(self.durations, clocks)
+        if unit is not None:
+            # a trial without an ended epoch yet: one trial's duration, less the time it has run
+            left = [c.eta_s(now) if c.per_epoch_s() is not None else max(0.0, unit - (now - c.started))
+                    for c in clocks]
+            return sweep_eta(left, math.ceil(pending / self.per_unit), unit, self.slots)
+        return elapsed / finished_here * (pending + len(self.running) * self.per_unit) if finished_here else None
+
+    def _by_start(self) -> list[TrialProgress]:
+        return sorted(self.trials.values(), key=lambda t: t.clock.started)
 
     def line(self) -> str:
         c = self.counts()
@@ -75,16 +94,16 @@ class Progress(Callback):
 
     def table(self) -> list[str]:
         """One line per running trial: name, epoch (of the planned epochs), best so far, ETA."""
-        now = time.monotonic()
-        rows = [t.row(now) for t in sorted(self.trials.values(), key=lambda t: t.started)]
+        now = self.clock()
+        rows = [t.row(now) for t in self._by_start()]
         if not rows:
             return []
-        rows.insert(0, ("running trial", "epoch", "best", "ETA"))
+        rows.insert(0, ("running trial", "epoch", f"best {self.metric}" if self.metric else "best", "ETA"))
         widths = [max(len(r[i]) for r in rows) for i in range(4)]
         return ["  " + "  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
 
     def emit(self, force: bool = False) -> None:
-        now = time.monotonic()
+        now = self.clock()
         if not force and now - self._last < self.every:
             return
         self._last = now
@@ -102,29 +121,36 @@ class Progress(Callback):
             print("\n".join(block if not force else block[:1]), file=stream, flush=True)
 
     def __getstate__(self) -> dict:
-        # Tune pickles its callbacks into its experiment state: streams and a caller's sink may not
-        # pickle, and only the live callback ever reports.
-        return {**self.__dict__, "sink": None, "stream": None}
+        # Tune pickles its callbacks into its experiment state: streams, a caller's sink and a test's
+        # clock may not pickle, and only the live callback ever reports.
+        return {**self.__dict__, "sink": None, "stream": None, "clock": time.monotonic}
 
     def on_trial_start(self, iteration, trials, trial, **info):
         self.running.add(trial.trial_id)
-        self.trials[trial.trial_id] = TrialProgress(str(trial), time.monotonic())
+        self.slots = max(self.slots, len(self.running))
+        self.trials[trial.trial_id] = TrialProgress(str(trial), TrialClock(self.clock()))
         self.emit(force=True)
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
         t = self.trials.get(trial.trial_id)
         if t is None or "embinit_epoch" not in result:
             return
-        t.epoch, t.epochs_seen = int(result["embinit_epoch"]), t.epochs_seen + 1
         epochs = result.get("embinit_epochs")
-        t.epochs = int(epochs) if isinstance(epochs, (int, float)) and math.isfinite(epochs) else None
+        epochs = int(epochs) if isinstance(epochs, (int, float)) and math.isfinite(epochs) else None
+        t.clock.epoch_end(int(result["embinit_epoch"]), epochs, self.clock())
         best = result.get("embinit_best")
         t.best = float(best) if isinstance(best, (int, float)) else math.nan
         self.emit()
 
-    def on_trial_complete(self, iteration, trials, trial, **info):
+    def _ended(self, trial) -> None:
         self.running.discard(trial.trial_id)
-        self.trials.pop(trial.trial_id, None)
+        t = self.trials.pop(trial.trial_id, None)
+        full = t.clock.full_s() if t is not None else None
+        if full is not None:
+            self.durations.append(full)
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        self._ended(trial)
         per = int((trial.last_result or {}).get("embinit_trials", self.per_unit))  # a fused group's size
         failed = min(per, int((trial.last_result or {}).get("embinit_failed", 0)))
         self.failed += failed
@@ -132,8 +158,7 @@ class Progress(Callback):
         self.emit(force=True)
 
     def on_trial_error(self, iteration, trials, trial, **info):
-        self.running.discard(trial.trial_id)
-        self.trials.pop(trial.trial_id, None)
+        self._ended(trial)
         self.failed += self.per_unit
         self.emit(force=True)
 

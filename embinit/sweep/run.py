@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from embinit import records, tracking
+from embinit import provenance, records, tracking
 from embinit.spec import ExperimentSpec, SpecError, load_spec
 from embinit.sweep.analyses import shared_settings
 from embinit.sweep.fused import group_units
@@ -105,6 +105,7 @@ def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = 
         return _finish(spec, uri, exp_id, linked, planned, reused, False, t0, progress, linked=True)
     parent = tracking.start_parent_run(exp_id, uri, spec.spec_hash(), spec.to_yaml(), spec.num_trials(),
                                        run_name=spec.name)
+    provenance.record(parent, uri)   # the command, machine, version and commit, for the documents
     shared = SweepContext(uri, exp_id, parent, log_checkpoint=spec.mlflow.log_checkpoint,
                           log_plots=spec.mlflow.log_plots, cache_dir=spec.cache_dir,
                           analyses=shared_settings(spec))

@@ -69,10 +69,16 @@ def run_config(spec, name: str, storage: Path, callbacks: list, stopper: StopAll
                           checkpoint_config=tune.CheckpointConfig(num_to_keep=1), verbose=0)
 
 
-def progress_callback(progress, total: int, reused: int, per_unit: int = 1) -> list:
+def progress_callback(progress, total: int, reused: int, per_unit: int = 1, metric: str | None = None) -> list:
     if progress is False:
         return []
-    return [Progress(total, reused, per_unit, sink=progress if callable(progress) else None)]
+    return [Progress(total, reused, per_unit, sink=progress if callable(progress) else None, metric=metric)]
+
+
+def selection_label(units: list[Unit]) -> str | None:
+    """The selection metric every unit's trials share (the progress table's "best ..." column), if one."""
+    metrics = {item.selection[0] for u in units for item in u.trials}
+    return metrics.pop() if len(metrics) == 1 else "(selection metric)"
 
 
 def run_tune(spec, units: list[Unit], shared: SweepContext, storage: Path, progress,
@@ -81,6 +87,7 @@ def run_tune(spec, units: list[Unit], shared: SweepContext, storage: Path, progr
     quiet_tune_logs()
     names = trial_name(units)
     unique = unique_name(spec)
+    callbacks = progress_callback(progress, total, reused, metric=selection_label(units))
     with stop_on_interrupt() as interrupted:  # Ctrl-C stops the trials, then raises KeyboardInterrupt
         stopper = StopAll(lambda: interrupted() or bool(should_stop and should_stop()))
         tuner = tune.Tuner(
@@ -88,6 +95,6 @@ def run_tune(spec, units: list[Unit], shared: SweepContext, storage: Path, progr
             param_space={"unit": tune.grid_search(list(range(len(units))))},
             tune_config=tune.TuneConfig(max_concurrent_trials=spec.max_concurrent, reuse_actors=True,
                                         trial_name_creator=names, trial_dirname_creator=names),
-            run_config=run_config(spec, unique, storage, progress_callback(progress, total, reused), stopper))
+            run_config=run_config(spec, unique, storage, callbacks, stopper))
         tuner.fit()
     return stopper.fired

@@ -1,0 +1,139 @@
+"""What `embinit run SPEC --dry-run` prints: the expanded trials, and per model shape the epochs, the
+model size (parameters, built once on the CPU with tiny tables) and the cost in trial-epochs, with
+the rounds it takes at the parallelism this machine gives the spec."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+from collections import Counter
+from pathlib import Path
+
+from embinit.config import TASKS, TrialConfig
+
+
+def trial_lines(spec) -> list[str]:
+    plan = spec.plan()
+    lines = [f"{'#':>4}  {'key':16}  {'task':24} {'init':22} seed  settings"]
+    for i, p in enumerate(plan):
+        settings = {**p.axes, **p.point}
+        lines.append(f"{i:>4}  {p.key}  {p.task:24} {p.label:22} {p.seed:>4}  "
+                     f"{json.dumps(settings) if settings else ''}".rstrip())
+    if spec.search is not None and spec.search.method == "optuna":
+        lines.append(f"optuna: {spec.search.num_samples} points x {len(spec.seeds)} seeds for each of the "
+                     f"{len(plan) // len(spec.seeds)} (task, init, axes) groups above, drawn while running")
+    return lines
+
+
+def _d_model(cfg: TrialConfig) -> int | str:
+    """D as the trainer resolves it: the config's, else the pretrained source's, else the task default."""
+    if cfg.d_model:
+        return cfg.d_model
+    from embinit.init import source_dim
+    for init, pretrained in ((cfg.init, cfg.pretrained), (cfg.src_init, cfg.src_pretrained or cfg.pretrained)):
+        if init is None:
+            continue
+        try:
+            d = source_dim(init, pretrained)
+        except Exception:  # a source not reachable here (a hub id offline): the trial will know
+            return "D of the pretrained source"
+        if d:
+            return d
+    return TASKS[cfg.task].d_model
+
+
+def shape_of(cfg: TrialConfig) -> tuple:
+    r = cfg.resolved()
+    return (r.task, _d_model(r), r.heads, r.layers, r.ff_dim, r.epochs, r.tie_embeddings, r.max_train_examples)
+
+
+def _size(shape: tuple) -> str:
+    task, d, heads, layers, ff, _, tie, _ = shape
+    if not isinstance(d, int):
+        return "? (D comes from the pretrained source)"
+    from embinit.errors import EmbinitError
+    from embinit.models import ModelConfig, divisors
+    from embinit.models.size import model_size
+    if d % heads:
+        heads = min(divisors(d), key=lambda h: (abs(h - heads), -h))
+    try:
+        size = model_size(TASKS[task].kind, ModelConfig(d_model=d, heads=heads, layers=layers, ff_dim=ff,
+                                                        tie_embeddings=tie))
+    except EmbinitError as e:
+        return f"? ({e})"
+    return size.text()
+
+
+def parallelism(spec) -> tuple[int, str]:
+    """(trials at a time on this machine, why)."""
+    cpus = os.cpu_count() or 1
+    k = max(1, int(cpus // spec.resources.cpus))
+    why = f"{cpus} CPUs / {spec.resources.cpus:g} per trial"
+    if spec.max_concurrent and spec.max_concurrent < k:
+        k, why = spec.max_concurrent, f"max_concurrent {spec.max_concurrent}"
+    return k, why
+
+
+def _without_epochs(shape: tuple) -> tuple:
+    return shape[:5] + shape[6:]
+
+
+def past_epoch_s(uri: str) -> dict[tuple, list[float]]:
+    """Seconds per epoch of the finished trials already in the tracking store, by model shape (epochs
+    left out); only a local SQLite store that exists is read (a dry run starts nothing, creates nothing)."""
+    if not uri.startswith("sqlite:///") or not Path(uri[len("sqlite:///"):]).exists():
+        return {}
+    from embinit import records, tracking
+    out: dict[tuple, list[float]] = {}
+    for exp in tracking.client(uri).search_experiments():
+        for rec in records.from_runs(tracking.search_runs(exp.experiment_id, uri, "attributes.status = 'FINISHED'")):
+            wall = rec.metrics.get("wall_time_s")
+            try:
+                shape = shape_of(TrialConfig.from_dict(rec.config))
+            except Exception:  # a config of an older embinit, or a source not reachable here
+                continue
+            if wall and shape[5]:
+                out.setdefault(_without_epochs(shape), []).append(wall / shape[5])
+    return out
+
+
+def cost_lines(spec) -> list[str]:
+    """Per model shape: trials, epochs, size, and the seconds per epoch measured before in this store;
+    then the total in trial-epochs and rounds, and a wall-clock estimate where every shape was measured."""
+    shapes = Counter(shape_of(cfg) for cfg in spec.expand())
+    past = past_epoch_s(spec.tracking_uri())
+    lines = ["", "cost, per model shape:",
+             f"  {'trials':>6}  {'epochs':>6}  {'task':22} {'D':>4} {'layers':>6}  {'s/epoch':>8}  model size"]
+    per_epoch = {}
+    for shape, n in shapes.items():
+        task, d, _, layers, _, epochs, _, _ = shape
+        seen = past.get(_without_epochs(shape))
+        per_epoch[shape] = statistics.median(seen) if seen else None
+        measured = f"{per_epoch[shape]:.0f}" if seen else "?"
+        lines.append(f"  {n:>6}  {epochs:>6}  {task:22} {str(d):>4} {layers:>6}  {measured:>8}  {_size(shape)}")
+    trial_epochs = sum(n * s[5] for s, n in shapes.items())
+    k, why = parallelism(spec)
+    longest = max(s[5] for s in shapes)
+    rounds = math.ceil(sum(shapes.values()) / k)
+    lines.append(f"  total: {trial_epochs} trial-epochs; {k} trials at a time here ({why}): about {rounds} "
+                 f"round{'s' if rounds != 1 else ''} of up to {longest} epoch{'s' if longest != 1 else ''} each.")
+    if all(v is not None for v in per_epoch.values()):
+        busy = sum(n * s[5] * per_epoch[s] for s, n in shapes.items())
+        lines.append(f"  estimate from the trials of this shape already in the store (s/epoch, median): "
+                     f"{busy / 60:.1f} trial-minutes, about {busy / k / 60:.1f} min of wall-clock at {k} at a time.")
+    else:
+        lines.append("  s/epoch '?': no finished trial of that shape in the store yet; the sweep's progress "
+                     "line gives an ETA once the first epoch has finished.")
+    return lines
+
+
+def dry_run(spec) -> str:
+    """The expanded trial list, one trial a line, the cost, and the total."""
+    lines = trial_lines(spec)
+    if spec.search is None or spec.search.method != "optuna":
+        lines += cost_lines(spec)
+    lines.append(f"{spec.num_trials()} trials; MLflow experiment {spec.experiment_name()!r} at "
+                 f"{spec.tracking_uri()}")
+    return "\n".join(lines)

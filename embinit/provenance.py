@@ -1,0 +1,84 @@
+"""How a sweep was run, recorded on its MLflow run so documents can say it from the record (issue 22
+item 6): the command line, the machine (CPU model and count), the embinit version and the git commit of
+the code. The date is the run's start time; the spec is its `spec.yaml` artifact; the device is each
+trial's `embinit.device` tag. `read(run)` gives them back, "not recorded" for sweeps older than this.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+COMMAND_TAG, MACHINE_TAG = "embinit.command", "embinit.machine"
+VERSION_TAG, COMMIT_TAG = "embinit.version", "embinit.git_commit"
+TAGS = {"command": COMMAND_TAG, "machine": MACHINE_TAG, "version": VERSION_TAG, "commit": COMMIT_TAG}
+NOT_RECORDED = "not recorded"
+
+
+def cpu_model() -> str:
+    """The CPU's model name as `lscpu` shows it (from /proc/cpuinfo), else what platform says."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def machine() -> str:
+    """`AMD EPYC 7B13, 2 CPUs, Linux x86_64`: what the driver of a sweep ran on."""
+    return f"{cpu_model()}, {os.cpu_count() or '?'} CPUs, {platform.system()} {platform.machine()}"
+
+
+def git_commit(where: Path | None = None) -> str | None:
+    """The commit of the checkout embinit is imported from (`-dirty` when files differ from it), or None
+    for an installed package outside a git checkout."""
+    where = where or Path(__file__).resolve().parents[1]
+    if not (where / ".git").exists():
+        return None
+    try:
+        head = subprocess.run(["git", "-C", str(where), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              timeout=10)
+        if head.returncode:
+            return None
+        dirty = subprocess.run(["git", "-C", str(where), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
+
+def command_line(argv: list[str] | None = None) -> str:
+    """The command as typed (`embinit run SPEC epochs=2`), or the program that called `run_sweep`."""
+    argv = list(sys.argv if argv is None else argv)
+    if not argv:
+        return "run_sweep()"
+    prog = Path(argv[0]).name
+    if prog == "embinit" or argv[0].endswith(("embinit/__main__.py", "embinit/cli/__init__.py")):
+        return shlex.join(["embinit", *argv[1:]])
+    return f"run_sweep() called from {shlex.join([prog, *argv[1:]])}"[:1000]
+
+
+def collect(argv: list[str] | None = None) -> dict[str, str]:
+    """The tags of a sweep run started now, in this process."""
+    from embinit import __version__
+    return {COMMAND_TAG: command_line(argv), MACHINE_TAG: machine(), VERSION_TAG: __version__,
+            COMMIT_TAG: git_commit() or NOT_RECORDED + " (not a git checkout)"}
+
+
+def record(run_id: str, uri: str, tags: dict[str, str] | None = None) -> None:
+    """Tag the sweep run `run_id` with how it is run (`collect()` unless `tags` are given)."""
+    from embinit import tracking
+    c = tracking.client(uri)
+    for name, value in (tags or collect()).items():
+        tracking.retry(lambda n=name, v=value: c.set_tag(run_id, n, v))
+
+
+def read(run) -> dict[str, str]:
+    """{command, machine, version, commit} of an MLflow run, "not recorded" where it lacks a tag."""
+    return {field: run.data.tags.get(tag) or NOT_RECORDED for field, tag in TAGS.items()}

@@ -1,0 +1,102 @@
+"""The reproduction's "How it was run" section, from what MLflow stored for each sweep (issue 22 item
+6): the sweep's `spec.yaml` artifact, the command line, the machine and the devices its trials trained
+on, the date, the wall-clock, and the embinit version and commit (embinit.provenance). Nothing in it is
+a template: a sweep recorded before embinit kept one of these says "not recorded"."""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING
+
+import yaml
+
+from embinit import provenance, records, tracking
+from embinit.reproduction.compare import duration
+from embinit.reproduction.export import Section
+from embinit.reproduction.inputs import load_artifact_text
+
+if TYPE_CHECKING:
+    from embinit.reproduction.tables import Reproduction
+
+
+def _when(ms: int | None) -> str:
+    return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m-%d %H:%M UTC") if ms else "—"
+
+
+def devices(run, uri: str | None) -> str:
+    """The devices this sweep's trials trained on (`embinit.device` tags), with counts."""
+    trials = tracking.search_runs(run.info.experiment_id, uri,
+                                  f"tags.`{records.PARENT_TAG}` = '{run.info.run_id}'")
+    found = Counter(r.data.tags.get(records.DEVICE_TAG) or provenance.NOT_RECORDED for r in trials)
+    return ", ".join(f"{d} ({n} trial{'s' if n != 1 else ''})" for d, n in found.most_common()) or "no trials"
+
+
+def _spec_summary(text: str) -> str:
+    try:
+        spec = yaml.safe_load(text) or {}
+    except yaml.YAMLError:
+        return "not valid YAML"
+    tasks = [t if isinstance(t, str) else t.get("task", "?") for t in spec.get("tasks") or []]
+    seeds = spec.get("seeds")
+    return (f"name `{spec.get('name', '?')}`, tasks {', '.join(map(str, tasks)) or '?'}, "
+            f"{len(spec.get('inits') or [])} inits, seeds {seeds if seeds is not None else '?'}")
+
+
+def sweep_lines(rep: Reproduction, exp: str, run, trials: list) -> tuple[list[str], dict]:
+    """The lines describing one sweep run, and its row for the exports."""
+    info, how = run.info, provenance.read(run)
+    own = [t for t in trials if t.parent_id == info.run_id and t.end_ms]
+    wall = (info.end_time - info.start_time) / 1000 if info.end_time else None
+    busy = sum((t.end_ms - t.start_ms) / 1000 for t in own)
+    spec_text = load_artifact_text(run, "spec.yaml")
+    lines = [f"**`{exp}`, sweep run `{info.run_name}`** (run id `{info.run_id}`, {info.status})", "",
+             f"- started {_when(info.start_time)}; wall-clock {duration(wall)}; "
+             f"{run.data.tags.get(records.N_TRIALS_TAG, '?')} trials planned, {len(own)} trained in this sweep "
+             f"(trial time {duration(busy)})",
+             f"- command: `{how['command']}`",
+             f"- machine: {how['machine']}; devices: {devices(run, rep.uri)}",
+             f"- embinit {how['version']}, commit `{how['commit']}`",
+             f"- spec: the run's `spec.yaml` artifact ({_spec_summary(spec_text) if spec_text else 'missing'}"
+             f", spec hash `{run.data.tags.get(records.SPEC_HASH_TAG, '?')}`)"]
+    if spec_text:
+        lines += ["", "<details><summary>spec.yaml</summary>", "", "```yaml", spec_text.rstrip(), "```", "",
+                  "</details>"]
+    row = {"experiment": exp, "run_id": info.run_id, "status": info.status, "started": _when(info.start_time),
+           "wall_s": wall, "trial_s": busy, "trials": len(own), **how}
+    return lines + [""], row
+
+
+def _analogy_lines(rep: Reproduction) -> list[str]:
+    runs = sorted(rep.analogy_runs, key=lambda r: r.info.start_time or 0)
+    if not runs:
+        return []
+    how = [provenance.read(r) for r in runs]
+    commands = sorted({h["command"] for h in how})
+    dur = sum(r.data.metrics.get("wall_time_s", ((r.info.end_time or r.info.start_time) - r.info.start_time)
+                                 / 1000) for r in runs)
+    return [f"**Table 4: `{rep.inputs.analogy_experiment}`**, {len(runs)} `analogy` runs", "",
+            f"- started {_when(runs[0].info.start_time)} to {_when(runs[-1].info.start_time)}; "
+            f"{duration(dur)} in all",
+            *[f"- command: `{c}`" for c in commands],
+            f"- machine: {'; '.join(sorted({h['machine'] for h in how}))}; embinit "
+            f"{', '.join(sorted({h['version'] for h in how}))}, commit "
+            f"{', '.join(f'`{c}`' for c in sorted({h['commit'] for h in how}))}", ""]
+
+
+def how_it_was_run(rep: Reproduction) -> Section:
+    s = Section("How it was run")
+    s.lines += ["Read from each sweep's MLflow run: its command, machine, version and spec as recorded when "
+                "it ran; the devices are those its trials report. 'trial time' is the sum of the trials' "
+                "own durations (trials run side by side, so it can exceed the wall-clock).", ""]
+    rows = []
+    for exp, (trials, parents) in rep.data.items():
+        for run in parents:
+            lines, row = sweep_lines(rep, exp, run, trials)
+            s.lines += lines
+            rows.append(row)
+    if not rows:
+        s.lines.append("No sweep runs in the experiments read.")
+    s.lines += _analogy_lines(rep)
+    rep.exports["runs"] = rows
+    return s

@@ -1,0 +1,130 @@
+"""Command-line overrides of a spec (`embinit run SPEC epochs=2 seeds=2 inits=xavier,glove`), in the
+style of torchtune's `key=value` arguments: shrink a study to smoke-test it without copying its file.
+
+- a hyperparameter (`epochs`, `lr`, `d_model`, ...: `config.HYPERPARAMETERS`) is set for every task: in
+  `defaults` and in each task entry that fixes it;
+- `inits=a,b` / `tasks=a,b` keep the spec's entries of those names (an init by its label or its init
+  spec, case-insensitive; a task by its name), in that order; a name the spec lacks is added as written;
+- `seeds=2` (a count) or `seeds=[0,3]`; any other spec field by name or dotted path
+  (`search.num_samples=2`, `mlflow.experiment=try`).
+Values are YAML (`lr=1e-3`, `pos_encoding=false`). The result is validated like any spec; a key that
+is neither a spec field nor a hyperparameter is a problem naming it. Unless the overrides name the
+experiment, the MLflow experiment gets a suffix made of them, so a shrunk study never mixes into the
+real one's report.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from typing import Any
+
+import yaml
+
+from embinit.config import HYPERPARAMETERS
+
+LIST_FIELDS = ("inits", "tasks")
+
+
+def parse(items: list[str]) -> tuple[list[tuple[str, Any]], list[tuple[str, str]]]:
+    """([(key, value)], problems) of `key=value` strings."""
+    pairs, problems = [], []
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            problems.append((item, f"an override is KEY=VALUE (e.g. epochs=2), got {item!r}"))
+            continue
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else None
+        except yaml.YAMLError:
+            value = raw
+        pairs.append((key.strip(), value))
+    return pairs, problems
+
+
+def _names(value: Any) -> list[str]:
+    return [str(v).strip() for v in (value.split(",") if isinstance(value, str) else value or []) if str(v).strip()]
+
+
+def _entry_names(entry: Any) -> set[str]:
+    """The names an init or task entry answers to (lower case)."""
+    if isinstance(entry, str):
+        return {entry.lower()}
+    if not isinstance(entry, dict):
+        return set()
+    names = {str(entry[k]).lower() for k in ("task", "label", "init", "name") if isinstance(entry.get(k), str)}
+    tgt = entry.get("tgt")
+    if isinstance(tgt, dict):
+        names |= {str(tgt[k]).lower() for k in ("name", "source") if isinstance(tgt.get(k), str)}
+    return names
+
+
+def _label(entry: Any) -> str | None:
+    """The paper label the spec gives an init entry, if it can say it without the init registry."""
+    from embinit.init.registry import parse_init_spec   # no torch
+    try:
+        side = entry.get("tgt", entry) if isinstance(entry, dict) else entry
+        return parse_init_spec(side).label.lower()
+    except Exception:  # a structured translation entry the parser does not take alone: names suffice
+        return None
+
+
+def select(entries: list[Any], wanted: list[str]) -> list[Any]:
+    """The spec's entries named in `wanted`, in that order; unknown names as written (validated later)."""
+    out = []
+    for name in wanted:
+        hit = [e for e in entries if name.lower() == _label(e)]   # a label first: `glove` is not GloVe_Xavier
+        hit = hit or [e for e in entries if name.lower() in _entry_names(e)]
+        out += hit or [name]
+    return out
+
+
+def _set_path(data: dict, path: str, value: Any) -> str | None:
+    """Set a dotted path; the problem's text when a part of it is not a mapping."""
+    parts = path.split(".")
+    node = data
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            return f"{part!r} in {path!r} is not a mapping"
+    node[parts[-1]] = value
+    return None
+
+
+def _set_hyperparameter(data: dict, key: str, value: Any) -> None:
+    data.setdefault("defaults", {})[key] = value
+    for task in data.get("tasks") or []:
+        if isinstance(task, dict) and key in task:
+            task[key] = value
+
+
+def suffix(pairs: list[tuple[str, Any]]) -> str:
+    """`epochs=2 inits=xavier,glove` -> `epochs2-inits_xavier_glove` (an experiment-name suffix)."""
+    text = "-".join(f"{k}{v if not isinstance(v, (list, tuple)) else '_'.join(map(str, v))}".replace(",", "_")
+                    for k, v in pairs)
+    return re.sub(r"[^A-Za-z0-9_.\-]", "", text)[:60]
+
+
+def apply(data: dict[str, Any], items: list[str], spec_fields: set[str]) -> tuple[dict, list[tuple[str, str]]]:
+    """(the spec data with `items` applied, problems). `spec_fields`: the spec's top-level fields."""
+    pairs, problems = parse(items)
+    out = copy.deepcopy(data)
+    for key, value in pairs:
+        top = key.split(".", 1)[0]
+        if key in LIST_FIELDS:
+            out[key] = select(out.get(key) or [], _names(value))
+        elif key in HYPERPARAMETERS:
+            _set_hyperparameter(out, key, value)
+        elif top in spec_fields:
+            problem = _set_path(out, key, value)
+            if problem:
+                problems.append((key, problem))
+        else:
+            problems.append((key, f"{key!r} is neither a spec field nor a hyperparameter; spec fields: "
+                                  f"{sorted(spec_fields)}; hyperparameters: {sorted(HYPERPARAMETERS)}"))
+    if pairs and not any(k in ("name", "mlflow.experiment") or k == "mlflow" for k, _ in pairs):
+        mlflow = out.setdefault("mlflow", {})
+        if isinstance(mlflow, dict):
+            base = mlflow.get("experiment") or out.get("name") or "spec"
+            mlflow["experiment"] = f"{base}-{suffix(pairs)}"
+    return out, problems

@@ -1,0 +1,105 @@
+"""Every command embinit prints or documents runs as printed after `make run` (issue 22 item 8), where
+`embinit` and `mlflow` live in `.venv/bin` only: the printed next steps of a run are run here in a
+shell whose PATH lacks the interpreter's scripts folder, and the docs' code blocks name `.venv/bin/`."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from embinit import commands, tracking
+from embinit.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = commands.scripts_dir()
+needs_scripts = pytest.mark.skipif(not (SCRIPTS / "embinit").exists() or not (SCRIPTS / "mlflow").exists(),
+                                   reason="embinit/mlflow are not installed as scripts of this interpreter")
+BARE_PATH = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep)
+                            if p and Path(p).resolve() != SCRIPTS.resolve())   # venv not activated
+
+
+@needs_scripts
+def test_program_is_the_scripts_path_unless_path_finds_it(monkeypatch):
+    monkeypatch.setenv("PATH", BARE_PATH)
+    monkeypatch.chdir(SCRIPTS.parent.parent)          # the checkout holding .venv
+    relative = str(Path(SCRIPTS.parent.name) / SCRIPTS.name / "embinit")
+    assert commands.program("embinit") == (relative if SCRIPTS.parent.parent != Path("/") else
+                                           str(SCRIPTS / "embinit"))
+    monkeypatch.chdir("/")
+    assert commands.program("mlflow") == str(SCRIPTS / "mlflow")
+    monkeypatch.setenv("PATH", f"{SCRIPTS}{os.pathsep}{BARE_PATH}")   # activated: the bare name runs
+    assert commands.program("embinit") == "embinit"
+    assert commands.program("no-such-program") == "no-such-program"
+
+
+def _store(tmp_path) -> str:
+    (tmp_path / "store").mkdir()
+    uri = f"sqlite:///{tmp_path}/store/mlflow.db"   # not the default ./mlflow.db: the command names it
+    exp = tracking.ensure_experiment("demo", uri)
+    cfg = {"task": "synthetic_classification", "init": "xavier", "seed": 0, "epochs": 2}
+    run = tracking.TrialRun.open(uri, exp, None, cfg, "k0", "Xavier", {"axes": {}, "point": {}})
+    for epoch in (1, 2):
+        run.log_epoch(epoch, {"val/loss": 1.0 / epoch, "val/acc": 0.5 + epoch / 10})
+    run.finish({"status": "finished", "history": [], "test": {}, "best": {"val/acc": 0.7, "val/loss": 0.5},
+                "best_epoch": 2}, [])
+    return uri
+
+
+@pytest.mark.slow   # an MLflow store, and the printed commands in subprocesses
+@needs_scripts
+def test_a_runs_printed_next_steps_run_as_printed(tmp_path, monkeypatch, capsys):
+    import embinit.sweep
+    from embinit.sweep.run import SweepResult
+    uri = _store(tmp_path)
+    monkeypatch.setattr(embinit.sweep, "run_sweep", lambda spec, **kw: SweepResult(
+        "demo", "1", "p", uri, planned=1, reused=0, trials=[{"status": "finished"}], wall_s=1.0))
+    monkeypatch.setenv("PATH", BARE_PATH)
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", str(ROOT / "tune_configs" / "quickstart.yaml")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    steps = [ln.split("#")[0].strip() for ln in out[out.index("next steps:") + 1:]]
+    report, ui = steps
+    assert "report demo --plot plots/ --tracking-uri" in report and "ui --backend-store-uri" in ui
+    env = {**os.environ, "PATH": BARE_PATH, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(["bash", "-c", report], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "| Xavier |" in done.stdout and list((tmp_path / "plots").glob("*.png"))
+    # the UI command: its program and subcommand as printed (not left serving)
+    words = shlex.split(ui)
+    assert words[words.index("--port") + 1] == str(commands.UI_PORT)
+    done = subprocess.run(words[:2] + ["--help"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0 and "--backend-store-uri" in done.stdout
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/deployment.md"])
+def test_documented_commands_name_the_venv(doc):
+    """In the docs' shell blocks, `embinit`/`mlflow` are called as `make run` installs them."""
+    text = (ROOT / doc).read_text()
+    blocks = re.findall(r"```(?:bash|sh)\n(.*?)```", text, flags=re.S)
+    lines = [ln.strip() for b in blocks for ln in b.splitlines()]
+    calls = [ln for ln in lines if re.match(r"(\S*/)?(embinit|mlflow) ", ln)]
+    assert calls, doc
+    assert [ln for ln in calls if not ln.startswith(".venv/bin/")] == []
+
+
+@needs_scripts
+def test_the_serve_banners_ui_command_runs_as_printed(tmp_path, monkeypatch, capsys):
+    import uvicorn
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: None)    # no server: only the banner
+    for name in ("EMBINIT_RAY_ADDRESS", "EMBINIT_TRACKING_URI", "EMBINIT_DATABASE_URL", "EMBINIT_MLFLOW_UI_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PATH", BARE_PATH)
+    monkeypatch.chdir(tmp_path)
+    assert main(["serve", "--port", "8123"]) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("MLflow UI: "))
+    words = shlex.split(line.removeprefix("MLflow UI: ").split("#")[0])
+    assert words[1:] == ["ui", "--backend-store-uri", "sqlite:///mlflow.db", "--port", str(commands.UI_PORT)]
+    env = {**os.environ, "PATH": BARE_PATH}
+    done = subprocess.run(words[:2] + ["--help"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "--backend-store-uri" in done.stdout

@@ -1,0 +1,134 @@
+"""The reproduction document's frame (issue 22 items 5-7): it builds from whichever experiments exist,
+its "How it was run" comes from what MLflow stored for each sweep (recorded by embinit.provenance and
+read back), it has a title, a date and the tracking URI, a group trained below the paper's budget gets
+"not comparable at this budget" with the reason, and empty headings and all-dash tables are dropped."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import embinit
+from embinit import provenance, records, tracking
+from embinit.cli import main
+from embinit.reproduction import Group, Inputs, Reproduction, Section
+from embinit.reproduction.frame import NOT_COMPARABLE, clean, header
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_command_line_as_typed():
+    assert provenance.command_line(["/x/.venv/bin/embinit", "run", "a b.yaml", "epochs=2"]) == \
+        "embinit run 'a b.yaml' epochs=2"
+    assert provenance.command_line(["/src/embinit/__main__.py", "reproduction"]) == "embinit reproduction"
+    assert provenance.command_line(["worker.py", "--x"]).startswith("run_sweep() called from worker.py --x")
+
+
+def test_clean_drops_empty_headings_and_all_dash_tables():
+    dash = ["| init | a | b |", "|---|---|---|", "| Xavier | — | — |", "| GloVe | — | - |"]
+    full = ["| init | a | b |", "|---|---|---|", "| Xavier | 1.0 | — |"]
+    sections = [Section("A", ["**Finding 1.**", "- a claim", "", "**Finding 2.**", "", "**Finding 3.**"]),
+                Section("B", ["intro", "", *dash, "", *full]),
+                Section("C", ["**x, y**", "", *dash]),
+                # Table 2's shape: two label columns, cells such as `—, —` and `— (—)`
+                Section("D", ["| group | init | min, max | mean (σ) | PE σ |", "|---|---|---|---|---|",
+                              "| multi30k | GloVe_Shuffled | —, — | — (—) | — |"])]
+    a, b = clean(sections)
+    assert a.lines == ["**Finding 1.**", "- a claim"]
+    assert b.lines == ["intro", "", "", *full] and [s.title for s in clean(sections)] == ["A", "B"]
+
+
+def _trial(uri, exp, parent, key, label, seed, bleu, loss, epochs):
+    cfg = {"task": "multi30k", "init": label.lower(), "seed": seed, "d_model": 32, "heads": 4, "layers": 3,
+           "epochs": epochs, "train_embeddings": True, "pos_encoding": True}
+    run = tracking.TrialRun.open(uri, exp, parent, cfg, key, label, {"axes": {}, "point": {}})
+    tracking.client(uri).set_tag(run.run_id, records.DEVICE_TAG, "cpu")
+    run.finish({"status": "finished", "history": [], "test": {"test/bleu": bleu}, "best": {"val/loss": loss},
+                "best_epoch": epochs}, [])
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """`offline-multi30k-glove50` (one of the offline preset's experiments) at 2 epochs, D = 32: one sweep
+    run recorded with its provenance, as `embinit run` records it."""
+    uri = f"sqlite:///{tmp_path_factory.mktemp('mlflow')}/mlflow.db"
+    exp = tracking.ensure_experiment("offline-multi30k-glove50", uri)
+    parent = tracking.start_parent_run(exp, uri, "f" * 16, "name: offline-multi30k-glove50\ntasks: [multi30k]\n"
+                                       "inits: [xavier, glove]\nseeds: 3\n", 6)
+    tags = provenance.collect(["/v/bin/embinit", "run", "tune_configs/offline/multi30k_glove50.yaml", "epochs=2"])
+    provenance.record(parent, uri, tags)
+    for seed in range(3):
+        _trial(uri, exp, parent, f"x{seed}", "Xavier", seed, 20.0 + seed, 3.0, 2)
+        _trial(uri, exp, parent, f"g{seed}", "GloVe", seed, 15.0 + seed, 3.1, 2)
+    tracking.end_parent_run(parent, uri, "FINISHED", None, {})
+    return uri, parent, tags
+
+
+@pytest.mark.slow   # an MLflow store
+def test_provenance_round_trips(store):
+    uri, parent, tags = store
+    how = provenance.read(tracking.client(uri).get_run(parent))
+    assert how["command"] == "embinit run tune_configs/offline/multi30k_glove50.yaml epochs=2"
+    assert how["machine"] == provenance.machine() and provenance.cpu_model() in how["machine"]
+    assert how["version"] == embinit.__version__
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+    if (ROOT / ".git").exists() and head:
+        assert how["commit"].startswith(head.strip())
+    run = tracking.client(uri).create_run(tracking.experiment_id("offline-multi30k-glove50", uri))
+    assert provenance.read(tracking.client(uri).get_run(run.info.run_id))["command"] == "not recorded"
+
+
+@pytest.mark.slow   # an MLflow store; run_sweep with its training replaced (no Ray)
+def test_run_sweep_records_how_it_was_run(tmp_path, monkeypatch):
+    import embinit.sweep.run as sweep_run
+    monkeypatch.setattr(sweep_run, "_execute", lambda *a, **k: False)
+    monkeypatch.setattr(sys, "argv", ["/v/bin/embinit", "run", "s.yaml", "seeds=1"])
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    result = sweep_run.run_sweep({"name": "p", "tasks": ["synthetic_classification"], "inits": ["xavier"],
+                                  "seeds": 1}, tracking_uri=uri, progress=False)
+    how = provenance.read(tracking.client(uri).get_run(result.parent_run_id))
+    assert how["command"] == "embinit run s.yaml seeds=1" and how["version"] == embinit.__version__
+    assert how["machine"] == provenance.machine()
+
+
+@pytest.mark.slow
+def test_the_document_says_how_it_was_run_and_what_its_budget_allows(store, tmp_path, capsys):
+    uri, parent, tags = store
+    out = tmp_path / "repro.md"
+    # the README's command: no GPU experiments here, so it reads the offline ones (item 5)
+    assert main(["reproduction", "--tracking-uri", uri, "--out", str(out)]) == 0
+    text = out.read_text()
+    assert text.startswith("# Reproduction: Kim, Balasubramanian & Kang")
+    assert "`embinit reproduction --inputs offline` on 20" in text and f"tracking store `{uri}`" in text
+    how = text[text.index("## How it was run"):]
+    assert "command: `embinit run tune_configs/offline/multi30k_glove50.yaml epochs=2`" in how
+    assert f"machine: {provenance.machine()}; devices: cpu (6 trials)" in how
+    assert f"embinit {embinit.__version__}, commit `{tags[provenance.COMMIT_TAG]}`" in how
+    assert "6 trials planned, 6 trained in this sweep" in how and "```yaml\nname: offline-multi30k-glove50" in how
+    assert "$ADDR" not in text and "2-CPU Ray cluster" not in text
+    # 2 of 20 epochs at D = 32: the findings are not read as the paper's claims (item 7)
+    finding = next(ln for ln in text.splitlines() if ln.startswith("- raw GloVe does worse than Xavier"))
+    assert f"**{NOT_COMPARABLE}** (2 of the paper's 20 epochs; D = 32, paper 300)" in finding
+    assert "GloVe − Xavier = -5.00 (paired t" in finding
+    assert "**does not reproduce**" not in text and "**reproduces**" not in text
+    # no empty headings: the offline preset's SST-2 group has no runs, Finding 2 has nothing measured
+    assert "**Finding 2.**" not in text and "**Finding 1.**" in text
+    rep = Reproduction(uri, Inputs(groups=(Group("offline-multi30k-glove50", "multi30k", "GloVe", "GloVe",
+                                                 "a.yaml"),), analogy_experiment="none"))
+    rep.build()
+    assert all(x["verdict"] == NOT_COMPARABLE and x["measured"] for x in rep.exports["findings"]
+               if "budget" in x and x["n"] != (0, 0))
+    assert header(rep)[0].startswith("Generated by `embinit reproduction` on ")
+
+
+@pytest.mark.slow
+def test_no_reproduction_experiments_names_the_choices(tmp_path, capsys):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    tracking.ensure_experiment("quickstart", uri)
+    assert main(["reproduction", "--tracking-uri", uri, "--out", str(tmp_path / "r.md")]) == 2
+    err = capsys.readouterr().err
+    assert "which holds ['quickstart']" in err and "--inputs gpu reads gpu-multi30k-glove50" in err
+    assert "--inputs offline reads offline-multi30k-glove50" in err and not (tmp_path / "r.md").exists()

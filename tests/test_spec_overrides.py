@@ -1,0 +1,85 @@
+"""`embinit run SPEC key=value ...` (issue 22 item 10): shrink a study from the command line, validated
+like the spec, errors naming the override; `--dry-run` shows epochs, model size and cost."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from embinit.cli import main
+from embinit.spec import SpecError, load_spec
+
+ROOT = Path(__file__).resolve().parents[1]
+QUICK = ROOT / "tune_configs" / "quickstart.yaml"
+
+
+def test_overrides_shrink_the_study():
+    full = load_spec(QUICK)
+    small = load_spec(QUICK, ["epochs=2", "seeds=2", "inits=pretrained_xavier,xavier"])
+    # the task entry fixes epochs: 20; the override wins there too, for every trial
+    assert {c.epochs for c in small.expand()} == {2} and {c.epochs for c in full.expand()} == {20}
+    assert small.seeds == [0, 1] and small.num_trials() == 4
+    # the spec's own entries, by label, in the order asked (the structured init keeps its source/src side)
+    assert [p.label for p in small.plan()] == ["Pretrained_Xavier"] * 2 + ["Xavier"] * 2
+    assert small.inits[0] == full.inits[2]
+    assert not {p.key for p in small.plan()} & {p.key for p in full.plan()}
+    # a shrunk study never mixes into the real one's MLflow experiment, unless asked to
+    assert small.experiment_name() == "quickstart-epochs2-seeds2-initspretrained_xavier_xavier"
+    assert load_spec(QUICK, ["epochs=2", "mlflow.experiment=try"]).experiment_name() == "try"
+    assert load_spec(QUICK, ["lr=0.01", "pos_encoding=false"]).expand()[0].pos_encoding is False
+
+
+def test_bad_overrides_are_named_with_every_problem():
+    with pytest.raises(SpecError) as e:
+        load_spec(QUICK, ["epoch=2", "lr"])
+    assert sorted(p for p, _ in e.value.problems) == ["override epoch", "override lr"]
+    assert "'epoch' is neither a spec field nor a hyperparameter" in str(e.value) and "'epochs'" in str(e.value)
+    with pytest.raises(SpecError) as e:
+        load_spec(QUICK, ["epochs=-1", "seeds=0"])
+    text = str(e.value)
+    assert "got -1 (from the command-line override epochs=-1)" in text
+    assert "seeds: a seed count must be >= 1, got 0 (from the command-line override seeds=0)" in text
+    with pytest.raises(SpecError, match=r"inits\[0\]: 'glvoe' is not a registered init"):
+        load_spec(QUICK, ["inits=glvoe"])
+
+
+def test_cli_overrides_and_dry_run_cost(capsys):
+    assert main(["run", str(QUICK), "--dry-run", "epochs=3", "seeds=2"]) == 0   # after an option too
+    out = capsys.readouterr().out
+    assert "6 trials; MLflow experiment 'quickstart-epochs3-seeds2'" in out
+    row = next(ln for ln in out.splitlines() if ln.strip().startswith("6 ") and "synthetic_translation" in ln)
+    assert row.split()[:2] == ["6", "3"] and "parameters + " in row and "per tgt-vocabulary row" in row
+    assert "total: 18 trial-epochs" in out
+    assert main(["run", str(QUICK), "--dry-run", "epochs=0"]) == 2
+    assert "(from the command-line override epochs=0)" in capsys.readouterr().err
+
+
+def test_model_size_counts_what_the_model_has():
+    import torch
+
+    from embinit.models import ModelConfig, build_model
+    from embinit.models.size import model_size
+    cfg = ModelConfig(d_model=16, heads=4, layers=2, ff_dim=24)
+    size = model_size("translation", cfg)
+    model = build_model("translation", {"src": torch.zeros(11, 16), "tgt": torch.zeros(13, 16)}, cfg)
+    assert size.total({"src": 11, "tgt": 13}) == sum(p.numel() for p in model.parameters())
+    assert size.per_row == {"src": 16, "tgt": 16 + 17}    # the target row's embedding and output (+ bias)
+
+
+@pytest.mark.slow   # an MLflow store
+def test_dry_run_estimates_from_trials_of_the_same_shape_in_the_store(tmp_path, monkeypatch, capsys):
+    from embinit import tracking
+    monkeypatch.chdir(tmp_path)                       # the quickstart's store is ./mlflow.db
+    assert main(["run", str(QUICK), "--dry-run", "epochs=2"]) == 0
+    assert "s/epoch '?'" in capsys.readouterr().out and not (tmp_path / "mlflow.db").exists()  # creates nothing
+    uri = "sqlite:///mlflow.db"
+    exp = tracking.ensure_experiment("earlier", uri)
+    cfg = load_spec(QUICK, ["epochs=4"]).expand()[0].to_dict()    # same shape, another schedule
+    run = tracking.TrialRun.open(uri, exp, None, cfg, "k", "Xavier", {"axes": {}, "point": {}})
+    run.finish({"status": "finished", "history": [], "test": {}, "best": {}, "best_epoch": 4, "wall_time_s": 80.0}, [])
+    assert main(["run", str(QUICK), "--dry-run", "epochs=2"]) == 0
+    out = capsys.readouterr().out
+    row = next(ln for ln in out.splitlines() if ln.strip().startswith("9 "))
+    assert row.split()[:6] == ["9", "2", "synthetic_translation", "32", "1", "20"]   # 80 s / 4 epochs
+    assert "6.0 trial-minutes" in out                                               # 9 x 2 epochs x 20 s

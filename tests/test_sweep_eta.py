@@ -1,0 +1,72 @@
+"""ETAs that count down (issue 22 item 9), against a simulated clock: a trial's ETA comes from its epoch
+times and falls between epochs; the sweep's ETA exists once one epoch has ended (before any trial
+finishes) and packs the remaining trials into the parallelism seen."""
+
+from __future__ import annotations
+
+import io
+from types import SimpleNamespace
+
+from embinit.sweep.eta import TrialClock, sweep_eta
+from embinit.sweep.progress import Progress
+
+
+class Clock:
+    def __init__(self):
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class _Trial(SimpleNamespace):
+    def __str__(self):   # Tune's trial prints its name
+        return self.trial_id
+
+
+def trial(tid, last=None):
+    return _Trial(trial_id=tid, last_result=last or {})
+
+
+def _epoch(p, tid, epoch, epochs=5, best=2.5):
+    p.on_trial_result(0, [], trial(tid), {"embinit_epoch": epoch, "embinit_epochs": epochs, "embinit_best": best})
+
+
+def test_sweep_eta_packs_the_remaining_trials_into_the_parallelism():
+    assert sweep_eta([], 4, 10.0, slots=2) == 20.0 and sweep_eta([], 4, 10.0, slots=1) == 40.0
+    assert sweep_eta([5.0, 30.0], 2, 10.0, slots=2) == 30.0    # both pending fit beside the long one
+    assert sweep_eta([None], 0, 10.0, slots=1) == 10.0 and sweep_eta([None], 1, None, slots=1) is None
+    assert sweep_eta([], 0, None, slots=0) == 0.0
+
+
+def test_a_trial_eta_counts_down_between_epochs():
+    c = TrialClock(started=0.0)
+    assert c.eta_s(5.0) is None
+    c.epoch_end(1, 5, now=10.0)
+    assert [c.eta_s(t) for t in (10.0, 15.0, 19.0, 60.0)] == [40.0, 35.0, 31.0, 0.0]
+    resumed = TrialClock(started=0.0, epoch=3)         # resumed after epoch 3: only its own epochs count
+    resumed.epoch_end(4, 5, now=10.0)
+    assert resumed.eta_s(10.0) == 10.0 and resumed.full_s() == 50.0
+
+
+def test_progress_eta_before_the_first_trial_ends_and_labelled_columns():
+    clock, out, seen = Clock(), io.StringIO(), []
+    p = Progress(total=4, reused=0, every=0.0, stream=out, clock=clock, metric="val/loss")
+    p.on_trial_start(0, [], trial("a"))
+    p.on_trial_start(0, [], trial("b"))
+    assert p.counts()["eta_s"] is None                    # nothing to go on yet
+    clock.t += 10                                         # a's first of 5 epochs: 10 s
+    _epoch(p, "a", 1)
+    # a: 40 s left; b (no epoch yet): one trial (50 s) less the 10 s it ran; then 2 pending on 2 slots
+    assert p.counts()["eta_s"] == 90.0
+    clock.t += 5
+    c = p.counts()
+    assert c["eta_s"] == 85.0 and c["trials"][0] == {"trial": "a", "epoch": "1/5", "best": "2.5", "eta": "0m35s",
+                                            "metric": "val/loss"}
+    p.sink = seen.append
+    p.emit(force=True)
+    assert seen[-1]["eta_s"] == 85.0 and seen[-1]["done"] == 0   # what the service's eta_s is made of
+    p.sink = None
+    p.emit()   # the periodic block: the counts line, then the per-trial table
+    header = out.getvalue().splitlines()[-3]
+    assert header.split() == ["running", "trial", "epoch", "best", "val/loss", "ETA"]
