@@ -9,64 +9,26 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
-import sys
 import tempfile
 import time
-from pathlib import Path
 
-import psutil
 import pytest
 from fastapi.testclient import TestClient
 
 from service.main import create_app
 from service.runner import NODE_TAG
 from service.settings import Settings
+from helpers.ray_cluster import RAY, stop_cluster
+from helpers.ray_cluster import free_port as _free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 HEAD, WORKER = "127.0.0.2", "127.0.0.3"
-RAY = str(Path(sys.executable).with_name("ray"))
 SPEC = {"name": "cluster-it", "tasks": [{"task": "synthetic_classification", "epochs": 1,
                                          "max_train_examples": 64}],
         "inits": ["xavier", "normal"], "seeds": 2, "max_concurrent": 2, "retries": 0,
         "resources": {"cpus": 1}, "mlflow": {"log_checkpoint": False, "log_plots": False}}
-
-
-def _free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-def _ours(temp_dir: str) -> list[psutil.Process]:
-    """The Ray processes of the cluster rooted at `temp_dir`, with their children."""
-    found: dict[int, psutil.Process] = {}
-    for proc in psutil.process_iter(["cmdline"]):
-        try:
-            if any(temp_dir in part for part in proc.info["cmdline"] or []):
-                found[proc.pid] = proc
-                for child in proc.children(recursive=True):
-                    found[child.pid] = child
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-    return [p for pid, p in found.items() if pid != os.getpid()]
-
-
-def _stop_cluster(temp_dir: str) -> None:
-    procs = _ours(temp_dir)
-    for p in procs:
-        try:
-            p.terminate()
-        except psutil.NoSuchProcess:
-            pass
-    _gone, alive = psutil.wait_procs(procs, timeout=15)
-    for p in alive:
-        try:
-            p.kill()
-        except psutil.NoSuchProcess:
-            pass
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +51,7 @@ def cluster():
         import ray
         if ray.is_initialized():
             ray.shutdown()
-        _stop_cluster(temp_dir)
+        stop_cluster(temp_dir)
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 

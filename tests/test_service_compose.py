@@ -179,3 +179,15 @@ def test_dockerfile_builds_what_compose_runs():
         assert needed in dockerfile
     exposed = {int(p) for line in dockerfile.splitlines() if line.startswith("EXPOSE") for p in line.split()[1:]}
     assert {8000, 5000, 6379, 10001} <= exposed
+
+
+@pytest.mark.parametrize("service", ["api", "ray-head", "ray-worker", "ray-worker-cpu"])
+def test_ray_token_auth_stays_on_in_the_cluster(service):
+    """On a cluster Ray's token auth is kept on (issue 20, item 3): every Ray node and the API (a Ray
+    Client) run with RAY_AUTH_MODE=token and read the one token from the compose secret.
+    tests/test_service_cluster_auth.py shows that such a head refuses a client without the token."""
+    environment = env(service)
+    assert environment["RAY_AUTH_MODE"] == "token"
+    assert "ray_auth_token" in SERVICES[service]["secrets"]
+    assert environment["RAY_AUTH_TOKEN_PATH"] == "/run/secrets/ray_auth_token"
+    assert "file" in COMPOSE["secrets"]["ray_auth_token"]
