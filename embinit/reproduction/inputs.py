@@ -57,7 +57,8 @@ GPU_INPUTS = Inputs(
                   "tune_configs/gpu/multi30k_xavier300.yaml")),
     ablation_spec="tune_configs/gpu/table3_ablation_glove50.yaml",
     analogy_experiment=GPU_ANALOGY,
-    analogy_command=Inputs.analogy_command.replace("offline-table4-analogy-glove50", GPU_ANALOGY))
+    analogy_command=Inputs.analogy_command.replace("offline-table4-analogy-glove50", GPU_ANALOGY),
+    dose_experiment="gpu-dose-response-sigma", dose_spec="tune_configs/gpu/dose_response_sigma.yaml")
 PRESETS = {"gpu": GPU_INPUTS, "offline": Inputs()}
 
 
