@@ -121,3 +121,11 @@ def test_training_text_per_task_kind():
     assert training_text(cl, "tok") == [[4, 5], [5], [4], [4]]
     lm = SimpleNamespace(kind="lm", vocab=vocab, splits={"train": [4, 5, 3, 5, 3, 4]})
     assert training_text(lm, "tok") == [[4, 5], [5], [4]]
+
+
+def test_blocks_give_the_unblocked_mix():
+    g = torch.Generator().manual_seed(3)
+    aux_m, aux_f = torch.randn(2 * focus.CHUNK + 5, 8, generator=g), torch.randn(40, 8, generator=g)
+    rows = torch.randn(40, 5, generator=g, dtype=torch.float64)
+    unit = lambda x: x.double() / x.double().norm(dim=1, keepdim=True)   # noqa: E731
+    assert torch.allclose(focus.mix_rows(aux_m, aux_f, rows), focus.sparsemax(unit(aux_m) @ unit(aux_f).T) @ rows)

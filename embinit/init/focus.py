@@ -35,7 +35,7 @@ from embinit.errors import EmbinitError
 
 FASTTEXT = {"vector_size": 64, "window": 5, "min_count": 1, "sg": 1, "epochs": 10, "min_n": 3, "max_n": 6}
 FORMAT_VERSION = 1
-CHUNK = 1024   # missing rows per similarity block (bounds the memory of the m x n similarity matrix)
+CHUNK = 128   # missing rows per similarity block: 128 x n float64 (50 MB at a 50k vocabulary), and its sort
 
 
 def sparsemax(z: torch.Tensor) -> torch.Tensor:
