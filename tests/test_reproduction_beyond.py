@@ -82,6 +82,8 @@ def test_oov_table_and_differences_against_xavier(store):
     mean, half = _paired_ci(OOV["focus"], OOV["xavier"])
     assert f"val. loss, OOV sentences: focus − xavier = {mean:.3f} (paired t, 95% CI [{mean - half:.3f}, " in text
     assert f"{mean + half:.3f}]; n = 3 vs 3) **(interval excludes 0)**" in text
+    mean, half = _paired_ci(OOV["focus"], OOV["mean"])
+    assert f"val. loss, OOV sentences: focus − mean = {mean:.3f} (paired t, 95% CI [{mean - half:.3f}, " in text
 
 
 def test_figures_and_exports(store, tmp_path):

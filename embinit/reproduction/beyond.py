@@ -168,13 +168,16 @@ def oov_rules_section(rep) -> Section:
         digits = 2 if "bleu" in metric else 3
         cells = {r["rule"]: r for r in rows if r["metric"] == metric}
         lines.append(f"| {name} | " + " | ".join(_cell(cells[r], digits) for r in rules) + " |")
-    lines += ["", "Paired differences against the default rule `xavier` (paired t, 95%):", ""]
-    for metric, name, _ in OOV_METRICS:
-        vals = {r["rule"]: r["values"] for r in rows if r["metric"] == metric}
-        for rule in rules[1:]:
-            cmp = paired(vals.get(rule, {}), vals.get("xavier", {}))
+    pairs = [(r, "xavier") for r in rules if r != "xavier"]
+    pairs += [("focus", r) for r in rules if "focus" in rules and r not in ("focus", "xavier")]
+    lines += ["", "Paired differences (paired t, 95%): each rule against the default `xavier`, then `focus` "
+              "against the other rules:", ""]
+    for a, b in pairs:
+        for metric, name, _ in OOV_METRICS:
+            vals = {r["rule"]: r["values"] for r in rows if r["metric"] == metric}
+            cmp = paired(vals.get(a, {}), vals.get(b, {}))
             sig = cmp["ci95"] is not None and abs(cmp["diff"]) > cmp["ci95"]
-            lines.append(f"- {name}: {compare_text(rule, 'xavier', cmp, 2 if 'bleu' in metric else 3)}"
+            lines.append(f"- {name}: {compare_text(a, b, cmp, 2 if 'bleu' in metric else 3)}"
                          f"{' **(interval excludes 0)**' if sig else ''}")
     return Section(title, lines)
 
