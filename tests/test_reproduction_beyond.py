@@ -71,7 +71,7 @@ def test_dose_table_contrasts_and_crossing(store):
     assert (f"σ = 4x: GloVe − GloVe_Shuffled = {mean:.3f} (paired t, 95% CI [{mean - half:.3f}, "
             f"{mean + half:.3f}]; n = 3 vs 3)") in text
     assert "- GloVe − GloVe_Shuffled (changes sign between 1x and 4x):" in text
-    assert "dose_response.png" in text
+    assert "dose_response.png" in text and "Scale as run: task multi30k" in text
 
 
 def test_oov_table_and_differences_against_xavier(store):

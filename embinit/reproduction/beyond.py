@@ -69,6 +69,18 @@ def _cell(s: dict[str, Any], digits: int) -> str:
     return f"{fmt(s['mean'], digits)} ({fmt(s['std'], digits)}; n={s['n']})"
 
 
+def _scale(trials) -> str:
+    """What the trials ran: the settings that size a trial, and their wall-clock, read from the runs."""
+    def one(key):
+        values = sorted({str(t.config.get(key)) for t in trials})
+        return values[0] if len(values) == 1 else "/".join(values)
+    walls = [t.metrics["wall_time_s"] for t in trials if "wall_time_s" in t.metrics]
+    wall = f"; wall-clock per trial: median {statistics.median(walls) / 60:.1f} min" if walls else ""
+    return (f"Scale as run: task {one('task')}, max_train_examples {one('max_train_examples')}, epochs "
+            f"{one('epochs')}, batch {one('batch_size')}, lr {one('lr')}, D {one('d_model')}, device "
+            f"{one('device')}{wall}.")
+
+
 def _not_run(title: str, spec: str) -> Section:
     return Section(title, [f"Not in this MLflow store yet: `embinit run {spec}` writes it."])
 
@@ -120,7 +132,7 @@ def dose_response_section(rep) -> Section:
     lines = [f"Spec `{rep.inputs.dose_spec}` (experiment `{rep.inputs.dose_experiment}`, {len(trials)} finished "
              "trials). The target table of each source is rescaled to σ (`rescale=<σ>`: rows centered, then "
              "scaled; `1x` is the paper's P_Xavier); the source table stays Xavier. Cells: mean (σ across "
-             "seeds; n seeds).", "",
+             f"seeds; n seeds). {_scale(trials)}", "",
              f"![metric against σ per source, seed bands]({_figure_link(rep, DOSE_FIGURE)})", ""]
     for metric, name, _ in DOSE_METRICS:
         digits = 2 if "bleu" in metric else 3
@@ -162,7 +174,8 @@ def oov_rules_section(rep) -> Section:
     lines = [f"Spec `{rep.inputs.oov_spec}` (experiment `{rep.inputs.oov_experiment}`, {len(trials)} finished "
              f"trials). OOV sentences: {fmt(sizes['oov/val_sentences'], 0)} validation and "
              f"{fmt(sizes['oov/test_sentences'], 0)} test pairs whose target holds a word the source lacks. "
-             "Cells: mean (σ across seeds; n seeds).", "", f"![OOV rules]({_figure_link(rep, OOV_FIGURE)})", "",
+             f"Cells: mean (σ across seeds; n seeds). {_scale(trials)}", "",
+             f"![OOV rules]({_figure_link(rep, OOV_FIGURE)})", "",
              "| metric | " + " | ".join(f"`{r}`" for r in rules) + " |", "|---|" + "---|" * len(rules)]
     for metric, name, _ in OOV_METRICS:
         digits = 2 if "bleu" in metric else 3
