@@ -19,18 +19,12 @@ import statistics
 from typing import Any
 
 from embinit.errors import EmbinitError
+from embinit.reproduction.beyond_figures import DOSE_FIGURE, DOSE_METRICS, OOV_FIGURE, OOV_METRICS
 from embinit.reproduction.compare import compare_text, fmt, paired
 from embinit.reproduction.export import Section
 from embinit.reproduction.inputs import load_trials
 
-# (metric, its name in the document, +1 higher is better / -1 lower is better)
-DOSE_METRICS = (("best/val/loss", "best val. loss", -1), ("test/loss", "test loss", -1),
-                ("test/bleu", "test BLEU", 1))
-OOV_METRICS = (("best/val/loss", "best val. loss", -1), ("test/bleu", "test BLEU", 1),
-               ("oov/val_loss", "val. loss, OOV sentences", -1), ("oov/val_bleu", "val. BLEU, OOV sentences", 1),
-               ("oov/test_loss", "test loss, OOV sentences", -1), ("oov/test_bleu", "test BLEU, OOV sentences", 1))
 SOURCE_ORDER = ("Xavier", "GloVe_Shuffled", "GloVe")
-DOSE_FIGURE, OOV_FIGURE = "dose_response.png", "oov_rules.png"
 
 
 def _finished(rep, experiment: str) -> list | None:

@@ -1,12 +1,19 @@
 """The figures of the sections beyond the paper (embinit.reproduction.beyond), from the rows those
 sections export: the metric against sigma per source with seed bands (min-max over the seeds, the mean
-as the line), and the OOV rules side by side (one dot per seed, the mean as a bar across them)."""
+as the line), and the OOV rules side by side (one dot per seed, the mean as a bar across them). The
+metrics both plot and their figure names live here; the sections import them (export -> figures, no cycle)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from embinit.reproduction.beyond import DOSE_FIGURE, DOSE_METRICS, OOV_FIGURE, OOV_METRICS
+# (metric, its name in the document, +1 higher is better / -1 lower is better)
+DOSE_METRICS = (("best/val/loss", "best val. loss", -1), ("test/loss", "test loss", -1),
+                ("test/bleu", "test BLEU", 1))
+OOV_METRICS = (("best/val/loss", "best val. loss", -1), ("test/bleu", "test BLEU", 1),
+               ("oov/val_loss", "val. loss, OOV sentences", -1), ("oov/val_bleu", "val. BLEU, OOV sentences", 1),
+               ("oov/test_loss", "test loss, OOV sentences", -1), ("oov/test_bleu", "test BLEU, OOV sentences", 1))
+DOSE_FIGURE, OOV_FIGURE = "dose_response.png", "oov_rules.png"
 
 
 def _pyplot():
