@@ -18,8 +18,9 @@ COPY pyproject.toml README.md ./
 COPY embinit ./embinit
 COPY service ./service
 # psycopg: the PostgreSQL driver for the API's state database and MLflow's backend store;
-# ray[client,default]: the client server the API connects through (ray://) and the dashboard.
-RUN pip install . "psycopg[binary]>=3.1" \
+# ray[client,default]: the client server the API connects through (ray://) and the dashboard;
+# the focus extra (gensim): the `focus` OOV rule, which trials on any worker may use.
+RUN pip install ".[focus]" "psycopg[binary]>=3.1" \
  && pip install "ray[client,default]==$(python -c 'import ray; print(ray.__version__)')" \
  && for m in $SPACY_MODELS; do python -m spacy download "$m"; done
 

@@ -12,6 +12,12 @@ torch.set_num_threads(1)
 # "zebra" and the specials are missing from every source, so OOV rules always have work to do
 VOCAB = Vocab(["<pad>", "<unk>", "the", "cat", "sat", "zebra", "mat", "on", "dog", "a"])
 HF_FAMILIES = [name for name in SOURCES if parse_init_spec(name).is_subword]
+# transforms as spec tokens: one per registry name, a transform with an argument in each of its forms
+ARGUMENTS = {"rescale": ["rescale=0.25x", "rescale=0.05", "rescale=absorption:0.5"]}
+TRANSFORM_TOKENS = [t for name in sorted(TRANSFORMS) for t in ARGUMENTS.get(name, [name])]
+# a training text for the `focus` rule (every rule gets it; the others ignore it)
+CORPUS = [["the", "cat", "sat", "on", "a", "mat"], ["a", "zebra", "sat", "on", "the", "dog"],
+          ["the", "dog", "and", "the", "zebra"]] * 4
 FILE_FAMILIES = [name for name in SOURCES if name not in HF_FAMILIES]
 
 
@@ -42,13 +48,13 @@ def _check_contract(build, n, dim, random_part=True):
         assert not torch.equal(a.table, build(seed=8).table)
 
 
-@pytest.mark.parametrize("name", sorted(INITS))
+@pytest.mark.parametrize("name", sorted(INITS) + ["xavier+rescale=4x", "normal+rescale=absorption:2"])
 def test_random_init_contract(name):
     _check_contract(lambda **kw: build_table(name, VOCAB, dim=12, **kw), len(VOCAB), 12)
     assert build_table(name, VOCAB, dim=12).coverage is None
 
 
-@pytest.mark.parametrize("transform", [None] + sorted(TRANSFORMS))
+@pytest.mark.parametrize("transform", [None] + TRANSFORM_TOKENS)
 @pytest.mark.parametrize("family", FILE_FAMILIES)
 def test_file_source_contract(family, transform, sources, tmp_path):
     spec = family + (f"+{transform}" if transform else "")
@@ -59,18 +65,18 @@ def test_file_source_contract(family, transform, sources, tmp_path):
 @pytest.mark.parametrize("rule", sorted(set(OOV_RULES) - {"subword_mean"}))
 def test_oov_rule_contract(rule, sources, tmp_path):
     _check_contract(lambda **kw: build_table("glove+standardize", VOCAB, pretrained=str(sources["glove"]),
-                                             oov=rule, cache_dir=tmp_path, **kw),
-                    len(VOCAB), 6, random_part=rule in ("xavier", "mean_cov"))   # mean/zeros: no draws
+                                             oov=rule, cache_dir=tmp_path, corpus=CORPUS, **kw),
+                    len(VOCAB), 6, random_part=rule in ("xavier", "mean_cov", "focus"))   # mean/zeros: no draws
 
 
 @pytest.mark.parametrize("rule", sorted(set(OOV_RULES) - {"subword_mean"}))
 def test_oov_rule_contract_with_shuffle(rule, sources, tmp_path):
     _check_contract(lambda **kw: build_table("glove+shuffle", VOCAB, pretrained=str(sources["glove"]),
-                                             oov=rule, cache_dir=tmp_path, **kw), len(VOCAB), 6)
+                                             oov=rule, cache_dir=tmp_path, corpus=CORPUS, **kw), len(VOCAB), 6)
 
 
 @pytest.mark.slow  # imports transformers
-@pytest.mark.parametrize("transform", [None] + sorted(TRANSFORMS))
+@pytest.mark.parametrize("transform", [None] + TRANSFORM_TOKENS)
 @pytest.mark.parametrize("family", HF_FAMILIES)
 def test_hf_source_contract(family, transform, bert_dir, tmp_path_factory):
     spec = family + (f"+{transform}" if transform else "")

@@ -1,4 +1,5 @@
 """Rules for the rows a pretrained source lacks, applied after the transform (in its space).
+`focus` (a similarity-weighted mix of the found rows, FOCUS-style) lives in `embinit.init.focus`.
 
 Each rule is `fn(ctx) -> float64 [n_missing, D]`. The statistics a rule uses (mean, covariance) come
 from the *transformed* found rows, so a standardized table gets standardized fill rows.
@@ -29,6 +30,10 @@ class OOVContext:
     generator: torch.Generator
     source: str                        # for messages
     piece: dict[int, torch.Tensor] | None  # vocab index -> subword-mean row (transformed); None: no tokenizer
+    found: torch.Tensor | None = None     # int64 [n] vocabulary indices of `found_rows`, in their order
+    tokens: list[str] | None = None       # the vocabulary
+    corpus: list[list[str]] | None = None  # the side's training text as tokens (`focus`); None: not given
+    cache_dir: object = None              # build_table's cache_dir (None: default root, False: no cache)
 
 
 def xavier_rows(ctx: OOVContext) -> torch.Tensor:

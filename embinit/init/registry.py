@@ -2,13 +2,15 @@
 
 Grammar of the short form: `SOURCE[+TRANSFORM]...`, e.g. `xavier`, `glove`, `glove+standardize`,
 `bert+match`, `t5+shuffle`. SOURCE is a random init (`INITS`) or a pretrained source family
-(`SOURCES`); transforms (`TRANSFORMS`) apply in order and only to pretrained sources. The structured form
-is a dict with the keys of `InitSpec` (`source`, `transform` or `transforms`, `oov`, `lowercase`,
+(`SOURCES`); transforms (`TRANSFORMS`) apply in order and only to pretrained sources, except those
+marked `any_source` (`rescale`). A transform with an argument is written `NAME=ARG`: `glove+rescale=4x`.
+The structured form is a dict with the keys of `InitSpec` (`source`, `transform` or `transforms`, `oov`, `lowercase`,
 `pretrained`, `name`); unknown keys are an error.
 
 Labels follow the paper (section 3.4): `standardize` appends `_Xavier` (GloVe -> GloVe_Xavier),
 `match` prefixes `Xavier_` (BERT -> Xavier_BERT), `shuffle` appends `_Shuffled` (T5 -> T5_Shuffled),
-`shuffle_elements` appends `_ShuffledElements` (GloVe -> GloVe_ShuffledElements).
+`shuffle_elements` appends `_ShuffledElements` (GloVe -> GloVe_ShuffledElements), `rescale=4x` appends
+`@4x` (GloVe_Shuffled@4x).
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ class Entry:
     function: str = ""           # sources have none: table.py picks a loader by file format
     default: str | None = None   # sources: the default location (path or hub id)
     subword: bool = False        # sources: a Hugging Face model that brings its own tokenizer
+    argument: str = ""           # transforms: the required `NAME=ARG` argument's grammar ("" = none)
+    any_source: bool = False     # transforms: also applies to random inits (the whole drawn table)
 
     def load(self) -> Callable:
         module, attribute = self.function.split(":")
@@ -87,6 +91,11 @@ TRANSFORM_INFO = {
     "shuffle_elements": Entry("{}_ShuffledElements", "Pretrained_Shuffled by elements (the paper's Finding 3 "
                               "wording): permute all values of the found rows as one list (seeded); values "
                               "unchanged, rows broken up", "embinit.init.transforms:shuffle_elements"),
+    "rescale": Entry("{}@{arg}", "rescale=TARGET: center the rows and scale them to a target std: an absolute "
+                     "sigma (rescale=0.05), a multiple of Xavier's sigma (rescale=4x) or a target absorption "
+                     "ratio (rescale=absorption:0.5); any source, random inits included",
+                     "embinit.init.rescale:rescale", argument="SIGMA | Kx | absorption:R (positive numbers)",
+                     any_source=True),
 }
 
 
@@ -102,6 +111,9 @@ OOV_INFO = {
     "subword_mean": _oov("subword_mean_rows",
                          "mean of the source rows of the pieces the source tokenizer splits the token into"),
     "zeros": _oov("zero_rows", "zero vectors"),
+    "focus": Entry("", "FOCUS-style (Dobler & de Melo 2023): sparsemax(cosine similarity of fastText vectors "
+                   "trained on the task's training text) mix of the found rows (after the transform)",
+                   "embinit.init.focus:focus_rows"),
 }
 
 DEFAULT_OOV = "xavier"
@@ -138,7 +150,8 @@ class InitSpec:
         base = self.name or (SOURCE_FAMILIES[self.source] if self.is_pretrained
                              else RANDOM_INITS[self.source]).label
         for t in self.transforms:
-            base = TRANSFORM_INFO[t].label.format(base)
+            name, _, arg = t.partition("=")
+            base = TRANSFORM_INFO[name].label.format(base, arg=arg)
         return base
 
     def __str__(self) -> str:
@@ -156,11 +169,40 @@ def _check_name(kind: str, name: Any, valid, field: str) -> str:
     return name
 
 
+def parse_sigma_target(arg: str) -> tuple[str, float]:
+    """`rescale`'s argument: ("sigma", 0.05) | ("xavier", 4.0) from "4x" | ("absorption", 0.5)."""
+    kind, text = ("absorption", arg.split(":", 1)[1]) if arg.startswith("absorption:") else (
+        ("xavier", arg[:-1]) if arg.endswith("x") else ("sigma", arg))
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise InitSpecError(f"rescale target {arg!r} is not {TRANSFORM_INFO['rescale'].argument}, e.g. "
+                           "rescale=0.05, rescale=4x or rescale=absorption:0.5", "transform")
+    return kind, value
+
+
+def _check_transform(token: Any) -> str:
+    """A transform token, `NAME` or `NAME=ARG`; the argument is required exactly when the entry has one."""
+    name, eq, arg = str(token).partition("=") if isinstance(token, str) else (token, "", "")
+    _check_name("transform", name, TRANSFORM_INFO, "transform")
+    grammar = TRANSFORM_INFO[name].argument
+    if grammar and not arg:
+        raise InitSpecError(f"transform {name!r} needs a target: {name}={grammar}, e.g. {name}=4x", "transform")
+    if eq and not grammar:
+        raise InitSpecError(f"transform {name!r} takes no argument, got {token!r}", "transform")
+    if name == "rescale":
+        parse_sigma_target(arg)
+    return token
+
+
 def _validated(source: str, transforms, oov, lowercase, pretrained, name) -> InitSpec:
     _check_name("init", source, list(RANDOM_INITS) + list(SOURCE_FAMILIES), "source")
-    transforms = tuple(_check_name("transform", t, TRANSFORM_INFO, "transform") for t in transforms)
-    if transforms and source in RANDOM_INITS:
-        raise InitSpecError(f"transform {transforms[0]!r} applies to pretrained sources, not to the random "
+    transforms = tuple(_check_transform(t) for t in transforms)
+    fixed = [t for t in transforms if not TRANSFORM_INFO[t.partition("=")[0]].any_source]
+    if fixed and source in RANDOM_INITS:
+        raise InitSpecError(f"transform {fixed[0]!r} applies to pretrained sources, not to the random "
                            f"init {source!r}; pretrained sources: {sorted(SOURCE_FAMILIES)}")
     if oov is not None:
         _check_name("oov rule", oov, OOV_INFO, "oov")

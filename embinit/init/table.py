@@ -46,10 +46,18 @@ class BuildResult:
     oov: str | None = None
     source: str | None = None               # the file / model actually read
     info: dict[str, Any] = field(default_factory=dict)
+    oov_rows: torch.Tensor | None = None    # int64 vocabulary indices the OOV rule filled (None: no rule ran)
 
 
 def _as_vocab(vocab: "Vocab | Sequence[str]") -> Vocab:
     return vocab if isinstance(vocab, Vocab) else Vocab(list(vocab))
+
+
+def _as_sentences(corpus: Sequence[Sequence] | None, vocab: Vocab) -> list[list[str]] | None:
+    """Training text as token lists; vocabulary ids are mapped to their tokens."""
+    if corpus is None:
+        return None
+    return [[vocab.tokens[t] if isinstance(t, int) else str(t) for t in s] for s in corpus]
 
 
 def _generator(generator: torch.Generator | None, seed: int | None) -> torch.Generator:
@@ -119,11 +127,30 @@ def _coverage(vocab: Vocab, found: torch.Tensor) -> dict[str, Any]:
     return cov
 
 
-def _fill(spec: InitSpec, aligned: Aligned, n: int, rule: str, g: torch.Generator) -> torch.Tensor:
-    """Steps 2-4 of the module docstring, in float64; returns the float32 table."""
+def apply_transform(token: str, rows: torch.Tensor, n: int, dim: int, g: torch.Generator):
+    """One transform token (`NAME` or `NAME=ARG`, see the registry) applied to float64 rows -> Fitted."""
+    name, _, arg = token.partition("=")
+    return TRANSFORMS[name](rows, n, dim, g, arg) if arg else TRANSFORMS[name](rows, n, dim, g)
+
+
+def _random_table(spec: InitSpec, n: int, dim: int, g: torch.Generator) -> torch.Tensor:
+    """A random init's draw, then its transforms (only `any_source` ones parse) over the whole table."""
+    table = INITS[spec.source](n, dim, g)
+    if not spec.transforms:
+        return table
+    rows = table.double()
+    for token in spec.transforms:
+        rows = apply_transform(token, rows, n, dim, g).rows
+    return rows.float()
+
+
+def _fill(spec: InitSpec, aligned: Aligned, n: int, rule: str, g: torch.Generator,
+          text: dict[str, Any]) -> torch.Tensor:
+    """Steps 2-4 of the module docstring, in float64; returns the float32 table. `text`: the OOV
+    context's vocabulary, training text and cache location (`OOVContext` fields)."""
     rows, found, vmap = aligned.rows.double(), aligned.found, (lambda v: v)
     for name in spec.transforms:
-        fitted = TRANSFORMS[name](rows, n, aligned.dim, g)
+        fitted = apply_transform(name, rows, n, aligned.dim, g)
         rows = fitted.rows
         if fitted.covers_all:
             found, vmap = torch.arange(n), None
@@ -139,22 +166,24 @@ def _fill(spec: InitSpec, aligned: Aligned, n: int, rule: str, g: torch.Generato
         if aligned.piece_idx is not None:
             mapped = vmap(aligned.piece_rows.double()) if vmap else aligned.piece_rows.double()
             piece = dict(zip(aligned.piece_idx.tolist(), mapped))
-        ctx = OOVContext(missing, rows, n, aligned.dim, g, aligned.source, piece)
+        ctx = OOVContext(missing, rows, n, aligned.dim, g, aligned.source, piece, found, **text)
         table[missing] = OOV_RULES[rule](ctx)
     return table.float()
 
 
 def build_table(spec, vocab, dim: int | None = None, generator: torch.Generator | None = None,
                 seed: int | None = None, pretrained: str | None = None, oov: str | None = None,
-                cache_dir: "str | Path | None | bool" = None) -> BuildResult:
-    """Build the N x D float32 table for `vocab` (a Vocab or a list of tokens) by `spec`."""
+                cache_dir: "str | Path | None | bool" = None, corpus: Sequence[Sequence] | None = None
+                ) -> BuildResult:
+    """Build the N x D float32 table for `vocab` (a Vocab or a list of tokens) by `spec`. `corpus`: the
+    training text (sequences of tokens or vocabulary ids), which the `focus` OOV rule learns from."""
     spec = parse_init_spec(spec)
     vocab = _as_vocab(vocab)
     g = _generator(generator, seed)
     if not spec.is_pretrained:
         if not dim or dim < 1:
             raise EmbinitError(f"init {spec.source!r} needs a positive dimension (dim/--dim), got {dim!r}")
-        return BuildResult(INITS[spec.source](len(vocab), int(dim), g), spec.label, int(dim), spec=spec)
+        return BuildResult(_random_table(spec, len(vocab), int(dim), g), spec.label, int(dim), spec=spec)
     rule = oov or spec.oov or DEFAULT_OOV
     if rule not in OOV_RULES:
         raise unknown_name("oov rule", rule, OOV_RULES)
@@ -170,10 +199,14 @@ def build_table(spec, vocab, dim: int | None = None, generator: torch.Generator 
                            f"{'' if spec.lowercase else ' (try lowercase lookup)'}")
     rows = aligned.rows.double()
     stats = {"mean_p": rows.mean().item(), "std_p": rows.std().item() if rows.numel() > 1 else 0.0}
-    table = _fill(spec, aligned, len(vocab), rule, g)
+    text = {"tokens": vocab.tokens, "corpus": _as_sentences(corpus, vocab), "cache_dir": cache_dir}
+    table = _fill(spec, aligned, len(vocab), rule, g, text)
+    filled = None if "match" in spec.transforms else rule
+    missing = torch.ones(len(vocab), dtype=torch.bool)
+    missing[aligned.found] = False
     return BuildResult(table, spec.label, aligned.dim, _coverage(vocab, aligned.found), stats, spec,
-                       None if "match" in spec.transforms else rule, location,
-                       {"cached": cached, "kind": kind})
+                       filled, location, {"cached": cached, "kind": kind},
+                       missing.nonzero().flatten() if filled else None)
 
 
 def source_dim(spec, pretrained: str | None = None) -> int | None:

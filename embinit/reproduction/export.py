@@ -20,11 +20,13 @@ class Section:
 
 
 def write_exports(rep: Reproduction, out_dir: Path) -> list[Path]:
-    """Small result exports: one JSON of everything, and a CSV per flat table."""
+    """Small result exports: one JSON of everything, a CSV per flat table, and the studies' figures."""
+    from embinit.reproduction.beyond_figures import write_figures
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [out_dir / "reproduction.json"]
     paths[0].write_text(json.dumps(rep.exports, indent=1, default=str) + "\n")
-    for name in ("table1", "table2", "table4", "runs"):
+    paths += write_figures(rep.exports, out_dir)   # the studies beyond the paper (issue 23)
+    for name in ("table1", "table2", "table4", "runs", "dose_response", "oov_rules"):
         rows = rep.exports.get(name) or []
         if not rows:
             continue

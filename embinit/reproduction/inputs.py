@@ -40,6 +40,12 @@ class Inputs:
                             "$EMBINIT_DATA_DIR/multi30k --top 5893 --table4 --seed $S --tracking-uri $URI "
                             "--log-experiment offline-table4-analogy-glove50")
     similarity_metric: str = "jaccard"
+    # issue 23's studies beyond the paper (embinit.reproduction.beyond) and where their figures go
+    dose_experiment: str = "offline-dose-response-sigma"
+    dose_spec: str = "tune_configs/offline/dose_response_sigma.yaml"
+    oov_experiment: str = "offline-oov-rules-focus"
+    oov_spec: str = "tune_configs/offline/oov_rules_focus.yaml"
+    figure_dir: str = "reproduction"   # relative to the document (docs/), i.e. the --exports folder
 
 
 GPU_ANALOGY = "gpu-table4-analogy-glove50"
@@ -51,7 +57,8 @@ GPU_INPUTS = Inputs(
                   "tune_configs/gpu/multi30k_xavier300.yaml")),
     ablation_spec="tune_configs/gpu/table3_ablation_glove50.yaml",
     analogy_experiment=GPU_ANALOGY,
-    analogy_command=Inputs.analogy_command.replace("offline-table4-analogy-glove50", GPU_ANALOGY))
+    analogy_command=Inputs.analogy_command.replace("offline-table4-analogy-glove50", GPU_ANALOGY),
+    dose_experiment="gpu-dose-response-sigma", dose_spec="tune_configs/gpu/dose_response_sigma.yaml")
 PRESETS = {"gpu": GPU_INPUTS, "offline": Inputs()}
 
 

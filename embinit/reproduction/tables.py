@@ -15,6 +15,7 @@ from embinit.errors import EmbinitError
 from embinit.report import summarize
 from embinit.reproduction.blog import blog_section
 from embinit.reproduction.compare import ci_text, fmt, mean_std
+from embinit.reproduction.beyond import beyond_sections
 from embinit.reproduction.export import Section
 from embinit.reproduction.findings import findings_section, similarity_section
 from embinit.reproduction.inputs import (ROLE_TEXT, ROLES, Group, Inputs, Trial, load_artifact_text, load_trials,
@@ -240,7 +241,7 @@ class Reproduction:
 
     def build(self) -> list[Section]:
         return [self.settings(), self.table1(), self.table2(), self.table3(), self.table4(), self.similarity(),
-                blog_section(self), self.findings(), self.runs_section()]
+                blog_section(self), self.findings(), *beyond_sections(self), self.runs_section()]
 
 
 # σ of the paper's tables at D = 300 (Table 6): GloVe 840B raw, a Xavier table (= GloVe_Xavier), the

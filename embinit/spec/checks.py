@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from embinit import bounds
 from embinit.config import HYPERPARAMETERS, TASKS
-from embinit.spec.inits import InitEntry, source_name
+from embinit.spec.inits import INIT_AXES, InitEntry, init_axis_problem, source_name
 from embinit.spec.models import Hyperparams
 from embinit.spec.planning import is_translation, pretrained_for, trial_config
 
@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 def _check_values(where: str, name: str, values: list[Any]) -> list[tuple[str, str]]:
     """Each value of an axis/search list must be a valid value of hyperparameter `name`."""
     if name not in HYPERPARAMETERS:
-        return [(where, f"{name!r} is not a hyperparameter; choose from {sorted(HYPERPARAMETERS)}")]
+        return [(where, f"{name!r} is not a hyperparameter; choose from {sorted(HYPERPARAMETERS)} (axes also take "
+                        f"the init axes {sorted(INIT_AXES)})")]
     out = []
     for i, value in enumerate(values):
         try:
@@ -97,6 +98,10 @@ def _value_problems(spec: ExperimentSpec) -> list[tuple[str, str]]:
     for name, values in spec.axes.items():
         if not values:
             problems.append((f"axes.{name}", "an axis needs at least one value"))
+        if name in INIT_AXES:
+            problems += [(f"axes.{name}[{i}]", why) for i, v in enumerate(values)
+                         if (why := init_axis_problem(name, v))]
+            continue
         problems += _check_values(f"axes.{name}", name, values)
     if spec.search is not None:
         for name, values in spec.search.space.items():

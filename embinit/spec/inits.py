@@ -8,10 +8,24 @@ from typing import Any
 from pydantic import field_validator
 
 from embinit.errors import EmbinitError
-from embinit.init.registry import SOURCE_FAMILIES, parse_init_spec
+from embinit.init.registry import SOURCE_FAMILIES, InitSpecError, parse_init_spec, parse_sigma_target
 from embinit.spec.models import _Strict
 from embinit.spec.path_fields import PathStr
 from embinit.spec.problems import InitFieldError
+
+
+# Axes that are not hyperparameters but a transform appended to the target (only) table's init, e.g.
+# `axes: {sigma: [0.25x, 1x, 4x, 16x]}` trains every init at each rescale target (the dose-response study).
+INIT_AXES = {"sigma": "rescale"}
+
+
+def init_axis_problem(name: str, value: Any) -> str | None:
+    """Why `value` is not a value of the init axis `name` (None when it is)."""
+    try:
+        parse_sigma_target(str(value).strip().lower())
+    except InitSpecError as e:
+        return str(e)
+    return None
 
 
 def family_default(source: str) -> str | None:
@@ -90,3 +104,21 @@ class InitEntry(_Strict):
         src = init_label(self.src)
         # The paper varies the target (English) table and keeps Xavier on the German side for GloVe.
         return tgt if src in (tgt, "Xavier") else f"{tgt}|src:{src}"
+
+
+def with_init_axes(init: InitEntry, overrides: dict[str, Any]) -> InitEntry:
+    """`init` with the init axes in `overrides` (popped from it) appended to its target side; the source
+    side keeps the entry's init (for `xavier` alone: an explicit Xavier source table)."""
+    tokens = [f"{INIT_AXES[name]}={str(overrides.pop(name)).strip().lower()}"
+              for name in list(overrides) if name in INIT_AXES]
+    if not tokens:
+        return init
+    tgt = init.tgt
+    if isinstance(tgt, dict):
+        extra = [tgt["transform"]] if tgt.get("transform") else []
+        old = tgt.get("transforms") or []
+        new_tgt = {k: v for k, v in tgt.items() if k != "transform"}
+        new_tgt["transforms"] = extra + ([old] if isinstance(old, str) else list(old)) + tokens
+    else:
+        new_tgt = "+".join([tgt.strip(), *tokens])
+    return init.model_copy(update={"tgt": new_tgt, "src": init.src if init.src is not None else init.tgt})

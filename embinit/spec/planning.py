@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 
 from embinit.config import TASKS, TrialConfig
-from embinit.spec.inits import InitEntry, family_default, source_name
+from embinit.spec.inits import InitEntry, family_default, source_name, with_init_axes
 from embinit.spec.models import TaskEntry
 from embinit.spec.path_fields import spec_path
 
@@ -73,11 +73,14 @@ def planned_count(spec: ExperimentSpec) -> int:
 def trial_config(spec: ExperimentSpec, task: TaskEntry, init: InitEntry, seed: int,
                  overrides: dict[str, Any] | None = None) -> TrialConfig:
     """One trial's config: the spec's defaults, then the task's values, then `overrides` (axes and
-    search point), with the init's sides and their pretrained sources."""
+    search point), with the init's sides and their pretrained sources. Init axes (`sigma`) are not
+    hyperparameters: they extend the target side's init spec (`spec.inits.INIT_AXES`)."""
+    overrides = dict(overrides or {})
+    init = with_init_axes(init, overrides)
     values: dict[str, Any] = {"threads": max(1, int(spec.resources.cpus))}
     values.update(spec.defaults.set_values())
     values.update({k: v for k, v in task.set_values().items() if k not in ("task", "data_dir")})
-    values.update(overrides or {})
+    values.update(overrides)
     if init.side_option("tgt", "oov"):
         values.setdefault("oov", init.side_option("tgt", "oov"))
     two_sided = init.src is not None and is_translation(task.task)

@@ -34,6 +34,7 @@ from embinit.train import checkpoint as ckpt
 from embinit.train.callbacks import TrainContext, fire
 from embinit.train.fused_group import FusedGroup, Lane
 from embinit.train.loop import sync_interval
+from embinit.train.oov_subset import oov_metrics
 from embinit.train.result import TrialResult
 from embinit.train.prepare import derive_seed, prepare
 from embinit.train.trial import (
@@ -212,7 +213,7 @@ def _finish(m: Member, group: dict, t0: float) -> TrialResult:
             result.checkpoint_path = str(m.out / ckpt.BEST)
             best_state = ckpt.load_best(m.out / ckpt.BEST)["model"]
         model.load_state_dict(best_state)
-        result.test = m.task.test(model)
+        result.test = {**m.task.test(model), **oov_metrics(m.task, model)}
         result.bleu_signature = result.test.pop("test/bleu_signature", None)
         result.emb_stats_best = emb_stats(model, rc)
     result.wall_time_s = m.elapsed + time.perf_counter() - t0

@@ -181,6 +181,24 @@ def load_data(cfg: TrialConfig, tokenizer: str, cache_dir):
     return load_task(cfg.task, **kwargs)
 
 
+def training_text(data, side: str) -> list[list[int]]:
+    """A side's training split as id sequences (what the `focus` OOV rule learns its similarities from):
+    translation pairs per side, classification texts (both of a pair), an LM stream cut at `<eos>`."""
+    train = data.splits["train"] if "train" in data.splits else next(iter(data.splits.values()))
+    if data.kind == "translation":
+        return [list(pair[0 if side == "src" else 1]) for pair in train]
+    if data.kind == "classification":
+        return [list(text) for item in train for text in item[:-1]]
+    eos, out, line = data.vocab.index("<eos>"), [], []
+    for t in train:
+        if t == eos:
+            out.append(line)
+            line = []
+        else:
+            line.append(t)
+    return out + ([line] if line else [])
+
+
 def load_inputs(cfg: TrialConfig, cache_dir=None, device: torch.device | None = None):
     """(resolved config, task kind, TaskData, embedding tables): everything `prepare` makes but the
     model. A sweep calls it once per distinct data setting before its trials fan out, so the trials
@@ -207,7 +225,8 @@ def load_inputs(cfg: TrialConfig, cache_dir=None, device: torch.device | None = 
     vocabs = {"tgt": data.vocab, "tok": data.vocab, "src": data.src_vocab}
     tables = {s: build_table(specs[s], vocabs[s], dim=d_model, pretrained=pretrained[s], oov=rc.oov,
                              generator=torch.Generator().manual_seed(derive_seed(emb_seed(rc), f"emb:{s}")),
-                             cache_dir=cache_dir) for s in sides}
+                             cache_dir=cache_dir, corpus=training_text(data, s) if rc.oov == "focus" else None)
+              for s in sides}
     return rc, kind, data, tables
 
 

@@ -20,6 +20,7 @@ from embinit.train.callbacks import TrainContext, fire
 from embinit.train.classification import ClassificationTask
 from embinit.train.lm import LMTask
 from embinit.train.loop import autocast_for, train_epoch
+from embinit.train.oov_subset import oov_metrics, oov_target_ids
 from embinit.train.result import TrialResult
 from embinit.train.prepare import derive_seed, prepare
 from embinit.train.translation import TranslationTask
@@ -69,7 +70,9 @@ def make_task(setup):
     cfg, data, dev = setup.cfg, setup.data, setup.device
     ac = autocast_for(cfg.precision, dev)
     if data.kind == "translation":
-        return TranslationTask(data, cfg, dev, ac)
+        task = TranslationTask(data, cfg, dev, ac)
+        task.oov_ids = oov_target_ids(setup.tables)   # the oov/* metrics (embinit.train.oov_subset)
+        return task
     if data.kind == "classification":
         return ClassificationTask(data, cfg, dev, ac, setup.model_cfg.max_positions)
     return LMTask(data, cfg, dev, ac)
@@ -161,7 +164,7 @@ def run_trial(cfg: TrialConfig, out_dir=None, callbacks=(), resume: bool = True,
             result.checkpoint_path = str(out / ckpt.BEST)
             best_state = ckpt.load_best(out / ckpt.BEST)["model"]
         model.load_state_dict(best_state)
-        result.test = task.test(model)
+        result.test = {**task.test(model), **oov_metrics(task, model)}
         result.bleu_signature = result.test.pop("test/bleu_signature", None)
         result.emb_stats_best = emb_stats(model, rc)
     result.wall_time_s = elapsed + time.perf_counter() - t0

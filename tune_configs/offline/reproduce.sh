@@ -32,6 +32,11 @@ for s in 0 1 2 3 4; do
     --data-dir "$EMBINIT_DATA_DIR/multi30k" --top 5893 --table4 --seed "$s" \
     --tracking-uri "$URI" --log-experiment offline-table4-analogy-glove50
 done
+# Issue 23, beyond the paper: the OOV rules (GloVe's top 20,000 words, see the spec) and the sigma dose-response.
+[ -f "$EMBINIT_ASSETS/glove.6B.50d.top20k.txt" ] || head -n 20000 "$EMBINIT_ASSETS/glove.6B.50d.txt" \
+  > "$EMBINIT_ASSETS/glove.6B.50d.top20k.txt"
+embinit run "$REPO/tune_configs/offline/oov_rules_focus.yaml" --address "$ADDR" --tracking-uri "$URI"
+embinit run "$REPO/tune_configs/offline/dose_response_sigma.yaml" --address "$ADDR" --tracking-uri "$URI"
 cd "$REPO"
 embinit reproduction --tracking-uri "$URI" --preamble docs/reproduction/preamble.md \
   --epilogue docs/reproduction/epilogue.md --out docs/reproduction.md --exports docs/reproduction

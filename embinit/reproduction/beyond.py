@@ -1,0 +1,197 @@
+"""Two studies beyond the paper (issue 23), as sections of the reproduction document:
+
+- the dose-response of the embedding scale: the metric against the target sigma (`axes: {sigma: ...}`,
+  the `rescale` transform) per source, with seed bands, and per sigma the paired differences that
+  separate the distribution effect (P_Shuffled − Xavier: same values, no semantics) from the semantic
+  one (P − P_Shuffled: same values, real rows); where a difference changes sign the curves cross;
+- the OOV rules compared (`axes: {oov: ...}`), on the whole splits and on the sentences whose target
+  holds an OOV word (`oov/*`, embinit.train.oov_subset), with paired differences against `xavier`.
+
+Comparisons are the findings' paired t 95% intervals on per-seed differences (`compare.paired`; seeds
+pair across inits: one seed, one data order and one draw of the other weights). An experiment missing
+from the store is shown as not run. Figures (`write_figures`) go beside the exports.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any
+
+from embinit.errors import EmbinitError
+from embinit.reproduction.beyond_figures import DOSE_FIGURE, DOSE_METRICS, OOV_FIGURE, OOV_METRICS
+from embinit.reproduction.compare import compare_text, fmt, paired
+from embinit.reproduction.export import Section
+from embinit.reproduction.inputs import load_trials
+
+SOURCE_ORDER = ("Xavier", "GloVe_Shuffled", "GloVe")
+
+
+def _finished(rep, experiment: str) -> list | None:
+    """The experiment's finished trials (None when it is not in the store)."""
+    try:
+        trials, _ = load_trials(experiment, rep.uri)
+    except EmbinitError:
+        return None
+    return [t for t in trials if t.status == "finished"]
+
+
+def sigma_multiple(value: Any) -> float | None:
+    """`4x` -> 4.0; a value not given as a multiple of Xavier's sigma -> None (not on the plot's axis)."""
+    text = str(value).strip().lower()
+    try:
+        return float(text[:-1]) if text.endswith("x") else None
+    except ValueError:
+        return None
+
+
+def _by_seed(trials, metric: str, **match) -> dict[int, float]:
+    return {t.seed: t.metrics[metric] for t in trials
+            if all(getattr(t, k) == v if k != "axis" else t.axes.get(v[0]) == v[1] for k, v in match.items())
+            and metric in t.metrics and math.isfinite(t.metrics[metric])}
+
+
+def _summary(values: dict[int, float]) -> dict[str, Any]:
+    v = list(values.values())
+    return {"mean": statistics.fmean(v) if v else None, "std": statistics.stdev(v) if len(v) > 1 else None,
+            "n": len(v), "min": min(v, default=None), "max": max(v, default=None), "values": values}
+
+
+def _cell(s: dict[str, Any], digits: int) -> str:
+    if s["mean"] is None:
+        return "—"
+    return f"{fmt(s['mean'], digits)} ({fmt(s['std'], digits)}; n={s['n']})"
+
+
+def _scale(trials) -> str:
+    """What the trials ran: the settings that size a trial, and their wall-clock, read from the runs."""
+    def one(key):
+        values = sorted({str(t.config.get(key)) for t in trials})
+        return values[0] if len(values) == 1 else "/".join(values)
+    walls = [t.metrics["wall_time_s"] for t in trials if "wall_time_s" in t.metrics]
+    wall = f"; wall-clock per trial: median {statistics.median(walls) / 60:.1f} min" if walls else ""
+    return (f"Scale as run: task {one('task')}, max_train_examples {one('max_train_examples')}, epochs "
+            f"{one('epochs')}, batch {one('batch_size')}, lr {one('lr')}, D {one('d_model')}, device "
+            f"{one('device')}{wall}.")
+
+
+def _not_run(title: str, spec: str) -> Section:
+    return Section(title, [f"Not in this MLflow store yet: `embinit run {spec}` writes it."])
+
+
+def _dose_rows(trials) -> list[dict[str, Any]]:
+    sigmas = sorted({t.axes.get("sigma") for t in trials if "sigma" in t.axes},
+                    key=lambda s: (sigma_multiple(s) is None, sigma_multiple(s) or 0, str(s)))
+    labels = [s for s in SOURCE_ORDER if any(t.label == s for t in trials)]
+    labels += sorted({t.label for t in trials} - set(labels))
+    rows = []
+    for metric, _, _ in DOSE_METRICS:
+        for label in labels:
+            for sigma in sigmas:
+                s = _summary(_by_seed(trials, metric, label=label, axis=("sigma", sigma)))
+                rows.append({"metric": metric, "source": label, "sigma": sigma,
+                             "multiple": sigma_multiple(sigma), **s})
+    return rows
+
+
+def _crossing(diffs: list[tuple[Any, float | None]]) -> str:
+    """Where a mean difference changes sign along the sigma series."""
+    pts = [(s, d) for s, d in diffs if d is not None]
+    flips = [f"between {a} and {b}" for (a, da), (b, db) in zip(pts, pts[1:]) if da * db < 0]
+    return ("changes sign " + ", ".join(flips)) if flips else "keeps its sign over the series"
+
+
+def _contrasts(rows, metric: str, a: str, b: str, digits: int) -> list[str]:
+    cells = {(r["source"], r["sigma"]): r["values"] for r in rows if r["metric"] == metric}
+    sigmas = list(dict.fromkeys(r["sigma"] for r in rows if r["metric"] == metric))
+    if not any(src == a for src, _ in cells) or not any(src == b for src, _ in cells):
+        return []
+    out, diffs = [], []
+    for sigma in sigmas:
+        cmp = paired(cells.get((a, sigma), {}), cells.get((b, sigma), {}))
+        diffs.append((sigma, cmp["diff"]))
+        sig = cmp["ci95"] is not None and abs(cmp["diff"]) > cmp["ci95"]
+        out.append(f"  - σ = {sigma}: {compare_text(a, b, cmp, digits)}{' **(interval excludes 0)**' if sig else ''}")
+    return [f"- {a} − {b} ({_crossing(diffs)}):", *out]
+
+
+def dose_response_section(rep) -> Section:
+    title = "Beyond the paper: the embedding scale, a dose–response study (issue 23)"
+    trials = _finished(rep, rep.inputs.dose_experiment)
+    if not trials:
+        return _not_run(title, rep.inputs.dose_spec)
+    rows = _dose_rows(trials)
+    rep.exports["dose_response"] = rows
+    sigmas = list(dict.fromkeys(r["sigma"] for r in rows))
+    lines = [f"Spec `{rep.inputs.dose_spec}` (experiment `{rep.inputs.dose_experiment}`, {len(trials)} finished "
+             "trials). The target table of each source is rescaled to σ (`rescale=<σ>`: rows centered, then "
+             "scaled; `1x` is the paper's P_Xavier); the source table stays Xavier. Cells: mean (σ across "
+             f"seeds; n seeds). {_scale(trials)}", "",
+             f"![metric against σ per source, seed bands]({_figure_link(rep, DOSE_FIGURE)})", ""]
+    for metric, name, _ in DOSE_METRICS:
+        digits = 2 if "bleu" in metric else 3
+        lines += [f"**{name}** (`{metric}`)", "", "| source | " + " | ".join(f"σ = {s}" for s in sigmas) + " |",
+                  "|---|" + "---|" * len(sigmas)]
+        for src in dict.fromkeys(r["source"] for r in rows):
+            cells = {r["sigma"]: r for r in rows if r["metric"] == metric and r["source"] == src}
+            lines.append(f"| {src} | " + " | ".join(_cell(cells[s], digits) for s in sigmas) + " |")
+        lines += ["", "Paired differences per σ (paired t, 95%): the semantic effect (GloVe − GloVe_Shuffled) "
+                  "and the distribution effect (GloVe_Shuffled − Xavier):", ""]
+        lines += _contrasts(rows, metric, "GloVe", "GloVe_Shuffled", digits)
+        lines += _contrasts(rows, metric, "GloVe_Shuffled", "Xavier", digits)
+        lines += _contrasts(rows, metric, "GloVe", "Xavier", digits) + [""]
+    return Section(title, lines)
+
+
+def _oov_rows(trials) -> list[dict[str, Any]]:
+    rules = sorted({t.axes.get("oov", t.config.get("oov")) for t in trials},
+                   key=lambda r: (r != "xavier", str(r)))
+    rows = []
+    for metric, _, _ in OOV_METRICS:
+        for rule in rules:
+            vals = {t.seed: t.metrics[metric] for t in trials
+                    if t.config.get("oov") == rule and metric in t.metrics and math.isfinite(t.metrics[metric])}
+            rows.append({"metric": metric, "rule": rule, **_summary(vals)})
+    return rows
+
+
+def oov_rules_section(rep) -> Section:
+    title = "Beyond the paper: rows the source lacks, the OOV rules compared (issue 23)"
+    trials = _finished(rep, rep.inputs.oov_experiment)
+    if not trials:
+        return _not_run(title, rep.inputs.oov_spec)
+    rows = _oov_rows(trials)
+    rep.exports["oov_rules"] = rows
+    rules = list(dict.fromkeys(r["rule"] for r in rows))
+    sizes = {m: statistics.fmean(t.metrics[m] for t in trials if m in t.metrics) if any(
+        m in t.metrics for t in trials) else None for m in ("oov/val_sentences", "oov/test_sentences")}
+    lines = [f"Spec `{rep.inputs.oov_spec}` (experiment `{rep.inputs.oov_experiment}`, {len(trials)} finished "
+             f"trials). OOV sentences: {fmt(sizes['oov/val_sentences'], 0)} validation and "
+             f"{fmt(sizes['oov/test_sentences'], 0)} test pairs whose target holds a word the source lacks. "
+             f"Cells: mean (σ across seeds; n seeds). {_scale(trials)}", "",
+             f"![OOV rules]({_figure_link(rep, OOV_FIGURE)})", "",
+             "| metric | " + " | ".join(f"`{r}`" for r in rules) + " |", "|---|" + "---|" * len(rules)]
+    for metric, name, _ in OOV_METRICS:
+        digits = 2 if "bleu" in metric else 3
+        cells = {r["rule"]: r for r in rows if r["metric"] == metric}
+        lines.append(f"| {name} | " + " | ".join(_cell(cells[r], digits) for r in rules) + " |")
+    pairs = [(r, "xavier") for r in rules if r != "xavier"]
+    pairs += [("focus", r) for r in rules if "focus" in rules and r not in ("focus", "xavier")]
+    lines += ["", "Paired differences (paired t, 95%): each rule against the default `xavier`, then `focus` "
+              "against the other rules:", ""]
+    for a, b in pairs:
+        for metric, name, _ in OOV_METRICS:
+            vals = {r["rule"]: r["values"] for r in rows if r["metric"] == metric}
+            cmp = paired(vals.get(a, {}), vals.get(b, {}))
+            sig = cmp["ci95"] is not None and abs(cmp["diff"]) > cmp["ci95"]
+            lines.append(f"- {name}: {compare_text(a, b, cmp, 2 if 'bleu' in metric else 3)}"
+                         f"{' **(interval excludes 0)**' if sig else ''}")
+    return Section(title, lines)
+
+
+def beyond_sections(rep) -> list[Section]:
+    return [dose_response_section(rep), oov_rules_section(rep)]
+
+
+def _figure_link(rep, name: str) -> str:
+    return f"{rep.inputs.figure_dir}/{name}"

@@ -1,0 +1,109 @@
+"""`rescale=TARGET` (issue 23, item 6): any source to a target sigma given absolutely, as a multiple of
+Xavier's, or as an absorption ratio; its errors; and the spec axis `sigma` that expands the grid."""
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from embinit.init import build_table, parse_init_spec, xavier_std
+from embinit.init import testing as tt
+from embinit.init.registry import InitSpecError
+from embinit.spec import ExperimentSpec, SpecError
+from embinit.spec.planning import planned_count
+from embinit.stats import embedding_stats
+from embinit.vocab import Vocab
+
+torch.set_num_threads(1)
+VOCAB = Vocab(["<pad>", "<unk>"] + [f"w{i}" for i in range(30)] + ["oov1", "oov2"])
+FOUND = slice(2, 32)
+
+
+@pytest.fixture(scope="module")
+def glove(tmp_path_factory):
+    words = [f"w{i}" for i in range(40)]
+    vectors = {w: np.round(v * 3.0 + 0.5, 4) for w, v in tt.word_vectors(words, dim=16, seed=5).items()}
+    return str(tt.write_text(tmp_path_factory.mktemp("src") / "g.txt", vectors))
+
+
+def _found(spec, glove, **kw):
+    return build_table(spec, VOCAB, pretrained=glove, cache_dir=False, seed=0, **kw).table[FOUND].double()
+
+
+@pytest.mark.parametrize("k", [0.25, 1.0, 4.0, 16.0])
+def test_multiple_of_xavier_hits_k_times_xaviers_sigma_centered(glove, k):
+    rows = _found(f"glove+shuffle+rescale={k}x", glove)
+    assert rows.std().item() == pytest.approx(k * xavier_std(len(VOCAB), 16), rel=1e-6)
+    assert abs(rows.mean().item()) < 1e-9
+
+
+def test_absolute_sigma_and_one_x_is_standardize(glove):
+    assert _found("glove+rescale=0.05", glove).std().item() == pytest.approx(0.05, rel=1e-6)
+    assert torch.equal(_found("glove+rescale=1x", glove), _found("glove+standardize", glove))
+
+
+def test_absorption_target_is_what_the_logged_statistic_reads(glove):
+    # a random init is rescaled as a whole, so the table's absorption is the rescaled rows' absorption
+    t = build_table("xavier+rescale=absorption:0.5", VOCAB, dim=16, seed=0).table
+    assert embedding_stats(t)["emb/absorption"] == pytest.approx(0.5, rel=1e-6)
+    rows = _found("glove+rescale=absorption:2", glove)
+    assert embedding_stats(rows)["emb/absorption"] == pytest.approx(2.0, rel=1e-6)
+
+
+def test_oov_rows_follow_the_rescaled_space(glove):
+    res = build_table("glove+rescale=16x", VOCAB, pretrained=glove, cache_dir=False, seed=0, oov="mean")
+    assert torch.allclose(res.table[-1], res.table[FOUND].mean(0), atol=1e-6)
+
+
+def test_random_init_rescaled_keeps_its_draw_shape():
+    base = build_table("xavier", VOCAB, dim=16, seed=3).table.double()
+    big = build_table("xavier+rescale=4x", VOCAB, dim=16, seed=3).table.double()
+    assert big.std().item() == pytest.approx(4 * xavier_std(len(VOCAB), 16), rel=1e-6)
+    assert torch.allclose((big - big.mean()) / big.std(), (base - base.mean()) / base.std(), atol=1e-5)
+
+
+def test_labels_and_round_trip():
+    spec = parse_init_spec("glove+shuffle+rescale=4x")
+    assert spec.label == "GloVe_Shuffled@4x" and str(spec) == "glove+shuffle+rescale=4x"
+    assert parse_init_spec({"source": "xavier", "transforms": ["rescale=0.25x"]}).label == "Xavier@0.25x"
+
+
+@pytest.mark.parametrize("text, message", [
+    ("glove+rescale", "needs a target"),
+    ("glove+rescale=-1x", "'-1x' is not"),
+    ("glove+rescale=abc", "'abc' is not"),
+    ("glove+rescale=absorption:0", "'absorption:0' is not"),
+    ("glove+shuffle=2", "takes no argument"),
+    ("xavier+shuffle", "applies to pretrained sources"),
+])
+def test_bad_targets_name_the_value(text, message):
+    with pytest.raises(InitSpecError, match=message):
+        parse_init_spec(text)
+
+
+SPEC = """
+name: dose
+tasks: [{task: synthetic_translation, d_model: 16, heads: 2}]
+inits: [xavier, {tgt: glove+shuffle, src: xavier}, {tgt: {source: glove, transforms: [standardize]}, src: xavier}]
+pretrained: {glove: /nowhere/g.txt}
+seeds: 2
+"""
+
+
+def test_sigma_axis_expands_the_grid_on_the_target_table_only():
+    spec = ExperimentSpec.model_validate({**yaml.safe_load(SPEC), "axes": {"sigma": ["0.25x", "4x", 0.05]}})
+    plan = spec.plan()
+    assert len(plan) == planned_count(spec) == 3 * 3 * 2
+    inits = {(p.label, p.axes["sigma"]): (p.config["init"], p.config["src_init"]) for p in plan}
+    assert inits[("Xavier", "4x")] == ("xavier+rescale=4x", "xavier")
+    assert inits[("GloVe_Shuffled", 0.05)] == ("glove+shuffle+rescale=0.05", "xavier")
+    assert inits[("GloVe_Xavier", "0.25x")] == ("glove+standardize+rescale=0.25x", "xavier")
+    assert len({p.key for p in plan}) == len(plan)
+
+
+def test_sigma_axis_lists_every_bad_value():
+    with pytest.raises(SpecError) as e:
+        ExperimentSpec.model_validate({**yaml.safe_load(SPEC), "axes": {"sigma": ["4x", -1, "abc"]}})
+    text = str(e.value)
+    assert "axes.sigma[1]" in text and "'-1'" in text and "axes.sigma[2]" in text and "'abc'" in text
+    assert "axes.sigma[0]" not in text
