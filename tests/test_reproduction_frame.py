@@ -132,3 +132,16 @@ def test_no_reproduction_experiments_names_the_choices(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "which holds ['quickstart']" in err and "--inputs gpu reads gpu-multi30k-glove50" in err
     assert "--inputs offline reads offline-multi30k-glove50" in err and not (tmp_path / "r.md").exists()
+
+
+@pytest.mark.slow
+def test_a_store_with_only_the_studies_beyond_the_paper_makes_a_document(tmp_path, capsys):
+    """The CPU studies of issue 23 (dose-response, OOV rules) are reproduction experiments too: a store
+    that holds only them renders, the paper's sections marked not run, instead of exiting 2."""
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    tracking.ensure_experiment("offline-dose-response-sigma", uri)
+    out = tmp_path / "r.md"
+    assert main(["reproduction", "--tracking-uri", uri, "--out", str(out)]) == 0, capsys.readouterr().err
+    text = out.read_text()
+    assert "--inputs offline" in text and "not in the store yet: `offline-multi30k-glove50`" in text
+    assert "Experiments read: `offline-dose-response-sigma`;" in text

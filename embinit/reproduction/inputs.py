@@ -105,7 +105,10 @@ def load_artifact_text(run, path: str) -> str | None:
 
 
 def _experiments(inputs: Inputs) -> list[str]:
-    return [g.experiment for g in inputs.groups] + [inputs.analogy_experiment]
+    """The experiments that tell a preset's store apart: the paper's groups, the analogy runs and its
+    dose-response study (a store with only that still makes a document, the paper's sections marked not
+    run). The OOV-rule study is CPU-only and shared by both presets, so it does not choose one."""
+    return [g.experiment for g in inputs.groups] + [inputs.analogy_experiment, inputs.dose_experiment]
 
 
 def choose_inputs(name: str, uri: str | None) -> str:

@@ -14,7 +14,7 @@ import yaml
 from embinit import provenance, records, tracking
 from embinit.reproduction.compare import duration
 from embinit.reproduction.export import Section
-from embinit.reproduction.inputs import load_artifact_text
+from embinit.reproduction.inputs import load_artifact_text, load_trials
 
 if TYPE_CHECKING:
     from embinit.reproduction.tables import Reproduction
@@ -84,13 +84,21 @@ def _analogy_lines(rep: Reproduction) -> list[str]:
             f"{', '.join(f'`{c}`' for c in sorted({h['commit'] for h in how}))}", ""]
 
 
+def _experiments_read(rep: Reproduction):
+    """(experiment, (trials, sweep runs)) for the paper's groups, then the studies beyond the paper."""
+    yield from rep.data.items()
+    for exp in (rep.inputs.dose_experiment, rep.inputs.oov_experiment):
+        if exp not in rep.data and tracking.experiment_id(exp, rep.uri) is not None:
+            yield exp, load_trials(exp, rep.uri)
+
+
 def how_it_was_run(rep: Reproduction) -> Section:
     s = Section("How it was run")
     s.lines += ["Read from each sweep's MLflow run: its command, machine, version and spec as recorded when "
                 "it ran; the devices are those its trials report. 'trial time' is the sum of the trials' "
                 "own durations (trials run side by side, so it can exceed the wall-clock).", ""]
     rows = []
-    for exp, (trials, parents) in rep.data.items():
+    for exp, (trials, parents) in _experiments_read(rep):
         for run in parents:
             lines, row = sweep_lines(rep, exp, run, trials)
             s.lines += lines

@@ -36,7 +36,9 @@ class Reproduction:
                 self.data[g.experiment], errors = ([], []), errors + [str(e)]
                 self.missing.append(g.experiment)
         self.analogy_runs = tracking.analysis_runs(self.inputs.analogy_experiment, uri, "analogy")
-        if len(self.missing) == len(self.inputs.groups) and not self.analogy_runs:
+        studies = (self.inputs.dose_experiment, self.inputs.oov_experiment)   # beyond the paper
+        if len(self.missing) == len(self.inputs.groups) and not self.analogy_runs and \
+                not any(tracking.experiment_id(e, uri) is not None for e in studies):
             raise EmbinitError(errors[0] if len(errors) == 1 else "; ".join(errors))
         self.exports: dict[str, list[dict[str, Any]]] = {}
 
