@@ -25,6 +25,7 @@ from embinit.errors import EmbinitError
 from embinit.spec import ExperimentSpec, SpecError
 from service.response_cache import ResponseCache
 from service.db import Experiment, make_sessionmaker
+from service.http_rules import install_allow_header
 from service.routes import catalog, experiments, health
 from service.settings import Settings, get_settings
 from service.specs import problems_detail
@@ -35,6 +36,8 @@ log = logging.getLogger("embinit.service")
 
 
 def _install_error_handlers(app: FastAPI) -> None:
+    install_allow_header(app)
+
     @app.exception_handler(SpecError)
     async def _spec_error(_request: Request, exc: SpecError):
         return JSONResponse(status_code=422, content={"detail": problems_detail(exc.problems)})
