@@ -81,6 +81,11 @@ class FakeStore:
     def __init__(self, cluster: FakeCluster, tracking_uri: str = "sqlite:///fake-mlflow.db"):
         self.cluster, self.tracking_uri = cluster, tracking_uri
         self.report_builds = 0
+        self.prepared = 0
+
+    def prepare(self) -> str:
+        self.prepared += 1
+        return "current"
 
     def counts(self, exp) -> dict[str, int]:
         out = {"pending": 0, "running": 0, "finished": 0, "failed": 0}

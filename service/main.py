@@ -109,6 +109,10 @@ def _document_auth_and_errors(schema: dict, settings: Settings) -> None:
 def _lifespan(owns_runner: bool):
     @asynccontextmanager
     async def lifespan(app: FastAPI):
+        # The MLflow store is created or upgraded here, once, before the API accepts work: MLflow would
+        # otherwise migrate a new store in whichever process opens it first, and two at once break it.
+        prepared = await run_in_threadpool(app.state.store.prepare)
+        log.info("MLflow store %s: %s", app.state.store.tracking_uri, prepared)
         if owns_runner:
             await run_in_threadpool(app.state.runner.connect)
         rec = app.state.reconciler

@@ -76,6 +76,12 @@ class ResultStore:
                     self._cache.popitem(last=False)
         return value
 
+    def prepare(self) -> str:
+        """Create or upgrade the MLflow store, once, before the API accepts work (embinit.tracking_store)."""
+        from embinit.tracking_store import prepare_store
+
+        return prepare_store(self.tracking_uri)
+
     def counts(self, exp) -> dict[str, int]:
         return count_trial_states(exp.tracking_uri, exp.mlflow_experiment, exp.trial_keys)
 

@@ -20,6 +20,7 @@ from embinit.sweep.analyses import shared_settings
 from embinit.sweep.fused import group_units
 from embinit.sweep.ray_runtime import RayRuntime
 from embinit.sweep.work import SweepContext, Unit, units_to_run
+from embinit.tracking_store import prepare_store
 
 StopFlag = threading.Event | Callable[[], bool] | None
 
@@ -88,6 +89,7 @@ def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = 
     if address is None:
         check_local_paths(spec)
     uri = tracking.resolve_uri(tracking_uri or spec.mlflow.tracking_uri)
+    prepare_store(uri)  # create / upgrade a SQL store once, before any trial or reader opens it
     name = spec.experiment_name()
     exp_id = tracking.ensure_experiment(name, uri)
     planned = spec.plan()
