@@ -109,6 +109,14 @@ def _on_progress(name: str, counts: dict[str, Any]) -> None:
         driver.progress(counts)
 
 
+def final_counts(result) -> dict[str, int]:
+    """A finished sweep's counts: `finished` only what this sweep trained; a key finished before it, or
+    by another experiment sharing it while this one waited, is `reused`."""
+    reused = result.reused + result.shared
+    return {"pending": 0, "running": 0, "finished": result.n_finished - reused, "failed": result.n_failed,
+            "reused": reused}
+
+
 def final_state(result, cancelled: bool) -> tuple[str, str | None]:
     """(status, error) of a finished sweep: succeeded only when every planned trial has a finished run
     (trained now or reused), so a sweep that lost trials never passes for a complete one."""
@@ -151,8 +159,7 @@ class ExperimentDriver:
                                progress=functools.partial(_on_progress, self.name),
                                stop=functools.partial(_should_stop, self.name),
                                extra_callbacks=functools.partial(node_tagger, self.tracking_uri))
-            self.state.counts = {"pending": 0, "running": 0, "finished": result.n_finished - result.reused,
-                                 "failed": result.n_failed, "reused": result.reused}
+            self.state.counts = final_counts(result)
             self.state.status, self.state.error = final_state(result, self.stop.is_set())
         except BaseException as e:  # any failure must end as a recorded state
             log.exception("experiment driver failed")

@@ -37,6 +37,7 @@ class SweepResult:
     cancelled: bool = False
     wall_s: float = 0.0
     report: Any = None                 # embinit.report.Report
+    shared: int = 0                    # finished by another sweep while this one ran (a shared key)
 
     def count(self, status: str) -> int:
         return sum(1 for t in self.trials if t["status"] == status)
@@ -141,9 +142,10 @@ def _finish(spec, uri, exp_id, parent, planned, reused, cancelled, t0, progress)
     chosen = records.by_key(tracking.experiment_records(spec.experiment_name(), uri), None if search else keys)
     rows = [tracking.trial_row(r) for r in chosen.values()]
     report = build_report(spec.experiment_name(), uri, keys=None if search else keys)
+    shared = max(0, len(records.trained_elsewhere(chosen, {parent})) - reused)
     result = SweepResult(spec.experiment_name(), exp_id, parent, uri, len(planned) if not search else
-                         spec.num_trials(), reused, rows, cancelled, time.monotonic() - t0, report)
-    counts = {"planned": result.planned, "reused": reused, "finished": result.n_finished,
+                         spec.num_trials(), reused, rows, cancelled, time.monotonic() - t0, report, shared)
+    counts = {"planned": result.planned, "reused": reused, "shared": shared, "finished": result.n_finished,
               "failed": result.n_failed, "wall_s": result.wall_s}
     with tempfile.TemporaryDirectory() as tmp:
         files = (("report", str(Path(tmp) / "report.csv")), ("report", str(Path(tmp) / "report.json")))
