@@ -69,6 +69,10 @@ class Settings(BaseSettings):
     refresh_interval_s: float = 2.0
     # Seconds a cancelled driver gets to stop its trials before it is killed.
     cancel_grace_s: float = 30.0
+    # Seconds an MLflow read of the API may take (a slow or absent tracking server: 503 with Retry-After
+    # after that), and how many such reads run at once (their own threads, never the database's).
+    mlflow_timeout_s: float = Field(10.0, gt=0)
+    mlflow_max_concurrency: int = Field(8, ge=1)
 
 
 @lru_cache

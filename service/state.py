@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 from service.db import ACTIVE, TERMINAL, Experiment, utcnow
 from service.runner import DriverState, Runner
 from service.settings import Settings
+from service.store_guard import StoreUnavailable
 
 log = logging.getLogger("embinit.service")
 
@@ -66,11 +67,15 @@ class Reconciler:
         if not lock.acquire(blocking=False):
             return exp
         try:
+            session.commit()  # the connection goes back to the pool: none is held across Ray and MLflow
             self._reconcile(exp)
             self._checked[exp.id] = time.monotonic()
             session.commit()
             if exp.status in TERMINAL and self.on_finished is not None:
                 self.on_finished(exp.id)
+        except StoreUnavailable as e:  # MLflow is slow or down: the stored state is the answer for now
+            log.warning("could not refresh experiment %s: %s", exp.id, e)
+            session.rollback()
         except Exception:  # a read must still answer with the stored state
             log.warning("could not refresh experiment %s", exp.id, exc_info=True)
             session.rollback()
@@ -80,7 +85,7 @@ class Reconciler:
 
     def refresh_active(self, session: Session) -> None:
         """Reconcile every unfinished experiment (startup, and before counting active ones)."""
-        for exp in session.scalars(select(Experiment).where(Experiment.status.in_(ACTIVE))):
+        for exp in session.scalars(select(Experiment).where(Experiment.status.in_(ACTIVE))).all():
             self.refresh(session, exp)
 
     def _reconcile(self, exp: Experiment) -> None:

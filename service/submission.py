@@ -42,6 +42,7 @@ def foreign_experiment(session, store, spec) -> list[tuple[str, str]]:
     if not target or target == spec.name:
         return []
     users = set(session.scalars(select(Experiment.name).where(Experiment.mlflow_experiment == target)))
+    session.commit()  # no database connection held across the MLflow read below
     if users - {spec.name}:
         return [("mlflow.experiment", f"{target!r} holds the runs of other experiments "
                                       f"({', '.join(sorted(users - {spec.name}))}); choose another name")]

@@ -115,6 +115,7 @@ async def get_trials(exp_id: str, request: Request, limit: Annotated[int, Query(
 
     def build(session):
         exp = state.reconciler.refresh(session, _get(session, exp_id))
+        session.commit()  # no database connection held across the MLflow read
         trials = state.store.trials(exp)
         page = TrialPage(items=trials[offset:offset + limit], total=len(trials), limit=limit, offset=offset)
         return page.model_dump_json().encode(), JSON, exp.status in TERMINAL
@@ -130,6 +131,7 @@ async def get_results(exp_id: str, request: Request,
 
     def build(session):
         exp = state.reconciler.refresh(session, _get(session, exp_id))
+        session.commit()  # no database connection held across the MLflow read
         rendered = exp.report or state.store.report(exp)
         finished = exp.status in TERMINAL
         if finished and exp.report is None:
