@@ -26,6 +26,7 @@ from embinit.spec import ExperimentSpec, SpecError
 from service.response_cache import ResponseCache
 from service.db import Experiment, make_sessionmaker
 from service.http_rules import install_allow_header
+from service.lease import Lease, LeaseHeld
 from service.routes import catalog, experiments, health
 from service.settings import Settings, get_settings
 from service.specs import problems_detail
@@ -122,14 +123,22 @@ def _lifespan(owns_runner: bool):
         # otherwise migrate a new store in whichever process opens it first, and two at once break it.
         prepared = await run_in_threadpool(app.state.store.prepare)
         log.info("MLflow store %s: %s", app.state.store.tracking_uri, prepared)
-        if owns_runner:
-            await run_in_threadpool(app.state.runner.connect)
-        rec = app.state.reconciler
-        with app.state.sessions() as session:
-            await run_in_threadpool(rec.refresh_active, session)
-        yield
-        if owns_runner:
-            app.state.runner.shutdown()
+        try:  # one owner per state database, before any experiment is judged (service.lease)
+            await run_in_threadpool(app.state.lease.acquire)
+        except LeaseHeld as e:
+            log.error("embinit API not started: %s", e)
+            raise
+        try:
+            if owns_runner:
+                await run_in_threadpool(app.state.runner.connect)
+            rec = app.state.reconciler
+            with app.state.sessions() as session:
+                await run_in_threadpool(rec.refresh_active, session)
+            yield
+            if owns_runner:
+                app.state.runner.shutdown()
+        finally:
+            app.state.lease.release()
     return lifespan
 
 
@@ -171,8 +180,10 @@ def create_app(settings: Settings | None = None, runner=None, store=None) -> Fas
     app.state.responses = ResponseCache()
     app.state.store = GuardedStore(store or ResultStore(settings.tracking_uri), settings.mlflow_timeout_s,
                                    settings.mlflow_max_concurrency)
+    app.state.lease = Lease(app.state.sessions, absolute_sqlite_uri(settings.database_url), settings.lease_ttl_s,
+                            settings.lease_wait_s)
     app.state.reconciler = Reconciler(runner, app.state.store, settings,
-                                      on_finished=lambda exp_id: _warm(app, exp_id))
+                                      on_finished=lambda exp_id: _warm(app, exp_id), lease=app.state.lease)
     for module in (experiments, catalog, health):
         app.include_router(module.router)
     _install_error_handlers(app)

@@ -58,6 +58,10 @@ class Runner(Protocol):
     def release(self, driver: str) -> None:
         """Remove a driver whose final state was recorded."""
 
+    # Optional: `cluster_id() -> str`, the identity of the Ray cluster drivers start in (`local:HOST:PID:SESSION`
+    # for a local Ray the API started, `ray:ADDRESS:SESSION` for an existing cluster), kept with each
+    # experiment so a reconciler judges only its own drivers (service.state).
+
 
 def driver_name(exp_id: str) -> str:
     return f"embinit-exp-{exp_id}"
@@ -234,6 +238,22 @@ class RayRunner:
 
     def describe(self) -> str:
         return f"ray at {self.address}" if self.address else "local ray (started by the API)"
+
+    def cluster_id(self) -> str:
+        """This runner's Ray cluster: a local one is named by its API's host and process, since it lives
+        and dies with it; a Ray session name is new at every start of a cluster."""
+        import socket
+
+        import ray
+
+        self.connect()
+        try:
+            session = ray.get_runtime_context().get_session_name()
+        except Exception:  # Ray Client may not say: the address alone names the cluster
+            session = "?"
+        if self.address:
+            return f"ray:{self.address}:{session}"
+        return f"local:{socket.gethostname()}:{os.getpid()}:{session}"
 
     def connect(self) -> None:
         import ray

@@ -73,6 +73,10 @@ class Settings(BaseSettings):
     # after that), and how many such reads run at once (their own threads, never the database's).
     mlflow_timeout_s: float = Field(10.0, gt=0)
     mlflow_max_concurrency: int = Field(8, ge=1)
+    # One API per state database (service.lease): its lease lapses this long after its last heartbeat
+    # (renewed every third of it); a second API refuses to start, after waiting up to `lease_wait_s`.
+    lease_ttl_s: float = Field(30.0, gt=0)
+    lease_wait_s: float = Field(0.0, ge=0)
 
 
 @lru_cache

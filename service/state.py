@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import os
+import socket
 import threading
 import time
 from collections import defaultdict
@@ -50,10 +52,34 @@ def settle_counts(status: str, counts: dict[str, int], n_trials: int) -> dict[st
     return out
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True
+
+
+def owner_gone(cluster: str) -> bool:
+    """Whether the drivers of another Ray cluster are gone for sure: a local cluster dies with the API
+    process that started it (on this host: that process is not alive; on another host: it gave up the
+    state database's lease, which this API holds). An existing cluster's drivers may still run there."""
+    kind, _, rest = cluster.partition(":")
+    host, _, pid = rest.partition(":")
+    pid = pid.split(":", 1)[0]
+    if kind != "local" or not pid.isdigit():
+        return False
+    return host != socket.gethostname() or not _pid_alive(int(pid))
+
+
 class Reconciler:
-    def __init__(self, runner: Runner, store, settings: Settings, on_finished=None):
+    def __init__(self, runner: Runner, store, settings: Settings, on_finished=None, lease=None):
         self.runner, self.store, self.settings = runner, store, settings
         self.on_finished = on_finished  # called with the id of an experiment that just finished
+        self.lease = lease              # service.lease.Lease: judge nothing without it
+        self._cluster: str | None = None
         self._checked: dict[str, float] = {}
         self._locks: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)
 
@@ -88,7 +114,22 @@ class Reconciler:
         for exp in session.scalars(select(Experiment).where(Experiment.status.in_(ACTIVE))).all():
             self.refresh(session, exp)
 
+    def judges(self, exp: Experiment) -> bool:
+        """Whether this API may decide what happened to `exp`'s driver: it holds the state database's
+        lease, and the driver runs in its Ray cluster (or in one that is gone, or was never recorded)."""
+        if self.lease is not None and not self.lease.held:
+            return False
+        if exp.ray_cluster is None:
+            return True
+        if self._cluster is None and hasattr(self.runner, "cluster_id"):
+            self._cluster = self.runner.cluster_id()
+        return self._cluster is None or exp.ray_cluster == self._cluster or owner_gone(exp.ray_cluster)
+
     def _reconcile(self, exp: Experiment) -> None:
+        if not self.judges(exp):  # another cluster's driver: the API on that cluster follows it
+            log.debug("experiment %s runs in Ray cluster %s, not this API's: left as it is", exp.id,
+                      exp.ray_cluster)
+            return
         try:
             state = self.runner.poll(exp.driver) if exp.driver else None
         except TimeoutError:
