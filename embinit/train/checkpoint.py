@@ -8,8 +8,10 @@ epoch `last.pt` holds, so a sweep can tell which of two copies is newer without 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,7 @@ import torch
 
 from embinit.errors import EmbinitError
 
+log = logging.getLogger("embinit.train")
 LAST, BEST, LAST_INFO = "last.pt", "best.pt", "last.json"
 
 
@@ -64,11 +67,32 @@ def load_last(out_dir: Path, key: str) -> dict | None:
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as e:  # a truncated file cannot happen with the atomic rename, but say so if it does
-        raise EmbinitError(f"cannot read checkpoint {path}: {e}") from None
+        raise UnreadableCheckpoint(f"cannot read checkpoint {path}: {e}") from None
     if ckpt.get("key") != key:
         raise EmbinitError(f"{path} belongs to trial {ckpt.get('key')!r}, not {key!r}; use another "
                            "out_dir or resume=False")
     return ckpt
+
+
+class UnreadableCheckpoint(EmbinitError):
+    """`last.pt` exists but cannot be read (a full disk, a damaged file system, a foreign file)."""
+
+
+def resume_state(out_dir: Path, key: str) -> dict | None:
+    """`load_last`, except that an unreadable `last.pt` means training from scratch (with a warning)
+    rather than a failed trial: it is moved aside to `last.pt.corrupt` (kept to look at), `last.json`
+    removed, and the trial starts again at epoch 1 in the same out_dir (in a sweep, the same MLflow
+    run). A `last.pt` of another trial is still an error: that is a wrong out_dir, not damage."""
+    try:
+        return load_last(out_dir, key)
+    except UnreadableCheckpoint as e:
+        path = Path(out_dir) / LAST
+        os.replace(path, path.with_name(LAST + ".corrupt"))
+        (Path(out_dir) / LAST_INFO).unlink(missing_ok=True)
+        message = f"{e}; training trial {key} from scratch (the file is kept as {LAST}.corrupt)"
+        log.warning(message)
+        warnings.warn(message, RuntimeWarning, stacklevel=2)
+        return None
 
 
 def save_best(out_dir: Path, model, config: dict, vocabs: dict[str, list[str]], epoch: int) -> Path:
