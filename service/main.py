@@ -27,6 +27,7 @@ from service.response_cache import ResponseCache
 from service.db import Experiment, make_sessionmaker
 from service.http_rules import install_allow_header
 from service.lease import Lease, LeaseHeld
+from service.monitor import Monitor
 from service.routes import catalog, experiments, health
 from service.settings import Settings, get_settings
 from service.specs import problems_detail
@@ -134,7 +135,10 @@ def _lifespan(owns_runner: bool):
             rec = app.state.reconciler
             with app.state.sessions() as session:
                 await run_in_threadpool(rec.refresh_active, session)
+            monitor = Monitor(app.state.sessions, rec, app.state.settings.monitor_interval_s)
+            monitor.start()
             yield
+            await run_in_threadpool(monitor.stop)
             if owns_runner:
                 app.state.runner.shutdown()
         finally:

@@ -136,17 +136,37 @@ class Reconciler:
             return  # exists but busy or not scheduled yet: keep what we know
         if state is None:
             state = self._without_driver(exp)
-        elif exp.cancel_requested_at and state.status in ACTIVE:
-            waited = (utcnow() - exp.cancel_requested_at).total_seconds()
-            if waited > self.settings.cancel_grace_s:  # it did not stop in time: stop it hard
-                self.runner.release(exp.driver)
-                state = DriverState("cancelled", counts=state.counts, started_at=state.started_at,
-                                    finished_at=time.time(), error="stopped after the cancel grace period")
+        else:
+            state = self._after_grace(exp, state)
+            if state.status in ("failed", "cancelled"):
+                self._close_runs(exp, state)
         self._apply(exp, state)
         if exp.mlflow_experiment_id is None:
             exp.mlflow_experiment_id = self.store.experiment_id(exp)
         if exp.status in TERMINAL and exp.driver:
             self.runner.release(exp.driver)
+
+    def _after_grace(self, exp: Experiment, state: DriverState) -> DriverState:
+        """A cancelled driver that did not stop within `cancel_grace_s` is stopped hard."""
+        if not exp.cancel_requested_at or state.status not in ACTIVE:
+            return state
+        waited = (utcnow() - exp.cancel_requested_at).total_seconds()
+        if waited <= self.settings.cancel_grace_s:
+            return state
+        self.runner.release(exp.driver)
+        return DriverState("cancelled", counts=state.counts, started_at=state.started_at,
+                           finished_at=time.time(), error="stopped after the cancel grace period")
+
+    def _close_runs(self, exp: Experiment, state: DriverState) -> None:
+        """The driver's last word was a failure (or it was stopped): nothing writes its MLflow runs any
+        more, so those still RUNNING (a sweep that could not close them, e.g. on a full disk) are closed
+        now. If that fails too, the error propagates: the state is not recorded and the driver not
+        released, so the next refresh tries again (once the disk has room)."""
+        status = "KILLED" if state.status == "cancelled" else "FAILED"
+        reason = f"the experiment {state.status}" + (f": {state.error}" if state.error else "")
+        closed = self.store.close_orphans(exp, reason, status)
+        if closed:
+            log.info("experiment %s: closed %d MLflow runs its driver left running", exp.id, closed)
 
     def _without_driver(self, exp: Experiment) -> DriverState:
         # Nothing writes to its MLflow runs any more (the API or Ray was killed): close the trial runs and
