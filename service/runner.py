@@ -235,6 +235,7 @@ class RayRunner:
         self.trusted_roots = [os.path.realpath(r) for r in trusted_roots or []]
         self._lock = threading.Lock()
         self.owner = RayOwner()
+        self.reaper = None  # service.ray_reaper, for a local Ray
 
     def describe(self) -> str:
         return f"ray at {self.address}" if self.address else "local ray (started by the API)"
@@ -273,6 +274,10 @@ class RayRunner:
         if self.node_ip and not (self.address or "").startswith("ray://"):
             kwargs["_node_ip_address"] = self.node_ip
         ray.init(address=self.address, **kwargs)
+        if self.address is None and self.reaper is None:  # a local Ray: it goes when this process goes
+            from service import ray_reaper
+
+            self.reaper = ray_reaper.start()
 
     def _actor(self, driver: str):
         import ray
