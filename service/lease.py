@@ -5,8 +5,9 @@ mark them failed while they run. So the API takes a lease at startup, before it 
 one row in the table `service_lease` naming the holder (`host:pid`) with a heartbeat, renewed every
 third of `lease_ttl_s`. Another process finds the row fresh and refuses to start (after waiting up to
 `lease_wait_s` for it to go), naming the holder; a row whose heartbeat is older than `lease_ttl_s`
-(its holder was killed) is taken over. Taking and renewing compare the row's `version`, so of two
-processes at once exactly one wins, on SQLite and PostgreSQL alike. App instances in one process share
+(its holder was killed), or held by a process of this host that no longer runs, is taken over. Taking
+and renewing compare the row's `version`, so of two processes at once exactly one wins, on SQLite and
+PostgreSQL alike. App instances in one process share
 the lease (they share its Ray connection too); the last one to stop gives it back.
 """
 
@@ -48,6 +49,21 @@ class LeaseHeld(EmbinitError):
 
 def holder_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def holder_gone(holder: str) -> bool:
+    """Whether the holder is a process of this host that no longer runs (a crashed API restarted at once
+    need not wait for the TTL)."""
+    host, _, pid = holder.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # alive, another user's
+        return False
+    return False
 
 
 class Lease:
@@ -93,7 +109,7 @@ class Lease:
                     s.rollback()
                     return self._take()
             holder, silent_s = row.holder, (now - row.heartbeat_at).total_seconds()
-            if holder != self.me and silent_s <= self.ttl_s:
+            if holder != self.me and silent_s <= self.ttl_s and not holder_gone(holder):
                 return row
             taken = s.execute(update(LeaseRow).where(LeaseRow.name == ROW, LeaseRow.version == row.version)
                               .values(holder=self.me, version=row.version + 1, heartbeat_at=now, acquired_at=now))
@@ -101,7 +117,8 @@ class Lease:
             if taken.rowcount != 1:  # another process changed it meanwhile: look again
                 return self._take()
             if holder != self.me:
-                log.warning("took over the state database lease from %s (no heartbeat for %.0f s)", holder, silent_s)
+                log.warning("took over the state database lease from %s (gone; last heartbeat %.0f s ago)", holder,
+                            silent_s)
             return None
 
     def _beat(self) -> None:

@@ -78,8 +78,7 @@ def _one_owner(url: str, tmp_path) -> None:
     finally:
         first.send_signal(signal.SIGKILL)   # killed: no goodbye, its lease lapses after the TTL
         first.wait()
-    time.sleep(3.5)
-    third, base = _start(url, tmp_path)
+    third, base = _start(url, tmp_path, ttl=600.0)   # the holder is gone from this host: no wait for the TTL
     try:
         _wait_up(third, base)
     finally:
@@ -102,6 +101,28 @@ def test_a_second_api_on_postgres_refuses_to_start(postgres_url, tmp_path):  # n
 def settings(tmp_path):
     return Settings(database_url=f"sqlite:///{tmp_path}/state.db", tracking_uri=f"sqlite:///{tmp_path}/m.db",
                     data_roots=[tmp_path], pretrained_roots=[tmp_path], refresh_interval_s=0.0, _env_file=None)
+
+
+def test_a_lapsed_lease_of_another_host_is_taken_over_and_a_fresh_one_is_not(settings):
+    from service.db import make_sessionmaker, utcnow
+    from service.lease import Lease, LeaseHeld, LeaseRow
+
+    sessions = make_sessionmaker(settings.database_url)
+    with sessions() as s:
+        s.add(LeaseRow(name="state", holder="elsewhere:42", version=3, heartbeat_at=utcnow(), acquired_at=utcnow()))
+        s.commit()
+    with pytest.raises(LeaseHeld, match=r"owned by another embinit API \(elsewhere:42, last heartbeat 0 s ago\)"):
+        Lease(sessions, settings.database_url, ttl_s=0.5).acquire()
+    time.sleep(0.6)                       # its heartbeat lapses
+    lease = Lease(sessions, settings.database_url, ttl_s=0.5)
+    lease.acquire()
+    try:
+        with sessions() as s:
+            assert s.get(LeaseRow, "state").holder == f"{socket.gethostname()}:{os.getpid()}"
+    finally:
+        lease.release()
+    with sessions() as s:
+        assert s.get(LeaseRow, "state") is None   # given back on a clean stop
 
 
 def test_a_driver_of_another_ray_cluster_is_not_judged(settings):
