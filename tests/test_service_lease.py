@@ -167,3 +167,15 @@ def test_the_cluster_is_recorded_with_the_experiment(settings):
         exp_id = client.post("/experiments", json=SPEC).json()["id"]
         with client.app.state.sessions() as session:
             assert session.get(Experiment, exp_id).ray_cluster == "ray:head:6379:session_1"
+
+
+def test_an_api_that_lost_its_lease_judges_nothing(settings):
+    cluster = FakeCluster()
+    with app_clients(cluster) as open_client:
+        client = open_client(settings)
+        exp_id = client.post("/experiments", json=SPEC).json()["id"]
+        FakeRunner(cluster).lose(f"embinit-exp-{exp_id}")
+        client.app.state.lease.held = False        # another API took the database over
+        assert client.get(f"/experiments/{exp_id}").json()["status"] == "queued"
+        client.app.state.lease.held = True
+        assert client.get(f"/experiments/{exp_id}").json()["status"] == "failed"
