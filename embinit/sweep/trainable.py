@@ -37,7 +37,7 @@ def train_unit(config: dict[str, Any], shared: SweepContext, units: list[Unit],
     reused = 0
     with resume.restored_checkpoint() as restored:
         if unit.fused:  # one fused model for the group (embinit.sweep.fused)
-            objectives = run_group(unit.trials, shared, restored, extra_callbacks)
+            objectives, reused = run_group(unit.trials, shared, restored, extra_callbacks)
         for item in unit.trials if not unit.fused else ():
             item = item.at_point(overrides)
             with resume.claim(shared, TrialConfig.from_dict(item.config).key(), restored) as claim:
