@@ -119,3 +119,11 @@ def by_key(records: Iterable[TrialRecord], keys: set[str] | None = None) -> dict
         if old is None or rank(rec) >= rank(old):
             chosen[rec.key] = rec
     return chosen
+
+
+def trained_elsewhere(chosen: dict[str, TrialRecord], sweeps: set[str]) -> set[str]:
+    """Keys whose result (the record `by_key` chose, finished or diverged) was trained by a sweep not
+    in `sweeps` (its `embinit.sweep_run` names another): an earlier run, or another experiment sharing
+    the key. Those count as `reused`, not `finished`, so the counts say who did the work. A run a rerun
+    reopened and finished belongs to the rerun's sweep."""
+    return {k for k, rec in chosen.items() if STATUS_RANK[rec.status] == 3 and rec.parent_id not in sweeps}

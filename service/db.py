@@ -58,6 +58,9 @@ class Experiment(Base):
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
     # The Ray actor that drives this experiment (a detached named actor), and where it logs.
     driver: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    # The Ray cluster the driver runs in (`RayRunner.cluster_id()`): a reconciler judges only drivers of its own
+    # cluster, or of a local cluster whose API process is gone (service.state).
+    ray_cluster: Mapped[str | None] = mapped_column(String(300), nullable=True)
     tracking_uri: Mapped[str] = mapped_column(String(1000))
     mlflow_experiment: Mapped[str] = mapped_column(String(500))
     mlflow_experiment_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
@@ -82,7 +85,20 @@ def make_engine(url: str) -> Engine:
     else:
         engine = create_engine(url, pool_pre_ping=True)
     Base.metadata.create_all(engine)
+    _add_new_columns(engine)
     return engine
+
+
+def _add_new_columns(engine: Engine) -> None:
+    """Columns added to `experiments` since a database was created (all nullable), added in place."""
+    from sqlalchemy import inspect, text
+
+    have = {c["name"] for c in inspect(engine).get_columns(Experiment.__tablename__)}
+    with engine.begin() as conn:
+        for column in Experiment.__table__.columns:
+            if column.name not in have and column.nullable:
+                kind = column.type.compile(dialect=engine.dialect)
+                conn.execute(text(f"ALTER TABLE {Experiment.__tablename__} ADD COLUMN {column.name} {kind}"))
 
 
 def make_sessionmaker(url: str) -> sessionmaker:

@@ -23,6 +23,7 @@ class FakeCluster:
     # MLflow experiments that exist in the pretend store; each node's total resources
     mlflow_experiments: set[str] = field(default_factory=set)
     nodes: list[dict[str, float]] = field(default_factory=lambda: [{"CPU": 4.0, "GPU": 0.0}])
+    name: str = "fake"   # the cluster identity drivers are recorded with (`Runner.cluster_id()`)
 
 
 class FakeRunner:
@@ -34,6 +35,9 @@ class FakeRunner:
 
     def describe(self) -> str:
         return "fake (in-process)"
+
+    def cluster_id(self) -> str:
+        return self.cluster.name
 
     def start(self, exp_id, spec, tracking_uri, trial_keys) -> str:
         if self.fail_start:
@@ -81,6 +85,11 @@ class FakeStore:
     def __init__(self, cluster: FakeCluster, tracking_uri: str = "sqlite:///fake-mlflow.db"):
         self.cluster, self.tracking_uri = cluster, tracking_uri
         self.report_builds = 0
+        self.prepared = 0
+
+    def prepare(self) -> str:
+        self.prepared += 1
+        return "current"
 
     def counts(self, exp) -> dict[str, int]:
         out = {"pending": 0, "running": 0, "finished": 0, "failed": 0}

@@ -25,16 +25,22 @@ from embinit.errors import EmbinitError
 from embinit.spec import ExperimentSpec, SpecError
 from service.response_cache import ResponseCache
 from service.db import Experiment, make_sessionmaker
+from service.http_rules import install_allow_header
+from service.lease import Lease, LeaseHeld
+from service.monitor import Monitor
 from service.routes import catalog, experiments, health
 from service.settings import Settings, get_settings
 from service.specs import problems_detail
 from service.state import Reconciler
 from service.store import ResultStore, absolute_sqlite_uri
+from service.store_guard import GuardedStore, StoreUnavailable
 
 log = logging.getLogger("embinit.service")
 
 
 def _install_error_handlers(app: FastAPI) -> None:
+    install_allow_header(app)
+
     @app.exception_handler(SpecError)
     async def _spec_error(_request: Request, exc: SpecError):
         return JSONResponse(status_code=422, content={"detail": problems_detail(exc.problems)})
@@ -42,6 +48,11 @@ def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(EmbinitError)
     async def _user_error(_request: Request, exc: EmbinitError):
         return JSONResponse(status_code=422, content={"detail": str(exc)})
+
+    @app.exception_handler(StoreUnavailable)
+    async def _store_down(_request: Request, exc: StoreUnavailable):
+        return JSONResponse(status_code=503, content={"detail": str(exc)},
+                            headers={"Retry-After": str(exc.retry_after_s)})
 
     @app.exception_handler(RecursionError)
     async def _too_deep(_request: Request, _exc: RecursionError):
@@ -77,7 +88,8 @@ ERRORS = {"401": "missing or invalid bearer token", "404": "no experiment with t
           "409": "the experiment is already finished", "400": "the client disconnected mid-upload",
           "408": "the request body did not arrive in time", "413": "the request body is too large",
           "415": "unsupported content type", "422": "the request is invalid (every problem listed)",
-          "429": "too many experiments are active", "503": "the Ray driver could not be started"}
+          "429": "too many experiments are active",
+          "503": "the Ray driver could not be started, or the MLflow store did not answer in time (Retry-After)"}
 
 
 def _document_auth_and_errors(schema: dict, settings: Settings) -> None:
@@ -97,6 +109,8 @@ def _document_auth_and_errors(schema: dict, settings: Settings) -> None:
                 codes.append("409")
             if method == "post":
                 codes += ["400", "408", "409", "413", "415", "422", "429", "503"]
+            if path.endswith(("/trials", "/results")):  # read from MLflow, which may not answer in time
+                codes.append("503")
             responses = op.setdefault("responses", {})
             for code in codes:
                 if code not in responses or not responses[code].get("content"):
@@ -106,14 +120,29 @@ def _document_auth_and_errors(schema: dict, settings: Settings) -> None:
 def _lifespan(owns_runner: bool):
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        if owns_runner:
-            await run_in_threadpool(app.state.runner.connect)
-        rec = app.state.reconciler
-        with app.state.sessions() as session:
-            await run_in_threadpool(rec.refresh_active, session)
-        yield
-        if owns_runner:
-            app.state.runner.shutdown()
+        # The MLflow store is created or upgraded here, once, before the API accepts work: MLflow would
+        # otherwise migrate a new store in whichever process opens it first, and two at once break it.
+        prepared = await run_in_threadpool(app.state.store.prepare)
+        log.info("MLflow store %s: %s", app.state.store.tracking_uri, prepared)
+        try:  # one owner per state database, before any experiment is judged (service.lease)
+            await run_in_threadpool(app.state.lease.acquire)
+        except LeaseHeld as e:
+            log.error("embinit API not started: %s", e)
+            raise
+        try:
+            if owns_runner:
+                await run_in_threadpool(app.state.runner.connect)
+            rec = app.state.reconciler
+            with app.state.sessions() as session:
+                await run_in_threadpool(rec.refresh_active, session)
+            monitor = Monitor(app.state.sessions, rec, app.state.settings.monitor_interval_s)
+            monitor.start()
+            yield
+            await run_in_threadpool(monitor.stop)
+            if owns_runner:
+                app.state.runner.shutdown()
+        finally:
+            app.state.lease.release()
     return lifespan
 
 
@@ -124,6 +153,7 @@ def _warm(app: FastAPI, exp_id: str) -> None:
         try:
             with app.state.sessions() as session:
                 exp = session.get(Experiment, exp_id)
+                session.commit()  # no database connection held across the MLflow reads
                 if exp is not None and exp.report is None:
                     exp.report = app.state.store.report(exp)
                     session.commit()
@@ -152,9 +182,12 @@ def create_app(settings: Settings | None = None, runner=None, store=None) -> Fas
     app.state.sessions = make_sessionmaker(absolute_sqlite_uri(settings.database_url))
     app.state.runner = runner
     app.state.responses = ResponseCache()
-    app.state.store = store or ResultStore(settings.tracking_uri)
+    app.state.store = GuardedStore(store or ResultStore(settings.tracking_uri), settings.mlflow_timeout_s,
+                                   settings.mlflow_max_concurrency)
+    app.state.lease = Lease(app.state.sessions, absolute_sqlite_uri(settings.database_url), settings.lease_ttl_s,
+                            settings.lease_wait_s)
     app.state.reconciler = Reconciler(runner, app.state.store, settings,
-                                      on_finished=lambda exp_id: _warm(app, exp_id))
+                                      on_finished=lambda exp_id: _warm(app, exp_id), lease=app.state.lease)
     for module in (experiments, catalog, health):
         app.include_router(module.router)
     _install_error_handlers(app)

@@ -58,6 +58,10 @@ class Runner(Protocol):
     def release(self, driver: str) -> None:
         """Remove a driver whose final state was recorded."""
 
+    # Optional: `cluster_id() -> str`, the identity of the Ray cluster drivers start in (`local:HOST:PID:SESSION`
+    # for a local Ray the API started, `ray:ADDRESS:SESSION` for an existing cluster), kept with each
+    # experiment so a reconciler judges only its own drivers (service.state).
+
 
 def driver_name(exp_id: str) -> str:
     return f"embinit-exp-{exp_id}"
@@ -107,6 +111,14 @@ def _on_progress(name: str, counts: dict[str, Any]) -> None:
     driver = _DRIVERS.get(name)
     if driver is not None:
         driver.progress(counts)
+
+
+def final_counts(result) -> dict[str, int]:
+    """A finished sweep's counts: `finished` only what this sweep trained; a key finished before it, or
+    by another experiment sharing it while this one waited, is `reused`."""
+    reused = result.reused + result.shared
+    return {"pending": 0, "running": 0, "finished": result.n_finished - reused, "failed": result.n_failed,
+            "reused": reused}
 
 
 def final_state(result, cancelled: bool) -> tuple[str, str | None]:
@@ -160,8 +172,7 @@ class ExperimentDriver:
                                progress=functools.partial(_on_progress, self.name),
                                stop=functools.partial(_should_stop, self.name),
                                extra_callbacks=functools.partial(node_tagger, self.tracking_uri))
-            self.state.counts = {"pending": 0, "running": 0, "finished": result.n_finished - result.reused,
-                                 "failed": result.n_failed, "reused": result.reused}
+            self.state.counts = final_counts(result)
             self.state.status, self.state.error = final_state(result, self.stop.is_set())
         except BaseException as e:  # any failure must end as a recorded state
             log.exception("experiment driver failed")
@@ -233,9 +244,26 @@ class RayRunner:
         self.trusted_roots = [os.path.realpath(r) for r in trusted_roots or []]
         self._lock = threading.Lock()
         self.owner = RayOwner()
+        self.reaper = None  # service.ray_reaper, for a local Ray
 
     def describe(self) -> str:
         return f"ray at {self.address}" if self.address else "local ray (started by the API)"
+
+    def cluster_id(self) -> str:
+        """This runner's Ray cluster: a local one is named by its API's host and process, since it lives
+        and dies with it; a Ray session name is new at every start of a cluster."""
+        import socket
+
+        import ray
+
+        self.connect()
+        try:
+            session = ray.get_runtime_context().get_session_name()
+        except Exception:  # Ray Client may not say: the address alone names the cluster
+            session = "?"
+        if self.address:
+            return f"ray:{self.address}:{session}"
+        return f"local:{socket.gethostname()}:{os.getpid()}:{session}"
 
     def connect(self) -> None:
         import ray
@@ -260,6 +288,10 @@ class RayRunner:
         if self.node_ip and not self.address.startswith("ray://"):
             kwargs["_node_ip_address"] = self.node_ip
         ray.init(address=self.address, **kwargs)
+        if self.address is None and self.reaper is None:  # a local Ray: it goes when this process goes
+            from service import ray_reaper
+
+            self.reaper = ray_reaper.start()
 
     def _actor(self, driver: str):
         import ray

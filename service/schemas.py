@@ -28,8 +28,9 @@ class ExperimentSummary(BaseModel):
     name: str
     status: Status
     n_trials: int
-    counts: dict[str, int] = Field(description="trials by state: pending, running, finished, failed, "
-                                               "reused (finished before this run and not trained again)")
+    counts: dict[str, int] = Field(description="trials by state: pending, running, finished (trained by this "
+                                               "experiment), failed, reused (not trained by it: finished "
+                                               "before it, or by another experiment sharing the key)")
     progress: float = Field(description="fraction of trials finished or failed, 0..1")
     eta_s: float | None = Field(None, description="estimated seconds left: from the sweep's epoch times as soon "
                                 "as one epoch has ended, else from this run's trial rate")

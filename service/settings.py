@@ -83,8 +83,19 @@ class Settings(BaseSettings):
     # How often a non-finished experiment's state is refreshed from Ray/MLflow on read (seconds);
     # reads in between are served from the state database.
     refresh_interval_s: float = 2.0
+    # How often the API itself follows up unfinished experiments (seconds; 0: only on read), so a finished
+    # driver is released and a failed one's MLflow runs closed without anyone reading (service.monitor).
+    monitor_interval_s: float = Field(10.0, ge=0)
     # Seconds a cancelled driver gets to stop its trials before it is killed.
     cancel_grace_s: float = 30.0
+    # Seconds an MLflow read of the API may take (a slow or absent tracking server: 503 with Retry-After
+    # after that), and how many such reads run at once (their own threads, never the database's).
+    mlflow_timeout_s: float = Field(10.0, gt=0)
+    mlflow_max_concurrency: int = Field(8, ge=1)
+    # One API per state database (service.lease): its lease lapses this long after its last heartbeat
+    # (renewed every third of it); a second API refuses to start, after waiting up to `lease_wait_s`.
+    lease_ttl_s: float = Field(30.0, gt=0)
+    lease_wait_s: float = Field(0.0, ge=0)
 
 
 @lru_cache

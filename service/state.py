@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import os
+import socket
 import threading
 import time
 from collections import defaultdict
@@ -21,6 +23,7 @@ from sqlalchemy.orm import Session
 from service.db import ACTIVE, TERMINAL, Experiment, utcnow
 from service.runner import DriverState, Runner
 from service.settings import Settings
+from service.store_guard import StoreUnavailable
 
 log = logging.getLogger("embinit.service")
 
@@ -54,10 +57,34 @@ def settle_counts(status: str, counts: dict[str, int], n_trials: int) -> dict[st
     return out
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True
+
+
+def owner_gone(cluster: str) -> bool:
+    """Whether the drivers of another Ray cluster are gone for sure: a local cluster dies with the API
+    process that started it (on this host: that process is not alive; on another host: it gave up the
+    state database's lease, which this API holds). An existing cluster's drivers may still run there."""
+    kind, _, rest = cluster.partition(":")
+    host, _, pid = rest.partition(":")
+    pid = pid.split(":", 1)[0]
+    if kind != "local" or not pid.isdigit():
+        return False
+    return host != socket.gethostname() or not _pid_alive(int(pid))
+
+
 class Reconciler:
-    def __init__(self, runner: Runner, store, settings: Settings, on_finished=None):
+    def __init__(self, runner: Runner, store, settings: Settings, on_finished=None, lease=None):
         self.runner, self.store, self.settings = runner, store, settings
         self.on_finished = on_finished  # called with the id of an experiment that just finished
+        self.lease = lease              # service.lease.Lease: judge nothing without it
+        self._cluster: str | None = None
         self._checked: dict[str, float] = {}
         self._locks: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)
 
@@ -71,11 +98,15 @@ class Reconciler:
         if not lock.acquire(blocking=False):
             return exp
         try:
+            session.commit()  # the connection goes back to the pool: none is held across Ray and MLflow
             self._reconcile(exp)
             self._checked[exp.id] = time.monotonic()
             session.commit()
             if exp.status in TERMINAL and self.on_finished is not None:
                 self.on_finished(exp.id)
+        except StoreUnavailable as e:  # MLflow is slow or down: the stored state is the answer for now
+            log.warning("could not refresh experiment %s: %s", exp.id, e)
+            session.rollback()
         except Exception:  # a read must still answer with the stored state
             log.warning("could not refresh experiment %s", exp.id, exc_info=True)
             session.rollback()
@@ -85,27 +116,62 @@ class Reconciler:
 
     def refresh_active(self, session: Session) -> None:
         """Reconcile every unfinished experiment (startup, and before counting active ones)."""
-        for exp in session.scalars(select(Experiment).where(Experiment.status.in_(ACTIVE))):
+        for exp in session.scalars(select(Experiment).where(Experiment.status.in_(ACTIVE))).all():
             self.refresh(session, exp)
 
+    def judges(self, exp: Experiment) -> bool:
+        """Whether this API may decide what happened to `exp`'s driver: it holds the state database's
+        lease, and the driver runs in its Ray cluster (or in one that is gone, or was never recorded)."""
+        if self.lease is not None and not self.lease.held:
+            return False
+        if exp.ray_cluster is None:
+            return True
+        if self._cluster is None and hasattr(self.runner, "cluster_id"):
+            self._cluster = self.runner.cluster_id()
+        return self._cluster is None or exp.ray_cluster == self._cluster or owner_gone(exp.ray_cluster)
+
     def _reconcile(self, exp: Experiment) -> None:
+        if not self.judges(exp):  # another cluster's driver: the API on that cluster follows it
+            log.debug("experiment %s runs in Ray cluster %s, not this API's: left as it is", exp.id,
+                      exp.ray_cluster)
+            return
         try:
             state = self.runner.poll(exp.driver) if exp.driver else None
         except TimeoutError:
             return  # exists but busy or not scheduled yet: keep what we know
         if state is None:
             state = self._without_driver(exp)
-        elif exp.cancel_requested_at and state.status in ACTIVE:
-            waited = (utcnow() - exp.cancel_requested_at).total_seconds()
-            if waited > self.settings.cancel_grace_s:  # it did not stop in time: stop it hard
-                self.runner.release(exp.driver)
-                state = DriverState("cancelled", counts=state.counts, started_at=state.started_at,
-                                    finished_at=time.time(), error="stopped after the cancel grace period")
+        else:
+            state = self._after_grace(exp, state)
+            if state.status in ("failed", "cancelled"):
+                self._close_runs(exp, state)
         self._apply(exp, state)
         if exp.mlflow_experiment_id is None:
             exp.mlflow_experiment_id = self.store.experiment_id(exp)
         if exp.status in TERMINAL and exp.driver:
             self.runner.release(exp.driver)
+
+    def _after_grace(self, exp: Experiment, state: DriverState) -> DriverState:
+        """A cancelled driver that did not stop within `cancel_grace_s` is stopped hard."""
+        if not exp.cancel_requested_at or state.status not in ACTIVE:
+            return state
+        waited = (utcnow() - exp.cancel_requested_at).total_seconds()
+        if waited <= self.settings.cancel_grace_s:
+            return state
+        self.runner.release(exp.driver)
+        return DriverState("cancelled", counts=state.counts, started_at=state.started_at,
+                           finished_at=time.time(), error="stopped after the cancel grace period")
+
+    def _close_runs(self, exp: Experiment, state: DriverState) -> None:
+        """The driver's last word was a failure (or it was stopped): nothing writes its MLflow runs any
+        more, so those still RUNNING (a sweep that could not close them, e.g. on a full disk) are closed
+        now. If that fails too, the error propagates: the state is not recorded and the driver not
+        released, so the next refresh tries again (once the disk has room)."""
+        status = "KILLED" if state.status == "cancelled" else "FAILED"
+        reason = f"the experiment {state.status}" + (f": {state.error}" if state.error else "")
+        closed = self.store.close_orphans(exp, reason, status)
+        if closed:
+            log.info("experiment %s: closed %d MLflow runs its driver left running", exp.id, closed)
 
     def _without_driver(self, exp: Experiment) -> DriverState:
         # Nothing writes to its MLflow runs any more (the API or Ray was killed): close the trial runs and

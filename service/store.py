@@ -28,29 +28,57 @@ def absolute_sqlite_uri(url: str) -> str:
     return url
 
 
-def _runs_by_key(tracking_uri: str, name: str) -> dict[str, dict[str, Any]]:
-    """The row of the run that stands for each trial key of MLflow experiment `name`."""
+def _chosen(tracking_uri: str, name: str) -> dict[str, records.TrialRecord]:
+    """The record of the run that stands for each trial key of MLflow experiment `name`."""
     from embinit.errors import EmbinitError
 
     try:
         recs = experiment_records(name, tracking_uri)
     except EmbinitError:  # no MLflow experiment yet: nothing has run
         return {}
-    return {key: trial_row(rec) for key, rec in records.by_key(recs).items()}
+    return records.by_key(recs)
 
 
-def count_trial_states(tracking_uri: str, name: str, keys: list[str],
-                       reused: set[str] | frozenset = frozenset()) -> dict[str, int]:
+def _runs_by_key(tracking_uri: str, name: str) -> dict[str, dict[str, Any]]:
+    """The row of the run that stands for each trial key of MLflow experiment `name`."""
+    return {key: trial_row(rec) for key, rec in _chosen(tracking_uri, name).items()}
+
+
+def count_trial_states(tracking_uri: str, name: str, keys: list[str], reused: set[str] | frozenset = frozenset(),
+                       sweeps: set[str] | None = None) -> dict[str, int]:
     """Trials of `keys` in MLflow experiment `name` by state: pending, running, finished (diverged
-    included), failed, and reused (finished before this run started, so not trained again)."""
-    runs = _runs_by_key(tracking_uri, name)
+    included), failed, and reused (not trained by this experiment: the keys in `reused`, and with
+    `sweeps`, the experiment's sweep runs, every key whose result another sweep trained)."""
+    chosen = _chosen(tracking_uri, name)
+    if sweeps is not None:
+        reused = set(reused) | records.trained_elsewhere(chosen, sweeps)
     out = {"pending": 0, "running": 0, "finished": 0, "failed": 0, "reused": 0}
     for key in keys:
-        status = runs[key]["status"] if key in runs else "pending"
+        status = chosen[key].status if key in chosen else "pending"
         if status in ("finished", "diverged"):
             status = "reused" if key in reused else "finished"
         out[status if status in out else "pending"] += 1  # cancelled / interrupted: to be run again
     return out
+
+
+# A sweep run started this long before its experiment's row was written still belongs to it (clocks of
+# the API and of the driver's node may differ by this much).
+CLOCK_SLACK_S = 60
+
+
+def sweep_runs(exp) -> set[str]:
+    """Ids of the sweep (parent) runs this experiment's drivers started: its spec's, since it was
+    submitted."""
+    from embinit import tracking
+
+    exp_id = tracking.experiment_id(exp.mlflow_experiment, exp.tracking_uri)
+    if exp_id is None:
+        return set()
+    since = int((exp.created_at.timestamp() - CLOCK_SLACK_S) * 1000)
+    runs = tracking.search_runs(exp_id, exp.tracking_uri, f"tags.`{records.KIND_TAG}` = 'sweep' and "
+                                f"tags.`{records.SPEC_HASH_TAG}` = '{exp.spec_hash}' and "
+                                f"attributes.start_time >= {since}")
+    return {r.info.run_id for r in runs}
 
 
 class ResultStore:
@@ -84,8 +112,16 @@ class ResultStore:
                     self._cache.popitem(last=False)
         return value
 
+    def prepare(self) -> str:
+        """Create or upgrade the MLflow store, once, before the API accepts work (embinit.tracking_store)."""
+        from embinit.tracking_store import prepare_store
+
+        return prepare_store(self.tracking_uri)
+
     def counts(self, exp) -> dict[str, int]:
-        return count_trial_states(exp.tracking_uri, exp.mlflow_experiment, exp.trial_keys)
+        """The experiment's trials by state; a key another experiment (or an earlier run) trained is
+        `reused`, not `finished`."""
+        return count_trial_states(exp.tracking_uri, exp.mlflow_experiment, exp.trial_keys, sweeps=sweep_runs(exp))
 
     def close_orphans(self, exp, reason: str, status: str = "FAILED") -> int:
         """Close what this experiment left RUNNING in MLflow although its driver is gone: its trial runs

@@ -42,6 +42,7 @@ def foreign_experiment(session, store, spec) -> list[tuple[str, str]]:
     if not target or target == spec.name:
         return []
     users = set(session.scalars(select(Experiment.name).where(Experiment.mlflow_experiment == target)))
+    session.commit()  # no database connection held across the MLflow read below
     if users - {spec.name}:
         return [("mlflow.experiment", f"{target!r} holds the runs of other experiments "
                                       f"({', '.join(sorted(users - {spec.name}))}); choose another name")]
@@ -101,6 +102,7 @@ def _check_limit(session, settings, reconciler) -> None:
 def _start(exp: Experiment, sub: Submission, session, runner, store) -> None:
     try:
         exp.driver = runner.start(exp.id, sub.data, store.tracking_uri, sub.trial_keys)
+        exp.ray_cluster = runner.cluster_id() if hasattr(runner, "cluster_id") else None
     except Exception as e:  # recorded on the experiment, reported to the client
         exp.status, exp.error, exp.finished_at = "failed", f"could not start the Ray driver: {e}", utcnow()
         session.commit()

@@ -3,9 +3,9 @@ needs (canonical string, source family, paper label). Parsing init specs never i
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import field_validator
+from pydantic import Field, field_validator
 
 from embinit.errors import EmbinitError
 from embinit.init.registry import SOURCE_FAMILIES, InitSpecError, parse_init_spec, parse_sigma_target
@@ -51,12 +51,16 @@ def init_label(init: str | dict[str, Any] | None) -> str:
     return parse_init_spec(init).label if init is not None else "?"
 
 
+# An init spec string is never empty (the schema says so too, so clients see the rule).
+InitString = Annotated[str, Field(min_length=1)]
+
+
 class InitEntry(_Strict):
     """One embedding init: a spec string or the init library's structured form, per side for
     translation (`tgt` = target/only table, `src` = source table; src None = same as tgt)."""
 
-    tgt: str | dict[str, Any]
-    src: str | dict[str, Any] | None = None
+    tgt: InitString | dict[str, Any]
+    src: InitString | dict[str, Any] | None = None
     pretrained: PathStr | None = None      # path/hub id for tgt's source (overrides the spec's)
     src_pretrained: PathStr | None = None
     label: str | None = None           # report label; default: the paper's label of tgt (and src)

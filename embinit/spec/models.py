@@ -63,7 +63,7 @@ class Hyperparams(_Strict):
 class TaskEntry(Hyperparams):
     """One task with its fixed hyperparameters; a bare task name in YAML means all defaults."""
 
-    task: str
+    task: str = Field(min_length=1)
     data_dir: PathStr | None = None  # the task's own data folder (Multi30k's train.de, ...)
 
     @field_validator("task")

@@ -30,7 +30,7 @@ class InitFieldError(ValueError):
         self.field = field
 
 
-_BRANCHES = {"Range", "str", "int", "float", "bool", "list", "dict"}
+_BRANCHES = {"Range", "str", "constrained-str", "int", "float", "bool", "list", "dict"}
 
 
 def _loc(loc: tuple) -> tuple[str, bool]:

@@ -94,8 +94,9 @@ class GroupReporter:
 
 
 def run_group(items: tuple[WorkItem, ...], ctx: SweepContext, restored: Path | None,
-              extra_callbacks: Callable | None) -> list[float]:
-    """Run (or reuse) a fused group's trials; returns the selection values of those that did not fail.
+              extra_callbacks: Callable | None) -> tuple[list[float], int]:
+    """Run (or reuse) a fused group's trials; returns the selection values of those that did not fail,
+    and how many were reused (another sweep had finished them).
     `restored`: Tune's checkpoint of the group restored to disk (a restarted attempt), or None."""
     cfgs = [TrialConfig.from_dict(item.config) for item in items]
     with resume.claim_all(ctx, [item.key for item in items], restored) as claims:  # the driver's keys
@@ -106,7 +107,8 @@ def run_group(items: tuple[WorkItem, ...], ctx: SweepContext, restored: Path | N
                 values.append(done)
             else:
                 todo.append((cfg, item, claims[item.key]))
-        return values + _train_group(todo, ctx, extra_callbacks) if todo else values
+        reused = len(values)
+        return (values + _train_group(todo, ctx, extra_callbacks) if todo else values), reused
 
 
 def _train_group(todo: list[tuple], ctx: SweepContext, extra_callbacks: Callable | None) -> list[float]:

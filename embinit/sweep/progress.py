@@ -153,8 +153,11 @@ class Progress(Callback):
         self._ended(trial)
         per = int((trial.last_result or {}).get("embinit_trials", self.per_unit))  # a fused group's size
         failed = min(per, int((trial.last_result or {}).get("embinit_failed", 0)))
+        # trials another sweep finished while this one waited for their key: reused, not done here
+        reused = min(per - failed, int((trial.last_result or {}).get("embinit_reused", 0)))
         self.failed += failed
-        self.done += per - failed
+        self.reused += reused
+        self.done += per - failed - reused
         self.emit(force=True)
 
     def on_trial_error(self, iteration, trials, trial, **info):

@@ -21,6 +21,7 @@ from embinit.sweep.fused import group_units
 from embinit.sweep.ray_runtime import RayRuntime
 from embinit.sweep.work import SweepContext, Unit, units_to_run
 from embinit.trusted import check_writable
+from embinit.tracking_store import prepare_store
 
 StopFlag = threading.Event | Callable[[], bool] | None
 
@@ -38,6 +39,7 @@ class SweepResult:
     wall_s: float = 0.0
     report: Any = None                 # embinit.report.Report
     linked: bool = False               # nothing to train: parent_run_id is the spec's earlier sweep run
+    shared: int = 0                    # finished by another sweep while this one ran (a shared key)
 
     def count(self, status: str) -> int:
         return sum(1 for t in self.trials if t["status"] == status)
@@ -92,6 +94,7 @@ def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = 
     storage = Path(storage_path or Path(spec.cache_dir or ".embinit-cache") / "ray_results").absolute()
     storage = check_writable(storage, "Tune's storage folder")   # resolved and checked now, as used
     uri = tracking.resolve_uri(tracking_uri or spec.mlflow.tracking_uri)
+    prepare_store(uri)  # create / upgrade a SQL store once, before any trial or reader opens it
     name = spec.experiment_name()
     exp_id = tracking.ensure_experiment(name, uri)
     tracking.describe_experiment(exp_id, uri, spec.description)
@@ -158,8 +161,10 @@ def _finish(spec, uri, exp_id, parent, planned, reused, cancelled, t0, progress,
     rows = [tracking.trial_row(r) for r in chosen.values()]
     report = build_report(spec.experiment_name(), uri, keys=None if search else keys,
                           planned=None if search else planned_trials(planned))  # says what never finished
+    shared = max(0, len(records.trained_elsewhere(chosen, {parent})) - reused)
     result = SweepResult(spec.experiment_name(), exp_id, parent, uri, len(planned) if not search else
-                         spec.num_trials(), reused, rows, cancelled, time.monotonic() - t0, report, linked)
+                         spec.num_trials(), reused, rows, cancelled, time.monotonic() - t0, report,
+                         linked=linked, shared=shared)
     if not linked:
         _close_parent(spec, uri, parent, result, report)
     if progress is True:
@@ -170,7 +175,7 @@ def _finish(spec, uri, exp_id, parent, planned, reused, cancelled, t0, progress,
 def _close_parent(spec, uri, parent, result, report) -> None:
     """End the sweep's run with its counts, its report (markdown, CSV, JSON) and the figures."""
     reused, cancelled = result.reused, result.cancelled
-    counts = {"planned": result.planned, "reused": reused, "finished": result.n_finished,
+    counts = {"planned": result.planned, "reused": reused, "shared": result.shared, "finished": result.n_finished,
               "failed": result.n_failed, "wall_s": result.wall_s}
     with tempfile.TemporaryDirectory() as tmp:
         files = (("report", str(Path(tmp) / "report.csv")), ("report", str(Path(tmp) / "report.json")))

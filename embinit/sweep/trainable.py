@@ -34,9 +34,10 @@ def train_unit(config: dict[str, Any], shared: SweepContext, units: list[Unit],
     unit = units[config["unit"]]
     overrides = {k: config[k] for k in shared.search_keys if k in config}
     objectives: list[float] = []
+    reused = 0
     with resume.restored_checkpoint() as restored:
         if unit.fused:  # one fused model for the group (embinit.sweep.fused)
-            objectives = run_group(unit.trials, shared, restored, extra_callbacks)
+            objectives, reused = run_group(unit.trials, shared, restored, extra_callbacks)
         for item in unit.trials if not unit.fused else ():
             at_point = item.at_point(overrides)
             # The driver's key (the one its dedup and report look for), unless a search point made a new
@@ -44,23 +45,25 @@ def train_unit(config: dict[str, Any], shared: SweepContext, units: list[Unit],
             key = item.key if at_point is item else TrialConfig.from_dict(at_point.config).key()
             item = at_point
             with resume.claim(shared, key, restored) as claim:
-                value = _run_one(item, shared, claim, extra_callbacks)
+                value, was_reused = _run_one(item, shared, claim, extra_callbacks)
+            reused += was_reused
             if value is not None:
                 objectives.append(value)
     final = {"objective": _mean(objectives), "embinit_done": 1, "embinit_trials": len(unit.trials),
-             "embinit_failed": len(unit.trials) - len(objectives)}
+             "embinit_failed": len(unit.trials) - len(objectives), "embinit_reused": reused}
     tune.report(final)
 
 
-def _run_one(item: WorkItem, ctx: SweepContext, claim: resume.Claim, extra_callbacks) -> float | None:
-    """Run (or reuse) one embinit trial in its claimed folder; returns its selection value, None when
-    it failed."""
+def _run_one(item: WorkItem, ctx: SweepContext, claim: resume.Claim,
+             extra_callbacks) -> tuple[float | None, bool]:
+    """Run (or reuse) one embinit trial in its claimed folder; returns its selection value (None when
+    it failed) and whether another sweep's finished run was reused instead."""
     from embinit.train import run_trial  # torch; only workers import it
     cfg = TrialConfig.from_dict(item.config)
     metric, mode = item.selection
     done = resume.reused_value(ctx, claim, metric)
     if done is not None:
-        return done
+        return done, True
     out_dir = claim.path
     run = resume.open_run(claim, ctx, cfg.to_dict(), item.label, item.group())
     callbacks = [TrialReporter(run, claim, metric, mode or "max")]
@@ -73,7 +76,7 @@ def _run_one(item: WorkItem, ctx: SweepContext, claim: resume.Claim, extra_callb
     except EmbinitError as e:  # a user error fails the same way on every retry: record it, go on
         claim.discard()
         run.fail(f"{type(e).__name__}: {e}", checkpoint=False)
-        return None
+        return None, False
     except Exception:
         run.fail(traceback.format_exc())
         raise  # Tune retries the trial (FailureConfig) from its last checkpoint
@@ -84,7 +87,7 @@ def _run_one(item: WorkItem, ctx: SweepContext, claim: resume.Claim, extra_callb
     run.finish(res, files)
     claim.discard()  # recorded: nothing left to resume
     value = (res.get("best") or {}).get(metric)
-    return math.nan if value is None else value  # a diverged trial is a result, not a failure
+    return (math.nan if value is None else value), False  # a diverged trial is a result, not a failure
 
 
 def _mean(values: list[float]) -> float:

@@ -9,8 +9,10 @@ Every checkpoint is read by `read` (trusted roots, weights only).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,7 @@ import torch
 from embinit.errors import EmbinitError
 from embinit.trusted import is_trusted, opened_path
 
+log = logging.getLogger("embinit.train")
 LAST, BEST, LAST_INFO = "last.pt", "best.pt", "last.json"
 
 
@@ -59,6 +62,10 @@ def last_epoch(out_dir: Path, key: str) -> int | None:
     return int(info["epoch"])
 
 
+class UnreadableCheckpoint(EmbinitError):
+    """`last.pt` exists but cannot be read (a full disk, a damaged file system, a foreign file)."""
+
+
 def read(path: str | Path, what: str = "checkpoint") -> dict:
     """The one reader of embinit's checkpoints (`last.pt`, `best.pt`, an `init_from`): only from inside
     the trusted roots (embinit.trusted), checked on the opened file, so a symlink swapped in after any
@@ -75,18 +82,35 @@ def read(path: str | Path, what: str = "checkpoint") -> dict:
             return torch.load(f, map_location="cpu", weights_only=True)
         except Exception as e:  # truncated, foreign, or holding objects that are not weights
             first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
-            raise EmbinitError(f"cannot read {what} {path}: {first}") from None
+            raise UnreadableCheckpoint(f"cannot read {what} {path}: {first}") from None
 
 
 def load_last(out_dir: Path, key: str) -> dict | None:
     path = out_dir / LAST
     if not path.is_file():
         return None
-    ckpt = read(path)
+    ckpt = read(path)   # UnreadableCheckpoint when damaged (resume_state moves it aside)
     if ckpt.get("key") != key:
         raise EmbinitError(f"{path} belongs to trial {ckpt.get('key')!r}, not {key!r}; use another "
                            "out_dir or resume=False")
     return ckpt
+
+
+def resume_state(out_dir: Path, key: str) -> dict | None:
+    """`load_last`, except that an unreadable `last.pt` means training from scratch (with a warning)
+    rather than a failed trial: it is moved aside to `last.pt.corrupt` (kept to look at), `last.json`
+    removed, and the trial starts again at epoch 1 in the same out_dir (in a sweep, the same MLflow
+    run). A `last.pt` of another trial is still an error: that is a wrong out_dir, not damage."""
+    try:
+        return load_last(out_dir, key)
+    except UnreadableCheckpoint as e:
+        path = Path(out_dir) / LAST
+        os.replace(path, path.with_name(LAST + ".corrupt"))
+        (Path(out_dir) / LAST_INFO).unlink(missing_ok=True)
+        message = f"{e}; training trial {key} from scratch (the file is kept as {LAST}.corrupt)"
+        log.warning(message)
+        warnings.warn(message, RuntimeWarning, stacklevel=2)
+        return None
 
 
 def save_best(out_dir: Path, model, config: dict, vocabs: dict[str, list[str]], epoch: int) -> Path:

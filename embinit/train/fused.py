@@ -122,7 +122,7 @@ def _member(cfg, s, out_dir, cbs, resume) -> Member:
                params=params, ctx=TrainContext(cfg=s.cfg, model=s.model, data=s.data, out_dir=out),
                callbacks=cbs, cfg=cfg, key=cfg.key(), s=s, task=task, out=out, tracker=BestTracker(task.tracked))
     m.init_stats = emb_stats(s.model, s.cfg, s.tables)
-    last = ckpt.load_last(out, m.key) if (out is not None and resume) else None
+    last = ckpt.resume_state(out, m.key) if (out is not None and resume) else None
     if last is not None:
         s.model.load_state_dict(last["model"])
         m.optimizer.load_state_dict(last["optimizer"])

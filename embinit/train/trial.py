@@ -112,7 +112,7 @@ def run_trial(cfg: TrialConfig, out_dir=None, callbacks=(), resume: bool = True,
     ctx = TrainContext(cfg=rc, model=model, data=s.data, out_dir=out)
     init_stats = emb_stats(model, rc, s.tables)
     best_state = None
-    last = ckpt.load_last(out, key) if (out is not None and resume) else None
+    last = ckpt.resume_state(out, key) if (out is not None and resume) else None
     if last is not None:
         model.load_state_dict(last["model"])
         optimizer.load_state_dict(last["optimizer"])

@@ -13,11 +13,13 @@ from service import submission, views
 from service.db import TERMINAL, Experiment, utcnow
 from service.deps import (BodyDep, ReconcilerDep, RunnerDep, SessionDep, SettingsDep, StoreDep, require_read,
                           require_write)
+from service.http_rules import single_query_values
 from service.schemas import ExperimentDetail, ExperimentPage, Status, Submitted, TrialPage
 from service.specs import JSON_TYPES, YAML_TYPES, parse_body, prepare
 from service.store import REPORT_VERSION
 
-router = APIRouter(prefix="/experiments", tags=["experiments"])
+# A repeated query parameter (`?limit=5&limit=6`) is a 422 on every route here.
+router = APIRouter(prefix="/experiments", tags=["experiments"], dependencies=[Depends(single_query_values)])
 MAX_OFFSET = 2 ** 31 - 1  # a bigger offset overflows the database's integer (found by the fuzz test)
 
 SPEC_BODY = {"requestBody": {"required": True, "content": {
@@ -114,6 +116,7 @@ async def get_trials(exp_id: str, request: Request, limit: Annotated[int, Query(
 
     def build(session):
         exp = state.reconciler.refresh(session, _get(session, exp_id))
+        session.commit()  # no database connection held across the MLflow read
         trials = state.store.trials(exp)
         page = TrialPage(items=trials[offset:offset + limit], total=len(trials), limit=limit, offset=offset)
         return page.model_dump_json().encode(), JSON, exp.status in TERMINAL
@@ -132,6 +135,7 @@ async def get_results(exp_id: str, request: Request,
 
     def build(session):
         exp = state.reconciler.refresh(session, _get(session, exp_id))
+        session.commit()  # no database connection held across the MLflow read
         finished = exp.status in TERMINAL
         if baseline is not None:  # another baseline than the stored report's: built on demand
             return state.store.report(exp, baseline)[format].encode(), MEDIA[format], finished

@@ -1,0 +1,46 @@
+"""HTTP rules every route keeps: a 405 names every method its path allows (`Allow`, RFC 9110 15.5.6),
+and a query parameter given more than once is a 422 instead of silently taking the last value."""
+
+from __future__ import annotations
+
+import re
+
+from fastapi import FastAPI, Request
+from fastapi.exception_handlers import http_exception_handler
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+METHODS = {"GET", "PUT", "POST", "DELETE", "OPTIONS", "HEAD", "PATCH", "TRACE"}
+
+
+def allowed_methods(app: FastAPI, path: str) -> list[str]:
+    """Every method the OpenAPI schema documents at `path` (Starlette names only the first route's);
+    empty for a path the schema does not document."""
+    for template, ops in app.openapi().get("paths", {}).items():
+        pattern = "".join("[^/]+" if part.startswith("{") else re.escape(part)
+                          for part in re.split(r"(\{[^/}]+\})", template))
+        if re.fullmatch(pattern, path):
+            return sorted(m.upper() for m in ops if m.upper() in METHODS)
+    return []
+
+
+def install_allow_header(app: FastAPI) -> None:
+    """405 answers carry `Allow` with all of the path's methods."""
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException):
+        if exc.status_code == 405:
+            documented = allowed_methods(request.app, request.url.path)
+            headers = {**(exc.headers or {}), **({"Allow": ", ".join(documented)} if documented else {})}
+            exc = StarletteHTTPException(405, detail=exc.detail, headers=headers)
+        return await http_exception_handler(request, exc)
+
+
+async def single_query_values(request: Request) -> None:
+    """Refuse `?limit=5&limit=6`: which one the client meant is unknowable."""
+    repeated = sorted({k for k, _ in request.query_params.multi_items()
+                       if len(request.query_params.getlist(k)) > 1})
+    if repeated:
+        raise RequestValidationError([
+            {"type": "repeated_query_parameter", "loc": ("query", name),
+             "msg": f"query parameter {name!r} is given {len(request.query_params.getlist(name))} times; "
+                    f"give it once", "input": request.query_params.getlist(name)} for name in repeated])

@@ -1,0 +1,73 @@
+"""HTTP rules the schema promises (issue 20, item 12): `Allow` on a 405 names every method of the path,
+empty task / init strings are refused by the published schema itself, a repeated query parameter is a
+422 rather than the last value silently winning."""
+
+from __future__ import annotations
+
+import pytest
+
+from service.fakes import FakeCluster
+from service.settings import Settings
+
+from helpers.service import app_clients
+
+SPEC = {"name": "rules", "tasks": ["synthetic_translation"], "inits": ["xavier"], "seeds": 1}
+
+
+@pytest.fixture
+def client(tmp_path):
+    settings = Settings(database_url=f"sqlite:///{tmp_path}/state.db", tracking_uri=f"sqlite:///{tmp_path}/m.db",
+                        data_roots=[tmp_path], pretrained_roots=[tmp_path], refresh_interval_s=0.0, _env_file=None)
+    with app_clients(FakeCluster()) as open_client:
+        yield open_client(settings)
+
+
+@pytest.mark.parametrize("method, path, allow", [
+    ("put", "/experiments", "GET, POST"),              # two routes share the path: both methods named
+    ("patch", "/experiments/abc123", "DELETE, GET"),
+    ("post", "/experiments/abc123/trials", "GET"),
+    ("delete", "/health", "GET"),
+])
+def test_405_names_every_allowed_method(client, method, path, allow):
+    r = client.request(method, path)
+    assert r.status_code == 405 and r.json() == {"detail": "Method Not Allowed"}
+    assert r.headers["allow"] == allow
+
+
+@pytest.mark.parametrize("query, name", [("limit=5&limit=6", "limit"), ("offset=0&offset=1", "offset"),
+                                         ("status=failed&status=running", "status")])
+def test_repeated_query_parameter_is_refused(client, query, name):
+    r = client.get(f"/experiments?{query}")
+    assert r.status_code == 422
+    (problem,) = r.json()["detail"]
+    assert problem["loc"] == ["query", name] and "given 2 times" in problem["msg"]
+    assert len(problem["input"]) == 2
+
+
+def test_repeated_query_on_reads_and_submit(client):
+    exp_id = client.post("/experiments", json=SPEC).json()["id"]
+    assert client.get(f"/experiments/{exp_id}/trials?limit=1&limit=2").status_code == 422
+    assert client.get(f"/experiments/{exp_id}/results?format=csv&format=json").status_code == 422
+    assert client.post("/experiments?rerun=true&rerun=false", json=SPEC).status_code == 422
+    assert client.get(f"/experiments/{exp_id}/trials?limit=1&offset=0").status_code == 200
+
+
+def test_schema_says_task_and_init_strings_are_not_empty(client):
+    schemas = client.get("/openapi.json").json()["components"]["schemas"]
+    assert schemas["TaskEntry"]["properties"]["task"]["minLength"] == 1
+    for side in ("tgt", "src"):
+        strings = [s for s in schemas["InitEntry"]["properties"][side]["anyOf"] if s.get("type") == "string"]
+        assert strings == [{"type": "string", "minLength": 1}]
+
+
+@pytest.mark.parametrize("spec, loc", [
+    ({**SPEC, "tasks": [{"task": ""}]}, "tasks[0].task"),
+    ({**SPEC, "inits": [{"tgt": ""}]}, "inits[0].tgt"),
+    ({**SPEC, "inits": [{"tgt": "xavier", "src": ""}]}, "inits[0].src"),
+    ({**SPEC, "inits": [""]}, "inits[0]"),
+])
+def test_empty_task_or_init_is_a_422_naming_it(client, spec, loc):
+    r = client.post("/experiments", json=spec)
+    assert r.status_code == 422
+    assert r.json()["detail"] == [{"loc": loc, "msg": "String should have at least 1 character, got ''"}]
+    assert client.get("/experiments").json()["total"] == 0

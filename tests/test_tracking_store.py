@@ -1,0 +1,105 @@
+"""A fresh MLflow store is created once, under a lock, before anything else opens it (issue 20, item 7):
+several processes at once on a new `mlflow.db`, the API at startup, and `run_sweep` (the CLI path)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+from fastapi.testclient import TestClient
+
+from embinit.errors import EmbinitError
+from embinit.tracking_store import is_database, prepare_store
+from service.fakes import FakeCluster, FakeRunner
+from service.main import create_app
+from service.settings import Settings
+from service.store import ResultStore
+
+# Each process waits for the same instant, prepares the store, then does what the service's driver and
+# its first read do first.
+RACER = """
+import sys, time
+from embinit.tracking_store import prepare_store
+from embinit import tracking
+uri, start = sys.argv[1], float(sys.argv[2])
+while time.time() < start:
+    time.sleep(0.001)
+print(prepare_store(uri))
+tracking.ensure_experiment("race", uri)
+print(tracking.experiment_id("race", uri) is not None)
+"""
+
+
+def _schema(uri: str) -> tuple[str, str]:
+    import sqlalchemy
+    from mlflow.store.db import utils
+
+    engine = sqlalchemy.create_engine(uri)
+    try:
+        return utils._get_schema_version(engine), utils._get_latest_schema_revision()
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.slow
+def test_processes_opening_a_fresh_store_at_once_create_it_once(tmp_path):
+    uri = f"sqlite:///{tmp_path}/store/mlflow.db"   # its folder does not exist yet either
+    start = time.time() + 8  # every process has imported mlflow by then
+    procs = [subprocess.Popen([sys.executable, "-c", RACER, uri, str(start)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    for p, (_out, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-2000:]
+    results = sorted(out.split()[0] for out, _ in outs)
+    assert results == ["created", "current", "current"]
+    assert all(out.split()[1] == "True" for out, _ in outs)
+    current, head = _schema(uri)
+    assert current == head
+
+
+def test_prepare_store_is_idempotent_and_skips_servers(tmp_path):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    assert prepare_store(uri) == "created"
+    assert prepare_store(uri) == "current"
+    assert prepare_store("http://127.0.0.1:1") == "external"   # nothing is contacted
+    assert is_database("postgresql+psycopg://u@h/db") and not is_database("https://mlflow.example")
+
+
+def test_a_broken_store_is_a_clear_error_and_stays_as_it_was(tmp_path):
+    db = tmp_path / "mlflow.db"
+    db.write_bytes(b"not a database at all" * 100)
+    with pytest.raises(EmbinitError, match=r"the MLflow store sqlite:///.*mlflow.db could not be created or "
+                                           r"upgraded: DatabaseError: .*file is not a database"):
+        prepare_store(f"sqlite:///{db}")
+    assert db.read_bytes() == b"not a database at all" * 100
+
+
+def test_the_api_creates_the_store_before_it_accepts_work(tmp_path):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    settings = Settings(database_url=f"sqlite:///{tmp_path}/state.db", tracking_uri=uri, data_roots=[tmp_path],
+                        pretrained_roots=[tmp_path], _env_file=None)
+    app = create_app(settings, runner=FakeRunner(FakeCluster()), store=ResultStore(uri))
+    assert not (tmp_path / "mlflow.db").exists()
+    with TestClient(app) as client:
+        assert (tmp_path / "mlflow.db").exists()    # created during startup, before the first request
+        current, head = _schema(uri)
+        assert current == head
+        assert client.get("/health").json()["status"] == "ok"
+
+
+def test_run_sweep_prepares_the_store_before_anything_else(tmp_path, monkeypatch):
+    from embinit.sweep import run as sweep_run
+
+    calls = []
+
+    def prepare(uri):
+        calls.append(uri)
+        raise RuntimeError("stop here")
+    monkeypatch.setattr(sweep_run, "prepare_store", prepare)
+    monkeypatch.setattr(sweep_run.tracking, "ensure_experiment", lambda *a: pytest.fail("store opened first"))
+    spec = {"name": "prep", "tasks": ["synthetic_translation"], "inits": ["xavier"], "seeds": 1}
+    with pytest.raises(RuntimeError, match="stop here"):
+        sweep_run.run_sweep(spec, tracking_uri=f"sqlite:///{tmp_path}/m.db")
+    assert calls == [f"sqlite:///{tmp_path}/m.db"]
