@@ -280,17 +280,17 @@ class RayRunner:
             return
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         kwargs: dict[str, Any] = {"namespace": self.namespace, "log_to_driver": False}
-        if self.address is None:  # a local Ray: every listener on the loopback (embinit.sweep.ray_runtime)
-            from embinit.sweep.ray_runtime import local_ray_options
-            with local_ray_options() as local:
-                ray.init(**kwargs, **local)
+        if self.address is not None:
+            if self.node_ip and not self.address.startswith("ray://"):
+                kwargs["_node_ip_address"] = self.node_ip
+            ray.init(address=self.address, **kwargs)
             return
-        if self.node_ip and not self.address.startswith("ray://"):
-            kwargs["_node_ip_address"] = self.node_ip
-        ray.init(address=self.address, **kwargs)
-        if self.address is None and self.reaper is None:  # a local Ray: it goes when this process goes
-            from service import ray_reaper
+        from embinit.sweep.ray_runtime import local_ray_options
+        from service import ray_reaper
 
+        with local_ray_options() as local:  # a local Ray: every listener on the loopback
+            ray.init(**kwargs, **local)
+        if self.reaper is None:  # ... and it goes when this process goes
             self.reaper = ray_reaper.start()
 
     def _actor(self, driver: str):

@@ -56,6 +56,6 @@ def test_ctrl_c_marks_trials_interrupted_and_says_how_to_resume(tmp_path):
     assert proc.returncode == 130, err
     assert "Tuner.restore" not in err + out
     assert "the stopped ones are marked 'interrupted'" in err
-    assert f"Run `embinit run {spec}` again to resume" in err
+    assert f"embinit run {spec}` again to resume" in err   # `embinit` or its path (embinit.commands)
     statuses = [t["status"] for t in tracking.list_trials("interrupt-me", uri)]
     assert statuses == ["interrupted"], statuses
