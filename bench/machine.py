@@ -2,16 +2,6 @@
 
 from __future__ import annotations
 
-import platform
-from pathlib import Path
+from embinit.provenance import cpu_model  # noqa: F401  (the benches' name for it)
 
 
-def cpu_model() -> str:
-    """The CPU's model name (`lscpu`'s "Model name", read from /proc/cpuinfo), else what platform says."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()

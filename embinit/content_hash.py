@@ -71,6 +71,19 @@ def entry_lock(entry: Path | None):
     except OSError:
         yield
         return
+    with _held(fd):
+        yield
+
+
+@contextmanager
+def file_lock(path: Path):
+    """An exclusive advisory lock (flock) on `path`, created if missing, for the duration."""
+    with _held(os.open(path, os.O_CREAT | os.O_RDWR, 0o644)):
+        yield
+
+
+@contextmanager
+def _held(fd: int):
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield

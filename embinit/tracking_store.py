@@ -11,13 +11,12 @@ the API calls it at startup, before it accepts work, and `run_sweep` before its 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import logging
-import os
 import tempfile
 from pathlib import Path
 
+from embinit.content_hash import file_lock
 from embinit.errors import EmbinitError
 from embinit.tracking import resolve_uri
 
@@ -37,24 +36,13 @@ def _sqlite_path(uri: str) -> Path | None:
 
 
 @contextlib.contextmanager
-def _file_lock(path: Path):
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
-
-
-@contextlib.contextmanager
 def _init_lock(uri: str, engine):
     """Held by one process at a time per store: beside a SQLite file, in PostgreSQL itself, else on
     this host."""
     db = _sqlite_path(uri)
     if db is not None:
         db.parent.mkdir(parents=True, exist_ok=True)
-        with _file_lock(db.with_name(db.name + ".init-lock")):
+        with file_lock(db.with_name(db.name + ".init-lock")):
             yield
     elif engine.dialect.name == "postgresql":
         import sqlalchemy
@@ -68,7 +56,7 @@ def _init_lock(uri: str, engine):
                 conn.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:k)"), {"k": key})
     else:
         digest = hashlib.sha256(uri.encode()).hexdigest()[:16]
-        with _file_lock(Path(tempfile.gettempdir()) / f"embinit-mlflow-init-{digest}.lock"):
+        with file_lock(Path(tempfile.gettempdir()) / f"embinit-mlflow-init-{digest}.lock"):
             yield
 
 
