@@ -35,6 +35,19 @@ def test_skips_are_summarized_by_reason_at_the_end(pytester):
     assert out.index("short test summary info") < out.index("what this run skipped")   # said last
 
 
+def test_gpu_skips_alone_are_not_called_less_than_ci(pytester):
+    """CI has no GPU: a run that skipped only the GPU tests tested what CI tests."""
+    pytester.makeconftest(CONFTEST.read_text())
+    pytester.makepyfile(test_some="""
+        import pytest
+
+        def test_gpu():
+            pytest.skip("needs a CUDA GPU")
+        """)
+    out = pytester.runpytest("-q", "-ra", "-p", "no:cacheprovider").stdout.str()
+    assert "1 skipped: GPU tests, which CI skips too" in out and "tested less than CI" not in out
+
+
 def test_nothing_is_said_when_nothing_skipped(pytester):
     pytester.makeconftest(CONFTEST.read_text())
     pytester.makepyfile(test_some="def test_ok():\n    assert True\n")
