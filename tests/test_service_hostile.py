@@ -15,9 +15,8 @@ import pytest
 from embinit.tasks import cache
 from embinit.trusted import TRUSTED_ROOTS_ENV, is_trusted
 from service.fakes import FakeCluster, FakeRunner
-from service.settings import Settings
 
-from helpers.service import app_clients
+from helpers.service import nothing_stored, problems, rooted_clients
 
 SPEC = {"name": "hostile", "tasks": ["synthetic_translation"], "inits": ["xavier"], "seeds": 1}
 
@@ -29,27 +28,13 @@ def cluster():
 
 @pytest.fixture
 def make_client(tmp_path, cluster):
-    (tmp_path / "data").mkdir()
-    (tmp_path / "pretrained").mkdir()
-    values = dict(database_url=f"sqlite:///{tmp_path}/state.db", tracking_uri=f"sqlite:///{tmp_path}/m.db",
-                  data_roots=[tmp_path / "data"], pretrained_roots=[tmp_path / "pretrained"],
-                  refresh_interval_s=0.0, _env_file=None)
-    with app_clients(cluster) as open_client:
-        yield lambda **overrides: open_client(Settings(**{**values, **overrides}))
+    with rooted_clients(tmp_path, cluster) as open_client:
+        yield open_client
 
 
 @pytest.fixture
 def client(make_client):
     return make_client()
-
-
-def problems(response) -> dict[str, str]:
-    assert response.status_code == 422, response.text
-    return {p["loc"]: p["msg"] for p in response.json()["detail"]}
-
-
-def nothing_stored(client) -> bool:
-    return client.get("/experiments").json()["total"] == 0
 
 
 # ---- 3: symlinks out of a root -----------------------------------------------------------------------

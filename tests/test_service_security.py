@@ -15,34 +15,20 @@ from embinit.spec import SpecError, load_spec
 from service.fakes import FakeCluster
 from service.settings import Settings
 
-from helpers.service import app_clients
+from helpers.service import nothing_stored, problems, rooted_clients
 
 SPEC = {"name": "sec", "tasks": ["synthetic_translation"], "inits": ["xavier"], "seeds": 1}
 
 
 @pytest.fixture
 def make_client(tmp_path):
-    (tmp_path / "data").mkdir()
-    (tmp_path / "pretrained").mkdir()
-    values = dict(database_url=f"sqlite:///{tmp_path}/state.db", tracking_uri=f"sqlite:///{tmp_path}/m.db",
-                  data_roots=[tmp_path / "data"], pretrained_roots=[tmp_path / "pretrained"],
-                  refresh_interval_s=0.0, _env_file=None)
-    with app_clients(FakeCluster()) as open_client:
-        yield lambda **overrides: open_client(Settings(**{**values, **overrides}))
+    with rooted_clients(tmp_path, FakeCluster()) as open_client:
+        yield open_client
 
 
 @pytest.fixture
 def client(make_client):
     return make_client()
-
-
-def problems(response) -> dict[str, str]:
-    assert response.status_code == 422, response.text
-    return {p["loc"]: p["msg"] for p in response.json()["detail"]}
-
-
-def nothing_stored(client) -> bool:
-    return client.get("/experiments").json()["total"] == 0
 
 
 # ---- 1: mlflow.experiment cannot place artifacts outside the artifact root ----------------------------
