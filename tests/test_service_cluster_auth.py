@@ -18,14 +18,20 @@ from helpers.ray_cluster import RAY, free_port, stop_cluster
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 HEAD = "127.0.0.2"
-# One Ray Client connection attempt (no retries), in a process of its own: Ray's auth state is global.
+# Ray Client connection attempts (argv[2] of them, each without Ray's own retries), in a process of its
+# own: Ray's auth state is global. A client with the token may meet a transient "Initialization failure
+# from server" (the proxy's per-client server dying at start under load) and tries again, as a user would.
 CLIENT = """
-import sys
+import sys, time
 from ray.util.client import ray
-try:
-    ray.connect(sys.argv[1], connection_retries=0)
-except ConnectionError as e:
-    print("refused:", e); sys.exit(3)
+for attempt in range(int(sys.argv[2])):
+    try:
+        ray.connect(sys.argv[1], connection_retries=0)
+        break
+    except ConnectionError as e:
+        print("refused:", str(e).splitlines()[0]); time.sleep(2)
+else:
+    sys.exit(3)
 print("answer", ray.get(ray.remote(lambda: 6 * 7).remote()))
 ray.disconnect()
 """
@@ -57,14 +63,14 @@ def head():
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 
-def _connect(address: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", CLIENT, address], env=env, capture_output=True, text=True,
-                          timeout=120)
+def _connect(address: str, env: dict[str, str], attempts: int = 1) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", CLIENT, address, str(attempts)], env=env, capture_output=True,
+                          text=True, timeout=180)
 
 
 def test_a_client_with_the_token_runs_work(head):
     address, token = head
-    done = _connect(address, _env(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=token))
+    done = _connect(address, _env(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=token), attempts=3)
     assert done.returncode == 0 and "answer 42" in done.stdout, done.stdout + done.stderr[-2000:]
 
 
