@@ -1,4 +1,5 @@
-"""One trial's configuration, and the tasks' default hyperparameters (the paper's Table 5).
+"""One trial's configuration; `task_defaults` reads a task's default hyperparameters (the paper's Table 5)
+from the task registry (embinit.task_registry).
 
 `TrialConfig` is the contract between the layers: the spec expands into TrialConfigs, the sweep hashes
 them into trial keys and ships them to Ray workers as plain dicts, the trainer runs one, the service
@@ -17,87 +18,40 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from embinit.errors import EmbinitError, unknown_name
+from embinit.errors import EmbinitError
 from embinit.file_inputs import key_values
+from embinit.task_registry import task_entry, task_metric_ranges
+from embinit.task_types import TaskDefaults
 
 # Bumped whenever a change to the code changes what a trial computes, so that old MLflow runs are not
 # reused for new code (the trial key includes it).
 CODE_VERSION = "1"
 
-TASK_KINDS = ("translation", "classification", "lm")
-
-
-@dataclass(frozen=True)
-class TaskDefaults:
-    """Per-task defaults. Sources: paper Table 5 / appendix A.2 unless the comment says otherwise."""
-
-    kind: str
-    description: str
-    epochs: int
-    batch_size: int
-    lr: float
-    min_freq: int
-    layers: int = 3
-    heads: int = 8
-    ff_dim: int = 512     # Table 5's parameter counts imply a 512-wide feed-forward layer
-    dropout: float = 0.1
-    d_model: int = 512    # used only when no pretrained source fixes D
-    max_len: int = 256    # longest sequence kept (longer ones are truncated)
-    metric: str = "bleu"  # the metric reported in Table 1
-
-
-TASKS: dict[str, TaskDefaults] = {
-    "multi30k": TaskDefaults("translation", "Multi30k task 1 de->en, test_2016_flickr BLEU at best val loss",
-                             epochs=20, batch_size=64, lr=2e-4, min_freq=2, metric="bleu"),
-    "iwslt2017": TaskDefaults("translation", "IWSLT2017 de->en, test BLEU at best val loss",
-                              epochs=20, batch_size=128, lr=2e-4, min_freq=5, metric="bleu"),
-    "sst2": TaskDefaults("classification", "GLUE SST-2 sentiment, best dev accuracy",
-                         epochs=5, batch_size=128, lr=1e-4, min_freq=2, metric="acc"),
-    "mnli": TaskDefaults("classification", "GLUE MNLI entailment, best dev matched/mismatched accuracy",
-                         epochs=10, batch_size=128, lr=1e-4, min_freq=2, metric="acc_matched"),
-    # A small, fast LM setting (6 layers, 8 heads, feed-forward 2,048 as the KNN-similarity blog's code;
-    # batch 32 x 128 tokens and lr 3e-4 are embinit's). The blog's own settings (its repository's config:
-    # sequence 512, batch 12, lr 1e-4, dropout 0.2, pre-norm) are set in tune_configs/blog/.
-    "wikitext2": TaskDefaults("lm", "WikiText-2 language modelling with the GPT-2 tokenizer, perplexity",
-                              epochs=10, batch_size=32, lr=3e-4, min_freq=1, layers=6, ff_dim=2048,
-                              max_len=128, metric="ppl"),
-    # Small generated tasks that a 1-layer model learns in seconds: for tests, demos and benchmarks.
-    "synthetic_translation": TaskDefaults("translation", "generated copy/reverse translation (tests)",
-                                          epochs=5, batch_size=32, lr=1e-3, min_freq=1, layers=1,
-                                          heads=4, ff_dim=64, d_model=32, max_len=32, metric="bleu"),
-    "synthetic_classification": TaskDefaults("classification", "generated keyword classification (tests)",
-                                             epochs=5, batch_size=32, lr=1e-3, min_freq=1, layers=1,
-                                             heads=4, ff_dim=64, d_model=32, max_len=32, metric="acc"),
-    "synthetic_lm": TaskDefaults("lm", "generated repeating-pattern language model (tests)",
-                                 epochs=5, batch_size=16, lr=1e-3, min_freq=1, layers=1, heads=4,
-                                 ff_dim=64, d_model=32, max_len=32, metric="ppl"),
-}
-
-
 # The range of each metric embinit logs, by the last part of its name (`test/bleu` -> `bleu`; a
 # `_matched`/`_mismatched` or `_mean`/`_median` suffix is dropped): confidence intervals are clipped to it.
-# BLEU is sacrebleu's 0-100; accuracies are logged as fractions; a perplexity is exp(loss) >= 1.
+# A task's own metrics declare theirs in the task registry (BLEU is sacrebleu's 0-100; accuracies are
+# logged as fractions); a perplexity is exp(loss) >= 1.
 METRIC_RANGES: dict[str, tuple[float, float]] = {
-    "bleu": (0.0, 100.0), "acc": (0.0, 1.0), "loss": (0.0, math.inf), "ppl": (1.0, math.inf),
+    "loss": (0.0, math.inf), "ppl": (1.0, math.inf),
     "epoch": (1.0, math.inf), "best_epoch": (1.0, math.inf), "wall_time_s": (0.0, math.inf),
     "knn_jaccard": (0.0, 1.0), "knn_overlap": (0.0, 1.0), "coverage": (0.0, 1.0),
 }
 
 
 def metric_range(name: str) -> tuple[float, float]:
-    """(low, high) of a metric from METRIC_RANGES; unbounded for a metric it does not list."""
+    """(low, high) of a metric from METRIC_RANGES and the tasks' ranges; unbounded for one neither lists."""
+    ranges = {**task_metric_ranges(), **METRIC_RANGES}
     base = name.rsplit("/", 1)[-1]
     for suffix in ("_matched", "_mismatched", "_weighted_mean", "_weighted_median", "_mean", "_median"):
         base = base.removesuffix(suffix)
-    if base.endswith("_epoch") and base not in METRIC_RANGES:
+    if base.endswith("_epoch") and base not in ranges:
         base = "epoch"
-    return METRIC_RANGES.get(base, (-math.inf, math.inf))
+    return ranges.get(base, (-math.inf, math.inf))
 
 
 def task_defaults(task: str) -> TaskDefaults:
-    if task not in TASKS:
-        raise unknown_name("task", task, TASKS)
-    return TASKS[task]
+    """A task's defaults (Table 5); an unknown task is an error listing the registered ones."""
+    return task_entry(task).defaults
 
 
 @dataclass

@@ -33,13 +33,14 @@ from typing import Any
 from embinit import completeness as coverage
 from embinit import records, report_baseline, tracking
 from embinit.comparison import t_quantile
-from embinit.config import TASKS, TrialConfig, metric_range
+from embinit.config import TrialConfig, metric_range
 from embinit.formatting import interval, number
 from embinit.records import TrialRecord
 from embinit.report_baseline import DEFAULT_BASELINE
-from embinit.report_plots import curve_metric, label_order, mean_curves, setting_text
+from embinit.report_plots import label_order, mean_curves, setting_text
+from embinit.task_registry import TASKS, reported_metrics
 
-__all__ = ["DEFAULT_BASELINE", "Report", "build_report", "curve_metric", "mean_curves", "summarize", "t_quantile"]
+__all__ = ["DEFAULT_BASELINE", "Report", "build_report", "mean_curves", "summarize", "t_quantile"]
 
 
 def summarize(values: list[float], bounds: tuple[float, float] = (-math.inf, math.inf)) -> dict[str, Any]:
@@ -252,7 +253,7 @@ def _group_rows(gkey: tuple, members: list[_Trial], rows: list, run_ids: dict) -
     chosen = [t for t in members if t.point == point]
     run_ids[gkey] = [t.run_id for t in chosen if t.status in ("finished", "diverged")]
     bad = [t for t in members if t.status == "failed"]
-    for metric in tracking.reported_metrics(task) if task in TASKS else []:
+    for metric in reported_metrics(task) if task in TASKS else []:
         ok = [t for t in chosen if t.status == "finished" and metric in t.metrics]
         epochs = [t.metrics[_epoch_metric(metric)] for t in ok if _epoch_metric(metric) in t.metrics]
         at_last = sum(_best_at_last_epoch(t, metric) for t in ok)

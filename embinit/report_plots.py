@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from embinit import tracking
-from embinit.config import TASKS
+from embinit.task_registry import curve_metric
 
 
 def setting_text(setting: str) -> str:
@@ -27,11 +27,6 @@ def label_order(label: str) -> tuple:
     order = 0 if label == "Xavier" else 4 if label.startswith("Xavier_") else 3 if label.endswith(
         "_Shuffled") else 2 if label.endswith("_Xavier") else 1
     return (order, label)
-
-
-def curve_metric(task: str) -> str:
-    """The validation curve Figure 1 shows: val BLEU for translation, else the task's val metric."""
-    return f"val/{TASKS[task].metric}" if task in TASKS else "val/loss"
 
 
 def _histories(client, run_ids: list[str], metric: str) -> list[dict[int, float]]:

@@ -35,8 +35,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from embinit.config import TASKS
 from embinit.errors import EmbinitError
+from embinit.task_registry import TASKS, primary_metric
 from embinit.run_names import NOTE_TAG, trial_params, trial_run_name
 from embinit.records import (  # noqa: F401 (the tag names and run_status are part of this module's API)
     BLEU_SIGNATURE_TAG, CHECKPOINT_TAG, CONFIG_TAG, ERROR_TAG, EXECUTION_TAG, GROUP_TAG, INIT_TAG, KEY_TAG, KIND_TAG,
@@ -157,28 +157,6 @@ def finished_run(exp_id: str, uri: str | None, key: str):
     """The newest FINISHED run of a trial key, or None."""
     runs = search_runs(exp_id, uri, f"tags.`{KEY_TAG}` = '{key}' and attributes.status = 'FINISHED'")
     return max(runs, key=lambda r: r.info.start_time or 0) if runs else None
-
-
-def primary_metric(task: str) -> str:
-    """The number Table 1 reports for a task: test BLEU at the best-val-loss epoch for translation,
-    test perplexity for LMs, the best validation (dev) metric for classification."""
-    defaults = TASKS[task]
-    return f"best/val/{defaults.metric}" if defaults.kind == "classification" else f"test/{defaults.metric}"
-
-
-def selection_metric(task: str) -> tuple[str, str]:
-    """(validation metric, mode) a search selects points by: val loss for translation (the paper picks
-    checkpoints by it), the reported validation metric otherwise."""
-    defaults = TASKS[task]
-    if defaults.kind == "translation":
-        return "val/loss", "min"
-    return f"val/{defaults.metric}", "min" if defaults.metric == "ppl" else "max"
-
-
-def reported_metrics(task: str) -> list[str]:
-    """Every metric the report shows for a task (MNLI: matched and mismatched)."""
-    first = primary_metric(task)
-    return [first, first.replace("_matched", "_mismatched")] if first.endswith("_matched") else [first]
 
 
 def flat_params(config: dict[str, Any]) -> dict[str, str]:

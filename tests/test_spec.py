@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from embinit.config import TASKS, TrialConfig
+from embinit.config import TrialConfig, task_defaults
 from embinit.errors import EmbinitError
 from embinit.spec import ExperimentSpec, SpecError, load_spec
 
@@ -46,8 +46,8 @@ def test_table5_defaults_apply_and_overrides_win():
     spec = load_spec(base(tasks=["multi30k", {"task": "sst2", "epochs": 2, "lr": 5e-4}], inits=["xavier"],
                           seeds=1, defaults={"precision": "bf16", "epochs": 7}))
     by_task = {t.task: t.resolved() for t in spec.expand()}
-    assert by_task["multi30k"].batch_size == TASKS["multi30k"].batch_size
-    assert by_task["multi30k"].lr == TASKS["multi30k"].lr
+    assert by_task["multi30k"].batch_size == task_defaults("multi30k").batch_size
+    assert by_task["multi30k"].lr == task_defaults("multi30k").lr
     assert by_task["multi30k"].epochs == 7                    # spec-wide default beats Table 5
     assert by_task["sst2"].epochs == 2 and by_task["sst2"].lr == 5e-4  # the task's own beats both
     assert {t.precision for t in by_task.values()} == {"bf16"}

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from embinit import tracking
+from embinit import task_registry, tracking
 from embinit.errors import EmbinitError
 
 pytestmark = pytest.mark.slow  # creating an MLflow SQLite store takes a few seconds
@@ -126,9 +126,9 @@ def test_unknown_experiment_is_a_user_error(store):
 
 
 def test_reported_metrics_per_task():
-    assert tracking.primary_metric("multi30k") == "test/bleu"
-    assert tracking.primary_metric("sst2") == "best/val/acc"
-    assert tracking.reported_metrics("mnli") == ["best/val/acc_matched", "best/val/acc_mismatched"]
-    assert tracking.primary_metric("wikitext2") == "test/ppl"
-    assert tracking.selection_metric("multi30k") == ("val/loss", "min")
-    assert tracking.selection_metric("mnli") == ("val/acc_matched", "max")
+    assert task_registry.primary_metric("multi30k") == "test/bleu"
+    assert task_registry.primary_metric("sst2") == "best/val/acc"
+    assert task_registry.reported_metrics("mnli") == ["best/val/acc_matched", "best/val/acc_mismatched"]
+    assert task_registry.primary_metric("wikitext2") == "test/ppl"
+    assert task_registry.selection_metric("multi30k") == ("val/loss", "min")
+    assert task_registry.selection_metric("mnli") == ("val/acc_matched", "max")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from embinit.config import TASKS
+from embinit.task_registry import TASKS
 from embinit.spec import SpecError, load_spec
 
 ROOT = Path(__file__).resolve().parents[1] / "tune_configs"

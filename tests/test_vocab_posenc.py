@@ -6,7 +6,7 @@ from collections import Counter
 import pytest
 import torch
 
-from embinit.config import TASKS, TrialConfig, task_defaults
+from embinit.config import TrialConfig, task_defaults
 from embinit.errors import EmbinitError
 from embinit.posenc import sinusoidal
 from embinit.vocab import BOS, EOS, PAD, SPECIALS, UNK, Vocab
@@ -88,13 +88,13 @@ def test_trial_key_is_stable_and_ignores_threads_and_device():
     assert a.key() != TrialConfig(task="multi30k", init="glove+standardize", seed=2).key()
     # an explicit default is the same trial as an implicit one
     assert a.key() == TrialConfig(task="multi30k", init="glove+standardize", seed=1,
-                                  lr=TASKS["multi30k"].lr).key()
+                                  lr=task_defaults("multi30k").lr).key()
     assert TrialConfig.from_dict(a.to_dict()) == a
 
 
 def test_trial_config_resolution_and_errors():
     r = TrialConfig(task="sst2").resolved()
-    assert r.epochs == TASKS["sst2"].epochs and r.lr == TASKS["sst2"].lr and r.d_model is None
+    assert r.epochs == task_defaults("sst2").epochs and r.lr == task_defaults("sst2").lr and r.d_model is None
     with pytest.raises(EmbinitError, match="unknown trial config fields"):
         TrialConfig.from_dict({"task": "sst2", "learning_rate": 1})
     with pytest.raises(EmbinitError, match="not a registered task"):

@@ -11,7 +11,7 @@ import statistics
 from collections import Counter
 from pathlib import Path
 
-from embinit.config import TASKS, TrialConfig
+from embinit.config import TrialConfig, task_defaults
 
 
 def trial_lines(spec) -> list[str]:
@@ -41,7 +41,7 @@ def _d_model(cfg: TrialConfig) -> int | str:
             return "D of the pretrained source"
         if d:
             return d
-    return TASKS[cfg.task].d_model
+    return task_defaults(cfg.task).d_model
 
 
 def shape_of(cfg: TrialConfig) -> tuple:
@@ -59,7 +59,7 @@ def _size(shape: tuple) -> str:
     if d % heads:
         heads = min(divisors(d), key=lambda h: (abs(h - heads), -h))
     try:
-        size = model_size(TASKS[task].kind, ModelConfig(d_model=d, heads=heads, layers=layers, ff_dim=ff,
+        size = model_size(task_defaults(task).kind, ModelConfig(d_model=d, heads=heads, layers=layers, ff_dim=ff,
                                                         tie_embeddings=tie))
     except EmbinitError as e:
         return f"? ({e})"

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from embinit.errors import EmbinitError
+from embinit.task_registry import KINDS, kind_code
 from embinit.models.embedding import ModelConfig, TokenEmbedding, divisors, padding_mask
 from embinit.models.encoder import DecoderLM, EncoderClassifier
 from embinit.models.layers import FastDropout, xavier_init_
@@ -25,29 +26,21 @@ __all__ = ["ModelConfig", "EncoderDecoder", "EncoderClassifier", "DecoderLM", "b
            "set_trainable", "set_dropout_generator", "embedding_parameters", "divisors",
            "padding_mask", "TokenEmbedding", "FastDropout"]
 
-_TABLES = {"translation": ("src", "tgt"), "classification": ("tok",), "lm": ("tok",)}
-
-
 def build_model(kind: str, tables: dict[str, torch.Tensor], cfg: ModelConfig, num_labels: int = 0,
                 generator: torch.Generator | None = None, pad_id: int = 0) -> nn.Module:
-    """A model of `kind` with the given embedding tables ("src"/"tgt" or "tok")."""
-    if kind not in _TABLES:
-        raise EmbinitError(f"{kind!r} is not a model kind; choose from {sorted(_TABLES)}")
-    missing = [k for k in _TABLES[kind] if k not in tables]
+    """A model of `kind` with the given embedding tables ("src"/"tgt" or "tok"): the kind's registered
+    model class (embinit.task_registry), built by its `from_tables`."""
+    if kind not in KINDS:
+        raise EmbinitError(f"{kind!r} is not a model kind; choose from {sorted(KINDS)}")
+    sides = KINDS[kind].sides
+    missing = [k for k in sides if k not in tables]
     if missing:
-        raise EmbinitError(f"a {kind} model needs embedding tables {list(_TABLES[kind])}; missing {missing}")
+        raise EmbinitError(f"a {kind} model needs embedding tables {list(sides)}; missing {missing}")
     for name, t in tables.items():
         if t.dim() != 2 or t.shape[1] != cfg.d_model:
             raise EmbinitError(f"the {name!r} embedding table has dimension {t.shape[-1]} but the model's "
                                f"d_model is {cfg.d_model}")
-    if kind == "translation":
-        model = EncoderDecoder(tables["src"], tables["tgt"], cfg, pad_id)
-    elif kind == "classification":
-        if num_labels < 2:
-            raise EmbinitError(f"a classifier needs at least 2 labels, got {num_labels}")
-        model = EncoderClassifier(tables["tok"], cfg, num_labels, pad_id)
-    else:
-        model = DecoderLM(tables["tok"], cfg, pad_id)
+    model = kind_code(kind, "model").from_tables(tables, cfg, num_labels, pad_id)
     xavier_init_(model, generator)
     return model
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from embinit.errors import EmbinitError
 from embinit.models.embedding import ModelConfig, TokenEmbedding, padding_mask
 from embinit.models.layers import EncoderLayer, FastDropout
 
@@ -43,6 +44,12 @@ class EncoderClassifier(_Stack):
         super().__init__(table, cfg, pad_id)
         self.drop = FastDropout(cfg.dropout)
         self.head = nn.Linear(cfg.d_model, num_labels)
+
+    @classmethod
+    def from_tables(cls, tables: dict[str, torch.Tensor], cfg: ModelConfig, num_labels: int, pad_id: int):
+        if num_labels < 2:
+            raise EmbinitError(f"a classifier needs at least 2 labels, got {num_labels}")
+        return cls(tables["tok"], cfg, num_labels, pad_id)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         """ids [B, T] (pairs already joined with <eos>) -> logits [B, num_labels]."""
@@ -77,6 +84,10 @@ class DecoderLM(_Stack):
         super().__init__(table, cfg, pad_id)
         self.output = TiedOutput(self.embed.embedding) if cfg.tie_embeddings else \
             nn.Linear(cfg.d_model, table.shape[0])
+
+    @classmethod
+    def from_tables(cls, tables: dict[str, torch.Tensor], cfg: ModelConfig, num_labels: int, pad_id: int):
+        return cls(tables["tok"], cfg, pad_id)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         """ids [B, T] -> next-token logits [B, T, V]."""

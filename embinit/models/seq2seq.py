@@ -27,6 +27,10 @@ class EncoderDecoder(nn.Module):
         self.dec_norm = nn.LayerNorm(cfg.d_model) if cfg.pre_ln else nn.Identity()
         self.output = nn.Linear(cfg.d_model, tgt_table.shape[0])
 
+    @classmethod
+    def from_tables(cls, tables: dict[str, torch.Tensor], cfg: ModelConfig, num_labels: int, pad_id: int):
+        return cls(tables["src"], tables["tgt"], cfg, pad_id)
+
     def embeddings(self) -> dict[str, nn.Embedding]:
         return {"src": self.src_embed.embedding, "tgt": self.tgt_embed.embedding}
 

@@ -9,8 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from embinit.models import ModelConfig, build_model
-
-_SIDES = {"translation": ("src", "tgt"), "classification": ("tok",), "lm": ("tok",)}
+from embinit.task_registry import kind_entry
 
 
 @dataclass(frozen=True)
@@ -34,7 +33,7 @@ def _count(kind: str, cfg: ModelConfig, rows: dict[str, int], num_labels: int) -
 
 def model_size(kind: str, cfg: ModelConfig, num_labels: int = 2) -> ModelSize:
     """The parameter count of a `kind` model of `cfg`'s shape as body + rows (built on the CPU, once)."""
-    sides = _SIDES[kind]
+    sides = kind_entry(kind).sides
     base = {side: 4 for side in sides}
     at_base = _count(kind, cfg, base, num_labels)
     per_row = {side: _count(kind, cfg, {**base, side: 5}, num_labels) - at_base for side in sides}

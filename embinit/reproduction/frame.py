@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 from embinit import paper
-from embinit.config import TASKS
+from embinit.task_registry import TASKS
 
 if TYPE_CHECKING:
     from embinit.reproduction.export import Section
@@ -54,7 +54,7 @@ def title_block(preamble: str, head: list[str]) -> list[str]:
 # ---- the budget of a verdict
 
 def _values(rep: Reproduction, g: Group, key: str) -> set:
-    default = getattr(TASKS.get(g.task), key, None) if key != "d_model" else None
+    default = getattr(TASKS[g.task].defaults, key, None) if g.task in TASKS else None if key != "d_model" else None
     return {t.config.get(key) if t.config.get(key) is not None else default
             for t in rep.data[g.experiment][0] if t.task == g.task} - {None}
 

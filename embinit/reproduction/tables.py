@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from embinit import paper, tracking
-from embinit.config import TASKS, metric_range
+from embinit.config import metric_range, task_defaults
+from embinit.task_registry import primary_metric
 from embinit.errors import EmbinitError
 from embinit.report import summarize
 from embinit.reproduction.blog import blog_section
@@ -54,7 +55,7 @@ class Reproduction:
     @staticmethod
     def metric(task: str) -> tuple[str, str, float]:
         """(metric, its name, scale to the paper's units)."""
-        m = tracking.primary_metric(task)
+        m = primary_metric(task)
         return (m, "test BLEU", 1.0) if "bleu" in m else (m, "best val. accuracy (%)", 100.0)
 
     def bounds(self, task: str) -> tuple[float, float]:
@@ -74,7 +75,7 @@ class Reproduction:
             trials = [t for t in self.data[g.experiment][0] if t.task == g.task and t.cell == (True, True)]
             if not trials:
                 continue
-            defaults = TASKS[g.task]
+            defaults = task_defaults(g.task)
             cfg = {k: (v if v is not None else getattr(defaults, k, None)) for k, v in trials[0].config.items()}
             seeds = sorted({t.config.get("seed") for t in trials})
             ref = paper.SETTINGS.get((g.task, g.paper_source), {})

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from embinit import bounds
-from embinit.config import HYPERPARAMETERS, TASKS
+from embinit.config import HYPERPARAMETERS, task_defaults
 from embinit.spec.inits import INIT_AXES, InitEntry, init_axis_problem, source_name
 from embinit.spec.models import Hyperparams
-from embinit.spec.planning import is_translation, pretrained_for, trial_config
+from embinit.spec.planning import has_source_table, pretrained_for, trial_config
 
 if TYPE_CHECKING:
     from embinit.spec.experiment import ExperimentSpec
@@ -73,14 +73,14 @@ def _heads_problems(spec: ExperimentSpec) -> list[tuple[str, str]]:
     out = []
     for i, task in enumerate(spec.tasks):
         for j, init in enumerate(spec.inits):
-            sides = [init.tgt] + ([init.src] if init.src is not None and is_translation(task.task) else [])
+            sides = [init.tgt] + ([init.src] if init.src is not None and has_source_table(task.task) else [])
             if any(source_name(v) for v in sides):
                 continue
             cfg = trial_config(spec, task, init, spec.seeds[0])
-            d_model = cfg.d_model or TASKS[task.task].d_model
+            d_model = cfg.d_model or task_defaults(task.task).d_model
             if task.heads is not None and d_model % cfg.heads:
                 out.append((f"tasks[{i}].heads", f"heads={cfg.heads} does not divide d_model={d_model}, the D of "
-                            f"inits[{j}] ({init.label_for(is_translation(task.task))}, no pretrained file to take "
+                            f"inits[{j}] ({init.label_for(has_source_table(task.task))}, no pretrained file to take "
                             "D from); set `d_model` on the task"))
                 break
     return out
@@ -120,7 +120,7 @@ def _value_problems(spec: ExperimentSpec) -> list[tuple[str, str]]:
 def _init_problems(spec: ExperimentSpec) -> list[tuple[str, str]]:
     """Sides the tasks lack, pretrained sources without a file, and inits that duplicate another."""
     problems: list[tuple[str, str]] = []
-    translation = any(is_translation(t.task) for t in spec.tasks)
+    translation = any(has_source_table(t.task) for t in spec.tasks)
     seen: dict[Any, int] = {}
     for i, init in enumerate(spec.inits):
         if init.src is not None and not translation:

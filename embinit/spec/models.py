@@ -8,7 +8,8 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from embinit.bounds import field_limits
-from embinit.config import HYPERPARAMETERS, TASKS
+from embinit.config import HYPERPARAMETERS
+from embinit.task_registry import TASKS
 from embinit.errors import unknown_name
 from embinit.spec.path_fields import PathStr, expand_env
 

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from embinit.config import TASKS, TrialConfig
+from embinit.config import TrialConfig
+from embinit.task_registry import task_kind
 from embinit.spec.inits import InitEntry, family_default, source_name, with_init_axes
 from embinit.spec.models import TaskEntry
 from embinit.spec.path_fields import spec_path
@@ -30,8 +31,9 @@ class PlannedTrial(BaseModel):
     seed: int
 
 
-def is_translation(task: str) -> bool:
-    return TASKS[task].kind == "translation"
+def has_source_table(task: str) -> bool:
+    """Whether the task's kind has a source table of its own (translation): `src_init` applies."""
+    return task_kind(task).two_sided
 
 
 def search_points(spec: ExperimentSpec) -> list[dict[str, Any]]:
@@ -54,7 +56,7 @@ def plan(spec: ExperimentSpec) -> list[PlannedTrial]:
             spec.tasks, spec.inits, axis_points(spec), search_points(spec), spec.seeds):
         cfg = trial_config(spec, task, init, seed, {**axes, **point})
         out.append(PlannedTrial(config=cfg.to_dict(), key=cfg.key(), task=task.task,
-                                label=init.label_for(is_translation(task.task)), axes=axes,
+                                label=init.label_for(has_source_table(task.task)), axes=axes,
                                 point=point, seed=seed))
     return out
 
@@ -83,7 +85,7 @@ def trial_config(spec: ExperimentSpec, task: TaskEntry, init: InitEntry, seed: i
     values.update(overrides)
     if init.side_option("tgt", "oov"):
         values.setdefault("oov", init.side_option("tgt", "oov"))
-    two_sided = init.src is not None and is_translation(task.task)
+    two_sided = init.src is not None and has_source_table(task.task)
     tgt_path = init.pretrained or spec_path(init.side_option("tgt", "pretrained"))
     src_path = init.src_pretrained or spec_path(init.side_option("src", "pretrained"))
     return TrialConfig(task=task.task, init=init.tgt_str(), seed=seed,

@@ -4,7 +4,7 @@ batch schedule go to one Ray trial as a group and train as one fused model (embi
 Grouping key: the trial config without the fields that only set a member's own numbers (seed, data
 seed, init specs, pretrained files, OOV rule, init_from), plus the embedding dimension each side's
 init gives, so GloVe-50d and GloVe-300d trials never share a group. Groups hold at most `max_group`
-trials. Kinds that do not fuse (embinit.train.fused.FUSABLE_KINDS) and token-budget batches
+trials. Kinds that do not fuse (their task-registry entry says `fusable=False`) and token-budget batches
 (max_tokens: the number of steps depends on the data order) stay one trial per Ray trial.
 
 In the worker every member is its own MLflow child run under its own trial key, opened, logged and
@@ -23,7 +23,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from embinit.config import TrialConfig, task_defaults
+from embinit.config import TrialConfig
+from embinit.task_registry import task_kind
 from embinit.errors import EmbinitError
 from embinit.sweep import resume
 from embinit.sweep.reporting import TrialReporter, artifacts
@@ -35,8 +36,7 @@ MEMBER_FIELDS = ("seed", "data_seed", "emb_seed", "init", "src_init", "pretraine
 
 def fuse_key(config: dict[str, Any]) -> str | None:
     """The group a trial config fuses into, None when it runs alone."""
-    from embinit.train.fused import FUSABLE_KINDS
-    if task_defaults(config["task"]).kind not in FUSABLE_KINDS or config.get("max_tokens"):
+    if not task_kind(config["task"]).fusable or config.get("max_tokens"):
         return None
     shared = {k: v for k, v in config.items() if k not in MEMBER_FIELDS}
     shared["dims"] = _dims(config)
@@ -47,7 +47,7 @@ def _dims(config: dict[str, Any]) -> list:
     """The embedding dimension each side's init implies (None: random, D comes from the config)."""
     from embinit.init import parse_init_spec, source_dim
     sides = [(config["init"], config.get("pretrained"))]
-    if task_defaults(config["task"]).kind == "translation":
+    if task_kind(config["task"]).two_sided:
         sides.append((config.get("src_init") or config["init"],
                       config.get("src_pretrained") or config.get("pretrained")))
     try:

@@ -1,4 +1,8 @@
-"""RawData -> tokenized, numericalized splits and vocabularies (the part of loading worth caching)."""
+"""RawData -> tokenized, numericalized splits and vocabularies (the part of loading worth caching).
+
+Each kind's builder (the kind registry's `build`) takes the raw data, a tokenizer backend per embedding
+side ({"src", "tgt"} or {"tok"}), min_freq, max_len and full_vocab, and returns the payload `load_task`
+caches."""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ import json
 from collections import Counter
 
 from embinit.errors import EmbinitError
+from embinit.task_registry import kind_code, kind_entry
 from embinit.tasks.raw import RawData
 from embinit.tasks.tokenization import Backend, TokenizerSpec
 from embinit.vocab import EOS, SPECIALS, UNK, Vocab
@@ -42,7 +47,8 @@ def _vocab(counter: Counter, min_freq: int, backend: Backend, full: bool) -> tup
         f"the tokenizer's full vocabulary ({len(own)} tokens) + specials"
 
 
-def build_translation(raw: RawData, src: Backend, tgt: Backend, min_freq: int, max_len: int) -> dict:
+def build_translation(raw: RawData, tok: dict[str, Backend], min_freq: int, max_len: int, full_vocab: bool) -> dict:
+    src, tgt = tok["src"], tok["tgt"]
     tokenized = {s: (src.tokenize_batch([a for a, _ in rows]), tgt.tokenize_batch([b for _, b in rows]))
                  for s, rows in raw.splits.items()}
     src_vocab, rule = _vocab(Counter(t for toks in tokenized["train"][0] for t in toks), min_freq, src, False)
@@ -61,7 +67,9 @@ def build_translation(raw: RawData, src: Backend, tgt: Backend, min_freq: int, m
             "num_labels": None, "info": {**info, "vocab_rule": rule, "references_lowercased": tgt.lowercases}}
 
 
-def build_classification(raw: RawData, tok: Backend, min_freq: int, max_len: int) -> dict:
+def build_classification(raw: RawData, tok: dict[str, Backend], min_freq: int, max_len: int,
+                         full_vocab: bool) -> dict:
+    tok = tok["tok"]
     tokenized = {}
     for split, rows in raw.splits.items():
         columns = [tok.tokenize_batch([row[c] for row in rows]) for c in range(len(rows[0]) - 1)] \
@@ -80,9 +88,10 @@ def build_classification(raw: RawData, tok: Backend, min_freq: int, max_len: int
                                                 "label_names": list(map(str, labels))}}
 
 
-def build_lm(raw: RawData, tok: Backend, min_freq: int, full_vocab: bool) -> dict:
+def build_lm(raw: RawData, tok: dict[str, Backend], min_freq: int, max_len: int, full_vocab: bool) -> dict:
     """One stream per split: each line's tokens then <eos>, blank lines too (WikiText's convention, as in
     PyTorch's word_language_model). Not truncated."""
+    tok = tok["tok"]
     tokenized = {s: tok.tokenize_batch(lines) for s, lines in raw.splits.items()}
     vocab, rule = _vocab(Counter(t for toks in tokenized["train"] for t in toks), min_freq, tok, full_vocab)
     stats, splits, eos = _Stats(), {}, vocab.stoi[EOS]
@@ -116,13 +125,10 @@ def build(raw: RawData, src_spec: TokenizerSpec | None, tgt_spec: TokenizerSpec,
             backends[key] = spec.load()
         return backends[key]
 
+    sides = kind_entry(raw.kind).sides
     tgt = load(tgt_spec)
-    if raw.kind == "translation":
-        out = build_translation(raw, load(src_spec), tgt, min_freq, max_len)
-    elif raw.kind == "classification":
-        out = build_classification(raw, tgt, min_freq, max_len)
-    else:
-        out = build_lm(raw, tgt, min_freq, full_vocab)
+    tokenizers = {side: tgt if side == sides[-1] else load(src_spec) for side in sides}
+    out = kind_code(raw.kind, "build")(raw, tokenizers, min_freq, max_len, full_vocab)
     out["eval_splits"] = list(raw.eval_splits)
     # info["lowercase"]: whether the text the model sees is lowercased (the effective value, detected for
     # sub-word tokenizers); BLEU reads it to compare case-insensitively.

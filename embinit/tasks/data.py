@@ -45,3 +45,32 @@ class TaskData:
             if tok not in (PAD, BOS):
                 tokens.append(tok)
         return self.detokenize(tokens)
+
+
+# A side's training split as id sequences, per kind (the kind registry's `text`; what the `focus` OOV
+# rule learns its similarities from).
+
+def _train(data: TaskData) -> list:
+    return data.splits["train"] if "train" in data.splits else next(iter(data.splits.values()))
+
+
+def pair_text(data: TaskData, side: str) -> list[list[int]]:
+    """Translation pairs: the source or the target sentences."""
+    return [list(pair[0 if side == "src" else 1]) for pair in _train(data)]
+
+
+def labelled_text(data: TaskData, side: str) -> list[list[int]]:
+    """Classification: every text (both of a pair)."""
+    return [list(text) for item in _train(data) for text in item[:-1]]
+
+
+def stream_text(data: TaskData, side: str) -> list[list[int]]:
+    """An LM stream cut at `<eos>`."""
+    eos, out, line = data.vocab.index("<eos>"), [], []
+    for t in _train(data):
+        if t == eos:
+            out.append(line)
+            line = []
+        else:
+            line.append(t)
+    return out + ([line] if line else [])

@@ -14,25 +14,11 @@ from urllib.parse import urlparse
 
 from embinit.errors import EmbinitError
 from embinit.hf_cache import datasets_cache, hub_cache, set_flag
-from embinit.tasks.raw import LAYOUTS, RawData, label_id
-
-# task -> (hub path, config, {hub split: source split}, text columns)
-HUB: dict[str, tuple[str, str | None, dict[str, str], tuple[str, ...]]] = {
-    "multi30k": ("bentrevett/multi30k", None, {"train": "train", "validation": "val", "test": "test"},
-                 ("de", "en")),
-    "iwslt2017": ("iwslt2017", "iwslt2017-de-en", {"train": "train", "validation": "val", "test": "test"},
-                  ("de", "en")),
-    "sst2": ("glue", "sst2", {"train": "train", "validation": "dev"}, ("sentence",)),
-    "mnli": ("glue", "mnli", {"train": "train", "validation_matched": "dev_matched",
-                              "validation_mismatched": "dev_mismatched"}, ("premise", "hypothesis")),
-    "wikitext2": ("wikitext", "wikitext-2-raw-v1", {"train": "train", "validation": "valid", "test": "test"},
-                  ("text",)),
-}
-
+from embinit.task_registry import load, task_entry, task_kind
+from embinit.tasks.raw import RawData, label_id
 
 def hub_name(task: str) -> str:
-    path, config, _, _ = HUB[task]
-    return f"{path}/{config}" if config else path
+    return task_entry(task).hub.name
 
 
 def _load_dataset(path: str, config: str | None) -> Any:
@@ -74,9 +60,9 @@ def _no_data(task: str, splits: dict[str, str], looked: str, why: str) -> Embini
 def load_hub(task: str, splits: dict[str, str], looked: str) -> RawData:
     """Download (or read from the Hugging Face cache) and convert. `looked` says where local data was
     sought, for the error message when the hub is unreachable too."""
-    path, config, _, _ = HUB[task]
+    hub = task_entry(task).hub
     try:
-        ds = _load_dataset(path, config)
+        ds = _load_dataset(hub.path, hub.config)
     except EmbinitError:
         raise
     except Exception as e:
@@ -86,8 +72,8 @@ def load_hub(task: str, splits: dict[str, str], looked: str) -> RawData:
 
 
 def _needs(task: str, splits: dict[str, str]) -> str:
-    layout = LAYOUTS[task]
-    if layout.kind == "translation":
+    layout = task_entry(task).layout
+    if task_kind(task).two_sided:
         files = ", ".join(f"{layout.files[s][0]}.{{{layout.src_lang},{layout.tgt_lang}}}" for s in splits)
         return files + (" or the unpacked de-en release archive" if task == "iwslt2017" else "")
     return ", ".join(layout.files[s][0] for s in splits.values())
@@ -95,36 +81,44 @@ def _needs(task: str, splits: dict[str, str]) -> str:
 
 def convert(task: str, ds: Mapping[str, Any], splits: dict[str, str], source: str) -> RawData:
     """Hub-shaped dataset -> RawData. `splits` maps TaskData split -> source split (see raw.lm_split_map)."""
-    layout = LAYOUTS[task]
-    _, _, hub_splits, columns = HUB[task]
-    by_source = {ours: hub for hub, ours in hub_splits.items()}
+    entry = task_entry(task)
+    layout, columns, row = entry.layout, entry.hub.columns, load(task_kind(task).hub_row)
+    by_source = {ours: hub for hub, ours in entry.hub.splits.items()}
     out: dict[str, list] = {}
     for split, src_split in splits.items():
         hub_split = by_source[src_split]
         if hub_split not in ds:
             raise EmbinitError(f"{task}: {source} has no split {hub_split!r}; it has {sorted(ds)}")
         where = f"{source} split {hub_split!r}"
-        out[split] = _convert_rows(layout, ds[hub_split], columns, where)
-    evals = [s for s in layout.eval_splits if s in out] if layout.kind != "lm" else \
-        [s for s in ("valid", "test") if s in out]
+        out[split] = _convert_rows(row, layout, ds[hub_split], columns, where)
+    evals = [s for s in layout.eval_splits if s in out]
     return RawData(layout.kind, out, evals, source, list(layout.label_names) or None)
 
 
-def _convert_rows(layout, rows, columns, where) -> list:
+def _convert_rows(convert_row, layout, rows, columns, where) -> list:
     out = []
     for i, row in enumerate(rows):
         try:
-            if layout.kind == "translation":
-                pair = row["translation"] if "translation" in row else row
-                out.append((str(pair[layout.src_lang]).strip(), str(pair[layout.tgt_lang]).strip()))
-            elif layout.kind == "classification":
-                texts = [str(row[c] or "").strip() for c in columns]
-                out.append((*texts, _label(row["label"], layout, f"{where} row {i}")))
-            else:
-                out.append(str(row[columns[0]] or "").strip())
+            out.append(convert_row(row, layout, columns, f"{where} row {i}"))
         except KeyError as e:
             raise EmbinitError(f"{where} row {i}: missing column {e}; it has {sorted(row)}") from None
     return out
+
+
+# One hub row -> one example, per kind (the kind registry's `hub_row`).
+
+def pair_row(row, layout, columns, where: str) -> tuple[str, str]:
+    pair = row["translation"] if "translation" in row else row
+    return str(pair[layout.src_lang]).strip(), str(pair[layout.tgt_lang]).strip()
+
+
+def labelled_row(row, layout, columns, where: str) -> tuple:
+    texts = [str(row[c] or "").strip() for c in columns]
+    return (*texts, _label(row["label"], layout, where))
+
+
+def stream_row(row, layout, columns, where: str) -> str:
+    return str(row[columns[0]] or "").strip()
 
 
 def _label(value, layout, where: str) -> int:

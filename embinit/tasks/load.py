@@ -11,10 +11,11 @@ from typing import Callable
 from embinit import config
 from embinit.content_hash import entry_lock
 from embinit.errors import EmbinitError
+from embinit.task_registry import kind_entry, load, task_entry
 from embinit.tasks import cache, hub, local, synthetic
 from embinit.tasks.build import build
 from embinit.tasks.data import TaskData
-from embinit.tasks.raw import LAYOUTS, RawData, lm_split_map
+from embinit.tasks.raw import RawData, lm_split_map
 from embinit.tasks.tokenization import TokenizerSpec, resolve_tokenizer
 
 DATA_ENV = "EMBINIT_DATA_DIR"
@@ -32,10 +33,11 @@ class Source:
 def locate(task: str, data_dir, splits: dict[str, str], seed: int, noise: float = 0.0, cache_dir=None) -> Source:
     """data_dir (must be complete) -> $EMBINIT_DATA_DIR/<task>/ (must be complete if it exists) -> hub."""
     synthetic.check_noise(task, noise)
-    if task.startswith("synthetic_"):
+    entry = task_entry(task)
+    if entry.generate:
         identity = ["generated", seed] + ([noise] if noise else [])  # noise 0: the same entry as before
-        return Source(None, identity, lambda: synthetic.generate(task, seed, splits, noise))
-    layout = LAYOUTS[task]
+        return Source(None, identity, lambda: load(entry.generate)(task, seed, splits, noise))
+    layout = entry.layout
     if data_dir is not None:
         folder = Path(data_dir).expanduser()
         if not folder.is_dir():
@@ -65,13 +67,14 @@ def _check_args(min_freq, max_train_examples, max_len) -> None:
 
 def _tokenizers(task: str, kind: str, name: str, lowercase: bool, folder: Path | None):
     """(source-side spec or None, target-side spec). spaCy's language: German for the source side of the
-    translation tasks, English everywhere else."""
+    two-sided (translation) tasks, English everywhere else."""
+    entry = task_entry(task)
     if name == "auto":
-        name = "gpt2" if task == "wikitext2" else "spacy"
+        name = entry.tokenizer
     tgt = resolve_tokenizer(name, "en", lowercase, folder)
-    if kind != "translation":
+    if not kind_entry(kind).two_sided:
         return None, tgt
-    src_lang = LAYOUTS[task].src_lang if task in LAYOUTS else "de"
+    src_lang = entry.layout.src_lang if entry.layout else "de"
     return resolve_tokenizer(name, src_lang, lowercase, folder), tgt
 
 
@@ -96,11 +99,12 @@ def plan(task: str, data_dir=None, tokenizer: str = "spacy", min_freq: int = 2,
          cache_dir=None) -> Plan:
     kind = config.task_defaults(task).kind
     _check_args(min_freq, max_train_examples, max_len)
-    splits = lm_split_map(task, kind, train_split, eval_split) or \
-        ({s: s for s in LAYOUTS[task].files} if task in LAYOUTS else None)
+    layout, stream = task_entry(task).layout, kind_entry(kind).stream
+    splits = lm_split_map(task, stream, train_split, eval_split) or \
+        ({s: s for s in layout.files} if layout else None)
     source = locate(task, data_dir, splits, seed, noise, cache_dir or None)
     src_spec, tgt_spec = _tokenizers(task, kind, tokenizer, bool(lowercase), source.folder)
-    full_vocab = kind == "lm" and tgt_spec.name == "gpt2"
+    full_vocab = stream and tgt_spec.name == "gpt2"
     parts = {"task": task, "source": source.identity, "splits": splits, "tokenizer": tgt_spec.identity,
              "src_tokenizer": src_spec.identity if src_spec else None, "min_freq": min_freq,
              "max_train_examples": max_train_examples, "max_len": max_len, "full_vocab": full_vocab,
@@ -115,7 +119,7 @@ def load_task(task: str, data_dir: str | Path | None = None, tokenizer: str = "s
     """Load one task as TaskData (see docs/architecture.md, "tasks").
 
     data_dir: the task's own folder in its raw form; else $EMBINIT_DATA_DIR/<task>/; else the Hugging Face
-      hub (`embinit.tasks.hub.HUB`). tokenizer: "spacy" | "whitespace" | "gpt2" | "auto" (GPT-2 for
+      hub (the task's `Hub` in embinit.task_registry). tokenizer: "spacy" | "whitespace" | "gpt2" | "auto" (GPT-2 for
       wikitext2, spaCy otherwise) | a Hugging Face tokenizer folder or hub id. lowercase: word-level
       tokenizers only (GloVe 6B is uncased). cache_dir: root of embinit's caches (entries go to
       `<root>/tasks`); False disables caching. seed: used by the synthetic tasks only. train_split /
@@ -153,8 +157,8 @@ def _describe(p: Plan, min_freq, max_train_examples, max_len, seed) -> dict:
             "max_train_examples": max_train_examples, "max_len": max_len}
     if p.src_spec is not None:
         info["src_lang"], info["tgt_lang"] = p.src_spec.lang, p.tgt_spec.lang
-    if p.kind == "lm":
+    if kind_entry(p.kind).stream:
         info["split_sources"] = dict(p.splits)
-    if p.task.startswith("synthetic_"):
+    if task_entry(p.task).generate:
         info["seed"] = seed
     return info

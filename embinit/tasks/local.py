@@ -1,4 +1,4 @@
-"""Reading a task from a local folder in its dataset's usual raw form (see `raw.LAYOUTS`).
+"""Reading a task from a local folder in its dataset's usual raw form (its `Layout` in embinit.task_registry).
 
 Lines are split on "\\n" only (never on U+2028, U+0085 or a lone "\\r", which `str.splitlines` would
 treat as line breaks and so silently misalign parallel files).
@@ -9,8 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from embinit.errors import EmbinitError
+from embinit.task_registry import kind_entry, load
+from embinit.task_types import Layout
 from embinit.tasks import iwslt
-from embinit.tasks.raw import Layout, RawData, label_id
+from embinit.tasks.raw import RawData, label_id
 
 
 def _pick(folder: Path, candidates: tuple[str, ...], suffixes: tuple[str, ...]) -> list[Path] | None:
@@ -25,7 +27,8 @@ def _pick(folder: Path, candidates: tuple[str, ...], suffixes: tuple[str, ...]) 
 def find_files(task: str, layout: Layout, folder: Path, splits: dict[str, str]) -> dict[str, list[Path]]:
     """{TaskData split: [paths]} for the source splits `splits` needs; a missing file is an error naming
     every missing file and the folder."""
-    suffixes = (f".{layout.src_lang}", f".{layout.tgt_lang}") if layout.kind == "translation" else ("",)
+    kind = kind_entry(layout.kind)
+    suffixes = (f".{layout.src_lang}", f".{layout.tgt_lang}") if kind.two_sided else ("",)
     if task == "iwslt2017" and iwslt.is_release(folder) and not _pick(folder, ("train",), suffixes):
         return iwslt.release_files(folder, splits, (layout.src_lang, layout.tgt_lang))
     found, missing = {}, []
@@ -38,7 +41,7 @@ def find_files(task: str, layout: Layout, folder: Path, splits: dict[str, str]) 
             found[split] = paths
     if missing:
         hint = ""
-        if layout.kind == "lm" and "train" in splits and splits["train"] == "train":
+        if kind.stream and "train" in splits and splits["train"] == "train":
             hint = " (without a train file, pass train_split='valid', eval_split='test')"
         raise EmbinitError(f"{task}: data folder {folder} lacks {'; '.join(missing)}{hint}")
     return found
@@ -100,19 +103,26 @@ def read_tsv(path: Path, layout: Layout) -> list[tuple]:
 def read_local(task: str, layout: Layout, folder: Path, splits: dict[str, str]) -> RawData:
     """Read the splits (TaskData name -> source name) of `task` from `folder`."""
     files = find_files(task, layout, folder, splits)
-    out: dict[str, list] = {}
-    for split, paths in files.items():
-        if layout.kind == "translation":   # (src, tgt) file pairs; IWSLT's release test set has six
-            pairs = zip(paths[::2], paths[1::2])
-            out[split] = [example for src, tgt in pairs for example in read_parallel(src, tgt)]
-        elif layout.kind == "classification":
-            out[split] = read_tsv(paths[0], layout)
-        else:
-            out[split] = [line.strip() for line in read_lines(paths[0])]
-    evals = [s for s in layout.eval_splits if s in out] if layout.kind != "lm" else \
-        [s for s in ("valid", "test") if s in out]
+    read = load(kind_entry(layout.kind).read_split)
+    out = {split: read(paths, layout) for split, paths in files.items()}
+    evals = [s for s in layout.eval_splits if s in out]
     return RawData(layout.kind, out, evals, str(folder.resolve()), list(layout.label_names) or None,
                    {"files": {s: [p.name for p in ps] for s, ps in files.items()}})
+
+
+# One split's files -> its rows, per kind (the kind registry's `read_split`).
+
+def read_pairs(paths: list[Path], layout: Layout) -> list[tuple[str, str]]:
+    """(src, tgt) file pairs; IWSLT's release test set has six."""
+    return [example for src, tgt in zip(paths[::2], paths[1::2]) for example in read_parallel(src, tgt)]
+
+
+def read_labelled(paths: list[Path], layout: Layout) -> list[tuple]:
+    return read_tsv(paths[0], layout)
+
+
+def read_stream(paths: list[Path], layout: Layout) -> list[str]:
+    return [line.strip() for line in read_lines(paths[0])]
 
 
 def file_identity(task: str, layout: Layout, folder: Path, splits: dict[str, str], cache_dir=None) -> list:

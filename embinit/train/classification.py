@@ -27,6 +27,10 @@ class ClassificationTask:
         self.tracked = [(f"val/acc{self.suffix[s]}", "max") for s in self.eval_splits]
         self._eval_batches: dict[str, list] = {}
 
+    @classmethod
+    def from_setup(cls, setup, autocast) -> "ClassificationTask":
+        return cls(setup.data, setup.cfg, setup.device, autocast, setup.model_cfg.max_positions)
+
     def _join(self, ex) -> tuple[list[int], int]:
         """(ids, label); a sentence pair is joined as `a <eos> b` (the model module explains why)."""
         ids = list(ex[0]) if len(ex) == 2 else list(ex[0]) + [EOS_ID] + list(ex[1])

@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from embinit.config import TrialConfig
+from embinit.task_registry import KINDS, kind_entry
 from embinit.train import checkpoint as ckpt
 from embinit.train.callbacks import TrainContext, fire
 from embinit.train.fused_group import FusedGroup, Lane
@@ -46,9 +47,6 @@ from embinit.train.trial import (
     make_task,
     run_trial,
 )
-
-FUSABLE_KINDS = ("translation",)
-
 
 @dataclass(kw_only=True, eq=False)
 class Member(Lane):
@@ -96,8 +94,9 @@ def run_fused(cfgs: list[TrialConfig], out_dirs=None, callbacks=None, group_call
 def _not_fusable(setups) -> str | None:
     """Why these setups cannot train as one fused model, or None."""
     first = setups[0]
-    if first.data.kind not in FUSABLE_KINDS:
-        return f"{first.data.kind} does not fuse yet (only {list(FUSABLE_KINDS)})"
+    if not kind_entry(first.data.kind).fusable:
+        fusable = [name for name, kind in KINDS.items() if kind.fusable]
+        return f"{first.data.kind} does not fuse yet (only {fusable})"
     shape = {n: p.shape for n, p in first.model.named_parameters()}
     for s in setups[1:]:
         if s.model_cfg != first.model_cfg or {n: p.shape for n, p in s.model.named_parameters()} != shape:

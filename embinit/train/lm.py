@@ -28,6 +28,10 @@ class LMTask:
         self.tracked = [("val/ppl", "min")]
         self._chunks: dict[str, torch.Tensor] = {}
 
+    @classmethod
+    def from_setup(cls, setup, autocast) -> "LMTask":
+        return cls(setup.data, setup.cfg, setup.device, autocast)
+
     def _rows(self, split: str) -> torch.Tensor:
         if split not in self._chunks:
             self._chunks[split] = lm_chunks(self.data.splits[split], self.seq_len)

@@ -24,6 +24,7 @@ from embinit.bounds import BOUNDS
 from embinit.bounds import problem as bound_problem
 from embinit.config import TrialConfig, task_defaults
 from embinit.errors import EmbinitError
+from embinit.task_registry import kind_code, task_entry, task_kind
 from embinit.models import (ModelConfig, build_model, divisors, embedding_parameters,
                             set_dropout_generator, set_trainable)
 from embinit.train.checkpoint import read as read_checkpoint
@@ -124,7 +125,7 @@ def check_config(cfg: TrialConfig) -> TrialConfig:
         problems.append(f"threads must be >= 1, got {rc.threads}")
     if not rc.train_embeddings and rc.freeze_non_embeddings:
         problems.append("train_embeddings=False with freeze_non_embeddings=True leaves nothing to train")
-    if rc.tie_embeddings and task_defaults(rc.task).kind != "lm":
+    if rc.tie_embeddings and not task_kind(rc.task).stream:
         problems.append(f"tie_embeddings applies to language models only; {rc.task!r} is a "
                         f"{task_defaults(rc.task).kind} task")
     if problems:
@@ -153,16 +154,14 @@ def resolve_model_size(cfg: TrialConfig, user_heads: int | None, dims: dict[str,
 
 
 def resolve_tokenizer(cfg: TrialConfig, spec) -> str:
-    """tokenizer="auto": the pretrained model's own tokenizer for a sub-word init; GPT-2 BPE for a
-    language-model task; spaCy words otherwise. The generated synthetic tasks are made of whole words
-    and always use spaCy, so they run offline without GPT-2's files."""
+    """tokenizer="auto": the pretrained model's own tokenizer for a sub-word init, else the task's own
+    (its registry entry: GPT-2 BPE for wikitext2, spaCy words otherwise; the generated synthetic tasks
+    are made of whole words and use spaCy, so they run offline without GPT-2's files)."""
     if cfg.tokenizer != "auto":
         return cfg.tokenizer
     if spec.is_subword:
         return cfg.pretrained or spec.pretrained or spec.source
-    if task_defaults(cfg.task).kind == "lm" and not cfg.task.startswith("synthetic_"):
-        return "gpt2"
-    return "spacy"
+    return task_entry(cfg.task).tokenizer
 
 
 def load_data(cfg: TrialConfig, tokenizer: str, cache_dir):
@@ -183,20 +182,8 @@ def load_data(cfg: TrialConfig, tokenizer: str, cache_dir):
 
 def training_text(data, side: str) -> list[list[int]]:
     """A side's training split as id sequences (what the `focus` OOV rule learns its similarities from):
-    translation pairs per side, classification texts (both of a pair), an LM stream cut at `<eos>`."""
-    train = data.splits["train"] if "train" in data.splits else next(iter(data.splits.values()))
-    if data.kind == "translation":
-        return [list(pair[0 if side == "src" else 1]) for pair in train]
-    if data.kind == "classification":
-        return [list(text) for item in train for text in item[:-1]]
-    eos, out, line = data.vocab.index("<eos>"), [], []
-    for t in train:
-        if t == eos:
-            out.append(line)
-            line = []
-        else:
-            line.append(t)
-    return out + ([line] if line else [])
+    the kind's `text` function (embinit.tasks.data)."""
+    return kind_code(data.kind, "text")(data, side)
 
 
 def load_inputs(cfg: TrialConfig, cache_dir=None, device: torch.device | None = None):
@@ -207,11 +194,11 @@ def load_inputs(cfg: TrialConfig, cache_dir=None, device: torch.device | None = 
 
     rc = check_config(cfg)
     kind = task_defaults(rc.task).kind
-    sides = ("src", "tgt") if kind == "translation" else ("tok",)
+    sides = task_kind(rc.task).sides
     main_side = sides[-1]
     specs = {main_side: parse_init_spec(rc.init)}
     pretrained = {main_side: rc.pretrained}
-    if kind == "translation":
+    if "src" in sides:
         specs["src"] = parse_init_spec(rc.src_init or rc.init)
         pretrained["src"] = rc.src_pretrained or rc.pretrained
     dims = {s: source_dim(specs[s], pretrained[s]) for s in sides}

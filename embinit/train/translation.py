@@ -14,6 +14,7 @@ from embinit.train.batching import bucket_batches, pad
 from embinit.train.bleu import corpus_bleu, detokenize_all, is_lowercased, unk_signature
 from embinit.train.decoding import BOS_ID, EOS_ID, PAD_ID, translate
 from embinit.train.loop import mean_loss, ppl
+from embinit.train.oov_subset import oov_target_ids
 
 
 class TranslationTask:
@@ -31,6 +32,12 @@ class TranslationTask:
         self.tracked = [("val/loss", "min")]       # the criterion: lowest validation loss
         self.lowercase = is_lowercased(getattr(data, "info", {}), data.vocab.tokens)
         self._eval_batches: dict[str, list] = {}
+
+    @classmethod
+    def from_setup(cls, setup, autocast) -> "TranslationTask":
+        task = cls(setup.data, setup.cfg, setup.device, autocast)
+        task.oov_ids = oov_target_ids(setup.tables)   # the oov/* metrics (embinit.train.oov_subset)
+        return task
 
     # batches ---------------------------------------------------------------------------------------
     def _batches(self, split: str, generator=None) -> list[dict]:

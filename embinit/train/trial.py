@@ -17,13 +17,11 @@ import torch
 from embinit.config import TrialConfig
 from embinit.train import checkpoint as ckpt
 from embinit.train.callbacks import TrainContext, fire
-from embinit.train.classification import ClassificationTask
-from embinit.train.lm import LMTask
+from embinit.task_registry import kind_code
 from embinit.train.loop import autocast_for, train_epoch
-from embinit.train.oov_subset import oov_metrics, oov_target_ids
+from embinit.train.oov_subset import oov_metrics
 from embinit.train.result import TrialResult
 from embinit.train.prepare import derive_seed, prepare
-from embinit.train.translation import TranslationTask
 
 
 class BestTracker:
@@ -67,15 +65,9 @@ def make_optimizer(params, lr: float) -> torch.optim.Optimizer:
 
 
 def make_task(setup):
-    cfg, data, dev = setup.cfg, setup.data, setup.device
-    ac = autocast_for(cfg.precision, dev)
-    if data.kind == "translation":
-        task = TranslationTask(data, cfg, dev, ac)
-        task.oov_ids = oov_target_ids(setup.tables)   # the oov/* metrics (embinit.train.oov_subset)
-        return task
-    if data.kind == "classification":
-        return ClassificationTask(data, cfg, dev, ac, setup.model_cfg.max_positions)
-    return LMTask(data, cfg, dev, ac)
+    """The kind's Task (the `Task` protocol, embinit.train.task) for a prepared trial."""
+    ac = autocast_for(setup.cfg.precision, setup.device)
+    return kind_code(setup.data.kind, "task").from_setup(setup, ac)
 
 
 def emb_stats(model, cfg, tables=None) -> dict:

@@ -1,0 +1,174 @@
+"""The task registry: one `TaskEntry` per task name, one `KindEntry` per task kind (embinit.task_types).
+
+A *task* (multi30k, sst2, ...) is data and defaults: its kind, its Table 5 hyperparameters, the ranges
+of its metrics, the metrics the report reads (primary, selection, reported, curve), where its raw data
+lives on disk (`Layout`) and on the Hugging Face hub (`Hub`), or the function that generates it. A
+*kind* (translation, classification, lm) is code: its embedding-table sides, model class, Task class
+(the `Task` protocol, embinit.train.task), its data functions, and whether its trials fuse.
+
+Every module that used to branch on the task or kind reads these entries. Code is referenced as
+"module:attribute" and imported on first use, as in embinit.init.registry, so reading the registry (spec
+validation, the service's catalog) never imports torch. `register_kind` / `register_task` add entries at
+run time (the tests' toy kind), `unregister` removes them. docs/architecture.md, "Adding a task", lists
+the steps.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from embinit.errors import EmbinitError, unknown_name
+from embinit.task_types import (Hub, KindEntry, Layout, TaskDefaults, TaskEntry, classification_task, load,
+                                lm_task, translation_task)
+
+KINDS: dict[str, KindEntry] = {
+    "translation": KindEntry(
+        "encoder-decoder trained with teacher forcing; BLEU", ("src", "tgt"),
+        "embinit.models.seq2seq:EncoderDecoder", "embinit.train.translation:TranslationTask",
+        "embinit.tasks.build:build_translation", "embinit.tasks.data:pair_text",
+        "embinit.tasks.local:read_pairs", "embinit.tasks.hub:pair_row", fusable=True),
+    "classification": KindEntry(
+        "encoder-only classifier; accuracy", ("tok",), "embinit.models.encoder:EncoderClassifier",
+        "embinit.train.classification:ClassificationTask", "embinit.tasks.build:build_classification",
+        "embinit.tasks.data:labelled_text", "embinit.tasks.local:read_labelled",
+        "embinit.tasks.hub:labelled_row"),
+    "lm": KindEntry(
+        "decoder-only language model; perplexity", ("tok",), "embinit.models.encoder:DecoderLM",
+        "embinit.train.lm:LMTask", "embinit.tasks.build:build_lm", "embinit.tasks.data:stream_text",
+        "embinit.tasks.local:read_stream", "embinit.tasks.hub:stream_row", stream=True),
+}
+
+GENERATED = "embinit.tasks.synthetic:generate"
+TASKS: dict[str, TaskEntry] = {
+    # Multi30k task 1 raw files (github.com/multi30k/dataset data/task1/raw, gunzipped).
+    "multi30k": translation_task(
+        TaskDefaults("translation", "Multi30k task 1 de->en, test_2016_flickr BLEU at best val loss",
+                     epochs=20, batch_size=64, lr=2e-4, min_freq=2, metric="bleu"),
+        layout=Layout("translation", {"train": ("train",), "val": ("val",), "test": ("test_2016_flickr",)},
+                      ("val", "test"), src_lang="de", tgt_lang="en"),
+        hub=Hub("bentrevett/multi30k", None, {"train": "train", "validation": "val", "test": "test"},
+                ("de", "en"))),
+    # IWSLT2017 de-en as aligned line files: the dev set may be called val, valid or dev; TaskData always
+    # names it "val", as for Multi30k. The unpacked release (train.tags + XML) is read too: see iwslt.py.
+    "iwslt2017": translation_task(
+        TaskDefaults("translation", "IWSLT2017 de->en, test BLEU at best val loss",
+                     epochs=20, batch_size=128, lr=2e-4, min_freq=5, metric="bleu"),
+        layout=Layout("translation", {"train": ("train",), "val": ("val", "valid", "dev"), "test": ("test",)},
+                      ("val", "test"), src_lang="de", tgt_lang="en"),
+        hub=Hub("iwslt2017", "iwslt2017-de-en", {"train": "train", "validation": "val", "test": "test"},
+                ("de", "en"))),
+    # GLUE SST-2: train.tsv / dev.tsv with header "sentence<TAB>label" (test.tsv has no labels).
+    "sst2": classification_task(
+        TaskDefaults("classification", "GLUE SST-2 sentiment, best dev accuracy",
+                     epochs=5, batch_size=128, lr=1e-4, min_freq=2, metric="acc"),
+        layout=Layout("classification", {"train": ("train.tsv",), "dev": ("dev.tsv",)}, ("dev",),
+                      columns=("sentence", "label"), labels=("0", "1"), label_names=("negative", "positive")),
+        hub=Hub("glue", "sst2", {"train": "train", "validation": "dev"}, ("sentence",))),
+    # GLUE MNLI: the label order is GLUE's / Hugging Face's (entailment 0, neutral 1, contradiction 2).
+    "mnli": classification_task(
+        TaskDefaults("classification", "GLUE MNLI entailment, best dev matched/mismatched accuracy",
+                     epochs=10, batch_size=128, lr=1e-4, min_freq=2, metric="acc_matched"),
+        layout=Layout("classification", {"train": ("train.tsv",), "dev_matched": ("dev_matched.tsv",),
+                                         "dev_mismatched": ("dev_mismatched.tsv",)},
+                      ("dev_matched", "dev_mismatched"), columns=("sentence1", "sentence2", "gold_label"),
+                      labels=("entailment", "neutral", "contradiction"),
+                      label_names=("entailment", "neutral", "contradiction")),
+        hub=Hub("glue", "mnli", {"train": "train", "validation_matched": "dev_matched",
+                                 "validation_mismatched": "dev_mismatched"}, ("premise", "hypothesis"))),
+    # A small, fast LM setting (6 layers, 8 heads, feed-forward 2,048 as the KNN-similarity blog's code;
+    # batch 32 x 128 tokens and lr 3e-4 are embinit's). The blog's own settings (its repository's config:
+    # sequence 512, batch 12, lr 1e-4, dropout 0.2, pre-norm) are set in tune_configs/blog/.
+    # Files: the tokenized v1 release (.tokens) or the raw release (.raw).
+    "wikitext2": lm_task(
+        TaskDefaults("lm", "WikiText-2 language modelling with the GPT-2 tokenizer, perplexity",
+                     epochs=10, batch_size=32, lr=3e-4, min_freq=1, layers=6, ff_dim=2048,
+                     max_len=128, metric="ppl"),
+        layout=Layout("lm", {s: (f"wiki.{s}.tokens", f"wiki.{s}.raw") for s in ("train", "valid", "test")},
+                      ("valid", "test")),
+        hub=Hub("wikitext", "wikitext-2-raw-v1", {"train": "train", "validation": "valid", "test": "test"},
+                ("text",)),
+        tokenizer="gpt2"),
+    # Small generated tasks that a 1-layer model learns in seconds: for tests, demos and benchmarks.
+    "synthetic_translation": translation_task(
+        TaskDefaults("translation", "generated copy/reverse translation (tests)",
+                     epochs=5, batch_size=32, lr=1e-3, min_freq=1, layers=1,
+                     heads=4, ff_dim=64, d_model=32, max_len=32, metric="bleu"), generate=GENERATED),
+    "synthetic_classification": classification_task(
+        TaskDefaults("classification", "generated keyword classification (tests)",
+                     epochs=5, batch_size=32, lr=1e-3, min_freq=1, layers=1,
+                     heads=4, ff_dim=64, d_model=32, max_len=32, metric="acc"), generate=GENERATED),
+    "synthetic_lm": lm_task(
+        TaskDefaults("lm", "generated repeating-pattern language model (tests)",
+                     epochs=5, batch_size=16, lr=1e-3, min_freq=1, layers=1, heads=4,
+                     ff_dim=64, d_model=32, max_len=32, metric="ppl"), generate=GENERATED),
+}
+
+
+def register_kind(name: str, entry: KindEntry) -> None:
+    if name in KINDS:
+        raise EmbinitError(f"task kind {name!r} is already registered")
+    KINDS[name] = entry
+
+
+def register_task(name: str, entry: TaskEntry) -> None:
+    if name in TASKS:
+        raise EmbinitError(f"task {name!r} is already registered")
+    if entry.kind not in KINDS:
+        raise unknown_name("task kind", entry.kind, KINDS)
+    TASKS[name] = entry
+
+
+def unregister(task: str | None = None, kind: str | None = None) -> None:
+    """Remove a task and/or a kind registered at run time (tests clean up with it)."""
+    TASKS.pop(task, None)
+    KINDS.pop(kind, None)
+
+
+def task_entry(task: str) -> TaskEntry:
+    if task not in TASKS:
+        raise unknown_name("task", task, TASKS)
+    return TASKS[task]
+
+
+def kind_entry(kind: str) -> KindEntry:
+    if kind not in KINDS:
+        raise unknown_name("task kind", kind, KINDS)
+    return KINDS[kind]
+
+
+def task_kind(task: str) -> KindEntry:
+    """The kind entry of a task."""
+    return kind_entry(task_entry(task).kind)
+
+
+def kind_code(kind: str, part: str) -> Callable:
+    """A kind's code by its field name ("model", "task", "build", ...), imported now."""
+    return load(getattr(kind_entry(kind), part))
+
+
+def primary_metric(task: str) -> str:
+    """The number Table 1 reports for a task."""
+    return task_entry(task).primary
+
+
+def selection_metric(task: str) -> tuple[str, str]:
+    """(validation metric, mode) a search selects points by."""
+    return task_entry(task).selection
+
+
+def reported_metrics(task: str) -> list[str]:
+    """Every metric the report shows for a task (MNLI: matched and mismatched)."""
+    return list(task_entry(task).reported)
+
+
+def curve_metric(task: str) -> str:
+    """The validation curve Figure 1 shows; val/loss for a task the registry does not know."""
+    return TASKS[task].curve if task in TASKS else "val/loss"
+
+
+def task_metric_ranges() -> dict[str, tuple[float, float]]:
+    """The metric ranges every registered task declares, merged."""
+    out: dict[str, tuple[float, float]] = {}
+    for entry in TASKS.values():
+        out.update(entry.metric_ranges)
+    return out
