@@ -1,0 +1,118 @@
+"""One contract suite over every task kind in the task registry (embinit.task_registry), the built-in
+kinds and a toy fourth kind registered at run time (tests/helpers/toy_task.py): the `Task` protocol
+(embinit.train.task) is met, the loss falls, validation and test give the metrics the registry names,
+the best checkpoint and last.pt round-trip, and trial keys are stable."""
+
+import math
+
+import pytest
+import torch
+from helpers import toy_task
+
+from embinit import task_registry
+from embinit.config import TrialConfig, metric_range
+from embinit.spec import load_spec
+from embinit.train import run_trial
+from embinit.train import checkpoint as ckpt
+from embinit.train.prepare import prepare
+from embinit.train.trial import make_task
+
+torch.set_num_threads(1)
+BUILTIN = {kind: next(t for t, e in task_registry.TASKS.items() if e.kind == kind and e.generate)
+           for kind in task_registry.KINDS}
+CASES = {**BUILTIN, toy_task.KIND: toy_task.TASK}
+# the keys of TrialConfig(task=...) before the task registry existed: the registry changed no key
+KEYS = {"synthetic_translation": "0b73069fde20c25c", "synthetic_classification": "97bbc8d793af8ca5",
+        "synthetic_lm": "df54386992e7a9d3", "multi30k": "da435dcf7592c46e", "iwslt2017": "389a292facbbfac8",
+        "sst2": "d038e5090a920449", "mnli": "7d8aec4f906db2b5", "wikitext2": "066ca70060fae737"}
+METHODS = ("from_setup", "train_batches", "batch_loss", "validate", "test")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def toy():
+    toy_task.register()
+    yield
+    toy_task.unregister()
+    assert toy_task.TASK not in task_registry.TASKS and toy_task.KIND not in task_registry.KINDS
+
+
+def config(task: str, **kw) -> TrialConfig:
+    return TrialConfig(task=task, threads=1, epochs=3, max_train_examples=300, **kw)
+
+
+@pytest.fixture(scope="module")
+def trials(tmp_path_factory):
+    """kind -> (config, result, out_dir): one trained trial per kind, shared by the tests below."""
+    cache, out = tmp_path_factory.mktemp("cache"), tmp_path_factory.mktemp("runs")
+    return {kind: (c := config(task), run_trial(c, out / kind, cache_dir=cache), out / kind, cache)
+            for kind, task in CASES.items()}
+
+
+def test_every_builtin_kind_has_a_generated_task():
+    assert set(BUILTIN) == {"translation", "classification", "lm"}
+
+
+@pytest.mark.parametrize("kind", sorted(CASES))
+def test_kind_entry_code_loads(kind):
+    entry = task_registry.kind_entry(kind)
+    task_cls = task_registry.kind_code(kind, "task")
+    assert all(callable(getattr(task_cls, m, None)) for m in METHODS)
+    assert callable(task_registry.kind_code(kind, "model").from_tables)
+    assert callable(task_registry.kind_code(kind, "build")) and callable(task_registry.kind_code(kind, "text"))
+    assert entry.sides and entry.sides[-1] in ("tgt", "tok")
+
+
+@pytest.mark.parametrize("kind", sorted(CASES))
+def test_loss_falls_and_the_registry_metrics_exist(kind, trials):
+    cfg, result, _, _ = trials[kind]
+    entry = task_registry.task_entry(cfg.task)
+    assert result.status == "finished" and result.best_epoch is not None
+    assert result.history[-1]["train/loss"] < result.history[0]["train/loss"]
+    assert all(entry.selection[0] in h and entry.curve in h for h in result.history)
+    logged = {**result.test, **{f"best/{k}": v for k, v in result.best.items()}}
+    for name in (entry.primary, *entry.reported):
+        low, high = metric_range(name)
+        assert name in logged and low <= logged[name] <= high, (name, logged)
+
+
+@pytest.mark.parametrize("kind", sorted(CASES))
+def test_best_checkpoint_and_last_round_trip(kind, trials):
+    cfg, result, out, cache = trials[kind]
+    s = prepare(cfg, cache)
+    s.model.load_state_dict(ckpt.load_best(out / ckpt.BEST)["model"])
+    task = make_task(s)
+    best = result.history[result.best_epoch - 1]
+    for name, value in task.validate(s.model).items():
+        assert value == pytest.approx(best[name], rel=1e-5, abs=1e-6), name
+    again = task.test(s.model)
+    assert again.keys() == {k for k in result.test if not k.startswith("oov/")} | (
+        {"test/bleu_signature"} if result.bleu_signature else set())
+    for name, value in again.items():
+        if isinstance(value, float) and math.isfinite(value):
+            assert value == pytest.approx(result.test[name], rel=1e-5, abs=1e-6), name
+    resumed = run_trial(cfg, out, cache_dir=cache)   # from last.pt: nothing left to train
+    assert [h["train/loss"] for h in resumed.history] == [h["train/loss"] for h in result.history]
+    assert resumed.best_epoch == result.best_epoch and resumed.test == result.test
+
+
+@pytest.mark.parametrize("kind", sorted(CASES))
+def test_trial_keys_are_stable(kind):
+    task = CASES[kind]
+    key = TrialConfig(task=task).key()
+    assert key == TrialConfig.from_dict(TrialConfig(task=task).to_dict()).key()
+    assert key == TrialConfig(task=task, threads=3, device="cpu").key()
+    assert key != TrialConfig(task=task, seed=1).key()
+    assert key == KEYS.get(task, key)
+    spec = load_spec({"name": "contract", "tasks": [task], "inits": ["xavier"], "seeds": [0]})
+    assert [t.key for t in spec.plan()] == [key]
+
+
+def test_builtin_keys_unchanged():
+    assert {task: TrialConfig(task=task).key() for task in KEYS} == KEYS
+
+
+def test_toy_kind_reads_as_a_task_everywhere():
+    assert task_registry.primary_metric(toy_task.TASK) == "test/exact"
+    assert task_registry.curve_metric(toy_task.TASK) == "val/exact"
+    assert metric_range("test/exact") == (0.0, 1.0)
+    assert not task_registry.task_kind(toy_task.TASK).fusable
