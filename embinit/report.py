@@ -1,6 +1,6 @@
 """Table 1 from MLflow alone: per task x init (x ablation axes), the reported metric's mean (σ) over
 seeds, n, the mean best epoch and a 95% confidence interval (Student's t, clipped to the metric's range
-from `config.METRIC_RANGES`), with failed/diverged counts.
+from `config.metric_range`: `METRIC_RANGES` and the tasks' own ranges), with failed/diverged counts.
 
 Each row is compared with the baseline init's row of the same task, axes and metric (Xavier unless
 `baseline` names another; `embinit.report_baseline`): the difference with a 95% interval, paired on the

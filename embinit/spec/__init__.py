@@ -4,7 +4,7 @@ The same model is used by the CLI (`embinit run SPEC.yaml`), the YAML files in `
 HTTP service. Knob kinds follow Google's tuning playbook: task x init x seed (and the ablation `axes`)
 are *scientific*; `search` holds *nuisance* hyperparameters searched per scientific point with the spec's
 seeds at each search point (best mean selected, the paper's MNLI grid search); everything else is *fixed*
-(per task, Table 5 defaults from `embinit.config.TASKS`).
+(per task, Table 5 defaults from the task registry, `embinit.task_registry`).
 
     name: glove-multi30k
     tasks: [multi30k]                      # or {task: multi30k, epochs: 20, batch_size: 64}
