@@ -9,8 +9,9 @@ lives on disk (`Layout`) and on the Hugging Face hub (`Hub`), or the function th
 Every module that used to branch on the task or kind reads these entries. Code is referenced as
 "module:attribute" and imported on first use, as in embinit.init.registry, so reading the registry (spec
 validation, the service's catalog) never imports torch. `register_kind` / `register_task` add entries at
-run time (the tests' toy kind), `unregister` removes them. docs/architecture.md, "Adding a task", lists
-the steps.
+run time (the tests' toy kind), `unregister` removes them; such an entry exists in that process only (a
+Ray worker imports the registry afresh), so lasting tasks and kinds belong in this module.
+docs/architecture.md, "Adding a task, a task kind or an OOV rule", lists the steps.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ TASKS: dict[str, TaskEntry] = {
         TaskDefaults("translation", "IWSLT2017 de->en, test BLEU at best val loss",
                      epochs=20, batch_size=128, lr=2e-4, min_freq=5, metric="bleu"),
         layout=Layout("translation", {"train": ("train",), "val": ("val", "valid", "dev"), "test": ("test",)},
-                      ("val", "test"), src_lang="de", tgt_lang="en"),
+                      ("val", "test"), src_lang="de", tgt_lang="en", release=True),
         hub=Hub("iwslt2017", "iwslt2017-de-en", {"train": "train", "validation": "val", "test": "test"},
                 ("de", "en"))),
     # GLUE SST-2: train.tsv / dev.tsv with header "sentence<TAB>label" (test.tsv has no labels).

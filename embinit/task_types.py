@@ -77,6 +77,7 @@ class Layout:
     columns: tuple[str, ...] = ()          # TSV: text column(s), then the label column
     labels: tuple[str, ...] = ()           # label values as written in the files, in id order
     label_names: tuple[str, ...] = ()
+    release: bool = False                  # the unpacked IWSLT release (train.tags + XML) is read too
 
 
 @dataclass(frozen=True)

@@ -75,7 +75,7 @@ def _needs(task: str, splits: dict[str, str]) -> str:
     layout = task_entry(task).layout
     if task_kind(task).two_sided:
         files = ", ".join(f"{layout.files[s][0]}.{{{layout.src_lang},{layout.tgt_lang}}}" for s in splits)
-        return files + (" or the unpacked de-en release archive" if task == "iwslt2017" else "")
+        return files + (" or the unpacked de-en release archive" if layout.release else "")
     return ", ".join(layout.files[s][0] for s in splits.values())
 
 

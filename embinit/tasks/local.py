@@ -29,7 +29,7 @@ def find_files(task: str, layout: Layout, folder: Path, splits: dict[str, str]) 
     every missing file and the folder."""
     kind = kind_entry(layout.kind)
     suffixes = (f".{layout.src_lang}", f".{layout.tgt_lang}") if kind.two_sided else ("",)
-    if task == "iwslt2017" and iwslt.is_release(folder) and not _pick(folder, ("train",), suffixes):
+    if layout.release and iwslt.is_release(folder) and not _pick(folder, ("train",), suffixes):
         return iwslt.release_files(folder, splits, (layout.src_lang, layout.tgt_lang))
     found, missing = {}, []
     for split, source in splits.items():
