@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from embinit.errors import EmbinitError
-from embinit.task_registry import TASKS, primary_metric
 from embinit.run_names import NOTE_TAG, trial_params, trial_run_name
+from embinit.task_registry import TASKS, primary_metric
 from embinit.records import (  # noqa: F401 (the tag names and run_status are part of this module's API)
     BLEU_SIGNATURE_TAG, CHECKPOINT_TAG, CONFIG_TAG, ERROR_TAG, EXECUTION_TAG, GROUP_TAG, INIT_TAG, KEY_TAG, KIND_TAG,
     LABEL_TAG, N_TRIALS_TAG, PARENT_TAG, RESUMED_TAG, SEED_TAG, SPEC_HASH_TAG, STATUS_TAG, TASK_TAG, TRAINER_LABEL_TAG,

@@ -11,13 +11,13 @@ from typing import Any
 
 from embinit import paper, tracking
 from embinit.config import metric_range, task_defaults
-from embinit.task_registry import primary_metric
 from embinit.errors import EmbinitError
 from embinit.report import summarize
 from embinit.reproduction.blog import blog_section
 from embinit.reproduction.compare import ci_text, fmt, mean_std
 from embinit.reproduction.beyond import beyond_sections
 from embinit.reproduction.export import Section
+from embinit.task_registry import primary_metric
 from embinit.reproduction.findings import findings_section, similarity_section
 from embinit.reproduction.inputs import (ROLE_TEXT, ROLES, Group, Inputs, Trial, load_artifact_text, load_trials,
                                          role_of)

@@ -9,9 +9,9 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInf
 
 from embinit.bounds import field_limits
 from embinit.config import HYPERPARAMETERS
-from embinit.task_registry import TASKS
 from embinit.errors import unknown_name
 from embinit.spec.path_fields import PathStr, expand_env
+from embinit.task_registry import TASKS
 
 
 # An experiment's name, also the MLflow experiment it logs to: one plain path component (its artifacts

@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 
 from embinit.config import TrialConfig
-from embinit.task_registry import task_kind
 from embinit.spec.inits import InitEntry, family_default, source_name, with_init_axes
 from embinit.spec.models import TaskEntry
 from embinit.spec.path_fields import spec_path
+from embinit.task_registry import task_kind
 
 if TYPE_CHECKING:
     from embinit.spec.experiment import ExperimentSpec

@@ -19,10 +19,9 @@ tests/test_task_contract.py:
 
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol, runtime_checkable
+from typing import Any, Callable, Protocol
 
 
-@runtime_checkable
 class Task(Protocol):
     kind: str
     tracked: list[tuple[str, str]]
