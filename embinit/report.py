@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from embinit import completeness as coverage
-from embinit import records, report_baseline, tracking
+from embinit import mlflow_store, records, report_baseline, run_readers
 from embinit.comparison import t_quantile
 from embinit.config import TASKS, TrialConfig, metric_range
 from embinit.formatting import interval, number
@@ -239,10 +239,10 @@ def build_report(experiment_name: str, tracking_uri: str | None = None, keys: se
 
 
 def _records(experiment: str, uri: str | None, keys: set[str] | None) -> tuple[str, dict[str, _Trial]]:
-    exp_id = tracking.experiment_id(experiment, uri)
+    exp_id = mlflow_store.experiment_id(experiment, uri)
     if exp_id is None:
-        raise tracking.no_experiment(experiment, uri)
-    return exp_id, records.by_key(tracking.trial_records(exp_id, uri), keys)
+        raise mlflow_store.no_experiment(experiment, uri)
+    return exp_id, records.by_key(run_readers.trial_records(exp_id, uri), keys)
 
 
 def _group_rows(gkey: tuple, members: list[_Trial], rows: list, run_ids: dict) -> list[dict[str, Any]]:
@@ -252,7 +252,7 @@ def _group_rows(gkey: tuple, members: list[_Trial], rows: list, run_ids: dict) -
     chosen = [t for t in members if t.point == point]
     run_ids[gkey] = [t.run_id for t in chosen if t.status in ("finished", "diverged")]
     bad = [t for t in members if t.status == "failed"]
-    for metric in tracking.reported_metrics(task) if task in TASKS else []:
+    for metric in run_readers.reported_metrics(task) if task in TASKS else []:
         ok = [t for t in chosen if t.status == "finished" and metric in t.metrics]
         epochs = [t.metrics[_epoch_metric(metric)] for t in ok if _epoch_metric(metric) in t.metrics]
         at_last = sum(_best_at_last_epoch(t, metric) for t in ok)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from embinit import tracking
+from embinit import run_readers
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ class SweepContext:
 
 def work_item(spec, p) -> WorkItem:
     """What a worker needs to train one planned trial `p`: its config, label, group and selection metric."""
-    metric, mode = tracking.selection_metric(p.task)
+    metric, mode = run_readers.selection_metric(p.task)
     if spec.search is not None and spec.search.metric:
         metric, mode = spec.search.metric, spec.search.mode or mode
     return WorkItem(p.config, p.label, p.axes, p.point, (metric, mode), p.key)
