@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from embinit import mlflow_store, records, run_readers, run_writers
+from embinit import mlflow_store, records, run_names, run_readers, run_writers
 from embinit.spec import load_spec
 from embinit.sweep import run_sweep
 from embinit.tasks.synthetic import LEXICON
@@ -46,7 +46,7 @@ def test_a_copied_pretrained_file_reuses_its_trials_and_a_rerun_links_its_sweep(
     sweep = mlflow_store.client(uri).get_run(done.parent_run_id)
     assert sweep.info.run_name == "copied"                                    # named after the spec
     exp = mlflow_store.client(uri).get_experiment(done.experiment_id)
-    assert exp.tags[records.NOTE_TAG] == "GloVe rows, copied file"         # the spec's description
+    assert exp.tags[run_names.NOTE_TAG] == "GloVe rows, copied file"         # the spec's description
     assert {r.info.run_name for r in runs(uri, None)} == {"GloVe-s0", "GloVe-s1"}   # label and seed
     for trial in runs(uri, None):
         assert int(trial.data.params["model_parameters"]) > 0 and trial.data.params["init"] == "GloVe"

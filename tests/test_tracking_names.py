@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from embinit import mlflow_store, records, run_readers, run_writers, trial_run
+from embinit import mlflow_store, records, run_names, run_readers, run_writers, trial_run
 
 pytestmark = pytest.mark.slow  # creating an MLflow SQLite store takes a few seconds
 
@@ -74,6 +74,6 @@ def test_sweep_runs_are_named_after_the_spec_and_its_description_is_the_experime
     assert run_readers.finished_sweep(exp, uri, "0123456789abcdef") == parent
     assert run_readers.finished_sweep(exp, uri, "another-spec") is None
     run_writers.describe_experiment(exp, uri, "GloVe vs Xavier on Multi30k")
-    assert mlflow_store.client(uri).get_experiment(exp).tags[records.NOTE_TAG] == "GloVe vs Xavier on Multi30k"
+    assert mlflow_store.client(uri).get_experiment(exp).tags[run_names.NOTE_TAG] == "GloVe vs Xavier on Multi30k"
     run_writers.describe_experiment(exp, uri, "")   # a spec without one keeps what is there
-    assert mlflow_store.client(uri).get_experiment(exp).tags[records.NOTE_TAG] == "GloVe vs Xavier on Multi30k"
+    assert mlflow_store.client(uri).get_experiment(exp).tags[run_names.NOTE_TAG] == "GloVe vs Xavier on Multi30k"
