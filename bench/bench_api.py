@@ -44,29 +44,29 @@ def populate(work: Path) -> str:
     """1,000 finished trial runs in MLflow and their (succeeded) experiment in the state database."""
     import random
 
-    from embinit import tracking
+    from embinit import mlflow_store, records, run_writers, trial_run
     from embinit.spec import load_spec
     from service.db import Experiment, make_sessionmaker, utcnow
     from service.store import absolute_sqlite_uri
 
     settings = _settings(work)
-    uri = tracking.resolve_uri(settings.tracking_uri)
+    uri = mlflow_store.resolve_uri(settings.tracking_uri)
     spec = load_spec(STORE_SPEC)
     plan = spec.plan()
-    exp_id = tracking.ensure_experiment(spec.experiment_name(), uri)
-    parent = tracking.start_parent_run(exp_id, uri, spec.spec_hash(), spec.to_yaml(), len(plan))
-    client, rng = tracking.client(uri), random.Random(0)
+    exp_id = mlflow_store.ensure_experiment(spec.experiment_name(), uri)
+    parent = run_writers.start_parent_run(exp_id, uri, spec.spec_hash(), spec.to_yaml(), len(plan))
+    client, rng = mlflow_store.client(uri), random.Random(0)
     from mlflow.entities import Metric
     t0 = time.time()
     for p in plan:
         # parent None: TrialRun.open then skips its look-up of an unfinished run (slow at 1,000 runs)
-        run = tracking.TrialRun.open(uri, exp_id, None, p.config, p.key, p.label, {"axes": {}, "point": {}})
-        client.set_tag(run.run_id, tracking.PARENT_TAG, parent)
+        run = trial_run.TrialRun.open(uri, exp_id, None, p.config, p.key, p.label, {"axes": {}, "point": {}})
+        client.set_tag(run.run_id, records.PARENT_TAG, parent)
         now = int(time.time() * 1000)
         acc = 0.5 + 0.4 * rng.random()
         client.log_batch(run.run_id, metrics=[Metric("best/val/acc", acc, now, 0), Metric("best_epoch", 3, now, 0),
                                               Metric("val/acc", acc, now, 3), Metric("val/loss", 1 - acc, now, 3)])
-        client.set_tag(run.run_id, tracking.STATUS_TAG, "finished")
+        client.set_tag(run.run_id, records.STATUS_TAG, "finished")
         client.set_terminated(run.run_id, "FINISHED")
     client.set_terminated(parent, "FINISHED")
     print(f"populated {len(plan)} finished runs in {time.time() - t0:.0f} s", flush=True)

@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from embinit import tracking
+from embinit import mlflow_store, records
 from embinit.spec import load_spec
 from embinit.sweep import run_sweep
 from machine import cpu_model  # bench/machine.py
@@ -37,8 +37,8 @@ def machine() -> dict:
 
 
 def child_runs(name: str, uri: str) -> list:
-    exp = tracking.experiment_id(name, uri)
-    return [r for r in tracking.search_runs(exp, uri) if tracking.KEY_TAG in r.data.tags]
+    exp = mlflow_store.experiment_id(name, uri)
+    return [r for r in mlflow_store.search_runs(exp, uri) if records.KEY_TAG in r.data.tags]
 
 
 def own_times(name: str, uri: str) -> list[float]:
@@ -48,7 +48,7 @@ def own_times(name: str, uri: str) -> list[float]:
 def sweep(spec_data: dict, tmp: Path, timeline: dict | None = None) -> tuple[float, list[float]]:
     uri = f"sqlite:///{tmp}/{spec_data['name']}.db"
     spec = load_spec({**spec_data, "mlflow": {**spec_data.get("mlflow", {}), "tracking_uri": uri}})
-    tracking.ensure_experiment(spec.name, uri)     # store creation is not per-trial overhead
+    mlflow_store.ensure_experiment(spec.name, uri)     # store creation is not per-trial overhead
     t0, epoch0 = time.perf_counter(), time.time()
     result = run_sweep(spec, progress=False, storage_path=str(tmp / "ray"))
     wall = time.perf_counter() - t0

@@ -58,5 +58,5 @@ def next_steps(experiment: str, tracking_uri: str, plot_dir: str = "plots/") -> 
 
 
 def default_uri() -> str:
-    from embinit.tracking import resolve_uri
+    from embinit.mlflow_store import resolve_uri
     return resolve_uri(None)

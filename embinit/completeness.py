@@ -86,17 +86,17 @@ def planned_in_mlflow(exp_id: str, uri: str | None) -> list[dict[str, Any]] | No
     import tempfile
     from pathlib import Path
 
-    from embinit import tracking
+    from embinit import mlflow_store, run_readers
     from embinit.spec import load_spec
-    runs = tracking.search_runs(exp_id, uri, f"tags.`{tracking.KIND_TAG}` = 'sweep'")
+    runs = run_readers.sweep_records(exp_id, uri)
     if not runs:
         return None
-    newest = max(runs, key=lambda r: r.info.start_time or 0)
+    newest = max(runs, key=lambda r: r.start_ms)
     quiet = os.environ.get(PROGRESS_BAR)
     os.environ[PROGRESS_BAR] = "false"   # no "Downloading artifacts" bar above the report
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            path = tracking.client(uri).download_artifacts(newest.info.run_id, "spec.yaml", tmp)
+            path = mlflow_store.client(uri).download_artifacts(newest.run_id, "spec.yaml", tmp)
             spec = load_spec(Path(path).read_text())
         if spec.search is not None and spec.search.method == "optuna":
             return None

@@ -73,12 +73,13 @@ def collect(argv: list[str] | None = None) -> dict[str, str]:
 
 def record(run_id: str, uri: str, tags: dict[str, str] | None = None) -> None:
     """Tag the sweep run `run_id` with how it is run (`collect()` unless `tags` are given)."""
-    from embinit import tracking
-    c = tracking.client(uri)
+    from embinit import mlflow_store
+    c = mlflow_store.client(uri)
     for name, value in (tags or collect()).items():
-        tracking.retry(lambda n=name, v=value: c.set_tag(run_id, n, v))
+        mlflow_store.retry(lambda n=name, v=value: c.set_tag(run_id, n, v))
 
 
-def read(run) -> dict[str, str]:
-    """{command, machine, version, commit} of an MLflow run, "not recorded" where it lacks a tag."""
-    return {field: run.data.tags.get(tag) or NOT_RECORDED for field, tag in TAGS.items()}
+def read(tags: dict[str, str]) -> dict[str, str]:
+    """{command, machine, version, commit} from a run's tags (a record's `tags`), "not recorded" where
+    it lacks one."""
+    return {field: tags.get(tag) or NOT_RECORDED for field, tag in TAGS.items()}

@@ -2,8 +2,8 @@
 for a trial key.
 
 Every reader of trials (the report, the reproduction, the sweep's result, the Optuna resume, the
-service) goes through `from_runs` and `by_key`; `embinit.tracking` searches MLflow and writes runs with
-the tag names below. This module imports neither MLflow nor torch.
+service) goes through `from_runs` and `by_key`; `embinit.run_readers` searches MLflow and
+`embinit.trial_run` writes runs with the tag names below. This module imports neither MLflow nor torch.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-# Tags of a trial's child run (see embinit.tracking for the whole layout).
+# Tags of a trial's child run (see embinit.trial_run for the whole layout).
 KEY_TAG, LABEL_TAG, STATUS_TAG = "embinit.trial_key", "embinit.label", "embinit.status"
 TASK_TAG, SEED_TAG, CONFIG_TAG, ERROR_TAG = "embinit.task", "embinit.seed", "embinit.config", "embinit.error"
 GROUP_TAG = "embinit.group"  # JSON of the ablation-axis and search-point values (report grouping)
@@ -65,6 +65,7 @@ class TrialRecord:
     start_ms: int = 0
     end_ms: int | None = None
     resume_epoch: int | None = None  # an unfinished run whose checkpoint after this epoch is kept
+    device: str | None = None        # where it trained (`DEVICE_TAG`), once training started
 
     @property
     def resumable(self) -> bool:
@@ -95,7 +96,8 @@ def from_run(run) -> TrialRecord | None:
                        json.loads(tags.get(GROUP_TAG, "{}")), dict(run.data.metrics),
                        int(seed) if seed is not None and seed.lstrip("-").isdigit() else None,
                        tags.get(ERROR_TAG), tags.get(PARENT_TAG), run.info.start_time or 0, run.info.end_time,
-                       int(kept) if kept.isdigit() and status not in ("finished", "diverged") else None)
+                       int(kept) if kept.isdigit() and status not in ("finished", "diverged") else None,
+                       tags.get(DEVICE_TAG))
 
 
 def from_runs(runs: Iterable) -> list[TrialRecord]:

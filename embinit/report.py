@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from embinit import completeness as coverage
-from embinit import records, report_baseline, tracking
+from embinit import mlflow_store, records, report_baseline, run_readers
 from embinit.comparison import t_quantile
 from embinit.config import TrialConfig, metric_range
 from embinit.formatting import interval, number
@@ -240,10 +240,10 @@ def build_report(experiment_name: str, tracking_uri: str | None = None, keys: se
 
 
 def _records(experiment: str, uri: str | None, keys: set[str] | None) -> tuple[str, dict[str, _Trial]]:
-    exp_id = tracking.experiment_id(experiment, uri)
+    exp_id = mlflow_store.experiment_id(experiment, uri)
     if exp_id is None:
-        raise tracking.no_experiment(experiment, uri)
-    return exp_id, records.by_key(tracking.trial_records(exp_id, uri), keys)
+        raise mlflow_store.no_experiment(experiment, uri)
+    return exp_id, records.by_key(run_readers.trial_records(exp_id, uri), keys)
 
 
 def _group_rows(gkey: tuple, members: list[_Trial], rows: list, run_ids: dict) -> list[dict[str, Any]]:

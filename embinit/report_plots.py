@@ -9,8 +9,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from embinit import tracking
 from embinit.task_registry import curve_metric
+from embinit.run_readers import metric_history
 
 
 def setting_text(setting: str) -> str:
@@ -29,16 +29,9 @@ def label_order(label: str) -> tuple:
     return (order, label)
 
 
-def _histories(client, run_ids: list[str], metric: str) -> list[dict[int, float]]:
-    """Per run, its metric per epoch (the last value logged at each step: a resumed trial may have
-    logged an epoch twice)."""
-    out = []
-    for run_id in run_ids:
-        last: dict[int, float] = {}
-        for m in sorted(client.get_metric_history(run_id, metric), key=lambda m: m.timestamp):
-            last[m.step] = m.value
-        out.append(last)
-    return out
+def _histories(uri: str | None, run_ids: list[str], metric: str) -> list[dict[int, float]]:
+    """Per run, its metric per epoch (`run_readers.metric_history`: one value per step)."""
+    return [metric_history(uri, run_id, metric).by_step for run_id in run_ids]
 
 
 def mean_curves(report: Any, out_dir: Path) -> list[Path]:
@@ -46,7 +39,6 @@ def mean_curves(report: Any, out_dir: Path) -> list[Path]:
     the mean over seeds with the seeds' band (embinit.sweep.plots.figure1)."""
     from embinit.sweep.plots import figure1  # matplotlib only where a figure is drawn
     out_dir.mkdir(parents=True, exist_ok=True)
-    client = tracking.client(report.tracking_uri)
     figures: dict[tuple, list] = defaultdict(list)
     for (task, label, axes, setting), run_ids in report.run_ids.items():
         figures[(task, axes)].append((label + setting_text(setting), run_ids))
@@ -54,7 +46,8 @@ def mean_curves(report: Any, out_dir: Path) -> list[Path]:
     for (task, axes), lines in sorted(figures.items()):
         lines = sorted(lines, key=lambda x: label_order(x[0]))
         metrics = [curve_metric(task)] + (["val/loss"] if curve_metric(task) != "val/loss" else [])
-        panels = [(m, {label: _histories(client, run_ids, m) for label, run_ids in lines}) for m in metrics]
+        panels = [(m, {label: _histories(report.tracking_uri, run_ids, m) for label, run_ids in lines})
+                  for m in metrics]
         if not any(h for _, by_label in panels for hs in by_label.values() for h in hs):
             continue  # nothing finished yet (e.g. a cancelled sweep)
         suffix = "" if axes == "{}" else " " + axes

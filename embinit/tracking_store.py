@@ -18,7 +18,7 @@ from pathlib import Path
 
 from embinit.content_hash import file_lock
 from embinit.errors import EmbinitError
-from embinit.tracking import resolve_uri
+from embinit.mlflow_store import resolve_uri
 
 log = logging.getLogger("embinit.tracking")
 DATABASE_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql")

@@ -80,15 +80,15 @@ class _NodeTag:
         import socket
 
         import ray
-        from embinit import tracking
+        from embinit import mlflow_store
         from embinit.sweep.reporting import trial_run_id
 
         run_id = trial_run_id(ctx.out_dir)
         if run_id is None:
             return
-        client = tracking.client(self.tracking_uri)
-        tracking.retry(lambda: client.set_tag(run_id, NODE_TAG, ray.util.get_node_ip_address()))
-        tracking.retry(lambda: client.set_tag(run_id, HOST_TAG, socket.gethostname()))
+        client = mlflow_store.client(self.tracking_uri)
+        mlflow_store.retry(lambda: client.set_tag(run_id, NODE_TAG, ray.util.get_node_ip_address()))
+        mlflow_store.retry(lambda: client.set_tag(run_id, HOST_TAG, socket.gethostname()))
 
 
 def node_tagger(tracking_uri: str, _cfg) -> list:

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from embinit import records
-from embinit.tracking import experiment_records, resolve_uri, trial_row
+from embinit.mlflow_store import resolve_uri
+from embinit.run_readers import experiment_records, trial_row
 
 
 # The layout of a stored report (`Experiment.report`): one stored by an older layout is built again.
@@ -69,16 +70,15 @@ CLOCK_SLACK_S = 60
 def sweep_runs(exp) -> set[str]:
     """Ids of the sweep (parent) runs this experiment's drivers started: its spec's, since it was
     submitted."""
-    from embinit import tracking
+    from embinit import mlflow_store, run_readers
 
-    exp_id = tracking.experiment_id(exp.mlflow_experiment, exp.tracking_uri)
+    exp_id = mlflow_store.experiment_id(exp.mlflow_experiment, exp.tracking_uri)
     if exp_id is None:
         return set()
     since = int((exp.created_at.timestamp() - CLOCK_SLACK_S) * 1000)
-    runs = tracking.search_runs(exp_id, exp.tracking_uri, f"tags.`{records.KIND_TAG}` = 'sweep' and "
-                                f"tags.`{records.SPEC_HASH_TAG}` = '{exp.spec_hash}' and "
-                                f"attributes.start_time >= {since}")
-    return {r.info.run_id for r in runs}
+    runs = run_readers.sweep_records(exp_id, exp.tracking_uri, f"tags.`{records.SPEC_HASH_TAG}` = "
+                                     f"'{exp.spec_hash}' and attributes.start_time >= {since}")
+    return {r.run_id for r in runs}
 
 
 class ResultStore:
@@ -127,27 +127,27 @@ class ResultStore:
         """Close what this experiment left RUNNING in MLflow although its driver is gone: its trial runs
         (one that keeps a checkpoint says that a rerun resumes it, and stays resumable) and its sweep
         (parent) runs. Returns how many trial runs were closed."""
-        from embinit import tracking
+        from embinit import mlflow_store, run_readers, run_writers
 
-        exp_id = tracking.experiment_id(exp.mlflow_experiment, exp.tracking_uri)
+        exp_id = mlflow_store.experiment_id(exp.mlflow_experiment, exp.tracking_uri)
         if exp_id is None:
             return 0
         keys = set(exp.trial_keys)
-        orphans = [r for r in tracking.search_runs(exp_id, exp.tracking_uri, "attributes.status = 'RUNNING'")
-                   if r.data.tags.get(records.KEY_TAG) in keys]
-        for run in orphans:
-            tracking.close_run(exp.tracking_uri, run, reason, status)
-        tracking.close_sweeps(exp_id, exp.tracking_uri, exp.spec_hash, reason, status)
+        orphans = [r for r in run_readers.trial_records(exp_id, exp.tracking_uri, "attributes.status = 'RUNNING'")
+                   if r.key in keys]
+        for rec in orphans:
+            run_writers.close_run(exp.tracking_uri, rec, reason, status)
+        run_writers.close_sweeps(exp_id, exp.tracking_uri, exp.spec_hash, reason, status)
         return len(orphans)
 
     def has_experiment(self, name: str) -> bool:
         """Whether the MLflow store has an experiment of this name."""
-        from embinit.tracking import experiment_id
+        from embinit.mlflow_store import experiment_id
 
         return experiment_id(name, self.tracking_uri) is not None
 
     def experiment_id(self, exp) -> str | None:
-        from embinit.tracking import experiment_id
+        from embinit.mlflow_store import experiment_id
 
         return experiment_id(exp.mlflow_experiment, exp.tracking_uri)
 

@@ -173,17 +173,17 @@ def test_vector_file_words_with_spaces_and_header(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_analogy_log_experiment_records_every_row_in_mlflow(files, tmp_path, capsys):
-    from embinit import tracking
+    from embinit import run_readers
     glove, questions = files
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     assert main(["analogy", "--embeddings", str(glove), "--questions", str(questions), "--table4", "--seed", "3",
                  "--max-len", "50", "--tracking-uri", uri, "--log-experiment", "t4"]) == 0
     assert "logged to MLflow run" in capsys.readouterr().out
-    (run,) = tracking.analysis_runs("t4", uri, "analogy")
-    m = run.data.metrics
+    (run,) = run_readers.analysis_records("t4", uri, "analogy")
+    m = run.metrics
     assert (m["analogy/raw/correct"], m["analogy/raw/total"]) == (6.0, 6.0)
     assert "analogy/standardize.pe/correct" in m and "analogy/scale.pe/total" in m
-    assert run.data.params["seed"] == "3" and run.data.params["max_len"] == "50"
+    assert run.params["seed"] == "3" and run.params["max_len"] == "50"
     # the Table-4 evidence: σ(words)/σ(PE) per encoding row and the ratio sweep in result.json
     assert m["analogy/pe/pe_ratio"] > 0 and "analogy/standardize/pe_ratio" not in m
     assert "analogy/standardize.scale.pe/correct" in m and "analogy/pe.standardize/correct" in m
@@ -192,7 +192,7 @@ def test_analogy_log_experiment_records_every_row_in_mlflow(files, tmp_path, cap
     result = json.loads(load_artifact_text(run, "result.json"))
     assert [r["ratio"] for r in result["ratio_sweep"]][:2] == [0.03, 0.1]
     assert all(r["total"] == 6 for r in result["ratio_sweep"]) and result["ratio_sweep"][-1]["correct"] == 6
-    assert tracking.analysis_runs("missing", uri, "analogy") == []
+    assert run_readers.analysis_records("missing", uri, "analogy") == []
 
 
 def test_similarity_reports_the_blogs_score_beside_jaccard(tmp_path, capsys):

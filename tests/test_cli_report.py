@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from embinit import tracking
+from embinit import mlflow_store, trial_run
 from embinit.cli import main
 
 pytestmark = pytest.mark.slow  # creates an MLflow SQLite store
@@ -17,9 +17,9 @@ pytestmark = pytest.mark.slow  # creates an MLflow SQLite store
 @pytest.fixture(scope="module")
 def uri(tmp_path_factory):
     uri = f"sqlite:///{tmp_path_factory.mktemp('mlflow')}/mlflow.db"
-    exp = tracking.ensure_experiment("cli", uri)
+    exp = mlflow_store.ensure_experiment("cli", uri)
     for seed, (label, bleu) in enumerate([("Xavier", 30.0), ("Xavier", 32.0), ("GloVe", 20.0)]):
-        run = tracking.TrialRun.open(uri, exp, None, {"task": "multi30k", "seed": seed}, f"k{seed}", label, {})
+        run = trial_run.TrialRun.open(uri, exp, None, {"task": "multi30k", "seed": seed}, f"k{seed}", label, {})
         history = [{"epoch": 1, "val/loss": 3.0, "val/bleu": bleu / 2}, {"epoch": 2, "val/loss": 2.5, "val/bleu": bleu}]
         for h in history:
             run.log_epoch(h["epoch"], h)

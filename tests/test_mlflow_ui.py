@@ -1,4 +1,4 @@
-"""The MLflow UI as a user meets it: a real `mlflow server` on a small store written by embinit.tracking,
+"""The MLflow UI as a user meets it: a real `mlflow server` on a small store written by embinit.trial_run,
 read in headless Chromium. Trials are rows of the run table (not folded under the sweep's run), their
 metrics and params are columns to pick, and "Group by" on the `embinit.init` tag gives the mean over seeds;
 runs read as `<label>-s<seed>` (whole, also when grouped), the sweep's run as the spec's name, the
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from embinit import tracking
+from embinit import mlflow_store, records, run_writers, trial_run
 
 pytestmark = pytest.mark.slow
 
@@ -37,11 +37,11 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
 
 def _trial(uri, exp, parent, label, init, seed, bleu):
     cfg = {"task": "synthetic_translation", "init": init, "seed": seed}
-    run = tracking.TrialRun.open(uri, exp, parent, cfg, f"{label}{seed}", label, {"axes": {}, "point": {}})
+    run = trial_run.TrialRun.open(uri, exp, parent, cfg, f"{label}{seed}", label, {"axes": {}, "point": {}})
     history = [{"epoch": e, "val/loss": 2.0 / e, "val/bleu": bleu * e / 3} for e in (1, 2, 3)]
     for h in history:
         run.log_epoch(h["epoch"], h)
-    stats = {f"emb/{k}": 0.1 * i for i, k in enumerate(tracking.KEY_EMB_STATS + ("row_norm_mean", "pe_max"))}
+    stats = {f"emb/{k}": 0.1 * i for i, k in enumerate(trial_run.KEY_EMB_STATS + ("row_norm_mean", "pe_max"))}
     run.finish({"status": "finished", "history": history, "best": {"val/loss": 0.67}, "best_epoch": 3,
                 "test": {"test/bleu": bleu}, "emb_stats_init": stats, "emb_stats_best": stats}, [])
     return run.run_id
@@ -69,8 +69,8 @@ def _real_trial(root: Path, uri: str) -> tuple[str, str]:
                       "analyses": {"probe": {"every_n_epochs": 1, "n_samples": 200},
                                    "similarity": {"every_n_steps": 2, "reference": str(vec)}},
                       "mlflow": {"tracking_uri": uri, "log_checkpoint": False}})
-    exp = tracking.ensure_experiment(spec.experiment_name(), uri)
-    parent = tracking.start_parent_run(exp, uri, spec.spec_hash(), spec.to_yaml(), 1, run_name=spec.name)
+    exp = mlflow_store.ensure_experiment(spec.experiment_name(), uri)
+    parent = run_writers.start_parent_run(exp, uri, spec.spec_hash(), spec.to_yaml(), 1, run_name=spec.name)
     shared = SweepContext(uri, exp, parent, log_checkpoint=False, cache_dir=spec.cache_dir,
                           analyses=shared_settings(spec))
     units, _ = units_to_run(spec, set())
@@ -78,8 +78,8 @@ def _real_trial(root: Path, uri: str) -> tuple[str, str]:
         mp.setattr(tune, "report", lambda metrics, checkpoint=None: None)
         mp.setattr(tune, "get_checkpoint", lambda: None)
         train_unit({"unit": 0}, shared, units)
-    tracking.end_parent_run(parent, uri, "FINISHED", None, {})
-    (run,) = [r for r in tracking.search_runs(exp, uri) if tracking.KEY_TAG in r.data.tags]
+    run_writers.end_parent_run(parent, uri, "FINISHED", None, {})
+    (run,) = [r for r in mlflow_store.search_runs(exp, uri) if records.KEY_TAG in r.data.tags]
     return exp, run.info.run_id
 
 
@@ -87,20 +87,20 @@ def _real_trial(root: Path, uri: str) -> tuple[str, str]:
 def store(tmp_path_factory):
     root = tmp_path_factory.mktemp("ui")
     uri = f"sqlite:///{root}/mlflow.db"
-    exp = tracking.ensure_experiment("ui", uri)
-    tracking.describe_experiment(exp, uri, "Pretrained rows vs Xavier on the synthetic task")
-    parent = tracking.start_parent_run(exp, uri, "abc12345", "name: ui\n", 4, run_name="ui-study")
+    exp = mlflow_store.ensure_experiment("ui", uri)
+    run_writers.describe_experiment(exp, uri, "Pretrained rows vs Xavier on the synthetic task")
+    parent = run_writers.start_parent_run(exp, uri, "abc12345", "name: ui\n", 4, run_name="ui-study")
     ids = [_trial(uri, exp, parent, label, init, seed, bleu + seed)
            for label, init, bleu in (("Xavier", "xavier", 90.0), ("Pretrained_Xavier", "glove+standardize", 40.0))
            for seed in (0, 1)]
-    tracking.end_parent_run(parent, uri, tracking.sweep_status(False, 4, 4), None, {})
-    failed_exp = tracking.ensure_experiment("ui-failed", uri)
-    bad_parent = tracking.start_parent_run(failed_exp, uri, "def67890", "name: ui-failed\n", 1,
+    run_writers.end_parent_run(parent, uri, run_writers.sweep_status(False, 4, 4), None, {})
+    failed_exp = mlflow_store.ensure_experiment("ui-failed", uri)
+    bad_parent = run_writers.start_parent_run(failed_exp, uri, "def67890", "name: ui-failed\n", 1,
                                            run_name="ui-failed")
-    bad = tracking.TrialRun.open(uri, failed_exp, bad_parent, {"task": "synthetic_translation", "seed": 0},
+    bad = trial_run.TrialRun.open(uri, failed_exp, bad_parent, {"task": "synthetic_translation", "seed": 0},
                                  "bad0", "Xavier", {})
     bad.fail("RuntimeError: boom")
-    tracking.end_parent_run(bad_parent, uri, tracking.sweep_status(False, 0, 1), None, {})
+    run_writers.end_parent_run(bad_parent, uri, run_writers.sweep_status(False, 0, 1), None, {})
     real_exp, real = _real_trial(root, uri)
     return {"root": root, "uri": uri, "exp": exp, "failed_exp": failed_exp, "trial": ids[0],
             "bad_parent": bad_parent, "real_exp": real_exp, "real": real}
@@ -251,7 +251,7 @@ def test_model_metrics_show_every_kind_a_real_trial_logs(page, server, store):
     sections = _chart_sections(page)
     # the curves (per epoch; analyses per optimizer step) and the one-value results of a real trial
     assert {"train", "val", "sim", "probe", "test", "best/val", "coverage/tgt", "init/emb"} <= set(sections), sections
-    assert sections["init/emb"] == len(tracking.KEY_EMB_STATS), sections
+    assert sections["init/emb"] == len(trial_run.KEY_EMB_STATS), sections
     text = page.inner_text("body")
     assert "row_norm_mean" not in text and "best/emb" not in text  # the rest is in emb_stats.json
     page.screenshot(path=str(_shots() / "trial-metrics.png"))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from embinit import commands, tracking
+from embinit import commands, mlflow_store, trial_run
 from embinit.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,9 +40,9 @@ def test_program_is_the_scripts_path_unless_path_finds_it(monkeypatch):
 def _store(tmp_path) -> str:
     (tmp_path / "store").mkdir()
     uri = f"sqlite:///{tmp_path}/store/mlflow.db"   # not the default ./mlflow.db: the command names it
-    exp = tracking.ensure_experiment("demo", uri)
+    exp = mlflow_store.ensure_experiment("demo", uri)
     cfg = {"task": "synthetic_classification", "init": "xavier", "seed": 0, "epochs": 2}
-    run = tracking.TrialRun.open(uri, exp, None, cfg, "k0", "Xavier", {"axes": {}, "point": {}})
+    run = trial_run.TrialRun.open(uri, exp, None, cfg, "k0", "Xavier", {"axes": {}, "point": {}})
     for epoch in (1, 2):
         run.log_epoch(epoch, {"val/loss": 1.0 / epoch, "val/acc": 0.5 + epoch / 10})
     run.finish({"status": "finished", "history": [], "test": {}, "best": {"val/acc": 0.7, "val/loss": 0.5},

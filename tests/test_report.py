@@ -1,5 +1,5 @@
 """Table 1 from MLflow: grouping per task x init (x axes), mean/σ/n/95% CI, best search point, failed and
-diverged counts, the three formats and the Figure-1 plot. Runs are written with embinit.tracking into a
+diverged counts, the three formats and the Figure-1 plot. Runs are written with embinit.trial_run into a
 temporary SQLite store; the numbers are inputs chosen so the expected statistics are known."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import math
 
 import pytest
 
-from embinit import tracking
+from embinit import mlflow_store, trial_run
 from embinit.config import metric_range
 from embinit.report import build_report, summarize, t_quantile
 from embinit.sweep.plots import figure1 as _real_figure1
@@ -53,7 +53,7 @@ def _add(uri, exp, key, label, seed, acc, *, status="finished", axes=None, point
          **cfg_extra):
     cfg = {"task": "synthetic_classification", "init": label.lower(), "seed": seed, **cfg_extra}
     group = {"axes": axes or {}, "point": point or {}, "selection": ["val/acc", "max"]}
-    run = tracking.TrialRun.open(uri, exp, None, cfg, key, label, group)
+    run = trial_run.TrialRun.open(uri, exp, None, cfg, key, label, group)
     if status == "failed":
         run.fail("Traceback (most recent call last):\nRuntimeError: out of memory")
         return
@@ -68,7 +68,7 @@ def _add(uri, exp, key, label, seed, acc, *, status="finished", axes=None, point
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     uri = f"sqlite:///{tmp_path_factory.mktemp('mlflow')}/mlflow.db"
-    exp = tracking.ensure_experiment("rep", uri)
+    exp = mlflow_store.ensure_experiment("rep", uri)
     for seed, acc in enumerate([0.7, 0.8, 0.9]):
         _add(uri, exp, f"x{seed}", "Xavier", seed, acc, epoch=seed + 1, curve=[0.5, acc])
     for seed, acc in enumerate([0.6, 0.65]):
@@ -87,7 +87,7 @@ def store(tmp_path_factory):
 
 def test_a_label_with_two_configurations_gets_two_rows(store):
     # the same spec from the CLI and from the service: same seeds, another pretrained path
-    exp = tracking.ensure_experiment("two-paths", store)
+    exp = mlflow_store.ensure_experiment("two-paths", store)
     for seed, acc in enumerate([0.7, 0.8, 0.9]):
         _add(store, exp, f"cli{seed}", "GloVe", seed, acc, pretrained="/home/me/glove.txt")
         _add(store, exp, f"svc{seed}", "GloVe", seed, acc - 0.5, pretrained="/srv/pretrained/glove.txt",
@@ -102,7 +102,7 @@ def test_a_label_with_two_configurations_gets_two_rows(store):
 
 
 def test_each_trial_key_and_each_seed_counts_once(store):
-    exp = tracking.ensure_experiment("reruns", store)
+    exp = mlflow_store.ensure_experiment("reruns", store)
     for seed, acc in enumerate([0.7, 0.8, 0.9]):
         _add(store, exp, f"k{seed}", "Xavier", seed, acc)
     _add(store, exp, "k0", "Xavier", 0, 0.75)                 # the same key finished twice (a rerun)

@@ -3,7 +3,7 @@ results: each init's difference from a baseline (paired on the shared seeds, Wel
 shared; checked against scipy), a verdict that knows the metric's direction, the flag on rows still
 improving at their last epoch, means and intervals inside the metric's range, what a cancelled
 experiment never finished, and the experiments that exist when a name is misspelled. Runs are written
-with embinit.tracking into a temporary SQLite store, the way the sweep writes them."""
+with embinit.trial_run into a temporary SQLite store, the way the sweep writes them."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import json
 import pytest
 from scipy import stats
 
-from embinit import tracking
+from embinit import mlflow_store, run_writers, trial_run
 from embinit.cli import main
 from embinit.spec import load_spec
 
@@ -28,7 +28,7 @@ NORMAL = {5: 10.0, 6: 12.0}                       # no seed shared with Xavier
 
 def _trial(uri, exp, key, label, seed, bleu, best_epoch=2, epochs=4, parent=None):
     cfg = {"task": "multi30k", "init": label.lower(), "seed": seed, "epochs": epochs}
-    run = tracking.TrialRun.open(uri, exp, parent, cfg, key, label, {"axes": {}, "point": {}})
+    run = trial_run.TrialRun.open(uri, exp, parent, cfg, key, label, {"axes": {}, "point": {}})
     history = [{"epoch": e, "val/loss": 3.0 - e / 10, "val/bleu": bleu} for e in range(1, epochs + 1)]
     run.finish({"status": "finished", "history": history, "best": {"val/loss": 2.5},
                 "test": {"test/bleu": bleu}, "best_epoch": best_epoch}, [])
@@ -37,7 +37,7 @@ def _trial(uri, exp, key, label, seed, bleu, best_epoch=2, epochs=4, parent=None
 @pytest.fixture(scope="module")
 def uri(tmp_path_factory):
     uri = f"sqlite:///{tmp_path_factory.mktemp('mlflow')}/mlflow.db"
-    exp = tracking.ensure_experiment("cmp", uri)
+    exp = mlflow_store.ensure_experiment("cmp", uri)
     for seed, v in enumerate(XAVIER):
         _trial(uri, exp, f"x{seed}", "Xavier", seed, v)
     for seed, v in enumerate(GLOVE):   # best at the last epoch (4) for seeds 0 and 1: still improving
@@ -117,7 +117,7 @@ def test_rows_still_improving_at_their_last_epoch_are_flagged(uri, capsys):
 def test_means_and_intervals_stay_inside_the_metric_range(uri, capsys):
     # sacrebleu can return 100.00000000000004 for a perfect score: the mean and the interval stay in
     # [0, 100] and ordered
-    exp = tracking.ensure_experiment("top", uri)
+    exp = mlflow_store.ensure_experiment("top", uri)
     for seed, v in enumerate([100.00000000000004, 100.00000000000004, 100.00000000000004]):
         _trial(uri, exp, f"t{seed}", "Xavier", seed, v)
     for seed, v in enumerate([100.00000000000004, 99.99999999999997, 100.00000000000004]):
@@ -132,16 +132,16 @@ def test_means_and_intervals_stay_inside_the_metric_range(uri, capsys):
 def test_a_cancelled_experiment_says_what_never_finished(uri, capsys):
     spec = load_spec({"name": "cancelled", "tasks": ["synthetic_classification"],
                       "inits": ["xavier", "normal", "xavier_normal"], "seeds": 2})
-    exp = tracking.ensure_experiment("cancelled", uri)
-    parent = tracking.start_parent_run(exp, uri, spec.spec_hash(), spec.to_yaml(), spec.num_trials())
+    exp = mlflow_store.ensure_experiment("cancelled", uri)
+    parent = run_writers.start_parent_run(exp, uri, spec.spec_hash(), spec.to_yaml(), spec.num_trials())
     plan = spec.plan()
     for p, status in zip(plan, ("finished", "cancelled")):   # Xavier: one seed finished, one cancelled
-        run = tracking.TrialRun.open(uri, exp, parent, p.config, p.key, p.label, {"axes": {}, "point": {}})
+        run = trial_run.TrialRun.open(uri, exp, parent, p.config, p.key, p.label, {"axes": {}, "point": {}})
         if status == "cancelled":
             run.fail("cancelled", status="KILLED")
         else:
             run.finish({"status": "finished", "history": [], "best": {"val/acc": 0.8}, "best_epoch": 1}, [])
-    tracking.end_parent_run(parent, uri, "KILLED", None, {})
+    run_writers.end_parent_run(parent, uri, "KILLED", None, {})
     out = _report(uri, capsys, name="cancelled")
     assert "**Incomplete: 5 of 6 planned trials never finished** (1 cancelled, 4 never started)." in out
     assert "Inits with no finished trial: synthetic_classification: Normal, XavierNormal." in out
@@ -164,7 +164,7 @@ def test_a_misspelled_experiment_lists_the_ones_that_exist(uri, capsys):
 
 
 def test_without_a_xavier_row_the_report_says_how_to_pick_a_baseline(uri, capsys):
-    exp = tracking.ensure_experiment("no-xavier", uri)
+    exp = mlflow_store.ensure_experiment("no-xavier", uri)
     for seed, v in enumerate([20.0, 21.0]):
         _trial(uri, exp, f"nx-g{seed}", "GloVe", seed, v)
         _trial(uri, exp, f"nx-n{seed}", "Normal", seed, v - 5)
@@ -178,12 +178,12 @@ def test_a_trial_recorded_under_an_older_key_counts_as_run(uri, capsys):
     # the newest sweep's spec is planned again with today's keys; a trial an older version keyed
     # differently (same task, init, axes, point and seed) is not "never started"
     spec = load_spec({"name": "rekeyed", "tasks": ["synthetic_classification"], "inits": ["xavier"], "seeds": 2})
-    exp = tracking.ensure_experiment("rekeyed", uri)
-    parent = tracking.start_parent_run(exp, uri, spec.spec_hash(), spec.to_yaml(), spec.num_trials())
+    exp = mlflow_store.ensure_experiment("rekeyed", uri)
+    parent = run_writers.start_parent_run(exp, uri, spec.spec_hash(), spec.to_yaml(), spec.num_trials())
     for i, p in enumerate(spec.plan()):
-        run = tracking.TrialRun.open(uri, exp, parent, p.config, f"old-key-{i}", p.label, {"axes": {}, "point": {}})
+        run = trial_run.TrialRun.open(uri, exp, parent, p.config, f"old-key-{i}", p.label, {"axes": {}, "point": {}})
         run.finish({"status": "finished", "history": [], "best": {"val/acc": 0.8}, "best_epoch": 1}, [])
-    tracking.end_parent_run(parent, uri, "FINISHED", None, {})
+    run_writers.end_parent_run(parent, uri, "FINISHED", None, {})
     data = json.loads(_report(uri, capsys, "--format", "json", name="rekeyed"))
     assert (data["completeness"]["finished"], data["completeness"]["unfinished"]) == (2, 0)
     assert "Incomplete" not in _report(uri, capsys, name="rekeyed")

@@ -1,6 +1,6 @@
 """The reproduction report from MLflow: rows matched to the paper's by role, Table 3 cells read from each
 trial's config, Table 4 from analogy runs, KNN similarity from logged histories, verdicts from Welch
-intervals, exports. Runs are written with embinit.tracking into a temporary SQLite store; the values are
+intervals, exports. Runs are written with embinit.trial_run into a temporary SQLite store; the values are
 chosen so the expected statistics are known."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import math
 import pytest
 from scipy import stats
 
-from embinit import tracking
+from embinit import mlflow_store, run_writers, trial_run
 from embinit.cli import main
 from embinit.errors import EmbinitError
 from embinit.reproduction import (Group, Inputs, Reproduction, paired, render, role_of, verdict, welch,
@@ -35,7 +35,7 @@ def _trial(uri, exp, key, task, label, seed, test, best, *, te=True, pe=True, si
         {"d_model": 768, "heads": 8, "epochs": 5}
     cfg = {"task": task, "init": label.lower(), "seed": seed, **size, "layers": 3,
            "batch_size": 64, "lr": 2e-4, "train_embeddings": te, "pos_encoding": pe}
-    run = tracking.TrialRun.open(uri, exp, None, cfg, key, label, {"axes": axes or {}, "point": {}})
+    run = trial_run.TrialRun.open(uri, exp, None, cfg, key, label, {"axes": axes or {}, "point": {}})
     for step, v in (sim or []):
         run.log_metrics({"sim/knn_jaccard_mean": v}, step)
     sd = STD[label]
@@ -48,7 +48,7 @@ def _trial(uri, exp, key, task, label, seed, test, best, *, te=True, pe=True, si
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     uri = f"sqlite:///{tmp_path_factory.mktemp('mlflow')}/mlflow.db"
-    m30 = tracking.ensure_experiment("m30", uri)
+    m30 = mlflow_store.ensure_experiment("m30", uri)
     for label, vals in BLEU.items():
         for seed, v in enumerate(vals):
             sim = [(0, 1.0 if label == "GloVe" else 0.01), (100, 0.2 + seed / 10)] if seed else None
@@ -59,7 +59,7 @@ def store(tmp_path_factory):
         for te, pe, add in ((False, False, 0.0), (True, False, 1.0), (False, True, 5.0)):
             _trial(uri, m30, f"{label}-{te}-{pe}", "multi30k", label, 0, {"test/bleu": base + add}, {"val/loss": 4.0},
                    te=te, pe=pe, axes={"train_embeddings": te, "pos_encoding": pe})
-    sst = tracking.ensure_experiment("sst", uri)
+    sst = mlflow_store.ensure_experiment("sst", uri)
     for label, vals in ACC.items():
         for seed, v in enumerate(vals):
             _trial(uri, sst, f"s{label}{seed}", "sst2", label, seed, {}, {"val/acc": v, "val/loss": 0.4})
@@ -74,7 +74,7 @@ def store(tmp_path_factory):
         rows[2]["pe_ratio"], rows[3]["pe_ratio"] = 1.0 + seed, 0.02
         sweep = [{"ratio": 0.1, "correct": 1, "total": 100, "accuracy": 1.0 + seed},
                  {"ratio": 10.0, "correct": 59, "total": 100, "accuracy": 59.0}]
-        tracking.log_analysis_run("t4", uri, "analogy", f"a{seed}", {"seed": seed},
+        run_writers.log_analysis_run("t4", uri, "analogy", f"a{seed}", {"seed": seed},
                                   {"analogy/raw/correct": 60.0}, {"rows": rows, "params": {"seed": seed, "top": 5893},
                                                                   "ratio_sweep": sweep})
     inputs = Inputs(groups=(Group("m30", "multi30k", "GloVe", "GloVe", "a.yaml"),
@@ -187,7 +187,7 @@ def test_findings_verdicts(store):
 
 def test_bleu_and_loss_disagreement_is_marked(store):
     uri = store[0]
-    exp = tracking.ensure_experiment("disagree", uri)
+    exp = mlflow_store.ensure_experiment("disagree", uri)
     for seed in range(3):   # GloVe_Xavier: better BLEU than GloVe, but a worse loss, on every seed
         _trial(uri, exp, f"dg{seed}", "multi30k", "GloVe", seed, {"test/bleu": 10.0 + seed}, {"val/loss": 2.0 + seed})
         _trial(uri, exp, f"dx{seed}", "multi30k", "GloVe_Xavier", seed, {"test/bleu": 15.0 + seed},
@@ -242,7 +242,7 @@ def test_exports_and_cli(store, tmp_path, capsys):
 def test_a_partial_store_renders_what_ran(store, tmp_path, capsys):
     """A GPU run stopped between batches: the experiments not run yet are listed as such, the rest renders."""
     uri = store[0]
-    exp = tracking.ensure_experiment("gpu-sst2-minilm", uri)
+    exp = mlflow_store.ensure_experiment("gpu-sst2-minilm", uri)
     for seed in range(2):
         _trial(uri, exp, f"p{seed}", "sst2", "Xavier", seed, {}, {"val/acc": 0.8, "val/loss": 0.4})
     out = tmp_path / "repro.md"
@@ -255,10 +255,10 @@ def test_intervals_are_clipped_to_the_metrics_range(store):
     """Issue 16 item 6: a widely spread BLEU (1, 2, 30) or accuracy (70%, 90%, 99%) has a t interval that
     leaves [0, 100]; the reproduction's tables show it clipped, as the report does."""
     uri = store[0]
-    wide = tracking.ensure_experiment("wide", uri)
+    wide = mlflow_store.ensure_experiment("wide", uri)
     for seed, v in enumerate((1.0, 2.0, 30.0)):
         _trial(uri, wide, f"w{seed}", "multi30k", "Xavier", seed, {"test/bleu": v}, {"val/loss": 0.05 + seed})
-    wide_sst = tracking.ensure_experiment("wide-sst", uri)
+    wide_sst = mlflow_store.ensure_experiment("wide-sst", uri)
     for seed, v in enumerate((0.7, 0.9, 0.99)):
         _trial(uri, wide_sst, f"ws{seed}", "sst2", "Xavier", seed, {}, {"val/acc": v, "val/loss": 0.4})
     inputs = Inputs(groups=(Group("wide", "multi30k", "GloVe", "GloVe", "w.yaml"),

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 from scipy import stats
 
-from embinit import tracking
+from embinit import mlflow_store, trial_run
 from embinit.reproduction import Group, Inputs, Reproduction, write_exports
 from embinit.reproduction.beyond import beyond_sections, sigma_multiple
 
@@ -30,7 +30,7 @@ OOV = {"xavier": [4.10, 4.12, 4.11], "mean": [4.05, 4.06, 4.08], "mean_cov": [4.
 
 def _trial(uri, exp, key, label, seed, axes, metrics, oov="xavier"):
     cfg = {"task": "multi30k", "init": label.lower(), "seed": seed, "oov": oov}
-    run = tracking.TrialRun.open(uri, exp, None, cfg, key, label, {"axes": axes, "point": {}})
+    run = trial_run.TrialRun.open(uri, exp, None, cfg, key, label, {"axes": axes, "point": {}})
     run.finish({"status": "finished", "history": [{"epoch": 1, "val/loss": metrics["val/loss"]}],
                 "test": {k: v for k, v in metrics.items() if k != "val/loss"},
                 "best": {"val/loss": metrics["val/loss"]}, "best_epoch": 1}, [])
@@ -39,12 +39,12 @@ def _trial(uri, exp, key, label, seed, axes, metrics, oov="xavier"):
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     uri = f"sqlite:///{tmp_path_factory.mktemp('mlflow')}/mlflow.db"
-    dose = tracking.ensure_experiment("dose", uri)
+    dose = mlflow_store.ensure_experiment("dose", uri)
     for (label, sigma), values in LOSS.items():
         for seed, v in enumerate(values):
             _trial(uri, dose, f"{label}{sigma}{seed}", label, seed, {"sigma": sigma},
                    {"val/loss": v, "test/loss": v + 0.1, "test/bleu": 30 - 5 * v})
-    oov = tracking.ensure_experiment("oov", uri)
+    oov = mlflow_store.ensure_experiment("oov", uri)
     for rule, values in OOV.items():
         for seed, v in enumerate(values):
             _trial(uri, oov, f"{rule}{seed}", "GloVe_Xavier", seed, {"oov": rule},

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from embinit import tracking
+from embinit import mlflow_store, trial_run
 from embinit.reproduction import Group, Inputs, Reproduction, render
 from embinit.reproduction.blog import BLOG_RUNS, blog_section
 
@@ -17,7 +17,7 @@ CURVE = {"overlap": [(0, 0.01), (500, 0.30), (1000, 0.20)], "jaccard": [(0, 0.00
 def _blog_trial(uri, exp, emb_seed, curves):
     cfg = {"task": "wikitext2", "init": "xavier", "seed": 1, "emb_seed": emb_seed, "max_len": 512,
            "batch_size": 12, "lr": 1e-4, "dropout": 0.2, "pre_ln": True, "epochs": 40}
-    run = tracking.TrialRun.open(uri, exp, None, cfg, f"k{emb_seed}", "Xavier", {"axes": {"emb_seed": emb_seed},
+    run = trial_run.TrialRun.open(uri, exp, None, cfg, f"k{emb_seed}", "Xavier", {"axes": {"emb_seed": emb_seed},
                                                                                  "point": {}})
     for score, hist in curves.items():
         for step, v in hist:
@@ -29,10 +29,10 @@ def _blog_trial(uri, exp, emb_seed, curves):
 @pytest.fixture(scope="module")
 def rep(tmp_path_factory):
     uri = f"sqlite:///{tmp_path_factory.mktemp('mlflow')}/mlflow.db"
-    exp = tracking.ensure_experiment("blog-exp1-from-scratch-offline", uri)
+    exp = mlflow_store.ensure_experiment("blog-exp1-from-scratch-offline", uri)
     _blog_trial(uri, exp, 1, {})             # the reference: logs snapshots, no similarity
     _blog_trial(uri, exp, 2, CURVE)
-    m30 = tracking.ensure_experiment("m30", uri)
+    m30 = mlflow_store.ensure_experiment("m30", uri)
     _blog_trial(uri, m30, 9, {})
     return Reproduction(uri, Inputs(groups=(Group("m30", "multi30k", "GloVe", "GloVe", "a.yaml"),),
                                     analogy_experiment="t4"))

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import embinit
-from embinit import provenance, records, tracking
+from embinit import mlflow_store, provenance, records, run_writers, trial_run
 from embinit.cli import main
 from embinit.reproduction import Group, Inputs, Reproduction, Section
 from embinit.reproduction.frame import NOT_COMPARABLE, clean, header
@@ -44,8 +44,8 @@ def test_clean_drops_empty_headings_and_all_dash_tables():
 def _trial(uri, exp, parent, key, label, seed, bleu, loss, epochs):
     cfg = {"task": "multi30k", "init": label.lower(), "seed": seed, "d_model": 32, "heads": 4, "layers": 3,
            "epochs": epochs, "train_embeddings": True, "pos_encoding": True}
-    run = tracking.TrialRun.open(uri, exp, parent, cfg, key, label, {"axes": {}, "point": {}})
-    tracking.client(uri).set_tag(run.run_id, records.DEVICE_TAG, "cpu")
+    run = trial_run.TrialRun.open(uri, exp, parent, cfg, key, label, {"axes": {}, "point": {}})
+    mlflow_store.client(uri).set_tag(run.run_id, records.DEVICE_TAG, "cpu")
     run.finish({"status": "finished", "history": [], "test": {"test/bleu": bleu}, "best": {"val/loss": loss},
                 "best_epoch": epochs}, [])
 
@@ -55,30 +55,30 @@ def store(tmp_path_factory):
     """`offline-multi30k-glove50` (one of the offline preset's experiments) at 2 epochs, D = 32: one sweep
     run recorded with its provenance, as `embinit run` records it."""
     uri = f"sqlite:///{tmp_path_factory.mktemp('mlflow')}/mlflow.db"
-    exp = tracking.ensure_experiment("offline-multi30k-glove50", uri)
-    parent = tracking.start_parent_run(exp, uri, "f" * 16, "name: offline-multi30k-glove50\ntasks: [multi30k]\n"
+    exp = mlflow_store.ensure_experiment("offline-multi30k-glove50", uri)
+    parent = run_writers.start_parent_run(exp, uri, "f" * 16, "name: offline-multi30k-glove50\ntasks: [multi30k]\n"
                                        "inits: [xavier, glove]\nseeds: 3\n", 6)
     tags = provenance.collect(["/v/bin/embinit", "run", "tune_configs/offline/multi30k_glove50.yaml", "epochs=2"])
     provenance.record(parent, uri, tags)
     for seed in range(3):
         _trial(uri, exp, parent, f"x{seed}", "Xavier", seed, 20.0 + seed, 3.0, 2)
         _trial(uri, exp, parent, f"g{seed}", "GloVe", seed, 15.0 + seed, 3.1, 2)
-    tracking.end_parent_run(parent, uri, "FINISHED", None, {})
+    run_writers.end_parent_run(parent, uri, "FINISHED", None, {})
     return uri, parent, tags
 
 
 @pytest.mark.slow   # an MLflow store
 def test_provenance_round_trips(store):
     uri, parent, tags = store
-    how = provenance.read(tracking.client(uri).get_run(parent))
+    how = provenance.read(mlflow_store.client(uri).get_run(parent).data.tags)
     assert how["command"] == "embinit run tune_configs/offline/multi30k_glove50.yaml epochs=2"
     assert how["machine"] == provenance.machine() and provenance.cpu_model() in how["machine"]
     assert how["version"] == embinit.__version__
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
     if (ROOT / ".git").exists() and head:
         assert how["commit"].startswith(head.strip())
-    run = tracking.client(uri).create_run(tracking.experiment_id("offline-multi30k-glove50", uri))
-    assert provenance.read(tracking.client(uri).get_run(run.info.run_id))["command"] == "not recorded"
+    run = mlflow_store.client(uri).create_run(mlflow_store.experiment_id("offline-multi30k-glove50", uri))
+    assert provenance.read(mlflow_store.client(uri).get_run(run.info.run_id).data.tags)["command"] == "not recorded"
 
 
 @pytest.mark.slow   # an MLflow store; run_sweep with its training replaced (no Ray)
@@ -89,7 +89,7 @@ def test_run_sweep_records_how_it_was_run(tmp_path, monkeypatch):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     result = sweep_run.run_sweep({"name": "p", "tasks": ["synthetic_classification"], "inits": ["xavier"],
                                   "seeds": 1}, tracking_uri=uri, progress=False)
-    how = provenance.read(tracking.client(uri).get_run(result.parent_run_id))
+    how = provenance.read(mlflow_store.client(uri).get_run(result.parent_run_id).data.tags)
     assert how["command"] == "embinit run s.yaml seeds=1" and how["version"] == embinit.__version__
     assert how["machine"] == provenance.machine()
 
@@ -127,7 +127,7 @@ def test_the_document_says_how_it_was_run_and_what_its_budget_allows(store, tmp_
 @pytest.mark.slow
 def test_no_reproduction_experiments_names_the_choices(tmp_path, capsys):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    tracking.ensure_experiment("quickstart", uri)
+    mlflow_store.ensure_experiment("quickstart", uri)
     assert main(["reproduction", "--tracking-uri", uri, "--out", str(tmp_path / "r.md")]) == 2
     err = capsys.readouterr().err
     assert "which holds ['quickstart']" in err and "--inputs gpu reads gpu-multi30k-glove50" in err
@@ -139,7 +139,7 @@ def test_a_store_with_only_the_studies_beyond_the_paper_makes_a_document(tmp_pat
     """The CPU studies of issue 23 (dose-response, OOV rules) are reproduction experiments too: a store
     that holds only them renders, the paper's sections marked not run, instead of exiting 2."""
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    tracking.ensure_experiment("offline-dose-response-sigma", uri)
+    mlflow_store.ensure_experiment("offline-dose-response-sigma", uri)
     out = tmp_path / "r.md"
     assert main(["reproduction", "--tracking-uri", uri, "--out", str(out)]) == 0, capsys.readouterr().err
     text = out.read_text()

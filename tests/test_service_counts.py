@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from embinit import records, tracking
+from embinit import mlflow_store, records, run_writers, trial_run
 from embinit.records import TrialRecord
 from embinit.spec import load_spec
 from embinit.sweep.progress import Progress
@@ -51,25 +51,25 @@ def test_the_driver_s_final_counts_separate_shared_keys():
 
 @pytest.mark.slow  # a real MLflow store
 def test_after_the_drivers_are_gone_only_the_trainer_counts_a_shared_key_finished(tmp_path):
-    uri = tracking.resolve_uri(f"sqlite:///{tmp_path}/m.db")
+    uri = mlflow_store.resolve_uri(f"sqlite:///{tmp_path}/m.db")
     mlflow = {"experiment": "shared", "tracking_uri": uri}
     a = load_spec({"name": "spec-a", "tasks": ["sst2"], "inits": ["xavier"], "seeds": 1, "mlflow": mlflow})
     b = load_spec({"name": "spec-b", "tasks": ["sst2"], "inits": ["xavier", "normal"], "seeds": 1,
                    "mlflow": mlflow})
     shared_key = a.plan()[0].key
     assert shared_key in {p.key for p in b.plan()}
-    exp_id = tracking.ensure_experiment("shared", uri)
+    exp_id = mlflow_store.ensure_experiment("shared", uri)
     since = utcnow() - dt.timedelta(seconds=1)
     exps = {s.name: Experiment(id=s.name, name=s.name, spec=s.canonical(), spec_hash=s.spec_hash(),
                                trial_keys=[p.key for p in s.plan()], n_trials=len(s.plan()), status="running",
                                counts={}, tracking_uri=uri, mlflow_experiment="shared", created_at=since,
                                updated_at=since) for s in (a, b)}
-    sweeps = {s.name: tracking.start_parent_run(exp_id, uri, s.spec_hash(), "x", 1) for s in (a, b)}
+    sweeps = {s.name: run_writers.start_parent_run(exp_id, uri, s.spec_hash(), "x", 1) for s in (a, b)}
     for spec, key in (("spec-a", shared_key), ("spec-b", next(p.key for p in b.plan() if p.key != shared_key))):
         plan = {p.key: p for p in (a if spec == "spec-a" else b).plan()}
-        run = tracking.TrialRun.open(uri, exp_id, sweeps[spec], plan[key].config, key, plan[key].label, {})
-        client = tracking.client(uri)
-        client.set_tag(run.run_id, tracking.STATUS_TAG, "finished")
+        run = trial_run.TrialRun.open(uri, exp_id, sweeps[spec], plan[key].config, key, plan[key].label, {})
+        client = mlflow_store.client(uri)
+        client.set_tag(run.run_id, records.STATUS_TAG, "finished")
         client.set_terminated(run.run_id, "FINISHED")
     store = ResultStore(uri)
     assert store.counts(exps["spec-a"]) == {"pending": 0, "running": 0, "finished": 1, "failed": 0, "reused": 0}

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
-from embinit import records, tracking
+from embinit import mlflow_store, records, run_readers, run_writers, trial_run
 from service.fakes import FakeCluster, FakeRunner
 from service.main import create_app
 from service.settings import Settings
@@ -21,7 +21,7 @@ SPEC = {"name": "orphans", "tasks": ["synthetic_translation"], "inits": ["xavier
 
 def test_a_lost_driver_s_sweep_run_is_closed_and_a_checkpointed_trial_stays_resumable(tmp_path):
     (tmp_path / "data").mkdir()
-    uri = tracking.resolve_uri(f"sqlite:///{tmp_path}/m.db")
+    uri = mlflow_store.resolve_uri(f"sqlite:///{tmp_path}/m.db")
     cluster = FakeCluster()
     settings = Settings(database_url=f"sqlite:///{tmp_path}/state.db", tracking_uri=uri,
                         data_roots=[tmp_path / "data"], pretrained_roots=[], refresh_interval_s=0.0,
@@ -34,25 +34,25 @@ def test_a_lost_driver_s_sweep_run_is_closed_and_a_checkpointed_trial_stays_resu
         keys = cluster.specs[driver]["keys"]
         # What the driver had written when it died: its sweep run, one trial past a checkpointed epoch,
         # one that had not reached its first epoch; and another spec's sweep, alive, in the same experiment.
-        exp_id = tracking.ensure_experiment("orphans", uri)
-        parent = tracking.start_parent_run(exp_id, uri, exp["spec_hash"], "name: orphans\n", 2)
-        other = tracking.start_parent_run(exp_id, uri, "another-spec", "name: other\n", 1)
+        exp_id = mlflow_store.ensure_experiment("orphans", uri)
+        parent = run_writers.start_parent_run(exp_id, uri, exp["spec_hash"], "name: orphans\n", 2)
+        other = run_writers.start_parent_run(exp_id, uri, "another-spec", "name: other\n", 1)
         config = {"task": "synthetic_translation", "init": "xavier", "seed": 0}
-        kept = tracking.TrialRun.open(uri, exp_id, parent, config, keys[0], "Xavier", {})
+        kept = trial_run.TrialRun.open(uri, exp_id, parent, config, keys[0], "Xavier", {})
         kept.log_epoch(1, {"val/loss": 2.0}, checkpoint=True)
-        fresh = tracking.TrialRun.open(uri, exp_id, parent, {**config, "seed": 1}, keys[1], "Xavier", {})
+        fresh = trial_run.TrialRun.open(uri, exp_id, parent, {**config, "seed": 1}, keys[1], "Xavier", {})
         FakeRunner(cluster).lose(driver)  # the API and its local Ray were killed
 
         after = client.get(exp["status_url"]).json()
         assert after["status"] == "failed" and after["counts"]["running"] == 0
 
-    c = tracking.client(uri)
+    c = mlflow_store.client(uri)
     sweep = c.get_run(parent)
     assert sweep.info.status == "FAILED"
-    assert sweep.data.tags[tracking.STATUS_TAG] == "failed"
-    assert "Ray driver is gone" in sweep.data.tags[tracking.ERROR_TAG]
+    assert sweep.data.tags[records.STATUS_TAG] == "failed"
+    assert "Ray driver is gone" in sweep.data.tags[records.ERROR_TAG]
     assert c.get_run(other).info.status == "RUNNING"       # not this experiment's
-    recs = {r.key: r for r in tracking.trial_records(exp_id, uri)}
+    recs = {r.key: r for r in run_readers.trial_records(exp_id, uri)}
     assert recs[keys[0]].status == "failed" and recs[keys[0]].resume_epoch == 1
     assert "running the spec again resumes this run" in recs[keys[0]].error
     assert recs[keys[1]].status == "failed" and not recs[keys[1]].resumable

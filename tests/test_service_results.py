@@ -10,7 +10,7 @@ import time
 import pytest
 from fastapi.testclient import TestClient
 
-from embinit import tracking
+from embinit import mlflow_store, records, trial_run
 from embinit.spec import load_spec
 from service.fakes import FakeCluster, FakeRunner
 from service.main import create_app
@@ -27,18 +27,18 @@ def client(tmp_path):
     settings = Settings(database_url=f"sqlite:///{tmp_path}/state.db", tracking_uri=f"sqlite:///{tmp_path}/m.db",
                         data_roots=[tmp_path], pretrained_roots=[tmp_path], refresh_interval_s=0.0)
     with TestClient(create_app(settings, runner=FakeRunner(FakeCluster()))) as c:
-        yield c, tracking.resolve_uri(settings.tracking_uri)
+        yield c, mlflow_store.resolve_uri(settings.tracking_uri)
 
 
 def _write_runs(uri: str) -> None:
     from mlflow.entities import Metric
-    exp = tracking.ensure_experiment(SPEC["name"], uri)
-    client = tracking.client(uri)
+    exp = mlflow_store.ensure_experiment(SPEC["name"], uri)
+    client = mlflow_store.client(uri)
     for p, acc in zip(load_spec(SPEC).plan(), ACC):
-        run = tracking.TrialRun.open(uri, exp, None, p.config, p.key, p.label, {"axes": {}, "point": {}})
+        run = trial_run.TrialRun.open(uri, exp, None, p.config, p.key, p.label, {"axes": {}, "point": {}})
         now = int(time.time() * 1000)
         client.log_batch(run.run_id, metrics=[Metric("best/val/acc", acc, now, 0), Metric("best_epoch", 1, now, 0)])
-        client.set_tag(run.run_id, tracking.STATUS_TAG, "finished")
+        client.set_tag(run.run_id, records.STATUS_TAG, "finished")
         client.set_terminated(run.run_id, "FINISHED")
 
 
@@ -79,7 +79,7 @@ def test_the_cli_client_passes_the_baseline(tmp_path, capsys, monkeypatch):
         spec.write_text(json.dumps(SPEC))
         assert main(["experiments", "submit", str(spec), "--url", base]) == 0
         exp_id = capsys.readouterr().out.split("submitted: ")[1].split()[0]
-        _write_runs(tracking.resolve_uri(settings.tracking_uri))
+        _write_runs(mlflow_store.resolve_uri(settings.tracking_uri))
         assert main(["experiments", "results", exp_id, "--baseline", "Normal", "--format", "json", "--url", base]) == 0
         rows = {r["init"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
         assert rows["Xavier"]["vs_baseline"]["baseline"] == "Normal"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from embinit import bounds, tracking
+from embinit import bounds, mlflow_store
 from embinit.errors import EmbinitError
 from embinit.spec import SpecError, load_spec
 from service.fakes import FakeCluster
@@ -43,10 +43,10 @@ def test_the_mlflow_experiment_has_the_pattern_of_a_name(client, name):
 def test_tracking_refuses_an_artifact_location_outside_the_root(tmp_path):
     uri = f"sqlite:///{tmp_path}/store/m.db"
     with pytest.raises(EmbinitError, match="outside the artifact root"):
-        tracking.ensure_experiment("../../outside/x", uri)
+        mlflow_store.ensure_experiment("../../outside/x", uri)
     assert not (tmp_path / "outside").exists()
-    assert tracking.experiment_id("../../outside/x", uri) is None   # nothing was created
-    exp = tracking.client(uri).get_experiment(tracking.ensure_experiment("fine.name", uri))
+    assert mlflow_store.experiment_id("../../outside/x", uri) is None   # nothing was created
+    exp = mlflow_store.client(uri).get_experiment(mlflow_store.ensure_experiment("fine.name", uri))
     assert exp.artifact_location == (tmp_path / "store" / "mlartifacts" / "fine.name").as_uri()
 
 

@@ -1,5 +1,5 @@
 """`service.store.ResultStore` on a real (temporary SQLite) MLflow store: trial rows, counts, the report,
-and its cache. Runs are written the way the sweep writes them (`embinit.tracking.TrialRun`)."""
+and its cache. Runs are written the way the sweep writes them (`embinit.trial_run.TrialRun`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from embinit import tracking
+from embinit import mlflow_store, records, trial_run
 from embinit.errors import EmbinitError
 from embinit.spec import load_spec
 from service.db import Experiment, utcnow
@@ -23,16 +23,16 @@ def _write(uri: str, spec, statuses: dict[int, str]) -> list[str]:
     """One run per planned trial index in `statuses` (finished | failed | running)."""
     from mlflow.entities import Metric
     plan = spec.plan()
-    exp_id = tracking.ensure_experiment(spec.experiment_name(), uri)
-    client = tracking.client(uri)
+    exp_id = mlflow_store.ensure_experiment(spec.experiment_name(), uri)
+    client = mlflow_store.client(uri)
     for i, status in statuses.items():
         p = plan[i]
-        run = tracking.TrialRun.open(uri, exp_id, None, p.config, p.key, p.label, {"axes": {}, "point": {}})
+        run = trial_run.TrialRun.open(uri, exp_id, None, p.config, p.key, p.label, {"axes": {}, "point": {}})
         if status == "finished":
             now = int(time.time() * 1000)
             client.log_batch(run.run_id, metrics=[Metric("best/val/acc", 0.5 + i / 10, now, 0),
                                                   Metric("best_epoch", 2, now, 0)])
-            client.set_tag(run.run_id, tracking.STATUS_TAG, "finished")
+            client.set_tag(run.run_id, records.STATUS_TAG, "finished")
             client.set_terminated(run.run_id, "FINISHED")
         elif status == "failed":
             run.fail("ValueError: boom")
@@ -42,7 +42,7 @@ def _write(uri: str, spec, statuses: dict[int, str]) -> list[str]:
 @pytest.fixture(scope="module")
 def mlflow_uri(tmp_path_factory):
     # One store for the module (creating MLflow's schema takes seconds); each test has its experiment.
-    return tracking.resolve_uri(f"sqlite:///{tmp_path_factory.mktemp('store')}/mlflow.db")
+    return mlflow_store.resolve_uri(f"sqlite:///{tmp_path_factory.mktemp('store')}/mlflow.db")
 
 
 @pytest.fixture
@@ -82,7 +82,7 @@ def test_trials_counts_and_report(setup):
     rows = {r["init"]: r for r in json.loads(report["json"])["rows"]}
     assert rows["Xavier"]["n"] == 2 and rows["Xavier"]["mean"] == pytest.approx(0.55)
     assert "Xavier" in report["markdown"] and report["csv"].startswith("task,init")
-    assert store.experiment_id(exp) == tracking.experiment_id(spec.name, uri)
+    assert store.experiment_id(exp) == mlflow_store.experiment_id(spec.name, uri)
 
 
 def test_a_later_finished_run_beats_an_earlier_failure(setup):

@@ -69,14 +69,14 @@ def test_model_size_counts_what_the_model_has():
 
 @pytest.mark.slow   # an MLflow store
 def test_dry_run_estimates_from_trials_of_the_same_shape_in_the_store(tmp_path, monkeypatch, capsys):
-    from embinit import tracking
+    from embinit import mlflow_store, trial_run
     monkeypatch.chdir(tmp_path)                       # the quickstart's store is ./mlflow.db
     assert main(["run", str(QUICK), "--dry-run", "epochs=2"]) == 0
     assert "s/epoch '?'" in capsys.readouterr().out and not (tmp_path / "mlflow.db").exists()  # creates nothing
     uri = "sqlite:///mlflow.db"
-    exp = tracking.ensure_experiment("earlier", uri)
+    exp = mlflow_store.ensure_experiment("earlier", uri)
     cfg = load_spec(QUICK, ["epochs=4"]).expand()[0].to_dict()    # same shape, another schedule
-    run = tracking.TrialRun.open(uri, exp, None, cfg, "k", "Xavier", {"axes": {}, "point": {}})
+    run = trial_run.TrialRun.open(uri, exp, None, cfg, "k", "Xavier", {"axes": {}, "point": {}})
     run.finish({"status": "finished", "history": [], "test": {}, "best": {}, "best_epoch": 4, "wall_time_s": 80.0}, [])
     assert main(["run", str(QUICK), "--dry-run", "epochs=2"]) == 0
     out = capsys.readouterr().out

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from embinit import tracking
+from embinit import mlflow_store
 from embinit.spec import SpecError, load_spec
 from helpers.sweep import sweep_spec_data
 
@@ -81,7 +81,7 @@ def test_workers_get_absolute_paths_and_the_twin_of_the_reference_seed(tmp_path,
 
 # ---- end to end ---------------------------------------------------------------------------------------
 def history(uri: str, run_id: str, name: str) -> dict[int, float]:
-    return {m.step: m.value for m in tracking.client(uri).get_metric_history(run_id, name)}
+    return {m.step: m.value for m in mlflow_store.client(uri).get_metric_history(run_id, name)}
 
 
 def reference_file(path: Path) -> Path:
@@ -106,7 +106,7 @@ def test_probe_and_fixed_reference_similarity_are_logged(ray_local, tmp_path):
     result = run_sweep(spec, progress=False)
     assert result.n_finished == 1, result.trials
     uri, (trial,) = result.tracking_uri, result.trials
-    run = tracking.client(uri).get_run(trial["run_id"])
+    run = mlflow_store.client(uri).get_run(trial["run_id"])
     assert trial["key"] == spec.plan()[0].key
     probe = history(uri, trial["run_id"], "probe/pos_acc")
     sim = history(uri, trial["run_id"], "sim/knn_jaccard_mean")
@@ -117,10 +117,10 @@ def test_probe_and_fixed_reference_similarity_are_logged(ray_local, tmp_path):
     assert run.data.metrics["init/probe/pos_acc"] == probe[0]
     assert all(0.0 <= v <= 1.0 for v in [*probe.values(), *sim.values()])
     assert sorted(sim)[:-1] == list(range(0, final, 5))       # step 0, every 5 steps, the end
-    plots = {a.path for a in tracking.client(uri).list_artifacts(trial["run_id"], "plots")}
+    plots = {a.path for a in mlflow_store.client(uri).list_artifacts(trial["run_id"], "plots")}
     assert "plots/similarity_curve.png" in plots
     # the last value is the similarity of the best checkpoint's table to the reference, recomputed here
-    ckpt = tracking.client(uri).download_artifacts(trial["run_id"], "checkpoint/best.pt", str(tmp_path))
+    ckpt = mlflow_store.client(uri).download_artifacts(trial["run_id"], "checkpoint/best.pt", str(tmp_path))
     mine, theirs = load_embeddings(ckpt), load_embeddings(ref)
     _, a, b = align(mine.tokens, mine.matrix, theirs.tokens, theirs.matrix)
     expected = knn_match_similarity(a, b, k=3).summary["mean"]

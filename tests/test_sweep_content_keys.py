@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from embinit import tracking
+from embinit import mlflow_store, records, run_names, run_readers, run_writers
 from embinit.spec import load_spec
 from embinit.sweep import run_sweep
 from embinit.tasks.synthetic import LEXICON
@@ -33,20 +33,20 @@ def spec(tmp, pretrained: str):
 
 
 def runs(uri: str, kind: str | None) -> list:
-    exp = tracking.experiment_id("copied", uri)
-    return [r for r in tracking.search_runs(exp, uri)
-            if (tracking.KEY_TAG in r.data.tags if kind is None else r.data.tags.get(tracking.KIND_TAG) == kind)]
+    exp = mlflow_store.experiment_id("copied", uri)
+    return [r for r in mlflow_store.search_runs(exp, uri)
+            if (records.KEY_TAG in r.data.tags if kind is None else r.data.tags.get(records.KIND_TAG) == kind)]
 
 
 def test_a_copied_pretrained_file_reuses_its_trials_and_a_rerun_links_its_sweep(ray_local, tmp_path):
     first = spec(tmp_path, vectors(tmp_path / "a" / "glove.txt"))
-    uri = tracking.resolve_uri(first.mlflow.tracking_uri)
+    uri = mlflow_store.resolve_uri(first.mlflow.tracking_uri)
     done = run_sweep(first, progress=False)
     assert (done.planned, done.reused, done.n_finished, done.linked) == (2, 0, 2, False)
-    sweep = tracking.client(uri).get_run(done.parent_run_id)
+    sweep = mlflow_store.client(uri).get_run(done.parent_run_id)
     assert sweep.info.run_name == "copied"                                    # named after the spec
-    exp = tracking.client(uri).get_experiment(done.experiment_id)
-    assert exp.tags[tracking.NOTE_TAG] == "GloVe rows, copied file"         # the spec's description
+    exp = mlflow_store.client(uri).get_experiment(done.experiment_id)
+    assert exp.tags[run_names.NOTE_TAG] == "GloVe rows, copied file"         # the spec's description
     assert {r.info.run_name for r in runs(uri, None)} == {"GloVe-s0", "GloVe-s1"}   # label and seed
     for trial in runs(uri, None):
         assert int(trial.data.params["model_parameters"]) > 0 and trial.data.params["init"] == "GloVe"
@@ -85,11 +85,11 @@ def test_a_worker_records_the_key_its_driver_planned(tmp_path, monkeypatch):
                                                            "log_plots": False, "log_checkpoint": False}))
     (unit,), _ = units_to_run(s, set())
     planned = replace(unit.trials[0], key="key-the-driver-planned")
-    uri = tracking.resolve_uri(s.mlflow.tracking_uri)
-    exp = tracking.ensure_experiment("driver", uri)
-    shared = SweepContext(uri, exp, tracking.start_parent_run(exp, uri, s.spec_hash(), s.to_yaml(), 1),
+    uri = mlflow_store.resolve_uri(s.mlflow.tracking_uri)
+    exp = mlflow_store.ensure_experiment("driver", uri)
+    shared = SweepContext(uri, exp, run_writers.start_parent_run(exp, uri, s.spec_hash(), s.to_yaml(), 1),
                           log_checkpoint=False, log_plots=False, cache_dir=s.cache_dir)
     train_unit({"unit": 0}, shared, [Unit((planned,))])
-    (run,) = [r for r in tracking.search_runs(exp, uri) if tracking.KEY_TAG in r.data.tags]
-    assert run.info.status == "FINISHED" and run.data.tags[tracking.KEY_TAG] == "key-the-driver-planned"
-    assert "key-the-driver-planned" in tracking.finished_keys(exp, uri)
+    (run,) = [r for r in mlflow_store.search_runs(exp, uri) if records.KEY_TAG in r.data.tags]
+    assert run.info.status == "FINISHED" and run.data.tags[records.KEY_TAG] == "key-the-driver-planned"
+    assert "key-the-driver-planned" in run_readers.finished_keys(exp, uri)

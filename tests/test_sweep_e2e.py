@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import ray.cloudpickle
 
-from embinit import tracking
+from embinit import mlflow_store, records
 from embinit.spec import load_spec
 from embinit.sweep import run_sweep
 from helpers.sweep import sweep_spec_data
@@ -40,29 +40,29 @@ def spec(name: str, tmp: Path, **over) -> object:
 
 
 def child_runs(uri: str, name: str) -> list:
-    exp = tracking.experiment_id(name, uri)
-    return [r for r in tracking.search_runs(exp, uri) if tracking.KEY_TAG in r.data.tags]
+    exp = mlflow_store.experiment_id(name, uri)
+    return [r for r in mlflow_store.search_runs(exp, uri) if records.KEY_TAG in r.data.tags]
 
 
 def test_sweep_records_runs_reports_and_resumes(ray_local, tmp_path):
     s = spec("e2e", tmp_path)
-    uri = tracking.resolve_uri(s.mlflow.tracking_uri)
+    uri = mlflow_store.resolve_uri(s.mlflow.tracking_uri)
     result = run_sweep(s, progress=False)
     assert (result.planned, result.reused, result.n_finished, result.n_failed) == (6, 0, 6, 0)
     runs = child_runs(uri, "e2e")
     assert len(runs) == 6 and {r.info.status for r in runs} == {"FINISHED"}
-    assert {r.data.tags[tracking.KEY_TAG] for r in runs} == {p.key for p in s.plan()}
+    assert {r.data.tags[records.KEY_TAG] for r in runs} == {p.key for p in s.plan()}
     for run in runs:
-        steps = [m.step for m in tracking.client(uri).get_metric_history(run.info.run_id, "val/loss")]
+        steps = [m.step for m in mlflow_store.client(uri).get_metric_history(run.info.run_id, "val/loss")]
         assert sorted(steps) == [1, 2]
         assert {"train/loss", "val/bleu", "tokens_per_s", "test/bleu", "best/val/loss", "best_epoch",
                 "init/emb/std", "init/emb/absorption"} <= set(run.data.metrics)
-        assert run.data.tags[tracking.PARENT_TAG] == result.parent_run_id
-        arts = {a.path for a in tracking.client(uri).list_artifacts(run.info.run_id)}
+        assert run.data.tags[records.PARENT_TAG] == result.parent_run_id
+        arts = {a.path for a in mlflow_store.client(uri).list_artifacts(run.info.run_id)}
         assert {"checkpoint", "plots", "result.json", "emb_stats.json"} <= arts
-    parent = tracking.client(uri).get_run(result.parent_run_id)
+    parent = mlflow_store.client(uri).get_run(result.parent_run_id)
     assert parent.info.status == "FINISHED" and parent.data.metrics["sweep/finished"] == 6
-    logged = {a.path for d in ("", "report", "figures") for a in tracking.client(uri).list_artifacts(
+    logged = {a.path for d in ("", "report", "figures") for a in mlflow_store.client(uri).list_artifacts(
         result.parent_run_id, d or None)}
     assert {"report.md", "spec.yaml", "report/report.csv", "report/report.json",
             "figures/synthetic_translation.png"} <= logged
@@ -70,7 +70,7 @@ def test_sweep_records_runs_reports_and_resumes(ray_local, tmp_path):
     assert set(rows) == {"Xavier", "Normal", "XavierNormal"}
     assert all(r["n"] == 2 and r["metric"] == "test/bleu" and r["failed"] == 0 for r in rows.values())
     # the report artifact compares each init with Xavier, paired on the two seeds (issue 22)
-    c = tracking.client(uri)
+    c = mlflow_store.client(uri)
     logged_json = json.loads(Path(c.download_artifacts(result.parent_run_id, "report/report.json", str(tmp_path)))
                              .read_text())
     assert logged_json["baseline"] == "Xavier" and logged_json["completeness"]["unfinished"] == 0
@@ -111,8 +111,8 @@ def test_killed_worker_resumes_from_its_checkpoint(ray_local, tmp_path):
     starts = [int(x) for x in Path(marker).with_suffix(".starts").read_text().split()]
     assert len(starts) == 2 and starts[0] == 0 and starts[1] > 0    # the retry resumed, not restarted
     assert (result.n_finished, result.n_failed) == (1, 0)
-    (run,) = child_runs(tracking.resolve_uri(s.mlflow.tracking_uri), "kill")   # the same run, reused
-    hist = tracking.client(result.tracking_uri).get_metric_history(run.info.run_id, "val/loss")
+    (run,) = child_runs(mlflow_store.resolve_uri(s.mlflow.tracking_uri), "kill")   # the same run, reused
+    hist = mlflow_store.client(result.tracking_uri).get_metric_history(run.info.run_id, "val/loss")
     assert sorted({m.step for m in hist}) == [1, 2, 3]
     assert run.info.status == "FINISHED" and run.data.metrics["best_epoch"] in (1, 2, 3)
 
@@ -141,8 +141,8 @@ def test_a_failing_trial_is_recorded_and_the_sweep_continues(ray_local, tmp_path
     rows = {r["init"]: r for r in result.report.rows}
     assert (rows["Huge"]["diverged"], rows["Huge"]["n"]) == (1, 0)
     (huge_run,) = [t for t in result.trials if t["label"] == "Huge"]
-    tags = tracking.client(result.tracking_uri).get_run(huge_run["run_id"]).data.tags
-    assert tags[tracking.STATUS_TAG] == "diverged"
+    tags = mlflow_store.client(result.tracking_uri).get_run(huge_run["run_id"]).data.tags
+    assert tags[records.STATUS_TAG] == "diverged"
     errors = {t["label"]: t["error"] for t in result.trials}
     assert "injected failure" in errors["Normal"]
     assert errors["GloVe"].startswith("EmbinitError: ")   # a user error: one line, no traceback

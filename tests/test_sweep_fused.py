@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from embinit import tracking
+from embinit import mlflow_store, records
 from embinit.spec import SpecError, load_spec
 from embinit.sweep.fused import group_units
 from embinit.sweep.work import units_to_run
@@ -78,17 +78,17 @@ def test_fused_sweep_runs_are_the_trials_runs(ray_local, tmp_path):
     s = spec(tmp_path, seeds=2, mlflow={"tracking_uri": f"sqlite:///{tmp_path}/mlflow.db", "log_plots": False})
     result = run_sweep(s, progress=False)
     assert (result.planned, result.n_finished, result.n_failed) == (4, 4, 0)
-    uri = tracking.resolve_uri(s.mlflow.tracking_uri)
-    runs = [r for r in tracking.search_runs(tracking.experiment_id("fz", uri), uri)
-            if tracking.KEY_TAG in r.data.tags]
-    assert sorted(r.data.tags[tracking.KEY_TAG] for r in runs) == sorted(p.key for p in s.plan())
-    assert {r.data.tags[tracking.EXECUTION_TAG] for r in runs} == {"fused"}
+    uri = mlflow_store.resolve_uri(s.mlflow.tracking_uri)
+    runs = [r for r in mlflow_store.search_runs(mlflow_store.experiment_id("fz", uri), uri)
+            if records.KEY_TAG in r.data.tags]
+    assert sorted(r.data.tags[records.KEY_TAG] for r in runs) == sorted(p.key for p in s.plan())
+    assert {r.data.tags[records.EXECUTION_TAG] for r in runs} == {"fused"}
     for r in runs:
-        steps = [m.step for m in tracking.client(uri).get_metric_history(r.info.run_id, "val/loss")]
+        steps = [m.step for m in mlflow_store.client(uri).get_metric_history(r.info.run_id, "val/loss")]
         assert sorted(steps) == [1, 2] and "test/loss" in r.data.metrics
     first = s.plan()[0]
     alone = run_trial(TrialConfig.from_dict(first.config), cache_dir=tmp_path / "cache")
-    run = next(r for r in runs if r.data.tags[tracking.KEY_TAG] == first.key)
+    run = next(r for r in runs if r.data.tags[records.KEY_TAG] == first.key)
     assert run.data.metrics["test/loss"] == pytest.approx(alone.test["test/loss"], rel=1e-4)
     # a separate-execution submission of the same trials finds them all done
     again = run_sweep(load_spec({**s.canonical(), "execution": {"fuse": "off"}}), progress=False)

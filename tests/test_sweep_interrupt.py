@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from embinit import tracking
+from embinit import run_readers
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,7 +41,7 @@ def test_ctrl_c_marks_trials_interrupted_and_says_how_to_resume(tmp_path):
                 break
             time.sleep(0.5)
         while time.monotonic() < deadline and proc.poll() is None:  # ... and its MLflow run is open
-            if any(t["status"] == "running" for t in tracking.list_trials("interrupt-me", uri)):
+            if any(t["status"] == "running" for t in run_readers.list_trials("interrupt-me", uri)):
                 break
             time.sleep(1)
         assert proc.poll() is None, "".join(lines)
@@ -57,5 +57,5 @@ def test_ctrl_c_marks_trials_interrupted_and_says_how_to_resume(tmp_path):
     assert "Tuner.restore" not in err + out
     assert "the stopped ones are marked 'interrupted'" in err
     assert f"embinit run {spec}` again to resume" in err   # `embinit` or its path (embinit.commands)
-    statuses = [t["status"] for t in tracking.list_trials("interrupt-me", uri)]
+    statuses = [t["status"] for t in run_readers.list_trials("interrupt-me", uri)]
     assert statuses == ["interrupted"], statuses

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from ray import tune
 
-from embinit import records, tracking
+from embinit import mlflow_store, records, run_readers, run_writers
 from embinit.spec import load_spec
 from embinit.sweep import resume
 from embinit.sweep.work import SweepContext, Unit, work_item
@@ -83,9 +83,9 @@ def setup(tmp: Path, name: str, **over):
 def sweep(spec, units, callbacks) -> tuple[dict, str]:
     """One sweep of `spec`'s units, as a driver runs them (a parent run, the shared settings);
     `callbacks`: a list for every trial, or `f(cfg) -> list`."""
-    uri = tracking.resolve_uri(spec.mlflow.tracking_uri)
-    exp_id = tracking.ensure_experiment(spec.experiment_name(), uri)
-    parent = tracking.start_parent_run(exp_id, uri, spec.spec_hash(), spec.to_yaml(), spec.num_trials())
+    uri = mlflow_store.resolve_uri(spec.mlflow.tracking_uri)
+    exp_id = mlflow_store.ensure_experiment(spec.experiment_name(), uri)
+    parent = run_writers.start_parent_run(exp_id, uri, spec.spec_hash(), spec.to_yaml(), spec.num_trials())
     shared = SweepContext(uri, exp_id, parent, log_checkpoint=False, log_plots=False, cache_dir=spec.cache_dir)
     for i in range(len(units)):
         try:
@@ -102,25 +102,25 @@ def units_of(spec, fused: bool = False) -> list[dict]:
 
 
 def trial_runs(shared) -> list:
-    return [r for r in tracking.search_runs(shared.experiment_id, shared.tracking_uri)
-            if tracking.KEY_TAG in r.data.tags]
+    return [r for r in mlflow_store.search_runs(shared.experiment_id, shared.tracking_uri)
+            if records.KEY_TAG in r.data.tags]
 
 
 def steps(uri: str, run_id: str, metric: str) -> list[int]:
-    return sorted(m.step for m in tracking.client(uri).get_metric_history(run_id, metric))
+    return sorted(m.step for m in mlflow_store.client(uri).get_metric_history(run_id, metric))
 
 
 def assert_resumed_in_one_run(shared, first_parent: str, keys: set[str], kept_epoch: int) -> None:
     uri = shared.tracking_uri
     runs = trial_runs(shared)
-    assert {r.data.tags[tracking.KEY_TAG] for r in runs} == keys
+    assert {r.data.tags[records.KEY_TAG] for r in runs} == keys
     assert len(runs) == len(keys)                      # no second run for any key
     for run in runs:
-        assert run.info.status == "FINISHED", run.data.tags.get(tracking.ERROR_TAG)
+        assert run.info.status == "FINISHED", run.data.tags.get(records.ERROR_TAG)
         tags = run.data.tags
-        assert tags[tracking.RESUMED_TAG] == str(kept_epoch)
-        assert tags[tracking.PARENT_TAG] == shared.parent_run_id != first_parent
-        assert tracking.ERROR_TAG not in tags and tracking.CHECKPOINT_TAG not in tags  # no empty tag
+        assert tags[records.RESUMED_TAG] == str(kept_epoch)
+        assert tags[records.PARENT_TAG] == shared.parent_run_id != first_parent
+        assert records.ERROR_TAG not in tags and records.CHECKPOINT_TAG not in tags  # no empty tag
         for metric in ("val/loss", "train/loss"):          # every epoch once: continuous, nothing redone
             assert steps(uri, run.info.run_id, metric) == [1, 2, 3, 4]
     folder = resume.experiment_folder(shared)
@@ -133,11 +133,11 @@ def test_a_lost_sweep_resumes_its_trial_from_the_checkpoint_in_the_same_run(tmp_
     first, outcome = sweep(spec, units, [KillAfter(2)])
     assert outcome == "killed"
     (run,) = trial_runs(first)
-    assert run.info.status == "RUNNING" and run.data.tags[tracking.CHECKPOINT_TAG] == "2"
+    assert run.info.status == "RUNNING" and run.data.tags[records.CHECKPOINT_TAG] == "2"
     # What the reconciler (or the sweep's own cleanup) does with a run whose driver is gone:
-    assert tracking.close_orphans(first.experiment_id, first.tracking_uri, first.parent_run_id,
+    assert run_writers.close_orphans(first.experiment_id, first.tracking_uri, first.parent_run_id,
                                   "the experiment's Ray driver is gone") == 1
-    (rec,) = tracking.trial_records(first.experiment_id, first.tracking_uri)
+    (rec,) = run_readers.trial_records(first.experiment_id, first.tracking_uri)
     assert (rec.status, rec.resume_epoch) == ("failed", 2)
     assert "running the spec again resumes this run" in rec.error
 
@@ -148,7 +148,7 @@ def test_a_lost_sweep_resumes_its_trial_from_the_checkpoint_in_the_same_run(tmp_
     assert start[2] > 0                                     # it started with epoch 2's optimizer steps
     assert [e[2] for e in log if e[0] == "epoch"] == [3, 4]  # and trained epochs 3 and 4 only
     assert_resumed_in_one_run(second, first.parent_run_id, {p.key for p in spec.plan()}, 2)
-    (rec,) = tracking.trial_records(second.experiment_id, second.tracking_uri)
+    (rec,) = run_readers.trial_records(second.experiment_id, second.tracking_uri)
     assert rec.status == "finished" and not rec.resumable
 
 
@@ -158,7 +158,7 @@ def test_a_lost_fused_group_resumes_each_member_in_its_run(tmp_path, no_tune):
     first, outcome = sweep(spec, units, [KillAfter(2)])   # the first member's epoch 2 kills the group ...
     assert outcome == "killed"
     # ... so only that member checkpointed epoch 2: members at different epochs train separately
-    kept = {r.data.tags[tracking.KEY_TAG]: r.data.tags.get(tracking.CHECKPOINT_TAG) for r in trial_runs(first)}
+    kept = {r.data.tags[records.KEY_TAG]: r.data.tags.get(records.CHECKPOINT_TAG) for r in trial_runs(first)}
     assert sorted(kept.values()) == ["1", "2"]
     log: list = []
     second, _ = sweep(spec, units, [Record(log)])
@@ -166,8 +166,8 @@ def test_a_lost_fused_group_resumes_each_member_in_its_run(tmp_path, no_tune):
     runs = trial_runs(second)
     assert len(runs) == 2 and {r.info.status for r in runs} == {"FINISHED"}
     for run in runs:
-        resumed = int(run.data.tags[tracking.RESUMED_TAG])
-        assert resumed == int(kept[run.data.tags[tracking.KEY_TAG]])
+        resumed = int(run.data.tags[records.RESUMED_TAG])
+        assert resumed == int(kept[run.data.tags[records.KEY_TAG]])
         assert steps(uri, run.info.run_id, "val/loss") == [1, 2, 3, 4]
     assert sorted(e[2] for e in log if e[0] == "epoch") == [2, 3, 3, 4, 4]
 
@@ -185,7 +185,7 @@ def test_a_lost_fused_group_at_one_epoch_resumes_fused(tmp_path, no_tune):
     second, _ = sweep(spec, units, [Record(log)])
     assert_resumed_in_one_run(second, first.parent_run_id, {i.key for i in units[0].trials}, 2)
     runs = trial_runs(second)
-    assert {r.data.tags[tracking.EXECUTION_TAG] for r in runs} == {"fused"}
+    assert {r.data.tags[records.EXECUTION_TAG] for r in runs} == {"fused"}
     assert sorted(e[2] for e in log if e[0] == "epoch") == [3, 3, 4, 4]
 
 
@@ -197,7 +197,7 @@ def test_outside_the_trusted_roots_nothing_is_kept(tmp_path, no_tune, monkeypatc
     assert outcome == "killed"
     assert not resume.checkpoint_root(spec.cache_dir).exists()   # no pickle written outside the roots
     (run,) = trial_runs(first)
-    assert tracking.CHECKPOINT_TAG not in run.data.tags           # so it does not claim to be resumable
+    assert records.CHECKPOINT_TAG not in run.data.tags           # so it does not claim to be resumable
 
 
 def test_two_specs_sharing_a_key_train_it_once(tmp_path, no_tune):
@@ -208,7 +208,7 @@ def test_two_specs_sharing_a_key_train_it_once(tmp_path, no_tune):
     b = setup(tmp_path, "spec-b", mlflow=shared_exp, tasks=[{**TINY, "epochs": 2}], inits=["normal", "xavier"])
     common = {p.key for p in a.plan()} & {p.key for p in b.plan()}
     assert len(common) == 1
-    tracking.ensure_experiment("shared-keys", tracking.resolve_uri(shared_exp["tracking_uri"]))
+    mlflow_store.ensure_experiment("shared-keys", mlflow_store.resolve_uri(shared_exp["tracking_uri"]))
     log: list = []
     results: dict[str, str] = {}
     threads = [threading.Thread(target=lambda s=s: results.update({s.name: sweep(s, units_of(s), [Record(log)])[1]}))
@@ -218,12 +218,12 @@ def test_two_specs_sharing_a_key_train_it_once(tmp_path, no_tune):
     for t in threads:
         t.join(timeout=300)
     assert results == {"spec-a": "done", "spec-b": "done"}
-    uri = tracking.resolve_uri(shared_exp["tracking_uri"])
-    runs = [r for r in tracking.search_runs(tracking.experiment_id("shared-keys", uri), uri)
-            if tracking.KEY_TAG in r.data.tags]
+    uri = mlflow_store.resolve_uri(shared_exp["tracking_uri"])
+    runs = [r for r in mlflow_store.search_runs(mlflow_store.experiment_id("shared-keys", uri), uri)
+            if records.KEY_TAG in r.data.tags]
     by_key: dict[str, list] = {}
     for r in runs:
-        by_key.setdefault(r.data.tags[tracking.KEY_TAG], []).append(r.info.status)
+        by_key.setdefault(r.data.tags[records.KEY_TAG], []).append(r.info.status)
     assert by_key[next(iter(common))] == ["FINISHED"]             # trained once, by one of the two
     assert len(by_key) == 2 and all(v == ["FINISHED"] for v in by_key.values())
     assert [e[1] for e in log if e[0] == "start"].count("xavier") == 1
@@ -332,17 +332,17 @@ def test_a_killed_driver_and_ray_resume_the_trial_when_the_spec_runs_again(tmp_p
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # the driver, its local Ray and the trial: gone at once
         proc.wait(timeout=60)
-    uri = tracking.resolve_uri(data["mlflow"]["tracking_uri"])
-    exp_id = tracking.experiment_id("killed", uri)
-    (run,) = [r for r in tracking.search_runs(exp_id, uri) if tracking.KEY_TAG in r.data.tags]
+    uri = mlflow_store.resolve_uri(data["mlflow"]["tracking_uri"])
+    exp_id = mlflow_store.experiment_id("killed", uri)
+    (run,) = [r for r in mlflow_store.search_runs(exp_id, uri) if records.KEY_TAG in r.data.tags]
     assert run.info.status == "RUNNING" and steps(uri, run.info.run_id, "val/loss") == [1, 2]
 
     again = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400)
     assert "FINISHED 1 1" in again.stdout, again.stdout + again.stderr
     starts = [int(x) for x in marker.with_suffix(".starts").read_text().split()]
     assert len(starts) == 2 and starts[0] == 0 and starts[1] > 0   # the rerun did not start from epoch 0
-    runs = [r for r in tracking.search_runs(exp_id, uri) if tracking.KEY_TAG in r.data.tags]
+    runs = [r for r in mlflow_store.search_runs(exp_id, uri) if records.KEY_TAG in r.data.tags]
     assert [r.info.run_id for r in runs] == [run.info.run_id]    # one run stands for the key: the same
     (done,) = runs
-    assert done.info.status == "FINISHED" and done.data.tags[tracking.RESUMED_TAG] == "2"
+    assert done.info.status == "FINISHED" and done.data.tags[records.RESUMED_TAG] == "2"
     assert steps(uri, run.info.run_id, "val/loss") == [1, 2, 3, 4]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import ray.cloudpickle
 
-from embinit import tracking
+from embinit import mlflow_store, run_readers
 from embinit.spec import SpecError, load_spec
 from embinit.sweep import run_sweep
 from helpers.sweep import sweep_spec_data
@@ -32,7 +32,7 @@ def test_optuna_search_runs_its_budget_and_resumes(ray_local, tmp_path):
         "method": "optuna", "num_samples": 2, "space": {"lr": {"low": 1e-4, "high": 1e-2, "log": True}}})
     result = run_sweep(s, progress=False)
     assert result.n_finished == 4 and result.n_failed == 0        # 2 points x 2 seeds
-    trials = tracking.list_trials("opt", result.tracking_uri)
+    trials = run_readers.list_trials("opt", result.tracking_uri)
     lrs = {t["config"]["lr"] for t in trials}
     assert len(lrs) == 2 and all(1e-4 <= lr <= 1e-2 for lr in lrs)
     for lr in lrs:                                                # each point ran every seed
@@ -41,7 +41,7 @@ def test_optuna_search_runs_its_budget_and_resumes(ray_local, tmp_path):
     assert set(row["point"]) == {"lr"} and row["point"]["lr"] in lrs and row["n"] == 2
 
     again = run_sweep(s, progress=False)                          # the budget is spent: nothing trains
-    assert len(tracking.list_trials("opt", result.tracking_uri)) == 4
+    assert len(run_readers.list_trials("opt", result.tracking_uri)) == 4
     assert again.report.rows[0]["point"] == row["point"]
 
 
@@ -77,7 +77,8 @@ def test_stop_cancels_running_trials(ray_local, tmp_path):
         4, 4, {"cancelled": 1, "never started": 3})
     assert {x["init"] for x in done["inits_without_results"]} == {"Xavier", "Normal"}
     assert {(r["init"], r["n"]) for r in result.report.rows} == {("Xavier", 0), ("Normal", 0)}
-    logged = tracking.client(result.tracking_uri).download_artifacts(result.parent_run_id, "report.md", str(tmp_path))
+    logged = mlflow_store.client(result.tracking_uri).download_artifacts(result.parent_run_id, "report.md",
+                                                                         str(tmp_path))
     assert "**Incomplete: 4 of 4 planned trials never finished** (1 cancelled, 3 never started)." in Path(
         logged).read_text()
 

@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from embinit import task_registry, tracking
+from embinit import task_registry
+from embinit import mlflow_store, records, run_readers, run_writers, trial_run
 from embinit.errors import EmbinitError
 
 pytestmark = pytest.mark.slow  # creating an MLflow SQLite store takes a few seconds
@@ -17,7 +18,7 @@ pytestmark = pytest.mark.slow  # creating an MLflow SQLite store takes a few sec
 def store(tmp_path_factory):
     root = tmp_path_factory.mktemp("mlflow")
     uri = f"sqlite:///{root}/mlflow.db"
-    return uri, tracking.ensure_experiment("track", uri)
+    return uri, mlflow_store.ensure_experiment("track", uri)
 
 
 def config(seed: int, task: str = "synthetic_classification") -> dict:
@@ -35,94 +36,94 @@ def result(history_epochs=(1, 2), status="finished") -> dict:
 
 def test_resolve_uri_makes_local_stores_absolute(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert tracking.resolve_uri(None) == f"sqlite:///{tmp_path}/mlflow.db"
-    assert tracking.resolve_uri("sqlite:////abs/x.db") == "sqlite:////abs/x.db"
-    assert tracking.resolve_uri("runs") == (tmp_path / "runs").as_uri()
-    assert tracking.resolve_uri("http://host:5000") == "http://host:5000"
-    assert tracking.artifact_root(f"sqlite:///{tmp_path}/m.db") == (tmp_path / "mlartifacts").as_uri()
+    assert mlflow_store.resolve_uri(None) == f"sqlite:///{tmp_path}/mlflow.db"
+    assert mlflow_store.resolve_uri("sqlite:////abs/x.db") == "sqlite:////abs/x.db"
+    assert mlflow_store.resolve_uri("runs") == (tmp_path / "runs").as_uri()
+    assert mlflow_store.resolve_uri("http://host:5000") == "http://host:5000"
+    assert mlflow_store.artifact_root(f"sqlite:///{tmp_path}/m.db") == (tmp_path / "mlartifacts").as_uri()
 
 
 def test_trial_run_records_params_tags_epochs_and_result(store, tmp_path):
     uri, exp = store
-    run = tracking.TrialRun.open(uri, exp, None, config(0), "key0", "Xavier", {"axes": {}, "point": {}})
+    run = trial_run.TrialRun.open(uri, exp, None, config(0), "key0", "Xavier", {"axes": {}, "point": {}})
     for h in result()["history"]:
         run.log_epoch(h["epoch"], h)
     plot = tmp_path / "curve.png"
     plot.write_bytes(b"png")
     run.finish(result(), [("plots", str(plot))])
-    got = tracking.client(uri).get_run(run.run_id)
+    got = mlflow_store.client(uri).get_run(run.run_id)
     assert got.info.status == "FINISHED"
     assert got.data.params["lr"] == "0.001" and got.data.params["extras.a"] == "1"
     # the resolved config: task defaults filled in, unset options left out, never "None"
     assert got.data.params["epochs"] == "5" and got.data.params["batch_size"] == "32"
     assert "None" not in got.data.params.values() and "data_seed" not in got.data.params
-    assert got.data.tags[tracking.KEY_TAG] == "key0" and got.data.tags[tracking.LABEL_TAG] == "Xavier"
-    assert got.data.tags[tracking.INIT_TAG] == "Xavier"
-    assert json.loads(got.data.tags[tracking.CONFIG_TAG])["seed"] == 0
+    assert got.data.tags[records.KEY_TAG] == "key0" and got.data.tags[records.LABEL_TAG] == "Xavier"
+    assert got.data.tags[records.INIT_TAG] == "Xavier"
+    assert json.loads(got.data.tags[records.CONFIG_TAG])["seed"] == 0
     m = got.data.metrics
     assert m["best/val/acc"] == 0.7 and m["init/emb/std"] == 0.1
     # embedding statistics: the key ones as metrics, all of them in a table artifact
     assert not [k for k in m if k.startswith("best/emb") or k.startswith("init/emb_src")]
-    table = json.loads(tracking.client(uri).download_artifacts(run.run_id, "emb_stats.json", str(tmp_path))
+    table = json.loads(mlflow_store.client(uri).download_artifacts(run.run_id, "emb_stats.json", str(tmp_path))
                        and (tmp_path / "emb_stats.json").read_text())
     assert table["columns"] == ["statistic", "init", "best"]
     assert table["data"] == [["emb/absorption", 2.0, None], ["emb/std", 0.1, 0.2], ["emb_src/std", 0.3, 0.4]]
     assert m["best_epoch"] == 2
-    history = tracking.client(uri).get_metric_history(run.run_id, "val/loss")
+    history = mlflow_store.client(uri).get_metric_history(run.run_id, "val/loss")
     assert sorted(x.step for x in history) == [1, 2]       # logged per epoch, not again at the end
-    arts = [a.path for a in tracking.client(uri).list_artifacts(run.run_id, "plots")]
+    arts = [a.path for a in mlflow_store.client(uri).list_artifacts(run.run_id, "plots")]
     assert arts == ["plots/curve.png"]
-    assert tracking.finished_keys(exp, uri)["key0"] == run.run_id
-    assert tracking.finished_run(exp, uri, "key0").info.run_id == run.run_id
+    assert run_readers.finished_keys(exp, uri)["key0"] == run.run_id
+    assert run_readers.finished_run(exp, uri, "key0").run_id == run.run_id
 
 
 def test_sweep_status():
-    assert tracking.sweep_status(cancelled=False, n_results=0, n_planned=3) == "FAILED"  # all failed
-    assert tracking.sweep_status(cancelled=False, n_results=1, n_planned=3) == "FINISHED"
-    assert tracking.sweep_status(cancelled=False, n_results=0, n_planned=0) == "FINISHED"
-    assert tracking.sweep_status(cancelled=True, n_results=0, n_planned=3) == "KILLED"
+    assert run_writers.sweep_status(cancelled=False, n_results=0, n_planned=3) == "FAILED"  # all failed
+    assert run_writers.sweep_status(cancelled=False, n_results=1, n_planned=3) == "FINISHED"
+    assert run_writers.sweep_status(cancelled=False, n_results=0, n_planned=0) == "FINISHED"
+    assert run_writers.sweep_status(cancelled=True, n_results=0, n_planned=3) == "KILLED"
 
 
 def test_finish_fills_epochs_missing_from_the_live_log(store):
     uri, exp = store
-    run = tracking.TrialRun.open(uri, exp, None, config(1), "key1", "Xavier", {})
+    run = trial_run.TrialRun.open(uri, exp, None, config(1), "key1", "Xavier", {})
     run.log_epoch(1, result()["history"][0])    # epoch 2's live log was lost (worker died)
     run.finish(result(), [])
-    steps = sorted(x.step for x in tracking.client(uri).get_metric_history(run.run_id, "val/loss"))
+    steps = sorted(x.step for x in mlflow_store.client(uri).get_metric_history(run.run_id, "val/loss"))
     assert steps == [1, 2]
 
 
 def test_a_restarted_attempt_reuses_its_run(store):
     uri, exp = store
-    parent = tracking.start_parent_run(exp, uri, "hash", "name: x\n", 1)
-    first = tracking.TrialRun.open(uri, exp, parent, config(2), "key2", "Xavier", {})
-    again = tracking.TrialRun.open(uri, exp, parent, config(2), "key2", "Xavier", {})
+    parent = run_writers.start_parent_run(exp, uri, "hash", "name: x\n", 1)
+    first = trial_run.TrialRun.open(uri, exp, parent, config(2), "key2", "Xavier", {})
+    again = trial_run.TrialRun.open(uri, exp, parent, config(2), "key2", "Xavier", {})
     assert again.run_id == first.run_id
-    by_id = tracking.TrialRun.open(uri, exp, parent, config(2), "key2", "Xavier", {}, run_id=first.run_id)
+    by_id = trial_run.TrialRun.open(uri, exp, parent, config(2), "key2", "Xavier", {}, run_id=first.run_id)
     assert by_id.run_id == first.run_id
-    assert tracking.close_orphans(exp, uri, parent, "worker died") == 1
-    got = tracking.client(uri).get_run(first.run_id)
-    assert got.info.status == "FAILED" and got.data.tags[tracking.ERROR_TAG] == "worker died"
+    assert run_writers.close_orphans(exp, uri, parent, "worker died") == 1
+    got = mlflow_store.client(uri).get_run(first.run_id)
+    assert got.info.status == "FAILED" and got.data.tags[records.ERROR_TAG] == "worker died"
 
 
 def test_failed_and_diverged_runs_and_list_trials(store):
     uri, exp = store
-    bad = tracking.TrialRun.open(uri, exp, None, config(3), "key3", "Xavier", {})
+    bad = trial_run.TrialRun.open(uri, exp, None, config(3), "key3", "Xavier", {})
     bad.fail("Traceback ...\nValueError: boom")
-    div = tracking.TrialRun.open(uri, exp, None, config(4), "key4", "Xavier", {})
+    div = trial_run.TrialRun.open(uri, exp, None, config(4), "key4", "Xavier", {})
     div.finish(result(history_epochs=(1,), status="diverged"), [])
-    rows = {r["key"]: r for r in tracking.list_trials("track", uri)}
+    rows = {r["key"]: r for r in run_readers.list_trials("track", uri)}
     assert rows["key3"]["status"] == "failed" and "boom" in rows["key3"]["error"]
     assert rows["key4"]["status"] == "diverged"
     assert rows["key0"]["status"] == "finished" and rows["key0"]["value"] == 0.7
     assert rows["key0"]["metric"] == "best/val/acc" and rows["key0"]["config"]["seed"] == 0
-    assert "key3" not in tracking.finished_keys(exp, uri)
-    assert "key4" in tracking.finished_keys(exp, uri)   # a diverged trial is a result: never rerun
+    assert "key3" not in run_readers.finished_keys(exp, uri)
+    assert "key4" in run_readers.finished_keys(exp, uri)   # a diverged trial is a result: never rerun
 
 
 def test_unknown_experiment_is_a_user_error(store):
     with pytest.raises(EmbinitError, match="no MLflow experiment 'nope'"):
-        tracking.list_trials("nope", store[0])
+        run_readers.list_trials("nope", store[0])
 
 
 def test_reported_metrics_per_task():

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from embinit import tracking
+from embinit import mlflow_store, records, run_names, run_readers, run_writers, trial_run
 
 pytestmark = pytest.mark.slow  # creating an MLflow SQLite store takes a few seconds
 
@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow  # creating an MLflow SQLite store takes a few sec
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     uri = f"sqlite:///{tmp_path_factory.mktemp('names')}/mlflow.db"
-    return uri, tracking.ensure_experiment("names", uri)
+    return uri, mlflow_store.ensure_experiment("names", uri)
 
 
 def config(seed: int) -> dict:
@@ -29,8 +29,8 @@ def result() -> dict:
 
 def test_a_trial_run_is_named_by_label_and_seed_and_its_init_param_is_the_label(store):
     uri, exp = store
-    run = tracking.TrialRun.open(uri, exp, None, config(3), "k-name", "GloVe_Xavier", {})
-    got = tracking.client(uri).get_run(run.run_id)
+    run = trial_run.TrialRun.open(uri, exp, None, config(3), "k-name", "GloVe_Xavier", {})
+    got = mlflow_store.client(uri).get_run(run.run_id)
     assert got.info.run_name == "GloVe_Xavier-s3"
     assert got.data.params["init"] == "GloVe_Xavier"                  # what the report and the tags say
     assert got.data.params["init_spec"] == "glove+standardize"        # the spec as written
@@ -39,41 +39,41 @@ def test_a_trial_run_is_named_by_label_and_seed_and_its_init_param_is_the_label(
 def test_the_model_size_is_a_param(store):
     import torch
     uri, exp = store
-    run = tracking.TrialRun.open(uri, exp, None, config(4), "k-size", "GloVe_Xavier", {})
+    run = trial_run.TrialRun.open(uri, exp, None, config(4), "k-size", "GloVe_Xavier", {})
     model = torch.nn.Linear(3, 2)   # 6 weights + 2 biases
     model.bias.requires_grad_(False)
     run.log_model_size(model)
     run.log_model_size(model)       # a resumed attempt logs the same values again: allowed
-    params = tracking.client(uri).get_run(run.run_id).data.params
+    params = mlflow_store.client(uri).get_run(run.run_id).data.params
     assert (params["model_parameters"], params["trainable_parameters"]) == ("8", "6")
 
 
 def test_no_empty_checkpoint_tag_once_nothing_is_kept(store):
     uri, exp = store
-    done = tracking.TrialRun.open(uri, exp, None, config(5), "k-ckpt", "GloVe_Xavier", {})
+    done = trial_run.TrialRun.open(uri, exp, None, config(5), "k-ckpt", "GloVe_Xavier", {})
     done.log_epoch(1, {"val/loss": 1.0}, checkpoint=True)
-    assert tracking.client(uri).get_run(done.run_id).data.tags[tracking.CHECKPOINT_TAG] == "1"
+    assert mlflow_store.client(uri).get_run(done.run_id).data.tags[records.CHECKPOINT_TAG] == "1"
     done.finish(result(), [])
-    assert tracking.CHECKPOINT_TAG not in tracking.client(uri).get_run(done.run_id).data.tags
-    bad = tracking.TrialRun.open(uri, exp, None, config(6), "k-bad", "GloVe_Xavier", {})
+    assert records.CHECKPOINT_TAG not in mlflow_store.client(uri).get_run(done.run_id).data.tags
+    bad = trial_run.TrialRun.open(uri, exp, None, config(6), "k-bad", "GloVe_Xavier", {})
     bad.log_epoch(1, {"val/loss": 1.0}, checkpoint=True)
     bad.fail("EmbinitError: bad file", checkpoint=False)
-    assert tracking.CHECKPOINT_TAG not in tracking.client(uri).get_run(bad.run_id).data.tags
-    kept = tracking.TrialRun.open(uri, exp, None, config(7), "k-kept", "GloVe_Xavier", {})
+    assert records.CHECKPOINT_TAG not in mlflow_store.client(uri).get_run(bad.run_id).data.tags
+    kept = trial_run.TrialRun.open(uri, exp, None, config(7), "k-kept", "GloVe_Xavier", {})
     kept.log_epoch(1, {"val/loss": 1.0}, checkpoint=True)
     kept.fail("worker died")        # its checkpoint is kept: resumable, the tag stays
-    assert tracking.client(uri).get_run(kept.run_id).data.tags[tracking.CHECKPOINT_TAG] == "1"
+    assert mlflow_store.client(uri).get_run(kept.run_id).data.tags[records.CHECKPOINT_TAG] == "1"
 
 
 def test_sweep_runs_are_named_after_the_spec_and_its_description_is_the_experiments(store):
     uri, exp = store
-    parent = tracking.start_parent_run(exp, uri, "0123456789abcdef", "name: my-study\n", 2, run_name="my-study")
-    assert tracking.client(uri).get_run(parent).info.run_name == "my-study"
-    assert tracking.finished_sweep(exp, uri, "0123456789abcdef") is None   # still running
-    tracking.end_parent_run(parent, uri, "FINISHED", None, {})
-    assert tracking.finished_sweep(exp, uri, "0123456789abcdef") == parent
-    assert tracking.finished_sweep(exp, uri, "another-spec") is None
-    tracking.describe_experiment(exp, uri, "GloVe vs Xavier on Multi30k")
-    assert tracking.client(uri).get_experiment(exp).tags[tracking.NOTE_TAG] == "GloVe vs Xavier on Multi30k"
-    tracking.describe_experiment(exp, uri, "")   # a spec without one keeps what is there
-    assert tracking.client(uri).get_experiment(exp).tags[tracking.NOTE_TAG] == "GloVe vs Xavier on Multi30k"
+    parent = run_writers.start_parent_run(exp, uri, "0123456789abcdef", "name: my-study\n", 2, run_name="my-study")
+    assert mlflow_store.client(uri).get_run(parent).info.run_name == "my-study"
+    assert run_readers.finished_sweep(exp, uri, "0123456789abcdef") is None   # still running
+    run_writers.end_parent_run(parent, uri, "FINISHED", None, {})
+    assert run_readers.finished_sweep(exp, uri, "0123456789abcdef") == parent
+    assert run_readers.finished_sweep(exp, uri, "another-spec") is None
+    run_writers.describe_experiment(exp, uri, "GloVe vs Xavier on Multi30k")
+    assert mlflow_store.client(uri).get_experiment(exp).tags[run_names.NOTE_TAG] == "GloVe vs Xavier on Multi30k"
+    run_writers.describe_experiment(exp, uri, "")   # a spec without one keeps what is there
+    assert mlflow_store.client(uri).get_experiment(exp).tags[run_names.NOTE_TAG] == "GloVe vs Xavier on Multi30k"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from embinit import tracking
+from embinit import mlflow_store, run_readers
 from embinit.spec import load_spec
 from embinit.sweep import run_sweep
 
@@ -62,8 +62,8 @@ def test_sweep_logs_through_an_mlflow_server(server, tmp_path):
                       "cache_dir": str(tmp_path / "cache"), "mlflow": {"tracking_uri": url}})
     result = run_sweep(spec, progress=False)
     assert (result.n_finished, result.tracking_uri) == (1, url)
-    (trial,) = tracking.list_trials("via-server", url)
-    run = tracking.client(url).get_run(trial["run_id"])
+    (trial,) = run_readers.list_trials("via-server", url)
+    run = mlflow_store.client(url).get_run(trial["run_id"])
     assert run.info.status == "FINISHED" and "best/val/acc" in run.data.metrics
     assert run.info.artifact_uri.startswith("mlflow-artifacts:")     # proxied by the server
     uploaded = {p.name for p in artifacts.rglob("*") if p.is_file()}

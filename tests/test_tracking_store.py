@@ -22,13 +22,13 @@ from service.store import ResultStore
 RACER = """
 import sys, time
 from embinit.tracking_store import prepare_store
-from embinit import tracking
+from embinit import mlflow_store
 uri, start = sys.argv[1], float(sys.argv[2])
 while time.time() < start:
     time.sleep(0.001)
 print(prepare_store(uri))
-tracking.ensure_experiment("race", uri)
-print(tracking.experiment_id("race", uri) is not None)
+mlflow_store.ensure_experiment("race", uri)
+print(mlflow_store.experiment_id("race", uri) is not None)
 """
 
 
@@ -98,7 +98,7 @@ def test_run_sweep_prepares_the_store_before_anything_else(tmp_path, monkeypatch
         calls.append(uri)
         raise RuntimeError("stop here")
     monkeypatch.setattr(sweep_run, "prepare_store", prepare)
-    monkeypatch.setattr(sweep_run.tracking, "ensure_experiment", lambda *a: pytest.fail("store opened first"))
+    monkeypatch.setattr(sweep_run.mlflow_store, "ensure_experiment", lambda *a: pytest.fail("store opened first"))
     spec = {"name": "prep", "tasks": ["synthetic_translation"], "inits": ["xavier"], "seeds": 1}
     with pytest.raises(RuntimeError, match="stop here"):
         sweep_run.run_sweep(spec, tracking_uri=f"sqlite:///{tmp_path}/m.db")

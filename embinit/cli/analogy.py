@@ -121,7 +121,7 @@ def row_slug(steps) -> str:
 def _log(args, source: str, questions: str, n_words: int, rows, results, wall_s: float, ratios, sweep) -> str:
     """One MLflow run: each row's metrics (and its σ(words)/σ(PE) as `analogy/<slug>/pe_ratio`), and
     result.json with the rows and the ratio sweep."""
-    from embinit import tracking
+    from embinit import mlflow_store, run_writers
     metrics: dict[str, float] = {"wall_time_s": wall_s}
     for (st, _), (_, _, res), ratio in zip(rows, results, ratios):
         metrics.update(res.to_metrics(f"analogy/{row_slug(st)}"))
@@ -133,10 +133,10 @@ def _log(args, source: str, questions: str, n_words: int, rows, results, wall_s:
     result = {"rows": [{**res.to_dict(), "steps": list(st), "slug": row_slug(st), "paper": paper, "pe_ratio": ratio}
                        for (st, _), (_, paper, res), ratio in zip(rows, results, ratios)],
               "ratio_sweep": sweep, "params": params}
-    run_id = tracking.log_analysis_run(args.log_experiment, args.tracking_uri, "analogy",
+    run_id = run_writers.log_analysis_run(args.log_experiment, args.tracking_uri, "analogy",
                                        f"analogy-seed{args.seed}", params, metrics, result)
     from embinit import provenance
-    provenance.record(run_id, tracking.resolve_uri(args.tracking_uri))   # for the reproduction's runs section
+    provenance.record(run_id, mlflow_store.resolve_uri(args.tracking_uri))   # for the reproduction's runs section
     return run_id
 
 

@@ -85,10 +85,10 @@ def past_epoch_s(uri: str) -> dict[tuple, list[float]]:
     left out); only a local SQLite store that exists is read (a dry run starts nothing, creates nothing)."""
     if not uri.startswith("sqlite:///") or not Path(uri[len("sqlite:///"):]).exists():
         return {}
-    from embinit import records, tracking
+    from embinit import mlflow_store, run_readers
     out: dict[tuple, list[float]] = {}
-    for exp in tracking.client(uri).search_experiments():
-        for rec in records.from_runs(tracking.search_runs(exp.experiment_id, uri, "attributes.status = 'FINISHED'")):
+    for exp in mlflow_store.client(uri).search_experiments():
+        for rec in run_readers.trial_records(exp.experiment_id, uri, "attributes.status = 'FINISHED'"):
             wall = rec.metrics.get("wall_time_s")
             try:
                 shape = shape_of(TrialConfig.from_dict(rec.config))

@@ -13,10 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from embinit import tracking
+from embinit import mlflow_store
 from embinit.reproduction.compare import fmt
 from embinit.reproduction.export import Section
-from embinit.reproduction.inputs import load_trials, metric_history
+from embinit.reproduction.inputs import load_trials
+from embinit.run_readers import metric_history
 
 if TYPE_CHECKING:
     from embinit.reproduction.tables import Reproduction
@@ -45,7 +46,7 @@ BLOG_RUNS = (
 
 
 def _curve_cells(uri, run_id: str, score: str) -> dict:
-    hist = metric_history(uri, run_id, f"sim/knn_{score}_mean")
+    hist = metric_history(uri, run_id, f"sim/knn_{score}_mean").points
     if not hist:
         return {}
     peak = max(hist, key=lambda p: (p[1], -p[0]))
@@ -84,7 +85,7 @@ def blog_section(rep: Reproduction, runs: tuple[BlogRun, ...] = BLOG_RUNS) -> Se
     rows: list[dict] = []
     absent = []
     for run in runs:
-        if tracking.experiment_id(run.experiment, rep.uri) is None:
+        if mlflow_store.experiment_id(run.experiment, rep.uri) is None:
             absent.append(f"`{run.experiment}`")
             continue
         s.lines += _run_lines(rep, run, rows)

@@ -12,7 +12,8 @@ from embinit import paper
 from embinit.reproduction.compare import ci_text, compare_text, fmt, mean_std, paired, verdict
 from embinit.reproduction.export import Section
 from embinit.reproduction.frame import NOT_COMPARABLE, budget_gap
-from embinit.reproduction.inputs import ROLE_TEXT, ROLES, SHUFFLE_TEXT, Group, metric_history, role_of
+from embinit.reproduction.inputs import ROLE_TEXT, ROLES, SHUFFLE_TEXT, Group, role_of
+from embinit.run_readers import metric_history
 
 if TYPE_CHECKING:
     from embinit.reproduction.tables import Reproduction
@@ -32,7 +33,7 @@ def similarity_section(rep: Reproduction) -> Section:
         have = [t for t in trials if metric in t.metrics]
         if not have:
             continue
-        hist = {t.run_id: metric_history(rep.uri, t.run_id, metric) for t in have}
+        hist = {t.run_id: metric_history(rep.uri, t.run_id, metric).points for t in have}
         steps = sorted({st for h in hist.values() for st, _ in h})
         s.lines += [f"**{g.task}, {g.source}** (`{g.experiment}`)", "",
                     "| init | at init | end of training mean (σ) | n pairs | 95% CI |", "|---|---|---|---|---|"]

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from embinit import records, tracking
+from embinit import mlflow_store, records, run_readers
 from embinit.errors import EmbinitError
 from embinit.records import TrialRecord
+from embinit.run_records import AnalysisRecord, SweepRecord
 
 ROLES = ("Xavier", "P", "P_Xavier", "P_Shuffled", "P_ShuffledElements", "Xavier_P")
 ROLE_TEXT = {"Xavier": "Xavier", "P": "{p}", "P_Xavier": "{p}_Xavier", "P_Shuffled": "{p}_Shuffled",
@@ -78,28 +79,21 @@ def role_of(label: str, source: str) -> str | None:
     return None
 
 
-def load_trials(experiment: str, uri: str | None) -> tuple[list[Trial], list]:
-    """(the experiment's trials, newest run per key, and its sweep parent runs)."""
-    exp_id = tracking.experiment_id(experiment, uri)
+def load_trials(experiment: str, uri: str | None) -> tuple[list[Trial], list[SweepRecord]]:
+    """(the experiment's trials, the run that stands for each key, and its sweep runs, oldest first)."""
+    exp_id = mlflow_store.experiment_id(experiment, uri)
     if exp_id is None:
-        raise EmbinitError(f"no MLflow experiment {experiment!r} in {tracking.resolve_uri(uri)}; run its spec "
+        raise EmbinitError(f"no MLflow experiment {experiment!r} in {mlflow_store.resolve_uri(uri)}; run its spec "
                            "first (see docs/reproduction.md, 'Commands')")
-    runs = tracking.search_runs(exp_id, uri)
-    parents = sorted((r for r in runs if r.data.tags.get(records.KIND_TAG) == "sweep"),
-                     key=lambda r: r.info.start_time or 0)
-    trials = [Trial(**vars(rec)) for rec in records.by_key(records.from_runs(runs)).values()]
-    return trials, parents
+    trials = [Trial(**vars(rec)) for rec in records.by_key(run_readers.trial_records(exp_id, uri)).values()]
+    return trials, run_readers.sweep_records(exp_id, uri)
 
 
-def metric_history(uri: str | None, run_id: str, metric: str) -> list[tuple[int, float]]:
-    hist = tracking.client(uri).get_metric_history(run_id, metric)
-    return sorted((m.step, m.value) for m in hist)
-
-
-def load_artifact_text(run, path: str) -> str | None:
+def load_artifact_text(run: SweepRecord | AnalysisRecord, path: str) -> str | None:
+    """The text of an artifact of a sweep or analysis run, None when it is missing."""
     import mlflow
     try:
-        return mlflow.artifacts.load_text(f"{run.info.artifact_uri}/{path}")
+        return mlflow.artifacts.load_text(f"{run.artifact_uri}/{path}")
     except Exception:  # a missing artifact: the caller shows "?"
         return None
 
@@ -117,13 +111,13 @@ def choose_inputs(name: str, uri: str | None) -> str:
     asked for (or every one, for auto) has none there."""
     names = ("gpu", "offline") if name == "auto" else (name,)
     for n in names:
-        if any(tracking.experiment_id(e, uri) is not None for e in _experiments(PRESETS[n])):
+        if any(mlflow_store.experiment_id(e, uri) is not None for e in _experiments(PRESETS[n])):
             return n
-    have = sorted(e.name for e in tracking.client(uri).search_experiments() if e.name != "Default")
+    have = sorted(e.name for e in mlflow_store.client(uri).search_experiments() if e.name != "Default")
     wants = "; ".join(f"--inputs {n} reads {', '.join(_experiments(PRESETS[n]))}" for n in PRESETS)
     other = [n for n in PRESETS if n not in names
-             and any(tracking.experiment_id(e, uri) is not None for e in _experiments(PRESETS[n]))]
+             and any(mlflow_store.experiment_id(e, uri) is not None for e in _experiments(PRESETS[n]))]
     hint = f"; use --inputs {other[0]}, whose experiments are there" if other else \
         "; run their specs first (tune_configs/gpu/run_batch.sh or tune_configs/offline/reproduce.sh)"
     raise EmbinitError(f"none of the reproduction's experiments ({'--inputs ' + name}) are in "
-                       f"{tracking.resolve_uri(uri)}, which holds {have or 'no experiments'}. {wants}{hint}")
+                       f"{mlflow_store.resolve_uri(uri)}, which holds {have or 'no experiments'}. {wants}{hint}")

@@ -11,10 +11,11 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from embinit import provenance, records, tracking
+from embinit import mlflow_store, provenance, records, run_readers
 from embinit.reproduction.compare import duration
 from embinit.reproduction.export import Section
 from embinit.reproduction.inputs import load_artifact_text, load_trials
+from embinit.run_records import SweepRecord
 
 if TYPE_CHECKING:
     from embinit.reproduction.tables import Reproduction
@@ -24,11 +25,10 @@ def _when(ms: int | None) -> str:
     return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m-%d %H:%M UTC") if ms else "—"
 
 
-def devices(run, uri: str | None) -> str:
+def devices(run: SweepRecord, uri: str | None) -> str:
     """The devices this sweep's trials trained on (`embinit.device` tags), with counts."""
-    trials = tracking.search_runs(run.info.experiment_id, uri,
-                                  f"tags.`{records.PARENT_TAG}` = '{run.info.run_id}'")
-    found = Counter(r.data.tags.get(records.DEVICE_TAG) or provenance.NOT_RECORDED for r in trials)
+    trials = run_readers.trial_records(run.experiment_id, uri, f"tags.`{records.PARENT_TAG}` = '{run.run_id}'")
+    found = Counter(t.device or provenance.NOT_RECORDED for t in trials)
     return ", ".join(f"{d} ({n} trial{'s' if n != 1 else ''})" for d, n in found.most_common()) or "no trials"
 
 
@@ -43,40 +43,39 @@ def _spec_summary(text: str) -> str:
             f"{len(spec.get('inits') or [])} inits, seeds {seeds if seeds is not None else '?'}")
 
 
-def sweep_lines(rep: Reproduction, exp: str, run, trials: list) -> tuple[list[str], dict]:
+def sweep_lines(rep: Reproduction, exp: str, run: SweepRecord, trials: list) -> tuple[list[str], dict]:
     """The lines describing one sweep run, and its row for the exports."""
-    info, how = run.info, provenance.read(run)
-    own = [t for t in trials if t.parent_id == info.run_id and t.end_ms]
-    wall = (info.end_time - info.start_time) / 1000 if info.end_time else None
+    how = provenance.read(run.tags)
+    own = [t for t in trials if t.parent_id == run.run_id and t.end_ms]
+    wall = (run.end_ms - run.start_ms) / 1000 if run.end_ms else None
     busy = sum((t.end_ms - t.start_ms) / 1000 for t in own)
     spec_text = load_artifact_text(run, "spec.yaml")
-    lines = [f"**`{exp}`, sweep run `{info.run_name}`** (run id `{info.run_id}`, {info.status})", "",
-             f"- started {_when(info.start_time)}; wall-clock {duration(wall)}; "
-             f"{run.data.tags.get(records.N_TRIALS_TAG, '?')} trials planned, {len(own)} trained in this sweep "
+    lines = [f"**`{exp}`, sweep run `{run.name}`** (run id `{run.run_id}`, {run.status})", "",
+             f"- started {_when(run.start_ms)}; wall-clock {duration(wall)}; "
+             f"{run.n_trials or '?'} trials planned, {len(own)} trained in this sweep "
              f"(trial time {duration(busy)})",
              f"- command: `{how['command']}`",
              f"- machine: {how['machine']}; devices: {devices(run, rep.uri)}",
              f"- embinit {how['version']}, commit `{how['commit']}`",
              f"- spec: the run's `spec.yaml` artifact ({_spec_summary(spec_text) if spec_text else 'missing'}"
-             f", spec hash `{run.data.tags.get(records.SPEC_HASH_TAG, '?')}`)"]
+             f", spec hash `{run.spec_hash or '?'}`)"]
     if spec_text:
         lines += ["", "<details><summary>spec.yaml</summary>", "", "```yaml", spec_text.rstrip(), "```", "",
                   "</details>"]
-    row = {"experiment": exp, "run_id": info.run_id, "status": info.status, "started": _when(info.start_time),
+    row = {"experiment": exp, "run_id": run.run_id, "status": run.status, "started": _when(run.start_ms),
            "wall_s": wall, "trial_s": busy, "trials": len(own), **how}
     return lines + [""], row
 
 
 def _analogy_lines(rep: Reproduction) -> list[str]:
-    runs = sorted(rep.analogy_runs, key=lambda r: r.info.start_time or 0)
+    runs = sorted(rep.analogy_runs, key=lambda r: r.start_ms)
     if not runs:
         return []
-    how = [provenance.read(r) for r in runs]
+    how = [provenance.read(r.tags) for r in runs]
     commands = sorted({h["command"] for h in how})
-    dur = sum(r.data.metrics.get("wall_time_s", ((r.info.end_time or r.info.start_time) - r.info.start_time)
-                                 / 1000) for r in runs)
+    dur = sum(r.metrics.get("wall_time_s", ((r.end_ms or r.start_ms) - r.start_ms) / 1000) for r in runs)
     return [f"**Table 4: `{rep.inputs.analogy_experiment}`**, {len(runs)} `analogy` runs", "",
-            f"- started {_when(runs[0].info.start_time)} to {_when(runs[-1].info.start_time)}; "
+            f"- started {_when(runs[0].start_ms)} to {_when(runs[-1].start_ms)}; "
             f"{duration(dur)} in all",
             *[f"- command: `{c}`" for c in commands],
             f"- machine: {'; '.join(sorted({h['machine'] for h in how}))}; embinit "
@@ -88,7 +87,7 @@ def _experiments_read(rep: Reproduction):
     """(experiment, (trials, sweep runs)) for the paper's groups, then the studies beyond the paper."""
     yield from rep.data.items()
     for exp in (rep.inputs.dose_experiment, rep.inputs.oov_experiment):
-        if exp not in rep.data and tracking.experiment_id(exp, rep.uri) is not None:
+        if exp not in rep.data and mlflow_store.experiment_id(exp, rep.uri) is not None:
             yield exp, load_trials(exp, rep.uri)
 
 

@@ -9,7 +9,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from embinit import paper, tracking
+from embinit import mlflow_store, paper, run_readers
 from embinit.config import metric_range, task_defaults
 from embinit.errors import EmbinitError
 from embinit.report import summarize
@@ -36,10 +36,10 @@ class Reproduction:
             except EmbinitError as e:
                 self.data[g.experiment], errors = ([], []), errors + [str(e)]
                 self.missing.append(g.experiment)
-        self.analogy_runs = tracking.analysis_runs(self.inputs.analogy_experiment, uri, "analogy")
+        self.analogy_runs = run_readers.analysis_records(self.inputs.analogy_experiment, uri, "analogy")
         studies = (self.inputs.dose_experiment, self.inputs.oov_experiment)   # beyond the paper
         if len(self.missing) == len(self.inputs.groups) and not self.analogy_runs and \
-                not any(tracking.experiment_id(e, uri) is not None for e in studies):
+                not any(mlflow_store.experiment_id(e, uri) is not None for e in studies):
             raise EmbinitError(errors[0] if len(errors) == 1 else "; ".join(errors))
         self.exports: dict[str, list[dict[str, Any]]] = {}
 

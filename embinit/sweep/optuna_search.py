@@ -19,7 +19,7 @@ from typing import Callable
 
 from ray import tune
 
-from embinit import tracking
+from embinit import run_readers
 from embinit.spec import ExperimentSpec, Range
 from embinit.sweep.interrupt import stop_on_interrupt
 from embinit.sweep.ray_runtime import RayRuntime
@@ -50,7 +50,7 @@ def _evaluated(spec: ExperimentSpec, uri: str, exp_id: str, items: list[WorkItem
     metric = items[0].metric
     axes = items[0].axes
     by_point: dict[str, dict[int, float]] = defaultdict(dict)
-    for rec in tracking.trial_records(exp_id, uri, "attributes.status = 'FINISHED'"):
+    for rec in run_readers.trial_records(exp_id, uri, "attributes.status = 'FINISHED'"):
         if (rec.label, rec.task) != (label, task) or rec.group.get("axes") != axes or set(rec.point) != keys:
             continue
         by_point[json.dumps(rec.point, sort_keys=True)][rec.seed] = rec.metrics.get(f"best/{metric}", math.nan)

@@ -9,7 +9,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from embinit import tracking
+from embinit import mlflow_store, trial_run
 from embinit.records import DEVICE_TAG
 from embinit.sweep import resume
 from embinit.sweep.resume import RUN_ID_FILE
@@ -29,12 +29,12 @@ class TrialReporter:
     """Trainer callback: per-epoch metrics to MLflow, then `tune.report` with the trial's claimed folder
     (embinit.sweep.resume) as the checkpoint."""
 
-    def __init__(self, run: tracking.TrialRun, claim: resume.Claim, selection: str, mode: str = "max"):
+    def __init__(self, run: trial_run.TrialRun, claim: resume.Claim, selection: str, mode: str = "max"):
         self.run, self.claim, self.selection, self.mode = run, claim, selection, mode
         self.best = math.nan  # best-so-far of the selection metric, for the terminal's progress table
 
     def on_train_start(self, ctx) -> None:
-        tracking.retry(lambda: self.run.client.set_tag(self.run.run_id, DEVICE_TAG, device_name(ctx.model)))
+        mlflow_store.retry(lambda: self.run.client.set_tag(self.run.run_id, DEVICE_TAG, device_name(ctx.model)))
         self.run.log_model_size(ctx.model)
         if ctx.step == 0 and ctx.out_dir is not None:  # a fresh start, not a resumed attempt
             _save_init_sample(ctx.model, Path(ctx.out_dir) / INIT_SAMPLE)
@@ -43,7 +43,7 @@ class TrialReporter:
         from ray import tune
         from ray.tune import Checkpoint
         self.run.log_epoch(epoch, metrics, checkpoint=self.claim.persistent)
-        numbers = {k: v for k, v in tracking.flat_numbers(metrics).items() if math.isfinite(v)}
+        numbers = {k: v for k, v in mlflow_store.flat_numbers(metrics).items() if math.isfinite(v)}
         # `objective` (the selection metric this epoch) is what an Optuna search sees while it runs.
         objective = numbers.get(self.selection, math.nan)
         if math.isfinite(objective) and not (math.isfinite(self.best) and (

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from embinit import tracking
+from embinit import run_readers, trial_run
 from embinit.cache_root import cache_root
 from embinit.sweep.work import SweepContext
 from embinit.trusted import check_writable, is_trusted
@@ -182,17 +182,17 @@ def restored_checkpoint() -> Iterator[Path | None]:
 
 
 def open_run(c: Claim, ctx: SweepContext, config: dict[str, Any], label: str,
-             group: dict[str, Any]) -> tracking.TrialRun:
+             group: dict[str, Any]) -> trial_run.TrialRun:
     """The trial's MLflow run: the one its folder names when that run can go on (not finished, not
     deleted, of this key and experiment), else this sweep's unfinished run of the key, else a new one."""
     from embinit.train.checkpoint import last_epoch
     uri, exp_id = ctx.tracking_uri, ctx.experiment_id
     id_file = c.path / RUN_ID_FILE
     run_id = id_file.read_text().strip() if id_file.exists() else None
-    if run_id is not None and not tracking.can_continue(uri, exp_id, c.key, run_id):
+    if run_id is not None and not run_readers.can_continue(uri, exp_id, c.key, run_id):
         c.discard()  # a leftover of a run that is gone or done: start afresh
         run_id = None
-    run = tracking.TrialRun.open(uri, exp_id, ctx.parent_run_id, config, c.key, label, group,
+    run = trial_run.TrialRun.open(uri, exp_id, ctx.parent_run_id, config, c.key, label, group,
                                  run_id=run_id, resumed_epoch=last_epoch(c.path, c.key))
     id_file.write_text(run.run_id)
     return run
@@ -202,8 +202,8 @@ def reused_value(ctx: SweepContext, c: Claim, metric: str) -> float | None:
     """The selection value of the key's finished run when it has one (another sweep finished it
     meanwhile, or while this one waited for the claim): reuse it, never train twice."""
     import math
-    done = tracking.finished_run(ctx.experiment_id, ctx.tracking_uri, c.key)
+    done = run_readers.finished_run(ctx.experiment_id, ctx.tracking_uri, c.key)
     if done is None:
         return None
     c.discard()  # a leftover folder of a key that has its result
-    return done.data.metrics.get(f"best/{metric}", math.nan)
+    return done.metrics.get(f"best/{metric}", math.nan)

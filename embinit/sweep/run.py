@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from embinit import provenance, records, tracking
+from embinit import mlflow_store, provenance, records, run_readers, run_writers
 from embinit.spec import ExperimentSpec, SpecError, load_spec
 from embinit.sweep.analyses import shared_settings
 from embinit.sweep.fused import group_units
@@ -34,7 +34,7 @@ class SweepResult:
     tracking_uri: str
     planned: int                       # trials the spec expands to
     reused: int                        # of those, already finished in MLflow before this sweep
-    trials: list[dict[str, Any]] = field(default_factory=list)   # tracking.trial_row rows, one per planned key
+    trials: list[dict[str, Any]] = field(default_factory=list)   # run_readers.trial_row rows, one per planned key
     cancelled: bool = False
     wall_s: float = 0.0
     report: Any = None                 # embinit.report.Report
@@ -93,20 +93,20 @@ def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = 
         check_local_paths(spec)
     storage = Path(storage_path or Path(spec.cache_dir or ".embinit-cache") / "ray_results").absolute()
     storage = check_writable(storage, "Tune's storage folder")   # resolved and checked now, as used
-    uri = tracking.resolve_uri(tracking_uri or spec.mlflow.tracking_uri)
+    uri = mlflow_store.resolve_uri(tracking_uri or spec.mlflow.tracking_uri)
     prepare_store(uri)  # create / upgrade a SQL store once, before any trial or reader opens it
     name = spec.experiment_name()
-    exp_id = tracking.ensure_experiment(name, uri)
-    tracking.describe_experiment(exp_id, uri, spec.description)
+    exp_id = mlflow_store.ensure_experiment(name, uri)
+    run_writers.describe_experiment(exp_id, uri, spec.description)
     planned = spec.plan()
-    finished = set(tracking.finished_keys(exp_id, uri))
+    finished = set(run_readers.finished_keys(exp_id, uri))
     units, reused = units_to_run(spec, finished)
     if spec.execution.fuse == "auto":
         units = group_units(units, spec.execution.max_group)
     linked = _earlier_sweep(spec, units, exp_id, uri)
     if linked is not None:  # nothing to train: no new, empty sweep run
         return _finish(spec, uri, exp_id, linked, planned, reused, False, t0, progress, linked=True)
-    parent = tracking.start_parent_run(exp_id, uri, spec.spec_hash(), spec.to_yaml(), spec.num_trials(),
+    parent = run_writers.start_parent_run(exp_id, uri, spec.spec_hash(), spec.to_yaml(), spec.num_trials(),
                                        run_name=spec.name)
     provenance.record(parent, uri)   # the command, machine, version and commit, for the documents
     shared = SweepContext(uri, exp_id, parent, log_checkpoint=spec.mlflow.log_checkpoint,
@@ -116,12 +116,12 @@ def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = 
         cancelled = _execute(spec, units, shared, storage, progress, _stop_fn(stop), extra_callbacks, address,
                              total=len(planned), reused=reused)
     except KeyboardInterrupt:  # Ctrl-C: not a failure; a rerun of the spec resumes
-        tracking.close_orphans(exp_id, uri, parent, INTERRUPTED, status="KILLED", tag="interrupted")
-        tracking.end_parent_run(parent, uri, "KILLED", None, {})
+        run_writers.close_orphans(exp_id, uri, parent, INTERRUPTED, status="KILLED", tag="interrupted")
+        run_writers.end_parent_run(parent, uri, "KILLED", None, {})
         raise
     reason = ("cancelled" if cancelled else
               "the trial did not finish: its worker died more often than `retries` allows, or Ray stopped it")
-    tracking.close_orphans(exp_id, uri, parent, reason, status="KILLED" if cancelled else "FAILED")
+    run_writers.close_orphans(exp_id, uri, parent, reason, status="KILLED" if cancelled else "FAILED")
     return _finish(spec, uri, exp_id, parent, planned, reused, cancelled, t0, progress)
 
 
@@ -130,7 +130,7 @@ def _earlier_sweep(spec: ExperimentSpec, units: list[Unit], exp_id: str, uri: st
     draws), else None."""
     if units or (spec.search is not None and spec.search.method == "optuna"):
         return None
-    return tracking.finished_sweep(exp_id, uri, spec.spec_hash())
+    return run_readers.finished_sweep(exp_id, uri, spec.spec_hash())
 
 
 def _execute(spec: ExperimentSpec, units: list[Unit], shared: SweepContext, storage: Path, progress,
@@ -157,8 +157,8 @@ def _finish(spec, uri, exp_id, parent, planned, reused, cancelled, t0, progress,
     from embinit.report import build_report
     keys = {p.key for p in planned}
     search = spec.search is not None and spec.search.method == "optuna"
-    chosen = records.by_key(tracking.experiment_records(spec.experiment_name(), uri), None if search else keys)
-    rows = [tracking.trial_row(r) for r in chosen.values()]
+    chosen = records.by_key(run_readers.experiment_records(spec.experiment_name(), uri), None if search else keys)
+    rows = [run_readers.trial_row(r) for r in chosen.values()]
     report = build_report(spec.experiment_name(), uri, keys=None if search else keys,
                           planned=None if search else planned_trials(planned))  # says what never finished
     shared = max(0, len(records.trained_elsewhere(chosen, {parent})) - reused)
@@ -183,5 +183,5 @@ def _close_parent(spec, uri, parent, result, report) -> None:
         Path(files[1][1]).write_text(report.to_json())
         if spec.mlflow.log_plots and report.rows:  # Figure-1-style mean curves per init
             files += tuple(("figures", str(p)) for p in report.plot(Path(tmp) / "figures"))
-        status = tracking.sweep_status(cancelled, result.n_finished, result.planned)
-        tracking.end_parent_run(parent, uri, status, report.to_markdown(), counts, files)
+        status = run_writers.sweep_status(cancelled, result.n_finished, result.planned)
+        run_writers.end_parent_run(parent, uri, status, report.to_markdown(), counts, files)

@@ -9,7 +9,7 @@ import time
 
 import ray.cloudpickle
 
-from embinit import tracking
+from embinit import mlflow_store, records
 from embinit.records import DEVICE_TAG
 from embinit.spec import load_spec
 from embinit.sweep import run_sweep
@@ -54,8 +54,8 @@ def share_sweep(tmp_path, device: str) -> tuple[list, list[bool]]:
                                  "log_checkpoint": False}})
     result = run_sweep(spec, progress=False, extra_callbacks=lambda cfg: [Span(str(spans))])
     assert result.n_finished == 4, result.trials
-    exp = tracking.experiment_id("share", result.tracking_uri)
-    runs = [r for r in tracking.search_runs(exp, result.tracking_uri) if tracking.KEY_TAG in r.data.tags]
+    exp = mlflow_store.experiment_id("share", result.tracking_uri)
+    runs = [r for r in mlflow_store.search_runs(exp, result.tracking_uri) if records.KEY_TAG in r.data.tags]
     met = [p.read_text() == "True" for p in spans.iterdir() if p.name.startswith("met-")]
     return runs, met
 

@@ -44,11 +44,11 @@ sweep() {   # one spec under the batch's time limit; 3 = stopped, run the batch 
 best_pt() {   # experiment 1's emb_seed-1 best.pt (tied or untied) -> $EMBINIT_ASSETS/blog_exp1_<tie>_best.pt
   "$PY" - "$URI" "$1" "$EMBINIT_ASSETS/blog_exp1_$2_best.pt" <<'PYEOF'
 import shutil, sys
-from embinit import tracking
+from embinit import mlflow_store
 import mlflow
 uri, tie, dest = sys.argv[1], sys.argv[2] == "true", sys.argv[3]
-exp = tracking.experiment_id("gpu-blog-exp1", uri)
-runs = [r for r in tracking.search_runs(exp, uri) if r.data.params.get("emb_seed") == "1"
+exp = mlflow_store.experiment_id("gpu-blog-exp1", uri)
+runs = [r for r in mlflow_store.search_runs(exp, uri) if r.data.params.get("emb_seed") == "1"
         and r.data.params.get("tie_embeddings", "False").lower() == str(tie).lower() and r.info.status == "FINISHED"]
 if not runs:
     sys.exit(f"no finished emb_seed-1 run with tie_embeddings={tie} in gpu-blog-exp1: run the blog1 batch first")

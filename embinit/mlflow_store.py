@@ -1,0 +1,140 @@
+"""The MLflow store embinit talks to: its URI, a client, retries on SQLite's write lock, experiments,
+paged searches and batched writes.
+
+Everything embinit writes goes through `embinit.trial_run` (a trial's run) and `embinit.run_writers`
+(sweep and analysis runs, closing runs nothing writes to any more); everything it reads back goes
+through `embinit.run_readers`, as the frozen records of `embinit.records` and `embinit.run_records`.
+Creating or upgrading a SQL store before any of this opens it is `embinit.tracking_store`'s.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from embinit.errors import EmbinitError
+
+DEFAULT_URI = "sqlite:///mlflow.db"
+
+
+def resolve_uri(uri: str | None = None) -> str:
+    """The tracking URI with relative SQLite/file paths made absolute, so Ray workers (whatever their
+    working directory) write to the same store as the driver."""
+    uri = uri or DEFAULT_URI
+    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
+        return "sqlite:///" + str(Path(uri[len("sqlite:///"):]).resolve())
+    if "://" not in uri:
+        return Path(uri).resolve().as_uri()
+    return uri
+
+
+def artifact_root(uri: str) -> str | None:
+    """Artifacts beside a SQLite store (`./mlartifacts`, like `mlflow server`); the server decides
+    otherwise."""
+    if uri.startswith("sqlite:///"):
+        return (Path(uri[len("sqlite:///"):]).parent / "mlartifacts").as_uri()
+    return None
+
+
+def client(uri: str | None = None):
+    from mlflow import MlflowClient  # mlflow import costs ~1 s; only trackers pay it
+    return MlflowClient(tracking_uri=resolve_uri(uri))
+
+
+def retry(fn: Callable[[], Any], attempts: int = 8) -> Any:
+    """Retry a store call that lost a race for SQLite's write lock (concurrent trials)."""
+    for i in range(attempts):
+        try:
+            return fn()
+        except Exception as e:  # mlflow wraps sqlalchemy errors in several types
+            if "locked" not in str(e).lower() or i == attempts - 1:
+                raise
+            time.sleep(0.05 * 2 ** i)
+
+
+def ensure_experiment(name: str, uri: str | None = None) -> str:
+    """The experiment id for `name`, created (artifacts beside a SQLite store) if needed; a name whose
+    artifact folder would lie outside the artifact root (`../x`) is an error, new or not."""
+    c, uri = client(uri), resolve_uri(uri)
+    _exp_artifacts(uri, name)
+    exp = c.get_experiment_by_name(name)
+    if exp is None:
+        try:
+            # the kind tag makes MLflow 3's UI open the experiment on its run table, not the GenAI pages
+            return retry(lambda: c.create_experiment(name, artifact_location=_exp_artifacts(uri, name),
+                                                     tags={"mlflow.experimentKind": "custom_model_development"}))
+        except Exception:  # a concurrent creator won the race
+            exp = c.get_experiment_by_name(name)
+            if exp is None:
+                raise
+    if exp.lifecycle_stage == "deleted":
+        raise EmbinitError(f"MLflow experiment {name!r} is deleted; restore it or choose another name")
+    return exp.experiment_id
+
+
+def _exp_artifacts(uri: str, name: str) -> str | None:
+    """The experiment's artifact folder under the store's artifact root; EmbinitError when `name`
+    (`../../x`, an absolute path, a symlink in the root) would place it outside."""
+    root = artifact_root(uri)
+    if not root:
+        return None
+    base = os.path.realpath(Path(uri[len("sqlite:///"):]).parent / "mlartifacts")
+    if not Path(os.path.realpath(os.path.join(base, name))).is_relative_to(base) or name in ("", "."):
+        raise EmbinitError(f"MLflow experiment name {name!r} would put its artifacts outside the artifact "
+                           f"root {base}; use a plain name (letters, digits, '_', '.', '-')")
+    return f"{root}/{name}"
+
+
+def experiment_id(name: str, uri: str | None = None) -> str | None:
+    exp = client(uri).get_experiment_by_name(name)
+    return exp.experiment_id if exp is not None else None
+
+
+def no_experiment(name: str, uri: str | None = None) -> EmbinitError:
+    """The error for an experiment the store lacks, naming the closest one and those it has."""
+    from embinit.errors import did_you_mean
+    names = sorted(e.name for e in client(uri).search_experiments())
+    have = f" (it has {names})" if names else " (it has no experiments yet)"
+    return EmbinitError(f"no MLflow experiment {name!r} in {resolve_uri(uri)}{have}{did_you_mean(name, names)}")
+
+
+def search_runs(exp_id: str, uri: str | None = None, filter_string: str = "") -> list:
+    """Every run of the experiment matching the filter (all pages), newest first."""
+    c, out, token = client(uri), [], None
+    while True:
+        page = c.search_runs([exp_id], filter_string=filter_string, max_results=1000, page_token=token)
+        out.extend(page)
+        token = page.token
+        if not token:
+            return out
+
+
+def flat_numbers(values: dict[str, Any], prefix: str = "") -> dict[str, float]:
+    """Numeric leaves of a nested dict, keys joined with '/'; bools and None dropped."""
+    out: dict[str, float] = {}
+    for k, v in values.items():
+        if isinstance(v, dict):
+            out.update(flat_numbers(v, f"{prefix}{k}/"))
+        elif isinstance(v, (int, float)) and not isinstance(v, bool):
+            out[f"{prefix}{k}"] = float(v)
+    return out
+
+
+def metrics_at(values: dict[str, Any], step: int = 0, prefix: str = "") -> list:
+    """MLflow `Metric`s of the numeric leaves of `values` (`flat_numbers`), at `step`, timestamped now."""
+    from mlflow.entities import Metric
+    now = int(time.time() * 1000)
+    return [Metric(prefix + k, v, now, step) for k, v in flat_numbers(values).items()]
+
+
+def log_batch(c, run_id: str, metrics=(), params=(), tags=()) -> None:
+    """One `log_batch` per 900 metrics (the REST API caps a batch at 1000 entries); params and tags go
+    with the first."""
+    metrics = list(metrics)
+    for i in range(0, max(len(metrics), 1), 900):
+        chunk = metrics[i:i + 900]
+        first = i == 0
+        retry(lambda chunk=chunk, first=first: c.log_batch(run_id, metrics=chunk, params=params if first else (),
+                                                           tags=tags if first else ()))

@@ -1,0 +1,100 @@
+"""Everything embinit reads back from MLflow, as frozen records: trial runs (`embinit.records`), sweep
+runs, analysis runs and metric histories (`embinit.run_records`), each through one reader here.
+
+A trial's key has a result when it has a FINISHED run (diverged runs are finished results); which run
+stands for a key is `embinit.records.by_key`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from embinit.task_registry import TASKS, primary_metric
+from embinit.mlflow_store import client, experiment_id, no_experiment, retry, search_runs
+from embinit.records import KEY_TAG, KIND_TAG, SPEC_HASH_TAG, TrialRecord, from_run, from_runs
+from embinit.run_records import (AnalysisRecord, MetricHistory, SweepRecord, analysis_from_run,
+                                 history_from_metrics, sweeps_from_runs)
+
+
+def finished_keys(exp_id: str, uri: str | None = None) -> dict[str, str]:
+    """trial key -> run id of its newest FINISHED child run."""
+    runs = search_runs(exp_id, uri, "attributes.status = 'FINISHED'")
+    out: dict[str, str] = {}
+    for run in sorted(runs, key=lambda r: r.info.start_time or 0):
+        key = run.data.tags.get(KEY_TAG)
+        if key:
+            out[key] = run.info.run_id
+    return out
+
+
+def finished_run(exp_id: str, uri: str | None, key: str) -> TrialRecord | None:
+    """The record of the newest FINISHED run of a trial key, or None."""
+    runs = search_runs(exp_id, uri, f"tags.`{KEY_TAG}` = '{key}' and attributes.status = 'FINISHED'")
+    return from_run(max(runs, key=lambda r: r.info.start_time or 0)) if runs else None
+
+
+def trial_records(exp_id: str, uri: str | None = None, filter_string: str = "") -> list[TrialRecord]:
+    """The experiment's trial runs (matching the filter) as records, newest first."""
+    return from_runs(search_runs(exp_id, uri, filter_string))
+
+
+def experiment_records(experiment_name: str, tracking_uri: str | None = None) -> list[TrialRecord]:
+    """Every trial run of the named experiment as a record; an error when there is no such experiment."""
+    exp_id = experiment_id(experiment_name, tracking_uri)
+    if exp_id is None:
+        raise no_experiment(experiment_name, tracking_uri)
+    return trial_records(exp_id, tracking_uri)
+
+
+def trial_row(rec: TrialRecord) -> dict[str, Any]:
+    """A record as a plain row: key, config, status, label, task, its reported metric and value, best
+    epoch, run id, error text (failed runs)."""
+    metric = primary_metric(rec.task) if rec.task in TASKS else None
+    return {"key": rec.key, "config": rec.config, "status": rec.status, "label": rec.label, "task": rec.task,
+            "metric": metric, "value": rec.metrics.get(metric) if metric else None,
+            "best_epoch": rec.metrics.get("best_epoch"), "run_id": rec.run_id, "error": rec.error}
+
+
+def list_trials(experiment_name: str, tracking_uri: str | None = None) -> list[dict[str, Any]]:
+    """Every trial run of an experiment as a `trial_row`, newest first."""
+    return [trial_row(r) for r in experiment_records(experiment_name, tracking_uri)]
+
+
+def sweep_records(exp_id: str, uri: str | None = None, filter_string: str = "") -> list[SweepRecord]:
+    """The experiment's sweep (parent) runs matching the filter (ANDed with the sweep kind), oldest first."""
+    kind = f"tags.`{KIND_TAG}` = 'sweep'"
+    runs = search_runs(exp_id, uri, f"{kind} and {filter_string}" if filter_string else kind)
+    return sorted(sweeps_from_runs(runs), key=lambda r: r.start_ms)
+
+
+def finished_sweep(exp_id: str, uri: str, spec_hash: str) -> str | None:
+    """The newest FINISHED sweep run of the spec `spec_hash`, or None: a rerun that trains nothing links
+    it instead of adding an empty sweep run."""
+    runs = sweep_records(exp_id, uri, f"tags.`{SPEC_HASH_TAG}` = '{spec_hash}' and attributes.status = 'FINISHED'")
+    return max(runs, key=lambda r: r.start_ms).run_id if runs else None
+
+
+def analysis_records(experiment: str, uri: str | None, kind: str) -> list[AnalysisRecord]:
+    """The FINISHED runs of one analysis kind in an experiment, oldest first (empty when the experiment
+    is missing)."""
+    exp_id = experiment_id(experiment, uri)
+    if exp_id is None:
+        return []
+    runs = search_runs(exp_id, uri, f"tags.`{KIND_TAG}` = '{kind}' and attributes.status = 'FINISHED'")
+    return sorted(map(analysis_from_run, runs), key=lambda r: r.start_ms)
+
+
+def metric_history(uri: str | None, run_id: str, metric: str) -> MetricHistory:
+    """One metric of a run, one value per step (the last logged: a resumed trial re-logs epochs)."""
+    c = client(uri)
+    return history_from_metrics(run_id, metric, retry(lambda: c.get_metric_history(run_id, metric)))
+
+
+def can_continue(uri: str, exp_id: str, key: str, run_id: str) -> bool:
+    """Whether `run_id` is an unfinished, undeleted run of trial `key` in experiment `exp_id`."""
+    try:
+        run = retry(lambda: client(uri).get_run(run_id))
+    except Exception:  # deleted for good, or never in this store
+        return False
+    return (run.info.experiment_id == str(exp_id) and run.info.lifecycle_stage == "active"
+            and run.data.tags.get(KEY_TAG) == key and run.info.status != "FINISHED")

@@ -1,0 +1,112 @@
+"""What embinit writes to MLflow besides a trial's own run (`embinit.trial_run`): a sweep's parent run,
+an analysis run, the experiment's description, and closing runs nothing writes to any more.
+
+A sweep's run is named after its spec; the spec's description is the experiment's (`describe_experiment`);
+a rerun with nothing to train links the spec's last finished sweep run (`run_readers.finished_sweep`)
+instead of adding one. A sweep's parent run is FAILED when none of its trials has a result (all failed),
+KILLED when cancelled; one whose driver was lost is closed FAILED (KILLED) by the service with the reason
+in `embinit.error`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from embinit.errors import EmbinitError
+from embinit.mlflow_store import client, ensure_experiment, log_batch, metrics_at, resolve_uri, retry
+from embinit.records import ERROR_TAG, KIND_TAG, N_TRIALS_TAG, PARENT_TAG, SPEC_HASH_TAG, STATUS_TAG, TrialRecord
+from embinit.run_names import NOTE_TAG
+from embinit.run_readers import sweep_records, trial_records
+from embinit.trial_run import TrialRun
+
+
+def sweep_status(cancelled: bool, n_results: int, n_planned: int) -> str:
+    """The parent run's terminal status: KILLED when cancelled, FAILED when trials were planned and
+    none has a result, else FINISHED."""
+    if cancelled:
+        return "KILLED"
+    return "FAILED" if n_planned > 0 and n_results == 0 else "FINISHED"
+
+
+def describe_experiment(exp_id: str, uri: str, description: str) -> None:
+    """Show `description` (a spec's) as the experiment's description in MLflow's UI (its note tag);
+    an empty one leaves the current description."""
+    if not description.strip():
+        return
+    c = client(uri)
+    if retry(lambda: c.get_experiment(exp_id)).tags.get(NOTE_TAG) != description:
+        retry(lambda: c.set_experiment_tag(exp_id, NOTE_TAG, description))
+
+
+def start_parent_run(exp_id: str, uri: str, spec_hash: str, spec_yaml: str, n_trials: int,
+                     run_name: str | None = None) -> str:
+    """A sweep's run, named `run_name` (the spec's name), else `sweep-<spec hash>`."""
+    c = client(uri)
+    run = retry(lambda: c.create_run(exp_id, run_name=run_name or f"sweep-{spec_hash[:8]}",
+                                     tags={SPEC_HASH_TAG: spec_hash, KIND_TAG: "sweep",
+                                           N_TRIALS_TAG: str(n_trials)}))
+    retry(lambda: c.log_text(run.info.run_id, spec_yaml, "spec.yaml"))
+    return run.info.run_id
+
+
+def end_parent_run(run_id: str, uri: str, status: str, report_md: str | None,
+                   counts: dict[str, int], files: tuple[tuple[str, str], ...] = ()) -> None:
+    """Close a sweep's parent run with its report (markdown, and `files`: (artifact dir, path))."""
+    c = client(uri)
+    if report_md:
+        retry(lambda: c.log_text(run_id, report_md, "report.md"))
+    for artifact_dir, path in files:
+        retry(lambda a=artifact_dir, p=path: c.log_artifact(run_id, p, a))
+    for name, value in counts.items():
+        retry(lambda n=name, v=value: c.log_metric(run_id, f"sweep/{n}", v))
+    retry(lambda: c.set_terminated(run_id, status=status))
+
+
+def log_analysis_run(experiment: str, uri: str | None, kind: str, run_name: str, params: dict[str, Any],
+                     metrics: dict[str, float], result: dict[str, Any]) -> str:
+    """Record one analysis outside a sweep (e.g. Table 4's analogies) as a FINISHED MLflow run: `params`,
+    `metrics`, the full `result` as the artifact result.json, tag embinit.kind=`kind`. Returns the run id."""
+    c, uri = client(uri), resolve_uri(uri)
+    exp_id = ensure_experiment(experiment, uri)
+    run = retry(lambda: c.create_run(exp_id, run_name=run_name, tags={KIND_TAG: kind}))
+    run_id = run.info.run_id
+    from mlflow.entities import Param
+    try:
+        log_batch(c, run_id, metrics=metrics_at(metrics),
+                  params=[Param(k, str(v)[:6000]) for k, v in params.items()])
+        retry(lambda: c.log_text(run_id, json.dumps(result, indent=1, default=str), "result.json"))
+    except Exception as e:
+        retry(lambda: c.set_terminated(run_id, "FAILED"))
+        raise EmbinitError(f"could not record the {kind} run in MLflow: {e}") from e
+    retry(lambda: c.set_terminated(run_id, "FINISHED"))
+    return run_id
+
+
+def close_orphans(exp_id: str, uri: str, parent_id: str, reason: str, status: str = "FAILED",
+                  tag: str | None = None) -> int:
+    """Mark this sweep's child runs still RUNNING (their worker died or was stopped) as failed,
+    cancelled or (`tag`) interrupted. Returns how many."""
+    recs = trial_records(exp_id, uri, f"tags.`{PARENT_TAG}` = '{parent_id}' and attributes.status = 'RUNNING'")
+    for rec in recs:
+        close_run(uri, rec, reason, status, tag)
+    return len(recs)
+
+
+def close_run(uri: str, rec: TrialRecord, reason: str, status: str = "FAILED", tag: str | None = None) -> None:
+    """Close a trial run nothing writes to any more; one that keeps a checkpoint says it resumes."""
+    if rec.resume_epoch is not None:
+        reason += f"; its checkpoint after epoch {rec.resume_epoch} is kept: running the spec again resumes this run"
+    TrialRun(uri, rec.run_id).fail(reason, status=status, tag=tag)
+
+
+def close_sweeps(exp_id: str, uri: str, spec_hash: str, reason: str, status: str = "FAILED") -> int:
+    """Close the sweep (parent) runs of a spec still RUNNING although their driver is gone: MLflow status
+    `status`, `embinit.status` failed (cancelled when KILLED), the reason in `embinit.error`."""
+    runs = sweep_records(exp_id, uri, f"tags.`{SPEC_HASH_TAG}` = '{spec_hash}' and attributes.status = 'RUNNING'")
+    c = client(uri)
+    for run in runs:
+        retry(lambda r=run: c.set_tag(r.run_id, STATUS_TAG, "failed" if status == "FAILED" else "cancelled"))
+        retry(lambda r=run: c.set_tag(r.run_id, ERROR_TAG, reason))
+        retry(lambda r=run: c.set_terminated(r.run_id, status=status))
+    return len(runs)

@@ -1,0 +1,190 @@
+"""The MLflow run of one trial, written from inside the trial's Ray worker (so no driver-side logger can
+lose the tracking URI or stage artifacts on the wrong machine): `TrialRun`.
+
+Layout: one MLflow experiment per spec name; one parent run per sweep submission (`embinit.run_writers`);
+one child run per trial. A child run carries:
+- tags `embinit.trial_key`, `embinit.label` (paper label), `embinit.task`, `embinit.seed`,
+  `embinit.status` (running | finished | diverged | failed), `embinit.config` (the config as JSON),
+  `embinit.error` for failures, `embinit.sweep_run` (the sweep's run id: the latest sweep that trained
+  it); `embinit.checkpoint_epoch` while its checkpoint folder is kept (embinit.sweep.resume: a run that
+  did not finish resumes from it when its spec runs again; deleted once nothing is kept) and
+  `embinit.resumed_after_epoch` on a run a rerun continued;
+- tags `embinit.init` (= the label) and `embinit.group` for MLflow's run table: "Group by" the tag
+  `embinit.init` averages the seeds of each init;
+- its name `<label>-s<seed>`; params: the flat trial config with the task defaults
+  filled in (unset options are left out), `init` = the label and `init_spec` = the init as written
+  (embinit.run_names), and `model_parameters`/`trainable_parameters` from when training starts;
+- metrics: per epoch (step = epoch) `train/loss`, `val/loss`, `val/<metric>`, `tokens_per_s`, ...; at the
+  end `test/*`, `best/<val metric>`, `best_epoch` and the key statistics of the initial target table
+  (`init/emb/<KEY_EMB_STATS>`: Table 2's columns); every embedding statistic, at init and at the best
+  epoch, both tables, goes to the table artifact `emb_stats.json` (one row per statistic); with the
+  spec's `analyses`, `sim/*` and `probe/*` at optimizer steps, `init/probe/*` and `best/probe/*`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from embinit.errors import EmbinitError
+from embinit.mlflow_store import client, log_batch, metrics_at, retry, search_runs
+from embinit.records import (BLEU_SIGNATURE_TAG, CHECKPOINT_TAG, CONFIG_TAG, ERROR_TAG, EXECUTION_TAG, GROUP_TAG,
+                             INIT_TAG, KEY_TAG, LABEL_TAG, PARENT_TAG, RESUMED_TAG, SEED_TAG, STATUS_TAG, TASK_TAG,
+                             TRAINER_LABEL_TAG)
+from embinit.run_names import trial_params, trial_run_name
+from embinit.run_readers import metric_history
+
+# Embedding statistics kept as metrics (Table 2's columns, read by the reproduction); the rest of the
+# ~70 statistics go to the `emb_stats.json` table artifact instead of one-value bar charts.
+KEY_EMB_STATS = ("rows", "min", "max", "mean", "std", "scaled_min", "scaled_max", "scaled_std", "pe_std",
+                 "absorption")
+
+
+def flat_params(config: dict[str, Any]) -> dict[str, str]:
+    out = {}
+    for k, v in config.items():
+        if isinstance(v, dict):
+            out.update({f"{k}.{kk}": str(vv) for kk, vv in flat_params(v).items()})
+        else:
+            out[k] = str(v)
+    return out
+
+
+def resolved_params(config: dict[str, Any]) -> dict[str, str]:
+    """The flat params of a trial config with the task defaults filled in and unset options (None)
+    left out, so the run table shows the values the trial trained with, not `None`."""
+    from embinit.config import TrialConfig
+    try:
+        config = TrialConfig.from_dict(config).resolved().to_dict()
+    except EmbinitError:
+        pass  # not a TrialConfig (an older run's fields): log it as given
+    return {k: v for k, v in flat_params(config).items() if v != "None"}
+
+
+class TrialRun:
+    """The MLflow child run of one trial, written from inside the trial's worker."""
+
+    def __init__(self, uri: str, run_id: str, reopened: bool = False):
+        self.uri, self.run_id, self.client = uri, run_id, client(uri)
+        self.reopened = reopened         # an earlier attempt may have logged epochs this one did not
+        self.logged: set[int] = set()    # epochs this process logged
+
+    @classmethod
+    def open(cls, uri: str, exp_id: str, parent_id: str | None, config: dict[str, Any], key: str,
+             label: str, group: dict[str, Any], run_id: str | None = None,
+             resumed_epoch: int | None = None) -> "TrialRun":
+        """Reuse `run_id` (a restarted attempt, or an earlier sweep's run whose checkpoint this one resumes
+        after `resumed_epoch`) or this sweep's unfinished run of the key; else create one."""
+        c = client(uri)
+        if run_id is None and parent_id is not None:
+            runs = search_runs(exp_id, uri, f"tags.`{KEY_TAG}` = '{key}' and tags.`{PARENT_TAG}` = '{parent_id}'"
+                                            " and attributes.status != 'FINISHED'")
+            run_id = runs[0].info.run_id if runs else None
+        if run_id is not None:
+            cls._reopen(c, run_id, parent_id, resumed_epoch)
+            return cls(uri, run_id, reopened=True)
+        tags = {KEY_TAG: key, LABEL_TAG: label, INIT_TAG: label, TASK_TAG: config["task"],
+                SEED_TAG: str(config["seed"]),
+                STATUS_TAG: "running", CONFIG_TAG: json.dumps(config, sort_keys=True, default=str),
+                GROUP_TAG: json.dumps(group, sort_keys=True, default=str)}
+        if parent_id:
+            tags[PARENT_TAG] = parent_id
+        run = retry(lambda: c.create_run(exp_id, run_name=trial_run_name(label, config["seed"]), tags=tags))
+        from mlflow.entities import Param
+        params = [Param(k, v[:6000]) for k, v in trial_params(resolved_params(config), label).items()]
+        log_batch(c, run.info.run_id, params=params)
+        return cls(uri, run.info.run_id)
+
+    @staticmethod
+    def _reopen(c, run_id: str, parent_id: str | None, resumed_epoch: int | None) -> None:
+        """Running again, in the sweep `parent_id`, without the error an earlier close left on it."""
+        from mlflow.entities import RunTag
+        tags = [RunTag(STATUS_TAG, "running")] + ([RunTag(PARENT_TAG, parent_id)] if parent_id else [])
+        if resumed_epoch is not None:
+            tags.append(RunTag(RESUMED_TAG, str(resumed_epoch)))
+        retry(lambda: c.update_run(run_id, status="RUNNING"))
+        retry(lambda: c.log_batch(run_id, tags=tags))
+        if ERROR_TAG in retry(lambda: c.get_run(run_id)).data.tags:
+            retry(lambda: c.delete_tag(run_id, ERROR_TAG))
+
+    def log_epoch(self, epoch: int, metrics: dict[str, Any], checkpoint: bool = False) -> None:
+        """One epoch's metrics (step = epoch); `checkpoint`: the trial's kept folder now holds it."""
+        from mlflow.entities import RunTag
+        tags = [RunTag(CHECKPOINT_TAG, str(epoch))] if checkpoint else ()
+        log_batch(self.client, self.run_id, metrics_at({k: v for k, v in metrics.items() if k != "epoch"},
+                                                      step=epoch), tags=tags)
+        self.logged.add(epoch)
+
+    def log_model_size(self, model) -> None:
+        """The model's size as params (`model_parameters`, `trainable_parameters`), logged when training
+        starts: a running or failed trial has them too."""
+        from mlflow.entities import Param
+        counts = {"model_parameters": sum(p.numel() for p in model.parameters()),
+                  "trainable_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad)}
+        log_batch(self.client, self.run_id, params=[Param(k, str(v)) for k, v in counts.items()])
+
+    def log_metrics(self, metrics: dict[str, Any], step: int) -> None:
+        """Metrics an analysis callback measured (`sim/*`, `probe/*`); step = optimizer step, not epoch."""
+        log_batch(self.client, self.run_id, metrics_at(metrics, step=step))
+
+    def logged_steps(self, name: str) -> set[int]:
+        return metric_history(self.uri, self.run_id, name).steps
+
+    def finish(self, result: dict[str, Any], artifacts: list[tuple[str, str]]) -> None:
+        """Final metrics and tags of a returned trial (finished or diverged), then its artifacts."""
+        # A resumed attempt's history holds epochs an earlier (dead) attempt may not have logged.
+        logged = self.logged_steps("val/loss") | self.logged if self.reopened else self.logged
+        missing = [h for h in result["history"] if h.get("epoch") not in logged]
+        metrics = [m for h in missing for m in metrics_at({k: v for k, v in h.items() if k != "epoch"},
+                                                          step=h["epoch"])]
+        metrics += metrics_at(result.get("test") or {}) + metrics_at(result.get("best") or {}, prefix="best/")
+        metrics += metrics_at(_key_emb_stats(result))
+        extra = {"best_epoch": result.get("best_epoch"), "wall_time_s": result.get("wall_time_s"),
+                 "diverged_step": result.get("diverged_step"), "coverage": result.get("coverage") or {}}
+        metrics += metrics_at(extra)
+        from mlflow.entities import RunTag
+        # The label tag stays the spec's (it may be a custom `name`); the trainer's goes beside it.
+        tags = [RunTag(STATUS_TAG, result["status"]), RunTag(TRAINER_LABEL_TAG, result.get("label") or ""),
+                RunTag(EXECUTION_TAG, ((result.get("info") or {}).get("execution") or {}).get("mode", "separate"))]
+        if result.get("bleu_signature"):
+            tags.append(RunTag(BLEU_SIGNATURE_TAG, result["bleu_signature"]))
+        log_batch(self.client, self.run_id, metrics=metrics, tags=tags)
+        self._drop_checkpoint_tag()  # a result: nothing to resume
+        retry(lambda: self.client.log_text(self.run_id, json.dumps(result, indent=1, default=str),
+                                           "result.json"))
+        table = emb_stats_table(result)
+        if table["statistic"]:
+            retry(lambda: self.client.log_table(self.run_id, table, "emb_stats.json"))
+        for artifact_dir, path in artifacts:
+            retry(lambda a=artifact_dir, p=path: self.client.log_artifact(self.run_id, p, a))
+        retry(lambda: self.client.set_terminated(self.run_id, status="FINISHED"))
+
+    def fail(self, error: str, status: str = "FAILED", tag: str | None = None, checkpoint: bool = True) -> None:
+        """Record a failed (or cancelled: status KILLED) attempt with its error text; `tag` overrides
+        the status tag (`interrupted`); `checkpoint=False`: its kept checkpoint is gone (not resumable)."""
+        tag = tag or ("failed" if status == "FAILED" else "cancelled")
+        retry(lambda: self.client.set_tag(self.run_id, STATUS_TAG, tag))
+        if not checkpoint:
+            self._drop_checkpoint_tag()
+        retry(lambda: self.client.set_tag(self.run_id, ERROR_TAG, error[-4000:]))
+        retry(lambda: self.client.log_text(self.run_id, error, "error.txt"))
+        retry(lambda: self.client.set_terminated(self.run_id, status=status))
+
+    def _drop_checkpoint_tag(self) -> None:
+        """No checkpoint is kept: remove the tag rather than leave it empty (clutter in the run's tags)."""
+        if CHECKPOINT_TAG in retry(lambda: self.client.get_run(self.run_id)).data.tags:
+            retry(lambda: self.client.delete_tag(self.run_id, CHECKPOINT_TAG))
+
+
+def _key_emb_stats(result: dict[str, Any]) -> dict[str, Any]:
+    """The initial target table's KEY_EMB_STATS, prefixed `init/`."""
+    init = result.get("emb_stats_init") or {}
+    return {f"init/emb/{k}": init[f"emb/{k}"] for k in KEY_EMB_STATS if f"emb/{k}" in init}
+
+
+def emb_stats_table(result: dict[str, Any]) -> dict[str, list]:
+    """Every embedding statistic as columns table, statistic, init, best (one row per statistic, e.g.
+    `emb/std`, `emb_src/absorption`), for `MlflowClient.log_table`."""
+    init, best = result.get("emb_stats_init") or {}, result.get("emb_stats_best") or {}
+    names = sorted(set(init) | set(best))
+    return {"statistic": names, "init": [init.get(n) for n in names], "best": [best.get(n) for n in names]}
