@@ -23,7 +23,7 @@ import torch
 
 from embinit.init.random import xavier_std
 from embinit.init.registry import parse_sigma_target
-from embinit.init.transforms import Fitted, _mean_std
+from embinit.init.fitted import Fitted, mean_std
 from embinit.posenc import sinusoidal
 from embinit.stats import embedding_stats
 
@@ -48,7 +48,7 @@ def target_sigma(target: str, n_total: int, dim: int) -> float:
 
 
 def rescale(rows: torch.Tensor, n_total: int, dim: int, generator: torch.Generator, target: str) -> Fitted:
-    mean, std = _mean_std(rows, f"rescale={target}")
+    mean, std = mean_std(rows, f"rescale={target}")
     scale = target_sigma(target, n_total, dim) / std
 
     def vector_map(v: torch.Tensor) -> torch.Tensor:

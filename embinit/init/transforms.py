@@ -23,34 +23,17 @@ map for other source-space vectors (used to bring `subword_mean` rows into the t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
-from embinit.errors import EmbinitError
+from embinit.init.fitted import Fitted, mean_std
 from embinit.init.random import xavier, xavier_std
 from embinit.init.registry import TRANSFORM_INFO
 
 
-@dataclass
-class Fitted:
-    rows: torch.Tensor                 # float64 [n, D]
-    covers_all: bool                   # True: the rows are the whole N x D table (match)
-    vector_map: Callable[[torch.Tensor], torch.Tensor] | None
-
-
-def _mean_std(rows: torch.Tensor, what: str) -> tuple[float, float]:
-    if rows.numel() < 2:
-        raise EmbinitError(f"cannot {what}: only {rows.numel()} pretrained value(s) found")
-    mean, std = rows.mean().item(), rows.std().item()
-    if not std > 0:
-        raise EmbinitError(f"cannot {what}: the found pretrained rows have zero spread (std={std})")
-    return mean, std
-
-
 def standardize(rows: torch.Tensor, n_total: int, dim: int, generator: torch.Generator) -> Fitted:
-    mean_p, std_p = _mean_std(rows, "standardize")
+    mean_p, std_p = mean_std(rows, "standardize")
     scale = xavier_std(n_total, dim) / std_p
 
     def vector_map(v: torch.Tensor) -> torch.Tensor:
@@ -60,7 +43,7 @@ def standardize(rows: torch.Tensor, n_total: int, dim: int, generator: torch.Gen
 
 
 def match(rows: torch.Tensor, n_total: int, dim: int, generator: torch.Generator) -> Fitted:
-    mean_p, std_p = _mean_std(rows, "match")
+    mean_p, std_p = mean_std(rows, "match")
     x = xavier(n_total, dim, generator).double()
     out = (x - x.mean()) * (std_p / x.std()) + mean_p
     return Fitted(out, True, None)
