@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from embinit.storage import STORAGE_ENV
 from embinit.trusted import TRUSTED_ROOTS_ENV
 
 log = logging.getLogger("embinit.service")
@@ -310,7 +311,10 @@ class RayRunner:
         actor_cls = ray.remote(ExperimentDriver)
         # The driver and the trials it starts (which inherit its runtime env) load pickled caches only
         # from inside the service's roots (embinit.trusted).
-        env = {"env_vars": {TRUSTED_ROOTS_ENV: os.pathsep.join(self.trusted_roots)}} if self.trusted_roots else None
+        env_vars = {TRUSTED_ROOTS_ENV: os.pathsep.join(self.trusted_roots)} if self.trusted_roots else {}
+        if os.environ.get(STORAGE_ENV):  # the operator's object store (embinit.storage); credentials stay
+            env_vars[STORAGE_ENV] = os.environ[STORAGE_ENV]  # in each node's own environment
+        env = {"env_vars": env_vars} if env_vars else None
         actor_cls.options(name=name, namespace=self.namespace, lifetime="detached", num_cpus=0,
                           max_concurrency=4, get_if_exists=True, runtime_env=env).remote(
             name, spec, tracking_uri, trial_keys)
