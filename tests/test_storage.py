@@ -152,3 +152,11 @@ def test_a_holder_that_lost_its_claim_writes_no_checkpoint(store, tmp_path):
     assert objects(store.uri) == ["claims/exp/k.lease"]
     lease.lost = None
     lease.release()
+
+
+def test_a_store_that_cannot_be_reached_stops_the_sweep_before_it_starts(store, monkeypatch):
+    from embinit.sweep.claims import check_store
+    check_store(store)                                              # moto: conditional writes work
+    assert objects(store.uri) == []                                 # the probe leaves nothing
+    with pytest.raises(EmbinitError, match="cannot be written"):
+        check_store(Store("no-such-bucket-here", "x"))

@@ -23,8 +23,8 @@ from embinit.sweep.claims import TTL_ENV
 from embinit.sweep.trainable import train_unit
 from embinit.sweep.work import SweepContext
 from helpers.s3 import objects, s3_server, use_store
-from test_sweep_resume import (TINY, Killed, KillAfter, Record, assert_resumed_in_one_run, no_tune, setup,  # noqa: F401
-                               trial_runs, units_of)
+from test_sweep_resume import TINY, Killed, KillAfter, Record, assert_resumed_in_one_run, setup, units_of
+from test_sweep_resume import no_tune  # noqa: F401 (the fixture: Tune's session calls stood in for)
 
 pytestmark = pytest.mark.slow  # tiny trainings, MLflow SQLite stores, an S3 server in a thread
 
@@ -56,7 +56,8 @@ def sweep(spec, units, callbacks) -> tuple[SweepContext, str]:
     return shared, "done"
 
 
-def test_a_trial_lost_with_its_node_resumes_on_another_from_the_store(tmp_path, no_tune, monkeypatch, store_uri):
+@pytest.mark.usefixtures("no_tune")
+def test_a_trial_lost_with_its_node_resumes_on_another_from_the_store(tmp_path, monkeypatch, store_uri):
     spec = setup(tmp_path, "moved", cache_dir=None)
     units = units_of(spec)
     (key,) = [u.trials[0].key for u in units]
@@ -84,7 +85,8 @@ def test_a_trial_lost_with_its_node_resumes_on_another_from_the_store(tmp_path, 
     assert objects(store_uri) == []                          # recorded: the copy and the lease are gone
 
 
-def test_two_sweeps_on_two_nodes_sharing_a_key_train_it_once(tmp_path, no_tune, store_uri):
+@pytest.mark.usefixtures("no_tune")
+def test_two_sweeps_on_two_nodes_sharing_a_key_train_it_once(tmp_path, store_uri):
     shared_exp = {"experiment": "shared-keys", "tracking_uri": f"sqlite:///{tmp_path}/m.db", "log_plots": False}
     a = setup(tmp_path, "spec-a", mlflow=shared_exp, tasks=[{**TINY, "epochs": 2}], cache_dir=str(tmp_path / "a"))
     b = setup(tmp_path, "spec-b", mlflow=shared_exp, tasks=[{**TINY, "epochs": 2}], inits=["normal", "xavier"],

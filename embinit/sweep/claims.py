@@ -41,6 +41,24 @@ def ttl_s() -> float:
     return float(os.environ.get(TTL_ENV) or DEFAULT_TTL_S)
 
 
+def check_store(store: Store) -> None:
+    """EmbinitError unless the store refuses a second `If-None-Match: *` PUT of one key: a store that
+    ignores the condition would let every claimer win, so a sweep does not start on one."""
+    from embinit.errors import EmbinitError
+    probe = Lease(store, f"_probe/{uuid.uuid4().hex}", ttl=1)
+    try:
+        if not probe._put(IfNoneMatch="*") or probe._put(IfNoneMatch="*"):
+            raise EmbinitError(f"the object store {store.uri} ignores conditional writes (If-None-Match), "
+                               "so two sweeps could train one key at once; use a store that supports them")
+    except EmbinitError:
+        raise
+    except Exception as e:
+        raise EmbinitError(f"the object store {store.uri} (EMBINIT_STORAGE_URI) cannot be written: {e}") from None
+    finally:
+        probe._stop.set()
+        probe.release()
+
+
 class Lease:
     def __init__(self, store: Store, name: str, ttl: float | None = None):
         self.store, self.name = store, name
@@ -105,8 +123,10 @@ class Lease:
                                                     Body=body.encode(), Metadata={"holder": self.holder},
                                                     **condition)
         except ClientError as e:
-            # 412: the condition failed; 409: a concurrent conditional write won; 404: If-Match on no object
-            if e.response.get("ResponseMetadata", {}).get("HTTPStatusCode") in (404, 409, 412):
+            # 412: the condition failed; 409: a concurrent conditional write won; NoSuchKey: If-Match on
+            # a lease deleted meanwhile (a missing bucket, NoSuchBucket, is an error)
+            status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            if status in (409, 412) or e.response.get("Error", {}).get("Code") == "NoSuchKey":
                 return False
             raise
         self.etag = answer["ETag"]

@@ -9,11 +9,14 @@ or the API died), the trial finds the folder, reopens that MLflow run and the tr
 checkpoint's epoch. The folder is removed once the run is finished (or failed with a user error, which
 fails the same way again).
 
-While a trial trains it holds an exclusive lock (flock) on `<K>.lock` beside the folder. A second sweep
-reaching the same key (another spec sharing it, in the same MLflow experiment) waits for it, then finds
-the finished run in MLflow and reuses it: the key is not trained twice. A killed process holds no lock.
-The claim holds between sweeps that share the folder: one machine and one root, or a shared file system
-whose locks work.
+While a trial trains it holds a claim on its key. A second sweep reaching the same key (another spec
+sharing it, in the same MLflow experiment) waits for it, then finds the finished run in MLflow and reuses
+it: the key is not trained twice. Without an object store the claim is an exclusive lock (flock) on
+`<K>.lock` beside the folder (a killed process holds no lock), which holds between sweeps that share the
+folder: one machine and one root, or a shared file system whose locks work. With the operator's object
+store (`SweepContext.storage`, embinit.storage) it is a lease in the store (embinit.sweep.claims), and
+the folder is mirrored there at every epoch end (`Claim.sync`) and fetched from there when the node's
+copy is older or missing: both hold across nodes that share no disk.
 
 The folder holds pickles the trainer loads, so it is used only inside the trusted roots
 (embinit.trusted); elsewhere the trial trains in a temporary folder, as before, and cannot resume once its

@@ -131,6 +131,9 @@ def _tune_storage(spec: ExperimentSpec, storage_path: str | None, store: str | N
     """Where Tune keeps its state and trial checkpoints: the object store when one is configured (every
     node reaches it, so a trial restarted on another node finds its checkpoint), else a local folder,
     resolved and checked now, as used."""
+    if store is not None:
+        from embinit.sweep.claims import check_store
+        check_store(Store.from_uri(store))  # reachable, and its conditional writes work, before anything starts
     if store is not None and storage_path is None:
         return Store.from_uri(store).tune_storage()
     storage = Path(storage_path or Path(spec.cache_dir or ".embinit-cache") / "ray_results").absolute()

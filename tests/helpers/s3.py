@@ -40,6 +40,7 @@ def use_store(monkeypatch, endpoint: str, prefix: str = "embinit") -> str:
 def objects(uri: str) -> list[str]:
     """Every object key under the store `uri`, relative to its prefix."""
     store = storage.Store.from_uri(uri)
-    pages = storage._client().get_paginator("list_objects_v2").paginate(Bucket=store.bucket, Prefix=f"{store.prefix}/" if store.prefix else "")
+    prefix = f"{store.prefix}/" if store.prefix else ""
+    pages = storage._client().get_paginator("list_objects_v2").paginate(Bucket=store.bucket, Prefix=prefix)
     keys = [o["Key"] for page in pages for o in page.get("Contents", [])]
     return sorted(k[len(store.prefix) + 1:] if store.prefix else k for k in keys)
