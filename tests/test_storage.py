@@ -160,3 +160,13 @@ def test_a_store_that_cannot_be_reached_stops_the_sweep_before_it_starts(store, 
     assert objects(store.uri) == []                                 # the probe leaves nothing
     with pytest.raises(EmbinitError, match="cannot be written"):
         check_store(Store("no-such-bucket-here", "x"))
+
+
+def test_the_api_passes_the_store_to_its_drivers_but_not_the_credentials(monkeypatch):
+    from service.runner import driver_env
+    monkeypatch.delenv("EMBINIT_STORAGE_URI", raising=False)
+    assert driver_env(None) is None
+    assert driver_env(["/r"]) == {"env_vars": {"EMBINIT_TRUSTED_ROOTS": "/r"}}
+    monkeypatch.setenv("EMBINIT_STORAGE_URI", "s3://my-bucket/runs")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    assert driver_env(["/r"]) == {"env_vars": {"EMBINIT_TRUSTED_ROOTS": "/r", "EMBINIT_STORAGE_URI": "s3://my-bucket/runs"}}
