@@ -22,6 +22,7 @@ from embinit.sweep import resume
 from embinit.sweep.claims import TTL_ENV, ClaimLost
 from embinit.sweep.trainable import train_unit
 from embinit.sweep.work import SweepContext
+from embinit.trusted import TRUSTED_ROOTS_ENV
 from helpers.s3 import objects, s3_server, use_store
 from test_sweep_resume import TINY, Killed, KillAfter, Record, assert_resumed_in_one_run, setup, units_of
 from test_sweep_resume import no_tune  # noqa: F401 (the fixture: Tune's session calls stood in for)
@@ -143,6 +144,16 @@ def test_a_holder_whose_claim_was_taken_over_stops_and_leaves_the_run_alone(tmp_
     body = store.client().get_object(Bucket=store.bucket, Key=store.key(info))["Body"].read()
     assert json.loads(body)["epoch"] == 1                        # epoch 2 was not written over node b's copy
     assert any(k.startswith("claims/") for k in objects(store_uri))   # node b's lease is left alone
+
+
+@pytest.mark.usefixtures("no_tune")
+def test_outside_the_trusted_roots_nothing_goes_to_the_store(tmp_path, monkeypatch, store_uri):
+    monkeypatch.setenv(TRUSTED_ROOTS_ENV, str(tmp_path / "elsewhere"))
+    monkeypatch.setenv("EMBINIT_CACHE_DIR", str(tmp_path / "default-cache"))
+    spec = setup(tmp_path, "untrusted")                      # its cache_dir lies outside the roots
+    _, outcome = sweep(spec, units_of(spec), [KillAfter(1)])
+    assert outcome == "killed"
+    assert objects(store_uri) == []                          # no checkpoint kept, so none to fetch later
 
 
 def trial_runs_of(spec) -> list:
