@@ -27,6 +27,7 @@ from embinit.config import TrialConfig
 from embinit.task_registry import task_kind
 from embinit.errors import EmbinitError
 from embinit.sweep import resume
+from embinit.sweep.claims import ClaimLost
 from embinit.sweep.reporting import TrialReporter, artifacts
 from embinit.sweep.work import SweepContext, Unit, WorkItem
 
@@ -78,6 +79,7 @@ class MemberReporter(TrialReporter):
     """A member's epochs go to its own MLflow run; the group reports to Tune once (GroupReporter)."""
 
     def on_epoch_end(self, ctx, epoch: int, metrics: dict[str, Any]) -> None:
+        self.claim.sync()
         self.run.log_epoch(epoch, metrics, checkpoint=self.claim.persistent)
 
 
@@ -130,6 +132,8 @@ def _train_group(todo: list[tuple], ctx: SweepContext, extra_callbacks: Callable
             claim.discard()
             run.fail(f"{type(e).__name__}: {e}", checkpoint=False)
         return values
+    except ClaimLost:  # another node trains a member now, in its run: leave the runs to it
+        raise
     except Exception:
         for run in runs:
             run.fail(traceback.format_exc())
