@@ -12,7 +12,7 @@ import yaml
 from pydantic import model_validator
 
 from embinit.config import TrialConfig
-from embinit.spec import planning
+from embinit.spec import path_fields, planning
 from embinit.spec.checks import cross_check
 from embinit.spec.fields import SpecFields
 from embinit.spec.inits import InitEntry
@@ -63,22 +63,9 @@ class ExperimentSpec(SpecFields):
         return self.mlflow.experiment or self.name
 
     def paths(self) -> list[tuple[str, str]]:
-        """(field path, filesystem path) of every data/pretrained path, for callers that confine them."""
-        out = [("data_dir", self.data_dir), ("cache_dir", self.cache_dir)]
-        if isinstance(self.pretrained, dict):
-            out += [(f"pretrained.{k}", v) for k, v in self.pretrained.items()]
-        else:
-            out.append(("pretrained", self.pretrained))
-        out += [(f"tasks[{i}].data_dir", t.data_dir) for i, t in enumerate(self.tasks)]
-        out += [(f"tasks[{i}].tokenizer", t.tokenizer) for i, t in enumerate(self.tasks)]
-        out.append(("defaults.tokenizer", self.defaults.tokenizer))
-        for i, e in enumerate(self.inits):
-            out += [(f"inits[{i}].pretrained", e.pretrained), (f"inits[{i}].src_pretrained", e.src_pretrained)]
-        sim = self.analyses.similarity if self.analyses is not None else None
-        if sim is not None:
-            out += [("analyses.similarity.reference", sim.reference),
-                    ("analyses.similarity.snapshot_dir", sim.snapshot_dir)]
-        return [(k, v) for k, v in out if v]
+        """(field path, filesystem path) of every value of a path key (embinit.path_keys) the spec sets,
+        wherever it is, for callers that confine or check them."""
+        return [(where, value) for where, value in path_fields.paths(self.model_dump()) if value]
 
     def canonical(self) -> dict[str, Any]:
         data = self.model_dump(mode="json")
