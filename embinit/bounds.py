@@ -1,7 +1,8 @@
 """The bounds on the numbers a spec sets, declared once: the spec, the trainer and the service check them.
 
-Each `Bound` holds the values embinit accepts anywhere (`low`..`high`: the spec model refuses anything
-outside, and so does the trainer's `check_config`) and, where a deployment should size it, the service
+Each `Bound` holds the values embinit accepts anywhere (`low`..`high`, inclusive unless `open` says
+otherwise: the spec model refuses anything outside, so do the trainer's `check_config` and, for the
+data's own knobs, `load_task`) and, where a deployment should size it, the service
 setting that caps it further (`Settings.<setting>`, default `default`, env `EMBINIT_<SETTING>`). A value
 beyond the setting is a 422 from the service; the CLI, on the user's own machine, only applies `high`.
 
@@ -12,6 +13,7 @@ outside 1e-8..10 only diverges or never moves.
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,9 +27,11 @@ class Bound:
     setting: str | None = None  # the service setting that caps it further
     default: float | None = None  # that setting's default
     why: str = ""
+    open: str = ""             # "low" / "high" / "both": that end is excluded (dropout < 1, pe_base > 0)
 
 
-# Keys are TrialConfig / spec field names. Each number is declared here and nowhere else.
+# Keys are TrialConfig / spec field names: every numeric hyperparameter has one (tests/test_bounds.py).
+# Each number is declared here and nowhere else.
 BOUNDS: dict[str, Bound] = {
     "seed": Bound(0, SEED_MAX, why="seeds are 32-bit"),
     "data_seed": Bound(0, SEED_MAX, why="seeds are 32-bit"),
@@ -44,13 +48,25 @@ BOUNDS: dict[str, Bound] = {
     "batch_size": Bound(1, None, "max_batch_size", 65536, why="memory per trial"),
     "max_tokens": Bound(1, None, "max_batch_tokens", 10_000_000, why="memory per trial"),
     "beam_size": Bound(1, None, "max_beam_size", 64, why="decoding memory grows with the beam"),
+    "heads": Bound(1, None, why="attention heads split d_model"),
+    "dropout": Bound(0, 1, why="a probability; 1 would drop everything", open="high"),
+    "min_freq": Bound(1, None, why="a count of occurrences in the training data"),
+    "pe_base": Bound(0, None, why="the base of the encodings' wavelengths", open="low"),
+    "early_stopping_patience": Bound(1, None, why="epochs without improvement"),
+    "max_train_examples": Bound(1, None, why="a count of examples"),
+    "threads": Bound(1, None, why="torch intra-op threads"),
 }
 
 
+_CHECKS = {"ge": (">=", operator.ge), "gt": (">", operator.gt), "le": ("<=", operator.le), "lt": ("<", operator.lt)}
+
+
 def field_limits(name: str) -> dict[str, Any]:
-    """pydantic `Field` keywords (ge, le) for the bound `name`: the spec model's view."""
+    """pydantic `Field` keywords (ge or gt, le or lt) for the bound `name`: the spec model's view."""
     b = BOUNDS[name]
-    return {k: v for k, v in (("ge", b.low), ("le", b.high)) if v is not None}
+    low = "gt" if b.open in ("low", "both") else "ge"
+    high = "lt" if b.open in ("high", "both") else "le"
+    return {k: v for k, v in ((low, b.low), (high, b.high)) if v is not None}
 
 
 def setting_default(setting: str) -> Any:
@@ -66,10 +82,11 @@ def problem(name: str, value: Any) -> str | None:
     b = BOUNDS.get(name)
     if b is None or not isinstance(value, (int, float)) or isinstance(value, bool):
         return None
-    if b.low is not None and value < b.low:
-        return f"{name} must be >= {_num(b.low)}, got {_num(value)}"
-    if b.high is not None and value > b.high:
-        return f"{name} must be <= {_num(b.high)} ({b.why}), got {_num(value)}"
+    for key, limit in field_limits(name).items():   # the low end first
+        op, holds = _CHECKS[key]
+        if not holds(value, limit):
+            why = f" ({b.why})" if key in ("le", "lt") else ""
+            return f"{name} must be {op} {_num(limit)}{why}, got {_num(value)}"
     return None
 
 

@@ -25,9 +25,7 @@ import os
 from pathlib import Path
 
 from embinit.content_hash import file_digest
-
-# TrialConfig fields that may name a file or folder a trial reads.
-FILE_FIELDS = ("pretrained", "src_pretrained", "data_dir", "init_from", "tokenizer")
+from embinit.path_keys import FILE_FIELDS  # TrialConfig fields that may name a file or folder a trial reads
 PREFIX = "sha256:"
 
 _memo: dict[tuple, str] = {}  # stamp of a file or folder -> its content id, for this process

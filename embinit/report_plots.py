@@ -36,8 +36,8 @@ def _histories(uri: str | None, run_ids: list[str], metric: str) -> list[dict[in
 
 def mean_curves(report: Any, out_dir: Path) -> list[Path]:
     """Figure 1 per task (and axes setting): the validation metric beside the validation loss, per init
-    the mean over seeds with the seeds' band (embinit.sweep.plots.figure1)."""
-    from embinit.sweep.plots import figure1  # matplotlib only where a figure is drawn
+    the mean over seeds with the seeds' band (embinit.plots.figure1)."""
+    from embinit.plots import figure1  # matplotlib only where a figure is drawn
     out_dir.mkdir(parents=True, exist_ok=True)
     figures: dict[tuple, list] = defaultdict(list)
     for (task, label, axes, setting), run_ids in report.run_ids.items():

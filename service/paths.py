@@ -13,15 +13,15 @@ import re
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from embinit.spec import DATA_KEYS, PATH_KEYS, PRETRAINED_KEYS  # the spec fields that name files
+from embinit.path_keys import DATA_KEYS, NOT_A_FILE, PATH_KEYS, PRETRAINED_KEYS  # the keys that name files
+from embinit.spec.path_fields import format_loc
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}(/[A-Za-z0-9][A-Za-z0-9_.-]{0,95})?$")
 RUN_ID = re.compile(r"^[0-9a-f]{32}$")   # an MLflow run id (analyses.similarity.reference)
 TOKENIZER_NAMES = ("auto", "spacy", "whitespace", "gpt2")   # embinit.tasks.tokenization's own names
-# What a pretrained-root value that names no file under a root may be instead, per key: a hub id (checked
-# at submit by service.hub), a tokenizer name or hub id, an MLflow run id, or nothing (a checkpoint).
-NOT_A_FILE = {"pretrained": "hub id", "src_pretrained": "hub id", "tokenizer": "tokenizer",
-              "reference": "run id", "init_from": None}
+# What a pretrained-root value that names no file under a root may be instead, per key (NOT_A_FILE,
+# embinit.path_keys): a hub id (checked at submit by service.hub), a tokenizer name or hub id, an MLflow
+# run id, or nothing (a checkpoint).
 
 
 def _other(value: str, kind: str | None, shown: str) -> tuple[str | None, str | None]:
@@ -124,10 +124,3 @@ def confine_paths(data: Any, data_roots: list[Path], pretrained_roots: list[Path
             problems += probs
     return out, problems
 
-
-def format_loc(loc: tuple) -> str:
-    """('inits', 2, 'transform') -> 'inits[2].transform'."""
-    text = ""
-    for part in loc:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
-    return text

@@ -1,6 +1,7 @@
-"""Imports among embinit's modules point one way: no cycle, counting the imports inside functions too
-(a function-level import that closes a cycle only hides it). Imports under `if TYPE_CHECKING:` are
-annotations only and do not count; a package's `__init__` counts as the module `embinit.x`."""
+"""Imports among embinit's modules point one way: no cycle, counting the imports inside functions and
+those under `if TYPE_CHECKING:` too (a function-level import that closes a cycle only hides it, and an
+annotation that names a module above is the same dependency, drawn as a type); a package's `__init__`
+counts as the module `embinit.x`."""
 
 from __future__ import annotations
 
@@ -15,25 +16,14 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _type_checking_nodes(tree: ast.AST) -> set[int]:
-    skipped = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            skipped |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
-    return skipped
-
-
 def import_graph(package: str = "embinit") -> dict[str, set[str]]:
     """module -> the embinit modules it imports (`from pkg import sub` names the submodule)."""
     files = {_module_name(p): p for p in (ROOT / package).rglob("*.py")}
     graph: dict[str, set[str]] = {}
     for name, path in files.items():
         tree = ast.parse(path.read_text())
-        skipped = _type_checking_nodes(tree)
         deps = set()
         for node in ast.walk(tree):
-            if id(node) in skipped:
-                continue
             if isinstance(node, ast.Import):
                 deps |= {a.name for a in node.names if a.name in files}
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -88,3 +78,28 @@ def test_no_import_cycle_among_embinit_modules():
     graph = import_graph()
     assert "embinit.sweep.run" in graph and graph["embinit.sweep.run"]
     assert cycles(graph) == []
+
+
+def test_type_checking_imports_are_in_the_graph():
+    graph = import_graph()   # frame.py imports ReproductionData under `if TYPE_CHECKING:` only
+    assert "embinit.reproduction.data" in graph["embinit.reproduction.frame"]
+
+
+def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        for dep in graph.get(todo.pop(), ()):
+            if dep not in seen:
+                seen.add(dep)
+                todo.append(dep)
+    return seen
+
+
+def test_the_report_and_the_reproduction_reach_nothing_of_the_sweep():
+    """The report and the reproduction read MLflow and draw with embinit.plots, below the sweep."""
+    graph = import_graph()
+    readers = [m for m in graph if m in ("embinit.report", "embinit.report_plots", "embinit.cli.report")
+               or m.startswith("embinit.reproduction")]
+    assert "embinit.reproduction.document" in readers
+    reached = {m: sorted(d for d in reachable(graph, m) if d.startswith("embinit.sweep")) for m in readers}
+    assert {m: d for m, d in reached.items() if d} == {}

@@ -14,7 +14,7 @@ import pytest
 from embinit import mlflow_store, trial_run
 from embinit.config import metric_range
 from embinit.report import build_report, summarize, t_quantile
-from embinit.sweep.plots import figure1 as _real_figure1
+from embinit.plots import figure1 as _real_figure1
 
 pytestmark = pytest.mark.slow  # creating an MLflow SQLite store takes a few seconds
 
@@ -163,7 +163,7 @@ def test_rows_put_xavier_first(store):
 
 
 def test_plot_writes_mean_curves(store, tmp_path, monkeypatch):
-    from embinit.sweep import plots
+    from embinit import plots
     drawn = []
     monkeypatch.setattr(plots, "figure1", lambda panels, path, title: drawn.append(panels) or
                         _real_figure1(panels, path, title))
@@ -176,6 +176,6 @@ def test_plot_writes_mean_curves(store, tmp_path, monkeypatch):
 
 
 def test_seed_band():
-    from embinit.sweep.plots import seed_band
+    from embinit.plots import seed_band
     epochs, mean, low, high = seed_band([{1: 1.0, 2: 4.0}, {1: 3.0, 2: 2.0}, {1: 2.0}])
     assert epochs == [1, 2] and mean == [2.0, 3.0] and low == [1.0, 2.0] and high == [3.0, 4.0]

@@ -17,6 +17,7 @@ from embinit.cli import main
 from embinit.errors import EmbinitError
 from embinit.reproduction import (Group, Inputs, Reproduction, paired, render, role_of, verdict, welch,
                                   write_exports)
+from embinit.reproduction.findings import findings_section
 
 pytestmark = pytest.mark.slow  # an MLflow SQLite store takes a few seconds to create
 
@@ -272,3 +273,12 @@ def test_intervals_are_clipped_to_the_metrics_range(store):
     assert f"[0.00, {bleu['ci_high']:.2f}]" in text and f"[{acc['ci_low']:.2f}, 100.00]" in text
     table3 = {r["init"]: r for r in rep.exports["table3"] if r["train_embeddings"] and r["pos_encoding"]}
     assert table3["Xavier"]["bleu"]["ci_low"] == 0.0
+
+
+def test_the_findings_section_needs_no_other_section_first(store):
+    """Finding 2 (b) reads Table 4's rows from the runs, not from what the Table-4 section exported: on a
+    fresh Reproduction the findings section alone says what it says in the built document."""
+    uri, inputs, _, sections = store
+    built = next(s for s in sections if s.title.startswith("The paper's three findings"))
+    alone = findings_section(Reproduction(uri, inputs))
+    assert alone.lines == built.lines and any("(b) Table 4" in line for line in alone.lines)

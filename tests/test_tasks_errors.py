@@ -105,9 +105,11 @@ def test_not_utf8(tmp_path):
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    ({"min_freq": 0}, "min_freq must be an integer >= 1, got 0"),
-    ({"max_len": -3}, "max_len must be an integer >= 1, got -3"),
-    ({"max_train_examples": 0}, "max_train_examples must be None or an integer >= 1, got 0"),
+    ({"min_freq": 0}, "min_freq must be >= 1, got 0"),   # the bounds of embinit.bounds, as the spec's
+    ({"min_freq": 1.5}, "min_freq must be an integer, got 1.5"),
+    ({"max_len": -3}, "max_len must be >= 2, got -3"),
+    ({"max_len": 1}, "max_len must be >= 2, got 1"),
+    ({"max_train_examples": 0}, "max_train_examples must be >= 1, got 0"),
     ({"train_split": "valid"}, "train_split/eval_split apply to language-model tasks only"),
 ])
 def test_bad_arguments(kwargs, match):

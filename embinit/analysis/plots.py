@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from embinit.errors import EmbinitError
+from embinit.plots import pyplot
 
 
 def _values(curve: list[dict]) -> tuple[list[int], list[float]]:
@@ -24,10 +25,7 @@ def _values(curve: list[dict]) -> tuple[list[int], list[float]]:
 def similarity_figure(curve: list[dict], path: str | Path, title: str = "KNN match similarity",
                       perplexity: list[tuple[int, float]] | None = None) -> Path:
     """Write the figure to `path` and return it. perplexity: optional (step, ppl) points."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     steps, values = _values(curve)
     fig, ax = plt.subplots(figsize=(6, 3.5))
     ax.plot(steps, values, marker="o", markersize=3, color="tab:blue", label="KNN match similarity")

@@ -25,7 +25,7 @@ checked on the task metric and on the best validation loss, and a disagreement b
 from embinit.reproduction.compare import paired, verdict, welch
 from embinit.reproduction.export import Section, render, write_exports
 from embinit.reproduction.inputs import ROLE_TEXT, ROLES, Group, Inputs, Trial, load_trials, role_of
-from embinit.reproduction.tables import Reproduction
+from embinit.reproduction.document import Reproduction
 
 __all__ = ["ROLES", "ROLE_TEXT", "Group", "Inputs", "Reproduction", "Section", "Trial", "load_trials", "render",
            "paired", "role_of", "verdict", "welch", "write_exports"]

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from embinit.plots import pyplot
+
 # (metric, its name in the document, +1 higher is better / -1 lower is better)
 DOSE_METRICS = (("best/val/loss", "best val. loss", -1), ("test/loss", "test loss", -1),
                 ("test/bleu", "test BLEU", 1))
@@ -16,18 +18,11 @@ OOV_METRICS = (("best/val/loss", "best val. loss", -1), ("test/bleu", "test BLEU
 DOSE_FIGURE, OOV_FIGURE = "dose_response.png", "oov_rules.png"
 
 
-def _pyplot():
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    return plt
-
-
 def dose_figure(rows: list[dict], path: Path) -> Path | None:
     rows = [r for r in rows if r["multiple"] is not None and r["mean"] is not None]
     if not rows:
         return None
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(1, len(DOSE_METRICS), figsize=(4.2 * len(DOSE_METRICS), 3.4))
     for ax, (metric, name, _) in zip(axes, DOSE_METRICS):
         for src in dict.fromkeys(r["source"] for r in rows):
@@ -54,7 +49,7 @@ def oov_figure(rows: list[dict], path: Path) -> Path | None:
     metrics = [m for m in OOV_METRICS if any(r["metric"] == m[0] for r in rows)]
     if not metrics:
         return None
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(1, len(metrics), figsize=(2.6 * len(metrics), 3.2))
     for ax, (metric, name, _) in zip(axes, metrics):
         cells = [r for r in rows if r["metric"] == metric]

@@ -20,7 +20,7 @@ from embinit.reproduction.inputs import load_trials
 from embinit.run_readers import metric_history
 
 if TYPE_CHECKING:
-    from embinit.reproduction.tables import Reproduction
+    from embinit.reproduction.data import ReproductionData
 
 SCORES = ("overlap", "jaccard")   # the post's code's score first
 SETTINGS = ("max_len", "batch_size", "lr", "dropout", "pre_ln", "epochs")
@@ -53,7 +53,7 @@ def _curve_cells(uri, run_id: str, score: str) -> dict:
     return {"init": hist[0][1], "peak": peak[1], "peak_step": peak[0], "end": hist[-1][1], "end_step": hist[-1][0]}
 
 
-def _run_lines(rep: Reproduction, run: BlogRun, rows: list) -> list[str]:
+def _run_lines(rep: ReproductionData, run: BlogRun, rows: list) -> list[str]:
     trials = [t for t in load_trials(run.experiment, rep.uri)[0] if t.status in ("finished", "running")]
     have = [t for t in trials if any(f"sim/knn_{s}_mean" in t.metrics for s in SCORES)]
     lines = [f"**{run.title}** (`{run.experiment}`, {run.spec}); the post: ~{run.blog_value:.0%} ({run.blog_at})", ""]
@@ -74,7 +74,7 @@ def _run_lines(rep: Reproduction, run: BlogRun, rows: list) -> list[str]:
     return lines + [""]
 
 
-def blog_section(rep: Reproduction, runs: tuple[BlogRun, ...] = BLOG_RUNS) -> Section:
+def blog_section(rep: ReproductionData, runs: tuple[BlogRun, ...] = BLOG_RUNS) -> Section:
     s = Section("The KNN-similarity blog post: its score beside Jaccard")
     s.lines += ["KNN match similarity of two LMs that differ only in their token table's init (`emb_seed`), "
                 "K = 10, inner product, logged over training. `overlap` = |shared neighbours| / K is the "

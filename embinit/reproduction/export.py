@@ -5,21 +5,17 @@ from __future__ import annotations
 import csv
 import io
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from embinit.reproduction import frame
+from embinit.reproduction.frame import Section  # the document's parts (export.Section for the sections)
+
 if TYPE_CHECKING:
-    from embinit.reproduction.tables import Reproduction
+    from embinit.reproduction.data import ReproductionData
 
 
-@dataclass
-class Section:
-    title: str
-    lines: list[str] = field(default_factory=list)
-
-
-def write_exports(rep: Reproduction, out_dir: Path) -> list[Path]:
+def write_exports(rep: ReproductionData, out_dir: Path) -> list[Path]:
     """Small result exports: one JSON of everything, a CSV per flat table, and the studies' figures."""
     from embinit.reproduction.beyond_figures import write_figures
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -41,10 +37,9 @@ def write_exports(rep: Reproduction, out_dir: Path) -> list[Path]:
     return paths
 
 
-def render(rep: Reproduction, sections: list[Section], preamble: str = "", header: list[str] | None = None) -> str:
+def render(rep: ReproductionData, sections: list[Section], preamble: str = "", header: list[str] | None = None) -> str:
     """The document: the preamble, then each section; with `header` (embinit.reproduction.frame.header)
     a title block first. Headings with nothing under them and all-dash tables are left out."""
-    from embinit.reproduction import frame
     if header is not None:
         lines = frame.title_block(preamble, header)
     else:

@@ -1,4 +1,4 @@
-"""The reproduction's similarity, findings and runs sections: functions of a `Reproduction`."""
+"""The reproduction's similarity and findings sections: functions of the runs read (`ReproductionData`)."""
 
 from __future__ import annotations
 
@@ -14,12 +14,13 @@ from embinit.reproduction.export import Section
 from embinit.reproduction.frame import NOT_COMPARABLE, budget_gap
 from embinit.reproduction.inputs import ROLE_TEXT, ROLES, SHUFFLE_TEXT, Group, role_of
 from embinit.run_readers import metric_history
+from embinit.reproduction.table4 import table4_rows
 
 if TYPE_CHECKING:
-    from embinit.reproduction.tables import Reproduction
+    from embinit.reproduction.data import ReproductionData
 
 
-def similarity_section(rep: Reproduction) -> Section:
+def similarity_section(rep: ReproductionData) -> Section:
     metric = f"sim/knn_{rep.inputs.similarity_metric}_mean"
     s = Section("KNN match similarity between seeds (K = 10, inner product)")
     s.lines += [f"`{metric}`: for every token, the {rep.inputs.similarity_metric} overlap of its 10 nearest "
@@ -66,7 +67,7 @@ def similarity_section(rep: Reproduction) -> Section:
     return s
 
 
-def _by_seed(rep: Reproduction, g: Group, role: str, metric: str, scale: float = 1.0) -> dict:
+def _by_seed(rep: ReproductionData, g: Group, role: str, metric: str, scale: float = 1.0) -> dict:
     """{seed: value} of a role's finished main trials (one per seed: the newest run per trial key)."""
     out = {}
     for t in rep.main_trials(g, role):
@@ -94,7 +95,7 @@ def _disagree(v1: str, v2: str) -> bool:
     return (v1.startswith(pos) and v2.startswith(neg)) or (v1.startswith(neg) and v2.startswith(pos))
 
 
-def findings_section(rep: Reproduction) -> Section:
+def findings_section(rep: ReproductionData) -> Section:
     s = Section("The paper's three findings: do they reproduce here?")
     tr = next((g for g in rep.inputs.groups if g.task == "multi30k"), None)
     cl = next((g for g in rep.inputs.groups if g.task != "multi30k"), None)
@@ -173,7 +174,7 @@ def _finding_line(x: dict) -> str:
     return line
 
 
-def _finding2(rep: Reproduction, tr: Group | None, out: list) -> list[str]:
+def _finding2(rep: ReproductionData, tr: Group | None, out: list) -> list[str]:
     lines = []
     if tr:
         absorb = {role: rep.values(rep.main_trials(tr, role), "init/emb/absorption")
@@ -209,7 +210,7 @@ def _finding2(rep: Reproduction, tr: Group | None, out: list) -> list[str]:
             out.append({"finding": "2", "claim": "PE gain smallest for raw P (Table 3)", "values": d,
                         "intervals": gains, "verdict": "reproduces" if smaller else "does not reproduce",
                         **({"budget": gap, "verdict": NOT_COMPARABLE} if gap else {})})
-    t4 = {r["steps"] and ".".join(r["steps"]) or "raw": r for r in rep.exports.get("table4", [])}
+    t4 = {r["steps"] and ".".join(r["steps"]) or "raw": r for r in table4_rows(rep.analogy_results)}
     if {"raw", "standardize", "standardize.pe", "pe"} <= set(t4):
         raw, std, stdpe, pe = (t4[k]["mean"] for k in ("raw", "standardize", "standardize.pe", "pe"))
         lines.append(f"- (b) Table 4: standardized vectors answer {std:.1f}% of the analogies; after adding "

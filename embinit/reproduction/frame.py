@@ -1,13 +1,14 @@
 """The reproduction document's frame: its title, date and tracking URI; the budget a verdict needs
 (a group trained at a shorter schedule or a smaller model than the paper's is "not comparable at this
 budget", with the reason); and the cleaning every section goes through (no heading with nothing under
-it, no table whose rows are all dashes). Sections themselves are built elsewhere (tables.py,
-findings.py, runs.py, and any section a later module adds to `Reproduction.build`)."""
+it, no table whose rows are all dashes), and `Section`, the document's part. Sections themselves are built
+elsewhere (tables.py, table4.py, findings.py, runs.py, ...), in the order of `document.Reproduction.build`."""
 
 from __future__ import annotations
 
 import dataclasses
 import re
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
@@ -15,9 +16,16 @@ from embinit import paper
 from embinit.task_registry import TASKS
 
 if TYPE_CHECKING:
-    from embinit.reproduction.export import Section
+    from embinit.reproduction.data import ReproductionData
     from embinit.reproduction.inputs import Group
-    from embinit.reproduction.tables import Reproduction
+
+
+@dataclass
+class Section:
+    """One part of the document: a `## title` and its Markdown lines."""
+    title: str
+    lines: list[str] = field(default_factory=list)
+
 
 TITLE = ("Reproduction: Kim, Balasubramanian & Kang, \"On Initializing Transformers with Pre-trained "
          "Embeddings\" (arXiv 2407.12514), measured with embinit")
@@ -26,7 +34,7 @@ NOT_COMPARABLE = "not comparable at this budget"
 BUDGET_KEYS = {"epochs": "epochs", "d_model": "D", "layers": "layers"}
 
 
-def header(rep: Reproduction, inputs: str | None = None, now: datetime | None = None) -> list[str]:
+def header(rep: ReproductionData, inputs: str | None = None, now: datetime | None = None) -> list[str]:
     """The lines under the title: when, from which store, which experiments (and which are missing)."""
     when = (now or datetime.now(timezone.utc)).strftime("%Y-%m-%d %H:%M UTC")
     from embinit import mlflow_store
@@ -53,13 +61,13 @@ def title_block(preamble: str, head: list[str]) -> list[str]:
 
 # ---- the budget of a verdict
 
-def _values(rep: Reproduction, g: Group, key: str) -> set:
+def _values(rep: ReproductionData, g: Group, key: str) -> set:
     default = getattr(TASKS[g.task].defaults, key, None) if g.task in TASKS else None if key != "d_model" else None
     return {t.config.get(key) if t.config.get(key) is not None else default
             for t in rep.data[g.experiment][0] if t.task == g.task} - {None}
 
 
-def budget_gap(rep: Reproduction, g: Group) -> str | None:
+def budget_gap(rep: ReproductionData, g: Group) -> str | None:
     """Why this group's numbers cannot be compared with the paper's (its schedule or model size
     differs from the paper's settings for the block, embinit.paper.SETTINGS), or None."""
     ref = paper.SETTINGS.get((g.task, g.paper_source))

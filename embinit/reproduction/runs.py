@@ -18,7 +18,7 @@ from embinit.reproduction.inputs import load_artifact_text, load_trials
 from embinit.run_records import SweepRecord
 
 if TYPE_CHECKING:
-    from embinit.reproduction.tables import Reproduction
+    from embinit.reproduction.data import ReproductionData
 
 
 def _when(ms: int | None) -> str:
@@ -43,7 +43,7 @@ def _spec_summary(text: str) -> str:
             f"{len(spec.get('inits') or [])} inits, seeds {seeds if seeds is not None else '?'}")
 
 
-def sweep_lines(rep: Reproduction, exp: str, run: SweepRecord, trials: list) -> tuple[list[str], dict]:
+def sweep_lines(rep: ReproductionData, exp: str, run: SweepRecord, trials: list) -> tuple[list[str], dict]:
     """The lines describing one sweep run, and its row for the exports."""
     how = provenance.read(run.tags)
     own = [t for t in trials if t.parent_id == run.run_id and t.end_ms]
@@ -67,7 +67,7 @@ def sweep_lines(rep: Reproduction, exp: str, run: SweepRecord, trials: list) -> 
     return lines + [""], row
 
 
-def _analogy_lines(rep: Reproduction) -> list[str]:
+def _analogy_lines(rep: ReproductionData) -> list[str]:
     runs = sorted(rep.analogy_runs, key=lambda r: r.start_ms)
     if not runs:
         return []
@@ -83,7 +83,7 @@ def _analogy_lines(rep: Reproduction) -> list[str]:
             f"{', '.join(f'`{c}`' for c in sorted({h['commit'] for h in how}))}", ""]
 
 
-def _experiments_read(rep: Reproduction):
+def _experiments_read(rep: ReproductionData):
     """(experiment, (trials, sweep runs)) for the paper's groups, then the studies beyond the paper."""
     yield from rep.data.items()
     for exp in (rep.inputs.dose_experiment, rep.inputs.oov_experiment):
@@ -91,7 +91,7 @@ def _experiments_read(rep: Reproduction):
             yield exp, load_trials(exp, rep.uri)
 
 
-def how_it_was_run(rep: Reproduction) -> Section:
+def how_it_was_run(rep: ReproductionData) -> Section:
     s = Section("How it was run")
     s.lines += ["Read from each sweep's MLflow run: its command, machine, version and spec as recorded when "
                 "it ran; the devices are those its trials report. 'trial time' is the sum of the trials' "

@@ -19,9 +19,9 @@ Validation collects every problem with its path (`inits[2]: ...`) and raises one
 Validating a spec never imports torch.
 
 Modules, in import order: `path_fields` (path-bearing keys, `${VAR}`), `problems` (`SpecError`, user
-paths of validation errors), `models` (the building blocks), `inits` (`InitEntry`), `planning`
-(expansion into trials), `checks` (cross-field checks), `experiment` (`ExperimentSpec`), `loading`
-(`load_spec`).
+paths of validation errors), `models` (the building blocks), `inits` (`InitEntry`), `fields` (`SpecFields`,
+what planning and the checks read), `planning` (expansion into trials), `checks` (cross-field checks),
+`experiment` (`ExperimentSpec`), `loading` (`load_spec`).
 """
 
 from embinit.config import HYPERPARAMETERS

@@ -4,18 +4,17 @@ execution against the rest."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import ValidationError
 
 from embinit import bounds
 from embinit.config import HYPERPARAMETERS, task_defaults
+from embinit.spec.fields import SpecFields
 from embinit.spec.inits import INIT_AXES, InitEntry, init_axis_problem, source_name
 from embinit.spec.models import Hyperparams
 from embinit.spec.planning import has_source_table, pretrained_for, trial_config
 
-if TYPE_CHECKING:
-    from embinit.spec.experiment import ExperimentSpec
 
 
 def _check_values(where: str, name: str, values: list[Any]) -> list[tuple[str, str]]:
@@ -47,7 +46,7 @@ def _range_problems(where: str, name: str, space) -> list[tuple[str, str]]:
     return out
 
 
-def _side_problems(spec: ExperimentSpec, i: int, init: InitEntry,
+def _side_problems(spec: SpecFields, i: int, init: InitEntry,
                    translation: bool) -> list[tuple[str, str]]:
     """A pretrained side needs a source path (file formats have no default); options the trial
     config cannot carry are refused rather than silently dropped."""
@@ -67,7 +66,7 @@ def _side_problems(spec: ExperimentSpec, i: int, init: InitEntry,
     return out
 
 
-def _heads_problems(spec: ExperimentSpec) -> list[tuple[str, str]]:
+def _heads_problems(spec: SpecFields) -> list[tuple[str, str]]:
     """An init without a pretrained source on any side (all-Xavier) gets D from `d_model` or the task
     default, not from a file; heads set explicitly must divide that D, or every such trial fails at start."""
     out = []
@@ -86,13 +85,13 @@ def _heads_problems(spec: ExperimentSpec) -> list[tuple[str, str]]:
     return out
 
 
-def cross_check(spec: ExperimentSpec) -> list[tuple[str, str]]:
+def cross_check(spec: SpecFields) -> list[tuple[str, str]]:
     """Problems that involve more than one field (each field alone is valid)."""
     return (_value_problems(spec) + _init_problems(spec) + _reference_seed_problems(spec)
             + _heads_problems(spec) + _execution_problems(spec) + _task_problems(spec))
 
 
-def _value_problems(spec: ExperimentSpec) -> list[tuple[str, str]]:
+def _value_problems(spec: SpecFields) -> list[tuple[str, str]]:
     """Axis and search-space values must be values of the hyperparameter they name."""
     problems: list[tuple[str, str]] = []
     for name, values in spec.axes.items():
@@ -117,7 +116,7 @@ def _value_problems(spec: ExperimentSpec) -> list[tuple[str, str]]:
     return problems
 
 
-def _init_problems(spec: ExperimentSpec) -> list[tuple[str, str]]:
+def _init_problems(spec: SpecFields) -> list[tuple[str, str]]:
     """Sides the tasks lack, pretrained sources without a file, and inits that duplicate another."""
     problems: list[tuple[str, str]] = []
     translation = any(has_source_table(t.task) for t in spec.tasks)
@@ -142,7 +141,7 @@ def _init_problems(spec: ExperimentSpec) -> list[tuple[str, str]]:
     return problems
 
 
-def _reference_seed_problems(spec: ExperimentSpec) -> list[tuple[str, str]]:
+def _reference_seed_problems(spec: SpecFields) -> list[tuple[str, str]]:
     sim = spec.analyses.similarity if spec.analyses is not None else None
     if sim is not None and sim.reference_seed is not None and sim.reference_seed not in spec.seeds:
         return [("analyses.similarity.reference_seed", f"seed {sim.reference_seed} is not one of "
@@ -155,7 +154,7 @@ def _reference_seed_problems(spec: ExperimentSpec) -> list[tuple[str, str]]:
     return []
 
 
-def _emb_seeds(spec: ExperimentSpec) -> set[int]:
+def _emb_seeds(spec: SpecFields) -> set[int]:
     """Every embedding seed a trial of the spec may use (a superset; the grid is never expanded)."""
     fixed = [h.emb_seed for h in (spec.defaults, *spec.tasks)]
     out = set(spec.seeds) | {v for v in fixed if v is not None} | set(spec.axes.get("emb_seed", []))
@@ -163,12 +162,12 @@ def _emb_seeds(spec: ExperimentSpec) -> set[int]:
     return out | set(space) if isinstance(space, list) else out
 
 
-def _task_problems(spec: ExperimentSpec) -> list[tuple[str, str]]:
+def _task_problems(spec: SpecFields) -> list[tuple[str, str]]:
     tasks = [t.task for t in spec.tasks]
     return [(f"tasks[{i}]", f"task {t!r} is listed twice") for i, t in enumerate(tasks) if t in tasks[:i]]
 
 
-def _execution_problems(spec: ExperimentSpec) -> list[tuple[str, str]]:
+def _execution_problems(spec: SpecFields) -> list[tuple[str, str]]:
     """Fused execution trains whole grid groups at once; what needs one trial at a time is refused."""
     if spec.execution.fuse == "off":
         return []

@@ -6,72 +6,24 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Annotated, Any
+from typing import Any
 
 import yaml
-from pydantic import Field, field_validator, model_validator
+from pydantic import model_validator
 
-from embinit import bounds
-from embinit.bounds import field_limits
 from embinit.config import TrialConfig
-from embinit.spec import planning
+from embinit.spec import path_fields, planning
 from embinit.spec.checks import cross_check
+from embinit.spec.fields import SpecFields
 from embinit.spec.inits import InitEntry
-from embinit.spec.models import (NAME_PATTERN, Analyses, Execution, Hyperparams, MlflowSettings, Resources, Search,
-                                 TaskEntry, _Strict)
-from embinit.spec.path_fields import PathStr
+from embinit.spec.models import Execution, TaskEntry
 from embinit.spec.planning import PlannedTrial
 from embinit.spec.problems import SpecError
 
 
-class ExperimentSpec(_Strict):
-    name: str = Field(pattern=NAME_PATTERN)
-    description: str = ""
-    tasks: list[TaskEntry] = Field(min_length=1)
-    inits: list[InitEntry] = Field(min_length=1)
-    seeds: list[Annotated[int, Field(**field_limits("seed"))]] = Field(default_factory=lambda: [0, 1, 2],
-                                                                    min_length=1)
-    defaults: Hyperparams = Field(default_factory=Hyperparams)
-    axes: dict[str, list[Any]] = Field(default_factory=dict)
-    search: Search | None = None
-    resources: Resources = Field(default_factory=Resources)
-    max_concurrent: int | None = Field(None, ge=1)
-    retries: int = Field(2, **field_limits("retries"))  # Tune's reruns of a failing trial
-    data_dir: PathStr | None = None   # a root with one folder per task (like EMBINIT_DATA_DIR)
-    pretrained: PathStr | dict[str, PathStr] | None = None  # a path, or {source family: path}
-    cache_dir: PathStr | None = None
-    mlflow: MlflowSettings = Field(default_factory=MlflowSettings)
-    analyses: Analyses | None = None
-    execution: Execution = Field(default_factory=Execution)
-
-    @field_validator("tasks", mode="before")
-    @classmethod
-    def _task_shorthand(cls, v):
-        return [{"task": t} if isinstance(t, str) else t for t in v] if isinstance(v, list) else v
-
-    @field_validator("inits", mode="before")
-    @classmethod
-    def _init_shorthand(cls, v):
-        return [InitEntry.shorthand(e) for e in v] if isinstance(v, list) else v
-
-    @field_validator("seeds", mode="before")
-    @classmethod
-    def _seed_count(cls, v):
-        if isinstance(v, int) and not isinstance(v, bool):
-            if v < 1:
-                raise ValueError(f"a seed count must be >= 1, got {v}")
-            if (problem := bounds.problem("seed_count", v)) is not None:
-                raise ValueError(problem)
-            return list(range(v))
-        return v
-
-    @field_validator("seeds")
-    @classmethod
-    def _distinct(cls, v):
-        if len(set(v)) != len(v):
-            raise ValueError(f"seeds must be distinct, got {v}")
-        return v
-
+# One whole study: the fields (embinit.spec.fields), checked across fields, with its expansion and identity.
+# (No docstring: it would become the JSON schema's description.)
+class ExperimentSpec(SpecFields):
     @model_validator(mode="after")
     def _cross_checks(self):
         problems = cross_check(self)
@@ -111,22 +63,9 @@ class ExperimentSpec(_Strict):
         return self.mlflow.experiment or self.name
 
     def paths(self) -> list[tuple[str, str]]:
-        """(field path, filesystem path) of every data/pretrained path, for callers that confine them."""
-        out = [("data_dir", self.data_dir), ("cache_dir", self.cache_dir)]
-        if isinstance(self.pretrained, dict):
-            out += [(f"pretrained.{k}", v) for k, v in self.pretrained.items()]
-        else:
-            out.append(("pretrained", self.pretrained))
-        out += [(f"tasks[{i}].data_dir", t.data_dir) for i, t in enumerate(self.tasks)]
-        out += [(f"tasks[{i}].tokenizer", t.tokenizer) for i, t in enumerate(self.tasks)]
-        out.append(("defaults.tokenizer", self.defaults.tokenizer))
-        for i, e in enumerate(self.inits):
-            out += [(f"inits[{i}].pretrained", e.pretrained), (f"inits[{i}].src_pretrained", e.src_pretrained)]
-        sim = self.analyses.similarity if self.analyses is not None else None
-        if sim is not None:
-            out += [("analyses.similarity.reference", sim.reference),
-                    ("analyses.similarity.snapshot_dir", sim.snapshot_dir)]
-        return [(k, v) for k, v in out if v]
+        """(field path, filesystem path) of every value of a path key (embinit.path_keys) the spec sets,
+        wherever it is, for callers that confine or check them."""
+        return [(where, value) for where, value in path_fields.paths(self.model_dump()) if value]
 
     def canonical(self) -> dict[str, Any]:
         data = self.model_dump(mode="json")

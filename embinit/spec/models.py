@@ -24,7 +24,8 @@ class _Strict(BaseModel):
 
 
 class Hyperparams(_Strict):
-    """Fixed hyperparameters (None = the task's Table 5 default). Names are `TrialConfig` fields."""
+    """Fixed hyperparameters (None = the task's Table 5 default). Names are `TrialConfig` fields; the
+    bounds of the numeric ones are embinit.bounds.BOUNDS'."""
 
     data_seed: int | None = Field(None, **field_limits("data_seed"))  # one data order for all seeds (KNN post, exp. 1)
     emb_seed: int | None = Field(None, **field_limits("emb_seed"))  # the tables' init only (KNN post)
@@ -35,25 +36,25 @@ class Hyperparams(_Strict):
     lr: float | None = Field(None, **field_limits("lr"))
     d_model: int | None = Field(None, **field_limits("d_model"))
     layers: int | None = Field(None, **field_limits("layers"))
-    heads: int | None = Field(None, ge=1)
+    heads: int | None = Field(None, **field_limits("heads"))
     ff_dim: int | None = Field(None, **field_limits("ff_dim"))
-    dropout: float | None = Field(None, ge=0, lt=1)
-    min_freq: int | None = Field(None, ge=1)
+    dropout: float | None = Field(None, **field_limits("dropout"))
+    min_freq: int | None = Field(None, **field_limits("min_freq"))
     max_len: int | None = Field(None, **field_limits("max_len"))
-    pe_base: float | None = Field(None, gt=0)
+    pe_base: float | None = Field(None, **field_limits("pe_base"))
     pe_positions: int | None = Field(None, **field_limits("pe_positions"))  # PE rows (model, statistics)
     pre_ln: bool | None = None
     pos_encoding: bool | None = None
     train_embeddings: bool | None = None
     freeze_non_embeddings: bool | None = None
     tie_embeddings: bool | None = None   # LM only: output layer = the token table (GPT-2 style)
-    early_stopping_patience: int | None = Field(None, ge=1)
-    max_train_examples: int | None = Field(None, ge=1)
+    early_stopping_patience: int | None = Field(None, **field_limits("early_stopping_patience"))
+    max_train_examples: int | None = Field(None, **field_limits("max_train_examples"))
     beam_size: int | None = Field(None, **field_limits("beam_size"))
     precision: Literal["fp32", "bf16", "auto"] | None = None
     oov: str | None = None
     tokenizer: PathStr | None = None   # spacy | gpt2 | whitespace | a HF model folder or hub id
-    threads: int | None = Field(None, ge=1)
+    threads: int | None = Field(None, **field_limits("threads"))
     device: str | None = None
     extras: dict[str, Any] | None = None
 

@@ -1,7 +1,8 @@
 """The spec's path fields: which keys name files, `${VAR}` expansion and `./x` relative to the spec file.
 
 `DATA_KEYS` and `PRETRAINED_KEYS` are the keys that name files wherever they appear in a spec (top
-level, per task, per init, in `analyses`); the service confines exactly these (service/paths.py).
+level, per task, per init, in `analyses`), declared in embinit.path_keys; the service confines exactly
+these (service/paths.py), `paths(data)` lists their values in a spec's data.
 """
 
 from __future__ import annotations
@@ -13,11 +14,10 @@ from typing import Annotated
 
 from pydantic import AfterValidator, ValidationInfo
 
-# Folders a trial reads or writes (snapshot_dir: analyses.similarity writes there).
-DATA_KEYS = ("data_dir", "cache_dir", "snapshot_dir")
-# Files or hub ids a trial reads (reference: analyses.similarity's fixed table, or an MLflow run id).
-PRETRAINED_KEYS = ("pretrained", "src_pretrained", "tokenizer", "reference", "init_from")
-PATH_KEYS = DATA_KEYS + PRETRAINED_KEYS
+from embinit.path_keys import DATA_KEYS, PATH_KEYS, PRETRAINED_KEYS
+
+__all__ = ["DATA_KEYS", "PATH_KEYS", "PRETRAINED_KEYS", "PathStr", "expand_env", "format_loc", "paths",
+           "spec_path"]
 
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -49,3 +49,31 @@ def _path_field(value: str, info: ValidationInfo) -> str | None:
 
 # A path field: `${VAR}` expanded, `./x` relative to the spec file's folder.
 PathStr = Annotated[str, AfterValidator(_path_field)]
+
+
+def format_loc(loc: tuple) -> str:
+    """('inits', 2, 'transform') -> 'inits[2].transform'."""
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+def paths(data: object, loc: tuple = ()) -> list[tuple[str, str]]:
+    """(field path, value) of every string under a PATH_KEYS key in a spec's data, wherever it is: a
+    `{source: path}` map under a pretrained key, an axis or search list of paths, `extras` included."""
+    if isinstance(data, list):
+        return [found for i, item in enumerate(data) for found in paths(item, loc + (i,))]
+    if not isinstance(data, dict):
+        return []
+    out = []
+    for key, value in data.items():
+        here = loc + (key,)
+        if key in PATH_KEYS and isinstance(value, str):
+            out.append((format_loc(here), value))
+        elif key in PATH_KEYS and isinstance(value, (dict, list)):
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            out += [(format_loc(here + (k,)), v) for k, v in items if isinstance(v, str)]
+        else:
+            out += paths(value, here)
+    return out

@@ -5,18 +5,17 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel
 
 from embinit.config import TrialConfig
 from embinit.spec.inits import InitEntry, family_default, source_name, with_init_axes
+from embinit.spec.fields import SpecFields
 from embinit.spec.models import TaskEntry
 from embinit.spec.path_fields import spec_path
 from embinit.task_registry import task_kind
 
-if TYPE_CHECKING:
-    from embinit.spec.experiment import ExperimentSpec
 
 
 class PlannedTrial(BaseModel):
@@ -36,7 +35,7 @@ def has_source_table(task: str) -> bool:
     return task_kind(task).two_sided
 
 
-def search_points(spec: ExperimentSpec) -> list[dict[str, Any]]:
+def search_points(spec: SpecFields) -> list[dict[str, Any]]:
     """Grid search points ([{}] without a grid search; Optuna points are drawn at run time)."""
     if spec.search is None or spec.search.method != "grid":
         return [{}]
@@ -44,12 +43,12 @@ def search_points(spec: ExperimentSpec) -> list[dict[str, Any]]:
     return [dict(zip(keys, combo)) for combo in itertools.product(*spec.search.space.values())]
 
 
-def axis_points(spec: ExperimentSpec) -> list[dict[str, Any]]:
+def axis_points(spec: SpecFields) -> list[dict[str, Any]]:
     keys = list(spec.axes)
     return [dict(zip(keys, combo)) for combo in itertools.product(*spec.axes.values())]
 
 
-def plan(spec: ExperimentSpec) -> list[PlannedTrial]:
+def plan(spec: SpecFields) -> list[PlannedTrial]:
     """Every trial: tasks x inits x axes x search points x seeds, in that nesting order."""
     out = []
     for task, init, axes, point, seed in itertools.product(
@@ -61,7 +60,7 @@ def plan(spec: ExperimentSpec) -> list[PlannedTrial]:
     return out
 
 
-def planned_count(spec: ExperimentSpec) -> int:
+def planned_count(spec: SpecFields) -> int:
     """len(plan(spec)), without expanding it."""
     n = len(spec.tasks) * len(spec.inits) * len(spec.seeds)
     for values in spec.axes.values():
@@ -72,7 +71,7 @@ def planned_count(spec: ExperimentSpec) -> int:
     return n
 
 
-def trial_config(spec: ExperimentSpec, task: TaskEntry, init: InitEntry, seed: int,
+def trial_config(spec: SpecFields, task: TaskEntry, init: InitEntry, seed: int,
                  overrides: dict[str, Any] | None = None) -> TrialConfig:
     """One trial's config: the spec's defaults, then the task's values, then `overrides` (axes and
     search point), with the init's sides and their pretrained sources. Init axes (`sigma`) are not
@@ -95,7 +94,7 @@ def trial_config(spec: ExperimentSpec, task: TaskEntry, init: InitEntry, seed: i
                        data_dir=data_dir_for(spec, task), **values)
 
 
-def pretrained_for(spec: ExperimentSpec, init: str | dict | None, explicit: str | None) -> str | None:
+def pretrained_for(spec: SpecFields, init: str | dict | None, explicit: str | None) -> str | None:
     """Path of a side's source: the entry's own, else the spec's (per source family), else the
     family's default (a hub id for BERT/T5, None for file formats)."""
     source = source_name(init)
@@ -106,7 +105,7 @@ def pretrained_for(spec: ExperimentSpec, init: str | dict | None, explicit: str 
     return spec.pretrained or family_default(source)
 
 
-def data_dir_for(spec: ExperimentSpec, task: TaskEntry) -> str | None:
+def data_dir_for(spec: SpecFields, task: TaskEntry) -> str | None:
     if task.data_dir is not None:
         return task.data_dir
     if spec.data_dir is None or task.task.startswith("synthetic"):

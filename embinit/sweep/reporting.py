@@ -82,7 +82,7 @@ def artifacts(res: dict, out_dir: Path, ctx: SweepContext, label: str) -> list[t
     if ctx.log_checkpoint and best.exists():
         out.append(("checkpoint", str(best)))
     if ctx.log_plots:
-        from embinit.sweep import plots
+        from embinit import plots
         curve = plots.validation_curve(res["history"], out_dir / "val_curve.png", label)
         if curve:
             out.append(("plots", str(curve)))

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from embinit import config
+from embinit import bounds, config
 from embinit.content_hash import entry_lock
 from embinit.errors import EmbinitError
 from embinit.task_registry import kind_entry, load, task_entry
@@ -54,13 +54,15 @@ def locate(task: str, data_dir, splits: dict[str, str], seed: int, noise: float 
 
 
 def _check_args(min_freq, max_train_examples, max_len) -> None:
+    """Integers within their bounds (embinit.bounds, the same the spec and the trainer apply)."""
     problems = []
-    if not isinstance(min_freq, int) or isinstance(min_freq, bool) or min_freq < 1:
-        problems.append(f"min_freq must be an integer >= 1, got {min_freq!r}")
-    if max_train_examples is not None and (not isinstance(max_train_examples, int) or max_train_examples < 1):
-        problems.append(f"max_train_examples must be None or an integer >= 1, got {max_train_examples!r}")
-    if not isinstance(max_len, int) or isinstance(max_len, bool) or max_len < 1:
-        problems.append(f"max_len must be an integer >= 1, got {max_len!r}")
+    for name, value in (("min_freq", min_freq), ("max_train_examples", max_train_examples), ("max_len", max_len)):
+        if value is None and name == "max_train_examples":
+            continue
+        if not isinstance(value, int) or isinstance(value, bool):
+            problems.append(f"{name} must be an integer, got {value!r}")
+        elif (problem := bounds.problem(name, value)) is not None:
+            problems.append(problem)
     if problems:
         raise EmbinitError("; ".join(problems))
 

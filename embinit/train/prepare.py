@@ -119,10 +119,8 @@ def check_config(cfg: TrialConfig) -> TrialConfig:
     problems = []
     if rc.precision not in PRECISIONS:
         problems.append(f"precision must be one of {', '.join(PRECISIONS)}, got {rc.precision!r}")
-    # the bounds declared in embinit.bounds (seeds, lr, max_len, sizes, ...)
+    # the bounds declared in embinit.bounds (seeds, lr, max_len, sizes, dropout, threads, ...)
     problems += [msg for name in BOUNDS if (msg := bound_problem(name, getattr(rc, name, None)))]
-    if rc.threads is not None and rc.threads < 1:
-        problems.append(f"threads must be >= 1, got {rc.threads}")
     if not rc.train_embeddings and rc.freeze_non_embeddings:
         problems.append("train_embeddings=False with freeze_non_embeddings=True leaves nothing to train")
     if rc.tie_embeddings and not task_kind(rc.task).stream:

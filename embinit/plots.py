@@ -1,7 +1,9 @@
-"""Plots logged to MLflow: per trial the validation curve, and the initial embedding values beside a
-Xavier table of the same shape (the paper's point: a pretrained table's scale against Xavier's); per
-sweep Figure 1, the validation metric and the validation loss per init over epochs, as the mean over
-seeds with the seeds' min-max band."""
+"""embinit's plotting, below the sweep, the report and the reproduction: per trial the validation curve
+and the initial embedding values beside a Xavier table of the same shape (the paper's point: a
+pretrained table's scale against Xavier's), logged to MLflow by the sweep; Figure 1, the validation
+metric and the validation loss per init over epochs as the mean over seeds with the seeds' min-max
+band, drawn by the report (embinit.report_plots); and `pyplot()`, matplotlib without a display, for
+every figure embinit draws (the analyses' and the reproduction's too)."""
 
 from __future__ import annotations
 
@@ -11,8 +13,9 @@ from pathlib import Path
 import numpy as np
 
 
-def _pyplot():
-    import matplotlib  # only trials that plot pay the import
+def pyplot():
+    """matplotlib.pyplot on the Agg backend (files only), imported on first use."""
+    import matplotlib  # only what plots pays the import
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     return plt
@@ -23,7 +26,7 @@ def validation_curve(history: list[dict], path: Path, title: str) -> Path | None
     epochs = [h["epoch"] for h in history if "val/loss" in h]
     if not epochs:
         return None
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 3.5))
     ax.plot(epochs, [h["val/loss"] for h in history if "val/loss" in h], "o-", color="C0")
     ax.set_xlabel("epoch")
@@ -42,7 +45,7 @@ def validation_curve(history: list[dict], path: Path, title: str) -> Path | None
 
 def init_histogram(values: np.ndarray, shape: tuple[int, int], path: Path, title: str) -> Path:
     """Histogram of the initial table's values beside Xavier's U(-a, a), a = sqrt(6/(N+D))."""
-    plt = _pyplot()
+    plt = pyplot()
     bound = math.sqrt(6.0 / (shape[0] + shape[1]))
     xavier = np.random.default_rng(0).uniform(-bound, bound, size=min(values.size, 200_000))
     fig, axes = plt.subplots(1, 2, figsize=(8, 3.2))
@@ -65,7 +68,7 @@ def seed_band(histories: list[dict[int, float]]) -> tuple[list[int], list[float]
 def figure1(panels: list[tuple[str, dict[str, list[dict[int, float]]]]], path: Path, title: str) -> Path:
     """One panel per (metric, {init label: seed histories}), side by side (e.g. val/bleu beside
     val/loss): per init the mean over seeds as a line and the seeds' min-max as a shaded band."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4), squeeze=False)
     for ax, (metric, by_label) in zip(axes[0], panels):
         for i, (label, histories) in enumerate(by_label.items()):

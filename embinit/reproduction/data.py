@@ -1,0 +1,70 @@
+"""What every section of the reproduction reads: the runs of the configured experiments, loaded once
+from MLflow, and how to select and scale their values. The sections (tables, table4, findings, blog,
+beyond, runs) are functions of this; the order they appear in is `embinit.reproduction.document`'s.
+
+`exports` is where each section puts its rows for reproduction.json; a section writes only its own key
+and reads no other section's (what two sections share, such as Table 4's rows, is computed from the
+data by a function both call), so the sections may run in any order."""
+
+from __future__ import annotations
+
+import json
+import math
+from functools import cached_property
+from typing import Any
+
+from embinit import mlflow_store, run_readers
+from embinit.config import metric_range
+from embinit.errors import EmbinitError
+from embinit.task_registry import primary_metric
+from embinit.reproduction.inputs import Group, Inputs, Trial, load_artifact_text, load_trials, role_of
+
+
+class ReproductionData:
+    def __init__(self, uri: str | None, inputs: Inputs | None = None):
+        self.uri, self.inputs = uri, inputs or Inputs()
+        self.data: dict[str, tuple[list[Trial], list]] = {}
+        self.missing: list[str] = []     # experiments not in the store yet (a partial run): shown as such
+        errors = []
+        for g in self.inputs.groups:
+            try:
+                self.data[g.experiment] = load_trials(g.experiment, uri)
+            except EmbinitError as e:
+                self.data[g.experiment], errors = ([], []), errors + [str(e)]
+                self.missing.append(g.experiment)
+        self.analogy_runs = run_readers.analysis_records(self.inputs.analogy_experiment, uri, "analogy")
+        studies = (self.inputs.dose_experiment, self.inputs.oov_experiment)   # beyond the paper
+        if len(self.missing) == len(self.inputs.groups) and not self.analogy_runs and \
+                not any(mlflow_store.experiment_id(e, uri) is not None for e in studies):
+            raise EmbinitError(errors[0] if len(errors) == 1 else "; ".join(errors))
+        self.exports: dict[str, list[dict[str, Any]]] = {}
+
+    @cached_property
+    def analogy_results(self) -> list[dict]:
+        """The analogy runs' `result.json`, by the seed of their random positions (read once)."""
+        return sorted((json.loads(load_artifact_text(r, "result.json")) for r in self.analogy_runs),
+                      key=lambda r: str(r.get("params", {}).get("seed")))
+
+    # ---- selection helpers
+    def main_trials(self, g: Group, role: str) -> list[Trial]:
+        """Finished trials of a role in the group's main sweep (default cell: trainable + PE)."""
+        return [t for t in self.data[g.experiment][0] if t.task == g.task and role_of(t.label, g.source) == role
+                and t.cell == (True, True) and t.status == "finished"]
+
+    def values(self, trials: list[Trial], metric: str) -> list[float]:
+        return [t.metrics[metric] for t in trials if metric in t.metrics and math.isfinite(t.metrics[metric])]
+
+    @staticmethod
+    def metric(task: str) -> tuple[str, str, float]:
+        """(metric, its name, scale to the paper's units)."""
+        m = primary_metric(task)
+        return (m, "test BLEU", 1.0) if "bleu" in m else (m, "best val. accuracy (%)", 100.0)
+
+    def bounds(self, task: str) -> tuple[float, float]:
+        """The range of the task's metric in the paper's units (confidence intervals are clipped to it)."""
+        m, _, scale = self.metric(task)
+        return tuple(b * scale for b in metric_range(m))
+
+    def scaled(self, g: Group, role: str) -> list[float]:
+        m, _, scale = self.metric(g.task)
+        return [v * scale for v in self.values(self.main_trials(g, role), m)]

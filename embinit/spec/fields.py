@@ -1,0 +1,65 @@
+"""`SpecFields`: the fields of an `ExperimentSpec`, each validated on its own. Planning and the
+cross-field checks read these values; `embinit.spec.experiment` adds the checks and the methods on top,
+so neither planning nor the checks import the class that calls them."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import Field, field_validator
+
+from embinit import bounds
+from embinit.bounds import field_limits
+from embinit.spec.inits import InitEntry
+from embinit.spec.models import (NAME_PATTERN, Analyses, Execution, Hyperparams, MlflowSettings, Resources, Search,
+                                 TaskEntry, _Strict)
+from embinit.spec.path_fields import PathStr
+
+
+class SpecFields(_Strict):
+    name: str = Field(pattern=NAME_PATTERN)
+    description: str = ""
+    tasks: list[TaskEntry] = Field(min_length=1)
+    inits: list[InitEntry] = Field(min_length=1)
+    seeds: list[Annotated[int, Field(**field_limits("seed"))]] = Field(default_factory=lambda: [0, 1, 2],
+                                                                    min_length=1)
+    defaults: Hyperparams = Field(default_factory=Hyperparams)
+    axes: dict[str, list[Any]] = Field(default_factory=dict)
+    search: Search | None = None
+    resources: Resources = Field(default_factory=Resources)
+    max_concurrent: int | None = Field(None, ge=1)
+    retries: int = Field(2, **field_limits("retries"))  # Tune's reruns of a failing trial
+    data_dir: PathStr | None = None   # a root with one folder per task (like EMBINIT_DATA_DIR)
+    pretrained: PathStr | dict[str, PathStr] | None = None  # a path, or {source family: path}
+    cache_dir: PathStr | None = None
+    mlflow: MlflowSettings = Field(default_factory=MlflowSettings)
+    analyses: Analyses | None = None
+    execution: Execution = Field(default_factory=Execution)
+
+    @field_validator("tasks", mode="before")
+    @classmethod
+    def _task_shorthand(cls, v):
+        return [{"task": t} if isinstance(t, str) else t for t in v] if isinstance(v, list) else v
+
+    @field_validator("inits", mode="before")
+    @classmethod
+    def _init_shorthand(cls, v):
+        return [InitEntry.shorthand(e) for e in v] if isinstance(v, list) else v
+
+    @field_validator("seeds", mode="before")
+    @classmethod
+    def _seed_count(cls, v):
+        if isinstance(v, int) and not isinstance(v, bool):
+            if v < 1:
+                raise ValueError(f"a seed count must be >= 1, got {v}")
+            if (problem := bounds.problem("seed_count", v)) is not None:
+                raise ValueError(problem)
+            return list(range(v))
+        return v
+
+    @field_validator("seeds")
+    @classmethod
+    def _distinct(cls, v):
+        if len(set(v)) != len(v):
+            raise ValueError(f"seeds must be distinct, got {v}")
+        return v
