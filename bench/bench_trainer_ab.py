@@ -50,7 +50,10 @@ def runner(pkg, prec, sv, tv, pairs, d, heads, steps):
     models = importlib.import_module(pkg + ".models")
     loop = importlib.import_module(pkg + ".train.loop")
     trn = importlib.import_module(pkg + ".train.translation")
-    trial = importlib.import_module(pkg + ".train.trial")
+    try:
+        trial = importlib.import_module(pkg + ".train.lifecycle")
+    except ModuleNotFoundError:   # an embinit older than the one trial lifecycle
+        trial = importlib.import_module(pkg + ".train.trial")
     ac = loop.autocast_for(prec, torch.device("cpu"))
     g = torch.Generator().manual_seed(0)
     m = models.build_model("translation", {"src": torch.randn(len(sv), d, generator=g) * .05,

@@ -13,7 +13,7 @@ from embinit import paper
 from embinit.config import CODE_VERSION, TrialConfig
 from embinit.errors import EmbinitError
 from embinit.train.prepare import prepare
-from embinit.train.trial import emb_stats
+from embinit.train.lifecycle import emb_stats
 
 TINY = dict(task="synthetic_lm", epochs=1, max_train_examples=32, threads=1, d_model=16, heads=2, ff_dim=16)
 

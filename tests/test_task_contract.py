@@ -15,7 +15,7 @@ from embinit.spec import load_spec
 from embinit.train import run_trial
 from embinit.train import checkpoint as ckpt
 from embinit.train.prepare import prepare
-from embinit.train.trial import make_task
+from embinit.train.lifecycle import make_task
 
 torch.set_num_threads(1)
 BUILTIN = {kind: next(t for t, e in task_registry.TASKS.items() if e.kind == kind and e.generate)

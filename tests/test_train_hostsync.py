@@ -15,7 +15,7 @@ from embinit.models import embedding
 from embinit.train import loop
 from embinit.train.callbacks import TrainContext
 from embinit.train.prepare import cpu_has_bf16, prepare, resolve_precision
-from embinit.train.trial import make_optimizer, make_task
+from embinit.train.lifecycle import make_optimizer, make_task
 
 SYNC_OPS = ("_local_scalar_dense", "nonzero", "masked_select", "is_nonzero")
 

@@ -21,48 +21,19 @@ member's update is its separate update up to float summation order.
 
 from __future__ import annotations
 
-import copy
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
 import torch
 
 from embinit.config import TrialConfig
 from embinit.task_registry import KINDS, kind_entry
-from embinit.train import checkpoint as ckpt
-from embinit.train.callbacks import TrainContext, fire
+from embinit.train.callbacks import fire
 from embinit.train.fused_group import FusedGroup, Lane
+from embinit.train.lifecycle import epoch_batches, epoch_end, finish, start
 from embinit.train.loop import sync_interval
-from embinit.train.oov_subset import oov_metrics
 from embinit.train.result import TrialResult
-from embinit.train.prepare import derive_seed, prepare
-from embinit.train.trial import (
-    BestTracker,
-    _coverage,
-    _info,
-    emb_stats,
-    make_optimizer,
-    make_task,
-    run_trial,
-)
-
-@dataclass(kw_only=True, eq=False)
-class Member(Lane):
-    """A lane with what the trial around the step needs: its config, task, checkpoints and tracking."""
-    cfg: TrialConfig
-    key: str
-    s: Any                      # Setup
-    task: Any
-    out: Path | None
-    tracker: BestTracker
-    history: list = field(default_factory=list)
-    init_stats: dict = field(default_factory=dict)
-    best_state: dict | None = None
-    start_epoch: int = 1
-    stopped: bool = False
-    elapsed: float = 0.0
+from embinit.train.prepare import prepare
+from embinit.train.trial import run_trial
 
 
 def run_fused(cfgs: list[TrialConfig], out_dirs=None, callbacks=None, group_callbacks=(),
@@ -78,7 +49,7 @@ def run_fused(cfgs: list[TrialConfig], out_dirs=None, callbacks=None, group_call
         torch.set_num_threads(cfgs[0].threads)
     setups = [prepare(c, cache_dir) for c in cfgs]
     why = _not_fusable(setups)
-    members = [_member(c, s, o, cb, resume) for c, s, o, cb in zip(cfgs, setups, out_dirs, callbacks)]
+    members = [start(c, s, o, cb, resume, Lane) for c, s, o, cb in zip(cfgs, setups, out_dirs, callbacks)]
     active = [m for m in members if not m.stopped]
     if why is None and len({m.start_epoch for m in active}) > 1:
         why = "members resumed at different epochs"
@@ -88,7 +59,7 @@ def run_fused(cfgs: list[TrialConfig], out_dirs=None, callbacks=None, group_call
         fire(m.callbacks, "on_train_start", m.ctx)
     stats = _train(active, group_callbacks, t0, sync_every)
     group = {"mode": "fused", "group_size": n, "group_keys": [m.key for m in members], "padding": stats}
-    return [_finish(m, group, t0) for m in members]
+    return [finish(m, group, t0) for m in members]
 
 
 def _not_fusable(setups) -> str | None:
@@ -111,38 +82,14 @@ def _not_fusable(setups) -> str | None:
     return None
 
 
-def _member(cfg, s, out_dir, cbs, resume) -> Member:
-    task = make_task(s)
-    out = Path(out_dir) if out_dir is not None else None
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-    params = [p for p in s.model.parameters() if p.requires_grad]
-    m = Member(model=s.model, generator=s.dropout_generator, optimizer=make_optimizer(params, s.cfg.lr),
-               params=params, ctx=TrainContext(cfg=s.cfg, model=s.model, data=s.data, out_dir=out),
-               callbacks=cbs, cfg=cfg, key=cfg.key(), s=s, task=task, out=out, tracker=BestTracker(task.tracked))
-    m.init_stats = emb_stats(s.model, s.cfg, s.tables)
-    last = ckpt.resume_state(out, m.key) if (out is not None and resume) else None
-    if last is not None:
-        s.model.load_state_dict(last["model"])
-        m.optimizer.load_state_dict(last["optimizer"])
-        ckpt.set_rng_state(last["rng"], s.dropout_generator)
-        p = last["progress"]
-        m.history, m.tracker = p["history"], BestTracker(task.tracked, p["best"])
-        m.start_epoch, m.stopped, m.elapsed = p["epoch"] + 1, p["stopped"], p["elapsed"]
-        m.ctx.step, m.init_stats = p["step"], p["emb_stats_init"]
-    if m.start_epoch > s.cfg.epochs:
-        m.stopped = True
-    return m
-
-
-def _separate(m: Member, why: str, resume, cache_dir) -> TrialResult:
+def _separate(m: Lane, why: str, resume, cache_dir) -> TrialResult:
     """The fallback: the member as an ordinary trial (it is prepared again, from the same seed)."""
     r = run_trial(m.cfg, out_dir=m.out, callbacks=m.callbacks, resume=resume, cache_dir=cache_dir)
     r.info["execution"] = {"mode": "separate", "fuse_refused": why}
     return r
 
 
-def _train(active: list[Member], group_callbacks, t0, sync_every) -> dict:
+def _train(active: list[Lane], group_callbacks, t0, sync_every) -> dict:
     """Every epoch of the group; returns the padding it cost (token slots)."""
     pad = {"real_tokens": 0, "separate_slots": 0, "fused_slots": 0}
     if not active:
@@ -151,70 +98,16 @@ def _train(active: list[Member], group_callbacks, t0, sync_every) -> dict:
     group = FusedGroup(active, rc.lr)
     every = sync_every or sync_interval(active[0].s.device)
     for epoch in range(active[0].start_epoch, rc.epochs + 1):
-        start = time.perf_counter()
-        group.train_epoch([_epoch_batches(m, epoch) for m in group.lanes], task.autocast, every, pad)
-        seconds = time.perf_counter() - start
+        began = time.perf_counter()
+        group.train_epoch([epoch_batches(m, epoch) for m in group.lanes], task.autocast, every, pad)
+        seconds = time.perf_counter() - began
         if not group.lanes:
             break
         group.write_back()
         for m in group.lanes:
-            _epoch_end(m, epoch, seconds, t0)
+            epoch_end(m, epoch, m.mean_loss, m.tokens, seconds, t0)
         group.drop([m for m in group.lanes if m.stopped])
         fire(group_callbacks, "on_group_epoch_end", epoch)
         if not group.lanes:
             break
     return pad
-
-
-def _epoch_batches(m: Member, epoch: int) -> list[dict]:
-    """The member's own data order for `epoch` (as run_trial draws it)."""
-    m.ctx.epoch = epoch
-    seed = m.s.cfg.seed if m.s.cfg.data_seed is None else m.s.cfg.data_seed
-    batches = m.task.train_batches(torch.Generator().manual_seed(derive_seed(seed, f"data:{epoch}")))
-    m.ctx.epoch_steps = len(batches)
-    return batches
-
-
-def _epoch_end(m: Member, epoch: int, seconds: float, t0: float) -> None:
-    """Validate on the member's own module, keep its best checkpoint, write its last.pt (as run_trial)."""
-    s, rc, model = m.s, m.s.cfg, m.s.model
-    metrics = {"epoch": epoch, "train/loss": m.mean_loss, **m.task.validate(model),
-               "tokens_per_s": m.tokens / max(seconds, 1e-9), "lr": rc.lr, "time_s": seconds}
-    m.history.append(metrics)
-    if m.tracker.update(metrics, epoch):
-        if m.out is not None:
-            vocabs = {side: (s.data.src_vocab if side == "src" else s.data.vocab).tokens for side in s.tables}
-            ckpt.save_best(m.out, model, rc.to_dict(), vocabs, epoch)
-        else:
-            m.best_state = copy.deepcopy(model.state_dict())
-    patience = rc.early_stopping_patience
-    m.stopped = bool(patience and epoch - m.tracker.best_epoch >= patience)
-    if m.out is not None:
-        ckpt.save_last(m.out, m.key, model, m.optimizer, s.dropout_generator,
-                       {"epoch": epoch, "step": m.ctx.step, "history": m.history, "best": m.tracker.state,
-                        "stopped": m.stopped or epoch == rc.epochs, "emb_stats_init": m.init_stats,
-                        "elapsed": m.elapsed + time.perf_counter() - t0})
-    fire(m.callbacks, "on_epoch_end", m.ctx, epoch, metrics)
-
-
-def _finish(m: Member, group: dict, t0: float) -> TrialResult:
-    """The member's result, as `run_trial` builds it (test metrics of the best checkpoint)."""
-    s, rc, model = m.s, m.s.cfg, m.s.model
-    result = TrialResult(config=rc.to_dict(), key=m.key, status=m.status, diverged_step=m.diverged_step,
-                         history=m.history, best_epoch=m.tracker.best_epoch, best=m.tracker.summary(),
-                         emb_stats_init=m.init_stats, label=s.tables[next(reversed(s.tables))].label,
-                         src_label=s.tables["src"].label if "src" in s.tables else None,
-                         coverage=_coverage(s.tables), info=_info(s, m.params))
-    result.info["execution"] = group
-    if m.status == "finished" and m.tracker.best_epoch is not None:
-        best_state = m.best_state
-        if m.out is not None:
-            result.checkpoint_path = str(m.out / ckpt.BEST)
-            best_state = ckpt.load_best(m.out / ckpt.BEST)["model"]
-        model.load_state_dict(best_state)
-        result.test = {**m.task.test(model), **oov_metrics(m.task, model)}
-        result.bleu_signature = result.test.pop("test/bleu_signature", None)
-        result.emb_stats_best = emb_stats(model, rc)
-    result.wall_time_s = m.elapsed + time.perf_counter() - t0
-    fire(m.callbacks, "on_train_end", m.ctx, result)
-    return result

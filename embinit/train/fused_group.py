@@ -1,7 +1,7 @@
 """The fused training step: G same-shape translation models trained as one `FusedEncoderDecoder`, one
 optimizer step for all, without waiting for the device between loss reads.
 
-    lanes = [Lane(model=m, generator=g, optimizer=opt, params=ps, ctx=ctx) for ...]   # one per member
+    lanes = [lifecycle.start(cfg, setup, out, callbacks, resume, Lane) for ...]   # one per member
     group = FusedGroup(lanes, lr)
     diverged = group.train_epoch(batches_per_lane, autocast, every, pad)   # the lanes that diverged
     group.write_back()          # stacked weights and Adam moments -> each lane's module and optimizer
@@ -25,29 +25,21 @@ Per lane this is `loop.train_epoch` for that trial alone:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
-from torch import nn
 
 from embinit.errors import EmbinitError
 from embinit.models.fused import IGNORE, FusedEncoderDecoder
-from embinit.train.callbacks import TrainContext, fire
+from embinit.train.callbacks import fire
 from embinit.train.decoding import PAD_ID
-from embinit.train.trial import make_optimizer
+from embinit.train.lifecycle import Member, make_optimizer
 
 
 @dataclass(kw_only=True, eq=False)
-class Lane:
-    """One member as the step sees it: its own module, dropout generator, Adam and step counter."""
-    model: nn.Module
-    generator: torch.Generator
-    optimizer: torch.optim.Optimizer   # holds the member's Adam state while it is not in a group
-    params: list                       # the member's trainable parameters, in module order
-    ctx: TrainContext
-    callbacks: list = field(default_factory=list)
-    status: str = "finished"
-    diverged_step: int | None = None
+class Lane(Member):
+    """One member as the step sees it (its own module, dropout generator, Adam and step counter in
+    `ctx`), with this epoch's loss and token counts; the rest of the member is `lifecycle.Member`'s."""
     loss_sum: float = 0.0              # this epoch: token-weighted losses read so far
     loss_weight: int = 0
     last: float = math.nan             # the last loss read (what on_step_end sees)

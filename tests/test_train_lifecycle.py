@@ -1,0 +1,95 @@
+"""The one trial lifecycle (embinit.train.lifecycle) that `run_trial` and `run_fused` share: the
+decisions at an epoch's end (best checkpoint, patience, `last.pt`) and where a resumed member starts.
+The validation metrics are scripted, so each decision is pinned without training."""
+
+from __future__ import annotations
+
+import pytest
+
+from embinit.config import TrialConfig
+from embinit.train import checkpoint as ckpt
+from embinit.train.lifecycle import BestTracker, epoch_end, finish, start
+from embinit.train.prepare import prepare
+
+CFG = TrialConfig(task="synthetic_lm", epochs=6, early_stopping_patience=2, max_train_examples=32, threads=1)
+
+
+class Recorder:
+    def __init__(self):
+        self.epochs = []
+
+    def on_epoch_end(self, ctx, epoch, metrics):
+        self.epochs.append((epoch, metrics["val/ppl"]))
+
+
+def _member(out, callbacks=(), resume=True):
+    return start(CFG, prepare(CFG, cache_dir=False), out, callbacks, resume)
+
+
+def _scripted(m, values):
+    """The member's validation returns these perplexities, one per epoch."""
+    it = iter(values)
+    m.task.validate = lambda model: {"val/loss": 0.0, "val/ppl": next(it)}
+
+
+def test_best_tracker_criterion_and_nan():
+    t = BestTracker([("val/loss", "min"), ("val/bleu", "max")])
+    assert t.update({"val/loss": 2.0, "val/bleu": 10.0}, 1)
+    assert not t.update({"val/loss": 2.5, "val/bleu": 20.0}, 2)      # only the criterion decides
+    assert not t.update({"val/loss": float("nan"), "val/bleu": 5.0}, 3)
+    assert t.best_epoch == 1
+    assert t.summary() == {"val/loss": 2.0, "val/loss_epoch": 1, "val/bleu": 20.0, "val/bleu_epoch": 2}
+
+
+def test_epoch_end_keeps_the_best_and_stops_after_patience(tmp_path):
+    rec = Recorder()
+    m = _member(tmp_path, [rec])
+    _scripted(m, [5.0, 3.0, 4.0, 3.5])
+    for epoch in range(1, 5):
+        epoch_end(m, epoch, train_loss=1.0, tokens=10, seconds=1.0, t0=0.0)
+        assert m.stopped == (epoch == 4)                  # 4 - best epoch 2 >= patience 2
+    assert m.tracker.best_epoch == 2
+    assert ckpt.load_best(tmp_path / ckpt.BEST)["epoch"] == 2
+    progress = ckpt.load_last(tmp_path, m.key)["progress"]
+    assert progress["epoch"] == 4 and progress["stopped"] is True
+    assert [h["epoch"] for h in progress["history"]] == [1, 2, 3, 4]
+    assert rec.epochs == [(1, 5.0), (2, 3.0), (3, 4.0), (4, 3.5)]
+
+
+def test_a_resumed_member_starts_after_its_last_epoch(tmp_path):
+    m = _member(tmp_path)
+    _scripted(m, [5.0, 3.0])
+    for epoch in (1, 2):
+        m.ctx.step += 7
+        epoch_end(m, epoch, train_loss=1.0, tokens=10, seconds=1.0, t0=0.0)
+    again = _member(tmp_path)
+    assert (again.start_epoch, again.stopped, again.ctx.step) == (3, False, 14)
+    assert again.tracker.best_epoch == 2 and [h["epoch"] for h in again.history] == [1, 2]
+    assert again.init_stats == m.init_stats
+    fresh = _member(tmp_path, resume=False)
+    assert (fresh.start_epoch, fresh.history) == (1, [])
+
+
+def test_a_finished_member_resumes_stopped(tmp_path):
+    m = _member(tmp_path)
+    _scripted(m, [5.0, 4.0, 3.0, 2.0, 1.0, 0.5])
+    for epoch in range(1, 7):
+        epoch_end(m, epoch, train_loss=1.0, tokens=10, seconds=1.0, t0=0.0)
+    assert not m.stopped                                  # improving: only the last epoch ends it
+    again = _member(tmp_path)
+    assert again.stopped and again.start_epoch == 7
+
+
+@pytest.mark.parametrize("status", ["finished", "diverged"])
+def test_finish_tests_the_best_checkpoint_only_when_finished(tmp_path, status):
+    m = _member(tmp_path)
+    _scripted(m, [5.0, 3.0, 4.0])
+    for epoch in (1, 2, 3):
+        epoch_end(m, epoch, train_loss=1.0, tokens=10, seconds=1.0, t0=0.0)
+    m.status = status
+    result = finish(m, {"mode": "fused", "group_size": 2}, t0=0.0)
+    assert result.best_epoch == 2 and result.info["execution"] == {"mode": "fused", "group_size": 2}
+    if status == "finished":
+        assert result.checkpoint_path == str(tmp_path / ckpt.BEST) and "test/ppl" in result.test
+    else:
+        assert result.checkpoint_path is None and not result.test
