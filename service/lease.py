@@ -14,8 +14,6 @@ the lease (they share its Ray connection too); the last one to stop gives it bac
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import threading
 import time
 from collections import Counter
@@ -25,6 +23,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Mapped, mapped_column
 
 from embinit.errors import EmbinitError
+from embinit.holders import holder_gone, holder_id
 from service.db import Base, UTCDateTime, utcnow
 
 log = logging.getLogger("embinit.service")
@@ -45,25 +44,6 @@ class LeaseRow(Base):
 
 class LeaseHeld(EmbinitError):
     """Another live API process owns the state database."""
-
-
-def holder_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def holder_gone(holder: str) -> bool:
-    """Whether the holder is a process of this host that no longer runs (a crashed API restarted at once
-    need not wait for the TTL)."""
-    host, _, pid = holder.rpartition(":")
-    if host != socket.gethostname() or not pid.isdigit():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:  # alive, another user's
-        return False
-    return False
 
 
 class Lease:

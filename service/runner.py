@@ -24,9 +24,20 @@ from dataclasses import asdict, dataclass, field
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from embinit.storage import STORAGE_ENV
 from embinit.trusted import TRUSTED_ROOTS_ENV
 
 log = logging.getLogger("embinit.service")
+
+
+def driver_env(trusted_roots: list[str] | None) -> dict[str, Any] | None:
+    """The runtime env of a driver and the trials it starts (which inherit it): the service's trusted
+    roots (pickles are loaded only from inside them, embinit.trusted) and the operator's object store
+    (embinit.storage). The store's credentials are not in it: they stay in each node's environment."""
+    env_vars = {TRUSTED_ROOTS_ENV: os.pathsep.join(trusted_roots)} if trusted_roots else {}
+    if os.environ.get(STORAGE_ENV):
+        env_vars[STORAGE_ENV] = os.environ[STORAGE_ENV]
+    return {"env_vars": env_vars} if env_vars else None
 
 
 @dataclass
@@ -308,9 +319,7 @@ class RayRunner:
         self.connect()
         name = driver_name(exp_id)
         actor_cls = ray.remote(ExperimentDriver)
-        # The driver and the trials it starts (which inherit its runtime env) load pickled caches only
-        # from inside the service's roots (embinit.trusted).
-        env = {"env_vars": {TRUSTED_ROOTS_ENV: os.pathsep.join(self.trusted_roots)}} if self.trusted_roots else None
+        env = driver_env(self.trusted_roots)
         actor_cls.options(name=name, namespace=self.namespace, lifetime="detached", num_cpus=0,
                           max_concurrency=4, get_if_exists=True, runtime_env=env).remote(
             name, spec, tracking_uri, trial_keys)

@@ -78,6 +78,7 @@ class MemberReporter(TrialReporter):
     """A member's epochs go to its own MLflow run; the group reports to Tune once (GroupReporter)."""
 
     def on_epoch_end(self, ctx, epoch: int, metrics: dict[str, Any]) -> None:
+        self.claim.sync()
         self.run.log_epoch(epoch, metrics, checkpoint=self.claim.persistent)
 
 

@@ -64,7 +64,7 @@ def _evaluated(spec: ExperimentSpec, uri: str, exp_id: str, items: list[WorkItem
     return points, rewards
 
 
-def run_optuna(spec: ExperimentSpec, shared: SweepContext, storage: Path, progress,
+def run_optuna(spec: ExperimentSpec, shared: SweepContext, storage: Path | str, progress,
                should_stop: Callable[[], bool], extra_callbacks, address: str | None) -> bool:
     """Run the search for each scientific point in turn; True when cancelled. Ray is started (or the
     cluster at `address` joined) only when some point still has budget left."""

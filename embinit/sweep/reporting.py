@@ -42,6 +42,7 @@ class TrialReporter:
     def on_epoch_end(self, ctx, epoch: int, metrics: dict[str, Any]) -> None:
         from ray import tune
         from ray.tune import Checkpoint
+        self.claim.sync()  # the store's copy first (if one): the run's checkpoint tag then holds on any node
         self.run.log_epoch(epoch, metrics, checkpoint=self.claim.persistent)
         numbers = {k: v for k, v in tracking.flat_numbers(metrics).items() if math.isfinite(v)}
         # `objective` (the selection metric this epoch) is what an Optuna search sees while it runs.

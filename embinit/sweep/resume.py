@@ -9,11 +9,14 @@ or the API died), the trial finds the folder, reopens that MLflow run and the tr
 checkpoint's epoch. The folder is removed once the run is finished (or failed with a user error, which
 fails the same way again).
 
-While a trial trains it holds an exclusive lock (flock) on `<K>.lock` beside the folder. A second sweep
-reaching the same key (another spec sharing it, in the same MLflow experiment) waits for it, then finds
-the finished run in MLflow and reuses it: the key is not trained twice. A killed process holds no lock.
-The claim holds between sweeps that share the folder: one machine and one root, or a shared file system
-whose locks work.
+While a trial trains it holds a claim on its key. A second sweep reaching the same key (another spec
+sharing it, in the same MLflow experiment) waits for it, then finds the finished run in MLflow and reuses
+it: the key is not trained twice. Without an object store the claim is an exclusive lock (flock) on
+`<K>.lock` beside the folder (a killed process holds no lock), which holds between sweeps that share the
+folder: one machine and one root, or a shared file system whose locks work. With the operator's object
+store (`SweepContext.storage`, embinit.storage) it is a lease in the store (embinit.sweep.claims), and
+the folder is mirrored there at every epoch end (`Claim.sync`) and fetched from there when the node's
+copy is older or missing: both hold across nodes that share no disk.
 
 The folder holds pickles the trainer loads, so it is used only inside the trusted roots
 (embinit.trusted); elsewhere the trial trains in a temporary folder, as before, and cannot resume once its
@@ -40,6 +43,7 @@ from typing import Any
 
 from embinit import tracking
 from embinit.cache_root import cache_root
+from embinit.storage import Mirror, Store
 from embinit.sweep.work import SweepContext
 from embinit.trusted import check_writable, is_trusted
 
@@ -53,11 +57,20 @@ class Claim:
     key: str
     path: Path
     persistent: bool  # False: a temporary folder (outside the trusted roots), gone with the sweep
+    mirror: Mirror | None = None  # the folder's copy in the store (embinit.storage), when one is configured
 
     def discard(self) -> None:
         """Remove the folder's contents (the trial has its result, or can never resume)."""
         shutil.rmtree(self.path, ignore_errors=True)
         self.path.mkdir(parents=True, exist_ok=True)
+        if self.mirror is not None:
+            self.mirror.clear()
+
+    def sync(self) -> None:
+        """After the trainer saved an epoch: copy the folder's changed files to the store (if any);
+        ClaimLost when another node has taken the key over."""
+        if self.mirror is not None:
+            self.mirror.push(self.path)
 
 
 def scratch() -> Path:
@@ -93,16 +106,56 @@ def claim(ctx: SweepContext, key: str, restored: Path | None = None) -> Iterator
         return
     base.mkdir(parents=True, exist_ok=True)
     base = check_writable(base, "the checkpoint folder")  # a symlink swapped in since the check above
+    held = _store_claim(ctx.storage, base, key) if ctx.storage else _file_claim(base, key)
+    with held as c:
+        yield _ready(c, restored)
+
+
+@contextmanager
+def _file_claim(base: Path, key: str) -> Iterator[Claim]:
+    """The claim as a `flock` on `<key>.lock` beside the folder: it holds where the folder is shared."""
     lock = base / f"{key}.lock"
     fd = _lock(lock)
     c = Claim(key, base / key, persistent=True)
     try:
-        yield _ready(c, restored)
+        yield c
     finally:
         if not c.path.is_dir() or not any(c.path.iterdir()):  # nothing to resume: leave no trace
             shutil.rmtree(c.path, ignore_errors=True)
             lock.unlink(missing_ok=True)  # while still locked: a waiter sees the inode change, retries
         os.close(fd)  # releases the lock
+
+
+@contextmanager
+def _store_claim(uri: str, base: Path, key: str) -> Iterator[Claim]:
+    """The claim as a lease in the store (embinit.sweep.claims), and the folder mirrored there: the
+    node's own folder is a cache of the store's copy, fetched when the store's is newer."""
+    from embinit.sweep.claims import Lease
+    store = Store.from_uri(uri)
+    lease = Lease(store, f"{base.name}/{key}").acquire()
+    c = Claim(key, base / key, persistent=True, mirror=Mirror(store, base.name, key, lease))
+    try:
+        c.path.mkdir(parents=True, exist_ok=True)
+        _fetch(c)
+        yield c
+    finally:
+        try:
+            if not c.path.is_dir() or not any(c.path.iterdir()):
+                shutil.rmtree(c.path, ignore_errors=True)
+        finally:
+            lease.release()
+
+
+def _fetch(c: Claim) -> None:
+    """Take the store's copy of the folder when it holds a later epoch than the node's (or the node has
+    none: a rerun on another node); files land in the node's folder, inside the trusted roots, and the
+    trainer reads them through embinit.train.checkpoint.read like its own."""
+    from embinit.train.checkpoint import last_epoch
+    theirs, ours = c.mirror.epoch(), last_epoch(c.path, c.key)
+    if theirs is not None and (ours is None or theirs > ours):
+        c.mirror.pull(c.path)
+    elif ours is None and not (c.path / RUN_ID_FILE).exists():
+        c.mirror.pull(c.path)  # no checkpoint yet anywhere: the run id, if an earlier attempt left one
 
 
 @contextmanager
@@ -195,6 +248,7 @@ def open_run(c: Claim, ctx: SweepContext, config: dict[str, Any], label: str,
     run = tracking.TrialRun.open(uri, exp_id, ctx.parent_run_id, config, c.key, label, group,
                                  run_id=run_id, resumed_epoch=last_epoch(c.path, c.key))
     id_file.write_text(run.run_id)
+    c.sync()  # a first attempt lost before its first epoch is still reopened on another node
     return run
 
 

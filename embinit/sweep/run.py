@@ -16,6 +16,8 @@ from typing import Any, Callable
 
 from embinit import provenance, records, tracking
 from embinit.spec import ExperimentSpec, SpecError, load_spec
+from embinit.storage import Store
+from embinit.storage import configured as configured_store
 from embinit.sweep.analyses import shared_settings
 from embinit.sweep.fused import group_units
 from embinit.sweep.ray_runtime import RayRuntime
@@ -91,8 +93,8 @@ def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = 
     spec = spec if isinstance(spec, ExperimentSpec) else load_spec(spec)
     if address is None:
         check_local_paths(spec)
-    storage = Path(storage_path or Path(spec.cache_dir or ".embinit-cache") / "ray_results").absolute()
-    storage = check_writable(storage, "Tune's storage folder")   # resolved and checked now, as used
+    store = configured_store()   # the operator's object store, else node-local folders
+    storage = _tune_storage(spec, storage_path, store)
     uri = tracking.resolve_uri(tracking_uri or spec.mlflow.tracking_uri)
     prepare_store(uri)  # create / upgrade a SQL store once, before any trial or reader opens it
     name = spec.experiment_name()
@@ -111,7 +113,7 @@ def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = 
     provenance.record(parent, uri)   # the command, machine, version and commit, for the documents
     shared = SweepContext(uri, exp_id, parent, log_checkpoint=spec.mlflow.log_checkpoint,
                           log_plots=spec.mlflow.log_plots, cache_dir=spec.cache_dir,
-                          analyses=shared_settings(spec))
+                          analyses=shared_settings(spec), storage=store)
     try:
         cancelled = _execute(spec, units, shared, storage, progress, _stop_fn(stop), extra_callbacks, address,
                              total=len(planned), reused=reused)
@@ -125,6 +127,19 @@ def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = 
     return _finish(spec, uri, exp_id, parent, planned, reused, cancelled, t0, progress)
 
 
+def _tune_storage(spec: ExperimentSpec, storage_path: str | None, store: str | None) -> Path | str:
+    """Where Tune keeps its state and trial checkpoints: the object store when one is configured (every
+    node reaches it, so a trial restarted on another node finds its checkpoint), else a local folder,
+    resolved and checked now, as used."""
+    if store is not None:
+        from embinit.sweep.claims import check_store
+        check_store(Store.from_uri(store))  # reachable, and its conditional writes work, before anything starts
+    if store is not None and storage_path is None:
+        return Store.from_uri(store).tune_storage()
+    storage = Path(storage_path or Path(spec.cache_dir or ".embinit-cache") / "ray_results").absolute()
+    return check_writable(storage, "Tune's storage folder")
+
+
 def _earlier_sweep(spec: ExperimentSpec, units: list[Unit], exp_id: str, uri: str) -> str | None:
     """The spec's finished sweep run when this sweep has nothing to train (an Optuna search always
     draws), else None."""
@@ -133,7 +148,7 @@ def _earlier_sweep(spec: ExperimentSpec, units: list[Unit], exp_id: str, uri: st
     return tracking.finished_sweep(exp_id, uri, spec.spec_hash())
 
 
-def _execute(spec: ExperimentSpec, units: list[Unit], shared: SweepContext, storage: Path, progress,
+def _execute(spec: ExperimentSpec, units: list[Unit], shared: SweepContext, storage: Path | str, progress,
              should_stop: Callable[[], bool], extra_callbacks, address: str | None, total: int,
              reused: int) -> bool:
     """Train the units (an Optuna search: its points); True when cancelled through `should_stop`."""

@@ -63,7 +63,7 @@ def make_trainable(spec, units, shared, extra_callbacks, name: str | None = None
     return tune.with_resources(fn, {"cpu": spec.resources.cpus, "gpu": spec.resources.gpus})
 
 
-def run_config(spec, name: str, storage: Path, callbacks: list, stopper: StopAll) -> tune.RunConfig:
+def run_config(spec, name: str, storage: Path | str, callbacks: list, stopper: StopAll) -> tune.RunConfig:
     return tune.RunConfig(name=name, storage_path=str(storage), stop=stopper, callbacks=callbacks,
                           failure_config=tune.FailureConfig(max_failures=spec.retries),
                           checkpoint_config=tune.CheckpointConfig(num_to_keep=1), verbose=0)
@@ -81,7 +81,7 @@ def selection_label(units: list[Unit]) -> str | None:
     return metrics.pop() if len(metrics) == 1 else "(selection metric)"
 
 
-def run_tune(spec, units: list[Unit], shared: SweepContext, storage: Path, progress,
+def run_tune(spec, units: list[Unit], shared: SweepContext, storage: Path | str, progress,
              should_stop: Callable[[], bool], extra_callbacks, total: int, reused: int) -> bool:
     """Run the units; returns True when the sweep was cancelled through `should_stop`."""
     quiet_tune_logs()

@@ -1,0 +1,159 @@
+"""Trials on nodes that share no disk, only an object store (embinit.storage, a real S3 server here):
+a trial lost on one node resumes on another from the store's copy of its folder, in the same MLflow run;
+two sweeps on two nodes sharing a key train it once (the claim is a lease in the store, no flock); and
+Ray Tune keeps its storage in the store.
+
+Two nodes are two cache folders (`EMBINIT_CACHE_DIR`, or the specs' `cache_dir`): the one the first
+attempt wrote is removed before the rerun, as a node dies with its disk. The trainable runs without Ray as
+in tests/test_sweep_resume.py, whose helpers these tests share; the last test runs a real sweep."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+
+from embinit import tracking
+from embinit.storage import Store, configured
+from embinit.sweep import resume
+from embinit.sweep.claims import TTL_ENV
+from embinit.sweep.trainable import train_unit
+from embinit.sweep.work import SweepContext
+from helpers.s3 import objects, s3_server, use_store
+from test_sweep_resume import TINY, Killed, KillAfter, Record, assert_resumed_in_one_run, setup, units_of
+from test_sweep_resume import no_tune  # noqa: F401 (the fixture: Tune's session calls stood in for)
+
+pytestmark = pytest.mark.slow  # tiny trainings, MLflow SQLite stores, an S3 server in a thread
+
+
+@pytest.fixture(scope="module")
+def endpoint():
+    with s3_server() as url:
+        yield url
+
+
+@pytest.fixture
+def store_uri(endpoint, monkeypatch) -> str:
+    monkeypatch.setenv(TTL_ENV, "2")  # a lost holder's lease lapses after 2 s
+    return use_store(monkeypatch, endpoint)
+
+
+def sweep(spec, units, callbacks) -> tuple[SweepContext, str]:
+    """One sweep of `spec`'s units as a driver runs them, with the configured store."""
+    uri = tracking.resolve_uri(spec.mlflow.tracking_uri)
+    exp_id = tracking.ensure_experiment(spec.experiment_name(), uri)
+    parent = tracking.start_parent_run(exp_id, uri, spec.spec_hash(), spec.to_yaml(), spec.num_trials())
+    shared = SweepContext(uri, exp_id, parent, log_checkpoint=False, log_plots=False, cache_dir=spec.cache_dir,
+                          storage=configured())
+    for i in range(len(units)):
+        try:
+            train_unit({"unit": i}, shared, units, extra_callbacks=lambda cfg: callbacks)
+        except Killed:
+            return shared, "killed"
+    return shared, "done"
+
+
+@pytest.mark.usefixtures("no_tune")
+def test_a_trial_lost_with_its_node_resumes_on_another_from_the_store(tmp_path, monkeypatch, store_uri):
+    spec = setup(tmp_path, "moved", cache_dir=None)
+    units = units_of(spec)
+    (key,) = [u.trials[0].key for u in units]
+    monkeypatch.setenv("EMBINIT_CACHE_DIR", str(tmp_path / "node-a"))
+    first, outcome = sweep(spec, units, [KillAfter(2)])
+    assert outcome == "killed"
+    folder = resume.experiment_folder(first).name
+    assert f"checkpoints/{folder}/{key}/last.pt" in objects(store_uri)
+    # The node died with its disk, and with its lease: one that nobody renews (not released)
+    shutil.rmtree(tmp_path / "node-a")
+    store = Store.from_uri(store_uri)
+    store.client().put_object(Bucket=store.bucket, Key=store.key("claims", folder, f"{key}.lease"),
+                              Body=json.dumps({"holder": "node-a:1"}).encode(), Metadata={"holder": "node-a:1"})
+    tracking.close_orphans(first.experiment_id, first.tracking_uri, first.parent_run_id,
+                           "the experiment's Ray driver is gone")
+
+    monkeypatch.setenv("EMBINIT_CACHE_DIR", str(tmp_path / "node-b"))
+    log: list = []
+    second, outcome = sweep(spec, units, [Record(log)])
+    assert outcome == "done"
+    (start,) = [e for e in log if e[0] == "start"]
+    assert start[2] > 0                                      # epoch 2's optimizer steps, from the store
+    assert [e[2] for e in log if e[0] == "epoch"] == [3, 4]
+    assert_resumed_in_one_run(second, first.parent_run_id, {key}, 2)   # the same run, each epoch once
+    assert objects(store_uri) == []                          # recorded: the copy and the lease are gone
+
+
+@pytest.mark.usefixtures("no_tune")
+def test_two_sweeps_on_two_nodes_sharing_a_key_train_it_once(tmp_path, store_uri):
+    shared_exp = {"experiment": "shared-keys", "tracking_uri": f"sqlite:///{tmp_path}/m.db", "log_plots": False}
+    a = setup(tmp_path, "spec-a", mlflow=shared_exp, tasks=[{**TINY, "epochs": 2}], cache_dir=str(tmp_path / "a"))
+    b = setup(tmp_path, "spec-b", mlflow=shared_exp, tasks=[{**TINY, "epochs": 2}], inits=["normal", "xavier"],
+              cache_dir=str(tmp_path / "b"))
+    common = {p.key for p in a.plan()} & {p.key for p in b.plan()}
+    assert len(common) == 1
+    tracking.ensure_experiment("shared-keys", tracking.resolve_uri(shared_exp["tracking_uri"]))
+    log: list = []
+    results: dict[str, str] = {}
+    threads = [threading.Thread(target=lambda s=s: results.update({s.name: sweep(s, units_of(s), [Record(log)])[1]}))
+               for s in (a, b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert results == {"spec-a": "done", "spec-b": "done"}
+    uri = tracking.resolve_uri(shared_exp["tracking_uri"])
+    runs = [r for r in tracking.search_runs(tracking.experiment_id("shared-keys", uri), uri)
+            if tracking.KEY_TAG in r.data.tags]
+    by_key: dict[str, list] = {}
+    for r in runs:
+        by_key.setdefault(r.data.tags[tracking.KEY_TAG], []).append(r.info.status)
+    assert by_key[next(iter(common))] == ["FINISHED"]             # trained once, by one of the two
+    assert len(by_key) == 2 and all(v == ["FINISHED"] for v in by_key.values())
+    assert [e[1] for e in log if e[0] == "start"].count("xavier") == 1
+    assert objects(store_uri) == []
+
+
+def test_a_claim_taken_in_the_store_is_held_against_another_cache_folder(tmp_path, store_uri):
+    """The claim does not depend on the folder: another node's sweep (another cache folder) waits."""
+    ctx = {n: SweepContext("sqlite:///x.db", "1", "p", cache_dir=str(tmp_path / n), storage=store_uri)
+           for n in ("a", "b")}
+    entered, release, order = threading.Event(), threading.Event(), []
+
+    def first():
+        with resume.claim(ctx["a"], "k") as c:
+            (c.path / "last.json").write_text("{}")
+            entered.set()
+            release.wait(10)
+            order.append("first out")
+
+    def second():
+        with resume.claim(ctx["b"], "k"):
+            order.append("second in")
+    t1 = threading.Thread(target=first)
+    t1.start()
+    assert entered.wait(10)
+    t2 = threading.Thread(target=second)
+    t2.start()
+    t2.join(3)
+    assert order == []                         # still waiting, beyond the lease's TTL (renewed)
+    assert not list((tmp_path / "b").glob("checkpoints/*/k.lock"))   # no flock involved
+    release.set()
+    t1.join(10)
+    t2.join(10)
+    assert order == ["first out", "second in"]
+
+
+def test_tune_keeps_its_storage_in_the_store(tmp_path, store_uri):
+    from embinit.spec import load_spec
+    from embinit.sweep import run_sweep
+    from helpers.sweep import sweep_spec_data
+    spec = load_spec(sweep_spec_data("tune-in-s3", tmp_path, {**TINY, "epochs": 1},
+                                     mlflow={"tracking_uri": f"sqlite:///{tmp_path}/m.db", "log_plots": False}))
+    result = run_sweep(spec, progress=False)
+    assert result.n_finished == 1
+    stored = objects(store_uri)
+    assert any(k.startswith("ray_results/embinit_tune-in-s3_") for k in stored), stored
+    assert not any(k.startswith(("checkpoints/", "claims/")) for k in stored)   # recorded: nothing to resume
+    assert not (Path(spec.cache_dir) / "ray_results").exists()
