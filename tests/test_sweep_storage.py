@@ -19,9 +19,10 @@ import pytest
 from embinit import tracking
 from embinit.storage import Store, configured
 from embinit.sweep import resume
-from embinit.sweep.claims import TTL_ENV
+from embinit.sweep.claims import TTL_ENV, ClaimLost
 from embinit.sweep.trainable import train_unit
 from embinit.sweep.work import SweepContext
+from embinit.trusted import TRUSTED_ROOTS_ENV
 from helpers.s3 import objects, s3_server, use_store
 from test_sweep_resume import TINY, Killed, KillAfter, Record, assert_resumed_in_one_run, setup, units_of
 from test_sweep_resume import no_tune  # noqa: F401 (the fixture: Tune's session calls stood in for)
@@ -113,6 +114,52 @@ def test_two_sweeps_on_two_nodes_sharing_a_key_train_it_once(tmp_path, store_uri
     assert len(by_key) == 2 and all(v == ["FINISHED"] for v in by_key.values())
     assert [e[1] for e in log if e[0] == "start"].count("xavier") == 1
     assert objects(store_uri) == []
+
+
+class StealAfter:
+    """Another node takes the key's lease over at the end of `epoch` (this holder seemed silent)."""
+
+    def __init__(self, epoch: int, uri: str):
+        self.epoch, self.store = epoch, Store.from_uri(uri)
+
+    def on_epoch_end(self, ctx, epoch, metrics):
+        if epoch == self.epoch:
+            (lease,) = [k for k in objects(self.store.uri) if k.startswith("claims/")]
+            self.store.client().put_object(Bucket=self.store.bucket, Key=self.store.key(lease), Body=b"{}",
+                                           Metadata={"holder": "node-b:1"})
+
+
+@pytest.mark.usefixtures("no_tune")
+def test_a_holder_whose_claim_was_taken_over_stops_and_leaves_the_run_alone(tmp_path, store_uri):
+    spec = setup(tmp_path, "stolen")
+    units = units_of(spec)
+    with pytest.raises(ClaimLost, match="taken over"):
+        sweep(spec, units, [StealAfter(1, store_uri)])
+    (run,) = trial_runs_of(spec)
+    assert run.info.status == "RUNNING" and tracking.ERROR_TAG not in run.data.tags   # not failed: node b's now
+    uri = tracking.resolve_uri(spec.mlflow.tracking_uri)
+    assert [m.step for m in tracking.client(uri).get_metric_history(run.info.run_id, "val/loss")] == [1]
+    (info,) = [k for k in objects(store_uri) if k.endswith("last.json")]
+    store = Store.from_uri(store_uri)
+    body = store.client().get_object(Bucket=store.bucket, Key=store.key(info))["Body"].read()
+    assert json.loads(body)["epoch"] == 1                        # epoch 2 was not written over node b's copy
+    assert any(k.startswith("claims/") for k in objects(store_uri))   # node b's lease is left alone
+
+
+@pytest.mark.usefixtures("no_tune")
+def test_outside_the_trusted_roots_nothing_goes_to_the_store(tmp_path, monkeypatch, store_uri):
+    monkeypatch.setenv(TRUSTED_ROOTS_ENV, str(tmp_path / "elsewhere"))
+    monkeypatch.setenv("EMBINIT_CACHE_DIR", str(tmp_path / "default-cache"))
+    spec = setup(tmp_path, "untrusted")                      # its cache_dir lies outside the roots
+    _, outcome = sweep(spec, units_of(spec), [KillAfter(1)])
+    assert outcome == "killed"
+    assert objects(store_uri) == []                          # no checkpoint kept, so none to fetch later
+
+
+def trial_runs_of(spec) -> list:
+    uri = tracking.resolve_uri(spec.mlflow.tracking_uri)
+    return [r for r in tracking.search_runs(tracking.experiment_id(spec.experiment_name(), uri), uri)
+            if tracking.KEY_TAG in r.data.tags]
 
 
 def test_a_claim_taken_in_the_store_is_held_against_another_cache_folder(tmp_path, store_uri):

@@ -5,9 +5,10 @@ renewed by compare-and-set, so two sweeps on different nodes never train one key
 fresh token, so every write has its own ETag. Taking it is a conditional PUT: `If-None-Match: *` when
 there is none (of two claimers exactly one is answered 200, the other 412), `If-Match: <the ETag seen>`
 to take over a lease that lapsed. A holder renews it every third of the TTL with `If-Match: <its last
-ETag>`; a renewal answered 412 means another process took the key over (this one was silent longer than
-the TTL), so the holder stops writing the key's checkpoint (`check` raises `ClaimLost`, which fails the
-attempt; Tune retries it, and the retry waits for the key). Release deletes the lease, again only if its
+ETag>`, and once more before each epoch's checkpoint goes to the store (`check`); a renewal answered 412
+means another process took the key over (this one was silent longer than the TTL), so the holder stops
+writing the key's checkpoint and metrics (`check` raises `ClaimLost`, which fails the attempt; Tune
+retries it, and the retry waits for the key). Release deletes the lease, again only if its
 ETag is still ours.
 
 A lease lapses when the store's own clock says so: the age is the response's `Date` minus the object's
@@ -68,6 +69,7 @@ class Lease:
         self.etag: str | None = None
         self.lost: str | None = None
         self._stop = threading.Event()
+        self._renewing = threading.Lock()
         self._thread: threading.Thread | None = None
 
     def acquire(self, poll_s: float | None = None) -> Lease:
@@ -86,9 +88,19 @@ class Lease:
         self._thread.start()
         return self
 
+    def renew(self) -> bool:
+        """Renew the lease now; False (and `lost` says why) when another process has taken it over."""
+        with self._renewing:  # the heartbeat and `check` would otherwise race on one ETag
+            if self.lost is None and not self._put(IfMatch=self.etag):
+                self.lost = (f"the claim on trial key {self.name} was taken over by another process (this one "
+                             f"did not renew it within {self.ttl:g} s); it no longer writes the key's checkpoint")
+                log.warning(self.lost)
+        return self.lost is None
+
     def check(self) -> None:
-        """Raise ClaimLost when another process has taken the lease over."""
-        if self.lost is not None:
+        """Renew the lease now (before each epoch's checkpoint goes to the store); ClaimLost when another
+        process has taken it over."""
+        if not self.renew():
             raise ClaimLost(self.lost)
 
     def release(self) -> None:
@@ -104,15 +116,10 @@ class Lease:
     def _heartbeat(self) -> None:
         while not self._stop.wait(self.ttl / 3):
             try:
-                renewed = self._put(IfMatch=self.etag)
+                if not self.renew():
+                    return
             except Exception as e:  # the store is unreachable: try again; past the TTL another may take over
                 log.warning("claim %s: lease not renewed (%s)", self.name, e)
-                continue
-            if not renewed:
-                self.lost = (f"the claim on trial key {self.name} was taken over by another process (this one "
-                             f"did not renew it within {self.ttl:g} s); it no longer writes the key's checkpoint")
-                log.warning(self.lost)
-                return
 
     def _put(self, **condition: str) -> bool:
         """A conditional PUT of a fresh lease; False when the condition failed (another holder wrote)."""

@@ -27,6 +27,7 @@ from embinit.config import TrialConfig
 from embinit.task_registry import task_kind
 from embinit.errors import EmbinitError
 from embinit.sweep import resume
+from embinit.sweep.claims import ClaimLost
 from embinit.sweep.reporting import TrialReporter, artifacts
 from embinit.sweep.work import SweepContext, Unit, WorkItem
 
@@ -131,6 +132,8 @@ def _train_group(todo: list[tuple], ctx: SweepContext, extra_callbacks: Callable
             claim.discard()
             run.fail(f"{type(e).__name__}: {e}", checkpoint=False)
         return values
+    except ClaimLost:  # another node trains a member now, in its run: leave the runs to it
+        raise
     except Exception:
         for run in runs:
             run.fail(traceback.format_exc())

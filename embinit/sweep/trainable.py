@@ -21,6 +21,7 @@ from typing import Any, Callable
 from embinit.config import TrialConfig
 from embinit.errors import EmbinitError
 from embinit.sweep import analyses, resume
+from embinit.sweep.claims import ClaimLost
 from embinit.sweep.fused import run_group
 from embinit.sweep.reporting import TrialReporter, artifacts
 from embinit.sweep.work import SweepContext, Unit, WorkItem
@@ -77,6 +78,8 @@ def _run_one(item: WorkItem, ctx: SweepContext, claim: resume.Claim,
         claim.discard()
         run.fail(f"{type(e).__name__}: {e}", checkpoint=False)
         return None, False
+    except ClaimLost:  # another node trains the key now, in this run: leave the run to it
+        raise
     except Exception:
         run.fail(traceback.format_exc())
         raise  # Tune retries the trial (FailureConfig) from its last checkpoint
