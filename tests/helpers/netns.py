@@ -1,7 +1,8 @@
 """Hosts made of Linux namespaces: each host is a network namespace with its own address on a private
 /24 (a bridge that lives in a 'switch' namespace of its own, so the machine's own network namespace gets
 no new address or link) and a private disk (a tmpfs in a mount namespace of its own, mounted at the same
-path on every host). The code and the virtual environment stay on the machine's shared disk.
+path on every host) and hostname (a UTS namespace). The code and the virtual environment stay on the
+machine's shared disk.
 
 A host is kept alive by a keeper process (`sleep`) that holds its mount namespace; every process of the
 host is started in the keeper's namespaces with `nsenter`. Killing a host kills every process in its
@@ -70,11 +71,12 @@ class Host:
         self.boot()
 
     def boot(self) -> None:
-        """Start the keeper: a mount namespace of its own with a fresh tmpfs at `disk`."""
-        script = (f"mount -t tmpfs -o mode=1777,size=2g tmpfs {self.disk} && "
+        """Start the keeper: a mount namespace of its own with a fresh tmpfs at `disk`, and a hostname of
+        its own (a UTS namespace: embinit tells hosts apart by name, e.g. in a claim's holder `host:pid`)."""
+        script = (f"hostname {self.ns} && mount -t tmpfs -o mode=1777,size=2g tmpfs {self.disk} && "
                   f"mkdir -p {self.disk}/data {self.disk}/cache {self.disk}/home && touch {self.disk}/.up && "
                   "exec sleep infinity")
-        self.keeper = subprocess.Popen(["ip", "netns", "exec", self.ns, "unshare", "--mount",
+        self.keeper = subprocess.Popen(["ip", "netns", "exec", self.ns, "unshare", "--mount", "--uts",
                                         "--propagation", "private", "sh", "-c", script],
                                        start_new_session=True, stderr=subprocess.DEVNULL)
         for _ in range(100):
@@ -85,7 +87,7 @@ class Host:
 
     def command(self, cmd: list[str]) -> list[str]:
         assert self.keeper is not None, f"host {self.name} is not up"
-        return ["nsenter", "-t", str(self.keeper.pid), "-n", "-m", "--", *cmd]
+        return ["nsenter", "-t", str(self.keeper.pid), "-n", "-m", "-u", "--", *cmd]
 
     def run_quiet(self, cmd: list[str]) -> int:
         return subprocess.run(self.command(cmd), capture_output=True, timeout=30).returncode
@@ -181,9 +183,9 @@ def namespaces_usable() -> str | None:
                                "mount", "-t", "tmpfs", "tmpfs", "/mnt"], capture_output=True, text=True,
                               timeout=30)
         if done.returncode:
-            return f"cannot mount a private tmpfs in a mount namespace: {done.stderr.strip()}"
+            return f"the cluster harness cannot mount a private tmpfs: {done.stderr.strip()}"
     except (RuntimeError, FileNotFoundError, subprocess.TimeoutExpired) as e:
-        return f"cannot make network namespaces: {e}"
+        return f"the cluster harness cannot make network namespaces: {e}"
     finally:
         ip("netns", "del", probe, check=False)
     return None
