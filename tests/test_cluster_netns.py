@@ -15,7 +15,8 @@ import time
 
 import pytest
 from helpers.netns import namespace_pids, namespaces_usable
-from helpers.netns_cluster import BIN, Cluster, _pg_bin
+from helpers.netns_cluster import BIN, Cluster
+from helpers.postgres import pg_bin
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -33,7 +34,7 @@ def spec(name: str, epochs: int, inits: tuple[str, ...] = ("xavier", "normal")) 
 @pytest.fixture(scope="module")
 def cluster():
     why = namespaces_usable()
-    if why is None and _pg_bin() is None:
+    if why is None and pg_bin() is None:
         why = "no PostgreSQL server installed (apt-get install postgresql)"
     if why is None and not (BIN / "moto_server").exists():
         why = "no S3 server (pip install 'moto[server]')"
@@ -143,7 +144,7 @@ def test_an_experiment_runs_on_both_workers_and_lands_in_mlflow_on_postgres(clus
     assert {r.data.tags["embinit.hostname"] for r in runs} == {c.host("w1").ns, c.host("w2").ns}
     trials = api(c, "GET", f"/experiments/{exp_id}/trials").json()["items"]
     assert sorted(t["run_id"] for t in trials) == sorted(r.info.run_id for r in runs)
-    count = c.host("db").run([str(_pg_bin() / "psql"), "-h", c.addr("db"), "-U", "embinit", "-d", "mlflow", "-tAc",
+    count = c.host("db").run([str(pg_bin() / "psql"), "-h", c.addr("db"), "-U", "embinit", "-d", "mlflow", "-tAc",
                               "SELECT count(*) FROM runs"], c.env())
     assert int(count) == 3                             # two trials and the sweep, in PostgreSQL
 

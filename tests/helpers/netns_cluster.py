@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .netns import Host, Switch, destroy_prefix, ip
+from .postgres import as_postgres_user, pg_bin
 from .s3 import CREDENTIALS
 
 REPO = Path(__file__).resolve().parents[2]
@@ -29,14 +30,6 @@ BIN = Path(sys.executable).parent
 PREFIX = "eic"                          # every namespace of the harness starts with it
 HOSTS = {"db": 2, "mlflow": 3, "s3": 4, "head": 5, "w1": 6, "w2": 7}
 PG, MLFLOW, S3, GCS, RAY_CLIENT, API = 5432, 5000, 9000, 6379, 10001, 8000
-
-
-def _pg_bin() -> Path | None:
-    found = shutil.which("pg_ctl")
-    if found:
-        return Path(os.path.realpath(found)).parent
-    versions = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"))
-    return versions[-1].parent if versions else None
 
 
 class Cluster:
@@ -100,15 +93,14 @@ class Cluster:
 
     # services --------------------------------------------------------------------------------------
     def start_postgres(self) -> None:
-        pg, db = _pg_bin(), self.host("db")
+        pg, db = pg_bin(), self.host("db")
         data = f"{db.disk}/pg"
-        as_pg = ["runuser", "-u", "postgres", "--"]
         db.run(["sh", "-c", f"mkdir -p {data} && chown postgres:postgres {data}"], self.env())
-        db.run([*as_pg, str(pg / "initdb"), "-D", f"{data}/db", "-U", "embinit", "--auth=trust", "-E", "UTF8"],
-               self.env())
+        initdb = [str(pg / "initdb"), "-D", f"{data}/db", "-U", "embinit", "--auth=trust", "-E", "UTF8"]
+        db.run(as_postgres_user(initdb), self.env())
         db.run(["sh", "-c", f"echo 'host all all 10.213.7.0/24 trust' >> {data}/db/pg_hba.conf"], self.env())
-        self.procs["postgres"] = db.start([*as_pg, str(pg / "postgres"), "-D", f"{data}/db", "-h", db.addr,
-                                           "-p", str(PG), "-k", data, "-F"], self.env(), "postgres")
+        self.procs["postgres"] = db.start(as_postgres_user([str(pg / "postgres"), "-D", f"{data}/db", "-h", db.addr,
+                                                            "-p", str(PG), "-k", data, "-F"]), self.env(), "postgres")
         for _ in range(200):
             if db.run_quiet([str(pg / "pg_isready"), "-h", db.addr, "-p", str(PG)]) == 0:
                 break
