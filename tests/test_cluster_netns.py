@@ -199,7 +199,7 @@ def test_api_restarted_mid_sweep_finds_its_experiments_true_state(cluster, figur
 
 
 def test_a_worker_cut_off_for_30s_loses_no_trial(cluster, figure):
-    c, epochs = cluster, 30
+    c, epochs = cluster, 15
     exp_id = submit(c, spec("netns-link", epochs))
     runs = epochs_logged(c, "netns-link", 2, trials=2)
     target = next(r for r in runs if r.data.tags[NODE] in (c.addr("w1"), c.addr("w2")))

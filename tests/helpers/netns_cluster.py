@@ -222,7 +222,7 @@ class Cluster:
                  f"logs         {self.root / 'logs'}", "",
                  "The addresses exist only inside the cluster's namespaces; reach them from the client host:",
                  f"  ip netns exec {client} curl {self.api_url}/health",
-                 f"  ip netns exec {client} {BIN / 'embinit'} experiments --url {self.api_url} list",
+                 f"  ip netns exec {client} {BIN / 'embinit'} experiments list --url {self.api_url}",
                  f"  ip netns exec {client} bash      # a shell on the client host"]
         return "\n".join(lines)
 
