@@ -79,6 +79,10 @@ def driver_name(exp_id: str) -> str:
 
 
 NODE_TAG, HOST_TAG = "embinit.node", "embinit.hostname"
+# Drivers run on the head node (the resource Ray gives the head alone; Ray Train pins its state actor so):
+# left to Ray, a driver needing no CPU landed on any node, and a worker lost with its machine took the
+# experiment with it (tests/test_cluster_netns.py). On a local Ray the head is the API's own node.
+ON_THE_HEAD = {"node:__internal_head__": 0.001}
 
 
 class _NodeTag:
@@ -321,7 +325,7 @@ class RayRunner:
         actor_cls = ray.remote(ExperimentDriver)
         env = driver_env(self.trusted_roots)
         actor_cls.options(name=name, namespace=self.namespace, lifetime="detached", num_cpus=0,
-                          max_concurrency=4, get_if_exists=True, runtime_env=env).remote(
+                          resources=ON_THE_HEAD, max_concurrency=4, get_if_exists=True, runtime_env=env).remote(
             name, spec, tracking_uri, trial_keys)
         return name
 

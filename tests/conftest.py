@@ -28,6 +28,7 @@ def ray_local():
 # Chromium or PostgreSQL otherwise tests less than CI without noticing. `.ci/run` installs both.
 _ENABLE = {"chromium": "apt-get install -y chromium (and the playwright package: pip install playwright)",
            "playwright": "pip install playwright", "postgresql": "apt-get install -y postgresql",
+           "cluster harness": "run the tests as root, as CI does (network namespaces, tmpfs mounts)",
            "gpu": "a CUDA GPU (python -m pytest -m gpu tests/test_gpu.py)"}
 
 

@@ -88,3 +88,25 @@ def test_progress_stop_and_pickling(monkeypatch):
     assert seen["running"] == ({"pending": 1, "running": 2, "finished": 1, "failed": 0, "reused": 0}, "running")
     assert seen["stop"] is True and driver.poll()["status"] == "cancelled"
     assert _should_stop("embinit-exp-nobody") is False
+
+
+def test_the_driver_is_placed_on_the_head_node(monkeypatch):
+    """Left to Ray, a driver (no CPU) landed on any node, and a worker lost with its machine took the
+    experiment with it (seen in tests/test_cluster_netns.py); it asks for the resource only the head has."""
+    import ray
+
+    from service.runner import RayRunner
+    asked: dict = {}
+
+    class Actor:
+        def options(self, **kw):
+            asked.update(kw)
+            return self
+
+        def remote(self, *args):
+            return None
+    monkeypatch.setattr(ray, "remote", lambda cls: Actor())
+    runner = RayRunner(address="ray://head:10001")
+    monkeypatch.setattr(runner, "connect", lambda: None)
+    runner.start("t", SPEC, "sqlite:///x.db", ["k"])
+    assert asked["resources"] == {"node:__internal_head__": 0.001} and asked["num_cpus"] == 0

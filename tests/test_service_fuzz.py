@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from schemathesis.checks import CHECKS, load_all_checks
 from schemathesis.config import SchemathesisConfig
 
+from helpers.postgres import as_postgres_user, pg_bin
 from service.fakes import FakeCluster, FakeRunner, FakeStore
 from service.main import create_app
 from service.settings import Settings
@@ -28,24 +29,11 @@ pytestmark = pytest.mark.slow
 TOKEN = "fuzz-token"
 
 
-def _pg_bin() -> Path | None:
-    found = shutil.which("pg_ctl")
-    if found:
-        return Path(os.path.realpath(found)).parent
-    versions = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"))
-    return versions[-1].parent if versions else None
-
-
-def _as_postgres_user(cmd: list[str]) -> list[str]:
-    """PostgreSQL refuses to run as root: run it as the `postgres` user the Debian package creates."""
-    return ["runuser", "-u", "postgres", "--", *cmd] if os.geteuid() == 0 else cmd
-
-
 @pytest.fixture(scope="module")
 def postgres_url():
     """A throwaway PostgreSQL server on a free loopback port; its URL. Skips without a server binary
     (`.ci/run` installs Debian's `postgresql`)."""
-    pg = _pg_bin()
+    pg = pg_bin()
     if pg is None:
         pytest.skip("no PostgreSQL server installed (apt-get install postgresql)")
     data = Path(tempfile.mkdtemp(prefix="embinit-pg-"))
@@ -55,7 +43,7 @@ def postgres_url():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     def run(*cmd: str) -> None:
-        subprocess.run(_as_postgres_user([str(pg / cmd[0]), *cmd[1:]]), check=True, capture_output=True,
+        subprocess.run(as_postgres_user([str(pg / cmd[0]), *cmd[1:]]), check=True, capture_output=True,
                        timeout=120)
     run("initdb", "-D", str(data / "db"), "-U", "embinit", "--auth=trust", "-E", "UTF8")
     run("pg_ctl", "-D", str(data / "db"), "-l", str(data / "log"), "-w", "start",
