@@ -31,7 +31,7 @@ def counted(monkeypatch) -> Counter:
 
 @pytest.mark.slow   # an MLflow store; the training replaced (no Ray)
 def test_a_driver_validates_once_and_its_sweep_expands_once(tmp_path, monkeypatch, counted):
-    from service.runner import ExperimentDriver
+    from service.driver import ExperimentDriver
     ran = []
     monkeypatch.setattr(sweep_run, "_execute", lambda *a, **k: ran.append(a) or False)
     driver = ExperimentDriver("embinit-exp-once", SPEC, f"sqlite:///{tmp_path}/m.db", ["k"] * 4)
