@@ -127,6 +127,9 @@ def _validate(data: dict[str, Any], settings: Settings) -> ExperimentSpec:
     (`_confined`), so they name the fields as the spec model has them."""
     try:
         rewritten, _ = confine_paths(data, settings.data_roots, settings.pretrained_roots)
+    except OSError:  # a value no filesystem takes (a name too long): validated as written, as before
+        rewritten = data
+    try:
         return load_spec(rewritten)
     except SpecError as e:
         raise _unprocessable(e.problems, settings.max_problems) from None

@@ -49,3 +49,11 @@ def test_a_submission_validates_and_expands_once(tmp_path, counted):
         again = client.post("/experiments", json=SPEC)  # the same spec: answered with its experiment
         assert again.status_code == 200 and again.json()["id"] == r.json()["id"]
         assert counted == {"validate": 1, "plan": 1, "count": 1}, counted
+
+
+def test_paths_are_confined_before_the_validation_without_changing_its_answer(tmp_path):
+    """Confining first must not turn a 422 into a 500: a name no filesystem takes (too long) under an
+    unknown key is still refused as an unknown key."""
+    with rooted_clients(tmp_path, FakeCluster()) as open_client:
+        r = open_client().post("/experiments", json={**SPEC, "foo": {"pretrained": "a" * 5000}})
+        assert r.status_code == 422 and r.json()["detail"] == [{"loc": "foo", "msg": "unknown field 'foo'"}]
