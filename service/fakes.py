@@ -9,7 +9,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from service.runner import DriverState, driver_name
+from service.driver import DriverState
+from service.runner import driver_name
 
 
 @dataclass

@@ -18,7 +18,7 @@ from typing import Iterable
 
 from embinit.hf_cache import hub_cache, set_flag
 from embinit.init.registry import SOURCE_FAMILIES, parse_init_spec
-from embinit.spec import ExperimentSpec
+from embinit.spec import PlannedTrial
 from service.paths import TOKENIZER_NAMES
 
 HUB_TIMEOUT_S = 10.0
@@ -56,11 +56,11 @@ def on_hub(repo_id: str) -> str | None:
     return None
 
 
-def _candidates(spec: ExperimentSpec) -> Iterable[tuple[str, str]]:
+def _candidates(plan: Iterable[PlannedTrial]) -> Iterable[tuple[str, str]]:
     """(source family, value) of every trial side whose pretrained value is not a path (a confined path
     is absolute), once each."""
     seen = set()
-    for planned in spec.plan():
+    for planned in plan:
         cfg = planned.config
         for init, value in ((cfg["init"], cfg.get("pretrained")),
                             (cfg.get("src_init"), cfg.get("src_pretrained"))):
@@ -77,12 +77,12 @@ def _candidates(spec: ExperimentSpec) -> Iterable[tuple[str, str]]:
             yield "tokenizer", tokenizer
 
 
-def check_hub_ids(spec: ExperimentSpec, roots: list[Path], locate) -> tuple[list[tuple[str, str]], list[str]]:
-    """(problems as (loc, msg), notices) for the spec's hub ids; `locate(value)` gives the spec location
-    a value was written at."""
+def check_hub_ids(plan: Iterable[PlannedTrial], roots: list[Path], locate) -> tuple[list[tuple[str, str]], list[str]]:
+    """(problems as (loc, msg), notices) for the hub ids of a spec's planned trials; `locate(value)` gives
+    the spec location a value was written at."""
     problems, notices = [], []
     shown = ", ".join(str(r) for r in roots) or "(no pretrained roots)"
-    for source, value in _candidates(spec):
+    for source, value in _candidates(plan):
         where = locate(value)
         if source != "tokenizer" and not SOURCE_FAMILIES[source].subword:  # a file format: never the hub
             problems.append((where, f"{value!r} is no file inside {shown}; a {source} source is read from a "

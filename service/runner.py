@@ -12,22 +12,16 @@ The API talks to drivers through the small `Runner` protocol, so tests can subst
 
 from __future__ import annotations
 
-import functools
-import logging
 import os
 import queue
-import sys
 import threading
-import time
 from concurrent.futures import Future
-from dataclasses import asdict, dataclass, field
 from collections.abc import Callable
 from typing import Any, Protocol
 
 from embinit.storage import STORAGE_ENV
 from embinit.trusted import TRUSTED_ROOTS_ENV
-
-log = logging.getLogger("embinit.service")
+from service.driver import DriverState, ExperimentDriver
 
 
 def driver_env(trusted_roots: list[str] | None) -> dict[str, Any] | None:
@@ -38,21 +32,6 @@ def driver_env(trusted_roots: list[str] | None) -> dict[str, Any] | None:
     if os.environ.get(STORAGE_ENV):
         env_vars[STORAGE_ENV] = os.environ[STORAGE_ENV]
     return {"env_vars": env_vars} if env_vars else None
-
-
-@dataclass
-class DriverState:
-    """What a driver knows about its experiment."""
-
-    status: str                                   # queued | running | succeeded | failed | cancelled
-    counts: dict[str, int] = field(default_factory=dict)
-    error: str | None = None
-    started_at: float | None = None
-    finished_at: float | None = None
-    node: str | None = None                       # where the driver runs
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 class Runner(Protocol):
@@ -78,138 +57,10 @@ def driver_name(exp_id: str) -> str:
     return f"embinit-exp-{exp_id}"
 
 
-NODE_TAG, HOST_TAG = "embinit.node", "embinit.hostname"
 # Drivers run on the head node (the resource Ray gives the head alone; Ray Train pins its state actor so):
 # left to Ray, a driver needing no CPU landed on any node, and a worker lost with its machine took the
 # experiment with it (tests/test_cluster_netns.py). On a local Ray the head is the API's own node.
 ON_THE_HEAD = {"node:__internal_head__": 0.001}
-
-
-class _NodeTag:
-    """Trainer callback: tags the trial's MLflow run with the Ray node (IP) and host that trained it."""
-
-    def __init__(self, tracking_uri: str):
-        self.tracking_uri = tracking_uri
-
-    def on_train_start(self, ctx) -> None:
-        import socket
-
-        import ray
-        from embinit import mlflow_store
-        from embinit.sweep.reporting import trial_run_id
-
-        run_id = trial_run_id(ctx.out_dir)
-        if run_id is None:
-            return
-        client = mlflow_store.client(self.tracking_uri)
-        mlflow_store.retry(lambda: client.set_tag(run_id, NODE_TAG, ray.util.get_node_ip_address()))
-        mlflow_store.retry(lambda: client.set_tag(run_id, HOST_TAG, socket.gethostname()))
-
-
-def node_tagger(tracking_uri: str, _cfg) -> list:
-    """`run_sweep(extra_callbacks=partial(node_tagger, uri))`: called in the worker, so the tag names the
-    worker's node."""
-    return [_NodeTag(tracking_uri)]
-
-
-# Tune pickles its run config (stopper, callbacks) into tuner.pkl, so what the sweep gets must not hold a
-# lock: it gets picklable `partial`s naming the driver, which look the live driver up here.
-_DRIVERS: dict[str, "ExperimentDriver"] = {}
-
-
-def _should_stop(name: str) -> bool:
-    driver = _DRIVERS.get(name)
-    return driver is not None and driver.stop.is_set()
-
-
-def _on_progress(name: str, counts: dict[str, Any]) -> None:
-    driver = _DRIVERS.get(name)
-    if driver is not None:
-        driver.progress(counts)
-
-
-def final_counts(result) -> dict[str, int]:
-    """A finished sweep's counts: `finished` only what this sweep trained; a key finished before it, or
-    by another experiment sharing it while this one waited, is `reused`."""
-    reused = result.reused + result.shared
-    return {"pending": 0, "running": 0, "finished": result.n_finished - reused, "failed": result.n_failed,
-            "reused": reused}
-
-
-def final_state(result, cancelled: bool) -> tuple[str, str | None]:
-    """(status, error) of a finished sweep: succeeded only when every planned trial has a finished run
-    (trained now or reused), so a sweep that lost trials never passes for a complete one."""
-    failed, ran = result.n_failed, result.planned - result.reused
-    if result.cancelled or cancelled:
-        return "cancelled", None
-    if result.n_finished >= result.planned:
-        return "succeeded", None
-    if failed and failed >= ran:
-        return "failed", f"all {failed} trials failed (see MLflow)"
-    missing = result.planned - result.n_finished - failed
-    parts = [f"{failed} failed"] if failed else []
-    parts += [f"{missing} have no finished run"] if missing else []
-    return "failed", (f"only {result.n_finished} of {result.planned} trials finished ({', '.join(parts)}; "
-                      f"see MLflow); submit again with ?rerun=true to run the rest")
-
-
-def live_counts(counts: dict[str, Any]) -> dict[str, Any]:
-    """The sweep's ETA (from epoch times, before any trial ends) and its running trials' rows, carried
-    with the counts to the state database (service.views shows them as `eta_s` and `running_trials`)."""
-    out: dict[str, Any] = {"running_trials": list(counts["trials"])} if "trials" in counts else {}
-    if counts.get("eta_s") is not None:
-        out["eta_s"] = round(float(counts["eta_s"]), 1)
-    return out
-
-
-class ExperimentDriver:
-    """The Ray actor body. Runs the sweep in a thread so poll/cancel answer while it trains."""
-
-    def __init__(self, name: str, spec: dict[str, Any], tracking_uri: str, trial_keys: list[str]):
-        import ray
-
-        self.name, self.spec, self.tracking_uri, self.keys = name, spec, tracking_uri, trial_keys
-        _DRIVERS[name] = self
-        self.stop = threading.Event()
-        self.state = DriverState("queued", node=ray.util.get_node_ip_address())
-        threading.Thread(target=self._run, daemon=True, name="embinit-sweep").start()
-
-    def _run(self) -> None:
-        from embinit.spec import load_spec
-        from embinit.sweep import run_sweep
-
-        self.state.started_at = time.time()  # still `queued` until a trial starts (resources permitting)
-        # Ray wraps a worker's stderr in an object cloudpickle cannot pickle, and Tune pickles callbacks
-        # that keep a reference to sys.stderr (the sweep's progress printer): use the plain stream.
-        sys.stderr = getattr(sys.stderr, "stream", sys.stderr)
-        try:
-            result = run_sweep(load_spec(self.spec), tracking_uri=self.tracking_uri,
-                               progress=functools.partial(_on_progress, self.name),
-                               stop=functools.partial(_should_stop, self.name),
-                               extra_callbacks=functools.partial(node_tagger, self.tracking_uri))
-            self.state.counts = final_counts(result)
-            self.state.status, self.state.error = final_state(result, self.stop.is_set())
-        except BaseException as e:  # any failure must end as a recorded state
-            log.exception("experiment driver failed")
-            self.state.status = "cancelled" if self.stop.is_set() else "failed"
-            self.state.error = f"{type(e).__name__}: {e}".splitlines()[0][:2000]
-        finally:
-            self.state.finished_at = time.time()
-
-    def progress(self, counts: dict[str, Any]) -> None:
-        """The sweep's progress sink (called on every trial start/end): counts in the API's terms."""
-        if self.state.status == "queued" and (counts["running"] or counts["done"] > counts["reused"]
-                                              or counts["failed"]):
-            self.state.status = "running"
-        self.state.counts = {"pending": counts["pending"], "running": counts["running"],
-                             "finished": counts["done"] - counts["reused"], "failed": counts["failed"],
-                             "reused": counts["reused"], **live_counts(counts)}
-
-    def poll(self) -> dict[str, Any]:
-        return self.state.to_dict()
-
-    def cancel(self) -> None:
-        self.stop.set()
 
 
 class RayOwner:

@@ -17,7 +17,7 @@ import yaml
 from fastapi import HTTPException
 
 from embinit.bounds import BOUNDS, over_setting
-from embinit.spec import PRETRAINED_KEYS, ExperimentSpec, SpecError, load_spec, yaml_error
+from embinit.spec import PRETRAINED_KEYS, ExperimentSpec, PlannedTrial, SpecError, load_spec, yaml_error
 from service.hub import check_hub_ids
 from service.paths import confine_paths, format_loc
 from service.settings import Settings
@@ -26,9 +26,12 @@ YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yam
 JSON_TYPES = ("application/json",)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Submission:
+    """A submitted spec, validated once and expanded once; what the rest of the submission reads."""
+
     spec: ExperimentSpec
+    plan: tuple[PlannedTrial, ...]   # spec.plan(), in order (an Optuna search: one per scientific point x seed)
     data: dict[str, Any]       # the confined canonical spec, as stored and sent to the driver
     spec_hash: str
     trial_keys: list[str]
@@ -118,13 +121,39 @@ def _env_refs(data: Any, loc: str = "") -> list[tuple[str, str]]:
     return []
 
 
-def _validate(data: dict[str, Any], limit: int = MAX_PROBLEMS) -> ExperimentSpec:
+def _validate(data: dict[str, Any], settings: Settings) -> ExperimentSpec:
+    """The submission's one validation, of its data with the paths already confined (a confined path can
+    make two trials the same). Problems with the paths themselves are found on the validated spec's data
+    (`_confined`), so they name the fields as the spec model has them."""
     try:
-        return load_spec(data)
+        rewritten, _ = confine_paths(data, settings.data_roots, settings.pretrained_roots)
+    except OSError:  # a value no filesystem takes (a name too long): validated as written, as before
+        rewritten = data
+    try:
+        return load_spec(rewritten)
     except SpecError as e:
-        raise _unprocessable(e.problems, limit) from None
+        raise _unprocessable(e.problems, settings.max_problems) from None
     except RecursionError:
         raise _unprocessable([("", "the spec is nested too deeply")]) from None
+
+
+def _confined(spec: ExperimentSpec, settings: Settings, tracking_uri: str) -> tuple[ExperimentSpec, dict[str, Any]]:
+    """(the spec without a tracking URI, its canonical data), or HTTPException(422): a path outside the
+    roots, or another MLflow store than the service's."""
+    problems: list[tuple[str, str]] = []
+    if spec.mlflow.tracking_uri not in (None, tracking_uri, settings.tracking_uri):
+        problems.append(("mlflow.tracking_uri", f"{spec.mlflow.tracking_uri!r}: this service logs every "
+                         f"experiment to its own store {settings.tracking_uri!r}; leave it out"))
+    spec = spec.model_copy(update={"mlflow": spec.mlflow.model_copy(update={"tracking_uri": None})})
+    canonical = spec.canonical()
+    confined, path_problems = confine_paths(canonical, settings.data_roots, settings.pretrained_roots)
+    problems += [tuple(p.split(": ", 1)) for p in path_problems]
+    if problems:
+        raise _unprocessable(problems, settings.max_problems)
+    if confined != canonical:  # confining is idempotent, so only a file that appeared meanwhile gets here
+        spec = _validate(confined, settings)
+        return spec, spec.canonical()
+    return spec, canonical
 
 
 def _too_many(n: int, settings: Settings) -> HTTPException:
@@ -132,7 +161,7 @@ def _too_many(n: int, settings: Settings) -> HTTPException:
                                 f"{settings.max_trials_per_experiment} per experiment")])
 
 
-def bound_problems(spec: ExperimentSpec, plan: list, settings: Settings) -> list[tuple[str, str]]:
+def bound_problems(spec: ExperimentSpec, plan: tuple | list, settings: Settings) -> list[tuple[str, str]]:
     """Values beyond the service's bounds (the settings named in embinit.bounds.BOUNDS), once per field
     and value, wherever they were set (defaults, a task, an axis, a search grid or an Optuna range)."""
     problems: dict[tuple[str, str], None] = {}
@@ -167,41 +196,30 @@ def resource_problems(spec: ExperimentSpec, nodes: list[dict[str, float]] | None
 
 
 def prepare(data: dict[str, Any], settings: Settings, tracking_uri: str) -> Submission:
-    """Validate and confine a submitted spec; raises HTTPException(422) listing every problem."""
+    """Validate and confine a submitted spec, and expand it; raises HTTPException(422) listing every
+    problem."""
     refs = _env_refs(data) + hostile_values(data, settings.max_list_items)
     if refs:
         raise _unprocessable(refs, settings.max_problems)
     seeds = data.get("seeds")
     if isinstance(seeds, int) and not isinstance(seeds, bool) and seeds > settings.max_trials_per_experiment:
         raise _too_many(seeds, settings)  # checked first: the spec would build a list this long
-    spec = _validate(data, settings.max_problems)
-    problems: list[tuple[str, str]] = []
-    if spec.mlflow.tracking_uri not in (None, tracking_uri, settings.tracking_uri):
-        problems.append(("mlflow.tracking_uri", f"{spec.mlflow.tracking_uri!r}: this service logs every "
-                         f"experiment to its own store {settings.tracking_uri!r}; leave it out"))
-    canonical = spec.canonical()
-    canonical["mlflow"]["tracking_uri"] = None
-    confined, path_problems = confine_paths(canonical, settings.data_roots, settings.pretrained_roots)
-    problems += [tuple(p.split(": ", 1)) for p in path_problems]
-    if problems:
-        raise _unprocessable(problems, settings.max_problems)
-    spec = _validate(confined, settings.max_problems)
-    n_trials = spec.num_trials()
+    spec, canonical = _confined(_validate(data, settings), settings, tracking_uri)
+    n_trials = spec.num_trials()  # counted before the grid is built: it could be astronomically big
     if n_trials > settings.max_trials_per_experiment:
         raise _too_many(n_trials, settings)
     try:
-        plan = spec.plan()
+        plan = tuple(spec.plan())
     except SpecError as e:
         raise _unprocessable(e.problems, settings.max_problems) from None
     bounds = bound_problems(spec, plan, settings)
     if bounds:
         raise _unprocessable(bounds, settings.max_problems)
-    hub_problems, notices = check_hub_ids(spec, settings.pretrained_roots, _locator(confined))
+    hub_problems, notices = check_hub_ids(plan, settings.pretrained_roots, _locator(canonical))
     if hub_problems:
         raise _unprocessable(hub_problems, settings.max_problems)
-    keys = [p.key for p in plan]
-    return Submission(spec=spec, data=spec.canonical(), spec_hash=spec.spec_hash(), trial_keys=keys,
-                      n_trials=n_trials, notices=notices)
+    return Submission(spec=spec, plan=plan, data=canonical, spec_hash=spec.spec_hash(),
+                      trial_keys=[p.key for p in plan], n_trials=n_trials, notices=notices)
 
 
 def _locator(data: dict[str, Any]):

@@ -21,7 +21,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.db import ACTIVE, TERMINAL, Experiment, utcnow
-from service.runner import DriverState, Runner
+from service.driver import DriverState
+from service.runner import Runner
 from service.settings import Settings
 from service.store_guard import StoreUnavailable
 

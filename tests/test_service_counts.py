@@ -14,7 +14,7 @@ from embinit.records import TrialRecord
 from embinit.spec import load_spec
 from embinit.sweep.progress import Progress
 from service.db import Experiment, utcnow
-from service.runner import final_counts
+from service.driver import final_counts
 from service.store import ResultStore
 
 

@@ -12,7 +12,7 @@ import pytest
 
 import embinit.sweep
 from embinit.sweep import SweepResult
-from service.runner import _DRIVERS, ExperimentDriver, _should_stop
+from service.driver import _DRIVERS, ExperimentDriver, _should_stop
 
 SPEC = {"name": "drv", "tasks": ["synthetic_lm"], "inits": ["xavier"], "seeds": 4}
 

@@ -16,7 +16,7 @@ from live_server import serving
 from embinit.cli import main
 from service.fakes import FakeCluster, FakeRunner, FakeStore
 from service.main import create_app
-from service.runner import DriverState, ExperimentDriver
+from service.driver import DriverState, ExperimentDriver
 from service.settings import Settings
 from service.state import settle_counts
 

@@ -14,17 +14,16 @@ import math
 import time
 from collections import defaultdict
 from dataclasses import replace
-from pathlib import Path
-from typing import Callable
 
 from ray import tune
 
 from embinit import run_readers
-from embinit.spec import ExperimentSpec, Range
+from embinit.spec import ExperimentSpec, PlannedTrial, Range
 from embinit.sweep.interrupt import stop_on_interrupt
+from embinit.sweep.job import TuneJob
 from embinit.sweep.ray_runtime import RayRuntime
 from embinit.sweep.tune_run import StopAll, make_trainable, progress_callback, quiet_tune_logs, run_config
-from embinit.sweep.work import SweepContext, Unit, WorkItem, work_item
+from embinit.sweep.work import Unit, WorkItem, work_item
 
 
 def domain(value: list | Range):
@@ -36,9 +35,9 @@ def domain(value: list | Range):
     return tune.loguniform(value.low, value.high) if value.log else tune.uniform(value.low, value.high)
 
 
-def _groups(spec: ExperimentSpec) -> dict[tuple, list[WorkItem]]:
+def _groups(spec: ExperimentSpec, plan: tuple[PlannedTrial, ...]) -> dict[tuple, list[WorkItem]]:
     groups: dict[tuple, list[WorkItem]] = defaultdict(list)
-    for p in spec.plan():
+    for p in plan:
         groups[(p.task, p.label, json.dumps(p.axes, sort_keys=True))].append(work_item(spec, p))
     return groups
 
@@ -64,29 +63,29 @@ def _evaluated(spec: ExperimentSpec, uri: str, exp_id: str, items: list[WorkItem
     return points, rewards
 
 
-def run_optuna(spec: ExperimentSpec, shared: SweepContext, storage: Path | str, progress,
-               should_stop: Callable[[], bool], extra_callbacks, address: str | None) -> bool:
+def run_optuna(job: TuneJob) -> bool:
     """Run the search for each scientific point in turn; True when cancelled. Ray is started (or the
-    cluster at `address` joined) only when some point still has budget left."""
-    work = []
-    for (task, label, _axes), items in _groups(spec).items():
+    cluster at `job.address` joined) only when some point still has budget left."""
+    spec, shared, work = job.spec, job.shared, []
+    for (task, label, _axes), items in _groups(spec, job.plan).items():
         points, rewards = _evaluated(spec, shared.tracking_uri, shared.experiment_id, items)
         if spec.search.num_samples > len(points):
             work.append((task, label, items, points, rewards))
     if not work:
         return False
-    with RayRuntime(address), stop_on_interrupt() as interrupted:  # Ctrl-C: stop, then KeyboardInterrupt
-        stop = lambda: interrupted() or bool(should_stop and should_stop())  # noqa: E731
-        return _search(spec, shared, storage, progress, stop, extra_callbacks, work)
+    with RayRuntime(job.address), stop_on_interrupt() as interrupted:  # Ctrl-C: stop, then KeyboardInterrupt
+        stop = lambda: interrupted() or bool(job.should_stop())  # noqa: E731
+        return _search(replace(job, should_stop=stop), work)
 
 
-def _search(spec, shared, storage, progress, should_stop, extra_callbacks, work) -> bool:
+def _search(job: TuneJob, work: list[tuple]) -> bool:
     import optuna
     from ray.tune.search.optuna import OptunaSearch
     quiet_tune_logs()
-    shared = replace(shared, search_keys=tuple(spec.search.space))
+    spec = job.spec
+    shared = replace(job.shared, search_keys=tuple(spec.search.space))
     space = {k: domain(v) for k, v in spec.search.space.items()}
-    stopper = StopAll(should_stop)
+    stopper = StopAll(job.should_stop)
     for task, label, items, points, rewards in work:
         budget = spec.search.num_samples - len(points)
         mode = items[0].selection[1]
@@ -96,12 +95,12 @@ def _search(spec, shared, storage, progress, should_stop, extra_callbacks, work)
                                 evaluated_rewards=[r for _, r in known] or None)
         units = [Unit(tuple(items))]
         tuner = tune.Tuner(
-            make_trainable(spec, units, shared, extra_callbacks),
+            make_trainable(spec, units, shared, job.extra_callbacks),
             param_space={"unit": 0, **space},
             tune_config=tune.TuneConfig(search_alg=searcher, num_samples=budget, reuse_actors=True,
                                         max_concurrent_trials=spec.max_concurrent),
             run_config=run_config(spec, f"{spec.name}-{task}-{label}-{time.strftime('%Y%m%d-%H%M%S')}",
-                                  storage, progress_callback(progress, budget * len(items), 0, len(items)),
+                                  job.storage, progress_callback(job.progress, budget * len(items), 0, len(items)),
                                   stopper))
         tuner.fit()
         if stopper.fired:

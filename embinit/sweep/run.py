@@ -20,6 +20,7 @@ from embinit.storage import Store
 from embinit.storage import configured as configured_store
 from embinit.sweep.analyses import shared_settings
 from embinit.sweep.fused import group_units
+from embinit.sweep.job import TuneJob
 from embinit.sweep.ray_runtime import RayRuntime
 from embinit.sweep.work import SweepContext, Unit, units_to_run
 from embinit.trusted import check_writable
@@ -100,23 +101,23 @@ def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = 
     name = spec.experiment_name()
     exp_id = mlflow_store.ensure_experiment(name, uri)
     run_writers.describe_experiment(exp_id, uri, spec.description)
-    planned = spec.plan()
+    planned = tuple(spec.plan())   # the one expansion of this sweep
     finished = set(run_readers.finished_keys(exp_id, uri))
-    units, reused = units_to_run(spec, finished)
+    units, reused = units_to_run(spec, finished, planned)
     if spec.execution.fuse == "auto":
         units = group_units(units, spec.execution.max_group)
     linked = _earlier_sweep(spec, units, exp_id, uri)
     if linked is not None:  # nothing to train: no new, empty sweep run
         return _finish(spec, uri, exp_id, linked, planned, reused, False, t0, progress, linked=True)
     parent = run_writers.start_parent_run(exp_id, uri, spec.spec_hash(), spec.to_yaml(), spec.num_trials(),
-                                       run_name=spec.name)
+                                          run_name=spec.name)
     provenance.record(parent, uri)   # the command, machine, version and commit, for the documents
     shared = SweepContext(uri, exp_id, parent, log_checkpoint=spec.mlflow.log_checkpoint,
                           log_plots=spec.mlflow.log_plots, cache_dir=spec.cache_dir,
                           analyses=shared_settings(spec), storage=store)
+    job = TuneJob(spec, planned, shared, storage, progress, _stop_fn(stop), extra_callbacks, address, reused)
     try:
-        cancelled = _execute(spec, units, shared, storage, progress, _stop_fn(stop), extra_callbacks, address,
-                             total=len(planned), reused=reused)
+        cancelled = _execute(job, units)
     except KeyboardInterrupt:  # Ctrl-C: not a failure; a rerun of the spec resumes
         run_writers.close_orphans(exp_id, uri, parent, INTERRUPTED, status="KILLED", tag="interrupted")
         run_writers.end_parent_run(parent, uri, "KILLED", None, {})
@@ -148,23 +149,21 @@ def _earlier_sweep(spec: ExperimentSpec, units: list[Unit], exp_id: str, uri: st
     return run_readers.finished_sweep(exp_id, uri, spec.spec_hash())
 
 
-def _execute(spec: ExperimentSpec, units: list[Unit], shared: SweepContext, storage: Path | str, progress,
-             should_stop: Callable[[], bool], extra_callbacks, address: str | None, total: int,
-             reused: int) -> bool:
-    """Train the units (an Optuna search: its points); True when cancelled through `should_stop`."""
+def _execute(job: TuneJob, units: list[Unit]) -> bool:
+    """Train the units (an Optuna search: its points); True when cancelled through `job.should_stop`."""
+    spec = job.spec
     if spec.search is not None and spec.search.method == "optuna":
         from embinit.sweep.optuna_search import run_optuna  # imports ray
-        return run_optuna(spec, shared, storage, progress, should_stop, extra_callbacks, address)
+        return run_optuna(job)
     if not units:
         return False
     from embinit.sweep.gpu_share import check_on_ray
     from embinit.sweep.warmup import prepare_on_ray
     from embinit.sweep.tune_run import run_tune  # imports ray
-    with RayRuntime(address):
+    with RayRuntime(job.address):
         check_on_ray(spec.resources.gpus)       # several trials per GPU without MPS: say so once
         prepare_on_ray(units, spec.cache_dir)   # tokenize / align once, before the fan-out
-        return run_tune(spec, units, shared, storage, progress, should_stop, extra_callbacks, total=total,
-                        reused=reused)
+        return run_tune(job, units)
 
 
 def _finish(spec, uri, exp_id, parent, planned, reused, cancelled, t0, progress, linked=False) -> SweepResult:
@@ -174,8 +173,9 @@ def _finish(spec, uri, exp_id, parent, planned, reused, cancelled, t0, progress,
     search = spec.search is not None and spec.search.method == "optuna"
     chosen = records.by_key(run_readers.experiment_records(spec.experiment_name(), uri), None if search else keys)
     rows = [run_readers.trial_row(r) for r in chosen.values()]
+    # The plan says what never finished; an Optuna search has none to compare with (drawn at run time).
     report = build_report(spec.experiment_name(), uri, keys=None if search else keys,
-                          planned=None if search else planned_trials(planned))  # says what never finished
+                          planned=[] if search else planned_trials(planned))
     shared = max(0, len(records.trained_elsewhere(chosen, {parent})) - reused)
     result = SweepResult(spec.experiment_name(), exp_id, parent, uri, len(planned) if not search else
                          spec.num_trials(), reused, rows, cancelled, time.monotonic() - t0, report,

@@ -10,9 +10,10 @@ from typing import Callable
 from ray import tune
 
 from embinit.sweep.interrupt import stop_on_interrupt
+from embinit.sweep.job import TuneJob
 from embinit.sweep.progress import Progress
 from embinit.sweep.trainable import train_unit
-from embinit.sweep.work import SweepContext, Unit
+from embinit.sweep.work import Unit
 
 
 class StopAll(tune.Stopper):
@@ -81,20 +82,19 @@ def selection_label(units: list[Unit]) -> str | None:
     return metrics.pop() if len(metrics) == 1 else "(selection metric)"
 
 
-def run_tune(spec, units: list[Unit], shared: SweepContext, storage: Path | str, progress,
-             should_stop: Callable[[], bool], extra_callbacks, total: int, reused: int) -> bool:
-    """Run the units; returns True when the sweep was cancelled through `should_stop`."""
+def run_tune(job: TuneJob, units: list[Unit]) -> bool:
+    """Run the units; returns True when the sweep was cancelled through `job.should_stop`."""
     quiet_tune_logs()
     names = trial_name(units)
-    unique = unique_name(spec)
-    callbacks = progress_callback(progress, total, reused, metric=selection_label(units))
+    unique = unique_name(job.spec)
+    callbacks = progress_callback(job.progress, job.total, job.reused, metric=selection_label(units))
     with stop_on_interrupt() as interrupted:  # Ctrl-C stops the trials, then raises KeyboardInterrupt
-        stopper = StopAll(lambda: interrupted() or bool(should_stop and should_stop()))
+        stopper = StopAll(lambda: interrupted() or bool(job.should_stop()))
         tuner = tune.Tuner(
-            make_trainable(spec, units, shared, extra_callbacks, unique),
+            make_trainable(job.spec, units, job.shared, job.extra_callbacks, unique),
             param_space={"unit": tune.grid_search(list(range(len(units))))},
-            tune_config=tune.TuneConfig(max_concurrent_trials=spec.max_concurrent, reuse_actors=True,
+            tune_config=tune.TuneConfig(max_concurrent_trials=job.spec.max_concurrent, reuse_actors=True,
                                         trial_name_creator=names, trial_dirname_creator=names),
-            run_config=run_config(spec, unique, storage, callbacks, stopper))
+            run_config=run_config(job.spec, unique, job.storage, callbacks, stopper))
         tuner.fit()
     return stopper.fired

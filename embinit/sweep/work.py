@@ -66,10 +66,11 @@ def work_item(spec, p) -> WorkItem:
     return WorkItem(p.config, p.label, p.axes, p.point, (metric, mode), p.key)
 
 
-def units_to_run(spec, finished: set[str]) -> tuple[list[Unit], int]:
-    """Units of work for Tune (grid: one trial each) and how many planned trials were reused."""
+def units_to_run(spec, finished: set[str], planned=None) -> tuple[list[Unit], int]:
+    """Units of work for Tune (grid: one trial each) and how many planned trials were reused;
+    `planned`: the spec's plan when the caller has it (else expanded here)."""
     units, reused = [], 0
-    for p in spec.plan():
+    for p in spec.plan() if planned is None else planned:
         if p.key in finished:
             reused += 1
             continue

@@ -1,0 +1,58 @@
+"""A sweep expands its spec once, and a service driver (its own process) validates the spec it is sent
+once: the API's validation and expansion are tests/test_service_submit_once.py's."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from contextlib import nullcontext
+
+import pytest
+
+import embinit.sweep.run as sweep_run
+from embinit.spec import experiment, planning
+
+SPEC = {"name": "once", "tasks": ["synthetic_classification"], "inits": ["xavier", "normal"], "seeds": 2}
+
+
+@pytest.fixture
+def counted(monkeypatch) -> Counter:
+    calls: Counter = Counter()
+
+    def counting(name, fn):
+        def wrapper(*args, **kwargs):
+            calls[name] += 1
+            return fn(*args, **kwargs)
+        return wrapper
+    monkeypatch.setattr(experiment, "cross_check", counting("validate", experiment.cross_check))
+    monkeypatch.setattr(planning, "plan", counting("plan", planning.plan))
+    return calls
+
+
+@pytest.mark.slow   # an MLflow store; the training replaced (no Ray)
+def test_a_driver_validates_once_and_its_sweep_expands_once(tmp_path, monkeypatch, counted):
+    from service.driver import ExperimentDriver
+    ran = []
+    monkeypatch.setattr(sweep_run, "_execute", lambda *a, **k: ran.append(a) or False)
+    driver = ExperimentDriver("embinit-exp-once", SPEC, f"sqlite:///{tmp_path}/m.db", ["k"] * 4)
+    for _ in range(3000):
+        if driver.state.finished_at:
+            break
+        time.sleep(0.01)
+    assert driver.state.finished_at and len(ran[0][1]) == 4  # nothing trained: "only 0 of 4 finished"
+    assert counted == {"validate": 1, "plan": 1}, counted
+
+
+@pytest.mark.slow
+def test_an_optuna_sweep_expands_once(tmp_path, monkeypatch, counted):
+    from embinit.spec import load_spec
+    from embinit.sweep import optuna_search
+    spec = load_spec({**SPEC, "search": {"method": "optuna", "num_samples": 2, "space": {"lr": {
+        "low": 1e-4, "high": 1e-2, "log": True}}}})
+    searched = []
+    monkeypatch.setattr(optuna_search, "RayRuntime", lambda address: nullcontext())
+    monkeypatch.setattr(optuna_search, "_search", lambda *a: searched.append(a[-1]) or False)
+    counted.clear()
+    sweep_run.run_sweep(spec, tracking_uri=f"sqlite:///{tmp_path}/m.db", progress=False)
+    assert [len(items) for _task, _label, items, _p, _r in searched[0]] == [2, 2]
+    assert counted == {"plan": 1}, counted
