@@ -7,10 +7,10 @@ from collections import Counter
 
 import pytest
 
-from embinit.spec import experiment, planning
 from service.fakes import FakeCluster
 
 from helpers.service import rooted_clients
+from helpers.spec_calls import count_spec_work
 
 SPEC = {"name": "once", "tasks": ["synthetic_translation"], "inits": ["xavier", {"tgt": "glove", "pretrained":
         "vec.txt"}], "seeds": 2, "axes": {"lr": [0.001, 0.002]}}
@@ -18,19 +18,7 @@ SPEC = {"name": "once", "tasks": ["synthetic_translation"], "inits": ["xavier", 
 
 @pytest.fixture
 def counted(monkeypatch) -> Counter:
-    """Calls of the spec's cross-field checks (one per validation that got that far), of its expansion
-    and of its trial count."""
-    calls: Counter = Counter()
-
-    def counting(name, fn):
-        def wrapper(*args, **kwargs):
-            calls[name] += 1
-            return fn(*args, **kwargs)
-        return wrapper
-    monkeypatch.setattr(experiment, "cross_check", counting("validate", experiment.cross_check))
-    monkeypatch.setattr(planning, "plan", counting("plan", planning.plan))
-    monkeypatch.setattr(planning, "planned_count", counting("count", planning.planned_count))
-    return calls
+    return count_spec_work(monkeypatch, with_count=True)
 
 
 def test_a_submission_validates_and_expands_once(tmp_path, counted):

@@ -10,23 +10,15 @@ from contextlib import nullcontext
 import pytest
 
 import embinit.sweep.run as sweep_run
-from embinit.spec import experiment, planning
+
+from helpers.spec_calls import count_spec_work
 
 SPEC = {"name": "once", "tasks": ["synthetic_classification"], "inits": ["xavier", "normal"], "seeds": 2}
 
 
 @pytest.fixture
 def counted(monkeypatch) -> Counter:
-    calls: Counter = Counter()
-
-    def counting(name, fn):
-        def wrapper(*args, **kwargs):
-            calls[name] += 1
-            return fn(*args, **kwargs)
-        return wrapper
-    monkeypatch.setattr(experiment, "cross_check", counting("validate", experiment.cross_check))
-    monkeypatch.setattr(planning, "plan", counting("plan", planning.plan))
-    return calls
+    return count_spec_work(monkeypatch)
 
 
 @pytest.mark.slow   # an MLflow store; the training replaced (no Ray)

@@ -203,15 +203,22 @@ def test_outside_the_trusted_roots_nothing_is_kept(tmp_path, no_tune, monkeypatc
 def test_two_specs_sharing_a_key_train_it_once(tmp_path, no_tune):
     """Two different specs in one MLflow experiment, at the same time: the shared key (xavier, seed 0)
     is claimed by one; the other waits, then reuses its finished run."""
+    two_specs_share_a_key(tmp_path, sweep)
+
+
+def two_specs_share_a_key(tmp_path, run, a_over: dict | None = None, b_over: dict | None = None) -> None:
+    """Sweeps two specs sharing one key at once with `run` (a `sweep`); the key must be trained once.
+    `a_over`/`b_over`: more spec fields (another node's `cache_dir`, in test_sweep_storage)."""
     shared_exp = {"experiment": "shared-keys", "tracking_uri": f"sqlite:///{tmp_path}/m.db", "log_plots": False}
-    a = setup(tmp_path, "spec-a", mlflow=shared_exp, tasks=[{**TINY, "epochs": 2}])
-    b = setup(tmp_path, "spec-b", mlflow=shared_exp, tasks=[{**TINY, "epochs": 2}], inits=["normal", "xavier"])
+    a = setup(tmp_path, "spec-a", mlflow=shared_exp, tasks=[{**TINY, "epochs": 2}], **(a_over or {}))
+    b = setup(tmp_path, "spec-b", mlflow=shared_exp, tasks=[{**TINY, "epochs": 2}], inits=["normal", "xavier"],
+              **(b_over or {}))
     common = {p.key for p in a.plan()} & {p.key for p in b.plan()}
     assert len(common) == 1
     mlflow_store.ensure_experiment("shared-keys", mlflow_store.resolve_uri(shared_exp["tracking_uri"]))
     log: list = []
     results: dict[str, str] = {}
-    threads = [threading.Thread(target=lambda s=s: results.update({s.name: sweep(s, units_of(s), [Record(log)])[1]}))
+    threads = [threading.Thread(target=lambda s=s: results.update({s.name: run(s, units_of(s), [Record(log)])[1]}))
                for s in (a, b)]
     for t in threads:
         t.start()

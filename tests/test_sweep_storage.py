@@ -24,7 +24,8 @@ from embinit.sweep.trainable import train_unit
 from embinit.sweep.work import SweepContext
 from embinit.trusted import TRUSTED_ROOTS_ENV
 from helpers.s3 import objects, s3_server, use_store
-from test_sweep_resume import TINY, Killed, KillAfter, Record, assert_resumed_in_one_run, setup, units_of
+from test_sweep_resume import (TINY, Killed, KillAfter, Record, assert_resumed_in_one_run, setup,
+                               two_specs_share_a_key, units_of)
 from test_sweep_resume import no_tune  # noqa: F401 (the fixture: Tune's session calls stood in for)
 
 pytestmark = pytest.mark.slow  # tiny trainings, MLflow SQLite stores, an S3 server in a thread
@@ -88,31 +89,7 @@ def test_a_trial_lost_with_its_node_resumes_on_another_from_the_store(tmp_path, 
 
 @pytest.mark.usefixtures("no_tune")
 def test_two_sweeps_on_two_nodes_sharing_a_key_train_it_once(tmp_path, store_uri):
-    shared_exp = {"experiment": "shared-keys", "tracking_uri": f"sqlite:///{tmp_path}/m.db", "log_plots": False}
-    a = setup(tmp_path, "spec-a", mlflow=shared_exp, tasks=[{**TINY, "epochs": 2}], cache_dir=str(tmp_path / "a"))
-    b = setup(tmp_path, "spec-b", mlflow=shared_exp, tasks=[{**TINY, "epochs": 2}], inits=["normal", "xavier"],
-              cache_dir=str(tmp_path / "b"))
-    common = {p.key for p in a.plan()} & {p.key for p in b.plan()}
-    assert len(common) == 1
-    mlflow_store.ensure_experiment("shared-keys", mlflow_store.resolve_uri(shared_exp["tracking_uri"]))
-    log: list = []
-    results: dict[str, str] = {}
-    threads = [threading.Thread(target=lambda s=s: results.update({s.name: sweep(s, units_of(s), [Record(log)])[1]}))
-               for s in (a, b)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=300)
-    assert results == {"spec-a": "done", "spec-b": "done"}
-    uri = mlflow_store.resolve_uri(shared_exp["tracking_uri"])
-    runs = [r for r in mlflow_store.search_runs(mlflow_store.experiment_id("shared-keys", uri), uri)
-            if records.KEY_TAG in r.data.tags]
-    by_key: dict[str, list] = {}
-    for r in runs:
-        by_key.setdefault(r.data.tags[records.KEY_TAG], []).append(r.info.status)
-    assert by_key[next(iter(common))] == ["FINISHED"]             # trained once, by one of the two
-    assert len(by_key) == 2 and all(v == ["FINISHED"] for v in by_key.values())
-    assert [e[1] for e in log if e[0] == "start"].count("xavier") == 1
+    two_specs_share_a_key(tmp_path, sweep, {"cache_dir": str(tmp_path / "a")}, {"cache_dir": str(tmp_path / "b")})
     assert objects(store_uri) == []
 
 
