@@ -50,6 +50,15 @@ def _check(value: str, roots: list[Path], kind: str, allow_hub_id: bool | str | 
     """(rewritten value, None) or (None, problem). `allow_hub_id`: False for data paths (which may not
     exist yet), else what a value naming no file may be instead (`NOT_A_FILE`; True: a hub id)."""
     shown = ", ".join(str(r) for r in roots) or "(none configured)"
+    try:
+        return _confine(value, roots, kind, allow_hub_id, shown)
+    except OSError as e:   # a name no filesystem takes (too long, a component too long): the user's value
+        short = value if len(value) <= 60 else f"{value[:40]}...({len(value)} characters)"
+        return None, f"{short!r} is not a usable {kind} path ({e.strerror or e})"
+
+
+def _confine(value: str, roots: list[Path], kind: str, allow_hub_id: bool | str | None,
+             shown: str) -> tuple[str | None, str | None]:
     if "\x00" in value or "://" in value or value.startswith("~") or value.startswith("file:"):
         return None, f"{value!r} is not a plain path; {kind} paths must lie inside {shown}"
     parts = PurePosixPath(value.replace("\\", "/")).parts

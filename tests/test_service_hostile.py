@@ -127,6 +127,17 @@ def test_nul_characters_are_refused(client, spec, loc):
     assert nothing_stored(client)
 
 
+@pytest.mark.parametrize("spec, loc", [
+    ({**SPEC, "inits": [{"tgt": "glove", "pretrained": "a" * 5000}]}, "inits[0].pretrained"),
+    ({**SPEC, "defaults": {"init_from": "c" * 300 + ".pt"}}, "defaults.init_from"),
+])
+def test_a_path_no_filesystem_takes_is_a_422_naming_it(client, spec, loc):
+    """Too long for the filesystem (ENAMETOOLONG): was an unhandled OSError (500) in the confinement."""
+    msg = problems(client.post("/experiments", json=spec))[loc]
+    assert "is not a usable" in msg and "too long" in msg.lower()
+    assert nothing_stored(client)
+
+
 def test_another_teams_mlflow_experiment_is_refused(client, cluster):
     cluster.mlflow_experiments.add("team-b-study")   # made outside this service
     r = client.post("/experiments", json={**SPEC, "mlflow": {"experiment": "team-b-study"}})
