@@ -173,6 +173,8 @@ def _execution_problems(spec: ExperimentSpec) -> list[tuple[str, str]]:
     if spec.execution.fuse == "off":
         return []
     out = []
+    if spec.execution.trainer == "noop":
+        out.append(("execution.fuse", "the noop trainer runs one trial per Ray trial: use fuse: off"))
     if spec.search is not None and spec.search.method == "optuna":
         out.append(("execution.fuse", "fuse: auto groups the trials of a grid; an optuna search draws its "
                                       "points one at a time: use fuse: off"))

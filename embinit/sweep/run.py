@@ -111,7 +111,7 @@ def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = 
     provenance.record(parent, uri)   # the command, machine, version and commit, for the documents
     shared = SweepContext(uri, exp_id, parent, log_checkpoint=spec.mlflow.log_checkpoint,
                           log_plots=spec.mlflow.log_plots, cache_dir=spec.cache_dir,
-                          analyses=shared_settings(spec))
+                          analyses=shared_settings(spec), trainer=spec.execution.trainer)
     try:
         cancelled = _execute(spec, units, shared, storage, progress, _stop_fn(stop), extra_callbacks, address,
                              total=len(planned), reused=reused)
@@ -147,7 +147,8 @@ def _execute(spec: ExperimentSpec, units: list[Unit], shared: SweepContext, stor
     from embinit.sweep.tune_run import run_tune  # imports ray
     with RayRuntime(address):
         check_on_ray(spec.resources.gpus)       # several trials per GPU without MPS: say so once
-        prepare_on_ray(units, spec.cache_dir)   # tokenize / align once, before the fan-out
+        if spec.execution.trainer != "noop":    # the noop trainer reads no data
+            prepare_on_ray(units, spec.cache_dir)   # tokenize / align once, before the fan-out
         return run_tune(spec, units, shared, storage, progress, should_stop, extra_callbacks, total=total,
                         reused=reused)
 

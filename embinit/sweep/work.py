@@ -55,6 +55,7 @@ class SweepContext:
     cache_dir: str | None = None
     search_keys: tuple[str, ...] = ()                 # Optuna: the searched hyperparameters
     analyses: dict[str, Any] | None = field(default=None)   # embinit.sweep.analyses.shared_settings
+    trainer: str = "torch"                            # spec.execution.trainer (noop: embinit.sweep.noop)
 
 
 def work_item(spec, p) -> WorkItem:
