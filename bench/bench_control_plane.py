@@ -9,7 +9,8 @@ so all of it is scheduling, claims, dedup and MLflow writes), trials recorded pe
 (runs, metrics, params, tags) and write transactions (PostgreSQL) per second, the p50/p99 of the API's
 reads (status, /trials, /results) polled from a thread during the sweep, the driver actor's peak RSS,
 and at the end the time of `GET .../results?baseline=Xavier` (builds the report), of a plain one (the
-report stored when the experiment finished) and of `embinit report`. Each figure carries the machine's load (1-minute average) at its start and end.
+report stored when the experiment finished) and of `embinit report`. Each case carries the machine's
+load (1-minute average) at its start and end.
 Results go to bench/results/bench_control_plane.json (one entry per case, appended).
 """
 

@@ -10,6 +10,7 @@ from embinit import tracking
 from embinit.config import TASKS, TrialConfig
 from embinit.spec import SpecError, load_spec
 from embinit.sweep.noop import noop_result, tracked
+from embinit.sweep.work import pack_units, units_to_run
 from helpers.sweep import sweep_spec_data
 
 
@@ -39,6 +40,25 @@ def test_default_trainer_keeps_the_spec_hash(tmp_path):
     assert load_spec(data).spec_hash() == load_spec({**data, "execution": {"trainer": "torch"}}).spec_hash()
 
 
+def test_trials_per_unit_packs_grid_trials_in_plan_order(tmp_path):
+    spec = load_spec(sweep_spec_data("pack", tmp_path, "synthetic_classification", seeds=7,
+                                     execution={"trials_per_unit": 3}))
+    units, _ = units_to_run(spec, set())
+    packed = pack_units(units, spec.execution.trials_per_unit)
+    assert [len(u.trials) for u in packed] == [3, 3, 1] and not any(u.fused for u in packed)
+    assert [i.key for u in packed for i in u.trials] == [p.key for p in spec.plan()]
+    assert pack_units(units, 1) == units
+
+
+@pytest.mark.parametrize("over", [{"execution": {"trials_per_unit": 2, "fuse": "auto"}},
+                                  {"execution": {"trials_per_unit": 2},
+                                   "search": {"method": "optuna", "space": {"lr": {"low": 1e-4, "high": 1e-2}},
+                                              "num_samples": 2}}])
+def test_trials_per_unit_is_refused_where_units_are_groups_already(tmp_path, over):
+    with pytest.raises(SpecError, match="trials_per_unit"):
+        load_spec(sweep_spec_data("pack", tmp_path, "synthetic_classification", **over))
+
+
 @pytest.mark.slow
 def test_noop_sweep_records_real_runs_and_the_report_reads_them(ray_local, tmp_path):
     from embinit.sweep import run_sweep
@@ -66,3 +86,16 @@ def test_noop_sweep_records_real_runs_and_the_report_reads_them(ray_local, tmp_p
     assert rows[("synthetic_translation", "Xavier")]["metric"] == "test/bleu"
     again = run_sweep(spec, progress=False)   # dedup by trial key: nothing runs twice
     assert (again.reused, again.n_finished) == (8, 8)
+
+
+@pytest.mark.slow
+def test_packed_units_record_every_trial_and_count_them(ray_local, tmp_path):
+    from embinit.sweep import run_sweep
+    spec = load_spec(sweep_spec_data("packed", tmp_path, "synthetic_lm", inits=["xavier", "normal"], seeds=5,
+                                     execution={"trainer": "noop", "trials_per_unit": 4}))
+    seen: list[dict] = []
+    result = run_sweep(spec, progress=seen.append)
+    assert (result.planned, result.n_finished, result.n_failed) == (10, 10, 0)
+    assert seen[-1]["done"] == 10 and seen[-1]["pending"] == 0
+    assert max(c["running"] for c in seen) <= 10   # a running unit counts its trials
+    assert {r["n"] for r in result.report.rows} == {5}

@@ -19,7 +19,7 @@ from embinit.spec import ExperimentSpec, SpecError, load_spec
 from embinit.sweep.analyses import shared_settings
 from embinit.sweep.fused import group_units
 from embinit.sweep.ray_runtime import RayRuntime
-from embinit.sweep.work import SweepContext, Unit, units_to_run
+from embinit.sweep.work import SweepContext, Unit, pack_units, units_to_run
 from embinit.trusted import check_writable
 from embinit.tracking_store import prepare_store
 
@@ -103,6 +103,7 @@ def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = 
     units, reused = units_to_run(spec, finished)
     if spec.execution.fuse == "auto":
         units = group_units(units, spec.execution.max_group)
+    units = pack_units(units, spec.execution.trials_per_unit)
     linked = _earlier_sweep(spec, units, exp_id, uri)
     if linked is not None:  # nothing to train: no new, empty sweep run
         return _finish(spec, uri, exp_id, linked, planned, reused, False, t0, progress, linked=True)

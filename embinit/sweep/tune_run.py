@@ -87,7 +87,8 @@ def run_tune(spec, units: list[Unit], shared: SweepContext, storage: Path, progr
     quiet_tune_logs()
     names = trial_name(units)
     unique = unique_name(spec)
-    callbacks = progress_callback(progress, total, reused, metric=selection_label(units))
+    callbacks = progress_callback(progress, total, reused, per_unit=spec.execution.trials_per_unit,
+                                  metric=selection_label(units))
     with stop_on_interrupt() as interrupted:  # Ctrl-C stops the trials, then raises KeyboardInterrupt
         stopper = StopAll(lambda: interrupted() or bool(should_stop and should_stop()))
         tuner = tune.Tuner(
