@@ -43,18 +43,17 @@ def free_port() -> int:
 
 
 def spec_body(n: int, per_unit: int) -> dict:
-    """N trials: 2 tasks x 2 inits x N/4 seeds, the noop trainer, a quarter CPU each."""
+    """N trials: 2 tasks x 2 inits x N/4 seeds, the noop trainer, a quarter CPU each (8 at once on 2 cores)."""
     execution = {"trainer": "noop", **({"trials_per_unit": per_unit} if per_unit > 1 else {})}
     return {"name": f"scale-{n}", "tasks": TASKS, "inits": INITS, "seeds": n // (len(TASKS) * len(INITS)),
-            "resources": {"cpus": 0.25}, "retries": 0, "execution": execution}
+            "resources": {"cpus": 0.25}, "execution": execution}   # retries: the default (2)
 
 
 class Postgres:
     """A throwaway PostgreSQL server (as tests/test_service_fuzz.py starts one) with two databases."""
 
     def __init__(self, work: Path):
-        self.data, self.port = work / "pg", free_port()
-        self.data.mkdir()
+        self.data, self.port = Path(tempfile.mkdtemp(prefix="embinit-pg-")), free_port()  # postgres reads it
         root = os.geteuid() == 0
         if root:
             shutil.chown(self.data, "postgres", "postgres")
@@ -62,8 +61,12 @@ class Postgres:
         self._run("initdb", "-D", str(self.data / "db"), "-U", PG_USER, "--auth=trust", "-E", "UTF8")
         self._run("pg_ctl", "-D", str(self.data / "db"), "-l", str(self.data / "log"), "-w", "start",
                   "-o", f"-h 127.0.0.1 -p {self.port} -k {self.data} -c max_connections=300")
-        for db in ("state", "mlflow"):
-            self._run("createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", PG_USER, db)
+        from sqlalchemy import create_engine, text
+        engine = create_engine(self.url("postgres"), isolation_level="AUTOCOMMIT")
+        with engine.connect() as conn:
+            for db in ("state", "mlflow"):
+                conn.execute(text(f"create database {db}"))
+        engine.dispose()
 
     def _run(self, *cmd: str) -> None:
         subprocess.run([*self.prefix, *cmd], check=True, capture_output=True, timeout=120)
@@ -73,6 +76,7 @@ class Postgres:
 
     def stop(self) -> None:
         self._run("pg_ctl", "-D", str(self.data / "db"), "-m", "immediate", "-w", "stop")
+        shutil.rmtree(self.data, ignore_errors=True)
 
 
 def wait_http(url: str, proc: subprocess.Popen, what: str, timeout: float = 180) -> None:
@@ -179,7 +183,7 @@ def pct(values: list[float], q: float) -> float | None:
     return round(ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))], 1)
 
 
-def store_rows(tracking_uri: str, backend: str) -> dict[str, int]:
+def store_rows(backend: str) -> dict[str, int]:
     """Rows the sweep left in the MLflow store (runs, metric values, params, tags)."""
     from sqlalchemy import create_engine, text
     engine = create_engine(backend)
@@ -188,6 +192,16 @@ def store_rows(tracking_uri: str, backend: str) -> dict[str, int]:
                for t in ("runs", "metrics", "params", "tags")}
     engine.dispose()
     return out
+
+
+def failures(backend: str) -> list[str]:
+    """The first lines of the failed trial runs' errors (what lost trials, when some were)."""
+    from sqlalchemy import create_engine, text
+    engine = create_engine(backend)
+    with engine.connect() as conn:
+        rows = conn.execute(text("select value from tags where key = 'embinit.error' limit 5")).scalars().all()
+    engine.dispose()
+    return [(r or "")[-400:] for r in rows]
 
 
 def pg_commits(pg: Postgres | None) -> int | None:
@@ -248,14 +262,14 @@ def run_case(store: str, n: int, per_unit: int, timeout_s: float) -> dict:
                         "--format", "json"], check=True, stdout=subprocess.DEVNULL, cwd=work, timeout=900,
                        env={**os.environ, "PYTHONPATH": str(ROOT)})
         timings["embinit_report_s"] = round(time.perf_counter() - t, 3)
-        rows = store_rows(tracking_uri, backend)
+        rows, errors = store_rows(backend), failures(backend)
         recorded = [(ts, c.get("finished", 0)) for ts, _, c in reader.timeline if c.get("finished")]
         rate = ((recorded[-1][1] - recorded[0][1]) / (recorded[-1][0] - recorded[0][0])
                 if len(recorded) > 1 and recorded[-1][0] > recorded[0][0] else None)
         values = rows["metrics"] + rows["params"] + rows["tags"]
         return {
             "store": store, "trials": n, "trials_per_unit": per_unit, "status": status, "error": detail.get("error"),
-            "counts": {k: v for k, v in detail["counts"].items() if isinstance(v, int)},
+            "errors": errors, "counts": {k: v for k, v in detail["counts"].items() if isinstance(v, int)},
             "wall_s": round(wall, 1), "submit_ms": round(submit_ms, 1),
             "control_plane_ms_per_trial": round(1000 * wall / n, 1),
             "first_recorded_after_s": round(recorded[0][0] - t0, 1) if recorded else None,
