@@ -132,10 +132,21 @@ class Execution(_Strict):
     """How trials run. `fuse: auto` trains each group of trials that share task, model shape and batch
     schedule (the seeds and inits of one grid point) as one fused model in one Ray trial
     (embinit.sweep.fused); `off` (the default) runs one trial per Ray trial. A group holds at most
-    `max_group` trials. Results, trial keys and MLflow runs are per trial either way."""
+    `max_group` trials. Results, trial keys and MLflow runs are per trial either way.
+
+    `trainer: noop` trains nothing: each trial records its epochs of made-up metrics at once, through
+    the real scheduling, dedup and MLflow path (embinit.sweep.noop), to measure the control plane. Its
+    numbers mean nothing: give such a spec an MLflow experiment of its own.
+
+    `trials_per_unit` (grid, fuse off): one Ray Tune trial runs up to that many trials in turn. Tune costs
+    about 0.1-0.3 s per Tune trial (bench/bench_control_plane.py): worth paying once per unit, not once
+    per trial, when trials take seconds. A unit whose worker died restarts; the trials it finished are
+    reused."""
 
     fuse: Literal["auto", "off"] = "off"
     max_group: int = Field(8, ge=2, le=256)
+    trainer: Literal["torch", "noop"] = "torch"
+    trials_per_unit: int = Field(1, ge=1, le=10_000)
 
 
 class MlflowSettings(_Strict):

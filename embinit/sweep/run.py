@@ -22,7 +22,7 @@ from embinit.sweep.analyses import shared_settings
 from embinit.sweep.fused import group_units
 from embinit.sweep.job import TuneJob
 from embinit.sweep.ray_runtime import RayRuntime
-from embinit.sweep.work import SweepContext, Unit, units_to_run
+from embinit.sweep.work import SweepContext, Unit, pack_units, units_to_run
 from embinit.trusted import check_writable
 from embinit.tracking_store import prepare_store
 
@@ -106,6 +106,7 @@ def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = 
     units, reused = units_to_run(spec, finished, planned)
     if spec.execution.fuse == "auto":
         units = group_units(units, spec.execution.max_group)
+    units = pack_units(units, spec.execution.trials_per_unit)
     linked = _earlier_sweep(spec, units, exp_id, uri)
     if linked is not None:  # nothing to train: no new, empty sweep run
         return _finish(spec, uri, exp_id, linked, planned, reused, False, t0, progress, linked=True)
@@ -114,7 +115,8 @@ def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = 
     provenance.record(parent, uri)   # the command, machine, version and commit, for the documents
     shared = SweepContext(uri, exp_id, parent, log_checkpoint=spec.mlflow.log_checkpoint,
                           log_plots=spec.mlflow.log_plots, cache_dir=spec.cache_dir,
-                          analyses=shared_settings(spec), storage=store)
+                          analyses=shared_settings(spec), storage=store,
+                          trainer=spec.execution.trainer)
     job = TuneJob(spec, planned, shared, storage, progress, _stop_fn(stop), extra_callbacks, address, reused)
     try:
         cancelled = _execute(job, units)
@@ -162,7 +164,8 @@ def _execute(job: TuneJob, units: list[Unit]) -> bool:
     from embinit.sweep.tune_run import run_tune  # imports ray
     with RayRuntime(job.address):
         check_on_ray(spec.resources.gpus)       # several trials per GPU without MPS: say so once
-        prepare_on_ray(units, spec.cache_dir)   # tokenize / align once, before the fan-out
+        if spec.execution.trainer != "noop":    # the noop trainer reads no data
+            prepare_on_ray(units, spec.cache_dir)   # tokenize / align once, before the fan-out
         return run_tune(job, units)
 
 

@@ -23,6 +23,7 @@ from embinit.errors import EmbinitError
 from embinit.sweep import analyses, resume
 from embinit.sweep.claims import ClaimLost
 from embinit.sweep.fused import run_group
+from embinit.sweep.noop import NOOP, noop_result
 from embinit.sweep.reporting import TrialReporter, artifacts
 from embinit.sweep.work import SweepContext, Unit, WorkItem
 
@@ -67,6 +68,8 @@ def _run_one(item: WorkItem, ctx: SweepContext, claim: resume.Claim,
         return done, True
     out_dir = claim.path
     run = resume.open_run(claim, ctx, cfg.to_dict(), item.label, item.group())
+    if ctx.trainer == NOOP:  # no training: every epoch's made-up metrics at once (embinit.sweep.noop)
+        return _record(run, claim, noop_result(cfg, item.label), [], metric), False
     callbacks = [TrialReporter(run, claim, metric, mode or "max")]
     analysis_cbs = analyses.trial_callbacks(ctx.analyses, cfg, run.log_metrics, out_dir)
     callbacks += analysis_cbs
@@ -87,10 +90,15 @@ def _run_one(item: WorkItem, ctx: SweepContext, claim: resume.Claim,
     files = artifacts(res, out_dir, ctx, item.label)
     if ctx.log_plots:
         files += analyses.plot_artifacts(analysis_cbs, res["history"], out_dir, item.label)
+    return _record(run, claim, res, files, metric), False
+
+
+def _record(run, claim: resume.Claim, res: dict, files: list, metric: str) -> float:
+    """Finish the trial's run with its result; returns its selection value."""
     run.finish(res, files)
     claim.discard()  # recorded: nothing left to resume
     value = (res.get("best") or {}).get(metric)
-    return (math.nan if value is None else value), False  # a diverged trial is a result, not a failure
+    return math.nan if value is None else value  # a diverged trial is a result, not a failure
 
 
 def _mean(values: list[float]) -> float:

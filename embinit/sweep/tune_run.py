@@ -87,7 +87,8 @@ def run_tune(job: TuneJob, units: list[Unit]) -> bool:
     quiet_tune_logs()
     names = trial_name(units)
     unique = unique_name(job.spec)
-    callbacks = progress_callback(job.progress, job.total, job.reused, metric=selection_label(units))
+    callbacks = progress_callback(job.progress, job.total, job.reused, per_unit=job.spec.execution.trials_per_unit,
+                                  metric=selection_label(units))
     with stop_on_interrupt() as interrupted:  # Ctrl-C stops the trials, then raises KeyboardInterrupt
         stopper = StopAll(lambda: interrupted() or bool(job.should_stop()))
         tuner = tune.Tuner(

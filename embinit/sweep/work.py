@@ -1,8 +1,8 @@
 """What the driver ships to the Ray workers: small frozen, picklable records.
 
 - `WorkItem`: one planned trial: its config, label, group (axes, search point) and selection metric;
-- `Unit`: what one Tune trial runs: one item (grid), a fused group of items, or an Optuna point's
-  seeds in turn;
+- `Unit`: what one Tune trial runs: one item (grid), a fused group of items, up to
+  `execution.trials_per_unit` grid items in turn, or an Optuna point's seeds in turn;
 - `SweepContext`: the settings every worker of a sweep shares (MLflow target, what to log, caches,
   the searched keys, the analyses).
 """
@@ -56,6 +56,7 @@ class SweepContext:
     search_keys: tuple[str, ...] = ()                 # Optuna: the searched hyperparameters
     analyses: dict[str, Any] | None = field(default=None)   # embinit.sweep.analyses.shared_settings
     storage: str | None = None        # the operator's object store (embinit.storage), else node-local folders
+    trainer: str = "torch"                            # spec.execution.trainer (noop: embinit.sweep.noop)
 
 
 def work_item(spec, p) -> WorkItem:
@@ -76,3 +77,13 @@ def units_to_run(spec, finished: set[str], planned=None) -> tuple[list[Unit], in
             continue
         units.append(Unit((work_item(spec, p),)))
     return units, reused
+
+
+def pack_units(units: list[Unit], per_unit: int) -> list[Unit]:
+    """Single-trial units -> units of up to `per_unit` trials that one Tune trial runs in turn (plan
+    order): Ray Tune's own cost per Tune trial (scheduling, the actor's reset, the result round trips) is
+    then paid once per unit, not once per trial. A restarted unit reuses the trials it finished."""
+    if per_unit <= 1:
+        return units
+    items = [item for u in units for item in u.trials]
+    return [Unit(tuple(items[i:i + per_unit])) for i in range(0, len(items), per_unit)]

@@ -1,0 +1,103 @@
+"""The no-work trainer (`execution.trainer: noop`, embinit.sweep.noop): its trials go through the real
+sweep (Tune, claims, MLflow runs under their real keys, dedup) and the report reads them like trained
+ones, with the task's real metric names; nothing trains."""
+
+from __future__ import annotations
+
+import pytest
+
+from embinit import mlflow_store, records
+from embinit.config import TrialConfig
+from embinit.task_registry import TASKS, primary_metric, reported_metrics
+from embinit.spec import SpecError, load_spec
+from embinit.sweep.noop import noop_result, tracked
+from embinit.sweep.work import pack_units, units_to_run
+from helpers.sweep import sweep_spec_data
+
+
+@pytest.mark.parametrize("task", sorted(TASKS))
+def test_noop_result_has_the_tasks_metrics_in_range(task):
+    cfg = TrialConfig(task=task, seed=3, epochs=4)
+    res = noop_result(cfg, "Xavier")
+    assert [h["epoch"] for h in res["history"]] == [1, 2, 3, 4] and res["status"] == "finished"
+    primary = primary_metric(task)
+    values = {**res["test"], **{f"best/{k}": v for k, v in res["best"].items()}}
+    assert primary in values and res["best_epoch"] in (1, 2, 3, 4)
+    for name, _ in tracked(task):
+        assert all(name in h for h in res["history"])
+    assert all(m in values for m in reported_metrics(task))      # MNLI: matched and mismatched
+    if primary.endswith(("bleu", "acc", "acc_matched")):
+        assert 0 <= values[primary] <= (100 if primary.endswith("bleu") else 1)
+    assert noop_result(cfg, "Xavier") == res  # seeded by the trial key
+
+
+def test_noop_trainer_refuses_fused_execution(tmp_path):
+    data = sweep_spec_data("noop", tmp_path, "synthetic_translation", execution={"trainer": "noop", "fuse": "auto"})
+    with pytest.raises(SpecError, match="noop"):
+        load_spec(data)
+
+
+def test_default_trainer_keeps_the_spec_hash(tmp_path):
+    data = sweep_spec_data("noop", tmp_path, "synthetic_translation")
+    assert load_spec(data).spec_hash() == load_spec({**data, "execution": {"trainer": "torch"}}).spec_hash()
+
+
+def test_trials_per_unit_packs_grid_trials_in_plan_order(tmp_path):
+    spec = load_spec(sweep_spec_data("pack", tmp_path, "synthetic_classification", seeds=7,
+                                     execution={"trials_per_unit": 3}))
+    units, _ = units_to_run(spec, set())
+    packed = pack_units(units, spec.execution.trials_per_unit)
+    assert [len(u.trials) for u in packed] == [3, 3, 1] and not any(u.fused for u in packed)
+    assert [i.key for u in packed for i in u.trials] == [p.key for p in spec.plan()]
+    assert pack_units(units, 1) == units
+
+
+@pytest.mark.parametrize("over", [{"execution": {"trials_per_unit": 2, "fuse": "auto"}},
+                                  {"execution": {"trials_per_unit": 2},
+                                   "search": {"method": "optuna", "space": {"lr": {"low": 1e-4, "high": 1e-2}},
+                                              "num_samples": 2}}])
+def test_trials_per_unit_is_refused_where_units_are_groups_already(tmp_path, over):
+    with pytest.raises(SpecError, match="trials_per_unit"):
+        load_spec(sweep_spec_data("pack", tmp_path, "synthetic_classification", **over))
+
+
+@pytest.mark.slow
+def test_noop_sweep_records_real_runs_and_the_report_reads_them(ray_local, tmp_path):
+    from embinit.sweep import run_sweep
+    data = sweep_spec_data("noop", tmp_path, {"task": "synthetic_translation", "epochs": 3},
+                           tasks=[{"task": "synthetic_translation", "epochs": 3}, "synthetic_classification"],
+                           inits=["xavier", "normal"], seeds=2, execution={"trainer": "noop"})
+    spec = load_spec(data)
+    uri = mlflow_store.resolve_uri(spec.mlflow.tracking_uri)
+    result = run_sweep(spec, progress=False)
+    assert (result.planned, result.n_finished, result.n_failed) == (8, 8, 0)
+    runs = [r for r in mlflow_store.search_runs(mlflow_store.experiment_id("noop", uri), uri)
+            if records.KEY_TAG in r.data.tags]
+    assert {r.data.tags[records.KEY_TAG] for r in runs} == {p.key for p in spec.plan()}
+    for run in runs:
+        assert run.info.status == "FINISHED" and run.data.tags[records.EXECUTION_TAG] == "noop"
+        steps = sorted(m.step for m in mlflow_store.client(uri).get_metric_history(run.info.run_id, "val/loss"))
+        if run.data.tags[records.TASK_TAG] == "synthetic_translation":
+            assert steps == [1, 2, 3] and {"test/bleu", "best/val/loss", "val/bleu"} <= set(run.data.metrics)
+        else:
+            assert steps == [1, 2, 3, 4, 5] and "best/val/acc" in run.data.metrics
+    rows = {(r["task"], r["init"]): r for r in result.report.rows}
+    assert set(rows) == {(t, i) for t in ("synthetic_translation", "synthetic_classification")
+                         for i in ("Xavier", "Normal")}
+    assert all(r["n"] == 2 for r in rows.values())
+    assert rows[("synthetic_translation", "Xavier")]["metric"] == "test/bleu"
+    again = run_sweep(spec, progress=False)   # dedup by trial key: nothing runs twice
+    assert (again.reused, again.n_finished) == (8, 8)
+
+
+@pytest.mark.slow
+def test_packed_units_record_every_trial_and_count_them(ray_local, tmp_path):
+    from embinit.sweep import run_sweep
+    spec = load_spec(sweep_spec_data("packed", tmp_path, "synthetic_lm", inits=["xavier", "normal"], seeds=5,
+                                     execution={"trainer": "noop", "trials_per_unit": 4}))
+    seen: list[dict] = []
+    result = run_sweep(spec, progress=seen.append)
+    assert (result.planned, result.n_finished, result.n_failed) == (10, 10, 0)
+    assert seen[-1]["done"] == 10 and seen[-1]["pending"] == 0
+    assert max(c["running"] for c in seen) <= 10   # a running unit counts its trials
+    assert {r["n"] for r in result.report.rows} == {5}
