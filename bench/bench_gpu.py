@@ -50,7 +50,7 @@ from embinit.train.callbacks import TrainContext  # noqa: E402
 from embinit.train.fused_group import FusedGroup, Lane  # noqa: E402
 from embinit.train.loop import autocast_for, sync_interval, train_epoch  # noqa: E402
 from embinit.train.translation import TranslationTask  # noqa: E402
-from embinit.train.trial import make_optimizer  # noqa: E402
+from embinit.train.lifecycle import make_optimizer  # noqa: E402
 
 
 def settings(args) -> dict:

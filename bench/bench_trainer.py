@@ -45,7 +45,7 @@ from embinit.posenc import sinusoidal
 from embinit.train.decoding import greedy
 from embinit.train.loop import autocast_for
 from embinit.train.translation import TranslationTask
-from embinit.train.trial import make_optimizer
+from embinit.train.lifecycle import make_optimizer
 from embinit.vocab import Vocab
 from machine import cpu_model  # bench/machine.py
 

@@ -22,6 +22,7 @@ member's update is its separate update up to float summation order.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import torch
 
@@ -29,11 +30,17 @@ from embinit.config import TrialConfig
 from embinit.task_registry import KINDS, kind_entry
 from embinit.train.callbacks import fire
 from embinit.train.fused_group import FusedGroup, Lane
-from embinit.train.lifecycle import epoch_batches, epoch_end, finish, start
+from embinit.train.lifecycle import Member, epoch_batches, epoch_end, finish, start
 from embinit.train.loop import sync_interval
 from embinit.train.result import TrialResult
 from embinit.train.prepare import prepare
 from embinit.train.trial import run_trial
+
+
+@dataclass(kw_only=True, eq=False)
+class FusedMember(Lane, Member):
+    """A member of a fused group: the step's lane (`fused_group.Lane`) and the trial's lifecycle state
+    (`lifecycle.Member`)."""
 
 
 def run_fused(cfgs: list[TrialConfig], out_dirs=None, callbacks=None, group_callbacks=(),
@@ -49,7 +56,7 @@ def run_fused(cfgs: list[TrialConfig], out_dirs=None, callbacks=None, group_call
         torch.set_num_threads(cfgs[0].threads)
     setups = [prepare(c, cache_dir) for c in cfgs]
     why = _not_fusable(setups)
-    members = [start(c, s, o, cb, resume, Lane) for c, s, o, cb in zip(cfgs, setups, out_dirs, callbacks)]
+    members = [start(c, s, o, cb, resume, FusedMember) for c, s, o, cb in zip(cfgs, setups, out_dirs, callbacks)]
     active = [m for m in members if not m.stopped]
     if why is None and len({m.start_epoch for m in active}) > 1:
         why = "members resumed at different epochs"
@@ -82,14 +89,14 @@ def _not_fusable(setups) -> str | None:
     return None
 
 
-def _separate(m: Lane, why: str, resume, cache_dir) -> TrialResult:
+def _separate(m: FusedMember, why: str, resume, cache_dir) -> TrialResult:
     """The fallback: the member as an ordinary trial (it is prepared again, from the same seed)."""
     r = run_trial(m.cfg, out_dir=m.out, callbacks=m.callbacks, resume=resume, cache_dir=cache_dir)
     r.info["execution"] = {"mode": "separate", "fuse_refused": why}
     return r
 
 
-def _train(active: list[Lane], group_callbacks, t0, sync_every) -> dict:
+def _train(active: list[FusedMember], group_callbacks, t0, sync_every) -> dict:
     """Every epoch of the group; returns the padding it cost (token slots)."""
     pad = {"real_tokens": 0, "separate_slots": 0, "fused_slots": 0}
     if not active:

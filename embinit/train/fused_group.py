@@ -1,7 +1,7 @@
 """The fused training step: G same-shape translation models trained as one `FusedEncoderDecoder`, one
 optimizer step for all, without waiting for the device between loss reads.
 
-    lanes = [lifecycle.start(cfg, setup, out, callbacks, resume, Lane) for ...]   # one per member
+    lanes = [Lane(model=m, generator=g, optimizer=opt, params=ps, ctx=ctx) for ...]   # one per member
     group = FusedGroup(lanes, lr)
     diverged = group.train_epoch(batches_per_lane, autocast, every, pad)   # the lanes that diverged
     group.write_back()          # stacked weights and Adam moments -> each lane's module and optimizer
@@ -33,13 +33,13 @@ from embinit.errors import EmbinitError
 from embinit.models.fused import IGNORE, FusedEncoderDecoder
 from embinit.train.callbacks import fire
 from embinit.train.decoding import PAD_ID
-from embinit.train.lifecycle import Member, make_optimizer
+from embinit.train.lifecycle import Stepped, make_optimizer
 
 
 @dataclass(kw_only=True, eq=False)
-class Lane(Member):
+class Lane(Stepped):
     """One member as the step sees it (its own module, dropout generator, Adam and step counter in
-    `ctx`), with this epoch's loss and token counts; the rest of the member is `lifecycle.Member`'s."""
+    `ctx`), with this epoch's loss and token counts."""
     loss_sum: float = 0.0              # this epoch: token-weighted losses read so far
     loss_weight: int = 0
     last: float = math.nan             # the last loss read (what on_step_end sees)

@@ -94,8 +94,9 @@ def emb_stats(model, cfg, tables=None) -> dict:
 
 
 @dataclass(kw_only=True, eq=False)
-class Member:
-    """One trial's state between its steps: its setup, Task, Adam, checkpoints, tracker and history."""
+class Stepped:
+    """What a training step needs of a trial: its module, dropout generator, Adam, context, callbacks;
+    and how the steps ended (`status`, `diverged_step`). `fused_group.Lane` adds an epoch's loss counts."""
     model: torch.nn.Module
     generator: torch.Generator           # the dropout generator (`last.pt` keeps its state)
     optimizer: torch.optim.Optimizer
@@ -104,6 +105,11 @@ class Member:
     callbacks: list = field(default_factory=list)
     status: str = "finished"
     diverged_step: int | None = None
+
+
+@dataclass(kw_only=True, eq=False)
+class Member(Stepped):
+    """One trial's state between its steps: its setup, Task, checkpoints, tracker and history."""
     cfg: TrialConfig
     key: str
     s: Any                               # embinit.train.prepare.Setup
