@@ -9,6 +9,8 @@ without CAP_SYS_ADMIN), or without PostgreSQL's server binaries or moto's S3 ser
 
 from __future__ import annotations
 
+import json
+
 import shutil
 import subprocess
 import time
@@ -188,7 +190,7 @@ def test_api_restarted_mid_sweep_finds_its_experiments_true_state(cluster, figur
     now_short = finished(c, short, timeout=60)
     now_long = api(c, "GET", f"/experiments/{long}").json()
     recover = time.monotonic() - restarted
-    assert now_short["status"] == "succeeded" and now_short["counts"]["finished"] == 1, now_short
+    assert now_short["status"] == "succeeded" and now_short["counts"]["finished"] == 1, json.dumps(now_short)
     long_runs = trial_runs(c, "netns-api-long")
     if [r.info.status for r in long_runs] == ["RUNNING"]:
         assert now_long["status"] == "running", now_long
