@@ -77,7 +77,9 @@ class Cluster:
         """Run `fn` on the client host (a thread of this process in its network namespace)."""
         return self.switch.client().submit(fn, *args, **kwargs).result()
 
-    def wait_port(self, name: str, port: int, timeout: float = 120) -> None:
+    def wait_port(self, name: str, port: int, timeout: float = 120, proc=None) -> None:
+        """Until `name:port` accepts connections; with `proc`, fails at once when that process ends. The
+        error carries the tail of the logs (they go with the cluster's folder at teardown)."""
         def probe() -> None:
             deadline = time.monotonic() + timeout
             while True:
@@ -85,11 +87,21 @@ class Cluster:
                     socket.create_connection((self.addr(name), port), timeout=1).close()
                     return
                 except OSError:
+                    if proc is not None and proc.poll() is not None:
+                        raise RuntimeError(f"{name}:{port}: its process exited ({proc.returncode}) before "
+                                           f"opening it\n{self.log_tails()}") from None
                     if time.monotonic() > deadline:
-                        raise TimeoutError(f"{name}:{port} did not open in {timeout} s (logs: "
-                                           f"{self.root / 'logs'})") from None
+                        raise TimeoutError(f"{name}:{port} did not open in {timeout} s\n"
+                                           f"{self.log_tails()}") from None
                     time.sleep(0.2)
         self.call(probe)
+
+    def log_tails(self, lines: int = 25) -> str:
+        out = []
+        for log in sorted((self.root / "logs").glob("*.log")):
+            tail = log.read_text(errors="replace").splitlines()[-lines:]
+            out.append(f"--- {log.name} (last {len(tail)} lines)\n" + "\n".join(tail))
+        return "\n".join(out)
 
     # services --------------------------------------------------------------------------------------
     def start_postgres(self) -> None:
@@ -155,9 +167,18 @@ class Cluster:
                        EMBINIT_REFRESH_INTERVAL_S="0.5", EMBINIT_MONITOR_INTERVAL_S="2",
                        EMBINIT_MLFLOW_UI_URL=self.tracking_uri, MLFLOW_HTTP_REQUEST_MAX_RETRIES="2",
                        MLFLOW_HTTP_REQUEST_TIMEOUT="10")
-        self.procs["api"] = host.start([str(BIN / "embinit"), "serve", "--host", host.addr, "--port", str(API)],
-                                       env, "api")
-        self.wait_port("head", API, timeout=180)
+        self.wait_port("head", RAY_CLIENT, timeout=180)   # the API connects to it as a Ray Client
+        for attempt in (1, 2):   # as compose's restart policy would: a start that failed is retried once
+            self.procs["api"] = host.start([str(BIN / "embinit"), "serve", "--host", host.addr,
+                                            "--port", str(API)], env, "api")
+            try:
+                self.wait_port("head", API, timeout=180 if attempt == 2 else 120, proc=self.procs["api"])
+                return
+            except (TimeoutError, RuntimeError) as e:
+                if attempt == 2:
+                    raise
+                print(f"the API did not start; starting it again: {str(e)[-3000:]}", file=sys.stderr)
+                self.kill("api")
 
     def revive(self, name: str) -> None:
         """A worker's machine starts again, with an empty disk, and joins the head."""
