@@ -176,9 +176,10 @@ def redone(runs: list, before: dict[str, int]) -> int:
     return sum(max(0, before[r.info.run_id] - int(r.data.tags[RESUMED])) for r in runs if RESUMED in r.data.tags)
 
 
-@pytest.mark.xfail(strict=False, reason="flaky in the full suite: in 2 of 3 full CI runs whose cluster came up, the "
-                   "short experiment that finished while the API was down read `failed` after the restart; it "
-                   "passed in every run of this module alone (4 runs). Cause not found yet (issue 24 notes)")
+@pytest.mark.xfail(strict=False, reason="a service race, seen in 2 of 3 full CI runs: right after a submit the "
+                   "reconciler polled a driver Ray did not yet show by name and judged it lost at once (DRIVER_LOST "
+                   "90 ms after creation), so the finished short experiment reads `failed`; fix: a start grace "
+                   "for drivers not yet seen (issue 24), then make this strict again")
 def test_api_restarted_mid_sweep_finds_its_experiments_true_state(cluster, figure):
     c = cluster
     short = submit(c, spec("netns-api-short", 3, inits=("xavier",)))
