@@ -169,7 +169,8 @@ def create_app(settings: Settings | None = None, runner=None, store=None) -> Fas
     if runner is None:
         from service.runner import RayRunner
         runner = RayRunner(settings.ray_address, settings.ray_namespace, settings.ray_node_ip,
-                           trusted_roots=[str(r) for r in [*settings.data_roots, *settings.pretrained_roots]])
+                           trusted_roots=[str(r) for r in [*settings.data_roots, *settings.pretrained_roots]],
+                           start_grace_s=settings.driver_start_grace_s)
         owns_runner = True
     else:
         owns_runner = False

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import queue
 import threading
+import time
 from concurrent.futures import Future
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -104,9 +105,16 @@ class RayRunner:
     """`Runner` on a Ray cluster: a local one started in this process, or an existing one by address."""
 
     def __init__(self, address: str | None = None, namespace: str = "embinit", node_ip: str | None = None,
-                 poll_timeout_s: float = 2.0, trusted_roots: list[str] | None = None):
+                 poll_timeout_s: float = 2.0, trusted_roots: list[str] | None = None,
+                 start_grace_s: float = 30.0, register_wait_s: float = 5.0):
         self.address, self.namespace, self.node_ip = address, namespace, node_ip
         self.poll_timeout_s = poll_timeout_s
+        # Ray Client creates an actor asynchronously: for a moment after `start` its name may not be
+        # known yet. A driver this runner started less than `start_grace_s` ago that Ray does not know is
+        # "not there yet" (TimeoutError), never "gone" (None): judged gone, a just-submitted experiment
+        # was failed 90 ms after its creation while its trials went on (tests/test_cluster_netns.py).
+        self.start_grace_s, self.register_wait_s = start_grace_s, register_wait_s
+        self._started: dict[str, float] = {}
         self.trusted_roots = [os.path.realpath(r) for r in trusted_roots or []]
         self._lock = threading.Lock()
         self.owner = RayOwner()
@@ -178,13 +186,29 @@ class RayRunner:
         actor_cls.options(name=name, namespace=self.namespace, lifetime="detached", num_cpus=0,
                           resources=ON_THE_HEAD, max_concurrency=4, get_if_exists=True, runtime_env=env).remote(
             name, spec, tracking_uri, trial_keys)
+        self._started[name] = time.monotonic()
+        self._await_registered(name)
         return name
+
+    def _await_registered(self, driver: str) -> None:
+        """Wait (at most `register_wait_s`) until Ray knows the driver by name, so the first poll finds
+        it; one still unknown after that is covered by the start grace in `poll`."""
+        deadline = time.monotonic() + self.register_wait_s
+        while self._actor(driver) is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    def _just_started(self, driver: str) -> bool:
+        started = self._started.get(driver)
+        return started is not None and time.monotonic() - started < self.start_grace_s
 
     def poll(self, driver: str) -> DriverState | None:
         import ray
 
         actor = self._actor(driver)
         if actor is None:
+            if self._just_started(driver):
+                raise TimeoutError(f"driver {driver} was started {self.start_grace_s:g} s ago at most and "
+                                   "Ray does not know it yet")
             return None
         try:
             return DriverState(**ray.get(actor.poll.remote(), timeout=self.poll_timeout_s))

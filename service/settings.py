@@ -86,6 +86,9 @@ class Settings(BaseSettings):
     # How often the API itself follows up unfinished experiments (seconds; 0: only on read), so a finished
     # driver is released and a failed one's MLflow runs closed without anyone reading (service.monitor).
     monitor_interval_s: float = Field(10.0, ge=0)
+    # Seconds after its start during which a driver Ray does not know yet by name counts as starting, not
+    # as lost (Ray Client creates actors asynchronously; service.runner).
+    driver_start_grace_s: float = Field(30.0, ge=0)
     # Seconds a cancelled driver gets to stop its trials before it is killed.
     cancel_grace_s: float = 30.0
     # Seconds an MLflow read of the API may take (a slow or absent tracking server: 503 with Retry-After

@@ -108,5 +108,58 @@ def test_the_driver_is_placed_on_the_head_node(monkeypatch):
     monkeypatch.setattr(ray, "remote", lambda cls: Actor())
     runner = RayRunner(address="ray://head:10001")
     monkeypatch.setattr(runner, "connect", lambda: None)
+    monkeypatch.setattr(runner, "_actor", lambda name: object())
     runner.start("t", SPEC, "sqlite:///x.db", ["k"])
     assert asked["resources"] == {"node:__internal_head__": 0.001} and asked["num_cpus"] == 0
+
+
+class _LateRay:
+    """Ray as Ray Client shows it: a just-created named actor is unknown for a while, then known (or,
+    once lost, unknown for good)."""
+
+    def __init__(self, visible_after: int):
+        self.lookups, self.visible_after = 0, visible_after
+
+    def actor(self, name):
+        self.lookups += 1
+        return object() if self.visible_after <= self.lookups else None
+
+
+def _late_runner(monkeypatch, late: _LateRay, **kw):
+    import ray
+
+    from service.runner import RayRunner
+
+    class Actor:
+        def options(self, **_):
+            return self
+
+        def remote(self, *args):
+            return None
+    monkeypatch.setattr(ray, "remote", lambda cls: Actor())
+    runner = RayRunner(address="ray://head:10001", **kw)
+    monkeypatch.setattr(runner, "connect", lambda: None)
+    monkeypatch.setattr(runner, "_actor", late.actor)
+    return runner
+
+
+def test_start_returns_once_ray_knows_the_driver_by_name(monkeypatch):
+    late = _LateRay(visible_after=4)
+    runner = _late_runner(monkeypatch, late, register_wait_s=5.0)
+    runner.start("t", SPEC, "sqlite:///x.db", ["k"])
+    assert late.lookups == 4          # it asked until Ray knew the name, and no more
+
+
+def test_a_driver_ray_does_not_know_yet_is_starting_not_lost(monkeypatch):
+    """Judged lost at once, a just-submitted experiment was failed 90 ms after its creation while its
+    trial went on (the race tests/test_cluster_netns.py caught): within the start grace an unknown driver
+    is "no answer now" (the reconciler keeps what it knew); after it, or for a driver this runner did not
+    start, it is gone."""
+    late = _LateRay(visible_after=10**9)             # never registered (or lost at once)
+    runner = _late_runner(monkeypatch, late, register_wait_s=0.1, start_grace_s=0.5)
+    name = runner.start("t", SPEC, "sqlite:///x.db", ["k"])
+    with pytest.raises(TimeoutError, match="does not know it yet"):
+        runner.poll(name)
+    assert runner.poll("embinit-exp-other") is None   # not started here: gone
+    time.sleep(0.6)
+    assert runner.poll(name) is None                  # the grace is over: gone
