@@ -44,6 +44,7 @@ BENCHES = {
     "bench_sweep": lambda: None,
     "bench_fused": lambda: None,
     "bench_control_plane": lambda: None,   # 1,000 noop trials through the service on SQLite (minutes)
+    "bench_trial_writes": lambda: None,    # one trial's MLflow path alone, and reading every run both ways
     "bench_trainer_ab": _multi30k,
     "bench_gpu": lambda: _cuda() or _multi30k(),
     "bench_glove_load": lambda: _files(("EMBINIT_BENCH_GLOVE", "/work/assets/glove.6B.50d.txt")),

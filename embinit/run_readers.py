@@ -11,7 +11,8 @@ from typing import Any
 
 from embinit.task_registry import TASKS, primary_metric
 from embinit.mlflow_store import client, experiment_id, no_experiment, retry, search_runs
-from embinit.records import KEY_TAG, KIND_TAG, SPEC_HASH_TAG, TrialRecord, from_run, from_runs
+from embinit import run_table
+from embinit.records import KEY_TAG, KIND_TAG, PARENT_TAG, SPEC_HASH_TAG, TrialRecord, from_runs
 from embinit.run_records import (AnalysisRecord, MetricHistory, SweepRecord, analysis_from_run,
                                  history_from_metrics, sweeps_from_runs)
 
@@ -27,15 +28,36 @@ def finished_keys(exp_id: str, uri: str | None = None) -> dict[str, str]:
     return out
 
 
+def key_records(exp_id: str, uri: str | None, key: str) -> list[TrialRecord]:
+    """Every run of a trial key, any status, newest first: one search answers both what a worker asks
+    before training a key (has it a result? has this sweep an unfinished run of it?)."""
+    return from_runs(search_runs(exp_id, uri, f"tags.`{KEY_TAG}` = '{key}'"))
+
+
+def newest_finished(recs: list[TrialRecord]) -> TrialRecord | None:
+    """The newest of `recs` with a result (MLflow status FINISHED: finished or diverged), or None."""
+    done = [r for r in recs if r.status in ("finished", "diverged")]
+    return max(done, key=lambda r: r.start_ms) if done else None
+
+
 def finished_run(exp_id: str, uri: str | None, key: str) -> TrialRecord | None:
     """The record of the newest FINISHED run of a trial key, or None."""
-    runs = search_runs(exp_id, uri, f"tags.`{KEY_TAG}` = '{key}' and attributes.status = 'FINISHED'")
-    return from_run(max(runs, key=lambda r: r.info.start_time or 0)) if runs else None
+    return newest_finished(key_records(exp_id, uri, key))
 
 
-def trial_records(exp_id: str, uri: str | None = None, filter_string: str = "") -> list[TrialRecord]:
-    """The experiment's trial runs (matching the filter) as records, newest first."""
-    return from_runs(search_runs(exp_id, uri, filter_string))
+def trial_records(exp_id: str, uri: str | None = None, status: str | None = None,
+                  parent: str | None = None) -> list[TrialRecord]:
+    """The experiment's trial runs as records, newest first: those with MLflow status `status`
+    (RUNNING, FINISHED, ...) and of the sweep run `parent`, when given. A SQL store is read as plain rows
+    (`embinit.run_table`, ~10x faster than `search_runs` over thousands of runs), a tracking server
+    with `search_runs`."""
+    rows = run_table.rows(exp_id, uri, status)
+    if rows is None:
+        wanted = ([f"attributes.status = '{status}'"] if status else []) + (
+            [f"tags.`{PARENT_TAG}` = '{parent}'"] if parent else [])
+        rows = search_runs(exp_id, uri, " and ".join(wanted))
+    recs = from_runs(rows)
+    return [r for r in recs if r.parent_id == parent] if parent else recs
 
 
 def experiment_records(experiment_name: str, tracking_uri: str | None = None) -> list[TrialRecord]:

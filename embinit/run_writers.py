@@ -15,7 +15,7 @@ from typing import Any
 
 from embinit.errors import EmbinitError
 from embinit.mlflow_store import client, ensure_experiment, log_batch, metrics_at, resolve_uri, retry
-from embinit.records import ERROR_TAG, KIND_TAG, N_TRIALS_TAG, PARENT_TAG, SPEC_HASH_TAG, STATUS_TAG, TrialRecord
+from embinit.records import ERROR_TAG, KIND_TAG, N_TRIALS_TAG, SPEC_HASH_TAG, STATUS_TAG, TrialRecord
 from embinit.run_names import NOTE_TAG
 from embinit.run_readers import sweep_records, trial_records
 from embinit.trial_run import TrialRun
@@ -87,7 +87,7 @@ def close_orphans(exp_id: str, uri: str, parent_id: str, reason: str, status: st
                   tag: str | None = None) -> int:
     """Mark this sweep's child runs still RUNNING (their worker died or was stopped) as failed,
     cancelled or (`tag`) interrupted. Returns how many."""
-    recs = trial_records(exp_id, uri, f"tags.`{PARENT_TAG}` = '{parent_id}' and attributes.status = 'RUNNING'")
+    recs = trial_records(exp_id, uri, status="RUNNING", parent=parent_id)
     for rec in recs:
         close_run(uri, rec, reason, status, tag)
     return len(recs)

@@ -72,7 +72,10 @@ def prepare_store(uri: str | None = None) -> str:
     engine = sqlalchemy.create_engine(uri)
     try:
         with _init_lock(uri, engine):
-            return _create_or_upgrade(engine, utils)
+            done = _create_or_upgrade(engine, utils)
+            if engine.dialect.name == "sqlite":
+                _write_ahead_log(engine)
+            return done
     except EmbinitError:
         raise
     except Exception as e:
@@ -80,6 +83,19 @@ def prepare_store(uri: str | None = None) -> str:
                            f"{type(e).__name__}: {str(e).splitlines()[0]}") from e
     finally:
         engine.dispose()
+
+
+def _write_ahead_log(engine) -> None:
+    """Put a SQLite store in write-ahead-log mode (kept in the file, for every process that opens it):
+    readers (the API's `/trials`, a report, the MLflow UI) then never block the trials' writes, nor
+    they the readers; the rollback journal SQLite starts with makes each commit wait for every reader.
+    WAL needs the store on a local disk, which a SQLite store shared by a sweep's workers is already."""
+    import sqlalchemy
+
+    with engine.connect() as conn:
+        mode = conn.execute(sqlalchemy.text("PRAGMA journal_mode=WAL")).scalar()
+    if str(mode).lower() != "wal":
+        log.warning("the MLflow store %s stays in journal mode %s (WAL refused)", engine.url, mode)
 
 
 def _create_or_upgrade(engine, utils) -> str:

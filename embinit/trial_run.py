@@ -27,12 +27,12 @@ import json
 from typing import Any
 
 from embinit.errors import EmbinitError
-from embinit.mlflow_store import client, log_batch, metrics_at, retry, search_runs
+from embinit.mlflow_store import client, log_batch, metrics_at, retry
 from embinit.records import (BLEU_SIGNATURE_TAG, CHECKPOINT_TAG, CONFIG_TAG, ERROR_TAG, EXECUTION_TAG, GROUP_TAG,
                              INIT_TAG, KEY_TAG, LABEL_TAG, PARENT_TAG, RESUMED_TAG, SEED_TAG, STATUS_TAG, TASK_TAG,
                              TRAINER_LABEL_TAG)
 from embinit.run_names import trial_params, trial_run_name
-from embinit.run_readers import metric_history
+from embinit.run_readers import key_records, metric_history
 
 # Embedding statistics kept as metrics (Table 2's columns, read by the reproduction); the rest of the
 # ~70 statistics go to the `emb_stats.json` table artifact instead of one-value bar charts.
@@ -64,25 +64,27 @@ def resolved_params(config: dict[str, Any]) -> dict[str, str]:
 class TrialRun:
     """The MLflow child run of one trial, written from inside the trial's worker."""
 
-    def __init__(self, uri: str, run_id: str, reopened: bool = False):
+    def __init__(self, uri: str, run_id: str, reopened: bool = False, checkpoint_tagged: bool | None = None):
         self.uri, self.run_id, self.client = uri, run_id, client(uri)
         self.reopened = reopened         # an earlier attempt may have logged epochs this one did not
         self.logged: set[int] = set()    # epochs this process logged
+        self.checkpoint_tagged = checkpoint_tagged   # whether the run has the checkpoint tag (None: ask)
 
     @classmethod
     def open(cls, uri: str, exp_id: str, parent_id: str | None, config: dict[str, Any], key: str,
              label: str, group: dict[str, Any], run_id: str | None = None,
-             resumed_epoch: int | None = None) -> "TrialRun":
+             resumed_epoch: int | None = None, key_runs: list | None = None) -> "TrialRun":
         """Reuse `run_id` (a restarted attempt, or an earlier sweep's run whose checkpoint this one resumes
-        after `resumed_epoch`) or this sweep's unfinished run of the key; else create one."""
+        after `resumed_epoch`) or this sweep's unfinished run of the key; else create one. `key_runs`: the
+        key's records as `run_readers.key_records` read them (read here when not given)."""
         c = client(uri)
         if run_id is None and parent_id is not None:
-            runs = search_runs(exp_id, uri, f"tags.`{KEY_TAG}` = '{key}' and tags.`{PARENT_TAG}` = '{parent_id}'"
-                                            " and attributes.status != 'FINISHED'")
-            run_id = runs[0].info.run_id if runs else None
+            recs = key_records(exp_id, uri, key) if key_runs is None else key_runs
+            mine = [r for r in recs if r.parent_id == parent_id and r.status not in ("finished", "diverged")]
+            run_id = max(mine, key=lambda r: r.start_ms).run_id if mine else None
         if run_id is not None:
-            cls._reopen(c, run_id, parent_id, resumed_epoch)
-            return cls(uri, run_id, reopened=True)
+            tags = cls._reopen(c, run_id, parent_id, resumed_epoch)
+            return cls(uri, run_id, reopened=True, checkpoint_tagged=CHECKPOINT_TAG in tags)
         tags = {KEY_TAG: key, LABEL_TAG: label, INIT_TAG: label, TASK_TAG: config["task"],
                 SEED_TAG: str(config["seed"]),
                 STATUS_TAG: "running", CONFIG_TAG: json.dumps(config, sort_keys=True, default=str),
@@ -93,19 +95,23 @@ class TrialRun:
         from mlflow.entities import Param
         params = [Param(k, v[:6000]) for k, v in trial_params(resolved_params(config), label).items()]
         log_batch(c, run.info.run_id, params=params)
-        return cls(uri, run.info.run_id)
+        return cls(uri, run.info.run_id, checkpoint_tagged=False)
 
     @staticmethod
-    def _reopen(c, run_id: str, parent_id: str | None, resumed_epoch: int | None) -> None:
-        """Running again, in the sweep `parent_id`, without the error an earlier close left on it."""
+    def _reopen(c, run_id: str, parent_id: str | None, resumed_epoch: int | None) -> dict[str, str]:
+        """Running again, in the sweep `parent_id`, without the error an earlier close left on it;
+        returns its tags now."""
         from mlflow.entities import RunTag
         tags = [RunTag(STATUS_TAG, "running")] + ([RunTag(PARENT_TAG, parent_id)] if parent_id else [])
         if resumed_epoch is not None:
             tags.append(RunTag(RESUMED_TAG, str(resumed_epoch)))
         retry(lambda: c.update_run(run_id, status="RUNNING"))
         retry(lambda: c.log_batch(run_id, tags=tags))
-        if ERROR_TAG in retry(lambda: c.get_run(run_id)).data.tags:
+        now = dict(retry(lambda: c.get_run(run_id)).data.tags)
+        if ERROR_TAG in now:
             retry(lambda: c.delete_tag(run_id, ERROR_TAG))
+            del now[ERROR_TAG]
+        return now
 
     def log_epoch(self, epoch: int, metrics: dict[str, Any], checkpoint: bool = False) -> None:
         """One epoch's metrics (step = epoch); `checkpoint`: the trial's kept folder now holds it."""
@@ -114,6 +120,7 @@ class TrialRun:
         log_batch(self.client, self.run_id, metrics_at({k: v for k, v in metrics.items() if k != "epoch"},
                                                       step=epoch), tags=tags)
         self.logged.add(epoch)
+        self.checkpoint_tagged = self.checkpoint_tagged or checkpoint
 
     def log_model_size(self, model) -> None:
         """The model's size as params (`model_parameters`, `trainable_parameters`), logged when training
@@ -171,9 +178,13 @@ class TrialRun:
         retry(lambda: self.client.set_terminated(self.run_id, status=status))
 
     def _drop_checkpoint_tag(self) -> None:
-        """No checkpoint is kept: remove the tag rather than leave it empty (clutter in the run's tags)."""
-        if CHECKPOINT_TAG in retry(lambda: self.client.get_run(self.run_id)).data.tags:
+        """No checkpoint is kept: remove the tag rather than leave it empty (clutter in the run's tags).
+        Asks MLflow only when this process does not know whether the run has it."""
+        if self.checkpoint_tagged is None:
+            self.checkpoint_tagged = CHECKPOINT_TAG in retry(lambda: self.client.get_run(self.run_id)).data.tags
+        if self.checkpoint_tagged:
             retry(lambda: self.client.delete_tag(self.run_id, CHECKPOINT_TAG))
+            self.checkpoint_tagged = False
 
 
 def _key_emb_stats(result: dict[str, Any]) -> dict[str, Any]:

@@ -133,7 +133,7 @@ class ResultStore:
         if exp_id is None:
             return 0
         keys = set(exp.trial_keys)
-        orphans = [r for r in run_readers.trial_records(exp_id, exp.tracking_uri, "attributes.status = 'RUNNING'")
+        orphans = [r for r in run_readers.trial_records(exp_id, exp.tracking_uri, status="RUNNING")
                    if r.key in keys]
         for rec in orphans:
             run_writers.close_run(exp.tracking_uri, rec, reason, status)

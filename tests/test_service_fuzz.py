@@ -6,13 +6,7 @@ bounded examples so CI stays lean."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import socket
-import subprocess
-import tempfile
 import time
-from pathlib import Path
 
 import pytest
 import schemathesis
@@ -20,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from schemathesis.checks import CHECKS, load_all_checks
 from schemathesis.config import SchemathesisConfig
 
-from helpers.postgres import as_postgres_user, pg_bin
+from helpers.postgres import local_server, pg_bin
 from service.fakes import FakeCluster, FakeRunner, FakeStore
 from service.main import create_app
 from service.settings import Settings
@@ -31,28 +25,11 @@ TOKEN = "fuzz-token"
 
 @pytest.fixture(scope="module")
 def postgres_url():
-    """A throwaway PostgreSQL server on a free loopback port; its URL. Skips without a server binary
-    (`.ci/run` installs Debian's `postgresql`)."""
-    pg = pg_bin()
-    if pg is None:
+    """A throwaway PostgreSQL server; skips without a server binary (`.ci/run` installs Debian's)."""
+    if pg_bin() is None:
         pytest.skip("no PostgreSQL server installed (apt-get install postgresql)")
-    data = Path(tempfile.mkdtemp(prefix="embinit-pg-"))
-    if os.geteuid() == 0:
-        shutil.chown(data, "postgres", "postgres")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    def run(*cmd: str) -> None:
-        subprocess.run(as_postgres_user([str(pg / cmd[0]), *cmd[1:]]), check=True, capture_output=True,
-                       timeout=120)
-    run("initdb", "-D", str(data / "db"), "-U", "embinit", "--auth=trust", "-E", "UTF8")
-    run("pg_ctl", "-D", str(data / "db"), "-l", str(data / "log"), "-w", "start",
-        "-o", f"-h 127.0.0.1 -p {port} -k {data} -F")
-    try:
-        yield f"postgresql+psycopg://embinit@127.0.0.1:{port}/postgres"
-    finally:
-        run("pg_ctl", "-D", str(data / "db"), "-m", "immediate", "-w", "stop")
-        shutil.rmtree(data, ignore_errors=True)
+    with local_server() as url:
+        yield url
 
 
 def _app(database_url: str, tmp_dir: str):

@@ -67,6 +67,25 @@ def test_prepare_store_is_idempotent_and_skips_servers(tmp_path):
     assert is_database("postgresql+psycopg://u@h/db") and not is_database("https://mlflow.example")
 
 
+def test_a_sqlite_store_is_in_wal_mode_so_readers_do_not_block_writers(tmp_path):
+    """In SQLite's rollback journal a commit waits for every reader; in WAL mode a long read (a report
+    over thousands of runs) and a trial's commit go on at once. The mode is kept in the file."""
+    import sqlite3
+    db = tmp_path / "mlflow.db"
+    prepare_store(f"sqlite:///{db}")
+    assert sqlite3.connect(db).execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    reader, writer = sqlite3.connect(db, timeout=0.2), sqlite3.connect(db, timeout=0.2)
+    reader.execute("BEGIN")
+    reader.execute("SELECT count(*) FROM runs").fetchone()      # a read transaction stays open ...
+    writer.execute("INSERT INTO experiment_tags (key, value, experiment_id) VALUES ('k', 'v', 0)")
+    writer.commit()                                             # ... and the write commits at once
+    reader.rollback()
+    old = tmp_path / "old.db"                                   # a store made before: switched on open
+    sqlite3.connect(old).execute("CREATE TABLE t (x)")
+    prepare_store(f"sqlite:///{old}")
+    assert sqlite3.connect(old).execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
 def test_a_broken_store_is_a_clear_error_and_stays_as_it_was(tmp_path):
     db = tmp_path / "mlflow.db"
     db.write_bytes(b"not a database at all" * 100)

@@ -88,7 +88,7 @@ def past_epoch_s(uri: str) -> dict[tuple, list[float]]:
     from embinit import mlflow_store, run_readers
     out: dict[tuple, list[float]] = {}
     for exp in mlflow_store.client(uri).search_experiments():
-        for rec in run_readers.trial_records(exp.experiment_id, uri, "attributes.status = 'FINISHED'"):
+        for rec in run_readers.trial_records(exp.experiment_id, uri, status="FINISHED"):
             wall = rec.metrics.get("wall_time_s")
             try:
                 shape = shape_of(TrialConfig.from_dict(rec.config))

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from embinit import mlflow_store, provenance, records, run_readers
+from embinit import mlflow_store, provenance, run_readers
 from embinit.reproduction.compare import duration
 from embinit.reproduction.export import Section
 from embinit.reproduction.inputs import load_artifact_text, load_trials
@@ -27,7 +27,7 @@ def _when(ms: int | None) -> str:
 
 def devices(run: SweepRecord, uri: str | None) -> str:
     """The devices this sweep's trials trained on (`embinit.device` tags), with counts."""
-    trials = run_readers.trial_records(run.experiment_id, uri, f"tags.`{records.PARENT_TAG}` = '{run.run_id}'")
+    trials = run_readers.trial_records(run.experiment_id, uri, parent=run.run_id)
     found = Counter(t.device or provenance.NOT_RECORDED for t in trials)
     return ", ".join(f"{d} ({n} trial{'s' if n != 1 else ''})" for d, n in found.most_common()) or "no trials"
 

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from embinit import run_readers
 from embinit.config import TrialConfig
 from embinit.task_registry import task_kind
 from embinit.errors import EmbinitError
@@ -104,11 +105,12 @@ def run_group(items: tuple[WorkItem, ...], ctx: SweepContext, restored: Path | N
     with resume.claim_all(ctx, [item.key for item in items], restored) as claims:  # the driver's keys
         values, todo = [], []
         for cfg, item in zip(cfgs, items):
-            done = resume.reused_value(ctx, claims[item.key], item.metric)
+            key_runs = run_readers.key_records(ctx.experiment_id, ctx.tracking_uri, item.key)  # once, for both
+            done = resume.reused_value(ctx, claims[item.key], item.metric, key_runs)
             if done is not None:
                 values.append(done)
             else:
-                todo.append((cfg, item, claims[item.key]))
+                todo.append((cfg, item, claims[item.key], key_runs))
         reused = len(values)
         return (values + _train_group(todo, ctx, extra_callbacks) if todo else values), reused
 
@@ -116,15 +118,15 @@ def run_group(items: tuple[WorkItem, ...], ctx: SweepContext, restored: Path | N
 def _train_group(todo: list[tuple], ctx: SweepContext, extra_callbacks: Callable | None) -> list[float]:
     from embinit.train.fused import run_fused
     runs, callbacks, values = [], [], []
-    for cfg, item, claim in todo:
-        run = resume.open_run(claim, ctx, cfg.to_dict(), item.label, item.group())
+    for cfg, item, claim, key_runs in todo:
+        run = resume.open_run(claim, ctx, cfg.to_dict(), item.label, item.group(), key_runs)
         cbs = [MemberReporter(run, claim, item.metric)]
         cbs += list(extra_callbacks(cfg)) if extra_callbacks is not None else []
         runs.append(run)
         callbacks.append(cbs)
-    claims = [claim for _, _, claim in todo]
+    claims = [claim for _, _, claim, _ in todo]
     try:
-        results = run_fused([c for c, _, _ in todo], out_dirs=[c.path for c in claims], callbacks=callbacks,
+        results = run_fused([c for c, _, _, _ in todo], out_dirs=[c.path for c in claims], callbacks=callbacks,
                             group_callbacks=[GroupReporter(claims)], resume=True,
                             cache_dir=ctx.cache_dir)
     except EmbinitError as e:  # a user error fails the same way on every retry: record it, go on
@@ -138,7 +140,7 @@ def _train_group(todo: list[tuple], ctx: SweepContext, extra_callbacks: Callable
         for run in runs:
             run.fail(traceback.format_exc())
         raise  # Tune retries the group from its last checkpoint
-    for (_cfg, item, claim), run, result in zip(todo, runs, results):
+    for (_cfg, item, claim, _), run, result in zip(todo, runs, results):
         res = result.to_dict()
         run.finish(res, artifacts(res, claim.path, ctx, item.label))
         claim.discard()  # recorded: nothing left to resume

@@ -49,7 +49,7 @@ def _evaluated(spec: ExperimentSpec, uri: str, exp_id: str, items: list[WorkItem
     metric = items[0].metric
     axes = items[0].axes
     by_point: dict[str, dict[int, float]] = defaultdict(dict)
-    for rec in run_readers.trial_records(exp_id, uri, "attributes.status = 'FINISHED'"):
+    for rec in run_readers.trial_records(exp_id, uri, status="FINISHED"):
         if (rec.label, rec.task) != (label, task) or rec.group.get("axes") != axes or set(rec.point) != keys:
             continue
         by_point[json.dumps(rec.point, sort_keys=True)][rec.seed] = rec.metrics.get(f"best/{metric}", math.nan)

@@ -235,9 +235,10 @@ def restored_checkpoint() -> Iterator[Path | None]:
 
 
 def open_run(c: Claim, ctx: SweepContext, config: dict[str, Any], label: str,
-             group: dict[str, Any]) -> trial_run.TrialRun:
+             group: dict[str, Any], key_runs: list | None = None) -> trial_run.TrialRun:
     """The trial's MLflow run: the one its folder names when that run can go on (not finished, not
-    deleted, of this key and experiment), else this sweep's unfinished run of the key, else a new one."""
+    deleted, of this key and experiment), else this sweep's unfinished run of the key, else a new one.
+    `key_runs`: the key's records as `run_readers.key_records` read them (read here when not given)."""
     from embinit.train.checkpoint import last_epoch
     uri, exp_id = ctx.tracking_uri, ctx.experiment_id
     id_file = c.path / RUN_ID_FILE
@@ -246,17 +247,19 @@ def open_run(c: Claim, ctx: SweepContext, config: dict[str, Any], label: str,
         c.discard()  # a leftover of a run that is gone or done: start afresh
         run_id = None
     run = trial_run.TrialRun.open(uri, exp_id, ctx.parent_run_id, config, c.key, label, group,
-                                 run_id=run_id, resumed_epoch=last_epoch(c.path, c.key))
+                                 run_id=run_id, resumed_epoch=last_epoch(c.path, c.key), key_runs=key_runs)
     id_file.write_text(run.run_id)
     c.sync()  # a first attempt lost before its first epoch is still reopened on another node
     return run
 
 
-def reused_value(ctx: SweepContext, c: Claim, metric: str) -> float | None:
+def reused_value(ctx: SweepContext, c: Claim, metric: str, key_runs: list | None = None) -> float | None:
     """The selection value of the key's finished run when it has one (another sweep finished it
-    meanwhile, or while this one waited for the claim): reuse it, never train twice."""
+    meanwhile, or while this one waited for the claim): reuse it, never train twice. `key_runs`: the
+    key's records (`run_readers.key_records`), read here when not given."""
     import math
-    done = run_readers.finished_run(ctx.experiment_id, ctx.tracking_uri, c.key)
+    recs = run_readers.key_records(ctx.experiment_id, ctx.tracking_uri, c.key) if key_runs is None else key_runs
+    done = run_readers.newest_finished(recs)
     if done is None:
         return None
     c.discard()  # a leftover folder of a key that has its result

@@ -18,6 +18,7 @@ import math
 import traceback
 from typing import Any, Callable
 
+from embinit import run_readers
 from embinit.config import TrialConfig
 from embinit.errors import EmbinitError
 from embinit.sweep import analyses, resume
@@ -63,11 +64,12 @@ def _run_one(item: WorkItem, ctx: SweepContext, claim: resume.Claim,
     from embinit.train import run_trial  # torch; only workers import it
     cfg = TrialConfig.from_dict(item.config)
     metric, mode = item.selection
-    done = resume.reused_value(ctx, claim, metric)
+    key_runs = run_readers.key_records(ctx.experiment_id, ctx.tracking_uri, claim.key)  # read once, for both
+    done = resume.reused_value(ctx, claim, metric, key_runs)
     if done is not None:
         return done, True
     out_dir = claim.path
-    run = resume.open_run(claim, ctx, cfg.to_dict(), item.label, item.group())
+    run = resume.open_run(claim, ctx, cfg.to_dict(), item.label, item.group(), key_runs)
     if ctx.trainer == NOOP:  # no training: every epoch's made-up metrics at once (embinit.sweep.noop)
         return _record(run, claim, noop_result(cfg, item.label), [], metric), False
     callbacks = [TrialReporter(run, claim, metric, mode or "max")]

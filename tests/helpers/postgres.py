@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import socket
+import subprocess
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -19,3 +24,29 @@ def pg_bin() -> Path | None:
 def as_postgres_user(cmd: list[str]) -> list[str]:
     """PostgreSQL refuses to run as root: run it as the `postgres` user the Debian package creates."""
     return ["runuser", "-u", "postgres", "--", *cmd] if os.geteuid() == 0 else cmd
+
+
+@contextlib.contextmanager
+def local_server() -> Iterator[str]:
+    """A throwaway PostgreSQL server on a free loopback port; yields its URL (database `postgres`, user
+    `embinit`, no password). Callers skip first when `pg_bin()` is None."""
+    pg = pg_bin()
+    assert pg is not None, "no PostgreSQL server installed (apt-get install postgresql)"
+    data = Path(tempfile.mkdtemp(prefix="embinit-pg-"))
+    if os.geteuid() == 0:
+        shutil.chown(data, "postgres", "postgres")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+
+    def run(*cmd: str) -> None:
+        subprocess.run(as_postgres_user([str(pg / cmd[0]), *cmd[1:]]), check=True, capture_output=True,
+                       timeout=120)
+    run("initdb", "-D", str(data / "db"), "-U", "embinit", "--auth=trust", "-E", "UTF8")
+    run("pg_ctl", "-D", str(data / "db"), "-l", str(data / "log"), "-w", "start",
+        "-o", f"-h 127.0.0.1 -p {port} -k {data} -F")
+    try:
+        yield f"postgresql+psycopg://embinit@127.0.0.1:{port}/postgres"
+    finally:
+        run("pg_ctl", "-D", str(data / "db"), "-m", "immediate", "-w", "stop")
+        shutil.rmtree(data, ignore_errors=True)

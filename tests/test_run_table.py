@@ -1,0 +1,97 @@
+"""The SQL reader of trial runs (embinit.run_table) gives the records `search_runs` gives, run for run,
+on SQLite and on PostgreSQL: every status, NaN and infinite metrics, deleted runs, other experiments,
+sweep and analysis runs beside the trials, and the status and sweep filters. Real MLflow stores."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from embinit import mlflow_store, records, run_readers, run_table, run_writers, trial_run
+from embinit.tracking_store import prepare_store
+from helpers.postgres import local_server, pg_bin
+
+pytestmark = pytest.mark.slow  # two MLflow stores, one on a PostgreSQL server the test starts
+
+
+def _result(loss: float, status: str = "finished") -> dict:
+    return {"status": status, "history": [{"epoch": 1, "val/loss": loss + 1}, {"epoch": 2, "val/loss": loss}],
+            "best": {"val/loss": loss}, "test": {"test/bleu": float("nan"), "test/loss": float("inf")},
+            "best_epoch": 2, "label": "Xavier", "emb_stats_init": {"emb/std": 0.5}}
+
+
+def _fill(uri: str) -> tuple[str, list[str]]:
+    """An experiment with a trial of each kind, two sweeps, an analysis run, a deleted trial, and a
+    second experiment; returns the first's id and its sweep run ids."""
+    prepare_store(uri)
+    exp = mlflow_store.ensure_experiment("table", uri)
+    other = mlflow_store.ensure_experiment("table-other", uri)
+    sweeps = [run_writers.start_parent_run(exp, uri, h * 64, f"name: {h}\n", 3) for h in "ab"]
+    config = {"task": "synthetic_classification", "init": "xavier"}
+
+    def trial(key: str, seed: int, parent: str | None, exp_id: str = exp) -> trial_run.TrialRun:
+        return trial_run.TrialRun.open(uri, exp_id, parent, {**config, "seed": seed}, key, "Xavier",
+                                       {"axes": {"init": "xavier"}, "point": {}})
+    trial("done", 0, sweeps[0]).finish(_result(0.5), [])
+    trial("diverged", 1, sweeps[0]).finish(_result(9.0, status="diverged"), [])
+    failed = trial("failed", 2, sweeps[1])
+    failed.log_epoch(1, {"val/loss": 3.0}, checkpoint=True)
+    failed.fail("RuntimeError: out of memory")
+    running = trial("running", 3, sweeps[1])
+    running.log_epoch(1, {"val/loss": 2.0, "val/acc": float("nan")}, checkpoint=True)
+    cancelled = trial("cancelled", 4, None)
+    cancelled.fail("stopped", status="KILLED")
+    gone = trial("deleted", 5, sweeps[0])
+    mlflow_store.client(uri).delete_run(gone.run_id)
+    trial("elsewhere", 6, None, exp_id=other).finish(_result(0.1), [])
+    run_writers.log_analysis_run("table", uri, "similarity", "knn", {"k": 10}, {"sim/mean": 0.3}, {})
+    return exp, sweeps
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def store(request, tmp_path_factory):
+    if request.param == "sqlite":
+        uri = f"sqlite:///{tmp_path_factory.mktemp('table')}/mlflow.db"
+        yield uri, *_fill(uri)
+        return
+    if pg_bin() is None:
+        pytest.skip("no PostgreSQL server installed (apt-get install postgresql)")
+    with local_server() as uri:
+        yield uri, *_fill(uri)
+
+
+def _as_json(recs) -> list[str]:
+    """Records comparable with NaN inside (NaN != NaN)."""
+    return [json.dumps(dataclasses.asdict(r), sort_keys=True) for r in recs]
+
+
+def _by_search(exp: str, uri: str, filter_string: str) -> list[records.TrialRecord]:
+    return records.from_runs(mlflow_store.search_runs(exp, uri, filter_string))
+
+
+def test_the_sql_reader_gives_the_records_search_runs_gives(store):
+    uri, exp, sweeps = store
+    assert run_table.rows(exp, uri) is not None         # the SQL path is the one taken
+    got = run_readers.trial_records(exp, uri)
+    assert sorted(r.key for r in got) == ["cancelled", "diverged", "done", "failed", "running"]
+    assert _as_json(got) == _as_json(_by_search(exp, uri, ""))   # same records, same (newest first) order
+    done = next(r for r in got if r.key == "done")
+    assert done.metrics["best/val/loss"] == 0.5 and done.metrics["test/bleu"] != done.metrics["test/bleu"]
+
+
+@pytest.mark.parametrize("status,parent", [("FINISHED", None), ("RUNNING", None), (None, 0), (None, 1),
+                                           ("FAILED", 1), ("RUNNING", 0)])
+def test_the_status_and_sweep_filters_match_mlflows(store, status, parent):
+    uri, exp, sweeps = store
+    parent_id = sweeps[parent] if parent is not None else None
+    wanted = ([f"attributes.status = '{status}'"] if status else []) + (
+        [f"tags.`{records.PARENT_TAG}` = '{parent_id}'"] if parent_id else [])
+    got = run_readers.trial_records(exp, uri, status=status, parent=parent_id)
+    assert _as_json(got) == _as_json(_by_search(exp, uri, " and ".join(wanted)))
+
+
+def test_a_tracking_server_is_read_with_search_runs():
+    assert run_table.rows("1", "http://127.0.0.1:1") is None
+    assert run_table.is_sql_store("sqlite:///x.db") and run_table.is_sql_store("postgresql+psycopg://h/db")
