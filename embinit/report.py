@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import csv
 import io
+import functools
 import json
 import math
 import statistics
@@ -62,10 +63,23 @@ _Trial = TrialRecord
 
 
 def _resolved(t: _Trial) -> dict[str, Any]:
+    """The trial's config with its task's defaults filled in (a copy). Resolving does not read the
+    seed, so the seeds of one setting share one resolution."""
+    config = dict(t.config)
+    has_seed, seed = "seed" in config, config.pop("seed", None)
+    out = dict(_resolve(json.dumps(config, sort_keys=True, default=str)))
+    return {**out, "seed": seed} if has_seed else out
+
+
+@functools.lru_cache(maxsize=1024)
+def _resolve(config_json: str) -> dict[str, Any]:
+    """Resolving costs ~0.1 ms a config; a report asks once per trial and reported metric, and the
+    service builds a running experiment's report again and again: each distinct setting once."""
+    config = json.loads(config_json)
     try:
-        return TrialConfig.from_dict(t.config).resolved().to_dict()
+        return TrialConfig.from_dict(config).resolved().to_dict()
     except Exception:
-        return dict(t.config)
+        return config
 
 
 def _setting(t: _Trial) -> dict[str, Any]:
@@ -219,13 +233,20 @@ def _reason(error: str | None) -> str:
 
 
 def build_report(experiment_name: str, tracking_uri: str | None = None, keys: set[str] | None = None,
-                 baseline: str | None = None, planned: list[dict[str, Any]] | None = None) -> Report:
+                 baseline: str | None = None, planned: list[dict[str, Any]] | None = None,
+                 chosen: dict[str, TrialRecord] | None = None) -> Report:
     """Aggregate the experiment's trial runs (only `keys` when given) into Table 1 rows, each compared
     with `baseline` (default Xavier; a label the experiment lacks is an error when named). `planned`
-    (`completeness.planned_trials`): the sweep's plan; None reads the newest sweep's from MLflow."""
-    exp_id, trials = _records(experiment_name, tracking_uri, keys)
+    (`completeness.planned_trials`): the sweep's plan; None reads the newest sweep's from MLflow.
+    `chosen`: the experiment's records as `records.by_key` chose them, when the caller has read them."""
+    if chosen is None:
+        exp_id, trials = _records(experiment_name, tracking_uri, keys)
+    else:
+        exp_id = None
+        trials = {k: r for k, r in chosen.items() if keys is None or k in keys}
     if planned is None and keys is None:
-        planned = coverage.planned_in_mlflow(exp_id, tracking_uri)
+        exp_id = exp_id or mlflow_store.experiment_id(experiment_name, tracking_uri)
+        planned = coverage.planned_in_mlflow(exp_id, tracking_uri) if exp_id is not None else None
     groups = _group(list(trials.values()))
     for task, label, axes in coverage.empty_groups(planned, {g[:3] for g in groups}):
         groups[(task, label, axes, "{}")] = []   # a planned init none of whose trials has a run

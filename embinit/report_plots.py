@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from embinit.task_registry import curve_metric
-from embinit.run_readers import metric_history
+from embinit.run_readers import metric_histories
 
 
 def setting_text(setting: str) -> str:
@@ -30,8 +30,10 @@ def label_order(label: str) -> tuple:
 
 
 def _histories(uri: str | None, run_ids: list[str], metric: str) -> list[dict[int, float]]:
-    """Per run, its metric per epoch (`run_readers.metric_history`: one value per step)."""
-    return [metric_history(uri, run_id, metric).by_step for run_id in run_ids]
+    """Per run, its metric per epoch (`run_readers.metric_histories`: one value per step, all runs in a
+    few queries on a SQL store: 10,000 runs were 20,000 MLflow calls, ~100 s)."""
+    got = metric_histories(uri, run_ids, metric)
+    return [got[run_id].by_step for run_id in run_ids]
 
 
 def mean_curves(report: Any, out_dir: Path) -> list[Path]:

@@ -112,6 +112,15 @@ def metric_history(uri: str | None, run_id: str, metric: str) -> MetricHistory:
     return history_from_metrics(run_id, metric, retry(lambda: c.get_metric_history(run_id, metric)))
 
 
+def metric_histories(uri: str | None, run_ids: list[str], metric: str) -> dict[str, MetricHistory]:
+    """`metric_history` of many runs: on a SQL store in a few queries (`embinit.run_table.histories`),
+    else one call per run. The same rule per step (the value logged last)."""
+    logged = run_table.histories(uri, list(run_ids), metric)
+    if logged is None:
+        return {run_id: metric_history(uri, run_id, metric) for run_id in run_ids}
+    return {run_id: history_from_metrics(run_id, metric, values) for run_id, values in logged.items()}
+
+
 def can_continue(uri: str, exp_id: str, key: str, run_id: str) -> bool:
     """Whether `run_id` is an unfinished, undeleted run of trial `key` in experiment `exp_id`."""
     try:

@@ -93,3 +93,37 @@ def rows(exp_id: str, uri: str | None, status: str | None = None) -> list[RunRow
                     out[run_id].data.metrics[key] = float("nan") if is_nan else value
             return list(out.values())
     return retry(read)
+
+
+@dataclass(frozen=True)
+class Logged:
+    """One logged value of a metric, as `MlflowClient.get_metric_history` gives it."""
+    step: int
+    timestamp: int
+    value: float
+
+
+def histories(uri: str | None, run_ids: list[str], metric: str) -> dict[str, list[Logged]] | None:
+    """Every logged value of `metric` of each run, in the order `get_metric_history` gives them
+    (timestamp, step, value), in one query per 500 runs instead of one call per run; None when the store
+    is not a SQL database this process reaches."""
+    uri = resolve_uri(uri)
+    if not is_sql_store(uri):
+        return None
+    from mlflow.store.tracking.dbmodels.models import SqlMetric
+    from sqlalchemy import select
+
+    table = SqlMetric.__table__
+    cols = table.c
+
+    def read() -> dict[str, list[Logged]]:
+        out: dict[str, list[Logged]] = {run_id: [] for run_id in run_ids}
+        with _engine(uri).connect() as conn:
+            for i in range(0, len(run_ids), 500):
+                query = (select(cols.run_uuid, cols.step, cols.timestamp, cols.value, cols.is_nan)
+                         .where(cols.key == metric, cols.run_uuid.in_(run_ids[i:i + 500]))
+                         .order_by(cols.run_uuid, cols.timestamp, cols.step, cols.value))
+                for run_id, step, timestamp, value, is_nan in conn.execute(query):
+                    out[run_id].append(Logged(step, timestamp, float("nan") if is_nan else value))
+        return out
+    return retry(read)

@@ -8,6 +8,7 @@ a finished experiment's report is in addition stored in the state database by th
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Callable
@@ -38,11 +39,6 @@ def _chosen(tracking_uri: str, name: str) -> dict[str, records.TrialRecord]:
     except EmbinitError:  # no MLflow experiment yet: nothing has run
         return {}
     return records.by_key(recs)
-
-
-def _runs_by_key(tracking_uri: str, name: str) -> dict[str, dict[str, Any]]:
-    """The row of the run that stands for each trial key of MLflow experiment `name`."""
-    return {key: trial_row(rec) for key, rec in _chosen(tracking_uri, name).items()}
 
 
 def count_trial_states(tracking_uri: str, name: str, keys: list[str], reused: set[str] | frozenset = frozenset(),
@@ -81,15 +77,51 @@ def sweep_runs(exp) -> set[str]:
     return {r.run_id for r in runs}
 
 
+# A running experiment's trial table and report are built again when its state changes, but not sooner
+# than this many times their last build's duration after it: at 10,000 trials a build takes about a
+# second, and rebuilding on every 2-second refresh took the CPU the trials run on (docs/benchmarks.md).
+LIVE_COST_FACTOR = 4.0
+
+
 class ResultStore:
     """Reads one MLflow tracking store for the API, with a small cache."""
 
-    def __init__(self, tracking_uri: str, cache_size: int = 64):
+    def __init__(self, tracking_uri: str, cache_size: int = 64, live_cost_factor: float = LIVE_COST_FACTOR):
         self.tracking_uri = resolve_uri(tracking_uri)
         self._cache: OrderedDict[tuple, Any] = OrderedDict()
         self._size = cache_size
         self._lock = threading.Lock()
         self._building: dict[tuple, threading.Lock] = {}
+        self.live_cost_factor = live_cost_factor
+        self._live: dict[tuple, tuple[Any, float, float]] = {}  # (kind, exp id, ...) -> value, built at, took
+
+    def _current(self, kind: tuple, exp, build: Callable[[], Any]) -> Any:
+        """`build()` for `exp` as it is now (cached by its `updated_at`); for a running experiment, the
+        last build is served instead while it is younger than `live_cost_factor` x its build time."""
+        from service.db import TERMINAL
+
+        now = time.monotonic()
+        if exp.status in TERMINAL:  # its state is final: the cache by `updated_at` is all it needs
+            with self._lock:
+                self._live.pop((*kind, exp.id), None)
+            return self._cached((*kind, exp.id, exp.updated_at), build)
+        with self._lock:
+            last = self._live.get((*kind, exp.id))
+        if last is not None and now - last[1] < self.live_cost_factor * last[2]:
+            return last[0]
+
+        def timed() -> Any:
+            start = time.monotonic()
+            value = build()
+            with self._lock:
+                self._live[(*kind, exp.id)] = (value, time.monotonic(), time.monotonic() - start)
+            return value
+        return self._cached((*kind, exp.id, exp.updated_at), timed)
+
+    def _records(self, exp) -> dict[str, records.TrialRecord]:
+        """The record that stands for each trial key of the experiment's MLflow experiment: read once
+        per state and shared by its trial table and its report."""
+        return self._current(("records",), exp, lambda: _chosen(exp.tracking_uri, exp.mlflow_experiment))
 
     def _cached(self, key: tuple, build: Callable[[], Any]) -> Any:
         with self._lock:
@@ -152,10 +184,10 @@ class ResultStore:
         return experiment_id(exp.mlflow_experiment, exp.tracking_uri)
 
     def trials(self, exp) -> list[dict[str, Any]]:
-        return self._cached(("trials", exp.id, exp.updated_at), lambda: self._trials(exp))
+        return self._current(("trials",), exp, lambda: self._trials(exp))
 
     def _trials(self, exp) -> list[dict[str, Any]]:
-        runs = _runs_by_key(exp.tracking_uri, exp.mlflow_experiment)
+        runs = {key: trial_row(rec) for key, rec in self._records(exp).items()}
         planned = {}
         if not all(k in runs for k in exp.trial_keys):
             try:
@@ -184,7 +216,7 @@ class ResultStore:
     def report(self, exp, baseline: str | None = None) -> dict[str, str]:
         """The report in its three formats (`REPORT_VERSION` says which layout), each init compared with
         `baseline` (default Xavier; an init the experiment lacks: EmbinitError, a 422)."""
-        return self._cached(("report", exp.id, exp.updated_at, baseline), lambda: self._report(exp, baseline))
+        return self._current(("report", baseline), exp, lambda: self._report(exp, baseline))
 
     def _report(self, exp, baseline: str | None) -> dict[str, str]:
         from embinit.completeness import completeness
@@ -199,7 +231,7 @@ class ResultStore:
             report = Report(name, [], tracking_uri=exp.tracking_uri, completeness=completeness(planned, {}))
         else:
             report = build_report(name, exp.tracking_uri, keys=None if optuna else set(exp.trial_keys),
-                                  baseline=baseline, planned=planned)
+                                  baseline=baseline, planned=planned, chosen=self._records(exp))
         return {"json": report.to_json(), "markdown": report.to_markdown(), "csv": report.to_csv(),
                 "version": REPORT_VERSION}
 

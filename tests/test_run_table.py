@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 
 import pytest
 
@@ -41,6 +42,9 @@ def _fill(uri: str) -> tuple[str, list[str]]:
     failed.fail("RuntimeError: out of memory")
     running = trial("running", 3, sweeps[1])
     running.log_epoch(1, {"val/loss": 2.0, "val/acc": float("nan")}, checkpoint=True)
+    running.log_epoch(2, {"val/loss": 1.5, "val/acc": 0.2})
+    time.sleep(0.01)                                   # a resumed attempt re-logs epoch 2, later
+    trial_run.TrialRun(uri, running.run_id, reopened=True).log_epoch(2, {"val/loss": 1.7, "val/acc": 0.3})
     cancelled = trial("cancelled", 4, None)
     cancelled.fail("stopped", status="KILLED")
     gone = trial("deleted", 5, sweeps[0])
@@ -95,3 +99,18 @@ def test_the_status_and_sweep_filters_match_mlflows(store, status, parent):
 def test_a_tracking_server_is_read_with_search_runs():
     assert run_table.rows("1", "http://127.0.0.1:1") is None
     assert run_table.is_sql_store("sqlite:///x.db") and run_table.is_sql_store("postgresql+psycopg://h/db")
+
+
+@pytest.mark.parametrize("metric", ["val/loss", "val/acc", "test/bleu", "absent"])
+def test_histories_of_many_runs_match_one_call_per_run(store, metric):
+    """The report's mean curves read every run's history: in a few queries, with the same one value per
+    step (the one logged last: epoch 2's re-logged 1.7), NaN included, as one MLflow call per run."""
+    uri, exp, _ = store
+    run_ids = [r.run_id for r in run_readers.trial_records(exp, uri)]
+    assert run_table.histories(uri, run_ids, metric) is not None
+    many = run_readers.metric_histories(uri, run_ids, metric)
+    one_by_one = {run_id: run_readers.metric_history(uri, run_id, metric) for run_id in run_ids}
+    assert {k: repr(v) for k, v in many.items()} == {k: repr(v) for k, v in one_by_one.items()}
+    if metric == "val/loss":
+        running = next(r.run_id for r in run_readers.trial_records(exp, uri) if r.key == "running")
+        assert many[running].by_step == {1: 2.0, 2: 1.7}

@@ -95,12 +95,42 @@ def test_a_later_finished_run_beats_an_earlier_failure(setup):
 
 def test_cache_is_keyed_by_the_experiments_last_update(setup):
     uri, spec, exp = setup
-    store = ResultStore(uri)
+    store = ResultStore(uri, live_cost_factor=0)   # every state change is built again at once
     first = store.report(exp)
     _write(uri, spec, {0: "finished"})
     assert store.report(exp) is first            # unchanged experiment: served from the cache
     exp.updated_at = utcnow()
     assert json.loads(store.report(exp)["json"])["rows"]  # a state change shows the new run
+
+
+def test_a_running_experiment_is_rebuilt_no_sooner_than_its_build_cost_allows(setup, monkeypatch):
+    """At 10,000 trials a build takes about a second; rebuilt on every 2-second refresh, the API took the
+    CPU the trials ran on. A running experiment's last build is served for `live_cost_factor` x its
+    build time, then the next state change is built (one read of the runs for the table and the
+    report); a finished experiment's state is final and always shown."""
+    import service.store as store_module
+    uri, spec, exp = setup
+    _write(uri, spec, {0: "finished"})
+    reads = []
+    real = store_module._chosen
+
+    def slow_chosen(*a):
+        reads.append(1)
+        time.sleep(0.05)
+        return real(*a)
+    monkeypatch.setattr(store_module, "_chosen", slow_chosen)
+    store = ResultStore(uri, live_cost_factor=4.0)
+    first = store.trials(exp)
+    store.report(exp)
+    assert len(reads) == 1                        # the table and the report share one read of the runs
+    _write(uri, spec, {1: "finished"})
+    exp.updated_at = utcnow()
+    assert store.trials(exp) is first and len(reads) == 1    # younger than 4 x its build: served as it was
+    time.sleep(0.25)
+    assert sum(t["status"] == "finished" for t in store.trials(exp)) == 2 and len(reads) == 2
+    exp.status, exp.updated_at = "succeeded", utcnow()
+    _write(uri, spec, {2: "finished"})
+    assert sum(t["status"] == "finished" for t in store.trials(exp)) == 3   # final: no staleness allowed
 
 
 def test_report_compares_with_a_baseline_and_says_what_never_finished(setup):

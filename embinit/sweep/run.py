@@ -178,7 +178,7 @@ def _finish(spec, uri, exp_id, parent, planned, reused, cancelled, t0, progress,
     rows = [run_readers.trial_row(r) for r in chosen.values()]
     # The plan says what never finished; an Optuna search has none to compare with (drawn at run time).
     report = build_report(spec.experiment_name(), uri, keys=None if search else keys,
-                          planned=[] if search else planned_trials(planned))
+                          planned=[] if search else planned_trials(planned), chosen=chosen)
     shared = max(0, len(records.trained_elsewhere(chosen, {parent})) - reused)
     result = SweepResult(spec.experiment_name(), exp_id, parent, uri, len(planned) if not search else
                          spec.num_trials(), reused, rows, cancelled, time.monotonic() - t0, report,
