@@ -101,3 +101,27 @@ def test_packed_units_record_every_trial_and_count_them(ray_local, tmp_path):
     assert seen[-1]["done"] == 10 and seen[-1]["pending"] == 0
     assert max(c["running"] for c in seen) <= 10   # a running unit counts its trials
     assert {r["n"] for r in result.report.rows} == {5}
+    # Tune writes every trial's state at each of its checkpoints: no trial's state may carry the units
+    # (a name creator closing over them made a 1.6 GB state file at 10,000 trials); Tune stores objects
+    # there as hex of their pickle, so a trial key's hex would be in it.
+    (state,) = (tmp_path / "cache" / "ray_results").glob("*/experiment_state-*.json")
+    text = state.read_text()
+    assert not [t for t in result.trials if t["key"].encode().hex() in text]
+
+
+def test_the_trial_name_creator_pickles_small_whatever_the_units():
+    import cloudpickle
+
+    from embinit.sweep.tune_run import unit_name, unit_names
+    spec = load_spec({"name": "names", "tasks": ["synthetic_lm"], "inits": ["xavier"], "seeds": 400,
+                      "execution": {"trainer": "noop", "trials_per_unit": 1}})
+    from embinit.sweep.work import units_to_run
+    units, _ = units_to_run(spec, set(), tuple(spec.plan()))
+    sizes = []
+    for n in (1, 400):
+        with unit_names(f"sweep-{n:03d}", units[:n]) as creator:
+            sizes.append(len(cloudpickle.dumps(creator)))
+            trial = type("Trial", (), {"config": {"unit": n - 1}})()
+            assert creator(trial) == unit_name(units[n - 1])
+    assert sizes[0] == sizes[1] < 1000
+    assert creator(trial) == "unit-399"      # the sweep is over: a plain name, never an error
