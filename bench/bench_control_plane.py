@@ -1,5 +1,7 @@
 """The control plane at scale: N no-work trials (`execution.trainer: noop`) through the service, on
-SQLite (state database + mlflow.db) or on PostgreSQL with an `mlflow server` in front of its store.
+SQLite (state database + mlflow.db) or on PostgreSQL with an `mlflow server` in front of its store (the
+trials log through the server; the API reads the database behind it, `EMBINIT_TRACKING_READ_URI`, as
+docker-compose.yml sets it, and `embinit report` is given the database URL).
 
     python bench/bench_control_plane.py --store sqlite --trials 1000 [--trials-per-unit 1]
     python bench/bench_control_plane.py --store postgres --trials 1000 10000
@@ -104,9 +106,11 @@ def start_mlflow_server(work: Path, backend: str) -> tuple[str, subprocess.Popen
     return f"http://127.0.0.1:{port}", proc
 
 
-def start_api(work: Path, database_url: str, tracking_uri: str, n: int) -> tuple[str, subprocess.Popen]:
+def start_api(work: Path, database_url: str, tracking_uri: str, n: int,
+              read_uri: str | None = None) -> tuple[str, subprocess.Popen]:
     port = free_port()
     env = {**os.environ, "EMBINIT_DATABASE_URL": database_url, "EMBINIT_TRACKING_URI": tracking_uri,
+           **({"EMBINIT_TRACKING_READ_URI": read_uri} if read_uri else {}),   # as docker-compose.yml sets it
            # the documented settings: one experiment of n trials (default cap 2,000)
            "EMBINIT_MAX_TRIALS_PER_EXPERIMENT": str(max(n, 2000)), "EMBINIT_DATA_ROOTS": json.dumps([str(work)]),
            "EMBINIT_PRETRAINED_ROOTS": json.dumps([str(work)]), "EMBINIT_CACHE_DIR": str(work / "cache"),
@@ -229,7 +233,7 @@ def run_case(store: str, n: int, per_unit: int, timeout_s: float) -> dict:
         else:
             backend = f"sqlite:///{work}/mlflow.db"
             tracking_uri, database_url = backend, f"sqlite:///{work}/state.db"
-        base, api = start_api(work, database_url, tracking_uri, n)
+        base, api = start_api(work, database_url, tracking_uri, n, read_uri=backend if pg is not None else None)
         procs.append(api)
         load0, commits0 = os.getloadavg()[0], pg_commits(pg)
         t0 = time.time()
@@ -258,7 +262,7 @@ def run_case(store: str, n: int, per_unit: int, timeout_s: float) -> dict:
             code = httpx.get(f"{base}/experiments/{exp_id}/results{tail}", timeout=600).status_code
             timings[name] = round(time.perf_counter() - t, 3) if code == 200 else f"HTTP {code}"
         t = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "embinit", "report", f"scale-{n}", "--tracking-uri", tracking_uri,
+        subprocess.run([sys.executable, "-m", "embinit", "report", f"scale-{n}", "--tracking-uri", backend,
                         "--format", "json"], check=True, stdout=subprocess.DEVNULL, cwd=work, timeout=900,
                        env={**os.environ, "PYTHONPATH": str(ROOT)})
         timings["embinit_report_s"] = round(time.perf_counter() - t, 3)

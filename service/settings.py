@@ -23,6 +23,11 @@ class Settings(BaseSettings):
     database_url: str = "sqlite:///embinit-state.db"
     # The MLflow store every experiment logs to; specs may not point elsewhere.
     tracking_uri: str = "sqlite:///mlflow.db"
+    # The database behind `tracking_uri` when that is an `mlflow server` (e.g.
+    # postgresql+psycopg://mlflow@db/mlflow): the API then reads trial runs from it directly, ~30x faster
+    # than through the server's REST API (at 10,000 trials a read through the server outlasts
+    # `mlflow_timeout_s`). The trials still write through the server. None: read through `tracking_uri`.
+    tracking_read_uri: str | None = None
     # Base URL of an MLflow UI on the same store, used to build each experiment's link (None: no link).
     mlflow_ui_url: str | None = None
     # Ray: None starts a local Ray inside the API process; "ray://head:10001" (Ray Client) or

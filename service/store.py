@@ -63,16 +63,17 @@ def count_trial_states(tracking_uri: str, name: str, keys: list[str], reused: se
 CLOCK_SLACK_S = 60
 
 
-def sweep_runs(exp) -> set[str]:
+def sweep_runs(exp, uri: str | None = None) -> set[str]:
     """Ids of the sweep (parent) runs this experiment's drivers started: its spec's, since it was
-    submitted."""
+    submitted (read from `uri`, default the experiment's tracking URI)."""
     from embinit import mlflow_store, run_readers
 
-    exp_id = mlflow_store.experiment_id(exp.mlflow_experiment, exp.tracking_uri)
+    uri = uri or exp.tracking_uri
+    exp_id = mlflow_store.experiment_id(exp.mlflow_experiment, uri)
     if exp_id is None:
         return set()
     since = int((exp.created_at.timestamp() - CLOCK_SLACK_S) * 1000)
-    runs = run_readers.sweep_records(exp_id, exp.tracking_uri, f"tags.`{records.SPEC_HASH_TAG}` = "
+    runs = run_readers.sweep_records(exp_id, uri, f"tags.`{records.SPEC_HASH_TAG}` = "
                                      f"'{exp.spec_hash}' and attributes.start_time >= {since}")
     return {r.run_id for r in runs}
 
@@ -86,8 +87,11 @@ LIVE_COST_FACTOR = 4.0
 class ResultStore:
     """Reads one MLflow tracking store for the API, with a small cache."""
 
-    def __init__(self, tracking_uri: str, cache_size: int = 64, live_cost_factor: float = LIVE_COST_FACTOR):
+    def __init__(self, tracking_uri: str, cache_size: int = 64, live_cost_factor: float = LIVE_COST_FACTOR,
+                 read_uri: str | None = None):
         self.tracking_uri = resolve_uri(tracking_uri)
+        # The database behind a tracking server, read directly (settings.tracking_read_uri)
+        self.read_uri = resolve_uri(read_uri) if read_uri else None
         self._cache: OrderedDict[tuple, Any] = OrderedDict()
         self._size = cache_size
         self._lock = threading.Lock()
@@ -121,7 +125,14 @@ class ResultStore:
     def _records(self, exp) -> dict[str, records.TrialRecord]:
         """The record that stands for each trial key of the experiment's MLflow experiment: read once
         per state and shared by its trial table and its report."""
-        return self._current(("records",), exp, lambda: _chosen(exp.tracking_uri, exp.mlflow_experiment))
+        return self._current(("records",), exp, lambda: _chosen(self._reads(exp), exp.mlflow_experiment))
+
+    def _reads(self, exp) -> str:
+        """Where to read the experiment's runs: the database behind this API's tracking server when one is
+        set (the same runs, the same experiment ids), else its tracking URI."""
+        if self.read_uri and resolve_uri(exp.tracking_uri) == self.tracking_uri:
+            return self.read_uri
+        return exp.tracking_uri
 
     def _cached(self, key: tuple, build: Callable[[], Any]) -> Any:
         with self._lock:
@@ -153,7 +164,8 @@ class ResultStore:
     def counts(self, exp) -> dict[str, int]:
         """The experiment's trials by state; a key another experiment (or an earlier run) trained is
         `reused`, not `finished`."""
-        return count_trial_states(exp.tracking_uri, exp.mlflow_experiment, exp.trial_keys, sweeps=sweep_runs(exp))
+        uri = self._reads(exp)
+        return count_trial_states(uri, exp.mlflow_experiment, exp.trial_keys, sweeps=sweep_runs(exp, uri))
 
     def close_orphans(self, exp, reason: str, status: str = "FAILED") -> int:
         """Close what this experiment left RUNNING in MLflow although its driver is gone: its trial runs
@@ -176,12 +188,12 @@ class ResultStore:
         """Whether the MLflow store has an experiment of this name."""
         from embinit.mlflow_store import experiment_id
 
-        return experiment_id(name, self.tracking_uri) is not None
+        return experiment_id(name, self.read_uri or self.tracking_uri) is not None
 
     def experiment_id(self, exp) -> str | None:
         from embinit.mlflow_store import experiment_id
 
-        return experiment_id(exp.mlflow_experiment, exp.tracking_uri)
+        return experiment_id(exp.mlflow_experiment, self._reads(exp))
 
     def trials(self, exp) -> list[dict[str, Any]]:
         return self._current(("trials",), exp, lambda: self._trials(exp))

@@ -133,6 +133,24 @@ def test_a_running_experiment_is_rebuilt_no_sooner_than_its_build_cost_allows(se
     assert sum(t["status"] == "finished" for t in store.trials(exp)) == 3   # final: no staleness allowed
 
 
+def test_behind_a_tracking_server_the_runs_are_read_from_its_database(setup, monkeypatch):
+    """EMBINIT_TRACKING_READ_URI: trials write through an `mlflow server`, the API reads the database
+    behind it (a read of 10,000 runs through the server outlasts the API's MLflow timeout). Nothing
+    here may contact the server: it is not there (a call to it would fail at once)."""
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "2")
+    uri, spec, exp = setup
+    _write(uri, spec, {0: "finished", 1: "failed"})
+    server = "http://127.0.0.1:1"
+    exp.tracking_uri = server
+    store = ResultStore(server, read_uri=uri, live_cost_factor=0)
+    assert [t["status"] for t in store.trials(exp)] == ["finished", "failed", "pending", "pending"]
+    assert store.counts(exp)["failed"] == 1 and store.experiment_id(exp) is not None
+    assert json.loads(store.report(exp)["json"])["rows"]
+    with pytest.raises(Exception):       # without the read URI the same read goes to the (absent) server
+        ResultStore(server).trials(exp)
+
+
 def test_report_compares_with_a_baseline_and_says_what_never_finished(setup):
     uri, spec, exp = setup
     keys = _write(uri, spec, {0: "finished", 1: "finished", 2: "finished"})  # Normal seed 1 never ran
