@@ -104,23 +104,28 @@ class ResultStore:
         last build is served instead while it is younger than `live_cost_factor` x its build time."""
         from service.db import TERMINAL
 
-        now = time.monotonic()
+        key = (*kind, exp.id, exp.updated_at)
         if exp.status in TERMINAL:  # its state is final: the cache by `updated_at` is all it needs
             with self._lock:
-                self._live.pop((*kind, exp.id), None)
-            return self._cached((*kind, exp.id, exp.updated_at), build)
-        with self._lock:
-            last = self._live.get((*kind, exp.id))
-        if last is not None and now - last[1] < self.live_cost_factor * last[2]:
-            return last[0]
-
-        def timed() -> Any:
-            start = time.monotonic()
-            value = build()
+                self._live.pop(key[:-1], None)
+            value = self._cached(key, build)
+        else:
             with self._lock:
-                self._live[(*kind, exp.id)] = (value, time.monotonic(), time.monotonic() - start)
-            return value
-        return self._cached((*kind, exp.id, exp.updated_at), timed)
+                last = self._live.get(key[:-1])
+            if last is not None and time.monotonic() - last[1] < self.live_cost_factor * last[2]:
+                return last[0]
+
+            def timed() -> Any:
+                start = time.monotonic()
+                built = build()
+                with self._lock:
+                    self._live[key[:-1]] = (built, time.monotonic(), time.monotonic() - start)
+                return built
+            value = self._cached(key, timed)
+        with self._lock:  # one state per experiment is kept: 10,000 trials' rows are ~20 MB a state
+            for old in [k for k in self._cache if k[:-1] == key[:-1] and k != key]:
+                del self._cache[old]
+        return value
 
     def _records(self, exp) -> dict[str, records.TrialRecord]:
         """The record that stands for each trial key of the experiment's MLflow experiment: read once

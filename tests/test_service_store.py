@@ -131,6 +131,8 @@ def test_a_running_experiment_is_rebuilt_no_sooner_than_its_build_cost_allows(se
     exp.status, exp.updated_at = "succeeded", utcnow()
     _write(uri, spec, {2: "finished"})
     assert sum(t["status"] == "finished" for t in store.trials(exp)) == 3   # final: no staleness allowed
+    kept = [k for k in store._cache if k[0] == "trials"]
+    assert kept == [("trials", exp.id, exp.updated_at)]    # older states of the table are let go
 
 
 def test_behind_a_tracking_server_the_runs_are_read_from_its_database(setup, monkeypatch):
