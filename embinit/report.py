@@ -21,8 +21,8 @@ the best mean selection metric (the paper's MNLI grid search), with the point's 
 from __future__ import annotations
 
 import csv
-import io
 import functools
+import io
 import json
 import math
 import statistics

@@ -149,7 +149,8 @@ def test_behind_a_tracking_server_the_runs_are_read_from_its_database(setup, mon
     assert [t["status"] for t in store.trials(exp)] == ["finished", "failed", "pending", "pending"]
     assert store.counts(exp)["failed"] == 1 and store.experiment_id(exp) is not None
     assert json.loads(store.report(exp)["json"])["rows"]
-    with pytest.raises(Exception):       # without the read URI the same read goes to the (absent) server
+    from mlflow.exceptions import MlflowException
+    with pytest.raises(MlflowException, match="127.0.0.1"):   # without it the read goes to the (absent) server
         ResultStore(server).trials(exp)
 
 
