@@ -176,12 +176,8 @@ def fused_trial(g, d, heads, sv, tv, pairs, steps, precision, device) -> dict:
             "full_epoch_steps": len(task.train_batches(torch.Generator().manual_seed(0)))}
 
 
-def fused_rows(s, sv, tv, pairs, device, peak, precision, concurrent_rows) -> list[dict]:
-    """(d): each fused group against G separate processes (MPS on where it ran) and the best of (b)."""
-    ok = [r for r in concurrent_rows if "error" not in r]
-    best = max(ok, key=lambda r: r["tokens_per_s"], default=None)
-    modes = {r["mps"] for r in ok}
-    mode = "on" if "on" in modes else ("n/a" if "n/a" in modes else "off")
+def fused_rows(s, sv, tv, pairs, device, peak, precision) -> list[dict]:
+    """(d): each fused group G's throughput, FLOPs and padding (compare_fused adds the ratios to (b))."""
     out = []
     for g in s["fused"]:
         r = fused_trial(g, s["d"], s["heads"], sv, tv, pairs, s["steps"], precision, device)
@@ -191,12 +187,24 @@ def fused_rows(s, sv, tv, pairs, device, peak, precision, concurrent_rows) -> li
                "tflops": r["flops"] / r["seconds"] / 1e12, "peak_share": r["flops"] / r["seconds"] / peak,
                "slots_per_real_token": pad["fused_slots"] / pad["real_tokens"],
                "slots_vs_separate": pad["fused_slots"] / pad["separate_slots"]}
-        same = next((c for c in ok if c["n"] == g and c["mps"] == mode), None)
-        row["vs_separate"] = {"mps": mode, "ratio": row["tokens_per_s"] / same["tokens_per_s"]} if same else None
-        row["vs_best_separate"] = ({"n": best["n"], "mps": best["mps"], "ratio": row["tokens_per_s"] /
-                                    best["tokens_per_s"]} if best else None)
         out.append(row)
         print(f"(d) fused G={g}: {row['tokens_per_s']:.0f} tokens/s", file=sys.stderr, flush=True)
+    return out
+
+
+def compare_fused(rows, concurrent_rows) -> list[dict]:
+    """Each fused row against G separate processes (MPS on where it ran) and the best row of (b)."""
+    ok = [r for r in concurrent_rows if "error" not in r]
+    best = max(ok, key=lambda r: r["tokens_per_s"], default=None)
+    modes = {r["mps"] for r in ok}
+    mode = "on" if "on" in modes else ("n/a" if "n/a" in modes else "off")
+    out = []
+    for row in rows:
+        same = next((c for c in ok if c["n"] == row["g"] and c["mps"] == mode), None)
+        out.append({**row, "vs_separate": {"mps": mode, "ratio": row["tokens_per_s"] / same["tokens_per_s"]}
+                    if same else None,
+                    "vs_best_separate": {"n": best["n"], "mps": best["mps"],
+                                         "ratio": row["tokens_per_s"] / best["tokens_per_s"]} if best else None})
     return out
 
 
@@ -355,22 +363,27 @@ def main(argv=None) -> dict:
     result = {"machine": machine(device), "data": source, "d": s["d"], "heads": s["heads"],
               "layers": bt.LAYERS, "ff_dim": bt.FF, "batch_size": bt.BATCH, "vocab": [len(sv), len(tv)],
               "smoke": args.smoke, "peak_bf16_tflops": peak / 1e12}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    def save():   # after every section: a device call cut off at its limit keeps what already ran
+        (out / "bench_gpu.json").write_text(json.dumps(result, indent=2))
     result["single"] = single(s, sv, tv, pairs, device, peak)
-    mps_modes = ["off", "on"] if device.type == "cuda" and shutil.which("nvidia-cuda-mps-control") else ["n/a"]
+    save()
     best = max(s["precisions"], key=lambda p: result["single"][p]["embinit"]["tokens_per_s"])
-    result["concurrent"] = []
+    fused = fused_rows(s, sv, tv, pairs, device, peak, best)      # (d) before (b): the cheaper section first
+    result["fused"], result["concurrent"] = compare_fused(fused, []), []
+    save()
+    mps_modes = ["on", "off"] if device.type == "cuda" and shutil.which("nvidia-cuda-mps-control") else ["n/a"]
     for mode in mps_modes:
         sizes = s["concurrency"] if mode == "off" else sorted(set(s["concurrency"]) | set(s["fused"]))
         with MPS(mode == "on") if mode != "n/a" else _Nothing() as mps:
             for n in sizes:
                 r = concurrent(args, n, best, getattr(mps, "env", {}))
                 result["concurrent"].append({**r, "mps": mode, "precision": best})
+                result["fused"] = compare_fused(fused, result["concurrent"])
+                save()
                 print(f"(b) {n} trials, MPS {mode}: {r.get('tokens_per_s', r.get('error'))}", file=sys.stderr,
                       flush=True)
-    result["fused"] = fused_rows(s, sv, tv, pairs, device, peak, best, result["concurrent"])
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "bench_gpu.json").write_text(json.dumps(result, indent=2))
     print(table(result))
     print(f"wrote {out / 'bench_gpu.json'}")
     return result

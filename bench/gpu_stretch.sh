@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Issue 19 (GPU evidence) in two device calls on one warm machine (a call carries at most 64 MiB, the packs
+# are ~100 MB). Each call unpacks what it carried into /tmp/site, which stays while the machine is warm:
+#
+#   bench/gpu_stretch.sh 1 [STEPS]   carry .devpack/b .devpack/p .devdata: the GPU tests but the Ray one, then
+#                                    bench_gpu (a), (d), (b) with STEPS batches per trial (default 100)
+#   bench/gpu_stretch.sh 2           carry .devpack/a .devpack/c: the Ray test (4 trials with gpus: 0.25)
+#
+# Before the first call, on the CPU machine (`../shared` does not travel; .devpack and .devdata are git-ignored):
+#   ../shared/tools/device-pack.sh .devpack   # a: ray; b: spacy (+ pydantic); c: mlflow, sqlalchemy, optuna, fastapi...
+#   bench/gpu_stretch.sh --pack               # p: pydantic, fastapi-offline; .devdata/multi30k.tar.xz
+# `datasets` (hub loading) is not packed: runs there read local files. Results land under $OUT (default
+# ./gpu-stretch): machine.txt, tests.log, tests-ray.log, bench.log and bench_gpu.json (saved after every
+# section, so a call cut off at its limit keeps what ran). The trainer needs spaCy (the synthetic tasks
+# tokenize with it too); only the sweep test needs Ray and MLflow; bench_gpu needs neither.
+# The CPU rehearsal (issue 19: no GPU minute to an import error) runs the same stages in a Python 3.12 venv
+# holding only the device image's packages, with test_gpu.py's tests pointed at the CPU:
+#   SITE=/tmp/site312 DATA=/tmp/data312 OUT=/tmp/rehearsal BENCH_ARGS="--device cpu --concurrency 1 2 --fused 2" \
+#     PATH=.py312/bin:$PATH bench/gpu_stretch.sh 1 2       (then stage 2)
+set -uo pipefail
+if [ "${1:-}" = --pack ]; then   # on the CPU machine: the parts the device call carries beside .devpack/a and c
+  t=$(mktemp -d); trap 'rm -rf "$t"' EXIT
+  python3 -m pip install -q --target "$t/p" --python-version 3.12 --implementation cp --only-binary=:all: \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 "pydantic>=2.6"
+  python3 -m pip install -q --target "$t/p" --no-deps "fastapi-offline>=1.7"   # the service's /docs assets (pure Python)
+  mkdir -p "$t/te" && mv "$t/p"/typing_extensions* "$t/te/"     # used there only if its own is too old
+  rm -rf "$t/p/bin" "$t/p/__pycache__"
+  mkdir -p .devpack/p .devdata
+  tar -cf - -C "$t/p" . | xz -T0 -9 > .devpack/p/pydantic.tar.xz
+  tar -cf - -C "$t/te" . | xz -T0 -9 > .devpack/p/typing_extensions.tar.xz
+  tar -cf - -C "${SHARED:-../shared}/data" multi30k | xz -9 > .devdata/multi30k.tar.xz
+  ls -la .devpack/*/ .devdata; exit 0
+fi
+STAGE=${1:?usage: gpu_stretch.sh 1 [STEPS] | 2 | --pack}; STEPS=${2:-100}
+OUT=${OUT:-$PWD/gpu-stretch}; mkdir -p "$OUT"
+SITE=${SITE:-/tmp/site}; DATA=${DATA:-/tmp/devdata}
+start=$SECONDS
+mkdir -p "$SITE" "$DATA" /tmp/te
+for f in .devpack/*/*.tar.xz; do   # a part already unpacked on this warm machine is skipped
+  done_mark="$SITE/.unpacked-$(basename "$f")"; [ -e "$done_mark" ] && continue
+  case "$f" in *typing_extensions*) tar -xJf "$f" -C /tmp/te ;; *) tar -xJf "$f" -C "$SITE" ;; esac && touch "$done_mark"
+done
+[ -f .devdata/multi30k.tar.xz ] && tar -xJf .devdata/multi30k.tar.xz -C "$DATA"
+export PYTHONPATH="$SITE:$PWD" PYTHONUNBUFFERED=1 RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+python3 -c "import pydantic" 2>/dev/null || export PYTHONPATH="$SITE:/tmp/te:$PWD"
+echo "unpacked in $((SECONDS - start)) s"
+{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; python3 -c \
+  "import torch, sys; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'python', sys.version.split()[0])"
+  lscpu | grep 'Model name'; echo "commit ${GIT_HEAD:-$(git rev-parse HEAD 2>/dev/null)}"; } | tee "$OUT/machine.txt"
+if [ "$STAGE" = 2 ]; then
+  python3 -c "import ray, mlflow, pydantic, sqlalchemy, optuna, spacy, embinit.sweep, service.main" \
+    || echo "IMPORT FAILED (above): the tests that need it fail"
+  timeout 300 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu.py -k four_trials -rA 2>&1 \
+    | tee "$OUT/tests-ray.log" | tail -25
+  echo "== Ray test: exit ${PIPESTATUS[0]} after $((SECONDS - start)) s"; exit 0
+fi
+python3 -c "import spacy, pydantic, embinit.train" || echo "IMPORT FAILED (above): the tests that need it fail"
+
+echo "== pytest -m gpu tests/test_gpu.py"
+timeout 300 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu.py -k 'not four_trials' -rA 2>&1 | tee "$OUT/tests.log" | tail -25
+echo "== tests: exit ${PIPESTATUS[0]} after $((SECONDS - start)) s"
+
+left=$(( ${BUDGET_S:-560} - (SECONDS - start) ))
+echo "== bench_gpu --steps $STEPS (limit ${left}s)"
+timeout "$left" python3 bench/bench_gpu.py --data "$DATA/multi30k" --steps "$STEPS" --out "$OUT" ${BENCH_ARGS:-} \
+  2>&1 | tee "$OUT/bench.log" | tail -40
+echo "== bench: exit ${PIPESTATUS[0]} after $((SECONDS - start)) s"
