@@ -98,7 +98,7 @@ class PlainTransformer(nn.Module):
     def forward(self, src, tgt_in):
         s = self.drop(self.src_emb(src) * self.scale + self.pe[:src.shape[1]])
         t = self.drop(self.tgt_emb(tgt_in) * self.scale + self.pe[:tgt_in.shape[1]])
-        causal = nn.Transformer.generate_square_subsequent_mask(tgt_in.shape[1])
+        causal = nn.Transformer.generate_square_subsequent_mask(tgt_in.shape[1], device=tgt_in.device)
         h = self.tf(s, t, tgt_mask=causal, src_key_padding_mask=src == 0, tgt_key_padding_mask=tgt_in == 0,
                     memory_key_padding_mask=src == 0, tgt_is_causal=True)
         return self.out(h)
