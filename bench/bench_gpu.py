@@ -28,6 +28,7 @@ SYNC_EVERY steps on the GPU) over `--steps` batches of a shuffled Multi30k epoch
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -89,8 +90,9 @@ def sync(device):
 
 
 # one trial ----------------------------------------------------------------------------------------------
-def embinit_trial(d, heads, sv, tv, pairs, steps, precision, device) -> dict:
-    """One epoch (`steps` batches) of the trainer's loop; tokens, seconds and matmul FLOPs."""
+def embinit_trial(d, heads, sv, tv, pairs, steps, precision, device, around=None) -> dict:
+    """One epoch (`steps` batches) of the trainer's loop; tokens, seconds and matmul FLOPs. `around`: a
+    context manager entered for the timed steps alone (bench/profile_gpu_step.py passes its profiler)."""
     ac = autocast_for(precision, device)
     g = torch.Generator().manual_seed(0)
     model = build_model("translation", {"src": torch.randn(len(sv), d, generator=g) * 0.05,
@@ -107,10 +109,11 @@ def embinit_trial(d, heads, sv, tv, pairs, steps, precision, device) -> dict:
     ctx = TrainContext(cfg=None, model=model, data=data, out_dir=None)
     train_epoch(model, batches[:3], task, opt, ctx, [], ac)          # warm-up: kernels, allocator
     sync(device)
-    start = time.perf_counter()
-    stats = train_epoch(model, batches, task, opt, ctx, [], ac)
-    sync(device)
-    seconds = time.perf_counter() - start
+    with around if around is not None else contextlib.nullcontext():
+        start = time.perf_counter()
+        stats = train_epoch(model, batches, task, opt, ctx, [], ac)
+        sync(device)
+        seconds = time.perf_counter() - start
     rows = sum(b["n_targets"] for b in batches)
     fl = sum(bt.flops(b, d, len(tv), 0, True) for b in batches) + 3 * 2 * rows * d * len(tv)
     return {"tokens": stats.tokens, "seconds": seconds, "steps": len(batches), "flops": fl,

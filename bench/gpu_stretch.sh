@@ -5,6 +5,7 @@
 #   bench/gpu_stretch.sh 1 [STEPS]   carry .devpack/b .devpack/p .devdata: the GPU tests but the Ray one, then
 #                                    bench_gpu (a), (d), (b) with STEPS batches per trial (default 100)
 #   bench/gpu_stretch.sh 2           carry .devpack/a .devpack/c: the Ray test (4 trials with gpus: 0.25)
+#   bench/gpu_stretch.sh profile     carry .devpack/p .devdata: bench/profile_gpu_step.py (bf16, fp32), ~2 min
 #
 # Before the first call, on the CPU machine (`../shared` does not travel; .devpack and .devdata are git-ignored):
 #   ../shared/tools/device-pack.sh .devpack   # a: ray; b: spacy (+ pydantic); c: mlflow, sqlalchemy, optuna, fastapi...
@@ -48,6 +49,11 @@ echo "unpacked in $((SECONDS - start)) s"
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; python3 -c \
   "import torch, sys; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'python', sys.version.split()[0])"
   lscpu | grep 'Model name'; echo "commit ${GIT_HEAD:-$(git rev-parse HEAD 2>/dev/null)}"; } | tee "$OUT/machine.txt"
+if [ "$STAGE" = profile ]; then
+  PYTHONPATH="$PYTHONPATH:$PWD/bench" timeout 240 python3 bench/profile_gpu_step.py --data "$DATA/multi30k" \
+    --out "$OUT" 2>&1 | grep -v Warning | cut -c1-200
+  echo "== profile: exit ${PIPESTATUS[0]} after $((SECONDS - start)) s"; exit 0
+fi
 if [ "$STAGE" = 2 ]; then
   python3 -c "import ray, mlflow, pydantic, sqlalchemy, optuna, spacy, embinit.sweep, service.main" \
     || echo "IMPORT FAILED (above): the tests that need it fail"

@@ -45,3 +45,16 @@ def test_gpu_bench_smoke_writes_its_table_and_json(tmp_path, capsys, monkeypatch
     out = capsys.readouterr().out
     assert "| (a) one trial, embinit | bf16 |" in out and "| (b) trials at once |" in out
     assert "| (d) fused group G |" in out and "| 3 | " in out
+
+
+def test_step_profile_writes_one_file_per_precision(tmp_path):
+    """bench/profile_gpu_step.py (the step profile issue 19 asks for where a target is missed) runs on
+    the CPU too: one table per precision with its tokens/s and per-step host time."""
+    spec = importlib.util.spec_from_file_location("profile_gpu_step", BENCH.parent / "profile_gpu_step.py")
+    prof = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(prof)
+    prof.main(["--steps", "2", "--device", "cpu", "--out", str(tmp_path), "--precision", "fp32"])
+    text = (tmp_path / "profile_fp32.txt").read_text()
+    head = text.splitlines()[0]
+    assert head.startswith("fp32: ") and "tokens/s under the profiler" in head and "2 steps" in head
+    assert "aten::" in text and not (tmp_path / "profile_bf16.txt").exists()

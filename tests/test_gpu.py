@@ -85,6 +85,25 @@ def test_fused_attention_layout_matches_on_cuda():
         torch.testing.assert_close(padded, plain, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.skipif(DEVICE != "cuda", reason="cuDNN attention exists on CUDA only")
+def test_bf16_attention_keeps_off_the_cudnn_kernel():
+    """cuDNN's attention plans every new shape anew (~11 ms of host time a call on an H200, PyTorch 2.11):
+    `attend` keeps to the flash and memory-efficient kernels, forward and backward, in bf16 too."""
+    from torch.profiler import ProfilerActivity, profile
+    from embinit.models.layers import attend
+    mask = torch.ones(8, 1, 1, 23, dtype=torch.bool, device="cuda")
+    mask[:4, :, :, 17:] = False
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for length in (23, 19, 11):               # new shapes, as batches of sentences bring
+            q, k, v = (torch.randn(8, 10, length, 30, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+                       for _ in range(3))
+            attend(q, k, v, mask[..., :length], False).sum().backward()
+            attend(q, k, v, None, True).sum().backward()
+    names = {e.key for e in prof.key_averages()}
+    assert not [n for n in names if "cudnn_attention" in n], sorted(names)
+    assert [n for n in names if "efficient_attention" in n or "flash_attention" in n], sorted(names)
+
+
 def test_knn_and_probe_on_cuda_equal_cpu():
     from embinit.analysis.neighbours import knn
     from embinit.analysis.probe import probe_table

@@ -18,6 +18,14 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+# The CUDA attention kernels `attend` lets PyTorch choose from, in its order: not cuDNN's. cuDNN attention
+# builds an execution plan for every new (batch, length) shape, and batches of sentences bring a new shape
+# almost every step: on an H200 (PyTorch 2.11, bf16, Multi30k D=300) each forward and each backward call
+# spent ~11 ms on the host there, two thirds of the step, and bf16 trained at 13.6k tokens/s against
+# 81k in fp32 (bench/results/gpu/profile_bf16_h200.txt).
+CUDA_ATTENTION = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 _BITS = 16
 _LEVELS = 1 << _BITS
@@ -110,7 +118,15 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
     - CUDA: the fused (flash / memory-efficient) kernels need head_dim a multiple of 8; D=300 with 10
       heads has 30. q, k and v are zero-padded to the next multiple (zeros add nothing to q.k, and the
       padded value columns are cut off) with the scale of the true head_dim. `pad_heads` forces it (tests).
+      The kernel is flash or memory-efficient attention, never cuDNN's (CUDA_ATTENTION).
     """
+    if q.device.type == "cuda":
+        with sdpa_kernel(CUDA_ATTENTION):
+            return _attend(q, k, v, mask, causal, pad_heads)
+    return _attend(q, k, v, mask, causal, pad_heads)
+
+
+def _attend(q, k, v, mask, causal, pad_heads):
     hd = q.shape[-1]
     if q.device.type == "cpu" and q.dtype == torch.bfloat16:
         with torch.autocast("cpu", enabled=False):
