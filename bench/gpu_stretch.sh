@@ -6,10 +6,16 @@
 #                                    bench_gpu (a), (d), (b) with STEPS batches per trial (default 100)
 #   bench/gpu_stretch.sh 2           carry .devpack/a .devpack/c: the Ray test (4 trials with gpus: 0.25)
 #   bench/gpu_stretch.sh profile     carry .devpack/p .devdata: bench/profile_gpu_step.py (bf16, fp32), ~2 min
+#   bench/gpu_stretch.sh repro BATCH...  (all four parts unpacked: after stages 1 and 2, or carry what is missing)
+#                                    tune_configs/gpu/run_batch.sh BATCH... into docs/reproduction/runs (the
+#                                    committed run store: it travels with the tree and comes back as
+#                                    $OUT/gpu-runs.tgz; unpack it over docs/reproduction/runs and commit)
 #
 # Before the first call, on the CPU machine (`../shared` does not travel; .devpack and .devdata are git-ignored):
 #   ../shared/tools/device-pack.sh .devpack   # a: ray; b: spacy (+ pydantic); c: mlflow, sqlalchemy, optuna, fastapi...
-#   bench/gpu_stretch.sh --pack               # p: pydantic, fastapi-offline; .devdata/multi30k.tar.xz
+#   bench/gpu_stretch.sh --pack               # p: pydantic, fastapi-offline; .devdata: multi30k, analogy
+#                                             # questions, and with ASSETS=DIR (stage_pretrained.py's folder)
+#                                             # GloVe 6B 50d cut to those texts' words (cut_vectors.py, 1.6 MB)
 # `datasets` (hub loading) is not packed: runs there read local files. Results land under $OUT (default
 # ./gpu-stretch): machine.txt, tests.log, tests-ray.log, bench.log and bench_gpu.json (saved after every
 # section, so a call cut off at its limit keeps what ran). The trainer needs spaCy (the synthetic tasks
@@ -29,10 +35,16 @@ if [ "${1:-}" = --pack ]; then   # on the CPU machine: the parts the device call
   mkdir -p .devpack/p .devdata
   tar -cf - -C "$t/p" . | xz -T0 -9 > .devpack/p/pydantic.tar.xz
   tar -cf - -C "$t/te" . | xz -T0 -9 > .devpack/p/typing_extensions.tar.xz
-  tar -cf - -C "${SHARED:-../shared}/data" multi30k | xz -9 > .devdata/multi30k.tar.xz
+  tar -cf - -C "${SHARED:-../shared}/data" multi30k analogy | xz -9 > .devdata/multi30k.tar.xz
+  if [ -n "${ASSETS:-}" ]; then
+    d="${SHARED:-../shared}/data"
+    python3 tune_configs/gpu/cut_vectors.py "$ASSETS/glove.6B.50d.txt" "$t/assets/glove.6B.50d.txt" \
+      "$d"/multi30k/*.en "$d/analogy/questions-words.txt" || exit 1
+    tar -cf - -C "$t/assets" . | xz -9 > .devdata/assets.tar.xz
+  fi
   ls -la .devpack/*/ .devdata; exit 0
 fi
-STAGE=${1:?usage: gpu_stretch.sh 1 [STEPS] | 2 | --pack}; STEPS=${2:-100}
+STAGE=${1:?usage: gpu_stretch.sh 1 [STEPS] | 2 | profile | repro BATCH... | --pack}; shift; STEPS=${1:-100}
 OUT=${OUT:-$PWD/gpu-stretch}; mkdir -p "$OUT"
 SITE=${SITE:-/tmp/site}; DATA=${DATA:-/tmp/devdata}
 start=$SECONDS
@@ -42,6 +54,7 @@ for f in .devpack/*/*.tar.xz; do   # a part already unpacked on this warm machin
   case "$f" in *typing_extensions*) tar -xJf "$f" -C /tmp/te ;; *) tar -xJf "$f" -C "$SITE" ;; esac && touch "$done_mark"
 done
 [ -f .devdata/multi30k.tar.xz ] && tar -xJf .devdata/multi30k.tar.xz -C "$DATA"
+mkdir -p /tmp/devassets; [ -f .devdata/assets.tar.xz ] && tar -xJf .devdata/assets.tar.xz -C /tmp/devassets
 export PYTHONPATH="$SITE:$PWD" PYTHONUNBUFFERED=1 RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 python3 -c "import pydantic" 2>/dev/null || export PYTHONPATH="$SITE:/tmp/te:$PWD"
@@ -49,6 +62,16 @@ echo "unpacked in $((SECONDS - start)) s"
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; python3 -c \
   "import torch, sys; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'python', sys.version.split()[0])"
   lscpu | grep 'Model name'; echo "commit ${GIT_HEAD:-$(git rev-parse HEAD 2>/dev/null)}"; } | tee "$OUT/machine.txt"
+if [ "$STAGE" = repro ]; then   # each batch resumes through dedup when a call ends mid-batch
+  rc=0
+  for b in "$@"; do
+    EMBINIT_DATA_DIR="$DATA" EMBINIT_ASSETS=/tmp/devassets REPRO_DIR="${REPRO_DIR:-docs/reproduction/runs}" \
+      BATCH_S="${BATCH_S:-480}" tune_configs/gpu/run_batch.sh "$b" 2>&1 | grep -v Warning | tee -a "$OUT/repro.log" \
+      | grep -v '^\[embinit\] [0-9]' | tail -20
+    rc=${PIPESTATUS[0]}; echo "== batch $b: exit $rc after $((SECONDS - start)) s"; [ "$rc" = 0 ] || break
+  done
+  exit "$rc"
+fi
 if [ "$STAGE" = profile ]; then
   PYTHONPATH="$PYTHONPATH:$PWD/bench" timeout 240 python3 bench/profile_gpu_step.py --data "$DATA/multi30k" \
     --out "$OUT" 2>&1 | grep -v Warning | cut -c1-200

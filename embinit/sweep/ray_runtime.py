@@ -74,6 +74,23 @@ class RayRuntime:
         self.started = True
         return self
 
+    def check_fits(self, cpus: float, gpus: float) -> None:
+        """A Ray started here for this machine alone never grows: a trial that asks for more CPUs or GPUs
+        than it has would stay pending for ever (Tune only warns, once a minute). Say so before the sweep
+        starts. A cluster joined by address may still gain nodes (an autoscaler): nothing is checked."""
+        if not self.started or self.address is not None:
+            return
+        import ray
+        have = ray.cluster_resources()
+        problems = [f"resources.{name}: {want:g} per trial, but this machine's Ray has {have.get(key, 0):g}{why}"
+                    for name, key, want, why in (("cpus", "CPU", cpus, ""),
+                                                 ("gpus", "GPU", gpus, " (no CUDA device seen)"))
+                    if want > have.get(key, 0) + 1e-9]
+        if problems:
+            raise EmbinitError("the trials could never start on the local Ray: " + "; ".join(problems) +
+                               ". Lower the spec's resources (on a CPU machine: gpus: 0 and device: cpu), or "
+                               "run where they exist (a GPU machine, or a cluster joined with --address)")
+
     def __exit__(self, *exc) -> None:
         if self.started:
             import ray

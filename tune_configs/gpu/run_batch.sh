@@ -8,6 +8,9 @@
 #   REPRO_DIR         the MLflow store (SQLite + artifacts), default ./gpu-runs (git-ignored; carry it
 #                     between calls, or copy it back: it is the whole state)
 #   BATCH_S           seconds a sweep may run before it is stopped (default 540, under the 10-minute call)
+#   RUN_ARGS          spec overrides for every sweep (`embinit run SPEC KEY=VALUE ...`), for the CPU rehearsal:
+#                     RUN_ARGS="device=cpu epochs=1 max_train_examples=300 d_model=32 heads=4" (the MLflow
+#                     experiments are then named after the overrides, apart from the real ones)
 # A batch stopped by BATCH_S exits 3: run the same batch again. Dedup by trial key skips finished trials
 # and started ones resume from their last epoch's checkpoint (issue 11), so reruns continue where the
 # last call stopped. When $OUT is set (the device tool), a copy of the store is left there too.
@@ -34,7 +37,7 @@ sweep() {   # one spec under the batch's time limit; 3 = stopped, run the batch 
   local spec=$1 start=$SECONDS rc
   echo "== embinit run $spec ($(date -u +%FT%TZ), limit ${BATCH_S}s)"
   (cd "$REPRO_DIR" && timeout --signal=INT --kill-after=30 "$BATCH_S" \
-    "$PY" -m embinit run "$REPO/$spec" --tracking-uri "$URI")
+    "$PY" -m embinit run "$REPO/$spec" --tracking-uri "$URI" ${RUN_ARGS:-})
   rc=$?
   echo "== $spec: exit $rc after $((SECONDS - start)) s"
   if [ "$rc" = 124 ] || [ "$rc" = 130 ] || [ "$rc" = 137 ]; then return 3; fi
@@ -83,7 +86,7 @@ case "$BATCH" in
   *) echo "unknown batch $BATCH" >&2; exit 2 ;;
 esac
 if [ -n "${OUT:-}" ]; then   # the device tool brings $OUT back: the store, and the regenerated document
-  tar -C "$(dirname "$REPRO_DIR")" -czf "$OUT/gpu-runs.tgz" --exclude=cache "$(basename "$REPRO_DIR")"
+  tar -C "$(dirname "$REPRO_DIR")" -czf "$OUT/gpu-runs.tgz" --exclude=cache --exclude=.embinit-cache --exclude="*.init-lock" "$(basename "$REPRO_DIR")"
   [ "$BATCH" = report ] && cp -r docs/reproduction.md docs/reproduction "$OUT/"
 fi
 [ "$rc" = 3 ] && echo "== batch $BATCH stopped at its time limit: run it again to resume"

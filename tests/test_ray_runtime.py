@@ -1,0 +1,48 @@
+"""RayRuntime.check_fits: a trial that asks for more than a Ray of this machine alone has fails at once,
+with every short resource named, instead of staying pending for ever."""
+
+import pytest
+import torch
+
+from embinit.errors import EmbinitError
+from embinit.sweep.ray_runtime import RayRuntime
+
+
+def started_here(monkeypatch, have):
+    import ray
+    monkeypatch.setattr(ray, "cluster_resources", lambda: have)
+    rt = RayRuntime(None)
+    rt.started = True
+    return rt
+
+
+def test_names_every_resource_the_local_ray_lacks(monkeypatch):
+    rt = started_here(monkeypatch, {"CPU": 2.0})
+    with pytest.raises(EmbinitError) as e:
+        rt.check_fits(4, 0.25)
+    msg = str(e.value)
+    assert "resources.cpus: 4 per trial, but this machine's Ray has 2" in msg
+    assert "resources.gpus: 0.25 per trial, but this machine's Ray has 0 (no CUDA device seen)" in msg
+    assert "gpus: 0 and device: cpu" in msg
+
+
+def test_what_fits_passes_and_a_joined_cluster_is_not_checked(monkeypatch):
+    started_here(monkeypatch, {"CPU": 2.0, "GPU": 1.0}).check_fits(2, 0.25)
+    started_here(monkeypatch, {"CPU": 2.0}).check_fits(0.5, 0)
+    joined = RayRuntime("10.0.0.1:6379")                    # an autoscaler may still add nodes
+    joined.started = True
+    joined.check_fits(64, 8)
+    RayRuntime(None).check_fits(64, 8)                      # a Ray its caller started: the caller's call
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a machine without a GPU")
+def test_a_gpu_spec_on_a_cpu_machine_fails_before_any_trial(tmp_path):
+    from embinit.spec import load_spec
+    from embinit.sweep import run_sweep
+    spec = load_spec({"name": "gpu-here", "tasks": [{"task": "synthetic_translation", "epochs": 1,
+                                                     "max_train_examples": 50}],
+                      "inits": ["xavier"], "seeds": 1, "resources": {"cpus": 1, "gpus": 0.5},
+                      "cache_dir": str(tmp_path / "cache"),
+                      "mlflow": {"tracking_uri": f"sqlite:///{tmp_path}/mlflow.db"}})
+    with pytest.raises(EmbinitError, match="resources.gpus: 0.5 per trial, but this machine's Ray has 0"):
+        run_sweep(spec, progress=False)
