@@ -46,3 +46,5 @@ def test_a_gpu_spec_on_a_cpu_machine_fails_before_any_trial(tmp_path):
                       "mlflow": {"tracking_uri": f"sqlite:///{tmp_path}/mlflow.db"}})
     with pytest.raises(EmbinitError, match="resources.gpus: 0.5 per trial, but this machine's Ray has 0"):
         run_sweep(spec, progress=False)
+    import ray
+    assert not ray.is_initialized()           # the Ray it started is shut down again

@@ -42,7 +42,7 @@ def test_an_optuna_sweep_expands_once(tmp_path, monkeypatch, counted):
     spec = load_spec({**SPEC, "search": {"method": "optuna", "num_samples": 2, "space": {"lr": {
         "low": 1e-4, "high": 1e-2, "log": True}}}})
     searched = []
-    monkeypatch.setattr(optuna_search, "RayRuntime", lambda address: nullcontext())
+    monkeypatch.setattr(optuna_search, "RayRuntime", lambda address, resources=None: nullcontext())
     monkeypatch.setattr(optuna_search, "_search", lambda *a: searched.append(a[-1]) or False)
     counted.clear()
     sweep_run.run_sweep(spec, tracking_uri=f"sqlite:///{tmp_path}/m.db", progress=False)

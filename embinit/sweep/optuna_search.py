@@ -73,9 +73,7 @@ def run_optuna(job: TuneJob) -> bool:
             work.append((task, label, items, points, rewards))
     if not work:
         return False
-    # Ctrl-C: stop, then KeyboardInterrupt
-    with RayRuntime(job.address) as ray_runtime, stop_on_interrupt() as interrupted:
-        ray_runtime.check_fits(spec.resources.cpus, spec.resources.gpus)
+    with RayRuntime(job.address, spec.resources), stop_on_interrupt() as interrupted:  # Ctrl-C: stop, then raise
         stop = lambda: interrupted() or bool(job.should_stop())  # noqa: E731
         return _search(replace(job, should_stop=stop), work)
 

@@ -56,8 +56,11 @@ def default_env(local: bool = True) -> None:
 
 
 class RayRuntime:
-    def __init__(self, address: str | None = None):
-        self.address, self.started = address, False
+    """`with RayRuntime(address, resources)`: Ray for a sweep, started here (address None) or joined.
+    resources: the spec's per-trial `resources` (cpus, gpus), checked against a Ray started here."""
+
+    def __init__(self, address: str | None = None, resources=None):
+        self.address, self.resources, self.started = address, resources, False
 
     def __enter__(self) -> "RayRuntime":
         default_env(local=self.address is None)
@@ -72,6 +75,12 @@ class RayRuntime:
         except ConnectionError as e:
             raise EmbinitError(f"cannot connect to the Ray cluster at {self.address!r}: {e}") from None
         self.started = True
+        if self.resources is not None:
+            try:
+                self.check_fits(self.resources.cpus, self.resources.gpus)
+            except EmbinitError:
+                ray.shutdown()            # __exit__ does not run when __enter__ raises
+                raise
         return self
 
     def check_fits(self, cpus: float, gpus: float) -> None:

@@ -162,8 +162,7 @@ def _execute(job: TuneJob, units: list[Unit]) -> bool:
     from embinit.sweep.gpu_share import check_on_ray
     from embinit.sweep.warmup import prepare_on_ray
     from embinit.sweep.tune_run import run_tune  # imports ray
-    with RayRuntime(job.address) as ray_runtime:
-        ray_runtime.check_fits(spec.resources.cpus, spec.resources.gpus)
+    with RayRuntime(job.address, spec.resources):
         check_on_ray(spec.resources.gpus)       # several trials per GPU without MPS: say so once
         if spec.execution.trainer != "noop":    # the noop trainer reads no data
             prepare_on_ray(units, spec.cache_dir)   # tokenize / align once, before the fan-out
