@@ -15,7 +15,9 @@
 #   ../shared/tools/device-pack.sh .devpack   # a: ray; b: spacy (+ pydantic); c: mlflow, sqlalchemy, optuna, fastapi...
 #   bench/gpu_stretch.sh --pack               # p: pydantic, fastapi-offline; .devdata: multi30k, analogy
 #                                             # questions, and with ASSETS=DIR (stage_pretrained.py's folder)
-#                                             # GloVe 6B 50d cut to those texts' words (cut_vectors.py, 1.6 MB)
+#                                             # GloVe 6B 50d cut to those texts' words (cut_vectors.py, 1.6 MB);
+#                                             # .devassets: MiniLM cut to tokenizer + embedding (42 MB, for sst2:
+#                                             # carry it alone once, e.g. with `repro sst2`)
 # `datasets` (hub loading) is not packed: runs there read local files. Results land under $OUT (default
 # ./gpu-stretch): machine.txt, tests.log, tests-ray.log, bench.log and bench_gpu.json (saved after every
 # section, so a call cut off at its limit keeps what ran). The trainer needs spaCy (the synthetic tasks
@@ -27,6 +29,7 @@
 set -uo pipefail
 if [ "${1:-}" = --pack ]; then   # on the CPU machine: the parts the device call carries beside .devpack/a and c
   t=$(mktemp -d); trap 'rm -rf "$t"' EXIT
+  PY=${PYTHON:-$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo python3 )}   # needs spaCy, transformers
   python3 -m pip install -q --target "$t/p" --python-version 3.12 --implementation cp --only-binary=:all: \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 "pydantic>=2.6"
   python3 -m pip install -q --target "$t/p" --no-deps "fastapi-offline>=1.7"   # the service's /docs assets (pure Python)
@@ -35,12 +38,16 @@ if [ "${1:-}" = --pack ]; then   # on the CPU machine: the parts the device call
   mkdir -p .devpack/p .devdata
   tar -cf - -C "$t/p" . | xz -T0 -9 > .devpack/p/pydantic.tar.xz
   tar -cf - -C "$t/te" . | xz -T0 -9 > .devpack/p/typing_extensions.tar.xz
-  tar -cf - -C "${SHARED:-../shared}/data" multi30k analogy | xz -9 > .devdata/multi30k.tar.xz
+  tar -cf - -C "${SHARED:-../shared}/data" multi30k analogy sst2 | xz -9 > .devdata/data.tar.xz
   if [ -n "${ASSETS:-}" ]; then
     d="${SHARED:-../shared}/data"
-    python3 tune_configs/gpu/cut_vectors.py "$ASSETS/glove.6B.50d.txt" "$t/assets/glove.6B.50d.txt" \
+    "$PY" tune_configs/gpu/cut_vectors.py "$ASSETS/glove.6B.50d.txt" "$t/assets/glove.6B.50d.txt" \
       "$d"/multi30k/*.en "$d/analogy/questions-words.txt" || exit 1
     tar -cf - -C "$t/assets" . | xz -9 > .devdata/assets.tar.xz
+  fi
+  if [ -d "${ASSETS:-/nonexistent}/all-MiniLM-L6-v2" ]; then   # 42 MB: a call of its own carries it (sst2)
+    "$PY" tune_configs/gpu/cut_hf_embeddings.py "$ASSETS/all-MiniLM-L6-v2" "$t/minilm/all-MiniLM-L6-v2" || exit 1
+    mkdir -p .devassets && tar -cf - -C "$t/minilm" . | xz -9 -T0 > .devassets/minilm.tar.xz
   fi
   ls -la .devpack/*/ .devdata; exit 0
 fi
@@ -53,8 +60,9 @@ for f in .devpack/*/*.tar.xz; do   # a part already unpacked on this warm machin
   done_mark="$SITE/.unpacked-$(basename "$f")"; [ -e "$done_mark" ] && continue
   case "$f" in *typing_extensions*) tar -xJf "$f" -C /tmp/te ;; *) tar -xJf "$f" -C "$SITE" ;; esac && touch "$done_mark"
 done
-[ -f .devdata/multi30k.tar.xz ] && tar -xJf .devdata/multi30k.tar.xz -C "$DATA"
+[ -f .devdata/data.tar.xz ] && tar -xJf .devdata/data.tar.xz -C "$DATA"
 mkdir -p /tmp/devassets; [ -f .devdata/assets.tar.xz ] && tar -xJf .devdata/assets.tar.xz -C /tmp/devassets
+[ -f .devassets/minilm.tar.xz ] && tar -xJf .devassets/minilm.tar.xz -C /tmp/devassets
 export PYTHONPATH="$SITE:$PWD" PYTHONUNBUFFERED=1 RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 python3 -c "import pydantic" 2>/dev/null || export PYTHONPATH="$SITE:/tmp/te:$PWD"

@@ -8,7 +8,7 @@ rows alone, so every row a run reads is kept.
         multi30k/test_2016_flickr.en analogy/questions-words.txt
 
 A word is kept when it is a token of the texts under any of the tokenizations a run may use: spaCy's
-English rules (when spaCy is installed), whitespace, and word/punctuation pieces, each as written and
+English rules (spaCy is required), whitespace, and word/punctuation pieces, each as written and
 lowercased. Prints how many lines it kept.
 """
 
@@ -30,11 +30,10 @@ def words_of(texts: list[Path]) -> set[str]:
         out.update(PIECES.findall(line))
     try:
         import spacy
-        nlp = spacy.blank("en")
-        for doc in nlp.pipe(lines, batch_size=2000):
-            out.update(t.text for t in doc)
-    except ImportError:
-        print("cut_vectors: spaCy not installed; whitespace and word pieces only", file=sys.stderr)
+    except ImportError:   # the runs tokenize with spaCy: without its tokens, rows a run reads would be cut
+        sys.exit("cut_vectors: needs spaCy (the runs tokenize with it); run it with the project's Python")
+    for doc in spacy.blank("en").pipe(lines, batch_size=2000):
+        out.update(t.text for t in doc)
     return out | {w.lower() for w in out}
 
 
