@@ -71,34 +71,42 @@ def _local_folder(name: str) -> Path | None:
     return Path(config).parent if config else None
 
 
+def embedding_tensor(folder: Path) -> tuple[Path, str] | None:
+    """(safetensors file, tensor name) of a model folder's input embedding, or None. The name comes from
+    the model class built on the meta device, so no name is guessed; the tensor's shape is checked."""
+    from safetensors import safe_open
+    from transformers import AutoConfig, AutoModel
+    with torch.device("meta"):
+        model = AutoModel.from_config(AutoConfig.from_pretrained(folder))
+    weight = model.get_input_embeddings().weight
+    pname = next(n for n, p in model.named_parameters() if p is weight)
+    keys = [pname, f"{model.base_model_prefix}.{pname}"]
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+        files = [(folder / weight_map[k], k) for k in keys if k in weight_map]
+    else:
+        files = [(folder / "model.safetensors", k) for k in keys]
+    for file, key in files:
+        if file.is_file():
+            with safe_open(str(file), "pt") as st:
+                if key in st.keys() and tuple(st.get_slice(key).get_shape()) == tuple(weight.shape):
+                    return file, key
+    return None
+
+
 def _weight_from_safetensors(folder: Path) -> torch.Tensor | None:
     """Only the input-embedding tensor, read from the checkpoint's safetensors (a big model such as
-    mt5-base is ~2.3 GB in fp32; its embedding ~0.8 GB). The tensor's name comes from the model class
-    built on the meta device, so no name is guessed; None when this is not possible."""
+    mt5-base is ~2.3 GB in fp32; its embedding ~0.8 GB); None when this is not possible."""
     try:
         from safetensors import safe_open
-        from transformers import AutoConfig, AutoModel
-        with torch.device("meta"):
-            model = AutoModel.from_config(AutoConfig.from_pretrained(folder))
-        weight = model.get_input_embeddings().weight
-        pname = next(n for n, p in model.named_parameters() if p is weight)
-        keys = [pname, f"{model.base_model_prefix}.{pname}"]
-        index = folder / "model.safetensors.index.json"
-        if index.is_file():
-            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
-            files = [(folder / weight_map[k], k) for k in keys if k in weight_map]
-        else:
-            files = [(folder / "model.safetensors", k) for k in keys]
-        for file, key in files:
-            if file.is_file():
-                with safe_open(str(file), "pt") as st:
-                    if key in st.keys():
-                        t = st.get_tensor(key)
-                        if tuple(t.shape) == tuple(weight.shape):
-                            return t.to(torch.float32)
+        found = embedding_tensor(folder)
+        if found is None:
+            return None
+        with safe_open(str(found[0]), "pt") as st:
+            return st.get_tensor(found[1]).to(torch.float32)
     except Exception:  # any surprise: the full model load is the reference path
         return None
-    return None
 
 
 def load_model_embeddings(name: str):

@@ -17,27 +17,16 @@ KEEP = ("config.json", "tokenizer.json", "tokenizer_config.json", "special_token
         "vocab.json", "merges.txt", "spiece.model", "sentencepiece.bpe.model", "added_tokens.json")
 
 
-def embedding_key(folder: Path) -> str:
-    """The safetensors key of the input embedding, found as embinit's loader finds it."""
-    import torch
-    from safetensors import safe_open
-    from transformers import AutoConfig, AutoModel
-    with torch.device("meta"):
-        model = AutoModel.from_config(AutoConfig.from_pretrained(folder))
-    weight = model.get_input_embeddings().weight
-    name = next(n for n, p in model.named_parameters() if p is weight)
-    with safe_open(str(folder / "model.safetensors"), "pt") as st:
-        for key in (name, f"{model.base_model_prefix}.{name}"):
-            if key in st.keys():
-                return key
-    raise SystemExit(f"cut_hf_embeddings: {folder}/model.safetensors has no tensor named {name!r}")
-
-
 def cut(src: Path, dest: Path) -> tuple[str, tuple[int, ...]]:
     from safetensors import safe_open
     from safetensors.torch import save_file
-    key = embedding_key(src)
-    with safe_open(str(src / "model.safetensors"), "pt") as st:
+
+    from embinit.init.hf import embedding_tensor   # the tensor embinit's loader reads, found the same way
+    found = embedding_tensor(src)
+    if found is None:
+        sys.exit(f"cut_hf_embeddings: no input-embedding tensor found in {src}'s safetensors")
+    file, key = found
+    with safe_open(str(file), "pt") as st:
         tensor = st.get_tensor(key)
     dest.mkdir(parents=True, exist_ok=True)
     for name in KEEP:

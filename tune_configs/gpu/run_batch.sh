@@ -9,8 +9,9 @@
 #                     between calls, or copy it back: it is the whole state)
 #   BATCH_S           seconds a sweep may run before it is stopped (default 540, under the 10-minute call)
 #   RUN_ARGS          spec overrides for every sweep (`embinit run SPEC KEY=VALUE ...`), for the CPU rehearsal:
-#                     RUN_ARGS="device=cpu epochs=1 max_train_examples=300 d_model=32 heads=4" (the MLflow
-#                     experiments are then named after the overrides, apart from the real ones)
+#                     RUN_ARGS="device=cpu epochs=1 max_train_examples=300 resources.gpus=0 resources.cpus=1"
+#                     (the MLflow experiments are then named after the overrides, apart from the real ones;
+#                     keep the specs' d_model: a pretrained init fixes it)
 # A batch stopped by BATCH_S exits 3: run the same batch again. Dedup by trial key skips finished trials
 # and started ones resume from their last epoch's checkpoint (issue 11), so reruns continue where the
 # last call stopped. When $OUT is set (the device tool), a copy of the store is left there too.
