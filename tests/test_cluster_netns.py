@@ -252,9 +252,12 @@ def test_a_worker_killed_mid_trial_resumes_on_the_other_in_the_same_run(cluster,
     assert run.info.run_id == target.info.run_id        # the same MLflow run, finished on the other node
     assert run.data.tags[NODE] == c.addr(other)
     resumed = int(run.data.tags[RESUMED])
-    assert 0 < resumed <= before
+    # The store's copy of the checkpoint is synced before its epoch is logged (TrialReporter), so a kill
+    # between the two leaves a checkpoint one epoch ahead of MLflow (`before` may also miss a write in
+    # flight at the kill); the resumed attempt logs that epoch from its history, once (checked above).
+    assert 0 < resumed <= before + 1, (resumed, before)
     first_after = min(t for _, t in history(c, run.info.run_id) if t > killed)
-    figure(epochs_redone=before - resumed, trials_lost=0, last_epoch_before_kill=before, resumed_after=resumed,
+    figure(epochs_redone=max(0, before - resumed), trials_lost=0, last_epoch_before_kill=before, resumed_after=resumed,
            recover_s=round(first_after - killed, 1))
 
 

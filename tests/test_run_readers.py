@@ -76,3 +76,22 @@ def test_analysis_runs_are_read_as_records(store):
     assert rec.metrics == {"analogy/raw/correct": 3.0} and rec.params == {"seed": "1"}
     assert run_readers.analysis_records("readers-analysis", uri, "similarity") == []
     assert run_readers.analysis_records("no-such-experiment", uri, "analogy") == []
+
+
+def test_a_resumed_attempt_logs_the_epochs_its_dead_attempt_checkpointed_but_never_logged(store):
+    """The store's checkpoint is synced before its epoch is logged (TrialReporter.on_epoch_end): a worker
+    lost between the two leaves MLflow one epoch behind the checkpoint. The resumed attempt's result
+    carries that epoch in its history; `finish` logs it, once, and leaves the epochs already logged."""
+    uri, exp = store
+    config = {"task": "synthetic_classification", "init": "xavier", "seed": 1}
+    first = trial_run.TrialRun.open(uri, exp, None, config, "killed-after-sync", "Xavier", {"axes": {}, "point": {}})
+    for epoch, loss in ((1, 0.9), (2, 0.8)):
+        first.log_epoch(epoch, {"val/loss": loss, "train/loss": loss + 0.1})
+    resumed = trial_run.TrialRun(uri, first.run_id, reopened=True)   # resumed after epoch 3's checkpoint
+    resumed.log_epoch(4, {"val/loss": 0.6, "train/loss": 0.7})
+    history = [{"epoch": e, "val/loss": v, "train/loss": v + 0.1} for e, v in ((1, 0.9), (2, 0.8), (3, 0.7), (4, 0.6))]
+    resumed.finish({"status": "finished", "history": history, "best": {"val/loss": 0.6}, "best_epoch": 4}, [])
+    for metric in ("val/loss", "train/loss"):
+        steps = [m.step for m in mlflow_store.client(uri).get_metric_history(first.run_id, metric)]
+        assert sorted(steps) == [1, 2, 3, 4], (metric, steps)
+    assert run_readers.metric_history(uri, first.run_id, "val/loss").by_step[3] == 0.7
