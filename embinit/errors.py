@@ -5,6 +5,8 @@ one-line message that names the problem and the offending value. The CLI prints 
 and exits non-zero; the service turns it into a 4xx.
 """
 
+from pathlib import Path
+
 
 class EmbinitError(Exception):
     """A problem with the user's input, reported as one clear line."""
@@ -24,3 +26,10 @@ def did_you_mean(name: str, valid) -> str:
 def unknown_name(kind: str, name: str, valid) -> EmbinitError:
     """The error for a name that is not in a registry, listing the valid ones and the closest."""
     return EmbinitError(f"{name!r} is not a registered {kind}; choose from {sorted(valid)}{did_you_mean(name, valid)}")
+
+
+def hf_load_error(name: str, e: Exception) -> EmbinitError:
+    """A Hugging Face model that cannot be loaded, with transformers' first line of why."""
+    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    where = "folder" if Path(name).expanduser().is_dir() else "hub id (needs the network)"
+    return EmbinitError(f"cannot load Hugging Face model {name!r} ({where}): {first}")

@@ -17,6 +17,7 @@ import yaml
 from fastapi import HTTPException
 
 from embinit.bounds import BOUNDS, over_setting
+from embinit.model_dims import dimension_problems
 from embinit.spec import PRETRAINED_KEYS, ExperimentSpec, PlannedTrial, SpecError, load_spec, yaml_error
 from service.hub import check_hub_ids
 from service.paths import confine_paths, format_loc
@@ -218,6 +219,9 @@ def prepare(data: dict[str, Any], settings: Settings, tracking_uri: str) -> Subm
     hub_problems, notices = check_hub_ids(plan, settings.pretrained_roots, _locator(canonical))
     if hub_problems:
         raise _unprocessable(hub_problems, settings.max_problems)
+    dims = dimension_problems(plan)   # a d_model or heads that does not fit a local source's D
+    if dims:
+        raise _unprocessable(dims, settings.max_problems)
     return Submission(spec=spec, plan=plan, data=canonical, spec_hash=spec.spec_hash(),
                       trial_keys=[p.key for p in plan], n_trials=n_trials, notices=notices)
 

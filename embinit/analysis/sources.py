@@ -4,7 +4,7 @@
 - a trainer checkpoint `best.pt` (its `embeddings` and `vocabs`; `key` picks `tok`, `tgt` or `src`,
   default the first of those present);
 - a `.npy` matrix (tokens from its vocabulary file beside it when there is one, see
-  `embinit.init.vectors.npy_vocab_path`; without one the rows are unnamed);
+  `embinit.init.source_files.npy_vocab_path`; without one the rows are unnamed);
 - a GloVe / word2vec / fastText text file or word2vec `.bin` (read by `embinit.init`'s loaders; rows in
   file order, i.e. by frequency for GloVe; `top` keeps the first N words; a repeated word keeps its
   first row);
@@ -79,7 +79,7 @@ def scan_words(path: Path, top: int | None = None) -> list[str]:
     """The words of a text vector file in file order (header skipped, first occurrence kept). A word
     is everything before the last D fields, as the init library's loader reads it (GloVe 840B has
     words with spaces)."""
-    from embinit.init.vectors import count_header, first_line, open_binary
+    from embinit.init.source_files import count_header, first_line, open_binary
 
     first = first_line(path)
     head = count_header(first)
@@ -105,17 +105,17 @@ def scan_words(path: Path, top: int | None = None) -> list[str]:
 
 def load_vectors(path: str | Path, top: int | None = None) -> Embeddings:
     """All (or the first `top`) rows of a word-vector file, via embinit.init's loaders."""
-    from embinit.init import vectors
+    from embinit.init import source_files, vectors
 
-    path = vectors.check_file(path)
-    fmt = vectors.detect_format(path)
+    path = source_files.check_file(path)
+    fmt = source_files.detect_format(path)
     if fmt == "hf":
         raise EmbinitError(f"{path} is a Hugging Face model folder; build a table from it with "
                            "embinit.init and pass the table or a checkpoint instead")
     if fmt == "npy":
-        matrix = torch.from_numpy(vectors.load_npy_matrix(path)[:top].astype("float32"))
+        matrix = torch.from_numpy(source_files.load_npy_matrix(path)[:top].astype("float32"))
         try:
-            names = vectors.npy_vocab_path(path).read_text(encoding="utf-8").splitlines()[:len(matrix)]
+            names = source_files.npy_vocab_path(path).read_text(encoding="utf-8").splitlines()[:len(matrix)]
         except EmbinitError:
             names = None
         if names is not None and len(names) != len(matrix):

@@ -54,10 +54,11 @@ def _size(shape: tuple) -> str:
     if not isinstance(d, int):
         return "? (D comes from the pretrained source)"
     from embinit.errors import EmbinitError
-    from embinit.models import ModelConfig, divisors
+    from embinit.model_dims import nearest_heads
+    from embinit.models import ModelConfig
     from embinit.models.size import model_size
     if d % heads:
-        heads = min(divisors(d), key=lambda h: (abs(h - heads), -h))
+        heads = nearest_heads(d, heads)
     try:
         size = model_size(task_defaults(task).kind, ModelConfig(d_model=d, heads=heads, layers=layers, ff_dim=ff,
                                                         tie_embeddings=tie))

@@ -18,8 +18,8 @@ from embinit.init.registry import (OOV_INFO, RANDOM_INITS, SOURCE_FAMILIES, TRAN
 
 # Names whose modules import torch, loaded on first use: parsing and validating init specs (and so
 # validating an experiment spec) never imports torch.
-_LAZY = {"BuildResult": "table", "build_table": "table", "load_aligned": "table", "resolve_source": "table",
-         "source_dim": "table", "OOV_RULES": "oov", "INITS": "random", "xavier_bound": "random",
+_LAZY = {"BuildResult": "table", "build_table": "table", "load_aligned": "table", "resolve_source": "source_files",
+         "source_dim": "source_files", "OOV_RULES": "oov", "INITS": "random", "xavier_bound": "random",
          "xavier_std": "random", "TRANSFORMS": "transforms"}
 
 # family name -> default location (path / hub id) or None

@@ -17,19 +17,9 @@ from pathlib import Path
 
 import torch
 
-from embinit.errors import EmbinitError
+from embinit.errors import EmbinitError, hf_load_error
 from embinit.init.aligned import Aligned, wanted_keys
 from embinit.vocab import BOS, EOS, PAD, UNK
-
-# config keys that hold the input-embedding width, most specific first (ALBERT factorizes embeddings)
-DIM_KEYS = ("embedding_size", "d_model", "n_embd", "dim", "hidden_size")
-
-
-def _fail(name: str, e: Exception) -> EmbinitError:
-    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-    where = "folder" if Path(name).expanduser().is_dir() else "hub id (needs the network)"
-    return EmbinitError(f"cannot load Hugging Face model {name!r} ({where}): {first}")
-
 
 def identity(name: str) -> dict:
     """What the cache keys on: a local folder's files (name, size, mtime), or the hub id."""
@@ -38,23 +28,6 @@ def identity(name: str) -> dict:
         files = sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in p.iterdir() if f.is_file())
         return {"hf_folder": str(p.resolve()), "files": files}
     return {"hf_hub_id": name}
-
-
-def hf_dim(name: str) -> int | None:
-    """D from the model config (no weights are loaded)."""
-    p = Path(name).expanduser()
-    try:
-        if (p / "config.json").is_file():
-            cfg = json.loads((p / "config.json").read_text(encoding="utf-8"))
-        else:
-            from transformers import AutoConfig
-            cfg = AutoConfig.from_pretrained(name).to_dict()
-    except Exception as e:  # transformers raises many kinds; all mean "cannot load"
-        raise _fail(name, e) from None
-    for key in DIM_KEYS:
-        if isinstance(cfg.get(key), int):
-            return cfg[key]
-    return None
 
 
 def _local_folder(name: str) -> Path | None:
@@ -126,7 +99,7 @@ def load_model_embeddings(name: str):
             model = AutoModel.from_pretrained(name)
             weight = model.get_input_embeddings().weight.detach().to(torch.float32).clone()
     except Exception as e:
-        raise _fail(name, e) from None
+        raise hf_load_error(name, e) from None
     finally:
         if bar:
             hf_logging.enable_progress_bar()

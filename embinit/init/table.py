@@ -1,4 +1,4 @@
-"""`build_table`: one embedding table for a vocabulary from an init spec; `source_dim`.
+"""`build_table`: one embedding table for a vocabulary from an init spec.
 
 Order of operations for a pretrained source (the issue's contract):
 1. load the source rows the vocabulary has (`Aligned`; cached on disk);
@@ -27,7 +27,8 @@ from embinit.init import hf, table_cache, vectors
 from embinit.init.aligned import Aligned
 from embinit.init.oov import OOV_RULES, OOVContext
 from embinit.init.random import INITS
-from embinit.init.registry import DEFAULT_OOV, SOURCE_FAMILIES, InitSpec, parse_init_spec
+from embinit.init.registry import DEFAULT_OOV, InitSpec, parse_init_spec
+from embinit.init.source_files import npy_vocab_path, resolve_source
 from embinit.init.transforms import TRANSFORMS
 from embinit.vocab import Vocab
 
@@ -66,31 +67,12 @@ def _generator(generator: torch.Generator | None, seed: int | None) -> torch.Gen
     return torch.Generator().manual_seed(0 if seed is None else int(seed))
 
 
-def resolve_source(spec: InitSpec, pretrained: str | None = None) -> tuple[str, str]:
-    """(loader kind, location) for a pretrained spec: kind is text | word2vec_bin | npy | hf."""
-    location = pretrained or spec.pretrained or SOURCE_FAMILIES[spec.source].default
-    if not location:
-        raise EmbinitError(f"init {str(spec)!r} needs a pretrained source: pass a path"
-                           f"{' or hub id' if spec.source == 'hf' else ''} (--pretrained)")
-    location = str(location)
-    if spec.is_subword:
-        return "hf", location
-    kind = vectors.detect_format(location) if Path(location).expanduser().exists() else None
-    if kind is None:
-        vectors.check_file(location)   # raises "not found"
-    if spec.source == "npy" and kind != "npy":
-        raise EmbinitError(f"init 'npy' needs a .npy file, got {location}")
-    if kind == "hf" and spec.source != "pretrained":
-        raise EmbinitError(f"{location} is a Hugging Face model folder; use init 'hf' (or 'pretrained')")
-    return kind, location
-
-
 def _identity(kind: str, location: str, cache_dir=None) -> dict:
     if kind == "hf":
         return hf.identity(location)
     ident = table_cache.file_identity(location, cache_dir)
     if kind == "npy":   # the rows' names live in a second file
-        ident["vocab"] = table_cache.file_identity(vectors.npy_vocab_path(Path(location).expanduser()), cache_dir)
+        ident["vocab"] = table_cache.file_identity(npy_vocab_path(Path(location).expanduser()), cache_dir)
     return ident
 
 
@@ -207,15 +189,3 @@ def build_table(spec, vocab, dim: int | None = None, generator: torch.Generator 
     return BuildResult(table, spec.label, aligned.dim, _coverage(vocab, aligned.found), stats, spec,
                        filled, location, {"cached": cached, "kind": kind},
                        missing.nonzero().flatten() if filled else None)
-
-
-def source_dim(spec, pretrained: str | None = None) -> int | None:
-    """D fixed by the pretrained source (from a header, first line or model config), None for random."""
-    spec = parse_init_spec(spec)
-    if not spec.is_pretrained:
-        return None
-    kind, location = resolve_source(spec, pretrained)
-    if kind == "hf":
-        d = hf.hf_dim(location)
-        return d if d is not None else hf.load_model_embeddings(location)[1].shape[1]
-    return vectors.file_dim(location, kind)

@@ -12,7 +12,6 @@ the first file that exists of `X.vocab.txt`, `X.vocab`, `vocab.txt` in the same 
 
 from __future__ import annotations
 
-import gzip
 import mmap
 from pathlib import Path
 
@@ -21,74 +20,7 @@ import torch
 
 from embinit.errors import EmbinitError
 from embinit.init.aligned import Aligned, wanted_keys
-
-
-def check_file(path: str | Path) -> Path:
-    path = Path(path).expanduser()
-    if not path.exists():
-        raise EmbinitError(f"pretrained file not found: {path}")
-    if not path.is_file():
-        raise EmbinitError(f"pretrained source is not a file: {path}")
-    return path
-
-
-def open_binary(path: Path):
-    """`path` opened for binary reading, gunzipped when it ends in .gz."""
-    try:
-        return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
-    except OSError as e:
-        raise EmbinitError(f"cannot read pretrained file {path}: {e.strerror or e}") from None
-
-
-def count_header(line: bytes) -> tuple[int, int] | None:
-    """`N D` (two integers) on the first line means a word2vec/fastText header."""
-    parts = line.split()
-    if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
-        return int(parts[0]), int(parts[1])
-    return None
-
-
-def first_line(path: Path) -> bytes:
-    """The first line of a vector file (an error when the file is empty)."""
-    with open_binary(path) as f:
-        try:
-            line = f.readline()
-        except (OSError, EOFError) as e:
-            raise EmbinitError(f"cannot read pretrained file {path}: {e}") from None
-    if not line.strip():
-        raise EmbinitError(f"pretrained file is empty: {path}")
-    return line
-
-
-def npy_vocab_path(path: Path) -> Path:
-    tried = [path.with_suffix(".vocab.txt"), path.with_suffix(".vocab"), path.parent / "vocab.txt"]
-    for p in tried:
-        if p.is_file():
-            return p
-    raise EmbinitError(f"no vocabulary file for {path}; expected one of {[str(p) for p in tried]}")
-
-
-def load_npy_matrix(path: Path) -> np.ndarray:
-    """A .npy file as a memory-mapped 2-D numeric matrix."""
-    try:
-        arr = np.load(path, mmap_mode="r", allow_pickle=False)
-    except (OSError, ValueError) as e:
-        raise EmbinitError(f"cannot read .npy matrix {path}: {e}") from None
-    if arr.ndim != 2 or not np.issubdtype(arr.dtype, np.number):
-        raise EmbinitError(f"{path}: expected a 2-D numeric matrix, got shape {arr.shape} {arr.dtype}")
-    return arr
-
-
-def file_dim(path: str | Path, fmt: str) -> int:
-    """D of a word-vector file, from its header, first line or .npy shape (cheap)."""
-    path = check_file(path)
-    if fmt == "npy":
-        return int(load_npy_matrix(path).shape[1])
-    line = first_line(path)
-    head = count_header(line)
-    if head:
-        return head[1]
-    return len(line.split()) - 1
+from embinit.init.source_files import check_file, count_header, first_line, load_npy_matrix, npy_vocab_path, open_binary
 
 
 def _parse_row(parts: list[bytes], path: Path, lineno: int) -> list[float]:
@@ -232,17 +164,3 @@ def load_npy(path: str | Path, tokens: list[str], lowercase: bool = False) -> Al
         raise EmbinitError(f"{path}: the matrix has non-finite values in the needed rows")
     return Aligned(torch.from_numpy(rows.copy()), torch.tensor(found, dtype=torch.int64),
                    int(arr.shape[1]), str(path))
-
-
-def detect_format(path: str | Path) -> str:
-    """'hf' (a folder with config.json), 'npy', 'word2vec_bin' (.bin) or 'text'."""
-    p = Path(path).expanduser()
-    if p.is_dir():
-        if (p / "config.json").is_file():
-            return "hf"
-        raise EmbinitError(f"folder {p} is not a Hugging Face model (no config.json)")
-    if p.suffix == ".npy":
-        return "npy"
-    if p.suffix == ".bin":
-        return "word2vec_bin"
-    return "text"

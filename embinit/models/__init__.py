@@ -17,7 +17,8 @@ from torch import nn
 
 from embinit.errors import EmbinitError
 from embinit.task_registry import KINDS, kind_code
-from embinit.models.embedding import ModelConfig, TokenEmbedding, divisors, padding_mask
+from embinit.model_dims import divisors
+from embinit.models.embedding import ModelConfig, TokenEmbedding, padding_mask
 from embinit.models.encoder import DecoderLM, EncoderClassifier
 from embinit.models.layers import FastDropout, xavier_init_
 from embinit.models.seq2seq import EncoderDecoder

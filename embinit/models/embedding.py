@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from embinit.errors import EmbinitError
+from embinit.model_dims import divisors
 from embinit.models.layers import FastDropout
 from embinit.posenc import sinusoidal
 
@@ -39,10 +40,6 @@ class ModelConfig:
                                f"heads from {divisors(self.d_model)}")
         if not 0.0 <= self.dropout < 1.0:
             raise EmbinitError(f"dropout must be in [0, 1), got {self.dropout}")
-
-
-def divisors(n: int) -> list[int]:
-    return [k for k in range(1, min(n, 64) + 1) if n % k == 0]
 
 
 class TokenEmbedding(nn.Module):

@@ -48,11 +48,9 @@ def fuse_key(config: dict[str, Any]) -> str | None:
 def _dims(config: dict[str, Any]) -> list:
     """The embedding dimension each side's init implies (None: random, D comes from the config)."""
     from embinit.init import parse_init_spec, source_dim
-    sides = [(config["init"], config.get("pretrained"))]
-    if task_kind(config["task"]).two_sided:
-        sides.append((config.get("src_init") or config["init"],
-                      config.get("src_pretrained") or config.get("pretrained")))
+    from embinit.model_dims import side_sources
     try:
+        sides = side_sources(TrialConfig.from_dict(config)).values()
         return [source_dim(parse_init_spec(i), p) for i, p in sides]
     except Exception as e:
         return [f"unknown:{e}"]

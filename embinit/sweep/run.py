@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from embinit import mlflow_store, provenance, records, run_readers, run_writers
+from embinit.model_dims import dimension_problems
 from embinit.spec import ExperimentSpec, SpecError, load_spec
 from embinit.storage import Store
 from embinit.storage import configured as configured_store
@@ -77,6 +78,14 @@ def check_local_paths(spec: ExperimentSpec) -> None:
         raise SpecError(problems)
 
 
+def check_model_dims(planned: tuple) -> None:
+    """Every trial's model width must resolve against its local pretrained sources (a `d_model` or
+    `heads` that does not fit a source's D): a SpecError listing each problem before any trial starts."""
+    problems = dimension_problems(planned)
+    if problems:
+        raise SpecError(problems)
+
+
 INTERRUPTED = "interrupted (Ctrl-C); running the same spec again resumes: finished trials are reused"
 
 
@@ -94,6 +103,8 @@ def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = 
     spec = spec if isinstance(spec, ExperimentSpec) else load_spec(spec)
     if address is None:
         check_local_paths(spec)
+    planned = tuple(spec.plan())   # the one expansion of this sweep
+    check_model_dims(planned)      # before anything is written to the store
     store = configured_store()   # the operator's object store, else node-local folders
     storage = _tune_storage(spec, storage_path, store)
     uri = mlflow_store.resolve_uri(tracking_uri or spec.mlflow.tracking_uri)
@@ -101,7 +112,6 @@ def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = 
     name = spec.experiment_name()
     exp_id = mlflow_store.ensure_experiment(name, uri)
     run_writers.describe_experiment(exp_id, uri, spec.description)
-    planned = tuple(spec.plan())   # the one expansion of this sweep
     finished = set(run_readers.finished_keys(exp_id, uri))
     units, reused = units_to_run(spec, finished, planned)
     if spec.execution.fuse == "auto":

@@ -24,8 +24,9 @@ from embinit.bounds import BOUNDS
 from embinit.bounds import problem as bound_problem
 from embinit.config import TrialConfig, task_defaults
 from embinit.errors import EmbinitError
+from embinit.model_dims import resolve_model_size, side_sources
 from embinit.task_registry import kind_code, task_entry, task_kind
-from embinit.models import (ModelConfig, build_model, divisors, embedding_parameters,
+from embinit.models import (ModelConfig, build_model, embedding_parameters,
                             set_dropout_generator, set_trainable)
 from embinit.train.checkpoint import read as read_checkpoint
 
@@ -131,26 +132,6 @@ def check_config(cfg: TrialConfig) -> TrialConfig:
     return rc
 
 
-def resolve_model_size(cfg: TrialConfig, user_heads: int | None, dims: dict[str, int | None]) -> tuple[int, int]:
-    """D: cfg.d_model, else the pretrained source's D, else the task default; every pretrained source
-    must agree with it. Heads: cfg.heads must divide D; when heads was left at the task default and
-    does not divide D, the divisor of D nearest the default is used (GloVe 300d: 10, as in the paper)."""
-    known = {side: d for side, d in dims.items() if d is not None}
-    if len(set(known.values())) > 1:
-        raise EmbinitError(f"the pretrained sources disagree on the embedding dimension: {known}")
-    d_model = cfg.d_model or next(iter(known.values()), None) or task_defaults(cfg.task).d_model
-    for side, d in known.items():
-        if d != d_model:
-            raise EmbinitError(f"the {side} init has dimension {d} but the model's d_model is {d_model}")
-    heads = cfg.heads
-    if d_model % heads:
-        if user_heads is not None:
-            raise EmbinitError(f"heads={heads} does not divide d_model={d_model}; choose heads from "
-                               f"{divisors(d_model)}")
-        heads = min(divisors(d_model), key=lambda h: (abs(h - heads), -h))
-    return d_model, heads
-
-
 def resolve_tokenizer(cfg: TrialConfig, spec) -> str:
     """tokenizer="auto": the pretrained model's own tokenizer for a sub-word init, else the task's own
     (its registry entry: GPT-2 BPE for wikitext2, spaCy words otherwise; the generated synthetic tasks
@@ -192,13 +173,10 @@ def load_inputs(cfg: TrialConfig, cache_dir=None, device: torch.device | None = 
 
     rc = check_config(cfg)
     kind = task_defaults(rc.task).kind
-    sides = task_kind(rc.task).sides
-    main_side = sides[-1]
-    specs = {main_side: parse_init_spec(rc.init)}
-    pretrained = {main_side: rc.pretrained}
-    if "src" in sides:
-        specs["src"] = parse_init_spec(rc.src_init or rc.init)
-        pretrained["src"] = rc.src_pretrained or rc.pretrained
+    sources = side_sources(rc)
+    sides, main_side = list(sources), task_kind(rc.task).sides[-1]
+    specs = {s: parse_init_spec(init) for s, (init, _) in sources.items()}
+    pretrained = {s: location for s, (_, location) in sources.items()}
     dims = {s: source_dim(specs[s], pretrained[s]) for s in sides}
     d_model, heads = resolve_model_size(rc, cfg.heads, dims)
     rc = dataclasses.replace(rc, d_model=d_model, heads=heads)

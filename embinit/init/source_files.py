@@ -1,0 +1,152 @@
+"""Pretrained source files without loading them (no torch): where a spec's source is
+(`resolve_source`), which format a file has, and its dimension D (`source_dim`: from a header, the first
+line, a .npy shape or a model config). The loaders (`vectors`, `hf`) read the rows; a sweep and the
+service check D against the model's at plan time (`embinit.model_dims`) with these."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+
+from embinit.errors import EmbinitError, hf_load_error
+from embinit.init.registry import SOURCE_FAMILIES, InitSpec, parse_init_spec
+
+# config keys that hold the input-embedding width, most specific first (ALBERT factorizes embeddings)
+DIM_KEYS = ("embedding_size", "d_model", "n_embd", "dim", "hidden_size")
+
+
+def check_file(path: str | Path) -> Path:
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise EmbinitError(f"pretrained file not found: {path}")
+    if not path.is_file():
+        raise EmbinitError(f"pretrained source is not a file: {path}")
+    return path
+
+
+def open_binary(path: Path):
+    """`path` opened for binary reading, gunzipped when it ends in .gz."""
+    try:
+        return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+    except OSError as e:
+        raise EmbinitError(f"cannot read pretrained file {path}: {e.strerror or e}") from None
+
+
+def count_header(line: bytes) -> tuple[int, int] | None:
+    """`N D` (two integers) on the first line means a word2vec/fastText header."""
+    parts = line.split()
+    if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
+        return int(parts[0]), int(parts[1])
+    return None
+
+
+def first_line(path: Path) -> bytes:
+    """The first line of a vector file (an error when the file is empty)."""
+    with open_binary(path) as f:
+        try:
+            line = f.readline()
+        except (OSError, EOFError) as e:
+            raise EmbinitError(f"cannot read pretrained file {path}: {e}") from None
+    if not line.strip():
+        raise EmbinitError(f"pretrained file is empty: {path}")
+    return line
+
+
+def npy_vocab_path(path: Path) -> Path:
+    tried = [path.with_suffix(".vocab.txt"), path.with_suffix(".vocab"), path.parent / "vocab.txt"]
+    for p in tried:
+        if p.is_file():
+            return p
+    raise EmbinitError(f"no vocabulary file for {path}; expected one of {[str(p) for p in tried]}")
+
+
+def load_npy_matrix(path: Path) -> np.ndarray:
+    """A .npy file as a memory-mapped 2-D numeric matrix."""
+    try:
+        arr = np.load(path, mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise EmbinitError(f"cannot read .npy matrix {path}: {e}") from None
+    if arr.ndim != 2 or not np.issubdtype(arr.dtype, np.number):
+        raise EmbinitError(f"{path}: expected a 2-D numeric matrix, got shape {arr.shape} {arr.dtype}")
+    return arr
+
+
+def file_dim(path: str | Path, fmt: str) -> int:
+    """D of a word-vector file, from its header, first line or .npy shape (cheap)."""
+    path = check_file(path)
+    if fmt == "npy":
+        return int(load_npy_matrix(path).shape[1])
+    line = first_line(path)
+    head = count_header(line)
+    if head:
+        return head[1]
+    return len(line.split()) - 1
+
+
+def detect_format(path: str | Path) -> str:
+    """'hf' (a folder with config.json), 'npy', 'word2vec_bin' (.bin) or 'text'."""
+    p = Path(path).expanduser()
+    if p.is_dir():
+        if (p / "config.json").is_file():
+            return "hf"
+        raise EmbinitError(f"folder {p} is not a Hugging Face model (no config.json)")
+    if p.suffix == ".npy":
+        return "npy"
+    if p.suffix == ".bin":
+        return "word2vec_bin"
+    return "text"
+
+
+def hf_dim(name: str) -> int | None:
+    """D from the model config (no weights are loaded)."""
+    p = Path(name).expanduser()
+    try:
+        if (p / "config.json").is_file():
+            cfg = json.loads((p / "config.json").read_text(encoding="utf-8"))
+        else:
+            from transformers import AutoConfig
+            cfg = AutoConfig.from_pretrained(name).to_dict()
+    except Exception as e:  # transformers raises many kinds; all mean "cannot load"
+        raise hf_load_error(name, e) from None
+    for key in DIM_KEYS:
+        if isinstance(cfg.get(key), int):
+            return cfg[key]
+    return None
+
+
+def resolve_source(spec: InitSpec, pretrained: str | None = None) -> tuple[str, str]:
+    """(loader kind, location) for a pretrained spec: kind is text | word2vec_bin | npy | hf."""
+    location = pretrained or spec.pretrained or SOURCE_FAMILIES[spec.source].default
+    if not location:
+        raise EmbinitError(f"init {str(spec)!r} needs a pretrained source: pass a path"
+                           f"{' or hub id' if spec.source == 'hf' else ''} (--pretrained)")
+    location = str(location)
+    if spec.is_subword:
+        return "hf", location
+    kind = detect_format(location) if Path(location).expanduser().exists() else None
+    if kind is None:
+        check_file(location)   # raises "not found"
+    if spec.source == "npy" and kind != "npy":
+        raise EmbinitError(f"init 'npy' needs a .npy file, got {location}")
+    if kind == "hf" and spec.source != "pretrained":
+        raise EmbinitError(f"{location} is a Hugging Face model folder; use init 'hf' (or 'pretrained')")
+    return kind, location
+
+
+def source_dim(spec, pretrained: str | None = None) -> int | None:
+    """D fixed by the pretrained source (from a header, first line or model config), None for random;
+    an EmbinitError when the source cannot be read."""
+    spec = parse_init_spec(spec)
+    if not spec.is_pretrained:
+        return None
+    kind, location = resolve_source(spec, pretrained)
+    if kind == "hf":
+        d = hf_dim(location)
+        if d is None:  # no width in the config: the matrix itself (loads the weights, and torch)
+            from embinit.init.hf import load_model_embeddings
+            d = int(load_model_embeddings(location)[1].shape[1])
+        return d
+    return file_dim(location, kind)

@@ -1,0 +1,121 @@
+"""The model's width D and head count, as a trial resolves them, and the plan-time check of them
+(no torch).
+
+D is the config's `d_model`, else the pretrained sources' D, else the task default; every pretrained side
+must agree with it, and `heads` must divide it (`resolve_model_size`, which `train.prepare` applies to each
+trial). `dimension_problems` applies the same rule to every planned trial before any starts, reading only
+the D of sources that are local files or folders (a header, a first line, a .npy shape, a config.json):
+a spec that sets `d_model: 512` for 300-d GloVe is refused with every such problem listed, instead of
+each of its trials failing. Sources named by a hub id are left to the trials (reading them needs the
+network)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable
+
+from embinit.config import TrialConfig, task_defaults
+from embinit.errors import EmbinitError
+from embinit.task_registry import task_kind
+
+
+SIDE_NAMES = {"tok": "the init", "tgt": "the target init", "src": "the source init"}
+
+
+def divisors(n: int) -> list[int]:
+    return [k for k in range(1, min(n, 64) + 1) if n % k == 0]
+
+
+def side_sources(cfg: TrialConfig) -> dict[str, tuple[Any, str | None]]:
+    """Each embedding side of the trial's task -> (its init spec, its pretrained location): the source
+    side of a translation task takes `src_init`/`src_pretrained`, else the target's."""
+    sides = task_kind(cfg.task).sides
+    out = {sides[-1]: (cfg.init, cfg.pretrained)}
+    if "src" in sides:
+        out["src"] = (cfg.src_init or cfg.init, cfg.src_pretrained or cfg.pretrained)
+    return out
+
+
+def resolve_model_size(cfg: TrialConfig, user_heads: int | None, dims: dict[str, int | None]) -> tuple[int, int]:
+    """D: cfg.d_model, else the pretrained source's D, else the task default; every pretrained source
+    must agree with it. Heads: cfg.heads must divide D; when heads was left at the task default and
+    does not divide D, the divisor of D nearest the default is used (GloVe 300d: 10, as in the paper)."""
+    known = {side: d for side, d in dims.items() if d is not None}
+    if len(set(known.values())) > 1:
+        raise EmbinitError(f"the pretrained sources disagree on the embedding dimension: {known}")
+    d_model = cfg.d_model or next(iter(known.values()), None) or task_defaults(cfg.task).d_model
+    for side, d in known.items():
+        if d != d_model:
+            raise EmbinitError(f"{SIDE_NAMES.get(side, side)} has dimension {d} but the model's d_model is {d_model}")
+    heads = cfg.heads
+    if d_model % heads:
+        if user_heads is not None:
+            raise EmbinitError(f"heads={heads} does not divide d_model={d_model}; choose heads from "
+                               f"{divisors(d_model)}")
+        heads = nearest_heads(d_model, heads)
+    return d_model, heads
+
+
+def nearest_heads(d_model: int, heads: int) -> int:
+    """The divisor of D nearest `heads` (the larger on a tie)."""
+    return min(divisors(d_model), key=lambda h: (abs(h - heads), -h))
+
+
+def local_source_dim(init: Any, pretrained: str | None) -> int | None:
+    """D of a pretrained side whose source is a local file or folder; None for a random init or a
+    source only the hub (or a trial) can read. A local source that cannot be read raises EmbinitError."""
+    from embinit.init.registry import SOURCE_FAMILIES, parse_init_spec
+    from embinit.init.source_files import source_dim
+    spec = parse_init_spec(init)
+    if not spec.is_pretrained:
+        return None
+    location = pretrained or spec.pretrained or SOURCE_FAMILIES[spec.source].default
+    if not location or not Path(str(location)).expanduser().exists():
+        return None
+    return source_dim(spec, str(location))
+
+
+def dimension_problems(planned: Iterable[Any]) -> list[tuple[str, str]]:
+    """(where, what) for every planned trial (`PlannedTrial`s) whose model size cannot be resolved:
+    a local pretrained source whose D differs from the `d_model` set for it, two sides that disagree,
+    `heads` that does not divide D, a local source that cannot be read. Each distinct problem once, with
+    the trials it concerns."""
+    dims: dict[tuple[str, str | None], int | None | str] = {}
+    seen: dict[tuple, str | None] = {}
+    found: dict[str, list[str]] = {}
+    for p in planned:
+        c = p.config
+        shape = tuple(c.get(k) for k in ("task", "init", "src_init", "pretrained", "src_pretrained", "d_model",
+                                         "heads"))
+        if shape not in seen:
+            seen[shape] = _problem(TrialConfig.from_dict(c), dims)
+        if seen[shape] is not None:
+            found.setdefault(seen[shape], []).append(f"{p.task} x {p.label}")
+    out = []
+    for why, trials in found.items():
+        named = sorted(set(trials))
+        where = ", ".join(named[:3]) + (f" and {len(named) - 3} more" if len(named) > 3 else "")
+        out.append((f"trials {where}", f"{why}; set `d_model` to the source's D or leave it out (the "
+                                        "source's D is used)" if "d_model is" in why else why))
+    return out
+
+
+def _problem(cfg: TrialConfig, dims: dict) -> str | None:
+    """Why the trial's model size cannot be resolved, None when it can (or when D is only known to the
+    hub); `dims` caches each source's D (or why it cannot be read)."""
+    side_dims: dict[str, int | None] = {}
+    for side, (init, pretrained) in side_sources(cfg).items():
+        key = (str(init), pretrained)
+        if key not in dims:
+            try:
+                dims[key] = local_source_dim(init, pretrained)
+            except EmbinitError as e:
+                dims[key] = str(e)
+        if isinstance(dims[key], str):
+            return dims[key]
+        side_dims[side] = dims[key]
+    try:
+        resolve_model_size(cfg.resolved(), cfg.heads, side_dims)
+    except EmbinitError as e:
+        return str(e)
+    return None

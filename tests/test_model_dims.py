@@ -1,0 +1,138 @@
+"""A spec whose `d_model` or `heads` cannot fit its local pretrained sources is refused at plan time
+(embinit.model_dims): by `run_sweep` before anything is written to MLflow, and by the service with a
+422 naming each problem, instead of every trial failing when it starts. Sources named by a hub id are
+left to the trials; the check reads only headers and first lines, and never imports torch."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers.files import write
+
+from embinit.model_dims import dimension_problems, nearest_heads, resolve_model_size
+from embinit.config import TrialConfig
+from embinit.errors import EmbinitError
+from embinit.spec import SpecError, load_spec
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def vectors(path: Path, dim: int, words=("the", "cat", "sat")) -> str:
+    write(path, [w + " " + " ".join(f"0.{i + 1}" for i in range(dim)) for w in words])
+    return str(path)
+
+
+def spec(tmp_path, task="synthetic_classification", **values) -> dict:
+    return {"name": "dims", "tasks": [{"task": task, **values.pop("task_values", {})}], "seeds": 2,
+            "mlflow": {"tracking_uri": f"sqlite:///{tmp_path}/mlflow.db"}, **values}
+
+
+def problems_of(data: dict) -> list[tuple[str, str]]:
+    return dimension_problems(load_spec(data).plan())
+
+
+def test_a_d_model_that_differs_from_a_local_source_is_one_problem_naming_its_trials(tmp_path):
+    glove = vectors(tmp_path / "glove8.txt", 8)
+    data = spec(tmp_path, inits=["xavier", {"tgt": "glove", "pretrained": glove}], task_values={"d_model": 16})
+    (problem,) = problems_of(data)
+    where, msg = problem
+    assert where == "trials synthetic_classification x GloVe"          # two seeds, one problem
+    assert "the init has dimension 8 but the model's d_model is 16" in msg
+    assert "set `d_model` to the source's D or leave it out" in msg
+    data["tasks"][0].pop("d_model")                                          # D taken from the source
+    assert problems_of(data) == []
+    data["tasks"][0]["d_model"] = 8
+    assert problems_of(data) == []
+
+
+def test_heads_that_do_not_divide_the_sources_d(tmp_path):
+    glove = vectors(tmp_path / "glove6.txt", 6)
+    data = spec(tmp_path, inits=[{"tgt": "glove", "pretrained": glove}], task_values={"heads": 4})
+    assert [m for _, m in problems_of(data)] == ["heads=4 does not divide d_model=6; choose heads from [1, 2, 3, 6]"]
+    data["tasks"][0].pop("heads")             # left at the task default: the nearest divisor is used
+    assert problems_of(data) == []
+
+
+def test_a_d_model_axis_names_only_the_values_that_do_not_fit(tmp_path):
+    glove = vectors(tmp_path / "glove8.txt", 8)
+    data = spec(tmp_path, inits=[{"tgt": "glove", "pretrained": glove}], axes={"d_model": [8, 12, 16]})
+    msgs = sorted(m for _, m in problems_of(data))
+    assert len(msgs) == 2 and "d_model is 12" in msgs[0] and "d_model is 16" in msgs[1]
+
+
+def test_translation_sides_that_disagree(tmp_path):
+    tgt, src = vectors(tmp_path / "en8.txt", 8), vectors(tmp_path / "de6.txt", 6)
+    data = spec(tmp_path, task="synthetic_translation",
+                inits=[{"tgt": "glove", "pretrained": tgt, "src": "glove", "src_pretrained": src}])
+    (problem,) = problems_of(data)
+    assert "the pretrained sources disagree on the embedding dimension" in problem[1]
+    assert "'src': 6" in problem[1] and "'tgt': 8" in problem[1]
+
+
+def test_a_local_source_that_cannot_be_read_is_named(tmp_path):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    data = spec(tmp_path, inits=[{"tgt": "glove", "pretrained": str(empty)}])
+    (problem,) = problems_of(data)
+    assert f"pretrained file is empty: {empty}" in problem[1]
+
+
+def test_hub_ids_and_random_inits_are_left_to_the_trials(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    data = spec(tmp_path, inits=["xavier", "bert"], task_values={"d_model": 16})
+    assert problems_of(data) == []           # bert-base-uncased is a hub id: not read here
+
+
+def test_resolve_model_size_is_the_trainers_rule():
+    cfg = TrialConfig(task="synthetic_classification", init="glove", d_model=None, heads=None).resolved()
+    assert resolve_model_size(cfg, None, {"tok": 300}) == (300, nearest_heads(300, cfg.heads))
+    assert nearest_heads(300, 8) == 10 and nearest_heads(50, 4) == 5
+    with pytest.raises(EmbinitError, match="dimension 300 but the model's d_model is 64"):
+        resolve_model_size(TrialConfig(task="synthetic_classification", init="glove", d_model=64).resolved(),
+                           None, {"tok": 300})
+
+
+@pytest.mark.slow
+def test_run_sweep_refuses_before_writing_anything(tmp_path):
+    from embinit.sweep import run_sweep
+    glove = vectors(tmp_path / "glove8.txt", 8)
+    data = spec(tmp_path, inits=[{"tgt": "glove", "pretrained": glove}], task_values={"d_model": 16, "epochs": 1})
+    with pytest.raises(SpecError) as err:
+        run_sweep(load_spec(data), progress=False)
+    assert "the init has dimension 8 but the model's d_model is 16" in str(err.value)
+    assert not (tmp_path / "mlflow.db").exists()      # no store, no experiment, no sweep run
+
+
+def test_the_service_answers_422_with_each_problem(tmp_path):
+    from fastapi.testclient import TestClient  # noqa: F401 (the service's test client needs it)
+    from helpers.service import app_clients
+
+    from service.fakes import FakeCluster
+    from service.settings import Settings
+    pre = tmp_path / "pretrained"
+    vectors(pre / "glove8.txt", 8)
+    vectors(pre / "glove6.txt", 6)
+    settings = Settings(database_url=f"sqlite:///{tmp_path}/state.db", tracking_uri=f"sqlite:///{tmp_path}/m.db",
+                        data_roots=[tmp_path], pretrained_roots=[pre], refresh_interval_s=0.0)
+    body = {"name": "dims-svc", "tasks": [{"task": "synthetic_classification", "d_model": 8}], "seeds": 1,
+            "inits": [{"tgt": "glove", "pretrained": "glove8.txt"}, {"tgt": "glove", "pretrained": "glove6.txt",
+                                                                      "label": "glove6"}]}
+    with app_clients(FakeCluster()) as open_client:
+        client = open_client(settings)
+        r = client.post("/experiments", json=body)
+        assert r.status_code == 422, r.text
+        (problem,) = r.json()["detail"]
+        assert problem["loc"] == "trials synthetic_classification x glove6"
+        assert "the init has dimension 6 but the model's d_model is 8" in problem["msg"]
+        body["inits"].pop()
+        assert client.post("/experiments", json=body).status_code == 202
+
+
+def test_the_check_imports_no_torch():
+    code = ("import sys, embinit.model_dims, embinit.init.source_files, service.specs; "
+            "assert 'torch' not in sys.modules, 'torch imported'")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
