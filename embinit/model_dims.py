@@ -11,6 +11,7 @@ network)."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -75,22 +76,23 @@ def local_source_dim(init: Any, pretrained: str | None) -> int | None:
     return source_dim(spec, str(location))
 
 
-def dimension_problems(planned: Iterable[Any]) -> list[tuple[str, str]]:
+def dimension_problems(planned: Iterable[Any], search: Any = None) -> list[tuple[str, str]]:
     """(where, what) for every planned trial (`PlannedTrial`s) whose model size cannot be resolved:
     a local pretrained source whose D differs from the `d_model` set for it, two sides that disagree,
     `heads` that does not divide D, a local source that cannot be read. Each distinct problem once, with
-    the trials it concerns."""
+    the trials it concerns. `search`: the spec's search; an Optuna search's `d_model` and `heads` values
+    are drawn while it runs, so each value its space allows is checked here (a grid's are in the plan)."""
     dims: dict[tuple[str, str | None], int | None | str] = {}
     seen: dict[tuple, str | None] = {}
     found: dict[str, list[str]] = {}
     for p in planned:
-        c = p.config
-        shape = tuple(c.get(k) for k in ("task", "init", "src_init", "pretrained", "src_pretrained", "d_model",
-                                         "heads"))
-        if shape not in seen:
-            seen[shape] = _problem(TrialConfig.from_dict(c), dims)
-        if seen[shape] is not None:
-            found.setdefault(seen[shape], []).append(f"{p.task} x {p.label}")
+        for c in _searched_variants(p.config, search):
+            shape = tuple(c.get(k) for k in ("task", "init", "src_init", "pretrained", "src_pretrained",
+                                             "d_model", "heads"))
+            if shape not in seen:
+                seen[shape] = _problem(TrialConfig.from_dict(c), dims)
+            if seen[shape] is not None:
+                found.setdefault(seen[shape], []).append(f"{p.task} x {p.label}")
     out = []
     for why, trials in found.items():
         named = sorted(set(trials))
@@ -119,3 +121,35 @@ def _problem(cfg: TrialConfig, dims: dict) -> str | None:
     except EmbinitError as e:
         return str(e)
     return None
+
+
+MAX_SEARCHED_VALUES = 256   # an integer range wider than this is checked at its ends and a few points
+
+
+def _searched_variants(config: dict, search: Any) -> list[dict]:
+    """The trial's config once per combination of the `d_model`/`heads` values an Optuna search may
+    draw (the config alone without such a search)."""
+    if search is None or search.method != "optuna":
+        return [config]
+    variants = [config]
+    for name in ("d_model", "heads"):
+        values = _space_values(search.space.get(name))
+        if values:
+            variants = [{**v, name: x} for v in variants for x in values]
+    return variants
+
+
+def _space_values(space: Any) -> list:
+    """The values a search space entry allows: a list's items, an integer range's integers (at most
+    MAX_SEARCHED_VALUES of them, ends included), a float range's ends."""
+    if space is None:
+        return []
+    if isinstance(space, list):
+        return list(space)
+    low, high = int(math.ceil(space.low)), int(math.floor(space.high))
+    if space.type != "int":
+        return [space.low, space.high]
+    if high - low + 1 <= MAX_SEARCHED_VALUES:
+        return list(range(low, high + 1))
+    step = (high - low) / (MAX_SEARCHED_VALUES - 1)
+    return sorted({low + round(i * step) for i in range(MAX_SEARCHED_VALUES)} | {high})

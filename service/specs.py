@@ -219,7 +219,7 @@ def prepare(data: dict[str, Any], settings: Settings, tracking_uri: str) -> Subm
     hub_problems, notices = check_hub_ids(plan, settings.pretrained_roots, _locator(canonical))
     if hub_problems:
         raise _unprocessable(hub_problems, settings.max_problems)
-    dims = dimension_problems(plan)   # a d_model or heads that does not fit a local source's D
+    dims = dimension_problems(plan, spec.search)   # a d_model or heads that does not fit a local source's D
     if dims:
         raise _unprocessable(dims, settings.max_problems)
     return Submission(spec=spec, plan=plan, data=canonical, spec_hash=spec.spec_hash(),

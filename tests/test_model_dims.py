@@ -136,3 +136,27 @@ def test_the_check_imports_no_torch():
             "assert 'torch' not in sys.modules, 'torch imported'")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
+
+
+def test_an_optuna_search_is_checked_for_every_value_it_may_draw(tmp_path):
+    glove = vectors(tmp_path / "glove6.txt", 6)
+    search = {"method": "optuna", "num_samples": 4, "space": {"d_model": [6, 12], "lr": {"low": 1e-4, "high": 1e-2}}}
+    data = spec(tmp_path, inits=[{"tgt": "glove", "pretrained": glove}], search=search)
+    (problem,) = dimension_problems(load_spec(data).plan(), load_spec(data).search)
+    assert "the init has dimension 6 but the model's d_model is 12" in problem[1]
+    assert problems_of(data) == []                      # the plan alone does not hold the drawn values
+    search["space"] = {"heads": {"low": 1, "high": 4, "type": "int"}}
+    msgs = sorted(m for _, m in dimension_problems(load_spec(data).plan(), load_spec(data).search))
+    assert msgs == ["heads=4 does not divide d_model=6; choose heads from [1, 2, 3, 6]"]
+    search["space"] = {"heads": [1, 2, 3]}
+    assert dimension_problems(load_spec(data).plan(), load_spec(data).search) == []
+
+
+def test_a_wide_integer_range_is_checked_at_its_ends_and_spread_points():
+    from embinit.model_dims import MAX_SEARCHED_VALUES, _space_values
+    from embinit.spec.models import Range
+    wide = _space_values(Range(low=1, high=100_000, type="int"))
+    assert wide[0] == 1 and wide[-1] == 100_000 and len(wide) <= MAX_SEARCHED_VALUES + 1
+    assert _space_values(Range(low=2, high=5, type="int")) == [2, 3, 4, 5]
+    assert _space_values(Range(low=0.5, high=2.0)) == [0.5, 2.0]
+    assert _space_values([8, 16]) == [8, 16] and _space_values(None) == []
