@@ -160,3 +160,19 @@ def test_a_wide_integer_range_is_checked_at_its_ends_and_spread_points():
     assert _space_values(Range(low=2, high=5, type="int")) == [2, 3, 4, 5]
     assert _space_values(Range(low=0.5, high=2.0)) == [0.5, 2.0]
     assert _space_values([8, 16]) == [8, 16] and _space_values(None) == []
+
+
+def test_the_dry_run_refuses_what_run_would(tmp_path, capsys):
+    from embinit.cli import main
+    vectors(tmp_path / "g3.txt", 3)
+    path = tmp_path / "s.yaml"
+    path.write_text("name: d\ntasks: [{task: synthetic_classification, d_model: 16}]\n"
+                    "inits: [xavier, {tgt: glove, pretrained: ./g3.txt}]\nseeds: 2\n")
+    assert main(["run", str(path), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("embinit: error: invalid experiment spec (1 problem): "
+                          "trials synthetic_classification x GloVe")
+    assert "the init has dimension 3 but the model's d_model is 16" in err
+    path.write_text(path.read_text().replace(", d_model: 16", ""))
+    assert main(["run", str(path), "--dry-run"]) == 0
+    assert "4 trials" in capsys.readouterr().out
