@@ -170,7 +170,8 @@ def create_app(settings: Settings | None = None, runner=None, store=None) -> Fas
         from service.runner import RayRunner
         runner = RayRunner(settings.ray_address, settings.ray_namespace, settings.ray_node_ip,
                            trusted_roots=[str(r) for r in [*settings.data_roots, *settings.pretrained_roots]],
-                           start_grace_s=settings.driver_start_grace_s)
+                           start_grace_s=settings.driver_start_grace_s,
+                           gone_confirm_s=settings.driver_gone_confirm_s)
         owns_runner = True
     else:
         owns_runner = False

@@ -41,7 +41,8 @@ class Runner(Protocol):
 
     def poll(self, driver: str) -> DriverState | None:
         """The driver's state, None when no such driver exists any more; TimeoutError when it exists
-        but does not answer now (not scheduled yet, or busy): the caller keeps what it knew."""
+        but does not answer now (not scheduled yet, or busy), or may exist (a lookup missed it once): the
+        caller keeps what it knew."""
 
     def cancel(self, driver: str) -> None:
         """Ask the driver to stop its trials (finished results stay)."""
@@ -106,7 +107,7 @@ class RayRunner:
 
     def __init__(self, address: str | None = None, namespace: str = "embinit", node_ip: str | None = None,
                  poll_timeout_s: float = 2.0, trusted_roots: list[str] | None = None,
-                 start_grace_s: float = 30.0, register_wait_s: float = 5.0):
+                 start_grace_s: float = 30.0, register_wait_s: float = 5.0, gone_confirm_s: float = 10.0):
         self.address, self.namespace, self.node_ip = address, namespace, node_ip
         self.poll_timeout_s = poll_timeout_s
         # Ray Client creates an actor asynchronously: for a moment after `start` its name may not be
@@ -114,7 +115,12 @@ class RayRunner:
         # "not there yet" (TimeoutError), never "gone" (None): judged gone, a just-submitted experiment
         # was failed 90 ms after its creation while its trials went on (tests/test_cluster_netns.py).
         self.start_grace_s, self.register_wait_s = start_grace_s, register_wait_s
+        # "Gone" is a verdict nothing undoes (the experiment fails, its running MLflow runs are closed), so
+        # one lookup that misses (a Ray Client connection just made, a proxier in trouble) is not enough:
+        # a driver is gone once Ray has not known it on lookups `gone_confirm_s` apart, or says it died.
+        self.gone_confirm_s = gone_confirm_s
         self._started: dict[str, float] = {}
+        self._missed: dict[str, float] = {}   # driver -> when a lookup first missed it (since last seen)
         self.trusted_roots = [os.path.realpath(r) for r in trusted_roots or []]
         self._lock = threading.Lock()
         self.owner = RayOwner()
@@ -209,7 +215,12 @@ class RayRunner:
             if self._just_started(driver):
                 raise TimeoutError(f"driver {driver} was started {self.start_grace_s:g} s ago at most and "
                                    "Ray does not know it yet")
+            missed = self._missed.setdefault(driver, time.monotonic())
+            if time.monotonic() - missed < self.gone_confirm_s:
+                raise TimeoutError(f"Ray does not know driver {driver}; it is gone if Ray still does not know "
+                                   f"it {self.gone_confirm_s:g} s after the first miss")
             return None
+        self._missed.pop(driver, None)
         try:
             return DriverState(**ray.get(actor.poll.remote(), timeout=self.poll_timeout_s))
         except ray.exceptions.GetTimeoutError:

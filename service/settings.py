@@ -94,6 +94,9 @@ class Settings(BaseSettings):
     # Seconds after its start during which a driver Ray does not know yet by name counts as starting, not
     # as lost (Ray Client creates actors asynchronously; service.runner).
     driver_start_grace_s: float = Field(30.0, ge=0)
+    # Seconds between two lookups that miss a driver before it is judged gone (a single miss may be a Ray
+    # Client connection in trouble; being gone fails the experiment and closes its running MLflow runs).
+    driver_gone_confirm_s: float = Field(10.0, ge=0)
     # Seconds a cancelled driver gets to stop its trials before it is killed.
     cancel_grace_s: float = 30.0
     # Seconds an MLflow read of the API may take (a slow or absent tracking server: 503 with Retry-After

@@ -194,7 +194,8 @@ def test_api_restarted_mid_sweep_finds_its_experiments_true_state(cluster, figur
     long_runs = trial_runs(c, "netns-api-long")
     if [r.info.status for r in long_runs] == ["RUNNING"]:
         assert now_long["status"] == "running", now_long
-    assert finished(c, long)["status"] == "succeeded"
+    end_long = finished(c, long)
+    assert end_long["status"] == "succeeded", json.dumps(end_long) + "\n" + c.log_tails(60)
     assert_every_epoch_once(c, "netns-api-long", keys=1, epochs=25)
     figure(epochs_redone=0, trials_lost=0, api_down_s=round(down_s, 1),
            recover_s=round(recover, 1))

@@ -178,7 +178,9 @@ class Cluster:
             except (TimeoutError, RuntimeError) as e:
                 if attempt == 2:
                     raise
-                print(f"the API did not start; starting it again: {str(e)[-3000:]}", file=sys.stderr)
+                api_log = (self.root / "logs" / "head-api.log").read_text(errors="replace").splitlines()[-40:]
+                print(f"the API did not start ({str(e).splitlines()[0][:300]}); starting it again. Its log:\n"
+                      + "\n".join(api_log), file=sys.stderr)
                 self.kill("api")
 
     def revive(self, name: str) -> None:
