@@ -128,7 +128,9 @@ class Raise:
 
 def test_a_failing_trial_is_recorded_and_the_sweep_continues(ray_local, tmp_path):
     bad = tmp_path / "bad.txt"
-    bad.write_text("the 0.1 0.2\ncat 0.3\n")     # a malformed vector file: a user error at setup
+    # a malformed vector file, a user error at setup: its first line gives D (16, the model's, so the plan's
+    # check of D passes), its second line is short
+    bad.write_text("the " + " ".join(["0.1"] * 16) + "\ncat 0.3\n")
     from embinit.tasks.synthetic import LEXICON
     huge = tmp_path / "huge.txt"                 # finite but absurdly scaled: the loss overflows
     huge.write_text("".join(f"{w} " + " ".join(["1e30"] * 16) + "\n" for w in set(LEXICON.values())))
