@@ -92,7 +92,8 @@ class Settings(BaseSettings):
     # driver is released and a failed one's MLflow runs closed without anyone reading (service.monitor).
     monitor_interval_s: float = Field(10.0, ge=0)
     # Seconds after its start during which a driver Ray does not know yet by name counts as starting, not
-    # as lost (Ray Client creates actors asynchronously; service.runner).
+    # as lost (Ray Client creates actors asynchronously; service.runner); also how long a just-submitted
+    # experiment whose driver is being started (no driver name yet) is left unjudged (service.state).
     driver_start_grace_s: float = Field(30.0, ge=0)
     # Seconds between two lookups that miss a driver before it is judged gone (a single miss may be a Ray
     # Client connection in trouble; being gone fails the experiment and closes its running MLflow runs).

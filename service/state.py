@@ -136,6 +136,8 @@ class Reconciler:
             log.debug("experiment %s runs in Ray cluster %s, not this API's: left as it is", exp.id,
                       exp.ray_cluster)
             return
+        if not exp.driver and self._being_started(exp):
+            return  # its submission is starting the driver: nothing to judge yet
         try:
             state = self.runner.poll(exp.driver) if exp.driver else None
         except TimeoutError:
@@ -151,6 +153,16 @@ class Reconciler:
             exp.mlflow_experiment_id = self.store.experiment_id(exp)
         if exp.status in TERMINAL and exp.driver:
             self.runner.release(exp.driver)
+
+    def _being_started(self, exp: Experiment) -> bool:
+        """A queued experiment without a driver name: its submission committed the row and is starting the
+        driver (`runner.start` returns once Ray knows it, then the name is recorded). Judged gone then, a
+        just-submitted experiment was failed 70 ms after its creation while its trials trained
+        (tests/test_cluster_netns.py: the monitor's pass fell between the two commits). After
+        `driver_start_grace_s` it is judged: an API that died between the two leaves it so."""
+        if exp.status != "queued" or exp.created_at is None:
+            return False
+        return (utcnow() - exp.created_at).total_seconds() < self.settings.driver_start_grace_s
 
     def _after_grace(self, exp: Experiment, state: DriverState) -> DriverState:
         """A cancelled driver that did not stop within `cancel_grace_s` is stopped hard."""
