@@ -167,10 +167,10 @@ def test_a_driver_ray_does_not_know_yet_is_starting_not_lost(monkeypatch):
 
 def test_one_lookup_that_misses_a_driver_does_not_make_it_gone(monkeypatch):
     """Gone fails the experiment and closes its running MLflow runs, and nothing undoes it; a lookup can
-    miss a live driver, e.g. over a Ray Client connection just made or while its proxier is in trouble (an
-    API restart in tests/test_cluster_netns.py whose first start hit such a proxier error once ended with a
-    running experiment failed; what failed it was not captured). So a driver this runner did not start is
-    gone only when lookups `gone_confirm_s` apart both miss it; one found in between starts over."""
+    miss a live driver, e.g. over a Ray Client connection just made or while its proxier is in trouble
+    (the netns cluster's restarted API has hit `psutil.ZombieProcess` in Ray's proxier). So a driver this
+    runner did not start is gone only when lookups `gone_confirm_s` apart both miss it; one found in
+    between starts over."""
     misses = [True, False, True, True]               # each lookup in turn: does it miss the driver?
 
     class Handle:                                     # the driver's actor handle, answering "running"
