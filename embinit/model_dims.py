@@ -47,7 +47,8 @@ def resolve_model_size(cfg: TrialConfig, user_heads: int | None, dims: dict[str,
     d_model = cfg.d_model or next(iter(known.values()), None) or task_defaults(cfg.task).d_model
     for side, d in known.items():
         if d != d_model:
-            raise EmbinitError(f"{SIDE_NAMES.get(side, side)} has dimension {d} but the model's d_model is {d_model}")
+            raise EmbinitError(f"{SIDE_NAMES.get(side, side)} has dimension {d} but the model's d_model is "
+                               f"{d_model}; set `d_model` to the source's D or leave it out (the source's D is used)")
     heads = cfg.heads
     if d_model % heads:
         if user_heads is not None:
@@ -65,15 +66,15 @@ def nearest_heads(d_model: int, heads: int) -> int:
 def local_source_dim(init: Any, pretrained: str | None) -> int | None:
     """D of a pretrained side whose source is a local file or folder; None for a random init or a
     source only the hub (or a trial) can read. A local source that cannot be read raises EmbinitError."""
-    from embinit.init.registry import SOURCE_FAMILIES, parse_init_spec
-    from embinit.init.source_files import source_dim
+    from embinit.init.registry import parse_init_spec
+    from embinit.init.source_files import source_dim, source_location
     spec = parse_init_spec(init)
     if not spec.is_pretrained:
         return None
-    location = pretrained or spec.pretrained or SOURCE_FAMILIES[spec.source].default
-    if not location or not Path(str(location)).expanduser().exists():
+    location = source_location(spec, pretrained)
+    if not location or not Path(location).expanduser().exists():
         return None
-    return source_dim(spec, str(location))
+    return source_dim(spec, location)
 
 
 def dimension_problems(planned: Iterable[Any], search: Any = None) -> list[tuple[str, str]]:
@@ -97,9 +98,17 @@ def dimension_problems(planned: Iterable[Any], search: Any = None) -> list[tuple
     for why, trials in found.items():
         named = sorted(set(trials))
         where = ", ".join(named[:3]) + (f" and {len(named) - 3} more" if len(named) > 3 else "")
-        out.append((f"trials {where}", f"{why}; set `d_model` to the source's D or leave it out (the "
-                                        "source's D is used)" if "d_model is" in why else why))
+        out.append((f"trials {where}", why))
     return out
+
+
+def check_dimensions(planned: Iterable[Any], search: Any = None) -> None:
+    """`dimension_problems` as a SpecError listing each (what `embinit run`, its dry run and a sweep
+    refuse before anything runs or is written)."""
+    from embinit.spec.problems import SpecError
+    problems = dimension_problems(planned, search)
+    if problems:
+        raise SpecError(problems)
 
 
 def _problem(cfg: TrialConfig, dims: dict) -> str | None:

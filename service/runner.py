@@ -219,6 +219,7 @@ class RayRunner:
             if time.monotonic() - missed < self.gone_confirm_s:
                 raise TimeoutError(f"Ray does not know driver {driver}; it is gone if Ray still does not know "
                                    f"it {self.gone_confirm_s:g} s after the first miss")
+            del self._missed[driver]   # the verdict: nothing is kept of a gone driver
             return None
         self._missed.pop(driver, None)
         try:

@@ -35,11 +35,8 @@ def run(args) -> int:
     from embinit.spec import load_spec
     spec = load_spec(args.spec, args.overrides)
     if args.dry_run:
-        from embinit.model_dims import dimension_problems
-        from embinit.spec import SpecError
-        problems = dimension_problems(spec.plan(), spec.search)   # what `run` would refuse
-        if problems:
-            raise SpecError(problems)
+        from embinit.model_dims import check_dimensions
+        check_dimensions(spec.plan(), spec.search)   # what `run` would refuse
         print(dry_run(spec))
         return 0
     from embinit.sweep import run_sweep

@@ -117,13 +117,19 @@ def hf_dim(name: str) -> int | None:
     return None
 
 
+def source_location(spec: InitSpec, pretrained: str | None = None) -> str | None:
+    """Where a pretrained spec's source is: the given path or hub id, else the spec's own, else its
+    family's default (a hub id for BERT/T5, None for file formats)."""
+    location = pretrained or spec.pretrained or SOURCE_FAMILIES[spec.source].default
+    return str(location) if location else None
+
+
 def resolve_source(spec: InitSpec, pretrained: str | None = None) -> tuple[str, str]:
     """(loader kind, location) for a pretrained spec: kind is text | word2vec_bin | npy | hf."""
-    location = pretrained or spec.pretrained or SOURCE_FAMILIES[spec.source].default
+    location = source_location(spec, pretrained)
     if not location:
         raise EmbinitError(f"init {str(spec)!r} needs a pretrained source: pass a path"
                            f"{' or hub id' if spec.source == 'hf' else ''} (--pretrained)")
-    location = str(location)
     if spec.is_subword:
         return "hf", location
     kind = detect_format(location) if Path(location).expanduser().exists() else None

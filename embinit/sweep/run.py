@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from embinit import mlflow_store, provenance, records, run_readers, run_writers
-from embinit.model_dims import dimension_problems
+from embinit.model_dims import check_dimensions
 from embinit.spec import ExperimentSpec, SpecError, load_spec
 from embinit.storage import Store
 from embinit.storage import configured as configured_store
@@ -78,14 +78,6 @@ def check_local_paths(spec: ExperimentSpec) -> None:
         raise SpecError(problems)
 
 
-def check_model_dims(planned: tuple, search=None) -> None:
-    """Every trial's model width must resolve against its local pretrained sources (a `d_model` or
-    `heads` that does not fit a source's D): a SpecError listing each problem before any trial starts."""
-    problems = dimension_problems(planned, search)
-    if problems:
-        raise SpecError(problems)
-
-
 INTERRUPTED = "interrupted (Ctrl-C); running the same spec again resumes: finished trials are reused"
 
 
@@ -104,7 +96,7 @@ def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = 
     if address is None:
         check_local_paths(spec)
     planned = tuple(spec.plan())   # the one expansion of this sweep
-    check_model_dims(planned, spec.search)   # before anything is written to the store
+    check_dimensions(planned, spec.search)   # before anything is written to the store
     store = configured_store()   # the operator's object store, else node-local folders
     storage = _tune_storage(spec, storage_path, store)
     uri = mlflow_store.resolve_uri(tracking_uri or spec.mlflow.tracking_uri)
