@@ -4,7 +4,7 @@ trials log through the server; the API reads the database behind it, `EMBINIT_TR
 docker-compose.yml sets it, and `embinit report` is given the database URL).
 
     python bench/bench_control_plane.py --store sqlite --trials 1000 [--trials-per-unit 1]
-    python bench/bench_control_plane.py --store postgres --trials 1000 10000
+    python bench/bench_control_plane.py --store postgres --trials 1000 10000 [--mlflow-workers 1] [--mlflow-gunicorn]
 
 Per (store, N) it measures: the submission's wall time and control-plane ms per trial (nothing trains,
 so all of it is scheduling, claims, dedup and MLflow writes), trials recorded per second, MLflow values
@@ -19,6 +19,7 @@ Results go to bench/results/bench_control_plane.json (one entry per case, append
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -96,14 +97,33 @@ def wait_http(url: str, proc: subprocess.Popen, what: str, timeout: float = 180)
     raise RuntimeError(f"{what} did not answer at {url} in {timeout} s")
 
 
-def start_mlflow_server(work: Path, backend: str) -> tuple[str, subprocess.Popen]:
+def start_mlflow_server(work: Path, backend: str, workers: int = 1,
+                        gunicorn: bool = False) -> tuple[str, subprocess.Popen]:
+    """`mlflow server` as docker-compose.yml runs it: one worker, the job runner off. `workers` > 1 is
+    MLflow's own default (4): uvicorn's multi-process mode then leaves Nagle on for accepted sockets
+    (Kludex/uvicorn#3149), so every call on a kept-alive connection after the first waits ~40 ms.
+    `gunicorn`: MLflow's Flask app under gunicorn's sync workers instead (MLflow discourages it)."""
     port = free_port()
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend,
                              "--artifacts-destination", str(work / "mlartifacts"), "--host", "127.0.0.1",
-                             "--port", str(port), "--workers", "2"],
-                            cwd=work, stdout=open(work / "mlflow.log", "w"), stderr=subprocess.STDOUT)
+                             "--port", str(port), "--workers", str(workers),
+                             *(["--gunicorn-opts", "--timeout 120"] if gunicorn else [])], env=env,
+                            cwd=work, stdout=open(work / "mlflow.log", "w"), stderr=subprocess.STDOUT,
+                            start_new_session=True)   # its own group: stop_group stops its workers too
     wait_http(f"http://127.0.0.1:{port}/health", proc, "mlflow server")
     return f"http://127.0.0.1:{port}", proc
+
+
+def stop_group(proc: subprocess.Popen) -> None:
+    """Stop a process started in a session of its own, and everything it started."""
+    import signal
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
 
 
 def start_api(work: Path, database_url: str, tracking_uri: str, n: int,
@@ -219,7 +239,8 @@ def pg_commits(pg: Postgres | None) -> int | None:
     return int(n)
 
 
-def run_case(store: str, n: int, per_unit: int, timeout_s: float) -> dict:
+def run_case(store: str, n: int, per_unit: int, timeout_s: float, mlflow_workers: int = 1,
+             gunicorn: bool = False) -> dict:
     import httpx
     work = Path(tempfile.mkdtemp(prefix=f"embinit-scale-{store}-{n}-"))
     pg = Postgres(work) if store == "postgres" else None
@@ -227,7 +248,7 @@ def run_case(store: str, n: int, per_unit: int, timeout_s: float) -> dict:
     try:
         if pg is not None:
             backend = pg.url("mlflow")
-            tracking_uri, mlflow_proc = start_mlflow_server(work, backend)
+            tracking_uri, mlflow_proc = start_mlflow_server(work, backend, mlflow_workers, gunicorn)
             procs.append(mlflow_proc)
             database_url = pg.url("state")
         else:
@@ -272,7 +293,10 @@ def run_case(store: str, n: int, per_unit: int, timeout_s: float) -> dict:
                 if len(recorded) > 1 and recorded[-1][0] > recorded[0][0] else None)
         values = rows["metrics"] + rows["params"] + rows["tags"]
         return {
-            "store": store, "trials": n, "trials_per_unit": per_unit, "status": status, "error": detail.get("error"),
+            "store": store, "trials": n, "trials_per_unit": per_unit,
+            "mlflow_server_workers": mlflow_workers if pg is not None else None,
+            **({"mlflow_server": "gunicorn"} if gunicorn and pg is not None else {}),
+            "status": status, "error": detail.get("error"),
             "errors": errors, "counts": {k: v for k, v in detail["counts"].items() if isinstance(v, int)},
             "wall_s": round(wall, 1), "submit_ms": round(submit_ms, 1),
             "control_plane_ms_per_trial": round(1000 * wall / n, 1),
@@ -289,6 +313,9 @@ def run_case(store: str, n: int, per_unit: int, timeout_s: float) -> dict:
         }
     finally:
         for p in reversed(procs):
+            if p is procs[0] and pg is not None:   # the mlflow server and its workers
+                stop_group(p)
+                continue
             p.terminate()
             try:
                 p.wait(60)
@@ -306,6 +333,9 @@ def main() -> int:
     ap.add_argument("--trials", type=int, nargs="+", default=[1000])
     ap.add_argument("--trials-per-unit", type=int, default=1, help="execution.trials_per_unit of the spec")
     ap.add_argument("--timeout", type=float, default=3600, help="seconds one case may run")
+    ap.add_argument("--mlflow-workers", type=int, default=1,
+                    help="the mlflow server's --workers (postgres); docker-compose.yml runs 1")
+    ap.add_argument("--mlflow-gunicorn", action="store_true", help="run the mlflow server under gunicorn")
     ap.add_argument("--out", default=str(ROOT / "bench/results/bench_control_plane.json"))
     args = ap.parse_args()
     out = Path(args.out)
@@ -313,7 +343,8 @@ def main() -> int:
     results["machine"] = {"cpu": cpu_model(), "cores": os.cpu_count()}
     for store in args.store or ["sqlite"]:
         for n in args.trials:
-            case = run_case(store, n, args.trials_per_unit, args.timeout)
+            case = run_case(store, n, args.trials_per_unit, args.timeout, args.mlflow_workers,
+                            args.mlflow_gunicorn)
             print(json.dumps(case), flush=True)
             results["cases"].append(case)
             out.parent.mkdir(parents=True, exist_ok=True)

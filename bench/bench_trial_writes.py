@@ -1,6 +1,6 @@
 """One trial's MLflow path, alone: what each recorded trial costs the store, without Ray or the service.
 
-    python bench/bench_trial_writes.py [--trials 200] [--prefill 0]
+    python bench/bench_trial_writes.py [--trials 200] [--prefill 0] [--server [--server-workers 1]]
 
 N no-work trials (`embinit.sweep.noop.noop_result`) go, one after another, through what a sweep's worker
 does with MLflow per trial: the key's dedup lookup, opening its run in the sweep (`TrialRun.open`) and
@@ -10,7 +10,10 @@ ms per trial, SQLite transactions (commits) and statements per trial, and the ti
 call. SQLite has one writer, so commits per trial bound every sweep on one store however many workers
 write to it. Then it reads every trial record of the experiment (prefill + N) both ways, with MLflow's
 `search_runs` and with embinit's SQL reader (`embinit.run_table`, what the report and the service use),
-and gives the ratio. Results go to bench/results/bench_trial_writes.json (one entry per run, appended).
+and gives the ratio. `--server`: the trials write through an `mlflow server` in front of that store, run as
+docker-compose.yml runs it (one worker, the job runner off), and the bench counts the HTTP requests per
+trial by endpoint (the store's commits are then the server's, not counted). Results go to
+bench/results/bench_trial_writes.json (one entry per run, appended).
 """
 
 from __future__ import annotations
@@ -61,6 +64,17 @@ def _time_client_calls(times: collections.defaultdict) -> None:
             setattr(MlflowClient, name, wrap(name, getattr(MlflowClient, name)))
 
 
+def _count_requests(counts: collections.Counter) -> None:
+    """Every HTTP request the MLflow client sends, by endpoint (artifact uploads as `artifacts PUT`)."""
+    import requests
+    send = requests.Session.request
+
+    def counted(self, method, url, *a, **kw):
+        counts["artifacts " + method if "/mlflow-artifacts/" in url else url.split("/api/2.0/mlflow/")[-1]] += 1
+        return send(self, method, url, *a, **kw)
+    requests.Session.request = counted
+
+
 def _trials(n: int, first_seed: int):
     from embinit.config import TrialConfig
     from embinit.sweep.noop import noop_result
@@ -105,22 +119,39 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trials", type=int, default=200)
     ap.add_argument("--prefill", type=int, default=0)
+    ap.add_argument("--server", action="store_true", help="write through an mlflow server (HTTP requests counted)")
+    ap.add_argument("--server-workers", type=int, default=1, help="its --workers (compose runs 1)")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "bench_trial_writes.json")
     args = ap.parse_args(argv)
-    from embinit import run_writers
-    from embinit.mlflow_store import ensure_experiment
     from embinit.tracking_store import prepare_store
 
     work = Path(tempfile.mkdtemp(prefix="embinit-writes-"))
-    uri = f"sqlite:///{work}/mlflow.db"
-    prepare_store(uri)
+    store = uri = f"sqlite:///{work}/mlflow.db"
+    prepare_store(store)
+    server = None
+    if args.server:
+        from bench.bench_control_plane import start_mlflow_server
+        uri, server = start_mlflow_server(work, store, args.server_workers)
+    try:
+        return _measure(args, uri, store)
+    finally:
+        if server is not None:
+            from bench.bench_control_plane import stop_group
+            stop_group(server)
+
+
+def _measure(args, uri: str, store: str) -> int:
+    from embinit import run_writers
+    from embinit.mlflow_store import ensure_experiment
     exp_id = ensure_experiment("writes", uri)
     parent = run_writers.start_parent_run(exp_id, uri, "0" * 64, "name: writes\n", args.trials + args.prefill)
     for cfg, res in _trials(args.prefill, 10**6):
         record(uri, exp_id, parent, cfg, res)
     counts: collections.Counter = collections.Counter()
+    requests_made: collections.Counter = collections.Counter()
     times: collections.defaultdict = collections.defaultdict(list)
     _count_sql(counts)
+    _count_requests(requests_made)
     _time_client_calls(times)
     trials = list(_trials(args.trials, 0))
     load = os.getloadavg()[0]
@@ -132,10 +163,15 @@ def main(argv: list[str] | None = None) -> int:
     calls = {name: {"calls_per_trial": round(len(v) / n, 2), "ms_per_trial": round(1000 * sum(v) / n, 2)}
              for name, v in sorted(times.items(), key=lambda kv: -sum(kv[1]))}
     load_end = os.getloadavg()[0]
-    reads = _reads(uri, exp_id)
+    reads = _reads(store, exp_id)   # the store itself (behind the server, with --server)
+    local = not args.server
     row = {"bench": "trial_writes", "cpu": cpu_model(), "trials": n, "prefill": args.prefill,
-           "ms_per_trial": round(1000 * wall / n, 2), "commits_per_trial": round(counts["commits"] / n, 2),
-           "statements_per_trial": round(counts["statements"] / n, 1), "calls": calls, "read_all": reads,
+           "server": args.server, "server_workers": args.server_workers if args.server else None,
+           "ms_per_trial": round(1000 * wall / n, 2),
+           "commits_per_trial": round(counts["commits"] / n, 2) if local else None,
+           "statements_per_trial": round(counts["statements"] / n, 1) if local else None,
+           "http_requests_per_trial": {k: round(v / n, 2) for k, v in sorted(requests_made.items())},
+           "calls": calls, "read_all": reads,
            "load_1min": [round(load, 2), round(load_end, 2)]}
     print(json.dumps(row, indent=1))
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -40,6 +40,9 @@ def artifact_root(uri: str) -> str | None:
 
 def client(uri: str | None = None):
     from mlflow import MlflowClient  # mlflow import costs ~1 s; only trackers pay it
+    # No "View run" link printed when a run is closed against a tracking server: two lines per trial in
+    # the workers' logs, and a `get_run` call before each close.
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
     return MlflowClient(tracking_uri=resolve_uri(uri))
 
 

@@ -6,6 +6,13 @@ and its first read; two `embinit run`s) both run them: one fails ("duplicate col
 store can be left half-migrated, so that every later read fails. `prepare_store` runs them under a lock
 held across processes (a `flock` beside a SQLite file, an advisory lock on PostgreSQL), so they run once;
 the API calls it at startup, before it accepts work, and `run_sweep` before its driver starts anything.
+
+It also gives the store one index of embinit's own (`index_trial_keys`): every trial's worker looks its
+key up by the `embinit.trial_key` tag, and MLflow's schema indexes tags by (key, run) only, so that search
+read every key of the experiment (~1 ms more per 1,000 runs). A partial index on the tag's value, for
+that key only, makes it a lookup (bench/bench_trial_writes.py). Behind a tracking server the server
+creates and migrates the store; the API adds the index through the database it reads
+(`EMBINIT_TRACKING_READ_URI`) once the server has made the tables.
 """
 
 from __future__ import annotations
@@ -19,9 +26,11 @@ from pathlib import Path
 from embinit.content_hash import file_lock
 from embinit.errors import EmbinitError
 from embinit.mlflow_store import resolve_uri
+from embinit.records import KEY_TAG
 
 log = logging.getLogger("embinit.tracking")
 DATABASE_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql")
+TRIAL_KEY_INDEX = "embinit_trial_key_tags"
 
 
 def is_database(uri: str) -> bool:
@@ -75,6 +84,7 @@ def prepare_store(uri: str | None = None) -> str:
             done = _create_or_upgrade(engine, utils)
             if engine.dialect.name == "sqlite":
                 _write_ahead_log(engine)
+            _trial_key_index(engine)
             return done
     except EmbinitError:
         raise
@@ -83,6 +93,44 @@ def prepare_store(uri: str | None = None) -> str:
                            f"{type(e).__name__}: {str(e).splitlines()[0]}") from e
     finally:
         engine.dispose()
+
+
+def index_trial_keys(uri: str) -> bool:
+    """Add the trial-key index to a store something else created (the database behind a tracking
+    server), if its tables exist; never creates or migrates tables. Returns whether the index is there.
+    A store that cannot be reached or indexed is logged and left as it is: searches stay correct, only
+    slower."""
+    uri = resolve_uri(uri)
+    if not is_database(uri):
+        return False
+    import sqlalchemy
+    from mlflow.store.db import utils
+
+    engine = sqlalchemy.create_engine(uri)
+    try:
+        if not utils._all_tables_exist(engine):
+            return False
+        with _init_lock(uri, engine):
+            return _trial_key_index(engine)
+    except Exception as e:
+        log.warning("could not index the trial keys of %s: %s: %s", engine.url, type(e).__name__,
+                    str(e).splitlines()[0] if str(e) else "")
+        return False
+    finally:
+        engine.dispose()
+
+
+def _trial_key_index(engine) -> bool:
+    """The partial index on `tags.value` for the key `embinit.trial_key` (SQLite, PostgreSQL; other
+    databases have no partial indexes and keep MLflow's schema as it is)."""
+    import sqlalchemy
+
+    if engine.dialect.name not in ("sqlite", "postgresql"):
+        return False
+    with engine.begin() as conn:
+        conn.execute(sqlalchemy.text(f"CREATE INDEX IF NOT EXISTS {TRIAL_KEY_INDEX} ON tags (value) "
+                                     f"WHERE key = '{KEY_TAG}'"))
+    return True
 
 
 def _write_ahead_log(engine) -> None:

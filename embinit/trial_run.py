@@ -13,12 +13,17 @@ one child run per trial. A child run carries:
   `embinit.init` averages the seeds of each init;
 - its name `<label>-s<seed>`; params: the flat trial config with the task defaults
   filled in (unset options are left out), `init` = the label and `init_spec` = the init as written
-  (embinit.run_names), and `model_parameters`/`trainable_parameters` from when training starts;
+  (embinit.run_names), and `model_parameters`/`trainable_parameters`, all logged when training starts
+  (with the model size: one write fewer per trial), or with the failure of a trial that never started;
+  the config itself is the `embinit.config` tag from the run's creation;
 - metrics: per epoch (step = epoch) `train/loss`, `val/loss`, `val/<metric>`, `tokens_per_s`, ...; at the
   end `test/*`, `best/<val metric>`, `best_epoch` and the key statistics of the initial target table
   (`init/emb/<KEY_EMB_STATS>`: Table 2's columns); every embedding statistic, at init and at the best
   epoch, both tables, goes to the table artifact `emb_stats.json` (one row per statistic); with the
   spec's `analyses`, `sim/*` and `probe/*` at optimizer steps, `init/probe/*` and `best/probe/*`.
+
+Writes per trial, against a tracking server: the run's creation, one batch when training starts, one per
+epoch, the final batch, its artifacts (written straight to the run's artifact location) and its close.
 """
 
 from __future__ import annotations
@@ -64,11 +69,14 @@ def resolved_params(config: dict[str, Any]) -> dict[str, str]:
 class TrialRun:
     """The MLflow child run of one trial, written from inside the trial's worker."""
 
-    def __init__(self, uri: str, run_id: str, reopened: bool = False, checkpoint_tagged: bool | None = None):
+    def __init__(self, uri: str, run_id: str, reopened: bool = False, checkpoint_tagged: bool | None = None,
+                 artifact_uri: str | None = None, params: list | None = None):
         self.uri, self.run_id, self.client = uri, run_id, client(uri)
         self.reopened = reopened         # an earlier attempt may have logged epochs this one did not
         self.logged: set[int] = set()    # epochs this process logged
         self.checkpoint_tagged = checkpoint_tagged   # whether the run has the checkpoint tag (None: ask)
+        self.artifact_uri = artifact_uri  # known from creating or reopening the run: no lookup per artifact
+        self.params = list(params or ())  # the config's params, not yet logged: they go with the next batch
 
     @classmethod
     def open(cls, uri: str, exp_id: str, parent_id: str | None, config: dict[str, Any], key: str,
@@ -78,13 +86,16 @@ class TrialRun:
         after `resumed_epoch`) or this sweep's unfinished run of the key; else create one. `key_runs`: the
         key's records as `run_readers.key_records` read them (read here when not given)."""
         c = client(uri)
+        from mlflow.entities import Param
+        params = [Param(k, v[:6000]) for k, v in trial_params(resolved_params(config), label).items()]
         if run_id is None and parent_id is not None:
             recs = key_records(exp_id, uri, key) if key_runs is None else key_runs
             mine = [r for r in recs if r.parent_id == parent_id and r.status not in ("finished", "diverged")]
             run_id = max(mine, key=lambda r: r.start_ms).run_id if mine else None
         if run_id is not None:
-            tags = cls._reopen(c, run_id, parent_id, resumed_epoch)
-            return cls(uri, run_id, reopened=True, checkpoint_tagged=CHECKPOINT_TAG in tags)
+            run = cls._reopen(c, run_id, parent_id, resumed_epoch)
+            return cls(uri, run_id, reopened=True, checkpoint_tagged=CHECKPOINT_TAG in run.data.tags,
+                       artifact_uri=run.info.artifact_uri, params=[] if run.data.params else params)
         tags = {KEY_TAG: key, LABEL_TAG: label, INIT_TAG: label, TASK_TAG: config["task"],
                 SEED_TAG: str(config["seed"]),
                 STATUS_TAG: "running", CONFIG_TAG: json.dumps(config, sort_keys=True, default=str),
@@ -92,33 +103,58 @@ class TrialRun:
         if parent_id:
             tags[PARENT_TAG] = parent_id
         run = retry(lambda: c.create_run(exp_id, run_name=trial_run_name(label, config["seed"]), tags=tags))
-        from mlflow.entities import Param
-        params = [Param(k, v[:6000]) for k, v in trial_params(resolved_params(config), label).items()]
-        log_batch(c, run.info.run_id, params=params)
-        return cls(uri, run.info.run_id, checkpoint_tagged=False)
+        return cls(uri, run.info.run_id, checkpoint_tagged=False, artifact_uri=run.info.artifact_uri,
+                   params=params)
 
     @staticmethod
-    def _reopen(c, run_id: str, parent_id: str | None, resumed_epoch: int | None) -> dict[str, str]:
+    def _reopen(c, run_id: str, parent_id: str | None, resumed_epoch: int | None):
         """Running again, in the sweep `parent_id`, without the error an earlier close left on it;
-        returns its tags now."""
+        returns the run as it is now."""
         from mlflow.entities import RunTag
         tags = [RunTag(STATUS_TAG, "running")] + ([RunTag(PARENT_TAG, parent_id)] if parent_id else [])
         if resumed_epoch is not None:
             tags.append(RunTag(RESUMED_TAG, str(resumed_epoch)))
         retry(lambda: c.update_run(run_id, status="RUNNING"))
         retry(lambda: c.log_batch(run_id, tags=tags))
-        now = dict(retry(lambda: c.get_run(run_id)).data.tags)
-        if ERROR_TAG in now:
+        run = retry(lambda: c.get_run(run_id))
+        if ERROR_TAG in run.data.tags:
             retry(lambda: c.delete_tag(run_id, ERROR_TAG))
-            del now[ERROR_TAG]
-        return now
+            run.data.tags.pop(ERROR_TAG, None)
+        return run
+
+    def _batch(self, metrics=(), params=(), tags=()) -> None:
+        """One write of metrics, params and tags; the config's params not yet logged go with it."""
+        log_batch(self.client, self.run_id, metrics, [*self.params, *params], tags)
+        self.params = []
+
+    def _log_text(self, text: str, name: str) -> None:
+        """A text artifact, written straight to the run's artifact location when it is known (MLflow's
+        `log_text` looks the run up first: one more call to a tracking server per artifact)."""
+        if self.artifact_uri is None:
+            retry(lambda: self.client.log_text(self.run_id, text, name))
+            return
+        import tempfile
+        from pathlib import Path
+        with tempfile.TemporaryDirectory(prefix="embinit-artifact-") as tmp:
+            path = Path(tmp) / name
+            path.write_text(text)
+            retry(lambda: self._repo().log_artifact(str(path)))
+
+    def _log_artifact(self, path: str, artifact_dir: str | None) -> None:
+        if self.artifact_uri is None:
+            retry(lambda: self.client.log_artifact(self.run_id, path, artifact_dir))
+        else:
+            retry(lambda: self._repo().log_artifact(path, artifact_dir))
+
+    def _repo(self):
+        from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
+        return get_artifact_repository(self.artifact_uri, tracking_uri=self.uri)
 
     def log_epoch(self, epoch: int, metrics: dict[str, Any], checkpoint: bool = False) -> None:
         """One epoch's metrics (step = epoch); `checkpoint`: the trial's kept folder now holds it."""
         from mlflow.entities import RunTag
         tags = [RunTag(CHECKPOINT_TAG, str(epoch))] if checkpoint else ()
-        log_batch(self.client, self.run_id, metrics_at({k: v for k, v in metrics.items() if k != "epoch"},
-                                                      step=epoch), tags=tags)
+        self._batch(metrics_at({k: v for k, v in metrics.items() if k != "epoch"}, step=epoch), tags=tags)
         self.logged.add(epoch)
         self.checkpoint_tagged = self.checkpoint_tagged or checkpoint
 
@@ -128,11 +164,11 @@ class TrialRun:
         from mlflow.entities import Param
         counts = {"model_parameters": sum(p.numel() for p in model.parameters()),
                   "trainable_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad)}
-        log_batch(self.client, self.run_id, params=[Param(k, str(v)) for k, v in counts.items()])
+        self._batch(params=[Param(k, str(v)) for k, v in counts.items()])
 
     def log_metrics(self, metrics: dict[str, Any], step: int) -> None:
         """Metrics an analysis callback measured (`sim/*`, `probe/*`); step = optimizer step, not epoch."""
-        log_batch(self.client, self.run_id, metrics_at(metrics, step=step))
+        self._batch(metrics_at(metrics, step=step))
 
     def logged_steps(self, name: str) -> set[int]:
         return metric_history(self.uri, self.run_id, name).steps
@@ -155,26 +191,25 @@ class TrialRun:
                 RunTag(EXECUTION_TAG, ((result.get("info") or {}).get("execution") or {}).get("mode", "separate"))]
         if result.get("bleu_signature"):
             tags.append(RunTag(BLEU_SIGNATURE_TAG, result["bleu_signature"]))
-        log_batch(self.client, self.run_id, metrics=metrics, tags=tags)
+        self._batch(metrics=metrics, tags=tags)
         self._drop_checkpoint_tag()  # a result: nothing to resume
-        retry(lambda: self.client.log_text(self.run_id, json.dumps(result, indent=1, default=str),
-                                           "result.json"))
+        self._log_text(json.dumps(result, indent=1, default=str), "result.json")
         table = emb_stats_table(result)
         if table["statistic"]:
             retry(lambda: self.client.log_table(self.run_id, table, "emb_stats.json"))
         for artifact_dir, path in artifacts:
-            retry(lambda a=artifact_dir, p=path: self.client.log_artifact(self.run_id, p, a))
+            self._log_artifact(path, artifact_dir)
         retry(lambda: self.client.set_terminated(self.run_id, status="FINISHED"))
 
     def fail(self, error: str, status: str = "FAILED", tag: str | None = None, checkpoint: bool = True) -> None:
         """Record a failed (or cancelled: status KILLED) attempt with its error text; `tag` overrides
         the status tag (`interrupted`); `checkpoint=False`: its kept checkpoint is gone (not resumable)."""
+        from mlflow.entities import RunTag
         tag = tag or ("failed" if status == "FAILED" else "cancelled")
-        retry(lambda: self.client.set_tag(self.run_id, STATUS_TAG, tag))
+        self._batch(tags=[RunTag(STATUS_TAG, tag), RunTag(ERROR_TAG, error[-4000:])])
         if not checkpoint:
             self._drop_checkpoint_tag()
-        retry(lambda: self.client.set_tag(self.run_id, ERROR_TAG, error[-4000:]))
-        retry(lambda: self.client.log_text(self.run_id, error, "error.txt"))
+        self._log_text(error, "error.txt")
         retry(lambda: self.client.set_terminated(self.run_id, status=status))
 
     def _drop_checkpoint_tag(self) -> None:

@@ -161,10 +161,15 @@ class ResultStore:
         return value
 
     def prepare(self) -> str:
-        """Create or upgrade the MLflow store, once, before the API accepts work (embinit.tracking_store)."""
-        from embinit.tracking_store import prepare_store
+        """Create or upgrade the MLflow store, once, before the API accepts work (embinit.tracking_store).
+        Behind a tracking server (which creates and migrates its store) the database read directly gets
+        the trial-key index, when the server has made its tables."""
+        from embinit.tracking_store import index_trial_keys, prepare_store
 
-        return prepare_store(self.tracking_uri)
+        done = prepare_store(self.tracking_uri)
+        if self.read_uri and done == "external":
+            done += ", trial keys indexed" if index_trial_keys(self.read_uri) else ", trial keys not indexed"
+        return done
 
     def counts(self, exp) -> dict[str, int]:
         """The experiment's trials by state; a key another experiment (or an earlier run) trained is

@@ -23,3 +23,17 @@ def test_the_trial_writes_bench_runs_and_reports_per_trial_costs(tmp_path):
     assert row["calls"]["search_runs"]["calls_per_trial"] == 1         # the key's runs, read once
     assert "get_run" not in row["calls"]                                # nothing read back to close it
     assert row["read_all"]["runs"] == 7 and row["read_all"]["sql_s"] > 0
+
+
+def test_through_a_tracking_server_a_trial_is_five_requests(tmp_path):
+    """Against an `mlflow server` each request is a round trip and the server's CPU bounds the sweep:
+    the key's search, the run's creation, one batch (params, metrics, tags), result.json straight to the
+    run's artifact location (no run lookup first) and the close (no lookup to print a link)."""
+    out = tmp_path / "writes.json"
+    subprocess.run([sys.executable, str(BENCH), "--trials", "3", "--server", "--out", str(out)],
+                   check=True, capture_output=True, text=True, timeout=300)
+    (row,) = json.loads(out.read_text())
+    assert row["server"] and row["commits_per_trial"] is None
+    assert row["http_requests_per_trial"] == {"runs/search": 1, "runs/create": 1, "runs/log-batch": 1,
+                                              "artifacts PUT": 1, "runs/update": 1}
+    assert row["read_all"]["runs"] == 3       # the store behind the server holds the three trials

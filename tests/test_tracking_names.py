@@ -28,12 +28,36 @@ def result() -> dict:
 
 
 def test_a_trial_run_is_named_by_label_and_seed_and_its_init_param_is_the_label(store):
+    import torch
     uri, exp = store
     run = trial_run.TrialRun.open(uri, exp, None, config(3), "k-name", "GloVe_Xavier", {})
+    run.log_model_size(torch.nn.Linear(3, 2))   # training starts: the config's params go with the size
     got = mlflow_store.client(uri).get_run(run.run_id)
     assert got.info.run_name == "GloVe_Xavier-s3"
     assert got.data.params["init"] == "GloVe_Xavier"                  # what the report and the tags say
     assert got.data.params["init_spec"] == "glove+standardize"        # the spec as written
+
+
+def test_the_config_params_go_with_the_first_write_whichever_it_is(store):
+    """One write fewer per trial: the params wait for the run's first batch (the model size, an epoch,
+    the result or the failure); a reopened run whose first attempt died before any write gets them."""
+    uri, exp = store
+    c = mlflow_store.client(uri)
+    run = trial_run.TrialRun.open(uri, exp, None, config(7), "k-first", "GloVe_Xavier", {})
+    assert c.get_run(run.run_id).data.params == {}
+    assert c.get_run(run.run_id).data.tags[records.CONFIG_TAG]      # the config is there from the start
+    run.log_epoch(1, {"val/loss": 1.0})
+    assert c.get_run(run.run_id).data.params["init"] == "GloVe_Xavier"
+    failed = trial_run.TrialRun.open(uri, exp, None, config(8), "k-fail", "GloVe_Xavier", {})
+    failed.fail("EmbinitError: no such file")
+    assert c.get_run(failed.run_id).data.params["init_spec"] == "glove+standardize"
+    died = trial_run.TrialRun.open(uri, exp, "parent", config(9), "k-died", "GloVe_Xavier", {})
+    again = trial_run.TrialRun.open(uri, exp, "parent", config(9), "k-died", "GloVe_Xavier", {})
+    assert again.run_id == died.run_id and again.reopened
+    again.finish(result(), [])
+    got = c.get_run(died.run_id)
+    assert got.data.params["init"] == "GloVe_Xavier" and got.info.status == "FINISHED"
+    assert "result.json" in {f.path for f in c.list_artifacts(died.run_id)}   # written to its location
 
 
 def test_the_model_size_is_a_param(store):

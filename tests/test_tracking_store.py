@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
@@ -122,3 +124,79 @@ def test_run_sweep_prepares_the_store_before_anything_else(tmp_path, monkeypatch
     with pytest.raises(RuntimeError, match="stop here"):
         sweep_run.run_sweep(spec, tracking_uri=f"sqlite:///{tmp_path}/m.db")
     assert calls == [f"sqlite:///{tmp_path}/m.db"]
+
+
+def _key_search_plan(uri: str) -> str:
+    """The database's plan for the SQL MLflow runs when a worker looks a trial key up
+    (`run_readers.key_records`), with sequential scans off on PostgreSQL (whose planner scans a table this
+    small whatever indexes it has): which index the lookup can use."""
+    import sqlalchemy
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    from embinit import mlflow_store, run_readers, trial_run
+    exp = mlflow_store.ensure_experiment("keys", uri)
+    for seed in range(3) if not run_readers.key_records(exp, uri, "key-1") else ():   # the first time
+        trial_run.TrialRun.open(uri, exp, None, {"task": "synthetic_translation", "init": "xavier", "seed": seed},
+                                f"key-{seed}", "Xavier", {})
+    seen: list = []
+
+    def keep(conn, cursor, statement, parameters, context, executemany):
+        if "key-1" in str(parameters):
+            seen.append((statement, parameters))
+    event.listen(Engine, "before_cursor_execute", keep)
+    try:
+        assert [r.key for r in run_readers.key_records(exp, uri, "key-1")] == ["key-1"]
+    finally:
+        event.remove(Engine, "before_cursor_execute", keep)
+    (statement, parameters), = seen
+    engine = sqlalchemy.create_engine(uri)
+    try:
+        with engine.connect() as conn:
+            if engine.dialect.name == "postgresql":
+                conn.exec_driver_sql("SET enable_seqscan = off")
+                rows = conn.exec_driver_sql("EXPLAIN " + statement, parameters).fetchall()
+            else:
+                rows = conn.exec_driver_sql("EXPLAIN QUERY PLAN " + statement, parameters).fetchall()
+        return "\n".join(str(r[-1]) for r in rows)
+    finally:
+        engine.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_uri(request, tmp_path):
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path}/mlflow.db"
+        return
+    from helpers.postgres import local_server, pg_bin
+    if pg_bin() is None:
+        pytest.skip("no PostgreSQL server installed (apt-get install postgresql)")
+    with local_server() as uri:
+        yield uri
+
+
+def test_a_trial_key_lookup_uses_embinits_index_not_a_scan_of_every_key(store_uri):
+    """MLflow indexes tags by (key, run): without the partial index the lookup read every trial key of
+    the experiment, once per trial (9.4 ms against 2.5 ms at 3,200 runs, bench_trial_writes)."""
+    from embinit.tracking_store import TRIAL_KEY_INDEX
+    prepare_store(store_uri)
+    assert TRIAL_KEY_INDEX in _key_search_plan(store_uri)
+
+
+def test_a_store_a_tracking_server_made_gets_the_index_from_the_api(store_uri):
+    """Behind a tracking server the API never creates or migrates the store; it adds the index through
+    the database it reads, once the tables exist."""
+    import sqlalchemy
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    from embinit.tracking_store import TRIAL_KEY_INDEX, index_trial_keys
+    assert not index_trial_keys(store_uri)                       # no tables yet: nothing done
+    engine = sqlalchemy.create_engine(store_uri)
+    assert not sqlalchemy.inspect(engine).get_table_names()      # ... and no table made
+    engine.dispose()
+    SqlAlchemyStore(store_uri, str(Path(tempfile.mkdtemp())))   # what `mlflow server` does on start
+    assert TRIAL_KEY_INDEX not in _key_search_plan(store_uri)
+    store = ResultStore("http://127.0.0.1:1", read_uri=store_uri)
+    assert store.prepare() == "external, trial keys indexed"
+    assert TRIAL_KEY_INDEX in _key_search_plan(store_uri)
+    assert index_trial_keys(store_uri)                            # again: nothing changes
