@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from embinit import mlflow_store, provenance, records, run_readers, run_writers
+from embinit import mlflow_store, provenance, records, run_readers, run_writers, tracking_server
 from embinit.model_dims import check_dimensions
 from embinit.spec import ExperimentSpec, SpecError, load_spec
 from embinit.storage import Store
@@ -101,6 +101,7 @@ def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = 
     storage = _tune_storage(spec, storage_path, store)
     uri = mlflow_store.resolve_uri(tracking_uri or spec.mlflow.tracking_uri)
     prepare_store(uri)  # create / upgrade a SQL store once, before any trial or reader opens it
+    tracking_server.check(uri)   # a server whose every kept-alive request waits ~40 ms: say so, once
     name = spec.experiment_name()
     exp_id = mlflow_store.ensure_experiment(name, uri)
     run_writers.describe_experiment(exp_id, uri, spec.description)

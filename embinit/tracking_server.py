@@ -1,0 +1,56 @@
+"""A tracking server that makes every request wait: the check a sweep runs once against an `http(s)://`
+tracking URI, and the warning it logs.
+
+`mlflow server --workers N` with N > 1 (MLflow's default is 4) serves through uvicorn's multi-process mode,
+whose accepted sockets leave Nagle's algorithm on (Kludex/uvicorn#3149): every request on a kept-alive
+connection after the first waits ~40 ms for the client's delayed ACK. Each trial pays it on each of its
+requests (five, plus one when training starts and one per epoch), and every logging call of an analysis
+callback stalls its training step for it. The first request of a connection does not wait, which tells this
+apart from a server that is only slow or far away: there the first request, which also opens the
+connection, is the slowest.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+log = logging.getLogger("embinit.tracking")
+
+SLOW_MS = 25.0   # kept-alive requests to a local or nearby server take 1-10 ms; the stall adds ~40
+
+
+def keepalive_warning(uri: str, first_ms: float, later_ms: list[float]) -> str | None:
+    """The warning for a server whose requests on a kept-alive connection (`later_ms`, each one) all take
+    SLOW_MS or more while the connection's first took at most half the fastest of them; else None."""
+    if not later_ms or min(later_ms) < SLOW_MS or first_ms > min(later_ms) / 2:
+        return None
+    return (f"every request to the MLflow server {uri} on a kept-alive connection waits: "
+            f"{min(later_ms):.0f}-{max(later_ms):.0f} ms each, against {first_ms:.0f} ms for the connection's "
+            "first. That is a server started with `--workers` above 1 (MLflow's default is 4): uvicorn's "
+            "multi-process mode leaves Nagle's algorithm on (Kludex/uvicorn#3149), and each request of every "
+            "trial waits ~40 ms for it. Start the server with `--workers 1` (run more one-worker replicas to "
+            "scale it; docs/deployment.md)")
+
+
+def check(uri: str, requests_made: int = 4, timeout_s: float = 5.0) -> str | None:
+    """Time `requests_made` requests of the server's `/health` on one connection and log the warning
+    when there is one (returned too). A server that cannot be reached gives no warning here: the sweep's
+    first MLflow call reports that."""
+    if not uri.startswith(("http://", "https://")):
+        return None
+    import requests
+
+    times = []
+    try:
+        with requests.Session() as session:
+            for _ in range(requests_made):
+                t = time.perf_counter()
+                session.get(uri.rstrip("/") + "/health", timeout=timeout_s).raise_for_status()
+                times.append(1000 * (time.perf_counter() - t))
+    except requests.RequestException:
+        return None
+    message = keepalive_warning(uri, times[0], times[1:])
+    if message:
+        log.warning(message)
+    return message
