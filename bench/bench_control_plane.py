@@ -245,6 +245,7 @@ def run_case(store: str, n: int, per_unit: int, timeout_s: float, mlflow_workers
     work = Path(tempfile.mkdtemp(prefix=f"embinit-scale-{store}-{n}-"))
     pg = Postgres(work) if store == "postgres" else None
     procs: list[subprocess.Popen] = []
+    mlflow_proc = None
     try:
         if pg is not None:
             backend = pg.url("mlflow")
@@ -313,7 +314,7 @@ def run_case(store: str, n: int, per_unit: int, timeout_s: float, mlflow_workers
         }
     finally:
         for p in reversed(procs):
-            if p is procs[0] and pg is not None:   # the mlflow server and its workers
+            if p is mlflow_proc:   # the mlflow server and its workers
                 stop_group(p)
                 continue
             p.terminate()

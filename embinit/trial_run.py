@@ -128,27 +128,22 @@ class TrialRun:
         self.params = []
 
     def _log_text(self, text: str, name: str) -> None:
-        """A text artifact, written straight to the run's artifact location when it is known (MLflow's
-        `log_text` looks the run up first: one more call to a tracking server per artifact)."""
-        if self.artifact_uri is None:
-            retry(lambda: self.client.log_text(self.run_id, text, name))
-            return
         import tempfile
         from pathlib import Path
         with tempfile.TemporaryDirectory(prefix="embinit-artifact-") as tmp:
             path = Path(tmp) / name
             path.write_text(text)
-            retry(lambda: self._repo().log_artifact(str(path)))
+            self._log_artifact(str(path), None)
 
     def _log_artifact(self, path: str, artifact_dir: str | None) -> None:
+        """Straight to the run's artifact location (MLflow's `log_text`/`log_artifact` look the run up
+        first, every time: one more request to a tracking server per artifact); the location is asked
+        once when neither creating nor reopening the run gave it."""
         if self.artifact_uri is None:
-            retry(lambda: self.client.log_artifact(self.run_id, path, artifact_dir))
-        else:
-            retry(lambda: self._repo().log_artifact(path, artifact_dir))
-
-    def _repo(self):
+            self.artifact_uri = retry(lambda: self.client.get_run(self.run_id)).info.artifact_uri
         from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
-        return get_artifact_repository(self.artifact_uri, tracking_uri=self.uri)
+        repo = get_artifact_repository(self.artifact_uri, tracking_uri=self.uri)
+        retry(lambda: repo.log_artifact(path, artifact_dir))
 
     def log_epoch(self, epoch: int, metrics: dict[str, Any], checkpoint: bool = False) -> None:
         """One epoch's metrics (step = epoch); `checkpoint`: the trial's kept folder now holds it."""

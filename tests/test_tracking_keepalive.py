@@ -5,13 +5,13 @@ a sweep starts; a one-process server, or one that cannot be reached, gives no wa
 from __future__ import annotations
 
 import logging
-import socket
 import subprocess
 import sys
 import time
 
 import pytest
 import requests
+from live_server import free_port
 
 from embinit import tracking_server
 
@@ -23,12 +23,6 @@ async def app(scope, receive, send):
 '''
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def uvicorn_server(tmp_path):
     """`start(workers)`: a minimal ASGI app under `uvicorn --workers N`, as `mlflow server` runs MLflow's
@@ -37,7 +31,7 @@ def uvicorn_server(tmp_path):
     procs = []
 
     def start(workers: int) -> str:
-        port = _free_port()
+        port = free_port()
         procs.append(subprocess.Popen([sys.executable, "-m", "uvicorn", "tinyapp:app", "--host", "127.0.0.1",
                                        "--port", str(port), "--workers", str(workers), "--log-level", "warning"],
                                       cwd=tmp_path, start_new_session=True))
@@ -72,7 +66,7 @@ def test_a_multi_worker_server_is_named_with_the_fix_and_a_one_worker_server_is_
     assert message in caplog.text
     fast = uvicorn_server(1)
     assert tracking_server.check(fast) is None
-    assert tracking_server.check(f"http://127.0.0.1:{_free_port()}") is None   # nothing there: no warning
+    assert tracking_server.check(f"http://127.0.0.1:{free_port()}") is None   # nothing there: no warning
 
 
 def test_a_sweep_checks_its_tracking_server_before_it_writes_anything(uvicorn_server, monkeypatch, caplog):
