@@ -1,13 +1,17 @@
 """Stops a local Ray's leftover processes as soon as the API that started it is gone, however it went.
 
 Ray ties its GCS and raylet to the API process, but the raylet's agents (`ray::DashboardAgent`,
-`ray::RuntimeEnvAgent`) outlived a killed API by a minute. So once its local Ray is up the API starts
-this small process: it notes the API's descendants every second (pid and start time, so a reused pid is
-never mistaken), and blocks on a pipe whose write end only the API holds. The end of the pipe (the API
-exited, was killed or crashed) makes it kill every descendant of its last note still alive. Linux only
-(`/proc`); elsewhere nothing is started.
+`ray::RuntimeEnvAgent`) outlived a killed API by a minute. So before its local Ray starts the API starts
+this small process, which blocks on a pipe whose write end only the API holds. The end of the pipe (the
+API exited, was killed or crashed) makes it kill every process the API started:
+- each process whose environment carries the API's mark (`EMBINIT_API_PROCESS=<pid>:<start time>`, set in
+  the API's own environment before Ray starts, so every Ray process inherits it, however it was started
+  and whoever its parent is now: the agents' raylet dies with the API and leaves them to init);
+- and, for a process that dropped its environment, the API's descendants as last noted (every second).
+Both name a process by pid and start time, so a reused pid is never mistaken. Linux only (`/proc`);
+elsewhere nothing is started.
 
-    python -m service.ray_reaper API_PID      # stdin: the pipe
+    python -m service.ray_reaper API_PID:START_TIME      # stdin: the pipe
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+MARK = "EMBINIT_API_PROCESS"
 _keep: list[int] = []   # the write end of each reaper's pipe, held (never inherited) until the process ends
 
 
@@ -31,14 +36,18 @@ def _stat(pid: int) -> tuple[int, str] | None:
     return int(fields[1]), fields[19]
 
 
+def _pids() -> list[int]:
+    return [int(e.name) for e in Path("/proc").iterdir() if e.name.isdigit()]
+
+
 def descendants(root: int) -> dict[int, str]:
     """pid -> start time of every live descendant of `root`."""
     children: dict[int, list[int]] = {}
     started: dict[int, str] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and (st := _stat(int(entry.name))) is not None:
-            children.setdefault(st[0], []).append(int(entry.name))
-            started[int(entry.name)] = st[1]
+    for pid in _pids():
+        if (st := _stat(pid)) is not None:
+            children.setdefault(st[0], []).append(pid)
+            started[pid] = st[1]
     out, stack = {}, [root]
     while stack:
         for child in children.get(stack.pop(), []):
@@ -47,26 +56,37 @@ def descendants(root: int) -> dict[int, str]:
     return out
 
 
+def marked(token: str) -> dict[int, str]:
+    """pid -> start time of every live process whose environment has `MARK=token`."""
+    entry, out = f"{MARK}={token}".encode(), {}
+    for pid in _pids():
+        try:
+            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:   # gone, or not ours to read
+            continue
+        if entry in env and (st := _stat(pid)) is not None:
+            out[pid] = st[1]
+    return out
+
+
 def start() -> subprocess.Popen | None:
-    """Start the reaper of this process's local Ray; None where there is no /proc."""
-    if not Path("/proc/self/stat").exists():
+    """Start the reaper of this process's local Ray, before Ray starts: this marks the process's
+    environment, which every process it starts from now on inherits. None where there is no /proc."""
+    st = _stat(os.getpid())
+    if st is None:
         return None
+    token = f"{os.getpid()}:{st[1]}"
+    os.environ[MARK] = token
     read_end, write_end = os.pipe()  # neither is inherited by processes started later (PEP 446)
-    proc = subprocess.Popen([sys.executable, "-m", "service.ray_reaper", str(os.getpid())], stdin=read_end,
+    proc = subprocess.Popen([sys.executable, "-m", "service.ray_reaper", token], stdin=read_end,
                             start_new_session=True)  # a Ctrl-C of the API's terminal does not stop it first
     os.close(read_end)
     _keep.append(write_end)
     return proc
 
 
-def main(api_pid: int) -> None:
-    me, known = os.getpid(), {}
-    while True:
-        readable, _, _ = select.select([0], [], [], 1.0)
-        if readable and not os.read(0, 4096):  # the end of the pipe: the API process is gone
-            break
-        known = {p: t for p, t in descendants(api_pid).items() if p != me}
-    for pid, started in known.items():
+def _kill(victims: dict[int, str]) -> None:
+    for pid, started in victims.items():
         st = _stat(pid)
         if st is not None and st[1] == started:  # the same process, not a reused pid
             try:
@@ -75,5 +95,19 @@ def main(api_pid: int) -> None:
                 pass
 
 
+def main(token: str) -> None:
+    me, api_pid, known = os.getpid(), int(token.split(":")[0]), {}
+    while True:
+        readable, _, _ = select.select([0], [], [], 1.0)
+        if readable and not os.read(0, 4096):  # the end of the pipe: the API process is gone
+            break
+        known = descendants(api_pid)
+    _kill({p: t for p, t in known.items() if p != me})
+    for _ in range(3):   # again for any started while the first ones went
+        if not (left := {p: t for p, t in marked(token).items() if p != me}):
+            break
+        _kill(left)
+
+
 if __name__ == "__main__":
-    main(int(sys.argv[1]))
+    main(sys.argv[1])

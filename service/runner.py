@@ -168,10 +168,10 @@ class RayRunner:
         from embinit.sweep.ray_runtime import local_ray_options
         from service import ray_reaper
 
+        if self.reaper is None:  # a local Ray goes when this process goes: marked before it starts
+            self.reaper = ray_reaper.start()
         with local_ray_options() as local:  # a local Ray: every listener on the loopback
             ray.init(**kwargs, **local)
-        if self.reaper is None:  # ... and it goes when this process goes
-            self.reaper = ray_reaper.start()
 
     def _actor(self, driver: str):
         import ray

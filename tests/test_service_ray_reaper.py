@@ -1,6 +1,7 @@
 """Ray's agents are stopped with the API (issue 20, item 10): an API process that started a local Ray is
 killed with SIGKILL; every process it had started is gone within seconds (before: `ray::DashboardAgent`
-and `ray::RuntimeEnvAgent` lived on for a minute)."""
+and `ray::RuntimeEnvAgent` lived on for a minute), including one that was never the API's descendant
+when the reaper looked (on a loaded machine the agents started less than a note before the kill)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,18 @@ from pathlib import Path
 import pytest
 
 from service.ray_reaper import descendants
+
+# An API that starts a process and loses it as a child at once (its parent exits, init adopts it), as
+# the raylet's agents are lost when the raylet dies with the API: never in a note of its descendants.
+ORPHANING_API = """
+import subprocess, sys, time
+from service import ray_reaper
+ray_reaper.start()
+child = "import subprocess as s; print(s.Popen(['sleep', '600'], stdout=s.DEVNULL, stderr=s.DEVNULL).pid)"
+mid = subprocess.run([sys.executable, "-c", child], stdout=subprocess.PIPE, text=True, check=True)
+print(mid.stdout.strip(), flush=True)
+time.sleep(600)
+"""
 
 # The API's Ray side: a RayRunner that starts a local Ray, as `embinit serve` does.
 API = """
@@ -35,6 +48,26 @@ def _alive(procs: dict[int, str]) -> list[int]:
         except OSError:
             pass
     return out
+
+
+def test_a_process_the_api_started_goes_with_it_though_no_longer_its_descendant():
+    api = subprocess.Popen([sys.executable, "-c", ORPHANING_API], stdout=subprocess.PIPE, text=True,
+                           env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    orphan = None
+    try:
+        orphan = int(api.stdout.readline())
+        started = Path(f"/proc/{orphan}/stat").read_text().rsplit(")", 1)[1].split()[19]
+        assert orphan not in descendants(api.pid)   # what the reaper's note alone cannot see
+    finally:
+        api.send_signal(signal.SIGKILL)
+        api.wait()
+    deadline = time.monotonic() + 15
+    while _alive({orphan: started}) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = _alive({orphan: started})
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert left == []
 
 
 @pytest.mark.slow  # starts a local Ray
