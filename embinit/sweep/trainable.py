@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import traceback
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from embinit import run_readers
 from embinit.config import TrialConfig
@@ -29,7 +29,7 @@ from embinit.sweep.reporting import TrialReporter, artifacts
 from embinit.sweep.work import SweepContext, Unit, WorkItem
 
 
-def train_unit(config: dict[str, Any], shared: SweepContext, units: list[Unit],
+def train_unit(config: dict[str, Any], shared: SweepContext, units: Sequence[Unit],
                extra_callbacks: Callable | None = None) -> None:
     """Tune function trainable. `config["unit"]` picks the unit; Optuna's searched values are the
     other keys of `config` and override the unit's configs."""

@@ -16,6 +16,7 @@ from embinit.sweep.interrupt import stop_on_interrupt
 from embinit.sweep.job import TuneJob
 from embinit.sweep.progress import Progress
 from embinit.sweep.trainable import train_unit
+from embinit.sweep.unit_table import UnitTable
 from embinit.sweep.work import Unit
 
 
@@ -84,7 +85,8 @@ def unique_name(spec) -> str:
 
 
 def make_trainable(spec, units, shared, extra_callbacks, name: str | None = None):
-    fn = tune.with_parameters(train_unit, shared=shared, units=units, extra_callbacks=extra_callbacks)
+    # the units once per worker process, not unpickled whole for every Tune trial (embinit.sweep.unit_table)
+    fn = tune.with_parameters(train_unit, shared=shared, units=UnitTable(units), extra_callbacks=extra_callbacks)
     fn.__name__ = name or unique_name(spec)
     return tune.with_resources(fn, {"cpu": spec.resources.cpus, "gpu": spec.resources.gpus})
 
