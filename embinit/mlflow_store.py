@@ -38,11 +38,19 @@ def artifact_root(uri: str) -> str | None:
     return None
 
 
+def telemetry_off() -> None:
+    """MLflow 3 reports usage (what was called, how long it took) to its maintainers' server from every
+    process that logs, unless told not to; embinit's trial workers, drivers and API do not, as they do not
+    report Ray's usage either. A user's own MLFLOW_DISABLE_TELEMETRY=false is kept."""
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+
+
 def client(uri: str | None = None):
     from mlflow import MlflowClient  # mlflow import costs ~1 s; only trackers pay it
     # No "View run" link printed when a run is closed against a tracking server: two lines per trial in
     # the workers' logs, and a `get_run` call before each close.
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+    telemetry_off()
     return MlflowClient(tracking_uri=resolve_uri(uri))
 
 

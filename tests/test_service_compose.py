@@ -96,6 +96,13 @@ def test_mlflow_server_setup():
     assert option(cmd, "--artifacts-destination") in mounts("mlflow")  # artifacts on a volume
 
 
+@pytest.mark.parametrize("service", ["mlflow", "api", "ray-head", "ray-worker"])
+def test_no_usage_reports_leave_the_cluster(service):
+    assert env(service)["MLFLOW_DISABLE_TELEMETRY"] == "true"
+    if service != "mlflow":
+        assert env(service)["RAY_USAGE_STATS_ENABLED"] == "0"
+
+
 def test_state_database_is_the_postgres_service():
     url = urlparse(env("api")["EMBINIT_DATABASE_URL"])
     pg = env("postgres")

@@ -43,6 +43,23 @@ def test_resolve_uri_makes_local_stores_absolute(tmp_path, monkeypatch):
     assert mlflow_store.artifact_root(f"sqlite:///{tmp_path}/m.db") == (tmp_path / "mlartifacts").as_uri()
 
 
+def test_no_mlflow_usage_reports_unless_the_user_asks(tmp_path, monkeypatch):
+    """MLflow 3 reports usage to its maintainers from every process that logs; embinit's processes do
+    not (as with Ray's usage stats), and a user's own setting stands."""
+    from mlflow.telemetry.utils import is_telemetry_disabled
+
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    for var in ("MLFLOW_DISABLE_TELEMETRY", "DO_NOT_TRACK"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr("mlflow.telemetry.utils._IS_IN_CI_ENV_OR_TESTING", False)  # as on a user's machine
+    assert not is_telemetry_disabled()
+    mlflow_store.client(uri)
+    assert is_telemetry_disabled()
+    monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "false")
+    mlflow_store.client(uri)
+    assert not is_telemetry_disabled()
+
+
 def test_trial_run_records_params_tags_epochs_and_result(store, tmp_path):
     uri, exp = store
     run = trial_run.TrialRun.open(uri, exp, None, config(0), "key0", "Xavier", {"axes": {}, "point": {}})

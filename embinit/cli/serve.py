@@ -24,11 +24,13 @@ def run(args) -> int:
     from pydantic import ValidationError
 
     from embinit.errors import EmbinitError
+    from embinit.mlflow_store import telemetry_off
     from service.main import create_app
     from service.serving import uvicorn_options
     from service.settings import Settings
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    telemetry_off()
     try:
         settings = Settings()
     except ValidationError as e:

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 
 from embinit.errors import EmbinitError
+from embinit.mlflow_store import telemetry_off
 
 
 LOOPBACK = "127.0.0.1"
@@ -44,6 +45,7 @@ def default_env(local: bool = True) -> None:
     if local:
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    telemetry_off()  # nor MLflow's
     # MLflow is the record; Tune's JSON/CSV/TensorBoard loggers would only add per-result latency.
     os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
     # Every epoch checkpoints, so Tune's "snapshotting too often" warning fires on short trials.
