@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,14 +17,9 @@ import pytest
 from embinit import mlflow_store, run_readers
 from embinit.spec import load_spec
 from embinit.sweep import run_sweep
+from live_server import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
