@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import pickle
+import sys
 
 import pytest
 import ray
@@ -25,7 +26,7 @@ class _Counting(dict):
     fetches = 0
 
     def __setitem__(self, key, value):
-        type(self).fetches += 1
+        self.fetches += 1
         super().__setitem__(key, value)
 
 
@@ -40,43 +41,42 @@ def test_a_worker_fetches_the_units_once_and_each_trial_gets_its_own_copy(ray_lo
     units = _units(50)
     made = UnitTable(units)
     assert made.shared
-    monkeypatch.setattr(unit_table, "_FETCHED", _Counting())
-    _Counting.fetches = 0
+    monkeypatch.setattr(unit_table, "_FETCHED", cache := _Counting())
     worker = ray.cloudpickle.loads(ray.cloudpickle.dumps(made))   # as a worker process unpickles it
     assert worker._units is None
     assert [worker[i].trials[0].key for i in (0, 49, 7, 7)] == ["k0", "k49", "k7", "k7"]
-    assert len(worker) == 50 and _Counting.fetches == 1
+    assert len(worker) == 50 and cache.fetches == 1
     worker[7].trials[0].config["seed"] = -1                 # a trial changing its unit's config
     assert worker[7].trials[0].config["seed"] == 7          # does not change the next trial's
 
     other = ray.cloudpickle.loads(ray.cloudpickle.dumps(UnitTable(_units(2))))  # another sweep's table
-    assert other[1].trials[0].key == "k1" and _Counting.fetches == 2
+    assert other[1].trials[0].key == "k1" and cache.fetches == 2
     assert len(unit_table._FETCHED) == 1                    # one sweep's units kept at a time
+
+
+def _key_and_fetches(config, units):
+    """In a worker: the unit's key, and how many fetches this process's cache has seen."""
+    if not isinstance(unit_table._FETCHED, _Counting):
+        unit_table._FETCHED = _Counting()
+    return units[config["unit"]].trials[0].key, unit_table._FETCHED.fetches
 
 
 @pytest.mark.parametrize("as_table", [True, False])
 def test_tune_trials_in_one_reused_worker(ray_local, as_table):
     """Tune's with_parameters unpickles its values at every call: the plain list at every trial, the
     table's reference only (the worker fetches the units at its first trial)."""
-    def key_and_fetches(config, units):   # defined here: pickled by value into the worker
-        from embinit.sweep import unit_table as ut
-        if not hasattr(ut._FETCHED, "fetches"):
-            class Counting(dict):
-                fetches = 0
-
-                def __setitem__(self, key, value):
-                    self.fetches += 1
-                    super().__setitem__(key, value)
-            ut._FETCHED = Counting()
-        return units[config["unit"]].trials[0].key, ut._FETCHED.fetches
-
     @ray.remote(num_cpus=0)
     class Worker:   # a reused Tune worker: one process, many trials
         def run(self, fn, picks):
             return [fn({"unit": i}) for i in picks]
 
     units = _units(40)
-    fn = tune.with_parameters(key_and_fetches, units=UnitTable(units) if as_table else units)
-    got = ray.get(Worker.remote().run.remote(fn, [3, 39, 0, 3, 12]))
+    module = sys.modules[__name__]
+    ray.cloudpickle.register_pickle_by_value(module)   # the worker cannot import this test module
+    try:
+        fn = tune.with_parameters(_key_and_fetches, units=UnitTable(units) if as_table else units)
+        got = ray.get(Worker.remote().run.remote(fn, [3, 39, 0, 3, 12]))
+    finally:
+        ray.cloudpickle.unregister_pickle_by_value(module)
     assert [key for key, _ in got] == ["k3", "k39", "k0", "k3", "k12"]
     assert [fetches for _, fetches in got] == ([1] * 5 if as_table else [0] * 5)
