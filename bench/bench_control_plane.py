@@ -1,10 +1,12 @@
 """The control plane at scale: N no-work trials (`execution.trainer: noop`) through the service, on
 SQLite (state database + mlflow.db) or on PostgreSQL with an `mlflow server` in front of its store (the
-trials log through the server; the API reads the database behind it, `EMBINIT_TRACKING_READ_URI`, as
-docker-compose.yml sets it, and `embinit report` is given the database URL).
+API reads the database behind it, `EMBINIT_TRACKING_READ_URI`, and the trials write their runs to it,
+`EMBINIT_TRACKING_WRITE_DIRECT`, their artifacts through the server, as docker-compose.yml sets it;
+`--trial-writes server`: everything through the server; `embinit report` is given the database URL).
 
     python bench/bench_control_plane.py --store sqlite --trials 1000 [--trials-per-unit 1]
-    python bench/bench_control_plane.py --store postgres --trials 1000 10000 [--mlflow-workers 1] [--mlflow-gunicorn]
+    python bench/bench_control_plane.py --store postgres --trials 1000 10000 [--trial-writes database|server]
+        [--mlflow-workers 1] [--mlflow-gunicorn]
 
 Per (store, N) it measures: the submission's wall time and control-plane ms per trial (nothing trains,
 so all of it is scheduling, claims, dedup and MLflow writes), trials recorded per second, MLflow values
@@ -127,10 +129,11 @@ def stop_group(proc: subprocess.Popen) -> None:
 
 
 def start_api(work: Path, database_url: str, tracking_uri: str, n: int,
-              read_uri: str | None = None) -> tuple[str, subprocess.Popen]:
+              read_uri: str | None = None, write_direct: bool = False) -> tuple[str, subprocess.Popen]:
     port = free_port()
     env = {**os.environ, "EMBINIT_DATABASE_URL": database_url, "EMBINIT_TRACKING_URI": tracking_uri,
            **({"EMBINIT_TRACKING_READ_URI": read_uri} if read_uri else {}),   # as docker-compose.yml sets it
+           "EMBINIT_TRACKING_WRITE_DIRECT": str(write_direct).lower(),
            # the documented settings: one experiment of n trials (default cap 2,000)
            "EMBINIT_MAX_TRIALS_PER_EXPERIMENT": str(max(n, 2000)), "EMBINIT_DATA_ROOTS": json.dumps([str(work)]),
            "EMBINIT_PRETRAINED_ROOTS": json.dumps([str(work)]), "EMBINIT_CACHE_DIR": str(work / "cache"),
@@ -240,7 +243,7 @@ def pg_commits(pg: Postgres | None) -> int | None:
 
 
 def run_case(store: str, n: int, per_unit: int, timeout_s: float, mlflow_workers: int = 1,
-             gunicorn: bool = False) -> dict:
+             gunicorn: bool = False, trial_writes: str = "database") -> dict:
     import httpx
     work = Path(tempfile.mkdtemp(prefix=f"embinit-scale-{store}-{n}-"))
     pg = Postgres(work) if store == "postgres" else None
@@ -255,7 +258,9 @@ def run_case(store: str, n: int, per_unit: int, timeout_s: float, mlflow_workers
         else:
             backend = f"sqlite:///{work}/mlflow.db"
             tracking_uri, database_url = backend, f"sqlite:///{work}/state.db"
-        base, api = start_api(work, database_url, tracking_uri, n, read_uri=backend if pg is not None else None)
+        direct = pg is not None and trial_writes == "database"
+        base, api = start_api(work, database_url, tracking_uri, n, read_uri=backend if pg is not None else None,
+                              write_direct=direct)
         procs.append(api)
         load0, commits0 = os.getloadavg()[0], pg_commits(pg)
         t0 = time.time()
@@ -296,6 +301,7 @@ def run_case(store: str, n: int, per_unit: int, timeout_s: float, mlflow_workers
         return {
             "store": store, "trials": n, "trials_per_unit": per_unit,
             "mlflow_server_workers": mlflow_workers if pg is not None else None,
+            "trial_writes": ("database behind the server" if direct else "server") if pg is not None else "store",
             **({"mlflow_server": "gunicorn"} if gunicorn and pg is not None else {}),
             "status": status, "error": detail.get("error"),
             "errors": errors, "counts": {k: v for k, v in detail["counts"].items() if isinstance(v, int)},
@@ -337,6 +343,9 @@ def main() -> int:
     ap.add_argument("--mlflow-workers", type=int, default=1,
                     help="the mlflow server's --workers (postgres); docker-compose.yml runs 1")
     ap.add_argument("--mlflow-gunicorn", action="store_true", help="run the mlflow server under gunicorn")
+    ap.add_argument("--trial-writes", choices=("database", "server"), default="database",
+                    help="postgres: the trials write their runs to the database behind the server "
+                         "(EMBINIT_TRACKING_WRITE_DIRECT, as docker-compose.yml sets it) or through the server")
     ap.add_argument("--out", default=str(ROOT / "bench/results/bench_control_plane.json"))
     args = ap.parse_args()
     out = Path(args.out)
@@ -345,7 +354,7 @@ def main() -> int:
     for store in args.store or ["sqlite"]:
         for n in args.trials:
             case = run_case(store, n, args.trials_per_unit, args.timeout, args.mlflow_workers,
-                            args.mlflow_gunicorn)
+                            args.mlflow_gunicorn, args.trial_writes)
             print(json.dumps(case), flush=True)
             results["cases"].append(case)
             out.parent.mkdir(parents=True, exist_ok=True)

@@ -38,6 +38,16 @@ def artifact_root(uri: str) -> str | None:
     return None
 
 
+def masked(uri: str) -> str:
+    """A URI fit for messages and logs: a database URL's password hidden (shown as given otherwise)."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(uri).render_as_string(hide_password=True)
+    except Exception:  # not a URL SQLAlchemy parses (http://, file paths)
+        return uri
+
+
 def telemetry_off() -> None:
     """MLflow 3 reports usage (what was called, how long it took) to its maintainers' server from every
     process that logs, unless told not to; embinit's trial workers, drivers and API do not, as they do not

@@ -13,6 +13,9 @@ read every key of the experiment (~1 ms more per 1,000 runs). A partial index on
 that key only, makes it a lookup (bench/bench_trial_writes.py). Behind a tracking server the server
 creates and migrates the store; the API adds the index through the database it reads
 (`EMBINIT_TRACKING_READ_URI`) once the server has made the tables.
+
+A sweep whose trials write their runs to the database behind a tracking server checks first that it is
+that server's store (`check_store_behind`).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from pathlib import Path
 
 from embinit.content_hash import file_lock
 from embinit.errors import EmbinitError
-from embinit.mlflow_store import resolve_uri
+from embinit.mlflow_store import masked, resolve_uri
 from embinit.records import KEY_TAG
 
 log = logging.getLogger("embinit.tracking")
@@ -157,3 +160,51 @@ def _create_or_upgrade(engine, utils) -> str:
     log.warning("upgrading the MLflow store %s from schema %s to %s", engine.url, current, head)
     utils._upgrade_db(engine)
     return "upgraded"
+
+
+def check_store_behind(server_uri: str, store_uri: str, name: str, exp_id: str, timeout_s: int = 10) -> str:
+    """`store_uri` (resolved) when it is the database behind the tracking server `server_uri`: a SQL
+    database that holds experiment `name` under the id the server gave it, `exp_id`. Else an EmbinitError
+    naming every problem, before any trial writes to the wrong store. Read with plain SQL and a connect
+    timeout: MLflow's own store retries an unreachable database for most of an hour, and creates (and
+    migrates) a SQLite file that is not there."""
+    store_uri, problems = resolve_uri(store_uri), []
+    if not server_uri.startswith(("http://", "https://")):
+        problems.append(f"the tracking URI {masked(server_uri)} is not an `mlflow server` (http:// or "
+                        "https://): the trials write to it directly already")
+    if not is_database(store_uri):
+        problems.append(f"{masked(store_uri)} is not a SQL database URL (postgresql+psycopg://, mysql://, "
+                        "sqlite:///)")
+    elif (path := _sqlite_path(store_uri)) is not None and not path.is_file():
+        problems.append(f"{masked(store_uri)}: there is no file {path}")
+    if not problems:
+        try:
+            there = _experiment_id(store_uri, name, timeout_s)
+        except Exception as e:  # unreachable, wrong credentials, no MLflow tables
+            first = str(e).splitlines()[0][:300] if str(e) else ""
+            problems.append(f"{masked(store_uri)} cannot be read as an MLflow store: {type(e).__name__}: {first}")
+        else:
+            if there != str(exp_id):
+                problems.append(f"{masked(store_uri)} is not the store behind {masked(server_uri)}: the server has "
+                                f"experiment {name!r} as id {exp_id}, the database "
+                                + ("does not have it" if there is None else f"as id {there}"))
+    if problems:
+        raise EmbinitError("the database the trials were to write their runs to (EMBINIT_TRACKING_WRITE_DIRECT, "
+                           "the database behind the tracking server) cannot be used: " + "; ".join(problems))
+    return store_uri
+
+
+def _experiment_id(uri: str, name: str, timeout_s: int) -> str | None:
+    import sqlalchemy
+    from sqlalchemy.pool import NullPool
+
+    dialect = uri.split(":", 1)[0].split("+", 1)[0]
+    args = {"timeout": timeout_s} if dialect == "sqlite" else {"connect_timeout": timeout_s}
+    engine = sqlalchemy.create_engine(uri, poolclass=NullPool, connect_args=args)
+    try:
+        with engine.connect() as conn:
+            row = conn.execute(sqlalchemy.text("SELECT experiment_id FROM experiments WHERE name = :name"),
+                               {"name": name}).first()
+    finally:
+        engine.dispose()
+    return None if row is None else str(row[0])

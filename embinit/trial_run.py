@@ -24,6 +24,8 @@ one child run per trial. A child run carries:
 
 Writes per trial, against a tracking server: the run's creation, one batch when training starts, one per
 epoch, the final batch, its artifacts (written straight to the run's artifact location) and its close.
+A sweep given the database behind a tracking server (`SweepContext.store_uri`) writes the run's records
+to that database and only its artifacts through the server (`artifacts_via`).
 """
 
 from __future__ import annotations
@@ -43,6 +45,9 @@ from embinit.run_readers import key_records, metric_history
 # ~70 statistics go to the `emb_stats.json` table artifact instead of one-value bar charts.
 KEY_EMB_STATS = ("rows", "min", "max", "mean", "std", "scaled_min", "scaled_max", "scaled_std", "pe_std",
                  "absorption")
+EMB_STATS_FILE = "emb_stats.json"
+# MLflow's tag naming a run's table artifacts: the UI shows such a JSON file as a table.
+LOGGED_ARTIFACTS_TAG = "mlflow.loggedArtifacts"
 
 
 def flat_params(config: dict[str, Any]) -> dict[str, str]:
@@ -70,8 +75,11 @@ class TrialRun:
     """The MLflow child run of one trial, written from inside the trial's worker."""
 
     def __init__(self, uri: str, run_id: str, reopened: bool = False, checkpoint_tagged: bool | None = None,
-                 artifact_uri: str | None = None, params: list | None = None):
+                 artifact_uri: str | None = None, params: list | None = None, artifacts_via: str | None = None):
         self.uri, self.run_id, self.client = uri, run_id, client(uri)
+        # The tracking URI that resolves the run's artifact location: the server when `uri` is the
+        # database behind it (an `mlflow-artifacts:` location is served by the server only).
+        self.artifacts_via = artifacts_via or uri
         self.reopened = reopened         # an earlier attempt may have logged epochs this one did not
         self.logged: set[int] = set()    # epochs this process logged
         self.checkpoint_tagged = checkpoint_tagged   # whether the run has the checkpoint tag (None: ask)
@@ -81,10 +89,12 @@ class TrialRun:
     @classmethod
     def open(cls, uri: str, exp_id: str, parent_id: str | None, config: dict[str, Any], key: str,
              label: str, group: dict[str, Any], run_id: str | None = None,
-             resumed_epoch: int | None = None, key_runs: list | None = None) -> "TrialRun":
+             resumed_epoch: int | None = None, key_runs: list | None = None,
+             artifacts_via: str | None = None) -> "TrialRun":
         """Reuse `run_id` (a restarted attempt, or an earlier sweep's run whose checkpoint this one resumes
         after `resumed_epoch`) or this sweep's unfinished run of the key; else create one. `key_runs`: the
-        key's records as `run_readers.key_records` read them (read here when not given)."""
+        key's records as `run_readers.key_records` read them (read here when not given). `artifacts_via`:
+        the tracking server whose database `uri` is (artifacts go through it)."""
         c = client(uri)
         from mlflow.entities import Param
         params = [Param(k, v[:6000]) for k, v in trial_params(resolved_params(config), label).items()]
@@ -95,7 +105,8 @@ class TrialRun:
         if run_id is not None:
             run = cls._reopen(c, run_id, parent_id, resumed_epoch)
             return cls(uri, run_id, reopened=True, checkpoint_tagged=CHECKPOINT_TAG in run.data.tags,
-                       artifact_uri=run.info.artifact_uri, params=[] if run.data.params else params)
+                       artifact_uri=run.info.artifact_uri, params=[] if run.data.params else params,
+                       artifacts_via=artifacts_via)
         tags = {KEY_TAG: key, LABEL_TAG: label, INIT_TAG: label, TASK_TAG: config["task"],
                 SEED_TAG: str(config["seed"]),
                 STATUS_TAG: "running", CONFIG_TAG: json.dumps(config, sort_keys=True, default=str),
@@ -104,7 +115,7 @@ class TrialRun:
             tags[PARENT_TAG] = parent_id
         run = retry(lambda: c.create_run(exp_id, run_name=trial_run_name(label, config["seed"]), tags=tags))
         return cls(uri, run.info.run_id, checkpoint_tagged=False, artifact_uri=run.info.artifact_uri,
-                   params=params)
+                   params=params, artifacts_via=artifacts_via)
 
     @staticmethod
     def _reopen(c, run_id: str, parent_id: str | None, resumed_epoch: int | None):
@@ -142,7 +153,7 @@ class TrialRun:
         if self.artifact_uri is None:
             self.artifact_uri = retry(lambda: self.client.get_run(self.run_id)).info.artifact_uri
         from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
-        repo = get_artifact_repository(self.artifact_uri, tracking_uri=self.uri)
+        repo = get_artifact_repository(self.artifact_uri, tracking_uri=self.artifacts_via)
         retry(lambda: repo.log_artifact(path, artifact_dir))
 
     def log_epoch(self, epoch: int, metrics: dict[str, Any], checkpoint: bool = False) -> None:
@@ -186,12 +197,14 @@ class TrialRun:
                 RunTag(EXECUTION_TAG, ((result.get("info") or {}).get("execution") or {}).get("mode", "separate"))]
         if result.get("bleu_signature"):
             tags.append(RunTag(BLEU_SIGNATURE_TAG, result["bleu_signature"]))
+        table = emb_stats_table(result)
+        if table["statistic"]:
+            tags.append(RunTag(LOGGED_ARTIFACTS_TAG, json.dumps([{"path": EMB_STATS_FILE, "type": "table"}])))
         self._batch(metrics=metrics, tags=tags)
         self._drop_checkpoint_tag()  # a result: nothing to resume
         self._log_text(json.dumps(result, indent=1, default=str), "result.json")
-        table = emb_stats_table(result)
         if table["statistic"]:
-            retry(lambda: self.client.log_table(self.run_id, table, "emb_stats.json"))
+            self._log_text(table_json(table), EMB_STATS_FILE)
         for artifact_dir, path in artifacts:
             self._log_artifact(path, artifact_dir)
         retry(lambda: self.client.set_terminated(self.run_id, status="FINISHED"))
@@ -224,8 +237,23 @@ def _key_emb_stats(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def emb_stats_table(result: dict[str, Any]) -> dict[str, list]:
-    """Every embedding statistic as columns table, statistic, init, best (one row per statistic, e.g.
-    `emb/std`, `emb_src/absorption`), for `MlflowClient.log_table`."""
+    """Every embedding statistic as columns statistic, init, best (one row per statistic, e.g.
+    `emb/std`, `emb_src/absorption`), for `table_json`."""
     init, best = result.get("emb_stats_init") or {}, result.get("emb_stats_best") or {}
     names = sorted(set(init) | set(best))
     return {"statistic": names, "init": [init.get(n) for n in names], "best": [best.get(n) for n in names]}
+
+
+def table_json(columns: dict[str, list]) -> str:
+    """Columns as the JSON of an MLflow table artifact (what `MlflowClient.log_table` writes: pandas'
+    "split" layout without the index; a value that is not a finite number, or missing, is null). Written
+    as a plain artifact, with the run's `mlflow.loggedArtifacts` tag set in the trial's final batch, it
+    costs one request where `log_table` makes five (it lists, reads the run twice and tags it alone)."""
+    import math
+    names = list(columns)
+
+    def cell(v):
+        v = v.item() if hasattr(v, "item") else v   # a numpy scalar
+        return None if isinstance(v, float) and not math.isfinite(v) else v
+    rows = [[cell(v) for v in row] for row in zip(*(columns[n] for n in names))]
+    return json.dumps({"columns": names, "data": rows}, allow_nan=False)

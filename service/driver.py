@@ -50,14 +50,14 @@ class _NodeTag:
         run_id = trial_run_id(ctx.out_dir)
         if run_id is None:
             return
-        client = mlflow_store.client(self.tracking_uri)
-        mlflow_store.retry(lambda: client.set_tag(run_id, NODE_TAG, ray.util.get_node_ip_address()))
-        mlflow_store.retry(lambda: client.set_tag(run_id, HOST_TAG, socket.gethostname()))
+        from mlflow.entities import RunTag
+        tags = [RunTag(NODE_TAG, ray.util.get_node_ip_address()), RunTag(HOST_TAG, socket.gethostname())]
+        mlflow_store.log_batch(mlflow_store.client(self.tracking_uri), run_id, tags=tags)
 
 
 def node_tagger(tracking_uri: str, _cfg) -> list:
     """`run_sweep(extra_callbacks=partial(node_tagger, uri))`: called in the worker, so the tag names the
-    worker's node."""
+    worker's node; `uri`: where the trials' runs are written (the sweep's `store_uri` when it has one)."""
     return [_NodeTag(tracking_uri)]
 
 
@@ -114,10 +114,12 @@ def live_counts(counts: dict[str, Any]) -> dict[str, Any]:
 class ExperimentDriver:
     """The Ray actor body. Runs the sweep in a thread so poll/cancel answer while it trains."""
 
-    def __init__(self, name: str, spec: dict[str, Any], tracking_uri: str, trial_keys: list[str]):
+    def __init__(self, name: str, spec: dict[str, Any], tracking_uri: str, trial_keys: list[str],
+                 store_uri: str | None = None):
         import ray
 
         self.name, self.spec, self.tracking_uri, self.keys = name, spec, tracking_uri, trial_keys
+        self.store_uri = store_uri   # the database behind the tracking server, written directly (or None)
         _DRIVERS[name] = self
         self.stop = threading.Event()
         self.state = DriverState("queued", node=ray.util.get_node_ip_address())
@@ -135,7 +137,8 @@ class ExperimentDriver:
             result = run_sweep(load_spec(self.spec), tracking_uri=self.tracking_uri,
                                progress=functools.partial(_on_progress, self.name),
                                stop=functools.partial(_should_stop, self.name),
-                               extra_callbacks=functools.partial(node_tagger, self.tracking_uri))
+                               extra_callbacks=functools.partial(node_tagger, self.store_uri or self.tracking_uri),
+                               store_uri=self.store_uri)
             self.state.counts = final_counts(result)
             self.state.status, self.state.error = final_state(result, self.stop.is_set())
         except BaseException as e:  # any failure must end as a recorded state

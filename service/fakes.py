@@ -40,12 +40,12 @@ class FakeRunner:
     def cluster_id(self) -> str:
         return self.cluster.name
 
-    def start(self, exp_id, spec, tracking_uri, trial_keys) -> str:
+    def start(self, exp_id, spec, tracking_uri, trial_keys, store_uri=None) -> str:
         if self.fail_start:
             raise ConnectionError("no Ray cluster at fake://nowhere")
         name = driver_name(exp_id)
         self.cluster.drivers[name] = DriverState("queued", counts={"pending": len(trial_keys)})
-        self.cluster.specs[name] = {"spec": spec, "keys": list(trial_keys)}
+        self.cluster.specs[name] = {"spec": spec, "keys": list(trial_keys), "store_uri": store_uri}
         return name
 
     def poll(self, driver):
@@ -85,6 +85,7 @@ class FakeStore:
 
     def __init__(self, cluster: FakeCluster, tracking_uri: str = "sqlite:///fake-mlflow.db"):
         self.cluster, self.tracking_uri = cluster, tracking_uri
+        self.trial_store_uri = None   # the trials write through `tracking_uri`
         self.report_builds = 0
         self.prepared = 0
 

@@ -24,6 +24,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from embinit.errors import EmbinitError
 from embinit.holders import holder_gone, holder_id
+from embinit.mlflow_store import masked
 from service.db import Base, UTCDateTime, utcnow
 
 log = logging.getLogger("embinit.service")
@@ -71,7 +72,7 @@ class Lease:
 
     def _refusal(self, other: LeaseRow) -> str:
         age = (utcnow() - other.heartbeat_at).total_seconds()
-        return (f"the state database {_masked(self.url)} is owned by another embinit API ({other.holder}, "
+        return (f"the state database {masked(self.url)} is owned by another embinit API ({other.holder}, "
                 f"last heartbeat {age:.0f} s ago); a second API would judge its running experiments. Stop "
                 f"it first (its lease lapses {self.ttl_s:g} s after its last heartbeat, EMBINIT_LEASE_TTL_S), "
                 f"set EMBINIT_LEASE_WAIT_S to wait for it, or give this API its own EMBINIT_DATABASE_URL")
@@ -131,10 +132,3 @@ class Lease:
                 s.commit()
 
 
-def _masked(url: str) -> str:
-    from sqlalchemy.engine import make_url
-
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:  # not a URL SQLAlchemy parses: shown as given
-        return url

@@ -184,7 +184,8 @@ def create_app(settings: Settings | None = None, runner=None, store=None) -> Fas
     app.state.sessions = make_sessionmaker(absolute_sqlite_uri(settings.database_url))
     app.state.runner = runner
     app.state.responses = ResponseCache()
-    app.state.store = GuardedStore(store or ResultStore(settings.tracking_uri, read_uri=settings.tracking_read_uri),
+    app.state.store = GuardedStore(store or ResultStore(settings.tracking_uri, read_uri=settings.tracking_read_uri,
+                                                      write_direct=settings.tracking_write_direct),
                                    settings.mlflow_timeout_s,
                                    settings.mlflow_max_concurrency)
     app.state.lease = Lease(app.state.sessions, absolute_sqlite_uri(settings.database_url), settings.lease_ttl_s,

@@ -36,8 +36,10 @@ def driver_env(trusted_roots: list[str] | None) -> dict[str, Any] | None:
 
 
 class Runner(Protocol):
-    def start(self, exp_id: str, spec: dict[str, Any], tracking_uri: str, trial_keys: list[str]) -> str:
-        """Start a driver; returns its name (stored with the experiment)."""
+    def start(self, exp_id: str, spec: dict[str, Any], tracking_uri: str, trial_keys: list[str],
+              store_uri: str | None = None) -> str:
+        """Start a driver; returns its name (stored with the experiment). `store_uri`: the database behind
+        the tracking server, which the trials write their runs to directly (None: through the server)."""
 
     def poll(self, driver: str) -> DriverState | None:
         """The driver's state, None when no such driver exists any more; TimeoutError when it exists
@@ -182,7 +184,8 @@ class RayRunner:
         except ValueError:
             return None
 
-    def start(self, exp_id: str, spec: dict[str, Any], tracking_uri: str, trial_keys: list[str]) -> str:
+    def start(self, exp_id: str, spec: dict[str, Any], tracking_uri: str, trial_keys: list[str],
+              store_uri: str | None = None) -> str:
         import ray
 
         self.connect()
@@ -191,7 +194,7 @@ class RayRunner:
         env = driver_env(self.trusted_roots)
         actor_cls.options(name=name, namespace=self.namespace, lifetime="detached", num_cpus=0,
                           resources=ON_THE_HEAD, max_concurrency=4, get_if_exists=True, runtime_env=env).remote(
-            name, spec, tracking_uri, trial_keys)
+            name, spec, tracking_uri, trial_keys, store_uri)
         self._started[name] = time.monotonic()
         self._await_registered(name)
         return name

@@ -26,8 +26,13 @@ class Settings(BaseSettings):
     # The database behind `tracking_uri` when that is an `mlflow server` (e.g.
     # postgresql+psycopg://mlflow@db/mlflow): the API then reads trial runs from it directly, ~30x faster
     # than through the server's REST API (at 10,000 trials a read through the server outlasts
-    # `mlflow_timeout_s`). The trials still write through the server. None: read through `tracking_uri`.
+    # `mlflow_timeout_s`). None: read through `tracking_uri`.
     tracking_read_uri: str | None = None
+    # With `tracking_read_uri` set: the trials write their runs' records (params, metrics, tags) to that
+    # database directly too, and only their artifacts through the server: the server's CPU bounds a sweep
+    # of short trials otherwise (docs/deployment.md). The Ray nodes must reach the database. False: every
+    # write goes through the server.
+    tracking_write_direct: bool = False
     # Base URL of an MLflow UI on the same store, used to build each experiment's link (None: no link).
     mlflow_ui_url: str | None = None
     # Ray: None starts a local Ray inside the API process; "ray://head:10001" (Ray Client) or

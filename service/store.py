@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from embinit import records
+from embinit.errors import EmbinitError
 from embinit.mlflow_store import resolve_uri
 from embinit.run_readers import experiment_records, trial_row
 
@@ -32,8 +33,6 @@ def absolute_sqlite_uri(url: str) -> str:
 
 def _chosen(tracking_uri: str, name: str) -> dict[str, records.TrialRecord]:
     """The record of the run that stands for each trial key of MLflow experiment `name`."""
-    from embinit.errors import EmbinitError
-
     try:
         recs = experiment_records(name, tracking_uri)
     except EmbinitError:  # no MLflow experiment yet: nothing has run
@@ -88,10 +87,15 @@ class ResultStore:
     """Reads one MLflow tracking store for the API, with a small cache."""
 
     def __init__(self, tracking_uri: str, cache_size: int = 64, live_cost_factor: float = LIVE_COST_FACTOR,
-                 read_uri: str | None = None):
+                 read_uri: str | None = None, write_direct: bool = False):
         self.tracking_uri = resolve_uri(tracking_uri)
         # The database behind a tracking server, read directly (settings.tracking_read_uri)
         self.read_uri = resolve_uri(read_uri) if read_uri else None
+        if write_direct and self.read_uri is None:
+            raise EmbinitError("EMBINIT_TRACKING_WRITE_DIRECT needs EMBINIT_TRACKING_READ_URI: the database "
+                               "behind the tracking server, which the trials are to write to directly")
+        # the trials write their runs there too (settings.tracking_write_direct), artifacts via the server
+        self.trial_store_uri = self.read_uri if write_direct else None
         self._cache: OrderedDict[tuple, Any] = OrderedDict()
         self._size = cache_size
         self._lock = threading.Lock()

@@ -101,7 +101,7 @@ def _check_limit(session, settings, reconciler) -> None:
 
 def _start(exp: Experiment, sub: Submission, session, runner, store) -> None:
     try:
-        exp.driver = runner.start(exp.id, sub.data, store.tracking_uri, sub.trial_keys)
+        exp.driver = runner.start(exp.id, sub.data, store.tracking_uri, sub.trial_keys, store_uri=store.trial_store_uri)
         exp.ray_cluster = runner.cluster_id() if hasattr(runner, "cluster_id") else None
     except Exception as e:  # recorded on the experiment, reported to the client
         exp.status, exp.error, exp.finished_at = "failed", f"could not start the Ray driver: {e}", utcnow()

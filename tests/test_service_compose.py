@@ -96,6 +96,15 @@ def test_mlflow_server_setup():
     assert option(cmd, "--artifacts-destination") in mounts("mlflow")  # artifacts on a volume
 
 
+def test_trials_write_to_the_database_behind_the_mlflow_server():
+    """EMBINIT_TRACKING_WRITE_DIRECT: the API reads, and its trials write, the very database the server
+    serves (another one would split the runs between two stores; the sweep checks it again at its start)."""
+    api = env("api")
+    assert api["EMBINIT_TRACKING_WRITE_DIRECT"] == "true"
+    assert api["EMBINIT_TRACKING_READ_URI"] == option(command("mlflow"), "--backend-store-uri")
+    assert urlparse(api["EMBINIT_TRACKING_URI"]).hostname == "mlflow"
+
+
 @pytest.mark.parametrize("service", ["mlflow", "api", "ray-head", "ray-worker"])
 def test_no_usage_reports_leave_the_cluster(service):
     assert env(service)["MLFLOW_DISABLE_TELEMETRY"] == "true"

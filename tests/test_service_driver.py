@@ -23,9 +23,9 @@ def _result(planned=4, reused=0, finished=4, failed=0, cancelled=False) -> Sweep
     return SweepResult("drv", "1", "p", "sqlite:///x.db", planned, reused, trials, cancelled)
 
 
-def _drive(monkeypatch, sweep) -> ExperimentDriver:
+def _drive(monkeypatch, sweep, tracking_uri: str = "sqlite:///x.db", store_uri: str | None = None) -> ExperimentDriver:
     monkeypatch.setattr(embinit.sweep, "run_sweep", sweep)
-    driver = ExperimentDriver("embinit-exp-t", SPEC, "sqlite:///x.db", ["k"] * 4)
+    driver = ExperimentDriver("embinit-exp-t", SPEC, tracking_uri, ["k"] * 4, store_uri=store_uri)
     for _ in range(500):
         if driver.state.finished_at:
             return driver
@@ -55,6 +55,21 @@ def test_final_states(monkeypatch, result, status, error):
     assert driver.state.counts["finished"] == result.n_finished - result.reused
 
 
+def test_the_database_behind_the_server_goes_to_the_sweep_and_its_node_tags(monkeypatch):
+    """A driver given the database behind the tracking server (EMBINIT_TRACKING_WRITE_DIRECT) hands it to
+    the sweep, and the node tag each trial writes goes there too, not through the server."""
+    from service.driver import _NodeTag
+    seen = {}
+
+    def sweep(spec, tracking_uri, progress, stop, extra_callbacks, store_uri):
+        seen.update(tracking_uri=tracking_uri, store_uri=store_uri, tags=extra_callbacks(None))
+        return _result()
+    _drive(monkeypatch, sweep, "http://mlflow:5000", store_uri="postgresql+psycopg://u@db/mlflow")
+    assert (seen["tracking_uri"], seen["store_uri"]) == ("http://mlflow:5000", "postgresql+psycopg://u@db/mlflow")
+    (tagger,) = seen["tags"]
+    assert isinstance(tagger, _NodeTag) and tagger.tracking_uri == "postgresql+psycopg://u@db/mlflow"
+
+
 def test_a_raising_sweep_is_failed_with_its_error(monkeypatch):
     def boom(*a, **k):
         raise RuntimeError("Ray cluster unreachable\nsecond line")
@@ -66,7 +81,8 @@ def test_progress_stop_and_pickling(monkeypatch):
     seen = {}
     release = threading.Event()
 
-    def sweep(spec, tracking_uri, progress, stop, extra_callbacks):
+    def sweep(spec, tracking_uri, progress, stop, extra_callbacks, store_uri):
+        seen["store_uri"] = store_uri
         for fn in (progress, stop, extra_callbacks):
             pickle.dumps(fn)  # what Tune does with its run config
         progress({"total": 4, "done": 1, "reused": 0, "running": 2, "pending": 1, "failed": 0})
@@ -87,6 +103,7 @@ def test_progress_stop_and_pickling(monkeypatch):
         time.sleep(0.01)
     assert seen["running"] == ({"pending": 1, "running": 2, "finished": 1, "failed": 0, "reused": 0}, "running")
     assert seen["stop"] is True and driver.poll()["status"] == "cancelled"
+    assert seen["store_uri"] is None   # no database given: the trials write through the tracking URI
     assert _should_stop("embinit-exp-nobody") is False
 
 

@@ -195,14 +195,14 @@ def test_a_pass_between_the_submit_and_the_drivers_start_judges_nothing_within_t
         client = open_client(settings)
         app, start = client.app, client.app.state.runner.start
 
-        def passes_then_start(exp_id, *args):
+        def passes_then_start(exp_id, *args, **kwargs):
             for wait in (0.0, 0.6):                 # a pass at once, and one after the grace
                 time.sleep(wait)
                 with app.state.sessions() as session:
                     app.state.reconciler.refresh_active(session)
                     row = session.get(Experiment, exp_id)
                     seen.append((row.status, row.error))
-            return start(exp_id, *args)
+            return start(exp_id, *args, **kwargs)
         app.state.runner.start = passes_then_start
         r = client.post("/experiments", json=SPEC)
     assert r.status_code == 202, r.text

@@ -85,6 +85,8 @@ def test_trial_run_records_params_tags_epochs_and_result(store, tmp_path):
                        and (tmp_path / "emb_stats.json").read_text())
     assert table["columns"] == ["statistic", "init", "best"]
     assert table["data"] == [["emb/absorption", 2.0, None], ["emb/std", 0.1, 0.2], ["emb_src/std", 0.3, 0.4]]
+    # MLflow's mark of a table artifact (the UI shows the file as a table), as `log_table` would set it
+    assert json.loads(got.data.tags["mlflow.loggedArtifacts"]) == [{"path": "emb_stats.json", "type": "table"}]
     assert m["best_epoch"] == 2
     history = mlflow_store.client(uri).get_metric_history(run.run_id, "val/loss")
     assert sorted(x.step for x in history) == [1, 2]       # logged per epoch, not again at the end
@@ -150,3 +152,20 @@ def test_reported_metrics_per_task():
     assert task_registry.primary_metric("wikitext2") == "test/ppl"
     assert task_registry.selection_metric("multi30k") == ("val/loss", "min")
     assert task_registry.selection_metric("mnli") == ("val/acc_matched", "max")
+
+
+def test_a_table_artifact_is_the_json_mlflow_writes_with_nulls_for_non_numbers():
+    """`table_json` writes what `MlflowClient.log_table` writes (pandas' split layout, no index), and a
+    statistic that is NaN, infinite or missing is null, never the invalid JSON token NaN."""
+    import io
+
+    import numpy as np
+    import pandas as pd
+
+    columns = {"statistic": ["a", "b", "c"], "init": [np.float32(0.5), float("nan"), None],
+               "best": [float("inf"), 2, 3.25]}
+    text = trial_run.table_json(columns)
+    assert json.loads(text) == {"columns": ["statistic", "init", "best"],
+                                "data": [["a", 0.5, None], ["b", None, 2], ["c", None, 3.25]]}
+    frame = pd.read_json(io.StringIO(text), orient="split")   # how MLflow reads a table back
+    assert list(frame["statistic"]) == ["a", "b", "c"] and frame["best"].iloc[2] == 3.25

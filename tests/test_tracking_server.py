@@ -41,25 +41,74 @@ def server(tmp_path_factory):
                 time.sleep(1)
         else:
             pytest.fail("mlflow server did not come up in 120 s")
-        yield url, root / "artifacts"
+        yield url, root / "artifacts", f"sqlite:///{root}/db.sqlite"
     finally:
         os.killpg(proc.pid, signal.SIGTERM)   # the server and its uvicorn worker: our own process group
         proc.wait(timeout=30)
 
 
-def test_sweep_logs_through_an_mlflow_server(server, tmp_path):
-    url, artifacts = server
+@pytest.mark.parametrize("records", ["server", "database"])
+def test_sweep_logs_through_an_mlflow_server(server, tmp_path, records):
+    """`records`: the trials' run records go through the server, or (EMBINIT_TRACKING_WRITE_DIRECT) to the
+    database behind it, `run_sweep(store_uri=...)`; artifacts go through the server either way."""
+    url, artifacts, db = server
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    spec = load_spec({"name": "via-server", "seeds": [0], "inits": ["xavier"], "retries": 0,
+    name = f"via-server-{records}"
+    spec = load_spec({"name": name, "seeds": [0], "inits": ["xavier"], "retries": 0,
                       "tasks": [{"task": "synthetic_classification", "epochs": 1, "max_train_examples": 100,
                                  "d_model": 16, "ff_dim": 32, "heads": 2}],
                       "cache_dir": str(tmp_path / "cache"), "mlflow": {"tracking_uri": url}})
-    result = run_sweep(spec, progress=False)
+    result = run_sweep(spec, progress=False, store_uri=db if records == "database" else None)
     assert (result.n_finished, result.tracking_uri) == (1, url)
-    (trial,) = run_readers.list_trials("via-server", url)
+    (trial,) = run_readers.list_trials(name, url)
     run = mlflow_store.client(url).get_run(trial["run_id"])
     assert run.info.status == "FINISHED" and "best/val/acc" in run.data.metrics
     assert run.info.artifact_uri.startswith("mlflow-artifacts:")     # proxied by the server
-    uploaded = {p.name for p in artifacts.rglob("*") if p.is_file()}
-    assert {"best.pt", "result.json", "val_curve.png", "init_histogram.png"} <= uploaded
+    uploaded = {p.name for p in (artifacts / result.experiment_id).rglob("*") if p.is_file()}
+    assert {"best.pt", "result.json", "val_curve.png", "init_histogram.png", "emb_stats.json"} <= uploaded
     assert not (tmp_path / "mlartifacts").exists()
+
+
+def test_trials_write_their_runs_to_the_database_and_only_artifacts_through_the_server(server, tmp_path,
+                                                                                       monkeypatch):
+    """EMBINIT_TRACKING_WRITE_DIRECT: a trial given the database behind the server (`store_uri`) writes
+    its run's records there and sends the server nothing but its artifacts; the run reads the same through
+    the server, and its embedding statistics are a table the MLflow client (and UI) reads as one."""
+    import requests
+    from ray import tune
+
+    from embinit import records, run_writers
+    from embinit.sweep.trainable import train_unit
+    from embinit.sweep.work import SweepContext, Unit, work_item
+
+    url, artifacts, db = server
+    spec = load_spec({"name": "direct-writes", "seeds": [0], "inits": ["xavier"], "retries": 0,
+                      "tasks": [{"task": "synthetic_classification", "epochs": 2, "max_train_examples": 100,
+                                 "d_model": 16, "ff_dim": 32, "heads": 2}],
+                      "cache_dir": str(tmp_path / "cache"), "mlflow": {"tracking_uri": url, "log_plots": False}})
+    exp_id = mlflow_store.ensure_experiment(spec.experiment_name(), url)
+    parent = run_writers.start_parent_run(exp_id, url, spec.spec_hash(), spec.to_yaml(), 1)
+    shared = SweepContext(url, exp_id, parent, cache_dir=spec.cache_dir, store_uri=db)
+    units = [Unit((work_item(spec, p),)) for p in spec.plan()]
+    sent: list[tuple[str, str]] = []
+    request = requests.Session.request
+
+    def counted(self, method, where, *a, **kw):
+        sent.append((method, where))
+        return request(self, method, where, *a, **kw)
+    monkeypatch.setattr(requests.Session, "request", counted)
+    monkeypatch.setattr(tune, "report", lambda metrics, checkpoint=None: None)   # Tune's session, outside Tune
+    monkeypatch.setattr(tune, "get_checkpoint", lambda: None)
+    train_unit({"unit": 0}, shared, units)
+    monkeypatch.setattr(requests.Session, "request", request)
+
+    assert sent and all("/api/2.0/mlflow-artifacts/" in where for _, where in sent), sent   # artifacts only
+    (trial,) = run_readers.list_trials("direct-writes", url)                 # read through the server
+    run = mlflow_store.client(url).get_run(trial["run_id"])
+    assert run.info.status == "FINISHED" and run.data.tags[records.STATUS_TAG] == "finished"
+    assert "best/val/acc" in run.data.metrics and run.data.tags[records.PARENT_TAG] == parent
+    uploaded = {p.name for p in artifacts.rglob("*") if p.is_file()}
+    assert {"best.pt", "result.json", "emb_stats.json"} <= uploaded
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", url)   # `load_table` searches through the fluent API's URI
+    table = mlflow_store.client(url).load_table(exp_id, "emb_stats.json", run_ids=[trial["run_id"]])
+    assert list(table.columns) == ["statistic", "init", "best"] and "emb/std" in set(table["statistic"])

@@ -201,3 +201,64 @@ def test_a_store_a_tracking_server_made_gets_the_index_from_the_api(store_uri):
     assert store.prepare() == "external, trial keys indexed"
     assert TRIAL_KEY_INDEX in _key_search_plan(store_uri)
     assert index_trial_keys(store_uri)                            # again: nothing changes
+
+
+def test_trials_write_to_a_database_only_when_it_is_the_servers_store(tmp_path, store_uri):
+    """`EMBINIT_TRACKING_WRITE_DIRECT`: before any trial writes to the database behind the tracking server,
+    the sweep checks that it holds the server's experiment under the server's id; every problem is named."""
+    from embinit import mlflow_store
+    from embinit.tracking_store import check_store_behind
+
+    server = "http://mlflow:5000"
+    prepare_store(store_uri)
+    exp = mlflow_store.ensure_experiment("direct", store_uri)
+    assert check_store_behind(server, store_uri, "direct", exp) == mlflow_store.resolve_uri(store_uri)
+    with pytest.raises(EmbinitError, match="the server has experiment 'direct' as id 999, the database as id"):
+        check_store_behind(server, store_uri, "direct", "999")             # another server's store
+    with pytest.raises(EmbinitError, match="the database does not have it"):
+        check_store_behind(server, store_uri, "elsewhere", exp)
+    with pytest.raises(EmbinitError) as e:                                   # both problems at once
+        check_store_behind(store_uri, "http://other:5000", "direct", exp)
+    assert "is not an `mlflow server`" in str(e.value) and "is not a SQL database URL" in str(e.value)
+
+
+def test_a_database_that_is_not_there_is_named_quickly_and_never_made(tmp_path):
+    """MLflow's own store would retry an unreachable database for most of an hour and create a SQLite file
+    that is missing; the check reads with plain SQL and a connect timeout, and hides the password."""
+    from embinit.tracking_store import check_store_behind
+
+    missing = tmp_path / "nowhere" / "mlflow.db"
+    with pytest.raises(EmbinitError, match="there is no file"):
+        check_store_behind("http://mlflow:5000", f"sqlite:///{missing}", "x", "1")
+    assert not missing.parent.exists()
+    empty = tmp_path / "empty.db"
+    empty.touch()
+    with pytest.raises(EmbinitError, match="cannot be read as an MLflow store: OperationalError"):
+        check_store_behind("http://mlflow:5000", f"sqlite:///{empty}", "x", "1")   # no MLflow tables
+    start = time.monotonic()
+    with pytest.raises(EmbinitError, match="cannot be read as an MLflow store") as e:
+        check_store_behind("http://mlflow:5000", "postgresql+psycopg://mlflow:s3cret@127.0.0.1:1/mlflow", "x", "1")
+    assert time.monotonic() - start < 15
+    assert "s3cret" not in str(e.value) and "mlflow:***@127.0.0.1:1" in str(e.value)
+
+
+def test_the_api_hands_its_drivers_the_database_only_when_told_to(tmp_path):
+    """The API gives each experiment's driver the database behind its tracking server to write the trials'
+    runs to only with EMBINIT_TRACKING_WRITE_DIRECT, which needs EMBINIT_TRACKING_READ_URI."""
+    db = f"sqlite:///{tmp_path}/behind.db"
+    assert ResultStore("http://mlflow:5000", read_uri=db).trial_store_uri is None
+    assert ResultStore("http://mlflow:5000", read_uri=db, write_direct=True).trial_store_uri == db
+    with pytest.raises(EmbinitError, match="EMBINIT_TRACKING_WRITE_DIRECT needs EMBINIT_TRACKING_READ_URI"):
+        ResultStore("http://mlflow:5000", write_direct=True)
+    for direct, expected in ((False, None), (True, db)):
+        cluster = FakeCluster()
+        settings = Settings(database_url=f"sqlite:///{tmp_path}/state-{direct}.db", tracking_uri="http://127.0.0.1:1",
+                            tracking_read_uri=db, tracking_write_direct=direct, data_roots=[], pretrained_roots=[],
+                            check_cluster_resources=False)
+        store = ResultStore(settings.tracking_uri, read_uri=db, write_direct=direct)
+        with TestClient(create_app(settings, runner=FakeRunner(cluster), store=store)) as api:
+            r = api.post("/experiments", json={"name": f"direct-{direct}", "seeds": [0], "inits": ["xavier"],
+                                               "tasks": [{"task": "synthetic_classification", "epochs": 1}]})
+            assert r.status_code in (200, 201, 202), r.text
+        (started,) = cluster.specs.values()
+        assert started["store_uri"] == expected

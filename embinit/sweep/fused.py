@@ -103,7 +103,7 @@ def run_group(items: tuple[WorkItem, ...], ctx: SweepContext, restored: Path | N
     with resume.claim_all(ctx, [item.key for item in items], restored) as claims:  # the driver's keys
         values, todo = [], []
         for cfg, item in zip(cfgs, items):
-            key_runs = run_readers.key_records(ctx.experiment_id, ctx.tracking_uri, item.key)  # once, for both
+            key_runs = run_readers.key_records(ctx.experiment_id, ctx.runs_uri, item.key)  # once, for both
             done = resume.reused_value(ctx, claims[item.key], item.metric, key_runs)
             if done is not None:
                 values.append(done)

@@ -68,7 +68,7 @@ def run_optuna(job: TuneJob) -> bool:
     cluster at `job.address` joined) only when some point still has budget left."""
     spec, shared, work = job.spec, job.shared, []
     for (task, label, _axes), items in _groups(spec, job.plan).items():
-        points, rewards = _evaluated(spec, shared.tracking_uri, shared.experiment_id, items)
+        points, rewards = _evaluated(spec, shared.runs_uri, shared.experiment_id, items)
         if spec.search.num_samples > len(points):
             work.append((task, label, items, points, rewards))
     if not work:

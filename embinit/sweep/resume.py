@@ -240,14 +240,15 @@ def open_run(c: Claim, ctx: SweepContext, config: dict[str, Any], label: str,
     deleted, of this key and experiment), else this sweep's unfinished run of the key, else a new one.
     `key_runs`: the key's records as `run_readers.key_records` read them (read here when not given)."""
     from embinit.train.checkpoint import last_epoch
-    uri, exp_id = ctx.tracking_uri, ctx.experiment_id
+    uri, exp_id = ctx.runs_uri, ctx.experiment_id
     id_file = c.path / RUN_ID_FILE
     run_id = id_file.read_text().strip() if id_file.exists() else None
     if run_id is not None and not run_readers.can_continue(uri, exp_id, c.key, run_id):
         c.discard()  # a leftover of a run that is gone or done: start afresh
         run_id = None
     run = trial_run.TrialRun.open(uri, exp_id, ctx.parent_run_id, config, c.key, label, group,
-                                 run_id=run_id, resumed_epoch=last_epoch(c.path, c.key), key_runs=key_runs)
+                                 run_id=run_id, resumed_epoch=last_epoch(c.path, c.key), key_runs=key_runs,
+                                 artifacts_via=ctx.tracking_uri)
     id_file.write_text(run.run_id)
     c.sync()  # a first attempt lost before its first epoch is still reopened on another node
     return run
@@ -258,7 +259,7 @@ def reused_value(ctx: SweepContext, c: Claim, metric: str, key_runs: list | None
     meanwhile, or while this one waited for the claim): reuse it, never train twice. `key_runs`: the
     key's records (`run_readers.key_records`), read here when not given."""
     import math
-    recs = run_readers.key_records(ctx.experiment_id, ctx.tracking_uri, c.key) if key_runs is None else key_runs
+    recs = run_readers.key_records(ctx.experiment_id, ctx.runs_uri, c.key) if key_runs is None else key_runs
     done = run_readers.newest_finished(recs)
     if done is None:
         return None

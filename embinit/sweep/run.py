@@ -25,7 +25,7 @@ from embinit.sweep.job import TuneJob
 from embinit.sweep.ray_runtime import RayRuntime
 from embinit.sweep.work import SweepContext, Unit, pack_units, units_to_run
 from embinit.trusted import check_writable
-from embinit.tracking_store import prepare_store
+from embinit.tracking_store import check_store_behind, prepare_store
 
 StopFlag = threading.Event | Callable[[], bool] | None
 
@@ -83,13 +83,17 @@ INTERRUPTED = "interrupted (Ctrl-C); running the same spec again resumes: finish
 
 def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = None,
               progress: bool | Callable[[dict], None] = True, stop: StopFlag = None, *,
-              storage_path: str | None = None, extra_callbacks: Callable | None = None) -> SweepResult:
+              storage_path: str | None = None, extra_callbacks: Callable | None = None,
+              store_uri: str | None = None) -> SweepResult:
     """Run every trial of `spec` that MLflow has no finished run for, on local Ray (started and
     stopped here) or the cluster at `address`; returns the sweep's trials and its report.
 
     progress: True prints a status line to stderr, a callable receives the counts dict instead.
     stop: a threading.Event or a callable; once true, running trials stop and no new ones start.
     extra_callbacks: `f(TrialConfig) -> [trainer callbacks]`, called in the worker (tests, probes).
+    store_uri: the database behind `tracking_uri` when that is an `mlflow server`: the trials' run
+    records are written and read there directly, their artifacts still go through the server
+    (docs/deployment.md); checked to be that server's store before anything starts.
     """
     t0 = time.monotonic()
     spec = spec if isinstance(spec, ExperimentSpec) else load_spec(spec)
@@ -105,21 +109,23 @@ def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = 
     name = spec.experiment_name()
     exp_id = mlflow_store.ensure_experiment(name, uri)
     run_writers.describe_experiment(exp_id, uri, spec.description)
-    finished = set(run_readers.finished_keys(exp_id, uri))
+    # where the trial runs are read and written: the server's database itself, when given and checked
+    runs = check_store_behind(uri, store_uri, name, exp_id) if store_uri else uri
+    finished = set(run_readers.finished_keys(exp_id, runs))
     units, reused = units_to_run(spec, finished, planned)
     if spec.execution.fuse == "auto":
         units = group_units(units, spec.execution.max_group)
     units = pack_units(units, spec.execution.trials_per_unit)
     linked = _earlier_sweep(spec, units, exp_id, uri)
     if linked is not None:  # nothing to train: no new, empty sweep run
-        return _finish(spec, uri, exp_id, linked, planned, reused, False, t0, progress, linked=True)
+        return _finish(spec, uri, exp_id, linked, planned, reused, False, t0, progress, linked=True, runs=runs)
     parent = run_writers.start_parent_run(exp_id, uri, spec.spec_hash(), spec.to_yaml(), spec.num_trials(),
                                           run_name=spec.name)
     provenance.record(parent, uri)   # the command, machine, version and commit, for the documents
     shared = SweepContext(uri, exp_id, parent, log_checkpoint=spec.mlflow.log_checkpoint,
                           log_plots=spec.mlflow.log_plots, cache_dir=spec.cache_dir,
                           analyses=shared_settings(spec), storage=store,
-                          trainer=spec.execution.trainer)
+                          trainer=spec.execution.trainer, store_uri=store_uri and runs)
     job = TuneJob(spec, planned, shared, storage, progress, _stop_fn(stop), extra_callbacks, address, reused)
     try:
         cancelled = _execute(job, units)
@@ -130,7 +136,7 @@ def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = 
     reason = ("cancelled" if cancelled else
               "the trial did not finish: its worker died more often than `retries` allows, or Ray stopped it")
     run_writers.close_orphans(exp_id, uri, parent, reason, status="KILLED" if cancelled else "FAILED")
-    return _finish(spec, uri, exp_id, parent, planned, reused, cancelled, t0, progress)
+    return _finish(spec, uri, exp_id, parent, planned, reused, cancelled, t0, progress, runs=runs)
 
 
 def _tune_storage(spec: ExperimentSpec, storage_path: str | None, store: str | None) -> Path | str:
@@ -172,15 +178,18 @@ def _execute(job: TuneJob, units: list[Unit]) -> bool:
         return run_tune(job, units)
 
 
-def _finish(spec, uri, exp_id, parent, planned, reused, cancelled, t0, progress, linked=False) -> SweepResult:
+def _finish(spec, uri, exp_id, parent, planned, reused, cancelled, t0, progress, linked=False,
+            runs=None) -> SweepResult:
+    """The sweep's result and report, read from `runs` (the trial runs' store, default `uri`)."""
     from embinit.completeness import planned_trials
     from embinit.report import build_report
     keys = {p.key for p in planned}
     search = spec.search is not None and spec.search.method == "optuna"
-    chosen = records.by_key(run_readers.experiment_records(spec.experiment_name(), uri), None if search else keys)
+    runs = runs or uri
+    chosen = records.by_key(run_readers.experiment_records(spec.experiment_name(), runs), None if search else keys)
     rows = [run_readers.trial_row(r) for r in chosen.values()]
     # The plan says what never finished; an Optuna search has none to compare with (drawn at run time).
-    report = build_report(spec.experiment_name(), uri, keys=None if search else keys,
+    report = build_report(spec.experiment_name(), runs, keys=None if search else keys,
                           planned=[] if search else planned_trials(planned), chosen=chosen)
     shared = max(0, len(records.trained_elsewhere(chosen, {parent})) - reused)
     result = SweepResult(spec.experiment_name(), exp_id, parent, uri, len(planned) if not search else

@@ -64,7 +64,7 @@ def _run_one(item: WorkItem, ctx: SweepContext, claim: resume.Claim,
     from embinit.train import run_trial  # torch; only workers import it
     cfg = TrialConfig.from_dict(item.config)
     metric, mode = item.selection
-    key_runs = run_readers.key_records(ctx.experiment_id, ctx.tracking_uri, claim.key)  # read once, for both
+    key_runs = run_readers.key_records(ctx.experiment_id, ctx.runs_uri, claim.key)  # read once, for both
     done = resume.reused_value(ctx, claim, metric, key_runs)
     if done is not None:
         return done, True

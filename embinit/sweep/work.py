@@ -57,6 +57,15 @@ class SweepContext:
     analyses: dict[str, Any] | None = field(default=None)   # embinit.sweep.analyses.shared_settings
     storage: str | None = None        # the operator's object store (embinit.storage), else node-local folders
     trainer: str = "torch"                            # spec.execution.trainer (noop: embinit.sweep.noop)
+    # The database behind `tracking_uri` when that is an `mlflow server`: the workers read and write the
+    # trial runs' records there directly, the artifacts still go through the server. None: all through
+    # `tracking_uri`.
+    store_uri: str | None = None
+
+    @property
+    def runs_uri(self) -> str:
+        """Where the workers read and write trial run records."""
+        return self.store_uri or self.tracking_uri
 
 
 def work_item(spec, p) -> WorkItem:

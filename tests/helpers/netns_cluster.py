@@ -162,7 +162,8 @@ class Cluster:
     def start_api(self) -> None:
         host = self.host("head")
         env = self.env(EMBINIT_DATABASE_URL=self.pg_url("embinit"), EMBINIT_TRACKING_URI=self.tracking_uri,
-                       EMBINIT_TRACKING_READ_URI=self.pg_url("mlflow"),   # as docker-compose.yml sets it
+                       EMBINIT_TRACKING_READ_URI=self.pg_url("mlflow"),   # as docker-compose.yml sets them
+                       EMBINIT_TRACKING_WRITE_DIRECT="true",
                        EMBINIT_RAY_ADDRESS=f"ray://{host.addr}:{RAY_CLIENT}",
                        EMBINIT_DATA_ROOTS=f'["{host.disk}/data"]', EMBINIT_PRETRAINED_ROOTS=f'["{host.disk}/data"]',
                        EMBINIT_REFRESH_INTERVAL_S="0.5", EMBINIT_MONITOR_INTERVAL_S="2",
