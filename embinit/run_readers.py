@@ -30,8 +30,10 @@ def finished_keys(exp_id: str, uri: str | None = None) -> dict[str, str]:
 
 def key_records(exp_id: str, uri: str | None, key: str) -> list[TrialRecord]:
     """Every run of a trial key, any status, newest first: one search answers both what a worker asks
-    before training a key (has it a result? has this sweep an unfinished run of it?)."""
-    return from_runs(search_runs(exp_id, uri, f"tags.`{KEY_TAG}` = '{key}'"))
+    before training a key (has it a result? has this sweep an unfinished run of it?). A SQL store is read
+    as plain rows (`embinit.run_table`), a tracking server with `search_runs`."""
+    rows = run_table.rows(exp_id, uri, key=key)
+    return from_runs(rows if rows is not None else search_runs(exp_id, uri, f"tags.`{KEY_TAG}` = '{key}'"))
 
 
 def newest_finished(recs: list[TrialRecord]) -> TrialRecord | None:

@@ -58,20 +58,31 @@ def is_sql_store(uri: str | None) -> bool:
     return is_database(resolve_uri(uri))
 
 
-def rows(exp_id: str, uri: str | None, status: str | None = None) -> list[RunRow] | None:
+def rows(exp_id: str, uri: str | None, status: str | None = None, key: str | None = None) -> list[RunRow] | None:
     """Every active run of experiment `exp_id` (with MLflow status `status` when given: RUNNING,
-    FINISHED, ...), newest first as `search_runs` orders them; None when the store is not a SQL database
-    this process reaches (read it with `search_runs`)."""
+    FINISHED, ...; of trial key `key` when given), newest first as `search_runs` orders them; None when the
+    store is not a SQL database this process reaches (read it with `search_runs`).
+
+    The key's lookup names the tag `embinit.trial_key` as a literal in the SQL, so the store's partial
+    index on that tag's values (`embinit.tracking_store`) serves it in every plan. MLflow's search binds the
+    tag's name as a parameter: once psycopg prepares the statement (its sixth run on a connection),
+    PostgreSQL may keep a generic plan, which cannot use a partial index and reads every trial key of the
+    experiment per lookup (a sweep's workers on PostgreSQL then ran at half speed, docs/benchmarks.md)."""
     uri = resolve_uri(uri)
     if not is_sql_store(uri):
         return None
     from mlflow.store.tracking.dbmodels.models import SqlLatestMetric, SqlRun, SqlTag
-    from sqlalchemy import select
+    from sqlalchemy import literal, select
 
-    runs = SqlRun.__table__
+    from embinit.records import KEY_TAG
+
+    runs, tags = SqlRun.__table__, SqlTag.__table__
     wanted = [runs.c.experiment_id == int(exp_id), runs.c.lifecycle_stage == "active"]
     if status is not None:
         wanted.append(runs.c.status == status)
+    if key is not None:
+        wanted.append(runs.c.run_uuid.in_(select(tags.c.run_uuid).where(
+            tags.c.key == literal(KEY_TAG, literal_execute=True), tags.c.value == key)))
     ids = select(runs.c.run_uuid).where(*wanted)
 
     def read() -> list[RunRow]:
@@ -80,17 +91,16 @@ def rows(exp_id: str, uri: str | None, status: str | None = None) -> list[RunRow
                    for r in conn.execute(select(runs.c.run_uuid, runs.c.status, runs.c.start_time,
                                                 runs.c.end_time).where(*wanted)
                                          .order_by(runs.c.start_time.desc(), runs.c.run_uuid))}
-            tags = SqlTag.__table__
-            for run_id, key, value in conn.execute(select(tags.c.run_uuid, tags.c.key, tags.c.value)
-                                                   .where(tags.c.run_uuid.in_(ids))):
+            for run_id, name, value in conn.execute(select(tags.c.run_uuid, tags.c.key, tags.c.value)
+                                                    .where(tags.c.run_uuid.in_(ids))):
                 if run_id in out:
-                    out[run_id].data.tags[key] = value
+                    out[run_id].data.tags[name] = value
             latest = SqlLatestMetric.__table__
-            for run_id, key, value, is_nan in conn.execute(
+            for run_id, name, value, is_nan in conn.execute(
                     select(latest.c.run_uuid, latest.c.key, latest.c.value, latest.c.is_nan)
                     .where(latest.c.run_uuid.in_(ids))):
                 if run_id in out:
-                    out[run_id].data.metrics[key] = float("nan") if is_nan else value
+                    out[run_id].data.metrics[name] = float("nan") if is_nan else value
             return list(out.values())
     return retry(read)
 

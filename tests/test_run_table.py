@@ -96,6 +96,16 @@ def test_the_status_and_sweep_filters_match_mlflows(store, status, parent):
     assert _as_json(got) == _as_json(_by_search(exp, uri, " and ".join(wanted)))
 
 
+@pytest.mark.parametrize("key", ["done", "diverged", "failed", "running", "cancelled", "deleted", "elsewhere", "none"])
+def test_a_key_lookup_gives_the_records_mlflows_search_gives(store, key):
+    """What a worker reads before training a key: the same records as MLflow's tag search, of this
+    experiment only, deleted runs left out."""
+    uri, exp, _ = store
+    got = run_readers.key_records(exp, uri, key)
+    assert [r.key for r in got] == ([key] if key not in ("deleted", "elsewhere", "none") else [])
+    assert _as_json(got) == _as_json(_by_search(exp, uri, f"tags.`{records.KEY_TAG}` = '{key}'"))
+
+
 def test_a_tracking_server_is_read_with_search_runs():
     assert run_table.rows("1", "http://127.0.0.1:1") is None
     assert run_table.is_sql_store("sqlite:///x.db") and run_table.is_sql_store("postgresql+psycopg://h/db")
