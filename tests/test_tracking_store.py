@@ -126,11 +126,16 @@ def test_run_sweep_prepares_the_store_before_anything_else(tmp_path, monkeypatch
     assert calls == [f"sqlite:///{tmp_path}/m.db"]
 
 
+def _numbered(order: list[str], m) -> str:
+    return f"${order.index(m.group(1)) + 1}"
+
+
 def _key_search_plans(uri: str) -> list[str]:
     """The database's plan for each SQL statement a worker's trial-key lookup runs
     (`run_readers.key_records`), with sequential scans off on PostgreSQL (whose planner scans a table this
     small whatever indexes it has): which index each can use. On PostgreSQL the plan is the generic one,
     what a statement prepared on a connection (psycopg does so at its sixth run) may keep for good."""
+    import functools
     import re
 
     import sqlalchemy
@@ -159,10 +164,10 @@ def _key_search_plans(uri: str) -> list[str]:
         with engine.connect() as conn:
             for statement, parameters in seen:
                 if engine.dialect.name == "postgresql":
-                    names = re.findall(r"%\((\w+)\)s", statement)
-                    numbered = re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m.group(1)) + 1}", statement)
+                    order = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", statement)))   # -> $1, $2, ...
+                    numbered = re.sub(r"%\((\w+)\)s", functools.partial(_numbered, order), statement)
                     values = ", ".join(str(v) if isinstance(v, int) else "'" + str(v).replace("'", "''") + "'"
-                                       for v in (parameters[n] for n in dict.fromkeys(names)))
+                                       for v in (parameters[n] for n in order))
                     conn.exec_driver_sql("SET enable_seqscan = off")
                     conn.exec_driver_sql("SET plan_cache_mode = force_generic_plan")
                     conn.exec_driver_sql("DEALLOCATE ALL")
