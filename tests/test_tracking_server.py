@@ -109,6 +109,11 @@ def test_trials_write_their_runs_to_the_database_and_only_artifacts_through_the_
     assert "best/val/acc" in run.data.metrics and run.data.tags[records.PARENT_TAG] == parent
     uploaded = {p.name for p in artifacts.rglob("*") if p.is_file()}
     assert {"best.pt", "result.json", "emb_stats.json"} <= uploaded
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", url)   # `load_table` searches through the fluent API's URI
-    table = mlflow_store.client(url).load_table(exp_id, "emb_stats.json", run_ids=[trial["run_id"]])
+    import mlflow
+    before = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(url)   # `load_table` searches through the fluent API's URI, not its client's
+    try:
+        table = mlflow_store.client(url).load_table(exp_id, "emb_stats.json", run_ids=[trial["run_id"]])
+    finally:
+        mlflow.set_tracking_uri(before)
     assert list(table.columns) == ["statistic", "init", "best"] and "emb/std" in set(table["statistic"])
