@@ -198,8 +198,7 @@ def _experiment_id(uri: str, name: str, timeout_s: int) -> str | None:
     import sqlalchemy
     from sqlalchemy.pool import NullPool
 
-    dialect = uri.split(":", 1)[0].split("+", 1)[0]
-    args = {"timeout": timeout_s} if dialect == "sqlite" else {"connect_timeout": timeout_s}
+    args = {"timeout": timeout_s} if uri.startswith("sqlite:") else {"connect_timeout": timeout_s}
     engine = sqlalchemy.create_engine(uri, poolclass=NullPool, connect_args=args)
     try:
         with engine.connect() as conn:

@@ -110,7 +110,8 @@ def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = 
     exp_id = mlflow_store.ensure_experiment(name, uri)
     run_writers.describe_experiment(exp_id, uri, spec.description)
     # where the trial runs are read and written: the server's database itself, when given and checked
-    runs = check_store_behind(uri, store_uri, name, exp_id) if store_uri else uri
+    store_uri = check_store_behind(uri, store_uri, name, exp_id) if store_uri else None
+    runs = store_uri or uri
     finished = set(run_readers.finished_keys(exp_id, runs))
     units, reused = units_to_run(spec, finished, planned)
     if spec.execution.fuse == "auto":
@@ -118,14 +119,14 @@ def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = 
     units = pack_units(units, spec.execution.trials_per_unit)
     linked = _earlier_sweep(spec, units, exp_id, uri)
     if linked is not None:  # nothing to train: no new, empty sweep run
-        return _finish(spec, uri, exp_id, linked, planned, reused, False, t0, progress, linked=True, runs=runs)
+        return _finish(spec, uri, runs, exp_id, linked, planned, reused, False, t0, progress, linked=True)
     parent = run_writers.start_parent_run(exp_id, uri, spec.spec_hash(), spec.to_yaml(), spec.num_trials(),
                                           run_name=spec.name)
     provenance.record(parent, uri)   # the command, machine, version and commit, for the documents
     shared = SweepContext(uri, exp_id, parent, log_checkpoint=spec.mlflow.log_checkpoint,
                           log_plots=spec.mlflow.log_plots, cache_dir=spec.cache_dir,
                           analyses=shared_settings(spec), storage=store,
-                          trainer=spec.execution.trainer, store_uri=store_uri and runs)
+                          trainer=spec.execution.trainer, store_uri=store_uri)
     job = TuneJob(spec, planned, shared, storage, progress, _stop_fn(stop), extra_callbacks, address, reused)
     try:
         cancelled = _execute(job, units)
@@ -136,7 +137,7 @@ def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = 
     reason = ("cancelled" if cancelled else
               "the trial did not finish: its worker died more often than `retries` allows, or Ray stopped it")
     run_writers.close_orphans(exp_id, uri, parent, reason, status="KILLED" if cancelled else "FAILED")
-    return _finish(spec, uri, exp_id, parent, planned, reused, cancelled, t0, progress, runs=runs)
+    return _finish(spec, uri, runs, exp_id, parent, planned, reused, cancelled, t0, progress)
 
 
 def _tune_storage(spec: ExperimentSpec, storage_path: str | None, store: str | None) -> Path | str:
@@ -178,14 +179,12 @@ def _execute(job: TuneJob, units: list[Unit]) -> bool:
         return run_tune(job, units)
 
 
-def _finish(spec, uri, exp_id, parent, planned, reused, cancelled, t0, progress, linked=False,
-            runs=None) -> SweepResult:
-    """The sweep's result and report, read from `runs` (the trial runs' store, default `uri`)."""
+def _finish(spec, uri, runs, exp_id, parent, planned, reused, cancelled, t0, progress, linked=False) -> SweepResult:
+    """The sweep's result and report, the trial runs read from `runs` (`uri`, or the database behind it)."""
     from embinit.completeness import planned_trials
     from embinit.report import build_report
     keys = {p.key for p in planned}
     search = spec.search is not None and spec.search.method == "optuna"
-    runs = runs or uri
     chosen = records.by_key(run_readers.experiment_records(spec.experiment_name(), runs), None if search else keys)
     rows = [run_readers.trial_row(r) for r in chosen.values()]
     # The plan says what never finished; an Optuna search has none to compare with (drawn at run time).
