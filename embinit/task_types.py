@@ -25,7 +25,8 @@ class KindEntry:
     `from_setup(setup, autocast)` meeting the `Task` protocol; build: RawData -> tokenized payload
     (embinit.tasks.build); read_split: (paths, layout) -> rows of one local split (embinit.tasks.local);
     hub_row: (row, layout, columns, where) -> one example (embinit.tasks.hub); text: (TaskData, side)
-    -> the side's training text as id lists (the `focus` OOV rule)."""
+    -> the side's training text as id lists (the `focus` OOV rule); fused: a `StackedModel` class
+    (embinit.models.stacked) whose `losses` the kind's Task feeds in `fused_loss(fused, batches)`."""
 
     description: str
     sides: tuple[str, ...]        # embedding tables, the target (or only) side last
@@ -35,9 +36,15 @@ class KindEntry:
     text: str
     read_split: str = ""
     hub_row: str = ""
-    fusable: bool = False         # trials of this kind can train as one fused model
+    fused: str = ""               # the fused model class (embinit.models.stacked) its trials train as one
+                                  # group with; its Task then has `fused_loss`. "": the kind does not fuse
     stream: bool = False          # one token stream per split (LM): train_split/eval_split choose the
                                   # source splits, GPT-2 brings its full vocabulary, tables may be tied
+
+    @property
+    def fusable(self) -> bool:
+        """Trials of this kind can train as one fused model."""
+        return bool(self.fused)
 
     @property
     def two_sided(self) -> bool:

@@ -56,26 +56,26 @@ def test_grouping_by_task_shape_and_schedule():
     s = spec(tasks=[TINY, {**TINY, "task": "synthetic_classification", "d_model": None, "extras": None}],
              axes={"pos_encoding": [True, False]})
     units = group_units(units_to_run(s, set())[0], max_group=4)
-    fused = [u for u in units if u.fused]
-    alone = [u for u in units if not u.fused]
-    # translation: 2 inits x 3 seeds = 6 trials per pos_encoding value -> groups of 4 + 2, never mixed
-    assert sorted(len(u.trials) for u in fused) == [2, 2, 4, 4]
-    for u in fused:
+    assert all(u.fused for u in units)
+    # per task and pos_encoding value: 2 inits x 3 seeds = 6 trials -> groups of 4 + 2, never mixed
+    assert sorted(len(u.trials) for u in units) == [2, 2, 2, 2, 4, 4, 4, 4]
+    for u in units:
         assert len({t.config["pos_encoding"] for t in u.trials}) == 1
-        assert {t.config["task"] for t in u.trials} == {"synthetic_translation"}
-    # classification does not fuse yet: one trial per unit
-    assert len(alone) == 12 and all(len(u.trials) == 1 for u in alone)
+        assert len({t.config["task"] for t in u.trials}) == 1
     assert sum(len(u.trials) for u in units) == len(s.plan())
     assert group_units(units_to_run(spec(tasks=[{**TINY, "max_tokens": 200}]), set())[0], 4) == \
         units_to_run(spec(tasks=[{**TINY, "max_tokens": 200}]), set())[0]
 
 
 @pytest.mark.slow
-def test_fused_sweep_runs_are_the_trials_runs(ray_local, tmp_path):
+@pytest.mark.parametrize("task, final", [("synthetic_translation", "test/loss"),
+                                         ("synthetic_classification", "best/val/acc")])
+def test_fused_sweep_runs_are_the_trials_runs(ray_local, tmp_path, task, final):
     from embinit.config import TrialConfig
     from embinit.sweep import run_sweep
     from embinit.train import run_trial
-    s = spec(tmp_path, seeds=2, mlflow={"tracking_uri": f"sqlite:///{tmp_path}/mlflow.db", "log_plots": False})
+    s = spec(tmp_path, seeds=2, tasks=[{**TINY, "task": task}],
+             mlflow={"tracking_uri": f"sqlite:///{tmp_path}/mlflow.db", "log_plots": False})
     result = run_sweep(s, progress=False)
     assert (result.planned, result.n_finished, result.n_failed) == (4, 4, 0)
     uri = mlflow_store.resolve_uri(s.mlflow.tracking_uri)
@@ -85,11 +85,12 @@ def test_fused_sweep_runs_are_the_trials_runs(ray_local, tmp_path):
     assert {r.data.tags[records.EXECUTION_TAG] for r in runs} == {"fused"}
     for r in runs:
         steps = [m.step for m in mlflow_store.client(uri).get_metric_history(r.info.run_id, "val/loss")]
-        assert sorted(steps) == [1, 2] and "test/loss" in r.data.metrics
+        assert sorted(steps) == [1, 2] and final in r.data.metrics
     first = s.plan()[0]
     alone = run_trial(TrialConfig.from_dict(first.config), cache_dir=tmp_path / "cache")
     run = next(r for r in runs if r.data.tags[records.KEY_TAG] == first.key)
-    assert run.data.metrics["test/loss"] == pytest.approx(alone.test["test/loss"], rel=1e-4)
+    logged = {**alone.test, **{f"best/{k}": v for k, v in alone.best.items()}}
+    assert run.data.metrics[final] == pytest.approx(logged[final], rel=1e-4)
     # a separate-execution submission of the same trials finds them all done
     again = run_sweep(load_spec({**s.canonical(), "execution": {"fuse": "off"}}), progress=False)
     assert (again.planned, again.reused) == (4, 4)

@@ -116,3 +116,35 @@ def test_toy_kind_reads_as_a_task_everywhere():
     assert task_registry.curve_metric(toy_task.TASK) == "val/exact"
     assert metric_range("test/exact") == (0.0, 1.0)
     assert not task_registry.task_kind(toy_task.TASK).fusable
+
+
+@pytest.mark.parametrize("kind", sorted(CASES))
+def test_a_fused_group_of_one_is_the_trial_s_own_step(kind, trials):
+    """Every built-in kind fuses: its `fused` model fed by its Task's `fused_loss` gives, for a group of
+    one, the Task's own `batch_loss` (dropout on, the same dropout stream) and every weight's gradient.
+    A kind registered without a fused model (the toy kind) does not fuse."""
+    entry = task_registry.kind_entry(kind)
+    cfg, _, _, cache = trials[kind]
+    if kind not in BUILTIN:
+        assert not entry.fusable
+        return
+    assert entry.fusable
+    s = prepare(cfg, cache)
+    task = make_task(s)
+    batch = task.train_batches(torch.Generator().manual_seed(0))[0]
+    state = s.dropout_generator.get_state()
+    s.model.train()
+    loss, n_targets, n_tokens = task.batch_loss(s.model, batch)
+    loss.backward()
+    assert (n_targets, n_tokens) == (batch["n_targets"], batch["n_tokens"])
+    s.dropout_generator.set_state(state)
+    fused = task_registry.kind_code(kind, "fused")([s.model], [s.dropout_generator])
+    fused.train()
+    losses, (separate, stacked) = task.fused_loss(fused, [batch])
+    losses.sum().backward()
+    assert losses.shape == (1,) and losses[0].item() == pytest.approx(loss.item(), rel=1e-6)
+    assert separate == stacked > 0
+    own = dict(s.model.named_parameters())
+    for name, p in zip(fused.names, fused.stacked()):
+        if p.requires_grad:
+            assert torch.allclose(p.grad[0], own[name].grad, rtol=1e-4, atol=1e-6), name

@@ -51,9 +51,15 @@ def assert_same_trial(sep, fused, rel):
         assert close(value, fused.test[name], rel), (name, value, fused.test[name])
 
 
+KINDS = [("synthetic_translation", {}), ("synthetic_classification", {}), ("synthetic_lm", {}),
+         ("synthetic_lm", {"tie_embeddings": True, "pre_ln": True})]
+
+
+@pytest.mark.parametrize("task, kw", KINDS, ids=["translation", "classification", "lm", "lm-tied-preln"])
 @pytest.mark.parametrize("dropout, rel", [(0.0, 1e-5), (0.1, 1e-4)])
-def test_fused_members_are_the_separate_trials(cache, dropout, rel):
-    cfgs = [cfg(0, dropout=dropout), cfg(1, dropout=dropout), cfg(0, "normal", dropout=dropout)]
+def test_fused_members_are_the_separate_trials(cache, task, kw, dropout, rel):
+    cfgs = [cfg(0, task=task, dropout=dropout, **kw), cfg(1, task=task, dropout=dropout, **kw),
+            cfg(0, "normal", task=task, dropout=dropout, **kw)]
     seen_sep, seen_fused = [InitTable() for _ in cfgs], [InitTable() for _ in cfgs]
     sep = [run_trial(c, callbacks=[s], cache_dir=cache) for c, s in zip(cfgs, seen_sep)]
     fused = run_fused(cfgs, callbacks=[[s] for s in seen_fused], cache_dir=cache)
@@ -64,6 +70,8 @@ def test_fused_members_are_the_separate_trials(cache, dropout, rel):
         assert b.info["execution"]["mode"] == "fused" and b.info["execution"]["group_size"] == 3
     pad = fused[0].info["execution"]["padding"]
     assert pad["fused_slots"] >= pad["separate_slots"] >= pad["real_tokens"] > 0
+    if task != "synthetic_lm":   # sentences of many lengths: the members' batches differ, so padding ran
+        assert pad["fused_slots"] > pad["separate_slots"]
 
 
 def write_vectors(path, dim, value):
@@ -103,13 +111,40 @@ def test_a_fused_members_checkpoint_resumes_as_a_separate_trial(cache, tmp_path)
 
 
 def test_kinds_that_do_not_fuse_run_as_separate_trials(cache):
-    cfgs = [cfg(0, task="synthetic_classification", d_model=None, epochs=1),
-            cfg(1, task="synthetic_classification", d_model=None, epochs=1)]
+    from helpers import toy_task
+    toy_task.register()
+    try:
+        cfgs = [cfg(0, task=toy_task.TASK, epochs=1), cfg(1, task=toy_task.TASK, epochs=1)]
+        fused = run_fused(cfgs, cache_dir=cache)
+        for c, f in zip(cfgs, fused):
+            assert f.info["execution"]["mode"] == "separate"
+            assert f"{toy_task.KIND} does not fuse (only ['translation', 'classification', 'lm'] do)" == \
+                f.info["execution"]["fuse_refused"]
+            assert_same_trial(run_trial(c, cache_dir=cache), f, 0.0)
+    finally:
+        toy_task.unregister()
+
+
+@pytest.mark.parametrize("task", ["synthetic_classification", "synthetic_lm"])
+def test_a_diverging_classifier_or_lm_member_leaves_and_the_others_go_on(cache, monkeypatch, task):
+    """Member 1's loss (and gradient) becomes inf at step 2: it is diverged there with its first
+    epoch never finished; the others are exactly their separate runs."""
+    from embinit import task_registry
+    fused_cls = task_registry.kind_code(task_registry.task_entry(task).kind, "fused")
+    original, calls = fused_cls.losses, []
+
+    def losses(self, *args):
+        out = original(self, *args)
+        calls.append(len(calls) + 1)
+        return out * torch.tensor([1.0, math.inf, 1.0]) if len(calls) == 2 else out
+
+    monkeypatch.setattr(fused_cls, "losses", losses)
+    cfgs = [cfg(0, task=task, dropout=0.1), cfg(1, task=task, dropout=0.1), cfg(0, "normal", task=task, dropout=0.1)]
     fused = run_fused(cfgs, cache_dir=cache)
-    for c, f in zip(cfgs, fused):
-        assert f.info["execution"]["mode"] == "separate"
-        assert "classification does not fuse yet" in f.info["execution"]["fuse_refused"]
-        assert_same_trial(run_trial(c, cache_dir=cache), f, 0.0)
+    assert (fused[1].status, fused[1].diverged_step, fused[1].history, fused[1].test) == ("diverged", 2, [], {})
+    for c, f in zip([cfgs[0], cfgs[2]], [fused[0], fused[2]]):
+        assert f.status == "finished" and f.info["execution"]["mode"] == "fused"
+        assert_same_trial(separate(c, cache), f, 1e-4)
 
 
 # the windowed step: divergence with its exact step, early stopping, no host reads between windows ------
@@ -165,16 +200,18 @@ def test_a_member_that_stops_early_leaves_and_every_member_is_its_separate_run(c
         assert_same_trial(run_trial(c, cache_dir=cache), f, 1e-4)
 
 
-def test_the_fused_step_reads_the_device_once_per_window(cache, monkeypatch):
+@pytest.mark.parametrize("task", ["synthetic_translation", "synthetic_classification"])
+def test_the_fused_step_reads_the_device_once_per_window(cache, monkeypatch, task):
     """12 steps, reads every 5: the losses come back in three transfers ([5, G], [5, G], then the last
     [2, G]) and nothing else in the step reads a device value (the padding mask built as on a GPU)."""
     from test_train_hostsync import HostReads
 
+    from embinit import task_registry
     from embinit.models import embedding
-    from embinit.train.translation import TranslationTask
+    TaskClass = task_registry.kind_code(task_registry.task_entry(task).kind, "task")
     monkeypatch.setattr(embedding, "cheap_host_reads", lambda device: False)
     reads, recording, transfers, seen = HostReads(), [], [], []
-    build = TranslationTask.train_batches
+    build = TaskClass.train_batches
 
     def train_batches(self, generator):   # built on the host before the steps, as on a GPU
         reads.__exit__(None, None, None)
@@ -187,7 +224,7 @@ def test_the_fused_step_reads_the_device_once_per_window(cache, monkeypatch):
         return original_tolist(t)
 
     original_tolist = torch.Tensor.tolist
-    monkeypatch.setattr(TranslationTask, "train_batches", train_batches)
+    monkeypatch.setattr(TaskClass, "train_batches", train_batches)
     monkeypatch.setattr(torch.Tensor, "tolist", tolist)
 
     def start(ctx):
@@ -200,7 +237,7 @@ def test_the_fused_step_reads_the_device_once_per_window(cache, monkeypatch):
             reads.__exit__(None, None, None)
 
     probe = SimpleNamespace(on_train_start=start, on_step_end=step_end)
-    cfgs = [cfg(s, dropout=0.1, epochs=1, max_train_examples=96, batch_size=8) for s in (0, 1, 2)]
+    cfgs = [cfg(s, task=task, dropout=0.1, epochs=1, max_train_examples=96, batch_size=8) for s in (0, 1, 2)]
     fused = run_fused(cfgs, callbacks=[[probe], [], []], cache_dir=cache, sync_every=5)
     assert recording and reads.ops == [], reads.ops
     assert [t for t in transfers if len(t) == 2 and t[1] == 3] == [(5, 3), (5, 3), (2, 3)]

@@ -4,7 +4,7 @@ batch schedule go to one Ray trial as a group and train as one fused model (embi
 Grouping key: the trial config without the fields that only set a member's own numbers (seed, data
 seed, init specs, pretrained files, OOV rule, init_from), plus the embedding dimension each side's
 init gives, so GloVe-50d and GloVe-300d trials never share a group. Groups hold at most `max_group`
-trials. Kinds that do not fuse (their task-registry entry says `fusable=False`) and token-budget batches
+trials. Kinds that do not fuse (their task-registry entry names no `fused` model) and token-budget batches
 (max_tokens: the number of steps depends on the data order) stay one trial per Ray trial.
 
 In the worker every member is its own MLflow child run under its own trial key, opened, logged and

@@ -83,3 +83,28 @@ def lm_chunks(stream: Sequence[int], seq_len: int) -> torch.Tensor:
         row = ids[r * seq_len:r * seq_len + seq_len + 1]
         out[r, :row.numel()] = row
     return out
+
+
+# fused steps: the members' batches of one step as one padded group batch (embinit.train.fused_group) ---
+def stack_padded(tensors: Sequence[torch.Tensor], value: int) -> torch.Tensor:
+    """[G, *longest]: member g's tensor in the leading corner, `value` elsewhere (the group's longest
+    batch and sequence)."""
+    shape = [max(t.shape[d] for t in tensors) for d in range(tensors[0].dim())]
+    out = torch.full((len(tensors), *shape), value, dtype=tensors[0].dtype)
+    for g, t in enumerate(tensors):
+        out[(g, *(slice(0, s) for s in t.shape))] = t
+    return out
+
+
+def flat_targets(batches: Sequence[dict], own_width: str, width: int, ignore: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each member's real target positions (`keep`, flat in its own [rows, batch[own_width].shape[1]]
+    layout) moved to the padded [rows, width] layout, and their ids (`targets`), as [G, L] with L the
+    longest count; a shorter member's tail is position 0 with target `ignore`. From the host batches."""
+    longest = max(b["n_targets"] for b in batches)
+    rows = torch.zeros(len(batches), longest, dtype=torch.long)
+    targets = torch.full((len(batches), longest), ignore, dtype=torch.long)
+    for g, b in enumerate(batches):
+        n, own = b["n_targets"], b[own_width].shape[1]
+        rows[g, :n] = b["keep"] // own * width + b["keep"] % own
+        targets[g, :n] = b["targets"]
+    return rows, targets

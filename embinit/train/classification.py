@@ -11,7 +11,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from embinit.train.batching import bucket_batches, pad
+from embinit.models.stacked import IGNORE
+from embinit.train.batching import bucket_batches, pad, stack_padded
 from embinit.train.decoding import EOS_ID, PAD_ID
 
 
@@ -51,7 +52,16 @@ class ClassificationTask:
         ids = batch["ids"].to(self.device, non_blocking=True)
         labels = batch["labels"].to(self.device, non_blocking=True)
         logits = model(ids)
-        return F.cross_entropy(logits.float(), labels), labels.numel(), batch["n_tokens"]
+        return F.cross_entropy(logits.float(), labels), batch["n_targets"], batch["n_tokens"]
+
+    def fused_loss(self, fused, batches: list[dict]):
+        """One step of a fused group (embinit.models.fused_encoder): ([G] losses, (separate, fused)
+        token slots)."""
+        ids = stack_padded([b["ids"] for b in batches], PAD_ID)
+        labels = stack_padded([b["labels"] for b in batches], IGNORE)
+        losses = fused.losses(ids.to(self.device, non_blocking=True), labels.to(self.device, non_blocking=True),
+                              [tuple(b["ids"].shape) for b in batches])
+        return losses, (sum(b["ids"].numel() for b in batches), ids.numel())
 
     @torch.no_grad()
     def _accuracy(self, model, split: str) -> tuple[float, float]:
@@ -89,4 +99,5 @@ def _short(split: str) -> str:
 
 
 def _batch(ids: torch.Tensor, labels: torch.Tensor) -> dict:
-    return {"ids": ids, "labels": labels, "n_tokens": int((ids != PAD_ID).sum())}
+    return {"ids": ids, "labels": labels, "n_targets": int(labels.numel()),
+            "n_tokens": int((ids != PAD_ID).sum())}

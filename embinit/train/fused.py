@@ -14,8 +14,9 @@ member's update is its separate update up to float summation order.
   `sync_interval` steps, as the separate loop does. A member whose loss is NaN/inf is `diverged` at
   that exact step and leaves the group at the read; the others' steps are untouched by it and go on.
   A member that stops early (patience) leaves the group at that epoch's end.
-- Only translation fuses today; other kinds, and members whose shapes or batch schedules differ, run
-  one after the other through `run_trial` (the result says which mode ran).
+- Every built-in kind fuses (translation, classification, LM: the kind's `fused` model and its Task's
+  `fused_loss`). A kind without them, and members whose shapes or batch schedules differ, run one
+  after the other through `run_trial` (the result says which mode ran).
 - `ctx.model` of a member's callbacks holds the weights of the last epoch end, not of the current step.
 """
 
@@ -74,7 +75,7 @@ def _not_fusable(setups) -> str | None:
     first = setups[0]
     if not kind_entry(first.data.kind).fusable:
         fusable = [name for name, kind in KINDS.items() if kind.fusable]
-        return f"{first.data.kind} does not fuse yet (only {fusable})"
+        return f"{first.data.kind} does not fuse (only {fusable} do)"
     shape = {n: p.shape for n, p in first.model.named_parameters()}
     for s in setups[1:]:
         if s.model_cfg != first.model_cfg or {n: p.shape for n, p in s.model.named_parameters()} != shape:
@@ -102,7 +103,7 @@ def _train(active: list[FusedMember], group_callbacks, t0, sync_every) -> dict:
     if not active:
         return pad
     rc, task = active[0].s.cfg, active[0].task
-    group = FusedGroup(active, rc.lr)
+    group = FusedGroup(active, rc.lr, task)
     every = sync_every or sync_interval(active[0].s.device)
     for epoch in range(active[0].start_epoch, rc.epochs + 1):
         began = time.perf_counter()

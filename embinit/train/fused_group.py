@@ -1,8 +1,9 @@
-"""The fused training step: G same-shape translation models trained as one `FusedEncoderDecoder`, one
-optimizer step for all, without waiting for the device between loss reads.
+"""The fused training step: G same-shape models of one task kind trained as one fused model (the kind's
+`fused` entry: embinit.models.fused, embinit.models.fused_encoder), one optimizer step for all, without
+waiting for the device between loss reads.
 
     lanes = [Lane(model=m, generator=g, optimizer=opt, params=ps, ctx=ctx) for ...]   # one per member
-    group = FusedGroup(lanes, lr)
+    group = FusedGroup(lanes, lr, task)     # task: the members' Task (its `fused_loss` stacks a step)
     diverged = group.train_epoch(batches_per_lane, autocast, every, pad)   # the lanes that diverged
     group.write_back()          # stacked weights and Adam moments -> each lane's module and optimizer
 
@@ -30,9 +31,8 @@ from dataclasses import dataclass
 import torch
 
 from embinit.errors import EmbinitError
-from embinit.models.fused import IGNORE, FusedEncoderDecoder
+from embinit.task_registry import kind_code
 from embinit.train.callbacks import fire
-from embinit.train.decoding import PAD_ID
 from embinit.train.lifecycle import Stepped, make_optimizer
 
 
@@ -56,14 +56,15 @@ class Lane(Stepped):
 class FusedGroup:
     """The active lanes' weights and Adam moments stacked over a group dimension."""
 
-    def __init__(self, lanes: list[Lane], lr: float):
-        self.lanes, self.lr = list(lanes), lr
+    def __init__(self, lanes: list[Lane], lr: float, task):
+        self.lanes, self.lr, self.task = list(lanes), lr, task
+        self.fused_model = kind_code(task.kind, "fused")
         self.device = next(self.lanes[0].model.parameters()).device
         self._build()
 
     def _build(self) -> None:
         lanes = self.lanes
-        self.model = FusedEncoderDecoder([x.model for x in lanes], [x.generator for x in lanes]).to(self.device)
+        self.model = self.fused_model([x.model for x in lanes], [x.generator for x in lanes]).to(self.device)
         self.trainable = [p for p in self.model.stacked() if p.requires_grad]
         self.opt = make_optimizer(self.trainable, self.lr)
         states = [[x.optimizer.state.get(p) for p in x.params] for x in lanes]
@@ -120,17 +121,12 @@ class FusedGroup:
         return gone + bad
 
     def _losses(self, step: list[dict], autocast, pad) -> torch.Tensor:
-        src, tgt_in = _stack([b["src"] for b in step]), _stack([b["tgt_in"] for b in step])
-        rows, targets = _targets(step, tgt_in.shape[2])
-        dev = self.device
         with autocast():
-            losses = self.model.losses(src.to(dev, non_blocking=True), tgt_in.to(dev, non_blocking=True),
-                                       rows.to(dev, non_blocking=True), targets.to(dev, non_blocking=True),
-                                       [tuple(b["src"].shape) for b in step], [tuple(b["tgt_in"].shape) for b in step])
+            losses, (separate, fused) = self.task.fused_loss(self.model, step)
         if pad is not None:
             pad["real_tokens"] += sum(b["n_tokens"] for b in step)
-            pad["separate_slots"] += sum(b["src"].numel() + b["tgt_in"].numel() for b in step)
-            pad["fused_slots"] += src.numel() + tgt_in.numel()
+            pad["separate_slots"] += separate
+            pad["fused_slots"] += fused
         return losses
 
     def _read(self, pending: list) -> list[Lane]:
@@ -168,25 +164,3 @@ class FusedGroup:
             x.tokens += step[g]["n_tokens"]
             fire(x.callbacks, "on_step_end", x.ctx, x.ctx.step, x.last)
 
-
-def _stack(tensors: list[torch.Tensor]) -> torch.Tensor:
-    """[G, rows, cols]: each member's batch padded to the group's longest batch and sequence."""
-    rows = max(t.shape[0] for t in tensors)
-    cols = max(t.shape[1] for t in tensors)
-    out = torch.full((len(tensors), rows, cols), PAD_ID, dtype=torch.long)
-    for g, t in enumerate(tensors):
-        out[g, :t.shape[0], :t.shape[1]] = t
-    return out
-
-
-def _targets(step: list[dict], length: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each member's real target positions in the padded [rows, length] layout and their ids, [G, L]
-    with L its longest count; the tail is position 0 with target IGNORE. From the host-side batch."""
-    longest = max(b["n_targets"] for b in step)
-    rows = torch.zeros(len(step), longest, dtype=torch.long)
-    targets = torch.full((len(step), longest), IGNORE, dtype=torch.long)
-    for g, b in enumerate(step):
-        n, own = b["n_targets"], b["tgt_out"].shape[1]
-        rows[g, :n] = b["keep"] // own * length + b["keep"] % own
-        targets[g, :n] = b["targets"]
-    return rows, targets

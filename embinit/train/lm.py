@@ -11,7 +11,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from embinit.train.batching import lm_chunks
+from embinit.models.stacked import IGNORE
+from embinit.train.batching import flat_targets, lm_chunks, stack_padded
 from embinit.train.decoding import PAD_ID
 from embinit.train.loop import mean_loss, ppl
 
@@ -51,7 +52,16 @@ class LMTask:
                                  for k in ("inputs", "keep", "targets"))
         hidden = model.hidden(inputs, causal=True).flatten(0, 1)
         logits = model.output(hidden.index_select(0, keep))  # no output FLOPs on the tail
-        return F.cross_entropy(logits.float(), targets), batch["n_targets"], batch["n_targets"]
+        return F.cross_entropy(logits.float(), targets), batch["n_targets"], batch["n_tokens"]
+
+    def fused_loss(self, fused, batches: list[dict]):
+        """One step of a fused group (embinit.models.fused_encoder): ([G] losses, (separate, fused)
+        token slots)."""
+        inputs = stack_padded([b["inputs"] for b in batches], PAD_ID)
+        rows, targets = flat_targets(batches, "inputs", inputs.shape[2], IGNORE)
+        losses = fused.losses(*(t.to(self.device, non_blocking=True) for t in (inputs, rows, targets)),
+                              [tuple(b["inputs"].shape) for b in batches])
+        return losses, (sum(b["inputs"].numel() for b in batches), inputs.numel())
 
     def _evaluate(self, model, split: str, prefix: str) -> dict:
         loss = mean_loss(model, self._batches(split), self, self.autocast)
@@ -70,4 +80,4 @@ def _batch(rows: torch.Tensor) -> dict:
     targets = rows[:, 1:].flatten()
     keep = (targets >= 0).nonzero().squeeze(1)
     return {"rows": rows, "inputs": rows[:, :-1].clamp(min=PAD_ID), "keep": keep, "targets": targets[keep],
-            "n_targets": int(keep.numel())}
+            "n_targets": int(keep.numel()), "n_tokens": int(keep.numel())}

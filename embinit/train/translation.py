@@ -10,7 +10,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from embinit.train.batching import bucket_batches, pad
+from embinit.models.stacked import IGNORE
+from embinit.train.batching import bucket_batches, flat_targets, pad, stack_padded
 from embinit.train.bleu import corpus_bleu, detokenize_all, is_lowercased, unk_signature
 from embinit.train.decoding import BOS_ID, EOS_ID, PAD_ID, translate
 from embinit.train.loop import mean_loss, ppl
@@ -77,6 +78,16 @@ class TranslationTask:
         hidden = model.decode(tgt_in, memory, mask)
         logits = model.output(hidden.flatten(0, 1).index_select(0, keep))   # real target positions only
         return F.cross_entropy(logits.float(), targets), batch["n_targets"], batch["n_tokens"]
+
+    def fused_loss(self, fused, batches: list[dict]):
+        """One step of a fused group (embinit.models.fused): ([G] losses, (separate, fused) token slots)."""
+        src = stack_padded([b["src"] for b in batches], PAD_ID)
+        tgt_in = stack_padded([b["tgt_in"] for b in batches], PAD_ID)
+        rows, targets = flat_targets(batches, "tgt_out", tgt_in.shape[2], IGNORE)
+        losses = fused.losses(*(t.to(self.device, non_blocking=True) for t in (src, tgt_in, rows, targets)),
+                              [tuple(b["src"].shape) for b in batches], [tuple(b["tgt_in"].shape) for b in batches])
+        separate = sum(b["src"].numel() + b["tgt_in"].numel() for b in batches)
+        return losses, (separate, src.numel() + tgt_in.numel())
 
     # evaluation ------------------------------------------------------------------------------------
     def _evaluate(self, model, split: str, prefix: str, bleu: bool) -> dict:
