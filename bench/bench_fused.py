@@ -1,15 +1,16 @@
-"""Fused-trial benchmark on CPU: a group of G same-shape translation trials trained as one fused model
-(embinit.train.fused) against the same G trials run one after the other (run_trial), in one process.
+"""Fused-trial benchmark on CPU: a group of G same-shape trials of one task (--task: the synthetic
+translation, classification or LM task) trained as one fused model (embinit.train.fused) against the
+same G trials run one after the other (run_trial), in one process.
 
-For G in --groups (default 2 4 8): the seeds 0..G-1 of one synthetic translation grid point, D and
+For G in --groups (default 2 4 8): the seeds 0..G-1 of one synthetic grid point, D and
 sizes from the flags, dropout --dropout (0.1), --epochs epochs, no BLEU decoding (training and validation only, so
 the step is what is measured). Alternates separate and fused per G and keeps the best of --repeats.
 Reports wall seconds of each, fused/separate throughput ratio, and the padding cost: token slots the
 fused step computes (every member padded to the group's longest batch and sequence) against the
 slots the separate trials compute (each padded to its own longest) and the real tokens.
 
-    python bench/bench_fused.py [--groups 2 4 8] [--d-model 64] [--epochs 1] [--threads 2]
-Results: bench/results/fused_cpu.json (with lscpu's model name).
+    python bench/bench_fused.py [--task translation|classification|lm] [--groups 2 4 8] [--d-model 64]
+Results: bench/results/fused_cpu.json (translation), fused_cpu_<task>.json (with lscpu's model name).
 
 GPU: section (d) of bench/bench_gpu.py (fused groups of 4, 8, 16, 32 on Multi30k at D=300 against as
 many separate processes under MPS); not yet run on a GPU.
@@ -33,7 +34,7 @@ from machine import cpu_model  # bench/machine.py
 
 
 def configs(g: int, args) -> list[TrialConfig]:
-    return [TrialConfig(task="synthetic_translation", seed=s, threads=args.threads, epochs=args.epochs,
+    return [TrialConfig(task=f"synthetic_{args.task}", seed=s, threads=args.threads, epochs=args.epochs,
                         d_model=args.d_model, heads=4, ff_dim=2 * args.d_model, layers=args.layers,
                         max_train_examples=args.examples, dropout=args.dropout, extras={"val_bleu": False})
             for s in range(g)]
@@ -65,6 +66,7 @@ def measure(g: int, args, cache: str) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--task", choices=["translation", "classification", "lm"], default="translation")
     ap.add_argument("--groups", type=int, nargs="+", default=[2, 4, 8])
     ap.add_argument("--d-model", type=int, default=64)
     ap.add_argument("--layers", type=int, default=2)
@@ -73,16 +75,17 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--dropout", type=float, default=0.1)
     ap.add_argument("--repeats", type=int, default=1)
-    ap.add_argument("--out", default="bench/results/fused_cpu.json")
+    ap.add_argument("--out", default=None, help="default: bench/results/fused_cpu[_<task>].json")
     args = ap.parse_args()
+    args.out = args.out or f"bench/results/fused_cpu{'' if args.task == 'translation' else '_' + args.task}.json"
     torch.set_num_threads(args.threads)
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as cache:
         run_trial(configs(1, args)[0], cache_dir=cache)  # warm the data cache and the kernels
         rows = [measure(g, args, cache) for g in args.groups]
     load = {"before": load_before, "after": os.getloadavg()}   # (1, 5, 15 min), the machine may be shared
-    print(f"CPU: {cpu_model()}, {args.threads} threads, D={args.d_model}, {args.layers}+{args.layers} layers, "
-          f"{args.examples} pairs x {args.epochs} epoch(s); load average before {load_before[0]:.2f}, "
+    print(f"CPU: {cpu_model()}, {args.threads} threads, synthetic_{args.task}, D={args.d_model}, {args.layers} "
+          f"layers per stack, {args.examples} examples x {args.epochs} epoch(s); load average before {load_before[0]:.2f}, "
           f"after {load['after'][0]:.2f} (1 min)")
     print("| G | separate s | fused s | wall ratio | train-step ratio | fused slots / separate | real share fused |")
     print("|---|---|---|---|---|---|---|")

@@ -165,7 +165,7 @@ def fused_trial(g, d, heads, sv, tv, pairs, steps, precision, device) -> dict:
                           ctx=TrainContext(cfg=None, model=model, data=data, out_dir=None)))
         own = task.train_batches(torch.Generator().manual_seed(i))   # each member its own data order
         batches.append(own[:steps] if steps else own)
-    group, every = FusedGroup(lanes, 2e-4), sync_interval(device)
+    group, every = FusedGroup(lanes, 2e-4, task), sync_interval(device)
     group.train_epoch([b[:3] for b in batches], ac, every)           # warm-up: kernels, allocator
     sync(device)
     pad = {"real_tokens": 0, "separate_slots": 0, "fused_slots": 0}

@@ -9,9 +9,13 @@ tests/test_task_contract.py:
 - `tracked`: [(validation metric, "min" | "max"), ...]; the first is the criterion the best checkpoint
   is kept by; every name is a key `validate` returns.
 - `train_batches(generator)`: one epoch's batches in an order drawn from `generator` only (the same
-  seed gives the same batches); each batch is a dict of host tensors and ints.
-- `batch_loss(model, batch)`: (mean loss tensor, number of targets it averages, tokens fed); the loss
-  falls as the model trains.
+  seed gives the same batches); each batch is a dict of host tensors and ints, with `n_targets` (the
+  targets its loss averages) and `n_tokens` (the tokens it feeds).
+- `batch_loss(model, batch)`: (mean loss tensor, `n_targets`, `n_tokens`); the loss falls as the model
+  trains.
+- A kind that fuses (its registry entry names a `fused` model) also has `fused_loss(fused, batches)`:
+  one step of a fused group, the members' batches stacked and padded -> ([G] mean losses, (token
+  slots of the separate batches, of the stacked batch)); for a group of one it is `batch_loss`.
 - `validate(model)`: {"val/...": float} of the validation split; `test(model)`: {"test/...": ...} of
   the test split, {} without one. Both deterministic for a given model (no dropout: eval mode).
 - `device`, `autocast`, `data`, `cfg` attributes; `kind` names the registry kind.
