@@ -151,3 +151,19 @@ def test_fused_members_are_their_separate_trials_on_cuda(tmp_path):
             assert a["val/loss"] == pytest.approx(b["val/loss"], rel=1e-4)
         for name, value in sep.test.items():
             assert f.test[name] == pytest.approx(value, rel=1e-4), name
+
+
+@pytest.mark.parametrize("task", ["synthetic_classification", "synthetic_lm"])
+def test_fused_classifiers_and_lms_are_their_separate_trials_on_cuda(tmp_path, task):
+    """The classification and LM fused models on the GPU (masks always built, losses read every 25
+    steps): each member's validation curve is its separate CUDA trial's to float tolerance."""
+    from embinit.train.fused import run_fused
+    kw = {"task": task, "epochs": 2, "max_train_examples": 200, "d_model": 16, "heads": 2, "ff_dim": 32,
+          "dropout": 0.1}
+    cfgs = [small(seed=0, **kw), small(seed=1, **kw), small(seed=0, init="normal", **kw)]
+    fused = run_fused(cfgs, cache_dir=tmp_path / "c")
+    for c, f in zip(cfgs, fused):
+        sep = run_trial(c, cache_dir=tmp_path / "c")
+        assert f.info["execution"]["mode"] == "fused" and f.status == sep.status == "finished"
+        for a, b in zip(sep.history, f.history):
+            assert a["val/loss"] == pytest.approx(b["val/loss"], rel=1e-4)
