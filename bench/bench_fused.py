@@ -85,8 +85,8 @@ def main() -> None:
         rows = [measure(g, args, cache) for g in args.groups]
     load = {"before": load_before, "after": os.getloadavg()}   # (1, 5, 15 min), the machine may be shared
     print(f"CPU: {cpu_model()}, {args.threads} threads, synthetic_{args.task}, D={args.d_model}, {args.layers} "
-          f"layers per stack, {args.examples} examples x {args.epochs} epoch(s); load average before {load_before[0]:.2f}, "
-          f"after {load['after'][0]:.2f} (1 min)")
+          f"layers per stack, {args.examples} examples x {args.epochs} epoch(s); "
+          f"load average before {load_before[0]:.2f}, after {load['after'][0]:.2f} (1 min)")
     print("| G | separate s | fused s | wall ratio | train-step ratio | fused slots / separate | real share fused |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
