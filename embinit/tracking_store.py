@@ -168,15 +168,8 @@ def check_store_behind(server_uri: str, store_uri: str, name: str, exp_id: str, 
     naming every problem, before any trial writes to the wrong store. Read with plain SQL and a connect
     timeout: MLflow's own store retries an unreachable database for most of an hour, and creates (and
     migrates) a SQLite file that is not there."""
-    store_uri, problems = resolve_uri(store_uri), []
-    if not server_uri.startswith(("http://", "https://")):
-        problems.append(f"the tracking URI {masked(server_uri)} is not an `mlflow server` (http:// or "
-                        "https://): the trials write to it directly already")
-    if not is_database(store_uri):
-        problems.append(f"{masked(store_uri)} is not a SQL database URL (postgresql+psycopg://, mysql://, "
-                        "sqlite:///)")
-    elif (path := _sqlite_path(store_uri)) is not None and not path.is_file():
-        problems.append(f"{masked(store_uri)}: there is no file {path}")
+    store_uri = resolve_uri(store_uri)
+    problems = _shape_problems(server_uri, store_uri)
     if not problems:
         try:
             there = _experiment_id(store_uri, name, timeout_s)
@@ -188,10 +181,34 @@ def check_store_behind(server_uri: str, store_uri: str, name: str, exp_id: str, 
                 problems.append(f"{masked(store_uri)} is not the store behind {masked(server_uri)}: the server has "
                                 f"experiment {name!r} as id {exp_id}, the database "
                                 + ("does not have it" if there is None else f"as id {there}"))
-    if problems:
-        raise EmbinitError("the database the trials were to write their runs to (EMBINIT_TRACKING_WRITE_DIRECT, "
-                           "the database behind the tracking server) cannot be used: " + "; ".join(problems))
+    _raise(problems)
     return store_uri
+
+
+def check_store_shape(server_uri: str, store_uri: str) -> None:
+    """What `check_store_behind` can tell without reading anything: the tracking URI is a server and the
+    store a SQL database that exists. Run before the tracking store is opened (or created)."""
+    _raise(_shape_problems(server_uri, resolve_uri(store_uri)))
+
+
+def _raise(problems: list[str]) -> None:
+    if problems:
+        raise EmbinitError("the database the trials were to write their runs to (the database behind the tracking "
+                           "server: `embinit run --store-uri`, or the service's EMBINIT_TRACKING_WRITE_DIRECT) "
+                           "cannot be used: " + "; ".join(problems))
+
+
+def _shape_problems(server_uri: str, store_uri: str) -> list[str]:
+    problems = []
+    if not server_uri.startswith(("http://", "https://")):
+        problems.append(f"the tracking URI {masked(server_uri)} is not an `mlflow server` (http:// or "
+                        "https://): the trials write to it directly already")
+    if not is_database(store_uri):
+        problems.append(f"{masked(store_uri)} is not a SQL database URL (postgresql+psycopg://, mysql://, "
+                        "sqlite:///)")
+    elif (path := _sqlite_path(store_uri)) is not None and not path.is_file():
+        problems.append(f"{masked(store_uri)}: there is no file {path}")
+    return problems
 
 
 def _experiment_id(uri: str, name: str, timeout_s: int) -> str | None:

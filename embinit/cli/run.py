@@ -3,16 +3,22 @@
 `--dry-run` validates the spec and prints the expanded trial list, its epochs, model sizes and cost
 without running anything. `key=value` arguments after the spec override it for this run
 (embinit.spec.overrides): `embinit run SPEC epochs=2 seeds=2 inits=xavier,glove --dry-run`.
-Re-running the same spec resumes it: trials that already have a finished MLflow run are reused, never
-trained twice. A run ends with its next steps, as commands that run as printed (embinit.commands).
+`--store-uri` (or $EMBINIT_TRACKING_STORE_URI) with an `mlflow server` tracking URI: the trials write
+their run records to the database behind the server (checked to be it first), as the service does with
+EMBINIT_TRACKING_WRITE_DIRECT. Re-running the same spec resumes it: trials that already have a finished
+MLflow run are reused, never trained twice. A run ends with its next steps, as commands that run as
+printed (embinit.commands).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 
 from embinit.cli.dry_run import dry_run
 from embinit.commands import command, next_steps
+
+STORE_ENV = "EMBINIT_TRACKING_STORE_URI"
 
 
 def register(subparsers) -> None:
@@ -27,6 +33,11 @@ def register(subparsers) -> None:
     p.add_argument("--address", default=None, help="Ray cluster address (default: start a local Ray)")
     p.add_argument("--tracking-uri", default=None,
                    help="MLflow tracking URI (default: the spec's, else sqlite:///mlflow.db)")
+    p.add_argument("--store-uri", default=os.environ.get(STORE_ENV) or None,
+                   help="with an `mlflow server` --tracking-uri: the SQL database behind it; the trials then "
+                        "write their run records there directly and only their artifacts through the server "
+                        f"(docs/deployment.md). Default: ${STORE_ENV}, which keeps the password out of the "
+                        "process list")
     p.add_argument("--quiet", action="store_true", help="no progress lines and no final table")
     p.set_defaults(func=run)
 
@@ -41,13 +52,24 @@ def run(args) -> int:
         return 0
     from embinit.sweep import run_sweep
     try:
-        result = run_sweep(spec, address=args.address, tracking_uri=args.tracking_uri, progress=not args.quiet)
+        result = run_sweep(spec, address=args.address, tracking_uri=args.tracking_uri, progress=not args.quiet,
+                           store_uri=args.store_uri)
     except KeyboardInterrupt:
         print(f"embinit: interrupted. Trials that finished are kept in MLflow; the stopped ones are marked "
-              f"'interrupted'. Run `{command('embinit', 'run', args.spec, *args.overrides)}` again to resume: "
-              f"finished trials are reused, the rest train.", file=sys.stderr, flush=True)
+              f"'interrupted'. Run `{resume_command(args)}` again to resume: finished trials are reused, the rest "
+              f"train.", file=sys.stderr, flush=True)
         return 130
     print(f"{result.n_finished}/{result.planned} trials finished ({result.reused} reused), {result.n_failed} "
           f"failed, in {result.wall_s:.0f} s. MLflow: experiment {result.experiment!r} at {result.tracking_uri}")
     print("\n".join(next_steps(result.experiment, result.tracking_uri)), flush=True)
     return 1 if result.n_failed or result.cancelled else 0
+
+
+def resume_command(args) -> str:
+    """This run's command as it runs again: the spec, overrides, cluster and stores it was given (a store
+    URL from $EMBINIT_TRACKING_STORE_URI stays there)."""
+    extra = []
+    for flag, value in (("--address", args.address), ("--tracking-uri", args.tracking_uri),
+                        ("--store-uri", args.store_uri if args.store_uri != os.environ.get(STORE_ENV) else None)):
+        extra += [flag, value] if value else []
+    return command("embinit", "run", args.spec, *args.overrides, *extra)

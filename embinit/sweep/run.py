@@ -25,7 +25,7 @@ from embinit.sweep.job import TuneJob
 from embinit.sweep.ray_runtime import RayRuntime
 from embinit.sweep.work import SweepContext, Unit, pack_units, units_to_run
 from embinit.trusted import check_writable
-from embinit.tracking_store import check_store_behind, prepare_store
+from embinit.tracking_store import check_store_behind, check_store_shape, prepare_store
 
 StopFlag = threading.Event | Callable[[], bool] | None
 
@@ -104,6 +104,8 @@ def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = 
     store = configured_store()   # the operator's object store, else node-local folders
     storage = _tune_storage(spec, storage_path, store)
     uri = mlflow_store.resolve_uri(tracking_uri or spec.mlflow.tracking_uri)
+    if store_uri:
+        check_store_shape(uri, store_uri)   # before the tracking store is opened, or made
     prepare_store(uri)  # create / upgrade a SQL store once, before any trial or reader opens it
     tracking_server.check(uri)   # a server whose every kept-alive request waits ~40 ms: say so, once
     name = spec.experiment_name()

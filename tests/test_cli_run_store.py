@@ -1,0 +1,80 @@
+"""`embinit run --store-uri` (or $EMBINIT_TRACKING_STORE_URI): a CLI sweep against an `mlflow server` hands
+the database behind it to the sweep, which writes the trials' run records there (as the service does
+with EMBINIT_TRACKING_WRITE_DIRECT); a store that cannot be that database is refused in one line before
+anything trains; an interrupted run prints a resume command with the cluster and stores it was given."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from embinit.cli import main
+from embinit.cli.run import STORE_ENV
+
+ROOT = Path(__file__).resolve().parents[1]
+SERVER = "http://127.0.0.1:5999"
+
+
+@pytest.fixture
+def spec(tmp_path):
+    path = tmp_path / "tiny.yaml"
+    path.write_text("name: store-flag\ntasks:\n  - task: synthetic_translation\n    epochs: 1\n"
+                    "    max_train_examples: 50\ninits: [xavier]\nseeds: 1\n")
+    return str(path)
+
+
+@pytest.fixture
+def sweep_args(monkeypatch):
+    """run_sweep's keyword arguments; the sweep is then interrupted (Ctrl-C) before it starts."""
+    seen: dict = {}
+
+    def interrupted(spec, **kwargs):
+        seen.update(kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("embinit.sweep.run_sweep", interrupted)
+    monkeypatch.delenv(STORE_ENV, raising=False)
+    return seen
+
+
+def test_the_store_flag_reaches_the_sweep_and_the_resume_command(spec, sweep_args, capsys):
+    store = "sqlite:////srv/mlflow/mlflow.db"
+    assert main(["run", spec, "epochs=2", "--tracking-uri", SERVER, "--store-uri", store, "--quiet"]) == 130
+    assert sweep_args["store_uri"] == store and sweep_args["tracking_uri"] == SERVER
+    err = capsys.readouterr().err
+    assert f"embinit run {spec} epochs=2 --tracking-uri {SERVER} --store-uri {store}` again to resume" in err
+
+
+def test_the_store_variable_is_the_default_and_stays_out_of_printed_commands(spec, sweep_args, monkeypatch, capsys):
+    store = "postgresql+psycopg://mlflow:s3cret@db:5432/mlflow"
+    monkeypatch.setenv(STORE_ENV, store)
+    assert main(["run", spec, "--tracking-uri", SERVER, "--address", "10.0.0.5:6379"]) == 130
+    assert sweep_args["store_uri"] == store and sweep_args["address"] == "10.0.0.5:6379"
+    err = capsys.readouterr().err
+    assert f"embinit run {spec} --address 10.0.0.5:6379 --tracking-uri {SERVER}` again to resume" in err
+    assert "s3cret" not in err
+
+
+def test_without_a_store_the_trials_write_through_the_tracking_uri(spec, sweep_args):
+    assert main(["run", spec, "--quiet"]) == 130
+    assert sweep_args["store_uri"] is None and sweep_args["tracking_uri"] is None
+
+
+def test_a_store_that_cannot_be_the_servers_database_is_refused_in_one_line(tmp_path, spec):
+    """With a SQLite tracking URI there is no server to bypass, and the store is no SQL database: both
+    problems named at once, exit 2, before the tracking store is made or anything trains."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_USAGE_STATS_ENABLED": "0"}
+    env.pop(STORE_ENV, None)
+    proc = subprocess.run([sys.executable, "-m", "embinit", "run", spec, "--tracking-uri",
+                           f"sqlite:///{tmp_path}/mlflow.db", "--store-uri", "http://127.0.0.1:5999"],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr and len(lines) == 1, proc.stderr
+    assert "`embinit run --store-uri`" in lines[0]
+    assert "is not an `mlflow server`" in lines[0] and "is not a SQL database URL" in lines[0]
+    assert "trials finished" not in proc.stdout and not (tmp_path / "mlflow.db").exists()
