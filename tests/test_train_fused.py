@@ -306,3 +306,33 @@ def test_the_fused_step_s_kernels_grow_only_by_each_member_s_own_draws(cache, ta
         n, draws = ops(g)
         assert draws == g * sites
         assert n - one <= (g - 1) * 2 * sites + 16, (g, n, one, sites)
+
+
+@pytest.mark.parametrize("task", ["synthetic_lm", "synthetic_translation"])
+def test_knn_similarity_of_fused_members_is_the_separate_trials(cache, tmp_path, task):
+    """The blog's analysis in a fused group: the reference seed writes a KNN snapshot every 3 steps (not
+    an epoch boundary), the other seed compares with it at the same step. The reader comes first in the
+    group, yet fires after its writer, and each measures its current weights, not the last epoch's:
+    the curves are the separate trials' (the same neighbour lists, so the same scores)."""
+    from embinit.analysis.callbacks import SimilarityCallback
+
+    def pair(root):
+        writer = SimilarityCallback(every_n_steps=3, k=5, metric="overlap", snapshot_dir=root / "w")
+        reader = SimilarityCallback(every_n_steps=3, k=5, metric="overlap", snapshot_dir=root / "r",
+                                    reference_snapshots=root / "w")
+        return writer, reader
+
+    cfgs = [cfg(1, task=task, dropout=0.1), cfg(0, task=task, dropout=0.1)]    # reader, writer
+    w_sep, r_sep = pair(tmp_path / "sep")
+    run_trial(cfgs[1], callbacks=[w_sep], cache_dir=cache)
+    run_trial(cfgs[0], callbacks=[r_sep], cache_dir=cache)
+    w_fused, r_fused = pair(tmp_path / "fused")
+    fused = run_fused(cfgs, callbacks=[[r_fused], [w_fused]], cache_dir=cache)
+    assert all(f.info["execution"]["mode"] == "fused" for f in fused)
+    assert r_fused.missing_steps == [] and len(r_fused.history) > 3
+    steps = [h["step"] for h in r_sep.history]
+    assert [h["step"] for h in r_fused.history] == steps and steps[:3] == [0, 3, 6]
+    for a, b in zip(r_sep.history, r_fused.history):
+        assert b["sim/knn_overlap_mean"] == pytest.approx(a["sim/knn_overlap_mean"], abs=1e-9), a["step"]
+    assert sorted(p.name for p in (tmp_path / "fused" / "w").iterdir()) == \
+        sorted(p.name for p in (tmp_path / "sep" / "w").iterdir())

@@ -66,11 +66,12 @@ class StackedModel(nn.Module):
         return getattr(self, _flat(name))
 
     @torch.no_grad()
-    def write_back(self) -> None:
-        """Copy every member's slice of the stacked weights into its own module."""
+    def write_back(self, only: int | None = None) -> None:
+        """Copy every member's (or member `only`'s) slice of the stacked weights into its own module."""
+        members = list(enumerate(self.members)) if only is None else [(only, self.members[only])]
         for n in self.names:
             w = self._w(n)
-            for g, m in enumerate(self.members):
+            for g, m in members:
                 dict(m.named_parameters())[n].copy_(w[g])
 
     # batched building blocks -------------------------------------------------------------------------
