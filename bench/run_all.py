@@ -43,6 +43,7 @@ BENCHES = {
     "bench_knn_exact": lambda: None,
     "bench_sweep": lambda: None,
     "bench_fused": lambda: None,
+    "bench_fused_ops": lambda: None,       # kernels per fused step as G grows (deterministic, seconds)
     "bench_control_plane": lambda: None,   # 1,000 noop trials through the service on SQLite (minutes)
     "bench_trial_writes": lambda: None,    # one trial's MLflow path alone, and reading every run both ways
     "bench_unit_fetch": lambda: None,      # a Tune trial finding its unit: the whole list per trial vs once

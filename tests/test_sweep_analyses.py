@@ -147,6 +147,31 @@ def test_reference_seed_compares_with_the_other_seeds_snapshots(ray_local, tmp_p
     assert logged == pytest.approx({c["step"]: c["mean"] for c in curve}, abs=1e-6)
 
 
+def test_reference_seed_similarity_in_a_fused_group(ray_local, tmp_path):
+    """`execution: {fuse: auto}`: both seeds train as one fused group; the other seed's curve is still
+    the one its snapshots and the reference's give, step by step, logged and plotted in its own run."""
+    from embinit import records
+    from embinit.analysis import similarity_curve
+    from embinit.sweep import run_sweep
+    snaps = tmp_path / "snaps"
+    spec = load_spec(spec_data(tmp_path, {"similarity": {"reference_seed": 0, "snapshot_dir": str(snaps),
+                                                         "every_n_steps": 4, "k": 3}},
+                               seeds=[0, 1], name="analyses-fused", execution={"fuse": "auto"}))
+    result = run_sweep(spec, progress=False)
+    assert result.n_finished == 2, result.trials
+    by_seed = {t["config"]["seed"]: t for t in result.trials}
+    uri = result.tracking_uri
+    client = mlflow_store.client(uri)
+    assert {client.get_run(t["run_id"]).data.tags[records.EXECUTION_TAG] for t in result.trials} == {"fused"}
+    assert history(uri, by_seed[0]["run_id"], "sim/knn_jaccard_mean") == {}   # the reference itself
+    logged = history(uri, by_seed[1]["run_id"], "sim/knn_jaccard_mean")
+    curve = similarity_curve(snaps / by_seed[0]["key"], snaps / by_seed[1]["key"], k=3)
+    assert len(curve) >= 3 and curve[0]["step"] == 0
+    assert logged == pytest.approx({c["step"]: c["mean"] for c in curve}, abs=1e-6)
+    plots = {a.path for a in client.list_artifacts(by_seed[1]["run_id"], "plots")}
+    assert "plots/similarity_curve.png" in plots
+
+
 def test_blog_configs_track_similarity_between_embedding_seeds(monkeypatch, tmp_path):
     """Since issue 23 the blog specs compare two trials that share the trial seed and differ only in
     `emb_seed` (tests/test_emb_seed.py holds the rest)."""

@@ -44,12 +44,13 @@ def test_bad_execution_settings_name_the_field(execution, where, message):
     assert any(p == where and message in m for p, m in e.value.problems), e.value.problems
 
 
-def test_fusing_what_runs_one_trial_at_a_time_is_refused():
+def test_fusing_what_runs_one_trial_at_a_time_is_refused_and_analyses_are_not():
     with pytest.raises(SpecError) as e:
         spec(search={"method": "optuna", "space": {"lr": {"low": 1e-4, "high": 1e-3}}, "num_samples": 2},
              analyses={"probe": True})
     problems = [m for p, m in e.value.problems if p == "execution.fuse"]
-    assert len(problems) == 2 and "optuna" in problems[0] and "analyses" in problems[1]
+    assert len(problems) == 1 and "optuna" in problems[0]
+    assert spec(analyses={"probe": True, "similarity": {"reference_seed": 0}}).execution.fuse == "auto"
 
 
 def test_grouping_by_task_shape_and_schedule():

@@ -245,3 +245,94 @@ def test_the_fused_step_reads_the_device_once_per_window(cache, monkeypatch, tas
     assert all(math.isnan(v) for _, v in seen[:4]) and not any(math.isnan(v) for _, v in seen[4:])
     assert seen[4][1] == seen[8][1] and seen[9][1] != seen[4][1]
     assert all(f.status == "finished" and f.history[0]["train/loss"] > 0 for f in fused)
+
+
+class _Ops:
+    """Counts the ATen operations that run kernels (views and allocations left out)."""
+    FREE = {"view", "_unsafe_view", "slice", "select", "detach", "transpose", "unsqueeze", "squeeze", "expand",
+            "permute", "t", "as_strided", "alias", "reshape", "empty", "split", "unbind"}
+
+    def __init__(self):
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        outer = self
+        self.n = 0
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                if func.overloadpacket.__name__ not in outer.FREE:
+                    outer.n += 1
+                return func(*args, **(kwargs or {}))
+
+        self.mode = Mode()
+
+
+@pytest.mark.parametrize("task", ["synthetic_translation", "synthetic_classification", "synthetic_lm"])
+def test_the_fused_step_s_kernels_grow_only_by_each_member_s_own_draws(cache, task):
+    """On a GPU a small model's step is bound by kernel launches. A fused step (forward and backward)
+    launches what a one-member step launches plus, per extra member and dropout site, its own draw (from
+    its own generator) and, when batches are padded, one copy into the mask: not a per-member share of
+    every mask operation."""
+    from embinit import task_registry
+    from embinit.train.prepare import prepare
+    from embinit.train.lifecycle import make_task
+
+    def ops(g):
+        setups = [prepare(cfg(s, task=task, dropout=0.1), cache) for s in range(g)]
+        task_ = make_task(setups[0])
+        batches = [make_task(s).train_batches(torch.Generator().manual_seed(i))[0] for i, s in enumerate(setups)]
+        fused = task_registry.kind_code(task_.kind, "fused")([s.model for s in setups],
+                                                            [s.dropout_generator for s in setups])
+        fused.train()
+        losses, counter, draws = fused.losses, _Ops(), []
+
+        def counted(*args):
+            with counter.mode:
+                out = losses(*args)
+                out.sum().backward()
+            return out.detach()
+
+        fused.losses = counted
+        original = torch.Tensor.random_
+        try:
+            torch.Tensor.random_ = lambda t, *a, **k: (draws.append(1), original(t, *a, **k))[1]
+            task_.fused_loss(fused, batches)
+        finally:
+            torch.Tensor.random_ = original
+        return counter.n, len(draws)
+
+    one, sites = ops(1)
+    for g in (2, 8):
+        n, draws = ops(g)
+        assert draws == g * sites
+        assert n - one <= (g - 1) * 2 * sites + 16, (g, n, one, sites)
+
+
+@pytest.mark.parametrize("task", ["synthetic_lm", "synthetic_translation"])
+def test_knn_similarity_of_fused_members_is_the_separate_trials(cache, tmp_path, task):
+    """The blog's analysis in a fused group: the reference seed writes a KNN snapshot every 3 steps (not
+    an epoch boundary), the other seed compares with it at the same step. The reader comes first in the
+    group, yet fires after its writer, and each measures its current weights, not the last epoch's:
+    the curves are the separate trials' (the same neighbour lists, so the same scores)."""
+    from embinit.analysis.callbacks import SimilarityCallback
+
+    def pair(root):
+        writer = SimilarityCallback(every_n_steps=3, k=5, metric="overlap", snapshot_dir=root / "w")
+        reader = SimilarityCallback(every_n_steps=3, k=5, metric="overlap", snapshot_dir=root / "r",
+                                    reference_snapshots=root / "w")
+        return writer, reader
+
+    cfgs = [cfg(1, task=task, dropout=0.1), cfg(0, task=task, dropout=0.1)]    # reader, writer
+    w_sep, r_sep = pair(tmp_path / "sep")
+    run_trial(cfgs[1], callbacks=[w_sep], cache_dir=cache)
+    run_trial(cfgs[0], callbacks=[r_sep], cache_dir=cache)
+    w_fused, r_fused = pair(tmp_path / "fused")
+    fused = run_fused(cfgs, callbacks=[[r_fused], [w_fused]], cache_dir=cache)
+    assert all(f.info["execution"]["mode"] == "fused" for f in fused)
+    assert r_fused.missing_steps == [] and len(r_fused.history) > 3
+    steps = [h["step"] for h in r_sep.history]
+    assert [h["step"] for h in r_fused.history] == steps and steps[:3] == [0, 3, 6]
+    for a, b in zip(r_sep.history, r_fused.history):
+        assert b["sim/knn_overlap_mean"] == pytest.approx(a["sim/knn_overlap_mean"], abs=1e-9), a["step"]
+    assert sorted(p.name for p in (tmp_path / "fused" / "w").iterdir()) == \
+        sorted(p.name for p in (tmp_path / "sep" / "w").iterdir())

@@ -104,6 +104,15 @@ class SimilarityCallback:
         self._last_step = None
 
     # ---- trainer events --------------------------------------------------------------------------
+    def needs_weights(self, step: int) -> bool:
+        """A fused trial's current weights are copied back for the steps measured (embinit.train.callbacks)."""
+        return step % self.every == 0
+
+    @property
+    def step_order(self) -> int:
+        """A reader of another trial's snapshots fires after the writers of its fused group."""
+        return 1 if self.reference_snapshots is not None else 0
+
     def on_train_start(self, ctx) -> None:
         self.measure(ctx, ctx.step)
 

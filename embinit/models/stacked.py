@@ -13,6 +13,8 @@ runs only on non-pad positions (a data-dependent shape); vmap supports none of t
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -64,11 +66,12 @@ class StackedModel(nn.Module):
         return getattr(self, _flat(name))
 
     @torch.no_grad()
-    def write_back(self) -> None:
-        """Copy every member's slice of the stacked weights into its own module."""
+    def write_back(self, only: int | None = None) -> None:
+        """Copy every member's (or member `only`'s) slice of the stacked weights into its own module."""
+        members = list(enumerate(self.members)) if only is None else [(only, self.members[only])]
         for n in self.names:
             w = self._w(n)
-            for g, m in enumerate(self.members):
+            for g, m in members:
                 dict(m.named_parameters())[n].copy_(w[g])
 
     # batched building blocks -------------------------------------------------------------------------
@@ -91,20 +94,32 @@ class StackedModel(nn.Module):
 
     def _drop(self, x: torch.Tensor, shapes: list[tuple[int, ...]]) -> torch.Tensor:
         """Each member's FastDropout mask for its own leading shape ((rows, length) of a sequence batch,
-        (rows,) of pooled vectors), drawn from its own generator in the member's forward order."""
+        (rows,) of pooled vectors), drawn from its own generator in the member's forward order.
+
+        The kernels do not grow with G, bar one draw per member (each from its own generator): the
+        members' draws go to slices of one buffer (a slice draws what a fresh tensor of its size would),
+        one comparison makes every keep bit, and the mask is those bits in place when every member fills
+        the padded shape (no padding), else one copy per member into a zero mask."""
         if not self.training or self.p == 0.0:
             return x
-        mask = x.new_zeros(x.shape)
+        d, full = x.shape[-1], tuple(x.shape[1:-1])
+        sizes = [d * math.prod(shape) for shape in shapes]
+        words = [(n + 3) // 4 for n in sizes]                   # 4 int16 lanes per 64-bit draw
+        draws = torch.empty(sum(words), dtype=torch.int64, device=x.device)
+        start = 0
+        for g, w in enumerate(words):
+            draws[start:start + w].random_(generator=self.generators[g])
+            start += w
+        keep = (draws.view(torch.int16).view(-1, 4) >= self.threshold).view(-1)
         scale = 1.0 / (1.0 - self.effective_p)
-        for g, shape in enumerate(shapes):
-            n = x.shape[-1]
-            for s in shape:
-                n *= s
-            draws = torch.empty((n + 3) // 4, dtype=torch.int64, device=x.device)
-            draws.random_(generator=self.generators[g])
-            keep = (draws.view(torch.int16).view(-1, 4) >= self.threshold).view(-1)[:n]
-            mask[(g, *(slice(0, s) for s in shape))] = keep.view(*shape, -1).to(x.dtype).mul_(scale)
-        return x * mask
+        if all(shape == full for shape in shapes) and sizes[0] % 4 == 0:
+            return x * keep.view(x.shape).to(x.dtype).mul_(scale)
+        mask = x.new_zeros(x.shape)
+        lane = 0
+        for g, (shape, n, w) in enumerate(zip(shapes, sizes, words)):
+            mask[(g, *(slice(0, s) for s in shape))] = keep[lane:lane + n].view(*shape, d)
+            lane += 4 * w
+        return x * mask.mul_(scale)
 
     def _embed(self, ids: torch.Tensor, name: str, shapes) -> torch.Tensor:
         """`TokenEmbedding` of member module `name`: dropout(E[ids] * sqrt(D) + PE)."""

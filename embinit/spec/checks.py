@@ -181,7 +181,4 @@ def _execution_problems(spec: SpecFields) -> list[tuple[str, str]]:
     if spec.search is not None and spec.search.method == "optuna":
         out.append(("execution.fuse", "fuse: auto groups the trials of a grid; an optuna search draws its "
                                       "points one at a time: use fuse: off"))
-    if spec.analyses is not None:
-        out.append(("execution.fuse", "analyses observe one trial's model during training and do not run "
-                                      "on fused groups yet: use fuse: off or drop `analyses`"))
     return out

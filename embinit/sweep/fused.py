@@ -9,8 +9,10 @@ trials. Kinds that do not fuse (their task-registry entry names no `fused` model
 
 In the worker every member is its own MLflow child run under its own trial key, opened, logged and
 closed as a separate trial's is, in its own claimed checkpoint folder (embinit.sweep.resume: a rerun
-after a crash resumes each member from it, in its run); the group reports to Tune once per epoch with
-one checkpoint holding every member's folder. Members that resume at different epochs (a crash between
+after a crash resumes each member from it, in its run); the spec's `analyses` log into it as into a
+separate trial's (a member's KNN similarity is measured on its current weights, after its twin in the
+group has written its snapshot of that step). The group reports to Tune once per epoch with one
+checkpoint holding every member's folder. Members that resume at different epochs (a crash between
 two members' checkpoints) train separately, each from its own.
 """
 
@@ -27,7 +29,7 @@ from embinit import run_readers
 from embinit.config import TrialConfig
 from embinit.task_registry import task_kind
 from embinit.errors import EmbinitError
-from embinit.sweep import resume
+from embinit.sweep import analyses, resume
 from embinit.sweep.claims import ClaimLost
 from embinit.sweep.reporting import TrialReporter, artifacts
 from embinit.sweep.work import SweepContext, Unit, WorkItem
@@ -115,10 +117,11 @@ def run_group(items: tuple[WorkItem, ...], ctx: SweepContext, restored: Path | N
 
 def _train_group(todo: list[tuple], ctx: SweepContext, extra_callbacks: Callable | None) -> list[float]:
     from embinit.train.fused import run_fused
-    runs, callbacks, values = [], [], []
+    runs, callbacks, analysis_cbs, values = [], [], [], []
     for cfg, item, claim, key_runs in todo:
         run = resume.open_run(claim, ctx, cfg.to_dict(), item.label, item.group(), key_runs)
-        cbs = [MemberReporter(run, claim, item.metric)]
+        analysis_cbs.append(analyses.trial_callbacks(ctx.analyses, cfg, run.log_metrics, claim.path))
+        cbs = [MemberReporter(run, claim, item.metric), *analysis_cbs[-1]]
         cbs += list(extra_callbacks(cfg)) if extra_callbacks is not None else []
         runs.append(run)
         callbacks.append(cbs)
@@ -138,9 +141,12 @@ def _train_group(todo: list[tuple], ctx: SweepContext, extra_callbacks: Callable
         for run in runs:
             run.fail(traceback.format_exc())
         raise  # Tune retries the group from its last checkpoint
-    for (_cfg, item, claim, _), run, result in zip(todo, runs, results):
+    for (_cfg, item, claim, _), run, result, own in zip(todo, runs, results, analysis_cbs):
         res = result.to_dict()
-        run.finish(res, artifacts(res, claim.path, ctx, item.label))
+        files = artifacts(res, claim.path, ctx, item.label)
+        if ctx.log_plots:
+            files += analyses.plot_artifacts(own, res["history"], claim.path, item.label)
+        run.finish(res, files)
         claim.discard()  # recorded: nothing left to resume
         value = (res.get("best") or {}).get(item.metric)
         values.append(math.nan if value is None else value)

@@ -17,7 +17,9 @@ member's update is its separate update up to float summation order.
 - Every built-in kind fuses (translation, classification, LM: the kind's `fused` model and its Task's
   `fused_loss`). A kind without them, and members whose shapes or batch schedules differ, run one
   after the other through `run_trial` (the result says which mode ran).
-- `ctx.model` of a member's callbacks holds the weights of the last epoch end, not of the current step.
+- `ctx.model` of a member's callbacks holds the weights of the last epoch end, not of the current step,
+  unless a callback asks for them at that step (`needs_weights`, embinit.train.callbacks: the KNN
+  similarity analysis does); members fire their events in their callbacks' `step_order`.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import torch
 
 from embinit.config import TrialConfig
 from embinit.task_registry import KINDS, kind_entry
-from embinit.train.callbacks import fire
+from embinit.train.callbacks import fire, step_order
 from embinit.train.fused_group import FusedGroup, Lane
 from embinit.train.lifecycle import Member, epoch_batches, epoch_end, finish, start
 from embinit.train.loop import sync_interval
@@ -63,11 +65,13 @@ def run_fused(cfgs: list[TrialConfig], out_dirs=None, callbacks=None, group_call
         why = "members resumed at different epochs"
     if why is not None:
         return [_separate(m, why, resume, cache_dir) for m in members]
-    for m in members:
+    ordered = sorted(members, key=lambda m: step_order(m.callbacks))   # writers before readers
+    for m in ordered:
         fire(m.callbacks, "on_train_start", m.ctx)
     stats = _train(active, group_callbacks, t0, sync_every)
     group = {"mode": "fused", "group_size": n, "group_keys": [m.key for m in members], "padding": stats}
-    return [finish(m, group, t0) for m in members]
+    results = {id(m): finish(m, group, t0) for m in ordered}
+    return [results[id(m)] for m in members]
 
 
 def _not_fusable(setups) -> str | None:

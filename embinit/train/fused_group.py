@@ -20,7 +20,9 @@ Per lane this is `loop.train_epoch` for that trial alone:
   losses) and Adam is elementwise, so their steps in the window are their separate steps, and at the
   read the step being taken goes on with the bad lanes' losses left out of the summed loss. No step is
   redone, so every dropout generator has drawn each step's masks exactly once, as when run alone;
-- `on_step_end(ctx, step, loss)` gets the lane's last loss read (NaN before the epoch's first read).
+- `on_step_end(ctx, step, loss)` gets the lane's last loss read (NaN before the epoch's first read);
+  the lanes fire in their callbacks' `step_order`, and a lane whose callback `needs_weights(step)` gets
+  its current weights copied into its module first (embinit.train.callbacks).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import torch
 
 from embinit.errors import EmbinitError
 from embinit.task_registry import kind_code
-from embinit.train.callbacks import fire
+from embinit.train.callbacks import fire, needs_weights, step_order
 from embinit.train.lifecycle import Stepped, make_optimizer
 
 
@@ -158,9 +160,11 @@ class FusedGroup:
         self.opt.zero_grad(set_to_none=True)
         losses.sum().backward()
         self.opt.step()
-        for g in keep:
+        for g in sorted(keep, key=lambda g: step_order(self.lanes[g].callbacks)):
             x = self.lanes[g]
             x.ctx.step += 1
             x.tokens += step[g]["n_tokens"]
+            if needs_weights(x.callbacks, x.ctx.step):
+                self.model.write_back(only=g)   # this member's current weights, for its callback
             fire(x.callbacks, "on_step_end", x.ctx, x.ctx.step, x.last)
 
