@@ -44,13 +44,15 @@ def test_bad_execution_settings_name_the_field(execution, where, message):
     assert any(p == where and message in m for p, m in e.value.problems), e.value.problems
 
 
-def test_fusing_what_runs_one_trial_at_a_time_is_refused_and_analyses_are_not():
+def test_fusing_optuna_points_and_analyses_is_allowed_and_the_noop_trainer_is_refused():
+    optuna = {"method": "optuna", "space": {"lr": {"low": 1e-4, "high": 1e-3}}, "num_samples": 2}
+    s = spec(search=optuna, analyses={"probe": True, "similarity": {"reference_seed": 0}})
+    assert s.execution.fuse == "auto" and s.search.method == "optuna"
     with pytest.raises(SpecError) as e:
-        spec(search={"method": "optuna", "space": {"lr": {"low": 1e-4, "high": 1e-3}}, "num_samples": 2},
-             analyses={"probe": True})
-    problems = [m for p, m in e.value.problems if p == "execution.fuse"]
-    assert len(problems) == 1 and "optuna" in problems[0]
-    assert spec(analyses={"probe": True, "similarity": {"reference_seed": 0}}).execution.fuse == "auto"
+        spec(search=optuna, execution={"fuse": "auto", "trainer": "noop", "trials_per_unit": 2})
+    problems = sorted(e.value.problems)
+    assert [p for p, _ in problems] == ["execution.fuse", "execution.trials_per_unit"], problems
+    assert "noop trainer" in problems[0][1] and "units already" in problems[1][1]
 
 
 def test_grouping_by_task_shape_and_schedule():

@@ -45,6 +45,28 @@ def test_optuna_search_runs_its_budget_and_resumes(ray_local, tmp_path):
     assert again.report.rows[0]["point"] == row["point"]
 
 
+def test_an_optuna_point_s_seeds_train_as_one_fused_group(ray_local, tmp_path):
+    """`fuse: auto` with Optuna: each point's two seeds are one fused group (both runs say so, each at
+    the point's lr); the search spends its budget and the report picks its point as without fusing."""
+    from embinit import records
+    s = spec("opt-fused", tmp_path, seeds=[0, 1], execution={"fuse": "auto"}, search={
+        "method": "optuna", "num_samples": 2, "space": {"lr": {"low": 1e-4, "high": 1e-2, "log": True}}})
+    result = run_sweep(s, progress=False)
+    assert result.n_finished == 4 and result.n_failed == 0
+    trials = run_readers.list_trials("opt-fused", result.tracking_uri)
+    client = mlflow_store.client(result.tracking_uri)
+    assert {client.get_run(t["run_id"]).data.tags[records.EXECUTION_TAG] for t in trials} == {"fused"}
+    lrs = {t["config"]["lr"] for t in trials}
+    assert len(lrs) == 2
+    for lr in lrs:
+        assert sorted(t["config"]["seed"] for t in trials if t["config"]["lr"] == lr) == [0, 1]
+    (row,) = result.report.rows
+    assert row["point"]["lr"] in lrs and row["n"] == 2
+    again = run_sweep(s, progress=False)
+    assert len(run_readers.list_trials("opt-fused", result.tracking_uri)) == 4
+    assert again.report.rows[0]["point"] == row["point"]
+
+
 class StopAfterFirstEpoch:
     def __init__(self, flag: str):
         self.flag = Path(flag)

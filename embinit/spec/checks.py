@@ -168,7 +168,8 @@ def _task_problems(spec: SpecFields) -> list[tuple[str, str]]:
 
 
 def _execution_problems(spec: SpecFields) -> list[tuple[str, str]]:
-    """Fused execution trains whole grid groups at once; what needs one trial at a time is refused."""
+    """Fused execution trains whole groups at once (a grid point's trials, an Optuna point's seeds);
+    what needs one trial at a time is refused."""
     out = []
     if spec.execution.trials_per_unit > 1 and (spec.execution.fuse == "auto" or (
             spec.search is not None and spec.search.method == "optuna")):
@@ -178,7 +179,4 @@ def _execution_problems(spec: SpecFields) -> list[tuple[str, str]]:
         return out
     if spec.execution.trainer == "noop":
         out.append(("execution.fuse", "the noop trainer runs one trial per Ray trial: use fuse: off"))
-    if spec.search is not None and spec.search.method == "optuna":
-        out.append(("execution.fuse", "fuse: auto groups the trials of a grid; an optuna search draws its "
-                                      "points one at a time: use fuse: off"))
     return out

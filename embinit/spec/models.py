@@ -130,8 +130,8 @@ class Resources(_Strict):
 
 class Execution(_Strict):
     """How trials run. `fuse: auto` trains each group of trials that share task, model shape and batch
-    schedule (the seeds and inits of one grid point) as one fused model in one Ray trial
-    (embinit.sweep.fused); `off` (the default) runs one trial per Ray trial. A group holds at most
+    schedule (the seeds and inits of one grid point; the seeds of one Optuna point) as one fused model
+    in one Ray trial (embinit.sweep.fused); `off` (the default) runs one trial per Ray trial. A group holds at most
     `max_group` trials. Results, trial keys and MLflow runs are per trial either way.
 
     `trainer: noop` trains nothing: each trial records its epochs of made-up metrics at once, through

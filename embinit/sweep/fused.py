@@ -79,20 +79,29 @@ def group_units(units: list[Unit], max_group: int) -> list[Unit]:
 class MemberReporter(TrialReporter):
     """A member's epochs go to its own MLflow run; the group reports to Tune once (GroupReporter)."""
 
+    last: float = math.nan   # the member's selection metric at its latest epoch
+
     def on_epoch_end(self, ctx, epoch: int, metrics: dict[str, Any]) -> None:
         self.claim.sync()
         self.run.log_epoch(epoch, metrics, checkpoint=self.claim.persistent)
+        value = metrics.get(self.selection)
+        self.last = value if isinstance(value, (int, float)) else math.nan
 
 
 class GroupReporter:
-    def __init__(self, claims: list[resume.Claim]):
-        self.claims = claims
+    """The group's epoch to Tune: one checkpoint of every member's folder, and `objective`, the members'
+    mean selection metric at their latest epoch (what an Optuna search sees of a point while it runs)."""
+
+    def __init__(self, claims: list[resume.Claim], members: list[MemberReporter]):
+        self.claims, self.members = claims, members
 
     def on_group_epoch_end(self, epoch: int) -> None:
         from ray import tune
         from ray.tune import Checkpoint
+        finite = [m.last for m in self.members if math.isfinite(m.last)]
         with resume.staged(self.claims) as folder:
-            tune.report({"embinit_epoch": epoch, "embinit_trials": len(self.claims)},
+            tune.report({"embinit_epoch": epoch, "embinit_trials": len(self.claims),
+                         "objective": sum(finite) / len(finite) if finite else math.nan},
                         checkpoint=Checkpoint.from_directory(folder))
 
 
@@ -117,18 +126,19 @@ def run_group(items: tuple[WorkItem, ...], ctx: SweepContext, restored: Path | N
 
 def _train_group(todo: list[tuple], ctx: SweepContext, extra_callbacks: Callable | None) -> list[float]:
     from embinit.train.fused import run_fused
-    runs, callbacks, analysis_cbs, values = [], [], [], []
+    runs, callbacks, analysis_cbs, reporters, values = [], [], [], [], []
     for cfg, item, claim, key_runs in todo:
         run = resume.open_run(claim, ctx, cfg.to_dict(), item.label, item.group(), key_runs)
         analysis_cbs.append(analyses.trial_callbacks(ctx.analyses, cfg, run.log_metrics, claim.path))
-        cbs = [MemberReporter(run, claim, item.metric), *analysis_cbs[-1]]
+        reporters.append(MemberReporter(run, claim, item.metric))
+        cbs = [reporters[-1], *analysis_cbs[-1]]
         cbs += list(extra_callbacks(cfg)) if extra_callbacks is not None else []
         runs.append(run)
         callbacks.append(cbs)
     claims = [claim for _, _, claim, _ in todo]
     try:
         results = run_fused([c for c, _, _, _ in todo], out_dirs=[c.path for c in claims], callbacks=callbacks,
-                            group_callbacks=[GroupReporter(claims)], resume=True,
+                            group_callbacks=[GroupReporter(claims, reporters)], resume=True,
                             cache_dir=ctx.cache_dir)
     except EmbinitError as e:  # a user error fails the same way on every retry: record it, go on
         for run, claim in zip(runs, claims):

@@ -1,10 +1,11 @@
 """Optuna TPE search over nuisance hyperparameters, through Ray Tune's `OptunaSearch`.
 
 One Tune run per scientific point (task x init x axes): each Tune trial is one search point and runs
-the spec's seeds in turn (each seed an embinit trial with its own MLflow run and key); the objective is
-their mean selection metric. Points that MLflow already has for every seed are given to the sampler as
-evaluated (`points_to_evaluate` + `evaluated_rewards`) and count against the budget, so resubmitting
-resumes the search rather than redrawing it; a re-suggested point trains nothing (its keys are done).
+the spec's seeds in turn, or with `execution: {fuse: auto}` as one fused group (each seed an embinit
+trial with its own MLflow run and key either way); the objective is their mean selection metric.
+Points that MLflow already has for every seed are given to the sampler as evaluated
+(`points_to_evaluate` + `evaluated_rewards`) and count against the budget, so resubmitting resumes
+the search rather than redrawing it; a re-suggested point trains nothing (its keys are done).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from ray import tune
 
 from embinit import run_readers
 from embinit.spec import ExperimentSpec, PlannedTrial, Range
+from embinit.sweep.fused import fuse_key
 from embinit.sweep.interrupt import stop_on_interrupt
 from embinit.sweep.job import TuneJob
 from embinit.sweep.ray_runtime import RayRuntime
@@ -63,6 +65,15 @@ def _evaluated(spec: ExperimentSpec, uri: str, exp_id: str, items: list[WorkItem
     return points, rewards
 
 
+def _fuses(spec: ExperimentSpec, items: list[WorkItem]) -> bool:
+    """With `fuse: auto`, a point's seeds train as one fused group when they fuse at all (a fusable kind,
+    no token budget) and fit in `max_group`; a search point sets the same values for every seed."""
+    if spec.execution.fuse != "auto" or not 1 < len(items) <= spec.execution.max_group:
+        return False
+    keys = {fuse_key(item.config) for item in items}
+    return len(keys) == 1 and None not in keys
+
+
 def run_optuna(job: TuneJob) -> bool:
     """Run the search for each scientific point in turn; True when cancelled. Ray is started (or the
     cluster at `job.address` joined) only when some point still has budget left."""
@@ -93,7 +104,7 @@ def _search(job: TuneJob, work: list[tuple]) -> bool:
         searcher = OptunaSearch(metric="objective", mode=mode, sampler=optuna.samplers.TPESampler(seed=0),
                                 points_to_evaluate=[p for p, _ in known] or None,
                                 evaluated_rewards=[r for _, r in known] or None)
-        units = [Unit(tuple(items))]
+        units = [Unit(tuple(items), fused=_fuses(spec, items))]
         tuner = tune.Tuner(
             make_trainable(spec, units, shared, job.extra_callbacks),
             param_space={"unit": 0, **space},

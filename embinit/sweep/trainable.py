@@ -1,5 +1,5 @@
 """The Ray Tune trainable: one Tune trial runs one embinit trial (an Optuna point: its seeds in turn), or
-one fused group of same-shape trials (embinit.sweep.fused).
+one fused group of same-shape trials (embinit.sweep.fused; with `fuse: auto`, an Optuna point's seeds).
 
 Inside the worker, per embinit trial: claim its key and its checkpoint folder (embinit.sweep.resume;
 waiting while another sweep trains the key); skip it if MLflow already has a finished run of the key (a
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import traceback
+from dataclasses import replace
 from typing import Any, Callable, Sequence
 
 from embinit import run_readers
@@ -39,15 +40,11 @@ def train_unit(config: dict[str, Any], shared: SweepContext, units: Sequence[Uni
     objectives: list[float] = []
     reused = 0
     with resume.restored_checkpoint() as restored:
+        items = [_at_point(item, overrides) for item in unit.trials]
         if unit.fused:  # one fused model for the group (embinit.sweep.fused)
-            objectives, reused = run_group(unit.trials, shared, restored, extra_callbacks)
-        for item in unit.trials if not unit.fused else ():
-            at_point = item.at_point(overrides)
-            # The driver's key (the one its dedup and report look for), unless a search point made a new
-            # config: keys count file inputs by content, and a worker may see files the driver does not.
-            key = item.key if at_point is item else TrialConfig.from_dict(at_point.config).key()
-            item = at_point
-            with resume.claim(shared, key, restored) as claim:
+            objectives, reused = run_group(tuple(items), shared, restored, extra_callbacks)
+        for item in items if not unit.fused else ():
+            with resume.claim(shared, item.key, restored) as claim:
                 value, was_reused = _run_one(item, shared, claim, extra_callbacks)
             reused += was_reused
             if value is not None:
@@ -55,6 +52,14 @@ def train_unit(config: dict[str, Any], shared: SweepContext, units: Sequence[Uni
     final = {"objective": _mean(objectives), "embinit_done": 1, "embinit_trials": len(unit.trials),
              "embinit_failed": len(unit.trials) - len(objectives), "embinit_reused": reused}
     tune.report(final)
+
+
+def _at_point(item: WorkItem, overrides: dict[str, Any]) -> WorkItem:
+    """The item at an Optuna search point, keyed by its new config. The driver's key (the one its dedup
+    and report look for) stays unless the point made a new config: keys count file inputs by content,
+    and a worker may see files the driver does not."""
+    at_point = item.at_point(overrides)
+    return item if at_point is item else replace(at_point, key=TrialConfig.from_dict(at_point.config).key())
 
 
 def _run_one(item: WorkItem, ctx: SweepContext, claim: resume.Claim,
