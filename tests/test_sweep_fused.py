@@ -33,6 +33,21 @@ def test_execution_defaults_to_separate_and_keeps_the_spec_hash():
     assert spec().spec_hash() != load_spec({**spec().canonical(), "execution": {"fuse": "off"}}).spec_hash()
 
 
+@pytest.mark.parametrize("written, expected", [("off", "off"), ("no", "off"), ("on", "auto"), ("auto", "auto")])
+def test_yaml_booleans_mean_what_they_say(tmp_path, written, expected):
+    """YAML 1.1 reads `off`, `no` and `on` as booleans: `fuse: off` in a spec file, or
+    `execution.fuse=off` on the command line, must still mean off."""
+    path = tmp_path / "s.yaml"
+    path.write_text(f"name: fz\ntasks: [synthetic_translation]\ninits: [xavier]\nexecution: {{fuse: {written}}}\n")
+    from_file = load_spec(str(path))
+    assert from_file.execution.fuse == expected
+    plain = tmp_path / "plain.yaml"
+    plain.write_text("name: fz\ntasks: [synthetic_translation]\ninits: [xavier]\n")
+    assert load_spec(str(plain), [f"execution.fuse={written}"]).execution.fuse == expected
+    if expected == "off":
+        assert from_file.spec_hash() == load_spec(str(plain)).spec_hash()
+
+
 @pytest.mark.parametrize("execution, where, message", [
     ({"fuse": "yes"}, "execution.fuse", "'auto' or 'off'"),
     ({"max_group": 1}, "execution.max_group", "greater than or equal to 2"),

@@ -131,8 +131,8 @@ class Resources(_Strict):
 class Execution(_Strict):
     """How trials run. `fuse: auto` trains each group of trials that share task, model shape and batch
     schedule (the seeds and inits of one grid point; the seeds of one Optuna point) as one fused model
-    in one Ray trial (embinit.sweep.fused); `off` (the default) runs one trial per Ray trial. A group holds at most
-    `max_group` trials. Results, trial keys and MLflow runs are per trial either way.
+    in one Ray trial (embinit.sweep.fused); `off` (the default) runs one trial per Ray trial. A group
+    holds at most `max_group` trials. Results, trial keys and MLflow runs are per trial either way.
 
     `trainer: noop` trains nothing: each trial records its epochs of made-up metrics at once, through
     the real scheduling, dedup and MLflow path (embinit.sweep.noop), to measure the control plane. Its
@@ -147,6 +147,12 @@ class Execution(_Strict):
     max_group: int = Field(8, ge=2, le=256)
     trainer: Literal["torch", "noop"] = "torch"
     trials_per_unit: int = Field(1, ge=1, le=10_000)
+
+    @field_validator("fuse", mode="before")
+    @classmethod
+    def _yaml_booleans(cls, value: Any) -> Any:
+        """YAML reads `fuse: off` (as the default is spelled) as false, and `on`/`yes`/`true` as true."""
+        return {True: "auto", False: "off"}[value] if isinstance(value, bool) else value
 
 
 class MlflowSettings(_Strict):
