@@ -1,6 +1,6 @@
 """Fused-trial benchmark on CPU: a group of G same-shape trials of one task (--task: the synthetic
-translation, classification or LM task) trained as one fused model (embinit.train.fused) against the
-same G trials run one after the other (run_trial), in one process.
+translation, classification or LM task, or a real one with --data-dir) trained as one fused model
+(embinit.train.fused) against the same G trials run one after the other (run_trial), in one process.
 
 For G in --groups (default 2 4 8): the seeds 0..G-1 of one synthetic grid point, D and
 sizes from the flags, dropout --dropout (0.1), --epochs epochs, no BLEU decoding (training and validation only, so
@@ -32,11 +32,15 @@ from embinit.train import run_trial
 from embinit.train.fused import run_fused
 from machine import cpu_model  # bench/machine.py
 
+SYNTHETIC = ("translation", "classification", "lm")
+
 
 def configs(g: int, args) -> list[TrialConfig]:
-    return [TrialConfig(task=f"synthetic_{args.task}", seed=s, threads=args.threads, epochs=args.epochs,
-                        d_model=args.d_model, heads=4, ff_dim=2 * args.d_model, layers=args.layers,
-                        max_train_examples=args.examples, dropout=args.dropout, extras={"val_bleu": False})
+    task = f"synthetic_{args.task}" if args.task in SYNTHETIC else args.task
+    extra = {"data_dir": args.data_dir} if args.data_dir else {}
+    return [TrialConfig(task=task, seed=s, threads=args.threads, epochs=args.epochs, d_model=args.d_model,
+                        heads=args.heads, ff_dim=2 * args.d_model, layers=args.layers, batch_size=args.batch_size,
+                        max_train_examples=args.examples, dropout=args.dropout, extras={"val_bleu": False}, **extra)
             for s in range(g)]
 
 
@@ -66,7 +70,11 @@ def measure(g: int, args, cache: str) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--task", choices=["translation", "classification", "lm"], default="translation")
+    ap.add_argument("--task", default="translation",
+                    help="translation, classification, lm (the synthetic tasks) or a real task (sst2, multi30k, ...)")
+    ap.add_argument("--data-dir", default=None, help="a real task's folder (e.g. ../shared/data/sst2)")
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--batch-size", type=int, default=None, help="default: the task's")
     ap.add_argument("--groups", type=int, nargs="+", default=[2, 4, 8])
     ap.add_argument("--d-model", type=int, default=64)
     ap.add_argument("--layers", type=int, default=2)
@@ -78,13 +86,14 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="default: bench/results/fused_cpu[_<task>].json")
     args = ap.parse_args()
     args.out = args.out or f"bench/results/fused_cpu{'' if args.task == 'translation' else '_' + args.task}.json"
+    args.data_dir = os.path.abspath(args.data_dir) if args.data_dir else None
     torch.set_num_threads(args.threads)
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as cache:
         run_trial(configs(1, args)[0], cache_dir=cache)  # warm the data cache and the kernels
         rows = [measure(g, args, cache) for g in args.groups]
     load = {"before": load_before, "after": os.getloadavg()}   # (1, 5, 15 min), the machine may be shared
-    print(f"CPU: {cpu_model()}, {args.threads} threads, synthetic_{args.task}, D={args.d_model}, {args.layers} "
+    print(f"CPU: {cpu_model()}, {args.threads} threads, {args.task}, D={args.d_model}, {args.layers} "
           f"layers per stack, {args.examples} examples x {args.epochs} epoch(s); "
           f"load average before {load_before[0]:.2f}, after {load['after'][0]:.2f} (1 min)")
     print("| G | separate s | fused s | wall ratio | train-step ratio | fused slots / separate | real share fused |")

@@ -156,7 +156,8 @@ def test_reference_seed_similarity_in_a_fused_group(ray_local, tmp_path):
     snaps = tmp_path / "snaps"
     spec = load_spec(spec_data(tmp_path, {"similarity": {"reference_seed": 0, "snapshot_dir": str(snaps),
                                                          "every_n_steps": 4, "k": 3}},
-                               seeds=[0, 1], name="analyses-fused", execution={"fuse": "auto"}))
+                               seeds=[0, 1], name="analyses-fused", execution={"fuse": "always"},
+                               max_concurrent=1))   # one slot: the two seeds fuse (else each gets one)
     result = run_sweep(spec, progress=False)
     assert result.n_finished == 2, result.trials
     by_seed = {t["config"]["seed"]: t for t in result.trials}

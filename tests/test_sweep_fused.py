@@ -18,7 +18,7 @@ TINY = {"task": "synthetic_translation", "epochs": 2, "max_train_examples": 200,
 
 def spec(tmp: Path | None = None, **over):
     data = {"name": "fz", "tasks": [TINY], "inits": ["xavier", "normal"], "seeds": 3,
-            "resources": {"cpus": 1}, "execution": {"fuse": "auto", "max_group": 4}}
+            "resources": {"cpus": 1}, "execution": {"fuse": "always", "max_group": 4}}
     if tmp is not None:
         data.update(cache_dir=str(tmp / "cache"), mlflow={"tracking_uri": f"sqlite:///{tmp}/mlflow.db"})
     data.update(over)
@@ -49,7 +49,7 @@ def test_yaml_booleans_mean_what_they_say(tmp_path, written, expected):
 
 
 @pytest.mark.parametrize("execution, where, message", [
-    ({"fuse": "yes"}, "execution.fuse", "'auto' or 'off'"),
+    ({"fuse": "yes"}, "execution.fuse", "'auto', 'always' or 'off'"),
     ({"max_group": 1}, "execution.max_group", "greater than or equal to 2"),
     ({"fuse": "auto", "groups": 2}, "execution.groups", "unknown field 'groups'"),
 ])
@@ -62,7 +62,7 @@ def test_bad_execution_settings_name_the_field(execution, where, message):
 def test_fusing_optuna_points_and_analyses_is_allowed_and_the_noop_trainer_is_refused():
     optuna = {"method": "optuna", "space": {"lr": {"low": 1e-4, "high": 1e-3}}, "num_samples": 2}
     s = spec(search=optuna, analyses={"probe": True, "similarity": {"reference_seed": 0}})
-    assert s.execution.fuse == "auto" and s.search.method == "optuna"
+    assert s.execution.fuse == "always" and s.search.method == "optuna"
     with pytest.raises(SpecError) as e:
         spec(search=optuna, execution={"fuse": "auto", "trainer": "noop", "trials_per_unit": 2})
     problems = sorted(e.value.problems)
@@ -75,14 +75,61 @@ def test_grouping_by_task_shape_and_schedule():
              axes={"pos_encoding": [True, False]})
     units = group_units(units_to_run(s, set())[0], max_group=4)
     assert all(u.fused for u in units)
-    # per task and pos_encoding value: 2 inits x 3 seeds = 6 trials -> groups of 4 + 2, never mixed
-    assert sorted(len(u.trials) for u in units) == [2, 2, 2, 2, 4, 4, 4, 4]
+    # per task and pos_encoding value: 2 inits x 3 seeds = 6 trials -> two groups (of 3: even sizes), never mixed
+    assert sorted(len(u.trials) for u in units) == [3] * 8
     for u in units:
         assert len({t.config["pos_encoding"] for t in u.trials}) == 1
         assert len({t.config["task"] for t in u.trials}) == 1
     assert sum(len(u.trials) for u in units) == len(s.plan())
     assert group_units(units_to_run(spec(tasks=[{**TINY, "max_tokens": 200}]), set())[0], 4) == \
         units_to_run(spec(tasks=[{**TINY, "max_tokens": 200}]), set())[0]
+
+
+@pytest.mark.parametrize("slots, sizes", [(None, [4, 4]), (1, [4, 4]), (2, [4, 4]), (3, [2, 3, 3]), (4, [2, 2, 2, 2]),
+                                          (8, [1] * 8), (20, [1] * 8)])
+def test_groups_never_leave_a_slot_idle(slots, sizes):
+    """8 same-shape trials, max_group 4: on a cluster that runs `slots` Ray trials at once a group holds
+    at most ceil(8 / slots), sizes as even as that allows; with a slot per trial nothing fuses."""
+    s = spec(seeds=4)
+    units = group_units(units_to_run(s, set())[0], max_group=4, slots=slots)
+    assert sorted(len(u.trials) for u in units) == sizes
+    assert all(u.fused == (len(u.trials) > 1) for u in units)
+    assert sorted(t.key for u in units for t in u.trials) == sorted(p.key for p in s.plan())
+
+
+def test_always_fuses_at_least_pairs_and_auto_fuses_gpu_trials_only():
+    s = spec(seeds=4)
+    units = group_units(units_to_run(s, set())[0], max_group=4, slots=8, pairs=True)
+    assert sorted(len(u.trials) for u in units) == [2, 2, 2, 2] and all(u.fused for u in units)
+    execution = {name: spec(execution={"fuse": name}).execution for name in ("auto", "always", "off")}
+    assert [execution[n].fuses(0) for n in ("auto", "always", "off")] == [False, True, False]
+    assert [execution[n].fuses(0.25) for n in ("auto", "always", "off")] == [True, True, False]
+
+
+def test_parallel_slots_reads_the_cluster_and_max_concurrent(monkeypatch):
+    import ray
+
+    from embinit.sweep.fused import parallel_slots
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 16.0, "GPU": 1.0})
+    assert parallel_slots(1, 0, None) == 16
+    assert parallel_slots(2, 0.25, None) == 4            # the GPU binds: 4 trials per GPU
+    assert parallel_slots(1, 0.25, 3) == 3               # max_concurrent caps it
+    assert parallel_slots(32, 0, None) == 1
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {})
+    assert parallel_slots(1, 0, None) == 1 and parallel_slots(0, 0, None) is None
+
+
+@pytest.mark.slow
+def test_auto_runs_cpu_trials_separately_and_says_why(ray_local, tmp_path, capsys):
+    from embinit.sweep import run_sweep
+    s = spec(tmp_path, seeds=1, execution={"fuse": "auto"},
+             mlflow={"tracking_uri": f"sqlite:///{tmp_path}/mlflow.db", "log_plots": False})
+    result = run_sweep(s, progress=True)
+    assert (result.planned, result.n_finished) == (2, 2)
+    assert "fuse: auto: these trials run on CPU (resources.gpus: 0)" in capsys.readouterr().err
+    uri = mlflow_store.resolve_uri(s.mlflow.tracking_uri)
+    runs = mlflow_store.search_runs(mlflow_store.experiment_id("fz", uri), uri)
+    assert {r.data.tags[records.EXECUTION_TAG] for r in runs if records.KEY_TAG in r.data.tags} == {"separate"}
 
 
 @pytest.mark.slow

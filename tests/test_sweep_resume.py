@@ -153,7 +153,7 @@ def test_a_lost_sweep_resumes_its_trial_from_the_checkpoint_in_the_same_run(tmp_
 
 
 def test_a_lost_fused_group_resumes_each_member_in_its_run(tmp_path, no_tune):
-    spec = setup(tmp_path, "lostfused", inits=["xavier", "normal"], execution={"fuse": "auto"})
+    spec = setup(tmp_path, "lostfused", inits=["xavier", "normal"], execution={"fuse": "always"})
     units = units_of(spec, fused=True)
     first, outcome = sweep(spec, units, [KillAfter(2)])   # the first member's epoch 2 kills the group ...
     assert outcome == "killed"
@@ -173,7 +173,7 @@ def test_a_lost_fused_group_resumes_each_member_in_its_run(tmp_path, no_tune):
 
 
 def test_a_lost_fused_group_at_one_epoch_resumes_fused(tmp_path, no_tune):
-    spec = setup(tmp_path, "lostfused2", inits=["xavier", "normal"], execution={"fuse": "auto"})
+    spec = setup(tmp_path, "lostfused2", inits=["xavier", "normal"], execution={"fuse": "always"})
     units = units_of(spec, fused=True)
     last = units[0].trials[-1].key
 

@@ -49,7 +49,7 @@ def test_an_optuna_point_s_seeds_train_as_one_fused_group(ray_local, tmp_path):
     """`fuse: auto` with Optuna: each point's two seeds are one fused group (both runs say so, each at
     the point's lr); the search spends its budget and the report picks its point as without fusing."""
     from embinit import records
-    s = spec("opt-fused", tmp_path, seeds=[0, 1], execution={"fuse": "auto"}, search={
+    s = spec("opt-fused", tmp_path, seeds=[0, 1], execution={"fuse": "always"}, search={
         "method": "optuna", "num_samples": 2, "space": {"lr": {"low": 1e-4, "high": 1e-2, "log": True}}})
     result = run_sweep(s, progress=False)
     assert result.n_finished == 4 and result.n_failed == 0

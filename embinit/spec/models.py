@@ -129,10 +129,13 @@ class Resources(_Strict):
 
 
 class Execution(_Strict):
-    """How trials run. `fuse: auto` trains each group of trials that share task, model shape and batch
+    """How trials run. `fuse: always` trains each group of trials that share task, model shape and batch
     schedule (the seeds and inits of one grid point; the seeds of one Optuna point) as one fused model
-    in one Ray trial (embinit.sweep.fused); `off` (the default) runs one trial per Ray trial. A group
-    holds at most `max_group` trials. Results, trial keys and MLflow runs are per trial either way.
+    in one Ray trial (embinit.sweep.fused); `auto` does so where it pays, for trials on GPUs
+    (`resources.gpus` > 0), and runs CPU trials separately (on CPU a fused step computes every member's
+    padding to the group's longest batch: 1.6x the token slots on SST-2, docs/benchmarks.md); `off`
+    (the default) runs one trial per Ray trial. A group holds at most `max_group` trials. Results,
+    trial keys and MLflow runs are per trial either way.
 
     `trainer: noop` trains nothing: each trial records its epochs of made-up metrics at once, through
     the real scheduling, dedup and MLflow path (embinit.sweep.noop), to measure the control plane. Its
@@ -143,15 +146,19 @@ class Execution(_Strict):
     per trial, when trials take seconds. A unit whose worker died restarts; the trials it finished are
     reused."""
 
-    fuse: Literal["auto", "off"] = "off"
+    fuse: Literal["auto", "always", "off"] = "off"
     max_group: int = Field(8, ge=2, le=256)
     trainer: Literal["torch", "noop"] = "torch"
     trials_per_unit: int = Field(1, ge=1, le=10_000)
 
+    def fuses(self, gpus: float) -> bool:
+        """Whether trials asking for `gpus` each train in fused groups."""
+        return self.fuse == "always" or (self.fuse == "auto" and gpus > 0)
+
     @field_validator("fuse", mode="before")
     @classmethod
     def _yaml_booleans(cls, value: Any) -> Any:
-        """YAML reads `fuse: off` (as the default is spelled) as false, and `on`/`yes`/`true` as true."""
+        """YAML reads `fuse: off` (as the default is spelled) as false, and `on`/`yes`/`true` as true (auto)."""
         return {True: "auto", False: "off"}[value] if isinstance(value, bool) else value
 
 

@@ -4,8 +4,10 @@ batch schedule go to one Ray trial as a group and train as one fused model (embi
 Grouping key: the trial config without the fields that only set a member's own numbers (seed, data
 seed, init specs, pretrained files, OOV rule, init_from), plus the embedding dimension each side's
 init gives, so GloVe-50d and GloVe-300d trials never share a group. Groups hold at most `max_group`
-trials. Kinds that do not fuse (their task-registry entry names no `fused` model) and token-budget batches
-(max_tokens: the number of steps depends on the data order) stay one trial per Ray trial.
+trials, and never fewer groups are made than the Ray cluster runs side by side (`parallel_slots`): on
+2 CPU slots, 8 same-shape trials are two groups of 4, not one of 8 on one core. Kinds that do not
+fuse (their task-registry entry names no `fused` model) and token-budget batches (max_tokens: the
+number of steps depends on the data order) stay one trial per Ray trial.
 
 In the worker every member is its own MLflow child run under its own trial key, opened, logged and
 closed as a separate trial's is, in its own claimed checkpoint folder (embinit.sweep.resume: a rerun
@@ -48,19 +50,25 @@ def fuse_key(config: dict[str, Any]) -> str | None:
 
 
 def _dims(config: dict[str, Any]) -> list:
-    """The embedding dimension each side's init implies (None: random, D comes from the config)."""
+    """The embedding dimension each side's init implies: a random init's is the config's `d_model`
+    (None when that is unset too: the task's default), so Xavier and GloVe-50d trials at d_model 50
+    share a group."""
     from embinit.init import parse_init_spec, source_dim
     from embinit.model_dims import side_sources
     try:
         sides = side_sources(TrialConfig.from_dict(config)).values()
-        return [source_dim(parse_init_spec(i), p) for i, p in sides]
+        dims = [source_dim(parse_init_spec(i), p) for i, p in sides]
     except Exception as e:
         return [f"unknown:{e}"]
+    return [config.get("d_model") if d is None else d for d in dims]
 
 
-def group_units(units: list[Unit], max_group: int) -> list[Unit]:
-    """Single-trial units -> fused groups of up to `max_group` (in plan order) and the units that
-    stay alone."""
+def group_units(units: list[Unit], max_group: int, slots: int | None = None, pairs: bool = False) -> list[Unit]:
+    """Single-trial units -> fused groups (in plan order, sizes as even as the cap allows) and the units
+    that stay alone. `slots`: how many Ray trials the cluster runs at once (`parallel_slots`); fusing
+    never leaves a slot idle that a trial could use, so a group holds at most ceil(trials / slots)
+    (and `max_group`) trials, and with a slot for every trial nothing fuses, unless `pairs` (`fuse:
+    always`): then groups hold at least 2."""
     groups: dict[str, list[WorkItem]] = {}
     out: list[Unit] = []
     for unit in units:
@@ -69,11 +77,27 @@ def group_units(units: list[Unit], max_group: int) -> list[Unit]:
             out.append(unit)
         else:
             groups.setdefault(key, []).append(unit.trials[0])
+    total = sum(len(items) for items in groups.values())
+    cap = max_group if not slots else min(max_group, math.ceil(total / slots))
+    cap = max(cap, 2) if pairs else cap
     for items in groups.values():
-        for i in range(0, len(items), max_group):
-            chunk = tuple(items[i:i + max_group])
+        parts = math.ceil(len(items) / max(cap, 1))
+        for p in range(parts):
+            chunk = tuple(items[len(items) * p // parts:len(items) * (p + 1) // parts])
             out.append(Unit(chunk, fused=len(chunk) > 1))
     return out
+
+
+def parallel_slots(cpus: float, gpus: float, max_concurrent: int | None) -> int | None:
+    """How many Ray trials of `cpus`/`gpus` each the connected Ray cluster runs at once now (an
+    autoscaler may add nodes later), capped by the spec's `max_concurrent`; None when unknown."""
+    import ray
+    have = ray.cluster_resources()
+    fits = [int(have.get(key, 0) // want) for key, want in (("CPU", cpus), ("GPU", gpus)) if want > 0]
+    slots = min(fits) if fits else None
+    if max_concurrent is not None:
+        slots = min(slots, max_concurrent) if slots is not None else max_concurrent
+    return max(slots, 1) if slots is not None else None
 
 
 class MemberReporter(TrialReporter):

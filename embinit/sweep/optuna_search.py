@@ -66,9 +66,10 @@ def _evaluated(spec: ExperimentSpec, uri: str, exp_id: str, items: list[WorkItem
 
 
 def _fuses(spec: ExperimentSpec, items: list[WorkItem]) -> bool:
-    """With `fuse: auto`, a point's seeds train as one fused group when they fuse at all (a fusable kind,
-    no token budget) and fit in `max_group`; a search point sets the same values for every seed."""
-    if spec.execution.fuse != "auto" or not 1 < len(items) <= spec.execution.max_group:
+    """With `fuse: always` (or `auto` on GPUs), a point's seeds train as one fused group when they fuse
+    at all (a fusable kind, no token budget) and fit in `max_group`; a search point sets the same values
+    for every seed."""
+    if not spec.execution.fuses(spec.resources.gpus) or not 1 < len(items) <= spec.execution.max_group:
         return False
     keys = {fuse_key(item.config) for item in items}
     return len(keys) == 1 and None not in keys

@@ -7,6 +7,7 @@ spec again resumes it and trains nothing twice.
 
 from __future__ import annotations
 
+import sys
 import tempfile
 import threading
 import time
@@ -20,7 +21,7 @@ from embinit.spec import ExperimentSpec, SpecError, load_spec
 from embinit.storage import Store
 from embinit.storage import configured as configured_store
 from embinit.sweep.analyses import shared_settings
-from embinit.sweep.fused import group_units
+from embinit.sweep.fused import group_units, parallel_slots
 from embinit.sweep.job import TuneJob
 from embinit.sweep.ray_runtime import RayRuntime
 from embinit.sweep.work import SweepContext, Unit, pack_units, units_to_run
@@ -116,9 +117,6 @@ def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = 
     runs = store_uri or uri
     finished = set(run_readers.finished_keys(exp_id, runs))
     units, reused = units_to_run(spec, finished, planned)
-    if spec.execution.fuse == "auto":
-        units = group_units(units, spec.execution.max_group)
-    units = pack_units(units, spec.execution.trials_per_unit)
     linked = _earlier_sweep(spec, units, exp_id, uri)
     if linked is not None:  # nothing to train: no new, empty sweep run
         return _finish(spec, uri, runs, exp_id, linked, planned, reused, False, t0, progress, linked=True)
@@ -175,6 +173,14 @@ def _execute(job: TuneJob, units: list[Unit]) -> bool:
     from embinit.sweep.warmup import prepare_on_ray
     from embinit.sweep.tune_run import run_tune  # imports ray
     with RayRuntime(job.address, spec.resources):
+        if spec.execution.fuses(spec.resources.gpus):   # groups for the slots this cluster has
+            slots = parallel_slots(spec.resources.cpus, spec.resources.gpus, spec.max_concurrent)
+            units = group_units(units, spec.execution.max_group, slots, pairs=spec.execution.fuse == "always")
+        elif spec.execution.fuse == "auto" and job.progress is True:
+            print("[embinit] fuse: auto: these trials run on CPU (resources.gpus: 0), where a fused group "
+                  "computes every member's padding and gains nothing; they run separately (fuse: always "
+                  "forces it)", file=sys.stderr, flush=True)
+        units = pack_units(units, spec.execution.trials_per_unit)
         check_on_ray(spec.resources.gpus)       # several trials per GPU without MPS: say so once
         if spec.execution.trainer != "noop":    # the noop trainer reads no data
             prepare_on_ray(units, spec.cache_dir)   # tokenize / align once, before the fan-out
