@@ -159,3 +159,23 @@ def test_fused_sweep_runs_are_the_trials_runs(ray_local, tmp_path, task, final):
     # a separate-execution submission of the same trials finds them all done
     again = run_sweep(load_spec({**s.canonical(), "execution": {"fuse": "off"}}), progress=False)
     assert (again.planned, again.reused) == (4, 4)
+
+
+def test_a_group_reports_its_objective_epochs_and_best_to_tune(monkeypatch, tmp_path):
+    """What Tune (an Optuna search, the progress table) sees of a fused group each epoch: the members'
+    mean selection metric at their latest epoch, the planned epochs, and the best member so far."""
+    import contextlib
+    import math
+    from types import SimpleNamespace
+
+    from ray import tune
+
+    from embinit.sweep import fused, resume
+    sent = []
+    monkeypatch.setattr(tune, "report", lambda metrics, checkpoint=None: sent.append(metrics))
+    monkeypatch.setattr(resume, "staged", lambda claims: contextlib.nullcontext(str(tmp_path)))
+    members = [SimpleNamespace(last=0.6, best=0.7, mode="max"), SimpleNamespace(last=0.8, best=0.8, mode="max"),
+               SimpleNamespace(last=math.nan, best=math.nan, mode="max")]   # diverged
+    fused.GroupReporter(["a", "b", "c"], members, epochs=5).on_group_epoch_end(2)
+    assert sent[-1]["objective"] == pytest.approx(0.7) and sent[-1]["embinit_best"] == 0.8
+    assert (sent[-1]["embinit_epoch"], sent[-1]["embinit_epochs"], sent[-1]["embinit_trials"]) == (2, 5, 3)

@@ -48,6 +48,20 @@ def test_progress_units_with_several_seeds_and_a_sink():
     assert (seen[-1]["done"], seen[-1]["failed"]) == (2, 1)
 
 
+def test_progress_counts_each_running_fused_group_s_members():
+    """Fused groups of 4 and 3 and a lone trial: a running group counts as its members running, not as
+    one trial beside members still "pending"."""
+    seen = []
+    p = Progress(total=8, reused=0, sink=seen.append, unit_sizes=[4, 3, 1])
+    p.on_trial_start(0, [], SimpleNamespace(trial_id="g0", config={"unit": 0}, last_result={}))
+    p.on_trial_start(0, [], SimpleNamespace(trial_id="g1", config={"unit": 1}, last_result={}))
+    assert (seen[-1]["running"], seen[-1]["pending"]) == (7, 1)
+    p.on_trial_complete(0, [], SimpleNamespace(trial_id="g0", config={"unit": 0},
+                                               last_result={"embinit_trials": 4, "embinit_failed": 1}))
+    p.on_trial_error(0, [], SimpleNamespace(trial_id="g1", config={"unit": 1}, last_result={}))
+    assert (seen[-1]["done"], seen[-1]["failed"], seen[-1]["running"], seen[-1]["pending"]) == (3, 4, 0, 1)
+
+
 def test_stop_flags():
     event = threading.Event()
     stop = StopAll(_stop_fn(event))

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from embinit import run_readers
+from embinit import mlflow_store, run_readers
 from embinit.config import TrialConfig
 from embinit.task_registry import task_kind
 from embinit.errors import EmbinitError
@@ -108,24 +108,26 @@ class MemberReporter(TrialReporter):
     def on_epoch_end(self, ctx, epoch: int, metrics: dict[str, Any]) -> None:
         self.claim.sync()
         self.run.log_epoch(epoch, metrics, checkpoint=self.claim.persistent)
-        value = metrics.get(self.selection)
-        self.last = value if isinstance(value, (int, float)) else math.nan
+        self.last = self.track({k: v for k, v in mlflow_store.flat_numbers(metrics).items() if math.isfinite(v)})
 
 
 class GroupReporter:
-    """The group's epoch to Tune: one checkpoint of every member's folder, and `objective`, the members'
-    mean selection metric at their latest epoch (what an Optuna search sees of a point while it runs)."""
+    """The group's epoch to Tune: one checkpoint of every member's folder; `objective`, the members'
+    mean selection metric at their latest epoch (what an Optuna search sees of a point while it runs);
+    and for the progress table the planned epochs and the members' best so far."""
 
-    def __init__(self, claims: list[resume.Claim], members: list[MemberReporter]):
-        self.claims, self.members = claims, members
+    def __init__(self, claims: list[resume.Claim], members: list[MemberReporter], epochs: int):
+        self.claims, self.members, self.epochs = claims, members, epochs
 
     def on_group_epoch_end(self, epoch: int) -> None:
         from ray import tune
         from ray.tune import Checkpoint
         finite = [m.last for m in self.members if math.isfinite(m.last)]
+        bests = [m.best for m in self.members if math.isfinite(m.best)]
+        best = (max(bests) if self.members[0].mode == "max" else min(bests)) if bests else math.nan
         with resume.staged(self.claims) as folder:
-            tune.report({"embinit_epoch": epoch, "embinit_trials": len(self.claims),
-                         "objective": sum(finite) / len(finite) if finite else math.nan},
+            tune.report({"embinit_epoch": epoch, "embinit_trials": len(self.claims), "embinit_epochs": self.epochs,
+                         "embinit_best": best, "objective": sum(finite) / len(finite) if finite else math.nan},
                         checkpoint=Checkpoint.from_directory(folder))
 
 
@@ -154,16 +156,16 @@ def _train_group(todo: list[tuple], ctx: SweepContext, extra_callbacks: Callable
     for cfg, item, claim, key_runs in todo:
         run = resume.open_run(claim, ctx, cfg.to_dict(), item.label, item.group(), key_runs)
         analysis_cbs.append(analyses.trial_callbacks(ctx.analyses, cfg, run.log_metrics, claim.path))
-        reporters.append(MemberReporter(run, claim, item.metric))
+        reporters.append(MemberReporter(run, claim, *item.selection))
         cbs = [reporters[-1], *analysis_cbs[-1]]
         cbs += list(extra_callbacks(cfg)) if extra_callbacks is not None else []
         runs.append(run)
         callbacks.append(cbs)
     claims = [claim for _, _, claim, _ in todo]
+    group = GroupReporter(claims, reporters, max(cfg.resolved().epochs for cfg, *_ in todo))
     try:
         results = run_fused([c for c, _, _, _ in todo], out_dirs=[c.path for c in claims], callbacks=callbacks,
-                            group_callbacks=[GroupReporter(claims, reporters)], resume=True,
-                            cache_dir=ctx.cache_dir)
+                            group_callbacks=[group], resume=True, cache_dir=ctx.cache_dir)
     except EmbinitError as e:  # a user error fails the same way on every retry: record it, go on
         for run, claim in zip(runs, claims):
             claim.discard()

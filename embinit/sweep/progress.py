@@ -48,10 +48,12 @@ class Progress(Callback):
 
     def __init__(self, total: int, reused: int, per_unit: int = 1, every: float = 10.0,
                  sink: Callable[[dict[str, Any]], None] | None = None, stream=None,
-                 clock: Callable[[], float] = time.monotonic, metric: str | None = None):
+                 clock: Callable[[], float] = time.monotonic, metric: str | None = None,
+                 unit_sizes: list[int] | None = None):
         self.total, self.reused, self.per_unit, self.every = total, reused, per_unit, every
         self.sink, self.stream, self.clock, self.metric = sink, stream, clock, metric
-        self.running: set[str] = set()
+        self.unit_sizes = unit_sizes      # trials of each unit (a Tune trial's config["unit"]): fused groups
+        self.running: dict[str, int] = {}   # running Tune trials -> the embinit trials each holds
         self.trials: dict[str, TrialProgress] = {}  # running Tune trials by id
         self.done = self.failed = 0
         self.durations: list[float] = []  # full-length estimates of the trials that ended
@@ -64,7 +66,7 @@ class Progress(Callback):
         now = self.clock()
         elapsed = now - self.start
         finished_here = self.done + self.failed
-        running = len(self.running) * self.per_unit
+        running = sum(self.running.values())
         pending = max(0, self.total - self.reused - finished_here - running)
         return {"total": self.total, "done": self.done + self.reused, "reused": self.reused,
                 "running": running, "pending": pending, "failed": self.failed,
@@ -80,8 +82,12 @@ class Progress(Callback):
             # a trial without an ended epoch yet: one trial's duration, less the time it has run
             left = [c.eta_s(now) if c.per_epoch_s() is not None else max(0.0, unit - (now - c.started))
                     for c in clocks]
-            return sweep_eta(left, math.ceil(pending / self.per_unit), unit, self.slots)
-        return elapsed / finished_here * (pending + len(self.running) * self.per_unit) if finished_here else None
+            return sweep_eta(left, math.ceil(pending / self._unit_size()), unit, self.slots)
+        return elapsed / finished_here * (pending + sum(self.running.values())) if finished_here else None
+
+    def _unit_size(self) -> float:
+        """Trials per unit, on average (the units still pending are not known one by one)."""
+        return sum(self.unit_sizes) / len(self.unit_sizes) if self.unit_sizes else self.per_unit
 
     def _by_start(self) -> list[TrialProgress]:
         return sorted(self.trials.values(), key=lambda t: t.clock.started)
@@ -126,7 +132,9 @@ class Progress(Callback):
         return {**self.__dict__, "sink": None, "stream": None, "clock": time.monotonic}
 
     def on_trial_start(self, iteration, trials, trial, **info):
-        self.running.add(trial.trial_id)
+        unit = (getattr(trial, "config", None) or {}).get("unit")
+        sized = self.unit_sizes is not None and isinstance(unit, int) and 0 <= unit < len(self.unit_sizes)
+        self.running[trial.trial_id] = self.unit_sizes[unit] if sized else self.per_unit
         self.slots = max(self.slots, len(self.running))
         self.trials[trial.trial_id] = TrialProgress(str(trial), TrialClock(self.clock()))
         self.emit(force=True)
@@ -142,16 +150,18 @@ class Progress(Callback):
         t.best = float(best) if isinstance(best, (int, float)) else math.nan
         self.emit()
 
-    def _ended(self, trial) -> None:
-        self.running.discard(trial.trial_id)
+    def _ended(self, trial) -> int:
+        """The embinit trials the ended Tune trial held."""
+        held = self.running.pop(trial.trial_id, self.per_unit)
         t = self.trials.pop(trial.trial_id, None)
         full = t.clock.full_s() if t is not None else None
         if full is not None:
             self.durations.append(full)
+        return held
 
     def on_trial_complete(self, iteration, trials, trial, **info):
-        self._ended(trial)
-        per = int((trial.last_result or {}).get("embinit_trials", self.per_unit))  # a fused group's size
+        held = self._ended(trial)
+        per = int((trial.last_result or {}).get("embinit_trials", held))  # a fused group's size
         failed = min(per, int((trial.last_result or {}).get("embinit_failed", 0)))
         # trials another sweep finished while this one waited for their key: reused, not done here
         reused = min(per - failed, int((trial.last_result or {}).get("embinit_reused", 0)))
@@ -161,8 +171,7 @@ class Progress(Callback):
         self.emit(force=True)
 
     def on_trial_error(self, iteration, trials, trial, **info):
-        self._ended(trial)
-        self.failed += self.per_unit
+        self.failed += self._ended(trial)
         self.emit(force=True)
 
     def on_step_end(self, iteration, trials, **info):

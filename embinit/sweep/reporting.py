@@ -45,15 +45,21 @@ class TrialReporter:
         self.claim.sync()  # the store's copy first (if one): the run's checkpoint tag then holds on any node
         self.run.log_epoch(epoch, metrics, checkpoint=self.claim.persistent)
         numbers = {k: v for k, v in mlflow_store.flat_numbers(metrics).items() if math.isfinite(v)}
-        # `objective` (the selection metric this epoch) is what an Optuna search sees while it runs.
-        objective = numbers.get(self.selection, math.nan)
-        if math.isfinite(objective) and not (math.isfinite(self.best) and (
-                objective <= self.best if self.mode == "max" else objective >= self.best)):
-            self.best = objective
+        objective = self.track(numbers)
         with resume.staged([self.claim]) as folder:
             tune.report({**numbers, "objective": objective, "embinit_epoch": epoch, "embinit_best": self.best,
                          "embinit_epochs": getattr(ctx.cfg, "epochs", None) or math.nan},
                         checkpoint=Checkpoint.from_directory(folder))
+
+
+    def track(self, numbers: dict[str, float]) -> float:
+        """This epoch's selection metric (`objective`: what an Optuna search sees while it runs); keeps
+        the best so far in `best` for the terminal's progress table."""
+        objective = numbers.get(self.selection, math.nan)
+        if math.isfinite(objective) and not (math.isfinite(self.best) and (
+                objective <= self.best if self.mode == "max" else objective >= self.best)):
+            self.best = objective
+        return objective
 
 
 def device_name(model) -> str:

@@ -97,10 +97,12 @@ def run_config(spec, name: str, storage: Path | str, callbacks: list, stopper: S
                           checkpoint_config=tune.CheckpointConfig(num_to_keep=1), verbose=0)
 
 
-def progress_callback(progress, total: int, reused: int, per_unit: int = 1, metric: str | None = None) -> list:
+def progress_callback(progress, total: int, reused: int, per_unit: int = 1, metric: str | None = None,
+                      unit_sizes: list[int] | None = None) -> list:
     if progress is False:
         return []
-    return [Progress(total, reused, per_unit, sink=progress if callable(progress) else None, metric=metric)]
+    return [Progress(total, reused, per_unit, sink=progress if callable(progress) else None, metric=metric,
+                     unit_sizes=unit_sizes)]
 
 
 def selection_label(units: list[Unit]) -> str | None:
@@ -114,7 +116,7 @@ def run_tune(job: TuneJob, units: list[Unit]) -> bool:
     quiet_tune_logs()
     unique = unique_name(job.spec)
     callbacks = progress_callback(job.progress, job.total, job.reused, per_unit=job.spec.execution.trials_per_unit,
-                                  metric=selection_label(units))
+                                  metric=selection_label(units), unit_sizes=[len(u.trials) for u in units])
     # Ctrl-C stops the trials, then raises KeyboardInterrupt
     with stop_on_interrupt() as interrupted, unit_names(unique, units) as names:
         stopper = StopAll(lambda: interrupted() or bool(job.should_stop()))
