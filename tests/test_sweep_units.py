@@ -164,3 +164,12 @@ def test_work_records_survive_pickling():
     item = units[0].trials[0].at_point({"lr": 5e-3})
     assert item.config["lr"] == 5e-3 and item.group() == {"axes": {}, "point": {"lr": 5e-3},
                                                           "selection": ["val/acc", "max"]}
+
+
+def test_unit_names_say_how_many_trials_a_unit_holds():
+    from embinit.sweep.tune_run import unit_name
+    from embinit.sweep.work import Unit, WorkItem
+    items = tuple(WorkItem({"seed": s}, "Xavier", {}, {}, ("val/acc", "max"), f"{s}" * 16) for s in range(3))
+    assert unit_name(Unit(items[:1])) == "Xavier-s0-00000000"
+    assert unit_name(Unit(items, fused=True)) == "fused3-Xavier-s0-00000000"
+    assert unit_name(Unit(items[1:])) == "2x-Xavier-s1-11111111"

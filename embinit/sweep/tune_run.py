@@ -44,8 +44,13 @@ _UNIT_NAMES: dict[str, tuple[str, ...]] = {}
 
 
 def unit_name(unit: Unit) -> str:
+    """`Xavier-s0-5851390d`; a unit of several trials is named after its first and says how many
+    (`fused3-Xavier-s0-5851390d`, `3x-...` for trials run in turn)."""
     item = unit.trials[0]
-    return f"{item.label}-s{item.config['seed']}-{item.key[:8]}"
+    name = f"{item.label}-s{item.config['seed']}-{item.key[:8]}"
+    if len(unit.trials) > 1:
+        name = f"{'fused' if unit.fused else ''}{len(unit.trials)}{'' if unit.fused else 'x'}-{name}"
+    return name
 
 
 def trial_name(sweep: str, trial) -> str:
