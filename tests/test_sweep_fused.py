@@ -75,8 +75,11 @@ def test_grouping_by_task_shape_and_schedule():
              axes={"pos_encoding": [True, False]})
     units = group_units(units_to_run(s, set())[0], max_group=4)
     assert all(u.fused for u in units)
-    # per task and pos_encoding value: 2 inits x 3 seeds = 6 trials -> two groups (of 3: even sizes), never mixed
-    assert sorted(len(u.trials) for u in units) == [3] * 8
+    # per task and pos_encoding value: 2 inits x 3 seeds = 6 trials -> groups of 4 + 2, never mixed; each
+    # seed's two inits (one data order) stay together
+    assert sorted(len(u.trials) for u in units) == [2, 2, 2, 2, 4, 4, 4, 4]
+    assert all(len([t for t in u.trials if t.config["seed"] == t0.config["seed"]]) == 2
+               for u in units for t0 in u.trials)
     for u in units:
         assert len({t.config["pos_encoding"] for t in u.trials}) == 1
         assert len({t.config["task"] for t in u.trials}) == 1
@@ -85,16 +88,30 @@ def test_grouping_by_task_shape_and_schedule():
         units_to_run(spec(tasks=[{**TINY, "max_tokens": 200}]), set())[0]
 
 
-@pytest.mark.parametrize("slots, sizes", [(None, [4, 4]), (1, [4, 4]), (2, [4, 4]), (3, [2, 3, 3]), (4, [2, 2, 2, 2]),
-                                          (8, [1] * 8), (20, [1] * 8)])
+@pytest.mark.parametrize("slots, sizes", [(None, [4, 4]), (1, [4, 4]), (2, [4, 4]), (3, [2, 2, 2, 2]),
+                                          (4, [2, 2, 2, 2]), (8, [1] * 8), (20, [1] * 8)])
 def test_groups_never_leave_a_slot_idle(slots, sizes):
-    """8 same-shape trials, max_group 4: on a cluster that runs `slots` Ray trials at once a group holds
-    at most ceil(8 / slots), sizes as even as that allows; with a slot per trial nothing fuses."""
+    """8 same-shape trials (2 inits x 4 seeds), max_group 4: on a cluster that runs `slots` Ray trials
+    at once a group holds at most ceil(8 / slots); a seed's two inits (one data order) are never split;
+    with a slot per trial nothing fuses."""
     s = spec(seeds=4)
     units = group_units(units_to_run(s, set())[0], max_group=4, slots=slots)
     assert sorted(len(u.trials) for u in units) == sizes
     assert all(u.fused == (len(u.trials) > 1) for u in units)
     assert sorted(t.key for u in units for t in u.trials) == sorted(p.key for p in s.plan())
+    seeds = [{t.config["seed"] for t in u.trials} for u in units]
+    assert all(len(a & b) == 0 for i, a in enumerate(seeds) for b in seeds[i + 1:]) or sizes == [1] * 8
+
+
+def test_a_data_order_s_trials_share_a_group_so_nothing_is_padded():
+    """4 inits x 2 seeds in groups of 4: one group per seed (its 4 inits see the same batches), not
+    two seeds in each; a data_seed shared across seeds counts as one data order."""
+    s = spec(seeds=2, inits=["xavier", "normal", "xavier_normal", "xavier+rescale=4x"])
+    units = group_units(units_to_run(s, set())[0], max_group=4)
+    assert sorted(sorted({t.config["seed"] for t in u.trials}) for u in units) == [[0], [1]]
+    shared = spec(seeds=4, inits=["xavier", "normal"], tasks=[{**TINY, "data_seed": 7}])
+    units = group_units(units_to_run(shared, set())[0], max_group=4)
+    assert sorted(len(u.trials) for u in units) == [4, 4]
 
 
 def test_always_fuses_at_least_pairs_and_auto_fuses_gpu_trials_only():

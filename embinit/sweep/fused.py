@@ -64,7 +64,7 @@ def _dims(config: dict[str, Any]) -> list:
 
 
 def group_units(units: list[Unit], max_group: int, slots: int | None = None, pairs: bool = False) -> list[Unit]:
-    """Single-trial units -> fused groups (in plan order, sizes as even as the cap allows) and the units
+    """Single-trial units -> fused groups (trials of one data order together, `_chunks`) and the units
     that stay alone. `slots`: how many Ray trials the cluster runs at once (`parallel_slots`); fusing
     never leaves a slot idle that a trial could use, so a group holds at most ceil(trials / slots)
     (and `max_group`) trials, and with a slot for every trial nothing fuses, unless `pairs` (`fuse:
@@ -81,11 +81,32 @@ def group_units(units: list[Unit], max_group: int, slots: int | None = None, pai
     cap = max_group if not slots else min(max_group, math.ceil(total / slots))
     cap = max(cap, 2) if pairs else cap
     for items in groups.values():
-        parts = math.ceil(len(items) / max(cap, 1))
-        for p in range(parts):
-            chunk = tuple(items[len(items) * p // parts:len(items) * (p + 1) // parts])
-            out.append(Unit(chunk, fused=len(chunk) > 1))
+        out += [Unit(tuple(chunk), fused=len(chunk) > 1) for chunk in _chunks(items, max(cap, 1))]
     return out
+
+
+def _chunks(items: list[WorkItem], cap: int) -> list[list[WorkItem]]:
+    """Groups of at most `cap` that keep trials of one data order together: their batches have the same
+    shapes at every step, so the fused step pads nothing (members of different data orders pad each
+    step to the longest of their batches: 1.6-2.2x the token slots on SST-2, docs/benchmarks.md).
+    Each data order's trials (plan order) are cut into even pieces of at most `cap`, then the pieces
+    are packed, largest first, into as few groups as fit."""
+    runs: dict[int, list[WorkItem]] = {}
+    for item in items:
+        order = item.config.get("data_seed")
+        runs.setdefault(item.config["seed"] if order is None else order, []).append(item)
+    pieces = []
+    for run in runs.values():
+        k = math.ceil(len(run) / cap)
+        pieces += [run[len(run) * p // k:len(run) * (p + 1) // k] for p in range(k)]
+    groups: list[list[WorkItem]] = []
+    for piece in sorted(pieces, key=len, reverse=True):   # stable: plan order among equal sizes
+        home = next((g for g in groups if len(g) + len(piece) <= cap), None)
+        if home is None:
+            groups.append(list(piece))
+        else:
+            home.extend(piece)
+    return groups
 
 
 def parallel_slots(cpus: float, gpus: float, max_concurrent: int | None) -> int | None:
