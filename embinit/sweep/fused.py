@@ -1,5 +1,6 @@
-"""Fused execution in a sweep (`execution: {fuse: auto}`): trials that share task, model shape and
-batch schedule go to one Ray trial as a group and train as one fused model (embinit.train.fused).
+"""Fused execution in a sweep (`execution: {fuse: always}`, or `auto` for GPU trials): trials that share
+task, model shape and batch schedule go to one Ray trial as a group and train as one fused model
+(embinit.train.fused).
 
 Grouping key: the trial config without the fields that only set a member's own numbers (seed, data
 seed, init specs, pretrained files, OOV rule, init_from), plus the embedding dimension each side's

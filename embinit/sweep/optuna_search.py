@@ -1,7 +1,7 @@
 """Optuna TPE search over nuisance hyperparameters, through Ray Tune's `OptunaSearch`.
 
 One Tune run per scientific point (task x init x axes): each Tune trial is one search point and runs
-the spec's seeds in turn, or with `execution: {fuse: auto}` as one fused group (each seed an embinit
+the spec's seeds in turn, or when fusing (`execution.fuse`) as one fused group (each seed an embinit
 trial with its own MLflow run and key either way); the objective is their mean selection metric.
 Points that MLflow already has for every seed are given to the sampler as evaluated
 (`points_to_evaluate` + `evaluated_rewards`) and count against the budget, so resubmitting resumes

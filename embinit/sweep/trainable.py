@@ -1,5 +1,5 @@
 """The Ray Tune trainable: one Tune trial runs one embinit trial (an Optuna point: its seeds in turn), or
-one fused group of same-shape trials (embinit.sweep.fused; with `fuse: auto`, an Optuna point's seeds).
+one fused group of same-shape trials (embinit.sweep.fused; when fusing, an Optuna point's seeds).
 
 Inside the worker, per embinit trial: claim its key and its checkpoint folder (embinit.sweep.resume;
 waiting while another sweep trains the key); skip it if MLflow already has a finished run of the key (a
