@@ -131,9 +131,9 @@ class Resources(_Strict):
 class Execution(_Strict):
     """How trials run. `fuse: always` trains each group of trials that share task, model shape and batch
     schedule (the seeds and inits of one grid point; the seeds of one Optuna point) as one fused model
-    in one Ray trial (embinit.sweep.fused); `auto` does so where it pays, for trials on GPUs
-    (`resources.gpus` > 0), and runs CPU trials separately (on CPU a fused step computes every member's
-    padding to the group's longest batch: 1.6x the token slots on SST-2, docs/benchmarks.md); `off`
+    in one Ray trial (embinit.sweep.fused); `auto` does so where it can pay, for trials on GPUs
+    (`resources.gpus` > 0), and runs CPU trials separately (on CPU fusing at best breaks even, and a
+    group of several data orders pads: 1.6-2.2x the token slots on SST-2, docs/benchmarks.md); `off`
     (the default) runs one trial per Ray trial. A group holds at most `max_group` trials. Results,
     trial keys and MLflow runs are per trial either way.
 
