@@ -177,9 +177,8 @@ def _execute(job: TuneJob, units: list[Unit]) -> bool:
             slots = parallel_slots(spec.resources.cpus, spec.resources.gpus, spec.max_concurrent)
             units = group_units(units, spec.execution.max_group, slots, pairs=spec.execution.fuse == "always")
         elif spec.execution.fuse == "auto" and job.progress is True:
-            print("[embinit] fuse: auto: these trials run on CPU (resources.gpus: 0), where a fused group "
-                  "computes every member's padding and gains nothing; they run separately (fuse: always "
-                  "forces it)", file=sys.stderr, flush=True)
+            print("[embinit] fuse: auto: these trials run on CPU (resources.gpus: 0), where fusing at best "
+                  "breaks even; they run separately (fuse: always fuses them)", file=sys.stderr, flush=True)
         units = pack_units(units, spec.execution.trials_per_unit)
         check_on_ray(spec.resources.gpus)       # several trials per GPU without MPS: say so once
         if spec.execution.trainer != "noop":    # the noop trainer reads no data
