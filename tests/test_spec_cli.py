@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+import yaml
+
 from embinit.cli import main
 from embinit.spec import load_spec
 
@@ -54,3 +57,21 @@ def test_missing_file_and_unset_variable(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("EMBINIT_ASSETS", raising=False)
     assert main(["run", str(ROOT / "tune_configs" / "offline" / "sst2_glove50.yaml"), "--dry-run"]) == 2
     assert "EMBINIT_ASSETS is not set" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("execution, expected", [
+    ({"fuse": "always", "max_group": 4}, "2 fused groups (4, 4), 0 trials alone"),
+    ({"fuse": "auto"}, "the trials run on CPU (resources.gpus: 0)"),
+    ({"fuse": "off"}, None)])
+def test_dry_run_shows_how_the_trials_would_fuse(tmp_path, capsys, monkeypatch, execution, expected):
+    """4 inits x 2 seeds on a machine that runs one trial at a time."""
+    import os
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)
+    spec = tmp_path / "f.yaml"
+    spec.write_text(yaml.safe_dump({"name": "f", "tasks": ["synthetic_classification"], "seeds": 2,
+                                    "inits": ["xavier", "normal", "xavier_normal", "xavier+rescale=4x"],
+                                    "resources": {"cpus": 1}, "execution": execution}))
+    assert main(["run", str(spec), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines() if line.startswith("execution:")]
+    assert (lines == []) if expected is None else (len(lines) == 1 and expected in lines[0]), out

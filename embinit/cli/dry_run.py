@@ -130,11 +130,32 @@ def cost_lines(spec) -> list[str]:
     return lines
 
 
+def execution_lines(spec) -> list[str]:
+    """How a grid's trials would be grouped into fused models (`execution.fuse`), at this machine's
+    parallelism (a cluster's slots may differ: the sweep groups for the slots it finds)."""
+    ex = spec.execution
+    if ex.fuse == "off":
+        return []
+    if not ex.fuses(spec.resources.gpus):
+        return ["", "execution: fuse auto: the trials run on CPU (resources.gpus: 0), where fusing at best breaks "
+                    "even; they run separately (fuse: always fuses them)"]
+    from embinit.sweep.fused import group_units
+    from embinit.sweep.work import units_to_run
+    k, why = parallelism(spec)
+    units = group_units(units_to_run(spec, set())[0], ex.max_group, k, pairs=ex.fuse == "always")
+    groups = sorted((len(u.trials) for u in units if u.fused), reverse=True)
+    alone = sum(len(u.trials) for u in units if not u.fused)
+    sizes = ", ".join(map(str, groups[:12])) + (", ..." if len(groups) > 12 else "")
+    return ["", f"execution: fuse {ex.fuse} at {k} trials at a time ({why}): {len(groups)} fused group"
+                f"{'s' if len(groups) != 1 else ''} ({sizes or '-'}), {alone} trial{'s' if alone != 1 else ''} "
+                f"alone; a cluster's slots may group them otherwise"]
+
+
 def dry_run(spec) -> str:
     """The expanded trial list, one trial a line, the cost, and the total."""
     lines = trial_lines(spec)
     if spec.search is None or spec.search.method != "optuna":
-        lines += cost_lines(spec)
+        lines += cost_lines(spec) + execution_lines(spec)
     lines.append(f"{spec.num_trials()} trials; MLflow experiment {spec.experiment_name()!r} at "
                  f"{spec.tracking_uri()}")
     return "\n".join(lines)
