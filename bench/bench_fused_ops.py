@@ -43,9 +43,15 @@ class Count(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def count(task: str, g: int, cache: str) -> dict:
-    setups = [prepare(TrialConfig(task=task, seed=s, threads=1, epochs=1, max_train_examples=200, d_model=16,
-                                  heads=2, ff_dim=32, layers=3, dropout=0.1), cache) for s in range(g)]
+CONFIG = {"threads": 1, "epochs": 1, "max_train_examples": 200, "d_model": 16, "heads": 2, "ff_dim": 32,
+          "layers": 3, "dropout": 0.1}
+
+
+def count(task: str, g: int, cache: str, config: dict | None = None) -> dict:
+    """Kernels and dropout draws of one fused step of seeds 0..g-1 of `task` (`config`: TrialConfig
+    fields, default CONFIG); tests/test_train_fused.py holds their growth with g."""
+    setups = [prepare(TrialConfig(task=task, seed=s, **(CONFIG if config is None else config)), cache)
+              for s in range(g)]
     t = make_task(setups[0])
     batches = [make_task(s).train_batches(torch.Generator().manual_seed(i))[0] for i, s in enumerate(setups)]
     fused = task_registry.kind_code(t.kind, "fused")([s.model for s in setups], [s.dropout_generator for s in setups])

@@ -247,65 +247,27 @@ def test_the_fused_step_reads_the_device_once_per_window(cache, monkeypatch, tas
     assert all(f.status == "finished" and f.history[0]["train/loss"] > 0 for f in fused)
 
 
-class _Ops:
-    """Counts the ATen operations that run kernels (views and allocations left out)."""
-    FREE = {"view", "_unsafe_view", "slice", "select", "detach", "transpose", "unsqueeze", "squeeze", "expand",
-            "permute", "t", "as_strided", "alias", "reshape", "empty", "split", "unbind"}
-
-    def __init__(self):
-        from torch.utils._python_dispatch import TorchDispatchMode
-
-        outer = self
-        self.n = 0
-
-        class Mode(TorchDispatchMode):
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                if func.overloadpacket.__name__ not in outer.FREE:
-                    outer.n += 1
-                return func(*args, **(kwargs or {}))
-
-        self.mode = Mode()
-
-
 @pytest.mark.parametrize("task", ["synthetic_translation", "synthetic_classification", "synthetic_lm"])
-def test_the_fused_step_s_kernels_grow_only_by_each_member_s_own_draws(cache, task):
+def test_the_fused_step_s_kernels_grow_only_by_each_member_s_own_draws(cache, task, monkeypatch):
     """On a GPU a small model's step is bound by kernel launches. A fused step (forward and backward)
     launches what a one-member step launches plus, per extra member and dropout site, its own draw (from
     its own generator) and, when batches are padded, one copy into the mask: not a per-member share of
-    every mask operation."""
-    from embinit import task_registry
-    from embinit.train.prepare import prepare
-    from embinit.train.lifecycle import make_task
+    every mask operation. Counted by bench/bench_fused_ops.py."""
+    import importlib.util
+    from pathlib import Path
+    bench = Path(__file__).resolve().parents[1] / "bench"
+    monkeypatch.syspath_prepend(str(bench))
+    spec = importlib.util.spec_from_file_location("bench_fused_ops", bench / "bench_fused_ops.py")
+    ops = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ops)
+    config = {**TINY, "dropout": 0.1}
 
-    def ops(g):
-        setups = [prepare(cfg(s, task=task, dropout=0.1), cache) for s in range(g)]
-        task_ = make_task(setups[0])
-        batches = [make_task(s).train_batches(torch.Generator().manual_seed(i))[0] for i, s in enumerate(setups)]
-        fused = task_registry.kind_code(task_.kind, "fused")([s.model for s in setups],
-                                                            [s.dropout_generator for s in setups])
-        fused.train()
-        losses, counter, draws = fused.losses, _Ops(), []
-
-        def counted(*args):
-            with counter.mode:
-                out = losses(*args)
-                out.sum().backward()
-            return out.detach()
-
-        fused.losses = counted
-        original = torch.Tensor.random_
-        try:
-            torch.Tensor.random_ = lambda t, *a, **k: (draws.append(1), original(t, *a, **k))[1]
-            task_.fused_loss(fused, batches)
-        finally:
-            torch.Tensor.random_ = original
-        return counter.n, len(draws)
-
-    one, sites = ops(1)
+    one = ops.count(task, 1, cache, config)
+    sites = one["draws"]
     for g in (2, 8):
-        n, draws = ops(g)
-        assert draws == g * sites
-        assert n - one <= (g - 1) * 2 * sites + 16, (g, n, one, sites)
+        n = ops.count(task, g, cache, config)
+        assert n["draws"] == g * sites
+        assert n["kernels"] - one["kernels"] <= (g - 1) * 2 * sites + 16, (g, n, one, sites)
 
 
 @pytest.mark.parametrize("task", ["synthetic_lm", "synthetic_translation"])

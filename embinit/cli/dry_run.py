@@ -139,10 +139,10 @@ def execution_lines(spec) -> list[str]:
     if not ex.fuses(spec.resources.gpus):
         return ["", "execution: fuse auto: the trials run on CPU (resources.gpus: 0), where fusing at best breaks "
                     "even; they run separately (fuse: always fuses them)"]
-    from embinit.sweep.fused import group_units
+    from embinit.sweep.fused import fused_units
     from embinit.sweep.work import units_to_run
     k, why = parallelism(spec)
-    units = group_units(units_to_run(spec, set())[0], ex.max_group, k, pairs=ex.fuse == "always")
+    units = fused_units(units_to_run(spec, set())[0], ex, k)
     groups = sorted((len(u.trials) for u in units if u.fused), reverse=True)
     alone = sum(len(u.trials) for u in units if not u.fused)
     sizes = ", ".join(map(str, groups[:12])) + (", ..." if len(groups) > 12 else "")

@@ -54,10 +54,16 @@ class FastDropout(nn.Module):
         n = x.numel()
         draws = torch.empty((n + 3) // 4, dtype=torch.int64, device=x.device)
         draws.random_(generator=self.generator)
-        keep = (draws.view(torch.int16).view(-1, 4) >= self.threshold).view(-1)[:n].view(x.shape)
+        keep = keep_lanes(draws, self.threshold)[:n].view(x.shape)
         # one float mask holding 0 or 1/(1-p): autograd saves it and backward is a single multiply
         mask = keep.to(x.dtype).mul_(1.0 / (1.0 - self.effective_p))
         return x * mask
+
+
+def keep_lanes(draws: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor:
+    """The keep bits of 64-bit `draws`, four int16 lanes each (flat bool, 4 per draw): what FastDropout
+    keeps, and the fused models' dropout for each member's own draws."""
+    return (draws.view(torch.int16).view(-1, 4) >= threshold).view(-1)
 
 
 class Attention(nn.Module):

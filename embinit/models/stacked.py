@@ -21,7 +21,7 @@ from torch import nn
 
 from embinit.errors import EmbinitError
 from embinit.models import embedding
-from embinit.models.layers import FastDropout, attend
+from embinit.models.layers import FastDropout, attend, keep_lanes
 
 IGNORE = -100   # the target id of a padded position or row of a member (never a loss term)
 
@@ -110,7 +110,7 @@ class StackedModel(nn.Module):
         for g, w in enumerate(words):
             draws[start:start + w].random_(generator=self.generators[g])
             start += w
-        keep = (draws.view(torch.int16).view(-1, 4) >= self.threshold).view(-1)
+        keep = keep_lanes(draws, self.threshold)
         scale = 1.0 / (1.0 - self.effective_p)
         if all(shape == full for shape in shapes) and sizes[0] % 4 == 0:
             return x * keep.view(x.shape).to(x.dtype).mul_(scale)

@@ -64,6 +64,15 @@ def _dims(config: dict[str, Any]) -> list:
     return [config.get("d_model") if d is None else d for d in dims]
 
 
+CPU_NOTE = ("fuse: auto: these trials run on CPU (resources.gpus: 0), where fusing at best breaks even; "
+            "they run separately (fuse: always fuses them)")
+
+
+def fused_units(units: list[Unit], execution, slots: int | None) -> list[Unit]:
+    """The units as the spec's `execution` groups them for `slots` (callers check `execution.fuses`)."""
+    return group_units(units, execution.max_group, slots, pairs=execution.fuse == "always")
+
+
 def group_units(units: list[Unit], max_group: int, slots: int | None = None, pairs: bool = False) -> list[Unit]:
     """Single-trial units -> fused groups (trials of one data order together, `_chunks`) and the units
     that stay alone. `slots`: how many Ray trials the cluster runs at once (`parallel_slots`); fusing

@@ -21,7 +21,7 @@ from embinit.spec import ExperimentSpec, SpecError, load_spec
 from embinit.storage import Store
 from embinit.storage import configured as configured_store
 from embinit.sweep.analyses import shared_settings
-from embinit.sweep.fused import group_units, parallel_slots
+from embinit.sweep.fused import CPU_NOTE, fused_units, parallel_slots
 from embinit.sweep.job import TuneJob
 from embinit.sweep.ray_runtime import RayRuntime
 from embinit.sweep.work import SweepContext, Unit, pack_units, units_to_run
@@ -175,10 +175,9 @@ def _execute(job: TuneJob, units: list[Unit]) -> bool:
     with RayRuntime(job.address, spec.resources):
         if spec.execution.fuses(spec.resources.gpus):   # groups for the slots this cluster has
             slots = parallel_slots(spec.resources.cpus, spec.resources.gpus, spec.max_concurrent)
-            units = group_units(units, spec.execution.max_group, slots, pairs=spec.execution.fuse == "always")
+            units = fused_units(units, spec.execution, slots)
         elif spec.execution.fuse == "auto" and job.progress is True:
-            print("[embinit] fuse: auto: these trials run on CPU (resources.gpus: 0), where fusing at best "
-                  "breaks even; they run separately (fuse: always fuses them)", file=sys.stderr, flush=True)
+            print(f"[embinit] {CPU_NOTE}", file=sys.stderr, flush=True)
         units = pack_units(units, spec.execution.trials_per_unit)
         check_on_ray(spec.resources.gpus)       # several trials per GPU without MPS: say so once
         if spec.execution.trainer != "noop":    # the noop trainer reads no data
