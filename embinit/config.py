@@ -20,7 +20,7 @@ from typing import Any
 
 from embinit.errors import EmbinitError
 from embinit.file_inputs import key_values
-from embinit.task_registry import task_entry, task_metric_ranges
+from embinit.task_registry import task_entry, task_kind, task_metric_ranges
 from embinit.task_types import TaskDefaults
 
 # Bumped whenever a change to the code changes what a trial computes, so that old MLflow runs are not
@@ -132,6 +132,23 @@ class TrialConfig:
             raise EmbinitError(f"unknown trial config fields {unknown}; valid: {sorted(names)}")
         return cls(**data)
 
+    def _subword_bleu_references(self) -> bool:
+        """Whether this is a translation trial whose target tokenizer is sub-word: its BLEU references
+        are the text as that tokenizer writes it back (embinit.tasks.tokenization `Backend.references`),
+        no longer the raw text. Such keys say so (`bleu_references`), so runs scored the old way are not
+        reused; every other key is unchanged. The tokenizer as `train.prepare.resolve_tokenizer` picks it."""
+        if not task_kind(self.task).two_sided:
+            return False
+        name = self.tokenizer
+        if name == "auto":
+            from embinit.init.registry import parse_init_spec   # torch-free
+            try:
+                subword = parse_init_spec(self.init).is_subword
+            except EmbinitError:
+                return False   # an invalid init: the trainer refuses it with its own message
+            name = "sub-word" if subword else task_entry(self.task).tokenizer
+        return name not in ("spacy", "whitespace")
+
     def key(self) -> str:
         """Stable identity of what this trial computes: sha256 of its canonical resolved config and the
         code version, without fields that do not change results (threads, device); a field naming a
@@ -146,6 +163,8 @@ class TrialConfig:
         for name, legacy in self.KEY_OMIT_AT.items():
             if d.get(name) == legacy:
                 d.pop(name, None)
+        if self._subword_bleu_references():
+            d["bleu_references"] = "tokenizer"
         d["code_version"] = CODE_VERSION
         blob = json.dumps(d, sort_keys=True, separators=(",", ":"), default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from embinit import completeness as coverage
-from embinit import mlflow_store, records, report_baseline, run_readers
+from embinit import mlflow_store, records, report_baseline, report_latex, run_readers
 from embinit.comparison import t_quantile
 from embinit.config import TrialConfig, metric_range
 from embinit.formatting import interval, number
@@ -188,6 +188,10 @@ class Report:
             for reason, n in Counter(f["reason"] for f in self.failed).most_common():
                 lines.append(f"- {n} x {reason}")
         return "\n".join(lines) + "\n"
+
+    def to_latex(self) -> str:
+        """Table 1 for a paper: inits x (task, metric), mean (σ), marks vs the baseline (embinit.report_latex)."""
+        return report_latex.to_latex(self.experiment, self.rows, self.baseline)
 
     def _split_notes(self) -> list[str]:
         """One line per init label whose trials ran with several settings (shown as separate rows)."""

@@ -126,4 +126,5 @@ class FakeStore:
         return {"version": REPORT_VERSION, "json": json.dumps({"experiment": exp.name, "rows": rows}),
                 "markdown": ("| task | init | n | mean |\n|---|---|---|---|\n"
                              "| synthetic_translation | Xavier | 2 | 1.0 |\n"),
-                "csv": "task,init,n,mean\nsynthetic_translation,Xavier,2,1.0\n"}
+                "csv": "task,init,n,mean\nsynthetic_translation,Xavier,2,1.0\n",
+                "latex": "\\begin{tabular}{lc}\nInit & synthetic\\_translation \\\\\nXavier & 1.00 \\\\\n\\end{tabular}\n"}

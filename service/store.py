@@ -21,7 +21,7 @@ from embinit.run_readers import experiment_records, trial_row
 
 # The layout of a stored report (`Experiment.report`): one stored by an older layout is built again.
 # 2: rows compared with a baseline, the unconverged-training flag, completeness (issue 22).
-REPORT_VERSION = 2
+REPORT_VERSION = 3
 
 
 def absolute_sqlite_uri(url: str) -> str:
@@ -240,7 +240,7 @@ class ResultStore:
             for p in load_spec(exp.spec).plan()})
 
     def report(self, exp, baseline: str | None = None) -> dict[str, str]:
-        """The report in its three formats (`REPORT_VERSION` says which layout), each init compared with
+        """The report in its four formats (`REPORT_VERSION` says which layout), each init compared with
         `baseline` (default Xavier; an init the experiment lacks: EmbinitError, a 422)."""
         return self._current(("report", baseline), exp, lambda: self._report(exp, baseline))
 
@@ -259,7 +259,7 @@ class ResultStore:
             report = build_report(name, exp.tracking_uri, keys=None if optuna else set(exp.trial_keys),
                                   baseline=baseline, planned=planned, chosen=self._records(exp))
         return {"json": report.to_json(), "markdown": report.to_markdown(), "csv": report.to_csv(),
-                "version": REPORT_VERSION}
+                "latex": report.to_latex(), "version": REPORT_VERSION}
 
     def _plan_rows(self, exp) -> list[dict[str, Any]] | None:
         try:

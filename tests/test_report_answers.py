@@ -96,6 +96,17 @@ def test_baseline_option_and_csv(uri, capsys):
     assert float(table["GloVe"]["diff"]) == pytest.approx(-10.0) and table["Xavier"]["verdict"] == ""
 
 
+def test_latex_for_a_paper_carries_the_same_verdicts(uri, capsys):
+    tex = _report(uri, capsys, "--format", "latex")
+    rows = {line.split(" & ")[0]: line.split(" & ")[1].removesuffix(" \\\\") for line in tex.splitlines()
+            if " & " in line and not line.startswith("Init")}
+    assert rows["GloVe"].startswith("21.00 (1.32)$^{\\downarrow\\dagger}$")     # worse, still improving
+    assert rows["GloVe\\_Xavier"].startswith("\\textbf{31.55}")                 # the best mean, inconclusive
+    assert rows["Normal"] == "11.00 (1.41)$^{\\downarrow}$$_{n=2}$"             # Welch: no shared seed
+    assert "better/worse than Xavier" in tex
+    assert "better/worse than GloVe" in _report(uri, capsys, "--format", "latex", "--baseline", "GloVe")
+
+
 def test_an_unknown_baseline_names_the_closest_init(uri, capsys):
     assert main(["report", "cmp", "--baseline", "glove_xavier", "--tracking-uri", uri]) == 2
     err = capsys.readouterr().err

@@ -67,6 +67,20 @@ def store(tmp_path_factory):
     return uri, parent, tags
 
 
+def test_a_training_subset_is_not_the_paper_budget():
+    from types import SimpleNamespace
+    from embinit.reproduction.frame import budget_gap
+    trial = SimpleNamespace(task="multi30k", config={"epochs": 20, "d_model": 300, "layers": 3,
+                                                     "max_train_examples": 4000})
+    rep, g = SimpleNamespace(data={"e": ([trial],)}), SimpleNamespace(experiment="e", task="multi30k",
+                                                                      paper_source="GloVe")
+    assert budget_gap(rep, g) == "trained on 4000 examples, paper the full training set"
+    trial.config["epochs"] = 4
+    assert budget_gap(rep, g) == "4 of the paper's 20 epochs; trained on 4000 examples, paper the full training set"
+    trial.config.update(epochs=20, max_train_examples=None)
+    assert budget_gap(rep, g) is None
+
+
 @pytest.mark.slow   # an MLflow store
 def test_provenance_round_trips(store):
     uri, parent, tags = store

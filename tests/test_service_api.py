@@ -150,6 +150,8 @@ def test_trials_and_results(client, cluster):
     assert md.headers["content-type"].startswith("text/markdown") and md.text.startswith("| task")
     csv = client.get(f"/experiments/{exp_id}/results", params={"format": "csv"})
     assert csv.headers["content-type"].startswith("text/csv") and csv.text.startswith("task,init")
+    tex = client.get(f"/experiments/{exp_id}/results", params={"format": "latex"})
+    assert tex.headers["content-type"].startswith("application/x-latex") and "\\begin{tabular}" in tex.text
 
 
 def test_results_compare_with_the_baseline_query_parameter(make_client, cluster):
@@ -365,7 +367,7 @@ def test_bad_query_parameters(client):
     assert client.get("/experiments", params={"offset": 2 ** 63}).status_code == 422  # found by the fuzz test
     exp_id = submit(client).json()["id"]
     r = client.get(f"/experiments/{exp_id}/results", params={"format": "xlsx"})
-    assert r.status_code == 422 and "'json', 'markdown' or 'csv'" in r.json()["detail"][0]["msg"]
+    assert r.status_code == 422 and "'json', 'markdown', 'csv' or 'latex'" in r.json()["detail"][0]["msg"]
 
 
 def test_driver_start_failure_is_recorded(make_settings, cluster):

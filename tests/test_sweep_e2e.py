@@ -64,7 +64,7 @@ def test_sweep_records_runs_reports_and_resumes(ray_local, tmp_path):
     assert parent.info.status == "FINISHED" and parent.data.metrics["sweep/finished"] == 6
     logged = {a.path for d in ("", "report", "figures") for a in mlflow_store.client(uri).list_artifacts(
         result.parent_run_id, d or None)}
-    assert {"report.md", "spec.yaml", "report/report.csv", "report/report.json",
+    assert {"report.md", "spec.yaml", "report/report.csv", "report/report.json", "report/report.tex",
             "figures/synthetic_translation.png"} <= logged
     rows = {r["init"]: r for r in result.report.rows}
     assert set(rows) == {"Xavier", "Normal", "XavierNormal"}

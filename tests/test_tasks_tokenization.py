@@ -163,3 +163,53 @@ def test_spacy_tokenization_lowercase_and_whitespace_tokens(tmp_path):
                       lowercase=False)
     assert "White" in cased.vocab and "white" not in cased.vocab and "Büsche" in cased.src_vocab
     assert cased.references["val"] == en and cased.info["lowercase"] is False
+
+
+@pytest.fixture(scope="module")
+def wordpiece_folder(tmp_path_factory):
+    """A tiny uncased WordPiece tokenizer that splits punctuation off, as BERT's does."""
+    transformers = pytest.importorskip("transformers")
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, decoders
+    words = ["[UNK]", "[CLS]", "[SEP]", "[PAD]", "a", "man", "'", "s", "t", "-", "shirt", "is", "red", ".",
+             "dog", "runs"]
+    tok = Tokenizer(models.WordPiece({t: i for i, t in enumerate(words)}, unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece()
+    folder = tmp_path_factory.mktemp("wordpiece")
+    transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]").save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.slow   # imports transformers and sacrebleu
+def test_subword_bleu_references_are_written_back_so_a_perfect_output_scores_100(wordpiece_folder, tmp_path):
+    """WordPiece writes "man's" back as "man ' s": scored against the raw text, the model's exact
+    reproduction of every reference lost BLEU (97.8 on Multi30k's test set)."""
+    from embinit.train.bleu import corpus_bleu, detokenize_all
+    en = ["A man's T-shirt is red.", "A dog runs."]
+    for stem in ("train", "val", "test_2016_flickr"):
+        write(tmp_path / "m" / f"{stem}.de", ["x y", "z"])
+        write(tmp_path / "m" / f"{stem}.en", en)
+    data = load_task("multi30k", data_dir=tmp_path / "m", tokenizer=str(wordpiece_folder), min_freq=1,
+                     cache_dir=False)
+    assert data.references["test"] == ["a man ' s t - shirt is red.", "a dog runs."]
+    assert data.info["references"] == "round_trip"
+    perfect = detokenize_all([data.vocab.decode(tgt) for _, tgt in data.splits["test"]], data.detokenize)
+    assert corpus_bleu(perfect, data.references["test"], True)[0] == pytest.approx(100.0)
+    raw = [t.lower() for t in en]   # what the references were before
+    assert corpus_bleu(perfect, raw, True)[0] < 80.0
+    words = load_task("multi30k", data_dir=tmp_path / "m", tokenizer="whitespace", min_freq=1, cache_dir=False)
+    assert words.references["test"] == raw and words.info["references"] == "raw"   # word level: the text
+
+
+def test_only_subword_translation_keys_change_with_the_references():
+    from embinit.config import TrialConfig
+    pinned = {"da435dcf7592c46e": TrialConfig(task="multi30k", init="xavier", seed=0),   # keys from before
+              "b6817938a5aa8d9c": TrialConfig(task="sst2", init="bert", seed=0)}
+    assert {c.key(): c for c in pinned.values()}.keys() == pinned.keys()
+    before = {"24484f2ae5bd7c02": TrialConfig(task="multi30k", init="mbert", seed=0),
+              "f45f86eff98149c7": TrialConfig(task="multi30k", init="xavier", tokenizer="bert-base-uncased", seed=0)}
+    assert not {c.key() for c in before.values()} & before.keys()   # scored the old way: not reused
+    assert TrialConfig(task="multi30k", init="mbert", seed=0)._subword_bleu_references()
+    assert not TrialConfig(task="multi30k", init="glove", seed=0)._subword_bleu_references()
+    assert not TrialConfig(task="multi30k", init="mbert", tokenizer="spacy", seed=0)._subword_bleu_references()

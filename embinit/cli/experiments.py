@@ -45,7 +45,7 @@ def register(subparsers) -> None:
     s.set_defaults(func=_status)
     s = sub.add_parser("results", parents=[common], help="Table 1 of an experiment")
     s.add_argument("id")
-    s.add_argument("--format", choices=("markdown", "csv", "json"), default="markdown")
+    s.add_argument("--format", choices=("markdown", "csv", "json", "latex"), default="markdown")
     s.add_argument("--baseline", metavar="LABEL", default=None, help="compare each init with this one "
                    "(default Xavier)")
     s.set_defaults(func=_results)

@@ -8,7 +8,7 @@ from __future__ import annotations
 def register(subparsers) -> None:
     p = subparsers.add_parser("report", help="Table 1 (mean, σ, n, 95%% CI per task x init) from MLflow")
     p.add_argument("experiment", help="MLflow experiment name (the spec's name)")
-    p.add_argument("--format", choices=("markdown", "csv", "json"), default="markdown")
+    p.add_argument("--format", choices=("markdown", "csv", "json", "latex"), default="markdown")
     p.add_argument("--plot", metavar="DIR", default=None, help="write mean validation curves per init to DIR")
     p.add_argument("--baseline", metavar="LABEL", default=None,
                    help="compare each init with this one: difference, 95%% CI, verdict (default: Xavier)")
@@ -19,7 +19,8 @@ def register(subparsers) -> None:
 def run(args) -> int:
     from embinit.report import build_report
     report = build_report(args.experiment, args.tracking_uri, baseline=args.baseline)
-    text = {"markdown": report.to_markdown, "csv": report.to_csv, "json": report.to_json}[args.format]()
+    text = {"markdown": report.to_markdown, "csv": report.to_csv, "json": report.to_json,
+            "latex": report.to_latex}[args.format]()
     print(text, end="" if text.endswith("\n") else "\n")
     if args.plot:
         for path in report.plot(args.plot):

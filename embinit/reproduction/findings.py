@@ -130,7 +130,11 @@ def findings_section(rep: ReproductionData) -> Section:
             for role in ("P_Shuffled", "P_ShuffledElements"):
                 check("3", f"shuffling {g.source} ({SHUFFLE_TEXT[role]}; same values, no semantics) hurts", g,
                       role, "P", -1)
-            check("3", f"{name(g, 'P_Xavier')} gains over Xavier", g, "P_Xavier", "Xavier", +1)
+            if g is tr:   # the paper: "GloVe_Xavier ... small, but noticeable performance gains" (section 5)
+                check("3", f"{name(g, 'P_Xavier')} gains over Xavier", g, "P_Xavier", "Xavier", +1)
+            else:         # a source close to Xavier's σ: standardizing it is "neutral or negative" (Finding 1)
+                check("3", f"{name(g, 'P_Xavier')} does on par or better than Xavier", g, "P_Xavier", "Xavier",
+                      +1, tolerate=True)
     s.lines += _findings_legend()
     for f in ("1", "2", "3"):
         lines = [_finding_line(x) for x in out if x["finding"] == f and x["n"] != (0, 0)]

@@ -30,7 +30,8 @@ class Section:
 TITLE = ("Reproduction: Kim, Balasubramanian & Kang, \"On Initializing Transformers with Pre-trained "
          "Embeddings\" (arXiv 2407.12514), measured with embinit")
 NOT_COMPARABLE = "not comparable at this budget"
-# What a verdict needs to be the same as the paper's: the schedule and the model's size.
+# What a verdict needs to be the same as the paper's: the schedule, the model's size and the whole
+# training set (the paper trains on all of it: `max_train_examples` set is a smaller budget).
 BUDGET_KEYS = {"epochs": "epochs", "d_model": "D", "layers": "layers"}
 
 
@@ -80,6 +81,9 @@ def budget_gap(rep: ReproductionData, g: Group) -> str | None:
             continue
         shown = "/".join(str(v) for v in sorted(here))
         gaps.append(f"{shown} of the paper's {want} epochs" if key == "epochs" else f"{name} = {shown}, paper {want}")
+    subset = _values(rep, g, "max_train_examples")
+    if subset:
+        gaps.append(f"trained on {'/'.join(str(v) for v in sorted(subset))} examples, paper the full training set")
     return "; ".join(gaps) or None
 
 

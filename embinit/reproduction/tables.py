@@ -82,7 +82,11 @@ def table2(rep: ReproductionData) -> Section:
                 "translation, the only table for classification), mean over seeds. 'scaled' is ×√D, what "
                 "enters the transformer; 'PE' are the sinusoidal encodings of the trial's `pe_positions` at the "
                 "same D (default 5,000, as the paper's Table 6 at D = 300; runs logged before issue 23 used "
-                "512). Absorption = σ(scaled)/σ(PE).", "",
+                "512). Absorption = σ(scaled)/σ(PE). The paper's Table 6 caption says its statistics are of the "
+                "*encoder* table, from a 5,893 × 300 layer (its target vocabulary, appendix A.2); its Xavier "
+                "range ±0.027 fits N ≈ 7,930 rows, not 5,893 (±0.031): compare the σ-scale, not the third "
+                "digit. Here the Multi30k rows are the target table's (no German vectors: the source side is "
+                "Xavier).", "",
                 "| group | init | min, max | mean (σ) | paper min, max | paper mean (σ) | scaled min, max | "
                 "scaled σ | paper scaled σ | PE σ | absorption |", "|---" * 11 + "|"]
     rows = []

@@ -208,14 +208,14 @@ def _finish(spec, uri, runs, exp_id, parent, planned, reused, cancelled, t0, pro
 
 
 def _close_parent(spec, uri, parent, result, report) -> None:
-    """End the sweep's run with its counts, its report (markdown, CSV, JSON) and the figures."""
+    """End the sweep's run with its counts, its report (markdown, CSV, JSON, LaTeX) and the figures."""
     reused, cancelled = result.reused, result.cancelled
     counts = {"planned": result.planned, "reused": reused, "shared": result.shared, "finished": result.n_finished,
               "failed": result.n_failed, "wall_s": result.wall_s}
     with tempfile.TemporaryDirectory() as tmp:
-        files = (("report", str(Path(tmp) / "report.csv")), ("report", str(Path(tmp) / "report.json")))
-        Path(files[0][1]).write_text(report.to_csv())
-        Path(files[1][1]).write_text(report.to_json())
+        files = tuple(("report", str(Path(tmp) / name)) for name in ("report.csv", "report.json", "report.tex"))
+        for (_, path), text in zip(files, (report.to_csv(), report.to_json(), report.to_latex())):
+            Path(path).write_text(text)
         if spec.mlflow.log_plots and report.rows:  # Figure-1-style mean curves per init
             files += tuple(("figures", str(p)) for p in report.plot(Path(tmp) / "figures"))
         status = run_writers.sweep_status(cancelled, result.n_finished, result.planned)

@@ -59,12 +59,14 @@ def build_translation(raw: RawData, tok: dict[str, Backend], min_freq: int, max_
         splits[split] = [(stats.encode(src_vocab, a, f"{split}/src", max_len),
                           stats.encode(vocab, b, split, max_len)) for a, b in zip(src_toks, tgt_toks)]
     # BLEU compares detokenized output with these: raw target text, lowercased when the model can only
-    # produce lowercase (otherwise every capitalized reference word would count as an error).
-    references = {s: [b.lower() if tgt.lowercases else b for _, b in raw.splits[s]] for s in raw.eval_splits}
+    # produce lowercase (otherwise every capitalized reference word would count as an error); with a
+    # sub-word tokenizer, the text as that tokenizer writes it back (`Backend.references`).
+    references = {s: tgt.references([b for _, b in raw.splits[s]]) for s in raw.eval_splits}
     info = stats.info()
     info["truncated"].update({f"{s}/src": stats.truncated[f"{s}/src"] for s in stats.sizes})
     return {"splits": splits, "vocab": vocab, "src_vocab": src_vocab, "references": references,
-            "num_labels": None, "info": {**info, "vocab_rule": rule, "references_lowercased": tgt.lowercases}}
+            "num_labels": None, "info": {**info, "vocab_rule": rule, "references_lowercased": tgt.lowercases,
+                     "references": "round_trip" if tgt.round_trips else "raw"}}
 
 
 def build_classification(raw: RawData, tok: dict[str, Backend], min_freq: int, max_len: int,

@@ -102,9 +102,21 @@ class Backend:
     """A loaded tokenizer. `full_vocab()` lists the tokenizer's own vocabulary in id order (sub-word only)."""
 
     lowercases = False
+    round_trips = False   # sub-word: BLEU references are the text as the tokenizer writes it back
 
     def tokenize_batch(self, texts: list[str]) -> list[list[str]]:
         raise NotImplementedError
+
+    def references(self, texts: list[str]) -> list[str]:
+        """The BLEU references for raw target `texts`, as the model's output can write them: lowercased
+        when the tokenizer lowercases (word level); for a sub-word tokenizer, the text tokenized and
+        written back by its own `to_string`, as the hypotheses are (`SubwordDetokenizer`). WordPiece
+        writes "man's" back as "man ' s" and "t-shirt" as "t - shirt", which sacrebleu's 13a tokenizer
+        does not split again: against the raw text a perfect output scored 97.8 BLEU on Multi30k's test
+        set (61 of 1,000 sentences unreachable); against these, 100."""
+        if self.round_trips:
+            return [self.to_string(tokens).strip() for tokens in self.tokenize_batch(texts)]
+        return [t.lower() for t in texts] if self.lowercases else list(texts)
 
     def full_vocab(self) -> list[str] | None:
         return None
@@ -139,6 +151,8 @@ class Gpt2FilesBackend(Backend):
     (transformers 5's GPT2TokenizerFast(vocab_file=..., merges_file=...) silently builds an empty
     vocabulary from these files, so it is not used.)"""
 
+    round_trips = True
+
     def __init__(self, spec: TokenizerSpec):
         from tokenizers import ByteLevelBPETokenizer
         folder = Path(spec.source)
@@ -166,6 +180,8 @@ def _from_pretrained(source: str):
 
 class HfBackend(Backend):
     """Any Hugging Face tokenizer (a local folder or a hub id) through AutoTokenizer."""
+
+    round_trips = True
 
     def __init__(self, spec: TokenizerSpec):
         try:

@@ -8,6 +8,9 @@ tokens ("<", "unk", ">") that no reference contains. `drop_unk=True` (a trial's 
 sacrebleu signature as `|unk:kept` or `|unk:dropped`, so every logged score says which it is. `<pad>`,
 `<bos>` and `<eos>` are always dropped (they are not words). Case: when the task's tokenization lowercased the text,
 BLEU is computed case-insensitively (recorded in the signature as `case:lc`), otherwise case-sensitively.
+References: with a word-level tokenizer, the raw target text; with a sub-word tokenizer, that text as the
+tokenizer writes it back (`Backend.references`, embinit.tasks.tokenization), the way the hypotheses are
+written, so a perfect output scores 100; the signature then ends in `|ref:tokenizer`.
 """
 
 from __future__ import annotations

@@ -32,6 +32,7 @@ class TranslationTask:
         self.drop_unk = bool((cfg.extras or {}).get("bleu_drop_unk", False))
         self.tracked = [("val/loss", "min")]       # the criterion: lowest validation loss
         self.lowercase = is_lowercased(getattr(data, "info", {}), data.vocab.tokens)
+        self.round_trip = (getattr(data, "info", None) or {}).get("references") == "round_trip"
         self._eval_batches: dict[str, list] = {}
 
     @classmethod
@@ -106,7 +107,7 @@ class TranslationTask:
         hyps = detokenize_all([self.data.vocab.decode(h) for h in hyp_ids], self.data.detokenize,
                               drop_unk=self.drop_unk)
         score, sig = corpus_bleu(hyps, self.data.references[split], self.lowercase)
-        return score, unk_signature(sig, self.drop_unk)
+        return score, unk_signature(sig, self.drop_unk) + ("|ref:tokenizer" if self.round_trip else "")
 
     def validate(self, model) -> dict:
         out = self._evaluate(model, self.val_split, "val", self.val_bleu)

@@ -75,7 +75,8 @@ def list_experiments(session: SessionDep, settings: SettingsDep, reconciler: Rec
 
 
 JSON = "application/json"
-MEDIA = {"json": JSON, "markdown": "text/markdown; charset=utf-8", "csv": "text/csv; charset=utf-8"}
+MEDIA = {"json": JSON, "markdown": "text/markdown; charset=utf-8", "csv": "text/csv; charset=utf-8",
+         "latex": "application/x-latex; charset=utf-8"}
 
 
 async def _read(request: Request, key: tuple, build) -> Response:
@@ -124,13 +125,14 @@ async def get_trials(exp_id: str, request: Request, limit: Annotated[int, Query(
 
 
 @router.get("/{exp_id}/results", dependencies=[Depends(require_read)],
-            responses={200: {"content": {"application/json": {}, "text/markdown": {}, "text/csv": {}}}})
+            responses={200: {"content": {"application/json": {}, "text/markdown": {}, "text/csv": {},
+                                           "application/x-latex": {}}}})
 async def get_results(exp_id: str, request: Request,
-                      format: Annotated[Literal["json", "markdown", "csv"], Query()] = "json",
+                      format: Annotated[Literal["json", "markdown", "csv", "latex"], Query()] = "json",
                       baseline: Annotated[str | None, Query(min_length=1, max_length=200, description=(
                           "the init label each init is compared with (default Xavier)"))] = None):
-    """The Table-1 aggregation of the experiment's MLflow runs (JSON, markdown or CSV), each init
-    compared with a baseline init."""
+    """The Table-1 aggregation of the experiment's MLflow runs (JSON, markdown, CSV or a LaTeX
+    table for a paper), each init compared with a baseline init."""
     state = request.app.state
 
     def build(session):

@@ -1,0 +1,116 @@
+"""The report as a LaTeX table for a paper (`embinit report EXP --format latex`, the API's
+`?format=latex`): the paper's Table 1 layout, one row per init (with its axes and differing settings),
+one column per task and reported metric, each cell mean (σ) over seeds.
+
+Marks, all explained in the caption the table carries:
+- bold: the best mean of its column (the metric's direction: a lower loss or perplexity is the better);
+- ↑ / ↓: the paired 95% interval of the difference from the baseline init (`embinit.report_baseline`)
+  lies above / below 0 in the better / worse direction; no mark: inconclusive, or the baseline itself;
+- †: best epoch = last epoch for most seeds (still improving: a budget comparison);
+- a subscript n where a cell's seed count differs from the table's usual one; `--` where a cell has
+  no finished seed.
+With a search, each cell is its init's best search point (listed under the table). Needs booktabs.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from embinit.comparison import higher_is_better
+from embinit.formatting import number
+
+_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+            "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+_METRIC_NAMES = {"bleu": "BLEU", "acc": "Acc.", "acc_matched": "Acc. (m)", "acc_mismatched": "Acc. (mm)",
+                 "ppl": "PPL", "loss": "Loss"}
+
+
+def escape(text: Any) -> str:
+    """`text` with LaTeX's special characters escaped (labels such as GloVe_Xavier)."""
+    return "".join(_SPECIAL.get(c, c) for c in str(text))
+
+
+def _row_key(r: dict[str, Any]) -> str:
+    init = r["init"] + "".join(f" {k}={v}" for k, v in r["axes"].items())
+    return init + "".join(f" [{k}={v}]" for k, v in (r.get("setting") or {}).items())
+
+
+def _column(r: dict[str, Any]) -> tuple[str, str]:
+    return r["task"], r["metric"]
+
+
+def _header(task: str, metric: str) -> str:
+    base = metric.rsplit("/", 1)[-1]
+    arrow = r"$\uparrow$" if higher_is_better(metric) else r"$\downarrow$"
+    return f"{escape(task)} {escape(_METRIC_NAMES.get(base, base))} {arrow}"
+
+
+def _best(rows: list[dict[str, Any]]) -> dict[tuple, float]:
+    """The best mean of each column."""
+    best: dict[tuple, float] = {}
+    for r in rows:
+        if r["mean"] is None:
+            continue
+        col, hib = _column(r), higher_is_better(r["metric"])
+        if col not in best or (r["mean"] > best[col] if hib else r["mean"] < best[col]):
+            best[col] = r["mean"]
+    return best
+
+
+def _cell(r: dict[str, Any] | None, best: dict[tuple, float], usual_n: int | None, digits: int) -> str:
+    if r is None or r["mean"] is None:
+        return "--"
+    mean = number(r["mean"], digits)
+    if number(best[_column(r)], digits) == mean:
+        mean = rf"\textbf{{{mean}}}"
+    text = mean + (f" ({number(r['std'], digits)})" if r.get("std") is not None else "")
+    marks = ""
+    verdict = (r.get("vs_baseline") or {}).get("verdict")
+    marks += r"\uparrow" if verdict == "better" else r"\downarrow" if verdict == "worse" else ""
+    marks += r"\dagger" if r.get("still_improving") else ""
+    if marks:
+        text += f"$^{{{marks}}}$"
+    if r["n"] != usual_n:
+        text += f"$_{{n={r['n']}}}$"
+    return text
+
+
+def to_latex(experiment: str, rows: list[dict[str, Any]], baseline: str, digits: int = 2) -> str:
+    """The rows of a report (`embinit.report.Report.rows`) as a booktabs table."""
+    columns = list(dict.fromkeys(_column(r) for r in rows))
+    inits = list(dict.fromkeys(_row_key(r) for r in rows))
+    cells = {(_row_key(r), _column(r)): r for r in rows}
+    best = _best(rows)
+    counts = Counter(r["n"] for r in rows if r["n"])
+    usual_n = counts.most_common(1)[0][0] if counts else None
+    lines = [f"% embinit report {experiment!s}: mean (std) over seeds; needs \\usepackage{{booktabs}}",
+             r"\begin{table}[t]", r"\centering", r"\begin{tabular}{l" + "c" * len(columns) + "}", r"\toprule",
+             " & ".join(["Init", *(_header(*c) for c in columns)]) + r" \\", r"\midrule"]
+    for init in inits:
+        lines.append(" & ".join([escape(init), *(_cell(cells.get((init, c)), best, usual_n, digits)
+                                                 for c in columns)]) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}", rf"\caption{{{_caption(experiment, rows, baseline, usual_n)}}}",
+              r"\end{table}"]
+    return "\n".join(lines) + "\n"
+
+
+def _caption(experiment: str, rows: list[dict[str, Any]], baseline: str, usual_n: int | None) -> str:
+    seeds = f"over {usual_n} seeds" if usual_n else "over seeds"
+    parts = [f"{escape(experiment)}: mean (standard deviation) {seeds}; bold: the best mean of each column."]
+    if any(r.get("vs_baseline") for r in rows):
+        parts.append(rf"$\uparrow$/$\downarrow$: better/worse than {escape(baseline)} (the 95\% confidence "
+                     "interval of the difference, paired on the seeds both share, excludes 0).")
+    if any(r.get("still_improving") for r in rows):
+        parts.append(r"$\dagger$: the best epoch was the last for most seeds (still improving).")
+    if any(r["n"] != usual_n for r in rows if r["mean"] is not None):
+        parts.append("$n$: the number of seeds where it differs.")
+    points = {(r["init"], r["task"]): r["point"] for r in rows if r.get("point")}
+    if points:
+        chosen = "; ".join(f"{escape(init)} on {escape(task)}: " + escape(", ".join(
+            f"{k}={v}" for k, v in point.items())) for (init, task), point in points.items())
+        parts.append(f"Best search point per init: {chosen}.")
+    if any(r["mean"] is None for r in rows):
+        parts.append("--: no finished seed.")
+    return " ".join(parts)
+
