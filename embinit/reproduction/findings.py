@@ -220,9 +220,12 @@ def _finding2(rep: ReproductionData, tr: Group | None, out: list) -> list[str]:
         lines.append(f"- (b) Table 4: standardized vectors answer {std:.1f}% of the analogies; after adding "
                      f"position encodings {stdpe:.1f}% (paper: 12.9%): the encodings "
                      f"**{'destroy' if stdpe < std / 2 else 'do not destroy'}** the word-word relations of "
-                     f"standardized vectors. Raw vectors + PE (unscaled, the paper's row): {pe:.1f}% against "
-                     f"{raw:.1f}% raw (paper: 87.3%).")
+                     f"standardized vectors. Raw vectors + PE (unscaled, as the paper's row is labelled): {pe:.1f}% "
+                     f"against {raw:.1f}% raw (paper: 87.3%).")
         sp = t4.get("scale.pe")
         if sp:
-            lines.append(f"  What the transformer actually adds (√D-scaled vectors + PE) keeps {sp['mean']:.1f}%.")
+            lines.append(f"  What the transformer actually adds (√D-scaled vectors + PE) keeps {sp['mean']:.1f}%. "
+                         "The paper's row is ambiguous: its label says unscaled, but its text explains the "
+                         "result by the scaled σ (6.39 against PE's 0.67); unscaled 300d GloVe's σ (~0.37) is "
+                         "below PE's, so read the paper's 87.3% beside both.")
     return lines
