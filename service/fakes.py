@@ -127,4 +127,5 @@ class FakeStore:
                 "markdown": ("| task | init | n | mean |\n|---|---|---|---|\n"
                              "| synthetic_translation | Xavier | 2 | 1.0 |\n"),
                 "csv": "task,init,n,mean\nsynthetic_translation,Xavier,2,1.0\n",
-                "latex": "\\begin{tabular}{lc}\nInit & synthetic\\_translation \\\\\nXavier & 1.00 \\\\\n\\end{tabular}\n"}
+                "latex": ("\\begin{tabular}{lc}\nInit & synthetic\\_translation \\\\\n"
+                          "Xavier & 1.00 \\\\\n\\end{tabular}\n")}
