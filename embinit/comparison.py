@@ -25,7 +25,9 @@ def t_quantile(df: float) -> float:
 
 
 def welch(a: list[float], b: list[float]) -> dict[str, Any]:
-    """mean(a) - mean(b) with a Welch 95% half-width (None when either side has n < 2)."""
+    """mean(a) - mean(b) with a Welch 95% half-width (None when either side has n < 2); non-finite
+    values are left out."""
+    a, b = [v for v in a if math.isfinite(v)], [v for v in b if math.isfinite(v)]
     if not a or not b:
         return {"diff": None, "ci95": None, "n": (len(a), len(b))}
     diff = statistics.fmean(a) - statistics.fmean(b)
@@ -42,7 +44,8 @@ def welch(a: list[float], b: list[float]) -> dict[str, Any]:
 def paired(a: dict[Any, float], b: dict[Any, float]) -> dict[str, Any]:
     """a − b for values keyed by seed: the paired t interval on the differences of the shared seeds
     (`pairs` of them; no interval with one pair), Welch's on all values when no seed is shared.
-    `test` names the one used; `n` is each side's number of seeds."""
+    `test` names the one used; `n` is each side's number of seeds. Non-finite values are left out."""
+    a, b = ({k: v for k, v in d.items() if math.isfinite(v)} for d in (a, b))
     shared = sorted(set(a) & set(b), key=str)
     n = (len(a), len(b))
     if not shared:

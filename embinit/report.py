@@ -38,7 +38,8 @@ from embinit.config import TrialConfig, metric_range
 from embinit.formatting import interval, number
 from embinit.records import TrialRecord
 from embinit.report_baseline import DEFAULT_BASELINE
-from embinit.report_plots import label_order, mean_curves, setting_text
+from embinit.report_notes import non_finite_notes, row_name, unconverged_notes
+from embinit.report_plots import label_order, mean_curves
 from embinit.task_registry import TASKS, reported_metrics
 
 __all__ = ["DEFAULT_BASELINE", "Report", "build_report", "mean_curves", "summarize", "t_quantile"]
@@ -126,7 +127,8 @@ def _epoch_metric(metric: str) -> str:
 
 
 def _best_point(trials: list[_Trial]) -> dict[str, Any]:
-    """The search point with the best mean selection metric among its finished seeds."""
+    """The search point with the best mean selection metric among its finished seeds, among the points
+    that lost the fewest seeds (diverged, or no finite value)."""
     points: dict[str, list[_Trial]] = defaultdict(list)
     for t in trials:
         points[json.dumps(t.point, sort_keys=True)].append(t)
@@ -134,12 +136,15 @@ def _best_point(trials: list[_Trial]) -> dict[str, Any]:
         return trials[0].point
     metric, mode = (trials[0].selection or ["val/loss", "min"])[:2]
 
-    def score(ts: list[_Trial]) -> float:
-        vals = [t.metrics.get(f"best/{metric}") for t in ts if t.status == "finished"]
+    def score(ts: list[_Trial]) -> tuple[int, float]:
+        """(seeds lost, the mean's rank): a point that diverged on a seed loses to one that did not,
+        however good its survivors (a learning rate too high for 2 seeds of 3 does not win on the third)."""
+        done = [t for t in ts if t.status in ("finished", "diverged")]
+        vals = [t.metrics.get(f"best/{metric}") for t in done if t.status == "finished"]
         vals = [v for v in vals if v is not None and math.isfinite(v)]
         if not vals:
-            return math.inf
-        return statistics.fmean(vals) * (1 if mode == "min" else -1)
+            return len(done), math.inf
+        return len(done) - len(vals), statistics.fmean(vals) * (1 if mode == "min" else -1)
     return json.loads(min(points, key=lambda p: score(points[p])))
 
 
@@ -160,7 +165,7 @@ class Report:
     def to_csv(self) -> str:
         buf = io.StringIO()
         cols = ["task", "init", "axes", "setting", "point", "metric", "mean", "std", "n", "ci95", "ci_low",
-                "ci_high", "best_epoch", "best_at_last_epoch", "diverged", "failed", "failure_reasons",
+                "ci_high", "best_epoch", "best_at_last_epoch", "diverged", "non_finite", "failed", "failure_reasons",
                 *report_baseline.CSV_COLUMNS]
         w = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore")
         w.writeheader()
@@ -177,11 +182,11 @@ class Report:
         lines = [f"### {self.experiment}", "", head, "|---" * 9 + "|"]
         for r in self.rows:
             last = " (last)" if r.get("still_improving") else ""
-            lines.append(f"| {r['task']} | {_row_name(r)} | {r['metric']} | {_fmt(r['mean'])} ({_fmt(r['std'])}) | "
+            lines.append(f"| {r['task']} | {row_name(r)} | {r['metric']} | {_fmt(r['mean'])} ({_fmt(r['std'])}) | "
                          f"{r['n']} | {_fmt(r['best_epoch'], 1)}{last} | {_ci(r)} | {r['diverged']} | {r['failed']} |")
         lines += coverage.markdown(self.completeness)
-        lines += _unconverged_notes(self.rows)
-        lines += report_baseline.markdown(self.rows, self.baseline, _row_name)
+        lines += unconverged_notes(self.rows) + non_finite_notes(self.rows)
+        lines += report_baseline.markdown(self.rows, self.baseline, row_name)
         lines += self._split_notes()
         if self.failed:
             lines += ["", f"Failed trials: {len(self.failed)}"]
@@ -212,23 +217,6 @@ class Report:
 
 
 _fmt, _ci = number, interval
-
-
-def _row_name(r: dict[str, Any]) -> str:
-    """The init with its axes, search point and differing settings, as the markdown tables show it."""
-    init = r["init"] + "".join(f" {k}={v}" for k, v in r["axes"].items())
-    init += "".join(f" [{k}={v}]" for k, v in r["point"].items())
-    return init + setting_text(json.dumps(r["setting"]))
-
-
-def _unconverged_notes(rows: list[dict[str, Any]]) -> list[str]:
-    """One line per row whose best epoch is the last epoch for most of its seeds."""
-    notes = [f"- {r['task']} {_row_name(r)} ({r['metric']}): best epoch = last epoch for "
-             f"{r['best_at_last_epoch']} of {r['n']} seeds" for r in rows if r.get("still_improving")]
-    if not notes:
-        return []
-    return ["", "Still improving when training stopped (best epoch = last epoch for most seeds): these rows "
-            "compare training budgets, not converged models; more epochs may change the ranking.", *notes]
 
 
 def _reason(error: str | None) -> str:
@@ -279,7 +267,8 @@ def _group_rows(gkey: tuple, members: list[_Trial], rows: list, run_ids: dict) -
     run_ids[gkey] = [t.run_id for t in chosen if t.status in ("finished", "diverged")]
     bad = [t for t in members if t.status == "failed"]
     for metric in reported_metrics(task) if task in TASKS else []:
-        ok = [t for t in chosen if t.status == "finished" and metric in t.metrics]
+        logged = [t for t in chosen if t.status == "finished" and metric in t.metrics]
+        ok = [t for t in logged if math.isfinite(t.metrics[metric])]   # a test/ppl of inf is no mean
         epochs = [t.metrics[_epoch_metric(metric)] for t in ok if _epoch_metric(metric) in t.metrics]
         at_last = sum(_best_at_last_epoch(t, metric) for t in ok)
         rows.append({"task": task, "init": label, "axes": json.loads(axes), "setting": json.loads(setting),
@@ -289,6 +278,7 @@ def _group_rows(gkey: tuple, members: list[_Trial], rows: list, run_ids: dict) -
                      "best_epoch": statistics.fmean(epochs) if epochs else None,
                      "best_at_last_epoch": at_last, "still_improving": bool(ok) and at_last > len(ok) / 2,
                      "diverged": sum(t.status == "diverged" for t in chosen), "failed": len(bad),
+                     "non_finite": len(logged) - len(ok),
                      "failure_reasons": dict(Counter(_reason(t.error) for t in bad)),
                      "running": sum(t.status == "running" for t in members)})
     return [{"task": task, "init": label, "run_id": t.run_id, "reason": _reason(t.error)} for t in bad]

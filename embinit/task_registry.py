@@ -159,6 +159,20 @@ def selection_metric(task: str) -> tuple[str, str]:
     return task_entry(task).selection
 
 
+def tracked_metrics(task: str) -> list[tuple[str, str]]:
+    """The validation metrics the trainer tracks for `task`, each with its best value and epoch
+    (`best/<metric>`), as (metric, mode): the selection metric (the best checkpoint's criterion), then the
+    validation metric of each reported `best/val/...` (MNLI: matched and mismatched). A search can select
+    points only by one of these."""
+    from embinit.comparison import higher_is_better
+    out = [selection_metric(task)]
+    for m in reported_metrics(task):
+        name = m.removeprefix("best/")
+        if m.startswith("best/val/") and name not in dict(out):
+            out.append((name, "max" if higher_is_better(name) else "min"))
+    return out
+
+
 def reported_metrics(task: str) -> list[str]:
     """Every metric the report shows for a task (MNLI: matched and mismatched)."""
     return list(task_entry(task).reported)

@@ -242,6 +242,23 @@ def test_search_problems():
     assert "search.space" in problems(base(search={"space": {}}))
 
 
+def test_a_search_selects_by_a_metric_the_trainer_tracks_in_its_direction():
+    """A translation trial tracks the best val/loss only: `val/bleu` (or any test/ metric) has no best
+    value, so every grid point would tie and the report would pick whichever ran first."""
+    space = {"space": {"lr": [1e-4, 2e-4]}}
+    found = problems(base(search={**space, "metric": "val/bleu", "mode": "max"}))
+    assert found["search.metric"] == ("'val/bleu' is not a metric the trainer tracks, so no search point would "
+                                      "have a best value to compare: tasks[0] (synthetic_translation) tracks "
+                                      "['val/loss']; did you mean 'val/loss'?")
+    found = problems(base(tasks=["sst2", "mnli"], search={**space, "metric": "test/acc"}))
+    assert "tasks[0] (sst2) tracks ['val/acc']" in found["search.metric"]
+    assert "; tasks[1] (mnli) tracks ['val/acc_matched', 'val/acc_mismatched']" in found["search.metric"]
+    assert "val/loss is better when lower (mode: min), got mode: max" in problems(
+        base(search={**space, "metric": "val/loss", "mode": "max"}))["search.mode"]
+    mnli = load_spec(base(tasks=["mnli"], search={**space, "metric": "val/acc_mismatched", "mode": "max"}))
+    assert mnli.search.metric == "val/acc_mismatched"
+
+
 def test_hyperparameter_range_problems():
     found = problems(base(tasks=[{"task": "sst2", "epochs": 0, "dropout": 1.5, "precision": "fp8"}]))
     assert {"tasks[0].epochs", "tasks[0].dropout", "tasks[0].precision"} <= set(found)

@@ -88,7 +88,7 @@ def _heads_problems(spec: SpecFields) -> list[tuple[str, str]]:
 def cross_check(spec: SpecFields) -> list[tuple[str, str]]:
     """Problems that involve more than one field (each field alone is valid)."""
     return (_value_problems(spec) + _init_problems(spec) + _reference_seed_problems(spec)
-            + _heads_problems(spec) + _execution_problems(spec) + _task_problems(spec))
+            + _heads_problems(spec) + _execution_problems(spec) + _task_problems(spec) + _search_metric_problems(spec))
 
 
 def _value_problems(spec: SpecFields) -> list[tuple[str, str]]:
@@ -165,6 +165,34 @@ def _emb_seeds(spec: SpecFields) -> set[int]:
 def _task_problems(spec: SpecFields) -> list[tuple[str, str]]:
     tasks = [t.task for t in spec.tasks]
     return [(f"tasks[{i}]", f"task {t!r} is listed twice") for i, t in enumerate(tasks) if t in tasks[:i]]
+
+
+def _search_metric_problems(spec: SpecFields) -> list[tuple[str, str]]:
+    """A search selects its points by the best value of a metric the trainer tracks (`best/<metric>`) for
+    every task of the spec, in that metric's direction: another metric (`val/bleu` of a translation task,
+    any `test/...`) has no best value, and every point would tie."""
+    from embinit.errors import did_you_mean
+    from embinit.task_registry import tracked_metrics
+    search = spec.search
+    if search is None or not search.metric:
+        return []
+    untracked, wrong_mode = [], []
+    for i, task in enumerate(spec.tasks):
+        tracked = dict(tracked_metrics(task.task))
+        if search.metric not in tracked:
+            untracked.append(f"tasks[{i}] ({task.task}) tracks {sorted(tracked)}"
+                             f"{did_you_mean(search.metric, tracked)}")
+        elif search.mode and search.mode != tracked[search.metric]:
+            wrong_mode.append(tracked[search.metric])
+    out = []
+    if untracked:
+        out.append(("search.metric", f"{search.metric!r} is not a metric the trainer tracks, so no search point "
+                    f"would have a best value to compare: {'; '.join(untracked)}"))
+    if wrong_mode:
+        better = "lower" if wrong_mode[0] == "min" else "higher"
+        out.append(("search.mode", f"{search.metric} is better when {better} (mode: {wrong_mode[0]}), "
+                    f"got mode: {search.mode}"))
+    return out
 
 
 def _execution_problems(spec: SpecFields) -> list[tuple[str, str]]:

@@ -17,20 +17,10 @@ from typing import Any
 
 from embinit.comparison import higher_is_better
 from embinit.config import TrialConfig, metric_range
-from embinit.task_registry import curve_metric, reported_metrics, selection_metric
+from embinit.task_registry import curve_metric, reported_metrics
+from embinit.task_registry import tracked_metrics as tracked
 
 NOOP = "noop"
-
-
-def tracked(task: str) -> list[tuple[str, str]]:
-    """The validation metrics the real trainer tracks for `task` (the first, its selection metric, is
-    the criterion), from the task registry: then the validation metric of each reported `best/val/...`."""
-    out = [selection_metric(task)]
-    for m in reported_metrics(task):
-        name = m.removeprefix("best/")
-        if m.startswith("best/val/") and name not in dict(out):
-            out.append((name, "max" if higher_is_better(name) else "min"))
-    return out
 
 
 def _val_names(task: str) -> list[str]:

@@ -1,0 +1,34 @@
+"""The report's row names and the notes under its table: rows still improving at their last epoch, and
+rows some of whose finished seeds logged a non-finite value (left out of their numbers)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from embinit.report_plots import setting_text
+
+
+def row_name(r: dict[str, Any]) -> str:
+    """The init with its axes, search point and differing settings, as the markdown tables show it."""
+    init = r["init"] + "".join(f" {k}={v}" for k, v in r["axes"].items())
+    init += "".join(f" [{k}={v}]" for k, v in r["point"].items())
+    return init + setting_text(json.dumps(r["setting"]))
+
+
+def unconverged_notes(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per row whose best epoch is the last epoch for most of its seeds."""
+    notes = [f"- {r['task']} {row_name(r)} ({r['metric']}): best epoch = last epoch for "
+             f"{r['best_at_last_epoch']} of {r['n']} seeds" for r in rows if r.get("still_improving")]
+    if not notes:
+        return []
+    return ["", "Still improving when training stopped (best epoch = last epoch for most seeds): these rows "
+            "compare training budgets, not converged models; more epochs may change the ranking.", *notes]
+
+
+def non_finite_notes(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per row with finished seeds whose metric is NaN or infinite (a test perplexity that
+    overflowed): they are not in its n, mean or comparison."""
+    notes = [f"- {r['task']} {row_name(r)} ({r['metric']}): {r['non_finite']} finished seed(s) logged a "
+             "non-finite value" for r in rows if r.get("non_finite")]
+    return ["", "Left out of n, the mean and the comparison (a non-finite value):", *notes] if notes else []

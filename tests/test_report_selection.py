@@ -1,0 +1,61 @@
+"""What enters a report row: the search point it reports (chosen among the points that lost the fewest
+seeds, so a learning rate that diverged on most seeds does not win on a lucky survivor) and the values
+it averages (a finished seed's non-finite value, e.g. an overflowed test perplexity, is left out and
+said, instead of crashing the report). Records are built as MLflow's would be read."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from embinit.comparison import paired, welch
+from embinit.records import TrialRecord
+from embinit.report import build_report
+
+
+def _trial(key, label, seed, status, metrics, point=None, task="multi30k"):
+    group = {"axes": {}, "point": point or {}, "selection": ["val/loss", "min"]}
+    return TrialRecord(key, key, task, label, status, {"task": task, "init": label.lower(), "seed": seed,
+                                                        "epochs": 4, **(point or {})},
+                       group, {"best_epoch": 2, **metrics}, seed, start_ms=len(key))
+
+
+def _report(trials):
+    return build_report("t", chosen={t.key: t for t in trials}, planned=[])
+
+
+def test_a_point_that_lost_seeds_does_not_win_on_its_survivor():
+    hot, cool = {"lr": 1e-3}, {"lr": 1e-4}
+    trials = [_trial("h0", "Xavier", 0, "diverged", {}, hot), _trial("h1", "Xavier", 1, "diverged", {}, hot),
+              _trial("h2", "Xavier", 2, "finished", {"best/val/loss": 1.0, "test/bleu": 40.0}, hot)]
+    trials += [_trial(f"c{s}", "Xavier", s, "finished", {"best/val/loss": 2.0, "test/bleu": 30.0 + s}, cool)
+               for s in range(3)]
+    (row,) = _report(trials).rows
+    assert row["point"] == cool and row["n"] == 3 and row["mean"] == pytest.approx(31.0)
+    # with the same losses, the better mean wins again
+    trials[1] = _trial("h1", "Xavier", 1, "finished", {"best/val/loss": 1.0, "test/bleu": 40.0}, hot)
+    trials[0] = _trial("h0", "Xavier", 0, "finished", {"best/val/loss": 1.0, "test/bleu": 40.0}, hot)
+    assert _report(trials).rows[0]["point"] == hot
+
+
+def test_a_non_finite_value_is_left_out_and_said():
+    trials = [_trial(f"x{s}", "Xavier", s, "finished", {"test/ppl": v}, task="synthetic_lm")
+              for s, v in enumerate([20.0, 22.0, math.inf])]
+    trials += [_trial(f"g{s}", "GloVe", s, "finished", {"test/ppl": v}, task="synthetic_lm")
+               for s, v in enumerate([30.0, math.nan, 31.0])]
+    report = _report(trials)
+    rows = {r["init"]: r for r in report.rows}
+    assert (rows["Xavier"]["n"], rows["Xavier"]["mean"], rows["Xavier"]["non_finite"]) == (2, 21.0, 1)
+    assert rows["GloVe"]["vs_baseline"]["pairs"] == 1                # seed 0 only: 1 and 2 lost a side
+    text = report.to_markdown()
+    assert "- synthetic_lm Xavier (test/ppl): 1 finished seed(s) logged a non-finite value" in text
+    assert "non_finite" in report.to_csv().splitlines()[0]
+    assert json.loads(report.to_json())["rows"][0]["non_finite"] == 1
+    assert "\\textbf{21.00}" in report.to_latex()
+
+
+def test_comparisons_leave_non_finite_values_out():
+    assert paired({"0": 1.0, "1": math.inf, "2": 3.0}, {"0": 0.0, "1": 0.0, "2": 1.0})["pairs"] == 2
+    assert welch([1.0, 2.0, math.nan], [0.0, 1.0])["n"] == (2, 2)
