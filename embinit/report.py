@@ -266,6 +266,7 @@ def _group_rows(gkey: tuple, members: list[_Trial], rows: list, run_ids: dict) -
     chosen = [t for t in members if t.point == point]
     run_ids[gkey] = [t.run_id for t in chosen if t.status in ("finished", "diverged")]
     bad = [t for t in members if t.status == "failed"]
+    like = report_baseline.basis(_setting(members[0])) if members else None   # what a baseline must share
     for metric in reported_metrics(task) if task in TASKS else []:
         logged = [t for t in chosen if t.status == "finished" and metric in t.metrics]
         ok = [t for t in logged if math.isfinite(t.metrics[metric])]   # a test/ppl of inf is no mean
@@ -280,7 +281,7 @@ def _group_rows(gkey: tuple, members: list[_Trial], rows: list, run_ids: dict) -
                      "diverged": sum(t.status == "diverged" for t in chosen), "failed": len(bad),
                      "non_finite": len(logged) - len(ok),
                      "failure_reasons": dict(Counter(_reason(t.error) for t in bad)),
-                     "running": sum(t.status == "running" for t in members)})
+                     "running": sum(t.status == "running" for t in members), "_basis": like})
     return [{"task": task, "init": label, "run_id": t.run_id, "reason": _reason(t.error)} for t in bad]
 
 

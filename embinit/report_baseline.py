@@ -28,25 +28,47 @@ def _slot(row: dict[str, Any]) -> tuple[str, str, str]:
     return row["task"], json.dumps(row["axes"], sort_keys=True), row["metric"]
 
 
-def _baseline_row(row: dict[str, Any], candidates: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The baseline row for `row`: the one with the same setting, else the only one of its slot."""
-    same = [c for c in candidates if c["setting"] == row["setting"]]
-    if same:
-        return same[0]
-    return candidates[0] if len(candidates) == 1 else None
+# Config fields that make an init what it is: rows compared with the baseline may differ in these only.
+INIT_FIELDS = ("init", "src_init", "pretrained", "src_pretrained", "oov", "emb_seed", "init_from", "tokenizer")
+
+
+def basis(setting: dict[str, Any]) -> dict[str, Any]:
+    """What a row must share with its baseline row: its trials' setting (the report's `_setting`:
+    everything but seed and search point) without the init's own fields."""
+    return {k: v for k, v in setting.items() if k not in INIT_FIELDS}
+
+
+def _baseline_row(row: dict[str, Any], candidates: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, str | None]:
+    """(the baseline row for `row`, None) -- one trained like it (same `basis`), with the same setting
+    if several -- or (None, why not) when the baseline's rows were all trained otherwise."""
+    alike = [c for c in candidates if c.get("_basis") == row.get("_basis")]
+    same = [c for c in alike if c["setting"] == row["setting"]]
+    if same or len(alike) == 1:
+        return (same or alike)[0], None
+    if alike or not candidates or row.get("_basis") is None:
+        return None, None
+    other = candidates[0].get("_basis") or {}
+    differ = sorted(k for k in {*other, *row["_basis"]} if other.get(k) != row["_basis"].get(k))
+    text = ", ".join(f"{k}={row['_basis'].get(k)} here, {other.get(k)} there" for k in differ)
+    return None, f"the baseline was trained otherwise ({text})"
 
 
 def compare_rows(rows: list[dict[str, Any]], baseline: str) -> None:
-    """Set each row's `vs_baseline` (None for the baseline's own rows and where it has no row)."""
+    """Set each row's `vs_baseline` (None for the baseline's own rows and where it has no row trained
+    like this one: then `no_baseline` says why). Drops the rows' `_basis`."""
     base: dict[tuple, list[dict[str, Any]]] = {}
     for r in rows:
         if r["init"] == baseline:
             base.setdefault(_slot(r), []).append(r)
     for r in rows:
-        b = None if r["init"] == baseline else _baseline_row(r, base.get(_slot(r), []))
+        b, why = (None, None) if r["init"] == baseline else _baseline_row(r, base.get(_slot(r), []))
         r["vs_baseline"] = None if b is None or not r["seeds"] or not b["seeds"] else {
             **comparison(r["seeds"], b["seeds"], r["metric"], baseline),
             "still_improving": bool(r.get("still_improving") or b.get("still_improving"))}
+        if why:
+            r["no_baseline"] = why
+    for r in rows:
+        r.pop("_basis", None)
 
 
 def comparison(a: dict[str, float], b: dict[str, float], metric: str, baseline: str) -> dict[str, Any]:
@@ -87,6 +109,12 @@ def _ci_text(c: dict[str, Any]) -> str:
 def markdown(rows: list[dict[str, Any]], baseline: str, name: Any = None) -> list[str]:
     """The comparison table under the report's table; a line saying why where there is none."""
     compared = [r for r in rows if r.get("vs_baseline")]
+    apart = [f"- {r['task']} {name(r) if name else r['init']} ({r['metric']}): not compared with {baseline}: "
+             f"{r['no_baseline']}" for r in rows if r.get("no_baseline")]
+    if apart:
+        apart = ["", "Rows without a comparison:", *apart]
+    if not compared and apart:
+        return apart
     if not compared:
         if any(r["init"] == baseline for r in rows) or not rows:
             return []
@@ -102,4 +130,4 @@ def markdown(rows: list[dict[str, Any]], baseline: str, name: Any = None) -> lis
         budget = " (at this budget: still improving)" if c.get("still_improving") else ""
         lines.append(f"| {r['task']} | {init} | {r['metric']} ({better} is better) | {number(c['diff'])} | "
                      f"{_ci_text(c)} | {_seeds_text(c)} | {c['verdict']}{budget} |")
-    return lines
+    return lines + apart

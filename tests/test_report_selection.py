@@ -59,3 +59,27 @@ def test_a_non_finite_value_is_left_out_and_said():
 def test_comparisons_leave_non_finite_values_out():
     assert paired({"0": 1.0, "1": math.inf, "2": 3.0}, {"0": 0.0, "1": 0.0, "2": 1.0})["pairs"] == 2
     assert welch([1.0, 2.0, math.nan], [0.0, 1.0])["n"] == (2, 2)
+
+
+def test_an_init_is_compared_only_with_a_baseline_trained_like_it():
+    """GloVe at 10 epochs against Xavier at 20 would read "worse" for the budget, not the init."""
+    def runs(label, prefix, epochs, values):
+        out = []
+        for s, v in enumerate(values):
+            t = _trial(f"{prefix}{s}", label, s, "finished", {"test/bleu": v})
+            t.config["epochs"] = epochs
+            out.append(t)
+        return out
+    trials = runs("Xavier", "x", 20, [35.0, 36.0, 37.0]) + runs("GloVe", "g", 10, [30.0, 30.5, 31.0])
+    report = _report(trials)
+    glove = next(r for r in report.rows if r["init"] == "GloVe")
+    assert glove["vs_baseline"] is None
+    assert glove["no_baseline"] == "the baseline was trained otherwise (epochs=10 here, 20 there)"
+    assert "- multi30k GloVe (test/bleu): not compared with Xavier: the baseline was trained otherwise" in \
+        report.to_markdown()
+    assert "_basis" not in report.to_json() and "$^{\\downarrow" not in report.to_latex()
+    # GloVe at both budgets: the 20-epoch row is compared, the 10-epoch one is not
+    both = _report(trials + runs("GloVe", "h", 20, [33.0, 34.0, 35.0]))
+    rows = {(r["init"], r["setting"].get("epochs")): r for r in both.rows}
+    assert rows[("GloVe", 20)]["vs_baseline"]["pairs"] == 3 and rows[("GloVe", 20)]["vs_baseline"]["diff"] == -2.0
+    assert rows[("GloVe", 10)]["vs_baseline"] is None and "epochs=10 here" in rows[("GloVe", 10)]["no_baseline"]
