@@ -35,7 +35,7 @@ from embinit import completeness as coverage
 from embinit import mlflow_store, records, report_baseline, report_latex, run_readers
 from embinit.comparison import t_quantile
 from embinit.config import TrialConfig, metric_range
-from embinit.formatting import interval, number
+from embinit.formatting import interval, metric_digits, number
 from embinit.records import TrialRecord
 from embinit.report_baseline import DEFAULT_BASELINE
 from embinit.report_notes import non_finite_notes, row_name, unconverged_notes
@@ -182,8 +182,10 @@ class Report:
         lines = [f"### {self.experiment}", "", head, "|---" * 9 + "|"]
         for r in self.rows:
             last = " (last)" if r.get("still_improving") else ""
-            lines.append(f"| {r['task']} | {row_name(r)} | {r['metric']} | {_fmt(r['mean'])} ({_fmt(r['std'])}) | "
-                         f"{r['n']} | {_fmt(r['best_epoch'], 1)}{last} | {_ci(r)} | {r['diverged']} | {r['failed']} |")
+            d = metric_digits(r["metric"])
+            lines.append(f"| {r['task']} | {row_name(r)} | {r['metric']} | {_fmt(r['mean'], d)} "
+                         f"({_fmt(r['std'], d)}) | {r['n']} | {_fmt(r['best_epoch'], 1)}{last} | {_ci(r, d)} | "
+                         f"{r['diverged']} | {r['failed']} |")
         lines += coverage.markdown(self.completeness)
         lines += unconverged_notes(self.rows) + non_finite_notes(self.rows)
         lines += report_baseline.markdown(self.rows, self.baseline, row_name)

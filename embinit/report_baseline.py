@@ -12,7 +12,7 @@ from typing import Any
 
 from embinit.comparison import direction, higher_is_better, paired
 from embinit.errors import EmbinitError, did_you_mean
-from embinit.formatting import number
+from embinit.formatting import metric_digits, number
 
 DEFAULT_BASELINE = "Xavier"
 
@@ -38,18 +38,25 @@ def basis(setting: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in setting.items() if k not in INIT_FIELDS}
 
 
+def _differ(a: dict[str, Any] | None, b: dict[str, Any] | None) -> list[str]:
+    """The fields two bases set differently; a field only one of them has (searched on the other side:
+    each row's best point stands for it) does not count."""
+    if a is None or b is None:
+        return [] if a is b else ["(no trials)"]
+    return sorted(k for k in a.keys() & b.keys() if a[k] != b[k])
+
+
 def _baseline_row(row: dict[str, Any], candidates: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, str | None]:
     """(the baseline row for `row`, None) -- one trained like it (same `basis`), with the same setting
     if several -- or (None, why not) when the baseline's rows were all trained otherwise."""
-    alike = [c for c in candidates if c.get("_basis") == row.get("_basis")]
+    alike = [c for c in candidates if not _differ(c.get("_basis"), row.get("_basis"))]
     same = [c for c in alike if c["setting"] == row["setting"]]
     if same or len(alike) == 1:
         return (same or alike)[0], None
     if alike or not candidates or row.get("_basis") is None:
         return None, None
     other = candidates[0].get("_basis") or {}
-    differ = sorted(k for k in {*other, *row["_basis"]} if other.get(k) != row["_basis"].get(k))
-    text = ", ".join(f"{k}={row['_basis'].get(k)} here, {other.get(k)} there" for k in differ)
+    text = ", ".join(f"{k}={row['_basis'][k]} here, {other[k]} there" for k in _differ(other, row["_basis"]))
     return None, f"the baseline was trained otherwise ({text})"
 
 
@@ -100,10 +107,10 @@ def _seeds_text(c: dict[str, Any]) -> str:
     return f"{c['pairs']}" + ("" if c["pairs"] == na == nb else f" (of {na} and {nb})")
 
 
-def _ci_text(c: dict[str, Any]) -> str:
+def _ci_text(c: dict[str, Any], digits: int = 2) -> str:
     if c["ci_low"] is None:
         return "- (one pair)" if c["test"] == "paired t" else "- (n < 2)"
-    return f"[{number(c['ci_low'])}, {number(c['ci_high'])}]"
+    return f"[{number(c['ci_low'], digits)}, {number(c['ci_high'], digits)}]"
 
 
 def markdown(rows: list[dict[str, Any]], baseline: str, name: Any = None) -> list[str]:
@@ -128,6 +135,7 @@ def markdown(rows: list[dict[str, Any]], baseline: str, name: Any = None) -> lis
         better = "higher" if c["higher_is_better"] else "lower"
         init = name(r) if name else r["init"]
         budget = " (at this budget: still improving)" if c.get("still_improving") else ""
-        lines.append(f"| {r['task']} | {init} | {r['metric']} ({better} is better) | {number(c['diff'])} | "
-                     f"{_ci_text(c)} | {_seeds_text(c)} | {c['verdict']}{budget} |")
+        d = metric_digits(r["metric"])
+        lines.append(f"| {r['task']} | {init} | {r['metric']} ({better} is better) | {number(c['diff'], d)} | "
+                     f"{_ci_text(c, d)} | {_seeds_text(c)} | {c['verdict']}{budget} |")
     return lines + apart

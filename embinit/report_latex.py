@@ -3,7 +3,8 @@
 one column per task and reported metric, each cell mean (σ) over seeds.
 
 Marks, all explained in the caption the table carries:
-- bold: the best mean of its column (the metric's direction: a lower loss or perplexity is the better);
+- bold: the best mean of its column (the metric's direction: a lower loss or perplexity is the better;
+  accuracies, logged as fractions, are printed in percent);
 - ↑ / ↓: the paired 95% interval of the difference from the baseline init (`embinit.report_baseline`)
   lies above / below 0 in the better / worse direction; no mark: inconclusive, or the baseline itself;
 - †: best epoch = last epoch for most seeds (still improving: a budget comparison);
@@ -18,7 +19,7 @@ from collections import Counter
 from typing import Any
 
 from embinit.comparison import higher_is_better
-from embinit.formatting import number
+from embinit.formatting import is_fraction, number
 
 _SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
             "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
@@ -43,7 +44,8 @@ def _column(r: dict[str, Any]) -> tuple[str, str]:
 def _header(task: str, metric: str) -> str:
     base = metric.rsplit("/", 1)[-1]
     arrow = r"$\uparrow$" if higher_is_better(metric) else r"$\downarrow$"
-    return f"{escape(task)} {escape(_METRIC_NAMES.get(base, base))} {arrow}"
+    unit = r" (\%)" if is_fraction(metric) else ""
+    return f"{escape(task)} {escape(_METRIC_NAMES.get(base, base))}{unit} {arrow}"
 
 
 def _best(rows: list[dict[str, Any]]) -> dict[tuple, float]:
@@ -61,10 +63,11 @@ def _best(rows: list[dict[str, Any]]) -> dict[tuple, float]:
 def _cell(r: dict[str, Any] | None, best: dict[tuple, float], usual_n: int | None, digits: int) -> str:
     if r is None or r["mean"] is None:
         return "--"
-    mean = number(r["mean"], digits)
-    if number(best[_column(r)], digits) == mean:
+    scale = 100.0 if is_fraction(r["metric"]) else 1.0    # accuracies in percent, as papers print them
+    mean = number(r["mean"] * scale, digits)
+    if best[_column(r)] == r["mean"]:
         mean = rf"\textbf{{{mean}}}"
-    text = mean + (f" ({number(r['std'], digits)})" if r.get("std") is not None else "")
+    text = mean + (f" ({number(r['std'] * scale, digits)})" if r.get("std") is not None else "")
     marks = ""
     verdict = (r.get("vs_baseline") or {}).get("verdict")
     marks += r"\uparrow" if verdict == "better" else r"\downarrow" if verdict == "worse" else ""

@@ -147,7 +147,7 @@ def test_keys_restrict_the_report(store):
 def test_formats(store):
     report = build_report("rep", store)
     md = report.to_markdown()
-    assert "| synthetic_classification | Xavier | best/val/acc | 0.80 (0.10) | 3 |" in md
+    assert "| synthetic_classification | Xavier | best/val/acc | 0.8000 (0.1000) | 3 |" in md   # a fraction: 4 places
     assert "Failed trials: 1" in md and "RuntimeError: out of memory" in md
     assert "pos_encoding=False" in md and "[lr=0.001]" in md
     table = list(csv.DictReader(io.StringIO(report.to_csv())))

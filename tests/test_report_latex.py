@@ -87,7 +87,7 @@ def test_search_points_axes_and_labels_are_escaped_and_listed():
     assert "% embinit report grid_100%" in tex.splitlines()[0]    # a LaTeX comment line: kept as is
     assert "\\caption{grid\\_100\\%: " in tex
     assert "GloVe\\_Xavier sigma=4x & " in tex
-    assert "mnli Acc. (m) $\\uparrow$" in tex
+    assert "mnli Acc. (m) (\\%) $\\uparrow$" in tex and "& \\textbf{61.00} (1.41) \\\\" in tex   # percent
     assert "Best search point per init: GloVe\\_Xavier on mnli: lr=0.0001, dropout=0.1." in tex
     assert escape("a_b&c%d$e#f{g}h~i^j\\k") == ("a\\_b\\&c\\%d\\$e\\#f\\{g\\}h\\textasciitilde{}i"
                                                  "\\textasciicircum{}j\\textbackslash{}k")

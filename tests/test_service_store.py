@@ -82,7 +82,7 @@ def test_trials_counts_and_report(setup):
     rows = {r["init"]: r for r in json.loads(report["json"])["rows"]}
     assert rows["Xavier"]["n"] == 2 and rows["Xavier"]["mean"] == pytest.approx(0.55)
     assert "Xavier" in report["markdown"] and report["csv"].startswith("task,init")
-    assert "\nXavier & \\textbf{0.55} (0.07)" in report["latex"]   # the same rows as a table for a paper
+    assert "\nXavier & \\textbf{55.00} (7.07)" in report["latex"]   # the same rows as a table for a paper
     assert store.experiment_id(exp) == mlflow_store.experiment_id(spec.name, uri)
 
 
