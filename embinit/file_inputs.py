@@ -8,7 +8,7 @@ key holds the bytes a trial reads, not where they lie; the path stays in the tri
 params) for provenance.
 
 What counts as a local path: a value written as one (absolute, `./`, `../` or `~`, the rule
-`embinit.sweep.run.check_local_paths` uses) that exists. Anything else (a hub id such as
+`embinit.spec.check_local_paths` uses) that exists. Anything else (a hub id such as
 `bert-base-uncased`, a tokenizer name such as `spacy`, a path that does not exist here) stays as
 written. A folder's identity is the sha256 of its files' relative paths and digests (names starting
 with `.` skipped: `.git`, editor and OS leftovers), so a copied model or data folder keeps its trials.

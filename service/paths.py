@@ -68,6 +68,8 @@ def _confine(value: str, roots: list[Path], kind: str, allow_hub_id: bool | str 
         real = _inside(Path(value), roots)
         if real is None:
             return None, f"{value!r} is outside the allowed {kind} roots {shown}"
+        if allow_hub_id is not False and not real.exists():   # a pretrained file is read, never made
+            return None, f"{value!r} does not exist"
         return str(real), None
     for root in roots:
         candidate = Path(root) / value

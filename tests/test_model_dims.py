@@ -176,3 +176,15 @@ def test_the_dry_run_refuses_what_run_would(tmp_path, capsys):
     path.write_text(path.read_text().replace(", d_model: 16", ""))
     assert main(["run", str(path), "--dry-run"]) == 0
     assert "4 trials" in capsys.readouterr().out
+
+
+def test_the_dry_run_refuses_a_missing_file_as_run_would(tmp_path, capsys):
+    from embinit.cli import main
+    path = tmp_path / "s.yaml"
+    path.write_text("name: d\ntasks: [synthetic_classification]\n"
+                    "inits: [xavier, {tgt: glove, pretrained: ./g100.txt}]\nseeds: 1\n")
+    assert main(["run", str(path), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "inits[1].pretrained" in err and "g100.txt' does not exist" in err
+    vectors(tmp_path / "g100.txt", 4)
+    assert main(["run", str(path), "--dry-run"]) == 0

@@ -37,6 +37,17 @@ def client(make_client):
     return make_client()
 
 
+def test_a_missing_pretrained_file_inside_the_root_is_refused_at_submit(client, tmp_path):
+    """Not a 202 that fails at its first trial: the file a pretrained path names is read, never made."""
+    (tmp_path / "pretrained" / "glove.50d.txt").write_text("the 0.1 0.2\n")
+    missing = str(tmp_path / "pretrained" / "glove.100d.txt")
+    spec = {**SPEC, "inits": ["xavier", "glove"], "pretrained": {"glove": missing}}
+    assert problems(client.post("/experiments", json=spec))["pretrained.glove"] == f"{missing!r} does not exist"
+    assert nothing_stored(client)
+    spec["pretrained"] = {"glove": str(tmp_path / "pretrained" / "glove.50d.txt")}
+    assert client.post("/experiments", json=spec).status_code == 202
+
+
 # ---- 3: symlinks out of a root -----------------------------------------------------------------------
 
 @pytest.mark.parametrize("field", ["cache_dir", "data_dir", "analyses.similarity.snapshot_dir"])

@@ -47,7 +47,9 @@ def run(args) -> int:
     spec = load_spec(args.spec, args.overrides)
     if args.dry_run:
         from embinit.model_dims import check_dimensions
-        check_dimensions(spec.plan(), spec.search)   # what `run` would refuse
+        from embinit.spec import check_local_paths
+        check_local_paths(spec)                       # what `run` would refuse: missing files,
+        check_dimensions(spec.plan(), spec.search)    # dimensions that do not fit
         print(dry_run(spec))
         return 0
     from embinit.sweep import run_sweep

@@ -89,3 +89,16 @@ def _blame(path: str, message: str, keys: dict[str, str]) -> str:
     field = path.replace("[", ".").split(".")
     hit = next((item for key, item in keys.items() if key in field or path.startswith(key)), None)
     return f"{message} (from the command-line override {hit})" if hit else message
+
+
+def check_local_paths(spec: ExperimentSpec) -> None:
+    """Paths written as filesystem paths (absolute, ./, ../, ~) must exist before any trial starts;
+    other values may be hub ids (`bert-base-uncased`, `google/mt5-base`)."""
+    problems = []
+    for where, value in spec.paths():
+        if where in ("cache_dir", "analyses.similarity.snapshot_dir"):
+            continue  # created on demand
+        if value.startswith(("/", "./", "../", "~")) and not Path(value).expanduser().exists():
+            problems.append((where, f"{value!r} does not exist"))
+    if problems:
+        raise SpecError(problems)

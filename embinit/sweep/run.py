@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from embinit import mlflow_store, provenance, records, run_readers, run_writers, tracking_server
 from embinit.model_dims import check_dimensions
-from embinit.spec import ExperimentSpec, SpecError, load_spec
+from embinit.spec import ExperimentSpec, check_local_paths, load_spec
 from embinit.storage import Store
 from embinit.storage import configured as configured_store
 from embinit.sweep.analyses import shared_settings
@@ -64,19 +64,6 @@ def _stop_fn(stop: StopFlag) -> Callable[[], bool]:
     if isinstance(stop, threading.Event):
         return stop.is_set
     return stop
-
-
-def check_local_paths(spec: ExperimentSpec) -> None:
-    """Paths written as filesystem paths (absolute, ./, ../, ~) must exist before any trial starts;
-    other values may be hub ids (`bert-base-uncased`, `google/mt5-base`)."""
-    problems = []
-    for where, value in spec.paths():
-        if where in ("cache_dir", "analyses.similarity.snapshot_dir"):
-            continue  # created on demand
-        if value.startswith(("/", "./", "../", "~")) and not Path(value).expanduser().exists():
-            problems.append((where, f"{value!r} does not exist"))
-    if problems:
-        raise SpecError(problems)
 
 
 INTERRUPTED = "interrupted (Ctrl-C); running the same spec again resumes: finished trials are reused"
