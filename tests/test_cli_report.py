@@ -53,3 +53,15 @@ def test_plot(uri, tmp_path, capsys):
 def test_unknown_experiment(uri, capsys):
     assert main(["report", "nope", "--tracking-uri", uri]) == 2
     assert "no MLflow experiment 'nope'" in capsys.readouterr().err
+
+
+def test_report_on_a_store_that_is_not_there_names_it_and_creates_nothing(tmp_path, capsys, monkeypatch):
+    from embinit.cli import main
+    monkeypatch.chdir(tmp_path)
+    assert main(["report", "quickstart"]) == 2
+    err = capsys.readouterr().err
+    assert f"no MLflow store at {tmp_path / 'mlflow.db'} (the default, ./mlflow.db)" in err
+    assert main(["report", "quickstart", "--tracking-uri", f"sqlite:///{tmp_path}/typo.db"]) == 2
+    assert "typo.db (--tracking-uri)" in capsys.readouterr().err
+    assert main(["reproduction", "--out", str(tmp_path / "r.md")]) == 2
+    assert list(tmp_path.iterdir()) == []   # no empty database left behind

@@ -17,7 +17,9 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
+    from embinit.mlflow_store import require_store
     from embinit.report import build_report
+    require_store(args.tracking_uri)
     report = build_report(args.experiment, args.tracking_uri, baseline=args.baseline)
     text = {"markdown": report.to_markdown, "csv": report.to_csv, "json": report.to_json,
             "latex": report.to_latex}[args.format]()

@@ -29,6 +29,8 @@ def run(args) -> int:
     from embinit.reproduction.frame import header
     from embinit.reproduction.inputs import PRESETS, choose_inputs
 
+    from embinit.mlflow_store import require_store
+    require_store(args.tracking_uri)
     name = choose_inputs(args.inputs, args.tracking_uri)
     rep = Reproduction(args.tracking_uri, PRESETS[name])
     sections = rep.build()
