@@ -272,6 +272,9 @@ def test_unset_env_var_is_a_clear_problem(monkeypatch):
 
 def test_input_form_errors(tmp_path):
     assert "not valid YAML" in str(pytest.raises(SpecError, load_spec, "name: [unclosed\n").value)
+    twice = "name: t\ntasks: [sst2]\ninits: [xavier]\nseeds: 1\nseeds: 3\n"
+    twice = str(pytest.raises(SpecError, load_spec, twice).value)
+    assert "line 5, column 1: 'seeds' is given twice (first at line 4)" in twice   # not: the last one wins
     assert "mapping at the top level" in str(pytest.raises(SpecError, load_spec, "- a\n- b\n").value)
     assert "cannot read spec file" in str(pytest.raises(SpecError, load_spec, str(tmp_path / "no.yaml")).value)
     assert "must be a mapping" in str(pytest.raises(SpecError, load_spec, 42).value)

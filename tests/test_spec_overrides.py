@@ -42,6 +42,9 @@ def test_bad_overrides_are_named_with_every_problem():
     assert "seeds: a seed count must be >= 1, got 0 (from the command-line override seeds=0)" in text
     with pytest.raises(SpecError, match=r"inits\[0\]: 'glvoe' is not a registered init"):
         load_spec(QUICK, ["inits=glvoe"])
+    with pytest.raises(SpecError) as e:     # not "the last one wins" silently
+        load_spec(QUICK, ["epochs=1", "epochs=3"])
+    assert "epochs is overridden twice (epochs=1, then 'epochs=3'); give it once" in str(e.value)
 
 
 def test_cli_overrides_and_dry_run_cost(capsys):

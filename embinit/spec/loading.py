@@ -26,6 +26,22 @@ def yaml_error(e: yaml.YAMLError, where: str = "") -> str:
     return text
 
 
+class _UniqueKeys(yaml.SafeLoader):
+    """YAML's safe loader, but a key given twice in one mapping is an error (safe_load keeps the last:
+    `seeds: 1` and a later `seeds: 3` ran 3 seeds without a word)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict[Any, Any] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, (str, int, float, bool)) and key in seen:
+                raise yaml.constructor.ConstructorError(
+                    "while reading a mapping", node.start_mark,
+                    f"{key!r} is given twice (first at line {seen[key].line + 1})", key_node.start_mark)
+            seen[key] = key_node.start_mark
+        return super().construct_mapping(node, deep=deep)
+
+
 def _read(source: Any) -> tuple[dict[str, Any], Path | None]:
     """(raw spec data, the folder of the file it came from or None)."""
     if isinstance(source, ExperimentSpec):
@@ -46,7 +62,7 @@ def _read(source: Any) -> tuple[dict[str, Any], Path | None]:
     else:
         raise SpecError([("", f"a spec must be a mapping, YAML text or a file path, got {type(source).__name__}")])
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeys)   # a SafeLoader
     except yaml.YAMLError as e:
         raise SpecError([("", yaml_error(e, where))]) from None
     if not isinstance(data, dict):

@@ -38,6 +38,10 @@ def parse(items: list[str]) -> tuple[list[tuple[str, Any]], list[tuple[str, str]
             value = yaml.safe_load(raw) if raw.strip() else None
         except yaml.YAMLError:
             value = raw
+        if key.strip() in dict(pairs):
+            problems.append((key.strip(), f"{key.strip()} is overridden twice ({key.strip()}="
+                             f"{dict(pairs)[key.strip()]!r}, then {item!r}); give it once"))
+            continue
         pairs.append((key.strip(), value))
     return pairs, problems
 
