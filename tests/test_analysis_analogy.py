@@ -138,10 +138,16 @@ def test_load_questions_errors(tmp_path):
         load_questions(tmp_path / "none.txt")
     p = tmp_path / "q.txt"
     p.write_text(": only header\n")
-    with pytest.raises(EmbinitError, match="no analogy questions"):
+    with pytest.raises(EmbinitError, match="0 lines are not four words and 0 are"):
+        load_questions(p)
+    # another file given by mistake (a GLUE tsv): refused, not one accidental "question" scored
+    p.write_text("sentence\tlabel\nit 's a charming and often affecting journey .\t1\na b c d\n")
+    with pytest.raises(EmbinitError, match="2 lines are not four words and 1 are; is it an analogy questions"):
         load_questions(p)
     p.write_text(QUESTIONS)
-    assert load_questions(p).count == 7
+    base = load_questions(p)
+    p.write_text(QUESTIONS + "a malformed line\n")
+    assert load_questions(p).count == base.count == 7 and load_questions(p).invalid == base.invalid + 1
 
 
 def test_chain_steps():

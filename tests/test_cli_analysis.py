@@ -209,3 +209,12 @@ def test_similarity_reports_the_blogs_score_beside_jaccard(tmp_path, capsys):
     assert out["scores"]["overlap"]["mean"] > out["scores"]["jaccard"]["mean"] == out["mean"]
     assert main(["similarity", str(a), str(b), "--k", "5"]) == 0
     assert "beside it, overlap (|∩|/K, the post's code and numbers): mean" in capsys.readouterr().out
+
+
+def test_analogy_says_how_many_lines_it_skipped(files, tmp_path, capsys):
+    from embinit.cli import main
+    glove, questions = files
+    noisy = tmp_path / "q.txt"
+    noisy.write_text(questions.read_text() + "not four words\n")
+    assert main(["analogy", "--embeddings", str(glove), "--questions", str(noisy)]) == 0
+    assert "lines not of four words skipped)" in capsys.readouterr().out

@@ -75,8 +75,9 @@ def load_questions(path: str | Path) -> Questions:
     except (OSError, UnicodeDecodeError) as e:
         raise EmbinitError(f"cannot read questions file {path}: {e}") from None
     qs = parse_questions(text.splitlines(), str(path))
-    if qs.count == 0:
-        raise EmbinitError(f"no analogy questions (lines of four words) in {path}")
+    if qs.count == 0 or qs.invalid > qs.count:
+        raise EmbinitError(f"{path}: {qs.invalid} lines are not four words and {qs.count} are; is it an analogy "
+                           f"questions file (`: section` lines, then `a b c d` per line, as questions-words.txt)?")
     return qs
 
 

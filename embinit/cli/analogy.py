@@ -97,7 +97,8 @@ def run(args) -> int:
             {**res.to_dict(), "steps": list(st), "paper": paper}
             for (st, _), (_, paper, res) in zip(rows, results)]}, indent=2))
         return 0
-    print(f"{emb.source}: {len(tokens):,} words; {questions.count:,} questions in {questions.source}")
+    skipped = f" ({questions.invalid:,} lines not of four words skipped)" if questions.invalid else ""
+    print(f"{emb.source}: {len(tokens):,} words; {questions.count:,} questions in {questions.source}{skipped}")
     width = max(len(label) for label, _, _ in results)
     print(f"{'embedding':<{width}}  {'total acc. (%)':<20} {'semantic':<20} {'syntactic':<20} paper")
     extra = {r[0] for r in EXTRA_ROWS} if args.table4 else set()
