@@ -159,3 +159,17 @@ def test_a_store_with_only_the_studies_beyond_the_paper_makes_a_document(tmp_pat
     text = out.read_text()
     assert "--inputs offline" in text and "not in the store yet: `offline-multi30k-glove50`" in text
     assert "Experiments read: `offline-dose-response-sigma`;" in text
+
+
+def test_a_rerun_seed_counts_once_in_the_reproduction():
+    """A spec run again under new keys (here: more epochs) keeps its old runs; Table 1 counted 8 trials
+    for 4 seeds. One per seed, the newest, as the report and the findings read them."""
+    from embinit.reproduction.data import ReproductionData
+    from embinit.reproduction.inputs import Group, Trial
+    trials = [Trial(f"{e}-{s}", f"{e}-{s}", "multi30k", "GloVe", "finished", {"seed": s, "epochs": e}, {},
+                    {"test/bleu": float(e + s)}, s, start_ms=e * 10 + s) for e in (10, 20) for s in range(4)]
+    rep = ReproductionData.__new__(ReproductionData)
+    rep.data = {"e": (trials, [])}
+    chosen = rep.main_trials(Group("e", "multi30k", "GloVe", "GloVe", "s.yaml"), "P")
+    assert sorted(t.config["seed"] for t in chosen) == [0, 1, 2, 3]
+    assert {t.config["epochs"] for t in chosen} == {20}

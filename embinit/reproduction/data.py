@@ -47,9 +47,15 @@ class ReproductionData:
 
     # ---- selection helpers
     def main_trials(self, g: Group, role: str) -> list[Trial]:
-        """Finished trials of a role in the group's main sweep (default cell: trainable + PE)."""
-        return [t for t in self.data[g.experiment][0] if t.task == g.task and role_of(t.label, g.source) == role
-                and t.cell == (True, True) and t.status == "finished"]
+        """Finished trials of a role in the group's main sweep (default cell: trainable + PE), one per seed:
+        the newest (a spec run again under a new key, e.g. with more epochs, does not count a seed twice,
+        and Table 1, the statistics and the findings all read the same trials)."""
+        newest: dict[Any, Trial] = {}
+        for t in sorted(self.data[g.experiment][0], key=lambda t: t.start_ms):
+            if t.task == g.task and role_of(t.label, g.source) == role and t.cell == (True, True) \
+                    and t.status == "finished":
+                newest[t.config.get("seed")] = t
+        return list(newest.values())
 
     def values(self, trials: list[Trial], metric: str) -> list[float]:
         return [t.metrics[metric] for t in trials if metric in t.metrics and math.isfinite(t.metrics[metric])]
