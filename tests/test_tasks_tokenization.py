@@ -109,20 +109,22 @@ def test_real_gpt2_files(tmp_path, monkeypatch):
     assert data.vocab.decode(data.splits["valid"][:-1]) == ["The", "Ġlobster", "'s", "Ġclaws"]
 
 
-@pytest.fixture(scope="module")
-def hf_folder(tmp_path_factory):
-    """A tiny uncased WordPiece tokenizer saved as a Hugging Face tokenizer folder."""
+def _wordpiece(folder, words: list[str]):
+    """A tiny uncased WordPiece tokenizer over `words`, saved as a Hugging Face tokenizer folder."""
     transformers = pytest.importorskip("transformers")
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, decoders
-    vocab = {t: i for i, t in enumerate(["[UNK]", "[CLS]", "[SEP]", "[PAD]", "the", "cat", "sat", "s",
-                                         "##at", "##s", "m", "."])}
-    tok = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
+    tok = Tokenizer(models.WordPiece({t: i for i, t in enumerate(words)}, unk_token="[UNK]"))
     tok.normalizer = normalizers.BertNormalizer(lowercase=True)
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()   # splits punctuation off, as BERT's does
     tok.decoder = decoders.WordPiece()
-    folder = tmp_path_factory.mktemp("hf")
     transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]").save_pretrained(folder)
     return folder
+
+
+@pytest.fixture(scope="module")
+def hf_folder(tmp_path_factory):
+    return _wordpiece(tmp_path_factory.mktemp("hf"), ["[UNK]", "[CLS]", "[SEP]", "[PAD]", "the", "cat", "sat",
+                                                      "s", "##at", "##s", "m", "."])
 
 
 @pytest.mark.slow   # imports transformers (~5-10 s here)
@@ -167,18 +169,8 @@ def test_spacy_tokenization_lowercase_and_whitespace_tokens(tmp_path):
 
 @pytest.fixture(scope="module")
 def wordpiece_folder(tmp_path_factory):
-    """A tiny uncased WordPiece tokenizer that splits punctuation off, as BERT's does."""
-    transformers = pytest.importorskip("transformers")
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, decoders
-    words = ["[UNK]", "[CLS]", "[SEP]", "[PAD]", "a", "man", "'", "s", "t", "-", "shirt", "is", "red", ".",
-             "dog", "runs"]
-    tok = Tokenizer(models.WordPiece({t: i for i, t in enumerate(words)}, unk_token="[UNK]"))
-    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tok.decoder = decoders.WordPiece()
-    folder = tmp_path_factory.mktemp("wordpiece")
-    transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]").save_pretrained(folder)
-    return folder
+    return _wordpiece(tmp_path_factory.mktemp("wordpiece"), ["[UNK]", "[CLS]", "[SEP]", "[PAD]", "a", "man", "'",
+                                                              "s", "t", "-", "shirt", "is", "red", ".", "dog", "runs"])
 
 
 @pytest.mark.slow   # imports transformers and sacrebleu
