@@ -53,9 +53,10 @@ def _baseline_row(row: dict[str, Any], candidates: list[dict[str, Any]]) -> tupl
     same = [c for c in alike if c["setting"] == row["setting"]]
     if same or len(alike) == 1:
         return (same or alike)[0], None
-    if alike or not candidates or row.get("_basis") is None:
-        return None, None
-    other = candidates[0].get("_basis") or {}
+    trained = [c["_basis"] for c in candidates if c.get("_basis") is not None]
+    if alike or not trained or row.get("_basis") is None:
+        return None, None   # (several alike: no one baseline row; none trained: nothing to compare with)
+    other = trained[0]
     text = ", ".join(f"{k}={row['_basis'][k]} here, {other[k]} there" for k in _differ(other, row["_basis"]))
     return None, f"the baseline was trained otherwise ({text})"
 

@@ -83,3 +83,13 @@ def test_an_init_is_compared_only_with_a_baseline_trained_like_it():
     rows = {(r["init"], r["setting"].get("epochs")): r for r in both.rows}
     assert rows[("GloVe", 20)]["vs_baseline"]["pairs"] == 3 and rows[("GloVe", 20)]["vs_baseline"]["diff"] == -2.0
     assert rows[("GloVe", 10)]["vs_baseline"] is None and "epochs=10 here" in rows[("GloVe", 10)]["no_baseline"]
+
+
+def test_a_baseline_without_trials_gives_no_reason_to_misread():
+    from embinit import report_baseline
+    rows = [{"task": "multi30k", "init": "Xavier", "axes": {}, "metric": "test/bleu", "setting": {}, "seeds": {},
+             "_basis": None},
+            {"task": "multi30k", "init": "GloVe", "axes": {}, "metric": "test/bleu", "setting": {},
+             "seeds": {"0": 1.0}, "_basis": {"epochs": 4}}]
+    report_baseline.compare_rows(rows, "Xavier")
+    assert rows[1]["vs_baseline"] is None and "no_baseline" not in rows[1] and "_basis" not in rows[1]
