@@ -132,22 +132,30 @@ class TrialConfig:
             raise EmbinitError(f"unknown trial config fields {unknown}; valid: {sorted(names)}")
         return cls(**data)
 
+    def tokenizer_for(self, spec) -> str:
+        """The tokenizer the trial's data is cut with, for its main side's parsed init `spec`:
+        tokenizer="auto" is the pretrained model's own for a sub-word init, else the task's own (its
+        registry entry: GPT-2 BPE for wikitext2, spaCy words otherwise; the generated synthetic tasks are
+        made of whole words and use spaCy, so they run offline without GPT-2's files)."""
+        if self.tokenizer != "auto":
+            return self.tokenizer
+        if spec.is_subword:
+            return self.pretrained or spec.pretrained or spec.source
+        return task_entry(self.task).tokenizer
+
     def _subword_bleu_references(self) -> bool:
         """Whether this is a translation trial whose target tokenizer is sub-word: its BLEU references
         are the text as that tokenizer writes it back (embinit.tasks.tokenization `Backend.references`),
         no longer the raw text. Such keys say so (`bleu_references`), so runs scored the old way are not
-        reused; every other key is unchanged. The tokenizer as `train.prepare.resolve_tokenizer` picks it."""
+        reused; every other key is unchanged."""
         if not task_kind(self.task).two_sided:
             return False
-        name = self.tokenizer
-        if name == "auto":
-            from embinit.init.registry import parse_init_spec   # torch-free
-            try:
-                subword = parse_init_spec(self.init).is_subword
-            except EmbinitError:
-                return False   # an invalid init: the trainer refuses it with its own message
-            name = "sub-word" if subword else task_entry(self.task).tokenizer
-        return name not in ("spacy", "whitespace")
+        from embinit.init.registry import parse_init_spec   # torch-free
+        try:
+            spec = parse_init_spec(self.init)
+        except EmbinitError:
+            return False   # an invalid init: the trainer refuses it with its own message
+        return self.tokenizer_for(spec) not in ("spacy", "whitespace")
 
     def key(self) -> str:
         """Stable identity of what this trial computes: sha256 of its canonical resolved config and the

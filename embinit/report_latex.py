@@ -20,6 +20,7 @@ from typing import Any
 
 from embinit.comparison import higher_is_better
 from embinit.formatting import is_fraction, number
+from embinit.report_notes import row_name
 
 _SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
             "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
@@ -33,8 +34,8 @@ def escape(text: Any) -> str:
 
 
 def _row_key(r: dict[str, Any]) -> str:
-    init = r["init"] + "".join(f" {k}={v}" for k, v in r["axes"].items())
-    return init + "".join(f" [{k}={v}]" for k, v in (r.get("setting") or {}).items())
+    """The row's name without its search point (a point is per task: the caption lists them)."""
+    return row_name(r, point=False)
 
 
 def _column(r: dict[str, Any]) -> tuple[str, str]:
@@ -116,4 +117,3 @@ def _caption(experiment: str, rows: list[dict[str, Any]], baseline: str, usual_n
     if any(r["mean"] is None for r in rows):
         parts.append("--: no finished seed.")
     return " ".join(parts)
-

@@ -9,10 +9,11 @@ from typing import Any
 from embinit.report_plots import setting_text
 
 
-def row_name(r: dict[str, Any]) -> str:
-    """The init with its axes, search point and differing settings, as the markdown tables show it."""
+def row_name(r: dict[str, Any], point: bool = True) -> str:
+    """The init with its axes, search point (unless `point` is False) and differing settings, as the
+    markdown tables show it."""
     init = r["init"] + "".join(f" {k}={v}" for k, v in r["axes"].items())
-    init += "".join(f" [{k}={v}]" for k, v in r["point"].items())
+    init += "".join(f" [{k}={v}]" for k, v in r["point"].items()) if point else ""
     return init + setting_text(json.dumps(r["setting"]))
 
 

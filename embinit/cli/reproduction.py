@@ -25,11 +25,11 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
+    from embinit.mlflow_store import require_store
     from embinit.reproduction import Reproduction, render, write_exports
     from embinit.reproduction.frame import header
     from embinit.reproduction.inputs import PRESETS, choose_inputs
 
-    from embinit.mlflow_store import require_store
     require_store(args.tracking_uri)
     name = choose_inputs(args.inputs, args.tracking_uri)
     rep = Reproduction(args.tracking_uri, PRESETS[name])

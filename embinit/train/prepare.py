@@ -25,7 +25,7 @@ from embinit.bounds import problem as bound_problem
 from embinit.config import TrialConfig, task_defaults
 from embinit.errors import EmbinitError
 from embinit.model_dims import resolve_model_size, side_sources
-from embinit.task_registry import kind_code, task_entry, task_kind
+from embinit.task_registry import kind_code, task_kind
 from embinit.models import (ModelConfig, build_model, embedding_parameters,
                             set_dropout_generator, set_trainable)
 from embinit.train.checkpoint import read as read_checkpoint
@@ -132,17 +132,6 @@ def check_config(cfg: TrialConfig) -> TrialConfig:
     return rc
 
 
-def resolve_tokenizer(cfg: TrialConfig, spec) -> str:
-    """tokenizer="auto": the pretrained model's own tokenizer for a sub-word init, else the task's own
-    (its registry entry: GPT-2 BPE for wikitext2, spaCy words otherwise; the generated synthetic tasks
-    are made of whole words and use spaCy, so they run offline without GPT-2's files)."""
-    if cfg.tokenizer != "auto":
-        return cfg.tokenizer
-    if spec.is_subword:
-        return cfg.pretrained or spec.pretrained or spec.source
-    return task_entry(cfg.task).tokenizer
-
-
 def load_data(cfg: TrialConfig, tokenizer: str, cache_dir):
     from embinit.tasks import load_task  # imported here: the models/training code does not need it
 
@@ -182,7 +171,7 @@ def load_inputs(cfg: TrialConfig, cache_dir=None, device: torch.device | None = 
     rc = dataclasses.replace(rc, d_model=d_model, heads=heads)
     if device is not None:
         rc = dataclasses.replace(rc, precision=resolve_precision(rc.precision, device))
-    data = load_data(rc, resolve_tokenizer(rc, specs[main_side]), cache_dir)
+    data = load_data(rc, rc.tokenizer_for(specs[main_side]), cache_dir)
     if data.kind != kind:
         raise EmbinitError(f"task {rc.task!r} loaded as {data.kind!r} data, expected {kind!r}")
     vocabs = {"tgt": data.vocab, "tok": data.vocab, "src": data.src_vocab}
