@@ -50,13 +50,9 @@ def ui_command(tracking_uri: str, port: int = UI_PORT) -> str:
 
 
 def next_steps(experiment: str, tracking_uri: str, plot_dir: str = "plots/") -> list[str]:
-    """What to run after a sweep: its report with plots, and the MLflow UI."""
-    report = ["report", experiment, "--plot", plot_dir]
-    if tracking_uri != default_uri():
-        report += ["--tracking-uri", tracking_uri]
+    """What to run after a sweep: its report with plots, and the MLflow UI. Both name the store by its
+    absolute URI, so they run as printed from any directory (not only the one the sweep ran in)."""
+    report = ["report", experiment, "--plot", plot_dir, "--tracking-uri", tracking_uri]
     return ["next steps:", f"  {command('embinit', *report)}", f"  {ui_command(tracking_uri)}"]
 
 
-def default_uri() -> str:
-    from embinit.mlflow_store import resolve_uri
-    return resolve_uri(None)

@@ -66,15 +66,25 @@ def test_a_runs_printed_next_steps_run_as_printed(tmp_path, monkeypatch, capsys)
     report, ui = steps
     assert "report demo --plot plots/ --tracking-uri" in report and "ui --backend-store-uri" in ui
     env = {**os.environ, "PATH": BARE_PATH, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run(["bash", "-c", report], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    elsewhere = tmp_path / "elsewhere"     # not the run's directory: the command names its store
+    elsewhere.mkdir()
+    done = subprocess.run(["bash", "-c", report], cwd=elsewhere, env=env, capture_output=True, text=True,
+                          timeout=300)
     assert done.returncode == 0, done.stderr
-    assert "| Xavier |" in done.stdout and list((tmp_path / "plots").glob("*.png"))
+    assert "| Xavier |" in done.stdout and list((elsewhere / "plots").glob("*.png"))
     # the UI command: its program and subcommand as printed (not left serving)
     words = shlex.split(ui)
     assert words[words.index("--port") + 1] == str(commands.UI_PORT)
     done = subprocess.run(words[:2] + ["--help"], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0 and "--backend-store-uri" in done.stdout
+
+
+def test_next_steps_name_the_default_store_too(tmp_path, monkeypatch):
+    """A run on the default ./mlflow.db prints its absolute URI: the report command runs from anywhere."""
+    monkeypatch.chdir(tmp_path)
+    steps = commands.next_steps("demo", mlflow_store.resolve_uri(None))
+    assert shlex.split(steps[1].split("#")[0])[-2:] == ["--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db"]
 
 
 @pytest.mark.parametrize("doc", ["README.md", "docs/deployment.md"])
