@@ -29,7 +29,7 @@ def validation_curve(history: list[dict], path: Path, title: str) -> Path | None
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 3.5))
     ax.plot(epochs, [h["val/loss"] for h in history if "val/loss" in h], "o-", color="C0")
-    ax.set_xlabel("epoch")
+    epoch_axis(ax)
     ax.set_ylabel("val/loss", color="C0")
     other = sorted(k for k in history[-1] if k.startswith("val/") and k != "val/loss")
     if other:
@@ -58,6 +58,22 @@ def init_histogram(values: np.ndarray, shape: tuple[int, int], path: Path, title
     return path
 
 
+def epoch_axis(ax) -> None:
+    """An x axis of epochs: whole-number ticks only (no "epoch 1.4")."""
+    from matplotlib.ticker import MaxNLocator
+    ax.set_xlabel("epoch")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+def log_axis(ax) -> None:
+    """A log-scale y axis labelled in plain numbers: a loss curve often spans less than a decade, where
+    matplotlib's default labels its ticks "6.4x10^0"."""
+    from matplotlib.ticker import FormatStrFormatter
+    ax.set_yscale("log")
+    for axis_ticks in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):
+        axis_ticks(FormatStrFormatter("%.3g"))
+
+
 def seed_band(histories: list[dict[int, float]]) -> tuple[list[int], list[float], list[float], list[float]]:
     """(epochs, mean, min, max) over the seeds' {epoch: value} histories, at each epoch some seed logged."""
     epochs = sorted({e for h in histories for e in h})
@@ -79,9 +95,10 @@ def figure1(panels: list[tuple[str, dict[str, list[dict[int, float]]]]], path: P
             ax.plot(epochs, mean, marker="o", markersize=3, color=f"C{i}",
                     label=f"{label} (mean of {len(histories)} seeds)")
             ax.fill_between(epochs, low, high, color=f"C{i}", alpha=0.2, linewidth=0)
-        ax.set(xlabel="epoch", ylabel=metric, title=metric)
+        ax.set(ylabel=metric, title=metric)
+        epoch_axis(ax)
         if metric.endswith("loss"):
-            ax.set_yscale("log")
+            log_axis(ax)
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=8)
     fig.suptitle(f"{title}  (band: min-max over seeds)", fontsize=10)

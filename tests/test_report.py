@@ -8,6 +8,7 @@ import csv
 import io
 import json
 import math
+import re
 
 import pytest
 
@@ -179,3 +180,20 @@ def test_seed_band():
     from embinit.plots import seed_band
     epochs, mean, low, high = seed_band([{1: 1.0, 2: 4.0}, {1: 3.0, 2: 2.0}, {1: 2.0}])
     assert epochs == [1, 2] and mean == [2.0, 3.0] and low == [1.0, 2.0] and high == [3.0, 4.0]
+
+
+def test_curve_axes_read_as_epochs_and_plain_losses():
+    """A 2-epoch curve: ticks at whole epochs only, and a loss that spans less than a decade on its log
+    axis labelled as numbers (matplotlib's default writes "6.4x10^0")."""
+    from embinit import plots
+    plt = plots.pyplot()
+    fig, ax = plt.subplots()
+    ax.plot([1, 2], [6.74, 6.06])
+    plots.epoch_axis(ax)
+    plots.log_axis(ax)
+    fig.canvas.draw()
+    lo, hi = ax.get_xlim()
+    assert [t for t in ax.get_xticks() if lo <= t <= hi] == [1.0, 2.0]
+    labels = [t.get_text() for t in ax.get_yticklabels(which="both") if t.get_text()]
+    plt.close(fig)
+    assert labels and all(re.fullmatch(r"\d+(\.\d+)?", text) for text in labels), labels
