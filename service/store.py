@@ -21,7 +21,10 @@ from embinit.run_readers import experiment_records, trial_row
 
 # The layout of a stored report (`Experiment.report`): one stored by an older layout is built again.
 # 2: rows compared with a baseline, the unconverged-training flag, completeness (issue 22).
-REPORT_VERSION = 3
+# 4: diverged seeds qualify the verdict (`diverged`, `survivor_verdict`, `note`; CSV `baseline_diverged`,
+#    `verdict_note`; LaTeX ‡), zero-variance intervals, counts at the chosen point with `running`
+#    (+ `all_points`), code-version notes, the dev-selection label.
+REPORT_VERSION = 4
 
 
 def absolute_sqlite_uri(url: str) -> str:

@@ -1,0 +1,78 @@
+"""What a report row must not let a reader overlook: seeds lost to divergence (no verdict in favour of the
+side that lost them, no bold), comparisons without any spread (no zero-width interval), counts over
+the trials the row stands for, and rows pooling runs of several code versions. Records are built as
+MLflow's would be read; no MLflow store: fast."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+from embinit.records import TrialRecord
+from embinit.report import build_report
+
+XAVIER = [30.0, 31.0, 32.0, 31.5, 30.5]
+
+
+def _trial(key, label, seed, metrics, status="finished", point=None, task="multi30k", start=None, **tags):
+    group = {"axes": {}, "point": point or {}, "selection": ["val/loss", "min"]}
+    config = {"task": task, "init": label.lower(), "seed": seed, "epochs": 20, **(point or {})}
+    return TrialRecord(key, key, task, label, status, config, group, {"best_epoch": 5, **metrics}, seed,
+                       start_ms=len(key) if start is None else start, **tags)
+
+
+def _report(trials):
+    return build_report("t", chosen={t.key: t for t in trials}, planned=[])
+
+
+def _diverging_glove():
+    """GloVe diverges on seeds 2-4; its survivors (0, 1) beat Xavier's same seeds by about 1 BLEU."""
+    trials = [_trial(f"x{s}", "Xavier", s, {"test/bleu": v}) for s, v in enumerate(XAVIER)]
+    trials += [_trial(f"g{s}", "GloVe", s, {"test/bleu": XAVIER[s] + 1.0 + 0.1 * s}) for s in (0, 1)]
+    trials += [_trial(f"g{s}", "GloVe", s, {"best/val/loss": 2.0}, status="diverged") for s in (2, 3, 4)]
+    return trials
+
+
+def test_a_side_that_lost_seeds_to_divergence_is_not_called_better():
+    report = _report(_diverging_glove())
+    glove = next(r for r in report.rows if r["init"] == "GloVe")
+    c = glove["vs_baseline"]
+    assert c["ci_low"] > 0                                  # the survivors alone say "better" ...
+    assert (c["verdict"], c["survivor_verdict"], c["diverged"]) == ("inconclusive", "better", [3, 0])
+    assert c["note"] == "GloVe diverged on 3 of 5 seeds; on the survivors: better"
+    text = report.to_markdown()
+    assert "| inconclusive (GloVe diverged on 3 of 5 seeds; on the survivors: better) |" in text
+    assert "A side that lost seeds to divergence is not called better on its survivors alone" in text
+    out = json.loads(report.to_json())["rows"][1]["vs_baseline"]
+    assert out["verdict"] == "inconclusive" and out["diverged"] == [3, 0]
+    row = [r for r in csv.DictReader(io.StringIO(report.to_csv())) if r["init"] == "GloVe"][0]
+    assert (row["diverged"], row["verdict"], row["baseline_diverged"]) == ("3", "inconclusive", "0")
+    assert "GloVe diverged on 3 of 5 seeds" in row["verdict_note"]
+
+
+def test_latex_marks_divergence_and_does_not_bold_the_survivors_mean():
+    tex = _report(_diverging_glove()).to_latex()
+    glove = next(line for line in tex.splitlines() if line.startswith("GloVe &"))
+    xavier = next(line for line in tex.splitlines() if line.startswith("Xavier &"))
+    assert "\\textbf" not in glove and "\\uparrow" not in glove and "\\ddagger" in glove
+    assert "\\textbf{31.00}" in xavier                      # the best mean of the rows that lost no seed
+    assert "$\\ddagger$: seeds diverged (GloVe on multi30k: 3 of 5)" in tex
+
+
+def test_a_verdict_against_the_diverging_side_stands():
+    trials = [_trial(f"x{s}", "Xavier", s, {"test/bleu": v}) for s, v in enumerate(XAVIER)]
+    trials += [_trial(f"g{s}", "GloVe", s, {"test/bleu": XAVIER[s] - 5.0 - 0.1 * s}) for s in (0, 1, 2)]
+    trials += [_trial(f"g{s}", "GloVe", s, {}, status="diverged") for s in (3, 4)]
+    c = next(r for r in _report(trials).rows if r["init"] == "GloVe")["vs_baseline"]
+    assert (c["verdict"], c["diverged"]) == ("worse", [2, 0])
+    assert c["note"] == "GloVe diverged on 2 of 5 seeds"
+
+
+def test_a_diverging_baseline_does_not_make_the_row_worse_on_its_survivors():
+    trials = [_trial(f"x{s}", "Xavier", s, {"test/bleu": v}) for s, v in enumerate(XAVIER[:3])]
+    trials += [_trial(f"x{s}", "Xavier", s, {}, status="diverged") for s in (3, 4)]
+    trials += [_trial(f"g{s}", "GloVe", s, {"test/bleu": v - 4.0 - 0.1 * s}) for s, v in enumerate(XAVIER)]
+    c = next(r for r in _report(trials).rows if r["init"] == "GloVe")["vs_baseline"]
+    assert (c["verdict"], c["survivor_verdict"], c["diverged"]) == ("inconclusive", "worse", [0, 2])
+    assert c["note"] == "Xavier diverged on 2 of 5 seeds; on the survivors: worse"
