@@ -86,13 +86,14 @@ def compare_rows(rows: list[dict[str, Any]], baseline: str) -> None:
 
 
 def comparison(a: dict[str, float], b: dict[str, float], metric: str, baseline: str) -> dict[str, Any]:
-    """a − b for {seed: value} dicts on `metric`: difference, 95% interval, test, pairs and verdict."""
+    """a − b for {seed: value} dicts on `metric`: difference, 95% interval, test, pairs, verdict and the
+    `reason` there is no interval (one pair, n < 2, zero variance), if none."""
     c = paired(a, b)
     low = high = None
     if c["diff"] is not None and c["ci95"] is not None:
         low, high = c["diff"] - c["ci95"], c["diff"] + c["ci95"]
     return {"baseline": baseline, "diff": c["diff"], "ci95": c["ci95"], "ci_low": low, "ci_high": high,
-            "test": c["test"], "pairs": c["pairs"], "n": list(c["n"]),
+            "test": c["test"], "pairs": c["pairs"], "n": list(c["n"]), "reason": c.get("reason"),
             "higher_is_better": higher_is_better(metric), "verdict": direction(c, metric)}
 
 

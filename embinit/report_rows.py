@@ -21,7 +21,7 @@ from collections import Counter, defaultdict
 from typing import Any
 
 from embinit import records, report_baseline
-from embinit.comparison import t_quantile
+from embinit.comparison import no_spread, t_quantile
 from embinit.config import TrialConfig, metric_range
 from embinit.records import TrialRecord
 from embinit.task_registry import TASKS, reported_metrics
@@ -30,13 +30,14 @@ from embinit.task_registry import TASKS, reported_metrics
 def summarize(values: list[float], bounds: tuple[float, float] = (-math.inf, math.inf)) -> dict[str, Any]:
     """mean, sample σ, n, the 95% CI half-width and the interval [ci_low, ci_high], the mean and the
     interval clipped to `bounds` (the metric's range: a BLEU of 100.00000000000004 from float rounding
-    reads 100), so ci_low <= mean <= ci_high; the CI entries are None where n < 2."""
+    reads 100), so ci_low <= mean <= ci_high; the CI entries are None where n < 2 and where the values
+    are all equal (a zero-width interval from two equal seeds is no certainty: `comparison.no_spread`)."""
     n = len(values)
     if n == 0:
         return {"n": 0, "mean": None, "std": None, "ci95": None, "ci_low": None, "ci_high": None}
     mean = min(max(statistics.fmean(values), bounds[0]), bounds[1])
     std = statistics.stdev(values) if n > 1 else None
-    ci = t_quantile(n - 1) * std / math.sqrt(n) if std is not None else None
+    ci = t_quantile(n - 1) * std / math.sqrt(n) if std is not None and not no_spread(values, values) else None
     low, high = (None, None) if ci is None else (max(bounds[0], mean - ci), min(bounds[1], mean + ci))
     return {"n": n, "mean": mean, "std": std, "ci95": ci, "ci_low": low, "ci_high": high}
 

@@ -9,6 +9,7 @@ import csv
 import io
 import json
 
+from embinit.comparison import direction, welch
 from embinit.records import TrialRecord
 from embinit.report import build_report
 
@@ -76,3 +77,27 @@ def test_a_diverging_baseline_does_not_make_the_row_worse_on_its_survivors():
     c = next(r for r in _report(trials).rows if r["init"] == "GloVe")["vs_baseline"]
     assert (c["verdict"], c["survivor_verdict"], c["diverged"]) == ("inconclusive", "worse", [0, 2])
     assert c["note"] == "Xavier diverged on 2 of 5 seeds; on the survivors: worse"
+
+
+def test_identical_differences_give_no_interval_and_no_verdict():
+    """Two seeds whose dev accuracies differ by the same quantum (0.0012): no zero-width interval."""
+    trials = [_trial(f"x{s}", "Xavier", s, {"best/val/acc": v}, task="sst2") for s, v in enumerate([0.8188, 0.8288])]
+    trials += [_trial(f"g{s}", "GloVe", s, {"best/val/acc": v}, task="sst2") for s, v in enumerate([0.82, 0.83])]
+    trials += [_trial(f"n{s}", "Normal", s, {"best/val/acc": 0.9}, task="sst2") for s in (0, 1)]
+    report = _report(trials)
+    rows = {r["init"]: r for r in report.rows}
+    glove = rows["GloVe"]["vs_baseline"]
+    assert glove["ci95"] is None and glove["verdict"] == "inconclusive"
+    assert glove["reason"] == "zero variance: the 2 paired differences are identical"
+    assert rows["Normal"]["ci95"] is None and rows["Normal"]["std"] == 0.0    # nor a zero-width row interval
+    assert rows["Normal"]["vs_baseline"]["verdict"] == "better"              # its differences do vary
+    assert "| - (zero variance: the 2 paired differences are identical) | 2 | inconclusive |" in report.to_markdown()
+    assert "zero variance" in [r for r in csv.DictReader(io.StringIO(report.to_csv()))
+                               if r["init"] == "GloVe"][0]["verdict_note"]
+
+
+def test_welch_without_spread_on_either_side_gives_no_interval():
+    c = welch([1.0, 1.0], [0.99, 0.99])
+    assert (c["ci95"], c["reason"]) == (None, "zero variance: each side's values are identical")
+    assert direction(c, "best/val/acc") == "inconclusive"
+    assert welch([1.0, 1.0], [0.98, 0.99])["ci95"] is not None    # one side varies: Welch's df = n_b - 1
