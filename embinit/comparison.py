@@ -17,8 +17,10 @@ import math
 import statistics
 from typing import Any
 
-# The last part of a metric's name (`test/bleu` -> `bleu`) for which a lower value is the better one.
+# How a metric's name (its last part, `oov/test_loss` -> `test_loss`) ends when a lower value is the
+# better one; time and epoch counts are not scores either way, but smaller is the cheaper.
 LOWER_IS_BETTER = ("loss", "ppl")
+LOWER_IS_BETTER_NAMES = ("time_s", "seconds", "epoch")   # wall_time_s, best_epoch, val/acc_epoch
 # A spread this small next to the values' size is float rounding of equal values (0.83 - 0.8288 and
 # 0.82 - 0.8188 differ in the 17th digit), not variation between seeds.
 ROUNDING = 1e-9
@@ -77,11 +79,12 @@ def paired(a: dict[Any, float], b: dict[Any, float]) -> dict[str, Any]:
 
 
 def higher_is_better(metric: str) -> bool:
-    """Whether a larger value of `metric` is the better one (BLEU, accuracy), not (loss, perplexity)."""
+    """Whether a larger value of `metric` is the better one (BLEU, accuracy), not (a name ending in loss
+    or ppl: `val/loss`, `oov/test_loss`; a time or epoch count: `wall_time_s`, `best_epoch`)."""
     base = metric.rsplit("/", 1)[-1]
     for suffix in ("_matched", "_mismatched"):
         base = base.removesuffix(suffix)
-    return base not in LOWER_IS_BETTER
+    return not (base.endswith(LOWER_IS_BETTER) or base.endswith(LOWER_IS_BETTER_NAMES))
 
 
 def direction(cmp: dict[str, Any], metric: str) -> str:
