@@ -29,7 +29,7 @@ from embinit.comparison import t_quantile
 from embinit.formatting import interval, metric_digits, number
 from embinit.records import TrialRecord
 from embinit.report_baseline import DEFAULT_BASELINE
-from embinit.report_notes import non_finite_notes, row_name, unconverged_notes
+from embinit.report_notes import non_finite_notes, other_point_notes, row_name, unconverged_notes
 from embinit.report_plots import label_order, mean_curves
 from embinit.report_rows import group, group_rows, summarize
 
@@ -53,7 +53,8 @@ class Report:
     def to_csv(self) -> str:
         buf = io.StringIO()
         cols = ["task", "init", "axes", "setting", "point", "metric", "mean", "std", "n", "ci95", "ci_low",
-                "ci_high", "best_epoch", "best_at_last_epoch", "diverged", "non_finite", "failed", "failure_reasons",
+                "ci_high", "best_epoch", "best_at_last_epoch", "diverged", "non_finite", "failed", "running",
+                "failure_reasons", "failed_all_points", "diverged_all_points", "running_all_points",
                 *report_baseline.CSV_COLUMNS]
         w = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore")
         w.writeheader()
@@ -62,20 +63,21 @@ class Report:
                         "setting": json.dumps(r["setting"]) if r["setting"] else "",
                         "point": json.dumps(r["point"]) if r["point"] else "",
                         "failure_reasons": "; ".join(f"{k} (x{v})" for k, v in r["failure_reasons"].items()),
+                        **{f"{k}_all_points": v for k, v in (r.get("all_points") or {}).items()},
                         **report_baseline.csv_columns(r)})
         return buf.getvalue()
 
     def to_markdown(self) -> str:
-        head = "| task | init | metric | mean (σ) | n | best epoch | 95% CI | diverged | failed |"
-        lines = [f"### {self.experiment}", "", head, "|---" * 9 + "|"]
+        head = "| task | init | metric | mean (σ) | n | best epoch | 95% CI | diverged | failed | running |"
+        lines = [f"### {self.experiment}", "", head, "|---" * 10 + "|"]
         for r in self.rows:
             last = " (last)" if r.get("still_improving") else ""
             d = metric_digits(r["metric"])
             lines.append(f"| {r['task']} | {row_name(r)} | {r['metric']} | {_fmt(r['mean'], d)} "
                          f"({_fmt(r['std'], d)}) | {r['n']} | {_fmt(r['best_epoch'], 1)}{last} | {_ci(r, d)} | "
-                         f"{r['diverged']} | {r['failed']} |")
+                         f"{r['diverged']} | {r['failed']} | {r['running']} |")
         lines += coverage.markdown(self.completeness)
-        lines += unconverged_notes(self.rows) + non_finite_notes(self.rows)
+        lines += unconverged_notes(self.rows) + non_finite_notes(self.rows) + other_point_notes(self.rows)
         lines += report_baseline.markdown(self.rows, self.baseline, row_name)
         lines += self._split_notes()
         if self.failed:

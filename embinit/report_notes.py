@@ -1,5 +1,6 @@
 """The report's row names and the notes under its table: rows still improving at their last epoch, and
-rows some of whose finished seeds logged a non-finite value (left out of their numbers)."""
+rows some of whose finished seeds logged a non-finite value (left out of their numbers), trials at the
+search points a row does not report."""
 
 from __future__ import annotations
 
@@ -33,3 +34,16 @@ def non_finite_notes(rows: list[dict[str, Any]]) -> list[str]:
     notes = [f"- {r['task']} {row_name(r)} ({r['metric']}): {r['non_finite']} finished seed(s) logged a "
              "non-finite value" for r in rows if r.get("non_finite")]
     return ["", "Left out of n, the mean and the comparison (a non-finite value):", *notes] if notes else []
+
+
+def other_point_notes(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per row (not per metric) whose search has trials at other points that failed, diverged
+    or are still running: the table's counts are those of the point the row reports."""
+    notes = {}
+    for r in rows:
+        here, every = {k: r.get(k) or 0 for k in ("failed", "diverged", "running")}, r.get("all_points") or {}
+        other = {k: every.get(k, 0) - here[k] for k in here if every.get(k, 0) > here[k]}
+        if other:
+            notes[f"- {r['task']} {row_name(r)}: " + ", ".join(f"{v} {k}" for k, v in other.items())] = None
+    return ["", "At the other search points (not in the table's counts, which are the reported point's):",
+            *notes] if notes else []

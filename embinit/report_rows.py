@@ -143,6 +143,9 @@ def group_rows(gkey: tuple, members: list[_Trial], rows: list, run_ids: dict) ->
     chosen = [t for t in members if t.point == point]
     run_ids[gkey] = [t.run_id for t in chosen if t.status in ("finished", "diverged")]
     bad = [t for t in members if t.status == "failed"]
+    counts = {**_counts(chosen), "failure_reasons": dict(Counter(_reason(t.error) for t in chosen
+                                                                 if t.status == "failed")),
+              "all_points": _counts(members)}
     like = report_baseline.basis(_setting(members[0])) if members else None   # what a baseline must share
     for metric in reported_metrics(task) if task in TASKS else []:
         logged = [t for t in chosen if t.status == "finished" and metric in t.metrics]
@@ -155,11 +158,13 @@ def group_rows(gkey: tuple, members: list[_Trial], rows: list, run_ids: dict) ->
                      "seeds": {str(t.config.get("seed")): t.metrics[metric] for t in ok},
                      "best_epoch": statistics.fmean(epochs) if epochs else None,
                      "best_at_last_epoch": at_last, "still_improving": bool(ok) and at_last > len(ok) / 2,
-                     "diverged": sum(t.status == "diverged" for t in chosen), "failed": len(bad),
-                     "non_finite": len(logged) - len(ok),
-                     "failure_reasons": dict(Counter(_reason(t.error) for t in bad)),
-                     "running": sum(t.status == "running" for t in members), "_basis": like})
+                     **counts, "non_finite": len(logged) - len(ok), "_basis": like})
     return [{"task": task, "init": label, "run_id": t.run_id, "reason": _reason(t.error)} for t in bad]
+
+
+def _counts(trials: list[_Trial]) -> dict[str, int]:
+    """How many of `trials` diverged, failed and are still running."""
+    return {k: sum(t.status == k for t in trials) for k in ("diverged", "failed", "running")}
 
 
 def _best_at_last_epoch(t: _Trial, metric: str) -> bool:

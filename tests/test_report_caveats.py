@@ -101,3 +101,24 @@ def test_welch_without_spread_on_either_side_gives_no_interval():
     assert (c["ci95"], c["reason"]) == (None, "zero variance: each side's values are identical")
     assert direction(c, "best/val/acc") == "inconclusive"
     assert welch([1.0, 1.0], [0.98, 0.99])["ci95"] is not None    # one side varies: Welch's df = n_b - 1
+
+
+def test_counts_are_of_the_reported_point_and_running_is_shown():
+    """3 failures and a divergence at lr=1e-3, the row reports lr=2e-4 (3 finished, 2 running)."""
+    hot, cool = {"lr": 1e-3}, {"lr": 2e-4}
+    trials = [_trial(f"c{s}", "Xavier", s, {"test/bleu": 30.0 + s, "best/val/loss": 2.0}, point=cool) for s in range(3)]
+    trials += [_trial(f"hf{s}", "Xavier", s, {}, status="failed", point=hot) for s in range(3)]
+    trials += [_trial("hd3", "Xavier", 3, {}, status="diverged", point=hot)]
+    trials += [_trial(f"cr{s}", "Xavier", s, {}, status="running", point=cool) for s in (3, 4)]
+    report = _report(trials)
+    (row,) = report.rows
+    assert row["point"] == cool
+    assert (row["n"], row["failed"], row["diverged"], row["running"]) == (3, 0, 0, 2)
+    assert row["all_points"] == {"failed": 3, "diverged": 1, "running": 2}
+    text = report.to_markdown()
+    assert "| diverged | failed | running |" in text and "| 0 | 0 | 2 |" in text
+    assert "- multi30k Xavier [lr=0.0002]: 3 failed, 1 diverged" in text
+    (line,) = csv.DictReader(io.StringIO(report.to_csv()))
+    assert (line["running"], line["failed"], line["failed_all_points"], line["diverged_all_points"]) == \
+        ("2", "0", "3", "1")
+    assert len(report.failed) == 3     # the failed trials are still listed, wherever they ran
