@@ -29,7 +29,8 @@ from embinit.comparison import t_quantile
 from embinit.formatting import interval, metric_digits, number
 from embinit.records import TrialRecord
 from embinit.report_baseline import DEFAULT_BASELINE
-from embinit.report_notes import non_finite_notes, other_point_notes, row_name, unconverged_notes
+from embinit.report_notes import (code_version_notes, non_finite_notes, other_point_notes, row_name,
+                                  unconverged_notes)
 from embinit.report_plots import label_order, mean_curves
 from embinit.report_rows import group, group_rows, summarize
 
@@ -54,7 +55,7 @@ class Report:
         buf = io.StringIO()
         cols = ["task", "init", "axes", "setting", "point", "metric", "mean", "std", "n", "ci95", "ci_low",
                 "ci_high", "best_epoch", "best_at_last_epoch", "diverged", "non_finite", "failed", "running",
-                "failure_reasons", "failed_all_points", "diverged_all_points", "running_all_points",
+                "failure_reasons", "failed_all_points", "diverged_all_points", "running_all_points", "code_versions",
                 *report_baseline.CSV_COLUMNS]
         w = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore")
         w.writeheader()
@@ -62,6 +63,7 @@ class Report:
             w.writerow({**r, "axes": json.dumps(r["axes"]) if r["axes"] else "",
                         "setting": json.dumps(r["setting"]) if r["setting"] else "",
                         "point": json.dumps(r["point"]) if r["point"] else "",
+                        "code_versions": json.dumps(r.get("code_versions") or {}),
                         "failure_reasons": "; ".join(f"{k} (x{v})" for k, v in r["failure_reasons"].items()),
                         **{f"{k}_all_points": v for k, v in (r.get("all_points") or {}).items()},
                         **report_baseline.csv_columns(r)})
@@ -78,6 +80,7 @@ class Report:
                          f"{r['diverged']} | {r['failed']} | {r['running']} |")
         lines += coverage.markdown(self.completeness)
         lines += unconverged_notes(self.rows) + non_finite_notes(self.rows) + other_point_notes(self.rows)
+        lines += code_version_notes(self.rows)
         lines += report_baseline.markdown(self.rows, self.baseline, row_name)
         lines += self._split_notes()
         if self.failed:

@@ -1,6 +1,6 @@
 """The report's row names and the notes under its table: rows still improving at their last epoch, and
 rows some of whose finished seeds logged a non-finite value (left out of their numbers), trials at the
-search points a row does not report."""
+search points a row does not report, rows pooling seeds of several code versions."""
 
 from __future__ import annotations
 
@@ -47,3 +47,13 @@ def other_point_notes(rows: list[dict[str, Any]]) -> list[str]:
             notes[f"- {r['task']} {row_name(r)}: " + ", ".join(f"{v} {k}" for k, v in other.items())] = None
     return ["", "At the other search points (not in the table's counts, which are the reported point's):",
             *notes] if notes else []
+
+
+def code_version_notes(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per row whose seeds ran under more than one code version (`config.CODE_VERSION`; a rerun
+    after a bump trains new keys, and the row keeps the newest run of each seed, whatever its version)."""
+    notes = [f"- {r['task']} {row_name(r)} ({r['metric']}): " + ", ".join(
+        f"{n} seed(s) under version {v}" for v, n in r["code_versions"].items())
+        for r in rows if len(r.get("code_versions") or {}) > 1]
+    return ["", "Seeds from several code versions pooled in one row (rerun the others under one version to "
+            "compare like with like):", *notes] if notes else []

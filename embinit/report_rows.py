@@ -158,8 +158,14 @@ def group_rows(gkey: tuple, members: list[_Trial], rows: list, run_ids: dict) ->
                      "seeds": {str(t.config.get("seed")): t.metrics[metric] for t in ok},
                      "best_epoch": statistics.fmean(epochs) if epochs else None,
                      "best_at_last_epoch": at_last, "still_improving": bool(ok) and at_last > len(ok) / 2,
-                     **counts, "non_finite": len(logged) - len(ok), "_basis": like})
+                     **counts, "non_finite": len(logged) - len(ok), "code_versions": _versions(ok),
+                     "_basis": like})
     return [{"task": task, "init": label, "run_id": t.run_id, "reason": _reason(t.error)} for t in bad]
+
+
+def _versions(trials: list[_Trial]) -> dict[str, int]:
+    """code version -> how many of `trials` ran under it (`unrecorded`: a run from before the tag)."""
+    return dict(sorted(Counter(t.code_version or "unrecorded" for t in trials).items()))
 
 
 def _counts(trials: list[_Trial]) -> dict[str, int]:

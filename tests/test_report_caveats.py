@@ -122,3 +122,18 @@ def test_counts_are_of_the_reported_point_and_running_is_shown():
     assert (line["running"], line["failed"], line["failed_all_points"], line["diverged_all_points"]) == \
         ("2", "0", "3", "1")
     assert len(report.failed) == 3     # the failed trials are still listed, wherever they ran
+
+
+def test_a_row_pooling_seeds_of_two_code_versions_says_so():
+    """A version bump and a partial rerun: seeds 0-1 from the new code, 2-4 from the old."""
+    old = [_trial(f"o{s}", "Xavier", s, {"test/bleu": 30.0 + s / 10}, start=s, code_version="1") for s in range(5)]
+    new = [_trial(f"n{s}", "Xavier", s, {"test/bleu": 33.0 + s / 10}, start=100 + s, code_version="2")
+           for s in range(2)]
+    report = _report(old + new)
+    (row,) = report.rows
+    assert row["n"] == 5 and row["code_versions"] == {"1": 3, "2": 2}
+    assert "- multi30k Xavier (test/bleu): 3 seed(s) under version 1, 2 seed(s) under version 2" in \
+        report.to_markdown()
+    assert json.loads(next(csv.DictReader(io.StringIO(report.to_csv())))["code_versions"]) == {"1": 3, "2": 2}
+    (one,) = _report(old).rows
+    assert one["code_versions"] == {"1": 5} and "code versions" not in _report(old).to_markdown()
