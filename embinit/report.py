@@ -29,8 +29,8 @@ from embinit.comparison import t_quantile
 from embinit.formatting import interval, metric_digits, number
 from embinit.records import TrialRecord
 from embinit.report_baseline import DEFAULT_BASELINE
-from embinit.report_notes import (code_version_notes, non_finite_notes, other_point_notes, row_name,
-                                  unconverged_notes)
+from embinit.report_notes import (code_version_notes, dev_selection_notes, non_finite_notes, other_point_notes,
+                                  row_name, unconverged_notes)
 from embinit.report_plots import label_order, mean_curves
 from embinit.report_rows import group, group_rows, summarize
 
@@ -53,7 +53,7 @@ class Report:
 
     def to_csv(self) -> str:
         buf = io.StringIO()
-        cols = ["task", "init", "axes", "setting", "point", "metric", "mean", "std", "n", "ci95", "ci_low",
+        cols = ["task", "init", "axes", "setting", "point", "metric", "split", "mean", "std", "n", "ci95", "ci_low",
                 "ci_high", "best_epoch", "best_at_last_epoch", "diverged", "non_finite", "failed", "running",
                 "failure_reasons", "failed_all_points", "diverged_all_points", "running_all_points", "code_versions",
                 *report_baseline.CSV_COLUMNS]
@@ -80,7 +80,7 @@ class Report:
                          f"{r['diverged']} | {r['failed']} | {r['running']} |")
         lines += coverage.markdown(self.completeness)
         lines += unconverged_notes(self.rows) + non_finite_notes(self.rows) + other_point_notes(self.rows)
-        lines += code_version_notes(self.rows)
+        lines += code_version_notes(self.rows) + dev_selection_notes(self.rows)
         lines += report_baseline.markdown(self.rows, self.baseline, row_name)
         lines += self._split_notes()
         if self.failed:

@@ -23,7 +23,7 @@ from typing import Any
 
 from embinit.comparison import higher_is_better
 from embinit.formatting import is_fraction, number
-from embinit.report_notes import row_name
+from embinit.report_notes import row_name, selected_on_dev
 
 _SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
             "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
@@ -124,6 +124,10 @@ def _caption(experiment: str, rows: list[dict[str, Any]], baseline: str, usual_n
         chosen = "; ".join(f"{escape(init)} on {escape(task)}: " + escape(", ".join(
             f"{k}={v}" for k, v in point.items())) for (init, task), point in points.items())
         parts.append(f"Best search point per init: {chosen}.")
+    dev = sorted({r["metric"] for r in rows if selected_on_dev(r["metric"])})
+    if dev:
+        parts.append(f"{escape(', '.join(dev))}: dev, selected on dev (the best epoch and search point are chosen "
+                     "on the dev set reported).")
     if any(r["mean"] is None for r in rows):
         parts.append("--: no finished seed.")
     return " ".join(parts)

@@ -1,6 +1,7 @@
 """The report's row names and the notes under its table: rows still improving at their last epoch, and
 rows some of whose finished seeds logged a non-finite value (left out of their numbers), trials at the
-search points a row does not report, rows pooling seeds of several code versions."""
+search points a row does not report, rows pooling seeds of several code versions, numbers selected on
+the dev set they are reported on."""
 
 from __future__ import annotations
 
@@ -57,3 +58,22 @@ def code_version_notes(rows: list[dict[str, Any]]) -> list[str]:
         for r in rows if len(r.get("code_versions") or {}) > 1]
     return ["", "Seeds from several code versions pooled in one row (rerun the others under one version to "
             "compare like with like):", *notes] if notes else []
+
+
+DEV_SELECTED = "dev, selected on dev"
+
+
+def selected_on_dev(metric: str) -> bool:
+    """Whether a reported `metric` is a dev-set best (`best/val/...`: classification, as the paper reports
+    it; GLUE's test labels are hidden): the best epoch, and with a search the best point, are chosen on
+    the very numbers reported, so they lean optimistic (a winner's curse, larger with more seed noise)."""
+    return metric.startswith("best/val/")
+
+
+def dev_selection_notes(rows: list[dict[str, Any]]) -> list[str]:
+    """One line naming the metrics reported as the best on the dev set they were selected on."""
+    metrics = sorted({r["metric"] for r in rows if selected_on_dev(r["metric"])})
+    if not metrics:
+        return []
+    return ["", f"{', '.join(metrics)}: {DEV_SELECTED} (the best epoch, and with a search the best point, are "
+            "chosen on the same dev set these numbers come from: optimistic, for every init alike)."]

@@ -24,6 +24,7 @@ from embinit import records, report_baseline
 from embinit.comparison import no_spread, t_quantile
 from embinit.config import TrialConfig, metric_range
 from embinit.records import TrialRecord
+from embinit.report_notes import DEV_SELECTED, selected_on_dev
 from embinit.task_registry import TASKS, reported_metrics
 
 
@@ -153,7 +154,7 @@ def group_rows(gkey: tuple, members: list[_Trial], rows: list, run_ids: dict) ->
         epochs = [t.metrics[_epoch_metric(metric)] for t in ok if _epoch_metric(metric) in t.metrics]
         at_last = sum(_best_at_last_epoch(t, metric) for t in ok)
         rows.append({"task": task, "init": label, "axes": json.loads(axes), "setting": json.loads(setting),
-                     "point": point, "metric": metric,
+                     "point": point, "metric": metric, "split": _split(metric),
                      **summarize([t.metrics[metric] for t in ok], metric_range(metric)),
                      "seeds": {str(t.config.get("seed")): t.metrics[metric] for t in ok},
                      "best_epoch": statistics.fmean(epochs) if epochs else None,
@@ -161,6 +162,11 @@ def group_rows(gkey: tuple, members: list[_Trial], rows: list, run_ids: dict) ->
                      **counts, "non_finite": len(logged) - len(ok), "code_versions": _versions(ok),
                      "_basis": like})
     return [{"task": task, "init": label, "run_id": t.run_id, "reason": _reason(t.error)} for t in bad]
+
+
+def _split(metric: str) -> str:
+    """Which data a row's number comes from: `dev, selected on dev` for a dev-set best."""
+    return DEV_SELECTED if selected_on_dev(metric) else metric.split("/")[-2] if "/" in metric else ""
 
 
 def _versions(trials: list[_Trial]) -> dict[str, int]:

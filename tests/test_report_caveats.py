@@ -137,3 +137,15 @@ def test_a_row_pooling_seeds_of_two_code_versions_says_so():
     assert json.loads(next(csv.DictReader(io.StringIO(report.to_csv())))["code_versions"]) == {"1": 3, "2": 2}
     (one,) = _report(old).rows
     assert one["code_versions"] == {"1": 5} and "code versions" not in _report(old).to_markdown()
+
+
+def test_dev_numbers_selected_on_dev_are_labelled():
+    trials = [_trial(f"x{s}", "Xavier", s, {"best/val/acc_matched": 0.70 + s / 100,
+                                            "best/val/acc_mismatched": 0.71 + s / 100}, task="mnli") for s in range(3)]
+    report = _report(trials)
+    assert {r["split"] for r in report.rows} == {"dev, selected on dev"}
+    assert ("best/val/acc_matched, best/val/acc_mismatched: dev, selected on dev" in report.to_markdown())
+    assert "dev, selected on dev" in next(csv.DictReader(io.StringIO(report.to_csv())))["split"]
+    assert "dev, selected on dev" in report.to_latex()
+    bleu = _report([_trial(f"x{s}", "Xavier", s, {"test/bleu": 30.0 + s}) for s in range(3)])
+    assert bleu.rows[0]["split"] == "test" and "selected on dev" not in bleu.to_markdown()
