@@ -3,7 +3,11 @@
 Seeds are paired across inits (one seed: one data order, one draw of the non-embedding weights and of
 the dropout masks), so the comparison is the paired t interval on the per-seed differences of the seeds
 both sides have (`pairs` says how many); a seed missing on one side only drops that seed. Welch's
-interval on the two means is used only when the sides share no seed. Below both `embinit.report` and
+interval on the two means is used only when the sides share no seed. Differences (or, for Welch, both
+sides' values) without any spread give no interval, not a zero-width one: identical per-seed differences
+are what a quantized metric (dev accuracy moves in steps of 1/872 on SST-2) or a saturated task gives
+from two or three seeds, and a zero-width interval would read as certainty. Each result's `reason`
+says why it has no interval (None when it has one). Below both `embinit.report` and
 `embinit.reproduction`; imports neither MLflow nor torch (scipy for the t quantile).
 """
 
@@ -13,8 +17,13 @@ import math
 import statistics
 from typing import Any
 
-# The last part of a metric's name (`test/bleu` -> `bleu`) for which a lower value is the better one.
+# How a metric's name (its last part, `oov/test_loss` -> `test_loss`) ends when a lower value is the
+# better one; time and epoch counts are not scores either way, but smaller is the cheaper.
 LOWER_IS_BETTER = ("loss", "ppl")
+LOWER_IS_BETTER_NAMES = ("time_s", "seconds", "epoch")   # wall_time_s, best_epoch, val/acc_epoch
+# A spread this small next to the values' size is float rounding of equal values (0.83 - 0.8288 and
+# 0.82 - 0.8188 differ in the 17th digit), not variation between seeds.
+ROUNDING = 1e-9
 VERDICTS = ("better", "worse", "inconclusive")
 
 
@@ -24,27 +33,34 @@ def t_quantile(df: float) -> float:
     return float(t.ppf(0.975, df))
 
 
+def no_spread(values: list[float], scale: list[float]) -> bool:
+    """Whether `values` are all equal up to float rounding at the size of `scale`'s values."""
+    return max(values) - min(values) <= ROUNDING * max(abs(v) for v in scale)
+
+
 def welch(a: list[float], b: list[float]) -> dict[str, Any]:
-    """mean(a) - mean(b) with a Welch 95% half-width (None when either side has n < 2); non-finite
-    values are left out."""
+    """mean(a) - mean(b) with a Welch 95% half-width (None when either side has n < 2, or neither side
+    any spread: `reason` says which); non-finite values are left out."""
     a, b = [v for v in a if math.isfinite(v)], [v for v in b if math.isfinite(v)]
+    n = (len(a), len(b))
     if not a or not b:
-        return {"diff": None, "ci95": None, "n": (len(a), len(b))}
+        return {"diff": None, "ci95": None, "n": n, "reason": "no values"}
     diff = statistics.fmean(a) - statistics.fmean(b)
     if len(a) < 2 or len(b) < 2:
-        return {"diff": diff, "ci95": None, "n": (len(a), len(b))}
+        return {"diff": diff, "ci95": None, "n": n, "reason": "n < 2"}
+    if no_spread(a, a) and no_spread(b, b):
+        return {"diff": diff, "ci95": None, "n": n, "reason": "zero variance: each side's values are identical"}
     va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
     se = math.sqrt(va + vb)
-    if se == 0:
-        return {"diff": diff, "ci95": 0.0, "n": (len(a), len(b))}
     dof = (va + vb) ** 2 / ((va ** 2 / (len(a) - 1) if va else 0) + (vb ** 2 / (len(b) - 1) if vb else 0))
-    return {"diff": diff, "ci95": t_quantile(dof) * se, "n": (len(a), len(b))}
+    return {"diff": diff, "ci95": t_quantile(dof) * se, "n": n, "reason": None}
 
 
 def paired(a: dict[Any, float], b: dict[Any, float]) -> dict[str, Any]:
     """a − b for values keyed by seed: the paired t interval on the differences of the shared seeds
-    (`pairs` of them; no interval with one pair), Welch's on all values when no seed is shared.
-    `test` names the one used; `n` is each side's number of seeds. Non-finite values are left out."""
+    (`pairs` of them; no interval with one pair, nor when the differences are all the same), Welch's on
+    all values when no seed is shared. `test` names the one used; `n` is each side's number of seeds;
+    `reason` why there is no interval. Non-finite values are left out."""
     a, b = ({k: v for k, v in d.items() if math.isfinite(v)} for d in (a, b))
     shared = sorted(set(a) & set(b), key=str)
     n = (len(a), len(b))
@@ -52,18 +68,23 @@ def paired(a: dict[Any, float], b: dict[Any, float]) -> dict[str, Any]:
         return {**welch(list(a.values()), list(b.values())), "pairs": 0, "test": "Welch"}
     diffs = [a[k] - b[k] for k in shared]
     d = statistics.fmean(diffs)
-    ci = None
-    if len(diffs) >= 2:
+    ci, reason = None, None
+    if len(diffs) < 2:
+        reason = "one pair"
+    elif no_spread(diffs, [a[k] for k in shared] + [b[k] for k in shared]):
+        reason = f"zero variance: the {len(diffs)} paired differences are identical"
+    else:
         ci = t_quantile(len(diffs) - 1) * statistics.stdev(diffs) / math.sqrt(len(diffs))
-    return {"diff": d, "ci95": ci, "n": n, "pairs": len(shared), "test": "paired t"}
+    return {"diff": d, "ci95": ci, "n": n, "pairs": len(shared), "test": "paired t", "reason": reason}
 
 
 def higher_is_better(metric: str) -> bool:
-    """Whether a larger value of `metric` is the better one (BLEU, accuracy), not (loss, perplexity)."""
+    """Whether a larger value of `metric` is the better one (BLEU, accuracy), not (a name ending in loss
+    or ppl: `val/loss`, `oov/test_loss`; a time or epoch count: `wall_time_s`, `best_epoch`)."""
     base = metric.rsplit("/", 1)[-1]
     for suffix in ("_matched", "_mismatched"):
         base = base.removesuffix(suffix)
-    return base not in LOWER_IS_BETTER
+    return not (base.endswith(LOWER_IS_BETTER) or base.endswith(LOWER_IS_BETTER_NAMES))
 
 
 def direction(cmp: dict[str, Any], metric: str) -> str:

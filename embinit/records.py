@@ -25,6 +25,9 @@ PARENT_TAG = "embinit.sweep_run"
 DEVICE_TAG = "embinit.device"  # where the trial trained, e.g. `cuda:0 (NVIDIA H100 80GB HBM3)` or `cpu`
 INIT_TAG = "embinit.init"  # the label again, under a name MLflow's "Group by" menu reads well
 EXECUTION_TAG = "embinit.execution"  # separate | fused (the trial's result.json has the group)
+# `config.CODE_VERSION` when the run was created (in its key too, but a key cannot be read back): the
+# report says when a row pools seeds of several code versions. Runs from before the tag lack it.
+CODE_VERSION_TAG = "embinit.code_version"
 # The last epoch whose checkpoint the trial's folder keeps (embinit.sweep.resume), written with each
 # epoch's metrics and cleared when the folder goes: an unfinished run with it is resumable, and running
 # its spec again continues this run after that epoch. RESUMED_TAG: the epoch a rerun resumed after.
@@ -66,6 +69,7 @@ class TrialRecord:
     end_ms: int | None = None
     resume_epoch: int | None = None  # an unfinished run whose checkpoint after this epoch is kept
     device: str | None = None        # where it trained (`DEVICE_TAG`), once training started
+    code_version: str | None = None  # `CODE_VERSION_TAG`; None on a run written before it was recorded
 
     @property
     def resumable(self) -> bool:
@@ -97,7 +101,7 @@ def from_run(run) -> TrialRecord | None:
                        int(seed) if seed is not None and seed.lstrip("-").isdigit() else None,
                        tags.get(ERROR_TAG), tags.get(PARENT_TAG), run.info.start_time or 0, run.info.end_time,
                        int(kept) if kept.isdigit() and status not in ("finished", "diverged") else None,
-                       tags.get(DEVICE_TAG))
+                       tags.get(DEVICE_TAG), tags.get(CODE_VERSION_TAG))
 
 
 def from_runs(runs: Iterable) -> list[TrialRecord]:

@@ -9,23 +9,15 @@ was still improving when its budget ended. With the experiment's plan (`planned`
 spec in MLflow) the report says how many planned trials never finished and which inits have none
 (`embinit.completeness`); a planned init without any run still gets its (empty) row.
 
-Runs are grouped by everything but the seed: trials of one init label whose resolved configs differ in
-anything else (e.g. the same spec run from the CLI and from the service with another pretrained path)
-get one row each, marked with the fields that differ, and the markdown says so. Each trial key counts
-once, and so does each seed of a configuration (the newest run of its best status).
-
-With a search, each (task, init, axes) group reports its best search point: the one whose seeds have
-the best mean selection metric (the paper's MNLI grid search), with the point's values in the row.
+Which trials make a row (one per configuration and seed, the best search point) and what each row
+holds: `embinit.report_rows`.
 """
 
 from __future__ import annotations
 
 import csv
-import functools
 import io
 import json
-import math
-import statistics
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,118 +26,15 @@ from typing import Any
 from embinit import completeness as coverage
 from embinit import mlflow_store, records, report_baseline, report_latex, run_readers
 from embinit.comparison import t_quantile
-from embinit.config import TrialConfig, metric_range
 from embinit.formatting import interval, metric_digits, number
 from embinit.records import TrialRecord
 from embinit.report_baseline import DEFAULT_BASELINE
-from embinit.report_notes import non_finite_notes, row_name, unconverged_notes
+from embinit.report_notes import (code_version_notes, dev_selection_notes, non_finite_notes, other_point_notes,
+                                  row_name, unconverged_notes)
 from embinit.report_plots import label_order, mean_curves
-from embinit.task_registry import TASKS, reported_metrics
+from embinit.report_rows import group, group_rows, summarize
 
 __all__ = ["DEFAULT_BASELINE", "Report", "build_report", "mean_curves", "summarize", "t_quantile"]
-
-
-def summarize(values: list[float], bounds: tuple[float, float] = (-math.inf, math.inf)) -> dict[str, Any]:
-    """mean, sample σ, n, the 95% CI half-width and the interval [ci_low, ci_high], the mean and the
-    interval clipped to `bounds` (the metric's range: a BLEU of 100.00000000000004 from float rounding
-    reads 100), so ci_low <= mean <= ci_high; the CI entries are None where n < 2."""
-    n = len(values)
-    if n == 0:
-        return {"n": 0, "mean": None, "std": None, "ci95": None, "ci_low": None, "ci_high": None}
-    mean = min(max(statistics.fmean(values), bounds[0]), bounds[1])
-    std = statistics.stdev(values) if n > 1 else None
-    ci = t_quantile(n - 1) * std / math.sqrt(n) if std is not None else None
-    low, high = (None, None) if ci is None else (max(bounds[0], mean - ci), min(bounds[1], mean + ci))
-    return {"n": n, "mean": mean, "std": std, "ci95": ci, "ci_low": low, "ci_high": high}
-
-
-# The report's rows are built from trial records (one per key, `records.by_key`).
-_Trial = TrialRecord
-
-
-def _resolved(t: _Trial) -> dict[str, Any]:
-    """The trial's config with its task's defaults filled in (a copy). Resolving does not read the
-    seed, so the seeds of one setting share one resolution."""
-    config = dict(t.config)
-    has_seed, seed = "seed" in config, config.pop("seed", None)
-    out = dict(_resolve(json.dumps(config, sort_keys=True, default=str)))
-    return {**out, "seed": seed} if has_seed else out
-
-
-@functools.lru_cache(maxsize=1024)
-def _resolve(config_json: str) -> dict[str, Any]:
-    """Resolving costs ~0.1 ms a config; a report asks once per trial and reported metric, and the
-    service builds a running experiment's report again and again: each distinct setting once."""
-    config = json.loads(config_json)
-    try:
-        return TrialConfig.from_dict(config).resolved().to_dict()
-    except Exception:
-        return config
-
-
-def _setting(t: _Trial) -> dict[str, Any]:
-    """Everything the trial computed with but its seed and search point: its resolved config without
-    seed, data order seed (when it follows the seed), threads, device and the searched keys."""
-    cfg = _resolved(t)
-    drop = {"seed", *TrialConfig.NOT_IN_KEY, *t.point}
-    if cfg.get("data_seed") in (None, cfg.get("seed")):
-        drop.add("data_seed")
-    return {k: v for k, v in cfg.items() if k not in drop}
-
-
-def _one_per_seed(trials: list[_Trial]) -> list[_Trial]:
-    """One trial per (search point, seed): the newest of the best status (a rerun under another key of
-    the same configuration, e.g. after a code version bump, does not count twice)."""
-    best: dict[tuple, _Trial] = {}
-    for t in sorted(trials, key=lambda t: t.start_ms):
-        slot = (json.dumps(t.point, sort_keys=True), t.config.get("seed"))
-        old = best.get(slot)
-        if old is None or records.STATUS_RANK[t.status] >= records.STATUS_RANK[old.status]:
-            best[slot] = t
-    return list(best.values())
-
-
-def _group(trials: list[_Trial]) -> dict[tuple, list[_Trial]]:
-    """(task, label, axes json, differing settings json) -> its trials. The last part is {} unless
-    the label's trials were run with several settings; then it holds the fields that tell them apart."""
-    by_label: dict[tuple, dict[str, list[_Trial]]] = defaultdict(lambda: defaultdict(list))
-    for t in trials:
-        setting = json.dumps(_setting(t), sort_keys=True, default=str)
-        by_label[(t.task, t.label, json.dumps(t.axes, sort_keys=True))][setting].append(t)
-    out: dict[tuple, list[_Trial]] = {}
-    for gkey, settings in by_label.items():
-        parsed = [json.loads(s) for s in settings]
-        differ = sorted({k for p in parsed for k in p if any(q.get(k) != p.get(k) for q in parsed)})
-        for text, members in settings.items():
-            which = {k: json.loads(text).get(k) for k in differ}
-            out[(*gkey, json.dumps(which, sort_keys=True, default=str))] = _one_per_seed(members)
-    return out
-
-
-def _epoch_metric(metric: str) -> str:
-    return f"{metric}_epoch" if metric.startswith("best/") else "best_epoch"
-
-
-def _best_point(trials: list[_Trial]) -> dict[str, Any]:
-    """The search point with the best mean selection metric among its finished seeds, among the points
-    that lost the fewest seeds (diverged, or no finite value)."""
-    points: dict[str, list[_Trial]] = defaultdict(list)
-    for t in trials:
-        points[json.dumps(t.point, sort_keys=True)].append(t)
-    if len(points) == 1:
-        return trials[0].point
-    metric, mode = (trials[0].selection or ["val/loss", "min"])[:2]
-
-    def score(ts: list[_Trial]) -> tuple[int, float]:
-        """(seeds lost, the mean's rank): a point that diverged on a seed loses to one that did not,
-        however good its survivors (a learning rate too high for 2 seeds of 3 does not win on the third)."""
-        done = [t for t in ts if t.status in ("finished", "diverged")]
-        vals = [t.metrics.get(f"best/{metric}") for t in done if t.status == "finished"]
-        vals = [v for v in vals if v is not None and math.isfinite(v)]
-        if not vals:
-            return len(done), math.inf
-        return len(done) - len(vals), statistics.fmean(vals) * (1 if mode == "min" else -1)
-    return json.loads(min(points, key=lambda p: score(points[p])))
 
 
 @dataclass
@@ -164,8 +53,9 @@ class Report:
 
     def to_csv(self) -> str:
         buf = io.StringIO()
-        cols = ["task", "init", "axes", "setting", "point", "metric", "mean", "std", "n", "ci95", "ci_low",
-                "ci_high", "best_epoch", "best_at_last_epoch", "diverged", "non_finite", "failed", "failure_reasons",
+        cols = ["task", "init", "axes", "setting", "point", "metric", "split", "mean", "std", "n", "ci95", "ci_low",
+                "ci_high", "best_epoch", "best_at_last_epoch", "diverged", "non_finite", "failed", "running",
+                "failure_reasons", "failed_all_points", "diverged_all_points", "running_all_points", "code_versions",
                 *report_baseline.CSV_COLUMNS]
         w = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore")
         w.writeheader()
@@ -173,21 +63,24 @@ class Report:
             w.writerow({**r, "axes": json.dumps(r["axes"]) if r["axes"] else "",
                         "setting": json.dumps(r["setting"]) if r["setting"] else "",
                         "point": json.dumps(r["point"]) if r["point"] else "",
+                        "code_versions": json.dumps(r.get("code_versions") or {}),
                         "failure_reasons": "; ".join(f"{k} (x{v})" for k, v in r["failure_reasons"].items()),
+                        **{f"{k}_all_points": v for k, v in (r.get("all_points") or {}).items()},
                         **report_baseline.csv_columns(r)})
         return buf.getvalue()
 
     def to_markdown(self) -> str:
-        head = "| task | init | metric | mean (σ) | n | best epoch | 95% CI | diverged | failed |"
-        lines = [f"### {self.experiment}", "", head, "|---" * 9 + "|"]
+        head = "| task | init | metric | mean (σ) | n | best epoch | 95% CI | diverged | failed | running |"
+        lines = [f"### {self.experiment}", "", head, "|---" * 10 + "|"]
         for r in self.rows:
             last = " (last)" if r.get("still_improving") else ""
             d = metric_digits(r["metric"])
             lines.append(f"| {r['task']} | {row_name(r)} | {r['metric']} | {_fmt(r['mean'], d)} "
                          f"({_fmt(r['std'], d)}) | {r['n']} | {_fmt(r['best_epoch'], 1)}{last} | {_ci(r, d)} | "
-                         f"{r['diverged']} | {r['failed']} |")
+                         f"{r['diverged']} | {r['failed']} | {r['running']} |")
         lines += coverage.markdown(self.completeness)
-        lines += unconverged_notes(self.rows) + non_finite_notes(self.rows)
+        lines += unconverged_notes(self.rows) + non_finite_notes(self.rows) + other_point_notes(self.rows)
+        lines += code_version_notes(self.rows) + dev_selection_notes(self.rows)
         lines += report_baseline.markdown(self.rows, self.baseline, row_name)
         lines += self._split_notes()
         if self.failed:
@@ -221,11 +114,6 @@ class Report:
 _fmt, _ci = number, interval
 
 
-def _reason(error: str | None) -> str:
-    lines = [ln.strip() for ln in (error or "unknown error").strip().splitlines() if ln.strip()]
-    return (lines[-1] if lines else "unknown error")[:200]
-
-
 def build_report(experiment_name: str, tracking_uri: str | None = None, keys: set[str] | None = None,
                  baseline: str | None = None, planned: list[dict[str, Any]] | None = None,
                  chosen: dict[str, TrialRecord] | None = None) -> Report:
@@ -241,12 +129,12 @@ def build_report(experiment_name: str, tracking_uri: str | None = None, keys: se
     if planned is None and keys is None:
         exp_id = exp_id or mlflow_store.experiment_id(experiment_name, tracking_uri)
         planned = coverage.planned_in_mlflow(exp_id, tracking_uri) if exp_id is not None else None
-    groups = _group(list(trials.values()))
+    groups = group(list(trials.values()))
     for task, label, axes in coverage.empty_groups(planned, {g[:3] for g in groups}):
         groups[(task, label, axes, "{}")] = []   # a planned init none of whose trials has a run
     rows, failed, run_ids = [], [], {}
     for gkey in sorted(groups, key=lambda g: (g[0], label_order(g[1]), g[2], g[3])):
-        failed += _group_rows(gkey, groups[gkey], rows, run_ids)
+        failed += group_rows(gkey, groups[gkey], rows, run_ids)
     if baseline is not None:
         report_baseline.check_baseline(baseline, {r["init"] for r in rows})
     report_baseline.compare_rows(rows, baseline or DEFAULT_BASELINE)
@@ -254,40 +142,9 @@ def build_report(experiment_name: str, tracking_uri: str | None = None, keys: se
                   coverage.completeness(planned, trials))
 
 
-def _records(experiment: str, uri: str | None, keys: set[str] | None) -> tuple[str, dict[str, _Trial]]:
+def _records(experiment: str, uri: str | None, keys: set[str] | None) -> tuple[str, dict[str, TrialRecord]]:
     exp_id = mlflow_store.experiment_id(experiment, uri)
     if exp_id is None:
         raise mlflow_store.no_experiment(experiment, uri)
     return exp_id, records.by_key(run_readers.trial_records(exp_id, uri), keys)
 
-
-def _group_rows(gkey: tuple, members: list[_Trial], rows: list, run_ids: dict) -> list[dict[str, Any]]:
-    """Append the group's rows (one per reported metric) and its run ids; return its failed trials."""
-    task, label, axes, setting = gkey
-    point = _best_point(members) if members else {}
-    chosen = [t for t in members if t.point == point]
-    run_ids[gkey] = [t.run_id for t in chosen if t.status in ("finished", "diverged")]
-    bad = [t for t in members if t.status == "failed"]
-    like = report_baseline.basis(_setting(members[0])) if members else None   # what a baseline must share
-    for metric in reported_metrics(task) if task in TASKS else []:
-        logged = [t for t in chosen if t.status == "finished" and metric in t.metrics]
-        ok = [t for t in logged if math.isfinite(t.metrics[metric])]   # a test/ppl of inf is no mean
-        epochs = [t.metrics[_epoch_metric(metric)] for t in ok if _epoch_metric(metric) in t.metrics]
-        at_last = sum(_best_at_last_epoch(t, metric) for t in ok)
-        rows.append({"task": task, "init": label, "axes": json.loads(axes), "setting": json.loads(setting),
-                     "point": point, "metric": metric,
-                     **summarize([t.metrics[metric] for t in ok], metric_range(metric)),
-                     "seeds": {str(t.config.get("seed")): t.metrics[metric] for t in ok},
-                     "best_epoch": statistics.fmean(epochs) if epochs else None,
-                     "best_at_last_epoch": at_last, "still_improving": bool(ok) and at_last > len(ok) / 2,
-                     "diverged": sum(t.status == "diverged" for t in chosen), "failed": len(bad),
-                     "non_finite": len(logged) - len(ok),
-                     "failure_reasons": dict(Counter(_reason(t.error) for t in bad)),
-                     "running": sum(t.status == "running" for t in members), "_basis": like})
-    return [{"task": task, "init": label, "run_id": t.run_id, "reason": _reason(t.error)} for t in bad]
-
-
-def _best_at_last_epoch(t: _Trial, metric: str) -> bool:
-    """Whether the trial's best epoch (for `metric`) is the last epoch of its budget: still improving."""
-    epoch, last = t.metrics.get(_epoch_metric(metric)), _resolved(t).get("epochs")
-    return epoch is not None and isinstance(last, (int, float)) and epoch >= last

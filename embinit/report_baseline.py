@@ -3,6 +3,12 @@ row of the same task, axes and metric (Xavier by default), with a 95% interval a
 
 The interval is `embinit.comparison.paired`: paired t on the seeds both rows share (`pairs`), Welch only
 when they share none. The verdict knows the metric's direction: a lower loss or perplexity is better.
+
+Diverged seeds have no value, so the interval is the survivors'. A side that lost seeds to divergence is
+never called the better one on its survivors alone (a learning rate that kills 3 seeds of 5 does not win
+on the other 2): such a verdict reads `inconclusive`, `survivor_verdict` keeps what the survivors said
+and `diverged` says how many seeds each side lost. A verdict against the diverging side stands: its lost
+seeds would only make it worse.
 """
 
 from __future__ import annotations
@@ -71,7 +77,7 @@ def compare_rows(rows: list[dict[str, Any]], baseline: str) -> None:
     for r in rows:
         b, why = (None, None) if r["init"] == baseline else _baseline_row(r, base.get(_slot(r), []))
         r["vs_baseline"] = None if b is None or not r["seeds"] or not b["seeds"] else {
-            **comparison(r["seeds"], b["seeds"], r["metric"], baseline),
+            **with_divergence(comparison(r["seeds"], b["seeds"], r["metric"], baseline), r, b),
             "still_improving": bool(r.get("still_improving") or b.get("still_improving"))}
         if why:
             r["no_baseline"] = why
@@ -80,14 +86,35 @@ def compare_rows(rows: list[dict[str, Any]], baseline: str) -> None:
 
 
 def comparison(a: dict[str, float], b: dict[str, float], metric: str, baseline: str) -> dict[str, Any]:
-    """a − b for {seed: value} dicts on `metric`: difference, 95% interval, test, pairs and verdict."""
+    """a − b for {seed: value} dicts on `metric`: difference, 95% interval, test, pairs, verdict and the
+    `reason` there is no interval (one pair, n < 2, zero variance), if none."""
     c = paired(a, b)
     low = high = None
     if c["diff"] is not None and c["ci95"] is not None:
         low, high = c["diff"] - c["ci95"], c["diff"] + c["ci95"]
     return {"baseline": baseline, "diff": c["diff"], "ci95": c["ci95"], "ci_low": low, "ci_high": high,
-            "test": c["test"], "pairs": c["pairs"], "n": list(c["n"]),
+            "test": c["test"], "pairs": c["pairs"], "n": list(c["n"]), "reason": c.get("reason"),
             "higher_is_better": higher_is_better(metric), "verdict": direction(c, metric)}
+
+
+def with_divergence(c: dict[str, Any], row: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
+    """`c` with `diverged` ([row's, baseline's] seeds lost to divergence at the compared point) and,
+    where the verdict favours a side that lost seeds, the verdict made `inconclusive` (`survivor_verdict`:
+    the survivors' verdict); `note` says so in words."""
+    lost = [row.get("diverged") or 0, base.get("diverged") or 0]
+    out = {**c, "diverged": lost, "survivor_verdict": c["verdict"], "note": None}
+    if not any(lost):
+        return out
+    said = []
+    for side, k, r in ((row["init"], lost[0], row), (c["baseline"], lost[1], base)):
+        if k:
+            said.append(f"{side} diverged on {k} of {k + r['n'] + (r.get('non_finite') or 0)} seeds")
+    favoured = lost[0] if c["verdict"] == "better" else lost[1] if c["verdict"] == "worse" else 0
+    if favoured:
+        out["verdict"] = "inconclusive"
+        said.append(f"on the survivors: {c['verdict']}")
+    out["note"] = "; ".join(said)
+    return out
 
 
 def csv_columns(row: dict[str, Any]) -> dict[str, Any]:
@@ -95,10 +122,12 @@ def csv_columns(row: dict[str, Any]) -> dict[str, Any]:
     c = row.get("vs_baseline") or {}
     return {"baseline": c.get("baseline", ""), "diff": c.get("diff"), "diff_ci_low": c.get("ci_low"),
             "diff_ci_high": c.get("ci_high"), "test": c.get("test", ""), "pairs": c.get("pairs"),
-            "verdict": c.get("verdict", "")}
+            "verdict": c.get("verdict", ""), "baseline_diverged": (c.get("diverged") or [None, None])[1],
+            "verdict_note": "; ".join(x for x in (c.get("note"), c.get("reason")) if x)}
 
 
-CSV_COLUMNS = ["baseline", "diff", "diff_ci_low", "diff_ci_high", "test", "pairs", "verdict"]
+CSV_COLUMNS = ["baseline", "diff", "diff_ci_low", "diff_ci_high", "test", "pairs", "verdict", "baseline_diverged",
+               "verdict_note"]
 
 
 def _seeds_text(c: dict[str, Any]) -> str:
@@ -110,7 +139,7 @@ def _seeds_text(c: dict[str, Any]) -> str:
 
 def _ci_text(c: dict[str, Any], digits: int = 2) -> str:
     if c["ci_low"] is None:
-        return "- (one pair)" if c["test"] == "paired t" else "- (n < 2)"
+        return f"- ({c.get('reason') or ('one pair' if c['test'] == 'paired t' else 'n < 2')})"
     return f"[{number(c['ci_low'], digits)}, {number(c['ci_high'], digits)}]"
 
 
@@ -137,6 +166,14 @@ def markdown(rows: list[dict[str, Any]], baseline: str, name: Any = None) -> lis
         init = name(r) if name else r["init"]
         budget = " (at this budget: still improving)" if c.get("still_improving") else ""
         d = metric_digits(r["metric"])
+        note = f" ({c['note']})" if c.get("note") else ""
         lines.append(f"| {r['task']} | {init} | {r['metric']} ({better} is better) | {number(c['diff'], d)} | "
-                     f"{_ci_text(c, d)} | {_seeds_text(c)} | {c['verdict']}{budget} |")
+                     f"{_ci_text(c, d)} | {_seeds_text(c)} | {c['verdict']}{note}{budget} |")
+    if any((r["vs_baseline"].get("diverged") or [0, 0]) != [0, 0] for r in compared):
+        lines += ["", DIVERGENCE_RULE]
     return lines + apart
+
+
+DIVERGENCE_RULE = ("Diverged seeds have no value: means and intervals are the survivors'. A side that lost seeds "
+                   "to divergence is not called better on its survivors alone: that verdict reads inconclusive, "
+                   "with the survivors' verdict and the seeds lost beside it.")

@@ -3,11 +3,14 @@
 one column per task and reported metric, each cell mean (σ) over seeds.
 
 Marks, all explained in the caption the table carries:
-- bold: the best mean of its column (the metric's direction: a lower loss or perplexity is the better;
-  accuracies, logged as fractions, are printed in percent);
+- bold: the best mean of its column among the cells that lost no seed to divergence (the metric's
+  direction: a lower loss or perplexity is the better; accuracies, logged as fractions, are printed in
+  percent): a mean over the survivors is not the best of the column;
 - ↑ / ↓: the paired 95% interval of the difference from the baseline init (`embinit.report_baseline`)
   lies above / below 0 in the better / worse direction; no mark: inconclusive, or the baseline itself;
 - †: best epoch = last epoch for most seeds (still improving: a budget comparison);
+- ‡: some seeds diverged (the caption says how many): the mean is the survivors', and no ↑ is given on
+  the survivors alone (`embinit.report_baseline.with_divergence`);
 - a subscript n where a cell's seed count differs from the table's usual one; `--` where a cell has
   no finished seed.
 With a search, each cell is its init's best search point (listed under the table). Needs booktabs.
@@ -20,7 +23,7 @@ from typing import Any
 
 from embinit.comparison import higher_is_better
 from embinit.formatting import is_fraction, number
-from embinit.report_notes import row_name
+from embinit.report_notes import row_name, selected_on_dev
 
 _SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
             "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
@@ -50,10 +53,10 @@ def _header(task: str, metric: str) -> str:
 
 
 def _best(rows: list[dict[str, Any]]) -> dict[tuple, float]:
-    """The best mean of each column."""
+    """The best mean of each column, among the rows that lost no seed to divergence."""
     best: dict[tuple, float] = {}
     for r in rows:
-        if r["mean"] is None:
+        if r["mean"] is None or r.get("diverged"):
             continue
         col, hib = _column(r), higher_is_better(r["metric"])
         if col not in best or (r["mean"] > best[col] if hib else r["mean"] < best[col]):
@@ -66,13 +69,14 @@ def _cell(r: dict[str, Any] | None, best: dict[tuple, float], usual_n: int | Non
         return "--"
     scale = 100.0 if is_fraction(r["metric"]) else 1.0    # accuracies in percent, as papers print them
     mean = number(r["mean"] * scale, digits)
-    if best[_column(r)] == r["mean"]:
+    if best.get(_column(r)) == r["mean"] and not r.get("diverged"):
         mean = rf"\textbf{{{mean}}}"
     text = mean + (f" ({number(r['std'] * scale, digits)})" if r.get("std") is not None else "")
     marks = ""
     verdict = (r.get("vs_baseline") or {}).get("verdict")
     marks += r"\uparrow" if verdict == "better" else r"\downarrow" if verdict == "worse" else ""
     marks += r"\dagger" if r.get("still_improving") else ""
+    marks += r"\ddagger" if r.get("diverged") else ""
     if marks:
         text += f"$^{{{marks}}}$"
     if r["n"] != usual_n:
@@ -107,6 +111,12 @@ def _caption(experiment: str, rows: list[dict[str, Any]], baseline: str, usual_n
                      "interval of the difference, paired on the seeds both share, excludes 0).")
     if any(r.get("still_improving") for r in rows):
         parts.append(r"$\dagger$: the best epoch was the last for most seeds (still improving).")
+    lost = [r for r in rows if r.get("diverged") and r["mean"] is not None]
+    if lost:
+        which = "; ".join(f"{escape(_row_key(r))} on {escape(r['task'])}: {r['diverged']} of "
+                          f"{r['diverged'] + r['n'] + (r.get('non_finite') or 0)}" for r in lost)
+        parts.append(r"$\ddagger$: seeds diverged (" + which + "); the mean is over the survivors, is never bold, "
+                     r"and is not marked $\uparrow$ on the survivors alone.")
     if any(r["n"] != usual_n for r in rows if r["mean"] is not None):
         parts.append("$n$: the number of seeds where it differs.")
     points = {(r["init"], r["task"]): r["point"] for r in rows if r.get("point")}
@@ -114,6 +124,10 @@ def _caption(experiment: str, rows: list[dict[str, Any]], baseline: str, usual_n
         chosen = "; ".join(f"{escape(init)} on {escape(task)}: " + escape(", ".join(
             f"{k}={v}" for k, v in point.items())) for (init, task), point in points.items())
         parts.append(f"Best search point per init: {chosen}.")
+    dev = sorted({r["metric"] for r in rows if selected_on_dev(r["metric"])})
+    if dev:
+        parts.append(f"{escape(', '.join(dev))}: dev, selected on dev (the best epoch and search point are chosen "
+                     "on the dev set reported).")
     if any(r["mean"] is None for r in rows):
         parts.append("--: no finished seed.")
     return " ".join(parts)

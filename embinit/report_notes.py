@@ -1,5 +1,7 @@
 """The report's row names and the notes under its table: rows still improving at their last epoch, and
-rows some of whose finished seeds logged a non-finite value (left out of their numbers)."""
+rows some of whose finished seeds logged a non-finite value (left out of their numbers), trials at the
+search points a row does not report, rows pooling seeds of several code versions, numbers selected on
+the dev set they are reported on."""
 
 from __future__ import annotations
 
@@ -33,3 +35,45 @@ def non_finite_notes(rows: list[dict[str, Any]]) -> list[str]:
     notes = [f"- {r['task']} {row_name(r)} ({r['metric']}): {r['non_finite']} finished seed(s) logged a "
              "non-finite value" for r in rows if r.get("non_finite")]
     return ["", "Left out of n, the mean and the comparison (a non-finite value):", *notes] if notes else []
+
+
+def other_point_notes(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per row (not per metric) whose search has trials at other points that failed, diverged
+    or are still running: the table's counts are those of the point the row reports."""
+    notes = {}
+    for r in rows:
+        here, every = {k: r.get(k) or 0 for k in ("failed", "diverged", "running")}, r.get("all_points") or {}
+        other = {k: every.get(k, 0) - here[k] for k in here if every.get(k, 0) > here[k]}
+        if other:
+            notes[f"- {r['task']} {row_name(r)}: " + ", ".join(f"{v} {k}" for k, v in other.items())] = None
+    return ["", "At the other search points (not in the table's counts, which are the reported point's):",
+            *notes] if notes else []
+
+
+def code_version_notes(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per row whose seeds ran under more than one code version (`config.CODE_VERSION`; a rerun
+    after a bump trains new keys, and the row keeps the newest run of each seed, whatever its version)."""
+    notes = [f"- {r['task']} {row_name(r)} ({r['metric']}): " + ", ".join(
+        f"{n} seed(s) under version {v}" for v, n in r["code_versions"].items())
+        for r in rows if len(r.get("code_versions") or {}) > 1]
+    return ["", "Seeds from several code versions pooled in one row (rerun the others under one version to "
+            "compare like with like):", *notes] if notes else []
+
+
+DEV_SELECTED = "dev, selected on dev"
+
+
+def selected_on_dev(metric: str) -> bool:
+    """Whether a reported `metric` is a dev-set best (`best/val/...`: classification, as the paper reports
+    it; GLUE's test labels are hidden): the best epoch, and with a search the best point, are chosen on
+    the very numbers reported, so they lean optimistic (a winner's curse, larger with more seed noise)."""
+    return metric.startswith("best/val/")
+
+
+def dev_selection_notes(rows: list[dict[str, Any]]) -> list[str]:
+    """One line naming the metrics reported as the best on the dev set they were selected on."""
+    metrics = sorted({r["metric"] for r in rows if selected_on_dev(r["metric"])})
+    if not metrics:
+        return []
+    return ["", f"{', '.join(metrics)}: {DEV_SELECTED} (the best epoch, and with a search the best point, are "
+            "chosen on the same dev set these numbers come from: optimistic, for every init alike)."]

@@ -8,7 +8,8 @@ one child run per trial. A child run carries:
   `embinit.error` for failures, `embinit.sweep_run` (the sweep's run id: the latest sweep that trained
   it); `embinit.checkpoint_epoch` while its checkpoint folder is kept (embinit.sweep.resume: a run that
   did not finish resumes from it when its spec runs again; deleted once nothing is kept) and
-  `embinit.resumed_after_epoch` on a run a rerun continued;
+  `embinit.resumed_after_epoch` on a run a rerun continued; `embinit.code_version` (the
+  `config.CODE_VERSION` its key was made with);
 - tags `embinit.init` (= the label) and `embinit.group` for MLflow's run table: "Group by" the tag
   `embinit.init` averages the seeds of each init;
 - its name `<label>-s<seed>`; params: the flat trial config with the task defaults
@@ -35,9 +36,9 @@ from typing import Any
 
 from embinit.errors import EmbinitError
 from embinit.mlflow_store import client, log_batch, metrics_at, retry
-from embinit.records import (BLEU_SIGNATURE_TAG, CHECKPOINT_TAG, CONFIG_TAG, ERROR_TAG, EXECUTION_TAG, GROUP_TAG,
-                             INIT_TAG, KEY_TAG, LABEL_TAG, PARENT_TAG, RESUMED_TAG, SEED_TAG, STATUS_TAG, TASK_TAG,
-                             TRAINER_LABEL_TAG)
+from embinit.records import (BLEU_SIGNATURE_TAG, CHECKPOINT_TAG, CODE_VERSION_TAG, CONFIG_TAG, ERROR_TAG,
+                             EXECUTION_TAG, GROUP_TAG, INIT_TAG, KEY_TAG, LABEL_TAG, PARENT_TAG, RESUMED_TAG,
+                             SEED_TAG, STATUS_TAG, TASK_TAG, TRAINER_LABEL_TAG)
 from embinit.run_names import trial_params, trial_run_name
 from embinit.run_readers import key_records, metric_history
 
@@ -107,10 +108,11 @@ class TrialRun:
             return cls(uri, run_id, reopened=True, checkpoint_tagged=CHECKPOINT_TAG in run.data.tags,
                        artifact_uri=run.info.artifact_uri, params=[] if run.data.params else params,
                        artifacts_via=artifacts_via)
+        from embinit.config import CODE_VERSION
         tags = {KEY_TAG: key, LABEL_TAG: label, INIT_TAG: label, TASK_TAG: config["task"],
                 SEED_TAG: str(config["seed"]),
                 STATUS_TAG: "running", CONFIG_TAG: json.dumps(config, sort_keys=True, default=str),
-                GROUP_TAG: json.dumps(group, sort_keys=True, default=str)}
+                GROUP_TAG: json.dumps(group, sort_keys=True, default=str), CODE_VERSION_TAG: CODE_VERSION}
         if parent_id:
             tags[PARENT_TAG] = parent_id
         run = retry(lambda: c.create_run(exp_id, run_name=trial_run_name(label, config["seed"]), tags=tags))

@@ -21,7 +21,10 @@ from embinit.run_readers import experiment_records, trial_row
 
 # The layout of a stored report (`Experiment.report`): one stored by an older layout is built again.
 # 2: rows compared with a baseline, the unconverged-training flag, completeness (issue 22).
-REPORT_VERSION = 3
+# 4: diverged seeds qualify the verdict (`diverged`, `survivor_verdict`, `note`; CSV `baseline_diverged`,
+#    `verdict_note`; LaTeX ‡), zero-variance intervals, counts at the chosen point with `running`
+#    (+ `all_points`), code-version notes, the dev-selection label.
+REPORT_VERSION = 4
 
 
 def absolute_sqlite_uri(url: str) -> str:
@@ -75,6 +78,19 @@ def sweep_runs(exp, uri: str | None = None) -> set[str]:
     runs = run_readers.sweep_records(exp_id, uri, f"tags.`{records.SPEC_HASH_TAG}` = "
                                      f"'{exp.spec_hash}' and attributes.start_time >= {since}")
     return {r.run_id for r in runs}
+
+
+def spec_sweep_runs(exp, uri: str | None = None) -> set[str]:
+    """Ids of every sweep (parent) run of the experiment's spec (`embinit.spec_hash`), whenever started:
+    an Optuna search resubmitted resumes from its earlier sweeps' trials, which are its own."""
+    from embinit import mlflow_store, run_readers
+
+    uri = uri or exp.tracking_uri
+    exp_id = mlflow_store.experiment_id(exp.mlflow_experiment, uri)
+    if exp_id is None:
+        return set()
+    return {r.run_id for r in run_readers.sweep_records(exp_id, uri, f"tags.`{records.SPEC_HASH_TAG}` = "
+                                                                      f"'{exp.spec_hash}'")}
 
 
 # A running experiment's trial table and report are built again when its state changes, but not sooner
@@ -250,14 +266,21 @@ class ResultStore:
 
         name = exp.mlflow_experiment
         # Only this spec's trials (an MLflow experiment may hold other specs' runs under the same name);
-        # an Optuna search draws its trials at run time, so there the whole experiment counts.
+        # an Optuna search draws its trials at run time, so there its trials are those whose run (the one
+        # that stands for the key) one of its spec's sweeps trained (`embinit.sweep_run`).
         optuna = (exp.spec.get("search") or {}).get("method") == "optuna"
         planned = None if optuna else self._plan_rows(exp)
         if self.experiment_id(exp) is None:  # nothing has run yet: an empty table, every trial unfinished
             report = Report(name, [], tracking_uri=exp.tracking_uri, completeness=completeness(planned, {}))
         else:
-            report = build_report(name, exp.tracking_uri, keys=None if optuna else set(exp.trial_keys),
-                                  baseline=baseline, planned=planned, chosen=self._records(exp))
+            chosen = self._records(exp)
+            if optuna:
+                sweeps = spec_sweep_runs(exp, self._reads(exp))
+                keys = {k for k, rec in chosen.items() if rec.parent_id in sweeps}
+            else:
+                keys = set(exp.trial_keys)
+            report = build_report(name, exp.tracking_uri, keys=keys, baseline=baseline, planned=planned,
+                                  chosen=chosen)
         return {"json": report.to_json(), "markdown": report.to_markdown(), "csv": report.to_csv(),
                 "latex": report.to_latex(), "version": REPORT_VERSION}
 

@@ -50,3 +50,15 @@ def test_metric_direction():
     (2.0, 1.0, "best/val/loss", "worse"), (2.0, None, "test/bleu", "inconclusive")])
 def test_verdicts(diff, ci, metric, verdict):
     assert direction({"diff": diff, "ci95": ci}, metric) == verdict
+
+
+@pytest.mark.parametrize("metric", ["oov/test_loss", "oov/val_loss", "train/loss", "best/val/loss", "test/ppl",
+                                    "wall_time_s", "best_epoch", "best/val/acc_epoch"])
+def test_loss_time_and_epoch_names_are_lower_is_better(metric):
+    assert not higher_is_better(metric)
+
+
+@pytest.mark.parametrize("metric", ["test/bleu", "best/val/acc", "best/val/acc_matched", "tokens_per_s",
+                                    "oov/coverage"])
+def test_scores_are_higher_is_better(metric):
+    assert higher_is_better(metric)

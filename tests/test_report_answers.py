@@ -131,11 +131,12 @@ def test_means_and_intervals_stay_inside_the_metric_range(uri, capsys):
     exp = mlflow_store.ensure_experiment("top", uri)
     for seed, v in enumerate([100.00000000000004, 100.00000000000004, 100.00000000000004]):
         _trial(uri, exp, f"t{seed}", "Xavier", seed, v)
-    for seed, v in enumerate([100.00000000000004, 99.99999999999997, 100.00000000000004]):
+    for seed, v in enumerate([100.00000000000004, 99.0, 100.00000000000004]):
         _trial(uri, exp, f"u{seed}", "GloVe", seed, v)
     rows = json.loads(_report(uri, capsys, "--format", "json", name="top"))["rows"]
     table = list(csv.DictReader(io.StringIO(_report(uri, capsys, "--format", "csv", name="top"))))
-    for r in rows + [{k: float(r[k]) for k in ("mean", "ci_low", "ci_high")} for r in table]:
+    assert rows[0]["ci95"] is None                 # three equal scores: no (zero-width) interval
+    for r in rows[1:] + [{k: float(r[k]) for k in ("mean", "ci_low", "ci_high")} for r in table[1:]]:
         assert 0.0 <= r["ci_low"] <= r["mean"] <= r["ci_high"] <= 100.0, r
     assert rows[0]["mean"] == 100.0
 

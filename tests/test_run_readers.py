@@ -95,3 +95,13 @@ def test_a_resumed_attempt_logs_the_epochs_its_dead_attempt_checkpointed_but_nev
         steps = [m.step for m in mlflow_store.client(uri).get_metric_history(first.run_id, metric)]
         assert sorted(steps) == [1, 2, 3, 4], (metric, steps)
     assert run_readers.metric_history(uri, first.run_id, "val/loss").by_step[3] == 0.7
+
+
+def test_a_trial_run_records_its_code_version(store):
+    """The version is in the key too, which cannot be read back: the report needs it as a tag."""
+    from embinit.config import CODE_VERSION
+    uri, exp = store
+    config = {"task": "synthetic_classification", "init": "xavier", "seed": 7}
+    run = trial_run.TrialRun.open(uri, exp, None, config, "versioned", "Xavier", {"axes": {}, "point": {}})
+    (rec,) = [r for r in run_readers.trial_records(exp, uri) if r.run_id == run.run_id]
+    assert rec.code_version == CODE_VERSION

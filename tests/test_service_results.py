@@ -85,3 +85,33 @@ def test_the_cli_client_passes_the_baseline(tmp_path, capsys, monkeypatch):
         assert rows["Xavier"]["vs_baseline"]["baseline"] == "Normal"
         assert main(["experiments", "results", exp_id, "--baseline", "Nrmal", "--url", base]) == 2
         assert "did you mean 'Normal'?" in capsys.readouterr().err
+
+
+OPTUNA = {"name": "api-optuna", "tasks": ["synthetic_classification"], "inits": ["xavier", "normal"], "seeds": 2,
+          "search": {"method": "optuna", "num_samples": 2, "space": {"lr": {"low": 1e-4, "high": 1e-2, "log": True}}}}
+
+
+def test_optuna_results_hold_only_the_trials_of_the_experiments_own_sweeps(client):
+    """Another spec's runs share the MLflow experiment's name: an Optuna search's table must not pool them."""
+    from mlflow.entities import Metric
+
+    from embinit import run_writers
+    from service.db import Experiment
+    c, uri = client
+    exp_id = c.post("/experiments", json=OPTUNA).json()["id"]
+    with c.app.state.sessions() as s:
+        spec_hash = s.get(Experiment, exp_id).spec_hash
+    exp = mlflow_store.ensure_experiment(OPTUNA["name"], uri)
+    mine = run_writers.start_parent_run(exp, uri, spec_hash, "{}", 2)
+    other = run_writers.start_parent_run(exp, uri, "another-spec", "{}", 2)
+    for parent, acc, tag in ((mine, 0.6, "m"), (other, 0.1, "o")):
+        for seed in (0, 1):
+            cfg = {"task": "synthetic_classification", "init": "xavier", "seed": seed, "lr": 1e-3}
+            run = trial_run.TrialRun.open(uri, exp, parent, cfg, f"{tag}{seed}", "Xavier",
+                                          {"axes": {}, "point": {"lr": 1e-3}})
+            now = int(time.time() * 1000)
+            mlflow_store.client(uri).log_batch(run.run_id, metrics=[Metric("best/val/acc", acc + seed / 100, now, 0)])
+            mlflow_store.client(uri).set_tag(run.run_id, records.STATUS_TAG, "finished")
+            mlflow_store.client(uri).set_terminated(run.run_id, "FINISHED")
+    (row,) = c.get(f"/experiments/{exp_id}/results").json()["rows"]
+    assert (row["init"], row["n"], row["mean"]) == ("Xavier", 2, pytest.approx(0.605))

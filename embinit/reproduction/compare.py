@@ -26,8 +26,9 @@ def verdict(cmp: dict[str, Any], expected: int, tolerate: bool = False, effect: 
         return "not measured"
     same = d * expected > 0
     if ci is None:
+        why = cmp.get("reason") if str(cmp.get("reason")).startswith("zero variance") else "no interval"
         return (("same direction" if same else "opposite direction")
-                + f" (n = {cmp['n'][0]} vs {cmp['n'][1]}: no interval)")
+                + f" (n = {cmp['n'][0]} vs {cmp['n'][1]}: {why})")
     lo, hi = sorted((expected * (d - ci), expected * (d + ci)))   # the interval on the paper's side
     if lo > 0:
         return "reproduces"
@@ -60,7 +61,8 @@ def ci_text(s: dict[str, Any], digits: int = 2) -> str:
 def compare_text(name_a: str, name_b: str, cmp: dict[str, Any], digits: int = 2) -> str:
     if cmp["diff"] is None:
         return f"{name_a} − {name_b}: not measured"
-    ci = "no interval" if cmp["ci95"] is None else \
+    ci = f"no interval: {cmp['reason']}" if cmp["ci95"] is None and cmp.get("reason") else "no interval" \
+        if cmp["ci95"] is None else \
         f"95% CI [{fmt(cmp['diff'] - cmp['ci95'], digits)}, {fmt(cmp['diff'] + cmp['ci95'], digits)}]"
     test = f"{cmp['test']}, " if cmp.get("test") else ""
     pairs = f", {cmp['pairs']} shared" if cmp.get("pairs") and cmp["pairs"] < max(cmp["n"]) else ""

@@ -1,0 +1,185 @@
+"""Which trials make a report row and what the row says (`embinit.report` assembles the table).
+
+Runs are grouped by everything but the seed: trials of one init label whose resolved configs differ in
+anything else (e.g. the same spec run from the CLI and from the service with another pretrained path)
+get one row each, marked with the fields that differ. Each trial key counts once, and so does each seed
+of a configuration (the newest run of its best status).
+
+With a search, each (task, init, axes) group reports its best search point: the one whose seeds have
+the best mean selection metric (the paper's MNLI grid search), with the point's values in the row. The
+row's counts (`failed`, `diverged`, `running`, `non_finite`) are all of the trials at that point, the
+trials its numbers stand for; `all_points` counts every point of the group.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import statistics
+from collections import Counter, defaultdict
+from typing import Any
+
+from embinit import records, report_baseline
+from embinit.comparison import no_spread, t_quantile
+from embinit.config import TrialConfig, metric_range
+from embinit.records import TrialRecord
+from embinit.report_notes import DEV_SELECTED, selected_on_dev
+from embinit.task_registry import TASKS, reported_metrics
+
+
+def summarize(values: list[float], bounds: tuple[float, float] = (-math.inf, math.inf)) -> dict[str, Any]:
+    """mean, sample σ, n, the 95% CI half-width and the interval [ci_low, ci_high], the mean and the
+    interval clipped to `bounds` (the metric's range: a BLEU of 100.00000000000004 from float rounding
+    reads 100), so ci_low <= mean <= ci_high; the CI entries are None where n < 2 and where the values
+    are all equal (a zero-width interval from two equal seeds is no certainty: `comparison.no_spread`)."""
+    n = len(values)
+    if n == 0:
+        return {"n": 0, "mean": None, "std": None, "ci95": None, "ci_low": None, "ci_high": None}
+    mean = min(max(statistics.fmean(values), bounds[0]), bounds[1])
+    std = statistics.stdev(values) if n > 1 else None
+    ci = t_quantile(n - 1) * std / math.sqrt(n) if std is not None and not no_spread(values, values) else None
+    low, high = (None, None) if ci is None else (max(bounds[0], mean - ci), min(bounds[1], mean + ci))
+    return {"n": n, "mean": mean, "std": std, "ci95": ci, "ci_low": low, "ci_high": high}
+
+
+# The report's rows are built from trial records (one per key, `records.by_key`).
+_Trial = TrialRecord
+
+
+def _resolved(t: _Trial) -> dict[str, Any]:
+    """The trial's config with its task's defaults filled in (a copy). Resolving does not read the
+    seed, so the seeds of one setting share one resolution."""
+    config = dict(t.config)
+    has_seed, seed = "seed" in config, config.pop("seed", None)
+    out = dict(_resolve(json.dumps(config, sort_keys=True, default=str)))
+    return {**out, "seed": seed} if has_seed else out
+
+
+@functools.lru_cache(maxsize=1024)
+def _resolve(config_json: str) -> dict[str, Any]:
+    """Resolving costs ~0.1 ms a config; a report asks once per trial and reported metric, and the
+    service builds a running experiment's report again and again: each distinct setting once."""
+    config = json.loads(config_json)
+    try:
+        return TrialConfig.from_dict(config).resolved().to_dict()
+    except Exception:
+        return config
+
+
+def _setting(t: _Trial) -> dict[str, Any]:
+    """Everything the trial computed with but its seed and search point: its resolved config without
+    seed, data order seed (when it follows the seed), threads, device and the searched keys."""
+    cfg = _resolved(t)
+    drop = {"seed", *TrialConfig.NOT_IN_KEY, *t.point}
+    if cfg.get("data_seed") in (None, cfg.get("seed")):
+        drop.add("data_seed")
+    return {k: v for k, v in cfg.items() if k not in drop}
+
+
+def _one_per_seed(trials: list[_Trial]) -> list[_Trial]:
+    """One trial per (search point, seed): the newest of the best status (a rerun under another key of
+    the same configuration, e.g. after a code version bump, does not count twice)."""
+    best: dict[tuple, _Trial] = {}
+    for t in sorted(trials, key=lambda t: t.start_ms):
+        slot = (json.dumps(t.point, sort_keys=True), t.config.get("seed"))
+        old = best.get(slot)
+        if old is None or records.STATUS_RANK[t.status] >= records.STATUS_RANK[old.status]:
+            best[slot] = t
+    return list(best.values())
+
+
+def group(trials: list[_Trial]) -> dict[tuple, list[_Trial]]:
+    """(task, label, axes json, differing settings json) -> its trials. The last part is {} unless
+    the label's trials were run with several settings; then it holds the fields that tell them apart."""
+    by_label: dict[tuple, dict[str, list[_Trial]]] = defaultdict(lambda: defaultdict(list))
+    for t in trials:
+        setting = json.dumps(_setting(t), sort_keys=True, default=str)
+        by_label[(t.task, t.label, json.dumps(t.axes, sort_keys=True))][setting].append(t)
+    out: dict[tuple, list[_Trial]] = {}
+    for gkey, settings in by_label.items():
+        parsed = [json.loads(s) for s in settings]
+        differ = sorted({k for p in parsed for k in p if any(q.get(k) != p.get(k) for q in parsed)})
+        for text, members in settings.items():
+            which = {k: json.loads(text).get(k) for k in differ}
+            out[(*gkey, json.dumps(which, sort_keys=True, default=str))] = _one_per_seed(members)
+    return out
+
+
+def _epoch_metric(metric: str) -> str:
+    return f"{metric}_epoch" if metric.startswith("best/") else "best_epoch"
+
+
+def _best_point(trials: list[_Trial]) -> dict[str, Any]:
+    """The search point with the best mean selection metric among its finished seeds, among the points
+    that lost the fewest seeds (diverged, or no finite value)."""
+    points: dict[str, list[_Trial]] = defaultdict(list)
+    for t in trials:
+        points[json.dumps(t.point, sort_keys=True)].append(t)
+    if len(points) == 1:
+        return trials[0].point
+    metric, mode = (trials[0].selection or ["val/loss", "min"])[:2]
+
+    def score(ts: list[_Trial]) -> tuple[int, float]:
+        """(seeds lost, the mean's rank): a point that diverged on a seed loses to one that did not,
+        however good its survivors (a learning rate too high for 2 seeds of 3 does not win on the third)."""
+        done = [t for t in ts if t.status in ("finished", "diverged")]
+        vals = [t.metrics.get(f"best/{metric}") for t in done if t.status == "finished"]
+        vals = [v for v in vals if v is not None and math.isfinite(v)]
+        if not vals:
+            return len(done), math.inf
+        return len(done) - len(vals), statistics.fmean(vals) * (1 if mode == "min" else -1)
+    return json.loads(min(points, key=lambda p: score(points[p])))
+
+
+def _reason(error: str | None) -> str:
+    lines = [ln.strip() for ln in (error or "unknown error").strip().splitlines() if ln.strip()]
+    return (lines[-1] if lines else "unknown error")[:200]
+
+
+def group_rows(gkey: tuple, members: list[_Trial], rows: list, run_ids: dict) -> list[dict[str, Any]]:
+    """Append the group's rows (one per reported metric) and its run ids; return its failed trials."""
+    task, label, axes, setting = gkey
+    point = _best_point(members) if members else {}
+    chosen = [t for t in members if t.point == point]
+    run_ids[gkey] = [t.run_id for t in chosen if t.status in ("finished", "diverged")]
+    bad = [t for t in members if t.status == "failed"]
+    counts = {**_counts(chosen), "failure_reasons": dict(Counter(_reason(t.error) for t in chosen
+                                                                 if t.status == "failed")),
+              "all_points": _counts(members)}
+    like = report_baseline.basis(_setting(members[0])) if members else None   # what a baseline must share
+    for metric in reported_metrics(task) if task in TASKS else []:
+        logged = [t for t in chosen if t.status == "finished" and metric in t.metrics]
+        ok = [t for t in logged if math.isfinite(t.metrics[metric])]   # a test/ppl of inf is no mean
+        epochs = [t.metrics[_epoch_metric(metric)] for t in ok if _epoch_metric(metric) in t.metrics]
+        at_last = sum(_best_at_last_epoch(t, metric) for t in ok)
+        rows.append({"task": task, "init": label, "axes": json.loads(axes), "setting": json.loads(setting),
+                     "point": point, "metric": metric, "split": _split(metric),
+                     **summarize([t.metrics[metric] for t in ok], metric_range(metric)),
+                     "seeds": {str(t.config.get("seed")): t.metrics[metric] for t in ok},
+                     "best_epoch": statistics.fmean(epochs) if epochs else None,
+                     "best_at_last_epoch": at_last, "still_improving": bool(ok) and at_last > len(ok) / 2,
+                     **counts, "non_finite": len(logged) - len(ok), "code_versions": _versions(ok),
+                     "_basis": like})
+    return [{"task": task, "init": label, "run_id": t.run_id, "reason": _reason(t.error)} for t in bad]
+
+
+def _split(metric: str) -> str:
+    """Which data a row's number comes from: `dev, selected on dev` for a dev-set best."""
+    return DEV_SELECTED if selected_on_dev(metric) else metric.split("/")[-2] if "/" in metric else ""
+
+
+def _versions(trials: list[_Trial]) -> dict[str, int]:
+    """code version -> how many of `trials` ran under it (`unrecorded`: a run from before the tag)."""
+    return dict(sorted(Counter(t.code_version or "unrecorded" for t in trials).items()))
+
+
+def _counts(trials: list[_Trial]) -> dict[str, int]:
+    """How many of `trials` diverged, failed and are still running."""
+    return {k: sum(t.status == k for t in trials) for k in ("diverged", "failed", "running")}
+
+
+def _best_at_last_epoch(t: _Trial, metric: str) -> bool:
+    """Whether the trial's best epoch (for `metric`) is the last epoch of its budget: still improving."""
+    epoch, last = t.metrics.get(_epoch_metric(metric)), _resolved(t).get("epochs")
+    return epoch is not None and isinstance(last, (int, float)) and epoch >= last
