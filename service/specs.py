@@ -18,7 +18,8 @@ from fastapi import HTTPException
 
 from embinit.bounds import BOUNDS, over_setting
 from embinit.model_dims import dimension_problems
-from embinit.spec import PRETRAINED_KEYS, ExperimentSpec, PlannedTrial, SpecError, load_spec, yaml_error
+from embinit.spec import (PRETRAINED_KEYS, ExperimentSpec, PlannedTrial, SpecError, data_problems, load_spec,
+                          yaml_error)
 from service.hub import check_hub_ids
 from service.paths import confine_paths, format_loc
 from service.settings import Settings
@@ -222,6 +223,11 @@ def prepare(data: dict[str, Any], settings: Settings, tracking_uri: str) -> Subm
     dims = dimension_problems(plan, spec.search)   # a d_model or heads that does not fit a local source's D
     if dims:
         raise _unprocessable(dims, settings.max_problems)
+    # on a local Ray the trials read the data folders this process sees: one lacking a file fails every
+    # trial of its task, so say it now (a cluster's nodes may hold other copies: left to the trials)
+    data = data_problems(spec) if settings.ray_address is None else []
+    if data:
+        raise _unprocessable(data, settings.max_problems)
     return Submission(spec=spec, plan=plan, data=canonical, spec_hash=spec.spec_hash(),
                       trial_keys=[p.key for p in plan], n_trials=n_trials, notices=notices)
 

@@ -319,6 +319,17 @@ def test_paths_inside_roots_are_made_absolute(client, roots):
     assert stored["data_dir"] == str((data / "corpora").resolve())
 
 
+def test_a_data_folder_lacking_a_file_is_refused_at_submit(client, roots):
+    data, _ = roots
+    (data / "sst2").mkdir()
+    (data / "sst2" / "train.tsv").write_text("sentence\tlabel\ngood\t1\n")   # no dev.tsv
+    r = submit(client, {**SPEC, "tasks": ["sst2", {"task": "mnli", "data_dir": "sst2"}], "data_dir": str(data)})
+    assert r.status_code == 422, r.text
+    found = problems(r)
+    assert f"data folder {(data / 'sst2').resolve()} lacks dev.tsv" in found["data_dir"]
+    assert "lacks dev_matched.tsv; dev_mismatched.tsv" in found["tasks[1].data_dir"]
+
+
 def test_tracking_uri_is_the_services(client):
     r = submit(client, {**SPEC, "mlflow": {"tracking_uri": "sqlite:////tmp/elsewhere.db"}})
     assert r.status_code == 422
