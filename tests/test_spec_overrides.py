@@ -104,3 +104,10 @@ def test_dry_run_estimates_from_trials_of_the_same_shape_in_the_store(tmp_path, 
     row = next(ln for ln in out.splitlines() if ln.strip().startswith("9 "))
     assert row.split()[:6] == ["9", "2", "synthetic_translation", "32", "1", "20"]   # 80 s / 4 epochs
     assert "6.0 trial-minutes" in out                                               # 9 x 2 epochs x 20 s
+    # a quarter of the batch is four times the steps per epoch: the estimate grows (it was the same 20 s)
+    default_batch = load_spec(QUICK).expand()[0].resolved().batch_size
+    assert main(["run", str(QUICK), "--dry-run", "epochs=2", f"batch_size={default_batch // 4}"]) == 0
+    out = capsys.readouterr().out
+    row = next(ln for ln in out.splitlines() if ln.strip().startswith("9 "))
+    assert row.split()[5] == "~80" and "scaled by the number of steps per epoch" in out
+    assert "24.0 trial-minutes" in out                                              # 9 x 2 epochs x 80 s
