@@ -309,6 +309,17 @@ def test_environment_references_are_refused(client):
     assert "environment variables are not expanded" in problems(r)["data_dir"]
 
 
+def test_environment_references_do_not_hide_the_specs_other_problems(client):
+    r = submit(client, {**SPEC, "data_dir": "${HOME}/data", "seeds": 1.5, "tasks": ["nope"],
+                        "inits": [{"tgt": "glove", "pretrained": "${ASSETS}/g.txt"}]})
+    assert r.status_code == 422
+    found = problems(r)
+    assert "environment variables are not expanded" in found["data_dir"]
+    assert "environment variables are not expanded" in found["inits[0].pretrained"]
+    assert "a seed count >= 1 or a list of distinct seeds" in found["seeds"]
+    assert "'nope' is not a registered task" in found["tasks[0].task"]
+
+
 def test_paths_inside_roots_are_made_absolute(client, roots):
     data, pre = roots
     spec = {**SPEC, "inits": [{"tgt": "glove", "pretrained": "vec.txt"}], "data_dir": "corpora"}
