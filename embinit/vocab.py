@@ -90,7 +90,7 @@ class Vocab:
         path = Path(path)
         if not path.is_file():
             raise EmbinitError(f"vocabulary file not found: {path}")
-        tokens, counts = [], {}
+        tokens, counts, empty = [], {}, []
         try:
             lines = path.read_text(encoding="utf-8").splitlines()
         except (OSError, UnicodeDecodeError) as e:
@@ -99,12 +99,19 @@ class Vocab:
             if not line.strip():
                 continue
             token, _, count = line.partition("\t")
+            if not token.strip():   # "\t67349" from a `uniq -c` gone wrong: a row for no token
+                empty.append(lineno)
+                continue
             if count:
                 try:
                     counts[token] = int(count)
                 except ValueError:
                     raise EmbinitError(f"{path}:{lineno}: count {count!r} is not an integer") from None
             tokens.append(token)
+        if empty:
+            shown = ", ".join(map(str, empty[:5])) + (f" and {len(empty) - 5} more" if len(empty) > 5 else "")
+            raise EmbinitError(f"{path}: empty token (nothing before the tab) on line{'s' if len(empty) > 1 else ''} "
+                               f"{shown}; each line is TOKEN or TOKEN<TAB>COUNT")
         if not tokens:
             raise EmbinitError(f"vocabulary file is empty: {path}")
         specials = tuple(t for t in tokens if t in SPECIALS)

@@ -18,7 +18,8 @@ from fastapi import HTTPException
 
 from embinit.bounds import BOUNDS, over_setting
 from embinit.model_dims import dimension_problems
-from embinit.spec import PRETRAINED_KEYS, ExperimentSpec, PlannedTrial, SpecError, load_spec, yaml_error
+from embinit.spec import (PRETRAINED_KEYS, ExperimentSpec, PlannedTrial, SpecError, data_problems, load_spec,
+                          yaml_error)
 from service.hub import check_hub_ids
 from service.paths import confine_paths, format_loc
 from service.settings import Settings
@@ -122,6 +123,24 @@ def _env_refs(data: Any, loc: str = "") -> list[tuple[str, str]]:
     return []
 
 
+def _without_env(data: Any) -> Any:
+    """`data` with each `${VAR}` value replaced by a plain one, to validate the rest of the spec."""
+    if isinstance(data, dict):
+        return {k: _without_env(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_without_env(v) for v in data]
+    return "env-reference" if isinstance(data, str) and "${" in data else data
+
+
+def _field_problems(data: dict[str, Any], skip: set[str], settings: Settings) -> list[tuple[str, str]]:
+    """The field problems of `data`, less those at the locations in `skip` (already reported)."""
+    try:
+        _validate(data, settings)
+    except HTTPException as e:
+        return [(p["loc"], p["msg"]) for p in e.detail if isinstance(p, dict) and p.get("loc") not in skip]
+    return []
+
+
 def _validate(data: dict[str, Any], settings: Settings) -> ExperimentSpec:
     """The submission's one validation, of its data with the paths already confined (a confined path can
     make two trials the same). Problems with the paths themselves are found on the validated spec's data
@@ -199,9 +218,13 @@ def resource_problems(spec: ExperimentSpec, nodes: list[dict[str, float]] | None
 def prepare(data: dict[str, Any], settings: Settings, tracking_uri: str) -> Submission:
     """Validate and confine a submitted spec, and expand it; raises HTTPException(422) listing every
     problem."""
-    refs = _env_refs(data) + hostile_values(data, settings.max_list_items)
-    if refs:
-        raise _unprocessable(refs, settings.max_problems)
+    hostile = hostile_values(data, settings.max_list_items)
+    if hostile:
+        raise _unprocessable(_env_refs(data) + hostile, settings.max_problems)
+    refs = _env_refs(data)
+    if refs:   # the spec's other problems too, so one answer lists them all
+        raise _unprocessable(refs + _field_problems(_without_env(data), {loc for loc, _ in refs}, settings),
+                             settings.max_problems)
     seeds = data.get("seeds")
     if isinstance(seeds, int) and not isinstance(seeds, bool) and seeds > settings.max_trials_per_experiment:
         raise _too_many(seeds, settings)  # checked first: the spec would build a list this long
@@ -222,6 +245,11 @@ def prepare(data: dict[str, Any], settings: Settings, tracking_uri: str) -> Subm
     dims = dimension_problems(plan, spec.search)   # a d_model or heads that does not fit a local source's D
     if dims:
         raise _unprocessable(dims, settings.max_problems)
+    # on a local Ray the trials read the data folders this process sees: one lacking a file fails every
+    # trial of its task, so say it now (a cluster's nodes may hold other copies: left to the trials)
+    data = data_problems(spec) if settings.ray_address is None else []
+    if data:
+        raise _unprocessable(data, settings.max_problems)
     return Submission(spec=spec, plan=plan, data=canonical, spec_hash=spec.spec_hash(),
                       trial_keys=[p.key for p in plan], n_trials=n_trials, notices=notices)
 

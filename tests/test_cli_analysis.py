@@ -218,3 +218,12 @@ def test_analogy_says_how_many_lines_it_skipped(files, tmp_path, capsys):
     noisy.write_text(questions.read_text() + "not four words\n")
     assert main(["analogy", "--embeddings", str(glove), "--questions", str(noisy)]) == 0
     assert "lines not of four words skipped)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("top", ["0", "-5"])
+def test_a_non_positive_top_is_refused(files, tmp_path, capsys, top):
+    glove, questions = files
+    assert main(["similarity", str(glove), str(glove), "--top", top]) == 2
+    assert f"--top) must be a positive number of rows, got {top}" in capsys.readouterr().err
+    assert main(["analogy", "--embeddings", str(glove), "--questions", str(questions), "--top", top]) == 2
+    assert f"--top) must be a positive number of rows, got {top}" in capsys.readouterr().err

@@ -56,3 +56,35 @@ def test_emb_seed_and_pe_positions_reach_the_trial_config():
                                               "--pe-positions", "2000"]))
     assert (cfg.seed, cfg.emb_seed, cfg.pe_positions) == (0, 7, 2000)
     assert config_from_args(parser.parse_args(["train", "--task", "synthetic_lm"])).pe_positions == 5000
+
+
+@pytest.mark.parametrize("args, messages", [
+    # a Xavier model whose config would name a GloVe file it never read
+    (["--task", "synthetic_classification", "--pretrained", "/nonexistent/glove.txt"],
+     ["--pretrained: '/nonexistent/glove.txt' is set but the init 'xavier' draws from no pretrained source"]),
+    (["--task", "synthetic_classification", "--src-init", "glove"],
+     ["--src-init: only translation tasks have a source side"]),
+    (["--task", "synthetic_classification", "--oov", "meen"],
+     ["--oov: 'meen' is not a registered oov rule", "did you mean 'mean'?"]),
+    (["--task", "synthetic_translation", "--src-init", "xavier", "--src-pretrained", "/x/g.txt"],
+     ["--src-pretrained: '/x/g.txt' is set but the src init 'xavier' draws from no pretrained source"]),
+    (["--task", "synthetic_classification", "--init", "glove", "--pretrained", "/nonexistent/glove.txt"],
+     ["--pretrained: '/nonexistent/glove.txt' does not exist"]),
+])
+def test_options_that_do_not_apply_are_refused_before_training(args, messages, tmp_path, capsys):
+    code = main(["train", *args, "--threads", "1", "--epochs", "1", "--cache-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    for message in messages:
+        assert message in err
+
+
+def test_train_lists_every_problem_of_the_data_folder_and_the_model_size(tmp_path, capsys):
+    (tmp_path / "sst2").mkdir()
+    (tmp_path / "sst2" / "train.tsv").write_text("sentence\tlabel\ngood\t1\n")
+    (tmp_path / "g.txt").write_text("good 0.1 0.2 0.3\n")
+    code = main(["train", "--task", "sst2", "--init", "glove", "--pretrained", str(tmp_path / "g.txt"),
+                 "--d-model", "4", "--data-dir", str(tmp_path / "sst2"), "--cache-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2 and "--data-dir: sst2: data folder" in err and "lacks dev.tsv" in err
+    assert "dimension 3 but the model's d_model is 4" in err

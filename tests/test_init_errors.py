@@ -148,3 +148,21 @@ def test_hf_model_that_cannot_be_loaded(tmp_path):
     msg = _err(build_table, "hf", VOCAB, pretrained=str(folder), cache_dir=False)
     assert "cannot load Hugging Face model" in msg and str(folder) in msg
     assert source_dim("hf", str(folder)) == 4
+
+
+@pytest.mark.parametrize("line", [b"stra\xdfe 0.3 0.4", b"stra\xdfe mit 0.3 0.4"])   # one word; a spaced word
+def test_latin1_word_is_refused_with_its_line(tmp_path, line):
+    # a Latin-1 file would otherwise load its ASCII words and leave every umlaut word OOV without a word
+    path = tmp_path / "g.txt"
+    path.write_bytes(b"the 0.1 0.2\ncaf\xc3\xa9 0.5 0.5\n" + line + b"\ncat 0.5 0.6\n")
+    msg = _err(build_table, "glove", Vocab(["<pad>", "the", "straße", "zzz"]), pretrained=str(path),
+               cache_dir=False)
+    assert f"{path}:3: not UTF-8" in msg and "stra\\xdfe" in msg
+
+
+def test_latin1_word_in_word2vec_binary_is_refused(tmp_path):
+    path = tmp_path / "w.bin"
+    row = np.ones(2, dtype="<f4").tobytes()
+    path.write_bytes(b"2 2\nthe " + row + b"\nstra\xdfe " + row + b"\n")
+    assert "entry 2: not UTF-8" in _err(build_table, "word2vec", Vocab(["zzz"]), pretrained=str(path),
+                                        cache_dir=False)

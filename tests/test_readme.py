@@ -51,3 +51,18 @@ def test_every_embinit_subcommand_in_the_readme_exists(capsys):
 def test_quickstart_spec_expands(capsys):
     assert main(["run", str(ROOT / "tune_configs" / "quickstart.yaml"), "--dry-run"]) == 0
     assert "9 trials" in capsys.readouterr().out  # 3 inits x 3 seeds
+
+
+def test_a_superseded_spec_the_readme_runs_names_its_successor():
+    for path in sorted(set(re.findall(r"tune_configs/[\w/.-]+\.ya?ml", README))):
+        header = (ROOT / path).read_text()
+        successor = re.search(r"SUPERSEDED by (tune_configs/\S+\.ya?ml)", header)
+        if successor:
+            assert successor.group(1) in README, f"the README runs {path} without saying it is superseded"
+
+
+def test_the_readme_does_not_claim_measured_findings_the_reproduction_lacks():
+    entry = next(line for line in README.split("\n- ") if line.startswith("[docs/reproduction.md]"))
+    doc = (ROOT / "docs" / "reproduction.md").read_text()
+    if "not run yet" in doc:
+        assert "not run yet" in entry and "findings measured" not in entry

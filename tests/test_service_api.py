@@ -309,6 +309,17 @@ def test_environment_references_are_refused(client):
     assert "environment variables are not expanded" in problems(r)["data_dir"]
 
 
+def test_environment_references_do_not_hide_the_specs_other_problems(client):
+    r = submit(client, {**SPEC, "data_dir": "${HOME}/data", "seeds": 1.5, "tasks": ["nope"],
+                        "inits": [{"tgt": "glove", "pretrained": "${ASSETS}/g.txt"}]})
+    assert r.status_code == 422
+    found = problems(r)
+    assert "environment variables are not expanded" in found["data_dir"]
+    assert "environment variables are not expanded" in found["inits[0].pretrained"]
+    assert "a seed count >= 1 or a list of distinct seeds" in found["seeds"]
+    assert "'nope' is not a registered task" in found["tasks[0].task"]
+
+
 def test_paths_inside_roots_are_made_absolute(client, roots):
     data, pre = roots
     spec = {**SPEC, "inits": [{"tgt": "glove", "pretrained": "vec.txt"}], "data_dir": "corpora"}
@@ -317,6 +328,17 @@ def test_paths_inside_roots_are_made_absolute(client, roots):
     stored = client.get(r.json()["status_url"]).json()["spec"]
     assert stored["inits"][0]["pretrained"] == str((pre / "vec.txt").resolve())
     assert stored["data_dir"] == str((data / "corpora").resolve())
+
+
+def test_a_data_folder_lacking_a_file_is_refused_at_submit(client, roots):
+    data, _ = roots
+    (data / "sst2").mkdir()
+    (data / "sst2" / "train.tsv").write_text("sentence\tlabel\ngood\t1\n")   # no dev.tsv
+    r = submit(client, {**SPEC, "tasks": ["sst2", {"task": "mnli", "data_dir": "sst2"}], "data_dir": str(data)})
+    assert r.status_code == 422, r.text
+    found = problems(r)
+    assert f"data folder {(data / 'sst2').resolve()} lacks dev.tsv" in found["data_dir"]
+    assert "lacks dev_matched.tsv; dev_mismatched.tsv" in found["tasks[1].data_dir"]
 
 
 def test_tracking_uri_is_the_services(client):

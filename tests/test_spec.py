@@ -297,3 +297,15 @@ def test_explicit_heads_must_divide_the_xavier_rows_d_model(tmp_path):
     ok.write_text("name: ok\ntasks:\n  - task: synthetic_translation\n    heads: 5\n    d_model: 40\n"
                   "inits: [xavier]\nseeds: 1\n")
     assert load_spec(ok).num_trials() == 1
+
+
+def test_an_unknown_oov_rule_and_a_pretrained_path_no_init_reads_are_refused():
+    found = problems({"name": "x", "tasks": [{"task": "sst2", "oov": "meen"}], "inits": ["xavier"],
+                      "defaults": {"oov": "zero"}})
+    assert "'meen' is not a registered oov rule" in found["tasks[0].oov"]
+    assert "did you mean 'zeros'?" in found["defaults.oov"]
+    found = problems({"name": "x", "tasks": ["multi30k"],
+                      "inits": [{"tgt": "xavier", "pretrained": "/g.txt"},
+                                {"tgt": "glove", "pretrained": "/g.txt", "src_pretrained": "/h.txt"}]})
+    assert "'/g.txt' is set but the init 'xavier' draws from no pretrained source" in found["inits[0].pretrained"]
+    assert "there is no `src` init" in found["inits[1].src_pretrained"]

@@ -59,6 +59,39 @@ def test_missing_file_and_unset_variable(tmp_path, capsys, monkeypatch):
     assert "EMBINIT_ASSETS is not set" in capsys.readouterr().err
 
 
+def _incomplete_data(root: Path) -> Path:
+    """A data root whose sst2 folder has train.tsv only and whose multi30k folder lacks its test pair."""
+    (root / "sst2").mkdir(parents=True)
+    (root / "sst2" / "train.tsv").write_text("sentence\tlabel\ngood\t1\n")
+    (root / "multi30k").mkdir()
+    for name in ("train.de", "train.en", "val.de", "val.en"):
+        (root / "multi30k" / name).write_text("x\n")
+    return root
+
+
+def test_dry_run_lists_every_missing_data_file(tmp_path, capsys):
+    root = _incomplete_data(tmp_path / "data")
+    spec = tmp_path / "s.yaml"
+    spec.write_text(f"name: d\ndata_dir: {root}\ntasks: [sst2, multi30k, {{task: wikitext2, data_dir: {root}/sst2}}]\n"
+                    "inits: [xavier]\n")
+    assert main(["run", str(spec), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("embinit: error: invalid experiment spec (3 problems)")
+    assert f"data_dir: sst2: data folder {root}/sst2 lacks dev.tsv" in err
+    assert "multi30k: data folder" in err and "test_2016_flickr.de" in err
+    assert "tasks[2].data_dir: wikitext2:" in err and "train_split='valid'" in err
+
+
+def test_an_incomplete_data_dir_folder_is_refused_before_the_store_is_made(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("EMBINIT_DATA_DIR", str(_incomplete_data(tmp_path / "data")))
+    spec = tmp_path / "s.yaml"
+    spec.write_text("name: d\ntasks: [sst2]\ninits: [xavier]\n")
+    db = tmp_path / "m.db"
+    assert main(["run", str(spec), "--tracking-uri", f"sqlite:///{db}", "--quiet"]) == 2
+    assert "tasks[0]: sst2: data folder" in capsys.readouterr().err
+    assert not db.exists()
+
+
 @pytest.mark.parametrize("execution, expected", [
     ({"fuse": "always", "max_group": 4}, "2 fused groups (4, 4), 0 trials alone"),
     ({"fuse": "auto"}, "the trials run on CPU (resources.gpus: 0)"),

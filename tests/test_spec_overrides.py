@@ -47,6 +47,24 @@ def test_bad_overrides_are_named_with_every_problem():
     assert "epochs is overridden twice (epochs=1, then 'epochs=3'); give it once" in str(e.value)
 
 
+def test_seed_lists_and_empty_names_say_what_is_accepted():
+    # a comma list works for seeds as for inits and tasks
+    assert load_spec(QUICK, ["seeds=0,3"]).seeds == [0, 3]
+    assert load_spec(QUICK, ["seeds=[0,3]"]).seeds == [0, 3]
+    for bad, shown in (("seeds=1.5", "1.5"), ("seeds=true", "True")):
+        with pytest.raises(SpecError) as e:
+            load_spec(QUICK, [bad])
+        assert f"seeds: expected a seed count >= 1 or a list of distinct seeds (seeds: 3, seeds: [0, 3]), got {shown}" \
+            in str(e.value)
+    with pytest.raises(SpecError) as e:
+        load_spec(QUICK, ["name=", "mlflow.experiment="])
+    found = dict(e.value.problems)
+    assert "name must not be empty" in found["override name"]
+    assert "mlflow.experiment must not be empty" in found["override mlflow.experiment"]   # was silently ignored
+    with pytest.raises(SpecError, match="name: must not be empty"):
+        load_spec({"name": "", "tasks": ["sst2"], "inits": ["xavier"]})
+
+
 def test_cli_overrides_and_dry_run_cost(capsys):
     assert main(["run", str(QUICK), "--dry-run", "epochs=3", "seeds=2"]) == 0   # after an option too
     out = capsys.readouterr().out
@@ -86,3 +104,10 @@ def test_dry_run_estimates_from_trials_of_the_same_shape_in_the_store(tmp_path, 
     row = next(ln for ln in out.splitlines() if ln.strip().startswith("9 "))
     assert row.split()[:6] == ["9", "2", "synthetic_translation", "32", "1", "20"]   # 80 s / 4 epochs
     assert "6.0 trial-minutes" in out                                               # 9 x 2 epochs x 20 s
+    # a quarter of the batch is four times the steps per epoch: the estimate grows (it was the same 20 s)
+    default_batch = load_spec(QUICK).expand()[0].resolved().batch_size
+    assert main(["run", str(QUICK), "--dry-run", "epochs=2", f"batch_size={default_batch // 4}"]) == 0
+    out = capsys.readouterr().out
+    row = next(ln for ln in out.splitlines() if ln.strip().startswith("9 "))
+    assert row.split()[5] == "~80" and "scaled by the number of steps per epoch" in out
+    assert "24.0 trial-minutes" in out                                              # 9 x 2 epochs x 80 s

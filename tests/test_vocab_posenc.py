@@ -36,6 +36,13 @@ def test_duplicates_are_rejected():
         Vocab(["a", "b", "a"])
 
 
+def test_an_empty_token_in_a_vocab_file_is_refused_with_its_lines(tmp_path):
+    path = tmp_path / "v.txt"
+    path.write_text("the\t5\n\t67349\ncat\t3\n \t2\n")   # a naive `cut | uniq -c` leaves "\t67349"
+    with pytest.raises(EmbinitError, match=r"v.txt: empty token \(nothing before the tab\) on lines 2, 4;"):
+        Vocab.load(path)
+
+
 def test_fingerprint_depends_on_tokens_and_order():
     a, b = Vocab(["x", "y"]), Vocab(["y", "x"])
     assert a.fingerprint() == Vocab(["x", "y"]).fingerprint() != b.fingerprint()

@@ -133,6 +133,8 @@ def load_vectors(path: str | Path, top: int | None = None) -> Embeddings:
 def load_embeddings(source: str | Path, key: str | None = None, top: int | None = None,
                     tracking_uri: str | None = None) -> Embeddings:
     """An `Embeddings` from a checkpoint, vector file or MLflow run id (see the module docstring)."""
+    if top is not None and (isinstance(top, bool) or not isinstance(top, int) or top < 1):
+        raise EmbinitError(f"top (--top) must be a positive number of rows, got {top!r}")   # -5 sliced from the end
     source = str(source)
     if is_run_id(source):
         # into embinit's own cache folder, a trusted root, where the one checkpoint reader reads it

@@ -46,11 +46,12 @@ def _d_model(cfg: TrialConfig) -> int | str:
 
 def shape_of(cfg: TrialConfig) -> tuple:
     r = cfg.resolved()
-    return (r.task, _d_model(r), r.heads, r.layers, r.ff_dim, r.epochs, r.tie_embeddings, r.max_train_examples)
+    return (r.task, _d_model(r), r.heads, r.layers, r.ff_dim, r.epochs, r.tie_embeddings, r.max_train_examples,
+            r.batch_size, r.max_tokens)
 
 
 def _size(shape: tuple) -> str:
-    task, d, heads, layers, ff, _, tie, _ = shape
+    task, d, heads, layers, ff, _, tie, *_ = shape
     if not isinstance(d, int):
         return "? (D comes from the pretrained source)"
     from embinit.errors import EmbinitError
@@ -77,17 +78,33 @@ def parallelism(spec) -> tuple[int, str]:
     return k, why
 
 
-def _without_epochs(shape: tuple) -> tuple:
-    return shape[:5] + shape[6:]
+def _model_key(shape: tuple) -> tuple:
+    """The shape without its schedule (epochs) and batching (batch_size, max_tokens)."""
+    return shape[:5] + shape[6:8]
 
 
-def past_epoch_s(uri: str) -> dict[tuple, list[float]]:
-    """Seconds per epoch of the finished trials already in the tracking store, by model shape (epochs
-    left out); only a local SQLite store that exists is read (a dry run starts nothing, creates nothing)."""
+def epoch_s(shape: tuple, past: dict[tuple, list[tuple]]) -> tuple[float | None, str]:
+    """(seconds per epoch, "" measured at this batching | "~" scaled from another batch_size), or
+    (None, ""). An epoch is ceil(N / batch_size) steps: a trial at batch 8 takes 8x the steps of one at
+    64, each cheaper; scaling by the step count assumes equal seconds per step, the case of small models
+    whose step time is overhead (a GPU), and an upper bound where compute dominates (a CPU)."""
+    seen = past.get(_model_key(shape), [])
+    same = [s for batching, s in seen if batching == shape[8:10]]
+    if same:
+        return statistics.median(same), ""
+    batch, max_tokens = shape[8:10]
+    scaled = [s * b / batch for (b, t), s in seen if t is None and max_tokens is None and b and batch]
+    return (statistics.median(scaled), "~") if scaled else (None, "")
+
+
+def past_epoch_s(uri: str) -> dict[tuple, list[tuple]]:
+    """Seconds per epoch of the finished trials already in the tracking store, by model shape (epochs and
+    batching left out), each with its (batch_size, max_tokens); only a local SQLite store that exists is
+    read (a dry run starts nothing, creates nothing)."""
     if not uri.startswith("sqlite:///") or not Path(uri[len("sqlite:///"):]).exists():
         return {}
     from embinit import mlflow_store, run_readers
-    out: dict[tuple, list[float]] = {}
+    out: dict[tuple, list[tuple]] = {}
     for exp in mlflow_store.client(uri).search_experiments():
         for rec in run_readers.trial_records(exp.experiment_id, uri, status="FINISHED"):
             wall = rec.metrics.get("wall_time_s")
@@ -96,7 +113,7 @@ def past_epoch_s(uri: str) -> dict[tuple, list[float]]:
             except Exception:  # a config of an older embinit, or a source not reachable here
                 continue
             if wall and shape[5]:
-                out.setdefault(_without_epochs(shape), []).append(wall / shape[5])
+                out.setdefault(_model_key(shape), []).append((shape[8:10], wall / shape[5]))
     return out
 
 
@@ -107,12 +124,12 @@ def cost_lines(spec) -> list[str]:
     past = past_epoch_s(spec.tracking_uri())
     lines = ["", "cost, per model shape:",
              f"  {'trials':>6}  {'epochs':>6}  {'task':22} {'D':>4} {'layers':>6}  {'s/epoch':>8}  model size"]
-    per_epoch = {}
+    per_epoch, scaled = {}, False
     for shape, n in shapes.items():
-        task, d, _, layers, _, epochs, _, _ = shape
-        seen = past.get(_without_epochs(shape))
-        per_epoch[shape] = statistics.median(seen) if seen else None
-        measured = f"{per_epoch[shape]:.0f}" if seen else "?"
+        task, d, _, layers, _, epochs, *_ = shape
+        per_epoch[shape], mark = epoch_s(shape, past)
+        scaled |= mark == "~"
+        measured = f"{mark}{per_epoch[shape]:.0f}" if per_epoch[shape] is not None else "?"
         lines.append(f"  {n:>6}  {epochs:>6}  {task:22} {str(d):>4} {layers:>6}  {measured:>8}  {_size(shape)}")
     trial_epochs = sum(n * s[5] for s, n in shapes.items())
     k, why = parallelism(spec)
@@ -124,6 +141,9 @@ def cost_lines(spec) -> list[str]:
         busy = sum(n * s[5] * per_epoch[s] for s, n in shapes.items())
         lines.append(f"  estimate from the trials of this shape already in the store (s/epoch, median): "
                      f"{busy / 60:.1f} trial-minutes, about {busy / k / 60:.1f} min of wall-clock at {k} at a time.")
+        if scaled:
+            lines.append("  s/epoch '~': measured at another batch_size and scaled by the number of steps per epoch "
+                         "(equal seconds per step: an upper bound for a smaller batch on CPU).")
     else:
         lines.append("  s/epoch '?': no finished trial of that shape in the store yet; the sweep's progress "
                      "line gives an ETA once the first epoch has finished.")

@@ -105,6 +105,57 @@ def config_from_args(args):
         device=args.device, extras=dict(args.extra))
 
 
+# the spec field each flag fills (what `check_args` names a problem by)
+_SPEC_FLAGS = {"inits[0].src_pretrained": "--src-pretrained", "inits[0].pretrained": "--pretrained",
+               "inits[0].src": "--src-init", "inits[0].tgt": "--init", "inits[0]": "--init",
+               "tasks[0].task": "--task", "tasks[0]": "--task", "seeds": "--seed"}
+
+
+def as_spec(cfg) -> dict:
+    """The one-trial experiment spec that trains `cfg`, so `embinit train` runs the spec's checks."""
+    from embinit.config import HYPERPARAMETERS, TrialConfig
+    from embinit.task_registry import TASKS, task_kind
+
+    defaults = TrialConfig(task=cfg.task)
+    hyper = {k: getattr(cfg, k) for k in HYPERPARAMETERS
+             if getattr(cfg, k) != getattr(defaults, k) and k not in ("threads", "device")}
+    # TrialConfig's source side is (src_init or init, src_pretrained or pretrained)
+    translation = cfg.task in TASKS and task_kind(cfg.task).two_sided
+    src = cfg.src_init or (cfg.init if cfg.src_pretrained and translation else None)
+    init = {"tgt": cfg.init, "src": src, "pretrained": cfg.pretrained, "src_pretrained": cfg.src_pretrained}
+    return {"name": "train", "tasks": [{"task": cfg.task, "data_dir": cfg.data_dir, **hyper}],
+            "inits": [{k: v for k, v in init.items() if v is not None}], "seeds": [cfg.seed]}
+
+
+def check_args(cfg) -> None:
+    """What a spec would refuse about this trial (an option no table uses, an unknown name, a missing
+    file or data file, a d_model/heads that cannot fit), as one error naming the flags."""
+    from embinit.model_dims import dimension_problems
+    from embinit.spec import SpecError, check_local_paths, load_spec
+
+    try:
+        spec = load_spec(as_spec(cfg))
+        problems = []
+        try:
+            check_local_paths(spec)
+        except SpecError as e:
+            problems += e.problems
+        problems += dimension_problems(spec.plan())
+    except SpecError as e:
+        problems = e.problems
+    if problems:
+        raise EmbinitError("; ".join(f"{_flag(where)}: {msg}" if _flag(where) else msg for where, msg in problems))
+
+
+def _flag(where: str) -> str | None:
+    if where.startswith("trials "):   # a model-size problem names the trials; here there is one
+        return None
+    if where in _SPEC_FLAGS:
+        return _SPEC_FLAGS[where]
+    field = where.removeprefix("tasks[0].").removeprefix("inits[0].")
+    return "--" + field.split(".")[0].split("[")[0].replace("_", "-")
+
+
 def summary(result) -> str:
     def fmt(d):
         return ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in d.items())
@@ -130,6 +181,7 @@ def run(args) -> int:
     cfg = config_from_args(args)
     if args.no_resume and args.out is None:
         raise EmbinitError("--no-resume needs --out")
+    check_args(cfg)
     result = run_trial(cfg, out_dir=args.out, callbacks=(ProgressBar(not args.quiet),),
                        resume=not args.no_resume, cache_dir=args.cache_dir)
     print(result.to_json(indent=2) if args.json else summary(result))

@@ -3,8 +3,10 @@
 Each loader streams the file and keeps only the rows the vocabulary needs. Text files: the word is
 split off each line and the floats are parsed only for needed words, so a 400k-line file costs one pass
 of byte scanning. Every line's field count is still checked (a cheap `count(b" ")`), so an inconsistent
-dimension anywhere before the last needed word is reported with its line number. Reading stops early
-once every token has its exact row.
+dimension anywhere before the last needed word is reported with its line number. So is a word that is
+not UTF-8 (a Latin-1 file would otherwise turn every non-ASCII word into an OOV token): only the rare
+non-ASCII words are decoded, so an ASCII line costs one `isascii()`. Reading stops early once every
+token has its exact row.
 
 `.npy` convention: the matrix `X.npy` is [V, D]; its vocabulary (one token per line, line i = row i) is
 the first file that exists of `X.vocab.txt`, `X.vocab`, `vocab.txt` in the same folder.
@@ -37,6 +39,16 @@ def _is_float(x: bytes) -> bool:
         return True
     except ValueError:
         return False
+
+
+def _check_utf8(word: bytes, path: Path, where: str) -> None:
+    """Refuse a word that is not UTF-8 (callers check `isascii()` first: the common case stays cheap)."""
+    try:
+        word.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise EmbinitError(f"{path}:{where}: not UTF-8: the word '{word.decode('utf-8', 'backslashreplace')}' has byte "
+                           f"0x{word[e.start]:02x} at position {e.start}; re-encode the file as UTF-8 "
+                           f"(e.g. iconv -f latin1 -t utf-8)") from None
 
 
 def _split_line(line: bytes, dim: int, path: Path, lineno: int) -> tuple[bytes, list[bytes]]:
@@ -96,6 +108,8 @@ def load_text(path: str | Path, tokens: list[str], lowercase: bool = False) -> A
                 if line.count(b" ") == dim:   # fast path: a one-word line (the hot loop: keep it lean)
                     word = line[: line.find(b" ")]
                     if word not in wanted:
+                        if not word.isascii():
+                            _check_utf8(word, path, str(lineno))
                         continue
                     fields = line.split()[1:]
                     if len(fields) != dim:    # e.g. a trailing space hiding a missing value
@@ -104,6 +118,8 @@ def load_text(path: str | Path, tokens: list[str], lowercase: bool = False) -> A
                     continue
                 else:
                     word, fields = _split_line(line, dim, path, lineno)
+                    if not word.isascii():
+                        _check_utf8(word, path, str(lineno))
                     if word not in wanted:
                         continue
                 col.offer(word, _parse_row(fields, path, lineno))
@@ -132,6 +148,8 @@ def load_word2vec_binary(path: str | Path, tokens: list[str], lowercase: bool = 
             if sp < 0 or sp + 1 + width > len(mm):
                 raise EmbinitError(f"{path}: truncated at entry {k + 1} of {n} (byte {pos})")
             word = mm[pos:sp]
+            if not word.isascii():
+                _check_utf8(word, path, f"entry {k + 1}")
             if word in col.wanted:
                 vec = np.frombuffer(mm[sp + 1: sp + 1 + width], dtype="<f4").tolist()
                 col.offer(word, vec)

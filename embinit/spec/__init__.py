@@ -27,15 +27,15 @@ what planning and the checks read), `planning` (expansion into trials), `checks`
 from embinit.config import HYPERPARAMETERS
 from embinit.spec.experiment import ExperimentSpec
 from embinit.spec.inits import InitEntry, init_label, init_string, source_name
-from embinit.spec.loading import check_local_paths, load_spec, yaml_error
+from embinit.spec.loading import check_local_paths, data_problems, load_spec, yaml_error
 from embinit.spec.models import (Analyses, Execution, Hyperparams, MlflowSettings, ProbeAnalysis, Range,
                                  Resources, Search, SimilarityAnalysis, TaskEntry)
 from embinit.spec.path_fields import DATA_KEYS, PATH_KEYS, PRETRAINED_KEYS, PathStr, expand_env, spec_path
 from embinit.spec.planning import PlannedTrial
 from embinit.spec.problems import SpecError
 
-__all__ = ["ExperimentSpec", "InitEntry", "SpecError", "check_local_paths", "load_spec", "Hyperparams", "TaskEntry",
-           "Search",
+__all__ = ["ExperimentSpec", "InitEntry", "SpecError", "check_local_paths", "data_problems", "load_spec",
+           "Hyperparams", "TaskEntry", "Search",
            "Range", "Resources", "MlflowSettings", "PlannedTrial", "Analyses", "Execution",
            "ProbeAnalysis", "SimilarityAnalysis", "HYPERPARAMETERS", "DATA_KEYS", "PRETRAINED_KEYS",
            "PATH_KEYS", "PathStr", "expand_env", "spec_path", "init_label", "init_string", "source_name",

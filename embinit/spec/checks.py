@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from embinit import bounds
 from embinit.config import HYPERPARAMETERS, task_defaults
 from embinit.spec.fields import SpecFields
-from embinit.spec.inits import INIT_AXES, InitEntry, init_axis_problem, source_name
+from embinit.spec.inits import INIT_AXES, InitEntry, init_axis_problem, init_string, source_name
 from embinit.spec.models import Hyperparams
 from embinit.spec.planning import has_source_table, pretrained_for, trial_config
 
@@ -63,6 +63,15 @@ def _side_problems(spec: SpecFields, i: int, init: InitEntry,
                                "in the spec or `pretrained` on this init"))
         if init.side_option(side, "lowercase"):
             out.append((where + ".lowercase", "lowercase lookup cannot be set per init in a spec yet"))
+    # a path no side reads would name a file the trials never used (a Xavier run "with" a GloVe file)
+    for field, side, value in (("pretrained", "tgt", init.tgt), ("src_pretrained", "src", init.src)):
+        path = getattr(init, field)
+        if path is not None and (value is None or not source_name(value) or (side == "src" and not translation)):
+            which = f"the {side} init" if init.src is not None else "the init"
+            what = (f"{which} {init_string(value)!r} draws from no pretrained source" if value is not None
+                    else "there is no `src` init")
+            out.append((f"inits[{i}].{field}", f"{path!r} is set but {what}, so no table reads it; "
+                        "remove it or use a pretrained init (e.g. glove)"))
     return out
 
 

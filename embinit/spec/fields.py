@@ -46,10 +46,20 @@ class SpecFields(_Strict):
     def _init_shorthand(cls, v):
         return [InitEntry.shorthand(e) for e in v] if isinstance(v, list) else v
 
+    @field_validator("name", mode="before")
+    @classmethod
+    def _name_given(cls, v):
+        if v is None or (isinstance(v, str) and not v.strip()):
+            raise ValueError("must not be empty")
+        return v
+
     @field_validator("seeds", mode="before")
     @classmethod
     def _seed_count(cls, v):
-        if isinstance(v, int) and not isinstance(v, bool):
+        if not isinstance(v, (int, list)) or isinstance(v, bool):
+            raise ValueError(f"expected a seed count >= 1 or a list of distinct seeds (seeds: 3, seeds: [0, 3]), "
+                             f"got {v!r}")
+        if isinstance(v, int):
             if v < 1:
                 raise ValueError(f"a seed count must be >= 1, got {v}")
             if (problem := bounds.problem("seed_count", v)) is not None:

@@ -109,12 +109,36 @@ def _blame(path: str, message: str, keys: dict[str, str]) -> str:
 
 def check_local_paths(spec: ExperimentSpec) -> None:
     """Paths written as filesystem paths (absolute, ./, ../, ~) must exist before any trial starts;
-    other values may be hub ids (`bert-base-uncased`, `google/mt5-base`)."""
+    other values may be hub ids (`bert-base-uncased`, `google/mt5-base`). Each task's local data folder
+    must hold the files its loader needs (`embinit.tasks.load.check_files`). Every problem is listed."""
     problems = []
     for where, value in spec.paths():
         if where in ("cache_dir", "analyses.similarity.snapshot_dir"):
             continue  # created on demand
         if value.startswith(("/", "./", "../", "~")) and not Path(value).expanduser().exists():
             problems.append((where, f"{value!r} does not exist"))
+    missing = [Path(value).expanduser() for _, value in spec.paths() if not Path(value).expanduser().exists()]
+    problems += data_problems(spec, missing)
     if problems:
         raise SpecError(problems)
+
+
+def data_problems(spec: ExperimentSpec, missing: list[Path] = ()) -> list[tuple[str, str]]:
+    """(where, problem) for each task whose local data folder is no folder or lacks a file its loader
+    reads. A folder under one of `missing` (paths already reported) is not reported twice."""
+    from embinit.errors import EmbinitError
+    from embinit.spec.planning import trial_config
+    from embinit.tasks.load import check_files
+
+    problems = []
+    for i, task in enumerate(spec.tasks):
+        cfg = trial_config(spec, task, spec.inits[0], spec.seeds[0])
+        if cfg.data_dir is not None and any(Path(cfg.data_dir).expanduser().is_relative_to(m) for m in missing):
+            continue
+        extras = cfg.extras or {}
+        try:
+            check_files(task.task, cfg.data_dir, extras.get("train_split"), extras.get("eval_split"))
+        except EmbinitError as e:
+            where = f"tasks[{i}].data_dir" if task.data_dir else ("data_dir" if spec.data_dir else f"tasks[{i}]")
+            problems.append((where, str(e)))
+    return problems

@@ -10,6 +10,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInf
 from embinit.bounds import field_limits
 from embinit.config import HYPERPARAMETERS
 from embinit.errors import unknown_name
+from embinit.init.registry import OOV_INFO
 from embinit.spec.path_fields import PathStr, expand_env
 from embinit.task_registry import TASKS
 
@@ -57,6 +58,13 @@ class Hyperparams(_Strict):
     threads: int | None = Field(None, **field_limits("threads"))
     device: str | None = None
     extras: dict[str, Any] | None = None
+
+    @field_validator("oov")
+    @classmethod
+    def _known_oov(cls, v: str | None) -> str | None:
+        if v is not None and v not in OOV_INFO:   # else found only when a pretrained table is built
+            raise ValueError(str(unknown_name("oov rule", v, OOV_INFO)))
+        return v
 
     def set_values(self) -> dict[str, Any]:
         return {k: v for k, v in self.model_dump().items() if v is not None}

@@ -5,7 +5,8 @@ style of torchtune's `key=value` arguments: shrink a study to smoke-test it with
   `defaults` and in each task entry that fixes it;
 - `inits=a,b` / `tasks=a,b` keep the spec's entries of those names (an init by its label or its init
   spec, case-insensitive; a task by its name), in that order; a name the spec lacks is added as written;
-- `seeds=2` (a count) or `seeds=[0,3]`; any other spec field by name or dotted path
+- `seeds=2` (a count), `seeds=0,3` or `seeds=[0,3]`; `name` and `mlflow.experiment` must not be empty;
+  any other spec field by name or dotted path
   (`search.num_samples=2`, `mlflow.experiment=try`).
 Values are YAML (`lr=1e-3`, `pos_encoding=false`). The result is validated like any spec; a key that
 is neither a spec field nor a hyperparameter is a problem naming it. Unless the overrides name the
@@ -24,6 +25,14 @@ import yaml
 from embinit.config import HYPERPARAMETERS
 
 LIST_FIELDS = ("inits", "tasks")
+NAMES = ("name", "mlflow.experiment")   # empty, mlflow.experiment would silently fall back to the name
+
+
+def _scalar(text: str) -> Any:
+    try:
+        return yaml.safe_load(text) if text.strip() else text
+    except yaml.YAMLError:
+        return text
 
 
 def parse(items: list[str]) -> tuple[list[tuple[str, Any]], list[tuple[str, str]]]:
@@ -115,6 +124,12 @@ def apply(data: dict[str, Any], items: list[str], spec_fields: set[str]) -> tupl
     out = copy.deepcopy(data)
     for key, value in pairs:
         top = key.split(".", 1)[0]
+        if key == "seeds" and isinstance(value, str) and "," in value:   # seeds=0,3 as inits=a,b
+            value = [_scalar(v) for v in value.split(",")]
+        if key in NAMES and (value is None or not str(value).strip()):
+            hint = "leave the override out to log to the spec's name" if key != "name" else "give a name"
+            problems.append((key, f"{key} must not be empty; {hint}"))
+            continue
         if key in LIST_FIELDS:
             out[key] = select(out.get(key) or [], _names(value))
         elif key in HYPERPARAMETERS:

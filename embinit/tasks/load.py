@@ -11,7 +11,7 @@ from typing import Callable
 from embinit import bounds, config
 from embinit.content_hash import entry_lock
 from embinit.errors import EmbinitError
-from embinit.task_registry import kind_entry, load, task_entry
+from embinit.task_registry import kind_entry, load, task_entry, task_kind
 from embinit.tasks import cache, hub, local, synthetic
 from embinit.tasks.build import build
 from embinit.tasks.data import TaskData
@@ -30,6 +30,36 @@ class Source:
     read: Callable[[], RawData]
 
 
+def task_folder(task: str, data_dir) -> Path | None:
+    """The local folder `task`'s files are read from: data_dir (must be a folder), else
+    $EMBINIT_DATA_DIR/<task>/ if it exists; None: generated, or read from the hub."""
+    if task_entry(task).generate:
+        return None
+    if data_dir is not None:
+        folder = Path(data_dir).expanduser()
+        if not folder.is_dir():
+            raise EmbinitError(f"{task}: data folder {str(folder)!r} (--data-dir / data_dir) is not a folder")
+        return folder
+    root = os.environ.get(DATA_ENV)
+    folder = Path(root).expanduser() / task if root else None
+    return folder if folder is not None and folder.is_dir() else None
+
+
+def source_splits(task: str, train_split: str | None = None, eval_split: str | None = None) -> dict[str, str] | None:
+    """TaskData split -> the source split it is read from (None for a generated task)."""
+    layout, stream = task_entry(task).layout, task_kind(task).stream
+    return lm_split_map(task, stream, train_split, eval_split) or \
+        ({s: s for s in layout.files} if layout else None)
+
+
+def check_files(task: str, data_dir=None, train_split: str | None = None, eval_split: str | None = None) -> None:
+    """What `load_task` would refuse about a task's local files, found without reading them (a preflight
+    for sweeps): a data_dir that is no folder, a required file missing (every one named)."""
+    folder = task_folder(task, data_dir)
+    if folder is not None:
+        local.find_files(task, task_entry(task).layout, folder, source_splits(task, train_split, eval_split))
+
+
 def locate(task: str, data_dir, splits: dict[str, str], seed: int, noise: float = 0.0, cache_dir=None) -> Source:
     """data_dir (must be complete) -> $EMBINIT_DATA_DIR/<task>/ (must be complete if it exists) -> hub."""
     synthetic.check_noise(task, noise)
@@ -38,17 +68,12 @@ def locate(task: str, data_dir, splits: dict[str, str], seed: int, noise: float 
         identity = ["generated", seed] + ([noise] if noise else [])  # noise 0: the same entry as before
         return Source(None, identity, lambda: load(entry.generate)(task, seed, splits, noise))
     layout = entry.layout
-    if data_dir is not None:
-        folder = Path(data_dir).expanduser()
-        if not folder.is_dir():
-            raise EmbinitError(f"{task}: data folder {str(folder)!r} (--data-dir / data_dir) is not a folder")
-    else:
+    folder = task_folder(task, data_dir)
+    if folder is None:
         root = os.environ.get(DATA_ENV)
-        folder = Path(root).expanduser() / task if root else None
-        if folder is None or not folder.is_dir():
-            looked = (f"no --data-dir given; ${DATA_ENV}/{task} = {folder} does not exist" if root
-                      else f"no --data-dir given and ${DATA_ENV} not set")
-            return Source(None, ["hub", hub.hub_name(task)], lambda: hub.load_hub(task, splits, looked))
+        looked = (f"no --data-dir given; ${DATA_ENV}/{task} = {Path(root).expanduser() / task} does not exist"
+                  if root else f"no --data-dir given and ${DATA_ENV} not set")
+        return Source(None, ["hub", hub.hub_name(task)], lambda: hub.load_hub(task, splits, looked))
     identity = ["local", local.file_identity(task, layout, folder, splits, cache_dir)]
     return Source(folder, identity, lambda: local.read_local(task, layout, folder, splits))
 
@@ -101,9 +126,8 @@ def plan(task: str, data_dir=None, tokenizer: str = "spacy", min_freq: int = 2,
          cache_dir=None) -> Plan:
     kind = config.task_defaults(task).kind
     _check_args(min_freq, max_train_examples, max_len)
-    layout, stream = task_entry(task).layout, kind_entry(kind).stream
-    splits = lm_split_map(task, stream, train_split, eval_split) or \
-        ({s: s for s in layout.files} if layout else None)
+    stream = kind_entry(kind).stream
+    splits = source_splits(task, train_split, eval_split)
     source = locate(task, data_dir, splits, seed, noise, cache_dir or None)
     src_spec, tgt_spec = _tokenizers(task, kind, tokenizer, bool(lowercase), source.folder)
     full_vocab = stream and tgt_spec.name == "gpt2"
