@@ -26,7 +26,7 @@ from typing import Any
 from embinit import completeness as coverage
 from embinit import mlflow_store, records, report_baseline, report_latex, run_readers
 from embinit.comparison import t_quantile
-from embinit.formatting import interval, metric_digits, number
+from embinit.formatting import digits_by_metric, interval, number
 from embinit.records import TrialRecord
 from embinit.report_baseline import DEFAULT_BASELINE
 from embinit.report_notes import (code_version_notes, dev_selection_notes, non_finite_notes, other_point_notes,
@@ -72,9 +72,10 @@ class Report:
     def to_markdown(self) -> str:
         head = "| task | init | metric | mean (σ) | n | best epoch | 95% CI | diverged | failed | running |"
         lines = [f"### {self.experiment}", "", head, "|---" * 10 + "|"]
+        digits = digits_by_metric(self.rows)
         for r in self.rows:
             last = " (last)" if r.get("still_improving") else ""
-            d = metric_digits(r["metric"])
+            d = digits[r["task"], r["metric"]]
             lines.append(f"| {r['task']} | {row_name(r)} | {r['metric']} | {_fmt(r['mean'], d)} "
                          f"({_fmt(r['std'], d)}) | {r['n']} | {_fmt(r['best_epoch'], 1)}{last} | {_ci(r, d)} | "
                          f"{r['diverged']} | {r['failed']} | {r['running']} |")

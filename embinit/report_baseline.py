@@ -18,7 +18,7 @@ from typing import Any
 
 from embinit.comparison import direction, higher_is_better, paired
 from embinit.errors import EmbinitError, did_you_mean
-from embinit.formatting import metric_digits, number
+from embinit.formatting import digits_by_metric, number
 
 DEFAULT_BASELINE = "Xavier"
 
@@ -160,12 +160,13 @@ def markdown(rows: list[dict[str, Any]], baseline: str, name: Any = None) -> lis
     lines = ["", f"Difference from {baseline} (init − {baseline}, 95% CI: paired t on the seeds both share, "
              "Welch only where they share none):", "",
              "| task | init | metric | difference | 95% CI | seeds paired | verdict |", "|---" * 7 + "|"]
+    digits = digits_by_metric(rows)    # as the report's table prints the means
     for r in compared:
         c = r["vs_baseline"]
         better = "higher" if c["higher_is_better"] else "lower"
         init = name(r) if name else r["init"]
         budget = " (at this budget: still improving)" if c.get("still_improving") else ""
-        d = metric_digits(r["metric"])
+        d = digits[r["task"], r["metric"]]
         note = f" ({c['note']})" if c.get("note") else ""
         lines.append(f"| {r['task']} | {init} | {r['metric']} ({better} is better) | {number(c['diff'], d)} | "
                      f"{_ci_text(c, d)} | {_seeds_text(c)} | {c['verdict']}{note}{budget} |")

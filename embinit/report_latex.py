@@ -22,7 +22,7 @@ from collections import Counter
 from typing import Any
 
 from embinit.comparison import higher_is_better
-from embinit.formatting import is_fraction, number
+from embinit.formatting import decimals, is_fraction, number
 from embinit.report_notes import row_name, selected_on_dev
 
 _SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
@@ -64,10 +64,14 @@ def _best(rows: list[dict[str, Any]]) -> dict[tuple, float]:
     return best
 
 
+def _scale(r: dict[str, Any]) -> float:
+    return 100.0 if is_fraction(r["metric"]) else 1.0    # accuracies in percent, as papers print them
+
+
 def _cell(r: dict[str, Any] | None, best: dict[tuple, float], usual_n: int | None, digits: int) -> str:
     if r is None or r["mean"] is None:
         return "--"
-    scale = 100.0 if is_fraction(r["metric"]) else 1.0    # accuracies in percent, as papers print them
+    scale = _scale(r)
     mean = number(r["mean"] * scale, digits)
     if best.get(_column(r)) == r["mean"] and not r.get("diverged"):
         mean = rf"\textbf{{{mean}}}"
@@ -89,6 +93,8 @@ def to_latex(experiment: str, rows: list[dict[str, Any]], baseline: str, digits:
     columns = list(dict.fromkeys(_column(r) for r in rows))
     inits = list(dict.fromkeys(_row_key(r) for r in rows))
     cells = {(_row_key(r), _column(r)): r for r in rows}
+    places = {c: decimals([_scale(r) * r["mean"] for r in rows if _column(r) == c and r["mean"] is not None], digits)
+              for c in columns}   # a column's means to two significant digits at least
     best = _best(rows)
     counts = Counter(r["n"] for r in rows if r["n"])
     usual_n = counts.most_common(1)[0][0] if counts else None
@@ -96,7 +102,7 @@ def to_latex(experiment: str, rows: list[dict[str, Any]], baseline: str, digits:
              r"\begin{table}[t]", r"\centering", r"\begin{tabular}{l" + "c" * len(columns) + "}", r"\toprule",
              " & ".join(["Init", *(_header(*c) for c in columns)]) + r" \\", r"\midrule"]
     for init in inits:
-        lines.append(" & ".join([escape(init), *(_cell(cells.get((init, c)), best, usual_n, digits)
+        lines.append(" & ".join([escape(init), *(_cell(cells.get((init, c)), best, usual_n, places[c])
                                                  for c in columns)]) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}", rf"\caption{{{_caption(experiment, rows, baseline, usual_n)}}}",
               r"\end{table}"]

@@ -23,7 +23,7 @@ from embinit.run_readers import experiment_records, trial_row
 # 2: rows compared with a baseline, the unconverged-training flag, completeness (issue 22).
 # 4: diverged seeds qualify the verdict (`diverged`, `survivor_verdict`, `note`; CSV `baseline_diverged`,
 #    `verdict_note`; LaTeX ‡), zero-variance intervals, counts at the chosen point with `running`
-#    (+ `all_points`), code-version notes, the dev-selection label.
+#    (+ `all_points`), code-version notes, the dev-selection label, decimals for two significant digits.
 REPORT_VERSION = 4
 
 

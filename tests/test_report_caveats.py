@@ -149,3 +149,21 @@ def test_dev_numbers_selected_on_dev_are_labelled():
     assert "dev, selected on dev" in report.to_latex()
     bleu = _report([_trial(f"x{s}", "Xavier", s, {"test/bleu": 30.0 + s}) for s in range(3)])
     assert bleu.rows[0]["split"] == "test" and "selected on dev" not in bleu.to_markdown()
+
+
+def test_small_means_keep_two_significant_digits():
+    """BLEU after a short run: 0.0183 against 0.0074 must not both print as 0.01 (nor the difference
+    as -0.01 or -0.00); a column keeps one number of decimals, and ordinary values keep two."""
+    xavier, glove = [0.0183, 0.0187, 0.0179], [0.0074, 0.0071, 0.0077]
+    trials = [_trial(f"x{s}", "Xavier", s, {"test/bleu": v}) for s, v in enumerate(xavier)]
+    trials += [_trial(f"g{s}", "GloVe", s, {"test/bleu": v}) for s, v in enumerate(glove)]
+    trials += [_trial(f"s{s}", "Xavier", s, {"test/bleu": v}, task="iwslt2017") for s, v in enumerate(XAVIER[:3])]
+    report = _report(trials)
+    text = report.to_markdown()
+    assert "| multi30k | Xavier | test/bleu | 0.0183 (0.0004) |" in text
+    assert "| multi30k | GloVe | test/bleu | 0.0074 (0.0003) |" in text
+    assert "| multi30k | GloVe | test/bleu (higher is better) | -0.0109 |" in text
+    assert "| iwslt2017 | Xavier | test/bleu | 31.00 (1.00) |" in text   # another task: its own precision
+    tex = report.to_latex()
+    glove_line = next(line for line in tex.splitlines() if line.startswith("GloVe &"))
+    assert "\\textbf{0.0183}" in tex and "0.0074 (0.0003)" in glove_line and "\\textbf" not in glove_line
