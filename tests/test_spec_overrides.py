@@ -111,3 +111,15 @@ def test_dry_run_estimates_from_trials_of_the_same_shape_in_the_store(tmp_path, 
     row = next(ln for ln in out.splitlines() if ln.strip().startswith("9 "))
     assert row.split()[5] == "~80" and "scaled by the number of steps per epoch" in out
     assert "24.0 trial-minutes" in out                                              # 9 x 2 epochs x 80 s
+
+
+def test_an_empty_seeds_says_it_must_not_be_empty(capsys):
+    """`embinit run SPEC seeds=` said "got None"; an empty `seeds:` in a spec (None or []) likewise."""
+    assert main(["run", str(QUICK), "seeds=", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "seeds: must not be empty: give a seed count (seeds: 3) or a list of distinct seeds" in err
+    assert "(from the command-line override seeds=)" in err and "got None" not in err
+    for empty in (None, []):
+        with pytest.raises(SpecError, match=r"seeds: must not be empty") as e:
+            load_spec({"name": "x", "tasks": ["sst2"], "inits": ["xavier"], "seeds": empty})
+        assert len(e.value.problems) == 1

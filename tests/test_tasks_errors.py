@@ -29,6 +29,19 @@ def test_missing_files_are_named_with_the_folder(tmp_path):
     assert "train.de" not in msg
 
 
+def test_only_the_missing_file_of_a_pair_is_named(tmp_path):
+    """val.de present, val.en not: the message names val.en alone (it said "lacks val.de or val.en"), and a
+    split with neither file needs both."""
+    folder = tmp_path / "m"
+    for name in ("train.de", "train.en", "val.de"):
+        write(folder / name, ["a"])
+    with pytest.raises(EmbinitError) as e:
+        load("multi30k", folder)
+    msg = str(e.value)
+    assert f"data folder {folder} lacks val.en; test_2016_flickr.de and test_2016_flickr.en" in msg
+    assert "val.de" not in msg
+
+
 def test_missing_wikitext_train_suggests_the_split_option(tmp_path):
     write(tmp_path / "wt" / "wiki.valid.tokens", ["a"])
     write(tmp_path / "wt" / "wiki.test.tokens", ["a"])

@@ -56,6 +56,9 @@ class SpecFields(_Strict):
     @field_validator("seeds", mode="before")
     @classmethod
     def _seed_count(cls, v):
+        if v is None or v == [] or (isinstance(v, str) and not v.strip()):
+            raise ValueError("must not be empty: give a seed count (seeds: 3) or a list of distinct seeds "
+                             "(seeds: [0, 3])")
         if not isinstance(v, (int, list)) or isinstance(v, bool):
             raise ValueError(f"expected a seed count >= 1 or a list of distinct seeds (seeds: 3, seeds: [0, 3]), "
                              f"got {v!r}")

@@ -24,6 +24,17 @@ def _pick(folder: Path, candidates: tuple[str, ...], suffixes: tuple[str, ...]) 
     return None
 
 
+def _missing_names(folder: Path, candidates: tuple[str, ...], suffixes: tuple[str, ...]) -> str:
+    """What a split lacks: the missing files of the first candidate name with some of its files present
+    (`val.en` when val.de is there), else each candidate's whole set (`val.de and val.en or valid.de and
+    valid.en`)."""
+    for name in candidates:
+        paths = [folder / f"{name}{s}" for s in suffixes]
+        if any(p.is_file() for p in paths):
+            return " and ".join(p.name for p in paths if not p.is_file())
+    return " or ".join(" and ".join(f"{name}{s}" for s in suffixes) for name in candidates)
+
+
 def find_files(task: str, layout: Layout, folder: Path, splits: dict[str, str]) -> dict[str, list[Path]]:
     """{TaskData split: [paths]} for the source splits `splits` needs; a missing file is an error naming
     every missing file and the folder."""
@@ -35,8 +46,7 @@ def find_files(task: str, layout: Layout, folder: Path, splits: dict[str, str]) 
     for split, source in splits.items():
         paths = _pick(folder, layout.files[source], suffixes)
         if paths is None:
-            names = [f"{c}{s}" for c in layout.files[source] for s in suffixes]
-            missing.append(names[0] if len(names) == 1 else " or ".join(names))
+            missing.append(_missing_names(folder, layout.files[source], suffixes))
         else:
             found[split] = paths
     if missing:
