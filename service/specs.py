@@ -2,8 +2,10 @@
 
 Order of checks: the body parses (JSON, or YAML with a YAML content type, safe loader, no aliases);
 nothing asks for environment expansion; the spec validates (`embinit.spec.load_spec`, every problem
-listed); its paths lie inside the configured roots; it logs to the service's MLflow store; it has no more
-trials than the limit. Each failure is an `HTTPException` with a precise `detail`.
+listed, with its paths' problems and a line saying what was not checked); its paths lie inside the
+configured roots; it logs to the service's MLflow store; it has no more trials than the limit; then its
+bounds, hub models, model sizes and data folders, all in one answer. Each failure is an `HTTPException`
+with a precise `detail`.
 """
 
 from __future__ import annotations
@@ -63,8 +65,10 @@ def problems_detail(problems: list[tuple[str, str]], limit: int = MAX_PROBLEMS) 
     return shown
 
 
-def _unprocessable(problems: list[tuple[str, str]], limit: int = MAX_PROBLEMS) -> HTTPException:
-    return HTTPException(422, detail=problems_detail(problems, limit))
+def _unprocessable(problems: list[tuple[str, str]], limit: int = MAX_PROBLEMS, notes: tuple[str, ...] = ()
+                   ) -> HTTPException:
+    """422 with the problems (at most `limit`), then `notes`: what was not checked because of them."""
+    return HTTPException(422, detail=problems_detail(problems, limit) + [{"loc": "", "msg": n} for n in notes])
 
 
 def _where(loc: str, key: Any) -> str:
@@ -137,7 +141,8 @@ def _field_problems(data: dict[str, Any], skip: set[str], settings: Settings) ->
     try:
         _validate(data, settings)
     except HTTPException as e:
-        return [(p["loc"], p["msg"]) for p in e.detail if isinstance(p, dict) and p.get("loc") not in skip]
+        return [(p["loc"], p["msg"]) for p in e.detail if isinstance(p, dict) and p.get("loc") not in skip
+                and p.get("msg") != NOT_CHECKED]
     return []
 
 
@@ -152,9 +157,25 @@ def _validate(data: dict[str, Any], settings: Settings) -> ExperimentSpec:
     try:
         return load_spec(rewritten)
     except SpecError as e:
-        raise _unprocessable(e.problems, settings.max_problems) from None
+        raise _unprocessable(e.problems + _path_problems(data, {loc for loc, _ in e.problems}, settings),
+                             settings.max_problems, (NOT_CHECKED,)) from None
     except RecursionError:
         raise _unprocessable([("", "the spec is nested too deeply")]) from None
+
+
+NOT_CHECKED = "model sizes, hub models and data folders not checked until the problems above are fixed"
+
+
+def _path_problems(data: dict[str, Any], skip: set[str], settings: Settings) -> list[tuple[str, str]]:
+    """The path problems of a spec that does not validate, from its data as sent (outside the roots, a
+    pretrained file that does not exist), so one answer lists them with the field problems; those at the
+    locations in `skip` (already reported) left out."""
+    try:
+        _, problems = confine_paths(data, settings.data_roots, settings.pretrained_roots)
+    except (OSError, RecursionError):
+        return []
+    found = [tuple(p.split(": ", 1)) for p in problems]
+    return [(loc, msg) for loc, msg in found if loc not in skip]
 
 
 def _confined(spec: ExperimentSpec, settings: Settings, tracking_uri: str) -> tuple[ExperimentSpec, dict[str, Any]]:
@@ -224,7 +245,7 @@ def prepare(data: dict[str, Any], settings: Settings, tracking_uri: str) -> Subm
     refs = _env_refs(data)
     if refs:   # the spec's other problems too, so one answer lists them all
         raise _unprocessable(refs + _field_problems(_without_env(data), {loc for loc, _ in refs}, settings),
-                             settings.max_problems)
+                             settings.max_problems, (NOT_CHECKED,))
     seeds = data.get("seeds")
     if isinstance(seeds, int) and not isinstance(seeds, bool) and seeds > settings.max_trials_per_experiment:
         raise _too_many(seeds, settings)  # checked first: the spec would build a list this long
@@ -236,20 +257,16 @@ def prepare(data: dict[str, Any], settings: Settings, tracking_uri: str) -> Subm
         plan = tuple(spec.plan())
     except SpecError as e:
         raise _unprocessable(e.problems, settings.max_problems) from None
-    bounds = bound_problems(spec, plan, settings)
-    if bounds:
-        raise _unprocessable(bounds, settings.max_problems)
+    # each independent of the others, so one answer lists them all
+    problems = bound_problems(spec, plan, settings)
     hub_problems, notices = check_hub_ids(plan, settings.pretrained_roots, _locator(canonical))
-    if hub_problems:
-        raise _unprocessable(hub_problems, settings.max_problems)
-    dims = dimension_problems(plan, spec.search)   # a d_model or heads that does not fit a local source's D
-    if dims:
-        raise _unprocessable(dims, settings.max_problems)
+    problems += hub_problems
+    problems += dimension_problems(plan, spec.search)   # a d_model or heads that does not fit a local source's D
     # on a local Ray the trials read the data folders this process sees: one lacking a file fails every
     # trial of its task, so say it now (a cluster's nodes may hold other copies: left to the trials)
-    data = data_problems(spec) if settings.ray_address is None else []
-    if data:
-        raise _unprocessable(data, settings.max_problems)
+    problems += data_problems(spec) if settings.ray_address is None else []
+    if problems:
+        raise _unprocessable(problems, settings.max_problems)
     return Submission(spec=spec, plan=plan, data=canonical, spec_hash=spec.spec_hash(),
                       trial_keys=[p.key for p in plan], n_trials=n_trials, notices=notices)
 

@@ -472,3 +472,16 @@ def test_a_driver_that_does_not_answer_keeps_the_known_state(make_settings, clus
         runner.busy = True
         exp = client.get(f"/experiments/{exp_id}").json()
         assert exp["status"] == "running" and exp["counts"] == {"pending": 3, "running": 1} and exp["error"] is None
+
+
+def test_field_problems_come_with_the_path_problems(client, roots):
+    """A spec with a field problem also hears of its paths (a file missing under the roots, one outside
+    them), and that the later checks were not run; they used to come one round later."""
+    spec = {**SPEC, "seeds": 0, "inits": [{"tgt": "glove", "pretrained": str(roots[1] / "nope.txt")}],
+            "tasks": [{"task": "synthetic_translation", "data_dir": "/etc"}]}
+    r = submit(client, spec)
+    found = problems(r)
+    assert r.status_code == 422 and "a seed count must be >= 1" in found["seeds"]
+    assert found["inits[0].pretrained"].endswith("nope.txt' does not exist")
+    assert "outside the allowed data roots" in found["tasks[0].data_dir"]
+    assert found[""].endswith("not checked until the problems above are fixed")

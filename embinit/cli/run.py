@@ -43,13 +43,11 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from embinit.spec import load_spec
-    spec = load_spec(args.spec, args.overrides)
+    from embinit.spec.full_check import check_spec
+    # every problem `run` would refuse in one list: fields, missing files (a sweep on a cluster leaves the
+    # data folders to its nodes), dimensions that do not fit
+    spec = check_spec(args.spec, args.overrides, local=args.dry_run or args.address is None)
     if args.dry_run:
-        from embinit.model_dims import check_dimensions
-        from embinit.spec import check_local_paths
-        check_local_paths(spec)                       # what `run` would refuse: missing files,
-        check_dimensions(spec.plan(), spec.search)    # dimensions that do not fit
         print(dry_run(spec))
         return 0
     from embinit.sweep import run_sweep

@@ -130,25 +130,20 @@ def as_spec(cfg) -> dict:
 def check_args(cfg) -> None:
     """What a spec would refuse about this trial (an option no table uses, an unknown name, a missing
     file or data file, a d_model/heads that cannot fit), as one error naming the flags."""
-    from embinit.model_dims import dimension_problems
-    from embinit.spec import SpecError, check_local_paths, load_spec
+    from embinit.spec import SpecError
+    from embinit.spec.full_check import spec_problems
 
     try:
-        spec = load_spec(as_spec(cfg))
-        problems = []
-        try:
-            check_local_paths(spec)
-        except SpecError as e:
-            problems += e.problems
-        problems += dimension_problems(spec.plan())
+        _, problems, notes = spec_problems(as_spec(cfg))
     except SpecError as e:
-        problems = e.problems
+        problems, notes = e.problems, e.notes
     if problems:
-        raise EmbinitError("; ".join(f"{_flag(where)}: {msg}" if _flag(where) else msg for where, msg in problems))
+        raise EmbinitError("; ".join([f"{_flag(where)}: {msg}" if _flag(where) else msg for where, msg in problems]
+                                     + notes))
 
 
 def _flag(where: str) -> str | None:
-    if where.startswith("trials "):   # a model-size problem names the trials; here there is one
+    if not where or where.startswith("trials "):   # a model-size problem names the trials; here there is one
         return None
     if where in _SPEC_FLAGS:
         return _SPEC_FLAGS[where]

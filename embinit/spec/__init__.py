@@ -21,7 +21,8 @@ Validating a spec never imports torch.
 Modules, in import order: `path_fields` (path-bearing keys, `${VAR}`), `problems` (`SpecError`, user
 paths of validation errors), `models` (the building blocks), `inits` (`InitEntry`), `fields` (`SpecFields`,
 what planning and the checks read), `planning` (expansion into trials), `checks` (cross-field checks),
-`experiment` (`ExperimentSpec`), `loading` (`load_spec`).
+`experiment` (`ExperimentSpec`), `loading` (`load_spec`), `full_check` (`check_spec`: every stage's problems,
+local paths, data folders and model sizes included, in one list).
 """
 
 from embinit.config import HYPERPARAMETERS

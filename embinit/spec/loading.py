@@ -73,31 +73,36 @@ def _read(source: Any) -> tuple[dict[str, Any], Path | None]:
 def load_spec(source: Any, overrides: list[str] | tuple[str, ...] = ()) -> ExperimentSpec:
     """A validated spec from a dict, YAML/JSON text, a file path or a spec; raises SpecError listing
     every problem. `overrides`: command-line `key=value` items (embinit.spec.overrides), applied to the
-    spec's data before validation; a problem they cause names the override."""
-    data, base = _read(source)
-    if overrides:
-        return _with_overrides(data, base, list(overrides))
+    spec's data before validation; a problem they cause names the override. (`embinit.spec.full_check`
+    adds the problems of local paths, data folders and model sizes to the same list.)"""
+    data, base, keys = spec_data(source, overrides)
     try:
         return ExperimentSpec.model_validate(data, context={"base_dir": base})
     except ValidationError as e:
-        raise SpecError(as_written(problems_of(e), data)) from None
+        found = as_written(problems_of(e), data)
     except SpecError as e:
-        raise SpecError(as_written(e.problems, data)) from None
+        found = as_written(e.problems, data)
+    raise SpecError(blamed(found, keys)) from None
 
 
-def _with_overrides(data: dict[str, Any], base: Path | None, items: list[str]) -> ExperimentSpec:
-    from embinit.spec import overrides
-    new, problems = overrides.apply(data, items, set(ExperimentSpec.model_fields))
+def spec_data(source: Any, overrides: list[str] | tuple[str, ...] = ()) -> tuple[dict[str, Any], Path | None,
+                                                                              dict[str, str]]:
+    """(the raw spec data with `overrides` applied, the folder of its file or None, {overridden key: the
+    override item}); raises SpecError when the source cannot be read or an override is malformed."""
+    data, base = _read(source)
+    if not overrides:
+        return data, base, {}
+    from embinit.spec import overrides as override_items
+    items = list(overrides)
+    new, problems = override_items.apply(data, items, set(ExperimentSpec.model_fields))
     if problems:
         raise SpecError([(f"override {k}", m) for k, m in problems])
-    keys = {item.partition("=")[0].strip(): item for item in items}
-    try:
-        return ExperimentSpec.model_validate(new, context={"base_dir": base})
-    except ValidationError as e:
-        found = as_written(problems_of(e), new)
-    except SpecError as e:
-        found = as_written(e.problems, new)
-    raise SpecError([(path, _blame(path, message, keys)) for path, message in found]) from None
+    return new, base, {item.partition("=")[0].strip(): item for item in items}
+
+
+def blamed(problems: list[tuple[str, str]], keys: dict[str, str]) -> list[tuple[str, str]]:
+    """Each problem's message naming the override that set its field, if one did."""
+    return [(path, _blame(path, message, keys)) for path, message in problems] if keys else list(problems)
 
 
 def _blame(path: str, message: str, keys: dict[str, str]) -> str:
@@ -111,16 +116,22 @@ def check_local_paths(spec: ExperimentSpec) -> None:
     """Paths written as filesystem paths (absolute, ./, ../, ~) must exist before any trial starts;
     other values may be hub ids (`bert-base-uncased`, `google/mt5-base`). Each task's local data folder
     must hold the files its loader needs (`embinit.tasks.load.check_files`). Every problem is listed."""
+    problems, missing = missing_paths(spec.paths())
+    problems += data_problems(spec, missing)
+    if problems:
+        raise SpecError(problems)
+
+
+def missing_paths(pairs: list[tuple[str, str]]) -> tuple[list[tuple[str, str]], list[Path]]:
+    """((where, problem) for each filesystem path of `pairs` (field path, value) that does not exist,
+    every missing value as a Path (hub ids too, for `data_problems`))."""
     problems = []
-    for where, value in spec.paths():
+    for where, value in pairs:
         if where in ("cache_dir", "analyses.similarity.snapshot_dir"):
             continue  # created on demand
         if value.startswith(("/", "./", "../", "~")) and not Path(value).expanduser().exists():
             problems.append((where, f"{value!r} does not exist"))
-    missing = [Path(value).expanduser() for _, value in spec.paths() if not Path(value).expanduser().exists()]
-    problems += data_problems(spec, missing)
-    if problems:
-        raise SpecError(problems)
+    return problems, [Path(value).expanduser() for _, value in pairs if not Path(value).expanduser().exists()]
 
 
 def data_problems(spec: ExperimentSpec, missing: list[Path] = ()) -> list[tuple[str, str]]:

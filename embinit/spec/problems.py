@@ -12,11 +12,12 @@ from embinit.errors import EmbinitError
 
 
 class SpecError(EmbinitError):
-    """An invalid spec; `.problems` lists every (path, message), the message joins them on one line."""
+    """An invalid spec; `.problems` lists every (path, message), the message joins them on one line.
+    `.notes`: what was not checked because of them (`model sizes not checked until ...`), said last."""
 
-    def __init__(self, problems: list[tuple[str, str]]):
-        self.problems = list(problems)
-        joined = "; ".join(f"{p}: {m}" if p else m for p, m in self.problems)
+    def __init__(self, problems: list[tuple[str, str]], notes: list[str] | tuple[str, ...] = ()):
+        self.problems, self.notes = list(problems), list(notes)
+        joined = "; ".join([f"{p}: {m}" if p else m for p, m in self.problems] + self.notes)
         super().__init__(f"invalid experiment spec ({len(self.problems)} problem"
                          f"{'s' if len(self.problems) != 1 else ''}): {joined}")
 

@@ -1,0 +1,186 @@
+"""One check of a spec that lists every problem it can find independently, so fixing a spec takes one
+round: the field problems, the cross-field problems of the parts that validated, the local paths that do
+not exist (read from the raw data when the spec does not validate), the data folders' files and the model
+sizes. A stage that cannot be judged because an earlier one failed says so in the list (e.g. "model sizes
+not checked until the problems above are fixed") instead of staying silent."""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from pydantic import ValidationError
+
+from embinit.spec import path_fields
+from embinit.spec.experiment import ExperimentSpec
+from embinit.spec.fields import SpecFields
+from embinit.spec.loading import blamed, data_problems, missing_paths, spec_data
+from embinit.spec.problems import SpecError, as_written, problems_of
+
+CROSS_NOT_CHECKED = "checks across fields (pretrained sources per init, duplicate inits and tasks, heads vs. D) " \
+                    "not run until the problems above are fixed"
+SIZES_NOT_CHECKED = "model sizes not checked until the problems above are fixed"
+
+# Top-level fields whose value no cross-field check, data folder or model size depends on (beyond the
+# checks of their own): with a problem in them only, the rest of the spec is checked without them.
+_SET_ASIDE = {"name": "unchecked", "description": None, "resources": None, "max_concurrent": None,
+              "retries": None, "cache_dir": None, "mlflow": None, "analyses": None, "execution": None}
+
+
+def check_spec(source: Any, overrides: list[str] | tuple[str, ...] = (), *, local: bool = True,
+               sizes: bool = True) -> ExperimentSpec:
+    """`load_spec`, with the later stages' problems in the same SpecError: `local` the paths that do not
+    exist and the data folders' files (`check_local_paths`), `sizes` the model dimensions
+    (`embinit.model_dims.dimension_problems`)."""
+    spec, problems, notes = spec_problems(source, overrides, local=local, sizes=sizes)
+    if problems or spec is None:
+        raise SpecError(problems, notes)
+    return spec
+
+
+def spec_problems(source: Any, overrides: list[str] | tuple[str, ...] = (), *, local: bool = True,
+                  sizes: bool = True) -> tuple[ExperimentSpec | None, list[tuple[str, str]], list[str]]:
+    """(the spec, or None when it does not validate; every problem found; what was not checked because
+    of them)."""
+    data, base, keys = spec_data(source, overrides)
+    context = {"base_dir": base}
+    try:
+        spec = ExperimentSpec.model_validate(data, context=context)
+        problems, checked, fields = [], spec, spec
+    except ValidationError as e:
+        spec, problems = None, as_written(problems_of(e), data)
+        checked, fields, cross = _validated_part(data, context, problems)
+        problems += cross
+    except SpecError as e:   # every field valid, a cross-field problem
+        spec, problems = None, as_written(e.problems, data)
+        checked, fields = None, _fields(data, context)
+    notes = [m for p, m in problems if (p, m) == ("", CROSS_NOT_CHECKED)]
+    problems = blamed([p for p in problems if p != ("", CROSS_NOT_CHECKED)], keys)
+    if local:
+        problems += _local_problems(spec, fields, data, base, {where for where, _ in problems})
+    if sizes:
+        found = _size_problems(checked, bool(problems or notes))
+        problems += [p for p in found if p[0]]
+        notes += [m for p, m in found if not p]
+    return spec, problems, notes
+
+
+def _fields(data: dict[str, Any], context: dict) -> SpecFields | None:
+    try:
+        return SpecFields.model_validate(data, context=context)
+    except (ValidationError, SpecError):
+        return None
+
+
+def _validated_part(data: dict[str, Any], context: dict, problems: list[tuple[str, str]]
+                    ) -> tuple[ExperimentSpec | None, SpecFields | None, list[tuple[str, str]]]:
+    """(the spec without its invalid values when it validates, its fields when they do, the cross-field
+    problems of the rest or a line saying they were not checked). Only values the rest does not depend on
+    are left out (`_SET_ASIDE`, a hyperparameter of a task or the defaults other than those in `_KEPT`):
+    another's absence would make the rest look wrong (a glove init "without" its invalid file)."""
+    rest = copy.deepcopy(data)
+    for path, _ in problems:
+        if not _set_aside(rest, path):
+            return None, None, [("", CROSS_NOT_CHECKED)]
+    try:
+        spec = ExperimentSpec.model_validate(rest, context=context)
+        return spec, spec, []
+    except SpecError as e:
+        return None, _fields(rest, context), as_written(e.problems, rest)
+    except ValidationError:
+        return None, None, [("", CROSS_NOT_CHECKED)]
+
+
+# hyperparameters the cross-field checks read (heads vs. D, the planned embedding seeds): never left out
+_KEPT = {"task", "data_dir", "d_model", "heads", "emb_seed"}
+
+
+def _set_aside(rest: dict[str, Any], path: str) -> bool:
+    """Leave the value at `path` out of `rest` (its default instead); False when the rest depends on it."""
+    top = path.replace("[", ".").split(".")[0]
+    if top in _SET_ASIDE:
+        if _SET_ASIDE[top] is None:
+            rest.pop(top, None)
+        else:
+            rest[top] = _SET_ASIDE[top]
+        return True
+    m = re.match(r"^(?:tasks\[(\d+)\]|defaults)\.(\w+)", path)
+    if not m or m.group(2) in _KEPT:
+        return False
+    entry = rest.get("defaults") if m.group(1) is None else (
+        rest["tasks"][int(m.group(1))] if isinstance(rest.get("tasks"), list) and int(m.group(1)) < len(rest["tasks"])
+        else None)
+    if not isinstance(entry, dict):
+        return False
+    entry.pop(m.group(2), None)   # absent: left out for an earlier problem of the same value
+    return True
+
+
+def _local_problems(spec: ExperimentSpec | None, fields: SpecFields | None, data: dict[str, Any],
+                    base: Path | None, reported: set[str]) -> list[tuple[str, str]]:
+    """Paths that do not exist (the spec's, else the raw data's), then each task's data folder (from the
+    valid fields, else from each task entry that validates alone)."""
+    pairs = spec.paths() if spec is not None else _raw_paths(data, base)
+    problems, missing = missing_paths([(w, v) for w, v in pairs if w not in reported])
+    if fields is not None:
+        return problems + data_problems(fields, missing)
+    return problems + _task_folder_problems(data, base, missing)
+
+
+def _resolved(value: Any, base: Path | None) -> str | None:
+    """A raw path value as the spec model would have it (`${VAR}` expanded, `./x` next to the spec file);
+    None when it is no string or names an unset variable (a field problem already)."""
+    if not isinstance(value, str):
+        return None
+    try:
+        return path_fields.spec_path(value, SimpleNamespace(context={"base_dir": base}))
+    except ValueError:
+        return None
+
+
+def _raw_paths(data: dict[str, Any], base: Path | None) -> list[tuple[str, str]]:
+    return [(where, path) for where, value in path_fields.paths(data) if (path := _resolved(value, base))]
+
+
+def _task_folder_problems(data: dict[str, Any], base: Path | None, missing: list[Path]) -> list[tuple[str, str]]:
+    """`data_problems` for a spec that does not validate, from the raw data: each entry of a registered
+    task, its folder (its `data_dir`, else the spec's `data_dir`/<task>, else $EMBINIT_DATA_DIR's) and its
+    `extras` (else the defaults')."""
+    from embinit.errors import EmbinitError
+    from embinit.task_registry import TASKS
+    from embinit.tasks.load import check_files
+    tasks = data.get("tasks") if isinstance(data.get("tasks"), list) else []
+    root = _resolved(data.get("data_dir"), base)
+    defaults = data.get("defaults") if isinstance(data.get("defaults"), dict) else {}
+    problems = []
+    for i, raw in enumerate(tasks):
+        entry = {"task": raw} if isinstance(raw, str) else raw
+        if not isinstance(entry, dict) or entry.get("task") not in TASKS:
+            continue
+        task = entry["task"]
+        own = _resolved(entry.get("data_dir"), base)
+        folder = own or (str(Path(root) / task) if root and not task.startswith("synthetic") else None)
+        if folder is not None and any(Path(folder).expanduser().is_relative_to(m) for m in missing):
+            continue
+        extras = next((e for e in (entry.get("extras"), defaults.get("extras")) if isinstance(e, dict)), {})
+        try:
+            check_files(task, folder, extras.get("train_split"), extras.get("eval_split"))
+        except EmbinitError as e:
+            where = f"tasks[{i}].data_dir" if own else ("data_dir" if root else f"tasks[{i}]")
+            problems.append((where, str(e)))
+    return problems
+
+
+def _size_problems(spec: ExperimentSpec | None, after_problems: bool) -> list[tuple[str, str]]:
+    """The model-size problems of a spec that validated (its valid part), else a line saying they were
+    not checked (only where there are problems above)."""
+    from embinit.model_dims import dimension_problems
+    if spec is None:
+        return [("", SIZES_NOT_CHECKED)] if after_problems else []
+    try:
+        return dimension_problems(spec.plan(), spec.search)
+    except SpecError as e:
+        return e.problems

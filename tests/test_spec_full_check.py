@@ -1,0 +1,103 @@
+"""One check lists every problem a spec has that can be found independently (a user fixed 3 problems, then
+2 more appeared, then a missing file): field problems, the cross-field problems of the parts that validated,
+local paths and data folders, model sizes; what an earlier problem keeps from being checked is said."""
+
+from __future__ import annotations
+
+import pytest
+
+from embinit.cli import main
+from embinit.spec import SpecError
+
+# what the check says it did not run (literal, so the command-line tests also run against older code)
+CROSS_NOT_CHECKED = ("checks across fields (pretrained sources per init, duplicate inits and tasks, heads vs. D) "
+                     "not run until the problems above are fixed")
+SIZES_NOT_CHECKED = "model sizes not checked until the problems above are fixed"
+
+
+def check_spec(*args, **kwargs):
+    from embinit.spec.full_check import check_spec
+    return check_spec(*args, **kwargs)
+
+
+def _sst2_folder(root):
+    """A data root whose sst2 folder lacks dev.tsv."""
+    (root / "sst2").mkdir(parents=True)
+    (root / "sst2" / "train.tsv").write_text("sentence\tlabel\ngood\t1\n")
+    return root
+
+
+def test_field_problems_come_with_missing_files_and_data_folders(tmp_path):
+    root = _sst2_folder(tmp_path / "data")
+    spec = {"name": "s", "tasks": [{"task": "sst2", "epochs": 0}], "inits": ["glove+standardise"],
+            "pretrained": {"glove": str(tmp_path / "nope.txt")}, "data_dir": str(root)}
+    with pytest.raises(SpecError) as e:
+        check_spec(spec)
+    found = dict(e.value.problems)
+    assert "tasks[0].epochs" in found and "inits[0]" in found                     # the field problems
+    assert found["pretrained.glove"] == f"{str(tmp_path / 'nope.txt')!r} does not exist"   # hidden before
+    assert "sst2: data folder" in found["data_dir"] and "lacks dev.tsv" in found["data_dir"]
+    assert e.value.notes == [CROSS_NOT_CHECKED, SIZES_NOT_CHECKED]
+    assert str(e.value).startswith("invalid experiment spec (4 problems)")
+    assert str(e.value).endswith("model sizes not checked until the problems above are fixed")
+
+
+def test_a_relative_path_is_checked_next_to_the_spec_file(tmp_path):
+    (tmp_path / "s.yaml").write_text("name: s\nretries: -1\ntasks: [sst2]\ninits: [glove]\n"
+                                     "pretrained: {glove: ./g.txt}\n")
+    with pytest.raises(SpecError) as e:
+        check_spec(tmp_path / "s.yaml")
+    assert dict(e.value.problems)["pretrained.glove"] == f"{str(tmp_path / 'g.txt')!r} does not exist"
+
+
+def test_cross_field_problems_of_the_valid_part_come_with_the_field_problems(tmp_path):
+    """A problem in a field no other check reads (name, retries, resources, a task's epochs) leaves the rest
+    checked across fields: a duplicate init and a glove init without its file are reported too."""
+    spec = {"name": "bad name!", "retries": -1, "tasks": [{"task": "sst2", "oov": "meen"}],
+            "inits": ["xavier", "xavier", "glove"]}
+    with pytest.raises(SpecError) as e:
+        check_spec(spec)
+    found = dict(e.value.problems)
+    assert {"name", "retries", "tasks[0].oov", "inits[1]", "inits[2]"} <= set(found)
+    assert "duplicates inits[0]" in found["inits[1]"] and "needs a pretrained file" in found["inits[2]"]
+    assert CROSS_NOT_CHECKED not in e.value.notes and e.value.notes == [SIZES_NOT_CHECKED]
+
+
+def test_a_field_the_cross_checks_read_stops_them_and_says_so():
+    """An invalid `pretrained` file name is not left out: glove would then look as if it had no file."""
+    spec = {"name": "s", "tasks": ["sst2"], "inits": ["glove", "glove"], "pretrained": {"glove": 3}}
+    with pytest.raises(SpecError) as e:
+        check_spec(spec)
+    assert not any("needs a pretrained file" in m for _, m in e.value.problems)
+    assert CROSS_NOT_CHECKED in e.value.notes
+
+
+def test_missing_files_and_model_sizes_of_a_valid_spec_together(tmp_path):
+    (tmp_path / "g.txt").write_text("good 0.1 0.2 0.3\n")
+    spec = {"name": "s", "tasks": [{"task": "sst2", "d_model": 4}], "inits": ["glove"],
+            "pretrained": {"glove": str(tmp_path / "g.txt")}, "data_dir": str(tmp_path / "nodata")}
+    with pytest.raises(SpecError) as e:
+        check_spec(spec)
+    found = dict(e.value.problems)
+    assert found["data_dir"].endswith("does not exist")
+    assert any("dimension 3 but the model's d_model is 4" in m for _, m in e.value.problems)
+    assert e.value.notes == []
+
+
+def test_dry_run_shows_every_problem_in_one_round(tmp_path, capsys):
+    root = _sst2_folder(tmp_path / "data")
+    (tmp_path / "s.yaml").write_text(f"name: s\ntasks: [sst2]\ninits: [xavier, xavier, glove]\nretries: -2\n"
+                                     f"data_dir: {root}\npretrained: {{glove: ./glove.txt}}\n")
+    assert main(["run", str(tmp_path / "s.yaml"), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("embinit: error: invalid experiment spec (4 problems): retries:")
+    assert "inits[1]: duplicates inits[0]" in err and "glove.txt' does not exist" in err
+    assert "lacks dev.tsv" in err and err.rstrip().endswith(SIZES_NOT_CHECKED)
+
+
+def test_train_shows_the_oov_and_the_src_init_problems(capsys):
+    assert main(["train", "--task", "sst2", "--src-init", "glove", "--oov", "meen"]) == 2
+    err = capsys.readouterr().err
+    assert "--oov: 'meen' is not a registered oov rule" in err
+    assert "--src-init: only translation tasks have a source side" in err
+    assert err.rstrip().endswith(SIZES_NOT_CHECKED)
