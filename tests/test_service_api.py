@@ -485,3 +485,18 @@ def test_field_problems_come_with_the_path_problems(client, roots):
     assert found["inits[0].pretrained"].endswith("nope.txt' does not exist")
     assert "outside the allowed data roots" in found["tasks[0].data_dir"]
     assert found[""].endswith("not checked until the problems above are fixed")
+
+
+def test_model_sizes_and_data_folders_in_one_answer(client, roots):
+    """A d_model the pretrained file does not have and a data folder lacking a file: one 422 names both
+    (the data folder's problem used to wait until the model size was fixed)."""
+    data, _ = roots
+    (data / "sst2").mkdir()
+    (data / "sst2" / "train.tsv").write_text("sentence\tlabel\ngood\t1\n")   # no dev.tsv
+    spec = {**SPEC, "tasks": [{"task": "sst2", "d_model": 4}], "data_dir": str(data),
+            "inits": [{"tgt": "glove", "pretrained": "vec.txt"}]}
+    r = submit(client, spec)
+    assert r.status_code == 422, r.text
+    msgs = [p["msg"] for p in r.json()["detail"]]
+    assert any("lacks dev.tsv" in m for m in msgs)
+    assert any("dimension 2 but the model's d_model is 4" in m for m in msgs)
