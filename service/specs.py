@@ -175,7 +175,12 @@ def _path_problems(data: dict[str, Any], skip: set[str], settings: Settings) -> 
     except (OSError, RecursionError):
         return []
     found = [tuple(p.split(": ", 1)) for p in problems]
-    return [(loc, msg) for loc, msg in found if loc not in skip]
+    return [(loc, msg) for loc, msg in found if not _under(loc, skip)]
+
+
+def _under(loc: str, skip: set[str]) -> bool:
+    """Whether `loc` is one of `skip` or inside one (`foo.pretrained` under an unknown field `foo`)."""
+    return any(loc == s or loc.startswith((f"{s}.", f"{s}[")) for s in skip)
 
 
 def _confined(spec: ExperimentSpec, settings: Settings, tracking_uri: str) -> tuple[ExperimentSpec, dict[str, Any]]:
