@@ -65,32 +65,21 @@ def count_trial_states(tracking_uri: str, name: str, keys: list[str], reused: se
 CLOCK_SLACK_S = 60
 
 
-def sweep_runs(exp, uri: str | None = None) -> set[str]:
-    """Ids of the sweep (parent) runs this experiment's drivers started: its spec's, since it was
-    submitted (read from `uri`, default the experiment's tracking URI)."""
+def sweep_runs(exp, uri: str | None = None, since_submit: bool = True) -> set[str]:
+    """Ids of the sweep (parent) runs of this experiment's spec (`embinit.spec_hash`), read from `uri`
+    (default the experiment's tracking URI): those its drivers started, since it was submitted; with
+    `since_submit=False` every one whenever started (an Optuna search resubmitted resumes from its
+    earlier sweeps' trials, which are its own)."""
     from embinit import mlflow_store, run_readers
 
     uri = uri or exp.tracking_uri
     exp_id = mlflow_store.experiment_id(exp.mlflow_experiment, uri)
     if exp_id is None:
         return set()
-    since = int((exp.created_at.timestamp() - CLOCK_SLACK_S) * 1000)
-    runs = run_readers.sweep_records(exp_id, uri, f"tags.`{records.SPEC_HASH_TAG}` = "
-                                     f"'{exp.spec_hash}' and attributes.start_time >= {since}")
-    return {r.run_id for r in runs}
-
-
-def spec_sweep_runs(exp, uri: str | None = None) -> set[str]:
-    """Ids of every sweep (parent) run of the experiment's spec (`embinit.spec_hash`), whenever started:
-    an Optuna search resubmitted resumes from its earlier sweeps' trials, which are its own."""
-    from embinit import mlflow_store, run_readers
-
-    uri = uri or exp.tracking_uri
-    exp_id = mlflow_store.experiment_id(exp.mlflow_experiment, uri)
-    if exp_id is None:
-        return set()
-    return {r.run_id for r in run_readers.sweep_records(exp_id, uri, f"tags.`{records.SPEC_HASH_TAG}` = "
-                                                                      f"'{exp.spec_hash}'")}
+    query = f"tags.`{records.SPEC_HASH_TAG}` = '{exp.spec_hash}'"
+    if since_submit:
+        query += f" and attributes.start_time >= {int((exp.created_at.timestamp() - CLOCK_SLACK_S) * 1000)}"
+    return {r.run_id for r in run_readers.sweep_records(exp_id, uri, query)}
 
 
 # A running experiment's trial table and report are built again when its state changes, but not sooner
@@ -275,7 +264,7 @@ class ResultStore:
         else:
             chosen = self._records(exp)
             if optuna:
-                sweeps = spec_sweep_runs(exp, self._reads(exp))
+                sweeps = sweep_runs(exp, self._reads(exp), since_submit=False)
                 keys = {k for k, rec in chosen.items() if rec.parent_id in sweeps}
             else:
                 keys = set(exp.trial_keys)

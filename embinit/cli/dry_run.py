@@ -10,6 +10,7 @@ import os
 import statistics
 from collections import Counter
 from pathlib import Path
+from typing import NamedTuple
 
 from embinit.config import TrialConfig, task_defaults
 
@@ -44,14 +45,37 @@ def _d_model(cfg: TrialConfig) -> int | str:
     return task_defaults(cfg.task).d_model
 
 
-def shape_of(cfg: TrialConfig) -> tuple:
+class Shape(NamedTuple):
+    """What a trial's cost depends on: the model, its data, its schedule and its batching."""
+    task: str
+    d: int | str
+    heads: int
+    layers: int
+    ff: int
+    epochs: int
+    tie: bool
+    max_train_examples: int | None
+    batch_size: int
+    max_tokens: int | None
+
+    @property
+    def model(self) -> tuple:
+        """The shape without its schedule (epochs) and batching (batch_size, max_tokens)."""
+        return (self.task, self.d, self.heads, self.layers, self.ff, self.tie, self.max_train_examples)
+
+    @property
+    def batching(self) -> tuple:
+        return (self.batch_size, self.max_tokens)
+
+
+def shape_of(cfg: TrialConfig) -> Shape:
     r = cfg.resolved()
-    return (r.task, _d_model(r), r.heads, r.layers, r.ff_dim, r.epochs, r.tie_embeddings, r.max_train_examples,
-            r.batch_size, r.max_tokens)
+    return Shape(r.task, _d_model(r), r.heads, r.layers, r.ff_dim, r.epochs, r.tie_embeddings,
+                 r.max_train_examples, r.batch_size, r.max_tokens)
 
 
-def _size(shape: tuple) -> str:
-    task, d, heads, layers, ff, _, tie, *_ = shape
+def _size(shape: Shape) -> str:
+    task, d, heads, layers, ff, tie = shape.task, shape.d, shape.heads, shape.layers, shape.ff, shape.tie
     if not isinstance(d, int):
         return "? (D comes from the pretrained source)"
     from embinit.errors import EmbinitError
@@ -78,21 +102,16 @@ def parallelism(spec) -> tuple[int, str]:
     return k, why
 
 
-def _model_key(shape: tuple) -> tuple:
-    """The shape without its schedule (epochs) and batching (batch_size, max_tokens)."""
-    return shape[:5] + shape[6:8]
-
-
-def epoch_s(shape: tuple, past: dict[tuple, list[tuple]]) -> tuple[float | None, str]:
+def epoch_s(shape: Shape, past: dict[tuple, list[tuple]]) -> tuple[float | None, str]:
     """(seconds per epoch, "" measured at this batching | "~" scaled from another batch_size), or
     (None, ""). An epoch is ceil(N / batch_size) steps: a trial at batch 8 takes 8x the steps of one at
     64, each cheaper; scaling by the step count assumes equal seconds per step, the case of small models
     whose step time is overhead (a GPU), and an upper bound where compute dominates (a CPU)."""
-    seen = past.get(_model_key(shape), [])
-    same = [s for batching, s in seen if batching == shape[8:10]]
+    seen = past.get(shape.model, [])
+    same = [s for batching, s in seen if batching == shape.batching]
     if same:
         return statistics.median(same), ""
-    batch, max_tokens = shape[8:10]
+    batch, max_tokens = shape.batching
     scaled = [s * b / batch for (b, t), s in seen if t is None and max_tokens is None and b and batch]
     return (statistics.median(scaled), "~") if scaled else (None, "")
 
@@ -112,8 +131,8 @@ def past_epoch_s(uri: str) -> dict[tuple, list[tuple]]:
                 shape = shape_of(TrialConfig.from_dict(rec.config))
             except Exception:  # a config of an older embinit, or a source not reachable here
                 continue
-            if wall and shape[5]:
-                out.setdefault(_model_key(shape), []).append((shape[8:10], wall / shape[5]))
+            if wall and shape.epochs:
+                out.setdefault(shape.model, []).append((shape.batching, wall / shape.epochs))
     return out
 
 
@@ -126,19 +145,19 @@ def cost_lines(spec) -> list[str]:
              f"  {'trials':>6}  {'epochs':>6}  {'task':22} {'D':>4} {'layers':>6}  {'s/epoch':>8}  model size"]
     per_epoch, scaled = {}, False
     for shape, n in shapes.items():
-        task, d, _, layers, _, epochs, *_ = shape
         per_epoch[shape], mark = epoch_s(shape, past)
         scaled |= mark == "~"
         measured = f"{mark}{per_epoch[shape]:.0f}" if per_epoch[shape] is not None else "?"
-        lines.append(f"  {n:>6}  {epochs:>6}  {task:22} {str(d):>4} {layers:>6}  {measured:>8}  {_size(shape)}")
-    trial_epochs = sum(n * s[5] for s, n in shapes.items())
+        lines.append(f"  {n:>6}  {shape.epochs:>6}  {shape.task:22} {str(shape.d):>4} {shape.layers:>6}  "
+                     f"{measured:>8}  {_size(shape)}")
+    trial_epochs = sum(n * s.epochs for s, n in shapes.items())
     k, why = parallelism(spec)
-    longest = max(s[5] for s in shapes)
+    longest = max(s.epochs for s in shapes)
     rounds = math.ceil(sum(shapes.values()) / k)
     lines.append(f"  total: {trial_epochs} trial-epochs; {k} trials at a time here ({why}): about {rounds} "
                  f"round{'s' if rounds != 1 else ''} of up to {longest} epoch{'s' if longest != 1 else ''} each.")
     if all(v is not None for v in per_epoch.values()):
-        busy = sum(n * s[5] * per_epoch[s] for s, n in shapes.items())
+        busy = sum(n * s.epochs * per_epoch[s] for s, n in shapes.items())
         lines.append(f"  estimate from the trials of this shape already in the store (s/epoch, median): "
                      f"{busy / 60:.1f} trial-minutes, about {busy / k / 60:.1f} min of wall-clock at {k} at a time.")
         if scaled:

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from embinit.spec import path_fields
 from embinit.spec.experiment import ExperimentSpec
 from embinit.spec.fields import SpecFields
-from embinit.spec.loading import blamed, data_problems, missing_paths, spec_data
+from embinit.spec.loading import blamed, data_problems, missing_paths, spec_data, task_files_problem
 from embinit.spec.problems import SpecError, as_written, problems_of
 
 CROSS_NOT_CHECKED = "checks across fields (pretrained sources per init, duplicate inits and tasks, heads vs. D) " \
@@ -149,9 +149,7 @@ def _task_folder_problems(data: dict[str, Any], base: Path | None, missing: list
     """`data_problems` for a spec that does not validate, from the raw data: each entry of a registered
     task, its folder (its `data_dir`, else the spec's `data_dir`/<task>, else $EMBINIT_DATA_DIR's) and its
     `extras` (else the defaults')."""
-    from embinit.errors import EmbinitError
     from embinit.task_registry import TASKS
-    from embinit.tasks.load import check_files
     tasks = data.get("tasks") if isinstance(data.get("tasks"), list) else []
     root = _resolved(data.get("data_dir"), base)
     defaults = data.get("defaults") if isinstance(data.get("defaults"), dict) else {}
@@ -162,15 +160,10 @@ def _task_folder_problems(data: dict[str, Any], base: Path | None, missing: list
             continue
         task = entry["task"]
         own = _resolved(entry.get("data_dir"), base)
-        folder = own or (str(Path(root) / task) if root and not task.startswith("synthetic") else None)
-        if folder is not None and any(Path(folder).expanduser().is_relative_to(m) for m in missing):
-            continue
+        folder = own or (str(Path(root) / task) if root else None)   # a generated task reads no folder
         extras = next((e for e in (entry.get("extras"), defaults.get("extras")) if isinstance(e, dict)), {})
-        try:
-            check_files(task, folder, extras.get("train_split"), extras.get("eval_split"))
-        except EmbinitError as e:
-            where = f"tasks[{i}].data_dir" if own else ("data_dir" if root else f"tasks[{i}]")
-            problems.append((where, str(e)))
+        where = f"tasks[{i}].data_dir" if own else ("data_dir" if root else f"tasks[{i}]")
+        problems += task_files_problem(task, folder, extras, missing, where)
     return problems
 
 

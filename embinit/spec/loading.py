@@ -125,31 +125,42 @@ def check_local_paths(spec: ExperimentSpec) -> None:
 def missing_paths(pairs: list[tuple[str, str]]) -> tuple[list[tuple[str, str]], list[Path]]:
     """((where, problem) for each filesystem path of `pairs` (field path, value) that does not exist,
     every missing value as a Path (hub ids too, for `data_problems`))."""
-    problems = []
+    problems, missing = [], []
     for where, value in pairs:
-        if where in ("cache_dir", "analyses.similarity.snapshot_dir"):
-            continue  # created on demand
-        if value.startswith(("/", "./", "../", "~")) and not Path(value).expanduser().exists():
-            problems.append((where, f"{value!r} does not exist"))
-    return problems, [Path(value).expanduser() for _, value in pairs if not Path(value).expanduser().exists()]
+        path = Path(value).expanduser()
+        if path.exists():
+            continue
+        missing.append(path)
+        if where not in ("cache_dir", "analyses.similarity.snapshot_dir") and value.startswith(("/", "./", "../", "~")):
+            problems.append((where, f"{value!r} does not exist"))   # the two folders above are made on demand
+    return problems, missing
 
 
 def data_problems(spec: ExperimentSpec, missing: list[Path] = ()) -> list[tuple[str, str]]:
     """(where, problem) for each task whose local data folder is no folder or lacks a file its loader
     reads. A folder under one of `missing` (paths already reported) is not reported twice."""
-    from embinit.errors import EmbinitError
     from embinit.spec.planning import trial_config
-    from embinit.tasks.load import check_files
 
     problems = []
     for i, task in enumerate(spec.tasks):
         cfg = trial_config(spec, task, spec.inits[0], spec.seeds[0])
-        if cfg.data_dir is not None and any(Path(cfg.data_dir).expanduser().is_relative_to(m) for m in missing):
-            continue
-        extras = cfg.extras or {}
-        try:
-            check_files(task.task, cfg.data_dir, extras.get("train_split"), extras.get("eval_split"))
-        except EmbinitError as e:
-            where = f"tasks[{i}].data_dir" if task.data_dir else ("data_dir" if spec.data_dir else f"tasks[{i}]")
-            problems.append((where, str(e)))
+        where = f"tasks[{i}].data_dir" if task.data_dir else ("data_dir" if spec.data_dir else f"tasks[{i}]")
+        problems += task_files_problem(task.task, cfg.data_dir, cfg.extras, missing, where)
     return problems
+
+
+def task_files_problem(task: str, folder: str | None, extras: dict | None, missing: list[Path], where: str
+                       ) -> list[tuple[str, str]]:
+    """[(where, what `task`'s loader would refuse about `folder`)] or []; nothing for a folder under one
+    of `missing` (a path already reported)."""
+    from embinit.errors import EmbinitError
+    from embinit.tasks.load import check_files
+
+    if folder is not None and any(Path(folder).expanduser().is_relative_to(m) for m in missing):
+        return []
+    extras = extras or {}
+    try:
+        check_files(task, folder, extras.get("train_split"), extras.get("eval_split"))
+    except EmbinitError as e:
+        return [(where, str(e))]
+    return []
