@@ -111,6 +111,14 @@ def test_dry_run_estimates_from_trials_of_the_same_shape_in_the_store(tmp_path, 
     row = next(ln for ln in out.splitlines() if ln.strip().startswith("9 "))
     assert row.split()[5] == "~80" and "scaled by the number of steps per epoch" in out
     assert "24.0 trial-minutes" in out                                              # 9 x 2 epochs x 80 s
+    # from another directory, `--tracking-uri` names the store the run would write: the estimate reads it
+    # (the dry run read the spec's default ./mlflow.db and printed that instead)
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    assert main(["run", str(QUICK), "--dry-run", "epochs=2", "--tracking-uri", "sqlite:///../mlflow.db"]) == 0
+    out = capsys.readouterr().out
+    assert "6.0 trial-minutes" in out and f"at sqlite:///{tmp_path / 'mlflow.db'}" in out
+    assert not (tmp_path / "elsewhere" / "mlflow.db").exists()
 
 
 def test_an_empty_seeds_says_it_must_not_be_empty(capsys):

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from embinit.config import TrialConfig, task_defaults
+from embinit.mlflow_store import resolve_uri
 
 
 def trial_lines(spec) -> list[str]:
@@ -136,11 +137,12 @@ def past_epoch_s(uri: str) -> dict[tuple, list[tuple]]:
     return out
 
 
-def cost_lines(spec) -> list[str]:
-    """Per model shape: trials, epochs, size, and the seconds per epoch measured before in this store;
-    then the total in trial-epochs and rounds, and a wall-clock estimate where every shape was measured."""
+def cost_lines(spec, uri: str) -> list[str]:
+    """Per model shape: trials, epochs, size, and the seconds per epoch measured before in the store at
+    `uri`; then the total in trial-epochs and rounds, and a wall-clock estimate where every shape was
+    measured."""
     shapes = Counter(shape_of(cfg) for cfg in spec.expand())
-    past = past_epoch_s(spec.tracking_uri())
+    past = past_epoch_s(uri)
     lines = ["", "cost, per model shape:",
              f"  {'trials':>6}  {'epochs':>6}  {'task':22} {'D':>4} {'layers':>6}  {'s/epoch':>8}  model size"]
     per_epoch, scaled = {}, False
@@ -190,11 +192,12 @@ def execution_lines(spec) -> list[str]:
                 f"alone; a cluster's slots may group them otherwise"]
 
 
-def dry_run(spec) -> str:
-    """The expanded trial list, one trial a line, the cost, and the total."""
+def dry_run(spec, tracking_uri: str | None = None) -> str:
+    """The expanded trial list, one trial a line, the cost, and the total; `tracking_uri` (the run's
+    `--tracking-uri`) is the store the run would write, else the spec's."""
+    uri = resolve_uri(spec.tracking_uri(tracking_uri))
     lines = trial_lines(spec)
     if spec.search is None or spec.search.method != "optuna":
-        lines += cost_lines(spec) + execution_lines(spec)
-    lines.append(f"{spec.num_trials()} trials; MLflow experiment {spec.experiment_name()!r} at "
-                 f"{spec.tracking_uri()}")
+        lines += cost_lines(spec, uri) + execution_lines(spec)
+    lines.append(f"{spec.num_trials()} trials; MLflow experiment {spec.experiment_name()!r} at {uri}")
     return "\n".join(lines)

@@ -48,7 +48,7 @@ def run(args) -> int:
     # data folders to its nodes), dimensions that do not fit
     spec = check_spec(args.spec, args.overrides, local=args.dry_run or args.address is None)
     if args.dry_run:
-        print(dry_run(spec))
+        print(dry_run(spec, args.tracking_uri))
         return 0
     from embinit.sweep import run_sweep
     try:
