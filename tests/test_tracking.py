@@ -169,3 +169,22 @@ def test_a_table_artifact_is_the_json_mlflow_writes_with_nulls_for_non_numbers()
                                 "data": [["a", 0.5, None], ["b", None, 2], ["c", None, 3.25]]}
     frame = pd.read_json(io.StringIO(text), orient="split")   # how MLflow reads a table back
     assert list(frame["statistic"]) == ["a", "b", "c"] and frame["best"].iloc[2] == 3.25
+
+
+def test_every_validation_metric_is_logged_at_the_selected_epoch(store):
+    """MNLI's checkpoint is selected on matched accuracy; `best/val/acc_mismatched` is mismatched's own
+    maximum (the paper's report), `selected/val/*` the one checkpoint's values, which were not logged."""
+    uri, exp = store
+    accs = {1: (0.50, 0.52), 2: (0.61, 0.55), 3: (0.60, 0.58)}      # matched peaks at 2, mismatched at 3
+    res = {**result((1, 2, 3)), "best_epoch": 2,
+           "history": [{"epoch": e, "train/loss": 1.0, "val/loss": 2.0 / e, "val/acc_matched": m,
+                        "val/acc_mismatched": mm} for e, (m, mm) in accs.items()],
+           "best": {"val/acc_matched": 0.61, "val/acc_matched_epoch": 2,
+                    "val/acc_mismatched": 0.58, "val/acc_mismatched_epoch": 3}}
+    run = trial_run.TrialRun.open(uri, exp, None, config(5, "mnli"), "key5", "Xavier", {})
+    run.finish(res, [])
+    m = mlflow_store.client(uri).get_run(run.run_id).data.metrics
+    assert m["best/val/acc_mismatched"] == 0.58 and m["selected/val/acc_mismatched"] == 0.55
+    assert m["selected/val/acc_matched"] == 0.61 and m["selected/val/loss"] == 1.0
+    assert not [k for k in m if k.startswith("selected/") and not k.startswith("selected/val/")]
+    assert trial_run.selected_metrics(res["history"], None) == {}     # a diverged trial selected nothing
