@@ -69,6 +69,12 @@ def test_loss_falls_and_the_registry_metrics_exist(kind, trials):
     assert result.status == "finished" and result.best_epoch is not None
     assert result.history[-1]["train/loss"] < result.history[0]["train/loss"]
     assert all(entry.selection[0] in h and entry.curve in h for h in result.history)
+    # the trainer's checkpoint criterion is the registry's selection metric (Tune, Optuna and the report
+    # select by the registry's; best.pt and test/* follow the trainer's)
+    metric, mode = entry.selection
+    assert next(iter(result.best)) == metric and result.best[f"{metric}_epoch"] == result.best_epoch
+    values = [h[metric] for h in result.history]
+    assert result.history[values.index((min if mode == "min" else max)(values))]["epoch"] == result.best_epoch
     logged = {**result.test, **{f"best/{k}": v for k, v in result.best.items()}}
     for name in (entry.primary, *entry.reported):
         low, high = metric_range(name)
