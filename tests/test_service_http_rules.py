@@ -91,3 +91,21 @@ def test_a_key_given_twice_is_a_422_naming_it(client, body, ctype, msg):
     assert r.status_code == 422
     assert r.json()["detail"] == [{"loc": "", "msg": msg}]
     assert client.get("/experiments").json()["total"] == 0
+
+
+@pytest.mark.parametrize("spec, problems", [
+    ({**SPEC, "defaults": {"tie_embeddings": True}},
+     [{"loc": "trials synthetic_translation x Xavier",
+       "msg": "tie_embeddings applies to language models only; 'synthetic_translation' is a translation task"}]),
+    ({**SPEC, "tasks": ["synthetic_translation", "synthetic_lm"], "inits": ["xavier", "normal"],
+      "defaults": {"freeze_non_embeddings": True}, "axes": {"train_embeddings": [True, False]}},
+     [{"loc": "trials synthetic_translation x every init (train_embeddings=False), "
+              "synthetic_lm x every init (train_embeddings=False)",
+       "msg": "train_embeddings=False with freeze_non_embeddings=True leaves nothing to train"}]),
+])
+def test_settings_no_trial_may_combine_are_a_422(client, spec, problems):
+    """What the trainer's check_config refuses in every trial is refused before any trial starts."""
+    r = client.post("/experiments", json=spec)
+    assert r.status_code == 422
+    assert r.json()["detail"] == problems + [{"loc": "", "msg": NOT_CHECKED}]
+    assert client.get("/experiments").json()["total"] == 0

@@ -22,7 +22,7 @@ import torch
 
 from embinit.bounds import BOUNDS
 from embinit.bounds import problem as bound_problem
-from embinit.config import TrialConfig, task_defaults
+from embinit.config import TrialConfig, config_problems, task_defaults
 from embinit.errors import EmbinitError
 from embinit.model_dims import resolve_model_size, side_sources
 from embinit.task_registry import kind_code, task_kind
@@ -122,11 +122,7 @@ def check_config(cfg: TrialConfig) -> TrialConfig:
         problems.append(f"precision must be one of {', '.join(PRECISIONS)}, got {rc.precision!r}")
     # the bounds declared in embinit.bounds (seeds, lr, max_len, sizes, dropout, threads, ...)
     problems += [msg for name in BOUNDS if (msg := bound_problem(name, getattr(rc, name, None)))]
-    if not rc.train_embeddings and rc.freeze_non_embeddings:
-        problems.append("train_embeddings=False with freeze_non_embeddings=True leaves nothing to train")
-    if rc.tie_embeddings and not task_kind(rc.task).stream:
-        problems.append(f"tie_embeddings applies to language models only; {rc.task!r} is a "
-                        f"{task_defaults(rc.task).kind} task")
+    problems += config_problems(rc)   # the rules across fields, which the spec's check applies too
     if problems:
         raise EmbinitError("; ".join(problems))
     return rc
