@@ -22,7 +22,7 @@ import torch
 
 from embinit.bounds import BOUNDS
 from embinit.bounds import problem as bound_problem
-from embinit.config import TrialConfig, config_problems, task_defaults
+from embinit.config import TrialConfig, task_defaults
 from embinit.errors import EmbinitError
 from embinit.model_dims import resolve_model_size, side_sources
 from embinit.task_registry import kind_code, task_kind
@@ -115,6 +115,7 @@ class Setup:
 
 def check_config(cfg: TrialConfig) -> TrialConfig:
     """Resolve defaults and reject impossible values (all before loading anything)."""
+    from embinit.config import config_problems
     task_defaults(cfg.task)  # unknown task -> EmbinitError listing the valid ones
     rc = cfg.resolved()
     problems = []
