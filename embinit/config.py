@@ -183,3 +183,20 @@ class TrialConfig:
 IDENTITY_FIELDS = ("task", "init", "seed", "src_init", "pretrained", "src_pretrained", "data_dir")
 HYPERPARAMETERS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(TrialConfig)
                                          if f.name not in IDENTITY_FIELDS)
+
+# The hyperparameters `config_problems` reads besides the task: the spec's check varies exactly these over
+# its axes and search space (a rule reading another field must add it here).
+RULE_FIELDS = ("train_embeddings", "freeze_non_embeddings", "tie_embeddings")
+
+
+def config_problems(cfg: TrialConfig) -> list[str]:
+    """What no trial may combine, one message per broken rule ([] when none): the rules across fields,
+    declared once. The trainer's `check_config` refuses a trial that breaks one; the spec's check
+    (`embinit.spec.checks`) applies them to every trial a spec plans, before any starts."""
+    problems = []
+    if not cfg.train_embeddings and cfg.freeze_non_embeddings:
+        problems.append("train_embeddings=False with freeze_non_embeddings=True leaves nothing to train")
+    if cfg.tie_embeddings and not task_kind(cfg.task).stream:
+        problems.append(f"tie_embeddings applies to language models only; {cfg.task!r} is a "
+                        f"{task_defaults(cfg.task).kind} task")
+    return problems

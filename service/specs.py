@@ -1,11 +1,11 @@
 """A submitted spec, from request bytes to a validated, confined `ExperimentSpec`.
 
-Order of checks: the body parses (JSON, or YAML with a YAML content type, safe loader, no aliases);
-nothing asks for environment expansion; the spec validates (`embinit.spec.load_spec`, every problem
-listed, with its paths' problems and a line saying what was not checked); its paths lie inside the
-configured roots; it logs to the service's MLflow store; it has no more trials than the limit; then its
-bounds, hub models, model sizes and data folders, all in one answer. Each failure is an `HTTPException`
-with a precise `detail`.
+Order of checks: the body parses (JSON, or YAML with a YAML content type, safe loader, no aliases; either
+way no key given twice); nothing asks for environment expansion; the spec validates
+(`embinit.spec.load_spec`, every problem listed, with its paths' problems and a line saying what was not
+checked); its paths lie inside the configured roots; it logs to the service's MLflow store; it has no
+more trials than the limit; then its bounds, hub models, model sizes and data folders, all in one answer.
+Each failure is an `HTTPException` with a precise `detail`.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from fastapi import HTTPException
 
 from embinit.bounds import BOUNDS, over_setting
 from embinit.model_dims import dimension_problems
-from embinit.spec import (PRETRAINED_KEYS, ExperimentSpec, PlannedTrial, SpecError, data_problems, load_spec,
-                          yaml_error)
+from embinit.spec import (PRETRAINED_KEYS, ExperimentSpec, PlannedTrial, SpecError, SpecLoader, data_problems,
+                          load_spec, unique_pairs, yaml_error)
 from service.hub import check_hub_ids
 from service.paths import confine_paths, format_loc
 from service.settings import Settings
@@ -43,8 +43,9 @@ class Submission:
     notices: list[str]         # what the client should know, e.g. a model the trials fetch from the hub
 
 
-class _NoAliasLoader(yaml.SafeLoader):
-    """Safe YAML without anchors/aliases: an alias bomb would expand into gigabytes on validation."""
+class _NoAliasLoader(SpecLoader):
+    """The spec loader (safe, a key given twice refused) without anchors/aliases: an alias bomb would
+    expand into gigabytes on validation."""
 
     def compose_node(self, parent, index):
         if self.check_event(yaml.AliasEvent):
@@ -94,14 +95,16 @@ def hostile_values(data: Any, max_items: int, loc: str = "") -> list[tuple[str, 
 
 
 def parse_body(body: bytes, content_type: str | None) -> dict[str, Any]:
-    """The request body as a mapping; JSON unless the content type says YAML."""
+    """The request body as a mapping; JSON unless the content type says YAML. Either way a key given twice
+    is refused, as `embinit run` refuses it (`embinit.spec.loading.SpecLoader`), not silently the last."""
     media = (content_type or "application/json").split(";")[0].strip().lower()
     if media not in YAML_TYPES + JSON_TYPES:
         raise HTTPException(415, detail=f"unsupported content type {media!r}; send application/json "
                                         f"or application/yaml")
     try:
         text = body.decode("utf-8")
-        data = yaml.load(text, Loader=_NoAliasLoader) if media in YAML_TYPES else json.loads(text)
+        data = (yaml.load(text, Loader=_NoAliasLoader) if media in YAML_TYPES
+                else json.loads(text, object_pairs_hook=unique_pairs))
     except UnicodeDecodeError:
         raise _unprocessable([("", "the body is not UTF-8 text")]) from None
     except yaml.YAMLError as e:

@@ -88,3 +88,14 @@ def test_train_lists_every_problem_of_the_data_folder_and_the_model_size(tmp_pat
     err = capsys.readouterr().err
     assert code == 2 and "--data-dir: sst2: data folder" in err and "lacks dev.tsv" in err
     assert "dimension 3 but the model's d_model is 4" in err
+
+
+def test_train_lists_settings_no_trial_may_combine_with_its_other_problems(tmp_path, capsys):
+    """The spec's check (which `embinit train` runs first) knows the trainer's rules across fields."""
+    (tmp_path / "sst2").mkdir()
+    code = main(["train", "--task", "sst2", "--freeze-embeddings", "--freeze-non-embeddings",
+                 "--data-dir", str(tmp_path / "sst2"), "--cache-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "--data-dir: sst2: data folder" in err
+    assert "train_embeddings=False with freeze_non_embeddings=True leaves nothing to train" in err

@@ -73,3 +73,39 @@ def test_empty_task_or_init_is_a_422_naming_it(client, spec, loc):
     assert r.json()["detail"] == [{"loc": loc, "msg": "String should have at least 1 character, got ''"},
                                   {"loc": "", "msg": NOT_CHECKED}]   # what waits for it to be fixed
     assert client.get("/experiments").json()["total"] == 0
+
+
+@pytest.mark.parametrize("body, ctype, msg", [
+    # the CLI's loader (embinit.spec.loading.SpecLoader) refuses this text; so does the service
+    (b"name: rules\ntasks: [synthetic_translation]\nseeds: 1\ninits: [xavier]\nseeds: 3\n", "application/yaml",
+     "the body is not valid YAML at line 5, column 1: 'seeds' is given twice (first at line 3) "
+     "(while reading a mapping at line 1, column 1)"),
+    (b'{"name": "rules", "tasks": ["synthetic_translation"], "seeds": 1, "inits": ["xavier"], "seeds": 3}',
+     "application/json", "the body is not valid JSON: 'seeds' is given twice"),
+    (b'{"name": "rules", "tasks": [{"task": "synthetic_translation", "epochs": 1, "epochs": 9}], '
+     b'"inits": ["xavier"]}', "application/json", "the body is not valid JSON: 'epochs' is given twice"),
+])
+def test_a_key_given_twice_is_a_422_naming_it(client, body, ctype, msg):
+    """Not the last one silently winning (`seeds: 1` ... `seeds: 3` ran 3 seeds)."""
+    r = client.post("/experiments", content=body, headers={"content-type": ctype})
+    assert r.status_code == 422
+    assert r.json()["detail"] == [{"loc": "", "msg": msg}]
+    assert client.get("/experiments").json()["total"] == 0
+
+
+@pytest.mark.parametrize("spec, problems", [
+    ({**SPEC, "defaults": {"tie_embeddings": True}},
+     [{"loc": "trials synthetic_translation x Xavier",
+       "msg": "tie_embeddings applies to language models only; 'synthetic_translation' is a translation task"}]),
+    ({**SPEC, "tasks": ["synthetic_translation", "synthetic_lm"], "inits": ["xavier", "normal"],
+      "defaults": {"freeze_non_embeddings": True}, "axes": {"train_embeddings": [True, False]}},
+     [{"loc": "trials synthetic_translation x every init (train_embeddings=False), "
+              "synthetic_lm x every init (train_embeddings=False)",
+       "msg": "train_embeddings=False with freeze_non_embeddings=True leaves nothing to train"}]),
+])
+def test_settings_no_trial_may_combine_are_a_422(client, spec, problems):
+    """What the trainer's check_config refuses in every trial is refused before any trial starts."""
+    r = client.post("/experiments", json=spec)
+    assert r.status_code == 422
+    assert r.json()["detail"] == problems + [{"loc": "", "msg": NOT_CHECKED}]
+    assert client.get("/experiments").json()["total"] == 0

@@ -108,3 +108,17 @@ def test_dry_run_shows_how_the_trials_would_fuse(tmp_path, capsys, monkeypatch, 
     out = capsys.readouterr().out
     lines = [line for line in out.splitlines() if line.startswith("execution:")]
     assert (lines == []) if expected is None else (len(lines) == 1 and expected in lines[0]), out
+
+
+def test_dry_run_refuses_settings_no_trial_may_combine_with_the_other_problems(tmp_path, capsys):
+    """Not a sweep that starts Ray and then fails every trial in the trainer's check."""
+    spec = tmp_path / "s.yaml"
+    spec.write_text("name: s\ntasks: [synthetic_translation]\ninits: [xavier]\nseeds: 2\nretries: -1\n"
+                    "defaults: {tie_embeddings: true, train_embeddings: false, freeze_non_embeddings: true}\n")
+    assert main(["run", str(spec), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("embinit: error: invalid experiment spec (3 problems): retries: ") and err.count("\n") == 1
+    assert ("trials synthetic_translation x Xavier: train_embeddings=False with freeze_non_embeddings=True "
+            "leaves nothing to train") in err
+    assert ("trials synthetic_translation x Xavier: tie_embeddings applies to language models only; "
+            "'synthetic_translation' is a translation task") in err

@@ -101,3 +101,32 @@ def test_train_shows_the_oov_and_the_src_init_problems(capsys):
     assert "--oov: 'meen' is not a registered oov rule" in err
     assert "--src-init: only translation tasks have a source side" in err
     assert err.rstrip().endswith(SIZES_NOT_CHECKED)
+
+
+def test_settings_no_trial_may_combine_are_checked_over_the_plan_once_per_group():
+    """The trainer's rules across a trial's fields (embinit.config.config_problems) run over every planned
+    trial: each problem once, naming the trials (and the axis or search values) it concerns, with the
+    spec's other problems."""
+    spec = {"name": "s", "retries": -1, "tasks": ["synthetic_translation", "synthetic_lm"],
+            "inits": ["xavier", "normal"], "seeds": 3, "defaults": {"freeze_non_embeddings": True},
+            "axes": {"train_embeddings": [True, False]},
+            "search": {"method": "optuna", "num_samples": 2, "space": {"tie_embeddings": [False, True]}}}
+    with pytest.raises(SpecError) as e:
+        check_spec(spec, local=False)
+    assert e.value.problems == [
+        ("retries", "Input should be greater than or equal to 0, got -1"),
+        ("trials synthetic_translation x every init (tie_embeddings=True)",
+         "tie_embeddings applies to language models only; 'synthetic_translation' is a translation task"),
+        ("trials synthetic_translation x every init (train_embeddings=False), "
+         "synthetic_lm x every init (train_embeddings=False)",
+         "train_embeddings=False with freeze_non_embeddings=True leaves nothing to train")]
+
+
+def test_a_rule_on_one_task_names_its_trials_only():
+    spec = {"name": "s", "tasks": [{"task": "synthetic_translation", "tie_embeddings": True},
+                                   {"task": "synthetic_lm", "tie_embeddings": True}], "inits": ["xavier"]}
+    with pytest.raises(SpecError) as e:
+        check_spec(spec, local=False)
+    assert e.value.problems == [("trials synthetic_translation x Xavier", "tie_embeddings applies to language "
+                                 "models only; 'synthetic_translation' is a translation task")]
+    check_spec({**spec, "tasks": spec["tasks"][1:]}, local=False)   # an LM may tie its tables

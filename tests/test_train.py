@@ -214,6 +214,23 @@ def test_bad_input_fails_before_training(change, message, tmp_path):
     assert not started
 
 
+def test_check_config_refuses_every_rule_the_spec_check_applies():
+    """Called directly, not through a spec, the trainer still refuses a trial breaking the rules across
+    fields; the message is the one rule function's, which the spec's check runs over every planned trial."""
+    from embinit.config import config_problems
+    from embinit.train.prepare import check_config
+
+    cfg = TrialConfig(task="synthetic_translation", tie_embeddings=True, train_embeddings=False,
+                      freeze_non_embeddings=True, threads=1)
+    assert config_problems(cfg) == [
+        "train_embeddings=False with freeze_non_embeddings=True leaves nothing to train",
+        "tie_embeddings applies to language models only; 'synthetic_translation' is a translation task"]
+    with pytest.raises(EmbinitError) as e:
+        check_config(cfg)
+    assert str(e.value) == "; ".join(config_problems(cfg))
+    assert config_problems(TrialConfig(task="synthetic_lm", tie_embeddings=True)) == []
+
+
 def test_heads_left_at_default_adapt_to_d_model(cache):
     r = run_trial(small(d_model=18), cache_dir=cache)  # the task's default 4 heads do not divide 18
     assert r.config["d_model"] == 18 and r.config["heads"] == 3  # the divisor of 18 nearest 4

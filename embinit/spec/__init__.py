@@ -28,7 +28,7 @@ local paths, data folders and model sizes included, in one list).
 from embinit.config import HYPERPARAMETERS
 from embinit.spec.experiment import ExperimentSpec
 from embinit.spec.inits import InitEntry, init_label, init_string, source_name
-from embinit.spec.loading import check_local_paths, data_problems, load_spec, yaml_error
+from embinit.spec.loading import SpecLoader, check_local_paths, data_problems, load_spec, unique_pairs, yaml_error
 from embinit.spec.models import (Analyses, Execution, Hyperparams, MlflowSettings, ProbeAnalysis, Range,
                                  Resources, Search, SimilarityAnalysis, TaskEntry)
 from embinit.spec.path_fields import DATA_KEYS, PATH_KEYS, PRETRAINED_KEYS, PathStr, expand_env, spec_path
@@ -40,4 +40,4 @@ __all__ = ["ExperimentSpec", "InitEntry", "SpecError", "check_local_paths", "dat
            "Range", "Resources", "MlflowSettings", "PlannedTrial", "Analyses", "Execution",
            "ProbeAnalysis", "SimilarityAnalysis", "HYPERPARAMETERS", "DATA_KEYS", "PRETRAINED_KEYS",
            "PATH_KEYS", "PathStr", "expand_env", "spec_path", "init_label", "init_string", "source_name",
-           "yaml_error"]
+           "yaml_error", "SpecLoader", "unique_pairs"]

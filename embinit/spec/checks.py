@@ -1,15 +1,17 @@
 """Checks that involve more than one field of a spec (run once every field is valid): axis and search
-values, pretrained sources per init side, duplicate inits and tasks, heads vs. D, analyses and
-execution against the rest."""
+values, pretrained sources per init side, duplicate inits and tasks, heads vs. D, the rules across a
+trial's fields (`embinit.config.config_problems`) over every planned trial, analyses and execution
+against the rest."""
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from pydantic import ValidationError
 
 from embinit import bounds
-from embinit.config import HYPERPARAMETERS, task_defaults
+from embinit.config import HYPERPARAMETERS, RULE_FIELDS, config_problems, task_defaults
 from embinit.spec.fields import SpecFields
 from embinit.spec.inits import INIT_AXES, InitEntry, init_axis_problem, init_string, source_name
 from embinit.spec.models import Hyperparams
@@ -97,7 +99,64 @@ def _heads_problems(spec: SpecFields) -> list[tuple[str, str]]:
 def cross_check(spec: SpecFields) -> list[tuple[str, str]]:
     """Problems that involve more than one field (each field alone is valid)."""
     return (_value_problems(spec) + _init_problems(spec) + _reference_seed_problems(spec)
-            + _heads_problems(spec) + _execution_problems(spec) + _task_problems(spec) + _search_metric_problems(spec))
+            + _heads_problems(spec) + _rule_problems(spec) + _execution_problems(spec) + _task_problems(spec)
+            + _search_metric_problems(spec))
+
+
+def _rule_problems(spec: SpecFields) -> list[tuple[str, str]]:
+    """The rules no trial may break (`config_problems`, which the trainer's `check_config` applies to
+    one trial) over every trial the spec plans, each distinct problem once with the trials it concerns
+    (`trials synthetic_translation x every init`). The rules read the task and `RULE_FIELDS` only, so only
+    those fields' axis and search values are varied: the whole grid is never expanded."""
+    points = _rule_points(spec)
+    found: dict[str, list[str]] = {}
+    for task in spec.tasks:
+        hits: dict[str, dict[str, list[dict[str, Any]]]] = {}   # problem -> init label -> points it is at
+        for init in spec.inits:
+            label = init.label_for(has_source_table(task.task))
+            for point in points:
+                for why in config_problems(trial_config(spec, task, init, spec.seeds[0], point)):
+                    hits.setdefault(why, {}).setdefault(label, []).append(point)
+        for why, by_label in hits.items():
+            groups: dict[tuple[str, ...], list[str]] = {}   # the values it is at -> the inits
+            for label, at in by_label.items():
+                groups.setdefault(_values_at(at, points), []).append(label)
+            for values, labels in groups.items():
+                named = ["every init"] if len(labels) == len(spec.inits) > 1 else labels
+                found.setdefault(why, []).extend(f"{task.task} x {n}{v}" for n in named for v in values)
+    return [(_trials(names), why) for why, names in found.items()]
+
+
+def _values_at(at: list[dict[str, Any]], points: list[dict[str, Any]]) -> tuple[str, ...]:
+    """` (train_embeddings=False)` for each of the `points` in `at` (where a problem is), naming only the
+    fields it depends on: a field is left out when, wherever the problem is, it is there at each value."""
+    names, rows = list(points[0]), [tuple(p.values()) for p in at]
+    for i in reversed(range(len(names))):   # from the last, so the earlier fields keep their index
+        values = list(dict.fromkeys(p[names[i]] for p in points))
+        if all(r[:i] + (v,) + r[i + 1:] in rows for r in rows for v in values):
+            rows = list(dict.fromkeys(r[:i] + r[i + 1:] for r in rows))
+            del names[i]
+    return tuple(f" ({', '.join(f'{k}={v!r}' for k, v in zip(names, r))})" if names else "" for r in rows)
+
+
+def _rule_points(spec: SpecFields) -> list[dict[str, Any]]:
+    """Each combination of the values that the axes and the search space give `RULE_FIELDS` (a grid's
+    points, or the values an Optuna search may draw; values the field refuses are problems already and
+    left out); [{}] when they give none."""
+    choices: dict[str, list[Any]] = {}
+    for name in RULE_FIELDS:
+        space = spec.search.space.get(name) if spec.search is not None else None
+        values = [*spec.axes.get(name, []), *(space if isinstance(space, list) else [])]
+        valid = [v for i, v in enumerate(values) if v not in values[:i] and not _check_values("", name, [v])]
+        if valid:
+            choices[name] = valid
+    return [dict(zip(choices, combo)) for combo in itertools.product(*choices.values())]
+
+
+def _trials(names: list[str]) -> str:
+    """`trials a, b, c and 2 more`: where a problem of some planned trials lies (as `dimension_problems`
+    names them)."""
+    return "trials " + ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
 
 
 def _value_problems(spec: SpecFields) -> list[tuple[str, str]]:

@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from embinit.config import RULE_FIELDS
 from embinit.spec import path_fields
 from embinit.spec.experiment import ExperimentSpec
 from embinit.spec.fields import SpecFields
@@ -94,8 +95,9 @@ def _validated_part(data: dict[str, Any], context: dict, problems: list[tuple[st
         return None, None, [("", CROSS_NOT_CHECKED)]
 
 
-# hyperparameters the cross-field checks read (heads vs. D, the planned embedding seeds): never left out
-_KEPT = {"task", "data_dir", "d_model", "heads", "emb_seed"}
+# hyperparameters the cross-field checks read (heads vs. D, the planned embedding seeds, the rules across a
+# trial's fields): never left out
+_KEPT = {"task", "data_dir", "d_model", "heads", "emb_seed", *RULE_FIELDS}
 
 
 def _set_aside(rest: dict[str, Any], path: str) -> bool:

@@ -26,9 +26,17 @@ def yaml_error(e: yaml.YAMLError, where: str = "") -> str:
     return text
 
 
-class _UniqueKeys(yaml.SafeLoader):
-    """YAML's safe loader, but a key given twice in one mapping is an error (safe_load keeps the last:
-    `seeds: 1` and a later `seeds: 3` ran 3 seeds without a word)."""
+def given_twice(key: Any, first_line: int | None = None) -> str:
+    """The one message for a key given twice in one mapping, from YAML (with the line of the first) or
+    from JSON: `'seeds' is given twice (first at line 4)`."""
+    shown = repr(key) if len(repr(key)) <= 60 else repr(key)[:57] + "..."
+    return f"{shown} is given twice" + (f" (first at line {first_line})" if first_line is not None else "")
+
+
+class SpecLoader(yaml.SafeLoader):
+    """The one reader of spec YAML (`load_spec`, the service's bodies): YAML's safe loader, but a key
+    given twice in one mapping is an error (safe_load keeps the last: `seeds: 1` and a later `seeds: 3`
+    ran 3 seeds without a word)."""
 
     def construct_mapping(self, node, deep=False):
         seen: dict[Any, Any] = {}
@@ -36,10 +44,21 @@ class _UniqueKeys(yaml.SafeLoader):
             key = self.construct_object(key_node, deep=deep)
             if isinstance(key, (str, int, float, bool)) and key in seen:
                 raise yaml.constructor.ConstructorError(
-                    "while reading a mapping", node.start_mark,
-                    f"{key!r} is given twice (first at line {seen[key].line + 1})", key_node.start_mark)
+                    "while reading a mapping", node.start_mark, given_twice(key, seen[key].line + 1),
+                    key_node.start_mark)
             seen[key] = key_node.start_mark
         return super().construct_mapping(node, deep=deep)
+
+
+def unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """`json.loads(text, object_pairs_hook=unique_pairs)`: JSON read with `SpecLoader`'s rule, a key
+    given twice in one object is a ValueError naming it (json.loads keeps the last)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(given_twice(key))
+        out[key] = value
+    return out
 
 
 def _read(source: Any) -> tuple[dict[str, Any], Path | None]:
@@ -62,7 +81,7 @@ def _read(source: Any) -> tuple[dict[str, Any], Path | None]:
     else:
         raise SpecError([("", f"a spec must be a mapping, YAML text or a file path, got {type(source).__name__}")])
     try:
-        data = yaml.load(text, Loader=_UniqueKeys)   # a SafeLoader
+        data = yaml.load(text, Loader=SpecLoader)   # a SafeLoader
     except yaml.YAMLError as e:
         raise SpecError([("", yaml_error(e, where))]) from None
     if not isinstance(data, dict):

@@ -115,6 +115,7 @@ class Setup:
 
 def check_config(cfg: TrialConfig) -> TrialConfig:
     """Resolve defaults and reject impossible values (all before loading anything)."""
+    from embinit.config import config_problems
     task_defaults(cfg.task)  # unknown task -> EmbinitError listing the valid ones
     rc = cfg.resolved()
     problems = []
@@ -122,11 +123,7 @@ def check_config(cfg: TrialConfig) -> TrialConfig:
         problems.append(f"precision must be one of {', '.join(PRECISIONS)}, got {rc.precision!r}")
     # the bounds declared in embinit.bounds (seeds, lr, max_len, sizes, dropout, threads, ...)
     problems += [msg for name in BOUNDS if (msg := bound_problem(name, getattr(rc, name, None)))]
-    if not rc.train_embeddings and rc.freeze_non_embeddings:
-        problems.append("train_embeddings=False with freeze_non_embeddings=True leaves nothing to train")
-    if rc.tie_embeddings and not task_kind(rc.task).stream:
-        problems.append(f"tie_embeddings applies to language models only; {rc.task!r} is a "
-                        f"{task_defaults(rc.task).kind} task")
+    problems += config_problems(rc)   # the rules across fields, which the spec's check applies too
     if problems:
         raise EmbinitError("; ".join(problems))
     return rc
