@@ -225,6 +225,17 @@ def test_axis_problems():
     assert "at least one value" in found["axes.epochs"]
 
 
+def test_axis_and_search_values_reach_the_trial_in_their_field_type():
+    """An axis value was passed on as written: `train_embeddings: ["false"]` trained the embeddings (a
+    non-empty string is true) and `lr: ["1e-3"]` reached the optimizer as a string; a fixed value is coerced."""
+    spec = load_spec(base(axes={"train_embeddings": ["false", True], "lr": ["1e-3"]},
+                          search={"space": {"dropout": ["0.1", 0.2]}}))
+    got = {(c.train_embeddings, c.lr, c.dropout) for c in spec.expand()}
+    assert got == {(False, 0.001, 0.1), (True, 0.001, 0.1), (False, 0.001, 0.2), (True, 0.001, 0.2)}
+    assert all(type(c.lr) is float and type(c.train_embeddings) is bool for c in spec.expand())
+    assert spec.axes["lr"] == [0.001] and spec.search.space["dropout"] == [0.1, 0.2]
+
+
 def test_search_problems():
     found = problems(base(axes={"lr": [1e-3]}, search={"space": {"lr": [1e-4], "dropout": {"low": 0.1, "high": 0.3},
                                                                   "batch_size": ["big"]}}))

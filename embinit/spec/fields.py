@@ -12,7 +12,7 @@ from embinit import bounds
 from embinit.bounds import field_limits
 from embinit.spec.inits import InitEntry
 from embinit.spec.models import (NAME_PATTERN, Analyses, Execution, Hyperparams, MlflowSettings, Resources, Search,
-                                 TaskEntry, _Strict)
+                                 TaskEntry, _Strict, as_typed)
 from embinit.spec.path_fields import PathStr
 
 
@@ -35,6 +35,11 @@ class SpecFields(_Strict):
     mlflow: MlflowSettings = Field(default_factory=MlflowSettings)
     analyses: Analyses | None = None
     execution: Execution = Field(default_factory=Execution)
+
+    @field_validator("axes")
+    @classmethod
+    def _typed_axes(cls, axes: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        return {name: as_typed(name, values) for name, values in axes.items()}
 
     @field_validator("tasks", mode="before")
     @classmethod

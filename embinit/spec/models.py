@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator,
+                      model_validator)
 
 from embinit.bounds import field_limits
 from embinit.config import HYPERPARAMETERS
@@ -102,6 +103,22 @@ class Range(_Strict):
         return self
 
 
+def as_typed(name: str, values: list[Any]) -> list[Any]:
+    """Axis or search values as a trial will get them: each valid value of hyperparameter `name` in its
+    field's type, coerced as a fixed value is (`"false"` -> False, `"1e-3"` -> 0.001); a value was passed on
+    as written, so `train_embeddings: ["false"]` trained the embeddings. Invalid ones stay as they are, for
+    the checks to report; names that are not hyperparameters (the init axes) are left alone."""
+    if name not in Hyperparams.model_fields:
+        return values
+    out = []
+    for value in values:
+        try:
+            out.append(getattr(Hyperparams.model_validate({name: value}), name))
+        except ValidationError:
+            out.append(value)
+    return out
+
+
 class Search(_Strict):
     """Nuisance hyperparameters searched per (task, init, axes) point; each point runs every seed and
     the point with the best mean `metric` is the one reported."""
@@ -121,7 +138,7 @@ class Search(_Strict):
                          for k, v in space.items() if isinstance(v, Range)]
         if problems:
             raise ValueError("; ".join(problems))
-        return space
+        return {k: as_typed(k, v) if isinstance(v, list) else v for k, v in space.items()}
 
     @field_validator("num_samples")
     @classmethod
