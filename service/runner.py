@@ -173,7 +173,7 @@ class RayRunner:
         if self.reaper is None:  # a local Ray goes when this process goes: marked before it starts
             self.reaper = ray_reaper.start()
         with local_ray_options() as local:  # a local Ray: every listener on the loopback
-            ray.init(**kwargs, **local)
+            ray.init(address="local", **kwargs, **local)   # never a `ray start` cluster this machine runs
 
     def _actor(self, driver: str):
         import ray

@@ -48,3 +48,15 @@ def test_a_gpu_spec_on_a_cpu_machine_fails_before_any_trial(tmp_path):
         run_sweep(spec, progress=False)
     import ray
     assert not ray.is_initialized()           # the Ray it started is shut down again
+
+
+@pytest.mark.slow   # starts a Ray
+def test_without_an_address_a_ray_of_its_own_starts_whatever_cluster_the_machine_knows(monkeypatch):
+    """`embinit run` without --address starts a local Ray. `ray.init()` joins a cluster it finds instead
+    (RAY_ADDRESS, or one `ray start` left on this machine): the sweep then went to someone else's cluster,
+    or failed with "cannot connect to the Ray cluster at None"."""
+    import ray
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.9:1")         # a cluster nobody runs
+    with RayRuntime(None) as rt:
+        assert rt.started and ray.get_runtime_context().gcs_address.startswith("127.0.0.1:")
+    assert not ray.is_initialized()

@@ -45,7 +45,7 @@ def test_sweep_warns_once_on_a_gpu_node_without_mps(tmp_path, monkeypatch, caplo
     import ray
 
     from embinit.sweep.gpu_share import check_on_ray
-    ray.init(num_cpus=1, num_gpus=1, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=1, num_gpus=1, include_dashboard=False, log_to_driver=False)
     try:
         with caplog.at_level(logging.WARNING, logger="embinit.sweep"):
             assert "MPS daemon is not running" in check_on_ray(0.25)

@@ -71,7 +71,7 @@ class RayRuntime:
             return self  # the caller (a service driver, a test) owns the connection
         try:
             with local_ray_options() if self.address is None else nullcontext({"include_dashboard": False}) as where:
-                ray.init(address=self.address, ignore_reinit_error=True, **where,
+                ray.init(address=self.address or "local", ignore_reinit_error=True, **where,
                          log_to_driver=os.environ.get("EMBINIT_RAY_LOGS", "0") == "1",
                          logging_level=logging.WARNING)
         except ConnectionError as e:

@@ -65,7 +65,7 @@ def four_on_one_gpu(tmp_path, device: str, num_cpus: int) -> tuple[set[str], lis
     the 4 runs, and whether each trial met the other 3 at the start barrier."""
     import ray
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    ray.init(num_cpus=num_cpus, num_gpus=1, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=num_cpus, num_gpus=1, include_dashboard=False, log_to_driver=False)
     try:
         runs, met = share_sweep(tmp_path, device)
     finally:
