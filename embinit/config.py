@@ -159,8 +159,14 @@ class TrialConfig:
 
     def key(self) -> str:
         """Stable identity of what this trial computes: sha256 of its canonical resolved config and the
-        code version, without fields that do not change results (threads, device); a field naming a
-        local file or folder (pretrained, data_dir, ...) counts by its content (embinit.file_inputs)."""
+        code version (`key_fields`)."""
+        blob = json.dumps(self.key_fields(), sort_keys=True, separators=(",", ":"), default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def key_fields(self) -> dict[str, Any]:
+        """What `key` hashes: the resolved config and the code version, without fields that do not change
+        results (threads, device); a field naming a local file or folder (pretrained, data_dir, ...) counts
+        by its content (embinit.file_inputs). Two configs' keys differ exactly where these values do."""
         d = key_values(self.resolved().to_dict())
         for name in self.NOT_IN_KEY:
             d.pop(name, None)
@@ -174,8 +180,7 @@ class TrialConfig:
         if self._subword_bleu_references():
             d["bleu_references"] = "tokenizer"
         d["code_version"] = CODE_VERSION
-        blob = json.dumps(d, sort_keys=True, separators=(",", ":"), default=str)
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+        return d
 
 
 # What a spec's tasks, inits and seeds set (the trial's identity); every other TrialConfig field is a

@@ -31,9 +31,14 @@ PREFIX = "sha256:"
 _memo: dict[tuple, str] = {}  # stamp of a file or folder -> its content id, for this process
 
 
+def written_as_path(value: object) -> bool:
+    """Whether `value` is written as a local path (absolute, `./`, `../` or `~`), whether or not it exists."""
+    return isinstance(value, str) and value.startswith(("/", "./", "../", "~"))
+
+
 def local_path(value: object) -> Path | None:
     """The existing local file or folder `value` names, or None (not a path, or nothing there)."""
-    if not isinstance(value, str) or not value.startswith(("/", "./", "../", "~")):
+    if not written_as_path(value):
         return None
     path = Path(value).expanduser()
     return path.resolve() if path.exists() else None

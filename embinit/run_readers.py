@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from embinit.errors import EmbinitError
 from embinit.task_registry import TASKS, primary_metric
-from embinit.mlflow_store import client, experiment_id, no_experiment, retry, search_runs
+from embinit.mlflow_store import client, experiment_id, masked, no_experiment, resolve_uri, retry, search_runs
 from embinit import run_table
-from embinit.records import KEY_TAG, KIND_TAG, PARENT_TAG, SPEC_HASH_TAG, TrialRecord, from_runs
+from embinit.records import (CONFIG_TAG, KEY_TAG, KIND_TAG, PARENT_TAG, SPEC_HASH_TAG, TrialRecord, from_run,
+                             from_runs)
 from embinit.run_records import (AnalysisRecord, MetricHistory, SweepRecord, analysis_from_run,
                                  history_from_metrics, sweeps_from_runs)
 
@@ -45,6 +47,30 @@ def newest_finished(recs: list[TrialRecord]) -> TrialRecord | None:
 def finished_run(exp_id: str, uri: str | None, key: str) -> TrialRecord | None:
     """The record of the newest FINISHED run of a trial key, or None."""
     return newest_finished(key_records(exp_id, uri, key))
+
+
+def trial_record(uri: str | None, run_id: str) -> TrialRecord:
+    """The record of one trial run by its id (`embinit train --from-run`); an error naming the run and
+    the store when the store has no such run, or when the run is not a trial (no `embinit.config` tag:
+    a sweep's or an analysis's run)."""
+    where = masked(resolve_uri(uri))
+    try:
+        c = client(uri)
+    except Exception as e:  # a URI MLflow refuses (a file store, an unknown scheme)
+        raise EmbinitError(f"cannot open the MLflow store {where}: {str(e).splitlines()[0][:300]}") from None
+    try:
+        run = retry(lambda: c.get_run(run_id))
+    except Exception as e:  # MLflow raises several types for a run it does not have
+        first = str(e).splitlines()[0][:300] if str(e) else type(e).__name__
+        raise EmbinitError(f"no MLflow run {run_id!r} in {where}: {first}") from None
+    rec = from_run(run)
+    if rec is None or CONFIG_TAG not in run.data.tags:
+        kind = run.data.tags.get(KIND_TAG)
+        what = f"a {kind} run (embinit.kind={kind})" if kind else "not a trial run"
+        raise EmbinitError(f"MLflow run {run_id!r} ({run.info.run_name or 'unnamed'}) in {where} is {what}: it has "
+                           f"no {CONFIG_TAG} tag to re-run; give the run id of one trial (a child run "
+                           f"named <label>-s<seed>, tagged {KEY_TAG})")
+    return rec
 
 
 def trial_records(exp_id: str, uri: str | None = None, status: str | None = None,

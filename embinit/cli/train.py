@@ -1,4 +1,8 @@
-"""`embinit train`: one trial from the command line, with a progress bar per epoch and a summary."""
+"""`embinit train`: one trial from the command line, with a progress bar per epoch and a summary.
+
+`--from-run RUN_ID` trains the trial an MLflow run recorded (`embinit.rerun`): its `embinit.config` tag,
+with the flags given beside it overriding the record, then its key and metrics beside the record's.
+"""
 
 from __future__ import annotations
 
@@ -50,14 +54,23 @@ def _extra(text: str) -> tuple[str, object]:
 def register(subparsers) -> None:
     p = subparsers.add_parser("train", help="train one trial (task x init x seed) and print its result",
                               description=__doc__.splitlines()[0])
-    p.add_argument("--task", required=True, help="multi30k, iwslt2017, sst2, mnli, wikitext2, synthetic_*")
-    p.add_argument("--init", default="xavier", help="init spec of the (target) embedding, e.g. glove+standardize")
+    # Every config flag defaults to None ("not given"): TrialConfig's defaults apply, or with --from-run the
+    # record's values; a flag given beside --from-run overrides the record.
+    p.add_argument("--task", help="multi30k, iwslt2017, sst2, mnli, wikitext2, synthetic_* (or --from-run)")
+    p.add_argument("--from-run", metavar="RUN_ID",
+                   help="re-run the trial of this MLflow run from its recorded config (other flags override it), "
+                        "and compare its key and test/* and best/* metrics with the record's")
+    p.add_argument("--tracking-uri",
+                   help="with --from-run: the MLflow store holding the run (default: sqlite:///mlflow.db)")
+    p.add_argument("--init", help="init spec of the (target) embedding, e.g. glove+standardize (default: xavier)")
     p.add_argument("--src-init", help="translation: init spec of the source embedding (default: --init)")
     p.add_argument("--pretrained", help="path or hub id of the pretrained source")
     p.add_argument("--src-pretrained", help="pretrained source of --src-init (default: --pretrained)")
-    p.add_argument("--oov", default="xavier", help="rule for vocabulary rows the source lacks")
-    p.add_argument("--tokenizer", default="auto")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--init-from", metavar="BEST_PT",
+                   help="a best.pt whose non-embedding weights start the model (the config's init_from)")
+    p.add_argument("--oov", help="rule for vocabulary rows the source lacks (default: xavier)")
+    p.add_argument("--tokenizer", help="default: auto")
+    p.add_argument("--seed", type=int, help="default: 0")
     p.add_argument("--emb-seed", type=int, help="seed of the embedding tables' init only (default: --seed)")
     for name, typ in (("epochs", int), ("batch-size", int), ("max-tokens", int), ("lr", float),
                       ("d-model", int), ("layers", int), ("heads", int), ("ff-dim", int),
@@ -65,44 +78,76 @@ def register(subparsers) -> None:
                       ("max-train-examples", int), ("threads", int), ("beam-size", int),
                       ("early-stopping-patience", int)):
         p.add_argument(f"--{name}", type=typ)
-    p.add_argument("--pe-base", type=float, default=10000.0)
-    p.add_argument("--pe-positions", type=int, default=5000,
+    p.add_argument("--pe-base", type=float, help="default: 10000")
+    p.add_argument("--pe-positions", type=int,
                    help="position-encoding rows: the model's table and the statistics' (default 5000, the paper's)")
-    p.add_argument("--pre-ln", action="store_true", help="pre-LN layers (default: post-LN)")
-    p.add_argument("--no-pos-encoding", action="store_true", help="ablation: no position encoding")
-    p.add_argument("--freeze-embeddings", action="store_true", help="ablation: embeddings not trained")
-    p.add_argument("--freeze-non-embeddings", action="store_true", help="train only the embeddings")
+    p.add_argument("--pre-ln", action="store_true", default=None, help="pre-LN layers (default: post-LN)")
+    p.add_argument("--no-pos-encoding", action="store_true", default=None, help="ablation: no position encoding")
+    p.add_argument("--freeze-embeddings", action="store_true", default=None, help="ablation: embeddings not trained")
+    p.add_argument("--freeze-non-embeddings", action="store_true", default=None, help="train only the embeddings")
     p.add_argument("--data-dir", help="the task's data folder (else $EMBINIT_DATA_DIR/<task>, else the hub)")
-    p.add_argument("--precision", choices=("fp32", "bf16", "auto"), default="fp32",
-                   help="auto: bf16 where the GPU or CPU has bf16 units, else fp32")
-    p.add_argument("--device", default="auto")
-    p.add_argument("--extra", type=_extra, action="append", default=[], metavar="KEY=VALUE",
+    p.add_argument("--precision", choices=("fp32", "bf16", "auto"),
+                   help="default fp32; auto: bf16 where the GPU or CPU has bf16 units, else fp32")
+    p.add_argument("--device", help="default: auto")
+    p.add_argument("--extra", type=_extra, action="append", metavar="KEY=VALUE",
                    help="task-specific switch, e.g. train_split=valid (repeatable)")
     p.add_argument("--out", help="checkpoint folder (last.pt, best.pt); resumes from last.pt")
     p.add_argument("--no-resume", action="store_true", help="ignore an existing last.pt in --out")
     p.add_argument("--cache-dir", help="cache of tokenized data and aligned vectors")
-    p.add_argument("--json", action="store_true", help="print the full result as JSON")
+    p.add_argument("--json", action="store_true",
+                   help="print the full result as JSON (with --from-run, the comparison goes to stderr)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
 
 
+# TrialConfig fields set by the flag of the same name; the switches set a field to a fixed value
+_FIELD_FLAGS = ("task", "init", "src_init", "pretrained", "src_pretrained", "init_from", "oov", "tokenizer",
+                "seed", "emb_seed", "epochs", "batch_size", "max_tokens", "lr", "d_model", "layers", "heads",
+                "ff_dim", "dropout", "min_freq", "max_len", "max_train_examples", "threads", "beam_size",
+                "early_stopping_patience", "pe_base", "pe_positions", "data_dir", "precision", "device")
+_SWITCHES = {"pre_ln": ("pre_ln", True), "no_pos_encoding": ("pos_encoding", False),
+             "freeze_embeddings": ("train_embeddings", False),
+             "freeze_non_embeddings": ("freeze_non_embeddings", True)}
+# the flag that points a recorded file input at this machine's copy
+_PATH_FLAGS = {"data_dir": "--data-dir", "pretrained": "--pretrained", "src_pretrained": "--src-pretrained",
+               "tokenizer": "--tokenizer", "init_from": "--init-from"}
+
+
+def given_fields(args) -> dict:
+    """The TrialConfig fields the flags given set (a flag left out sets nothing)."""
+    out = {name: getattr(args, name) for name in _FIELD_FLAGS if getattr(args, name) is not None}
+    out.update({field: value for flag, (field, value) in _SWITCHES.items() if getattr(args, flag)})
+    if args.extra:
+        out["extras"] = dict(args.extra)
+    return out
+
+
 def config_from_args(args):
+    """The trial the flags describe; TrialConfig's defaults for the flags left out."""
     from embinit.config import TrialConfig
 
-    return TrialConfig(
-        task=args.task, init=args.init, seed=args.seed, emb_seed=args.emb_seed, src_init=args.src_init,
-        pretrained=args.pretrained,
-        src_pretrained=args.src_pretrained, oov=args.oov, tokenizer=args.tokenizer, epochs=args.epochs,
-        batch_size=args.batch_size, max_tokens=args.max_tokens, lr=args.lr, d_model=args.d_model,
-        layers=args.layers, heads=args.heads, ff_dim=args.ff_dim, dropout=args.dropout,
-        min_freq=args.min_freq, max_len=args.max_len, pe_base=args.pe_base,
-        pe_positions=args.pe_positions, pre_ln=args.pre_ln,
-        pos_encoding=not args.no_pos_encoding, train_embeddings=not args.freeze_embeddings,
-        freeze_non_embeddings=args.freeze_non_embeddings,
-        early_stopping_patience=args.early_stopping_patience,
-        max_train_examples=args.max_train_examples, data_dir=args.data_dir,
-        beam_size=args.beam_size or 1, precision=args.precision, threads=args.threads,
-        device=args.device, extras=dict(args.extra))
+    if args.task is None:
+        raise EmbinitError("give --task TASK (a new trial) or --from-run RUN_ID (a trial an MLflow run recorded)")
+    return TrialConfig(**given_fields(args))
+
+
+def rerun_config(args):
+    """(the record of --from-run's run, its recorded config, the config to train: the recorded one with
+    the flags given beside --from-run); an error listing every file input of the record this machine
+    lacks, with the flag that points it at a copy, before anything trains."""
+    from embinit import rerun
+    from embinit.mlflow_store import require_store
+    from embinit.run_readers import trial_record
+
+    require_store(args.tracking_uri)
+    rec = trial_record(args.tracking_uri, args.from_run)
+    recorded, given = rerun.recorded_config(rec), given_fields(args)
+    missing = rerun.missing_inputs(recorded, set(given))
+    if missing:
+        raise EmbinitError(f"MLflow run {rec.run_id} recorded file inputs this machine does not have: " + "; ".join(
+            f"{name}: the recorded path {path!r} does not exist here (give {_PATH_FLAGS[name]} PATH to your copy)"
+            for name, path in missing))
+    return rec, recorded, rerun.with_overrides(recorded, given)
 
 
 # the spec field each flag fills (what `check_args` names a problem by)
@@ -171,13 +216,39 @@ def summary(result) -> str:
 
 
 def run(args) -> int:
-    from embinit.train import run_trial
-
-    cfg = config_from_args(args)
     if args.no_resume and args.out is None:
         raise EmbinitError("--no-resume needs --out")
+    if args.from_run is not None:
+        return _rerun(args)
+    if args.tracking_uri is not None:
+        raise EmbinitError("--tracking-uri names the store of --from-run's run; give --from-run RUN_ID too")
+    cfg = config_from_args(args)
     check_args(cfg)
-    result = run_trial(cfg, out_dir=args.out, callbacks=(ProgressBar(not args.quiet),),
-                       resume=not args.no_resume, cache_dir=args.cache_dir)
+    result = _train(args, cfg)
     print(result.to_json(indent=2) if args.json else summary(result))
+    return 0
+
+
+def _train(args, cfg):
+    from embinit.train import run_trial
+
+    return run_trial(cfg, out_dir=args.out, callbacks=(ProgressBar(not args.quiet),),
+                     resume=not args.no_resume, cache_dir=args.cache_dir)
+
+
+def _rerun(args) -> int:
+    """`--from-run`: the recorded trial, trained here; its key and metrics beside the record's (on
+    stderr with --json, so that stdout is the result's JSON as `embinit train --json` prints it)."""
+    from embinit import rerun
+
+    rec, recorded, cfg = rerun_config(args)
+    check_args(cfg)
+    notes = sys.stderr if args.json else sys.stdout
+    print(f"re-running MLflow run {rec.run_id} ({rec.label}, {rec.task}, seed {cfg.seed}; recorded status "
+          f"{rec.status})", file=notes)
+    print(rerun.key_report(rec, recorded, cfg), file=notes, flush=True)
+    result = _train(args, cfg)
+    print(result.to_json(indent=2) if args.json else summary(result), flush=True)
+    rows = rerun.compared_metrics(rec, result.to_dict())
+    print(rerun.comparison_text(rec, rows, same_key=result.key == rec.key), file=notes)
     return 0
