@@ -1,5 +1,6 @@
 """Everything embinit reads back from MLflow, as frozen records: trial runs (`embinit.records`), sweep
-runs, analysis runs and metric histories (`embinit.run_records`), each through one reader here.
+runs, analysis runs, an analogy run's result and metric histories (`embinit.run_records`), each through
+one reader here.
 
 A trial's key has a result when it has a FINISHED run (diverged runs are finished results); which run
 stands for a key is `embinit.records.by_key`.
@@ -7,6 +8,7 @@ stands for a key is `embinit.records.by_key`.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from embinit.errors import EmbinitError
@@ -15,7 +17,7 @@ from embinit.mlflow_store import client, experiment_id, masked, no_experiment, r
 from embinit import run_table
 from embinit.records import (CONFIG_TAG, KEY_TAG, KIND_TAG, PARENT_TAG, SPEC_HASH_TAG, TrialRecord, from_run,
                              from_runs)
-from embinit.run_records import (AnalysisRecord, MetricHistory, SweepRecord, analysis_from_run,
+from embinit.run_records import (AnalogyRun, AnalysisRecord, MetricHistory, SweepRecord, analysis_from_run,
                                  history_from_metrics, sweeps_from_runs)
 
 
@@ -132,6 +134,39 @@ def analysis_records(experiment: str, uri: str | None, kind: str) -> list[Analys
         return []
     runs = search_runs(exp_id, uri, f"tags.`{KIND_TAG}` = '{kind}' and attributes.status = 'FINISHED'")
     return sorted(map(analysis_from_run, runs), key=lambda r: r.start_ms)
+
+
+def artifact_text(run: SweepRecord | AnalysisRecord, path: str) -> str:
+    """The text of an artifact of a sweep or analysis run; an EmbinitError naming the run and the
+    artifact when it is missing or cannot be read."""
+    import mlflow
+    try:
+        return retry(lambda: mlflow.artifacts.load_text(f"{run.artifact_uri}/{path}"))
+    except Exception as e:  # MLflow raises several types for a missing artifact
+        why = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__   # MLflow's last line says why
+        raise EmbinitError(f"run {run.name!r} ({run.run_id}) has no readable {path} artifact ({why})") from None
+
+
+def analogy_run(run: AnalysisRecord) -> AnalogyRun:
+    """The result an analogy run recorded (`run_writers.log_analogy_run`); an EmbinitError naming the run
+    when its result.json is missing or is not an analogy result."""
+    text = artifact_text(run, "result.json")
+    try:
+        return AnalogyRun.from_json(json.loads(text), run.run_id, run.name)
+    except ValueError as e:   # json.JSONDecodeError is one
+        raise EmbinitError(f"run {run.name!r} ({run.run_id}): its result.json is not an analogy result: "
+                           f"{e}") from None
+
+
+def analogy_runs(runs: list[AnalysisRecord]) -> tuple[list[AnalogyRun], list[str]]:
+    """(the results of the analogy runs that have a readable one, the message of each that has not)."""
+    read, notes = [], []
+    for run in runs:
+        try:
+            read.append(analogy_run(run))
+        except EmbinitError as e:
+            notes.append(str(e))
+    return read, notes
 
 
 def metric_history(uri: str | None, run_id: str, metric: str) -> MetricHistory:

@@ -2,12 +2,16 @@
 `embinit.records` reads trial runs. `embinit.run_readers` searches the store and builds them; the report
 and the reproduction read these, never MLflow's `Run` objects. This module imports neither MLflow nor
 torch.
+
+An analogy run's payload (`AnalogyRun`: its Table-4 rows, ratio sweep and params) is declared here
+once: `embinit.run_writers.log_analogy_run` writes it (params, `analogy/<slug>/...` metrics,
+`result.json`) and `embinit.run_readers.analogy_run` reads it back. Rows are named by their slug.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 from embinit.records import KIND_TAG, N_TRIALS_TAG, SPEC_HASH_TAG
 
@@ -61,6 +65,126 @@ class MetricHistory:
     @property
     def steps(self) -> set[int]:
         return {step for step, _ in self.points}
+
+
+def analogy_slug(steps: Sequence[str]) -> str:
+    """The name of a Table-4 row: its transform steps joined by '.', 'raw' for none (MLflow metric names
+    allow no '+'). Rows of different analogy runs are matched by it."""
+    return ".".join(steps) or "raw"
+
+
+def analogy_metrics(result: dict[str, Any], prefix: str) -> dict[str, float]:
+    """The MLflow metrics of one analogy result (`AnalogyResult.to_dict()`): counts and percentages
+    under `prefix`; a group without questions is left out."""
+    out = {f"{prefix}/correct": float(result["correct"]), f"{prefix}/total": float(result["total"])}
+    for name, acc in (("acc", result.get("accuracy")), ("semantic_acc", (result.get("semantic") or {}).get("accuracy")),
+                      ("syntactic_acc", (result.get("syntactic") or {}).get("accuracy"))):
+        if acc is not None:
+            out[f"{prefix}/{name}"] = float(acc)
+    return out
+
+
+_ROW_FIELDS = ("steps", "slug", "label", "correct", "total", "accuracy", "paper", "pe_ratio")
+
+
+@dataclass(frozen=True)
+class AnalogyRow:
+    """One row of an analogy run: a transform chain (`steps`) and its 3CosAdd counts. `accuracy` is a
+    percentage, None without applicable questions; `paper` the paper's value where it gives one;
+    `pe_ratio` σ(words)/σ(PE) where the chain adds encodings; `detail` the rest of the analysis result
+    (oov, vocab_size, semantic, syntactic, sections), kept as logged."""
+
+    steps: tuple[str, ...]
+    label: str
+    correct: int
+    total: int
+    accuracy: float | None
+    paper: str | None = None
+    pe_ratio: float | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def slug(self) -> str:
+        return analogy_slug(self.steps)
+
+    @classmethod
+    def of(cls, steps: Sequence[str], result: dict[str, Any], paper: str | None = None,
+           pe_ratio: float | None = None) -> "AnalogyRow":
+        """The row of an analysis result's dict (`embinit.analysis.analogy.AnalogyResult.to_dict()`)."""
+        return cls.from_json({**result, "steps": list(steps), "paper": paper, "pe_ratio": pe_ratio})
+
+    def metrics(self) -> dict[str, float]:
+        """`analogy/<slug>/correct`, `/total`, `/acc`, `/semantic_acc`, `/syntactic_acc`, `/pe_ratio`."""
+        prefix = f"analogy/{self.slug}"
+        out = analogy_metrics({**self.detail, "correct": self.correct, "total": self.total,
+                               "accuracy": self.accuracy}, prefix)
+        return out | ({f"{prefix}/pe_ratio": float(self.pe_ratio)} if self.pe_ratio is not None else {})
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.detail, "label": self.label, "correct": self.correct, "total": self.total,
+                "accuracy": self.accuracy, "steps": list(self.steps), "slug": self.slug, "paper": self.paper,
+                "pe_ratio": self.pe_ratio}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "AnalogyRow":
+        """A row as `to_json` wrote it (a ValueError names what is wrong)."""
+        if not isinstance(data, dict):
+            raise ValueError(f"a row is not an object: {data!r:.80}")
+        missing = [k for k in ("steps", "label", "correct", "total") if k not in data]
+        if missing:
+            raise ValueError(f"a row lacks {', '.join(missing)}: {data!r:.120}")
+        steps = data["steps"]
+        if not isinstance(steps, list) or not all(isinstance(s, str) for s in steps):
+            raise ValueError(f"a row's steps are not a list of names: {steps!r:.80}")
+        try:
+            return cls(tuple(steps), str(data["label"]), int(data["correct"]), int(data["total"]),
+                       _number(data.get("accuracy")), data.get("paper"), _number(data.get("pe_ratio")),
+                       {k: v for k, v in data.items() if k not in _ROW_FIELDS})
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"row {analogy_slug(steps)!r}: {e}") from None
+
+
+def _number(x: Any) -> float | None:
+    return None if x is None else float(x)
+
+
+@dataclass(frozen=True)
+class AnalogyRun:
+    """What an analogy run records (`embinit analogy --log-experiment`): its rows, named by slug, the
+    ratio sweep (`embinit.analysis.table4.ratio_sweep`, rows {ratio, correct, total, accuracy}) and the
+    params it ran with (its `seed` is the random positions'). `run_id`/`name` are set when read back."""
+
+    rows: tuple[AnalogyRow, ...]
+    params: dict[str, Any] = field(default_factory=dict)
+    ratio_sweep: tuple[dict[str, Any], ...] = ()
+    run_id: str = ""
+    name: str = ""
+
+    @property
+    def seed(self) -> Any:
+        return self.params.get("seed")
+
+    def row(self, slug: str) -> AnalogyRow | None:
+        """The row named `slug`, None when this run has none (e.g. one logged without --table4)."""
+        return next((r for r in self.rows if r.slug == slug), None)
+
+    def metrics(self) -> dict[str, float]:
+        return {k: v for row in self.rows for k, v in row.metrics().items()}
+
+    def to_json(self) -> dict[str, Any]:
+        """result.json's layout: {rows: [...], ratio_sweep: [...], params: {...}}."""
+        return {"rows": [r.to_json() for r in self.rows], "ratio_sweep": list(self.ratio_sweep),
+                "params": self.params}
+
+    @classmethod
+    def from_json(cls, data: Any, run_id: str = "", name: str = "") -> "AnalogyRun":
+        """A result.json as `to_json` wrote it (a ValueError names what is wrong)."""
+        if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
+            raise ValueError("not an object with a list of rows")
+        sweep, params = data.get("ratio_sweep") or [], data.get("params") or {}
+        if not isinstance(sweep, list) or not all(isinstance(x, dict) for x in sweep) or not isinstance(params, dict):
+            raise ValueError("its ratio_sweep is not a list of objects or its params not an object")
+        return cls(tuple(AnalogyRow.from_json(r) for r in data["rows"]), params, tuple(sweep), run_id, name)
 
 
 def sweep_from_run(run) -> SweepRecord | None:

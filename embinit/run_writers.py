@@ -18,6 +18,7 @@ from embinit.mlflow_store import client, ensure_experiment, log_batch, metrics_a
 from embinit.records import ERROR_TAG, KIND_TAG, N_TRIALS_TAG, SPEC_HASH_TAG, STATUS_TAG, TrialRecord
 from embinit.run_names import NOTE_TAG
 from embinit.run_readers import sweep_records, trial_records
+from embinit.run_records import AnalogyRun
 from embinit.trial_run import TrialRun
 
 
@@ -80,6 +81,18 @@ def log_analysis_run(experiment: str, uri: str | None, kind: str, run_name: str,
         retry(lambda: c.set_terminated(run_id, "FAILED"))
         raise EmbinitError(f"could not record the {kind} run in MLflow: {e}") from e
     retry(lambda: c.set_terminated(run_id, "FINISHED"))
+    return run_id
+
+
+def log_analogy_run(experiment: str, uri: str | None, result: AnalogyRun, wall_s: float) -> str:
+    """Record one `embinit analogy` result for the reproduction's Table 4 (kind `analogy`, named
+    `analogy-seed<seed>`): its params, each row's `analogy/<slug>/...` metrics, `wall_time_s`, the whole
+    `result` as result.json (`run_readers.analogy_run` reads it back) and the provenance tags (how it was
+    run). Returns the run id."""
+    from embinit import provenance
+    run_id = log_analysis_run(experiment, uri, "analogy", f"analogy-seed{result.seed}", result.params,
+                              {"wall_time_s": wall_s, **result.metrics()}, result.to_json())
+    provenance.record(run_id, resolve_uri(uri))   # for the reproduction's runs section
     return run_id
 
 

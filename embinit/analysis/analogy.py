@@ -30,6 +30,7 @@ import torch
 
 from embinit.analysis.neighbours import topk_excluding
 from embinit.errors import EmbinitError
+from embinit.run_records import analogy_metrics
 
 QUESTION_BLOCK = 1024
 VOCAB_CHUNK = 8192    # 1024 x 8192 scores = 32 MB, reused for every chunk
@@ -117,13 +118,7 @@ class AnalogyResult:
 
     def to_metrics(self, prefix: str = "analogy") -> dict[str, float]:
         """Namespaced numbers for MLflow (percentages; a group without questions is left out)."""
-        d = self.to_dict()
-        out = {f"{prefix}/correct": float(self.correct), f"{prefix}/total": float(self.total)}
-        for name, acc in (("acc", d["accuracy"]), ("semantic_acc", d["semantic"]["accuracy"]),
-                          ("syntactic_acc", d["syntactic"]["accuracy"])):
-            if acc is not None:
-                out[f"{prefix}/{name}"] = acc
-        return out
+        return analogy_metrics(self.to_dict(), prefix)   # the names an analogy run's record uses
 
     def summary_line(self) -> str:
         acc = self.accuracy

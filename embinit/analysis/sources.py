@@ -4,12 +4,14 @@
 - a trainer checkpoint `best.pt` (its `embeddings` and `vocabs`; `key` picks `tok`, `tgt` or `src`,
   default the first of those present);
 - a `.npy` matrix (tokens from its vocabulary file beside it when there is one, see
-  `embinit.init.source_files.npy_vocab_path`; without one the rows are unnamed);
+  `embinit.init.source_files.read_npy_vocab`; without one the rows are unnamed);
 - a GloVe / word2vec / fastText text file or word2vec `.bin` (read by `embinit.init`'s loaders; rows in
   file order, i.e. by frequency for GloVe; `top` keeps the first N words; a repeated word keeps its
   first row);
 - an MLflow run id (32 hex digits) or `runs:/<id>`: the run's `checkpoint/best.pt` artifact is
   downloaded (from `tracking_uri`, default MLflow's own resolution) and read as above.
+Files are read by `embinit.init`'s readers, so an analysis reads the table an init built from the same
+file gets. A source of 0 rows is an error naming it, not an empty table.
 """
 
 from __future__ import annotations
@@ -75,36 +77,10 @@ def load_checkpoint(path: str | Path, key: str | None = None) -> Embeddings:
                       f"{path}:{key}", ckpt.get("config"))
 
 
-def scan_words(path: Path, top: int | None = None) -> list[str]:
-    """The words of a text vector file in file order (header skipped, first occurrence kept). A word
-    is everything before the last D fields, as the init library's loader reads it (GloVe 840B has
-    words with spaces)."""
-    from embinit.init.source_files import count_header, first_line, open_binary
-
-    first = first_line(path)
-    head = count_header(first)
-    dim = head[1] if head else len(first.split()) - 1
-    words, seen = [], set()
-    with open_binary(path) as f:
-        for lineno, line in enumerate(f, 1):
-            if lineno == 1 and head:
-                continue
-            line = line.rstrip(b"\r\n").rstrip()
-            if line.count(b" ") == dim:       # fast path: a one-word line
-                word = line[: line.find(b" ")]
-            else:
-                word = b" ".join(line.split(b" ")[:-dim]) if dim else line
-            name = word.decode("utf-8", "replace")
-            if name and name not in seen:
-                seen.add(name)
-                words.append(name)
-                if top is not None and len(words) >= top:
-                    break
-    return words
-
-
 def load_vectors(path: str | Path, top: int | None = None) -> Embeddings:
-    """All (or the first `top`) rows of a word-vector file, via embinit.init's loaders."""
+    """All (or the first `top`) rows of a word-vector file, read by embinit.init's readers: the words of
+    a text file (`vectors.words`) and the vocabulary of a .npy (`source_files.read_npy_vocab`) are the
+    ones an init built from the same file uses."""
     from embinit.init import source_files, vectors
 
     path = source_files.check_file(path)
@@ -113,17 +89,13 @@ def load_vectors(path: str | Path, top: int | None = None) -> Embeddings:
         raise EmbinitError(f"{path} is a Hugging Face model folder; build a table from it with "
                            "embinit.init and pass the table or a checkpoint instead")
     if fmt == "npy":
-        matrix = torch.from_numpy(source_files.load_npy_matrix(path)[:top].astype("float32"))
-        try:
-            names = source_files.npy_vocab_path(path).read_text(encoding="utf-8").splitlines()[:len(matrix)]
-        except EmbinitError:
-            names = None
-        if names is not None and len(names) != len(matrix):
-            raise EmbinitError(f"the vocabulary beside {path} has {len(names)} tokens for {len(matrix)} rows")
-        return Embeddings(matrix, names, str(path))
+        arr = source_files.load_npy_matrix(path)
+        names = source_files.read_npy_vocab(path, arr.shape[0]) if source_files.find_npy_vocab(path) else None
+        matrix = torch.from_numpy(arr[:top].astype("float32"))
+        return Embeddings(matrix, names[:top] if names is not None else None, str(path))
     if fmt == "word2vec_bin":
         raise EmbinitError(f"{path}: word2vec binary files need a token list; pass --vocab")
-    words = scan_words(path, top)
+    words = vectors.words(path, top)
     aligned = vectors.load_text(path, words)
     if aligned.found.numel() != len(words):
         raise EmbinitError(f"{path}: read {aligned.found.numel()} rows for {len(words)} words")
@@ -148,6 +120,8 @@ def load_embeddings(source: str | Path, key: str | None = None, top: int | None 
         if not path.exists():
             raise EmbinitError(f"embeddings not found: {source!r} is neither a file nor an MLflow run id")
         emb = load_checkpoint(path, key) if path.suffix in (".pt", ".pth") else load_vectors(path, top)
+    if emb.matrix.shape[0] == 0:   # an analysis of nothing would report zeros, not the problem
+        raise EmbinitError(f"{emb.source}: no rows to analyse (a table of 0 rows)")
     if top is not None and emb.matrix.shape[0] > top:
         emb = Embeddings(emb.matrix[:top], emb.tokens[:top] if emb.tokens else None, emb.source, emb.config)
     return emb

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from embinit.errors import EmbinitError
+from embinit.run_records import AnalogyRow, AnalogyRun
 
 
 def register(subparsers) -> None:
@@ -88,14 +89,15 @@ def run(args) -> int:
     ratios = [chain_ratio(matrix, st, **ratio_kw) for st, _ in rows]
     sweep = ratio_sweep(matrix, tokens, questions, seed=args.seed, max_len=args.max_len, pe_base=args.pe_base,
                         case_insensitive=kw["case_insensitive"]) if args.table4 else []
+    record = _record(args, emb.source, questions.source, len(tokens), rows, results, ratios, sweep)
     if args.log_experiment:
-        run_id = _log(args, emb.source, questions.source, len(tokens), rows, results, time.perf_counter() - t0,
-                      ratios, sweep)
+        from embinit import run_writers
+        run_id = run_writers.log_analogy_run(args.log_experiment, args.tracking_uri, record,
+                                             time.perf_counter() - t0)
         print(f"logged to MLflow run {run_id} (experiment {args.log_experiment!r})")
     if args.json:
-        print(json.dumps({"source": emb.source, "questions": questions.source, "rows": [
-            {**res.to_dict(), "steps": list(st), "paper": paper}
-            for (st, _), (_, paper, res) in zip(rows, results)]}, indent=2))
+        print(json.dumps({"source": emb.source, "questions": questions.source,
+                          "rows": [r.to_json() for r in record.rows]}, indent=2))
         return 0
     skipped = f" ({questions.invalid:,} lines not of four words skipped)" if questions.invalid else ""
     print(f"{emb.source}: {len(tokens):,} words; {questions.count:,} questions in {questions.source}{skipped}")
@@ -113,32 +115,15 @@ def run(args) -> int:
     return 0
 
 
-def row_slug(steps) -> str:
-    """The metric namespace of a Table-4 row: its steps joined by '.', 'raw' for none (MLflow metric
-    names allow no '+')."""
-    return ".".join(steps) or "raw"
-
-
-def _log(args, source: str, questions: str, n_words: int, rows, results, wall_s: float, ratios, sweep) -> str:
-    """One MLflow run: each row's metrics (and its σ(words)/σ(PE) as `analogy/<slug>/pe_ratio`), and
-    result.json with the rows and the ratio sweep."""
-    from embinit import mlflow_store, run_writers
-    metrics: dict[str, float] = {"wall_time_s": wall_s}
-    for (st, _), (_, _, res), ratio in zip(rows, results, ratios):
-        metrics.update(res.to_metrics(f"analogy/{row_slug(st)}"))
-        if ratio is not None:
-            metrics[f"analogy/{row_slug(st)}/pe_ratio"] = ratio
+def _record(args, source: str, questions: str, n_words: int, rows, results, ratios, sweep) -> AnalogyRun:
+    """What the run records (`embinit.run_records.AnalogyRun`): each row's result and σ(words)/σ(PE),
+    the ratio sweep, and the arguments it ran with."""
     params = {"embeddings": source, "questions": questions, "words": n_words, "task": args.task or "",
               "vocab": args.vocab or "", "top": args.top if args.top is not None else "", "seed": args.seed,
               "max_len": args.max_len, "pe_base": args.pe_base, "case_sensitive": args.case_sensitive}
-    result = {"rows": [{**res.to_dict(), "steps": list(st), "slug": row_slug(st), "paper": paper, "pe_ratio": ratio}
-                       for (st, _), (_, paper, res), ratio in zip(rows, results, ratios)],
-              "ratio_sweep": sweep, "params": params}
-    run_id = run_writers.log_analysis_run(args.log_experiment, args.tracking_uri, "analogy",
-                                       f"analogy-seed{args.seed}", params, metrics, result)
-    from embinit import provenance
-    provenance.record(run_id, mlflow_store.resolve_uri(args.tracking_uri))   # for the reproduction's runs section
-    return run_id
+    return AnalogyRun(tuple(AnalogyRow.of(st, res.to_dict(), paper, ratio)
+                            for (st, _), (_, paper, res), ratio in zip(rows, results, ratios)),
+                      params, tuple(sweep))
 
 
 def _fmt(d: dict) -> str:

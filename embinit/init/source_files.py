@@ -55,12 +55,57 @@ def first_line(path: Path) -> bytes:
     return line
 
 
+def _npy_vocab_candidates(path: Path) -> list[Path]:
+    return [path.with_suffix(".vocab.txt"), path.with_suffix(".vocab"), path.parent / "vocab.txt"]
+
+
+def find_npy_vocab(path: Path) -> Path | None:
+    """The vocabulary file of the .npy matrix `path` (see `embinit.init.vectors`), None without one."""
+    return next((p for p in _npy_vocab_candidates(path) if p.is_file()), None)
+
+
 def npy_vocab_path(path: Path) -> Path:
-    tried = [path.with_suffix(".vocab.txt"), path.with_suffix(".vocab"), path.parent / "vocab.txt"]
-    for p in tried:
-        if p.is_file():
-            return p
-    raise EmbinitError(f"no vocabulary file for {path}; expected one of {[str(p) for p in tried]}")
+    found = find_npy_vocab(path)
+    if found is None:
+        raise EmbinitError(f"no vocabulary file for {path}; expected one of "
+                           f"{[str(p) for p in _npy_vocab_candidates(path)]}")
+    return found
+
+
+def check_utf8(word: bytes, path: Path, where: str) -> None:
+    """Refuse a word that is not UTF-8, naming the file and `where` (a line, an entry). Callers check
+    `isascii()` first: the common case stays cheap."""
+    try:
+        word.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise EmbinitError(f"{path}:{where}: not UTF-8: the word '{word.decode('utf-8', 'backslashreplace')}' has byte "
+                           f"0x{word[e.start]:02x} at position {e.start}; re-encode the file as UTF-8 "
+                           f"(e.g. iconv -f latin1 -t utf-8)") from None
+
+
+def read_npy_vocab(path: Path, n_rows: int) -> list[str]:
+    """The token of each of the `n_rows` rows of the .npy matrix `path`, from its vocabulary file: one
+    token per line, split on "\\n" only (a token may hold any other character, "\\x85" or "\\u2028"
+    included), a trailing "\\r" dropped. The one reader of that file (init's loader and the analyses)."""
+    vpath = npy_vocab_path(path)
+    try:
+        data = vpath.read_bytes()
+    except OSError as e:
+        raise EmbinitError(f"cannot read vocabulary file {vpath}: {e}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:   # name the line, as the text loaders do
+        start = data.rfind(b"\n", 0, e.start) + 1
+        end = data.find(b"\n", e.start)
+        check_utf8(data[start: len(data) if end < 0 else end].rstrip(b"\r"), vpath,
+                   str(data.count(b"\n", 0, e.start) + 1))
+        raise   # unreachable: check_utf8 raised
+    names = [t.rstrip("\r") for t in text.split("\n")]
+    if names and names[-1] == "":
+        names.pop()
+    if len(names) != n_rows:
+        raise EmbinitError(f"{vpath} has {len(names)} tokens but {path} has {n_rows} rows")
+    return names
 
 
 def load_npy_matrix(path: Path) -> np.ndarray:

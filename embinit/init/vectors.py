@@ -15,6 +15,7 @@ the first file that exists of `X.vocab.txt`, `X.vocab`, `vocab.txt` in the same 
 from __future__ import annotations
 
 import mmap
+from contextlib import closing
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +23,8 @@ import torch
 
 from embinit.errors import EmbinitError
 from embinit.init.aligned import Aligned, wanted_keys
-from embinit.init.source_files import check_file, count_header, first_line, load_npy_matrix, npy_vocab_path, open_binary
+from embinit.init.source_files import (check_file, check_utf8, count_header, first_line, load_npy_matrix, open_binary,
+                                       read_npy_vocab)
 
 
 def _parse_row(parts: list[bytes], path: Path, lineno: int) -> list[float]:
@@ -39,16 +41,6 @@ def _is_float(x: bytes) -> bool:
         return True
     except ValueError:
         return False
-
-
-def _check_utf8(word: bytes, path: Path, where: str) -> None:
-    """Refuse a word that is not UTF-8 (callers check `isascii()` first: the common case stays cheap)."""
-    try:
-        word.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise EmbinitError(f"{path}:{where}: not UTF-8: the word '{word.decode('utf-8', 'backslashreplace')}' has byte "
-                           f"0x{word[e.start]:02x} at position {e.start}; re-encode the file as UTF-8 "
-                           f"(e.g. iconv -f latin1 -t utf-8)") from None
 
 
 def _split_line(line: bytes, dim: int, path: Path, lineno: int) -> tuple[bytes, list[bytes]]:
@@ -90,16 +82,20 @@ class _Collector:
         return Aligned(torch.from_numpy(rows), torch.tensor(found, dtype=torch.int64), dim, source)
 
 
-def load_text(path: str | Path, tokens: list[str], lowercase: bool = False) -> Aligned:
-    """GloVe (no header) or word2vec/fastText text (`N D` header); .gz is decompressed on the fly."""
-    path = check_file(path)
+def _text_layout(path: Path) -> tuple[int, bool]:
+    """(D, whether the first line is an `N D` header) of a text vector file."""
     first = first_line(path)
     head = count_header(first)
     dim = head[1] if head else len(first.split()) - 1
     if dim < 1:
         raise EmbinitError(f"{path}:1: expected `word v1 ... vD` or an `N D` header, got {first[:80]!r}")
-    col = _Collector(wanted_keys(tokens, lowercase), tokens)
-    wanted = col.wanted
+    return dim, bool(head)
+
+
+def _entries(path: Path, dim: int, head: bool):
+    """(line number, word, line) for each non-blank line of a text vector file, in file order: the one
+    parse of its lines (`load_text` and `words`). The word is checked to be UTF-8; the values are split
+    off by `_values`, only for the lines a caller wants."""
     with open_binary(path) as f:
         try:
             if head:
@@ -107,27 +103,55 @@ def load_text(path: str | Path, tokens: list[str], lowercase: bool = False) -> A
             for lineno, line in enumerate(f, 2 if head else 1):
                 if line.count(b" ") == dim:   # fast path: a one-word line (the hot loop: keep it lean)
                     word = line[: line.find(b" ")]
-                    if word not in wanted:
-                        if not word.isascii():
-                            _check_utf8(word, path, str(lineno))
-                        continue
-                    fields = line.split()[1:]
-                    if len(fields) != dim:    # e.g. a trailing space hiding a missing value
-                        word, fields = _split_line(line, dim, path, lineno)
                 elif not line.strip():
                     continue
                 else:
-                    word, fields = _split_line(line, dim, path, lineno)
-                    if not word.isascii():
-                        _check_utf8(word, path, str(lineno))
-                    if word not in wanted:
-                        continue
-                col.offer(word, _parse_row(fields, path, lineno))
-                if not col.pending:
-                    break
+                    word = _split_line(line, dim, path, lineno)[0]
+                if not word.isascii():
+                    check_utf8(word, path, str(lineno))
+                yield lineno, word, line
         except (OSError, EOFError) as e:
             raise EmbinitError(f"cannot read pretrained file {path}: {e}") from None
+
+
+def _values(line: bytes, dim: int, path: Path, lineno: int) -> list[bytes]:
+    """The D value fields of a line `_entries` gave."""
+    fields = line.split()[1:]
+    if len(fields) != dim:   # a word with spaces, or e.g. a trailing space hiding a missing value
+        fields = _split_line(line, dim, path, lineno)[1]
+    return fields
+
+
+def load_text(path: str | Path, tokens: list[str], lowercase: bool = False) -> Aligned:
+    """GloVe (no header) or word2vec/fastText text (`N D` header); .gz is decompressed on the fly."""
+    path = check_file(path)
+    dim, head = _text_layout(path)
+    col = _Collector(wanted_keys(tokens, lowercase), tokens)
+    wanted = col.wanted
+    with closing(_entries(path, dim, head)) as entries:
+        for lineno, word, line in entries:
+            if word not in wanted:
+                continue
+            col.offer(word, _parse_row(_values(line, dim, path, lineno), path, lineno))
+            if not col.pending:
+                break
     return col.result(dim, str(path))
+
+
+def words(path: str | Path, top: int | None = None) -> list[str]:
+    """The words of a text vector file in file order, each once (a repeated word's row is its first, as
+    `load_text` takes it), the first `top` of them when given: the same parse and errors as `load_text`,
+    so `load_text(path, words(path))` has a row for every word."""
+    path = check_file(path)
+    dim, head = _text_layout(path)
+    found: dict[bytes, None] = {}
+    with closing(_entries(path, dim, head)) as entries:
+        for _, word, _ in entries:
+            if word and word not in found:   # an empty word (a line starting with a space) names no row
+                found[word] = None
+                if top is not None and len(found) >= top:
+                    break
+    return [w.decode("utf-8") for w in found]
 
 
 def load_word2vec_binary(path: str | Path, tokens: list[str], lowercase: bool = False) -> Aligned:
@@ -149,7 +173,7 @@ def load_word2vec_binary(path: str | Path, tokens: list[str], lowercase: bool = 
                 raise EmbinitError(f"{path}: truncated at entry {k + 1} of {n} (byte {pos})")
             word = mm[pos:sp]
             if not word.isascii():
-                _check_utf8(word, path, f"entry {k + 1}")
+                check_utf8(word, path, f"entry {k + 1}")
             if word in col.wanted:
                 vec = np.frombuffer(mm[sp + 1: sp + 1 + width], dtype="<f4").tolist()
                 col.offer(word, vec)
@@ -162,15 +186,7 @@ def load_word2vec_binary(path: str | Path, tokens: list[str], lowercase: bool = 
 def load_npy(path: str | Path, tokens: list[str], lowercase: bool = False) -> Aligned:
     path = check_file(path)
     arr = load_npy_matrix(path)
-    vpath = npy_vocab_path(path)
-    try:
-        names = [t.rstrip("\r") for t in vpath.read_text(encoding="utf-8").split("\n")]
-    except (OSError, UnicodeDecodeError) as e:
-        raise EmbinitError(f"cannot read vocabulary file {vpath}: {e}") from None
-    if names and names[-1] == "":
-        names.pop()
-    if len(names) != arr.shape[0]:
-        raise EmbinitError(f"{vpath} has {len(names)} tokens but {path} has {arr.shape[0]} rows")
+    names = read_npy_vocab(path, arr.shape[0])
     col = _Collector(wanted_keys(tokens, lowercase, encode=False), tokens)
     for row, name in enumerate(names):
         if name in col.wanted:

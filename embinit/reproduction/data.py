@@ -8,7 +8,6 @@ data by a function both call), so the sections may run in any order."""
 
 from __future__ import annotations
 
-import json
 import math
 from functools import cached_property
 from typing import Any
@@ -17,7 +16,8 @@ from embinit import mlflow_store, run_readers
 from embinit.config import metric_range
 from embinit.errors import EmbinitError
 from embinit.task_registry import primary_metric
-from embinit.reproduction.inputs import Group, Inputs, Trial, load_artifact_text, load_trials, role_of
+from embinit.reproduction.inputs import Group, Inputs, Trial, load_trials, role_of
+from embinit.run_records import AnalogyRun
 
 
 class ReproductionData:
@@ -40,10 +40,21 @@ class ReproductionData:
         self.exports: dict[str, list[dict[str, Any]]] = {}
 
     @cached_property
-    def analogy_results(self) -> list[dict]:
-        """The analogy runs' `result.json`, by the seed of their random positions (read once)."""
-        return sorted((json.loads(load_artifact_text(r, "result.json")) for r in self.analogy_runs),
-                      key=lambda r: str(r.get("params", {}).get("seed")))
+    def _analogy(self) -> tuple[list[AnalogyRun], list[str]]:
+        read, notes = run_readers.analogy_runs(self.analogy_runs)
+        return sorted(read, key=lambda r: str(r.seed)), notes
+
+    @property
+    def analogy_results(self) -> list[AnalogyRun]:
+        """The analogy runs' results, by the seed of their random positions (read once); a run without a
+        readable result.json is left out, with a note in `analogy_notes`."""
+        return self._analogy[0]
+
+    @property
+    def analogy_notes(self) -> list[str]:
+        """One message per analogy run left out of `analogy_results`, naming it and what is wrong with
+        its result.json (missing or unreadable)."""
+        return self._analogy[1]
 
     # ---- selection helpers
     def main_trials(self, g: Group, role: str) -> list[Trial]:

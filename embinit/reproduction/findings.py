@@ -214,7 +214,7 @@ def _finding2(rep: ReproductionData, tr: Group | None, out: list) -> list[str]:
             out.append({"finding": "2", "claim": "PE gain smallest for raw P (Table 3)", "values": d,
                         "intervals": gains, "verdict": "reproduces" if smaller else "does not reproduce",
                         **({"budget": gap, "verdict": NOT_COMPARABLE} if gap else {})})
-    t4 = {r["steps"] and ".".join(r["steps"]) or "raw": r for r in table4_rows(rep.analogy_results)}
+    t4 = {r["slug"]: r for r in table4_rows(rep.analogy_results)}
     if {"raw", "standardize", "standardize.pe", "pe"} <= set(t4):
         raw, std, stdpe, pe = (t4[k]["mean"] for k in ("raw", "standardize", "standardize.pe", "pe"))
         lines.append(f"- (b) Table 4: standardized vectors answer {std:.1f}% of the analogies; after adding "

@@ -12,16 +12,22 @@ from embinit.report import summarize
 from embinit.reproduction.compare import ci_text, fmt, mean_std
 from embinit.reproduction.data import ReproductionData
 from embinit.reproduction.export import Section
+from embinit.run_records import AnalogyRun
 
 
-def table4_rows(results: list[dict]) -> list[dict]:
-    """One row per step of the transformation chain: the seeds' accuracies summarized (percentages)."""
+def table4_rows(results: list[AnalogyRun]) -> list[dict]:
+    """One row per step of the transformation chain, matched across the runs by its slug (a run logged
+    without --table4 has one row): the accuracies of the runs that have it summarized (percentages).
+    Rows in the order of the run with the most of them, then any only others have."""
+    fullest = sorted(results, key=lambda r: -len(r.rows))
     rows = []
-    for i, row in enumerate(results[0]["rows"] if results else []):
-        accs = [r["rows"][i]["accuracy"] for r in results if r["rows"][i]["accuracy"] is not None]
-        ratios = [r["rows"][i]["pe_ratio"] for r in results if r["rows"][i].get("pe_ratio") is not None]
-        rows.append({"row": row["label"], "steps": row["steps"], "paper": row.get("paper"), "total": row["total"],
-                     "correct": [r["rows"][i]["correct"] for r in results],
+    for slug in dict.fromkeys(row.slug for r in fullest for row in r.rows):
+        hits = [row for r in results if (row := r.row(slug)) is not None]
+        first = hits[0]
+        accs = [h.accuracy for h in hits if h.accuracy is not None]
+        ratios = [h.pe_ratio for h in hits if h.pe_ratio is not None]
+        rows.append({"row": first.label, "slug": slug, "steps": list(first.steps), "paper": first.paper,
+                     "total": first.total, "correct": [h.correct for h in hits],
                      "pe_ratio": statistics.fmean(ratios) if ratios else None,
                      **summarize(accs, (0.0, 100.0))})
     return rows
@@ -29,17 +35,21 @@ def table4_rows(results: list[dict]) -> list[dict]:
 
 def table4_section(rep: ReproductionData) -> Section:
     s = Section("Table 4: word analogies under the paper's transformation chain")
-    runs = rep.analogy_runs
+    runs, results = rep.analogy_runs, rep.analogy_results
     if not runs:
         s.lines.append(f"No `analogy` runs in experiment `{rep.inputs.analogy_experiment}`.")
         return s
-    results = rep.analogy_results
-    prm = results[0].get("params", {})
-    s.lines += [f"{len(runs)} runs (seeds of the random positions: "
-                f"{', '.join(str(r.get('params', {}).get('seed')) for r in results)}) in experiment "
+    skipped = [f"- skipped: {note}" for note in rep.analogy_notes]
+    if not results:
+        s.lines += [f"No readable `analogy` run in experiment `{rep.inputs.analogy_experiment}`:", "", *skipped]
+        return s
+    prm = results[0].params
+    s.lines += [f"{len(results)} runs (seeds of the random positions: "
+                f"{', '.join(str(r.seed) for r in results)}) in experiment "
                 f"`{rep.inputs.analogy_experiment}`; embeddings `{Path(str(prm.get('embeddings'))).name}`, "
                 f"vocabulary: the {prm.get('top')} most frequent target words of `{prm.get('task')}` "
                 f"({prm.get('words')} found in the vectors); questions `{Path(str(prm.get('questions'))).name}`.",
+                *([""] + skipped if skipped else []),
                 "", "| row | paper | here correct/applicable | here acc. % mean (σ) | n | 95% CI | "
                 "σ(words)/σ(PE) |", "|---|---|---|---|---|---|---|"]
     rows = table4_rows(results)
@@ -62,7 +72,7 @@ def paper_ratio_rows() -> list[dict]:
             {"row": "GloVe & (Pos. Enc. × σp/σx)", "ratio": g / (pe * g / x), "accuracy": 11.1}]
 
 
-def table4_ratio_lines(results: list[dict], exports: dict) -> list[str]:
+def table4_ratio_lines(results: list[AnalogyRun], exports: dict) -> list[str]:
     """Accuracy against σ(words)/σ(PE): the paper's rows (D = 300, its Table 6 σ) and here (the rows
     above, and the ratio sweep of `embinit analogy --table4`: the same rows rescaled to each ratio)."""
     lines = ["Accuracy against σ(words)/σ(PE), the spread of the word vectors over that of the encodings "
@@ -70,7 +80,7 @@ def table4_ratio_lines(results: list[dict], exports: dict) -> list[str]:
              "encodings 0.67):", "", "| paper row | σ(words)/σ(PE) | paper acc. % |", "|---|---|---|"]
     paper_rows = paper_ratio_rows()
     lines += [f"| {r['row']} | {r['ratio']:.3f} | {r['accuracy']} |" for r in paper_rows]
-    sweeps = [r.get("ratio_sweep") or [] for r in results]
+    sweeps = [r.ratio_sweep for r in results]
     grid = sorted({x["ratio"] for sw in sweeps for x in sw})
     out = []
     if grid:
