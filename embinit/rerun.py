@@ -22,6 +22,7 @@ from embinit.mlflow_store import flat_numbers
 from embinit.path_keys import FILE_FIELDS, PATH_KEYS_DECLARED
 from embinit.records import CONFIG_TAG, TrialRecord
 
+CLOSE = 1e-4   # another CPU, GPU or torch build: the same computation to a few parts in 10^5
 COMPARED = ("test/", "best/")   # the metrics a re-run is compared on: the checkpoint's test, the best epochs
 
 
@@ -136,8 +137,14 @@ def comparison_text(rec: TrialRecord, rows: list[MetricRow], same_key: bool) -> 
     widths = [max(len(row[i]) for row in table) for i in range(4)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in table]
     differ = [r.name for r in rows if not r.equal]
+    close = all(r.difference is not None and math.isclose(r.rerun, r.recorded, rel_tol=CLOSE, abs_tol=1e-9)
+                for r in rows if not r.equal)
     if not differ:
         lines.append(f"reproduced: all {len(rows)} test/* and best/* metrics equal the record's")
+    elif same_key and close:
+        lines.append(f"reproduced to within a relative {CLOSE:g}: {len(differ)} of {len(rows)} metrics differ in "
+                     f"their last digits ({', '.join(differ)}), as another machine's or library's floating-point "
+                     f"arithmetic makes them")
     else:
         lines.append(("not reproduced: " if same_key else "a different key (another computation): ")
                      + f"{len(differ)} of {len(rows)} metrics differ from the record's ({', '.join(differ)})")

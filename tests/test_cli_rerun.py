@@ -175,3 +175,16 @@ def test_a_recorded_file_pointed_at_a_copy_keeps_the_key(store, tmp_path):
     copy.write_text("der 0.5 0.2\ndie 0.3 0.4\n")
     rec, recorded, again = rerun_config(_parse(args))
     assert "fields that differ from the record: pretrained (recorded " in rerun.key_report(rec, recorded, again)
+
+
+def test_the_verdict_tells_last_digit_differences_from_a_different_result():
+    """Another machine's arithmetic moves the last digits of the same computation: that is not "not
+    reproduced"; a difference beyond a relative 1e-4 is."""
+    MetricRow, comparison_text = rerun.MetricRow, rerun.comparison_text
+    rec = TrialRecord.__new__(TrialRecord)
+    same = [MetricRow("test/loss", 1.2345678, 1.2345678), MetricRow("best/val/loss", 2.0, 2.0 * (1 + 3e-7))]
+    assert "reproduced to within a relative 0.0001: 1 of 2 metrics differ in their last digits (best/val/loss)" \
+        in comparison_text(rec, same, same_key=True)
+    off = [MetricRow("test/loss", 1.2345678, 1.2345678), MetricRow("test/bleu", 30.0, 30.5)]
+    assert "not reproduced: 1 of 2 metrics differ from the record's (test/bleu)" in comparison_text(rec, off, True)
+    assert "a different key (another computation)" in comparison_text(rec, same, same_key=False)
