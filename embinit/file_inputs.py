@@ -52,14 +52,16 @@ def content_id(value: object) -> str | None:
     return PREFIX + (_folder_digest(path) if path.is_dir() else _file_digest(path))
 
 
+def content_ids(config: dict) -> dict[str, str]:
+    """FILE_FIELDS name -> content id, for each of `config`'s values that names a local file or folder:
+    what its key holds of them (a trial run tags them, `embinit.sha256.<field>`)."""
+    ids = {name: content_id(config.get(name)) for name in FILE_FIELDS}
+    return {name: cid for name, cid in ids.items() if cid is not None}
+
+
 def key_values(config: dict) -> dict:
     """`config` with each FILE_FIELDS value that names a local file or folder replaced by its content id."""
-    out = dict(config)
-    for name in FILE_FIELDS:
-        cid = content_id(out.get(name))
-        if cid is not None:
-            out[name] = cid
-    return out
+    return {**config, **content_ids(config)}
 
 
 def _file_digest(path: Path) -> str:

@@ -2,10 +2,15 @@
 item 6): the command line, the machine (CPU model and count), the embinit version and the git commit of
 the code. The date is the run's start time; the spec is its `spec.yaml` artifact; the device is each
 trial's `embinit.device` tag. `read(run)` gives them back, "not recorded" for sweeps older than this.
+
+What a trial's worker ran, recorded on the trial's own run (embinit.trial_run): `process_commit()` (the
+commit of the code this process imported) and `library_versions()`; both asked once per process.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 import platform
 import shlex
@@ -17,6 +22,8 @@ COMMAND_TAG, MACHINE_TAG = "embinit.command", "embinit.machine"
 VERSION_TAG, COMMIT_TAG = "embinit.version", "embinit.git_commit"
 TAGS = {"command": COMMAND_TAG, "machine": MACHINE_TAG, "version": VERSION_TAG, "commit": COMMIT_TAG}
 NOT_RECORDED = "not recorded"
+UNKNOWN_COMMIT = "unknown"   # in a trial's list of commits: an attempt outside a git checkout
+VERSIONED = ("torch", "numpy", "sacrebleu", "spacy", "mlflow")   # spacy left out where not installed
 
 
 def cpu_model() -> str:
@@ -51,6 +58,45 @@ def git_commit(where: Path | None = None) -> str | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
+
+@functools.cache
+def process_commit() -> str | None:
+    """`git_commit()` asked once per process: a worker runs the modules it imported when it started,
+    whatever HEAD became since (Ray reuses its actors across trials), and a trial pays no `git` call."""
+    return git_commit()
+
+
+def commits_trained(previous: str | None, commit: str | None) -> str | None:
+    """The comma-separated list of every commit that trained a run (`previous`, as tagged) with `commit`
+    appended when it is new: a run resumed by other code shows both. Outside a git checkout (`commit`
+    None) an attempt of unknown code adds `unknown` to a list that has entries, and starts none."""
+    seen = [c for c in (previous or "").split(",") if c]
+    entry = commit or (UNKNOWN_COMMIT if seen else None)
+    if entry is not None and entry not in seen:
+        seen.append(entry)
+    return ",".join(seen) or None
+
+
+@functools.cache
+def library_versions() -> str:
+    """JSON of the versions a trial's numbers depend on: python, torch (its build tag names the CUDA
+    it was built for), numpy, sacrebleu, spacy, mlflow and embinit. A module already imported gives its
+    own `__version__` (the code that runs); else the installed distribution's, without importing it."""
+    from importlib import metadata
+
+    from embinit import __version__
+    out = {"python": platform.python_version()}
+    for name in VERSIONED:
+        version = getattr(sys.modules.get(name), "__version__", None)
+        if version is None:
+            try:
+                version = metadata.version(name)
+            except metadata.PackageNotFoundError:
+                continue
+        out[name] = str(version)
+    out["embinit"] = __version__
+    return json.dumps(out, sort_keys=True)
 
 
 def command_line(argv: list[str] | None = None) -> str:

@@ -28,6 +28,14 @@ EXECUTION_TAG = "embinit.execution"  # separate | fused (the trial's result.json
 # `config.CODE_VERSION` when the run was created (in its key too, but a key cannot be read back): the
 # report says when a row pools seeds of several code versions. Runs from before the tag lack it.
 CODE_VERSION_TAG = "embinit.code_version"
+# What a trial's worker ran (embinit.provenance): MLflow's own commit tag (the UI's "Version"), the
+# commit of the code the worker imported (`-dirty` when its checkout differed), and every commit that
+# trained the run, comma-separated, in order (a resumed run may have two); the library versions (JSON),
+# set when training starts, as is where the data came from (`local:<folder>`, `hub:<dataset>`,
+# `generated`: a key cannot tell a local copy from the hub). SHA256_TAG + field: the content digest
+# (hex) the key holds of each file input (embinit.file_inputs), e.g. `embinit.sha256.pretrained`.
+GIT_COMMIT_TAG, GIT_COMMITS_TAG = "mlflow.source.git.commit", "embinit.git_commits"
+VERSIONS_TAG, DATA_SOURCE_TAG, SHA256_TAG = "embinit.versions", "embinit.data_source", "embinit.sha256."
 # The last epoch whose checkpoint the trial's folder keeps (embinit.sweep.resume), written with each
 # epoch's metrics and cleared when the folder goes: an unfinished run with it is resumable, and running
 # its spec again continues this run after that epoch. RESUMED_TAG: the epoch a rerun resumed after.

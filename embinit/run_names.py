@@ -1,9 +1,11 @@
-"""What MLflow's run table shows of a trial: its run name and its `init` params (issue 22: readable names
-without clutter). Plain functions of a label, a seed and params; `embinit.trial_run` writes them."""
+"""What MLflow's run table shows of a trial: its run name and its params (issue 22: readable names
+without clutter). Plain functions of a label, a seed and a config; `embinit.trial_run` writes them."""
 
 from __future__ import annotations
 
 from typing import Any
+
+from embinit.errors import EmbinitError
 
 NOTE_TAG = "mlflow.note.content"  # MLflow's UI shows an experiment's (or run's) description from this tag
 
@@ -21,3 +23,41 @@ def trial_params(params: dict[str, str], label: str) -> dict[str, str]:
     if "init" in out:
         out["init_spec"] = out.pop("init")
     return {**out, "init": label}
+
+
+# Fields the trainer resolves from what it loads: d_model and heads against a pretrained source's D,
+# precision `auto` against the device. Only the config the model trained with knows them.
+TRAINER_RESOLVED = ("d_model", "heads", "precision")
+
+
+def flat_params(config: dict[str, Any]) -> dict[str, str]:
+    out = {}
+    for k, v in config.items():
+        if isinstance(v, dict):
+            out.update({f"{k}.{kk}": str(vv) for kk, vv in flat_params(v).items()})
+        else:
+            out[k] = str(v)
+    return out
+
+
+def resolved_params(config: dict[str, Any]) -> dict[str, str]:
+    """The flat params of a trial config with the task defaults filled in and unset options (None)
+    left out, so the run table shows the values the trial trained with, not `None`."""
+    from embinit.config import TrialConfig
+    try:
+        config = TrialConfig.from_dict(config).resolved().to_dict()
+    except EmbinitError:
+        pass  # not a TrialConfig (an older run's fields): log it as given
+    return {k: v for k, v in flat_params(config).items() if v != "None"}
+
+
+def planned_params(config: dict[str, Any], label: str) -> dict[str, str]:
+    """The params of a planned trial (logged only when it fails before training starts): its resolved
+    params without the TRAINER_RESOLVED fields the config leaves to the trainer (the task's default
+    heads may not divide the source's D; `auto` is no precision). A later attempt that trains logs
+    them as trained: a param, once logged, cannot change."""
+    params = resolved_params(config)
+    for name in TRAINER_RESOLVED:
+        if config.get(name) in (None, "auto"):
+            params.pop(name, None)
+    return trial_params(params, label)

@@ -9,14 +9,28 @@ one child run per trial. A child run carries:
   it); `embinit.checkpoint_epoch` while its checkpoint folder is kept (embinit.sweep.resume: a run that
   did not finish resumes from it when its spec runs again; deleted once nothing is kept) and
   `embinit.resumed_after_epoch` on a run a rerun continued; `embinit.code_version` (the
-  `config.CODE_VERSION` its key was made with);
+  `config.CODE_VERSION` its key was made with); `embinit.trainer_label` (with the result: the label of
+  the init the trainer built on the target or only side);
 - tags `embinit.init` (= the label) and `embinit.group` for MLflow's run table: "Group by" the tag
   `embinit.init` averages the seeds of each init;
-- its name `<label>-s<seed>`; params: the flat trial config with the task defaults
-  filled in (unset options are left out), `init` = the label and `init_spec` = the init as written
+- what the worker ran and read, set when the run is created or reopened: `mlflow.source.git.commit`
+  (MLflow's own tag, the UI's "Version": the commit of the code this worker process imported,
+  `embinit.provenance.process_commit`; none outside a git checkout) and `embinit.git_commits` (every
+  commit that trained the run, comma-separated, appended on reopening: a run resumed by other code
+  names both); `embinit.sha256.<field>` (the hex digest its key holds of each file input, e.g.
+  `pretrained`, `data_dir`: embinit.file_inputs, hashed once per file version);
+- set when training starts, in its batch: `embinit.device` (e.g. `cpu`, `cuda:0 (NVIDIA H100 ...)`),
+  `embinit.versions` (JSON of python, torch, numpy, sacrebleu, spacy, mlflow, embinit) and
+  `embinit.data_source` (`local:<folder>`, `hub:<dataset>` or `generated`: without a data_dir the key
+  is the same whichever the worker found);
+- its name `<label>-s<seed>`; params: the flat config the model trains with (`TrainContext.cfg`: task
+  defaults filled in, d_model and heads resolved against a pretrained source's D, precision as resolved;
+  unset options left out), `init` = the label and `init_spec` = the init as written
   (embinit.run_names), and `model_parameters`/`trainable_parameters`, all logged when training starts
-  (with the model size: one write fewer per trial), or with the failure of a trial that never started;
-  the config itself is the `embinit.config` tag from the run's creation;
+  (with the model size: one write fewer per trial). A trial that never started logs its planned params
+  with its failure (or its result: the no-work trainer), without what its plan leaves to the trainer
+  (`run_names.planned_params`); a reopened run keeps the params it has (they cannot change). The
+  config itself is the `embinit.config` tag from the run's creation;
 - metrics: per epoch (step = epoch) `train/loss`, `val/loss`, `val/<metric>`, `tokens_per_s`, ...; at the
   end `test/*`, `best/<val metric>` (each one's own best over the epochs), `selected/val/*` (every
   validation metric at `best_epoch`, the checkpoint the criterion selected and `test/*` measured: MNLI's
@@ -35,14 +49,16 @@ to that database and only its artifacts through the server (`artifacts_via`).
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Iterable
 
-from embinit.errors import EmbinitError
+from embinit import provenance
+from embinit.file_inputs import PREFIX, content_ids
 from embinit.mlflow_store import client, log_batch, metrics_at, retry
-from embinit.records import (BLEU_SIGNATURE_TAG, CHECKPOINT_TAG, CODE_VERSION_TAG, CONFIG_TAG, ERROR_TAG,
-                             EXECUTION_TAG, GROUP_TAG, INIT_TAG, KEY_TAG, LABEL_TAG, PARENT_TAG, RESUMED_TAG,
-                             SEED_TAG, STATUS_TAG, TASK_TAG, TRAINER_LABEL_TAG)
-from embinit.run_names import trial_params, trial_run_name
+from embinit.records import (BLEU_SIGNATURE_TAG, CHECKPOINT_TAG, CODE_VERSION_TAG, CONFIG_TAG, DATA_SOURCE_TAG,
+                             DEVICE_TAG, ERROR_TAG, EXECUTION_TAG, GIT_COMMIT_TAG, GIT_COMMITS_TAG, GROUP_TAG,
+                             INIT_TAG, KEY_TAG, LABEL_TAG, PARENT_TAG, RESUMED_TAG, SEED_TAG, SHA256_TAG,
+                             STATUS_TAG, TASK_TAG, TRAINER_LABEL_TAG, VERSIONS_TAG)
+from embinit.run_names import planned_params, resolved_params, trial_params, trial_run_name
 from embinit.run_readers import key_records, metric_history
 
 # Embedding statistics kept as metrics (Table 2's columns, read by the reproduction); the rest of the
@@ -54,32 +70,12 @@ EMB_STATS_FILE = "emb_stats.json"
 LOGGED_ARTIFACTS_TAG = "mlflow.loggedArtifacts"
 
 
-def flat_params(config: dict[str, Any]) -> dict[str, str]:
-    out = {}
-    for k, v in config.items():
-        if isinstance(v, dict):
-            out.update({f"{k}.{kk}": str(vv) for kk, vv in flat_params(v).items()})
-        else:
-            out[k] = str(v)
-    return out
-
-
-def resolved_params(config: dict[str, Any]) -> dict[str, str]:
-    """The flat params of a trial config with the task defaults filled in and unset options (None)
-    left out, so the run table shows the values the trial trained with, not `None`."""
-    from embinit.config import TrialConfig
-    try:
-        config = TrialConfig.from_dict(config).resolved().to_dict()
-    except EmbinitError:
-        pass  # not a TrialConfig (an older run's fields): log it as given
-    return {k: v for k, v in flat_params(config).items() if v != "None"}
-
-
 class TrialRun:
     """The MLflow child run of one trial, written from inside the trial's worker."""
 
     def __init__(self, uri: str, run_id: str, reopened: bool = False, checkpoint_tagged: bool | None = None,
-                 artifact_uri: str | None = None, params: list | None = None, artifacts_via: str | None = None):
+                 artifact_uri: str | None = None, params: list | None = None, artifacts_via: str | None = None,
+                 label: str | None = None, logged_params: Iterable[str] = ()):
         self.uri, self.run_id, self.client = uri, run_id, client(uri)
         # The tracking URI that resolves the run's artifact location: the server when `uri` is the
         # database behind it (an `mlflow-artifacts:` location is served by the server only).
@@ -88,7 +84,9 @@ class TrialRun:
         self.logged: set[int] = set()    # epochs this process logged
         self.checkpoint_tagged = checkpoint_tagged   # whether the run has the checkpoint tag (None: ask)
         self.artifact_uri = artifact_uri  # known from creating or reopening the run: no lookup per artifact
-        self.params = list(params or ())  # the config's params, not yet logged: they go with the next batch
+        self.params = list(params or ())  # the planned params, not yet logged: they go with the next batch
+        self.label = label                # the spec's label: the `init` param
+        self.logged_params = set(logged_params)   # names of the params the run has (they cannot change)
 
     @classmethod
     def open(cls, uri: str, exp_id: str, parent_id: str | None, config: dict[str, Any], key: str,
@@ -101,46 +99,53 @@ class TrialRun:
         the tracking server whose database `uri` is (artifacts go through it)."""
         c = client(uri)
         from mlflow.entities import Param
-        params = [Param(k, v[:6000]) for k, v in trial_params(resolved_params(config), label).items()]
+        params = [Param(k, v[:6000]) for k, v in planned_params(config, label).items()]
+        # the digests the key holds (memoized: the key's own hashing, or this, reads each file once)
+        inputs = {SHA256_TAG + name: cid.removeprefix(PREFIX) for name, cid in content_ids(config).items()}
         if run_id is None and parent_id is not None:
             recs = key_records(exp_id, uri, key) if key_runs is None else key_runs
             mine = [r for r in recs if r.parent_id == parent_id and r.status not in ("finished", "diverged")]
             run_id = max(mine, key=lambda r: r.start_ms).run_id if mine else None
         if run_id is not None:
-            run = cls._reopen(c, run_id, parent_id, resumed_epoch)
+            run = cls._reopen(c, run_id, parent_id, resumed_epoch, inputs)
             return cls(uri, run_id, reopened=True, checkpoint_tagged=CHECKPOINT_TAG in run.data.tags,
                        artifact_uri=run.info.artifact_uri, params=[] if run.data.params else params,
-                       artifacts_via=artifacts_via)
+                       artifacts_via=artifacts_via, label=label, logged_params=run.data.params)
         from embinit.config import CODE_VERSION
         tags = {KEY_TAG: key, LABEL_TAG: label, INIT_TAG: label, TASK_TAG: config["task"],
                 SEED_TAG: str(config["seed"]),
                 STATUS_TAG: "running", CONFIG_TAG: json.dumps(config, sort_keys=True, default=str),
-                GROUP_TAG: json.dumps(group, sort_keys=True, default=str), CODE_VERSION_TAG: CODE_VERSION}
+                GROUP_TAG: json.dumps(group, sort_keys=True, default=str), CODE_VERSION_TAG: CODE_VERSION,
+                **inputs, **commit_tags({})}
         if parent_id:
             tags[PARENT_TAG] = parent_id
         run = retry(lambda: c.create_run(exp_id, run_name=trial_run_name(label, config["seed"]), tags=tags))
         return cls(uri, run.info.run_id, checkpoint_tagged=False, artifact_uri=run.info.artifact_uri,
-                   params=params, artifacts_via=artifacts_via)
+                   params=params, artifacts_via=artifacts_via, label=label)
 
     @staticmethod
-    def _reopen(c, run_id: str, parent_id: str | None, resumed_epoch: int | None):
-        """Running again, in the sweep `parent_id`, without the error an earlier close left on it;
-        returns the run as it is now."""
+    def _reopen(c, run_id: str, parent_id: str | None, resumed_epoch: int | None, inputs: dict[str, str]):
+        """Running again, in the sweep `parent_id`, by this worker's code (its commit appended to the
+        run's list) on the inputs it reads now, without the error an earlier close left on it; returns
+        the run as it was before these tags."""
         from mlflow.entities import RunTag
-        tags = [RunTag(STATUS_TAG, "running")] + ([RunTag(PARENT_TAG, parent_id)] if parent_id else [])
-        if resumed_epoch is not None:
-            tags.append(RunTag(RESUMED_TAG, str(resumed_epoch)))
         retry(lambda: c.update_run(run_id, status="RUNNING"))
-        retry(lambda: c.log_batch(run_id, tags=tags))
         run = retry(lambda: c.get_run(run_id))
+        tags = {STATUS_TAG: "running", **inputs, **commit_tags(run.data.tags)}
+        if parent_id:
+            tags[PARENT_TAG] = parent_id
+        if resumed_epoch is not None:
+            tags[RESUMED_TAG] = str(resumed_epoch)
+        retry(lambda: c.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()]))
         if ERROR_TAG in run.data.tags:
             retry(lambda: c.delete_tag(run_id, ERROR_TAG))
             run.data.tags.pop(ERROR_TAG, None)
         return run
 
     def _batch(self, metrics=(), params=(), tags=()) -> None:
-        """One write of metrics, params and tags; the config's params not yet logged go with it."""
+        """One write of metrics, params and tags; the planned params not yet logged go with it."""
         log_batch(self.client, self.run_id, metrics, [*self.params, *params], tags)
+        self.logged_params |= {p.key for p in [*self.params, *params]}
         self.params = []
 
     def _log_text(self, text: str, name: str) -> None:
@@ -169,13 +174,23 @@ class TrialRun:
         self.logged.add(epoch)
         self.checkpoint_tagged = self.checkpoint_tagged or checkpoint
 
-    def log_model_size(self, model) -> None:
-        """The model's size as params (`model_parameters`, `trainable_parameters`), logged when training
-        starts: a running or failed trial has them too."""
-        from mlflow.entities import Param
-        counts = {"model_parameters": sum(p.numel() for p in model.parameters()),
-                  "trainable_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad)}
-        self._batch(params=[Param(k, str(v)) for k, v in counts.items()])
+    def log_train_start(self, cfg, model, device: str) -> None:
+        """One batch when training starts. Params: the config the model trains with (`cfg`, the resolved
+        TrialConfig: d_model and heads as resolved against a pretrained source's D, precision as
+        resolved for the device), in place of the planned ones, and the model's size (`model_parameters`,
+        `trainable_parameters`); a reopened run keeps those it has. Tags: the device, the library
+        versions and where the data came from."""
+        from mlflow.entities import Param, RunTag
+
+        from embinit.tasks.load import data_origin
+        values = trial_params(resolved_params(cfg.to_dict()), self.label or str(cfg.init))
+        values["model_parameters"] = str(sum(p.numel() for p in model.parameters()))
+        values["trainable_parameters"] = str(sum(p.numel() for p in model.parameters() if p.requires_grad))
+        params = [Param(k, v[:6000]) for k, v in values.items() if k not in self.logged_params]
+        tags = {DEVICE_TAG: device, VERSIONS_TAG: provenance.library_versions(),
+                DATA_SOURCE_TAG: data_origin(cfg.task, cfg.data_dir)}
+        self.params = []   # planned: `cfg` has what they had, resolved
+        self._batch(params=params, tags=[RunTag(k, v) for k, v in tags.items()])
 
     def log_metrics(self, metrics: dict[str, Any], step: int) -> None:
         """Metrics an analysis callback measured (`sim/*`, `probe/*`); step = optimizer step, not epoch."""
@@ -234,6 +249,15 @@ class TrialRun:
         if self.checkpoint_tagged:
             retry(lambda: self.client.delete_tag(self.run_id, CHECKPOINT_TAG))
             self.checkpoint_tagged = False
+
+
+def commit_tags(tags: dict[str, str]) -> dict[str, str]:
+    """The commit of the code this worker runs (MLflow's `mlflow.source.git.commit`) and the run's list
+    of commits with it appended, given the run's `tags`; neither outside a git checkout (the list then
+    gains `unknown` when it has entries)."""
+    commit = provenance.process_commit()
+    commits = provenance.commits_trained(tags.get(GIT_COMMITS_TAG), commit)
+    return {**({GIT_COMMIT_TAG: commit} if commit else {}), **({GIT_COMMITS_TAG: commits} if commits else {})}
 
 
 def _key_emb_stats(result: dict[str, Any]) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import ray.cloudpickle
 
-from embinit import mlflow_store, records
+from embinit import mlflow_store, provenance, records
 from embinit.spec import load_spec
 from embinit.sweep import run_sweep
 from helpers.sweep import sweep_spec_data
@@ -58,6 +58,11 @@ def test_sweep_records_runs_reports_and_resumes(ray_local, tmp_path):
         assert {"train/loss", "val/bleu", "tokens_per_s", "test/bleu", "best/val/loss", "best_epoch",
                 "init/emb/std", "init/emb/absorption"} <= set(run.data.metrics)
         assert run.data.tags[records.PARENT_TAG] == result.parent_run_id
+        # what the worker ran: its code's commit (None outside a git checkout), versions, data source
+        assert run.data.tags.get(records.GIT_COMMIT_TAG) == provenance.git_commit()
+        assert json.loads(run.data.tags[records.VERSIONS_TAG])["embinit"]
+        assert run.data.tags[records.DATA_SOURCE_TAG] == "generated"
+        assert (run.data.params["d_model"], run.data.params["precision"]) == ("16", "fp32")
         arts = {a.path for a in mlflow_store.client(uri).list_artifacts(run.info.run_id)}
         assert {"checkpoint", "plots", "result.json", "emb_stats.json"} <= arts
     parent = mlflow_store.client(uri).get_run(result.parent_run_id)
@@ -115,6 +120,7 @@ def test_killed_worker_resumes_from_its_checkpoint(ray_local, tmp_path):
     hist = mlflow_store.client(result.tracking_uri).get_metric_history(run.info.run_id, "val/loss")
     assert sorted({m.step for m in hist}) == [1, 2, 3]
     assert run.info.status == "FINISHED" and run.data.metrics["best_epoch"] in (1, 2, 3)
+    assert run.data.tags.get(records.GIT_COMMITS_TAG) == provenance.git_commit()   # one code, listed once
 
 
 class Raise:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from embinit import mlflow_store, records, run_names, run_readers, run_writers, trial_run
+from embinit.config import TrialConfig
 
 pytestmark = pytest.mark.slow  # creating an MLflow SQLite store takes a few seconds
 
@@ -31,7 +32,7 @@ def test_a_trial_run_is_named_by_label_and_seed_and_its_init_param_is_the_label(
     import torch
     uri, exp = store
     run = trial_run.TrialRun.open(uri, exp, None, config(3), "k-name", "GloVe_Xavier", {})
-    run.log_model_size(torch.nn.Linear(3, 2))   # training starts: the config's params go with the size
+    run.log_train_start(TrialConfig.from_dict(config(3)), torch.nn.Linear(3, 2), "cpu")   # training starts
     got = mlflow_store.client(uri).get_run(run.run_id)
     assert got.info.run_name == "GloVe_Xavier-s3"
     assert got.data.params["init"] == "GloVe_Xavier"                  # what the report and the tags say
@@ -66,8 +67,8 @@ def test_the_model_size_is_a_param(store):
     run = trial_run.TrialRun.open(uri, exp, None, config(4), "k-size", "GloVe_Xavier", {})
     model = torch.nn.Linear(3, 2)   # 6 weights + 2 biases
     model.bias.requires_grad_(False)
-    run.log_model_size(model)
-    run.log_model_size(model)       # a resumed attempt logs the same values again: allowed
+    run.log_train_start(TrialConfig.from_dict(config(4)), model, "cpu")
+    run.log_train_start(TrialConfig.from_dict(config(4)), model, "cpu")   # a resumed attempt: no error
     params = mlflow_store.client(uri).get_run(run.run_id).data.params
     assert (params["model_parameters"], params["trainable_parameters"]) == ("8", "6")
 

@@ -187,6 +187,13 @@ def test_divergence_after_some_steps_reports_that_step(cache):
     assert r.status == "diverged" and r.diverged_step == 6
 
 
+def test_a_translation_trials_label_is_its_target_sides_init(tmp_path):
+    """The tables are built target first: `label` is the target side's init, chosen by side, not order."""
+    vec = write_vectors(tmp_path / "v.txt", 8, 0.1)
+    r = run_trial(small(init="glove", src_init="xavier", pretrained=vec, epochs=1), cache_dir=tmp_path / "c")
+    assert (r.label, r.src_label) == ("GloVe", "Xavier")
+
+
 def test_model_dimension_follows_the_pretrained_source_and_must_agree(tmp_path):
     vec = write_vectors(tmp_path / "v.txt", 8, 0.1)
     with pytest.raises(EmbinitError, match="dimension 8 but the model's d_model is 16"):

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 from embinit import mlflow_store, trial_run
-from embinit.records import DEVICE_TAG
 from embinit.sweep import resume
 from embinit.sweep.resume import RUN_ID_FILE
 from embinit.sweep.work import SweepContext
@@ -34,8 +33,8 @@ class TrialReporter:
         self.best = math.nan  # best-so-far of the selection metric, for the terminal's progress table
 
     def on_train_start(self, ctx) -> None:
-        mlflow_store.retry(lambda: self.run.client.set_tag(self.run.run_id, DEVICE_TAG, device_name(ctx.model)))
-        self.run.log_model_size(ctx.model)
+        # `ctx.cfg` is the config the model trains with (resolved d_model, heads, precision): its params
+        self.run.log_train_start(ctx.cfg, ctx.model, device_name(ctx.model))
         if ctx.step == 0 and ctx.out_dir is not None:  # a fresh start, not a resumed attempt
             _save_init_sample(ctx.model, Path(ctx.out_dir) / INIT_SAMPLE)
 

@@ -45,6 +45,15 @@ def task_folder(task: str, data_dir) -> Path | None:
     return folder if folder is not None and folder.is_dir() else None
 
 
+def data_origin(task: str, data_dir) -> str:
+    """Where `locate` reads the task's data from, in this process: `local:<folder>`, `hub:<dataset>` or
+    `generated`. A trial without data_dir has one key whichever it is, so its run records this."""
+    if task_entry(task).generate:
+        return "generated"
+    folder = task_folder(task, data_dir)
+    return f"local:{folder.resolve()}" if folder is not None else f"hub:{hub.hub_name(task)}"
+
+
 def source_splits(task: str, train_split: str | None = None, eval_split: str | None = None) -> dict[str, str] | None:
     """TaskData split -> the source split it is read from (None for a generated task)."""
     layout, stream = task_entry(task).layout, task_kind(task).stream

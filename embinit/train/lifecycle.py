@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from embinit.config import TrialConfig
-from embinit.task_registry import kind_code
+from embinit.task_registry import kind_code, task_kind
 from embinit.train import checkpoint as ckpt
 from embinit.train.callbacks import TrainContext, fire
 from embinit.train.loop import autocast_for
@@ -187,9 +187,12 @@ def finish(m: Member, execution: dict, t0: float) -> TrialResult:
     """The trial's result: the test metrics and embedding statistics of its best checkpoint (none for a
     diverged trial), then `on_train_end`."""
     s, rc, model = m.s, m.s.cfg, m.s.model
+    # `label` is the target (or only) side's init, named by side: the tables are built target first
+    # (model_dims.side_sources), so their order would name a translation's source side.
+    main_side = task_kind(rc.task).sides[-1]
     result = TrialResult(config=rc.to_dict(), key=m.key, status=m.status, diverged_step=m.diverged_step,
                          history=m.history, best_epoch=m.tracker.best_epoch, best=m.tracker.summary(),
-                         emb_stats_init=m.init_stats, label=s.tables[next(reversed(s.tables))].label,
+                         emb_stats_init=m.init_stats, label=s.tables[main_side].label,
                          src_label=s.tables["src"].label if "src" in s.tables else None,
                          coverage=_coverage(s.tables), info=_info(s, m.params, execution))
     if m.status == "finished" and m.tracker.best_epoch is not None:

@@ -1,0 +1,180 @@
+"""What one trial's MLflow run says of the code, inputs and model behind it (review provenance.md,
+findings 1-4 and 6): the label of the init on the target side, the params of the model as trained (d_model
+and heads resolved against the pretrained source's D, precision as resolved), the digests its key holds
+of its file inputs, where its data came from, the library versions, and the commit of the code the
+worker ran, kept per attempt. Real MLflow on a temporary SQLite store; one small trained trial, no Ray."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from embinit import file_inputs, mlflow_store, provenance, records, trial_run
+from embinit.config import TrialConfig
+from embinit.tasks.synthetic import LEXICON
+
+pytestmark = pytest.mark.slow  # creating an MLflow SQLite store takes a few seconds
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    uri = f"sqlite:///{tmp_path_factory.mktemp('prov')}/mlflow.db"
+    return uri, mlflow_store.ensure_experiment("prov", uri)
+
+
+def vectors(path: Path, dim: int) -> str:
+    """GloVe-style text vectors of every target-side word of the synthetic translation task."""
+    words = sorted(set(LEXICON.values()))
+    path.write_text("".join(f"{w} " + " ".join(f"{(i + j) % 7 / 10:.1f}" for j in range(dim)) + "\n"
+                            for i, w in enumerate(words)))
+    return str(path)
+
+
+def tags(uri: str, run_id: str) -> dict[str, str]:
+    return mlflow_store.client(uri).get_run(run_id).data.tags
+
+
+class TrainStart:
+    """The sweep's reporter at train start only (its epoch end reports to Ray Tune)."""
+
+    def __init__(self, run):
+        from embinit.sweep.reporting import TrialReporter
+        self.on_train_start = TrialReporter(run, claim=None, selection="val/loss", mode="min").on_train_start
+
+
+def test_a_trained_translation_trial_records_its_target_init_and_the_model_it_trained(store, tmp_path):
+    """GloVe on the target side, Xavier on the source; d_model and heads left to the 6-d vectors (the
+    task's 4 heads do not divide 6: 3), precision `auto`. The spec's label and the trainer's agree,
+    and the params are the trained model's, not the plan's (which had heads 4, no d_model, `auto`)."""
+    from embinit.spec import load_spec
+    from embinit.train import run_trial
+    from helpers.sweep import sweep_spec_data
+    uri, exp = store
+    task = {"task": "synthetic_translation", "epochs": 1, "max_train_examples": 64, "ff_dim": 16,
+            "precision": "auto", "extras": {"val_bleu": False}}
+    spec = load_spec(sweep_spec_data("prov", tmp_path, task, inits=[{"tgt": "glove", "src": "xavier"}],
+                                     pretrained=vectors(tmp_path / "glove.txt", 6)))
+    (planned,) = spec.plan()
+    assert planned.label == "GloVe" and planned.config["heads"] is None
+    run = trial_run.TrialRun.open(uri, exp, None, planned.config, planned.key, planned.label, {})
+    result = run_trial(TrialConfig.from_dict(planned.config), callbacks=[TrainStart(run)],
+                       cache_dir=tmp_path / "cache")
+    assert (result.label, result.src_label) == ("GloVe", "Xavier")     # the target table's init, by side
+    run.finish(result.to_dict(), [])
+    got = mlflow_store.client(uri).get_run(run.run_id).data
+    assert got.tags[records.TRAINER_LABEL_TAG] == planned.label == "GloVe"
+    assert (got.params["d_model"], got.params["heads"]) == ("6", "3")
+    assert got.params["precision"] == result.config["precision"] in ("fp32", "bf16")
+    assert got.params["init"] == "GloVe" and got.params["init_spec"] == "glove"
+    assert got.tags[records.DEVICE_TAG] == "cpu" and got.tags[records.DATA_SOURCE_TAG] == "generated"
+    digest = hashlib.sha256((tmp_path / "glove.txt").read_bytes()).hexdigest()
+    assert got.tags[records.SHA256_TAG + "pretrained"] == digest
+
+
+def test_the_train_start_batch_names_the_library_versions(store):
+    import numpy
+    import torch
+    uri, exp = store
+    run = trial_run.TrialRun.open(uri, exp, None, {"task": "synthetic_lm", "seed": 1}, "k-versions", "Xavier", {})
+    run.log_train_start(TrialConfig("synthetic_lm"), torch.nn.Linear(2, 2), "cpu")
+    versions = json.loads(tags(uri, run.run_id)[records.VERSIONS_TAG])
+    assert {"python", "torch", "numpy", "sacrebleu", "mlflow", "embinit"} <= set(versions)
+    assert versions["torch"] == torch.__version__ and versions["numpy"] == numpy.__version__
+    assert set(versions) <= {"python", "torch", "numpy", "sacrebleu", "spacy", "mlflow", "embinit"}
+
+
+def test_a_trial_that_fails_before_training_logs_only_what_its_plan_knows(store):
+    """heads left to the trainer may change with the source's D and `auto` is no precision: a failure
+    before training leaves them out, so a retry that trains can log the values it trained with."""
+    import torch
+    uri, exp = store
+    planned = {"task": "synthetic_translation", "seed": 2, "precision": "auto"}
+    failed = trial_run.TrialRun.open(uri, exp, "sweep-x", planned, "k-early", "Xavier", {})
+    failed.fail("OSError: lost the disk")
+    params = mlflow_store.client(uri).get_run(failed.run_id).data.params
+    assert not {"heads", "d_model", "precision"} & set(params) and params["layers"] == "1"
+    again = trial_run.TrialRun.open(uri, exp, "sweep-x", planned, "k-early", "Xavier", {}, run_id=failed.run_id)
+    trained = TrialConfig.from_dict({**planned, "d_model": 18, "heads": 3, "precision": "fp32"}).resolved()
+    again.log_train_start(trained, torch.nn.Linear(2, 2), "cpu")
+    params = mlflow_store.client(uri).get_run(failed.run_id).data.params
+    assert (params["d_model"], params["heads"], params["precision"]) == ("18", "3", "fp32")
+
+
+def test_file_inputs_are_tagged_with_the_digests_their_key_holds_hashed_once(store, tmp_path, monkeypatch):
+    uri, exp = store
+    vec = vectors(tmp_path / "vec.txt", 4)
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.en").write_text("a b\n")
+    config = TrialConfig("synthetic_translation", init="glove", pretrained=vec, data_dir=str(data)).to_dict()
+    reads = []
+    real = file_inputs.file_digest
+    monkeypatch.setattr(file_inputs, "file_digest", lambda path, *a: reads.append(path) or real(path, *a))
+    key = TrialConfig.from_dict(config).key()
+    run = trial_run.TrialRun.open(uri, exp, None, config, key, "GloVe", {})
+    got = tags(uri, run.run_id)
+    assert got[records.SHA256_TAG + "pretrained"] == hashlib.sha256(Path(vec).read_bytes()).hexdigest()
+    assert "sha256:" + got[records.SHA256_TAG + "data_dir"] == file_inputs.content_id(str(data))
+    assert {k for k in got if k.startswith(records.SHA256_TAG)} == {records.SHA256_TAG + "pretrained",
+                                                                    records.SHA256_TAG + "data_dir"}
+    assert sorted(map(str, reads)) == sorted([vec, str(data / "train.en")])   # the key's hashing, reused
+
+
+def test_where_the_data_came_from_is_tagged_when_training_starts(store, tmp_path, monkeypatch):
+    """Without a data_dir a worker reads `$EMBINIT_DATA_DIR/<task>` or the hub; the key is the same."""
+    import torch
+    uri, exp = store
+    (tmp_path / "multi30k").mkdir()
+    sources = []
+    for env in (str(tmp_path), None):
+        if env is None:
+            monkeypatch.delenv("EMBINIT_DATA_DIR", raising=False)
+        else:
+            monkeypatch.setenv("EMBINIT_DATA_DIR", env)
+        run = trial_run.TrialRun.open(uri, exp, None, {"task": "multi30k", "seed": 0}, f"k-data-{env}", "Xavier", {})
+        run.log_train_start(TrialConfig("multi30k", d_model=8, heads=2), torch.nn.Linear(2, 2), "cpu")
+        sources.append(tags(uri, run.run_id)[records.DATA_SOURCE_TAG])
+    assert sources == [f"local:{tmp_path / 'multi30k'}", "hub:bentrevett/multi30k"]
+
+
+@pytest.mark.skipif(not (ROOT / ".git").exists(), reason="not a git checkout")
+def test_a_trial_run_names_the_commit_of_every_attempt(store, monkeypatch):
+    """The worker's HEAD (MLflow's own tag, the UI's "Version"); a run resumed by other code keeps both."""
+    uri, exp = store
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    run = trial_run.TrialRun.open(uri, exp, "sweep-c", {"task": "synthetic_lm", "seed": 3}, "k-commit", "Xavier", {})
+    first = tags(uri, run.run_id)
+    assert first[records.GIT_COMMIT_TAG] == provenance.git_commit()
+    assert first[records.GIT_COMMIT_TAG].removesuffix("-dirty") == head
+    assert first[records.GIT_COMMITS_TAG] == first[records.GIT_COMMIT_TAG]
+    monkeypatch.setattr(provenance, "process_commit", lambda: "f" * 40)   # a worker of newer code
+    trial_run.TrialRun.open(uri, exp, "sweep-c", {"task": "synthetic_lm", "seed": 3}, "k-commit", "Xavier", {})
+    trial_run.TrialRun.open(uri, exp, "sweep-c", {"task": "synthetic_lm", "seed": 3}, "k-commit", "Xavier", {})
+    again = tags(uri, run.run_id)
+    assert again[records.GIT_COMMIT_TAG] == "f" * 40
+    assert again[records.GIT_COMMITS_TAG] == f"{first[records.GIT_COMMIT_TAG]},{'f' * 40}"
+    monkeypatch.setattr(provenance, "process_commit", lambda: None)     # an installed package
+    bare = trial_run.TrialRun.open(uri, exp, None, {"task": "synthetic_lm", "seed": 4}, "k-bare", "Xavier", {})
+    assert not {records.GIT_COMMIT_TAG, records.GIT_COMMITS_TAG} & set(tags(uri, bare.run_id))
+
+
+def test_the_commit_is_asked_once_per_process_and_none_outside_a_checkout(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(provenance, "git_commit", lambda: calls.append(1) or "abc")
+    provenance.process_commit.cache_clear()
+    try:
+        assert [provenance.process_commit() for _ in range(3)] == ["abc"] * 3 and calls == [1]
+    finally:
+        provenance.process_commit.cache_clear()
+    monkeypatch.undo()
+    assert provenance.git_commit(tmp_path) is None
+    assert provenance.commits_trained(None, None) is None
+    assert provenance.commits_trained("a", None) == "a,unknown"
+    assert provenance.commits_trained("a,b", "a") == "a,b"
