@@ -12,7 +12,7 @@ import os
 from collections import Counter
 from typing import Any, Iterable
 
-from embinit.records import STATUS_RANK, TrialRecord
+from embinit.records import TrialRecord, stand_ins
 
 PROGRESS_BAR = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"   # mlflow.environment_variables, read at each download
 RESULT = ("finished", "diverged")   # a trial that ran to its end (a diverged one has no metric)
@@ -30,16 +30,16 @@ def _slot(task: str, label: str, axes: Any, point: Any, seed: Any) -> str:
 
 
 def _statuses(planned: list[dict[str, Any]], trials: dict[str, TrialRecord]) -> list[str]:
-    """Each planned trial's status: its key's record, else the best record of the same task, init,
-    axes, search point and seed (the same trial under another key, e.g. one an older version keyed)."""
-    by_slot: dict[str, str] = {}
-    for t in trials.values():
-        slot = _slot(t.task, t.label, t.axes, t.point, t.config.get("seed"))
-        if slot not in by_slot or STATUS_RANK[t.status] > STATUS_RANK[by_slot[slot]]:
-            by_slot[slot] = t.status
-    return [trials[p["key"]].status if p["key"] in trials else
-            by_slot.get(_slot(p["task"], p["label"], p["axes"], p.get("point", {}), p.get("seed")), NEVER_STARTED)
-            for p in planned]
+    """Each planned trial's status: its key's record, else the record `records.stand_ins` chooses among
+    those of the same task, init, axes, search point and seed (the same trial under another key, e.g. one
+    an older version keyed)."""
+    by_slot = stand_ins(trials.values(), lambda t: _slot(t.task, t.label, t.axes, t.point, t.config.get("seed")))
+    out = []
+    for p in planned:
+        slot = _slot(p["task"], p["label"], p["axes"], p.get("point", {}), p.get("seed"))
+        rec = trials[p["key"]] if p["key"] in trials else by_slot.get(slot)
+        out.append(rec.status if rec is not None else NEVER_STARTED)
+    return out
 
 
 def completeness(planned: list[dict[str, Any]] | None, trials: dict[str, TrialRecord]) -> dict[str, Any] | None:

@@ -2,15 +2,16 @@
 for a trial key.
 
 Every reader of trials (the report, the reproduction, the sweep's result, the Optuna resume, the
-service) goes through `from_runs` and `by_key`; `embinit.run_readers` searches MLflow and
-`embinit.trial_run` writes runs with the tag names below. This module imports neither MLflow nor torch.
+service) goes through `from_runs` and `by_key` (`stand_ins` where the slot is not the key: a seed of a
+report row); `embinit.run_readers` searches MLflow and `embinit.trial_run` writes runs with the tag names
+below. This module imports neither MLflow nor torch.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Callable, Hashable, Iterable
 
 # Tags of a trial's child run (see embinit.trial_run for the whole layout).
 KEY_TAG, LABEL_TAG, STATUS_TAG = "embinit.trial_key", "embinit.label", "embinit.status"
@@ -118,21 +119,29 @@ def from_runs(runs: Iterable) -> list[TrialRecord]:
 
 
 def rank(rec: TrialRecord) -> tuple[int, bool]:
-    """How strongly a run stands for its key: `STATUS_RANK`, then resumable over not."""
+    """How strongly a run stands for its slot: `STATUS_RANK`, then resumable over not."""
     return STATUS_RANK[rec.status], rec.resumable
 
 
-def by_key(records: Iterable[TrialRecord], keys: set[str] | None = None) -> dict[str, TrialRecord]:
-    """trial key -> the record that stands for it (`rank`, then the newest), for the keys in `keys`
-    (all when None); keys in the order of their oldest record."""
-    chosen: dict[str, TrialRecord] = {}
-    for rec in sorted(records, key=lambda r: r.start_ms):
-        if keys is not None and rec.key not in keys:
-            continue
-        old = chosen.get(rec.key)
+def stand_ins(records: Iterable[TrialRecord], slot: Callable[[TrialRecord], Hashable] = lambda r: r.key
+              ) -> dict[Hashable, TrialRecord]:
+    """slot -> the record that stands for it, the one rule every reader uses (`slot(record)` names the
+    slot: the trial key by default; the report's (search point, seed), completeness's planned trial, the
+    reproduction's seed). The highest `rank` wins; among equal ranks the newest (the latest `start_ms`),
+    and among equal starts the later in `records`. Slots in the order of their oldest record."""
+    chosen: dict[Hashable, TrialRecord] = {}
+    for rec in sorted(records, key=lambda r: r.start_ms):   # stable: equal starts keep their order
+        name = slot(rec)
+        old = chosen.get(name)
         if old is None or rank(rec) >= rank(old):
-            chosen[rec.key] = rec
+            chosen[name] = rec
     return chosen
+
+
+def by_key(records: Iterable[TrialRecord], keys: set[str] | None = None) -> dict[str, TrialRecord]:
+    """trial key -> the record that stands for it (`stand_ins`), for the keys in `keys` (all when None);
+    keys in the order of their oldest record."""
+    return stand_ins(r for r in records if keys is None or r.key in keys)
 
 
 def trained_elsewhere(chosen: dict[str, TrialRecord], sweeps: set[str]) -> set[str]:

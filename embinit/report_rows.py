@@ -3,7 +3,7 @@
 Runs are grouped by everything but the seed: trials of one init label whose resolved configs differ in
 anything else (e.g. the same spec run from the CLI and from the service with another pretrained path)
 get one row each, marked with the fields that differ. Each trial key counts once, and so does each seed
-of a configuration (the newest run of its best status).
+of a configuration (the run `records.stand_ins` chooses for its (search point, seed) slot).
 
 With a search, each (task, init, axes) group reports its best search point: the one whose seeds have
 the best mean selection metric (the paper's MNLI grid search), with the point's values in the row. The
@@ -78,15 +78,14 @@ def _setting(t: _Trial) -> dict[str, Any]:
 
 
 def _one_per_seed(trials: list[_Trial]) -> list[_Trial]:
-    """One trial per (search point, seed): the newest of the best status (a rerun under another key of
-    the same configuration, e.g. after a code version bump, does not count twice)."""
-    best: dict[tuple, _Trial] = {}
-    for t in sorted(trials, key=lambda t: t.start_ms):
-        slot = (json.dumps(t.point, sort_keys=True), t.config.get("seed"))
-        old = best.get(slot)
-        if old is None or records.STATUS_RANK[t.status] >= records.STATUS_RANK[old.status]:
-            best[slot] = t
-    return list(best.values())
+    """One trial per (search point, seed), the one `records.stand_ins` chooses (a rerun under another key
+    of the same configuration, e.g. after a code version bump, does not count twice)."""
+    return list(records.stand_ins(trials, _seed_slot).values())
+
+
+def _seed_slot(t: _Trial) -> tuple:
+    """The report's slot of a trial: its search point and seed (a row counts each slot once)."""
+    return json.dumps(t.point, sort_keys=True), t.config.get("seed")
 
 
 def group(trials: list[_Trial]) -> dict[tuple, list[_Trial]]:

@@ -147,6 +147,45 @@ def test_table1_rows_beside_the_papers(store):
     assert rows[("multi30k", "GloVe")]["n"] == 3
 
 
+def test_table1_counts_seeds_as_the_report_does(store):
+    """Table 1 counts one run per seed, the one `embinit report` counts (`records.stand_ins`): a seed that
+    failed and then finished on a retry (under the same key, or under another, e.g. after a code version
+    bump) is in n only; a diverged seed is in its own column. Before, `failed` counted every failed or
+    diverged trial key of the role (here 3: seed 1's failed attempt under its older key, the diverged
+    seed, the failed one) and there was no diverged column, while the report said n = 3, failed = 1,
+    diverged = 1."""
+    from embinit.report import build_report
+    uri = store[0]
+    exp = mlflow_store.ensure_experiment("retries", uri)
+
+    def unfinished(key, seed, status):
+        cfg = {"task": "multi30k", "init": "glove", "seed": seed, "d_model": 300, "heads": 10, "epochs": 20,
+               "layers": 3, "batch_size": 64, "lr": 2e-4, "train_embeddings": True, "pos_encoding": True}
+        run = trial_run.TrialRun.open(uri, exp, None, cfg, key, "GloVe", {"axes": {}, "point": {}})
+        if status == "failed":
+            run.fail("Traceback (most recent call last):\nRuntimeError: CUDA out of memory")
+        else:
+            run.finish({"status": "diverged", "history": [{"epoch": 1, "val/loss": float("nan")}], "best": {},
+                        "best_epoch": 1, "diverged_step": 7}, [])
+
+    _trial(uri, exp, "r0", "multi30k", "GloVe", 0, {"test/bleu": 15.0}, {"val/loss": 2.9})
+    unfinished("r1-old", 1, "failed")                        # seed 1 failed under an older key ...
+    _trial(uri, exp, "r1", "multi30k", "GloVe", 1, {"test/bleu": 16.0}, {"val/loss": 2.8})   # ... then finished
+    unfinished("r2", 2, "failed")                            # seed 2 failed, retried under its key
+    _trial(uri, exp, "r2", "multi30k", "GloVe", 2, {"test/bleu": 17.0}, {"val/loss": 2.7})
+    unfinished("r3", 3, "diverged")
+    unfinished("r4", 4, "failed")
+    rep = Reproduction(uri, Inputs(groups=(Group("retries", "multi30k", "GloVe", "GloVe", "r.yaml"),),
+                                   analogy_experiment="none"))
+    text = render(rep, rep.build())
+    (row,) = [r for r in rep.exports["table1"] if r["init"] == "GloVe"]
+    (reported,) = [r for r in build_report("retries", uri).rows if r["metric"] == "test/bleu"]
+    assert (row["n"], row["failed"], row["diverged"]) == (3, 1, 1)
+    assert (reported["n"], reported["failed"], reported["diverged"]) == (3, 1, 1)
+    assert row["mean"] == pytest.approx(reported["mean"]) == pytest.approx(16.0)
+    assert "| 3 | [" in text and "| 1 | 1 |" in text
+
+
 def test_table3_cells_from_configs(store):
     _, _, rep, _ = store
     cells = {(r["init"], r["train_embeddings"], r["pos_encoding"]): r for r in rep.exports["table3"]}

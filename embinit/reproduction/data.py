@@ -12,7 +12,7 @@ import math
 from functools import cached_property
 from typing import Any
 
-from embinit import mlflow_store, run_readers
+from embinit import mlflow_store, records, run_readers
 from embinit.config import metric_range
 from embinit.errors import EmbinitError
 from embinit.task_registry import primary_metric
@@ -57,16 +57,19 @@ class ReproductionData:
         return self._analogy[1]
 
     # ---- selection helpers
+    def seed_slots(self, g: Group, role: str) -> list[Trial]:
+        """The run that stands for each seed of a role in the group's main sweep (default cell: trainable
+        + PE), whatever its status: `records.stand_ins` with the seed as the slot, the rule `embinit report`
+        counts by (a seed retried after a failure, or a spec run again under a new key, e.g. with more
+        epochs, counts once: by its finished or diverged run, else the newest)."""
+        trials = [t for t in self.data[g.experiment][0] if t.task == g.task and t.cell == (True, True)
+                  and role_of(t.label, g.source) == role]
+        return list(records.stand_ins(trials, lambda t: t.config.get("seed")).values())
+
     def main_trials(self, g: Group, role: str) -> list[Trial]:
-        """Finished trials of a role in the group's main sweep (default cell: trainable + PE), one per seed:
-        the newest (a spec run again under a new key, e.g. with more epochs, does not count a seed twice,
-        and Table 1, the statistics and the findings all read the same trials)."""
-        newest: dict[Any, Trial] = {}
-        for t in sorted(self.data[g.experiment][0], key=lambda t: t.start_ms):
-            if t.task == g.task and role_of(t.label, g.source) == role and t.cell == (True, True) \
-                    and t.status == "finished":
-                newest[t.config.get("seed")] = t
-        return list(newest.values())
+        """The seeds of a role whose run finished (`seed_slots`), one run each: Table 1, the statistics and
+        the findings all read these trials."""
+        return [t for t in self.seed_slots(g, role) if t.status == "finished"]
 
     def values(self, trials: list[Trial], metric: str) -> list[float]:
         return [t.metrics[metric] for t in trials if metric in t.metrics and math.isfinite(t.metrics[metric])]

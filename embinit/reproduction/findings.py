@@ -68,7 +68,7 @@ def similarity_section(rep: ReproductionData) -> Section:
 
 
 def _by_seed(rep: ReproductionData, g: Group, role: str, metric: str, scale: float = 1.0) -> dict:
-    """{seed: value} of a role's finished main trials (one per seed: the newest run per trial key)."""
+    """{seed: value} of a role's finished main trials (one run per seed: `ReproductionData.seed_slots`)."""
     out = {}
     for t in rep.main_trials(g, role):
         v = t.metrics.get(metric)

@@ -53,12 +53,13 @@ def table1(rep: ReproductionData) -> Section:
         s.lines += ["", f"**{g.task}, {g.source} (paper: {g.paper_source}); {mname}; MLflow experiment "
                     f"`{g.experiment}`**", "",
                     "| init | paper mean (σ) | paper epoch | here mean (σ) | n | 95% CI | best epoch | "
-                    "best val. loss (σ) | failed |", "|---" * 9 + "|"]
+                    "best val. loss (σ) | failed | diverged |", "|---" * 10 + "|"]
         for role in ROLES:
+            slots = rep.seed_slots(g, role)   # one run per seed, as `embinit report` counts them
             trials = rep.main_trials(g, role)
-            failed = [t for t in rep.data[g.experiment][0] if t.task == g.task and t.cell == (True, True)
-                      and role_of(t.label, g.source) == role and t.status in ("failed", "diverged")]
-            if not trials and not failed:
+            failed = [t for t in slots if t.status == "failed"]
+            diverged = [t for t in slots if t.status == "diverged"]
+            if not trials and not failed and not diverged:
                 continue
             st = summarize(rep.scaled(g, role), rep.bounds(g.task))
             ep = summarize(rep.values(trials, "best_epoch"), metric_range("best_epoch"))
@@ -67,12 +68,17 @@ def table1(rep: ReproductionData) -> Section:
             label = ROLE_TEXT[role].format(p=g.source)
             s.lines.append(f"| {label} | {'—' if p is None else f'{p[0]} ({p[1]})'} | "
                            f"{'—' if p is None else p[2]} | {mean_std(st)} | {st['n']} | {ci_text(st)} | "
-                           f"{fmt(ep['mean'], 1)} | {mean_std(vl, 3)} | {len(failed)} |")
+                           f"{fmt(ep['mean'], 1)} | {mean_std(vl, 3)} | {len(failed)} | {len(diverged)} |")
             rows.append({"task": g.task, "experiment": g.experiment, "init": label, "role": role,
                          "paper_mean": p[0] if p else None, "paper_std": p[1] if p else None,
                          "paper_epoch": p[2] if p else None, "metric": m, **st,
                          "best_epoch": ep["mean"], "best_val_loss": vl["mean"], "failed": len(failed),
-                         "runs": [t.run_id for t in trials]})
+                         "diverged": len(diverged), "runs": [t.run_id for t in trials]})
+    if rows:
+        s.lines += ["", "Counted per seed, by the run `embinit report` counts for it (a result over a run in "
+                    "progress over a failure, then the newest): n = the seeds whose run finished with a "
+                    "value, failed and diverged = the seeds whose run failed or diverged (a seed that "
+                    "failed and then finished on a retry is in n only)."]
     rep.exports["table1"] = rows
     return s
 
