@@ -19,7 +19,6 @@ Layout under `s3://BUCKET/PREFIX/`: `ray_results/` (Tune), `checkpoints/<experim
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import tempfile
@@ -28,10 +27,10 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from embinit.checkpoint_files import LAST, LAST_INFO, parse_last_info
 from embinit.errors import EmbinitError
 
 STORAGE_ENV = "EMBINIT_STORAGE_URI"
-LAST, LAST_INFO = "last.pt", "last.json"  # as embinit.train.checkpoint names them (torch-free here)
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _PREFIX = re.compile(r"^[A-Za-z0-9_.=-]+(/[A-Za-z0-9_.=-]+)*$")
 
@@ -134,13 +133,14 @@ class Mirror:
             self.sent[p.name] = stamp
 
     def epoch(self) -> int | None:
-        """The epoch of the store's `last.pt` of this key (from its `last.json`), None without one."""
+        """The epoch of the store's `last.pt` of this key (from its `last.json`, by
+        `checkpoint_files.parse_last_info`, as the node's own), None without one or when it cannot say."""
         try:
             with self.store.filesystem().open_input_stream(self._remote(LAST_INFO)) as f:
-                info = json.loads(f.read())
-        except (OSError, ValueError):
+                text = f.read()
+        except (OSError, ValueError):  # no such object; pyarrow's ArrowInvalid is a ValueError
             return None
-        return int(info["epoch"]) if info.get("key") == self.key else None
+        return parse_last_info(text, self.key)
 
     def pull(self, local: Path) -> None:
         """Replace `local`'s files by the store's copy (the caller found the copy newer)."""

@@ -24,9 +24,9 @@ from pathlib import Path
 import torch
 
 from embinit.cache_root import cache_root
+from embinit.checkpoint_files import BEST_ARTIFACT
 from embinit.errors import EmbinitError
 
-CHECKPOINT_ARTIFACT = "checkpoint/best.pt"   # where the sweep logs best.pt (embinit.sweep.trainable)
 TABLE_KEYS = ("tok", "tgt", "src")
 _RUN_ID = re.compile(r"^(?:runs:/)?([0-9a-f]{32})/?$")
 
@@ -49,10 +49,10 @@ def download_checkpoint(run_id: str, tracking_uri: str | None = None, dst: str |
 
     rid = _RUN_ID.match(run_id).group(1)
     try:
-        path = mlflow.artifacts.download_artifacts(run_id=rid, artifact_path=CHECKPOINT_ARTIFACT,
+        path = mlflow.artifacts.download_artifacts(run_id=rid, artifact_path=BEST_ARTIFACT,
                                                    tracking_uri=tracking_uri, dst_path=dst)
     except Exception as e:  # MLflow raises several types for a missing run / artifact
-        raise EmbinitError(f"cannot download {CHECKPOINT_ARTIFACT} of MLflow run {rid}: "
+        raise EmbinitError(f"cannot download {BEST_ARTIFACT} of MLflow run {rid}: "
                            f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
     return Path(path)
 

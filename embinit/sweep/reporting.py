@@ -5,16 +5,21 @@ artifacts (best checkpoint, validation curve, init histogram)."""
 
 from __future__ import annotations
 
+import logging
 import math
+import warnings
 from pathlib import Path
 from typing import Any
 
 from embinit import mlflow_store, trial_run
+from embinit.checkpoint_files import BEST, BEST_ARTIFACT_DIR, INIT_SAMPLE, OLD_INIT_SAMPLE, read_init_sample, \
+    write_init_sample
+from embinit.errors import EmbinitError
 from embinit.sweep import resume
 from embinit.sweep.resume import RUN_ID_FILE
 from embinit.sweep.work import SweepContext
 
-INIT_SAMPLE = "init_embedding_sample.npy"
+log = logging.getLogger("embinit.sweep")
 
 
 def trial_run_id(out_dir: str | Path | None) -> str | None:
@@ -72,29 +77,48 @@ def device_name(model) -> str:
 
 def _save_init_sample(model, path: Path) -> None:
     """Up to 200k values of the initial (target / only) embedding table, for the histogram plot."""
-    import numpy as np
     tables = model.embeddings()
     weight = tables.get("tgt", tables.get("tok", next(iter(tables.values())))).weight.detach().float()
     flat = weight.flatten()
     step = max(1, flat.numel() // 200_000)
-    np.save(path, {"values": flat[::step].cpu().numpy(), "shape": tuple(weight.shape)}, allow_pickle=True)
+    write_init_sample(path, flat[::step].cpu().numpy(), tuple(weight.shape))  # plain arrays, no pickle
 
 
 def artifacts(res: dict, out_dir: Path, ctx: SweepContext, label: str) -> list[tuple[str, str]]:
     """(artifact dir, local file): the best checkpoint (optional) and the two plots."""
     out: list[tuple[str, str]] = []
-    best = out_dir / "best.pt"
+    best = out_dir / BEST
     if ctx.log_checkpoint and best.exists():
-        out.append(("checkpoint", str(best)))
+        out.append((BEST_ARTIFACT_DIR, str(best)))  # the artifact checkpoint_files.BEST_ARTIFACT
     if ctx.log_plots:
         from embinit import plots
         curve = plots.validation_curve(res["history"], out_dir / "val_curve.png", label)
         if curve:
             out.append(("plots", str(curve)))
-        sample = out_dir / INIT_SAMPLE
-        if sample.exists():
-            import numpy as np
-            data = np.load(sample, allow_pickle=True).item()
-            hist = plots.init_histogram(data["values"], data["shape"], out_dir / "init_histogram.png", label)
+        hist = _init_histogram(out_dir, label)
+        if hist:
             out.append(("plots", str(hist)))
     return out
+
+
+def _init_histogram(out_dir: Path, label: str) -> Path | None:
+    """The init histogram from the trial folder's init sample, None without a readable one. The file
+    may have come through the object store: it is read without unpickling (checkpoint_files), and one
+    that cannot be read that way (an older sweep's pickled `.npy`, a damaged or foreign file) costs the
+    plot, with a warning, not the trial's result."""
+    from embinit import plots
+    sample, old = out_dir / INIT_SAMPLE, out_dir / OLD_INIT_SAMPLE
+    try:
+        if sample.exists():
+            values, shape = read_init_sample(sample)
+        elif old.exists():
+            raise EmbinitError(f"{old} is an init sample in the older pickled format, which is not loaded "
+                               "(a pickle from a trial folder could run code)")
+        else:
+            return None
+    except EmbinitError as e:
+        message = f"{e}; no init histogram for {label}"
+        log.warning(message)
+        warnings.warn(message, RuntimeWarning, stacklevel=2)
+        return None
+    return plots.init_histogram(values, shape, out_dir / "init_histogram.png", label)

@@ -3,12 +3,13 @@
 `last.pt` is written atomically (to a temporary file, then renamed) at the end of every epoch, so a
 trial killed at any moment resumes from its last complete epoch. `last.json` beside it names the key and
 epoch `last.pt` holds, so a sweep can tell which of two copies is newer without unpickling either.
+The files' names and `last.json`'s writer and parser are embinit.checkpoint_files' (torch-free, shared
+with embinit.storage).
 Every checkpoint is read by `read` (trusted roots, weights only).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import random
@@ -18,11 +19,11 @@ from typing import Any
 
 import torch
 
+from embinit.checkpoint_files import BEST, LAST, LAST_INFO, last_info_text, parse_last_info
 from embinit.errors import EmbinitError
 from embinit.trusted import is_trusted, opened_path
 
 log = logging.getLogger("embinit.train")
-LAST, BEST, LAST_INFO = "last.pt", "best.pt", "last.json"
 
 
 def _atomic_save(obj: Any, path: Path) -> None:
@@ -47,19 +48,19 @@ def save_last(out_dir: Path, key: str, model, optimizer, dropout_generator, prog
     _atomic_save({"key": key, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
                   "rng": rng_state(dropout_generator), "progress": progress}, out_dir / LAST)
     tmp = out_dir / (LAST_INFO + ".tmp")  # written after last.pt: it never names an epoch not saved
-    tmp.write_text(json.dumps({"key": key, "epoch": progress["epoch"]}))
+    tmp.write_text(last_info_text(key, progress["epoch"]))
     os.replace(tmp, out_dir / LAST_INFO)
 
 
 def last_epoch(out_dir: Path, key: str) -> int | None:
-    """The epoch `out_dir`'s `last.pt` of trial `key` holds (from `last.json`), None without one."""
+    """The epoch `out_dir`'s `last.pt` of trial `key` holds (from `last.json`, by
+    `checkpoint_files.parse_last_info`), None without one or when `last.json` cannot say."""
     try:
-        info = json.loads((Path(out_dir) / LAST_INFO).read_text())
-    except (OSError, ValueError):
+        text = (Path(out_dir) / LAST_INFO).read_bytes()
+    except OSError:
         return None
-    if info.get("key") != key or not (Path(out_dir) / LAST).is_file():
-        return None
-    return int(info["epoch"])
+    epoch = parse_last_info(text, key)
+    return epoch if epoch is not None and (Path(out_dir) / LAST).is_file() else None
 
 
 class UnreadableCheckpoint(EmbinitError):
