@@ -62,7 +62,8 @@ def test_literal_names_match_the_library():
 
 def test_workers_get_absolute_paths_and_the_twin_of_the_reference_seed(tmp_path, monkeypatch):
     from embinit.analysis import ProbeCallback, SimilarityCallback
-    from embinit.sweep.analyses import shared_settings, trial_callbacks, twin_key
+    from embinit.analysis.similarity_callback import twin_key
+    from embinit.sweep.analyses import shared_settings, trial_callbacks
     monkeypatch.chdir(tmp_path)
     spec = load_spec(spec_data(tmp_path, {"probe": True, "similarity": {"reference_seed": 0,
                                                                         "snapshot_dir": "snaps"}}, seeds=[0, 1]))

@@ -207,7 +207,7 @@ Score = Literal["jaccard", "overlap"]
 
 
 class SimilarityAnalysis(_Strict):
-    """KNN match similarity of the trial's table during training (embinit.analysis.callbacks), against
+    """KNN match similarity of the trial's table during training (embinit.analysis.similarity_callback), against
     a fixed `reference` (checkpoint, embeddings file or MLflow run id), or against the snapshots of the
     same trial at `reference_seed`, or at `reference_emb_seed` (the same trial with another embedding
     seed only: the blog's code). With either or `snapshot_dir` every trial writes its K-NN lists to
@@ -243,7 +243,8 @@ class SimilarityAnalysis(_Strict):
 class Analyses(_Strict):
     """Analyses logged to each trial's MLflow run. They only observe training: they are passed beside
     the TrialConfig (not in it), so switching them on does not change trial keys and finished trials
-    are reused without them."""
+    are reused without them. One field per entry of the registry embinit.analysis.callbacks.ANALYSES,
+    whose maker takes the field's model (tests/test_analysis_contract.py checks that the two agree)."""
 
     probe: ProbeAnalysis | None = None
     similarity: SimilarityAnalysis | None = None

@@ -1,5 +1,5 @@
-"""The spec's `analyses` in a sweep: trainer callbacks (embinit.analysis.callbacks) that log the
-position probe and the KNN match similarity to the trial's MLflow run.
+"""The spec's `analyses` in a sweep: trainer callbacks (the registry embinit.analysis.callbacks.ANALYSES)
+that log the position probe and the KNN match similarity to the trial's MLflow run.
 
 The settings travel in the sweep's `shared` dict beside the TrialConfig, never inside it: the analyses
 only observe training, so they must not change the trial key (a finished trial is reused as it is,
@@ -9,84 +9,49 @@ Similarity against another seed (the blog's experiment 1): every trial writes it
 `<snapshot_dir>/<trial key>/`; a trial whose seed is not `reference_seed` compares, step by step, with
 the folder of its twin -- the same config at `reference_seed`. With `reference_emb_seed` instead, the
 twin is the same config (same trial seed) at that embedding seed: the two runs differ only in their
-tables' init, as in the blog's code. The folder must be visible to every worker (local Ray, or a shared
-filesystem on a cluster).
+tables' init, as in the blog's code (embinit.analysis.similarity_callback.twin_of). The folder must be
+visible to every worker (local Ray, or a shared filesystem on a cluster).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from pathlib import Path
 from typing import Any, Callable
 
+from embinit.spec.models import Analyses
+
 
 def shared_settings(spec) -> dict[str, Any] | None:
-    """The spec's analyses as a plain dict for the workers, paths made absolute (workers run in
-    other directories); None when the spec has none."""
+    """The spec's analyses as a plain dict for the workers (`Analyses.model_dump()`; `trial_callbacks`
+    validates it back), paths made absolute (workers run in other directories); None when the spec has
+    none."""
     if spec.analyses is None:
         return None
-    data = spec.analyses.model_dump()
-    sim = data.get("similarity")
+    analyses, sim = spec.analyses, spec.analyses.similarity
     if sim is not None:
-        if (sim["reference_seed"] is not None or sim.get("reference_emb_seed") is not None
-                or sim["snapshot_dir"] is not None):
-            root = sim["snapshot_dir"] or Path(spec.cache_dir or ".embinit-cache") / "knn_snapshots"
+        paths: dict[str, str] = {}
+        if sim.reference_seed is not None or sim.reference_emb_seed is not None or sim.snapshot_dir is not None:
+            root = sim.snapshot_dir or Path(spec.cache_dir or ".embinit-cache") / "knn_snapshots"
             # absolute, symlinks kept: the trial resolves and checks them when it writes (embinit.trusted)
-            sim["snapshot_dir"] = os.path.abspath(Path(root).expanduser())
-        ref = sim["reference"]
-        if ref is not None and Path(ref).expanduser().exists():   # else an MLflow run id
-            sim["reference"] = os.path.abspath(Path(ref).expanduser())
-    return data
+            paths["snapshot_dir"] = os.path.abspath(Path(root).expanduser())
+        if sim.reference is not None and Path(sim.reference).expanduser().exists():   # else an MLflow run id
+            paths["reference"] = os.path.abspath(Path(sim.reference).expanduser())
+        analyses = analyses.model_copy(update={"similarity": sim.model_copy(update=paths)})
+    return analyses.model_dump()
 
 
 def trial_callbacks(settings: dict[str, Any] | None, cfg, log_fn: Callable[[dict, int], None],
                     out_dir: Path) -> list:
-    """The callbacks of one trial (`cfg`: its TrialConfig), logging through `log_fn(metrics, step)`."""
+    """The callbacks of one trial (`cfg`: its TrialConfig), logging through `log_fn(metrics, step)`:
+    `settings` (from `shared_settings`) validated back into the spec's `Analyses`, each analysis made by
+    its registry entry (embinit.analysis.callbacks.ANALYSES)."""
     if not settings:
         return []
     from embinit.analysis.callbacks import make_callbacks  # torch; workers only
-    wanted: dict[str, Any] = {}
-    sim = settings.get("similarity")
-    if sim is not None:
-        wanted["similarity"] = _similarity_args(sim, cfg)
-    probe = settings.get("probe")
-    if probe is not None:
-        wanted["probe"] = {"every_n_epochs": probe["every_n_epochs"], "max_len": probe["max_len"],
-                           "n_samples": probe["n_samples"], "summary": True}
-    out = make_callbacks(wanted, log_fn=log_fn, out_dir=out_dir)
-    return out + [EpochSteps()] if sim is not None else out
-
-
-def _similarity_args(sim: dict[str, Any], cfg) -> dict[str, Any]:
-    args = {"every_n_steps": sim["every_n_steps"], "k": sim["k"], "metric": sim["metric"],
-            "neighbours": sim["neighbours"], "wait_s": sim["wait_s"], "reference": sim["reference"]}
-    root = sim["snapshot_dir"]
-    if root is not None:
-        args["snapshot_dir"] = Path(root) / cfg.key()
-        twin = _twin(sim, cfg)
-        if twin is not None:
-            args["reference_snapshots"] = Path(root) / twin
-    return args
-
-
-def _twin(sim: dict[str, Any], cfg) -> str | None:
-    """The key of the trial whose snapshots `cfg`'s trial compares with; None for the reference itself."""
-    ref_seed, ref_emb = sim["reference_seed"], sim.get("reference_emb_seed")
-    if ref_seed is not None and cfg.seed != ref_seed:
-        return twin_key(cfg, ref_seed)
-    if ref_emb is not None and emb_seed_of(cfg) != ref_emb:
-        return dataclasses.replace(cfg, emb_seed=ref_emb).key()
-    return None
-
-
-def emb_seed_of(cfg) -> int:
-    return cfg.seed if cfg.emb_seed is None else cfg.emb_seed
-
-
-def twin_key(cfg, seed: int) -> str:
-    """The trial key of the same config at another seed (whose snapshots a trial compares with)."""
-    return dataclasses.replace(cfg, seed=seed).key()
+    analyses = Analyses.model_validate(settings)
+    out = make_callbacks(analyses, log_fn=log_fn, out_dir=out_dir, cfg=cfg)
+    return out + [EpochSteps()] if analyses.similarity is not None else out
 
 
 class EpochSteps:
@@ -104,8 +69,8 @@ def plot_artifacts(callbacks: list, history: list[dict], out_dir: Path, label: s
     """[("plots", similarity_curve.png)]: the similarity curve this attempt measured, with validation
     perplexity on a second axis for LMs; [] when there is nothing to plot. (A resumed attempt plots the
     steps since its restart; MLflow's `sim/*` history holds them all.)"""
-    from embinit.analysis.callbacks import SimilarityCallback
     from embinit.analysis.plots import similarity_figure
+    from embinit.analysis.similarity_callback import SimilarityCallback
     sim = next((c for c in callbacks if isinstance(c, SimilarityCallback)), None)
     if sim is None or not sim.history:
         return []
