@@ -111,13 +111,26 @@ def test_dry_run_estimates_from_trials_of_the_same_shape_in_the_store(tmp_path, 
     row = next(ln for ln in out.splitlines() if ln.strip().startswith("9 "))
     assert row.split()[5] == "~80" and "scaled by the number of steps per epoch" in out
     assert "24.0 trial-minutes" in out                                              # 9 x 2 epochs x 80 s
+    # a trial the spec's experiment has finished is reused: marked, and left out of the cost
+    spec = load_spec(QUICK, ["epochs=2"])
+    first = spec.plan()[0]
+    done = trial_run.TrialRun.open(uri, mlflow_store.ensure_experiment(spec.experiment_name(), uri), None,
+                                   first.config, first.key, first.label, {"axes": {}, "point": {}})
+    done.finish({"status": "finished", "history": [], "test": {}, "best": {}, "best_epoch": 2,
+                 "wall_time_s": 40.0}, [])
+    assert main(["run", str(QUICK), "--dry-run", "epochs=2"]) == 0
+    out = capsys.readouterr().out
+    assert f"{first.key}  " in out and out.count("[finished: reused]") == 1
+    assert "1 of the 9 trials already finished in experiment 'quickstart-epochs2' of this store" in out
+    row = next(ln for ln in out.splitlines() if ln.strip().startswith("8 ") and "parameters" in ln)
+    assert row.split()[:3] == ["8", "2", "synthetic_translation"] and "total: 16 trial-epochs" in out
     # from another directory, `--tracking-uri` names the store the run would write: the estimate reads it
     # (the dry run read the spec's default ./mlflow.db and printed that instead)
     (tmp_path / "elsewhere").mkdir()
     monkeypatch.chdir(tmp_path / "elsewhere")
     assert main(["run", str(QUICK), "--dry-run", "epochs=2", "--tracking-uri", "sqlite:///../mlflow.db"]) == 0
     out = capsys.readouterr().out
-    assert "6.0 trial-minutes" in out and f"at sqlite:///{tmp_path / 'mlflow.db'}" in out
+    assert "8 2 synthetic_translation" in " ".join(out.split()) and f"at sqlite:///{tmp_path / 'mlflow.db'}" in out
     assert not (tmp_path / "elsewhere" / "mlflow.db").exists()
 
 

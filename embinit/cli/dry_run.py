@@ -16,13 +16,15 @@ from embinit.config import TrialConfig, task_defaults
 from embinit.mlflow_store import resolve_uri
 
 
-def trial_lines(spec) -> list[str]:
+def trial_lines(spec, done: set[str] = frozenset()) -> list[str]:
+    """One line a planned trial; `done`: the keys the store has finished (marked: the run reuses them)."""
     plan = spec.plan()
     lines = [f"{'#':>4}  {'key':16}  {'task':24} {'init':22} seed  settings"]
     for i, p in enumerate(plan):
         settings = {**p.axes, **p.point}
         lines.append(f"{i:>4}  {p.key}  {p.task:24} {p.label:22} {p.seed:>4}  "
-                     f"{json.dumps(settings) if settings else ''}".rstrip())
+                     f"{json.dumps(settings) if settings else ''}{'  [finished: reused]' if p.key in done else ''}"
+                     .rstrip())
     if spec.search is not None and spec.search.method == "optuna":
         lines.append(f"optuna: {spec.search.num_samples} points x {len(spec.seeds)} seeds for each of the "
                      f"{len(plan) // len(spec.seeds)} (task, init, axes) groups above, drawn while running")
@@ -121,7 +123,7 @@ def past_epoch_s(uri: str) -> dict[tuple, list[tuple]]:
     """Seconds per epoch of the finished trials already in the tracking store, by model shape (epochs and
     batching left out), each with its (batch_size, max_tokens); only a local SQLite store that exists is
     read (a dry run starts nothing, creates nothing)."""
-    if not uri.startswith("sqlite:///") or not Path(uri[len("sqlite:///"):]).exists():
+    if not _local_store(uri):
         return {}
     from embinit import mlflow_store, run_readers
     out: dict[tuple, list[tuple]] = {}
@@ -137,13 +139,35 @@ def past_epoch_s(uri: str) -> dict[tuple, list[tuple]]:
     return out
 
 
-def cost_lines(spec, uri: str) -> list[str]:
+def _local_store(uri: str) -> bool:
+    """Only a local SQLite store that exists is read (a dry run starts nothing, creates nothing)."""
+    return uri.startswith("sqlite:///") and Path(uri[len("sqlite:///"):]).exists()
+
+
+def finished_here(spec, uri: str) -> set[str]:
+    """The planned keys the spec's experiment in the store at `uri` has finished: the run reuses them."""
+    if not _local_store(uri):
+        return set()
+    from embinit import mlflow_store, run_readers
+    exp_id = mlflow_store.experiment_id(spec.experiment_name(), uri)
+    return set() if exp_id is None else set(run_readers.finished_keys(exp_id, uri)) & {p.key for p in spec.plan()}
+
+
+def cost_lines(spec, uri: str, done: set[str] = frozenset()) -> list[str]:
     """Per model shape: trials, epochs, size, and the seconds per epoch measured before in the store at
     `uri`; then the total in trial-epochs and rounds, and a wall-clock estimate where every shape was
-    measured."""
-    shapes = Counter(shape_of(cfg) for cfg in spec.expand())
+    measured. Trials in `done` (finished in the store: reused) cost nothing and are left out."""
+    todo = [TrialConfig.from_dict(p.config) for p in spec.plan() if p.key not in done]
+    if done:
+        head = ["", f"{len(done)} of the {len(todo) + len(done)} trials already finished in experiment "
+                     f"{spec.experiment_name()!r} of this store: the run reuses them (marked above)"]
+        if not todo:
+            return head + ["  nothing left to train."]
+    else:
+        head = []
+    shapes = Counter(shape_of(cfg) for cfg in todo)
     past = past_epoch_s(uri)
-    lines = ["", "cost, per model shape:",
+    lines = head + ["", "cost, per model shape" + (" (the trials left to train):" if done else ":"),
              f"  {'trials':>6}  {'epochs':>6}  {'task':22} {'D':>4} {'layers':>6}  {'s/epoch':>8}  model size"]
     per_epoch, scaled = {}, False
     for shape, n in shapes.items():
@@ -196,8 +220,10 @@ def dry_run(spec, tracking_uri: str | None = None) -> str:
     """The expanded trial list, one trial a line, the cost, and the total; `tracking_uri` (the run's
     `--tracking-uri`) is the store the run would write, else the spec's."""
     uri = resolve_uri(spec.tracking_uri(tracking_uri))
-    lines = trial_lines(spec)
-    if spec.search is None or spec.search.method != "optuna":
-        lines += cost_lines(spec, uri) + execution_lines(spec)
+    grid = spec.search is None or spec.search.method != "optuna"
+    done = finished_here(spec, uri) if grid else set()
+    lines = trial_lines(spec, done)
+    if grid:
+        lines += cost_lines(spec, uri, done) + execution_lines(spec)
     lines.append(f"{spec.num_trials()} trials; MLflow experiment {spec.experiment_name()!r} at {uri}")
     return "\n".join(lines)
