@@ -228,6 +228,45 @@ def test_table3_counts_seeds_as_table1_does(store):
     assert "n = the seeds whose run finished with a value, failed and diverged = the seeds" in table3
 
 
+def test_a_finding_favouring_a_side_that_lost_seeds_to_divergence_is_inconclusive(store):
+    """The findings qualify a verdict for diverged seeds by the report's rule (`comparison.divergence_rule`):
+    Xavier diverged on seed 3, so "raw GloVe does worse than Xavier", which its 3 survivors reproduce,
+    reads inconclusive with the note (as the report calls GloVe's row against Xavier inconclusive), while
+    "GloVe_Xavier gains over Xavier", a verdict against the diverging side, stands with the note. Before,
+    both read "reproduces" and the lost seed was not mentioned."""
+    from embinit.report import build_report
+    uri = store[0]
+    exp = mlflow_store.ensure_experiment("f-diverged", uri)
+    xavier = [30.0, 31.2, 31.9]
+    for seed, v in enumerate(xavier):
+        _trial(uri, exp, f"x{seed}", "multi30k", "Xavier", seed, {"test/bleu": v}, {"val/loss": 3.0 - v / 100})
+    _diverged(uri, exp, "x3", "Xavier", 3)
+    for label, shift in (("GloVe", [-5.0, -4.7, -5.2, 26.0]), ("GloVe_Xavier", [2.1, 1.8, 2.3, 33.0])):
+        for seed, d in enumerate(shift):
+            v = xavier[seed] + d if seed < 3 else d
+            _trial(uri, exp, f"{label}{seed}", "multi30k", label, seed, {"test/bleu": v}, {"val/loss": 3.0 - v / 100})
+    rep = Reproduction(uri, Inputs(groups=(Group("f-diverged", "multi30k", "GloVe", "GloVe", "r.yaml"),),
+                                   analogy_experiment="none"))
+    text = render(rep, rep.build())
+    f = {x["claim"].split(" (")[0]: x for x in rep.exports["findings"] if "verdict" in x}
+    raw = f["raw GloVe does worse than Xavier"]
+    assert (raw["verdict"], raw["survivor_verdict"], raw["diverged"]) == ("inconclusive", "reproduces", [0, 1])
+    assert raw["note"] == "Xavier diverged on 1 of 4 seeds; on the survivors: reproduces"
+    assert raw["loss"]["verdict"] == "inconclusive" and raw["loss"]["survivor_verdict"] == "reproduces"
+    assert ("raw GloVe does worse than Xavier (multi30k): test BLEU **inconclusive** (Xavier diverged on 1 of 4 "
+            "seeds; on the survivors: reproduces).") in text
+    gains = f["GloVe_Xavier gains over Xavier"]
+    assert (gains["verdict"], gains["survivor_verdict"], gains["diverged"]) == ("reproduces", "reproduces", [0, 1])
+    assert gains["note"] == "Xavier diverged on 1 of 4 seeds"
+    assert "test BLEU **reproduces** (Xavier diverged on 1 of 4 seeds)." in text
+    assert "A side that lost seeds to divergence is not called better on its survivors alone" in text
+    # the report says the same of GloVe against Xavier, by the same rule
+    (glove,) = [r for r in build_report("f-diverged", uri).rows if r["init"] == "GloVe" and r["metric"] == "test/bleu"]
+    c = glove["vs_baseline"]
+    assert (c["verdict"], c["survivor_verdict"], c["diverged"]) == ("inconclusive", "worse", [0, 1])
+    assert c["note"] == "Xavier diverged on 1 of 4 seeds; on the survivors: worse"
+
+
 def test_table3_cells_from_configs(store):
     _, _, rep, _ = store
     cells = {(r["init"], r["train_embeddings"], r["pos_encoding"]): r for r in rep.exports["table3"]}
