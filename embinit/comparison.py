@@ -7,8 +7,9 @@ interval on the two means is used only when the sides share no seed. Differences
 sides' values) without any spread give no interval, not a zero-width one: identical per-seed differences
 are what a quantized metric (dev accuracy moves in steps of 1/872 on SST-2) or a saturated task gives
 from two or three seeds, and a zero-width interval would read as certainty. Each result's `reason`
-says why it has no interval (None when it has one). Below both `embinit.report` and
-`embinit.reproduction`; imports neither MLflow nor torch (scipy for the t quantile).
+says why it has no interval (None when it has one). `divergence_rule` is the one rule by which seeds
+lost to divergence qualify a verdict (the report's comparisons, the reproduction's findings). Below both
+`embinit.report` and `embinit.reproduction`; imports neither MLflow nor torch (scipy for the t quantile).
 """
 
 from __future__ import annotations
@@ -97,3 +98,32 @@ def direction(cmp: dict[str, Any], metric: str) -> str:
     if low <= 0 <= high:
         return "inconclusive"
     return "better" if (low > 0) == higher_is_better(metric) else "worse"
+
+
+def divergence_rule(verdict: str, favours: str, sides: tuple[str, str], lost: tuple[int, int],
+                    seeds: tuple[int, int]) -> dict[str, Any]:
+    """How seeds lost to divergence qualify a verdict on a − b, the rule the report and the reproduction
+    share. Diverged seeds have no value, so the verdict is the survivors'; a side that lost seeds is never
+    the favoured one on its survivors alone (a learning rate that kills 3 seeds of 5 does not win on the
+    other 2), while a verdict against it stands (its lost seeds would only make it worse).
+
+    `verdict`: what the survivors' comparison says; `favours`: the `direction` of that comparison (better:
+    it favours a, worse: b, inconclusive: neither); `sides`: the names of a and b; `lost`: the seeds each
+    lost to divergence; `seeds`: each side's seeds, diverged ones included. Returns `verdict`
+    (`inconclusive` where the favoured side lost seeds), `diverged` (`lost`), `survivor_verdict`
+    (`verdict` as given) and `note` (None when no seed diverged; else which side lost how many of its
+    seeds, and the survivors' verdict where it was set aside)."""
+    out = {"verdict": verdict, "diverged": list(lost), "survivor_verdict": verdict, "note": None}
+    if not any(lost):
+        return out
+    said = [f"{name} diverged on {k} of {n} seeds" for name, k, n in zip(sides, lost, seeds) if k]
+    if {"better": lost[0], "worse": lost[1]}.get(favours):
+        out["verdict"] = "inconclusive"
+        said.append(f"on the survivors: {verdict}")
+    out["note"] = "; ".join(said)
+    return out
+
+
+DIVERGENCE_RULE = ("Diverged seeds have no value: means and intervals are the survivors'. A side that lost seeds "
+                   "to divergence is not called better on its survivors alone: that verdict reads inconclusive, "
+                   "with the survivors' verdict and the seeds lost beside it.")

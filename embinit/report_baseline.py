@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from embinit.comparison import direction, higher_is_better, paired
+from embinit.comparison import DIVERGENCE_RULE, direction, divergence_rule, higher_is_better, paired
 from embinit.errors import EmbinitError, did_you_mean
 from embinit.formatting import digits_by_metric, number
 
@@ -100,21 +100,10 @@ def comparison(a: dict[str, float], b: dict[str, float], metric: str, baseline: 
 def with_divergence(c: dict[str, Any], row: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
     """`c` with `diverged` ([row's, baseline's] seeds lost to divergence at the compared point) and,
     where the verdict favours a side that lost seeds, the verdict made `inconclusive` (`survivor_verdict`:
-    the survivors' verdict); `note` says so in words."""
-    lost = [row.get("diverged") or 0, base.get("diverged") or 0]
-    out = {**c, "diverged": lost, "survivor_verdict": c["verdict"], "note": None}
-    if not any(lost):
-        return out
-    said = []
-    for side, k, r in ((row["init"], lost[0], row), (c["baseline"], lost[1], base)):
-        if k:
-            said.append(f"{side} diverged on {k} of {k + r['n'] + (r.get('non_finite') or 0)} seeds")
-    favoured = lost[0] if c["verdict"] == "better" else lost[1] if c["verdict"] == "worse" else 0
-    if favoured:
-        out["verdict"] = "inconclusive"
-        said.append(f"on the survivors: {c['verdict']}")
-    out["note"] = "; ".join(said)
-    return out
+    the survivors' verdict); `note` says so in words (`comparison.divergence_rule`)."""
+    lost = (row.get("diverged") or 0, base.get("diverged") or 0)
+    seeds = tuple(k + r["n"] + (r.get("non_finite") or 0) for k, r in zip(lost, (row, base)))
+    return {**c, **divergence_rule(c["verdict"], c["verdict"], (row["init"], c["baseline"]), lost, seeds)}
 
 
 def csv_columns(row: dict[str, Any]) -> dict[str, Any]:
@@ -174,7 +163,3 @@ def markdown(rows: list[dict[str, Any]], baseline: str, name: Any = None) -> lis
         lines += ["", DIVERGENCE_RULE]
     return lines + apart
 
-
-DIVERGENCE_RULE = ("Diverged seeds have no value: means and intervals are the survivors'. A side that lost seeds "
-                   "to divergence is not called better on its survivors alone: that verdict reads inconclusive, "
-                   "with the survivors' verdict and the seeds lost beside it.")

@@ -186,6 +186,87 @@ def test_table1_counts_seeds_as_the_report_does(store):
     assert "| 3 | [" in text and "| 1 | 1 |" in text
 
 
+def _diverged(uri, exp, key, label, seed, *, te=True, pe=True):
+    """A multi30k trial of the paper's schedule that diverged: no test value, no best validation loss."""
+    cfg = {"task": "multi30k", "init": label.lower(), "seed": seed, "d_model": 300, "heads": 10, "epochs": 20,
+           "layers": 3, "batch_size": 64, "lr": 2e-4, "train_embeddings": te, "pos_encoding": pe}
+    run = trial_run.TrialRun.open(uri, exp, None, cfg, key, label, {"axes": {}, "point": {}})
+    run.finish({"status": "diverged", "history": [{"epoch": 1, "val/loss": float("nan")}], "best": {},
+                "best_epoch": 1, "diverged_step": 7}, [])
+
+
+def test_table3_counts_seeds_as_table1_does(store):
+    """Table 3 counts one run per seed of a cell, the one Table 1 and `embinit report` count
+    (`records.stand_ins`): a seed trained again under a new key (e.g. the spec rerun with more epochs)
+    counts once, by its newer run, so the trainable + PE cell's n is Table 1's. Before, each finished
+    trial key counted: that cell said n = 4 (seed 1 twice) beside Table 1's 3, and a diverged seed was
+    nowhere."""
+    uri = store[0]
+    exp = mlflow_store.ensure_experiment("t3-reruns", uri)
+    for seed, v in enumerate([15.0, 16.0, 17.0]):
+        _trial(uri, exp, f"g{seed}", "multi30k", "GloVe", seed, {"test/bleu": v}, {"val/loss": 3.0 - v / 100})
+    _trial(uri, exp, "g1-more-epochs", "multi30k", "GloVe", 1, {"test/bleu": 18.0}, {"val/loss": 2.8})
+    _trial(uri, exp, "gfp0", "multi30k", "GloVe", 0, {"test/bleu": 12.0}, {"val/loss": 4.0}, te=False)
+    _trial(uri, exp, "gfp0-more-epochs", "multi30k", "GloVe", 0, {"test/bleu": 13.0}, {"val/loss": 3.9}, te=False)
+    _trial(uri, exp, "gff0", "multi30k", "GloVe", 0, {"test/bleu": 10.0}, {"val/loss": 4.2}, te=False, pe=False)
+    _diverged(uri, exp, "gff1", "GloVe", 1, te=False, pe=False)
+    rep = Reproduction(uri, Inputs(groups=(Group("t3-reruns", "multi30k", "GloVe", "GloVe", "r.yaml"),),
+                                   analogy_experiment="none"))
+    text = render(rep, rep.build())
+    (t1,) = [r for r in rep.exports["table1"] if r["init"] == "GloVe"]
+    cells = {(r["init"], r["train_embeddings"], r["pos_encoding"]): r for r in rep.exports["table3"]}
+    main_cell = cells[("GloVe", True, True)]
+    assert main_cell["bleu"]["n"] == t1["n"] == 3 and main_cell["seeds"] == [0, 1, 2]
+    assert main_cell["bleu"]["mean"] == pytest.approx(t1["mean"]) == pytest.approx((15.0 + 18.0 + 17.0) / 3)
+    assert sorted(main_cell["runs"]) == sorted(t1["runs"])
+    frozen = cells[("GloVe", False, True)]
+    assert (frozen["bleu"]["n"], frozen["bleu"]["mean"], frozen["seeds"]) == (1, 13.0, [0])
+    bare = cells[("GloVe", False, False)]
+    assert (bare["bleu"]["n"], bare["failed"], bare["diverged"]) == (1, 0, 1)
+    table3 = text[text.index("## Table 3"):]
+    assert "| GloVe | no/no |" in table3 and "| 1 | — | 0 | 1 |" in table3
+    assert "n = the seeds whose run finished with a value, failed and diverged = the seeds" in table3
+
+
+def test_a_finding_favouring_a_side_that_lost_seeds_to_divergence_is_inconclusive(store):
+    """The findings qualify a verdict for diverged seeds by the report's rule (`comparison.divergence_rule`):
+    Xavier diverged on seed 3, so "raw GloVe does worse than Xavier", which its 3 survivors reproduce,
+    reads inconclusive with the note (as the report calls GloVe's row against Xavier inconclusive), while
+    "GloVe_Xavier gains over Xavier", a verdict against the diverging side, stands with the note. Before,
+    both read "reproduces" and the lost seed was not mentioned."""
+    from embinit.report import build_report
+    uri = store[0]
+    exp = mlflow_store.ensure_experiment("f-diverged", uri)
+    xavier = [30.0, 31.2, 31.9]
+    for seed, v in enumerate(xavier):
+        _trial(uri, exp, f"x{seed}", "multi30k", "Xavier", seed, {"test/bleu": v}, {"val/loss": 3.0 - v / 100})
+    _diverged(uri, exp, "x3", "Xavier", 3)
+    for label, shift in (("GloVe", [-5.0, -4.7, -5.2, 26.0]), ("GloVe_Xavier", [2.1, 1.8, 2.3, 33.0])):
+        for seed, d in enumerate(shift):
+            v = xavier[seed] + d if seed < 3 else d
+            _trial(uri, exp, f"{label}{seed}", "multi30k", label, seed, {"test/bleu": v}, {"val/loss": 3.0 - v / 100})
+    rep = Reproduction(uri, Inputs(groups=(Group("f-diverged", "multi30k", "GloVe", "GloVe", "r.yaml"),),
+                                   analogy_experiment="none"))
+    text = render(rep, rep.build())
+    f = {x["claim"].split(" (")[0]: x for x in rep.exports["findings"] if "verdict" in x}
+    raw = f["raw GloVe does worse than Xavier"]
+    assert (raw["verdict"], raw["survivor_verdict"], raw["diverged"]) == ("inconclusive", "reproduces", [0, 1])
+    assert raw["note"] == "Xavier diverged on 1 of 4 seeds; on the survivors: reproduces"
+    assert raw["loss"]["verdict"] == "inconclusive" and raw["loss"]["survivor_verdict"] == "reproduces"
+    assert ("raw GloVe does worse than Xavier (multi30k): test BLEU **inconclusive** (Xavier diverged on 1 of 4 "
+            "seeds; on the survivors: reproduces).") in text
+    gains = f["GloVe_Xavier gains over Xavier"]
+    assert (gains["verdict"], gains["survivor_verdict"], gains["diverged"]) == ("reproduces", "reproduces", [0, 1])
+    assert gains["note"] == "Xavier diverged on 1 of 4 seeds"
+    assert "test BLEU **reproduces** (Xavier diverged on 1 of 4 seeds)." in text
+    assert "A side that lost seeds to divergence is not called better on its survivors alone" in text
+    # the report says the same of GloVe against Xavier, by the same rule
+    (glove,) = [r for r in build_report("f-diverged", uri).rows if r["init"] == "GloVe" and r["metric"] == "test/bleu"]
+    c = glove["vs_baseline"]
+    assert (c["verdict"], c["survivor_verdict"], c["diverged"]) == ("inconclusive", "worse", [0, 1])
+    assert c["note"] == "Xavier diverged on 1 of 4 seeds; on the survivors: worse"
+
+
 def test_table3_cells_from_configs(store):
     _, _, rep, _ = store
     cells = {(r["init"], r["train_embeddings"], r["pos_encoding"]): r for r in rep.exports["table3"]}

@@ -57,19 +57,20 @@ class ReproductionData:
         return self._analogy[1]
 
     # ---- selection helpers
-    def seed_slots(self, g: Group, role: str) -> list[Trial]:
-        """The run that stands for each seed of a role in the group's main sweep (default cell: trainable
-        + PE), whatever its status: `records.stand_ins` with the seed as the slot, the rule `embinit report`
-        counts by (a seed retried after a failure, or a spec run again under a new key, e.g. with more
-        epochs, counts once: by its finished or diverged run, else the newest)."""
-        trials = [t for t in self.data[g.experiment][0] if t.task == g.task and t.cell == (True, True)
+    def seed_slots(self, g: Group, role: str, cell: tuple[bool, bool] = (True, True)) -> list[Trial]:
+        """The run that stands for each seed of a role in one Table-3 cell of the group's experiment (by
+        default the main sweep's: trainable + PE), whatever its status: `records.stand_ins` with the seed
+        as the slot, the rule `embinit report` counts by (a seed retried after a failure, or a spec run
+        again under a new key, e.g. with more epochs, counts once: by its finished or diverged run, else
+        the newest)."""
+        trials = [t for t in self.data[g.experiment][0] if t.task == g.task and t.cell == cell
                   and role_of(t.label, g.source) == role]
         return list(records.stand_ins(trials, lambda t: t.config.get("seed")).values())
 
-    def main_trials(self, g: Group, role: str) -> list[Trial]:
+    def main_trials(self, g: Group, role: str, cell: tuple[bool, bool] = (True, True)) -> list[Trial]:
         """The seeds of a role whose run finished (`seed_slots`), one run each: Table 1, the statistics and
-        the findings all read these trials."""
-        return [t for t in self.seed_slots(g, role) if t.status == "finished"]
+        the findings all read these trials (and Table 3 those of its other cells)."""
+        return [t for t in self.seed_slots(g, role, cell) if t.status == "finished"]
 
     def values(self, trials: list[Trial], metric: str) -> list[float]:
         return [t.metrics[metric] for t in trials if metric in t.metrics and math.isfinite(t.metrics[metric])]

@@ -6,6 +6,7 @@ import math
 import statistics
 from typing import TYPE_CHECKING
 
+from embinit.comparison import DIVERGENCE_RULE, direction, divergence_rule
 from embinit.config import metric_range
 from embinit.report import summarize
 from embinit import paper
@@ -77,6 +78,23 @@ def _by_seed(rep: ReproductionData, g: Group, role: str, metric: str, scale: flo
     return out
 
 
+def _seeds_lost(rep: ReproductionData, g: Group, role: str, metric: str) -> tuple[int, int]:
+    """(the role's seeds whose run diverged, its seeds that diverged or finished with `metric` logged):
+    the same slots as `_by_seed` (`ReproductionData.seed_slots`), counted as the report counts a row's."""
+    slots = rep.seed_slots(g, role)
+    lost = sum(t.status == "diverged" for t in slots)
+    return lost, lost + sum(t.status == "finished" and metric in t.metrics for t in slots)
+
+
+def _qualified(rep: ReproductionData, g: Group, a: str, b: str, metric: str, cmp: dict, said: str,
+               names: tuple[str, str]) -> dict:
+    """The verdict `said` on a − b (`cmp`, on `metric`) as the report's rule qualifies it for the seeds
+    each side lost to divergence (`comparison.divergence_rule`): `inconclusive` where the side the
+    measured interval favours lost seeds, with `survivor_verdict`, `diverged` and `note`."""
+    (la, na), (lb, nb) = _seeds_lost(rep, g, a, metric), _seeds_lost(rep, g, b, metric)
+    return divergence_rule(said, direction(cmp, metric), names, (la, lb), (na, nb))
+
+
 def paper_effect(g: Group, a: str, b: str, loss: bool = False) -> float | None:
     """The paper's a − b for this group: Table 1 (and 7) means, or for the loss its Table 3 trainable +
     PE cell (Multi30k GloVe only); None where the paper prints no such pair."""
@@ -113,11 +131,15 @@ def findings_section(rep: ReproductionData) -> Section:
         lc = paired(_by_seed(rep, g, a, "best/val/loss"), _by_seed(rep, g, b, "best/val/loss"))
         leff = paper_effect(g, a, b, loss=True)
         lv = verdict(lc, -expected, tolerate, leff)   # lower loss is better
+        names = (name(g, a), name(g, b))
+        q = _qualified(rep, g, a, b, m, c, v, names)   # a side that lost seeds to divergence is not favoured
+        lq = _qualified(rep, g, a, b, "best/val/loss", lc, lv, names)
         gap = budget_gap(rep, g)
         out.append({"finding": f, "claim": f"{claim} ({g.task})", "task": g.task, "a": name(g, a),
-                    "b": name(g, b), "metric": mname, **c, "paper_effect": eff, "verdict": v,
-                    "loss": {**lc, "paper_effect": leff, "verdict": lv}, "disagree": _disagree(v, lv),
-                    **({"budget": gap, "verdict": NOT_COMPARABLE, "measured": v} if gap else {})})
+                    "b": name(g, b), "metric": mname, **c, "paper_effect": eff, **q,
+                    "loss": {**lc, "paper_effect": leff, **lq},
+                    "disagree": _disagree(q["verdict"], lq["verdict"]),
+                    **({"budget": gap, "verdict": NOT_COMPARABLE, "measured": q["verdict"]} if gap else {})})
     if tr:
         check("1", f"raw {tr.source} does worse than Xavier", tr, "P", "Xavier", -1)
         check("1", f"standardizing {tr.source} to Xavier's σ helps", tr, "P_Xavier", "P", +1)
@@ -142,6 +164,8 @@ def findings_section(rep: ReproductionData) -> Section:
             lines += _finding2(rep, tr, out)
         if lines:   # no heading without a claim under it
             s.lines += [f"**Finding {f}.**", *lines, ""]
+    if any(any(x.get("diverged") or ()) or any(x.get("loss", {}).get("diverged") or ()) for x in out):
+        s.lines += [DIVERGENCE_RULE, ""]
     rep.exports["findings"] = out
     return s
 
@@ -166,12 +190,13 @@ def _finding_line(x: dict) -> str:
     lc = x["loss"]
     eff = "—" if x["paper_effect"] is None else fmt(x["paper_effect"])
     leff = "—" if lc["paper_effect"] is None else fmt(lc["paper_effect"], 3)
+    note, lnote = (f" ({y['note']})" if y.get("note") else "" for y in (x, lc))
     if x.get("budget"):   # the interval is reported, but not read as the paper's claim
         return (f"- {x['claim']}: **{NOT_COMPARABLE}** ({x['budget']}). Measured here, {x['metric']}: "
-                f"{compare_text(x['a'], x['b'], x)}; paper {eff}; best validation loss: "
-                f"{compare_text(x['a'], x['b'], lc, 3)}; paper {leff}.")
-    line = (f"- {x['claim']}: {x['metric']} **{x['verdict']}**. {compare_text(x['a'], x['b'], x)}; "
-            f"paper {eff}. Best validation loss **{lc['verdict']}**. "
+                f"{compare_text(x['a'], x['b'], x)}{note}; paper {eff}; best validation loss: "
+                f"{compare_text(x['a'], x['b'], lc, 3)}{lnote}; paper {leff}.")
+    line = (f"- {x['claim']}: {x['metric']} **{x['verdict']}**{note}. {compare_text(x['a'], x['b'], x)}; "
+            f"paper {eff}. Best validation loss **{lc['verdict']}**{lnote}. "
             f"{compare_text(x['a'], x['b'], lc, 3)}; paper {leff}.")
     if x["disagree"]:
         line += f" **{'BLEU' if 'BLEU' in x['metric'] else 'Accuracy'} and loss disagree.**"
@@ -189,12 +214,11 @@ def _finding2(rep: ReproductionData, tr: Group | None, out: list) -> list[str]:
                          f"{a['Xavier']:.3f} for Xavier and {a['P_Xavier']:.3f} for {tr.source}_Xavier "
                          f"(Table 2 above). Above 1 the token signal dominates the sum.")
             out.append({"finding": "2", "claim": "absorption ratio", "values": a})
-        trials = [t for t in rep.data[tr.experiment][0] if t.task == tr.task and t.status == "finished"]
         gains = {}
         for role in ("Xavier", "P", "P_Xavier"):
-            def cell_vals(cell, role=role):
-                return {t.config.get("seed"): t.metrics["test/bleu"] for t in trials
-                        if role_of(t.label, tr.source) == role and t.cell == cell and "test/bleu" in t.metrics}
+            def cell_vals(cell, role=role):   # one run per seed, as Table 3 counts them
+                return {t.config.get("seed"): t.metrics["test/bleu"] for t in rep.main_trials(tr, role, cell)
+                        if "test/bleu" in t.metrics}
             on, off = cell_vals((True, True)), cell_vals((True, False))
             if on and off:
                 gains[role] = paired(on, off)

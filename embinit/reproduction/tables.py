@@ -133,14 +133,16 @@ def table3(rep: ReproductionData) -> Section:
         s.lines.append("No translation group configured.")
         return s
     s.lines += [f"Cells are read from each trial's config in `{g.experiment}`; the trainable + PE cell is "
-                "the main sweep's trials (same trial keys). Here n = the seeds that ran each cell.", "",
+                "the main sweep's trials (same trial keys, the same seeds as Table 1).", "",
                 "| init | train/pos | paper val. loss (epoch) | paper BLEU (σ) | here val. loss (σ) | "
-                "best epoch | here BLEU (σ) | n | 95% CI |", "|---" * 9 + "|"]
+                "best epoch | here BLEU (σ) | n | 95% CI | failed | diverged |", "|---" * 11 + "|"]
     rows = []
-    trials = [t for t in rep.data[g.experiment][0] if t.task == g.task and t.status == "finished"]
     for role in ("Xavier", "P", "P_Xavier"):
         for cell in ((False, False), (True, False), (False, True), (True, True)):
-            ts = [t for t in trials if role_of(t.label, g.source) == role and t.cell == cell]
+            slots = rep.seed_slots(g, role, cell)   # one run per seed, as Table 1 and `embinit report` count
+            ts = [t for t in slots if t.status == "finished"]
+            failed = [t for t in slots if t.status == "failed"]
+            diverged = [t for t in slots if t.status == "diverged"]
             p = paper.TABLE3.get((role, *cell))
             bleu = summarize(rep.values(ts, "test/bleu"), metric_range("test/bleu"))
             vl = summarize(rep.values(ts, "best/val/loss"), metric_range("best/val/loss"))
@@ -150,9 +152,14 @@ def table3(rep: ReproductionData) -> Section:
             s.lines.append(f"| {label} | {yn} | {'—' if p is None else f'{p[0]} ({p[1]})'} | "
                            f"{'—' if p is None else f'{p[2]} ({p[3]})'} | {mean_std(vl, 3)} | "
                            f"{fmt(ep['mean'], 1)} | "
-                           f"{mean_std(bleu)} | {bleu['n']} | {ci_text(bleu)} |")
+                           f"{mean_std(bleu)} | {bleu['n']} | {ci_text(bleu)} | {len(failed)} | {len(diverged)} |")
             rows.append({"init": label, "role": role, "train_embeddings": cell[0], "pos_encoding": cell[1],
                          "bleu": bleu, "val_loss": vl, "best_epoch": ep["mean"], "paper": list(p) if p else None,
-                         "seeds": sorted(t.config.get("seed") for t in ts)})
+                         "seeds": sorted(t.config.get("seed") for t in ts), "failed": len(failed),
+                         "diverged": len(diverged), "runs": [t.run_id for t in ts]})
+    s.lines += ["", "Counted per seed, by the run `embinit report` counts for it (a result over a run in progress "
+                "over a failure, then the newest), as Table 1 is: n = the seeds whose run finished with a value, "
+                "failed and diverged = the seeds whose run failed or diverged (a seed trained again under a new "
+                "key, e.g. with more epochs, counts once)."]
     rep.exports["table3"] = rows
     return s
