@@ -22,6 +22,7 @@ from embinit.errors import EmbinitError
 from embinit.file_inputs import key_values
 from embinit.task_registry import task_entry, task_kind, task_metric_ranges
 from embinit.task_types import TaskDefaults
+from embinit.tasks.tokenization import WORD_LEVEL
 
 # Bumped whenever a change to the code changes what a trial computes, so that old MLflow runs are not
 # reused for new code (the trial key includes it).
@@ -155,7 +156,7 @@ class TrialConfig:
             spec = parse_init_spec(self.init)
         except EmbinitError:
             return False   # an invalid init: the trainer refuses it with its own message
-        return self.tokenizer_for(spec) not in ("spacy", "whitespace")
+        return self.tokenizer_for(spec) not in WORD_LEVEL
 
     def key(self) -> str:
         """Stable identity of what this trial computes: sha256 of its canonical resolved config and the

@@ -11,7 +11,7 @@ Every module that used to branch on the task or kind reads these entries. Code i
 validation, the service's catalog) never imports torch. `register_kind` / `register_task` add entries at
 run time (the tests' toy kind), `unregister` removes them; such an entry exists in that process only (a
 Ray worker imports the registry afresh), so lasting tasks and kinds belong in this module.
-docs/architecture.md, "Adding a task, a task kind, an OOV rule or an analysis", lists the steps.
+docs/architecture.md, "Adding a task, a task kind, an OOV rule, a tokenizer or an analysis", lists the steps.
 """
 
 from __future__ import annotations

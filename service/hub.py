@@ -16,6 +16,7 @@ import os
 from pathlib import Path
 from typing import Iterable
 
+from embinit.errors import unknown_name
 from embinit.hf_cache import hub_cache, set_flag
 from embinit.init.registry import SOURCE_FAMILIES, parse_init_spec
 from embinit.spec import PlannedTrial
@@ -84,6 +85,9 @@ def check_hub_ids(plan: Iterable[PlannedTrial], roots: list[Path], locate) -> tu
     shown = ", ".join(str(r) for r in roots) or "(no pretrained roots)"
     for source, value in _candidates(plan):
         where = locate(value)
+        # a tokenizer value is also no registered name (a typo such as 'spacey' looks like a hub id)
+        names = f"; nor a tokenizer name: {unknown_name('tokenizer', value, TOKENIZER_NAMES)}" \
+            if source == "tokenizer" else ""
         if source != "tokenizer" and not SOURCE_FAMILIES[source].subword:  # a file format: never the hub
             problems.append((where, f"{value!r} is no file inside {shown}; a {source} source is read from a "
                                     f"file (put it in a pretrained root), it is not a hub id"))
@@ -91,9 +95,11 @@ def check_hub_ids(plan: Iterable[PlannedTrial], roots: list[Path], locate) -> tu
             notices.append(f"{where}: {value!r} is read from the Hugging Face cache of the API's machine")
         elif offline():
             problems.append((where, f"{value!r} is no file inside {shown} and not in the local Hugging Face "
-                                    f"cache, and HF_HUB_OFFLINE is set, so it cannot be fetched from the hub"))
+                                    f"cache, and HF_HUB_OFFLINE is set, so it cannot be fetched from the hub"
+                                    + names))
         elif (why := on_hub(value)) is not None:
-            problems.append((where, f"{value!r} is no file inside {shown} and not a usable hub id: {why}"))
+            problems.append((where, f"{value!r} is no file inside {shown} and not a usable hub id: {why}"
+                                    + names))
         else:
             notices.append(f"{where}: {value!r} will be fetched from the Hugging Face hub by the trials "
                            f"(it is not in the local cache)")

@@ -13,12 +13,15 @@ import re
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from embinit.errors import did_you_mean
 from embinit.path_keys import DATA_KEYS, NOT_A_FILE, PATH_KEYS, PRETRAINED_KEYS  # the keys that name files
 from embinit.spec.path_fields import format_loc
+from embinit.tasks.tokenization import TOKENIZERS
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}(/[A-Za-z0-9][A-Za-z0-9_.-]{0,95})?$")
 RUN_ID = re.compile(r"^[0-9a-f]{32}$")   # an MLflow run id (analyses.similarity.reference)
-TOKENIZER_NAMES = ("auto", "spacy", "whitespace", "gpt2")   # embinit.tasks.tokenization's own names
+# What a tokenizer value may name besides a file or hub id: "auto" (TrialConfig.tokenizer) and the registry.
+TOKENIZER_NAMES = ("auto", *TOKENIZERS)
 # What a pretrained-root value that names no file under a root may be instead, per key (NOT_A_FILE,
 # embinit.path_keys): a hub id (checked at submit by service.hub), a tokenizer name or hub id, an MLflow
 # run id, or nothing (a checkpoint).
@@ -33,8 +36,10 @@ def _other(value: str, kind: str | None, shown: str) -> tuple[str | None, str | 
         return value, None
     if kind == "run id" and RUN_ID.match(value):
         return value, None
-    other = {"hub id": " nor a hub id like 'org/model'", "tokenizer": f", one of {list(TOKENIZER_NAMES)}"
-             " nor a hub id like 'org/model'", "run id": " nor an MLflow run id (32 hex digits)"}
+    if kind == "tokenizer":
+        return None, (f"{value!r} is neither a file inside {shown}, one of {list(TOKENIZER_NAMES)} nor a hub id "
+                      f"like 'org/model'{did_you_mean(value, TOKENIZER_NAMES)}")
+    other = {"hub id": " nor a hub id like 'org/model'", "run id": " nor an MLflow run id (32 hex digits)"}
     return None, f"{value!r} is neither a file inside {shown}{other.get(kind, '')}"
 
 

@@ -42,3 +42,17 @@ def test_build_table_oov_rule():
     from embinit.init import build_table
     with pytest.raises(EmbinitError, match=r"'zeroes' is not a registered oov rule.*did you mean 'zeros'\?"):
         build_table(parse_init_spec("glove"), ["a", "b"], oov="zeroes")
+
+
+def test_a_misspelled_tokenizer_is_a_note_in_the_dry_run(tmp_path, capsys):
+    """'spacey' has the shape of a Hugging Face hub id, which the trials would try (the service asks the
+    hub at submit); the dry run cannot tell, so it says which name is close instead of refusing."""
+    spec = tmp_path / "s.yaml"
+    spec.write_text("name: typo\ntasks: [synthetic_translation]\nseeds: 2\ninits: [xavier]\n"
+                    "axes: {tokenizer: [whitespace, spacey]}\n")
+    assert main(["run", str(spec), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("note: tokenizer") == 1
+    assert "note: tokenizer 'spacey' will be loaded as a Hugging Face hub id" in out
+    assert "'spacey' is not a registered tokenizer; choose from ['gpt2', 'spacy', 'whitespace']; did you mean " \
+           "'spacy'?" in out

@@ -141,6 +141,11 @@ def offline_hub(monkeypatch, tmp_path):
      "not in the local Hugging Face cache"),
     ({**SPEC, "axes": {"tokenizer": ["whitespace", "org/tok"]}}, "axes.tokenizer[1]",
      "not in the local Hugging Face cache"),
+    ({**SPEC, "tasks": [{"task": "synthetic_translation", "tokenizer": "spacey"}]}, "tasks[0].tokenizer",
+     "nor a tokenizer name: 'spacey' is not a registered tokenizer; choose from ['auto', 'gpt2', 'spacy', "
+     "'whitespace']; did you mean 'spacy'?"),
+    ({**SPEC, "defaults": {"tokenizer": "spacy!"}}, "defaults.tokenizer",
+     "nor a hub id like 'org/model'; did you mean 'spacy'?"),
     ({**SPEC, "defaults": {"init_from": "org/checkpoint"}}, "defaults.init_from",
      "'org/checkpoint' is neither a file inside"),
     ({**SPEC, "defaults": {"init_from": "best.pt"}}, "defaults.init_from", "'best.pt' is neither a file inside"),

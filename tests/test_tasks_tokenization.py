@@ -205,3 +205,138 @@ def test_only_subword_translation_keys_change_with_the_references():
     assert TrialConfig(task="multi30k", init="mbert", seed=0)._subword_bleu_references()
     assert not TrialConfig(task="multi30k", init="glove", seed=0)._subword_bleu_references()
     assert not TrialConfig(task="multi30k", init="mbert", tokenizer="spacy", seed=0)._subword_bleu_references()
+
+
+# ---- The registry's contract, once for every registered tokenizer (`TOKENIZERS`) -----------------------
+# Each runs offline here: spaCy builds a blank pipeline (no trained model), GPT-2 reads the tiny BPE files
+# above through $EMBINIT_GPT2_DIR. A tokenizer added to the registry is tested here with no setup; one that
+# needs files to run offline adds its setup to OFFLINE. The Hugging Face folder backend (any tokenizer that
+# is no registered name) meets the same contract, as the "hf folder" case.
+
+CONTRACT_TEXTS = ["Two young, White males are outside near many bushes.", "A man's T-shirt is red.",
+                  'He said "hi" (twice).', "the cat sat"]
+
+
+def _gpt2_files(tmp_path, monkeypatch):
+    tiny_gpt2(tmp_path / "gpt2")
+    monkeypatch.setenv("EMBINIT_GPT2_DIR", str(tmp_path / "gpt2"))
+    return "gpt2"
+
+
+OFFLINE = {"gpt2": _gpt2_files}
+
+
+@pytest.fixture(scope="module")
+def contract_wordpiece(tmp_path_factory):
+    """An uncased WordPiece that covers CONTRACT_TEXTS, "bushes" and "males" as two pieces each."""
+    words = ["two", "young", ",", "white", "male", "##s", "are", "outside", "near", "many", "bush", "##es", ".",
+             "a", "man", "'", "s", "t", "-", "shirt", "is", "red", "he", "said", '"', "hi", "(", "twice", ")",
+             "the", "cat", "sat"]
+    return _wordpiece(tmp_path_factory.mktemp("contract"), ["[UNK]", "[CLS]", "[SEP]", "[PAD]", *words])
+SLOW = {"spacy"}   # imports spaCy (~2 s)
+
+
+@pytest.fixture(params=[pytest.param(name, marks=[pytest.mark.slow] if name in SLOW else [])
+                        for name in tokenization.TOKENIZERS] + [pytest.param("hf folder", marks=pytest.mark.slow)])
+def tokenizer_name(request, tmp_path, monkeypatch):
+    """A tokenizer value that resolves and loads offline: every registered name, and an HF folder."""
+    if request.param == "hf folder":
+        return str(request.getfixturevalue("contract_wordpiece"))
+    setup = OFFLINE.get(request.param)
+    return setup(tmp_path, monkeypatch) if setup else request.param
+
+
+def test_the_registry_names_are_the_ones_config_and_the_service_use():
+    from embinit import config
+    from service import paths
+    assert set(tokenization.WORD_LEVEL) <= set(tokenization.TOKENIZERS)
+    assert config.WORD_LEVEL is tokenization.WORD_LEVEL
+    assert paths.TOKENIZER_NAMES == ("auto", *tokenization.TOKENIZERS)   # "auto": TrialConfig's own
+
+
+def test_contract_resolves_without_loading_and_says_what_it_is(tokenizer_name):
+    spec = resolve_tokenizer(tokenizer_name, lang="en", lowercase=True)
+    assert spec.name == tokenizer_name
+    assert resolve_tokenizer(tokenizer_name, lang="en", lowercase=True) == spec    # a stable cache identity
+    assert json.loads(json.dumps(spec.identity, default=str)) is not None
+    assert spec.word_level == (tokenizer_name in tokenization.WORD_LEVEL)
+    if not spec.word_level:   # sub-word tokenizers keep their own casing, whatever `lowercase` says
+        assert spec.lowercase is False
+    assert pickle.loads(pickle.dumps(spec)) == spec     # shipped to Ray workers
+
+
+def test_contract_same_text_same_tokens(tokenizer_name):
+    spec = resolve_tokenizer(tokenizer_name)
+    first, second = spec.load(), spec.load()
+    tokens = first.tokenize_batch(CONTRACT_TEXTS)
+    assert tokens == first.tokenize_batch(CONTRACT_TEXTS) == second.tokenize_batch(CONTRACT_TEXTS)
+    assert tokens == [first.tokenize_batch([t])[0] for t in CONTRACT_TEXTS]   # batching changes nothing
+    assert all(toks and all(isinstance(t, str) and t and not t.isspace() for t in toks) for toks in tokens)
+    if first.lowercases:
+        assert all(t == t.lower() for toks in tokens for t in toks)
+
+
+def test_contract_a_perfect_output_writes_back_to_the_bleu_references(tokenizer_name):
+    """What BLEU relies on (embinit.train.bleu): the target tokens of a sentence, written back by the
+    tokenizer's detokenizer as the hypotheses are, are its reference (`Backend.references`), and the
+    reference tokenizes to the same tokens."""
+    spec = resolve_tokenizer(tokenizer_name)
+    backend, detokenize = spec.load(), pickle.loads(pickle.dumps(spec.detokenizer()))
+    tokens = backend.tokenize_batch(CONTRACT_TEXTS)
+    references = backend.references(CONTRACT_TEXTS)
+    assert [detokenize(["<bos>", *toks, "<eos>"]) for toks in tokens] == references
+    assert backend.tokenize_batch(references) == tokens
+    if backend.round_trips:
+        assert references == [backend.to_string(toks).strip() for toks in tokens]
+    else:
+        assert references == [t.lower() if backend.lowercases else t for t in CONTRACT_TEXTS]
+
+
+def test_contract_full_vocabulary_when_the_backend_has_one(tokenizer_name):
+    spec = resolve_tokenizer(tokenizer_name)
+    backend = spec.load()
+    vocab = backend.full_vocab()
+    if vocab is None:   # word level: the vocabulary is what the training text holds
+        assert spec.word_level
+        return
+    assert vocab and len(set(vocab)) == len(vocab)
+    assert {t for toks in backend.tokenize_batch(CONTRACT_TEXTS) for t in toks} <= set(vocab)
+    ids = backend.tok.get_vocab()   # in the tokenizer's id order
+    assert [ids[t] for t in vocab] == sorted(ids.values())
+
+
+# ---- Names that are no registered tokenizer ----------------------------------------------------------------
+
+def test_a_missing_folder_names_the_registered_tokenizers(tmp_path):
+    with pytest.raises(EmbinitError) as e:
+        resolve_tokenizer(str(tmp_path / "nope"))
+    assert "does not exist" in str(e.value) and str(list(tokenization.TOKENIZERS)) in str(e.value)
+
+
+def test_a_misspelled_name_that_loads_as_no_hub_id_names_the_closest(monkeypatch):
+    """'spacey' has a hub id's shape, so it is tried as one (a hub id such as 'gpt2-xl' is close to
+    'gpt2' too); when that fails, the error says it is no registered name either."""
+    def offline(source):
+        raise OSError("We couldn't connect to 'https://huggingface.co'")
+
+    monkeypatch.setattr(tokenization, "_from_pretrained", offline)
+    spec = resolve_tokenizer("spacey")
+    assert spec.kind == "hf"
+    with pytest.raises(EmbinitError) as e:
+        spec.load()
+    assert "cannot load tokenizer 'spacey'" in str(e.value)
+    assert (f"'spacey' is not a registered tokenizer; choose from {sorted(tokenization.TOKENIZERS)}; "
+            f"did you mean 'spacy'?") in str(e.value)
+
+
+def test_reading_the_registry_loads_no_tokenizer_library_nor_the_task_pipeline():
+    import subprocess
+    import sys
+    code = ("import sys, embinit.config, service.paths; "
+            "print(sorted(m for m in ('torch', 'spacy', 'tokenizers', 'transformers', 'embinit.tasks.load') "
+            "if m in sys.modules))")
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=120,
+                         env={**__import__("os").environ, "PYTHONPATH": str(root)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]"

@@ -216,6 +216,23 @@ def execution_lines(spec) -> list[str]:
                 f"alone; a cluster's slots may group them otherwise"]
 
 
+def tokenizer_lines(spec) -> list[str]:
+    """A note for each tokenizer value that is no registered tokenizer nor a folder here: the trials load
+    it as a Hugging Face hub id, which a dry run does not check (a typo such as 'spacey' has that shape)."""
+    from embinit.errors import EmbinitError
+    from embinit.tasks.tokenization import resolve_tokenizer, unregistered_hint
+    lines = []
+    for value in sorted({p.config.get("tokenizer") for p in spec.plan()} - {None, "auto"}):
+        try:
+            hub_id = resolve_tokenizer(value).identity == ("hf", value)
+        except EmbinitError:   # a missing folder: the spec check reports it
+            continue
+        if hub_id and (hint := unregistered_hint(value)):
+            lines.append(f"note: tokenizer {value!r} will be loaded as a Hugging Face hub id by the trials "
+                         f"(not checked here): {hint}")
+    return lines
+
+
 def dry_run(spec, tracking_uri: str | None = None) -> str:
     """The expanded trial list, one trial a line, the cost, and the total; `tracking_uri` (the run's
     `--tracking-uri`) is the store the run would write, else the spec's."""
@@ -225,5 +242,7 @@ def dry_run(spec, tracking_uri: str | None = None) -> str:
     lines = trial_lines(spec, done)
     if grid:
         lines += cost_lines(spec, uri, done) + execution_lines(spec)
+    notes = tokenizer_lines(spec)
+    lines += [""] + notes if notes else []
     lines.append(f"{spec.num_trials()} trials; MLflow experiment {spec.experiment_name()!r} at {uri}")
     return "\n".join(lines)

@@ -1,6 +1,15 @@
 """Tokenizers: word-level (spaCy, whitespace) for word-vector inits, sub-word (GPT-2 BPE, any Hugging Face
 tokenizer) for sub-word inits.
 
+The registry `TOKENIZERS` maps each tokenizer name (`spacy`, `whitespace`, `gpt2`) to its resolver, a plain
+function `(lang, lowercase, data_dir) -> TokenizerSpec`; any other value is a Hugging Face tokenizer
+folder or hub id. `embinit.config` (`WORD_LEVEL`) and `service.paths` read the names from here. Importing
+this module is cheap and torch-free (the backends import spaCy, `tokenizers` or transformers on use).
+Contract, tested once for every entry (tests/test_tasks_tokenization.py): the same text gives the same
+tokens; a sub-word backend writes its tokens back to text (`to_string`) that tokenizes to the same
+tokens (the BLEU references, `Backend.references`); `full_vocab()` is the whole vocabulary in id order,
+without duplicates, when the backend has one; the spec's `word_level` agrees with `WORD_LEVEL`.
+
 A tokenizer is resolved in two steps so that a cache hit never pays for loading one: `resolve_tokenizer`
 only looks at names and file identities (cheap, gives the cache-key `identity`); `TokenizerSpec.load()`
 builds the backend when text really has to be tokenized. Detokenizers are picklable and load lazily.
@@ -17,10 +26,13 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
-from embinit.errors import EmbinitError
+from embinit.errors import EmbinitError, unknown_name
 from embinit.vocab import BOS, EOS, PAD
 
+# The registered tokenizers that cut whole words (also their backend kinds): trial keys ask this without
+# resolving the name (`TrialConfig._subword_bleu_references`).
 WORD_LEVEL = ("spacy", "whitespace")
 GPT2_FILES = ("encoder.json", "vocab.bpe")
 GPT2_ENV = "EMBINIT_GPT2_DIR"
@@ -37,7 +49,7 @@ def _file_id(path: Path) -> list:
 class TokenizerSpec:
     """A resolved tokenizer: what it is (`identity`, for cache keys) and how to load it."""
 
-    name: str                  # as the user gave it: "spacy", "whitespace", "gpt2", or an HF path/id
+    name: str                  # as the user gave it: a `TOKENIZERS` name, or an HF path/id
     kind: str                  # "spacy" | "whitespace" | "gpt2_files" | "hf"
     lang: str                  # spaCy language ("de", "en"); ignored by the others
     lowercase: bool            # effective: only word-level tokenizers lowercase
@@ -55,23 +67,42 @@ class TokenizerSpec:
         return WordDetokenizer() if self.word_level else SubwordDetokenizer(self)
 
 
+def _spacy(lang: str, lowercase: bool, data_dir: Path | None) -> TokenizerSpec:
+    """spaCy's rule-based word tokenizer for `lang` (a blank pipeline: no trained model needed)."""
+    version = importlib.metadata.version("spacy")
+    return TokenizerSpec("spacy", "spacy", lang, lowercase, f"spacy-{version}", ("spacy", version, lang, lowercase))
+
+
+def _whitespace(lang: str, lowercase: bool, data_dir: Path | None) -> TokenizerSpec:
+    """`str.split`: words as the text's spaces cut them."""
+    return TokenizerSpec("whitespace", "whitespace", lang, lowercase, "str.split", ("whitespace", lowercase))
+
+
+def _gpt2(lang: str, lowercase: bool, data_dir: Path | None) -> TokenizerSpec:
+    """GPT-2's byte-level BPE: its encoder.json + vocab.bpe (`find_gpt2_dir`), else the hub's `gpt2`."""
+    folder = find_gpt2_dir(data_dir)
+    if folder is not None:
+        ids = [_file_id(folder / f) for f in GPT2_FILES]
+        return TokenizerSpec("gpt2", "gpt2_files", lang, False, str(folder), ("gpt2_files", ids))
+    return TokenizerSpec("gpt2", "hf", lang, False, "gpt2", ("hf", "gpt2"))
+
+
+# name -> resolver(lang, lowercase, data_dir): cheap, loads nothing (`TokenizerSpec.load()` does).
+TOKENIZERS: dict[str, Callable[[str, bool, Path | None], TokenizerSpec]] = {
+    "spacy": _spacy,
+    "whitespace": _whitespace,
+    "gpt2": _gpt2,
+}
+
+
 def resolve_tokenizer(name: str, lang: str = "en", lowercase: bool = True,
                       data_dir: Path | None = None) -> TokenizerSpec:
-    """Name -> TokenizerSpec, without loading anything heavy. Unknown names fail here."""
+    """Name -> TokenizerSpec, without loading anything heavy: a registered name (`TOKENIZERS`), else a
+    Hugging Face tokenizer folder or hub id. A missing folder fails here."""
     if not isinstance(name, str) or not name.strip():
         raise EmbinitError(f"tokenizer must be a non-empty string, got {name!r}")
-    if name == "spacy":
-        version = importlib.metadata.version("spacy")
-        return TokenizerSpec(name, "spacy", lang, lowercase, f"spacy-{version}",
-                             ("spacy", version, lang, lowercase))
-    if name == "whitespace":
-        return TokenizerSpec(name, "whitespace", lang, lowercase, "str.split", ("whitespace", lowercase))
-    if name == "gpt2":
-        folder = find_gpt2_dir(data_dir)
-        if folder is not None:
-            ids = [_file_id(folder / f) for f in GPT2_FILES]
-            return TokenizerSpec(name, "gpt2_files", lang, False, str(folder), ("gpt2_files", ids))
-        return TokenizerSpec(name, "hf", lang, False, "gpt2", ("hf", "gpt2"))
+    if name in TOKENIZERS:
+        return TOKENIZERS[name](lang, lowercase, data_dir)
     path = Path(name).expanduser()
     if path.is_dir():
         files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.endswith(_WEIGHT_SUFFIXES))
@@ -79,9 +110,18 @@ def resolve_tokenizer(name: str, lang: str = "en", lowercase: bool = True,
                              ("hf", [_file_id(p) for p in files]))
     # A hub id is "name" or "org/name"; anything else that looks like a path is a missing folder.
     if name.startswith((".", "/", "~")) or name.count("/") > 1 or path.suffix in (".json", ".txt"):
-        raise EmbinitError(f"tokenizer folder {name!r} does not exist; give 'spacy', 'whitespace', 'gpt2', "
-                           f"a Hugging Face tokenizer folder or a hub id")
+        raise EmbinitError(f"tokenizer folder {name!r} does not exist; give a registered tokenizer "
+                           f"{list(TOKENIZERS)}, a Hugging Face tokenizer folder or a hub id")
     return TokenizerSpec(name, "hf", lang, False, name, ("hf", name))
+
+
+def unregistered_hint(name: str) -> str:
+    """For a tokenizer value taken as a Hugging Face hub id (a typo such as 'spacey' has that shape): that
+    it is no registered name, with the registered ones and the closest ("" for a registered name or a
+    folder)."""
+    if name in TOKENIZERS or Path(name).expanduser().is_dir():
+        return ""
+    return str(unknown_name("tokenizer", name, TOKENIZERS))
 
 
 def find_gpt2_dir(data_dir: Path | None) -> Path | None:
@@ -187,9 +227,11 @@ class HfBackend(Backend):
         try:
             self.tok = _from_pretrained(spec.source)
         except Exception as e:
+            unregistered = unregistered_hint(spec.name)
             hint = (f"put GPT-2's {' and '.join(GPT2_FILES)} in a folder and set ${GPT2_ENV} to it (or into "
                     f"the task's data folder)" if spec.name == "gpt2" else
-                    "give a local folder with the tokenizer files (tokenizer.json, vocab.txt, ...)")
+                    "give a local folder with the tokenizer files (tokenizer.json, vocab.txt, ...)"
+                    + (f"; or a tokenizer name: {unregistered}" if unregistered else ""))
             raise EmbinitError(f"cannot load tokenizer {spec.source!r} with transformers.AutoTokenizer "
                                f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
                                f"offline? {hint}") from None
@@ -210,6 +252,7 @@ class HfBackend(Backend):
         return self.tok.convert_tokens_to_string(tokens)
 
 
+# Backend kind (`TokenizerSpec.kind`, set by the resolver) -> class.
 _BACKENDS = {"spacy": SpacyBackend, "whitespace": WhitespaceBackend, "gpt2_files": Gpt2FilesBackend,
              "hf": HfBackend}
 
