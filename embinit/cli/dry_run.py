@@ -23,7 +23,7 @@ def trial_lines(spec) -> list[str]:
         settings = {**p.axes, **p.point}
         lines.append(f"{i:>4}  {p.key}  {p.task:24} {p.label:22} {p.seed:>4}  "
                      f"{json.dumps(settings) if settings else ''}".rstrip())
-    if spec.search is not None and spec.search.method == "optuna":
+    if spec.drawn:
         lines.append(f"optuna: {spec.search.num_samples} points x {len(spec.seeds)} seeds for each of the "
                      f"{len(plan) // len(spec.seeds)} (task, init, axes) groups above, drawn while running")
     return lines
@@ -197,7 +197,7 @@ def dry_run(spec, tracking_uri: str | None = None) -> str:
     `--tracking-uri`) is the store the run would write, else the spec's."""
     uri = resolve_uri(spec.tracking_uri(tracking_uri))
     lines = trial_lines(spec)
-    if spec.search is None or spec.search.method != "optuna":
+    if not spec.drawn:
         lines += cost_lines(spec, uri) + execution_lines(spec)
     lines.append(f"{spec.num_trials()} trials; MLflow experiment {spec.experiment_name()!r} at {uri}")
     return "\n".join(lines)
