@@ -8,13 +8,11 @@ reads it from the newest sweep run's `spec.yaml` artifact. Without a plan there 
 from __future__ import annotations
 
 import json
-import os
 from collections import Counter
 from typing import Any, Iterable
 
 from embinit.records import TrialRecord, stand_ins
 
-PROGRESS_BAR = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"   # mlflow.environment_variables, read at each download
 RESULT = ("finished", "diverged")   # a trial that ran to its end (a diverged one has no metric)
 NEVER_STARTED = "never started"
 
@@ -80,31 +78,19 @@ def markdown(c: dict[str, Any] | None) -> list[str]:
 
 
 def planned_in_mlflow(exp_id: str, uri: str | None) -> list[dict[str, Any]] | None:
-    """The plan of the experiment's newest sweep, from its `spec.yaml` artifact; None when there is no
-    sweep run, it is an Optuna search (drawn at run time), or its spec no longer plans here (e.g. a path
-    of another machine)."""
-    import tempfile
-    from pathlib import Path
-
-    from embinit import mlflow_store, run_readers
-    from embinit.spec import load_spec
+    """The plan of the experiment's newest sweep, from its `spec.yaml` artifact
+    (`run_readers.sweep_spec`); None when there is no sweep run, its spec is missing or no longer loads,
+    it is an Optuna search (drawn at run time), or its spec no longer plans here (e.g. a path of another
+    machine)."""
+    from embinit import run_readers
     runs = run_readers.sweep_records(exp_id, uri)
     if not runs:
         return None
     newest = max(runs, key=lambda r: r.start_ms)
-    quiet = os.environ.get(PROGRESS_BAR)
-    os.environ[PROGRESS_BAR] = "false"   # no "Downloading artifacts" bar above the report
     try:
-        with tempfile.TemporaryDirectory() as tmp:
-            path = mlflow_store.client(uri).download_artifacts(newest.run_id, "spec.yaml", tmp)
-            spec = load_spec(Path(path).read_text())
-        if spec.search is not None and spec.search.method == "optuna":
+        spec = run_readers.sweep_spec(newest, uri).spec
+        if spec is None or spec.drawn:
             return None
         return planned_trials(spec.plan())
     except Exception:  # a missing artifact or a spec that no longer plans here: say nothing
         return None
-    finally:
-        if quiet is None:
-            os.environ.pop(PROGRESS_BAR, None)
-        else:
-            os.environ[PROGRESS_BAR] = quiet

@@ -138,7 +138,7 @@ MAX_SEARCHED_VALUES = 256   # an integer range wider than this is checked at its
 def _searched_variants(config: dict, search: Any) -> list[dict]:
     """The trial's config once per combination of the `d_model`/`heads` values an Optuna search may
     draw (the config alone without such a search)."""
-    if search is None or search.method != "optuna":
+    if search is None or not search.drawn:
         return [config]
     variants = [config]
     for name in ("d_model", "heads"):

@@ -1,6 +1,6 @@
 """Everything embinit reads back from MLflow, as frozen records: trial runs (`embinit.records`), sweep
-runs, analysis runs, an analogy run's result and metric histories (`embinit.run_records`), each through
-one reader here.
+runs and the spec each recorded, analysis runs, an analogy run's result and metric histories
+(`embinit.run_records`), each through one reader here; artifacts are downloaded here too.
 
 A trial's key has a result when it has a FINISHED run (diverged runs are finished results); which run
 stands for a key is `embinit.records.by_key`.
@@ -9,27 +9,31 @@ stands for a key is `embinit.records.by_key`.
 from __future__ import annotations
 
 import json
-from typing import Any
+import os
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator
 
 from embinit.errors import EmbinitError
 from embinit.task_registry import TASKS, primary_metric
 from embinit.mlflow_store import client, experiment_id, masked, no_experiment, resolve_uri, retry, search_runs
 from embinit import run_table
-from embinit.records import (CONFIG_TAG, KEY_TAG, KIND_TAG, PARENT_TAG, SPEC_HASH_TAG, TrialRecord, from_run,
-                             from_runs)
-from embinit.run_records import (AnalogyRun, AnalysisRecord, MetricHistory, SweepRecord, analysis_from_run,
-                                 history_from_metrics, sweeps_from_runs)
+from embinit.records import (CONFIG_TAG, KEY_TAG, KIND_TAG, PARENT_TAG, SPEC_HASH_TAG, TrialRecord, by_key,
+                             from_run, from_runs)
+from embinit.run_records import (SPEC_ARTIFACT, AnalogyRun, AnalysisRecord, MetricHistory, StoredSpec, SweepRecord,
+                                 analysis_from_run, history_from_metrics, sweeps_from_runs)
+
+if TYPE_CHECKING:
+    from embinit.spec import ExperimentSpec
+
+PROGRESS_BAR = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"   # mlflow.environment_variables, read at each download
 
 
 def finished_keys(exp_id: str, uri: str | None = None) -> dict[str, str]:
-    """trial key -> run id of its newest FINISHED child run."""
-    runs = search_runs(exp_id, uri, "attributes.status = 'FINISHED'")
-    out: dict[str, str] = {}
-    for run in sorted(runs, key=lambda r: r.info.start_time or 0):
-        key = run.data.tags.get(KEY_TAG)
-        if key:
-            out[key] = run.info.run_id
-    return out
+    """trial key -> run id of its newest FINISHED run (finished or diverged: a result): the record
+    `records.by_key` chooses among the FINISHED `trial_records` (a SQL store read as plain rows)."""
+    return {key: rec.run_id for key, rec in by_key(trial_records(exp_id, uri, "FINISHED")).items() if key}
 
 
 def key_records(exp_id: str, uri: str | None, key: str) -> list[TrialRecord]:
@@ -136,15 +140,60 @@ def analysis_records(experiment: str, uri: str | None, kind: str) -> list[Analys
     return sorted(map(analysis_from_run, runs), key=lambda r: r.start_ms)
 
 
-def artifact_text(run: SweepRecord | AnalysisRecord, path: str) -> str:
-    """The text of an artifact of a sweep or analysis run; an EmbinitError naming the run and the
-    artifact when it is missing or cannot be read."""
-    import mlflow
+@contextmanager
+def _quiet_downloads() -> Iterator[None]:
+    """No "Downloading artifacts" progress bar from MLflow (above a report, between a document's lines)."""
+    before = os.environ.get(PROGRESS_BAR)
+    os.environ[PROGRESS_BAR] = "false"
     try:
-        return retry(lambda: mlflow.artifacts.load_text(f"{run.artifact_uri}/{path}"))
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(PROGRESS_BAR, None)
+        else:
+            os.environ[PROGRESS_BAR] = before
+
+
+def artifact_text(run: SweepRecord | AnalysisRecord, path: str, uri: str | None = None) -> str:
+    """The text of an artifact of a sweep or analysis run; an EmbinitError naming the run and the
+    artifact when it is missing or cannot be read. `uri`: the tracking store, which resolves an artifact
+    a tracking server serves (`mlflow-artifacts:`); None leaves that to MLflow (MLFLOW_TRACKING_URI)."""
+    import mlflow
+    where = resolve_uri(uri) if uri else None
+    try:
+        with tempfile.TemporaryDirectory() as tmp, _quiet_downloads():
+            local = retry(lambda: mlflow.artifacts.download_artifacts(
+                artifact_uri=f"{run.artifact_uri}/{path}", tracking_uri=where, dst_path=tmp))
+            return Path(local).read_text(encoding="utf-8")
     except Exception as e:  # MLflow raises several types for a missing artifact
         why = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__   # MLflow's last line says why
         raise EmbinitError(f"run {run.name!r} ({run.run_id}) has no readable {path} artifact ({why})") from None
+
+
+def artifact_file(run_id: str, path: str, dst: str | None = None, uri: str | None = None) -> Path:
+    """An artifact of any run (a trial's checkpoint) downloaded into the folder `dst` (None: a new
+    temporary one); an EmbinitError naming the run and the artifact when it cannot be. `uri` None:
+    MLflow's own tracking URI."""
+    import mlflow
+    try:
+        return Path(retry(lambda: mlflow.artifacts.download_artifacts(
+            run_id=run_id, artifact_path=path, tracking_uri=resolve_uri(uri) if uri else None, dst_path=dst)))
+    except Exception as e:  # MLflow raises several types for a missing run / artifact
+        raise EmbinitError(f"cannot download {path} of MLflow run {run_id}: "
+                           f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+
+
+def sweep_spec(run: SweepRecord, uri: str | None = None) -> StoredSpec:
+    """The spec a sweep run recorded (its `spec.yaml` artifact): the text as written and the spec it
+    loads as here, or why it no longer loads. An EmbinitError naming the run when the artifact is missing
+    or cannot be read. `uri`: the tracking store (`artifact_text`)."""
+    from embinit.spec import load_spec
+    text = artifact_text(run, SPEC_ARTIFACT, uri)
+    try:
+        spec: ExperimentSpec = load_spec(text)
+    except EmbinitError as e:   # a SpecError: written by another version, or not a spec
+        return StoredSpec(text, None, str(e))
+    return StoredSpec(text, spec)
 
 
 def analogy_run(run: AnalysisRecord) -> AnalogyRun:

@@ -11,9 +11,14 @@ once: `embinit.run_writers.log_analogy_run` writes it (params, `analogy/<slug>/.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from embinit.records import KIND_TAG, N_TRIALS_TAG, SPEC_HASH_TAG
+
+if TYPE_CHECKING:
+    from embinit.spec import ExperimentSpec
+
+SPEC_ARTIFACT = "spec.yaml"   # a sweep run's spec, as `ExperimentSpec.to_yaml` wrote it when the sweep started
 
 
 @dataclass(frozen=True)
@@ -31,6 +36,17 @@ class SweepRecord:
     end_ms: int | None = None
     artifact_uri: str = ""
     tags: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StoredSpec:
+    """The spec a sweep run recorded (its `spec.yaml` artifact): the text as written, and the spec it
+    loads as in this version of embinit; `spec` is None, and `problem` says why, when it no longer loads
+    (a spec written by another version, or text that is not a spec)."""
+
+    text: str
+    spec: ExperimentSpec | None
+    problem: str | None = None
 
 
 @dataclass(frozen=True)

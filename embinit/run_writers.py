@@ -18,7 +18,7 @@ from embinit.mlflow_store import client, ensure_experiment, log_batch, metrics_a
 from embinit.records import ERROR_TAG, KIND_TAG, N_TRIALS_TAG, SPEC_HASH_TAG, STATUS_TAG, TrialRecord
 from embinit.run_names import NOTE_TAG
 from embinit.run_readers import sweep_records, trial_records
-from embinit.run_records import AnalogyRun
+from embinit.run_records import SPEC_ARTIFACT, AnalogyRun
 from embinit.trial_run import TrialRun
 
 
@@ -47,7 +47,7 @@ def start_parent_run(exp_id: str, uri: str, spec_hash: str, spec_yaml: str, n_tr
     run = retry(lambda: c.create_run(exp_id, run_name=run_name or f"sweep-{spec_hash[:8]}",
                                      tags={SPEC_HASH_TAG: spec_hash, KIND_TAG: "sweep",
                                            N_TRIALS_TAG: str(n_trials)}))
-    retry(lambda: c.log_text(run.info.run_id, spec_yaml, "spec.yaml"))
+    retry(lambda: c.log_text(run.info.run_id, spec_yaml, SPEC_ARTIFACT))
     return run.info.run_id
 
 

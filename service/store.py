@@ -252,12 +252,13 @@ class ResultStore:
     def _report(self, exp, baseline: str | None) -> dict[str, str]:
         from embinit.completeness import completeness
         from embinit.report import Report, build_report
+        from embinit.spec import drawn_in
 
         name = exp.mlflow_experiment
         # Only this spec's trials (an MLflow experiment may hold other specs' runs under the same name);
         # an Optuna search draws its trials at run time, so there its trials are those whose run (the one
         # that stands for the key) one of its spec's sweeps trained (`embinit.sweep_run`).
-        optuna = (exp.spec.get("search") or {}).get("method") == "optuna"
+        optuna = drawn_in(exp.spec)
         planned = None if optuna else self._plan_rows(exp)
         if self.experiment_id(exp) is None:  # nothing has run yet: an empty table, every trial unfinished
             report = Report(name, [], tracking_uri=exp.tracking_uri, completeness=completeness(planned, {}))

@@ -105,3 +105,140 @@ def test_a_trial_run_records_its_code_version(store):
     run = trial_run.TrialRun.open(uri, exp, None, config, "versioned", "Xavier", {"axes": {}, "point": {}})
     (rec,) = [r for r in run_readers.trial_records(exp, uri) if r.run_id == run.run_id]
     assert rec.code_version == CODE_VERSION
+
+
+def _trial(uri: str, exp: str, key: str, seed: int, end: str) -> str:
+    """A trial run of `key` closed as `end` (finished | diverged | failed | running), started now."""
+    time.sleep(0.01)   # distinct start times: the newest is well defined
+    run = trial_run.TrialRun.open(uri, exp, None, {"task": "synthetic_classification", "init": "xavier",
+                                                   "seed": seed}, key, "Xavier", {"axes": {}, "point": {}})
+    if end == "failed":
+        run.fail("ValueError: boom")
+    elif end != "running":
+        run.finish({"status": end, "history": [{"epoch": 1, "val/loss": 1.0, "val/acc": 0.5}]}, [])
+    return run.run_id
+
+
+def test_finished_keys_are_the_records_by_key_chooses_among_finished_runs(store, monkeypatch):
+    """finished_keys reads the shared record path (`trial_records` + `records.by_key`): the newest
+    FINISHED run of each key (finished or diverged), never a failed or running one. On a SQL store it
+    reads plain rows (`run_table`) like the other trial reads: no `search_runs` (before, it always
+    searched)."""
+    from embinit import records
+    uri, _ = store
+    exp = mlflow_store.ensure_experiment("finished-keys", uri)
+    _trial(uri, exp, "retried", 0, "failed")
+    retried = _trial(uri, exp, "retried", 0, "finished")         # failed, then finished
+    _trial(uri, exp, "twice", 1, "finished")
+    newer = _trial(uri, exp, "twice", 1, "finished")             # two results: the newer stands
+    diverged = _trial(uri, exp, "diverged", 2, "diverged")       # a result too: never rerun
+    _trial(uri, exp, "finished-then-failed", 3, "finished")
+    _trial(uri, exp, "finished-then-failed", 3, "failed")
+    _trial(uri, exp, "only-failed", 4, "failed")
+    _trial(uri, exp, "running", 5, "running")
+
+    def no_search(*a, **k):
+        raise AssertionError("a SQL store's trials are read as plain rows, not searched")
+
+    monkeypatch.setattr(run_readers, "search_runs", no_search)
+    got = run_readers.finished_keys(exp, uri)
+    assert got["retried"] == retried and got["twice"] == newer and got["diverged"] == diverged
+    assert set(got) == {"retried", "twice", "diverged", "finished-then-failed"}
+    shared = records.by_key(run_readers.trial_records(exp, uri, "FINISHED"))
+    assert got == {key: rec.run_id for key, rec in shared.items()}
+    for key, run_id in got.items():   # the worker's own lookup of one key agrees
+        assert run_readers.finished_run(exp, uri, key).run_id == run_id
+
+
+def test_finished_keys_on_a_tracking_server_searches(store, monkeypatch):
+    """Where the store is not a SQL database this process reaches, the same records come from
+    `search_runs` (as `trial_records` reads them)."""
+    from embinit import run_table
+    uri, _ = store
+    exp = mlflow_store.ensure_experiment("finished-keys-searched", uri)
+    _trial(uri, exp, "retried", 0, "failed")
+    retried = _trial(uri, exp, "retried", 0, "finished")
+    _trial(uri, exp, "twice", 1, "diverged")
+    newer = _trial(uri, exp, "twice", 1, "finished")
+    _trial(uri, exp, "only-failed", 2, "failed")
+    direct = run_readers.finished_keys(exp, uri)
+    monkeypatch.setattr(run_table, "rows", lambda *a, **k: None)
+    assert run_readers.finished_keys(exp, uri) == direct == {"retried": retried, "twice": newer}
+
+
+SPEC = {"name": "stored", "tasks": ["synthetic_classification"], "inits": ["xavier", "normal"], "seeds": 2}
+
+
+def _sweep(uri: str, name: str, spec_yaml: str | None) -> tuple[str, SweepRecord]:
+    """An experiment `name` whose one sweep run recorded `spec_yaml` (no spec.yaml artifact when None)."""
+    from embinit.records import KIND_TAG
+    exp = mlflow_store.ensure_experiment(name, uri)
+    if spec_yaml is None:
+        mlflow_store.client(uri).create_run(exp, run_name="old", tags={KIND_TAG: "sweep"})
+    else:
+        run_writers.start_parent_run(exp, uri, "cafe" * 4, spec_yaml, 4, run_name="stored")
+    (run,) = run_readers.sweep_records(exp, uri)
+    return exp, run
+
+
+def _summary(uri: str, exp: str, run: SweepRecord) -> str:
+    from types import SimpleNamespace
+
+    from embinit.reproduction.runs import sweep_lines
+    lines, _ = sweep_lines(SimpleNamespace(uri=uri), exp, run, [])
+    return next(ln for ln in lines if ln.startswith("- spec: "))
+
+
+def test_completeness_and_the_reproduction_read_a_sweeps_spec_through_sweep_spec(store, monkeypatch):
+    """The report's plan (`completeness.planned_in_mlflow`) and the reproduction's "How it was run"
+    read a sweep run's spec.yaml through the one reader, `run_readers.sweep_spec` (before: a download
+    and `load_spec` in one, `yaml.safe_load` of the text in the other)."""
+    from embinit import completeness
+    from embinit.spec import load_spec
+    uri, _ = store
+    spec = load_spec(SPEC)
+    exp, run = _sweep(uri, "stored-spec", spec.to_yaml())
+    stored = run_readers.sweep_spec(run, uri)
+    assert stored.text == spec.to_yaml() and stored.problem is None
+    assert stored.spec.spec_hash() == spec.spec_hash() and not stored.spec.drawn
+    read = []
+    real = run_readers.sweep_spec
+    monkeypatch.setattr(run_readers, "sweep_spec", lambda r, u=None: read.append(r.run_id) or real(r, u))
+    assert completeness.planned_in_mlflow(exp, uri) == completeness.planned_trials(spec.plan())
+    summary = _summary(uri, exp, run)
+    assert summary.startswith("- spec: the run's `spec.yaml` artifact (name `stored`, tasks "
+                              "synthetic_classification, 2 inits, seeds [0, 1], spec hash `cafecafecafecafe`)")
+    assert read == [run.run_id, run.run_id]
+
+
+def test_a_sweep_without_a_spec_artifact(store):
+    """A sweep run without spec.yaml (recorded before embinit kept one): an error naming the run from
+    the reader; no plan for the report and "missing" in the reproduction, as before."""
+    from embinit import completeness
+    from embinit.errors import EmbinitError
+    uri, _ = store
+    exp, run = _sweep(uri, "no-spec-artifact", None)
+    with pytest.raises(EmbinitError, match=rf"run 'old' \({run.run_id}\) has no readable spec.yaml artifact"):
+        run_readers.sweep_spec(run, uri)
+    assert completeness.planned_in_mlflow(exp, uri) is None
+    assert "artifact (missing, spec hash `?`)" in _summary(uri, exp, run)
+
+
+def test_a_recorded_spec_that_no_longer_loads_or_draws_its_trials(store):
+    """A spec.yaml that this version does not load: its text, and why; the report has no plan. An
+    Optuna search's spec loads but has no plan either (its trials are drawn while it runs)."""
+    from embinit import completeness
+    from embinit.spec import load_spec
+    uri, _ = store
+    exp, run = _sweep(uri, "spec-no-longer-loads", "name: old\nretired_field: 1\n")
+    stored = run_readers.sweep_spec(run, uri)
+    assert stored.spec is None and stored.text == "name: old\nretired_field: 1\n"
+    assert "retired_field" in stored.problem
+    assert completeness.planned_in_mlflow(exp, uri) is None
+    summary = _summary(uri, exp, run)
+    assert "it does not load in this version of embinit: invalid experiment spec" in summary
+    drawn = load_spec({**SPEC, "search": {"method": "optuna", "num_samples": 2,
+                                          "space": {"lr": {"low": 1e-4, "high": 1e-3, "log": True}}}})
+    exp, run = _sweep(uri, "drawn-spec", drawn.to_yaml())
+    assert run_readers.sweep_spec(run, uri).spec.drawn
+    assert completeness.planned_in_mlflow(exp, uri) is None

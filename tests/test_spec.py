@@ -74,6 +74,19 @@ def test_optuna_search_counts_budget_times_seeds_per_group():
     assert spec.num_trials() == 2 * 2 * 5
 
 
+@pytest.mark.parametrize("search, drawn", [
+    (None, False),
+    ({"method": "grid", "space": {"lr": [1e-4, 2e-4]}}, False),
+    ({"method": "optuna", "num_samples": 2, "space": {"lr": {"low": 1e-4, "high": 1e-2}}}, True)])
+def test_drawn_says_whether_the_search_points_are_drawn_at_run_time(search, drawn):
+    """`ExperimentSpec.drawn`, and `drawn_in` of the same spec's raw data (the service's stored specs)."""
+    from embinit.spec import drawn_in
+    data = base(search=search) if search else base()
+    spec = load_spec(data)
+    assert spec.drawn is drawn and drawn_in(data) is drawn and drawn_in(spec.canonical()) is drawn
+    assert "drawn" not in spec.canonical()   # a property: not a field, no change to the spec hash
+
+
 def test_per_side_inits_for_translation_and_labels():
     spec = load_spec(base(inits=["xavier", {"tgt": "glove+standardize", "src": "xavier"},
                                  {"tgt": "glove", "src": "glove+shuffle"}],

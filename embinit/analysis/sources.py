@@ -44,17 +44,10 @@ def is_run_id(source: str) -> bool:
 
 
 def download_checkpoint(run_id: str, tracking_uri: str | None = None, dst: str | None = None) -> Path:
-    """The local path of run `run_id`'s best.pt artifact (downloaded by MLflow)."""
-    import mlflow  # heavy; only needed for run ids
+    """The local path of run `run_id`'s best.pt artifact (downloaded by `run_readers.artifact_file`)."""
+    from embinit import run_readers  # imports MLflow when it downloads; only needed for run ids
 
-    rid = _RUN_ID.match(run_id).group(1)
-    try:
-        path = mlflow.artifacts.download_artifacts(run_id=rid, artifact_path=BEST_ARTIFACT,
-                                                   tracking_uri=tracking_uri, dst_path=dst)
-    except Exception as e:  # MLflow raises several types for a missing run / artifact
-        raise EmbinitError(f"cannot download {BEST_ARTIFACT} of MLflow run {rid}: "
-                           f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
-    return Path(path)
+    return run_readers.artifact_file(_RUN_ID.match(run_id).group(1), BEST_ARTIFACT, dst, tracking_uri)
 
 
 def load_checkpoint(path: str | Path, key: str | None = None) -> Embeddings:

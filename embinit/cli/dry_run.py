@@ -25,7 +25,7 @@ def trial_lines(spec, done: set[str] = frozenset()) -> list[str]:
         lines.append(f"{i:>4}  {p.key}  {p.task:24} {p.label:22} {p.seed:>4}  "
                      f"{json.dumps(settings) if settings else ''}{'  [finished: reused]' if p.key in done else ''}"
                      .rstrip())
-    if spec.search is not None and spec.search.method == "optuna":
+    if spec.drawn:
         lines.append(f"optuna: {spec.search.num_samples} points x {len(spec.seeds)} seeds for each of the "
                      f"{len(plan) // len(spec.seeds)} (task, init, axes) groups above, drawn while running")
     return lines
@@ -237,10 +237,9 @@ def dry_run(spec, tracking_uri: str | None = None) -> str:
     """The expanded trial list, one trial a line, the cost, and the total; `tracking_uri` (the run's
     `--tracking-uri`) is the store the run would write, else the spec's."""
     uri = resolve_uri(spec.tracking_uri(tracking_uri))
-    grid = spec.search is None or spec.search.method != "optuna"
-    done = finished_here(spec, uri) if grid else set()
+    done = set() if spec.drawn else finished_here(spec, uri)
     lines = trial_lines(spec, done)
-    if grid:
+    if not spec.drawn:
         lines += cost_lines(spec, uri, done) + execution_lines(spec)
     notes = tokenizer_lines(spec)
     lines += [""] + notes if notes else []

@@ -9,13 +9,12 @@ from collections import Counter
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
-import yaml
-
 from embinit import mlflow_store, provenance, run_readers
+from embinit.errors import EmbinitError
 from embinit.reproduction.compare import duration
 from embinit.reproduction.export import Section
-from embinit.reproduction.inputs import load_artifact_text, load_trials
-from embinit.run_records import SweepRecord
+from embinit.reproduction.inputs import load_trials
+from embinit.run_records import StoredSpec, SweepRecord
 
 if TYPE_CHECKING:
     from embinit.reproduction.data import ReproductionData
@@ -32,15 +31,23 @@ def devices(run: SweepRecord, uri: str | None) -> str:
     return ", ".join(f"{d} ({n} trial{'s' if n != 1 else ''})" for d, n in found.most_common()) or "no trials"
 
 
-def _spec_summary(text: str) -> str:
+def _spec_summary(stored: StoredSpec | None) -> str:
+    """What the sweep's recorded spec ran (`run_readers.sweep_spec`): 'missing' without the artifact."""
+    if stored is None:
+        return "missing"
+    spec = stored.spec
+    if spec is None:
+        why = stored.problem or ""
+        return f"it does not load in this version of embinit: {why[:300] + ('...' if len(why) > 300 else '')}"
+    return (f"name `{spec.name}`, tasks {', '.join(t.task for t in spec.tasks)}, {len(spec.inits)} inits, "
+            f"seeds {spec.seeds}")
+
+
+def _stored_spec(run: SweepRecord, uri: str | None) -> StoredSpec | None:
     try:
-        spec = yaml.safe_load(text) or {}
-    except yaml.YAMLError:
-        return "not valid YAML"
-    tasks = [t if isinstance(t, str) else t.get("task", "?") for t in spec.get("tasks") or []]
-    seeds = spec.get("seeds")
-    return (f"name `{spec.get('name', '?')}`, tasks {', '.join(map(str, tasks)) or '?'}, "
-            f"{len(spec.get('inits') or [])} inits, seeds {seeds if seeds is not None else '?'}")
+        return run_readers.sweep_spec(run, uri)
+    except EmbinitError:   # no spec.yaml artifact (a sweep recorded before embinit kept one): "missing"
+        return None
 
 
 def sweep_lines(rep: ReproductionData, exp: str, run: SweepRecord, trials: list) -> tuple[list[str], dict]:
@@ -49,7 +56,7 @@ def sweep_lines(rep: ReproductionData, exp: str, run: SweepRecord, trials: list)
     own = [t for t in trials if t.parent_id == run.run_id and t.end_ms]
     wall = (run.end_ms - run.start_ms) / 1000 if run.end_ms else None
     busy = sum((t.end_ms - t.start_ms) / 1000 for t in own)
-    spec_text = load_artifact_text(run, "spec.yaml")
+    stored = _stored_spec(run, rep.uri)
     lines = [f"**`{exp}`, sweep run `{run.name}`** (run id `{run.run_id}`, {run.status})", "",
              f"- started {_when(run.start_ms)}; wall-clock {duration(wall)}; "
              f"{run.n_trials or '?'} trials planned, {len(own)} trained in this sweep "
@@ -57,10 +64,10 @@ def sweep_lines(rep: ReproductionData, exp: str, run: SweepRecord, trials: list)
              f"- command: `{how['command']}`",
              f"- machine: {how['machine']}; devices: {devices(run, rep.uri)}",
              f"- embinit {how['version']}, commit `{how['commit']}`",
-             f"- spec: the run's `spec.yaml` artifact ({_spec_summary(spec_text) if spec_text else 'missing'}"
+             f"- spec: the run's `spec.yaml` artifact ({_spec_summary(stored)}"
              f", spec hash `{run.spec_hash or '?'}`)"]
-    if spec_text:
-        lines += ["", "<details><summary>spec.yaml</summary>", "", "```yaml", spec_text.rstrip(), "```", "",
+    if stored is not None and stored.text:
+        lines += ["", "<details><summary>spec.yaml</summary>", "", "```yaml", stored.text.rstrip(), "```", "",
                   "</details>"]
     row = {"experiment": exp, "run_id": run.run_id, "status": run.status, "started": _when(run.start_ms),
            "wall_s": wall, "trial_s": busy, "trials": len(own), **how}

@@ -27,6 +27,7 @@ local paths, data folders and model sizes included, in one list).
 
 from embinit.config import HYPERPARAMETERS
 from embinit.spec.experiment import ExperimentSpec
+from embinit.spec.fields import drawn_in
 from embinit.spec.inits import InitEntry, init_label, init_string, source_name
 from embinit.spec.loading import SpecLoader, check_local_paths, data_problems, load_spec, unique_pairs, yaml_error
 from embinit.spec.models import (Analyses, Execution, Hyperparams, MlflowSettings, ProbeAnalysis, Range,
@@ -35,7 +36,7 @@ from embinit.spec.path_fields import DATA_KEYS, PATH_KEYS, PRETRAINED_KEYS, Path
 from embinit.spec.planning import PlannedTrial
 from embinit.spec.problems import SpecError
 
-__all__ = ["ExperimentSpec", "InitEntry", "SpecError", "check_local_paths", "data_problems", "load_spec",
+__all__ = ["ExperimentSpec", "drawn_in", "InitEntry", "SpecError", "check_local_paths", "data_problems", "load_spec",
            "Hyperparams", "TaskEntry", "Search",
            "Range", "Resources", "MlflowSettings", "PlannedTrial", "Analyses", "Execution",
            "ProbeAnalysis", "SimilarityAnalysis", "HYPERPARAMETERS", "DATA_KEYS", "PRETRAINED_KEYS",

@@ -267,8 +267,7 @@ def _execution_problems(spec: SpecFields) -> list[tuple[str, str]]:
     """Fused execution trains whole groups at once (a grid point's trials, an Optuna point's seeds);
     what needs one trial at a time is refused."""
     out = []
-    if spec.execution.trials_per_unit > 1 and (spec.execution.fuse != "off" or (
-            spec.search is not None and spec.search.method == "optuna")):
+    if spec.execution.trials_per_unit > 1 and (spec.execution.fuse != "off" or spec.drawn):
         out.append(("execution.trials_per_unit", "trials_per_unit packs the trials of a grid with fuse: off; "
                                                  "fused groups and optuna points are units already"))
     if spec.execution.fuse == "off":

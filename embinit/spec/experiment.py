@@ -49,7 +49,7 @@ class ExperimentSpec(SpecFields):
     def num_trials(self) -> int:
         """Planned trial count (for Optuna: the budget x seeds per scientific point), computed without
         expanding the grid (which could be astronomically big)."""
-        per_point = self.search.num_samples if self.search and self.search.method == "optuna" else 1
+        per_point = self.search.num_samples if self.drawn else 1
         return planning.planned_count(self) * per_point
 
     def trial_config(self, task: TaskEntry, init: InitEntry, seed: int,

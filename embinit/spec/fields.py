@@ -11,9 +11,14 @@ from pydantic import Field, field_validator
 from embinit import bounds
 from embinit.bounds import field_limits
 from embinit.spec.inits import InitEntry
-from embinit.spec.models import (NAME_PATTERN, Analyses, Execution, Hyperparams, MlflowSettings, Resources, Search,
-                                 TaskEntry, _Strict, as_typed)
+from embinit.spec.models import (DRAWN, NAME_PATTERN, Analyses, Execution, Hyperparams, MlflowSettings, Resources,
+                                 Search, TaskEntry, _Strict, as_typed)
 from embinit.spec.path_fields import PathStr
+
+
+def drawn_in(data: dict[str, Any]) -> bool:
+    """`SpecFields.drawn` of a spec's raw data (a spec stored as a mapping, not validated again)."""
+    return (data.get("search") or {}).get("method") == DRAWN
 
 
 class SpecFields(_Strict):
@@ -35,6 +40,13 @@ class SpecFields(_Strict):
     mlflow: MlflowSettings = Field(default_factory=MlflowSettings)
     analyses: Analyses | None = None
     execution: Execution = Field(default_factory=Execution)
+
+    @property
+    def drawn(self) -> bool:
+        """Whether the search points are drawn at run time (an Optuna search), not planned: the plan
+        has no search points, the trial count is a budget, and only the runs say which trials there are.
+        (`drawn_in` answers the same of a spec's raw data.)"""
+        return self.search is not None and self.search.drawn
 
     @field_validator("axes")
     @classmethod

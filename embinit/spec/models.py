@@ -119,6 +119,9 @@ def as_typed(name: str, values: list[Any]) -> list[Any]:
     return out
 
 
+DRAWN = "optuna"   # the search method whose points are drawn while the sweep runs (not planned)
+
+
 class Search(_Strict):
     """Nuisance hyperparameters searched per (task, init, axes) point; each point runs every seed and
     the point with the best mean `metric` is the one reported."""
@@ -143,9 +146,14 @@ class Search(_Strict):
     @field_validator("num_samples")
     @classmethod
     def _budget(cls, n, info: ValidationInfo):
-        if n is None and info.data.get("method") == "optuna":
+        if n is None and info.data.get("method") == DRAWN:
             raise ValueError("optuna search needs a trial budget (num_samples)")
         return n
+
+    @property
+    def drawn(self) -> bool:
+        """Whether its points are drawn while the sweep runs (Optuna), not planned (a grid)."""
+        return self.method == DRAWN
 
 
 class Resources(_Strict):

@@ -143,7 +143,7 @@ def _tune_storage(spec: ExperimentSpec, storage_path: str | None, store: str | N
 def _earlier_sweep(spec: ExperimentSpec, units: list[Unit], exp_id: str, uri: str) -> str | None:
     """The spec's finished sweep run when this sweep has nothing to train (an Optuna search always
     draws), else None."""
-    if units or (spec.search is not None and spec.search.method == "optuna"):
+    if units or spec.drawn:
         return None
     return run_readers.finished_sweep(exp_id, uri, spec.spec_hash())
 
@@ -151,7 +151,7 @@ def _earlier_sweep(spec: ExperimentSpec, units: list[Unit], exp_id: str, uri: st
 def _execute(job: TuneJob, units: list[Unit]) -> bool:
     """Train the units (an Optuna search: its points); True when cancelled through `job.should_stop`."""
     spec = job.spec
-    if spec.search is not None and spec.search.method == "optuna":
+    if spec.drawn:
         from embinit.sweep.optuna_search import run_optuna  # imports ray
         return run_optuna(job)
     if not units:
@@ -177,7 +177,7 @@ def _finish(spec, uri, runs, exp_id, parent, planned, reused, cancelled, t0, pro
     from embinit.completeness import planned_trials
     from embinit.report import build_report
     keys = {p.key for p in planned}
-    search = spec.search is not None and spec.search.method == "optuna"
+    search = spec.drawn
     chosen = records.by_key(run_readers.experiment_records(spec.experiment_name(), runs), None if search else keys)
     rows = [run_readers.trial_row(r) for r in chosen.values()]
     # The plan says what never finished; an Optuna search has none to compare with (drawn at run time).
