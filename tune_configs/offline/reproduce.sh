@@ -13,12 +13,15 @@ mkdir -p "$REPRO_DIR"
 export RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 export TOKENIZERS_PARALLELISM=false
 URI="sqlite:///$REPRO_DIR/mlflow.db"
-ADDR=127.0.0.2:6390
+ADDR=127.0.0.2:${RAY_PORT:-6390}
 CPUS=${CPUS:-$(nproc)}
 cd "$REPRO_DIR"
-ray start --head --node-ip-address=127.0.0.2 --port=6390 --num-cpus="$CPUS" --include-dashboard=false \
-  --disable-usage-stats
-trap 'ray stop --force >/dev/null 2>&1 || true' EXIT
+# This script's own Ray, rooted in its own temp dir, and at exit only its processes are ended: `ray stop`
+# ends every Ray on the machine (a test run's, another user's; it once killed a CI run beside this one).
+RAY_TMP=$(mktemp -d /tmp/embinit-repro-ray.XXXXXX)   # short: Ray's socket paths must fit 107 bytes
+trap 'pkill -TERM -f -- "$RAY_TMP"; sleep 5; pkill -KILL -f -- "$RAY_TMP"; rm -rf "$RAY_TMP"' EXIT
+ray start --head --node-ip-address=127.0.0.2 --port="${ADDR##*:}" --num-cpus="$CPUS" --include-dashboard=false \
+  --disable-usage-stats --temp-dir="$RAY_TMP"
 # Table 1: the two groups share the cluster (1-thread trials, one per CPU).
 embinit run "$REPO/tune_configs/offline/multi30k_glove50.yaml" --address "$ADDR" --tracking-uri "$URI" &
 embinit run "$REPO/tune_configs/offline/sst2_minilm.yaml" --address "$ADDR" --tracking-uri "$URI" &
