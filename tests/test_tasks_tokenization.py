@@ -194,8 +194,10 @@ def test_subword_bleu_references_are_written_back_so_a_perfect_output_scores_100
     assert words.references["test"] == raw and words.info["references"] == "raw"   # word level: the text
 
 
-def test_only_subword_translation_keys_change_with_the_references():
+def test_only_subword_translation_keys_change_with_the_references(monkeypatch):
+    from embinit import config
     from embinit.config import TrialConfig
+    monkeypatch.setattr(config, "CODE_VERSION", "1")   # the pinned keys were made under code version 1
     pinned = {"da435dcf7592c46e": TrialConfig(task="multi30k", init="xavier", seed=0),   # keys from before
               "b6817938a5aa8d9c": TrialConfig(task="sst2", init="bert", seed=0)}
     assert {c.key(): c for c in pinned.values()}.keys() == pinned.keys()
