@@ -204,8 +204,10 @@ def test_table3_counts_seeds_as_table1_does(store):
     uri = store[0]
     exp = mlflow_store.ensure_experiment("t3-reruns", uri)
     for seed, v in enumerate([15.0, 16.0, 17.0]):
-        _trial(uri, exp, f"g{seed}", "multi30k", "GloVe", seed, {"test/bleu": v}, {"val/loss": 3.0 - v / 100})
-    _trial(uri, exp, "g1-more-epochs", "multi30k", "GloVe", 1, {"test/bleu": 18.0}, {"val/loss": 2.8})
+        _trial(uri, exp, f"g{seed}", "multi30k", "GloVe", seed, {"test/bleu": v}, {"val/loss": 3.0 - v / 100},
+               sim=[(0, 1.0), (100, 0.1 * seed + 0.1)] if seed else None)
+    _trial(uri, exp, "g1-more-epochs", "multi30k", "GloVe", 1, {"test/bleu": 18.0}, {"val/loss": 2.8},
+           sim=[(0, 1.0), (100, 0.5)])
     _trial(uri, exp, "gfp0", "multi30k", "GloVe", 0, {"test/bleu": 12.0}, {"val/loss": 4.0}, te=False)
     _trial(uri, exp, "gfp0-more-epochs", "multi30k", "GloVe", 0, {"test/bleu": 13.0}, {"val/loss": 3.9}, te=False)
     _trial(uri, exp, "gff0", "multi30k", "GloVe", 0, {"test/bleu": 10.0}, {"val/loss": 4.2}, te=False, pe=False)
@@ -225,6 +227,9 @@ def test_table3_counts_seeds_as_table1_does(store):
     assert (bare["bleu"]["n"], bare["failed"], bare["diverged"]) == (1, 0, 1)
     table3 = text[text.index("## Table 3"):]
     assert "| GloVe | no/no |" in table3 and "| 1 | — | 0 | 1 |" in table3
+    # the KNN similarity between seeds counts the same runs: seed 1's pair once, by its newer run
+    (sim,) = [r for r in rep.exports["similarity"] if r["init"] == "GloVe"]
+    assert sim["end"]["n"] == 2 and sim["end"]["mean"] == pytest.approx((0.5 + 0.3) / 2)
     assert "n = the seeds whose run finished with a value, failed and diverged = the seeds" in table3
 
 

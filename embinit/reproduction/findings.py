@@ -30,8 +30,8 @@ def similarity_section(rep: ReproductionData) -> Section:
                 "in the paper.", ""]
     rows = []
     for g in rep.inputs.groups:
-        trials = [t for t in rep.data[g.experiment][0] if t.task == g.task and t.cell == (True, True)
-                  and t.status == "finished"]
+        # one run per seed, as Table 1 counts (a seed trained again under a new key is one pair, not two)
+        trials = [t for role in ROLES for t in rep.main_trials(g, role)]
         have = [t for t in trials if metric in t.metrics]
         if not have:
             continue
