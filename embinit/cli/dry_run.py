@@ -16,9 +16,8 @@ from embinit.config import TrialConfig, task_defaults
 from embinit.mlflow_store import resolve_uri
 
 
-def trial_lines(spec, done: set[str] = frozenset()) -> list[str]:
+def trial_lines(spec, plan, done: set[str] = frozenset()) -> list[str]:
     """One line a planned trial; `done`: the keys the store has finished (marked: the run reuses them)."""
-    plan = spec.plan()
     lines = [f"{'#':>4}  {'key':16}  {'task':24} {'init':22} seed  settings"]
     for i, p in enumerate(plan):
         settings = {**p.axes, **p.point}
@@ -144,20 +143,20 @@ def _local_store(uri: str) -> bool:
     return uri.startswith("sqlite:///") and Path(uri[len("sqlite:///"):]).exists()
 
 
-def finished_here(spec, uri: str) -> set[str]:
+def finished_here(spec, plan, uri: str) -> set[str]:
     """The planned keys the spec's experiment in the store at `uri` has finished: the run reuses them."""
     if not _local_store(uri):
         return set()
     from embinit import mlflow_store, run_readers
     exp_id = mlflow_store.experiment_id(spec.experiment_name(), uri)
-    return set() if exp_id is None else set(run_readers.finished_keys(exp_id, uri)) & {p.key for p in spec.plan()}
+    return set() if exp_id is None else set(run_readers.finished_keys(exp_id, uri)) & {p.key for p in plan}
 
 
-def cost_lines(spec, uri: str, done: set[str] = frozenset()) -> list[str]:
+def cost_lines(spec, plan, uri: str, done: set[str] = frozenset()) -> list[str]:
     """Per model shape: trials, epochs, size, and the seconds per epoch measured before in the store at
     `uri`; then the total in trial-epochs and rounds, and a wall-clock estimate where every shape was
     measured. Trials in `done` (finished in the store: reused) cost nothing and are left out."""
-    todo = [TrialConfig.from_dict(p.config) for p in spec.plan() if p.key not in done]
+    todo = [TrialConfig.from_dict(p.config) for p in plan if p.key not in done]
     if done:
         head = ["", f"{len(done)} of the {len(todo) + len(done)} trials already finished in experiment "
                      f"{spec.experiment_name()!r} of this store: the run reuses them (marked above)"]
@@ -195,7 +194,7 @@ def cost_lines(spec, uri: str, done: set[str] = frozenset()) -> list[str]:
     return lines
 
 
-def execution_lines(spec) -> list[str]:
+def execution_lines(spec, plan) -> list[str]:
     """How a grid's trials would be grouped into fused models (`execution.fuse`), at this machine's
     parallelism (a cluster's slots may differ: the sweep groups for the slots it finds)."""
     ex = spec.execution
@@ -207,7 +206,7 @@ def execution_lines(spec) -> list[str]:
     from embinit.sweep.fused import fused_units
     from embinit.sweep.work import units_to_run
     k, why = parallelism(spec)
-    units = fused_units(units_to_run(spec, set())[0], ex, k)
+    units = fused_units(units_to_run(spec, set(), plan)[0], ex, k)
     groups = sorted((len(u.trials) for u in units if u.fused), reverse=True)
     alone = sum(len(u.trials) for u in units if not u.fused)
     sizes = ", ".join(map(str, groups[:12])) + (", ..." if len(groups) > 12 else "")
@@ -216,13 +215,13 @@ def execution_lines(spec) -> list[str]:
                 f"alone; a cluster's slots may group them otherwise"]
 
 
-def tokenizer_lines(spec) -> list[str]:
+def tokenizer_lines(plan) -> list[str]:
     """A note for each tokenizer value that is no registered tokenizer nor a folder here: the trials load
     it as a Hugging Face hub id, which a dry run does not check (a typo such as 'spacey' has that shape)."""
     from embinit.errors import EmbinitError
     from embinit.tasks.tokenization import resolve_tokenizer, unregistered_hint
     lines = []
-    for value in sorted({p.config.get("tokenizer") for p in spec.plan()} - {None, "auto"}):
+    for value in sorted({p.config.get("tokenizer") for p in plan} - {None, "auto"}):
         try:
             hub_id = resolve_tokenizer(value).identity == ("hf", value)
         except EmbinitError:   # a missing folder: the spec check reports it
@@ -237,11 +236,12 @@ def dry_run(spec, tracking_uri: str | None = None) -> str:
     """The expanded trial list, one trial a line, the cost, and the total; `tracking_uri` (the run's
     `--tracking-uri`) is the store the run would write, else the spec's."""
     uri = resolve_uri(spec.tracking_uri(tracking_uri))
-    done = set() if spec.drawn else finished_here(spec, uri)
-    lines = trial_lines(spec, done)
+    plan = spec.plan()   # once: planning a large grid hashes every trial's key
+    done = set() if spec.drawn else finished_here(spec, plan, uri)
+    lines = trial_lines(spec, plan, done)
     if not spec.drawn:
-        lines += cost_lines(spec, uri, done) + execution_lines(spec)
-    notes = tokenizer_lines(spec)
+        lines += cost_lines(spec, plan, uri, done) + execution_lines(spec, plan)
+    notes = tokenizer_lines(plan)
     lines += [""] + notes if notes else []
     lines.append(f"{spec.num_trials()} trials; MLflow experiment {spec.experiment_name()!r} at {uri}")
     return "\n".join(lines)
