@@ -47,6 +47,18 @@ def test_bad_overrides_are_named_with_every_problem():
     assert "epochs is overridden twice (epochs=1, then 'epochs=3'); give it once" in str(e.value)
 
 
+def test_a_key_given_twice_inside_an_override_value_is_a_problem_like_in_a_spec_file():
+    # read with the spec file's loader: yaml.safe_load kept the last lr and searched lr 2 alone
+    with pytest.raises(SpecError) as e:
+        load_spec(QUICK, ["search={method: grid, params: {lr: [1e-3], lr: [2e-3]}}", "epoch=2"])
+    assert sorted(p for p, _ in e.value.problems) == ["override epoch", "override search"]
+    assert "'lr' is given twice" in str(e.value)
+    with pytest.raises(SpecError, match="override name: .*could not determine a constructor"):
+        load_spec(QUICK, ["name=!!python/object/apply:os.getcwd []"])   # the safe loader's refusal, said
+    # text that is not YAML stays the text as written
+    assert load_spec(QUICK, ["description=a: b: c"]).description == "a: b: c"
+
+
 def test_seed_lists_and_empty_names_say_what_is_accepted():
     # a comma list works for seeds as for inits and tasks
     assert load_spec(QUICK, ["seeds=0,3"]).seeds == [0, 3]

@@ -29,12 +29,13 @@ from embinit.config import HYPERPARAMETERS
 from embinit.spec.experiment import ExperimentSpec
 from embinit.spec.fields import drawn_in
 from embinit.spec.inits import InitEntry, init_label, init_string, source_name
-from embinit.spec.loading import SpecLoader, check_local_paths, data_problems, load_spec, unique_pairs, yaml_error
+from embinit.spec.loading import check_local_paths, data_problems, load_spec
 from embinit.spec.models import (Analyses, Execution, Hyperparams, MlflowSettings, ProbeAnalysis, Range,
                                  Resources, Search, SimilarityAnalysis, TaskEntry)
 from embinit.spec.path_fields import DATA_KEYS, PATH_KEYS, PRETRAINED_KEYS, PathStr, expand_env, spec_path
 from embinit.spec.planning import PlannedTrial
 from embinit.spec.problems import SpecError
+from embinit.spec.yaml_text import SpecLoader, unique_pairs, yaml_error
 
 __all__ = ["ExperimentSpec", "drawn_in", "InitEntry", "SpecError", "check_local_paths", "data_problems", "load_spec",
            "Hyperparams", "TaskEntry", "Search",

@@ -11,54 +11,7 @@ from pydantic import ValidationError
 
 from embinit.spec.experiment import ExperimentSpec
 from embinit.spec.problems import SpecError, as_written, problems_of
-
-
-def yaml_error(e: yaml.YAMLError, where: str = "") -> str:
-    """One line that keeps where the parser stopped: `line 4, column 4: expected <block end>, but found
-    ... (while parsing a block collection at line 3, column 3)`; `where` names the file, if any."""
-    mark, problem = getattr(e, "problem_mark", None), getattr(e, "problem", None)
-    if mark is None or not problem:
-        return f"not valid YAML{where}: {(str(e).splitlines() or [type(e).__name__])[0]}"
-    text = f"not valid YAML{where} at line {mark.line + 1}, column {mark.column + 1}: {problem}"
-    context, at = getattr(e, "context", None), getattr(e, "context_mark", None)
-    if context:
-        text += f" ({context}" + (f" at line {at.line + 1}, column {at.column + 1})" if at else ")")
-    return text
-
-
-def given_twice(key: Any, first_line: int | None = None) -> str:
-    """The one message for a key given twice in one mapping, from YAML (with the line of the first) or
-    from JSON: `'seeds' is given twice (first at line 4)`."""
-    shown = repr(key) if len(repr(key)) <= 60 else repr(key)[:57] + "..."
-    return f"{shown} is given twice" + (f" (first at line {first_line})" if first_line is not None else "")
-
-
-class SpecLoader(yaml.SafeLoader):
-    """The one reader of spec YAML (`load_spec`, the service's bodies): YAML's safe loader, but a key
-    given twice in one mapping is an error (safe_load keeps the last: `seeds: 1` and a later `seeds: 3`
-    ran 3 seeds without a word)."""
-
-    def construct_mapping(self, node, deep=False):
-        seen: dict[Any, Any] = {}
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if isinstance(key, (str, int, float, bool)) and key in seen:
-                raise yaml.constructor.ConstructorError(
-                    "while reading a mapping", node.start_mark, given_twice(key, seen[key].line + 1),
-                    key_node.start_mark)
-            seen[key] = key_node.start_mark
-        return super().construct_mapping(node, deep=deep)
-
-
-def unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """`json.loads(text, object_pairs_hook=unique_pairs)`: JSON read with `SpecLoader`'s rule, a key
-    given twice in one object is a ValueError naming it (json.loads keeps the last)."""
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise ValueError(given_twice(key))
-        out[key] = value
-    return out
+from embinit.spec.yaml_text import SpecLoader, yaml_error
 
 
 def _read(source: Any) -> tuple[dict[str, Any], Path | None]:

@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from embinit.config import HYPERPARAMETERS
+from embinit.spec.yaml_text import SpecLoader, yaml_error
 
 LIST_FIELDS = ("inits", "tasks")
 NAMES = ("name", "mlflow.experiment")   # empty, mlflow.experiment would silently fall back to the name
@@ -30,9 +31,23 @@ NAMES = ("name", "mlflow.experiment")   # empty, mlflow.experiment would silentl
 
 def _scalar(text: str) -> Any:
     try:
-        return yaml.safe_load(text) if text.strip() else text
+        return yaml.load(text, Loader=SpecLoader) if text.strip() else text
     except yaml.YAMLError:
         return text
+
+
+def _value(raw: str) -> tuple[Any, str | None]:
+    """(the YAML value of an override's right side, or a problem): read like a spec file, so a key given
+    twice (`search='{lr: 1, lr: 2}'`) is a problem, not the last one kept; text that is not YAML at all
+    (`name=a: b: c`) stays the text as written."""
+    if not raw.strip():
+        return None, None
+    try:
+        return yaml.load(raw, Loader=SpecLoader), None
+    except yaml.constructor.ConstructorError as e:   # a key given twice, or a tag the safe loader refuses
+        return None, yaml_error(e)
+    except yaml.YAMLError:
+        return raw, None
 
 
 def parse(items: list[str]) -> tuple[list[tuple[str, Any]], list[tuple[str, str]]]:
@@ -43,10 +58,10 @@ def parse(items: list[str]) -> tuple[list[tuple[str, Any]], list[tuple[str, str]
         if not sep or not key.strip():
             problems.append((item, f"an override is KEY=VALUE (e.g. epochs=2), got {item!r}"))
             continue
-        try:
-            value = yaml.safe_load(raw) if raw.strip() else None
-        except yaml.YAMLError:
-            value = raw
+        value, problem = _value(raw)
+        if problem:
+            problems.append((key.strip(), f"{item!r}: {problem}"))
+            continue
         if key.strip() in dict(pairs):
             problems.append((key.strip(), f"{key.strip()} is overridden twice ({key.strip()}="
                              f"{dict(pairs)[key.strip()]!r}, then {item!r}); give it once"))
