@@ -272,6 +272,61 @@ def test_a_finding_favouring_a_side_that_lost_seeds_to_divergence_is_inconclusiv
     assert c["note"] == "Xavier diverged on 1 of 4 seeds; on the survivors: worse"
 
 
+def _diverged_sst2(uri, exp, key, label, seed):
+    """An SST-2 trial of the paper's schedule that diverged."""
+    cfg = {"task": "sst2", "init": label.lower(), "seed": seed, "d_model": 768, "heads": 8, "epochs": 5,
+           "layers": 3, "batch_size": 64, "lr": 2e-4, "train_embeddings": True, "pos_encoding": True}
+    run = trial_run.TrialRun.open(uri, exp, None, cfg, key, label, {"axes": {}, "point": {}})
+    run.finish({"status": "diverged", "history": [{"epoch": 1, "val/loss": float("nan")}], "best": {},
+                "best_epoch": 1, "diverged_step": 7}, [])
+
+
+@pytest.mark.parametrize("lost", ["claim side", "other side"])
+def test_on_par_and_not_reproduced_verdicts_resting_on_a_side_that_lost_seeds_are_inconclusive(store, lost):
+    """An interval across 0 speaks for a side too: "on par" grants the claim's side that it is no worse,
+    "does not reproduce" grants the other side that the claim's side is not better. Either reading rests
+    on the survivors of the side it speaks for, so when that side lost seeds to divergence it reads
+    inconclusive; lost by the side it speaks against, it stands with the note. Before, both stood either
+    way (the interval favours neither side, so `divergence_rule` saw nothing to set aside)."""
+    uri = store[0]
+    exp_m = mlflow_store.ensure_experiment(f"par-m-{lost[0]}", uri)
+    exp_s = mlflow_store.ensure_experiment(f"par-s-{lost[0]}", uri)
+    xavier_bleu, xavier_acc = [30.0, 31.2, 31.9], [0.80, 0.81, 0.82]
+    near = [0.1, -0.1, 0.2]   # differences: mean 0.067, paired 95% interval ±0.38, far inside both paper effects
+    for seed in range(3):
+        _trial(uri, exp_m, f"x{seed}", "multi30k", "Xavier", seed, {"test/bleu": xavier_bleu[seed]}, {"val/loss": 3.0})
+        _trial(uri, exp_m, f"g{seed}", "multi30k", "GloVe", seed, {"test/bleu": xavier_bleu[seed] + near[seed]},
+               {"val/loss": 3.0})
+        _trial(uri, exp_s, f"x{seed}", "sst2", "Xavier", seed, {}, {"val/acc": xavier_acc[seed], "val/loss": 0.4})
+        _trial(uri, exp_s, f"m{seed}", "sst2", "MiniLM", seed, {}, {"val/acc": xavier_acc[seed] + near[seed] / 100,
+                                                                    "val/loss": 0.4})
+    # seed 3 diverged on GloVe / MiniLM (the claims' a side) or on Xavier (their b side)
+    _diverged(uri, exp_m, "d3", "GloVe" if lost == "claim side" else "Xavier", 3)
+    _diverged_sst2(uri, exp_s, "d3", "MiniLM" if lost == "claim side" else "Xavier", 3)
+    rep = Reproduction(uri, Inputs(groups=(Group(f"par-m-{lost[0]}", "multi30k", "GloVe", "GloVe", "m.yaml"),
+                                           Group(f"par-s-{lost[0]}", "sst2", "MiniLM", "BERT", "s.yaml")),
+                                   analogy_experiment="none"))
+    text = render(rep, rep.build())
+    assert "*on par* for the claim's side (it is no worse), *does not reproduce* for the other" in text
+    f = {x["claim"].split(" (")[0]: x for x in rep.exports["findings"] if "verdict" in x}
+    # "raw GloVe does worse than Xavier" (paper: -3.2 BLEU): the interval excludes that, so not reproduced,
+    # which speaks for GloVe (it is not worse): resting on GloVe's survivors when GloVe lost a seed
+    raw = f["raw GloVe does worse than Xavier"]
+    assert raw["survivor_verdict"].startswith("does not reproduce"), raw
+    # "MiniLM ... does on par or better than Xavier" (paper +1.8 points): on par, which speaks for MiniLM
+    par = f["MiniLM, with a σ close to Xavier's, does on par or better than Xavier"]
+    assert par["survivor_verdict"].startswith("reproduces (on par"), par
+    if lost == "claim side":
+        assert (raw["verdict"], raw["diverged"]) == ("inconclusive", [1, 0])
+        assert raw["note"] == "GloVe diverged on 1 of 4 seeds; on the survivors: " + raw["survivor_verdict"]
+        assert (par["verdict"], par["diverged"]) == ("inconclusive", [1, 0])
+        assert par["note"].startswith("MiniLM diverged on 1 of 4 seeds; on the survivors: reproduces (on par")
+    else:   # Xavier's lost seed could only make Xavier worse: neither reading rests on it
+        assert (raw["verdict"], raw["diverged"]) == (raw["survivor_verdict"], [0, 1])
+        assert (par["verdict"], par["diverged"]) == (par["survivor_verdict"], [0, 1])
+        assert par["note"] == "Xavier diverged on 1 of 4 seeds"
+
+
 def test_table3_cells_from_configs(store):
     _, _, rep, _ = store
     cells = {(r["init"], r["train_embeddings"], r["pos_encoding"]): r for r in rep.exports["table3"]}

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from embinit.comparison import paired, welch  # the statistics live below the report and the reproduction
+from embinit.comparison import direction, paired, welch  # the statistics live below the report and the reproduction
 from embinit.formatting import interval, number
 
-__all__ = ["ci_text", "compare_text", "duration", "fmt", "mean_std", "paired", "verdict", "welch"]
+__all__ = ["ci_text", "compare_text", "duration", "favours", "fmt", "mean_std", "paired", "verdict", "welch"]
 
 
 def verdict(cmp: dict[str, Any], expected: int, tolerate: bool = False, effect: float | None = None) -> str:
@@ -42,6 +42,20 @@ def verdict(cmp: dict[str, Any], expected: int, tolerate: bool = False, effect: 
         return "reproduces (on par: the interval includes 0 and is narrower than the paper's effect)"
     return "does not reproduce (the interval includes 0 and excludes the paper's effect)" \
         if hi < abs(effect) else f"inconclusive ({direction})"
+
+
+def favours(cmp: dict[str, Any], metric: str, said: str, expected: int) -> str:
+    """better | worse | inconclusive: the side a `verdict` (`said`) speaks for, as
+    `comparison.divergence_rule` takes it (better: a, worse: b). An interval that excludes 0 speaks for
+    the side it lies on (`comparison.direction`). One that includes 0 speaks for a side too when the verdict
+    reads it: "on par" grants the claim's side (a when `expected` > 0, the task metric's sign of the
+    claim) that it is no worse, and "does not reproduce" grants the other side that the claim's side is not
+    better; were the survivors' side to have lost seeds to divergence, either reading would rest on them."""
+    if said.startswith("reproduces (on par"):
+        return "better" if expected > 0 else "worse"
+    if said.startswith("does not reproduce"):
+        return "worse" if expected > 0 else "better"
+    return direction(cmp, metric)
 
 
 def fmt(v: float | None, digits: int = 2) -> str:

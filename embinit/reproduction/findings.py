@@ -6,11 +6,11 @@ import math
 import statistics
 from typing import TYPE_CHECKING
 
-from embinit.comparison import DIVERGENCE_RULE, direction, divergence_rule
+from embinit.comparison import DIVERGENCE_RULE, divergence_rule
 from embinit.config import metric_range
 from embinit.report import summarize
 from embinit import paper
-from embinit.reproduction.compare import ci_text, compare_text, fmt, mean_std, paired, verdict
+from embinit.reproduction.compare import ci_text, compare_text, favours, fmt, mean_std, paired, verdict
 from embinit.reproduction.export import Section
 from embinit.reproduction.frame import NOT_COMPARABLE, budget_gap
 from embinit.reproduction.inputs import ROLE_TEXT, ROLES, SHUFFLE_TEXT, Group, role_of
@@ -87,12 +87,14 @@ def _seeds_lost(rep: ReproductionData, g: Group, role: str, metric: str) -> tupl
 
 
 def _qualified(rep: ReproductionData, g: Group, a: str, b: str, metric: str, cmp: dict, said: str,
-               names: tuple[str, str]) -> dict:
-    """The verdict `said` on a − b (`cmp`, on `metric`) as the report's rule qualifies it for the seeds
-    each side lost to divergence (`comparison.divergence_rule`): `inconclusive` where the side the
-    measured interval favours lost seeds, with `survivor_verdict`, `diverged` and `note`."""
+               names: tuple[str, str], expected: int) -> dict:
+    """The verdict `said` on a − b (`cmp`, on `metric`; `expected` the claim's sign on the task metric)
+    as the report's rule qualifies it for the seeds each side lost to divergence
+    (`comparison.divergence_rule`): `inconclusive` where the side the verdict speaks for (`favours`: the
+    interval's side, or the side an "on par" / "does not reproduce" reading grants) lost seeds, with
+    `survivor_verdict`, `diverged` and `note`."""
     (la, na), (lb, nb) = _seeds_lost(rep, g, a, metric), _seeds_lost(rep, g, b, metric)
-    return divergence_rule(said, direction(cmp, metric), names, (la, lb), (na, nb))
+    return divergence_rule(said, favours(cmp, metric, said, expected), names, (la, lb), (na, nb))
 
 
 def paper_effect(g: Group, a: str, b: str, loss: bool = False) -> float | None:
@@ -111,6 +113,11 @@ def _disagree(v1: str, v2: str) -> bool:
     pos = ("reproduces",)
     neg = ("contradicts", "does not reproduce")
     return (v1.startswith(pos) and v2.startswith(neg)) or (v1.startswith(neg) and v2.startswith(pos))
+
+
+ON_PAR_RULE = ("An interval across 0 speaks for a side as well: *on par* for the claim's side (it is no worse), "
+               "*does not reproduce* for the other (the claim's side is not better); either reads inconclusive "
+               "when the side it speaks for lost seeds.")
 
 
 def findings_section(rep: ReproductionData) -> Section:
@@ -132,8 +139,8 @@ def findings_section(rep: ReproductionData) -> Section:
         leff = paper_effect(g, a, b, loss=True)
         lv = verdict(lc, -expected, tolerate, leff)   # lower loss is better
         names = (name(g, a), name(g, b))
-        q = _qualified(rep, g, a, b, m, c, v, names)   # a side that lost seeds to divergence is not favoured
-        lq = _qualified(rep, g, a, b, "best/val/loss", lc, lv, names)
+        q = _qualified(rep, g, a, b, m, c, v, names, expected)   # a side that lost seeds to divergence is not favoured
+        lq = _qualified(rep, g, a, b, "best/val/loss", lc, lv, names, expected)
         gap = budget_gap(rep, g)
         out.append({"finding": f, "claim": f"{claim} ({g.task})", "task": g.task, "a": name(g, a),
                     "b": name(g, b), "metric": mname, **c, "paper_effect": eff, **q,
@@ -165,7 +172,7 @@ def findings_section(rep: ReproductionData) -> Section:
         if lines:   # no heading without a claim under it
             s.lines += [f"**Finding {f}.**", *lines, ""]
     if any(any(x.get("diverged") or ()) or any(x.get("loss", {}).get("diverged") or ()) for x in out):
-        s.lines += [DIVERGENCE_RULE, ""]
+        s.lines += [DIVERGENCE_RULE + " " + ON_PAR_RULE, ""]
     rep.exports["findings"] = out
     return s
 
