@@ -162,14 +162,19 @@ def selection_metric(task: str) -> tuple[str, str]:
 def tracked_metrics(task: str) -> list[tuple[str, str]]:
     """The validation metrics the trainer tracks for `task`, each with its best value and epoch
     (`best/<metric>`), as (metric, mode): the selection metric (the best checkpoint's criterion), then the
-    validation metric of each reported `best/val/...` (MNLI: matched and mismatched). A search can select
-    points only by one of these."""
+    validation metric of each reported `best/val/...` (MNLI: matched and mismatched), then the loss on the
+    split of each tracked accuracy (`val/acc_matched` -> `val/loss_matched`). A search can select points
+    only by one of these."""
     from embinit.comparison import higher_is_better
     out = [selection_metric(task)]
     for m in reported_metrics(task):
         name = m.removeprefix("best/")
         if m.startswith("best/val/") and name not in dict(out):
             out.append((name, "max" if higher_is_better(name) else "min"))
+    for name, _ in list(out):
+        loss = name.replace("val/acc", "val/loss", 1) if name.startswith("val/acc") else None
+        if loss and loss not in dict(out):
+            out.append((loss, "min"))
     return out
 
 

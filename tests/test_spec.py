@@ -275,8 +275,12 @@ def test_a_search_selects_by_a_metric_the_trainer_tracks_in_its_direction():
                                       "have a best value to compare: tasks[0] (synthetic_translation) tracks "
                                       "['val/loss']; did you mean 'val/loss'?")
     found = problems(base(tasks=["sst2", "mnli"], search={**space, "metric": "test/acc"}))
-    assert "tasks[0] (sst2) tracks ['val/acc']" in found["search.metric"]
-    assert "; tasks[1] (mnli) tracks ['val/acc_matched', 'val/acc_mismatched']" in found["search.metric"]
+    assert "tasks[0] (sst2) tracks ['val/acc', 'val/loss']" in found["search.metric"]
+    assert ("; tasks[1] (mnli) tracks ['val/acc_matched', 'val/acc_mismatched', 'val/loss_matched', "
+            "'val/loss_mismatched']") in found["search.metric"]
+    # a classifier tracks its loss too (issue: classification rows had no best val loss): a search may use it
+    assert load_spec(base(tasks=["sst2"], search={**space, "metric": "val/loss", "mode": "min"})).search.metric \
+        == "val/loss"
     assert "val/loss is better when lower (mode: min), got mode: max" in problems(
         base(search={**space, "metric": "val/loss", "mode": "max"}))["search.mode"]
     mnli = load_spec(base(tasks=["mnli"], search={**space, "metric": "val/acc_mismatched", "mode": "max"}))

@@ -77,6 +77,8 @@ def test_loss_falls_and_the_registry_metrics_exist(kind, trials):
     assert next(iter(result.best)) == metric and result.best[f"{metric}_epoch"] == result.best_epoch
     values = [h[metric] for h in result.history]
     assert result.history[values.index((min if mode == "min" else max)(values))]["epoch"] == result.best_epoch
+    # every metric the registry says the trainer tracks (a search may select by it) has its best logged
+    assert {m for m, _ in task_registry.tracked_metrics(cfg.task)} <= set(result.best), result.best
     logged = {**result.test, **{f"best/{k}": v for k, v in result.best.items()}}
     for name in (entry.primary, *entry.reported):
         low, high = metric_range(name)

@@ -41,6 +41,18 @@ def test_best_tracker_criterion_and_nan():
     assert t.summary() == {"val/loss": 2.0, "val/loss_epoch": 1, "val/bleu": 20.0, "val/bleu_epoch": 2}
 
 
+def test_a_resumed_tracker_takes_a_newly_tracked_metric_from_the_checkpoint_history():
+    """A checkpoint written before a metric was tracked (a classifier's `val/loss`) has no best for it:
+    the resumed tracker replays the history for it, so its best is over every epoch, not only those
+    after the resume; a metric the state has keeps the state's value."""
+    history = [{"epoch": 1, "val/acc": 0.6, "val/loss": 0.9}, {"epoch": 2, "val/acc": 0.7, "val/loss": 0.5},
+               {"epoch": 3, "val/acc": 0.8, "val/loss": float("nan")}]
+    t = BestTracker([("val/acc", "max"), ("val/loss", "min")], {"val/acc": [0.8, 3]}, history)
+    assert t.state == {"val/acc": [0.8, 3], "val/loss": [0.5, 2]}
+    assert not t.update({"val/acc": 0.75, "val/loss": 0.4}, 4)
+    assert t.summary() == {"val/acc": 0.8, "val/acc_epoch": 3, "val/loss": 0.4, "val/loss_epoch": 4}
+
+
 def test_epoch_end_keeps_the_best_and_stops_after_patience(tmp_path):
     rec = Recorder()
     m = _member(tmp_path, [rec])

@@ -1,6 +1,7 @@
 """Classification: the encoder-only classifier; every evaluation split (SST-2 dev; MNLI dev matched
-and mismatched) is tracked on its own, each with its best accuracy and epoch. The best checkpoint
-follows the first split (MNLI: matched).
+and mismatched) is tracked on its own, each with its best accuracy and epoch, and its lowest loss and
+epoch (`best/val/loss`: what the reproduction compares beside the accuracy, as it does a translation's
+criterion). The best checkpoint follows the first split's accuracy (MNLI: matched).
 
 Metric names: one evaluation split gives `val/acc` and `val/loss`; several give a suffix from the
 split name without its `dev_` prefix (`val/acc_matched`, `val/acc_mismatched`, ...).
@@ -25,7 +26,8 @@ class ClassificationTask:
         self.train_split = "train"
         self.eval_splits = list(getattr(data, "eval_splits", None) or ["dev"])
         self.suffix = {s: ("" if len(self.eval_splits) == 1 else "_" + _short(s)) for s in self.eval_splits}
-        self.tracked = [(f"val/acc{self.suffix[s]}", "max") for s in self.eval_splits]
+        self.tracked = [(f"val/acc{self.suffix[s]}", "max") for s in self.eval_splits] + \
+            [(f"val/loss{self.suffix[s]}", "min") for s in self.eval_splits]
         self._eval_batches: dict[str, list] = {}
 
     @classmethod

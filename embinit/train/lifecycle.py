@@ -36,19 +36,27 @@ from embinit.train.result import TrialResult
 class BestTracker:
     """Best value and epoch of each tracked validation metric; the first one is the criterion."""
 
-    def __init__(self, tracked: list[tuple[str, str]], state: dict | None = None):
+    def __init__(self, tracked: list[tuple[str, str]], state: dict | None = None, history: list[dict] = ()):
+        """`state`: a resumed checkpoint's; a tracked metric it lacks (one tracked since the checkpoint
+        was written) gets its best from the checkpoint's `history`, by the same rule."""
         self.tracked = tracked
         self.state = dict(state or {})  # name -> [value, epoch]
+        for name, mode in tracked:
+            if name not in self.state:
+                for h in history:
+                    if name in h:
+                        self._record(name, mode, h[name], h["epoch"])
+
+    def _record(self, name: str, mode: str, value: float, epoch: int) -> bool:
+        old = self.state.get(name)
+        better = old is None or (value < old[0] if mode == "min" else value > old[0])
+        if better and value == value:  # NaN never counts as better
+            self.state[name] = [value, epoch]
+        return better
 
     def update(self, metrics: dict, epoch: int) -> bool:
         """Record this epoch; True when the criterion (the first metric) improved."""
-        improved = {}
-        for name, mode in self.tracked:
-            value, old = metrics[name], self.state.get(name)
-            better = old is None or (value < old[0] if mode == "min" else value > old[0])
-            if better and value == value:  # NaN never counts as better
-                self.state[name] = [value, epoch]
-            improved[name] = better
+        improved = {name: self._record(name, mode, metrics[name], epoch) for name, mode in self.tracked}
         return improved[self.tracked[0][0]]
 
     @property
@@ -142,7 +150,7 @@ def start(cfg: TrialConfig, s, out_dir, callbacks, resume: bool, member_type: ty
         m.optimizer.load_state_dict(last["optimizer"])
         ckpt.set_rng_state(last["rng"], s.dropout_generator)
         p = last["progress"]
-        m.history, m.tracker = p["history"], BestTracker(task.tracked, p["best"])
+        m.history, m.tracker = p["history"], BestTracker(task.tracked, p["best"], p["history"])
         m.start_epoch, m.stopped, m.elapsed = p["epoch"] + 1, p["stopped"], p["elapsed"]
         m.ctx.step, m.init_stats = p["step"], p["emb_stats_init"]
     if m.start_epoch > s.cfg.epochs:
