@@ -25,3 +25,15 @@ def hub_cache() -> Path:
 
 def datasets_cache() -> Path:
     return Path(os.environ.get("HF_DATASETS_CACHE") or hf_home() / "datasets").expanduser()
+
+
+def hub_revision(repo_id: str, repo_type: str = "model") -> str | None:
+    """The commit of the snapshot of hub repository `repo_id` that loading it by name reads here (its
+    `refs/main` in the hub cache, written when it was downloaded), or None when none is cached (a
+    dataset `datasets` keeps in its own cache only, say)."""
+    ref = hub_cache() / f"{repo_type}s--{repo_id.replace('/', '--')}" / "refs" / "main"
+    try:
+        commit = ref.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return commit or None

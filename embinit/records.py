@@ -35,8 +35,12 @@ CODE_VERSION_TAG = "embinit.code_version"
 # set when training starts, as is where the data came from (`local:<folder>`, `hub:<dataset>`,
 # `generated`: a key cannot tell a local copy from the hub). SHA256_TAG + field: the content digest
 # (hex) the key holds of each file input (embinit.file_inputs), e.g. `embinit.sha256.pretrained`.
+# HUB_REVISION_TAG + field: `<hub id>@<commit>` of the cached snapshot a side's sub-word rows were read
+# from (a key holds a hub id as written, so this is what tells two revisions of one id apart); a hub
+# dataset's commit, where the hub cache has it, ends DATA_SOURCE_TAG's `hub:<dataset>@<commit>`.
 GIT_COMMIT_TAG, GIT_COMMITS_TAG = "mlflow.source.git.commit", "embinit.git_commits"
 VERSIONS_TAG, DATA_SOURCE_TAG, SHA256_TAG = "embinit.versions", "embinit.data_source", "embinit.sha256."
+HUB_REVISION_TAG = "embinit.hub_revision."
 # The last epoch whose checkpoint the trial's folder keeps (embinit.sweep.resume), written with each
 # epoch's metrics and cleared when the folder goes: an unfinished run with it is resumable, and running
 # its spec again continues this run after that epoch. RESUMED_TAG: the epoch a rerun resumed after.

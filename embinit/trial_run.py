@@ -21,8 +21,10 @@ one child run per trial. A child run carries:
   `pretrained`, `data_dir`: embinit.file_inputs, hashed once per file version);
 - set when training starts, in its batch: `embinit.device` (e.g. `cpu`, `cuda:0 (NVIDIA H100 ...)`),
   `embinit.versions` (JSON of python, torch, numpy, sacrebleu, spacy, mlflow, embinit) and
-  `embinit.data_source` (`local:<folder>`, `hub:<dataset>` or `generated`: without a data_dir the key
-  is the same whichever the worker found);
+  `embinit.data_source` (`local:<folder>`, `hub:<dataset>[@<commit>]` or `generated`: without a
+  data_dir the key is the same whichever the worker found) and `embinit.hub_revision.<field>`
+  (`<hub id>@<commit>` of the cached snapshot a side's sub-word rows came from: the key holds the id
+  as written, whatever revision the hub served);
 - its name `<label>-s<seed>`; params: the flat config the model trains with (`TrainContext.cfg`: task
   defaults filled in, d_model and heads resolved against a pretrained source's D, precision as resolved;
   unset options left out), `init` = the label and `init_spec` = the init as written
@@ -56,6 +58,7 @@ from embinit.file_inputs import PREFIX, content_ids
 from embinit.mlflow_store import client, log_batch, metrics_at, retry
 from embinit.records import (BLEU_SIGNATURE_TAG, CHECKPOINT_TAG, CODE_VERSION_TAG, CONFIG_TAG, DATA_SOURCE_TAG,
                              DEVICE_TAG, ERROR_TAG, EXECUTION_TAG, GIT_COMMIT_TAG, GIT_COMMITS_TAG, GROUP_TAG,
+                             HUB_REVISION_TAG,
                              INIT_TAG, KEY_TAG, LABEL_TAG, PARENT_TAG, RESUMED_TAG, SEED_TAG, SHA256_TAG,
                              STATUS_TAG, TASK_TAG, TRAINER_LABEL_TAG, VERSIONS_TAG)
 from embinit.run_names import planned_params, resolved_params, trial_params, trial_run_name
@@ -179,9 +182,11 @@ class TrialRun:
         TrialConfig: d_model and heads as resolved against a pretrained source's D, precision as
         resolved for the device), in place of the planned ones, and the model's size (`model_parameters`,
         `trainable_parameters`); a reopened run keeps those it has. Tags: the device, the library
-        versions and where the data came from."""
+        versions, where the data came from, and the hub snapshot of each side read from a hub id."""
         from mlflow.entities import Param, RunTag
 
+        from embinit.hf_cache import hub_revision
+        from embinit.init.source_files import hub_ids
         from embinit.tasks.load import data_origin
         values = trial_params(resolved_params(cfg.to_dict()), self.label or str(cfg.init))
         values["model_parameters"] = str(sum(p.numel() for p in model.parameters()))
@@ -189,6 +194,8 @@ class TrialRun:
         params = [Param(k, v[:6000]) for k, v in values.items() if k not in self.logged_params]
         tags = {DEVICE_TAG: device, VERSIONS_TAG: provenance.library_versions(),
                 DATA_SOURCE_TAG: data_origin(cfg.task, cfg.data_dir)}
+        for field, hub_id in hub_ids(cfg.init, cfg.pretrained, cfg.src_init, cfg.src_pretrained).items():
+            tags[HUB_REVISION_TAG + field] = f"{hub_id}@{hub_revision(hub_id) or 'unknown (not in the hub cache)'}"
         self.params = []   # planned: `cfg` has what they had, resolved
         self._batch(params=params, tags=[RunTag(k, v) for k, v in tags.items()])
 

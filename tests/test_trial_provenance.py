@@ -126,10 +126,19 @@ def test_file_inputs_are_tagged_with_the_digests_their_key_holds_hashed_once(sto
     assert sorted(map(str, reads)) == sorted([vec, str(data / "train.en")])   # the key's hashing, reused
 
 
+def _hub_snapshot(cache: Path, kind: str, repo_id: str, commit: str) -> None:
+    """What huggingface_hub leaves in its cache for a download: `<kind>s--<org>--<name>/refs/main`."""
+    ref = cache / f"{kind}s--{repo_id.replace('/', '--')}" / "refs" / "main"
+    ref.parent.mkdir(parents=True)
+    ref.write_text(commit)
+
+
 def test_where_the_data_came_from_is_tagged_when_training_starts(store, tmp_path, monkeypatch):
-    """Without a data_dir a worker reads `$EMBINIT_DATA_DIR/<task>` or the hub; the key is the same."""
+    """Without a data_dir a worker reads `$EMBINIT_DATA_DIR/<task>` or the hub; the key is the same. A
+    hub dataset names the commit of its cached snapshot where the hub cache has one."""
     import torch
     uri, exp = store
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
     (tmp_path / "multi30k").mkdir()
     sources = []
     for env in (str(tmp_path), None):
@@ -141,6 +150,36 @@ def test_where_the_data_came_from_is_tagged_when_training_starts(store, tmp_path
         run.log_train_start(TrialConfig("multi30k", d_model=8, heads=2), torch.nn.Linear(2, 2), "cpu")
         sources.append(tags(uri, run.run_id)[records.DATA_SOURCE_TAG])
     assert sources == [f"local:{tmp_path / 'multi30k'}", "hub:bentrevett/multi30k"]
+    _hub_snapshot(tmp_path / "hub", "dataset", "bentrevett/multi30k", "4d" * 20)
+    run = trial_run.TrialRun.open(uri, exp, None, {"task": "multi30k", "seed": 0}, "k-data-rev", "Xavier", {})
+    run.log_train_start(TrialConfig("multi30k", d_model=8, heads=2), torch.nn.Linear(2, 2), "cpu")
+    assert tags(uri, run.run_id)[records.DATA_SOURCE_TAG] == "hub:bentrevett/multi30k@" + "4d" * 20
+
+
+def test_a_side_read_from_a_hub_id_is_tagged_with_its_snapshot_commit(store, tmp_path, monkeypatch):
+    """A key holds a hub id as written, whichever revision the hub served: the run names the commit of
+    the cached snapshot each side read (the init family's default id when none is given), and says so
+    when there is none; a side read from a local folder or text vectors has no such tag."""
+    import torch
+    uri, exp = store
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    _hub_snapshot(tmp_path / "hub", "model", "bert-base-uncased", "a1" * 20)
+    folder = tmp_path / "local-bert"
+    folder.mkdir()
+
+    def hub_tags(key, cfg):
+        run = trial_run.TrialRun.open(uri, exp, None, {"task": "multi30k", "seed": 0}, key, "BERT", {})
+        run.log_train_start(cfg, torch.nn.Linear(2, 2), "cpu")
+        return {k.removeprefix(records.HUB_REVISION_TAG): v for k, v in tags(uri, run.run_id).items()
+                if k.startswith(records.HUB_REVISION_TAG)}
+
+    base = dict(task="multi30k", d_model=8, heads=2)
+    assert hub_tags("k-hub-1", TrialConfig(init="bert+standardize", src_init="xavier", **base)) == \
+        {"pretrained": "bert-base-uncased@" + "a1" * 20}
+    assert hub_tags("k-hub-2", TrialConfig(init="xavier", src_init="mbert", **base)) == \
+        {"src_pretrained": "bert-base-multilingual-cased@unknown (not in the hub cache)"}
+    assert hub_tags("k-hub-3", TrialConfig(init="hf", pretrained=str(folder), **base)) == {}
+    assert hub_tags("k-hub-4", TrialConfig(init="glove", pretrained=str(tmp_path / "g.txt"), **base)) == {}
 
 
 @pytest.mark.skipif(not (ROOT / ".git").exists(), reason="not a git checkout")

@@ -169,6 +169,24 @@ def source_location(spec: InitSpec, pretrained: str | None = None) -> str | None
     return str(location) if location else None
 
 
+def hub_ids(init: str | None, pretrained: str | None, src_init: str | None = None,
+            src_pretrained: str | None = None) -> dict[str, str]:
+    """{"pretrained": id, "src_pretrained": id} for each side of a trial (a `TrialConfig`'s fields; the
+    source side defaults to the target's) whose sub-word rows come from a hub id, given or its family's
+    default, not from a local folder; the source side only where its id differs."""
+    out: dict[str, str] = {}
+    for field, init_spec, location in (("pretrained", init, pretrained),
+                                       ("src_pretrained", src_init or init, src_pretrained or pretrained)):
+        try:
+            spec = parse_init_spec(init_spec) if init_spec else None
+        except Exception:   # not an init this code knows: nothing it loads from the hub
+            continue
+        where = source_location(spec, location) if spec is not None and spec.is_subword else None
+        if where and not Path(where).expanduser().exists() and where not in out.values():
+            out[field] = where
+    return out
+
+
 def resolve_source(spec: InitSpec, pretrained: str | None = None) -> tuple[str, str]:
     """(loader kind, location) for a pretrained spec: kind is text | word2vec_bin | npy | hf."""
     location = source_location(spec, pretrained)

@@ -11,6 +11,7 @@ from typing import Callable
 from embinit import bounds, config
 from embinit.content_hash import entry_lock
 from embinit.errors import EmbinitError
+from embinit.hf_cache import hub_revision
 from embinit.task_registry import kind_entry, load, task_entry, task_kind
 from embinit.tasks import cache, hub, local, synthetic
 from embinit.tasks.build import build
@@ -46,12 +47,17 @@ def task_folder(task: str, data_dir) -> Path | None:
 
 
 def data_origin(task: str, data_dir) -> str:
-    """Where `locate` reads the task's data from, in this process: `local:<folder>`, `hub:<dataset>` or
-    `generated`. A trial without data_dir has one key whichever it is, so its run records this."""
+    """Where `locate` reads the task's data from, in this process: `local:<folder>`, `hub:<dataset>` (with
+    `@<commit>` of the snapshot where the hub cache has one) or `generated`. A trial without data_dir has
+    one key whichever it is, so its run records this."""
     if task_entry(task).generate:
         return "generated"
     folder = task_folder(task, data_dir)
-    return f"local:{folder.resolve()}" if folder is not None else f"hub:{hub.hub_name(task)}"
+    if folder is not None:
+        return f"local:{folder.resolve()}"
+    name = hub.hub_name(task)
+    commit = hub_revision(name, "dataset")
+    return f"hub:{name}" + (f"@{commit}" if commit else "")
 
 
 def source_splits(task: str, train_split: str | None = None, eval_split: str | None = None) -> dict[str, str] | None:
