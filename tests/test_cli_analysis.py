@@ -188,8 +188,7 @@ def test_analogy_log_experiment_records_every_row_in_mlflow(files, tmp_path, cap
     assert m["analogy/pe/pe_ratio"] > 0 and "analogy/standardize/pe_ratio" not in m
     assert "analogy/standardize.scale.pe/correct" in m and "analogy/pe.standardize/correct" in m
     import json
-    from embinit.reproduction.inputs import load_artifact_text
-    result = json.loads(load_artifact_text(run, "result.json"))
+    result = json.loads(run_readers.artifact_text(run, "result.json", uri))
     assert [r["ratio"] for r in result["ratio_sweep"]][:2] == [0.03, 0.1]
     assert all(r["total"] == 6 for r in result["ratio_sweep"]) and result["ratio_sweep"][-1]["correct"] == 6
     assert run_readers.analysis_records("missing", uri, "analogy") == []

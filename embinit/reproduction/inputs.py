@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from embinit import mlflow_store, records, run_readers
 from embinit.errors import EmbinitError
 from embinit.records import TrialRecord
-from embinit.run_records import AnalysisRecord, SweepRecord
+from embinit.run_records import SweepRecord
 
 ROLES = ("Xavier", "P", "P_Xavier", "P_Shuffled", "P_ShuffledElements", "Xavier_P")
 ROLE_TEXT = {"Xavier": "Xavier", "P": "{p}", "P_Xavier": "{p}_Xavier", "P_Shuffled": "{p}_Shuffled",
@@ -87,15 +87,6 @@ def load_trials(experiment: str, uri: str | None) -> tuple[list[Trial], list[Swe
                            "first (see docs/reproduction.md, 'Commands')")
     trials = [Trial(**vars(rec)) for rec in records.by_key(run_readers.trial_records(exp_id, uri)).values()]
     return trials, run_readers.sweep_records(exp_id, uri)
-
-
-def load_artifact_text(run: SweepRecord | AnalysisRecord, path: str) -> str | None:
-    """The text of an artifact of a sweep or analysis run, None when it is missing (the caller shows
-    "missing")."""
-    try:
-        return run_readers.artifact_text(run, path)
-    except EmbinitError:
-        return None
 
 
 def _experiments(inputs: Inputs) -> list[str]:
