@@ -8,13 +8,12 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from pydantic import ValidationError
 
 from embinit import bounds
 from embinit.config import HYPERPARAMETERS, RULE_FIELDS, config_problems, task_defaults
 from embinit.spec.fields import SpecFields
 from embinit.spec.inits import INIT_AXES, InitEntry, init_axis_problem, init_string, source_name
-from embinit.spec.models import Hyperparams
+from embinit.spec.models import typed_value
 from embinit.spec.planning import has_source_table, pretrained_for, trial_config
 
 
@@ -24,14 +23,8 @@ def _check_values(where: str, name: str, values: list[Any]) -> list[tuple[str, s
     if name not in HYPERPARAMETERS:
         return [(where, f"{name!r} is not a hyperparameter; choose from {sorted(HYPERPARAMETERS)} (axes also take "
                         f"the init axes {sorted(INIT_AXES)})")]
-    out = []
-    for i, value in enumerate(values):
-        try:
-            Hyperparams.model_validate({name: value})
-        except ValidationError as e:
-            out.append((f"{where}[{i}]", f"{e.errors()[0]['msg'].removeprefix('Value error, ')}, "
-                                         f"got {value!r}"))
-    return out
+    found = ((i, value, typed_value(name, value)[1]) for i, value in enumerate(values))
+    return [(f"{where}[{i}]", f"{why}, got {value!r}") for i, value, why in found if why]
 
 
 def _range_problems(where: str, name: str, space) -> list[tuple[str, str]]:

@@ -110,13 +110,16 @@ def as_typed(name: str, values: list[Any]) -> list[Any]:
     the checks to report; names that are not hyperparameters (the init axes) are left alone."""
     if name not in Hyperparams.model_fields:
         return values
-    out = []
-    for value in values:
-        try:
-            out.append(getattr(Hyperparams.model_validate({name: value}), name))
-        except ValidationError:
-            out.append(value)
-    return out
+    return [typed_value(name, value)[0] for value in values]
+
+
+def typed_value(name: str, value: Any) -> tuple[Any, str | None]:
+    """(`value` as hyperparameter `name`'s field types it, None), or (`value` as written, why it is not a
+    valid value of it): the one rule `as_typed` and the spec checks (`checks._check_values`) share."""
+    try:
+        return getattr(Hyperparams.model_validate({name: value}), name), None
+    except ValidationError as e:
+        return value, e.errors()[0]["msg"].removeprefix("Value error, ")
 
 
 DRAWN = "optuna"   # the search method whose points are drawn while the sweep runs (not planned)
