@@ -228,3 +228,11 @@ def test_ratio_sweep_accuracy_rises_with_the_ratio():
     assert rows == ratio_sweep(m, tokens, qs, ratios=(0.01, 1.0, 100.0), seed=0, max_len=50)
     with pytest.raises(EmbinitError, match="ratios must be positive"):
         ratio_sweep(m, tokens, qs, ratios=(0.0,))
+
+
+def test_the_third_word_is_never_the_answer():
+    """man : woman :: king : ?  The nearest word to king − man + woman is king itself; excluded (with a
+    and b), the answer is queen."""
+    vecs = {"man": [1.0, 0.0, 0.0], "woman": [0.9, 0.1, 0.0], "king": [0.0, 1.0, 0.0], "queen": [0.0, 0.6, 0.8]}
+    m = torch.tensor(list(vecs.values()))
+    assert evaluate_analogies(m, list(vecs), parse_questions(["man woman king queen"])).correct == 1

@@ -208,3 +208,30 @@ def test_two_spaces_side_by_side_with_two_threads():
     finally:
         torch.set_num_threads(1)
     assert torch.allclose(res.per_token, brute_similarity(a, b, 4, "jaccard"))
+
+
+def test_the_median_and_the_weighted_median_are_the_lower_middle_value():
+    """The documented rule: of an even count, the lower of the two middle scores (0.25 of 0, .25, .5, 1;
+    not their mean 0.375), the weighted median with equal weights the same."""
+    from embinit.analysis.similarity import summarize
+    everyone = torch.ones(4, dtype=torch.bool)
+    out = summarize(torch.tensor([0.0, 0.25, 0.5, 1.0], dtype=torch.float64), torch.tensor([0, 1, 2, 4]), 4, everyone)
+    assert out["median"] == 0.25
+    out = summarize(torch.tensor([0.1, 0.2, 0.3, 0.4], dtype=torch.float64), torch.tensor([0, 1, 2, 3]), 4, everyone,
+                    torch.ones(4))
+    assert out["weighted_median"] == out["median"] == pytest.approx(0.2)
+
+
+def test_excluded_tokens_leave_the_summary():
+    """`exclude` takes tokens out of the aggregates: the mean is the other tokens' scores' mean."""
+    g = torch.Generator().manual_seed(3)
+    a, b = torch.randn(40, 6, generator=g), torch.randn(40, 6, generator=g)
+    every = knn_match_similarity(a, b, k=5)
+    drop = torch.zeros(40, dtype=torch.bool)
+    drop[:10] = True
+    some = knn_match_similarity(a, b, k=5, exclude=drop)
+    assert torch.equal(some.per_token, every.per_token) and some.summary["tokens"] == 30
+    assert some.summary["mean"] == pytest.approx(float(every.per_token[10:].mean()))
+    assert some.summary["mean"] != pytest.approx(every.summary["mean"])
+    with pytest.raises(EmbinitError, match="exclude must be a boolean mask of length 40"):
+        knn_match_similarity(a, b, k=5, exclude=[True])

@@ -62,3 +62,15 @@ def test_loss_time_and_epoch_names_are_lower_is_better(metric):
                                     "oov/coverage"])
 def test_scores_are_higher_is_better(metric):
     assert higher_is_better(metric)
+
+
+def test_an_interval_that_touches_zero_does_not_exclude_it():
+    assert direction({"diff": 1.0, "ci95": 1.0}, "test/bleu") == "inconclusive"
+    assert direction({"diff": -1.0, "ci95": 1.0}, "best/val/loss") == "inconclusive"
+
+
+def test_a_split_suffix_keeps_the_metric_direction():
+    """MNLI's per-split names: a loss stays lower-is-better (it is tracked and compared since the
+    classifier tracks its loss), an accuracy higher-is-better."""
+    assert not higher_is_better("best/val/loss_matched") and not higher_is_better("selected/val/loss_mismatched")
+    assert higher_is_better("best/val/acc_matched") and higher_is_better("selected/val/acc_mismatched")

@@ -92,8 +92,27 @@ def test_shuffle_preserves_values_and_permutes_rows_and_columns(source):
     assert all(tuple(sorted(r.tolist())) in raw_rows for r in found)
     col_sums = sorted(raw.sum(0).tolist())
     assert np.allclose(sorted(found.sum(0).tolist()), col_sums, atol=1e-4)
+    # the columns are permuted too (sorted rows and column sums hold without it): each shuffled column is
+    # a source column, the permutation Q read from the columns' values; the identity has chance 1/16!
+    columns = {tuple(sorted(raw[:, j].tolist())): j for j in range(raw.shape[1])}
+    q = [columns[tuple(sorted(found[:, j].tolist()))] for j in range(found.shape[1])]
+    assert sorted(q) == list(range(16)) and q != list(range(16))
     again = build_table("glove+shuffle", VOCAB, pretrained=str(path), cache_dir=False, seed=0).table
     assert torch.equal(again, res.table)
+
+
+def test_shuffle_moves_subword_piece_means_by_the_same_column_permutation(tmp_path):
+    """`subword_mean` rows of a shuffled table are the pieces' mean in the shuffled space: the column
+    permutation read from a found row applies to them too."""
+    folder = tt.write_tiny_bert(tmp_path / "bert", dim=8)
+    pieces, weight = tt.bert_rows(folder)
+    res = build_table("bert+shuffle", Vocab(["the", "cats"]), pretrained=str(folder), oov="subword_mean",
+                      cache_dir=False, seed=0)
+    the = weight[pieces["the"]]
+    q = [int((the == v).nonzero()[0]) for v in res.table[0]]     # the shuffled row = the[q]
+    assert sorted(q) == list(range(8)) and q != list(range(8))
+    cats = weight[[pieces["cat"], pieces["##s"]]].double().mean(0).float()
+    assert torch.allclose(res.table[1], cats[q], atol=1e-7)
 
 
 def test_shuffle_elements_mixes_values_across_rows(source):
@@ -135,6 +154,18 @@ def test_mean_cov_samples_the_found_rows_distribution(source):
     cov_found = torch.cov(found.T)
     cov_fill = torch.cov(fill.T)
     assert (cov_fill - cov_found).abs().max().item() < 0.1 * cov_found.diagonal().max().item() + 0.5
+
+
+def test_mean_cov_fills_with_the_covariance_not_the_second_moment(tmp_path):
+    """Rows far from 0 (mean 5, σ 1): the fill's per-column variance is the found rows' (the standard
+    error of the ratio with 20,000 draws is ~1%); the uncentered second moment would give 1 + 5² = 26."""
+    words = [f"w{i}" for i in range(200)]
+    vectors = {w: np.round(v + 5.0, 5) for w, v in tt.word_vectors(words, dim=4, seed=1).items()}
+    path = tt.write_text(tmp_path / "g.txt", vectors)
+    vocab = Vocab(words + [f"oov{i}" for i in range(20000)])
+    table = build_table("glove", vocab, pretrained=str(path), oov="mean_cov", cache_dir=False, seed=0).table.double()
+    ratio = table[200:].var(0) / table[:200].var(0)
+    assert ((ratio - 1).abs() < 0.1).all(), ratio
 
 
 def test_raw_source_keeps_xavier_oov_rows_as_in_the_paper(source):

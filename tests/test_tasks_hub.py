@@ -90,6 +90,20 @@ def test_mnli_hub_splits_and_int_labels(monkeypatch, tmp_path):
     assert data.vocab.decode(data.splits["train"][1][1]) == ["no", "cat"]
 
 
+def test_mnli_hub_matched_and_mismatched_land_in_their_own_splits(monkeypatch, tmp_path):
+    """Each hub validation split in its own dev split (above, both held the same rows)."""
+    rows = {"train": [0, 2], "validation_matched": [0], "validation_mismatched": [2, 1]}
+    files = {}
+    for split, labels in rows.items():
+        files[split] = tmp_path / f"{split}.jsonl"
+        write(files[split], [json.dumps({"premise": "the cat sat", "hypothesis": f"h{i}", "label": y})
+                             for i, y in enumerate(labels)])
+    use_local_hub(monkeypatch, tmp_path, "json", files)
+    data = load_task("mnli", tokenizer="whitespace", min_freq=1, cache_dir=False)
+    assert [r[2] for r in data.splits["dev_matched"]] == [0]
+    assert [r[2] for r in data.splits["dev_mismatched"]] == [2, 1]
+
+
 def test_hub_label_out_of_range(monkeypatch, tmp_path):
     files = {s: tmp_path / f"{s}.jsonl" for s in ("train", "validation")}
     for path in files.values():

@@ -103,6 +103,19 @@ def test_mnli_tsv_pairs_by_header_names(tmp_path):
     assert [r[2] for r in data.splits["dev_mismatched"]] == [0, 2, 1]   # GLUE's label order
 
 
+def test_mnli_matched_and_mismatched_files_land_in_their_own_splits(tmp_path):
+    """Each dev file in its own split: with the same rows in both (above), a swapped mapping passed."""
+    header = "sentence1\tsentence2\tgold_label"
+    files = {"train.tsv": ["a b\ta b\tentailment", "a b\tno b\tcontradiction"],
+             "dev_matched.tsv": ["a b\ta b\tentailment"],
+             "dev_mismatched.tsv": ["a b\tno b\tcontradiction", "a b\tc d\tneutral"]}
+    for name, rows in files.items():
+        write(tmp_path / "mnli" / name, [header] + rows)
+    data = load_task("mnli", data_dir=tmp_path / "mnli", tokenizer="whitespace", min_freq=1, cache_dir=False)
+    assert [r[2] for r in data.splits["dev_matched"]] == [0]
+    assert [r[2] for r in data.splits["dev_mismatched"]] == [2, 1]
+
+
 def test_wikitext_streams_and_split_choice(tmp_path):
     folder = tmp_path / "wt"
     write(folder / "wiki.valid.tokens", [" ", " = Title = ", " ", " the cat sat on the mat . "])

@@ -297,3 +297,42 @@ def test_sentence_pair_task_tracks_matched_and_mismatched_separately(tmp_path):
 def test_beam_search_decodes_the_test_set(cache):
     r = run_trial(small(epochs=1, beam_size=3), cache_dir=cache)
     assert r.status == "finished" and 0.0 <= r.test["test/bleu"] <= 100.0
+
+
+def test_classification_validation_loss_and_accuracy_are_per_example():
+    """A stub model, 5 examples in batches of 2 (the last batch is short). Logits [2, 0] for token 5,
+    [0, 1] for token 6; labels 0, 1, 1, 1, 0: argmax 0, 1, 0, 1, 0, so 4 of 5 right. Cross-entropy by
+    hand: ln(1+e^-2) twice, ln(1+e^2) once, ln(1+e^-1) twice: 3.007308 / 5 examples = 0.601462 (a mean of
+    the batches' means: 0.313)."""
+    import contextlib
+    from types import SimpleNamespace
+
+    from embinit.train.classification import ClassificationTask
+    dev = [([5], 0), ([6], 1), ([5], 1), ([6], 1), ([5], 0)]
+    task = ClassificationTask(SimpleNamespace(splits={"train": [], "dev": dev}, eval_splits=["dev"]),
+                              SimpleNamespace(max_tokens=None, batch_size=2), "cpu", contextlib.nullcontext,
+                              max_positions=8)
+    logits = {5: torch.tensor([2.0, 0.0]), 6: torch.tensor([0.0, 1.0])}
+
+    class Stub(torch.nn.Module):
+        def forward(self, ids):
+            return torch.stack([logits[int(row[0])] for row in ids])
+
+    out = task.validate(Stub())
+    by_hand = (2 * math.log1p(math.exp(-2)) + math.log1p(math.exp(2)) + 2 * math.log1p(math.exp(-1))) / 5
+    assert out["val/acc"] == pytest.approx(0.8)
+    assert out["val/loss"] == pytest.approx(by_hand, rel=1e-6) and by_hand == pytest.approx(0.601462, abs=1e-6)
+
+
+def test_a_sentence_pair_is_joined_with_eos_between_and_cut_to_the_model_positions():
+    import contextlib
+    from types import SimpleNamespace
+
+    from embinit.train.classification import ClassificationTask
+    from embinit.train.decoding import EOS_ID
+    task = ClassificationTask(SimpleNamespace(splits={}, eval_splits=["dev"]), SimpleNamespace(), "cpu",
+                              contextlib.nullcontext, max_positions=6)
+    assert task._join(([7, 8], [9], 2)) == ([7, 8, EOS_ID, 9], 2)
+    assert task._join(([7, 8, 9], [10, 11, 12], 1)) == ([7, 8, 9, EOS_ID, 10, 11], 1)
+    assert task._join(([7], 0)) == ([7], 0) and task._join(([], 0)) == ([EOS_ID], 0)
+

@@ -60,3 +60,19 @@ def test_lowercase_detection():
     assert is_lowercased({"lowercase": False}, ["a"]) is False
     assert is_lowercased({}, ["<pad>", "<unk>", "a", "dog"]) is True
     assert is_lowercased({}, ["<pad>", "A", "dog"]) is False
+
+
+def test_corpus_bleu_of_known_sentences_computed_by_hand():
+    """Not symmetric in hypothesis and reference, and a corpus score (pooled n-gram counts), not a mean of
+    sentence scores. One pair: precisions 7/7, 5/6, 4/5, 3/4 (geometric mean 0.5^(1/4)), hypothesis 7
+    words against 8 (brevity penalty e^(-1/7)): 72.8955 (swapped: 70.71). With an exact second pair the
+    counts pool to 11/11, 8/9, 6/7, 4/5, 11 words against 12: 80.680 (the sentences' mean: 86.45)."""
+    import math
+
+    import pytest
+    one, _ = corpus_bleu(["a dog runs on the grass ."], ["a brown dog runs on the grass ."], True)
+    assert one == pytest.approx(100 * math.exp(-1 / 7) * 0.5 ** 0.25, abs=1e-9)
+    assert one == pytest.approx(72.8955, abs=1e-4)
+    two, _ = corpus_bleu(["a dog runs on the grass .", "the cat sleeps ."],
+                         ["a brown dog runs on the grass .", "the cat sleeps ."], True)
+    assert two == pytest.approx(100 * math.exp(-1 / 11) * (192 / 315) ** 0.25, abs=1e-9)
