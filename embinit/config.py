@@ -30,6 +30,9 @@ from embinit.tasks.tokenization import WORD_LEVEL
 # 2: from that guard on; 1 spans every earlier change, BLEU's `<unk>` (01ce71b) among them.
 CODE_VERSION = "2"
 
+# A trial's `precision`, declared once (the spec's field, `embinit train --precision`, the trainer's check).
+PRECISIONS = ("fp32", "bf16", "auto")
+
 # The range of each metric embinit logs, by the last part of its name (`test/bleu` -> `bleu`; a
 # `_matched`/`_mismatched` or `_mean`/`_median` suffix is dropped): confidence intervals are clipped to it.
 # A task's own metrics declare theirs in the task registry (BLEU is sacrebleu's 0-100; accuracies are
@@ -103,7 +106,7 @@ class TrialConfig:
     max_train_examples: int | None = None
     data_dir: str | None = None
     beam_size: int = 1                  # 1 = greedy decoding
-    precision: str = "fp32"             # fp32 | bf16 (autocast) | auto (bf16 where the machine has bf16 units)
+    precision: str = "fp32"             # PRECISIONS: fp32 | bf16 (autocast) | auto (bf16 where the CPU has bf16 units)
     threads: int | None = None          # torch intra-op threads; not part of the trial key
     device: str = "auto"                # not part of the trial key
     extras: dict[str, Any] = field(default_factory=dict)  # task-specific switches (documented per task)

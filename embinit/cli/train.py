@@ -10,6 +10,7 @@ import argparse
 import json
 import sys
 
+from embinit.config import PRECISIONS
 from embinit.errors import EmbinitError
 
 
@@ -86,7 +87,7 @@ def register(subparsers) -> None:
     p.add_argument("--freeze-embeddings", action="store_true", default=None, help="ablation: embeddings not trained")
     p.add_argument("--freeze-non-embeddings", action="store_true", default=None, help="train only the embeddings")
     p.add_argument("--data-dir", help="the task's data folder (else $EMBINIT_DATA_DIR/<task>, else the hub)")
-    p.add_argument("--precision", choices=("fp32", "bf16", "auto"),
+    p.add_argument("--precision", choices=PRECISIONS,
                    help="default fp32; auto: bf16 where the GPU or CPU has bf16 units, else fp32")
     p.add_argument("--device", help="default: auto")
     p.add_argument("--extra", type=_extra, action="append", metavar="KEY=VALUE",

@@ -9,7 +9,7 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationEr
                       model_validator)
 
 from embinit.bounds import field_limits
-from embinit.config import HYPERPARAMETERS
+from embinit.config import HYPERPARAMETERS, PRECISIONS
 from embinit.errors import unknown_name
 from embinit.init.registry import OOV_INFO
 from embinit.spec.path_fields import PathStr, expand_env
@@ -53,7 +53,7 @@ class Hyperparams(_Strict):
     early_stopping_patience: int | None = Field(None, **field_limits("early_stopping_patience"))
     max_train_examples: int | None = Field(None, **field_limits("max_train_examples"))
     beam_size: int | None = Field(None, **field_limits("beam_size"))
-    precision: Literal["fp32", "bf16", "auto"] | None = None
+    precision: Literal[PRECISIONS] | None = None
     oov: str | None = None
     tokenizer: PathStr | None = None   # spacy | gpt2 | whitespace | a HF model folder or hub id
     threads: int | None = Field(None, **field_limits("threads"))

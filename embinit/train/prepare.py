@@ -22,7 +22,7 @@ import torch
 
 from embinit.bounds import BOUNDS
 from embinit.bounds import problem as bound_problem
-from embinit.config import TrialConfig, task_defaults
+from embinit.config import PRECISIONS, TrialConfig, task_defaults
 from embinit.errors import EmbinitError
 from embinit.model_dims import resolve_model_size, side_sources
 from embinit.task_registry import kind_code, task_kind
@@ -73,7 +73,6 @@ def pick_device(name: str) -> torch.device:
     return dev
 
 
-PRECISIONS = ("fp32", "bf16", "auto")
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")   # /proc/cpuinfo flags of CPUs with bf16 matrix units
 
 
