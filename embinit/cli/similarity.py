@@ -15,8 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 
-import torch
-
 from embinit.errors import EmbinitError
 
 
@@ -66,6 +64,7 @@ def _weights(path: str | None, tokens):
     counts = Vocab.load(path).counts
     if not counts:
         raise EmbinitError(f"{path} has no counts (expected `token<TAB>count` lines)")
+    import torch   # not at import: the CLI's parser imports every subcommand
     return torch.tensor([float(counts.get(t, 0)) for t in tokens], dtype=torch.float64)
 
 
