@@ -197,7 +197,14 @@ HYPERPARAMETERS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Tria
 
 # The hyperparameters `config_problems` reads besides the task: the spec's check varies exactly these over
 # its axes and search space (a rule reading another field must add it here).
-RULE_FIELDS = ("train_embeddings", "freeze_non_embeddings", "tie_embeddings")
+RULE_FIELDS = ("train_embeddings", "freeze_non_embeddings", "tie_embeddings", "extras")
+
+# The `extras` keys a trial may set, declared once: the trainers' switches (translation: greedy BLEU on
+# the validation set each epoch, `<unk>` dropped from BLEU hypotheses), then the keyword arguments of
+# `embinit.tasks.load_task` that a trial passes through (tests/test_task_contract.py checks them against
+# its signature). An unknown key is a spec problem, not a failed trial.
+TRAINER_EXTRAS = ("val_bleu", "bleu_drop_unk")
+LOADER_EXTRAS = ("eval_split", "lowercase", "noise", "seed", "train_split")
 
 
 def config_problems(cfg: TrialConfig) -> list[str]:
@@ -210,4 +217,25 @@ def config_problems(cfg: TrialConfig) -> list[str]:
     if cfg.tie_embeddings and not task_kind(cfg.task).stream:
         problems.append(f"tie_embeddings applies to language models only; {cfg.task!r} is a "
                         f"{task_defaults(cfg.task).kind} task")
+    return problems + extras_problems(cfg.task, cfg.extras)
+
+
+def extras_problems(task: str, extras: Any) -> list[str]:
+    """Unknown `extras` keys (with the valid ones) and values a switch cannot take."""
+    from embinit.errors import did_you_mean
+    from embinit.tasks.synthetic import check_noise
+    if not extras:
+        return []
+    if not isinstance(extras, dict):
+        return [f"extras must be a mapping of switches, got {type(extras).__name__}"]
+    valid = TRAINER_EXTRAS + LOADER_EXTRAS
+    problems = [f"unknown extras key {k!r}; valid: {sorted(valid)}{did_you_mean(str(k), valid)}"
+                for k in extras if k not in valid]
+    problems += [f"extras {k} is a switch: true or false, got {extras[k]!r}"
+                 for k in ("val_bleu", "bleu_drop_unk", "lowercase") if k in extras and not isinstance(extras[k], bool)]
+    if "noise" in extras:
+        try:
+            check_noise(task, extras["noise"])
+        except EmbinitError as e:
+            problems.append(f"extras {e}")
     return problems

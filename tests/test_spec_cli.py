@@ -122,3 +122,20 @@ def test_dry_run_refuses_settings_no_trial_may_combine_with_the_other_problems(t
             "leaves nothing to train") in err
     assert ("trials synthetic_translation x Xavier: tie_embeddings applies to language models only; "
             "'synthetic_translation' is a translation task") in err
+
+
+def test_dry_run_refuses_extras_no_trial_could_take_before_anything_is_written(tmp_path, capsys):
+    """A misspelled switch or a value out of range failed every trial (a FAILED run each) after the
+    check had passed; now the check lists them, with the valid keys."""
+    spec = tmp_path / "s.yaml"
+    spec.write_text("name: s\ntasks: [{task: synthetic_translation, extras: {noize: 0.4, val_bleu: 'no'}},\n"
+                    "        {task: synthetic_lm, extras: {noise: 0.5}}]\ninits: [xavier]\n")
+    db = tmp_path / "mlflow.db"
+    assert main(["run", str(spec), "--dry-run", "--tracking-uri", f"sqlite:///{db}"]) == 2
+    err = capsys.readouterr().err
+    assert "invalid experiment spec (3 problems)" in err
+    assert "trials synthetic_translation x Xavier: unknown extras key 'noize'; valid: [" in err
+    assert "did you mean 'noise'?" in err
+    assert "extras val_bleu is a switch: true or false, got 'no'" in err
+    assert "trials synthetic_lm x Xavier: extras noise is an option of synthetic_translation only" in err
+    assert not db.exists()

@@ -162,3 +162,15 @@ def test_a_fused_group_of_one_is_the_trial_s_own_step(kind, trials):
     for name, p in zip(fused.names, fused.stacked()):
         if p.requires_grad:
             assert torch.allclose(p.grad[0], own[name].grad, rtol=1e-4, atol=1e-6), name
+
+
+def test_the_declared_loader_extras_are_the_load_task_switches_a_trial_does_not_set():
+    """`config.LOADER_EXTRAS` (what the spec check accepts in `extras` besides the trainers' switches)
+    is exactly load_task's keyword arguments that a trial's own fields do not fill."""
+    import inspect
+
+    from embinit.config import LOADER_EXTRAS
+    from embinit.tasks import load_task
+    set_by_the_trial = {"task", "data_dir", "tokenizer", "min_freq", "max_train_examples", "max_len", "cache_dir"}
+    assert set(LOADER_EXTRAS) == set(inspect.signature(load_task).parameters) - set_by_the_trial
+

@@ -205,6 +205,7 @@ def test_model_dimension_follows_the_pretrained_source_and_must_agree(tmp_path):
     ({"heads": 5}, "heads=5 does not divide d_model=32"),
     ({"precision": "fp8"}, "precision must be one of fp32, bf16, auto"),
     ({"extras": {"val_blue": False}}, "unknown extras key 'val_blue'"),
+    ({"extras": {"noise": 1.5}}, r"extras noise must be a number in \[0, 1\), got 1.5"),
     ({"init": "glvoe"}, "glvoe"),
     ({"train_embeddings": False, "freeze_non_embeddings": True}, "nothing to train"),
 ])

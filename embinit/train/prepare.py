@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import inspect
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ import torch
 
 from embinit.bounds import BOUNDS
 from embinit.bounds import problem as bound_problem
-from embinit.config import PRECISIONS, TrialConfig, task_defaults
+from embinit.config import LOADER_EXTRAS, PRECISIONS, TrialConfig, task_defaults
 from embinit.errors import EmbinitError
 from embinit.model_dims import resolve_model_size, side_sources
 from embinit.task_registry import kind_code, task_kind
@@ -30,7 +29,6 @@ from embinit.models import (ModelConfig, build_model, embedding_parameters,
                             set_dropout_generator, set_trainable)
 from embinit.train.checkpoint import read as read_checkpoint
 
-TRAINER_EXTRAS = ("val_bleu", "bleu_drop_unk")  # read by the trainers; every other extras key goes to load_task
 
 
 def load_body(model, path: str) -> None:
@@ -133,14 +131,9 @@ def load_data(cfg: TrialConfig, tokenizer: str, cache_dir):
 
     kwargs = dict(data_dir=cfg.data_dir, tokenizer=tokenizer, min_freq=cfg.min_freq,
                   max_train_examples=cfg.max_train_examples, max_len=cfg.max_len, cache_dir=cache_dir)
-    # task-specific switches (e.g. wikitext2's train_split/eval_split) are load_task keyword arguments
-    params = inspect.signature(load_task).parameters
-    loader_extras = sorted(set(params) - set(kwargs) - {"task"})
-    for name, value in (cfg.extras or {}).items():
-        if name in loader_extras:
-            kwargs[name] = value
-        elif name not in TRAINER_EXTRAS:
-            raise EmbinitError(f"unknown extras key {name!r}; valid: {sorted(TRAINER_EXTRAS) + loader_extras}")
+    # task-specific switches (e.g. wikitext2's train_split/eval_split) are load_task keyword arguments;
+    # `check_config` has refused any other key (config.extras_problems)
+    kwargs.update({k: v for k, v in (cfg.extras or {}).items() if k in LOADER_EXTRAS})
     return load_task(cfg.task, **kwargs)
 
 
