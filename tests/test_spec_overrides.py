@@ -47,6 +47,22 @@ def test_bad_overrides_are_named_with_every_problem():
     assert "epochs is overridden twice (epochs=1, then 'epochs=3'); give it once" in str(e.value)
 
 
+def test_an_empty_override_or_a_default_a_task_shadows_is_a_problem_not_a_silent_no_op():
+    """`epochs=` fell back to the task default under an experiment named `...-epochsNone`, and
+    `defaults.epochs=3` did nothing where the task entry sets epochs (the quickstart's sets 20)."""
+    with pytest.raises(SpecError) as e:
+        load_spec(QUICK, ["epochs=", "defaults.lr=0.01", "seeds=2"])
+    found = dict(e.value.problems)
+    assert found["override epochs"] == "epochs= has no value; give one (epochs=VALUE), or null to unset it"
+    assert found["override defaults.lr"] == ("defaults.lr would not reach every task: tasks[0] "
+                                            "(synthetic_translation) sets lr: 0.003; override lr=0.01 to set it "
+                                            "for every task")
+    with pytest.raises(SpecError, match=r"epochs is overridden twice \(defaults.epochs=3, then epochs=2\)"):
+        load_spec(QUICK, ["defaults.epochs=3", "epochs=2"])
+    # a default no task entry fixes reaches every task
+    assert {c.dropout for c in load_spec(QUICK, ["defaults.dropout=0.2"]).expand()} == {0.2}
+
+
 def test_a_key_given_twice_inside_an_override_value_is_a_problem_like_in_a_spec_file():
     # read with the spec file's loader: yaml.safe_load kept the last lr and searched lr 2 alone
     with pytest.raises(SpecError) as e:

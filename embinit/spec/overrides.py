@@ -70,6 +70,11 @@ def parse(items: list[str]) -> tuple[list[tuple[str, Any]], list[tuple[str, str]
     return pairs, problems
 
 
+def given_empty(items: list[str], key: str) -> bool:
+    """Whether the override of `key` was written with nothing after `=` (`epochs=`), not as `null`."""
+    return any(k.strip() == key and not raw.strip() for k, _, raw in (i.partition("=") for i in items))
+
+
 def _names(value: Any) -> list[str]:
     return [str(v).strip() for v in (value.split(",") if isinstance(value, str) else value or []) if str(v).strip()]
 
@@ -137,8 +142,23 @@ def apply(data: dict[str, Any], items: list[str], spec_fields: set[str]) -> tupl
     """(the spec data with `items` applied, problems). `spec_fields`: the spec's top-level fields."""
     pairs, problems = parse(items)
     out = copy.deepcopy(data)
+    given = dict(pairs)
     for key, value in pairs:
         top = key.split(".", 1)[0]
+        if value is None and key not in (*NAMES, "seeds") and given_empty(items, key):   # those say more
+            problems.append((key, f"{key}= has no value; give one ({key}=VALUE), or null to unset it"))
+            continue
+        if top == "defaults" and (name := key.removeprefix("defaults.")) in HYPERPARAMETERS:
+            if name in given:
+                problems.append((key, f"{name} is overridden twice ({key}={value!r}, then {name}={given[name]!r}); "
+                                      "give it once"))
+                continue
+            fixed = [f"tasks[{i}] ({t.get('task')}) sets {name}: {t[name]!r}"
+                     for i, t in enumerate(out.get("tasks") or []) if isinstance(t, dict) and name in t]
+            if fixed:
+                problems.append((key, f"{key} would not reach every task: {'; '.join(fixed)}; override "
+                                      f"{name}={value!r} to set it for every task"))
+                continue
         if key == "seeds" and isinstance(value, str) and "," in value:   # seeds=0,3 as inits=a,b
             value = [_scalar(v) for v in value.split(",")]
         if key in NAMES and (value is None or not str(value).strip()):
