@@ -308,6 +308,30 @@ def test_input_form_errors(tmp_path):
     assert "must be a mapping" in str(pytest.raises(SpecError, load_spec, 42).value)
 
 
+def test_a_spec_file_is_read_whatever_its_name_and_broken_files_say_what_is_wrong(tmp_path):
+    """A path not ending in lower-case .yaml was parsed as YAML text ("got str"); a non-UTF-8 file, a
+    value containing itself and aliases nested into billions of values raised or hung."""
+    text = "name: t\ntasks: [sst2]\ninits: [xavier]\n"
+    for name in ("Base.YAML", "spec.txt"):
+        (tmp_path / name).write_text(text)
+        assert load_spec(str(tmp_path / name)).name == "t"
+    for missing in ("myspec", "-"):
+        with pytest.raises(SpecError, match=f"cannot read spec file '{missing}': No such file or directory"):
+            load_spec(missing)
+    (tmp_path / "latin1.yaml").write_bytes(b"name: caf\xe9\n")
+    with pytest.raises(SpecError, match=r"is not UTF-8 text: byte 0xe9 at position 9"):
+        load_spec(tmp_path / "latin1.yaml")
+    with pytest.raises(SpecError, match=r"a value contains itself \(a YAML alias inside its own anchor"):
+        load_spec(text + "x: &a [1, *a]\n")
+    bomb = "a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1]\n" + "".join(
+        f"{c}: &{c} [{', '.join(['*' + p] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi"))
+    with pytest.raises(SpecError, match="expands to more than 1,000,000 values"):
+        load_spec(text + bomb)
+    # aliases a spec uses to share settings are fine
+    shared = load_spec(text.replace("tasks: [sst2]", "tasks: [{task: sst2, lr: &lr 0.001}]") + "defaults: {lr: *lr}\n")
+    assert shared.defaults.lr == 0.001
+
+
 def test_entries_that_compute_the_same_trials_are_refused():
     spec = base(inits=["glove", {"tgt": {"source": "glove", "name": "Other"}}], pretrained={"glove": "/g.txt"})
     assert "trains the same trials" in problems(spec)["inits[1]"]

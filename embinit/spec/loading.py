@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from embinit.spec.experiment import ExperimentSpec
 from embinit.spec.problems import SpecError, as_written, problems_of
-from embinit.spec.yaml_text import SpecLoader, yaml_error
+from embinit.spec.yaml_text import SpecLoader, shape_problem, yaml_error
 
 
 def _read(source: Any) -> tuple[dict[str, Any], Path | None]:
@@ -21,14 +21,16 @@ def _read(source: Any) -> tuple[dict[str, Any], Path | None]:
     if isinstance(source, dict):
         return source, None
     text, base, where = None, None, ""
-    if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source
-                                    and source.strip().endswith((".yaml", ".yml", ".json"))):
+    if isinstance(source, Path) or (isinstance(source, str) and names_a_file(source)):
         path = Path(source).expanduser()
         base, where = path.resolve().parent, f" in {str(path)!r}"
         try:
-            text = path.read_text()
+            text = path.read_text(encoding="utf-8")
         except OSError as e:
             raise SpecError([("", f"cannot read spec file {str(path)!r}: {e.strerror}")]) from None
+        except UnicodeDecodeError as e:
+            raise SpecError([("", f"spec file {str(path)!r} is not UTF-8 text: byte {e.object[e.start]:#04x} "
+                                  f"at position {e.start}")]) from None
     elif isinstance(source, str):
         text = source
     else:
@@ -39,7 +41,20 @@ def _read(source: Any) -> tuple[dict[str, Any], Path | None]:
         raise SpecError([("", yaml_error(e, where))]) from None
     if not isinstance(data, dict):
         raise SpecError([("", f"a spec must be a mapping at the top level, got {type(data).__name__}")])
+    if (problem := shape_problem(data)) is not None:
+        raise SpecError([("", f"the spec{where} {problem}")])
     return data, base
+
+
+def names_a_file(text: str) -> bool:
+    """Whether a string given as a spec is a file's name rather than YAML text: one line that ends in
+    .yaml/.yml/.json (any case), names an existing file, or has none of YAML's `:`, `{`, `[` (`myspec`,
+    `-`: a mapping could not be written without them, so it is a path that does not exist)."""
+    line = text.strip()
+    if "\n" in line or not line:
+        return False
+    return (line.lower().endswith((".yaml", ".yml", ".json")) or Path(line).expanduser().is_file()
+            or not any(c in line for c in ":{["))
 
 
 def load_spec(source: Any, overrides: list[str] | tuple[str, ...] = ()) -> ExperimentSpec:

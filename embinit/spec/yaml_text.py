@@ -45,6 +45,27 @@ class SpecLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+MAX_VALUES = 1_000_000   # a spec is a few hundred values; aliases nested 9 deep in 9s expand to 9^9
+
+
+def shape_problem(data: Any) -> str | None:
+    """What makes loaded spec data unusable whatever its fields: a value that contains itself (a YAML
+    alias inside its own anchor, `a: &a [*a]`), or more than MAX_VALUES values once aliases are expanded
+    (nested aliases multiply: the walk would not end). None when neither."""
+    count, stack = 0, [(data, ())]
+    while stack:
+        node, parents = stack.pop()
+        count += 1
+        if count > MAX_VALUES:
+            return f"expands to more than {MAX_VALUES:,} values (YAML aliases nested in aliases?)"
+        if isinstance(node, (dict, list)):
+            if id(node) in parents:
+                return "a value contains itself (a YAML alias inside its own anchor, e.g. `a: &a [*a]`)"
+            inner = (*parents, id(node))
+            stack.extend((child, inner) for child in (node.values() if isinstance(node, dict) else node))
+    return None
+
+
 def unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     """`json.loads(text, object_pairs_hook=unique_pairs)`: JSON read with `SpecLoader`'s rule, a key
     given twice in one object is a ValueError naming it (json.loads keeps the last)."""
