@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+from embinit.cli.arg_types import positive_int
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("embeddings", help="embedding tables: statistics")
@@ -16,7 +18,7 @@ def register(subparsers) -> None:
     s.add_argument("--dim", type=int, help="D; required for random inits, checked against a pretrained source")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--lowercase", action="store_true", help="look up token.lower() when a token is missing")
-    s.add_argument("--pe-length", type=int, default=5000,
+    s.add_argument("--pe-length", type=positive_int, default=5000,
                    help="positions of the encoding table compared (default 5000, the paper's Table 6)")
     s.add_argument("--cache-dir", help="cache for aligned pretrained rows (default: $EMBINIT_CACHE_DIR)")
     s.add_argument("--json", action="store_true", help="print one JSON object instead of a table")

@@ -18,6 +18,7 @@ import urllib.request
 from urllib.parse import quote
 from pathlib import Path
 
+from embinit.cli.arg_types import http_url
 from embinit.commands import command
 from embinit.errors import EmbinitError
 
@@ -26,7 +27,8 @@ DEFAULT_URL = "http://127.0.0.1:8000"
 
 def register(subparsers) -> None:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--url", default=None, help=f"the API (default: EMBINIT_API_URL, else {DEFAULT_URL})")
+    common.add_argument("--url", type=http_url, default=None,
+                        help=f"the API (default: EMBINIT_API_URL, else {DEFAULT_URL})")
     common.add_argument("--token", default=None, help="bearer token (default: EMBINIT_API_TOKEN)")
     p = subparsers.add_parser("experiments", help="list, follow, read and cancel experiments of an `embinit "
                                                   "serve` API", description=__doc__.splitlines()[0])
@@ -71,7 +73,10 @@ def _detail(body: bytes) -> str:
 def request(args, method: str, path: str, body: bytes | None = None,
             content_type: str | None = None) -> tuple[int, bytes, str]:
     """(status, body, content type) of one request; errors as `EmbinitError` naming the API."""
-    base = (args.url or os.environ.get("EMBINIT_API_URL") or DEFAULT_URL).rstrip("/")
+    try:   # --url is checked by argparse; the variable is checked here
+        base = http_url(args.url or os.environ.get("EMBINIT_API_URL") or DEFAULT_URL)
+    except argparse.ArgumentTypeError as e:
+        raise EmbinitError(f"EMBINIT_API_URL: {e}") from None
     token = args.token or os.environ.get("EMBINIT_API_TOKEN")
     req = urllib.request.Request(base + path, data=body, method=method)
     if token:

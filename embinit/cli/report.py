@@ -4,12 +4,15 @@
 
 from __future__ import annotations
 
+from embinit.cli.arg_types import folder_to_write
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("report", help="Table 1 (mean, σ, n, 95%% CI per task x init) from MLflow")
     p.add_argument("experiment", help="MLflow experiment name (the spec's name)")
     p.add_argument("--format", choices=("markdown", "csv", "json", "latex"), default="markdown")
-    p.add_argument("--plot", metavar="DIR", default=None, help="write mean validation curves per init to DIR")
+    p.add_argument("--plot", metavar="DIR", type=folder_to_write, default=None,
+                   help="write mean validation curves per init to DIR")
     p.add_argument("--baseline", metavar="LABEL", default=None,
                    help="compare each init with this one: difference, 95%% CI, verdict (default: Xavier)")
     p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: sqlite:///mlflow.db)")

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import os
 
+from embinit.cli.arg_types import port
 from embinit.commands import ui_command
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("serve", help="run the HTTP API (experiments over HTTP; docs at /docs)")
     p.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    p.add_argument("--port", type=port, default=8000, help="port (default 8000)")
     p.add_argument("--ray-address", default=None,
                    help="an existing Ray cluster (ray://HEAD:10001, or HOST:6379 on a cluster node); "
                         "default: EMBINIT_RAY_ADDRESS, else a local Ray started with the API")

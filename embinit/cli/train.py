@@ -10,6 +10,7 @@ import argparse
 import json
 import sys
 
+from embinit.cli.arg_types import folder_to_write
 from embinit.config import PRECISIONS
 from embinit.errors import EmbinitError
 
@@ -92,7 +93,7 @@ def register(subparsers) -> None:
     p.add_argument("--device", help="default: auto")
     p.add_argument("--extra", type=_extra, action="append", metavar="KEY=VALUE",
                    help="task-specific switch, e.g. train_split=valid (repeatable)")
-    p.add_argument("--out", help="checkpoint folder (last.pt, best.pt); resumes from last.pt")
+    p.add_argument("--out", type=folder_to_write, help="checkpoint folder (last.pt, best.pt); resumes from last.pt")
     p.add_argument("--no-resume", action="store_true", help="ignore an existing last.pt in --out")
     p.add_argument("--cache-dir", help="cache of tokenized data and aligned vectors")
     p.add_argument("--json", action="store_true",

@@ -1,0 +1,50 @@
+"""argparse types the subcommands share: a bad value is argparse's one-line usage error (exit 2), found
+before any work is done, not a traceback after it (a port out of range, a folder that is a file)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from urllib.parse import urlparse
+
+
+def port(text: str) -> int:
+    """A TCP port, 1-65535."""
+    value = _int(text)
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 1-65535, got {value}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    value = _int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def http_url(text: str) -> str:
+    """An http(s) URL with a host (`http://127.0.0.1:8000`), without a trailing slash."""
+    url = urlparse(text.strip())
+    if url.scheme not in ("http", "https") or not url.netloc:
+        raise argparse.ArgumentTypeError(f"expected an http(s) URL such as http://127.0.0.1:8000, got {text!r}")
+    return text.strip().rstrip("/")
+
+
+def folder_to_write(text: str) -> str:
+    """A folder that exists or can be made: not an existing file, under a writable existing folder."""
+    path = Path(text).expanduser()
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is a file, not a folder")
+    parent = next((p for p in (path, *path.parents) if p.exists()), Path("."))
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"cannot write in {str(parent)!r} (to make {text!r})")
+    return text
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
