@@ -63,6 +63,17 @@ def test_an_empty_override_or_a_default_a_task_shadows_is_a_problem_not_a_silent
     assert {c.dropout for c in load_spec(QUICK, ["defaults.dropout=0.2"]).expand()} == {0.2}
 
 
+def test_one_bad_override_is_one_problem_and_whole_entries_replace_the_list():
+    with pytest.raises(SpecError) as e:   # it sets defaults.epochs and the task's epochs: said once
+        load_spec(QUICK, ["epochs=abc"])
+    ((path, message),) = e.value.problems
+    assert path == "tasks[0].epochs" and message.endswith(
+        "got 'abc' (from the command-line override epochs=abc) (also at defaults.epochs)")
+    # task entries written out replace the spec's (they were read as names: "{'task': ...} is not a task")
+    spec = load_spec(QUICK, ["tasks=[{task: synthetic_translation, epochs: 4}]"])
+    assert {c.epochs for c in spec.expand()} == {4}
+
+
 def test_a_key_given_twice_inside_an_override_value_is_a_problem_like_in_a_spec_file():
     # read with the spec file's loader: yaml.safe_load kept the last lr and searched lr 2 alone
     with pytest.raises(SpecError) as e:

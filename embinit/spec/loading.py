@@ -88,8 +88,20 @@ def spec_data(source: Any, overrides: list[str] | tuple[str, ...] = ()) -> tuple
 
 
 def blamed(problems: list[tuple[str, str]], keys: dict[str, str]) -> list[tuple[str, str]]:
-    """Each problem's message naming the override that set its field, if one did."""
-    return [(path, _blame(path, message, keys)) for path, message in problems] if keys else list(problems)
+    """Each problem's message naming the override that set its field, if one did. One override that set
+    a hyperparameter in several places (`epochs=abc`: `defaults.epochs` and each task's `epochs`) with
+    the same problem in each is said once, at its first place, naming the others."""
+    if not keys:
+        return list(problems)
+    out: dict[str, list] = {}   # the blamed message -> [first path, other paths]
+    for path, message in problems:
+        text = _blame(path, message, keys)
+        if text in out and text != message:
+            out[text][1].append(path)
+        else:
+            out.setdefault(text if text != message else f"{path}\0{text}", [path, []])
+    return [(first, text.split("\0")[-1] + (f" (also at {', '.join(more)})" if more else ""))
+            for text, (first, more) in out.items()]
 
 
 def _blame(path: str, message: str, keys: dict[str, str]) -> str:

@@ -165,7 +165,9 @@ def apply(data: dict[str, Any], items: list[str], spec_fields: set[str]) -> tupl
             hint = "leave the override out to log to the spec's name" if key != "name" else "give a name"
             problems.append((key, f"{key} must not be empty; {hint}"))
             continue
-        if key in LIST_FIELDS:
+        if key in LIST_FIELDS and isinstance(value, list) and any(isinstance(v, dict) for v in value):
+            out[key] = value   # whole entries (`tasks=[{task: sst2, epochs: 4}]`), not names to keep
+        elif key in LIST_FIELDS:
             out[key] = select(out.get(key) or [], _names(value))
         elif key in HYPERPARAMETERS:
             _set_hyperparameter(out, key, value)
