@@ -6,7 +6,8 @@ of byte scanning. Every line's field count is still checked (a cheap `count(b" "
 dimension anywhere before the last needed word is reported with its line number. So is a word that is
 not UTF-8 (a Latin-1 file would otherwise turn every non-ASCII word into an OOV token): only the rare
 non-ASCII words are decoded, so an ASCII line costs one `isascii()`. Reading stops early once every
-token has its exact row.
+token has its exact row. A word given twice keeps its first row; the later ones are not read (reading
+stops at the first exact row), so they are not reported either.
 
 `.npy` convention: the matrix `X.npy` is [V, D]; its vocabulary (one token per line, line i = row i) is
 the first file that exists of `X.vocab.txt`, `X.vocab`, `vocab.txt` in the same folder.
