@@ -28,6 +28,10 @@ from embinit.analysis.snapshots import fingerprint, load_snapshot, save_snapshot
 from embinit.analysis.trial_context import AnalysisTrial, LogFn, context_seen, context_tokens, model_table
 from embinit.errors import EmbinitError, unknown_name
 
+# How often a seed waiting for its reference seed's snapshot looks for it: the check is one stat, and a
+# seed that got ahead of its reference resumes within this of the file appearing (it slept 5 s before).
+POLL_S = 0.2
+
 if TYPE_CHECKING:
     from embinit.spec.models import SimilarityAnalysis
 
@@ -130,8 +134,8 @@ class SimilarityCallback:
     def _snapshot_at(self, step: int, tokens) -> torch.Tensor | None:
         path = snapshot_path(self.reference_snapshots, step)
         deadline = time.monotonic() + self.wait_s
-        while not path.exists() and time.monotonic() < deadline:
-            time.sleep(min(5.0, self.wait_s))
+        while not path.exists() and time.monotonic() < deadline:   # written atomically (os.replace)
+            time.sleep(min(POLL_S, max(0.0, deadline - time.monotonic())))
         if not path.exists():
             self.missing_steps.append(step)
             return None
