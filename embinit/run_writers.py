@@ -117,9 +117,20 @@ def close_sweeps(exp_id: str, uri: str, spec_hash: str, reason: str, status: str
     """Close the sweep (parent) runs of a spec still RUNNING although their driver is gone: MLflow status
     `status`, `embinit.status` failed (cancelled when KILLED), the reason in `embinit.error`."""
     runs = sweep_records(exp_id, uri, f"tags.`{SPEC_HASH_TAG}` = '{spec_hash}' and attributes.status = 'RUNNING'")
-    c = client(uri)
     for run in runs:
-        retry(lambda r=run: c.set_tag(r.run_id, STATUS_TAG, "failed" if status == "FAILED" else "cancelled"))
-        retry(lambda r=run: c.set_tag(r.run_id, ERROR_TAG, reason))
-        retry(lambda r=run: c.set_terminated(r.run_id, status=status))
+        close_sweep_run(run.run_id, uri, reason, status)
     return len(runs)
+
+
+def close_sweep_run(run_id: str, uri: str, reason: str, status: str = "FAILED", tag: str | None = None,
+                    details: str | None = None) -> None:
+    """End a sweep's run that stopped before its report (its driver raised, was interrupted or is gone):
+    MLflow status `status`, `embinit.status` `tag` (default: failed, cancelled when KILLED), `reason` in
+    `embinit.error`; `details` (a traceback) as the artifact error.txt."""
+    from mlflow.entities import RunTag
+    c = client(uri)
+    tag = tag or ("failed" if status == "FAILED" else "cancelled")
+    log_batch(c, run_id, tags=[RunTag(STATUS_TAG, tag), RunTag(ERROR_TAG, reason[:4000])])
+    if details:
+        retry(lambda: c.log_text(run_id, details, "error.txt"))
+    retry(lambda: c.set_terminated(run_id, status=status))

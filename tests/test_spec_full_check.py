@@ -95,6 +95,35 @@ def test_dry_run_shows_every_problem_in_one_round(tmp_path, capsys):
     assert "lacks dev.tsv" in err and err.rstrip().endswith(SIZES_NOT_CHECKED)
 
 
+def test_a_cache_dir_that_cannot_be_a_folder_is_a_problem_listed_with_the_others(tmp_path):
+    """`cache_dir` need not exist (it is made on demand), but a file there, or under a file, is no folder:
+    the sweep used to start, open its MLflow run and crash in Tune's storage (NotADirectoryError)."""
+    (tmp_path / "afile").write_text("not a folder\n")
+    base = {"name": "s", "tasks": ["synthetic_translation"], "inits": ["glove"],
+            "pretrained": {"glove": str(tmp_path / "nope.txt")}}
+    for cache, says in ((tmp_path / "afile", f"{str(tmp_path / 'afile')!r} is a file, not a folder"),
+                        (tmp_path / "afile" / "sub", f"{str(tmp_path / 'afile' / 'sub')!r} cannot be made: "
+                                                     f"{str(tmp_path / 'afile')!r} is a file, not a folder")):
+        with pytest.raises(SpecError) as e:
+            check_spec({**base, "cache_dir": str(cache)})
+        found = dict(e.value.problems)
+        assert found["cache_dir"] == says
+        assert found["pretrained.glove"].endswith("does not exist")   # both in the one list
+    check_spec({**base, "pretrained": {}, "inits": ["xavier"], "cache_dir": str(tmp_path / "new" / "cache")})
+
+
+def test_run_refuses_a_cache_dir_file_before_opening_the_store(tmp_path, capsys):
+    (tmp_path / "afile").write_text("")
+    (tmp_path / "s.yaml").write_text(f"name: s\ntasks: [synthetic_translation]\ninits: [xavier]\n"
+                                     f"cache_dir: ./afile\nmlflow: {{tracking_uri: 'sqlite:///{tmp_path}/m.db'}}\n")
+    for dry in ([], ["--dry-run"]):
+        assert main(["run", str(tmp_path / "s.yaml"), *dry]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("embinit: error: invalid experiment spec (1 problem): cache_dir: ")
+        assert "is a file, not a folder" in err
+    assert not (tmp_path / "m.db").exists()
+
+
 def test_train_shows_the_oov_and_the_src_init_problems(capsys):
     assert main(["train", "--task", "sst2", "--src-init", "glove", "--oov", "meen"]) == 2
     err = capsys.readouterr().err

@@ -51,14 +51,30 @@ def run(args) -> int:
         print(dry_run(spec, args.tracking_uri))
         return 0
     from embinit.sweep import run_sweep
+    from embinit.sweep.interrupt import terminate_as_interrupt
+    with terminate_as_interrupt() as terminated:   # SIGTERM (kill, a container stop) as Ctrl-C
+        return _sweep(args, spec, run_sweep, terminated)
+
+
+def _sweep(args, spec, run_sweep, terminated) -> int:
+    from embinit.sweep.interrupt import how_interrupted
+    from embinit.sweep.run import error_text
     try:
         result = run_sweep(spec, address=args.address, tracking_uri=args.tracking_uri, progress=not args.quiet,
                            store_uri=args.store_uri)
-    except KeyboardInterrupt:
-        print(f"embinit: interrupted. Trials that finished are kept in MLflow; the stopped ones are marked "
+    except KeyboardInterrupt as e:
+        how = "SIGTERM" if terminated() else how_interrupted(e)
+        print(f"embinit: interrupted ({how}). Trials that finished are kept in MLflow; the stopped ones are marked "
               f"'interrupted'. Run `{resume_command(args)}` again to resume: finished trials are reused, the rest "
               f"train.", file=sys.stderr, flush=True)
-        return 130
+        return 143 if terminated() else 130
+    except BrokenPipeError:
+        raise
+    except OSError as e:   # the filesystem or the network refused (a folder, a store): said without a traceback
+        print(f"embinit: error: the sweep stopped: {error_text(e)}. What MLflow holds is kept (the sweep's run, "
+              f"if it was opened, is closed as FAILED with this error); fix the cause and run "
+              f"`{resume_command(args)}` again to resume: finished trials are reused.", file=sys.stderr, flush=True)
+        return 1
     print(f"{result.n_finished}/{result.planned} trials finished ({result.reused} reused), {result.n_failed} "
           f"failed, in {result.wall_s:.0f} s. MLflow: experiment {result.experiment!r} at {result.tracking_uri}")
     print("\n".join(next_steps(result.experiment, result.tracking_uri)), flush=True)

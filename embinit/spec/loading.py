@@ -121,18 +121,45 @@ def check_local_paths(spec: ExperimentSpec) -> None:
         raise SpecError(problems)
 
 
+# Folders a sweep makes when they do not exist yet: they need not exist, but must be (or become) folders.
+MADE_ON_DEMAND = ("cache_dir", "analyses.similarity.snapshot_dir")
+
+
 def missing_paths(pairs: list[tuple[str, str]]) -> tuple[list[tuple[str, str]], list[Path]]:
-    """((where, problem) for each filesystem path of `pairs` (field path, value) that does not exist,
-    every missing value as a Path (hub ids too, for `data_problems`))."""
+    """((where, problem) for each filesystem path of `pairs` (field path, value) that does not exist, or,
+    for a folder made on demand, that cannot be that folder; every missing value as a Path (hub ids too,
+    for `data_problems`))."""
     problems, missing = [], []
     for where, value in pairs:
         path = Path(value).expanduser()
+        if where in MADE_ON_DEMAND:
+            problems += [(where, problem)] if (problem := folder_problem(path, value)) else []
         if path.exists():
             continue
         missing.append(path)
-        if where not in ("cache_dir", "analyses.similarity.snapshot_dir") and value.startswith(("/", "./", "../", "~")):
-            problems.append((where, f"{value!r} does not exist"))   # the two folders above are made on demand
+        if where not in MADE_ON_DEMAND and value.startswith(("/", "./", "../", "~")):
+            problems.append((where, f"{value!r} does not exist"))
     return problems, missing
+
+
+def folder_problem(path: Path, value: str) -> str | None:
+    """Why `path` (written `value`) cannot be a folder embinit writes into, making it when missing: it is
+    something else, or the nearest part of it that exists is no folder or is not writable; else None."""
+    import os
+    if path.is_dir():
+        return None if os.access(path, os.W_OK | os.X_OK) else f"{value!r} is a folder this user cannot write to"
+    if path.is_symlink() and not path.exists():
+        return f"{value!r} is a symbolic link to {os.readlink(path)!r}, which does not exist"
+    if path.exists():
+        return f"{value!r} is a file, not a folder" if path.is_file() else f"{value!r} is not a folder"
+    parent = next((p for p in path.absolute().parents if p.exists()), None)
+    if parent is None:
+        return None
+    if not parent.is_dir():
+        return f"{value!r} cannot be made: {str(parent)!r} is a file, not a folder"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"{value!r} cannot be made: this user cannot write to {str(parent)!r}"
+    return None
 
 
 def data_problems(spec: ExperimentSpec, missing: list[Path] = ()) -> list[tuple[str, str]]:

@@ -1,7 +1,13 @@
 """Ctrl-C during a sweep: the first one stops the running trials cleanly (as a cancel does) and the sweep
-then ends with KeyboardInterrupt, so its unfinished trials are recorded as `interrupted`; a second one
-quits at once. Tune's own SIGINT handler is off (`TUNE_DISABLE_SIGINT_HANDLER`, set by `default_env`):
-it would end the run with a `Tuner.restore` hint, while embinit resumes by running the spec again."""
+then ends with KeyboardInterrupt (`Interrupted`), so its unfinished trials are recorded as `interrupted`;
+a second one quits at once. Tune's own SIGINT handler is off (`TUNE_DISABLE_SIGINT_HANDLER`, set by
+`default_env`): it would end the run with a `Tuner.restore` hint, while embinit resumes by running the
+spec again.
+
+`embinit run` also takes SIGTERM (`kill`, a container stop, a scheduler's time limit) as Ctrl-C
+(`terminate_as_interrupt`): without it Ray's crash handler aborts the process and the sweep's runs stay
+RUNNING. Only the command line installs it; a service's driver runs its sweep in a thread (no signal
+reaches it there) and stops it through `run_sweep(stop=...)`."""
 
 from __future__ import annotations
 
@@ -12,27 +18,72 @@ from contextlib import contextmanager
 from typing import Callable, Iterator
 
 
+class Interrupted(KeyboardInterrupt):
+    """The sweep was stopped by `how`: "Ctrl-C" or a signal's name ("SIGTERM")."""
+
+    def __init__(self, how: str = "Ctrl-C"):
+        super().__init__(how)
+        self.how = how
+
+
+def how_interrupted(e: KeyboardInterrupt) -> str:
+    """"Ctrl-C", or the signal that stood for it (a plain KeyboardInterrupt: Ctrl-C)."""
+    return getattr(e, "how", "Ctrl-C")
+
+
+def _name(sig: int) -> str:
+    return "Ctrl-C" if sig == signal.SIGINT else signal.Signals(sig).name
+
+
 @contextmanager
 def stop_on_interrupt(stream=None) -> Iterator[Callable[[], bool]]:
-    """Yields `interrupted()`; raises KeyboardInterrupt on exit when Ctrl-C came. Outside the main thread
-    (a service driver) signals cannot be caught, and nothing changes."""
+    """Yields `interrupted()`; raises `Interrupted` on exit when Ctrl-C (or SIGTERM, see
+    `terminate_as_interrupt`) came. Outside the main thread (a service driver) signals cannot be caught,
+    and nothing changes."""
     if threading.current_thread() is not threading.main_thread():
         yield lambda: False
         return
-    fired = threading.Event()
+    fired: list[str] = []
     previous = signal.getsignal(signal.SIGINT)
 
-    def handler(_sig, _frame):
-        fired.set()
+    def handler(sig, _frame):
+        fired.append(_name(sig))
         signal.signal(signal.SIGINT, previous)  # a second Ctrl-C quits at once
-        print("\n[embinit] interrupted: stopping the running trials (Ctrl-C again to quit at once)",
+        print(f"\n[embinit] interrupted ({fired[0]}): stopping the running trials ({fired[0]} again to quit at once)",
               file=stream or sys.stderr, flush=True)
 
     signal.signal(signal.SIGINT, handler)
     try:
-        yield fired.is_set
+        yield lambda: bool(fired)
     finally:
         if signal.getsignal(signal.SIGINT) is handler:
             signal.signal(signal.SIGINT, previous)
-    if fired.is_set():
-        raise KeyboardInterrupt
+    if fired:
+        raise Interrupted(fired[0])
+
+
+@contextmanager
+def terminate_as_interrupt() -> Iterator[Callable[[], bool]]:
+    """While it is open, SIGTERM does what Ctrl-C does: it goes to the SIGINT handler in force (during
+    training `stop_on_interrupt`'s: the trials stop, are recorded as interrupted and the sweep's run is
+    closed), else raises `Interrupted("SIGTERM")`. Yields `terminated()`: whether SIGTERM came. For the
+    command line only (see the module's note); outside the main thread it changes nothing.
+    `RayRuntime` puts it back after `ray.init`, which installs Ray's own."""
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: False
+        return
+    fired = threading.Event()
+
+    def handler(sig, frame):
+        fired.set()
+        current = signal.getsignal(signal.SIGINT)
+        if callable(current) and current is not signal.default_int_handler:
+            current(sig, frame)
+        else:   # no sweep is training (or a second signal): stop where the program is
+            raise Interrupted(_name(sig))
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield fired.is_set
+    finally:
+        signal.signal(signal.SIGTERM, previous)

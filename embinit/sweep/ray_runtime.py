@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 
@@ -39,6 +41,21 @@ def local_ray_options() -> Iterator[dict]:
             os.environ[NO_CLUSTER_ENV] = before_env
 
 
+@contextmanager
+def keep_sigterm_handler() -> Iterator[None]:
+    """A SIGTERM handler the caller installed (`embinit run`'s, embinit.sweep.interrupt) stays in force
+    across `ray.init`, which installs its own (`sys.exit`) and, in its core worker, a crash handler that
+    aborts the process with a stack dump: the sweep's MLflow runs would stay RUNNING. Without one of the
+    caller's (a signal's default), Ray's stay."""
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGTERM) if main else None
+    try:
+        yield
+    finally:
+        if callable(previous):
+            signal.signal(signal.SIGTERM, previous)
+
+
 def default_env(local: bool = True) -> None:
     """No usage-stats reporting, and for a local Ray (loopback only) token auth off, unless set
     otherwise; a cluster keeps the auth mode its environment gives."""
@@ -70,7 +87,8 @@ class RayRuntime:
         if ray.is_initialized():
             return self  # the caller (a service driver, a test) owns the connection
         try:
-            with local_ray_options() if self.address is None else nullcontext({"include_dashboard": False}) as where:
+            with local_ray_options() if self.address is None else nullcontext({"include_dashboard": False}) as where, \
+                    keep_sigterm_handler():
                 ray.init(address=self.address or "local", ignore_reinit_error=True, **where,
                          log_to_driver=os.environ.get("EMBINIT_RAY_LOGS", "0") == "1",
                          logging_level=logging.WARNING)

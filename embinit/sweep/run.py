@@ -11,17 +11,20 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from embinit import mlflow_store, provenance, records, run_readers, run_writers, tracking_server
+from embinit.errors import EmbinitError
 from embinit.model_dims import check_dimensions
 from embinit.spec import ExperimentSpec, check_local_paths, load_spec
 from embinit.storage import Store
 from embinit.storage import configured as configured_store
 from embinit.sweep.analyses import shared_settings
 from embinit.sweep.fused import CPU_NOTE, fused_units, parallel_slots
+from embinit.sweep.interrupt import how_interrupted
 from embinit.sweep.job import TuneJob
 from embinit.sweep.ray_runtime import RayRuntime
 from embinit.sweep.work import SweepContext, Unit, pack_units, units_to_run
@@ -66,7 +69,28 @@ def _stop_fn(stop: StopFlag) -> Callable[[], bool]:
     return stop
 
 
-INTERRUPTED = "interrupted (Ctrl-C); running the same spec again resumes: finished trials are reused"
+def interrupted_reason(how: str = "Ctrl-C") -> str:
+    """What an interrupted sweep's run and its stopped trials say (`how`: Ctrl-C, SIGTERM)."""
+    return f"interrupted ({how}); running the same spec again resumes: finished trials are reused"
+
+
+def error_text(e: BaseException) -> str:
+    """An exception as one line for a run's error tag: its message, after its type unless it is an
+    `EmbinitError` (a message written for the user)."""
+    text = " ".join(str(e).split()) or "(no message)"
+    return text if isinstance(e, EmbinitError) else f"{type(e).__name__}: {text}"
+
+
+def _close_sweep(exp_id: str, uri: str, parent: str, reason: str, status: str, tag: str | None,
+                 details: str | None = None) -> None:
+    """Close the sweep's run (and its trial runs still RUNNING) as `status` with `reason`. Best effort:
+    a store that fails now as well is said on stderr, and the caller's exception stays the one raised."""
+    try:
+        run_writers.close_orphans(exp_id, uri, parent, reason, status=status, tag=tag)
+        run_writers.close_sweep_run(parent, uri, reason, status, tag, details)
+    except Exception as e:   # the error being handled is the one to report
+        print(f"[embinit] could not close the sweep's MLflow run {parent} ({status}): {error_text(e)}",
+              file=sys.stderr, flush=True)
 
 
 def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = None,
@@ -106,25 +130,32 @@ def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = 
     units, reused = units_to_run(spec, finished, planned)
     linked = _earlier_sweep(spec, units, exp_id, uri)
     if linked is not None:  # nothing to train: no new, empty sweep run
-        return _finish(spec, uri, runs, exp_id, linked, planned, reused, False, t0, progress, linked=True)
+        return _print_report(_finish(spec, uri, runs, exp_id, linked, planned, reused, False, t0, linked=True),
+                             progress)
     parent = run_writers.start_parent_run(exp_id, uri, spec.spec_hash(), spec.to_yaml(), spec.num_trials(),
                                           run_name=spec.name)
-    provenance.record(parent, uri)   # the command, machine, version and commit, for the documents
-    shared = SweepContext(uri, exp_id, parent, log_checkpoint=spec.mlflow.log_checkpoint,
-                          log_plots=spec.mlflow.log_plots, cache_dir=spec.cache_dir,
-                          analyses=shared_settings(spec), storage=store,
-                          trainer=spec.execution.trainer, store_uri=store_uri)
-    job = TuneJob(spec, planned, shared, storage, progress, _stop_fn(stop), extra_callbacks, address, reused)
+    # From here on the sweep's run is open: however this ends, it is closed (never left RUNNING).
     try:
+        provenance.record(parent, uri)   # the command, machine, version and commit, for the documents
+        shared = SweepContext(uri, exp_id, parent, log_checkpoint=spec.mlflow.log_checkpoint,
+                              log_plots=spec.mlflow.log_plots, cache_dir=spec.cache_dir,
+                              analyses=shared_settings(spec), storage=store,
+                              trainer=spec.execution.trainer, store_uri=store_uri)
+        job = TuneJob(spec, planned, shared, storage, progress, _stop_fn(stop), extra_callbacks, address, reused)
         cancelled = _execute(job, units)
-    except KeyboardInterrupt:  # Ctrl-C: not a failure; a rerun of the spec resumes
-        run_writers.close_orphans(exp_id, uri, parent, INTERRUPTED, status="KILLED", tag="interrupted")
-        run_writers.end_parent_run(parent, uri, "KILLED", None, {})
+        reason = ("cancelled" if cancelled else
+                  "the trial did not finish: its worker died more often than `retries` allows, or Ray stopped it")
+        run_writers.close_orphans(exp_id, uri, parent, reason, status="KILLED" if cancelled else "FAILED")
+        result = _finish(spec, uri, runs, exp_id, parent, planned, reused, cancelled, t0)
+    except KeyboardInterrupt as e:  # Ctrl-C (or SIGTERM from the command line): not a failure; a rerun resumes
+        _close_sweep(exp_id, uri, parent, interrupted_reason(how_interrupted(e)), "KILLED", "interrupted")
         raise
-    reason = ("cancelled" if cancelled else
-              "the trial did not finish: its worker died more often than `retries` allows, or Ray stopped it")
-    run_writers.close_orphans(exp_id, uri, parent, reason, status="KILLED" if cancelled else "FAILED")
-    return _finish(spec, uri, runs, exp_id, parent, planned, reused, cancelled, t0, progress)
+    except BaseException as e:   # the sweep's run and its unfinished trials say why, then the caller is told
+        _close_sweep(exp_id, uri, parent, f"the sweep failed: {error_text(e)}", "FAILED", None,
+                     traceback.format_exc())
+        raise
+    _print_report(result, progress)
+    return result
 
 
 def _tune_storage(spec: ExperimentSpec, storage_path: str | None, store: str | None) -> Path | str:
@@ -172,8 +203,9 @@ def _execute(job: TuneJob, units: list[Unit]) -> bool:
         return run_tune(job, units)
 
 
-def _finish(spec, uri, runs, exp_id, parent, planned, reused, cancelled, t0, progress, linked=False) -> SweepResult:
-    """The sweep's result and report, the trial runs read from `runs` (`uri`, or the database behind it)."""
+def _finish(spec, uri, runs, exp_id, parent, planned, reused, cancelled, t0, linked=False) -> SweepResult:
+    """The sweep's result and report, the trial runs read from `runs` (`uri`, or the database behind it);
+    the sweep's run closed with them unless `linked` (an earlier sweep's)."""
     from embinit.completeness import planned_trials
     from embinit.report import build_report
     keys = {p.key for p in planned}
@@ -189,8 +221,14 @@ def _finish(spec, uri, runs, exp_id, parent, planned, reused, cancelled, t0, pro
                          linked=linked, shared=shared)
     if not linked:
         _close_parent(spec, uri, parent, result, report)
+    return result
+
+
+def _print_report(result: SweepResult, progress) -> SweepResult:
+    """The report on stdout when the sweep prints its progress (after its run is closed: a closed pipe
+    is no failure of the sweep)."""
     if progress is True:
-        print(report.to_markdown(), flush=True)
+        print(result.report.to_markdown(), flush=True)
     return result
 
 
