@@ -25,19 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.mark.slow
 def test_ctrl_c_marks_trials_interrupted_and_says_how_to_resume(tmp_path):
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
-    spec = tmp_path / "long.yaml"
-    spec.write_text(f"name: interrupt-me\ntasks: [{{task: synthetic_translation, epochs: 50}}]\n"
-                    f"inits: [xavier]\nseeds: 1\nresources: {{cpus: 1}}\ncache_dir: {tmp_path}/cache\n"
-                    f"mlflow: {{tracking_uri: '{uri}', log_checkpoint: false}}\n")
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "RAY_AUTH_MODE": "disabled",
-           "RAY_USAGE_STATS_ENABLED": "0"}
-    proc = subprocess.Popen([sys.executable, "-m", "embinit", "run", str(spec)], cwd=tmp_path, env=env,
-                            stdout=(tmp_path / "out.txt").open("w"), stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
-    reader.start()
+    spec, uri = _spec_file(tmp_path, "interrupt-me", 50)
+    proc, lines, reader = _launch(spec, tmp_path)
     try:
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline and proc.poll() is None:  # the trial started (progress line) ...
@@ -72,6 +61,20 @@ def _spec_file(tmp_path: Path, name: str, epochs: int) -> tuple[Path, str]:
                     f"inits: [xavier]\nseeds: 1\nresources: {{cpus: 1}}\ncache_dir: {tmp_path}/cache\n"
                     f"mlflow: {{tracking_uri: '{uri}', log_checkpoint: false}}\n")
     return spec, uri
+
+
+def _launch(spec: Path, tmp_path: Path) -> tuple[subprocess.Popen, list[str], threading.Thread]:
+    """`embinit run SPEC` in its own session (a signal reaches it alone), stdout to out.txt; its stderr
+    lines collect in the returned list as they come, read by the returned thread."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "RAY_AUTH_MODE": "disabled",
+           "RAY_USAGE_STATS_ENABLED": "0"}
+    proc = subprocess.Popen([sys.executable, "-m", "embinit", "run", str(spec)], cwd=tmp_path, env=env,
+                            stdout=(tmp_path / "out.txt").open("w"), stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
+    reader.start()
+    return proc, lines, reader
 
 
 def _runs(name: str, uri: str) -> list:
@@ -179,14 +182,7 @@ def test_sigterm_marks_trials_interrupted_closes_the_sweep_and_says_how_to_resum
     """`kill PID` of `embinit run` mid-trial: Ray's crash handler used to abort the process (exit 134,
     "*** SIGTERM received"), leaving the sweep's and the trial's runs RUNNING (`embinit report`: running)."""
     spec, uri = _spec_file(tmp_path, "terminate-me", 50)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "RAY_AUTH_MODE": "disabled",
-           "RAY_USAGE_STATS_ENABLED": "0"}
-    proc = subprocess.Popen([sys.executable, "-m", "embinit", "run", str(spec)], cwd=tmp_path, env=env,
-                            stdout=(tmp_path / "out.txt").open("w"), stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
-    reader.start()
+    proc, lines, reader = _launch(spec, tmp_path)
 
     def checkpointed() -> bool:   # the trial's run is open and keeps a checkpoint: resumable once stopped
         exp = mlflow_store.experiment_id("terminate-me", uri)
