@@ -108,19 +108,6 @@ def _exp_artifacts(uri: str, name: str) -> str | None:
     return f"{root}/{name}"
 
 
-def require_store(uri: str | None = None) -> None:
-    """For commands that only read: a SQLite store that is not there is an error naming its path, not
-    an empty new database created where the command was run (a typo in --tracking-uri, or another
-    working directory than the sweep's)."""
-    resolved = resolve_uri(uri)
-    if resolved.startswith("sqlite:///"):
-        path = Path(resolved[len("sqlite:///"):])
-        if not path.is_file():
-            raise EmbinitError(f"no MLflow store at {path} ({'--tracking-uri' if uri else 'the default, ./mlflow.db'})"
-                               f"; give --tracking-uri sqlite:////ABSOLUTE/PATH/mlflow.db of the store the sweep "
-                               f"wrote (`embinit run` prints it)")
-
-
 def experiment_id(name: str, uri: str | None = None) -> str | None:
     exp = client(uri).get_experiment_by_name(name)
     return exp.experiment_id if exp is not None else None

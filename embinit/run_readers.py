@@ -55,15 +55,12 @@ def finished_run(exp_id: str, uri: str | None, key: str) -> TrialRecord | None:
     return newest_finished(key_records(exp_id, uri, key))
 
 
-def trial_record(uri: str | None, run_id: str) -> TrialRecord:
-    """The record of one trial run by its id (`embinit train --from-run`); an error naming the run and
-    the store when the store has no such run, or when the run is not a trial (no `embinit.config` tag:
-    a sweep's or an analysis's run)."""
+def trial_record(c, uri: str | None, run_id: str) -> TrialRecord:
+    """The record of one trial run by its id (`embinit train --from-run`), read with the client `c` of
+    the store at `uri` (`embinit.store_check.require_store`); an error naming the run and the store when
+    the store has no such run, or when the run is not a trial (no `embinit.config` tag: a sweep's or an
+    analysis's run)."""
     where = masked(resolve_uri(uri))
-    try:
-        c = client(uri)
-    except Exception as e:  # a URI MLflow refuses (a file store, an unknown scheme)
-        raise EmbinitError(f"cannot open the MLflow store {where}: {str(e).splitlines()[0][:300]}") from None
     try:
         run = retry(lambda: c.get_run(run_id))
     except Exception as e:  # MLflow raises several types for a run it does not have

@@ -6,6 +6,9 @@ and its first read; two `embinit run`s) both run them: one fails ("duplicate col
 store can be left half-migrated, so that every later read fails. `prepare_store` runs them under a lock
 held across processes (a `flock` beside a SQLite file, an advisory lock on PostgreSQL), so they run once;
 the API calls it at startup, before it accepts work, and `run_sweep` before its driver starts anything.
+It creates a SQLite store only in a new or empty file and upgrades only an MLflow store
+(`embinit.store_check.sqlite_store`: any other file is refused as it is), keeping a copy of an upgraded
+one beside it (`<name>.bak-<old revision>`).
 
 It also gives the store one index of embinit's own (`index_trial_keys`): every trial's worker looks its
 key up by the `embinit.trial_key` tag, and MLflow's schema indexes tags by (key, run) only, so that search
@@ -23,13 +26,16 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import sqlite3
 import tempfile
 from pathlib import Path
+from urllib.parse import quote
 
 from embinit.content_hash import file_lock
 from embinit.errors import EmbinitError
 from embinit.mlflow_store import masked, resolve_uri
 from embinit.records import KEY_TAG
+from embinit.store_check import resolved, sqlite_path, sqlite_store
 
 log = logging.getLogger("embinit.tracking")
 DATABASE_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql")
@@ -41,17 +47,11 @@ def is_database(uri: str) -> bool:
     return uri.split(":", 1)[0].split("+", 1)[0] in DATABASE_SCHEMES
 
 
-def _sqlite_path(uri: str) -> Path | None:
-    if not uri.startswith("sqlite:///") or ":memory:" in uri:
-        return None
-    return Path(uri[len("sqlite:///"):])
-
-
 @contextlib.contextmanager
 def _init_lock(uri: str, engine):
     """Held by one process at a time per store: beside a SQLite file, in PostgreSQL itself, else on
     this host."""
-    db = _sqlite_path(uri)
+    db = sqlite_path(uri)
     if db is not None:
         db.parent.mkdir(parents=True, exist_ok=True)
         with file_lock(db.with_name(db.name + ".init-lock")):
@@ -74,17 +74,20 @@ def _init_lock(uri: str, engine):
 
 def prepare_store(uri: str | None = None) -> str:
     """Create the MLflow store at `uri` or bring its schema to the installed MLflow's version, once.
-    Returns what was done: "created", "upgraded", "current", or "external" (not a database)."""
-    uri = resolve_uri(uri)
+    Returns what was done: "created", "upgraded", "current", or "external" (not a database). A URI of
+    no store's shape, or a SQLite file that is no MLflow store, is an EmbinitError and left as it is."""
+    uri = resolved(uri)
     if not is_database(uri):
         return "external"
+    if (db := sqlite_path(uri)) is not None:
+        sqlite_store(db)   # refused before anything (the lock file) is made beside it
     import sqlalchemy
     from mlflow.store.db import utils
 
     engine = sqlalchemy.create_engine(uri)
     try:
         with _init_lock(uri, engine):
-            done = _create_or_upgrade(engine, utils)
+            done = _create_or_upgrade(engine, utils, db)
             if engine.dialect.name == "sqlite":
                 _write_ahead_log(engine)
             _trial_key_index(engine)
@@ -149,17 +152,44 @@ def _write_ahead_log(engine) -> None:
         log.warning("the MLflow store %s stays in journal mode %s (WAL refused)", engine.url, mode)
 
 
-def _create_or_upgrade(engine, utils) -> str:
-    if not utils._all_tables_exist(engine):
+def _create_or_upgrade(engine, utils, db: Path | None) -> str:
+    """Create, upgrade or leave the store; `db`: its SQLite file, checked again under the lock (another
+    process may have made it since) and copied before an upgrade."""
+    if db is not None and sqlite_store(db).state in ("missing", "empty"):
         log.info("creating the MLflow store %s", engine.url)
         utils._initialize_tables(engine)
         return "created"
+    tables = utils._all_tables_exist(engine)
     current, head = utils._get_schema_version(engine), utils._get_latest_schema_revision()
-    if current == head:
+    if current is None and not tables:   # a new database of a server (PostgreSQL, MySQL)
+        log.info("creating the MLflow store %s", engine.url)
+        utils._initialize_tables(engine)
+        return "created"
+    if current == head and tables:
         return "current"
-    log.warning("upgrading the MLflow store %s from schema %s to %s", engine.url, current, head)
-    utils._upgrade_db(engine)
+    kept = f"; the store as it was is kept at {_backup(db, current)}" if db is not None else ""
+    log.warning("upgrading the MLflow store %s from schema %s to %s%s", engine.url, current, head, kept)
+    if tables:
+        utils._upgrade_db(engine)
+    else:   # a store from before MLflow's newest tables: they are created, then it is upgraded
+        utils._initialize_tables(engine)
     return "upgraded"
+
+
+def _backup(db: Path, revision: str | None) -> Path:
+    """A copy of the SQLite store `db` (with what its write-ahead log holds) beside it, as
+    `<name>.bak-<revision>`, before an upgrade that cannot be undone; an earlier copy is never replaced."""
+    target, n = db.with_name(f"{db.name}.bak-{revision}"), 1
+    while target.exists():
+        n += 1
+        target = db.with_name(f"{db.name}.bak-{revision}-{n}")
+    src, dst = sqlite3.connect(f"file:{quote(str(db))}?mode=ro", uri=True), sqlite3.connect(target)
+    try:
+        src.backup(dst)
+    finally:
+        src.close()
+        dst.close()
+    return target
 
 
 def check_store_behind(server_uri: str, store_uri: str, name: str, exp_id: str, timeout_s: int = 10) -> str:
@@ -206,8 +236,13 @@ def _shape_problems(server_uri: str, store_uri: str) -> list[str]:
     if not is_database(store_uri):
         problems.append(f"{masked(store_uri)} is not a SQL database URL (postgresql+psycopg://, mysql://, "
                         "sqlite:///)")
-    elif (path := _sqlite_path(store_uri)) is not None and not path.is_file():
+    elif (path := sqlite_path(store_uri)) is not None and not path.is_file():
         problems.append(f"{masked(store_uri)}: there is no file {path}")
+    elif path is not None:
+        try:
+            sqlite_store(path)   # another application's database, or no database at all
+        except EmbinitError as e:
+            problems.append(str(e))
     return problems
 
 

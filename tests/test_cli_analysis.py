@@ -226,3 +226,21 @@ def test_a_non_positive_top_is_refused(files, tmp_path, capsys, top):
     assert f"--top) must be a positive number of rows, got {top}" in capsys.readouterr().err
     assert main(["analogy", "--embeddings", str(glove), "--questions", str(questions), "--top", top]) == 2
     assert f"--top) must be a positive number of rows, got {top}" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_analyses_read_and_log_only_to_an_mlflow_store(files, tmp_path, capsys):
+    """`analogy --log-experiment` and a run id as the embeddings open the store at --tracking-uri:
+    another application's SQLite file is refused before the analysis, and left as it was."""
+    from helpers.bad_stores import notes_db, snapshot
+    glove, questions = files
+    db = notes_db(tmp_path / "notes.db")
+    before = snapshot(db)
+    refused = f"{db} is not an MLflow store: it has tables [notes]; give a new file or an MLflow store"
+    for argv in (["analogy", "--embeddings", str(glove), "--questions", str(questions), "--log-experiment", "t4"],
+                 ["analogy", "--embeddings", "0" * 32, "--questions", str(questions)],
+                 ["similarity", "0" * 32, str(glove)]):
+        assert main([*argv, "--tracking-uri", f"sqlite:///{db}"]) == 2
+        out, err = capsys.readouterr()
+        assert refused in err and len(err.strip().splitlines()) == 1 and "logged" not in out, err
+        assert snapshot(db) == before

@@ -5,11 +5,13 @@ from __future__ import annotations
 import csv
 import io
 import json
+from pathlib import Path
 
 import pytest
 
 from embinit import mlflow_store, trial_run
 from embinit.cli import main
+from helpers.bad_stores import notes_db, random_bytes, snapshot, stamped_old, state_db, truncated
 
 pytestmark = pytest.mark.slow  # creates an MLflow SQLite store
 
@@ -65,3 +67,56 @@ def test_report_on_a_store_that_is_not_there_names_it_and_creates_nothing(tmp_pa
     assert "typo.db (--tracking-uri)" in capsys.readouterr().err
     assert main(["reproduction", "--out", str(tmp_path / "r.md")]) == 2
     assert list(tmp_path.iterdir()) == []   # no empty database left behind
+
+
+def _bad_store(kind: str, real: Path, folder: Path) -> tuple[Path, str]:
+    """(a file of `kind` given as the store, what the error says of it)."""
+    if kind == "old":
+        db, revision = stamped_old(real, folder / "old.db")
+        return db, (f"the MLflow store {db} has an out-of-date schema (revision {revision}; MLflow "
+                    f"{mlflow_version()} reads ")
+    make = {"notes": notes_db, "state": state_db, "random": random_bytes,
+            "truncated": lambda p: truncated(real, p)}[kind]
+    db = make(folder / f"{kind}.db")
+    return db, {"notes": f"{db} is not an MLflow store: it has tables [notes]; give a new file or an MLflow store",
+                "state": f"{db} is not an MLflow store: it has tables [experiments",
+                "random": f"{db} is not an SQLite database (it does not start with SQLite's header)",
+                "truncated": f"{db} is a damaged SQLite database: truncated ("}[kind]
+
+
+def mlflow_version() -> str:
+    import mlflow
+    return mlflow.__version__
+
+
+@pytest.mark.parametrize("command", [["report", "cli"], ["reproduction"]])
+@pytest.mark.parametrize("kind", ["notes", "state", "random", "truncated", "old"])
+def test_a_file_that_is_no_current_mlflow_store_is_refused_and_left_as_it_was(kind, command, uri, tmp_path, capsys):
+    """Commands that only read never create or migrate MLflow's tables: another application's database,
+    a file that is no database, a damaged copy and a store of an older schema are each named in one
+    line (exit 2), and the file keeps its bytes, its tables and its folder."""
+    db, message = _bad_store(kind, Path(uri[len("sqlite:///"):]), tmp_path)
+    before = snapshot(db)
+    assert main([*command, "--tracking-uri", f"sqlite:///{db}"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err
+    assert snapshot(db) == before
+    if kind == "old":
+        assert (f'back it up (sqlite3 {db} ".backup {db}.bak") and upgrade it with `mlflow db upgrade '
+                f'sqlite:///{db}`, or let `embinit run` with this store upgrade it (it keeps a copy)') in err
+
+
+@pytest.mark.parametrize("command", [["report", "cli"], ["reproduction"]])
+@pytest.mark.parametrize("shape, message", [
+    ("sqlit:///{db}", "unknown scheme 'sqlit' in the tracking URI sqlit:///{db}: a store is sqlite:///PATH"),
+    ("sqlite:{db}", "'sqlite:{db}' is not a SQLite URI: that is sqlite:/// then the file's path"),
+    ("{db}", "'{db}' is a path, not a tracking URI (MLflow would read it as a folder of runs); for a SQLite store "
+             "give sqlite:///{db}"),
+])
+def test_a_mistyped_store_uri_is_one_line_saying_what_is_wrong(shape, message, command, uri, capsys):
+    db = uri[len("sqlite:///"):]
+    before = snapshot(Path(db))
+    assert main([*command, "--tracking-uri", shape.format(db=db)]) == 2
+    err = capsys.readouterr().err
+    assert message.format(db=db) in err and len(err.strip().splitlines()) == 1, err
+    assert snapshot(Path(db)) == before

@@ -105,6 +105,19 @@ def test_what_cannot_be_rerun_is_a_clear_error(case, message, store, tmp_path, c
     assert sorted(p.name for p in tmp_path.iterdir()) == []   # nothing written: no store, no checkpoint
 
 
+def test_another_applications_database_is_refused_not_made_a_store(tmp_path, capsys):
+    """`--from-run` only reads: a SQLite file of another application once got MLflow's tables (and then
+    "no MLflow run"); it is named as what it is, and left as it was."""
+    from helpers.bad_stores import notes_db, snapshot
+    db = notes_db(tmp_path / "notes.db")
+    before = snapshot(db)
+    code = main(["train", "--from-run", "abc", "--tracking-uri", f"sqlite:///{db}", "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"{db} is not an MLflow store: it has tables [notes]; give a new file or an MLflow store" in err
+    assert snapshot(db) == before
+
+
 def _parse(argv: list[str]):
     parser = argparse.ArgumentParser()
     from embinit.cli.train import register

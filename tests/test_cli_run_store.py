@@ -78,3 +78,43 @@ def test_a_store_that_cannot_be_the_servers_database_is_refused_in_one_line(tmp_
     assert "`embinit run --store-uri`" in lines[0]
     assert "is not an `mlflow server`" in lines[0] and "is not a SQL database URL" in lines[0]
     assert "trials finished" not in proc.stdout and not (tmp_path / "mlflow.db").exists()
+
+
+@pytest.fixture
+def no_training(monkeypatch):
+    """A sweep that got past its store checks fails the test instead of training."""
+    from embinit.sweep import run as sweep_run
+    monkeypatch.setattr(sweep_run, "_execute", lambda *a: pytest.fail("the sweep started training"))
+
+
+@pytest.mark.parametrize("kind, message", [
+    ("notes", "is not an MLflow store: it has tables [notes]; give a new file or an MLflow store"),
+    ("state", "is not an MLflow store: it has tables [experiments"),
+    ("random", "is not an SQLite database (it does not start with SQLite's header)"),
+])
+def test_run_never_makes_another_file_an_mlflow_store(kind, message, spec, no_training, tmp_path, capsys):
+    """`embinit run` once gave any SQLite file MLflow's tables, switched it to WAL and trained into it (the
+    API's state database it half-converted, then failed on its `experiments` table). A new or empty file
+    is a store to create; any other is refused in one line, its bytes, tables and folder as they were."""
+    from helpers.bad_stores import notes_db, random_bytes, snapshot, state_db
+    db = {"notes": notes_db, "state": state_db, "random": random_bytes}[kind](tmp_path / "other.db")
+    before = snapshot(db)
+    assert main(["run", spec, "--quiet", "--tracking-uri", f"sqlite:///{db}"]) == 2
+    err = capsys.readouterr().err
+    assert f"{db} {message}" in err and len(err.strip().splitlines()) == 1, err
+    assert snapshot(db) == before
+
+
+@pytest.mark.parametrize("shape, message", [
+    ("sqlit:///{db}", "unknown scheme 'sqlit' in the tracking URI sqlit:///{db}: a store is sqlite:///PATH"),
+    ("sqlite:{db}", "'sqlite:{db}' is not a SQLite URI: that is sqlite:/// then the file's path"),
+    ("{db}", "'{db}' is a path, not a tracking URI (MLflow would read it as a folder of runs); for a SQLite store "
+             "give sqlite:///{db}"),
+])
+def test_run_refuses_a_mistyped_store_uri_before_anything_is_made(shape, message, spec, no_training, tmp_path,
+                                                                  capsys):
+    db = tmp_path / "store" / "mlflow.db"
+    assert main(["run", spec, "--quiet", "--tracking-uri", shape.format(db=db)]) == 2
+    err = capsys.readouterr().err
+    assert message.format(db=db) in err and len(err.strip().splitlines()) == 1, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny.yaml"]

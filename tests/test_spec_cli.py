@@ -139,3 +139,70 @@ def test_dry_run_refuses_extras_no_trial_could_take_before_anything_is_written(t
     assert "extras val_bleu is a switch: true or false, got 'no'" in err
     assert "trials synthetic_lm x Xavier: extras noise is an option of synthetic_translation only" in err
     assert not db.exists()
+
+
+@pytest.fixture(scope="module")
+def real_store(tmp_path_factory) -> Path:
+    from embinit.tracking_store import prepare_store
+    db = tmp_path_factory.mktemp("store") / "mlflow.db"
+    prepare_store(f"sqlite:///{db}")
+    return db
+
+
+def _tiny(tmp_path: Path) -> str:
+    spec = tmp_path / "s.yaml"
+    spec.write_text("name: d\ntasks: [synthetic_translation]\ninits: [xavier]\nseeds: 1\n")
+    return str(spec)
+
+
+@pytest.mark.parametrize("kind, message", [
+    ("notes", "is not an MLflow store: it has tables [notes]; give a new file or an MLflow store"),
+    ("state", "is not an MLflow store: it has tables [experiments"),
+    ("random", "is not an SQLite database (it does not start with SQLite's header)"),
+    ("truncated", "is a damaged SQLite database: truncated ("),
+])
+def test_dry_run_refuses_a_file_the_run_would_refuse_and_leaves_it_as_it_was(kind, message, real_store, tmp_path,
+                                                                             capsys):
+    """A dry run reads finished trials from the store; it never gives another file MLflow's tables (it
+    once did, by opening an MLflow client on it), and says in one line what `run` would refuse."""
+    from helpers.bad_stores import notes_db, random_bytes, snapshot, state_db, truncated
+    make = {"notes": notes_db, "state": state_db, "random": random_bytes,
+            "truncated": lambda p: truncated(real_store, p)}[kind]
+    db, spec = make(tmp_path / "other.db"), _tiny(tmp_path)
+    before = snapshot(db)
+    assert main(["run", spec, "--dry-run", "--tracking-uri", f"sqlite:///{db}"]) == 2
+    err = capsys.readouterr().err
+    assert f"{db} {message}" in err and len(err.strip().splitlines()) == 1, err
+    assert snapshot(db) == before
+
+
+@pytest.mark.parametrize("shape, message", [
+    ("sqlit:///{db}", "unknown scheme 'sqlit' in the tracking URI sqlit:///{db}"),
+    ("sqlite:{db}", "'sqlite:{db}' is not a SQLite URI"),
+    ("{db}", "'{db}' is a path, not a tracking URI"),
+])
+def test_dry_run_refuses_a_mistyped_store_uri(shape, message, tmp_path, capsys):
+    """`sqlit:///` once passed a dry run in silence, to fail the run itself with a KeyError."""
+    db = tmp_path / "mlflow.db"
+    assert main(["run", _tiny(tmp_path), "--dry-run", "--tracking-uri", shape.format(db=db)]) == 2
+    err = capsys.readouterr().err
+    assert message.format(db=db) in err and len(err.strip().splitlines()) == 1, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]
+
+
+def test_dry_run_reads_no_old_store_nor_empty_file_and_changes_neither(real_store, tmp_path, capsys):
+    """An old store: the run would upgrade it, so the dry run says so and reads nothing (MLflow refuses
+    to read it, and a dry run migrates nothing); an empty file stays empty (the run creates the store)."""
+    from helpers.bad_stores import snapshot, stamped_old
+    old, revision = stamped_old(real_store, tmp_path / "old.db")
+    spec = _tiny(tmp_path)
+    before = snapshot(old)
+    assert main(["run", spec, "--dry-run", "--tracking-uri", f"sqlite:///{old}"]) == 0
+    out = capsys.readouterr().out
+    assert (f"note: the MLflow store {old} has an out-of-date schema (revision {revision}; this MLflow reads "
+            f"") in out and f"the run upgrades it, keeping a copy at {old}.bak-{revision}" in out
+    assert snapshot(old) == before
+    empty = tmp_path / "empty.db"
+    empty.write_bytes(b"")
+    assert main(["run", _tiny(tmp_path), "--dry-run", "--tracking-uri", f"sqlite:///{empty}"]) == 0
+    assert "1 trials" in capsys.readouterr().out and empty.read_bytes() == b""

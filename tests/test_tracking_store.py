@@ -3,6 +3,7 @@ several processes at once on a new `mlflow.db`, the API at startup, and `run_swe
 
 from __future__ import annotations
 
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -14,6 +15,7 @@ from fastapi.testclient import TestClient
 
 from embinit.errors import EmbinitError
 from embinit.tracking_store import is_database, prepare_store
+from helpers.bad_stores import copy_store, notes_db, random_bytes, snapshot, state_db
 from service.fakes import FakeCluster, FakeRunner
 from service.main import create_app
 from service.settings import Settings
@@ -72,7 +74,6 @@ def test_prepare_store_is_idempotent_and_skips_servers(tmp_path):
 def test_a_sqlite_store_is_in_wal_mode_so_readers_do_not_block_writers(tmp_path):
     """In SQLite's rollback journal a commit waits for every reader; in WAL mode a long read (a report
     over thousands of runs) and a trial's commit go on at once. The mode is kept in the file."""
-    import sqlite3
     db = tmp_path / "mlflow.db"
     prepare_store(f"sqlite:///{db}")
     assert sqlite3.connect(db).execute("PRAGMA journal_mode").fetchone()[0] == "wal"
@@ -82,19 +83,80 @@ def test_a_sqlite_store_is_in_wal_mode_so_readers_do_not_block_writers(tmp_path)
     writer.execute("INSERT INTO experiment_tags (key, value, experiment_id) VALUES ('k', 'v', 0)")
     writer.commit()                                             # ... and the write commits at once
     reader.rollback()
-    old = tmp_path / "old.db"                                   # a store made before: switched on open
-    sqlite3.connect(old).execute("CREATE TABLE t (x)")
-    prepare_store(f"sqlite:///{old}")
+    old = copy_store(db, tmp_path / "old.db")                   # a store made before, in rollback mode ...
+    assert sqlite3.connect(old).execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+    prepare_store(f"sqlite:///{old}")                           # ... switched on open
     assert sqlite3.connect(old).execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
 def test_a_broken_store_is_a_clear_error_and_stays_as_it_was(tmp_path):
     db = tmp_path / "mlflow.db"
     db.write_bytes(b"not a database at all" * 100)
-    with pytest.raises(EmbinitError, match=r"the MLflow store sqlite:///.*mlflow.db could not be created or "
-                                           r"upgraded: DatabaseError: .*file is not a database"):
+    with pytest.raises(EmbinitError, match=r"mlflow.db is not an SQLite database \(it does not start with SQLite's "
+                                           r"header\); give a new file or an MLflow store"):
         prepare_store(f"sqlite:///{db}")
     assert db.read_bytes() == b"not a database at all" * 100
+
+
+@pytest.mark.parametrize("make, message", [
+    (notes_db, r"is not an MLflow store: it has tables \[notes\]; give a new file or an MLflow store"),
+    (state_db, r"is not an MLflow store: it has tables \[experiments[^]]*\]; give a new file or an MLflow store"),
+    (random_bytes, r"is not an SQLite database"),
+])
+def test_a_file_that_is_no_mlflow_store_is_never_made_one(make, message, tmp_path):
+    """`embinit run` and the API create a store in a new or empty file only: another application's
+    database (the API's own state database among them) is refused as it is, not given MLflow's ~200
+    tables, an alembic stamp and WAL mode beside its own; no lock file is made beside it either."""
+    db = make(tmp_path / "other.db")
+    before = snapshot(db)
+    with pytest.raises(EmbinitError, match=message):
+        prepare_store(f"sqlite:///{db}")
+    assert snapshot(db) == before
+
+
+def test_an_empty_file_becomes_a_store(tmp_path):
+    (tmp_path / "mlflow.db").write_bytes(b"")
+    assert prepare_store(f"sqlite:///{tmp_path}/mlflow.db") == "created"
+    assert _schema(f"sqlite:///{tmp_path}/mlflow.db")[0] is not None
+
+
+def _old_store(db: Path, revisions_back: int = 3) -> str:
+    """A store as an older MLflow made it: MLflow's first tables, migrated up to a revision a few before
+    the installed MLflow's head. Returns that revision."""
+    import sqlalchemy
+    from alembic import command
+    from alembic.script import ScriptDirectory
+    from mlflow.store.db import utils
+
+    uri = f"sqlite:///{db}"
+    engine = sqlalchemy.create_engine(uri)
+    utils.InitialBase.metadata.create_all(engine)
+    config = utils._get_alembic_config(uri)
+    revision = [r.revision for r in ScriptDirectory.from_config(config).walk_revisions()][revisions_back]
+    with engine.begin() as conn:
+        config.attributes["connection"] = conn
+        command.upgrade(config, revision)
+    engine.dispose()
+    return revision
+
+
+def test_an_old_store_is_copied_before_it_is_upgraded_and_the_copy_is_named(tmp_path, caplog):
+    db = tmp_path / "mlflow.db"
+    old = _old_store(db)
+    conn = sqlite3.connect(db)
+    conn.execute("INSERT INTO experiments (name, lifecycle_stage) VALUES ('kept', 'active')")
+    conn.commit()
+    conn.close()
+    with caplog.at_level("WARNING", logger="embinit.tracking"):
+        assert prepare_store(f"sqlite:///{db}") == "upgraded"
+    copy = tmp_path / f"mlflow.db.bak-{old}"
+    current, head = _schema(f"sqlite:///{db}")
+    assert current == head != old
+    assert _schema(f"sqlite:///{copy}")[0] == old       # the copy is the store as it was
+    assert sqlite3.connect(copy).execute("SELECT name FROM experiments").fetchall() == [("kept",)]
+    assert f"from schema {old} to {head}; the store as it was is kept at {copy}" in caplog.text
+    assert prepare_store(f"sqlite:///{db}") == "current"   # nothing copied again
+    assert sorted(p.name for p in tmp_path.glob("mlflow.db.bak-*")) == [copy.name]
 
 
 def test_the_api_creates_the_store_before_it_accepts_work(tmp_path):

@@ -102,6 +102,8 @@ def load_embeddings(source: str | Path, key: str | None = None, top: int | None 
         raise EmbinitError(f"top (--top) must be a positive number of rows, got {top!r}")   # -5 sliced from the end
     source = str(source)
     if is_run_id(source):
+        from embinit.store_check import require_store
+        require_store(tracking_uri)   # a store to read: an error saying what it is otherwise, nothing created
         # into embinit's own cache folder, a trusted root, where the one checkpoint reader reads it
         downloads = cache_root() / "downloads"
         downloads.mkdir(parents=True, exist_ok=True)

@@ -70,6 +70,9 @@ def run(args) -> int:
     from embinit.analysis.table4 import EXTRA_ROWS, TABLE4_ROWS, chain_ratio, parse_steps, ratio_sweep, run_table4
 
     steps = parse_steps(args.transform)
+    if args.log_experiment:   # the store it will write to, before the analysis: created, upgraded or refused
+        from embinit.tracking_store import prepare_store
+        prepare_store(args.tracking_uri)
     questions = load_questions(args.questions)
     wanted = _restriction(args)
     emb = load_embeddings(args.embeddings, key=args.key, tracking_uri=args.tracking_uri,

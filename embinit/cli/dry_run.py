@@ -9,11 +9,10 @@ import math
 import os
 import statistics
 from collections import Counter
-from pathlib import Path
 from typing import NamedTuple
 
 from embinit.config import TrialConfig, task_defaults
-from embinit.mlflow_store import resolve_uri
+from embinit.store_check import SqliteStore, resolved, sqlite_path, sqlite_store
 
 
 def trial_lines(spec, plan, done: set[str] = frozenset()) -> list[str]:
@@ -120,8 +119,8 @@ def epoch_s(shape: Shape, past: dict[tuple, list[tuple]]) -> tuple[float | None,
 
 def past_epoch_s(uri: str) -> dict[tuple, list[tuple]]:
     """Seconds per epoch of the finished trials already in the tracking store, by model shape (epochs and
-    batching left out), each with its (batch_size, max_tokens); only a local SQLite store that exists is
-    read (a dry run starts nothing, creates nothing)."""
+    batching left out), each with its (batch_size, max_tokens); only a local SQLite MLflow store at this
+    MLflow's schema is read (a dry run starts, creates and migrates nothing)."""
     if not _local_store(uri):
         return {}
     from embinit import mlflow_store, run_readers
@@ -138,9 +137,28 @@ def past_epoch_s(uri: str) -> dict[tuple, list[tuple]]:
     return out
 
 
+def _sqlite(uri: str) -> SqliteStore | None:
+    """The local SQLite store at `uri` (None: another scheme); a file the run would refuse (not SQLite,
+    another application's tables) is an EmbinitError here too."""
+    path = sqlite_path(uri)
+    return None if path is None else sqlite_store(path)
+
+
 def _local_store(uri: str) -> bool:
-    """Only a local SQLite store that exists is read (a dry run starts nothing, creates nothing)."""
-    return uri.startswith("sqlite:///") and Path(uri[len("sqlite:///"):]).exists()
+    """Only a local SQLite MLflow store at this MLflow's schema is read (a dry run starts nothing, creates
+    nothing, migrates nothing)."""
+    store = _sqlite(uri)
+    return store is not None and store.state == "current"
+
+
+def store_lines(uri: str) -> list[str]:
+    """A note on a store the run would upgrade (its finished trials are not read here)."""
+    store = _sqlite(uri)
+    if store is None or store.state != "old":
+        return []
+    return ["", f"note: the MLflow store {store.path} has an out-of-date schema (revision {store.revision}; this "
+                f"MLflow reads {store.head}): the run upgrades it, keeping a copy at {store.path}.bak-{store.revision}"
+                f"; the trials it has finished are not counted here"]
 
 
 def finished_here(spec, plan, uri: str) -> set[str]:
@@ -235,13 +253,14 @@ def tokenizer_lines(plan) -> list[str]:
 def dry_run(spec, tracking_uri: str | None = None) -> str:
     """The expanded trial list, one trial a line, the cost, and the total; `tracking_uri` (the run's
     `--tracking-uri`) is the store the run would write, else the spec's."""
-    uri = resolve_uri(spec.tracking_uri(tracking_uri))
+    uri = resolved(spec.tracking_uri(tracking_uri))
+    store = store_lines(uri)   # before anything is read: a file the run would refuse is an error here too
     plan = spec.plan()   # once: planning a large grid hashes every trial's key
     done = set() if spec.drawn else finished_here(spec, plan, uri)
     lines = trial_lines(spec, plan, done)
     if not spec.drawn:
         lines += cost_lines(spec, plan, uri, done) + execution_lines(spec, plan)
     notes = tokenizer_lines(plan)
-    lines += [""] + notes if notes else []
+    lines += ([""] + notes if notes else []) + store
     lines.append(f"{spec.num_trials()} trials; MLflow experiment {spec.experiment_name()!r} at {uri}")
     return "\n".join(lines)

@@ -20,7 +20,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from embinit.mlflow_store import require_store
+    from embinit.store_check import require_store
     from embinit.report import build_report
     require_store(args.tracking_uri)
     report = build_report(args.experiment, args.tracking_uri, baseline=args.baseline)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from embinit import mlflow_store, provenance, records, run_readers, run_writers, tracking_server
+from embinit import mlflow_store, provenance, records, run_readers, run_writers, store_check, tracking_server
 from embinit.errors import EmbinitError
 from embinit.model_dims import check_dimensions
 from embinit.spec import ExperimentSpec, check_local_paths, load_spec
@@ -115,7 +115,7 @@ def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = 
     check_dimensions(planned, spec.search)   # before anything is written to the store
     store = configured_store()   # the operator's object store, else node-local folders
     storage = _tune_storage(spec, storage_path, store)
-    uri = mlflow_store.resolve_uri(tracking_uri or spec.mlflow.tracking_uri)
+    uri = store_check.resolved(tracking_uri or spec.mlflow.tracking_uri)   # a mistyped URI: an error now
     if store_uri:
         check_store_shape(uri, store_uri)   # before the tracking store is opened, or made
     prepare_store(uri)  # create / upgrade a SQL store once, before any trial or reader opens it

@@ -1,0 +1,230 @@
+"""What a tracking URI names, told before MLflow opens it.
+
+MLflow opens whatever it is given: a mistyped scheme (`sqlit:///x.db`) is a KeyError deep in its store
+registry, a bare path or `sqlite:/x.db` a file store it refuses with a page of text, and any SQLite file
+becomes an MLflow store: the tables are created in it (and the file switched to WAL by
+`embinit.tracking_store`), next to whatever it held. So every command checks here first, once:
+
+- `resolved(uri)`: the URI's shape (a scheme MLflow stores use, `sqlite:///` then a path), resolved;
+- `sqlite_store(path)`: what a SQLite file is, read without writing to it: not there, empty (both fine
+  for `embinit run`, which creates the store), an MLflow store at this MLflow's schema or an older one;
+  anything else is an EmbinitError naming the file and what it is (not SQLite, damaged, another
+  application's tables, a newer MLflow's schema);
+- `require_store(uri)`: what the commands that only read (report, reproduction, `train --from-run`)
+  open: an MLflow store that exists, at this MLflow's schema; never created nor migrated.
+
+`embinit.tracking_store.prepare_store` (`embinit run`, the API) creates, or upgrades with a copy kept,
+only what `sqlite_store` accepts.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import sqlite3
+import time
+from pathlib import Path
+from typing import NamedTuple
+from urllib.parse import quote
+
+from embinit.errors import EmbinitError, did_you_mean
+from embinit.mlflow_store import client, masked, resolve_uri
+
+# the schemes of MLflow's own stores: SQL databases (sqlalchemy's `dialect+driver`), tracking servers,
+# Databricks and the (deprecated) file store
+SCHEMES = ("sqlite", "postgresql", "mysql", "mssql", "http", "https", "databricks", "databricks-uc", "uc", "file")
+SQLITE_HEADER = b"SQLite format 3\x00"
+CORE = {"experiments": "experiment_id", "runs": "run_uuid"}   # a table of MLflow's and a column of it
+SHAPES = "sqlite:///PATH (sqlite:////ABSOLUTE/PATH), postgresql://, mysql://, mssql:// or an http(s):// server"
+
+
+class SqliteStore(NamedTuple):
+    """A SQLite file as a store: `state` "missing", "empty", "current" or "old" (`revision` older than
+    this MLflow's `head`)."""
+    path: Path
+    state: str
+    revision: str | None = None
+    head: str | None = None
+
+
+def uri_problem(uri: str) -> str | None:
+    """What is wrong with the shape of a tracking URI as given (before `resolve_uri`), or None."""
+    scheme = re.match(r"([A-Za-z][A-Za-z0-9+.-]*):", uri)
+    if scheme is None or (len(scheme.group(1)) == 1 and "://" not in uri):   # a path (C:\ too)
+        absolute = Path(uri).expanduser().resolve()
+        return (f"{uri!r} is a path, not a tracking URI (MLflow would read it as a folder of runs); for a "
+                f"SQLite store give sqlite:///{absolute}")
+    name = scheme.group(1).lower().split("+", 1)[0]
+    if name not in SCHEMES:
+        return (f"unknown scheme {name!r} in the tracking URI {masked(uri)}: a store is {SHAPES}"
+                f"{did_you_mean(name, SCHEMES)}")
+    if name == "sqlite" and not uri.startswith("sqlite:///"):
+        rest = uri[len(scheme.group(0)):]
+        rest = rest[2:] if rest.startswith("//") else rest   # sqlite://x.db: x.db read as a host
+        hint = f"; did you mean sqlite:///{rest}?" if rest else ""
+        return (f"{uri!r} is not a SQLite URI: that is sqlite:/// then the file's path (sqlite:///mlflow.db "
+                f"relative, sqlite:////ABSOLUTE/PATH.db absolute){hint}")
+    if "://" not in uri:
+        return f"{masked(uri)} is not a URI ({scheme.group(0)}// and a location); a store is {SHAPES}"
+    return None
+
+
+def resolved(uri: str | None) -> str:
+    """`uri` (None: the default store) resolved by `mlflow_store.resolve_uri`, once its shape is
+    checked: an EmbinitError saying what is wrong with it otherwise."""
+    problem = uri_problem(uri) if uri else None
+    if problem:
+        raise EmbinitError(problem)
+    return resolve_uri(uri)
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The file of a resolved `sqlite:///` URI (None: another scheme, or an in-memory database)."""
+    if not uri.startswith("sqlite:///") or ":memory:" in uri:
+        return None
+    return Path(uri[len("sqlite:///"):].split("?", 1)[0])
+
+
+def sqlite_store(path: Path) -> SqliteStore:
+    """What the SQLite file at `path` is as an MLflow store, read (never written); an EmbinitError when
+    it is no MLflow store that `embinit run` may create, use or upgrade."""
+    if not path.exists():
+        return SqliteStore(path, "missing")
+    if path.is_dir():
+        raise EmbinitError(f"{path} is a folder, not an SQLite database; give a file (sqlite:///PATH/mlflow.db)")
+    head = _header(path)
+    if not head:
+        return SqliteStore(path, "empty")
+    if not head.startswith(SQLITE_HEADER):
+        raise EmbinitError(f"{path} is not an SQLite database (it does not start with SQLite's header); "
+                           f"give a new file or an MLflow store")
+    if (short := _truncated(path, head)) is not None:
+        raise EmbinitError(f"{path} is a damaged SQLite database: {short}; restore it from a copy, or give a "
+                           f"new file or an MLflow store")
+    try:
+        tables, columns, revision = _read_schema(path)
+    except sqlite3.Error as e:
+        raise EmbinitError(f"{path} cannot be read as an SQLite database ({e}: a damaged or truncated file?); "
+                           f"restore it from a copy, or give a new file or an MLflow store") from None
+    if not tables:
+        return SqliteStore(path, "empty")
+    return _as_store(path, tables, columns, revision)
+
+
+def _as_store(path: Path, tables: list[str], columns: dict[str, set], revision: str | None) -> SqliteStore:
+    """The store the schema read from `path` is, or the EmbinitError saying why it is none."""
+    missing = [(t, c) for t, c in CORE.items() if c not in columns.get(t, set())]
+    if missing and all(t in columns for t in CORE):   # MLflow's table names, another application's tables
+        names, cols = ", ".join(t for t, _ in missing), ", ".join(f"{t}.{c}" for t, c in missing)
+        raise EmbinitError(f"{path} is not an MLflow store: its table{'s' if len(missing) > 1 else ''} {names} "
+                           f"{'are' if len(missing) > 1 else 'is'} not MLflow's (no column {cols}); give a new file "
+                           f"or an MLflow store")
+    if missing or revision is None:
+        raise EmbinitError(f"{path} is not an MLflow store: it has tables {_listed(tables)}; give a new file or an "
+                           f"MLflow store")
+    known, head = _revisions()
+    if revision not in known:
+        import mlflow
+        raise EmbinitError(f"{path} has MLflow schema revision {revision}, which the installed MLflow "
+                           f"{mlflow.__version__} does not know (written by a newer MLflow?); upgrade mlflow "
+                           f"(pip install -U mlflow) to use it")
+    return SqliteStore(path, "current" if revision == head else "old", revision, head)
+
+
+def _listed(tables: list[str], most: int = 12) -> str:
+    shown = ", ".join(tables[:most])
+    return f"[{shown}, ... ({len(tables)} in all)]" if len(tables) > most else f"[{shown}]"
+
+
+def _header(path: Path) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read(100)
+    except OSError as e:
+        raise EmbinitError(f"cannot read {path}: {e.strerror}") from None
+
+
+def _truncated(path: Path, head: bytes) -> str | None:
+    """Why the file is shorter than its header says, or None, seen twice: a writer (or a checkpoint)
+    that grows a live store writes its first page before the pages that extend the file."""
+    if _short(path, head) is None:
+        return None
+    time.sleep(0.2)
+    return _short(path, _header(path))
+
+
+def _short(path: Path, head: bytes) -> str | None:
+    """The header's page count is valid when its version-valid-for number equals the change counter
+    (SQLite's file format, section 1.3)."""
+    if len(head) < 100:
+        return f"{len(head)} bytes, shorter than SQLite's 100-byte header"
+    page = int.from_bytes(head[16:18], "big")
+    page = 65536 if page == 1 else page
+    pages, valid = int.from_bytes(head[28:32], "big"), head[92:96] == head[24:28]
+    size = path.stat().st_size
+    if valid and pages and size < pages * page:
+        return f"truncated ({size} bytes of the {pages * page} its header gives)"
+    return None
+
+
+def _read_schema(path: Path) -> tuple[list[str], dict[str, set], str | None]:
+    """(tables, {MLflow's core table: its columns}, alembic revision or None), read with writes refused.
+    Not opened `mode=ro`: a read-only connection to a WAL database leaves its -wal and -shm files behind,
+    where the last connection to close otherwise removes them; a file we may not write opens read-only."""
+    conn = sqlite3.connect(f"file:{quote(str(path))}?mode=rw", uri=True)
+    try:
+        conn.execute("PRAGMA query_only = ON")
+        tables = sorted(r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' "
+                                                   "AND name NOT LIKE 'sqlite_%'"))
+        columns = {t: {r[1] for r in conn.execute(f"PRAGMA table_info({t})")} for t in CORE if t in tables}
+        revision = None
+        if "alembic_version" in tables:
+            row = conn.execute("SELECT version_num FROM alembic_version").fetchone()
+            revision = row[0] if row else None
+        return tables, columns, revision
+    finally:
+        conn.close()
+
+
+@functools.cache
+def _revisions() -> tuple[frozenset, str]:
+    """(every schema revision the installed MLflow knows, the newest)."""
+    from alembic.script import ScriptDirectory
+    from mlflow.store.db import utils
+
+    script = ScriptDirectory.from_config(utils._get_alembic_config(""))
+    return frozenset(r.revision for r in script.walk_revisions()), utils._get_latest_schema_revision()
+
+
+def out_of_date(store: SqliteStore) -> str:
+    """The message for a store at an older schema than this MLflow's, with how to upgrade it (the copy
+    with SQLite's `.backup`: `cp` misses the commits still in a WAL store's -wal file)."""
+    import mlflow
+    return (f"the MLflow store {store.path} has an out-of-date schema (revision {store.revision}; MLflow "
+            f"{mlflow.__version__} reads {store.head}); back it up (sqlite3 {store.path} \".backup {store.path}.bak\") "
+            f"and upgrade it with `mlflow db upgrade sqlite:///{store.path}`, or let `embinit run` with this store "
+            f"upgrade it (it keeps a copy)")
+
+
+def require_store(uri: str | None = None):
+    """For commands that only read: a client of the MLflow store at `uri` (None: the default), which
+    exists and is at this MLflow's schema; else an EmbinitError saying what it is. A SQLite store that is
+    not there is an error naming its path, not an empty new database created where the command was run
+    (a typo in --tracking-uri, or another working directory than the sweep's). Nothing is created or
+    migrated."""
+    where = resolved(uri)
+    path = sqlite_path(where)
+    if path is not None:
+        store = sqlite_store(path)
+        if store.state in ("missing", "empty"):
+            what = "no MLflow store" if store.state == "missing" else "no MLflow store (an empty file)"
+            raise EmbinitError(f"{what} at {path} ({'--tracking-uri' if uri else 'the default, ./mlflow.db'})"
+                               f"; give --tracking-uri sqlite:////ABSOLUTE/PATH/mlflow.db of the store the sweep "
+                               f"wrote (`embinit run` prints it)")
+        if store.state == "old":
+            raise EmbinitError(out_of_date(store))
+    try:
+        return client(where)
+    except Exception as e:  # a URI MLflow refuses (a file store, a database it cannot reach)
+        first = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
+        raise EmbinitError(f"cannot open the MLflow store {masked(where)}: {first}") from None

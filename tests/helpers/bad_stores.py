@@ -1,0 +1,76 @@
+"""Files given as an MLflow store that are none (or an old one), and what a test compares before and after:
+a command must refuse each with a message and leave it exactly as it was."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+
+
+def notes_db(path: Path) -> Path:
+    """Another application's SQLite database: one `notes` table with a row."""
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE notes (id INTEGER PRIMARY KEY, text TEXT)")
+    conn.execute("INSERT INTO notes (text) VALUES ('keep me')")
+    conn.commit()
+    conn.close()
+    return path
+
+
+def state_db(path: Path) -> Path:
+    """The API's own state database (its `experiments` table is not MLflow's)."""
+    from service.db import make_engine
+    make_engine(f"sqlite:///{path}").dispose()
+    return path
+
+
+def random_bytes(path: Path) -> Path:
+    path.write_bytes(os.urandom(8192))
+    return path
+
+
+def copy_store(src: Path, dst: Path) -> Path:
+    """A consistent copy of a SQLite store (what its write-ahead log holds included), in rollback mode."""
+    a, b = sqlite3.connect(src), sqlite3.connect(dst)
+    a.backup(b)
+    b.execute("PRAGMA journal_mode=DELETE")
+    a.close()
+    b.close()
+    return dst
+
+
+def truncated(src: Path, dst: Path) -> Path:
+    """The first third of a copy of the store at `src` (a copy cut short)."""
+    data = copy_store(src, dst).read_bytes()
+    dst.write_bytes(data[:len(data) // 3])
+    return dst
+
+
+def stamped_old(src: Path, dst: Path) -> tuple[Path, str]:
+    """A copy of the store at `src` whose schema revision is the one before the installed MLflow's head
+    (what a read sees of a store an older MLflow wrote); (its path, that revision)."""
+    from alembic.script import ScriptDirectory
+    from mlflow.store.db import utils
+
+    script = ScriptDirectory.from_config(utils._get_alembic_config(""))
+    older = script.get_revision(script.get_current_head()).down_revision
+    copy_store(src, dst)
+    conn = sqlite3.connect(dst)
+    conn.execute("UPDATE alembic_version SET version_num = ?", (older,))
+    conn.commit()
+    conn.close()
+    return dst, older
+
+
+def snapshot(path: Path) -> tuple[bytes, list[str], list[str]]:
+    """(the file's bytes, its tables, the files beside it): what must not change."""
+    tables = []
+    if path.read_bytes()[:16] == b"SQLite format 3\x00":
+        try:
+            conn = sqlite3.connect(f"file:{path}?immutable=1", uri=True)   # makes no -wal, -shm beside it
+            tables = sorted(r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'"))
+            conn.close()
+        except sqlite3.DatabaseError:   # a damaged file: its bytes tell
+            pass
+    return path.read_bytes(), tables, sorted(p.name for p in path.parent.iterdir())
