@@ -117,11 +117,11 @@ def epoch_s(shape: Shape, past: dict[tuple, list[tuple]]) -> tuple[float | None,
     return (statistics.median(scaled), "~") if scaled else (None, "")
 
 
-def past_epoch_s(uri: str) -> dict[tuple, list[tuple]]:
-    """Seconds per epoch of the finished trials already in the tracking store, by model shape (epochs and
-    batching left out), each with its (batch_size, max_tokens); only a local SQLite MLflow store at this
-    MLflow's schema is read (a dry run starts, creates and migrates nothing)."""
-    if not _local_store(uri):
+def past_epoch_s(uri: str | None) -> dict[tuple, list[tuple]]:
+    """Seconds per epoch of the finished trials already in the tracking store at `uri`, by model shape
+    (epochs and batching left out), each with its (batch_size, max_tokens); None: no store to read
+    (`readable_store`)."""
+    if uri is None:
         return {}
     from embinit import mlflow_store, run_readers
     out: dict[tuple, list[tuple]] = {}
@@ -137,23 +137,21 @@ def past_epoch_s(uri: str) -> dict[tuple, list[tuple]]:
     return out
 
 
-def _sqlite(uri: str) -> SqliteStore | None:
+def local_store(uri: str) -> SqliteStore | None:
     """The local SQLite store at `uri` (None: another scheme); a file the run would refuse (not SQLite,
-    another application's tables) is an EmbinitError here too."""
+    another application's tables) is an EmbinitError here too. Checked once per dry run."""
     path = sqlite_path(uri)
     return None if path is None else sqlite_store(path)
 
 
-def _local_store(uri: str) -> bool:
-    """Only a local SQLite MLflow store at this MLflow's schema is read (a dry run starts nothing, creates
-    nothing, migrates nothing)."""
-    store = _sqlite(uri)
-    return store is not None and store.state == "current"
+def readable_store(uri: str, store: SqliteStore | None) -> str | None:
+    """`uri` when the dry run reads it: a local SQLite MLflow store at this MLflow's schema (a dry run
+    starts nothing, creates nothing, migrates nothing); else None."""
+    return uri if store is not None and store.state == "current" else None
 
 
-def store_lines(uri: str) -> list[str]:
+def store_lines(store: SqliteStore | None) -> list[str]:
     """A note on a store the run would upgrade (its finished trials are not read here)."""
-    store = _sqlite(uri)
     if store is None or store.state != "old":
         return []
     return ["", f"note: the MLflow store {store.path} has an out-of-date schema (revision {store.revision}; this "
@@ -161,18 +159,19 @@ def store_lines(uri: str) -> list[str]:
                 f"; the trials it has finished are not counted here"]
 
 
-def finished_here(spec, plan, uri: str) -> set[str]:
-    """The planned keys the spec's experiment in the store at `uri` has finished: the run reuses them."""
-    if not _local_store(uri):
+def finished_here(spec, plan, uri: str | None) -> set[str]:
+    """The planned keys the spec's experiment in the store at `uri` has finished: the run reuses them
+    (None: no store to read, `readable_store`)."""
+    if uri is None:
         return set()
     from embinit import mlflow_store, run_readers
     exp_id = mlflow_store.experiment_id(spec.experiment_name(), uri)
     return set() if exp_id is None else set(run_readers.finished_keys(exp_id, uri)) & {p.key for p in plan}
 
 
-def cost_lines(spec, plan, uri: str, done: set[str] = frozenset()) -> list[str]:
+def cost_lines(spec, plan, uri: str | None, done: set[str] = frozenset()) -> list[str]:
     """Per model shape: trials, epochs, size, and the seconds per epoch measured before in the store at
-    `uri`; then the total in trial-epochs and rounds, and a wall-clock estimate where every shape was
+    `uri` (None: none read); then the total in trial-epochs and rounds, and a wall-clock estimate where every shape was
     measured. Trials in `done` (finished in the store: reused) cost nothing and are left out."""
     todo = [TrialConfig.from_dict(p.config) for p in plan if p.key not in done]
     if done:
@@ -254,13 +253,14 @@ def dry_run(spec, tracking_uri: str | None = None) -> str:
     """The expanded trial list, one trial a line, the cost, and the total; `tracking_uri` (the run's
     `--tracking-uri`) is the store the run would write, else the spec's."""
     uri = resolved(spec.tracking_uri(tracking_uri))
-    store = store_lines(uri)   # before anything is read: a file the run would refuse is an error here too
+    store = local_store(uri)   # before anything is read: a file the run would refuse is an error here too
+    read = readable_store(uri, store)
     plan = spec.plan()   # once: planning a large grid hashes every trial's key
-    done = set() if spec.drawn else finished_here(spec, plan, uri)
+    done = set() if spec.drawn else finished_here(spec, plan, read)
     lines = trial_lines(spec, plan, done)
     if not spec.drawn:
-        lines += cost_lines(spec, plan, uri, done) + execution_lines(spec, plan)
+        lines += cost_lines(spec, plan, read, done) + execution_lines(spec, plan)
     notes = tokenizer_lines(plan)
-    lines += ([""] + notes if notes else []) + store
+    lines += ([""] + notes if notes else []) + store_lines(store)
     lines.append(f"{spec.num_trials()} trials; MLflow experiment {spec.experiment_name()!r} at {uri}")
     return "\n".join(lines)
