@@ -16,6 +16,9 @@ with `.` skipped: `.git`, editor and OS leftovers), so a copied model or data fo
 Cost: every file is hashed once per version. `content_hash.file_digest` remembers digests on disk per
 (path, size, mtime) under the cache root; on top of that this process remembers them by the same stamp,
 so planning a spec of N trials stats its files N times and reads them at most once.
+
+Folders embinit writes into rather than reads (a cache, a checkpoint or plot folder): `folder_problem`
+says why a path cannot be one, the one rule of the spec check and the CLI's `--out`/`--plot`.
 """
 
 from __future__ import annotations
@@ -42,6 +45,25 @@ def local_path(value: object) -> Path | None:
         return None
     path = Path(value).expanduser()
     return path.resolve() if path.exists() else None
+
+
+def folder_problem(path: Path, value: str) -> str | None:
+    """Why `path` (written `value`) cannot be a folder embinit writes into, making it when missing: it is
+    something else, or the nearest part of it that exists is no folder or is not writable; else None."""
+    if path.is_dir():
+        return None if os.access(path, os.W_OK | os.X_OK) else f"{value!r} is a folder this user cannot write to"
+    if path.is_symlink() and not path.exists():
+        return f"{value!r} is a symbolic link to {os.readlink(path)!r}, which does not exist"
+    if path.exists():
+        return f"{value!r} is a file, not a folder" if path.is_file() else f"{value!r} is not a folder"
+    parent = next((p for p in path.absolute().parents if p.exists()), None)
+    if parent is None:
+        return None
+    if not parent.is_dir():
+        return f"{value!r} cannot be made: {str(parent)!r} is a file, not a folder"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"{value!r} cannot be made: this user cannot write to {str(parent)!r}"
+    return None
 
 
 def content_id(value: object) -> str | None:

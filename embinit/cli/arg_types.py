@@ -4,9 +4,10 @@ before any work is done, not a traceback after it (a port out of range, a folder
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 from urllib.parse import urlparse
+
+from embinit.file_inputs import folder_problem
 
 
 def port(text: str) -> int:
@@ -33,13 +34,9 @@ def http_url(text: str) -> str:
 
 
 def folder_to_write(text: str) -> str:
-    """A folder that exists or can be made: not an existing file, under a writable existing folder."""
-    path = Path(text).expanduser()
-    if path.exists() and not path.is_dir():
-        raise argparse.ArgumentTypeError(f"{text!r} is a file, not a folder")
-    parent = next((p for p in (path, *path.parents) if p.exists()), Path("."))
-    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
-        raise argparse.ArgumentTypeError(f"cannot write in {str(parent)!r} (to make {text!r})")
+    """A folder that exists or can be made (`file_inputs.folder_problem`, the spec check's rule)."""
+    if (problem := folder_problem(Path(text).expanduser(), text)) is not None:
+        raise argparse.ArgumentTypeError(problem)
     return text
 
 

@@ -9,6 +9,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from embinit.file_inputs import folder_problem
 from embinit.spec.experiment import ExperimentSpec
 from embinit.spec.problems import SpecError, as_written, problems_of
 from embinit.spec.yaml_text import SpecLoader, shape_problem, yaml_error
@@ -93,15 +94,17 @@ def blamed(problems: list[tuple[str, str]], keys: dict[str, str]) -> list[tuple[
     the same problem in each is said once, at its first place, naming the others."""
     if not keys:
         return list(problems)
-    out: dict[str, list] = {}   # the blamed message -> [first path, other paths]
+    out: list[tuple[str, str, list[str]]] = []   # (first path, message, the other paths)
+    by_override: dict[str, list[str]] = {}        # a message naming an override -> its other paths
     for path, message in problems:
         text = _blame(path, message, keys)
-        if text in out and text != message:
-            out[text][1].append(path)
-        else:
-            out.setdefault(text if text != message else f"{path}\0{text}", [path, []])
-    return [(first, text.split("\0")[-1] + (f" (also at {', '.join(more)})" if more else ""))
-            for text, (first, more) in out.items()]
+        if text in by_override:
+            by_override[text].append(path)
+            continue
+        out.append((path, text, []))
+        if text != message:
+            by_override[text] = out[-1][2]
+    return [(first, text + (f" (also at {', '.join(more)})" if more else "")) for first, text, more in out]
 
 
 def _blame(path: str, message: str, keys: dict[str, str]) -> str:
@@ -140,26 +143,6 @@ def missing_paths(pairs: list[tuple[str, str]]) -> tuple[list[tuple[str, str]], 
         if where not in MADE_ON_DEMAND and value.startswith(("/", "./", "../", "~")):
             problems.append((where, f"{value!r} does not exist"))
     return problems, missing
-
-
-def folder_problem(path: Path, value: str) -> str | None:
-    """Why `path` (written `value`) cannot be a folder embinit writes into, making it when missing: it is
-    something else, or the nearest part of it that exists is no folder or is not writable; else None."""
-    import os
-    if path.is_dir():
-        return None if os.access(path, os.W_OK | os.X_OK) else f"{value!r} is a folder this user cannot write to"
-    if path.is_symlink() and not path.exists():
-        return f"{value!r} is a symbolic link to {os.readlink(path)!r}, which does not exist"
-    if path.exists():
-        return f"{value!r} is a file, not a folder" if path.is_file() else f"{value!r} is not a folder"
-    parent = next((p for p in path.absolute().parents if p.exists()), None)
-    if parent is None:
-        return None
-    if not parent.is_dir():
-        return f"{value!r} cannot be made: {str(parent)!r} is a file, not a folder"
-    if not os.access(parent, os.W_OK | os.X_OK):
-        return f"{value!r} cannot be made: this user cannot write to {str(parent)!r}"
-    return None
 
 
 def data_problems(spec: ExperimentSpec, missing: list[Path] = ()) -> list[tuple[str, str]]:

@@ -30,10 +30,9 @@ NAMES = ("name", "mlflow.experiment")   # empty, mlflow.experiment would silentl
 
 
 def _scalar(text: str) -> Any:
-    try:
-        return yaml.load(text, Loader=SpecLoader) if text.strip() else text
-    except yaml.YAMLError:
-        return text
+    """One item of a comma-separated value (`seeds=0,3`): its YAML value, else the text as written."""
+    value, problem = _value(text)
+    return text if problem or not text.strip() else value
 
 
 def _value(raw: str) -> tuple[Any, str | None]:
