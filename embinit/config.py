@@ -18,10 +18,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from embinit.errors import EmbinitError
+from embinit.errors import EmbinitError, did_you_mean
 from embinit.file_inputs import key_values
 from embinit.task_registry import task_entry, task_kind, task_metric_ranges
 from embinit.task_types import TaskDefaults
+from embinit.tasks.synthetic import check_noise
 from embinit.tasks.tokenization import WORD_LEVEL
 
 # Bumped whenever a change to the code changes what a trial computes, so that old MLflow runs are not
@@ -222,8 +223,6 @@ def config_problems(cfg: TrialConfig) -> list[str]:
 
 def extras_problems(task: str, extras: Any) -> list[str]:
     """Unknown `extras` keys (with the valid ones) and values a switch cannot take."""
-    from embinit.errors import did_you_mean
-    from embinit.tasks.synthetic import check_noise
     if not extras:
         return []
     if not isinstance(extras, dict):
