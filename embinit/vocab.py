@@ -88,6 +88,9 @@ class Vocab:
     def load(cls, path: str | Path) -> "Vocab":
         """Read a vocabulary file: one token per line, optionally followed by a tab and its count."""
         path = Path(path)
+        if path.is_dir():
+            raise EmbinitError(f"vocabulary file {path} is a folder; give the file in it (one token per line, "
+                               "optional TAB count)")
         if not path.is_file():
             raise EmbinitError(f"vocabulary file not found: {path}")
         tokens, counts, empty = [], {}, []

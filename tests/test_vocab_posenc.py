@@ -66,6 +66,11 @@ def test_load_errors(tmp_path, content, match):
         Vocab.load(path)
 
 
+def test_a_folder_given_as_the_vocabulary_file_is_named_a_folder(tmp_path):
+    with pytest.raises(EmbinitError, match="is a folder; give the file in it"):
+        Vocab.load(tmp_path)
+
+
 def test_example_vocab_file_is_a_real_vocabulary():
     from pathlib import Path
     v = Vocab.load(Path(__file__).parent / "data" / "example_vocab.txt")
