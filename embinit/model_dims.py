@@ -40,21 +40,27 @@ def side_sources(cfg: TrialConfig) -> dict[str, tuple[Any, str | None]]:
 def resolve_model_size(cfg: TrialConfig, user_heads: int | None, dims: dict[str, int | None]) -> tuple[int, int]:
     """D: cfg.d_model, else the pretrained source's D, else the task default; every pretrained source
     must agree with it. Heads: cfg.heads must divide D; when heads was left at the task default and
-    does not divide D, the divisor of D nearest the default is used (GloVe 300d: 10, as in the paper)."""
+    does not divide D, the divisor of D nearest the default is used (GloVe 300d: 10, as in the paper).
+    An EmbinitError names every problem: a `d_model` the source's D contradicts and heads that divide
+    neither are two."""
     known = {side: d for side, d in dims.items() if d is not None}
     if len(set(known.values())) > 1:
         raise EmbinitError(f"the pretrained sources disagree on the embedding dimension: {known}")
     d_model = cfg.d_model or next(iter(known.values()), None) or task_defaults(cfg.task).d_model
-    for side, d in known.items():
-        if d != d_model:
-            raise EmbinitError(f"{SIDE_NAMES.get(side, side)} has dimension {d} but the model's d_model is "
-                               f"{d_model}; set `d_model` to the source's D or leave it out (the source's D is used)")
+    problems = [f"{SIDE_NAMES.get(side, side)} has dimension {d} but the model's d_model is {d_model}; set "
+                "`d_model` to the source's D or leave it out (the source's D is used)"
+                for side, d in known.items() if d != d_model]
     heads = cfg.heads
     if d_model % heads:
-        if user_heads is not None:
-            raise EmbinitError(f"heads={heads} does not divide d_model={d_model}; choose heads from "
-                               f"{divisors(d_model)}")
-        heads = nearest_heads(d_model, heads)
+        if user_heads is None:
+            heads = nearest_heads(d_model, heads)
+        else:
+            problems.append(f"heads={heads} does not divide d_model={d_model}; choose heads from "
+                            f"{divisors(d_model)}" + "".join(
+                                f" (or, with d_model left out, from {divisors(d)})"
+                                for d in sorted(set(known.values())) if d != d_model and d % heads))
+    if problems:
+        raise EmbinitError("; ".join(problems))
     return d_model, heads
 
 

@@ -95,6 +95,19 @@ def test_resolve_model_size_is_the_trainers_rule():
                            None, {"tok": 300})
 
 
+def test_a_d_model_the_source_contradicts_and_heads_that_divide_neither_are_both_named(tmp_path):
+    glove = vectors(tmp_path / "glove50.txt", 50)
+    data = spec(tmp_path, inits=[{"tgt": "glove", "pretrained": glove}], task_values={"d_model": 64, "heads": 7})
+    (problem,) = problems_of(data)
+    assert problem[1] == ("the init has dimension 50 but the model's d_model is 64; set `d_model` to the source's D "
+                          "or leave it out (the source's D is used); heads=7 does not divide d_model=64; choose heads "
+                          "from [1, 2, 4, 8, 16, 32, 64] (or, with d_model left out, from [1, 2, 5, 10, 25, 50])")
+    data["tasks"][0]["heads"] = 5             # divides the source's D: no hint for d_model left out
+    assert [m for _, m in problems_of(data)] == [
+        "the init has dimension 50 but the model's d_model is 64; set `d_model` to the source's D or leave it out "
+        "(the source's D is used); heads=5 does not divide d_model=64; choose heads from [1, 2, 4, 8, 16, 32, 64]"]
+
+
 @pytest.mark.slow
 def test_run_sweep_refuses_before_writing_anything(tmp_path):
     from embinit.sweep import run_sweep
