@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 13: one batch of the GPU reproduction per call, each within a 10-minute device call.
 #   tune_configs/gpu/run_batch.sh BATCH      BATCH: xavier300 | glove | table3 | sst2 | table4 | blog1 | blog2 | report
-# Run from the repository root on the GPU machine (../shared/notes/gpu.md: the source tree on PYTHONPATH,
+# Run from the repository root on the GPU machine (an offline machine: the source tree on PYTHONPATH,
 # the device pack's packages beside it, no network):
 #   EMBINIT_DATA_DIR  multi30k/, sst2/, wikitext2/ (+ GPT-2 tokenizer files), analogy/questions-words.txt
 #   EMBINIT_ASSETS    glove.6B.50d.txt, all-MiniLM-L6-v2/ (blog2 writes blog_exp1_{tied,untied}_best.pt here)
@@ -28,7 +28,7 @@ export RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0 HF_HUB_OFFLINE=1 TRANSFO
 export TOKENIZERS_PARALLELISM=false EMBINIT_CACHE_DIR=${EMBINIT_CACHE_DIR:-$REPRO_DIR/cache}
 URI="sqlite:///$REPRO_DIR/mlflow.db"
 
-mps() {   # many trials on one GPU overlap only under MPS (gpu.md); a running daemon is fine
+mps() {   # many trials on one GPU overlap only under MPS (docs/deployment.md, "Many trials per GPU"); a running daemon is fine
   export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps CUDA_MPS_LOG_DIRECTORY=/tmp/mpslog
   mkdir -p /tmp/mps /tmp/mpslog
   nvidia-cuda-mps-control -d 2>/dev/null || true
