@@ -47,6 +47,7 @@ BENCHES = {
     "bench_control_plane": lambda: None,   # 1,000 noop trials through the service on SQLite (minutes)
     "bench_trial_writes": lambda: None,    # one trial's MLflow path alone, and reading every run both ways
     "bench_unit_fetch": lambda: None,      # a Tune trial finding its unit: the whole list per trial vs once
+    "bench_tune_checkpoint": lambda: None,  # an epoch's tune.report with the trial folder as checkpoint vs without
     "bench_trainer_ab": _multi30k,
     "bench_gpu": lambda: _cuda() or _multi30k(),
     "bench_glove_load": lambda: _files(("EMBINIT_BENCH_GLOVE", "/work/assets/glove.6B.50d.txt")),

@@ -15,11 +15,15 @@ def _isolated_env(monkeypatch, tmp_path):
 
 @pytest.fixture(scope="module")
 def ray_local():
-    """A local two-CPU Ray for one test module (the sweep tests), shut down after it."""
+    """A local two-CPU Ray for one test module (the sweep tests), shut down after it: on the loopback, as
+    the local Ray `embinit run` starts (embinit.sweep.ray_runtime), so a sweep sees one machine."""
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     import ray
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+
+    from embinit.sweep.ray_runtime import local_ray_options
+    with local_ray_options() as local:
+        ray.init(address="local", num_cpus=2, log_to_driver=False, **local)
     yield
     ray.shutdown()
 

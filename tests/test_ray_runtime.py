@@ -60,3 +60,21 @@ def test_without_an_address_a_ray_of_its_own_starts_whatever_cluster_the_machine
     with RayRuntime(None) as rt:
         assert rt.started and ray.get_runtime_context().gcs_address.startswith("127.0.0.1:")
     assert not ray.is_initialized()
+
+
+@pytest.mark.parametrize("gcs, alive, expected", [
+    ("127.0.0.1:6379", 1, True),        # embinit's local Ray: nothing off this machine can join
+    ("127.0.0.2:6379", 2, False),       # two nodes (on loopback addresses, as the cluster tests run them)
+    ("10.0.0.5:6379", 1, False),        # listening on the network: a node may join later
+    ("[::1]:6379", 1, True),
+    ("head.example:6379", 1, False),
+])
+def test_one_machine_only_where_no_other_node_can_take_a_retry(monkeypatch, gcs, alive, expected):
+    """Whether a restarted trial must run where its node-local folder is (then Tune keeps no copy)."""
+    import ray
+    from types import SimpleNamespace
+
+    from embinit.sweep.ray_runtime import one_machine
+    monkeypatch.setattr(ray, "get_runtime_context", lambda: SimpleNamespace(gcs_address=gcs))
+    monkeypatch.setattr(ray, "nodes", lambda: [{"Alive": True}] * alive + [{"Alive": False}])
+    assert one_machine() is expected

@@ -19,7 +19,7 @@ import ray.cloudpickle
 
 from embinit import mlflow_store, provenance, records
 from embinit.spec import load_spec
-from embinit.sweep import run_sweep
+from embinit.sweep import run_sweep, tune_run
 from helpers.sweep import sweep_spec_data
 
 pytestmark = pytest.mark.slow
@@ -108,15 +108,25 @@ class KillOnce:
             os._exit(1)
 
 
-def test_killed_worker_resumes_from_its_checkpoint(ray_local, tmp_path):
-    s = spec("kill", tmp_path, inits=["xavier"], seeds=1, tasks=[{**TINY, "epochs": 3}], retries=2)
+@pytest.mark.parametrize("one_machine", [True, False], ids=["one-machine", "may-span-machines"])
+def test_killed_worker_resumes_from_its_checkpoint(ray_local, tmp_path, monkeypatch, one_machine):
+    """On the local Ray (one machine) the reports carry no checkpoint: Tune restarts the killed attempt
+    without one and it resumes from its folder. On a Ray that may span machines (stood in for here)
+    Tune keeps its copy of the folder, which a retry on another node would restore."""
+    assert tune_run.one_machine()                           # the loopback Ray of `ray_local`
+    if not one_machine:
+        monkeypatch.setattr(tune_run, "one_machine", lambda: False)
+    s = spec(f"kill{int(one_machine)}", tmp_path, inits=["xavier"], seeds=1, tasks=[{**TINY, "epochs": 3}],
+             retries=2)
     marker = str(tmp_path / "marker")
     result = run_sweep(s, progress=False, extra_callbacks=lambda cfg: [KillOnce(marker)])
     assert Path(marker).read_text() == "killed"
     starts = [int(x) for x in Path(marker).with_suffix(".starts").read_text().split()]
     assert len(starts) == 2 and starts[0] == 0 and starts[1] > 0    # the retry resumed, not restarted
     assert (result.n_finished, result.n_failed) == (1, 0)
-    (run,) = child_runs(mlflow_store.resolve_uri(s.mlflow.tracking_uri), "kill")   # the same run, reused
+    (run,) = child_runs(mlflow_store.resolve_uri(s.mlflow.tracking_uri), s.name)   # the same run, reused
+    tune_copies = list((Path(s.cache_dir) / "ray_results").rglob("checkpoint_*"))
+    assert bool(tune_copies) == (not one_machine)
     hist = mlflow_store.client(result.tracking_uri).get_metric_history(run.info.run_id, "val/loss")
     assert sorted({m.step for m in hist}) == [1, 2, 3]
     assert run.info.status == "FINISHED" and run.data.metrics["best_epoch"] in (1, 2, 3)

@@ -190,7 +190,7 @@ def test_a_group_reports_its_objective_epochs_and_best_to_tune(monkeypatch, tmp_
     from embinit.sweep import fused, resume
     sent = []
     monkeypatch.setattr(tune, "report", lambda metrics, checkpoint=None: sent.append(metrics))
-    monkeypatch.setattr(resume, "staged", lambda claims: contextlib.nullcontext(str(tmp_path)))
+    monkeypatch.setattr(resume, "tune_checkpoint", lambda claims, one_machine: contextlib.nullcontext())
     members = [SimpleNamespace(last=0.6, best=0.7, mode="max"), SimpleNamespace(last=0.8, best=0.8, mode="max"),
                SimpleNamespace(last=math.nan, best=math.nan, mode="max")]   # diverged
     fused.GroupReporter(["a", "b", "c"], members, epochs=5).on_group_epoch_end(2)

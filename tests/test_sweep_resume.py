@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -71,6 +72,31 @@ def no_tune(monkeypatch):
     monkeypatch.setattr(tune, "report", lambda metrics, checkpoint=None: reports.append(metrics))
     monkeypatch.setattr(tune, "get_checkpoint", lambda: None)
     return reports
+
+
+@pytest.fixture
+def tune_session(monkeypatch):
+    """Tune's session calls, outside Tune, as a retry without a Tune checkpoint sees them: each report's
+    metrics and its checkpoint's files (None: the report carried no checkpoint); `get_checkpoint` None."""
+    reports: list[tuple[dict, list[str] | None]] = []
+
+    def report(metrics, checkpoint=None):
+        files = None if checkpoint is None else sorted(
+            str(f.relative_to(checkpoint.path)) for f in Path(checkpoint.path).rglob("*") if f.is_file())
+        reports.append((metrics, files))
+    monkeypatch.setattr(tune, "report", report)
+    monkeypatch.setattr(tune, "get_checkpoint", lambda: None)
+    return reports
+
+
+def attempt(shared, units, callbacks) -> str:
+    """One attempt of every unit in the sweep `shared` (a Tune trial's first attempt, or its retry)."""
+    for i in range(len(units)):
+        try:
+            train_unit({"unit": i}, shared, units, extra_callbacks=lambda cfg: callbacks(cfg))
+        except Killed:
+            return "killed"
+    return "done"
 
 
 def setup(tmp: Path, name: str, **over):
@@ -187,6 +213,53 @@ def test_a_lost_fused_group_at_one_epoch_resumes_fused(tmp_path, no_tune):
     runs = trial_runs(second)
     assert {r.data.tags[records.EXECUTION_TAG] for r in runs} == {"fused"}
     assert sorted(e[2] for e in log if e[0] == "epoch") == [3, 3, 4, 4]
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["trial", "fused-group"])
+def test_a_retry_without_a_tune_checkpoint_resumes_from_the_folder(tmp_path, tune_session, fused):
+    """On a Ray that cannot span machines the epochs' reports carry no checkpoint, so Tune restarts a killed
+    attempt with `tune.get_checkpoint()` None: the retry, in the same sweep, resumes from the trial's
+    folder after its last epoch, in the same MLflow run, each epoch logged once."""
+    spec = setup(tmp_path, f"retry{int(fused)}", **({"inits": ["xavier", "normal"], "execution": {"fuse": "always"}}
+                                                     if fused else {}))
+    units = units_of(spec, fused=fused)
+    keys = {i.key for u in units for i in u.trials}
+    last = units[0].trials[-1].key          # its epoch 2 ends after every member's checkpoint of epoch 2
+    first, _ = sweep(spec, [], [])       # the sweep: its parent run, its shared settings
+    shared = replace(first, one_machine=True)
+    assert attempt(shared, units, lambda cfg: [KillAfter(2)] if cfg.key() == last else []) == "killed"
+    assert tune_session and all(files is None for _, files in tune_session)   # Tune holds no copy
+    log: list = []
+    assert attempt(shared, units, lambda cfg: [Record(log)]) == "done"        # Tune's retry of the trial
+    starts = [e for e in log if e[0] == "start"]
+    assert len(starts) == len(keys) and all(step > 0 for _, _, step in starts)   # epoch 2's optimizer steps
+    assert sorted(e[2] for e in log if e[0] == "epoch") == sorted([3, 4] * len(keys))
+    runs = trial_runs(shared)
+    assert {r.data.tags[records.KEY_TAG] for r in runs} == keys and len(runs) == len(keys)   # no second run
+    for run in runs:
+        assert run.info.status == "FINISHED" and run.data.tags[records.RESUMED_TAG] == "2"
+        assert steps(shared.tracking_uri, run.info.run_id, "val/loss") == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("one_machine, trusted, copied", [(True, True, False), (False, True, True),
+                                                          (True, False, True)],
+                         ids=["one-machine", "may-span-machines", "temporary-folder"])
+def test_reports_carry_the_folder_only_where_a_retry_needs_tune_s_copy(tmp_path, tune_session, monkeypatch,
+                                                                       one_machine, trusted, copied):
+    """Tune copies the trial's folder (last.pt, best.pt, ...) at each epoch's report only when a retry could
+    find it nowhere else: a temporary folder (outside the trusted roots), or a node-local one on a Ray that
+    may span machines without a store (tests/test_sweep_storage.py: with one, never)."""
+    if not trusted:
+        monkeypatch.setenv(TRUSTED_ROOTS_ENV, str(tmp_path / "elsewhere"))
+    spec = setup(tmp_path, "copies", tasks=[{**TINY, "epochs": 2}])
+    first, _ = sweep(spec, [], [])
+    assert attempt(replace(first, one_machine=one_machine), units_of(spec), lambda cfg: []) == "done"
+    (key,) = {p.key for p in spec.plan()}
+    epochs = [files for metrics, files in tune_session if "embinit_epoch" in metrics]
+    assert len(epochs) == 2
+    for files in epochs:
+        assert (files is not None) == copied
+        assert files is None or {f"{key}/last.pt", f"{key}/best.pt", f"{key}/last.json"} <= set(files)
 
 
 def test_outside_the_trusted_roots_nothing_is_kept(tmp_path, no_tune, monkeypatch):

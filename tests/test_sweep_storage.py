@@ -24,9 +24,9 @@ from embinit.sweep.trainable import train_unit
 from embinit.sweep.work import SweepContext
 from embinit.trusted import TRUSTED_ROOTS_ENV
 from helpers.s3 import objects, s3_server, use_store
-from test_sweep_resume import (TINY, Killed, KillAfter, Record, assert_resumed_in_one_run, setup,
-                               two_specs_share_a_key, units_of)
-from test_sweep_resume import no_tune  # noqa: F401 (the fixture: Tune's session calls stood in for)
+from test_sweep_resume import (TINY, Killed, KillAfter, Record, assert_resumed_in_one_run, attempt, setup, steps,
+                               trial_runs, two_specs_share_a_key, units_of)
+from test_sweep_resume import no_tune, tune_session  # noqa: F401 (fixtures: Tune's session calls stood in for)
 
 pytestmark = pytest.mark.slow  # tiny trainings, MLflow SQLite stores, an S3 server in a thread
 
@@ -85,6 +85,30 @@ def test_a_trial_lost_with_its_node_resumes_on_another_from_the_store(tmp_path, 
     assert [e[2] for e in log if e[0] == "epoch"] == [3, 4]
     assert_resumed_in_one_run(second, first.parent_run_id, {key}, 2)   # the same run, each epoch once
     assert objects(store_uri) == []                          # recorded: the copy and the lease are gone
+
+
+def test_a_retry_on_another_node_without_a_tune_checkpoint_resumes_from_the_store(tmp_path, monkeypatch, store_uri,
+                                                                                    request):
+    """With a store the epochs' reports carry no checkpoint, even on a Ray that may span machines: Tune
+    restarts the attempt lost with its node with `tune.get_checkpoint()` None, and on another node it
+    resumes from the store's copy after its last epoch, in the same run."""
+    reports = request.getfixturevalue("tune_session")
+    spec = setup(tmp_path, "retried", cache_dir=None)
+    units = units_of(spec)
+    (key,) = [u.trials[0].key for u in units]
+    monkeypatch.setenv("EMBINIT_CACHE_DIR", str(tmp_path / "node-a"))
+    shared, _ = sweep(spec, [], [])          # the sweep: its parent run, its shared settings (one_machine False)
+    assert attempt(shared, units, lambda cfg: [KillAfter(2)]) == "killed"
+    assert reports and all(files is None for _, files in reports)   # Tune holds no copy
+    shutil.rmtree(tmp_path / "node-a")       # the node died with its disk (its lease was released)
+    monkeypatch.setenv("EMBINIT_CACHE_DIR", str(tmp_path / "node-b"))
+    log: list = []
+    assert attempt(shared, units, lambda cfg: [Record(log)]) == "done"       # Tune's retry, on node b
+    (start,) = [e for e in log if e[0] == "start"]
+    assert start[2] > 0 and [e[2] for e in log if e[0] == "epoch"] == [3, 4]
+    (run,) = trial_runs(shared)
+    assert run.info.status == "FINISHED" and run.data.tags[records.KEY_TAG] == key
+    assert steps(shared.tracking_uri, run.info.run_id, "val/loss") == [1, 2, 3, 4]
 
 
 @pytest.mark.usefixtures("no_tune")

@@ -14,9 +14,10 @@ In the worker every member is its own MLflow child run under its own trial key, 
 closed as a separate trial's is, in its own claimed checkpoint folder (embinit.sweep.resume: a rerun
 after a crash resumes each member from it, in its run); the spec's `analyses` log into it as into a
 separate trial's (a member's KNN similarity is measured on its current weights, after its twin in the
-group has written its snapshot of that step). The group reports to Tune once per epoch with one
-checkpoint holding every member's folder. Members that resume at different epochs (a crash between
-two members' checkpoints) train separately, each from its own.
+group has written its snapshot of that step). The group reports to Tune once per epoch, with one
+checkpoint holding every member's folder where a restarted attempt needs Tune's copy (resume.py).
+Members that resume at different epochs (a crash between two members' checkpoints) train separately,
+each from its own.
 """
 
 from __future__ import annotations
@@ -147,19 +148,20 @@ class GroupReporter:
     mean selection metric at their latest epoch (what an Optuna search sees of a point while it runs);
     and for the progress table the planned epochs and the members' best so far."""
 
-    def __init__(self, claims: list[resume.Claim], members: list[MemberReporter], epochs: int):
+    def __init__(self, claims: list[resume.Claim], members: list[MemberReporter], epochs: int,
+                 one_machine: bool = False):
         self.claims, self.members, self.epochs = claims, members, epochs
+        self.one_machine = one_machine  # SweepContext.one_machine: whether Tune's copy is needed (resume.py)
 
     def on_group_epoch_end(self, epoch: int) -> None:
         from ray import tune
-        from ray.tune import Checkpoint
         finite = [m.last for m in self.members if math.isfinite(m.last)]
         bests = [m.best for m in self.members if math.isfinite(m.best)]
         best = (max(bests) if self.members[0].mode == "max" else min(bests)) if bests else math.nan
-        with resume.staged(self.claims) as folder:
+        with resume.tune_checkpoint(self.claims, self.one_machine) as checkpoint:
             tune.report({"embinit_epoch": epoch, "embinit_trials": len(self.claims), "embinit_epochs": self.epochs,
                          "embinit_best": best, "objective": sum(finite) / len(finite) if finite else math.nan},
-                        checkpoint=Checkpoint.from_directory(folder))
+                        checkpoint=checkpoint)
 
 
 def run_group(items: tuple[WorkItem, ...], ctx: SweepContext, restored: Path | None,
@@ -193,7 +195,7 @@ def _train_group(todo: list[tuple], ctx: SweepContext, extra_callbacks: Callable
         runs.append(run)
         callbacks.append(cbs)
     claims = [claim for _, _, claim, _ in todo]
-    group = GroupReporter(claims, reporters, max(cfg.resolved().epochs for cfg, *_ in todo))
+    group = GroupReporter(claims, reporters, max(cfg.resolved().epochs for cfg, *_ in todo), ctx.one_machine)
     try:
         results = run_fused([c for c, _, _, _ in todo], out_dirs=[c.path for c in claims], callbacks=callbacks,
                             group_callbacks=[group], resume=True, cache_dir=ctx.cache_dir)

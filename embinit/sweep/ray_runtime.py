@@ -74,6 +74,25 @@ def default_env(local: bool = True) -> None:
     os.environ.setdefault("TUNE_DISABLE_SIGINT_HANDLER", "1")
 
 
+def one_machine() -> bool:
+    """Whether the connected Ray cannot span machines: one live node, and its GCS listening on a loopback
+    address (a Ray started for this machine alone, `local_ray_options`), so no node of another machine
+    can join it later. A cluster joined by address, or a local Ray listening on the network, may gain
+    nodes: False, as when the connection cannot say (a Ray Client)."""
+    import ipaddress
+
+    import ray
+    try:
+        host = ray.get_runtime_context().gcs_address.rsplit(":", 1)[0].strip("[]")
+    except Exception:
+        return False
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name
+        loopback = host == "localhost"
+    return loopback and sum(1 for n in ray.nodes() if n.get("Alive")) == 1
+
+
 class RayRuntime:
     """`with RayRuntime(address, resources)`: Ray for a sweep, started here (address None) or joined.
     resources: the spec's per-trial `resources` (cpus, gpus), checked against a Ray started here."""

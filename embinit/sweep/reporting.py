@@ -30,11 +30,13 @@ def trial_run_id(out_dir: str | Path | None) -> str | None:
 
 
 class TrialReporter:
-    """Trainer callback: per-epoch metrics to MLflow, then `tune.report` with the trial's claimed folder
-    (embinit.sweep.resume) as the checkpoint."""
+    """Trainer callback: per-epoch metrics to MLflow, then `tune.report`, with the trial's claimed folder
+    (embinit.sweep.resume) as the checkpoint where a restarted attempt needs Tune's copy of it."""
 
-    def __init__(self, run: trial_run.TrialRun, claim: resume.Claim, selection: str, mode: str = "max"):
+    def __init__(self, run: trial_run.TrialRun, claim: resume.Claim, selection: str, mode: str = "max",
+                 one_machine: bool = False):
         self.run, self.claim, self.selection, self.mode = run, claim, selection, mode
+        self.one_machine = one_machine  # SweepContext.one_machine: whether Tune's copy is needed (resume.py)
         self.best = math.nan  # best-so-far of the selection metric, for the terminal's progress table
 
     def on_train_start(self, ctx) -> None:
@@ -45,16 +47,13 @@ class TrialReporter:
 
     def on_epoch_end(self, ctx, epoch: int, metrics: dict[str, Any]) -> None:
         from ray import tune
-        from ray.tune import Checkpoint
         self.claim.sync()  # the store's copy first (if one): the run's checkpoint tag then holds on any node
         self.run.log_epoch(epoch, metrics, checkpoint=self.claim.persistent)
         numbers = {k: v for k, v in mlflow_store.flat_numbers(metrics).items() if math.isfinite(v)}
         objective = self.track(numbers)
-        with resume.staged([self.claim]) as folder:
+        with resume.tune_checkpoint([self.claim], self.one_machine) as checkpoint:
             tune.report({**numbers, "objective": objective, "embinit_epoch": epoch, "embinit_best": self.best,
-                         "embinit_epochs": getattr(ctx.cfg, "epochs", None) or math.nan},
-                        checkpoint=Checkpoint.from_directory(folder))
-
+                         "embinit_epochs": getattr(ctx.cfg, "epochs", None) or math.nan}, checkpoint=checkpoint)
 
     def track(self, numbers: dict[str, float]) -> float:
         """This epoch's selection metric (`objective`: what an Optuna search sees while it runs); keeps

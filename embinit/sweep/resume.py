@@ -22,9 +22,18 @@ The folder holds pickles the trainer loads, so it is used only inside the truste
 (embinit.trusted); elsewhere the trial trains in a temporary folder, as before, and cannot resume once its
 sweep is gone.
 
-Ray Tune's own checkpoint (a killed worker restarts from it within the sweep, possibly on another node)
-is the folder staged with hard links at every report; when Tune restores a trial, the restored copy
-replaces the folder only when it holds a later epoch.
+Ray Tune's own checkpoint (`tune_checkpoint`: the folder staged with hard links, which Tune copies into
+its storage at every report) is kept only where nothing else carries the folder to a restarted attempt:
+a temporary folder (outside the trusted roots: gone with its worker), or a node-local folder on a Ray
+that may span machines without a store (a retry on another node finds no folder there; Tune's storage
+must then be shared, docs/deployment.md). With the store the mirror carries the folder to any node, and
+on a Ray that cannot span machines (`SweepContext.one_machine`: embinit's local Ray) every retry runs
+where the folder is; there the reports carry no checkpoint, Tune restarts a killed attempt with
+`tune.get_checkpoint()` None, and the attempt resumes from the folder (or the store's copy) after its
+last epoch. That copy cost a trial 27 MB of writes per epoch at D=50 and 194 MB at D=300 (Multi30k's
+vocabularies), and 20 ms and 90-140 ms in the report call (docs/benchmarks.md,
+bench/bench_tune_checkpoint.py). When Tune does restore a trial, the restored copy replaces the folder
+only when it holds a later epoch.
 """
 
 from __future__ import annotations
@@ -195,6 +204,24 @@ def _ready(c: Claim, restored: Path | None) -> Claim:
         shutil.rmtree(c.path)
         shutil.copytree(src, c.path)
     return c
+
+
+def tune_copy_needed(claims: list[Claim], one_machine: bool) -> bool:
+    """Whether a restarted attempt of these claims' Tune trial could find its state only in Tune's
+    checkpoint: some folder is temporary, or node-local (no store) on a Ray that may span machines."""
+    return not all(c.persistent and (c.mirror is not None or one_machine) for c in claims)
+
+
+@contextmanager
+def tune_checkpoint(claims: list[Claim], one_machine: bool) -> Iterator[Any]:
+    """The `checkpoint=` of an epoch's `tune.report`: the claims' folders staged for Tune to copy, or
+    None when a retry finds them without Tune (`tune_copy_needed`)."""
+    if not tune_copy_needed(claims, one_machine):
+        yield None
+        return
+    from ray.tune import Checkpoint
+    with staged(claims) as folder:
+        yield Checkpoint.from_directory(folder)
 
 
 @contextmanager

@@ -5,11 +5,13 @@ Inside the worker, per embinit trial: claim its key and its checkpoint folder (e
 waiting while another sweep trains the key); skip it if MLflow already has a finished run of the key (a
 concurrent or earlier sweep did it); open its MLflow child run (the run its folder names when an earlier
 attempt or sweep left one to continue); run `run_trial` in the folder with a callback that logs each
-epoch to MLflow and reports it to Tune with the folder as the checkpoint. When the worker dies, Tune
-restarts the trial from the last reported checkpoint; when the whole sweep died (the local Ray, the API),
-running the spec again finds the folder. Either way `run_trial(resume=True)` continues after the last
-epoch, logging into the same MLflow run. With the spec's `analyses`, the probe and similarity callbacks
-(embinit.sweep.analyses) log into the trial's run as well.
+epoch to MLflow and reports it to Tune (with the folder as the checkpoint where only Tune's copy
+would reach a restarted attempt: embinit.sweep.resume). When the worker dies, Tune restarts the trial,
+which finds the folder on its node (or the store's copy), else Tune's last reported checkpoint; when
+the whole sweep died (the local Ray, the API), running the spec again finds the folder. Either way
+`run_trial(resume=True)` continues after the last epoch, logging into the same MLflow run. With the
+spec's `analyses`, the probe and similarity callbacks (embinit.sweep.analyses) log into the trial's run
+as well.
 """
 
 from __future__ import annotations
@@ -77,7 +79,7 @@ def _run_one(item: WorkItem, ctx: SweepContext, claim: resume.Claim,
     run = resume.open_run(claim, ctx, cfg.to_dict(), item.label, item.group(), key_runs)
     if ctx.trainer == NOOP:  # no training: every epoch's made-up metrics at once (embinit.sweep.noop)
         return _record(run, claim, noop_result(cfg, item.label), [], metric), False
-    callbacks = [TrialReporter(run, claim, metric, mode or "max")]
+    callbacks = [TrialReporter(run, claim, metric, mode or "max", ctx.one_machine)]
     analysis_cbs = analyses.trial_callbacks(ctx.analyses, cfg, run.log_metrics, out_dir)
     callbacks += analysis_cbs
     if extra_callbacks is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import uuid
@@ -15,6 +16,7 @@ from ray import tune
 from embinit.sweep.interrupt import stop_on_interrupt
 from embinit.sweep.job import TuneJob
 from embinit.sweep.progress import Progress
+from embinit.sweep.ray_runtime import one_machine
 from embinit.sweep.trainable import train_unit
 from embinit.sweep.unit_table import UnitTable
 from embinit.sweep.work import Unit
@@ -90,6 +92,8 @@ def unique_name(spec) -> str:
 
 
 def make_trainable(spec, units, shared, extra_callbacks, name: str | None = None):
+    # whether a restarted trial finds its folder on this machine (then Tune keeps no copy, resume.py)
+    shared = dataclasses.replace(shared, one_machine=one_machine())
     # the units once per worker process, not unpickled whole for every Tune trial (embinit.sweep.unit_table)
     fn = tune.with_parameters(train_unit, shared=shared, units=UnitTable(units), extra_callbacks=extra_callbacks)
     fn.__name__ = name or unique_name(spec)

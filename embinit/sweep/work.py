@@ -61,6 +61,9 @@ class SweepContext:
     # trial runs' records there directly, the artifacts still go through the server. None: all through
     # `tracking_uri`.
     store_uri: str | None = None
+    # The sweep's Ray cannot span machines (embinit.sweep.ray_runtime.one_machine, set once connected):
+    # a restarted trial finds its node-local checkpoint folder, so Tune need not copy it (resume.py).
+    one_machine: bool = False
 
     @property
     def runs_uri(self) -> str:
