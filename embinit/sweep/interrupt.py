@@ -7,7 +7,8 @@ spec again.
 `embinit run` also takes SIGTERM (`kill`, a container stop, a scheduler's time limit) as Ctrl-C
 (`terminate_as_interrupt`): without it Ray's crash handler aborts the process and the sweep's runs stay
 RUNNING. Only the command line installs it; a service's driver runs its sweep in a thread (no signal
-reaches it there) and stops it through `run_sweep(stop=...)`."""
+reaches it there) and stops it through `run_sweep(stop=...)`. A SIGTERM that reached the local Ray's
+processes as well (sent to the process group or the whole job) is embinit.sweep.abandon's."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ import sys
 import threading
 from contextlib import contextmanager
 from typing import Callable, Iterator
+
+from embinit.sweep import abandon
 
 
 class Interrupted(KeyboardInterrupt):
@@ -63,18 +66,23 @@ def stop_on_interrupt(stream=None) -> Iterator[Callable[[], bool]]:
 
 
 @contextmanager
-def terminate_as_interrupt() -> Iterator[Callable[[], bool]]:
+def terminate_as_interrupt(farewell: Callable[[str], None] | None = None) -> Iterator[Callable[[], bool]]:
     """While it is open, SIGTERM does what Ctrl-C does: it goes to the SIGINT handler in force (during
     training `stop_on_interrupt`'s: the trials stop, are recorded as interrupted and the sweep's run is
     closed), else raises `Interrupted("SIGTERM")`. Yields `terminated()`: whether SIGTERM came. For the
     command line only (see the module's note); outside the main thread it changes nothing.
-    `RayRuntime` puts it back after `ray.init`, which installs Ray's own."""
+    `RayRuntime` puts it back after `ray.init`, which installs Ray's own. The first SIGTERM also starts
+    `abandon.watch`: should the local Ray die with the driver, the sweep's runs are closed from here,
+    `farewell(how)` says what the command says on an interrupt, and the process exits 143."""
     if threading.current_thread() is not threading.main_thread():
         yield lambda: False
         return
     fired = threading.Event()
+    watchers: list[threading.Event] = []
 
     def handler(sig, frame):
+        if not fired.is_set():
+            watchers.append(abandon.watch(_name(sig), 128 + sig, farewell))
         fired.set()
         current = signal.getsignal(signal.SIGINT)
         if callable(current) and current is not signal.default_int_handler:
@@ -87,3 +95,5 @@ def terminate_as_interrupt() -> Iterator[Callable[[], bool]]:
         yield fired.is_set
     finally:
         signal.signal(signal.SIGTERM, previous)
+        for done in watchers:
+            done.set()

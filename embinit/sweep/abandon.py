@@ -1,0 +1,76 @@
+"""When the SIGTERM that stops `embinit run` reached Ray as well: close the sweep's runs from the driver.
+
+`embinit run` takes SIGTERM as Ctrl-C (embinit.sweep.interrupt): Tune stops the trials, and the sweep
+closes its runs as interrupted. But a SIGTERM sent to the process group (`kill -- -PGID`, `timeout`) or
+to every process of a job (Slurm's scancel and time limit, `systemctl stop`) also reaches the local
+Ray's GCS, raylet and workers, which exit at once. The driver's next call into Ray then waits for a GCS
+that is gone, until Ray's core worker ends the process 60 s later (exit 1, "Failed to connect to GCS"):
+the sweep's run and its trials' runs stayed RUNNING. (Ctrl-C, SIGINT to the group, does not reach them:
+Ray's processes block SIGINT.)
+
+So the first SIGTERM starts `watch`: a thread that waits while the local Ray this process started keeps
+its GCS and raylet (`ray_runtime.local_ray_lost`). When they are gone and the sweep has not closed its
+runs itself meanwhile, it runs the sweep's closer (registered with `closing`), through MLflow alone, then
+the command's `farewell` (what it says on an interrupt), and ends the process with the signal's exit code.
+The sweep's own path and the watcher never close at the same time: leaving `closing` waits while the
+watcher closes, and the watcher does nothing once the sweep has left it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Callable
+
+Closer = Callable[[str], None]   # called with how the sweep was stopped ("SIGTERM")
+
+POLL_S = 0.2
+_closers: list[Closer] = []
+_lock = threading.Lock()
+
+
+@contextmanager
+def closing(close: Closer) -> Iterator[None]:
+    """While open, `close(how)` is what the watcher runs if Ray dies under the driver."""
+    with _lock:
+        _closers.append(close)
+    try:
+        yield
+    finally:
+        with _lock:   # waits while the watcher closes (it then ends the process)
+            _closers.remove(close)
+
+
+def watch(how: str, code: int, farewell: Closer | None = None,
+          lost: Callable[[], bool] | None = None) -> threading.Event:
+    """Start the watcher: when `lost()` (default: the local Ray's GCS or raylet is gone) while a sweep is
+    registered, close it, call `farewell(how)` and exit with `code`. Returns the event that ends it."""
+    if lost is None:
+        from embinit.sweep.ray_runtime import local_ray_lost
+        lost = local_ray_lost
+    done = threading.Event()
+    threading.Thread(target=_watch, args=(how, code, farewell, lost, done), name="embinit-abandon",
+                     daemon=True).start()
+    return done
+
+
+def _watch(how: str, code: int, farewell: Closer | None, lost: Callable[[], bool], done: threading.Event) -> None:
+    while not lost():
+        if done.wait(POLL_S):
+            return
+    with _lock:
+        if not _closers or done.is_set():
+            return   # no sweep is open (it closes its runs itself): its own path ends the process
+        print(f"[embinit] Ray's processes ended with the driver ({how} reached them too): closing the "
+              "sweep's MLflow runs from here", file=sys.stderr, flush=True)
+        for close in [*reversed(_closers), *([farewell] if farewell else [])]:
+            try:
+                close(how)
+            except Exception as e:   # the next one still runs; the process ends anyway
+                print(f"[embinit] {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)   # the main thread waits on a GCS that is gone: nothing else would end it
