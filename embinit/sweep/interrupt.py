@@ -12,6 +12,7 @@ processes as well (sent to the process group or the whole job) is embinit.sweep.
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -71,18 +72,15 @@ def terminate_as_interrupt(farewell: Callable[[str], None] | None = None) -> Ite
     training `stop_on_interrupt`'s: the trials stop, are recorded as interrupted and the sweep's run is
     closed), else raises `Interrupted("SIGTERM")`. Yields `terminated()`: whether SIGTERM came. For the
     command line only (see the module's note); outside the main thread it changes nothing.
-    `RayRuntime` puts it back after `ray.init`, which installs Ray's own. The first SIGTERM also starts
-    `abandon.watch`: should the local Ray die with the driver, the sweep's runs are closed from here,
+    `RayRuntime` puts it back after `ray.init`, which installs Ray's own. Meanwhile `abandon.watch` runs:
+    should a SIGTERM kill the local Ray with the driver, the sweep's runs are closed from there,
     `farewell(how)` says what the command says on an interrupt, and the process exits 143."""
     if threading.current_thread() is not threading.main_thread():
         yield lambda: False
         return
     fired = threading.Event()
-    watchers: list[threading.Event] = []
 
     def handler(sig, frame):
-        if not fired.is_set():
-            watchers.append(abandon.watch(_name(sig), 128 + sig, farewell))
         fired.set()
         current = signal.getsignal(signal.SIGINT)
         if callable(current) and current is not signal.default_int_handler:
@@ -91,9 +89,15 @@ def terminate_as_interrupt(farewell: Callable[[str], None] | None = None) -> Ite
             raise Interrupted(_name(sig))
 
     previous = signal.signal(signal.SIGTERM, handler)
+    read, write = os.pipe()   # the signals as they arrive, for the watcher (abandon.watch)
+    os.set_blocking(read, False)
+    os.set_blocking(write, False)
+    previous_fd = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+    watching = abandon.watch(read, farewell)
     try:
         yield fired.is_set
     finally:
         signal.signal(signal.SIGTERM, previous)
-        for done in watchers:
-            done.set()
+        signal.set_wakeup_fd(previous_fd)
+        os.close(write)
+        watching.set()   # the watcher closes `read`
