@@ -22,6 +22,7 @@ import pytest
 from ray import tune
 
 from embinit import mlflow_store, records, run_readers, run_writers
+from embinit.report import build_report
 from embinit.spec import load_spec
 from embinit.sweep import resume
 from embinit.sweep.analyses import shared_settings
@@ -364,6 +365,9 @@ def test_a_killed_driver_and_ray_resume_the_trial_when_the_spec_runs_again(tmp_p
     exp_id = mlflow_store.experiment_id("killed", uri)
     (run,) = [r for r in mlflow_store.search_runs(exp_id, uri) if records.KEY_TAG in r.data.tags]
     assert run.info.status == "RUNNING" and steps(uri, run.info.run_id, "val/loss") == [1, 2]
+    (dead,) = [r for r in mlflow_store.search_runs(exp_id, uri) if records.KEY_TAG not in r.data.tags]
+    stale = build_report("killed", uri).stale   # the report says that nothing trains it
+    assert [t["run_id"] for t in stale] == [run.info.run_id] and "driver (pid " in stale[0]["why"]
 
     again = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400)
     assert "FINISHED 1 1" in again.stdout, again.stdout + again.stderr
@@ -374,3 +378,7 @@ def test_a_killed_driver_and_ray_resume_the_trial_when_the_spec_runs_again(tmp_p
     (done,) = runs
     assert done.info.status == "FINISHED" and done.data.tags[records.RESUMED_TAG] == "2"
     assert steps(uri, run.info.run_id, "val/loss") == [1, 2, 3, 4]
+    left = {r.info.run_id: r.info.status for r in mlflow_store.search_runs(exp_id, uri)}
+    assert "RUNNING" not in left.values(), left   # before: the dead sweep's run stayed RUNNING for ever
+    closed = mlflow_store.client(uri).get_run(dead.info.run_id)
+    assert (closed.info.status, closed.data.tags[records.STATUS_TAG]) == ("KILLED", "interrupted")

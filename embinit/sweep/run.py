@@ -127,6 +127,9 @@ def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = 
     # where the trial runs are read and written: the server's database itself, when given and checked
     store_uri = check_store_behind(uri, store_uri, name, exp_id) if store_uri else None
     runs = store_uri or uri
+    for line in run_writers.close_dead_sweeps(exp_id, uri, runs):   # an earlier driver killed outright
+        if progress is True:
+            print(f"[embinit] {line}; its unfinished trials resume now", file=sys.stderr, flush=True)
     finished = set(run_readers.finished_keys(exp_id, runs))
     units, reused = units_to_run(spec, finished, planned)
     linked = _earlier_sweep(spec, units, exp_id, uri)
