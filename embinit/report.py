@@ -142,9 +142,9 @@ def build_report(experiment_name: str, tracking_uri: str | None = None, keys: se
         report_baseline.check_baseline(baseline, {r["init"] for r in rows})
     report_baseline.compare_rows(rows, baseline or DEFAULT_BASELINE)
     stale = []
-    if any(t.status == "running" for t in trials.values()):   # is each still training?
+    if any(t.status == "running" for t in trials.values()) and (exp_id or tracking_uri):   # still training?
         exp_id = exp_id or mlflow_store.experiment_id(experiment_name, tracking_uri)
-        stale = driver_liveness.stale_trials(exp_id, tracking_uri, list(trials.values()))
+        stale = driver_liveness.stale_trials(exp_id, tracking_uri, list(trials.values())) if exp_id else []
     return Report(experiment_name, rows, failed, run_ids, tracking_uri, baseline or DEFAULT_BASELINE,
                   coverage.completeness(planned, trials), stale)
 
