@@ -65,12 +65,13 @@ def watch(signals: int, farewell: Closer | None = None, lost: Callable[[], bool]
 
 
 def _watch(signals: int, farewell: Closer | None, lost: Callable[[], bool], done: threading.Event) -> None:
-    terminated = False
+    terminated = tried = False
     try:
         while not done.wait(POLL_S):
-            terminated = terminated or _came(signals, signal.SIGTERM)
-            if terminated and lost():
+            terminated = _came(signals, signal.SIGTERM) or terminated   # read on: the pipe must not fill
+            if terminated and not tried and lost():
                 _abandon("SIGTERM", 128 + signal.SIGTERM, farewell, done)
+                tried = True   # it returned: no sweep is open, its own path closes the runs
     finally:
         os.close(signals)
 

@@ -129,7 +129,7 @@ def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = 
     runs = store_uri or uri
     for line in run_writers.close_dead_sweeps(exp_id, uri, runs):   # an earlier driver killed outright
         if progress is True:
-            print(f"[embinit] {line}; its unfinished trials resume now", file=sys.stderr, flush=True)
+            print(f"[embinit] {line}", file=sys.stderr, flush=True)
     finished = set(run_readers.finished_keys(exp_id, runs))
     units, reused = units_to_run(spec, finished, planned)
     linked = _earlier_sweep(spec, units, exp_id, uri)
