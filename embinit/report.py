@@ -24,13 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from embinit import completeness as coverage
-from embinit import mlflow_store, records, report_baseline, report_latex, run_readers
+from embinit import driver_liveness, mlflow_store, records, report_baseline, report_latex, run_readers
 from embinit.comparison import t_quantile
 from embinit.formatting import digits_by_metric, interval, number
 from embinit.records import TrialRecord
 from embinit.report_baseline import DEFAULT_BASELINE
 from embinit.report_notes import (code_version_notes, dev_selection_notes, non_finite_notes, other_point_notes,
-                                  row_name, unconverged_notes)
+                                  row_name, stale_notes, unconverged_notes)
 from embinit.report_plots import label_order, mean_curves
 from embinit.report_rows import group, group_rows, summarize
 
@@ -46,10 +46,12 @@ class Report:
     tracking_uri: str | None = None
     baseline: str = DEFAULT_BASELINE
     completeness: dict[str, Any] | None = None   # embinit.completeness; None without a plan
+    stale: list[dict[str, Any]] = field(default_factory=list)   # driver_liveness.stale_trials: not training
 
     def to_json(self) -> str:
         return json.dumps({"experiment": self.experiment, "baseline": self.baseline, "rows": self.rows,
-                           "failed": self.failed, "completeness": self.completeness}, indent=1)
+                           "failed": self.failed, "completeness": self.completeness, "stale": self.stale},
+                          indent=1)
 
     def to_csv(self) -> str:
         buf = io.StringIO()
@@ -79,7 +81,7 @@ class Report:
             lines.append(f"| {r['task']} | {row_name(r)} | {r['metric']} | {_fmt(r['mean'], d)} "
                          f"({_fmt(r['std'], d)}) | {r['n']} | {_fmt(r['best_epoch'], 1)}{last} | {_ci(r, d)} | "
                          f"{r['diverged']} | {r['failed']} | {r['running']} |")
-        lines += coverage.markdown(self.completeness)
+        lines += coverage.markdown(self.completeness) + stale_notes(self.stale)
         lines += unconverged_notes(self.rows) + non_finite_notes(self.rows) + other_point_notes(self.rows)
         lines += code_version_notes(self.rows) + dev_selection_notes(self.rows)
         lines += report_baseline.markdown(self.rows, self.baseline, row_name)
@@ -139,8 +141,12 @@ def build_report(experiment_name: str, tracking_uri: str | None = None, keys: se
     if baseline is not None:
         report_baseline.check_baseline(baseline, {r["init"] for r in rows})
     report_baseline.compare_rows(rows, baseline or DEFAULT_BASELINE)
+    stale = []
+    if any(t.status == "running" for t in trials.values()) and (exp_id or tracking_uri):   # still training?
+        exp_id = exp_id or mlflow_store.experiment_id(experiment_name, tracking_uri)
+        stale = driver_liveness.stale_trials(exp_id, tracking_uri, list(trials.values())) if exp_id else []
     return Report(experiment_name, rows, failed, run_ids, tracking_uri, baseline or DEFAULT_BASELINE,
-                  coverage.completeness(planned, trials))
+                  coverage.completeness(planned, trials), stale)
 
 
 def _records(experiment: str, uri: str | None, keys: set[str] | None) -> tuple[str, dict[str, TrialRecord]]:

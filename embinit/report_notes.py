@@ -1,7 +1,7 @@
 """The report's row names and the notes under its table: rows still improving at their last epoch, and
 rows some of whose finished seeds logged a non-finite value (left out of their numbers), trials at the
 search points a row does not report, rows pooling seeds of several code versions, numbers selected on
-the dev set they are reported on."""
+the dev set they are reported on, trials MLflow says are running whose sweep is gone."""
 
 from __future__ import annotations
 
@@ -77,3 +77,15 @@ def dev_selection_notes(rows: list[dict[str, Any]]) -> list[str]:
         return []
     return ["", f"{', '.join(metrics)}: {DEV_SELECTED} (the best epoch, and with a search the best point, are "
             "chosen on the same dev set these numbers come from: optimistic, for every init alike)."]
+
+
+def stale_notes(stale: list[dict[str, Any]]) -> list[str]:
+    """One line per trial counted as running whose sweep is gone (embinit.driver_liveness.stale_trials):
+    nothing trains it; running its spec again resumes it (and closes the dead sweep's runs)."""
+    if not stale:
+        return []
+    notes = [f"- {t['label']} seed {t['seed']} (run {t['run_id']}): {t['why']}"
+             + (f"; its checkpoint after epoch {t['resume_epoch']} is kept" if t["resume_epoch"] is not None else "")
+             for t in stale]
+    return ["", f"Not training although MLflow says RUNNING ({len(stale)} of the running trials; running the spec "
+            "again resumes them and closes the dead sweep's runs):", *notes]

@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from embinit import driver_liveness
+from embinit.driver_liveness import DRIVER_TAG
 from embinit.errors import EmbinitError
 from embinit.mlflow_store import client, ensure_experiment, log_batch, metrics_at, resolve_uri, retry
 from embinit.records import ERROR_TAG, KIND_TAG, N_TRIALS_TAG, SPEC_HASH_TAG, STATUS_TAG, TrialRecord
@@ -46,7 +48,7 @@ def start_parent_run(exp_id: str, uri: str, spec_hash: str, spec_yaml: str, n_tr
     c = client(uri)
     run = retry(lambda: c.create_run(exp_id, run_name=run_name or f"sweep-{spec_hash[:8]}",
                                      tags={SPEC_HASH_TAG: spec_hash, KIND_TAG: "sweep",
-                                           N_TRIALS_TAG: str(n_trials)}))
+                                           N_TRIALS_TAG: str(n_trials), DRIVER_TAG: driver_liveness.current()}))
     retry(lambda: c.log_text(run.info.run_id, spec_yaml, SPEC_ARTIFACT))
     return run.info.run_id
 
@@ -120,6 +122,27 @@ def close_sweeps(exp_id: str, uri: str, spec_hash: str, reason: str, status: str
     for run in runs:
         close_sweep_run(run.run_id, uri, reason, status)
     return len(runs)
+
+
+def close_dead_sweeps(exp_id: str, uri: str, runs_uri: str | None = None) -> list[str]:
+    """Close the experiment's sweep runs still RUNNING whose driver this machine sees gone (killed
+    without closing them: SIGKILL, the OOM killer), and their trial runs still RUNNING (read from
+    `runs_uri`, default `uri`), as interrupted: their kept checkpoints say a rerun resumes them. A sweep
+    whose driver cannot be checked from here (another machine, an older sweep) is left alone. Returns
+    one line per sweep closed."""
+    said = []
+    for sweep in sweep_records(exp_id, uri, "attributes.status = 'RUNNING'"):
+        driver = sweep.tags.get(DRIVER_TAG)
+        if driver_liveness.alive(driver) is not False:
+            continue
+        reason = (f"interrupted (its driver, {driver_liveness.describe(driver)}, ended without closing its runs: "
+                  "killed outright, e.g. by SIGKILL or the OOM killer); running the same spec again resumes: "
+                  "finished trials are reused")
+        n = close_orphans(exp_id, runs_uri or uri, sweep.run_id, reason, "KILLED", "interrupted")
+        close_sweep_run(sweep.run_id, uri, reason, "KILLED", "interrupted")
+        said.append(f"sweep run {sweep.run_id} ({sweep.name}) and {n} trial run(s) of it were RUNNING, but its driver "
+                    f"({driver_liveness.describe(driver)}) is gone: closed as interrupted")
+    return said
 
 
 def close_sweep_run(run_id: str, uri: str, reason: str, status: str = "FAILED", tag: str | None = None,

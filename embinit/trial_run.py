@@ -78,13 +78,15 @@ class TrialRun:
 
     def __init__(self, uri: str, run_id: str, reopened: bool = False, checkpoint_tagged: bool | None = None,
                  artifact_uri: str | None = None, params: list | None = None, artifacts_via: str | None = None,
-                 label: str | None = None, logged_params: Iterable[str] = ()):
+                 label: str | None = None, logged_params: Iterable[str] = (), held: dict[str, int] | None = None):
         self.uri, self.run_id, self.client = uri, run_id, client(uri)
         # The tracking URI that resolves the run's artifact location: the server when `uri` is the
         # database behind it (an `mlflow-artifacts:` location is served by the server only).
         self.artifacts_via = artifacts_via or uri
         self.reopened = reopened         # an earlier attempt may have logged epochs this one did not
         self.logged: set[int] = set()    # epochs this process logged
+        # A reopened run's latest step per metric: what an earlier attempt logged up to (`_batch`).
+        self.held: dict[str, int] = dict(held or {})
         self.checkpoint_tagged = checkpoint_tagged   # whether the run has the checkpoint tag (None: ask)
         self.artifact_uri = artifact_uri  # known from creating or reopening the run: no lookup per artifact
         self.params = list(params or ())  # the planned params, not yet logged: they go with the next batch
@@ -113,7 +115,8 @@ class TrialRun:
             run = cls._reopen(c, run_id, parent_id, resumed_epoch, inputs)
             return cls(uri, run_id, reopened=True, checkpoint_tagged=CHECKPOINT_TAG in run.data.tags,
                        artifact_uri=run.info.artifact_uri, params=[] if run.data.params else params,
-                       artifacts_via=artifacts_via, label=label, logged_params=run.data.params)
+                       artifacts_via=artifacts_via, label=label, logged_params=run.data.params,
+                       held={m.key: m.step for m in run.data.to_proto().metrics})
         from embinit.config import CODE_VERSION
         tags = {KEY_TAG: key, LABEL_TAG: label, INIT_TAG: label, TASK_TAG: config["task"],
                 SEED_TAG: str(config["seed"]),
@@ -173,7 +176,8 @@ class TrialRun:
         """One epoch's metrics (step = epoch); `checkpoint`: the trial's kept folder now holds it."""
         from mlflow.entities import RunTag
         tags = [RunTag(CHECKPOINT_TAG, str(epoch))] if checkpoint else ()
-        self._batch(metrics_at({k: v for k, v in metrics.items() if k != "epoch"}, step=epoch), tags=tags)
+        self._batch(self._unheld(metrics_at({k: v for k, v in metrics.items() if k != "epoch"}, step=epoch)),
+                    tags=tags)
         self.logged.add(epoch)
         self.checkpoint_tagged = self.checkpoint_tagged or checkpoint
 
@@ -201,7 +205,16 @@ class TrialRun:
 
     def log_metrics(self, metrics: dict[str, Any], step: int) -> None:
         """Metrics an analysis callback measured (`sim/*`, `probe/*`); step = optimizer step, not epoch."""
-        self._batch(metrics_at(metrics, step=step))
+        self._batch(self._unheld(metrics_at(metrics, step=step)))
+
+    def _unheld(self, metrics: list) -> list:
+        """The points a reopened run does not hold yet. A resumed attempt re-runs the steps after its
+        checkpoint, which the dead attempt may have logged (the probe at the resumed step, similarity
+        scores within the epoch it died in, an epoch whose Tune checkpoint was older than its log), and
+        MLflow would chart both points. An attempt logs its steps in order from its checkpoint on, and a
+        later attempt starts from a checkpoint at least as late, so every step up to a metric's latest,
+        as the run held it when reopened, is already there."""
+        return [m for m in metrics if m.step > self.held.get(m.key, -1)]
 
     def logged_steps(self, name: str) -> set[int]:
         return metric_history(self.uri, self.run_id, name).steps

@@ -1,8 +1,9 @@
 """Ctrl-C during `embinit run`, as a terminal sends it (SIGINT to the whole process group): the running
 trial is stopped and recorded as `interrupted`, not failed; the message says that running the spec again
 resumes, and Ray Tune's `Tuner.restore` hint does not appear. SIGTERM to `embinit run` (kill, a container
-stop) does the same (exit 143); a sweep that raises anything else closes its run, and its trials' runs
-still open, FAILED with the error (none is left RUNNING)."""
+stop) does the same (exit 143), and so does SIGTERM to its whole process group, which kills its local
+Ray with it; a sweep that raises anything else closes its run, and its trials' runs still open, FAILED
+with the error (none is left RUNNING)."""
 
 from __future__ import annotations
 
@@ -211,3 +212,53 @@ def test_sigterm_marks_trials_interrupted_closes_the_sweep_and_says_how_to_resum
     exp = mlflow_store.experiment_id("terminate-me", uri)
     [trial] = run_readers.trial_records(exp, uri)
     assert trial.status == "interrupted" and trial.resume_epoch is not None   # a rerun resumes it
+
+
+@pytest.mark.slow
+def test_sigterm_to_the_process_group_closes_the_runs_interrupted_and_a_rerun_resumes(tmp_path):
+    """`kill -- -PGID`, `timeout`, Slurm's scancel and `systemctl stop` signal Ray's GCS, raylet and workers
+    with the driver. Before: the driver waited for the dead GCS until Ray ended it 60 s later (exit 1,
+    "Failed to connect to GCS within 60 seconds"), and the sweep's and the trial's runs stayed RUNNING."""
+    spec, uri = _spec_file(tmp_path, "group-term", 6)
+    proc, lines, reader = _launch(spec, tmp_path)
+    exp = None
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and proc.poll() is None:  # the trial started (the store is made)
+            if any(" 1 running" in line for line in lines):
+                break
+            time.sleep(0.5)
+        exp = mlflow_store.experiment_id("group-term", uri)
+        while time.monotonic() < deadline and proc.poll() is None:   # a checkpoint to resume from
+            if any(r.resume_epoch is not None for r in run_readers.trial_records(exp, uri)):
+                break
+            time.sleep(0.5)
+        assert proc.poll() is None, "".join(lines)
+        signalled = time.monotonic()
+        os.killpg(proc.pid, signal.SIGTERM)   # the driver and every Ray process it started
+        proc.wait(timeout=120)
+        took = time.monotonic() - signalled
+        reader.join(timeout=10)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    err = "".join(lines)
+    assert proc.returncode == 143, err
+    assert took < 45, (took, err)
+    assert "Traceback" not in err and "Failed to connect to GCS" not in err, err
+    assert "embinit: interrupted (SIGTERM)" in err and f"embinit run {spec}` again to resume" in err
+    runs = _runs("group-term", uri)
+    assert sorted(r.info.status for r in runs) == ["KILLED", "KILLED"], [(r.info.run_name, r.info.status) for r in runs]
+    for run in runs:
+        assert run.data.tags[ERROR_TAG].startswith("interrupted (SIGTERM); running the same spec again resumes")
+    [trial] = run_readers.trial_records(exp, uri)
+    assert trial.status == "interrupted" and trial.resume_epoch is not None
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "RAY_AUTH_MODE": "disabled"}
+    again = subprocess.run([sys.executable, "-m", "embinit", "run", str(spec), "--quiet"], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=400)
+    assert again.returncode == 0, again.stderr[-3000:]
+    [done] = run_readers.trial_records(exp, uri)
+    assert (done.run_id, done.status) == (trial.run_id, "finished")     # resumed into the same run
+    run = mlflow_store.client(uri).get_run(done.run_id)
+    assert run.data.tags["embinit.resumed_after_epoch"] == str(trial.resume_epoch)

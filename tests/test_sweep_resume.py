@@ -23,8 +23,10 @@ import pytest
 from ray import tune
 
 from embinit import mlflow_store, records, run_readers, run_writers
+from embinit.report import build_report
 from embinit.spec import load_spec
 from embinit.sweep import resume
+from embinit.sweep.analyses import shared_settings
 from embinit.sweep.work import SweepContext, Unit, work_item
 from embinit.sweep.trainable import train_unit
 from embinit.trusted import TRUSTED_ROOTS_ENV
@@ -112,7 +114,8 @@ def sweep(spec, units, callbacks) -> tuple[dict, str]:
     uri = mlflow_store.resolve_uri(spec.mlflow.tracking_uri)
     exp_id = mlflow_store.ensure_experiment(spec.experiment_name(), uri)
     parent = run_writers.start_parent_run(exp_id, uri, spec.spec_hash(), spec.to_yaml(), spec.num_trials())
-    shared = SweepContext(uri, exp_id, parent, log_checkpoint=False, log_plots=False, cache_dir=spec.cache_dir)
+    shared = SweepContext(uri, exp_id, parent, log_checkpoint=False, log_plots=False, cache_dir=spec.cache_dir,
+                          analyses=shared_settings(spec))
     for i in range(len(units)):
         try:
             train_unit({"unit": i}, shared, units,
@@ -176,6 +179,25 @@ def test_a_lost_sweep_resumes_its_trial_from_the_checkpoint_in_the_same_run(tmp_
     assert_resumed_in_one_run(second, first.parent_run_id, {p.key for p in spec.plan()}, 2)
     (rec,) = run_readers.trial_records(second.experiment_id, second.tracking_uri)
     assert rec.status == "finished" and not rec.resumable
+
+
+def test_a_resumed_trial_logs_no_step_twice(tmp_path, no_tune):
+    """The probe measures when training starts, at the resumed step: the step of the checkpoint's epoch,
+    which the dead attempt had logged at that epoch's end, so the run's chart had two points there (as a
+    killed worker's re-run epoch had when its attempt restarted from an older checkpoint)."""
+    spec = setup(tmp_path, "twice", analyses={"probe": {"every_n_epochs": 1, "n_samples": 300}})
+    units = units_of(spec)
+    first, outcome = sweep(spec, units, [KillAfter(2)])
+    assert outcome == "killed"
+    (run,) = trial_runs(first)
+    at_kill = steps(first.tracking_uri, run.info.run_id, "probe/pos_acc")
+    assert len(at_kill) == 3                                   # init, epochs 1 and 2
+    second, outcome = sweep(spec, units, [])
+    assert outcome == "done"
+    probe = steps(second.tracking_uri, run.info.run_id, "probe/pos_acc")
+    assert probe == sorted(set(probe)) and set(at_kill) < set(probe), (at_kill, probe)
+    for metric in ("val/loss", "train/loss"):
+        assert steps(second.tracking_uri, run.info.run_id, metric) == [1, 2, 3, 4]
 
 
 def test_a_lost_fused_group_resumes_each_member_in_its_run(tmp_path, no_tune):
@@ -416,6 +438,9 @@ def test_a_killed_driver_and_ray_resume_the_trial_when_the_spec_runs_again(tmp_p
     exp_id = mlflow_store.experiment_id("killed", uri)
     (run,) = [r for r in mlflow_store.search_runs(exp_id, uri) if records.KEY_TAG in r.data.tags]
     assert run.info.status == "RUNNING" and steps(uri, run.info.run_id, "val/loss") == [1, 2]
+    (dead,) = [r for r in mlflow_store.search_runs(exp_id, uri) if records.KEY_TAG not in r.data.tags]
+    stale = build_report("killed", uri).stale   # the report says that nothing trains it
+    assert [t["run_id"] for t in stale] == [run.info.run_id] and "driver (pid " in stale[0]["why"]
 
     again = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400)
     assert "FINISHED 1 1" in again.stdout, again.stdout + again.stderr
@@ -426,3 +451,7 @@ def test_a_killed_driver_and_ray_resume_the_trial_when_the_spec_runs_again(tmp_p
     (done,) = runs
     assert done.info.status == "FINISHED" and done.data.tags[records.RESUMED_TAG] == "2"
     assert steps(uri, run.info.run_id, "val/loss") == [1, 2, 3, 4]
+    left = {r.info.run_id: r.info.status for r in mlflow_store.search_runs(exp_id, uri)}
+    assert "RUNNING" not in left.values(), left   # before: the dead sweep's run stayed RUNNING for ever
+    closed = mlflow_store.client(uri).get_run(dead.info.run_id)
+    assert (closed.info.status, closed.data.tags[records.STATUS_TAG]) == ("KILLED", "interrupted")

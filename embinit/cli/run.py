@@ -52,8 +52,15 @@ def run(args) -> int:
         return 0
     from embinit.sweep import run_sweep
     from embinit.sweep.interrupt import terminate_as_interrupt
-    with terminate_as_interrupt() as terminated:   # SIGTERM (kill, a container stop) as Ctrl-C
+    # SIGTERM (kill, a container stop) as Ctrl-C; said the same when it killed the local Ray as well
+    with terminate_as_interrupt(lambda how: _say_interrupted(args, how)) as terminated:
         return _sweep(args, spec, run_sweep, terminated)
+
+
+def _say_interrupted(args, how: str) -> None:
+    print(f"embinit: interrupted ({how}). Trials that finished are kept in MLflow; the stopped ones are marked "
+          f"'interrupted'. Run `{resume_command(args)}` again to resume: finished trials are reused, the rest "
+          f"train.", file=sys.stderr, flush=True)
 
 
 def _sweep(args, spec, run_sweep, terminated) -> int:
@@ -63,10 +70,7 @@ def _sweep(args, spec, run_sweep, terminated) -> int:
         result = run_sweep(spec, address=args.address, tracking_uri=args.tracking_uri, progress=not args.quiet,
                            store_uri=args.store_uri)
     except KeyboardInterrupt as e:
-        how = "SIGTERM" if terminated() else how_interrupted(e)
-        print(f"embinit: interrupted ({how}). Trials that finished are kept in MLflow; the stopped ones are marked "
-              f"'interrupted'. Run `{resume_command(args)}` again to resume: finished trials are reused, the rest "
-              f"train.", file=sys.stderr, flush=True)
+        _say_interrupted(args, "SIGTERM" if terminated() else how_interrupted(e))
         return 143 if terminated() else 130
     except BrokenPipeError:
         raise

@@ -7,15 +7,19 @@ spec again.
 `embinit run` also takes SIGTERM (`kill`, a container stop, a scheduler's time limit) as Ctrl-C
 (`terminate_as_interrupt`): without it Ray's crash handler aborts the process and the sweep's runs stay
 RUNNING. Only the command line installs it; a service's driver runs its sweep in a thread (no signal
-reaches it there) and stops it through `run_sweep(stop=...)`."""
+reaches it there) and stops it through `run_sweep(stop=...)`. A SIGTERM that reached the local Ray's
+processes as well (sent to the process group or the whole job) is embinit.sweep.abandon's."""
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
 from contextlib import contextmanager
 from typing import Callable, Iterator
+
+from embinit.sweep import abandon
 
 
 class Interrupted(KeyboardInterrupt):
@@ -63,12 +67,14 @@ def stop_on_interrupt(stream=None) -> Iterator[Callable[[], bool]]:
 
 
 @contextmanager
-def terminate_as_interrupt() -> Iterator[Callable[[], bool]]:
+def terminate_as_interrupt(farewell: Callable[[str], None] | None = None) -> Iterator[Callable[[], bool]]:
     """While it is open, SIGTERM does what Ctrl-C does: it goes to the SIGINT handler in force (during
     training `stop_on_interrupt`'s: the trials stop, are recorded as interrupted and the sweep's run is
     closed), else raises `Interrupted("SIGTERM")`. Yields `terminated()`: whether SIGTERM came. For the
     command line only (see the module's note); outside the main thread it changes nothing.
-    `RayRuntime` puts it back after `ray.init`, which installs Ray's own."""
+    `RayRuntime` puts it back after `ray.init`, which installs Ray's own. Meanwhile `abandon.watch` runs:
+    should a SIGTERM kill the local Ray with the driver, the sweep's runs are closed from there,
+    `farewell(how)` says what the command says on an interrupt, and the process exits 143."""
     if threading.current_thread() is not threading.main_thread():
         yield lambda: False
         return
@@ -83,7 +89,15 @@ def terminate_as_interrupt() -> Iterator[Callable[[], bool]]:
             raise Interrupted(_name(sig))
 
     previous = signal.signal(signal.SIGTERM, handler)
+    read, write = os.pipe()   # the signals as they arrive, for the watcher (abandon.watch)
+    os.set_blocking(read, False)
+    os.set_blocking(write, False)
+    previous_fd = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+    watching = abandon.watch(read, farewell)
     try:
         yield fired.is_set
     finally:
         signal.signal(signal.SIGTERM, previous)
+        signal.set_wakeup_fd(previous_fd)
+        os.close(write)
+        watching.set()   # the watcher closes `read`

@@ -16,6 +16,8 @@ from embinit.mlflow_store import telemetry_off
 
 LOOPBACK = "127.0.0.1"
 NO_CLUSTER_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"   # Ray's switch for its no-cluster (loopback) mode
+# Set while a local Ray that a RayRuntime started runs, cleared before it is shut down on purpose.
+_LOCAL_RUNNING = threading.Event()
 
 
 @contextmanager
@@ -93,6 +95,21 @@ def one_machine() -> bool:
     return loopback and sum(1 for n in ray.nodes() if n.get("Alive")) == 1
 
 
+def local_ray_lost() -> bool:
+    """Whether the local Ray a `RayRuntime` of this process started, and is not stopping, has lost its GCS
+    or raylet (a signal to the process group or the job killed them with the driver). False for a cluster
+    joined by address, a connection the caller owns, or no Ray."""
+    if not _LOCAL_RUNNING.is_set():
+        return False
+    try:   # Ray's internals: a Ray without them loses this check, not the sweep
+        from ray._private import ray_constants, worker
+        node = worker._global_node
+        vital = {ray_constants.PROCESS_TYPE_GCS_SERVER, ray_constants.PROCESS_TYPE_RAYLET}
+        return node is not None and any(kind in vital for kind, _ in node.dead_processes())
+    except Exception:   # its table changed while read (Ray is being shut down), or another Ray's internals
+        return False
+
+
 class RayRuntime:
     """`with RayRuntime(address, resources)`: Ray for a sweep, started here (address None) or joined.
     resources: the spec's per-trial `resources` (cpus, gpus), checked against a Ray started here."""
@@ -114,11 +131,13 @@ class RayRuntime:
         except ConnectionError as e:
             raise EmbinitError(f"cannot connect to the Ray cluster at {self.address!r}: {e}") from None
         self.started = True
+        if self.address is None:
+            _LOCAL_RUNNING.set()
         if self.resources is not None:
             try:
                 self.check_fits(self.resources.cpus, self.resources.gpus)
             except EmbinitError:
-                ray.shutdown()            # __exit__ does not run when __enter__ raises
+                self.__exit__()           # __exit__ does not run when __enter__ raises
                 raise
         return self
 
@@ -142,4 +161,5 @@ class RayRuntime:
     def __exit__(self, *exc) -> None:
         if self.started:
             import ray
+            _LOCAL_RUNNING.clear()   # its processes end now on purpose: not a loss (embinit.sweep.abandon)
             ray.shutdown()

@@ -22,6 +22,7 @@ from embinit.model_dims import check_dimensions
 from embinit.spec import ExperimentSpec, check_local_paths, load_spec
 from embinit.storage import Store
 from embinit.storage import configured as configured_store
+from embinit.sweep import abandon
 from embinit.sweep.analyses import shared_settings
 from embinit.sweep.fused import CPU_NOTE, fused_units, parallel_slots
 from embinit.sweep.interrupt import how_interrupted
@@ -126,6 +127,9 @@ def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = 
     # where the trial runs are read and written: the server's database itself, when given and checked
     store_uri = check_store_behind(uri, store_uri, name, exp_id) if store_uri else None
     runs = store_uri or uri
+    for line in run_writers.close_dead_sweeps(exp_id, uri, runs):   # an earlier driver killed outright
+        if progress is True:
+            print(f"[embinit] {line}", file=sys.stderr, flush=True)
     finished = set(run_readers.finished_keys(exp_id, runs))
     units, reused = units_to_run(spec, finished, planned)
     linked = _earlier_sweep(spec, units, exp_id, uri)
@@ -142,7 +146,10 @@ def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = 
                               analyses=shared_settings(spec), storage=store,
                               trainer=spec.execution.trainer, store_uri=store_uri)
         job = TuneJob(spec, planned, shared, storage, progress, _stop_fn(stop), extra_callbacks, address, reused)
-        cancelled = _execute(job, units)
+        # should a signal kill the local Ray with the driver, the driver closes the runs without it
+        with abandon.closing(lambda how: _close_sweep(exp_id, uri, parent, interrupted_reason(how), "KILLED",
+                                                      "interrupted")):
+            cancelled = _execute(job, units)
         reason = ("cancelled" if cancelled else
                   "the trial did not finish: its worker died more often than `retries` allows, or Ray stopped it")
         run_writers.close_orphans(exp_id, uri, parent, reason, status="KILLED" if cancelled else "FAILED")

@@ -1,0 +1,91 @@
+"""A sweep whose driver was killed outright (SIGKILL, the OOM killer) closes nothing: its run and its
+trials' runs stay RUNNING. Before: `embinit report` counted such a trial as "running" with no hint, the dry
+run said nothing, and a rerun resumed the trial but left the dead sweep's own run RUNNING for ever. Now the
+sweep's run names its driver process (`embinit.driver`), the report and the dry run say the trial is not
+training, and the next run of a spec in the experiment closes the dead sweep's runs as interrupted. A
+driver this machine cannot check (another machine or container) is left alone."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from embinit import driver_liveness, mlflow_store, run_readers, run_writers
+from embinit.cli.dry_run import dry_run
+from embinit.driver_liveness import DRIVER_TAG
+from embinit.records import ERROR_TAG, STATUS_TAG
+from embinit.report import build_report
+from embinit.spec import load_spec
+from embinit.trial_run import TrialRun
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _dead_driver() -> str:
+    """The driver tag of a process that has ended (as a SIGKILLed driver has)."""
+    code = "from embinit import driver_liveness; print(driver_liveness.current())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={"PYTHONPATH": str(ROOT)})
+    return out.stdout.strip()
+
+
+def test_a_driver_is_alive_while_it_runs_and_unknown_elsewhere():
+    assert driver_liveness.alive(driver_liveness.current()) is True
+    assert driver_liveness.alive(_dead_driver()) is False
+    elsewhere = {**json.loads(driver_liveness.current()), "boot": "another-machine"}
+    assert driver_liveness.alive(json.dumps(elsewhere)) is None
+    assert driver_liveness.alive(None) is None and driver_liveness.alive("not json") is None
+
+
+def _sweep_with_an_open_trial(tmp_path: Path, name: str, driver: str | None) -> tuple:
+    """A sweep run (its driver tag replaced by `driver`) and one trial run of it, both RUNNING."""
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    spec = load_spec({"name": name, "tasks": [{"task": "synthetic_translation", "epochs": 3}], "inits": ["xavier"],
+                      "seeds": 1, "mlflow": {"tracking_uri": uri}, "cache_dir": str(tmp_path / "cache")})
+    exp = mlflow_store.ensure_experiment(name, uri)
+    parent = run_writers.start_parent_run(exp, uri, spec.spec_hash(), spec.to_yaml(), 1, run_name=name)
+    if driver is not None:
+        mlflow_store.client(uri).set_tag(parent, DRIVER_TAG, driver)
+    (p,) = spec.plan()
+    trial = TrialRun.open(uri, exp, parent, p.config, p.key, p.label, {})
+    return spec, uri, exp, parent, trial.run_id
+
+
+@pytest.mark.slow   # MLflow stores
+def test_a_dead_sweep_s_trial_is_reported_not_training_and_the_next_run_closes_it(tmp_path):
+    spec, uri, exp, parent, trial = _sweep_with_an_open_trial(tmp_path, "killed", _dead_driver())
+    report = build_report("killed", uri)
+    assert [t["run_id"] for t in report.stale] == [trial]
+    text = report.to_markdown()
+    assert "Not training although MLflow says RUNNING" in text and "its sweep's driver (pid " in text, text
+    assert "RUNNING in MLflow, not training: its sweep's driver (pid" in dry_run(spec, uri)
+
+    said = run_writers.close_dead_sweeps(exp, uri)
+    assert len(said) == 1 and parent in said[0] and "is gone: closed as interrupted" in said[0]
+    c = mlflow_store.client(uri)
+    for run_id in (parent, trial):
+        run = c.get_run(run_id)
+        assert (run.info.status, run.data.tags[STATUS_TAG]) == ("KILLED", "interrupted")
+        assert "running the same spec again resumes" in run.data.tags[ERROR_TAG]
+    assert [t["status"] for t in run_readers.list_trials("killed", uri)] == ["interrupted"]
+    assert build_report("killed", uri).stale == []
+
+
+@pytest.mark.slow   # MLflow stores
+@pytest.mark.parametrize("driver", ["live", "elsewhere", None])
+def test_a_sweep_that_may_be_training_is_neither_flagged_nor_closed(tmp_path, driver):
+    tag = {"live": driver_liveness.current(),
+           "elsewhere": json.dumps({**json.loads(_dead_driver()), "boot": "another-machine"}),
+           None: None}[driver]
+    spec, uri, exp, parent, trial = _sweep_with_an_open_trial(tmp_path, "maybe", tag)
+    if driver is None:   # a sweep run of an embinit before the tag
+        mlflow_store.client(uri).delete_tag(parent, DRIVER_TAG)
+    assert build_report("maybe", uri).stale == []
+    assert "not training" not in dry_run(spec, uri)
+    assert run_writers.close_dead_sweeps(exp, uri) == []
+    c = mlflow_store.client(uri)
+    assert [c.get_run(r).info.status for r in (parent, trial)] == ["RUNNING", "RUNNING"]
