@@ -89,3 +89,14 @@ def test_a_sweep_that_may_be_training_is_neither_flagged_nor_closed(tmp_path, dr
     assert run_writers.close_dead_sweeps(exp, uri) == []
     c = mlflow_store.client(uri)
     assert [c.get_run(r).info.status for r in (parent, trial)] == ["RUNNING", "RUNNING"]
+
+
+@pytest.mark.slow   # MLflow stores
+def test_the_dry_run_says_where_an_interrupted_trial_resumes(tmp_path):
+    spec, uri, exp, parent, trial = _sweep_with_an_open_trial(tmp_path, "resumes", _dead_driver())
+    TrialRun(uri, trial).log_epoch(2, {"val/loss": 1.5, "train/loss": 2.0}, checkpoint=True)
+    assert ("[RUNNING in MLflow, not training: its sweep's driver (pid" in dry_run(spec, uri)
+            and "the run resumes it after epoch 2]" in dry_run(spec, uri))
+    run_writers.close_dead_sweeps(exp, uri)
+    (line,) = [x for x in dry_run(spec, uri).splitlines() if spec.plan()[0].key in x]
+    assert line.endswith("[interrupted after epoch 2: the run resumes it from its checkpoint]"), line

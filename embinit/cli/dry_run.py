@@ -15,13 +15,13 @@ from embinit.config import TrialConfig, task_defaults
 from embinit.store_check import SqliteStore, resolved, sqlite_path, sqlite_store
 
 
-def trial_lines(spec, plan, done: set[str] = frozenset(), stale: dict[str, str] | None = None) -> list[str]:
+def trial_lines(spec, plan, done: set[str] = frozenset(), marks: dict[str, str] | None = None) -> list[str]:
     """One line a planned trial; `done`: the keys the store has finished (marked: the run reuses them);
-    `stale`: a mark for the keys whose run is RUNNING in a sweep that is gone (`stale_here`)."""
+    `marks`: what the run does with a key's unfinished run (`unfinished_marks`)."""
     lines = [f"{'#':>4}  {'key':16}  {'task':24} {'init':22} seed  settings"]
     for i, p in enumerate(plan):
         settings = {**p.axes, **p.point}
-        mark = "  [finished: reused]" if p.key in done else f"  [{stale[p.key]}]" if p.key in (stale or {}) else ""
+        mark = "  [finished: reused]" if p.key in done else f"  [{marks[p.key]}]" if p.key in (marks or {}) else ""
         lines.append(f"{i:>4}  {p.key}  {p.task:24} {p.label:22} {p.seed:>4}  "
                      f"{json.dumps(settings) if settings else ''}{mark}".rstrip())
     if spec.drawn:
@@ -170,19 +170,29 @@ def finished_here(spec, plan, uri: str | None) -> set[str]:
     return set() if exp_id is None else set(run_readers.finished_keys(exp_id, uri)) & {p.key for p in plan}
 
 
-def stale_here(spec, plan, uri: str | None, done: set[str]) -> dict[str, str]:
-    """A mark per planned key (not in `done`) whose run MLflow has RUNNING while its sweep is gone
-    (embinit.driver_liveness.stale_trials): nothing trains it, and the run resumes it."""
+def unfinished_marks(spec, plan, uri: str | None, done: set[str]) -> dict[str, str]:
+    """A mark per planned key (not in `done`) whose newest run is unfinished with its checkpoint kept,
+    saying where the run resumes it: an interrupted or failed run, or one MLflow has RUNNING while its
+    sweep is gone (embinit.driver_liveness.stale_trials: nothing trains it). A run RUNNING in a live
+    sweep is not marked (the run waits for it and reuses its result)."""
     if uri is None:
         return {}
     from embinit import driver_liveness, mlflow_store, run_readers
     exp_id = mlflow_store.experiment_id(spec.experiment_name(), uri)
+    if exp_id is None:
+        return {}
     keys = {p.key for p in plan} - done
-    running = [] if exp_id is None else [r for r in run_readers.trial_records(exp_id, uri, status="RUNNING")
-                                          if r.key in keys]
-    return {t["key"]: f"RUNNING in MLflow, not training: {t['why']}; the run resumes it"
-            + (f" after epoch {t['resume_epoch']}" if t["resume_epoch"] is not None else "")
-            for t in driver_liveness.stale_trials(exp_id, uri, running)}
+    newest: dict[str, object] = {}
+    for r in run_readers.trial_records(exp_id, uri):   # newest first
+        if r.key in keys:
+            newest.setdefault(r.key, r)
+    marks = {key: f"{r.status} after epoch {r.resume_epoch}: the run resumes it from its checkpoint"
+             for key, r in newest.items() if r.status in ("interrupted", "failed") and r.resumable}
+    running = [r for r in newest.values() if r.status == "running"]
+    marks.update({t["key"]: f"RUNNING in MLflow, not training: {t['why']}; the run resumes it"
+                  + (f" after epoch {t['resume_epoch']}" if t["resume_epoch"] is not None else "")
+                  for t in driver_liveness.stale_trials(exp_id, uri, running)})
+    return marks
 
 
 def cost_lines(spec, plan, uri: str | None, done: set[str] = frozenset()) -> list[str]:
@@ -273,7 +283,7 @@ def dry_run(spec, tracking_uri: str | None = None) -> str:
     read = readable_store(uri, store)
     plan = spec.plan()   # once: planning a large grid hashes every trial's key
     done = set() if spec.drawn else finished_here(spec, plan, read)
-    lines = trial_lines(spec, plan, done, {} if spec.drawn else stale_here(spec, plan, read, done))
+    lines = trial_lines(spec, plan, done, {} if spec.drawn else unfinished_marks(spec, plan, read, done))
     if not spec.drawn:
         lines += cost_lines(spec, plan, read, done) + execution_lines(spec, plan)
     notes = tokenizer_lines(plan)
