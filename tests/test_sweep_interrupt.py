@@ -196,22 +196,29 @@ def _wait_for_a_checkpoint(proc, lines: list[str], name: str, uri: str, timeout:
     return exp
 
 
-@pytest.mark.slow
-def test_sigterm_marks_trials_interrupted_closes_the_sweep_and_says_how_to_resume(tmp_path):
-    """`kill PID` of `embinit run` mid-trial: Ray's crash handler used to abort the process (exit 134,
-    "*** SIGTERM received"), leaving the sweep's and the trial's runs RUNNING (`embinit report`: running)."""
-    spec, uri = _spec_file(tmp_path, "terminate-me", 50)
+def _terminate_once_checkpointed(spec: Path, tmp_path: Path, name: str, uri: str, sender) -> tuple[int, str, str]:
+    """Launch `embinit run spec`, send SIGTERM through `sender(proc)` once its trial keeps a checkpoint,
+    and wait for it to end: (its exit code, its output, the experiment id)."""
     proc, lines, reader = _launch(spec, tmp_path)
     try:
-        _wait_for_a_checkpoint(proc, lines, "terminate-me", uri)
-        proc.send_signal(signal.SIGTERM)   # to embinit alone, as `kill PID` or a container stop sends it
+        exp = _wait_for_a_checkpoint(proc, lines, name, uri)
+        sender(proc)(signal.SIGTERM)
         proc.wait(timeout=180)
         reader.join(timeout=10)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    err = "".join(lines)
-    assert proc.returncode == 143, err
+    return proc.returncode, "".join(lines), exp
+
+
+@pytest.mark.slow
+def test_sigterm_marks_trials_interrupted_closes_the_sweep_and_says_how_to_resume(tmp_path):
+    """`kill PID` of `embinit run` mid-trial: Ray's crash handler used to abort the process (exit 134,
+    "*** SIGTERM received"), leaving the sweep's and the trial's runs RUNNING (`embinit report`: running)."""
+    spec, uri = _spec_file(tmp_path, "terminate-me", 50)
+    # to embinit alone, as `kill PID` or a container stop sends it
+    returncode, err, _ = _terminate_once_checkpointed(spec, tmp_path, "terminate-me", uri, lambda p: p.send_signal)
+    assert returncode == 143, err
     assert "SIGTERM received" not in err and "Traceback" not in err
     assert "embinit: interrupted (SIGTERM)" in err and f"embinit run {spec}` again to resume" in err
     runs = _runs("terminate-me", uri)
@@ -227,17 +234,10 @@ def test_sigterm_to_the_process_group_closes_the_runs_interrupted_and_a_rerun_re
     with the driver. Before: the driver waited for the dead GCS until Ray ended it 60 s later (exit 1,
     "Failed to connect to GCS within 60 seconds"), and the sweep's and the trial's runs stayed RUNNING."""
     spec, uri = _spec_file(tmp_path, "group-term", 6)
-    proc, lines, reader = _launch(spec, tmp_path)
-    try:
-        exp = _wait_for_a_checkpoint(proc, lines, "group-term", uri)
-        os.killpg(proc.pid, signal.SIGTERM)   # the driver and every Ray process it started
-        proc.wait(timeout=120)
-        reader.join(timeout=10)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    err = "".join(lines)
-    assert proc.returncode == 143, err   # before: 1, after Ray's 60 s wait for its dead GCS
+    # the driver and every Ray process it started
+    returncode, err, exp = _terminate_once_checkpointed(spec, tmp_path, "group-term", uri,
+                                                        lambda p: lambda sig: os.killpg(p.pid, sig))
+    assert returncode == 143, err   # before: 1, after Ray's 60 s wait for its dead GCS
     assert "Traceback" not in err and "Failed to connect to GCS" not in err, err
     assert "embinit: interrupted (SIGTERM)" in err and f"embinit run {spec}` again to resume" in err
     runs = _runs("group-term", uri)
