@@ -13,6 +13,7 @@ printed (embinit.commands).
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 from embinit.cli.dry_run import dry_run
@@ -52,15 +53,28 @@ def run(args) -> int:
         return 0
     from embinit.sweep import run_sweep
     from embinit.sweep.interrupt import terminate_as_interrupt
-    # SIGTERM (kill, a container stop) as Ctrl-C; said the same when it killed the local Ray as well
-    with terminate_as_interrupt(lambda how: _say_interrupted(args, how)) as terminated:
+    # SIGTERM (kill, a container stop) and SIGHUP (the terminal hung up) as Ctrl-C; said the same when the
+    # local Ray died under the driver (embinit.sweep.abandon)
+    with terminate_as_interrupt(lambda how, error: _farewell(args, how, error)) as terminated:
         return _sweep(args, spec, run_sweep, terminated)
 
 
+def _farewell(args, how: str, error: str | None) -> None:
+    if error is None:
+        _say_interrupted(args, how)
+    else:   # the local Ray died with no signal (the OOM killer, a crash): the runs were closed FAILED
+        from embinit.sweep.hangup import say
+        say(f"embinit: error: the sweep stopped: {error}. What MLflow holds is kept (the sweep's run and its "
+            f"unfinished trials' runs are closed as FAILED with this error; their checkpoints are kept); run "
+            f"`{resume_command(args)}` again to resume: finished trials are reused, the stopped ones go on "
+            f"from their last checkpoint.")
+
+
 def _say_interrupted(args, how: str) -> None:
-    print(f"embinit: interrupted ({how}). Trials that finished are kept in MLflow; the stopped ones are marked "
-          f"'interrupted'. Run `{resume_command(args)}` again to resume: finished trials are reused, the rest "
-          f"train.", file=sys.stderr, flush=True)
+    from embinit.sweep.hangup import say   # the terminal may be gone (SIGHUP)
+    say(f"embinit: interrupted ({how}). Trials that finished are kept in MLflow; the stopped ones are marked "
+        f"'interrupted'. Run `{resume_command(args)}` again to resume: finished trials are reused, the rest "
+        f"train.")
 
 
 def _sweep(args, spec, run_sweep, terminated) -> int:
@@ -69,9 +83,9 @@ def _sweep(args, spec, run_sweep, terminated) -> int:
     try:
         result = run_sweep(spec, address=args.address, tracking_uri=args.tracking_uri, progress=not args.quiet,
                            store_uri=args.store_uri)
-    except KeyboardInterrupt as e:
-        _say_interrupted(args, "SIGTERM" if terminated() else how_interrupted(e))
-        return 143 if terminated() else 130
+    except KeyboardInterrupt as e:   # 128 + the signal's number, as a shell reports a process it ended
+        _say_interrupted(args, terminated() or how_interrupted(e))
+        return 128 + (signal.Signals[terminated()] if terminated() else signal.SIGINT)
     except BrokenPipeError:
         raise
     except OSError as e:   # the filesystem or the network refused (a folder, a store): said without a traceback

@@ -4,26 +4,28 @@ a second one quits at once. Tune's own SIGINT handler is off (`TUNE_DISABLE_SIGI
 `default_env`): it would end the run with a `Tuner.restore` hint, while embinit resumes by running the
 spec again.
 
-`embinit run` also takes SIGTERM (`kill`, a container stop, a scheduler's time limit) as Ctrl-C
-(`terminate_as_interrupt`): without it Ray's crash handler aborts the process and the sweep's runs stay
-RUNNING. Only the command line installs it; a service's driver runs its sweep in a thread (no signal
-reaches it there) and stops it through `run_sweep(stop=...)`. A SIGTERM that reached the local Ray's
-processes as well (sent to the process group or the whole job) is embinit.sweep.abandon's."""
+`embinit run` also takes SIGTERM (`kill`, a container stop, a scheduler's time limit) and SIGHUP (the ssh
+connection dropped, the terminal window closed) as Ctrl-C (`terminate_as_interrupt`): without it Ray's
+crash handler aborts the process on SIGTERM, SIGHUP's default ends it at once, and the sweep's runs stay
+RUNNING. After a hangup the terminal is gone: the streams that were it are pointed at /dev/null first
+(embinit.sweep.hangup), so no message about the close can crash it. Only the command line installs it; a
+service's driver runs its sweep in a thread (no signal reaches it there) and stops it through
+`run_sweep(stop=...)`. A signal that reached the local Ray's processes as well (sent to the process group
+or the whole job), and Ray dying under the driver with no signal at all, are embinit.sweep.abandon's."""
 
 from __future__ import annotations
 
 import os
 import signal
-import sys
 import threading
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
-from embinit.sweep import abandon
+from embinit.sweep import abandon, hangup
 
 
 class Interrupted(KeyboardInterrupt):
-    """The sweep was stopped by `how`: "Ctrl-C" or a signal's name ("SIGTERM")."""
+    """The sweep was stopped by `how`: "Ctrl-C" or a signal's name ("SIGTERM", "SIGHUP")."""
 
     def __init__(self, how: str = "Ctrl-C"):
         super().__init__(how)
@@ -53,8 +55,8 @@ def stop_on_interrupt(stream=None) -> Iterator[Callable[[], bool]]:
     def handler(sig, _frame):
         fired.append(_name(sig))
         signal.signal(signal.SIGINT, previous)  # a second Ctrl-C quits at once
-        print(f"\n[embinit] interrupted ({fired[0]}): stopping the running trials ({fired[0]} again to quit at once)",
-              file=stream or sys.stderr, flush=True)
+        hangup.say(f"\n[embinit] interrupted ({fired[0]}): stopping the running trials ({fired[0]} again to quit "
+                   "at once)", stream)
 
     signal.signal(signal.SIGINT, handler)
     try:
@@ -67,37 +69,43 @@ def stop_on_interrupt(stream=None) -> Iterator[Callable[[], bool]]:
 
 
 @contextmanager
-def terminate_as_interrupt(farewell: Callable[[str], None] | None = None) -> Iterator[Callable[[], bool]]:
-    """While it is open, SIGTERM does what Ctrl-C does: it goes to the SIGINT handler in force (during
-    training `stop_on_interrupt`'s: the trials stop, are recorded as interrupted and the sweep's run is
-    closed), else raises `Interrupted("SIGTERM")`. Yields `terminated()`: whether SIGTERM came. For the
-    command line only (see the module's note); outside the main thread it changes nothing.
-    `RayRuntime` puts it back after `ray.init`, which installs Ray's own. Meanwhile `abandon.watch` runs:
-    should a SIGTERM kill the local Ray with the driver, the sweep's runs are closed from there,
-    `farewell(how)` says what the command says on an interrupt, and the process exits 143."""
+def terminate_as_interrupt(farewell: abandon.Farewell | None = None) -> Iterator[Callable[[], str | None]]:
+    """While it is open, SIGTERM and SIGHUP do what Ctrl-C does: they go to the SIGINT handler in force
+    (during training `stop_on_interrupt`'s: the trials stop, are recorded as interrupted and the sweep's
+    run is closed), else raise `Interrupted("SIGTERM")` (or "SIGHUP"). A SIGHUP first points the streams
+    that were the terminal at /dev/null. Yields `terminated()`: the name of the first of them that came,
+    else None. For the command line only (see the module's note); outside the main thread it changes
+    nothing. `RayRuntime` puts them back after `ray.init`, which installs its own SIGTERM handler.
+    Meanwhile `abandon.watch` runs: should Ray die under the driver (killed by the signal with it, or
+    with none), the sweep's runs are closed from there, `farewell(how, error)` says what the command
+    says, and the process exits."""
     if threading.current_thread() is not threading.main_thread():
-        yield lambda: False
+        yield lambda: None
         return
-    fired = threading.Event()
+    fired: list[str] = []
+    terminal = hangup.terminal_fds()
 
     def handler(sig, frame):
-        fired.set()
+        if sig == signal.SIGHUP:
+            hangup.detach(terminal)   # before anything is said: the terminal is gone
+        fired.append(_name(sig))
         current = signal.getsignal(signal.SIGINT)
         if callable(current) and current is not signal.default_int_handler:
             current(sig, frame)
         else:   # no sweep is training (or a second signal): stop where the program is
             raise Interrupted(_name(sig))
 
-    previous = signal.signal(signal.SIGTERM, handler)
+    previous = {sig: signal.signal(sig, handler) for sig in abandon.STOPS}
     read, write = os.pipe()   # the signals as they arrive, for the watcher (abandon.watch)
     os.set_blocking(read, False)
     os.set_blocking(write, False)
     previous_fd = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
     watching = abandon.watch(read, farewell)
     try:
-        yield fired.is_set
+        yield lambda: fired[0] if fired else None
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, before in previous.items():
+            signal.signal(sig, before)
         signal.set_wakeup_fd(previous_fd)
         os.close(write)
         watching.set()   # the watcher closes `read`

@@ -8,7 +8,7 @@ import os
 import signal
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager, nullcontext, suppress
 
 from embinit.errors import EmbinitError
 from embinit.mlflow_store import telemetry_off
@@ -44,18 +44,19 @@ def local_ray_options() -> Iterator[dict]:
 
 
 @contextmanager
-def keep_sigterm_handler() -> Iterator[None]:
-    """A SIGTERM handler the caller installed (`embinit run`'s, embinit.sweep.interrupt) stays in force
-    across `ray.init`, which installs its own (`sys.exit`) and, in its core worker, a crash handler that
-    aborts the process with a stack dump: the sweep's MLflow runs would stay RUNNING. Without one of the
-    caller's (a signal's default), Ray's stay."""
+def keep_signal_handlers() -> Iterator[None]:
+    """The SIGTERM and SIGHUP handlers the caller installed (`embinit run`'s, embinit.sweep.interrupt)
+    stay in force across `ray.init`, which installs its own for SIGTERM (`sys.exit`) and, in its core
+    worker, a crash handler that aborts the process with a stack dump: the sweep's MLflow runs would stay
+    RUNNING. Without one of the caller's (a signal's default), Ray's stay."""
     main = threading.current_thread() is threading.main_thread()
-    previous = signal.getsignal(signal.SIGTERM) if main else None
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP)} if main else {}
     try:
         yield
     finally:
-        if callable(previous):
-            signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            if callable(handler):
+                signal.signal(sig, handler)
 
 
 def default_env(local: bool = True) -> None:
@@ -95,19 +96,63 @@ def one_machine() -> bool:
     return loopback and sum(1 for n in ray.nodes() if n.get("Alive")) == 1
 
 
-def local_ray_lost() -> bool:
-    """Whether the local Ray a `RayRuntime` of this process started, and is not stopping, has lost its GCS
-    or raylet (a signal to the process group or the job killed them with the driver). False for a cluster
-    joined by address, a connection the caller owns, or no Ray."""
+def local_ray_lost() -> str | None:
+    """What ended the local Ray that a `RayRuntime` of this process started and is not stopping, when it
+    lost its GCS or raylet: "the local Ray's raylet died (pid N, killed by SIGKILL)". A signal to the
+    process group or the job kills them with the driver; the OOM killer or a crash kills them alone.
+    None while they run, and for a cluster joined by address, a connection the caller owns, or no Ray."""
     if not _LOCAL_RUNNING.is_set():
-        return False
+        return None
     try:   # Ray's internals: a Ray without them loses this check, not the sweep
         from ray._private import ray_constants, worker
         node = worker._global_node
-        vital = {ray_constants.PROCESS_TYPE_GCS_SERVER, ray_constants.PROCESS_TYPE_RAYLET}
-        return node is not None and any(kind in vital for kind, _ in node.dead_processes())
+        vital = {ray_constants.PROCESS_TYPE_GCS_SERVER: "GCS (gcs_server)", ray_constants.PROCESS_TYPE_RAYLET: "raylet"}
+        dead = [(vital[kind], p) for kind, p in (node.dead_processes() if node is not None else []) if kind in vital]
     except Exception:   # its table changed while read (Ray is being shut down), or another Ray's internals
-        return False
+        return None
+    if not dead or not _LOCAL_RUNNING.is_set():   # cleared first when Ray is stopped on purpose
+        return None
+    return "; ".join(f"the local Ray's {name} died (pid {p.pid}, {_how_ended(p.returncode)})" for name, p in dead)
+
+
+def end_lost_local_ray() -> None:
+    """After `local_ray_lost`: SIGKILL what is left of that Ray, so that no trial trains on into runs closed
+    already and nothing outlives the driver that started it. After its GCS died its raylet and workers ran
+    on for seconds; after its raylet died its workers (orphaned) still wrote a checkpoint, and its agents
+    stayed. They are the processes the node started that still run, with their descendants, and the
+    processes of this user that hold a file in the session's folder (a worker's or agent's log) open:
+    a session folder is this Ray's alone."""
+    import psutil
+    try:
+        from ray._private import worker
+        node = worker._global_node
+        started = [info.process for infos in node.all_processes.values() for info in infos]
+        session = os.path.join(node.get_session_dir_path(), "")
+    except Exception:   # Ray's internals changed: nothing is ended
+        return
+    doomed: dict[int, psutil.Process] = {}
+    for process in started:
+        if process.poll() is None:   # an ended one was reaped: its pid may be another's now
+            with suppress(psutil.Error):
+                top = psutil.Process(process.pid)
+                doomed.update((p.pid, p) for p in [*top.children(recursive=True), top])
+    for p in psutil.process_iter():
+        with suppress(psutil.Error):
+            if p.pid != os.getpid() and p.uids().real == os.getuid() and \
+                    any(f.path.startswith(session) for f in p.open_files()):
+                doomed[p.pid] = p
+    for p in doomed.values():
+        with suppress(psutil.Error):
+            p.kill()
+
+
+def _how_ended(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exit code {returncode}"
 
 
 class RayRuntime:
@@ -124,7 +169,7 @@ class RayRuntime:
             return self  # the caller (a service driver, a test) owns the connection
         try:
             with local_ray_options() if self.address is None else nullcontext({"include_dashboard": False}) as where, \
-                    keep_sigterm_handler():
+                    keep_signal_handlers():
                 ray.init(address=self.address or "local", ignore_reinit_error=True, **where,
                          log_to_driver=os.environ.get("EMBINIT_RAY_LOGS", "0") == "1",
                          logging_level=logging.WARNING)

@@ -71,7 +71,7 @@ def _stop_fn(stop: StopFlag) -> Callable[[], bool]:
 
 
 def interrupted_reason(how: str = "Ctrl-C") -> str:
-    """What an interrupted sweep's run and its stopped trials say (`how`: Ctrl-C, SIGTERM)."""
+    """What an interrupted sweep's run and its stopped trials say (`how`: Ctrl-C, SIGTERM, SIGHUP)."""
     return f"interrupted ({how}); running the same spec again resumes: finished trials are reused"
 
 
@@ -92,6 +92,14 @@ def _close_sweep(exp_id: str, uri: str, parent: str, reason: str, status: str, t
     except Exception as e:   # the error being handled is the one to report
         print(f"[embinit] could not close the sweep's MLflow run {parent} ({status}): {error_text(e)}",
               file=sys.stderr, flush=True)
+
+
+def _close_abandoned(exp_id: str, uri: str, parent: str, how: str, error: str | None) -> None:
+    """embinit.sweep.abandon's closer: interrupted by the signal `how`, or failed with `error` (Ray died)."""
+    if error is None:
+        _close_sweep(exp_id, uri, parent, interrupted_reason(how), "KILLED", "interrupted")
+    else:
+        _close_sweep(exp_id, uri, parent, f"the sweep failed: {error}", "FAILED", None)
 
 
 def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = None,
@@ -146,15 +154,14 @@ def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = 
                               analyses=shared_settings(spec), storage=store,
                               trainer=spec.execution.trainer, store_uri=store_uri)
         job = TuneJob(spec, planned, shared, storage, progress, _stop_fn(stop), extra_callbacks, address, reused)
-        # should a signal kill the local Ray with the driver, the driver closes the runs without it
-        with abandon.closing(lambda how: _close_sweep(exp_id, uri, parent, interrupted_reason(how), "KILLED",
-                                                      "interrupted")):
+        # should the local Ray die under the driver (a signal with it, or none), the driver closes the runs
+        with abandon.closing(lambda how, error: _close_abandoned(exp_id, uri, parent, how, error)):
             cancelled = _execute(job, units)
         reason = ("cancelled" if cancelled else
                   "the trial did not finish: its worker died more often than `retries` allows, or Ray stopped it")
         run_writers.close_orphans(exp_id, uri, parent, reason, status="KILLED" if cancelled else "FAILED")
         result = _finish(spec, uri, runs, exp_id, parent, planned, reused, cancelled, t0)
-    except KeyboardInterrupt as e:  # Ctrl-C (or SIGTERM from the command line): not a failure; a rerun resumes
+    except KeyboardInterrupt as e:  # Ctrl-C (or SIGTERM, SIGHUP from the command line): not a failure; a rerun resumes
         _close_sweep(exp_id, uri, parent, interrupted_reason(how_interrupted(e)), "KILLED", "interrupted")
         raise
     except BaseException as e:   # the sweep's run and its unfinished trials say why, then the caller is told

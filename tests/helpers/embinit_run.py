@@ -1,0 +1,114 @@
+"""`embinit run` as a subprocess, stopped mid-trial: its spec, its launch (piped, or on a terminal of its
+own), the wait for a kept checkpoint, its MLflow runs and the rerun that resumes it."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pty
+import select
+import subprocess
+import sys
+import termios
+import threading
+import time
+from pathlib import Path
+
+from embinit import mlflow_store, run_readers
+
+ROOT = Path(__file__).resolve().parents[2]
+ENV = {"PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+
+
+def spec_file(tmp_path: Path, name: str, epochs: int) -> tuple[Path, str]:
+    """A one-trial synthetic spec of `epochs` epochs with its MLflow store under `tmp_path`: (spec, URI)."""
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    spec = tmp_path / f"{name}.yaml"
+    spec.write_text(f"name: {name}\ntasks: [{{task: synthetic_translation, epochs: {epochs}}}]\n"
+                    f"inits: [xavier]\nseeds: 1\nresources: {{cpus: 1}}\ncache_dir: {tmp_path}/cache\n"
+                    f"mlflow: {{tracking_uri: '{uri}', log_checkpoint: false}}\n")
+    return spec, uri
+
+
+def launch(spec: Path, tmp_path: Path) -> tuple[subprocess.Popen, list[str], threading.Thread]:
+    """`embinit run SPEC` in its own session (a signal reaches it alone), stdout to out.txt; its stderr
+    lines collect in the returned list as they come, read by the returned thread."""
+    proc = subprocess.Popen([sys.executable, "-m", "embinit", "run", str(spec)], cwd=tmp_path,
+                            env={**os.environ, **ENV}, stdout=(tmp_path / "out.txt").open("w"),
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
+    reader.start()
+    return proc, lines, reader
+
+
+class Terminal:
+    """`embinit run SPEC` on a pseudo-terminal of its own, as from an ssh session: its stdin, stdout and
+    stderr are the terminal, which is the controlling terminal of its new session (it leads it). What it
+    writes collects in `lines`. `hang_up()` closes the terminal's master side, as a dropped connection or
+    a closed window does: the kernel then sends the session's leader SIGHUP."""
+
+    def __init__(self, spec: Path, tmp_path: Path):
+        self.master, slave = pty.openpty()
+        self.proc = subprocess.Popen([sys.executable, "-m", "embinit", "run", str(spec)], cwd=tmp_path,
+                                     env={**os.environ, **ENV}, stdin=slave, stdout=slave, stderr=slave,
+                                     start_new_session=True, preexec_fn=_take_the_terminal)
+        os.close(slave)
+        self.lines: list[str] = []
+        self._stop = threading.Event()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        while not self._stop.is_set():   # not blocked in read(): a read holds the master open
+            if select.select([self.master], [], [], 0.1)[0]:
+                try:
+                    self.lines.append(os.read(self.master, 65536).decode(errors="replace"))
+                except OSError:   # EIO: every process holding the terminal has closed it
+                    return
+
+    def hang_up(self) -> None:
+        self._stop.set()
+        self._reader.join(timeout=10)
+        os.close(self.master)
+
+
+def _take_the_terminal() -> None:
+    """In the child, after `setsid`: its stdin (the pty's slave side) becomes its controlling terminal."""
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
+def wait_for_a_checkpoint(proc, lines: list[str], name: str, uri: str, timeout: float = 240) -> str:
+    """Wait until `embinit run` (`proc`, its output in `lines`) trains experiment `name`'s trial and the
+    trial's run keeps a checkpoint (resumable once stopped); returns the experiment id."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:   # the trial started (the store is made)
+        if any(" 1 running" in line for line in lines):
+            break
+        time.sleep(0.5)
+    exp = mlflow_store.experiment_id(name, uri)
+    while time.monotonic() < deadline and proc.poll() is None:
+        if exp is not None and any(r.resume_epoch is not None for r in run_readers.trial_records(exp, uri)):
+            break
+        time.sleep(0.5)
+        exp = exp or mlflow_store.experiment_id(name, uri)
+    assert proc.poll() is None, "".join(lines)
+    return exp
+
+
+def runs(name: str, uri: str) -> list:
+    """Every MLflow run of experiment `name`: the sweep's and its trials'."""
+    c = mlflow_store.client(uri)
+    return c.search_runs([mlflow_store.experiment_id(name, uri)])
+
+
+def assert_a_rerun_resumes(spec: Path, tmp_path: Path, exp: str, uri: str, trial) -> None:
+    """Running the spec again finishes the stopped `trial` (a record of experiment `exp`) in its own run,
+    resumed after the epoch its checkpoint was kept at."""
+    again = subprocess.run([sys.executable, "-m", "embinit", "run", str(spec), "--quiet"], cwd=tmp_path,
+                           env={**os.environ, **ENV}, capture_output=True, text=True, timeout=400)
+    assert again.returncode == 0, again.stderr[-3000:]
+    [done] = run_readers.trial_records(exp, uri)
+    assert (done.run_id, done.status) == (trial.run_id, "finished")     # resumed into the same run
+    run = mlflow_store.client(uri).get_run(done.run_id)
+    assert run.data.tags["embinit.resumed_after_epoch"] == str(trial.resume_epoch)
