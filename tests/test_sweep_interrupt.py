@@ -185,6 +185,19 @@ def test_sigterm_marks_trials_interrupted_closes_the_sweep_and_says_how_to_resum
     assert trial.status == "interrupted" and trial.resume_epoch is not None   # a rerun resumes it
 
 
+def _closed_interrupted(name: str, exp: str, uri: str, how: str):
+    """Assert that the sweep's run and its one trial's run were closed as interrupted by `how`, resumable;
+    returns the trial's record."""
+    runs = all_runs(name, uri)
+    assert sorted(r.info.status for r in runs) == ["KILLED", "KILLED"], [(r.info.run_name, r.info.status) for r in runs]
+    for run in runs:
+        assert run.data.tags[STATUS_TAG] == "interrupted"
+        assert run.data.tags[ERROR_TAG].startswith(f"interrupted ({how}); running the same spec again resumes")
+    [trial] = run_readers.trial_records(exp, uri)
+    assert trial.status == "interrupted" and trial.resume_epoch is not None
+    return trial
+
+
 @pytest.mark.slow
 def test_sigterm_to_the_process_group_closes_the_runs_interrupted_and_a_rerun_resumes(tmp_path):
     """`kill -- -PGID`, `timeout`, Slurm's scancel and `systemctl stop` signal Ray's GCS, raylet and workers
@@ -197,12 +210,7 @@ def test_sigterm_to_the_process_group_closes_the_runs_interrupted_and_a_rerun_re
     assert returncode == 143, err   # before: 1, after Ray's 60 s wait for its dead GCS
     assert "Traceback" not in err and "Failed to connect to GCS" not in err, err
     assert "embinit: interrupted (SIGTERM)" in err and f"embinit run {spec}` again to resume" in err
-    runs = all_runs("group-term", uri)
-    assert sorted(r.info.status for r in runs) == ["KILLED", "KILLED"], [(r.info.run_name, r.info.status) for r in runs]
-    for run in runs:
-        assert run.data.tags[ERROR_TAG].startswith("interrupted (SIGTERM); running the same spec again resumes")
-    [trial] = run_readers.trial_records(exp, uri)
-    assert trial.status == "interrupted" and trial.resume_epoch is not None
+    trial = _closed_interrupted("group-term", exp, uri, "SIGTERM")
 
     assert_a_rerun_resumes(spec, tmp_path, exp, uri, trial)
 
@@ -225,13 +233,7 @@ def test_a_terminal_that_hangs_up_closes_the_runs_interrupted_and_a_rerun_resume
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 128 + signal.SIGHUP, "".join(terminal.lines)   # before: -SIGHUP
-    runs = all_runs("hang-up", uri)
-    assert sorted(r.info.status for r in runs) == ["KILLED", "KILLED"], [(r.info.run_name, r.info.status) for r in runs]
-    for run in runs:
-        assert run.data.tags[STATUS_TAG] == "interrupted"
-        assert run.data.tags[ERROR_TAG].startswith("interrupted (SIGHUP); running the same spec again resumes")
-    [trial] = run_readers.trial_records(exp, uri)
-    assert trial.status == "interrupted" and trial.resume_epoch is not None
+    trial = _closed_interrupted("hang-up", exp, uri, "SIGHUP")
     assert_a_rerun_resumes(spec, tmp_path, exp, uri, trial)
 
 
@@ -245,7 +247,4 @@ def test_sighup_to_the_process_group_closes_the_runs_interrupted(tmp_path):
     assert returncode == 128 + signal.SIGHUP, err   # before: -SIGHUP, the runs RUNNING
     assert "Traceback" not in err and "Failed to connect to GCS" not in err, err
     assert "embinit: interrupted (SIGHUP)" in err and f"embinit run {spec}` again to resume" in err
-    runs = all_runs("group-hup", uri)
-    assert sorted(r.info.status for r in runs) == ["KILLED", "KILLED"], [(r.info.run_name, r.info.status) for r in runs]
-    [trial] = run_readers.trial_records(exp, uri)
-    assert trial.status == "interrupted" and trial.resume_epoch is not None
+    _closed_interrupted("group-hup", exp, uri, "SIGHUP")
