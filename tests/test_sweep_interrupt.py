@@ -152,6 +152,20 @@ def test_sigterm_and_sighup_are_ctrl_c_while_the_command_line_takes_them(sig, mo
     assert {s: signal.getsignal(s) for s in before} == before
 
 
+def test_a_signal_ignored_before_stays_ignored_so_nohup_trains_on():
+    """`nohup embinit run ...`: SIGHUP is ignored when the command starts, and the sweep must train on after
+    the terminal closes; SIGTERM is still taken as Ctrl-C."""
+    from embinit.sweep.interrupt import terminate_as_interrupt
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        with terminate_as_interrupt():
+            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+            assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_IGN, signal.SIG_DFL)
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, before)
+
+
 def _terminate_once_checkpointed(spec: Path, tmp_path: Path, name: str, uri: str, sender,
                                  sig: int = signal.SIGTERM) -> tuple[int, str, str]:
     """Launch `embinit run spec`, send `sig` through `sender(proc)` once its trial keeps a checkpoint,

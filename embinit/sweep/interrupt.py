@@ -73,7 +73,8 @@ def terminate_as_interrupt(farewell: abandon.Farewell | None = None) -> Iterator
     """While it is open, SIGTERM and SIGHUP do what Ctrl-C does: they go to the SIGINT handler in force
     (during training `stop_on_interrupt`'s: the trials stop, are recorded as interrupted and the sweep's
     run is closed), else raise `Interrupted("SIGTERM")` (or "SIGHUP"). A SIGHUP first points the streams
-    that were the terminal at /dev/null. Yields `terminated()`: the name of the first of them that came,
+    that were the terminal at /dev/null. A signal ignored when it opens (SIGHUP under `nohup`) stays
+    ignored. Yields `terminated()`: the name of the first of them that came,
     else None. For the command line only (see the module's note); outside the main thread it changes
     nothing. `RayRuntime` puts them back after `ray.init`, which installs its own SIGTERM handler.
     Meanwhile `abandon.watch` runs: should Ray die under the driver (killed by the signal with it, or
@@ -95,7 +96,9 @@ def terminate_as_interrupt(farewell: abandon.Farewell | None = None) -> Iterator
         else:   # no sweep is training (or a second signal): stop where the program is
             raise Interrupted(_name(sig))
 
-    previous = {sig: signal.signal(sig, handler) for sig in abandon.STOPS}
+    # an ignored one stays ignored: `nohup embinit run` (SIGHUP ignored) trains on after the terminal closes
+    previous = {sig: signal.signal(sig, handler) for sig in abandon.STOPS
+                if signal.getsignal(sig) is not signal.SIG_IGN}
     read, write = os.pipe()   # the signals as they arrive, for the watcher (abandon.watch)
     os.set_blocking(read, False)
     os.set_blocking(write, False)
