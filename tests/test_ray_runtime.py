@@ -75,6 +75,18 @@ def test_one_machine_only_where_no_other_node_can_take_a_retry(monkeypatch, gcs,
     from types import SimpleNamespace
 
     from embinit.sweep.ray_runtime import one_machine
+    monkeypatch.setattr(ray, "is_initialized", lambda: True)
     monkeypatch.setattr(ray, "get_runtime_context", lambda: SimpleNamespace(gcs_address=gcs))
     monkeypatch.setattr(ray, "nodes", lambda: [{"Alive": True}] * alive + [{"Alive": False}])
     assert one_machine() is expected
+
+
+def test_one_machine_without_a_ray_says_no_and_starts_none():
+    """Asked before any Ray is connected (a trainable made outside a sweep), it must not start one: Ray's
+    runtime context would, and every later `ray.init` of the process would then fail."""
+    import ray
+
+    from embinit.sweep.ray_runtime import one_machine
+    assert not ray.is_initialized()
+    assert one_machine() is False
+    assert not ray.is_initialized()

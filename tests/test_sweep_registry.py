@@ -9,6 +9,7 @@ from ray.tune.registry import TRAINABLE_CLASS, _global_registry
 
 from embinit.spec import load_spec
 from embinit.sweep.tune_run import make_trainable
+from embinit.sweep.work import SweepContext
 
 
 def _spec(name: str):
@@ -18,8 +19,11 @@ def _spec(name: str):
 def test_each_sweep_registers_its_own_trainable():
     names = []
     for name in ("exp-a", "exp-b", "exp-a"):  # the same spec twice (a re-run) gets its own entry too
-        fn = make_trainable(_spec(name), [{"trials": [{"key": name}]}], {"experiment_id": name}, None)
+        shared = SweepContext(tracking_uri="sqlite:///unused.db", experiment_id=name, parent_run_id="p")
+        fn = make_trainable(_spec(name), [{"trials": [{"key": name}]}], shared, None)
         names.append(Experiment.register_if_needed(fn))
     assert len(set(names)) == 3, names
     for name in names:
         assert _global_registry.contains(TRAINABLE_CLASS, name)
+    import ray
+    assert not ray.is_initialized()   # making a trainable starts no Ray (a later module's ray.init would fail)

@@ -85,6 +85,8 @@ def one_machine() -> bool:
     import ipaddress
 
     import ray
+    if not ray.is_initialized():   # asking the runtime context would start a Ray of its own
+        return False
     try:
         host = ray.get_runtime_context().gcs_address.rsplit(":", 1)[0].strip("[]")
     except Exception:
