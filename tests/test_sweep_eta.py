@@ -70,3 +70,28 @@ def test_progress_eta_before_the_first_trial_ends_and_labelled_columns():
     p.emit()   # the periodic block: the counts line, then the per-trial table
     header = out.getvalue().splitlines()[-3]
     assert header.split() == ["running", "trial", "epoch", "best", "val/loss", "ETA"]
+
+
+def test_a_retried_trial_keeps_its_epoch_and_best_and_its_eta_counts_only_what_is_left():
+    """Tune retries a failed trial under the same id and calls on_trial_start again: the retry resumes
+    from its checkpoint, so the row says where it is (not `-`), and its ETA is the epochs left, not a
+    whole trial."""
+    clock = Clock()
+    p = Progress(total=1, reused=0, every=0.0, stream=io.StringIO(), clock=clock, metric="val/loss")
+    p.on_trial_start(0, [], trial("a"))
+    for epoch in (1, 2, 3):
+        clock.t += 10
+        _epoch(p, "a", epoch, epochs=5, best=3.0 - epoch / 10)
+    assert p.counts()["eta_s"] == 20.0
+    p.on_trial_recover(0, [], trial("a"))   # its node died: Tune schedules a retry
+    clock.t += 4
+    p.on_trial_start(0, [], trial("a"))     # the retry, same trial id
+    (row,) = p.counts()["trials"]
+    assert (row["epoch"], row["best"]) == ("3/5", "2.7")
+    # 2 of 5 epochs left of a 50 s trial (the running projection): 20 s, none of it run yet
+    assert p.counts()["eta_s"] == 20.0 and p.counts()["running"] == 1
+    clock.t += 8
+    assert p.counts()["eta_s"] == 12.0
+    _epoch(p, "a", 4, epochs=5, best=2.6)    # its first epoch after the retry: 8 s, 1 left
+    (row,) = p.counts()["trials"]
+    assert (row["epoch"], row["best"], row["eta"]) == ("4/5", "2.6", "0m08s")

@@ -24,6 +24,7 @@ class TrialClock:
     epochs: int | None = None
     epochs_seen: int = 0      # epochs that ended while this sweep watched
     last_at: float | None = None
+    prior_s: float | None = None  # seconds per epoch measured before a retry, until an epoch ends again
 
     def epoch_end(self, epoch: int, epochs: int | None, now: float) -> None:
         self.epoch, self.epochs, self.last_at = epoch, epochs, now
@@ -31,14 +32,15 @@ class TrialClock:
 
     def per_epoch_s(self) -> float | None:
         if not self.epochs_seen or self.last_at is None:
-            return None
+            return self.prior_s
         return (self.last_at - self.started) / self.epochs_seen
 
     def eta_s(self, now: float) -> float | None:
         per = self.per_epoch_s()
         if per is None or not self.epochs:
             return None
-        return max(0.0, per * (self.epochs - self.epoch) - (now - self.last_at))
+        since = self.last_at if self.last_at is not None else self.started
+        return max(0.0, per * (self.epochs - self.epoch) - (now - since))
 
     def full_s(self) -> float | None:
         """What a fresh trial like this one takes from start to end."""

@@ -136,7 +136,7 @@ class Progress(Callback):
         sized = self.unit_sizes is not None and isinstance(unit, int) and 0 <= unit < len(self.unit_sizes)
         self.running[trial.trial_id] = self.unit_sizes[unit] if sized else self.per_unit
         self.slots = max(self.slots, len(self.running))
-        self.trials[trial.trial_id] = TrialProgress(str(trial), TrialClock(self.clock()))
+        self.trials[trial.trial_id] = _started(trial, self.trials.get(trial.trial_id), self.clock())
         self.emit(force=True)
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
@@ -176,6 +176,17 @@ class Progress(Callback):
 
     def on_step_end(self, iteration, trials, **info):
         self.emit()
+
+
+def _started(trial, before: TrialProgress | None, now: float) -> TrialProgress:
+    """A Tune trial's row from its (re)start. Tune retries a failed trial under the same id, calling
+    `on_trial_start` again: the retry resumes from its checkpoint, so its row keeps the epoch, the planned
+    epochs, the best so far and the epoch time measured before (its ETA until a new epoch ends), rather
+    than showing `-` as if it began again."""
+    if before is None:
+        return TrialProgress(str(trial), TrialClock(now))
+    clock = TrialClock(now, epoch=before.epoch, epochs=before.clock.epochs, prior_s=before.clock.per_epoch_s())
+    return TrialProgress(str(trial), clock, best=before.best)
 
 
 def _live(stream) -> bool:
