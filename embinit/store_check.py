@@ -10,11 +10,14 @@ becomes an MLflow store: the tables are created in it (and the file switched to 
   for `embinit run`, which creates the store), an MLflow store at this MLflow's schema or an older one;
   anything else is an EmbinitError naming the file and what it is (not SQLite, damaged, another
   application's tables, a newer MLflow's schema);
+- `database_store(uri)`: the same for a database server's store (PostgreSQL, MySQL): empty (a new
+  database, to create), current or old; another application's tables, or a server that does not answer,
+  is an EmbinitError;
 - `require_store(uri)`: what the commands that only read (report, reproduction, `train --from-run`)
   open: an MLflow store that exists, at this MLflow's schema; never created nor migrated.
 
-`embinit.tracking_store.prepare_store` (`embinit run`, the API) creates, or upgrades with a copy kept,
-only what `sqlite_store` accepts.
+`embinit.tracking_store.prepare_store` (`embinit run`, the API) creates, or upgrades (with a copy kept
+of a SQLite file), only what `sqlite_store` or `database_store` accepts.
 """
 
 from __future__ import annotations
@@ -33,15 +36,16 @@ from embinit.mlflow_store import client, masked, resolve_uri
 # the schemes of MLflow's own stores: SQL databases (sqlalchemy's `dialect+driver`), tracking servers,
 # Databricks and the (deprecated) file store
 SCHEMES = ("sqlite", "postgresql", "mysql", "mssql", "http", "https", "databricks", "databricks-uc", "uc", "file")
+SERVER_DATABASES = ("postgresql", "mysql", "mssql")
 SQLITE_HEADER = b"SQLite format 3\x00"
 CORE = {"experiments": "experiment_id", "runs": "run_uuid"}   # a table of MLflow's and a column of it
 SHAPES = "sqlite:///PATH (sqlite:////ABSOLUTE/PATH), postgresql://, mysql://, mssql:// or an http(s):// server"
 
 
-class SqliteStore(NamedTuple):
-    """A SQLite file as a store: `state` "missing", "empty", "current" or "old" (`revision` older than
-    this MLflow's `head`)."""
-    path: Path
+class StoreState(NamedTuple):
+    """What a store is: `path` (a SQLite file's, or a database server's URL with its password masked),
+    `state` "missing", "empty", "current" or "old" (`revision` older than this MLflow's `head`)."""
+    path: Path | str
     state: str
     revision: str | None = None
     head: str | None = None
@@ -85,16 +89,16 @@ def sqlite_path(uri: str) -> Path | None:
     return Path(uri[len("sqlite:///"):].split("?", 1)[0])
 
 
-def sqlite_store(path: Path) -> SqliteStore:
+def sqlite_store(path: Path) -> StoreState:
     """What the SQLite file at `path` is as an MLflow store, read (never written); an EmbinitError when
     it is no MLflow store that `embinit run` may create, use or upgrade."""
     if not path.exists():
-        return SqliteStore(path, "missing")
+        return StoreState(path, "missing")
     if path.is_dir():
         raise EmbinitError(f"{path} is a folder, not an SQLite database; give a file (sqlite:///PATH/mlflow.db)")
     head = _header(path)
     if not head:
-        return SqliteStore(path, "empty")
+        return StoreState(path, "empty")
     if not head.startswith(SQLITE_HEADER):
         raise EmbinitError(f"{path} is not an SQLite database (it does not start with SQLite's header); "
                            f"give a new file or an MLflow store")
@@ -107,28 +111,30 @@ def sqlite_store(path: Path) -> SqliteStore:
         raise EmbinitError(f"{path} cannot be read as an SQLite database ({e}: a damaged or truncated file?); "
                            f"restore it from a copy, or give a new file or an MLflow store") from None
     if not tables:
-        return SqliteStore(path, "empty")
+        return StoreState(path, "empty")
     return _as_store(path, tables, columns, revision)
 
 
-def _as_store(path: Path, tables: list[str], columns: dict[str, set], revision: str | None) -> SqliteStore:
-    """The store the schema read from `path` is, or the EmbinitError saying why it is none."""
+def _as_store(path, tables: list[str], columns: dict[str, set], revision: str | None,
+              fresh: str = "file") -> StoreState:
+    """The store the schema read from `path` (a SQLite file, or a database's masked URL) is, or the
+    EmbinitError saying why it is none; `fresh` names what to give instead ("file", "database")."""
     missing = [(t, c) for t, c in CORE.items() if c not in columns.get(t, set())]
     if missing and all(t in columns for t in CORE):   # MLflow's table names, another application's tables
         names, cols = ", ".join(t for t, _ in missing), ", ".join(f"{t}.{c}" for t, c in missing)
         raise EmbinitError(f"{path} is not an MLflow store: its table{'s' if len(missing) > 1 else ''} {names} "
-                           f"{'are' if len(missing) > 1 else 'is'} not MLflow's (no column {cols}); give a new file "
-                           f"or an MLflow store")
+                           f"{'are' if len(missing) > 1 else 'is'} not MLflow's (no column {cols}); give a new "
+                           f"{fresh} or an MLflow store")
     if missing or revision is None:
-        raise EmbinitError(f"{path} is not an MLflow store: it has tables {_listed(tables)}; give a new file or an "
-                           f"MLflow store")
+        raise EmbinitError(f"{path} is not an MLflow store: it has tables {_listed(tables)}; give a new {fresh} or "
+                           f"an MLflow store")
     known, head = _revisions()
     if revision not in known:
         import mlflow
         raise EmbinitError(f"{path} has MLflow schema revision {revision}, which the installed MLflow "
                            f"{mlflow.__version__} does not know (written by a newer MLflow?); upgrade mlflow "
                            f"(pip install -U mlflow) to use it")
-    return SqliteStore(path, "current" if revision == head else "old", revision, head)
+    return StoreState(path, "current" if revision == head else "old", revision, head)
 
 
 def _listed(tables: list[str], most: int = 12) -> str:
@@ -186,6 +192,43 @@ def _read_schema(path: Path) -> tuple[list[str], dict[str, set], str | None]:
         conn.close()
 
 
+def database_store(uri: str, timeout_s: int = 10) -> StoreState:
+    """`sqlite_store` for a database server's store (`postgresql://`, `mysql://`, `mssql://`; `uri`
+    resolved): "empty" (no tables: `embinit run` creates the store), "current" or "old"; another
+    application's database is an EmbinitError naming its tables, as is a database that cannot be reached.
+    Read with a connect timeout and never written: MLflow would make its tables in whatever database it
+    is given, beside those already there (the API's state database has an `experiments` table too)."""
+    where = masked(uri)
+    try:
+        tables, columns, revision = _read_database_schema(uri, timeout_s)
+    except Exception as e:   # unreachable, refused, no such database
+        first = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
+        raise EmbinitError(f"cannot read the MLflow store {where}: {type(e).__name__}: {first}") from None
+    if not tables:
+        return StoreState(where, "empty")
+    return _as_store(where, tables, columns, revision, fresh="database")
+
+
+def _read_database_schema(uri: str, timeout_s: int) -> tuple[list[str], dict[str, set], str | None]:
+    """(tables of the default schema, {MLflow's core table: its columns}, alembic revision or None)."""
+    import sqlalchemy
+    from sqlalchemy.pool import NullPool
+
+    args = {"timeout": timeout_s} if uri.startswith("mssql") else {"connect_timeout": timeout_s}
+    engine = sqlalchemy.create_engine(uri, poolclass=NullPool, connect_args=args)
+    try:
+        with engine.connect() as conn:
+            found = sqlalchemy.inspect(conn)
+            tables = sorted(found.get_table_names())
+            columns = {t: {c["name"] for c in found.get_columns(t)} for t in CORE if t in tables}
+            revision = None
+            if "alembic_version" in tables:
+                revision = conn.execute(sqlalchemy.text("SELECT version_num FROM alembic_version")).scalar()
+        return tables, columns, revision
+    finally:
+        engine.dispose()
+
+
 @functools.cache
 def _revisions() -> tuple[frozenset, str]:
     """(every schema revision the installed MLflow knows, the newest)."""
@@ -196,14 +239,23 @@ def _revisions() -> tuple[frozenset, str]:
     return frozenset(r.revision for r in script.walk_revisions()), utils._get_latest_schema_revision()
 
 
-def out_of_date(store: SqliteStore) -> str:
+def out_of_date(store: StoreState) -> str:
     """The message for a store at an older schema than this MLflow's, with how to upgrade it (the copy
     with SQLite's `.backup`: `cp` misses the commits still in a WAL store's -wal file)."""
     import mlflow
-    return (f"the MLflow store {store.path} has an out-of-date schema (revision {store.revision}; MLflow "
-            f"{mlflow.__version__} reads {store.head}); back it up (sqlite3 {store.path} \".backup {store.path}.bak\") "
+    told = (f"the MLflow store {store.path} has an out-of-date schema (revision {store.revision}; MLflow "
+            f"{mlflow.__version__} reads {store.head})")
+    if not isinstance(store.path, Path):   # a database server's: backed up with that server's own tools
+        return (f"{told}; back the database up and upgrade it with `mlflow db upgrade DATABASE_URL`, or let "
+                f"`embinit run` with this store upgrade it (no copy is kept of a database server's store)")
+    return (f"{told}; back it up (sqlite3 {store.path} \".backup {store.path}.bak\") "
             f"and upgrade it with `mlflow db upgrade sqlite:///{store.path}`, or let `embinit run` with this store "
             f"upgrade it (it keeps a copy)")
+
+
+def is_server_database(uri: str) -> bool:
+    """Whether a resolved tracking URI names a database on a server (PostgreSQL, MySQL, SQL Server)."""
+    return uri.split(":", 1)[0].split("+", 1)[0] in SERVER_DATABASES
 
 
 def require_store(uri: str | None = None):
@@ -221,6 +273,13 @@ def require_store(uri: str | None = None):
             raise EmbinitError(f"{what} at {path} ({'--tracking-uri' if uri else 'the default, ./mlflow.db'})"
                                f"; give --tracking-uri sqlite:////ABSOLUTE/PATH/mlflow.db of the store the sweep "
                                f"wrote (`embinit run` prints it)")
+        if store.state == "old":
+            raise EmbinitError(out_of_date(store))
+    elif is_server_database(where):
+        store = database_store(where)
+        if store.state == "empty":
+            raise EmbinitError(f"no MLflow store in the database {store.path} (it has no tables); give the "
+                               f"--tracking-uri of the store the sweep wrote (`embinit run` prints it)")
         if store.state == "old":
             raise EmbinitError(out_of_date(store))
     try:

@@ -8,7 +8,9 @@ held across processes (a `flock` beside a SQLite file, an advisory lock on Postg
 the API calls it at startup, before it accepts work, and `run_sweep` before its driver starts anything.
 It creates a SQLite store only in a new or empty file and upgrades only an MLflow store
 (`embinit.store_check.sqlite_store`: any other file is refused as it is), keeping a copy of an upgraded
-one beside it (`<name>.bak-<old revision>`).
+one beside it (`<name>.bak-<old revision>`). On a database server (PostgreSQL, MySQL) it creates the store
+only in a database without tables (`embinit.store_check.database_store`: another application's database
+is refused as it is).
 
 It also gives the store one index of embinit's own (`index_trial_keys`): every trial's worker looks its
 key up by the `embinit.trial_key` tag, and MLflow's schema indexes tags by (key, run) only, so that search
@@ -35,7 +37,7 @@ from embinit.content_hash import file_lock
 from embinit.errors import EmbinitError
 from embinit.mlflow_store import masked, resolve_uri
 from embinit.records import KEY_TAG
-from embinit.store_check import resolved, sqlite_path, sqlite_store
+from embinit.store_check import database_store, is_server_database, resolved, sqlite_path, sqlite_store
 
 log = logging.getLogger("embinit.tracking")
 DATABASE_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql")
@@ -81,6 +83,8 @@ def prepare_store(uri: str | None = None) -> str:
         return "external"
     if (db := sqlite_path(uri)) is not None:
         sqlite_store(db)   # refused before anything (the lock file) is made beside it
+    elif is_server_database(uri):
+        database_store(uri)   # another application's database is refused before MLflow makes tables in it
     import sqlalchemy
     from mlflow.store.db import utils
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from embinit.errors import EmbinitError
-from embinit.store_check import resolved, sqlite_store, uri_problem
+from embinit.store_check import require_store, resolved, sqlite_store, uri_problem
 from embinit.tracking_store import prepare_store
 from helpers.bad_stores import notes_db, random_bytes, snapshot, stamped_old, state_db, truncated
 
@@ -99,3 +99,83 @@ def test_a_newer_mlflows_store_is_not_taken_for_another_applications(real, tmp_p
     with pytest.raises(EmbinitError, match=r"has MLflow schema revision ffffffffffff, which the installed MLflow "
                                            r"\S+ does not know \(written by a newer MLflow\?\); upgrade mlflow"):
         sqlite_store(db)
+
+
+@pytest.fixture(scope="module")
+def pg_server():
+    from helpers.postgres import local_server, pg_bin
+    if pg_bin() is None:
+        pytest.skip("no PostgreSQL server installed (apt-get install postgresql)")
+    with local_server() as uri:
+        yield uri
+
+
+def _database(server: str, name: str) -> str:
+    """A new database `name` on the server, by its URL."""
+    import sqlalchemy
+    engine = sqlalchemy.create_engine(server, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            conn.exec_driver_sql(f"CREATE DATABASE {name}")
+    finally:
+        engine.dispose()
+    return server.rsplit("/", 1)[0] + "/" + name
+
+
+def _tables(uri: str) -> list[str]:
+    import sqlalchemy
+    engine = sqlalchemy.create_engine(uri)
+    try:
+        return sorted(sqlalchemy.inspect(engine).get_table_names())
+    finally:
+        engine.dispose()
+
+
+def test_a_new_database_on_a_server_becomes_a_store_and_is_then_told_current(pg_server):
+    from embinit.store_check import database_store
+    uri = _database(pg_server, "fresh")
+    assert database_store(uri).state == "empty"
+    with pytest.raises(EmbinitError, match=r"no MLflow store in the database postgresql\+psycopg://embinit@"
+                                           r"127\.0\.0\.1:\d+/fresh \(it has no tables\)"):
+        require_store(uri)                      # a command that only reads never creates it ...
+    assert _tables(uri) == []                   # ... where MLflow's client would have
+    assert prepare_store(uri) == "created"
+    store = database_store(uri)
+    assert (store.state, store.revision) == ("current", store.head) and "experiments" in _tables(uri)
+    require_store(uri)
+
+
+def test_another_applications_database_on_a_server_is_refused_and_left_as_it_is(pg_server):
+    """The API's state database has an `experiments` table of its own: MLflow would make its tables beside
+    it (as `embinit report` once did to a SQLite state file)."""
+    from service.db import make_engine
+    uri = _database(pg_server, "state")
+    make_engine(uri).dispose()
+    before = _tables(uri)
+    message = (r"postgresql\+psycopg://embinit@127\.0\.0\.1:\d+/state is not an MLflow store: it has tables "
+               r"\[experiments[^]]*\]; give a new database or an MLflow store$")
+    for command in (prepare_store, require_store):
+        with pytest.raises(EmbinitError, match=message):
+            command(uri)
+    assert _tables(uri) == before
+
+
+def test_an_old_store_on_a_server_says_how_to_upgrade_it_and_an_absent_server_is_named(pg_server, real):
+    import sqlalchemy
+    from helpers.bad_stores import stamped_old
+    from embinit.store_check import database_store
+    uri = _database(pg_server, "old")
+    prepare_store(uri)
+    _, revision = stamped_old(real, real.parent / "for-revision.db")   # an older revision this MLflow knows
+    engine = sqlalchemy.create_engine(uri)
+    with engine.begin() as conn:
+        conn.execute(sqlalchemy.text("UPDATE alembic_version SET version_num = :r"), {"r": revision})
+    engine.dispose()
+    assert database_store(uri).state == "old"
+    with pytest.raises(EmbinitError, match=rf"/old has an out-of-date schema \(revision {revision}; .*upgrade it "
+                                           r"with `mlflow db upgrade DATABASE_URL`"):
+        require_store(uri)
+    with pytest.raises(EmbinitError, match=r"cannot read the MLflow store postgresql\+psycopg://u:\*\*\*@127\.0\.0\.1:1"
+                                           r"/mlflow: OperationalError") as e:
+        database_store("postgresql+psycopg://u:s3cret@127.0.0.1:1/mlflow", timeout_s=3)
+    assert "s3cret" not in str(e.value)

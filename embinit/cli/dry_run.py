@@ -12,7 +12,7 @@ from collections import Counter
 from typing import NamedTuple
 
 from embinit.config import TrialConfig, task_defaults
-from embinit.store_check import SqliteStore, resolved, sqlite_path, sqlite_store
+from embinit.store_check import StoreState, resolved, sqlite_path, sqlite_store
 
 
 def trial_lines(spec, plan, done: set[str] = frozenset(), marks: dict[str, str] | None = None) -> list[str]:
@@ -138,20 +138,20 @@ def past_epoch_s(uri: str | None) -> dict[tuple, list[tuple]]:
     return out
 
 
-def local_store(uri: str) -> SqliteStore | None:
+def local_store(uri: str) -> StoreState | None:
     """The local SQLite store at `uri` (None: another scheme); a file the run would refuse (not SQLite,
     another application's tables) is an EmbinitError here too. Checked once per dry run."""
     path = sqlite_path(uri)
     return None if path is None else sqlite_store(path)
 
 
-def readable_store(uri: str, store: SqliteStore | None) -> str | None:
+def readable_store(uri: str, store: StoreState | None) -> str | None:
     """`uri` when the dry run reads it: a local SQLite MLflow store at this MLflow's schema (a dry run
     starts nothing, creates nothing, migrates nothing); else None."""
     return uri if store is not None and store.state == "current" else None
 
 
-def store_lines(store: SqliteStore | None) -> list[str]:
+def store_lines(store: StoreState | None) -> list[str]:
     """A note on a store the run would upgrade (its finished trials are not read here)."""
     if store is None or store.state != "old":
         return []
