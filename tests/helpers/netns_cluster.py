@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -28,6 +29,7 @@ from .s3 import CREDENTIALS
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 PREFIX = "eic"                          # every namespace of the harness starts with it
+OWNER = "owner"                         # the pid of the process that made the cluster, in its folder
 HOSTS = {"db": 2, "mlflow": 3, "s3": 4, "head": 5, "w1": 6, "w2": 7}
 PG, MLFLOW, S3, GCS, RAY_CLIENT, API = 5432, 5000, 9000, 6379, 10001, 8000
 
@@ -202,6 +204,8 @@ class Cluster:
 
     # the whole -------------------------------------------------------------------------------------
     def up(self) -> "Cluster":
+        for gone in remove_orphans():
+            print(f"removed the cluster {gone} a killed run left behind", flush=True)
         atexit.register(self.down)
         try:
             self._up()
@@ -212,6 +216,7 @@ class Cluster:
 
     def _up(self) -> None:
         (self.root / "disk").mkdir(parents=True)
+        (self.root / OWNER).write_text(str(os.getpid()))
         (self.root / "logs").mkdir()
         self.token.write_text(secrets.token_hex(32))
         self.switch.create()
@@ -250,6 +255,38 @@ class Cluster:
                  f"  ip netns exec {client} {BIN / 'embinit'} experiments list --url {self.api_url}",
                  f"  ip netns exec {client} bash      # a shell on the client host"]
         return "\n".join(lines)
+
+
+def remove_orphans(grace_s: float = 120) -> list[str]:
+    """Remove the clusters whose owner process is gone: a test run killed by a signal (CI's timeout,
+    Ctrl-C twice) runs neither its fixture's teardown nor `atexit`, and its servers would go on using the
+    CPU of every later run. A cluster whose owner is not yet written is left alone for `grace_s`."""
+    pattern = re.compile(f"^({PREFIX}[0-9a-f]{{6}})-")
+    prefixes = {m.group(1) for line in ip("netns", "list", check=False).stdout.splitlines()
+                if (m := pattern.match(line))}
+    prefixes |= {p.name for p in Path("/tmp").glob(PREFIX + "[0-9a-f]" * 6)}
+    gone = [p for p in sorted(prefixes) if _orphaned(Path("/tmp") / p, grace_s)]
+    for prefix in gone:
+        destroy_prefix(prefix)
+        shutil.rmtree(Path("/tmp") / prefix, ignore_errors=True)
+    return gone
+
+
+def _orphaned(root: Path, grace_s: float) -> bool:
+    try:
+        pid = int((root / OWNER).read_text())
+    except (OSError, ValueError):
+        try:
+            return time.time() - root.stat().st_mtime > grace_s
+        except OSError:
+            return True   # namespaces without their folder
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
 
 
 def main(argv: list[str]) -> int:
