@@ -3,19 +3,31 @@ lost) closes nothing: its sweep's run and its trials' runs stay RUNNING, and MLf
 them from a sweep that trains. So a sweep's run records the process that drives it (`DRIVER_TAG`: host,
 pid, the process's start time, the machine's boot id and PID namespace), and a reader on that machine,
 in that PID namespace, can tell whether the process still runs (`alive`); elsewhere it cannot (None),
-and nothing is said. `stale_trials`: the RUNNING trial runs whose sweep is known to be gone, for the
-report and the dry run; `run_writers.close_dead_sweeps` closes such sweeps when the spec runs again.
+and nothing is said. So the driver also says it runs: `heartbeat` sets the sweep run's `HEARTBEAT_TAG`
+to the time every `HEARTBEAT_S`, and a reader anywhere takes a driver silent for `SILENT_S` as gone (the
+gap is wide, so the clocks of two machines need not agree closely, and a tracking server away for a few
+minutes is not taken for a dead driver). `stale_trials`: the RUNNING trial runs whose sweep is known to be
+gone, for the report and the dry run; `run_writers.close_dead_sweeps` closes such sweeps when the spec
+runs again, on the driver's own machine only (where it is certain, not inferred from a silence).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
+import threading
+import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 DRIVER_TAG = "embinit.driver"
+HEARTBEAT_TAG = "embinit.driver_heartbeat"   # unix seconds, when the driver last said it runs
+HEARTBEAT_S = 60.0
+SILENT_S = 600.0
+log = logging.getLogger("embinit.sweep")
 
 
 def _read(path: str) -> str | None:
@@ -75,6 +87,55 @@ def describe(tag: str | None) -> str:
     return f"pid {d['pid']} on host {d.get('host') or '?'}" if d else "an unrecorded process"
 
 
+@contextmanager
+def heartbeat(run_id: str, uri: str, every: float | None = None) -> Iterator[None]:
+    """While inside, set the sweep run's `HEARTBEAT_TAG` to the time every `every` (`HEARTBEAT_S`)
+    seconds, from a daemon thread; a write that fails (the store away for a while) is skipped."""
+    from embinit.mlflow_store import client
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(every or HEARTBEAT_S):
+            try:
+                client(uri).set_tag(run_id, HEARTBEAT_TAG, beat_value())
+            except Exception as e:  # the next beat tries again; a reader waits SILENT_S
+                log.debug("heartbeat of sweep run %s not written: %s", run_id, e)
+    thread = threading.Thread(target=beat, daemon=True, name=f"embinit-heartbeat-{run_id[:8]}")
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+
+
+def beat_value(now: float | None = None) -> str:
+    return str(int(time.time() if now is None else now))
+
+
+def silent_s(tags: dict[str, str], now: float | None = None) -> float | None:
+    """Seconds since the driver last said it runs (None: no heartbeat recorded, an older sweep)."""
+    try:
+        return (time.time() if now is None else now) - float(tags[HEARTBEAT_TAG])
+    except (KeyError, ValueError):
+        return None
+
+
+def _why_gone(sweep) -> str | None:
+    """Why a sweep's driver is known to be gone, or None: its run ended, the process is gone (seen on its
+    machine), or, where that cannot be seen, it has been silent for `SILENT_S`."""
+    driver = sweep.tags.get(DRIVER_TAG)
+    if sweep.status != "RUNNING":
+        return f"its sweep's run {sweep.run_id} ended ({sweep.status}) without closing it"
+    here = alive(driver)
+    if here is False:
+        return f"its sweep's driver ({describe(driver)}) is gone"
+    quiet = silent_s(sweep.tags)
+    if here is None and quiet is not None and quiet > SILENT_S:
+        return (f"its sweep's driver ({describe(driver)}) has not been heard from for {quiet / 60:.0f} min (a "
+                f"running driver says so every {HEARTBEAT_S:.0f} s)")
+    return None
+
+
 def stale_trials(exp_id: str, uri: str | None, trials: list) -> list[dict[str, Any]]:
     """Of `trials` (`TrialRecord`s), those RUNNING in MLflow whose sweep is known to be gone: its run
     ended, or its driver is no longer alive (`alive` is False). Each: run_id, label, seed, resume_epoch
@@ -87,13 +148,8 @@ def stale_trials(exp_id: str, uri: str | None, trials: list) -> list[dict[str, A
     out = []
     for t in running:
         sweep = sweeps.get(t.parent_id)
-        if sweep is None:
-            continue
-        if sweep.status != "RUNNING":
-            why = f"its sweep's run {sweep.run_id} ended ({sweep.status}) without closing it"
-        elif alive(driver := sweep.tags.get(DRIVER_TAG)) is False:
-            why = f"its sweep's driver ({describe(driver)}) is gone"
-        else:
+        why = _why_gone(sweep) if sweep is not None else None
+        if why is None:
             continue
         out.append({"run_id": t.run_id, "key": t.key, "label": t.label, "seed": t.seed,
                     "resume_epoch": t.resume_epoch, "why": why})

@@ -14,7 +14,7 @@ import json
 from typing import Any
 
 from embinit import driver_liveness
-from embinit.driver_liveness import DRIVER_TAG
+from embinit.driver_liveness import DRIVER_TAG, HEARTBEAT_TAG
 from embinit.errors import EmbinitError
 from embinit.mlflow_store import client, ensure_experiment, log_batch, metrics_at, resolve_uri, retry
 from embinit.records import ERROR_TAG, KIND_TAG, N_TRIALS_TAG, SPEC_HASH_TAG, STATUS_TAG, TrialRecord
@@ -48,7 +48,8 @@ def start_parent_run(exp_id: str, uri: str, spec_hash: str, spec_yaml: str, n_tr
     c = client(uri)
     run = retry(lambda: c.create_run(exp_id, run_name=run_name or f"sweep-{spec_hash[:8]}",
                                      tags={SPEC_HASH_TAG: spec_hash, KIND_TAG: "sweep",
-                                           N_TRIALS_TAG: str(n_trials), DRIVER_TAG: driver_liveness.current()}))
+                                           N_TRIALS_TAG: str(n_trials), DRIVER_TAG: driver_liveness.current(),
+                                           HEARTBEAT_TAG: driver_liveness.beat_value()}))
     retry(lambda: c.log_text(run.info.run_id, spec_yaml, SPEC_ARTIFACT))
     return run.info.run_id
 

@@ -3,20 +3,22 @@ trials' runs stay RUNNING. Before: `embinit report` counted such a trial as "run
 run said nothing, and a rerun resumed the trial but left the dead sweep's own run RUNNING for ever. Now the
 sweep's run names its driver process (`embinit.driver`), the report and the dry run say the trial is not
 training, and the next run of a spec in the experiment closes the dead sweep's runs as interrupted. A
-driver this machine cannot check (another machine or container) is left alone."""
+driver this machine cannot check (another machine or container) is judged by its heartbeat: silent for
+ten minutes, it is reported gone, but its runs are closed only from its own machine."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from embinit import driver_liveness, mlflow_store, run_readers, run_writers
 from embinit.cli.dry_run import dry_run
-from embinit.driver_liveness import DRIVER_TAG
+from embinit.driver_liveness import DRIVER_TAG, HEARTBEAT_TAG
 from embinit.records import ERROR_TAG, STATUS_TAG
 from embinit.report import build_report
 from embinit.spec import load_spec
@@ -100,3 +102,40 @@ def test_the_dry_run_says_where_an_interrupted_trial_resumes(tmp_path):
     run_writers.close_dead_sweeps(exp, uri)
     (line,) = [x for x in dry_run(spec, uri).splitlines() if spec.plan()[0].key in x]
     assert line.endswith("[interrupted after epoch 2: the run resumes it from its checkpoint]"), line
+
+
+@pytest.mark.slow   # MLflow stores
+def test_a_driver_on_another_machine_silent_for_ten_minutes_is_reported_gone_but_not_closed(tmp_path):
+    """Another machine's process cannot be looked at; its heartbeat can. A silence past SILENT_S is
+    reported (the report, the dry run); closing its runs is left to a rerun on its own machine."""
+    elsewhere = json.dumps({**json.loads(_dead_driver()), "boot": "another-machine"})
+    spec, uri, exp, parent, trial = _sweep_with_an_open_trial(tmp_path, "silent", elsewhere)
+    c = mlflow_store.client(uri)
+    quiet = time.time() - driver_liveness.SILENT_S - 120
+    c.set_tag(parent, HEARTBEAT_TAG, driver_liveness.beat_value(quiet))
+    report = build_report("silent", uri)
+    assert [t["run_id"] for t in report.stale] == [trial]
+    assert "has not been heard from for 12 min (a running driver says so every 60 s)" in report.to_markdown()
+    assert "RUNNING in MLflow, not training: its sweep's driver (pid" in dry_run(spec, uri)
+    assert run_writers.close_dead_sweeps(exp, uri) == []
+    assert [c.get_run(r).info.status for r in (parent, trial)] == ["RUNNING", "RUNNING"]
+    c.set_tag(parent, HEARTBEAT_TAG, driver_liveness.beat_value(time.time() - driver_liveness.SILENT_S + 60))
+    assert build_report("silent", uri).stale == []      # heard from within SILENT_S: it may be training
+
+
+@pytest.mark.slow   # an MLflow store
+def test_a_running_sweep_s_heartbeat_advances_and_stops_with_it(tmp_path):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    exp = mlflow_store.ensure_experiment("beats", uri)
+    parent = run_writers.start_parent_run(exp, uri, "0" * 64, "{}", 1, run_name="beats")
+    c = mlflow_store.client(uri)
+    assert driver_liveness.silent_s(c.get_run(parent).data.tags) < 60      # the first beat: at its start
+    c.set_tag(parent, HEARTBEAT_TAG, "1000")
+    with driver_liveness.heartbeat(parent, uri, every=0.2):
+        deadline = time.monotonic() + 20
+        while c.get_run(parent).data.tags[HEARTBEAT_TAG] == "1000" and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert driver_liveness.silent_s(c.get_run(parent).data.tags) < 60
+    c.set_tag(parent, HEARTBEAT_TAG, "1000")
+    time.sleep(1.0)
+    assert c.get_run(parent).data.tags[HEARTBEAT_TAG] == "1000"            # stopped with the sweep

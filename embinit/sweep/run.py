@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from embinit import mlflow_store, provenance, records, run_readers, run_writers, store_check, tracking_server
+from embinit import (driver_liveness, mlflow_store, provenance, records, run_readers, run_writers, store_check,
+                     tracking_server)
 from embinit.errors import EmbinitError
 from embinit.model_dims import check_dimensions
 from embinit.spec import ExperimentSpec, check_local_paths, load_spec
@@ -155,7 +156,8 @@ def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = 
                               trainer=spec.execution.trainer, store_uri=store_uri)
         job = TuneJob(spec, planned, shared, storage, progress, _stop_fn(stop), extra_callbacks, address, reused)
         # should the local Ray die under the driver (a signal with it, or none), the driver closes the runs
-        with abandon.closing(lambda how, error: _close_abandoned(exp_id, uri, parent, how, error)):
+        with abandon.closing(lambda how, error: _close_abandoned(exp_id, uri, parent, how, error)), \
+                driver_liveness.heartbeat(parent, uri):
             cancelled = _execute(job, units)
         reason = ("cancelled" if cancelled else
                   "the trial did not finish: its worker died more often than `retries` allows, or Ray stopped it")
