@@ -31,7 +31,7 @@ VERDICTS = ("better", "worse", "inconclusive")
 def t_quantile(df: float) -> float:
     """The 0.975 quantile of Student's t with `df` degrees of freedom (real df: Welch's too). The
     function `scipy.stats.t.ppf` calls, imported alone: scipy.stats costs ~1 s at every report."""
-    from scipy.special import stdtrit  # scipy comes with mlflow
+    from scipy.special import stdtrit
     return float(stdtrit(df, 0.975))
 
 
