@@ -50,10 +50,9 @@ def declared() -> dict[str, str]:
     return where
 
 
-def test_every_third_party_import_is_declared_in_pyproject():
-    third = {m: files for m, files in imported_modules("embinit", "service").items()
-             if m not in OWN and m not in sys.stdlib_module_names}
-    assert {"torch", "mlflow", "scipy"} <= set(third)          # the scan sees top-level and function imports
+def _undeclared(*folders: str, local: set[str] = frozenset()) -> list[str]:
+    third = {m: files for m, files in imported_modules(*folders).items()
+             if m not in OWN | local and m not in sys.stdlib_module_names}
     owners = importlib.metadata.packages_distributions()
     have = declared()
     problems = []
@@ -63,4 +62,18 @@ def test_every_third_party_import_is_declared_in_pyproject():
             problems.append(f"{module} (in {sorted(files)[0]}): no installed distribution provides it")
         elif not any(_norm(d) in have for d in dists):
             problems.append(f"{module} (in {sorted(files)[0]}): from {dists}, which pyproject.toml does not declare")
+    return problems
+
+
+def test_every_third_party_import_is_declared_in_pyproject():
+    assert {"torch", "mlflow", "scipy"} <= set(imported_modules("embinit"))   # top-level and function imports
+    problems = _undeclared("embinit", "service")
+    assert not problems, "\n".join(problems)
+
+
+def test_the_tests_and_benches_imports_are_declared_too():
+    """`make test` installs `.[test]`, `make bench` `.[bench]`: what they import beyond their own modules
+    must be declared there or above."""
+    local = {"tests", "bench", "helpers"} | {p.stem for d in ("tests", "bench") for p in (ROOT / d).rglob("*.py")}
+    problems = _undeclared("tests", "bench", local=local)
     assert not problems, "\n".join(problems)
