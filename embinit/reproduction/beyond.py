@@ -18,6 +18,7 @@ import math
 import statistics
 from typing import Any
 
+from embinit.comparison import direction
 from embinit.errors import EmbinitError
 from embinit.reproduction.beyond_figures import DOSE_FIGURE, DOSE_METRICS, OOV_FIGURE, OOV_METRICS
 from embinit.reproduction.compare import compare_text, fmt, paired
@@ -110,7 +111,7 @@ def _contrasts(rows, metric: str, a: str, b: str, digits: int) -> list[str]:
     for sigma in sigmas:
         cmp = paired(cells.get((a, sigma), {}), cells.get((b, sigma), {}))
         diffs.append((sigma, cmp["diff"]))
-        sig = cmp["ci95"] is not None and abs(cmp["diff"]) > cmp["ci95"]
+        sig = direction(cmp, metric) != "inconclusive"   # the report's rule: the interval excludes 0
         out.append(f"  - σ = {sigma}: {compare_text(a, b, cmp, digits)}{' **(interval excludes 0)**' if sig else ''}")
     return [f"- {a} − {b} ({_crossing(diffs)}):", *out]
 
@@ -183,7 +184,7 @@ def oov_rules_section(rep) -> Section:
         for metric, name, _ in OOV_METRICS:
             vals = {r["rule"]: r["values"] for r in rows if r["metric"] == metric}
             cmp = paired(vals.get(a, {}), vals.get(b, {}))
-            sig = cmp["ci95"] is not None and abs(cmp["diff"]) > cmp["ci95"]
+            sig = direction(cmp, metric) != "inconclusive"
             lines.append(f"- {name}: {compare_text(a, b, cmp, 2 if 'bleu' in metric else 3)}"
                          f"{' **(interval excludes 0)**' if sig else ''}")
     return Section(title, lines)
