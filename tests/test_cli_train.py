@@ -99,3 +99,26 @@ def test_train_lists_settings_no_trial_may_combine_with_its_other_problems(tmp_p
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert "--data-dir: sst2: data folder" in err
     assert "train_embeddings=False with freeze_non_embeddings=True leaves nothing to train" in err
+
+
+def test_every_trial_config_field_has_a_train_flag():
+    """The flags are written by hand: a field added to TrialConfig without one could not be set, nor
+    overridden beside --from-run (data_seed and tie_embeddings had none)."""
+    import argparse
+    import dataclasses
+
+    from embinit.cli import train
+    from embinit.config import TrialConfig
+    parser = argparse.ArgumentParser()
+    train.register(parser.add_subparsers())
+    args = parser.parse_args(["train", "--task", "synthetic_lm", "--data-seed", "7", "--tie-embeddings",
+                              "--emb-seed", "3", "--extra", "k=1"])
+    given = train.given_fields(args)
+    assert (given["data_seed"], given["tie_embeddings"], given["emb_seed"]) == (7, True, 3)
+    settable = set(train._FIELD_FLAGS) | {field for field, _ in train._SWITCHES.values()} | {"extras"}
+    missing = sorted({f.name for f in dataclasses.fields(TrialConfig)} - settable)
+    assert missing == [], f"TrialConfig fields with no `embinit train` flag: {missing}"
+    for name in train._FIELD_FLAGS:   # each named field's flag exists and lands on that field
+        assert hasattr(args, name), name
+    cfg = train.config_from_args(args)
+    assert (cfg.data_seed, cfg.tie_embeddings) == (7, True) and cfg.key() != TrialConfig(task="synthetic_lm").key()

@@ -74,6 +74,7 @@ def register(subparsers) -> None:
     p.add_argument("--tokenizer", help="default: auto")
     p.add_argument("--seed", type=int, help="default: 0")
     p.add_argument("--emb-seed", type=int, help="seed of the embedding tables' init only (default: --seed)")
+    p.add_argument("--data-seed", type=int, help="seed of the data order only (default: --seed)")
     for name, typ in (("epochs", int), ("batch-size", int), ("max-tokens", int), ("lr", float),
                       ("d-model", int), ("layers", int), ("heads", int), ("ff-dim", int),
                       ("dropout", float), ("min-freq", int), ("max-len", int),
@@ -87,6 +88,8 @@ def register(subparsers) -> None:
     p.add_argument("--no-pos-encoding", action="store_true", default=None, help="ablation: no position encoding")
     p.add_argument("--freeze-embeddings", action="store_true", default=None, help="ablation: embeddings not trained")
     p.add_argument("--freeze-non-embeddings", action="store_true", default=None, help="train only the embeddings")
+    p.add_argument("--tie-embeddings", action="store_true", default=None,
+                   help="language models: the output layer reuses the token table (GPT-2 style)")
     p.add_argument("--data-dir", help="the task's data folder (else $EMBINIT_DATA_DIR/<task>, else the hub)")
     p.add_argument("--precision", choices=PRECISIONS,
                    help="default fp32; auto: bf16 where the GPU or CPU has bf16 units, else fp32")
@@ -104,12 +107,12 @@ def register(subparsers) -> None:
 
 # TrialConfig fields set by the flag of the same name; the switches set a field to a fixed value
 _FIELD_FLAGS = ("task", "init", "src_init", "pretrained", "src_pretrained", "init_from", "oov", "tokenizer",
-                "seed", "emb_seed", "epochs", "batch_size", "max_tokens", "lr", "d_model", "layers", "heads",
-                "ff_dim", "dropout", "min_freq", "max_len", "max_train_examples", "threads", "beam_size",
+                "seed", "emb_seed", "data_seed", "epochs", "batch_size", "max_tokens", "lr", "d_model", "layers",
+                "heads", "ff_dim", "dropout", "min_freq", "max_len", "max_train_examples", "threads", "beam_size",
                 "early_stopping_patience", "pe_base", "pe_positions", "data_dir", "precision", "device")
 _SWITCHES = {"pre_ln": ("pre_ln", True), "no_pos_encoding": ("pos_encoding", False),
              "freeze_embeddings": ("train_embeddings", False),
-             "freeze_non_embeddings": ("freeze_non_embeddings", True)}
+             "freeze_non_embeddings": ("freeze_non_embeddings", True), "tie_embeddings": ("tie_embeddings", True)}
 # the flag that points a recorded file input at this machine's copy
 _PATH_FLAGS = {"data_dir": "--data-dir", "pretrained": "--pretrained", "src_pretrained": "--src-pretrained",
                "tokenizer": "--tokenizer", "init_from": "--init-from"}
