@@ -9,7 +9,7 @@ from contextlib import nullcontext
 
 import pytest
 
-from embinit import mlflow_store, run_table, run_writers
+from embinit import mlflow_store, records, run_table, run_writers
 from embinit.config import TrialConfig
 from embinit.spec import load_spec
 from embinit.sweep.noop import noop_result
@@ -75,3 +75,33 @@ def test_resuming_an_optuna_search_reads_the_finished_trials_once(tmp_path, monk
     # the same for 1 point as for 3: run_sweep's dedup reads the finished trials, the search once more;
     # closing what is left RUNNING and the final report read once each
     assert reads == {"FINISHED": 2, "RUNNING": 1, "all": 1}, reads
+
+
+def _sweep_with_trials(uri: str, exp_id: str, n: int, device: str) -> None:
+    parent = run_writers.start_parent_run(exp_id, uri, "f" * 16, "name: offline-multi30k-glove50\n", n)
+    for seed in range(n):
+        cfg = TrialConfig(task="synthetic_classification", seed=seed, epochs=1, lr=1e-3 * (1 + len(device)))
+        run = TrialRun.open(uri, exp_id, parent, cfg.to_dict(), cfg.key(), "Xavier", {"axes": {}, "point": {}})
+        mlflow_store.client(uri).set_tag(run.run_id, records.DEVICE_TAG, device)
+        run.finish(noop_result(cfg, "Xavier"), [])
+    run_writers.end_parent_run(parent, uri, "FINISHED", None, {})
+
+
+@pytest.mark.parametrize("sweeps", [1, 3])
+def test_the_reproduction_reads_an_experiments_trials_once_however_many_sweeps(tmp_path, reads, sweeps):
+    """"How it was run" names each sweep's devices from one read of the experiment's trial runs (one
+    read per sweep run before)."""
+    from embinit.reproduction import Group, Inputs, Reproduction
+    uri = f"sqlite:///{tmp_path}/m.db"
+    exp_id = mlflow_store.ensure_experiment("offline-multi30k-glove50", uri)
+    devices = ["cpu", "cuda:0 (NVIDIA H100)", "cpu"][:sweeps]
+    for i, device in enumerate(devices):
+        _sweep_with_trials(uri, exp_id, i + 1, device)
+    rep = Reproduction(uri, Inputs(groups=(Group("offline-multi30k-glove50", "synthetic_classification", "Xavier",
+                                                 "Xavier", "a.yaml"),), analogy_experiment="none"))
+    reads.clear()
+    (how,) = [s for s in rep.build() if s.title == "How it was run"]
+    said = [ln.split("; devices: ")[1] for ln in how.lines if "; devices: " in ln]
+    assert said == ["cpu (1 trial)", "cuda:0 (NVIDIA H100) (2 trials)", "cpu (3 trials)"][:sweeps]
+    # (the group's trials were read when `rep` was made) every trial run once, for all its sweeps' devices
+    assert reads == {"all": 1}, reads
