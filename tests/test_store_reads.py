@@ -105,3 +105,27 @@ def test_the_reproduction_reads_an_experiments_trials_once_however_many_sweeps(t
     assert said == ["cpu (1 trial)", "cuda:0 (NVIDIA H100) (2 trials)", "cpu (3 trials)"][:sweeps]
     # (the group's trials were read when `rep` was made) every trial run once, for all its sweeps' devices
     assert reads == {"all": 1}, reads
+
+
+def test_a_dry_run_reads_its_experiment_once(tmp_path, reads):
+    """The keys it reuses, the unfinished runs it marks and the seconds per epoch it measured come from
+    one read of the spec's experiment (three before); every other experiment's finished trials are read
+    once, for the seconds per epoch."""
+    from embinit.cli.dry_run import dry_run
+    uri = f"sqlite:///{tmp_path}/m.db"
+    spec = load_spec({"name": "dry-reads", "tasks": ["synthetic_classification"], "inits": ["xavier"],
+                      "seeds": 3, "defaults": {"epochs": 2}, "mlflow": {"tracking_uri": uri}})
+    exp_id = mlflow_store.ensure_experiment(spec.experiment_name(), uri)
+    parent = run_writers.start_parent_run(exp_id, uri, spec.spec_hash(), spec.to_yaml(), 3)
+    plan = spec.plan()
+    for p in plan[:2]:
+        cfg = TrialConfig.from_dict(p.config)
+        run = TrialRun.open(uri, exp_id, parent, cfg.to_dict(), p.key, p.label, {"axes": {}, "point": {}})
+        run.finish({**noop_result(cfg, p.label), "wall_time_s": 6.0}, [])
+    _sweep_with_trials(uri, mlflow_store.ensure_experiment("other", uri), 1, "cpu")
+    reads.clear()
+    text = dry_run(spec)
+    assert text.count("[finished: reused]") == 2 and "2 of the 3 trials already finished" in text
+    assert "estimate from the trials of this shape already in the store" in text   # 6 s / 2 epochs measured
+    # its own experiment once; MLflow's Default and "other" once each, for their finished trials
+    assert reads == {"all": 1, "FINISHED": 2}, reads
