@@ -46,6 +46,7 @@ BENCHES = {
     "bench_fused_ops": lambda: None,       # kernels per fused step as G grows (deterministic, seconds)
     "bench_control_plane": lambda: None,   # 1,000 noop trials through the service on SQLite (minutes)
     "bench_trial_writes": lambda: None,    # one trial's MLflow path alone, and reading every run both ways
+    "bench_store_scale": lambda: None,     # dry run, dedup, report, service reads at 50 / 200 / 800 trials (minutes)
     "bench_unit_fetch": lambda: None,      # a Tune trial finding its unit: the whole list per trial vs once
     "bench_tune_checkpoint": lambda: None,  # an epoch's tune.report with the trial folder as checkpoint vs without
     "bench_trainer_ab": _multi30k,

@@ -48,3 +48,19 @@ def test_an_optuna_sweep_expands_once(tmp_path, monkeypatch, counted):
     sweep_run.run_sweep(spec, tracking_uri=f"sqlite:///{tmp_path}/m.db", progress=False)
     assert [len(items) for _task, _label, items, _p, _r in searched[0]] == [2, 2]
     assert counted == {"plan": 1}, counted
+
+
+def test_embinit_run_expands_the_whole_grid_once(tmp_path, monkeypatch):
+    """`embinit run` checks the model sizes over one seed's trials (a size does not depend on the seed),
+    then its dry run (or sweep) expands the whole grid: once, not twice."""
+    import yaml
+
+    from embinit.cli import main
+    from embinit.spec import planning
+    sizes = []
+    plan = planning.plan
+    monkeypatch.setattr(planning, "plan", lambda spec: sizes.append(len(out := plan(spec))) or out)
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({**SPEC, "seeds": 5, "mlflow": {"tracking_uri": f"sqlite:///{tmp_path}/m.db"}}))
+    assert main(["run", str(path), "--dry-run"]) == 0
+    assert sizes == [2, 10], sizes   # the size check: 2 inits x 1 seed; the dry run: 2 inits x 5 seeds

@@ -118,16 +118,19 @@ def epoch_s(shape: Shape, past: dict[tuple, list[tuple]]) -> tuple[float | None,
     return (statistics.median(scaled), "~") if scaled else (None, "")
 
 
-def past_epoch_s(uri: str | None) -> dict[tuple, list[tuple]]:
+def past_epoch_s(uri: str | None, read: dict[str, list] | None = None) -> dict[tuple, list[tuple]]:
     """Seconds per epoch of the finished trials already in the tracking store at `uri`, by model shape
     (epochs and batching left out), each with its (batch_size, max_tokens); None: no store to read
-    (`readable_store`)."""
+    (`readable_store`). `read`: experiment id -> its trial records, where the caller has read them."""
     if uri is None:
         return {}
     from embinit import mlflow_store, run_readers
+    read = read or {}
     out: dict[tuple, list[tuple]] = {}
     for exp in mlflow_store.client(uri).search_experiments():
-        for rec in run_readers.trial_records(exp.experiment_id, uri, status="FINISHED"):
+        recs = ([r for r in read[exp.experiment_id] if r.status in FINISHED] if exp.experiment_id in read else
+                run_readers.trial_records(exp.experiment_id, uri, status="FINISHED"))
+        for rec in recs:
             wall = rec.metrics.get("wall_time_s")
             try:
                 shape = shape_of(TrialConfig.from_dict(rec.config))
@@ -160,30 +163,39 @@ def store_lines(store: StoreState | None) -> list[str]:
                 f"; the trials it has finished are not counted here"]
 
 
-def finished_here(spec, plan, uri: str | None) -> set[str]:
-    """The planned keys the spec's experiment in the store at `uri` has finished: the run reuses them
-    (None: no store to read, `readable_store`)."""
+# The statuses of a trial run with a result (MLflow's FINISHED: `run_readers.newest_finished`)
+FINISHED = ("finished", "diverged")
+
+
+def experiment_trials(spec, uri: str | None) -> tuple[str | None, list]:
+    """(the id of the spec's experiment in the store at `uri`, its trial runs' records, newest first):
+    read once for the whole dry run (the reused keys, the unfinished marks and the measured epochs read
+    it three times before). (None, []): no store to read (`readable_store`) or no such experiment."""
     if uri is None:
-        return set()
+        return None, []
     from embinit import mlflow_store, run_readers
     exp_id = mlflow_store.experiment_id(spec.experiment_name(), uri)
-    return set() if exp_id is None else set(run_readers.finished_keys(exp_id, uri)) & {p.key for p in plan}
+    return exp_id, [] if exp_id is None else run_readers.trial_records(exp_id, uri)
 
 
-def unfinished_marks(spec, plan, uri: str | None, done: set[str]) -> dict[str, str]:
-    """A mark per planned key (not in `done`) whose newest run is unfinished with its checkpoint kept,
-    saying where the run resumes it: an interrupted or failed run, or one MLflow has RUNNING while its
-    sweep is gone (embinit.driver_liveness.stale_trials: nothing trains it). A run RUNNING in a live
-    sweep is not marked (the run waits for it and reuses its result)."""
-    if uri is None:
-        return {}
-    from embinit import driver_liveness, mlflow_store, run_readers
-    exp_id = mlflow_store.experiment_id(spec.experiment_name(), uri)
+def finished_here(plan, recs: list) -> set[str]:
+    """The planned keys that the spec's experiment (its trial records `recs`) has finished: the run reuses
+    them (`run_readers.finished_keys`: a key with a FINISHED run)."""
+    return {r.key for r in recs if r.status in FINISHED} & {p.key for p in plan}
+
+
+def unfinished_marks(plan, exp_id: str | None, uri: str | None, recs: list, done: set[str]) -> dict[str, str]:
+    """A mark per planned key (not in `done`) whose newest run (of `recs`, the experiment's records,
+    newest first) is unfinished with its checkpoint kept, saying where the run resumes it: an interrupted
+    or failed run, or one MLflow has RUNNING while its sweep is gone
+    (embinit.driver_liveness.stale_trials: nothing trains it). A run RUNNING in a live sweep is not
+    marked (the run waits for it and reuses its result)."""
     if exp_id is None:
         return {}
+    from embinit import driver_liveness
     keys = {p.key for p in plan} - done
     newest: dict[str, object] = {}
-    for r in run_readers.trial_records(exp_id, uri):   # newest first
+    for r in recs:   # newest first
         if r.key in keys:
             newest.setdefault(r.key, r)
     marks = {key: f"{r.status} after epoch {r.resume_epoch}: the run resumes it from its checkpoint"
@@ -195,10 +207,12 @@ def unfinished_marks(spec, plan, uri: str | None, done: set[str]) -> dict[str, s
     return marks
 
 
-def cost_lines(spec, plan, uri: str | None, done: set[str] = frozenset()) -> list[str]:
+def cost_lines(spec, plan, uri: str | None, done: set[str] = frozenset(), read: dict[str, list] | None = None
+               ) -> list[str]:
     """Per model shape: trials, epochs, size, and the seconds per epoch measured before in the store at
-    `uri` (None: none read); then the total in trial-epochs and rounds, and a wall-clock estimate where every shape was
-    measured. Trials in `done` (finished in the store: reused) cost nothing and are left out."""
+    `uri` (None: none read; `read`: the trial records of experiments already read, by id); then the total
+    in trial-epochs and rounds, and a wall-clock estimate where every shape was measured. Trials in
+    `done` (finished in the store: reused) cost nothing and are left out."""
     todo = [TrialConfig.from_dict(p.config) for p in plan if p.key not in done]
     if done:
         head = ["", f"{len(done)} of the {len(todo) + len(done)} trials already finished in experiment "
@@ -208,7 +222,7 @@ def cost_lines(spec, plan, uri: str | None, done: set[str] = frozenset()) -> lis
     else:
         head = []
     shapes = Counter(shape_of(cfg) for cfg in todo)
-    past = past_epoch_s(uri)
+    past = past_epoch_s(uri, read)
     lines = head + ["", "cost, per model shape" + (" (the trials left to train):" if done else ":"),
              f"  {'trials':>6}  {'epochs':>6}  {'task':22} {'D':>4} {'layers':>6}  {'s/epoch':>8}  model size"]
     per_epoch, scaled = {}, False
@@ -282,10 +296,11 @@ def dry_run(spec, tracking_uri: str | None = None) -> str:
     store = local_store(uri)   # before anything is read: a file the run would refuse is an error here too
     read = readable_store(uri, store)
     plan = spec.plan()   # once: planning a large grid hashes every trial's key
-    done = set() if spec.drawn else finished_here(spec, plan, read)
-    lines = trial_lines(spec, plan, done, {} if spec.drawn else unfinished_marks(spec, plan, read, done))
+    exp_id, recs = experiment_trials(spec, read) if not spec.drawn else (None, [])   # the store read once
+    done = finished_here(plan, recs)
+    lines = trial_lines(spec, plan, done, unfinished_marks(plan, exp_id, read, recs, done))
     if not spec.drawn:
-        lines += cost_lines(spec, plan, read, done) + execution_lines(spec, plan)
+        lines += cost_lines(spec, plan, read, done, {exp_id: recs} if exp_id else None) + execution_lines(spec, plan)
     notes = tokenizer_lines(plan)
     lines += ([""] + notes if notes else []) + store_lines(store)
     lines.append(f"{spec.num_trials()} trials; MLflow experiment {spec.experiment_name()!r} at {uri}")

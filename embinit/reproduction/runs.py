@@ -5,7 +5,7 @@ a template: a sweep recorded before embinit kept one of these says "not recorded
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
@@ -24,10 +24,19 @@ def _when(ms: int | None) -> str:
     return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m-%d %H:%M UTC") if ms else "—"
 
 
-def devices(run: SweepRecord, uri: str | None) -> str:
-    """The devices this sweep's trials trained on (`embinit.device` tags), with counts."""
-    trials = run_readers.trial_records(run.experiment_id, uri, parent=run.run_id)
-    found = Counter(t.device or provenance.NOT_RECORDED for t in trials)
+def device_counts(exp_id: str, uri: str | None) -> dict[str, Counter]:
+    """The devices each sweep's trials trained on (`embinit.device` tags), counted, by sweep run id: the
+    experiment's trial runs read once for all its sweeps (a read per sweep read them all each time)."""
+    out: dict[str, Counter] = defaultdict(Counter)
+    for t in run_readers.trial_records(exp_id, uri):
+        out[t.parent_id][t.device or provenance.NOT_RECORDED] += 1
+    return out
+
+
+def devices(run: SweepRecord, uri: str | None, found: Counter | None = None) -> str:
+    """The devices this sweep's trials trained on, with counts (`found`: from `device_counts`, else read)."""
+    if found is None:
+        found = device_counts(run.experiment_id, uri).get(run.run_id, Counter())
     return ", ".join(f"{d} ({n} trial{'s' if n != 1 else ''})" for d, n in found.most_common()) or "no trials"
 
 
@@ -50,8 +59,10 @@ def _stored_spec(run: SweepRecord, uri: str | None) -> StoredSpec | None:
         return None
 
 
-def sweep_lines(rep: ReproductionData, exp: str, run: SweepRecord, trials: list) -> tuple[list[str], dict]:
-    """The lines describing one sweep run, and its row for the exports."""
+def sweep_lines(rep: ReproductionData, exp: str, run: SweepRecord, trials: list,
+                found: Counter | None = None) -> tuple[list[str], dict]:
+    """The lines describing one sweep run, and its row for the exports (`found`: its trials' devices,
+    `device_counts`; read here when not given)."""
     how = provenance.read(run.tags)
     own = [t for t in trials if t.parent_id == run.run_id and t.end_ms]
     wall = (run.end_ms - run.start_ms) / 1000 if run.end_ms else None
@@ -62,7 +73,7 @@ def sweep_lines(rep: ReproductionData, exp: str, run: SweepRecord, trials: list)
              f"{run.n_trials or '?'} trials planned, {len(own)} trained in this sweep "
              f"(trial time {duration(busy)})",
              f"- command: `{how['command']}`",
-             f"- machine: {how['machine']}; devices: {devices(run, rep.uri)}",
+             f"- machine: {how['machine']}; devices: {devices(run, rep.uri, found)}",
              f"- embinit {how['version']}, commit `{how['commit']}`",
              f"- spec: the run's `spec.yaml` artifact ({_spec_summary(stored)}"
              f", spec hash `{run.spec_hash or '?'}`)"]
@@ -105,8 +116,9 @@ def how_it_was_run(rep: ReproductionData) -> Section:
                 "own durations (trials run side by side, so it can exceed the wall-clock).", ""]
     rows = []
     for exp, (trials, parents) in _experiments_read(rep):
+        found = device_counts(parents[0].experiment_id, rep.uri) if parents else {}
         for run in parents:
-            lines, row = sweep_lines(rep, exp, run, trials)
+            lines, row = sweep_lines(rep, exp, run, trials, found.get(run.run_id, Counter()))
             s.lines += lines
             rows.append(row)
     if not rows:

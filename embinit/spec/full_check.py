@@ -171,11 +171,13 @@ def _task_folder_problems(data: dict[str, Any], base: Path | None, missing: list
 
 def _size_problems(spec: ExperimentSpec | None, after_problems: bool) -> list[tuple[str, str]]:
     """The model-size problems of a spec that validated (its valid part), else a line saying they were
-    not checked (only where there are problems above)."""
+    not checked (only where there are problems above). A trial's size and the name a problem gives it
+    (task x init) do not depend on its seed, so one seed is planned: the sweep or the dry run that
+    follows expands the whole grid once (this check expanded it a second time)."""
     from embinit.model_dims import dimension_problems
     if spec is None:
         return [("", SIZES_NOT_CHECKED)] if after_problems else []
     try:
-        return dimension_problems(spec.plan(), spec.search)
+        return dimension_problems(spec.model_copy(update={"seeds": spec.seeds[:1]}).plan(), spec.search)
     except SpecError as e:
         return e.problems

@@ -19,6 +19,7 @@ from dataclasses import replace
 from ray import tune
 
 from embinit import run_readers
+from embinit.records import TrialRecord
 from embinit.spec import ExperimentSpec, PlannedTrial, Range
 from embinit.sweep.fused import fuse_key
 from embinit.sweep.interrupt import stop_on_interrupt
@@ -44,15 +45,27 @@ def _groups(spec: ExperimentSpec, plan: tuple[PlannedTrial, ...]) -> dict[tuple,
     return groups
 
 
-def _evaluated(spec: ExperimentSpec, uri: str, exp_id: str, items: list[WorkItem]) -> tuple[list, list]:
-    """Search points MLflow has finished for every seed of this group: (points, mean objectives)."""
+def finished_by_setting(exp_id: str, uri: str) -> dict[tuple[str, str], list[TrialRecord]]:
+    """The experiment's FINISHED trial records by (label, task), newest first: read once per search, not
+    once per scientific point (each read is every finished trial of the experiment: with a read per
+    point, resuming a search of G points over N finished trials read G x N records)."""
+    out: dict[tuple[str, str], list[TrialRecord]] = defaultdict(list)
+    for rec in run_readers.trial_records(exp_id, uri, status="FINISHED"):
+        out[(rec.label, rec.task)].append(rec)
+    return out
+
+
+def _evaluated(spec: ExperimentSpec, finished: dict[tuple[str, str], list[TrialRecord]],
+               items: list[WorkItem]) -> tuple[list, list]:
+    """Search points MLflow has finished for every seed of this group: (points, mean objectives);
+    `finished`: the experiment's FINISHED trial records (`finished_by_setting`)."""
     keys = set(spec.search.space)
     label, task = items[0].label, items[0].config["task"]
     metric = items[0].metric
     axes = items[0].axes
     by_point: dict[str, dict[int, float]] = defaultdict(dict)
-    for rec in run_readers.trial_records(exp_id, uri, status="FINISHED"):
-        if (rec.label, rec.task) != (label, task) or rec.group.get("axes") != axes or set(rec.point) != keys:
+    for rec in finished.get((label, task), ()):
+        if rec.group.get("axes") != axes or set(rec.point) != keys:
             continue
         by_point[json.dumps(rec.point, sort_keys=True)][rec.seed] = rec.metrics.get(f"best/{metric}", math.nan)
     seeds = set(spec.seeds)
@@ -79,8 +92,9 @@ def run_optuna(job: TuneJob) -> bool:
     """Run the search for each scientific point in turn; True when cancelled. Ray is started (or the
     cluster at `job.address` joined) only when some point still has budget left."""
     spec, shared, work = job.spec, job.shared, []
+    finished = finished_by_setting(shared.experiment_id, shared.runs_uri)
     for (task, label, _axes), items in _groups(spec, job.plan).items():
-        points, rewards = _evaluated(spec, shared.runs_uri, shared.experiment_id, items)
+        points, rewards = _evaluated(spec, finished, items)
         if spec.search.num_samples > len(points):
             work.append((task, label, items, points, rewards))
     if not work:
