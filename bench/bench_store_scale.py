@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import os
 import sys
 import tempfile
@@ -39,7 +38,7 @@ from types import SimpleNamespace
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.machine import cpu_model  # noqa: E402
+from bench.machine import append_result, cpu_model  # noqa: E402
 
 VECTORS = ROOT / "tune_configs" / "data" / "synthetic_vectors.txt"
 TASKS = ["synthetic_translation", "synthetic_classification"]
@@ -163,9 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {"bench": "store_scale", "cpu": cpu_model(), "cores": os.cpu_count(), "load_1min": load,
               "sizes": {str(n): r for n, r in rows.items()}, "growth": {"from": small, "to": big, "ratios": ratios},
               "time": time.strftime("%Y-%m-%d %H:%M:%S")}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    old = json.loads(args.out.read_text()) if args.out.exists() else []
-    args.out.write_text(json.dumps([*old, result], indent=1) + "\n")
+    append_result(args.out, result)
     return 0
 
 

@@ -33,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.machine import cpu_model  # noqa: E402
+from bench.machine import append_result, cpu_model  # noqa: E402
 
 
 def _count_sql(counts: collections.Counter) -> None:
@@ -203,9 +203,7 @@ def _measure(args, uri: str, store: str, server=None) -> int:
            "calls": calls, "read_all": reads,
            "load_1min": [round(load, 2), round(load_end, 2)]}
     print(json.dumps(row, indent=1))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    old = json.loads(args.out.read_text()) if args.out.exists() else []
-    args.out.write_text(json.dumps([*old, row], indent=1) + "\n")
+    append_result(args.out, row)
     return 0
 
 

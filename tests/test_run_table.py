@@ -12,7 +12,7 @@ import pytest
 
 from embinit import mlflow_store, records, run_readers, run_table, run_writers, trial_run
 from embinit.tracking_store import prepare_store
-from helpers.postgres import local_server, pg_bin
+from helpers.postgres import local_server_or_skip
 
 pytestmark = pytest.mark.slow  # two MLflow stores, one on a PostgreSQL server the test starts
 
@@ -60,9 +60,7 @@ def store(request, tmp_path_factory):
         uri = f"sqlite:///{tmp_path_factory.mktemp('table')}/mlflow.db"
         yield uri, *_fill(uri)
         return
-    if pg_bin() is None:
-        pytest.skip("no PostgreSQL server installed (apt-get install postgresql)")
-    with local_server() as uri:
+    with local_server_or_skip() as uri:
         yield uri, *_fill(uri)
 
 

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from schemathesis.checks import CHECKS, load_all_checks
 from schemathesis.config import SchemathesisConfig
 
-from helpers.postgres import local_server, pg_bin
+from helpers.postgres import local_server_or_skip
 from service.fakes import FakeCluster, FakeRunner, FakeStore
 from service.main import create_app
 from service.settings import Settings
@@ -26,9 +26,7 @@ TOKEN = "fuzz-token"
 @pytest.fixture(scope="module")
 def postgres_url():
     """A throwaway PostgreSQL server; skips without a server binary (`.ci/run` installs Debian's)."""
-    if pg_bin() is None:
-        pytest.skip("no PostgreSQL server installed (apt-get install postgresql)")
-    with local_server() as url:
+    with local_server_or_skip() as url:
         yield url
 
 

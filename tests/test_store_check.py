@@ -103,10 +103,8 @@ def test_a_newer_mlflows_store_is_not_taken_for_another_applications(real, tmp_p
 
 @pytest.fixture(scope="module")
 def pg_server():
-    from helpers.postgres import local_server, pg_bin
-    if pg_bin() is None:
-        pytest.skip("no PostgreSQL server installed (apt-get install postgresql)")
-    with local_server() as uri:
+    from helpers.postgres import local_server_or_skip
+    with local_server_or_skip() as uri:
         yield uri
 
 

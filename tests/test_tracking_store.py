@@ -248,10 +248,8 @@ def store_uri(request, tmp_path):
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path}/mlflow.db"
         return
-    from helpers.postgres import local_server, pg_bin
-    if pg_bin() is None:
-        pytest.skip("no PostgreSQL server installed (apt-get install postgresql)")
-    with local_server() as uri:
+    from helpers.postgres import local_server_or_skip
+    with local_server_or_skip() as uri:
         yield uri
 
 

@@ -50,3 +50,13 @@ def local_server() -> Iterator[str]:
     finally:
         run("pg_ctl", "-D", str(data / "db"), "-m", "immediate", "-w", "stop")
         shutil.rmtree(data, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def local_server_or_skip() -> Iterator[str]:
+    """`local_server`, or the calling test skipped with the reason when no server is installed."""
+    import pytest
+    if pg_bin() is None:
+        pytest.skip("no PostgreSQL server installed (apt-get install postgresql)")
+    with local_server() as url:
+        yield url
