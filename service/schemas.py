@@ -82,6 +82,7 @@ class Trial(BaseModel):
     metric: str | None = Field(None, description="the task's reported metric, e.g. test/bleu")
     best_metric: float | None = None
     run_id: str | None = None
+    error: str | None = Field(None, description="why a failed trial failed (its error, as MLflow keeps it)")
 
 
 class TrialPage(BaseModel):

@@ -233,7 +233,8 @@ class ResultStore:
                         "label": run["label"] if run else planned.get(key, {}).get("label"),
                         "seed": config.get("seed"), "config": config,
                         "metric": run["metric"] if run else None, "best_metric": run["value"] if run else None,
-                        "run_id": run["run_id"] if run else None})
+                        "run_id": run["run_id"] if run else None,
+                        "error": run["error"] if run and run["status"] == "failed" else None})
         return out
 
     def _planned(self, exp) -> dict[str, dict[str, Any]]:

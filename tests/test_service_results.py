@@ -115,3 +115,17 @@ def test_optuna_results_hold_only_the_trials_of_the_experiments_own_sweeps(clien
             mlflow_store.client(uri).set_terminated(run.run_id, "FINISHED")
     (row,) = c.get(f"/experiments/{exp_id}/results").json()["rows"]
     assert (row["init"], row["n"], row["mean"]) == ("Xavier", 2, pytest.approx(0.605))
+
+
+def test_a_failed_trial_says_why_in_the_trial_table(client):
+    """A researcher whose experiment failed reads each trial's reason in `/trials`, not only in MLflow."""
+    c, uri = client
+    exp_id = c.post("/experiments", json=SPEC).json()["id"]
+    exp = mlflow_store.ensure_experiment(SPEC["name"], uri)
+    p = load_spec(SPEC).plan()[0]
+    run = trial_run.TrialRun.open(uri, exp, None, p.config, p.key, p.label, {"axes": {}, "point": {}})
+    run.fail("Traceback (most recent call last):\nOSError: /data/de.txt: no such file")
+    items = c.get(f"/experiments/{exp_id}/trials").json()["items"]
+    assert items[0]["status"] == "failed"
+    assert items[0]["error"] == "Traceback (most recent call last):\nOSError: /data/de.txt: no such file"
+    assert [t["error"] for t in items[1:]] == [None, None, None]   # pending trials have no error
