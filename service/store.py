@@ -24,7 +24,8 @@ from embinit.run_readers import experiment_records, trial_row
 # 4: diverged seeds qualify the verdict (`diverged`, `survivor_verdict`, `note`; CSV `baseline_diverged`,
 #    `verdict_note`; LaTeX ‡), zero-variance intervals, counts at the chosen point with `running`
 #    (+ `all_points`), code-version notes, the dev-selection label, decimals for two significant digits.
-REPORT_VERSION = 4
+# 5: the LaTeX table of an experiment with planned trials that have no result says so (caption, comment).
+REPORT_VERSION = 5
 
 
 def absolute_sqlite_uri(url: str) -> str:

@@ -129,3 +129,23 @@ def test_a_failed_trial_says_why_in_the_trial_table(client):
     assert items[0]["status"] == "failed"
     assert items[0]["error"] == "Traceback (most recent call last):\nOSError: /data/de.txt: no such file"
     assert [t["error"] for t in items[1:]] == [None, None, None]   # pending trials have no error
+
+
+def test_a_latex_table_of_an_unfinished_experiment_says_so(client):
+    """The LaTeX table goes into a paper as it is: one read while trials are missing must say so in the
+    table itself (caption and a comment line), as the markdown does; a complete one says nothing."""
+    c, uri = client
+    exp_id = c.post("/experiments", json=SPEC).json()["id"]
+    _write_runs(uri)   # Normal seed 1 never ran
+    tex = c.get(f"/experiments/{exp_id}/results", params={"format": "latex"}).text
+    note = "Incomplete: 1 of 4 planned trials have no result (1 never started)."
+    assert tex.startswith(f"% {note}\n") and f"{note}}}" in tex.split("\\caption{")[1]
+    exp = mlflow_store.ensure_experiment(SPEC["name"], uri)
+    p = load_spec(SPEC).plan()[3]
+    run = trial_run.TrialRun.open(uri, exp, None, p.config, p.key, p.label, {"axes": {}, "point": {}})
+    mlflow_store.client(uri).set_tag(run.run_id, records.STATUS_TAG, "finished")
+    mlflow_store.client(uri).set_terminated(run.run_id, "FINISHED")
+    c.app.state.runner.advance(f"embinit-exp-{exp_id}", "succeeded", finished=4)
+    assert c.get(f"/experiments/{exp_id}").json()["status"] == "succeeded"
+    tex = c.get(f"/experiments/{exp_id}/results", params={"format": "latex"}).text
+    assert "Incomplete" not in tex and tex.startswith("% embinit report api-results")
