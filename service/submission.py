@@ -108,3 +108,9 @@ def _start(exp: Experiment, sub: Submission, session, runner, store) -> None:
         session.commit()
         raise HTTPException(503, detail=f"experiment {exp.id} could not be started: {e}") from None
     session.commit()
+    # A cancel that came while the driver was starting found no driver to tell (the route tells it when
+    # it reads a driver name after recording the cancel): read the cancel after recording the name, so
+    # one of the two tells the driver, whichever way they interleave.
+    session.refresh(exp, ["cancel_requested_at"])
+    if exp.cancel_requested_at is not None:
+        runner.cancel(exp.driver)

@@ -213,6 +213,39 @@ def test_cancel(client, cluster):
     assert again.status_code == 409 and again.json()["detail"] == f"experiment {exp_id} is already cancelled"
 
 
+class _SlowStart(FakeRunner):
+    """A runner whose `start` waits until the test lets it go (a Ray driver being scheduled)."""
+
+    def __init__(self, cluster):
+        super().__init__(cluster)
+        self.starting, self.go = threading.Event(), threading.Event()
+
+    def start(self, *args, **kwargs):
+        self.starting.set()
+        assert self.go.wait(10)
+        return super().start(*args, **kwargs)
+
+
+def test_a_cancel_while_the_driver_starts_reaches_the_driver(make_settings, cluster):
+    """A script that lists the queued experiments and cancels them can hit one whose driver is still being
+    started (no driver name recorded yet): the cancel must reach the driver once it runs, not leave it
+    training until the cancel grace period kills it."""
+    runner = _SlowStart(cluster)
+    with TestClient(create_app(make_settings(), runner=runner, store=FakeStore(cluster))) as client:
+        posted = {}
+        thread = threading.Thread(target=lambda: posted.update(r=submit(client)))
+        thread.start()
+        assert runner.starting.wait(10)
+        (queued,) = client.get("/experiments", params={"status": "queued"}).json()["items"]
+        r = client.delete(f"/experiments/{queued['id']}")
+        assert r.status_code == 202 and r.json()["cancel_requested"] is True
+        runner.go.set()
+        thread.join(10)
+        assert posted["r"].status_code == 202
+        assert f"embinit-exp-{queued['id']}" in cluster.cancelled
+        assert client.get(f"/experiments/{queued['id']}").json()["status"] == "cancelled"
+
+
 def test_restart_shows_what_happened_meanwhile(make_client, cluster):
     first = make_client()
     # different seeds: trial keys do not depend on the name, and b and c must not share trials

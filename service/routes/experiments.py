@@ -161,6 +161,7 @@ def cancel(exp_id: str, session: SessionDep, settings: SettingsDep, runner: Runn
     if exp.cancel_requested_at is None:
         exp.cancel_requested_at = exp.updated_at = utcnow()
         session.commit()
+    session.refresh(exp, ["driver"])  # a driver started meanwhile (service.submission reads the cancel too)
     if exp.driver:
         runner.cancel(exp.driver)
     return views.summary(reconciler.refresh(session, exp, force=True), settings, detail=True)
