@@ -82,6 +82,10 @@ def _existing(session, sub: Submission, rerun: bool, reconciler) -> Experiment |
     reconciler.refresh(session, existing)
     if not rerun:
         return existing
+    if existing.status in ACTIVE and existing.cancel_requested_at is not None:  # a DELETE, then a rerun
+        raise HTTPException(409, headers={"Retry-After": "5"},
+                            detail=f"experiment {existing.id} with this spec is being cancelled (its running "
+                                   f"trials are stopping); re-run it once its status is cancelled")
     if existing.status in ACTIVE:  # two drivers would train the same trials side by side
         raise HTTPException(409, detail=f"experiment {existing.id} with this spec is still "
                                         f"{existing.status}; cancel it or wait before re-running")

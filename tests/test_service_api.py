@@ -533,3 +533,17 @@ def test_model_sizes_and_data_folders_in_one_answer(client, roots):
     msgs = [p["msg"] for p in r.json()["detail"]]
     assert any("lacks dev.tsv" in m for m in msgs)
     assert any("dimension 2 but the model's d_model is 4" in m for m in msgs)
+
+
+def test_a_rerun_while_the_cancel_is_under_way_says_so(make_settings, cluster):
+    """`DELETE` then `POST ?rerun=true`, the way a script restarts an experiment: while the driver stops
+    its trials the 409 says the cancel is under way and when to try again, not "cancel it"."""
+    runner = _StubbornRunner(cluster)
+    with TestClient(create_app(make_settings(), runner=runner, store=FakeStore(cluster))) as client:
+        exp_id = submit(client).json()["id"]
+        runner.advance(f"embinit-exp-{exp_id}", "running", pending=3, running=1)
+        assert client.delete(f"/experiments/{exp_id}").json()["status"] == "running"
+        busy = submit(client, params={"rerun": "true"})
+        assert busy.status_code == 409 and busy.headers["retry-after"] == "5"
+        assert busy.json()["detail"] == (f"experiment {exp_id} with this spec is being cancelled (its running "
+                                         "trials are stopping); re-run it once its status is cancelled")
