@@ -162,7 +162,7 @@ def test_results_compare_with_the_baseline_query_parameter(make_client, cluster)
     assert client.get(f"/experiments/{exp_id}/results", params={"baseline": "Xavier"}).status_code == 200
     r = client.get(f"/experiments/{exp_id}/results", params={"baseline": "Xavir"})
     assert r.status_code == 422
-    assert r.json()["detail"].startswith("baseline 'Xavir' is not an init of this experiment")
+    assert r.json()["detail"][0]["msg"].startswith("baseline 'Xavir' is not an init of this experiment")
     # a report stored by an older layout (no comparisons) is built again, not served; first the finished
     # experiment's background warm-up (service.main._warm) must be done, or it stores a fresh report
     # over the old one after we wrote it (a race CI's load lost once)

@@ -59,7 +59,7 @@ def test_results_compare_inits_and_say_what_never_finished(client):
     assert {r["init"]: r for r in other["rows"]}["Xavier"]["vs_baseline"]["diff"] == pytest.approx(-0.2)
     bad = c.get(f"/experiments/{exp_id}/results", params={"baseline": "nromal"})
     assert bad.status_code == 422
-    assert bad.json()["detail"] == ("baseline 'nromal' is not an init of this experiment; choose from "
+    assert bad.json()["detail"][0]["msg"] == ("baseline 'nromal' is not an init of this experiment; choose from "
                                     "['Normal', 'Xavier']; did you mean 'Normal'?")
 
 
@@ -84,7 +84,8 @@ def test_the_cli_client_passes_the_baseline(tmp_path, capsys, monkeypatch):
         rows = {r["init"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
         assert rows["Xavier"]["vs_baseline"]["baseline"] == "Normal"
         assert main(["experiments", "results", exp_id, "--baseline", "Nrmal", "--url", base]) == 2
-        assert "did you mean 'Normal'?" in capsys.readouterr().err
+        assert capsys.readouterr().err.endswith(": 422 baseline: baseline 'Nrmal' is not an init of this experiment; "
+                                                "choose from ['Normal', 'Xavier']; did you mean 'Normal'?\n")
 
 
 OPTUNA = {"name": "api-optuna", "tasks": ["synthetic_classification"], "inits": ["xavier", "normal"], "seeds": 2,

@@ -6,9 +6,11 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
 from sqlalchemy import func, select
 from sqlalchemy.orm import defer
 
+from embinit.report_baseline import UnknownBaseline
 from service import submission, views
 from service.db import TERMINAL, Experiment, utcnow
 from service.deps import (BodyDep, ReconcilerDep, RunnerDep, SessionDep, SettingsDep, StoreDep, require_read,
@@ -140,7 +142,11 @@ async def get_results(exp_id: str, request: Request,
         session.commit()  # no database connection held across the MLflow read
         finished = exp.status in TERMINAL
         if baseline is not None:  # another baseline than the stored report's: built on demand
-            return state.store.report(exp, baseline)[format].encode(), MEDIA[format], finished
+            try:
+                return state.store.report(exp, baseline)[format].encode(), MEDIA[format], finished
+            except UnknownBaseline as e:  # answered like the route's other query problems (the schema's 422)
+                raise RequestValidationError([{"type": "value_error", "loc": ("query", "baseline"),
+                                               "msg": str(e), "input": baseline}]) from None
         stored = exp.report if (exp.report or {}).get("version") == REPORT_VERSION else None
         rendered = stored or state.store.report(exp)
         if finished and stored is None:
