@@ -547,3 +547,33 @@ def test_a_rerun_while_the_cancel_is_under_way_says_so(make_settings, cluster):
         assert busy.status_code == 409 and busy.headers["retry-after"] == "5"
         assert busy.json()["detail"] == (f"experiment {exp_id} with this spec is being cancelled (its running "
                                          "trials are stopping); re-run it once its status is cancelled")
+
+
+class _Unreachable(FakeRunner):
+    """A Ray cluster the API cannot reach for the moment (a Ray Client connection that dropped)."""
+
+    down = False
+
+    def cancel(self, driver) -> None:
+        if self.down:
+            raise ConnectionError("Ray Client connection to ray://head:10001 lost")
+        super().cancel(driver)
+
+
+def test_a_cancel_ray_cannot_take_now_is_a_503_that_says_it_is_recorded(make_settings, cluster):
+    """Not a 500 "internal error" that leaves the researcher guessing: the cancel is kept (the driver is
+    stopped once Ray answers again), and the answer says so, with Retry-After."""
+    runner = _Unreachable(cluster)
+    with TestClient(create_app(make_settings(), runner=runner, store=FakeStore(cluster))) as client:
+        exp_id = submit(client).json()["id"]
+        runner.advance(f"embinit-exp-{exp_id}", "running", pending=3, running=1)
+        runner.down = True
+        r = client.delete(f"/experiments/{exp_id}")
+        assert r.status_code == 503 and r.headers["retry-after"] == "10"
+        assert r.json()["detail"] == (f"the cancel of experiment {exp_id} is recorded, but its Ray driver could "
+                                      "not be told now (ConnectionError: Ray Client connection to "
+                                      "ray://head:10001 lost); send the DELETE again to retry")
+        assert client.get(f"/experiments/{exp_id}").json()["cancel_requested"] is True
+        assert "503" in client.app.openapi()["paths"]["/experiments/{exp_id}"]["delete"]["responses"]
+        runner.down = False
+        assert client.delete(f"/experiments/{exp_id}").json()["status"] == "cancelled"

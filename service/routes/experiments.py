@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
@@ -20,6 +21,7 @@ from service.schemas import ExperimentDetail, ExperimentPage, Status, Submitted,
 from service.specs import JSON_TYPES, YAML_TYPES, parse_body, prepare
 from service.store import REPORT_VERSION
 
+log = logging.getLogger("embinit.service")
 # A repeated query parameter (`?limit=5&limit=6`) is a 422 on every route here.
 router = APIRouter(prefix="/experiments", tags=["experiments"], dependencies=[Depends(single_query_values)])
 MAX_OFFSET = 2 ** 31 - 1  # a bigger offset overflows the database's integer (found by the fuzz test)
@@ -169,5 +171,11 @@ def cancel(exp_id: str, session: SessionDep, settings: SettingsDep, runner: Runn
         session.commit()
     session.refresh(exp, ["driver"])  # a driver started meanwhile (service.submission reads the cancel too)
     if exp.driver:
-        runner.cancel(exp.driver)
+        try:
+            runner.cancel(exp.driver)
+        except Exception as e:  # Ray unreachable now: the cancel stays recorded (the grace period enforces it)
+            log.warning("could not tell driver %s to cancel", exp.driver, exc_info=True)
+            raise HTTPException(503, headers={"Retry-After": "10"}, detail=(
+                f"the cancel of experiment {exp_id} is recorded, but its Ray driver could not be told now "
+                f"({type(e).__name__}: {e}); send the DELETE again to retry")) from None
     return views.summary(reconciler.refresh(session, exp, force=True), settings, detail=True)
