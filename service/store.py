@@ -83,6 +83,10 @@ def sweep_runs(exp, uri: str | None = None, since_submit: bool = True) -> set[st
     return {r.run_id for r in run_readers.sweep_records(exp_id, uri, query)}
 
 
+# Trial states whose run keeps why it stopped (`embinit.error`): failed, cancelled, interrupted by Ctrl-C.
+STOPPED = ("failed", "cancelled", "interrupted")
+
+
 # A running experiment's trial table and report are built again when its state changes, but not sooner
 # than this many times their last build's duration after it: at 10,000 trials a build takes about a
 # second, and rebuilding on every 2-second refresh took the CPU the trials run on (docs/benchmarks.md).
@@ -235,7 +239,7 @@ class ResultStore:
                         "seed": config.get("seed"), "config": config,
                         "metric": run["metric"] if run else None, "best_metric": run["value"] if run else None,
                         "run_id": run["run_id"] if run else None,
-                        "error": run["error"] if run and run["status"] == "failed" else None})
+                        "error": run["error"] if run and run["status"] in STOPPED else None})
         return out
 
     def _planned(self, exp) -> dict[str, dict[str, Any]]:

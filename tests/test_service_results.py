@@ -150,3 +150,23 @@ def test_a_latex_table_of_an_unfinished_experiment_says_so(client):
     assert c.get(f"/experiments/{exp_id}").json()["status"] == "succeeded"
     tex = c.get(f"/experiments/{exp_id}/results", params={"format": "latex"}).text
     assert "Incomplete" not in tex and tex.startswith("% embinit report api-results")
+
+
+def test_the_trial_table_s_statuses_are_the_documented_ones(client):
+    """A script that counts `status == "finished"` must know a diverged trial is its own status (a finished
+    run with no number) and a cancelled one too: the schema lists every status the table can show, and a
+    cancelled trial says why like a failed one."""
+    c, uri = client
+    exp_id = c.post("/experiments", json=SPEC).json()["id"]
+    exp = mlflow_store.ensure_experiment(SPEC["name"], uri)
+    plan = load_spec(SPEC).plan()
+    runs = [trial_run.TrialRun.open(uri, exp, None, p.config, p.key, p.label, {"axes": {}, "point": {}})
+            for p in plan[:3]]
+    mlflow_store.client(uri).set_tag(runs[0].run_id, records.STATUS_TAG, "diverged")
+    mlflow_store.client(uri).set_terminated(runs[0].run_id, "FINISHED")
+    runs[1].fail("the experiment cancelled", status="KILLED")
+    items = c.get(f"/experiments/{exp_id}/trials").json()["items"]
+    assert [t["status"] for t in items] == ["diverged", "cancelled", "running", "pending"]
+    assert [t["error"] for t in items] == [None, "the experiment cancelled", None, None]
+    schema = c.app.openapi()["components"]["schemas"]["Trial"]["properties"]["status"]
+    assert set(schema["enum"]) == {"pending", *records.STATUS_RANK}
