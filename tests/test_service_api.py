@@ -288,6 +288,16 @@ def test_schema_errors_list_path_and_problem(client, spec, loc, msg):
     assert any(where.startswith(loc) and msg in text for where, text in problems(r).items()), r.json()
 
 
+@pytest.mark.parametrize("ctype, body", [("application/json", json.dumps(SPEC)),
+                                         ("application/yaml", yaml.safe_dump(SPEC))])
+def test_a_byte_order_mark_is_accepted_in_json_as_in_yaml(client, ctype, body):
+    """Windows editors and PowerShell's Out-File start a UTF-8 file with a BOM; the YAML parser skips it, so
+    the JSON one must too (RFC 8259 section 8.1 lets a parser ignore it), not answer "decode using utf-8-sig"."""
+    r = client.post("/experiments", content=b"\xef\xbb\xbf" + body.encode(), headers={"content-type": ctype})
+    assert r.status_code in (200, 202), r.text
+    assert r.json()["spec_hash"] == submit(client).json()["spec_hash"]
+
+
 @pytest.mark.parametrize("body, ctype, msg", [
     (b"{not json", "application/json", "the body is not valid JSON"),
     (b"[1, 2]", "application/json", "a spec must be a mapping at the top level, got list"),
