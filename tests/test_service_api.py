@@ -115,6 +115,27 @@ def test_same_spec_is_the_same_experiment_unless_rerun(client, cluster):
     assert rerun.json()["spec_hash"] == first["spec_hash"]
 
 
+def test_the_same_spec_over_changed_files_is_another_experiment(client, cluster, roots):
+    """A researcher replaces the pretrained vectors file (same path, new content) and posts the same spec:
+    its trials are other trials (a trial key hashes its files' content), so the answer must not be the old
+    experiment, whose results were trained on the old file. The old content again is the old experiment."""
+    _, pre = roots
+    spec = {**SPEC, "inits": [{"tgt": "glove", "pretrained": "vec.txt"}]}
+    first = submit(client, spec).json()
+    FakeRunner(cluster).advance(f"embinit-exp-{first['id']}", "succeeded", finished=2)
+    (pre / "vec.txt").write_text("the 0.3 0.4\n")
+    second = submit(client, spec)
+    assert second.status_code == 202 and second.json()["id"] != first["id"]
+    assert second.json()["spec_hash"] == first["spec_hash"]
+    assert second.json()["notices"] == [f"experiment {first['id']} has this spec, but the content of its files has "
+                                        "changed since: this experiment trains on the files as they are now"]
+    keys = {e: cluster.specs[f"embinit-exp-{e}"]["keys"] for e in (first["id"], second.json()["id"])}
+    assert not set(keys[first["id"]]) & set(keys[second.json()["id"]])
+    (pre / "vec.txt").write_text("the 0.1 0.2\n")   # the roots fixture's content
+    again = submit(client, spec)
+    assert again.status_code == 200 and again.json()["id"] == first["id"] and again.json()["notices"] == []
+
+
 def test_yaml_submission(client):
     r = client.post("/experiments", content="name: y1\ntasks: [synthetic_lm]\ninits: [xavier]\nseeds: [3]\n",
                     headers={"content-type": "application/x-yaml"})

@@ -56,7 +56,7 @@ def submit(request: Request, response: Response, body: BodyDep, session: Session
     outcome = submission.submit(sub, rerun, session, settings, runner, store, reconciler)
     if not outcome.created:
         response.status_code = 200
-    return _submitted(outcome.experiment, created=outcome.created, notices=sub.notices)
+    return _submitted(outcome.experiment, created=outcome.created, notices=[*sub.notices, *outcome.notices])
 
 
 @router.get("", response_model=ExperimentPage, dependencies=[Depends(require_read)])
