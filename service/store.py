@@ -258,6 +258,7 @@ class ResultStore:
     def _report(self, exp, baseline: str | None) -> dict[str, str]:
         from embinit.completeness import completeness
         from embinit.report import Report, build_report
+        from embinit.report_baseline import check_baseline
         from embinit.spec import drawn_in
 
         name = exp.mlflow_experiment
@@ -267,7 +268,10 @@ class ResultStore:
         optuna = drawn_in(exp.spec)
         planned = None if optuna else self._plan_rows(exp)
         if self.experiment_id(exp) is None:  # nothing has run yet: an empty table, every trial unfinished
-            report = Report(name, [], tracking_uri=exp.tracking_uri, completeness=completeness(planned, {}))
+            if baseline is not None and planned:  # the planned inits are the ones a baseline may name
+                check_baseline(baseline, {p["label"] for p in planned})
+            report = Report(name, [], tracking_uri=exp.tracking_uri, completeness=completeness(planned, {}),
+                            **({"baseline": baseline} if baseline else {}))
         else:
             chosen = self._records(exp)
             if optuna:
