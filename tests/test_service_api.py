@@ -608,3 +608,15 @@ def test_a_cancel_ray_cannot_take_now_is_a_503_that_says_it_is_recorded(make_set
         assert "503" in client.app.openapi()["paths"]["/experiments/{exp_id}"]["delete"]["responses"]
         runner.down = False
         assert client.delete(f"/experiments/{exp_id}").json()["status"] == "cancelled"
+
+
+def test_a_cancel_of_an_experiment_that_just_finished_is_a_409(client, cluster):
+    """The driver finished after the last read: the DELETE must say the experiment already succeeded
+    (409), not answer 202 and leave a succeeded experiment marked `cancel_requested`."""
+    exp_id = submit(client).json()["id"]
+    FakeRunner(cluster).advance(f"embinit-exp-{exp_id}", "succeeded", finished=4)
+    r = client.delete(f"/experiments/{exp_id}")
+    assert r.status_code == 409 and r.json()["detail"] == f"experiment {exp_id} is already succeeded"
+    exp = client.get(f"/experiments/{exp_id}").json()
+    assert (exp["status"], exp["cancel_requested"]) == ("succeeded", False)
+    assert f"embinit-exp-{exp_id}" not in cluster.cancelled

@@ -163,7 +163,7 @@ async def get_results(exp_id: str, request: Request,
 def cancel(exp_id: str, session: SessionDep, settings: SettingsDep, runner: RunnerDep,
            reconciler: ReconcilerDep):
     """Cancel an experiment: running trials stop, finished results stay."""
-    exp = _get(session, exp_id)
+    exp = reconciler.refresh(session, _get(session, exp_id), force=True)  # it may have ended since last read
     if exp.status in TERMINAL:
         raise HTTPException(409, detail=f"experiment {exp_id} is already {exp.status}")
     if exp.cancel_requested_at is None:
