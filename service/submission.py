@@ -76,6 +76,12 @@ def submit(sub: Submission, rerun: bool, session, settings, runner, store, recon
     return Outcome(exp, created=True, notices=notices)
 
 
+# How many of a spec's newest experiments a submission compares its trial keys with (each holds up to
+# thousands of keys); one older than these is not found, and the submission is a new experiment, which
+# reuses every trial MLflow has.
+SAME_SPEC_LOOKBACK = 100
+
+
 def _changed_files(other: Experiment) -> str:
     return (f"experiment {other.id} has this spec, but the content of its files has changed since: this "
             f"experiment trains on the files as they are now")
@@ -88,7 +94,7 @@ def _existing(session, sub: Submission, rerun: bool, reconciler) -> tuple[Experi
     the content: the old experiment's results are not this submission's."""
     same_spec = session.scalars(select(Experiment).where(Experiment.spec_hash == sub.spec_hash)
                                 .options(defer(Experiment.spec), defer(Experiment.report))
-                                .order_by(Experiment.created_at.desc())).all()
+                                .order_by(Experiment.created_at.desc()).limit(SAME_SPEC_LOOKBACK)).all()
     existing = next((e for e in same_spec if e.trial_keys == sub.trial_keys), None)
     if existing is None:
         return None, (same_spec[0] if same_spec else None)
