@@ -62,6 +62,15 @@ def empty_groups(planned: list[dict[str, Any]] | None, have: set[tuple]) -> list
     return sorted(groups - have)
 
 
+def sentence(c: dict[str, Any] | None) -> str | None:
+    """One sentence for a table that carries no notes (the LaTeX one) when planned trials have no result:
+    a table read while trials run, or after some failed, must not pass for the finished one."""
+    if not c or c["unfinished"] == 0:
+        return None
+    how = ", ".join(f"{n} {s}" for s, n in c["unfinished_by_status"].items())
+    return f"Incomplete: {c['unfinished']} of {c['planned']} planned trials have no result ({how})."
+
+
 def markdown(c: dict[str, Any] | None) -> list[str]:
     """The lines that say the experiment is incomplete (none when every planned trial finished)."""
     if not c or (c["unfinished"] == 0 and not c["inits_without_results"]):

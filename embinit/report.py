@@ -94,7 +94,8 @@ class Report:
 
     def to_latex(self) -> str:
         """Table 1 for a paper: inits x (task, metric), mean (σ), marks vs the baseline (embinit.report_latex)."""
-        return report_latex.to_latex(self.experiment, self.rows, self.baseline)
+        return report_latex.to_latex(self.experiment, self.rows, self.baseline,
+                                     incomplete=coverage.sentence(self.completeness))
 
     def _split_notes(self) -> list[str]:
         """One line per init label whose trials ran with several settings (shown as separate rows)."""

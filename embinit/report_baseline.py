@@ -23,10 +23,15 @@ from embinit.formatting import digits_by_metric, number
 DEFAULT_BASELINE = "Xavier"
 
 
+class UnknownBaseline(EmbinitError):
+    """The baseline named is not an init label of the experiment (the API answers it as a problem of its
+    `baseline` query parameter)."""
+
+
 def check_baseline(baseline: str, labels: set[str]) -> None:
     """An error naming `baseline` and the init labels the experiment has, when it is not one of them."""
     if labels and baseline not in labels:
-        raise EmbinitError(f"baseline {baseline!r} is not an init of this experiment; choose from "
+        raise UnknownBaseline(f"baseline {baseline!r} is not an init of this experiment; choose from "
                            f"{sorted(labels)}{did_you_mean(baseline, labels)}")
 
 

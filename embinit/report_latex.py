@@ -12,7 +12,9 @@ Marks, all explained in the caption the table carries:
 - ‡: some seeds diverged (the caption says how many): the mean is the survivors', and no ↑ is given on
   the survivors alone (`embinit.report_baseline.with_divergence`);
 - a subscript n where a cell's seed count differs from the table's usual one; `--` where a cell has
-  no finished seed.
+  no finished seed;
+- an experiment with planned trials that have no result (still running, failed, never started) says so
+  in the caption and in a comment line above the table (`embinit.completeness.sentence`).
 With a search, each cell is its init's best search point (listed under the table). Needs booktabs.
 """
 
@@ -88,8 +90,10 @@ def _cell(r: dict[str, Any] | None, best: dict[tuple, float], usual_n: int | Non
     return text
 
 
-def to_latex(experiment: str, rows: list[dict[str, Any]], baseline: str, digits: int = 2) -> str:
-    """The rows of a report (`embinit.report.Report.rows`) as a booktabs table."""
+def to_latex(experiment: str, rows: list[dict[str, Any]], baseline: str, digits: int = 2,
+             incomplete: str | None = None) -> str:
+    """The rows of a report (`embinit.report.Report.rows`) as a booktabs table; `incomplete`: the sentence
+    saying which planned trials have no result (None: every one has)."""
     columns = list(dict.fromkeys(_column(r) for r in rows))
     inits = list(dict.fromkeys(_row_key(r) for r in rows))
     cells = {(_row_key(r), _column(r)): r for r in rows}
@@ -98,18 +102,20 @@ def to_latex(experiment: str, rows: list[dict[str, Any]], baseline: str, digits:
     best = _best(rows)
     counts = Counter(r["n"] for r in rows if r["n"])
     usual_n = counts.most_common(1)[0][0] if counts else None
-    lines = [f"% embinit report {experiment!s}: mean (std) over seeds; needs \\usepackage{{booktabs}}",
+    lines = [f"% {incomplete}"] if incomplete else []
+    lines += [f"% embinit report {experiment!s}: mean (std) over seeds; needs \\usepackage{{booktabs}}",
              r"\begin{table}[t]", r"\centering", r"\begin{tabular}{l" + "c" * len(columns) + "}", r"\toprule",
              " & ".join(["Init", *(_header(*c) for c in columns)]) + r" \\", r"\midrule"]
     for init in inits:
         lines.append(" & ".join([escape(init), *(_cell(cells.get((init, c)), best, usual_n, places[c])
                                                  for c in columns)]) + r" \\")
-    lines += [r"\bottomrule", r"\end{tabular}", rf"\caption{{{_caption(experiment, rows, baseline, usual_n)}}}",
-              r"\end{table}"]
+    caption = _caption(experiment, rows, baseline, usual_n, incomplete)
+    lines += [r"\bottomrule", r"\end{tabular}", rf"\caption{{{caption}}}", r"\end{table}"]
     return "\n".join(lines) + "\n"
 
 
-def _caption(experiment: str, rows: list[dict[str, Any]], baseline: str, usual_n: int | None) -> str:
+def _caption(experiment: str, rows: list[dict[str, Any]], baseline: str, usual_n: int | None,
+             incomplete: str | None = None) -> str:
     seeds = f"over {usual_n} seeds" if usual_n else "over seeds"
     parts = [f"{escape(experiment)}: mean (standard deviation) {seeds}; bold: the best mean of each column."]
     if any(r.get("vs_baseline") for r in rows):
@@ -136,4 +142,6 @@ def _caption(experiment: str, rows: list[dict[str, Any]], baseline: str, usual_n
                      "on the dev set reported).")
     if any(r["mean"] is None for r in rows):
         parts.append("--: no finished seed.")
+    if incomplete:
+        parts.append(escape(incomplete))
     return " ".join(parts)

@@ -131,7 +131,8 @@ def _best_point(trials: list[_Trial]) -> dict[str, Any]:
     return json.loads(min(points, key=lambda p: score(points[p])))
 
 
-def _reason(error: str | None) -> str:
+def failure_reason(error: str | None) -> str:
+    """A failed trial's reason as reports show it: its error's last line (a traceback's exception)."""
     lines = [ln.strip() for ln in (error or "unknown error").strip().splitlines() if ln.strip()]
     return (lines[-1] if lines else "unknown error")[:200]
 
@@ -143,7 +144,7 @@ def group_rows(gkey: tuple, members: list[_Trial], rows: list, run_ids: dict) ->
     chosen = [t for t in members if t.point == point]
     run_ids[gkey] = [t.run_id for t in chosen if t.status in ("finished", "diverged")]
     bad = [t for t in members if t.status == "failed"]
-    counts = {**_counts(chosen), "failure_reasons": dict(Counter(_reason(t.error) for t in chosen
+    counts = {**_counts(chosen), "failure_reasons": dict(Counter(failure_reason(t.error) for t in chosen
                                                                  if t.status == "failed")),
               "all_points": _counts(members)}
     like = report_baseline.basis(_setting(members[0])) if members else None   # what a baseline must share
@@ -160,7 +161,7 @@ def group_rows(gkey: tuple, members: list[_Trial], rows: list, run_ids: dict) ->
                      "best_at_last_epoch": at_last, "still_improving": bool(ok) and at_last > len(ok) / 2,
                      **counts, "non_finite": len(logged) - len(ok), "code_versions": _versions(ok),
                      "_basis": like})
-    return [{"task": task, "init": label, "run_id": t.run_id, "reason": _reason(t.error)} for t in bad]
+    return [{"task": task, "init": label, "run_id": t.run_id, "reason": failure_reason(t.error)} for t in bad]
 
 
 def _split(metric: str) -> str:

@@ -10,6 +10,7 @@ import logging
 import sys
 import threading
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -85,6 +86,18 @@ def final_counts(result) -> dict[str, int]:
             "reused": reused}
 
 
+def failure_reasons(trials: list[dict[str, Any]], most: int = 3) -> str:
+    """The failed trials' reasons (each error's last line, as the report counts them), most common first:
+    what a researcher reads in `GET /experiments/{id}` before opening MLflow."""
+    from embinit.report_rows import failure_reason
+
+    reasons = Counter(failure_reason(t.get("error")) for t in trials if t.get("status") == "failed")
+    parts = [f"{r} ({n} trial{'s' if n > 1 else ''})" for r, n in reasons.most_common(most)]
+    if len(reasons) > most:
+        parts.append(f"and {len(reasons) - most} other reasons")
+    return "; ".join(parts)
+
+
 def final_state(result, cancelled: bool) -> tuple[str, str | None]:
     """(status, error) of a finished sweep: succeeded only when every planned trial has a finished run
     (trained now or reused), so a sweep that lost trials never passes for a complete one."""
@@ -94,12 +107,13 @@ def final_state(result, cancelled: bool) -> tuple[str, str | None]:
     if result.n_finished >= result.planned:
         return "succeeded", None
     if failed and failed >= ran:
-        return "failed", f"all {failed} trials failed (see MLflow)"
+        return "failed", f"all {failed} trials failed: {failure_reasons(result.trials)}"
     missing = result.planned - result.n_finished - failed
     parts = [f"{failed} failed"] if failed else []
     parts += [f"{missing} have no finished run"] if missing else []
+    reasons = f"; failures: {failure_reasons(result.trials)}" if failed else ""
     return "failed", (f"only {result.n_finished} of {result.planned} trials finished ({', '.join(parts)}; "
-                      f"see MLflow); submit again with ?rerun=true to run the rest")
+                      f"see MLflow){reasons}; submit again with ?rerun=true to run the rest")
 
 
 def live_counts(counts: dict[str, Any]) -> dict[str, Any]:

@@ -117,10 +117,10 @@ class FakeStore:
                  "run_id": f"run-{k}" if k in self.cluster.mlflow else None} for k in exp.trial_keys]
 
     def report(self, exp, baseline: str | None = None) -> dict[str, str]:
-        from embinit.errors import EmbinitError
+        from embinit.report_baseline import UnknownBaseline
         from service.store import REPORT_VERSION
         if baseline not in (None, "Xavier"):
-            raise EmbinitError(f"baseline {baseline!r} is not an init of this experiment; choose from ['Xavier']")
+            raise UnknownBaseline(f"baseline {baseline!r} is not an init of this experiment; choose from ['Xavier']")
         self.report_builds += 1
         rows = [{"task": "synthetic_translation", "init": "Xavier", "n": 2, "mean": 1.0}]
         return {"version": REPORT_VERSION, "json": json.dumps({"experiment": exp.name, "rows": rows}),

@@ -89,7 +89,8 @@ ERRORS = {"401": "missing or invalid bearer token", "404": "no experiment with t
           "408": "the request body did not arrive in time", "413": "the request body is too large",
           "415": "unsupported content type", "422": "the request is invalid (every problem listed)",
           "429": "too many experiments are active",
-          "503": "the Ray driver could not be started, or the MLflow store did not answer in time (Retry-After)"}
+          "503": "the Ray driver could not be started or told to cancel, or the MLflow store did not answer in "
+                 "time (Retry-After)"}
 
 
 def _document_auth_and_errors(schema: dict, settings: Settings) -> None:
@@ -106,7 +107,7 @@ def _document_auth_and_errors(schema: dict, settings: Settings) -> None:
             if "{exp_id}" in path:
                 codes.append("404")
             if method == "delete":
-                codes.append("409")
+                codes += ["409", "503"]
             if method == "post":
                 codes += ["400", "408", "409", "413", "415", "422", "429", "503"]
             if path.endswith(("/trials", "/results")):  # read from MLflow, which may not answer in time

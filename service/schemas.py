@@ -8,6 +8,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 Status = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+# A trial's state in the trial table: `pending` (no run), else its run's (`embinit.records.run_status`).
+TrialStatus = Literal["pending", "running", "finished", "diverged", "failed", "cancelled", "interrupted"]
 
 
 class MlflowLink(BaseModel):
@@ -74,14 +76,18 @@ class Submitted(BaseModel):
 
 class Trial(BaseModel):
     key: str
-    status: str = Field(description="pending, running, finished, failed (diverged trials are finished "
-                                    "runs tagged diverged)")
+    status: TrialStatus = Field(description="pending (no run yet), running, finished, diverged (ran to its end "
+                                            "with a non-finite loss: no number), failed, cancelled, interrupted "
+                                            "(Ctrl-C of `embinit run`); a rerun trains all but finished and "
+                                            "diverged ones again")
     label: str | None = None
     seed: int | None = None
     config: dict[str, Any]
     metric: str | None = Field(None, description="the task's reported metric, e.g. test/bleu")
     best_metric: float | None = None
     run_id: str | None = None
+    error: str | None = Field(None, description="why a failed, cancelled or interrupted trial stopped (its "
+                                                "error, as MLflow keeps it)")
 
 
 class TrialPage(BaseModel):

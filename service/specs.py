@@ -102,7 +102,7 @@ def parse_body(body: bytes, content_type: str | None) -> dict[str, Any]:
         raise HTTPException(415, detail=f"unsupported content type {media!r}; send application/json "
                                         f"or application/yaml")
     try:
-        text = body.decode("utf-8")
+        text = body.decode("utf-8-sig")  # a leading BOM (Windows editors) is skipped, as YAML skips it
         data = (yaml.load(text, Loader=_NoAliasLoader) if media in YAML_TYPES
                 else json.loads(text, object_pairs_hook=unique_pairs))
     except UnicodeDecodeError:

@@ -24,7 +24,8 @@ from embinit.run_readers import experiment_records, trial_row
 # 4: diverged seeds qualify the verdict (`diverged`, `survivor_verdict`, `note`; CSV `baseline_diverged`,
 #    `verdict_note`; LaTeX ‡), zero-variance intervals, counts at the chosen point with `running`
 #    (+ `all_points`), code-version notes, the dev-selection label, decimals for two significant digits.
-REPORT_VERSION = 4
+# 5: the LaTeX table of an experiment with planned trials that have no result says so (caption, comment).
+REPORT_VERSION = 5
 
 
 def absolute_sqlite_uri(url: str) -> str:
@@ -80,6 +81,10 @@ def sweep_runs(exp, uri: str | None = None, since_submit: bool = True) -> set[st
     if since_submit:
         query += f" and attributes.start_time >= {int((exp.created_at.timestamp() - CLOCK_SLACK_S) * 1000)}"
     return {r.run_id for r in run_readers.sweep_records(exp_id, uri, query)}
+
+
+# Trial states whose run keeps why it stopped (`embinit.error`): failed, cancelled, interrupted by Ctrl-C.
+STOPPED = ("failed", "cancelled", "interrupted")
 
 
 # A running experiment's trial table and report are built again when its state changes, but not sooner
@@ -233,7 +238,8 @@ class ResultStore:
                         "label": run["label"] if run else planned.get(key, {}).get("label"),
                         "seed": config.get("seed"), "config": config,
                         "metric": run["metric"] if run else None, "best_metric": run["value"] if run else None,
-                        "run_id": run["run_id"] if run else None})
+                        "run_id": run["run_id"] if run else None,
+                        "error": run["error"] if run and run["status"] in STOPPED else None})
         return out
 
     def _planned(self, exp) -> dict[str, dict[str, Any]]:
@@ -252,6 +258,7 @@ class ResultStore:
     def _report(self, exp, baseline: str | None) -> dict[str, str]:
         from embinit.completeness import completeness
         from embinit.report import Report, build_report
+        from embinit.report_baseline import check_baseline
         from embinit.spec import drawn_in
 
         name = exp.mlflow_experiment
@@ -261,7 +268,10 @@ class ResultStore:
         optuna = drawn_in(exp.spec)
         planned = None if optuna else self._plan_rows(exp)
         if self.experiment_id(exp) is None:  # nothing has run yet: an empty table, every trial unfinished
-            report = Report(name, [], tracking_uri=exp.tracking_uri, completeness=completeness(planned, {}))
+            if baseline is not None and planned:  # the planned inits are the ones a baseline may name
+                check_baseline(baseline, {p["label"] for p in planned})
+            report = Report(name, [], tracking_uri=exp.tracking_uri, completeness=completeness(planned, {}),
+                            **({"baseline": baseline} if baseline else {}))
         else:
             chosen = self._records(exp)
             if optuna:

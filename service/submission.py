@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import threading
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from fastapi import HTTPException
 from sqlalchemy import func, select
+from sqlalchemy.orm import defer
 
 from service.db import ACTIVE, Experiment, utcnow
 from service.specs import Submission, problems_detail, resource_problems
@@ -21,6 +22,7 @@ _submit_lock = threading.Lock()  # dedup + limit + insert must not interleave wi
 class Outcome:
     experiment: Experiment
     created: bool      # False: the same spec was submitted before (answered with 200, not 202)
+    notices: list[str] = field(default_factory=list)   # what the client should know about this outcome
 
 
 def nodes(runner) -> list[dict[str, float]] | None:
@@ -59,9 +61,10 @@ def submit(sub: Submission, rerun: bool, session, settings, runner, store, recon
         problems += foreign_experiment(session, store, sub.spec)
         if problems:
             raise HTTPException(422, detail=problems_detail(problems, settings.max_problems))
-        existing = _existing(session, sub, rerun, reconciler)
+        existing, changed = _existing(session, sub, rerun, reconciler)
         if existing is not None:
             return Outcome(existing, created=False)
+        notices = [_changed_files(changed)] if changed is not None else []
         _check_limit(session, settings, reconciler)
         exp = Experiment(id=uuid.uuid4().hex[:12], name=sub.spec.name, spec=sub.data, spec_hash=sub.spec_hash,
                          trial_keys=sub.trial_keys, n_trials=sub.n_trials, status="queued",
@@ -70,22 +73,42 @@ def submit(sub: Submission, rerun: bool, session, settings, runner, store, recon
         session.add(exp)
         session.commit()
     _start(exp, sub, session, runner, store)
-    return Outcome(exp, created=True)
+    return Outcome(exp, created=True, notices=notices)
 
 
-def _existing(session, sub: Submission, rerun: bool, reconciler) -> Experiment | None:
-    """The newest experiment of this spec when it is to be answered as it is (no rerun asked)."""
-    existing = session.scalars(select(Experiment).where(Experiment.spec_hash == sub.spec_hash)
-                               .order_by(Experiment.created_at.desc()).limit(1)).first()
+# How many of a spec's newest experiments a submission compares its trial keys with (each holds up to
+# thousands of keys); one older than these is not found, and the submission is a new experiment, which
+# reuses every trial MLflow has.
+SAME_SPEC_LOOKBACK = 100
+
+
+def _changed_files(other: Experiment) -> str:
+    return (f"experiment {other.id} has this spec, but the content of its files has changed since: this "
+            f"experiment trains on the files as they are now")
+
+
+def _existing(session, sub: Submission, rerun: bool, reconciler) -> tuple[Experiment | None, Experiment | None]:
+    """(the newest experiment of this spec and its files' content, when it is to be answered as it is (no
+    rerun asked); the newest of this spec over other file content, when there is no such experiment). The
+    same spec over changed files (a pretrained file replaced in place) has other trials, whose keys hash
+    the content: the old experiment's results are not this submission's."""
+    same_spec = session.scalars(select(Experiment).where(Experiment.spec_hash == sub.spec_hash)
+                                .options(defer(Experiment.spec), defer(Experiment.report))
+                                .order_by(Experiment.created_at.desc()).limit(SAME_SPEC_LOOKBACK)).all()
+    existing = next((e for e in same_spec if e.trial_keys == sub.trial_keys), None)
     if existing is None:
-        return None
+        return None, (same_spec[0] if same_spec else None)
     reconciler.refresh(session, existing)
     if not rerun:
-        return existing
+        return existing, None
+    if existing.status in ACTIVE and existing.cancel_requested_at is not None:  # a DELETE, then a rerun
+        raise HTTPException(409, headers={"Retry-After": "5"},
+                            detail=f"experiment {existing.id} with this spec is being cancelled (its running "
+                                   f"trials are stopping); re-run it once its status is cancelled")
     if existing.status in ACTIVE:  # two drivers would train the same trials side by side
         raise HTTPException(409, detail=f"experiment {existing.id} with this spec is still "
                                         f"{existing.status}; cancel it or wait before re-running")
-    return None
+    return None, None
 
 
 def _check_limit(session, settings, reconciler) -> None:
@@ -108,3 +131,9 @@ def _start(exp: Experiment, sub: Submission, session, runner, store) -> None:
         session.commit()
         raise HTTPException(503, detail=f"experiment {exp.id} could not be started: {e}") from None
     session.commit()
+    # A cancel that came while the driver was starting found no driver to tell (the route tells it when
+    # it reads a driver name after recording the cancel): read the cancel after recording the name, so
+    # one of the two tells the driver, whichever way they interleave.
+    session.refresh(exp, ["cancel_requested_at"])
+    if exp.cancel_requested_at is not None:
+        runner.cancel(exp.driver)

@@ -115,6 +115,27 @@ def test_same_spec_is_the_same_experiment_unless_rerun(client, cluster):
     assert rerun.json()["spec_hash"] == first["spec_hash"]
 
 
+def test_the_same_spec_over_changed_files_is_another_experiment(client, cluster, roots):
+    """A researcher replaces the pretrained vectors file (same path, new content) and posts the same spec:
+    its trials are other trials (a trial key hashes its files' content), so the answer must not be the old
+    experiment, whose results were trained on the old file. The old content again is the old experiment."""
+    _, pre = roots
+    spec = {**SPEC, "inits": [{"tgt": "glove", "pretrained": "vec.txt"}]}
+    first = submit(client, spec).json()
+    FakeRunner(cluster).advance(f"embinit-exp-{first['id']}", "succeeded", finished=2)
+    (pre / "vec.txt").write_text("the 0.3 0.4\n")
+    second = submit(client, spec)
+    assert second.status_code == 202 and second.json()["id"] != first["id"]
+    assert second.json()["spec_hash"] == first["spec_hash"]
+    assert second.json()["notices"] == [f"experiment {first['id']} has this spec, but the content of its files has "
+                                        "changed since: this experiment trains on the files as they are now"]
+    keys = {e: cluster.specs[f"embinit-exp-{e}"]["keys"] for e in (first["id"], second.json()["id"])}
+    assert not set(keys[first["id"]]) & set(keys[second.json()["id"]])
+    (pre / "vec.txt").write_text("the 0.1 0.2\n")   # the roots fixture's content
+    again = submit(client, spec)
+    assert again.status_code == 200 and again.json()["id"] == first["id"] and again.json()["notices"] == []
+
+
 def test_yaml_submission(client):
     r = client.post("/experiments", content="name: y1\ntasks: [synthetic_lm]\ninits: [xavier]\nseeds: [3]\n",
                     headers={"content-type": "application/x-yaml"})
@@ -162,7 +183,7 @@ def test_results_compare_with_the_baseline_query_parameter(make_client, cluster)
     assert client.get(f"/experiments/{exp_id}/results", params={"baseline": "Xavier"}).status_code == 200
     r = client.get(f"/experiments/{exp_id}/results", params={"baseline": "Xavir"})
     assert r.status_code == 422
-    assert r.json()["detail"].startswith("baseline 'Xavir' is not an init of this experiment")
+    assert r.json()["detail"][0]["msg"].startswith("baseline 'Xavir' is not an init of this experiment")
     # a report stored by an older layout (no comparisons) is built again, not served; first the finished
     # experiment's background warm-up (service.main._warm) must be done, or it stores a fresh report
     # over the old one after we wrote it (a race CI's load lost once)
@@ -213,6 +234,39 @@ def test_cancel(client, cluster):
     assert again.status_code == 409 and again.json()["detail"] == f"experiment {exp_id} is already cancelled"
 
 
+class _SlowStart(FakeRunner):
+    """A runner whose `start` waits until the test lets it go (a Ray driver being scheduled)."""
+
+    def __init__(self, cluster):
+        super().__init__(cluster)
+        self.starting, self.go = threading.Event(), threading.Event()
+
+    def start(self, *args, **kwargs):
+        self.starting.set()
+        assert self.go.wait(10)
+        return super().start(*args, **kwargs)
+
+
+def test_a_cancel_while_the_driver_starts_reaches_the_driver(make_settings, cluster):
+    """A script that lists the queued experiments and cancels them can hit one whose driver is still being
+    started (no driver name recorded yet): the cancel must reach the driver once it runs, not leave it
+    training until the cancel grace period kills it."""
+    runner = _SlowStart(cluster)
+    with TestClient(create_app(make_settings(), runner=runner, store=FakeStore(cluster))) as client:
+        posted = {}
+        thread = threading.Thread(target=lambda: posted.update(r=submit(client)))
+        thread.start()
+        assert runner.starting.wait(10)
+        (queued,) = client.get("/experiments", params={"status": "queued"}).json()["items"]
+        r = client.delete(f"/experiments/{queued['id']}")
+        assert r.status_code == 202 and r.json()["cancel_requested"] is True
+        runner.go.set()
+        thread.join(10)
+        assert posted["r"].status_code == 202
+        assert f"embinit-exp-{queued['id']}" in cluster.cancelled
+        assert client.get(f"/experiments/{queued['id']}").json()["status"] == "cancelled"
+
+
 def test_restart_shows_what_happened_meanwhile(make_client, cluster):
     first = make_client()
     # different seeds: trial keys do not depend on the name, and b and c must not share trials
@@ -253,6 +307,16 @@ def test_schema_errors_list_path_and_problem(client, spec, loc, msg):
     assert r.status_code == 422
     # the location is the field's path (the spec layer may name the exact side: inits[0] or inits[0].tgt)
     assert any(where.startswith(loc) and msg in text for where, text in problems(r).items()), r.json()
+
+
+@pytest.mark.parametrize("ctype, body", [("application/json", json.dumps(SPEC)),
+                                         ("application/yaml", yaml.safe_dump(SPEC))])
+def test_a_byte_order_mark_is_accepted_in_json_as_in_yaml(client, ctype, body):
+    """Windows editors and PowerShell's Out-File start a UTF-8 file with a BOM; the YAML parser skips it, so
+    the JSON one must too (RFC 8259 section 8.1 lets a parser ignore it), not answer "decode using utf-8-sig"."""
+    r = client.post("/experiments", content=b"\xef\xbb\xbf" + body.encode(), headers={"content-type": ctype})
+    assert r.status_code in (200, 202), r.text
+    assert r.json()["spec_hash"] == submit(client).json()["spec_hash"]
 
 
 @pytest.mark.parametrize("body, ctype, msg", [
@@ -500,3 +564,59 @@ def test_model_sizes_and_data_folders_in_one_answer(client, roots):
     msgs = [p["msg"] for p in r.json()["detail"]]
     assert any("lacks dev.tsv" in m for m in msgs)
     assert any("dimension 2 but the model's d_model is 4" in m for m in msgs)
+
+
+def test_a_rerun_while_the_cancel_is_under_way_says_so(make_settings, cluster):
+    """`DELETE` then `POST ?rerun=true`, the way a script restarts an experiment: while the driver stops
+    its trials the 409 says the cancel is under way and when to try again, not "cancel it"."""
+    runner = _StubbornRunner(cluster)
+    with TestClient(create_app(make_settings(), runner=runner, store=FakeStore(cluster))) as client:
+        exp_id = submit(client).json()["id"]
+        runner.advance(f"embinit-exp-{exp_id}", "running", pending=3, running=1)
+        assert client.delete(f"/experiments/{exp_id}").json()["status"] == "running"
+        busy = submit(client, params={"rerun": "true"})
+        assert busy.status_code == 409 and busy.headers["retry-after"] == "5"
+        assert busy.json()["detail"] == (f"experiment {exp_id} with this spec is being cancelled (its running "
+                                         "trials are stopping); re-run it once its status is cancelled")
+
+
+class _Unreachable(FakeRunner):
+    """A Ray cluster the API cannot reach for the moment (a Ray Client connection that dropped)."""
+
+    down = False
+
+    def cancel(self, driver) -> None:
+        if self.down:
+            raise ConnectionError("Ray Client connection to ray://head:10001 lost")
+        super().cancel(driver)
+
+
+def test_a_cancel_ray_cannot_take_now_is_a_503_that_says_it_is_recorded(make_settings, cluster):
+    """Not a 500 "internal error" that leaves the researcher guessing: the cancel is kept (the driver is
+    stopped once Ray answers again), and the answer says so, with Retry-After."""
+    runner = _Unreachable(cluster)
+    with TestClient(create_app(make_settings(), runner=runner, store=FakeStore(cluster))) as client:
+        exp_id = submit(client).json()["id"]
+        runner.advance(f"embinit-exp-{exp_id}", "running", pending=3, running=1)
+        runner.down = True
+        r = client.delete(f"/experiments/{exp_id}")
+        assert r.status_code == 503 and r.headers["retry-after"] == "10"
+        assert r.json()["detail"] == (f"the cancel of experiment {exp_id} is recorded, but its Ray driver could "
+                                      "not be told now (ConnectionError: Ray Client connection to "
+                                      "ray://head:10001 lost); send the DELETE again to retry")
+        assert client.get(f"/experiments/{exp_id}").json()["cancel_requested"] is True
+        assert "503" in client.app.openapi()["paths"]["/experiments/{exp_id}"]["delete"]["responses"]
+        runner.down = False
+        assert client.delete(f"/experiments/{exp_id}").json()["status"] == "cancelled"
+
+
+def test_a_cancel_of_an_experiment_that_just_finished_is_a_409(client, cluster):
+    """The driver finished after the last read: the DELETE must say the experiment already succeeded
+    (409), not answer 202 and leave a succeeded experiment marked `cancel_requested`."""
+    exp_id = submit(client).json()["id"]
+    FakeRunner(cluster).advance(f"embinit-exp-{exp_id}", "succeeded", finished=4)
+    r = client.delete(f"/experiments/{exp_id}")
+    assert r.status_code == 409 and r.json()["detail"] == f"experiment {exp_id} is already succeeded"
+    exp = client.get(f"/experiments/{exp_id}").json()
+    assert (exp["status"], exp["cancel_requested"]) == ("succeeded", False)
+    assert f"embinit-exp-{exp_id}" not in cluster.cancelled

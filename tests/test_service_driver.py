@@ -17,9 +17,9 @@ from service.driver import _DRIVERS, ExperimentDriver, _should_stop
 SPEC = {"name": "drv", "tasks": ["synthetic_lm"], "inits": ["xavier"], "seeds": 4}
 
 
-def _result(planned=4, reused=0, finished=4, failed=0, cancelled=False) -> SweepResult:
-    trials = ([{"key": f"f{i}", "status": "finished"} for i in range(finished)]
-              + [{"key": f"x{i}", "status": "failed"} for i in range(failed)])
+def _result(planned=4, reused=0, finished=4, failed=0, cancelled=False, errors=("ValueError: bad lr",)) -> SweepResult:
+    trials = ([{"key": f"f{i}", "status": "finished", "error": None} for i in range(finished)]
+              + [{"key": f"x{i}", "status": "failed", "error": errors[i % len(errors)]} for i in range(failed)])
     return SweepResult("drv", "1", "p", "sqlite:///x.db", planned, reused, trials, cancelled)
 
 
@@ -37,15 +37,16 @@ def _drive(monkeypatch, sweep, tracking_uri: str = "sqlite:///x.db", store_uri: 
     (_result(), "succeeded", None),
     (_result(reused=2, finished=4), "succeeded", None),
     (_result(finished=3, failed=1), "failed",
-     "only 3 of 4 trials finished (1 failed; see MLflow); submit again with ?rerun=true to run the rest"),
-    (_result(finished=0, failed=4), "failed", "all 4 trials failed (see MLflow)"),
+     "only 3 of 4 trials finished (1 failed; see MLflow); failures: ValueError: bad lr (1 trial); submit "
+     "again with ?rerun=true to run the rest"),
+    (_result(finished=0, failed=4), "failed", "all 4 trials failed: ValueError: bad lr (4 trials)"),
     # a sweep whose trials never ran (or ran elsewhere) is not a success: finished + reused != planned
     (_result(finished=0), "failed",
      "only 0 of 4 trials finished (4 have no finished run; see MLflow); submit again with ?rerun=true "
      "to run the rest"),
     (_result(finished=2, failed=1), "failed",
-     "only 2 of 4 trials finished (1 failed, 1 have no finished run; see MLflow); submit again with "
-     "?rerun=true to run the rest"),
+     "only 2 of 4 trials finished (1 failed, 1 have no finished run; see MLflow); failures: ValueError: "
+     "bad lr (1 trial); submit again with ?rerun=true to run the rest"),
     (_result(finished=1, cancelled=True), "cancelled", None),
 ])
 def test_final_states(monkeypatch, result, status, error):
@@ -53,6 +54,16 @@ def test_final_states(monkeypatch, result, status, error):
     assert driver.state.status == status and driver.state.error == error
     assert driver.state.counts["reused"] == result.reused
     assert driver.state.counts["finished"] == result.n_finished - result.reused
+
+
+def test_a_failed_experiment_names_its_trials_reasons_most_common_first(monkeypatch):
+    """The reason a researcher reads in `GET /experiments/{id}` is the trials' own (the last line of each
+    traceback), most common first, at most three of them; not only "see MLflow"."""
+    tb = "Traceback (most recent call last):\n  File \"x.py\", line 1\nOSError: /data/de.txt: no such file\n"
+    errors = (tb, tb, "EmbinitError: empty overlap", "A: 1", "B: 2", None)
+    driver = _drive(monkeypatch, lambda *a, **k: _result(planned=6, finished=0, failed=6, errors=errors))
+    assert driver.state.error == ("all 6 trials failed: OSError: /data/de.txt: no such file (2 trials); "
+                                  "EmbinitError: empty overlap (1 trial); A: 1 (1 trial); and 2 other reasons")
 
 
 def test_the_database_behind_the_server_goes_to_the_sweep_and_its_node_tags(monkeypatch):

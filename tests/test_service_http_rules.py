@@ -109,3 +109,28 @@ def test_settings_no_trial_may_combine_are_a_422(client, spec, problems):
     assert r.status_code == 422
     assert r.json()["detail"] == problems + [{"loc": "", "msg": NOT_CHECKED}]
     assert client.get("/experiments").json()["total"] == 0
+
+
+def _documented(client, path: str, method: str, status: int, body) -> None:
+    """`body` is valid against the schema the OpenAPI document gives for this answer."""
+    import jsonschema
+
+    doc = client.app.openapi()
+    schema = doc["paths"][path][method]["responses"][str(status)]["content"]["application/json"]["schema"]
+    jsonschema.validate(body, {**schema, "components": doc["components"]})
+
+
+def test_an_unknown_baseline_is_a_422_of_the_documented_shape(client):
+    """A client that reads a 422 as the schema says (a list of problems, each with its `loc` and `msg`)
+    must not meet a bare string for one query parameter of the route: the unknown baseline is a problem
+    of `query.baseline` like an unknown `format`, naming the value and the valid labels."""
+    exp_id = client.post("/experiments", json=SPEC).json()["id"]
+    client.app.state.runner.advance(f"embinit-exp-{exp_id}", "succeeded", finished=1)
+    for params in ({"baseline": "Xavir"}, {"format": "xlsx"}, {"baseline": "Xavier", "format": "xlsx"}):
+        r = client.get(f"/experiments/{exp_id}/results", params=params)
+        assert r.status_code == 422
+        _documented(client, "/experiments/{exp_id}/results", "get", 422, r.json())
+    r = client.get(f"/experiments/{exp_id}/results", params={"baseline": "Xavir", "format": "csv"})
+    (problem,) = r.json()["detail"]
+    assert (problem["loc"], problem["input"]) == (["query", "baseline"], "Xavir")
+    assert problem["msg"] == "baseline 'Xavir' is not an init of this experiment; choose from ['Xavier']"

@@ -59,7 +59,7 @@ def test_results_compare_inits_and_say_what_never_finished(client):
     assert {r["init"]: r for r in other["rows"]}["Xavier"]["vs_baseline"]["diff"] == pytest.approx(-0.2)
     bad = c.get(f"/experiments/{exp_id}/results", params={"baseline": "nromal"})
     assert bad.status_code == 422
-    assert bad.json()["detail"] == ("baseline 'nromal' is not an init of this experiment; choose from "
+    assert bad.json()["detail"][0]["msg"] == ("baseline 'nromal' is not an init of this experiment; choose from "
                                     "['Normal', 'Xavier']; did you mean 'Normal'?")
 
 
@@ -84,7 +84,8 @@ def test_the_cli_client_passes_the_baseline(tmp_path, capsys, monkeypatch):
         rows = {r["init"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
         assert rows["Xavier"]["vs_baseline"]["baseline"] == "Normal"
         assert main(["experiments", "results", exp_id, "--baseline", "Nrmal", "--url", base]) == 2
-        assert "did you mean 'Normal'?" in capsys.readouterr().err
+        assert capsys.readouterr().err.endswith(": 422 baseline: baseline 'Nrmal' is not an init of this experiment; "
+                                                "choose from ['Normal', 'Xavier']; did you mean 'Normal'?\n")
 
 
 OPTUNA = {"name": "api-optuna", "tasks": ["synthetic_classification"], "inits": ["xavier", "normal"], "seeds": 2,
@@ -115,3 +116,57 @@ def test_optuna_results_hold_only_the_trials_of_the_experiments_own_sweeps(clien
             mlflow_store.client(uri).set_terminated(run.run_id, "FINISHED")
     (row,) = c.get(f"/experiments/{exp_id}/results").json()["rows"]
     assert (row["init"], row["n"], row["mean"]) == ("Xavier", 2, pytest.approx(0.605))
+
+
+def test_a_failed_trial_says_why_in_the_trial_table(client):
+    """A researcher whose experiment failed reads each trial's reason in `/trials`, not only in MLflow."""
+    c, uri = client
+    exp_id = c.post("/experiments", json=SPEC).json()["id"]
+    exp = mlflow_store.ensure_experiment(SPEC["name"], uri)
+    p = load_spec(SPEC).plan()[0]
+    run = trial_run.TrialRun.open(uri, exp, None, p.config, p.key, p.label, {"axes": {}, "point": {}})
+    run.fail("Traceback (most recent call last):\nOSError: /data/de.txt: no such file")
+    items = c.get(f"/experiments/{exp_id}/trials").json()["items"]
+    assert items[0]["status"] == "failed"
+    assert items[0]["error"] == "Traceback (most recent call last):\nOSError: /data/de.txt: no such file"
+    assert [t["error"] for t in items[1:]] == [None, None, None]   # pending trials have no error
+
+
+def test_a_latex_table_of_an_unfinished_experiment_says_so(client):
+    """The LaTeX table goes into a paper as it is: one read while trials are missing must say so in the
+    table itself (caption and a comment line), as the markdown does; a complete one says nothing."""
+    c, uri = client
+    exp_id = c.post("/experiments", json=SPEC).json()["id"]
+    _write_runs(uri)   # Normal seed 1 never ran
+    tex = c.get(f"/experiments/{exp_id}/results", params={"format": "latex"}).text
+    note = "Incomplete: 1 of 4 planned trials have no result (1 never started)."
+    assert tex.startswith(f"% {note}\n") and f"{note}}}" in tex.split("\\caption{")[1]
+    exp = mlflow_store.ensure_experiment(SPEC["name"], uri)
+    p = load_spec(SPEC).plan()[3]
+    run = trial_run.TrialRun.open(uri, exp, None, p.config, p.key, p.label, {"axes": {}, "point": {}})
+    mlflow_store.client(uri).set_tag(run.run_id, records.STATUS_TAG, "finished")
+    mlflow_store.client(uri).set_terminated(run.run_id, "FINISHED")
+    c.app.state.runner.advance(f"embinit-exp-{exp_id}", "succeeded", finished=4)
+    assert c.get(f"/experiments/{exp_id}").json()["status"] == "succeeded"
+    tex = c.get(f"/experiments/{exp_id}/results", params={"format": "latex"}).text
+    assert "Incomplete" not in tex and tex.startswith("% embinit report api-results")
+
+
+def test_the_trial_table_s_statuses_are_the_documented_ones(client):
+    """A script that counts `status == "finished"` must know a diverged trial is its own status (a finished
+    run with no number) and a cancelled one too: the schema lists every status the table can show, and a
+    cancelled trial says why like a failed one."""
+    c, uri = client
+    exp_id = c.post("/experiments", json=SPEC).json()["id"]
+    exp = mlflow_store.ensure_experiment(SPEC["name"], uri)
+    plan = load_spec(SPEC).plan()
+    runs = [trial_run.TrialRun.open(uri, exp, None, p.config, p.key, p.label, {"axes": {}, "point": {}})
+            for p in plan[:3]]
+    mlflow_store.client(uri).set_tag(runs[0].run_id, records.STATUS_TAG, "diverged")
+    mlflow_store.client(uri).set_terminated(runs[0].run_id, "FINISHED")
+    runs[1].fail("the experiment cancelled", status="KILLED")
+    items = c.get(f"/experiments/{exp_id}/trials").json()["items"]
+    assert [t["status"] for t in items] == ["diverged", "cancelled", "running", "pending"]
+    assert [t["error"] for t in items] == [None, "the experiment cancelled", None, None]
+    schema = c.app.openapi()["components"]["schemas"]["Trial"]["properties"]["status"]
+    assert set(schema["enum"]) == {"pending", *records.STATUS_RANK}

@@ -181,3 +181,14 @@ def test_nothing_run_yet_says_every_trial_is_unfinished(setup):
     data = json.loads(ResultStore(uri).report(exp)["json"])
     assert data["completeness"]["unfinished_by_status"] == {"never started": 4}
     assert [x["init"] for x in data["completeness"]["inits_without_results"]] == ["Normal", "Xavier"]
+
+
+def test_a_baseline_the_experiment_does_not_plan_is_refused_before_anything_ran(setup):
+    """A script that asks for `?baseline=Glove` right after the submit must get the 422 it gets later,
+    not a 200 table "compared with Glove" that turns into a 422 once the first trial finishes."""
+    from embinit.report_baseline import UnknownBaseline
+    uri, spec, exp = setup
+    with pytest.raises(UnknownBaseline, match=r"'Glove' is not an init of this experiment; choose from "
+                                              r"\['Normal', 'Xavier'\]"):
+        ResultStore(uri).report(exp, "Glove")
+    assert json.loads(ResultStore(uri).report(exp, "Normal")["json"])["baseline"] == "Normal"

@@ -65,9 +65,16 @@ def _detail(body: bytes) -> str:
         detail = json.loads(body).get("detail", body.decode())
     except (ValueError, AttributeError):
         return body.decode(errors="replace").strip()[:500]
-    if isinstance(detail, list):  # 422: every problem of a spec
-        return "; ".join(f"{d['loc']}: {d['msg']}" if d.get("loc") else d.get("msg", str(d)) for d in detail)
+    if isinstance(detail, list):  # 422: every problem of a spec, or of a query parameter
+        return "; ".join(f"{_loc(d['loc'])}: {d['msg']}" if d.get("loc") else d.get("msg", str(d)) for d in detail)
     return str(detail)
+
+
+def _loc(loc) -> str:
+    """A problem's place: a spec's field path as it comes, a query parameter's (`["query", "limit"]`) name."""
+    if isinstance(loc, list):
+        return ".".join(map(str, loc[1:] if loc[:1] in (["query"], ["path"]) else loc))
+    return str(loc)
 
 
 def request(args, method: str, path: str, body: bytes | None = None,

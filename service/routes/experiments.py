@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
 from sqlalchemy import func, select
 from sqlalchemy.orm import defer
 
+from embinit.report_baseline import UnknownBaseline
 from service import submission, views
 from service.db import TERMINAL, Experiment, utcnow
 from service.deps import (BodyDep, ReconcilerDep, RunnerDep, SessionDep, SettingsDep, StoreDep, require_read,
@@ -18,6 +21,7 @@ from service.schemas import ExperimentDetail, ExperimentPage, Status, Submitted,
 from service.specs import JSON_TYPES, YAML_TYPES, parse_body, prepare
 from service.store import REPORT_VERSION
 
+log = logging.getLogger("embinit.service")
 # A repeated query parameter (`?limit=5&limit=6`) is a 422 on every route here.
 router = APIRouter(prefix="/experiments", tags=["experiments"], dependencies=[Depends(single_query_values)])
 MAX_OFFSET = 2 ** 31 - 1  # a bigger offset overflows the database's integer (found by the fuzz test)
@@ -52,7 +56,7 @@ def submit(request: Request, response: Response, body: BodyDep, session: Session
     outcome = submission.submit(sub, rerun, session, settings, runner, store, reconciler)
     if not outcome.created:
         response.status_code = 200
-    return _submitted(outcome.experiment, created=outcome.created, notices=sub.notices)
+    return _submitted(outcome.experiment, created=outcome.created, notices=[*sub.notices, *outcome.notices])
 
 
 @router.get("", response_model=ExperimentPage, dependencies=[Depends(require_read)])
@@ -140,7 +144,11 @@ async def get_results(exp_id: str, request: Request,
         session.commit()  # no database connection held across the MLflow read
         finished = exp.status in TERMINAL
         if baseline is not None:  # another baseline than the stored report's: built on demand
-            return state.store.report(exp, baseline)[format].encode(), MEDIA[format], finished
+            try:
+                return state.store.report(exp, baseline)[format].encode(), MEDIA[format], finished
+            except UnknownBaseline as e:  # answered like the route's other query problems (the schema's 422)
+                raise RequestValidationError([{"type": "value_error", "loc": ("query", "baseline"),
+                                               "msg": str(e), "input": baseline}]) from None
         stored = exp.report if (exp.report or {}).get("version") == REPORT_VERSION else None
         rendered = stored or state.store.report(exp)
         if finished and stored is None:
@@ -155,12 +163,19 @@ async def get_results(exp_id: str, request: Request,
 def cancel(exp_id: str, session: SessionDep, settings: SettingsDep, runner: RunnerDep,
            reconciler: ReconcilerDep):
     """Cancel an experiment: running trials stop, finished results stay."""
-    exp = _get(session, exp_id)
+    exp = reconciler.refresh(session, _get(session, exp_id), force=True)  # it may have ended since last read
     if exp.status in TERMINAL:
         raise HTTPException(409, detail=f"experiment {exp_id} is already {exp.status}")
     if exp.cancel_requested_at is None:
         exp.cancel_requested_at = exp.updated_at = utcnow()
         session.commit()
+    session.refresh(exp, ["driver"])  # a driver started meanwhile (service.submission reads the cancel too)
     if exp.driver:
-        runner.cancel(exp.driver)
+        try:
+            runner.cancel(exp.driver)
+        except Exception as e:  # Ray unreachable now: the cancel stays recorded (the grace period enforces it)
+            log.warning("could not tell driver %s to cancel", exp.driver, exc_info=True)
+            raise HTTPException(503, headers={"Retry-After": "10"}, detail=(
+                f"the cancel of experiment {exp_id} is recorded, but its Ray driver could not be told now "
+                f"({type(e).__name__}: {e}); send the DELETE again to retry")) from None
     return views.summary(reconciler.refresh(session, exp, force=True), settings, detail=True)
