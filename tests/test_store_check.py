@@ -177,3 +177,29 @@ def test_an_old_store_on_a_server_says_how_to_upgrade_it_and_an_absent_server_is
                                            r"/mlflow: OperationalError") as e:
         database_store("postgresql+psycopg://u:s3cret@127.0.0.1:1/mlflow", timeout_s=3)
     assert "s3cret" not in str(e.value)
+
+
+def test_a_dry_run_reads_a_database_servers_store_and_refuses_another_applications(pg_server, tmp_path):
+    """The dry run shows which trials a PostgreSQL store has finished (it read only SQLite files before),
+    never making tables where there are none, and refuses the database the run would refuse."""
+    from embinit import mlflow_store
+    from embinit.cli.dry_run import dry_run
+    from embinit.spec import load_spec
+    from embinit.trial_run import TrialRun
+    uri = _database(pg_server, "dry")
+    spec = load_spec({"name": "dry", "tasks": [{"task": "synthetic_translation", "epochs": 2}],
+                      "inits": ["xavier"], "seeds": 2, "mlflow": {"tracking_uri": uri},
+                      "cache_dir": str(tmp_path / "cache")})
+    assert "already finished" not in dry_run(spec) and _tables(uri) == []   # a new database: nothing made
+    prepare_store(uri)
+    exp = mlflow_store.ensure_experiment("dry", uri)
+    first = spec.plan()[0]
+    TrialRun.open(uri, exp, None, first.config, first.key, first.label, {}).finish(
+        {"status": "finished", "history": [], "best": {"val/loss": 0.5}, "best_epoch": 2}, [])
+    text = dry_run(spec)
+    assert "1 of the 2 trials already finished in experiment" in text, text
+    state = _database(pg_server, "state2")
+    from service.db import make_engine
+    make_engine(state).dispose()
+    with pytest.raises(EmbinitError, match=r"/state2 is not an MLflow store: it has tables \[experiments"):
+        dry_run(spec, state)

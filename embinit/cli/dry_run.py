@@ -9,10 +9,11 @@ import math
 import os
 import statistics
 from collections import Counter
+from pathlib import Path
 from typing import NamedTuple
 
 from embinit.config import TrialConfig, task_defaults
-from embinit.store_check import StoreState, resolved, sqlite_path, sqlite_store
+from embinit.store_check import StoreState, database_store, is_server_database, resolved, sqlite_path, sqlite_store
 
 
 def trial_lines(spec, plan, done: set[str] = frozenset(), marks: dict[str, str] | None = None) -> list[str]:
@@ -142,14 +143,17 @@ def past_epoch_s(uri: str | None, read: dict[str, list] | None = None) -> dict[t
 
 
 def local_store(uri: str) -> StoreState | None:
-    """The local SQLite store at `uri` (None: another scheme); a file the run would refuse (not SQLite,
-    another application's tables) is an EmbinitError here too. Checked once per dry run."""
+    """The store at `uri` when it is a database: a SQLite file, or a PostgreSQL or MySQL database (None: a
+    tracking server, not read by a dry run); one the run would refuse (not SQLite, another application's
+    tables) is an EmbinitError here too. Checked once per dry run."""
     path = sqlite_path(uri)
-    return None if path is None else sqlite_store(path)
+    if path is not None:
+        return sqlite_store(path)
+    return database_store(uri) if is_server_database(uri) else None
 
 
 def readable_store(uri: str, store: StoreState | None) -> str | None:
-    """`uri` when the dry run reads it: a local SQLite MLflow store at this MLflow's schema (a dry run
+    """`uri` when the dry run reads it: an MLflow store in a database at this MLflow's schema (a dry run
     starts nothing, creates nothing, migrates nothing); else None."""
     return uri if store is not None and store.state == "current" else None
 
@@ -158,9 +162,11 @@ def store_lines(store: StoreState | None) -> list[str]:
     """A note on a store the run would upgrade (its finished trials are not read here)."""
     if store is None or store.state != "old":
         return []
+    kept = (f"keeping a copy at {store.path}.bak-{store.revision}" if isinstance(store.path, Path)
+            else "keeping no copy of a database server's store (back it up first)")
     return ["", f"note: the MLflow store {store.path} has an out-of-date schema (revision {store.revision}; this "
-                f"MLflow reads {store.head}): the run upgrades it, keeping a copy at {store.path}.bak-{store.revision}"
-                f"; the trials it has finished are not counted here"]
+                f"MLflow reads {store.head}): the run upgrades it, {kept}; the trials it has finished are not "
+                f"counted here"]
 
 
 # The statuses of a trial run with a result (MLflow's FINISHED: `run_readers.newest_finished`)
