@@ -42,13 +42,19 @@ CORE = {"experiments": "experiment_id", "runs": "run_uuid"}   # a table of MLflo
 SHAPES = "sqlite:///PATH (sqlite:////ABSOLUTE/PATH), postgresql://, mysql://, mssql:// or an http(s):// server"
 
 
+class StoreUnreachable(EmbinitError):
+    """A database server's store that does not answer (down, refused, no such database or user)."""
+
+
 class StoreState(NamedTuple):
     """What a store is: `path` (a SQLite file's, or a database server's URL with its password masked),
-    `state` "missing", "empty", "current" or "old" (`revision` older than this MLflow's `head`)."""
+    `state` "missing", "empty", "current", "old" (`revision` older than this MLflow's `head`) or, for a
+    reader that goes on without it (the dry run), "unreachable" (`problem` says why)."""
     path: Path | str
     state: str
     revision: str | None = None
     head: str | None = None
+    problem: str | None = None
 
 
 def uri_problem(uri: str) -> str | None:
@@ -203,7 +209,7 @@ def database_store(uri: str, timeout_s: int = 10) -> StoreState:
         tables, columns, revision = _read_database_schema(uri, timeout_s)
     except Exception as e:   # unreachable, refused, no such database
         first = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
-        raise EmbinitError(f"cannot read the MLflow store {where}: {type(e).__name__}: {first}") from None
+        raise StoreUnreachable(f"cannot read the MLflow store {where}: {type(e).__name__}: {first}") from None
     if not tables:
         return StoreState(where, "empty")
     return _as_store(where, tables, columns, revision, fresh="database")

@@ -203,3 +203,17 @@ def test_a_dry_run_reads_a_database_servers_store_and_refuses_another_applicatio
     make_engine(state).dispose()
     with pytest.raises(EmbinitError, match=r"/state2 is not an MLflow store: it has tables \[experiments"):
         dry_run(spec, state)
+
+
+def test_a_dry_run_planned_where_the_database_is_not_reachable_still_prints_the_plan(tmp_path):
+    """Planned on a laptop for a cluster whose PostgreSQL it cannot reach: the plan, with a note."""
+    from embinit.cli.dry_run import dry_run
+    from embinit.spec import load_spec
+    uri = "postgresql+psycopg://u:s3cret@127.0.0.1:1/mlflow"
+    spec = load_spec({"name": "away", "tasks": [{"task": "synthetic_translation", "epochs": 2}],
+                      "inits": ["xavier"], "seeds": 2, "mlflow": {"tracking_uri": uri},
+                      "cache_dir": str(tmp_path / "cache")})
+    text = dry_run(spec)
+    assert "2 trials; MLflow experiment 'away'" in text, text
+    assert ("note: cannot read the MLflow store postgresql+psycopg://u:***@127.0.0.1:1/mlflow: OperationalError"
+            in text and "the trials it has finished are not counted here" in text and "s3cret" not in text)

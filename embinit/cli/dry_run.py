@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import NamedTuple
 
 from embinit.config import TrialConfig, task_defaults
-from embinit.store_check import StoreState, database_store, is_server_database, resolved, sqlite_path, sqlite_store
+from embinit.mlflow_store import masked
+from embinit.store_check import (StoreState, StoreUnreachable, database_store, is_server_database, resolved,
+                                  sqlite_path, sqlite_store)
 
 
 def trial_lines(spec, plan, done: set[str] = frozenset(), marks: dict[str, str] | None = None) -> list[str]:
@@ -149,7 +151,12 @@ def local_store(uri: str) -> StoreState | None:
     path = sqlite_path(uri)
     if path is not None:
         return sqlite_store(path)
-    return database_store(uri) if is_server_database(uri) else None
+    if not is_server_database(uri):
+        return None
+    try:
+        return database_store(uri)
+    except StoreUnreachable as e:   # planned away from the cluster: the plan is still worth printing
+        return StoreState(masked(uri), "unreachable", problem=str(e))
 
 
 def readable_store(uri: str, store: StoreState | None) -> str | None:
@@ -160,6 +167,8 @@ def readable_store(uri: str, store: StoreState | None) -> str | None:
 
 def store_lines(store: StoreState | None) -> list[str]:
     """A note on a store the run would upgrade (its finished trials are not read here)."""
+    if store is not None and store.state == "unreachable":
+        return ["", f"note: {store.problem}; the trials it has finished are not counted here"]
     if store is None or store.state != "old":
         return []
     kept = (f"keeping a copy at {store.path}.bak-{store.revision}" if isinstance(store.path, Path)
@@ -309,5 +318,5 @@ def dry_run(spec, tracking_uri: str | None = None) -> str:
         lines += cost_lines(spec, plan, read, done, {exp_id: recs} if exp_id else None) + execution_lines(spec, plan)
     notes = tokenizer_lines(plan)
     lines += ([""] + notes if notes else []) + store_lines(store)
-    lines.append(f"{spec.num_trials()} trials; MLflow experiment {spec.experiment_name()!r} at {uri}")
+    lines.append(f"{spec.num_trials()} trials; MLflow experiment {spec.experiment_name()!r} at {masked(uri)}")
     return "\n".join(lines)

@@ -18,6 +18,7 @@ import sys
 
 from embinit.cli.dry_run import dry_run
 from embinit.commands import command, next_steps
+from embinit.mlflow_store import masked
 
 STORE_ENV = "EMBINIT_TRACKING_STORE_URI"
 
@@ -94,7 +95,8 @@ def _sweep(args, spec, run_sweep, terminated) -> int:
               f"`{resume_command(args)}` again to resume: finished trials are reused.", file=sys.stderr, flush=True)
         return 1
     print(f"{result.n_finished}/{result.planned} trials finished ({result.reused} reused), {result.n_failed} "
-          f"failed, in {result.wall_s:.0f} s. MLflow: experiment {result.experiment!r} at {result.tracking_uri}")
+          f"failed, in {result.wall_s:.0f} s. MLflow: experiment {result.experiment!r} at "
+          f"{masked(result.tracking_uri)}")
     print("\n".join(next_steps(result.experiment, result.tracking_uri)), flush=True)
     return 1 if result.n_failed or result.cancelled else 0
 
