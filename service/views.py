@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from embinit.mlflow_store import masked
 from service.db import Experiment, utcnow
 from service.schemas import ExperimentDetail, ExperimentSummary, Links, MlflowLink
 from service.settings import Settings
@@ -43,7 +44,8 @@ def mlflow_link(exp: Experiment, settings: Settings) -> MlflowLink:
     url = None
     if settings.mlflow_ui_url and exp.mlflow_experiment_id:
         url = f"{settings.mlflow_ui_url.rstrip('/')}/#/experiments/{exp.mlflow_experiment_id}"
-    return MlflowLink(tracking_uri=exp.tracking_uri, experiment_name=exp.mlflow_experiment,
+    # a database URL's password stays in the service: any reader of the API would otherwise see it
+    return MlflowLink(tracking_uri=masked(exp.tracking_uri), experiment_name=exp.mlflow_experiment,
                       experiment_id=exp.mlflow_experiment_id, url=url)
 
 

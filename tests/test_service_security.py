@@ -324,3 +324,18 @@ def test_a_checkpoint_folder_swapped_after_its_check_gets_no_lock_file(tmp_path,
         with resume.claim(ctx, "k"):
             pass
     assert not list(outside.rglob("*.lock"))
+
+
+def test_a_tracking_databases_password_is_not_shown_to_the_apis_readers():
+    """EMBINIT_TRACKING_URI may be a database URL with its password (a store written directly): every
+    experiment's `mlflow.tracking_uri` carries it to any client; the service keeps it."""
+    from service.db import Experiment
+    from service.settings import Settings
+    from service.views import mlflow_link
+    exp = Experiment(id="e1", tracking_uri="postgresql+psycopg://mlflow:s3cret@db:5432/mlflow",
+                     mlflow_experiment="x", mlflow_experiment_id="7")
+    link = mlflow_link(exp, Settings(_env_file=None))
+    assert link.tracking_uri == "postgresql+psycopg://mlflow:***@db:5432/mlflow"
+    assert exp.tracking_uri.endswith("s3cret@db:5432/mlflow")        # what the service itself uses
+    server = Experiment(id="e2", tracking_uri="http://mlflow:5000", mlflow_experiment="x")
+    assert mlflow_link(server, Settings(_env_file=None)).tracking_uri == "http://mlflow:5000"
