@@ -100,14 +100,27 @@ def library_versions() -> str:
 
 
 def command_line(argv: list[str] | None = None) -> str:
-    """The command as typed (`embinit run SPEC epochs=2`), or the program that called `run_sweep`."""
-    argv = list(sys.argv if argv is None else argv)
+    """The command as typed (`embinit run SPEC epochs=2`), or the program that called `run_sweep`; a
+    password in a URL argument (`--tracking-uri postgresql://user:PASSWORD@...`, `mlflow.tracking_uri=...`)
+    is masked: the tag is shown in MLflow's UI and in the reproduction document."""
+    argv = [_masked_arg(a) for a in (sys.argv if argv is None else argv)]
     if not argv:
         return "run_sweep()"
     prog = Path(argv[0]).name
     if prog == "embinit" or argv[0].endswith(("embinit/__main__.py", "embinit/cli/__init__.py")):
         return shlex.join(["embinit", *argv[1:]])
     return f"run_sweep() called from {shlex.join([prog, *argv[1:]])}"[:1000]
+
+
+def _masked_arg(arg: str) -> str:
+    """`arg` with a URL's password hidden, also as the value of `KEY=URL` or `--flag=URL`."""
+    if "://" not in arg or "@" not in arg:
+        return arg
+    from embinit.mlflow_store import masked
+    key, eq, value = arg.partition("=")
+    if eq and "://" not in key:
+        return f"{key}={masked(value)}"
+    return masked(arg)
 
 
 def collect(argv: list[str] | None = None) -> dict[str, str]:

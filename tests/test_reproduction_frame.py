@@ -27,6 +27,18 @@ def test_command_line_as_typed():
     assert provenance.command_line(["worker.py", "--x"]).startswith("run_sweep() called from worker.py --x")
 
 
+def test_a_password_in_the_command_line_is_not_recorded():
+    """The command tag is shown in MLflow's UI and printed in the reproduction document (committed)."""
+    typed = ["/x/.venv/bin/embinit", "run", "s.yaml", "--tracking-uri", "http://me:pw1@mlflow:5000",
+             "--store-uri=postgresql+psycopg://mlflow:pw2@db:5432/mlflow", "mlflow.tracking_uri=mysql://u:pw3@h/m",
+             "--address", "ray://head:10001", "name=a=b"]
+    line = provenance.command_line(typed)
+    assert not any(pw in line for pw in ("pw1", "pw2", "pw3")), line
+    assert line == ("embinit run s.yaml --tracking-uri 'http://me:***@mlflow:5000' "
+                    "'--store-uri=postgresql+psycopg://mlflow:***@db:5432/mlflow' "
+                    "'mlflow.tracking_uri=mysql://u:***@h/m' --address ray://head:10001 name=a=b")
+
+
 def test_clean_drops_empty_headings_and_all_dash_tables():
     dash = ["| init | a | b |", "|---|---|---|", "| Xavier | — | — |", "| GloVe | — | - |"]
     full = ["| init | a | b |", "|---|---|---|", "| Xavier | 1.0 | — |"]
