@@ -236,3 +236,74 @@ def test_the_third_word_is_never_the_answer():
     vecs = {"man": [1.0, 0.0, 0.0], "woman": [0.9, 0.1, 0.0], "king": [0.0, 1.0, 0.0], "queen": [0.0, 0.6, 0.8]}
     m = torch.tensor(list(vecs.values()))
     assert evaluate_analogies(m, list(vecs), parse_questions(["man woman king queen"])).correct == 1
+
+
+def _cased_space(n_words=400, dim=6, seed=7):
+    """Lowercase words, then capitalized and upper-case variants of the first 150 near their lowercase row
+    (as in a cased source such as GloVe 840B): keys repeat, and a variant is often a query's nearest row."""
+    g = torch.Generator().manual_seed(seed)
+    words = [f"w{i}" for i in range(n_words)]
+    base = torch.randn(n_words, dim, generator=g)
+    variants = [w.capitalize() for w in words[:150]] + [w.upper() for w in words[:150]]
+    rows = torch.cat([base, base[:150] + 0.05 * torch.randn(150, dim, generator=g),
+                      base[:150] + 0.05 * torch.randn(150, dim, generator=g)])
+    idx = torch.randint(0, n_words, (500, 4), generator=g)
+    lines = [": cased"] + [" ".join(words[i] for i in q) for q in idx.tolist()]
+    return rows, words + variants, parse_questions(lines)
+
+
+def brute_force_cased(matrix, tokens, questions):
+    """Loops only: the best row whose key (upper case) is none of a, b, c; lower row wins ties."""
+    w = matrix / matrix.norm(dim=1, keepdim=True)
+    keys = [t.upper() for t in tokens]
+    first = {}
+    for i, k in enumerate(keys):
+        first.setdefault(k, i)
+    correct = total = 0
+    for _, qs in questions.sections:
+        for q in qs:
+            q = [x.upper() for x in q]
+            if any(x not in first for x in q):
+                continue
+            total += 1
+            query = w[first[q[1]]] - w[first[q[0]]] + w[first[q[2]]]
+            scores = (w @ query).tolist()
+            best = max((i for i in range(len(tokens)) if keys[i] not in q[:3]), key=lambda i: (scores[i], -i))
+            correct += keys[best] == q[3]
+    return correct, total
+
+
+def test_repeated_keys_are_scored_in_vocabulary_chunks(monkeypatch):
+    """With repeated keys (a cased source) scores still go through vocabulary chunks: a [questions x V]
+    block is 9 GB at GloVe 840B's 2.2M rows and 1,024 questions. The answers are those of brute force."""
+    import embinit.analysis.analogy as analogy
+
+    m, tokens, qs = _cased_space()
+    widths = []
+    mm, matmul = torch.mm, torch.Tensor.__matmul__
+
+    def spy_mm(a, b, *args, **kw):
+        widths.append(b.shape[-1])
+        return mm(a, b, *args, **kw)
+
+    def spy_matmul(a, b):
+        widths.append(b.shape[-1])
+        return matmul(a, b)
+
+    monkeypatch.setattr(analogy, "VOCAB_CHUNK", 64)
+    monkeypatch.setattr(torch, "mm", spy_mm)
+    monkeypatch.setattr(torch.Tensor, "__matmul__", spy_matmul)
+    res = evaluate_analogies(m, tokens, qs)
+    monkeypatch.undo()
+    assert widths and max(widths) <= 64
+    assert (res.correct, res.total) == brute_force_cased(m, tokens, qs)
+    assert 0 < res.correct < res.total == 500
+
+
+@pytest.mark.parametrize("tokens", [["man", "woman", "king"], ["man", "woman", "king", "Man", "KING"]])
+def test_a_question_with_no_candidate_left_is_wrong(tokens):
+    """Every row belongs to a question word: nothing can answer (gensim predicts nothing), so even
+    'man woman king man' is not counted correct by a default row."""
+    m = torch.randn(len(tokens), 4, generator=torch.Generator().manual_seed(0))
+    res = evaluate_analogies(m, tokens, parse_questions(["man woman king man"]))
+    assert (res.correct, res.total) == (0, 1)

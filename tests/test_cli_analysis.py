@@ -77,6 +77,27 @@ def test_analogy_table4_text(files, capsys):
     assert "GloVe & Scaled & Pos. Enc." in text and "(not in the paper)" in text
 
 
+def test_analogy_table4_text_shows_the_ratio_behind_each_encoding_row(files, capsys):
+    """σ(words)/σ(PE) per row and the ratio sweep are computed for --table4: the text shows them too,
+    the evidence for why a row with encodings keeps or loses its analogies at this D."""
+    from embinit.analysis.sources import load_embeddings
+    from embinit.analysis.table4 import chain_ratio
+
+    glove, questions = files
+    assert main(["analogy", "--embeddings", str(glove), "--questions", str(questions), "--table4",
+                 "--max-len", "50"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "σ(words)/σ(PE)" in lines[1]
+    emb = load_embeddings(glove)
+    pe_row = next(line for line in lines if line.startswith("GloVe & Pos. Enc. "))
+    assert f"{chain_ratio(emb.matrix, ('pe',), max_len=50):.3g}" in pe_row
+    raw_row = next(line for line in lines if line.startswith("GloVe  "))
+    assert raw_row.split()[-1] == "-"                # no encodings added, no ratio
+    sweep = lines[lines.index(next(line for line in lines if line.startswith("ratio sweep"))) + 1:]
+    assert [line.split()[0] for line in sweep] == ["0.03", "0.1", "0.3", "0.5", "1", "2", "3", "5", "10", "30"]
+    assert sweep[-1].split()[1] == "6/6"
+
+
 def test_analogy_user_errors(files, capsys):
     glove, questions = files
     assert main(["analogy", "--embeddings", str(glove), "--questions", str(questions),

@@ -15,7 +15,8 @@ pairs with a seeded generator, builds z, and measures both directions:
 Plus the scales side by side (from `embinit.stats.embedding_stats` over the probed positions): std of
 X · sqrt(D), std of the encodings, and `absorption` = their ratio (far above 1: position drowned).
 `probe_table` works on any table (an init before training, `probe_init`), `probe_checkpoint` on a
-trained `best.pt` (its pe_base and max_len come from the checkpoint's config when present).
+trained `best.pt` (its pe_base comes from the checkpoint's config when present; the positions probed
+are `max_len`, default 64, not the config's `max_len`, which caps tokens per sentence).
 """
 
 from __future__ import annotations

@@ -104,18 +104,32 @@ def run(args) -> int:
         return 0
     skipped = f" ({questions.invalid:,} lines not of four words skipped)" if questions.invalid else ""
     print(f"{emb.source}: {len(tokens):,} words; {questions.count:,} questions in {questions.source}{skipped}")
+    _print_rows(args, rows, results, ratios)
+    if sweep:
+        print("ratio sweep: the same rows rescaled so that σ(words)/σ(PE) is each value, the same positions added")
+        for r in sweep:
+            print(f"{r['ratio']:<8g} {_fmt(r)}")
+    return 0
+
+
+def _print_rows(args, rows, results, ratios) -> None:
+    """One line per chain: accuracy overall, semantic and syntactic, σ(words)/σ(PE) where the chain adds
+    encodings (the std of the table just before them over theirs), and the paper's value."""
+    from embinit.analysis.table4 import EXTRA_ROWS
+
     width = max(len(label) for label, _, _ in results)
-    print(f"{'embedding':<{width}}  {'total acc. (%)':<20} {'semantic':<20} {'syntactic':<20} paper")
+    print(f"{'embedding':<{width}}  {'total acc. (%)':<20} {'semantic':<20} {'syntactic':<20} "
+          f"{'σ(words)/σ(PE)':<15} paper")
     extra = {r[0] for r in EXTRA_ROWS} if args.table4 else set()
-    for (st, _), (label, paper, res) in zip(rows, results):
+    for (st, _), (label, paper, res), ratio in zip(rows, results, ratios):
         paper = paper or ("(not in the paper)" if st in extra else "")
         d = res.to_dict()
         sem, syn = d["semantic"], d["syntactic"]
-        print(f"{label:<{width}}  {res.summary_line():<20} {_fmt(sem):<20} {_fmt(syn):<20} {paper}")
+        shown = "-" if ratio is None else f"{ratio:.3g}"
+        print(f"{label:<{width}}  {res.summary_line():<20} {_fmt(sem):<20} {_fmt(syn):<20} {shown:<15} {paper}")
         if args.sections:
             for sec, s in d["sections"].items():
                 print(f"    {sec:<{width - 4}}  {_fmt(s)}  (oov {s['oov']})")
-    return 0
 
 
 def _record(args, source: str, questions: str, n_words: int, rows, results, ratios, sweep) -> AnalogyRun:
