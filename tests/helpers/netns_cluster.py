@@ -222,15 +222,20 @@ class Cluster:
         self.switch.create()
         for name, number in HOSTS.items():
             self.switch.add(name, number)
+        self.switch.client()   # made once, here: the start-up threads below all probe from it
         with ThreadPoolExecutor(4) as pool:
             pending = [pool.submit(self.start_postgres), pool.submit(self.start_s3),
                        pool.submit(self.start_ray, "head")]
             for job in pending:
                 job.result()
-            pending = [pool.submit(self.start_mlflow), pool.submit(self.make_bucket_when_up),
+            self.start_mlflow()
+            # the API (which needs the head and MLflow) starts while the workers join, as compose's do
+            pending = [pool.submit(self.make_bucket_when_up), pool.submit(self.start_api_when_mlflow_up),
                        *(pool.submit(self.start_ray, w) for w in ("w1", "w2"))]
             for job in pending:
                 job.result()
+
+    def start_api_when_mlflow_up(self) -> None:
         self.wait_port("mlflow", MLFLOW, timeout=180)
         self.start_api()
 

@@ -35,14 +35,31 @@ def processes(temp_dir: str) -> list[psutil.Process]:
     return [p for pid, p in found.items() if pid != os.getpid()]
 
 
-def stop_cluster(temp_dir: str) -> None:
+def stop_cluster(temp_dir: str, grace_s: float = 15) -> None:
+    """SIGTERM, then SIGKILL after `grace_s`, in the order `ray stop` keeps: the raylet first, then the
+    other processes (agents, dashboard, monitors, workers), the GCS last. Terminated all at once, the
+    raylet waits ~12 s on a GCS that is going away and the GCS outlives any grace period (then killed)."""
     procs = processes(temp_dir)
+
+    def bucket(p: psutil.Process) -> int:
+        try:
+            cmd = " ".join(p.cmdline())
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            return 1
+        return 0 if "/raylet/raylet" in cmd else 2 if "/gcs/gcs_server" in cmd else 1
+
+    order = {p.pid: bucket(p) for p in procs}
+    for b in (0, 1, 2):
+        _terminate([p for p in procs if order[p.pid] == b], grace_s)
+
+
+def _terminate(procs: list[psutil.Process], grace_s: float) -> None:
     for p in procs:
         try:
             p.terminate()
         except psutil.NoSuchProcess:
             pass
-    _gone, alive = psutil.wait_procs(procs, timeout=15)
+    _gone, alive = psutil.wait_procs(procs, timeout=grace_s)
     for p in alive:
         try:
             p.kill()
