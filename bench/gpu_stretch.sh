@@ -69,7 +69,11 @@ python3 -c "import pydantic" 2>/dev/null || export PYTHONPATH="$SITE:/tmp/te:$PW
 echo "unpacked in $((SECONDS - start)) s"
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; python3 -c \
   "import torch, sys; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'python', sys.version.split()[0])"
-  lscpu | grep 'Model name'; echo "commit ${GIT_HEAD:-$(git rev-parse HEAD 2>/dev/null)}"; } | tee "$OUT/machine.txt"
+  lscpu | grep 'Model name'; echo "commit ${GIT_HEAD:-$(git rev-parse HEAD 2>/dev/null)}"
+  # the reports' confidence intervals need scipy (pyproject declares it; the packs assume the image has it)
+  python3 -c "import scipy; print('scipy', scipy.__version__)" 2>/dev/null \
+    || echo "scipy MISSING: reports (confidence intervals) will fail; add scipy to the p pack (--pack)"; } \
+  | tee "$OUT/machine.txt"
 if [ "$STAGE" = repro ]; then   # each batch resumes through dedup when a call ends mid-batch
   rc=0
   for b in "$@"; do
