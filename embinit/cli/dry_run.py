@@ -12,6 +12,7 @@ from collections import Counter
 from pathlib import Path
 from typing import NamedTuple
 
+from embinit.completeness import RESULT   # a trial run's statuses with a result (MLflow's FINISHED)
 from embinit.config import TrialConfig, task_defaults
 from embinit.mlflow_store import masked
 from embinit.store_check import (StoreState, StoreUnreachable, database_store, is_server_database, resolved,
@@ -131,7 +132,7 @@ def past_epoch_s(uri: str | None, read: dict[str, list] | None = None) -> dict[t
     read = read or {}
     out: dict[tuple, list[tuple]] = {}
     for exp in mlflow_store.client(uri).search_experiments():
-        recs = ([r for r in read[exp.experiment_id] if r.status in FINISHED] if exp.experiment_id in read else
+        recs = ([r for r in read[exp.experiment_id] if r.status in RESULT] if exp.experiment_id in read else
                 run_readers.trial_records(exp.experiment_id, uri, status="FINISHED"))
         for rec in recs:
             wall = rec.metrics.get("wall_time_s")
@@ -178,10 +179,6 @@ def store_lines(store: StoreState | None) -> list[str]:
                 f"counted here"]
 
 
-# The statuses of a trial run with a result (MLflow's FINISHED: `run_readers.newest_finished`)
-FINISHED = ("finished", "diverged")
-
-
 def experiment_trials(spec, uri: str | None) -> tuple[str | None, list]:
     """(the id of the spec's experiment in the store at `uri`, its trial runs' records, newest first):
     read once for the whole dry run (the reused keys, the unfinished marks and the measured epochs read
@@ -196,7 +193,7 @@ def experiment_trials(spec, uri: str | None) -> tuple[str | None, list]:
 def finished_here(plan, recs: list) -> set[str]:
     """The planned keys that the spec's experiment (its trial records `recs`) has finished: the run reuses
     them (`run_readers.finished_keys`: a key with a FINISHED run)."""
-    return {r.key for r in recs if r.status in FINISHED} & {p.key for p in plan}
+    return {r.key for r in recs if r.status in RESULT} & {p.key for p in plan}
 
 
 def unfinished_marks(plan, exp_id: str | None, uri: str | None, recs: list, done: set[str]) -> dict[str, str]:
