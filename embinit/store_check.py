@@ -22,6 +22,7 @@ of a SQLite file), only what `sqlite_store` or `database_store` accepts.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
 import sqlite3
@@ -215,24 +216,34 @@ def database_store(uri: str, timeout_s: int = 10) -> StoreState:
     return _as_store(where, tables, columns, revision, fresh="database")
 
 
-def _read_database_schema(uri: str, timeout_s: int) -> tuple[list[str], dict[str, set], str | None]:
-    """(tables of the default schema, {MLflow's core table: its columns}, alembic revision or None)."""
+@contextlib.contextmanager
+def quick_connection(uri: str, timeout_s: int):
+    """One connection to the database at `uri`, no pool, given up after `timeout_s` seconds of
+    connecting (MLflow's own store retries an unreachable database for most of an hour)."""
     import sqlalchemy
     from sqlalchemy.pool import NullPool
 
-    args = {"timeout": timeout_s} if uri.startswith("mssql") else {"connect_timeout": timeout_s}
+    args = {"timeout": timeout_s} if uri.startswith(("sqlite:", "mssql")) else {"connect_timeout": timeout_s}
     engine = sqlalchemy.create_engine(uri, poolclass=NullPool, connect_args=args)
     try:
         with engine.connect() as conn:
-            found = sqlalchemy.inspect(conn)
-            tables = sorted(found.get_table_names())
-            columns = {t: {c["name"] for c in found.get_columns(t)} for t in CORE if t in tables}
-            revision = None
-            if "alembic_version" in tables:
-                revision = conn.execute(sqlalchemy.text("SELECT version_num FROM alembic_version")).scalar()
-        return tables, columns, revision
+            yield conn
     finally:
         engine.dispose()
+
+
+def _read_database_schema(uri: str, timeout_s: int) -> tuple[list[str], dict[str, set], str | None]:
+    """(tables of the default schema, {MLflow's core table: its columns}, alembic revision or None)."""
+    import sqlalchemy
+
+    with quick_connection(uri, timeout_s) as conn:
+        found = sqlalchemy.inspect(conn)
+        tables = sorted(found.get_table_names())
+        columns = {t: {c["name"] for c in found.get_columns(t)} for t in CORE if t in tables}
+        revision = None
+        if "alembic_version" in tables:
+            revision = conn.execute(sqlalchemy.text("SELECT version_num FROM alembic_version")).scalar()
+    return tables, columns, revision
 
 
 @functools.cache

@@ -37,7 +37,8 @@ from embinit.content_hash import file_lock
 from embinit.errors import EmbinitError
 from embinit.mlflow_store import masked, resolve_uri
 from embinit.records import KEY_TAG
-from embinit.store_check import database_store, is_server_database, resolved, sqlite_path, sqlite_store
+from embinit.store_check import (database_store, is_server_database, quick_connection, resolved, sqlite_path,
+                                  sqlite_store)
 
 log = logging.getLogger("embinit.tracking")
 DATABASE_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql")
@@ -252,14 +253,8 @@ def _shape_problems(server_uri: str, store_uri: str) -> list[str]:
 
 def _experiment_id(uri: str, name: str, timeout_s: int) -> str | None:
     import sqlalchemy
-    from sqlalchemy.pool import NullPool
 
-    args = {"timeout": timeout_s} if uri.startswith("sqlite:") else {"connect_timeout": timeout_s}
-    engine = sqlalchemy.create_engine(uri, poolclass=NullPool, connect_args=args)
-    try:
-        with engine.connect() as conn:
-            row = conn.execute(sqlalchemy.text("SELECT experiment_id FROM experiments WHERE name = :name"),
-                               {"name": name}).first()
-    finally:
-        engine.dispose()
+    with quick_connection(uri, timeout_s) as conn:
+        row = conn.execute(sqlalchemy.text("SELECT experiment_id FROM experiments WHERE name = :name"),
+                           {"name": name}).first()
     return None if row is None else str(row[0])
