@@ -92,12 +92,12 @@ def heartbeat(run_id: str, uri: str, every: float | None = None) -> Iterator[Non
     """While inside, set the sweep run's `HEARTBEAT_TAG` to the time every `every` (`HEARTBEAT_S`)
     seconds, from a daemon thread; a write that fails (the store away for a while) is skipped."""
     from embinit.mlflow_store import client
-    stop = threading.Event()
+    stop, tracking = threading.Event(), client(uri)
 
     def beat() -> None:
         while not stop.wait(every or HEARTBEAT_S):
             try:
-                client(uri).set_tag(run_id, HEARTBEAT_TAG, beat_value())
+                tracking.set_tag(run_id, HEARTBEAT_TAG, beat_value())
             except Exception as e:  # the next beat tries again; a reader waits SILENT_S
                 log.debug("heartbeat of sweep run %s not written: %s", run_id, e)
     thread = threading.Thread(target=beat, daemon=True, name=f"embinit-heartbeat-{run_id[:8]}")
