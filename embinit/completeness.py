@@ -40,6 +40,17 @@ def _statuses(planned: list[dict[str, Any]], trials: dict[str, TrialRecord]) -> 
     return out
 
 
+def never_started(planned: list[dict[str, Any]] | None, trials: dict[str, TrialRecord]) -> dict[tuple, int] | None:
+    """(task, label, axes json) -> how many of its planned trials (every search point) never started:
+    `completeness`'s "never started", per report row; None without a plan."""
+    if not planned:
+        return None
+    out: Counter = Counter()
+    for p, s in zip(planned, _statuses(planned, trials)):
+        out[p["task"], p["label"], json.dumps(p["axes"], sort_keys=True)] += s == NEVER_STARTED
+    return dict(out)
+
+
 def completeness(planned: list[dict[str, Any]] | None, trials: dict[str, TrialRecord]) -> dict[str, Any] | None:
     """planned, finished, unfinished (with their statuses) and the (task, init) pairs with no finished
     trial; None without a plan. `trials`: the experiment's record per trial key (`records.by_key`)."""

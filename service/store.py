@@ -25,7 +25,8 @@ from embinit.run_readers import experiment_records, trial_row
 #    `verdict_note`; LaTeX ‡), zero-variance intervals, counts at the chosen point with `running`
 #    (+ `all_points`), code-version notes, the dev-selection label, decimals for two significant digits.
 # 5: the LaTeX table of an experiment with planned trials that have no result says so (caption, comment).
-REPORT_VERSION = 5
+# 6: rows carry `never_started` (the CSV's column): the planned trials of the row's init with no run.
+REPORT_VERSION = 6
 
 
 def absolute_sqlite_uri(url: str) -> str:
