@@ -11,9 +11,8 @@ import json
 from collections import Counter
 from typing import Any, Iterable
 
-from embinit.records import TrialRecord, stand_ins
+from embinit.records import RESULT, TrialRecord, stand_ins
 
-RESULT = ("finished", "diverged")   # a trial that ran to its end (a diverged one has no metric)
 NEVER_STARTED = "never started"
 
 

@@ -56,7 +56,7 @@ def count_trial_states(tracking_uri: str, name: str, keys: list[str], reused: se
     out = {"pending": 0, "running": 0, "finished": 0, "failed": 0, "reused": 0}
     for key in keys:
         status = chosen[key].status if key in chosen else "pending"
-        if status in ("finished", "diverged"):
+        if status in records.RESULT:
             status = "reused" if key in reused else "finished"
         out[status if status in out else "pending"] += 1  # cancelled / interrupted: to be run again
     return out

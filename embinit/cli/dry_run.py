@@ -12,7 +12,7 @@ from collections import Counter
 from pathlib import Path
 from typing import NamedTuple
 
-from embinit.completeness import RESULT   # a trial run's statuses with a result (MLflow's FINISHED)
+from embinit.records import RESULT   # a trial run's statuses with a result (MLflow's FINISHED)
 from embinit.config import TrialConfig, task_defaults
 from embinit.mlflow_store import masked
 from embinit.store_check import (StoreState, StoreUnreachable, database_store, is_server_database, resolved,
