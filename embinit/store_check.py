@@ -34,10 +34,11 @@ from urllib.parse import quote
 from embinit.errors import EmbinitError, did_you_mean
 from embinit.mlflow_store import client, masked, resolve_uri
 
-# the schemes of MLflow's own stores: SQL databases (sqlalchemy's `dialect+driver`), tracking servers,
-# Databricks and the (deprecated) file store
-SCHEMES = ("sqlite", "postgresql", "mysql", "mssql", "http", "https", "databricks", "databricks-uc", "uc", "file")
+# the schemes of MLflow's own stores: SQL databases (sqlalchemy's `dialect+driver`: a file, or a database
+# on a server), tracking servers, Databricks and the (deprecated) file store
 SERVER_DATABASES = ("postgresql", "mysql", "mssql")
+DATABASES = ("sqlite", *SERVER_DATABASES)
+SCHEMES = (*DATABASES, "http", "https", "databricks", "databricks-uc", "uc", "file")
 SQLITE_HEADER = b"SQLite format 3\x00"
 CORE = {"experiments": "experiment_id", "runs": "run_uuid"}   # a table of MLflow's and a column of it
 SHAPES = "sqlite:///PATH (sqlite:////ABSOLUTE/PATH), postgresql://, mysql://, mssql:// or an http(s):// server"
@@ -270,9 +271,21 @@ def out_of_date(store: StoreState) -> str:
             f"upgrade it (it keeps a copy)")
 
 
+def _scheme(uri: str) -> str:
+    """The dialect of a URI's scheme (`postgresql+psycopg://` -> postgresql), as given."""
+    return uri.split(":", 1)[0].split("+", 1)[0]
+
+
+def is_database(uri: str) -> bool:
+    """Whether MLflow keeps the store of a resolved tracking URI in a SQL database: a SQLite file or a
+    database on a server (an `http://` tracking server migrates its own)."""
+    return _scheme(uri) in DATABASES
+
+
 def is_server_database(uri: str) -> bool:
-    """Whether a resolved tracking URI names a database on a server (PostgreSQL, MySQL, SQL Server)."""
-    return uri.split(":", 1)[0].split("+", 1)[0] in SERVER_DATABASES
+    """Whether a resolved tracking URI names a database on a server (PostgreSQL, MySQL, SQL Server): a
+    database, not SQLite."""
+    return _scheme(uri) in SERVER_DATABASES
 
 
 def require_store(uri: str | None = None):
