@@ -58,6 +58,11 @@ class StoreState(NamedTuple):
     head: str | None = None
     problem: str | None = None
 
+    @property
+    def on_server(self) -> bool:
+        """Whether this is a database server's store (`path` its masked URL), not a SQLite file."""
+        return is_server_database(str(self.path))
+
 
 def uri_problem(uri: str) -> str | None:
     """What is wrong with the shape of a tracking URI as given (before `resolve_uri`), or None."""
@@ -263,7 +268,7 @@ def out_of_date(store: StoreState) -> str:
     import mlflow
     told = (f"the MLflow store {store.path} has an out-of-date schema (revision {store.revision}; MLflow "
             f"{mlflow.__version__} reads {store.head})")
-    if not isinstance(store.path, Path):   # a database server's: backed up with that server's own tools
+    if store.on_server:   # backed up with that server's own tools
         return (f"{told}; back the database up and upgrade it with `mlflow db upgrade DATABASE_URL`, or let "
                 f"`embinit run` with this store upgrade it (no copy is kept of a database server's store)")
     return (f"{told}; back it up (sqlite3 {store.path} \".backup {store.path}.bak\") "
