@@ -11,9 +11,8 @@ import json
 from collections import Counter
 from typing import Any, Iterable
 
-from embinit.records import TrialRecord, stand_ins
+from embinit.records import RESULT, TrialRecord, stand_ins
 
-RESULT = ("finished", "diverged")   # a trial that ran to its end (a diverged one has no metric)
 NEVER_STARTED = "never started"
 
 
@@ -38,6 +37,17 @@ def _statuses(planned: list[dict[str, Any]], trials: dict[str, TrialRecord]) -> 
         rec = trials[p["key"]] if p["key"] in trials else by_slot.get(slot)
         out.append(rec.status if rec is not None else NEVER_STARTED)
     return out
+
+
+def never_started(planned: list[dict[str, Any]] | None, trials: dict[str, TrialRecord]) -> dict[tuple, int] | None:
+    """(task, label, axes json) -> how many of its planned trials (every search point) never started:
+    `completeness`'s "never started", per report row; None without a plan."""
+    if not planned:
+        return None
+    out: Counter = Counter()
+    for p, s in zip(planned, _statuses(planned, trials)):
+        out[p["task"], p["label"], json.dumps(p["axes"], sort_keys=True)] += s == NEVER_STARTED
+    return dict(out)
 
 
 def completeness(planned: list[dict[str, Any]] | None, trials: dict[str, TrialRecord]) -> dict[str, Any] | None:

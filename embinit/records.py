@@ -23,6 +23,9 @@ SPEC_HASH_TAG, KIND_TAG, N_TRIALS_TAG = "embinit.spec_hash", "embinit.kind", "em
 # A trial names its sweep's run in its own tag, not `mlflow.parentRunId`: MLflow's UI folds child runs
 # under a collapsed parent, and a sweep is read by comparing its trials side by side in the run table.
 PARENT_TAG = "embinit.sweep_run"
+# The statuses (`run_status`) of a trial that ran to its end, MLflow's FINISHED: it has a result (a
+# diverged one has no metric) and is never trained again.
+RESULT = ("finished", "diverged")
 DEVICE_TAG = "embinit.device"  # where the trial trained, e.g. `cuda:0 (NVIDIA H100 80GB HBM3)` or `cpu`
 INIT_TAG = "embinit.init"  # the label again, under a name MLflow's "Group by" menu reads well
 EXECUTION_TAG = "embinit.execution"  # separate | fused (the trial's result.json has the group)
@@ -113,7 +116,7 @@ def from_run(run) -> TrialRecord | None:
                        json.loads(tags.get(GROUP_TAG, "{}")), dict(run.data.metrics),
                        int(seed) if seed is not None and seed.lstrip("-").isdigit() else None,
                        tags.get(ERROR_TAG), tags.get(PARENT_TAG), run.info.start_time or 0, run.info.end_time,
-                       int(kept) if kept.isdigit() and status not in ("finished", "diverged") else None,
+                       int(kept) if kept.isdigit() and status not in RESULT else None,
                        tags.get(DEVICE_TAG), tags.get(CODE_VERSION_TAG))
 
 

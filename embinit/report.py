@@ -54,11 +54,15 @@ class Report:
                           indent=1)
 
     def to_csv(self) -> str:
+        """One line per row. The counts `diverged`, `failed`, `running` are the row's trials at its search
+        point (`*_all_points`: at every point); `never_started` is how many planned trials of the row's
+        task, init and axes (every point) have no run at all, the "never started" of `completeness` (empty
+        without a plan; rows that split one init by setting each carry its count)."""
         buf = io.StringIO()
         cols = ["task", "init", "axes", "setting", "point", "metric", "split", "mean", "std", "n", "ci95", "ci_low",
                 "ci_high", "best_epoch", "best_at_last_epoch", "diverged", "non_finite", "failed", "running",
-                "failure_reasons", "failed_all_points", "diverged_all_points", "running_all_points", "code_versions",
-                *report_baseline.CSV_COLUMNS]
+                "never_started", "failure_reasons", "failed_all_points", "diverged_all_points", "running_all_points",
+                "code_versions", *report_baseline.CSV_COLUMNS]
         w = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore")
         w.writeheader()
         for r in self.rows:
@@ -139,6 +143,10 @@ def build_report(experiment_name: str, tracking_uri: str | None = None, keys: se
     rows, failed, run_ids = [], [], {}
     for gkey in sorted(groups, key=lambda g: (g[0], label_order(g[1]), g[2], g[3])):
         failed += group_rows(gkey, groups[gkey], rows, run_ids)
+    missing = coverage.never_started(planned, trials)
+    for r in rows:   # the planned trials of the row's task, init and axes with no run (None: no plan)
+        r["never_started"] = None if missing is None else missing.get(
+            (r["task"], r["init"], json.dumps(r["axes"], sort_keys=True)), 0)
     if baseline is not None:
         report_baseline.check_baseline(baseline, {r["init"] for r in rows})
     report_baseline.compare_rows(rows, baseline or DEFAULT_BASELINE)

@@ -23,7 +23,7 @@ from typing import Any
 from embinit import records, report_baseline
 from embinit.comparison import no_spread, t_quantile
 from embinit.config import TrialConfig, metric_range
-from embinit.records import TrialRecord
+from embinit.records import RESULT, TrialRecord
 from embinit.report_notes import DEV_SELECTED, selected_on_dev
 from embinit.task_registry import TASKS, reported_metrics
 
@@ -122,7 +122,7 @@ def _best_point(trials: list[_Trial]) -> dict[str, Any]:
     def score(ts: list[_Trial]) -> tuple[int, float]:
         """(seeds lost, the mean's rank): a point that diverged on a seed loses to one that did not,
         however good its survivors (a learning rate too high for 2 seeds of 3 does not win on the third)."""
-        done = [t for t in ts if t.status in ("finished", "diverged")]
+        done = [t for t in ts if t.status in RESULT]
         vals = [t.metrics.get(f"best/{metric}") for t in done if t.status == "finished"]
         vals = [v for v in vals if v is not None and math.isfinite(v)]
         if not vals:
@@ -142,7 +142,7 @@ def group_rows(gkey: tuple, members: list[_Trial], rows: list, run_ids: dict) ->
     task, label, axes, setting = gkey
     point = _best_point(members) if members else {}
     chosen = [t for t in members if t.point == point]
-    run_ids[gkey] = [t.run_id for t in chosen if t.status in ("finished", "diverged")]
+    run_ids[gkey] = [t.run_id for t in chosen if t.status in RESULT]
     bad = [t for t in members if t.status == "failed"]
     counts = {**_counts(chosen), "failure_reasons": dict(Counter(failure_reason(t.error) for t in chosen
                                                                  if t.status == "failed")),

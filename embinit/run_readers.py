@@ -19,8 +19,8 @@ from embinit.errors import EmbinitError
 from embinit.task_registry import TASKS, primary_metric
 from embinit.mlflow_store import client, experiment_id, masked, no_experiment, resolve_uri, retry, search_runs
 from embinit import run_table
-from embinit.records import (CONFIG_TAG, KEY_TAG, KIND_TAG, PARENT_TAG, SPEC_HASH_TAG, TrialRecord, by_key,
-                             from_run, from_runs)
+from embinit.records import (CONFIG_TAG, KEY_TAG, KIND_TAG, PARENT_TAG, RESULT, SPEC_HASH_TAG, TrialRecord,
+                             by_key, from_run, from_runs)
 from embinit.run_records import (SPEC_ARTIFACT, AnalogyRun, AnalysisRecord, MetricHistory, StoredSpec, SweepRecord,
                                  analysis_from_run, history_from_metrics, sweeps_from_runs)
 
@@ -46,7 +46,7 @@ def key_records(exp_id: str, uri: str | None, key: str) -> list[TrialRecord]:
 
 def newest_finished(recs: list[TrialRecord]) -> TrialRecord | None:
     """The newest of `recs` with a result (MLflow status FINISHED: finished or diverged), or None."""
-    done = [r for r in recs if r.status in ("finished", "diverged")]
+    done = [r for r in recs if r.status in RESULT]
     return max(done, key=lambda r: r.start_ms) if done else None
 
 

@@ -54,7 +54,7 @@ def _engine(uri: str):
 
 
 def is_sql_store(uri: str | None) -> bool:
-    from embinit.tracking_store import is_database
+    from embinit.store_check import is_database
     return is_database(resolve_uri(uri))
 
 

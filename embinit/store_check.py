@@ -34,10 +34,11 @@ from urllib.parse import quote
 from embinit.errors import EmbinitError, did_you_mean
 from embinit.mlflow_store import client, masked, resolve_uri
 
-# the schemes of MLflow's own stores: SQL databases (sqlalchemy's `dialect+driver`), tracking servers,
-# Databricks and the (deprecated) file store
-SCHEMES = ("sqlite", "postgresql", "mysql", "mssql", "http", "https", "databricks", "databricks-uc", "uc", "file")
+# the schemes of MLflow's own stores: SQL databases (sqlalchemy's `dialect+driver`: a file, or a database
+# on a server), tracking servers, Databricks and the (deprecated) file store
 SERVER_DATABASES = ("postgresql", "mysql", "mssql")
+DATABASES = ("sqlite", *SERVER_DATABASES)
+SCHEMES = (*DATABASES, "http", "https", "databricks", "databricks-uc", "uc", "file")
 SQLITE_HEADER = b"SQLite format 3\x00"
 CORE = {"experiments": "experiment_id", "runs": "run_uuid"}   # a table of MLflow's and a column of it
 SHAPES = "sqlite:///PATH (sqlite:////ABSOLUTE/PATH), postgresql://, mysql://, mssql:// or an http(s):// server"
@@ -56,6 +57,11 @@ class StoreState(NamedTuple):
     revision: str | None = None
     head: str | None = None
     problem: str | None = None
+
+    @property
+    def on_server(self) -> bool:
+        """Whether this is a database server's store (`path` its masked URL), not a SQLite file."""
+        return is_server_database(str(self.path))
 
 
 def uri_problem(uri: str) -> str | None:
@@ -262,7 +268,7 @@ def out_of_date(store: StoreState) -> str:
     import mlflow
     told = (f"the MLflow store {store.path} has an out-of-date schema (revision {store.revision}; MLflow "
             f"{mlflow.__version__} reads {store.head})")
-    if not isinstance(store.path, Path):   # a database server's: backed up with that server's own tools
+    if store.on_server:   # backed up with that server's own tools
         return (f"{told}; back the database up and upgrade it with `mlflow db upgrade DATABASE_URL`, or let "
                 f"`embinit run` with this store upgrade it (no copy is kept of a database server's store)")
     return (f"{told}; back it up (sqlite3 {store.path} \".backup {store.path}.bak\") "
@@ -270,9 +276,21 @@ def out_of_date(store: StoreState) -> str:
             f"upgrade it (it keeps a copy)")
 
 
+def _scheme(uri: str) -> str:
+    """The dialect of a URI's scheme (`postgresql+psycopg://` -> postgresql), as given."""
+    return uri.split(":", 1)[0].split("+", 1)[0]
+
+
+def is_database(uri: str) -> bool:
+    """Whether MLflow keeps the store of a resolved tracking URI in a SQL database: a SQLite file or a
+    database on a server (an `http://` tracking server migrates its own)."""
+    return _scheme(uri) in DATABASES
+
+
 def is_server_database(uri: str) -> bool:
-    """Whether a resolved tracking URI names a database on a server (PostgreSQL, MySQL, SQL Server)."""
-    return uri.split(":", 1)[0].split("+", 1)[0] in SERVER_DATABASES
+    """Whether a resolved tracking URI names a database on a server (PostgreSQL, MySQL, SQL Server): a
+    database, not SQLite."""
+    return _scheme(uri) in SERVER_DATABASES
 
 
 def require_store(uri: str | None = None):

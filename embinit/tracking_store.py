@@ -37,17 +37,11 @@ from embinit.content_hash import file_lock
 from embinit.errors import EmbinitError
 from embinit.mlflow_store import masked, resolve_uri
 from embinit.records import KEY_TAG
-from embinit.store_check import (database_store, is_server_database, quick_connection, resolved, sqlite_path,
-                                  sqlite_store)
+from embinit.store_check import (database_store, is_database, is_server_database, quick_connection, resolved,
+                                  sqlite_path, sqlite_store)
 
 log = logging.getLogger("embinit.tracking")
-DATABASE_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql")
 TRIAL_KEY_INDEX = "embinit_trial_key_tags"
-
-
-def is_database(uri: str) -> bool:
-    """Whether MLflow keeps this store in a SQL database (an `http://` server migrates its own)."""
-    return uri.split(":", 1)[0].split("+", 1)[0] in DATABASE_SCHEMES
 
 
 @contextlib.contextmanager

@@ -59,7 +59,7 @@ from embinit.mlflow_store import client, log_batch, metrics_at, retry
 from embinit.records import (BLEU_SIGNATURE_TAG, CHECKPOINT_TAG, CODE_VERSION_TAG, CONFIG_TAG, DATA_SOURCE_TAG,
                              DEVICE_TAG, ERROR_TAG, EXECUTION_TAG, GIT_COMMIT_TAG, GIT_COMMITS_TAG, GROUP_TAG,
                              HUB_REVISION_TAG,
-                             INIT_TAG, KEY_TAG, LABEL_TAG, PARENT_TAG, RESUMED_TAG, SEED_TAG, SHA256_TAG,
+                             INIT_TAG, KEY_TAG, LABEL_TAG, PARENT_TAG, RESULT, RESUMED_TAG, SEED_TAG, SHA256_TAG,
                              STATUS_TAG, TASK_TAG, TRAINER_LABEL_TAG, VERSIONS_TAG)
 from embinit.run_names import planned_params, resolved_params, trial_params, trial_run_name
 from embinit.run_readers import key_records, metric_history
@@ -109,7 +109,7 @@ class TrialRun:
         inputs = {SHA256_TAG + name: cid.removeprefix(PREFIX) for name, cid in content_ids(config).items()}
         if run_id is None and parent_id is not None:
             recs = key_records(exp_id, uri, key) if key_runs is None else key_runs
-            mine = [r for r in recs if r.parent_id == parent_id and r.status not in ("finished", "diverged")]
+            mine = [r for r in recs if r.parent_id == parent_id and r.status not in RESULT]
             run_id = max(mine, key=lambda r: r.start_ms).run_id if mine else None
         if run_id is not None:
             run = cls._reopen(c, run_id, parent_id, resumed_epoch, inputs)

@@ -25,7 +25,8 @@ from embinit.run_readers import experiment_records, trial_row
 #    `verdict_note`; LaTeX ‡), zero-variance intervals, counts at the chosen point with `running`
 #    (+ `all_points`), code-version notes, the dev-selection label, decimals for two significant digits.
 # 5: the LaTeX table of an experiment with planned trials that have no result says so (caption, comment).
-REPORT_VERSION = 5
+# 6: rows carry `never_started` (the CSV's column): the planned trials of the row's init with no run.
+REPORT_VERSION = 6
 
 
 def absolute_sqlite_uri(url: str) -> str:
@@ -55,7 +56,7 @@ def count_trial_states(tracking_uri: str, name: str, keys: list[str], reused: se
     out = {"pending": 0, "running": 0, "finished": 0, "failed": 0, "reused": 0}
     for key in keys:
         status = chosen[key].status if key in chosen else "pending"
-        if status in ("finished", "diverged"):
+        if status in records.RESULT:
             status = "reused" if key in reused else "finished"
         out[status if status in out else "pending"] += 1  # cancelled / interrupted: to be run again
     return out

@@ -166,6 +166,17 @@ def test_a_cancelled_experiment_says_what_never_finished(uri, capsys):
     assert [(r["init"], r["n"]) for r in data["rows"]] == [("Xavier", 1), ("Normal", 0), ("XavierNormal", 0)]
     table = list(csv.DictReader(io.StringIO(_report(uri, capsys, "--format", "csv", name="cancelled"))))
     assert [(r["init"], r["n"]) for r in table] == [("Xavier", "1"), ("Normal", "0"), ("XavierNormal", "0")]
+    # the CSV says per row what the other formats say in all: Xavier's cancelled seed started, the
+    # other inits' two seeds each never did (2 + 2 = the 4 "never started")
+    assert [(r["init"], r["never_started"]) for r in table] == [("Xavier", "0"), ("Normal", "2"),
+                                                                  ("XavierNormal", "2")]
+    assert [r["never_started"] for r in data["rows"]] == [0, 2, 2]
+
+
+def test_without_a_plan_the_csv_leaves_never_started_empty(uri, capsys):
+    # no sweep run, so no plan: nothing is known to be missing (empty, not 0)
+    table = list(csv.DictReader(io.StringIO(_report(uri, capsys, "--format", "csv"))))
+    assert table and {r["never_started"] for r in table} == {""}
 
 
 def test_a_misspelled_experiment_lists_the_ones_that_exist(uri, capsys):

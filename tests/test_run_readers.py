@@ -5,6 +5,7 @@ store (no Ray)."""
 from __future__ import annotations
 
 import time
+from collections import Counter
 
 import pytest
 
@@ -184,8 +185,9 @@ def _sweep(uri: str, name: str, spec_yaml: str | None) -> tuple[str, SweepRecord
 def _summary(uri: str, exp: str, run: SweepRecord) -> str:
     from types import SimpleNamespace
 
-    from embinit.reproduction.runs import sweep_lines
-    lines, _ = sweep_lines(SimpleNamespace(uri=uri), exp, run, [])
+    from embinit.reproduction.runs import device_counts, sweep_lines
+    found = device_counts(run.experiment_id, uri).get(run.run_id, Counter())   # as how_it_was_run reads them
+    lines, _ = sweep_lines(SimpleNamespace(uri=uri), exp, run, [], found)
     return next(ln for ln in lines if ln.startswith("- spec: "))
 
 

@@ -217,3 +217,21 @@ def test_a_dry_run_planned_where_the_database_is_not_reachable_still_prints_the_
     assert "2 trials; MLflow experiment 'away'" in text, text
     assert ("note: cannot read the MLflow store postgresql+psycopg://u:***@127.0.0.1:1/mlflow: OperationalError"
             in text and "the trials it has finished are not counted here" in text and "s3cret" not in text)
+
+
+def test_an_out_of_date_store_is_told_how_to_upgrade_by_where_it_is():
+    # a database server's store (path: its masked URL) is backed up with that server's tools; a SQLite
+    # file with SQLite's .backup, and `embinit run` keeps a copy of it beside it
+    from pathlib import Path
+
+    from embinit.cli.dry_run import store_lines
+    from embinit.mlflow_store import masked
+    from embinit.store_check import StoreState, out_of_date
+
+    server = StoreState(masked("postgresql+psycopg://u:secret@db:5432/mlflow"), "old", "r1", "r2")
+    file = StoreState(Path("/data/mlflow.db"), "old", "r1", "r2")
+    assert (server.on_server, file.on_server) == (True, False)
+    assert "`mlflow db upgrade DATABASE_URL`" in out_of_date(server) and "secret" not in out_of_date(server)
+    assert "sqlite3 /data/mlflow.db \".backup /data/mlflow.db.bak\"" in out_of_date(file)
+    assert "keeping no copy of a database server's store" in store_lines(server)[1]
+    assert "keeping a copy at /data/mlflow.db.bak-r1" in store_lines(file)[1]

@@ -14,7 +14,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from embinit.errors import EmbinitError
-from embinit.tracking_store import is_database, prepare_store
+from embinit.store_check import is_database
+from embinit.tracking_store import prepare_store
 from helpers.bad_stores import copy_store, notes_db, random_bytes, snapshot, state_db
 from service.fakes import FakeCluster, FakeRunner
 from service.main import create_app

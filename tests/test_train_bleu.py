@@ -42,6 +42,35 @@ def test_trial_bleu_keeps_unk_by_default_and_says_so_in_the_signature(monkeypatc
     assert "tok:13a" in sig_kept and "case:lc" in sig_kept
 
 
+def test_a_trials_references_are_tokenized_once_and_score_as_before(monkeypatch):
+    # three evaluations of one split (three epochs): sacrebleu tokenizes its references at the first only,
+    # and every score and signature is bit-identical to sacrebleu's own corpus_score with the references
+    from sacrebleu.metrics import BLEU
+    from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
+
+    refs = ["a brown dog runs on the grass .", "the dog runs .", "a dog on the grass", "grass ."]
+    task = _task_with_hypothesis(["a"], {}, monkeypatch)
+    task.data.splits["test"] = [([4], [4])] * len(refs)
+    task.data.references = {"test": refs}
+    epochs = [["a", "dog", "runs", "."], ["the", "dog", "runs", "on", "the", "grass", "."], ["grass", "."]]
+    expected = []
+    for tokens in epochs:   # sacrebleu's own score of each epoch's hypotheses, references given
+        bleu = BLEU(lowercase=True, force=True)
+        score = bleu.corpus_score([" ".join(tokens)] * len(refs), [refs]).score
+        expected.append((score, f"{bleu.get_signature()}|unk:kept"))
+    calls = []
+    tokenize = Tokenizer13a.__call__.__wrapped__   # sacrebleu's tokenizer without its per-instance cache
+    monkeypatch.setattr(Tokenizer13a, "__call__", lambda self, line: calls.append(line) or tokenize(self, line))
+    scored = []
+    for tokens in epochs:
+        ids = task.data.vocab.encode(tokens)
+        monkeypatch.setattr(translation, "translate", lambda model, sources, ids=ids, **kw: [ids for _ in sources])
+        scored.append(task.bleu(None, "test"))
+    assert scored == expected and len(set(scored)) == len(epochs)
+    # references once, hypotheses at each evaluation (before: references again at every evaluation)
+    assert len(calls) == len(refs) + len(epochs) * len(refs)
+
+
 def test_unk_would_cost_bleu_under_13a():
     refs = ["a brown dog runs on the grass ."]
     clean, sig = corpus_bleu(["a dog runs on the grass ."], refs, lowercase=True)

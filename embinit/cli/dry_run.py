@@ -9,10 +9,9 @@ import math
 import os
 import statistics
 from collections import Counter
-from pathlib import Path
 from typing import NamedTuple
 
-from embinit.completeness import RESULT   # a trial run's statuses with a result (MLflow's FINISHED)
+from embinit.records import RESULT   # a trial run's statuses with a result (MLflow's FINISHED)
 from embinit.config import TrialConfig, task_defaults
 from embinit.mlflow_store import masked
 from embinit.store_check import (StoreState, StoreUnreachable, database_store, is_server_database, resolved,
@@ -172,8 +171,8 @@ def store_lines(store: StoreState | None) -> list[str]:
         return ["", f"note: {store.problem}; the trials it has finished are not counted here"]
     if store is None or store.state != "old":
         return []
-    kept = (f"keeping a copy at {store.path}.bak-{store.revision}" if isinstance(store.path, Path)
-            else "keeping no copy of a database server's store (back it up first)")
+    kept = ("keeping no copy of a database server's store (back it up first)" if store.on_server
+            else f"keeping a copy at {store.path}.bak-{store.revision}")
     return ["", f"note: the MLflow store {store.path} has an out-of-date schema (revision {store.revision}; this "
                 f"MLflow reads {store.head}): the run upgrades it, {kept}; the trials it has finished are not "
                 f"counted here"]

@@ -33,10 +33,8 @@ def device_counts(exp_id: str, uri: str | None) -> dict[str, Counter]:
     return out
 
 
-def devices(run: SweepRecord, uri: str | None, found: Counter | None = None) -> str:
-    """The devices this sweep's trials trained on, with counts (`found`: from `device_counts`, else read)."""
-    if found is None:
-        found = device_counts(run.experiment_id, uri).get(run.run_id, Counter())
+def devices(found: Counter) -> str:
+    """The devices a sweep's trials trained on, with counts (`found`: the sweep's `device_counts`)."""
     return ", ".join(f"{d} ({n} trial{'s' if n != 1 else ''})" for d, n in found.most_common()) or "no trials"
 
 
@@ -60,9 +58,9 @@ def _stored_spec(run: SweepRecord, uri: str | None) -> StoredSpec | None:
 
 
 def sweep_lines(rep: ReproductionData, exp: str, run: SweepRecord, trials: list,
-                found: Counter | None = None) -> tuple[list[str], dict]:
+                found: Counter) -> tuple[list[str], dict]:
     """The lines describing one sweep run, and its row for the exports (`found`: its trials' devices,
-    `device_counts`; read here when not given)."""
+    its entry of `device_counts`, which reads the experiment's trials once for all its sweeps)."""
     how = provenance.read(run.tags)
     own = [t for t in trials if t.parent_id == run.run_id and t.end_ms]
     wall = (run.end_ms - run.start_ms) / 1000 if run.end_ms else None
@@ -73,7 +71,7 @@ def sweep_lines(rep: ReproductionData, exp: str, run: SweepRecord, trials: list,
              f"{run.n_trials or '?'} trials planned, {len(own)} trained in this sweep "
              f"(trial time {duration(busy)})",
              f"- command: `{how['command']}`",
-             f"- machine: {how['machine']}; devices: {devices(run, rep.uri, found)}",
+             f"- machine: {how['machine']}; devices: {devices(found)}",
              f"- embinit {how['version']}, commit `{how['commit']}`",
              f"- spec: the run's `spec.yaml` artifact ({_spec_summary(stored)}"
              f", spec hash `{run.spec_hash or '?'}`)"]

@@ -56,7 +56,7 @@ class SweepResult:
 
     @property
     def n_finished(self) -> int:
-        return self.count("finished") + self.count("diverged")
+        return sum(self.count(s) for s in records.RESULT)
 
     @property
     def n_failed(self) -> int:

@@ -36,15 +36,32 @@ def unk_signature(signature: str, drop_unk: bool) -> str:
     return f"{signature}|unk:{'dropped' if drop_unk else 'kept'}"
 
 
+class ReferenceBleu:
+    """Corpus BLEU against one fixed list of references (a split's, for the whole trial): sacrebleu reads
+    them (tokenizes them, counts their n-grams and lengths) once, here, and each call scores hypotheses
+    against what it kept, not the references again at every evaluation. Same score and signature as
+    sacrebleu's `corpus_score(hyps, [refs])`."""
+
+    def __init__(self, refs: Sequence[str], lowercase: bool):
+        self.refs, self.lowercase = list(refs), lowercase
+        # force=True only silences sacrebleu's "looks tokenized" warning (raw references may end in " .");
+        # it does not change the score or the signature's tokenizer (13a)
+        self._bleu = BLEU(lowercase=lowercase, force=True, references=[self.refs]) if self.refs else None
+
+    def __call__(self, hyps: Sequence[str]) -> tuple[float, str]:
+        """(BLEU score 0-100, sacrebleu signature) for detokenized hypotheses, one per reference."""
+        if len(hyps) != len(self.refs):
+            raise ValueError(f"{len(hyps)} hypotheses for {len(self.refs)} references")
+        if self._bleu is None:   # no references: sacrebleu keeps none, so they are given as they are
+            bleu = BLEU(lowercase=self.lowercase, force=True)
+            return float(bleu.corpus_score(list(hyps), [self.refs]).score), str(bleu.get_signature())
+        return float(self._bleu.corpus_score(list(hyps), None).score), str(self._bleu.get_signature())
+
+
 def corpus_bleu(hyps: Sequence[str], refs: Sequence[str], lowercase: bool) -> tuple[float, str]:
-    """(BLEU score 0-100, sacrebleu signature) for detokenized hypotheses and raw references."""
-    if len(hyps) != len(refs):
-        raise ValueError(f"{len(hyps)} hypotheses for {len(refs)} references")
-    # force=True only silences sacrebleu's "looks tokenized" warning (raw references may end in " .");
-    # it does not change the score or the signature's tokenizer (13a)
-    bleu = BLEU(lowercase=lowercase, force=True)
-    score = bleu.corpus_score(list(hyps), [list(refs)])
-    return float(score.score), str(bleu.get_signature())
+    """(BLEU score 0-100, sacrebleu signature) for detokenized hypotheses and raw references, once (a
+    trainer that scores the same references again keeps a `ReferenceBleu`)."""
+    return ReferenceBleu(refs, lowercase)(hyps)
 
 
 def is_lowercased(info: dict, tokens: Sequence[str]) -> bool:

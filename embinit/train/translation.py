@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from embinit.models.stacked import IGNORE
 from embinit.train.batching import bucket_batches, flat_targets, pad, stack_padded
-from embinit.train.bleu import corpus_bleu, detokenize_all, is_lowercased, unk_signature
+from embinit.train.bleu import ReferenceBleu, detokenize_all, is_lowercased, unk_signature
 from embinit.train.decoding import BOS_ID, EOS_ID, PAD_ID, translate
 from embinit.train.loop import mean_loss, ppl
 from embinit.train.oov_subset import oov_target_ids
@@ -34,6 +34,7 @@ class TranslationTask:
         self.lowercase = is_lowercased(getattr(data, "info", {}), data.vocab.tokens)
         self.round_trip = (getattr(data, "info", None) or {}).get("references") == "round_trip"
         self._eval_batches: dict[str, list] = {}
+        self._scorers: dict[str, ReferenceBleu] = {}   # per split: its references read once per trial
 
     @classmethod
     def from_setup(cls, setup, autocast) -> "TranslationTask":
@@ -106,7 +107,9 @@ class TranslationTask:
                             autocast=self.autocast())
         hyps = detokenize_all([self.data.vocab.decode(h) for h in hyp_ids], self.data.detokenize,
                               drop_unk=self.drop_unk)
-        score, sig = corpus_bleu(hyps, self.data.references[split], self.lowercase)
+        if split not in self._scorers:
+            self._scorers[split] = ReferenceBleu(self.data.references[split], self.lowercase)
+        score, sig = self._scorers[split](hyps)
         return score, unk_signature(sig, self.drop_unk) + ("|ref:tokenizer" if self.round_trip else "")
 
     def validate(self, model) -> dict:
