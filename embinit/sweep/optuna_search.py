@@ -21,6 +21,7 @@ from ray import tune
 from embinit import run_readers
 from embinit.records import TrialRecord
 from embinit.spec import ExperimentSpec, PlannedTrial, Range
+from embinit.sweep import tune_state
 from embinit.sweep.fused import fuse_key
 from embinit.sweep.interrupt import stop_on_interrupt
 from embinit.sweep.job import TuneJob
@@ -128,7 +129,7 @@ def _search(job: TuneJob, work: list[tuple]) -> bool:
             run_config=run_config(spec, f"{spec.name}-{task}-{label}-{time.strftime('%Y%m%d-%H%M%S')}",
                                   job.storage, progress_callback(job.progress, budget * len(items), 0, len(items)),
                                   stopper))
-        tuner.fit()
+        tune_state.discard(tuner.fit())   # nothing reads Tune's state again (embinit.sweep.tune_state)
         if stopper.fired:
             return True
     return False
