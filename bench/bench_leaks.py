@@ -7,7 +7,7 @@ on disk, the API process over many experiments.
    D=16) run one after another in this process, as a reused Tune actor runs them (`train_unit` with Tune's
    report and checkpoint as no-ops outside a Tune session): RSS, open fds, threads, child processes,
    entries in the temp folder, gc objects, and the files left in the sweep's checkpoint folders, after the
-   first trial and after the last; growth ratios last / first (1.0: nothing grows). Every run must be
+   first trial and after the last; growth ratios last / first and last / middle (1.0: nothing grows). Every run must be
    FINISHED, every trial folder gone.
 2. sweep: N no-work trials (`execution.trainer: noop`) through a real sweep on a local Ray: what the sweep
    leaves on disk once it returns: Tune's storage (`<cache_dir>/ray_results`) and the staging copy in the
@@ -82,6 +82,8 @@ def worker(n: int, tmp: Path) -> dict:
     first, last = rows[0], rows[-1]
     return {"trials": n, "seconds": round(time.perf_counter() - t0, 1), "after_first": first, "after_last": last,
             "rss_growth_ratio": round(last["rss_mb"] / first["rss_mb"], 3),
+            # the allocator settles over the first trials: the second half is where a per-trial leak shows
+            "rss_growth_ratio_second_half": round(last["rss_mb"] / rows[n // 2]["rss_mb"], 3),
             "rss_per_trial_mb_after_first": round((last["rss_mb"] - first["rss_mb"]) / max(1, n - 1), 3),
             "checkpoint_folders_left": _files(Path(spec.cache_dir) / "checkpoints"),
             "runs_by_status": {s: sum(r.info.status == s for r in runs) for s in {r.info.status for r in runs}}}

@@ -87,6 +87,42 @@ def test_a_reused_worker_holds_no_more_after_many_trials_than_after_one(tmp_path
     assert len(runs) == 8 and {r.info.status for r in runs} == {"FINISHED"}
 
 
+class _Boom:
+    """Trainer callback: the trial's worker fails at the end of its first epoch (a bug, not a user error)."""
+
+    def on_epoch_end(self, ctx, epoch, metrics):
+        raise RuntimeError("boom")
+
+
+@pytest.mark.slow
+def test_failing_trials_leave_no_running_run_and_no_open_lock(tmp_path, monkeypatch):
+    """A trial whose worker raises closes its run FAILED and releases its claim's lock (the fd; the lock
+    file stays beside the kept folder), keeping its checkpoint folder for the retry; three such trials in
+    one process hold what one did."""
+    from embinit import mlflow_store, run_writers
+    from embinit.sweep.trainable import train_unit
+    from embinit.sweep.work import SweepContext, Unit, work_item
+    monkeypatch.setenv("EMBINIT_CACHE_DIR", str(tmp_path / "home"))
+    spec = load_spec(sweep_spec_data("failing", tmp_path, {"task": "synthetic_classification", "epochs": 2,
+                                                           "max_train_examples": 64, "d_model": 16, "ff_dim": 32,
+                                                           "heads": 2}, seeds=3))
+    uri = mlflow_store.resolve_uri(spec.mlflow.tracking_uri)
+    exp = mlflow_store.ensure_experiment(spec.experiment_name(), uri)
+    parent = run_writers.start_parent_run(exp, uri, spec.spec_hash(), spec.to_yaml(), spec.num_trials())
+    ctx = SweepContext(uri, exp, parent, log_plots=False, cache_dir=spec.cache_dir, one_machine=True)
+    units = [Unit((work_item(spec, p),)) for p in spec.plan()]
+    states = []
+    for i in range(len(units)):
+        with pytest.raises(RuntimeError, match="boom"):
+            train_unit({"unit": i}, ctx, units, extra_callbacks=lambda cfg: [_Boom()])
+        states.append(_open_state())
+    assert states[-1] == states[0]
+    runs = mlflow_store.search_runs(exp, uri, f"tags.`embinit.sweep_run` = '{parent}'")
+    assert len(runs) == 3 and {r.info.status for r in runs} == {"FAILED"}
+    kept = sorted(p.name for p in (Path(spec.cache_dir) / "checkpoints").glob("*/*") if p.is_dir())
+    assert kept == sorted(u.trials[0].key for u in units)   # the folders a retry resumes from
+
+
 @pytest.mark.slow
 def test_a_sweep_leaves_no_tune_state_behind(ray_local, tmp_path):
     from ray.train.constants import _get_ray_train_session_dir
