@@ -1,5 +1,6 @@
 """What a sweep leaves behind and what a reused trial worker accumulates (bench/bench_leaks.py measures
-both): Tune's per-sweep state is removed once its run is over (embinit.sweep.tune_state); N trials run
+both): Tune's per-sweep state and its registered trainable are removed once its run is over
+(embinit.sweep.tune_state); N trials run
 one after another in one worker process, as a reused Tune actor runs them, hold no more file
 descriptors, threads, temporary folders or checkpoint files than one did."""
 
@@ -134,3 +135,6 @@ def test_a_sweep_leaves_no_tune_state_behind(ray_local, tmp_path):
     assert (result.n_finished, result.n_failed) == (6, 0)
     assert list((tmp_path / "cache" / "ray_results").iterdir()) == []
     assert not list(Path(_get_ray_train_session_dir()).glob("*/embinit_tidy_*"))
+    # nor its trainable in the cluster's key-value store (a service's drivers never exit as scripts)
+    from ray.experimental.internal_kv import _internal_kv_list
+    assert not [k for k in _internal_kv_list(b"TuneRegistry") if b"/embinit_tidy_" in k]

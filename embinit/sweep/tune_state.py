@@ -11,6 +11,11 @@ Ray session lives for days, gained both with every experiment (bench/bench_leaks
 
 A run in which a Tune trial errored keeps them: its trial folders hold Tune's `error.txt` (why a worker
 died, where MLflow may have no traceback).
+
+Tune also registers the sweep's trainable (pickled, ~5 KB) in the Ray cluster's key-value store, under the
+Ray job and the sweep's unique name, and removes it only when a script-mode driver exits: the service's
+experiment drivers are actors in the API's job, so every experiment left its entry in the GCS for the
+life of the cluster. `unregister` removes it once the Tune run is over.
 """
 
 from __future__ import annotations
@@ -53,3 +58,14 @@ def _session_copies(name: str) -> list[Path]:
     except Exception:  # no Ray session here (Ray Client), or Ray moved it: nothing of ours to find
         return []
     return [p for p in root.glob(f"*/{name}") if p.is_dir()] if name else []
+
+
+def unregister(name: str) -> None:
+    """Remove Tune run `name`'s trainable from the cluster's key-value store (and this process's list of
+    what it registered); a failure is logged, never raised."""
+    try:
+        from ray.tune.registry import TRAINABLE_CLASS, _global_registry
+        _global_registry.unregister(TRAINABLE_CLASS, name)
+        _global_registry._registered.discard((TRAINABLE_CLASS, name))
+    except Exception as e:  # a Ray without this registry, or the cluster gone: nothing of ours is left to remove
+        log.warning("could not unregister Tune's trainable %s: %s", name, e)
