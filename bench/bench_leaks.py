@@ -11,7 +11,8 @@ on disk, the API process over many experiments.
    FINISHED, every trial folder gone.
 2. sweep: N no-work trials (`execution.trainer: noop`) through a real sweep on a local Ray: what the sweep
    leaves on disk once it returns: Tune's storage (`<cache_dir>/ray_results`) and the staging copy in the
-   Ray session (`/tmp/ray/session_*/artifacts/*/<the sweep's Tune run>`), in files and bytes.
+   Ray session (`/tmp/ray/session_*/artifacts/*/<the sweep's Tune run>`), in files and bytes, and the
+   trainable Tune registered in the cluster's key-value store.
 3. api: M experiments through the real app and result store (the drivers: service.fakes' in-process
    runner, which trains nothing), each submitted, read while running (status, trials, results), finished
    and read again: RSS and the per-experiment entries the reconciler, the result
@@ -102,8 +103,12 @@ def sweep(n: int, tmp: Path) -> dict:
         wall = time.perf_counter() - t0
         staged = [p for p in Path(_get_ray_train_session_dir()).glob("*/embinit_leaks-sweep_*")]
         session = {"folders": len(staged), **{k: sum(_files(p)[k] for p in staged) for k in ("files", "dirs", "bytes")}}
+        from ray.experimental.internal_kv import _internal_kv_get, _internal_kv_list
+        entries = [k for k in _internal_kv_list(b"TuneRegistry") if b"/embinit_leaks-sweep_" in k]
+        registry = {"entries": len(entries), "bytes": sum(len(_internal_kv_get(k) or b"") for k in entries)}
     return {"trials": n, "finished": result.n_finished, "wall_s": round(wall, 1),
-            "tune_storage_left": _files(Path(spec.cache_dir) / "ray_results"), "ray_session_copy_left": session}
+            "tune_storage_left": _files(Path(spec.cache_dir) / "ray_results"), "ray_session_copy_left": session,
+            "tune_registry_left": registry}
 
 
 def api(m: int, tmp: Path) -> dict:
