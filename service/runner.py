@@ -247,6 +247,8 @@ class RayRunner:
     def kill(self, driver: str) -> None:
         import ray
 
+        self._started.pop(driver, None)   # nothing is kept of a driver once it is removed
+        self._missed.pop(driver, None)
         actor = self._actor(driver)
         if actor is not None:
             ray.kill(actor, no_restart=True)

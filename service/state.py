@@ -103,8 +103,11 @@ class Reconciler:
             self._reconcile(exp)
             self._checked[exp.id] = time.monotonic()
             session.commit()
-            if exp.status in TERMINAL and self.on_finished is not None:
-                self.on_finished(exp.id)
+            if exp.status in TERMINAL:  # never refreshed again: nothing of it is kept here
+                self._checked.pop(exp.id, None)
+                self._locks.pop(exp.id, None)   # a refresh holding it still releases its own
+                if self.on_finished is not None:
+                    self.on_finished(exp.id)
         except StoreUnavailable as e:  # MLflow is slow or down: the stored state is the answer for now
             log.warning("could not refresh experiment %s: %s", exp.id, e)
             session.rollback()

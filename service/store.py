@@ -112,7 +112,9 @@ class ResultStore:
         self._lock = threading.Lock()
         self._building: dict[tuple, threading.Lock] = {}
         self.live_cost_factor = live_cost_factor
-        self._live: dict[tuple, tuple[Any, float, float]] = {}  # (kind, exp id, ...) -> value, built at, took
+        # (kind, ..., exp id) -> value, built at, took: the last build of a running experiment, in build order;
+        # dropped when the experiment is read finished, and at most `cache_size` of them
+        self._live: dict[tuple, tuple[Any, float, float]] = {}
 
     def _current(self, kind: tuple, exp, build: Callable[[], Any]) -> Any:
         """`build()` for `exp` as it is now (cached by its `updated_at`); for a running experiment, the
@@ -121,8 +123,9 @@ class ResultStore:
 
         key = (*kind, exp.id, exp.updated_at)
         if exp.status in TERMINAL:  # its state is final: the cache by `updated_at` is all it needs
-            with self._lock:
-                self._live.pop(key[:-1], None)
+            with self._lock:  # every live build of it goes (a report per baseline read while it ran)
+                for old in [k for k in self._live if k[-1] == exp.id]:
+                    del self._live[old]
             value = self._cached(key, build)
         else:
             with self._lock:
@@ -134,7 +137,10 @@ class ResultStore:
                 start = time.monotonic()
                 built = build()
                 with self._lock:
+                    self._live.pop(key[:-1], None)
                     self._live[key[:-1]] = (built, time.monotonic(), time.monotonic() - start)
+                    while len(self._live) > self._size:  # experiments that ended unread since: oldest first
+                        del self._live[next(iter(self._live))]
                 return built
             value = self._cached(key, timed)
         with self._lock:  # one state per experiment is kept: 10,000 trials' rows are ~20 MB a state

@@ -12,7 +12,7 @@ from embinit.task_registry import TASKS, primary_metric, reported_metrics
 from embinit.spec import SpecError, load_spec
 from embinit.sweep.noop import noop_result, tracked
 from embinit.sweep.work import pack_units, units_to_run
-from helpers.sweep import sweep_spec_data
+from helpers.sweep import before_tune_state_goes, sweep_spec_data
 
 
 @pytest.mark.parametrize("task", sorted(TASKS))
@@ -91,10 +91,12 @@ def test_noop_sweep_records_real_runs_and_the_report_reads_them(ray_local, tmp_p
 
 
 @pytest.mark.slow
-def test_packed_units_record_every_trial_and_count_them(ray_local, tmp_path):
+def test_packed_units_record_every_trial_and_count_them(ray_local, tmp_path, monkeypatch):
     from embinit.sweep import run_sweep
     spec = load_spec(sweep_spec_data("packed", tmp_path, "synthetic_lm", inits=["xavier", "normal"], seeds=5,
                                      execution={"trainer": "noop", "trials_per_unit": 4}))
+    states = before_tune_state_goes(monkeypatch, lambda: [p.read_text() for p in (
+        tmp_path / "cache" / "ray_results").glob("*/experiment_state-*.json")])
     seen: list[dict] = []
     result = run_sweep(spec, progress=seen.append)
     assert (result.planned, result.n_finished, result.n_failed) == (10, 10, 0)
@@ -104,8 +106,7 @@ def test_packed_units_record_every_trial_and_count_them(ray_local, tmp_path):
     # Tune writes every trial's state at each of its checkpoints: no trial's state may carry the units
     # (a name creator closing over them made a 1.6 GB state file at 10,000 trials); Tune stores objects
     # there as hex of their pickle, so a trial key's hex would be in it.
-    (state,) = (tmp_path / "cache" / "ray_results").glob("*/experiment_state-*.json")
-    text = state.read_text()
+    ((text,),) = states
     assert not [t for t in result.trials if t["key"].encode().hex() in text]
 
 

@@ -193,15 +193,18 @@ def test_a_claim_taken_in_the_store_is_held_against_another_cache_folder(tmp_pat
     assert order == ["first out", "second in"]
 
 
-def test_tune_keeps_its_storage_in_the_store(tmp_path, store_uri):
+def test_tune_keeps_its_storage_in_the_store(tmp_path, store_uri, monkeypatch):
     from embinit.spec import load_spec
     from embinit.sweep import run_sweep
-    from helpers.sweep import sweep_spec_data
+    from helpers.sweep import before_tune_state_goes, sweep_spec_data
     spec = load_spec(sweep_spec_data("tune-in-s3", tmp_path, {**TINY, "epochs": 1},
                                      mlflow={"tracking_uri": f"sqlite:///{tmp_path}/m.db", "log_plots": False}))
+    seen = before_tune_state_goes(monkeypatch, lambda: objects(store_uri))
     result = run_sweep(spec, progress=False)
     assert result.n_finished == 1
+    (during,) = seen
+    assert any(k.startswith("ray_results/embinit_tune-in-s3_") for k in during), during
     stored = objects(store_uri)
-    assert any(k.startswith("ray_results/embinit_tune-in-s3_") for k in stored), stored
+    assert not any(k.startswith("ray_results/embinit_") for k in stored), stored   # gone with the run (tune_state)
     assert not any(k.startswith(("checkpoints/", "claims/")) for k in stored)   # recorded: nothing to resume
     assert not (Path(spec.cache_dir) / "ray_results").exists()

@@ -21,11 +21,13 @@ from ray import tune
 from embinit import run_readers
 from embinit.records import TrialRecord
 from embinit.spec import ExperimentSpec, PlannedTrial, Range
+from embinit.sweep import tune_state
 from embinit.sweep.fused import fuse_key
 from embinit.sweep.interrupt import stop_on_interrupt
 from embinit.sweep.job import TuneJob
 from embinit.sweep.ray_runtime import RayRuntime
-from embinit.sweep.tune_run import StopAll, make_trainable, progress_callback, quiet_tune_logs, run_config
+from embinit.sweep.tune_run import StopAll, make_trainable, progress_callback, quiet_tune_logs, run_config, \
+    unique_name
 from embinit.sweep.work import Unit, WorkItem, work_item
 
 
@@ -120,15 +122,19 @@ def _search(job: TuneJob, work: list[tuple]) -> bool:
                                 points_to_evaluate=[p for p, _ in known] or None,
                                 evaluated_rewards=[r for _, r in known] or None)
         units = [Unit(tuple(items), fused=_fuses(spec, items))]
+        unique = unique_name(spec)
         tuner = tune.Tuner(
-            make_trainable(spec, units, shared, job.extra_callbacks),
+            make_trainable(spec, units, shared, job.extra_callbacks, unique),
             param_space={"unit": 0, **space},
             tune_config=tune.TuneConfig(search_alg=searcher, num_samples=budget, reuse_actors=True,
                                         max_concurrent_trials=spec.max_concurrent),
             run_config=run_config(spec, f"{spec.name}-{task}-{label}-{time.strftime('%Y%m%d-%H%M%S')}",
                                   job.storage, progress_callback(job.progress, budget * len(items), 0, len(items)),
                                   stopper))
-        tuner.fit()
+        try:
+            tune_state.discard(tuner.fit())   # nothing reads Tune's state again (embinit.sweep.tune_state)
+        finally:
+            tune_state.unregister(unique)
         if stopper.fired:
             return True
     return False

@@ -13,6 +13,7 @@ from typing import Callable
 
 from ray import tune
 
+from embinit.sweep import tune_state
 from embinit.sweep.interrupt import stop_on_interrupt
 from embinit.sweep.job import TuneJob
 from embinit.sweep.progress import Progress
@@ -135,5 +136,8 @@ def run_tune(job: TuneJob, units: list[Unit]) -> bool:
             tune_config=tune.TuneConfig(max_concurrent_trials=job.spec.max_concurrent, reuse_actors=True,
                                         trial_name_creator=names, trial_dirname_creator=names),
             run_config=run_config(job.spec, unique, job.storage, callbacks, stopper))
-        tuner.fit()
+        try:
+            tune_state.discard(tuner.fit())   # nothing reads Tune's state again (embinit.sweep.tune_state)
+        finally:
+            tune_state.unregister(unique)
     return stopper.fired
