@@ -54,6 +54,17 @@ def test_a_tune_run_with_an_errored_trial_keeps_its_state(tmp_path, monkeypatch)
     assert folder.is_dir() and (root / "2026-11-27_16-37-43" / folder.name).is_dir()
 
 
+@pytest.fixture
+def own_tmp(tmp_path, monkeypatch) -> Path:
+    """This process's temporary folder, of its own: the machine's /tmp gains and loses entries of other
+    processes (other tests, the CI's other pytest workers) meanwhile."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    return tmp
+
+
 def _open_state() -> dict:
     tmp = Path(tempfile.gettempdir())
     return {"fds": sorted(os.listdir("/proc/self/fd")), "threads": threading.active_count(),
@@ -61,7 +72,7 @@ def _open_state() -> dict:
 
 
 @pytest.mark.slow
-def test_a_reused_worker_holds_no_more_after_many_trials_than_after_one(tmp_path, monkeypatch):
+def test_a_reused_worker_holds_no_more_after_many_trials_than_after_one(tmp_path, monkeypatch, own_tmp):
     """The worker's side of 8 trials in one process (what a reused Tune actor runs): the fds, threads and
     temporary files after the last equal those after the first; each trial's checkpoint folder is gone
     once its run is recorded, and every run is closed."""
@@ -96,7 +107,7 @@ class _Boom:
 
 
 @pytest.mark.slow
-def test_failing_trials_leave_no_running_run_and_no_open_lock(tmp_path, monkeypatch):
+def test_failing_trials_leave_no_running_run_and_no_open_lock(tmp_path, monkeypatch, own_tmp):
     """A trial whose worker raises closes its run FAILED and releases its claim's lock (the fd; the lock
     file stays beside the kept folder), keeping its checkpoint folder for the retry; three such trials in
     one process hold what one did."""
