@@ -32,8 +32,11 @@ run: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
+# The files run on $(TEST_WORKERS) workers (pytest-xdist): most slow tests wait on Ray, servers or a timed
+# fault rather than compute, so they overlap well even on 2 cores. `make test TEST_WORKERS=0` runs serially.
+TEST_WORKERS ?= 3
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS)
 
 bench: $(STAMP)
 	$(PIP) install -q -e ".[bench]"

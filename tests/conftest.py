@@ -28,6 +28,45 @@ def ray_local():
     ray.shutdown()
 
 
+# In parallel (`make test` runs `pytest -n 3`; pyproject's addopts add `--dist loadfile`): each test file
+# runs on one worker, so a module-scoped fixture (a local Ray, a server, a trained model) is made once, and
+# its tests keep their order; files run beside each other. (xdist's `loadgroup` marks would be finer, but
+# pytest 9.2 ignores the node ids they rewrite: pytest-xdist issue 1386.) Files that use one machine-wide
+# resource share a scope below, so they run one after the other on one worker. Serial runs (`-n0`) are
+# untouched.
+_ONE_WORKER = {
+    # a `ray start` head on 127.0.0.2: both heads would want that address's default ports (52365, 10001)
+    "test_service_cluster.py": "ray-head-127.0.0.2", "test_service_cluster_auth.py": "ray-head-127.0.0.2",
+}
+# The files whose tests take longest are handed out first, then the other files with a `slow` test, so
+# the run does not end waiting on one long file.
+_START_FIRST = ("test_cluster_netns.py", "test_service_concurrency.py", "test_service_cluster.py",
+                "test_sweep_resume.py", "test_bench_gpu.py")
+
+
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class OneWorkerPerResource(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return _ONE_WORKER.get(path.rsplit("/", 1)[-1], path)
+    return OneWorkerPerResource(config, log)
+
+
+def pytest_collection_modifyitems(config, items):
+    if not hasattr(config, "workerinput"):   # only a worker's order, which `--no-loadscope-reorder` keeps
+        return
+    slow = {item.path.name for item in items if item.get_closest_marker("slow")}
+
+    def rank(item) -> int:
+        name = item.path.name
+        return _START_FIRST.index(name) if name in _START_FIRST else len(_START_FIRST) + (name not in slow)
+    items.sort(key=rank)   # stable: each file's tests keep their order
+
+
 # What `make test` skipped and why, said once at the very end (issue 22 item 12): a newcomer without
 # Chromium or PostgreSQL otherwise tests less than CI without noticing. `.ci/run` installs both.
 _ENABLE = {"chromium": "apt-get install -y chromium (and the playwright package: pip install playwright)",
