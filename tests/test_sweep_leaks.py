@@ -71,23 +71,30 @@ def _open_state() -> dict:
             "tmp": sorted(p.name for p in tmp.iterdir() if p.name.startswith(("tmp", "embinit")))}
 
 
+def _worker(name: str, seeds: int, tmp_path, monkeypatch):
+    """A sweep's trials as a reused worker gets them, without Ray: (the spec, the store's URI, the MLflow
+    experiment, the sweep's run, the context and the units `train_unit` runs, one trial each)."""
+    from embinit import mlflow_store, run_writers
+    from embinit.sweep.work import SweepContext, Unit, work_item
+    monkeypatch.setenv("EMBINIT_CACHE_DIR", str(tmp_path / "home"))
+    spec = load_spec(sweep_spec_data(name, tmp_path, {"task": "synthetic_classification", "epochs": 2,
+                                                      "max_train_examples": 64, "d_model": 16, "ff_dim": 32,
+                                                      "heads": 2}, seeds=seeds))
+    uri = mlflow_store.resolve_uri(spec.mlflow.tracking_uri)
+    exp = mlflow_store.ensure_experiment(spec.experiment_name(), uri)
+    parent = run_writers.start_parent_run(exp, uri, spec.spec_hash(), spec.to_yaml(), spec.num_trials())
+    ctx = SweepContext(uri, exp, parent, log_plots=False, cache_dir=spec.cache_dir, one_machine=True)
+    return spec, uri, exp, parent, ctx, [Unit((work_item(spec, p),)) for p in spec.plan()]
+
+
 @pytest.mark.slow
 def test_a_reused_worker_holds_no_more_after_many_trials_than_after_one(tmp_path, monkeypatch, own_tmp):
     """The worker's side of 8 trials in one process (what a reused Tune actor runs): the fds, threads and
     temporary files after the last equal those after the first; each trial's checkpoint folder is gone
     once its run is recorded, and every run is closed."""
-    from embinit import mlflow_store, run_writers
+    from embinit import mlflow_store
     from embinit.sweep.trainable import train_unit
-    from embinit.sweep.work import SweepContext, Unit, work_item
-    monkeypatch.setenv("EMBINIT_CACHE_DIR", str(tmp_path / "home"))
-    spec = load_spec(sweep_spec_data("worker", tmp_path, {"task": "synthetic_classification", "epochs": 2,
-                                                          "max_train_examples": 64, "d_model": 16, "ff_dim": 32,
-                                                          "heads": 2}, seeds=8))
-    uri = mlflow_store.resolve_uri(spec.mlflow.tracking_uri)
-    exp = mlflow_store.ensure_experiment(spec.experiment_name(), uri)
-    parent = run_writers.start_parent_run(exp, uri, spec.spec_hash(), spec.to_yaml(), spec.num_trials())
-    ctx = SweepContext(uri, exp, parent, log_plots=False, cache_dir=spec.cache_dir, one_machine=True)
-    units = [Unit((work_item(spec, p),)) for p in spec.plan()]
+    spec, uri, exp, parent, ctx, units = _worker("worker", 8, tmp_path, monkeypatch)
     train_unit({"unit": 0}, ctx, units)
     after_one = _open_state()
     for i in range(1, len(units)):
@@ -111,18 +118,9 @@ def test_failing_trials_leave_no_running_run_and_no_open_lock(tmp_path, monkeypa
     """A trial whose worker raises closes its run FAILED and releases its claim's lock (the fd; the lock
     file stays beside the kept folder), keeping its checkpoint folder for the retry; three such trials in
     one process hold what one did."""
-    from embinit import mlflow_store, run_writers
+    from embinit import mlflow_store
     from embinit.sweep.trainable import train_unit
-    from embinit.sweep.work import SweepContext, Unit, work_item
-    monkeypatch.setenv("EMBINIT_CACHE_DIR", str(tmp_path / "home"))
-    spec = load_spec(sweep_spec_data("failing", tmp_path, {"task": "synthetic_classification", "epochs": 2,
-                                                           "max_train_examples": 64, "d_model": 16, "ff_dim": 32,
-                                                           "heads": 2}, seeds=3))
-    uri = mlflow_store.resolve_uri(spec.mlflow.tracking_uri)
-    exp = mlflow_store.ensure_experiment(spec.experiment_name(), uri)
-    parent = run_writers.start_parent_run(exp, uri, spec.spec_hash(), spec.to_yaml(), spec.num_trials())
-    ctx = SweepContext(uri, exp, parent, log_plots=False, cache_dir=spec.cache_dir, one_machine=True)
-    units = [Unit((work_item(spec, p),)) for p in spec.plan()]
+    spec, uri, exp, parent, ctx, units = _worker("failing", 3, tmp_path, monkeypatch)
     states = []
     for i in range(len(units)):
         with pytest.raises(RuntimeError, match="boom"):
