@@ -33,10 +33,12 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
 # The files run on $(TEST_WORKERS) workers (pytest-xdist): most slow tests wait on Ray, servers or a timed
-# fault rather than compute, so they overlap well even on 2 cores. `make test TEST_WORKERS=0` runs serially.
+# fault rather than compute, so they overlap well even on 2 cores. `--dist loadfile`: each file's tests on one
+# worker, in order (tests/conftest.py: the files kept on one worker together, the longest handed out first).
+# `make test TEST_WORKERS=0` runs serially.
 TEST_WORKERS ?= 3
 test: $(STAMP)
-	$(PY) -m pytest -q -n $(TEST_WORKERS)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 bench: $(STAMP)
 	$(PIP) install -q -e ".[bench]"

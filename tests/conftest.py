@@ -28,7 +28,7 @@ def ray_local():
     ray.shutdown()
 
 
-# In parallel (`make test` runs `pytest -n 3`; pyproject's addopts add `--dist loadfile`): each test file
+# In parallel (`make test` runs `pytest -n 3 --dist loadfile --no-loadscope-reorder`): each test file
 # runs on one worker, so a module-scoped fixture (a local Ray, a server, a trained model) is made once, and
 # its tests keep their order; files run beside each other. (xdist's `loadgroup` marks would be finer, but
 # pytest 9.2 ignores the node ids they rewrite: pytest-xdist issue 1386.) Files that use one machine-wide
@@ -44,6 +44,7 @@ _START_FIRST = ("test_cluster_netns.py", "test_service_concurrency.py", "test_se
                 "test_sweep_resume.py", "test_bench_gpu.py")
 
 
+@pytest.hookimpl(optionalhook=True)   # a pytest without xdist (the GPU machine's) runs the tests all the same
 def pytest_xdist_make_scheduler(config, log):
     if config.getvalue("dist") != "loadfile":
         return None
