@@ -34,7 +34,7 @@ class TranslationTask:
         self.lowercase = is_lowercased(getattr(data, "info", {}), data.vocab.tokens)
         self.round_trip = (getattr(data, "info", None) or {}).get("references") == "round_trip"
         self._eval_batches: dict[str, list] = {}
-        self._scorers: dict[str, ReferenceBleu] = {}   # per split: its references read once per trial
+        self._scorers: dict[str, tuple[list, ReferenceBleu]] = {}   # per split: its references, read once
 
     @classmethod
     def from_setup(cls, setup, autocast) -> "TranslationTask":
@@ -107,9 +107,11 @@ class TranslationTask:
                             autocast=self.autocast())
         hyps = detokenize_all([self.data.vocab.decode(h) for h in hyp_ids], self.data.detokenize,
                               drop_unk=self.drop_unk)
-        if split not in self._scorers:
-            self._scorers[split] = ReferenceBleu(self.data.references[split], self.lowercase)
-        score, sig = self._scorers[split](hyps)
+        refs = self.data.references[split]
+        kept = self._scorers.get(split)
+        if kept is None or kept[0] is not refs:   # read once per list of references (a subset view has its own)
+            kept = self._scorers[split] = (refs, ReferenceBleu(refs, self.lowercase))
+        score, sig = kept[1](hyps)
         return score, unk_signature(sig, self.drop_unk) + ("|ref:tokenizer" if self.round_trip else "")
 
     def validate(self, model) -> dict:
