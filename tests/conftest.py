@@ -28,6 +28,21 @@ def ray_local():
     ray.shutdown()
 
 
+@pytest.fixture
+def terminal_signals():
+    """SIGHUP and SIGTERM as a terminal's command gets them, for the tests of what `embinit run` does on
+    them: a suite started under `nohup` (or a CI runner that ignores them) has them ignored, which every
+    process it starts inherits, and `embinit run` rightly keeps an ignored one ignored."""
+    import signal
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGHUP, signal.SIGTERM)}
+    for sig, handler in before.items():
+        if handler is signal.SIG_IGN:
+            signal.signal(sig, signal.SIG_DFL)
+    yield
+    for sig, handler in before.items():
+        signal.signal(sig, handler)
+
+
 # In parallel (`make test` runs `pytest -n 3 --dist loadfile --no-loadscope-reorder`): each test file
 # runs on one worker, so a module-scoped fixture (a local Ray, a server, a trained model) is made once, and
 # its tests keep their order; files run beside each other. (xdist's `loadgroup` marks would be finer, but

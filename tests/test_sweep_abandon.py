@@ -27,6 +27,8 @@ from tests.helpers.embinit_run import assert_a_rerun_resumes, launch, runs, spec
 RAYLET_DIED = "the local Ray's raylet died (pid 7, killed by SIGKILL)"
 _NAMES = {"raylet": "raylet", "gcs_server": "GCS (gcs_server)"}   # a Ray process, as the error names it
 
+pytestmark = pytest.mark.usefixtures("terminal_signals")   # the same under `nohup make test`
+
 
 def _watched(monkeypatch, lost, sent: bytes = b"", open_sweep: bool = True) -> tuple[list, list]:
     """Run the watcher over a pipe holding the signal numbers `sent`, with `lost` as its check and (when

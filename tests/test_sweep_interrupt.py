@@ -22,6 +22,8 @@ from embinit.records import ERROR_TAG, STATUS_TAG
 from tests.helpers.embinit_run import Terminal, assert_a_rerun_resumes, launch, spec_file, wait_for_a_checkpoint
 from tests.helpers.embinit_run import runs as all_runs
 
+pytestmark = pytest.mark.usefixtures("terminal_signals")   # the same under `nohup make test`
+
 
 @pytest.mark.slow
 def test_ctrl_c_marks_trials_interrupted_and_says_how_to_resume(tmp_path):
