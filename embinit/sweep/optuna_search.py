@@ -131,10 +131,7 @@ def _search(job: TuneJob, work: list[tuple]) -> bool:
             run_config=run_config(spec, f"{spec.name}-{task}-{label}-{time.strftime('%Y%m%d-%H%M%S')}",
                                   job.storage, progress_callback(job.progress, budget * len(items), 0, len(items)),
                                   stopper))
-        try:
-            tune_state.discard(tuner.fit())   # nothing reads Tune's state again (embinit.sweep.tune_state)
-        finally:
-            tune_state.unregister(unique)
+        tune_state.fit(tuner, unique)   # nothing reads Tune's state again (embinit.sweep.tune_state)
         if stopper.fired:
             return True
     return False

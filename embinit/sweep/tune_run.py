@@ -136,8 +136,5 @@ def run_tune(job: TuneJob, units: list[Unit]) -> bool:
             tune_config=tune.TuneConfig(max_concurrent_trials=job.spec.max_concurrent, reuse_actors=True,
                                         trial_name_creator=names, trial_dirname_creator=names),
             run_config=run_config(job.spec, unique, job.storage, callbacks, stopper))
-        try:
-            tune_state.discard(tuner.fit())   # nothing reads Tune's state again (embinit.sweep.tune_state)
-        finally:
-            tune_state.unregister(unique)
+        tune_state.fit(tuner, unique)   # nothing reads Tune's state again (embinit.sweep.tune_state)
     return stopper.fired

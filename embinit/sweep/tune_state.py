@@ -69,3 +69,13 @@ def unregister(name: str) -> None:
         _global_registry._registered.discard((TRAINABLE_CLASS, name))
     except Exception as e:  # a Ray without this registry, or the cluster gone: nothing of ours is left to remove
         log.warning("could not unregister Tune's trainable %s: %s", name, e)
+
+
+def fit(tuner, name: str):
+    """`tuner.fit()` for Tune run `name`, then what it leaves removed (`discard`, `unregister`); its results."""
+    try:
+        results = tuner.fit()
+        discard(results)
+        return results
+    finally:
+        unregister(name)
