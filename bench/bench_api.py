@@ -44,7 +44,7 @@ def populate(work: Path) -> str:
     """1,000 finished trial runs in MLflow and their (succeeded) experiment in the state database."""
     import random
 
-    from embinit import mlflow_store, records, run_writers, trial_run
+    from embinit.tracking import mlflow_store, records, run_writers, trial_run
     from embinit.spec import load_spec
     from service.db import Experiment, make_sessionmaker, utcnow
     from service.store import absolute_sqlite_uri

@@ -64,7 +64,7 @@ def _files(folder: Path) -> dict:
 
 
 def worker(n: int, tmp: Path) -> dict:
-    from embinit import mlflow_store, run_writers
+    from embinit.tracking import mlflow_store, run_writers
     from embinit.spec import load_spec
     from embinit.sweep.trainable import train_unit
     from embinit.sweep.work import SweepContext, Unit, work_item

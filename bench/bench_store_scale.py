@@ -54,7 +54,7 @@ def spec_data(n: int, uri: str) -> dict:
 def record(uri: str, exp_id: str, parent: str, p, result: dict) -> None:
     """One finished trial of the planned trial `p`, as a sweep's worker records it (the key's runs read
     once, `TrialRun.open`, `TrialRun.finish`; bench_trial_writes.record with the plan's label and group)."""
-    from embinit import run_readers, trial_run
+    from embinit.tracking import run_readers, trial_run
     key_runs = run_readers.key_records(exp_id, uri, p.key)
     run = trial_run.TrialRun.open(uri, exp_id, parent, p.config, p.key, p.label, {"axes": p.axes, "point": p.point},
                                   key_runs=key_runs)
@@ -63,11 +63,11 @@ def record(uri: str, exp_id: str, parent: str, p, result: dict) -> None:
 
 def build(n: int, work: Path) -> tuple[dict, str]:
     """A store with the spec's sweep run, 3/4 of its trials finished, and another experiment's N/4."""
-    from embinit import mlflow_store, run_writers
+    from embinit.tracking import mlflow_store, run_writers
     from embinit.config import TrialConfig
     from embinit.spec.full_check import check_spec
     from embinit.sweep.noop import noop_result
-    from embinit.tracking_store import prepare_store
+    from embinit.tracking.prepare import prepare_store
     uri = f"sqlite:///{work}/mlflow.db"
     prepare_store(uri)
     data = spec_data(n, uri)
@@ -86,9 +86,9 @@ def build(n: int, work: Path) -> tuple[dict, str]:
 
 def operations(data: dict, uri: str) -> dict:
     """name -> a function doing what its caller does (fresh objects each call: no warm caches)."""
-    from embinit import mlflow_store, run_readers
+    from embinit.tracking import mlflow_store, run_readers
     from embinit.cli.dry_run import dry_run
-    from embinit.report import build_report
+    from embinit.report.table import build_report
     from embinit.spec.full_check import check_spec
     from embinit.sweep.work import units_to_run
     from service.store import ResultStore

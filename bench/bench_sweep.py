@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from embinit import mlflow_store, records
+from embinit.tracking import mlflow_store, records
 from embinit.spec import load_spec
 from embinit.sweep import run_sweep
 from machine import cpu_model  # bench/machine.py

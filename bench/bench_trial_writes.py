@@ -9,7 +9,7 @@ M finished trials of the experiment, to see how the per-trial cost grows with th
 ms per trial, SQLite transactions (commits) and statements per trial, and the time of each MLflow client
 call. SQLite has one writer, so commits per trial bound every sweep on one store however many workers
 write to it. Then it reads every trial record of the experiment (prefill + N) both ways, with MLflow's
-`search_runs` and with embinit's SQL reader (`embinit.run_table`, what the report and the service use),
+`search_runs` and with embinit's SQL reader (`embinit.tracking.run_table`, what the report and the service use),
 and gives the ratio. `--server`: the trials write through an `mlflow server` in front of that store, run as
 docker-compose.yml runs it (one worker, the job runner off), and the bench counts the HTTP requests per
 trial by endpoint (the store's commits are then the server's, not counted) and the server's CPU time;
@@ -89,7 +89,7 @@ def _trials(n: int, first_seed: int):
 def record(uri: str, exp_id: str, parent: str, cfg, res, artifacts_via: str | None = None) -> None:
     """What a worker does with MLflow for one trial (embinit.sweep.trainable._run_one, noop); `uri`: where
     it writes the run's records, `artifacts_via`: the server its artifacts go through (`--direct`)."""
-    from embinit import run_readers, trial_run
+    from embinit.tracking import run_readers, trial_run
     key = cfg.key()
     key_runs = run_readers.key_records(exp_id, uri, key)   # has it a result? an unfinished run here?
     if run_readers.newest_finished(key_runs) is not None:
@@ -118,7 +118,7 @@ def _cpu_s(proc) -> float:
 def _reads(uri: str, exp_id: str) -> dict:
     """Every trial record of the experiment, read with `search_runs` and with the SQL reader (best of 3
     each, alternating); the records must be the same."""
-    from embinit import mlflow_store, records, run_table
+    from embinit.tracking import mlflow_store, records, run_table
     ways = {"search_runs": lambda: records.from_runs(mlflow_store.search_runs(exp_id, uri)),
             "sql": lambda: records.from_runs(run_table.rows(exp_id, uri))}
     best, got = {w: float("inf") for w in ways}, {}
@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
                          "the server (EMBINIT_TRACKING_WRITE_DIRECT)")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "bench_trial_writes.json")
     args = ap.parse_args(argv)
-    from embinit.tracking_store import prepare_store
+    from embinit.tracking.prepare import prepare_store
 
     work = Path(tempfile.mkdtemp(prefix="embinit-writes-"))
     store = uri = f"sqlite:///{work}/mlflow.db"
@@ -163,8 +163,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _measure(args, uri: str, store: str, server=None) -> int:
-    from embinit import run_writers
-    from embinit.mlflow_store import ensure_experiment
+    from embinit.tracking import run_writers
+    from embinit.tracking.mlflow_store import ensure_experiment
     exp_id = ensure_experiment("writes", uri)
     parent = run_writers.start_parent_run(exp_id, uri, "0" * 64, "name: writes\n", args.trials + args.prefill)
     direct = args.server and args.direct

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from embinit.provenance import cpu_model  # noqa: F401  (the benches' name for it)
+from embinit.tracking.provenance import cpu_model  # noqa: F401  (the benches' name for it)
 
 
 def append_result(path: Path, result: dict) -> None:

@@ -9,7 +9,7 @@ are what a quantized metric (dev accuracy moves in steps of 1/872 on SST-2) or a
 from two or three seeds, and a zero-width interval would read as certainty. Each result's `reason`
 says why it has no interval (None when it has one). `divergence_rule` is the one rule by which seeds
 lost to divergence qualify a verdict (the report's comparisons, the reproduction's findings). Below both
-`embinit.report` and `embinit.reproduction`; imports neither MLflow nor torch (scipy.special for the t quantile).
+`embinit.report.table` and `embinit.reproduction`; imports neither MLflow nor torch (scipy.special for the t quantile).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 and the initial embedding values beside a Xavier table of the same shape (the paper's point: a
 pretrained table's scale against Xavier's), logged to MLflow by the sweep; Figure 1, the validation
 metric and the validation loss per init over epochs as the mean over seeds with the seeds' min-max
-band, drawn by the report (embinit.report_plots); and `pyplot()`, matplotlib without a display, for
+band, drawn by the report (embinit.report.plots); and `pyplot()`, matplotlib without a display, for
 every figure embinit draws (the analyses' and the reproduction's too)."""
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ with the caller's overrides, the record's file inputs this machine lacks, whethe
 recorded trial key (and if not, which key fields differ), and the re-run's `test/*` and `best/*` metrics
 beside the record's.
 
-The record is read by `embinit.run_readers.trial_record` (its config is the run's `embinit.config` tag);
+The record is read by `embinit.tracking.run_readers.trial_record` (its config is the run's `embinit.config` tag);
 the training is `embinit.train.run_trial`, as for any trial. Nothing here writes to MLflow: a re-run
 checks a record, it does not add a run. This module imports neither MLflow nor torch.
 """
@@ -18,9 +18,9 @@ from typing import Any, NamedTuple
 from embinit.config import CODE_VERSION, TrialConfig
 from embinit.errors import EmbinitError
 from embinit.file_inputs import local_path, written_as_path
-from embinit.mlflow_store import flat_numbers
+from embinit.tracking.mlflow_store import flat_numbers
 from embinit.path_keys import FILE_FIELDS, PATH_KEYS_DECLARED
-from embinit.records import CONFIG_TAG, TrialRecord
+from embinit.tracking.records import CONFIG_TAG, TrialRecord
 
 CLOSE = 1e-4   # another CPU, GPU or torch build: the same computation to a few parts in 10^5
 COMPARED = ("test/", "best/")   # the metrics a re-run is compared on: the checkpoint's test, the best epochs
@@ -116,7 +116,7 @@ class MetricRow(NamedTuple):
 
 def compared_metrics(rec: TrialRecord, result: dict[str, Any]) -> list[MetricRow]:
     """The record's `test/*` and `best/*` metrics beside the re-run's, named as the trial's run logs
-    them (`embinit.trial_run.TrialRun.finish`) from its result dict (`TrialResult.to_dict`)."""
+    them (`embinit.tracking.trial_run.TrialRun.finish`) from its result dict (`TrialResult.to_dict`)."""
     rerun = {**flat_numbers(result.get("test") or {}), **flat_numbers(result.get("best") or {}, "best/")}
     recorded = {k: v for k, v in rec.metrics.items() if k.startswith(COMPARED)}
     return [MetricRow(n, recorded.get(n), rerun.get(n)) for n in sorted(set(recorded) | set(rerun))]

@@ -45,7 +45,7 @@ class _NodeTag:
         import socket
 
         import ray
-        from embinit import mlflow_store
+        from embinit.tracking import mlflow_store
         from embinit.sweep.reporting import trial_run_id
 
         run_id = trial_run_id(ctx.out_dir)
@@ -89,7 +89,7 @@ def final_counts(result) -> dict[str, int]:
 def failure_reasons(trials: list[dict[str, Any]], most: int = 3) -> str:
     """The failed trials' reasons (each error's last line, as the report counts them), most common first:
     what a researcher reads in `GET /experiments/{id}` before opening MLflow."""
-    from embinit.report_rows import failure_reason
+    from embinit.report.rows import failure_reason
 
     reasons = Counter(failure_reason(t.get("error")) for t in trials if t.get("status") == "failed")
     parts = [f"{r} ({n} trial{'s' if n > 1 else ''})" for r, n in reasons.most_common(most)]

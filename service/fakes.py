@@ -117,7 +117,7 @@ class FakeStore:
                  "run_id": f"run-{k}" if k in self.cluster.mlflow else None} for k in exp.trial_keys]
 
     def report(self, exp, baseline: str | None = None) -> dict[str, str]:
-        from embinit.report_baseline import UnknownBaseline
+        from embinit.report.baseline import UnknownBaseline
         from service.store import REPORT_VERSION
         if baseline not in (None, "Xavier"):
             raise UnknownBaseline(f"baseline {baseline!r} is not an init of this experiment; choose from ['Xavier']")

@@ -8,7 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 Status = Literal["queued", "running", "succeeded", "failed", "cancelled"]
-# A trial's state in the trial table: `pending` (no run), else its run's (`embinit.records.run_status`).
+# A trial's state in the trial table: `pending` (no run), else its run's (`embinit.tracking.records.run_status`).
 TrialStatus = Literal["pending", "running", "finished", "diverged", "failed", "cancelled", "interrupted"]
 
 

@@ -13,10 +13,10 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Callable
 
-from embinit import records
+from embinit.tracking import records
 from embinit.errors import EmbinitError
-from embinit.mlflow_store import resolve_uri
-from embinit.run_readers import experiment_records, trial_row
+from embinit.tracking.mlflow_store import resolve_uri
+from embinit.tracking.run_readers import experiment_records, trial_row
 
 
 # The layout of a stored report (`Experiment.report`): one stored by an older layout is built again.
@@ -72,7 +72,7 @@ def sweep_runs(exp, uri: str | None = None, since_submit: bool = True) -> set[st
     (default the experiment's tracking URI): those its drivers started, since it was submitted; with
     `since_submit=False` every one whenever started (an Optuna search resubmitted resumes from its
     earlier sweeps' trials, which are its own)."""
-    from embinit import mlflow_store, run_readers
+    from embinit.tracking import mlflow_store, run_readers
 
     uri = uri or exp.tracking_uri
     exp_id = mlflow_store.experiment_id(exp.mlflow_experiment, uri)
@@ -182,10 +182,10 @@ class ResultStore:
         return value
 
     def prepare(self) -> str:
-        """Create or upgrade the MLflow store, once, before the API accepts work (embinit.tracking_store).
+        """Create or upgrade the MLflow store, once, before the API accepts work (embinit.tracking.prepare).
         Behind a tracking server (which creates and migrates its store) the database read directly gets
         the trial-key index, when the server has made its tables."""
-        from embinit.tracking_store import index_trial_keys, prepare_store
+        from embinit.tracking.prepare import index_trial_keys, prepare_store
 
         done = prepare_store(self.tracking_uri)
         if self.read_uri and done == "external":
@@ -202,7 +202,7 @@ class ResultStore:
         """Close what this experiment left RUNNING in MLflow although its driver is gone: its trial runs
         (one that keeps a checkpoint says that a rerun resumes it, and stays resumable) and its sweep
         (parent) runs. Returns how many trial runs were closed."""
-        from embinit import mlflow_store, run_readers, run_writers
+        from embinit.tracking import mlflow_store, run_readers, run_writers
 
         exp_id = mlflow_store.experiment_id(exp.mlflow_experiment, exp.tracking_uri)
         if exp_id is None:
@@ -217,12 +217,12 @@ class ResultStore:
 
     def has_experiment(self, name: str) -> bool:
         """Whether the MLflow store has an experiment of this name."""
-        from embinit.mlflow_store import experiment_id
+        from embinit.tracking.mlflow_store import experiment_id
 
         return experiment_id(name, self.read_uri or self.tracking_uri) is not None
 
     def experiment_id(self, exp) -> str | None:
-        from embinit.mlflow_store import experiment_id
+        from embinit.tracking.mlflow_store import experiment_id
 
         return experiment_id(exp.mlflow_experiment, self._reads(exp))
 
@@ -263,9 +263,9 @@ class ResultStore:
         return self._current(("report", baseline), exp, lambda: self._report(exp, baseline))
 
     def _report(self, exp, baseline: str | None) -> dict[str, str]:
-        from embinit.completeness import completeness
-        from embinit.report import Report, build_report
-        from embinit.report_baseline import check_baseline
+        from embinit.report.completeness import completeness
+        from embinit.report.table import Report, build_report
+        from embinit.report.baseline import check_baseline
         from embinit.spec import drawn_in
 
         name = exp.mlflow_experiment

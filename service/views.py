@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from embinit.mlflow_store import masked
+from embinit.tracking.mlflow_store import masked
 from service.db import Experiment, utcnow
 from service.schemas import ExperimentDetail, ExperimentSummary, Links, MlflowLink
 from service.settings import Settings

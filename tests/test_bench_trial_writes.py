@@ -20,7 +20,7 @@ def test_the_trial_writes_bench_runs_and_reports_per_trial_costs(tmp_path):
     assert row["trials"] == 4 and row["prefill"] == 3 and row["cpu"]
     assert row["commits_per_trial"] >= 3 and row["ms_per_trial"] > 0
     assert row["calls"]["create_run"]["calls_per_trial"] == 1          # one new run per trial
-    assert "search_runs" not in row["calls"]        # the key's runs: plain SQL (embinit.run_table), not MLflow's search
+    assert "search_runs" not in row["calls"]        # the key's runs: plain SQL (run_table)
     assert "get_run" not in row["calls"]                                # nothing read back to close it
     assert row["read_all"]["runs"] == 7 and row["read_all"]["sql_s"] > 0
 

@@ -194,7 +194,7 @@ def test_vector_file_words_with_spaces_and_header(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_analogy_log_experiment_records_every_row_in_mlflow(files, tmp_path, capsys):
-    from embinit import run_readers
+    from embinit.tracking import run_readers
     glove, questions = files
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     assert main(["analogy", "--embeddings", str(glove), "--questions", str(questions), "--table4", "--seed", "3",

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from embinit import mlflow_store, trial_run
+from embinit.tracking import mlflow_store, trial_run
 from embinit.cli import main
 from helpers.bad_stores import notes_db, random_bytes, snapshot, stamped_old, state_db, truncated
 

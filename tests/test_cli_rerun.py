@@ -11,10 +11,11 @@ import json
 
 import pytest
 
-from embinit import mlflow_store, rerun, run_writers, trial_run
+from embinit.tracking import mlflow_store, run_writers, trial_run
+from embinit import rerun
 from embinit.cli import main
 from embinit.config import CODE_VERSION, TrialConfig
-from embinit.records import TrialRecord
+from embinit.tracking.records import TrialRecord
 
 pytestmark = pytest.mark.slow  # an MLflow store and real (tiny) training
 

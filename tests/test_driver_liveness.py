@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from embinit import driver_liveness, mlflow_store, run_readers, run_writers
+from embinit.tracking import driver_liveness, mlflow_store, run_readers, run_writers
 from embinit.cli.dry_run import dry_run
-from embinit.driver_liveness import DRIVER_TAG, HEARTBEAT_TAG
-from embinit.records import ERROR_TAG, STATUS_TAG
-from embinit.report import build_report
+from embinit.tracking.driver_liveness import DRIVER_TAG, HEARTBEAT_TAG
+from embinit.tracking.records import ERROR_TAG, STATUS_TAG
+from embinit.report.table import build_report
 from embinit.spec import load_spec
-from embinit.trial_run import TrialRun
+from embinit.tracking.trial_run import TrialRun
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -115,7 +115,7 @@ def test_a_reference_emb_seed_no_trial_uses_is_a_spec_error(monkeypatch, tmp_pat
 def test_a_sweep_compares_embedding_seeds_with_both_scores(ray_local, tmp_path):
     """The blog specs' design end to end on local Ray: one trial seed, two embedding seeds; the second
     compares with the first's snapshots step by step and logs the blog's score beside Jaccard."""
-    from embinit import mlflow_store
+    from embinit.tracking import mlflow_store
     from embinit.analysis import similarity_curve
     from embinit.sweep import run_sweep
     from helpers.sweep import sweep_spec_data

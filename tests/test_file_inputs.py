@@ -11,7 +11,7 @@ import pytest
 
 from embinit import file_inputs
 from embinit.config import TrialConfig
-from embinit.trial_run import resolved_params
+from embinit.tracking.trial_run import resolved_params
 
 
 @pytest.fixture(autouse=True)

@@ -98,8 +98,19 @@ def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
 def test_the_report_and_the_reproduction_reach_nothing_of_the_sweep():
     """The report and the reproduction read MLflow and draw with embinit.plots, below the sweep."""
     graph = import_graph()
-    readers = [m for m in graph if m in ("embinit.report", "embinit.report_plots", "embinit.cli.report")
+    readers = [m for m in graph if m in ("embinit.report.table", "embinit.report.plots", "embinit.cli.report")
                or m.startswith("embinit.reproduction")]
     assert "embinit.reproduction.document" in readers
     reached = {m: sorted(d for d in reachable(graph, m) if d.startswith("embinit.sweep")) for m in readers}
+    assert {m: d for m, d in reached.items() if d} == {}
+
+
+def test_tracking_reaches_nothing_above_it():
+    """embinit.tracking writes and reads MLflow for the sweep, the report and the reproduction: it imports
+    none of them (nor the CLI), so each of those can use it without the others."""
+    graph = import_graph()
+    tracking = [m for m in graph if m.startswith("embinit.tracking")]
+    assert "embinit.tracking.run_readers" in tracking
+    above = ("embinit.report", "embinit.reproduction", "embinit.sweep", "embinit.cli")
+    reached = {m: sorted(d for d in reachable(graph, m) if d.startswith(above)) for m in tracking}
     assert {m: d for m, d in reached.items() if d} == {}

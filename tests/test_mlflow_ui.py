@@ -1,4 +1,4 @@
-"""The MLflow UI as a user meets it: a real `mlflow server` on a small store written by embinit.trial_run,
+"""The MLflow UI as a user meets it: a real `mlflow server` on a small store written by embinit.tracking.trial_run,
 read in headless Chromium. Trials are rows of the run table (not folded under the sweep's run), their
 metrics and params are columns to pick, and "Group by" on the `embinit.init` tag gives the mean over seeds;
 runs read as `<label>-s<seed>` (whole, also when grouped), the sweep's run as the spec's name, the
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from embinit import mlflow_store, records, run_writers, trial_run
+from embinit.tracking import mlflow_store, records, run_writers, trial_run
 
 pytestmark = pytest.mark.slow
 

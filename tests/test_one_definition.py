@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-import embinit.records as records
+import embinit.tracking.records as records
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -39,7 +39,7 @@ def _spelled_out(path: Path) -> list[int]:
 def test_the_statuses_with_a_result_are_spelled_once():
     found = [(p.relative_to(ROOT).as_posix(), n) for d in ("embinit", "service", "bench")
              for p in sorted((ROOT / d).rglob("*.py")) for n in _spelled_out(p)]
-    assert [f"{p}:{n}" for p, n in found if p != "embinit/records.py"] == []   # each one reads records.RESULT
+    assert [f"{p}:{n}" for p, n in found if p != "embinit/tracking/records.py"] == []   # each one reads records.RESULT
     assert len(found) == 1 and set(records.RESULT) == {"finished", "diverged"}
 
 
@@ -57,7 +57,7 @@ def _scheme_lists(path: Path) -> list[int]:
 def test_the_database_schemes_are_listed_once():
     found = [f"{p.relative_to(ROOT).as_posix()}:{n}" for d in ("embinit", "service")
              for p in sorted((ROOT / d).rglob("*.py")) for n in _scheme_lists(p)]
-    assert len(found) == 1 and found[0].startswith("embinit/store_check.py:"), found
+    assert len(found) == 1 and found[0].startswith("embinit/tracking/store_check.py:"), found
 
 
 @pytest.mark.parametrize("uri, database, server", [
@@ -67,5 +67,5 @@ def test_the_database_schemes_are_listed_once():
 def test_a_store_in_a_database_and_one_on_a_database_server(uri, database, server):
     # prepare_store creates or upgrades every database store (SQLite too); require_store and the dry run
     # read a server's database their own way (a SQLite file is read as a file)
-    from embinit.store_check import is_database, is_server_database
+    from embinit.tracking.store_check import is_database, is_server_database
     assert (is_database(uri), is_server_database(uri)) == (database, server)

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from embinit import commands, mlflow_store, trial_run
+from embinit import commands
+from embinit.tracking import mlflow_store, trial_run
 from embinit.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]

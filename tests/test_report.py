@@ -1,5 +1,5 @@
 """Table 1 from MLflow: grouping per task x init (x axes), mean/σ/n/95% CI, best search point, failed and
-diverged counts, the three formats and the Figure-1 plot. Runs are written with embinit.trial_run into a
+diverged counts, the three formats and the Figure-1 plot. Runs are written with embinit.tracking.trial_run into a
 temporary SQLite store; the numbers are inputs chosen so the expected statistics are known."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import re
 
 import pytest
 
-from embinit import mlflow_store, trial_run
+from embinit.tracking import mlflow_store, trial_run
 from embinit.config import metric_range
-from embinit.report import build_report, summarize, t_quantile
+from embinit.report.table import build_report, summarize, t_quantile
 from embinit.plots import figure1 as _real_figure1
 
 pytestmark = pytest.mark.slow  # creating an MLflow SQLite store takes a few seconds

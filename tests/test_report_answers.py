@@ -3,7 +3,7 @@ results: each init's difference from a baseline (paired on the shared seeds, Wel
 shared; checked against scipy), a verdict that knows the metric's direction, the flag on rows still
 improving at their last epoch, means and intervals inside the metric's range, what a cancelled
 experiment never finished, and the experiments that exist when a name is misspelled. Runs are written
-with embinit.trial_run into a temporary SQLite store, the way the sweep writes them."""
+with embinit.tracking.trial_run into a temporary SQLite store, the way the sweep writes them."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import json
 import pytest
 from scipy import stats
 
-from embinit import mlflow_store, run_writers, trial_run
+from embinit.tracking import mlflow_store, run_writers, trial_run
 from embinit.cli import main
 from embinit.spec import load_spec
 

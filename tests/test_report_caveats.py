@@ -10,8 +10,8 @@ import io
 import json
 
 from embinit.comparison import direction, welch
-from embinit.records import TrialRecord
-from embinit.report import build_report
+from embinit.tracking.records import TrialRecord
+from embinit.report.table import build_report
 
 XAVIER = [30.0, 31.0, 32.0, 31.5, 30.5]
 

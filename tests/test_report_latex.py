@@ -1,5 +1,5 @@
 """`embinit report --format latex`: the report's rows as the paper's Table 1 for a manuscript. Rows are
-built as `embinit.report` builds them (with `report_baseline.compare_rows` for the verdicts), so each
+built as `embinit.report.table` builds them (with `report_baseline.compare_rows` for the verdicts), so each
 mark is checked against the numbers it stands for; where pdflatex is installed the table compiles."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import subprocess
 
 import pytest
 
-from embinit import report_baseline
-from embinit.report import summarize
-from embinit.report_latex import escape, to_latex
+from embinit.report import baseline as report_baseline
+from embinit.report.table import summarize
+from embinit.report.latex import escape, to_latex
 
 
 def _row(task, init, metric, seeds, axes=None, point=None, last=False):

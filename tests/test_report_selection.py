@@ -11,8 +11,8 @@ import math
 import pytest
 
 from embinit.comparison import paired, welch
-from embinit.records import TrialRecord
-from embinit.report import build_report
+from embinit.tracking.records import TrialRecord
+from embinit.report.table import build_report
 
 
 def _trial(key, label, seed, status, metrics, point=None, task="multi30k"):
@@ -86,7 +86,7 @@ def test_an_init_is_compared_only_with_a_baseline_trained_like_it():
 
 
 def test_a_baseline_without_trials_gives_no_reason_to_misread():
-    from embinit import report_baseline
+    from embinit.report import baseline as report_baseline
     rows = [{"task": "multi30k", "init": "Xavier", "axes": {}, "metric": "test/bleu", "setting": {}, "seeds": {},
              "_basis": None},
             {"task": "multi30k", "init": "GloVe", "axes": {}, "metric": "test/bleu", "setting": {},

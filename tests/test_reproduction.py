@@ -1,6 +1,6 @@
 """The reproduction report from MLflow: rows matched to the paper's by role, Table 3 cells read from each
 trial's config, Table 4 from analogy runs, KNN similarity from logged histories, verdicts from Welch
-intervals, exports. Runs are written with embinit.trial_run into a temporary SQLite store; the values are
+intervals, exports. Runs are written with embinit.tracking.trial_run into a temporary SQLite store; the values are
 chosen so the expected statistics are known."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import math
 import pytest
 from scipy import stats
 
-from embinit import mlflow_store, run_writers, trial_run
+from embinit.tracking import mlflow_store, run_writers, trial_run
 from embinit.cli import main
 from embinit.errors import EmbinitError
 from embinit.reproduction import (Group, Inputs, Reproduction, paired, render, role_of, verdict, welch,
@@ -154,7 +154,7 @@ def test_table1_counts_seeds_as_the_report_does(store):
     diverged trial key of the role (here 3: seed 1's failed attempt under its older key, the diverged
     seed, the failed one) and there was no diverged column, while the report said n = 3, failed = 1,
     diverged = 1."""
-    from embinit.report import build_report
+    from embinit.report.table import build_report
     uri = store[0]
     exp = mlflow_store.ensure_experiment("retries", uri)
 
@@ -239,7 +239,7 @@ def test_a_finding_favouring_a_side_that_lost_seeds_to_divergence_is_inconclusiv
     reads inconclusive with the note (as the report calls GloVe's row against Xavier inconclusive), while
     "GloVe_Xavier gains over Xavier", a verdict against the diverging side, stands with the note. Before,
     both read "reproduces" and the lost seed was not mentioned."""
-    from embinit.report import build_report
+    from embinit.report.table import build_report
     uri = store[0]
     exp = mlflow_store.ensure_experiment("f-diverged", uri)
     xavier = [30.0, 31.2, 31.9]

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from embinit import mlflow_store, run_readers, run_writers
+from embinit.tracking import mlflow_store, run_readers, run_writers
 from embinit.cli import main
 from embinit.errors import EmbinitError
-from embinit.records import KIND_TAG
+from embinit.tracking.records import KIND_TAG
 from embinit.reproduction import Inputs
 from embinit.reproduction.data import ReproductionData
 from embinit.reproduction.table4 import table4_section

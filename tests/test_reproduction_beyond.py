@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 from scipy import stats
 
-from embinit import mlflow_store, trial_run
+from embinit.tracking import mlflow_store, trial_run
 from embinit.reproduction import Group, Inputs, Reproduction, write_exports
 from embinit.reproduction.beyond import beyond_sections, sigma_multiple
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from embinit import mlflow_store, trial_run
+from embinit.tracking import mlflow_store, trial_run
 from embinit.reproduction import Group, Inputs, Reproduction, render
 from embinit.reproduction.blog import BLOG_RUNS, blog_section
 

@@ -1,5 +1,5 @@
 """The reproduction document's frame (issue 22 items 5-7): it builds from whichever experiments exist,
-its "How it was run" comes from what MLflow stored for each sweep (recorded by embinit.provenance and
+its "How it was run" comes from what MLflow stored for each sweep (recorded by embinit.tracking.provenance and
 read back), it has a title, a date and the tracking URI, a group trained below the paper's budget gets
 "not comparable at this budget" with the reason, and empty headings and all-dash tables are dropped."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import embinit
-from embinit import mlflow_store, provenance, records, run_writers, trial_run
+from embinit.tracking import mlflow_store, provenance, records, run_writers, trial_run
 from embinit.cli import main
 from embinit.reproduction import Group, Inputs, Reproduction, Section
 from embinit.reproduction.frame import NOT_COMPARABLE, clean, header

@@ -1,4 +1,4 @@
-"""The readers of sweep runs, analysis runs and metric histories (embinit.run_readers): each gives frozen
+"""The readers of sweep runs, analysis runs and metric histories (embinit.tracking.run_readers): each gives frozen
 records, and a history has one value per step, the one logged last. Real MLflow on a temporary SQLite
 store (no Ray)."""
 
@@ -9,9 +9,9 @@ from collections import Counter
 
 import pytest
 
-from embinit import mlflow_store, provenance, run_readers, run_writers, trial_run
+from embinit.tracking import mlflow_store, provenance, run_readers, run_writers, trial_run
 from embinit.reproduction.blog import _curve_cells
-from embinit.run_records import AnalysisRecord, SweepRecord
+from embinit.tracking.run_records import AnalysisRecord, SweepRecord
 
 pytestmark = pytest.mark.slow  # creating an MLflow SQLite store takes a few seconds
 
@@ -125,7 +125,7 @@ def test_finished_keys_are_the_records_by_key_chooses_among_finished_runs(store,
     FINISHED run of each key (finished or diverged), never a failed or running one. On a SQL store it
     reads plain rows (`run_table`) like the other trial reads: no `search_runs` (before, it always
     searched)."""
-    from embinit import records
+    from embinit.tracking import records
     uri, _ = store
     exp = mlflow_store.ensure_experiment("finished-keys", uri)
     _trial(uri, exp, "retried", 0, "failed")
@@ -154,7 +154,7 @@ def test_finished_keys_are_the_records_by_key_chooses_among_finished_runs(store,
 def test_finished_keys_on_a_tracking_server_searches(store, monkeypatch):
     """Where the store is not a SQL database this process reaches, the same records come from
     `search_runs` (as `trial_records` reads them)."""
-    from embinit import run_table
+    from embinit.tracking import run_table
     uri, _ = store
     exp = mlflow_store.ensure_experiment("finished-keys-searched", uri)
     _trial(uri, exp, "retried", 0, "failed")
@@ -172,7 +172,7 @@ SPEC = {"name": "stored", "tasks": ["synthetic_classification"], "inits": ["xavi
 
 def _sweep(uri: str, name: str, spec_yaml: str | None) -> tuple[str, SweepRecord]:
     """An experiment `name` whose one sweep run recorded `spec_yaml` (no spec.yaml artifact when None)."""
-    from embinit.records import KIND_TAG
+    from embinit.tracking.records import KIND_TAG
     exp = mlflow_store.ensure_experiment(name, uri)
     if spec_yaml is None:
         mlflow_store.client(uri).create_run(exp, run_name="old", tags={KIND_TAG: "sweep"})
@@ -195,7 +195,7 @@ def test_completeness_and_the_reproduction_read_a_sweeps_spec_through_sweep_spec
     """The report's plan (`completeness.planned_in_mlflow`) and the reproduction's "How it was run"
     read a sweep run's spec.yaml through the one reader, `run_readers.sweep_spec` (before: a download
     and `load_spec` in one, `yaml.safe_load` of the text in the other)."""
-    from embinit import completeness
+    from embinit.report import completeness
     from embinit.spec import load_spec
     uri, _ = store
     spec = load_spec(SPEC)
@@ -216,7 +216,7 @@ def test_completeness_and_the_reproduction_read_a_sweeps_spec_through_sweep_spec
 def test_a_sweep_without_a_spec_artifact(store):
     """A sweep run without spec.yaml (recorded before embinit kept one): an error naming the run from
     the reader; no plan for the report and "missing" in the reproduction, as before."""
-    from embinit import completeness
+    from embinit.report import completeness
     from embinit.errors import EmbinitError
     uri, _ = store
     exp, run = _sweep(uri, "no-spec-artifact", None)
@@ -229,7 +229,7 @@ def test_a_sweep_without_a_spec_artifact(store):
 def test_a_recorded_spec_that_no_longer_loads_or_draws_its_trials(store):
     """A spec.yaml that this version does not load: its text, and why; the report has no plan. An
     Optuna search's spec loads but has no plan either (its trials are drawn while it runs)."""
-    from embinit import completeness
+    from embinit.report import completeness
     from embinit.spec import load_spec
     uri, _ = store
     exp, run = _sweep(uri, "spec-no-longer-loads", "name: old\nretired_field: 1\n")

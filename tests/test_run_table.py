@@ -1,4 +1,4 @@
-"""The SQL reader of trial runs (embinit.run_table) gives the records `search_runs` gives, run for run,
+"""The SQL reader of trial runs (embinit.tracking.run_table) gives the records `search_runs` gives, run for run,
 on SQLite and on PostgreSQL: every status, NaN and infinite metrics, deleted runs, other experiments,
 sweep and analysis runs beside the trials, and the status and sweep filters. Real MLflow stores."""
 
@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from embinit import mlflow_store, records, run_readers, run_table, run_writers, trial_run
-from embinit.tracking_store import prepare_store
+from embinit.tracking import mlflow_store, records, run_readers, run_table, run_writers, trial_run
+from embinit.tracking.prepare import prepare_store
 from helpers.postgres import local_server_or_skip
 
 pytestmark = pytest.mark.slow  # two MLflow stores, one on a PostgreSQL server the test starts

@@ -9,8 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from embinit import mlflow_store, records, run_writers, trial_run
-from embinit.records import TrialRecord
+from embinit.tracking import mlflow_store, records, run_writers, trial_run
+from embinit.tracking.records import TrialRecord
 from embinit.spec import load_spec
 from embinit.sweep.progress import Progress
 from service.db import Experiment, utcnow

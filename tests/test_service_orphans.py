@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
-from embinit import mlflow_store, records, run_readers, run_writers, trial_run
+from embinit.tracking import mlflow_store, records, run_readers, run_writers, trial_run
 from service.fakes import FakeCluster, FakeRunner
 from service.main import create_app
 from service.settings import Settings

@@ -10,7 +10,7 @@ import time
 import pytest
 from fastapi.testclient import TestClient
 
-from embinit import mlflow_store, records, trial_run
+from embinit.tracking import mlflow_store, records, trial_run
 from embinit.spec import load_spec
 from service.fakes import FakeCluster, FakeRunner
 from service.main import create_app
@@ -96,7 +96,7 @@ def test_optuna_results_hold_only_the_trials_of_the_experiments_own_sweeps(clien
     """Another spec's runs share the MLflow experiment's name: an Optuna search's table must not pool them."""
     from mlflow.entities import Metric
 
-    from embinit import run_writers
+    from embinit.tracking import run_writers
     from service.db import Experiment
     c, uri = client
     exp_id = c.post("/experiments", json=OPTUNA).json()["id"]

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from embinit import bounds, mlflow_store
+from embinit import bounds
+from embinit.tracking import mlflow_store
 from embinit.errors import EmbinitError
 from embinit.spec import SpecError, load_spec
 from service.fakes import FakeCluster

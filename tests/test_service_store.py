@@ -1,5 +1,5 @@
 """`service.store.ResultStore` on a real (temporary SQLite) MLflow store: trial rows, counts, the report,
-and its cache. Runs are written the way the sweep writes them (`embinit.trial_run.TrialRun`)."""
+and its cache. Runs are written the way the sweep writes them (`embinit.tracking.trial_run.TrialRun`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from embinit import mlflow_store, records, trial_run
+from embinit.tracking import mlflow_store, records, trial_run
 from embinit.errors import EmbinitError
 from embinit.spec import load_spec
 from service.db import Experiment, utcnow
@@ -186,7 +186,7 @@ def test_nothing_run_yet_says_every_trial_is_unfinished(setup):
 def test_a_baseline_the_experiment_does_not_plan_is_refused_before_anything_ran(setup):
     """A script that asks for `?baseline=Glove` right after the submit must get the 422 it gets later,
     not a 200 table "compared with Glove" that turns into a 422 once the first trial finishes."""
-    from embinit.report_baseline import UnknownBaseline
+    from embinit.report.baseline import UnknownBaseline
     uri, spec, exp = setup
     with pytest.raises(UnknownBaseline, match=r"'Glove' is not an init of this experiment; choose from "
                                               r"\['Normal', 'Xavier'\]"):

@@ -143,7 +143,7 @@ def test_dry_run_refuses_extras_no_trial_could_take_before_anything_is_written(t
 
 @pytest.fixture(scope="module")
 def real_store(tmp_path_factory) -> Path:
-    from embinit.tracking_store import prepare_store
+    from embinit.tracking.prepare import prepare_store
     db = tmp_path_factory.mktemp("store") / "mlflow.db"
     prepare_store(f"sqlite:///{db}")
     return db

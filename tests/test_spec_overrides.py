@@ -129,7 +129,7 @@ def test_model_size_counts_what_the_model_has():
 
 @pytest.mark.slow   # an MLflow store
 def test_dry_run_estimates_from_trials_of_the_same_shape_in_the_store(tmp_path, monkeypatch, capsys):
-    from embinit import mlflow_store, trial_run
+    from embinit.tracking import mlflow_store, trial_run
     monkeypatch.chdir(tmp_path)                       # the quickstart's store is ./mlflow.db
     assert main(["run", str(QUICK), "--dry-run", "epochs=2"]) == 0
     assert "s/epoch '?'" in capsys.readouterr().out and not (tmp_path / "mlflow.db").exists()  # creates nothing

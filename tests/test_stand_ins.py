@@ -3,7 +3,8 @@ report's (search point, seed), completeness's planned trial and the reproduction
 
 from __future__ import annotations
 
-from embinit import completeness, records, report_rows
+from embinit.report import completeness, rows as report_rows
+from embinit.tracking import records
 from embinit.reproduction.data import ReproductionData
 from embinit.reproduction.inputs import Group, Trial
 

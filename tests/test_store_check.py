@@ -1,4 +1,4 @@
-"""`embinit.store_check`: a tracking URI's shape and what a SQLite file is as an MLflow store, told before
+"""`embinit.tracking.store_check`: a tracking URI's shape and what a SQLite file is as an MLflow store, told before
 MLflow opens it (MLflow would make any SQLite file an MLflow store), without writing to the file."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from embinit.errors import EmbinitError
-from embinit.store_check import require_store, resolved, sqlite_store, uri_problem
-from embinit.tracking_store import prepare_store
+from embinit.tracking.store_check import require_store, resolved, sqlite_store, uri_problem
+from embinit.tracking.prepare import prepare_store
 from helpers.bad_stores import notes_db, random_bytes, snapshot, stamped_old, state_db, truncated
 
 
@@ -130,7 +130,7 @@ def _tables(uri: str) -> list[str]:
 
 
 def test_a_new_database_on_a_server_becomes_a_store_and_is_then_told_current(pg_server):
-    from embinit.store_check import database_store
+    from embinit.tracking.store_check import database_store
     uri = _database(pg_server, "fresh")
     assert database_store(uri).state == "empty"
     with pytest.raises(EmbinitError, match=r"no MLflow store in the database postgresql\+psycopg://embinit@"
@@ -161,7 +161,7 @@ def test_another_applications_database_on_a_server_is_refused_and_left_as_it_is(
 def test_an_old_store_on_a_server_says_how_to_upgrade_it_and_an_absent_server_is_named(pg_server, real):
     import sqlalchemy
     from helpers.bad_stores import stamped_old
-    from embinit.store_check import database_store
+    from embinit.tracking.store_check import database_store
     uri = _database(pg_server, "old")
     prepare_store(uri)
     _, revision = stamped_old(real, real.parent / "for-revision.db")   # an older revision this MLflow knows
@@ -182,10 +182,10 @@ def test_an_old_store_on_a_server_says_how_to_upgrade_it_and_an_absent_server_is
 def test_a_dry_run_reads_a_database_servers_store_and_refuses_another_applications(pg_server, tmp_path):
     """The dry run shows which trials a PostgreSQL store has finished (it read only SQLite files before),
     never making tables where there are none, and refuses the database the run would refuse."""
-    from embinit import mlflow_store
+    from embinit.tracking import mlflow_store
     from embinit.cli.dry_run import dry_run
     from embinit.spec import load_spec
-    from embinit.trial_run import TrialRun
+    from embinit.tracking.trial_run import TrialRun
     uri = _database(pg_server, "dry")
     spec = load_spec({"name": "dry", "tasks": [{"task": "synthetic_translation", "epochs": 2}],
                       "inits": ["xavier"], "seeds": 2, "mlflow": {"tracking_uri": uri},
@@ -225,8 +225,8 @@ def test_an_out_of_date_store_is_told_how_to_upgrade_by_where_it_is():
     from pathlib import Path
 
     from embinit.cli.dry_run import store_lines
-    from embinit.mlflow_store import masked
-    from embinit.store_check import StoreState, out_of_date
+    from embinit.tracking.mlflow_store import masked
+    from embinit.tracking.store_check import StoreState, out_of_date
 
     server = StoreState(masked("postgresql+psycopg://u:secret@db:5432/mlflow"), "old", "r1", "r2")
     file = StoreState(Path("/data/mlflow.db"), "old", "r1", "r2")

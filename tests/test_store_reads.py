@@ -9,12 +9,12 @@ from contextlib import nullcontext
 
 import pytest
 
-from embinit import mlflow_store, records, run_table, run_writers
+from embinit.tracking import mlflow_store, records, run_table, run_writers
 from embinit.config import TrialConfig
 from embinit.spec import load_spec
 from embinit.sweep.noop import noop_result
 from embinit.sweep.work import work_item
-from embinit.trial_run import TrialRun
+from embinit.tracking.trial_run import TrialRun
 
 pytestmark = pytest.mark.slow   # an MLflow store (SQLite), no Ray
 

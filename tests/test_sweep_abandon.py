@@ -18,8 +18,8 @@ from contextlib import nullcontext
 import psutil
 import pytest
 
-from embinit import run_readers
-from embinit.records import ERROR_TAG, STATUS_TAG
+from embinit.tracking import run_readers
+from embinit.tracking.records import ERROR_TAG, STATUS_TAG
 from embinit.sweep import abandon
 from embinit.sweep.ray_runtime import local_ray_lost
 from tests.helpers.embinit_run import assert_a_rerun_resumes, launch, runs, spec_file, wait_for_a_checkpoint

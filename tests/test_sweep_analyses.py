@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from embinit import mlflow_store
+from embinit.tracking import mlflow_store
 from embinit.spec import SpecError, load_spec
 from helpers.sweep import sweep_spec_data
 
@@ -151,7 +151,7 @@ def test_reference_seed_compares_with_the_other_seeds_snapshots(ray_local, tmp_p
 def test_reference_seed_similarity_in_a_fused_group(ray_local, tmp_path):
     """`execution: {fuse: auto}`: both seeds train as one fused group; the other seed's curve is still
     the one its snapshots and the reference's give, step by step, logged and plotted in its own run."""
-    from embinit import records
+    from embinit.tracking import records
     from embinit.analysis import similarity_curve
     from embinit.sweep import run_sweep
     snaps = tmp_path / "snaps"

@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from embinit import mlflow_store, records, run_names, run_readers, run_writers
+from embinit.tracking import mlflow_store, records, run_names, run_readers, run_writers
 from embinit.spec import load_spec
 from embinit.sweep import run_sweep
 from embinit.tasks.synthetic import LEXICON

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import ray.cloudpickle
 
-from embinit import mlflow_store, provenance, records
+from embinit.tracking import mlflow_store, provenance, records
 from embinit.spec import load_spec
 from embinit.sweep import run_sweep, tune_run
 from helpers.sweep import before_tune_state_goes, sweep_spec_data

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from embinit import mlflow_store, records
+from embinit.tracking import mlflow_store, records
 from embinit.spec import SpecError, load_spec
 from embinit.sweep.fused import group_units
 from embinit.sweep.work import units_to_run

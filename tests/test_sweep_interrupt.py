@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from embinit import mlflow_store, run_readers
-from embinit.records import ERROR_TAG, STATUS_TAG
+from embinit.tracking import mlflow_store, run_readers
+from embinit.tracking.records import ERROR_TAG, STATUS_TAG
 from tests.helpers.embinit_run import Terminal, assert_a_rerun_resumes, launch, spec_file, wait_for_a_checkpoint
 from tests.helpers.embinit_run import runs as all_runs
 
@@ -59,7 +59,7 @@ def test_ctrl_c_marks_trials_interrupted_and_says_how_to_resume(tmp_path):
 def _breaks_after_a_trial_opened(error: BaseException):
     """A stand-in for `_execute` that opens the first trial's run (as its worker would), then raises."""
     def execute(job, units):
-        from embinit.trial_run import TrialRun
+        from embinit.tracking.trial_run import TrialRun
         item = units[0].trials[0]
         TrialRun.open(job.shared.tracking_uri, job.shared.experiment_id, job.shared.parent_run_id, item.config,
                       item.key, item.label, {})

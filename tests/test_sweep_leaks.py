@@ -74,7 +74,7 @@ def _open_state() -> dict:
 def _worker(name: str, seeds: int, tmp_path, monkeypatch):
     """A sweep's trials as a reused worker gets them, without Ray: (the spec, the store's URI, the MLflow
     experiment, the sweep's run, the context and the units `train_unit` runs, one trial each)."""
-    from embinit import mlflow_store, run_writers
+    from embinit.tracking import mlflow_store, run_writers
     from embinit.sweep.work import SweepContext, Unit, work_item
     monkeypatch.setenv("EMBINIT_CACHE_DIR", str(tmp_path / "home"))
     spec = load_spec(sweep_spec_data(name, tmp_path, {"task": "synthetic_classification", "epochs": 2,
@@ -92,7 +92,7 @@ def test_a_reused_worker_holds_no_more_after_many_trials_than_after_one(tmp_path
     """The worker's side of 8 trials in one process (what a reused Tune actor runs): the fds, threads and
     temporary files after the last equal those after the first; each trial's checkpoint folder is gone
     once its run is recorded, and every run is closed."""
-    from embinit import mlflow_store
+    from embinit.tracking import mlflow_store
     from embinit.sweep.trainable import train_unit
     spec, uri, exp, parent, ctx, units = _worker("worker", 8, tmp_path, monkeypatch)
     train_unit({"unit": 0}, ctx, units)
@@ -118,7 +118,7 @@ def test_failing_trials_leave_no_running_run_and_no_open_lock(tmp_path, monkeypa
     """A trial whose worker raises closes its run FAILED and releases its claim's lock (the fd; the lock
     file stays beside the kept folder), keeping its checkpoint folder for the retry; three such trials in
     one process hold what one did."""
-    from embinit import mlflow_store
+    from embinit.tracking import mlflow_store
     from embinit.sweep.trainable import train_unit
     spec, uri, exp, parent, ctx, units = _worker("failing", 3, tmp_path, monkeypatch)
     states = []

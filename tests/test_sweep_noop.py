@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from embinit import mlflow_store, records
+from embinit.tracking import mlflow_store, records
 from embinit.config import TrialConfig
 from embinit.task_registry import TASKS, primary_metric, reported_metrics
 from embinit.spec import SpecError, load_spec

@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 from ray import tune
 
-from embinit import mlflow_store, records, run_readers, run_writers
-from embinit.report import build_report
+from embinit.tracking import mlflow_store, records, run_readers, run_writers
+from embinit.report.table import build_report
 from embinit.spec import load_spec
 from embinit.sweep import resume
 from embinit.sweep.analyses import shared_settings

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import ray.cloudpickle
 
-from embinit import mlflow_store, run_readers
+from embinit.tracking import mlflow_store, run_readers
 from embinit.spec import SpecError, load_spec
 from embinit.sweep import run_sweep
 from helpers.sweep import sweep_spec_data
@@ -48,7 +48,7 @@ def test_optuna_search_runs_its_budget_and_resumes(ray_local, tmp_path):
 def test_an_optuna_point_s_seeds_train_as_one_fused_group(ray_local, tmp_path):
     """`fuse: auto` with Optuna: each point's two seeds are one fused group (both runs say so, each at
     the point's lr); the search spends its budget and the report picks its point as without fusing."""
-    from embinit import records
+    from embinit.tracking import records
     s = spec("opt-fused", tmp_path, seeds=[0, 1], execution={"fuse": "always"}, search={
         "method": "optuna", "num_samples": 2, "space": {"lr": {"low": 1e-4, "high": 1e-2, "log": True}}})
     result = run_sweep(s, progress=False)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from embinit import mlflow_store, records, run_writers
+from embinit.tracking import mlflow_store, records, run_writers
 from embinit.storage import Store, configured
 from embinit.sweep import resume
 from embinit.sweep.claims import TTL_ENV, ClaimLost

@@ -13,7 +13,7 @@ from ray import tune
 from embinit.spec import Range, SpecError, load_spec
 from embinit.sweep.optuna_search import domain
 from embinit.sweep.progress import Progress
-from embinit.records import TrialRecord, by_key
+from embinit.tracking.records import TrialRecord, by_key
 from embinit.sweep.run import _stop_fn, check_local_paths
 from embinit.sweep.tune_run import StopAll
 

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from embinit import task_registry
-from embinit import mlflow_store, records, run_readers, run_writers, trial_run
+from embinit.tracking import mlflow_store, records, run_readers, run_writers, trial_run
 from embinit.errors import EmbinitError
 
 pytestmark = pytest.mark.slow  # creating an MLflow SQLite store takes a few seconds

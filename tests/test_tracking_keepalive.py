@@ -13,7 +13,7 @@ import pytest
 import requests
 from live_server import free_port
 
-from embinit import tracking_server
+from embinit.tracking import server_check as tracking_server
 
 APP = '''
 async def app(scope, receive, send):

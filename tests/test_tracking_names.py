@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from embinit import mlflow_store, records, run_names, run_readers, run_writers, trial_run
+from embinit.tracking import mlflow_store, records, run_names, run_readers, run_writers, trial_run
 from embinit.config import TrialConfig
 
 pytestmark = pytest.mark.slow  # creating an MLflow SQLite store takes a few seconds

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from embinit import mlflow_store, run_readers
+from embinit.tracking import mlflow_store, run_readers
 from embinit.spec import load_spec
 from embinit.sweep import run_sweep
 from live_server import free_port
@@ -77,7 +77,7 @@ def test_trials_write_their_runs_to_the_database_and_only_artifacts_through_the_
     import requests
     from ray import tune
 
-    from embinit import records, run_writers
+    from embinit.tracking import records, run_writers
     from embinit.sweep.trainable import train_unit
     from embinit.sweep.work import SweepContext, Unit, work_item
 

@@ -14,8 +14,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from embinit.errors import EmbinitError
-from embinit.store_check import is_database
-from embinit.tracking_store import prepare_store
+from embinit.tracking.store_check import is_database
+from embinit.tracking.prepare import prepare_store
 from helpers.bad_stores import copy_store, notes_db, random_bytes, snapshot, state_db
 from service.fakes import FakeCluster, FakeRunner
 from service.main import create_app
@@ -26,8 +26,8 @@ from service.store import ResultStore
 # its first read do first.
 RACER = """
 import sys, time
-from embinit.tracking_store import prepare_store
-from embinit import mlflow_store
+from embinit.tracking.prepare import prepare_store
+from embinit.tracking import mlflow_store
 uri, start = sys.argv[1], float(sys.argv[2])
 while time.time() < start:
     time.sleep(0.001)
@@ -205,7 +205,7 @@ def _key_search_plans(uri: str) -> list[str]:
     from sqlalchemy import event
     from sqlalchemy.engine import Engine
 
-    from embinit import mlflow_store, run_readers, trial_run
+    from embinit.tracking import mlflow_store, run_readers, trial_run
     exp = mlflow_store.ensure_experiment("keys", uri)
     for seed in range(3) if not run_readers.key_records(exp, uri, "key-1") else ():   # the first time
         trial_run.TrialRun.open(uri, exp, None, {"task": "synthetic_translation", "init": "xavier", "seed": seed},
@@ -258,7 +258,7 @@ def test_a_trial_key_lookup_uses_embinits_index_not_a_scan_of_every_key(store_ur
     """MLflow indexes tags by (key, run): without the partial index the lookup read every trial key of
     the experiment, once per trial (9.4 ms against 2.5 ms at 3,200 runs, measured by hand on a
     bench_trial_writes store)."""
-    from embinit.tracking_store import TRIAL_KEY_INDEX
+    from embinit.tracking.prepare import TRIAL_KEY_INDEX
     prepare_store(store_uri)
     plans = _key_search_plans(store_uri)
     assert all(TRIAL_KEY_INDEX in plan for plan in plans), plans
@@ -270,7 +270,7 @@ def test_a_store_a_tracking_server_made_gets_the_index_from_the_api(store_uri):
     import sqlalchemy
     from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 
-    from embinit.tracking_store import TRIAL_KEY_INDEX, index_trial_keys
+    from embinit.tracking.prepare import TRIAL_KEY_INDEX, index_trial_keys
     assert not index_trial_keys(store_uri)                       # no tables yet: nothing done
     engine = sqlalchemy.create_engine(store_uri)
     assert not sqlalchemy.inspect(engine).get_table_names()      # ... and no table made
@@ -286,8 +286,8 @@ def test_a_store_a_tracking_server_made_gets_the_index_from_the_api(store_uri):
 def test_trials_write_to_a_database_only_when_it_is_the_servers_store(tmp_path, store_uri):
     """`EMBINIT_TRACKING_WRITE_DIRECT`: before any trial writes to the database behind the tracking server,
     the sweep checks that it holds the server's experiment under the server's id; every problem is named."""
-    from embinit import mlflow_store
-    from embinit.tracking_store import check_store_behind
+    from embinit.tracking import mlflow_store
+    from embinit.tracking.prepare import check_store_behind
 
     server = "http://mlflow:5000"
     prepare_store(store_uri)
@@ -305,7 +305,7 @@ def test_trials_write_to_a_database_only_when_it_is_the_servers_store(tmp_path, 
 def test_a_database_that_is_not_there_is_named_quickly_and_never_made(tmp_path):
     """MLflow's own store would retry an unreachable database for most of an hour and create a SQLite file
     that is missing; the check reads with plain SQL and a connect timeout, and hides the password."""
-    from embinit.tracking_store import check_store_behind
+    from embinit.tracking.prepare import check_store_behind
 
     missing = tmp_path / "nowhere" / "mlflow.db"
     with pytest.raises(EmbinitError, match="there is no file"):

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from embinit import file_inputs, mlflow_store, provenance, records, trial_run
+from embinit import file_inputs
+from embinit.tracking import mlflow_store, provenance, records, trial_run
 from embinit.config import TrialConfig
 from embinit.tasks.synthetic import LEXICON
 

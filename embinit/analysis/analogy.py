@@ -30,7 +30,7 @@ from typing import Iterable, Sequence
 import torch
 
 from embinit.errors import EmbinitError
-from embinit.run_records import analogy_metrics
+from embinit.tracking.run_records import analogy_metrics
 
 QUESTION_BLOCK = 1024
 VOCAB_CHUNK = 8192    # 1024 x 8192 scores = 32 MB, reused for every chunk

@@ -45,7 +45,7 @@ def is_run_id(source: str) -> bool:
 
 def download_checkpoint(run_id: str, tracking_uri: str | None = None, dst: str | None = None) -> Path:
     """The local path of run `run_id`'s best.pt artifact (downloaded by `run_readers.artifact_file`)."""
-    from embinit import run_readers  # imports MLflow when it downloads; only needed for run ids
+    from embinit.tracking import run_readers  # imports MLflow when it downloads; only needed for run ids
 
     return run_readers.artifact_file(_RUN_ID.match(run_id).group(1), BEST_ARTIFACT, dst, tracking_uri)
 
@@ -102,7 +102,7 @@ def load_embeddings(source: str | Path, key: str | None = None, top: int | None 
         raise EmbinitError(f"top (--top) must be a positive number of rows, got {top!r}")   # -5 sliced from the end
     source = str(source)
     if is_run_id(source):
-        from embinit.store_check import require_store
+        from embinit.tracking.store_check import require_store
         require_store(tracking_uri)   # a store to read: an error saying what it is otherwise, nothing created
         # into embinit's own cache folder, a trusted root, where the one checkpoint reader reads it
         downloads = cache_root() / "downloads"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from embinit.errors import EmbinitError
-from embinit.run_records import AnalogyRow, AnalogyRun
+from embinit.tracking.run_records import AnalogyRow, AnalogyRun
 
 
 def register(subparsers) -> None:
@@ -71,7 +71,7 @@ def run(args) -> int:
 
     steps = parse_steps(args.transform)
     if args.log_experiment:   # the store it will write to, before the analysis: created, upgraded or refused
-        from embinit.tracking_store import prepare_store
+        from embinit.tracking.prepare import prepare_store
         prepare_store(args.tracking_uri)
     questions = load_questions(args.questions)
     wanted = _restriction(args)
@@ -94,7 +94,7 @@ def run(args) -> int:
                         case_insensitive=kw["case_insensitive"]) if args.table4 else []
     record = _record(args, emb.source, questions.source, len(tokens), rows, results, ratios, sweep)
     if args.log_experiment:
-        from embinit import run_writers
+        from embinit.tracking import run_writers
         run_id = run_writers.log_analogy_run(args.log_experiment, args.tracking_uri, record,
                                              time.perf_counter() - t0)
         print(f"logged to MLflow run {run_id} (experiment {args.log_experiment!r})")
@@ -133,7 +133,7 @@ def _print_rows(args, rows, results, ratios) -> None:
 
 
 def _record(args, source: str, questions: str, n_words: int, rows, results, ratios, sweep) -> AnalogyRun:
-    """What the run records (`embinit.run_records.AnalogyRun`): each row's result and σ(words)/σ(PE),
+    """What the run records (`embinit.tracking.run_records.AnalogyRun`): each row's result and σ(words)/σ(PE),
     the ratio sweep, and the arguments it ran with."""
     params = {"embeddings": source, "questions": questions, "words": n_words, "task": args.task or "",
               "vocab": args.vocab or "", "top": args.top if args.top is not None else "", "seed": args.seed,

@@ -11,11 +11,11 @@ import statistics
 from collections import Counter
 from typing import NamedTuple
 
-from embinit.records import RESULT   # a trial run's statuses with a result (MLflow's FINISHED)
+from embinit.tracking.records import RESULT   # a trial run's statuses with a result (MLflow's FINISHED)
 from embinit.config import TrialConfig, task_defaults
-from embinit.mlflow_store import masked
-from embinit.store_check import (StoreState, StoreUnreachable, database_store, is_server_database, resolved,
-                                  sqlite_path, sqlite_store)
+from embinit.tracking.mlflow_store import masked
+from embinit.tracking.store_check import (StoreState, StoreUnreachable, database_store, is_server_database, resolved,
+                                          sqlite_path, sqlite_store)
 
 
 def trial_lines(spec, plan, done: set[str] = frozenset(), marks: dict[str, str] | None = None) -> list[str]:
@@ -127,7 +127,7 @@ def past_epoch_s(uri: str | None, read: dict[str, list] | None = None) -> dict[t
     (`readable_store`). `read`: experiment id -> its trial records, where the caller has read them."""
     if uri is None:
         return {}
-    from embinit import mlflow_store, run_readers
+    from embinit.tracking import mlflow_store, run_readers
     read = read or {}
     out: dict[tuple, list[tuple]] = {}
     for exp in mlflow_store.client(uri).search_experiments():
@@ -184,7 +184,7 @@ def experiment_trials(spec, uri: str | None) -> tuple[str | None, list]:
     it three times before). (None, []): no store to read (`readable_store`) or no such experiment."""
     if uri is None:
         return None, []
-    from embinit import mlflow_store, run_readers
+    from embinit.tracking import mlflow_store, run_readers
     exp_id = mlflow_store.experiment_id(spec.experiment_name(), uri)
     return exp_id, [] if exp_id is None else run_readers.trial_records(exp_id, uri)
 
@@ -199,11 +199,11 @@ def unfinished_marks(plan, exp_id: str | None, uri: str | None, recs: list, done
     """A mark per planned key (not in `done`) whose newest run (of `recs`, the experiment's records,
     newest first) is unfinished with its checkpoint kept, saying where the run resumes it: an interrupted
     or failed run, or one MLflow has RUNNING while its sweep is gone
-    (embinit.driver_liveness.stale_trials: nothing trains it). A run RUNNING in a live sweep is not
+    (embinit.tracking.driver_liveness.stale_trials: nothing trains it). A run RUNNING in a live sweep is not
     marked (the run waits for it and reuses its result)."""
     if exp_id is None:
         return {}
-    from embinit import driver_liveness
+    from embinit.tracking import driver_liveness
     keys = {p.key for p in plan} - done
     newest: dict[str, object] = {}
     for r in recs:   # newest first

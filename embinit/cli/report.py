@@ -20,8 +20,8 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from embinit.store_check import require_store
-    from embinit.report import build_report
+    from embinit.tracking.store_check import require_store
+    from embinit.report.table import build_report
     require_store(args.tracking_uri)
     report = build_report(args.experiment, args.tracking_uri, baseline=args.baseline)
     text = {"markdown": report.to_markdown, "csv": report.to_csv, "json": report.to_json,

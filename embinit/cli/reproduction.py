@@ -25,7 +25,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from embinit.store_check import require_store
+    from embinit.tracking.store_check import require_store
     from embinit.reproduction import Reproduction, render, write_exports
     from embinit.reproduction.frame import header
     from embinit.reproduction.inputs import PRESETS, choose_inputs

@@ -18,7 +18,7 @@ import sys
 
 from embinit.cli.dry_run import dry_run
 from embinit.commands import command, next_steps
-from embinit.mlflow_store import masked
+from embinit.tracking.mlflow_store import masked
 
 STORE_ENV = "EMBINIT_TRACKING_STORE_URI"
 

@@ -25,7 +25,7 @@ def run(args) -> int:
     from pydantic import ValidationError
 
     from embinit.errors import EmbinitError
-    from embinit.mlflow_store import telemetry_off
+    from embinit.tracking.mlflow_store import telemetry_off
     from service.main import create_app
     from service.serving import uvicorn_options
     from service.settings import Settings

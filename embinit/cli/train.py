@@ -141,8 +141,8 @@ def rerun_config(args):
     the flags given beside --from-run); an error listing every file input of the record this machine
     lacks, with the flag that points it at a copy, before anything trains."""
     from embinit import rerun
-    from embinit.run_readers import trial_record
-    from embinit.store_check import require_store
+    from embinit.tracking.run_readers import trial_record
+    from embinit.tracking.store_check import require_store
 
     rec = trial_record(require_store(args.tracking_uri), args.tracking_uri, args.from_run)
     recorded, given = rerun.recorded_config(rec), given_fields(args)

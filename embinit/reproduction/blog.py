@@ -13,11 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from embinit import mlflow_store
+from embinit.tracking import mlflow_store
 from embinit.reproduction.compare import fmt
 from embinit.reproduction.export import Section
 from embinit.reproduction.inputs import load_trials
-from embinit.run_readers import metric_history
+from embinit.tracking.run_readers import metric_history
 
 if TYPE_CHECKING:
     from embinit.reproduction.data import ReproductionData

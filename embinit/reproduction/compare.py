@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from embinit.comparison import direction, paired, welch  # the statistics live below the report and the reproduction
-from embinit.formatting import interval, number
+# the statistics live below the report and the reproduction
+from embinit.comparison import direction, paired, welch
+from embinit.report.formatting import interval, number
 
 __all__ = ["ci_text", "compare_text", "duration", "favours", "fmt", "mean_std", "paired", "verdict", "welch"]
 

@@ -12,12 +12,12 @@ import math
 from functools import cached_property
 from typing import Any
 
-from embinit import mlflow_store, records, run_readers
+from embinit.tracking import mlflow_store, records, run_readers
 from embinit.config import metric_range
 from embinit.errors import EmbinitError
 from embinit.task_registry import primary_metric
 from embinit.reproduction.inputs import Group, Inputs, Trial, load_trials, role_of
-from embinit.run_records import AnalogyRun
+from embinit.tracking.run_records import AnalogyRun
 
 
 class ReproductionData:

@@ -8,13 +8,13 @@ from typing import TYPE_CHECKING
 
 from embinit.comparison import DIVERGENCE_RULE, divergence_rule
 from embinit.config import metric_range
-from embinit.report import summarize
+from embinit.report.table import summarize
 from embinit import paper
 from embinit.reproduction.compare import ci_text, compare_text, favours, fmt, mean_std, paired, verdict
 from embinit.reproduction.export import Section
 from embinit.reproduction.frame import NOT_COMPARABLE, budget_gap
 from embinit.reproduction.inputs import ROLE_TEXT, ROLES, SHUFFLE_TEXT, Group, role_of
-from embinit.run_readers import metric_history
+from embinit.tracking.run_readers import metric_history
 from embinit.reproduction.table4 import table4_rows
 
 if TYPE_CHECKING:

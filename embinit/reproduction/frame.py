@@ -38,7 +38,7 @@ BUDGET_KEYS = {"epochs": "epochs", "d_model": "D", "layers": "layers"}
 def header(rep: ReproductionData, inputs: str | None = None, now: datetime | None = None) -> list[str]:
     """The lines under the title: when, from which store, which experiments (and which are missing)."""
     when = (now or datetime.now(timezone.utc)).strftime("%Y-%m-%d %H:%M UTC")
-    from embinit import mlflow_store
+    from embinit.tracking import mlflow_store
     found = [g.experiment for g in rep.inputs.groups if g.experiment not in rep.missing]
     found += [e for e in (rep.inputs.dose_experiment, rep.inputs.oov_experiment)   # studies beyond the paper
               if mlflow_store.experiment_id(e, rep.uri) is not None]

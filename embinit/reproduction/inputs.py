@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from embinit import mlflow_store, records, run_readers
+from embinit.tracking import mlflow_store, records, run_readers
 from embinit.errors import EmbinitError
-from embinit.records import TrialRecord
-from embinit.run_records import SweepRecord
+from embinit.tracking.records import TrialRecord
+from embinit.tracking.run_records import SweepRecord
 
 ROLES = ("Xavier", "P", "P_Xavier", "P_Shuffled", "P_ShuffledElements", "Xavier_P")
 ROLE_TEXT = {"Xavier": "Xavier", "P": "{p}", "P_Xavier": "{p}_Xavier", "P_Shuffled": "{p}_Shuffled",

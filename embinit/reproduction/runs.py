@@ -1,6 +1,6 @@
 """The reproduction's "How it was run" section, from what MLflow stored for each sweep (issue 22 item
 6): the sweep's `spec.yaml` artifact, the command line, the machine and the devices its trials trained
-on, the date, the wall-clock, and the embinit version and commit (embinit.provenance). Nothing in it is
+on, the date, the wall-clock, and the embinit version and commit (embinit.tracking.provenance). Nothing in it is
 a template: a sweep recorded before embinit kept one of these says "not recorded"."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ from collections import Counter, defaultdict
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
-from embinit import mlflow_store, provenance, run_readers
+from embinit.tracking import mlflow_store, provenance, run_readers
 from embinit.errors import EmbinitError
 from embinit.reproduction.compare import duration
 from embinit.reproduction.export import Section
 from embinit.reproduction.inputs import load_trials
-from embinit.run_records import StoredSpec, SweepRecord
+from embinit.tracking.run_records import StoredSpec, SweepRecord
 
 if TYPE_CHECKING:
     from embinit.reproduction.data import ReproductionData

@@ -8,11 +8,11 @@ import statistics
 from pathlib import Path
 
 from embinit import paper
-from embinit.report import summarize
+from embinit.report.table import summarize
 from embinit.reproduction.compare import ci_text, fmt, mean_std
 from embinit.reproduction.data import ReproductionData
 from embinit.reproduction.export import Section
-from embinit.run_records import AnalogyRun
+from embinit.tracking.run_records import AnalogyRun
 
 
 def table4_rows(results: list[AnalogyRun]) -> list[dict]:

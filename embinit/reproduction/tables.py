@@ -9,7 +9,7 @@ from pathlib import Path
 
 from embinit import paper
 from embinit.config import metric_range, task_defaults
-from embinit.report import summarize
+from embinit.report.table import summarize
 from embinit.reproduction.compare import ci_text, fmt, mean_std
 from embinit.reproduction.data import ReproductionData
 from embinit.reproduction.export import Section

@@ -18,8 +18,8 @@ from dataclasses import replace
 
 from ray import tune
 
-from embinit import run_readers
-from embinit.records import TrialRecord
+from embinit.tracking import run_readers
+from embinit.tracking.records import TrialRecord
 from embinit.spec import ExperimentSpec, PlannedTrial, Range
 from embinit.sweep import tune_state
 from embinit.sweep.fused import fuse_key

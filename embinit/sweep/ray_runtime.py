@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext, suppress
 
 from embinit.errors import EmbinitError
-from embinit.mlflow_store import telemetry_off
+from embinit.tracking.mlflow_store import telemetry_off
 
 
 LOOPBACK = "127.0.0.1"

@@ -11,7 +11,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from embinit import mlflow_store, trial_run
+from embinit.tracking import mlflow_store, trial_run
 from embinit.checkpoint_files import BEST, BEST_ARTIFACT_DIR, INIT_SAMPLE, OLD_INIT_SAMPLE, read_init_sample, \
     write_init_sample
 from embinit.errors import EmbinitError

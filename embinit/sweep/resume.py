@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from embinit import run_readers, trial_run
+from embinit.tracking import run_readers, trial_run
 from embinit.cache_root import cache_root
 from embinit.storage import Mirror, Store
 from embinit.sweep.work import SweepContext

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from embinit import (driver_liveness, mlflow_store, provenance, records, run_readers, run_writers, store_check,
-                     tracking_server)
+from embinit.tracking import (driver_liveness, mlflow_store, provenance, records, run_readers, run_writers,
+    store_check, server_check as tracking_server)
 from embinit.errors import EmbinitError
 from embinit.model_dims import check_dimensions
 from embinit.spec import ExperimentSpec, check_local_paths, load_spec
@@ -31,7 +31,7 @@ from embinit.sweep.job import TuneJob
 from embinit.sweep.ray_runtime import RayRuntime
 from embinit.sweep.work import SweepContext, Unit, pack_units, units_to_run
 from embinit.trusted import check_writable
-from embinit.tracking_store import check_store_behind, check_store_shape, prepare_store
+from embinit.tracking.prepare import check_store_behind, check_store_shape, prepare_store
 
 StopFlag = threading.Event | Callable[[], bool] | None
 
@@ -47,7 +47,7 @@ class SweepResult:
     trials: list[dict[str, Any]] = field(default_factory=list)   # run_readers.trial_row rows, one per planned key
     cancelled: bool = False
     wall_s: float = 0.0
-    report: Any = None                 # embinit.report.Report
+    report: Any = None                 # embinit.report.table.Report
     linked: bool = False               # nothing to train: parent_run_id is the spec's earlier sweep run
     shared: int = 0                    # finished by another sweep while this one ran (a shared key)
 
@@ -222,8 +222,8 @@ def _execute(job: TuneJob, units: list[Unit]) -> bool:
 def _finish(spec, uri, runs, exp_id, parent, planned, reused, cancelled, t0, linked=False) -> SweepResult:
     """The sweep's result and report, the trial runs read from `runs` (`uri`, or the database behind it);
     the sweep's run closed with them unless `linked` (an earlier sweep's)."""
-    from embinit.completeness import planned_trials
-    from embinit.report import build_report
+    from embinit.report.completeness import planned_trials
+    from embinit.report.table import build_report
     keys = {p.key for p in planned}
     search = spec.drawn
     chosen = records.by_key(run_readers.experiment_records(spec.experiment_name(), runs), None if search else keys)

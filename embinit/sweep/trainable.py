@@ -21,7 +21,7 @@ import traceback
 from dataclasses import replace
 from typing import Any, Callable, Sequence
 
-from embinit import run_readers
+from embinit.tracking import run_readers
 from embinit.config import TrialConfig
 from embinit.errors import EmbinitError
 from embinit.sweep import analyses, resume

@@ -14,7 +14,7 @@ import threading
 import time
 from pathlib import Path
 
-from embinit import mlflow_store, run_readers
+from embinit.tracking import mlflow_store, run_readers
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {"PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}

@@ -9,8 +9,8 @@ import time
 
 import ray.cloudpickle
 
-from embinit import mlflow_store, records
-from embinit.records import DEVICE_TAG
+from embinit.tracking import mlflow_store, records
+from embinit.tracking.records import DEVICE_TAG
 from embinit.spec import load_spec
 from embinit.sweep import run_sweep
 

@@ -1,7 +1,7 @@
 """The MLflow run of one trial, written from inside the trial's Ray worker (so no driver-side logger can
 lose the tracking URI or stage artifacts on the wrong machine): `TrialRun`.
 
-Layout: one MLflow experiment per spec name; one parent run per sweep submission (`embinit.run_writers`);
+Layout: one MLflow experiment per spec name; one parent run per sweep submission (`embinit.tracking.run_writers`);
 one child run per trial. A child run carries:
 - tags `embinit.trial_key`, `embinit.label` (paper label), `embinit.task`, `embinit.seed`,
   `embinit.status` (running | finished | diverged | failed), `embinit.config` (the config as JSON),
@@ -15,7 +15,7 @@ one child run per trial. A child run carries:
   `embinit.init` averages the seeds of each init;
 - what the worker ran and read, set when the run is created or reopened: `mlflow.source.git.commit`
   (MLflow's own tag, the UI's "Version": the commit of the code this worker process imported,
-  `embinit.provenance.process_commit`; none outside a git checkout) and `embinit.git_commits` (every
+  `embinit.tracking.provenance.process_commit`; none outside a git checkout) and `embinit.git_commits` (every
   commit that trained the run, comma-separated, appended on reopening: a run resumed by other code
   names both); `embinit.sha256.<field>` (the hex digest its key holds of each file input, e.g.
   `pretrained`, `data_dir`: embinit.file_inputs, hashed once per file version);
@@ -28,7 +28,7 @@ one child run per trial. A child run carries:
 - its name `<label>-s<seed>`; params: the flat config the model trains with (`TrainContext.cfg`: task
   defaults filled in, d_model and heads resolved against a pretrained source's D, precision as resolved;
   unset options left out), `init` = the label and `init_spec` = the init as written
-  (embinit.run_names), and `model_parameters`/`trainable_parameters`, all logged when training starts
+  (embinit.tracking.run_names), and `model_parameters`/`trainable_parameters`, all logged when training starts
   (with the model size: one write fewer per trial). A trial that never started logs its planned params
   with its failure (or its result: the no-work trainer), without what its plan leaves to the trainer
   (`run_names.planned_params`); a reopened run keeps the params it has (they cannot change). The
@@ -53,16 +53,15 @@ from __future__ import annotations
 import json
 from typing import Any, Iterable
 
-from embinit import provenance
+from embinit.tracking import provenance
 from embinit.file_inputs import PREFIX, content_ids
-from embinit.mlflow_store import client, log_batch, metrics_at, retry
-from embinit.records import (BLEU_SIGNATURE_TAG, CHECKPOINT_TAG, CODE_VERSION_TAG, CONFIG_TAG, DATA_SOURCE_TAG,
-                             DEVICE_TAG, ERROR_TAG, EXECUTION_TAG, GIT_COMMIT_TAG, GIT_COMMITS_TAG, GROUP_TAG,
-                             HUB_REVISION_TAG,
-                             INIT_TAG, KEY_TAG, LABEL_TAG, PARENT_TAG, RESULT, RESUMED_TAG, SEED_TAG, SHA256_TAG,
-                             STATUS_TAG, TASK_TAG, TRAINER_LABEL_TAG, VERSIONS_TAG)
-from embinit.run_names import planned_params, resolved_params, trial_params, trial_run_name
-from embinit.run_readers import key_records, metric_history
+from embinit.tracking.mlflow_store import client, log_batch, metrics_at, retry
+from embinit.tracking.records import (BLEU_SIGNATURE_TAG, CHECKPOINT_TAG, CODE_VERSION_TAG, CONFIG_TAG, DATA_SOURCE_TAG,
+                                      DEVICE_TAG, ERROR_TAG, EXECUTION_TAG, GIT_COMMIT_TAG, GIT_COMMITS_TAG, GROUP_TAG,
+                                      HUB_REVISION_TAG, INIT_TAG, KEY_TAG, LABEL_TAG, PARENT_TAG, RESULT, RESUMED_TAG,
+                                      SEED_TAG, SHA256_TAG, STATUS_TAG, TASK_TAG, TRAINER_LABEL_TAG, VERSIONS_TAG)
+from embinit.tracking.run_names import planned_params, resolved_params, trial_params, trial_run_name
+from embinit.tracking.run_readers import key_records, metric_history
 
 # Embedding statistics kept as metrics (Table 2's columns, read by the reproduction); the rest of the
 # ~70 statistics go to the `emb_stats.json` table artifact instead of one-value bar charts.

@@ -3,8 +3,8 @@ for a trial key.
 
 Every reader of trials (the report, the reproduction, the sweep's result, the Optuna resume, the
 service) goes through `from_runs` and `by_key` (`stand_ins` where the slot is not the key: a seed of a
-report row); `embinit.run_readers` searches MLflow and `embinit.trial_run` writes runs with the tag names
-below. This module imports neither MLflow nor torch.
+report row); `embinit.tracking.run_readers` searches MLflow and `embinit.tracking.trial_run` writes runs
+with the tag names below. This module imports neither MLflow nor torch.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Iterable
 
-# Tags of a trial's child run (see embinit.trial_run for the whole layout).
+# Tags of a trial's child run (see embinit.tracking.trial_run for the whole layout).
 KEY_TAG, LABEL_TAG, STATUS_TAG = "embinit.trial_key", "embinit.label", "embinit.status"
 TASK_TAG, SEED_TAG, CONFIG_TAG, ERROR_TAG = "embinit.task", "embinit.seed", "embinit.config", "embinit.error"
 GROUP_TAG = "embinit.group"  # JSON of the ablation-axis and search-point values (report grouping)
@@ -32,7 +32,7 @@ EXECUTION_TAG = "embinit.execution"  # separate | fused (the trial's result.json
 # `config.CODE_VERSION` when the run was created (in its key too, but a key cannot be read back): the
 # report says when a row pools seeds of several code versions. Runs from before the tag lack it.
 CODE_VERSION_TAG = "embinit.code_version"
-# What a trial's worker ran (embinit.provenance): MLflow's own commit tag (the UI's "Version"), the
+# What a trial's worker ran (embinit.tracking.provenance): MLflow's own commit tag (the UI's "Version"), the
 # commit of the code the worker imported (`-dirty` when its checkout differed), and every commit that
 # trained the run, comma-separated, in order (a resumed run may have two); the library versions (JSON),
 # set when training starts, as is where the data came from (`local:<folder>`, `hub:<dataset>`,

@@ -6,15 +6,15 @@ Marks, all explained in the caption the table carries:
 - bold: the best mean of its column among the cells that lost no seed to divergence (the metric's
   direction: a lower loss or perplexity is the better; accuracies, logged as fractions, are printed in
   percent): a mean over the survivors is not the best of the column;
-- ↑ / ↓: the paired 95% interval of the difference from the baseline init (`embinit.report_baseline`)
+- ↑ / ↓: the paired 95% interval of the difference from the baseline init (`embinit.report.baseline`)
   lies above / below 0 in the better / worse direction; no mark: inconclusive, or the baseline itself;
 - †: best epoch = last epoch for most seeds (still improving: a budget comparison);
 - ‡: some seeds diverged (the caption says how many): the mean is the survivors', and no ↑ is given on
-  the survivors alone (`embinit.report_baseline.with_divergence`);
+  the survivors alone (`embinit.report.baseline.with_divergence`);
 - a subscript n where a cell's seed count differs from the table's usual one; `--` where a cell has
   no finished seed;
 - an experiment with planned trials that have no result (still running, failed, never started) says so
-  in the caption and in a comment line above the table (`embinit.completeness.sentence`).
+  in the caption and in a comment line above the table (`embinit.report.completeness.sentence`).
 With a search, each cell is its init's best search point (listed under the table). Needs booktabs.
 """
 
@@ -24,8 +24,8 @@ from collections import Counter
 from typing import Any
 
 from embinit.comparison import higher_is_better
-from embinit.formatting import decimals, is_fraction, number
-from embinit.report_notes import row_name, selected_on_dev
+from embinit.report.formatting import decimals, is_fraction, number
+from embinit.report.notes import row_name, selected_on_dev
 
 _SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
             "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
@@ -92,7 +92,7 @@ def _cell(r: dict[str, Any] | None, best: dict[tuple, float], usual_n: int | Non
 
 def to_latex(experiment: str, rows: list[dict[str, Any]], baseline: str, digits: int = 2,
              incomplete: str | None = None) -> str:
-    """The rows of a report (`embinit.report.Report.rows`) as a booktabs table; `incomplete`: the sentence
+    """The rows of a report (`embinit.report.table.Report.rows`) as a booktabs table; `incomplete`: the sentence
     saying which planned trials have no result (None: every one has)."""
     columns = list(dict.fromkeys(_column(r) for r in rows))
     inits = list(dict.fromkeys(_row_key(r) for r in rows))

@@ -1,11 +1,11 @@
 """Sweep runs, analysis runs and metric histories read back from MLflow as frozen values, as
-`embinit.records` reads trial runs. `embinit.run_readers` searches the store and builds them; the report
-and the reproduction read these, never MLflow's `Run` objects. This module imports neither MLflow nor
+`embinit.tracking.records` reads trial runs. `embinit.tracking.run_readers` searches the store and builds
+them; the report and the reproduction read these, never MLflow's `Run` objects. This module imports neither MLflow nor
 torch.
 
 An analogy run's payload (`AnalogyRun`: its Table-4 rows, ratio sweep and params) is declared here
-once: `embinit.run_writers.log_analogy_run` writes it (params, `analogy/<slug>/...` metrics,
-`result.json`) and `embinit.run_readers.analogy_run` reads it back. Rows are named by their slug.
+once: `embinit.tracking.run_writers.log_analogy_run` writes it (params, `analogy/<slug>/...` metrics,
+`result.json`) and `embinit.tracking.run_readers.analogy_run` reads it back. Rows are named by their slug.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
-from embinit.records import KIND_TAG, N_TRIALS_TAG, SPEC_HASH_TAG
+from embinit.tracking.records import KIND_TAG, N_TRIALS_TAG, SPEC_HASH_TAG
 
 if TYPE_CHECKING:
     from embinit.spec import ExperimentSpec
@@ -24,7 +24,7 @@ SPEC_ARTIFACT = "spec.yaml"   # a sweep run's spec, as `ExperimentSpec.to_yaml` 
 @dataclass(frozen=True)
 class SweepRecord:
     """One sweep's (parent) run. `status` is MLflow's (RUNNING | FINISHED | FAILED | KILLED); `tags`
-    holds all the run's tags (its provenance: `embinit.provenance.read`)."""
+    holds all the run's tags (its provenance: `embinit.tracking.provenance.read`)."""
 
     run_id: str
     experiment_id: str
@@ -51,7 +51,7 @@ class StoredSpec:
 
 @dataclass(frozen=True)
 class AnalysisRecord:
-    """One analysis run outside a sweep (`embinit.run_writers.log_analysis_run`, e.g. kind `analogy`)."""
+    """One analysis run outside a sweep (`embinit.tracking.run_writers.log_analysis_run`, e.g. kind `analogy`)."""
 
     run_id: str
     kind: str

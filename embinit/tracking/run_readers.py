@@ -1,9 +1,9 @@
-"""Everything embinit reads back from MLflow, as frozen records: trial runs (`embinit.records`), sweep
+"""Everything embinit reads back from MLflow, as frozen records: trial runs (`embinit.tracking.records`), sweep
 runs and the spec each recorded, analysis runs, an analogy run's result and metric histories
-(`embinit.run_records`), each through one reader here; artifacts are downloaded here too.
+(`embinit.tracking.run_records`), each through one reader here; artifacts are downloaded here too.
 
 A trial's key has a result when it has a FINISHED run (diverged runs are finished results); which run
-stands for a key is `embinit.records.by_key`.
+stands for a key is `embinit.tracking.records.by_key`.
 """
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 from embinit.errors import EmbinitError
 from embinit.task_registry import TASKS, primary_metric
-from embinit.mlflow_store import client, experiment_id, masked, no_experiment, resolve_uri, retry, search_runs
-from embinit import run_table
-from embinit.records import (CONFIG_TAG, KEY_TAG, KIND_TAG, PARENT_TAG, RESULT, SPEC_HASH_TAG, TrialRecord,
-                             by_key, from_run, from_runs)
-from embinit.run_records import (SPEC_ARTIFACT, AnalogyRun, AnalysisRecord, MetricHistory, StoredSpec, SweepRecord,
-                                 analysis_from_run, history_from_metrics, sweeps_from_runs)
+from embinit.tracking.mlflow_store import client, experiment_id, masked, no_experiment, resolve_uri, retry, search_runs
+from embinit.tracking import run_table
+from embinit.tracking.records import (CONFIG_TAG, KEY_TAG, KIND_TAG, PARENT_TAG, RESULT, SPEC_HASH_TAG, TrialRecord,
+                                      by_key, from_run, from_runs)
+from embinit.tracking.run_records import (SPEC_ARTIFACT, AnalogyRun, AnalysisRecord, MetricHistory, StoredSpec,
+                                          SweepRecord, analysis_from_run, history_from_metrics, sweeps_from_runs)
 
 if TYPE_CHECKING:
     from embinit.spec import ExperimentSpec
@@ -39,7 +39,7 @@ def finished_keys(exp_id: str, uri: str | None = None) -> dict[str, str]:
 def key_records(exp_id: str, uri: str | None, key: str) -> list[TrialRecord]:
     """Every run of a trial key, any status, newest first: one search answers both what a worker asks
     before training a key (has it a result? has this sweep an unfinished run of it?). A SQL store is read
-    as plain rows (`embinit.run_table`), a tracking server with `search_runs`."""
+    as plain rows (`embinit.tracking.run_table`), a tracking server with `search_runs`."""
     rows = run_table.rows(exp_id, uri, key=key)
     return from_runs(rows if rows is not None else search_runs(exp_id, uri, f"tags.`{KEY_TAG}` = '{key}'"))
 
@@ -57,7 +57,7 @@ def finished_run(exp_id: str, uri: str | None, key: str) -> TrialRecord | None:
 
 def trial_record(c, uri: str | None, run_id: str) -> TrialRecord:
     """The record of one trial run by its id (`embinit train --from-run`), read with the client `c` of
-    the store at `uri` (`embinit.store_check.require_store`); an error naming the run and the store when
+    the store at `uri` (`embinit.tracking.store_check.require_store`); an error naming the run and the store when
     the store has no such run, or when the run is not a trial (no `embinit.config` tag: a sweep's or an
     analysis's run)."""
     where = masked(resolve_uri(uri))
@@ -80,7 +80,7 @@ def trial_records(exp_id: str, uri: str | None = None, status: str | None = None
                   parent: str | None = None) -> list[TrialRecord]:
     """The experiment's trial runs as records, newest first: those with MLflow status `status`
     (RUNNING, FINISHED, ...) and of the sweep run `parent`, when given. A SQL store is read as plain rows
-    (`embinit.run_table`, ~10x faster than `search_runs` over thousands of runs), a tracking server
+    (`embinit.tracking.run_table`, ~10x faster than `search_runs` over thousands of runs), a tracking server
     with `search_runs`."""
     rows = run_table.rows(exp_id, uri, status)
     if rows is None:
@@ -222,7 +222,7 @@ def metric_history(uri: str | None, run_id: str, metric: str) -> MetricHistory:
 
 
 def metric_histories(uri: str | None, run_ids: list[str], metric: str) -> dict[str, MetricHistory]:
-    """`metric_history` of many runs: on a SQL store in a few queries (`embinit.run_table.histories`),
+    """`metric_history` of many runs: on a SQL store in a few queries (`embinit.tracking.run_table.histories`),
     else one call per run. The same rule per step (the value logged last)."""
     logged = run_table.histories(uri, list(run_ids), metric)
     if logged is None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from embinit.report_plots import setting_text
+from embinit.report.plots import setting_text
 
 
 def row_name(r: dict[str, Any], point: bool = True) -> str:
@@ -80,7 +80,7 @@ def dev_selection_notes(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def stale_notes(stale: list[dict[str, Any]]) -> list[str]:
-    """One line per trial counted as running whose sweep is gone (embinit.driver_liveness.stale_trials):
+    """One line per trial counted as running whose sweep is gone (embinit.tracking.driver_liveness.stale_trials):
     nothing trains it; running its spec again resumes it (and closes the dead sweep's runs)."""
     if not stale:
         return []

@@ -1,10 +1,11 @@
 """The MLflow store embinit talks to: its URI, a client, retries on SQLite's write lock, experiments,
 paged searches and batched writes.
 
-Everything embinit writes goes through `embinit.trial_run` (a trial's run) and `embinit.run_writers`
-(sweep and analysis runs, closing runs nothing writes to any more); everything it reads back goes
-through `embinit.run_readers`, as the frozen records of `embinit.records` and `embinit.run_records`.
-Creating or upgrading a SQL store before any of this opens it is `embinit.tracking_store`'s.
+Everything embinit writes goes through `embinit.tracking.trial_run` (a trial's run) and
+`embinit.tracking.run_writers` (sweep and analysis runs, closing runs nothing writes to any more);
+everything it reads back goes through `embinit.tracking.run_readers`, as the frozen records of
+`embinit.tracking.records` and `embinit.tracking.run_records`.
+Creating or upgrading a SQL store before any of this opens it is `embinit.tracking.prepare`'s.
 """
 
 from __future__ import annotations

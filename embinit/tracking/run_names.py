@@ -1,5 +1,5 @@
 """What MLflow's run table shows of a trial: its run name and its params (issue 22: readable names
-without clutter). Plain functions of a label, a seed and a config; `embinit.trial_run` writes them."""
+without clutter). Plain functions of a label, a seed and a config; `embinit.tracking.trial_run` writes them."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ item 6): the command line, the machine (CPU model and count), the embinit versio
 the code. The date is the run's start time; the spec is its `spec.yaml` artifact; the device is each
 trial's `embinit.device` tag. `read(run)` gives them back, "not recorded" for sweeps older than this.
 
-What a trial's worker ran, recorded on the trial's own run (embinit.trial_run): `process_commit()` (the
+What a trial's worker ran, recorded on the trial's own run (embinit.tracking.trial_run): `process_commit()` (the
 commit of the code this process imported) and `library_versions()`; both asked once per process.
 """
 
@@ -116,7 +116,7 @@ def _masked_arg(arg: str) -> str:
     """`arg` with a URL's password hidden, also as the value of `KEY=URL` or `--flag=URL`."""
     if "://" not in arg or "@" not in arg:
         return arg
-    from embinit.mlflow_store import masked
+    from embinit.tracking.mlflow_store import masked
     key, eq, value = arg.partition("=")
     if eq and "://" not in key:
         return f"{key}={masked(value)}"
@@ -132,7 +132,7 @@ def collect(argv: list[str] | None = None) -> dict[str, str]:
 
 def record(run_id: str, uri: str, tags: dict[str, str] | None = None) -> None:
     """Tag the sweep run `run_id` with how it is run (`collect()` unless `tags` are given)."""
-    from embinit import mlflow_store
+    from embinit.tracking import mlflow_store
     c = mlflow_store.client(uri)
     for name, value in (tags or collect()).items():
         mlflow_store.retry(lambda n=name, v=value: c.set_tag(run_id, n, v))

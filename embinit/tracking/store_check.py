@@ -3,7 +3,7 @@
 MLflow opens whatever it is given: a mistyped scheme (`sqlit:///x.db`) is a KeyError deep in its store
 registry, a bare path or `sqlite:/x.db` a file store it refuses with a page of text, and any SQLite file
 becomes an MLflow store: the tables are created in it (and the file switched to WAL by
-`embinit.tracking_store`), next to whatever it held. So every command checks here first, once:
+`embinit.tracking.prepare`), next to whatever it held. So every command checks here first, once:
 
 - `resolved(uri)`: the URI's shape (a scheme MLflow stores use, `sqlite:///` then a path), resolved;
 - `sqlite_store(path)`: what a SQLite file is, read without writing to it: not there, empty (both fine
@@ -16,7 +16,7 @@ becomes an MLflow store: the tables are created in it (and the file switched to 
 - `require_store(uri)`: what the commands that only read (report, reproduction, `train --from-run`)
   open: an MLflow store that exists, at this MLflow's schema; never created nor migrated.
 
-`embinit.tracking_store.prepare_store` (`embinit run`, the API) creates, or upgrades (with a copy kept
+`embinit.tracking.prepare.prepare_store` (`embinit run`, the API) creates, or upgrades (with a copy kept
 of a SQLite file), only what `sqlite_store` or `database_store` accepts.
 """
 
@@ -32,7 +32,7 @@ from typing import NamedTuple
 from urllib.parse import quote
 
 from embinit.errors import EmbinitError, did_you_mean
-from embinit.mlflow_store import client, masked, resolve_uri
+from embinit.tracking.mlflow_store import client, masked, resolve_uri
 
 # the schemes of MLflow's own stores: SQL databases (sqlalchemy's `dialect+driver`: a file, or a database
 # on a server), tracking servers, Databricks and the (deprecated) file store

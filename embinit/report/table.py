@@ -3,14 +3,14 @@ seeds, n, the mean best epoch and a 95% confidence interval (Student's t, clippe
 from `config.metric_range`: `METRIC_RANGES` and the tasks' own ranges), with failed/diverged counts.
 
 Each row is compared with the baseline init's row of the same task, axes and metric (Xavier unless
-`baseline` names another; `embinit.report_baseline`): the difference with a 95% interval, paired on the
+`baseline` names another; `embinit.report.baseline`): the difference with a 95% interval, paired on the
 shared seeds, and a verdict. A row whose best epoch is the last epoch for most seeds is flagged: the model
 was still improving when its budget ended. With the experiment's plan (`planned`, else the newest sweep's
 spec in MLflow) the report says how many planned trials never finished and which inits have none
-(`embinit.completeness`); a planned init without any run still gets its (empty) row.
+(`embinit.report.completeness`); a planned init without any run still gets its (empty) row.
 
 Which trials make a row (one per configuration and seed, the best search point) and what each row
-holds: `embinit.report_rows`.
+holds: `embinit.report.rows`.
 """
 
 from __future__ import annotations
@@ -23,16 +23,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from embinit import completeness as coverage
-from embinit import driver_liveness, mlflow_store, records, report_baseline, report_latex, run_readers
+from embinit.report import completeness as coverage
+from embinit.tracking import driver_liveness, mlflow_store, records, run_readers
+from embinit.report import baseline as report_baseline, latex as report_latex
 from embinit.comparison import t_quantile
-from embinit.formatting import digits_by_metric, interval, number
-from embinit.records import TrialRecord
-from embinit.report_baseline import DEFAULT_BASELINE
-from embinit.report_notes import (code_version_notes, dev_selection_notes, non_finite_notes, other_point_notes,
+from embinit.report.formatting import digits_by_metric, interval, number
+from embinit.tracking.records import TrialRecord
+from embinit.report.baseline import DEFAULT_BASELINE
+from embinit.report.notes import (code_version_notes, dev_selection_notes, non_finite_notes, other_point_notes,
                                   row_name, stale_notes, unconverged_notes)
-from embinit.report_plots import label_order, mean_curves
-from embinit.report_rows import group, group_rows, summarize
+from embinit.report.plots import label_order, mean_curves
+from embinit.report.rows import group, group_rows, summarize
 
 __all__ = ["DEFAULT_BASELINE", "Report", "build_report", "mean_curves", "summarize", "t_quantile"]
 
@@ -45,7 +46,7 @@ class Report:
     run_ids: dict[tuple, list[str]] = field(default_factory=dict)  # (task, label, axes, setting) -> runs
     tracking_uri: str | None = None
     baseline: str = DEFAULT_BASELINE
-    completeness: dict[str, Any] | None = None   # embinit.completeness; None without a plan
+    completeness: dict[str, Any] | None = None   # embinit.report.completeness; None without a plan
     stale: list[dict[str, Any]] = field(default_factory=list)   # driver_liveness.stale_trials: not training
 
     def to_json(self) -> str:
@@ -97,7 +98,7 @@ class Report:
         return "\n".join(lines) + "\n"
 
     def to_latex(self) -> str:
-        """Table 1 for a paper: inits x (task, metric), mean (σ), marks vs the baseline (embinit.report_latex)."""
+        """Table 1 for a paper: inits x (task, metric), mean (σ), marks vs the baseline (embinit.report.latex)."""
         return report_latex.to_latex(self.experiment, self.rows, self.baseline,
                                      incomplete=coverage.sentence(self.completeness))
 

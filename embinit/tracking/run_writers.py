@@ -1,4 +1,4 @@
-"""What embinit writes to MLflow besides a trial's own run (`embinit.trial_run`): a sweep's parent run,
+"""What embinit writes to MLflow besides a trial's own run (`embinit.tracking.trial_run`): a sweep's parent run,
 an analysis run, the experiment's description, and closing runs nothing writes to any more.
 
 A sweep's run is named after its spec; the spec's description is the experiment's (`describe_experiment`);
@@ -13,15 +13,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from embinit import driver_liveness
-from embinit.driver_liveness import DRIVER_TAG, HEARTBEAT_TAG
+from embinit.tracking import driver_liveness
+from embinit.tracking.driver_liveness import DRIVER_TAG, HEARTBEAT_TAG
 from embinit.errors import EmbinitError
-from embinit.mlflow_store import client, ensure_experiment, log_batch, metrics_at, resolve_uri, retry
-from embinit.records import ERROR_TAG, KIND_TAG, N_TRIALS_TAG, SPEC_HASH_TAG, STATUS_TAG, TrialRecord
-from embinit.run_names import NOTE_TAG
-from embinit.run_readers import sweep_records, trial_records
-from embinit.run_records import SPEC_ARTIFACT, AnalogyRun
-from embinit.trial_run import TrialRun
+from embinit.tracking.mlflow_store import client, ensure_experiment, log_batch, metrics_at, resolve_uri, retry
+from embinit.tracking.records import ERROR_TAG, KIND_TAG, N_TRIALS_TAG, SPEC_HASH_TAG, STATUS_TAG, TrialRecord
+from embinit.tracking.run_names import NOTE_TAG
+from embinit.tracking.run_readers import sweep_records, trial_records
+from embinit.tracking.run_records import SPEC_ARTIFACT, AnalogyRun
+from embinit.tracking.trial_run import TrialRun
 
 
 def sweep_status(cancelled: bool, n_results: int, n_planned: int) -> str:
@@ -92,7 +92,7 @@ def log_analogy_run(experiment: str, uri: str | None, result: AnalogyRun, wall_s
     `analogy-seed<seed>`): its params, each row's `analogy/<slug>/...` metrics, `wall_time_s`, the whole
     `result` as result.json (`run_readers.analogy_run` reads it back) and the provenance tags (how it was
     run). Returns the run id."""
-    from embinit import provenance
+    from embinit.tracking import provenance
     run_id = log_analysis_run(experiment, uri, "analogy", f"analogy-seed{result.seed}", result.params,
                               {"wall_time_s": wall_s, **result.metrics()}, result.to_json())
     provenance.record(run_id, resolve_uri(uri))   # for the reproduction's runs section

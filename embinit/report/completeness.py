@@ -11,7 +11,7 @@ import json
 from collections import Counter
 from typing import Any, Iterable
 
-from embinit.records import RESULT, TrialRecord, stand_ins
+from embinit.tracking.records import RESULT, TrialRecord, stand_ins
 
 NEVER_STARTED = "never started"
 
@@ -101,7 +101,7 @@ def planned_in_mlflow(exp_id: str, uri: str | None) -> list[dict[str, Any]] | No
     (`run_readers.sweep_spec`); None when there is no sweep run, its spec is missing or no longer loads,
     it is an Optuna search (drawn at run time), or its spec no longer plans here (e.g. a path of another
     machine)."""
-    from embinit import run_readers
+    from embinit.tracking import run_readers
     runs = run_readers.sweep_records(exp_id, uri)
     if not runs:
         return None

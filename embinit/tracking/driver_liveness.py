@@ -91,7 +91,7 @@ def describe(tag: str | None) -> str:
 def heartbeat(run_id: str, uri: str, every: float | None = None) -> Iterator[None]:
     """While inside, set the sweep run's `HEARTBEAT_TAG` to the time every `every` (`HEARTBEAT_S`)
     seconds, from a daemon thread; a write that fails (the store away for a while) is skipped."""
-    from embinit.mlflow_store import client
+    from embinit.tracking.mlflow_store import client
     stop, tracking = threading.Event(), client(uri)
 
     def beat() -> None:
@@ -143,7 +143,7 @@ def stale_trials(exp_id: str, uri: str | None, trials: list) -> list[dict[str, A
     running = [t for t in trials if t.status == "running"]
     if not running:
         return []
-    from embinit.run_readers import sweep_records
+    from embinit.tracking.run_readers import sweep_records
     sweeps = {s.run_id: s for s in sweep_records(exp_id, uri)}
     out = []
     for t in running:

@@ -4,7 +4,7 @@ three queries, without MLflow's ORM entities.
 `MlflowClient.search_runs` builds every run's params, tags and metrics as ORM objects, then as MLflow
 entities: ~7.7 ms per run (bench/bench_trial_writes.py measures it), so the report and the service's
 `/trials` and `/results` of a 10,000-trial experiment took over a minute. A trial record needs only the
-run's status and times, its tags and its latest metrics (`embinit.records.from_run`), which this reads as
+run's status and times, its tags and its latest metrics (`embinit.tracking.records.from_run`), which this reads as
 plain rows from MLflow's own tables (`runs`, `tags`, `latest_metrics`, named through MLflow's SQLAlchemy
 models, so a schema MLflow changes fails loudly here, not silently). Only for stores MLflow keeps in a SQL
 database it reaches directly (`sqlite:`, `postgresql:`, ...); an `http://` tracking server is read with
@@ -17,7 +17,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from embinit.mlflow_store import resolve_uri, retry
+from embinit.tracking.mlflow_store import resolve_uri, retry
 
 _ENGINES: dict[str, Any] = {}
 _LOCK = threading.Lock()
@@ -54,7 +54,7 @@ def _engine(uri: str):
 
 
 def is_sql_store(uri: str | None) -> bool:
-    from embinit.store_check import is_database
+    from embinit.tracking.store_check import is_database
     return is_database(resolve_uri(uri))
 
 
@@ -64,7 +64,7 @@ def rows(exp_id: str, uri: str | None, status: str | None = None, key: str | Non
     store is not a SQL database this process reaches (read it with `search_runs`).
 
     The key's lookup names the tag `embinit.trial_key` as a literal in the SQL, so the store's partial
-    index on that tag's values (`embinit.tracking_store`) serves it in every plan. MLflow's search binds the
+    index on that tag's values (`embinit.tracking.prepare`) serves it in every plan. MLflow's search binds the
     tag's name as a parameter: once psycopg prepares the statement (its sixth run on a connection),
     PostgreSQL may keep a generic plan, which cannot use a partial index and reads every trial key of the
     experiment per lookup (a sweep's workers on PostgreSQL then ran at half speed, docs/benchmarks.md)."""
@@ -74,7 +74,7 @@ def rows(exp_id: str, uri: str | None, status: str | None = None, key: str | Non
     from mlflow.store.tracking.dbmodels.models import SqlLatestMetric, SqlRun, SqlTag
     from sqlalchemy import literal, select
 
-    from embinit.records import KEY_TAG
+    from embinit.tracking.records import KEY_TAG
 
     runs, tags = SqlRun.__table__, SqlTag.__table__
     wanted = [runs.c.experiment_id == int(exp_id), runs.c.lifecycle_stage == "active"]

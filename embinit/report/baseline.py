@@ -18,7 +18,7 @@ from typing import Any
 
 from embinit.comparison import DIVERGENCE_RULE, direction, divergence_rule, higher_is_better, paired
 from embinit.errors import EmbinitError, did_you_mean
-from embinit.formatting import digits_by_metric, number
+from embinit.report.formatting import digits_by_metric, number
 
 DEFAULT_BASELINE = "Xavier"
 

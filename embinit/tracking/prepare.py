@@ -7,9 +7,9 @@ store can be left half-migrated, so that every later read fails. `prepare_store`
 held across processes (a `flock` beside a SQLite file, an advisory lock on PostgreSQL), so they run once;
 the API calls it at startup, before it accepts work, and `run_sweep` before its driver starts anything.
 It creates a SQLite store only in a new or empty file and upgrades only an MLflow store
-(`embinit.store_check.sqlite_store`: any other file is refused as it is), keeping a copy of an upgraded
+(`embinit.tracking.store_check.sqlite_store`: any other file is refused as it is), keeping a copy of an upgraded
 one beside it (`<name>.bak-<old revision>`). On a database server (PostgreSQL, MySQL) it creates the store
-only in a database without tables (`embinit.store_check.database_store`: another application's database
+only in a database without tables (`embinit.tracking.store_check.database_store`: another application's database
 is refused as it is).
 
 It also gives the store one index of embinit's own (`index_trial_keys`): every trial's worker looks its
@@ -35,10 +35,10 @@ from urllib.parse import quote
 
 from embinit.content_hash import file_lock
 from embinit.errors import EmbinitError
-from embinit.mlflow_store import masked, resolve_uri
-from embinit.records import KEY_TAG
-from embinit.store_check import (database_store, is_database, is_server_database, quick_connection, resolved,
-                                  sqlite_path, sqlite_store)
+from embinit.tracking.mlflow_store import masked, resolve_uri
+from embinit.tracking.records import KEY_TAG
+from embinit.tracking.store_check import (database_store, is_database, is_server_database, quick_connection, resolved,
+                                          sqlite_path, sqlite_store)
 
 log = logging.getLogger("embinit.tracking")
 TRIAL_KEY_INDEX = "embinit_trial_key_tags"

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from embinit.task_registry import curve_metric
-from embinit.run_readers import metric_histories
+from embinit.tracking.run_readers import metric_histories
 
 
 def setting_text(setting: str) -> str:

@@ -1,4 +1,4 @@
-"""Which trials make a report row and what the row says (`embinit.report` assembles the table).
+"""Which trials make a report row and what the row says (`embinit.report.table` assembles the table).
 
 Runs are grouped by everything but the seed: trials of one init label whose resolved configs differ in
 anything else (e.g. the same spec run from the CLI and from the service with another pretrained path)
@@ -20,11 +20,12 @@ import statistics
 from collections import Counter, defaultdict
 from typing import Any
 
-from embinit import records, report_baseline
+from embinit.tracking import records
+from embinit.report import baseline as report_baseline
 from embinit.comparison import no_spread, t_quantile
 from embinit.config import TrialConfig, metric_range
-from embinit.records import RESULT, TrialRecord
-from embinit.report_notes import DEV_SELECTED, selected_on_dev
+from embinit.tracking.records import RESULT, TrialRecord
+from embinit.report.notes import DEV_SELECTED, selected_on_dev
 from embinit.task_registry import TASKS, reported_metrics
 
 
