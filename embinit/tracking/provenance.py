@@ -45,7 +45,7 @@ def machine() -> str:
 def git_commit(where: Path | None = None) -> str | None:
     """The commit of the checkout embinit is imported from (`-dirty` when files differ from it), or None
     for an installed package outside a git checkout."""
-    where = where or Path(__file__).resolve().parents[1]
+    where = where or Path(__file__).resolve().parents[2]   # the checkout: embinit/tracking/ is two below
     if not (where / ".git").exists():
         return None
     try:
