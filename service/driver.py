@@ -1,7 +1,7 @@
 """The body of an experiment's Ray driver actor (`ExperimentDriver`, started by service.runner): it
 calls `embinit.sweep.run_sweep` in a thread and answers `poll()` / `cancel()` meanwhile; the state it
-reports (`DriverState`), its counts in the API's terms, and the trainer callback that tags each trial's
-MLflow run with the node that trained it."""
+reports (`DriverState`) and its counts in the API's terms. Each trial's run names the node and host that
+trained it (`embinit.tracking.trial_run` writes it, as for any sweep)."""
 
 from __future__ import annotations
 
@@ -30,36 +30,6 @@ class DriverState:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-NODE_TAG, HOST_TAG = "embinit.node", "embinit.hostname"
-
-
-class _NodeTag:
-    """Trainer callback: tags the trial's MLflow run with the Ray node (IP) and host that trained it."""
-
-    def __init__(self, tracking_uri: str):
-        self.tracking_uri = tracking_uri
-
-    def on_train_start(self, ctx) -> None:
-        import socket
-
-        import ray
-        from embinit.tracking import mlflow_store
-        from embinit.sweep.reporting import trial_run_id
-
-        run_id = trial_run_id(ctx.out_dir)
-        if run_id is None:
-            return
-        from mlflow.entities import RunTag
-        tags = [RunTag(NODE_TAG, ray.util.get_node_ip_address()), RunTag(HOST_TAG, socket.gethostname())]
-        mlflow_store.log_batch(mlflow_store.client(self.tracking_uri), run_id, tags=tags)
-
-
-def node_tagger(tracking_uri: str, _cfg) -> list:
-    """`run_sweep(extra_callbacks=partial(node_tagger, uri))`: called in the worker, so the tag names the
-    worker's node; `uri`: where the trials' runs are written (the sweep's `store_uri` when it has one)."""
-    return [_NodeTag(tracking_uri)]
 
 
 # Tune pickles its run config (stopper, callbacks) into tuner.pkl, so what the sweep gets must not hold a
@@ -151,7 +121,6 @@ class ExperimentDriver:
             result = run_sweep(load_spec(self.spec), tracking_uri=self.tracking_uri,
                                progress=functools.partial(_on_progress, self.name),
                                stop=functools.partial(_should_stop, self.name),
-                               extra_callbacks=functools.partial(node_tagger, self.store_uri or self.tracking_uri),
                                store_uri=self.store_uri)
             self.state.counts = final_counts(result)
             self.state.status, self.state.error = final_state(result, self.stop.is_set())

@@ -17,7 +17,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from service.main import create_app
-from service.driver import NODE_TAG
+from embinit.tracking.records import NODE_TAG
 from service.settings import Settings
 from helpers.ray_cluster import RAY, stop_cluster
 from helpers.ray_cluster import free_port as _free_port

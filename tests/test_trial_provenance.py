@@ -205,6 +205,28 @@ def test_a_trial_run_names_the_commit_of_every_attempt(store, monkeypatch):
     assert not {records.GIT_COMMIT_TAG, records.GIT_COMMITS_TAG} & set(tags(uri, bare.run_id))
 
 
+def test_a_trial_run_names_the_host_and_the_ray_node_of_its_latest_attempt(store, monkeypatch):
+    """Any sweep's trial (the CLI's as the service's) says where it ran; outside Ray there is no node, and
+    the check never imports Ray."""
+    import socket
+    import sys
+    import types
+    uri, exp = store
+    monkeypatch.delitem(sys.modules, "ray", raising=False)
+    run = trial_run.TrialRun.open(uri, exp, "sweep-h", {"task": "synthetic_lm", "seed": 5}, "k-host", "Xavier", {})
+    first = tags(uri, run.run_id)
+    assert first[records.HOST_TAG] == socket.gethostname()
+    assert records.NODE_TAG not in first and "ray" not in sys.modules
+    fake = types.SimpleNamespace(is_initialized=lambda: True,   # a worker of a Ray node at 10.0.0.7
+                                 util=types.SimpleNamespace(get_node_ip_address=lambda: "10.0.0.7"))
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    trial_run.TrialRun.open(uri, exp, "sweep-h", {"task": "synthetic_lm", "seed": 5}, "k-host", "Xavier", {})
+    assert tags(uri, run.run_id)[records.NODE_TAG] == "10.0.0.7"   # the resumed attempt's node
+    fake.is_initialized = lambda: False                          # imported, not connected: no node
+    other = trial_run.TrialRun.open(uri, exp, None, {"task": "synthetic_lm", "seed": 6}, "k-host2", "Xavier", {})
+    assert records.NODE_TAG not in tags(uri, other.run_id)
+
+
 def test_the_commit_is_asked_once_per_process_and_none_outside_a_checkout(tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(provenance, "git_commit", lambda: calls.append(1) or "abc")

@@ -78,6 +78,13 @@ def commits_trained(previous: str | None, commit: str | None) -> str | None:
     return ",".join(seen) or None
 
 
+def ray_node() -> str | None:
+    """The address of this process's Ray node when it is connected to Ray (a trial's worker), else None.
+    Never imports Ray: a process that has not, is not connected."""
+    ray = sys.modules.get("ray")
+    return ray.util.get_node_ip_address() if ray is not None and ray.is_initialized() else None
+
+
 @functools.cache
 def library_versions() -> str:
     """JSON of the versions a trial's numbers depend on: python, torch (its build tag names the CUDA

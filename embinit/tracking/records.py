@@ -26,6 +26,9 @@ PARENT_TAG = "embinit.sweep_run"
 # The statuses (`run_status`) of a trial that ran to its end, MLflow's FINISHED: it has a result (a
 # diverged one has no metric) and is never trained again.
 RESULT = ("finished", "diverged")
+# where the trial's worker ran: its host name, and its Ray node's address when it ran under Ray (a resumed
+# trial names the node of its latest attempt)
+NODE_TAG, HOST_TAG = "embinit.node", "embinit.hostname"
 DEVICE_TAG = "embinit.device"  # where the trial trained, e.g. `cuda:0 (NVIDIA H100 80GB HBM3)` or `cpu`
 INIT_TAG = "embinit.init"  # the label again, under a name MLflow's "Group by" menu reads well
 EXECUTION_TAG = "embinit.execution"  # separate | fused (the trial's result.json has the group)

@@ -51,6 +51,7 @@ to that database and only its artifacts through the server (`artifacts_via`).
 from __future__ import annotations
 
 import json
+import socket
 from typing import Any, Iterable
 
 from embinit.tracking import provenance
@@ -58,8 +59,9 @@ from embinit.file_inputs import PREFIX, content_ids
 from embinit.tracking.mlflow_store import client, log_batch, metrics_at, retry
 from embinit.tracking.records import (BLEU_SIGNATURE_TAG, CHECKPOINT_TAG, CODE_VERSION_TAG, CONFIG_TAG, DATA_SOURCE_TAG,
                                       DEVICE_TAG, ERROR_TAG, EXECUTION_TAG, GIT_COMMIT_TAG, GIT_COMMITS_TAG, GROUP_TAG,
-                                      HUB_REVISION_TAG, INIT_TAG, KEY_TAG, LABEL_TAG, PARENT_TAG, RESULT, RESUMED_TAG,
-                                      SEED_TAG, SHA256_TAG, STATUS_TAG, TASK_TAG, TRAINER_LABEL_TAG, VERSIONS_TAG)
+                                      HOST_TAG, HUB_REVISION_TAG, INIT_TAG, KEY_TAG, NODE_TAG, LABEL_TAG, PARENT_TAG,
+                                      RESULT, RESUMED_TAG, SEED_TAG, SHA256_TAG, STATUS_TAG, TASK_TAG,
+                                      TRAINER_LABEL_TAG, VERSIONS_TAG)
 from embinit.tracking.run_names import planned_params, resolved_params, trial_params, trial_run_name
 from embinit.tracking.run_readers import key_records, metric_history
 
@@ -121,7 +123,7 @@ class TrialRun:
                 SEED_TAG: str(config["seed"]),
                 STATUS_TAG: "running", CONFIG_TAG: json.dumps(config, sort_keys=True, default=str),
                 GROUP_TAG: json.dumps(group, sort_keys=True, default=str), CODE_VERSION_TAG: CODE_VERSION,
-                **inputs, **commit_tags({})}
+                **inputs, **commit_tags({}), **host_tags()}
         if parent_id:
             tags[PARENT_TAG] = parent_id
         run = retry(lambda: c.create_run(exp_id, run_name=trial_run_name(label, config["seed"]), tags=tags))
@@ -136,7 +138,7 @@ class TrialRun:
         from mlflow.entities import RunTag
         retry(lambda: c.update_run(run_id, status="RUNNING"))
         run = retry(lambda: c.get_run(run_id))
-        tags = {STATUS_TAG: "running", **inputs, **commit_tags(run.data.tags)}
+        tags = {STATUS_TAG: "running", **inputs, **commit_tags(run.data.tags), **host_tags()}
         if parent_id:
             tags[PARENT_TAG] = parent_id
         if resumed_epoch is not None:
@@ -277,6 +279,12 @@ def commit_tags(tags: dict[str, str]) -> dict[str, str]:
     commit = provenance.process_commit()
     commits = provenance.commits_trained(tags.get(GIT_COMMITS_TAG), commit)
     return {**({GIT_COMMIT_TAG: commit} if commit else {}), **({GIT_COMMITS_TAG: commits} if commits else {})}
+
+
+def host_tags() -> dict[str, str]:
+    """Where this attempt runs: the host, and the Ray node when under Ray (the cluster's view of it)."""
+    node = provenance.ray_node()
+    return {HOST_TAG: socket.gethostname(), **({NODE_TAG: node} if node else {})}
 
 
 def _key_emb_stats(result: dict[str, Any]) -> dict[str, Any]:
