@@ -1,5 +1,6 @@
 """HTTP rules every route keeps: a 405 names every method its path allows (`Allow`, RFC 9110 15.5.6),
-and a query parameter given more than once is a 422 instead of silently taking the last value."""
+a 422 raised as an `HTTPException` has the one shape of `service.problems` whatever its detail, and a
+query parameter given more than once is a 422 instead of silently taking the last value."""
 
 from __future__ import annotations
 
@@ -8,7 +9,10 @@ import re
 from fastapi import FastAPI, Request
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from service.problems import as_problems
 
 METHODS = {"GET", "PUT", "POST", "DELETE", "OPTIONS", "HEAD", "PATCH", "TRACE"}
 
@@ -24,10 +28,12 @@ def allowed_methods(app: FastAPI, path: str) -> list[str]:
     return []
 
 
-def install_allow_header(app: FastAPI) -> None:
-    """405 answers carry `Allow` with all of the path's methods."""
+def install_http_rules(app: FastAPI) -> None:
+    """405 answers carry `Allow` with all of the path's methods; 422 answers list problems."""
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException):
+        if exc.status_code == 422:
+            return JSONResponse(status_code=422, content={"detail": as_problems(exc.detail)}, headers=exc.headers)
         if exc.status_code == 405:
             documented = allowed_methods(request.app, request.url.path)
             headers = {**(exc.headers or {}), **({"Allow": ", ".join(documented)} if documented else {})}
@@ -42,5 +48,6 @@ async def single_query_values(request: Request) -> None:
     if repeated:
         raise RequestValidationError([
             {"type": "repeated_query_parameter", "loc": ("query", name),
-             "msg": f"query parameter {name!r} is given {len(request.query_params.getlist(name))} times; "
-                    f"give it once", "input": request.query_params.getlist(name)} for name in repeated])
+             "msg": f"query parameter {name!r} is given {len(values)} times ({', '.join(map(repr, values))}); "
+                    f"give it once", "input": values}
+            for name, values in ((name, request.query_params.getlist(name)) for name in repeated)])

@@ -21,16 +21,16 @@ from fastapi.responses import JSONResponse
 from fastapi_offline import FastAPIOffline
 
 import embinit
-from embinit.errors import EmbinitError
-from embinit.spec import ExperimentSpec, SpecError
+from embinit.spec import ExperimentSpec
 from service.response_cache import ResponseCache
 from service.db import Experiment, make_sessionmaker
-from service.http_rules import install_allow_header
+from service.http_rules import install_http_rules
 from service.lease import Lease, LeaseHeld
 from service.monitor import Monitor
 from service.routes import catalog, experiments, health
 from service.settings import Settings, get_settings
-from service.specs import problems_detail
+from service.problems import install_problem_handlers
+from service.schemas import Problems
 from service.state import Reconciler
 from service.store import ResultStore, absolute_sqlite_uri
 from service.store_guard import GuardedStore, StoreUnavailable
@@ -39,24 +39,13 @@ log = logging.getLogger("embinit.service")
 
 
 def _install_error_handlers(app: FastAPI) -> None:
-    install_allow_header(app)
-
-    @app.exception_handler(SpecError)
-    async def _spec_error(_request: Request, exc: SpecError):
-        return JSONResponse(status_code=422, content={"detail": problems_detail(exc.problems)})
-
-    @app.exception_handler(EmbinitError)
-    async def _user_error(_request: Request, exc: EmbinitError):
-        return JSONResponse(status_code=422, content={"detail": str(exc)})
+    install_http_rules(app)
+    install_problem_handlers(app)   # every 422: {"detail": [{"loc": str, "msg": str}, ...]}
 
     @app.exception_handler(StoreUnavailable)
     async def _store_down(_request: Request, exc: StoreUnavailable):
         return JSONResponse(status_code=503, content={"detail": str(exc)},
                             headers={"Retry-After": str(exc.retry_after_s)})
-
-    @app.exception_handler(RecursionError)
-    async def _too_deep(_request: Request, _exc: RecursionError):
-        return JSONResponse(status_code=422, content={"detail": "the request is nested too deeply"})
 
     @app.exception_handler(Exception)
     async def _bug(_request: Request, exc: Exception):
@@ -75,19 +64,29 @@ def _openapi(app: FastAPI):
             components = schema.setdefault("components", {}).setdefault("schemas", {})
             components.update(spec.pop("$defs", {}))
             components["ExperimentSpec"] = spec
+            problems = Problems.model_json_schema(ref_template="#/components/schemas/{model}")
+            components.update(problems.pop("$defs", {}))
+            components["Problems"] = problems
             _document_auth_and_errors(schema, app.state.settings)
+            for unused in ("HTTPValidationError", "ValidationError"):  # FastAPI's 422, which this API never answers
+                components.pop(unused, None)
             app.openapi_schema = schema
         return app.openapi_schema
     return build
 
 
-ERROR = {"content": {"application/json": {"schema": {"type": "object", "properties": {"detail": {}},
+ERROR = {"content": {"application/json": {"schema": {"type": "object", "properties": {"detail": {"type": "string"}},
                                                                    "required": ["detail"]}}}}
+# Every 422 has one shape (service.problems): each problem's field path or parameter and what is wrong.
+PROBLEMS = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Problems"}}}}
 # What each kind of operation may answer besides its success (the schema must say what the API does).
 ERRORS = {"401": "missing or invalid bearer token", "404": "no experiment with this id",
           "409": "the experiment is already finished", "400": "the client disconnected mid-upload",
           "408": "the request body did not arrive in time", "413": "the request body is too large",
-          "415": "unsupported content type", "422": "the request is invalid (every problem listed)",
+          "415": "unsupported content type",
+          "422": "the request is invalid: every problem listed, each with where it is (`loc`: a spec field's path "
+                 "such as `tasks[0].task`, a parameter such as `query.limit`, or \"\" for the whole request) "
+                 "and what is wrong (`msg`)",
           "429": "too many experiments are active",
           "503": "the Ray driver could not be started or told to cancel, or the MLflow store did not answer in "
                  "time (Retry-After)"}
@@ -114,7 +113,9 @@ def _document_auth_and_errors(schema: dict, settings: Settings) -> None:
                 codes.append("503")
             responses = op.setdefault("responses", {})
             for code in codes:
-                if code not in responses or not responses[code].get("content"):
+                if code == "422":   # never FastAPI's own validation error (a list `loc`, `type`, `input`)
+                    responses[code] = {"description": ERRORS[code], **PROBLEMS}
+                elif code not in responses or not responses[code].get("content"):
                     responses[code] = {"description": ERRORS[code], **ERROR}
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 Status = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 # A trial's state in the trial table: `pending` (no run), else its run's (`embinit.tracking.records.run_status`).
@@ -102,3 +102,18 @@ class Health(BaseModel):
     version: str
     database: str
     ray: str
+
+
+class Problem(BaseModel):
+    """One thing wrong with a request (service.problems says how `loc` is written)."""
+
+    model_config = ConfigDict(extra="forbid")
+    loc: str = Field(description="where: a spec field's path (`tasks[0].task`, `inits[2].transform`), a "
+                                 "parameter (`query.limit`, `path.exp_id`), or \"\" for the whole request")
+    msg: str = Field(description="what is wrong, naming the value sent")
+
+
+class Problems(BaseModel):
+    """The body of every 422: every problem found (at most EMBINIT_MAX_PROBLEMS, then how many more)."""
+
+    detail: list[Problem]

@@ -5,7 +5,8 @@ way no key given twice); nothing asks for environment expansion; the spec valida
 (`embinit.spec.load_spec`, every problem listed, with its paths' problems and a line saying what was not
 checked); its paths lie inside the configured roots; it logs to the service's MLflow store; it has no
 more trials than the limit; then its bounds, hub models, model sizes and data folders, all in one answer.
-Each failure is an `HTTPException` with a precise `detail`.
+Each failure is an `HTTPException` with a precise `detail`: a 422 lists its problems in the one shape of
+`service.problems`.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from embinit.spec import (PRETRAINED_KEYS, ExperimentSpec, PlannedTrial, SpecErr
                           load_spec, unique_pairs, yaml_error)
 from service.hub import check_hub_ids
 from service.paths import confine_paths, format_loc
+from service.problems import unprocessable
 from service.settings import Settings
 
 YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml")
@@ -51,25 +53,6 @@ class _NoAliasLoader(SpecLoader):
         if self.check_event(yaml.AliasEvent):
             raise yaml.YAMLError("YAML aliases (*name) are not accepted by the service")
         return super().compose_node(parent, index)
-
-
-MAX_PROBLEMS = 50  # the default of Settings.max_problems
-
-
-def problems_detail(problems: list[tuple[str, str]], limit: int = MAX_PROBLEMS) -> list[dict[str, str]]:
-    """At most `limit` problems, then one saying how many more there were (a spec of 20,000 bad
-    entries must not answer with megabytes)."""
-    shown = [{"loc": loc, "msg": msg} for loc, msg in problems[:limit]]
-    if len(problems) > limit:
-        shown.append({"loc": "", "msg": f"... and {len(problems) - limit} more problems (only the first "
-                                        f"{limit} are listed)"})
-    return shown
-
-
-def _unprocessable(problems: list[tuple[str, str]], limit: int = MAX_PROBLEMS, notes: tuple[str, ...] = ()
-                   ) -> HTTPException:
-    """422 with the problems (at most `limit`), then `notes`: what was not checked because of them."""
-    return HTTPException(422, detail=problems_detail(problems, limit) + [{"loc": "", "msg": n} for n in notes])
 
 
 def _where(loc: str, key: Any) -> str:
@@ -106,15 +89,15 @@ def parse_body(body: bytes, content_type: str | None) -> dict[str, Any]:
         data = (yaml.load(text, Loader=_NoAliasLoader) if media in YAML_TYPES
                 else json.loads(text, object_pairs_hook=unique_pairs))
     except UnicodeDecodeError:
-        raise _unprocessable([("", "the body is not UTF-8 text")]) from None
+        raise unprocessable([("", "the body is not UTF-8 text")]) from None
     except yaml.YAMLError as e:
-        raise _unprocessable([("", yaml_error(e).replace("not valid YAML", "the body is not valid YAML", 1))]) from None
+        raise unprocessable([("", yaml_error(e).replace("not valid YAML", "the body is not valid YAML", 1))]) from None
     except (ValueError, RecursionError) as e:
         kind = "YAML" if media in YAML_TYPES else "JSON"
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise _unprocessable([("", f"the body is not valid {kind}: {first}")]) from None
+        raise unprocessable([("", f"the body is not valid {kind}: {first}")]) from None
     if not isinstance(data, dict):
-        raise _unprocessable([("", f"a spec must be a mapping at the top level, got {type(data).__name__}")])
+        raise unprocessable([("", f"a spec must be a mapping at the top level, got {type(data).__name__}")])
     return data
 
 
@@ -160,10 +143,10 @@ def _validate(data: dict[str, Any], settings: Settings) -> ExperimentSpec:
     try:
         return load_spec(rewritten)
     except SpecError as e:
-        raise _unprocessable(e.problems + _path_problems(data, {loc for loc, _ in e.problems}, settings),
+        raise unprocessable(e.problems + _path_problems(data, {loc for loc, _ in e.problems}, settings),
                              settings.max_problems, (NOT_CHECKED,)) from None
     except RecursionError:
-        raise _unprocessable([("", "the spec is nested too deeply")]) from None
+        raise unprocessable([("", "the spec is nested too deeply")]) from None
 
 
 NOT_CHECKED = "model sizes, hub models and data folders not checked until the problems above are fixed"
@@ -198,7 +181,7 @@ def _confined(spec: ExperimentSpec, settings: Settings, tracking_uri: str) -> tu
     confined, path_problems = confine_paths(canonical, settings.data_roots, settings.pretrained_roots)
     problems += [tuple(p.split(": ", 1)) for p in path_problems]
     if problems:
-        raise _unprocessable(problems, settings.max_problems)
+        raise unprocessable(problems, settings.max_problems)
     if confined != canonical:  # confining is idempotent, so only a file that appeared meanwhile gets here
         spec = _validate(confined, settings)
         return spec, spec.canonical()
@@ -206,7 +189,7 @@ def _confined(spec: ExperimentSpec, settings: Settings, tracking_uri: str) -> tu
 
 
 def _too_many(n: int, settings: Settings) -> HTTPException:
-    return _unprocessable([("", f"the spec expands into {n} trials; this service accepts at most "
+    return unprocessable([("", f"the spec expands into {n} trials; this service accepts at most "
                                 f"{settings.max_trials_per_experiment} per experiment")])
 
 
@@ -249,10 +232,10 @@ def prepare(data: dict[str, Any], settings: Settings, tracking_uri: str) -> Subm
     problem."""
     hostile = hostile_values(data, settings.max_list_items)
     if hostile:
-        raise _unprocessable(_env_refs(data) + hostile, settings.max_problems)
+        raise unprocessable(_env_refs(data) + hostile, settings.max_problems)
     refs = _env_refs(data)
     if refs:   # the spec's other problems too, so one answer lists them all
-        raise _unprocessable(refs + _field_problems(_without_env(data), {loc for loc, _ in refs}, settings),
+        raise unprocessable(refs + _field_problems(_without_env(data), {loc for loc, _ in refs}, settings),
                              settings.max_problems, (NOT_CHECKED,))
     seeds = data.get("seeds")
     if isinstance(seeds, int) and not isinstance(seeds, bool) and seeds > settings.max_trials_per_experiment:
@@ -264,7 +247,7 @@ def prepare(data: dict[str, Any], settings: Settings, tracking_uri: str) -> Subm
     try:
         plan = tuple(spec.plan())
     except SpecError as e:
-        raise _unprocessable(e.problems, settings.max_problems) from None
+        raise unprocessable(e.problems, settings.max_problems) from None
     # each independent of the others, so one answer lists them all
     problems = bound_problems(spec, plan, settings)
     hub_problems, notices = check_hub_ids(plan, settings.pretrained_roots, _locator(canonical))
@@ -274,7 +257,7 @@ def prepare(data: dict[str, Any], settings: Settings, tracking_uri: str) -> Subm
     # trial of its task, so say it now (a cluster's nodes may hold other copies: left to the trials)
     problems += data_problems(spec) if settings.ray_address is None else []
     if problems:
-        raise _unprocessable(problems, settings.max_problems)
+        raise unprocessable(problems, settings.max_problems)
     return Submission(spec=spec, plan=plan, data=canonical, spec_hash=spec.spec_hash(),
                       trial_keys=[p.key for p in plan], n_trials=n_trials, notices=notices)
 

@@ -13,7 +13,8 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import defer
 
 from service.db import ACTIVE, Experiment, utcnow
-from service.specs import Submission, problems_detail, resource_problems
+from service.problems import unprocessable
+from service.specs import Submission, resource_problems
 
 _submit_lock = threading.Lock()  # dedup + limit + insert must not interleave within this process
 
@@ -60,7 +61,7 @@ def submit(sub: Submission, rerun: bool, session, settings, runner, store, recon
     with _submit_lock:
         problems += foreign_experiment(session, store, sub.spec)
         if problems:
-            raise HTTPException(422, detail=problems_detail(problems, settings.max_problems))
+            raise unprocessable(problems, settings.max_problems)
         existing, changed = _existing(session, sub, rerun, reconciler)
         if existing is not None:
             return Outcome(existing, created=False)

@@ -183,7 +183,8 @@ def test_results_compare_with_the_baseline_query_parameter(make_client, cluster)
     assert client.get(f"/experiments/{exp_id}/results", params={"baseline": "Xavier"}).status_code == 200
     r = client.get(f"/experiments/{exp_id}/results", params={"baseline": "Xavir"})
     assert r.status_code == 422
-    assert r.json()["detail"][0]["msg"].startswith("baseline 'Xavir' is not an init of this experiment")
+    assert r.json()["detail"] == [{"loc": "query.baseline",
+                                   "msg": "baseline 'Xavir' is not an init of this experiment; choose from ['Xavier']"}]
     # a report stored by an older layout (no comparisons) is built again, not served; first the finished
     # experiment's background warm-up (service.main._warm) must be done, or it stores a fresh report
     # over the old one after we wrote it (a race CI's load lost once)
@@ -454,12 +455,19 @@ def test_unknown_ids(client):
 
 
 def test_bad_query_parameters(client):
-    assert client.get("/experiments", params={"status": "done"}).status_code == 422
-    assert client.get("/experiments", params={"limit": 0}).status_code == 422
-    assert client.get("/experiments", params={"offset": 2 ** 63}).status_code == 422  # found by the fuzz test
+    """Each a problem of `query.<name>` (service.problems), naming the value sent."""
+    statuses = "'queued', 'running', 'succeeded', 'failed' or 'cancelled'"
+    for params, loc, msg in [({"status": "done"}, "query.status", f"Input should be {statuses}, got 'done'"),
+                             ({"limit": 0}, "query.limit", "Input should be greater than or equal to 1, got '0'"),
+                             ({"offset": 2 ** 63}, "query.offset",   # found by the fuzz test
+                              f"Input should be less than or equal to {2 ** 31 - 1}, got '{2 ** 63}'")]:
+        r = client.get("/experiments", params=params)
+        assert r.status_code == 422 and r.json()["detail"] == [{"loc": loc, "msg": msg}], r.json()
     exp_id = submit(client).json()["id"]
     r = client.get(f"/experiments/{exp_id}/results", params={"format": "xlsx"})
-    assert r.status_code == 422 and "'json', 'markdown', 'csv' or 'latex'" in r.json()["detail"][0]["msg"]
+    assert r.status_code == 422
+    assert r.json()["detail"] == [{"loc": "query.format",
+                                   "msg": "Input should be 'json', 'markdown', 'csv' or 'latex', got 'xlsx'"}]
 
 
 def test_driver_start_failure_is_recorded(make_settings, cluster):

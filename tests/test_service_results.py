@@ -59,8 +59,8 @@ def test_results_compare_inits_and_say_what_never_finished(client):
     assert {r["init"]: r for r in other["rows"]}["Xavier"]["vs_baseline"]["diff"] == pytest.approx(-0.2)
     bad = c.get(f"/experiments/{exp_id}/results", params={"baseline": "nromal"})
     assert bad.status_code == 422
-    assert bad.json()["detail"][0]["msg"] == ("baseline 'nromal' is not an init of this experiment; choose from "
-                                    "['Normal', 'Xavier']; did you mean 'Normal'?")
+    assert bad.json()["detail"] == [{"loc": "query.baseline", "msg": "baseline 'nromal' is not an init of this "
+                                     "experiment; choose from ['Normal', 'Xavier']; did you mean 'Normal'?"}]
 
 
 def test_the_cli_client_passes_the_baseline(tmp_path, capsys, monkeypatch):

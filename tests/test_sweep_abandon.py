@@ -13,7 +13,7 @@ import signal
 import subprocess
 import threading
 import time
-from contextlib import nullcontext
+from contextlib import nullcontext, suppress
 
 import psutil
 import pytest
@@ -22,7 +22,7 @@ from embinit.tracking import run_readers
 from embinit.tracking.records import ERROR_TAG, STATUS_TAG
 from embinit.sweep import abandon
 from embinit.sweep.ray_runtime import local_ray_lost
-from tests.helpers.embinit_run import assert_a_rerun_resumes, launch, runs, spec_file, wait_for_a_checkpoint
+from tests.helpers.embinit_run import assert_a_rerun_resumes, freeze_at_a_checkpoint, launch, runs, spec_file
 
 RAYLET_DIED = "the local Ray's raylet died (pid 7, killed by SIGKILL)"
 _NAMES = {"raylet": "raylet", "gcs_server": "GCS (gcs_server)"}   # a Ray process, as the error names it
@@ -78,14 +78,21 @@ def test_no_local_ray_started_here_is_never_lost():
     assert local_ray_lost() is None
 
 
-def _kill_when_checkpointed(tmp_path, name: str, process: str) -> tuple[subprocess.Popen, str, str, str, float]:
-    """Launch `embinit run`, SIGKILL its local Ray's `process` (a child of the driver: this test's Ray,
-    never another) once its trial keeps a checkpoint, and wait for the driver: (proc, output, experiment
-    id, what died, seconds it took the driver to end)."""
-    spec, uri = spec_file(tmp_path, name, 10)
+EPOCHS = 10
+
+
+def _kill_when_checkpointed(tmp_path, name: str, process: str
+                            ) -> tuple[subprocess.Popen, str, str, int, str, float]:
+    """Launch `embinit run`, stop its trial worker at a kept checkpoint (`freeze_at_a_checkpoint`: the
+    trial cannot finish meanwhile, however slow the machine), SIGKILL its local Ray's `process` (a child of
+    the driver: this test's Ray, never another), and wait for the driver: (proc, output, experiment id,
+    the epoch the trial was stopped at, what died, seconds it took the driver to end). The driver's end of
+    its Ray kills the stopped worker; should it not, the test does."""
+    spec, uri = spec_file(tmp_path, name, EPOCHS)
     proc, lines, reader = launch(spec, tmp_path)
+    frozen: list[psutil.Process] = []
     try:
-        exp = wait_for_a_checkpoint(proc, lines, name, uri)
+        exp, epoch, frozen = freeze_at_a_checkpoint(proc, lines, name, uri)
         [victim] = [p for p in psutil.Process(proc.pid).children(recursive=True) if p.name() == process]
         t0 = time.monotonic()
         victim.kill()
@@ -95,15 +102,19 @@ def _kill_when_checkpointed(tmp_path, name: str, process: str) -> tuple[subproce
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+        for p in frozen:
+            with suppress(psutil.NoSuchProcess):
+                p.kill()
     died = f"the local Ray's {_NAMES[process]} died (pid {victim.pid}, killed by SIGKILL)"
-    return proc, "".join(lines), exp, died, took
+    return proc, "".join(lines), exp, epoch, died, took
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("process", ["raylet", "gcs_server"])
 def test_the_local_ray_dying_closes_the_runs_failed_naming_it_and_a_rerun_resumes(tmp_path, process):
     name = f"lost-{process}"
-    proc, err, exp, died, took = _kill_when_checkpointed(tmp_path, name, process)
+    proc, err, exp, epoch, died, took = _kill_when_checkpointed(tmp_path, name, process)
+    assert 1 <= epoch < EPOCHS, (epoch, err)   # killed mid-trial, with a checkpoint to resume from
     assert proc.returncode == 1 and took < 10, (took, err)   # before: 1, after Ray's own wait (13-60 s)
     assert f"embinit: error: the sweep stopped: {died}." in err and "again to resume" in err, err
     uri = f"sqlite:///{tmp_path}/mlflow.db"
@@ -112,5 +123,5 @@ def test_the_local_ray_dying_closes_the_runs_failed_naming_it_and_a_rerun_resume
     assert [(s, t) for s, t, _ in states] == [("FAILED", "failed")] * 2, states   # before: RUNNING, running
     assert all(e.startswith(f"the sweep failed: {died}") for _, _, e in states), states
     [trial] = run_readers.trial_records(exp, uri)
-    assert trial.resume_epoch is not None
+    assert trial.resume_epoch == epoch   # where it was stopped: it trained no further
     assert_a_rerun_resumes(tmp_path / f"{name}.yaml", tmp_path, exp, uri, trial)

@@ -71,10 +71,12 @@ def _detail(body: bytes) -> str:
 
 
 def _loc(loc) -> str:
-    """A problem's place: a spec's field path as it comes, a query parameter's (`["query", "limit"]`) name."""
-    if isinstance(loc, list):
-        return ".".join(map(str, loc[1:] if loc[:1] in (["query"], ["path"]) else loc))
-    return str(loc)
+    """A problem's place: a spec's field path as it comes, a request parameter's (`query.limit`) name
+    alone; a list (`["query", "limit"]`, from an API older than the one 422 shape) the same way."""
+    parts = [str(p) for p in loc] if isinstance(loc, list) else str(loc).split(".", 1)
+    if parts[:1] in (["query"], ["path"]) and len(parts) > 1:
+        parts = parts[1:]
+    return ".".join(parts)
 
 
 def request(args, method: str, path: str, body: bytes | None = None,

@@ -7,7 +7,6 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
-from fastapi.exceptions import RequestValidationError
 from sqlalchemy import func, select
 from sqlalchemy.orm import defer
 
@@ -17,6 +16,7 @@ from service.db import TERMINAL, Experiment, utcnow
 from service.deps import (BodyDep, ReconcilerDep, RunnerDep, SessionDep, SettingsDep, StoreDep, require_read,
                           require_write)
 from service.http_rules import single_query_values
+from service.problems import unprocessable
 from service.schemas import ExperimentDetail, ExperimentPage, Status, Submitted, TrialPage
 from service.specs import JSON_TYPES, YAML_TYPES, parse_body, prepare
 from service.store import REPORT_VERSION
@@ -146,9 +146,8 @@ async def get_results(exp_id: str, request: Request,
         if baseline is not None:  # another baseline than the stored report's: built on demand
             try:
                 return state.store.report(exp, baseline)[format].encode(), MEDIA[format], finished
-            except UnknownBaseline as e:  # answered like the route's other query problems (the schema's 422)
-                raise RequestValidationError([{"type": "value_error", "loc": ("query", "baseline"),
-                                               "msg": str(e), "input": baseline}]) from None
+            except UnknownBaseline as e:  # a problem of the query parameter, like an unknown `format`
+                raise unprocessable([("query.baseline", str(e))]) from None
         stored = exp.report if (exp.report or {}).get("version") == REPORT_VERSION else None
         rendered = stored or state.store.report(exp)
         if finished and stored is None:

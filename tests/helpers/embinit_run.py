@@ -1,5 +1,6 @@
 """`embinit run` as a subprocess, stopped mid-trial: its spec, its launch (piped, or on a terminal of its
-own), the wait for a kept checkpoint, its MLflow runs and the rerun that resumes it."""
+own), the wait for a kept checkpoint (or its trial frozen at one), its MLflow runs and the rerun that
+resumes it."""
 
 from __future__ import annotations
 
@@ -7,14 +8,19 @@ import fcntl
 import os
 import pty
 import select
+import sqlite3
 import subprocess
 import sys
 import termios
 import threading
 import time
+from contextlib import closing, suppress
 from pathlib import Path
 
+import psutil
+
 from embinit.tracking import mlflow_store, run_readers
+from embinit.tracking.records import CHECKPOINT_TAG
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {"PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
@@ -94,6 +100,58 @@ def wait_for_a_checkpoint(proc, lines: list[str], name: str, uri: str, timeout: 
         exp = exp or mlflow_store.experiment_id(name, uri)
     assert proc.poll() is None, "".join(lines)
     return exp
+
+
+# How Ray titles the worker of a trial (Tune's actor for a function trainable): `ray::ImplicitFunc.train`
+TRIAL_WORKER = "ray::ImplicitFunc"
+
+
+def _trial_workers(proc) -> list[psutil.Process]:
+    """The processes under `embinit run` (`proc`) that train its trials."""
+    found = []
+    for p in psutil.Process(proc.pid).children(recursive=True):
+        with suppress(psutil.Error):
+            if " ".join(p.cmdline()).startswith(TRIAL_WORKER):
+                found.append(p)
+    return found
+
+
+def _kept_checkpoint(uri: str, name: str) -> tuple[str, int] | None:
+    """(experiment id, epoch) when experiment `name`'s trial run is RUNNING and keeps a checkpoint; None
+    otherwise, and while the store cannot be read (not made yet, or locked by a writer stopped mid-write).
+    Read from the SQLite file with a short timeout: MLflow's client would wait on such a lock."""
+    query = ("SELECT e.experiment_id, t.value FROM experiments e JOIN runs r ON r.experiment_id = e.experiment_id "
+             "JOIN tags t ON t.run_uuid = r.run_uuid WHERE e.name = ? AND r.status = 'RUNNING' AND t.key = ?")
+    try:
+        with closing(sqlite3.connect(f"file:{uri.removeprefix('sqlite:///')}?mode=ro", uri=True, timeout=0.5)) as db:
+            row = db.execute(query, (name, CHECKPOINT_TAG)).fetchone()
+    except sqlite3.Error:
+        return None
+    return (str(row[0]), int(row[1])) if row else None
+
+
+def freeze_at_a_checkpoint(proc, lines: list[str], name: str, uri: str,
+                           timeout: float = 240) -> tuple[str, int, list[psutil.Process]]:
+    """Stop (SIGSTOP) the trial worker of `embinit run` (`proc`, its output in `lines`) at a moment its
+    run is RUNNING and keeps a checkpoint, so that what the caller does next happens mid-trial however
+    slow the machine is: each look at the store is taken with the worker stopped, so what it saw still
+    holds. Returns (experiment id, the kept checkpoint's epoch, the stopped workers: SIGKILL them if they
+    outlive the test's purpose). Fails, saying so, when the trial ends before it is seen so."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        workers = _trial_workers(proc)
+        for w in workers:
+            with suppress(psutil.NoSuchProcess):
+                w.suspend()
+        kept = _kept_checkpoint(uri, name) if workers else None
+        if kept is not None:
+            return (*kept, workers)
+        for w in workers:
+            with suppress(psutil.NoSuchProcess):
+                w.resume()
+        time.sleep(0.2)
+    raise AssertionError("the trial was never seen running with a kept checkpoint (it ended first, or never "
+                         "started): " + "".join(lines)[-3000:])
 
 
 def runs(name: str, uri: str) -> list:
