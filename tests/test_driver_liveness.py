@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _dead_driver() -> str:
     """The driver tag of a process that has ended (as a SIGKILLed driver has)."""
-    code = "from embinit import driver_liveness; print(driver_liveness.current())"
+    code = "from embinit.tracking import driver_liveness; print(driver_liveness.current())"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={"PYTHONPATH": str(ROOT)})
     return out.stdout.strip()

@@ -48,7 +48,7 @@ sweep() {   # one spec under the batch's time limit; 3 = stopped, run the batch 
 best_pt() {   # experiment 1's emb_seed-1 best.pt (tied or untied) -> $EMBINIT_ASSETS/blog_exp1_<tie>_best.pt
   "$PY" - "$URI" "$1" "$EMBINIT_ASSETS/blog_exp1_$2_best.pt" <<'PYEOF'
 import shutil, sys
-from embinit import mlflow_store
+from embinit.tracking import mlflow_store
 import mlflow
 uri, tie, dest = sys.argv[1], sys.argv[2] == "true", sys.argv[3]
 exp = mlflow_store.experiment_id("gpu-blog-exp1", uri)
