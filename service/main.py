@@ -22,6 +22,7 @@ from fastapi_offline import FastAPIOffline
 
 import embinit
 from embinit.errors import EmbinitError
+from embinit.redact import masked, scrubbed
 from embinit.spec import ExperimentSpec, SpecError
 from service.response_cache import ResponseCache
 from service.db import Experiment, make_sessionmaker
@@ -45,13 +46,14 @@ def _install_error_handlers(app: FastAPI) -> None:
     async def _spec_error(_request: Request, exc: SpecError):
         return JSONResponse(status_code=422, content={"detail": problems_detail(exc.problems)})
 
+    # a message may quote a store's URL (a library's, a driver's): its password never reaches a client
     @app.exception_handler(EmbinitError)
     async def _user_error(_request: Request, exc: EmbinitError):
-        return JSONResponse(status_code=422, content={"detail": str(exc)})
+        return JSONResponse(status_code=422, content={"detail": scrubbed(str(exc), app.state.settings.secret_uris())})
 
     @app.exception_handler(StoreUnavailable)
     async def _store_down(_request: Request, exc: StoreUnavailable):
-        return JSONResponse(status_code=503, content={"detail": str(exc)},
+        return JSONResponse(status_code=503, content={"detail": scrubbed(str(exc), app.state.settings.secret_uris())},
                             headers={"Retry-After": str(exc.retry_after_s)})
 
     @app.exception_handler(RecursionError)
@@ -124,7 +126,7 @@ def _lifespan(owns_runner: bool):
         # The MLflow store is created or upgraded here, once, before the API accepts work: MLflow would
         # otherwise migrate a new store in whichever process opens it first, and two at once break it.
         prepared = await run_in_threadpool(app.state.store.prepare)
-        log.info("MLflow store %s: %s", app.state.store.tracking_uri, prepared)
+        log.info("MLflow store %s: %s", masked(app.state.store.tracking_uri), prepared)
         try:  # one owner per state database, before any experiment is judged (service.lease)
             await run_in_threadpool(app.state.lease.acquire)
         except LeaseHeld as e:
@@ -197,6 +199,6 @@ def create_app(settings: Settings | None = None, runner=None, store=None) -> Fas
         app.include_router(module.router)
     _install_error_handlers(app)
     app.openapi = _openapi(app)
-    log.info("embinit service: state %s, tracking %s, ray %s (pid %d)", settings.database_url,
-             settings.tracking_uri, settings.ray_address or "local", os.getpid())
+    log.info("embinit service: state %s, tracking %s, ray %s (pid %d)", masked(settings.database_url),
+             masked(settings.tracking_uri), settings.ray_address or "local", os.getpid())
     return app
