@@ -4,6 +4,12 @@ After `make run`, `embinit` and `mlflow` live in `.venv/bin` only, not on PATH. 
 a program by the shortest form that runs from the current folder: the bare name when PATH finds this
 interpreter's copy of it, else its path in the running interpreter's scripts folder (relative to the
 current folder when inside it: `.venv/bin/embinit`).
+
+A URI holding a password (`postgresql://user:PASSWORD@host/db`) is never printed: printed, it would stay
+in the terminal, in logs and in the shell's history. The command takes it from an environment variable
+instead (`--tracking-uri "${EMBINIT_TRACKING_URI:?...}"`, `FromEnv`), which the shell expands, and refuses
+to run while it is unset, rather than run on another store; `env_note` says what to set it to (the URI
+with its password masked).
 """
 
 from __future__ import annotations
@@ -12,9 +18,42 @@ import shlex
 import shutil
 import sys
 import sysconfig
+from dataclasses import dataclass
 from pathlib import Path
 
+from embinit.redact import has_secret, masked
+
 UI_PORT = 5000   # the port the printed `mlflow ui` commands serve on
+# The variable a printed command reads a tracking URI with a password from; the service's setting of its
+# store has the same name, so under `embinit serve` it is set already.
+TRACKING_URI_ENV = "EMBINIT_TRACKING_URI"
+UNSET = "set it to the URI with its password"   # the shell's message (no URI in it: nothing to quote)
+
+
+@dataclass(frozen=True)
+class FromEnv:
+    """An argument a printed command takes from the environment variable `name` when it runs: `uri` is
+    what the variable should hold (shown masked by `env_note`)."""
+
+    name: str
+    uri: str
+
+    def __str__(self) -> str:   # the shell refuses the command, naming the variable, while it is unset
+        return f'"${{{self.name}:?{UNSET}}}"'
+
+
+def uri_arg(uri: str, env: str = TRACKING_URI_ENV) -> str | FromEnv:
+    """`uri` as a printed command names it: as is, or from `$env` when it holds a password."""
+    return FromEnv(env, uri) if has_secret(uri) else uri
+
+
+def env_note(*args: object) -> str | None:
+    """What to set before running a command printed with `args` (None when it needs nothing)."""
+    needed = {a.name: masked(a.uri) for a in args if isinstance(a, FromEnv)}
+    if not needed:
+        return None
+    return "set " + " and ".join(f"${name} to {uri}" for name, uri in needed.items()) + \
+        ", with the password (not printed), first"
 
 
 def scripts_dir() -> Path:
@@ -37,22 +76,26 @@ def program(name: str) -> str:
     return str(own.absolute())
 
 
-def command(name: str, *args: str) -> str:
-    return " ".join([shlex.quote(program(name)), *(shlex.quote(str(a)) for a in args)])
+def command(name: str, *args: str | FromEnv) -> str:
+    return " ".join([shlex.quote(program(name)), *(str(a) if isinstance(a, FromEnv) else shlex.quote(str(a))
+                                                   for a in args)])
 
 
 def ui_command(tracking_uri: str, port: int = UI_PORT) -> str:
     """How to look at a tracking store: a server's URL as is, else the `mlflow ui` command on `port`."""
     if tracking_uri.startswith(("http://", "https://")):
-        return f"open {tracking_uri} (the MLflow server)"
-    return f"{command('mlflow', 'ui', '--backend-store-uri', tracking_uri, '--port', str(port))}" \
+        return f"open {masked(tracking_uri)} (the MLflow server)"
+    return f"{command('mlflow', 'ui', '--backend-store-uri', uri_arg(tracking_uri), '--port', str(port))}" \
            f"   # then open http://127.0.0.1:{port}"
 
 
 def next_steps(experiment: str, tracking_uri: str, plot_dir: str = "plots/") -> list[str]:
     """What to run after a sweep: its report with plots, and the MLflow UI. Both name the store by its
-    absolute URI, so they run as printed from any directory (not only the one the sweep ran in)."""
-    report = ["report", experiment, "--plot", plot_dir, "--tracking-uri", tracking_uri]
-    return ["next steps:", f"  {command('embinit', *report)}", f"  {ui_command(tracking_uri)}"]
+    absolute URI, so they run as printed from any directory (not only the one the sweep ran in); a URI
+    with a password by `$EMBINIT_TRACKING_URI`, and a last line says so."""
+    report = ["report", experiment, "--plot", plot_dir, "--tracking-uri", uri_arg(tracking_uri)]
+    note = env_note(*report)
+    return ["next steps:", f"  {command('embinit', *report)}", f"  {ui_command(tracking_uri)}",
+            *([f"  # {note}"] if note else [])]
 
 

@@ -22,6 +22,7 @@ from fastapi_offline import FastAPIOffline
 
 import embinit
 from embinit.spec import ExperimentSpec
+from embinit.redact import masked, scrubbed
 from service.response_cache import ResponseCache
 from service.db import Experiment, make_sessionmaker
 from service.http_rules import install_http_rules
@@ -44,7 +45,7 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StoreUnavailable)
     async def _store_down(_request: Request, exc: StoreUnavailable):
-        return JSONResponse(status_code=503, content={"detail": str(exc)},
+        return JSONResponse(status_code=503, content={"detail": scrubbed(str(exc), app.state.settings.secret_uris())},
                             headers={"Retry-After": str(exc.retry_after_s)})
 
     @app.exception_handler(Exception)
@@ -125,7 +126,7 @@ def _lifespan(owns_runner: bool):
         # The MLflow store is created or upgraded here, once, before the API accepts work: MLflow would
         # otherwise migrate a new store in whichever process opens it first, and two at once break it.
         prepared = await run_in_threadpool(app.state.store.prepare)
-        log.info("MLflow store %s: %s", app.state.store.tracking_uri, prepared)
+        log.info("MLflow store %s: %s", masked(app.state.store.tracking_uri), prepared)
         try:  # one owner per state database, before any experiment is judged (service.lease)
             await run_in_threadpool(app.state.lease.acquire)
         except LeaseHeld as e:
@@ -198,6 +199,6 @@ def create_app(settings: Settings | None = None, runner=None, store=None) -> Fas
         app.include_router(module.router)
     _install_error_handlers(app)
     app.openapi = _openapi(app)
-    log.info("embinit service: state %s, tracking %s, ray %s (pid %d)", settings.database_url,
-             settings.tracking_uri, settings.ray_address or "local", os.getpid())
+    log.info("embinit service: state %s, tracking %s, ray %s (pid %d)", masked(settings.database_url),
+             masked(settings.tracking_uri), settings.ray_address or "local", os.getpid())
     return app

@@ -24,6 +24,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from embinit.errors import EmbinitError
+from embinit.redact import scrubbed
 from embinit.spec import SpecError
 from embinit.spec.path_fields import format_loc
 
@@ -73,8 +74,13 @@ def _limit(request: Request) -> int:
     return request.app.state.settings.max_problems
 
 
-def _answer(problems: Sequence[tuple[str, str]], limit: int, notes: Iterable[str] = ()) -> JSONResponse:
-    return JSONResponse(status_code=422, content={"detail": problems_detail(problems, limit, notes)})
+def _answer(problems: Sequence[tuple[str, str]], request: Request, notes: Iterable[str] = ()) -> JSONResponse:
+    """The 422; a message may quote a store's URL (a library's, a driver's): its password never reaches
+    a client."""
+    secrets = request.app.state.settings.secret_uris()
+    problems = [(loc, scrubbed(msg, secrets)) for loc, msg in problems]
+    notes = [scrubbed(n, secrets) for n in notes]
+    return JSONResponse(status_code=422, content={"detail": problems_detail(problems, _limit(request), notes)})
 
 
 def install_problem_handlers(app: FastAPI) -> None:
@@ -83,19 +89,19 @@ def install_problem_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _bad_request(request: Request, exc: RequestValidationError):
-        return _answer(request_problems(exc.errors()), _limit(request))
+        return _answer(request_problems(exc.errors()), request)
 
     @app.exception_handler(SpecError)
     async def _spec_error(request: Request, exc: SpecError):
-        return _answer(exc.problems, _limit(request), exc.notes)
+        return _answer(exc.problems, request, exc.notes)
 
     @app.exception_handler(EmbinitError)
     async def _user_error(request: Request, exc: EmbinitError):
-        return _answer([("", str(exc))], _limit(request))
+        return _answer([("", str(exc))], request)
 
     @app.exception_handler(RecursionError)
     async def _too_deep(request: Request, _exc: RecursionError):
-        return _answer([("", "the request is nested too deeply")], _limit(request))
+        return _answer([("", "the request is nested too deeply")], request)
 
 
 def as_problems(detail: Any) -> list[dict[str, str]]:

@@ -114,6 +114,11 @@ class Settings(BaseSettings):
     lease_ttl_s: float = Field(30.0, gt=0)
     lease_wait_s: float = Field(0.0, ge=0)
 
+    def secret_uris(self) -> list[str | None]:
+        """The URLs whose passwords the service holds: kept out of every answer and log line
+        (`embinit.redact.scrubbed`)."""
+        return [self.database_url, self.tracking_uri, self.tracking_read_uri]
+
 
 @lru_cache
 def get_settings() -> Settings:

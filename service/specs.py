@@ -21,6 +21,7 @@ from fastapi import HTTPException
 
 from embinit.bounds import BOUNDS, over_setting
 from embinit.model_dims import dimension_problems
+from embinit.redact import masked
 from embinit.spec import (PRETRAINED_KEYS, ExperimentSpec, PlannedTrial, SpecError, SpecLoader, data_problems,
                           load_spec, unique_pairs, yaml_error)
 from service.hub import check_hub_ids
@@ -173,9 +174,12 @@ def _confined(spec: ExperimentSpec, settings: Settings, tracking_uri: str) -> tu
     """(the spec without a tracking URI, its canonical data), or HTTPException(422): a path outside the
     roots, or another MLflow store than the service's."""
     problems: list[tuple[str, str]] = []
-    if spec.mlflow.tracking_uri not in (None, tracking_uri, settings.tracking_uri):
-        problems.append(("mlflow.tracking_uri", f"{spec.mlflow.tracking_uri!r}: this service logs every "
-                         f"experiment to its own store {settings.tracking_uri!r}; leave it out"))
+    # compared and named with passwords masked: the answer must not disclose the store's password, nor
+    # tell a guess of it (accepted) from a wrong one (refused); the value is dropped either way
+    given = spec.mlflow.tracking_uri
+    if given is not None and masked(given) not in (masked(tracking_uri), masked(settings.tracking_uri)):
+        problems.append(("mlflow.tracking_uri", f"{masked(given)!r}: this service logs every experiment to "
+                         f"its own store {masked(settings.tracking_uri)!r}; leave it out"))
     spec = spec.model_copy(update={"mlflow": spec.mlflow.model_copy(update={"tracking_uri": None})})
     canonical = spec.canonical()
     confined, path_problems = confine_paths(canonical, settings.data_roots, settings.pretrained_roots)

@@ -12,6 +12,7 @@ from fastapi import HTTPException
 from sqlalchemy import func, select
 from sqlalchemy.orm import defer
 
+from embinit.redact import scrubbed
 from service.db import ACTIVE, Experiment, utcnow
 from service.problems import unprocessable
 from service.specs import Submission, resource_problems
@@ -127,10 +128,11 @@ def _start(exp: Experiment, sub: Submission, session, runner, store) -> None:
     try:
         exp.driver = runner.start(exp.id, sub.data, store.tracking_uri, sub.trial_keys, store_uri=store.trial_store_uri)
         exp.ray_cluster = runner.cluster_id() if hasattr(runner, "cluster_id") else None
-    except Exception as e:  # recorded on the experiment, reported to the client
-        exp.status, exp.error, exp.finished_at = "failed", f"could not start the Ray driver: {e}", utcnow()
+    except Exception as e:  # recorded on the experiment, reported to the client (the stores' passwords hidden)
+        why = scrubbed(str(e), [store.tracking_uri, store.trial_store_uri])
+        exp.status, exp.error, exp.finished_at = "failed", f"could not start the Ray driver: {why}", utcnow()
         session.commit()
-        raise HTTPException(503, detail=f"experiment {exp.id} could not be started: {e}") from None
+        raise HTTPException(503, detail=f"experiment {exp.id} could not be started: {why}") from None
     session.commit()
     # A cancel that came while the driver was starting found no driver to tell (the route tells it when
     # it reads a driver name after recording the cancel): read the cancel after recording the name, so

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from embinit.tracking.mlflow_store import masked
+from embinit.redact import masked, scrubbed
 from service.db import Experiment, utcnow
 from service.schemas import ExperimentDetail, ExperimentSummary, Links, MlflowLink
 from service.settings import Settings
@@ -50,11 +50,13 @@ def mlflow_link(exp: Experiment, settings: Settings) -> MlflowLink:
 
 
 def summary(exp: Experiment, settings: Settings, detail: bool = False) -> ExperimentSummary:
+    # a driver's error may quote a store's URL: the service's passwords stay in the service
+    error = scrubbed(exp.error, [*settings.secret_uris(), exp.tracking_uri]) if exp.error else exp.error
     fields = dict(id=exp.id, name=exp.name, status=exp.status, n_trials=exp.n_trials,
                   counts=counts(exp), progress=progress(exp), eta_s=eta_s(exp), spec_hash=exp.spec_hash,
                   created_at=exp.created_at, updated_at=exp.updated_at, started_at=exp.started_at,
                   finished_at=exp.finished_at, cancel_requested=exp.cancel_requested_at is not None,
-                  error=exp.error, mlflow=mlflow_link(exp, settings), links=links(exp.id))
+                  error=error, mlflow=mlflow_link(exp, settings), links=links(exp.id))
     if detail:
         running = (exp.counts or {}).get("running_trials") if exp.status == "running" else None
         return ExperimentDetail(**fields, spec=exp.spec, driver=exp.driver, running_trials=running or [])

@@ -118,3 +118,18 @@ def test_run_refuses_a_mistyped_store_uri_before_anything_is_made(shape, message
     err = capsys.readouterr().err
     assert message.format(db=db) in err and len(err.strip().splitlines()) == 1, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny.yaml"]
+
+
+def test_a_password_given_on_the_command_line_is_not_printed_in_the_resume_command(spec, sweep_args, capsys):
+    """The resume command reads each URL with a password from its variable, says what to set, and runs as
+    printed once they are set."""
+    from test_printed_commands import expanded
+    tracking, store = "http://me:s3cret1@mlflow:5000", "postgresql+psycopg://mlflow:s3cret2@db:5432/mlflow"
+    assert main(["run", spec, "--tracking-uri", tracking, "--store-uri", store, "--quiet"]) == 130
+    err = capsys.readouterr().err
+    assert "s3cret" not in err, err
+    assert ("(set $EMBINIT_TRACKING_URI to http://me:***@mlflow:5000 and $EMBINIT_TRACKING_STORE_URI to "
+            "postgresql+psycopg://mlflow:***@db:5432/mlflow, with the password (not printed), first)") in err
+    resume = err.split("`")[1]
+    words = expanded(resume, {"EMBINIT_TRACKING_URI": tracking, STORE_ENV: store}).stdout.splitlines()
+    assert words == ["run", spec, "--tracking-uri", tracking, "--store-uri", store]

@@ -114,3 +114,53 @@ def test_the_serve_banners_ui_command_runs_as_printed(tmp_path, monkeypatch, cap
     env = {**os.environ, "PATH": BARE_PATH}
     done = subprocess.run(words[:2] + ["--help"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and "--backend-store-uri" in done.stdout
+
+
+SECRET = "postgresql+psycopg://mlflow:s3cret@db:5432/mlflow"
+
+
+def expanded(line: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """What bash hands the program of a printed command line (`printf` in its place) under `env` only."""
+    text = line.split("   #")[0].strip()
+    args = text[len(shlex.quote(shlex.split(text)[0])):]
+    return subprocess.run(["bash", "-c", f"printf '%s\\n' {args}"], env={"PATH": os.environ["PATH"], **env},
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_a_stores_password_is_never_printed_and_the_commands_read_it_from_the_environment():
+    """A password printed stays in the terminal, the logs and the shell's history: the next steps name the
+    store by `$EMBINIT_TRACKING_URI`, run as printed once it is set, and refuse to run (rather than open
+    another store) while it is not."""
+    steps = commands.next_steps("demo", SECRET)
+    assert not [s for s in steps if "s3cret" in s]
+    assert steps[-1] == ("  # set $EMBINIT_TRACKING_URI to postgresql+psycopg://mlflow:***@db:5432/mlflow, with "
+                         "the password (not printed), first")
+    report, ui = steps[1:3]
+    assert "report demo --plot plots/ --tracking-uri" in report and "ui --backend-store-uri" in ui
+    for line in (report, ui):
+        done = expanded(line, {"EMBINIT_TRACKING_URI": SECRET})
+        assert done.returncode == 0 and SECRET in done.stdout.splitlines(), done
+        unset = expanded(line, {})
+        assert unset.returncode != 0 and "EMBINIT_TRACKING_URI: " + commands.UNSET in unset.stderr
+
+
+def test_a_server_url_with_a_password_is_shown_masked():
+    assert commands.ui_command("http://me:s3cret@mlflow:5000") == "open http://me:***@mlflow:5000 (the MLflow server)"
+
+
+def test_the_serve_banner_shows_no_password(tmp_path, monkeypatch, capsys):
+    import uvicorn
+
+    import service.main
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: None)
+    monkeypatch.setattr(service.main, "create_app", lambda settings: None)   # no database is opened
+    monkeypatch.setenv("EMBINIT_TRACKING_URI", SECRET)
+    monkeypatch.setenv("EMBINIT_DATABASE_URL", "postgresql+psycopg://api:s3cret2@db/state")
+    monkeypatch.chdir(tmp_path)
+    assert main(["serve", "--port", "8123", "--ray-address", "ray://head:10001"]) == 0
+    out = capsys.readouterr().out
+    assert "s3cret" not in out, out
+    assert "state database: postgresql+psycopg://api:***@db/state   MLflow store: " \
+           "postgresql+psycopg://mlflow:***@db:5432/mlflow" in out
+    ui = next(ln for ln in out.splitlines() if ln.startswith("MLflow UI: "))
+    assert SECRET in expanded(ui.removeprefix("MLflow UI: "), {"EMBINIT_TRACKING_URI": SECRET}).stdout

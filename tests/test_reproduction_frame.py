@@ -185,3 +185,13 @@ def test_a_rerun_seed_counts_once_in_the_reproduction():
     chosen = rep.main_trials(Group("e", "multi30k", "GloVe", "GloVe", "s.yaml"), "P")
     assert sorted(t.config["seed"] for t in chosen) == [0, 1, 2, 3]
     assert {t.config["epochs"] for t in chosen} == {20}
+
+
+def test_a_ray_workers_secret_flags_are_not_recorded():
+    """A service driver runs in a Ray worker, whose command line (`run_sweep() called from ...`) holds
+    `--redis-password=...` on a cluster with a Redis password; a secret flag's next word is masked too."""
+    argv = ["default_worker.py", "--node-ip-address=10.0.0.2", "--redis-password=s3cret1", "--token", "s3cret2",
+            "--redis-address=10.0.0.1:6379", "--api-key=s3cret3"]
+    line = provenance.command_line(argv)
+    assert not any(s in line for s in ("s3cret1", "s3cret2", "s3cret3")), line
+    assert "--redis-password=***" in line and "--token '***'" in line and "--redis-address=10.0.0.1:6379" in line

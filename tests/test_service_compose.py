@@ -188,6 +188,16 @@ def test_api_command_serves_the_app_on_its_published_port():
     assert int(option(cmd, "--port")) in published("api")
 
 
+def test_published_ports_listen_on_the_loopback_unless_told_otherwise():
+    """The API (no token unless EMBINIT_API_TOKEN is set), the MLflow server (no auth at all) and the Ray
+    dashboard are published on the host's loopback by default: `ports: ["8000:8000"]` put them on every
+    interface of the host, for anyone on its network. PUBLISH_ADDRESS opens them up on purpose."""
+    ports = {s: [str(p) for p in SERVICES[s].get("ports", [])] for s in SERVICES}
+    assert {s for s, p in ports.items() if p} == {"api", "mlflow", "ray-head"}
+    assert all(p.startswith("${PUBLISH_ADDRESS:-127.0.0.1}:") for p in sum(ports.values(), [])), ports
+    assert published("api") == {8000: 8000} and published("mlflow") == {5000: 5000}
+
+
 def test_dockerfile_builds_what_compose_runs():
     dockerfile = (ROOT / "Dockerfile").read_text()
     assert all(SERVICES[s].get("build") == "." for s in ("api", "ray-head", "ray-worker", "mlflow"))

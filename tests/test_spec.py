@@ -156,6 +156,19 @@ def test_experiment_and_tracking_defaults():
     assert spec.experiment_name() == "other" and spec.tracking_uri("file:///x") == "file:///x"
 
 
+def test_the_recorded_spec_holds_no_password_of_its_store(monkeypatch):
+    """`to_yaml` is the sweep run's `spec.yaml` artifact, which anyone who reads the MLflow store sees: a
+    `${VAR}` in the spec is expanded, so a password kept out of the file would land there; it is masked,
+    and the recorded spec still loads."""
+    monkeypatch.setenv("DB_URL", "postgresql+psycopg://mlflow:s3cret@db:5432/mlflow")
+    spec = load_spec(base(mlflow={"tracking_uri": "${DB_URL}"}))
+    assert spec.tracking_uri().endswith(":s3cret@db:5432/mlflow")        # what the sweep itself uses
+    text = spec.to_yaml()
+    assert "s3cret" not in text and "postgresql+psycopg://mlflow:***@db:5432/mlflow" in text
+    assert load_spec(text).plan() == spec.plan()
+    assert load_spec(base()).to_yaml() == load_spec(load_spec(base()).to_yaml()).to_yaml()
+
+
 def test_paths_lists_every_path_field():
     spec = load_spec(base(inits=[{"tgt": "glove", "src": "xavier", "pretrained": "/g.txt"}],
                           data_dir="/d", cache_dir="/c", tasks=[{"task": "multi30k", "data_dir": "/m"}]))

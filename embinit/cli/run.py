@@ -17,7 +17,7 @@ import signal
 import sys
 
 from embinit.cli.dry_run import dry_run
-from embinit.commands import command, next_steps
+from embinit.commands import TRACKING_URI_ENV, command, env_note, next_steps, uri_arg
 from embinit.tracking.mlflow_store import masked
 
 STORE_ENV = "EMBINIT_TRACKING_STORE_URI"
@@ -67,14 +67,14 @@ def _farewell(args, how: str, error: str | None) -> None:
         from embinit.sweep.hangup import say
         say(f"embinit: error: the sweep stopped: {error}. What MLflow holds is kept (the sweep's run and its "
             f"unfinished trials' runs are closed as FAILED with this error; their checkpoints are kept); run "
-            f"`{resume_command(args)}` again to resume: finished trials are reused, the stopped ones go on "
+            f"{_resume(args)} again to resume: finished trials are reused, the stopped ones go on "
             f"from their last checkpoint.")
 
 
 def _say_interrupted(args, how: str) -> None:
     from embinit.sweep.hangup import say   # the terminal may be gone (SIGHUP)
     say(f"embinit: interrupted ({how}). Trials that finished are kept in MLflow; the stopped ones are marked "
-        f"'interrupted'. Run `{resume_command(args)}` again to resume: finished trials are reused, the rest "
+        f"'interrupted'. Run {_resume(args)} again to resume: finished trials are reused, the rest "
         f"train.")
 
 
@@ -92,7 +92,7 @@ def _sweep(args, spec, run_sweep, terminated) -> int:
     except OSError as e:   # the filesystem or the network refused (a folder, a store): said without a traceback
         print(f"embinit: error: the sweep stopped: {error_text(e)}. What MLflow holds is kept (the sweep's run, "
               f"if it was opened, is closed as FAILED with this error); fix the cause and run "
-              f"`{resume_command(args)}` again to resume: finished trials are reused.", file=sys.stderr, flush=True)
+              f"{_resume(args)} again to resume: finished trials are reused.", file=sys.stderr, flush=True)
         return 1
     print(f"{result.n_finished}/{result.planned} trials finished ({result.reused} reused), {result.n_failed} "
           f"failed, in {result.wall_s:.0f} s. MLflow: experiment {result.experiment!r} at "
@@ -103,9 +103,23 @@ def _sweep(args, spec, run_sweep, terminated) -> int:
 
 def resume_command(args) -> str:
     """This run's command as it runs again: the spec, overrides, cluster and stores it was given (a store
-    URL from $EMBINIT_TRACKING_STORE_URI stays there)."""
-    extra = []
-    for flag, value in (("--address", args.address), ("--tracking-uri", args.tracking_uri),
-                        ("--store-uri", args.store_uri if args.store_uri != os.environ.get(STORE_ENV) else None)):
-        extra += [flag, value] if value else []
+    URL from $EMBINIT_TRACKING_STORE_URI stays there); a URL with a password is taken from the environment
+    (`embinit.commands.uri_arg`: $EMBINIT_TRACKING_URI, $EMBINIT_TRACKING_STORE_URI), never printed, and
+    `_resume` says what to set."""
+    extra = _resume_flags(args)
     return command("embinit", "run", args.spec, *args.overrides, *extra)
+
+
+def _resume(args) -> str:
+    """`resume_command` in backquotes, for a sentence, and what to set before it runs, if anything."""
+    note = env_note(*_resume_flags(args))
+    return f"`{resume_command(args)}`" + (f" ({note})" if note else "")
+
+
+def _resume_flags(args) -> list:
+    extra: list = []
+    given_store = args.store_uri if args.store_uri != os.environ.get(STORE_ENV) else None
+    for flag, value, env in (("--address", args.address, None), ("--tracking-uri", args.tracking_uri, TRACKING_URI_ENV),
+                             ("--store-uri", given_store, STORE_ENV)):
+        extra += [flag, uri_arg(value, env) if env else value] if value else []
+    return extra

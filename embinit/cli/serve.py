@@ -7,6 +7,7 @@ import os
 
 from embinit.cli.arg_types import port
 from embinit.commands import ui_command
+from embinit.redact import masked
 
 
 def register(subparsers) -> None:
@@ -49,7 +50,10 @@ def run(args) -> int:
     app = create_app(settings)
     base = f"http://{args.host}:{args.port}"
     print(f"embinit API on {base}  (docs: {base}/docs)", flush=True)
-    print(f"state database: {settings.database_url}   MLflow store: {settings.tracking_uri}", flush=True)
+    # passwords masked: the banner lands in terminals and logs (the UI command reads it from the service's
+    # own $EMBINIT_TRACKING_URI, embinit.commands)
+    print(f"state database: {masked(settings.database_url)}   MLflow store: {masked(settings.tracking_uri)}",
+          flush=True)
     print(f"Ray: {settings.ray_address or 'local (started with the API, stopped with it)'}", flush=True)
     print(f"MLflow UI: {ui_command(settings.tracking_uri)}", flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, **uvicorn_options(settings))

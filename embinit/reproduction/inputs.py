@@ -83,7 +83,8 @@ def load_trials(experiment: str, uri: str | None) -> tuple[list[Trial], list[Swe
     """(the experiment's trials, the run that stands for each key, and its sweep runs, oldest first)."""
     exp_id = mlflow_store.experiment_id(experiment, uri)
     if exp_id is None:
-        raise EmbinitError(f"no MLflow experiment {experiment!r} in {mlflow_store.resolve_uri(uri)}; run its spec "
+        where = mlflow_store.masked(mlflow_store.resolve_uri(uri))
+        raise EmbinitError(f"no MLflow experiment {experiment!r} in {where}; run its spec "
                            "first (see docs/reproduction.md, 'Commands')")
     trials = [Trial(**vars(rec)) for rec in records.by_key(run_readers.trial_records(exp_id, uri)).values()]
     return trials, run_readers.sweep_records(exp_id, uri)
@@ -110,5 +111,6 @@ def choose_inputs(name: str, uri: str | None) -> str:
              and any(mlflow_store.experiment_id(e, uri) is not None for e in _experiments(PRESETS[n]))]
     hint = f"; use --inputs {other[0]}, whose experiments are there" if other else \
         "; run their specs first (tune_configs/gpu/run_batch.sh or tune_configs/offline/reproduce.sh)"
+    where = mlflow_store.masked(mlflow_store.resolve_uri(uri))
     raise EmbinitError(f"none of the reproduction's experiments ({'--inputs ' + name}) are in "
-                       f"{mlflow_store.resolve_uri(uri)}, which holds {have or 'no experiments'}. {wants}{hint}")
+                       f"{where}, which holds {have or 'no experiments'}. {wants}{hint}")

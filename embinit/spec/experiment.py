@@ -12,6 +12,7 @@ import yaml
 from pydantic import model_validator
 
 from embinit.config import TrialConfig
+from embinit.redact import masked
 from embinit.spec import path_fields, planning
 from embinit.spec.checks import cross_check
 from embinit.spec.fields import SpecFields
@@ -80,4 +81,10 @@ class ExperimentSpec(SpecFields):
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def to_yaml(self) -> str:
-        return yaml.safe_dump(self.canonical(), sort_keys=False)
+        """The spec as a sweep run records it (its `spec.yaml` artifact, which anyone who reads the MLflow
+        store sees): its tracking URI with the password masked (`${VAR}` in a spec is expanded)."""
+        data = self.canonical()
+        uri = (data.get("mlflow") or {}).get("tracking_uri")
+        if uri:
+            data["mlflow"] = {**data["mlflow"], "tracking_uri": masked(uri)}
+        return yaml.safe_dump(data, sort_keys=False)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from embinit.errors import EmbinitError
+from embinit.redact import masked   # also imported from here by its callers
 
 DEFAULT_URI = "sqlite:///mlflow.db"
 
@@ -37,16 +38,6 @@ def artifact_root(uri: str) -> str | None:
     if uri.startswith("sqlite:///"):
         return (Path(uri[len("sqlite:///"):]).parent / "mlartifacts").as_uri()
     return None
-
-
-def masked(uri: str) -> str:
-    """A URI fit for messages and logs: a database URL's password hidden (shown as given otherwise)."""
-    from sqlalchemy.engine import make_url
-
-    try:
-        return make_url(uri).render_as_string(hide_password=True)
-    except Exception:  # not a URL SQLAlchemy parses (http://, file paths)
-        return uri
 
 
 def telemetry_off() -> None:
@@ -119,7 +110,7 @@ def no_experiment(name: str, uri: str | None = None) -> EmbinitError:
     from embinit.errors import did_you_mean
     names = sorted(e.name for e in client(uri).search_experiments())
     have = f" (it has {names})" if names else " (it has no experiments yet)"
-    return EmbinitError(f"no MLflow experiment {name!r} in {resolve_uri(uri)}{have}{did_you_mean(name, names)}")
+    return EmbinitError(f"no MLflow experiment {name!r} in {masked(resolve_uri(uri))}{have}{did_you_mean(name, names)}")
 
 
 def search_runs(exp_id: str, uri: str | None = None, filter_string: str = "") -> list:

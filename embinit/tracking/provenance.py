@@ -109,8 +109,10 @@ def library_versions() -> str:
 def command_line(argv: list[str] | None = None) -> str:
     """The command as typed (`embinit run SPEC epochs=2`), or the program that called `run_sweep`; a
     password in a URL argument (`--tracking-uri postgresql://user:PASSWORD@...`, `mlflow.tracking_uri=...`)
-    is masked: the tag is shown in MLflow's UI and in the reproduction document."""
-    argv = [_masked_arg(a) for a in (sys.argv if argv is None else argv)]
+    and the value of a secret flag (`--redis-password=...`, which every Ray worker's command line holds
+    on a cluster with a Redis password) are masked: the tag is shown in MLflow's UI and in the
+    reproduction document."""
+    argv = _masked_argv(sys.argv if argv is None else argv)
     if not argv:
         return "run_sweep()"
     prog = Path(argv[0]).name
@@ -119,15 +121,11 @@ def command_line(argv: list[str] | None = None) -> str:
     return f"run_sweep() called from {shlex.join([prog, *argv[1:]])}"[:1000]
 
 
-def _masked_arg(arg: str) -> str:
-    """`arg` with a URL's password hidden, also as the value of `KEY=URL` or `--flag=URL`."""
-    if "://" not in arg or "@" not in arg:
-        return arg
-    from embinit.tracking.mlflow_store import masked
-    key, eq, value = arg.partition("=")
-    if eq and "://" not in key:
-        return f"{key}={masked(value)}"
-    return masked(arg)
+def _masked_argv(argv: list[str]) -> list[str]:
+    """`argv` with each word's secrets hidden (`embinit.redact.masked_arg`), and the word after a secret
+    flag given apart (`--password PW`)."""
+    from embinit.redact import HIDDEN, is_secret_flag, masked_arg
+    return [HIDDEN if i and is_secret_flag(argv[i - 1]) else masked_arg(a) for i, a in enumerate(argv)]
 
 
 def collect(argv: list[str] | None = None) -> dict[str, str]:

@@ -15,6 +15,8 @@ from __future__ import annotations
 import logging
 import time
 
+from embinit.redact import masked
+
 log = logging.getLogger("embinit.tracking")
 
 SLOW_MS = 25.0   # kept-alive requests to a local or nearby server take 1-10 ms; the stall adds ~40
@@ -25,7 +27,7 @@ def keepalive_warning(uri: str, first_ms: float, later_ms: list[float]) -> str |
     SLOW_MS or more while the connection's first took at most half the fastest of them; else None."""
     if not later_ms or min(later_ms) < SLOW_MS or first_ms > min(later_ms) / 2:
         return None
-    return (f"every request to the MLflow server {uri} on a kept-alive connection waits: "
+    return (f"every request to the MLflow server {masked(uri)} on a kept-alive connection waits: "
             f"{min(later_ms):.0f}-{max(later_ms):.0f} ms each, against {first_ms:.0f} ms for the connection's "
             "first. That is a server started with `--workers` above 1 (MLflow's default is 4): uvicorn's "
             "multi-process mode leaves Nagle's algorithm on (Kludex/uvicorn#3149), and each request of every "
