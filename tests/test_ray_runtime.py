@@ -90,3 +90,20 @@ def test_one_machine_without_a_ray_says_no_and_starts_none():
     assert not ray.is_initialized()
     assert one_machine() is False
     assert not ray.is_initialized()
+
+
+def test_a_script_that_starts_a_ray_head_keeps_token_auth_on():
+    """`ray start` listens on every interface whatever its node address (only the Ray embinit starts for
+    itself keeps to the loopback, `local_ray_options`): a script of the repository that runs one must not
+    turn Ray's token auth off (tune_configs/offline/reproduce.sh once did)."""
+    import re
+    import subprocess
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    files = subprocess.run(["git", "-C", str(root), "ls-files"], capture_output=True, text=True).stdout.split()
+    scripts = [f for f in files if f.endswith(".sh") or Path(f).name == "Makefile"]
+    starting = [f for f in scripts if re.search(r"^\s*ray start\b", (root / f).read_text(), re.M)]
+    assert "tune_configs/offline/reproduce.sh" in starting
+    off = [f for f in starting if re.search(r"RAY_AUTH_MODE=(\"|')?disabled", (root / f).read_text())]
+    assert off == []
+    assert all("RAY_AUTH_MODE=token" in (root / f).read_text() for f in starting)

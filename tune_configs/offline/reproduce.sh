@@ -10,7 +10,7 @@ set -euo pipefail
 REPO=$(pwd)
 REPRO_DIR=$(realpath -m "${REPRO_DIR:-reproduction-runs}")
 mkdir -p "$REPRO_DIR"
-export RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+export RAY_USAGE_STATS_ENABLED=0 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 export TOKENIZERS_PARALLELISM=false
 URI="sqlite:///$REPRO_DIR/mlflow.db"
 ADDR=127.0.0.2:${RAY_PORT:-6390}
@@ -20,6 +20,11 @@ cd "$REPRO_DIR"
 # ends every Ray on the machine (a test run's, another user's; it once killed a CI run beside this one).
 RAY_TMP=$(mktemp -d /tmp/embinit-repro-ray.XXXXXX)   # short: Ray's socket paths must fit 107 bytes
 trap 'pkill -TERM -f -- "$RAY_TMP"; sleep 5; pkill -KILL -f -- "$RAY_TMP"; rm -rf "$RAY_TMP"' EXIT
+# `ray start` listens on every interface whatever its node address (only the Ray `embinit run` starts for
+# itself keeps to the loopback), so this one keeps Ray's token auth on: a fresh token, readable by this user
+# alone, that every `embinit run --address` below reads from the environment.
+export RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH="$RAY_TMP/auth_token"
+(umask 077 && python3 -c 'import secrets; print(secrets.token_hex(32))' > "$RAY_AUTH_TOKEN_PATH")
 ray start --head --node-ip-address=127.0.0.2 --port="${ADDR##*:}" --num-cpus="$CPUS" --include-dashboard=false \
   --disable-usage-stats --temp-dir="$RAY_TMP"
 # Table 1: the two groups share the cluster (1-thread trials, one per CPU).
