@@ -66,19 +66,18 @@ def test_a_failed_experiment_names_its_trials_reasons_most_common_first(monkeypa
                                   "EmbinitError: empty overlap (1 trial); A: 1 (1 trial); and 2 other reasons")
 
 
-def test_the_database_behind_the_server_goes_to_the_sweep_and_its_node_tags(monkeypatch):
+def test_the_database_behind_the_server_goes_to_the_sweep(monkeypatch):
     """A driver given the database behind the tracking server (EMBINIT_TRACKING_WRITE_DIRECT) hands it to
-    the sweep, and the node tag each trial writes goes there too, not through the server."""
-    from service.driver import _NodeTag
+    the sweep, whose trial runs (their node and host tags included: embinit.tracking.trial_run) are
+    written there, not through the server; the driver adds no trainer callback of its own."""
     seen = {}
 
-    def sweep(spec, tracking_uri, progress, stop, extra_callbacks, store_uri):
-        seen.update(tracking_uri=tracking_uri, store_uri=store_uri, tags=extra_callbacks(None))
+    def sweep(spec, tracking_uri, progress, stop, store_uri, **more):
+        seen.update(tracking_uri=tracking_uri, store_uri=store_uri, more=more)
         return _result()
     _drive(monkeypatch, sweep, "http://mlflow:5000", store_uri="postgresql+psycopg://u@db/mlflow")
     assert (seen["tracking_uri"], seen["store_uri"]) == ("http://mlflow:5000", "postgresql+psycopg://u@db/mlflow")
-    (tagger,) = seen["tags"]
-    assert isinstance(tagger, _NodeTag) and tagger.tracking_uri == "postgresql+psycopg://u@db/mlflow"
+    assert seen["more"] == {}
 
 
 def test_a_raising_sweep_is_failed_with_its_error(monkeypatch):
@@ -92,9 +91,9 @@ def test_progress_stop_and_pickling(monkeypatch):
     seen = {}
     release = threading.Event()
 
-    def sweep(spec, tracking_uri, progress, stop, extra_callbacks, store_uri):
+    def sweep(spec, tracking_uri, progress, stop, store_uri):
         seen["store_uri"] = store_uri
-        for fn in (progress, stop, extra_callbacks):
+        for fn in (progress, stop):
             pickle.dumps(fn)  # what Tune does with its run config
         progress({"total": 4, "done": 1, "reused": 0, "running": 2, "pending": 1, "failed": 0})
         me = _DRIVERS["embinit-exp-p"]  # the driver itself (its constructor may not have returned yet)
