@@ -169,6 +169,20 @@ def test_the_recorded_spec_holds_no_password_of_its_store(monkeypatch):
     assert load_spec(base()).to_yaml() == load_spec(load_spec(base()).to_yaml()).to_yaml()
 
 
+def test_the_spec_hash_does_not_hold_the_password_either(monkeypatch):
+    """A sweep is known by its hash (a rerun links to the finished sweep of the same spec): a changed
+    password keeps it, the recorded spec has the same one, and a URI without a password is as written."""
+    monkeypatch.setenv("DB_URL", "postgresql+psycopg://mlflow:s3cret@db:5432/mlflow")
+    spec = load_spec(base(mlflow={"tracking_uri": "${DB_URL}"}))
+    monkeypatch.setenv("DB_URL", "postgresql+psycopg://mlflow:rotated@db:5432/mlflow")
+    assert load_spec(base(mlflow={"tracking_uri": "${DB_URL}"})).spec_hash() == spec.spec_hash()
+    assert load_spec(spec.to_yaml()).spec_hash() == spec.spec_hash()
+    other = load_spec(base(mlflow={"tracking_uri": "postgresql+psycopg://mlflow@other:5432/mlflow"}))
+    assert other.spec_hash() != spec.spec_hash()
+    plain = load_spec(base(mlflow={"tracking_uri": "sqlite:///a.db"}))
+    assert plain.recorded() == plain.canonical()
+
+
 def test_paths_lists_every_path_field():
     spec = load_spec(base(inits=[{"tgt": "glove", "src": "xavier", "pretrained": "/g.txt"}],
                           data_dir="/d", cache_dir="/c", tasks=[{"task": "multi30k", "data_dir": "/m"}]))

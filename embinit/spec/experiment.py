@@ -76,15 +76,19 @@ class ExperimentSpec(SpecFields):
             data.pop("execution", None)  # likewise for the default (separate) execution
         return data
 
-    def spec_hash(self) -> str:
-        blob = json.dumps(self.canonical(), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-    def to_yaml(self) -> str:
-        """The spec as a sweep run records it (its `spec.yaml` artifact, which anyone who reads the MLflow
-        store sees): its tracking URI with the password masked (`${VAR}` in a spec is expanded)."""
+    def recorded(self) -> dict[str, Any]:
+        """The spec as a sweep records it and is known by (`spec_hash`, the `spec.yaml` artifact, which
+        anyone who reads the MLflow store sees): `canonical` with the tracking URI's password masked (`${VAR}`
+        in a spec is expanded), so a changed password keeps the hash and a URI without one is as written."""
         data = self.canonical()
         uri = (data.get("mlflow") or {}).get("tracking_uri")
         if uri:
             data["mlflow"] = {**data["mlflow"], "tracking_uri": masked(uri)}
-        return yaml.safe_dump(data, sort_keys=False)
+        return data
+
+    def spec_hash(self) -> str:
+        blob = json.dumps(self.recorded(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.recorded(), sort_keys=False)
