@@ -1,6 +1,7 @@
 """Integration: the API drives a real two-node Ray cluster on loopback (head 127.0.0.2, worker
 127.0.0.3), a tiny synthetic experiment runs through it, its trials run on both nodes and land in
-MLflow, and a restarted API (a new app instance on the same state database) shows the true state.
+MLflow, and a restarted API (a new app instance on the same state database) shows the true state. The
+cluster runs with Ray's token auth on, as docker-compose.yml's does: its head listens on every interface.
 
 Only the Ray processes this test started are stopped (found by the test's own temp dir, ended by pid):
 `ray stop` would also end other Ray clusters on the machine."""
@@ -19,7 +20,7 @@ from fastapi.testclient import TestClient
 from service.main import create_app
 from embinit.tracking.records import NODE_TAG
 from service.settings import Settings
-from helpers.ray_cluster import RAY, stop_cluster
+from helpers.ray_cluster import RAY, processes, stop_cluster, token_auth_here, token_env, write_token
 from helpers.ray_cluster import free_port as _free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -33,26 +34,51 @@ SPEC = {"name": "cluster-it", "tasks": [{"task": "synthetic_classification", "ep
 
 @pytest.fixture(scope="module")
 def cluster():
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
-    os.environ.update(RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")
+    """The two-node cluster with Ray's token auth on (`ray start --head` listens on every interface, not
+    127.0.0.2 alone), a fresh token in a 0600 file in its temp dir; this process (the API, its Ray
+    driver) uses it meanwhile, and gets its auth settings back afterwards (`token_auth_here`)."""
+    import ray
+    if ray.is_initialized():  # another test's Ray, connected with its auth settings
+        ray.shutdown()
     temp_dir = tempfile.mkdtemp(prefix="eit-", dir="/tmp")  # short: Ray's socket paths are length-limited
+    token = write_token(temp_dir)
+    env = token_env(token)
     port = _free_port(HEAD)
     common = ["--num-cpus=1", "--num-gpus=0", "--disable-usage-stats", f"--temp-dir={temp_dir}"]
     try:
-        subprocess.run([RAY, "start", "--head", f"--node-ip-address={HEAD}", f"--port={port}",
-                        "--include-dashboard=false",
-                        *common], env=env, check=True, capture_output=True, timeout=180)
-        subprocess.run([RAY, "start", f"--address={HEAD}:{port}", f"--node-ip-address={WORKER}", *common],
-                       env=env, check=True, capture_output=True, timeout=180)
-        yield f"{HEAD}:{port}"
-    except subprocess.CalledProcessError as e:
-        pytest.fail(f"could not start the loopback Ray cluster: {e.stderr.decode()[-2000:]}")
+        with token_auth_here(token):
+            try:
+                subprocess.run([RAY, "start", "--head", f"--node-ip-address={HEAD}", f"--port={port}",
+                                "--include-dashboard=false", *common], env=env, check=True, capture_output=True,
+                               timeout=180)
+                subprocess.run([RAY, "start", f"--address={HEAD}:{port}", f"--node-ip-address={WORKER}", *common],
+                               env=env, check=True, capture_output=True, timeout=180)
+                servers = [p for p in processes(temp_dir) if p.name() in ("gcs_server", "raylet")]
+                assert len(servers) == 3 and all(p.environ().get("RAY_AUTH_MODE") == "token" for p in servers)
+                yield f"{HEAD}:{port}"
+            except subprocess.CalledProcessError as e:
+                pytest.fail(f"could not start the loopback Ray cluster: {e.stderr.decode()[-2000:]}")
+            finally:
+                if ray.is_initialized():
+                    ray.shutdown()
+                stop_cluster(temp_dir)
     finally:
-        import ray
-        if ray.is_initialized():
-            ray.shutdown()
-        stop_cluster(temp_dir)
-        shutil.rmtree(temp_dir, ignore_errors=True)
+        shutil.rmtree(temp_dir, ignore_errors=True)   # the token last: Ray here reads it no more
+
+
+def test_the_process_gets_its_ray_auth_back(tmp_path):
+    """What the cluster fixture does to this process: token auth while it is open, the environment's
+    auth settings (and Ray's reading of them) as they were afterwards, so the local Rays of later tests
+    in this process start as before (with no auth, not with a token that is gone)."""
+    from ray._raylet import AuthenticationMode, AuthenticationTokenLoader, get_authentication_mode
+    names = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_USAGE_STATS_ENABLED")
+    before, mode = {k: os.environ.get(k) for k in names}, get_authentication_mode()
+    token = write_token(str(tmp_path))
+    assert os.stat(token).st_mode & 0o777 == 0o600
+    with token_auth_here(token):
+        assert get_authentication_mode() == AuthenticationMode.TOKEN
+        assert AuthenticationTokenLoader.instance().get_raw_token() == open(token).read()
+    assert {k: os.environ.get(k) for k in names} == before and get_authentication_mode() == mode
 
 
 def _wait(client, exp_id: str, until, timeout: float = 420) -> dict:

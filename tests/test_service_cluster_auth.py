@@ -6,14 +6,13 @@ compose head does on 10001; only the processes this test started are stopped."""
 from __future__ import annotations
 
 import os
-import secrets
 import shutil
 import subprocess
 import sys
 import tempfile
 
 import pytest
-from helpers.ray_cluster import RAY, free_port, stop_cluster
+from helpers.ray_cluster import RAY, free_port, stop_cluster, write_token
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -45,9 +44,7 @@ def _env(**auth: str) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def head():
     temp_dir = tempfile.mkdtemp(prefix="eia-", dir="/tmp")  # short: Ray's socket paths are length-limited
-    token = os.path.join(temp_dir, "auth_token")
-    with open(token, "w") as f:
-        f.write(secrets.token_hex(32))
+    token = write_token(temp_dir)   # fresh, 0600
     gcs, client = free_port(HEAD), free_port(HEAD)
     env = _env(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=token)
     try:

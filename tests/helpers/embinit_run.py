@@ -1,6 +1,6 @@
 """`embinit run` as a subprocess, stopped mid-trial: its spec, its launch (piped, or on a terminal of its
-own), the wait for a kept checkpoint (or its trial frozen at one), its MLflow runs and the rerun that
-resumes it."""
+own), its trial frozen at a kept checkpoint (and a signal sent while it is), its MLflow runs and the
+rerun that resumes it."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import threading
 import time
 from contextlib import closing, suppress
 from pathlib import Path
+from typing import Callable
 
 import psutil
 
@@ -84,24 +85,6 @@ def _take_the_terminal() -> None:
     fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
 
-def wait_for_a_checkpoint(proc, lines: list[str], name: str, uri: str, timeout: float = 240) -> str:
-    """Wait until `embinit run` (`proc`, its output in `lines`) trains experiment `name`'s trial and the
-    trial's run keeps a checkpoint (resumable once stopped); returns the experiment id."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and proc.poll() is None:   # the trial started (the store is made)
-        if any(" 1 running" in line for line in lines):
-            break
-        time.sleep(0.5)
-    exp = mlflow_store.experiment_id(name, uri)
-    while time.monotonic() < deadline and proc.poll() is None:
-        if exp is not None and any(r.resume_epoch is not None for r in run_readers.trial_records(exp, uri)):
-            break
-        time.sleep(0.5)
-        exp = exp or mlflow_store.experiment_id(name, uri)
-    assert proc.poll() is None, "".join(lines)
-    return exp
-
-
 # How Ray titles the worker of a trial (Tune's actor for a function trainable): `ray::ImplicitFunc.train`
 TRIAL_WORKER = "ray::ImplicitFunc"
 
@@ -152,6 +135,43 @@ def freeze_at_a_checkpoint(proc, lines: list[str], name: str, uri: str,
         time.sleep(0.2)
     raise AssertionError("the trial was never seen running with a kept checkpoint (it ended first, or never "
                          "started): " + "".join(lines)[-3000:])
+
+
+def _thaw(workers: list[psutil.Process]) -> None:
+    for w in workers:
+        with suppress(psutil.NoSuchProcess):
+            w.resume()
+
+
+def signal_mid_trial(proc, lines: list[str], name: str, uri: str, send: Callable[[], None],
+                     taken: Callable[[], bool], timeout: float = 60) -> tuple[str, int, list[psutil.Process]]:
+    """Send `embinit run` (`proc`, its output in `lines`) a stopping signal mid-trial however slow the
+    machine is: freeze its trial worker at a kept checkpoint (`freeze_at_a_checkpoint`), `send()` the
+    signal while it cannot train on, wait until the driver has taken it (`taken()`, or the driver ended),
+    and only then let the worker go on (SIGCONT): it has to answer the stop the driver asks of Tune at
+    once, and can train at most the epoch it was in before. Returns (experiment id, the epoch of the
+    checkpoint it was frozen at, the workers it froze: end those that outlive the driver). Fails, saying
+    so, when the trial ends first, never starts, or the driver does not take the signal within `timeout`."""
+    exp, epoch, frozen = freeze_at_a_checkpoint(proc, lines, name, uri)
+    try:
+        send()
+        deadline = time.monotonic() + timeout
+        while not taken() and proc.poll() is None:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the driver did not take the signal in {timeout:.0f} s (its trial frozen at "
+                                     f"epoch {epoch}): " + "".join(lines)[-3000:])
+            time.sleep(0.05)
+    finally:
+        _thaw(frozen)
+    return exp, epoch, frozen
+
+
+def end_leftovers(workers: list[psutil.Process], grace_s: float = 10) -> None:
+    """SIGKILL those of `workers` (a trial's, this test's) still alive `grace_s` after the driver ended."""
+    _gone, alive = psutil.wait_procs(workers, timeout=grace_s)
+    for w in alive:
+        with suppress(psutil.NoSuchProcess):
+            w.kill()
 
 
 def runs(name: str, uri: str) -> list:
