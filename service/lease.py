@@ -24,7 +24,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from embinit.errors import EmbinitError
 from embinit.holders import holder_gone, holder_id
-from embinit.tracking.mlflow_store import masked
+from embinit.redact import masked
 from service.db import Base, UTCDateTime, utcnow
 
 log = logging.getLogger("embinit.service")

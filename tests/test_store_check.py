@@ -225,7 +225,7 @@ def test_an_out_of_date_store_is_told_how_to_upgrade_by_where_it_is():
     from pathlib import Path
 
     from embinit.cli.dry_run import store_lines
-    from embinit.tracking.mlflow_store import masked
+    from embinit.redact import masked
     from embinit.tracking.store_check import StoreState, out_of_date
 
     server = StoreState(masked("postgresql+psycopg://u:secret@db:5432/mlflow"), "old", "r1", "r2")

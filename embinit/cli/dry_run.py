@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 from embinit.tracking.records import RESULT   # a trial run's statuses with a result (MLflow's FINISHED)
 from embinit.config import TrialConfig, task_defaults
-from embinit.tracking.mlflow_store import masked
+from embinit.redact import masked
 from embinit.tracking.store_check import (StoreState, StoreUnreachable, database_store, is_server_database, resolved,
                                           sqlite_path, sqlite_store)
 

@@ -18,7 +18,7 @@ import sys
 
 from embinit.cli.dry_run import dry_run
 from embinit.commands import TRACKING_URI_ENV, command, env_note, next_steps, uri_arg
-from embinit.tracking.mlflow_store import masked
+from embinit.redact import masked
 
 STORE_ENV = "EMBINIT_TRACKING_STORE_URI"
 

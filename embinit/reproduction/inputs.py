@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from embinit.redact import masked
 from embinit.tracking import mlflow_store, records, run_readers
 from embinit.errors import EmbinitError
 from embinit.tracking.records import TrialRecord
@@ -83,7 +84,7 @@ def load_trials(experiment: str, uri: str | None) -> tuple[list[Trial], list[Swe
     """(the experiment's trials, the run that stands for each key, and its sweep runs, oldest first)."""
     exp_id = mlflow_store.experiment_id(experiment, uri)
     if exp_id is None:
-        where = mlflow_store.masked(mlflow_store.resolve_uri(uri))
+        where = masked(mlflow_store.resolve_uri(uri))
         raise EmbinitError(f"no MLflow experiment {experiment!r} in {where}; run its spec "
                            "first (see docs/reproduction.md, 'Commands')")
     trials = [Trial(**vars(rec)) for rec in records.by_key(run_readers.trial_records(exp_id, uri)).values()]
@@ -111,6 +112,6 @@ def choose_inputs(name: str, uri: str | None) -> str:
              and any(mlflow_store.experiment_id(e, uri) is not None for e in _experiments(PRESETS[n]))]
     hint = f"; use --inputs {other[0]}, whose experiments are there" if other else \
         "; run their specs first (tune_configs/gpu/run_batch.sh or tune_configs/offline/reproduce.sh)"
-    where = mlflow_store.masked(mlflow_store.resolve_uri(uri))
+    where = masked(mlflow_store.resolve_uri(uri))
     raise EmbinitError(f"none of the reproduction's experiments ({'--inputs ' + name}) are in "
                        f"{where}, which holds {have or 'no experiments'}. {wants}{hint}")

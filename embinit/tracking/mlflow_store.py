@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from embinit.errors import EmbinitError
-from embinit.redact import masked   # also imported from here by its callers
+from embinit.redact import masked
 
 DEFAULT_URI = "sqlite:///mlflow.db"
 

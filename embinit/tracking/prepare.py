@@ -35,7 +35,8 @@ from urllib.parse import quote
 
 from embinit.content_hash import file_lock
 from embinit.errors import EmbinitError
-from embinit.tracking.mlflow_store import masked, resolve_uri
+from embinit.redact import masked
+from embinit.tracking.mlflow_store import resolve_uri
 from embinit.tracking.records import KEY_TAG
 from embinit.tracking.store_check import (database_store, is_database, is_server_database, quick_connection, resolved,
                                           sqlite_path, sqlite_store)

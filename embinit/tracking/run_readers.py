@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 from embinit.errors import EmbinitError
 from embinit.task_registry import TASKS, primary_metric
-from embinit.tracking.mlflow_store import client, experiment_id, masked, no_experiment, resolve_uri, retry, search_runs
+from embinit.redact import masked
+from embinit.tracking.mlflow_store import client, experiment_id, no_experiment, resolve_uri, retry, search_runs
 from embinit.tracking import run_table
 from embinit.tracking.records import (CONFIG_TAG, KEY_TAG, KIND_TAG, PARENT_TAG, RESULT, SPEC_HASH_TAG, TrialRecord,
                                       by_key, from_run, from_runs)

@@ -32,7 +32,8 @@ from typing import NamedTuple
 from urllib.parse import quote
 
 from embinit.errors import EmbinitError, did_you_mean
-from embinit.tracking.mlflow_store import client, masked, resolve_uri
+from embinit.redact import masked
+from embinit.tracking.mlflow_store import client, resolve_uri
 
 # the schemes of MLflow's own stores: SQL databases (sqlalchemy's `dialect+driver`: a file, or a database
 # on a server), tracking servers, Databricks and the (deprecated) file store
