@@ -9,10 +9,9 @@ import re
 from fastapi import FastAPI, Request
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from service.problems import as_problems
+from service.problems import as_problems, respond
 
 METHODS = {"GET", "PUT", "POST", "DELETE", "OPTIONS", "HEAD", "PATCH", "TRACE"}
 
@@ -33,7 +32,7 @@ def install_http_rules(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException):
         if exc.status_code == 422:
-            return JSONResponse(status_code=422, content={"detail": as_problems(exc.detail)}, headers=exc.headers)
+            return respond(as_problems(exc.detail), request, exc.headers)
         if exc.status_code == 405:
             documented = allowed_methods(request.app, request.url.path)
             headers = {**(exc.headers or {}), **({"Allow": ", ".join(documented)} if documented else {})}

@@ -74,13 +74,18 @@ def _limit(request: Request) -> int:
     return request.app.state.settings.max_problems
 
 
+def respond(detail: list[dict[str, str]], request: Request, headers: dict[str, str] | None = None
+            ) -> JSONResponse:
+    """Every 422 the API sends, its problems in the one shape: a message may quote a store's URL (a
+    library's, a driver's, a route's), whose password never reaches a client."""
+    settings = getattr(request.app.state, "settings", None)
+    secrets = settings.secret_uris() if settings is not None else []
+    shown = [{"loc": p["loc"], "msg": scrubbed(p["msg"], secrets)} for p in detail]
+    return JSONResponse(status_code=422, content={"detail": shown}, headers=headers)
+
+
 def _answer(problems: Sequence[tuple[str, str]], request: Request, notes: Iterable[str] = ()) -> JSONResponse:
-    """The 422; a message may quote a store's URL (a library's, a driver's): its password never reaches
-    a client."""
-    secrets = request.app.state.settings.secret_uris()
-    problems = [(loc, scrubbed(msg, secrets)) for loc, msg in problems]
-    notes = [scrubbed(n, secrets) for n in notes]
-    return JSONResponse(status_code=422, content={"detail": problems_detail(problems, _limit(request), notes)})
+    return respond(problems_detail(problems, _limit(request), notes), request)
 
 
 def install_problem_handlers(app: FastAPI) -> None:
