@@ -129,9 +129,7 @@ def freeze_at_a_checkpoint(proc, lines: list[str], name: str, uri: str,
         kept = _kept_checkpoint(uri, name) if workers else None
         if kept is not None:
             return (*kept, workers)
-        for w in workers:
-            with suppress(psutil.NoSuchProcess):
-                w.resume()
+        _thaw(workers)
         time.sleep(0.2)
     raise AssertionError("the trial was never seen running with a kept checkpoint (it ended first, or never "
                          "started): " + "".join(lines)[-3000:])
