@@ -65,6 +65,7 @@ mkdir -p /tmp/devassets; [ -f .devdata/assets.tar.xz ] && tar -xJf .devdata/asse
 [ -f .devassets/minilm.tar.xz ] && tar -xJf .devassets/minilm.tar.xz -C /tmp/devassets
 export PYTHONPATH="$SITE:$PWD" PYTHONUNBUFFERED=1 RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+[ -n "${GIT_HEAD:-}" ] && export EMBINIT_GIT_COMMIT="$GIT_HEAD"   # the copy there has no .git: the runs' commit tag
 python3 -c "import pydantic" 2>/dev/null || export PYTHONPATH="$SITE:/tmp/te:$PWD"
 echo "unpacked in $((SECONDS - start)) s"
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; python3 -c \

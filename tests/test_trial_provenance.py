@@ -236,7 +236,11 @@ def test_the_commit_is_asked_once_per_process_and_none_outside_a_checkout(tmp_pa
     finally:
         provenance.process_commit.cache_clear()
     monkeypatch.undo()
+    monkeypatch.delenv(provenance.SOURCE_COMMIT_ENV, raising=False)
     assert provenance.git_commit(tmp_path) is None
+    monkeypatch.setenv(provenance.SOURCE_COMMIT_ENV, "f1cc137 ")   # a copied tree (the GPU machine's) names it
+    assert provenance.git_commit(tmp_path) == "f1cc137"
+    assert provenance.git_commit() != "f1cc137"                    # a real checkout answers for itself
     assert provenance.commits_trained(None, None) is None
     assert provenance.commits_trained("a", None) == "a,unknown"
     assert provenance.commits_trained("a,b", "a") == "a,b"

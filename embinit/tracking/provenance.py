@@ -20,6 +20,7 @@ from pathlib import Path
 
 COMMAND_TAG, MACHINE_TAG = "embinit.command", "embinit.machine"
 VERSION_TAG, COMMIT_TAG = "embinit.version", "embinit.git_commit"
+SOURCE_COMMIT_ENV = "EMBINIT_GIT_COMMIT"   # the commit of a copied tree that has no .git
 TAGS = {"command": COMMAND_TAG, "machine": MACHINE_TAG, "version": VERSION_TAG, "commit": COMMIT_TAG}
 NOT_RECORDED = "not recorded"
 UNKNOWN_COMMIT = "unknown"   # in a trial's list of commits: an attempt outside a git checkout
@@ -43,11 +44,12 @@ def machine() -> str:
 
 
 def git_commit(where: Path | None = None) -> str | None:
-    """The commit of the checkout embinit is imported from (`-dirty` when files differ from it), or None
-    for an installed package outside a git checkout."""
+    """The commit of the checkout embinit is imported from (`-dirty` when files differ from it). Outside a
+    git checkout: $EMBINIT_GIT_COMMIT, which names the commit of a source tree copied without its `.git`
+    (a GPU machine's copy, bench/gpu_stretch.sh), else None (an installed package)."""
     where = where or Path(__file__).resolve().parents[2]   # the checkout: embinit/tracking/ is two below
     if not (where / ".git").exists():
-        return None
+        return os.environ.get(SOURCE_COMMIT_ENV, "").strip() or None
     try:
         head = subprocess.run(["git", "-C", str(where), "rev-parse", "HEAD"], capture_output=True, text=True,
                               timeout=10)
