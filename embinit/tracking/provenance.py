@@ -44,12 +44,17 @@ def machine() -> str:
 
 
 def git_commit(where: Path | None = None) -> str | None:
-    """The commit of the checkout embinit is imported from (`-dirty` when files differ from it). Outside a
-    git checkout: $EMBINIT_GIT_COMMIT, which names the commit of a source tree copied without its `.git`
-    (a GPU machine's copy, bench/gpu_stretch.sh), else None (an installed package)."""
+    """The commit of the checkout embinit is imported from (`-dirty` when files differ from it), or None
+    for an installed package outside a git checkout. $EMBINIT_GIT_COMMIT, when set, is the answer: it
+    names the commit of a source tree copied elsewhere (a GPU machine's copy, bench/gpu_stretch.sh), whose
+    `.git`, if one came along, may be another commit's (the device tool's copy carried the session's
+    first commit, so runs there read `<that>-dirty`)."""
+    named = os.environ.get(SOURCE_COMMIT_ENV, "").strip()
+    if named:
+        return named
     where = where or Path(__file__).resolve().parents[2]   # the checkout: embinit/tracking/ is two below
     if not (where / ".git").exists():
-        return os.environ.get(SOURCE_COMMIT_ENV, "").strip() or None
+        return None
     try:
         head = subprocess.run(["git", "-C", str(where), "rev-parse", "HEAD"], capture_output=True, text=True,
                               timeout=10)
