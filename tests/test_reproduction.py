@@ -467,3 +467,22 @@ def test_the_findings_section_needs_no_other_section_first(store):
     built = next(s for s in sections if s.title.startswith("The paper's three findings"))
     alone = findings_section(Reproduction(uri, inputs))
     assert alone.lines == built.lines and any("(b) Table 4" in line for line in alone.lines)
+
+
+def test_an_xavier_only_group_names_no_pretrained_source(store):
+    """tune_configs/gpu/multi30k_xavier300.yaml trains Xavier alone at the paper's setting: its block
+    is headed as the paper's Xavier row, and its settings name no source (not "GloVe **(differs)**"),
+    while a group with a pretrained init keeps its source's heading."""
+    uri = store[0]
+    exp = mlflow_store.ensure_experiment("x300", uri)
+    for seed, v in enumerate((35.0, 36.0, 34.0)):
+        _trial(uri, exp, f"x{seed}", "multi30k", "Xavier", seed, {"test/bleu": v}, {"val/loss": 1.6})
+    rep = Reproduction(uri, Inputs(groups=(Group("x300", "multi30k", "GloVe", "GloVe", "x.yaml"),
+                                           Group("m30", "multi30k", "GloVe", "GloVe", "a.yaml")),
+                                   analogy_experiment="none"))
+    text = render(rep, rep.build())
+    assert "**multi30k, Xavier only (paper: the Xavier row of its GloVe block); test BLEU" in text
+    assert "**multi30k, GloVe (paper: GloVe); test BLEU" in text                  # the GloVe group's
+    assert "| multi30k / GloVe | source | GloVe 300d | none (Xavier only) |" in text
+    (row,) = [r for r in rep.exports["table1"] if r["init"] == "Xavier" and r["mean"] == pytest.approx(35.0)]
+    assert row["n"] == 3

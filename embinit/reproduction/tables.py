@@ -30,16 +30,27 @@ def settings(rep: ReproductionData) -> Section:
         p_trials = [t for t in trials if role_of(t.label, g.source) == "P"]
         rows_src = rep.values(p_trials, "init/emb/rows")
         src_file = p_trials[0].config.get("pretrained") if p_trials else None
-        here = {"source": Path(str(src_file)).name if src_file else g.source, "d_model": cfg.get("d_model"),
+        only_xavier = xavier_only(rep, g)
+        shown_src = "none (Xavier only)" if only_xavier else Path(str(src_file)).name if src_file else g.source
+        here = {"source": shown_src, "d_model": cfg.get("d_model"),
                 "heads": cfg.get("heads"), "layers": cfg.get("layers"), "epochs": cfg.get("epochs"),
                 "batch_size": cfg.get("batch_size"), "lr": cfg.get("lr"), "seeds": len(seeds),
                 "vocab": f"{int(rows_src[0]):,} rows in the {'target ' if g.task == 'multi30k' else ''}table"
                 if rows_src else "—"}
         for k in ("source", "d_model", "heads", "layers", "epochs", "batch_size", "lr", "seeds", "vocab"):
             # the vocabulary is built by the paper's rule (training data, min freq 2), so it is not flagged
-            mark = "" if k == "vocab" or str(ref.get(k, "—")) == str(here[k]) else " **(differs)**"
+            # an Xavier-only group (the paper's Xavier row at its setting) has no source to compare
+            same = k == "vocab" or (k == "source" and only_xavier) or str(ref.get(k, "—")) == str(here[k])
+            mark = "" if same else " **(differs)**"
             s.lines.append(f"| {g.task} / {g.paper_source} | {k} | {ref.get(k, '—')} | {here[k]}{mark} |")
     return s
+
+def xavier_only(rep: ReproductionData, g) -> bool:
+    """True for a group whose trials are all Xavier (tune_configs/gpu/multi30k_xavier300.yaml: the paper's
+    Xavier row at its own setting), which has no pretrained source to name or compare."""
+    labels = {t.label for t in rep.data[g.experiment][0] if t.task == g.task}
+    return bool(labels) and all(role_of(label, g.source) == "Xavier" for label in labels)
+
 
 def table1(rep: ReproductionData) -> Section:
     s = Section("Table 1 (and Table 7): task performance per init")
@@ -50,7 +61,9 @@ def table1(rep: ReproductionData) -> Section:
         if not any(t.task == g.task for t in rep.data[g.experiment][0]):
             s.lines += ["", f"**{g.task}, {g.source}**: no trials in `{g.experiment}` yet."]
             continue
-        s.lines += ["", f"**{g.task}, {g.source} (paper: {g.paper_source}); {mname}; MLflow experiment "
+        block = (f"Xavier only (paper: the Xavier row of its {g.paper_source} block)" if xavier_only(rep, g)
+                 else f"{g.source} (paper: {g.paper_source})")
+        s.lines += ["", f"**{g.task}, {block}; {mname}; MLflow experiment "
                     f"`{g.experiment}`**", "",
                     "| init | paper mean (σ) | paper epoch | here mean (σ) | n | 95% CI | best epoch | "
                     "best val. loss (σ) | failed | diverged |", "|---" * 10 + "|"]
