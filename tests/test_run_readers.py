@@ -244,3 +244,34 @@ def test_a_recorded_spec_that_no_longer_loads_or_draws_its_trials(store):
     exp, run = _sweep(uri, "drawn-spec", drawn.to_yaml())
     assert run_readers.sweep_spec(run, uri).spec.drawn
     assert completeness.planned_in_mlflow(exp, uri) is None
+
+
+def test_a_moved_store_reads_its_artifacts_beside_it(tmp_path):
+    """A SQLite store committed with its artifacts (docs/reproduction/runs) and read from another
+    checkout: MLflow recorded absolute artifact paths, so the sweep's spec.yaml is found under the
+    store's own mlartifacts/ once the recorded folder is gone. An unmoved store, a non-file URI and a
+    moved store without its artifacts are left to MLflow (the last: the reader's error, as before)."""
+    import shutil
+
+    from embinit.errors import EmbinitError
+    from embinit.spec import load_spec
+    old = tmp_path / "old" / "runs"
+    old.mkdir(parents=True)
+    uri = f"sqlite:///{old}/mlflow.db"
+    text = load_spec(SPEC).to_yaml()
+    _, run = _sweep(uri, "moved", text)
+    assert run.artifact_uri.startswith(old.as_uri()) and mlflow_store.moved_artifacts(run.artifact_uri, uri) == \
+        run.artifact_uri
+    new = tmp_path / "elsewhere" / "runs"
+    new.parent.mkdir()
+    shutil.move(old, new)
+    moved = f"sqlite:///{new}/mlflow.db"
+    (again,) = run_readers.sweep_records(run.experiment_id, moved)
+    assert again.artifact_uri == run.artifact_uri                       # still the recorded, now gone, path
+    assert mlflow_store.moved_artifacts(again.artifact_uri, moved).startswith((new / "mlartifacts").as_uri())
+    assert run_readers.sweep_spec(again, moved).text == text
+    assert mlflow_store.moved_artifacts("s3://bucket/x/mlartifacts/1/a", moved) == "s3://bucket/x/mlartifacts/1/a"
+    shutil.rmtree(new / "mlartifacts")
+    assert mlflow_store.moved_artifacts(again.artifact_uri, moved) == again.artifact_uri
+    with pytest.raises(EmbinitError, match="has no readable spec.yaml artifact"):
+        run_readers.sweep_spec(again, moved)

@@ -40,6 +40,24 @@ def artifact_root(uri: str) -> str | None:
     return None
 
 
+def moved_artifacts(artifact_uri: str, uri: str | None) -> str:
+    """A run's `file:` artifact URI as found in a SQLite store that moved with its artifacts beside it
+    (docs/reproduction/runs, committed and read from another checkout): MLflow records absolute paths,
+    so when the recorded folder is gone, the same path under this store's own `mlartifacts/` is
+    answered if it exists there. Any other URI, or one that still exists, comes back unchanged."""
+    root = artifact_root(resolve_uri(uri))
+    if root is None or not artifact_uri.startswith("file://"):
+        return artifact_uri
+    from urllib.parse import unquote, urlparse
+    recorded = Path(unquote(urlparse(artifact_uri).path))
+    if recorded.exists() or "mlartifacts" not in recorded.parts:
+        return artifact_uri
+    parts = recorded.parts
+    below = parts[len(parts) - parts[::-1].index("mlartifacts"):]   # after the last mlartifacts/
+    here = Path(unquote(urlparse(root).path)).joinpath(*below)
+    return here.as_uri() if here.exists() else artifact_uri
+
+
 def telemetry_off() -> None:
     """MLflow 3 reports usage (what was called, how long it took) to its maintainers' server from every
     process that logs, unless told not to; embinit's trial workers, drivers and API do not, as they do not

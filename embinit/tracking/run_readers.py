@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any, Iterator
 from embinit.errors import EmbinitError
 from embinit.task_registry import TASKS, primary_metric
 from embinit.redact import masked
-from embinit.tracking.mlflow_store import client, experiment_id, no_experiment, resolve_uri, retry, search_runs
+from embinit.tracking.mlflow_store import (client, experiment_id, moved_artifacts, no_experiment, resolve_uri, retry,
+                                          search_runs)
 from embinit.tracking import run_table
 from embinit.tracking.records import (CONFIG_TAG, KEY_TAG, KIND_TAG, PARENT_TAG, RESULT, SPEC_HASH_TAG, TrialRecord,
                                       by_key, from_run, from_runs)
@@ -161,7 +162,7 @@ def artifact_text(run: SweepRecord | AnalysisRecord, path: str, uri: str | None 
     try:
         with tempfile.TemporaryDirectory() as tmp, _quiet_downloads():
             local = retry(lambda: mlflow.artifacts.download_artifacts(
-                artifact_uri=f"{run.artifact_uri}/{path}", tracking_uri=where, dst_path=tmp))
+                artifact_uri=f"{moved_artifacts(run.artifact_uri, uri)}/{path}", tracking_uri=where, dst_path=tmp))
             return Path(local).read_text(encoding="utf-8")
     except Exception as e:  # MLflow raises several types for a missing artifact
         why = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__   # MLflow's last line says why
