@@ -5,6 +5,7 @@ graphs themselves are tested in tests/test_gpu.py."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from types import SimpleNamespace
 
@@ -14,7 +15,7 @@ import torch
 from embinit.config import TrialConfig, config_problems
 from embinit.errors import EmbinitError
 from embinit.models.stacked import IGNORE
-from embinit.train import loop
+from embinit.train import graphed, loop
 from embinit.train.callbacks import TrainContext
 from embinit.train.decoding import BOS_ID, EOS_ID, PAD_ID
 from embinit.train.graphed import GraphedStep, bucket_length, bucket_shape, graphed_loss, pad_batch
@@ -170,6 +171,85 @@ def test_a_graphed_step_refuses_a_cpu_model_and_an_uncapturable_adam(no_dropout)
         GraphedStep(s.model, opt, s.dropout_generator, 16)
     assert "CUDA graphs need a CUDA device; the model is on cpu" in str(e.value)
     assert "capturable=True" in str(e.value)          # every problem, in one message
+
+
+class FakeCuda:
+    """torch.cuda's stream and graph calls as fakes that record what the step asks of them: a capture runs
+    its body eagerly (one more update, which this rehearsal does not mind), a replay does nothing."""
+
+    def __init__(self, monkeypatch):
+        self.events: list[tuple] = []
+        fake = self
+
+        class Graph:
+            def register_generator_state(self, generator):
+                fake.events.append(("register", generator))
+
+            def replay(self):
+                fake.events.append(("replay",))
+
+        @contextlib.contextmanager
+        def graph(cuda_graph, pool=None, stream=None):
+            fake.events.append(("capture", pool, stream))
+            yield
+
+        class Stream:
+            def __init__(self, device=None):
+                pass
+
+            def wait_stream(self, other):
+                pass
+
+        self.stream_type = Stream
+        for name, value in {"CUDAGraph": Graph, "graph": graph, "Stream": Stream, "graph_pool_handle": lambda: "pool",
+                            "current_stream": lambda device=None: Stream(),
+                            "stream": lambda s: contextlib.nullcontext()}.items():
+            monkeypatch.setattr(torch.cuda, name, value)
+        monkeypatch.setattr(torch.Tensor, "record_stream", lambda self, stream: None)
+        monkeypatch.setattr(graphed, "step_problems", lambda *a: [])   # a CPU model, an uncapturable Adam
+
+
+def test_the_step_captures_each_bucket_once_and_replays_it(tmp_path, monkeypatch):
+    """GraphedStep's own flow, rehearsed on the CPU with torch.cuda faked (FakeCuda): a batch of a new
+    bucket is an eager step, then one capture into the shared pool on the step's stream, with the dropout
+    generator registered first; a batch of a known bucket is copied into that bucket's buffers and
+    replayed, and the loss returned is a copy of the graph's output. The gradients stay the same tensors
+    from step to step (zeroed and accumulated in place), as the graphs need."""
+    cuda = FakeCuda(monkeypatch)
+    s = prepare(TrialConfig(task="synthetic_translation", threads=1, epochs=1, max_train_examples=200,
+                            batch_size=16, dropout=0.0, seed=5), cache_dir=tmp_path)
+    task = make_task(s)
+    opt = make_optimizer([p for p in s.model.parameters() if p.requires_grad], 1e-3)
+    step = GraphedStep(s.model, opt, s.dropout_generator, 16)
+    batches = task.train_batches(torch.Generator().manual_seed(0))
+    shapes = [bucket_shape(b, 16, s.model.cfg.max_positions) for b in batches]
+    assert 1 < len(set(shapes)) < len(batches)
+    grads = None
+    s.model.train()
+    for batch, shape in zip(batches, shapes):
+        known = shape in step.buckets
+        before = len(cuda.events)
+        loss, n_targets, n_tokens = step(batch)
+        new = cuda.events[before:]
+        if known:
+            assert new == [("replay",)]
+            bucket = step.buckets[shape]
+            assert loss is not bucket.loss and torch.equal(loss, bucket.loss)
+            host = pad_batch(batch, shape)
+            assert all(torch.equal(bucket.inputs[k], host[k]) for k in host)
+            assert bucket.n_targets.item() == batch["n_targets"]
+        else:
+            assert [e[0] for e in new] == ["register", "capture"] and new[0][1] is s.dropout_generator
+            assert new[1][1] == "pool" and isinstance(new[1][2], cuda.stream_type)
+            assert shape in step.buckets and shape in step.capture_seconds
+        assert (n_targets, n_tokens) == (batch["n_targets"], batch["n_tokens"]) and torch.isfinite(loss)
+        current = [p.grad for p in s.model.parameters() if p.requires_grad]
+        assert grads is None or all(a is b for a, b in zip(grads, current))
+        grads = current
+    assert step.buckets.keys() == set(shapes) and {id(t) for t in grads} <= {id(t) for t in step.held}
+    s.model.eval()
+    with pytest.raises(EmbinitError, match="runs in train mode"):
+        step(batches[0])
 
 
 # the setting --------------------------------------------------------------------------------------------

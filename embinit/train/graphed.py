@@ -117,20 +117,26 @@ class _Bucket:
         self.n_targets.fill_(n_targets)
 
 
+def step_problems(device: torch.device, optimizer, generator: torch.Generator | None) -> list[str]:
+    """Why a model on `device` with this Adam and dropout generator cannot have its step graphed."""
+    problems = []
+    if device.type != "cuda":
+        problems.append(f"CUDA graphs need a CUDA device; the model is on {device}")
+    if not all(g.get("capturable") for g in optimizer.param_groups):
+        problems.append("the optimizer must be built with capturable=True (lifecycle.make_optimizer)")
+    if generator is None or generator.device.type != device.type:
+        problems.append(f"the dropout generator must be a {device} generator, got "
+                        f"{None if generator is None else generator.device}")
+    return problems
+
+
 class GraphedStep:
     """`loop.train_epoch`'s `step`: one translation batch -> (loss, n_targets, n_tokens), the update
     applied. `capture_seconds[bucket]` is the one-off cost of each bucket (warm-up step and capture)."""
 
     def __init__(self, model, optimizer, generator: torch.Generator, rows: int, precision: str = "fp32"):
         device = next(model.parameters()).device
-        problems = []
-        if device.type != "cuda":
-            problems.append(f"CUDA graphs need a CUDA device; the model is on {device}")
-        if not all(g.get("capturable") for g in optimizer.param_groups):
-            problems.append("the optimizer must be built with capturable=True (lifecycle.make_optimizer)")
-        if generator is None or generator.device.type != device.type:
-            problems.append(f"the dropout generator must be a {device} generator, got "
-                            f"{None if generator is None else generator.device}")
+        problems = step_problems(device, optimizer, generator)
         if problems:
             raise EmbinitError("; ".join(problems))
         self.model, self.optimizer, self.generator, self.rows, self.device = model, optimizer, generator, rows, device
@@ -141,6 +147,7 @@ class GraphedStep:
         self.pool = torch.cuda.graph_pool_handle()
         self.buckets: dict[tuple[int, int, int], _Bucket] = {}
         self.capture_seconds: dict[tuple[int, int, int], float] = {}
+        self.held: list[torch.Tensor] = []
 
     @classmethod
     def for_member(cls, m) -> "GraphedStep":
@@ -182,6 +189,10 @@ class GraphedStep:
             loss = self._step(bucket).clone()
         current.wait_stream(self.stream)
         loss.record_stream(current)
+        # the graphs write these tensors in place: held here, so that their memory outlives anything that
+        # drops them from the model or Adam (which nothing in training does; a graph never sees new ones)
+        self.held = [t for g in self.optimizer.param_groups for p in g["params"]
+                     for t in (p.grad, *self.optimizer.state[p].values()) if isinstance(t, torch.Tensor)]
         graph = torch.cuda.CUDAGraph()
         graph.register_generator_state(self.generator)   # before capture: replays draw from it
         try:
