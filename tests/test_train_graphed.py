@@ -286,8 +286,16 @@ def test_the_spec_check_reports_cuda_graphs_on_cpu():
     assert ("trials synthetic_translation x Xavier, synthetic_lm x Xavier: cuda_graphs=True needs a CUDA device, "
             "but device is 'cpu'") in text
     assert "'synthetic_lm' is a lm task: set cuda_graphs to false" in text
-    assert load_spec({**spec, "defaults": {"cuda_graphs": True, "device": "cuda"},
-                      "tasks": ["synthetic_translation"]}).expand()[0].cuda_graphs is True
+    assert "resources.gpus: cuda_graphs: true needs a GPU for each trial (synthetic_translation, synthetic_lm)" in text
+    on_gpu = {**spec, "defaults": {"cuda_graphs": True}, "tasks": ["synthetic_translation"],
+              "resources": {"gpus": 0.25}}
+    assert load_spec(on_gpu).expand()[0].cuda_graphs is True
+    with pytest.raises(SpecError) as e:
+        load_spec({**on_gpu, "resources": {"gpus": 0}})
+    assert [where for where, _ in e.value.problems] == ["resources.gpus"]
+    axis = {**on_gpu, "defaults": {}, "axes": {"cuda_graphs": [False, True]}, "resources": {"gpus": 0}}
+    with pytest.raises(SpecError, match="cuda_graphs: true needs a GPU for each trial"):
+        load_spec(axis)
 
 
 # computed on the commit before `cuda_graphs` existed: its keys must still be reached
