@@ -89,7 +89,7 @@ def train_epoch(model, batches, task, optimizer, ctx, callbacks, autocast,
                 loss, n_targets, n_tokens = task.batch_loss(model, batch)
         meter.add(ctx.step + 1, loss, n_targets)
         if len(meter.pending) >= every:
-            bad = meter.flush()    # before this step's update: with every=1 a bad step never updates
+            bad = meter.flush()    # eager: before this step's update (with every=1 a bad step never updates)
             if bad is not None:
                 return EpochStats(meter.mean, tokens, time.perf_counter() - start, bad)
         if step is None:
