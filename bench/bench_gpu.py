@@ -8,6 +8,10 @@ lengths are used and the JSON says so). It prints one table and writes the full 
 `<out>/bench_gpu.json` (out: --out, else $OUT, else bench/results):
 - (a) one trial alone, fp32 and bf16: tokens/s (non-pad source + target tokens), s/epoch, achieved
   TFLOP/s (matmul FLOPs executed, forward x3) and its share of the bf16 matmul peak measured in this run;
+  with `--graphs`, also the same trial with its step in CUDA graphs (`embinit.train.graphed`, the
+  `cuda_graphs` trial setting) right after the eager one: tokens/s, the ratio to eager, the buckets
+  captured and the one-off seconds each took (warm-up step and capture, in an untimed first pass over
+  the batches). On a CPU device the graphed rows are skipped, with the reason in the JSON;
 - (b) N = 1, 4, 8, 16 trials at once, each its own process as under Ray, with CUDA MPS on and off:
   aggregate tokens/s and trial-epochs per GPU-hour. MPS on: a daemon started by this script in its own
   pipe directory (stopped afterwards); off: the trials point at a pipe directory without a daemon;
@@ -49,6 +53,7 @@ import bench_trainer as bt  # noqa: E402  (data, the plain model, FLOP accountin
 from embinit.models import ModelConfig, build_model, set_dropout_generator  # noqa: E402
 from embinit.train.callbacks import TrainContext  # noqa: E402
 from embinit.train.fused_group import FusedGroup, Lane  # noqa: E402
+from embinit.train.graphed import GraphedStep  # noqa: E402
 from embinit.train.loop import autocast_for, sync_interval, train_epoch  # noqa: E402
 from embinit.train.translation import TranslationTask  # noqa: E402
 from embinit.train.lifecycle import make_optimizer  # noqa: E402
@@ -57,9 +62,9 @@ from embinit.train.lifecycle import make_optimizer  # noqa: E402
 def settings(args) -> dict:
     if args.smoke:
         return {"d": 32, "heads": 4, "steps": 6, "concurrency": [1, 2], "precisions": ["fp32", "bf16"],
-                "train_pairs": 600, "fused": [2, 3]}
+                "train_pairs": 600, "fused": [2, 3], "graphs": args.graphs}
     return {"d": 300, "heads": 10, "steps": args.steps, "concurrency": args.concurrency,
-            "precisions": ["fp32", "bf16"], "train_pairs": None, "fused": args.fused}
+            "precisions": ["fp32", "bf16"], "train_pairs": None, "fused": args.fused, "graphs": args.graphs}
 
 
 def load(args, n_pairs):
@@ -90,34 +95,44 @@ def sync(device):
 
 
 # one trial ----------------------------------------------------------------------------------------------
-def embinit_trial(d, heads, sv, tv, pairs, steps, precision, device, around=None) -> dict:
+def embinit_trial(d, heads, sv, tv, pairs, steps, precision, device, around=None, graphs=False) -> dict:
     """One epoch (`steps` batches) of the trainer's loop; tokens, seconds and matmul FLOPs. `around`: a
-    context manager entered for the timed steps alone (bench/profile_gpu_step.py passes its profiler)."""
+    context manager entered for the timed steps alone (bench/profile_gpu_step.py passes its profiler).
+    `graphs`: the step in CUDA graphs (`GraphedStep`); an untimed first pass over the batches captures
+    every bucket they need (its cost is returned per bucket), then the same batches are timed."""
     ac = autocast_for(precision, device)
     g = torch.Generator().manual_seed(0)
     model = build_model("translation", {"src": torch.randn(len(sv), d, generator=g) * 0.05,
                                         "tgt": torch.randn(len(tv), d, generator=g) * 0.05},
                         ModelConfig(d_model=d, heads=heads, layers=bt.LAYERS, ff_dim=bt.FF), generator=g)
     model.to(device)
-    set_dropout_generator(model, torch.Generator(device=device).manual_seed(1))
+    drop = torch.Generator(device=device).manual_seed(1)
+    set_dropout_generator(model, drop)
     cfg = SimpleNamespace(batch_size=bt.BATCH, max_tokens=None, beam_size=1, extras={"val_bleu": False})
     data = SimpleNamespace(splits={"train": pairs}, eval_splits=["train"], vocab=tv, info={})
     task = TranslationTask(data, cfg, device, ac)
     batches = task.train_batches(torch.Generator().manual_seed(0))
     batches = batches[:steps] if steps else batches
-    opt = make_optimizer(list(model.parameters()), 2e-4)
+    opt = make_optimizer(list(model.parameters()), 2e-4, capturable=graphs)
     ctx = TrainContext(cfg=None, model=model, data=data, out_dir=None)
-    train_epoch(model, batches[:3], task, opt, ctx, [], ac)          # warm-up: kernels, allocator
+    step = GraphedStep(model, opt, drop, bt.BATCH, precision) if graphs else None
+    warm = time.perf_counter()
+    train_epoch(model, batches if graphs else batches[:3], task, opt, ctx, [], ac, step=step)   # warm-up
     sync(device)
+    warm = time.perf_counter() - warm
     with around if around is not None else contextlib.nullcontext():
         start = time.perf_counter()
-        stats = train_epoch(model, batches, task, opt, ctx, [], ac)
+        stats = train_epoch(model, batches, task, opt, ctx, [], ac, step=step)
         sync(device)
         seconds = time.perf_counter() - start
     rows = sum(b["n_targets"] for b in batches)
     fl = sum(bt.flops(b, d, len(tv), 0, True) for b in batches) + 3 * 2 * rows * d * len(tv)
-    return {"tokens": stats.tokens, "seconds": seconds, "steps": len(batches), "flops": fl,
-            "loss": stats.loss, "full_epoch_steps": len(task.train_batches(torch.Generator().manual_seed(0)))}
+    out = {"tokens": stats.tokens, "seconds": seconds, "steps": len(batches), "flops": fl,
+           "loss": stats.loss, "full_epoch_steps": len(task.train_batches(torch.Generator().manual_seed(0)))}
+    if step is not None:
+        out.update(warmup_seconds=warm, buckets=len(step.capture_seconds),
+                   capture_seconds={"x".join(map(str, k)): v for k, v in step.capture_seconds.items()})
+    return out
 
 
 def plain_trial(d, heads, sv, tv, pairs, steps, precision, device) -> dict:
@@ -298,10 +313,24 @@ def table(result) -> str:
              f"D={result['d']}  bf16 matmul peak {result['peak_bf16_tflops']:.1f} TFLOP/s",
              "| run | precision | tokens/s | s/epoch | TFLOP/s | share of bf16 peak |", "|---|---|---|---|---|---|"]
     for p, entry in result["single"].items():
-        for side in ("embinit", "plain"):
-            r = entry[side]
+        for side in ("embinit", "graphed", "plain"):
+            r = entry.get(side)
+            if r is None or "skipped" in r:
+                continue
             lines.append(f"| (a) one trial, {side} | {p} | {r['tokens_per_s']:.0f} | {r['s_per_epoch']:.2f} | "
                          f"{r['tflops']:.3g} | {r['peak_share']:.1%} |")
+    graphed = {p: e["graphed"] for p, e in result["single"].items() if "graphed" in e}
+    if graphed:
+        lines += ["", "| (a) CUDA graphs | precision | eager tokens/s | graphed tokens/s | graphed / eager | "
+                  "buckets captured | capture s per bucket (mean, max) |", "|---|---|---|---|---|---|---|"]
+        for p, r in graphed.items():
+            if "skipped" in r:
+                lines.append(f"| graphed | {p} | skipped: {r['skipped']} | | | | |")
+                continue
+            cap = list(r["capture_seconds"].values())
+            lines.append(f"| graphed | {p} | {result['single'][p]['embinit']['tokens_per_s']:.0f} | "
+                         f"{r['tokens_per_s']:.0f} | {r['vs_eager']:.2f} | {r['buckets']} | "
+                         f"{sum(cap) / max(len(cap), 1):.3f}, {max(cap, default=0):.3f} |")
     lines += ["", "| (b) trials at once | MPS | precision | aggregate tokens/s | trial-epochs per GPU-hour |",
               "|---|---|---|---|---|"]
     for r in result["concurrent"]:
@@ -324,17 +353,30 @@ def table(result) -> str:
     return "\n".join(lines)
 
 
+GRAPHS_SKIPPED = "CUDA graphs need a CUDA device; this run's device is {}"
+
+
 def single(s, sv, tv, pairs, device, peak) -> dict:
+    """(a): per precision the trainer's eager step, its CUDA-graphed step (`--graphs`, on CUDA) right
+    after it, and the plain loop."""
+    sides = [("embinit", embinit_trial)]
+    if s["graphs"] and device.type == "cuda":
+        sides.append(("graphed", lambda *a: embinit_trial(*a, graphs=True)))
+    sides.append(("plain", plain_trial))
     out = {}
     for p in s["precisions"]:
         entry = {}
-        for side, fn in (("embinit", embinit_trial), ("plain", plain_trial)):
+        if s["graphs"] and device.type != "cuda":
+            entry["graphed"] = {"skipped": GRAPHS_SKIPPED.format(device)}
+        for side, fn in sides:
             r = fn(s["d"], s["heads"], sv, tv, pairs, s["steps"], p, device)
             full = r.get("full_epoch_steps") or entry["embinit"]["full_epoch_steps"]
             entry[side] = {**r, "tokens_per_s": r["tokens"] / r["seconds"],
                            "s_per_epoch": r["seconds"] / r["steps"] * full,
                            "tflops": r["flops"] / r["seconds"] / 1e12,
                            "peak_share": r["flops"] / r["seconds"] / peak}
+            if side == "graphed":
+                entry[side]["vs_eager"] = entry[side]["tokens_per_s"] / entry["embinit"]["tokens_per_s"]
             print(f"(a) {side} {p}: {entry[side]['tokens_per_s']:.0f} tokens/s", file=sys.stderr, flush=True)
         entry["plain"]["full_epoch_steps"] = entry["embinit"]["full_epoch_steps"]
         out[p] = entry
@@ -351,6 +393,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8, 16])
     ap.add_argument("--fused", type=int, nargs="*", default=[4, 8, 16, 32],
                     help="fused group sizes for (d); each is also run as that many processes under MPS")
+    ap.add_argument("--graphs", action="store_true",
+                    help="(a) also runs the trial with its step in CUDA graphs (cuda_graphs), after the eager one")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes, CPU-friendly (tests)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--precision", default="fp32", help=argparse.SUPPRESS)
@@ -365,7 +409,7 @@ def main(argv=None) -> dict:
     peak = matmul_peak(device, sizes=(512,) if args.smoke else (4096, 8192))
     result = {"machine": machine(device), "data": source, "d": s["d"], "heads": s["heads"],
               "layers": bt.LAYERS, "ff_dim": bt.FF, "batch_size": bt.BATCH, "vocab": [len(sv), len(tv)],
-              "smoke": args.smoke, "peak_bf16_tflops": peak / 1e12}
+              "smoke": args.smoke, "graphs": args.graphs, "peak_bf16_tflops": peak / 1e12}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     def save():   # after every section: a device call cut off at its limit keeps what already ran

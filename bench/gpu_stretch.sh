@@ -3,9 +3,12 @@
 # are ~100 MB). Each call unpacks what it carried into /tmp/site, which stays while the machine is warm:
 #
 #   bench/gpu_stretch.sh 1 [STEPS]   carry .devpack/b .devpack/p .devdata: the GPU tests but the Ray one, then
-#                                    bench_gpu (a), (d), (b) with STEPS batches per trial (default 100)
+#                                    bench_gpu (a), (d), (b) with STEPS batches per trial (default 100);
+#                                    BENCH_ARGS="--concurrency 16 --graphs" adds (a)'s CUDA-graphed rows
+#                                    (cuda_graphs, embinit.train.graphed) and keeps (b) to N=16
 #   bench/gpu_stretch.sh 2           carry .devpack/a .devpack/c: the Ray test (4 trials with gpus: 0.25)
-#   bench/gpu_stretch.sh profile     carry .devpack/p .devdata: bench/profile_gpu_step.py (bf16, fp32), ~2 min
+#   bench/gpu_stretch.sh profile     carry .devpack/p .devdata: bench/profile_gpu_step.py (bf16, fp32), ~2 min;
+#                                    PROFILE_ARGS=--graphs profiles the CUDA-graphed step instead
 #   bench/gpu_stretch.sh repro BATCH...  (all four parts unpacked: after stages 1 and 2, or carry what is missing)
 #                                    tune_configs/gpu/run_batch.sh BATCH... into docs/reproduction/runs (the
 #                                    committed run store: it travels with the tree and comes back as
@@ -87,7 +90,7 @@ if [ "$STAGE" = repro ]; then   # each batch resumes through dedup when a call e
 fi
 if [ "$STAGE" = profile ]; then
   PYTHONPATH="$PYTHONPATH:$PWD/bench" timeout 240 python3 bench/profile_gpu_step.py --data "$DATA/multi30k" \
-    --out "$OUT" 2>&1 | grep -v Warning | cut -c1-200
+    --out "$OUT" ${PROFILE_ARGS:-} 2>&1 | grep -v Warning | cut -c1-200
   echo "== profile: exit ${PIPESTATUS[0]} after $((SECONDS - start)) s"; exit 0
 fi
 if [ "$STAGE" = 2 ]; then

@@ -110,10 +110,14 @@ class TrialConfig:
     precision: str = "fp32"             # PRECISIONS: fp32 | bf16 (autocast) | auto (bf16 where the CPU has bf16 units)
     threads: int | None = None          # torch intra-op threads; not part of the trial key
     device: str = "auto"                # not part of the trial key
+    cuda_graphs: bool = False           # translation on CUDA: the training step captured in CUDA graphs over
+                                        # padded shape buckets (embinit.train.graphed). Another dropout
+                                        # sample than eager, so in the key when true
     extras: dict[str, Any] = field(default_factory=dict)  # task-specific switches (documented per task)
 
     NOT_IN_KEY = ("threads", "device")
-    KEY_IF_SET = ("data_seed", "init_from", "tie_embeddings", "emb_seed")   # in the key only when not the default
+    KEY_IF_SET = ("data_seed", "init_from", "tie_embeddings", "emb_seed",   # in the key only when not the default
+                  "cuda_graphs")
     # in the key unless at the value every earlier key computed with (so those keys stay reachable)
     KEY_OMIT_AT = {"pe_positions": 512}
 
@@ -198,7 +202,8 @@ HYPERPARAMETERS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Tria
 
 # The hyperparameters `config_problems` reads besides the task: the spec's check varies exactly these over
 # its axes and search space (a rule reading another field must add it here).
-RULE_FIELDS = ("train_embeddings", "freeze_non_embeddings", "tie_embeddings", "extras")
+RULE_FIELDS = ("train_embeddings", "freeze_non_embeddings", "tie_embeddings", "extras", "cuda_graphs", "device",
+               "max_tokens")
 
 # The `extras` keys a trial may set, declared once: the trainers' switches (translation: greedy BLEU on
 # the validation set each epoch, `<unk>` dropped from BLEU hypotheses), then the keyword arguments of
@@ -218,7 +223,27 @@ def config_problems(cfg: TrialConfig) -> list[str]:
     if cfg.tie_embeddings and not task_kind(cfg.task).stream:
         problems.append(f"tie_embeddings applies to language models only; {cfg.task!r} is a "
                         f"{task_defaults(cfg.task).kind} task")
-    return problems + extras_problems(cfg.task, cfg.extras)
+    return problems + graphs_problems(cfg) + extras_problems(cfg.task, cfg.extras)
+
+
+def graphs_problems(cfg: TrialConfig) -> list[str]:
+    """What `cuda_graphs: true` needs: a switch's value, a CUDA device, a task kind with a graphed step,
+    batches of a fixed number of rows. A device of `auto` is checked where it resolves (the trainer)."""
+    if cfg.cuda_graphs is False:
+        return []
+    if not isinstance(cfg.cuda_graphs, bool):
+        return [f"cuda_graphs is a switch: true or false, got {cfg.cuda_graphs!r}"]
+    problems = []
+    if str(cfg.device).startswith("cpu"):
+        problems.append(f"cuda_graphs=True needs a CUDA device, but device is {cfg.device!r}: set device to "
+                        f"cuda (or auto on a GPU machine), or cuda_graphs to false")
+    if not task_kind(cfg.task).graphed:
+        problems.append(f"cuda_graphs applies to translation tasks only (the kinds with a graphed step); "
+                        f"{cfg.task!r} is a {task_defaults(cfg.task).kind} task: set cuda_graphs to false")
+    if cfg.max_tokens:
+        problems.append("cuda_graphs=True needs batches of batch_size rows, but max_tokens is set (each batch "
+                        "its own number of rows): unset max_tokens, or set cuda_graphs to false")
+    return problems
 
 
 def extras_problems(task: str, extras: Any) -> list[str]:

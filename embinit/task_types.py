@@ -40,6 +40,8 @@ class KindEntry:
                                   # group with; its Task then has `fused_loss`. "": the kind does not fuse
     stream: bool = False          # one token stream per split (LM): train_split/eval_split choose the
                                   # source splits, GPT-2 brings its full vocabulary, tables may be tied
+    graphed: bool = False         # its trials can train with a CUDA-graphed step (`cuda_graphs`,
+                                  # embinit.train.graphed): translation only so far
 
     @property
     def fusable(self) -> bool:

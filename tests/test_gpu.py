@@ -167,3 +167,109 @@ def test_fused_classifiers_and_lms_are_their_separate_trials_on_cuda(tmp_path, t
         assert f.info["execution"]["mode"] == "fused" and f.status == sep.status == "finished"
         for a, b in zip(sep.history, f.history):
             assert a["val/loss"] == pytest.approx(b["val/loss"], rel=1e-4)
+
+
+# CUDA graphs (`cuda_graphs: true`, embinit.train.graphed) ------------------------------------------------
+graphs_only = pytest.mark.skipif(DEVICE != "cuda", reason="CUDA graphs need a CUDA device (EMBINIT_TEST_GPU_DEVICE "
+                                 "is cpu: the rehearsal runs the other tests)")
+
+
+class PaddedEagerStep:
+    """The graphed step's computation without the graphs: each batch padded to its bucket, the same loss
+    (`graphed_loss`), backward and capturable Adam, run eagerly. What a graph replays, so a graphed trial
+    must match it step for step."""
+
+    def __init__(self, model, optimizer, rows):
+        self.model, self.optimizer, self.rows = model, optimizer, rows
+
+    def __call__(self, batch):
+        from embinit.train.graphed import bucket_shape, graphed_loss, pad_batch
+        host = pad_batch(batch, bucket_shape(batch, self.rows, self.model.cfg.max_positions))
+        dev = {k: v.to(DEVICE) for k, v in host.items()}
+        n = torch.tensor(float(batch["n_targets"]), device=DEVICE)
+        self.optimizer.zero_grad(set_to_none=False)
+        loss = graphed_loss(self.model, dev["src"], dev["tgt_in"], dev["targets"], n)
+        loss.backward()
+        self.optimizer.step()
+        return loss.detach(), batch["n_targets"], batch["n_tokens"]
+
+
+def _epochs(tmp_path, graphed: bool, epochs: int = 2):
+    """`epochs` epochs of one dropout-free trial through `train_epoch`, with the graphed step or the padded
+    eager one: per epoch (train loss, validation metrics), and the step object."""
+    from embinit.train.graphed import GraphedStep
+    from embinit.train.lifecycle import epoch_batches, start
+    from embinit.train.loop import train_epoch
+    from embinit.train.prepare import prepare
+    cfg = small(dropout=0.0, cuda_graphs=True, extras={"val_bleu": False})
+    m = start(cfg, prepare(cfg, tmp_path), None, (), resume=False)
+    step = GraphedStep.for_member(m) if graphed else PaddedEagerStep(m.model, m.optimizer, m.s.cfg.batch_size)
+    out = []
+    for epoch in range(1, epochs + 1):
+        stats = train_epoch(m.model, epoch_batches(m, epoch), m.task, m.optimizer, m.ctx, [], m.task.autocast,
+                            step=step)
+        assert stats.diverged_step is None
+        out.append((stats.loss, stats.tokens, m.task.validate(m.model)))
+    return out, step
+
+
+@graphs_only
+def test_graphed_steps_are_the_padded_eager_steps(tmp_path, deterministic):
+    """Dropout 0: the replays compute what the same padded steps compute eagerly (same kernels), epoch
+    losses and validation loss to 1e-6; buckets are captured once each and reused."""
+    graphed, step = _epochs(tmp_path, graphed=True)
+    eager, _ = _epochs(tmp_path, graphed=False)
+    for (gl, gt, gv), (el, et, ev) in zip(graphed, eager):
+        assert gt == et and gl == pytest.approx(el, rel=REL)
+        assert gv["val/loss"] == pytest.approx(ev["val/loss"], rel=REL)
+    steps = 2 * 38
+    assert 0 < len(step.buckets) < steps / 4 and step.capture_seconds.keys() == step.buckets.keys()
+    assert all(rows == 16 and s % 8 == 0 and t % 8 == 0 for rows, s, t in step.buckets)
+
+
+@graphs_only
+def test_a_graphed_trial_without_dropout_is_the_eager_trial(tmp_path, deterministic):
+    """Dropout 0: bucket padding changes only the float order (pad keys are masked, pad targets and rows
+    add nothing), so the graphed trial's curve is the eager trial's to 1e-4, under another trial key."""
+    kw = {"dropout": 0.0, "extras": {"val_bleu": False}}
+    eager = run_trial(small(**kw), cache_dir=tmp_path)
+    graphed = run_trial(small(cuda_graphs=True, **kw), cache_dir=tmp_path)
+    assert graphed.status == eager.status == "finished" and graphed.key != eager.key
+    assert graphed.config["cuda_graphs"] is True and graphed.info["device"].startswith("cuda")
+    for a, b in zip(eager.history, graphed.history):
+        assert b["train/loss"] == pytest.approx(a["train/loss"], rel=1e-4)
+        assert b["val/loss"] == pytest.approx(a["val/loss"], rel=1e-4)
+    assert graphed.test["test/loss"] == pytest.approx(eager.test["test/loss"], rel=1e-4)
+
+
+@graphs_only
+def test_a_graphed_trial_with_dropout_repeats_and_learns(tmp_path, deterministic):
+    """Dropout on: each replay draws fresh masks from the trial's seeded generator, so the same seed twice
+    gives the same metrics (1e-6) and the loss falls as the eager trial's does."""
+    a = run_trial(small(cuda_graphs=True), cache_dir=tmp_path)
+    b = run_trial(small(cuda_graphs=True), cache_dir=tmp_path)
+    assert a.status == "finished"
+    h = a.history
+    assert h[-1]["train/loss"] < 0.8 * h[0]["train/loss"] and h[-1]["val/loss"] < h[0]["val/loss"]
+    for x, y in zip(metrics(a), metrics(b)):
+        assert x.keys() == y.keys()
+        for k in x:
+            if isinstance(x[k], float):
+                assert y[k] == pytest.approx(x[k], rel=REL), k
+            else:
+                assert y[k] == x[k], k
+    other = run_trial(small(cuda_graphs=True, seed=1, epochs=1), cache_dir=tmp_path)
+    assert other.history[0]["train/loss"] != pytest.approx(h[0]["train/loss"], rel=REL)
+
+
+@graphs_only
+def test_a_graphed_trial_reports_divergence_at_its_step(tmp_path):
+    """A blow-up after step 29 makes step 30's loss inf/NaN: reported as step 30 (reads every 25 steps)."""
+    class Blowup:
+        def on_step_end(self, ctx, step, loss):
+            if step == 29:
+                with torch.no_grad():
+                    ctx.model.tgt_embed.embedding.weight.mul_(1e30)
+
+    r = run_trial(small(cuda_graphs=True, epochs=1), callbacks=(Blowup(),), cache_dir=tmp_path)
+    assert r.status == "diverged" and r.diverged_step == 30

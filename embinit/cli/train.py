@@ -94,6 +94,9 @@ def register(subparsers) -> None:
     p.add_argument("--precision", choices=PRECISIONS,
                    help="default fp32; auto: bf16 where the GPU or CPU has bf16 units, else fp32")
     p.add_argument("--device", help="default: auto")
+    p.add_argument("--cuda-graphs", action="store_true", default=None,
+                   help="translation on CUDA: the training step in CUDA graphs over padded length buckets "
+                        "(another dropout sample, so another trial key)")
     p.add_argument("--extra", type=_extra, action="append", metavar="KEY=VALUE",
                    help="task-specific switch, e.g. train_split=valid (repeatable)")
     p.add_argument("--out", type=folder_to_write, help="checkpoint folder (last.pt, best.pt); resumes from last.pt")
@@ -112,7 +115,8 @@ _FIELD_FLAGS = ("task", "init", "src_init", "pretrained", "src_pretrained", "ini
                 "early_stopping_patience", "pe_base", "pe_positions", "data_dir", "precision", "device")
 _SWITCHES = {"pre_ln": ("pre_ln", True), "no_pos_encoding": ("pos_encoding", False),
              "freeze_embeddings": ("train_embeddings", False),
-             "freeze_non_embeddings": ("freeze_non_embeddings", True), "tie_embeddings": ("tie_embeddings", True)}
+             "freeze_non_embeddings": ("freeze_non_embeddings", True), "tie_embeddings": ("tie_embeddings", True),
+             "cuda_graphs": ("cuda_graphs", True)}
 # the flag that points a recorded file input at this machine's copy
 _PATH_FLAGS = {"data_dir": "--data-dir", "pretrained": "--pretrained", "src_pretrained": "--src-pretrained",
                "tokenizer": "--tokenizer", "init_from": "--init-from"}

@@ -93,7 +93,7 @@ def cross_check(spec: SpecFields) -> list[tuple[str, str]]:
     """Problems that involve more than one field (each field alone is valid)."""
     return (_value_problems(spec) + _init_problems(spec) + _reference_seed_problems(spec)
             + _heads_problems(spec) + _rule_problems(spec) + _execution_problems(spec) + _task_problems(spec)
-            + _search_metric_problems(spec))
+            + _search_metric_problems(spec) + _graphs_problems(spec))
 
 
 def _rule_problems(spec: SpecFields) -> list[tuple[str, str]]:
@@ -268,3 +268,18 @@ def _execution_problems(spec: SpecFields) -> list[tuple[str, str]]:
     if spec.execution.trainer == "noop":
         out.append(("execution.fuse", "the noop trainer runs one trial per Ray trial: use fuse: off"))
     return out
+
+
+def _graphs_problems(spec: SpecFields) -> list[tuple[str, str]]:
+    """`cuda_graphs: true` trials need a GPU each: with `resources.gpus: 0` Ray gives them none (their
+    device then resolves to the CPU, which the trainer refuses)."""
+    if spec.resources.gpus > 0:
+        return []
+    points = _rule_points(spec)
+    tasks = [t.task for t in spec.tasks
+             if any(trial_config(spec, t, spec.inits[0], spec.seeds[0], p).cuda_graphs is True for p in points)]
+    if not tasks:
+        return []
+    return [("resources.gpus", f"cuda_graphs: true needs a GPU for each trial ({', '.join(dict.fromkeys(tasks))}), "
+                               "but resources.gpus is 0: give each trial a GPU share (e.g. gpus: 0.25), or set "
+                               "cuda_graphs to false")]

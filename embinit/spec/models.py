@@ -58,6 +58,7 @@ class Hyperparams(_Strict):
     tokenizer: PathStr | None = None   # spacy | gpt2 | whitespace | a HF model folder or hub id
     threads: int | None = Field(None, **field_limits("threads"))
     device: str | None = None
+    cuda_graphs: bool | None = None   # translation on CUDA: the training step in CUDA graphs (embinit.train.graphed)
     extras: dict[str, Any] | None = None
 
     @field_validator("oov")

@@ -44,7 +44,7 @@ MEMBER_FIELDS = ("seed", "data_seed", "emb_seed", "init", "src_init", "pretraine
 
 def fuse_key(config: dict[str, Any]) -> str | None:
     """The group a trial config fuses into, None when it runs alone."""
-    if not task_kind(config["task"]).fusable or config.get("max_tokens"):
+    if not task_kind(config["task"]).fusable or config.get("max_tokens") or config.get("cuda_graphs"):
         return None
     shared = {k: v for k, v in config.items() if k not in MEMBER_FIELDS}
     shared["dims"] = _dims(config)

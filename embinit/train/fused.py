@@ -89,6 +89,8 @@ def _not_fusable(setups) -> str | None:
             return "members differ in batch schedule, epochs, precision or learning rate"
         if s.device != first.device or s.data.kind != first.data.kind:
             return "members differ in device or task"
+    if first.cfg.cuda_graphs:
+        return "cuda_graphs trials train alone (the fused step has no graphed form yet)"
     if first.cfg.max_tokens:
         return "token-budget batches (max_tokens) give each data order its own number of steps"
     return None

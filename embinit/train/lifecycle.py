@@ -72,13 +72,15 @@ class BestTracker:
         return out
 
 
-def make_optimizer(params, lr: float) -> torch.optim.Optimizer:
+def make_optimizer(params, lr: float, capturable: bool = False) -> torch.optim.Optimizer:
     """Adam (0.9, 0.98, eps 1e-9) as in the paper. The fused kernel is ~6x faster than the default
-    per-tensor loop on CPU (the dense embedding-table updates dominate it); same algorithm."""
+    per-tensor loop on CPU (the dense embedding-table updates dominate it); same algorithm.
+    `capturable`: its step counts on the device, so a CUDA graph can hold `step()` (embinit.train.graphed;
+    PyTorch's fused Adam takes it too). The learning rate is a constant: nothing changes it between steps."""
     try:
-        return torch.optim.Adam(params, lr=lr, betas=(0.9, 0.98), eps=1e-9, fused=True)
+        return torch.optim.Adam(params, lr=lr, betas=(0.9, 0.98), eps=1e-9, fused=True, capturable=capturable)
     except (RuntimeError, TypeError):  # a device or dtype without a fused kernel
-        return torch.optim.Adam(params, lr=lr, betas=(0.9, 0.98), eps=1e-9)
+        return torch.optim.Adam(params, lr=lr, betas=(0.9, 0.98), eps=1e-9, capturable=capturable)
 
 
 def make_task(setup):
@@ -139,7 +141,8 @@ def start(cfg: TrialConfig, s, out_dir, callbacks, resume: bool, member_type: ty
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
     params = [p for p in s.model.parameters() if p.requires_grad]
-    m = member_type(model=s.model, generator=s.dropout_generator, optimizer=make_optimizer(params, s.cfg.lr),
+    optimizer = make_optimizer(params, s.cfg.lr, capturable=s.cfg.cuda_graphs)
+    m = member_type(model=s.model, generator=s.dropout_generator, optimizer=optimizer,
                     params=params, ctx=TrainContext(cfg=s.cfg, model=s.model, data=s.data, out_dir=out),
                     callbacks=list(callbacks), cfg=cfg, key=cfg.key(), s=s, task=task, out=out,
                     tracker=BestTracker(task.tracked))

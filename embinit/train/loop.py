@@ -22,10 +22,11 @@ class EpochStats:
     diverged_step: int | None = None
 
 
-def autocast_for(precision: str, device: torch.device):
-    """A factory of autocast contexts: bf16 autocast, or nothing for fp32."""
+def autocast_for(precision: str, device: torch.device, cache: bool = True):
+    """A factory of autocast contexts: bf16 autocast, or nothing for fp32. `cache=False` turns off
+    autocast's cache of weight casts, as a CUDA-graph capture needs (embinit.train.graphed)."""
     if precision == "bf16":
-        return lambda: torch.autocast(device.type, dtype=torch.bfloat16)
+        return lambda: torch.autocast(device.type, dtype=torch.bfloat16, cache_enabled=cache)
     return nullcontext
 
 
@@ -69,26 +70,32 @@ class LossMeter:
 
 
 def train_epoch(model, batches, task, optimizer, ctx, callbacks, autocast,
-                sync_every: int | None = None) -> EpochStats:
+                sync_every: int | None = None, step=None) -> EpochStats:
     """One pass over `batches`. The losses stay on the device and are read every `sync_every` steps
     (`sync_interval`); a NaN/inf loss ends the epoch and reports the global step (1-based) it happened
     at, exactly (the steps after it in the same window have already updated the weights, which a
-    diverged trial never uses). `on_step_end` gets the last loss read from the device."""
+    diverged trial never uses). `on_step_end` gets the last loss read from the device. `step`: a whole
+    training step in one call, `step(batch) -> (loss, n_targets, n_tokens)` with the update applied
+    (embinit.train.graphed.GraphedStep); None: the eager step (`task.batch_loss`, backward, `optimizer`)."""
     model.train()
     every = sync_every or sync_interval(getattr(task, "device", torch.device("cpu")))
     meter, tokens = LossMeter(), 0
     start = time.perf_counter()
     for batch in batches:
-        with autocast():
-            loss, n_targets, n_tokens = task.batch_loss(model, batch)
+        if step is not None:
+            loss, n_targets, n_tokens = step(batch)   # forward, backward and update of the batch
+        else:
+            with autocast():
+                loss, n_targets, n_tokens = task.batch_loss(model, batch)
         meter.add(ctx.step + 1, loss, n_targets)
         if len(meter.pending) >= every:
-            bad = meter.flush()    # before this step's update: with every=1 a bad step never updates
+            bad = meter.flush()    # eager: before this step's update (with every=1 a bad step never updates)
             if bad is not None:
                 return EpochStats(meter.mean, tokens, time.perf_counter() - start, bad)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
+        if step is None:
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
         ctx.step += 1
         tokens += n_tokens
         fire(callbacks, "on_step_end", ctx, ctx.step, meter.last)

@@ -173,6 +173,9 @@ def load_inputs(cfg: TrialConfig, cache_dir=None, device: torch.device | None = 
 
 def prepare(cfg: TrialConfig, cache_dir=None) -> Setup:
     device = pick_device(check_config(cfg).device)
+    if cfg.cuda_graphs and device.type != "cuda":   # device "auto" on a machine without CUDA
+        raise EmbinitError(f"cuda_graphs=True needs a CUDA device, but device {cfg.device!r} is {device} here: "
+                           f"run it on a GPU machine, or set cuda_graphs to false")
     rc, kind, data, tables = load_inputs(cfg, cache_dir, device)
     # sequences are truncated to max_len ids; <bos>/<eos> (and a pair's separator) need room beyond it
     model_cfg = ModelConfig(d_model=rc.d_model, heads=rc.heads, layers=rc.layers, ff_dim=rc.ff_dim,
