@@ -28,7 +28,7 @@
 # The CPU rehearsal (issue 19: no GPU minute to an import error) runs the same stages in a Python 3.12 venv
 # holding only the device image's packages, with test_gpu.py's tests pointed at the CPU:
 #   SITE=/tmp/site312 DATA=/tmp/data312 OUT=/tmp/rehearsal BENCH_ARGS="--device cpu --concurrency 1 2 --fused 2" \
-#     PATH=.py312/bin:$PATH bench/gpu_stretch.sh 1 2       (then stage 2)
+#     PATH=$PWD/.py312/bin:$PATH bench/gpu_stretch.sh 1 2   (then stage 2; an absolute PATH: run_batch.sh cds)
 set -uo pipefail
 if [ "${1:-}" = --pack ]; then   # on the CPU machine: the parts the device call carries beside .devpack/a and c
   t=$(mktemp -d); trap 'rm -rf "$t"' EXIT
