@@ -14,7 +14,10 @@ lengths are used and the JSON says so). It prints one table and writes the full 
   the batches). On a CPU device the graphed rows are skipped, with the reason in the JSON;
 - (b) N = 1, 4, 8, 16 trials at once, each its own process as under Ray, with CUDA MPS on and off:
   aggregate tokens/s and trial-epochs per GPU-hour. MPS on: a daemon started by this script in its own
-  pipe directory (stopped afterwards); off: the trials point at a pipe directory without a daemon;
+  pipe directory (stopped afterwards); off: the trials point at a pipe directory without a daemon. The
+  processes warm up (and with `--graphs` capture) first, then wait for each other, so their timed steps
+  overlap. With `--graphs` on CUDA, the same N with MPS on again, each process's step in CUDA graphs
+  (rows marked graphed: what many graphed trials per GPU give together);
 - (c) a plain PyTorch loop (nn.Transformer, padded random batches, the textbook recipe) of the same
   sizes, on the same device and precision, run beside (a);
 - (d) fused groups of G = 4, 8, 16, 32 trials (`--fused`) in one process, the trainer's own fused step
@@ -211,8 +214,9 @@ def fused_rows(s, sv, tv, pairs, device, peak, precision) -> list[dict]:
 
 
 def compare_fused(rows, concurrent_rows) -> list[dict]:
-    """Each fused row against G separate processes (MPS on where it ran) and the best row of (b)."""
-    ok = [r for r in concurrent_rows if "error" not in r]
+    """Each fused row against G separate processes (MPS on where it ran) and the best row of (b), both
+    eager (the graphed rows of (b) are another step, compared in their own rows)."""
+    ok = [r for r in concurrent_rows if "error" not in r and not r.get("graphed")]
     best = max(ok, key=lambda r: r["tokens_per_s"], default=None)
     modes = {r["mps"] for r in ok}
     mode = "on" if "on" in modes else ("n/a" if "n/a" in modes else "off")
@@ -245,12 +249,33 @@ def matmul_peak(device, dtype=torch.bfloat16, sizes=(4096, 8192)) -> float:
 
 
 # concurrent trials -----------------------------------------------------------------------------------
+class Barrier:
+    """Entered before a trial process's timed steps: it marks itself ready in `folder` and waits (at most
+    `limit` seconds) until all `n` processes are, so the timed steps of (b) overlap after every
+    process's warm-up and capture."""
+
+    def __init__(self, folder: str, n: int, limit: float = 300.0):
+        self.folder, self.n, self.limit = Path(folder), n, limit
+
+    def __enter__(self):
+        (self.folder / f"ready-{os.getpid()}").touch()
+        give_up = time.monotonic() + self.limit
+        while len(list(self.folder.glob("ready-*"))) < self.n and time.monotonic() < give_up:
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc):
+        return None
+
+
 def worker(args) -> None:
     """One trial process of (b): writes its tokens and wall-clock span to --result."""
     s = settings(args)
     device = torch.device(args.device)
     sv, tv, pairs, _ = load(args, s["train_pairs"])
-    r = embinit_trial(s["d"], s["heads"], sv, tv, pairs, s["steps"], args.precision, device)
+    around = Barrier(args.barrier, args.n) if args.barrier else None
+    r = embinit_trial(s["d"], s["heads"], sv, tv, pairs, s["steps"], args.precision, device, around=around,
+                      graphs=args.graphs)
     end = time.time()
     Path(args.result).write_text(json.dumps({**r, "start": end - r["seconds"], "end": end}))
 
@@ -277,12 +302,15 @@ class MPS:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def concurrent(args, n: int, precision: str, env: dict) -> dict:
-    """n trial processes started together; aggregate throughput over their common span."""
+def concurrent(args, n: int, precision: str, env: dict, graphs: bool = False) -> dict:
+    """n trial processes started together (their timed steps after a `Barrier`); aggregate throughput
+    over the span of those steps. `graphs`: each process's step in CUDA graphs."""
     tmp = Path(tempfile.mkdtemp(prefix="embinit-bench-"))
+    (tmp / "ready").mkdir()
     base = [sys.executable, str(Path(__file__).resolve()), "--worker", "--device", args.device,
-            "--precision", precision, "--steps", str(args.steps)]
+            "--precision", precision, "--steps", str(args.steps), "--barrier", str(tmp / "ready"), "--n", str(n)]
     base += ["--smoke"] if args.smoke else []
+    base += ["--graphs"] if graphs else []
     base += ["--data", args.data] if args.data else []
     procs = [subprocess.Popen(base + ["--result", str(tmp / f"{i}.json")], env={**os.environ, **env,
              "OMP_NUM_THREADS": "1"}) for i in range(n)]
@@ -331,13 +359,14 @@ def table(result) -> str:
             lines.append(f"| graphed | {p} | {result['single'][p]['embinit']['tokens_per_s']:.0f} | "
                          f"{r['tokens_per_s']:.0f} | {r['vs_eager']:.2f} | {r['buckets']} | "
                          f"{sum(cap) / max(len(cap), 1):.3f}, {max(cap, default=0):.3f} |")
-    lines += ["", "| (b) trials at once | MPS | precision | aggregate tokens/s | trial-epochs per GPU-hour |",
-              "|---|---|---|---|---|"]
+    lines += ["", "| (b) trials at once | step | MPS | precision | aggregate tokens/s | trial-epochs per GPU-hour |",
+              "|---|---|---|---|---|---|"]
     for r in result["concurrent"]:
+        how = "graphed" if r.get("graphed") else "eager"
         if "error" in r:
-            lines.append(f"| {r['n']} | {r['mps']} | {r['precision']} | {r['error']} | |")
+            lines.append(f"| {r['n']} | {how} | {r['mps']} | {r['precision']} | {r['error']} | |")
         else:
-            lines.append(f"| {r['n']} | {r['mps']} | {r['precision']} | {r['tokens_per_s']:.0f} | "
+            lines.append(f"| {r['n']} | {how} | {r['mps']} | {r['precision']} | {r['tokens_per_s']:.0f} | "
                          f"{r['trial_epochs_per_gpu_hour']:.0f} |")
     if result.get("fused"):
         lines += ["", "| (d) fused group G | precision | aggregate tokens/s | trial-epochs per GPU-hour | TFLOP/s | "
@@ -394,11 +423,14 @@ def main(argv=None) -> dict:
     ap.add_argument("--fused", type=int, nargs="*", default=[4, 8, 16, 32],
                     help="fused group sizes for (d); each is also run as that many processes under MPS")
     ap.add_argument("--graphs", action="store_true",
-                    help="(a) also runs the trial with its step in CUDA graphs (cuda_graphs), after the eager one")
+                    help="(a) also runs the trial with its step in CUDA graphs (cuda_graphs), after the eager one; "
+                         "(b) also runs its N graphed processes under MPS")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes, CPU-friendly (tests)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--precision", default="fp32", help=argparse.SUPPRESS)
     ap.add_argument("--result", help=argparse.SUPPRESS)
+    ap.add_argument("--barrier", help=argparse.SUPPRESS)
+    ap.add_argument("--n", type=int, default=1, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
         worker(args)
@@ -430,6 +462,14 @@ def main(argv=None) -> dict:
                 result["fused"] = compare_fused(fused, result["concurrent"])
                 save()
                 print(f"(b) {n} trials, MPS {mode}: {r.get('tokens_per_s', r.get('error'))}", file=sys.stderr,
+                      flush=True)
+    if s["graphs"] and "on" in mps_modes:   # many graphed trials per GPU: MPS on (CUDA only)
+        with MPS(True) as mps:
+            for n in s["concurrency"]:
+                r = concurrent(args, n, best, mps.env, graphs=True)
+                result["concurrent"].append({**r, "mps": "on", "precision": best, "graphed": True})
+                save()
+                print(f"(b) {n} graphed trials, MPS on: {r.get('tokens_per_s', r.get('error'))}", file=sys.stderr,
                       flush=True)
     print(table(result))
     print(f"wrote {out / 'bench_gpu.json'}")

@@ -4,8 +4,8 @@
 #
 #   bench/gpu_stretch.sh 1 [STEPS]   carry .devpack/b .devpack/p .devdata: the GPU tests but the Ray one, then
 #                                    bench_gpu (a), (d), (b) with STEPS batches per trial (default 100);
-#                                    BENCH_ARGS="--concurrency 16 --graphs" adds (a)'s CUDA-graphed rows
-#                                    (cuda_graphs, embinit.train.graphed) and keeps (b) to N=16
+#                                    BENCH_ARGS="--concurrency 16 --graphs" adds (a)'s and (b)'s CUDA-graphed
+#                                    rows (cuda_graphs, embinit.train.graphed) and keeps (b) to N=16
 #   bench/gpu_stretch.sh 2           carry .devpack/a .devpack/c: the Ray test (4 trials with gpus: 0.25)
 #   bench/gpu_stretch.sh profile     carry .devpack/p .devdata: bench/profile_gpu_step.py (bf16, fp32), ~2 min;
 #                                    PROFILE_ARGS=--graphs profiles the CUDA-graphed step instead

@@ -43,7 +43,8 @@ def test_gpu_bench_smoke_writes_its_table_and_json(tmp_path, capsys, monkeypatch
         assert f["slots_per_real_token"] > 1
     assert result["d"] == 32
     out = capsys.readouterr().out
-    assert "| (a) one trial, embinit | bf16 |" in out and "| (b) trials at once |" in out
+    assert "| (a) one trial, embinit | bf16 |" in out and "| (b) trials at once | step |" in out
+    assert "| 2 | eager | n/a |" in out and "graphed" not in out   # no --graphs: no graphed row
     assert "| (d) fused group G |" in out and "| 3 | " in out
 
 
@@ -58,3 +59,38 @@ def test_step_profile_writes_one_file_per_precision(tmp_path):
     head = text.splitlines()[0]
     assert head.startswith("fp32: ") and "tokens/s under the profiler" in head and "2 steps" in head
     assert "aten::" in text and not (tmp_path / "profile_bf16.txt").exists()
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("bench_gpu", BENCH)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench
+
+
+def test_the_barrier_waits_for_every_process_of_b(tmp_path):
+    """(b)'s processes time their steps only once all are ready (warm-up and capture done), and a
+    process that never comes does not hang the rest past the limit."""
+    import os
+    import time
+    bench = _bench()
+    (tmp_path / "ready-1").touch()                           # one other process is ready
+    began = time.monotonic()
+    with bench.Barrier(str(tmp_path), 2, limit=5.0):
+        pass
+    assert time.monotonic() - began < 1.0 and (tmp_path / f"ready-{os.getpid()}").exists()
+    began = time.monotonic()
+    with bench.Barrier(str(tmp_path), 4, limit=0.3):        # two of four: waits out the limit
+        pass
+    assert time.monotonic() - began >= 0.3
+
+
+def test_the_fused_groups_compare_with_eager_processes_only():
+    """A graphed row of (b) (another step) is neither a fused group's G separate processes nor the best
+    separate row, however fast it is."""
+    bench = _bench()
+    rows = [{"g": 4, "tokens_per_s": 100.0}]
+    eager = [{"n": 4, "mps": "on", "tokens_per_s": 50.0}, {"n": 16, "mps": "on", "tokens_per_s": 80.0}]
+    graphed = [{"n": 4, "mps": "on", "tokens_per_s": 400.0, "graphed": True}]
+    (row,) = bench.compare_fused(rows, graphed + eager)
+    assert row["vs_separate"]["ratio"] == 2.0 and row["vs_best_separate"] == {"n": 16, "mps": "on", "ratio": 1.25}
