@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Issue 13: one batch of the GPU reproduction per call, each within a 10-minute device call.
-#   tune_configs/gpu/run_batch.sh BATCH      BATCH: xavier300 | glove | table3 | sst2 | table4 | blog1 | blog2 | report
+#   tune_configs/gpu/run_batch.sh BATCH      BATCH: xavier300 | glove | table3 | sst2 | table4 | dose | oov | blog1 |
+#                                            blog2 | report
+# dose: the dose-response study beyond the paper (issue 23; 81 trials at the paper's schedule, several calls);
+# oov: the OOV-rule study (issue 23), CPU scale by design (12 small trials): run it on any machine, e.g. the
+# CPU one, into the same store (PYTHON=.venv/bin/python); it cuts GloVe's top 20k rows itself.
 # Run from the repository root on the GPU machine (an offline machine: the source tree on PYTHONPATH,
 # the device pack's packages beside it, no network):
 #   EMBINIT_DATA_DIR  multi30k/, sst2/, wikitext2/ (+ GPT-2 tokenizer files), analogy/questions-words.txt
@@ -16,7 +20,7 @@
 # and started ones resume from their last epoch's checkpoint (issue 11), so reruns continue where the
 # last call stopped. When $OUT is set (the device tool), a copy of the store is left there too.
 set -uo pipefail
-BATCH=${1:?usage: run_batch.sh xavier300|glove|table3|sst2|table4|blog1|blog2|report}
+BATCH=${1:?usage: run_batch.sh xavier300|glove|table3|sst2|table4|dose|oov|blog1|blog2|report}
 : "${EMBINIT_DATA_DIR:?set EMBINIT_DATA_DIR}" "${EMBINIT_ASSETS:?set EMBINIT_ASSETS}"
 REPO=$(pwd)
 REPRO_DIR=$(realpath -m "${REPRO_DIR:-gpu-runs}")
@@ -69,6 +73,10 @@ case "$BATCH" in
   glove)     mps; sweep tune_configs/gpu/multi30k_glove50.yaml || rc=$? ;;
   table3)    mps; sweep tune_configs/gpu/table3_ablation_glove50.yaml || rc=$? ;;
   sst2)      mps; sweep tune_configs/gpu/sst2_minilm.yaml || rc=$? ;;
+  dose)      mps; sweep tune_configs/gpu/dose_response_sigma.yaml || rc=$? ;;
+  oov)       top="$EMBINIT_ASSETS/glove.6B.50d.top20k.txt"   # the spec's source: GloVe's 20,000 most frequent words
+             [ -f "$top" ] || head -n 20000 "$EMBINIT_ASSETS/glove.6B.50d.txt" > "$top" || exit 2
+             sweep tune_configs/offline/oov_rules_focus.yaml || rc=$? ;;
   blog1)     mps; sweep tune_configs/gpu/blog_exp1.yaml || rc=$? ;;
   blog2)     mps
              best_pt true tied && best_pt false untied || exit 2
