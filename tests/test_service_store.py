@@ -127,7 +127,9 @@ def test_a_running_experiment_is_rebuilt_no_sooner_than_its_build_cost_allows(se
     _write(uri, spec, {1: "finished"})
     exp.updated_at = utcnow()
     assert store.trials(exp) is first and len(reads) == 1    # younger than 4 x its build: served as it was
-    time.sleep(0.25)
+    # wait out 4 x the build time the store measured (not a fixed 0.25 s: a loaded machine builds slower)
+    built_at, cost = next((v[1], v[2]) for k, v in store._live.items() if k[0] == "trials")
+    time.sleep(max(0.0, built_at + 4.0 * cost - time.monotonic()) + 0.05)
     assert sum(t["status"] == "finished" for t in store.trials(exp)) == 2 and len(reads) == 2
     exp.status, exp.updated_at = "succeeded", utcnow()
     _write(uri, spec, {2: "finished"})
