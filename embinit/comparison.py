@@ -8,7 +8,8 @@ sides' values) without any spread give no interval, not a zero-width one: identi
 are what a quantized metric (dev accuracy moves in steps of 1/872 on SST-2) or a saturated task gives
 from two or three seeds, and a zero-width interval would read as certainty. Each result's `reason`
 says why it has no interval (None when it has one). `divergence_rule` is the one rule by which seeds
-lost to divergence qualify a verdict (the report's comparisons, the reproduction's findings). Below both
+lost to divergence qualify a verdict (the report's comparisons, the reproduction's findings). Each
+interval's test has its two-sided p-value, and `holm` adjusts a family of them for multiplicity. Below both
 `embinit.report.table` and `embinit.reproduction`; imports neither MLflow nor torch (scipy.special for the t quantile).
 """
 
@@ -35,34 +36,43 @@ def t_quantile(df: float) -> float:
     return float(stdtrit(df, 0.975))
 
 
+def two_sided_p(t: float, df: float) -> float:
+    """The two-sided p-value of Student's t statistic `t` with `df` degrees of freedom (`scipy.special.stdtr`,
+    what `scipy.stats.t.sf` computes): p < 0.05 exactly where the 95% interval excludes 0."""
+    from scipy.special import stdtr
+    return float(min(1.0, 2.0 * stdtr(df, -abs(t))))
+
+
 def no_spread(values: list[float], scale: list[float]) -> bool:
     """Whether `values` are all equal up to float rounding at the size of `scale`'s values."""
     return max(values) - min(values) <= ROUNDING * max(abs(v) for v in scale)
 
 
 def welch(a: list[float], b: list[float]) -> dict[str, Any]:
-    """mean(a) - mean(b) with a Welch 95% half-width (None when either side has n < 2, or neither side
-    any spread: `reason` says which); non-finite values are left out."""
+    """mean(a) - mean(b) with a Welch 95% half-width and its two-sided `p` (both None when either side has
+    n < 2, or neither side any spread: `reason` says which); non-finite values are left out."""
     a, b = [v for v in a if math.isfinite(v)], [v for v in b if math.isfinite(v)]
     n = (len(a), len(b))
     if not a or not b:
-        return {"diff": None, "ci95": None, "n": n, "reason": "no values"}
+        return {"diff": None, "ci95": None, "p": None, "n": n, "reason": "no values"}
     diff = statistics.fmean(a) - statistics.fmean(b)
     if len(a) < 2 or len(b) < 2:
-        return {"diff": diff, "ci95": None, "n": n, "reason": "n < 2"}
+        return {"diff": diff, "ci95": None, "p": None, "n": n, "reason": "n < 2"}
     if no_spread(a, a) and no_spread(b, b):
-        return {"diff": diff, "ci95": None, "n": n, "reason": "zero variance: each side's values are identical"}
+        return {"diff": diff, "ci95": None, "p": None, "n": n,
+                "reason": "zero variance: each side's values are identical"}
     va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
     se = math.sqrt(va + vb)
     dof = (va + vb) ** 2 / ((va ** 2 / (len(a) - 1) if va else 0) + (vb ** 2 / (len(b) - 1) if vb else 0))
-    return {"diff": diff, "ci95": t_quantile(dof) * se, "n": n, "reason": None}
+    return {"diff": diff, "ci95": t_quantile(dof) * se, "p": two_sided_p(diff / se, dof), "n": n, "reason": None}
 
 
 def paired(a: dict[Any, float], b: dict[Any, float]) -> dict[str, Any]:
     """a − b for values keyed by seed: the paired t interval on the differences of the shared seeds
     (`pairs` of them; no interval with one pair, nor when the differences are all the same), Welch's on
-    all values when no seed is shared. `test` names the one used; `n` is each side's number of seeds;
-    `reason` why there is no interval. Non-finite values are left out."""
+    all values when no seed is shared. `test` names the one used; `p` is its two-sided p-value; `n` is
+    each side's number of seeds; `reason` why there is no interval (then no `p` either). Non-finite values
+    are left out."""
     a, b = ({k: v for k, v in d.items() if math.isfinite(v)} for d in (a, b))
     shared = sorted(set(a) & set(b), key=str)
     n = (len(a), len(b))
@@ -70,14 +80,29 @@ def paired(a: dict[Any, float], b: dict[Any, float]) -> dict[str, Any]:
         return {**welch(list(a.values()), list(b.values())), "pairs": 0, "test": "Welch"}
     diffs = [a[k] - b[k] for k in shared]
     d = statistics.fmean(diffs)
-    ci, reason = None, None
+    ci, p, reason = None, None, None
     if len(diffs) < 2:
         reason = "one pair"
     elif no_spread(diffs, [a[k] for k in shared] + [b[k] for k in shared]):
         reason = f"zero variance: the {len(diffs)} paired differences are identical"
     else:
-        ci = t_quantile(len(diffs) - 1) * statistics.stdev(diffs) / math.sqrt(len(diffs))
-    return {"diff": d, "ci95": ci, "n": n, "pairs": len(shared), "test": "paired t", "reason": reason}
+        se = statistics.stdev(diffs) / math.sqrt(len(diffs))
+        ci, p = t_quantile(len(diffs) - 1) * se, two_sided_p(d / se, len(diffs) - 1)
+    return {"diff": d, "ci95": ci, "p": p, "n": n, "pairs": len(shared), "test": "paired t", "reason": reason}
+
+
+def holm(ps: list[float | None]) -> list[float | None]:
+    """Holm's step-down adjustment of the p-values of one family of tests, in their order: the k-th
+    smallest of m is multiplied by m − k + 1, made non-decreasing, capped at 1. Rejecting where the
+    adjusted p is below 0.05 keeps the chance of any false verdict in the family at 5% (Holm 1979),
+    whatever the tests' dependence. None (a comparison without a test) stays None and is not counted."""
+    tested = sorted((p, i) for i, p in enumerate(ps) if p is not None)
+    out: list[float | None] = [None] * len(ps)
+    running, m = 0.0, len(tested)
+    for k, (p, i) in enumerate(tested):
+        running = max(running, min(1.0, (m - k) * p))
+        out[i] = running
+    return out
 
 
 def higher_is_better(metric: str) -> bool:

@@ -26,7 +26,9 @@ from embinit.tracking.run_readers import experiment_records, trial_row
 #    (+ `all_points`), code-version notes, the dev-selection label, decimals for two significant digits.
 # 5: the LaTeX table of an experiment with planned trials that have no result says so (caption, comment).
 # 6: rows carry `never_started` (the CSV's column): the planned trials of the row's init with no run.
-REPORT_VERSION = 6
+# 7: comparisons carry their test's `p`, Holm's `p_holm` over the task's comparisons (`holm_m`) and
+#    `holds_after_holm` (CSV columns too; markdown "p (Holm)", LaTeX arrows in parentheses).
+REPORT_VERSION = 7
 
 
 def absolute_sqlite_uri(url: str) -> str:

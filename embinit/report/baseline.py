@@ -4,6 +4,13 @@ row of the same task, axes and metric (Xavier by default), with a 95% interval a
 The interval is `embinit.comparison.paired`: paired t on the seeds both rows share (`pairs`), Welch only
 when they share none. The verdict knows the metric's direction: a lower loss or perplexity is better.
 
+Multiplicity: comparing m inits with one baseline gives m chances of a false "better" or "worse" at 95%
+each. The family is every comparison with the baseline on one task, axes and metric (the table's
+column); each comparison carries its test's two-sided `p`, Holm's adjusted `p_holm` over its family of
+`holm_m` tests, and `holds_after_holm`: whether a better/worse verdict survives the adjustment (None
+for an inconclusive one). The verdict itself stays the 95% interval's, so it always agrees with the
+interval printed beside it; one that does not hold after Holm is marked so wherever it is shown.
+
 Diverged seeds have no value, so the interval is the survivors'. A side that lost seeds to divergence is
 never called the better one on its survivors alone (a learning rate that kills 3 seeds of 5 does not win
 on the other 2): such a verdict reads `inconclusive`, `survivor_verdict` keeps what the survivors said
@@ -16,7 +23,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from embinit.comparison import DIVERGENCE_RULE, direction, divergence_rule, higher_is_better, paired
+from embinit.comparison import DIVERGENCE_RULE, direction, divergence_rule, higher_is_better, holm, paired
 from embinit.errors import EmbinitError, did_you_mean
 from embinit.report.formatting import digits_by_metric, number
 
@@ -88,17 +95,36 @@ def compare_rows(rows: list[dict[str, Any]], baseline: str) -> None:
             r["no_baseline"] = why
     for r in rows:
         r.pop("_basis", None)
+    families: dict[tuple, list[dict[str, Any]]] = {}
+    for r in rows:
+        if r.get("vs_baseline"):
+            families.setdefault(_slot(r), []).append(r["vs_baseline"])
+    for family in families.values():
+        adjust(family)
+
+
+SIGNIFICANCE = 0.05   # the level the 95% intervals and Holm's adjusted p-values are read at
+
+
+def adjust(family: list[dict[str, Any]]) -> None:
+    """Set each comparison's `p_holm`, `holm_m` (the family's tests) and `holds_after_holm` (a better or
+    worse verdict whose adjusted p is below 0.05; None for an inconclusive verdict or one without a p)."""
+    adjusted = holm([c["p"] for c in family])
+    m = sum(p is not None for p in adjusted)
+    for c, p in zip(family, adjusted):
+        decisive = c["verdict"] in ("better", "worse") and p is not None
+        c.update(p_holm=p, holm_m=m, holds_after_holm=(p < SIGNIFICANCE) if decisive else None)
 
 
 def comparison(a: dict[str, float], b: dict[str, float], metric: str, baseline: str) -> dict[str, Any]:
-    """a − b for {seed: value} dicts on `metric`: difference, 95% interval, test, pairs, verdict and the
-    `reason` there is no interval (one pair, n < 2, zero variance), if none."""
+    """a − b for {seed: value} dicts on `metric`: difference, 95% interval, test, its two-sided `p`, pairs,
+    verdict and the `reason` there is no interval (one pair, n < 2, zero variance), if none."""
     c = paired(a, b)
     low = high = None
     if c["diff"] is not None and c["ci95"] is not None:
         low, high = c["diff"] - c["ci95"], c["diff"] + c["ci95"]
     return {"baseline": baseline, "diff": c["diff"], "ci95": c["ci95"], "ci_low": low, "ci_high": high,
-            "test": c["test"], "pairs": c["pairs"], "n": list(c["n"]), "reason": c.get("reason"),
+            "test": c["test"], "p": c["p"], "pairs": c["pairs"], "n": list(c["n"]), "reason": c.get("reason"),
             "higher_is_better": higher_is_better(metric), "verdict": direction(c, metric)}
 
 
@@ -116,12 +142,35 @@ def csv_columns(row: dict[str, Any]) -> dict[str, Any]:
     c = row.get("vs_baseline") or {}
     return {"baseline": c.get("baseline", ""), "diff": c.get("diff"), "diff_ci_low": c.get("ci_low"),
             "diff_ci_high": c.get("ci_high"), "test": c.get("test", ""), "pairs": c.get("pairs"),
-            "verdict": c.get("verdict", ""), "baseline_diverged": (c.get("diverged") or [None, None])[1],
+            "p": c.get("p"), "p_holm": c.get("p_holm"), "holm_m": c.get("holm_m"),
+            "verdict": c.get("verdict", ""), "holds_after_holm": c.get("holds_after_holm"),
+            "baseline_diverged": (c.get("diverged") or [None, None])[1],
             "verdict_note": "; ".join(x for x in (c.get("note"), c.get("reason")) if x)}
 
 
-CSV_COLUMNS = ["baseline", "diff", "diff_ci_low", "diff_ci_high", "test", "pairs", "verdict", "baseline_diverged",
-               "verdict_note"]
+CSV_COLUMNS = ["baseline", "diff", "diff_ci_low", "diff_ci_high", "test", "pairs", "p", "p_holm", "holm_m", "verdict",
+               "holds_after_holm", "baseline_diverged", "verdict_note"]
+
+
+def p_text(p: float | None) -> str:
+    """A p-value as tables print it: three decimals, `<0.001` below that, `-` without a test."""
+    if p is None:
+        return "-"
+    return "<0.001" if p < 0.001 else f"{p:.3f}"
+
+
+def _p_cell(c: dict[str, Any]) -> str:
+    return "-" if c["p"] is None else f"{p_text(c['p'])} ({p_text(c['p_holm'])})"
+
+
+def holm_mark(c: dict[str, Any]) -> str:
+    """What a verdict cell adds when the verdict does not hold after Holm's adjustment ('' otherwise)."""
+    return f" (not after Holm, m={c['holm_m']})" if c.get("holds_after_holm") is False else ""
+
+
+HOLM_RULE = ("p: the test's two-sided p-value; in brackets Holm's adjustment for the m comparisons with {baseline} "
+             "on the same task and metric. A verdict marked \"not after Holm\" has a 95% interval that excludes 0, "
+             "but with m comparisons at 95% some such verdicts are expected by chance: treat it as tentative.")
 
 
 def _seeds_text(c: dict[str, Any]) -> str:
@@ -153,7 +202,7 @@ def markdown(rows: list[dict[str, Any]], baseline: str, name: Any = None) -> lis
                 "picks another init)."]
     lines = ["", f"Difference from {baseline} (init − {baseline}, 95% CI: paired t on the seeds both share, "
              "Welch only where they share none):", "",
-             "| task | init | metric | difference | 95% CI | seeds paired | verdict |", "|---" * 7 + "|"]
+             "| task | init | metric | difference | 95% CI | seeds paired | p (Holm) | verdict |", "|---" * 8 + "|"]
     digits = digits_by_metric(rows)    # as the report's table prints the means
     for r in compared:
         c = r["vs_baseline"]
@@ -163,7 +212,9 @@ def markdown(rows: list[dict[str, Any]], baseline: str, name: Any = None) -> lis
         d = digits[r["task"], r["metric"]]
         note = f" ({c['note']})" if c.get("note") else ""
         lines.append(f"| {r['task']} | {init} | {r['metric']} ({better} is better) | {number(c['diff'], d)} | "
-                     f"{_ci_text(c, d)} | {_seeds_text(c)} | {c['verdict']}{note}{budget} |")
+                     f"{_ci_text(c, d)} | {_seeds_text(c)} | {_p_cell(c)} | "
+                     f"{c['verdict']}{holm_mark(c)}{note}{budget} |")
+    lines += ["", HOLM_RULE.format(baseline=baseline)]
     if any((r["vs_baseline"].get("diverged") or [0, 0]) != [0, 0] for r in compared):
         lines += ["", DIVERGENCE_RULE]
     return lines + apart

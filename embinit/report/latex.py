@@ -79,8 +79,9 @@ def _cell(r: dict[str, Any] | None, best: dict[tuple, float], usual_n: int | Non
         mean = rf"\textbf{{{mean}}}"
     text = mean + (f" ({number(r['std'] * scale, digits)})" if r.get("std") is not None else "")
     marks = ""
-    verdict = (r.get("vs_baseline") or {}).get("verdict")
-    marks += r"\uparrow" if verdict == "better" else r"\downarrow" if verdict == "worse" else ""
+    c = r.get("vs_baseline") or {}
+    arrow = {"better": r"\uparrow", "worse": r"\downarrow"}.get(c.get("verdict"), "")
+    marks += f"({arrow})" if arrow and c.get("holds_after_holm") is False else arrow
     marks += r"\dagger" if r.get("still_improving") else ""
     marks += r"\ddagger" if r.get("diverged") else ""
     if marks:
@@ -121,6 +122,9 @@ def _caption(experiment: str, rows: list[dict[str, Any]], baseline: str, usual_n
     if any(r.get("vs_baseline") for r in rows):
         parts.append(rf"$\uparrow$/$\downarrow$: better/worse than {escape(baseline)} (the 95\% confidence "
                      "interval of the difference, paired on the seeds both share, excludes 0).")
+    if any((r.get("vs_baseline") or {}).get("holds_after_holm") is False for r in rows):
+        parts.append(r"In parentheses: not after Holm's correction for the comparisons with "
+                     f"{escape(baseline)} in the same column.")
     if any(r.get("still_improving") for r in rows):
         parts.append(r"$\dagger$: the best epoch was the last for most seeds (still improving).")
     lost = [r for r in rows if r.get("diverged") and r["mean"] is not None]

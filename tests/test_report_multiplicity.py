@@ -1,0 +1,125 @@
+"""Comparing m inits with one baseline gives m chances of a false verdict at 95% each: every comparison
+carries its test's p-value (scipy's), Holm's adjusted p over the comparisons of its task and metric, and
+whether a better/worse verdict holds after that adjustment, in the JSON, CSV, markdown and LaTeX
+reports. Records are built as MLflow's would be read; no MLflow store: fast."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import random
+
+import pytest
+from scipy import stats
+
+from embinit.comparison import direction, holm, paired, welch
+from embinit.report.table import build_report
+from embinit.tracking.records import TrialRecord
+
+XAVIER = [30.0, 31.0, 32.0, 31.5]
+# each init's per-seed difference from Xavier on multi30k's test/bleu
+DIFFS = {
+    "GloVe": [-5.0, -5.2, -4.9, -5.1],      # far worse: holds after any correction
+    "Weak": [0.6, 1.2, 0.5, 0.9],           # p ~ 0.015: "better" alone, not among 5 comparisons
+    "Noise1": [0.3, -0.4, 0.1, -0.2],
+    "Noise2": [-0.5, 0.6, 0.2, -0.1],
+    "Noise3": [0.9, -0.8, 0.4, -0.3],
+}
+
+
+def _trial(key, label, seed, value, task):
+    metric = "test/bleu" if task == "multi30k" else "best/val/acc"   # SST-2 reports dev accuracy
+    config = {"task": task, "init": label.lower(), "seed": seed, "epochs": 20}
+    group = {"axes": {}, "point": {}, "selection": ["val/loss", "min"]}
+    return TrialRecord(key, key, task, label, "finished", config, group, {"best_epoch": 5, metric: value}, seed,
+                       start_ms=len(key))
+
+
+def _report():
+    trials = [_trial(f"x{s}", "Xavier", s, v, "multi30k") for s, v in enumerate(XAVIER)]
+    for label, diffs in DIFFS.items():
+        trials += [_trial(f"{label}{s}", label, s, XAVIER[s] + d, "multi30k") for s, d in enumerate(diffs)]
+    # a task where Weak is the only comparison: its family has one test, so its verdict holds
+    trials += [_trial(f"sx{s}", "Xavier", s, v / 100, "sst2") for s, v in enumerate(XAVIER)]
+    trials += [_trial(f"sw{s}", "Weak", s, (XAVIER[s] + d) / 100, "sst2") for s, d in enumerate(DIFFS["Weak"])]
+    return build_report("t", chosen={t.key: t for t in trials}, planned=[])
+
+
+def _textbook_holm(ps):
+    """Holm (1979) as the definition reads: sort ascending; reject H_(1..k-1) while p_(k) <= alpha/(m-k+1).
+    The adjusted p of H_(k) is the largest (m-j+1) p_(j) over j <= k, capped at 1."""
+    order = sorted(range(len(ps)), key=lambda i: ps[i])
+    m = len(ps)
+    return {i: min(1.0, max((m - j) * ps[order[j]] for j in range(k + 1))) for k, i in enumerate(order)}
+
+
+def test_holm_matches_the_textbook_and_leaves_untested_comparisons_out():
+    ps = [0.01, 0.04, 0.03, 0.005]
+    assert holm(ps) == pytest.approx([0.03, 0.06, 0.06, 0.02])     # 4 x .005, 3 x .01, max(2 x .03, 1 x .04)
+    assert holm([0.01, None, 0.04]) == [pytest.approx(0.02), None, pytest.approx(0.04)]   # m = 2, not 3
+    assert holm([0.04, 0.03]) == pytest.approx([0.06, 0.06])     # monotone: max(2 x .03, 1 x .04)
+    assert holm([0.9, 0.8]) == [1.0, 1.0]                         # capped at 1
+    rng = random.Random(7)
+    for _ in range(50):
+        ps = [rng.random() ** 3 for _ in range(rng.randint(1, 9))]
+        want = _textbook_holm(ps)
+        assert holm(ps) == pytest.approx([want[i] for i in range(len(ps))])
+
+
+def test_p_values_are_scipys_and_agree_with_the_interval():
+    rng = random.Random(11)
+    for _ in range(200):
+        n = rng.randint(2, 6)
+        a = {s: rng.gauss(0.3, 1.0) for s in range(n)}
+        b = {s: a[s] + rng.gauss(-0.4, 0.5) for s in range(n)}
+        c = paired(a, b)
+        assert c["p"] == pytest.approx(stats.ttest_rel(list(a.values()), list(b.values())).pvalue, rel=1e-9)
+        assert (c["p"] < 0.05) == (direction(c, "test/bleu") != "inconclusive")
+        xs, ys = list(a.values()), [rng.gauss(0.0, 2.0) for _ in range(rng.randint(2, 6))]
+        w = welch(xs, ys)
+        assert w["p"] == pytest.approx(stats.ttest_ind(xs, ys, equal_var=False).pvalue, rel=1e-9)
+        assert (w["p"] < 0.05) == (direction(w, "test/bleu") != "inconclusive")
+    assert paired({0: 1.0}, {0: 0.5})["p"] is None and welch([1.0], [2.0, 3.0])["p"] is None   # no test
+
+
+def test_each_comparison_is_adjusted_over_its_tasks_family():
+    rows = {(r["task"], r["init"]): r["vs_baseline"] for r in json.loads(_report().to_json())["rows"]}
+    ps = {label: stats.ttest_rel([x + d for x, d in zip(XAVIER, diffs)], XAVIER).pvalue
+          for label, diffs in DIFFS.items()}
+    adjusted = dict(zip(ps, holm(list(ps.values()))))
+    for label in DIFFS:
+        c = rows["multi30k", label]
+        assert (c["p"], c["p_holm"], c["holm_m"]) == (pytest.approx(ps[label]), pytest.approx(adjusted[label]), 5)
+    weak = rows["multi30k", "Weak"]
+    assert weak["verdict"] == "better" and weak["p"] < 0.05 < weak["p_holm"] and weak["holds_after_holm"] is False
+    glove, noise = rows["multi30k", "GloVe"], rows["multi30k", "Noise1"]
+    assert glove["verdict"] == "worse" and glove["holds_after_holm"] is True
+    assert noise["verdict"] == "inconclusive" and noise["holds_after_holm"] is None
+    alone = rows["sst2", "Weak"]     # the same differences, the only comparison of its task
+    assert (alone["holm_m"], alone["p_holm"], alone["holds_after_holm"]) == (1, pytest.approx(alone["p"]), True)
+    assert rows["multi30k", "Xavier"] is None
+
+
+def test_every_format_marks_a_verdict_that_does_not_hold_after_holm():
+    report = _report()
+    md = report.to_markdown()
+    assert "| p (Holm) | verdict |" in md
+
+    def compared(start):   # the comparison table's line (it names the metric's direction), not Table 1's
+        return next(line for line in md.splitlines() if line.startswith(start) and "is better)" in line)
+    assert compared("| multi30k | Weak |").endswith("| better (not after Holm, m=5) |")
+    assert compared("| multi30k | GloVe |").endswith("| worse |")
+    assert compared("| sst2 | Weak |").endswith("| better |")
+    assert "Holm's adjustment for the m comparisons with Xavier on the same task and metric" in md
+    table = {(r["task"], r["init"]): r for r in csv.DictReader(io.StringIO(report.to_csv()))}
+    assert (table["multi30k", "Weak"]["holds_after_holm"], table["multi30k", "Weak"]["holm_m"]) == ("False", "5")
+    assert table["multi30k", "GloVe"]["holds_after_holm"] == "True"
+    assert table["multi30k", "Noise1"]["holds_after_holm"] == ""
+    weak_json = next(r for r in report.rows if (r["task"], r["init"]) == ("multi30k", "Weak"))["vs_baseline"]
+    assert float(table["multi30k", "Weak"]["p_holm"]) == pytest.approx(weak_json["p_holm"])
+    tex = report.to_latex()
+    weak_tex = next(line for line in tex.splitlines() if line.startswith("Weak &"))
+    assert r"$^{(\uparrow)}$" in weak_tex.split("&")[1] and r"$^{\uparrow}$" in weak_tex.split("&")[2], weak_tex
+    assert r"$^{\downarrow}$" in next(line for line in tex.splitlines() if line.startswith("GloVe &"))
+    assert "In parentheses: not after Holm's correction" in tex
