@@ -10,10 +10,16 @@ embinit.storage.Mirror copies through the operator's object store) holds
   on disk, embinit.storage.Mirror.epoch in the store);
 - `init_embedding_sample.npz`: a sample of the initial embedding table for the histogram plot
   (embinit.sweep.reporting), plain arrays only: `read_init_sample` loads it with `allow_pickle=False`.
-  Every file here may have come through the object store, so nothing here ever unpickles.
+  Every file here may have come through the object store, so nothing here ever unpickles;
+- `test_hypotheses.txt` and `test_references.txt` (`OUTPUT_FILES`): a translation trial's test outputs at
+  its best checkpoint, one sentence a line, the exact strings `test/bleu` scored (written by
+  embinit.train.lifecycle.finish from `Task.test_outputs`), so a researcher can run sacrebleu's own
+  significance tests (`sacrebleu test_references.txt -i A/test_hypotheses.txt B/... --paired-bs`) or
+  read the translations.
 
 The sweep logs `best.pt` as the MLflow artifact `BEST_ARTIFACT` (`checkpoint/best.pt`), which the
-analyses download (embinit.analysis.sources).
+analyses download (embinit.analysis.sources), and the test outputs under `OUTPUTS_ARTIFACT_DIR`
+(`outputs/`).
 
 Torch-free and MLflow-free: the API's side (embinit.storage) imports it.
 """
@@ -30,6 +36,15 @@ BEST_ARTIFACT_DIR = "checkpoint"                       # the MLflow artifact fol
 BEST_ARTIFACT = f"{BEST_ARTIFACT_DIR}/{BEST}"          # the artifact path of a run's best.pt
 INIT_SAMPLE = "init_embedding_sample.npz"
 OLD_INIT_SAMPLE = "init_embedding_sample.npy"          # the pickled format before; never loaded
+TEST_HYPOTHESES, TEST_REFERENCES = "test_hypotheses.txt", "test_references.txt"
+OUTPUT_FILES = (TEST_HYPOTHESES, TEST_REFERENCES)
+OUTPUTS_ARTIFACT_DIR = "outputs"                       # the MLflow artifact folder of OUTPUT_FILES
+
+
+def lines_text(sentences: list[str]) -> str:
+    """Sentences as a file of one sentence a line (a line break inside one, which no detokenizer
+    writes, becomes a space, so line i stays sentence i)."""
+    return "".join(" ".join(s.splitlines()) + "\n" for s in sentences)
 
 
 def last_info_text(key: str, epoch: int) -> str:

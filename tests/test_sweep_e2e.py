@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import ray.cloudpickle
+from sacrebleu.metrics import BLEU
 
 from embinit.tracking import mlflow_store, provenance, records
 from embinit.spec import load_spec
@@ -64,7 +65,15 @@ def test_sweep_records_runs_reports_and_resumes(ray_local, tmp_path):
         assert run.data.tags[records.DATA_SOURCE_TAG] == "generated"
         assert (run.data.params["d_model"], run.data.params["precision"]) == ("16", "fp32")
         arts = {a.path for a in mlflow_store.client(uri).list_artifacts(run.info.run_id)}
-        assert {"checkpoint", "plots", "result.json", "emb_stats.json"} <= arts
+        assert {"checkpoint", "plots", "outputs", "result.json", "emb_stats.json"} <= arts
+        # the test translations test/bleu was computed from, scored again here by sacrebleu
+        outs = Path(mlflow_store.client(uri).download_artifacts(run.info.run_id, "outputs",
+                                                                str(tmp_path / run.info.run_id)))
+        hyps, refs = ((outs / f).read_text().splitlines() for f in ("test_hypotheses.txt", "test_references.txt"))
+        lowercase = "case:lc" in run.data.tags[records.BLEU_SIGNATURE_TAG]
+        assert len(hyps) == len(refs) > 0
+        assert BLEU(lowercase=lowercase, force=True).corpus_score(hyps, [refs]).score == pytest.approx(
+            run.data.metrics["test/bleu"], abs=1e-9)
     parent = mlflow_store.client(uri).get_run(result.parent_run_id)
     assert parent.info.status == "FINISHED" and parent.data.metrics["sweep/finished"] == 6
     logged = {a.path for d in ("", "report", "figures") for a in mlflow_store.client(uri).list_artifacts(

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from embinit.checkpoint_files import BEST, LAST, LAST_INFO, last_info_text, parse_last_info
+from embinit.checkpoint_files import BEST, LAST, LAST_INFO, OUTPUT_FILES, last_info_text, parse_last_info
 from embinit.errors import EmbinitError
 from embinit.trusted import is_trusted, opened_path
 
@@ -121,6 +121,22 @@ def save_best(out_dir: Path, model, config: dict, vocabs: dict[str, list[str]], 
     _atomic_save({"model": model.state_dict(), "config": config, "embeddings": embeddings,
                   "vocabs": vocabs, "epoch": epoch}, path)
     return path
+
+
+def save_outputs(out_dir: Path, outputs: dict[str, str]) -> list[Path]:
+    """A task's test outputs ({file name: text}, `Task.test_outputs`) written into the trial's folder,
+    each replaced whole; the names must be `checkpoint_files.OUTPUT_FILES` (the sweep logs only those)."""
+    unknown = sorted(set(outputs) - set(OUTPUT_FILES))
+    if unknown:
+        raise ValueError(f"test outputs {unknown} are not among {list(OUTPUT_FILES)}")
+    paths = []
+    for name, text in outputs.items():
+        path = Path(out_dir) / name
+        tmp = path.with_name(name + ".tmp")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+        paths.append(path)
+    return paths
 
 
 def load_best(path: Path) -> dict:

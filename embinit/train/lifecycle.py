@@ -214,6 +214,8 @@ def finish(m: Member, execution: dict, t0: float) -> TrialResult:
         model.load_state_dict(best_state)
         result.test = {**m.task.test(model), **oov_metrics(m.task, model)}
         result.bleu_signature = result.test.pop("test/bleu_signature", None)
+        if m.out is not None:   # the test outputs the metrics came from (logged by the sweep)
+            ckpt.save_outputs(m.out, getattr(m.task, "test_outputs", dict)())
         result.emb_stats_best = emb_stats(model, rc)
     result.wall_time_s = m.elapsed + time.perf_counter() - t0
     fire(m.callbacks, "on_train_end", m.ctx, result)

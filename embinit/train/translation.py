@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from embinit.checkpoint_files import TEST_HYPOTHESES, TEST_REFERENCES, lines_text
 from embinit.models.stacked import IGNORE
 from embinit.train.batching import bucket_batches, flat_targets, pad, stack_padded
 from embinit.train.bleu import ReferenceBleu, detokenize_all, is_lowercased, unk_signature
@@ -35,6 +36,7 @@ class TranslationTask:
         self.round_trip = (getattr(data, "info", None) or {}).get("references") == "round_trip"
         self._eval_batches: dict[str, list] = {}
         self._scorers: dict[str, tuple[list, ReferenceBleu]] = {}   # per split: its references, read once
+        self._scored: dict[str, tuple[list[str], list[str]]] = {}     # per split: the last (hyps, refs) scored
 
     @classmethod
     def from_setup(cls, setup, autocast) -> "TranslationTask":
@@ -112,6 +114,7 @@ class TranslationTask:
         if kept is None or kept[0] is not refs:   # read once per list of references (a subset view has its own)
             kept = self._scorers[split] = (refs, ReferenceBleu(refs, self.lowercase))
         score, sig = kept[1](hyps)
+        self._scored[split] = (hyps, refs)
         return score, unk_signature(sig, self.drop_unk) + ("|ref:tokenizer" if self.round_trip else "")
 
     def validate(self, model) -> dict:
@@ -123,3 +126,10 @@ class TranslationTask:
         if self.test_split is None:
             return {}
         return self._evaluate(model, self.test_split, "test", True)
+
+    def test_outputs(self) -> dict[str, str]:
+        """The hypotheses and references the last `test` scored, one sentence a line ({} before it)."""
+        if self.test_split not in self._scored:
+            return {}
+        hyps, refs = self._scored[self.test_split]
+        return {TEST_HYPOTHESES: lines_text(hyps), TEST_REFERENCES: lines_text(refs)}

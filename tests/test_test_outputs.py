@@ -1,0 +1,67 @@
+"""A translation trial keeps the test outputs its `test/bleu` came from: the hypotheses of its best
+checkpoint and the references, one sentence a line, in its folder (the sweep logs them as `outputs/`).
+Scored again by sacrebleu they give the logged BLEU exactly, so a researcher can run sacrebleu's own
+significance tests on two inits' files. A kind without per-example outputs writes none."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from sacrebleu.metrics import BLEU
+
+from embinit import checkpoint_files as cf
+from embinit.config import TrialConfig
+from embinit.sweep.reporting import artifacts
+from embinit.train import checkpoint as ckpt
+from embinit.train.trial import run_trial
+
+pytestmark = pytest.mark.slow   # trains two tiny models
+
+
+def _cfg(task="synthetic_translation", **kw):
+    return TrialConfig(task=task, threads=1, epochs=2, max_train_examples=300, d_model=16, ff_dim=32, heads=2,
+                       **kw)
+
+
+def test_a_translation_trial_keeps_the_outputs_its_test_bleu_scored(tmp_path):
+    out = tmp_path / "trial"
+    r = run_trial(_cfg(), out_dir=out, cache_dir=tmp_path / "cache")
+    hyps = (out / cf.TEST_HYPOTHESES).read_text(encoding="utf-8").splitlines()
+    refs = (out / cf.TEST_REFERENCES).read_text(encoding="utf-8").splitlines()
+    assert len(hyps) == len(refs) == r.info["split_sizes"]["test"] == 200
+    bleu = BLEU(lowercase="case:lc" in r.bleu_signature, force=True)
+    assert bleu.corpus_score(hyps, [refs]).score == pytest.approx(r.test["test/bleu"], abs=1e-9)
+    assert r.bleu_signature.startswith(str(bleu.get_signature()))   # the same sacrebleu settings
+    # the README's sacrebleu command reads them as they are (the same outputs twice: nothing to tell apart)
+    twin = tmp_path / "twin.txt"
+    twin.write_text((out / cf.TEST_HYPOTHESES).read_text(encoding="utf-8"), encoding="utf-8")
+    cli = subprocess.run([sys.executable, "-m", "sacrebleu", str(out / cf.TEST_REFERENCES), "-i",
+                          str(out / cf.TEST_HYPOTHESES), str(twin), "--paired-bs",
+                          "--paired-bs-n", "50", "-lc", "-f", "json"], capture_output=True, text=True, timeout=120)
+    assert cli.returncode == 0, cli.stderr
+    baseline, other = json.loads(cli.stdout)
+    assert baseline["BLEU"]["score"] == other["BLEU"]["score"] == pytest.approx(r.test["test/bleu"], abs=1e-9)
+    logged = artifacts({"history": []}, out, SimpleNamespace(log_checkpoint=False, log_plots=False), "t")
+    assert sorted(logged) == [("outputs", str(out / cf.TEST_HYPOTHESES)), ("outputs", str(out / cf.TEST_REFERENCES))]
+
+
+def test_a_classification_trial_writes_no_outputs(tmp_path):
+    out = tmp_path / "trial"
+    run_trial(_cfg("synthetic_classification"), out_dir=out, cache_dir=tmp_path / "cache")
+    assert not [f for f in cf.OUTPUT_FILES if (out / f).exists()]
+
+
+def test_outputs_keep_one_sentence_a_line_and_only_their_names(tmp_path):
+    assert cf.lines_text(["a b", "two\nlines", ""]) == "a b\ntwo lines\n\n"
+    assert cf.lines_text(["a b", "two\nlines", ""]).splitlines() == ["a b", "two lines", ""]
+    (tmp_path / cf.TEST_HYPOTHESES).write_text("old\n")
+    assert ckpt.save_outputs(tmp_path, {cf.TEST_HYPOTHESES: "new\n"}) == [tmp_path / cf.TEST_HYPOTHESES]
+    assert (tmp_path / cf.TEST_HYPOTHESES).read_text() == "new\n" and not list(tmp_path.glob("*.tmp"))
+    with pytest.raises(ValueError, match=r"\['notes.txt'\] are not among"):
+        ckpt.save_outputs(tmp_path, {"notes.txt": "x"})
+    assert not Path(tmp_path / "notes.txt").exists()
