@@ -11,11 +11,13 @@ embinit.storage.Mirror copies through the operator's object store) holds
 - `init_embedding_sample.npz`: a sample of the initial embedding table for the histogram plot
   (embinit.sweep.reporting), plain arrays only: `read_init_sample` loads it with `allow_pickle=False`.
   Every file here may have come through the object store, so nothing here ever unpickles;
-- `test_hypotheses.txt` and `test_references.txt` (`OUTPUT_FILES`): a translation trial's test outputs at
-  its best checkpoint, one sentence a line, the exact strings `test/bleu` scored (written by
-  embinit.train.lifecycle.finish from `Task.test_outputs`), so a researcher can run sacrebleu's own
-  significance tests (`sacrebleu test_references.txt -i A/test_hypotheses.txt B/... --paired-bs`) or
-  read the translations.
+- the per-example outputs of the best checkpoint (`is_output_file`; written by
+  embinit.train.lifecycle.finish from `Task.test_outputs`), one line per example in the split's order:
+  a translation trial's `test_hypotheses.txt` and `test_references.txt`, the exact strings `test/bleu`
+  scored, so a researcher can run sacrebleu's own significance tests (`sacrebleu test_references.txt -i
+  A/test_hypotheses.txt B/... --paired-bs`) or read the translations; a classifier's
+  `<split>_predictions.txt` and `<split>_labels.txt` (label ids) per evaluation split, the examples its
+  selected dev accuracy counted, for McNemar's test between two trials.
 
 The sweep logs `best.pt` as the MLflow artifact `BEST_ARTIFACT` (`checkpoint/best.pt`), which the
 analyses download (embinit.analysis.sources), and the test outputs under `OUTPUTS_ARTIFACT_DIR`
@@ -27,6 +29,7 @@ Torch-free and MLflow-free: the API's side (embinit.storage) imports it.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from embinit.errors import EmbinitError
@@ -37,8 +40,22 @@ BEST_ARTIFACT = f"{BEST_ARTIFACT_DIR}/{BEST}"          # the artifact path of a 
 INIT_SAMPLE = "init_embedding_sample.npz"
 OLD_INIT_SAMPLE = "init_embedding_sample.npy"          # the pickled format before; never loaded
 TEST_HYPOTHESES, TEST_REFERENCES = "test_hypotheses.txt", "test_references.txt"
-OUTPUT_FILES = (TEST_HYPOTHESES, TEST_REFERENCES)
-OUTPUTS_ARTIFACT_DIR = "outputs"                       # the MLflow artifact folder of OUTPUT_FILES
+OUTPUT_KINDS = ("hypotheses", "references", "predictions", "labels")
+_OUTPUT_FILE = re.compile(rf"[A-Za-z0-9_-]+_(?:{'|'.join(OUTPUT_KINDS)})\.txt")
+OUTPUTS_ARTIFACT_DIR = "outputs"                       # the MLflow artifact folder of the output files
+
+
+def output_file(split: str, kind: str) -> str:
+    """The file name of `kind` (one of OUTPUT_KINDS) outputs of evaluation split `split` (characters a
+    file name should not hold become `_`)."""
+    if kind not in OUTPUT_KINDS:
+        raise ValueError(f"output kind {kind!r} is not one of {list(OUTPUT_KINDS)}")
+    return f"{re.sub(r'[^A-Za-z0-9_-]', '_', split) or 'split'}_{kind}.txt"
+
+
+def is_output_file(name: str) -> bool:
+    """Whether `name` is a per-example output file (`output_file`'s form): what the sweep logs as such."""
+    return bool(_OUTPUT_FILE.fullmatch(name))
 
 
 def lines_text(sentences: list[str]) -> str:

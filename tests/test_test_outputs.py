@@ -1,7 +1,8 @@
-"""A translation trial keeps the test outputs its `test/bleu` came from: the hypotheses of its best
-checkpoint and the references, one sentence a line, in its folder (the sweep logs them as `outputs/`).
-Scored again by sacrebleu they give the logged BLEU exactly, so a researcher can run sacrebleu's own
-significance tests on two inits' files. A kind without per-example outputs writes none."""
+"""A trial keeps the per-example outputs its reported metric came from, in its folder (the sweep logs
+them as `outputs/`): a translation trial the test hypotheses of its best checkpoint and the references,
+one sentence a line, which scored again by sacrebleu give the logged BLEU exactly (so a researcher can run
+sacrebleu's own significance tests on two inits' files); a classifier the dev predictions and labels
+whose accuracy is the best checkpoint's."""
 
 from __future__ import annotations
 
@@ -50,10 +51,20 @@ def test_a_translation_trial_keeps_the_outputs_its_test_bleu_scored(tmp_path):
     assert sorted(logged) == [("outputs", str(out / cf.TEST_HYPOTHESES)), ("outputs", str(out / cf.TEST_REFERENCES))]
 
 
-def test_a_classification_trial_writes_no_outputs(tmp_path):
+def test_a_classifier_keeps_the_dev_predictions_its_selected_accuracy_counted(tmp_path):
     out = tmp_path / "trial"
-    run_trial(_cfg("synthetic_classification"), out_dir=out, cache_dir=tmp_path / "cache")
-    assert not [f for f in cf.OUTPUT_FILES if (out / f).exists()]
+    r = run_trial(_cfg("synthetic_classification"), out_dir=out, cache_dir=tmp_path / "cache")
+    predictions = [int(x) for x in (out / cf.output_file("dev", "predictions")).read_text().splitlines()]
+    labels = [int(x) for x in (out / cf.output_file("dev", "labels")).read_text().splitlines()]
+    assert len(predictions) == len(labels) == r.info["split_sizes"]["dev"] > 0
+    assert len(set(labels)) > 1 and len(set(predictions)) > 1      # not one constant line
+    # the accuracy of the kept predictions is the best checkpoint's, the one the report shows
+    assert sum(p == y for p, y in zip(predictions, labels)) / len(labels) == pytest.approx(r.best["val/acc"],
+                                                                                          abs=1e-12)
+    at_best = next(h for h in r.history if h["epoch"] == r.best_epoch)
+    assert at_best["val/acc"] == r.best["val/acc"]
+    logged = artifacts({"history": []}, out, SimpleNamespace(log_checkpoint=False, log_plots=False), "t")
+    assert [Path(p).name for _, p in logged] == ["dev_labels.txt", "dev_predictions.txt"]
 
 
 def test_outputs_keep_one_sentence_a_line_and_only_their_names(tmp_path):
@@ -62,6 +73,10 @@ def test_outputs_keep_one_sentence_a_line_and_only_their_names(tmp_path):
     (tmp_path / cf.TEST_HYPOTHESES).write_text("old\n")
     assert ckpt.save_outputs(tmp_path, {cf.TEST_HYPOTHESES: "new\n"}) == [tmp_path / cf.TEST_HYPOTHESES]
     assert (tmp_path / cf.TEST_HYPOTHESES).read_text() == "new\n" and not list(tmp_path.glob("*.tmp"))
-    with pytest.raises(ValueError, match=r"\['notes.txt'\] are not among"):
+    with pytest.raises(ValueError, match=r"\['notes.txt'\] are not named as"):
         ckpt.save_outputs(tmp_path, {"notes.txt": "x"})
     assert not Path(tmp_path / "notes.txt").exists()
+    assert cf.output_file("dev/matched x", "labels") == "dev_matched_x_labels.txt"   # a safe file name
+    assert cf.is_output_file("dev_matched_predictions.txt") and not cf.is_output_file("../x_labels.txt")
+    with pytest.raises(ValueError, match="output kind 'scores'"):
+        cf.output_file("dev", "scores")

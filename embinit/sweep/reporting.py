@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from embinit.tracking import mlflow_store, trial_run
-from embinit.checkpoint_files import BEST, BEST_ARTIFACT_DIR, INIT_SAMPLE, OLD_INIT_SAMPLE, OUTPUT_FILES, \
-    OUTPUTS_ARTIFACT_DIR, read_init_sample, write_init_sample
+from embinit.checkpoint_files import BEST, BEST_ARTIFACT_DIR, INIT_SAMPLE, OLD_INIT_SAMPLE, OUTPUTS_ARTIFACT_DIR, \
+    is_output_file, read_init_sample, write_init_sample
 from embinit.errors import EmbinitError
 from embinit.sweep import resume
 from embinit.sweep.resume import RUN_ID_FILE
@@ -84,13 +84,14 @@ def _save_init_sample(model, path: Path) -> None:
 
 
 def artifacts(res: dict, out_dir: Path, ctx: SweepContext, label: str) -> list[tuple[str, str]]:
-    """(artifact dir, local file): the best checkpoint (optional), the test outputs (translation's
-    hypotheses and references, `outputs/`) and the two plots."""
+    """(artifact dir, local file): the best checkpoint (optional), the per-example outputs (`outputs/`:
+    translation's test hypotheses and references, a classifier's dev predictions and labels) and the two
+    plots."""
     out: list[tuple[str, str]] = []
     best = out_dir / BEST
     if ctx.log_checkpoint and best.exists():
         out.append((BEST_ARTIFACT_DIR, str(best)))  # the artifact checkpoint_files.BEST_ARTIFACT
-    out += [(OUTPUTS_ARTIFACT_DIR, str(out_dir / name)) for name in OUTPUT_FILES if (out_dir / name).exists()]
+    out += [(OUTPUTS_ARTIFACT_DIR, str(f)) for f in sorted(Path(out_dir).glob("*.txt")) if is_output_file(f.name)]
     if ctx.log_plots:
         from embinit import plots
         curve = plots.validation_curve(res["history"], out_dir / "val_curve.png", label)

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from embinit.checkpoint_files import BEST, LAST, LAST_INFO, OUTPUT_FILES, last_info_text, parse_last_info
+from embinit.checkpoint_files import BEST, LAST, LAST_INFO, is_output_file, last_info_text, parse_last_info
 from embinit.errors import EmbinitError
 from embinit.trusted import is_trusted, opened_path
 
@@ -125,10 +125,11 @@ def save_best(out_dir: Path, model, config: dict, vocabs: dict[str, list[str]], 
 
 def save_outputs(out_dir: Path, outputs: dict[str, str]) -> list[Path]:
     """A task's test outputs ({file name: text}, `Task.test_outputs`) written into the trial's folder,
-    each replaced whole; the names must be `checkpoint_files.OUTPUT_FILES` (the sweep logs only those)."""
-    unknown = sorted(set(outputs) - set(OUTPUT_FILES))
+    each replaced whole; each name must be `checkpoint_files.output_file`'s form (the sweep logs only those)."""
+    unknown = sorted(name for name in outputs if not is_output_file(name))
     if unknown:
-        raise ValueError(f"test outputs {unknown} are not among {list(OUTPUT_FILES)}")
+        raise ValueError(f"test outputs {unknown} are not named as checkpoint_files.output_file names them "
+                         "(<split>_<hypotheses|references|predictions|labels>.txt)")
     paths = []
     for name, text in outputs.items():
         path = Path(out_dir) / name

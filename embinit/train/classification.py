@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from embinit.checkpoint_files import output_file
 from embinit.models.stacked import IGNORE
 from embinit.train.batching import bucket_batches, pad, stack_padded
 from embinit.train.decoding import EOS_ID, PAD_ID
@@ -29,6 +30,8 @@ class ClassificationTask:
         self.tracked = [(f"val/acc{self.suffix[s]}", "max") for s in self.eval_splits] + \
             [(f"val/loss{self.suffix[s]}", "min") for s in self.eval_splits]
         self._eval_batches: dict[str, list] = {}
+        self._eval_order: dict[str, list[int]] = {}    # per split: the example index of each batch row
+        self._predicted: dict[str, tuple[list[int], list[int]]] = {}   # per split: (predictions, labels)
 
     @classmethod
     def from_setup(cls, setup, autocast) -> "ClassificationTask":
@@ -44,6 +47,8 @@ class ClassificationTask:
         lengths = [len(ids) for ids, _ in examples]
         idx_batches = bucket_batches(lengths, batch_size=None if self.cfg.max_tokens else self.cfg.batch_size,
                                      max_tokens=self.cfg.max_tokens, generator=generator)
+        if generator is None:   # an evaluation split: where each row came from, for its predictions
+            self._eval_order[split] = [i for idx in idx_batches for i in idx]
         return [_batch(pad([examples[i][0] for i in idx]), torch.tensor([examples[i][1] for i in idx]))
                 for idx in idx_batches]
 
@@ -66,11 +71,13 @@ class ClassificationTask:
         return losses, (sum(b["ids"].numel() for b in batches), ids.numel())
 
     @torch.no_grad()
-    def _accuracy(self, model, split: str) -> tuple[float, float]:
+    def _accuracy(self, model, split: str, keep: bool = False) -> tuple[float, float]:
+        """(mean loss, accuracy) of `split`; `keep`: also keep each example's prediction (`test_outputs`)."""
         if split not in self._eval_batches:
             self._eval_batches[split] = self._batches(split)
         model.eval()
         sums, n = torch.zeros(2, dtype=torch.float64, device=self.device), 0   # (loss, correct), read once
+        predicted = []
         for batch in self._eval_batches[split]:
             labels = batch["labels"].to(self.device)
             with self.autocast():
@@ -78,8 +85,20 @@ class ClassificationTask:
             sums[0] += F.cross_entropy(logits, labels, reduction="sum")
             sums[1] += (logits.argmax(-1) == labels).sum()
             n += labels.numel()
+            if keep:
+                predicted.append(logits.argmax(-1))
         loss_sum, correct = sums.tolist()
+        if keep:
+            self._keep(split, torch.cat(predicted).tolist() if predicted else [])
         return loss_sum / max(n, 1), correct / max(n, 1)
+
+    def _keep(self, split: str, rows: list[int]) -> None:
+        """The predictions of `split`'s batch rows put back in the split's example order, with the labels."""
+        order, labels = self._eval_order[split], [int(ex[-1]) for ex in self.data.splits[split]]
+        predictions = [0] * len(labels)
+        for i, p in zip(order, rows):
+            predictions[i] = p
+        self._predicted[split] = (predictions, labels)
 
     def validate(self, model) -> dict:
         out = {}
@@ -90,7 +109,19 @@ class ClassificationTask:
         return out
 
     def test(self, model) -> dict:
-        return {}  # GLUE test labels are hidden: the paper reports dev accuracy
+        """No metrics (GLUE test labels are hidden: the paper reports dev accuracy); the best checkpoint's
+        predictions on every evaluation split are kept for `test_outputs`."""
+        for s in self.eval_splits:
+            self._accuracy(model, s, keep=True)
+        return {}
+
+    def test_outputs(self) -> dict[str, str]:
+        """Per evaluation split kept by `test`: the predicted and the true label ids, one example a line."""
+        out = {}
+        for split, (predictions, labels) in self._predicted.items():
+            out[output_file(split, "predictions")] = "".join(f"{p}\n" for p in predictions)
+            out[output_file(split, "labels")] = "".join(f"{y}\n" for y in labels)
+        return out
 
 
 def _short(split: str) -> str:

@@ -18,9 +18,10 @@ tests/test_task_contract.py:
   slots of the separate batches, of the stacked batch)); for a group of one it is `batch_loss`.
 - `validate(model)`: {"val/...": float} of the validation split; `test(model)`: {"test/...": ...} of
   the test split, {} without one. Both deterministic for a given model (no dropout: eval mode).
-- A kind with per-example test outputs also has `test_outputs()`: {file name: text} of the last `test`
-  call (translation: `checkpoint_files.OUTPUT_FILES`, the hypotheses and references `test/bleu` scored);
-  the trial writes them into its folder and the sweep logs them. A kind without one omits it.
+- A kind with per-example outputs also has `test_outputs()`: {file name (`checkpoint_files.output_file`):
+  text} of the last `test` call (translation: the test hypotheses and references `test/bleu` scored;
+  classification: each dev split's predicted and true labels); the trial writes them into its folder
+  and the sweep logs them. A kind without any omits it.
 - `device`, `autocast`, `data`, `cfg` attributes; `kind` names the registry kind.
 """
 
