@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import pytest
 
+from urllib.parse import unquote
+
+from embinit.commands import FromEnv, uri_arg
 from embinit.tracking import mlflow_store, server_check as tracking_server
 from embinit.errors import EmbinitError
-from embinit.redact import has_secret, masked, scrubbed
+from embinit.redact import has_secret, masked, masked_arg, scrubbed, secrets_of
 
 
 @pytest.mark.parametrize("uri, shown", [
@@ -28,9 +31,32 @@ def test_a_secret_in_a_uri_is_hidden(uri, shown):
 
 
 @pytest.mark.parametrize("uri", ["sqlite:////abs/mlflow.db", "sqlite:///mlflow.db", "http://mlflow:5000",
-                                 "file:///tmp/mlruns", "http://host:5000/a@b", "postgresql://u@db/m?sslmode=require"])
+                                 "file:///tmp/mlruns", "http://host:5000/a@b", "postgresql://u@db/m?sslmode=require",
+                                 # a user name (libpq reads the password from ~/.pgpass or PGPASSWORD)
+                                 "postgresql://reader@db/mlflow", "postgresql+psycopg://mlflow@db:5432/mlflow",
+                                 "mysql://u@h/m", "http://host/a@b", "https://host:5000?next=a@b"])
 def test_a_uri_without_a_secret_is_shown_as_given(uri):
-    assert masked(uri) == uri and not has_secret(uri)
+    assert masked(uri) == uri and not has_secret(uri) and secrets_of(uri) == []
+
+
+@pytest.mark.parametrize("uri, shown", [
+    ("https://ghp_abcdef123456@mlflow.example.org/", "https://***@mlflow.example.org/"),
+    ("https://s3cret-TOKEN@host:5000/path", "https://***@host:5000/path"),
+    ("HTTP://dapi%2Bs3cret@mlflow:5000", "HTTP://***@mlflow:5000"),
+    ("wss://s3cret@ray:8265/?token=t0ken", "wss://***@ray:8265/?token=***"),
+    ("http://user@s3cret@mlflow:5000", "http://***@mlflow:5000"),   # an unescaped '@': up to the last
+])
+def test_a_bare_token_as_a_web_urls_userinfo_is_hidden(uri, shown):
+    """An http(s)/ws(s) userinfo without a ':' is a token (GitHub, Databricks, a proxied MLflow server):
+    hidden in the URI, found as a secret, scrubbed from a message quoting it, masked on a command line and
+    taken from the environment by a printed command."""
+    token = uri.split("//", 1)[1].rsplit("@", 1)[0]
+    assert masked(uri) == shown and has_secret(uri) and not has_secret(shown.replace("***", ""))
+    assert token in secrets_of(uri) and unquote(token) in secrets_of(uri)
+    text = scrubbed(f"401 Unauthorized for {uri} (token {unquote(token)})", [uri])
+    assert token not in text and unquote(token) not in text and shown.split("?")[0] in text
+    assert masked_arg(f"--tracking-uri={uri}") == f"--tracking-uri={shown}" and masked_arg(uri) == shown
+    assert isinstance(uri_arg(uri), FromEnv)
 
 
 def test_a_message_quoting_a_password_has_it_scrubbed_in_every_spelling():

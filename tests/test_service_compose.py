@@ -16,12 +16,25 @@ from service.settings import Settings
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 SERVICES = COMPOSE["services"]
+RAW = (ROOT / "docker-compose.yml").read_text()
 _DEFAULT = re.compile(r"\$\{([A-Z_]+):-([^}]*)\}")
+_REQUIRED = re.compile(r"\$\{([A-Z_]+):\?([^}]*)\}")
+# what the user sets before `docker compose up` (docs/deployment.md): compose refuses to start without it
+GIVEN = {"POSTGRES_PASSWORD": "set-by-the-user"}
 
 
-def resolved(value: str) -> str:
-    """`${VAR:-default}` -> default, as compose does with VAR unset."""
-    return _DEFAULT.sub(lambda m: m.group(2), str(value))
+class Unset(Exception):
+    """A `${VAR:?message}` with VAR unset: compose stops with the message."""
+
+
+def resolved(value: str, given: dict[str, str] = GIVEN) -> str:
+    """`${VAR:-default}` -> default, as compose does with VAR unset; `${VAR:?message}` -> VAR's value in
+    `given`, or Unset as compose refuses."""
+    def required(m: re.Match) -> str:
+        if m.group(1) not in given:
+            raise Unset(f"{m.group(1)}: {m.group(2)}")
+        return given[m.group(1)]
+    return _REQUIRED.sub(required, _DEFAULT.sub(lambda m: m.group(2), str(value)))
 
 
 def env(service: str) -> dict[str, str]:
@@ -82,6 +95,30 @@ def test_tracking_uri_points_at_the_mlflow_service():
     assert f"mlflow:{uri.port}" in option(cmd, "--allowed-hosts").split(",")
     ui = urlparse(env("api")["EMBINIT_MLFLOW_UI_URL"])
     assert published("mlflow")[uri.port] == ui.port
+
+
+def _written(service: str) -> list[str]:
+    """A service's environment values and command, as the file writes them."""
+    spec = SERVICES[service]
+    return [str(v) for v in (spec.get("environment") or {}).values()] + [str(spec.get("command", ""))]
+
+
+def test_no_service_has_a_default_database_password():
+    """The database password has no default (`${POSTGRES_PASSWORD:-embinit}` gave every copy of this file
+    the same one): every password a service is given, as POSTGRES_PASSWORD or in a connection URL, is
+    `${POSTGRES_PASSWORD:?...}`, which compose refuses to start without."""
+    passwords = {name: [str(v) for k, v in (SERVICES[name].get("environment") or {}).items() if "PASSWORD" in k]
+                 + [m.group(1) for text in _written(name)
+                    for m in re.finditer(r"://[^/:@\s]+:(\$\{[^}]*\}|[^@\s]+)@", text)] for name in SERVICES}
+    given = [(name, p) for name, found in passwords.items() for p in found]
+    assert len(given) == 4, given    # postgres's own, MLflow's backend store, the API's two URLs
+    for name, password in given:
+        required = _REQUIRED.fullmatch(password)
+        assert required and required.group(1) == "POSTGRES_PASSWORD", f"{name}: a default password {password!r}"
+    assert not _DEFAULT.search(" ".join(re.findall(r"\$\{POSTGRES_PASSWORD[^}]*\}", RAW)))
+    for name in ("postgres", "mlflow", "api"):   # compose refuses to start each without it
+        with pytest.raises(Unset, match="POSTGRES_PASSWORD"):
+            [resolved(text, given={}) for text in _written(name)]
 
 
 def test_mlflow_server_setup():

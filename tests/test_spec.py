@@ -183,6 +183,16 @@ def test_the_spec_hash_does_not_hold_the_password_either(monkeypatch):
     assert plain.recorded() == plain.canonical()
 
 
+
+def test_the_recorded_spec_and_its_hash_hold_no_token_of_a_web_store(monkeypatch):
+    """A bare token as an http(s) URL's userinfo (`https://TOKEN@host/`) is a password too: masked in the
+    recorded spec, and a rotated token keeps the hash."""
+    monkeypatch.setenv("MLFLOW_URL", "https://ghp_abcdef123456@mlflow.example.org/")
+    spec = load_spec(base(mlflow={"tracking_uri": "${MLFLOW_URL}"}))
+    assert "ghp_abcdef123456" not in spec.to_yaml() and "https://***@mlflow.example.org/" in spec.to_yaml()
+    monkeypatch.setenv("MLFLOW_URL", "https://ghp_rotated987654@mlflow.example.org/")
+    assert load_spec(base(mlflow={"tracking_uri": "${MLFLOW_URL}"})).spec_hash() == spec.spec_hash()
+
 def test_paths_lists_every_path_field():
     spec = load_spec(base(inits=[{"tgt": "glove", "src": "xavier", "pretrained": "/g.txt"}],
                           data_dir="/d", cache_dir="/c", tasks=[{"task": "multi30k", "data_dir": "/m"}]))

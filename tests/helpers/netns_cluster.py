@@ -218,7 +218,11 @@ class Cluster:
         (self.root / "disk").mkdir(parents=True)
         (self.root / OWNER).write_text(str(os.getpid()))
         (self.root / "logs").mkdir()
-        self.token.write_text(secrets.token_hex(32))
+        # readable by its owner alone from its creation, and never written into a file already there (as
+        # helpers.ray_cluster.write_token): whoever reads it joins the cluster and runs code on every host
+        fd = os.open(self.token, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(32))
         self.switch.create()
         for name, number in HOSTS.items():
             self.switch.add(name, number)
