@@ -5,7 +5,9 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from sacrebleu.metrics import BLEU
 
+from embinit.checkpoint_files import TEST_HYPOTHESES, TEST_REFERENCES
 from embinit.config import TrialConfig
 from embinit.tasks import load_task
 from embinit.tasks.synthetic import LEXICON
@@ -43,7 +45,7 @@ def test_a_trial_with_oov_rows_reports_the_subset(tmp_path):
     full = run_trial(TrialConfig(pretrained=write_vectors(tmp_path / "all.txt", WORDS), **kw), cache_dir=tmp_path)
     assert not [k for k in full.test if k.startswith("oov/")]    # nothing missing: no subset
     part = write_vectors(tmp_path / "part.txt", [w for w in WORDS if w not in MISSING])
-    r = run_trial(TrialConfig(pretrained=part, **kw), cache_dir=tmp_path)
+    r = run_trial(TrialConfig(pretrained=part, **kw), out_dir=tmp_path / "trial", cache_dir=tmp_path)
     data = load_task("synthetic_translation", max_train_examples=300, cache_dir=tmp_path)
     ids = {data.vocab.index(w) for w in MISSING if w in data.vocab}
     expected = {split: sum(1 for _, t in data.splits[split] if ids.intersection(t)) for split in ("val", "test")}
@@ -51,3 +53,8 @@ def test_a_trial_with_oov_rows_reports_the_subset(tmp_path):
     assert r.test["oov/val_sentences"] == expected["val"] and r.test["oov/test_sentences"] == expected["test"]
     assert r.test["oov/val_loss"] != pytest.approx(r.history[-1]["val/loss"], rel=1e-6)
     assert r.test["oov/test_loss"] > 0 and 0 <= r.test["oov/test_bleu"] <= 100 and "oov/val_bleu" in r.test
+    # the test outputs are the whole test split's, which test/bleu scored, not the OOV subset scored after it
+    hyps = (tmp_path / "trial" / TEST_HYPOTHESES).read_text().splitlines()
+    refs = (tmp_path / "trial" / TEST_REFERENCES).read_text().splitlines()
+    assert len(hyps) == len(refs) == len(data.splits["test"]) > expected["test"]
+    assert BLEU(lowercase=True, force=True).corpus_score(hyps, [refs]).score == pytest.approx(r.test["test/bleu"])

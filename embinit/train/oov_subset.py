@@ -38,7 +38,7 @@ def subset_view(task, split: str, idx: list[int]):
     data.splits = {**data.splits, split: [data.splits[split][i] for i in idx]}
     data.references = {**data.references, split: [data.references[split][i] for i in idx]}
     view = copy.copy(task)
-    view.data, view._eval_batches, view._scorers = data, {}, {}   # its own batches and BLEU scorers
+    view.data, view._eval_batches, view._scorers, view._scored = data, {}, {}, {}   # its own batches, scorers, outputs
     return view
 
 
