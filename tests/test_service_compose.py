@@ -121,9 +121,18 @@ def test_no_service_has_a_default_database_password():
             [resolved(text, given={}) for text in _written(name)]
 
 
+def test_no_password_is_on_a_command_line():
+    """A process's command line is readable by every user of its host (`ps`): the database password is
+    only ever in an environment (MLflow's server reads --backend-store-uri from MLFLOW_BACKEND_STORE_URI)."""
+    for name, spec in SERVICES.items():
+        assert "POSTGRES_PASSWORD" not in str(spec.get("command", "")), name
+        assert "PASSWORD" not in str(spec.get("entrypoint", "")), name
+
+
 def test_mlflow_server_setup():
     cmd = command("mlflow")
-    backend = urlparse(option(cmd, "--backend-store-uri"))
+    assert "--backend-store-uri" not in cmd   # in the environment (above)
+    backend = urlparse(env("mlflow")["MLFLOW_BACKEND_STORE_URI"])
     assert backend.scheme.startswith("postgresql") and backend.hostname == "postgres"
     pg = env("postgres")
     assert backend.username == pg["POSTGRES_USER"] and backend.password == pg["POSTGRES_PASSWORD"]
@@ -138,7 +147,7 @@ def test_trials_write_to_the_database_behind_the_mlflow_server():
     serves (another one would split the runs between two stores; the sweep checks it again at its start)."""
     api = env("api")
     assert api["EMBINIT_TRACKING_WRITE_DIRECT"] == "true"
-    assert api["EMBINIT_TRACKING_READ_URI"] == option(command("mlflow"), "--backend-store-uri")
+    assert api["EMBINIT_TRACKING_READ_URI"] == env("mlflow")["MLFLOW_BACKEND_STORE_URI"]
     assert urlparse(api["EMBINIT_TRACKING_URI"]).hostname == "mlflow"
 
 

@@ -130,10 +130,11 @@ class Cluster:
         host = self.host("mlflow")
         self.procs["mlflow"] = host.start(
             [str(BIN / "mlflow"), "server", "--host", host.addr, "--port", str(MLFLOW), "--workers", "1",
-             "--backend-store-uri", self.pg_url("mlflow"), "--serve-artifacts",
-             "--artifacts-destination", f"{host.disk}/mlartifacts",
+             "--serve-artifacts", "--artifacts-destination", f"{host.disk}/mlartifacts",
              "--allowed-hosts", f"{host.addr},{host.addr}:{MLFLOW}"],
-            self.env(MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false"), "mlflow")
+            # the store in the environment, as docker-compose.yml gives it (no password on a command line)
+            self.env(MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false", MLFLOW_BACKEND_STORE_URI=self.pg_url("mlflow")),
+            "mlflow")
 
     def start_s3(self) -> None:
         host = self.host("s3")
