@@ -33,3 +33,17 @@ def hf_load_error(name: str, e: Exception) -> EmbinitError:
     first = (str(e).strip().splitlines() or [type(e).__name__])[0]
     where = "folder" if Path(name).expanduser().is_dir() else "hub id (needs the network)"
     return EmbinitError(f"cannot load Hugging Face model {name!r} ({where}): {first}")
+
+
+def empty_tokenizer(tok, name: str) -> EmbinitError | None:
+    """The error for a tokenizer `transformers` loaded with no vocabulary beyond its special tokens, else
+    None. A model folder without its tokenizer files (config.json and weights only) loads as such a
+    tokenizer, without an error, and then turns every word into its unknown token."""
+    specials = set(getattr(tok, "all_special_tokens", ()))
+    vocab = tok.get_vocab()
+    if any(t not in specials for t in vocab):
+        return None
+    return EmbinitError(f"the Hugging Face tokenizer of {name!r} has no vocabulary beyond its {len(vocab)} "
+                        f"special token(s) {sorted(vocab)}, so every word would become "
+                        f"{getattr(tok, 'unk_token', None)!r}: a model folder needs its tokenizer files "
+                        "(tokenizer.json, vocab.txt, a SentencePiece .model, ...) beside config.json")

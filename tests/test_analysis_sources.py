@@ -43,6 +43,23 @@ def test_a_tab_separated_file_gives_the_analysis_the_table_init_reads(tmp_path, 
     assert via_tabs == _analogy_rows(capsys, spaces, questions) and via_tabs[0]["total"] == 6
 
 
+@pytest.mark.parametrize("name", ["w.bin", "w.bin.gz"])
+def test_a_word2vec_binary_file_is_analysed_without_a_token_list(tmp_path, capsys, name):
+    """A binary file was refused with "need a token list; pass --vocab" (which `embinit similarity` does
+    not have); its words are now read in file order, as a text file's, the rows the init reads."""
+    from embinit.init import testing as tt
+    vecs = {w: np.asarray(v, dtype=np.float32) for w, v in VECS.items()}
+    binary = tt.write_word2vec_bin(tmp_path / name, vecs)
+    emb = load_embeddings(binary)
+    assert emb.tokens == list(VECS)
+    assert torch.equal(emb.matrix, torch.tensor(np.stack(list(vecs.values()))))
+    assert load_embeddings(binary, top=2).tokens == list(VECS)[:2]
+    questions = tmp_path / "questions.txt"
+    questions.write_text(QUESTIONS)
+    assert _analogy_rows(capsys, binary, questions) == _analogy_rows(capsys, _write(tmp_path / "t.txt", VECS, " "),
+                                                                    questions)
+
+
 def test_an_npy_vocabulary_is_split_on_newlines_only(tmp_path):
     """A token may hold \\x85 or \\u2028 (str.splitlines() splits on them, init's reader does not): the
     analysis names every row as init does, and finds the same rows for the same tokens."""

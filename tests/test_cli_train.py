@@ -34,6 +34,21 @@ def test_train_summary_and_switches(tmp_path, capsys):
     assert captured.err == ""
 
 
+@pytest.mark.slow
+def test_the_summary_says_how_little_of_the_vocabulary_a_source_covers(tmp_path, capsys):
+    """A vectors file that barely overlaps the data trained a Xavier table labelled GloVe; the summary
+    gave no hint (the coverage was in the JSON and MLflow only)."""
+    from embinit.init import testing as tt
+    vectors = tt.write_text(tmp_path / "v.txt", tt.word_vectors(["zzqx", "the"], dim=32))
+    code = main(["train", "--task", "synthetic_classification", "--epochs", "1", "--threads", "1", "--quiet",
+                 "--init", "glove", "--pretrained", str(vectors), "--cache-dir", str(tmp_path / "c")])
+    out = capsys.readouterr().out
+    assert code == 0
+    line = next(x for x in out.splitlines() if x.startswith("pretrained coverage: "))
+    rows, total = int(line.split()[2]), int(line.split()[4])
+    assert rows <= 4 < total and "vocabulary rows (" in line and "of the training tokens" in line
+
+
 @pytest.mark.parametrize("args, message", [
     (["--task", "nope"], "'nope' is not a registered task"),
     (["--task", "synthetic_lm", "--heads", "5"], "heads=5 does not divide d_model=32"),

@@ -22,11 +22,17 @@ def _write(fmt, tmp_path, vectors):
         "fasttext": lambda: tt.write_text(tmp_path / "f.vec", vectors, header=True),
         "word2vec_bin": lambda: tt.write_word2vec_bin(tmp_path / "w.bin", vectors),
         "npy": lambda: tt.write_npy(tmp_path / "m.npy", vectors),
+        # the format is told by the content, not the name: GoogleNews' binary is .bin.gz, and word2vec
+        # text saved as .bin was read as binary (rows of ~1e25 built without an error)
+        "word2vec_bin_gz": lambda: tt.write_word2vec_bin(tmp_path / "w.bin.gz", vectors),
+        "word2vec_text_named_bin": lambda: tt.write_text(tmp_path / "w.bin", vectors, header=True),
+        "word2vec_bin_named_txt": lambda: tt.write_word2vec_bin(tmp_path / "w.txt", vectors),
     }[fmt]()
 
 
 FAMILY = {"glove": "glove", "glove_gz": "glove", "word2vec": "word2vec", "fasttext": "fasttext",
-          "word2vec_bin": "word2vec", "npy": "npy"}
+          "word2vec_bin": "word2vec", "npy": "npy", "word2vec_bin_gz": "word2vec",
+          "word2vec_text_named_bin": "word2vec", "word2vec_bin_named_txt": "word2vec"}
 
 
 @pytest.mark.parametrize("fmt", list(FAMILY))

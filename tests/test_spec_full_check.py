@@ -159,3 +159,20 @@ def test_a_rule_on_one_task_names_its_trials_only():
     assert e.value.problems == [("trials synthetic_translation x Xavier", "tie_embeddings applies to language "
                                  "models only; 'synthetic_translation' is a translation task")]
     check_spec({**spec, "tasks": spec["tasks"][1:]}, local=False)   # an LM may tie its tables
+
+
+def test_run_refuses_bad_rows_in_the_data_files_before_opening_the_store(tmp_path, capsys):
+    """A data folder with every file present but bad rows passed the check: the sweep started Ray, made
+    the MLflow store and a FAILED trial run, and said which row only in the report's failed list."""
+    folder = tmp_path / "sst2"
+    folder.mkdir()
+    (folder / "train.tsv").write_text("sentence\tlabel\ngood film\tpositive\nbad film\t0\nok\tx\n")
+    (folder / "dev.tsv").write_text("sentence\tlabel\nfine\t1\n")
+    (tmp_path / "s.yaml").write_text(f"name: s\ntasks: [{{task: sst2, data_dir: ./sst2}}]\ninits: [xavier]\n"
+                                     f"mlflow: {{tracking_uri: 'sqlite:///{tmp_path}/m.db'}}\n")
+    for dry in ([], ["--dry-run"]):
+        assert main(["run", str(tmp_path / "s.yaml"), *dry]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("embinit: error: invalid experiment spec (1 problem): tasks[0].data_dir: ")
+        assert "train.tsv:2: unknown label 'positive'" in err and "train.tsv:4: unknown label 'x'" in err
+    assert not (tmp_path / "m.db").exists()

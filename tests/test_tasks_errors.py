@@ -179,3 +179,50 @@ def test_nli_rows_with_fewer_annotator_labels_are_read_extra_fields_are_not(tmp_
     write(folder / "dev_matched.tsv", good + ["2\ta\tb\tx\tneutral\tneutral\tneutral"])
     with pytest.raises(EmbinitError, match=r"dev_matched\.tsv:4: expected 6 tab-separated fields.*got 7"):
         load("mnli", folder)
+
+
+def test_every_bad_row_of_every_file_is_listed_in_one_error(tmp_path):
+    """The first bad row alone was reported: a file with three needed three rounds of fixing."""
+    folder = sst2(tmp_path / "s", ["fine\t1", "bad\tx", "ok\t0", "worse\ty", "a\tb\tc"], dev_rows=["odd\t2"])
+    with pytest.raises(EmbinitError) as e:
+        load("sst2", folder)
+    msg = str(e.value)
+    assert "train.tsv: 3 problems" in msg
+    for where in ("train.tsv:3: unknown label 'x'", "train.tsv:5: unknown label 'y'",
+                  "train.tsv:6: expected 2 tab-separated fields", "dev.tsv:2: unknown label '2'"):
+        assert where in msg, where
+
+
+def test_not_utf8_names_each_line_and_its_byte(tmp_path):
+    """The error gave the decoder's offset within its read buffer ('position 250'), not a line."""
+    folder = sst2(tmp_path / "s", ["fine\t1"])
+    (folder / "train.tsv").write_bytes(b"sentence\tlabel\nfine\t1\ncaf\xe9\t1\nok\t0\nna\xefve\t0\n")
+    with pytest.raises(EmbinitError) as e:
+        load("sst2", folder)
+    msg = str(e.value)
+    assert "train.tsv:3: not UTF-8: byte 0xe9 at column 4" in msg
+    assert "train.tsv:5: not UTF-8: byte 0xef at column 3" in msg and "iconv" in msg
+
+
+def _multi30k(folder, train_de, train_en):
+    for stem in ("val", "test_2016_flickr"):
+        write(folder / f"{stem}.de", ["ein hund", "eine katze"])
+        write(folder / f"{stem}.en", ["a dog", "a cat"])
+    (folder / "train.de").write_text(train_de, encoding="utf-8")
+    (folder / "train.en").write_text(train_en, encoding="utf-8")
+    return folder
+
+
+def test_blank_parallel_lines_are_no_pairs_and_a_one_sided_blank_is_an_error(tmp_path):
+    """Blank lines were read as pairs: ('', '') trained on (and in val/test an empty reference scored),
+    ('ein hund', '') silently; a trailing blank line in one file only was a misalignment."""
+    folder = _multi30k(tmp_path / "m", "ein hund\n\neine katze\n\n\n", "a dog\n\na cat\n")
+    assert load("multi30k", folder).info["sizes"]["train"] == 2
+    folder = _multi30k(tmp_path / "m1", "ein hund\n\neine katze\nein haus\nende\n",
+                      "a dog\na bird\na cat\n\nthe end\n")
+    with pytest.raises(EmbinitError) as e:
+        load("multi30k", folder)
+    msg = str(e.value)
+    assert "2 problems" in msg
+    assert "train.de:2: blank, but line 2 of train.en is not" in msg
+    assert "train.en:4: blank, but line 4 of train.de is not" in msg

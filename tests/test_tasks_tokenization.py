@@ -9,7 +9,7 @@ import pytest
 from embinit.errors import EmbinitError
 from embinit.tasks import load_task, tokenization
 from embinit.tasks.tokenization import WordDetokenizer, resolve_tokenizer
-from embinit.vocab import SPECIALS
+from embinit.vocab import SPECIALS, Vocab
 from helpers.files import write
 
 REAL_GPT2 = Path("/work/shared/data/gpt2_tokenizer")   # optional, developer machines only
@@ -142,6 +142,24 @@ def test_hf_tokenizer_folder_vocab_from_training_strings(hf_folder, tmp_path):
     backend = resolved.load()       # the batched fast path gives exactly tokenize()'s strings
     texts = ["The cats sat.", "THE MATS", "", "cat ?"]
     assert backend.tokenize_batch(texts) == [backend.tok.tokenize(t) for t in texts]
+
+
+@pytest.mark.slow   # imports transformers and writes a tiny BERT
+def test_a_model_folder_without_tokenizer_files_is_refused_not_read_as_all_unk(tmp_path):
+    """transformers loads a folder holding only config.json and weights as a BERT tokenizer of its 5
+    special tokens, without an error: every word became [UNK] and the trial trained on nothing. The
+    task's tokenizer and the `hf` init's both refuse it, naming the folder."""
+    from embinit.init import build_table
+    from embinit.init.testing import write_tiny_bert
+    folder = write_tiny_bert(tmp_path / "bert")
+    for name in ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json"):
+        (folder / name).unlink(missing_ok=True)
+    write(tmp_path / "s" / "train.tsv", ["sentence\tlabel", "the cat sat\t1", "the dog ran\t0"])
+    write(tmp_path / "s" / "dev.tsv", ["sentence\tlabel", "the cat\t1"])
+    with pytest.raises(EmbinitError, match=r"tokenizer of '.*bert' has no vocabulary beyond its 5 special"):
+        load_task("sst2", data_dir=tmp_path / "s", tokenizer=str(folder), min_freq=1, cache_dir=False)
+    with pytest.raises(EmbinitError, match=r"tokenizer files \(tokenizer.json, vocab.txt"):
+        build_table("hf", Vocab(list(SPECIALS) + ["the", "cat"]), pretrained=str(folder), cache_dir=False)
 
 
 @pytest.mark.slow   # imports spaCy and builds two blank pipelines (~5 s here)

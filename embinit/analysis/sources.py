@@ -5,7 +5,7 @@
   default the first of those present);
 - a `.npy` matrix (tokens from its vocabulary file beside it when there is one, see
   `embinit.init.source_files.read_npy_vocab`; without one the rows are unnamed);
-- a GloVe / word2vec / fastText text file or word2vec `.bin` (read by `embinit.init`'s loaders; rows in
+- a GloVe / word2vec / fastText text file or a word2vec binary file (read by `embinit.init`'s loaders; rows in
   file order, i.e. by frequency for GloVe; `top` keeps the first N words; a repeated word keeps its
   first row);
 - an MLflow run id (32 hex digits) or `runs:/<id>`: the run's `checkpoint/best.pt` artifact is
@@ -86,10 +86,9 @@ def load_vectors(path: str | Path, top: int | None = None) -> Embeddings:
         names = source_files.read_npy_vocab(path, arr.shape[0]) if source_files.find_npy_vocab(path) else None
         matrix = torch.from_numpy(arr[:top].astype("float32"))
         return Embeddings(matrix, names[:top] if names is not None else None, str(path))
-    if fmt == "word2vec_bin":
-        raise EmbinitError(f"{path}: word2vec binary files need a token list; pass --vocab")
     words = vectors.words(path, top)
-    aligned = vectors.load_text(path, words)
+    load = vectors.load_word2vec_binary if fmt == "word2vec_bin" else vectors.load_text
+    aligned = load(path, words)
     if aligned.found.numel() != len(words):
         raise EmbinitError(f"{path}: read {aligned.found.numel()} rows for {len(words)} words")
     return Embeddings(aligned.rows, words, str(path))

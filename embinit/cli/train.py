@@ -204,6 +204,16 @@ def _flag(where: str) -> str | None:
     return "--" + field.split(".")[0].split("[")[0].replace("_", "-")
 
 
+def _coverage_lines(coverage: dict | None) -> list[str]:
+    """How much of each vocabulary a pretrained source had (a source that barely overlaps the data is
+    a Xavier table under the source's label: the summary says so, not only the JSON and MLflow)."""
+    if not coverage:
+        return []
+    sides = [("", coverage)] if "rows_found" in coverage else [(f" ({side})", c) for side, c in coverage.items()]
+    return [f"pretrained coverage{side}: {c['rows_found']} of {c['rows_total']} vocabulary rows "
+            f"({c['row_share']:.1%}), {c['token_share']:.1%} of the training tokens" for side, c in sides]
+
+
 def summary(result) -> str:
     def fmt(d):
         return ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in d.items())
@@ -218,6 +228,7 @@ def summary(result) -> str:
         lines.append(f"test: {fmt(result.test)}")
     if result.bleu_signature:
         lines.append(f"bleu signature: {result.bleu_signature}")
+    lines += _coverage_lines(result.coverage)
     lines.append(f"wall time: {result.wall_time_s:.1f} s"
                  + (f"; best checkpoint: {result.checkpoint_path}" if result.checkpoint_path else ""))
     return "\n".join(lines)

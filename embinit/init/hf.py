@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from embinit.errors import EmbinitError, hf_load_error
+from embinit.errors import EmbinitError, empty_tokenizer, hf_load_error
 from embinit.init.aligned import Aligned, wanted_keys
 from embinit.vocab import BOS, EOS, PAD, UNK
 
@@ -103,6 +103,8 @@ def load_model_embeddings(name: str):
     finally:
         if bar:
             hf_logging.enable_progress_bar()
+    if (error := empty_tokenizer(tok, name)) is not None:
+        raise error
     return tok, weight
 
 

@@ -132,7 +132,9 @@ def file_dim(path: str | Path, fmt: str) -> int:
 
 
 def detect_format(path: str | Path) -> str:
-    """'hf' (a folder with config.json), 'npy', 'word2vec_bin' (.bin) or 'text'."""
+    """'hf' (a folder with config.json), 'npy' (.npy), else 'word2vec_bin' or 'text' by the file's content
+    (`is_word2vec_binary`), gzipped or not: a name says little (word2vec text is often saved as .bin, and
+    GoogleNews' binary is .bin.gz)."""
     p = Path(path).expanduser()
     if p.is_dir():
         if (p / "config.json").is_file():
@@ -140,9 +142,42 @@ def detect_format(path: str | Path) -> str:
         raise EmbinitError(f"folder {p} is not a Hugging Face model (no config.json)")
     if p.suffix == ".npy":
         return "npy"
-    if p.suffix == ".bin":
-        return "word2vec_bin"
-    return "text"
+    return "word2vec_bin" if is_word2vec_binary(p) else "text"
+
+
+def _is_number(field: bytes) -> bool:
+    try:
+        float(field)
+        return True
+    except ValueError:
+        return False
+
+
+def is_word2vec_binary(path: Path) -> bool:
+    """Whether a vector file (optionally .gz) is word2vec's binary format: an `N D` header, then per word
+    `word<space>` and D raw float32 values (4*D bytes), where a text file's first entry is a line ending
+    in numbers written out (D of them, or a word then any count: a broken line the text reader names).
+    Raw float bytes read as such a line (numbers between whitespace bytes up to a newline byte) never
+    occur in practice."""
+    with open_binary(path) as f:
+        try:
+            head = count_header(f.readline())
+            want = 4096 + 32 * head[1] if head else 0
+            chunk = f.read(want) if head else b""
+        except (OSError, EOFError) as e:
+            raise EmbinitError(f"cannot read pretrained file {path}: {e}") from None
+    if not head:   # word2vec binary always has the header
+        return False
+    dim = head[1]
+    chunk = chunk.lstrip(b"\n")
+    end = chunk.find(b"\n")
+    if end < 0 and len(chunk) >= want - 1:   # a text line longer than the chunk: not a binary entry's bytes
+        return False
+    fields = chunk[: len(chunk) if end < 0 else end].split()
+    if len(fields) > dim and all(_is_number(x) for x in fields[-dim:]):
+        return False
+    # a text line with a wrong number of values is still text: the text reader names its line
+    return not (len(fields) > 1 and all(_is_number(x) for x in fields[1:]))
 
 
 def hf_dim(name: str) -> int | None:

@@ -41,9 +41,10 @@ def write_text(path: str | Path, vectors: dict[str, np.ndarray], header: bool = 
 
 
 def write_word2vec_bin(path: str | Path, vectors: dict[str, np.ndarray]) -> Path:
+    """word2vec binary; gzip when the name ends .gz (as GoogleNews-vectors-negative300.bin.gz)."""
     path = Path(path)
     dim = len(next(iter(vectors.values())))
-    with open(path, "wb") as f:
+    with (gzip.open if path.suffix == ".gz" else open)(path, "wb") as f:
         f.write(f"{len(vectors)} {dim}\n".encode())
         for w, v in vectors.items():
             f.write(w.encode("utf-8") + b" " + np.asarray(v, dtype="<f4").tobytes() + b"\n")

@@ -1,4 +1,4 @@
-"""Word-vector file loaders: GloVe / word2vec / fastText text (optionally .gz), word2vec binary, .npy.
+"""Word-vector file loaders: GloVe / word2vec / fastText text, word2vec binary (both optionally .gz), .npy.
 
 Each loader streams the file and keeps only the rows the vocabulary needs. Text files: the word is
 split off each line and the floats are parsed only for needed words, so a 400k-line file costs one pass
@@ -15,7 +15,6 @@ the first file that exists of `X.vocab.txt`, `X.vocab`, `vocab.txt` in the same 
 
 from __future__ import annotations
 
-import mmap
 from contextlib import closing
 from pathlib import Path
 
@@ -24,8 +23,8 @@ import torch
 
 from embinit.errors import EmbinitError
 from embinit.init.aligned import Aligned, wanted_keys
-from embinit.init.source_files import (check_file, check_utf8, count_header, first_line, load_npy_matrix, open_binary,
-                                       read_npy_vocab)
+from embinit.init.source_files import (check_file, check_utf8, count_header, first_line, is_word2vec_binary,
+                                       load_npy_matrix, open_binary, read_npy_vocab)
 
 
 def _parse_row(parts: list[bytes], path: Path, lineno: int) -> list[float]:
@@ -140,13 +139,17 @@ def load_text(path: str | Path, tokens: list[str], lowercase: bool = False) -> A
 
 
 def words(path: str | Path, top: int | None = None) -> list[str]:
-    """The words of a text vector file in file order, each once (a repeated word's row is its first, as
-    `load_text` takes it), the first `top` of them when given: the same parse and errors as `load_text`,
-    so `load_text(path, words(path))` has a row for every word."""
+    """The words of a text or word2vec binary vector file in file order, each once (a repeated word's row
+    is its first, as the loaders take it), the first `top` of them when given: the same parse and errors
+    as `load_text` / `load_word2vec_binary`, so loading `words(path)` gives a row for every word."""
     path = check_file(path)
-    dim, head = _text_layout(path)
+    if is_word2vec_binary(path):
+        entries = ((k, word, None) for k, word, _ in _binary_entries(path))
+    else:
+        dim, head = _text_layout(path)
+        entries = _entries(path, dim, head)
     found: dict[bytes, None] = {}
-    with closing(_entries(path, dim, head)) as entries:
+    with closing(entries):
         for _, word, _ in entries:
             if word and word not in found:   # an empty word (a line starting with a space) names no row
                 found[word] = None
@@ -155,32 +158,58 @@ def words(path: str | Path, top: int | None = None) -> list[str]:
     return [w.decode("utf-8") for w in found]
 
 
-def load_word2vec_binary(path: str | Path, tokens: list[str], lowercase: bool = False) -> Aligned:
-    """word2vec binary: `N D\\n` then per word `word<space>` + D little-endian float32 (+ optional \\n)."""
-    path = check_file(path)
+_CHUNK = 1 << 20   # bytes read at a time from a binary file (a gzipped one streams)
+
+
+def _binary_header(path: Path) -> tuple[int, int]:
     head = count_header(first_line(path))
     if not head:
         raise EmbinitError(f"{path}:1: a word2vec binary file must start with an `N D` header")
-    n, dim = head
-    col = _Collector(wanted_keys(tokens, lowercase), tokens)
+    return head
+
+
+def _binary_entries(path: Path):
+    """(entry number, word, its 4*D value bytes) for each entry of a word2vec binary file (optionally
+    .gz), in file order: the one parse of such a file (`load_word2vec_binary` and `words`). The values
+    are a view into the read buffer: callers copy the few they keep."""
+    n, dim = _binary_header(path)
     width = 4 * dim
-    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-        pos = mm.find(b"\n") + 1
-        for k in range(n):
-            while pos < len(mm) and mm[pos:pos + 1] in (b"\n", b" "):
-                pos += 1
-            sp = mm.find(b" ", pos)
-            if sp < 0 or sp + 1 + width > len(mm):
-                raise EmbinitError(f"{path}: truncated at entry {k + 1} of {n} (byte {pos})")
-            word = mm[pos:sp]
-            if not word.isascii():
-                check_utf8(word, path, f"entry {k + 1}")
+    with open_binary(path) as f:
+        try:
+            f.readline()
+            buf, pos = b"", 0
+            for k in range(1, n + 1):
+                while True:
+                    while pos < len(buf) and buf[pos] in b"\n ":
+                        pos += 1
+                    sp = buf.find(b" ", pos)
+                    if sp >= 0 and sp + 1 + width <= len(buf):
+                        break
+                    chunk = f.read(_CHUNK)
+                    if not chunk:
+                        raise EmbinitError(f"{path}: truncated at entry {k} of {n} (the header's N)")
+                    buf, pos = buf[pos:] + chunk, 0
+                word = buf[pos:sp]
+                if not word.isascii():
+                    check_utf8(word, path, f"entry {k}")
+                yield k, word, memoryview(buf)[sp + 1: sp + 1 + width]
+                pos = sp + 1 + width
+        except (OSError, EOFError) as e:
+            raise EmbinitError(f"cannot read pretrained file {path}: {e}") from None
+
+
+def load_word2vec_binary(path: str | Path, tokens: list[str], lowercase: bool = False) -> Aligned:
+    """word2vec binary: `N D\\n` then per word `word<space>` + D little-endian float32 (+ optional \\n);
+    .gz is decompressed on the fly (GoogleNews-vectors-negative300.bin.gz)."""
+    path = check_file(path)
+    dim = _binary_header(path)[1]
+    col = _Collector(wanted_keys(tokens, lowercase), tokens)
+    with closing(_binary_entries(path)) as entries:
+        for _, word, values in entries:
             if word in col.wanted:
-                vec = np.frombuffer(mm[sp + 1: sp + 1 + width], dtype="<f4").tolist()
-                col.offer(word, vec)
+                col.offer(word, np.frombuffer(values, dtype="<f4").tolist())
                 if not col.pending:
                     break
-            pos = sp + 1 + width
     return col.result(dim, str(path))
 
 

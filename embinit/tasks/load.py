@@ -68,11 +68,24 @@ def source_splits(task: str, train_split: str | None = None, eval_split: str | N
 
 
 def check_files(task: str, data_dir=None, train_split: str | None = None, eval_split: str | None = None) -> None:
-    """What `load_task` would refuse about a task's local files, found without reading them (a preflight
-    for sweeps): a data_dir that is no folder, a required file missing (every one named)."""
+    """What `load_task` would refuse about a task's local files, found without tokenizing them (a
+    preflight for sweeps, before Ray or MLflow): a data_dir that is no folder, a required file missing
+    (every one named), then what reading them refuses (`local.read_local`: bad rows, misaligned or
+    one-sided blank parallel lines, lines that are not UTF-8; every file's problems). A version of the
+    files read without a problem is not read again in this process (the service checks every submission)."""
     folder = task_folder(task, data_dir)
-    if folder is not None:
-        local.find_files(task, task_entry(task).layout, folder, source_splits(task, train_split, eval_split))
+    if folder is None:
+        return
+    layout, splits = task_entry(task).layout, source_splits(task, train_split, eval_split)
+    files = local.find_files(task, layout, folder, splits)
+    version = (task, str(folder.resolve()), tuple(sorted(splits.items())),
+               tuple((str(p), st.st_size, st.st_mtime_ns) for ps in files.values() for p in ps for st in [p.stat()]))
+    if version not in _READ_WITHOUT_PROBLEMS:
+        local.read_local(task, layout, folder, splits)
+        _READ_WITHOUT_PROBLEMS.add(version)
+
+
+_READ_WITHOUT_PROBLEMS: set = set()   # check_files: (task, folder, splits, each file's path, size, mtime)
 
 
 def locate(task: str, data_dir, splits: dict[str, str], seed: int, noise: float = 0.0, cache_dir=None) -> Source:

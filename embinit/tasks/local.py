@@ -57,26 +57,72 @@ def find_files(task: str, layout: Layout, folder: Path, splits: dict[str, str]) 
     return found
 
 
+MAX_LISTED = 10   # problems of one file named in its error; the rest are counted
+
+
+def problems_error(path: Path, problems: list[str]) -> EmbinitError:
+    """One error for every problem found in a file (`path:line: what`), the first MAX_LISTED named."""
+    more = f" (and {len(problems) - MAX_LISTED} more)" if len(problems) > MAX_LISTED else ""
+    head = f"{path}: {len(problems)} problems: " if len(problems) > 1 else ""
+    return EmbinitError(head + " | ".join(problems[:MAX_LISTED]) + more)
+
+
+def _utf8_problems(path: Path, data: bytes) -> list[str]:
+    """`path:line: not UTF-8 ...` for each line of `data` that does not decode."""
+    problems = []
+    for lineno, line in enumerate(data.split(b"\n"), 1):
+        try:
+            line.decode("utf-8")
+        except UnicodeDecodeError as e:
+            problems.append(f"{path}:{lineno}: not UTF-8: byte 0x{line[e.start]:02x} at column {e.start + 1} in "
+                            f"'{line[:80].decode('utf-8', 'backslashreplace')}'")
+    return problems
+
+
 def read_lines(path: Path) -> list[str]:
-    """The lines of a UTF-8 text file (a byte-order mark is skipped), without line ends ("\r\n" too)."""
+    """The lines of a UTF-8 text file (a byte-order mark is skipped), without line ends ("\r\n" too). A file
+    that is not UTF-8 is an error naming each line that is not (re-encode it, e.g. iconv -f latin1)."""
     try:
         with open(path, encoding="utf-8-sig", newline="\n") as f:
             return [line.rstrip("\r\n") for line in f]
-    except UnicodeDecodeError as e:
-        raise EmbinitError(f"{path} is not UTF-8 text: {e}") from None
+    except UnicodeDecodeError:
+        problems = _utf8_problems(path, path.read_bytes())
+        raise problems_error(path, [*problems[:-1], problems[-1] + "; re-encode the file as UTF-8 (e.g. "
+                                                                  "iconv -f latin1 -t utf-8)"]) from None
     except OSError as e:
         raise EmbinitError(f"cannot read {path}: {e}") from None
 
 
+def _trailing_blanks_dropped(lines: list[str]) -> list[str]:
+    end = len(lines)
+    while end and not lines[end - 1].strip():
+        end -= 1
+    return lines[:end]
+
+
 def read_parallel(src_path: Path, tgt_path: Path) -> list[tuple[str, str]]:
+    """Line-aligned (src, tgt) pairs. Blank lines at a file's end are no pairs; a line blank on both
+    sides is skipped; a line blank on one side only (a sign of misalignment, and an empty target or
+    source to train and score on) is an error naming each such line."""
     src, tgt = read_lines(src_path), read_lines(tgt_path)
     unit = "lines"
     if iwslt.is_release_file(src_path):
         src, tgt, unit = iwslt.read_release_file(src), iwslt.read_release_file(tgt), "sentences"
+    src, tgt = _trailing_blanks_dropped(src), _trailing_blanks_dropped(tgt)
     if len(src) != len(tgt):
         raise EmbinitError(f"misaligned parallel files: {src_path} has {len(src)} {unit} but {tgt_path} "
-                           f"has {len(tgt)}")
-    return [(s.strip(), t.strip()) for s, t in zip(src, tgt)]
+                           f"has {len(tgt)} (not counting blank lines at the end)")
+    pairs, problems = [], []
+    for lineno, (s, t) in enumerate(zip(src, tgt), 1):
+        s, t = s.strip(), t.strip()
+        if bool(s) != bool(t):
+            blank, other = (src_path, tgt_path) if t else (tgt_path, src_path)
+            problems.append(f"{blank}:{lineno}: blank, but line {lineno} of {other.name} is not")
+        elif s:
+            pairs.append((s, t))
+    if problems:
+        raise problems_error(src_path.parent, problems)
+    return pairs
 
 
 def read_tsv(path: Path, layout: Layout) -> list[tuple]:
@@ -91,7 +137,7 @@ def read_tsv(path: Path, layout: Layout) -> list[tuple]:
         raise EmbinitError(f"{path}:1: header lacks column(s) {absent}; found {header}")
     cols = [header.index(c) for c in layout.columns]
     label_last = cols[-1] == len(header) - 1
-    rows = []
+    rows, problems = [], []
     for lineno, line in enumerate(lines[1:], 2):
         if not line.strip():
             continue
@@ -103,10 +149,16 @@ def read_tsv(path: Path, layout: Layout) -> list[tuple]:
             # header; the gold label is still its last field (as GLUE's own readers take it).
             values = [fields[i] for i in cols[:-1]] + [fields[-1]]
         else:
-            raise EmbinitError(f"{path}:{lineno}: expected {len(header)} tab-separated fields as in the "
-                               f"header, got {len(fields)}: {line[:80]!r}")
+            problems.append(f"{path}:{lineno}: expected {len(header)} tab-separated fields as in the header, "
+                            f"got {len(fields)}: {line[:80]!r}")
+            continue
         texts = [v.strip() for v in values[:-1]]
-        rows.append((*texts, label_id(values[-1], layout, f"{path}:{lineno}")))
+        try:
+            rows.append((*texts, label_id(values[-1], layout, f"{path}:{lineno}")))
+        except EmbinitError as e:   # every bad row of the file in one error, not the first alone
+            problems.append(str(e))
+    if problems:
+        raise problems_error(path, problems)
     return rows
 
 
@@ -114,7 +166,14 @@ def read_local(task: str, layout: Layout, folder: Path, splits: dict[str, str]) 
     """Read the splits (TaskData name -> source name) of `task` from `folder`."""
     files = find_files(task, layout, folder, splits)
     read = load(kind_entry(layout.kind).read_split)
-    out = {split: read(paths, layout) for split, paths in files.items()}
+    out, problems = {}, []
+    for split, paths in files.items():   # every file's problems at once, not the first file's alone
+        try:
+            out[split] = read(paths, layout)
+        except EmbinitError as e:
+            problems.append(str(e))
+    if problems:
+        raise EmbinitError(" | ".join(problems))
     evals = [s for s in layout.eval_splits if s in out]
     return RawData(layout.kind, out, evals, str(folder.resolve()), list(layout.label_names) or None,
                    {"files": {s: [p.name for p in ps] for s, ps in files.items()}})

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from embinit.errors import EmbinitError, unknown_name
+from embinit.errors import EmbinitError, empty_tokenizer, unknown_name
 from embinit.vocab import BOS, EOS, PAD
 
 # The registered tokenizers that cut whole words (also their backend kinds): trial keys ask this without
@@ -235,6 +235,8 @@ class HfBackend(Backend):
             raise EmbinitError(f"cannot load tokenizer {spec.source!r} with transformers.AutoTokenizer "
                                f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
                                f"offline? {hint}") from None
+        if (error := empty_tokenizer(self.tok, spec.source)) is not None:
+            raise error
         probe = self.tok.tokenize("Ab")
         self.lowercases = probe == self.tok.tokenize("ab")
 
