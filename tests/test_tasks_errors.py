@@ -226,3 +226,17 @@ def test_blank_parallel_lines_are_no_pairs_and_a_one_sided_blank_is_an_error(tmp
     assert "2 problems" in msg
     assert "train.de:2: blank, but line 2 of train.en is not" in msg
     assert "train.en:4: blank, but line 4 of train.de is not" in msg
+
+
+def test_labels_without_names_count_every_splits_ids():
+    """Hub data without label names: the classifier gets an output for every id any split uses (a dev
+    label missing from train, ids with a gap), not only the train labels' count."""
+    from embinit.tasks.build import build_classification
+    from embinit.tasks.raw import RawData
+    from embinit.tasks.tokenization import WhitespaceBackend, resolve_tokenizer
+    rows = {"train": [("a good film", 0), ("a bad film", 2), ("good", 0)], "dev": [("a film", 3)]}
+    tok = WhitespaceBackend(resolve_tokenizer("whitespace"))
+    built = build_classification(RawData("classification", rows, ["dev"], "test"), {"tok": tok}, 1, 16, False)
+    assert built["num_labels"] == 4 and built["info"]["label_names"] == ["0", "1", "2", "3"]
+    named = RawData("classification", rows, ["dev"], "test", label_names=["w", "x", "y", "z"])
+    assert build_classification(named, {"tok": tok}, 1, 16, False)["num_labels"] == 4

@@ -84,7 +84,10 @@ def build_classification(raw: RawData, tok: dict[str, Backend], min_freq: int, m
         stats.sizes[split] = len(labels)
         encoded = [[stats.encode(vocab, toks, split, max_len) for toks in col] for col in columns]
         splits[split] = [(*ids, label) for *ids, label in zip(*encoded, labels)]
-    labels = raw.label_names or sorted({r[-1] for r in raw.splits["train"]})
+    # label ids index the classifier's outputs: without names, as many as the largest id of any split needs
+    # (a label seen only in dev, or ids with a gap, would otherwise fall outside them)
+    ids = [r[-1] for rows in raw.splits.values() for r in rows]
+    labels = raw.label_names or list(range(max(ids) + 1 if ids else 0))
     return {"splits": splits, "vocab": vocab, "src_vocab": None, "references": {},
             "num_labels": len(labels), "info": {**stats.info(), "vocab_rule": rule,
                                                 "label_names": list(map(str, labels))}}
