@@ -24,6 +24,7 @@ from embinit.storage import Mirror, Store
 from helpers.s3 import s3_server, use_store
 
 ROOT = Path(__file__).resolve().parents[1]
+PLOTS_ONLY = SimpleNamespace(log_checkpoint=False, log_plots=True, log_outputs=True)   # a sweep's logging settings
 
 # (last.json's bytes, the epoch it names for trial "k")
 LAST_INFOS = [
@@ -91,7 +92,7 @@ def test_the_side_file_names_are_declared_once():
 def test_the_artifact_the_sweep_logs_is_the_one_the_analyses_download(tmp_path):
     from embinit.sweep.reporting import artifacts
     (tmp_path / cf.BEST).write_bytes(b"best")
-    ctx = SimpleNamespace(log_checkpoint=True, log_plots=False)
+    ctx = SimpleNamespace(log_checkpoint=True, log_plots=False, log_outputs=True)
     [(artifact_dir, local)] = artifacts({"history": []}, tmp_path, ctx, "t")
     assert f"{artifact_dir}/{Path(local).name}" == cf.BEST_ARTIFACT
 
@@ -164,7 +165,7 @@ def test_an_older_sweeps_pickled_sample_is_refused_with_a_warning_and_costs_only
     marker = tmp_path / "marker"
     _old_format(tmp_path / cf.OLD_INIT_SAMPLE, _RunsCode(marker))
     (tmp_path / cf.BEST).write_bytes(b"best")
-    ctx = SimpleNamespace(log_checkpoint=True, log_plots=True)
+    ctx = SimpleNamespace(log_checkpoint=True, log_plots=True, log_outputs=True)
     with pytest.warns(RuntimeWarning, match=r"older pickled format, which is not loaded.*no init histogram"):
         files = artifacts({"history": []}, tmp_path, ctx, "t")
     assert files == [(cf.BEST_ARTIFACT_DIR, str(tmp_path / cf.BEST))]
@@ -176,7 +177,7 @@ def test_a_crafted_sample_under_the_new_name_costs_only_the_plot(tmp_path):
     marker = tmp_path / "marker"
     _old_format(tmp_path / cf.INIT_SAMPLE, _RunsCode(marker))
     with pytest.warns(RuntimeWarning, match=r"Object arrays cannot be loaded when allow_pickle=False.*never loaded"):
-        assert artifacts({"history": []}, tmp_path, SimpleNamespace(log_checkpoint=False, log_plots=True), "t") == []
+        assert artifacts({"history": []}, tmp_path, PLOTS_ONLY, "t") == []
     assert not marker.exists()
 
 
@@ -185,7 +186,7 @@ def test_a_good_sample_gives_the_histogram(tmp_path):
     cf.write_init_sample(tmp_path / cf.INIT_SAMPLE, np.linspace(-0.1, 0.1, 40), (10, 4))
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
-        files = artifacts({"history": []}, tmp_path, SimpleNamespace(log_checkpoint=False, log_plots=True), "t")
+        files = artifacts({"history": []}, tmp_path, PLOTS_ONLY, "t")
     assert files == [("plots", str(tmp_path / "init_histogram.png"))] and Path(files[0][1]).stat().st_size > 0
 
 

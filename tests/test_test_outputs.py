@@ -22,6 +22,7 @@ from embinit.train import checkpoint as ckpt
 from embinit.train.trial import run_trial
 
 pytestmark = pytest.mark.slow   # trains two tiny models
+OUTPUTS_ONLY = SimpleNamespace(log_checkpoint=False, log_plots=False, log_outputs=True)   # a sweep's logging settings
 
 
 def _cfg(task="synthetic_translation", **kw):
@@ -47,8 +48,9 @@ def test_a_translation_trial_keeps_the_outputs_its_test_bleu_scored(tmp_path):
     assert cli.returncode == 0, cli.stderr
     baseline, other = json.loads(cli.stdout)
     assert baseline["BLEU"]["score"] == other["BLEU"]["score"] == pytest.approx(r.test["test/bleu"], abs=1e-9)
-    logged = artifacts({"history": []}, out, SimpleNamespace(log_checkpoint=False, log_plots=False), "t")
+    logged = artifacts({"history": []}, out, OUTPUTS_ONLY, "t")
     assert sorted(logged) == [("outputs", str(out / cf.TEST_HYPOTHESES)), ("outputs", str(out / cf.TEST_REFERENCES))]
+    assert artifacts({"history": []}, out, SimpleNamespace(**{**vars(OUTPUTS_ONLY), "log_outputs": False}), "t") == []
 
 
 def test_a_classifier_keeps_the_dev_predictions_its_selected_accuracy_counted(tmp_path):
@@ -63,7 +65,7 @@ def test_a_classifier_keeps_the_dev_predictions_its_selected_accuracy_counted(tm
                                                                                           abs=1e-12)
     at_best = next(h for h in r.history if h["epoch"] == r.best_epoch)
     assert at_best["val/acc"] == r.best["val/acc"]
-    logged = artifacts({"history": []}, out, SimpleNamespace(log_checkpoint=False, log_plots=False), "t")
+    logged = artifacts({"history": []}, out, OUTPUTS_ONLY, "t")
     assert [Path(p).name for _, p in logged] == ["dev_labels.txt", "dev_predictions.txt"]
 
 
@@ -80,3 +82,14 @@ def test_outputs_keep_one_sentence_a_line_and_only_their_names(tmp_path):
     assert cf.is_output_file("dev_matched_predictions.txt") and not cf.is_output_file("../x_labels.txt")
     with pytest.raises(ValueError, match="output kind 'scores'"):
         cf.output_file("dev", "scores")
+
+
+def test_log_outputs_is_a_spec_setting_that_keeps_old_hashes(tmp_path):
+    from embinit.spec import load_spec
+    data = {"name": "o", "tasks": [{"task": "synthetic_translation"}], "inits": ["xavier"], "seeds": 1}
+    plain = load_spec(data)
+    assert plain.mlflow.log_outputs is True and "log_outputs" not in plain.canonical()["mlflow"]
+    off = load_spec({**data, "mlflow": {"log_outputs": False}})
+    assert off.spec_hash() != plain.spec_hash() and load_spec(off.to_yaml()).mlflow.log_outputs is False
+    assert load_spec({**data, "mlflow": {"log_outputs": True}}).spec_hash() == plain.spec_hash()
+    assert [p.key for p in off.plan()] == [p.key for p in plain.plan()]   # a logging choice, not a trial's

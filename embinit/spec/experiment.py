@@ -74,6 +74,8 @@ class ExperimentSpec(SpecFields):
             data.pop("analyses", None)   # specs without analyses keep the hash they had before the field
         if data.get("execution") == Execution().model_dump(mode="json"):
             data.pop("execution", None)  # likewise for the default (separate) execution
+        if (data.get("mlflow") or {}).get("log_outputs") is True:
+            data["mlflow"].pop("log_outputs")   # likewise for the default: outputs logged
         return data
 
     def recorded(self) -> dict[str, Any]:

@@ -204,6 +204,9 @@ class MlflowSettings(_Strict):
     experiment: str | None = Field(None, pattern=NAME_PATTERN)  # default: the spec's name
     log_checkpoint: bool = True       # the best checkpoint as artifact checkpoint/best.pt
     log_plots: bool = True
+    # per-example outputs of the best checkpoint as artifacts outputs/ (test translations and references;
+    # a classifier's dev predictions and labels): ~0.1 MB per Multi30k trial
+    log_outputs: bool = True
 
 
 class ProbeAnalysis(_Strict):

@@ -84,14 +84,15 @@ def _save_init_sample(model, path: Path) -> None:
 
 
 def artifacts(res: dict, out_dir: Path, ctx: SweepContext, label: str) -> list[tuple[str, str]]:
-    """(artifact dir, local file): the best checkpoint (optional), the per-example outputs (`outputs/`:
-    translation's test hypotheses and references, a classifier's dev predictions and labels) and the two
-    plots."""
+    """(artifact dir, local file): the best checkpoint, the per-example outputs (`outputs/`: translation's
+    test hypotheses and references, a classifier's dev predictions and labels) and the two plots, each
+    unless the spec's `mlflow` settings turn it off."""
     out: list[tuple[str, str]] = []
     best = out_dir / BEST
     if ctx.log_checkpoint and best.exists():
         out.append((BEST_ARTIFACT_DIR, str(best)))  # the artifact checkpoint_files.BEST_ARTIFACT
-    out += [(OUTPUTS_ARTIFACT_DIR, str(f)) for f in sorted(Path(out_dir).glob("*.txt")) if is_output_file(f.name)]
+    if ctx.log_outputs:
+        out += [(OUTPUTS_ARTIFACT_DIR, str(f)) for f in sorted(Path(out_dir).glob("*.txt")) if is_output_file(f.name)]
     if ctx.log_plots:
         from embinit import plots
         curve = plots.validation_curve(res["history"], out_dir / "val_curve.png", label)

@@ -151,7 +151,8 @@ def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = 
     try:
         provenance.record(parent, uri)   # the command, machine, version and commit, for the documents
         shared = SweepContext(uri, exp_id, parent, log_checkpoint=spec.mlflow.log_checkpoint,
-                              log_plots=spec.mlflow.log_plots, cache_dir=spec.cache_dir,
+                              log_plots=spec.mlflow.log_plots, log_outputs=spec.mlflow.log_outputs,
+                              cache_dir=spec.cache_dir,
                               analyses=shared_settings(spec), storage=store,
                               trainer=spec.execution.trainer, store_uri=store_uri)
         job = TuneJob(spec, planned, shared, storage, progress, _stop_fn(stop), extra_callbacks, address, reused)

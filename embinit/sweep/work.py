@@ -52,6 +52,7 @@ class SweepContext:
     parent_run_id: str
     log_checkpoint: bool = True
     log_plots: bool = True
+    log_outputs: bool = True                          # per-example outputs (embinit.checkpoint_files)
     cache_dir: str | None = None
     search_keys: tuple[str, ...] = ()                 # Optuna: the searched hyperparameters
     analyses: dict[str, Any] | None = field(default=None)   # embinit.sweep.analyses.shared_settings
