@@ -264,3 +264,18 @@ def test_t5_style_source_maps_eos_and_leaves_bos_to_the_oov_rule(tmp_path):
     found = res.table[[0, 1, 3, 4, 5]].double()
     assert torch.allclose(res.table[2].double(), found.mean(0), atol=1e-7)   # unmapped special -> mean
     assert source_dim("mt5", str(folder)) == 8 and res.label == "T5"
+
+
+def test_a_binary_file_whose_first_values_look_like_a_text_line_is_still_binary(tmp_path):
+    """The first value's bytes here are `5\\n\\x12<`: read up to the newline the entry looks like the text
+    line `the 5`, which the old rule took for a broken text file; the control byte says binary."""
+    import struct
+
+    from embinit.init.source_files import detect_format
+    first = struct.unpack("<f", b"5\n\x12<")[0]
+    vectors = {"the": np.array([first, 0.1, -0.2, 0.05]), "cat": np.array([0.3, 0.2, -0.1, 0.0])}
+    path = tt.write_word2vec_bin(tmp_path / "v.bin", vectors)
+    assert detect_format(path) == "word2vec_bin"
+    broken = tmp_path / "broken.txt"   # a text file with a short line stays text, for its reader to name
+    broken.write_text("2 4\nthe 0.1 0.2\ncat 0.3 0.2 -0.1 0.0\n")
+    assert detect_format(broken) == "text"
