@@ -16,8 +16,9 @@ embinit.storage.Mirror copies through the operator's object store) holds
   a translation trial's `test_hypotheses.txt` and `test_references.txt`, the exact strings `test/bleu`
   scored, so a researcher can run sacrebleu's own significance tests (`sacrebleu test_references.txt -i
   A/test_hypotheses.txt B/... --paired-bs`) or read the translations; a classifier's
-  `<split>_predictions.txt` and `<split>_labels.txt` (label ids) per evaluation split, the examples its
-  selected dev accuracy counted, for McNemar's test between two trials.
+  `<split>_predictions.txt` and `<split>_labels.txt` (label ids) per evaluation split at the selected
+  checkpoint (the criterion's best epoch: the examples `selected/val/*` counted, for McNemar's test
+  between two trials; MNLI's mismatched split at the matched-best epoch, not at its own best).
 
 The sweep logs `best.pt` as the MLflow artifact `BEST_ARTIFACT` (`checkpoint/best.pt`), which the
 analyses download (embinit.analysis.sources), and the test outputs under `OUTPUTS_ARTIFACT_DIR`
@@ -59,9 +60,10 @@ def is_output_file(name: str) -> bool:
 
 
 def lines_text(sentences: list[str]) -> str:
-    """Sentences as a file of one sentence a line (a line break inside one, which no detokenizer
-    writes, becomes a space, so line i stays sentence i)."""
-    return "".join(" ".join(s.splitlines()) + "\n" for s in sentences)
+    """Sentences as a file of one sentence a line (a `\n` or `\r` inside one, which no detokenizer writes,
+    becomes a space, so line i stays sentence i as a file reader splits lines; other characters are kept
+    as they were scored)."""
+    return "".join(s.replace("\r\n", " ").replace("\n", " ").replace("\r", " ") + "\n" for s in sentences)
 
 
 def last_info_text(key: str, epoch: int) -> str:

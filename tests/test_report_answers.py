@@ -83,10 +83,10 @@ def test_markdown_shows_the_difference_the_interval_and_the_verdict(uri, capsys)
     assert test.pvalue < 0.001 and 3 * test.pvalue < 0.05   # the smallest of 3 p-values: Holm multiplies by 3
     assert "Difference from Xavier" in out
     assert (f"| multi30k | GloVe | test/bleu (higher is better) | -10.00 | [{lo:.2f}, {hi:.2f}] | 3 (of 3 and 4) | "
-            f"<0.001 ({3 * test.pvalue:.3f}) | worse (at this budget: still improving) |") in out
+            f"<0.001 ({3 * test.pvalue:.3g}) | worse (at this budget: still improving) |") in out
     assert "| multi30k | Normal | test/bleu (higher is better) |" in out
     welch = stats.ttest_ind(list(NORMAL.values()), XAVIER, equal_var=False).pvalue   # the 2nd smallest: x 2
-    assert f"| none (of 2 and 4): Welch | {welch:.3f} ({2 * welch:.3f}) | worse |" in out
+    assert f"| none (of 2 and 4): Welch | {welch:.3g} ({2 * welch:.3g}) | worse |" in out
 
 
 def test_baseline_option_and_csv(uri, capsys):

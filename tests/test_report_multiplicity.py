@@ -14,6 +14,7 @@ import pytest
 from scipy import stats
 
 from embinit.comparison import direction, holm, paired, welch
+from embinit.report.baseline import p_text as report_p_text
 from embinit.report.table import build_report
 from embinit.tracking.records import TrialRecord
 
@@ -28,10 +29,10 @@ DIFFS = {
 }
 
 
-def _trial(key, label, seed, value, task):
+def _trial(key, label, seed, value, task, axes=None):
     metric = "test/bleu" if task == "multi30k" else "best/val/acc"   # SST-2 reports dev accuracy
-    config = {"task": task, "init": label.lower(), "seed": seed, "epochs": 20}
-    group = {"axes": {}, "point": {}, "selection": ["val/loss", "min"]}
+    config = {"task": task, "init": label.lower(), "seed": seed, "epochs": 20, **(axes or {})}
+    group = {"axes": axes or {}, "point": {}, "selection": ["val/loss", "min"]}
     return TrialRecord(key, key, task, label, "finished", config, group, {"best_epoch": 5, metric: value}, seed,
                        start_ms=len(key))
 
@@ -112,6 +113,7 @@ def test_every_format_marks_a_verdict_that_does_not_hold_after_holm():
     assert compared("| multi30k | GloVe |").endswith("| worse |")
     assert compared("| sst2 | Weak |").endswith("| better |")
     assert "Holm's adjustment for the m comparisons with Xavier on the same task and metric" in md
+    assert report_p_text(0.0496) != report_p_text(0.0504)   # either side of 0.05 stays apart
     table = {(r["task"], r["init"]): r for r in csv.DictReader(io.StringIO(report.to_csv()))}
     assert (table["multi30k", "Weak"]["holds_after_holm"], table["multi30k", "Weak"]["holm_m"]) == ("False", "5")
     assert table["multi30k", "GloVe"]["holds_after_holm"] == "True"
@@ -123,3 +125,19 @@ def test_every_format_marks_a_verdict_that_does_not_hold_after_holm():
     assert r"$^{(\uparrow)}$" in weak_tex.split("&")[1] and r"$^{\uparrow}$" in weak_tex.split("&")[2], weak_tex
     assert r"$^{\downarrow}$" in next(line for line in tex.splitlines() if line.startswith("GloVe &"))
     assert "In parentheses: not after Holm's correction" in tex
+
+
+def test_an_ablations_cells_are_one_family():
+    """The comparisons of every axes setting of a task and metric (an ablation's cells, one LaTeX column)
+    are corrected together: 2 settings x 2 inits is a family of 4."""
+    trials = []
+    for pe in (False, True):
+        axes = {"pos_encoding": pe}
+        trials += [_trial(f"x{pe}{s}", "Xavier", s, v, "multi30k", axes) for s, v in enumerate(XAVIER)]
+        for label in ("Weak", "Noise1"):
+            trials += [_trial(f"{label}{pe}{s}", label, s, XAVIER[s] + d, "multi30k", axes)
+                       for s, d in enumerate(DIFFS[label])]
+    rows = [r for r in build_report("t", chosen={t.key: t for t in trials}, planned=[]).rows if r["vs_baseline"]]
+    assert len(rows) == 4 and {r["vs_baseline"]["holm_m"] for r in rows} == {4}
+    ps = [r["vs_baseline"]["p"] for r in rows]
+    assert [r["vs_baseline"]["p_holm"] for r in rows] == pytest.approx(holm(ps))

@@ -71,6 +71,7 @@ def test_a_classifier_keeps_the_dev_predictions_its_selected_accuracy_counted(tm
 
 def test_outputs_keep_one_sentence_a_line_and_only_their_names(tmp_path):
     assert cf.lines_text(["a b", "two\nlines", ""]) == "a b\ntwo lines\n\n"
+    assert cf.lines_text(["a\r\nb\rc", "form\x0cfeed"]) == "a b c\nform\x0cfeed\n"   # kept as scored
     assert cf.lines_text(["a b", "two\nlines", ""]).splitlines() == ["a b", "two lines", ""]
     (tmp_path / cf.TEST_HYPOTHESES).write_text("old\n")
     assert ckpt.save_outputs(tmp_path, {cf.TEST_HYPOTHESES: "new\n"}) == [tmp_path / cf.TEST_HYPOTHESES]

@@ -5,8 +5,9 @@ The interval is `embinit.comparison.paired`: paired t on the seeds both rows sha
 when they share none. The verdict knows the metric's direction: a lower loss or perplexity is better.
 
 Multiplicity: comparing m inits with one baseline gives m chances of a false "better" or "worse" at 95%
-each. The family is every comparison with the baseline on one task, axes and metric (the table's
-column); each comparison carries its test's two-sided `p`, Holm's adjusted `p_holm` over its family of
+each. The family is every comparison with the baseline on one task and metric, over all its axes
+settings (the LaTeX table's column: an ablation's cells are read together); each comparison carries its
+test's two-sided `p`, Holm's adjusted `p_holm` over its family of
 `holm_m` tests, and `holds_after_holm`: whether a better/worse verdict survives the adjustment (None
 for an inconclusive one). The verdict itself stays the 95% interval's, so it always agrees with the
 interval printed beside it; one that does not hold after Holm is marked so wherever it is shown.
@@ -96,9 +97,9 @@ def compare_rows(rows: list[dict[str, Any]], baseline: str) -> None:
     for r in rows:
         r.pop("_basis", None)
     families: dict[tuple, list[dict[str, Any]]] = {}
-    for r in rows:
+    for r in rows:   # one family per task and metric, every axes setting in it
         if r.get("vs_baseline"):
-            families.setdefault(_slot(r), []).append(r["vs_baseline"])
+            families.setdefault((r["task"], r["metric"]), []).append(r["vs_baseline"])
     for family in families.values():
         adjust(family)
 
@@ -153,10 +154,11 @@ CSV_COLUMNS = ["baseline", "diff", "diff_ci_low", "diff_ci_high", "test", "pairs
 
 
 def p_text(p: float | None) -> str:
-    """A p-value as tables print it: three decimals, `<0.001` below that, `-` without a test."""
+    """A p-value as tables print it: three significant digits (0.0496 and 0.0504 stay apart), `<0.001`
+    below that, `-` without a test."""
     if p is None:
         return "-"
-    return "<0.001" if p < 0.001 else f"{p:.3f}"
+    return "<0.001" if p < 0.001 else f"{p:.3g}"
 
 
 def _p_cell(c: dict[str, Any]) -> str:
@@ -169,8 +171,9 @@ def holm_mark(c: dict[str, Any]) -> str:
 
 
 HOLM_RULE = ("p: the test's two-sided p-value; in brackets Holm's adjustment for the m comparisons with {baseline} "
-             "on the same task and metric. A verdict marked \"not after Holm\" has a 95% interval that excludes 0, "
-             "but with m comparisons at 95% some such verdicts are expected by chance: treat it as tentative.")
+             "on the same task and metric (every axes setting). A verdict marked \"not after Holm\" has a 95% "
+             "interval that excludes 0, but with m comparisons at 95% some such verdicts are expected by chance: "
+             "treat it as tentative.")
 
 
 def _seeds_text(c: dict[str, Any]) -> str:

@@ -124,7 +124,7 @@ def _caption(experiment: str, rows: list[dict[str, Any]], baseline: str, usual_n
                      "interval of the difference, paired on the seeds both share, excludes 0).")
     if any((r.get("vs_baseline") or {}).get("holds_after_holm") is False for r in rows):
         parts.append(r"In parentheses: not after Holm's correction for the comparisons with "
-                     f"{escape(baseline)} in the same column.")
+                     f"{escape(baseline)} in the same column (task and metric).")
     if any(r.get("still_improving") for r in rows):
         parts.append(r"$\dagger$: the best epoch was the last for most seeds (still improving).")
     lost = [r for r in rows if r.get("diverged") and r["mean"] is not None]
