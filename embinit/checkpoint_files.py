@@ -12,7 +12,8 @@ embinit.storage.Mirror copies through the operator's object store) holds
   (embinit.sweep.reporting), plain arrays only: `read_init_sample` loads it with `allow_pickle=False`.
   Every file here may have come through the object store, so nothing here ever unpickles;
 - the per-example outputs of the best checkpoint (`is_output_file`; written by
-  embinit.train.lifecycle.finish from `Task.test_outputs`), one line per example in the split's order:
+  embinit.train.lifecycle.finish from `Task.test_outputs`), one line per example in the split's order
+  (the pairs as read: a line blank in both parallel files is no pair, so it has no line here):
   a translation trial's `test_hypotheses.txt` and `test_references.txt`, the exact strings `test/bleu`
   scored, so a researcher can run sacrebleu's own significance tests (`sacrebleu test_references.txt -i
   A/test_hypotheses.txt B/... --paired-bs`) or read the translations; a classifier's
