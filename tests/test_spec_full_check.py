@@ -114,13 +114,19 @@ def test_a_cache_dir_that_cannot_be_a_folder_is_a_problem_listed_with_the_others
 
 def test_run_refuses_a_cache_dir_file_before_opening_the_store(tmp_path, capsys):
     (tmp_path / "afile").write_text("")
-    (tmp_path / "s.yaml").write_text(f"name: s\ntasks: [synthetic_translation]\ninits: [xavier]\n"
-                                     f"cache_dir: ./afile\nmlflow: {{tracking_uri: 'sqlite:///{tmp_path}/m.db'}}\n")
+    _refused_before_the_store(tmp_path, capsys, "tasks: [synthetic_translation]\ninits: [xavier]\ncache_dir: ./afile",
+                              "cache_dir", "is a file, not a folder")
+
+
+def _refused_before_the_store(tmp_path, capsys, spec_lines: str, field: str, *says: str) -> None:
+    """`embinit run` (and its dry run) of the spec exits 2 with one problem at `field` saying each of
+    `says`, and no MLflow store is made."""
+    (tmp_path / "s.yaml").write_text(f"name: s\n{spec_lines}\nmlflow: {{tracking_uri: 'sqlite:///{tmp_path}/m.db'}}\n")
     for dry in ([], ["--dry-run"]):
         assert main(["run", str(tmp_path / "s.yaml"), *dry]) == 2
         err = capsys.readouterr().err
-        assert err.startswith("embinit: error: invalid experiment spec (1 problem): cache_dir: ")
-        assert "is a file, not a folder" in err
+        assert err.startswith(f"embinit: error: invalid experiment spec (1 problem): {field}: ")
+        assert all(text in err for text in says), err
     assert not (tmp_path / "m.db").exists()
 
 
@@ -168,11 +174,6 @@ def test_run_refuses_bad_rows_in_the_data_files_before_opening_the_store(tmp_pat
     folder.mkdir()
     (folder / "train.tsv").write_text("sentence\tlabel\ngood film\tpositive\nbad film\t0\nok\tx\n")
     (folder / "dev.tsv").write_text("sentence\tlabel\nfine\t1\n")
-    (tmp_path / "s.yaml").write_text(f"name: s\ntasks: [{{task: sst2, data_dir: ./sst2}}]\ninits: [xavier]\n"
-                                     f"mlflow: {{tracking_uri: 'sqlite:///{tmp_path}/m.db'}}\n")
-    for dry in ([], ["--dry-run"]):
-        assert main(["run", str(tmp_path / "s.yaml"), *dry]) == 2
-        err = capsys.readouterr().err
-        assert err.startswith("embinit: error: invalid experiment spec (1 problem): tasks[0].data_dir: ")
-        assert "train.tsv:2: unknown label 'positive'" in err and "train.tsv:4: unknown label 'x'" in err
-    assert not (tmp_path / "m.db").exists()
+    _refused_before_the_store(tmp_path, capsys, "tasks: [{task: sst2, data_dir: ./sst2}]\ninits: [xavier]",
+                              "tasks[0].data_dir", "train.tsv:2: unknown label 'positive'",
+                              "train.tsv:4: unknown label 'x'")
