@@ -65,9 +65,24 @@ def own_tmp(tmp_path, monkeypatch) -> Path:
     return tmp
 
 
-def _open_state() -> dict:
+@pytest.fixture
+def own_threads(monkeypatch) -> list[threading.Thread]:
+    """The threads this test's own thread starts (the trials', and what they leave running), not those
+    other tests left in this pytest worker: a timer of another test that re-arms itself once made
+    `threading.active_count()` one higher after the trials than after the first (CI, 2026-11-28)."""
+    me, started, real = threading.current_thread(), [], threading.Thread.start
+
+    def start(self, *args, **kwargs):
+        if threading.current_thread() is me:
+            started.append(self)
+        return real(self, *args, **kwargs)
+    monkeypatch.setattr(threading.Thread, "start", start)
+    return started
+
+
+def _open_state(threads: list[threading.Thread]) -> dict:
     tmp = Path(tempfile.gettempdir())
-    return {"fds": sorted(os.listdir("/proc/self/fd")), "threads": threading.active_count(),
+    return {"fds": sorted(os.listdir("/proc/self/fd")), "threads": sorted(t.name for t in threads if t.is_alive()),
             "tmp": sorted(p.name for p in tmp.iterdir() if p.name.startswith(("tmp", "embinit")))}
 
 
@@ -88,7 +103,8 @@ def _worker(name: str, seeds: int, tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_a_reused_worker_holds_no_more_after_many_trials_than_after_one(tmp_path, monkeypatch, own_tmp):
+def test_a_reused_worker_holds_no_more_after_many_trials_than_after_one(tmp_path, monkeypatch, own_tmp,
+                                                                         own_threads):
     """The worker's side of 8 trials in one process (what a reused Tune actor runs): the fds, threads and
     temporary files after the last equal those after the first; each trial's checkpoint folder is gone
     once its run is recorded, and every run is closed."""
@@ -96,10 +112,10 @@ def test_a_reused_worker_holds_no_more_after_many_trials_than_after_one(tmp_path
     from embinit.sweep.trainable import train_unit
     spec, uri, exp, parent, ctx, units = _worker("worker", 8, tmp_path, monkeypatch)
     train_unit({"unit": 0}, ctx, units)
-    after_one = _open_state()
+    after_one = _open_state(own_threads)
     for i in range(1, len(units)):
         train_unit({"unit": i}, ctx, units)
-    assert _open_state() == after_one
+    assert _open_state(own_threads) == after_one
     left = [p for p in (Path(spec.cache_dir) / "checkpoints").rglob("*") if p.is_file()]
     assert left == []
     runs = mlflow_store.search_runs(exp, uri, f"tags.`embinit.sweep_run` = '{parent}'")
@@ -114,7 +130,7 @@ class _Boom:
 
 
 @pytest.mark.slow
-def test_failing_trials_leave_no_running_run_and_no_open_lock(tmp_path, monkeypatch, own_tmp):
+def test_failing_trials_leave_no_running_run_and_no_open_lock(tmp_path, monkeypatch, own_tmp, own_threads):
     """A trial whose worker raises closes its run FAILED and releases its claim's lock (the fd; the lock
     file stays beside the kept folder), keeping its checkpoint folder for the retry; three such trials in
     one process hold what one did."""
@@ -125,7 +141,7 @@ def test_failing_trials_leave_no_running_run_and_no_open_lock(tmp_path, monkeypa
     for i in range(len(units)):
         with pytest.raises(RuntimeError, match="boom"):
             train_unit({"unit": i}, ctx, units, extra_callbacks=lambda cfg: [_Boom()])
-        states.append(_open_state())
+        states.append(_open_state(own_threads))
     assert states[-1] == states[0]
     runs = mlflow_store.search_runs(exp, uri, f"tags.`embinit.sweep_run` = '{parent}'")
     assert len(runs) == 3 and {r.info.status for r in runs} == {"FAILED"}
