@@ -68,8 +68,9 @@ def own_tmp(tmp_path, monkeypatch) -> Path:
 @pytest.fixture
 def own_threads(monkeypatch) -> list[threading.Thread]:
     """The threads this test's own thread starts (the trials', and what they leave running), not those
-    other tests left in this pytest worker: a timer of another test that re-arms itself once made
-    `threading.active_count()` one higher after the trials than after the first (CI, 2026-11-28)."""
+    other tests left in this pytest worker: in CI (2026-11-28) `threading.active_count()` was once one
+    higher after the trials than after the first, 13 against 12, in a worker whose earlier tests had
+    left 11 threads; run alone, the trials start none that outlive them."""
     me, started, real = threading.current_thread(), [], threading.Thread.start
 
     def start(self, *args, **kwargs):
