@@ -279,3 +279,13 @@ def test_a_binary_file_whose_first_values_look_like_a_text_line_is_still_binary(
     broken = tmp_path / "broken.txt"   # a text file with a short line stays text, for its reader to name
     broken.write_text("2 4\nthe 0.1 0.2\ncat 0.3 0.2 -0.1 0.0\n")
     assert detect_format(broken) == "text"
+    junk = tmp_path / "junk.txt"       # and with a word among its numbers (a file past the first 4 KB; within
+    junk.write_text("500 4\nthe 0.1 abc 0.2 0.3\n" + "cat 0.3 0.2 -0.1 0.0\n" * 499)   # them see below)
+    assert detect_format(junk) == "text"
+    # D=1 tables whose float bytes read as text: '|' + a cut-off 4-byte character (hypothesis found it), and
+    # four printable bytes; a file within 4 KB is read whole, and each is exactly N binary entries (a text
+    # file that tiny whose bytes happen to be N such entries would be read as binary: it takes a line whose
+    # length is exactly 4*D bytes after its word, and numbers that do not parse)
+    for raw in (b"|\xf2\xb0>", b"ab c"):
+        tiny = tt.write_word2vec_bin(tmp_path / "tiny.bin", {"w": np.array([struct.unpack("<f", raw)[0]])})
+        assert detect_format(tiny) == "word2vec_bin", raw

@@ -5,6 +5,8 @@ service check D against the model's at plan time (`embinit.model_dims`) with the
 
 from __future__ import annotations
 
+import codecs
+
 import gzip
 import json
 from pathlib import Path
@@ -145,40 +147,74 @@ def detect_format(path: str | Path) -> str:
     return "word2vec_bin" if is_word2vec_binary(p) else "text"
 
 
+_TEXT_WINDOW = 256   # bytes after the first word that `is_word2vec_binary` reads as text or not
+
+
 def _is_text(data: bytes) -> bool:
     """Whether `data` reads as the text of a vector file: UTF-8 (a character cut at its end aside) with
     no control character but tab and line ends."""
-    for cut in range(4):   # the window may end inside a multi-byte character
-        try:
-            text = data[:len(data) - cut].decode("utf-8")
-            break
-        except UnicodeDecodeError:
-            continue
-    else:
+    try:
+        text = codecs.getincrementaldecoder("utf-8")().decode(data, final=False)
+    except UnicodeDecodeError:
         return False
     return not any(ord(c) < 32 and c not in "\t\n\r" for c in text)
 
 
+def _numbers_line(line: bytes, dim: int) -> bool:
+    """Whether `line` is a text entry: a word and `dim` numbers written out."""
+    fields = line.split()
+    if len(fields) != dim + 1:
+        return False
+    try:
+        [float(x) for x in fields[1:]]
+    except ValueError:
+        return False
+    return True
+
+
+def _whole_binary(body: bytes, n: int, dim: int) -> bool:
+    """Whether `body` (all of a file after its header) is exactly `n` binary entries of `dim` floats."""
+    pos = 0
+    for _ in range(n):
+        while pos < len(body) and body[pos:pos + 1] in (b"\n", b" "):
+            pos += 1
+        space = body.find(b" ", pos)
+        if space < 0 or space + 1 + 4 * dim > len(body):
+            return False
+        pos = space + 1 + 4 * dim
+    return not body[pos:].strip(b"\n")
+
+
 def is_word2vec_binary(path: Path) -> bool:
     """Whether a vector file (optionally .gz) is word2vec's binary format: an `N D` header, then per word
-    `word<space>` and D raw float32 values (4*D bytes). Told by those bytes after the first word: a text
-    file has its numbers written out there (UTF-8 text without control characters, however many numbers
-    the line holds, so a broken line is still text and the text reader names it), while D raw floats
-    rarely read as such text: of 20,000 random first vectors, 1 at D=4 (σ 1) and none at D=50 or 300 (a
-    negative value alone puts a byte >= 0x80 there that no UTF-8 character starts with)."""
+    `word<space>` and D raw float32 values (4*D bytes). Told by the bytes after the first word:
+    - not UTF-8 text without control characters: raw floats, binary (of 20,000 random first vectors at
+      D=4, σ 1, one reads as text; a negative value alone puts a byte there that starts no character);
+    - text whose first line is the word and D numbers: text;
+    - otherwise, a file within the 4 KB read that is exactly N binary entries is binary (a tiny table
+      whose few float bytes happen to be printable); anything else is text, so a broken text line is
+      named by the text reader rather than read as floats. (A text file that small whose first line is
+      broken and whose bytes happen to split into N entries of 4*D bytes would be read as binary.)"""
     with open_binary(path) as f:
         try:
             head = count_header(f.readline())
-            chunk = f.read(4096 + 4 * head[1]) if head else b""
+            want = 4096 + 4 * head[1] if head else 0
+            chunk = f.read(want) if head else b""
         except (OSError, EOFError) as e:
             raise EmbinitError(f"cannot read pretrained file {path}: {e}") from None
     if not head:   # word2vec binary always has the header
         return False
-    chunk = chunk.lstrip(b"\n")
-    space = chunk.find(b" ")
+    n, dim = head
+    body = chunk.lstrip(b"\n")
+    space = body.find(b" ")
     if space < 0:   # no word and value in the first 4 KB: no binary entry, a text line the reader names
         return False
-    return not _is_text(chunk[space + 1: space + 1 + 4 * head[1]])
+    if not _is_text(body[space + 1: space + 1 + max(4 * dim, _TEXT_WINDOW)]):
+        return True
+    end = body.find(b"\n")
+    if _numbers_line(body[: len(body) if end < 0 else end], dim):
+        return False
+    return len(chunk) < want and _whole_binary(body, n, dim)
 
 
 def hf_dim(name: str) -> int | None:
