@@ -188,8 +188,8 @@ def _whole_binary(body: bytes, n: int, dim: int) -> bool:
 def is_word2vec_binary(path: Path) -> bool:
     """Whether a vector file (optionally .gz) is word2vec's binary format: an `N D` header, then per word
     `word<space>` and D raw float32 values (4*D bytes). Told by the bytes after the first word:
-    - not UTF-8 text without control characters: raw floats, binary (of 20,000 random first vectors at
-      D=4, σ 1, one reads as text; a negative value alone puts a byte there that starts no character);
+    - not UTF-8 text without control characters: raw floats, binary (none of 20,000 random first vectors
+      at D=4, σ 0.1 or 1, reads as text; a negative value alone puts a byte there that starts no character);
     - text whose first line is the word and D numbers: text;
     - otherwise, a file within the 4 KB read that is exactly N binary entries is binary (a tiny table
       whose few float bytes happen to be printable); anything else is text, so a broken text line is
