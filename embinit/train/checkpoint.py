@@ -32,6 +32,12 @@ def _atomic_save(obj: Any, path: Path) -> None:
     os.replace(tmp, path)
 
 
+def _atomic_text(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
 def rng_state(dropout_generator: torch.Generator) -> dict:
     return {"dropout": dropout_generator.get_state(), "torch": torch.get_rng_state(),
             "python": random.getstate()}
@@ -47,9 +53,8 @@ def save_last(out_dir: Path, key: str, model, optimizer, dropout_generator, prog
     """progress: epoch, step, history, best tracker, emb_stats_init, elapsed time, ..."""
     _atomic_save({"key": key, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
                   "rng": rng_state(dropout_generator), "progress": progress}, out_dir / LAST)
-    tmp = out_dir / (LAST_INFO + ".tmp")  # written after last.pt: it never names an epoch not saved
-    tmp.write_text(last_info_text(key, progress["epoch"]))
-    os.replace(tmp, out_dir / LAST_INFO)
+    # written after last.pt: it never names an epoch not saved
+    _atomic_text(out_dir / LAST_INFO, last_info_text(key, progress["epoch"]))
 
 
 def last_epoch(out_dir: Path, key: str) -> int | None:
@@ -133,9 +138,7 @@ def save_outputs(out_dir: Path, outputs: dict[str, str]) -> list[Path]:
     paths = []
     for name, text in outputs.items():
         path = Path(out_dir) / name
-        tmp = path.with_name(name + ".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
+        _atomic_text(path, text)
         paths.append(path)
     return paths
 
