@@ -1,11 +1,11 @@
-"""Ctrl-C during `embinit run`, as a terminal sends it (SIGINT to the whole process group): the running
-trial is stopped and recorded as `interrupted`, not failed; the message says that running the spec again
-resumes, and Ray Tune's `Tuner.restore` hint does not appear. SIGTERM to `embinit run` (kill, a container
-stop) does the same (exit 143), and so does SIGTERM to its whole process group, which kills its local
-Ray with it. SIGHUP (the terminal hung up: an ssh connection dropped, a window closed) does the same
-(exit 129), on a terminal that is gone by then, and when sent on to the process group by a shell. A
-sweep that raises anything else closes its run, and its trials' runs still open, FAILED with the error
-(none is left RUNNING)."""
+"""Ctrl-C during `embinit run`, as a terminal sends it (SIGINT to the whole process group): the running trial is
+stopped and recorded as `interrupted`, not failed; the message says that running the spec again resumes, and
+Ray Tune's `Tuner.restore` hint does not appear. SIGTERM to `embinit run` (kill, a container stop) does the
+same (exit 143), and so does SIGTERM to its whole process group, which reaches the command's supervisor alone
+(embinit.cli.supervise), not the driver's local Ray. SIGHUP (the terminal hung up: an ssh connection dropped,
+a window closed) does the same (exit 129), on a terminal that is gone by then, and when sent on to the process
+group by a shell. A sweep that raises anything else closes its run, and its trials' runs still open, FAILED
+with the error (none is left RUNNING)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,9 @@ import pytest
 
 from embinit.tracking import mlflow_store, run_readers
 from embinit.tracking.records import ERROR_TAG, STATUS_TAG
-from tests.helpers.embinit_run import Terminal, assert_a_rerun_resumes, end_leftovers, launch, signal_mid_trial
+from tests.helpers.embinit_run import (EPOCHS, Terminal, assert_a_rerun_resumes, closed_interrupted, end_leftovers,
+                                       command_group, launch, signal_mid_trial, stopped_mid_trial,
+                                       terminate_mid_trial)
 from tests.helpers.embinit_run import runs as all_runs
 from tests.helpers.embinit_run import spec_file
 
@@ -169,53 +171,13 @@ def test_a_signal_ignored_before_stays_ignored_so_nohup_trains_on():
         signal.signal(signal.SIGHUP, before)
 
 
-# The signal tests' trial. Each is signalled with its trial frozen at a kept checkpoint (signal_mid_trial:
-# as a rule the first, epoch 1 of ~1 s epochs), so it cannot finish before the signal however loaded the
-# machine; it goes on once the driver has the signal and trains at most an epoch or two more before
-# Tune's stop reaches it. (Before, a poll saw a checkpoint and the signal followed: under load the
-# trial sometimes finished in between, and the test failed by timing.)
-EPOCHS = 10
-
-
-def _said(lines: list[str], how: str):
-    """Whether the driver has taken the signal `how`: it says so at once (or at its end)."""
-    return lambda: any(f"interrupted ({how})" in line for line in lines)
-
-
-def _terminate_mid_trial(spec: Path, tmp_path: Path, name: str, uri: str, sender,
-                         sig: int = signal.SIGTERM) -> tuple[int, str, str, int]:
-    """Launch `embinit run spec`, send `sig` through `sender(proc)` mid-trial (`signal_mid_trial`) and wait
-    for it to end: (its exit code, its output, the experiment id, the epoch its trial was frozen at)."""
-    proc, lines, reader = launch(spec, tmp_path)
-    frozen = []
-    try:
-        exp, epoch, frozen = signal_mid_trial(proc, lines, name, uri, lambda: sender(proc)(sig),
-                                              _said(lines, signal.Signals(sig).name))
-        proc.wait(timeout=180)
-        reader.join(timeout=10)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        end_leftovers(frozen)
-    return proc.returncode, "".join(lines), exp, epoch
-
-
-def _stopped_mid_trial(trial, epoch: int, err: str) -> None:
-    """Assert that `trial` (its record) was interrupted mid-way, resumable: the signal came with it frozen
-    at epoch `epoch`'s kept checkpoint, and it kept that one or a later one, short of its last epoch."""
-    assert trial.status == "interrupted" and trial.resume_epoch is not None, (trial.status, err[-3000:])
-    assert 1 <= epoch <= trial.resume_epoch < EPOCHS, (
-        f"not interrupted mid-trial: signalled at epoch {epoch}'s checkpoint, kept epoch {trial.resume_epoch} "
-        f"of {EPOCHS}", err[-3000:])
-
-
 @pytest.mark.slow
 def test_sigterm_marks_trials_interrupted_closes_the_sweep_and_says_how_to_resume(tmp_path):
     """`kill PID` of `embinit run` mid-trial: Ray's crash handler used to abort the process (exit 134,
     "*** SIGTERM received"), leaving the sweep's and the trial's runs RUNNING (`embinit report`: running)."""
     spec, uri = spec_file(tmp_path, "terminate-me", EPOCHS)
     # to embinit alone, as `kill PID` or a container stop sends it
-    returncode, err, exp, epoch = _terminate_mid_trial(spec, tmp_path, "terminate-me", uri, lambda p: p.send_signal)
+    returncode, err, exp, epoch = terminate_mid_trial(spec, tmp_path, "terminate-me", uri, lambda p: p.send_signal)
     assert returncode == 143, err
     assert "SIGTERM received" not in err and "Traceback" not in err
     assert "embinit: interrupted (SIGTERM)" in err and f"embinit run {spec}` again to resume" in err
@@ -223,36 +185,26 @@ def test_sigterm_marks_trials_interrupted_closes_the_sweep_and_says_how_to_resum
     assert sorted(r.info.status for r in runs) == ["KILLED", "KILLED"], [(r.info.run_name, r.info.status) for r in runs]
     assert exp == mlflow_store.experiment_id("terminate-me", uri)
     [trial] = run_readers.trial_records(exp, uri)
-    _stopped_mid_trial(trial, epoch, err)   # a rerun resumes it
-
-
-def _closed_interrupted(name: str, exp: str, uri: str, how: str, epoch: int, err: str):
-    """Assert that the sweep's run and its one trial's run were closed as interrupted by `how`, the trial
-    mid-way and resumable (`_stopped_mid_trial`: signalled frozen at epoch `epoch`); returns the trial's
-    record."""
-    runs = all_runs(name, uri)
-    assert sorted(r.info.status for r in runs) == ["KILLED", "KILLED"], [(r.info.run_name, r.info.status) for r in runs]
-    for run in runs:
-        assert run.data.tags[STATUS_TAG] == "interrupted"
-        assert run.data.tags[ERROR_TAG].startswith(f"interrupted ({how}); running the same spec again resumes")
-    [trial] = run_readers.trial_records(exp, uri)
-    _stopped_mid_trial(trial, epoch, err)
-    return trial
+    stopped_mid_trial(trial, epoch, err)   # a rerun resumes it
 
 
 @pytest.mark.slow
 def test_sigterm_to_the_process_group_closes_the_runs_interrupted_and_a_rerun_resumes(tmp_path):
-    """`kill -- -PGID`, `timeout`, Slurm's scancel and `systemctl stop` signal Ray's GCS, raylet and workers
-    with the driver. Before: the driver waited for the dead GCS until Ray ended it 60 s later (exit 1,
-    "Failed to connect to GCS within 60 seconds"), and the sweep's and the trial's runs stayed RUNNING."""
+    """`kill -- -PGID` and `timeout` signal the command's process group. The local Ray's GCS and raylet
+    used to be in it: they died at once, and Ray's core worker ended the driver within ~60 ms, in one run
+    of four before it had closed the runs (exit 1, the runs RUNNING). Now the group holds the supervisor
+    alone (embinit.cli.supervise), which passes the signal on to its driver: Ray stays up to stop the
+    trial. (A signal to every process of a job: tests/test_sweep_supervise.py.)"""
     spec, uri = spec_file(tmp_path, "group-term", EPOCHS)
     # the driver and every Ray process in its group (the GCS, the raylet; workers have groups of their own)
-    returncode, err, exp, epoch = _terminate_mid_trial(spec, tmp_path, "group-term", uri,
-                                                       lambda p: lambda sig: os.killpg(p.pid, sig))
-    assert returncode == 143, err   # before: 1, after Ray's 60 s wait for its dead GCS
+    def to_the_group(p):
+        assert command_group(p) == [p.pid]   # the driver and its Ray are out of the group's reach
+        return lambda sig: os.killpg(p.pid, sig)
+    returncode, err, exp, epoch = terminate_mid_trial(spec, tmp_path, "group-term", uri, to_the_group)
+    assert returncode == 143, err   # before: 1, at times (Ray ended the driver first)
     assert "Traceback" not in err and "Failed to connect to GCS" not in err, err
     assert "embinit: interrupted (SIGTERM)" in err and f"embinit run {spec}` again to resume" in err
-    trial = _closed_interrupted("group-term", exp, uri, "SIGTERM", epoch, err)
+    trial = closed_interrupted("group-term", exp, uri, "SIGTERM", epoch, err)
 
     assert_a_rerun_resumes(spec, tmp_path, exp, uri, trial)
 
@@ -287,18 +239,18 @@ def test_a_terminal_that_hangs_up_closes_the_runs_interrupted_and_a_rerun_resume
         end_leftovers(frozen)
     err = "".join(terminal.lines)
     assert proc.returncode == 128 + signal.SIGHUP, err   # before: -SIGHUP
-    trial = _closed_interrupted("hang-up", exp, uri, "SIGHUP", epoch, err)
+    trial = closed_interrupted("hang-up", exp, uri, "SIGHUP", epoch, err)
     assert_a_rerun_resumes(spec, tmp_path, exp, uri, trial)
 
 
 @pytest.mark.slow
 def test_sighup_to_the_process_group_closes_the_runs_interrupted(tmp_path):
-    """A shell whose terminal hangs up sends SIGHUP on to its jobs' process groups: the local Ray's GCS
-    and raylet, in the driver's group, die of it at once, and the driver closes the runs without them."""
+    """A shell whose terminal hangs up sends SIGHUP on to its jobs' process groups: it reaches the
+    supervisor, which passes it on to the driver (before, it reached the local Ray's GCS and raylet too)."""
     spec, uri = spec_file(tmp_path, "group-hup", EPOCHS)
-    returncode, err, exp, epoch = _terminate_mid_trial(spec, tmp_path, "group-hup", uri,
+    returncode, err, exp, epoch = terminate_mid_trial(spec, tmp_path, "group-hup", uri,
                                                        lambda p: lambda sig: os.killpg(p.pid, sig), signal.SIGHUP)
     assert returncode == 128 + signal.SIGHUP, err   # before: -SIGHUP, the runs RUNNING
     assert "Traceback" not in err and "Failed to connect to GCS" not in err, err
     assert "embinit: interrupted (SIGHUP)" in err and f"embinit run {spec}` again to resume" in err
-    _closed_interrupted("group-hup", exp, uri, "SIGHUP", epoch, err)
+    closed_interrupted("group-hup", exp, uri, "SIGHUP", epoch, err)

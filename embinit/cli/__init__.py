@@ -36,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 1
+    args.command_line = argv is None   # the process's own command (`embinit run` may supervise its driver)
     try:
         return int(args.func(args) or 0)
     except EmbinitError as e:

@@ -45,6 +45,12 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
+    from embinit.cli import supervise
+    if getattr(args, "command_line", False) and not args.dry_run and supervise.wanted():
+        # the sweep runs in a child process, its local Ray out of reach of a signal to this one's group
+        return supervise.supervise(sys.argv[1:], lambda how, code: _farewell_supervised(args, how, code))
+    from embinit.sweep import guardian
+    guardian.take()   # this process is that child: it tells its supervisor which runs it holds open
     from embinit.spec.full_check import check_spec
     # every problem `run` would refuse in one list: fields, missing files (a sweep on a cluster leaves the
     # data folders to its nodes), dimensions that do not fit
@@ -69,6 +75,18 @@ def _farewell(args, how: str, error: str | None) -> None:
             f"unfinished trials' runs are closed as FAILED with this error; their checkpoints are kept); run "
             f"{_resume(args)} again to resume: finished trials are reused, the stopped ones go on "
             f"from their last checkpoint.")
+
+
+def _farewell_supervised(args, how: str | None, code: int) -> None:
+    """What the supervisor says when it closed the runs of a driver that ended without closing them."""
+    if how is not None:
+        _say_interrupted(args, how)
+        return
+    from embinit.sweep.guardian import how_ended
+    from embinit.sweep.hangup import say
+    say(f"embinit: error: the sweep's driver ended ({how_ended(code)}) without closing its MLflow runs; they are "
+        f"closed as interrupted and their checkpoints kept: run {_resume(args)} again to resume: finished "
+        f"trials are reused, the stopped ones go on from their last checkpoint.")
 
 
 def _say_interrupted(args, how: str) -> None:

@@ -1,10 +1,10 @@
 """When Ray dies under `embinit run`: close the sweep's runs from the driver.
 
 `embinit run` takes SIGTERM and SIGHUP as Ctrl-C (embinit.sweep.interrupt): Tune stops the trials, and
-the sweep closes its runs as interrupted. But a SIGTERM sent to the process group (`kill -- -PGID`,
-`timeout`) or to every process of a job (Slurm's scancel and time limit, `systemctl stop`), or the SIGHUP
-a shell sends its jobs when the terminal hangs up, also reaches the local Ray's GCS, raylet and workers,
-which share the driver's process group and exit (here within ~10 s). The driver's calls into Ray then
+the sweep closes its runs as interrupted. But a SIGTERM sent to every process of a job (Slurm's scancel
+and time limit, `systemctl stop`) also reaches the local Ray's GCS, raylet and workers, which exit (here
+within ~10 s). (A signal to the command's process group no longer does: the driver and its Ray have a
+group of their own, embinit.cli.supervise.) The driver's calls into Ray then
 wait for them, and Ray's core worker ends the process (exit 1: "Failed to connect to GCS within 60
 seconds", or sooner when it sees its raylet gone), sometimes before Python's handler has run at all:
 the sweep's run and its trials' runs stayed RUNNING. (Ctrl-C, SIGINT to the group, does not reach them:
@@ -21,7 +21,9 @@ runs itself meanwhile, it runs the sweep's closer (registered with `closing`), t
 the command's `farewell`, and ends the process: after a signal, the runs are interrupted and the exit
 code is the signal's (143, 129); with none, they are FAILED with what died ("the local Ray's raylet died
 (pid N, killed by SIGKILL)"), and the exit code is 1. Either way the trials' checkpoint folders are
-kept, so running the spec again resumes them. The sweep's own path and the watcher never close at the
+kept, so running the spec again resumes them. Ray's core worker may still end the driver first (exit 1,
+within ~60 ms of its raylet's death): then the command's supervisor closes the runs
+(embinit.sweep.guardian). The sweep's own path and the watcher never close at the
 same time: leaving `closing` waits while the watcher closes, and the watcher does nothing once the sweep
 has left it.
 """

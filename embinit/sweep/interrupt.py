@@ -10,8 +10,9 @@ crash handler aborts the process on SIGTERM, SIGHUP's default ends it at once, a
 RUNNING. After a hangup the terminal is gone: the streams that were it are pointed at /dev/null first
 (embinit.sweep.hangup), so no message about the close can crash it. Only the command line installs it; a
 service's driver runs its sweep in a thread (no signal reaches it there) and stops it through
-`run_sweep(stop=...)`. A signal that reached the local Ray's processes as well (sent to the process group
-or the whole job), and Ray dying under the driver with no signal at all, are embinit.sweep.abandon's."""
+`run_sweep(stop=...)`. The command runs this in a driver process that its supervisor passes the signals
+on to (embinit.cli.supervise). A signal that reached the local Ray's processes as well (sent to every
+process of a job), and Ray dying under the driver with no signal at all, are embinit.sweep.abandon's."""
 
 from __future__ import annotations
 
@@ -37,7 +38,13 @@ def how_interrupted(e: KeyboardInterrupt) -> str:
     return getattr(e, "how", "Ctrl-C")
 
 
-def _name(sig: int) -> str:
+def interrupted_reason(how: str = "Ctrl-C") -> str:
+    """What an interrupted sweep's run and its stopped trials say (`how`: Ctrl-C, SIGTERM, SIGHUP)."""
+    return f"interrupted ({how}); running the same spec again resumes: finished trials are reused"
+
+
+def signal_name(sig: int) -> str:
+    """"Ctrl-C" for SIGINT, else the signal's name ("SIGTERM")."""
     return "Ctrl-C" if sig == signal.SIGINT else signal.Signals(sig).name
 
 
@@ -53,7 +60,7 @@ def stop_on_interrupt(stream=None) -> Iterator[Callable[[], bool]]:
     previous = signal.getsignal(signal.SIGINT)
 
     def handler(sig, _frame):
-        fired.append(_name(sig))
+        fired.append(signal_name(sig))
         signal.signal(signal.SIGINT, previous)  # a second Ctrl-C quits at once
         hangup.say(f"\n[embinit] interrupted ({fired[0]}): stopping the running trials ({fired[0]} again to quit "
                    "at once)", stream)
@@ -89,12 +96,12 @@ def terminate_as_interrupt(farewell: abandon.Farewell | None = None) -> Iterator
     def handler(sig, frame):
         if sig == signal.SIGHUP:
             hangup.detach(terminal)   # before anything is said: the terminal is gone
-        fired.append(_name(sig))
+        fired.append(signal_name(sig))
         current = signal.getsignal(signal.SIGINT)
         if callable(current) and current is not signal.default_int_handler:
             current(sig, frame)
         else:   # no sweep is training (or a second signal): stop where the program is
-            raise Interrupted(_name(sig))
+            raise Interrupted(signal_name(sig))
 
     # an ignored one stays ignored: `nohup embinit run` (SIGHUP ignored) trains on after the terminal closes
     previous = {sig: signal.signal(sig, handler) for sig in abandon.STOPS

@@ -23,10 +23,10 @@ from embinit.model_dims import check_dimensions
 from embinit.spec import ExperimentSpec, check_local_paths, load_spec
 from embinit.storage import Store
 from embinit.storage import configured as configured_store
-from embinit.sweep import abandon
+from embinit.sweep import abandon, guardian
 from embinit.sweep.analyses import shared_settings
 from embinit.sweep.fused import CPU_NOTE, fused_units, parallel_slots
-from embinit.sweep.interrupt import how_interrupted
+from embinit.sweep.interrupt import how_interrupted, interrupted_reason
 from embinit.sweep.job import TuneJob
 from embinit.sweep.ray_runtime import RayRuntime
 from embinit.sweep.work import SweepContext, Unit, pack_units, units_to_run
@@ -69,11 +69,6 @@ def _stop_fn(stop: StopFlag) -> Callable[[], bool]:
     if isinstance(stop, threading.Event):
         return stop.is_set
     return stop
-
-
-def interrupted_reason(how: str = "Ctrl-C") -> str:
-    """What an interrupted sweep's run and its stopped trials say (`how`: Ctrl-C, SIGTERM, SIGHUP)."""
-    return f"interrupted ({how}); running the same spec again resumes: finished trials are reused"
 
 
 def error_text(e: BaseException) -> str:
@@ -147,6 +142,7 @@ def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = 
                              progress)
     parent = run_writers.start_parent_run(exp_id, uri, spec.spec_hash(), spec.to_yaml(), spec.num_trials(),
                                           run_name=spec.name)
+    guardian.opened(exp_id, uri, runs, parent)   # should this process end before it closes them
     # From here on the sweep's run is open: however this ends, it is closed (never left RUNNING).
     try:
         provenance.record(parent, uri)   # the command, machine, version and commit, for the documents
@@ -171,6 +167,8 @@ def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = 
         _close_sweep(exp_id, uri, parent, f"the sweep failed: {error_text(e)}", "FAILED", None,
                      traceback.format_exc())
         raise
+    finally:
+        guardian.closed(parent)
     _print_report(result, progress)
     return result
 

@@ -8,6 +8,7 @@ import fcntl
 import os
 import pty
 import select
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -21,7 +22,7 @@ from typing import Callable
 import psutil
 
 from embinit.tracking import mlflow_store, run_readers
-from embinit.tracking.records import CHECKPOINT_TAG
+from embinit.tracking.records import CHECKPOINT_TAG, ERROR_TAG, STATUS_TAG
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {"PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
@@ -188,3 +189,80 @@ def assert_a_rerun_resumes(spec: Path, tmp_path: Path, exp: str, uri: str, trial
     assert (done.run_id, done.status) == (trial.run_id, "finished")     # resumed into the same run
     run = mlflow_store.client(uri).get_run(done.run_id)
     assert run.data.tags["embinit.resumed_after_epoch"] == str(trial.resume_epoch)
+
+
+# The signal tests' trial. Each is signalled with its trial frozen at a kept checkpoint (signal_mid_trial:
+# as a rule the first, epoch 1 of ~1 s epochs), so it cannot finish before the signal however loaded the
+# machine; it goes on once the driver has the signal and trains at most an epoch or two more before
+# Tune's stop reaches it. (Before, a poll saw a checkpoint and the signal followed: under load the
+# trial sometimes finished in between, and the test failed by timing.)
+EPOCHS = 10
+
+
+def said(lines: list[str], how: str):
+    """Whether the driver has taken the signal `how`: it says so at once (or at its end)."""
+    return lambda: any(f"interrupted ({how})" in line for line in lines)
+
+
+def terminate_mid_trial(spec: Path, tmp_path: Path, name: str, uri: str, sender,
+                         sig: int = signal.SIGTERM) -> tuple[int, str, str, int]:
+    """Launch `embinit run spec`, send `sig` through `sender(proc)` mid-trial (`signal_mid_trial`) and wait
+    for it to end: (its exit code, its output, the experiment id, the epoch its trial was frozen at)."""
+    proc, lines, reader = launch(spec, tmp_path)
+    frozen = []
+    try:
+        exp, epoch, frozen = signal_mid_trial(proc, lines, name, uri, lambda: sender(proc)(sig),
+                                              said(lines, signal.Signals(sig).name))
+        proc.wait(timeout=180)
+        reader.join(timeout=10)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        end_leftovers(frozen)
+    return proc.returncode, "".join(lines), exp, epoch
+
+
+def stopped_mid_trial(trial, epoch: int, err: str) -> None:
+    """Assert that `trial` (its record) was interrupted mid-way, resumable: the signal came with it frozen
+    at epoch `epoch`'s kept checkpoint, and it kept that one or a later one, short of its last epoch."""
+    assert trial.status == "interrupted" and trial.resume_epoch is not None, (trial.status, err[-3000:])
+    assert 1 <= epoch <= trial.resume_epoch < EPOCHS, (
+        f"not interrupted mid-trial: signalled at epoch {epoch}'s checkpoint, kept epoch {trial.resume_epoch} "
+        f"of {EPOCHS}", err[-3000:])
+
+
+def closed_interrupted(name: str, exp: str, uri: str, how: str, epoch: int, err: str):
+    """Assert that the sweep's run and its one trial's run were closed as interrupted by `how`, the trial
+    mid-way and resumable (`stopped_mid_trial`: signalled frozen at epoch `epoch`); returns the trial's
+    record."""
+    found = runs(name, uri)
+    statuses = [(r.info.run_name, r.info.status) for r in found]
+    assert sorted(s for _, s in statuses) == ["KILLED", "KILLED"], statuses
+    for run in found:
+        assert run.data.tags[STATUS_TAG] == "interrupted"
+        assert run.data.tags[ERROR_TAG].startswith(f"interrupted ({how}); running the same spec again resumes")
+    [trial] = run_readers.trial_records(exp, uri)
+    stopped_mid_trial(trial, epoch, err)
+    return trial
+
+
+def driver(proc) -> psutil.Process:
+    """The driver of `embinit run` (`proc`, its supervisor): its child that runs the same command."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        for child in psutil.Process(proc.pid).children():
+            with suppress(psutil.Error):
+                if "embinit" in child.cmdline():
+                    return child
+        time.sleep(0.1)
+    raise AssertionError(f"embinit run (pid {proc.pid}) has no driver")
+
+
+def command_group(proc) -> list[int]:
+    """The processes in the process group of `embinit run` (`proc`, which leads it)."""
+    found = []
+    for p in psutil.process_iter():
+        with suppress(psutil.Error, ProcessLookupError):
+            if os.getpgid(p.pid) == proc.pid:
+                found.append(p.pid)
+    return sorted(found)
