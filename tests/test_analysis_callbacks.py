@@ -236,3 +236,43 @@ def test_the_blogs_score_is_logged_beside_jaccard():
 def test_an_unknown_score_in_a_list_is_named():
     with pytest.raises(EmbinitError, match="'iou' is not a registered similarity metric"):
         SimilarityCallback(torch.zeros(N, D), metric=["overlap", "iou"])
+
+
+def _end_of_a_finished_trial(ctx, callbacks, last, best):
+    """The trainer's end: the last epoch ends at step 3 with table `last`, then a finished trial's model
+    is given its best epoch's table `best` (for the test) before `on_train_end`."""
+    ctx.step = 3
+    with torch.no_grad():
+        ctx.model.emb.weight.copy_(last)
+    for cb in callbacks:
+        cb.on_epoch_end(ctx, 1, {})
+    with torch.no_grad():
+        ctx.model.emb.weight.copy_(best)
+    for cb in callbacks:
+        cb.on_train_end(ctx, SimpleNamespace(status="finished"))
+
+
+def test_the_last_similarity_point_is_the_last_steps_table_not_the_best_checkpoint():
+    """The curve's point at the last step measures the table the last step left, as every other point
+    does, not the best epoch's weights the trainer loads for the test before train end."""
+    first, last, best = tables(11, 3)
+    logged = []
+    cb = SimilarityCallback(last.clone(), every_n_steps=1000, k=5, log_fn=lambda m, s: logged.append((s, m)))
+    ctx = ctx_for(first)
+    cb.on_train_start(ctx)
+    _end_of_a_finished_trial(ctx, [cb], last, best)
+    assert [s for s, _ in logged] == [0, 3]
+    assert logged[-1][1]["sim/knn_jaccard_mean"] == 1.0      # the last table against itself
+
+
+def test_the_last_probe_point_is_the_last_steps_table_and_the_best_is_logged_beside():
+    first, last, best = tables(12, 3)
+    logged = []
+    cb = ProbeCallback(log_fn=lambda m, s: logged.append((s, m)), n_samples=200, summary=True)
+    ctx = ctx_for(first * 0.01)
+    cb.on_train_start(ctx)
+    _end_of_a_finished_trial(ctx, [cb], last * 0.01, best)
+    at_end = {k: v for s, m in logged if s == 3 for k, v in m.items()}
+    assert at_end["probe/absorption"] == pytest.approx(cb.probe(ctx_for(last * 0.01))["probe/absorption"])
+    assert at_end["best/probe/absorption"] == pytest.approx(cb.probe(ctx_for(best))["probe/absorption"])
+    assert at_end["probe/absorption"] != pytest.approx(at_end["best/probe/absorption"])

@@ -5,6 +5,7 @@ said, instead of crashing the report). Records are built as MLflow's would be re
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -93,3 +94,34 @@ def test_a_baseline_without_trials_gives_no_reason_to_misread():
              "seeds": {"0": 1.0}, "_basis": {"epochs": 4}}]
     report_baseline.compare_rows(rows, "Xavier")
     assert rows[1]["vs_baseline"] is None and "no_baseline" not in rows[1] and "_basis" not in rows[1]
+
+
+def test_rows_that_trained_at_another_model_size_are_not_compared():
+    """A spec without `d_model`: Xavier trains at the task's D=512 (8 heads), GloVe 300d at D=300 (10
+    heads), though both configs read d_model None. The report compares by the size each run trained at
+    (`embinit.model_size`), so it does not call GloVe better than a wider model."""
+    trials = []
+    for label, size, values in (("Xavier", {"d_model": 512, "heads": 8}, [30.0, 31.0, 32.5]),
+                                ("GloVe", {"d_model": 300, "heads": 10}, [33.0, 34.2, 35.0])):
+        for s, v in enumerate(values):
+            t = _trial(f"{label}{s}", label, s, "finished", {"test/bleu": v})
+            trials.append(dataclasses.replace(t, model_size=size))
+    glove = next(r for r in _report(trials).rows if r["init"] == "GloVe")
+    assert glove["vs_baseline"] is None
+    assert glove["no_baseline"] == ("the baseline was trained otherwise "
+                                    "(d_model=300 here, 512 there, heads=10 here, 8 there)")
+    # at one size (d_model set in the spec) they are compared, as before
+    same = [dataclasses.replace(t, model_size={"d_model": 300, "heads": 10}) for t in trials]
+    assert next(r for r in _report(same).rows if r["init"] == "GloVe")["vs_baseline"]["verdict"] == "better"
+
+
+def test_a_record_reads_the_model_size_its_run_was_tagged_with():
+    from types import SimpleNamespace
+
+    from embinit.tracking.records import MODEL_SIZE_TAG, from_run
+
+    def run(tags):
+        return SimpleNamespace(info=SimpleNamespace(run_id="r", status="FINISHED", start_time=1, end_time=2),
+                               data=SimpleNamespace(tags={"embinit.trial_key": "k", **tags}, metrics={}))
+    assert from_run(run({MODEL_SIZE_TAG: '{"d_model": 300, "heads": 10}'})).model_size == {"d_model": 300, "heads": 10}
+    assert from_run(run({})).model_size == {} and from_run(run({MODEL_SIZE_TAG: "not json"})).model_size == {}

@@ -110,6 +110,17 @@ def test_a_fused_members_checkpoint_resumes_as_a_separate_trial(cache, tmp_path)
     assert resumed.checkpoint_path and len(resumed.history) == 2
 
 
+def test_members_that_train_different_weights_run_as_separate_trials(cache):
+    """A stacked weight has one requires_grad: fused with a frozen-embedding member (the Table 3 ablation),
+    a trainable member's tables stayed frozen (its val perplexity 37.98 where alone 37.03)."""
+    cfgs = [cfg(0, task="synthetic_lm", epochs=1, train_embeddings=False), cfg(1, task="synthetic_lm", epochs=1)]
+    fused = run_fused(cfgs, cache_dir=cache)
+    for c, f in zip(cfgs, fused):
+        assert f.info["execution"] == {"mode": "separate", "fuse_refused": "members differ in which weights "
+                                       "train (train_embeddings, freeze_non_embeddings)"}
+        assert_same_trial(run_trial(c, cache_dir=cache), f, 0.0)
+
+
 def test_kinds_that_do_not_fuse_run_as_separate_trials(cache):
     from helpers import toy_task
     toy_task.register()

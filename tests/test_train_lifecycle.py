@@ -41,6 +41,22 @@ def test_best_tracker_criterion_and_nan():
     assert t.summary() == {"val/loss": 2.0, "val/loss_epoch": 1, "val/bleu": 20.0, "val/bleu_epoch": 2}
 
 
+def test_a_nan_criterion_at_the_first_epoch_is_no_best(tmp_path):
+    """A first validation of NaN (the epoch's last update broke the weights, or bf16 overflow in
+    evaluation) is no improvement: no best.pt of those weights, no best epoch, and patience counts from
+    the first finite best (it was `epoch - None`: a TypeError failed the trial)."""
+    t = BestTracker([("val/loss", "min")])
+    assert not t.update({"val/loss": float("nan")}, 1) and t.best_epoch is None and t.summary() == {}
+    m = _member(tmp_path)
+    _scripted(m, [float("nan"), 5.0, 6.0, 7.0])
+    epoch_end(m, 1, train_loss=1.0, tokens=10, seconds=1.0, t0=0.0)
+    assert not m.stopped and not (tmp_path / ckpt.BEST).exists()
+    for epoch in (2, 3, 4):
+        epoch_end(m, epoch, train_loss=1.0, tokens=10, seconds=1.0, t0=0.0)
+    assert m.tracker.best_epoch == 2 and m.stopped                  # 4 - 2 >= patience 2
+    assert ckpt.load_best(tmp_path / ckpt.BEST)["epoch"] == 2
+
+
 def test_a_resumed_tracker_takes_a_newly_tracked_metric_from_the_checkpoint_history():
     """A checkpoint written before a metric was tracked (a classifier's `val/loss`) has no best for it:
     the resumed tracker replays the history for it, so its best is over every epoch, not only those

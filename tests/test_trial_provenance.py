@@ -71,6 +71,8 @@ def test_a_trained_translation_trial_records_its_target_init_and_the_model_it_tr
     got = mlflow_store.client(uri).get_run(run.run_id).data
     assert got.tags[records.TRAINER_LABEL_TAG] == planned.label == "GloVe"
     assert (got.params["d_model"], got.params["heads"]) == ("6", "3")
+    # the size the report compares rows by: the trained one, where the config tag has d_model None
+    assert records.from_run(mlflow_store.client(uri).get_run(run.run_id)).model_size == {"d_model": 6, "heads": 3}
     assert got.params["precision"] == result.config["precision"] in ("fp32", "bf16")
     assert got.params["init"] == "GloVe" and got.params["init_spec"] == "glove"
     assert got.tags[records.DEVICE_TAG] == "cpu" and got.tags[records.DATA_SOURCE_TAG] == "generated"

@@ -17,7 +17,8 @@ class ProbeCallback:
 
     With `summary=True` (the sweep's setting) the step-0 values are also logged as `init/probe/*`, and
     after a finished trial -- when the trainer has loaded the best epoch's weights -- the probe runs on
-    them and logs `best/probe/*`, even if the last epoch was already measured (its weights may differ)."""
+    them and logs `best/probe/*`, even if the last epoch was already measured (its weights may differ).
+    The series' point at the last step is the last epoch's table (kept at its end), never the best one."""
 
     def __init__(self, every_n_epochs: int | None = None, log_fn: LogFn | None = None,
                  key: str | None = None, max_len: int | None = None, summary: bool = False, **probe_kw):
@@ -26,18 +27,21 @@ class ProbeCallback:
         self.prefix = probe_kw.get("prefix", "probe")   # probe_table's namespace for its metrics
         self.history: list[dict] = []
         self._last_step = None
+        self._ended = None   # (step, table) at the latest epoch end not measured
 
-    def probe(self, ctx) -> dict:
+    def probe(self, ctx, table=None) -> dict:
+        """The probe of the model's table (or of `table`, a `model_table` taken earlier)."""
         from embinit.analysis.probe import DEFAULT_MAX_LEN, probe_table
-        _, table = model_table(ctx.model, self.key)
+        if table is None:
+            _, table = model_table(ctx.model, self.key)
         cfg = getattr(ctx, "cfg", None)
         kw = {"pe_base": float(getattr(cfg, "pe_base", None) or 10000.0), **self.kw}
         return probe_table(table, max_len=self.max_len or DEFAULT_MAX_LEN, **kw)
 
-    def measure(self, ctx, step: int, phase: str | None = None) -> dict:
-        """Probe now, log `probe/*` at `step` (and `<phase>/probe/*` when a phase is given)."""
+    def measure(self, ctx, step: int, phase: str | None = None, table=None) -> dict:
+        """Probe now (or `table`), log `probe/*` at `step` (and `<phase>/probe/*` when a phase is given)."""
         self._last_step = step
-        metrics = self.probe(ctx)
+        metrics = self.probe(ctx, table)
         self.history.append({"step": step, **metrics})
         self._log({**metrics, **({f"{phase}/{k}": v for k, v in metrics.items()} if phase else {})}, step)
         return metrics
@@ -52,12 +56,19 @@ class ProbeCallback:
     def on_epoch_end(self, ctx, epoch: int, metrics: dict) -> None:
         if self.every and epoch % self.every == 0:
             self.measure(ctx, ctx.step)
+        else:   # this may be the last step: keep its table for on_train_end
+            self._ended = (ctx.step, model_table(ctx.model, self.key)[1])
 
     def on_train_end(self, ctx, result) -> None:
         best = self.summary and getattr(result, "status", None) == "finished"
-        if self._last_step != ctx.step:
-            self.measure(ctx, ctx.step, "best" if best else None)
-        elif best:   # the series has this step (last epoch's weights); the best weights are logged beside
+        ended = self._ended[1] if self._ended is not None and self._ended[0] == ctx.step else None
+        self._ended = None
+        if self._last_step != ctx.step and (ended is not None or not best):
+            self.measure(ctx, ctx.step, table=ended)   # the last epoch's table (a diverged trial's: as it is)
+        elif self._last_step != ctx.step:   # no epoch ended here: the model's weights stand for it
+            self.measure(ctx, ctx.step, "best")
+            return
+        if best:   # the series has this step (last epoch's weights); the best weights are logged beside
             self._log({f"best/{k}": v for k, v in self.probe(ctx).items()}, ctx.step)
 
 

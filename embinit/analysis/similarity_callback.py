@@ -9,7 +9,9 @@ Two runs are not trained in lockstep; instead the reference is one of:
   folder compares with the snapshot of the *same step*. This is how the blog's experiments run: seed 0
   writes snapshots, seed 1 reads them (start it after seed 0, or give `wait_s` for a concurrent one); a
   snapshot that is missing is skipped and listed in `missing_steps`.
-Step 0 (before any update) is measured at train start, so a curve starts from the two inits.
+Step 0 (before any update) is measured at train start, so a curve starts from the two inits, and the
+last step at train end, on the table as the last epoch left it (by then a finished trial's model holds its
+best epoch's weights, which the trainer loaded for the test: kept at the last epoch's end for this).
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ class SimilarityCallback:
         self._ref_cache = None     # (tokens, matrix) of a fixed reference
         self._ref_knn = None       # its neighbour lists, once aligned
         self._last_step = None
+        self._ended = None          # (step, (side, table)) at the latest epoch end not measured
 
     # ---- trainer events --------------------------------------------------------------------------
     def needs_weights(self, step: int) -> bool:
@@ -83,14 +86,21 @@ class SimilarityCallback:
         if step % self.every == 0:
             self.measure(ctx, step)
 
+    def on_epoch_end(self, ctx, epoch: int, metrics: dict) -> None:
+        if self._last_step != ctx.step:   # this may be the last step: keep its table for on_train_end
+            self._ended = (ctx.step, model_table(ctx.model, self.key))
+
     def on_train_end(self, ctx, result) -> None:
-        if self._last_step != ctx.step:
-            self.measure(ctx, ctx.step)
+        if self._last_step != ctx.step:   # the table of the last step, not the best weights loaded since
+            ended = self._ended[1] if self._ended is not None and self._ended[0] == ctx.step else None
+            self.measure(ctx, ctx.step, ended)
+        self._ended = None
 
     # ---- work ------------------------------------------------------------------------------------
-    def measure(self, ctx, step: int) -> dict | None:
+    def measure(self, ctx, step: int, table: tuple[str, torch.Tensor] | None = None) -> dict | None:
+        """Measure the model's table (or `table`, a `model_table` taken earlier) as of `step`."""
         self._last_step = step
-        key, table = model_table(ctx.model, self.key)
+        key, table = table if table is not None else model_table(ctx.model, self.key)
         tokens = context_tokens(ctx, key)
         idx = None
         if self.snapshot_dir is not None:

@@ -70,8 +70,10 @@ def _resolve(config_json: str) -> dict[str, Any]:
 
 def _setting(t: _Trial) -> dict[str, Any]:
     """Everything the trial computed with but its seed and search point: its resolved config without
-    seed, data order seed (when it follows the seed), threads, device and the searched keys."""
-    cfg = _resolved(t)
+    seed, data order seed (when it follows the seed), threads, device and the searched keys. `d_model`
+    and `heads` are the ones it trained with where the run recorded them (`records.MODEL_SIZE_TAG`): a
+    `d_model` left unset is the pretrained source's D for one init and the task's for Xavier."""
+    cfg = {**_resolved(t), **t.model_size}
     drop = {"seed", *TrialConfig.NOT_IN_KEY, *t.point}
     if cfg.get("data_seed") in (None, cfg.get("seed")):
         drop.add("data_seed")

@@ -35,6 +35,11 @@ EXECUTION_TAG = "embinit.execution"  # separate | fused (the trial's result.json
 # `config.CODE_VERSION` when the run was created (in its key too, but a key cannot be read back): the
 # report says when a row pools seeds of several code versions. Runs from before the tag lack it.
 CODE_VERSION_TAG = "embinit.code_version"
+# The model size the trainer resolved, JSON {"d_model": D, "heads": H}, set when training starts. The config
+# tag keeps what was planned, where an unset `d_model` means "the pretrained source's D, else the task's":
+# a Xavier trial and a GloVe-300d trial of one spec without `d_model` both read None there, yet trained at
+# D=512 (8 heads) and D=300 (10 heads). The report compares rows by what they trained with. Older runs lack it.
+MODEL_SIZE_TAG = "embinit.model_size"
 # What a trial's worker ran (embinit.tracking.provenance): MLflow's own commit tag (the UI's "Version"), the
 # commit of the code the worker imported (`-dirty` when its checkout differed), and every commit that
 # trained the run, comma-separated, in order (a resumed run may have two); the library versions (JSON),
@@ -89,6 +94,7 @@ class TrialRecord:
     resume_epoch: int | None = None  # an unfinished run whose checkpoint after this epoch is kept
     device: str | None = None        # where it trained (`DEVICE_TAG`), once training started
     code_version: str | None = None  # `CODE_VERSION_TAG`; None on a run written before it was recorded
+    model_size: dict[str, Any] = field(default_factory=dict)   # `MODEL_SIZE_TAG`: d_model, heads as trained
 
     @property
     def resumable(self) -> bool:
@@ -120,7 +126,16 @@ def from_run(run) -> TrialRecord | None:
                        int(seed) if seed is not None and seed.lstrip("-").isdigit() else None,
                        tags.get(ERROR_TAG), tags.get(PARENT_TAG), run.info.start_time or 0, run.info.end_time,
                        int(kept) if kept.isdigit() and status not in RESULT else None,
-                       tags.get(DEVICE_TAG), tags.get(CODE_VERSION_TAG))
+                       tags.get(DEVICE_TAG), tags.get(CODE_VERSION_TAG), _model_size(tags.get(MODEL_SIZE_TAG)))
+
+
+def _model_size(text: str | None) -> dict[str, Any]:
+    """`MODEL_SIZE_TAG`'s d_model and heads ({} without the tag, or with one that does not parse)."""
+    try:
+        size = json.loads(text) if text else {}
+    except ValueError:
+        return {}
+    return {k: v for k, v in size.items() if k in ("d_model", "heads")} if isinstance(size, dict) else {}
 
 
 def from_runs(runs: Iterable) -> list[TrialRecord]:

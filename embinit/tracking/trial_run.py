@@ -24,7 +24,8 @@ one child run per trial. A child run carries:
   `embinit.data_source` (`local:<folder>`, `hub:<dataset>[@<commit>]` or `generated`: without a
   data_dir the key is the same whichever the worker found) and `embinit.hub_revision.<field>`
   (`<hub id>@<commit>` of the cached snapshot a side's sub-word rows came from: the key holds the id
-  as written, whatever revision the hub served);
+  as written, whatever revision the hub served), and `embinit.model_size` (JSON `d_model`, `heads` as the
+  trainer resolved them, which the report compares rows by);
 - its name `<label>-s<seed>`; params: the flat config the model trains with (`TrainContext.cfg`: task
   defaults filled in, d_model and heads resolved against a pretrained source's D, precision as resolved;
   unset options left out), `init` = the label and `init_spec` = the init as written
@@ -59,9 +60,9 @@ from embinit.file_inputs import PREFIX, content_ids
 from embinit.tracking.mlflow_store import client, log_batch, metrics_at, retry
 from embinit.tracking.records import (BLEU_SIGNATURE_TAG, CHECKPOINT_TAG, CODE_VERSION_TAG, CONFIG_TAG, DATA_SOURCE_TAG,
                                       DEVICE_TAG, ERROR_TAG, EXECUTION_TAG, GIT_COMMIT_TAG, GIT_COMMITS_TAG, GROUP_TAG,
-                                      HOST_TAG, HUB_REVISION_TAG, INIT_TAG, KEY_TAG, NODE_TAG, LABEL_TAG, PARENT_TAG,
-                                      RESULT, RESUMED_TAG, SEED_TAG, SHA256_TAG, STATUS_TAG, TASK_TAG,
-                                      TRAINER_LABEL_TAG, VERSIONS_TAG)
+                                      HOST_TAG, HUB_REVISION_TAG, INIT_TAG, KEY_TAG, NODE_TAG, LABEL_TAG,
+                                      MODEL_SIZE_TAG, PARENT_TAG, RESULT, RESUMED_TAG, SEED_TAG, SHA256_TAG, STATUS_TAG,
+                                      TASK_TAG, TRAINER_LABEL_TAG, VERSIONS_TAG)
 from embinit.tracking.run_names import planned_params, resolved_params, trial_params, trial_run_name
 from embinit.tracking.run_readers import key_records, metric_history
 
@@ -198,7 +199,8 @@ class TrialRun:
         values["trainable_parameters"] = str(sum(p.numel() for p in model.parameters() if p.requires_grad))
         params = [Param(k, v[:6000]) for k, v in values.items() if k not in self.logged_params]
         tags = {DEVICE_TAG: device, VERSIONS_TAG: provenance.library_versions(),
-                DATA_SOURCE_TAG: data_origin(cfg.task, cfg.data_dir)}
+                DATA_SOURCE_TAG: data_origin(cfg.task, cfg.data_dir),
+                MODEL_SIZE_TAG: json.dumps({"d_model": cfg.d_model, "heads": cfg.heads})}
         for field, hub_id in hub_ids(cfg.init, cfg.pretrained, cfg.src_init, cfg.src_pretrained).items():
             tags[HUB_REVISION_TAG + field] = f"{hub_id}@{hub_revision(hub_id) or 'unknown (not in the hub cache)'}"
         self.params = []   # planned: `cfg` has what they had, resolved

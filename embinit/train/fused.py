@@ -81,9 +81,12 @@ def _not_fusable(setups) -> str | None:
         fusable = [name for name, kind in KINDS.items() if kind.fusable]
         return f"{first.data.kind} does not fuse (only {fusable} do)"
     shape = {n: p.shape for n, p in first.model.named_parameters()}
+    trains = {n: p.requires_grad for n, p in first.model.named_parameters()}
     for s in setups[1:]:
         if s.model_cfg != first.model_cfg or {n: p.shape for n, p in s.model.named_parameters()} != shape:
             return "members differ in model shape"
+        if {n: p.requires_grad for n, p in s.model.named_parameters()} != trains:   # one flag per stacked weight
+            return "members differ in which weights train (train_embeddings, freeze_non_embeddings)"
         if (s.cfg.batch_size, s.cfg.max_tokens, s.cfg.epochs, s.cfg.precision, s.cfg.lr) != (
                 first.cfg.batch_size, first.cfg.max_tokens, first.cfg.epochs, first.cfg.precision, first.cfg.lr):
             return "members differ in batch schedule, epochs, precision or learning rate"

@@ -49,8 +49,9 @@ class BestTracker:
 
     def _record(self, name: str, mode: str, value: float, epoch: int) -> bool:
         old = self.state.get(name)
-        better = old is None or (value < old[0] if mode == "min" else value > old[0])
-        if better and value == value:  # NaN never counts as better
+        # NaN never counts as better, not even as the first value (its epoch would be no best epoch)
+        better = value == value and (old is None or (value < old[0] if mode == "min" else value > old[0]))
+        if better:
             self.state[name] = [value, epoch]
         return better
 
@@ -183,8 +184,8 @@ def epoch_end(m: Member, epoch: int, train_loss: float, tokens: int, seconds: fl
             ckpt.save_best(m.out, model, rc.to_dict(), vocabs, epoch)
         else:
             m.best_state = copy.deepcopy(model.state_dict())
-    patience = rc.early_stopping_patience
-    m.stopped = bool(patience and epoch - m.tracker.best_epoch >= patience)
+    patience, best = rc.early_stopping_patience, m.tracker.best_epoch
+    m.stopped = bool(patience and best is not None and epoch - best >= patience)
     if m.out is not None:
         ckpt.save_last(m.out, m.key, model, m.optimizer, s.dropout_generator,
                        {"epoch": epoch, "step": m.ctx.step, "history": m.history, "best": m.tracker.state,
