@@ -28,7 +28,8 @@ from embinit.tracking.run_readers import experiment_records, trial_row
 # 6: rows carry `never_started` (the CSV's column): the planned trials of the row's init with no run.
 # 7: comparisons carry their test's `p`, Holm's `p_holm` over the task's comparisons (`holm_m`) and
 #    `holds_after_holm` (CSV columns too; markdown "p (Holm)", LaTeX arrows in parentheses).
-REPORT_VERSION = 7
+# 8: rows are compared by the model size they trained at (`embinit.model_size`), not the planned config's.
+REPORT_VERSION = 8
 
 
 def absolute_sqlite_uri(url: str) -> str:
