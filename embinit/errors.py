@@ -12,6 +12,17 @@ class EmbinitError(Exception):
     """A problem with the user's input, reported as one clear line."""
 
 
+MAX_LISTED = 10   # problems of one file named in its error; the rest are counted
+
+
+def problems_error(path: Path, problems: list[str], hint: str = "") -> EmbinitError:
+    """One error for every problem found in a file (`path:line: what`), the first MAX_LISTED named, then
+    `hint` (what to do about them) once (the readers of a task's data files and of pretrained vectors)."""
+    more = f" (and {len(problems) - MAX_LISTED} more)" if len(problems) > MAX_LISTED else ""
+    head = f"{path}: {len(problems)} problems: " if len(problems) > 1 else ""
+    return EmbinitError(head + " | ".join(problems[:MAX_LISTED]) + more + (f"; {hint}" if hint else ""))
+
+
 def did_you_mean(name: str, valid) -> str:
     """"; did you mean 'x'?" with the valid name closest to `name` (difflib), or "" when none is close."""
     import difflib

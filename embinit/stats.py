@@ -12,7 +12,8 @@ Keys (with the default prefix `emb/`), all floats:
 - `row_norm_mean`, `row_norm_std`: L2 norms of the (unscaled) rows;
 - `rows`, `dim`;
 - with `coverage` (from `build_table`): `coverage_rows_found`, `coverage_row_share`,
-  `coverage_token_share` (when the vocabulary has counts).
+  `coverage_token_share` (when the vocabulary has counts), `coverage_duplicate_words` (a word-vector
+  file's words that the vocabulary takes and the file holds more than once; each takes its first row).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import torch
 from embinit.errors import EmbinitError
 from embinit.posenc import sinusoidal
 
-COVERAGE_KEYS = ("rows_found", "row_share", "token_share")
+COVERAGE_KEYS = ("rows_found", "row_share", "token_share", "duplicate_words")
 DEFAULT_PE_POSITIONS = 5000   # TrialConfig.pe_positions' default (embinit/config.py, which avoids torch)
 
 

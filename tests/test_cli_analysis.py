@@ -186,8 +186,9 @@ def test_vector_file_words_with_spaces_and_header(tmp_path, capsys):
     from embinit.analysis.sources import load_embeddings
 
     text = tmp_path / "w2v.txt"
-    text.write_text("3 2\nnew york 1.0 0.0\nparis 0.5 0.5\nparis 9 9\nrome 0.0 1.0\n")
-    emb = load_embeddings(text)
+    text.write_text("4 2\nnew york 1.0 0.0\nparis 0.5 0.5\nparis 9 9\nrome 0.0 1.0\n")   # N counts rows
+    with pytest.warns(RuntimeWarning, match="'paris' \\(lines 3, 4\\)"):
+        emb = load_embeddings(text)
     assert emb.tokens == ["new york", "paris", "rome"]
     assert emb.matrix.tolist() == [[1.0, 0.0], [0.5, 0.5], [0.0, 1.0]]   # the first 'paris' row wins
 

@@ -49,6 +49,25 @@ def test_the_summary_says_how_little_of_the_vocabulary_a_source_covers(tmp_path,
     assert rows <= 4 < total and "vocabulary rows (" in line and "of the training tokens" in line
 
 
+@pytest.mark.slow
+def test_the_summary_and_the_trial_count_the_words_the_file_repeats(tmp_path, capsys):
+    """A vectors file with a word twice silently used its first row: the summary, the result's coverage and
+    its init statistics (MLflow's `coverage/*` and `init/emb/coverage_*`) now count such words."""
+    vectors = tmp_path / "v.txt"
+    vectors.write_text("".join(f"{w} " + " ".join(["0.5"] * 32) + "\n" for w in ("the", "zzqx", "the")))
+    args = ["train", "--task", "synthetic_classification", "--epochs", "1", "--threads", "1", "--quiet",
+            "--init", "glove", "--pretrained", str(vectors), "--cache-dir", str(tmp_path / "c")]
+    with pytest.warns(RuntimeWarning, match="'the' \\(lines 1, 3\\)"):
+        assert main(args) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("pretrained coverage: "))
+    assert line.endswith("; 1 of its words occur more than once in the file (each takes its first row)")
+    with pytest.warns(RuntimeWarning):
+        assert main([*args, "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["coverage"]["duplicate_words"] == 1
+    assert result["emb_stats_init"]["emb/coverage_duplicate_words"] == 1.0
+
+
 @pytest.mark.parametrize("args, message", [
     (["--task", "nope"], "'nope' is not a registered task"),
     (["--task", "synthetic_lm", "--heads", "5"], "heads=5 does not divide d_model=32"),

@@ -73,7 +73,8 @@ def test_lowercase_fallback_prefers_the_exact_token(tmp_path):
 def test_first_occurrence_wins_and_words_may_contain_spaces(tmp_path):
     path = tmp_path / "g.txt"
     path.write_text("cat 1.0 2.0\n. . . 5.0 6.0\ncat 3.0 4.0\n. 7.0 8.0\n", encoding="utf-8")
-    res = build_table("glove", Vocab(["cat", ". . .", "."]), pretrained=str(path), cache_dir=False)
+    with pytest.warns(RuntimeWarning, match="'cat' \\(lines 1, 3\\)"):
+        res = build_table("glove", Vocab(["cat", ". . .", "."]), pretrained=str(path), cache_dir=False)
     assert res.table.tolist() == [[1.0, 2.0], [5.0, 6.0], [7.0, 8.0]]
 
 
@@ -88,7 +89,7 @@ def test_token_share_uses_training_counts(tmp_path):
     path = tt.write_text(tmp_path / "g.txt", tt.word_vectors(["the", "cat"], dim=2))
     vocab = Vocab(["<pad>", "the", "cat", "qqq"], counts={"the": 6, "cat": 2, "qqq": 2}, specials=("<pad>",))
     cov = build_table("glove", vocab, pretrained=str(path), cache_dir=False).coverage
-    assert cov == {"rows_found": 2, "rows_total": 4, "row_share": 0.5, "token_share": 0.8}
+    assert cov == {"rows_found": 2, "rows_total": 4, "row_share": 0.5, "token_share": 0.8, "duplicate_words": 0}
 
 
 def test_cache_returns_identical_matrices_and_tracks_the_file(tmp_path):

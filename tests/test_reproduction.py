@@ -327,6 +327,52 @@ def test_on_par_and_not_reproduced_verdicts_resting_on_a_side_that_lost_seeds_ar
         assert par["note"] == "Xavier diverged on 1 of 4 seeds"
 
 
+def test_findings_carry_p_values_and_holms_adjustment_over_the_comparisons_with_one_baseline(store):
+    """The findings read each claim's 95% interval alone, where the report adjusts its comparisons for
+    multiplicity (Holm over those with one baseline on one task and metric). Each comparison now has its
+    p, Holm's over its family (same b, task and metric) and `holds_after_holm`; a reproduces/contradicts
+    that does not survive is marked as the report marks it. Here GloVe_Xavier and GloVe_Shuffled each
+    reproduce their claim against GloVe alone (p 0.036 and 0.045) but not as two tests (Holm 0.073)."""
+    from embinit.comparison import holm
+    uri = store[0]
+    exp = mlflow_store.ensure_experiment("f-holm", uri)
+    glove = [20.0, 21.0, 22.0]
+    shifts = {"GloVe": [0.0, 0.0, 0.0], "Xavier": [5.0, 4.7, 5.3], "GloVe_Xavier": [1.0, 1.4, 0.7],
+              "GloVe_Shuffled": [-1.0, -1.5, -0.7]}
+    values = {label: {seed: glove[seed] + d for seed, d in enumerate(shift)} for label, shift in shifts.items()}
+    for label, by_seed in values.items():
+        for seed, v in by_seed.items():
+            _trial(uri, exp, f"{label}{seed}", "multi30k", label, seed, {"test/bleu": v}, {"val/loss": 3.0 - v / 100})
+    rep = Reproduction(uri, Inputs(groups=(Group("f-holm", "multi30k", "GloVe", "GloVe", "h.yaml"),),
+                                   analogy_experiment="none"))
+    text = render(rep, rep.build())
+    f = {(x["a"], x["b"]): x for x in rep.exports["findings"] if "b" in x}
+
+    def p(a, b):
+        return stats.ttest_rel(list(values[a].values()), list(values[b].values())).pvalue
+
+    std, shuffled = f["GloVe_Xavier", "GloVe"], f["GloVe_Shuffled", "GloVe"]
+    assert std["p"] == pytest.approx(p("GloVe_Xavier", "GloVe"), rel=1e-9)
+    assert shuffled["p"] == pytest.approx(p("GloVe_Shuffled", "GloVe"), rel=1e-9)
+    assert std["p"] < 0.05 and shuffled["p"] < 0.05   # each alone: its interval excludes 0
+    # the family against GloVe: these two (the elements-shuffled table has no runs, so no test); against
+    # Xavier another family, whose two verdicts hold
+    assert [std["p_holm"], shuffled["p_holm"]] == pytest.approx(holm([std["p"], shuffled["p"]]))
+    assert std["p_holm"] == pytest.approx(0.0728, abs=1e-3) and std["holm_m"] == shuffled["holm_m"] == 2
+    for x in (std, shuffled):
+        assert (x["verdict"], x["holds_after_holm"]) == ("reproduces", False)
+        assert (x["loss"]["verdict"], x["loss"]["holds_after_holm"], x["loss"]["holm_m"]) == ("reproduces", False, 2)
+    raw, gains = f["GloVe", "Xavier"], f["GloVe_Xavier", "Xavier"]
+    assert (raw["verdict"], raw["holds_after_holm"], raw["holm_m"]) == ("reproduces", True, 2)
+    assert (gains["verdict"], gains["holds_after_holm"]) == ("contradicts", True)
+    assert f["GloVe_ShuffledElements", "GloVe"]["holds_after_holm"] is None   # not measured: no test
+    assert ("standardizing GloVe to Xavier's σ helps (multi30k): test BLEU **reproduces** (not after Holm, m=2). "
+            "GloVe_Xavier − GloVe = 1.03 (paired t, 95% CI [") in text
+    assert f"n = 3 vs 3), p = {std['p']:.3g} (Holm {std['p_holm']:.3g}, m = 2); paper 4.60." in text
+    assert "raw GloVe does worse than Xavier (multi30k): test BLEU **reproduces**. GloVe − Xavier" in text
+    assert "Holm's adjustment over the m comparisons with the same b on the same task and metric" in text
+
+
 def test_table3_cells_from_configs(store):
     _, _, rep, _ = store
     cells = {(r["init"], r["train_embeddings"], r["pos_encoding"]): r for r in rep.exports["table3"]}

@@ -6,8 +6,8 @@
 - a `.npy` matrix (tokens from its vocabulary file beside it when there is one, see
   `embinit.init.source_files.read_npy_vocab`; without one the rows are unnamed);
 - a GloVe / word2vec / fastText text file or a word2vec binary file (read by `embinit.init`'s loaders; rows in
-  file order, i.e. by frequency for GloVe; `top` keeps the first N words; a repeated word keeps its
-  first row);
+  file order, i.e. by frequency for GloVe; `top` keeps the first N words, read from the file's start
+  without checking the rest of it; a repeated word keeps its first row, with a warning naming it);
 - an MLflow run id (32 hex digits) or `runs:/<id>`: the run's `checkpoint/best.pt` artifact is
   downloaded (from `tracking_uri`, default MLflow's own resolution) and read as above.
 Files are read by `embinit.init`'s readers, so an analysis reads the table an init built from the same
@@ -75,6 +75,7 @@ def load_vectors(path: str | Path, top: int | None = None) -> Embeddings:
     a text file (`vectors.words`) and the vocabulary of a .npy (`source_files.read_npy_vocab`) are the
     ones an init built from the same file uses."""
     from embinit.init import source_files, vectors
+    from embinit.init.aligned import warn_duplicates
 
     path = source_files.check_file(path)
     fmt = source_files.detect_format(path)
@@ -88,7 +89,8 @@ def load_vectors(path: str | Path, top: int | None = None) -> Embeddings:
         return Embeddings(matrix, names[:top] if names is not None else None, str(path))
     words = vectors.words(path, top)
     load = vectors.load_word2vec_binary if fmt == "word2vec_bin" else vectors.load_text
-    aligned = load(path, words)
+    aligned = load(path, words, stop_when_found=top is not None)   # `top`: the file's first rows, not all of it
+    warn_duplicates(aligned)
     if aligned.found.numel() != len(words):
         raise EmbinitError(f"{path}: read {aligned.found.numel()} rows for {len(words)} words")
     return Embeddings(aligned.rows, words, str(path))

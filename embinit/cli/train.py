@@ -211,7 +211,9 @@ def _coverage_lines(coverage: dict | None) -> list[str]:
         return []
     sides = [("", coverage)] if "rows_found" in coverage else [(f" ({side})", c) for side, c in coverage.items()]
     return [f"pretrained coverage{side}: {c['rows_found']} of {c['rows_total']} vocabulary rows "
-            f"({c['row_share']:.1%}), {c['token_share']:.1%} of the training tokens" for side, c in sides]
+            f"({c['row_share']:.1%}), {c['token_share']:.1%} of the training tokens"
+            + (f"; {c['duplicate_words']} of its words occur more than once in the file (each takes its first "
+               "row)" if c.get("duplicate_words") else "") for side, c in sides]
 
 
 def summary(result) -> str:

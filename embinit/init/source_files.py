@@ -74,15 +74,25 @@ def npy_vocab_path(path: Path) -> Path:
     return found
 
 
-def check_utf8(word: bytes, path: Path, where: str) -> None:
-    """Refuse a word that is not UTF-8, naming the file and `where` (a line, an entry). Callers check
-    `isascii()` first: the common case stays cheap."""
+UTF8_HINT = "re-encode the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)"
+
+
+def not_utf8(word: bytes, path: Path, where: str) -> str | None:
+    """`path:where: not UTF-8 ...` for a word that is not UTF-8, naming the file and `where` (a line, an
+    entry), else None. Callers check `isascii()` first: the common case stays cheap."""
     try:
         word.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise EmbinitError(f"{path}:{where}: not UTF-8: the word '{word.decode('utf-8', 'backslashreplace')}' has byte "
-                           f"0x{word[e.start]:02x} at position {e.start}; re-encode the file as UTF-8 "
-                           f"(e.g. iconv -f latin1 -t utf-8)") from None
+        return (f"{path}:{where}: not UTF-8: the word '{word.decode('utf-8', 'backslashreplace')}' has byte "
+                f"0x{word[e.start]:02x} at position {e.start}")
+    return None
+
+
+def check_utf8(word: bytes, path: Path, where: str) -> None:
+    """Refuse a word that is not UTF-8 (`not_utf8`), with the hint to re-encode the file."""
+    problem = not_utf8(word, path, where)
+    if problem:
+        raise EmbinitError(f"{problem}; {UTF8_HINT}")
 
 
 def read_npy_vocab(path: Path, n_rows: int) -> list[str]:

@@ -24,7 +24,7 @@ import torch
 from embinit.content_hash import entry_lock
 from embinit.errors import EmbinitError, unknown_name
 from embinit.init import hf, table_cache, vectors
-from embinit.init.aligned import Aligned
+from embinit.init.aligned import Aligned, warn_duplicates
 from embinit.init.oov import OOV_RULES, OOVContext
 from embinit.init.random import INITS
 from embinit.init.registry import DEFAULT_OOV, InitSpec, parse_init_spec
@@ -99,9 +99,12 @@ def load_aligned(kind: str, location: str, vocab: Vocab, lowercase: bool,
     return aligned, False
 
 
-def _coverage(vocab: Vocab, found: torch.Tensor) -> dict[str, Any]:
+def _coverage(vocab: Vocab, aligned: Aligned) -> dict[str, Any]:
+    found = aligned.found
     n_found, n = int(found.numel()), len(vocab)
     cov: dict[str, Any] = {"rows_found": n_found, "rows_total": n, "row_share": n_found / n}
+    if aligned.duplicates is not None:   # words of a vector file that occur more than once (first row used)
+        cov["duplicate_words"] = len(aligned.duplicates)
     if vocab.counts:
         total = sum(vocab.counts.values())
         hit = sum(vocab.counts.get(vocab.tokens[i], 0) for i in found.tolist())
@@ -174,6 +177,7 @@ def build_table(spec, vocab, dim: int | None = None, generator: torch.Generator 
         raise EmbinitError(f"oov rule 'subword_mean' needs a source with a tokenizer (bert, mbert, t5, mt5, "
                            f"hf); {location} is a word-vector file without one")
     aligned, cached = load_aligned(kind, location, vocab, spec.lowercase, cache_dir)
+    warn_duplicates(aligned)   # on every build: a cached entry keeps them
     if dim and dim != aligned.dim:
         raise EmbinitError(f"dimension mismatch: {location} has D={aligned.dim} but dim={dim} was requested")
     if aligned.found.numel() == 0:
@@ -186,6 +190,6 @@ def build_table(spec, vocab, dim: int | None = None, generator: torch.Generator 
     filled = None if "match" in spec.transforms else rule
     missing = torch.ones(len(vocab), dtype=torch.bool)
     missing[aligned.found] = False
-    return BuildResult(table, spec.label, aligned.dim, _coverage(vocab, aligned.found), stats, spec,
+    return BuildResult(table, spec.label, aligned.dim, _coverage(vocab, aligned), stats, spec,
                        filled, location, {"cached": cached, "kind": kind},
                        missing.nonzero().flatten() if filled else None)

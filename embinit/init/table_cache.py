@@ -19,7 +19,9 @@ from embinit.cache_root import cache_root
 from embinit.trusted import escapes
 from embinit.init.aligned import Aligned
 
-FORMAT_VERSION = 1
+# 2: `Aligned.duplicates`; and entries of files that version 1 read but the checks now refuse (a header's N
+# that the rows disagree with, a truncated binary file read up to the last needed word) are not reused
+FORMAT_VERSION = 2
 
 
 def default_cache_dir() -> Path:

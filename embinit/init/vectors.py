@@ -1,13 +1,20 @@
 """Word-vector file loaders: GloVe / word2vec / fastText text, word2vec binary (both optionally .gz), .npy.
 
-Each loader streams the file and keeps only the rows the vocabulary needs. Text files: the word is
+Each loader streams the whole file and keeps only the rows the vocabulary needs. Text files: the word is
 split off each line and the floats are parsed only for needed words, so a 400k-line file costs one pass
-of byte scanning. Every line's field count is still checked (a cheap `count(b" ")`), so an inconsistent
-dimension anywhere before the last needed word is reported with its line number. So is a word that is
-not UTF-8 (a Latin-1 file would otherwise turn every non-ASCII word into an OOV token): only the rare
-non-ASCII words are decoded, so an ASCII line costs one `isascii()`. Reading stops early once every
-token has its exact row. A word given twice keeps its first row; the later ones are not read (reading
-stops at the first exact row), so they are not reported either.
+of byte scanning. Every line's field count is still checked (a cheap `count(b" ")`), and so is every
+word's UTF-8 (a Latin-1 file would otherwise turn every non-ASCII word into an OOV token; only the rare
+non-ASCII words are decoded, so an ASCII line costs one `isascii()`). A file's problems are collected and
+raised as one error naming each `path:line: what` (`errors.problems_error`): a line with the wrong number
+of values, a word that is not UTF-8, a needed row with a value that is not a number or is nan/inf (the
+values of unneeded rows are not parsed), and a word2vec/fastText header `N D` whose N is not the number
+of rows (fewer: usually a truncated download, whose missing rows would silently become OOV rows). A
+word2vec binary file is checked the same way, by entry.
+
+A word given more than once keeps its first row (as gensim's reader does); the repeated words whose row
+the vocabulary takes are recorded (`Aligned.duplicates`), counted in the table's coverage
+(`duplicate_words`) and named in a warning. `stop_when_found` (the analyses' `--top`, a prefix read by
+request) stops reading once every token has its exact row: the rest of the file is then not checked.
 
 `.npy` convention: the matrix `X.npy` is [V, D]; its vocabulary (one token per line, line i = row i) is
 the first file that exists of `X.vocab.txt`, `X.vocab`, `vocab.txt` in the same folder.
@@ -21,10 +28,40 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from embinit.errors import EmbinitError
+from embinit.errors import EmbinitError, problems_error
 from embinit.init.aligned import Aligned, wanted_keys
-from embinit.init.source_files import (check_file, check_utf8, count_header, first_line, is_word2vec_binary,
-                                       load_npy_matrix, open_binary, read_npy_vocab)
+from embinit.init.source_files import (UTF8_HINT, check_file, count_header, first_line, is_word2vec_binary,
+                                       load_npy_matrix, not_utf8, npy_vocab_path, open_binary,
+                                       read_npy_vocab)
+
+SHOWN_PLACES = 3   # positions of a repeated word named in `Aligned.duplicates`
+
+
+class _Problems:
+    """The problems of one file, each at its position (a line, an entry; 0 for the file as a whole),
+    raised together in file order."""
+
+    def __init__(self, path: Path, unit: str = ""):
+        self.path, self.unit, self.items, self.hint = path, unit, [], False
+
+    def where(self, pos: int) -> str:
+        return f"{self.path}:{self.unit}{pos}"
+
+    def add(self, pos: int, message: str) -> None:
+        self.items.append((pos, message))
+
+    def utf8(self, word: bytes, pos: int) -> bool:
+        """Whether `word` is UTF-8; a problem when not."""
+        problem = not_utf8(word, self.path, f"{self.unit}{pos}")
+        if problem:
+            self.add(pos, problem)
+            self.hint = True
+        return problem is None
+
+    def raise_any(self) -> None:
+        if self.items:
+            found = [m for _, m in sorted(self.items, key=lambda item: item[0])]
+            raise problems_error(self.path, found, UTF8_HINT if self.hint else "")
 
 
 def _parse_row(parts: list[bytes], path: Path, lineno: int) -> list[float]:
@@ -56,62 +93,95 @@ def _split_line(line: bytes, dim: int, path: Path, lineno: int) -> tuple[bytes, 
 
 
 class _Collector:
-    """Keeps the best (lowest-priority) row per vocabulary index and knows when all are exact."""
+    """Keeps the best (lowest-priority) row per vocabulary index, knows when all are exact, and where
+    each wanted word occurs (a repeated word keeps its first row)."""
 
-    def __init__(self, wanted: dict, tokens: list[str]):
+    def __init__(self, wanted: dict):
         self.wanted = wanted
-        self.best: dict[int, tuple[int, list[float]]] = {}
+        self.best: dict[int, tuple[int, object, int, bytes]] = {}   # index -> (priority, row, position, word)
         self.pending = {i for hits in wanted.values() for i, pri in hits if pri == 0}
-        self.tokens = tokens
+        self.first: dict = {}      # word offered -> its position (its row is the one kept)
+        self.repeated: dict = {}   # word offered again -> every position where it occurs
 
-    def offer(self, word: bytes, values) -> None:
+    def repeat(self, word, pos: int) -> None:
+        """`word`, offered at `self.first[word]`, occurs again at `pos` (its first row stands)."""
+        self.repeated.setdefault(word, [self.first[word]]).append(pos)
+
+    def offer(self, word, values, pos: int) -> None:
+        self.first[word] = pos
         for idx, pri in self.wanted.get(word, ()):
             old = self.best.get(idx)
-            if old is None or pri < old[0]:   # first occurrence wins among equals
-                self.best[idx] = (pri, values)
+            if old is None or pri < old[0]:
+                self.best[idx] = (pri, values, pos, word)
                 if pri == 0:
                     self.pending.discard(idx)
 
-    def result(self, dim: int, source: str) -> Aligned:
+    def duplicates(self, unit: str) -> dict[str, str]:
+        """{word: where it occurs, e.g. "lines 3, 9"} for each repeated word whose row some vocabulary
+        index takes, in file order."""
+        out = {}
+        for w, places in sorted(self.repeated.items(), key=lambda item: item[1][0]):
+            if any(idx in self.best and self.best[idx][3] == w for idx, _ in self.wanted[w]):
+                more = f", ... ({len(places)} times)" if len(places) > SHOWN_PLACES else ""
+                out[w.decode("utf-8") if isinstance(w, bytes) else w] = \
+                    f"{unit} {', '.join(map(str, places[:SHOWN_PLACES]))}{more}"
+        return out
+
+    def result(self, dim: int, problems: _Problems, unit: str) -> Aligned:
+        """The rows found, or one error for every problem of the file (a needed row's nan/inf included:
+        they parse as floats but would poison every statistic downstream)."""
         found = sorted(self.best)
         rows = np.asarray([self.best[i][1] for i in found], dtype=np.float32).reshape(len(found), dim)
-        bad = np.flatnonzero(~np.isfinite(rows).all(1))
-        if len(bad):   # nan/inf parse as floats but would poison every statistic downstream
-            raise EmbinitError(f"{source}: the row of {self.tokens[found[bad[0]]]!r} has a non-finite value "
-                               f"({len(bad)} such row(s) among the needed ones)")
-        return Aligned(torch.from_numpy(rows), torch.tensor(found, dtype=torch.int64), dim, source)
+        bad = {self.best[found[i]][2]: self.best[found[i]][3] for i in np.flatnonzero(~np.isfinite(rows).all(1))}
+        for pos, word in bad.items():
+            problems.add(pos, f"{problems.where(pos)}: the row of {word.decode('utf-8')!r} has a non-finite "
+                              "value (nan or inf)")
+        problems.raise_any()
+        return Aligned(torch.from_numpy(rows), torch.tensor(found, dtype=torch.int64), dim, str(problems.path),
+                       duplicates=self.duplicates(unit))
 
 
-def _text_layout(path: Path) -> tuple[int, bool]:
-    """(D, whether the first line is an `N D` header) of a text vector file."""
+def _text_layout(path: Path) -> tuple[int, int | None]:
+    """(D, the N of an `N D` header or None without one) of a text vector file."""
     first = first_line(path)
     head = count_header(first)
     dim = head[1] if head else len(first.split()) - 1
     if dim < 1:
         raise EmbinitError(f"{path}:1: expected `word v1 ... vD` or an `N D` header, got {first[:80]!r}")
-    return dim, bool(head)
+    return dim, head[0] if head else None
 
 
-def _entries(path: Path, dim: int, head: bool):
+def _entries(path: Path, dim: int, n: int | None, problems: _Problems):
     """(line number, word, line) for each non-blank line of a text vector file, in file order: the one
-    parse of its lines (`load_text` and `words`). The word is checked to be UTF-8; the values are split
-    off by `_values`, only for the lines a caller wants."""
+    parse of its lines (`load_text` and `words`). A line without a word and D values, or whose word is not
+    UTF-8, is a problem and skipped; at the end of the file, a header's N that differs from the number of
+    rows (the non-blank lines, skipped ones included) is one. The values are split off by `_values`, only
+    for the lines a caller wants."""
+    lineno, blank = 0 if n is None else 1, 0
     with open_binary(path) as f:
         try:
-            if head:
+            if n is not None:
                 f.readline()
-            for lineno, line in enumerate(f, 2 if head else 1):
+            for lineno, line in enumerate(f, 1 if n is None else 2):
                 if line.count(b" ") == dim:   # fast path: a one-word line (the hot loop: keep it lean)
                     word = line[: line.find(b" ")]
                 elif not line.strip():
+                    blank += 1
                     continue
                 else:
-                    word = _split_line(line, dim, path, lineno)[0]
-                if not word.isascii():
-                    check_utf8(word, path, str(lineno))
-                yield lineno, word, line
+                    try:
+                        word = _split_line(line, dim, path, lineno)[0]
+                    except EmbinitError as e:
+                        problems.add(lineno, str(e))
+                        continue
+                if word.isascii() or problems.utf8(word, lineno):
+                    yield lineno, word, line
         except (OSError, EOFError) as e:
             raise EmbinitError(f"cannot read pretrained file {path}: {e}") from None
+    rows = lineno - (n is not None) - blank
+    if n is not None and rows != n:
+        problems.add(1, f"{path}:1: the header says {n} rows but the file has {rows}"
+                        + (" (a truncated download? the missing rows would become OOV rows)" if rows < n else ""))
 
 
 def _values(line: bytes, dim: int, path: Path, lineno: int) -> list[bytes]:
@@ -122,20 +192,28 @@ def _values(line: bytes, dim: int, path: Path, lineno: int) -> list[bytes]:
     return fields
 
 
-def load_text(path: str | Path, tokens: list[str], lowercase: bool = False) -> Aligned:
+def load_text(path: str | Path, tokens: list[str], lowercase: bool = False, *,
+              stop_when_found: bool = False) -> Aligned:
     """GloVe (no header) or word2vec/fastText text (`N D` header); .gz is decompressed on the fly."""
     path = check_file(path)
-    dim, head = _text_layout(path)
-    col = _Collector(wanted_keys(tokens, lowercase), tokens)
+    dim, n = _text_layout(path)
+    problems = _Problems(path)
+    col = _Collector(wanted_keys(tokens, lowercase))
     wanted = col.wanted
-    with closing(_entries(path, dim, head)) as entries:
+    with closing(_entries(path, dim, n, problems)) as entries:
         for lineno, word, line in entries:
             if word not in wanted:
                 continue
-            col.offer(word, _parse_row(_values(line, dim, path, lineno), path, lineno))
-            if not col.pending:
+            if word in col.first:
+                col.repeat(word, lineno)
+                continue
+            try:
+                col.offer(word, _parse_row(_values(line, dim, path, lineno), path, lineno), lineno)
+            except EmbinitError as e:
+                problems.add(lineno, str(e))
+            if stop_when_found and not col.pending:
                 break
-    return col.result(dim, str(path))
+    return col.result(dim, problems, "lines")
 
 
 def words(path: str | Path, top: int | None = None) -> list[str]:
@@ -144,10 +222,12 @@ def words(path: str | Path, top: int | None = None) -> list[str]:
     as `load_text` / `load_word2vec_binary`, so loading `words(path)` gives a row for every word."""
     path = check_file(path)
     if is_word2vec_binary(path):
-        entries = ((k, word, None) for k, word, _ in _binary_entries(path))
+        problems = _Problems(path, "entry ")
+        entries = ((k, word, None) for k, word, _ in _binary_entries(path, problems))
     else:
-        dim, head = _text_layout(path)
-        entries = _entries(path, dim, head)
+        problems = _Problems(path)
+        dim, n = _text_layout(path)
+        entries = _entries(path, dim, n, problems)
     found: dict[bytes, None] = {}
     with closing(entries):
         for _, word, _ in entries:
@@ -155,6 +235,7 @@ def words(path: str | Path, top: int | None = None) -> list[str]:
                 found[word] = None
                 if top is not None and len(found) >= top:
                     break
+    problems.raise_any()
     return [w.decode("utf-8") for w in found]
 
 
@@ -168,63 +249,78 @@ def _binary_header(path: Path) -> tuple[int, int]:
     return head
 
 
-def _binary_entries(path: Path):
+def _binary_entries(path: Path, problems: _Problems):
     """(entry number, word, its 4*D value bytes) for each entry of a word2vec binary file (optionally
     .gz), in file order: the one parse of such a file (`load_word2vec_binary` and `words`). The values
-    are a view into the read buffer: callers copy the few they keep."""
+    are a view into the read buffer: callers copy the few they keep. A word that is not UTF-8 is a
+    problem and skipped; at the end of the file, a number of entries other than the header's N, or an
+    incomplete last entry, is one."""
     n, dim = _binary_header(path)
-    width = 4 * dim
+    width, k = 4 * dim, 0
     with open_binary(path) as f:
         try:
             f.readline()
             buf, pos = b"", 0
-            for k in range(1, n + 1):
-                while True:
-                    while pos < len(buf) and buf[pos] in b"\n ":
-                        pos += 1
-                    sp = buf.find(b" ", pos)
-                    if sp >= 0 and sp + 1 + width <= len(buf):
-                        break
+            while True:
+                while pos < len(buf) and buf[pos] in b"\n ":
+                    pos += 1
+                sp = buf.find(b" ", pos)
+                end = sp + 1 + width
+                if sp < 0 or end > len(buf):   # the entry is not all in the buffer: read on
                     chunk = f.read(_CHUNK)
-                    if not chunk:
-                        raise EmbinitError(f"{path}: truncated at entry {k} of {n} (the header's N)")
+                    if not chunk:   # the end of the file
+                        break
                     buf, pos = buf[pos:] + chunk, 0
+                    continue
+                k += 1
                 word = buf[pos:sp]
-                if not word.isascii():
-                    check_utf8(word, path, f"entry {k}")
-                yield k, word, memoryview(buf)[sp + 1: sp + 1 + width]
-                pos = sp + 1 + width
+                if word.isascii() or problems.utf8(word, k):
+                    yield k, word, memoryview(buf)[sp + 1: end]
+                pos = end
         except (OSError, EOFError) as e:
             raise EmbinitError(f"cannot read pretrained file {path}: {e}") from None
+    part = f" and {len(buf) - pos} bytes of an incomplete one" if pos < len(buf) else ""
+    if k != n or part:
+        problems.add(0, f"{path}: {'truncated: ' if k < n else ''}the header says {n} entries but the file has "
+                        f"{k}{part}" + (" (a truncated download? the missing rows would become OOV rows)"
+                                        if k < n else ""))
 
 
-def load_word2vec_binary(path: str | Path, tokens: list[str], lowercase: bool = False) -> Aligned:
+def load_word2vec_binary(path: str | Path, tokens: list[str], lowercase: bool = False, *,
+                         stop_when_found: bool = False) -> Aligned:
     """word2vec binary: `N D\\n` then per word `word<space>` + D little-endian float32 (+ optional \\n);
     .gz is decompressed on the fly (GoogleNews-vectors-negative300.bin.gz)."""
     path = check_file(path)
     dim = _binary_header(path)[1]
-    col = _Collector(wanted_keys(tokens, lowercase), tokens)
-    with closing(_binary_entries(path)) as entries:
-        for _, word, values in entries:
-            if word in col.wanted:
-                col.offer(word, np.frombuffer(values, dtype="<f4").tolist())
-                if not col.pending:
-                    break
-    return col.result(dim, str(path))
+    problems = _Problems(path, "entry ")
+    col = _Collector(wanted_keys(tokens, lowercase))
+    with closing(_binary_entries(path, problems)) as entries:
+        for k, word, values in entries:
+            if word not in col.wanted:
+                continue
+            if word in col.first:
+                col.repeat(word, k)
+                continue
+            col.offer(word, np.frombuffer(values, dtype="<f4").tolist(), k)
+            if stop_when_found and not col.pending:
+                break
+    return col.result(dim, problems, "entries")
 
 
 def load_npy(path: str | Path, tokens: list[str], lowercase: bool = False) -> Aligned:
     path = check_file(path)
     arr = load_npy_matrix(path)
     names = read_npy_vocab(path, arr.shape[0])
-    col = _Collector(wanted_keys(tokens, lowercase, encode=False), tokens)
+    col = _Collector(wanted_keys(tokens, lowercase, encode=False))
     for row, name in enumerate(names):
-        if name in col.wanted:
-            col.offer(name, row)
+        if name in col.first:   # only wanted names are offered
+            col.repeat(name, row + 1)
+        elif name in col.wanted:
+            col.offer(name, row, row + 1)
     found = sorted(col.best)
     src_rows = [col.best[i][1] for i in found]
     rows = np.asarray(arr[src_rows], dtype=np.float32).reshape(len(found), arr.shape[1])
     if not np.isfinite(rows).all():
         raise EmbinitError(f"{path}: the matrix has non-finite values in the needed rows")
-    return Aligned(torch.from_numpy(rows.copy()), torch.tensor(found, dtype=torch.int64),
-                   int(arr.shape[1]), str(path))
+    return Aligned(torch.from_numpy(rows.copy()), torch.tensor(found, dtype=torch.int64), int(arr.shape[1]),
+                   str(path), duplicates=col.duplicates(f"{npy_vocab_path(path).name} lines"))

@@ -107,13 +107,14 @@ def compare_rows(rows: list[dict[str, Any]], baseline: str) -> None:
 SIGNIFICANCE = 0.05   # the level the 95% intervals and Holm's adjusted p-values are read at
 
 
-def adjust(family: list[dict[str, Any]]) -> None:
-    """Set each comparison's `p_holm`, `holm_m` (the family's tests) and `holds_after_holm` (a better or
-    worse verdict whose adjusted p is below 0.05; None for an inconclusive verdict or one without a p)."""
-    adjusted = holm([c["p"] for c in family])
+def adjust(family: list[dict[str, Any]], decisive_verdicts: tuple[str, ...] = ("better", "worse")) -> None:
+    """Set each comparison's `p_holm`, `holm_m` (the family's tests) and `holds_after_holm` (a decisive
+    verdict, better or worse, whose adjusted p is below 0.05; None for an inconclusive verdict or one
+    without a p). The reproduction's findings pass their own decisive verdicts (reproduces, contradicts)."""
+    adjusted = holm([c.get("p") for c in family])
     m = sum(p is not None for p in adjusted)
     for c, p in zip(family, adjusted):
-        decisive = c["verdict"] in ("better", "worse") and p is not None
+        decisive = c["verdict"] in decisive_verdicts and p is not None
         c.update(p_holm=p, holm_m=m, holds_after_holm=(p < SIGNIFICANCE) if decisive else None)
 
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from embinit.comparison import DIVERGENCE_RULE, divergence_rule
 from embinit.config import metric_range
+from embinit.report.baseline import adjust, holm_mark, p_text
 from embinit.report.table import summarize
 from embinit import paper
 from embinit.reproduction.compare import ci_text, compare_text, favours, fmt, mean_std, paired, verdict
@@ -164,6 +165,7 @@ def findings_section(rep: ReproductionData) -> Section:
             else:         # a source close to Xavier's σ: standardizing it is "neutral or negative" (Finding 1)
                 check("3", f"{name(g, 'P_Xavier')} does on par or better than Xavier", g, "P_Xavier", "Xavier",
                       +1, tolerate=True)
+    _adjust_for_multiplicity(out)
     s.lines += _findings_legend()
     for f in ("1", "2", "3"):
         lines = [_finding_line(x) for x in out if x["finding"] == f and x["n"] != (0, 0)]
@@ -175,6 +177,31 @@ def findings_section(rep: ReproductionData) -> Section:
         s.lines += [DIVERGENCE_RULE + " " + ON_PAR_RULE, ""]
     rep.exports["findings"] = out
     return s
+
+
+DECISIVE = ("reproduces", "contradicts")   # verdicts whose interval excludes 0: what Holm's adjustment can undo
+
+
+def _adjust_for_multiplicity(out: list[dict]) -> None:
+    """Holm's adjustment (`report.baseline.adjust`) of each comparison's p over its family: the claims'
+    comparisons with the same b (the baseline: Xavier, or the raw source) on the same task and metric, as
+    the report's family is its comparisons with one baseline on one task and metric. The task metric's and
+    the loss's comparisons are separate families; a `reproduces` or `contradicts` whose adjusted p is not
+    below 0.05 gets `holds_after_holm` False."""
+    families: dict[tuple, list[dict]] = {}
+    for x in out:
+        if "b" in x:
+            families.setdefault((x["task"], x["b"], x["metric"]), []).append(x)
+            families.setdefault((x["task"], x["b"], "best/val/loss"), []).append(x["loss"])
+    for family in families.values():
+        adjust(family, DECISIVE)
+
+
+def _p(c: dict) -> str:
+    """`, p = 0.012 (Holm 0.036, m = 3)`, or "" without a test."""
+    if c.get("p") is None:
+        return ""
+    return f", p = {p_text(c['p'])} (Holm {p_text(c['p_holm'])}, m = {c['holm_m']})"
 
 
 def _findings_legend() -> list[str]:
@@ -190,7 +217,13 @@ def _findings_legend() -> list[str]:
             "than the paper's difference; *not comparable at this budget* — the group trained for fewer "
             "epochs or with a smaller model than the paper (the reason follows), so its interval is shown "
             "but not read as a test of the paper's claim. A claim whose two metrics reach opposite verdicts is marked "
-            "**BLEU and loss disagree** (or accuracy and loss).", ""]
+            "**BLEU and loss disagree** (or accuracy and loss). p: the test's two-sided p-value (below 0.05 exactly "
+            "where the interval excludes 0), with Holm's adjustment over the m comparisons with the same b on the "
+            "same task and metric (b is the baseline: Xavier, or the raw source; the report adjusts its "
+            "comparisons with one baseline on one task and metric the same way). A *reproduces* or *contradicts* "
+            "whose adjusted p is not below 0.05 is marked *not after Holm*: among m comparisons at 95%, one "
+            "interval that excludes 0 by chance is more likely than 1 in 20, so treat that verdict as tentative.",
+            ""]
 
 
 def _finding_line(x: dict) -> str:
@@ -200,11 +233,11 @@ def _finding_line(x: dict) -> str:
     note, lnote = (f" ({y['note']})" if y.get("note") else "" for y in (x, lc))
     if x.get("budget"):   # the interval is reported, but not read as the paper's claim
         return (f"- {x['claim']}: **{NOT_COMPARABLE}** ({x['budget']}). Measured here, {x['metric']}: "
-                f"{compare_text(x['a'], x['b'], x)}{note}; paper {eff}; best validation loss: "
-                f"{compare_text(x['a'], x['b'], lc, 3)}{lnote}; paper {leff}.")
-    line = (f"- {x['claim']}: {x['metric']} **{x['verdict']}**{note}. {compare_text(x['a'], x['b'], x)}; "
-            f"paper {eff}. Best validation loss **{lc['verdict']}**{lnote}. "
-            f"{compare_text(x['a'], x['b'], lc, 3)}; paper {leff}.")
+                f"{compare_text(x['a'], x['b'], x)}{_p(x)}{note}; paper {eff}; best validation loss: "
+                f"{compare_text(x['a'], x['b'], lc, 3)}{_p(lc)}{lnote}; paper {leff}.")
+    line = (f"- {x['claim']}: {x['metric']} **{x['verdict']}**{holm_mark(x)}{note}. "
+            f"{compare_text(x['a'], x['b'], x)}{_p(x)}; paper {eff}. Best validation loss **{lc['verdict']}**"
+            f"{holm_mark(lc)}{lnote}. {compare_text(x['a'], x['b'], lc, 3)}{_p(lc)}; paper {leff}.")
     if x["disagree"]:
         line += f" **{'BLEU' if 'BLEU' in x['metric'] else 'Accuracy'} and loss disagree.**"
     return line

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from embinit.errors import EmbinitError
+from embinit.errors import EmbinitError, problems_error
 from embinit.task_registry import kind_entry, load
 from embinit.task_types import Layout
 from embinit.tasks import iwslt
@@ -55,16 +55,6 @@ def find_files(task: str, layout: Layout, folder: Path, splits: dict[str, str]) 
             hint = " (without a train file, pass train_split='valid', eval_split='test')"
         raise EmbinitError(f"{task}: data folder {folder} lacks {'; '.join(missing)}{hint}")
     return found
-
-
-MAX_LISTED = 10   # problems of one file named in its error; the rest are counted
-
-
-def problems_error(path: Path, problems: list[str]) -> EmbinitError:
-    """One error for every problem found in a file (`path:line: what`), the first MAX_LISTED named."""
-    more = f" (and {len(problems) - MAX_LISTED} more)" if len(problems) > MAX_LISTED else ""
-    head = f"{path}: {len(problems)} problems: " if len(problems) > 1 else ""
-    return EmbinitError(head + " | ".join(problems[:MAX_LISTED]) + more)
 
 
 def _utf8_problems(path: Path, data: bytes) -> list[str]:
