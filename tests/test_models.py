@@ -9,7 +9,7 @@ import torch
 from embinit.errors import EmbinitError
 from embinit.models import (FastDropout, ModelConfig, build_model, embedding_parameters,
                             set_dropout_generator, set_trainable)
-from embinit.train.decoding import beam_search, greedy
+from embinit.train.decoding import EOS_ID, beam_search, greedy, max_decode_len, translate
 
 torch.set_num_threads(1)
 D = 16
@@ -100,6 +100,22 @@ def test_greedy_cached_equals_uncached_and_beam_of_one_equals_greedy():
     assert cached == uncached
     assert beam1 == cached
     assert len(beam3) == 5 and all(isinstance(h, list) for h in beam3)
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_a_translation_that_never_ends_stops_at_its_own_cap_whatever_it_is_batched_with(beam):
+    """A row that never emits eos ends at 1.5 x its own source (+ eos) + 10, not at its batch's longest
+    source's cap: the outputs, and so BLEU, are the same batched one at a time or all together."""
+    m = model().eval()
+    with torch.no_grad():
+        m.output.bias[EOS_ID] = -1e9   # eos is never the argmax, nor in any beam
+    g = torch.Generator().manual_seed(2)
+    sources = [torch.randint(4, 20, (n,), generator=g).tolist() for n in (3, 11, 5, 20, 1, 8)]
+    alone = translate(m, sources, beam_size=beam, batch_size=1)
+    together = translate(m, sources, beam_size=beam, batch_size=len(sources))
+    assert together == alone
+    assert [len(h) for h in together] == [max_decode_len(len(s) + 1, m.cfg.max_positions) for s in sources]
+    assert all(EOS_ID not in h and 0 not in h for h in together)
 
 
 def test_without_position_encoding_the_encoder_is_permutation_equivariant():

@@ -21,8 +21,16 @@ EOS_CHECK_EVERY = 8   # greedy steps between "all rows done?" reads on an accele
 
 
 def max_decode_len(src_len: int, limit: int) -> int:
-    """Output length cap: 1.5 x the source plus 10, within the model's position table."""
+    """Output length cap: 1.5 x the source (its eos counted) plus 10, within the model's position table."""
     return max(1, min(limit - 1, int(src_len * 1.5) + 10))
+
+
+def row_caps(src: torch.Tensor, limit: int) -> torch.Tensor:
+    """Each row's own output cap, from its source length without the padding: a row that never emits eos
+    ends at a length that does not depend on the rows batched with it (the batch size, the device's
+    batching), so a trial's BLEU does not either."""
+    lengths = (src != PAD_ID).sum(dim=1).tolist()
+    return torch.tensor([max_decode_len(n, limit) for n in lengths], device=src.device)
 
 
 @torch.no_grad()
@@ -53,16 +61,20 @@ def _no_specials(logits: torch.Tensor) -> torch.Tensor:
 
 
 def _strip(row: list[int]) -> list[int]:
-    return row[:row.index(EOS_ID)] if EOS_ID in row else row
+    """The tokens before eos; a row that reached its cap without one is followed by padding, never generated."""
+    row = row[:row.index(EOS_ID)] if EOS_ID in row else row
+    return [t for t in row if t != PAD_ID]
 
 
 def greedy(model, src: torch.Tensor, cached: bool = True, steps: int | None = None,
            stop_at_eos: bool = True) -> list[list[int]]:
-    """Greedy decoding of a padded source batch. `steps` overrides the length cap; with
-    stop_at_eos=False every row runs all `steps` (the benchmark's fixed-length mode)."""
+    """Greedy decoding of a padded source batch, each row up to its own cap (`row_caps`). `steps`
+    overrides the cap for every row; with stop_at_eos=False every row runs all `steps` (the benchmark's
+    fixed-length mode)."""
     memory, mask = model.encode(src)
     b = src.shape[0]
-    steps = steps or max_decode_len(src.shape[1], model.cfg.max_positions)
+    caps = torch.full((b,), steps, device=src.device) if steps else row_caps(src, model.cfg.max_positions)
+    steps = int(caps.max())
     ys = torch.full((b, 1), BOS_ID, dtype=torch.long, device=src.device)
     done = torch.zeros(b, dtype=torch.bool, device=src.device)
     state = model.start_state(memory, mask) if cached else None
@@ -74,7 +86,7 @@ def greedy(model, src: torch.Tensor, cached: bool = True, steps: int | None = No
             logits = model.output(model.decode(ys, memory, mask)[:, -1])
         nxt = _no_specials(logits).argmax(-1).masked_fill(done, PAD_ID)
         ys = torch.cat([ys, nxt[:, None]], dim=1)
-        done |= nxt == EOS_ID
+        done |= (nxt == EOS_ID) | (caps <= i + 1)
         if stop_at_eos and (i + 1) % check == 0 and bool(done.all()):
             break   # extra steps after every row finished only append padding: the output is the same
     return [_strip(row[1:]) for row in ys.tolist()]
@@ -82,8 +94,9 @@ def greedy(model, src: torch.Tensor, cached: bool = True, steps: int | None = No
 
 def beam_search(model, src: torch.Tensor, beam: int, alpha: float = 0.6) -> list[list[int]]:
     """Beam search with cached decoder states; hypotheses ranked by log-probability divided by the
-    GNMT length penalty ((5 + length) / 6) ** alpha."""
+    GNMT length penalty ((5 + length) / 6) ** alpha. A row's hypotheses end at its own cap (`row_caps`)."""
     b, dev = src.shape[0], src.device
+    caps = row_caps(src, model.cfg.max_positions).repeat_interleave(beam)
     memory, mask = model.encode(src)
     state = model.start_state(memory, mask)
     model.reorder_state(state, torch.arange(b, device=dev).repeat_interleave(beam))
@@ -92,7 +105,7 @@ def beam_search(model, src: torch.Tensor, beam: int, alpha: float = 0.6) -> list
     ys = torch.full((b * beam, 1), BOS_ID, dtype=torch.long, device=dev)
     finished = torch.zeros(b * beam, dtype=torch.bool, device=dev)
     lengths = torch.zeros(b * beam, device=dev)
-    for _ in range(max_decode_len(src.shape[1], model.cfg.max_positions)):
+    for step in range(int(caps.max())):
         logp = torch.log_softmax(_no_specials(model.decode_step(ys[:, -1:], state).float()), dim=-1)
         # a finished hypothesis can only be extended by padding, at no cost
         logp[finished] = float("-inf")
@@ -105,7 +118,7 @@ def beam_search(model, src: torch.Tensor, beam: int, alpha: float = 0.6) -> list
         model.reorder_state(state, rows)
         ys = torch.cat([ys[rows], tok[:, None]], dim=1)
         lengths = lengths[rows] + (~finished[rows]).float()
-        finished = finished[rows] | (tok == EOS_ID)
+        finished = finished[rows] | (tok == EOS_ID) | (caps <= step + 1)
         if bool(finished.all()):
             break
     norm = scores.view(-1) / ((5.0 + lengths) / 6.0) ** alpha
