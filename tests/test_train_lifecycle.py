@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from embinit.config import TrialConfig
+from embinit.errors import EmbinitError
 from embinit.train import checkpoint as ckpt
 from embinit.train.lifecycle import BestTracker, epoch_end, finish, start
 from embinit.train.prepare import prepare
@@ -121,3 +122,21 @@ def test_finish_tests_the_best_checkpoint_only_when_finished(tmp_path, status):
         assert result.checkpoint_path == str(tmp_path / ckpt.BEST) and "test/ppl" in result.test
     else:
         assert result.checkpoint_path is None and not result.test
+
+
+def test_finish_refuses_a_best_checkpoint_of_another_epoch_than_the_best(tmp_path):
+    """An attempt cut off between best.pt and last.pt leaves best.pt of an epoch the resumed history does
+    not hold; if that epoch's rerun is not best again, best.pt is not the best epoch's weights. Testing it
+    would give another epoch's metrics under the best epoch's name: finish says so instead."""
+    m = _member(tmp_path)
+    _scripted(m, [5.0, 3.0])
+    for epoch in (1, 2):
+        epoch_end(m, epoch, train_loss=1.0, tokens=10, seconds=1.0, t0=0.0)
+    ckpt.save_best(tmp_path, m.s.model, CFG.to_dict(), {}, epoch=3)   # epoch 3's best.pt, then cut off
+    again = _member(tmp_path)
+    assert again.start_epoch == 3 and again.tracker.best_epoch == 2
+    _scripted(again, [4.0])                                              # the rerun of epoch 3: not best
+    epoch_end(again, 3, train_loss=1.0, tokens=10, seconds=1.0, t0=0.0)
+    again.status = "finished"
+    with pytest.raises(EmbinitError, match=r"epoch 3, but the trial's best epoch is 2"):
+        finish(again, {"mode": "single"}, t0=0.0)

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from embinit.config import TrialConfig
+from embinit.errors import EmbinitError
 from embinit.task_registry import kind_code, task_kind
 from embinit.train import checkpoint as ckpt
 from embinit.train.callbacks import TrainContext, fire
@@ -211,7 +212,7 @@ def finish(m: Member, execution: dict, t0: float) -> TrialResult:
         best_state = m.best_state
         if m.out is not None:
             result.checkpoint_path = str(m.out / ckpt.BEST)
-            best_state = ckpt.load_best(m.out / ckpt.BEST)["model"]
+            best_state = _best_weights(m.out / ckpt.BEST, m.tracker.best_epoch)
         model.load_state_dict(best_state)
         result.test = {**m.task.test(model), **oov_metrics(m.task, model)}
         result.bleu_signature = result.test.pop("test/bleu_signature", None)
@@ -221,6 +222,20 @@ def finish(m: Member, execution: dict, t0: float) -> TrialResult:
     result.wall_time_s = m.elapsed + time.perf_counter() - t0
     fire(m.callbacks, "on_train_end", m.ctx, result)
     return result
+
+
+def _best_weights(path: Path, best_epoch: int) -> dict:
+    """best.pt's weights, which must be the best epoch's: an attempt cut off between writing best.pt and
+    last.pt leaves a best.pt of an epoch the resumed history does not have (on a GPU the epoch's rerun
+    need not be best again), and its test metrics would be another epoch's."""
+    saved = ckpt.load_best(path)
+    if saved.get("epoch") != best_epoch:
+        raise EmbinitError(
+            f"{path} holds the weights of epoch {saved.get('epoch')}, but the trial's best epoch is {best_epoch}: "
+            "an earlier attempt was cut off between writing best.pt and last.pt, and the best epoch's weights "
+            "are gone; its test metrics would be another epoch's, so none are given. Rerun the trial from "
+            "scratch (remove its checkpoint folder)")
+    return saved["model"]
 
 
 def _coverage(tables) -> dict | None:
