@@ -102,3 +102,31 @@ def test_sweep_runs_are_named_after_the_spec_and_its_description_is_the_experime
     assert mlflow_store.client(uri).get_experiment(exp).tags[run_names.NOTE_TAG] == "GloVe vs Xavier on Multi30k"
     run_writers.describe_experiment(exp, uri, "")   # a spec without one keeps what is there
     assert mlflow_store.client(uri).get_experiment(exp).tags[run_names.NOTE_TAG] == "GloVe vs Xavier on Multi30k"
+
+
+def test_an_attempt_that_starts_over_gets_a_run_of_its_own(store):
+    """A trial whose dead attempt logged epochs but left no checkpoint starts over from epoch 1. Reopening
+    the dead run spliced two histories into it: the new attempt's epochs up to the dead one's last were
+    dropped as already held, its later ones kept. Now the new attempt has a run of its own that names the
+    dead one, which is closed failed naming its successor; a resumed attempt (a checkpoint) still reopens."""
+    uri, exp = store
+    c = mlflow_store.client(uri)
+    dead = trial_run.TrialRun.open(uri, exp, "sweep", config(11), "k-over", "GloVe_Xavier", {})
+    for epoch, loss in ((1, 3.0), (2, 2.0)):
+        dead.log_epoch(epoch, {"val/loss": loss}, checkpoint=True)
+    over = trial_run.TrialRun.open(uri, exp, "sweep", config(11), "k-over", "GloVe_Xavier", {},
+                                   run_id=dead.run_id, resumed_epoch=None)
+    assert over.run_id != dead.run_id and not over.reopened
+    for epoch, loss in ((1, 2.9), (2, 1.9), (3, 1.5)):
+        over.log_epoch(epoch, {"val/loss": loss})
+    steps = [(m.step, m.value) for m in c.get_metric_history(over.run_id, "val/loss")]
+    assert sorted(steps) == [(1, 2.9), (2, 1.9), (3, 1.5)]               # all of its own points, none of the dead run's
+    old, new = c.get_run(dead.run_id), c.get_run(over.run_id)
+    assert old.info.status == "FAILED" and old.data.tags[records.STATUS_TAG] == "failed"
+    assert old.data.tags[records.SUPERSEDED_TAG] == over.run_id and over.run_id in old.data.tags[records.ERROR_TAG]
+    assert records.CHECKPOINT_TAG not in old.data.tags                    # not resumable: its folder is gone
+    assert new.data.tags[records.RESTARTED_TAG] == dead.run_id
+    # the sweep's search for its unfinished run of the key finds the new one, which a checkpoint resumes
+    again = trial_run.TrialRun.open(uri, exp, "sweep", config(11), "k-over", "GloVe_Xavier", {}, resumed_epoch=3)
+    assert again.run_id == over.run_id and again.reopened
+    assert run_readers.newest_finished(run_readers.key_records(exp, uri, "k-over")) is None

@@ -56,6 +56,9 @@ HUB_REVISION_TAG = "embinit.hub_revision."
 # epoch's metrics and cleared when the folder goes: an unfinished run with it is resumable, and running
 # its spec again continues this run after that epoch. RESUMED_TAG: the epoch a rerun resumed after.
 CHECKPOINT_TAG, RESUMED_TAG = "embinit.checkpoint_epoch", "embinit.resumed_after_epoch"
+# A trial that started over without a checkpoint, in a run of its own: RESTARTED_TAG on the new run names
+# the dead attempt's run, closed failed with SUPERSEDED_TAG naming the new one (embinit.tracking.trial_run).
+RESTARTED_TAG, SUPERSEDED_TAG = "embinit.restarted_from", "embinit.superseded_by"
 
 # Which run stands for a trial key when it has several (retries, re-runs): a result beats a run in
 # progress, which beats a failure, which beats a cancellation; among equals a resumable run (the one a

@@ -8,7 +8,9 @@ one child run per trial. A child run carries:
   `embinit.error` for failures, `embinit.sweep_run` (the sweep's run id: the latest sweep that trained
   it); `embinit.checkpoint_epoch` while its checkpoint folder is kept (embinit.sweep.resume: a run that
   did not finish resumes from it when its spec runs again; deleted once nothing is kept) and
-  `embinit.resumed_after_epoch` on a run a rerun continued; `embinit.code_version` (the
+  `embinit.resumed_after_epoch` on a run a rerun continued; `embinit.restarted_from` on the run of an attempt
+  that started over without a checkpoint, naming the dead attempt's run (closed failed, with
+  `embinit.superseded_by`); `embinit.code_version` (the
   `config.CODE_VERSION` its key was made with); `embinit.trainer_label` (with the result: the label of
   the init the trainer built on the target or only side);
 - tags `embinit.init` (= the label) and `embinit.group` for MLflow's run table: "Group by" the tag
@@ -61,8 +63,9 @@ from embinit.tracking.mlflow_store import client, log_batch, metrics_at, retry
 from embinit.tracking.records import (BLEU_SIGNATURE_TAG, CHECKPOINT_TAG, CODE_VERSION_TAG, CONFIG_TAG, DATA_SOURCE_TAG,
                                       DEVICE_TAG, ERROR_TAG, EXECUTION_TAG, GIT_COMMIT_TAG, GIT_COMMITS_TAG, GROUP_TAG,
                                       HOST_TAG, HUB_REVISION_TAG, INIT_TAG, KEY_TAG, NODE_TAG, LABEL_TAG,
-                                      MODEL_SIZE_TAG, PARENT_TAG, RESULT, RESUMED_TAG, SEED_TAG, SHA256_TAG, STATUS_TAG,
-                                      TASK_TAG, TRAINER_LABEL_TAG, VERSIONS_TAG)
+                                      MODEL_SIZE_TAG, PARENT_TAG, RESTARTED_TAG, RESULT, RESUMED_TAG, SEED_TAG,
+                                      SHA256_TAG, STATUS_TAG, SUPERSEDED_TAG, TASK_TAG, TRAINER_LABEL_TAG,
+                                      VERSIONS_TAG)
 from embinit.tracking.run_names import planned_params, resolved_params, trial_params, trial_run_name
 from embinit.tracking.run_readers import key_records, metric_history
 
@@ -113,6 +116,9 @@ class TrialRun:
             recs = key_records(exp_id, uri, key) if key_runs is None else key_runs
             mine = [r for r in recs if r.parent_id == parent_id and r.status not in RESULT]
             run_id = max(mine, key=lambda r: r.start_ms).run_id if mine else None
+        superseded = None
+        if run_id is not None and resumed_epoch is None and _holds_points(c, run_id):
+            superseded, run_id = run_id, None   # this attempt starts over: its points are not that run's
         if run_id is not None:
             run = cls._reopen(c, run_id, parent_id, resumed_epoch, inputs)
             return cls(uri, run_id, reopened=True, checkpoint_tagged=CHECKPOINT_TAG in run.data.tags,
@@ -127,7 +133,11 @@ class TrialRun:
                 **inputs, **commit_tags({}), **host_tags()}
         if parent_id:
             tags[PARENT_TAG] = parent_id
+        if superseded:
+            tags[RESTARTED_TAG] = superseded
         run = retry(lambda: c.create_run(exp_id, run_name=trial_run_name(label, config["seed"]), tags=tags))
+        if superseded:
+            _close_superseded(c, superseded, run.info.run_id)
         return cls(uri, run.info.run_id, checkpoint_tagged=False, artifact_uri=run.info.artifact_uri,
                    params=params, artifacts_via=artifacts_via, label=label)
 
@@ -272,6 +282,26 @@ class TrialRun:
         if self.checkpoint_tagged:
             retry(lambda: self.client.delete_tag(self.run_id, CHECKPOINT_TAG))
             self.checkpoint_tagged = False
+
+
+def _holds_points(c, run_id: str) -> bool:
+    """Whether an earlier attempt logged metrics to the run."""
+    return bool(retry(lambda: c.get_run(run_id)).data.metrics)
+
+
+def _close_superseded(c, run_id: str, successor: str) -> None:
+    """An unfinished run whose trial starts over from its first step without a checkpoint: the new attempt
+    gets a run of its own (`RESTARTED_TAG` names this one), since MLflow keeps every point and the two
+    attempts' histories would otherwise be spliced into one run (the new attempt's points at steps the dead
+    one had logged were dropped, its later ones kept). This run is closed as failed, saying where its trial went."""
+    from mlflow.entities import RunTag
+    error = (f"this attempt was cut off and its checkpoint is gone: the trial started over from its first step "
+             f"in run {successor}")
+    retry(lambda: c.log_batch(run_id, tags=[RunTag(STATUS_TAG, "failed"), RunTag(ERROR_TAG, error),
+                                            RunTag(SUPERSEDED_TAG, successor)]))
+    if CHECKPOINT_TAG in retry(lambda: c.get_run(run_id)).data.tags:   # its folder is gone: not resumable
+        retry(lambda: c.delete_tag(run_id, CHECKPOINT_TAG))
+    retry(lambda: c.set_terminated(run_id, status="FAILED"))
 
 
 def commit_tags(tags: dict[str, str]) -> dict[str, str]:
