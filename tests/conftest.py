@@ -30,11 +30,12 @@ def ray_local():
 
 @pytest.fixture
 def terminal_signals():
-    """SIGHUP and SIGTERM as a terminal's command gets them, for the tests of what `embinit run` does on
-    them: a suite started under `nohup` (or a CI runner that ignores them) has them ignored, which every
-    process it starts inherits, and `embinit run` rightly keeps an ignored one ignored."""
+    """SIGINT, SIGHUP and SIGTERM as a terminal's command gets them, for the tests of what `embinit run` does
+    on them: a suite started under `nohup`, in the background of a script (`make test &`: SIGINT ignored)
+    or by a CI runner that ignores them has them ignored, which every process it starts inherits, and
+    `embinit run` rightly keeps an ignored one ignored."""
     import signal
-    before = {sig: signal.getsignal(sig) for sig in (signal.SIGHUP, signal.SIGTERM)}
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM)}
     for sig, handler in before.items():
         if handler is signal.SIG_IGN:
             signal.signal(sig, signal.SIG_DFL)

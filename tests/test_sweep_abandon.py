@@ -115,8 +115,10 @@ def test_the_local_ray_dying_closes_the_runs_failed_naming_it_and_a_rerun_resume
     name = f"lost-{process}"
     proc, err, exp, epoch, died, took = _kill_when_checkpointed(tmp_path, name, process)
     assert 1 <= epoch < EPOCHS, (epoch, err)   # killed mid-trial, with a checkpoint to resume from
-    assert proc.returncode == 1 and took < 10, (took, err)   # before: 1, after Ray's own wait (13-60 s)
-    assert f"embinit: error: the sweep stopped: {died}." in err and "again to resume" in err, err
+    # before: exit 1 after Ray's own wait (13-60 s), the runs left RUNNING. The message is the watcher's
+    # (embinit.sweep.abandon), not Ray's: no time bound, which a loaded CI machine exceeds (11 s seen)
+    assert proc.returncode == 1, (took, err)
+    assert f"embinit: error: the sweep stopped: {died}." in err and "again to resume" in err, (took, err)
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     closed = runs(name, uri)
     states = [(r.info.status, r.data.tags.get(STATUS_TAG), r.data.tags.get(ERROR_TAG, "")) for r in closed]

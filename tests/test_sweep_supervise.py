@@ -81,6 +81,34 @@ def test_a_driver_that_inherited_the_variable_is_not_told_to(monkeypatch):
         os.close(write)
 
 
+@pytest.mark.parametrize("ignored", [signal.SIGINT, signal.SIGHUP])
+def test_a_signal_ignored_when_the_command_starts_is_not_passed_on(monkeypatch, ignored):
+    """`embinit run SPEC &` in a script starts with SIGINT ignored, `nohup embinit run` with SIGHUP: the
+    supervisor leaves that one ignored (a Ctrl-C meant for the script does not stop the sweep) and passes
+    the others on."""
+    seen = {}
+
+    class Driver:
+        pid = 0
+
+        def __init__(self, *args, **kwargs):
+            seen.update({sig: signal.getsignal(sig) for sig in supervise.FORWARDED})
+
+        def wait(self):
+            return 0
+
+    monkeypatch.setattr(supervise.subprocess, "Popen", Driver)
+    before = signal.signal(ignored, signal.SIG_IGN)
+    try:
+        assert supervise.supervise(["run", "x.yaml"], lambda how, rc: None) == 0
+        assert signal.getsignal(ignored) is signal.SIG_IGN
+    finally:
+        signal.signal(ignored, before)
+    assert seen[ignored] is signal.SIG_IGN
+    assert all(callable(seen[sig]) and seen[sig] not in (signal.SIG_IGN, signal.SIG_DFL)
+               for sig in supervise.FORWARDED if sig != ignored)
+
+
 @pytest.mark.slow
 def test_sigterm_to_every_process_of_the_job_closes_the_runs_interrupted_and_a_rerun_resumes(tmp_path):
     """Slurm's scancel and time limit and `systemctl stop` signal every process of the job: the

@@ -16,6 +16,8 @@ continues both. The driver dies with the supervisor (SIGKILL, Linux's parent-dea
 to every process of a job (Slurm, systemd) or the OOM killer, may still end the driver before it closes
 its runs: the supervisor then closes them (embinit.sweep.guardian) and says so. Its exit code is the
 driver's, or, when it closed the runs after a signal, 128 + the signal's number.
+A signal ignored when the command starts stays ignored and is not passed on (SIGINT of `embinit run &` in
+a script, SIGHUP under `nohup`), as a command started so expects.
 """
 
 from __future__ import annotations
