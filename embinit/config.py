@@ -114,10 +114,17 @@ class TrialConfig:
                                         # padded shape buckets (embinit.train.graphed). Another dropout
                                         # sample than eager, so in the key when true
     extras: dict[str, Any] = field(default_factory=dict)  # task-specific switches (documented per task)
+    task_def: dict[str, Any] | None = None  # a task defined in the spec (embinit.task_defs): registered as
+                                            # `task` wherever this config is made; keyed without its description
 
     NOT_IN_KEY = ("threads", "device")
     KEY_IF_SET = ("data_seed", "init_from", "tie_embeddings", "emb_seed",   # in the key only when not the default
-                  "cuda_graphs")
+                  "cuda_graphs", "task_def")
+
+    def __post_init__(self):
+        if self.task_def is not None:
+            from embinit import task_defs
+            task_defs.ensure(self.task, self.task_def)
     # in the key unless at the value every earlier key computed with (so those keys stay reachable)
     KEY_OMIT_AT = {"pe_positions": 512}
 
@@ -188,6 +195,9 @@ class TrialConfig:
         for name, legacy in self.KEY_OMIT_AT.items():
             if d.get(name) == legacy:
                 d.pop(name, None)
+        if d.get("task_def") is not None:
+            from embinit.task_defs import canonical
+            d["task_def"] = canonical(self.task_def)
         if self._subword_bleu_references():
             d["bleu_references"] = "tokenizer"
         d["code_version"] = CODE_VERSION
@@ -196,7 +206,7 @@ class TrialConfig:
 
 # What a spec's tasks, inits and seeds set (the trial's identity); every other TrialConfig field is a
 # hyperparameter a spec may set per task, in `defaults`, as an ablation axis or in a search space.
-IDENTITY_FIELDS = ("task", "init", "seed", "src_init", "pretrained", "src_pretrained", "data_dir")
+IDENTITY_FIELDS = ("task", "init", "seed", "src_init", "pretrained", "src_pretrained", "data_dir", "task_def")
 HYPERPARAMETERS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(TrialConfig)
                                          if f.name not in IDENTITY_FIELDS)
 

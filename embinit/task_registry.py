@@ -107,6 +107,11 @@ TASKS: dict[str, TaskEntry] = {
 }
 
 
+# The tasks defined in a spec and registered in this process (embinit.task_defs): a spec names one only by
+# defining it, and the service's catalog does not list them.
+DEFINED: set[str] = set()
+
+
 def register_kind(name: str, entry: KindEntry) -> None:
     if name in KINDS:
         raise EmbinitError(f"task kind {name!r} is already registered")
@@ -125,6 +130,7 @@ def unregister(task: str | None = None, kind: str | None = None) -> None:
     """Remove a task and/or a kind registered at run time (tests clean up with it)."""
     TASKS.pop(task, None)
     KINDS.pop(kind, None)
+    DEFINED.discard(task)
 
 
 def task_entry(task: str) -> TaskEntry:

@@ -87,6 +87,7 @@ class Layout:
     labels: tuple[str, ...] = ()           # label values as written in the files, in id order
     label_names: tuple[str, ...] = ()
     release: bool = False                  # the unpacked IWSLT release (train.tags + XML) is read too
+    format: str = "tsv"                    # classification files: tsv (GLUE's) | csv | jsonl
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,7 @@ class TaskEntry:
     hub: Hub | None = None
     generate: str = ""                    # "module:attribute" (task, seed, splits, noise) -> RawData
     tokenizer: str = "spacy"              # what tokenizer="auto" means for this task (no sub-word init)
+    definition: str = ""                  # a spec-defined task: its definition as JSON (embinit.task_defs)
 
     @property
     def kind(self) -> str:

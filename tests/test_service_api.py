@@ -628,3 +628,27 @@ def test_a_cancel_of_an_experiment_that_just_finished_is_a_409(client, cluster):
     exp = client.get(f"/experiments/{exp_id}").json()
     assert (exp["status"], exp["cancel_requested"]) == ("succeeded", False)
     assert f"embinit-exp-{exp_id}" not in cluster.cancelled
+
+
+def test_a_spec_that_defines_its_own_task(client, cluster, roots, tmp_path):
+    """`define_tasks` through the API: its data folder obeys the data roots, its files are checked at
+    submit (a bad row named by file and line), the catalog lists built-in tasks only, and the driver is
+    sent the definition with the spec."""
+    data, _ = roots
+    (data / "reviews").mkdir()
+    (data / "reviews" / "train.csv").write_text('text,label\n"good, very good",pos\nbad,neg\n')
+    (data / "reviews" / "dev.csv").write_text("text,label\nfine,pos\n")
+    defined = {"reviews": {"like": "sst2", "files": {"train": "train.csv", "dev": "dev.csv"},
+                           "columns": ["text", "label"], "labels": ["neg", "pos"], "epochs": 1}}
+    spec = {**SPEC, "name": "own-task", "define_tasks": defined, "tasks": [{"task": "reviews", "data_dir": "reviews"}],
+            "data_dir": str(data)}
+    outside = submit(client, {**spec, "tasks": [{"task": "reviews", "data_dir": str(tmp_path)}]})
+    assert outside.status_code == 422 and "outside the allowed data roots" in problems(outside)["tasks[0].data_dir"]
+    r = submit(client, spec)
+    assert r.status_code == 202, r.text
+    sent = cluster.specs[f"embinit-exp-{r.json()['id']}"]["spec"]
+    assert sent["define_tasks"]["reviews"]["columns"] == ["text", "label"]
+    assert "reviews" not in {t["name"] for t in client.get("/tasks").json()["tasks"]}
+    (data / "reviews" / "dev.csv").write_text("text,label\nfine,great\n")
+    bad = submit(client, {**spec, "name": "own-task-2"})
+    assert bad.status_code == 422 and "dev.csv:2: unknown label 'great'" in bad.text, bad.text

@@ -4,9 +4,10 @@ so neither planning nor the checks import the class that calls them."""
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from embinit import bounds
 from embinit.bounds import field_limits
@@ -24,6 +25,7 @@ def drawn_in(data: dict[str, Any]) -> bool:
 class SpecFields(_Strict):
     name: str = Field(pattern=NAME_PATTERN)
     description: str = ""
+    define_tasks: dict[str, dict[str, Any]] | None = None   # tasks of the spec's own (embinit.task_defs)
     tasks: list[TaskEntry] = Field(min_length=1)
     inits: list[InitEntry] = Field(min_length=1)
     seeds: list[Annotated[int, Field(**field_limits("seed"))]] = Field(default_factory=lambda: [0, 1, 2],
@@ -57,6 +59,31 @@ class SpecFields(_Strict):
     @classmethod
     def _task_shorthand(cls, v):
         return [{"task": t} if isinstance(t, str) else t for t in v] if isinstance(v, list) else v
+
+    @model_validator(mode="before")
+    @classmethod
+    def _defined_tasks(cls, data):
+        """Each task entry of a task in `define_tasks` carries its definition (into its trials' configs)."""
+        if not isinstance(data, dict) or not isinstance(data.get("define_tasks"), dict) \
+                or not isinstance(data.get("tasks"), list):
+            return data
+        defined = data["define_tasks"]
+        tasks = [{"task": t} if isinstance(t, str) else t for t in data["tasks"]]
+        tasks = [{**t, "definition": defined[t["task"]]}
+                 if isinstance(t, dict) and isinstance(t.get("task"), str) and t["task"] in defined else t
+                 for t in tasks]
+        return {**data, "tasks": tasks}
+
+    @field_validator("define_tasks")
+    @classmethod
+    def _valid_definitions(cls, v):
+        from embinit import task_defs
+        problems = [p for name, d in (v or {}).items() for p in task_defs.problems(name, d)]
+        problems += [f"define_tasks.{name}: a task name is letters, digits, '_', '-' or '.'"
+                     for name in v or {} if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_.\-]{0,63}", name)]
+        if problems:
+            raise ValueError("; ".join(problems))
+        return v
 
     @field_validator("inits", mode="before")
     @classmethod

@@ -151,7 +151,7 @@ def _task_folder_problems(data: dict[str, Any], base: Path | None, missing: list
     """`data_problems` for a spec that does not validate, from the raw data: each entry of a registered
     task, its folder (its `data_dir`, else the spec's `data_dir`/<task>, else $EMBINIT_DATA_DIR's) and its
     `extras` (else the defaults')."""
-    from embinit.task_registry import TASKS
+    from embinit.task_registry import DEFINED, TASKS
     tasks = data.get("tasks") if isinstance(data.get("tasks"), list) else []
     root = _resolved(data.get("data_dir"), base)
     defaults = data.get("defaults") if isinstance(data.get("defaults"), dict) else {}
@@ -161,12 +161,24 @@ def _task_folder_problems(data: dict[str, Any], base: Path | None, missing: list
         if not isinstance(entry, dict) or entry.get("task") not in TASKS:
             continue
         task = entry["task"]
+        if task in DEFINED and not _defined_here(data, task):   # another spec's definition of the name
+            continue
         own = _resolved(entry.get("data_dir"), base)
         folder = own or (str(Path(root) / task) if root else None)   # a generated task reads no folder
         extras = next((e for e in (entry.get("extras"), defaults.get("extras")) if isinstance(e, dict)), {})
         where = f"tasks[{i}].data_dir" if own else ("data_dir" if root else f"tasks[{i}]")
         problems += task_files_problem(task, folder, extras, missing, where)
     return problems
+
+
+def _defined_here(data: dict[str, Any], task: str) -> bool:
+    """Whether the raw spec defines `task` validly, and it is registered as that definition."""
+    from embinit import task_defs
+    definition = (data.get("define_tasks") or {}).get(task) if isinstance(data.get("define_tasks"), dict) else None
+    if definition is None or task_defs.problems(task, definition):
+        return False
+    task_defs.ensure(task, definition)
+    return True
 
 
 def _size_problems(spec: ExperimentSpec | None, after_problems: bool) -> list[tuple[str, str]]:

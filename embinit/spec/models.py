@@ -75,15 +75,27 @@ class Hyperparams(_Strict):
 class TaskEntry(Hyperparams):
     """One task with its fixed hyperparameters; a bare task name in YAML means all defaults."""
 
+    # the spec's `define_tasks` entry of `task`, put here by the spec; before `task`, which is checked against it
+    definition: dict[str, Any] | None = None
     task: str = Field(min_length=1)
     data_dir: PathStr | None = None  # the task's own data folder (Multi30k's train.de, ...)
 
     @field_validator("task")
     @classmethod
-    def _known_task(cls, v: str) -> str:
-        if v not in TASKS:
-            raise ValueError(str(unknown_name("task", v, TASKS)))
+    def _known_task(cls, v: str, info: ValidationInfo) -> str:
+        from embinit.task_registry import DEFINED
+        definition = info.data.get("definition")
+        if definition is None and (v not in TASKS or v in DEFINED):
+            builtin = {t: e for t, e in TASKS.items() if t not in DEFINED}
+            raise ValueError(str(unknown_name("task", v, builtin)) + " (or define it in define_tasks)")
+        if definition is not None:   # the checks across fields read the registry by name
+            from embinit import task_defs
+            if not task_defs.problems(v, definition):   # else define_tasks lists them
+                task_defs.ensure(v, definition)
         return v
+
+    def set_values(self) -> dict[str, Any]:
+        return {k: v for k, v in super().set_values().items() if k != "definition"}
 
 
 

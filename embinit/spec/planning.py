@@ -91,7 +91,7 @@ def trial_config(spec: SpecFields, task: TaskEntry, init: InitEntry, seed: int,
                        src_init=init.src_str() if two_sided else None,
                        pretrained=pretrained_for(spec, init.tgt, tgt_path),
                        src_pretrained=(pretrained_for(spec, init.src, src_path) if two_sided else None),
-                       data_dir=data_dir_for(spec, task), **values)
+                       data_dir=data_dir_for(spec, task), task_def=task.definition, **values)
 
 
 def pretrained_for(spec: SpecFields, init: str | dict | None, explicit: str | None) -> str | None:

@@ -55,6 +55,8 @@ def data_origin(task: str, data_dir) -> str:
     folder = task_folder(task, data_dir)
     if folder is not None:
         return f"local:{folder.resolve()}"
+    if task_entry(task).hub is None:
+        return "none: no data folder"
     name = hub.hub_name(task)
     commit = hub_revision(name, "dataset")
     return f"hub:{name}" + (f"@{commit}" if commit else "")
@@ -74,11 +76,15 @@ def check_files(task: str, data_dir=None, train_split: str | None = None, eval_s
     one-sided blank parallel lines, lines that are not UTF-8; every file's problems). A version of the
     files read without a problem is not read again in this process (the service checks every submission)."""
     folder = task_folder(task, data_dir)
+    entry = task_entry(task)
+    if folder is None and not entry.generate and entry.hub is None:   # a task defined in a spec
+        raise EmbinitError(f"{task}: no data folder (give its data_dir, or the spec's data_dir with a folder "
+                           f"{task}/ in it), and the task has no copy on the hub")
     if folder is None:
         return
-    layout, splits = task_entry(task).layout, source_splits(task, train_split, eval_split)
+    layout, splits = entry.layout, source_splits(task, train_split, eval_split)
     files = local.find_files(task, layout, folder, splits)
-    version = (task, str(folder.resolve()), tuple(sorted(splits.items())),
+    version = (task, task_entry(task).definition, str(folder.resolve()), tuple(sorted(splits.items())),
                tuple((str(p), st.st_size, st.st_mtime_ns) for ps in files.values() for p in ps for st in [p.stat()]))
     if version not in _READ_WITHOUT_PROBLEMS:
         local.read_local(task, layout, folder, splits)
@@ -101,8 +107,12 @@ def locate(task: str, data_dir, splits: dict[str, str], seed: int, noise: float 
         root = os.environ.get(DATA_ENV)
         looked = (f"no --data-dir given; ${DATA_ENV}/{task} = {Path(root).expanduser() / task} does not exist"
                   if root else f"no --data-dir given and ${DATA_ENV} not set")
+        if entry.hub is None:   # a task defined in a spec has its files only
+            raise EmbinitError(f"{task}: {looked}, and the task has no copy on the hub: give its data_dir")
         return Source(None, ["hub", hub.hub_name(task)], lambda: hub.load_hub(task, splits, looked))
     identity = ["local", local.file_identity(task, layout, folder, splits, cache_dir)]
+    if entry.definition:   # a task defined in a spec: how its files are read is part of what was read
+        identity.append(entry.definition)
     return Source(folder, identity, lambda: local.read_local(task, layout, folder, splits))
 
 

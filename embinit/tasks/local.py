@@ -152,6 +152,86 @@ def read_tsv(path: Path, layout: Layout) -> list[tuple]:
     return rows
 
 
+def _labelled(values: list, layout: Layout, where: str, problems: list[str], rows: list[tuple]) -> None:
+    """One row's texts and label, or its problem: a missing or non-text value, an unknown label."""
+    if any(not isinstance(v, str) for v in values):
+        names = [c for c, v in zip(layout.columns, values) if not isinstance(v, str)]
+        problems.append(f"{where}: {names} {'is' if len(names) == 1 else 'are'} missing or not text")
+        return
+    try:
+        rows.append((*[v.strip() for v in values[:-1]], label_id(values[-1], layout, where)))
+    except EmbinitError as e:
+        problems.append(str(e))
+
+
+def read_csv(path: Path, layout: Layout) -> list[tuple]:
+    """A CSV file with a header row (Python's csv dialect: quoted fields may hold commas, quotes and line
+    breaks) -> [(text[, text_b], label_id)]; columns found by header name. Rows are named by the line they
+    start on."""
+    import csv
+    import io
+    text = "\n".join(read_lines(path))
+    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
+    try:
+        header = next(reader, None)
+    except csv.Error as e:
+        raise EmbinitError(f"{path}:1: not CSV: {e}") from None
+    if not header:
+        raise EmbinitError(f"{path} is empty; expected a header with columns {list(layout.columns)}")
+    absent = [c for c in layout.columns if c not in header]
+    if absent:
+        raise EmbinitError(f"{path}:1: header lacks column(s) {absent}; found {header}")
+    cols = [header.index(c) for c in layout.columns]
+    rows, problems = [], []
+    while True:
+        lineno = reader.line_num + 1
+        try:
+            fields = next(reader)
+        except StopIteration:
+            break
+        except csv.Error as e:
+            problems.append(f"{path}:{lineno}: not CSV: {e}")
+            break   # the reader cannot go on past a broken quote
+        if not any(f.strip() for f in fields):
+            continue
+        if len(fields) != len(header):
+            problems.append(f"{path}:{lineno}: expected {len(header)} fields as in the header, got {len(fields)}")
+            continue
+        _labelled([fields[i] for i in cols], layout, f"{path}:{lineno}", problems, rows)
+    if problems:
+        raise problems_error(path, problems)
+    return rows
+
+
+def read_jsonl(path: Path, layout: Layout) -> list[tuple]:
+    """JSON Lines, one object per line -> [(text[, text_b], label_id)]; values by `layout.columns` keys. A
+    label may be written as a number (`1` reads as the label "1")."""
+    import json
+    rows, problems = [], []
+    for lineno, line in enumerate(read_lines(path), 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{lineno}"
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            problems.append(f"{where}: not JSON: {e.msg} at column {e.colno}")
+            continue
+        if not isinstance(obj, dict):
+            problems.append(f"{where}: not a JSON object, but {type(obj).__name__}")
+            continue
+        label = obj.get(layout.columns[-1])
+        if isinstance(label, (int, float)) and not isinstance(label, bool):
+            label = str(label)
+        _labelled([obj.get(c) for c in layout.columns[:-1]] + [label], layout, where, problems, rows)
+    if problems:
+        raise problems_error(path, problems)
+    return rows
+
+
+READERS = {"tsv": read_tsv, "csv": read_csv, "jsonl": read_jsonl}
+
+
 def read_local(task: str, layout: Layout, folder: Path, splits: dict[str, str]) -> RawData:
     """Read the splits (TaskData name -> source name) of `task` from `folder`."""
     files = find_files(task, layout, folder, splits)
@@ -177,7 +257,7 @@ def read_pairs(paths: list[Path], layout: Layout) -> list[tuple[str, str]]:
 
 
 def read_labelled(paths: list[Path], layout: Layout) -> list[tuple]:
-    return read_tsv(paths[0], layout)
+    return READERS[layout.format](paths[0], layout)
 
 
 def read_stream(paths: list[Path], layout: Layout) -> list[str]:

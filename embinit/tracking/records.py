@@ -123,8 +123,10 @@ def from_run(run) -> TrialRecord | None:
         return None
     seed, kept = tags.get(SEED_TAG), tags.get(CHECKPOINT_TAG, "")
     status = run_status(run)
+    config = json.loads(tags.get(CONFIG_TAG, "{}"))
+    _register_definition(tags.get(TASK_TAG), config)
     return TrialRecord(run.info.run_id, tags[KEY_TAG], tags.get(TASK_TAG, "?"), tags.get(LABEL_TAG, "?"),
-                       status, json.loads(tags.get(CONFIG_TAG, "{}")),
+                       status, config,
                        json.loads(tags.get(GROUP_TAG, "{}")), dict(run.data.metrics),
                        int(seed) if seed is not None and seed.lstrip("-").isdigit() else None,
                        tags.get(ERROR_TAG), tags.get(PARENT_TAG), run.info.start_time or 0, run.info.end_time,
@@ -139,6 +141,21 @@ def _model_size(text: str | None) -> dict[str, Any]:
     except ValueError:
         return {}
     return {k: v for k, v in size.items() if k in ("d_model", "heads")} if isinstance(size, dict) else {}
+
+
+def _register_definition(task: str | None, config: dict[str, Any]) -> None:
+    """A trial of a task defined in its spec: the definition its config holds is registered, so the report,
+    the service and the analyses read the task's metrics in a process that never saw the spec (where two sweeps
+    defined the name differently, the last record read wins).
+    One this code refuses is left unregistered: its rows are shown without the task's metric rules."""
+    definition = config.get("task_def") if isinstance(config, dict) else None
+    if task and isinstance(definition, dict):
+        from embinit import task_defs
+        from embinit.errors import EmbinitError
+        try:
+            task_defs.ensure(task, definition)
+        except EmbinitError:
+            pass
 
 
 def from_runs(runs: Iterable) -> list[TrialRecord]:

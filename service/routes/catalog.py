@@ -6,7 +6,7 @@ import dataclasses
 
 from fastapi import APIRouter, Depends
 
-from embinit.task_registry import TASKS
+from embinit.task_registry import DEFINED, TASKS
 from service.deps import require_read
 
 router = APIRouter(tags=["catalog"], dependencies=[Depends(require_read)])
@@ -35,4 +35,4 @@ def list_tasks() -> dict:
     return {"tasks": [{"name": name, "kind": d.kind, "description": d.description, "metric": d.metric,
                        "defaults": {k: v for k, v in dataclasses.asdict(d).items()
                                     if k not in ("kind", "description", "metric")}}
-                      for name, d in ((name, t.defaults) for name, t in TASKS.items())]}
+                      for name, d in ((name, t.defaults) for name, t in TASKS.items() if name not in DEFINED)]}
