@@ -182,7 +182,7 @@ def test_a_redefined_task_does_not_read_the_data_cache_of_the_old_definition(tmp
 # ---- training on it ------------------------------------------------------------------------------------
 
 @pytest.mark.slow
-def test_a_defined_translation_pair_and_a_jsonl_classification_train(tmp_path):
+def test_a_defined_translation_pair_a_jsonl_classification_and_an_lm_corpus_train(tmp_path):
     from embinit.train.trial import run_trial
     folder = tmp_path / "fr-en"
     folder.mkdir()
@@ -210,6 +210,16 @@ def test_a_defined_translation_pair_and_a_jsonl_classification_train(tmp_path):
                "labels": ["0", "1"], "label_names": ["same", "negated"], **TINY}
     result = run_trial(TrialConfig(task="nli_own", task_def=defined, data_dir=str(nli), threads=1), cache_dir=False)
     assert result.status == "finished" and 0 <= result.best["val/acc"] <= 1
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for split, n in (("train", 60), ("valid", 10), ("test", 10)):
+        lines = [f"the {a} saw the {b}" for (a, b), _ in zip(words * n, range(n))]
+        (corpus / f"{split}.txt").write_text("\n".join(lines))
+    lm = {"like": "wikitext2", "files": {"train": "train.txt", "valid": "valid.txt", "test": "test.txt"}, **TINY}
+    result = run_trial(TrialConfig(task="lm_own", task_def=lm, data_dir=str(corpus), tokenizer="whitespace",
+                                   threads=1), cache_dir=False)
+    assert result.status == "finished" and result.test["test/ppl"] >= 1
 
 
 @pytest.mark.slow
