@@ -94,6 +94,8 @@ def test_a_task_is_named_only_by_defining_it_in_the_same_spec(tmp_path):
     assert "imdb" in TASKS and "imdb" in DEFINED            # registered in this process by the first spec ...
     with pytest.raises(SpecError, match=r"'imdb' is not a registered task.*define it in define_tasks"):
         load_spec(spec({}, ["imdb"]))                        # ... which does not make it a built-in name
+    with pytest.raises(SpecError, match=r"tasks\[0\]: a task entry has no 'definition'; define the task in"):
+        load_spec(spec({}, [{"task": "mine", "definition": IMDB}]))   # the field the spec fills, not the user
 
 
 # ---- reading the files ---------------------------------------------------------------------------------
@@ -253,3 +255,16 @@ def test_a_defined_task_without_a_data_folder_says_so(monkeypatch):
     with pytest.raises(SpecError, match=r"imdb: no data folder \(give its data_dir"):   # found by the spec check
         from embinit.spec.full_check import check_spec
         check_spec(spec({"imdb": IMDB}, ["imdb"]))
+
+
+def test_a_spec_without_tasks_of_its_own_keeps_its_hash(tmp_path):
+    """The recorded spec (its hash: the service's dedup of submissions, the sweep's `spec.yaml`) gains no
+    field from define_tasks unless it defines tasks, and holds each definition once, in define_tasks."""
+    plain = load_spec({"name": "plain", "tasks": ["synthetic_lm"], "inits": ["xavier"]}).recorded()
+    assert "define_tasks" not in plain and all("definition" not in t for t in plain["tasks"])
+    folder = imdb_folder(tmp_path)
+    own = load_spec(spec({"imdb": IMDB}, [{"task": "imdb", "data_dir": str(folder)}]))
+    recorded = own.recorded()
+    assert recorded["define_tasks"]["imdb"]["columns"] == ["review", "sentiment"]
+    assert "definition" not in recorded["tasks"][0]
+    assert load_spec(recorded).spec_hash() == own.spec_hash()   # a stored spec validates to the same one

@@ -76,6 +76,10 @@ class ExperimentSpec(SpecFields):
             data.pop("execution", None)  # likewise for the default (separate) execution
         if (data.get("mlflow") or {}).get("log_outputs") is True:
             data["mlflow"].pop("log_outputs")   # likewise for the default: outputs logged
+        if data.get("define_tasks") is None:
+            data.pop("define_tasks", None)      # likewise without tasks of its own
+        for task in data.get("tasks") or []:
+            task.pop("definition", None)        # define_tasks' own, put there by the spec
         return data
 
     def recorded(self) -> dict[str, Any]:

@@ -64,10 +64,16 @@ class SpecFields(_Strict):
     @classmethod
     def _defined_tasks(cls, data):
         """Each task entry of a task in `define_tasks` carries its definition (into its trials' configs)."""
-        if not isinstance(data, dict) or not isinstance(data.get("define_tasks"), dict) \
-                or not isinstance(data.get("tasks"), list):
+        if not isinstance(data, dict) or not isinstance(data.get("tasks"), list):
             return data
-        defined = data["define_tasks"]
+        defined = data.get("define_tasks") if isinstance(data.get("define_tasks"), dict) else {}
+        # a spec validated before (a stored spec, dumped) holds the definitions it was given: those alone
+        written = [i for i, t in enumerate(data["tasks"]) if isinstance(t, dict) and t.get("definition") is not None
+                   and t["definition"] != defined.get(t.get("task") if isinstance(t.get("task"), str) else None)]
+        if written:
+            raise ValueError(f"tasks{written}: a task entry has no 'definition'; define the task in define_tasks")
+        if not defined:
+            return data
         tasks = [{"task": t} if isinstance(t, str) else t for t in data["tasks"]]
         tasks = [{**t, "definition": defined[t["task"]]}
                  if isinstance(t, dict) and isinstance(t.get("task"), str) and t["task"] in defined else t
