@@ -121,12 +121,13 @@ class TrialConfig:
     KEY_IF_SET = ("data_seed", "init_from", "tie_embeddings", "emb_seed",   # in the key only when not the default
                   "cuda_graphs", "task_def")
 
+    # in the key unless at the value every earlier key computed with (so those keys stay reachable)
+    KEY_OMIT_AT = {"pe_positions": 512}
+
     def __post_init__(self):
         if self.task_def is not None:
             from embinit import task_defs
             task_defs.ensure(self.task, self.task_def)
-    # in the key unless at the value every earlier key computed with (so those keys stay reachable)
-    KEY_OMIT_AT = {"pe_positions": 512}
 
     def resolved(self) -> "TrialConfig":
         """A copy with every None hyperparameter replaced by the task default (d_model excepted:
