@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 
+from embinit.sweep.exits import how_ended
 from embinit.sweep.interrupt import interrupted_reason
 
 GUARDIAN_ENV = "EMBINIT_GUARDIAN"
@@ -81,16 +81,6 @@ def left_open(lines: list[str]) -> list[dict]:
         elif "closed" in message:
             sweeps.pop(message["closed"], None)
     return list(sweeps.values())
-
-
-def how_ended(returncode: int) -> str:
-    """How the driver ended, from its exit status as `subprocess` gives it."""
-    if returncode < 0:
-        try:
-            return f"killed by {signal.Signals(-returncode).name}"
-        except ValueError:
-            return f"killed by signal {-returncode}"
-    return f"exit code {returncode}"
 
 
 def close_left_open(sweeps: list[dict], how: str | None, returncode: int) -> int:

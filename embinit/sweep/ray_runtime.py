@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext, suppress
 
 from embinit.errors import EmbinitError
+from embinit.sweep.exits import how_ended
 from embinit.tracking.mlflow_store import telemetry_off
 
 
@@ -114,7 +115,7 @@ def local_ray_lost() -> str | None:
         return None
     if not dead or not _LOCAL_RUNNING.is_set():   # cleared first when Ray is stopped on purpose
         return None
-    return "; ".join(f"the local Ray's {name} died (pid {p.pid}, {_how_ended(p.returncode)})" for name, p in dead)
+    return "; ".join(f"the local Ray's {name} died (pid {p.pid}, {how_ended(p.returncode)})" for name, p in dead)
 
 
 def end_lost_local_ray() -> None:
@@ -146,15 +147,6 @@ def end_lost_local_ray() -> None:
     for p in doomed.values():
         with suppress(psutil.Error):
             p.kill()
-
-
-def _how_ended(returncode: int) -> str:
-    if returncode < 0:
-        try:
-            return f"killed by {signal.Signals(-returncode).name}"
-        except ValueError:
-            return f"killed by signal {-returncode}"
-    return f"exit code {returncode}"
 
 
 class RayRuntime:
