@@ -31,12 +31,13 @@ from typing import Any
 from embinit.errors import EmbinitError, did_you_mean
 from embinit.task_types import TaskEntry
 
-FORMATS = ("csv", "tsv", "jsonl")
+FORMATS = {"classification": ("csv", "tsv", "jsonl"), "lm": ("text", "jsonl")}   # the first: no suffix given
 OVERRIDABLE = ("epochs", "batch_size", "lr", "min_freq", "layers", "heads", "ff_dim", "dropout", "d_model",
                "max_len")
 FIELDS = ("like", "description", "files", "format", "columns", "labels", "label_names", "languages",
           *OVERRIDABLE)
 KINDS = ("translation", "classification", "lm")
+LM_COLUMN = "text"   # a JSONL LM corpus's text key unless `columns` names another
 
 
 def _like(d: dict) -> TaskEntry | None:
@@ -45,40 +46,43 @@ def _like(d: dict) -> TaskEntry | None:
     return TASKS[like] if isinstance(like, str) and like in TASKS and like not in DEFINED else None
 
 
-def problems(name: str, d: Any) -> list[str]:
-    """Everything wrong with definition `d` of task `name`, each prefixed `define_tasks.<name>`."""
+def problems(name: str, d: Any) -> list[tuple[str, str]]:
+    """Everything wrong with definition `d` of task `name`: (path `define_tasks.<name>[.field]`, message)."""
     from embinit.task_registry import DEFINED, TASKS
     at = f"define_tasks.{name}"
     if not isinstance(d, dict):
-        return [f"{at}: a definition is a mapping (like, files, ...), got {type(d).__name__}"]
+        return [(at, f"a definition is a mapping (like, files, ...), got {type(d).__name__}")]
     out = []
     if name in TASKS and name not in DEFINED:
-        out.append(f"{at}: {name!r} is a built-in task; give the definition a name of its own")
-    out += [f"{at}.{k}: unknown field; valid: {list(FIELDS)}{did_you_mean(str(k), FIELDS)}"
+        out.append((at, f"{name!r} is a built-in task; give the definition a name of its own"))
+    out += [(f"{at}.{k}", f"unknown field; valid: {list(FIELDS)}{did_you_mean(str(k), FIELDS)}")
             for k in d if k not in FIELDS]
     builtin = sorted(t for t, e in TASKS.items() if t not in DEFINED and not e.generate and e.layout)
     entry = _like(d)
     if entry is None or entry.layout is None:
-        return out + [f"{at}.like: {d.get('like')!r} is not a built-in task with files; one of {builtin}"
-                      f"{did_you_mean(str(d.get('like')), builtin)}"]
-    kind, layout = entry.kind, entry.layout
-    files = d.get("files")
-    if not isinstance(files, dict) or not all(isinstance(v, str) and v for v in files.values()):
-        out.append(f"{at}.files: a mapping of split -> file name, for the splits {list(layout.files)}")
-    else:
-        out += [f"{at}.files.{s}: {kind} task {d['like']!r} has no split {s!r}; its splits: {list(layout.files)}"
-                for s in files if s not in layout.files]
-        needed = ["train", *layout.eval_splits[:1]] if kind != "lm" else list(layout.files)
-        out += [f"{at}.files: the split {s!r} is needed" for s in needed if s not in files]
-        out += [f"{at}.files.{s}: {v!r} must be a file name in data_dir, not a path"
-                for s, v in files.items() if PurePosixPath(v).name != v or v in (".", "..")]
-    out += _kind_problems(at, kind, d)
+        return out + [(f"{at}.like", f"{d.get('like')!r} is not a built-in task with files; one of {builtin}"
+                                     f"{did_you_mean(str(d.get('like')), builtin)}")]
+    out += _file_problems(at, entry, d.get("files"), d["like"])
+    out += _kind_problems(at, entry.kind, d)
     for k in OVERRIDABLE:
         if k in d and (isinstance(d[k], bool) or not isinstance(d[k], (int, float)) or d[k] <= 0
                        or (k != "lr" and k != "dropout" and not isinstance(d[k], int))):
-            out.append(f"{at}.{k}: {d[k]!r} is not a valid {k}")
+            out.append((f"{at}.{k}", f"{d[k]!r} is not a valid {k}"))
     if "description" in d and not isinstance(d["description"], str):
-        out.append(f"{at}.description: a string")
+        out.append((f"{at}.description", "a string"))
+    return out
+
+
+def _file_problems(at: str, entry: TaskEntry, files: Any, like: str) -> list[tuple[str, str]]:
+    layout, kind = entry.layout, entry.kind
+    if not isinstance(files, dict) or not files or not all(isinstance(v, str) and v for v in files.values()):
+        return [(f"{at}.files", f"a mapping of split -> file name in data_dir, for the splits {list(layout.files)}")]
+    out = [(f"{at}.files.{s}", f"{kind} task {like!r} has no split {s!r}; its splits: {list(layout.files)}")
+           for s in files if s not in layout.files]
+    needed = ["train", *layout.eval_splits[:1]] if kind != "lm" else list(layout.files)
+    out += [(f"{at}.files", f"the split {s!r} is needed") for s in needed if s not in files]
+    out += [(f"{at}.files.{s}", f"{v!r} must be a file name in data_dir, not a path")
+            for s, v in files.items() if PurePosixPath(v).name != v or v in (".", "..")]
     return out
 
 
@@ -87,28 +91,48 @@ def _strings(v: Any, n: int | None = None) -> bool:
         and len(set(v)) == len(v)
 
 
-def _kind_problems(at: str, kind: str, d: dict) -> list[str]:
+def _labels(v: Any) -> list[str] | None:
+    """Label values as written (YAML's `[0, 1]` reads as the labels "0" and "1"), None if not such a list."""
+    if not isinstance(v, list) or any(isinstance(x, bool) or not isinstance(x, (str, int)) for x in v):
+        return None
+    return [str(x) for x in v]
+
+
+def _kind_problems(at: str, kind: str, d: dict) -> list[tuple[str, str]]:
     out = []
+    formats = FORMATS.get(kind, ())
+    fmt = d.get("format")
+    if "format" in d and not formats:
+        out.append((f"{at}.format", f"{kind} files are read as <stem>.<language>; no format"))
+    elif fmt is not None and fmt not in formats:
+        out.append((f"{at}.format", f"{fmt!r}; one of {list(formats)}"))
+    elif fmt is None and kind == "classification" and isinstance(d.get("files"), dict):
+        suffixes = {_suffix(v) for v in d["files"].values() if isinstance(v, str)}
+        if not suffixes <= set(formats):
+            out.append((f"{at}.format", f"not given, and the files {list(d['files'].values())} do not all end "
+                                        f"in one of {['.' + f for f in formats]}"))
+        elif len(suffixes) > 1:
+            out.append((f"{at}.format", f"not given, and the files end in {sorted(suffixes)}: one format for all"))
     if kind == "classification":
-        fmt = d.get("format")
-        if fmt is not None and fmt not in FORMATS:
-            out.append(f"{at}.format: {fmt!r}; one of {list(FORMATS)}")
-        elif fmt is None and isinstance(d.get("files"), dict):
-            out += [f"{at}.format: not given, and {v!r} ends in none of {['.' + f for f in FORMATS]}"
-                    for v in d["files"].values() if isinstance(v, str) and _suffix(v) not in FORMATS][:1]
         if not (_strings(d.get("columns")) and 2 <= len(d["columns"]) <= 3):
-            out.append(f"{at}.columns: 1 or 2 text columns, then the label column (distinct names)")
-        if not (_strings(d.get("labels")) and len(d["labels"]) >= 2):
-            out.append(f"{at}.labels: the label values as written in the files, in id order (at least 2)")
-        if "label_names" in d and not _strings(d["label_names"], len(d.get("labels") or [])):
-            out.append(f"{at}.label_names: one distinct name per label")
+            out.append((f"{at}.columns", "1 or 2 text columns, then the label column (distinct names)"))
+        labels = _labels(d.get("labels"))
+        if "labels" in d and not (labels and len(set(labels)) == len(labels) >= 2 and all(labels)):
+            out.append((f"{at}.labels", "the label values as written in the files, in id order (at least 2, "
+                                        "distinct); leave it out for the train file's values, sorted"))
+        if "label_names" in d and not (labels and _strings(d["label_names"], len(labels))):
+            out.append((f"{at}.label_names", "one distinct name per label of `labels`"))
     else:
-        out += [f"{at}.{k}: classification only" for k in ("format", "columns", "labels", "label_names") if k in d]
+        out += [(f"{at}.{k}", "classification only") for k in ("labels", "label_names") if k in d]
+    if kind == "lm" and "columns" in d and (_format(d) != "jsonl" or not _strings(d["columns"], 1)):
+        out.append((f"{at}.columns", f"a JSONL corpus's text key, one (default {[LM_COLUMN]}); text files have none"))
+    elif kind == "translation" and "columns" in d:
+        out.append((f"{at}.columns", "classification and JSONL language-model corpora only"))
     if kind == "translation":
         if "languages" in d and not (_strings(d["languages"], 2)):
-            out.append(f"{at}.languages: [source, target] file suffixes, e.g. [fr, en]")
+            out.append((f"{at}.languages", "[source, target] file suffixes, e.g. [fr, en]"))
     elif "languages" in d:
-        out.append(f"{at}.languages: translation only")
+        out.append((f"{at}.languages", "translation only"))
     return out
 
 
@@ -116,28 +140,50 @@ def _suffix(name: str) -> str:
     return PurePosixPath(name).suffix.lstrip(".").lower()
 
 
-def canonical(d: dict) -> dict:
-    """The definition as it is keyed and recorded: its fields in a fixed order, the format resolved, the
-    description dropped (it changes no result)."""
-    out = {k: d[k] for k in FIELDS if k in d and k != "description"}
+def _format(d: dict) -> str | None:
+    """The format files are read in: the definition's, else the first file's suffix where it names one of
+    the kind's formats, else the kind's first (classification: csv; lm: text); None for translation."""
     like = _like(d)
-    if like is not None and like.kind == "classification" and "format" not in out:
-        out["format"] = _suffix(next(iter(d["files"].values())))
+    formats = FORMATS.get(like.kind, ()) if like is not None else ()
+    if not formats:
+        return None
+    if d.get("format"):
+        return d["format"]
+    files = d.get("files") if isinstance(d.get("files"), dict) else {}
+    suffix = _suffix(str(files.get("train") or next(iter(files.values()), "")))
+    return suffix if suffix in formats else formats[0]
+
+
+def canonical(d: dict) -> dict:
+    """The definition as it is keyed and recorded: its fields in a fixed order, the format resolved (a
+    text LM corpus's left out, as before JSONL corpora were read), labels as strings, the description
+    dropped (it changes no result)."""
+    out = {k: d[k] for k in FIELDS if k in d and k != "description"}
+    fmt = _format(d)
+    if fmt is not None and "format" not in out and fmt != "text":
+        out["format"] = fmt
+    if _labels(out.get("labels")) is not None:
+        out["labels"] = _labels(out["labels"])
     return json.loads(json.dumps(out, sort_keys=True))
 
 
 def entry(d: dict) -> TaskEntry:
-    """The registry entry of a (valid) definition: the like-task's, with its own files and defaults."""
+    """The registry entry of a (valid) definition: the like-task's, with its own files and defaults. A
+    classification definition without `labels` has none in its layout: the reader takes its train file's
+    (embinit.tasks.local.derive_labels)."""
     base = _like(d)
     layout = base.layout
     files = {split: (name,) for split, name in d["files"].items()}
     src, tgt = d.get("languages") or (layout.src_lang, layout.tgt_lang)
-    new_layout = dataclasses.replace(
-        layout, files=files, eval_splits=tuple(s for s in layout.eval_splits if s in files), src_lang=src,
-        tgt_lang=tgt, release=False,
-        **({"columns": tuple(d["columns"]), "labels": tuple(d["labels"]),
-            "label_names": tuple(d.get("label_names") or d["labels"]), "format": d.get("format") or
-            _suffix(next(iter(files.values()))[0])} if base.kind == "classification" else {}))
+    fields: dict[str, Any] = {"src_lang": src, "tgt_lang": tgt, "release": False}
+    if base.kind == "classification":
+        labels = tuple(_labels(d.get("labels")) or ())
+        fields.update(columns=tuple(d["columns"]), labels=labels, label_names=tuple(d.get("label_names") or labels),
+                      format=_format(d))
+    elif base.kind == "lm":
+        fields.update(format=_format(d), columns=tuple(d.get("columns") or [LM_COLUMN]))
+    new_layout = dataclasses.replace(layout, files=files,
+                                     eval_splits=tuple(s for s in layout.eval_splits if s in files), **fields)
     defaults = dataclasses.replace(base.defaults, description=d.get("description") or f"defined like {d['like']}",
                                    **{k: d[k] for k in OVERRIDABLE if k in d})
     return dataclasses.replace(base, defaults=defaults, layout=new_layout, hub=None,
@@ -151,7 +197,7 @@ def ensure(name: str, d: dict) -> None:
     from embinit.task_registry import DEFINED, TASKS
     found = problems(name, d)
     if found:
-        raise EmbinitError("; ".join(found))
+        raise EmbinitError("; ".join(f"{path}: {msg}" for path, msg in found))
     e = entry(d)
     if name in TASKS and name in DEFINED and TASKS[name].definition == e.definition:
         return

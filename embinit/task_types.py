@@ -83,11 +83,14 @@ class Layout:
     eval_splits: tuple[str, ...]
     src_lang: str = "en"
     tgt_lang: str = "en"
-    columns: tuple[str, ...] = ()          # TSV: text column(s), then the label column
-    labels: tuple[str, ...] = ()           # label values as written in the files, in id order
+    columns: tuple[str, ...] = ()          # classification: text column(s), then the label column; a JSONL
+                                           # LM corpus: its text key
+    labels: tuple[str, ...] = ()           # label values as written in the files, in id order; none (a
+                                           # defined task's): the train file's, sorted (tasks/local.py)
     label_names: tuple[str, ...] = ()
     release: bool = False                  # the unpacked IWSLT release (train.tags + XML) is read too
-    format: str = "tsv"                    # classification files: tsv (GLUE's) | csv | jsonl
+    format: str = "tsv"                    # classification files: tsv (GLUE's) | csv | jsonl; lm: text
+                                           # (a defined one's; the built-in one's "tsv" reads as text) | jsonl
 
 
 @dataclass(frozen=True)

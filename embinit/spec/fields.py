@@ -15,6 +15,7 @@ from embinit.spec.inits import InitEntry
 from embinit.spec.models import (DRAWN, NAME_PATTERN, Analyses, Execution, Hyperparams, MlflowSettings, Resources,
                                  Search, TaskEntry, _Strict, as_typed)
 from embinit.spec.path_fields import PathStr
+from embinit.spec.problems import ProblemsError
 
 
 def drawn_in(data: dict[str, Any]) -> bool:
@@ -85,10 +86,10 @@ class SpecFields(_Strict):
     def _valid_definitions(cls, v):
         from embinit import task_defs
         problems = [p for name, d in (v or {}).items() for p in task_defs.problems(name, d)]
-        problems += [f"define_tasks.{name}: a task name is letters, digits, '_', '-' or '.'"
+        problems += [(f"define_tasks.{name}", "a task name is letters, digits, '_', '-' or '.'")
                      for name in v or {} if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_.\-]{0,63}", name)]
         if problems:
-            raise ValueError("; ".join(problems))
+            raise ProblemsError(problems)
         return v
 
     @field_validator("inits", mode="before")

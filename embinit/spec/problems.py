@@ -31,6 +31,15 @@ class InitFieldError(ValueError):
         self.field = field
 
 
+class ProblemsError(ValueError):
+    """Several problems found by one field validator, each at its own path (`define_tasks.imdb.columns`),
+    so each is its own entry of the spec's error (and of the service's 422), not one joined message."""
+
+    def __init__(self, problems: list[tuple[str, str]]):
+        super().__init__("; ".join(f"{p}: {m}" for p, m in problems))
+        self.problems = list(problems)
+
+
 _BRANCHES = {"Range", "str", "constrained-str", "int", "float", "bool", "list", "dict"}
 
 
@@ -61,6 +70,10 @@ def problems_of(err: ValidationError) -> list[tuple[str, str]]:
     found = []
     for e in err.errors():
         path, branch = _loc(e["loc"])
+        several = getattr((e.get("ctx") or {}).get("error"), "problems", None)
+        if isinstance(several, list):
+            found += [(p, m, False) for p, m in several]
+            continue
         field = getattr((e.get("ctx") or {}).get("error"), "field", None)
         if field:
             path = f"{path}.{field}"

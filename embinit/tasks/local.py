@@ -115,74 +115,57 @@ def read_parallel(src_path: Path, tgt_path: Path) -> list[tuple[str, str]]:
     return pairs
 
 
-def read_tsv(path: Path, layout: Layout) -> list[tuple]:
-    """GLUE TSV -> [(text[, text_b], label_id)]. Columns are found by header name; fields are split on
-    tabs without quote processing (GLUE's MNLI text contains unbalanced quotes)."""
+# Classification files. Each format's row source gives, in line order, `(where, values)` for a row (its
+# text column(s), then its label as written) or the problem of a row that has none; `_read` turns labels
+# into ids, so every bad row of a file (its shape or its label) is named in one error, in line order.
+
+def _tsv_rows(path: Path, layout: Layout) -> list:
+    """GLUE TSV: columns found by header name; fields split on tabs without quote processing (GLUE's MNLI
+    text contains unbalanced quotes)."""
     lines = read_lines(path)
     if not lines:
         raise EmbinitError(f"{path} is empty; expected a header with columns {list(layout.columns)}")
     header = lines[0].split("\t")
-    absent = [c for c in layout.columns if c not in header]
-    if absent:
-        raise EmbinitError(f"{path}:1: header lacks column(s) {absent}; found {header}")
-    cols = [header.index(c) for c in layout.columns]
+    cols = _columns(path, header, layout)
     label_last = cols[-1] == len(header) - 1
-    rows, problems = [], []
+    out = []
     for lineno, line in enumerate(lines[1:], 2):
         if not line.strip():
             continue
         fields = line.split("\t")
         if len(fields) == len(header):
-            values = [fields[i] for i in cols]
+            out.append((f"{path}:{lineno}", [fields[i] for i in cols]))
         elif label_last and max(cols[:-1]) < len(fields) - 1 < len(header) - 1:
             # GLUE's NLI files: a row may have fewer annotator-label columns (label1..label5) than the
             # header; the gold label is still its last field (as GLUE's own readers take it).
-            values = [fields[i] for i in cols[:-1]] + [fields[-1]]
+            out.append((f"{path}:{lineno}", [fields[i] for i in cols[:-1]] + [fields[-1]]))
         else:
-            problems.append(f"{path}:{lineno}: expected {len(header)} tab-separated fields as in the header, "
-                            f"got {len(fields)}: {line[:80]!r}")
-            continue
-        texts = [v.strip() for v in values[:-1]]
-        try:
-            rows.append((*texts, label_id(values[-1], layout, f"{path}:{lineno}")))
-        except EmbinitError as e:   # every bad row of the file in one error, not the first alone
-            problems.append(str(e))
-    if problems:
-        raise problems_error(path, problems)
-    return rows
+            out.append(f"{path}:{lineno}: expected {len(header)} tab-separated fields as in the header, "
+                       f"got {len(fields)}: {line[:80]!r}")
+    return out
 
 
-def _labelled(values: list, layout: Layout, where: str, problems: list[str], rows: list[tuple]) -> None:
-    """One row's texts and label, or its problem: a missing or non-text value, an unknown label."""
-    if any(not isinstance(v, str) for v in values):
-        names = [c for c, v in zip(layout.columns, values) if not isinstance(v, str)]
-        problems.append(f"{where}: {names} {'is' if len(names) == 1 else 'are'} missing or not text")
-        return
-    try:
-        rows.append((*[v.strip() for v in values[:-1]], label_id(values[-1], layout, where)))
-    except EmbinitError as e:
-        problems.append(str(e))
+def _columns(path: Path, header: list[str], layout: Layout) -> list[int]:
+    absent = [c for c in layout.columns if c not in header]
+    if absent:
+        raise EmbinitError(f"{path}:1: header lacks column(s) {absent}; found {header}")
+    return [header.index(c) for c in layout.columns]
 
 
-def read_csv(path: Path, layout: Layout) -> list[tuple]:
-    """A CSV file with a header row (Python's csv dialect: quoted fields may hold commas, quotes and line
-    breaks) -> [(text[, text_b], label_id)]; columns found by header name. Rows are named by the line they
-    start on."""
+def _csv_rows(path: Path, layout: Layout) -> list:
+    """CSV with a header row (Python's csv dialect: quoted fields may hold commas, quotes and line breaks);
+    columns found by header name; a row is named by the line it starts on."""
     import csv
     import io
-    text = "\n".join(read_lines(path))
-    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
+    reader = csv.reader(io.StringIO("\n".join(read_lines(path)), newline=""), strict=True)
     try:
         header = next(reader, None)
     except csv.Error as e:
         raise EmbinitError(f"{path}:1: not CSV: {e}") from None
     if not header:
         raise EmbinitError(f"{path} is empty; expected a header with columns {list(layout.columns)}")
-    absent = [c for c in layout.columns if c not in header]
-    if absent:
-        raise EmbinitError(f"{path}:1: header lacks column(s) {absent}; found {header}")
-    cols = [header.index(c) for c in layout.columns]
-    rows, problems = [], []
+    cols = _columns(path, header, layout)
+    out = []
     while True:
         lineno = reader.line_num + 1
         try:
@@ -190,24 +173,22 @@ def read_csv(path: Path, layout: Layout) -> list[tuple]:
         except StopIteration:
             break
         except csv.Error as e:
-            problems.append(f"{path}:{lineno}: not CSV: {e}")
+            out.append(f"{path}:{lineno}: not CSV: {e}")
             break   # the reader cannot go on past a broken quote
         if not any(f.strip() for f in fields):
             continue
         if len(fields) != len(header):
-            problems.append(f"{path}:{lineno}: expected {len(header)} fields as in the header, got {len(fields)}")
-            continue
-        _labelled([fields[i] for i in cols], layout, f"{path}:{lineno}", problems, rows)
-    if problems:
-        raise problems_error(path, problems)
-    return rows
+            out.append(f"{path}:{lineno}: expected {len(header)} fields as in the header, got {len(fields)}")
+        else:
+            out.append((f"{path}:{lineno}", [fields[i] for i in cols]))
+    return out
 
 
-def read_jsonl(path: Path, layout: Layout) -> list[tuple]:
-    """JSON Lines, one object per line -> [(text[, text_b], label_id)]; values by `layout.columns` keys. A
-    label may be written as a number (`1` reads as the label "1")."""
+def _jsonl_rows(path: Path, layout: Layout, label: bool = True) -> list:
+    """JSON Lines, one object per line; values by `layout.columns` keys. A label may be written as a number
+    (`1` reads as the label "1"); a text must be a string."""
     import json
-    rows, problems = [], []
+    out = []
     for lineno, line in enumerate(read_lines(path), 1):
         if not line.strip():
             continue
@@ -215,26 +196,92 @@ def read_jsonl(path: Path, layout: Layout) -> list[tuple]:
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as e:
-            problems.append(f"{where}: not JSON: {e.msg} at column {e.colno}")
+            out.append(f"{where}: not JSON: {e.msg} at column {e.colno}")
             continue
         if not isinstance(obj, dict):
-            problems.append(f"{where}: not a JSON object, but {type(obj).__name__}")
+            out.append(f"{where}: not a JSON object, but {type(obj).__name__}")
             continue
-        label = obj.get(layout.columns[-1])
-        if isinstance(label, (int, float)) and not isinstance(label, bool):
-            label = str(label)
-        _labelled([obj.get(c) for c in layout.columns[:-1]] + [label], layout, where, problems, rows)
+        values = [obj.get(c) for c in layout.columns]
+        if label and isinstance(values[-1], (int, float)) and not isinstance(values[-1], bool):
+            values[-1] = str(values[-1])
+        bad = [c for c, v in zip(layout.columns, values) if not isinstance(v, str)]
+        if bad:
+            out.append(f"{where}: {bad} {'is' if len(bad) == 1 else 'are'} missing or not text")
+        else:
+            out.append((where, values))
+    return out
+
+
+ROWS = {"tsv": _tsv_rows, "csv": _csv_rows, "jsonl": _jsonl_rows}
+
+
+def _read(rows: list, path: Path, layout: Layout) -> list[tuple]:
+    """[(text[, text_b], label_id)] of a row source's rows; every bad row in one error."""
+    out, problems = [], []
+    for row in rows:
+        if isinstance(row, str):
+            problems.append(row)
+            continue
+        where, values = row
+        try:
+            out.append((*[v.strip() for v in values[:-1]], label_id(values[-1], layout, where)))
+        except EmbinitError as e:   # every bad row of the file in one error, not the first alone
+            problems.append(str(e))
     if problems:
         raise problems_error(path, problems)
-    return rows
+    return out
+
+
+def read_tsv(path: Path, layout: Layout) -> list[tuple]:
+    """GLUE TSV -> [(text[, text_b], label_id)] (see `_tsv_rows`)."""
+    return _read(_tsv_rows(path, layout), path, layout)
+
+
+def read_csv(path: Path, layout: Layout) -> list[tuple]:
+    """A CSV file with a header row -> [(text[, text_b], label_id)] (see `_csv_rows`)."""
+    return _read(_csv_rows(path, layout), path, layout)
+
+
+def read_jsonl(path: Path, layout: Layout) -> list[tuple]:
+    """JSON Lines -> [(text[, text_b], label_id)] (see `_jsonl_rows`)."""
+    return _read(_jsonl_rows(path, layout), path, layout)
 
 
 READERS = {"tsv": read_tsv, "csv": read_csv, "jsonl": read_jsonl}
 
 
+def _label_order(value: str) -> tuple:
+    try:
+        return 0, int(value), value
+    except ValueError:
+        return 1, 0, value
+
+
+def derive_labels(task: str, layout: Layout, folder: Path) -> Layout:
+    """The layout of a classification task defined without `labels`: its train file's distinct label values
+    (stripped) in id order, sorted as integers where every value is one (0 .. 10, not 0, 1, 10, 2), else
+    as text; a dev row with another value is then an unknown label."""
+    import dataclasses
+    [path] = find_files(task, layout, folder, {"train": "train"})["train"]
+    rows = ROWS[layout.format](path, layout)
+    problems = [r for r in rows if isinstance(r, str)]
+    if problems:
+        raise problems_error(path, problems)
+    values = {values[-1].strip() for _, values in rows}
+    ints = all(_label_order(v)[0] == 0 for v in values)
+    labels = tuple(sorted(values, key=_label_order if ints else str))
+    if len(labels) < 2:
+        raise EmbinitError(f"{path}: the label column {layout.columns[-1]!r} holds {list(labels)}; a classifier "
+                           f"needs 2 labels at least (or give the definition's labels)")
+    return dataclasses.replace(layout, labels=labels, label_names=labels)
+
+
 def read_local(task: str, layout: Layout, folder: Path, splits: dict[str, str]) -> RawData:
     """Read the splits (TaskData name -> source name) of `task` from `folder`."""
     files = find_files(task, layout, folder, splits)
+    derived = layout.kind == "classification" and not layout.labels
+    if derived:
+        layout = derive_labels(task, layout, folder)
     read = load(kind_entry(layout.kind).read_split)
     out, problems = {}, []
     for split, paths in files.items():   # every file's problems at once, not the first file's alone
@@ -245,8 +292,10 @@ def read_local(task: str, layout: Layout, folder: Path, splits: dict[str, str]) 
     if problems:
         raise EmbinitError(" | ".join(problems))
     evals = [s for s in layout.eval_splits if s in out]
-    return RawData(layout.kind, out, evals, str(folder.resolve()), list(layout.label_names) or None,
-                   {"files": {s: [p.name for p in ps] for s, ps in files.items()}})
+    info = {"files": {s: [p.name for p in ps] for s, ps in files.items()}}
+    if derived:
+        info["labels_from"] = f"{layout.files['train'][0]} (its label values, sorted)"
+    return RawData(layout.kind, out, evals, str(folder.resolve()), list(layout.label_names) or None, info)
 
 
 # One split's files -> its rows, per kind (the kind registry's `read_split`).
@@ -261,7 +310,15 @@ def read_labelled(paths: list[Path], layout: Layout) -> list[tuple]:
 
 
 def read_stream(paths: list[Path], layout: Layout) -> list[str]:
-    return [line.strip() for line in read_lines(paths[0])]
+    """A text file's lines; a JSONL corpus's (a task defined so) text values, each split into its lines, so
+    the stream is the one the same text as a file gives."""
+    if layout.format != "jsonl":
+        return [line.strip() for line in read_lines(paths[0])]
+    rows = _jsonl_rows(paths[0], layout, label=False)
+    problems = [r for r in rows if isinstance(r, str)]
+    if problems:
+        raise problems_error(paths[0], problems)
+    return [line.strip() for _, (text,) in rows for line in text.split("\n")]
 
 
 def file_identity(task: str, layout: Layout, folder: Path, splits: dict[str, str], cache_dir=None) -> list:

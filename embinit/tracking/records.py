@@ -40,6 +40,9 @@ CODE_VERSION_TAG = "embinit.code_version"
 # a Xavier trial and a GloVe-300d trial of one spec without `d_model` both read None there, yet trained at
 # D=512 (8 heads) and D=300 (10 heads). The report compares rows by what they trained with. Older runs lack it.
 MODEL_SIZE_TAG = "embinit.model_size"
+# a classifier's labels in the order of its outputs (JSON; with the result): a task defined without `labels`
+# takes its train file's, so the record says which id is which
+LABELS_TAG = "embinit.labels"
 # What a trial's worker ran (embinit.tracking.provenance): MLflow's own commit tag (the UI's "Version"), the
 # commit of the code the worker imported (`-dirty` when its checkout differed), and every commit that
 # trained the run, comma-separated, in order (a resumed run may have two); the library versions (JSON),

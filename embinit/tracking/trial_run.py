@@ -12,7 +12,8 @@ one child run per trial. A child run carries:
   that started over without a checkpoint, naming the dead attempt's run (closed failed, with
   `embinit.superseded_by`); `embinit.code_version` (the
   `config.CODE_VERSION` its key was made with); `embinit.trainer_label` (with the result: the label of
-  the init the trainer built on the target or only side);
+  the init the trainer built on the target or only side) and, for a classifier, `embinit.labels` (JSON: the
+  labels in the order of its outputs, a defined task's derived from its train file where not given);
 - tags `embinit.init` (= the label) and `embinit.group` for MLflow's run table: "Group by" the tag
   `embinit.init` averages the seeds of each init;
 - what the worker ran and read, set when the run is created or reopened: `mlflow.source.git.commit`
@@ -63,7 +64,7 @@ from embinit.tracking.mlflow_store import client, log_batch, metrics_at, retry
 from embinit.tracking.records import (BLEU_SIGNATURE_TAG, CHECKPOINT_TAG, CODE_VERSION_TAG, CONFIG_TAG, DATA_SOURCE_TAG,
                                       DEVICE_TAG, ERROR_TAG, EXECUTION_TAG, GIT_COMMIT_TAG, GIT_COMMITS_TAG, GROUP_TAG,
                                       HOST_TAG, HUB_REVISION_TAG, INIT_TAG, KEY_TAG, NODE_TAG, LABEL_TAG,
-                                      MODEL_SIZE_TAG, PARENT_TAG, RESTARTED_TAG, RESULT, RESUMED_TAG, SEED_TAG,
+                                      LABELS_TAG, MODEL_SIZE_TAG, PARENT_TAG, RESTARTED_TAG, RESULT, RESUMED_TAG, SEED_TAG,
                                       SHA256_TAG, STATUS_TAG, SUPERSEDED_TAG, TASK_TAG, TRAINER_LABEL_TAG,
                                       VERSIONS_TAG)
 from embinit.tracking.run_names import planned_params, resolved_params, trial_params, trial_run_name
@@ -251,6 +252,10 @@ class TrialRun:
                 RunTag(EXECUTION_TAG, ((result.get("info") or {}).get("execution") or {}).get("mode", "separate"))]
         if result.get("bleu_signature"):
             tags.append(RunTag(BLEU_SIGNATURE_TAG, result["bleu_signature"]))
+        from mlflow.utils.validation import MAX_TAG_VAL_LENGTH
+        labels = ((result.get("info") or {}).get("data") or {}).get("label_names")
+        if isinstance(labels, list) and len(json.dumps(labels)) <= MAX_TAG_VAL_LENGTH:
+            tags.append(RunTag(LABELS_TAG, json.dumps(labels)))
         table = emb_stats_table(result)
         if table["statistic"]:
             tags.append(RunTag(LOGGED_ARTIFACTS_TAG, json.dumps([{"path": EMB_STATS_FILE, "type": "table"}])))

@@ -247,7 +247,7 @@ def _coverage(tables) -> dict | None:
 
 def _info(s, params, execution: dict) -> dict:
     data_info = {k: v for k, v in (getattr(s.data, "info", None) or {}).items()
-                 if isinstance(v, (int, float, str, bool, type(None)))}
+                 if isinstance(v, (int, float, str, bool, type(None))) or k == "label_names"}   # outputs' order
     return {"parameters": sum(p.numel() for p in s.model.parameters()),
             "trainable_parameters": sum(p.numel() for p in params),
             "d_model": s.model_cfg.d_model, "heads": s.model_cfg.heads, "device": str(s.device),
