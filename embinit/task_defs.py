@@ -170,7 +170,7 @@ def canonical(d: dict) -> dict:
 def entry(d: dict) -> TaskEntry:
     """The registry entry of a (valid) definition: the like-task's, with its own files and defaults. A
     classification definition without `labels` has none in its layout: the reader takes its train file's
-    (embinit.tasks.local.derive_labels)."""
+    (embinit.tasks.labelled.derive_labels)."""
     base = _like(d)
     layout = base.layout
     files = {split: (name,) for split, name in d["files"].items()}

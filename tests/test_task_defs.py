@@ -20,7 +20,7 @@ from embinit.errors import EmbinitError
 from embinit.spec.loading import load_spec
 from embinit.spec.problems import SpecError
 from embinit.task_registry import DEFINED, TASKS, unregister
-from embinit.tasks import local
+from embinit.tasks import labelled
 from embinit.tasks.load import check_files, load_task
 
 TINY = {"epochs": 2, "layers": 1, "d_model": 16, "heads": 2, "ff_dim": 32, "batch_size": 8, "min_freq": 1,
@@ -107,19 +107,19 @@ def _layout(**d):
 
 def test_csv_rows_with_quotes_commas_and_line_breaks_and_every_bad_row_named(tmp_path):
     good = write_csv(tmp_path / "good.csv", REVIEWS)
-    assert local.read_csv(good, _layout()) == [
+    assert labelled.read_csv(good, _layout()) == [
         ("a great film, truly \"great\"", 1), ("awful,\nboring movie", 0), ("loved every minute", 1),
         ("a waste of time", 0)]
     bad = tmp_path / "bad.csv"
     bad.write_text('review,sentiment\n"fine, fine",positive\nno label here\n"ok",meh\n\n"x",negative,extra\n')
     with pytest.raises(EmbinitError) as e:
-        local.read_csv(bad, _layout())
+        labelled.read_csv(bad, _layout())
     text = str(e.value)
     assert f"{bad}: 3 problems" in text
     assert f"{bad}:3: expected 2 fields as in the header, got 1" in text
     assert f"{bad}:4: unknown label 'meh'" in text and f"{bad}:6: expected 2 fields" in text
     with pytest.raises(EmbinitError, match=r"header lacks column\(s\) \['sentiment'\]"):
-        local.read_csv(write_csv(tmp_path / "h.csv", REVIEWS, header=("review", "label")), _layout())
+        labelled.read_csv(write_csv(tmp_path / "h.csv", REVIEWS, header=("review", "label")), _layout())
 
 
 def test_jsonl_rows_and_every_bad_row_named(tmp_path):
@@ -129,12 +129,12 @@ def test_jsonl_rows_and_every_bad_row_named(tmp_path):
     good = tmp_path / "good.jsonl"
     good.write_text('{"premise": "a", "hypothesis": "b", "gold": 2}\n\n'
                     '{"premise": "c", "hypothesis": "d", "gold": "0"}\n')
-    assert local.read_jsonl(good, layout) == [("a", "b", 2), ("c", "d", 0)]
+    assert labelled.read_jsonl(good, layout) == [("a", "b", 2), ("c", "d", 0)]
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"premise": "a", "hypothesis": "b", "gold": 1}\n[1, 2]\n{"premise": "a", "gold": 1}\n'
                    '{"premise": "a", "hypothesis": "b", "gold": 7}\n{"premise": \n')
     with pytest.raises(EmbinitError) as e:
-        local.read_jsonl(bad, layout)
+        labelled.read_jsonl(bad, layout)
     text = str(e.value)
     assert f"{bad}: 4 problems" in text and f"{bad}:2: not a JSON object, but list" in text
     assert f"{bad}:3: ['hypothesis'] is missing or not text" in text
@@ -183,9 +183,8 @@ def test_a_redefined_task_does_not_read_the_data_cache_of_the_old_definition(tmp
 
 # ---- training on it ------------------------------------------------------------------------------------
 
-@pytest.mark.slow
-def test_a_defined_translation_pair_a_jsonl_classification_and_an_lm_corpus_train(tmp_path):
-    from embinit.train.trial import run_trial
+def fr_en_folder(tmp_path: Path) -> Path:
+    """A tiny French->English parallel corpus: train/dev/test .fr and .en."""
     folder = tmp_path / "fr-en"
     folder.mkdir()
     words = [("chat", "cat"), ("chien", "dog"), ("maison", "house"), ("rouge", "red"), ("petit", "small")]
@@ -194,15 +193,26 @@ def test_a_defined_translation_pair_a_jsonl_classification_and_an_lm_corpus_trai
                  for (a, a_en), (b2, b2_en) in [(words[i % 5], words[(i * 2 + 1) % 5])]]
         (folder / f"{split}.fr").write_text("\n".join(s for s, _ in pairs) + "\n")
         (folder / f"{split}.en").write_text("\n".join(t for _, t in pairs) + "\n")
-    fr_en = {"like": "multi30k", "languages": ["fr", "en"], "files": {"train": "train", "val": "dev", "test": "test"},
-             **TINY, "heads": 2}
-    result = run_trial(TrialConfig(task="fr_en", task_def=fr_en, data_dir=str(folder), threads=1), cache_dir=False)
+    return folder
+
+
+FR_EN = {"like": "multi30k", "languages": ["fr", "en"], "files": {"train": "train", "val": "dev", "test": "test"},
+         **TINY, "heads": 2}
+WORDS = [("chat", "cat"), ("chien", "dog"), ("maison", "house"), ("rouge", "red"), ("petit", "small")]
+
+
+@pytest.mark.slow
+def test_a_defined_translation_pair_a_jsonl_classification_and_an_lm_corpus_train(tmp_path):
+    from embinit.train.trial import run_trial
+    folder = fr_en_folder(tmp_path)
+    result = run_trial(TrialConfig(task="fr_en", task_def=FR_EN, data_dir=str(folder), threads=1), cache_dir=False)
     assert result.status == "finished" and 0 <= result.test["test/bleu"] <= 100
     assert result.info["split_sizes"] == {"train": 40, "val": 10, "test": 10}
     data = load_task("fr_en", folder, min_freq=1, cache_dir=False)
     assert data.info["files"] == {"train": ["train.fr", "train.en"], "val": ["dev.fr", "dev.en"],
                                   "test": ["test.fr", "test.en"]}
 
+    words = WORDS
     nli = tmp_path / "nli"
     nli.mkdir()
     rows = [{"p": f"a {w}", "h": f"no {w}" if i % 2 else f"a {w}", "y": i % 2} for i, (w, _) in enumerate(words * 6)]
@@ -224,26 +234,62 @@ def test_a_defined_translation_pair_a_jsonl_classification_and_an_lm_corpus_trai
     assert result.status == "finished" and result.test["test/ppl"] >= 1
 
 
+# In a process that never saw the spec: the report, the reproduction document and the service's results.
+LATER = """
+import json, subprocess, sys
+from types import SimpleNamespace
+from service.store import ResultStore, _chosen
+uri, spec = sys.argv[1], json.loads(sys.argv[2])
+keys = sorted(_chosen(uri, spec["name"]))
+exp = SimpleNamespace(id="e1", updated_at=0, status="succeeded", spec=spec, trial_keys=keys,
+                      mlflow_experiment=spec["name"], tracking_uri=uri)
+store = ResultStore(uri)
+print(json.dumps({"report": json.loads(store.report(exp)["json"]), "trials": store.trials(exp)}, default=str))
+"""
+
+
 @pytest.mark.slow
-def test_embinit_run_on_a_defined_task_then_report_in_a_later_process(tmp_path):
-    """The sweep's Ray workers register the definition from each trial's config; `embinit report`, a process
-    that never saw the spec, reads it from the runs' config tags."""
+def test_embinit_run_on_defined_tasks_then_report_reproduction_and_the_service_in_later_processes(tmp_path):
+    """A CSV classification task defined without labels and a French->English pair, trained by `embinit run`
+    (the sweep's Ray workers register each definition from its trial's config); `embinit report`, a
+    process that never saw the spec, reads them from the runs' config tags; the reproduction document and
+    the service's results route take a store holding them."""
     import yaml
+    from mlflow.tracking import MlflowClient
     folder = imdb_folder(tmp_path)
+    imdb = {k: v for k, v in IMDB.items() if k != "labels"} | {"description": "IMDB-like reviews"}
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     path = tmp_path / "own.yaml"
-    path.write_text(yaml.safe_dump(spec({"imdb": {**IMDB, "description": "IMDB-like reviews"}},
-                                        [{"task": "imdb", "data_dir": str(folder)}],
-                                        resources={"cpus": 1}, mlflow={"tracking_uri": uri})))
+    data = spec({"imdb": imdb, "fr_en": FR_EN}, [{"task": "imdb", "data_dir": str(folder)},
+                                                 {"task": "fr_en", "data_dir": str(fr_en_folder(tmp_path))}],
+                resources={"cpus": 1}, mlflow={"tracking_uri": uri}, defaults={"tokenizer": "whitespace"})
+    # the reproduction reads its presets' experiments alone: named as one, its sweep record and stored spec
+    # (define_tasks and all) are read, and its trials of other tasks are not the group's
+    data["name"] = name = "offline-multi30k-glove50"
+    path.write_text(yaml.safe_dump(data))
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
-    run = subprocess.run([sys.executable, "-m", "embinit", "run", str(path)], cwd=tmp_path, env=env,
-                         capture_output=True, text=True, timeout=400)
-    assert run.returncode == 0, run.stderr[-3000:]
-    report = subprocess.run([sys.executable, "-m", "embinit", "report", "own-data", "--tracking-uri", uri,
-                             "--format", "csv"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=200)
-    assert report.returncode == 0, report.stderr[-3000:]
-    [row] = list(csv.DictReader(report.stdout.splitlines()))
-    assert (row["task"], row["init"], row["metric"], row["n"]) == ("imdb", "Xavier", "best/val/acc", "1")
+
+    def embinit(*args, timeout=200):
+        done = subprocess.run([sys.executable, "-m", "embinit", *args], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=timeout)
+        assert done.returncode == 0, (args, done.stderr[-3000:])
+        return done.stdout
+    embinit("run", str(path), timeout=500)
+    rows = list(csv.DictReader(embinit("report", name, "--tracking-uri", uri, "--format", "csv").splitlines()))
+    assert sorted((r["task"], r["init"], r["metric"], r["n"]) for r in rows) == [
+        ("fr_en", "Xavier", "test/bleu", "1"), ("imdb", "Xavier", "best/val/acc", "1")]
+    runs = MlflowClient(uri).search_runs([MlflowClient(uri).get_experiment_by_name(name).experiment_id],
+                                         "tags.`embinit.task` = 'imdb'")
+    assert [json.loads(r.data.tags["embinit.labels"]) for r in runs] == [["negative", "positive"]]
+    embinit("reproduction", "--tracking-uri", uri, "--out", str(tmp_path / "reproduction.md"))
+    assert "imdb" in (tmp_path / "reproduction.md").read_text()   # the stored spec's tasks, in "how it was run"
+    later = subprocess.run([sys.executable, "-c", LATER, uri, json.dumps(load_spec(data).recorded())], cwd=tmp_path,
+                           env={**env, "PYTHONPATH": os.pathsep.join(sys.path)}, capture_output=True, text=True,
+                           timeout=200)
+    assert later.returncode == 0, later.stderr[-3000:]
+    served = json.loads(later.stdout.splitlines()[-1])
+    assert sorted(r["task"] for r in served["report"]["rows"]) == ["fr_en", "imdb"]
+    assert sorted(t["status"] for t in served["trials"]) == ["finished", "finished"]
 
 
 def test_a_defined_task_without_a_data_folder_says_so(monkeypatch):

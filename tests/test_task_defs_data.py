@@ -144,8 +144,9 @@ def test_a_defined_task_trains_and_its_record_says_its_labels(tmp_path):
     from embinit.train.trial import run_trial
     write_csv(tmp_path / "train.csv", REVIEWS * 4)
     write_csv(tmp_path / "dev.csv", REVIEWS)
-    result = run_trial(TrialConfig(task="imdb", task_def={**unlabelled(), "epochs": 1}, data_dir=str(tmp_path), tokenizer="whitespace",
-                                   threads=1), cache_dir=False)
+    config = TrialConfig(task="imdb", task_def={**unlabelled(), "epochs": 1}, data_dir=str(tmp_path),
+                         tokenizer="whitespace", threads=1)
+    result = run_trial(config, cache_dir=False)
     assert result.status == "finished"
     assert result.info["data"]["label_names"] == ["negative", "positive"]
     assert result.info["data"]["labels_from"] == "train.csv (its label values, sorted)"
@@ -166,3 +167,13 @@ def test_problems_of_a_definition_through_the_api_each_at_its_path(tmp_path):
     detail = {p["loc"]: p["msg"] for p in r.json()["detail"]}
     assert detail["define_tasks.imdb.format"] == "'xml'; one of ['csv', 'tsv', 'jsonl']"
     assert detail["define_tasks.imdb.colour"].startswith("unknown field; valid: ['like', 'description', 'files'")
+
+
+def test_the_readmes_example_is_a_valid_spec():
+    import re
+    import yaml
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    [block] = [b for b in re.findall(r"```yaml\n(.*?)```", readme, re.S) if b.startswith("define_tasks:")]
+    parsed = load_spec({"name": "readme", "inits": ["xavier"], **yaml.safe_load(block)})
+    assert sorted(parsed.define_tasks) == ["fr_en", "imdb", "news_lm"]
+    assert {c.task for c in parsed.expand()} == {"fr_en", "imdb", "news_lm"}

@@ -63,8 +63,8 @@ from embinit.file_inputs import PREFIX, content_ids
 from embinit.tracking.mlflow_store import client, log_batch, metrics_at, retry
 from embinit.tracking.records import (BLEU_SIGNATURE_TAG, CHECKPOINT_TAG, CODE_VERSION_TAG, CONFIG_TAG, DATA_SOURCE_TAG,
                                       DEVICE_TAG, ERROR_TAG, EXECUTION_TAG, GIT_COMMIT_TAG, GIT_COMMITS_TAG, GROUP_TAG,
-                                      HOST_TAG, HUB_REVISION_TAG, INIT_TAG, KEY_TAG, NODE_TAG, LABEL_TAG,
-                                      LABELS_TAG, MODEL_SIZE_TAG, PARENT_TAG, RESTARTED_TAG, RESULT, RESUMED_TAG, SEED_TAG,
+                                      HOST_TAG, HUB_REVISION_TAG, INIT_TAG, KEY_TAG, NODE_TAG, LABEL_TAG, LABELS_TAG,
+                                      MODEL_SIZE_TAG, PARENT_TAG, RESTARTED_TAG, RESULT, RESUMED_TAG, SEED_TAG,
                                       SHA256_TAG, STATUS_TAG, SUPERSEDED_TAG, TASK_TAG, TRAINER_LABEL_TAG,
                                       VERSIONS_TAG)
 from embinit.tracking.run_names import planned_params, resolved_params, trial_params, trial_run_name
