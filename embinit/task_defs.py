@@ -63,6 +63,7 @@ def problems(name: str, d: Any) -> list[tuple[str, str]]:
         return out + [(f"{at}.like", f"{d.get('like')!r} is not a built-in task with files; one of {builtin}"
                                      f"{did_you_mean(str(d.get('like')), builtin)}")]
     out += _file_problems(at, entry, d.get("files"), d["like"])
+    out += _stem_problems(at, entry, d)
     out += _kind_problems(at, entry.kind, d)
     for k in OVERRIDABLE:
         if k in d and (isinstance(d[k], bool) or not isinstance(d[k], (int, float)) or d[k] <= 0
@@ -84,6 +85,17 @@ def _file_problems(at: str, entry: TaskEntry, files: Any, like: str) -> list[tup
     out += [(f"{at}.files.{s}", f"{v!r} must be a file name in data_dir, not a path")
             for s, v in files.items() if PurePosixPath(v).name != v or v in (".", "..")]
     return out
+
+
+def _stem_problems(at: str, entry: TaskEntry, d: dict) -> list[tuple[str, str]]:
+    """A translation file given with its language suffix (`train.fr`), which would be read as `train.fr.fr`."""
+    files = d.get("files")
+    if entry.kind != "translation" or not isinstance(files, dict):
+        return []
+    langs = d["languages"] if _strings(d.get("languages"), 2) else [entry.layout.src_lang, entry.layout.tgt_lang]
+    return [(f"{at}.files.{s}", f"{v!r} ends in .{PurePosixPath(v).suffix[1:]}: give the stem "
+                                f"{PurePosixPath(v).stem!r}, read as <stem>.{langs[0]} and <stem>.{langs[1]}")
+            for s, v in files.items() if isinstance(v, str) and PurePosixPath(v).suffix[1:] in langs]
 
 
 def _strings(v: Any, n: int | None = None) -> bool:

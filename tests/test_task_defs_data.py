@@ -177,3 +177,31 @@ def test_the_readmes_example_is_a_valid_spec():
     parsed = load_spec({"name": "readme", "inits": ["xavier"], **yaml.safe_load(block)})
     assert sorted(parsed.define_tasks) == ["fr_en", "imdb", "news_lm"]
     assert {c.task for c in parsed.expand()} == {"fr_en", "imdb", "news_lm"}
+
+
+def test_a_translation_file_given_with_its_language_suffix_is_a_problem():
+    fr_en = {"like": "multi30k", "languages": ["fr", "en"], "files": {"train": "train.fr", "val": "dev.en",
+                                                                       "test": "test"}}
+    with pytest.raises(SpecError) as e:
+        load_spec(spec({"fr_en": fr_en}, ["sst2"]))
+    assert dict(e.value.problems) == {
+        "define_tasks.fr_en.files.train": "'train.fr' ends in .fr: give the stem 'train', read as <stem>.fr and <stem>.en",
+        "define_tasks.fr_en.files.val": "'dev.en' ends in .en: give the stem 'dev', read as <stem>.fr and <stem>.en"}
+    load_spec(spec({"news": {**fr_en, "files": {"train": "news.2019", "val": "dev", "test": "test"}}}, ["sst2"]))
+
+
+def test_the_report_groups_seeds_of_one_definition_whatever_its_description_and_parts_other_definitions():
+    """Seeds of one definition run by two sweeps whose spec only renamed its description share a key space
+    and a row; a definition with other labels is another setting, its own row."""
+    from embinit.report.rows import group
+    from embinit.tracking.records import TrialRecord
+
+    def record(seed, **d):
+        config = TrialConfig(task="imdb", seed=seed, task_def={**IMDB, **d}).to_dict()
+        return TrialRecord(f"run{seed}{len(d)}", f"key{seed}{len(d)}", "imdb", "Xavier", "finished", config,
+                           metrics={"best/val/acc": 0.5}, seed=seed)
+    same = [record(0, description="IMDB"), record(1, description="IMDB reviews")]
+    assert [len(members) for members in group(same).values()] == [2]
+    parted = group([*same, record(2, labels=["positive", "negative"])])
+    assert sorted(len(members) for members in parted.values()) == [1, 2]
+    assert all('"task_def"' in k[-1] for k in parted)   # the rows say which setting tells them apart

@@ -20,6 +20,7 @@ import statistics
 from collections import Counter, defaultdict
 from typing import Any
 
+from embinit import task_defs
 from embinit.tracking import records
 from embinit.report import baseline as report_baseline
 from embinit.comparison import no_spread, t_quantile
@@ -74,6 +75,8 @@ def _setting(t: _Trial) -> dict[str, Any]:
     and `heads` are the ones it trained with where the run recorded them (`records.MODEL_SIZE_TAG`): a
     `d_model` left unset is the pretrained source's D for one init and the task's for Xavier."""
     cfg = {**_resolved(t), **t.model_size}
+    if isinstance(cfg.get("task_def"), dict):   # a task defined in the spec: as keyed (its description is no setting)
+        cfg["task_def"] = task_defs.canonical(cfg["task_def"])
     drop = {"seed", *TrialConfig.NOT_IN_KEY, *t.point}
     if cfg.get("data_seed") in (None, cfg.get("seed")):
         drop.add("data_seed")
