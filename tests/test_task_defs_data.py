@@ -184,9 +184,10 @@ def test_a_translation_file_given_with_its_language_suffix_is_a_problem():
                                                                        "test": "test"}}
     with pytest.raises(SpecError) as e:
         load_spec(spec({"fr_en": fr_en}, ["sst2"]))
+    read_as = "read as <stem>.fr and <stem>.en"
     assert dict(e.value.problems) == {
-        "define_tasks.fr_en.files.train": "'train.fr' ends in .fr: give the stem 'train', read as <stem>.fr and <stem>.en",
-        "define_tasks.fr_en.files.val": "'dev.en' ends in .en: give the stem 'dev', read as <stem>.fr and <stem>.en"}
+        "define_tasks.fr_en.files.train": f"'train.fr' ends in .fr: give the stem 'train', {read_as}",
+        "define_tasks.fr_en.files.val": f"'dev.en' ends in .en: give the stem 'dev', {read_as}"}
     load_spec(spec({"news": {**fr_en, "files": {"train": "news.2019", "val": "dev", "test": "test"}}}, ["sst2"]))
 
 
