@@ -15,6 +15,7 @@ from embinit.tracking import mlflow_store, run_writers, trial_run
 from embinit import rerun
 from embinit.cli import main
 from embinit.config import CODE_VERSION, TrialConfig
+from embinit.task_registry import unregister
 from embinit.tracking.records import TrialRecord
 
 pytestmark = pytest.mark.slow  # an MLflow store and real (tiny) training
@@ -131,8 +132,9 @@ def test_every_config_field_round_trips_through_from_run(store, tmp_path):
     for name in ("glove.txt", "src.txt", "best.pt"):
         (tmp_path / name).write_text("x")
     (tmp_path / "data").mkdir()
+    lm = {"like": "wikitext2", "files": {"train": "train.txt", "valid": "valid.txt", "test": "test.txt"}}
     cfg = TrialConfig(
-        task="synthetic_lm", init="glove+standardize", seed=3, data_seed=4, emb_seed=5,
+        task="own_lm", task_def=lm, init="glove+standardize", seed=3, data_seed=4, emb_seed=5,
         init_from=str(tmp_path / "best.pt"), src_init="glove", pretrained=str(tmp_path / "glove.txt"),
         src_pretrained=str(tmp_path / "src.txt"), oov="mean", tokenizer="spacy", epochs=2, batch_size=8,
         max_tokens=500, lr=0.01, d_model=16, layers=1, heads=2, ff_dim=32, dropout=0.2, min_freq=2, max_len=20,
@@ -146,6 +148,7 @@ def test_every_config_field_round_trips_through_from_run(store, tmp_path):
     run_id = _record(store["uri"], store["exp"], cfg)
     rec, recorded, again = rerun_config(_parse(["--from-run", run_id, "--tracking-uri", store["uri"]]))
     assert again == recorded == cfg and rec.key == cfg.key()
+    unregister("own_lm")
 
 
 def test_flags_beside_from_run_override_the_record(store, tmp_path):

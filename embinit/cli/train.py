@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from embinit.cli.arg_types import folder_to_write
 from embinit.config import PRECISIONS
@@ -53,6 +54,18 @@ def _extra(text: str) -> tuple[str, object]:
         return key, value
 
 
+def _definition(path: str) -> dict:
+    """A task definition (embinit.task_defs) from a YAML or JSON file."""
+    import yaml
+    try:
+        data = yaml.safe_load(Path(path).expanduser().read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise argparse.ArgumentTypeError(f"cannot read a task definition from {path}: {e}") from None
+    if not isinstance(data, dict):
+        raise argparse.ArgumentTypeError(f"{path} holds no mapping (like, files, ...): a task definition is one")
+    return data
+
+
 def register(subparsers) -> None:
     p = subparsers.add_parser("train", help="train one trial (task x init x seed) and print its result",
                               description=__doc__.splitlines()[0])
@@ -91,6 +104,9 @@ def register(subparsers) -> None:
     p.add_argument("--tie-embeddings", action="store_true", default=None,
                    help="language models: the output layer reuses the token table (GPT-2 style)")
     p.add_argument("--data-dir", help="the task's data folder (else $EMBINIT_DATA_DIR/<task>, else the hub)")
+    p.add_argument("--task-def", type=_definition, metavar="FILE",
+                   help="a task of your own: a YAML or JSON file holding its definition, as a spec's define_tasks "
+                        "entry (like: sst2, files: ..., columns: ...); --task names it")
     p.add_argument("--precision", choices=PRECISIONS,
                    help="default fp32; auto: bf16 where the GPU or CPU has bf16 units, else fp32")
     p.add_argument("--device", help="default: auto")
@@ -112,7 +128,8 @@ def register(subparsers) -> None:
 _FIELD_FLAGS = ("task", "init", "src_init", "pretrained", "src_pretrained", "init_from", "oov", "tokenizer",
                 "seed", "emb_seed", "data_seed", "epochs", "batch_size", "max_tokens", "lr", "d_model", "layers",
                 "heads", "ff_dim", "dropout", "min_freq", "max_len", "max_train_examples", "threads", "beam_size",
-                "early_stopping_patience", "pe_base", "pe_positions", "data_dir", "precision", "device")
+                "early_stopping_patience", "pe_base", "pe_positions", "data_dir", "precision", "device",
+                "task_def")
 _SWITCHES = {"pre_ln": ("pre_ln", True), "no_pos_encoding": ("pos_encoding", False),
              "freeze_embeddings": ("train_embeddings", False),
              "freeze_non_embeddings": ("freeze_non_embeddings", True), "tie_embeddings": ("tie_embeddings", True),
@@ -161,7 +178,7 @@ def rerun_config(args):
 # the spec field each flag fills (what `check_args` names a problem by)
 _SPEC_FLAGS = {"inits[0].src_pretrained": "--src-pretrained", "inits[0].pretrained": "--pretrained",
                "inits[0].src": "--src-init", "inits[0].tgt": "--init", "inits[0]": "--init",
-               "tasks[0].task": "--task", "tasks[0]": "--task", "seeds": "--seed"}
+               "tasks[0].task": "--task", "tasks[0]": "--task", "seeds": "--seed", "define_tasks": "--task-def"}
 
 
 def as_spec(cfg) -> dict:
@@ -177,7 +194,8 @@ def as_spec(cfg) -> dict:
     src = cfg.src_init or (cfg.init if cfg.src_pretrained and translation else None)
     init = {"tgt": cfg.init, "src": src, "pretrained": cfg.pretrained, "src_pretrained": cfg.src_pretrained}
     return {"name": "train", "tasks": [{"task": cfg.task, "data_dir": cfg.data_dir, **hyper}],
-            "inits": [{k: v for k, v in init.items() if v is not None}], "seeds": [cfg.seed]}
+            "inits": [{k: v for k, v in init.items() if v is not None}], "seeds": [cfg.seed],
+            **({"define_tasks": {cfg.task: cfg.task_def}} if cfg.task_def is not None else {})}
 
 
 def check_args(cfg) -> None:
@@ -200,6 +218,8 @@ def _flag(where: str) -> str | None:
         return None
     if where in _SPEC_FLAGS:
         return _SPEC_FLAGS[where]
+    if where.startswith("define_tasks."):   # a problem of the definition file, at its field
+        return f"--task-def {where}"
     field = where.removeprefix("tasks[0].").removeprefix("inits[0].")
     return "--" + field.split(".")[0].split("[")[0].replace("_", "-")
 
