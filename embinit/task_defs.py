@@ -28,6 +28,7 @@ import json
 from pathlib import PurePosixPath
 from typing import Any
 
+from embinit import bounds
 from embinit.errors import EmbinitError, did_you_mean
 from embinit.task_types import TaskEntry
 
@@ -65,10 +66,12 @@ def problems(name: str, d: Any) -> list[tuple[str, str]]:
     out += _file_problems(at, entry, d.get("files"), d["like"])
     out += _stem_problems(at, entry, d)
     out += _kind_problems(at, entry.kind, d)
-    for k in OVERRIDABLE:
-        if k in d and (isinstance(d[k], bool) or not isinstance(d[k], (int, float)) or d[k] <= 0
+    for k in OVERRIDABLE:   # the bounds a spec's own value of `k` has (embinit.bounds; a service caps some further)
+        if k in d and (isinstance(d[k], bool) or not isinstance(d[k], (int, float))
                        or (k != "lr" and k != "dropout" and not isinstance(d[k], int))):
             out.append((f"{at}.{k}", f"{d[k]!r} is not a valid {k}"))
+        elif k in d and bounds.problem(k, d[k]):
+            out.append((f"{at}.{k}", bounds.problem(k, d[k])))
     if "description" in d and not isinstance(d["description"], str):
         out.append((f"{at}.description", "a string"))
     return out

@@ -199,7 +199,8 @@ def _too_many(n: int, settings: Settings) -> HTTPException:
 
 def bound_problems(spec: ExperimentSpec, plan: tuple | list, settings: Settings) -> list[tuple[str, str]]:
     """Values beyond the service's bounds (the settings named in embinit.bounds.BOUNDS), once per field
-    and value, wherever they were set (defaults, a task, an axis, a search grid or an Optuna range)."""
+    and value, wherever they were set (defaults, a task, an axis, a search grid, an Optuna range or a
+    task defined in the spec, whose own defaults its trials leave unset in their configs)."""
     problems: dict[tuple[str, str], None] = {}
     if spec.resources.cpus < settings.min_cpus_per_trial:
         problems[("resources.cpus", f"{spec.resources.cpus} is below this service's minimum of "
@@ -208,6 +209,7 @@ def bound_problems(spec: ExperimentSpec, plan: tuple | list, settings: Settings)
         if bound.setting is None:
             continue
         values = [getattr(spec, key)] if key in ExperimentSpec.model_fields else [p.config.get(key) for p in plan]
+        values += [d.get(key) for d in (spec.define_tasks or {}).values()]   # a defined task's defaults
         space = spec.search.space.get(key) if spec.search is not None else None
         values += [getattr(space, "high", None)]
         limit = getattr(settings, bound.setting)

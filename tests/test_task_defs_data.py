@@ -206,3 +206,30 @@ def test_the_report_groups_seeds_of_one_definition_whatever_its_description_and_
     parted = group([*same, record(2, labels=["positive", "negative"])])
     assert sorted(len(members) for members in parted.values()) == [1, 2]
     assert all('"task_def"' in k[-1] for k in parted)   # the rows say which setting tells them apart
+
+
+def test_a_definitions_defaults_have_the_bounds_of_a_specs_own_values(tmp_path):
+    """Each override is bounded as the same value set in `defaults` (embinit.bounds); the service caps a
+    definition's too, though its trials' configs leave them unset (the task's defaults)."""
+    with pytest.raises(SpecError) as e:
+        load_spec(spec({"imdb": {**IMDB, "dropout": 1.5, "max_len": 10**7, "lr": 50.0, "heads": 0}}, ["sst2"]))
+    assert dict(e.value.problems) == {
+        "define_tasks.imdb.dropout": "dropout must be < 1 (a probability; 1 would drop everything), got 1.5",
+        "define_tasks.imdb.max_len": "max_len must be <= 1000000 (about 1 GB of memory per 10^6 positions), "
+                                     "got 10000000",
+        "define_tasks.imdb.lr": "lr must be <= 10 (beyond it training diverges at once), got 50",
+        "define_tasks.imdb.heads": "heads must be >= 1, got 0"}
+    from service.fakes import FakeCluster
+    from service.settings import Settings
+    from helpers.service import app_clients
+    write_csv(tmp_path / "train.csv", REVIEWS)
+    write_csv(tmp_path / "dev.csv", REVIEWS)
+    settings = Settings(database_url=f"sqlite:///{tmp_path}/state.db", tracking_uri=f"sqlite:///{tmp_path}/m.db",
+                        data_roots=[tmp_path], pretrained_roots=[tmp_path], refresh_interval_s=0.0)
+    with app_clients(FakeCluster()) as open_client:
+        r = open_client(settings).post("/experiments", json=spec(
+            {"imdb": {**IMDB, "epochs": 5000, "d_model": 8192}}, [{"task": "imdb", "data_dir": str(tmp_path)}]))
+    assert r.status_code == 422, r.text
+    assert {p["loc"]: p["msg"] for p in r.json()["detail"]} == {
+        "epochs": "5000 exceeds this service's limit of 1000 (setting max_epochs)",
+        "d_model": "8192 exceeds this service's limit of 4096 (setting max_d_model)"}
