@@ -82,7 +82,8 @@ def test_every_problem_of_every_definition_in_one_error():
                    "define_tasks.b.files.train: 'x/train.csv' must be a file name in data_dir, not a path",
                    "define_tasks.c.format: 'xml'", "define_tasks.c.columns:", "define_tasks.c.labels:",
                    "define_tasks.d.languages: [source, target]", "define_tasks.d.labels: classification only",
-                   "define_tasks.e.lr: lr must be >= 1e-08, got -1", "define_tasks.e.epochs: 2.5 is not a valid epochs"):
+                   "define_tasks.e.lr: lr must be >= 1e-08, got -1",
+                   "define_tasks.e.epochs: 2.5 is not a valid epochs"):
         assert needed in text, (needed, text)
     assert not DEFINED & set(bad)   # nothing registered from a spec refused
 
