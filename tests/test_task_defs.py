@@ -129,8 +129,9 @@ def test_jsonl_rows_and_every_bad_row_named(tmp_path):
     assert layout.format == "jsonl"
     good = tmp_path / "good.jsonl"
     good.write_text('{"premise": "a", "hypothesis": "b", "gold": 2}\n\n'
-                    '{"premise": "c", "hypothesis": "d", "gold": "0"}\n')
-    assert labelled.read_jsonl(good, layout) == [("a", "b", 2), ("c", "d", 0)]
+                    '{"premise": "c", "hypothesis": "d", "gold": "0"}\n'
+                    '{"premise": "e", "hypothesis": "f", "gold": 1.0}\n')   # a float column written out
+    assert labelled.read_jsonl(good, layout) == [("a", "b", 2), ("c", "d", 0), ("e", "f", 1)]
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"premise": "a", "hypothesis": "b", "gold": 1}\n[1, 2]\n{"premise": "a", "gold": 1}\n'
                    '{"premise": "a", "hypothesis": "b", "gold": 7}\n{"premise": \n')

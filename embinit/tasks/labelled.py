@@ -85,7 +85,7 @@ def _csv_rows(path: Path, layout: Layout) -> list:
 
 def jsonl_rows(path: Path, layout: Layout, label: bool = True) -> list:
     """JSON Lines, one object per line; values by `layout.columns` keys. A label may be written as a number
-    (`1` reads as the label "1"); a text must be a string."""
+    (`1` and `1.0` read as the label "1"); a text must be a string."""
     import json
     out = []
     for lineno, line in enumerate(read_lines(path), 1):
@@ -102,7 +102,8 @@ def jsonl_rows(path: Path, layout: Layout, label: bool = True) -> list:
             continue
         values = [obj.get(c) for c in layout.columns]
         if label and isinstance(values[-1], (int, float)) and not isinstance(values[-1], bool):
-            values[-1] = str(values[-1])
+            number = values[-1]   # 1.0 (a float column written out by pandas) is the label "1"
+            values[-1] = str(int(number) if isinstance(number, float) and number.is_integer() else number)
         bad = [c for c, v in zip(layout.columns, values) if not isinstance(v, str)]
         if bad:
             out.append(f"{where}: {bad} {'is' if len(bad) == 1 else 'are'} missing or not text")
