@@ -24,6 +24,7 @@ definitions are marked (`task_registry.DEFINED`): a spec names one only by defin
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from pathlib import PurePosixPath
 from typing import Any
@@ -211,10 +212,10 @@ _LAST: dict[str, tuple[str, TaskEntry]] = {}
 
 
 def ensure(name: str, d: dict) -> None:
-    """Register definition `d` as task `name` in this process, or replace an earlier definition of that
-    name (each config carries its own, so the last one made is the one its trial reads); an invalid one is
-    an error listing its problems."""
-    from embinit.task_registry import DEFINED, TASKS
+    """Register definition `d` as task `name` in this process (or the scope, `task_registry.scoped`), or
+    replace an earlier definition of that name (each config carries its own, so the last one made is the
+    one its trial reads); an invalid one is an error listing its problems."""
+    from embinit.task_registry import DEFINED, TASKS, define
     text = json.dumps(d, sort_keys=True, default=str)
     last = _LAST.get(name)
     if last is not None and last[0] == text and TASKS.get(name) is last[1]:
@@ -224,9 +225,25 @@ def ensure(name: str, d: dict) -> None:
         raise EmbinitError("; ".join(f"{path}: {msg}" for path, msg in found))
     e = entry(d)
     if not (name in TASKS and name in DEFINED and TASKS[name].definition == e.definition):
-        TASKS[name] = e
-        DEFINED.add(name)
+        define(name, e)
     _LAST[name] = (text, TASKS[name])
+
+
+@functools.lru_cache(maxsize=256)
+def _entry_of(task: str, text: str) -> TaskEntry | None:
+    d = json.loads(text)
+    return None if problems(task, d) else entry(d)
+
+
+def entry_of(task: str, definition: Any = None) -> TaskEntry | None:
+    """The registry entry a trial of `task` read: the one of its definition where its config holds one
+    (whichever definition of the name this process registered last: a report over two sweeps that
+    defined one name differently reads each trial's own), else the registered task's; None for an
+    unknown task or an invalid definition."""
+    from embinit.task_registry import TASKS
+    if isinstance(definition, dict):
+        return _entry_of(task, json.dumps(definition, sort_keys=True, default=str))
+    return TASKS.get(task)
 
 
 def is_defined(task: str) -> bool:

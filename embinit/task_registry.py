@@ -16,6 +16,9 @@ docs/architecture.md, "Adding a task, a task kind, an OOV rule, a tokenizer or a
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator, MutableMapping, Set
+from contextvars import ContextVar
 from typing import Callable
 
 from embinit.errors import EmbinitError, unknown_name
@@ -42,7 +45,7 @@ KINDS: dict[str, KindEntry] = {
 }
 
 GENERATED = "embinit.tasks.synthetic:generate"
-TASKS: dict[str, TaskEntry] = {
+_BUILTIN: dict[str, TaskEntry] = {
     # Multi30k task 1 raw files (github.com/multi30k/dataset data/task1/raw, gunzipped).
     "multi30k": translation_task(
         TaskDefaults("translation", "Multi30k task 1 de->en, test_2016_flickr BLEU at best val loss",
@@ -107,9 +110,80 @@ TASKS: dict[str, TaskEntry] = {
 }
 
 
-# The tasks defined in a spec and registered in this process (embinit.task_defs): a spec names one only by
-# defining it, and the service's catalog does not list them.
-DEFINED: set[str] = set()
+# The tasks defined in a spec (embinit.task_defs), registered by `define`: a spec names one only by
+# defining it, and the service's catalog does not list them. They live in this process's layer, or, inside
+# `scoped()`, in that scope's own: the service validates each submitted spec and builds each read in a
+# scope, so two specs that define one name differently, checked at once in its threads, each read their
+# own definition (a scope sees the built-in tasks and its own definitions, not the process's).
+_PROCESS_DEFS: dict[str, TaskEntry] = {}
+_SCOPE: ContextVar[dict[str, TaskEntry] | None] = ContextVar("embinit_defined_tasks", default=None)
+
+
+def _defined() -> dict[str, TaskEntry]:
+    scope = _SCOPE.get()
+    return _PROCESS_DEFS if scope is None else scope
+
+
+class _Tasks(MutableMapping):
+    """Every task by name: the built-in and registered ones (`register_task`), then the defined ones the
+    current scope sees."""
+
+    def __getitem__(self, name: str) -> TaskEntry:
+        defined = _defined()
+        return defined[name] if name in defined else _BUILTIN[name]
+
+    def __setitem__(self, name: str, entry: TaskEntry) -> None:
+        _BUILTIN[name] = entry
+
+    def __delitem__(self, name: str) -> None:
+        del _BUILTIN[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in _defined() or name in _BUILTIN
+
+    def __iter__(self) -> Iterator[str]:
+        defined = list(_defined())
+        return iter([*_BUILTIN, *(n for n in defined if n not in _BUILTIN)])
+
+    def __len__(self) -> int:
+        return len(_BUILTIN.keys() | _defined().keys())
+
+
+class _Defined(Set):
+    """The names of the defined tasks the current scope sees."""
+
+    def __contains__(self, name: object) -> bool:
+        return name in _defined()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(_defined()))
+
+    def __len__(self) -> int:
+        return len(_defined())
+
+    @classmethod
+    def _from_iterable(cls, names) -> set[str]:   # `DEFINED & names` etc.: a plain set
+        return set(names)
+
+
+TASKS = _Tasks()
+DEFINED = _Defined()
+
+
+def define(name: str, entry: TaskEntry) -> None:
+    """Register a task defined in a spec (embinit.task_defs.ensure checks it first), in the current scope."""
+    _defined()[name] = entry
+
+
+@contextlib.contextmanager
+def scoped() -> Iterator[None]:
+    """Tasks defined inside are seen inside only, by this thread (and the tasks it starts with this
+    context): none defined before, in the process or an outer scope, is seen."""
+    token = _SCOPE.set({})
+    try:
+        yield
+    finally:
+        _SCOPE.reset(token)
 
 
 def register_kind(name: str, entry: KindEntry) -> None:
@@ -128,9 +202,9 @@ def register_task(name: str, entry: TaskEntry) -> None:
 
 def unregister(task: str | None = None, kind: str | None = None) -> None:
     """Remove a task and/or a kind registered at run time (tests clean up with it)."""
-    TASKS.pop(task, None)
+    _BUILTIN.pop(task, None)
+    _defined().pop(task, None)
     KINDS.pop(kind, None)
-    DEFINED.discard(task)
 
 
 def task_entry(task: str) -> TaskEntry:

@@ -24,6 +24,8 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Callable
 
+from embinit.task_registry import scoped
+
 # The store's methods that talk to MLflow; the rest (`tracking_uri`, `prepare`) pass through.
 GUARDED = ("counts", "close_orphans", "has_experiment", "experiment_id", "trials", "report")
 SHARED = ("counts", "has_experiment", "experiment_id", "trials", "report")   # reads: one call answers all
@@ -82,7 +84,8 @@ class GuardedStore:
 
         def work() -> None:
             try:
-                future.set_result(fn())
+                with scoped():   # the tasks its reads' configs define are its own (embinit.task_registry)
+                    future.set_result(fn())
             except BaseException as e:  # handed to the caller
                 future.set_exception(e)
             finally:

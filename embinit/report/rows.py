@@ -27,7 +27,6 @@ from embinit.comparison import no_spread, t_quantile
 from embinit.config import TrialConfig, metric_range
 from embinit.tracking.records import RESULT, TrialRecord
 from embinit.report.notes import DEV_SELECTED, selected_on_dev
-from embinit.task_registry import TASKS, reported_metrics
 
 
 def summarize(values: list[float], bounds: tuple[float, float] = (-math.inf, math.inf)) -> dict[str, Any]:
@@ -154,7 +153,8 @@ def group_rows(gkey: tuple, members: list[_Trial], rows: list, run_ids: dict) ->
                                                                  if t.status == "failed")),
               "all_points": _counts(members)}
     like = report_baseline.basis(_setting(members[0])) if members else None   # what a baseline must share
-    for metric in reported_metrics(task) if task in TASKS else []:
+    entry = task_defs.entry_of(task, json.loads(setting).get("task_def"))
+    for metric in entry.reported if entry is not None else []:
         logged = [t for t in chosen if t.status == "finished" and metric in t.metrics]
         ok = [t for t in logged if math.isfinite(t.metrics[metric])]   # a test/ppl of inf is no mean
         epochs = [t.metrics[_epoch_metric(metric)] for t in ok if _epoch_metric(metric) in t.metrics]

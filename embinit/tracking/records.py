@@ -147,9 +147,10 @@ def _model_size(text: str | None) -> dict[str, Any]:
 
 
 def _register_definition(task: str | None, config: dict[str, Any]) -> None:
-    """A trial of a task defined in its spec: the definition its config holds is registered, so the report,
-    the service and the analyses read the task's metrics in a process that never saw the spec (where two sweeps
-    defined the name differently, the last record read wins).
+    """A trial of a task defined in its spec: the definition its config holds is registered, so the
+    analyses read the task in a process that never saw the spec (where two sweeps defined the name
+    differently, the last record read is registered; the report and the trial rows read each trial's own
+    definition, `task_defs.entry_of`).
     One this code refuses is left unregistered: its rows are shown without the task's metric rules."""
     definition = config.get("task_def") if isinstance(config, dict) else None
     if task and isinstance(definition, dict):

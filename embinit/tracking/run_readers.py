@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
 from embinit.errors import EmbinitError
-from embinit.task_registry import TASKS, primary_metric
+from embinit import task_defs
 from embinit.redact import masked
 from embinit.tracking.mlflow_store import (client, experiment_id, moved_artifacts, no_experiment, resolve_uri, retry,
                                           search_runs)
@@ -104,7 +104,8 @@ def experiment_records(experiment_name: str, tracking_uri: str | None = None) ->
 def trial_row(rec: TrialRecord) -> dict[str, Any]:
     """A record as a plain row: key, config, status, label, task, its reported metric and value, best
     epoch, run id, error text (failed runs)."""
-    metric = primary_metric(rec.task) if rec.task in TASKS else None
+    entry = task_defs.entry_of(rec.task, rec.config.get("task_def") if isinstance(rec.config, dict) else None)
+    metric = entry.primary if entry is not None else None
     return {"key": rec.key, "config": rec.config, "status": rec.status, "label": rec.label, "task": rec.task,
             "metric": metric, "value": rec.metrics.get(metric) if metric else None,
             "best_epoch": rec.metrics.get("best_epoch"), "run_id": rec.run_id, "error": rec.error}

@@ -11,6 +11,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import defer
 
 from embinit.report.baseline import UnknownBaseline
+from embinit.task_registry import scoped
 from service import submission, views
 from service.db import TERMINAL, Experiment, utcnow
 from service.deps import (BodyDep, ReconcilerDep, RunnerDep, SessionDep, SettingsDep, StoreDep, require_read,
@@ -52,8 +53,9 @@ def submit(request: Request, response: Response, body: BodyDep, session: Session
            runner: RunnerDep, store: StoreDep, reconciler: ReconcilerDep,
            rerun: Annotated[bool, Query(description="start again even if this spec was submitted")] = False):
     """Submit an experiment spec (JSON, or YAML with a YAML content type)."""
-    sub = prepare(parse_body(body, request.headers.get("content-type")), settings, store.tracking_uri)
-    outcome = submission.submit(sub, rerun, session, settings, runner, store, reconciler)
+    with scoped():   # the tasks this spec defines are seen by this request alone (embinit.task_registry)
+        sub = prepare(parse_body(body, request.headers.get("content-type")), settings, store.tracking_uri)
+        outcome = submission.submit(sub, rerun, session, settings, runner, store, reconciler)
     if not outcome.created:
         response.status_code = 200
     return _submitted(outcome.experiment, created=outcome.created, notices=[*sub.notices, *outcome.notices])
