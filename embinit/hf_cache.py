@@ -1,10 +1,15 @@
-"""Where Hugging Face keeps its local caches, and whether it is told to stay offline, read from the
-environment at call time (huggingface_hub fixes its own constants when it is imported, so a process that
-sets HF_HUB_OFFLINE or HF_HOME later, as the service and the tests do, would not be seen)."""
+"""Hugging Face hub ids and where Hugging Face keeps its local caches.
+
+A hub id may pin a snapshot as `<repo id>@<revision>` (a commit, a tag or a branch: `bert-base-uncased@
+86b5e0934494bd15c9632b12f734a8a67f723594`), which every loader passes on as `revision=`; without one it
+reads the repository's `main`. The caches' locations, and whether Hugging Face is told to stay offline, are
+read from the environment at call time (huggingface_hub fixes its own constants when it is imported, so a
+process that sets HF_HUB_OFFLINE or HF_HOME later, as the service and the tests do, would not be seen)."""
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 TRUE = {"1", "on", "yes", "true"}
@@ -27,13 +32,47 @@ def datasets_cache() -> Path:
     return Path(os.environ.get("HF_DATASETS_CACHE") or hf_home() / "datasets").expanduser()
 
 
+COMMIT = re.compile(r"[0-9a-f]{40}")
+
+
+def split_revision(name: str) -> tuple[str, str | None]:
+    """(repo id, revision) of a hub id written `<repo id>@<revision>`, else (`name`, None). A local path is
+    never split (a folder's name may hold an `@`); hub repository ids cannot."""
+    if "@" not in name or Path(name).expanduser().exists():
+        return name, None
+    repo, _, revision = name.partition("@")
+    return repo, revision
+
+
+def revision_problem(name: str) -> str | None:
+    """What is wrong with the pin of hub id `name` (`org/model@` with no revision), else None."""
+    repo, revision = split_revision(name)
+    if revision is not None and (not repo or not revision.strip()):
+        return (f"{name!r}: a pinned hub id is <repo id>@<revision> (a commit, tag or branch), "
+                f"e.g. 'bert-base-uncased@86b5e0934494bd15c9632b12f734a8a67f723594'")
+    return None
+
+
 def hub_revision(repo_id: str, repo_type: str = "model") -> str | None:
-    """The commit of the snapshot of hub repository `repo_id` that loading it by name reads here (its
-    `refs/main` in the hub cache, written when it was downloaded), or None when none is cached (a
-    dataset `datasets` keeps in its own cache only, say)."""
-    ref = hub_cache() / f"{repo_type}s--{repo_id.replace('/', '--')}" / "refs" / "main"
+    """The commit of the snapshot of hub repository `repo_id` (pinned as `<repo id>@<revision>`, else its
+    `main`) that loading it reads here: a pinned commit whose snapshot is cached, else the commit the
+    cache's `refs/<revision>` names (written when it was downloaded); None when none is cached (a dataset
+    `datasets` keeps in its own cache only, say)."""
+    repo, revision = split_revision(repo_id)
+    folder = hub_cache() / f"{repo_type}s--{repo.replace('/', '--')}"
+    if revision is not None and COMMIT.fullmatch(revision):
+        return revision if (folder / "snapshots" / revision).is_dir() else None
     try:
-        commit = ref.read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError):
+        commit = (folder / "refs" / (revision or "main")).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError, ValueError):
         return None
     return commit or None
+
+
+def snapshot_text(hub_id: str) -> str:
+    """`<repo id>@<commit>` of the snapshot hub id `hub_id` reads here, as a run's provenance says it (a pin
+    that is no commit is said beside: `org/model@<commit> (pinned: v1)`)."""
+    repo, revision = split_revision(hub_id)
+    commit = hub_revision(hub_id)
+    pinned = f" (pinned: {revision})" if revision is not None and revision != commit else ""
+    return f"{repo}@{commit or 'unknown (not in the hub cache)'}{pinned}"

@@ -5,7 +5,7 @@ hub id; this module decides at submit, so a bad value is a 422 instead of a fail
 - a file-format source (glove, word2vec, fasttext, npy, pretrained) is read from a file, never from the
   hub: a bare name such as `synthetic_vectors.txt` is a missing file;
 - a Hugging Face source (hf, bert, mbert, t5, mt5), or a tokenizer that is no embinit name (spacy, ...),
-  resolves from the API's local Hugging Face cache, else,
+  resolves from the API's local Hugging Face cache (at the revision a pinned id, `<id>@<revision>`, names), else,
   unless `HF_HUB_OFFLINE` is set, from the hub (asked once, briefly); the answer's `notices` say that
   the trials will fetch it. Offline, not cached, unknown on the hub, or the hub unreachable: a 422.
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Iterable
 
 from embinit.errors import unknown_name
-from embinit.hf_cache import hub_cache, set_flag
+from embinit.hf_cache import hub_cache, revision_problem, set_flag, split_revision
 from embinit.init.registry import SOURCE_FAMILIES, parse_init_spec
 from embinit.spec import PlannedTrial
 from service.paths import TOKENIZER_NAMES
@@ -29,26 +29,32 @@ def offline() -> bool:
     return set_flag("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE") is not None
 
 
-def cached(repo_id: str) -> bool:
-    """True when the model's config is in the local Hugging Face cache (what an offline trial can load)."""
+def cached(hub_id: str) -> bool:
+    """True when the model's config is in the local Hugging Face cache (what an offline trial can load), at
+    its pinned revision where the id pins one (`<id>@<revision>`)."""
     from huggingface_hub import try_to_load_from_cache
+    repo_id, revision = split_revision(hub_id)
     for name in ("config.json", "tokenizer_config.json"):   # a model, or a tokenizer-only repository
         try:
-            if isinstance(try_to_load_from_cache(repo_id, name, cache_dir=hub_cache()), str):
+            if isinstance(try_to_load_from_cache(repo_id, name, cache_dir=hub_cache(), revision=revision), str):
                 return True
         except Exception:
             return False
     return False
 
 
-def on_hub(repo_id: str) -> str | None:
-    """None when the hub knows the model, else why it cannot be used."""
+def on_hub(hub_id: str) -> str | None:
+    """None when the hub knows the model (at its pinned revision, if any), else why it cannot be used."""
     from huggingface_hub import HfApi
-    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
+    repo_id, revision = split_revision(hub_id)
     try:
-        HfApi(endpoint=os.environ.get("HF_ENDPOINT") or None).model_info(repo_id, timeout=HUB_TIMEOUT_S)
+        HfApi(endpoint=os.environ.get("HF_ENDPOINT") or None).model_info(repo_id, revision=revision,
+                                                                         timeout=HUB_TIMEOUT_S)
     except GatedRepoError:
         return None  # it exists; the trials need a token with access
+    except RevisionNotFoundError:   # a subclass of the one below in some versions: first
+        return f"the model has no revision {revision!r} on the Hugging Face hub"
     except RepositoryNotFoundError:
         return "no such model on the Hugging Face hub"
     except Exception as e:
@@ -91,6 +97,8 @@ def check_hub_ids(plan: Iterable[PlannedTrial], roots: list[Path], locate) -> tu
         if source != "tokenizer" and not SOURCE_FAMILIES[source].subword:  # a file format: never the hub
             problems.append((where, f"{value!r} is no file inside {shown}; a {source} source is read from a "
                                     f"file (put it in a pretrained root), it is not a hub id"))
+        elif (pin := revision_problem(value)) is not None:
+            problems.append((where, pin))
         elif cached(value):
             notices.append(f"{where}: {value!r} is read from the Hugging Face cache of the API's machine")
         elif offline():

@@ -18,7 +18,9 @@ from embinit.path_keys import DATA_KEYS, NOT_A_FILE, PATH_KEYS, PRETRAINED_KEYS 
 from embinit.spec.path_fields import format_loc
 from embinit.tasks.tokenization import TOKENIZERS
 
-HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}(/[A-Za-z0-9][A-Za-z0-9_.-]{0,95})?$")
+# `org/name`, pinned to a revision (`@<commit, tag or branch>`, embinit.hf_cache) or not
+HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}(/[A-Za-z0-9][A-Za-z0-9_.-]{0,95})?"
+                    r"(@(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9_./-]{0,254})?$")
 RUN_ID = re.compile(r"^[0-9a-f]{32}$")   # an MLflow run id (analyses.similarity.reference)
 # What a tokenizer value may name besides a file or hub id: "auto" (TrialConfig.tokenizer) and the registry.
 TOKENIZER_NAMES = ("auto", *TOKENIZERS)

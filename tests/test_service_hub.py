@@ -48,12 +48,14 @@ def online(monkeypatch):
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
 
     class Hub(BaseHTTPRequestHandler):
-        def do_GET(self):
-            known = self.path.split("?")[0] == f"/api/models/{KNOWN}"
+        def do_GET(self):   # the model, at its main or its tag v1
+            path = self.path.split("?")[0]
+            known = path in (f"/api/models/{KNOWN}", f"/api/models/{KNOWN}/revision/v1")
             body = json.dumps({"id": KNOWN, "sha": "0" * 40} if known else {"error": "Repository not found"})
             self.send_response(200 if known else 404)
             if not known:
-                self.send_header("X-Error-Code", "RepoNotFound")
+                revision = path.startswith(f"/api/models/{KNOWN}/revision/")
+                self.send_header("X-Error-Code", "RevisionNotFound" if revision else "RepoNotFound")
             self.send_header("Content-Type", "application/json")
             self.end_headers()
             self.wfile.write(body.encode())
@@ -113,3 +115,33 @@ def test_without_network_a_hub_id_is_refused(submit, online, monkeypatch):
     monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{free_port()}")  # nothing listens there
     problem = _problem(submit(_spec("hf", KNOWN)))
     assert "the Hugging Face hub cannot be reached" in problem["msg"]
+
+
+def test_a_pinned_hub_id_resolves_at_its_revision(submit, monkeypatch, tmp_path):
+    """`<id>@<revision>`: offline, accepted only where the cache has that revision (a commit's snapshot or
+    a tag's ref); a pin without a revision is named."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    repo = tmp_path / "hf-cache" / "models--tiny-org--tiny-model"
+    for commit in ("a" * 40, "b" * 40):
+        (repo / "snapshots" / commit).mkdir(parents=True)
+        (repo / "snapshots" / commit / "config.json").write_text("{}")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("b" * 40)
+    (repo / "refs" / "v1").write_text("a" * 40)
+    for pinned in (f"{KNOWN}@{'a' * 40}", f"{KNOWN}@v1"):
+        r = submit(_spec("hf", pinned))
+        assert r.status_code == 202, r.text
+        assert r.json()["notices"] == [f"pretrained.hf: '{pinned}' is read from the Hugging Face cache of the "
+                                       f"API's machine"]
+    for absent in (f"{KNOWN}@{'c' * 40}", f"{KNOWN}@v2"):
+        problem = _problem(submit(_spec("hf", absent)))
+        assert f"'{absent}' is no file inside" in problem["msg"] and "HF_HUB_OFFLINE is set" in problem["msg"]
+    problem = _problem(submit(_spec("bert", f"{KNOWN}@")))
+    assert problem["loc"] == "pretrained.bert" and "nor a hub id" in problem["msg"]
+
+
+def test_online_a_pinned_hub_id_is_looked_up_at_its_revision(submit, online):
+    r = submit(_spec("hf", f"{KNOWN}@v1"))
+    assert r.status_code == 202, r.text
+    problem = _problem(submit(_spec("hf", f"{KNOWN}@v9")))
+    assert "not a usable hub id: the model has no revision 'v9' on the Hugging Face hub" in problem["msg"]

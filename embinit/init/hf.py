@@ -7,7 +7,8 @@ embinit's specials map to the tokenizer's own: `<pad>` -> pad, `<unk>` -> unk, `
 `<eos>` -> sep or eos, where the tokenizer has them. For tokens the source lacks, the mean of the rows of
 the pieces the tokenizer splits them into is kept beside the aligned rows (for the `subword_mean` rule).
 
-Works from a local folder or a hub id; loading from the hub needs the network (the error says so).
+Works from a local folder or a hub id, pinned as `<id>@<revision>` or not (embinit.hf_cache); loading from
+the hub needs the network (the error says so).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 import torch
 
 from embinit.errors import EmbinitError, empty_tokenizer, hf_load_error
+from embinit.hf_cache import split_revision
 from embinit.init.aligned import Aligned, wanted_keys
 from embinit.vocab import BOS, EOS, PAD, UNK
 
@@ -35,9 +37,10 @@ def _local_folder(name: str) -> Path | None:
     p = Path(name).expanduser()
     if p.is_dir():
         return p
+    repo, revision = split_revision(name)
     try:
         from transformers.utils import cached_file
-        config = cached_file(name, "config.json", local_files_only=True,
+        config = cached_file(repo, "config.json", revision=revision, local_files_only=True,
                              _raise_exceptions_for_missing_entries=False)
     except Exception:  # not cached: the full load below downloads it
         return None
@@ -83,7 +86,7 @@ def _weight_from_safetensors(folder: Path) -> torch.Tensor | None:
 
 
 def load_model_embeddings(name: str):
-    """(tokenizer, input-embedding matrix) of a Hugging Face model folder or hub id."""
+    """(tokenizer, input-embedding matrix) of a Hugging Face model folder or hub id (pinned or not)."""
     try:
         from transformers import AutoModel, AutoTokenizer
         from transformers.utils import logging as hf_logging
@@ -92,11 +95,12 @@ def load_model_embeddings(name: str):
     bar = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()   # a progress bar per load would flood CLI output and logs
     try:
-        tok = AutoTokenizer.from_pretrained(name)
+        repo, revision = split_revision(name)
+        tok = AutoTokenizer.from_pretrained(repo, revision=revision)
         folder = _local_folder(name)
         weight = _weight_from_safetensors(folder) if folder else None
         if weight is None:
-            model = AutoModel.from_pretrained(name)
+            model = AutoModel.from_pretrained(repo, revision=revision)
             weight = model.get_input_embeddings().weight.detach().to(torch.float32).clone()
     except Exception as e:
         raise hf_load_error(name, e) from None

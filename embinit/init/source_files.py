@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from embinit.errors import EmbinitError, hf_load_error
+from embinit.hf_cache import revision_problem, split_revision
 from embinit.init.registry import SOURCE_FAMILIES, InitSpec, parse_init_spec
 
 # config keys that hold the input-embedding width, most specific first (ALBERT factorizes embeddings)
@@ -235,7 +236,8 @@ def hf_dim(name: str) -> int | None:
             cfg = json.loads((p / "config.json").read_text(encoding="utf-8"))
         else:
             from transformers import AutoConfig
-            cfg = AutoConfig.from_pretrained(name).to_dict()
+            repo, revision = split_revision(name)
+            cfg = AutoConfig.from_pretrained(repo, revision=revision).to_dict()
     except Exception as e:  # transformers raises many kinds; all mean "cannot load"
         raise hf_load_error(name, e) from None
     for key in DIM_KEYS:
@@ -252,10 +254,11 @@ def source_location(spec: InitSpec, pretrained: str | None = None) -> str | None
 
 
 def hub_ids(init: str | None, pretrained: str | None, src_init: str | None = None,
-            src_pretrained: str | None = None) -> dict[str, str]:
-    """{"pretrained": id, "src_pretrained": id} for each side of a trial (a `TrialConfig`'s fields; the
-    source side defaults to the target's) whose sub-word rows come from a hub id, given or its family's
-    default, not from a local folder; the source side only where its id differs."""
+            src_pretrained: str | None = None, tokenizer: str | None = None) -> dict[str, str]:
+    """{"pretrained": id, "src_pretrained": id, "tokenizer": id} for each side of a trial (a `TrialConfig`'s
+    fields; the source side defaults to the target's) whose sub-word rows come from a hub id, given or
+    its family's default, not from a local folder (the source side only where its id differs), and for
+    a Hugging Face tokenizer named by a hub id."""
     out: dict[str, str] = {}
     for field, init_spec, location in (("pretrained", init, pretrained),
                                        ("src_pretrained", src_init or init, src_pretrained or pretrained)):
@@ -266,7 +269,15 @@ def hub_ids(init: str | None, pretrained: str | None, src_init: str | None = Non
         where = source_location(spec, location) if spec is not None and spec.is_subword else None
         if where and not Path(where).expanduser().exists() and where not in out.values():
             out[field] = where
+    if tokenizer and _hub_tokenizer(tokenizer):
+        out["tokenizer"] = tokenizer
     return out
+
+
+def _hub_tokenizer(name: str) -> bool:
+    """Whether a trial's `tokenizer` names a hub id ("auto": a Hugging Face source's own, tagged above)."""
+    from embinit.tasks.tokenization import TOKENIZERS
+    return name != "auto" and name not in TOKENIZERS and not Path(name).expanduser().exists()
 
 
 def resolve_source(spec: InitSpec, pretrained: str | None = None) -> tuple[str, str]:
@@ -276,6 +287,8 @@ def resolve_source(spec: InitSpec, pretrained: str | None = None) -> tuple[str, 
         raise EmbinitError(f"init {str(spec)!r} needs a pretrained source: pass a path"
                            f"{' or hub id' if spec.source == 'hf' else ''} (--pretrained)")
     if spec.is_subword:
+        if (problem := revision_problem(location)) is not None:
+            raise EmbinitError(problem)
         return "hf", location
     kind = detect_format(location) if Path(location).expanduser().exists() else None
     if kind is None:

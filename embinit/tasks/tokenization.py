@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Callable
 
 from embinit.errors import EmbinitError, empty_tokenizer, unknown_name
+from embinit.hf_cache import revision_problem, split_revision
 from embinit.vocab import BOS, EOS, PAD
 
 # The registered tokenizers that cut whole words (also their backend kinds): trial keys ask this without
@@ -108,10 +109,14 @@ def resolve_tokenizer(name: str, lang: str = "en", lowercase: bool = True,
         files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.endswith(_WEIGHT_SUFFIXES))
         return TokenizerSpec(name, "hf", lang, False, str(path.resolve()),
                              ("hf", [_file_id(p) for p in files]))
-    # A hub id is "name" or "org/name"; anything else that looks like a path is a missing folder.
-    if name.startswith((".", "/", "~")) or name.count("/") > 1 or path.suffix in (".json", ".txt"):
+    # A hub id is "name" or "org/name", pinned as "<id>@<revision>" or not; anything else that looks like a
+    # path is a missing folder.
+    repo = split_revision(name)[0]
+    if repo.startswith((".", "/", "~")) or repo.count("/") > 1 or Path(repo).suffix in (".json", ".txt"):
         raise EmbinitError(f"tokenizer folder {name!r} does not exist; give a registered tokenizer "
                            f"{list(TOKENIZERS)}, a Hugging Face tokenizer folder or a hub id")
+    if (problem := revision_problem(name)) is not None:
+        raise EmbinitError(f"tokenizer {problem}")
     return TokenizerSpec(name, "hf", lang, False, name, ("hf", name))
 
 
@@ -215,7 +220,8 @@ class Gpt2FilesBackend(Backend):
 def _from_pretrained(source: str):
     """The one call that may touch the network (tests replace it)."""
     from transformers import AutoTokenizer  # slow import (~4 s): only when needed
-    return AutoTokenizer.from_pretrained(source)
+    repo, revision = split_revision(source)   # a hub id may pin its snapshot: <id>@<revision>
+    return AutoTokenizer.from_pretrained(repo, revision=revision)
 
 
 class HfBackend(Backend):

@@ -26,9 +26,10 @@ one child run per trial. A child run carries:
   `embinit.versions` (JSON of python, torch, numpy, sacrebleu, spacy, mlflow, embinit) and
   `embinit.data_source` (`local:<folder>`, `hub:<dataset>[@<commit>]` or `generated`: without a
   data_dir the key is the same whichever the worker found) and `embinit.hub_revision.<field>`
-  (`<hub id>@<commit>` of the cached snapshot a side's sub-word rows came from: the key holds the id
-  as written, whatever revision the hub served), and `embinit.model_size` (JSON `d_model`, `heads` as the
-  trainer resolved them, which the report compares rows by);
+  (`<hub id>@<commit>` of the cached snapshot a side's sub-word rows, or a hub tokenizer, came from: the
+  key holds the id as written, whatever revision the hub served; a pinned id's revision is said
+  beside), and `embinit.model_size` (JSON `d_model`, `heads` as the trainer resolved them, which the
+  report compares rows by);
 - its name `<label>-s<seed>`; params: the flat config the model trains with (`TrainContext.cfg`: task
   defaults filled in, d_model and heads resolved against a pretrained source's D, precision as resolved;
   unset options left out), `init` = the label and `init_spec` = the init as written
@@ -202,7 +203,7 @@ class TrialRun:
         versions, where the data came from, and the hub snapshot of each side read from a hub id."""
         from mlflow.entities import Param, RunTag
 
-        from embinit.hf_cache import hub_revision
+        from embinit.hf_cache import snapshot_text
         from embinit.init.source_files import hub_ids
         from embinit.tasks.load import data_origin
         values = trial_params(resolved_params(cfg.to_dict()), self.label or str(cfg.init))
@@ -212,8 +213,9 @@ class TrialRun:
         tags = {DEVICE_TAG: device, VERSIONS_TAG: provenance.library_versions(),
                 DATA_SOURCE_TAG: data_origin(cfg.task, cfg.data_dir),
                 MODEL_SIZE_TAG: json.dumps({"d_model": cfg.d_model, "heads": cfg.heads})}
-        for field, hub_id in hub_ids(cfg.init, cfg.pretrained, cfg.src_init, cfg.src_pretrained).items():
-            tags[HUB_REVISION_TAG + field] = f"{hub_id}@{hub_revision(hub_id) or 'unknown (not in the hub cache)'}"
+        for field, hub_id in hub_ids(cfg.init, cfg.pretrained, cfg.src_init, cfg.src_pretrained,
+                                     cfg.tokenizer).items():
+            tags[HUB_REVISION_TAG + field] = snapshot_text(hub_id)
         self.params = []   # planned: `cfg` has what they had, resolved
         self._batch(params=params, tags=[RunTag(k, v) for k, v in tags.items()])
 

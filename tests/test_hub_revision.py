@@ -1,0 +1,106 @@
+"""A hub id pinned to a snapshot, `<id>@<revision>` (embinit.hf_cache): every loader reads that revision
+(offline, from the cache), the key holds the pin as written, and the run names the commit it read."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from embinit.config import TrialConfig
+from embinit.errors import EmbinitError
+from embinit.hf_cache import hub_revision, revision_problem, snapshot_text, split_revision
+from embinit.init.source_files import hub_ids, resolve_source
+from embinit.init.registry import parse_init_spec
+from embinit.tasks.tokenization import resolve_tokenizer
+
+OLD, NEW = "a" * 40, "b" * 40
+WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "movie", "good", "bad", "##s", "un", "##real"]
+
+
+@pytest.fixture
+def hub(tmp_path, monkeypatch) -> Path:
+    """A hub cache holding two snapshots of `org/tiny`: OLD (tag v1) with 8-wide embeddings, NEW (main)
+    with 16-wide ones."""
+    import torch
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+    repo = tmp_path / "hub" / "models--org--tiny"
+    for i, commit in enumerate((OLD, NEW)):
+        folder = repo / "snapshots" / commit
+        folder.mkdir(parents=True)
+        (folder / "vocab.txt").write_text("\n".join(WORDS) + "\n")
+        tok = BertTokenizerFast(vocab=str(folder / "vocab.txt"))   # transformers 5 ignores a `vocab_file`...
+        if len(tok.get_vocab()) != len(WORDS):
+            tok = BertTokenizerFast(vocab_file=str(folder / "vocab.txt"))   # ... which transformers 4 reads
+        tok.save_pretrained(folder)
+        torch.manual_seed(i)
+        BertModel(BertConfig(vocab_size=len(WORDS), hidden_size=8 * (i + 1), num_hidden_layers=1,
+                             num_attention_heads=2, intermediate_size=16)).save_pretrained(folder)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(NEW)
+    (repo / "refs" / "v1").write_text(OLD)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    return tmp_path / "hub"
+
+
+def test_a_pin_is_split_from_its_id_but_a_local_path_never_is(tmp_path):
+    assert split_revision("org/tiny@v1") == ("org/tiny", "v1")
+    assert split_revision(f"bert-base-uncased@{OLD}") == ("bert-base-uncased", OLD)
+    assert split_revision("org/tiny") == ("org/tiny", None)
+    folder = tmp_path / "models@2024"
+    folder.mkdir()
+    assert split_revision(str(folder)) == (str(folder), None)
+    assert revision_problem("org/tiny@") and revision_problem("@v1") and revision_problem("org/tiny@v1") is None
+    with pytest.raises(EmbinitError, match=r"'org/tiny@': a pinned hub id is <repo id>@<revision>"):
+        resolve_source(parse_init_spec("bert"), "org/tiny@")
+    with pytest.raises(EmbinitError, match=r"tokenizer 'org/tok@': a pinned hub id"):
+        resolve_tokenizer("org/tok@")
+    assert resolve_tokenizer("org/tok@v1").source == "org/tok@v1"
+
+
+def test_the_commit_a_pin_reads_and_how_a_run_says_it(hub):
+    assert hub_revision("org/tiny") == NEW and hub_revision("org/tiny@v1") == OLD
+    assert hub_revision(f"org/tiny@{OLD}") == OLD and hub_revision(f"org/tiny@{'c' * 40}") is None
+    assert hub_revision("org/tiny@v2") is None
+    assert snapshot_text("org/tiny") == f"org/tiny@{NEW}"
+    assert snapshot_text(f"org/tiny@{OLD}") == f"org/tiny@{OLD}"
+    assert snapshot_text("org/tiny@v1") == f"org/tiny@{OLD} (pinned: v1)"
+    assert snapshot_text("org/tiny@v2") == "org/tiny@unknown (not in the hub cache) (pinned: v2)"
+    assert hub_ids("bert", "org/tiny@v1", tokenizer="org/tok@v3") == {"pretrained": "org/tiny@v1",
+                                                                      "tokenizer": "org/tok@v3"}
+    assert hub_ids("xavier", None, tokenizer="whitespace") == {}
+    assert hub_ids("hf", "org/tiny", tokenizer="auto") == {"pretrained": "org/tiny"}
+
+
+def test_a_pin_is_in_the_key():
+    keys = {TrialConfig("synthetic_classification", init="hf", pretrained=p).key()
+            for p in ("org/tiny", "org/tiny@v1", f"org/tiny@{OLD}")}
+    assert len(keys) == 3
+
+
+def _train(hub: Path, out: Path, pretrained: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_CACHE": str(hub), "HF_HUB_OFFLINE": "1", "EMBINIT_CACHE_DIR": str(out / "cache")}
+    return subprocess.run([sys.executable, "-m", "embinit", "train", "--task", "synthetic_classification",
+                           "--init", "hf", "--pretrained", pretrained, "--epochs", "1", "--max-train-examples",
+                           "64", "--json", "--quiet", "--out", str(out)],
+                          capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_a_trial_trains_on_the_snapshot_its_pin_names(hub, tmp_path):
+    """The model width and the tokenizer come from the pinned snapshot (v1: 8 wide) and not from main
+    (16 wide); a revision the offline cache lacks is an error naming the id."""
+    widths = {}
+    for pretrained in ("org/tiny", "org/tiny@v1", f"org/tiny@{OLD}"):
+        done = _train(hub, tmp_path / pretrained.replace("/", "_"), pretrained)
+        assert done.returncode == 0, done.stderr[-2000:]
+        result = json.loads(done.stdout)
+        widths[pretrained] = result["config"]["d_model"]
+        assert result["info"]["data"]["tokenizer_source"] == pretrained
+    assert widths == {"org/tiny": 16, "org/tiny@v1": 8, f"org/tiny@{OLD}": 8}
+    done = _train(hub, tmp_path / "absent", "org/tiny@v2")
+    assert done.returncode != 0
+    assert "org/tiny@v2" in done.stderr
