@@ -12,6 +12,8 @@ Two runs are not trained in lockstep; instead the reference is one of:
 Step 0 (before any update) is measured at train start, so a curve starts from the two inits, and the
 last step at train end, on the table as the last epoch left it (by then a finished trial's model holds its
 best epoch's weights, which the trainer loaded for the test: kept at the last epoch's end for this).
+A table holding NaN/inf (a diverging trial's, `trial_context.finite`) is not measured: its step goes to
+`skipped_steps`, nothing is logged or written for it, and the trainer records the trial as diverged.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import torch
 from embinit.analysis.neighbours import DEFAULT_BLOCK, NEIGHBOUR_METRICS, knn
 from embinit.analysis.similarity import SCORES, align, per_token_scores, summarize
 from embinit.analysis.snapshots import fingerprint, load_snapshot, save_snapshot, snapshot_path
-from embinit.analysis.trial_context import AnalysisTrial, LogFn, context_seen, context_tokens, model_table
+from embinit.analysis.trial_context import AnalysisTrial, LogFn, context_seen, context_tokens, finite, model_table
 from embinit.errors import EmbinitError, unknown_name
 
 # How often a seed waiting for its reference seed's snapshot looks for it: the check is one stat, and a
@@ -64,6 +66,7 @@ class SimilarityCallback:
         self.wait_s, self.block = wait_s, block_size
         self.history: list[dict] = []
         self.missing_steps: list[int] = []
+        self.skipped_steps: list[int] = []   # steps whose table held NaN/inf (a diverging trial)
         self._ref_cache = None     # (tokens, matrix) of a fixed reference
         self._ref_knn = None       # its neighbour lists, once aligned
         self._last_step = None
@@ -101,6 +104,9 @@ class SimilarityCallback:
         """Measure the model's table (or `table`, a `model_table` taken earlier) as of `step`."""
         self._last_step = step
         key, table = table if table is not None else model_table(ctx.model, self.key)
+        if not finite(table):   # no neighbours to compare; the trainer records the divergence
+            self.skipped_steps.append(step)
+            return None
         tokens = context_tokens(ctx, key)
         idx = None
         if self.snapshot_dir is not None:
