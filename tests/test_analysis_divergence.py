@@ -9,6 +9,7 @@ logged, and no K-NN snapshot is written for a skipped step."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 
 import pytest
@@ -56,7 +57,9 @@ def test_a_diverging_trial_is_recorded_diverged_and_its_analysis_skips_the_nan_t
     assert [step for step, _ in logged] == [0] and all_finite(logged)   # the init's point stands
     assert [h["step"] for h in cb.history] == [0]
     if name == "similarity":
-        assert sorted(p.name for p in cb.snapshot_dir.iterdir()) == ["knn_step00000000.pt"]   # <snaps>/<key>/
+        assert sorted(p.name for p in cb.snapshot_dir.glob("knn_step*")) == ["knn_step00000000.pt"]
+        end = json.loads((cb.snapshot_dir / "knn_end.json").read_text())   # the series ends with the trial
+        assert end == {"step": 1, "status": "diverged"}
     # the trainer's own embedding statistics: the init's (finite), none of a best epoch
     assert math.isfinite(result.emb_stats_init["emb/std"]) and result.emb_stats_best == {}
 
@@ -87,3 +90,24 @@ def test_a_member_diverging_in_a_read_window_spares_its_fused_group(tmp_path):
     assert sorted({step for step, _ in healthy_log}) == list(range(TINY.epochs * 2 + 1))
     assert {cb.prefix: cb.skipped_steps for cb in broken} == {"probe": [2], "sim": [1, 2]}
     assert [step for step, _ in broken_log] == [0, 0] and all_finite(healthy_log) and all_finite(broken_log)
+
+
+def test_a_seed_comparing_with_a_diverged_reference_seed_does_not_wait_for_its_missing_snapshots(tmp_path):
+    """The blog specs give `wait_s` 600-900 s: a seed waits that long for each snapshot its reference seed
+    has not written yet. A reference that diverged at step 2 writes no more (and none for its NaN step 1):
+    its series' end (`knn_end.json`) tells the other seed so, which skips steps 1-4 at once (before, it
+    waited `wait_s` at each of them)."""
+    import time
+
+    from embinit.analysis.similarity_callback import SimilarityCallback
+    from embinit.train import run_trial
+    writer = SimilarityCallback(snapshot_dir=tmp_path / "ref", every_n_steps=1, k=3)
+    ref = run_trial(BLOWS_UP, callbacks=[writer], resume=False, cache_dir=False)
+    assert (ref.status, writer.skipped_steps) == ("diverged", [1])
+    wait_s = 5.0
+    reader = SimilarityCallback(reference_snapshots=tmp_path / "ref", every_n_steps=1, k=3, wait_s=wait_s)
+    t0 = time.monotonic()
+    result = run_trial(TINY, callbacks=[reader], resume=False, cache_dir=False)
+    assert time.monotonic() - t0 < wait_s, "the seed waited for snapshots that will never come"
+    assert result.status == "finished"
+    assert [h["step"] for h in reader.history] == [0] and reader.missing_steps == [1, 2, 3, 4]
