@@ -95,7 +95,8 @@ def test_snapshot_reference_compares_the_same_step(tmp_path):
     traj_a, traj_b = tables(1, 4), tables(2, 4)
     snap = tmp_path / "a_snaps"
     train(ctx_for(traj_a[0]), traj_a, [SimilarityCallback(snapshot_dir=snap, every_n_steps=1, k=4)])
-    assert sorted(p.name for p in snap.iterdir()) == [f"knn_step{s:08d}.pt" for s in range(4)]
+    # one snapshot per step, and the series' end (run A's trial ended: a reader waits for no later step)
+    assert sorted(p.name for p in snap.iterdir()) == ["knn_end.json", *(f"knn_step{s:08d}.pt" for s in range(4))]
     (snap / "knn_step00000002.pt").unlink()         # a step run A never wrote
     logged = []
     cb = SimilarityCallback(reference_snapshots=snap, every_n_steps=1, k=4, metric="overlap",

@@ -12,7 +12,9 @@ maps a side to its `nn.Embedding`). `ANALYSES` maps the spec's name of an analys
 
 The contract, tested once for every entry (tests/test_analysis_contract.py): the callback has a `prefix`
 and logs only metrics under it (`<prefix>/...`, plus the `init/<prefix>/...` and `best/<prefix>/...`
-summaries), always at an optimizer step of the trial; it only observes training.
+summaries), always at an optimizer step of the trial; it only observes training. A table holding NaN/inf
+(a diverging trial's, `trial_context.finite`) is skipped, never an error: the trainer records the trial as
+diverged, and an error would fail it instead (in a fused group, its group-mates too).
 
 - `similarity` -> `SimilarityCallback` (embinit.analysis.similarity_callback; its K-NN snapshot files
   and `similarity_curve` in embinit.analysis.snapshots), `sim/*`;

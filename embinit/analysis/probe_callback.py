@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from embinit.analysis.trial_context import AnalysisTrial, LogFn, model_table
+from embinit.analysis.trial_context import AnalysisTrial, LogFn, finite, model_table
 
 if TYPE_CHECKING:
     from embinit.spec.models import ProbeAnalysis
@@ -18,7 +18,9 @@ class ProbeCallback:
     With `summary=True` (the sweep's setting) the step-0 values are also logged as `init/probe/*`, and
     after a finished trial -- when the trainer has loaded the best epoch's weights -- the probe runs on
     them and logs `best/probe/*`, even if the last epoch was already measured (its weights may differ).
-    The series' point at the last step is the last epoch's table (kept at its end), never the best one."""
+    The series' point at the last step is the last epoch's table (kept at its end), never the best one.
+    A table holding NaN/inf (a diverging trial's, `trial_context.finite`) is not probed: its step goes to
+    `skipped_steps` and nothing is logged for it; the trainer records the trial as diverged."""
 
     def __init__(self, every_n_epochs: int | None = None, log_fn: LogFn | None = None,
                  key: str | None = None, max_len: int | None = None, summary: bool = False, **probe_kw):
@@ -26,6 +28,7 @@ class ProbeCallback:
         self.max_len, self.kw, self.summary = max_len, probe_kw, summary
         self.prefix = probe_kw.get("prefix", "probe")   # probe_table's namespace for its metrics
         self.history: list[dict] = []
+        self.skipped_steps: list[int] = []   # steps whose table held NaN/inf (a diverging trial)
         self._last_step = None
         self._ended = None   # (step, table) at the latest epoch end not measured
 
@@ -38,9 +41,15 @@ class ProbeCallback:
         kw = {"pe_base": float(getattr(cfg, "pe_base", None) or 10000.0), **self.kw}
         return probe_table(table, max_len=self.max_len or DEFAULT_MAX_LEN, **kw)
 
-    def measure(self, ctx, step: int, phase: str | None = None, table=None) -> dict:
-        """Probe now (or `table`), log `probe/*` at `step` (and `<phase>/probe/*` when a phase is given)."""
+    def measure(self, ctx, step: int, phase: str | None = None, table=None) -> dict | None:
+        """Probe now (or `table`), log `probe/*` at `step` (and `<phase>/probe/*` when a phase is given);
+        None, logging nothing, for a table that holds NaN/inf."""
         self._last_step = step
+        if table is None:
+            _, table = model_table(ctx.model, self.key)
+        if not finite(table):   # nothing to probe; the trainer records the divergence
+            self.skipped_steps.append(step)
+            return None
         metrics = self.probe(ctx, table)
         self.history.append({"step": step, **metrics})
         self._log({**metrics, **({f"{phase}/{k}": v for k, v in metrics.items()} if phase else {})}, step)

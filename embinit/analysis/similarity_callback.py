@@ -8,10 +8,13 @@ Two runs are not trained in lockstep; instead the reference is one of:
   `snapshot_dir` writes, at each measured step, its K-nearest-neighbour lists, and a run given that
   folder compares with the snapshot of the *same step*. This is how the blog's experiments run: seed 0
   writes snapshots, seed 1 reads them (start it after seed 0, or give `wait_s` for a concurrent one); a
-  snapshot that is missing is skipped and listed in `missing_steps`.
+  snapshot that is missing is skipped and listed in `missing_steps` (at once, without waiting, once the
+  reference's series has ended: `snapshots.mark_end`, written at its train end, e.g. when it diverged).
 Step 0 (before any update) is measured at train start, so a curve starts from the two inits, and the
 last step at train end, on the table as the last epoch left it (by then a finished trial's model holds its
 best epoch's weights, which the trainer loaded for the test: kept at the last epoch's end for this).
+A table holding NaN/inf (a diverging trial's, `trial_context.finite`) is not measured: its step goes to
+`skipped_steps`, nothing is logged or written for it, and the trainer records the trial as diverged.
 """
 
 from __future__ import annotations
@@ -26,8 +29,9 @@ import torch
 
 from embinit.analysis.neighbours import DEFAULT_BLOCK, NEIGHBOUR_METRICS, knn
 from embinit.analysis.similarity import SCORES, align, per_token_scores, summarize
-from embinit.analysis.snapshots import fingerprint, load_snapshot, save_snapshot, snapshot_path
-from embinit.analysis.trial_context import AnalysisTrial, LogFn, context_seen, context_tokens, model_table
+from embinit.analysis.snapshots import (clear_end, fingerprint, load_snapshot, mark_end, save_snapshot,
+                                       series_ended, snapshot_path)
+from embinit.analysis.trial_context import AnalysisTrial, LogFn, context_seen, context_tokens, finite, model_table
 from embinit.errors import EmbinitError, unknown_name
 
 # How often a seed waiting for its reference seed's snapshot looks for it: the check is one stat, and a
@@ -64,6 +68,7 @@ class SimilarityCallback:
         self.wait_s, self.block = wait_s, block_size
         self.history: list[dict] = []
         self.missing_steps: list[int] = []
+        self.skipped_steps: list[int] = []   # steps whose table held NaN/inf (a diverging trial)
         self._ref_cache = None     # (tokens, matrix) of a fixed reference
         self._ref_knn = None       # its neighbour lists, once aligned
         self._last_step = None
@@ -80,6 +85,8 @@ class SimilarityCallback:
         return 1 if self.reference_snapshots is not None else 0
 
     def on_train_start(self, ctx) -> None:
+        if self.snapshot_dir is not None:
+            clear_end(self.snapshot_dir)
         self.measure(ctx, ctx.step)
 
     def on_step_end(self, ctx, step: int, loss: float) -> None:
@@ -95,12 +102,17 @@ class SimilarityCallback:
             ended = self._ended[1] if self._ended is not None and self._ended[0] == ctx.step else None
             self.measure(ctx, ctx.step, ended)
         self._ended = None
+        if self.snapshot_dir is not None:   # the readers of this series wait for no later step
+            mark_end(self.snapshot_dir, ctx.step, getattr(result, "status", None))
 
     # ---- work ------------------------------------------------------------------------------------
     def measure(self, ctx, step: int, table: tuple[str, torch.Tensor] | None = None) -> dict | None:
         """Measure the model's table (or `table`, a `model_table` taken earlier) as of `step`."""
         self._last_step = step
         key, table = table if table is not None else model_table(ctx.model, self.key)
+        if not finite(table):   # no neighbours to compare; the trainer records the divergence
+            self.skipped_steps.append(step)
+            return None
         tokens = context_tokens(ctx, key)
         idx = None
         if self.snapshot_dir is not None:
@@ -144,7 +156,8 @@ class SimilarityCallback:
     def _snapshot_at(self, step: int, tokens) -> torch.Tensor | None:
         path = snapshot_path(self.reference_snapshots, step)
         deadline = time.monotonic() + self.wait_s
-        while not path.exists() and time.monotonic() < deadline:   # written atomically (os.replace)
+        while (not path.exists() and not series_ended(self.reference_snapshots)   # written atomically
+               and time.monotonic() < deadline):
             time.sleep(min(POLL_S, max(0.0, deadline - time.monotonic())))
         if not path.exists():
             self.missing_steps.append(step)

@@ -2,11 +2,16 @@
 measured step (`knn_step00000500.pt`: the N x K int32 neighbour lists, ~2 MB at 50k tokens instead of a
 100 MB table, with K, the neighbour metric and the vocabulary's fingerprint), what another run given that
 folder as `reference_snapshots` reads back at the same step, and `similarity_curve(dir_a, dir_b)`: the
-whole curve recomputed afterwards from two folders, whatever order the runs ran in."""
+whole curve recomputed afterwards from two folders, whatever order the runs ran in.
+
+When its trial ends (finished, stopped early or diverged) the writer marks the series' end (`knn_end.json`:
+the last step and the trial's status, `mark_end`): a reader waiting for a step the series will never have
+(a reference seed that diverged or stopped early) skips it at once instead of waiting its `wait_s`."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from pathlib import Path
 
@@ -23,6 +28,28 @@ def fingerprint(tokens: list[str] | None) -> str | None:
 
 def snapshot_path(folder: str | Path, step: int) -> Path:
     return Path(folder) / f"knn_step{step:08d}.pt"
+
+
+END_FILE = "knn_end.json"   # not a `knn_step*.pt`: the readers' globs never take it for a snapshot
+
+
+def mark_end(folder: Path, step: int, status: str | None) -> None:
+    """Say that the series in `folder` ends at `step`: nothing more will be written there."""
+    folder = check_writable(folder, "the KNN snapshot folder")
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / (END_FILE + ".tmp")
+    tmp.write_text(json.dumps({"step": step, "status": status}))
+    os.replace(tmp, folder / END_FILE)
+
+
+def clear_end(folder: Path) -> None:
+    """A trial (re)starting its series: an earlier attempt's end no longer holds."""
+    (check_writable(folder, "the KNN snapshot folder") / END_FILE).unlink(missing_ok=True)
+
+
+def series_ended(folder: Path) -> bool:
+    """Whether the writer of `folder` has ended its series (a snapshot missing now never comes)."""
+    return (Path(folder) / END_FILE).exists()
 
 
 def save_snapshot(folder: Path, step: int, idx: torch.Tensor, k: int, neighbours: str,

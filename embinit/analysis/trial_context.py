@@ -38,6 +38,15 @@ def model_table(model, key: str | None = None) -> tuple[str, torch.Tensor]:
     return key, tables[key].weight.detach().float().clone()
 
 
+def finite(table: torch.Tensor) -> bool:
+    """Whether every value of `table` is finite. A diverging trial's table may not be: the trainer reads
+    the loss after the steps that updated the weights (every `sync_interval` steps on an accelerator, in a
+    fused group's window, and on any device one step late when a finite loss gave NaN/inf gradients).
+    An analysis skips such a table rather than fail the trial with an error about its own input: the
+    trainer records the trial as diverged (its result's `status`), and nothing meaningless is logged."""
+    return bool(torch.isfinite(table).all())
+
+
 def context_tokens(ctx, key: str) -> list[str] | None:
     data = getattr(ctx, "data", None)
     vocab = getattr(data, "src_vocab" if key == "src" else "vocab", None) if data is not None else None
