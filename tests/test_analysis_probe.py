@@ -26,6 +26,13 @@ def test_separates_strong_position_signal_from_drowned():
     assert wide["probe/emb_scaled_std"] == pytest.approx(5.0 * D ** 0.5, rel=0.05)
 
 
+def test_a_huge_table_keeps_its_identity():
+    """Rows beyond ~1e19 (a diverging trial's, or a `+rescale=1e20` init): a float32 norm of such a row was
+    inf, every key became 0 and token_acc fell to chance; identity holds up to float32's largest values."""
+    for std in (1e20, 1e30, 1e37):
+        assert probe_table(table(std), n_samples=1000)["probe/token_acc"] == 1.0, std
+
+
 def test_seeded_and_namespaced():
     a = probe_table(table(0.1), n_samples=500, seed=3)
     b = probe_table(table(0.1), n_samples=500, seed=3)

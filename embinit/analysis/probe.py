@@ -58,10 +58,17 @@ def _ridge(z: torch.Tensor, y: torch.Tensor, lam: float) -> torch.Tensor:
     return torch.linalg.solve(a.T @ a + reg, a.T @ y)
 
 
+def _unit(x: torch.Tensor) -> torch.Tensor:
+    x = x.double()
+    return x / x.norm(dim=1, keepdim=True).clamp_min(1e-300)
+
+
 def _nearest(queries: torch.Tensor, keys: torch.Tensor, cosine: bool, block: int = 2048) -> torch.Tensor:
-    """Index of the nearest key per query (cosine, or Euclidean when cosine=False); first wins ties."""
+    """Index of the nearest key per query (cosine, or Euclidean when cosine=False); first wins ties. For
+    cosine both sides are made unit length in float64 first (a float32 norm of rows beyond ~1e19 is inf,
+    which made every key 0 and every answer the first row), then compared in float32."""
     if cosine:
-        keys = keys / keys.norm(dim=1, keepdim=True).clamp_min(1e-12)
+        keys, queries = _unit(keys).float(), _unit(queries).float()
     out = torch.empty(len(queries), dtype=torch.long, device=queries.device)
     sq = (keys * keys).sum(1)
     for s in range(0, len(queries), block):
@@ -96,9 +103,9 @@ def probe_table(table: torch.Tensor, max_len: int = DEFAULT_MAX_LEN, n_samples: 
     target = pe[te_pos]
     r2 = 1.0 - float(((pred - target) ** 2).sum() / ((target - target.mean(0)) ** 2).sum())
     pos_hat = _nearest(pred.float(), pe.float(), cosine=False)
-    z_all = torch.cat([z_tr, z_te]).float()
+    z_all = torch.cat([z_tr, z_te])   # float64: rows of a huge table stay finite until made unit length
     tok_all = torch.cat([tr_tok, te_tok])
-    tok_hat = _nearest(z_all, scaled.float(), cosine=True)
+    tok_hat = _nearest(z_all, scaled, cosine=True)
     # the scales side by side, from the one implementation of the statistics (embinit.stats)
     from embinit.stats import embedding_stats
     st = embedding_stats(table.detach().float().cpu(), pe_length=max_len, pe_base=pe_base, prefix="")
