@@ -88,7 +88,16 @@ def _long_npy_vocab(tmp_path):
     return tmp_path / "m.npy", f"{tmp_path / 'm.vocab.txt'} has 3 tokens but {tmp_path / 'm.npy'} has 2 rows"
 
 
-@pytest.mark.parametrize("make", [_not_utf8_npy, _long_npy_vocab])
+def _not_utf8_lines_and_too_long_npy_vocab(tmp_path):
+    np.save(tmp_path / "m.npy", np.zeros((2, 2), dtype=np.float32))
+    vocab = tmp_path / "m.vocab.txt"
+    vocab.write_bytes("stra\u00dfe\nthe\ncaf\u00e9\n".encode("latin-1"))
+    return tmp_path / "m.npy", (f"{vocab}: 3 problems: {vocab}:1: not UTF-8: the word 'stra\\xdfe' has byte 0xdf "
+                                f"at position 4 | {vocab}:3: not UTF-8: the word 'caf\\xe9' has byte 0xe9 at "
+                                f"position 3 | {vocab} has 3 tokens but {tmp_path / 'm.npy'} has 2 rows; re-encode")
+
+
+@pytest.mark.parametrize("make", [_not_utf8_npy, _long_npy_vocab, _not_utf8_lines_and_too_long_npy_vocab])
 def test_a_bad_npy_vocabulary_is_the_same_error_for_the_analysis_and_for_init(tmp_path, make):
     """The analysis reader let a raw UnicodeDecodeError through (no file, no line) and took a vocabulary
     longer than the matrix without a word; now both readers are init's."""

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from embinit.errors import EmbinitError, hf_load_error
+from embinit.errors import EmbinitError, hf_load_error, problems_error
 from embinit.hf_cache import revision_problem, split_revision
 from embinit.init.registry import SOURCE_FAMILIES, InitSpec, parse_init_spec
 
@@ -105,19 +105,20 @@ def read_npy_vocab(path: Path, n_rows: int) -> list[str]:
         data = vpath.read_bytes()
     except OSError as e:
         raise EmbinitError(f"cannot read vocabulary file {vpath}: {e}") from None
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
     try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:   # name the line, as the text loaders do
-        start = data.rfind(b"\n", 0, e.start) + 1
-        end = data.find(b"\n", e.start)
-        check_utf8(data[start: len(data) if end < 0 else end].rstrip(b"\r"), vpath,
-                   str(data.count(b"\n", 0, e.start) + 1))
-        raise   # unreachable: check_utf8 raised
-    names = [t.rstrip("\r") for t in text.split("\n")]
-    if names and names[-1] == "":
-        names.pop()
-    if len(names) != n_rows:
-        raise EmbinitError(f"{vpath} has {len(names)} tokens but {path} has {n_rows} rows")
+        names = [t.rstrip("\r") for t in data.decode("utf-8").split("\n")][:len(lines)]
+        problems = []
+    except UnicodeDecodeError:   # every line that is not UTF-8, named as the text loaders name it
+        names = []
+        problems = [p for i, line in enumerate(lines, 1) if not line.isascii()
+                    and (p := not_utf8(line.rstrip(b"\r"), vpath, str(i)))]
+    if len(lines) != n_rows:
+        problems.append(f"{vpath} has {len(lines)} tokens but {path} has {n_rows} rows")
+    if problems:
+        raise problems_error(vpath, problems, UTF8_HINT if any("not UTF-8" in p for p in problems) else "")
     return names
 
 
