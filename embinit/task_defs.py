@@ -39,6 +39,7 @@ OVERRIDABLE = ("epochs", "batch_size", "lr", "min_freq", "layers", "heads", "ff_
 FIELDS = ("like", "description", "files", "format", "columns", "labels", "label_names", "languages",
           *OVERRIDABLE)
 KINDS = ("translation", "classification", "lm")
+MAX_CHARS = 100_000   # a definition's JSON: each trial's config holds it (in MLflow tags of 8,000 characters)
 LM_COLUMN = "text"   # a JSONL LM corpus's text key unless `columns` names another
 
 
@@ -75,6 +76,9 @@ def problems(name: str, d: Any) -> list[tuple[str, str]]:
             out.append((f"{at}.{k}", bounds.problem(k, d[k])))
     if "description" in d and not isinstance(d["description"], str):
         out.append((f"{at}.description", "a string"))
+    if (size := len(json.dumps(d, default=str))) > MAX_CHARS:
+        out.append((at, f"the definition is {size:,} characters of JSON; at most {MAX_CHARS:,} (it travels "
+                        f"in every trial's config)"))
     return out
 
 

@@ -17,6 +17,10 @@ from typing import Any, Callable, Hashable, Iterable
 KEY_TAG, LABEL_TAG, STATUS_TAG = "embinit.trial_key", "embinit.label", "embinit.status"
 TASK_TAG, SEED_TAG, CONFIG_TAG, ERROR_TAG = "embinit.task", "embinit.seed", "embinit.config", "embinit.error"
 GROUP_TAG = "embinit.group"  # JSON of the ablation-axis and search-point values (report grouping)
+# MLflow cuts a tag's value to 8,000 characters, silently (mlflow.utils.validation.MAX_TAG_VAL_LENGTH): a
+# config longer than that (a task defined with hundreds of labels) goes on in CONFIG_TAG.1, .2, ...
+# (`config_tags`; read back whole by `config_of`).
+TAG_VALUE_CHARS = 8000
 TRAINER_LABEL_TAG, BLEU_SIGNATURE_TAG = "embinit.trainer_label", "embinit.bleu_signature"
 # Tags of a sweep's parent run and of analysis runs.
 SPEC_HASH_TAG, KIND_TAG, N_TRIALS_TAG = "embinit.spec_hash", "embinit.kind", "embinit.n_trials"
@@ -119,6 +123,27 @@ class TrialRecord:
         return self.group.get("selection") or []
 
 
+def config_tags(config: dict[str, Any]) -> dict[str, str]:
+    """A trial's config as the tags that hold it: its JSON in CONFIG_TAG, continued in CONFIG_TAG.1, .2, ...
+    past MLflow's limit on a tag's value."""
+    text = json.dumps(config, sort_keys=True, default=str)
+    parts = [text[i:i + TAG_VALUE_CHARS] for i in range(0, len(text), TAG_VALUE_CHARS)]
+    return {CONFIG_TAG if i == 0 else f"{CONFIG_TAG}.{i}": part for i, part in enumerate(parts)}
+
+
+def config_of(tags: dict[str, str]) -> dict[str, Any]:
+    """A trial run's config from its tags (`config_tags`); {} without one, or for one that is not JSON (a run
+    written before configs were continued, whose long config MLflow cut)."""
+    text, i = tags.get(CONFIG_TAG, "{}"), 1
+    while f"{CONFIG_TAG}.{i}" in tags:
+        text, i = text + tags[f"{CONFIG_TAG}.{i}"], i + 1
+    try:
+        config = json.loads(text)
+    except ValueError:
+        return {}
+    return config if isinstance(config, dict) else {}
+
+
 def from_run(run) -> TrialRecord | None:
     """The record of an MLflow run, or None for a run that is not a trial (a sweep parent, an analysis)."""
     tags = run.data.tags
@@ -126,7 +151,7 @@ def from_run(run) -> TrialRecord | None:
         return None
     seed, kept = tags.get(SEED_TAG), tags.get(CHECKPOINT_TAG, "")
     status = run_status(run)
-    config = json.loads(tags.get(CONFIG_TAG, "{}"))
+    config = config_of(tags)
     _register_definition(tags.get(TASK_TAG), config)
     return TrialRecord(run.info.run_id, tags[KEY_TAG], tags.get(TASK_TAG, "?"), tags.get(LABEL_TAG, "?"),
                        status, config,

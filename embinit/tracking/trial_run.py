@@ -62,12 +62,12 @@ from typing import Any, Iterable
 from embinit.tracking import provenance
 from embinit.file_inputs import PREFIX, content_ids
 from embinit.tracking.mlflow_store import client, log_batch, metrics_at, retry
-from embinit.tracking.records import (BLEU_SIGNATURE_TAG, CHECKPOINT_TAG, CODE_VERSION_TAG, CONFIG_TAG, DATA_SOURCE_TAG,
+from embinit.tracking.records import (BLEU_SIGNATURE_TAG, CHECKPOINT_TAG, CODE_VERSION_TAG, DATA_SOURCE_TAG,
                                       DEVICE_TAG, ERROR_TAG, EXECUTION_TAG, GIT_COMMIT_TAG, GIT_COMMITS_TAG, GROUP_TAG,
                                       HOST_TAG, HUB_REVISION_TAG, INIT_TAG, KEY_TAG, NODE_TAG, LABEL_TAG, LABELS_TAG,
                                       MODEL_SIZE_TAG, PARENT_TAG, RESTARTED_TAG, RESULT, RESUMED_TAG, SEED_TAG,
                                       SHA256_TAG, STATUS_TAG, SUPERSEDED_TAG, TASK_TAG, TRAINER_LABEL_TAG,
-                                      VERSIONS_TAG)
+                                      VERSIONS_TAG, config_tags)
 from embinit.tracking.run_names import planned_params, resolved_params, trial_params, trial_run_name
 from embinit.tracking.run_readers import key_records, metric_history
 
@@ -130,7 +130,7 @@ class TrialRun:
         from embinit.config import CODE_VERSION
         tags = {KEY_TAG: key, LABEL_TAG: label, INIT_TAG: label, TASK_TAG: config["task"],
                 SEED_TAG: str(config["seed"]),
-                STATUS_TAG: "running", CONFIG_TAG: json.dumps(config, sort_keys=True, default=str),
+                STATUS_TAG: "running", **config_tags(config),
                 GROUP_TAG: json.dumps(group, sort_keys=True, default=str), CODE_VERSION_TAG: CODE_VERSION,
                 **inputs, **commit_tags({}), **host_tags()}
         if parent_id:
