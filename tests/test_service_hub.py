@@ -136,6 +136,8 @@ def test_a_pinned_hub_id_resolves_at_its_revision(submit, monkeypatch, tmp_path)
     for absent in (f"{KNOWN}@{'c' * 40}", f"{KNOWN}@v2"):
         problem = _problem(submit(_spec("hf", absent)))
         assert f"'{absent}' is no file inside" in problem["msg"] and "HF_HUB_OFFLINE is set" in problem["msg"]
+        # what the cache does hold of the model, so the pin can be corrected from the answer
+        assert problem["msg"].endswith(f"; the cache holds {KNOWN} at main = {'b' * 40}, v1 = {'a' * 40}")
     problem = _problem(submit(_spec("bert", f"{KNOWN}@")))
     assert problem["loc"] == "pretrained.bert" and "nor a hub id" in problem["msg"]
 
