@@ -52,7 +52,7 @@ def spec_problems(source: Any, overrides: list[str] | tuple[str, ...] = (), *, l
         spec = ExperimentSpec.model_validate(data, context=context)
         problems, checked, fields = [], spec, spec
     except ValidationError as e:
-        spec, problems = None, as_written(problems_of(e), data)
+        spec, problems = None, as_written(problems_of(e, ExperimentSpec), data)
         checked, fields, cross = _validated_part(data, context, problems)
         problems += cross
     except SpecError as e:   # every field valid, a cross-field problem
