@@ -85,12 +85,12 @@ def _candidates(plan: Iterable[PlannedTrial]) -> Iterable[tuple[str, str]]:
 
 
 def check_hub_ids(plan: Iterable[PlannedTrial], roots: list[Path], locate) -> tuple[list[tuple[str, str]], list[str]]:
-    """(problems as (loc, msg), notices) for the hub ids of a spec's planned trials; `locate(value)` gives
-    the spec location a value was written at."""
+    """(problems as (loc, msg), notices) for the hub ids of a spec's planned trials; `locate(value,
+    tokenizer)` gives the spec location a value was written at (as a tokenizer, or as a source)."""
     problems, notices = [], []
     shown = ", ".join(str(r) for r in roots) or "(no pretrained roots)"
     for source, value in _candidates(plan):
-        where = locate(value)
+        where = locate(value, source == "tokenizer")
         # a tokenizer value is also no registered name (a typo such as 'spacey' looks like a hub id)
         names = f"; nor a tokenizer name: {unknown_name('tokenizer', value, TOKENIZER_NAMES)}" \
             if source == "tokenizer" else ""
