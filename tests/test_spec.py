@@ -230,8 +230,8 @@ def test_init_errors_by_form():
     assert "'glvoe' is not a registered init" in found["inits[0]"]
     assert "'xavierr'" in found["inits[1].src"]
     assert "'nope'" in found["inits[2].tgt.source"]
-    assert found["inits[3].colour"] == "unknown field 'colour'; valid: ['label', 'pretrained', 'src', 'src_pretrained', " \
-                                      "'tgt']"
+    assert found["inits[3].colour"] == \
+        "unknown field 'colour'; valid: ['label', 'pretrained', 'src', 'src_pretrained', 'tgt']"
     assert "inits[4]" in found
 
 
