@@ -55,7 +55,9 @@ def offline_miss(name: str, repo_type: str = "model") -> str | None:
     would blame a network it never tried."""
     from embinit.hf_cache import not_cached, offline, snapshot
     flag = offline()
-    if flag is None or Path(name).expanduser().exists() or snapshot(name, repo_type) is not None:
+    repo = name.partition("@")[0]
+    if flag is None or Path(name).expanduser().exists() or repo.startswith((".", "/", "~")) \
+            or repo.count("/") > 1 or snapshot(name, repo_type) is not None:   # a path, no hub id: not here
         return None
     return f"{not_cached(name, repo_type)}; {flag} is set, so the hub is not asked"
 
