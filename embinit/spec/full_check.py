@@ -152,8 +152,8 @@ def _offline_hub_problems(spec: ExperimentSpec | None) -> list[tuple[str, str]]:
                       tokenizer=c.get("tokenizer"))
         for field, hub_id in ids.items():
             if (why := offline_miss(hub_id)) is not None:
-                # a tokenizer typo ('spacey') has a hub id's shape: the registered name closest to it
-                typo = unregistered_hint(hub_id) if field == "tokenizer" else ""
+                # a tokenizer typo ('spacey') has a bare hub id's shape: the registered names, the closest
+                typo = unregistered_hint(hub_id) if field == "tokenizer" and "/" not in hub_id else ""
                 why = f"{hub_id!r}: {why}" + (f"; nor a tokenizer name: {typo}" if typo else "")
                 found.setdefault((field, why), []).append(f"{p.task} x {p.label}")
     return [(_trials(sorted(set(names))), f"{field} {why}") for (field, why), names in found.items()]
