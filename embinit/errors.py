@@ -42,8 +42,24 @@ def unknown_name(kind: str, name: str, valid) -> EmbinitError:
 def hf_load_error(name: str, e: Exception) -> EmbinitError:
     """A Hugging Face model that cannot be loaded, with transformers' first line of why."""
     first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    if (why := offline_miss(name)) is not None:
+        return EmbinitError(f"cannot load Hugging Face model {name!r}: {why}")
     where = "folder" if Path(name).expanduser().is_dir() else "hub id (needs the network)"
     return EmbinitError(f"cannot load Hugging Face model {name!r} ({where}): {first}")
+
+
+def offline_miss(name: str, repo_type: str = "model") -> str | None:
+    """Why hub id `name` cannot load while Hugging Face is kept offline and its cache lacks the snapshot
+    asked for (the revision asked, what the cache holds), else None (a folder, online, or cached: then
+    the loader's own error says why). transformers' own words, "couldn't connect to huggingface.co",
+    would blame a network it never tried."""
+    from embinit.hf_cache import not_cached, offline, snapshot
+    flag = offline()
+    repo = name.partition("@")[0]
+    if flag is None or Path(name).expanduser().exists() or repo.startswith((".", "/", "~")) \
+            or repo.count("/") > 1 or snapshot(name, repo_type) is not None:   # a path, no hub id: not here
+        return None
+    return f"{not_cached(name, repo_type)}; {flag} is set, so the hub is not asked"
 
 
 def empty_tokenizer(tok, name: str) -> EmbinitError | None:

@@ -69,6 +69,55 @@ def hub_revision(repo_id: str, repo_type: str = "model") -> str | None:
     return commit or None
 
 
+def offline() -> str | None:
+    """The variable that keeps Hugging Face off the network (HF_HUB_OFFLINE, TRANSFORMERS_OFFLINE), else None."""
+    return set_flag("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+
+
+def _repo_folder(repo: str, repo_type: str = "model") -> Path:
+    return hub_cache() / f"{repo_type}s--{repo.replace('/', '--')}"
+
+
+def snapshot(hub_id: str, repo_type: str = "model") -> Path | None:
+    """The cached snapshot folder that hub id `hub_id` (pinned or not) is read from offline, None when
+    the cache holds none: what transformers finds with `local_files_only`."""
+    commit = hub_revision(hub_id, repo_type)
+    folder = _repo_folder(split_revision(hub_id)[0], repo_type) / "snapshots" / (commit or "-")
+    return folder if commit and folder.is_dir() else None
+
+
+def cached_revisions(hub_id: str, repo_type: str = "model") -> list[str]:
+    """What the hub cache holds of hub id `hub_id`'s repository (any pin ignored): each ref with its
+    commit (`main = <commit>`), then each snapshot no ref names (`commit <commit>`); [] when nothing."""
+    folder = _repo_folder(split_revision(hub_id)[0], repo_type)
+    refs = {}
+    for ref in sorted((folder / "refs").rglob("*")) if (folder / "refs").is_dir() else ():
+        try:
+            refs[ref.relative_to(folder / "refs").as_posix()] = ref.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError):
+            continue
+    commits = sorted(p.name for p in (folder / "snapshots").iterdir() if p.is_dir()) \
+        if (folder / "snapshots").is_dir() else []
+    return [f"{ref} = {commit}" for ref, commit in refs.items() if commit in commits] + \
+        [f"commit {c}" for c in commits if c not in refs.values()]
+
+
+def not_cached(hub_id: str, repo_type: str = "model") -> str:
+    """Why hub id `hub_id` cannot be read from the cache: the revision it asks for, and what the cache holds
+    of that repository instead, so a wrong or shortened pin can be corrected from the message."""
+    repo, revision = split_revision(hub_id)
+    held = cached_revisions(hub_id, repo_type)
+    if not held:
+        return f"{repo!r} is not in the Hugging Face cache {hub_cache()} at any revision"
+    asked = f"revision {revision!r}" if revision is not None else "its main branch"
+    hint = ""
+    if revision is not None and re.fullmatch(r"[0-9a-f]{4,39}", revision):
+        prefixed = [h.split()[-1] for h in held if h.split()[-1].startswith(revision)]
+        hint = (f" (a commit is pinned by all 40 hex digits: did you mean {repo}@{prefixed[0]}?)"
+                if len(set(prefixed)) == 1 else " (a commit is pinned by all 40 hex digits)")
+    return f"{asked} of {repo!r} is not in the Hugging Face cache {hub_cache()}, which holds {'; '.join(held)}{hint}"
+
+
 def snapshot_text(hub_id: str) -> str:
     """`<repo id>@<commit>` of the snapshot hub id `hub_id` reads here, as a run's provenance says it (a pin
     that is no commit is said beside: `org/model@<commit> (pinned: v1)`)."""

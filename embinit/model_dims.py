@@ -6,8 +6,9 @@ must agree with it, and `heads` must divide it (`resolve_model_size`, which `tra
 trial). `dimension_problems` applies the same rule to every planned trial before any starts, reading only
 the D of sources that are local files or folders (a header, a first line, a .npy shape, a config.json):
 a spec that sets `d_model: 512` for 300-d GloVe is refused with every such problem listed, instead of
-each of its trials failing. Sources named by a hub id are left to the trials (reading them needs the
-network)."""
+each of its trials failing. A source named by a hub id is read from the hub cache's snapshot where that
+is the one the trials read (a commit pin, or Hugging Face kept offline); other hub ids are left to the
+trials (reading them needs the network)."""
 
 from __future__ import annotations
 
@@ -78,9 +79,25 @@ def local_source_dim(init: Any, pretrained: str | None) -> int | None:
     if not spec.is_pretrained:
         return None
     location = source_location(spec, pretrained)
+    if location and not Path(location).expanduser().exists() and spec.is_subword:
+        return _cached_dim(location)
     if not location or not Path(location).expanduser().exists():
         return None
     return source_dim(spec, location)
+
+
+def _cached_dim(hub_id: str) -> int | None:
+    """D from the config.json of the hub cache's snapshot of a sub-word source's hub id, where the trials
+    read that very snapshot: pinned to a commit (a snapshot never changes), or Hugging Face kept offline
+    (they read this cache). None otherwise (the hub may hold a newer `main`), and where the config names
+    no width (the trials read it from the weights, which a check does not load)."""
+    from embinit.hf_cache import COMMIT, offline, snapshot, split_revision
+    from embinit.init.source_files import hf_dim
+    revision = split_revision(hub_id)[1]
+    if offline() is None and not (revision and COMMIT.fullmatch(revision)):
+        return None
+    folder = snapshot(hub_id)
+    return hf_dim(str(folder)) if folder is not None and (folder / "config.json").is_file() else None
 
 
 def dimension_problems(planned: Iterable[Any], search: Any = None) -> list[tuple[str, str]]:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Iterable
 
 from embinit.errors import unknown_name
-from embinit.hf_cache import hub_cache, revision_problem, set_flag, split_revision
+from embinit.hf_cache import cached_revisions, hub_cache, revision_problem, set_flag, split_revision
 from embinit.init.registry import SOURCE_FAMILIES, parse_init_spec
 from embinit.spec import PlannedTrial
 from service.paths import TOKENIZER_NAMES
@@ -85,12 +85,12 @@ def _candidates(plan: Iterable[PlannedTrial]) -> Iterable[tuple[str, str]]:
 
 
 def check_hub_ids(plan: Iterable[PlannedTrial], roots: list[Path], locate) -> tuple[list[tuple[str, str]], list[str]]:
-    """(problems as (loc, msg), notices) for the hub ids of a spec's planned trials; `locate(value)` gives
-    the spec location a value was written at."""
+    """(problems as (loc, msg), notices) for the hub ids of a spec's planned trials; `locate(value,
+    tokenizer)` gives the spec location a value was written at (as a tokenizer, or as a source)."""
     problems, notices = [], []
     shown = ", ".join(str(r) for r in roots) or "(no pretrained roots)"
     for source, value in _candidates(plan):
-        where = locate(value)
+        where = locate(value, source == "tokenizer")
         # a tokenizer value is also no registered name (a typo such as 'spacey' looks like a hub id)
         names = f"; nor a tokenizer name: {unknown_name('tokenizer', value, TOKENIZER_NAMES)}" \
             if source == "tokenizer" else ""
@@ -102,9 +102,11 @@ def check_hub_ids(plan: Iterable[PlannedTrial], roots: list[Path], locate) -> tu
         elif cached(value):
             notices.append(f"{where}: {value!r} is read from the Hugging Face cache of the API's machine")
         elif offline():
+            held = cached_revisions(value)   # a pin the cache lacks, where it holds other revisions
+            holds = f"; the cache holds {split_revision(value)[0]} at {', '.join(held)}" if held else ""
             problems.append((where, f"{value!r} is no file inside {shown} and not in the local Hugging Face "
                                     f"cache, and HF_HUB_OFFLINE is set, so it cannot be fetched from the hub"
-                                    + names))
+                                    + holds + names))
         elif (why := on_hub(value)) is not None:
             problems.append((where, f"{value!r} is no file inside {shown} and not a usable hub id: {why}"
                                     + names))

@@ -269,9 +269,11 @@ def prepare(data: dict[str, Any], settings: Settings, tracking_uri: str) -> Subm
 
 
 def _locator(data: dict[str, Any]):
-    """value -> where the spec names it first (`pretrained.glove`, `inits[1].tgt.pretrained`), else `inits`
-    (a family's default, e.g. bert's bert-base-uncased)."""
-    found: dict[str, str] = {}
+    """(value, whether as a tokenizer) -> where the spec names it first in that role (`pretrained.glove`,
+    `inits[1].tgt.pretrained`; `tasks[0].tokenizer`), else in any, else `inits` (a family's default, e.g.
+    bert's bert-base-uncased). One hub id is often both a source and its tokenizer: each is said where the
+    spec gives it as such."""
+    found: dict[str, list[tuple]] = {}
 
     def walk(node: Any, loc: tuple, under: bool) -> None:
         if isinstance(node, dict):
@@ -281,6 +283,11 @@ def _locator(data: dict[str, Any]):
             for i, v in enumerate(node):
                 walk(v, loc + (i,), under)
         elif isinstance(node, str) and under:
-            found.setdefault(node, format_loc(loc))
+            found.setdefault(node, []).append(loc)
+
+    def locate(value: str, tokenizer: bool = False) -> str:
+        locs = found.get(value, [])
+        loc = next((loc for loc in locs if ("tokenizer" in loc) == tokenizer), locs[0] if locs else None)
+        return format_loc(loc) if loc is not None else "inits"
     walk(data, (), False)
-    return lambda value: found.get(value, "inits")
+    return locate

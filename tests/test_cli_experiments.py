@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -48,6 +49,11 @@ def test_submit_list_status_results_cancel(api, capsys):
     code, out, _ = cli(capsys, "submit", "tune_configs/quickstart.yaml", *auth)
     assert code == 0
     exp_id = re.search(r"submitted: (\w+) \(9 trials, queued\)", out).group(1)
+    # the command it prints asks the API it was submitted to (--url), not the default one
+    follow = re.search(r"follow it with `(.*)`", out).group(1)
+    assert follow.endswith(f" experiments status {exp_id} --url {base}"), follow
+    code, out, _ = cli(capsys, *shlex.split(follow)[2:], "--token", TOKEN)
+    assert code == 0 and out.startswith(f"{exp_id}  quickstart  queued")
 
     code, out, _ = cli(capsys, "list", *auth)
     header, row = out.splitlines()

@@ -44,9 +44,13 @@ def test_build_table_oov_rule():
         build_table(parse_init_spec("glove"), ["a", "b"], oov="zeroes")
 
 
-def test_a_misspelled_tokenizer_is_a_note_in_the_dry_run(tmp_path, capsys):
+def test_a_misspelled_tokenizer_is_a_note_in_the_dry_run(tmp_path, capsys, monkeypatch):
     """'spacey' has the shape of a Hugging Face hub id, which the trials would try (the service asks the
-    hub at submit); the dry run cannot tell, so it says which name is close instead of refusing."""
+    hub at submit); online, the dry run cannot tell, so it says which name is close instead of refusing.
+    Offline, with no such model in the hub cache, every trial would fail: refused, with the close name."""
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))   # empty
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
     spec = tmp_path / "s.yaml"
     spec.write_text("name: typo\ntasks: [synthetic_translation]\nseeds: 2\ninits: [xavier]\n"
                     "axes: {tokenizer: [whitespace, spacey]}\n")
@@ -54,5 +58,11 @@ def test_a_misspelled_tokenizer_is_a_note_in_the_dry_run(tmp_path, capsys):
     out = capsys.readouterr().out
     assert out.count("note: tokenizer") == 1
     assert "note: tokenizer 'spacey' will be loaded as a Hugging Face hub id" in out
-    assert "'spacey' is not a registered tokenizer; choose from ['gpt2', 'spacy', 'whitespace']; did you mean " \
-           "'spacy'?" in out
+    close = "'spacey' is not a registered tokenizer; choose from ['gpt2', 'spacy', 'whitespace']; did you mean 'spacy'?"
+    assert close in out
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert main(["run", str(spec), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert f"trials synthetic_translation x Xavier: tokenizer 'spacey': 'spacey' is not in the Hugging Face cache " \
+           f"{tmp_path / 'hub'} at any revision; HF_HUB_OFFLINE is set, so the hub is not asked; nor a tokenizer " \
+           f"name: {close}" in err

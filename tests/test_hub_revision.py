@@ -104,3 +104,76 @@ def test_a_trial_trains_on_the_snapshot_its_pin_names(hub, tmp_path):
     done = _train(hub, tmp_path / "absent", "org/tiny@v2")
     assert done.returncode != 0
     assert "org/tiny@v2" in done.stderr
+
+
+def _offline(monkeypatch) -> None:
+    """HF_HUB_OFFLINE for embinit (read at call time) and for huggingface_hub, which read it at import."""
+    import huggingface_hub.constants
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+
+
+def _spec(pretrained: str, **task) -> dict:
+    return {"name": "pin", "tasks": [{"task": "synthetic_classification", **task}],
+            "inits": ["xavier", "hf"], "pretrained": {"hf": pretrained}, "seeds": 1}
+
+
+def test_offline_a_pin_the_cache_lacks_is_named_with_the_revisions_it_holds(hub, monkeypatch):
+    """Offline, a revision the cache lacks fails with the revision asked and those the cache holds (not
+    transformers' "couldn't connect to huggingface.co", a network it never asked), in the loader, the
+    tokenizer and the spec check, which refuses it before anything runs; a commit shortened is named."""
+    from embinit.init.hf import load_model_embeddings
+    from embinit.spec.full_check import spec_problems
+    from embinit.tasks.tokenization import HfBackend
+    _offline(monkeypatch)
+    held = f"which holds main = {NEW}; v1 = {OLD}"
+    with pytest.raises(EmbinitError) as e:
+        load_model_embeddings("org/tiny@v2")
+    assert f"revision 'v2' of 'org/tiny' is not in the Hugging Face cache {hub}, {held}; HF_HUB_OFFLINE is set" \
+        in str(e.value) and "connect" not in str(e.value)
+    with pytest.raises(EmbinitError, match=f"tokenizer 'org/tiny@{OLD[:7]}': revision '{OLD[:7]}' .*{held} "
+                                           rf"\(a commit is pinned by all 40 hex digits: did you mean "
+                                           f"org/tiny@{OLD}\\?\\)"):
+        HfBackend(resolve_tokenizer(f"org/tiny@{OLD[:7]}"))
+    assert snapshot_text("org/other@v1") == "org/other@unknown (not in the hub cache) (pinned: v1)"
+    _, problems, _ = spec_problems(_spec("org/tiny@v2"))
+    assert problems == [("trials synthetic_classification x Pretrained",
+                         f"pretrained 'org/tiny@v2': revision 'v2' of 'org/tiny' is not in the Hugging Face cache "
+                         f"{hub}, {held}; HF_HUB_OFFLINE is set, so the hub is not asked")]
+    _, problems, _ = spec_problems(_spec("org/other", tokenizer="org/other@v1"))
+    assert sorted(m for _, m in problems) == [
+        f"pretrained 'org/other': 'org/other' is not in the Hugging Face cache {hub} at any revision; "
+        f"HF_HUB_OFFLINE is set, so the hub is not asked",
+        f"tokenizer 'org/other@v1': 'org/other' is not in the Hugging Face cache {hub} at any revision; "
+        f"HF_HUB_OFFLINE is set, so the hub is not asked"]
+    assert spec_problems(_spec("org/tiny@v1"))[1] == []
+
+
+def test_a_cached_snapshot_gives_the_spec_check_its_width(hub, monkeypatch):
+    """A d_model that does not fit a hub source's width is refused before any trial where the cache holds
+    the snapshot the trials read (a commit pin; offline, any pin), as for a local folder; online, an
+    unpinned id is left to the trials (the hub's main may be newer than the cache's)."""
+    from embinit.spec.full_check import spec_problems
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    wrong = "the init has dimension 8 but the model's d_model is 16"
+    assert [m for _, m in spec_problems(_spec(f"org/tiny@{OLD}", d_model=16))[1]] == [
+        f"{wrong}; set `d_model` to the source's D or leave it out (the source's D is used)"]
+    assert spec_problems(_spec("org/tiny@v1", d_model=16))[1] == []
+    assert spec_problems(_spec(f"org/tiny@{NEW}", d_model=16))[1] == []
+    _offline(monkeypatch)
+    assert wrong in spec_problems(_spec("org/tiny@v1", d_model=16))[1][0][1]
+    assert "dimension 16 but the model's d_model is 8" in spec_problems(_spec("org/tiny", d_model=8))[1][0][1]
+
+
+def test_the_dry_run_notes_no_cached_tokenizer_as_a_possible_typo(hub, monkeypatch):
+    """Its note is for a value that may be a typo of a tokenizer name ('spacey'); a repository the hub
+    cache holds is none."""
+    from embinit.cli.dry_run import tokenizer_lines
+    from embinit.spec.experiment import ExperimentSpec
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    spec = ExperimentSpec.model_validate({"name": "t", "tasks": ["synthetic_classification"], "inits": ["xavier"],
+                                          "seeds": 1, "axes": {"tokenizer": ["org/tiny@v1", "org/other"]}})
+    assert [line.split(":")[0] for line in tokenizer_lines(spec.plan())] == ["note"]
+    assert "'org/other'" in tokenizer_lines(spec.plan())[0]

@@ -136,6 +136,8 @@ def test_a_pinned_hub_id_resolves_at_its_revision(submit, monkeypatch, tmp_path)
     for absent in (f"{KNOWN}@{'c' * 40}", f"{KNOWN}@v2"):
         problem = _problem(submit(_spec("hf", absent)))
         assert f"'{absent}' is no file inside" in problem["msg"] and "HF_HUB_OFFLINE is set" in problem["msg"]
+        # what the cache does hold of the model, so the pin can be corrected from the answer
+        assert problem["msg"].endswith(f"; the cache holds {KNOWN} at main = {'b' * 40}, v1 = {'a' * 40}")
     problem = _problem(submit(_spec("bert", f"{KNOWN}@")))
     assert problem["loc"] == "pretrained.bert" and "nor a hub id" in problem["msg"]
 
@@ -145,3 +147,19 @@ def test_online_a_pinned_hub_id_is_looked_up_at_its_revision(submit, online):
     assert r.status_code == 202, r.text
     problem = _problem(submit(_spec("hf", f"{KNOWN}@v9")))
     assert "not a usable hub id: the model has no revision 'v9' on the Hugging Face hub" in problem["msg"]
+
+
+def test_one_id_as_source_and_tokenizer_is_said_at_each_place(submit, monkeypatch, tmp_path):
+    """A Hugging Face model is often both an init's source and the task's tokenizer: each notice names the
+    field it was given in (before, both named the first one met, the tokenizer's, twice)."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    snapshot = tmp_path / "hf-cache" / "models--tiny-org--tiny-model" / "snapshots" / ("a" * 40)
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text("{}")
+    (snapshot.parent.parent / "refs").mkdir()
+    (snapshot.parent.parent / "refs" / "main").write_text("a" * 40)
+    spec = {**_spec("hf", KNOWN), "tasks": [{"task": "synthetic_translation", "tokenizer": KNOWN}]}
+    r = submit(spec)
+    assert r.status_code == 202, r.text
+    said = "is read from the Hugging Face cache of the API's machine"
+    assert sorted(r.json()["notices"]) == [f"pretrained.hf: '{KNOWN}' {said}", f"tasks[0].tokenizer: '{KNOWN}' {said}"]

@@ -9,6 +9,7 @@ import pytest
 
 from service.fakes import FakeCluster
 from service.specs import NOT_CHECKED
+from embinit.spec import ExperimentSpec
 
 from helpers.service import rooted_clients
 from helpers.spec_calls import count_spec_work
@@ -45,5 +46,6 @@ def test_paths_are_confined_before_the_validation_without_changing_its_answer(tm
     unknown key is still refused as an unknown key."""
     with rooted_clients(tmp_path, FakeCluster()) as open_client:
         r = open_client().post("/experiments", json={**SPEC, "foo": {"pretrained": "a" * 5000}})
-        assert r.status_code == 422 and r.json()["detail"] == [{"loc": "foo", "msg": "unknown field 'foo'"},
+        assert r.status_code == 422 and r.json()["detail"] == [{"loc": "foo", "msg": "unknown field 'foo'; valid: "
+                                                                f"{sorted(ExperimentSpec.model_fields)}"},
                                                                {"loc": "", "msg": NOT_CHECKED}]

@@ -208,7 +208,7 @@ def test_every_problem_is_collected_with_its_path():
     assert set(found) >= {"name", "tasks[0].task", "tasks[1].epoch", "inits", "seeds", "resources.cpus",
                           "colour"}
     assert "'nope' is not a registered task" in found["tasks[0].task"] and "multi30k" in found["tasks[0].task"]
-    assert found["colour"] == "unknown field 'colour'"
+    assert found["colour"] == f"unknown field 'colour'; valid: {TOP_FIELDS}"
 
 
 def test_message_is_one_line_listing_all_problems():
@@ -230,8 +230,34 @@ def test_init_errors_by_form():
     assert "'glvoe' is not a registered init" in found["inits[0]"]
     assert "'xavierr'" in found["inits[1].src"]
     assert "'nope'" in found["inits[2].tgt.source"]
-    assert found["inits[3].colour"] == "unknown field 'colour'"
+    assert found["inits[3].colour"] == \
+        "unknown field 'colour'; valid: ['label', 'pretrained', 'src', 'src_pretrained', 'tgt']"
     assert "inits[4]" in found
+
+
+TOP_FIELDS = sorted(ExperimentSpec.model_fields)
+
+
+@pytest.mark.parametrize("where, value, message", [
+    ("seed", 3, "unknown field 'seed'; did you mean 'seeds'?"),
+    ("tasks[0].max_train_exmples", 400, "unknown field 'max_train_exmples'; did you mean 'max_train_examples'?"),
+    ("defaults.lrr", 0.1, "unknown field 'lrr'; did you mean 'lr'?"),
+    ("inits[0].scr", "xavier", "unknown field 'scr'; did you mean 'src'?"),
+    ("resources.cpu", 1, "unknown field 'cpu'; did you mean 'cpus'?"),
+    ("mlflow.experimnt", "e", "unknown field 'experimnt'; did you mean 'experiment'?"),
+    ("analyses.similarity.refrence_seed", 0, "unknown field 'refrence_seed'; did you mean 'reference_seed'?"),
+])
+def test_a_misspelled_key_names_the_field_meant(where, value, message):
+    """A typo in a key anywhere in the spec names the valid key closest to it (as a misspelled name of a
+    registry does), else the keys valid there."""
+    data = {"name": "typo", "tasks": [{"task": "sst2"}], "inits": [{"tgt": "xavier"}], "defaults": {},
+            "resources": {}, "mlflow": {}, "analyses": {"similarity": {"k": 3, "reference_seed": 0}}}
+    *parents, key = where.replace("[0]", ".0").split(".")
+    node = data
+    for part in parents:
+        node = node[int(part)] if part.isdigit() else node[part]
+    node[key] = value
+    assert problems(data)[where] == message
 
 
 def test_transform_on_a_random_init_is_refused():

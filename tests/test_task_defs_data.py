@@ -50,6 +50,24 @@ def test_labels_left_out_are_the_train_files_values_sorted_and_said_with_the_dat
         check_files("imdb", tmp_path)
 
 
+def test_labels_written_otherwise_are_one_problem_each_with_the_files_own_labels(tmp_path):
+    """Labels given as [negative, positive] over files that write pos/neg: each value is one problem (its
+    first row, how many more and where), and the error names the labels the file holds, instead of one
+    line per row (SST-2's train file: 29,780 lines of "unknown label 'neg'", ten of them shown)."""
+    rows = [("good", "pos"), ("bad", "neg"), ("fine", "positive")] * 7 + [("meh", "neg")]
+    write_csv(tmp_path / "train.csv", rows)
+    write_csv(tmp_path / "dev.csv", REVIEWS)
+    TrialConfig(task="imdb", task_def=IMDB)
+    with pytest.raises(EmbinitError) as e:
+        check_files("imdb", tmp_path)
+    valid = "valid labels: ['negative', 'positive']"
+    assert str(e.value) == (
+        f"{tmp_path / 'train.csv'}: 2 problems: "
+        f"{tmp_path / 'train.csv'}:2: unknown label 'pos'; {valid} (the same on 6 more lines: 5, 8, 11, 14, 17, ...)"
+        f" | {tmp_path / 'train.csv'}:3: unknown label 'neg'; {valid} (the same on 7 more lines: 6, 9, 12, 15, "
+        f"18, ...); the labels this file holds: ['neg', 'pos', 'positive']")
+
+
 def test_integer_labels_left_out_sort_as_numbers_and_yaml_integers_read_as_written(tmp_path):
     rows = [{"text": f"row {i}", "y": i % 11} for i in range(33)]
     for name in ("train.jsonl", "dev.jsonl"):

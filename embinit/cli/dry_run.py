@@ -284,9 +284,11 @@ def execution_lines(spec, plan) -> list[str]:
 
 
 def tokenizer_lines(plan) -> list[str]:
-    """A note for each tokenizer value that is no registered tokenizer nor a folder here: the trials load
-    it as a Hugging Face hub id, which a dry run does not check (a typo such as 'spacey' has that shape)."""
+    """A note for each tokenizer value that is no registered tokenizer nor a folder here nor in the hub
+    cache: the trials load it as a Hugging Face hub id, which a dry run does not check (a typo such as
+    'spacey' has that shape). A cached one is no typo (and offline, an uncached one is a spec problem)."""
     from embinit.errors import EmbinitError
+    from embinit.hf_cache import snapshot
     from embinit.tasks.tokenization import resolve_tokenizer, unregistered_hint
     lines = []
     for value in sorted({p.config.get("tokenizer") for p in plan} - {None, "auto"}):
@@ -294,7 +296,7 @@ def tokenizer_lines(plan) -> list[str]:
             hub_id = resolve_tokenizer(value).identity == ("hf", value)
         except EmbinitError:   # a missing folder: the spec check reports it
             continue
-        if hub_id and (hint := unregistered_hint(value)):
+        if hub_id and snapshot(value) is None and (hint := unregistered_hint(value)):
             lines.append(f"note: tokenizer {value!r} will be loaded as a Hugging Face hub id by the trials "
                          f"(not checked here): {hint}")
     return lines

@@ -204,8 +204,11 @@ def _submit(args) -> int:
     status, answer, _ = request(args, "POST", "/experiments" + ("?rerun=true" if args.rerun else ""),
                                 body=body, content_type=kind)
     sub = json.loads(answer)
+    # the API it was submitted to, where --url named it (a bare status command would ask the default one);
+    # a --token is not printed (it would stay in the terminal and the logs)
+    url = ("--url", args.url) if args.url else ()
     print(f"{'submitted' if sub['created'] else 'already submitted'}: {sub['id']} ({sub['n_trials']} trials, "
-          f"{sub['status']}); follow it with `{command('embinit', 'experiments', 'status', sub['id'])}`")
+          f"{sub['status']}); follow it with `{command('embinit', 'experiments', 'status', sub['id'], *url)}`")
     for notice in sub.get("notices") or []:
         print(f"  note: {notice}")
     return 0

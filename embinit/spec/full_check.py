@@ -52,7 +52,7 @@ def spec_problems(source: Any, overrides: list[str] | tuple[str, ...] = (), *, l
         spec = ExperimentSpec.model_validate(data, context=context)
         problems, checked, fields = [], spec, spec
     except ValidationError as e:
-        spec, problems = None, as_written(problems_of(e), data)
+        spec, problems = None, as_written(problems_of(e, ExperimentSpec), data)
         checked, fields, cross = _validated_part(data, context, problems)
         problems += cross
     except SpecError as e:   # every field valid, a cross-field problem
@@ -62,6 +62,7 @@ def spec_problems(source: Any, overrides: list[str] | tuple[str, ...] = (), *, l
     problems = blamed([p for p in problems if p != ("", CROSS_NOT_CHECKED)], keys)
     if local:
         problems += _local_problems(spec, fields, data, base, {where for where, _ in problems})
+        problems += _offline_hub_problems(spec)
     if sizes:
         found = _size_problems(checked, bool(problems or notes))
         problems += [p for p in found if p[0]]
@@ -130,6 +131,32 @@ def _local_problems(spec: ExperimentSpec | None, fields: SpecFields | None, data
     if fields is not None:
         return problems + data_problems(fields, missing)
     return problems + _task_folder_problems(data, base, missing)
+
+
+def _offline_hub_problems(spec: ExperimentSpec | None) -> list[tuple[str, str]]:
+    """With Hugging Face kept offline, each hub id of the planned trials (a sub-word source, a tokenizer;
+    pinned as `<id>@<revision>` or not) that this machine's hub cache lacks: every trial naming it would
+    fail, so the spec is refused with the revision asked for and the ones the cache holds. Online, the
+    trials may fetch it: left to them."""
+    from embinit.errors import offline_miss
+    from embinit.hf_cache import offline
+    from embinit.init.source_files import hub_ids
+    from embinit.spec.checks import _trials
+    from embinit.tasks.tokenization import unregistered_hint
+    if spec is None or offline() is None:
+        return []
+    found: dict[tuple[str, str], list[str]] = {}
+    for p in spec.model_copy(update={"seeds": spec.seeds[:1]}).plan():
+        c = p.config
+        ids = hub_ids(c.get("init"), c.get("pretrained"), c.get("src_init"), c.get("src_pretrained"),
+                      tokenizer=c.get("tokenizer"))
+        for field, hub_id in ids.items():
+            if (why := offline_miss(hub_id)) is not None:
+                # a tokenizer typo ('spacey') has a bare hub id's shape: the registered names, the closest
+                typo = unregistered_hint(hub_id) if field == "tokenizer" and "/" not in hub_id else ""
+                why = f"{hub_id!r}: {why}" + (f"; nor a tokenizer name: {typo}" if typo else "")
+                found.setdefault((field, why), []).append(f"{p.task} x {p.label}")
+    return [(_trials(sorted(set(names))), f"{field} {why}") for (field, why), names in found.items()]
 
 
 def _resolved(value: Any, base: Path | None) -> str | None:

@@ -67,7 +67,7 @@ def load_spec(source: Any, overrides: list[str] | tuple[str, ...] = ()) -> Exper
     try:
         return ExperimentSpec.model_validate(data, context={"base_dir": base})
     except ValidationError as e:
-        found = as_written(problems_of(e), data)
+        found = as_written(problems_of(e, ExperimentSpec), data)
     except SpecError as e:
         found = as_written(e.problems, data)
     raise SpecError(blamed(found, keys)) from None

@@ -56,17 +56,49 @@ def _loc(loc: tuple) -> tuple[str, bool]:
     return out, branch
 
 
-def _message(e: dict[str, Any]) -> str:
+def _models(annotation: Any) -> list[type]:
+    """The pydantic models an annotation holds (`X`, `X | None`, `list[X]`, `dict[str, X]`, `Annotated[X, ...]`)."""
+    from typing import get_args
+    from pydantic import BaseModel
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in get_args(annotation) for m in _models(arg)]
+
+
+def _fields_at(model: type | None, loc: tuple) -> list[str]:
+    """The field names a key at location `loc` (the unknown key's parent) may take, walking the spec model
+    from `model`; [] where the location holds no model (a dict of free keys) or none is given."""
+    found = [model] if model is not None else []
+    for part in loc:
+        if isinstance(part, int):
+            continue   # a list's item: the list's models already
+        named = [m for m in found if m.__name__ == part]   # a union branch pydantic names by its class
+        found = named or [m for m in found for name, f in m.model_fields.items() if part in (name, f.alias)
+                          for m in _models(f.annotation)]
+    return sorted({f.alias or name for m in found for name, f in m.model_fields.items()})
+
+
+def _unknown_field(e: dict[str, Any], model: type | None) -> str:
+    """An unknown key, with the valid one closest to it (a typo), else the valid ones."""
+    from embinit.errors import did_you_mean
+    key = e["loc"][-1]
+    valid = _fields_at(model, tuple(e["loc"][:-1]))
+    hint = did_you_mean(str(key), valid) if valid else ""
+    return f"unknown field {key!r}" + (hint or (f"; valid: {valid}" if valid else ""))
+
+
+def _message(e: dict[str, Any], model: type | None = None) -> str:
     msg = e["msg"].removeprefix("Value error, ")
     if e["type"] == "extra_forbidden":
-        return f"unknown field {e['loc'][-1]!r}"
+        return _unknown_field(e, model)
     if e["type"] != "value_error" and not isinstance(e.get("input"), (dict, list, type(None))):
         return f"{msg}, got {e['input']!r}"
     return msg
 
 
-def problems_of(err: ValidationError) -> list[tuple[str, str]]:
-    """Every (path, message) of a validation error, without a union's noise."""
+def problems_of(err: ValidationError, model: type | None = None) -> list[tuple[str, str]]:
+    """Every (path, message) of a validation error, without a union's noise; `model`, the pydantic model
+    validated, names the valid key closest to an unknown one."""
     found = []
     for e in err.errors():
         path, branch = _loc(e["loc"])
@@ -79,7 +111,7 @@ def problems_of(err: ValidationError) -> list[tuple[str, str]]:
             path = f"{path}.{field}"
         last = e["loc"][-1] if e["loc"] else ""
         at_branch = branch and isinstance(last, str) and ("[" in last or last in _BRANCHES)
-        found.append((path, _message(e), at_branch and e["type"].endswith("_type")))
+        found.append((path, _message(e, model), at_branch and e["type"].endswith("_type")))
     # A union's "wrong type" error is noise when another branch explains the problem at the same path.
     explained = {p for p, _, noise in found if not noise}
     out = [(p, m) for p, m, noise in found

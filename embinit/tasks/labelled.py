@@ -115,20 +115,37 @@ def jsonl_rows(path: Path, layout: Layout, label: bool = True) -> list:
 ROWS = {"tsv": _tsv_rows, "csv": _csv_rows, "jsonl": jsonl_rows}
 
 
+MAX_LINES = 5   # line numbers named for a label value the layout lacks, beyond its first row
+
+
 def _read(rows: list, path: Path, layout: Layout) -> list[tuple]:
-    """[(text[, text_b], label_id)] of a row source's rows; every bad row in one error."""
-    out, problems = [], []
+    """[(text[, text_b], label_id)] of a row source's rows; every bad row in one error. A label value the
+    layout lacks is one problem however many rows hold it (at its first row, with how many more and where),
+    and the error ends with the labels the file does hold: labels written otherwise than the definition's
+    (`neg` for `negative`) would otherwise fill the error with one line per row."""
+    out, problems, unknown, seen = [], [], {}, {}
     for row in rows:
         if isinstance(row, str):
             problems.append(row)
             continue
         where, values = row
+        seen.setdefault(values[-1].strip(), None)
         try:
             out.append((*[v.strip() for v in values[:-1]], label_id(values[-1], layout, where)))
         except EmbinitError as e:   # every bad row of the file in one error, not the first alone
+            value = values[-1].strip()
+            if value in unknown:
+                unknown[value][1].append(where.rpartition(":")[2])
+                continue
+            unknown[value] = (len(problems), [])
             problems.append(str(e))
+    for at, lines in unknown.values():
+        if lines:
+            shown = ", ".join(lines[:MAX_LINES]) + (", ..." if len(lines) > MAX_LINES else "")
+            problems[at] += f" (the same on {len(lines)} more line{'s' if len(lines) > 1 else ''}: {shown})"
     if problems:
-        raise problems_error(path, problems)
+        hint = f"the labels this file holds: {sorted(seen, key=_label_order)}" if unknown else ""
+        raise problems_error(path, problems, hint)
     return out
 
 

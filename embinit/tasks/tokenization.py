@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from embinit.errors import EmbinitError, empty_tokenizer, unknown_name
+from embinit.errors import EmbinitError, empty_tokenizer, offline_miss, unknown_name
 from embinit.hf_cache import revision_problem, split_revision
 from embinit.vocab import BOS, EOS, PAD
 
@@ -238,6 +238,8 @@ class HfBackend(Backend):
                     f"the task's data folder)" if spec.name == "gpt2" else
                     "give a local folder with the tokenizer files (tokenizer.json, vocab.txt, ...)"
                     + (f"; or a tokenizer name: {unregistered}" if unregistered else ""))
+            if (why := offline_miss(spec.source)) is not None:   # the revision asked, the ones cached
+                raise EmbinitError(f"cannot load tokenizer {spec.source!r}: {why}; {hint}") from None
             raise EmbinitError(f"cannot load tokenizer {spec.source!r} with transformers.AutoTokenizer "
                                f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
                                f"offline? {hint}") from None
