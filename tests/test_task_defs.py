@@ -332,4 +332,7 @@ def test_embinit_train_takes_a_definition_file(tmp_path, capsys):
     assert result["status"] == "finished" and result["config"]["task_def"]["columns"] == ["review", "sentiment"]
     path.write_text(yaml.safe_dump({**IMDB, "like": "nope"}))
     assert main(["train", "--task", "imdb", "--task-def", str(path), "--data-dir", str(folder), "--quiet"]) == 2
-    assert "define_tasks.imdb.like: 'nope' is not a built-in task" in capsys.readouterr().err
+    assert f"--task-def {path}: like: 'nope' is not a built-in task" in capsys.readouterr().err
+    path.write_text(yaml.safe_dump({**IMDB, "label": ["a", "b"]}))
+    assert main(["train", "--task", "imdb", "--task-def", str(path), "--data-dir", str(folder), "--quiet"]) == 2
+    assert f"--task-def {path}: label: unknown field" in capsys.readouterr().err

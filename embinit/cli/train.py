@@ -54,6 +54,11 @@ def _extra(text: str) -> tuple[str, object]:
         return key, value
 
 
+class _DefinitionFile(dict):
+    """A task definition read from a file, which its problems name."""
+    path = ""
+
+
 def _definition(path: str) -> dict:
     """A task definition (embinit.task_defs) from a YAML or JSON file."""
     import yaml
@@ -63,7 +68,9 @@ def _definition(path: str) -> dict:
         raise argparse.ArgumentTypeError(f"cannot read a task definition from {path}: {e}") from None
     if not isinstance(data, dict):
         raise argparse.ArgumentTypeError(f"{path} holds no mapping (like, files, ...): a task definition is one")
-    return data
+    out = _DefinitionFile(data)
+    out.path = path
+    return out
 
 
 def register(subparsers) -> None:
@@ -142,6 +149,8 @@ _PATH_FLAGS = {"data_dir": "--data-dir", "pretrained": "--pretrained", "src_pret
 def given_fields(args) -> dict:
     """The TrialConfig fields the flags given set (a flag left out sets nothing)."""
     out = {name: getattr(args, name) for name in _FIELD_FLAGS if getattr(args, name) is not None}
+    if isinstance(out.get("task_def"), dict):
+        out["task_def"] = dict(out["task_def"])   # the definition, not the file it came from
     out.update({field: value for flag, (field, value) in _SWITCHES.items() if getattr(args, flag)})
     if args.extra:
         out["extras"] = dict(args.extra)
@@ -154,6 +163,14 @@ def config_from_args(args):
 
     if args.task is None:
         raise EmbinitError("give --task TASK (a new trial) or --from-run RUN_ID (a trial an MLflow run recorded)")
+    if isinstance(args.task_def, _DefinitionFile):   # its problems by the file's own fields
+        from embinit import task_defs
+        at = f"define_tasks.{args.task}"
+        found = [(where.removeprefix(at).lstrip("."), msg)
+                 for where, msg in task_defs.problems(args.task, args.task_def)]
+        if found:
+            raise EmbinitError(f"--task-def {args.task_def.path}: "
+                               + "; ".join(f"{w}: {m}" if w else m for w, m in found))
     return TrialConfig(**given_fields(args))
 
 
