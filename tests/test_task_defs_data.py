@@ -251,3 +251,23 @@ def test_a_definitions_defaults_have_the_bounds_of_a_specs_own_values(tmp_path):
     assert {p["loc"]: p["msg"] for p in r.json()["detail"]} == {
         "epochs": "5000 exceeds this service's limit of 1000 (setting max_epochs)",
         "d_model": "8192 exceeds this service's limit of 4096 (setting max_d_model)"}
+
+
+def test_a_definition_with_problems_says_its_data_files_wait_for_it(tmp_path):
+    """The spec check reads a defined task's files only through a valid definition: with problems in it,
+    the check says so beside them (it said that model sizes and cross-field checks wait, and not this)."""
+    from embinit.spec.full_check import check_spec
+    folder = tmp_path / "imdb"
+    folder.mkdir()
+    write_csv(folder / "train.csv", REVIEWS)
+    write_csv(folder / "dev.csv", REVIEWS, header=("text", "sentiment"))   # lacks the column `review`
+    data = spec({"imdb": {**IMDB, "colour": 1}}, [{"task": "imdb", "data_dir": str(folder)}])
+    with pytest.raises(SpecError) as e:
+        check_spec(data)
+    assert list(dict(e.value.problems)) == ["define_tasks.imdb.colour"]
+    assert "data files of the tasks defined with problems above (imdb) not checked until the definitions are " \
+           "fixed" in e.value.notes
+    data["define_tasks"]["imdb"].pop("colour")
+    with pytest.raises(SpecError) as e:
+        check_spec(data)
+    assert "header lacks column(s) ['review']" in dict(e.value.problems)["tasks[0].data_dir"]

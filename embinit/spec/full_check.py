@@ -63,11 +63,19 @@ def spec_problems(source: Any, overrides: list[str] | tuple[str, ...] = (), *, l
     if local:
         problems += _local_problems(spec, fields, data, base, {where for where, _ in problems})
         problems += _offline_hub_problems(spec)
+        notes += _definitions_not_read(problems)
     if sizes:
         found = _size_problems(checked, bool(problems or notes))
         problems += [p for p in found if p[0]]
         notes += [m for p, m in found if not p]
     return spec, problems, notes
+
+
+def _definitions_not_read(problems: list[tuple[str, str]]) -> list[str]:
+    """A task whose definition has problems is not read: its data files are checked once it is fixed."""
+    names = sorted({where.split(".")[1] for where, _ in problems if where.startswith("define_tasks.")})
+    return [f"data files of the tasks defined with problems above ({', '.join(names)}) not checked until "
+            f"the definitions are fixed"] if names else []
 
 
 def _fields(data: dict[str, Any], context: dict) -> SpecFields | None:
