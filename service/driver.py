@@ -70,12 +70,13 @@ def failure_reasons(trials: list[dict[str, Any]], most: int = 3) -> str:
 
 def final_state(result, cancelled: bool) -> tuple[str, str | None]:
     """(status, error) of a finished sweep: succeeded only when every planned trial has a finished run
-    (trained now or reused), so a sweep that lost trials never passes for a complete one."""
+    (trained now or reused), so a sweep that lost trials never passes for a complete one; and then
+    whether or not a cancel was asked for (it came after the last trial: nothing was cancelled)."""
     failed, ran = result.n_failed, result.planned - result.reused
-    if result.cancelled or cancelled:
-        return "cancelled", None
     if result.n_finished >= result.planned:
         return "succeeded", None
+    if result.cancelled or cancelled:
+        return "cancelled", None
     if failed and failed >= ran:
         return "failed", f"all {failed} trials failed: {failure_reasons(result.trials)}"
     missing = result.planned - result.n_finished - failed

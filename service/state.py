@@ -198,11 +198,11 @@ class Reconciler:
         if closed:
             log.info("experiment %s: closed %d orphaned MLflow runs", exp.id, closed)
         counts = self.store.counts(exp)
+        done = counts.get("finished", 0) + counts.get("reused", 0)
+        if done >= exp.n_trials:   # a cancel asked for after the last trial cancelled nothing
+            return DriverState("succeeded", counts=counts, finished_at=time.time())
         if exp.cancel_requested_at:
             return DriverState("cancelled", counts=counts, finished_at=time.time())
-        done = counts.get("finished", 0) + counts.get("reused", 0)
-        if done >= exp.n_trials:
-            return DriverState("succeeded", counts=counts, finished_at=time.time())
         return DriverState("failed", counts=counts, finished_at=time.time(), error=DRIVER_LOST)
 
     @staticmethod

@@ -294,6 +294,23 @@ def test_restart_shows_what_happened_meanwhile(make_client, cluster):
     assert f"embinit-exp-{a}" in cluster.released
 
 
+def test_a_cancel_after_the_last_trial_cancelled_nothing(client, cluster, monkeypatch):
+    """The cancel reached a driver whose trials had all finished (MLflow holds every one), and the driver
+    was gone before it reported: the experiment succeeded; it read `cancelled` before. (A driver that
+    reports reads the same: `service.driver.final_state`, tests/test_service_driver.py.)"""
+    exp_id = submit(client, SPEC).json()["id"]
+    runner = FakeRunner(cluster)
+    runner.advance(f"embinit-exp-{exp_id}", "running", running=4)
+    for key in cluster.specs[f"embinit-exp-{exp_id}"]["keys"]:
+        cluster.mlflow[key] = "finished"
+    monkeypatch.setattr(FakeRunner, "cancel", lambda self, driver: self.cluster.cancelled.add(driver))
+    assert client.delete(f"/experiments/{exp_id}").status_code == 202   # asked; the driver has not answered
+    runner.lose(f"embinit-exp-{exp_id}")
+    exp = client.get(f"/experiments/{exp_id}").json()
+    assert (exp["status"], exp["error"], exp["cancel_requested"]) == ("succeeded", None, True)
+    assert exp["counts"]["finished"] == 4
+
+
 # ---- bad input -----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("spec, loc, msg", [

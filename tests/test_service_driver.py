@@ -48,6 +48,8 @@ def _drive(monkeypatch, sweep, tracking_uri: str = "sqlite:///x.db", store_uri: 
      "only 2 of 4 trials finished (1 failed, 1 have no finished run; see MLflow); failures: ValueError: "
      "bad lr (1 trial); submit again with ?rerun=true to run the rest"),
     (_result(finished=1, cancelled=True), "cancelled", None),
+    # a cancel that came after the last trial had finished cancelled nothing
+    (_result(finished=4, cancelled=True), "succeeded", None),
 ])
 def test_final_states(monkeypatch, result, status, error):
     driver = _drive(monkeypatch, lambda *a, **k: result)
