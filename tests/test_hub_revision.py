@@ -169,7 +169,7 @@ def test_a_cached_snapshot_gives_the_spec_check_its_width(hub, monkeypatch):
 def test_the_dry_run_notes_no_cached_tokenizer_as_a_possible_typo(hub, monkeypatch):
     """Its note is for a value that may be a typo of a tokenizer name ('spacey'); a repository the hub
     cache holds is none."""
-    from embinit.cli.dry_run import tokenizer_lines
+    from embinit.cli.hub_notes import tokenizer_lines
     from embinit.spec.experiment import ExperimentSpec
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
@@ -177,3 +177,19 @@ def test_the_dry_run_notes_no_cached_tokenizer_as_a_possible_typo(hub, monkeypat
                                           "seeds": 1, "axes": {"tokenizer": ["org/tiny@v1", "org/other"]}})
     assert [line.split(":")[0] for line in tokenizer_lines(spec.plan())] == ["note"]
     assert "'org/other'" in tokenizer_lines(spec.plan())[0]
+
+
+def test_the_dry_run_names_each_hub_id_not_pinned_to_a_commit_and_the_pin_it_would_read(hub, monkeypatch):
+    from embinit.cli.hub_notes import unpinned_lines
+    from embinit.spec.experiment import ExperimentSpec
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    inits = [{"tgt": "hf", "label": f"HF{i}", "pretrained": p}
+             for i, p in enumerate(("org/tiny", "org/tiny@v1", f"org/tiny@{OLD}", "org/gone"))]
+    spec = ExperimentSpec.model_validate({"name": "t", "tasks": ["synthetic_classification"], "inits": inits,
+                                          "seeds": 1})
+    lines = unpinned_lines(spec.plan())
+    assert [line.split("'")[1] for line in lines] == ["org/gone", "org/tiny", "org/tiny@v1"]
+    assert lines[1].endswith(f"it reads org/tiny@{NEW} here now: pin that to keep it")
+    assert lines[2].endswith(f"it reads org/tiny@{OLD} here now: pin that to keep it")
+    assert lines[0].endswith("which can change with the hub")

@@ -14,6 +14,7 @@ from typing import NamedTuple
 from embinit.tracking.records import RESULT   # a trial run's statuses with a result (MLflow's FINISHED)
 from embinit.config import TrialConfig, task_defaults
 from embinit.redact import masked
+from embinit.cli.hub_notes import hub_notes
 from embinit.tracking.store_check import (StoreState, StoreUnreachable, database_store, is_server_database, resolved,
                                           sqlite_path, sqlite_store)
 
@@ -283,25 +284,6 @@ def execution_lines(spec, plan) -> list[str]:
                 f"alone; a cluster's slots may group them otherwise"]
 
 
-def tokenizer_lines(plan) -> list[str]:
-    """A note for each tokenizer value that is no registered tokenizer nor a folder here nor in the hub
-    cache: the trials load it as a Hugging Face hub id, which a dry run does not check (a typo such as
-    'spacey' has that shape). A cached one is no typo (and offline, an uncached one is a spec problem)."""
-    from embinit.errors import EmbinitError
-    from embinit.hf_cache import snapshot
-    from embinit.tasks.tokenization import resolve_tokenizer, unregistered_hint
-    lines = []
-    for value in sorted({p.config.get("tokenizer") for p in plan} - {None, "auto"}):
-        try:
-            hub_id = resolve_tokenizer(value).identity == ("hf", value)
-        except EmbinitError:   # a missing folder: the spec check reports it
-            continue
-        if hub_id and snapshot(value) is None and (hint := unregistered_hint(value)):
-            lines.append(f"note: tokenizer {value!r} will be loaded as a Hugging Face hub id by the trials "
-                         f"(not checked here): {hint}")
-    return lines
-
-
 def dry_run(spec, tracking_uri: str | None = None) -> str:
     """The expanded trial list, one trial a line, the cost, and the total; `tracking_uri` (the run's
     `--tracking-uri`) is the store the run would write, else the spec's."""
@@ -314,7 +296,7 @@ def dry_run(spec, tracking_uri: str | None = None) -> str:
     lines = trial_lines(spec, plan, done, unfinished_marks(plan, exp_id, read, recs, done))
     if not spec.drawn:
         lines += cost_lines(spec, plan, read, done, {exp_id: recs} if exp_id else None) + execution_lines(spec, plan)
-    notes = tokenizer_lines(plan)
+    notes = hub_notes(plan)
     lines += ([""] + notes if notes else []) + store_lines(store)
     lines.append(f"{spec.num_trials()} trials; MLflow experiment {spec.experiment_name()!r} at {masked(uri)}")
     return "\n".join(lines)
