@@ -10,7 +10,7 @@ import copy
 import re
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Callable
 
 from pydantic import ValidationError
 
@@ -60,12 +60,20 @@ def spec_problems(source: Any, overrides: list[str] | tuple[str, ...] = (), *, l
         checked, fields = None, _fields(data, context)
     notes = [m for p, m in problems if (p, m) == ("", CROSS_NOT_CHECKED)]
     problems = blamed([p for p in problems if p != ("", CROSS_NOT_CHECKED)], keys)
+    plans: dict[int, list] = {}
+
+    def one_seed(s: ExperimentSpec) -> list:
+        """`s`'s trials of its first seed, planned once for both checks (a trial's size and hub ids do not
+        depend on its seed; the sweep or dry run that follows expands the whole grid)."""
+        if id(s) not in plans:
+            plans[id(s)] = s.model_copy(update={"seeds": s.seeds[:1]}).plan()
+        return plans[id(s)]
     if local:
         problems += _local_problems(spec, fields, data, base, {where for where, _ in problems})
-        problems += _offline_hub_problems(spec)
+        problems += _offline_hub_problems(spec, one_seed)
         notes += _definitions_not_read(problems)
     if sizes:
-        found = _size_problems(checked, bool(problems or notes))
+        found = _size_problems(checked, bool(problems or notes), one_seed)
         problems += [p for p in found if p[0]]
         notes += [m for p, m in found if not p]
     return spec, problems, notes
@@ -141,7 +149,8 @@ def _local_problems(spec: ExperimentSpec | None, fields: SpecFields | None, data
     return problems + _task_folder_problems(data, base, missing)
 
 
-def _offline_hub_problems(spec: ExperimentSpec | None) -> list[tuple[str, str]]:
+def _offline_hub_problems(spec: ExperimentSpec | None, one_seed: Callable[[ExperimentSpec], list]
+                          ) -> list[tuple[str, str]]:
     """With Hugging Face kept offline, each hub id of the planned trials (a sub-word source, a tokenizer;
     pinned as `<id>@<revision>` or not) that this machine's hub cache lacks: every trial naming it would
     fail, so the spec is refused with the revision asked for and the ones the cache holds. Online, the
@@ -154,7 +163,11 @@ def _offline_hub_problems(spec: ExperimentSpec | None) -> list[tuple[str, str]]:
     if spec is None or offline() is None:
         return []
     found: dict[tuple[str, str], list[str]] = {}
-    for p in spec.model_copy(update={"seeds": spec.seeds[:1]}).plan():
+    try:
+        plan = one_seed(spec)
+    except SpecError:   # the size check names it
+        return []
+    for p in plan:
         c = p.config
         ids = hub_ids(c.get("init"), c.get("pretrained"), c.get("src_init"), c.get("src_pretrained"),
                       tokenizer=c.get("tokenizer"))
@@ -216,7 +229,8 @@ def _defined_here(data: dict[str, Any], task: str) -> bool:
     return True
 
 
-def _size_problems(spec: ExperimentSpec | None, after_problems: bool) -> list[tuple[str, str]]:
+def _size_problems(spec: ExperimentSpec | None, after_problems: bool,
+                   one_seed: Callable[[ExperimentSpec], list]) -> list[tuple[str, str]]:
     """The model-size problems of a spec that validated (its valid part), else a line saying they were
     not checked (only where there are problems above). A trial's size and the name a problem gives it
     (task x init) do not depend on its seed, so one seed is planned: the sweep or the dry run that
@@ -225,6 +239,6 @@ def _size_problems(spec: ExperimentSpec | None, after_problems: bool) -> list[tu
     if spec is None:
         return [("", SIZES_NOT_CHECKED)] if after_problems else []
     try:
-        return dimension_problems(spec.model_copy(update={"seeds": spec.seeds[:1]}).plan(), spec.search)
+        return dimension_problems(one_seed(spec), spec.search)
     except SpecError as e:
         return e.problems
