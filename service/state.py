@@ -103,6 +103,8 @@ class Reconciler:
             self._reconcile(exp)
             self._checked[exp.id] = time.monotonic()
             session.commit()
+            if exp.status in TERMINAL and exp.driver:   # its end recorded first: then its driver goes (a
+                self.runner.release(exp.driver)         # crash between the two loses no state)
             if exp.status in TERMINAL:  # never refreshed again: nothing of it is kept here
                 self._checked.pop(exp.id, None)
                 self._locks.pop(exp.id, None)   # a refresh holding it still releases its own
@@ -154,8 +156,6 @@ class Reconciler:
         self._apply(exp, state)
         if exp.mlflow_experiment_id is None:
             exp.mlflow_experiment_id = self.store.experiment_id(exp)
-        if exp.status in TERMINAL and exp.driver:
-            self.runner.release(exp.driver)
 
     def _being_started(self, exp: Experiment) -> bool:
         """A queued experiment without a driver name: its submission committed the row and is starting the
