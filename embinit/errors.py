@@ -53,11 +53,10 @@ def offline_miss(name: str, repo_type: str = "model") -> str | None:
     asked for (the revision asked, what the cache holds), else None (a folder, online, or cached: then
     the loader's own error says why). transformers' own words, "couldn't connect to huggingface.co",
     would blame a network it never tried."""
-    from embinit.hf_cache import not_cached, offline, snapshot
+    from embinit.hf_cache import not_cached, offline, path_shaped, snapshot
     flag = offline()
-    repo = name.partition("@")[0]
-    if flag is None or Path(name).expanduser().exists() or repo.startswith((".", "/", "~")) \
-            or repo.count("/") > 1 or snapshot(name, repo_type) is not None:   # a path, no hub id: not here
+    if flag is None or Path(name).expanduser().exists() or path_shaped(name) \
+            or snapshot(name, repo_type) is not None:   # a path, no hub id: not here
         return None
     return f"{not_cached(name, repo_type)}; {flag} is set, so the hub is not asked"
 

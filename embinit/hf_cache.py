@@ -44,6 +44,17 @@ def split_revision(name: str) -> tuple[str, str | None]:
     return repo, revision
 
 
+def path_shaped(name: str) -> bool:
+    """Whether a value that names no file reads as a path, not a hub id (`name` or `org/name`, pinned or
+    not): `./x`, `/x`, `~/x`, `a/b/c`."""
+    repo = split_revision(name)[0]
+    return repo.startswith((".", "/", "~")) or repo.count("/") > 1
+
+
+def _repo_folder(repo: str, repo_type: str = "model") -> Path:
+    return hub_cache() / f"{repo_type}s--{repo.replace('/', '--')}"
+
+
 def revision_problem(name: str) -> str | None:
     """What is wrong with the pin of hub id `name` (`org/model@` with no revision), else None."""
     repo, revision = split_revision(name)
@@ -59,7 +70,7 @@ def hub_revision(repo_id: str, repo_type: str = "model") -> str | None:
     cache's `refs/<revision>` names (written when it was downloaded); None when none is cached (a dataset
     `datasets` keeps in its own cache only, say)."""
     repo, revision = split_revision(repo_id)
-    folder = hub_cache() / f"{repo_type}s--{repo.replace('/', '--')}"
+    folder = _repo_folder(repo, repo_type)
     if revision is not None and COMMIT.fullmatch(revision):
         return revision if (folder / "snapshots" / revision).is_dir() else None
     try:
@@ -72,10 +83,6 @@ def hub_revision(repo_id: str, repo_type: str = "model") -> str | None:
 def offline() -> str | None:
     """The variable that keeps Hugging Face off the network (HF_HUB_OFFLINE, TRANSFORMERS_OFFLINE), else None."""
     return set_flag("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
-
-
-def _repo_folder(repo: str, repo_type: str = "model") -> Path:
-    return hub_cache() / f"{repo_type}s--{repo.replace('/', '--')}"
 
 
 def snapshot(hub_id: str, repo_type: str = "model") -> Path | None:

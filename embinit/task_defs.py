@@ -210,9 +210,12 @@ def entry(d: dict) -> TaskEntry:
                                definition=json.dumps(canonical(d), sort_keys=True))
 
 
-# name -> (the definition as last given, its registered entry): configs are made again and again (a report
-# resolves every trial's, ~0.1 ms a check), and the same definition is checked once
-_LAST: dict[str, tuple[str, TaskEntry]] = {}
+@functools.lru_cache(maxsize=256)
+def _entry_of(task: str, text: str) -> TaskEntry | None:
+    """The entry of definition `text` (JSON) of `task`, None for an invalid one: configs are made again
+    and again (a report resolves every trial's, ~0.1 ms a check), and each definition is checked once."""
+    d = json.loads(text)
+    return None if problems(task, d) else entry(d)
 
 
 def ensure(name: str, d: dict) -> None:
@@ -220,23 +223,13 @@ def ensure(name: str, d: dict) -> None:
     replace an earlier definition of that name (each config carries its own, so the last one made is the
     one its trial reads); an invalid one is an error listing its problems."""
     from embinit.task_registry import DEFINED, TASKS, define
-    text = json.dumps(d, sort_keys=True, default=str)
-    last = _LAST.get(name)
-    if last is not None and last[0] == text and TASKS.get(name) is last[1]:
+    e = _entry_of(name, json.dumps(d, sort_keys=True, default=str))
+    if e is not None and TASKS.get(name) is e:
         return
-    found = problems(name, d)
-    if found:
-        raise EmbinitError("; ".join(f"{path}: {msg}" for path, msg in found))
-    e = entry(d)
+    if e is None:
+        raise EmbinitError("; ".join(f"{path}: {msg}" for path, msg in problems(name, d)))
     if not (name in TASKS and name in DEFINED and TASKS[name].definition == e.definition):
         define(name, e)
-    _LAST[name] = (text, TASKS[name])
-
-
-@functools.lru_cache(maxsize=256)
-def _entry_of(task: str, text: str) -> TaskEntry | None:
-    d = json.loads(text)
-    return None if problems(task, d) else entry(d)
 
 
 def entry_of(task: str, definition: Any = None) -> TaskEntry | None:

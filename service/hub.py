@@ -17,16 +17,12 @@ from pathlib import Path
 from typing import Iterable
 
 from embinit.errors import unknown_name
-from embinit.hf_cache import cached_revisions, hub_cache, revision_problem, set_flag, split_revision
+from embinit.hf_cache import cached_revisions, hub_cache, offline, revision_problem, split_revision
 from embinit.init.registry import SOURCE_FAMILIES, parse_init_spec
 from embinit.spec import PlannedTrial
 from service.paths import TOKENIZER_NAMES
 
 HUB_TIMEOUT_S = 10.0
-
-
-def offline() -> bool:
-    return set_flag("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE") is not None
 
 
 def cached(hub_id: str) -> bool:
@@ -101,7 +97,7 @@ def check_hub_ids(plan: Iterable[PlannedTrial], roots: list[Path], locate) -> tu
             problems.append((where, pin))
         elif cached(value):
             notices.append(f"{where}: {value!r} is read from the Hugging Face cache of the API's machine")
-        elif offline():
+        elif offline() is not None:
             held = cached_revisions(value)   # a pin the cache lacks, where it holds other revisions
             holds = f"; the cache holds {split_revision(value)[0]} at {', '.join(held)}" if held else ""
             problems.append((where, f"{value!r} is no file inside {shown} and not in the local Hugging Face "

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Callable
 
 from embinit.errors import EmbinitError, empty_tokenizer, offline_miss, unknown_name
-from embinit.hf_cache import revision_problem, split_revision
+from embinit.hf_cache import path_shaped, revision_problem, split_revision
 from embinit.vocab import BOS, EOS, PAD
 
 # The registered tokenizers that cut whole words (also their backend kinds): trial keys ask this without
@@ -111,8 +111,7 @@ def resolve_tokenizer(name: str, lang: str = "en", lowercase: bool = True,
                              ("hf", [_file_id(p) for p in files]))
     # A hub id is "name" or "org/name", pinned as "<id>@<revision>" or not; anything else that looks like a
     # path is a missing folder.
-    repo = split_revision(name)[0]
-    if repo.startswith((".", "/", "~")) or repo.count("/") > 1 or Path(repo).suffix in (".json", ".txt"):
+    if path_shaped(name) or Path(split_revision(name)[0]).suffix in (".json", ".txt"):
         raise EmbinitError(f"tokenizer folder {name!r} does not exist; give a registered tokenizer "
                            f"{list(TOKENIZERS)}, a Hugging Face tokenizer folder or a hub id")
     if (problem := revision_problem(name)) is not None:
