@@ -128,6 +128,27 @@ def test_rows_still_improving_at_their_last_epoch_are_flagged(uri, capsys):
     assert "Xavier (test/bleu): best epoch" not in out
 
 
+def test_rows_trained_for_one_epoch_are_not_called_still_improving(uri, capsys):
+    # with a budget of one epoch the best epoch is the last by construction: the report says one epoch,
+    # not "still improving", which one epoch cannot show
+    exp = mlflow_store.ensure_experiment("one", uri)
+    for seed in range(3):
+        _trial(uri, exp, f"o{seed}", "Xavier", seed, 30.0 + seed, best_epoch=1, epochs=1)
+        _trial(uri, exp, f"p{seed}", "GloVe", seed, 20.0 + 2 * seed, best_epoch=1, epochs=1)
+    rows = {r["init"]: r for r in json.loads(_report(uri, capsys, "--format", "json", name="one"))["rows"]}
+    assert (rows["GloVe"]["still_improving"], rows["GloVe"]["one_epoch"]) == (False, 3)
+    assert rows["GloVe"]["vs_baseline"]["one_epoch"] is True
+    out = _report(uri, capsys, name="one")
+    assert "Still improving when" not in out and "(at this budget: still improving)" not in out
+    assert "| multi30k | GloVe | test/bleu | 22.00 (2.00) | 3 | 1.0 (of 1) |" in out
+    assert "Trained for one epoch" in out and "- multi30k GloVe (test/bleu): 3 of 3 seeds" in out
+    assert "| worse (after one epoch) |" in out
+    table = {r["init"]: r for r in csv.DictReader(io.StringIO(_report(uri, capsys, "--format", "csv", name="one")))}
+    assert table["GloVe"]["one_epoch"] == "3" and table["GloVe"]["best_at_last_epoch"] == "0"
+    tex = _report(uri, capsys, "--format", "latex", name="one")
+    assert "\\dagger" not in tex and "trained for one epoch" in tex
+
+
 def test_means_and_intervals_stay_inside_the_metric_range(uri, capsys):
     # sacrebleu can return 100.00000000000004 for a perfect score: the mean and the interval stay in
     # [0, 100] and ordered

@@ -91,7 +91,8 @@ def compare_rows(rows: list[dict[str, Any]], baseline: str) -> None:
         b, why = (None, None) if r["init"] == baseline else _baseline_row(r, base.get(_slot(r), []))
         r["vs_baseline"] = None if b is None or not r["seeds"] or not b["seeds"] else {
             **with_divergence(comparison(r["seeds"], b["seeds"], r["metric"], baseline), r, b),
-            "still_improving": bool(r.get("still_improving") or b.get("still_improving"))}
+            "still_improving": bool(r.get("still_improving") or b.get("still_improving")),
+            "one_epoch": bool(r.get("one_epoch") or b.get("one_epoch"))}
         if why:
             r["no_baseline"] = why
     for r in rows:
@@ -212,7 +213,8 @@ def markdown(rows: list[dict[str, Any]], baseline: str, name: Any = None) -> lis
         c = r["vs_baseline"]
         better = "higher" if c["higher_is_better"] else "lower"
         init = name(r) if name else r["init"]
-        budget = " (at this budget: still improving)" if c.get("still_improving") else ""
+        budget = (" (at this budget: still improving)" if c.get("still_improving")
+                  else " (after one epoch)" if c.get("one_epoch") else "")
         d = digits[r["task"], r["metric"]]
         note = f" ({c['note']})" if c.get("note") else ""
         lines.append(f"| {r['task']} | {init} | {r['metric']} ({better} is better) | {number(c['diff'], d)} | "

@@ -127,6 +127,9 @@ def _caption(experiment: str, rows: list[dict[str, Any]], baseline: str, usual_n
                      f"{escape(baseline)} in the same column (task and metric).")
     if any(r.get("still_improving") for r in rows):
         parts.append(r"$\dagger$: the best epoch was the last for most seeds (still improving).")
+    if any(r.get("one_epoch") for r in rows):
+        parts.append("Some rows trained for one epoch: their best epoch is the only one, so nothing shows "
+                     "whether they were still improving.")
     lost = [r for r in rows if r.get("diverged") and r["mean"] is not None]
     if lost:
         which = "; ".join(f"{escape(_row_key(r))} on {escape(r['task'])}: {r['diverged']} of "

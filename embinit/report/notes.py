@@ -23,10 +23,20 @@ def unconverged_notes(rows: list[dict[str, Any]]) -> list[str]:
     """One line per row whose best epoch is the last epoch for most of its seeds."""
     notes = [f"- {r['task']} {row_name(r)} ({r['metric']}): best epoch = last epoch for "
              f"{r['best_at_last_epoch']} of {r['n']} seeds" for r in rows if r.get("still_improving")]
-    if not notes:
-        return []
-    return ["", "Still improving when training stopped (best epoch = last epoch for most seeds): these rows "
-            "compare training budgets, not converged models; more epochs may change the ranking.", *notes]
+    lines = ["", "Still improving when training stopped (best epoch = last epoch for most seeds): these rows "
+             "compare training budgets, not converged models; more epochs may change the ranking.",
+             *notes] if notes else []
+    return lines + one_epoch_notes(rows)
+
+
+def one_epoch_notes(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per row some of whose seeds trained for a single epoch: their best epoch is the last by
+    construction, so nothing says whether they were still improving."""
+    notes = [f"- {r['task']} {row_name(r)} ({r['metric']}): {r['one_epoch']} of {r['n']} seeds"
+             for r in rows if r.get("one_epoch")]
+    return ["", "Trained for one epoch (the best epoch is the only one; nothing shows whether they were "
+            "still improving): these rows compare one epoch of training, not converged models.",
+            *notes] if notes else []
 
 
 def non_finite_notes(rows: list[dict[str, Any]]) -> list[str]:

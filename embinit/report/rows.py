@@ -159,12 +159,14 @@ def group_rows(gkey: tuple, members: list[_Trial], rows: list, run_ids: dict) ->
         ok = [t for t in logged if math.isfinite(t.metrics[metric])]   # a test/ppl of inf is no mean
         epochs = [t.metrics[_epoch_metric(metric)] for t in ok if _epoch_metric(metric) in t.metrics]
         at_last = sum(_best_at_last_epoch(t, metric) for t in ok)
+        one_epoch = sum(_budget(t) == 1 for t in ok)
         rows.append({"task": task, "init": label, "axes": json.loads(axes), "setting": json.loads(setting),
                      "point": point, "metric": metric, "split": _split(metric),
                      **summarize([t.metrics[metric] for t in ok], metric_range(metric)),
                      "seeds": {str(t.config.get("seed")): t.metrics[metric] for t in ok},
                      "best_epoch": statistics.fmean(epochs) if epochs else None,
                      "best_at_last_epoch": at_last, "still_improving": bool(ok) and at_last > len(ok) / 2,
+                     "one_epoch": one_epoch,
                      **counts, "non_finite": len(logged) - len(ok), "code_versions": _versions(ok),
                      "_basis": like})
     return [{"task": task, "init": label, "run_id": t.run_id, "reason": failure_reason(t.error)} for t in bad]
@@ -185,7 +187,14 @@ def _counts(trials: list[_Trial]) -> dict[str, int]:
     return {k: sum(t.status == k for t in trials) for k in ("diverged", "failed", "running")}
 
 
+def _budget(t: _Trial) -> int | float | None:
+    """The trial's epoch budget, as resolved (None when not recorded as a number)."""
+    last = _resolved(t).get("epochs")
+    return last if isinstance(last, (int, float)) and not isinstance(last, bool) else None
+
+
 def _best_at_last_epoch(t: _Trial, metric: str) -> bool:
-    """Whether the trial's best epoch (for `metric`) is the last epoch of its budget: still improving."""
-    epoch, last = t.metrics.get(_epoch_metric(metric)), _resolved(t).get("epochs")
-    return epoch is not None and isinstance(last, (int, float)) and epoch >= last
+    """Whether the trial's best epoch (for `metric`) is the last epoch of a budget of several: still
+    improving. With a budget of one epoch the best is the last by construction, which shows nothing."""
+    epoch, last = t.metrics.get(_epoch_metric(metric)), _budget(t)
+    return epoch is not None and last is not None and last > 1 and epoch >= last

@@ -61,7 +61,8 @@ class Report:
         without a plan; rows that split one init by setting each carry its count)."""
         buf = io.StringIO()
         cols = ["task", "init", "axes", "setting", "point", "metric", "split", "mean", "std", "n", "ci95", "ci_low",
-                "ci_high", "best_epoch", "best_at_last_epoch", "diverged", "non_finite", "failed", "running",
+                "ci_high", "best_epoch", "best_at_last_epoch", "one_epoch", "diverged", "non_finite", "failed",
+                "running",
                 "never_started", "failure_reasons", "failed_all_points", "diverged_all_points", "running_all_points",
                 "code_versions", *report_baseline.CSV_COLUMNS]
         w = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore")
@@ -81,7 +82,7 @@ class Report:
         lines = [f"### {self.experiment}", "", head, "|---" * 10 + "|"]
         digits = digits_by_metric(self.rows)
         for r in self.rows:
-            last = " (last)" if r.get("still_improving") else ""
+            last = " (last)" if r.get("still_improving") else " (of 1)" if r.get("one_epoch") == r["n"] > 0 else ""
             d = digits[r["task"], r["metric"]]
             lines.append(f"| {r['task']} | {row_name(r)} | {r['metric']} | {_fmt(r['mean'], d)} "
                          f"({_fmt(r['std'], d)}) | {r['n']} | {_fmt(r['best_epoch'], 1)}{last} | {_ci(r, d)} | "
