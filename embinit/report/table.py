@@ -62,9 +62,8 @@ class Report:
         buf = io.StringIO()
         cols = ["task", "init", "axes", "setting", "point", "metric", "split", "mean", "std", "n", "ci95", "ci_low",
                 "ci_high", "best_epoch", "best_at_last_epoch", "one_epoch", "diverged", "non_finite", "failed",
-                "running",
-                "never_started", "failure_reasons", "failed_all_points", "diverged_all_points", "running_all_points",
-                "code_versions", *report_baseline.CSV_COLUMNS]
+                "running", "never_started", "failure_reasons", "failed_all_points", "diverged_all_points",
+                "running_all_points", "code_versions", *report_baseline.CSV_COLUMNS]
         w = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore")
         w.writeheader()
         for r in self.rows:
