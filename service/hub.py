@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Iterable
 
 from embinit.errors import unknown_name
-from embinit.hf_cache import cached_revisions, hub_cache, offline, revision_problem, split_revision
+from embinit.hf_cache import cached_revisions, offline, revision_problem, snapshot, split_revision
 from embinit.init.registry import SOURCE_FAMILIES, parse_init_spec
 from embinit.spec import PlannedTrial
 from service.paths import TOKENIZER_NAMES
@@ -28,15 +28,9 @@ HUB_TIMEOUT_S = 10.0
 def cached(hub_id: str) -> bool:
     """True when the model's config is in the local Hugging Face cache (what an offline trial can load), at
     its pinned revision where the id pins one (`<id>@<revision>`)."""
-    from huggingface_hub import try_to_load_from_cache
-    repo_id, revision = split_revision(hub_id)
-    for name in ("config.json", "tokenizer_config.json"):   # a model, or a tokenizer-only repository
-        try:
-            if isinstance(try_to_load_from_cache(repo_id, name, cache_dir=hub_cache(), revision=revision), str):
-                return True
-        except Exception:
-            return False
-    return False
+    folder = snapshot(hub_id)
+    # a model, or a tokenizer-only repository
+    return folder is not None and any((folder / name).is_file() for name in ("config.json", "tokenizer_config.json"))
 
 
 def on_hub(hub_id: str) -> str | None:
