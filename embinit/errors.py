@@ -23,6 +23,11 @@ def problems_error(path: Path, problems: list[str], hint: str = "") -> EmbinitEr
     return EmbinitError(head + " | ".join(problems[:MAX_LISTED]) + more + (f"; {hint}" if hint else ""))
 
 
+def trials_text(names: list[str]) -> str:
+    """`trials a, b, c and 2 more`: where a problem of some planned trials lies, as spec checks name them."""
+    return "trials " + ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
 def did_you_mean(name: str, valid) -> str:
     """"; did you mean 'x'?" with the valid name closest to `name` (difflib), or "" when none is close."""
     import difflib

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from embinit.config import TrialConfig, task_defaults
-from embinit.errors import EmbinitError
+from embinit.errors import EmbinitError, trials_text
 from embinit.task_registry import task_kind
 
 
@@ -117,12 +117,7 @@ def dimension_problems(planned: Iterable[Any], search: Any = None) -> list[tuple
                 seen[shape] = _problem(TrialConfig.from_dict(c), dims)
             if seen[shape] is not None:
                 found.setdefault(seen[shape], []).append(f"{p.task} x {p.label}")
-    out = []
-    for why, trials in found.items():
-        named = sorted(set(trials))
-        where = ", ".join(named[:3]) + (f" and {len(named) - 3} more" if len(named) > 3 else "")
-        out.append((f"trials {where}", why))
-    return out
+    return [(trials_text(sorted(set(trials))), why) for why, trials in found.items()]
 
 
 def check_dimensions(planned: Iterable[Any], search: Any = None) -> None:

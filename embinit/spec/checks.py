@@ -11,6 +11,7 @@ from typing import Any
 
 from embinit import bounds
 from embinit.config import HYPERPARAMETERS, RULE_FIELDS, config_problems, task_defaults
+from embinit.errors import trials_text
 from embinit.spec.fields import SpecFields
 from embinit.spec.inits import INIT_AXES, InitEntry, init_axis_problem, init_string, source_name
 from embinit.spec.models import typed_value
@@ -117,7 +118,7 @@ def _rule_problems(spec: SpecFields) -> list[tuple[str, str]]:
             for values, labels in groups.items():
                 named = ["every init"] if len(labels) == len(spec.inits) > 1 else labels
                 found.setdefault(why, []).extend(f"{task.task} x {n}{v}" for n in named for v in values)
-    return [(_trials(names), why) for why, names in found.items()]
+    return [(trials_text(names), why) for why, names in found.items()]
 
 
 def _values_at(at: list[dict[str, Any]], points: list[dict[str, Any]]) -> tuple[str, ...]:
@@ -144,12 +145,6 @@ def _rule_points(spec: SpecFields) -> list[dict[str, Any]]:
         if valid:
             choices[name] = valid
     return [dict(zip(choices, combo)) for combo in itertools.product(*choices.values())]
-
-
-def _trials(names: list[str]) -> str:
-    """`trials a, b, c and 2 more`: where a problem of some planned trials lies (as `dimension_problems`
-    names them)."""
-    return "trials " + ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
 
 
 def _value_problems(spec: SpecFields) -> list[tuple[str, str]]:

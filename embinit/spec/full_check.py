@@ -15,6 +15,7 @@ from typing import Any, Callable
 from pydantic import ValidationError
 
 from embinit.config import RULE_FIELDS
+from embinit.errors import trials_text
 from embinit.spec import path_fields
 from embinit.spec.experiment import ExperimentSpec
 from embinit.spec.fields import SpecFields
@@ -158,7 +159,6 @@ def _offline_hub_problems(spec: ExperimentSpec | None, one_seed: Callable[[Exper
     from embinit.errors import offline_miss
     from embinit.hf_cache import offline
     from embinit.init.source_files import hub_ids
-    from embinit.spec.checks import _trials
     from embinit.tasks.tokenization import unregistered_hint
     if spec is None or offline() is None:
         return []
@@ -177,7 +177,7 @@ def _offline_hub_problems(spec: ExperimentSpec | None, one_seed: Callable[[Exper
                 typo = unregistered_hint(hub_id) if field == "tokenizer" and "/" not in hub_id else ""
                 why = f"{hub_id!r}: {why}" + (f"; nor a tokenizer name: {typo}" if typo else "")
                 found.setdefault((field, why), []).append(f"{p.task} x {p.label}")
-    return [(_trials(sorted(set(names))), f"{field} {why}") for (field, why), names in found.items()]
+    return [(trials_text(sorted(set(names))), f"{field} {why}") for (field, why), names in found.items()]
 
 
 def _resolved(value: Any, base: Path | None) -> str | None:
