@@ -95,12 +95,16 @@ class Layout:
 
 @dataclass(frozen=True)
 class Hub:
-    """A task's Hugging Face dataset: path, config, {hub split: TaskData split}, text columns."""
+    """A task's Hugging Face dataset: path (the repository's canonical id: the one its hub cache folder is
+    named by), config, {hub split: TaskData split}, text columns. `archive`: a zip file in the repository
+    that holds the task's release files, read as a local release folder; for a dataset whose hub copy is a
+    loading script, which `datasets` 4 and later no longer runs (IWSLT2017)."""
 
     path: str
     config: str | None
     splits: dict[str, str]
     columns: tuple[str, ...]
+    archive: str | None = None
 
     @property
     def name(self) -> str:

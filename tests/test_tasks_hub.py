@@ -1,7 +1,11 @@
 """The Hugging Face `datasets` path, exercised with `load_dataset` on local files (no network): the same
 data through the hub conversion and through the local reader must give the same TaskData."""
 
+import hashlib
+import io
 import json
+import os
+import zipfile
 
 import pytest
 
@@ -9,7 +13,9 @@ datasets = pytest.importorskip("datasets")
 
 from embinit.errors import EmbinitError  # noqa: E402
 from embinit.tasks import hub, load_task  # noqa: E402
+from embinit.tasks.load import data_origin  # noqa: E402
 from helpers.files import write  # noqa: E402
+from helpers.iwslt import iwslt_release  # noqa: E402
 
 DE = ["ein hund läuft .", "ein mann sitzt .", "eine frau läuft ."]
 EN = ["A dog runs.", "A man sits.", "A woman runs."]
@@ -53,16 +59,72 @@ def test_multi30k_hub_matches_local_files(monkeypatch, tmp_path):
     assert load_task("multi30k", **kw).info["cache"] == "hit"
 
 
-def test_iwslt_translation_column(monkeypatch, tmp_path):
-    files = {}
-    for split in ("train", "validation", "test"):
-        files[split] = tmp_path / f"{split}.jsonl"
-        write(files[split], [json.dumps({"translation": {"de": d, "en": e}}) for d, e in zip(DE, EN)])
-    asked = use_local_hub(monkeypatch, tmp_path, "json", files)
-    data = load_task("iwslt2017", tokenizer="whitespace", min_freq=1, cache_dir=False)
-    assert asked == [("iwslt2017", "iwslt2017-de-en")]
-    assert data.src_vocab.decode(data.splits["val"][0][0]) == DE[0].split()
-    assert data.references["test"] == [e.lower() for e in EN]
+def hub_dataset(cache, repo_id, files, commit):
+    """What huggingface_hub leaves in its cache for a download of a dataset repository's files: blobs named
+    by content, the snapshot's files linking to them, `refs/main` naming the commit."""
+    repo = cache / f"datasets--{repo_id.replace('/', '--')}"
+    for name, data in files.items():
+        blob = repo / "blobs" / hashlib.sha256(data).hexdigest()
+        blob.parent.mkdir(parents=True, exist_ok=True)
+        blob.write_bytes(data)
+        link = repo / "snapshots" / commit / name
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(os.path.relpath(blob, link.parent))
+    (repo / "refs").mkdir(exist_ok=True)
+    (repo / "refs" / "main").write_text(commit)
+
+
+def offline_hub(monkeypatch, tmp_path):
+    """The hub cache in tmp_path/hub, HF_HUB_OFFLINE for embinit and huggingface_hub (read at import),
+    embinit's cache in tmp_path/cache, no data folder."""
+    import huggingface_hub
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setenv("EMBINIT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("EMBINIT_DATA_DIR", raising=False)
+    monkeypatch.setattr(hub, "_load_dataset", lambda p, c: pytest.fail(f"datasets asked for {p}"))
+
+
+IWSLT_ZIP = "data/2017-01-trnted/texts/de/en/de-en.zip"
+
+
+def test_iwslt_hub_copy_is_the_release_zip_in_its_repository(monkeypatch, tmp_path):
+    # `datasets` 4 and later refuse IWSLT2017's loading script ("Dataset scripts are no longer supported"):
+    # the release zip the repository holds is read, from the hub cache, as a local release folder
+    release = iwslt_release(tmp_path / "de-en")
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        for path in sorted(release.iterdir()):
+            z.write(path, f"de-en/{path.name}")
+    commit = "c1" * 20
+    hub_dataset(tmp_path / "hub", "IWSLT/iwslt2017", {IWSLT_ZIP: buf.getvalue()}, commit)
+    offline_hub(monkeypatch, tmp_path)
+    kw = {"tokenizer": "whitespace", "min_freq": 1, "cache_dir": False, "lowercase": False}
+    via_hub = load_task("iwslt2017", **kw)
+    assert via_hub.info["loaded_from"] == "hub:IWSLT/iwslt2017/iwslt2017-de-en"
+    assert via_hub.info["archive"] == IWSLT_ZIP
+    same_data(via_hub, load_task("iwslt2017", data_dir=release, **kw))
+    assert via_hub.references["test"] == [f"Sentence tst{y} &amp; more ." for y in range(2010, 2016)]
+    assert data_origin("iwslt2017", None) == f"hub:IWSLT/iwslt2017/iwslt2017-de-en@{commit}"
+    assert load_task("iwslt2017", **kw).references == via_hub.references   # unpacked once, read again
+
+
+def test_iwslt_offline_without_the_zip_names_the_dataset_and_the_way_out(monkeypatch, tmp_path):
+    hub_dataset(tmp_path / "hub", "IWSLT/iwslt2017", {"README.md": b"no zip"}, "c2" * 20)
+    offline_hub(monkeypatch, tmp_path)
+    with pytest.raises(EmbinitError) as e:
+        load_task("iwslt2017", tokenizer="whitespace", cache_dir=False)
+    assert "the Hugging Face dataset 'IWSLT/iwslt2017/iwslt2017-de-en' could not be loaded" in str(e.value)
+    assert "--data-dir" in str(e.value) and "unpacked de-en release archive" in str(e.value)
+
+
+def test_a_hub_dataset_with_a_config_names_the_commit_of_its_repository(monkeypatch, tmp_path):
+    # the commit is the repository's (nyu-mll/glue), whose cache folder the config (sst2) is not part of
+    hub_dataset(tmp_path / "hub", "nyu-mll/glue", {"sst2/train.parquet": b"x"}, "9a" * 20)
+    offline_hub(monkeypatch, tmp_path)
+    assert data_origin("sst2", None) == "hub:nyu-mll/glue/sst2@" + "9a" * 20
+    assert data_origin("mnli", None) == "hub:nyu-mll/glue/mnli@" + "9a" * 20
 
 
 def test_sst2_hub_csv_matches_local_tsv(monkeypatch, tmp_path):
@@ -73,7 +135,7 @@ def test_sst2_hub_csv_matches_local_tsv(monkeypatch, tmp_path):
     asked = use_local_hub(monkeypatch, tmp_path, "csv", files, delimiter="\t")
     kw = {"tokenizer": "whitespace", "min_freq": 1, "cache_dir": False}
     via_hub = load_task("sst2", **kw)
-    assert asked == [("glue", "sst2")]
+    assert asked == [("nyu-mll/glue", "sst2")]
     same_data(via_hub, load_task("sst2", data_dir=tmp_path / "local", **kw))
 
 
@@ -110,7 +172,7 @@ def test_hub_label_out_of_range(monkeypatch, tmp_path):
         write(path, [json.dumps({"sentence": "fine", "label": 1}),
                      json.dumps({"sentence": "odd", "label": 5})])
     use_local_hub(monkeypatch, tmp_path, "json", files)
-    with pytest.raises(EmbinitError, match=r"hub:glue/sst2 split 'train' row 1: unknown label 5"):
+    with pytest.raises(EmbinitError, match=r"hub:nyu-mll/glue/sst2 split 'train' row 1: unknown label 5"):
         load_task("sst2", tokenizer="whitespace", cache_dir=False)
 
 
@@ -129,6 +191,6 @@ def test_wikitext_hub_text_matches_local_tokens(monkeypatch, tmp_path):
     asked = use_local_hub(monkeypatch, tmp_path, "text", files)
     kw = {"tokenizer": "whitespace", "min_freq": 1, "cache_dir": False}
     via_hub = load_task("wikitext2", **kw)
-    assert asked == [("wikitext", "wikitext-2-raw-v1")]
+    assert asked == [("Salesforce/wikitext", "wikitext-2-raw-v1")]
     same_data(via_hub, load_task("wikitext2", data_dir=tmp_path / "local", **kw))
     assert via_hub.info["stream_tokens"]["train"] == 1 + 4 + 1 + 5   # every line ends with <eos>

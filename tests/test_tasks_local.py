@@ -8,6 +8,7 @@ from embinit.errors import EmbinitError
 from embinit.tasks import TaskData, load_task
 from embinit.vocab import EOS, SPECIALS, UNK
 from helpers.files import write
+from helpers.iwslt import iwslt_release
 
 DE = ["ein hund läuft .", "ein mann sitzt .", "eine frau läuft .", "ein hund sitzt ."]
 EN = ["a dog runs .", "a man sits .", "a woman runs .", "a dog sits ."]
@@ -149,22 +150,6 @@ def test_crlf_and_byte_order_mark(tmp_path):
     data = load_task("sst2", data_dir=folder, tokenizer="whitespace", min_freq=1, cache_dir=False)
     assert [(data.vocab.decode(ids), label) for ids, label in data.splits["train"]] == \
         [(["a", "fine", "film"], 1), (["bad"], 0)]
-
-
-def iwslt_release(folder, skip=()):
-    meta = ["<url>http://www.ted.com/talks/x</url>", "<keywords>talks</keywords>", "<talkid>1</talkid>",
-            "<title>T</title>", "<description>TED: d</description>"]
-    write(folder / "train.tags.de-en.de", meta + ["Hallo Welt .", "Danke ."] + ["<reviewer></reviewer>"])
-    write(folder / "train.tags.de-en.en", meta + ["Hello world .", "Thanks ."] + ["<reviewer></reviewer>"])
-    for name in ["dev2010"] + [f"tst{y}" for y in range(2010, 2016)]:
-        for lang, text in (("de", f"Satz {name} &amp; mehr ."), ("en", f"Sentence {name} &amp; more .")):
-            path = folder / f"IWSLT17.TED.{name}.de-en.{lang}.xml"
-            if path.name in skip:
-                continue
-            write(path, ['<?xml version="1.0" encoding="UTF-8"?>', "<mteval>", '<srcset setid="x">',
-                         '<doc docid="535" genre="lectures">', "<talkid>535</talkid>", "<title>T</title>",
-                         f'<seg id="1"> {text} </seg>', "</doc>", "</srcset>", "</mteval>"])
-    return folder
 
 
 def test_iwslt_release_form_read_like_the_hub(tmp_path):

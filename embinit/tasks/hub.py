@@ -7,14 +7,22 @@ reader produces, so the tests exercise the real conversion without a network.
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import shutil
 import socket
+import zipfile
+from pathlib import Path
 from typing import Any, Mapping
 from urllib.parse import urlparse
 
+from embinit.cache_root import cache_root
+from embinit.content_hash import file_digest
 from embinit.errors import EmbinitError
 from embinit.hf_cache import datasets_cache, hub_cache, set_flag
 from embinit.task_registry import load, task_entry, task_kind
+from embinit.task_types import Hub
+from embinit.tasks import local
 from embinit.tasks.raw import RawData, label_id
 
 def hub_name(task: str) -> str:
@@ -28,6 +36,42 @@ def _load_dataset(path: str, config: str | None) -> Any:
         raise ConnectionError(f"{why}, and it is not in the local cache")
     import datasets
     return datasets.load_dataset(path, config) if config else datasets.load_dataset(path)
+
+
+def _hub_file(path: str, filename: str) -> Path:
+    """One file of hub dataset repository `path`, from the hub cache or downloaded into it (the other call
+    that touches the network); offline without a cached copy it fails at once, as `_load_dataset` does."""
+    if not _cached(path) and (why := unreachable()) is not None:
+        raise ConnectionError(f"{why}, and it is not in the local cache")
+    from huggingface_hub import hf_hub_download
+    return Path(hf_hub_download(path, filename, repo_type="dataset", cache_dir=hub_cache()))
+
+
+def _unpacked(archive: Path) -> Path:
+    """The folder the zip `archive` unpacks to, under embinit's cache, one per content (its sha256): unpacked
+    once, into a temporary folder renamed into place, so a reader never sees half of it; `zipfile` keeps
+    every member inside the folder."""
+    target = cache_root() / "hub-archives" / file_digest(archive)
+    if not target.is_dir():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        with zipfile.ZipFile(archive) as z:
+            z.extractall(tmp)
+        try:
+            os.replace(tmp, target)
+        except OSError:   # another process unpacked it first
+            shutil.rmtree(tmp, ignore_errors=True)
+    entries = [p for p in target.iterdir() if not p.name.startswith((".", "__MACOSX"))]
+    return entries[0] if len(entries) == 1 and entries[0].is_dir() else target   # the archive's top folder
+
+
+def _load_archive(task: str, hub: Hub, splits: dict[str, str]) -> RawData:
+    """The task's release files from the zip `hub.archive` of its hub repository, read as a local folder."""
+    folder = _unpacked(_hub_file(hub.path, hub.archive))
+    raw = local.read_local(task, task_entry(task).layout, folder, splits)
+    return dataclasses.replace(raw, loaded_from=f"hub:{hub.name}",
+                               extra_info={**raw.extra_info, "archive": hub.archive})
 
 
 def _cached(path: str) -> bool:
@@ -62,6 +106,8 @@ def load_hub(task: str, splits: dict[str, str], looked: str) -> RawData:
     sought, for the error message when the hub is unreachable too."""
     hub = task_entry(task).hub
     try:
+        if hub.archive:
+            return _load_archive(task, hub, splits)
         ds = _load_dataset(hub.path, hub.config)
     except EmbinitError:
         raise

@@ -58,7 +58,7 @@ def data_origin(task: str, data_dir) -> str:
     if task_entry(task).hub is None:
         return "none: no data folder"
     name = hub.hub_name(task)
-    commit = hub_revision(name, "dataset")
+    commit = hub_revision(task_entry(task).hub.path, "dataset")   # the repository's: the name adds the config
     return f"hub:{name}" + (f"@{commit}" if commit else "")
 
 
