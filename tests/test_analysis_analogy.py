@@ -307,3 +307,23 @@ def test_a_question_with_no_candidate_left_is_wrong(tokens):
     m = torch.randn(len(tokens), 4, generator=torch.Generator().manual_seed(0))
     res = evaluate_analogies(m, tokens, parse_questions(["man woman king man"]))
     assert (res.correct, res.total) == (0, 1)
+
+
+@pytest.mark.parametrize("scale", [1e20, 1e-25])
+def test_rows_beyond_float32_norms_keep_their_answers(scale):
+    """3CosAdd reads unit rows, so a row's length changes no answer, also where its float32 norm
+    overflows (beyond ~1e19, as in a diverging trial's still-finite table: the row became 0) or
+    underflows (below ~1e-19: the row was left unnormalized)."""
+    g = torch.Generator().manual_seed(0)
+    words = [f"w{i}" for i in range(80)]
+    m = torch.randn(80, 6, generator=g)
+    unit = m / m.norm(dim=1, keepdim=True)
+    lines = [": planted"]
+    for i in range(0, 60, 4):   # d = b - a + c exactly: every planted question has its answer
+        m[i + 3] = unit[i + 1] - unit[i] + unit[i + 2]
+        lines.append(" ".join(words[i:i + 4]))
+    qs = parse_questions(lines)
+    assert evaluate_analogies(m, words, qs).correct == 15
+    scaled = m.clone()
+    scaled[1::2] *= scale
+    assert evaluate_analogies(scaled, words, qs).correct == 15

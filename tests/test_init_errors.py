@@ -60,6 +60,27 @@ def test_non_finite_values_are_rejected(tmp_path):
     assert "non-finite" in _err(build_table, "npy", VOCAB, pretrained=str(tmp_path / "m.npy"), cache_dir=False)
 
 
+def test_non_finite_rows_of_a_hugging_face_source_are_rejected(tmp_path):
+    """As the word-vector loaders do: a nan/inf row the vocabulary takes (its own, or its pieces' mean for
+    `subword_mean`) is one error naming each token, not a table that trains to NaN (raw) or a
+    'zero spread (std=nan)' refusal (standardize)."""
+    pytest.importorskip("transformers")
+    from safetensors.torch import load_file, save_file
+    folder = tt.write_tiny_bert(tmp_path / "bert", dim=8)
+    pieces, _ = tt.bert_rows(folder)
+    weights = load_file(str(folder / "model.safetensors"))
+    key = next(k for k in weights if k.endswith("word_embeddings.weight"))
+    weights[key][pieces["cat"], 2] = float("nan")
+    weights[key][pieces["##ed"], 0] = float("inf")
+    save_file(weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    vocab = Vocab(["the", "cat", "played", "dogs"])
+    for spec in ("bert", "bert+standardize"):
+        msg = _err(build_table, spec, vocab, pretrained=str(folder), oov="subword_mean", cache_dir=False)
+        assert "2 problems" in msg and "non-finite" in msg
+        assert "'cat' (source row)" in msg and "'played' (mean of its pieces' rows)" in msg
+        assert "'dogs'" not in msg and "'the'" not in msg
+
+
 @pytest.mark.parametrize("line", ["cat 0.3", "cat 0.3 ", "cat 0.3 0.4 0.5"])
 def test_inconsistent_dimension_within_a_file(tmp_path, line):
     path = tmp_path / "g.txt"

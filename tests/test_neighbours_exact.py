@@ -108,3 +108,17 @@ def test_cosine_neighbours_of_small_rows_of_varied_norms_are_exact():
     sims = xn @ xn.T
     sims.fill_diagonal_(-math.inf)
     assert torch.equal(idx, sims.topk(5, dim=1).indices)
+
+
+@pytest.mark.parametrize("scale", [1e20, 1e-25])
+def test_cosine_neighbours_of_rows_beyond_float32_norms_are_exact(scale):
+    """Rows whose float32 norm overflows (beyond ~1e19: inf) or underflows (below ~1e-19: 0), as in a
+    diverging trial's still-finite table: the cosine neighbours are still float64 brute force's (the
+    first pass had made such rows 0, so a row's near-twin among them was never its candidate)."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(200, 16, generator=g)
+    x[100:] = x[:100] + 0.01 * torch.randn(100, 16, generator=g)   # row i's nearest is its twin i + 100
+    x[100:] *= scale
+    _, idx = knn(x, 5, "cosine", block_size=64)
+    assert torch.equal(idx, brute64(x, 5, "cosine"))
+    assert idx[:100, 0].tolist() == list(range(100, 200))

@@ -29,6 +29,7 @@ from typing import Iterable, Sequence
 
 import torch
 
+from embinit.analysis.neighbours import unit_rows
 from embinit.errors import EmbinitError
 from embinit.tracking.run_records import analogy_metrics
 
@@ -167,8 +168,10 @@ def evaluate_analogies(matrix: torch.Tensor, tokens: Sequence[str], questions: Q
     rows = _candidate_rows(tokens, restrict, vocab, case_insensitive)
     if len(rows) == 0:
         raise EmbinitError("the vocabulary restriction leaves no words")
-    w = matrix[rows].float()
-    w = w / w.norm(dim=1, keepdim=True).clamp_min(1e-12)
+    w = matrix[rows]
+    # unit rows in the matrix's own precision, then float32: a float32 norm of a row beyond ~1e19 is inf
+    # (the row became 0 and scored 0 with every query), of a row below ~1e-19 is 0
+    w = unit_rows(w if w.dtype in (torch.float32, torch.float64) else w.float()).float()
     keys = [_key(tokens[i], case_insensitive) for i in rows.tolist()]
     first: dict[str, int] = {}
     for i, k in enumerate(keys):

@@ -38,8 +38,19 @@ def prepare(x: torch.Tensor, neighbours: str = "dot", name: str = "embeddings") 
     return _normalized(x) if neighbours == "cosine" else x
 
 
+def unit_rows(x: torch.Tensor) -> torch.Tensor:
+    """The rows of a float matrix scaled to unit length, in its dtype; an all-zero row stays zero. Each
+    row is divided by its largest magnitude first, so its norm can neither overflow nor underflow: in
+    float32 the norm of a row beyond ~1e19 is inf (the row became 0, scoring 0 with everything) and that
+    of a row below ~1e-19 is 0 (the row was left unnormalized)."""
+    tiny = torch.finfo(x.dtype).tiny
+    y = x / x.abs().amax(dim=1, keepdim=True).clamp_min(tiny)
+    y /= y.norm(dim=1, keepdim=True).clamp_min(tiny)   # >= 1 for every row that is not all zeros
+    return y
+
+
 def _normalized(x: torch.Tensor) -> torch.Tensor:
-    return (x / x.norm(dim=1, keepdim=True).clamp_min(torch.finfo(x.dtype).tiny)).contiguous()
+    return unit_rows(x).contiguous()
 
 
 def validate(x: torch.Tensor, neighbours: str = "dot", name: str = "embeddings") -> torch.Tensor:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from embinit.errors import EmbinitError, empty_tokenizer, hf_load_error
+from embinit.errors import EmbinitError, empty_tokenizer, hf_load_error, problems_error
 from embinit.hf_cache import split_revision
 from embinit.init.aligned import Aligned, wanted_keys
 from embinit.vocab import BOS, EOS, PAD, UNK
@@ -137,6 +137,19 @@ def _piece_means(tok, weight: torch.Tensor, tokens: list[str], missing: list[int
     return torch.tensor(keep, dtype=torch.int64), torch.stack(rows)
 
 
+def _check_finite(name: str, tokens: list[str], found: list[int], rows: torch.Tensor, piece_idx: torch.Tensor,
+                  piece_rows: torch.Tensor) -> None:
+    """One error naming every vocabulary token whose row (or subword mean) holds nan or inf, as the
+    word-vector loaders refuse such rows: they would poison every statistic (a transform's mean and std,
+    the table's) and the training that starts from them."""
+    bad = [f"{tokens[i]!r} (source row)" for i, ok in zip(found, torch.isfinite(rows).all(1).tolist()) if not ok]
+    bad += [f"{tokens[i]!r} (mean of its pieces' rows)"
+            for i, ok in zip(piece_idx.tolist(), torch.isfinite(piece_rows).all(1).tolist()) if not ok]
+    if bad:
+        raise problems_error(Path(f"hf:{name}"), [f"hf:{name}: the input-embedding row of {b} has a "
+                                                  "non-finite value (nan or inf)" for b in bad])
+
+
 def load_hf(name: str, tokens: list[str], lowercase: bool = False) -> Aligned:
     tok, weight = load_model_embeddings(name)
     src_vocab = tok.get_vocab()
@@ -153,5 +166,6 @@ def load_hf(name: str, tokens: list[str], lowercase: bool = False) -> Aligned:
     rows = weight[[best[i][1] for i in found]] if found else torch.zeros(0, weight.shape[1])
     missing = [i for i in range(len(tokens)) if i not in best]
     piece_idx, piece_rows = _piece_means(tok, weight, tokens, missing, set(aliases) | {PAD, UNK, BOS, EOS})
+    _check_finite(name, tokens, found, rows, piece_idx, piece_rows)
     return Aligned(rows.contiguous(), torch.tensor(found, dtype=torch.int64), int(weight.shape[1]),
                    f"hf:{name}", piece_idx, piece_rows)
