@@ -29,7 +29,8 @@ from embinit.tracking.run_readers import experiment_records, trial_row
 # 7: comparisons carry their test's `p`, Holm's `p_holm` over the task's comparisons (`holm_m`) and
 #    `holds_after_holm` (CSV columns too; markdown "p (Holm)", LaTeX arrows in parentheses).
 # 8: rows are compared by the model size they trained at (`embinit.model_size`), not the planned config's.
-REPORT_VERSION = 8
+# 9: rows count their finished seeds that logged no value of the metric (`no_value`, CSV too, with a note).
+REPORT_VERSION = 9
 
 
 def absolute_sqlite_uri(url: str) -> str:
