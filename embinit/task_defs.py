@@ -5,7 +5,7 @@ report rules) and says how its files look:
     define_tasks:
       imdb:
         like: sst2
-        files: {train: train.csv, dev: test.csv}   # the like-task's splits -> a file in data_dir
+        files: {train: train.csv, dev: test.csv}   # each of the like-task's splits -> a file in data_dir
         format: csv                                # csv | tsv | jsonl (classification); default: the suffix
         columns: [review, sentiment]               # the text column(s), then the label column
         labels: [negative, positive]               # the label values as written, in id order
@@ -88,8 +88,13 @@ def _file_problems(at: str, entry: TaskEntry, files: Any, like: str) -> list[tup
         return [(f"{at}.files", f"a mapping of split -> file name in data_dir, for the splits {list(layout.files)}")]
     out = [(f"{at}.files.{s}", f"{kind} task {like!r} has no split {s!r}; its splits: {list(layout.files)}")
            for s in files if s not in layout.files]
-    needed = ["train", *layout.eval_splits[:1]] if kind != "lm" else list(layout.files)
-    out += [(f"{at}.files", f"the split {s!r} is needed") for s in needed if s not in files]
+    # Every evaluation split too: the report reads the like-task's metrics by name (`test/bleu` needs a test
+    # split; an MNLI-like classifier with one dev split would name its accuracy `val/acc`, not `val/acc_matched`),
+    # so a definition without one trains trials whose rows read n = 0.
+    needed = ["train", *layout.eval_splits] if kind != "lm" else list(layout.files)
+    why = f": {like!r} reports {list(entry.reported)} from its evaluation splits {list(layout.eval_splits)}"
+    out += [(f"{at}.files", f"the split {s!r} is needed" + (why if s in layout.eval_splits else ""))
+            for s in needed if s not in files]
     out += [(f"{at}.files.{s}", f"{v!r} must be a file name in data_dir, not a path")
             for s, v in files.items() if PurePosixPath(v).name != v or v in (".", "..")]
     return out

@@ -29,8 +29,9 @@ from embinit.tracking.run_readers import experiment_records, trial_row
 # 7: comparisons carry their test's `p`, Holm's `p_holm` over the task's comparisons (`holm_m`) and
 #    `holds_after_holm` (CSV columns too; markdown "p (Holm)", LaTeX arrows in parentheses).
 # 8: rows are compared by the model size they trained at (`embinit.model_size`), not the planned config's.
-# 9: rows carry `one_epoch` (seeds trained for a single epoch), which no longer count as still improving.
-REPORT_VERSION = 9
+# 9: rows count their finished seeds that logged no value of the metric (`no_value`, CSV too, with a note).
+# 10: rows carry `one_epoch` (seeds trained for a single epoch), which no longer count as still improving.
+REPORT_VERSION = 10
 
 
 def absolute_sqlite_uri(url: str) -> str:

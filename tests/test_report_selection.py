@@ -57,6 +57,24 @@ def test_a_non_finite_value_is_left_out_and_said():
     assert "\\textbf{21.00}" in report.to_latex()
 
 
+def test_a_finished_seed_without_a_value_is_counted_and_said():
+    """A trial can finish without its task's metric: an LM trained on `valid` and validated on `test` (no test
+    split left, so no test/ppl), a trial whose every validation was NaN (no best epoch, so no test metrics).
+    Such a seed was in no count of its row (not n, non_finite, diverged, failed or running): a row of two
+    finished seeds read n = 1 and nothing else."""
+    trials = [_trial(f"x{s}", "Xavier", s, "finished", m, task="synthetic_lm")
+              for s, m in enumerate([{"test/ppl": 20.0}, {"test/ppl": 22.0}, {}])]
+    trials += [_trial(f"g{s}", "GloVe", s, "finished", {}, task="synthetic_lm") for s in range(2)]
+    report = _report(trials)
+    rows = {r["init"]: r for r in report.rows}
+    assert (rows["Xavier"]["n"], rows["Xavier"]["non_finite"], rows["Xavier"]["no_value"]) == (2, 0, 1)
+    assert (rows["GloVe"]["n"], rows["GloVe"]["no_value"]) == (0, 2)
+    text = report.to_markdown()
+    assert "- synthetic_lm Xavier (test/ppl): 1 finished seed(s) logged no value of it" in text
+    assert "- synthetic_lm GloVe (test/ppl): 2 finished seed(s) logged no value of it" in text
+    assert "no_value" in report.to_csv().splitlines()[0]
+
+
 def test_comparisons_leave_non_finite_values_out():
     assert paired({"0": 1.0, "1": math.inf, "2": 3.0}, {"0": 0.0, "1": 0.0, "2": 1.0})["pairs"] == 2
     assert welch([1.0, 2.0, math.nan], [0.0, 1.0])["n"] == (2, 2)

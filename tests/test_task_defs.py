@@ -88,6 +88,25 @@ def test_every_problem_of_every_definition_in_one_error():
     assert not DEFINED & set(bad)   # nothing registered from a spec refused
 
 
+def test_a_definition_gives_every_split_its_reported_metrics_come_from():
+    """The report reads a task's metrics by its like-task's names: `test/bleu` (multi30k), `best/val/acc_matched`
+    and `best/val/acc_mismatched` (mnli). Without its test split a translation trial logs no `test/bleu`, and an
+    MNLI-like classifier with one dev split names its accuracy `val/acc`, not `val/acc_matched` (one split has
+    no suffix): every trial finished, yet each row read n = 0, none of them counted anywhere, and a search's
+    selection metric (`val/acc_matched`) was NaN for every point. Such a definition is a problem, not a run."""
+    nli = {"like": "mnli", "files": {"train": "train.csv", "dev_matched": "dev.csv"},
+           "columns": ["premise", "hypothesis", "label"], "labels": ["entailment", "neutral", "contradiction"]}
+    fr_en = {"like": "multi30k", "languages": ["fr", "en"], "files": {"train": "train", "val": "dev"}}
+    with pytest.raises(SpecError) as e:
+        load_spec(spec({"nli": nli, "fr_en": fr_en}, ["sst2"]))
+    found = dict(e.value.problems)
+    assert found["define_tasks.nli.files"].startswith("the split 'dev_mismatched' is needed")
+    assert "best/val/acc_mismatched" in found["define_tasks.nli.files"]
+    assert found["define_tasks.fr_en.files"].startswith("the split 'test' is needed")
+    assert "test/bleu" in found["define_tasks.fr_en.files"]
+    load_spec(spec({"nli": {**nli, "files": {**nli["files"], "dev_mismatched": "dev.csv"}}}, ["sst2"]))
+
+
 def test_a_task_is_named_only_by_defining_it_in_the_same_spec(tmp_path):
     folder = imdb_folder(tmp_path)
     ok = load_spec(spec({"imdb": IMDB}, [{"task": "imdb", "data_dir": str(folder)}]))

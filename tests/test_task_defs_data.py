@@ -153,7 +153,7 @@ def test_each_problem_of_a_definition_is_its_own_entry_beside_the_specs_other_pr
         "define_tasks.sst2.like", "tasks[1].task", "inits[0]"]
     assert dict(e.value.problems)["define_tasks.sst2.like"].endswith("did you mean 'sst2'?")
     assert str(e.value).startswith("invalid experiment spec (7 problems): define_tasks.imdb.files: the split 'dev' "
-                                   "is needed; ")
+                                   "is needed: 'sst2' reports ['best/val/acc'] from its evaluation splits ['dev']; ")
 
 
 def test_a_defined_task_trains_and_its_record_says_its_labels(tmp_path):

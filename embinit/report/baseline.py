@@ -136,7 +136,7 @@ def with_divergence(c: dict[str, Any], row: dict[str, Any], base: dict[str, Any]
     where the verdict favours a side that lost seeds, the verdict made `inconclusive` (`survivor_verdict`:
     the survivors' verdict); `note` says so in words (`comparison.divergence_rule`)."""
     lost = (row.get("diverged") or 0, base.get("diverged") or 0)
-    seeds = tuple(k + r["n"] + (r.get("non_finite") or 0) for k, r in zip(lost, (row, base)))
+    seeds = tuple(k + r["n"] + (r.get("non_finite") or 0) + (r.get("no_value") or 0) for k, r in zip(lost, (row, base)))
     return {**c, **divergence_rule(c["verdict"], c["verdict"], (row["init"], c["baseline"]), lost, seeds)}
 
 

@@ -133,7 +133,8 @@ def _caption(experiment: str, rows: list[dict[str, Any]], baseline: str, usual_n
     lost = [r for r in rows if r.get("diverged") and r["mean"] is not None]
     if lost:
         which = "; ".join(f"{escape(_row_key(r))} on {escape(r['task'])}: {r['diverged']} of "
-                          f"{r['diverged'] + r['n'] + (r.get('non_finite') or 0)}" for r in lost)
+                          f"{r['diverged'] + r['n'] + (r.get('non_finite') or 0) + (r.get('no_value') or 0)}"
+                          for r in lost)
         parts.append(r"$\ddagger$: seeds diverged (" + which + "); the mean is over the survivors, is never bold, "
                      r"and is not marked $\uparrow$ on the survivors alone.")
     if any(r["n"] != usual_n for r in rows if r["mean"] is not None):

@@ -1,5 +1,5 @@
 """The report's row names and the notes under its table: rows still improving at their last epoch, and
-rows some of whose finished seeds logged a non-finite value (left out of their numbers), trials at the
+rows some of whose finished seeds logged a non-finite value or none (left out of their numbers), trials at the
 search points a row does not report, rows pooling seeds of several code versions, numbers selected on
 the dev set they are reported on, trials MLflow says are running whose sweep is gone."""
 
@@ -45,6 +45,16 @@ def non_finite_notes(rows: list[dict[str, Any]]) -> list[str]:
     notes = [f"- {r['task']} {row_name(r)} ({r['metric']}): {r['non_finite']} finished seed(s) logged a "
              "non-finite value" for r in rows if r.get("non_finite")]
     return ["", "Left out of n, the mean and the comparison (a non-finite value):", *notes] if notes else []
+
+
+def no_value_notes(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per row with finished seeds that logged no value of its metric (a task without the split it
+    is measured on; no finite validation value at any epoch, so no best epoch and no test metrics): they
+    are not in its n, mean or comparison."""
+    notes = [f"- {r['task']} {row_name(r)} ({r['metric']}): {r['no_value']} finished seed(s) logged no value of it"
+             for r in rows if r.get("no_value")]
+    return ["", "Left out of n, the mean and the comparison (finished without a value: no split the metric is "
+            "measured on, or no finite validation value at any epoch, so no best epoch):", *notes] if notes else []
 
 
 def other_point_notes(rows: list[dict[str, Any]]) -> list[str]:

@@ -7,7 +7,7 @@ of a configuration (the run `records.stand_ins` chooses for its (search point, s
 
 With a search, each (task, init, axes) group reports its best search point: the one whose seeds have
 the best mean selection metric (the paper's MNLI grid search), with the point's values in the row. The
-row's counts (`failed`, `diverged`, `running`, `non_finite`) are all of the trials at that point, the
+row's counts (`failed`, `diverged`, `running`, `non_finite`, `no_value`) are all of the trials at that point, the
 trials its numbers stand for; `all_points` counts every point of the group.
 """
 
@@ -155,7 +155,8 @@ def group_rows(gkey: tuple, members: list[_Trial], rows: list, run_ids: dict) ->
     like = report_baseline.basis(_setting(members[0])) if members else None   # what a baseline must share
     entry = task_defs.entry_of(task, json.loads(setting).get("task_def"))
     for metric in entry.reported if entry is not None else []:
-        logged = [t for t in chosen if t.status == "finished" and metric in t.metrics]
+        finished = [t for t in chosen if t.status == "finished"]
+        logged = [t for t in finished if metric in t.metrics]   # finished without it: no split, no best epoch
         ok = [t for t in logged if math.isfinite(t.metrics[metric])]   # a test/ppl of inf is no mean
         epochs = [t.metrics[_epoch_metric(metric)] for t in ok if _epoch_metric(metric) in t.metrics]
         at_last = sum(_best_at_last_epoch(t, metric) for t in ok)
@@ -167,7 +168,8 @@ def group_rows(gkey: tuple, members: list[_Trial], rows: list, run_ids: dict) ->
                      "best_epoch": statistics.fmean(epochs) if epochs else None,
                      "best_at_last_epoch": at_last, "still_improving": bool(ok) and at_last > len(ok) / 2,
                      "one_epoch": one_epoch,
-                     **counts, "non_finite": len(logged) - len(ok), "code_versions": _versions(ok),
+                     **counts, "non_finite": len(logged) - len(ok), "no_value": len(finished) - len(logged),
+                     "code_versions": _versions(ok),
                      "_basis": like})
     return [{"task": task, "init": label, "run_id": t.run_id, "reason": failure_reason(t.error)} for t in bad]
 

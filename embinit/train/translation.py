@@ -1,5 +1,6 @@
-"""Translation: the encoder-decoder trained with teacher forcing; per-epoch validation loss (and greedy
-BLEU); the best checkpoint is the one with the lowest validation loss, and its test BLEU is reported.
+"""Translation: the encoder-decoder trained with teacher forcing; per-epoch validation loss (and BLEU,
+decoded as the test set is: greedy unless the trial sets `beam_size`); the best checkpoint is the one
+with the lowest validation loss, and its test BLEU is reported.
 
 Sequences as fed: source `x ... <eos>`, target input `<bos> y ...`, target output `y ... <eos>`.
 The output projection runs only on non-pad target positions (no FLOPs spent on padding).
@@ -27,7 +28,8 @@ class TranslationTask:
         evals = [e for e in (getattr(data, "eval_splits", None) or ["val", "test"]) if e in data.splits]
         self.train_split, self.val_split = "train", evals[0]
         self.test_split = evals[1] if len(evals) > 1 else None
-        # greedy BLEU on the validation set each epoch (cfg.extras["val_bleu"]=False skips it)
+        # BLEU on the validation set each epoch, decoded with cfg.beam_size as the test set is
+        # (cfg.extras["val_bleu"]=False skips it)
         self.val_bleu = bool((cfg.extras or {}).get("val_bleu", True))
         # `<unk>` stays in BLEU hypotheses unless the trial asks to drop it (embinit.train.bleu)
         self.drop_unk = bool((cfg.extras or {}).get("bleu_drop_unk", False))
