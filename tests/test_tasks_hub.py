@@ -89,6 +89,29 @@ def offline_hub(monkeypatch, tmp_path):
 IWSLT_ZIP = "data/2017-01-trnted/texts/de/en/de-en.zip"
 
 
+def test_a_hub_dataset_fetched_at_another_commit_is_not_served_from_the_old_entry(monkeypatch, tmp_path):
+    # embinit's task cache holds the data read at the hub cache's commit: once the dataset's `main` moved
+    # and was fetched again, a load reads the new snapshot (the one the run's data source names)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    ref = tmp_path / "hub" / "datasets--bentrevett--multi30k" / "refs" / "main"
+    ref.parent.mkdir(parents=True)
+    files = {s: tmp_path / f"{s}.jsonl" for s in ("train", "validation", "test")}
+    kw = {"tokenizer": "whitespace", "min_freq": 1, "cache_dir": tmp_path / "c"}
+    seen = []
+    for commit, english in (("a1" * 20, EN), ("b2" * 20, [e.upper() for e in EN])):
+        ref.write_text(commit)
+        for path in files.values():
+            write(path, [json.dumps({"en": e, "de": d}) for d, e in zip(DE, english)])
+        use_local_hub(monkeypatch, tmp_path / commit, "json", files)
+        seen.append(load_task("multi30k", lowercase=False, **kw))
+    assert seen[0].info["cache"] == "miss" and seen[1].info["cache"] == "miss"
+    assert seen[1].references["test"] == [e.upper() for e in EN] != seen[0].references["test"]
+    ref.write_text("a1" * 20)   # back at the first commit: its entry again
+    monkeypatch.setattr(hub, "_load_dataset", lambda p, c: pytest.fail("hub called on a cache hit"))
+    again = load_task("multi30k", lowercase=False, **kw)
+    assert again.info["cache"] == "hit" and again.references == seen[0].references
+
+
 def test_iwslt_hub_copy_is_the_release_zip_in_its_repository(monkeypatch, tmp_path):
     # `datasets` 4 and later refuse IWSLT2017's loading script ("Dataset scripts are no longer supported"):
     # the release zip the repository holds is read, from the hub cache, as a local release folder

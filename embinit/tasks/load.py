@@ -109,7 +109,11 @@ def locate(task: str, data_dir, splits: dict[str, str], seed: int, noise: float 
                   if root else f"no --data-dir given and ${DATA_ENV} not set")
         if entry.hub is None:   # a task defined in a spec has its files only
             raise EmbinitError(f"{task}: {looked}, and the task has no copy on the hub: give its data_dir")
-        return Source(None, ["hub", hub.hub_name(task)], lambda: hub.load_hub(task, splits, looked))
+        # the snapshot the hub cache holds now, where it holds one: data read from another commit (the
+        # dataset's `main` moved and was fetched again) is another entry, as the run's data source says
+        commit = hub_revision(entry.hub.path, "dataset")
+        identity = ["hub", hub.hub_name(task)] + ([commit] if commit else [])
+        return Source(None, identity, lambda: hub.load_hub(task, splits, looked))
     identity = ["local", local.file_identity(task, layout, folder, splits, cache_dir)]
     if entry.definition:   # a task defined in a spec: how its files are read is part of what was read
         identity.append(entry.definition)
