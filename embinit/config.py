@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from embinit.bleu_rules import DEFAULT as BLEU_DEFAULT, bleu_tokenizer, target_language, tokenizer_problem
 from embinit.errors import EmbinitError, did_you_mean
 from embinit.file_inputs import key_values
 from embinit.task_registry import task_entry, task_kind, task_metric_ranges
@@ -201,6 +202,8 @@ class TrialConfig:
             d["task_def"] = canonical(self.task_def)
         if self._subword_bleu_references():
             d["bleu_references"] = "tokenizer"
+        if (tokenize := bleu_tokenizer(target_language(self.task))) != BLEU_DEFAULT:
+            d["bleu_tokenize"] = tokenize   # scored with 13a before (embinit.bleu_rules): those runs not reused
         d["code_version"] = CODE_VERSION
         return d
 
@@ -234,6 +237,8 @@ def config_problems(cfg: TrialConfig) -> list[str]:
     if cfg.tie_embeddings and not task_kind(cfg.task).stream:
         problems.append(f"tie_embeddings applies to language models only; {cfg.task!r} is a "
                         f"{task_defaults(cfg.task).kind} task")
+    if (problem := tokenizer_problem(target_language(cfg.task))) is not None:
+        problems.append(f"{cfg.task}: {problem}")
     return problems + graphs_problems(cfg) + extras_problems(cfg.task, cfg.extras)
 
 

@@ -11,6 +11,8 @@ BLEU is computed case-insensitively (recorded in the signature as `case:lc`), ot
 References: with a word-level tokenizer, the raw target text; with a sub-word tokenizer, that text as the
 tokenizer writes it back (`Backend.references`, embinit.tasks.tokenization), the way the hypotheses are
 written, so a perfect output scores 100; the signature then ends in `|ref:tokenizer`.
+Tokenizer: sacrebleu's for the target language (`embinit.bleu_rules`: `zh`, `ja-mecab`, `ko-mecab`, else
+`13a`), named in the signature (`tok:`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Callable, Sequence
 
 from sacrebleu.metrics import BLEU
 
+from embinit.bleu_rules import DEFAULT
 from embinit.vocab import BOS, EOS, PAD, UNK
 
 _DROP = {UNK, PAD, BOS, EOS}
@@ -42,26 +45,30 @@ class ReferenceBleu:
     against what it kept, not the references again at every evaluation. Same score and signature as
     sacrebleu's `corpus_score(hyps, [refs])`."""
 
-    def __init__(self, refs: Sequence[str], lowercase: bool):
-        self.refs, self.lowercase = list(refs), lowercase
+    def __init__(self, refs: Sequence[str], lowercase: bool, tokenize: str = DEFAULT):
+        self.refs, self.lowercase, self.tokenize = list(refs), lowercase, tokenize
         # force=True only silences sacrebleu's "looks tokenized" warning (raw references may end in " .");
-        # it does not change the score or the signature's tokenizer (13a)
-        self._bleu = BLEU(lowercase=lowercase, force=True, references=[self.refs]) if self.refs else None
+        # it does not change the score or the signature's tokenizer
+        self._bleu = self._metric(references=[self.refs]) if self.refs else None
+
+    def _metric(self, **kwargs) -> BLEU:
+        return BLEU(lowercase=self.lowercase, force=True, tokenize=self.tokenize, **kwargs)
 
     def __call__(self, hyps: Sequence[str]) -> tuple[float, str]:
         """(BLEU score 0-100, sacrebleu signature) for detokenized hypotheses, one per reference."""
         if len(hyps) != len(self.refs):
             raise ValueError(f"{len(hyps)} hypotheses for {len(self.refs)} references")
         if self._bleu is None:   # no references: sacrebleu keeps none, so they are given as they are
-            bleu = BLEU(lowercase=self.lowercase, force=True)
+            bleu = self._metric()
             return float(bleu.corpus_score(list(hyps), [self.refs]).score), str(bleu.get_signature())
         return float(self._bleu.corpus_score(list(hyps), None).score), str(self._bleu.get_signature())
 
 
-def corpus_bleu(hyps: Sequence[str], refs: Sequence[str], lowercase: bool) -> tuple[float, str]:
+def corpus_bleu(hyps: Sequence[str], refs: Sequence[str], lowercase: bool,
+                tokenize: str = DEFAULT) -> tuple[float, str]:
     """(BLEU score 0-100, sacrebleu signature) for detokenized hypotheses and raw references, once (a
     trainer that scores the same references again keeps a `ReferenceBleu`)."""
-    return ReferenceBleu(refs, lowercase)(hyps)
+    return ReferenceBleu(refs, lowercase, tokenize)(hyps)
 
 
 def is_lowercased(info: dict, tokens: Sequence[str]) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from embinit.bleu_rules import bleu_tokenizer, target_language
 from embinit.checkpoint_files import TEST_HYPOTHESES, TEST_REFERENCES, lines_text
 from embinit.models.stacked import IGNORE
 from embinit.train.batching import bucket_batches, flat_targets, pad, stack_padded
@@ -36,6 +37,7 @@ class TranslationTask:
         self.tracked = [("val/loss", "min")]       # the criterion: lowest validation loss
         self.lowercase = is_lowercased(getattr(data, "info", {}), data.vocab.tokens)
         self.round_trip = (getattr(data, "info", None) or {}).get("references") == "round_trip"
+        self.bleu_tokenize = bleu_tokenizer(target_language(cfg.task))   # sacrebleu's for the language
         self._eval_batches: dict[str, list] = {}
         self._scorers: dict[str, tuple[list, ReferenceBleu]] = {}   # per split: its references, read once
         self._scored: dict[str, tuple[list[str], list[str]]] = {}     # per split: the last (hyps, refs) scored
@@ -114,7 +116,7 @@ class TranslationTask:
         refs = self.data.references[split]
         kept = self._scorers.get(split)
         if kept is None or kept[0] is not refs:   # read once per list of references (a subset view has its own)
-            kept = self._scorers[split] = (refs, ReferenceBleu(refs, self.lowercase))
+            kept = self._scorers[split] = (refs, ReferenceBleu(refs, self.lowercase, self.bleu_tokenize))
         score, sig = kept[1](hyps)
         self._scored[split] = (hyps, refs)
         return score, unk_signature(sig, self.drop_unk) + ("|ref:tokenizer" if self.round_trip else "")
