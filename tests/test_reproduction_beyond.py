@@ -14,6 +14,7 @@ from scipy import stats
 from embinit.tracking import mlflow_store, trial_run
 from embinit.reproduction import Group, Inputs, Reproduction, write_exports
 from embinit.reproduction.beyond import beyond_sections, sigma_multiple
+from embinit.reproduction.beyond_figures import DOSE_METRICS
 
 pytestmark = pytest.mark.slow  # an MLflow SQLite store takes a few seconds to create
 
@@ -81,9 +82,42 @@ def test_oov_table_and_differences_against_xavier(store):
     assert "| val. loss, OOV sentences | 4.110 (0.010; n=3) |" in text
     mean, half = _paired_ci(OOV["focus"], OOV["xavier"])
     assert f"val. loss, OOV sentences: focus − xavier = {mean:.3f} (paired t, 95% CI [{mean - half:.3f}, " in text
-    assert f"{mean + half:.3f}]; n = 3 vs 3) **(interval excludes 0)**" in text
     mean, half = _paired_ci(OOV["focus"], OOV["mean"])
     assert f"val. loss, OOV sentences: focus − mean = {mean:.3f} (paired t, 95% CI [{mean - half:.3f}, " in text
+
+
+def _holm(ps):
+    """Holm's step-down adjustment, by hand: the i-th smallest p times (m - i), kept monotone, at most 1."""
+    order, out, running = sorted(range(len(ps)), key=ps.__getitem__), [0.0] * len(ps), 0.0
+    for i, j in enumerate(order):
+        running = max(running, min(1.0, (len(ps) - i) * ps[j]))
+        out[j] = running
+    return out
+
+
+def test_oov_differences_carry_p_and_holms_adjustment_over_the_metrics_comparisons(store):
+    # five comparisons per metric (three rules against xavier, focus against two more): mean − xavier's
+    # interval excludes 0 (p = 0.034) but not after Holm's adjustment over the five
+    _, _, _, (_, oov) = store
+    lines = [ln for ln in oov.lines if ln.startswith("- val. loss, OOV sentences:")]
+    pairs = [("focus", "xavier"), ("mean", "xavier"), ("mean_cov", "xavier"), ("focus", "mean"), ("focus", "mean_cov")]
+    ps = [stats.ttest_rel(OOV[a], OOV[b]).pvalue for a, b in pairs]
+    holm = _holm(ps)
+    assert [ln.split(": ")[1].split(" = ")[0] for ln in lines] == [f"{a} − {b}" for a, b in pairs]
+    for line, p, adjusted in zip(lines, ps, holm):
+        assert f", p = {p:.3g} (Holm {adjusted:.3g}, m = 5)" in line
+    assert lines[0].endswith("**(interval excludes 0)**")                       # Holm 0.0059: holds
+    assert lines[1].endswith("**(interval excludes 0)** (not after Holm, m=5)")  # Holm 0.10
+    assert "interval excludes 0" not in lines[2]
+    assert "Holm's adjustment over the metric's comparisons" in "\n".join(oov.lines)
+
+
+def test_dose_differences_are_one_holm_family_per_metric(store):
+    _, _, _, (dose, _) = store
+    rows = [ln for ln in dose.lines if ln.startswith("  - σ = ")]
+    assert len(rows) == len(DOSE_METRICS) * 3 * len(SIGMAS)   # each metric, three contrasts, each sigma
+    tested = [ln for ln in rows if ", p = " in ln]                # every paired difference with a test
+    assert len(tested) == len(rows) and all("m = 9)" in ln for ln in tested)
 
 
 def test_figures_and_exports(store, tmp_path):

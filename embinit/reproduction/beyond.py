@@ -21,7 +21,8 @@ from typing import Any
 from embinit.comparison import direction
 from embinit.errors import EmbinitError
 from embinit.reproduction.beyond_figures import DOSE_FIGURE, DOSE_METRICS, OOV_FIGURE, OOV_METRICS
-from embinit.reproduction.compare import compare_text, fmt, paired
+from embinit.report.baseline import adjust, holm_mark
+from embinit.reproduction.compare import compare_text, fmt, p_holm_text, paired
 from embinit.reproduction.export import Section
 from embinit.reproduction.inputs import load_trials
 
@@ -95,6 +96,11 @@ def _dose_rows(trials) -> list[dict[str, Any]]:
     return rows
 
 
+HOLM_NOTE = ("p: the test's two-sided p-value, with Holm's adjustment over the metric's comparisons listed here "
+             "(m); an interval that excludes 0 but whose adjusted p is not below 0.05 is marked *not after Holm*: "
+             "treat it as tentative.")
+
+
 def _crossing(diffs: list[tuple[Any, float | None]]) -> str:
     """Where a mean difference changes sign along the sigma series."""
     pts = [(s, d) for s, d in diffs if d is not None]
@@ -102,18 +108,35 @@ def _crossing(diffs: list[tuple[Any, float | None]]) -> str:
     return ("changes sign " + ", ".join(flips)) if flips else "keeps its sign over the series"
 
 
-def _contrasts(rows, metric: str, a: str, b: str, digits: int) -> list[str]:
+def _compared(a: dict, b: dict, metric: str) -> dict[str, Any]:
+    """a − b paired on the shared seeds, with the report's verdict (the interval excludes 0: better or worse)."""
+    cmp = paired(a, b)
+    return {**cmp, "verdict": direction(cmp, metric)}
+
+
+def _mark(cmp: dict[str, Any]) -> str:
+    """After a comparison's text: its p with Holm's over its family, and whether its interval excludes 0
+    (then also whether that holds after Holm's adjustment)."""
+    excludes = " **(interval excludes 0)**" + holm_mark(cmp) if cmp["verdict"] != "inconclusive" else ""
+    return p_holm_text(cmp) + excludes
+
+
+def _contrasts(rows, metric: str, pairs: list[tuple[str, str]], digits: int) -> list[str]:
+    """Each (a, b) of `pairs` at every sigma, adjusted by Holm's method together: one family per metric."""
     cells = {(r["source"], r["sigma"]): r["values"] for r in rows if r["metric"] == metric}
     sigmas = list(dict.fromkeys(r["sigma"] for r in rows if r["metric"] == metric))
-    if not any(src == a for src, _ in cells) or not any(src == b for src, _ in cells):
-        return []
-    out, diffs = [], []
-    for sigma in sigmas:
-        cmp = paired(cells.get((a, sigma), {}), cells.get((b, sigma), {}))
-        diffs.append((sigma, cmp["diff"]))
-        sig = direction(cmp, metric) != "inconclusive"   # the report's rule: the interval excludes 0
-        out.append(f"  - σ = {sigma}: {compare_text(a, b, cmp, digits)}{' **(interval excludes 0)**' if sig else ''}")
-    return [f"- {a} − {b} ({_crossing(diffs)}):", *out]
+    sources = {src for src, _ in cells}
+    pairs = [(a, b) for a, b in pairs if a in sources and b in sources]
+    compared = {(a, b, sigma): _compared(cells.get((a, sigma), {}), cells.get((b, sigma), {}), metric)
+                for a, b in pairs for sigma in sigmas}
+    adjust(list(compared.values()))
+    out = []
+    for a, b in pairs:
+        diffs = [(sigma, compared[a, b, sigma]["diff"]) for sigma in sigmas]
+        out.append(f"- {a} − {b} ({_crossing(diffs)}):")
+        out += [f"  - σ = {sigma}: {compare_text(a, b, compared[a, b, sigma], digits)}{_mark(compared[a, b, sigma])}"
+                for sigma in sigmas]
+    return out
 
 
 def dose_response_section(rep) -> Section:
@@ -137,10 +160,9 @@ def dose_response_section(rep) -> Section:
             cells = {r["sigma"]: r for r in rows if r["metric"] == metric and r["source"] == src}
             lines.append(f"| {src} | " + " | ".join(_cell(cells[s], digits) for s in sigmas) + " |")
         lines += ["", "Paired differences per σ (paired t, 95%): the semantic effect (GloVe − GloVe_Shuffled) "
-                  "and the distribution effect (GloVe_Shuffled − Xavier):", ""]
-        lines += _contrasts(rows, metric, "GloVe", "GloVe_Shuffled", digits)
-        lines += _contrasts(rows, metric, "GloVe_Shuffled", "Xavier", digits)
-        lines += _contrasts(rows, metric, "GloVe", "Xavier", digits) + [""]
+                  f"and the distribution effect (GloVe_Shuffled − Xavier). {HOLM_NOTE}", ""]
+        lines += _contrasts(rows, metric, [("GloVe", "GloVe_Shuffled"), ("GloVe_Shuffled", "Xavier"),
+                                           ("GloVe", "Xavier")], digits) + [""]
     return Section(title, lines)
 
 
@@ -179,14 +201,13 @@ def oov_rules_section(rep) -> Section:
     pairs = [(r, "xavier") for r in rules if r != "xavier"]
     pairs += [("focus", r) for r in rules if "focus" in rules and r not in ("focus", "xavier")]
     lines += ["", "Paired differences (paired t, 95%): each rule against the default `xavier`, then `focus` "
-              "against the other rules:", ""]
-    for a, b in pairs:
-        for metric, name, _ in OOV_METRICS:
-            vals = {r["rule"]: r["values"] for r in rows if r["metric"] == metric}
-            cmp = paired(vals.get(a, {}), vals.get(b, {}))
-            sig = direction(cmp, metric) != "inconclusive"
-            lines.append(f"- {name}: {compare_text(a, b, cmp, 2 if 'bleu' in metric else 3)}"
-                         f"{' **(interval excludes 0)**' if sig else ''}")
+              f"against the other rules. {HOLM_NOTE}", ""]
+    for metric, name, _ in OOV_METRICS:
+        vals = {r["rule"]: r["values"] for r in rows if r["metric"] == metric}
+        family = {(a, b): _compared(vals.get(a, {}), vals.get(b, {}), metric) for a, b in pairs}
+        adjust(list(family.values()))
+        for (a, b), cmp in family.items():
+            lines.append(f"- {name}: {compare_text(a, b, cmp, 2 if 'bleu' in metric else 3)}{_mark(cmp)}")
     return Section(title, lines)
 
 

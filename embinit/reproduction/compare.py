@@ -8,9 +8,18 @@ from typing import Any
 
 # the statistics live below the report and the reproduction
 from embinit.comparison import direction, paired, welch
+from embinit.report.baseline import p_text
 from embinit.report.formatting import interval, number
 
-__all__ = ["ci_text", "compare_text", "duration", "favours", "fmt", "mean_std", "paired", "verdict", "welch"]
+__all__ = ["ci_text", "compare_text", "duration", "favours", "fmt", "mean_std", "p_holm_text", "paired", "verdict",
+           "welch"]
+
+
+def p_holm_text(c: dict[str, Any]) -> str:
+    """`, p = 0.012 (Holm 0.036, m = 3)` for a comparison `report.baseline.adjust` adjusted, "" without a test."""
+    if c.get("p") is None:
+        return ""
+    return f", p = {p_text(c['p'])} (Holm {p_text(c['p_holm'])}, m = {c['holm_m']})"
 
 
 def verdict(cmp: dict[str, Any], expected: int, tolerate: bool = False, effect: float | None = None) -> str:

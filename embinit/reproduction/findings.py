@@ -8,10 +8,11 @@ from typing import TYPE_CHECKING
 
 from embinit.comparison import DIVERGENCE_RULE, divergence_rule
 from embinit.config import metric_range
-from embinit.report.baseline import adjust, holm_mark, p_text
+from embinit.report.baseline import adjust, holm_mark
 from embinit.report.table import summarize
 from embinit import paper
-from embinit.reproduction.compare import ci_text, compare_text, favours, fmt, mean_std, paired, verdict
+from embinit.reproduction.compare import (ci_text, compare_text, favours, fmt, mean_std, p_holm_text, paired,
+                                         verdict)
 from embinit.reproduction.export import Section
 from embinit.reproduction.frame import NOT_COMPARABLE, budget_gap
 from embinit.reproduction.inputs import ROLE_TEXT, ROLES, SHUFFLE_TEXT, Group, role_of
@@ -197,13 +198,6 @@ def _adjust_for_multiplicity(out: list[dict]) -> None:
         adjust(family, DECISIVE)
 
 
-def _p(c: dict) -> str:
-    """`, p = 0.012 (Holm 0.036, m = 3)`, or "" without a test."""
-    if c.get("p") is None:
-        return ""
-    return f", p = {p_text(c['p'])} (Holm {p_text(c['p_holm'])}, m = {c['holm_m']})"
-
-
 def _findings_legend() -> list[str]:
     return ["Each claim is checked on the task's metric (BLEU points or accuracy points) and on the best "
             "validation loss, as a − b with a 95% interval. Seeds are paired across inits (the same seed: "
@@ -233,11 +227,11 @@ def _finding_line(x: dict) -> str:
     note, lnote = (f" ({y['note']})" if y.get("note") else "" for y in (x, lc))
     if x.get("budget"):   # the interval is reported, but not read as the paper's claim
         return (f"- {x['claim']}: **{NOT_COMPARABLE}** ({x['budget']}). Measured here, {x['metric']}: "
-                f"{compare_text(x['a'], x['b'], x)}{_p(x)}{note}; paper {eff}; best validation loss: "
-                f"{compare_text(x['a'], x['b'], lc, 3)}{_p(lc)}{lnote}; paper {leff}.")
+                f"{compare_text(x['a'], x['b'], x)}{p_holm_text(x)}{note}; paper {eff}; best validation loss: "
+                f"{compare_text(x['a'], x['b'], lc, 3)}{p_holm_text(lc)}{lnote}; paper {leff}.")
     line = (f"- {x['claim']}: {x['metric']} **{x['verdict']}**{holm_mark(x)}{note}. "
-            f"{compare_text(x['a'], x['b'], x)}{_p(x)}; paper {eff}. Best validation loss **{lc['verdict']}**"
-            f"{holm_mark(lc)}{lnote}. {compare_text(x['a'], x['b'], lc, 3)}{_p(lc)}; paper {leff}.")
+            f"{compare_text(x['a'], x['b'], x)}{p_holm_text(x)}; paper {eff}. Best validation loss **{lc['verdict']}**"
+            f"{holm_mark(lc)}{lnote}. {compare_text(x['a'], x['b'], lc, 3)}{p_holm_text(lc)}; paper {leff}.")
     if x["disagree"]:
         line += f" **{'BLEU' if 'BLEU' in x['metric'] else 'Accuracy'} and loss disagree.**"
     return line
