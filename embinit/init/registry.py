@@ -46,6 +46,8 @@ class Entry:
     subword: bool = False        # sources: a Hugging Face model that brings its own tokenizer
     argument: str = ""           # transforms: the required `NAME=ARG` argument's grammar ("" = none)
     any_source: bool = False     # transforms: also applies to random inits (the whole drawn table)
+    takes_pe: bool = False       # transforms: targets a statistic of the PE table, so build_table passes
+                                 # its `pe` (embinit.stats.PETable) as the keyword `pe`
 
     def load(self) -> Callable:
         module, attribute = self.function.split(":")
@@ -95,7 +97,7 @@ TRANSFORM_INFO = {
                      "sigma (rescale=0.05), a multiple of Xavier's sigma (rescale=4x) or a target absorption "
                      "ratio (rescale=absorption:0.5); any source, random inits included",
                      "embinit.init.rescale:rescale", argument="SIGMA | Kx | absorption:R (positive numbers)",
-                     any_source=True),
+                     any_source=True, takes_pe=True),
 }
 
 
