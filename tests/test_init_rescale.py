@@ -77,6 +77,25 @@ def test_a_trials_logged_absorption_is_the_target_at_its_own_pe_table():
     assert result["emb_stats_init"]["emb_src/absorption"] == pytest.approx(3.0, abs=1e-6)
 
 
+def test_only_absorption_targets_off_the_default_pe_table_change_trial_keys():
+    """Those trials' tables changed (set against the default PE table before): their keys carry
+    `absorption_pe`; every other key is as before, the default table's absorption trials included."""
+    def marked(**kw):
+        return "absorption_pe" in TrialConfig(**{"task": "synthetic_translation", **kw}).key_fields()
+
+    assert marked(init="xavier+rescale=absorption:0.5", pe_positions=512)
+    assert marked(init="glove+rescale=absorption:2", pe_base=500.0)
+    assert marked(init="xavier", src_init="normal+rescale=absorption:2", pe_positions=512)
+    assert marked(init="xavier+rescale=absorption:2", pe_positions=512, src_init="xavier")
+    assert not marked(init="xavier+rescale=absorption:0.5")                  # the default table: unchanged
+    assert not marked(init="xavier+rescale=absorption:0.5", pe_positions=5000, pe_base=10000)
+    assert not marked(init="xavier+rescale=4x", pe_positions=512)            # no absorption target
+    assert not marked(init="glove+rescale=0.05", src_init="xavier+rescale=1x", pe_base=500.0)
+    assert not marked(init="xavier+rescale=absorption:", pe_positions=512)    # invalid: refused elsewhere
+    # a one-sided task has no source table: its src_init builds nothing
+    assert not marked(task="synthetic_lm", init="xavier", src_init="xavier+rescale=absorption:2", pe_positions=512)
+
+
 def test_oov_rows_follow_the_rescaled_space(glove):
     res = build_table("glove+rescale=16x", VOCAB, pretrained=glove, cache_dir=False, seed=0, oov="mean")
     assert torch.allclose(res.table[-1], res.table[FOUND].mean(0), atol=1e-6)

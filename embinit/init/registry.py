@@ -185,6 +185,17 @@ def parse_sigma_target(arg: str) -> tuple[str, float]:
     return kind, value
 
 
+def reads_pe_table(spec: Any) -> bool:
+    """Whether the table of an init spec depends on the PE table it is built against (`build_table(pe=...)`):
+    it has a `rescale=absorption:R`. An invalid spec: False (the trainer refuses it with its own message)."""
+    try:
+        transforms = parse_init_spec(spec).transforms
+    except EmbinitError:
+        return False
+    return any(TRANSFORM_INFO[name].takes_pe and parse_sigma_target(arg)[0] == "absorption"
+               for name, _, arg in (t.partition("=") for t in transforms))
+
+
 def _check_transform(token: Any) -> str:
     """A transform token, `NAME` or `NAME=ARG`; the argument is required exactly when the entry has one."""
     name, eq, arg = str(token).partition("=") if isinstance(token, str) else (token, "", "")
