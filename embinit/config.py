@@ -96,7 +96,8 @@ class TrialConfig:
     pe_base: float = 10000.0
     pe_positions: int = 5000            # rows of the position-encoding table: the model's (at least the
                                         # 2 max_len + 2 a sequence needs) and the one `emb/pe_*` and
-                                        # `emb/absorption` are measured on. 5,000: the paper's Table 6 PE
+                                        # `emb/absorption` are measured on (with pe_base), which
+                                        # `rescale=absorption:R` targets. 5,000: the paper's Table 6 PE
                                         # statistics (mean 0.131) are those of 5,000 positions
     pre_ln: bool = False
     pos_encoding: bool = True           # Table 3 ablation: position encoding on/off
