@@ -96,7 +96,8 @@ class TrialConfig:
     pe_base: float = 10000.0
     pe_positions: int = 5000            # rows of the position-encoding table: the model's (at least the
                                         # 2 max_len + 2 a sequence needs) and the one `emb/pe_*` and
-                                        # `emb/absorption` are measured on. 5,000: the paper's Table 6 PE
+                                        # `emb/absorption` are measured on (with pe_base), which
+                                        # `rescale=absorption:R` targets. 5,000: the paper's Table 6 PE
                                         # statistics (mean 0.131) are those of 5,000 positions
     pre_ln: bool = False
     pos_encoding: bool = True           # Table 3 ablation: position encoding on/off
@@ -177,6 +178,18 @@ class TrialConfig:
             return False   # an invalid init: the trainer refuses it with its own message
         return self.tokenizer_for(spec) not in WORD_LEVEL
 
+    def _absorption_on_own_pe(self) -> bool:
+        """Whether a table of this trial targets an absorption ratio (`rescale=absorption:R`) against a PE
+        table other than the default (5,000 positions, base 10^4). Such a target was set against the
+        default table before, whatever the trial's own (embinit.init.rescale), so these trials compute
+        other tables now and their keys say so (`absorption_pe`); every other key is unchanged."""
+        defaults = {f.name: f.default for f in dataclasses.fields(self) if f.name in ("pe_positions", "pe_base")}
+        if self.pe_positions == defaults["pe_positions"] and self.pe_base == defaults["pe_base"]:
+            return False
+        from embinit.init.registry import reads_pe_table   # torch-free
+        inits = [self.init] + ([self.src_init or self.init] if "src" in task_kind(self.task).sides else [])
+        return any(reads_pe_table(init) for init in inits)
+
     def key(self) -> str:
         """Stable identity of what this trial computes: sha256 of its canonical resolved config and the
         code version (`key_fields`)."""
@@ -204,6 +217,8 @@ class TrialConfig:
             d["bleu_references"] = "tokenizer"
         if (tokenize := bleu_tokenizer(target_language(self.task))) != BLEU_DEFAULT:
             d["bleu_tokenize"] = tokenize   # scored with 13a before (embinit.bleu_rules): those runs not reused
+        if self._absorption_on_own_pe():
+            d["absorption_pe"] = "trial"   # targeted the default PE table before: those runs not reused
         d["code_version"] = CODE_VERSION
         return d
 

@@ -14,11 +14,16 @@ Keys (with the default prefix `emb/`), all floats:
 - with `coverage` (from `build_table`): `coverage_rows_found`, `coverage_row_share`,
   `coverage_token_share` (when the vocabulary has counts), `coverage_duplicate_words` (a word-vector
   file's words that the vocabulary takes and the file holds more than once; each takes its first row).
+
+`PETable` names a PE table (positions, base) and `pe_std` its std, the denominator of `absorption`: what
+targets an absorption ratio (`rescale=absorption:R`, embinit.init.rescale) reads it here, from the table
+the statistic will be measured on, so the two cannot drift apart.
 """
 
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 
@@ -27,6 +32,17 @@ from embinit.posenc import sinusoidal
 
 COVERAGE_KEYS = ("rows_found", "row_share", "token_share", "duplicate_words")
 DEFAULT_PE_POSITIONS = 5000   # TrialConfig.pe_positions' default (embinit/config.py, which avoids torch)
+DEFAULT_PE_BASE = 10000.0     # TrialConfig.pe_base's default (Vaswani et al.)
+
+
+class PETable(NamedTuple):
+    """The sinusoidal table an absorption ratio is measured against: `embedding_stats`' `pe_length` and
+    `pe_base`. A trial's is (`pe_positions`, `pe_base`) (embinit.train.prepare `pe_table`)."""
+    positions: int = DEFAULT_PE_POSITIONS
+    base: float = DEFAULT_PE_BASE
+
+
+DEFAULT_PE = PETable()   # embedding_stats' default table: what absorption is measured on unless told
 
 
 def _summary(x: torch.Tensor, prefix: str) -> dict[str, float]:
@@ -34,7 +50,12 @@ def _summary(x: torch.Tensor, prefix: str) -> dict[str, float]:
             f"{prefix}mean": x.mean().item(), f"{prefix}std": x.std().item() if x.numel() > 1 else 0.0}
 
 
-def embedding_stats(table: torch.Tensor, pe_length: int = DEFAULT_PE_POSITIONS, pe_base: float = 10000.0,
+def pe_std(dim: int, pe: PETable = DEFAULT_PE) -> float:
+    """The std of the PE table `pe` at width `dim`: `embedding_stats`' `pe_std`, the same computation."""
+    return _summary(sinusoidal(pe.positions, dim, pe.base, dtype=torch.float64), "")["std"]
+
+
+def embedding_stats(table: torch.Tensor, pe_length: int = DEFAULT_PE_POSITIONS, pe_base: float = DEFAULT_PE_BASE,
                     coverage: dict | None = None, prefix: str = "emb/") -> dict[str, float]:
     """Flat, namespaced statistics of an N x D table (see the module docstring for the keys)."""
     if table.ndim != 2 or table.numel() == 0:
@@ -47,8 +68,8 @@ def embedding_stats(table: torch.Tensor, pe_length: int = DEFAULT_PE_POSITIONS, 
     out.update(_summary(x, prefix))
     out.update(_summary(scaled, prefix + "scaled_"))
     out.update(_summary(pe, prefix + "pe_"))
-    pe_std = out[f"{prefix}pe_std"]
-    out[f"{prefix}absorption"] = out[f"{prefix}scaled_std"] / pe_std if pe_std > 0 else math.inf
+    pe_sigma = out[f"{prefix}pe_std"]
+    out[f"{prefix}absorption"] = out[f"{prefix}scaled_std"] / pe_sigma if pe_sigma > 0 else math.inf
     norms = x.norm(dim=1)
     out[f"{prefix}row_norm_mean"] = norms.mean().item()
     out[f"{prefix}row_norm_std"] = norms.std().item() if n > 1 else 0.0

@@ -59,6 +59,10 @@ def test_probe_init_and_checkpoint(tmp_path):
     vocab = Vocab([f"w{i}" for i in range(N)])
     before = probe_init("xavier", vocab, dim=D, seed=0, n_samples=800)
     assert before["probe/pos_acc"] > 0.9
+    # an absorption target is set against the probe's own PE table (its positions and base)
+    target = probe_init("xavier+rescale=absorption:0.5", vocab, dim=D, seed=0, n_samples=200, max_len=16,
+                        pe_base=500.0)
+    assert target["probe/absorption"] == pytest.approx(0.5, abs=1e-6)
     ckpt = tmp_path / "best.pt"
     torch.save({"embeddings": {"tok": table(5.0)}, "vocabs": {"tok": vocab.tokens},
                 "config": {"pe_base": 10000.0}}, ckpt)

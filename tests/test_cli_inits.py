@@ -9,7 +9,7 @@ import torch
 from embinit.cli import main
 from embinit.init import DESCRIPTIONS, build_table
 from embinit.init import testing as tt
-from embinit.stats import embedding_stats
+from embinit.stats import PETable, embedding_stats
 from embinit.vocab import Vocab
 
 EXAMPLE = Path(__file__).parent / "data" / "example_vocab.txt"
@@ -51,6 +51,16 @@ def test_stats_json_with_a_pretrained_source(capsys, tmp_path):
                       cache_dir=False)
     assert data["stats"] == embedding_stats(res.table, coverage=res.coverage)
     assert torch.isfinite(res.table).all()
+
+
+def test_stats_absorption_target_and_statistic_share_the_pe_table_given(capsys):
+    argv = ["embeddings", "stats", "--vocab", str(EXAMPLE), "--init", "xavier+rescale=absorption:0.5", "--dim",
+            "16", "--pe-length", "512", "--pe-base", "1000", "--json"]
+    assert main(argv) == 0
+    stats = json.loads(capsys.readouterr().out)["stats"]
+    assert abs(stats["emb/absorption"] - 0.5) < 1e-6
+    assert stats == embedding_stats(build_table("xavier+rescale=absorption:0.5", Vocab.load(EXAMPLE), dim=16,
+                                                seed=0, pe=PETable(512, 1000.0)).table, 512, 1000.0)
 
 
 def test_errors_are_one_line_with_exit_2(capsys, tmp_path):

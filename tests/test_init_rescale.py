@@ -6,12 +6,15 @@ import pytest
 import torch
 import yaml
 
+from embinit.config import TrialConfig
 from embinit.init import build_table, parse_init_spec, xavier_std
 from embinit.init import testing as tt
 from embinit.init.registry import InitSpecError
 from embinit.spec import ExperimentSpec, SpecError
 from embinit.spec.planning import planned_count
-from embinit.stats import embedding_stats
+from embinit.stats import PETable, embedding_stats
+from embinit.tracking.trial_run import _key_emb_stats
+from embinit.train.trial import run_trial
 from embinit.vocab import Vocab
 
 torch.set_num_threads(1)
@@ -48,6 +51,49 @@ def test_absorption_target_is_what_the_logged_statistic_reads(glove):
     assert embedding_stats(t)["emb/absorption"] == pytest.approx(0.5, rel=1e-6)
     rows = _found("glove+rescale=absorption:2", glove)
     assert embedding_stats(rows)["emb/absorption"] == pytest.approx(2.0, rel=1e-6)
+
+
+@pytest.mark.parametrize("pe", [PETable(512), PETable(5000, 500.0), PETable(300, 2e4)])
+def test_absorption_target_is_met_against_the_pe_table_passed(glove, pe):
+    t = build_table("xavier+rescale=absorption:0.5", VOCAB, dim=16, seed=0, pe=pe).table
+    assert embedding_stats(t, pe_length=pe.positions, pe_base=pe.base)["emb/absorption"] == pytest.approx(0.5, abs=1e-6)
+    rows = _found("glove+rescale=absorption:2", glove, pe=pe)
+    assert embedding_stats(rows, *pe)["emb/absorption"] == pytest.approx(2.0, abs=1e-6)
+    # the other targets do not depend on the PE table
+    assert torch.equal(_found("glove+rescale=4x", glove, pe=pe), _found("glove+rescale=4x", glove))
+
+
+TRIAL = dict(task="synthetic_translation", epochs=1, max_train_examples=32, threads=1, d_model=16, heads=2,
+             ff_dim=16, layers=1, batch_size=16, min_freq=1)
+
+
+def test_a_trials_logged_absorption_is_the_target_at_its_own_pe_table():
+    """A trial whose PE table is not the default one (512 positions, base 1000) logs `init/emb/absorption`
+    (and the source table's `emb_src/absorption`) equal to its `rescale=absorption:R` targets."""
+    cfg = TrialConfig(**TRIAL, init="xavier+rescale=absorption:0.5", src_init="normal+rescale=absorption:3",
+                      pe_positions=512, pe_base=1000.0)
+    result = run_trial(cfg, cache_dir=False, resume=False).to_dict()
+    assert _key_emb_stats(result)["init/emb/absorption"] == pytest.approx(0.5, abs=1e-6)
+    assert result["emb_stats_init"]["emb_src/absorption"] == pytest.approx(3.0, abs=1e-6)
+
+
+def test_only_absorption_targets_off_the_default_pe_table_change_trial_keys():
+    """Those trials' tables changed (set against the default PE table before): their keys carry
+    `absorption_pe`; every other key is as before, the default table's absorption trials included."""
+    def marked(**kw):
+        return "absorption_pe" in TrialConfig(**{"task": "synthetic_translation", **kw}).key_fields()
+
+    assert marked(init="xavier+rescale=absorption:0.5", pe_positions=512)
+    assert marked(init="glove+rescale=absorption:2", pe_base=500.0)
+    assert marked(init="xavier", src_init="normal+rescale=absorption:2", pe_positions=512)
+    assert marked(init="xavier+rescale=absorption:2", pe_positions=512, src_init="xavier")
+    assert not marked(init="xavier+rescale=absorption:0.5")                  # the default table: unchanged
+    assert not marked(init="xavier+rescale=absorption:0.5", pe_positions=5000, pe_base=10000)
+    assert not marked(init="xavier+rescale=4x", pe_positions=512)            # no absorption target
+    assert not marked(init="glove+rescale=0.05", src_init="xavier+rescale=1x", pe_base=500.0)
+    assert not marked(init="xavier+rescale=absorption:", pe_positions=512)    # invalid: refused elsewhere
+    # a one-sided task has no source table: its src_init builds nothing
+    assert not marked(task="synthetic_lm", init="xavier", src_init="xavier+rescale=absorption:2", pe_positions=512)
 
 
 def test_oov_rows_follow_the_rescaled_space(glove):

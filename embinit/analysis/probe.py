@@ -132,8 +132,12 @@ def probe_checkpoint(path, key: str | None = None, max_len: int | None = None, *
 
 def probe_init(init, vocab, dim: int | None = None, pretrained: str | None = None, seed: int = 0,
                **kw) -> dict[str, float]:
-    """The probe on a freshly built init table (embinit.init.build_table), before any training."""
+    """The probe on a freshly built init table (embinit.init.build_table), before any training. The table
+    is built against the probe's own PE table (`max_len` positions, `pe_base`), the one `probe/absorption`
+    is measured on, so a `rescale=absorption:R` init probes at absorption R."""
     from embinit.init import build_table
+    from embinit.stats import PETable
 
-    res = build_table(init, vocab, dim=dim, pretrained=pretrained, seed=seed)
+    pe = PETable(kw.get("max_len", DEFAULT_MAX_LEN), kw.get("pe_base", 10000.0))
+    res = build_table(init, vocab, dim=dim, pretrained=pretrained, seed=seed, pe=pe)
     return probe_table(res.table, seed=seed, **kw)

@@ -25,6 +25,17 @@ def positive_int(text: str) -> int:
     return value
 
 
+def positive_float(text: str) -> float:
+    """A finite number above 0 (a base, a scale)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+    return value
+
+
 def http_url(text: str) -> str:
     """An http(s) URL with a host (`http://127.0.0.1:8000`), without a trailing slash."""
     url = urlparse(text.strip())

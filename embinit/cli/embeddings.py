@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from embinit.cli.arg_types import positive_int
+from embinit.cli.arg_types import positive_float, positive_int
 
 
 def register(subparsers) -> None:
@@ -19,7 +19,11 @@ def register(subparsers) -> None:
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--lowercase", action="store_true", help="look up token.lower() when a token is missing")
     s.add_argument("--pe-length", type=positive_int, default=5000,
-                   help="positions of the encoding table compared (default 5000, the paper's Table 6)")
+                   help="positions of the encoding table compared (default 5000, the paper's Table 6); a "
+                        "trial's pe_positions")
+    s.add_argument("--pe-base", type=positive_float, default=10000.0,
+                   help="base of the encodings' wavelengths (default 10000); a trial's pe_base. Both set the "
+                        "table that absorption is measured on and that rescale=absorption:R targets")
     s.add_argument("--cache-dir", help="cache for aligned pretrained rows (default: $EMBINIT_CACHE_DIR)")
     s.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     s.set_defaults(func=run_stats)
@@ -33,16 +37,17 @@ def _fmt(value) -> str:
 
 def run_stats(args) -> int:
     from embinit.init import build_table, parse_init_spec
-    from embinit.stats import embedding_stats
+    from embinit.stats import PETable, embedding_stats
     from embinit.vocab import Vocab
 
     vocab = Vocab.load(args.vocab)
     spec = parse_init_spec(args.init)
     if args.lowercase:
         spec = parse_init_spec({**spec.to_dict(), "lowercase": True})
+    pe = PETable(args.pe_length, args.pe_base)   # one table for the absorption target and the statistic
     res = build_table(spec, vocab, dim=args.dim, seed=args.seed, pretrained=args.pretrained, oov=args.oov,
-                      cache_dir=args.cache_dir)
-    stats = embedding_stats(res.table, pe_length=args.pe_length, coverage=res.coverage)
+                      cache_dir=args.cache_dir, pe=pe)
+    stats = embedding_stats(res.table, pe_length=pe.positions, pe_base=pe.base, coverage=res.coverage)
     if args.json:
         print(json.dumps({"init": str(spec), "label": res.label, "rows": len(vocab), "dim": res.dim,
                           "seed": args.seed, "oov": res.oov, "source": res.source, "coverage": res.coverage,

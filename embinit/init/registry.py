@@ -46,6 +46,8 @@ class Entry:
     subword: bool = False        # sources: a Hugging Face model that brings its own tokenizer
     argument: str = ""           # transforms: the required `NAME=ARG` argument's grammar ("" = none)
     any_source: bool = False     # transforms: also applies to random inits (the whole drawn table)
+    takes_pe: bool = False       # transforms: targets a statistic of the PE table, so build_table passes
+                                 # its `pe` (embinit.stats.PETable) as the keyword `pe`
 
     def load(self) -> Callable:
         module, attribute = self.function.split(":")
@@ -95,7 +97,7 @@ TRANSFORM_INFO = {
                      "sigma (rescale=0.05), a multiple of Xavier's sigma (rescale=4x) or a target absorption "
                      "ratio (rescale=absorption:0.5); any source, random inits included",
                      "embinit.init.rescale:rescale", argument="SIGMA | Kx | absorption:R (positive numbers)",
-                     any_source=True),
+                     any_source=True, takes_pe=True),
 }
 
 
@@ -181,6 +183,17 @@ def parse_sigma_target(arg: str) -> tuple[str, float]:
         raise InitSpecError(f"rescale target {arg!r} is not {TRANSFORM_INFO['rescale'].argument}, e.g. "
                            "rescale=0.05, rescale=4x or rescale=absorption:0.5", "transform")
     return kind, value
+
+
+def reads_pe_table(spec: Any) -> bool:
+    """Whether the table of an init spec depends on the PE table it is built against (`build_table(pe=...)`):
+    it has a `rescale=absorption:R`. An invalid spec: False (the trainer refuses it with its own message)."""
+    try:
+        transforms = parse_init_spec(spec).transforms
+    except EmbinitError:
+        return False
+    return any(TRANSFORM_INFO[name].takes_pe and parse_sigma_target(arg)[0] == "absorption"
+               for name, _, arg in (t.partition("=") for t in transforms))
 
 
 def _check_transform(token: Any) -> str:

@@ -7,8 +7,10 @@ does; `rescale=1x` *is* `standardize`). TARGET is one of:
 - `4x`: a multiple of Xavier's sigma for the whole N x D table, sqrt(2 / (N + D)) (analytic, as in
   `standardize`);
 - `absorption:0.5`: the sigma whose absorption ratio (`embinit.stats`: std(x * sqrt(D)) / std(PE)) is
-  0.5, sigma_t = 0.5 * std(PE) / sqrt(D), with the PE table `embinit.stats` uses by default (its
-  `pe_length` and `pe_base`), so the logged `emb/absorption` of the rescaled rows is the target.
+  0.5, sigma_t = 0.5 * std(PE) / sqrt(D), with std(PE) of the PE table `pe` (`embinit.stats.PETable`:
+  positions and base). `build_table(pe=...)` passes it (the registry entry's `takes_pe`): a trial's own
+  table (`pe_positions`, `pe_base`; embinit.train.prepare `pe_table`), so the logged `emb/absorption` of
+  the rescaled rows is the target; without one, `embedding_stats`' defaults (5,000 positions, base 10^4).
 
 It applies to any source: pretrained found rows (OOV rows are filled afterwards, in the rescaled space)
 and random inits (the whole drawn table). It draws nothing from the generator.
@@ -16,40 +18,35 @@ and random inits (the whole drawn table). It draws nothing from the generator.
 
 from __future__ import annotations
 
-import inspect
 import math
 
 import torch
 
+from embinit.errors import EmbinitError
 from embinit.init.random import xavier_std
 from embinit.init.registry import parse_sigma_target
 from embinit.init.fitted import Fitted, mean_std
-from embinit.posenc import sinusoidal
-from embinit.stats import embedding_stats
-
-# the PE table the logged absorption ratio is computed with (embedding_stats' defaults)
-_STATS_DEFAULTS = inspect.signature(embedding_stats).parameters
+from embinit.stats import DEFAULT_PE, PETable, pe_std
 
 
-def pe_std(dim: int) -> float:
-    """Std of the sinusoidal table that `embedding_stats` divides by for its absorption ratio."""
-    length, base = _STATS_DEFAULTS["pe_length"].default, _STATS_DEFAULTS["pe_base"].default
-    return sinusoidal(length, dim, base, dtype=torch.float64).std().item()
-
-
-def target_sigma(target: str, n_total: int, dim: int) -> float:
-    """sigma_t for a `rescale` argument (see the module docstring)."""
+def target_sigma(target: str, n_total: int, dim: int, pe: PETable = DEFAULT_PE) -> float:
+    """sigma_t for a `rescale` argument (see the module docstring); `pe` only matters to `absorption:R`."""
     kind, value = parse_sigma_target(target)
     if kind == "sigma":
         return value
     if kind == "xavier":
         return value * xavier_std(n_total, dim)
-    return value * pe_std(dim) / math.sqrt(dim)
+    spread = pe_std(dim, pe)
+    if not spread > 0:   # a 1 x 1 table: one value, no spread to take a ratio to
+        raise EmbinitError(f"rescale={target}: the PE table of {pe.positions} position(s) at D={dim} has no "
+                           f"spread (std {spread}), so no absorption ratio can be targeted")
+    return value * spread / math.sqrt(dim)
 
 
-def rescale(rows: torch.Tensor, n_total: int, dim: int, generator: torch.Generator, target: str) -> Fitted:
+def rescale(rows: torch.Tensor, n_total: int, dim: int, generator: torch.Generator, target: str,
+            *, pe: PETable = DEFAULT_PE) -> Fitted:
     mean, std = mean_std(rows, f"rescale={target}")
-    scale = target_sigma(target, n_total, dim) / std
+    scale = target_sigma(target, n_total, dim, pe) / std
 
     def vector_map(v: torch.Tensor) -> torch.Tensor:
         return (v - mean) * scale

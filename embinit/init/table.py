@@ -9,6 +9,11 @@ Order of operations for a pretrained source (the issue's contract):
    untransformed source reproduces the paper, whose missing rows keep Xavier values).
 `match` replaces every row, so the OOV rule does not apply to it.
 
+The PE table (`pe`, an `embinit.stats.PETable`: positions and base) is what a transform that targets a
+statistic of the encodings reads (`rescale=absorption:R`; the registry entry's `takes_pe`): pass the one
+the table's absorption will be measured against (a trial's `pe_positions` and `pe_base`,
+`embinit.train.prepare`); the default is `embedding_stats`' default table. Other transforms never see it.
+
 Randomness: everything draws from one generator in a fixed order (transform, then OOV rule); the same
 spec, vocabulary and seed give the identical tensor. No generator and no seed means seed 0.
 """
@@ -27,9 +32,10 @@ from embinit.init import hf, table_cache, vectors
 from embinit.init.aligned import Aligned, warn_duplicates
 from embinit.init.oov import OOV_RULES, OOVContext
 from embinit.init.random import INITS
-from embinit.init.registry import DEFAULT_OOV, InitSpec, parse_init_spec
+from embinit.init.registry import DEFAULT_OOV, TRANSFORM_INFO, InitSpec, parse_init_spec
 from embinit.init.source_files import npy_vocab_path, resolve_source
 from embinit.init.transforms import TRANSFORMS
+from embinit.stats import DEFAULT_PE, PETable
 from embinit.vocab import Vocab
 
 LOADERS = {"text": vectors.load_text, "word2vec_bin": vectors.load_word2vec_binary,
@@ -112,30 +118,33 @@ def _coverage(vocab: Vocab, aligned: Aligned) -> dict[str, Any]:
     return cov
 
 
-def apply_transform(token: str, rows: torch.Tensor, n: int, dim: int, g: torch.Generator):
-    """One transform token (`NAME` or `NAME=ARG`, see the registry) applied to float64 rows -> Fitted."""
+def apply_transform(token: str, rows: torch.Tensor, n: int, dim: int, g: torch.Generator,
+                    pe: PETable = DEFAULT_PE):
+    """One transform token (`NAME` or `NAME=ARG`, see the registry) applied to float64 rows -> Fitted.
+    `pe` goes to the transforms whose entry `takes_pe`, as the keyword `pe`; the others never see it."""
     name, _, arg = token.partition("=")
-    return TRANSFORMS[name](rows, n, dim, g, arg) if arg else TRANSFORMS[name](rows, n, dim, g)
+    kw = {"pe": pe} if TRANSFORM_INFO[name].takes_pe else {}
+    return TRANSFORMS[name](rows, n, dim, g, arg, **kw) if arg else TRANSFORMS[name](rows, n, dim, g, **kw)
 
 
-def _random_table(spec: InitSpec, n: int, dim: int, g: torch.Generator) -> torch.Tensor:
+def _random_table(spec: InitSpec, n: int, dim: int, g: torch.Generator, pe: PETable) -> torch.Tensor:
     """A random init's draw, then its transforms (only `any_source` ones parse) over the whole table."""
     table = INITS[spec.source](n, dim, g)
     if not spec.transforms:
         return table
     rows = table.double()
     for token in spec.transforms:
-        rows = apply_transform(token, rows, n, dim, g).rows
+        rows = apply_transform(token, rows, n, dim, g, pe).rows
     return rows.float()
 
 
 def _fill(spec: InitSpec, aligned: Aligned, n: int, rule: str, g: torch.Generator,
-          text: dict[str, Any]) -> torch.Tensor:
+          text: dict[str, Any], pe: PETable) -> torch.Tensor:
     """Steps 2-4 of the module docstring, in float64; returns the float32 table. `text`: the OOV
     context's vocabulary, training text and cache location (`OOVContext` fields)."""
     rows, found, vmap = aligned.rows.double(), aligned.found, (lambda v: v)
     for name in spec.transforms:
-        fitted = apply_transform(name, rows, n, aligned.dim, g)
+        fitted = apply_transform(name, rows, n, aligned.dim, g, pe)
         rows = fitted.rows
         if fitted.covers_all:
             found, vmap = torch.arange(n), None
@@ -158,17 +167,18 @@ def _fill(spec: InitSpec, aligned: Aligned, n: int, rule: str, g: torch.Generato
 
 def build_table(spec, vocab, dim: int | None = None, generator: torch.Generator | None = None,
                 seed: int | None = None, pretrained: str | None = None, oov: str | None = None,
-                cache_dir: "str | Path | None | bool" = None, corpus: Sequence[Sequence] | None = None
-                ) -> BuildResult:
+                cache_dir: "str | Path | None | bool" = None, corpus: Sequence[Sequence] | None = None,
+                pe: PETable = DEFAULT_PE) -> BuildResult:
     """Build the N x D float32 table for `vocab` (a Vocab or a list of tokens) by `spec`. `corpus`: the
-    training text (sequences of tokens or vocabulary ids), which the `focus` OOV rule learns from."""
+    training text (sequences of tokens or vocabulary ids), which the `focus` OOV rule learns from. `pe`:
+    the PE table the table's absorption is measured against (see the module docstring)."""
     spec = parse_init_spec(spec)
     vocab = _as_vocab(vocab)
     g = _generator(generator, seed)
     if not spec.is_pretrained:
         if not dim or dim < 1:
             raise EmbinitError(f"init {spec.source!r} needs a positive dimension (dim/--dim), got {dim!r}")
-        return BuildResult(_random_table(spec, len(vocab), int(dim), g), spec.label, int(dim), spec=spec)
+        return BuildResult(_random_table(spec, len(vocab), int(dim), g, pe), spec.label, int(dim), spec=spec)
     rule = oov or spec.oov or DEFAULT_OOV
     if rule not in OOV_RULES:
         raise unknown_name("oov rule", rule, OOV_RULES)
@@ -186,7 +196,7 @@ def build_table(spec, vocab, dim: int | None = None, generator: torch.Generator 
     rows = aligned.rows.double()
     stats = {"mean_p": rows.mean().item(), "std_p": rows.std().item() if rows.numel() > 1 else 0.0}
     text = {"tokens": vocab.tokens, "corpus": _as_sentences(corpus, vocab), "cache_dir": cache_dir}
-    table = _fill(spec, aligned, len(vocab), rule, g, text)
+    table = _fill(spec, aligned, len(vocab), rule, g, text, pe)
     filled = None if "match" in spec.transforms else rule
     missing = torch.ones(len(vocab), dtype=torch.bool)
     missing[aligned.found] = False

@@ -30,7 +30,7 @@ from embinit.train import checkpoint as ckpt
 from embinit.train.callbacks import TrainContext, fire
 from embinit.train.loop import autocast_for
 from embinit.train.oov_subset import oov_metrics
-from embinit.train.prepare import derive_seed
+from embinit.train.prepare import derive_seed, pe_table
 from embinit.train.result import TrialResult
 
 
@@ -96,11 +96,11 @@ def emb_stats(model, cfg, tables=None) -> dict:
     table, `emb_src/...` for a translation model's source table. Coverage only at init."""
     from embinit.stats import embedding_stats
 
-    out = {}
+    out, pe = {}, pe_table(cfg)   # the table the trial's absorption targets were set against (prepare)
     for side, emb in model.embeddings().items():
         cov = tables[side].coverage if tables else None
-        out.update(embedding_stats(emb.weight.detach().float().cpu(), pe_length=cfg.pe_positions,
-                                   pe_base=cfg.pe_base, coverage=cov,
+        out.update(embedding_stats(emb.weight.detach().float().cpu(), pe_length=pe.positions,
+                                   pe_base=pe.base, coverage=cov,
                                    prefix="emb_src/" if side == "src" else "emb/"))
     return out
 

@@ -7,6 +7,9 @@ seed but different inits therefore share every other weight, every dropout mask 
 (paired comparisons).
 `emb_seed` (when set) replaces the seed for the embedding tables only: trials that differ only in it
 differ only in their tables' init (the KNN-similarity post's code).
+PE table: a trial's tables are built against its own (`pe_table`: `pe_positions`, `pe_base`), the one
+its `emb/absorption` is measured on (embinit.train.lifecycle `emb_stats`), so `rescale=absorption:R`
+logs R.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from embinit.model_dims import resolve_model_size, side_sources
 from embinit.task_registry import kind_code, task_kind
 from embinit.models import (ModelConfig, build_model, embedding_parameters,
                             set_dropout_generator, set_trainable)
+from embinit.stats import PETable
 from embinit.train.checkpoint import read as read_checkpoint
 
 
@@ -52,6 +56,12 @@ def load_body(model, path: str) -> None:
 
 def derive_seed(seed: int, stream: str) -> int:
     return int.from_bytes(hashlib.sha256(f"{seed}:{stream}".encode()).digest()[:8], "little") >> 1
+
+
+def pe_table(cfg: TrialConfig) -> PETable:
+    """The trial's PE table: what its tables' absorption targets are set against (`build_table(pe=...)`)
+    and what its `emb/absorption` is measured on (lifecycle `emb_stats`), declared once."""
+    return PETable(cfg.pe_positions, cfg.pe_base)
 
 
 def emb_seed(cfg: TrialConfig) -> int:
@@ -166,7 +176,8 @@ def load_inputs(cfg: TrialConfig, cache_dir=None, device: torch.device | None = 
     vocabs = {"tgt": data.vocab, "tok": data.vocab, "src": data.src_vocab}
     tables = {s: build_table(specs[s], vocabs[s], dim=d_model, pretrained=pretrained[s], oov=rc.oov,
                              generator=torch.Generator().manual_seed(derive_seed(emb_seed(rc), f"emb:{s}")),
-                             cache_dir=cache_dir, corpus=training_text(data, s) if rc.oov == "focus" else None)
+                             cache_dir=cache_dir, corpus=training_text(data, s) if rc.oov == "focus" else None,
+                             pe=pe_table(rc))
               for s in sides}
     return rc, kind, data, tables
 
