@@ -71,7 +71,7 @@ def spec_problems(source: Any, overrides: list[str] | tuple[str, ...] = (), *, l
         return plans[id(s)]
     if local:
         problems += _local_problems(spec, fields, data, base, {where for where, _ in problems})
-        problems += _offline_hub_problems(spec, one_seed)
+        problems += _offline_hub_problems(spec, one_seed) + _offline_dataset_problems(spec)
         notes += _definitions_not_read(problems)
     if sizes:
         found = _size_problems(checked, bool(problems or notes), one_seed)
@@ -180,6 +180,20 @@ def _offline_hub_problems(spec: ExperimentSpec | None, one_seed: Callable[[Exper
     return [(trials_text(sorted(set(names))), f"{field} {why}") for (field, why), names in found.items()]
 
 
+def _offline_dataset_problems(spec: ExperimentSpec | None) -> list[tuple[str, str]]:
+    """With Hugging Face kept offline, each task entry's `data_revision` whose snapshot of the task's hub
+    dataset this machine's hub cache lacks (the revision asked and what the cache holds), as a model's
+    pin is refused above: every trial of the task would fail. Online, the trials fetch it."""
+    from embinit.errors import offline_miss
+    from embinit.task_registry import task_entry
+    from embinit.tasks.hub import pinned_id
+    if spec is None:
+        return []
+    return [(f"tasks[{i}].data_revision", why) for i, task in enumerate(spec.tasks)
+            if task.data_revision is not None and task.data_dir is None and task_entry(task.task).hub is not None
+            and (why := offline_miss(pinned_id(task.task, task.data_revision), "dataset")) is not None]
+
+
 def _resolved(value: Any, base: Path | None) -> str | None:
     """A raw path value as the spec model would have it (`${VAR}` expanded, `./x` next to the spec file);
     None when it is no string or names an unset variable (a field problem already)."""
@@ -213,6 +227,8 @@ def _task_folder_problems(data: dict[str, Any], base: Path | None, missing: list
             continue
         own = _resolved(entry.get("data_dir"), base)
         folder = own or (str(Path(root) / task) if root else None)   # a generated task reads no folder
+        if folder is None and entry.get("data_revision") is not None:   # a pinned hub dataset: no folder read
+            continue
         extras = next((e for e in (entry.get("extras"), defaults.get("extras")) if isinstance(e, dict)), {})
         where = f"tasks[{i}].data_dir" if own else ("data_dir" if root else f"tasks[{i}]")
         problems += task_files_problem(task, folder, extras, missing, where)

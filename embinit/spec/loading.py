@@ -153,6 +153,8 @@ def data_problems(spec: ExperimentSpec, missing: list[Path] = ()) -> list[tuple[
     problems = []
     for i, task in enumerate(spec.tasks):
         cfg = trial_config(spec, task, spec.inits[0], spec.seeds[0])
+        if cfg.data_revision is not None and cfg.data_dir is None:   # a pinned hub dataset: no folder read
+            continue
         where = f"tasks[{i}].data_dir" if task.data_dir else ("data_dir" if spec.data_dir else f"tasks[{i}]")
         problems += task_files_problem(task.task, cfg.data_dir, cfg.extras, missing, where)
     return problems
