@@ -23,6 +23,7 @@ from helpers.iwslt import iwslt_release
 OLD, NEW = "a1" * 20, "b2" * 20   # the commits: OLD tagged v1, NEW the repository's main
 IWSLT_ZIP = "data/2017-01-trnted/texts/de/en/de-en.zip"
 IWSLT_NAME = "IWSLT/iwslt2017/iwslt2017-de-en"
+LOAD_DATASET = hub._load_dataset   # the real one (the fixtures replace it)
 
 
 def _snapshot(repo: Path, commit: str, files: dict[str, bytes]) -> None:
@@ -142,6 +143,28 @@ def test_a_load_dataset_task_is_asked_for_the_pinned_revision(offline, tmp_path,
     assert "old" in pinned.vocab.tokens and "new" not in pinned.vocab.tokens
     assert load_task("sst2", data_revision=OLD, **kw).info["cache"] == "hit" and len(asked) == 2
     assert data_origin("sst2", None, "v1") == f"hub:nyu-mll/glue/sst2@{OLD} (pinned: v1)"
+
+
+def test_offline_a_datasets_build_of_another_commit_is_refused(offline, monkeypatch, tmp_path):
+    """Offline, `datasets` ignores `revision` and reads the latest build its cache holds (a folder named by
+    the commit it was built from): a build of another commit than the pinned one is an error, not data
+    the run's data source would name as the pinned commit's."""
+    datasets = pytest.importorskip("datasets")
+    two_snapshots(offline, "nyu-mll/glue", {"sst2/train.parquet": b"old"}, {"sst2/train.parquet": b"new"})
+
+    class Split:   # what `datasets` returns offline: a split whose arrow file lies in its build's folder
+        def __init__(self, commit):
+            self.cache_files = [{"filename": str(tmp_path / "nyu-mll___glue" / "sst2" / "0.0.0" / commit / "t.arrow")}]
+
+    built = {"commit": NEW}
+    monkeypatch.setattr(datasets, "load_dataset", lambda path, config, **kw: {"train": Split(built["commit"])})
+    with pytest.raises(EmbinitError, match=f"nyu-mll/glue@v1: offline, `datasets` ignores the revision and read its "
+                                           f"cached build of {NEW}, not the pinned commit {OLD}"):
+        LOAD_DATASET("nyu-mll/glue", "sst2", revision="v1")
+    assert LOAD_DATASET("nyu-mll/glue", "sst2")["train"].cache_files   # unpinned: main's build, as before
+    built["commit"] = OLD
+    assert LOAD_DATASET("nyu-mll/glue", "sst2", revision="v1")["train"].cache_files
+    assert LOAD_DATASET("nyu-mll/glue", "sst2", revision=OLD)["train"].cache_files
 
 
 # Keys computed on main before data_revision existed (CODE_VERSION 2): a config without it keeps its key.

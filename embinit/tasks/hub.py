@@ -51,7 +51,23 @@ def _load_dataset(path: str, config: str | None, revision: str | None = None) ->
         raise ConnectionError(f"{why}, and it is not in the local cache")
     import datasets
     pin = {"revision": revision} if revision is not None else {}
-    return datasets.load_dataset(path, config, **pin) if config else datasets.load_dataset(path, **pin)
+    ds = datasets.load_dataset(path, config, **pin) if config else datasets.load_dataset(path, **pin)
+    if revision is not None and set_flag("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE") is not None:
+        _check_build(ds, path, revision)
+    return ds
+
+
+def _check_build(ds: Any, path: str, revision: str) -> None:
+    """Offline, `datasets` does not look at `revision`: it reads the latest build its own cache holds of
+    the dataset, whichever commit that was made from (its folder is named by the commit). Refuse a build
+    of another commit than the pinned one, which the run's data source and the task cache would name."""
+    want = hub_revision(f"{path}@{revision}", "dataset") or (revision if COMMIT.fullmatch(revision) else None)
+    builds = {Path(f["filename"]).parent.name for split in ds.values() for f in getattr(split, "cache_files", ())}
+    if want is not None and builds and builds != {want}:
+        raise EmbinitError(
+            f"{path}@{revision}: offline, `datasets` ignores the revision and read its cached build of "
+            f"{', '.join(sorted(builds))}, not the pinned commit {want}; load the task once online with this "
+            f"data_revision (which builds that commit), or give its data_dir")
 
 
 def _hub_file(path: str, filename: str, revision: str | None = None) -> Path:
