@@ -249,3 +249,24 @@ def test_a_spec_without_a_pin_keeps_its_hash_and_a_pinned_one_records_it():
     assert [t.get("data_revision") for t in pinned.canonical()["tasks"]] == ["v1", None]
     assert "data_revision" not in pinned.canonical()["tasks"][1]
     assert [p.config["data_revision"] for p in pinned.plan()] == ["v1", "v1", None, None]
+
+
+def test_the_service_takes_a_pin_and_refuses_one_that_cannot_apply(iwslt_hub, tmp_path):
+    """A submitted spec's data_revision reaches its trials (no path confinement touches it); a malformed
+    revision or, offline, one the API's hub cache lacks is a 422 naming the task entry's field."""
+    from fastapi import HTTPException
+
+    from service.settings import Settings
+    from service.specs import prepare
+    settings = Settings(data_roots=[tmp_path], pretrained_roots=[tmp_path], tracking_uri=f"sqlite:///{tmp_path}/m.db")
+    spec = _spec({"task": "iwslt2017", "data_revision": "v1"}, "sst2")
+    sub = prepare(spec, settings, settings.tracking_uri)
+    assert [p.config["data_revision"] for p in sub.plan] == ["v1", None]
+    assert sub.trial_keys[0] == TrialConfig.from_dict(sub.plan[0].config).key() != \
+        TrialConfig.from_dict({**sub.plan[0].config, "data_revision": None}).key()
+    for revision, message in (("../../etc", "'../../etc' is not a revision"),
+                              ("v9", "revision 'v9' of 'IWSLT/iwslt2017' is not in the Hugging Face cache")):
+        with pytest.raises(HTTPException) as e:
+            prepare(_spec({"task": "iwslt2017", "data_revision": revision}), settings, settings.tracking_uri)
+        assert e.value.status_code == 422
+        assert [p["loc"] for p in e.value.detail if message in p["msg"]] == ["tasks[0].data_revision"], e.value.detail

@@ -19,7 +19,8 @@ from embinit.errors import trials_text
 from embinit.spec import path_fields
 from embinit.spec.experiment import ExperimentSpec
 from embinit.spec.fields import SpecFields
-from embinit.spec.loading import blamed, data_problems, missing_paths, spec_data, task_files_problem
+from embinit.spec.loading import (blamed, data_problems, missing_paths, offline_data_problems, spec_data,
+                                  task_files_problem)
 from embinit.spec.problems import SpecError, as_written, problems_of
 
 CROSS_NOT_CHECKED = "checks across fields (pretrained sources per init, duplicate inits and tasks, heads vs. D) " \
@@ -71,7 +72,7 @@ def spec_problems(source: Any, overrides: list[str] | tuple[str, ...] = (), *, l
         return plans[id(s)]
     if local:
         problems += _local_problems(spec, fields, data, base, {where for where, _ in problems})
-        problems += _offline_hub_problems(spec, one_seed) + _offline_dataset_problems(spec)
+        problems += _offline_hub_problems(spec, one_seed) + (offline_data_problems(spec) if spec is not None else [])
         notes += _definitions_not_read(problems)
     if sizes:
         found = _size_problems(checked, bool(problems or notes), one_seed)
@@ -178,20 +179,6 @@ def _offline_hub_problems(spec: ExperimentSpec | None, one_seed: Callable[[Exper
                 why = f"{hub_id!r}: {why}" + (f"; nor a tokenizer name: {typo}" if typo else "")
                 found.setdefault((field, why), []).append(f"{p.task} x {p.label}")
     return [(trials_text(sorted(set(names))), f"{field} {why}") for (field, why), names in found.items()]
-
-
-def _offline_dataset_problems(spec: ExperimentSpec | None) -> list[tuple[str, str]]:
-    """With Hugging Face kept offline, each task entry's `data_revision` whose snapshot of the task's hub
-    dataset this machine's hub cache lacks (the revision asked and what the cache holds), as a model's
-    pin is refused above: every trial of the task would fail. Online, the trials fetch it."""
-    from embinit.errors import offline_miss
-    from embinit.task_registry import task_entry
-    from embinit.tasks.hub import pinned_id
-    if spec is None:
-        return []
-    return [(f"tasks[{i}].data_revision", why) for i, task in enumerate(spec.tasks)
-            if task.data_revision is not None and task.data_dir is None and task_entry(task.task).hub is not None
-            and (why := offline_miss(pinned_id(task.task, task.data_revision), "dataset")) is not None]
 
 
 def _resolved(value: Any, base: Path | None) -> str | None:
