@@ -270,3 +270,22 @@ def test_the_service_takes_a_pin_and_refuses_one_that_cannot_apply(iwslt_hub, tm
             prepare(_spec({"task": "iwslt2017", "data_revision": revision}), settings, settings.tracking_uri)
         assert e.value.status_code == 422
         assert [p["loc"] for p in e.value.detail if message in p["msg"]] == ["tasks[0].data_revision"], e.value.detail
+
+
+def test_the_dry_run_notes_a_hub_dataset_not_pinned_to_a_commit(iwslt_hub):
+    """As for a hub model: a key names a tag, a branch or nothing, not the snapshot; the note gives the
+    commit the hub cache would serve now. A commit pin, a generated task and a data folder get no note."""
+    from embinit.cli.hub_notes import hub_notes
+    from embinit.spec import load_spec
+
+    def notes(*tasks):
+        return [n for n in hub_notes(load_spec(_spec(*tasks)).plan()) if "hub dataset" in n]
+    assert notes({"task": "iwslt2017", "data_revision": "v1"}) == [
+        f"note: iwslt2017 reads its hub dataset and data_revision 'v1' is a tag or branch: its trials' keys do not "
+        f"name the snapshot, which can change with the hub; it reads IWSLT/iwslt2017@{OLD} here now: "
+        f"data_revision: {OLD} keeps it"]
+    assert notes("iwslt2017") == [
+        f"note: iwslt2017 reads its hub dataset and no data_revision pins it: its trials' keys do not name the "
+        f"snapshot, which can change with the hub; it reads IWSLT/iwslt2017@{NEW} here now: data_revision: {NEW} "
+        f"keeps it"]
+    assert notes({"task": "iwslt2017", "data_revision": OLD}, "synthetic_lm") == []
