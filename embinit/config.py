@@ -108,6 +108,8 @@ class TrialConfig:
     early_stopping_patience: int | None = None
     max_train_examples: int | None = None
     data_dir: str | None = None
+    data_revision: str | None = None    # the commit, tag or branch of the task's hub dataset read (a task
+                                        # without data_dir); None: the hub's (or the hub cache's) main
     beam_size: int = 1                  # 1 = greedy decoding
     precision: str = "fp32"             # PRECISIONS: fp32 | bf16 (autocast) | auto (bf16 where the CPU has bf16 units)
     threads: int | None = None          # torch intra-op threads; not part of the trial key
@@ -121,7 +123,7 @@ class TrialConfig:
 
     NOT_IN_KEY = ("threads", "device")
     KEY_IF_SET = ("data_seed", "init_from", "tie_embeddings", "emb_seed",   # in the key only when not the default
-                  "cuda_graphs", "task_def")
+                  "cuda_graphs", "task_def", "data_revision")
 
     # in the key unless at the value every earlier key computed with (so those keys stay reachable)
     KEY_OMIT_AT = {"pe_positions": 512}
@@ -225,7 +227,8 @@ class TrialConfig:
 
 # What a spec's tasks, inits and seeds set (the trial's identity); every other TrialConfig field is a
 # hyperparameter a spec may set per task, in `defaults`, as an ablation axis or in a search space.
-IDENTITY_FIELDS = ("task", "init", "seed", "src_init", "pretrained", "src_pretrained", "data_dir", "task_def")
+IDENTITY_FIELDS = ("task", "init", "seed", "src_init", "pretrained", "src_pretrained", "data_dir", "data_revision",
+                   "task_def")
 HYPERPARAMETERS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(TrialConfig)
                                          if f.name not in IDENTITY_FIELDS)
 
@@ -255,6 +258,27 @@ def config_problems(cfg: TrialConfig) -> list[str]:
     if (problem := tokenizer_problem(target_language(cfg.task))) is not None:
         problems.append(f"{cfg.task}: {problem}")
     return problems + graphs_problems(cfg) + extras_problems(cfg.task, cfg.extras)
+
+
+def data_revision_problems(cfg: TrialConfig) -> list[str]:
+    """What `data_revision` (a pin of the task's hub dataset) needs: a revision's shape, a task read from the
+    hub (not generated, not defined in a spec: those have no hub copy) and no data folder (one given is
+    read, not the hub). The trainer's `check_config` and the spec's check (per task entry) apply it."""
+    from embinit.hf_cache import pin_problem
+    if cfg.data_revision is None:
+        return []
+    if (problem := pin_problem(cfg.data_revision)) is not None:
+        return [f"data_revision: {problem}"]
+    entry, pin = task_entry(cfg.task), f"data_revision {cfg.data_revision!r}"
+    if entry.generate:
+        return [f"{pin} pins a hub dataset, but {cfg.task!r} is generated, not read from the hub: leave it out"]
+    if entry.hub is None:
+        return [f"{pin} pins a hub dataset, but {cfg.task!r} has no copy on the hub (a task defined in a spec "
+                f"reads its data folder only): leave it out"]
+    if cfg.data_dir is not None:
+        return [f"{pin} pins {cfg.task}'s hub dataset, but the task reads its data folder {cfg.data_dir!r} "
+                f"(data_dir), not the hub: leave out one of them"]
+    return []
 
 
 def graphs_problems(cfg: TrialConfig) -> list[str]:

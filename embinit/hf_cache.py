@@ -33,6 +33,9 @@ def datasets_cache() -> Path:
 
 
 COMMIT = re.compile(r"[0-9a-f]{40}")
+# What a revision may be written as (a commit, a tag or a branch: `v1`, `refs/pr/3`): no `..`, no leading
+# `/` or `.`, so naming it can never lead out of a repository's `refs/` folder (service.paths.HUB_ID's rule)
+REVISION = re.compile(r"(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9_./-]{0,254}")
 
 
 def split_revision(name: str) -> tuple[str, str | None]:
@@ -64,6 +67,17 @@ def revision_problem(name: str) -> str | None:
     return None
 
 
+def pin_problem(revision: object) -> str | None:
+    """What is wrong with `revision` as a pin of a hub repository's snapshot (a spec's `data_revision`),
+    else None: it must name a commit, a tag or a branch."""
+    if not isinstance(revision, str) or not revision.strip():
+        return f"a revision names a commit, a tag or a branch (e.g. 'v1', 'main' or 40 hex digits), got {revision!r}"
+    if not REVISION.fullmatch(revision):
+        return (f"{revision!r} is not a revision: a commit, a tag or a branch is letters, digits, '_', '-', '.' "
+                f"and '/', starting with a letter or digit, without '..'")
+    return None
+
+
 def hub_revision(repo_id: str, repo_type: str = "model") -> str | None:
     """The commit of the snapshot of hub repository `repo_id` (pinned as `<repo id>@<revision>`, else its
     `main`) that loading it reads here: a pinned commit whose snapshot is cached, else the commit the
@@ -73,6 +87,8 @@ def hub_revision(repo_id: str, repo_type: str = "model") -> str | None:
     folder = _repo_folder(repo, repo_type)
     if revision is not None and COMMIT.fullmatch(revision):
         return revision if (folder / "snapshots" / revision).is_dir() else None
+    if revision is not None and not REVISION.fullmatch(revision):   # no ref could be named so (`../x`)
+        return None
     try:
         commit = (folder / "refs" / (revision or "main")).read_text(encoding="utf-8").strip()
     except (OSError, UnicodeDecodeError, ValueError):

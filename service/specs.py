@@ -4,7 +4,8 @@ Order of checks: the body parses (JSON, or YAML with a YAML content type, safe l
 way no key given twice); nothing asks for environment expansion; the spec validates
 (`embinit.spec.load_spec`, every problem listed, with its paths' problems and a line saying what was not
 checked); its paths lie inside the configured roots; it logs to the service's MLflow store; it has no
-more trials than the limit; then its bounds, hub models, model sizes and data folders, all in one answer.
+more trials than the limit; then its bounds, hub models (offline: pinned hub datasets too), model sizes and
+data folders, all in one answer.
 Each failure is an `HTTPException` with a precise `detail`: a 422 lists its problems in the one shape of
 `service.problems`.
 """
@@ -23,7 +24,7 @@ from embinit.bounds import BOUNDS, over_setting
 from embinit.model_dims import dimension_problems
 from embinit.redact import masked
 from embinit.spec import (PRETRAINED_KEYS, ExperimentSpec, PlannedTrial, SpecError, SpecLoader, data_problems,
-                          load_spec, unique_pairs, yaml_error)
+                          load_spec, offline_data_problems, unique_pairs, yaml_error)
 from service.hub import check_hub_ids
 from service.paths import confine_paths, format_loc
 from service.problems import unprocessable
@@ -258,6 +259,7 @@ def prepare(data: dict[str, Any], settings: Settings, tracking_uri: str) -> Subm
     problems = bound_problems(spec, plan, settings)
     hub_problems, notices = check_hub_ids(plan, settings.pretrained_roots, _locator(canonical))
     problems += hub_problems
+    problems += offline_data_problems(spec)   # offline, a task's data_revision this machine's hub cache lacks
     problems += dimension_problems(plan, spec.search)   # a d_model or heads that does not fit a local source's D
     # on a local Ray the trials read the data folders this process sees: one lacking a file fails every
     # trial of its task, so say it now (a cluster's nodes may hold other copies: left to the trials)

@@ -171,6 +171,7 @@ def test_the_declared_loader_extras_are_the_load_task_switches_a_trial_does_not_
 
     from embinit.config import LOADER_EXTRAS
     from embinit.tasks import load_task
-    set_by_the_trial = {"task", "data_dir", "tokenizer", "min_freq", "max_train_examples", "max_len", "cache_dir"}
+    set_by_the_trial = {"task", "data_dir", "data_revision", "tokenizer", "min_freq", "max_train_examples", "max_len",
+                        "cache_dir"}
     assert set(LOADER_EXTRAS) == set(inspect.signature(load_task).parameters) - set_by_the_trial
 

@@ -1,5 +1,6 @@
 """What a dry run says about the Hugging Face hub ids of a plan, before any trial reads one: a tokenizer
-value that may be a typo ('spacey' has a hub id's shape), and a hub id left unpinned.
+value that may be a typo ('spacey' has a hub id's shape), a hub id left unpinned, and a task read from its
+hub dataset without a commit as its `data_revision`.
 
 A trial's key holds a hub id as written. An unpinned id (`bert-base-uncased`) reads whatever snapshot
 the cache or the hub has when the trial runs, so two runs of one key may read two snapshots once the
@@ -48,5 +49,32 @@ def unpinned_lines(plan) -> list[str]:
     return lines
 
 
+def dataset_lines(plan) -> list[str]:
+    """A note for each task read from its hub dataset here whose `data_revision` is no commit (none given:
+    the hub's `main`; a tag or branch, which can move): its trials' keys cannot tell two snapshots apart;
+    where the hub cache has one, the commit that would be read now."""
+    from embinit.task_registry import task_entry
+    from embinit.tasks.hub import snapshot_commit
+    from embinit.tasks.load import task_folder
+    lines = []
+    for task, revision in sorted({(p.config["task"], p.config.get("data_revision")) for p in plan
+                                  if p.config.get("data_dir") is None}, key=str):
+        entry = task_entry(task)
+        if entry.generate or entry.hub is None or (revision is not None and COMMIT.fullmatch(revision)):
+            continue
+        try:
+            if task_folder(task, None, revision) is not None:   # $EMBINIT_DATA_DIR/<task> is read, not the hub
+                continue
+        except EmbinitError:
+            continue
+        commit = snapshot_commit(task, revision)
+        now = f"; it reads {entry.hub.path}@{commit} here now: data_revision: {commit} keeps it" \
+            if commit else ""
+        pin = f"data_revision {revision!r} is a tag or branch" if revision else "no data_revision pins it"
+        lines.append(f"note: {task} reads its hub dataset and {pin}: its trials' keys do not name the snapshot, "
+                     f"which can change with the hub{now}")
+    return lines
+
+
 def hub_notes(plan) -> list[str]:
-    return tokenizer_lines(plan) + unpinned_lines(plan)
+    return tokenizer_lines(plan) + unpinned_lines(plan) + dataset_lines(plan)

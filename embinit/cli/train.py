@@ -111,6 +111,9 @@ def register(subparsers) -> None:
     p.add_argument("--tie-embeddings", action="store_true", default=None,
                    help="language models: the output layer reuses the token table (GPT-2 style)")
     p.add_argument("--data-dir", help="the task's data folder (else $EMBINIT_DATA_DIR/<task>, else the hub)")
+    p.add_argument("--data-revision", metavar="REVISION",
+                   help="the commit, tag or branch of the task's hub dataset to read (no --data-dir; "
+                        "$EMBINIT_DATA_DIR is not looked at); default: the hub's main")
     p.add_argument("--task-def", type=_definition, metavar="FILE",
                    help="a task of your own: a YAML or JSON file holding its definition, as a spec's define_tasks "
                         "entry (like: sst2, files: ..., columns: ...); --task names it")
@@ -135,8 +138,8 @@ def register(subparsers) -> None:
 _FIELD_FLAGS = ("task", "init", "src_init", "pretrained", "src_pretrained", "init_from", "oov", "tokenizer",
                 "seed", "emb_seed", "data_seed", "epochs", "batch_size", "max_tokens", "lr", "d_model", "layers",
                 "heads", "ff_dim", "dropout", "min_freq", "max_len", "max_train_examples", "threads", "beam_size",
-                "early_stopping_patience", "pe_base", "pe_positions", "data_dir", "precision", "device",
-                "task_def")
+                "early_stopping_patience", "pe_base", "pe_positions", "data_dir", "data_revision", "precision",
+                "device", "task_def")
 _SWITCHES = {"pre_ln": ("pre_ln", True), "no_pos_encoding": ("pos_encoding", False),
              "freeze_embeddings": ("train_embeddings", False),
              "freeze_non_embeddings": ("freeze_non_embeddings", True), "tie_embeddings": ("tie_embeddings", True),
@@ -210,7 +213,8 @@ def as_spec(cfg) -> dict:
     translation = cfg.task in TASKS and task_kind(cfg.task).two_sided
     src = cfg.src_init or (cfg.init if cfg.src_pretrained and translation else None)
     init = {"tgt": cfg.init, "src": src, "pretrained": cfg.pretrained, "src_pretrained": cfg.src_pretrained}
-    return {"name": "train", "tasks": [{"task": cfg.task, "data_dir": cfg.data_dir, **hyper}],
+    pin = {"data_revision": cfg.data_revision} if cfg.data_revision is not None else {}
+    return {"name": "train", "tasks": [{"task": cfg.task, "data_dir": cfg.data_dir, **pin, **hyper}],
             "inits": [{k: v for k, v in init.items() if v is not None}], "seeds": [cfg.seed],
             **({"define_tasks": {cfg.task: cfg.task_def}} if cfg.task_def is not None else {})}
 

@@ -29,7 +29,7 @@ from embinit.config import HYPERPARAMETERS
 from embinit.spec.experiment import ExperimentSpec
 from embinit.spec.fields import drawn_in
 from embinit.spec.inits import InitEntry, init_label, init_string, source_name
-from embinit.spec.loading import check_local_paths, data_problems, load_spec
+from embinit.spec.loading import check_local_paths, data_problems, load_spec, offline_data_problems
 from embinit.spec.models import (Analyses, Execution, Hyperparams, MlflowSettings, ProbeAnalysis, Range,
                                  Resources, Search, SimilarityAnalysis, TaskEntry)
 from embinit.spec.path_fields import DATA_KEYS, PATH_KEYS, PRETRAINED_KEYS, PathStr, expand_env, spec_path
@@ -38,6 +38,7 @@ from embinit.spec.problems import SpecError
 from embinit.spec.yaml_text import SpecLoader, unique_pairs, yaml_error
 
 __all__ = ["ExperimentSpec", "drawn_in", "InitEntry", "SpecError", "check_local_paths", "data_problems", "load_spec",
+           "offline_data_problems",
            "Hyperparams", "TaskEntry", "Search",
            "Range", "Resources", "MlflowSettings", "PlannedTrial", "Analyses", "Execution",
            "ProbeAnalysis", "SimilarityAnalysis", "HYPERPARAMETERS", "DATA_KEYS", "PRETRAINED_KEYS",

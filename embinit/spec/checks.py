@@ -10,7 +10,7 @@ from typing import Any
 
 
 from embinit import bounds
-from embinit.config import HYPERPARAMETERS, RULE_FIELDS, config_problems, task_defaults
+from embinit.config import HYPERPARAMETERS, RULE_FIELDS, config_problems, data_revision_problems, task_defaults
 from embinit.errors import trials_text
 from embinit.spec.fields import SpecFields
 from embinit.spec.inits import INIT_AXES, InitEntry, init_axis_problem, init_string, source_name
@@ -94,7 +94,7 @@ def cross_check(spec: SpecFields) -> list[tuple[str, str]]:
     """Problems that involve more than one field (each field alone is valid)."""
     return (_value_problems(spec) + _init_problems(spec) + _reference_seed_problems(spec)
             + _heads_problems(spec) + _rule_problems(spec) + _execution_problems(spec) + _task_problems(spec)
-            + _search_metric_problems(spec) + _graphs_problems(spec))
+            + _search_metric_problems(spec) + _graphs_problems(spec) + _data_revision_problems(spec))
 
 
 def _rule_problems(spec: SpecFields) -> list[tuple[str, str]]:
@@ -221,6 +221,13 @@ def _emb_seeds(spec: SpecFields) -> set[int]:
 def _task_problems(spec: SpecFields) -> list[tuple[str, str]]:
     tasks = [t.task for t in spec.tasks]
     return [(f"tasks[{i}]", f"task {t!r} is listed twice") for i, t in enumerate(tasks) if t in tasks[:i]]
+
+
+def _data_revision_problems(spec: SpecFields) -> list[tuple[str, str]]:
+    """A task entry's `data_revision` on a task that reads a data folder (its data_dir, the spec's data_dir
+    root) or has no hub copy (generated, defined in the spec): `config.data_revision_problems`."""
+    return [(f"tasks[{i}].data_revision", why) for i, task in enumerate(spec.tasks) if task.data_revision is not None
+            for why in data_revision_problems(trial_config(spec, task, spec.inits[0], spec.seeds[0]))]
 
 
 def _search_metric_problems(spec: SpecFields) -> list[tuple[str, str]]:

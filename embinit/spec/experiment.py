@@ -80,6 +80,8 @@ class ExperimentSpec(SpecFields):
             data.pop("define_tasks", None)      # likewise without tasks of its own
         for task in data.get("tasks") or []:
             task.pop("definition", None)        # define_tasks' own, put there by the spec
+            if task.get("data_revision", "set") is None:
+                task.pop("data_revision")       # likewise for a task whose hub dataset is not pinned
         return data
 
     def recorded(self) -> dict[str, Any]:

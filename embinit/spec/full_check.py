@@ -19,7 +19,8 @@ from embinit.errors import trials_text
 from embinit.spec import path_fields
 from embinit.spec.experiment import ExperimentSpec
 from embinit.spec.fields import SpecFields
-from embinit.spec.loading import blamed, data_problems, missing_paths, spec_data, task_files_problem
+from embinit.spec.loading import (blamed, data_problems, missing_paths, offline_data_problems, spec_data,
+                                  task_files_problem)
 from embinit.spec.problems import SpecError, as_written, problems_of
 
 CROSS_NOT_CHECKED = "checks across fields (pretrained sources per init, duplicate inits and tasks, heads vs. D) " \
@@ -71,7 +72,7 @@ def spec_problems(source: Any, overrides: list[str] | tuple[str, ...] = (), *, l
         return plans[id(s)]
     if local:
         problems += _local_problems(spec, fields, data, base, {where for where, _ in problems})
-        problems += _offline_hub_problems(spec, one_seed)
+        problems += _offline_hub_problems(spec, one_seed) + (offline_data_problems(spec) if spec is not None else [])
         notes += _definitions_not_read(problems)
     if sizes:
         found = _size_problems(checked, bool(problems or notes), one_seed)
@@ -213,6 +214,8 @@ def _task_folder_problems(data: dict[str, Any], base: Path | None, missing: list
             continue
         own = _resolved(entry.get("data_dir"), base)
         folder = own or (str(Path(root) / task) if root else None)   # a generated task reads no folder
+        if folder is None and entry.get("data_revision") is not None:   # a pinned hub dataset: no folder read
+            continue
         extras = next((e for e in (entry.get("extras"), defaults.get("extras")) if isinstance(e, dict)), {})
         where = f"tasks[{i}].data_dir" if own else ("data_dir" if root else f"tasks[{i}]")
         problems += task_files_problem(task, folder, extras, missing, where)

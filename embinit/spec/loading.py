@@ -153,9 +153,23 @@ def data_problems(spec: ExperimentSpec, missing: list[Path] = ()) -> list[tuple[
     problems = []
     for i, task in enumerate(spec.tasks):
         cfg = trial_config(spec, task, spec.inits[0], spec.seeds[0])
+        if cfg.data_revision is not None and cfg.data_dir is None:   # a pinned hub dataset: no folder read
+            continue
         where = f"tasks[{i}].data_dir" if task.data_dir else ("data_dir" if spec.data_dir else f"tasks[{i}]")
         problems += task_files_problem(task.task, cfg.data_dir, cfg.extras, missing, where)
     return problems
+
+
+def offline_data_problems(spec: ExperimentSpec) -> list[tuple[str, str]]:
+    """With Hugging Face kept offline, each task entry's `data_revision` whose snapshot of the task's hub
+    dataset this machine's hub cache lacks (the revision asked and what the cache holds), as a model's
+    pin is refused: every trial of the task would fail. Online, the trials fetch it."""
+    from embinit.errors import offline_miss
+    from embinit.task_registry import task_entry
+    from embinit.tasks.hub import pinned_id
+    return [(f"tasks[{i}].data_revision", why) for i, task in enumerate(spec.tasks)
+            if task.data_revision is not None and task.data_dir is None and task_entry(task.task).hub is not None
+            and (why := offline_miss(pinned_id(task.task, task.data_revision), "dataset")) is not None]
 
 
 def task_files_problem(task: str, folder: str | None, extras: dict | None, missing: list[Path], where: str

@@ -79,6 +79,16 @@ class TaskEntry(Hyperparams):
     definition: dict[str, Any] | None = None
     task: str = Field(min_length=1)
     data_dir: PathStr | None = None  # the task's own data folder (Multi30k's train.de, ...)
+    # the commit, tag or branch of the task's hub dataset read (a task without data_dir); None: main
+    data_revision: str | None = None
+
+    @field_validator("data_revision")
+    @classmethod
+    def _revision(cls, v: str | None) -> str | None:
+        from embinit.hf_cache import pin_problem
+        if v is not None and (problem := pin_problem(v)) is not None:
+            raise ValueError(problem)
+        return v
 
     @field_validator("task")
     @classmethod

@@ -18,8 +18,8 @@ from urllib.parse import urlparse
 
 from embinit.cache_root import cache_root
 from embinit.content_hash import file_digest
-from embinit.errors import EmbinitError
-from embinit.hf_cache import datasets_cache, hub_cache, set_flag
+from embinit.errors import EmbinitError, offline_miss
+from embinit.hf_cache import COMMIT, datasets_cache, hub_cache, hub_revision, set_flag
 from embinit.task_registry import load, task_entry, task_kind
 from embinit.task_types import Hub
 from embinit.tasks import local
@@ -29,22 +29,55 @@ def hub_name(task: str) -> str:
     return task_entry(task).hub.name
 
 
-def _load_dataset(path: str, config: str | None) -> Any:
+def pinned_id(task: str, revision: str | None = None) -> str:
+    """The hub id of `task`'s dataset repository, `<repo>@<revision>` where a `data_revision` pins it (the
+    form embinit.hf_cache reads; the repository's, not the config's: `nyu-mll/glue@v1`, not `.../sst2`)."""
+    path = task_entry(task).hub.path
+    return f"{path}@{revision}" if revision is not None else path
+
+
+def snapshot_commit(task: str, revision: str | None = None) -> str | None:
+    """The commit of `task`'s hub dataset read here: the pinned revision's snapshot (a commit pinned is
+    that commit, cached or not), else the one the hub cache's `main` names; None when unknown."""
+    commit = hub_revision(pinned_id(task, revision), "dataset")
+    return commit or (revision if revision is not None and COMMIT.fullmatch(revision) else None)
+
+
+def _load_dataset(path: str, config: str | None, revision: str | None = None) -> Any:
     """The one call that touches the network (tests replace it with a local `load_dataset`). Offline
-    without a cached copy it fails at once instead of leaving `datasets` to retry for half a minute."""
+    without a cached copy it fails at once instead of leaving `datasets` to retry for half a minute.
+    `revision` (a `data_revision`) is passed only when given, so an unpinned call is as it always was."""
     if not _cached(path) and (why := unreachable()) is not None:
         raise ConnectionError(f"{why}, and it is not in the local cache")
     import datasets
-    return datasets.load_dataset(path, config) if config else datasets.load_dataset(path)
+    pin = {"revision": revision} if revision is not None else {}
+    ds = datasets.load_dataset(path, config, **pin) if config else datasets.load_dataset(path, **pin)
+    if revision is not None and set_flag("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE") is not None:
+        _check_build(ds, path, revision)
+    return ds
 
 
-def _hub_file(path: str, filename: str) -> Path:
-    """One file of hub dataset repository `path`, from the hub cache or downloaded into it (the other call
-    that touches the network); offline without a cached copy it fails at once, as `_load_dataset` does."""
+def _check_build(ds: Any, path: str, revision: str) -> None:
+    """Offline, `datasets` does not look at `revision`: it reads the latest build its own cache holds of
+    the dataset, whichever commit that was made from (its folder is named by the commit). Refuse a build
+    of another commit than the pinned one, which the run's data source and the task cache would name."""
+    want = hub_revision(f"{path}@{revision}", "dataset") or (revision if COMMIT.fullmatch(revision) else None)
+    builds = {Path(f["filename"]).parent.name for split in ds.values() for f in getattr(split, "cache_files", ())}
+    if want is not None and builds and builds != {want}:
+        raise EmbinitError(
+            f"{path}@{revision}: offline, `datasets` ignores the revision and read its cached build of "
+            f"{', '.join(sorted(builds))}, not the pinned commit {want}; load the task once online with this "
+            f"data_revision (which builds that commit), or give its data_dir")
+
+
+def _hub_file(path: str, filename: str, revision: str | None = None) -> Path:
+    """One file of hub dataset repository `path` (at `revision`, else its main), from the hub cache or
+    downloaded into it (the other call that touches the network); offline without a cached copy it fails
+    at once, as `_load_dataset` does."""
     if not _cached(path) and (why := unreachable()) is not None:
         raise ConnectionError(f"{why}, and it is not in the local cache")
     from huggingface_hub import hf_hub_download
-    return Path(hf_hub_download(path, filename, repo_type="dataset", cache_dir=hub_cache()))
+    return Path(hf_hub_download(path, filename, repo_type="dataset", revision=revision, cache_dir=hub_cache()))
 
 
 def _unpacked(archive: Path) -> Path:
@@ -66,12 +99,12 @@ def _unpacked(archive: Path) -> Path:
     return entries[0] if len(entries) == 1 and entries[0].is_dir() else target   # the archive's top folder
 
 
-def _load_archive(task: str, hub: Hub, splits: dict[str, str]) -> RawData:
-    """The task's release files from the zip `hub.archive` of its hub repository, read as a local folder."""
-    folder = _unpacked(_hub_file(hub.path, hub.archive))
+def _load_archive(task: str, hub: Hub, splits: dict[str, str], revision: str | None, source: str) -> RawData:
+    """The task's release files from the zip `hub.archive` of its hub repository (at `revision`, else its
+    main), read as a local folder."""
+    folder = _unpacked(_hub_file(hub.path, hub.archive, revision))
     raw = local.read_local(task, task_entry(task).layout, folder, splits)
-    return dataclasses.replace(raw, loaded_from=f"hub:{hub.name}",
-                               extra_info={**raw.extra_info, "archive": hub.archive})
+    return dataclasses.replace(raw, loaded_from=source, extra_info={**raw.extra_info, "archive": hub.archive})
 
 
 def _cached(path: str) -> bool:
@@ -101,20 +134,25 @@ def _no_data(task: str, splits: dict[str, str], looked: str, why: str) -> Embini
         f"set EMBINIT_DATA_DIR to a folder holding {task}/ (needs: {_needs(task, splits)})")
 
 
-def load_hub(task: str, splits: dict[str, str], looked: str) -> RawData:
-    """Download (or read from the Hugging Face cache) and convert. `looked` says where local data was
-    sought, for the error message when the hub is unreachable too."""
+def load_hub(task: str, splits: dict[str, str], looked: str, revision: str | None = None) -> RawData:
+    """Download (or read from the Hugging Face cache) and convert, at `revision` (a `data_revision`: a
+    commit, tag or branch) where one is pinned. `looked` says where local data was sought, for the error
+    message when the hub is unreachable too. Offline, a pinned revision the hub cache lacks is refused
+    naming what the cache holds (the spec's check says so first)."""
     hub = task_entry(task).hub
+    source = f"hub:{hub_name(task)}" + (f"@{revision}" if revision is not None else "")
+    if revision is not None and (why := offline_miss(pinned_id(task, revision), "dataset")) is not None:
+        raise _no_data(task, splits, looked, why)
     try:
         if hub.archive:
-            return _load_archive(task, hub, splits)
-        ds = _load_dataset(hub.path, hub.config)
+            return _load_archive(task, hub, splits, revision, source)
+        ds = _load_dataset(hub.path, hub.config, **({"revision": revision} if revision is not None else {}))
     except EmbinitError:
         raise
     except Exception as e:
         first = str(e).splitlines()[0] if str(e) else ""
         raise _no_data(task, splits, looked, f"{type(e).__name__}: {first[:200]}") from None
-    return convert(task, ds, splits, source=f"hub:{hub_name(task)}")
+    return convert(task, ds, splits, source=source)
 
 
 def _needs(task: str, splits: dict[str, str]) -> str:

@@ -11,7 +11,6 @@ from typing import Callable
 from embinit import bounds, config
 from embinit.content_hash import entry_lock
 from embinit.errors import EmbinitError
-from embinit.hf_cache import hub_revision
 from embinit.task_registry import kind_entry, load, task_entry, task_kind
 from embinit.tasks import cache, hub, local, synthetic
 from embinit.tasks.build import build
@@ -31,35 +30,45 @@ class Source:
     read: Callable[[], RawData]
 
 
-def task_folder(task: str, data_dir) -> Path | None:
+def task_folder(task: str, data_dir, data_revision: str | None = None) -> Path | None:
     """The local folder `task`'s files are read from: data_dir (must be a folder), else
-    $EMBINIT_DATA_DIR/<task>/ if it exists; None: generated, or read from the hub."""
+    $EMBINIT_DATA_DIR/<task>/ if it exists, unless a `data_revision` pins the hub dataset; None:
+    generated, or read from the hub."""
     if task_entry(task).generate:
         return None
     if data_dir is not None:
+        if data_revision is not None:   # the spec's check and the trainer's refuse it first
+            raise EmbinitError(f"{task}: data_revision {data_revision!r} pins the hub dataset, but data_dir "
+                               f"{str(data_dir)!r} is a data folder to read: give one of them")
         folder = Path(data_dir).expanduser()
         if not folder.is_dir():
             raise EmbinitError(f"{task}: data folder {str(folder)!r} (--data-dir / data_dir) is not a folder")
         return folder
+    if data_revision is not None:   # a pinned snapshot is read from the hub, whatever $EMBINIT_DATA_DIR holds
+        return None
     root = os.environ.get(DATA_ENV)
     folder = Path(root).expanduser() / task if root else None
     return folder if folder is not None and folder.is_dir() else None
 
 
-def data_origin(task: str, data_dir) -> str:
+def data_origin(task: str, data_dir, data_revision: str | None = None) -> str:
     """Where `locate` reads the task's data from, in this process: `local:<folder>`, `hub:<dataset>` (with
     `@<commit>` of the snapshot where the hub cache has one) or `generated`. A trial without data_dir has
-    one key whichever it is, so its run records this."""
+    one key whichever it is, so its run records this. A `data_revision` that is no commit is said beside
+    the commit it read, as `hf_cache.snapshot_text` says a model's pin: `hub:<dataset>@<commit> (pinned: v1)`."""
     if task_entry(task).generate:
         return "generated"
-    folder = task_folder(task, data_dir)
+    folder = task_folder(task, data_dir, data_revision)
     if folder is not None:
         return f"local:{folder.resolve()}"
     if task_entry(task).hub is None:
         return "none: no data folder"
     name = hub.hub_name(task)
-    commit = hub_revision(task_entry(task).hub.path, "dataset")   # the repository's: the name adds the config
-    return f"hub:{name}" + (f"@{commit}" if commit else "")
+    commit = hub.snapshot_commit(task, data_revision)   # the repository's: the name adds the config
+    if data_revision is None:
+        return f"hub:{name}" + (f"@{commit}" if commit else "")
+    pinned = f" (pinned: {data_revision})" if data_revision != commit else ""
+    return f"hub:{name}@{commit or 'unknown (not in the hub cache)'}{pinned}"
 
 
 def source_splits(task: str, train_split: str | None = None, eval_split: str | None = None) -> dict[str, str] | None:
@@ -94,26 +103,33 @@ def check_files(task: str, data_dir=None, train_split: str | None = None, eval_s
 _READ_WITHOUT_PROBLEMS: set = set()   # check_files: (task, folder, splits, each file's path, size, mtime)
 
 
-def locate(task: str, data_dir, splits: dict[str, str], seed: int, noise: float = 0.0, cache_dir=None) -> Source:
-    """data_dir (must be complete) -> $EMBINIT_DATA_DIR/<task>/ (must be complete if it exists) -> hub."""
+def locate(task: str, data_dir, splits: dict[str, str], seed: int, noise: float = 0.0, cache_dir=None,
+           data_revision: str | None = None) -> Source:
+    """data_dir (must be complete) -> $EMBINIT_DATA_DIR/<task>/ (must be complete if it exists) -> hub;
+    with a `data_revision`, the hub at that revision."""
     synthetic.check_noise(task, noise)
     entry = task_entry(task)
     if entry.generate:
         identity = ["generated", seed] + ([noise] if noise else [])  # noise 0: the same entry as before
         return Source(None, identity, lambda: load(entry.generate)(task, seed, splits, noise))
     layout = entry.layout
-    folder = task_folder(task, data_dir)
+    folder = task_folder(task, data_dir, data_revision)
     if folder is None:
         root = os.environ.get(DATA_ENV)
         looked = (f"no --data-dir given; ${DATA_ENV}/{task} = {Path(root).expanduser() / task} does not exist"
                   if root else f"no --data-dir given and ${DATA_ENV} not set")
         if entry.hub is None:   # a task defined in a spec has its files only
             raise EmbinitError(f"{task}: {looked}, and the task has no copy on the hub: give its data_dir")
-        # the snapshot the hub cache holds now, where it holds one: data read from another commit (the
-        # dataset's `main` moved and was fetched again) is another entry, as the run's data source says
-        commit = hub_revision(entry.hub.path, "dataset")
-        identity = ["hub", hub.hub_name(task)] + ([commit] if commit else [])
-        return Source(None, identity, lambda: hub.load_hub(task, splits, looked))
+        if data_revision is not None:
+            looked = f"data_revision {data_revision!r} pins the hub dataset"
+        # the snapshot read, where known (the pinned one, else the one the hub cache's main names): data
+        # read from another commit (the dataset's `main` moved and was fetched again, another pin) is
+        # another entry, as the run's data source says. A pin not fetched yet is keyed by the revision as
+        # written, until the hub cache names its commit.
+        commit = hub.snapshot_commit(task, data_revision)
+        identity = ["hub", hub.hub_name(task)] + ([commit] if commit else (
+            [f"revision {data_revision}"] if data_revision is not None else []))
+        return Source(None, identity, lambda: hub.load_hub(task, splits, looked, data_revision))
     identity = ["local", local.file_identity(task, layout, folder, splits, cache_dir)]
     if entry.definition:   # a task defined in a spec: how its files are read is part of what was read
         identity.append(entry.definition)
@@ -165,12 +181,12 @@ class Plan:
 def plan(task: str, data_dir=None, tokenizer: str = "spacy", min_freq: int = 2,
          max_train_examples: int | None = None, max_len: int = 256, seed: int = 0, lowercase: bool = True,
          train_split: str | None = None, eval_split: str | None = None, noise: float = 0.0,
-         cache_dir=None) -> Plan:
+         cache_dir=None, data_revision: str | None = None) -> Plan:
     kind = config.task_defaults(task).kind
     _check_args(min_freq, max_train_examples, max_len)
     stream = kind_entry(kind).stream
     splits = source_splits(task, train_split, eval_split)
-    source = locate(task, data_dir, splits, seed, noise, cache_dir or None)
+    source = locate(task, data_dir, splits, seed, noise, cache_dir or None, data_revision)
     src_spec, tgt_spec = _tokenizers(task, kind, tokenizer, bool(lowercase), source.folder)
     full_vocab = stream and tgt_spec.name == "gpt2"
     parts = {"task": task, "source": source.identity, "splits": splits, "tokenizer": tgt_spec.identity,
@@ -183,7 +199,8 @@ def plan(task: str, data_dir=None, tokenizer: str = "spacy", min_freq: int = 2,
 def load_task(task: str, data_dir: str | Path | None = None, tokenizer: str = "spacy", min_freq: int = 2,
               max_train_examples: int | None = None, max_len: int = 256,
               cache_dir: str | Path | None | bool = None, seed: int = 0, lowercase: bool = True,
-              train_split: str | None = None, eval_split: str | None = None, noise: float = 0.0) -> TaskData:
+              train_split: str | None = None, eval_split: str | None = None, noise: float = 0.0,
+              data_revision: str | None = None) -> TaskData:
     """Load one task as TaskData (see docs/architecture.md, "tasks").
 
     data_dir: the task's own folder in its raw form; else $EMBINIT_DATA_DIR/<task>/; else the Hugging Face
@@ -193,11 +210,13 @@ def load_task(task: str, data_dir: str | Path | None = None, tokenizer: str = "s
       `<root>/tasks`); False disables caching. seed: used by the synthetic tasks only. train_split /
       eval_split: LM tasks only, which source split trains and which validates (see raw.lm_split_map).
       noise: synthetic_translation only, the chance that a training target word is replaced by a random
-      one (see synthetic.translation); a spec sets it as `extras: {noise: 0.2}`.
+      one (see synthetic.translation); a spec sets it as `extras: {noise: 0.2}`. data_revision: the commit,
+      tag or branch of the task's hub dataset to read (no data_dir then; $EMBINIT_DATA_DIR is not looked at).
     """
     start = time.perf_counter()
     p = plan(task, data_dir, tokenizer, min_freq, max_train_examples, max_len, seed, lowercase,
-             train_split, eval_split, noise, cache_dir=cache_dir if cache_dir is not False else None)
+             train_split, eval_split, noise, cache_dir=cache_dir if cache_dir is not False else None,
+             data_revision=data_revision)
     path = None if cache_dir is False else cache.entry_path(cache.cache_root(cache_dir or None), task, p.key)
     payload = cache.load(path) if path else None
     status = "hit" if payload else ("off" if path is None else "miss")

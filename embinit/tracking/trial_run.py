@@ -25,7 +25,8 @@ one child run per trial. A child run carries:
 - set when training starts, in its batch: `embinit.device` (e.g. `cpu`, `cuda:0 (NVIDIA H100 ...)`),
   `embinit.versions` (JSON of python, torch, numpy, sacrebleu, spacy, mlflow, embinit) and
   `embinit.data_source` (`local:<folder>`, `hub:<dataset>[@<commit>]` or `generated`: without a
-  data_dir the key is the same whichever the worker found) and `embinit.hub_revision.<field>`
+  data_dir the key is the same whichever the worker found; a `data_revision` that is no commit is said
+  beside the commit read, `hub:<dataset>@<commit> (pinned: v1)`) and `embinit.hub_revision.<field>`
   (`<hub id>@<commit>` of the cached snapshot a side's sub-word rows, or a hub tokenizer, came from: the
   key holds the id as written, whatever revision the hub served; a pinned id's revision is said
   beside), and `embinit.model_size` (JSON `d_model`, `heads` as the trainer resolved them, which the
@@ -211,7 +212,7 @@ class TrialRun:
         values["trainable_parameters"] = str(sum(p.numel() for p in model.parameters() if p.requires_grad))
         params = [Param(k, v[:6000]) for k, v in values.items() if k not in self.logged_params]
         tags = {DEVICE_TAG: device, VERSIONS_TAG: provenance.library_versions(),
-                DATA_SOURCE_TAG: data_origin(cfg.task, cfg.data_dir),
+                DATA_SOURCE_TAG: data_origin(cfg.task, cfg.data_dir, cfg.data_revision),
                 MODEL_SIZE_TAG: json.dumps({"d_model": cfg.d_model, "heads": cfg.heads})}
         for field, hub_id in hub_ids(cfg.init, cfg.pretrained, cfg.src_init, cfg.src_pretrained,
                                      cfg.tokenizer).items():

@@ -122,7 +122,7 @@ class Setup:
 
 def check_config(cfg: TrialConfig) -> TrialConfig:
     """Resolve defaults and reject impossible values (all before loading anything)."""
-    from embinit.config import config_problems
+    from embinit.config import config_problems, data_revision_problems
     task_defaults(cfg.task)  # unknown task -> EmbinitError listing the valid ones
     rc = cfg.resolved()
     problems = []
@@ -131,6 +131,7 @@ def check_config(cfg: TrialConfig) -> TrialConfig:
     # the bounds declared in embinit.bounds (seeds, lr, max_len, sizes, dropout, threads, ...)
     problems += [msg for name in BOUNDS if (msg := bound_problem(name, getattr(rc, name, None)))]
     problems += config_problems(rc)   # the rules across fields, which the spec's check applies too
+    problems += data_revision_problems(rc)   # likewise, per task entry
     if problems:
         raise EmbinitError("; ".join(problems))
     return rc
@@ -139,7 +140,7 @@ def check_config(cfg: TrialConfig) -> TrialConfig:
 def load_data(cfg: TrialConfig, tokenizer: str, cache_dir):
     from embinit.tasks import load_task  # imported here: the models/training code does not need it
 
-    kwargs = dict(data_dir=cfg.data_dir, tokenizer=tokenizer, min_freq=cfg.min_freq,
+    kwargs = dict(data_dir=cfg.data_dir, data_revision=cfg.data_revision, tokenizer=tokenizer, min_freq=cfg.min_freq,
                   max_train_examples=cfg.max_train_examples, max_len=cfg.max_len, cache_dir=cache_dir)
     # task-specific switches (e.g. wikitext2's train_split/eval_split) are load_task keyword arguments;
     # `check_config` has refused any other key (config.extras_problems)
