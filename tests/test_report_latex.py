@@ -80,6 +80,12 @@ def test_the_caption_explains_every_mark_it_uses_and_names_the_baseline():
     assert "dagger" not in caption and "$n$" not in caption and "better/worse" not in caption
 
 
+def test_the_caption_of_a_one_seed_table_says_seed_not_seeds():   # `embinit run SPEC seeds=1`, a smoke test
+    tex = to_latex("t", [_row("sst2", "Xavier", "best/val/acc", {"0": 0.8})], "Xavier")
+    caption = re.search(r"\\caption\{(.*)\}", tex).group(1)
+    assert "mean (standard deviation) over 1 seed;" in caption
+
+
 def test_search_points_axes_and_labels_are_escaped_and_listed():
     rows = [_row("mnli", "GloVe_Xavier", "test/acc_matched", {"0": 0.6, "1": 0.62},
                  axes={"sigma": "4x"}, point={"lr": 0.0001, "dropout": 0.1})]

@@ -117,7 +117,7 @@ def to_latex(experiment: str, rows: list[dict[str, Any]], baseline: str, digits:
 
 def _caption(experiment: str, rows: list[dict[str, Any]], baseline: str, usual_n: int | None,
              incomplete: str | None = None) -> str:
-    seeds = f"over {usual_n} seeds" if usual_n else "over seeds"
+    seeds = f"over {usual_n} seed{'' if usual_n == 1 else 's'}" if usual_n else "over seeds"
     parts = [f"{escape(experiment)}: mean (standard deviation) {seeds}; bold: the best mean of each column."]
     if any(r.get("vs_baseline") for r in rows):
         parts.append(rf"$\uparrow$/$\downarrow$: better/worse than {escape(baseline)} (the 95\% confidence "
