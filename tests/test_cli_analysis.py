@@ -182,6 +182,26 @@ def test_similarity_from_mlflow_run_ids(tmp_path, capsys):
     assert f"cannot download checkpoint/best.pt of MLflow run {missing}" in capsys.readouterr().err
 
 
+@pytest.mark.slow
+def test_similarity_of_a_run_without_a_checkpoint_says_why(tmp_path, capsys):
+    """The quickstart's trials log no checkpoint (mlflow.log_checkpoint: false): `embinit similarity` of their
+    run ids says so, and a sweep's run id is named as one, not only "Failed to download artifacts"."""
+    mlflow = pytest.importorskip("mlflow")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    mlflow.set_tracking_uri(uri)
+    exp = mlflow.create_experiment("nockpt", artifact_location=(tmp_path / "artifacts").as_uri())
+    with mlflow.start_run(experiment_id=exp, run_name="Xavier-s0") as trial:
+        mlflow.log_metric("test/bleu", 1.0)
+    with mlflow.start_run(experiment_id=exp, run_name="quickstart", tags={"embinit.kind": "sweep"}) as sweep:
+        pass
+    assert main(["similarity", trial.info.run_id, trial.info.run_id, "--tracking-uri", uri]) == 2
+    err = capsys.readouterr().err
+    assert f"the trial run {trial.info.run_id} (Xavier-s0, FINISHED) logged no checkpoint" in err
+    assert "mlflow.log_checkpoint: false" in err
+    assert main(["similarity", sweep.info.run_id, trial.info.run_id, "--tracking-uri", uri]) == 2
+    assert "(quickstart) is a sweep run (embinit.kind=sweep), not a trial's" in capsys.readouterr().err
+
+
 def test_vector_file_words_with_spaces_and_header(tmp_path, capsys):
     from embinit.analysis.sources import load_embeddings
 

@@ -44,10 +44,36 @@ def is_run_id(source: str) -> bool:
 
 
 def download_checkpoint(run_id: str, tracking_uri: str | None = None, dst: str | None = None) -> Path:
-    """The local path of run `run_id`'s best.pt artifact (downloaded by `run_readers.artifact_file`)."""
+    """The local path of run `run_id`'s best.pt artifact (downloaded by `run_readers.artifact_file`); an
+    error that says why a run the store holds has none (`_why_no_checkpoint`)."""
     from embinit.tracking import run_readers  # imports MLflow when it downloads; only needed for run ids
 
-    return run_readers.artifact_file(_RUN_ID.match(run_id).group(1), BEST_ARTIFACT, dst, tracking_uri)
+    rid = _RUN_ID.match(run_id).group(1)
+    try:
+        return run_readers.artifact_file(rid, BEST_ARTIFACT, dst, tracking_uri)
+    except EmbinitError as e:
+        why = _why_no_checkpoint(rid, tracking_uri)
+        raise EmbinitError(f"{e}; {why}" if why else str(e)) from None
+
+
+def _why_no_checkpoint(run_id: str, tracking_uri: str | None) -> str:
+    """Why a run the store holds has no best.pt: it is a sweep's or an analysis's run, or a trial that kept
+    none (its spec's `mlflow.log_checkpoint: false`, as the quickstart's). "" when the store has no such run
+    (MLflow's own message says so)."""
+    from embinit.tracking.mlflow_store import client
+    from embinit.tracking.records import KIND_TAG
+
+    try:
+        run = client(tracking_uri).get_run(run_id)
+    except Exception:  # MLflow raises several types for a run it does not have
+        return ""
+    name = run.info.run_name or "unnamed"
+    if kind := run.data.tags.get(KIND_TAG):
+        return (f"run {run_id} ({name}) is a {kind} run (embinit.kind={kind}), not a trial's: give the run id "
+                "of one trial (a run named <label>-s<seed>)")
+    return (f"the trial run {run_id} ({name}, {run.info.status}) logged no checkpoint: its spec set "
+            f"mlflow.log_checkpoint: false (tune_configs/quickstart.yaml does), or it ended before its first "
+            f"epoch; run the spec with log_checkpoint: true, or give a best.pt file")
 
 
 def load_checkpoint(path: str | Path, key: str | None = None) -> Embeddings:
