@@ -30,7 +30,7 @@ def register(subparsers) -> None:
     common.add_argument("--url", type=http_url, default=None,
                         help=f"the API (default: EMBINIT_API_URL, else {DEFAULT_URL})")
     common.add_argument("--token", default=None, help="bearer token (default: EMBINIT_API_TOKEN)")
-    p = subparsers.add_parser("experiments", help="list, follow, read and cancel experiments of an `embinit "
+    p = subparsers.add_parser("experiments", help="submit, list, follow, read and cancel experiments of an `embinit "
                                                   "serve` API", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     s = sub.add_parser("list", parents=[common], help="experiments, newest first")
