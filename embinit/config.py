@@ -62,6 +62,13 @@ def task_defaults(task: str) -> TaskDefaults:
     return task_entry(task).defaults
 
 
+def key_of(fields: dict[str, Any]) -> str:
+    """The trial key of `TrialConfig.key_fields`' values: the first 16 hex digits of their canonical
+    JSON's sha256."""
+    blob = json.dumps(fields, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
 @dataclass
 class TrialConfig:
     """Everything one trial (one trained transformer) depends on. None means "the task's default"."""
@@ -195,8 +202,7 @@ class TrialConfig:
     def key(self) -> str:
         """Stable identity of what this trial computes: sha256 of its canonical resolved config and the
         code version (`key_fields`)."""
-        blob = json.dumps(self.key_fields(), sort_keys=True, separators=(",", ":"), default=str)
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+        return key_of(self.key_fields())
 
     def key_fields(self) -> dict[str, Any]:
         """What `key` hashes: the resolved config and the code version, without fields that do not change

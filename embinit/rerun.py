@@ -15,9 +15,9 @@ import math
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from embinit.config import CODE_VERSION, TrialConfig
+from embinit.config import CODE_VERSION, TrialConfig, key_of
 from embinit.errors import EmbinitError
-from embinit.file_inputs import local_path, written_as_path
+from embinit.file_inputs import PREFIX, local_path, written_as_path
 from embinit.tracking.mlflow_store import flat_numbers
 from embinit.path_keys import FILE_FIELDS, PATH_KEYS_DECLARED
 from embinit.tracking.records import CONFIG_TAG, TrialRecord
@@ -62,10 +62,20 @@ def _shown(value: Any) -> str:
     return repr(value) if not isinstance(value, str) or not value.startswith("sha256:") else value[:19] + "…"
 
 
-def key_differences(recorded: TrialConfig, rerun: TrialConfig) -> list[str]:
-    """Each key field (`TrialConfig.key_fields`: resolved, file inputs by content) whose value differs
-    between the two configs, as `name (recorded X, re-run Y)`."""
-    a, b = recorded.key_fields(), rerun.key_fields()
+def recorded_key_fields(rec: TrialRecord, recorded: TrialConfig) -> dict[str, Any]:
+    """What the record's key held: `recorded.key_fields()` with each file input counted by the digest its
+    run tagged (`embinit.sha256.<field>`), the recording machine's file, whether this machine has that
+    path (it would count by its own copy's content) or not (it would count by the path)."""
+    fields = recorded.key_fields()
+    fields.update({name: PREFIX + digest for name, digest in rec.file_digests.items() if name in fields})
+    return fields
+
+
+def key_differences(recorded: dict[str, Any], rerun: TrialConfig) -> list[str]:
+    """Each key field whose value differs between the record's key fields (`recorded_key_fields`) and
+    the re-run's (`TrialConfig.key_fields`: resolved, file inputs by content), as `name (recorded X,
+    re-run Y)`."""
+    a, b = recorded, rerun.key_fields()
     return [f"{name} (recorded {_shown(a.get(name))}, re-run {_shown(b.get(name))})"
             for name in sorted(set(a) | set(b)) if a.get(name) != b.get(name)]
 
@@ -77,10 +87,11 @@ def key_report(rec: TrialRecord, recorded: TrialConfig, rerun: TrialConfig) -> s
         return (f"same key as the record: {key} (the same computation: config, file inputs by content, code "
                 f"version {CODE_VERSION})")
     parts = [f"different key from the record: re-run {key}, recorded {rec.key}"]
-    differences = key_differences(recorded, rerun)
+    fields = recorded_key_fields(rec, recorded)
+    differences = key_differences(fields, rerun)
     if differences:
         parts.append("fields that differ from the record: " + ", ".join(differences))
-    here = recorded.key()
+    here = key_of(fields)
     if here != rec.key:
         parts.append(f"the record's own config keys to {here} here, not to its recorded key: "
                      + _why_not_recorded_key(rec, recorded))

@@ -194,6 +194,26 @@ def test_a_recorded_file_pointed_at_a_copy_keeps_the_key(store, tmp_path):
     assert "fields that differ from the record: pretrained (recorded " in rerun.key_report(rec, recorded, again)
 
 
+def test_a_copy_beside_an_override_names_only_the_overridden_field(store, tmp_path):
+    """The record's file moved away and given by --pretrained (the same bytes) beside --epochs: the keys
+    differ by epochs alone. The recorded file counts by the digest its run tagged (embinit.sha256.pretrained),
+    not by a path this machine lacks, so neither `pretrained` nor "a file input differs" is reported."""
+    from embinit.cli.train import rerun_config
+    (tmp_path / "there").mkdir()
+    original = tmp_path / "there" / "vectors.txt"
+    original.write_text("der 0.1 0.2\ndie 0.3 0.4\n")
+    cfg = TrialConfig(task="synthetic_translation", init="glove", src_init="xavier", pretrained=str(original),
+                      epochs=2)
+    run_id, key = _record(store["uri"], store["exp"], cfg), cfg.key()
+    copy = tmp_path / "copy.txt"
+    original.rename(copy)
+    rec, recorded, again = rerun_config(_parse(["--from-run", run_id, "--tracking-uri", store["uri"],
+                                                "--pretrained", str(copy), "--epochs", "3"]))
+    text = rerun.key_report(rec, recorded, again)
+    assert text == (f"different key from the record: re-run {again.key()}, recorded {key}; "
+                    "fields that differ from the record: epochs (recorded 2, re-run 3)")
+
+
 def test_the_verdict_tells_last_digit_differences_from_a_different_result():
     """Another machine's arithmetic moves the last digits of the same computation: that is not "not
     reproduced"; a difference beyond a relative 1e-4 is."""

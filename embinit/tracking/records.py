@@ -105,6 +105,7 @@ class TrialRecord:
     device: str | None = None        # where it trained (`DEVICE_TAG`), once training started
     code_version: str | None = None  # `CODE_VERSION_TAG`; None on a run written before it was recorded
     model_size: dict[str, Any] = field(default_factory=dict)   # `MODEL_SIZE_TAG`: d_model, heads as trained
+    file_digests: dict[str, str] = field(default_factory=dict)  # `SHA256_TAG` + field -> hex: what its key held
 
     @property
     def resumable(self) -> bool:
@@ -159,7 +160,8 @@ def from_run(run) -> TrialRecord | None:
                        int(seed) if seed is not None and seed.lstrip("-").isdigit() else None,
                        tags.get(ERROR_TAG), tags.get(PARENT_TAG), run.info.start_time or 0, run.info.end_time,
                        int(kept) if kept.isdigit() and status not in RESULT else None,
-                       tags.get(DEVICE_TAG), tags.get(CODE_VERSION_TAG), _model_size(tags.get(MODEL_SIZE_TAG)))
+                       tags.get(DEVICE_TAG), tags.get(CODE_VERSION_TAG), _model_size(tags.get(MODEL_SIZE_TAG)),
+                       {k.removeprefix(SHA256_TAG): v for k, v in tags.items() if k.startswith(SHA256_TAG)})
 
 
 def _model_size(text: str | None) -> dict[str, Any]:
