@@ -98,11 +98,24 @@ def _size(shape: Shape) -> str:
     return size.text()
 
 
+def gpus_here() -> int:
+    """The CUDA devices this machine has (CUDA_VISIBLE_DEVICES applies), as a Ray started here counts them."""
+    import torch
+    return torch.cuda.device_count()
+
+
 def parallelism(spec) -> tuple[int, str]:
-    """(trials at a time on this machine, why)."""
+    """(trials at a time on this machine, why): its CPUs and, where a trial asks for GPUs, its GPUs, over
+    what one trial asks; 0 where a trial asks for GPUs and the machine has none (`embinit run` here stops
+    at once, `RayRuntime.check_fits`)."""
     cpus = os.cpu_count() or 1
     k = max(1, int(cpus // spec.resources.cpus))
     why = f"{cpus} CPUs / {spec.resources.cpus:g} per trial"
+    if spec.resources.gpus > 0:
+        gpus = gpus_here()
+        by_gpu = int(gpus / spec.resources.gpus + 1e-9)   # 1 / 0.25: 4, not 3.9999
+        if by_gpu < k:
+            k, why = by_gpu, f"{gpus} GPU{'' if gpus == 1 else 's'} / {spec.resources.gpus:g} per trial"
     if spec.max_concurrent and spec.max_concurrent < k:
         k, why = spec.max_concurrent, f"max_concurrent {spec.max_concurrent}"
     return k, why
@@ -246,6 +259,10 @@ def cost_lines(spec, plan, uri: str | None, done: set[str] = frozenset(), read: 
                      f"{measured:>8}  {_size(shape)}")
     trial_epochs = sum(n * s.epochs for s, n in shapes.items())
     k, why = parallelism(spec)
+    if k == 0:
+        lines.append(f"  total: {trial_epochs} trial-epochs; no trial can start here ({why}): `embinit run` on this "
+                     "machine stops at once; run it where the GPUs are (a GPU machine, or a cluster with --address)")
+        return lines
     longest = max(s.epochs for s in shapes)
     rounds = math.ceil(sum(shapes.values()) / k)
     lines.append(f"  total: {trial_epochs} trial-epochs; {k} trials at a time here ({why}): about {rounds} "
@@ -275,6 +292,8 @@ def execution_lines(spec, plan) -> list[str]:
     from embinit.sweep.fused import fused_units
     from embinit.sweep.work import units_to_run
     k, why = parallelism(spec)
+    if k == 0:
+        return []   # cost_lines says why nothing can start here
     units = fused_units(units_to_run(spec, set(), plan)[0], ex, k)
     groups = sorted((len(u.trials) for u in units if u.fused), reverse=True)
     alone = sum(len(u.trials) for u in units if not u.fused)

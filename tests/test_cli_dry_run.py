@@ -1,0 +1,40 @@
+"""`embinit run SPEC --dry-run`'s cost: the trials at a time on this machine, counted by its CPUs and, where
+a trial asks for GPUs, by its GPUs; a GPU spec on a machine without one is said to be unable to start here
+(`embinit run` there stops at once), not costed as if its trials ran on the CPUs."""
+
+from __future__ import annotations
+
+import pytest
+
+from embinit.cli import dry_run
+from embinit.spec import load_spec
+
+
+def _spec(resources: dict, **more):
+    return load_spec({"name": "p", "tasks": [{"task": "synthetic_translation", "epochs": 1}], "inits": ["xavier"],
+                      "seeds": 4, "resources": resources, **more})
+
+
+@pytest.fixture
+def machine(monkeypatch):
+    def with_(cpus: int, gpus: int) -> None:
+        monkeypatch.setattr(dry_run.os, "cpu_count", lambda: cpus)
+        monkeypatch.setattr(dry_run, "gpus_here", lambda: gpus, raising=False)
+    return with_
+
+
+def test_trials_that_ask_for_gpus_are_counted_by_the_gpus(machine):
+    machine(16, 1)   # the GPU machine of docs/benchmarks.md: one H200, 16 cores
+    assert dry_run.parallelism(_spec({"cpus": 2, "gpus": 0.25})) == (4, "1 GPU / 0.25 per trial")
+    assert dry_run.parallelism(_spec({"cpus": 1, "gpus": 0.08})) == (12, "1 GPU / 0.08 per trial")
+    assert dry_run.parallelism(_spec({"cpus": 4, "gpus": 0.25})) == (4, "16 CPUs / 4 per trial")
+    assert dry_run.parallelism(_spec({"cpus": 1})) == (16, "16 CPUs / 1 per trial")
+
+
+def test_a_gpu_spec_on_a_machine_without_gpus_cannot_start_here(machine):
+    machine(2, 0)
+    spec = _spec({"cpus": 1, "gpus": 0.25}, execution={"fuse": "auto"})
+    plan = spec.plan()
+    text = "\n".join(dry_run.cost_lines(spec, plan, None) + dry_run.execution_lines(spec, plan))
+    assert "4 trial-epochs; no trial can start here (0 GPUs / 0.25 per trial)" in text
+    assert "at a time" not in text
