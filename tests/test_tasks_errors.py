@@ -45,8 +45,11 @@ def test_only_the_missing_file_of_a_pair_is_named(tmp_path):
 def test_missing_wikitext_train_suggests_the_split_option(tmp_path):
     write(tmp_path / "wt" / "wiki.valid.tokens", ["a"])
     write(tmp_path / "wt" / "wiki.test.tokens", ["a"])
-    with pytest.raises(EmbinitError, match=r"wiki\.train\.tokens.*train_split='valid'"):
+    with pytest.raises(EmbinitError, match=r"wiki\.train\.tokens.*train_split='valid'") as e:
         load("wikitext2", tmp_path / "wt")
+    # where to pass them: a spec's extras, embinit train's --extra (the spec check prints this hint)
+    assert "`extras: {train_split: valid, eval_split: test}`" in str(e.value)
+    assert "`--extra train_split=valid --extra eval_split=test`" in str(e.value)
 
 
 def test_data_dir_that_is_not_a_folder(tmp_path):

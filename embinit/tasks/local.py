@@ -54,7 +54,9 @@ def find_files(task: str, layout: Layout, folder: Path, splits: dict[str, str]) 
     if missing:
         hint = ""
         if kind.stream and "train" in splits and splits["train"] == "train":
-            hint = " (without a train file, pass train_split='valid', eval_split='test')"
+            hint = (" (without a train file, pass train_split='valid', eval_split='test' as extras: a spec's "
+                    "`extras: {train_split: valid, eval_split: test}`, embinit train's "
+                    "`--extra train_split=valid --extra eval_split=test`)")
         raise EmbinitError(f"{task}: data folder {folder} lacks {'; '.join(missing)}{hint}")
     return found
 
