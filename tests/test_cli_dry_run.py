@@ -38,3 +38,10 @@ def test_a_gpu_spec_on_a_machine_without_gpus_cannot_start_here(machine):
     text = "\n".join(dry_run.cost_lines(spec, plan, None) + dry_run.execution_lines(spec, plan))
     assert "4 trial-epochs; no trial can start here (0 GPUs / 0.25 per trial)" in text
     assert "at a time" not in text
+
+
+def test_the_last_line_counts_one_trial_as_one_trial(tmp_path):
+    spec = load_spec({"name": "one", "tasks": [{"task": "synthetic_lm", "epochs": 1}], "inits": ["xavier"],
+                      "seeds": 1})
+    text = dry_run.dry_run(spec, f"sqlite:///{tmp_path}/mlflow.db")
+    assert text.splitlines()[-1].startswith("1 trial; MLflow experiment 'one' at ")

@@ -205,4 +205,4 @@ def test_dry_run_reads_no_old_store_nor_empty_file_and_changes_neither(real_stor
     empty = tmp_path / "empty.db"
     empty.write_bytes(b"")
     assert main(["run", _tiny(tmp_path), "--dry-run", "--tracking-uri", f"sqlite:///{empty}"]) == 0
-    assert "1 trials" in capsys.readouterr().out and empty.read_bytes() == b""
+    assert "1 trial;" in capsys.readouterr().out and empty.read_bytes() == b""

@@ -317,5 +317,6 @@ def dry_run(spec, tracking_uri: str | None = None) -> str:
         lines += cost_lines(spec, plan, read, done, {exp_id: recs} if exp_id else None) + execution_lines(spec, plan)
     notes = hub_notes(plan)
     lines += ([""] + notes if notes else []) + store_lines(store)
-    lines.append(f"{spec.num_trials()} trials; MLflow experiment {spec.experiment_name()!r} at {masked(uri)}")
+    n = spec.num_trials()
+    lines.append(f"{n} trial{'' if n == 1 else 's'}; MLflow experiment {spec.experiment_name()!r} at {masked(uri)}")
     return "\n".join(lines)
