@@ -53,7 +53,7 @@ def download_checkpoint(run_id: str, tracking_uri: str | None = None, dst: str |
         return run_readers.artifact_file(rid, BEST_ARTIFACT, dst, tracking_uri)
     except EmbinitError as e:
         why = _why_no_checkpoint(rid, tracking_uri)
-        raise EmbinitError(f"{e}; {why}" if why else str(e)) from None
+        raise EmbinitError(f"{str(e).rstrip('.')}; {why}" if why else str(e)) from None
 
 
 def _why_no_checkpoint(run_id: str, tracking_uri: str | None) -> str:
