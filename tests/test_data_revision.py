@@ -6,9 +6,7 @@ read, and the spec check refuses a pin that cannot apply, or, offline, that the 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import io
-import os
 import zipfile
 from pathlib import Path
 
@@ -18,6 +16,7 @@ from embinit.config import TrialConfig
 from embinit.errors import EmbinitError
 from embinit.tasks import hub, load_task
 from embinit.tasks.load import data_origin
+from helpers.hub_cache import snapshot
 from helpers.iwslt import iwslt_release
 
 OLD, NEW = "a1" * 20, "b2" * 20   # the commits: OLD tagged v1, NEW the repository's main
@@ -26,26 +25,11 @@ IWSLT_NAME = "IWSLT/iwslt2017/iwslt2017-de-en"
 LOAD_DATASET = hub._load_dataset   # the real one (the fixtures replace it)
 
 
-def _snapshot(repo: Path, commit: str, files: dict[str, bytes]) -> None:
-    """One snapshot as huggingface_hub caches it: blobs named by content, the snapshot's files linking to them."""
-    for name, data in files.items():
-        blob = repo / "blobs" / hashlib.sha256(data).hexdigest()
-        blob.parent.mkdir(parents=True, exist_ok=True)
-        blob.write_bytes(data)
-        link = repo / "snapshots" / commit / name
-        link.parent.mkdir(parents=True, exist_ok=True)
-        link.symlink_to(os.path.relpath(blob, link.parent))
-
-
 def two_snapshots(cache: Path, repo_id: str, old: dict[str, bytes], new: dict[str, bytes]) -> None:
     """A hub cache holding two snapshots of dataset repository `repo_id`: `old` at OLD (tag v1) and `new`
     at NEW (refs/main)."""
-    repo = cache / f"datasets--{repo_id.replace('/', '--')}"
-    _snapshot(repo, OLD, old)
-    _snapshot(repo, NEW, new)
-    (repo / "refs").mkdir()
-    (repo / "refs" / "main").write_text(NEW)
-    (repo / "refs" / "v1").write_text(OLD)
+    snapshot(cache, repo_id, OLD, old, ref="v1")
+    snapshot(cache, repo_id, NEW, new, ref="main")
 
 
 def _release_zip(folder: Path, word: str) -> bytes:

@@ -1,10 +1,8 @@
 """The Hugging Face `datasets` path, exercised with `load_dataset` on local files (no network): the same
 data through the hub conversion and through the local reader must give the same TaskData."""
 
-import hashlib
 import io
 import json
-import os
 import zipfile
 
 import pytest
@@ -15,6 +13,7 @@ from embinit.errors import EmbinitError  # noqa: E402
 from embinit.tasks import hub, load_task  # noqa: E402
 from embinit.tasks.load import data_origin  # noqa: E402
 from helpers.files import write  # noqa: E402
+from helpers.hub_cache import snapshot  # noqa: E402
 from helpers.iwslt import iwslt_release  # noqa: E402
 
 DE = ["ein hund läuft .", "ein mann sitzt .", "eine frau läuft ."]
@@ -60,18 +59,8 @@ def test_multi30k_hub_matches_local_files(monkeypatch, tmp_path):
 
 
 def hub_dataset(cache, repo_id, files, commit):
-    """What huggingface_hub leaves in its cache for a download of a dataset repository's files: blobs named
-    by content, the snapshot's files linking to them, `refs/main` naming the commit."""
-    repo = cache / f"datasets--{repo_id.replace('/', '--')}"
-    for name, data in files.items():
-        blob = repo / "blobs" / hashlib.sha256(data).hexdigest()
-        blob.parent.mkdir(parents=True, exist_ok=True)
-        blob.write_bytes(data)
-        link = repo / "snapshots" / commit / name
-        link.parent.mkdir(parents=True, exist_ok=True)
-        link.symlink_to(os.path.relpath(blob, link.parent))
-    (repo / "refs").mkdir(exist_ok=True)
-    (repo / "refs" / "main").write_text(commit)
+    """A cached download of a dataset repository's `files` at `commit`, which `refs/main` names."""
+    snapshot(cache, repo_id, commit, files, ref="main")
 
 
 def offline_hub(monkeypatch, tmp_path):
