@@ -153,3 +153,16 @@ def test_sigma_axis_lists_every_bad_value():
     text = str(e.value)
     assert "axes.sigma[1]" in text and "'-1'" in text and "axes.sigma[2]" in text and "'abc'" in text
     assert "axes.sigma[0]" not in text
+
+
+def test_an_init_that_rescales_itself_under_the_sigma_axis_is_refused():
+    # the axis appends rescale=<value>, which replaces the init's own rescale: its label would name a scale
+    # no trial trains at
+    data = yaml.safe_load(SPEC)
+    data["inits"] = data["inits"] + [{"tgt": "glove+rescale=16x", "src": "xavier", "label": "GloVe16"}]
+    with pytest.raises(SpecError) as e:
+        ExperimentSpec.model_validate({**data, "axes": {"sigma": ["0.25x", "4x"]}})
+    text = str(e.value)
+    assert "inits[3]" in text and "already has 'rescale=16x'" in text and "the sigma axis" in text
+    assert "inits[0]" not in text and "inits[2]" not in text
+    ExperimentSpec.model_validate(data)    # without the axis it is a valid init

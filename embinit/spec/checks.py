@@ -12,6 +12,7 @@ from typing import Any
 from embinit import bounds
 from embinit.config import HYPERPARAMETERS, RULE_FIELDS, config_problems, data_revision_problems, task_defaults
 from embinit.errors import trials_text
+from embinit.init.registry import parse_init_spec
 from embinit.spec.fields import SpecFields
 from embinit.spec.inits import INIT_AXES, InitEntry, init_axis_problem, init_string, source_name
 from embinit.spec.models import typed_value
@@ -182,6 +183,7 @@ def _init_problems(spec: SpecFields) -> list[tuple[str, str]]:
             problems.append((f"inits[{i}].src", "only translation tasks have a source side; tasks "
                              f"{[t.task for t in spec.tasks]} have one embedding table"))
         problems += _side_problems(spec, i, init, translation)
+        problems += _init_axis_clash(spec, i, init)
         label = init.label_for(translation)
         # Two entries that compute the same trials (same key for some task) would train and report
         # one thing twice, e.g. `glove` and `{source: glove, name: X}` with the same file.
@@ -195,6 +197,17 @@ def _init_problems(spec: SpecFields) -> list[tuple[str, str]]:
         for other in (*same, ("label", label)):
             seen.setdefault(other, i)
     return problems
+
+
+def _init_axis_clash(spec: SpecFields, i: int, init: InitEntry) -> list[tuple[str, str]]:
+    """An init whose target table already has the transform an init axis appends (`rescale=` under
+    `axes: {sigma: ...}`): the axis's would replace it, so the init's own would do nothing and its label
+    would name a scale no trial has."""
+    own = parse_init_spec(init.tgt).transforms
+    return [(f"inits[{i}]", f"its target table already has {token!r}, and the {name} axis appends "
+             f"{transform}=<value> to every init, which replaces it: drop one of the two")
+            for name, transform in INIT_AXES.items() if name in spec.axes
+            for token in own if token.partition("=")[0] == transform]
 
 
 def _reference_seed_problems(spec: SpecFields) -> list[tuple[str, str]]:
