@@ -112,7 +112,8 @@ class FakeStore:
         return "7"
 
     def trials(self, exp) -> list[dict[str, Any]]:
-        return [{"key": k, "status": self.cluster.mlflow.get(k, "pending"), "config": {"key": k},
+        unrun = "cancelled" if exp.status == "cancelled" else "pending"   # as ResultStore.trials
+        return [{"key": k, "status": self.cluster.mlflow.get(k, unrun), "config": {"key": k},
                  "metric": "test/bleu", "best_metric": 1.0 if self.cluster.mlflow.get(k) == "finished" else None,
                  "run_id": f"run-{k}" if k in self.cluster.mlflow else None} for k in exp.trial_keys]
 

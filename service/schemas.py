@@ -76,7 +76,8 @@ class Submitted(BaseModel):
 
 class Trial(BaseModel):
     key: str
-    status: TrialStatus = Field(description="pending (no run yet), running, finished, diverged (ran to its end "
+    status: TrialStatus = Field(description="pending (no run yet; cancelled once a cancel ended the experiment "
+                                            "before it started), running, finished, diverged (ran to its end "
                                             "with a non-finite loss: no number), failed, cancelled, interrupted "
                                             "(Ctrl-C of `embinit run`); a rerun trains all but finished and "
                                             "diverged ones again")

@@ -242,16 +242,20 @@ class ResultStore:
                 planned = self._planned(exp)
             except Exception:  # a spec stored by an older version: show keys without configs
                 planned = {}
+        # a trial with no run: still to start, or, once a cancel ended the experiment, never started (what
+        # the experiment's counts call `cancelled`, `state.settle_counts`)
+        unrun, why = ("cancelled", "never started: the experiment was cancelled") if exp.status == "cancelled" \
+            else ("pending", None)
         out = []
         for key in exp.trial_keys:
             run = runs.get(key)
             config = run["config"] if run else planned.get(key, {}).get("config", {})
-            out.append({"key": key, "status": run["status"] if run else "pending",
+            out.append({"key": key, "status": run["status"] if run else unrun,
                         "label": run["label"] if run else planned.get(key, {}).get("label"),
                         "seed": config.get("seed"), "config": config,
                         "metric": run["metric"] if run else None, "best_metric": run["value"] if run else None,
                         "run_id": run["run_id"] if run else None,
-                        "error": run["error"] if run and run["status"] in STOPPED else None})
+                        "error": (run["error"] if run["status"] in STOPPED else None) if run else why})
         return out
 
     def _planned(self, exp) -> dict[str, dict[str, Any]]:

@@ -68,6 +68,18 @@ def test_nothing_run_yet(setup):
     assert store.experiment_id(exp) is None
 
 
+def test_a_cancelled_experiments_unrun_trials_read_never_started(setup):
+    # what the experiment's counts call cancelled (state.settle_counts), each trial row says too: a trial a
+    # cancel left without a run will not start, so it is no longer `pending`
+    uri, spec, exp = setup
+    _write(uri, spec, {0: "finished", 1: "failed"})
+    exp.status = "cancelled"
+    trials = ResultStore(uri).trials(exp)
+    assert [t["status"] for t in trials] == ["finished", "failed", "cancelled", "cancelled"]
+    assert [t["error"] for t in trials[2:]] == ["never started: the experiment was cancelled"] * 2
+    assert trials[0]["error"] is None
+
+
 def test_trials_counts_and_report(setup):
     uri, spec, exp = setup
     keys = _write(uri, spec, {0: "finished", 1: "finished", 2: "failed", 3: "running"})
