@@ -44,7 +44,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import torch
 from torch import nn
@@ -58,7 +57,6 @@ from embinit.train.callbacks import TrainContext  # noqa: E402
 from embinit.train.fused_group import FusedGroup, Lane  # noqa: E402
 from embinit.train.graphed import GraphedStep  # noqa: E402
 from embinit.train.loop import autocast_for, sync_interval, train_epoch  # noqa: E402
-from embinit.train.translation import TranslationTask  # noqa: E402
 from embinit.train.lifecycle import make_optimizer  # noqa: E402
 
 
@@ -111,13 +109,11 @@ def embinit_trial(d, heads, sv, tv, pairs, steps, precision, device, around=None
     model.to(device)
     drop = torch.Generator(device=device).manual_seed(1)
     set_dropout_generator(model, drop)
-    cfg = SimpleNamespace(batch_size=bt.BATCH, max_tokens=None, beam_size=1, extras={"val_bleu": False})
-    data = SimpleNamespace(splits={"train": pairs}, eval_splits=["train"], vocab=tv, info={})
-    task = TranslationTask(data, cfg, device, ac)
+    task = bt.translation_task(pairs, tv, device, ac)
     batches = task.train_batches(torch.Generator().manual_seed(0))
     batches = batches[:steps] if steps else batches
     opt = make_optimizer(list(model.parameters()), 2e-4, capturable=graphs)
-    ctx = TrainContext(cfg=None, model=model, data=data, out_dir=None)
+    ctx = TrainContext(cfg=None, model=model, data=task.data, out_dir=None)
     step = GraphedStep(model, opt, drop, bt.BATCH, precision) if graphs else None
     warm = time.perf_counter()
     train_epoch(model, batches if graphs else batches[:3], task, opt, ctx, [], ac, step=step)   # warm-up
@@ -166,9 +162,7 @@ def plain_trial(d, heads, sv, tv, pairs, steps, precision, device) -> dict:
 def fused_trial(g, d, heads, sv, tv, pairs, steps, precision, device) -> dict:
     """`steps` batches of G trials trained as one fused group; tokens, seconds, FLOPs and padding."""
     ac = autocast_for(precision, device)
-    cfg = SimpleNamespace(batch_size=bt.BATCH, max_tokens=None, beam_size=1, extras={"val_bleu": False})
-    data = SimpleNamespace(splits={"train": pairs}, eval_splits=["train"], vocab=tv, info={})
-    task = TranslationTask(data, cfg, device, ac)
+    task = bt.translation_task(pairs, tv, device, ac)
     lanes, batches = [], []
     for i in range(g):
         gen = torch.Generator().manual_seed(i)
@@ -180,7 +174,7 @@ def fused_trial(g, d, heads, sv, tv, pairs, steps, precision, device) -> dict:
         set_dropout_generator(model, drop)
         params = [p for p in model.parameters() if p.requires_grad]
         lanes.append(Lane(model=model, generator=drop, optimizer=make_optimizer(params, 2e-4), params=params,
-                          ctx=TrainContext(cfg=None, model=model, data=data, out_dir=None)))
+                          ctx=TrainContext(cfg=None, model=model, data=task.data, out_dir=None)))
         own = task.train_batches(torch.Generator().manual_seed(i))   # each member its own data order
         batches.append(own[:steps] if steps else own)
     group, every = FusedGroup(lanes, 2e-4, task), sync_interval(device)

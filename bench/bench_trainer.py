@@ -171,6 +171,15 @@ def matmul_peak(dtype, threads):
     return best
 
 
+def translation_task(pairs, tv, device, autocast) -> TranslationTask:
+    """The trainer's translation task over `pairs` (its batching, loss and step), with the config fields it
+    reads: Multi30k's task (an English target: BLEU's 13a), `BATCH` rows a batch, no validation BLEU."""
+    cfg = SimpleNamespace(task="multi30k", batch_size=BATCH, max_tokens=None, beam_size=1,
+                          extras={"val_bleu": False})
+    data = SimpleNamespace(splits={"train": pairs}, eval_splits=["train"], vocab=tv, info={})
+    return TranslationTask(data, cfg, device, autocast)
+
+
 def bench_training(d, pairs, sv, tv, steps, repeats, precision):
     heads = HEADS.get(d, 8)
     ac = autocast_for(precision, torch.device("cpu"))
@@ -179,9 +188,7 @@ def bench_training(d, pairs, sv, tv, steps, repeats, precision):
                                        "tgt": torch.randn(len(tv), d, generator=g) * 0.05},
                        ModelConfig(d_model=d, heads=heads, layers=LAYERS, ff_dim=FF), generator=g)
     set_dropout_generator(ours, torch.Generator().manual_seed(1))
-    cfg = SimpleNamespace(batch_size=BATCH, max_tokens=None, beam_size=1, extras={"val_bleu": False})
-    data = SimpleNamespace(splits={"train": pairs}, eval_splits=["train"], vocab=tv, info={})
-    task = TranslationTask(data, cfg, torch.device("cpu"), ac)
+    task = translation_task(pairs, tv, torch.device("cpu"), ac)
     ours_batches = task.train_batches(torch.Generator().manual_seed(0))[:steps + 3]
     ours_opt = make_optimizer(list(ours.parameters()), 2e-4)  # the trainer's own optimizer
 

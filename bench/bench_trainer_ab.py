@@ -60,7 +60,9 @@ def runner(pkg, prec, sv, tv, pairs, d, heads, steps):
                                            "tgt": torch.randn(len(tv), d, generator=g) * .05},
                            models.ModelConfig(d_model=d, heads=heads, layers=bt.LAYERS, ff_dim=bt.FF), generator=g)
     models.set_dropout_generator(m, torch.Generator().manual_seed(1))
-    cfg = SimpleNamespace(batch_size=bt.BATCH, max_tokens=None, beam_size=1, extras={"val_bleu": False})
+    # the config fields the trainer reads (bench_trainer.translation_task's; this one may run older code)
+    cfg = SimpleNamespace(task="multi30k", batch_size=bt.BATCH, max_tokens=None, beam_size=1,
+                          extras={"val_bleu": False})
     data = SimpleNamespace(splits={"train": pairs}, eval_splits=["train"], vocab=tv, info={})
     task = trn.TranslationTask(data, cfg, torch.device("cpu"), ac)
     batches = task.train_batches(torch.Generator().manual_seed(0))[:steps + 2]

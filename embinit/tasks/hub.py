@@ -32,14 +32,22 @@ def hub_name(task: str) -> str:
 def pinned_id(task: str, revision: str | None = None) -> str:
     """The hub id of `task`'s dataset repository, `<repo>@<revision>` where a `data_revision` pins it (the
     form embinit.hf_cache reads; the repository's, not the config's: `nyu-mll/glue@v1`, not `.../sst2`)."""
-    path = task_entry(task).hub.path
+    return _pinned(task_entry(task).hub.path, revision)
+
+
+def _pinned(path: str, revision: str | None) -> str:
     return f"{path}@{revision}" if revision is not None else path
 
 
 def snapshot_commit(task: str, revision: str | None = None) -> str | None:
     """The commit of `task`'s hub dataset read here: the pinned revision's snapshot (a commit pinned is
     that commit, cached or not), else the one the hub cache's `main` names; None when unknown."""
-    commit = hub_revision(pinned_id(task, revision), "dataset")
+    return _commit(task_entry(task).hub.path, revision)
+
+
+def _commit(path: str, revision: str | None) -> str | None:
+    """`snapshot_commit` of hub dataset repository `path`."""
+    commit = hub_revision(_pinned(path, revision), "dataset")
     return commit or (revision if revision is not None and COMMIT.fullmatch(revision) else None)
 
 
@@ -47,8 +55,7 @@ def _load_dataset(path: str, config: str | None, revision: str | None = None) ->
     """The one call that touches the network (tests replace it with a local `load_dataset`). Offline
     without a cached copy it fails at once instead of leaving `datasets` to retry for half a minute.
     `revision` (a `data_revision`) is passed only when given, so an unpinned call is as it always was."""
-    if not _cached(path) and (why := unreachable()) is not None:
-        raise ConnectionError(f"{why}, and it is not in the local cache")
+    _fail_fast_offline(path)
     import datasets
     pin = {"revision": revision} if revision is not None else {}
     ds = datasets.load_dataset(path, config, **pin) if config else datasets.load_dataset(path, **pin)
@@ -61,7 +68,7 @@ def _check_build(ds: Any, path: str, revision: str) -> None:
     """Offline, `datasets` does not look at `revision`: it reads the latest build its own cache holds of
     the dataset, whichever commit that was made from (its folder is named by the commit). Refuse a build
     of another commit than the pinned one, which the run's data source and the task cache would name."""
-    want = hub_revision(f"{path}@{revision}", "dataset") or (revision if COMMIT.fullmatch(revision) else None)
+    want = _commit(path, revision)
     builds = {Path(f["filename"]).parent.name for split in ds.values() for f in getattr(split, "cache_files", ())}
     if want is not None and builds and builds != {want}:
         raise EmbinitError(
@@ -74,8 +81,7 @@ def _hub_file(path: str, filename: str, revision: str | None = None) -> Path:
     """One file of hub dataset repository `path` (at `revision`, else its main), from the hub cache or
     downloaded into it (the other call that touches the network); offline without a cached copy it fails
     at once, as `_load_dataset` does."""
-    if not _cached(path) and (why := unreachable()) is not None:
-        raise ConnectionError(f"{why}, and it is not in the local cache")
+    _fail_fast_offline(path)
     from huggingface_hub import hf_hub_download
     return Path(hf_hub_download(path, filename, repo_type="dataset", revision=revision, cache_dir=hub_cache()))
 
@@ -105,6 +111,13 @@ def _load_archive(task: str, hub: Hub, splits: dict[str, str], revision: str | N
     folder = _unpacked(_hub_file(hub.path, hub.archive, revision))
     raw = local.read_local(task, task_entry(task).layout, folder, splits)
     return dataclasses.replace(raw, loaded_from=source, extra_info={**raw.extra_info, "archive": hub.archive})
+
+
+def _fail_fast_offline(path: str) -> None:
+    """Before `datasets` or huggingface_hub is asked for hub dataset `path`: with no cached copy and the hub
+    not to be asked, fail at once, not after their half a minute of retries."""
+    if not _cached(path) and (why := unreachable()) is not None:
+        raise ConnectionError(f"{why}, and it is not in the local cache")
 
 
 def _cached(path: str) -> bool:

@@ -37,9 +37,7 @@ class TranslationTask:
         self.tracked = [("val/loss", "min")]       # the criterion: lowest validation loss
         self.lowercase = is_lowercased(getattr(data, "info", {}), data.vocab.tokens)
         self.round_trip = (getattr(data, "info", None) or {}).get("references") == "round_trip"
-        # sacrebleu's tokenizer for the target language (a config without a task, as benchmarks build: 13a)
-        task = getattr(cfg, "task", None)
-        self.bleu_tokenize = bleu_tokenizer(target_language(task) if task else None)
+        self.bleu_tokenize = bleu_tokenizer(target_language(cfg.task))   # sacrebleu's for the language
         self._eval_batches: dict[str, list] = {}
         self._scorers: dict[str, tuple[list, ReferenceBleu]] = {}   # per split: its references, read once
         self._scored: dict[str, tuple[list[str], list[str]]] = {}     # per split: the last (hyps, refs) scored
