@@ -227,6 +227,10 @@ class TrialConfig:
             d["bleu_tokenize"] = tokenize   # scored with 13a before (embinit.bleu_rules): those runs not reused
         if self._absorption_on_own_pe():
             d["absorption_pe"] = "trial"   # targeted the default PE table before: those runs not reused
+        if d.get("beam_size", 1) > 1:
+            # decoded by a search that let finished hypotheses take live beam slots before (it pruned long
+            # ones, embinit.train.decoding.beam_search): those runs' BLEU is not reused; greedy keys unchanged
+            d["beam_search"] = "finished_aside"
         d["code_version"] = CODE_VERSION
         return d
 

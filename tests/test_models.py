@@ -89,16 +89,16 @@ def test_cached_decoding_equals_full_decoder(pre_ln):
     torch.testing.assert_close(steps, full, atol=1e-5, rtol=1e-5)
 
 
-def test_greedy_cached_equals_uncached_and_beam_of_one_equals_greedy():
+def test_greedy_cached_equals_uncached_and_beam_search_gives_one_hypothesis_per_row():
+    """A beam of one need not give greedy's output (its live hypothesis goes on after greedy's eos, and a
+    longer one may score better); it scores at least as well (tests/test_beam_search.py)."""
     m = model().eval()
     src = ids(5, 8)
     with torch.no_grad():
         cached = greedy(m, src, cached=True)
         uncached = greedy(m, src, cached=False)
-        beam1 = beam_search(m, src, beam=1)
         beam3 = beam_search(m, src, beam=3)
     assert cached == uncached
-    assert beam1 == cached
     assert len(beam3) == 5 and all(isinstance(h, list) for h in beam3)
 
 

@@ -92,35 +92,84 @@ def greedy(model, src: torch.Tensor, cached: bool = True, steps: int | None = No
     return [_strip(row[1:]) for row in ys.tolist()]
 
 
+def length_penalty(length: int, alpha: float) -> float:
+    """GNMT's length penalty ((5 + length) / 6) ** alpha (Wu et al., 2016); `length` counts the eos."""
+    return ((5.0 + length) / 6.0) ** alpha
+
+
 def beam_search(model, src: torch.Tensor, beam: int, alpha: float = 0.6) -> list[list[int]]:
-    """Beam search with cached decoder states; hypotheses ranked by log-probability divided by the
-    GNMT length penalty ((5 + length) / 6) ** alpha. A row's hypotheses end at its own cap (`row_caps`)."""
+    """Beam search with cached decoder states (fairseq's and Hugging Face's algorithm). Each step ranks
+    the `2 * beam` best extensions of a row's live hypotheses: one ending in eos among the `beam` best is
+    set aside as finished, scored by its log-probability over `length_penalty(length, alpha)`; the best
+    `beam` others stay live. Finished hypotheses never take a live slot, so a long hypothesis is not pruned
+    by short finished ones whose raw log-probability is higher. A row stops when no live hypothesis can
+    beat its best finished one (a live score only falls, and its penalty is at most that of the longest
+    length left) or at its own cap (`row_caps`), where the live hypotheses are finished without eos.
+    Returns each row's best finished hypothesis (no bos/eos)."""
     b, dev = src.shape[0], src.device
-    caps = row_caps(src, model.cfg.max_positions).repeat_interleave(beam)
+    caps = row_caps(src, model.cfg.max_positions).tolist()
     memory, mask = model.encode(src)
     state = model.start_state(memory, mask)
     model.reorder_state(state, torch.arange(b, device=dev).repeat_interleave(beam))
-    scores = torch.full((b, beam), float("-inf"), device=dev)
-    scores[:, 0] = 0.0
-    ys = torch.full((b * beam, 1), BOS_ID, dtype=torch.long, device=dev)
-    finished = torch.zeros(b * beam, dtype=torch.bool, device=dev)
-    lengths = torch.zeros(b * beam, device=dev)
-    for step in range(int(caps.max())):
-        logp = torch.log_softmax(_no_specials(model.decode_step(ys[:, -1:], state).float()), dim=-1)
-        # a finished hypothesis can only be extended by padding, at no cost
-        logp[finished] = float("-inf")
-        logp[finished, PAD_ID] = 0.0
-        total = (scores.view(-1, 1) + logp).view(b, -1)
-        scores, flat = total.topk(beam, dim=-1)
+    scores = torch.full((b * beam,), float("-inf"), device=dev)
+    scores[::beam] = 0.0                                   # one live hypothesis (bos) per row at the start
+    prefixes = [[[] for _ in range(beam)] for _ in range(b)]
+    finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(b)]
+    done = [False] * b
+    last = torch.full((b * beam, 1), BOS_ID, dtype=torch.long, device=dev)
+    for step in range(max(caps)):
+        logp = torch.log_softmax(_no_specials(model.decode_step(last, state).float()), dim=-1)
         v = logp.shape[-1]
-        rows = (torch.arange(b, device=dev)[:, None] * beam + flat // v).view(-1)
-        tok = (flat % v).view(-1)
-        model.reorder_state(state, rows)
-        ys = torch.cat([ys[rows], tok[:, None]], dim=1)
-        lengths = lengths[rows] + (~finished[rows]).float()
-        finished = finished[rows] | (tok == EOS_ID) | (caps <= step + 1)
-        if bool(finished.all()):
+        total = (scores[:, None] + logp).view(b, beam * v)
+        top_s, top_i = (t.tolist() for t in total.topk(min(2 * beam, beam * v), dim=-1))
+        rows, toks, new_scores = [], [], []
+        for r in range(b):
+            live = [] if done[r] else _step_row(r, top_s[r], top_i[r], v, beam, prefixes, finished[r], alpha)
+            if not done[r]:
+                done[r] = _row_done(live, finished[r], step, caps[r], alpha)
+            live = [] if done[r] else live
+            live += [(float("-inf"), 0, PAD_ID, [])] * (beam - len(live))   # empty slots: never extended
+            rows += [r * beam + parent for _, parent, _, _ in live]
+            toks += [tok for _, _, tok, _ in live]
+            new_scores += [s for s, _, _, _ in live]
+            prefixes[r] = [seq for _, _, _, seq in live]
+        if all(done):
             break
-    norm = scores.view(-1) / ((5.0 + lengths) / 6.0) ** alpha
-    best = norm.view(b, beam).argmax(-1) + torch.arange(b, device=dev) * beam
-    return [_strip([t for t in ys[r, 1:].tolist() if t != PAD_ID]) for r in best.tolist()]
+        model.reorder_state(state, torch.tensor(rows, device=dev))
+        last = torch.tensor(toks, device=dev)[:, None]
+        scores = torch.tensor(new_scores, device=dev)
+    return [max(f, key=lambda h: h[0])[1] if f else [] for f in finished]   # max keeps the first of ties
+
+
+def _step_row(r: int, top_s: list, top_i: list, v: int, beam: int, prefixes, finished: list, alpha: float):
+    """Row r's candidates (best first): eos among the `beam` best goes to `finished`; returns the live
+    (score, parent, token, tokens) hypotheses, at most `beam`."""
+    live = []
+    for rank, (s, i) in enumerate(zip(top_s, top_i)):
+        if s == float("-inf"):
+            break
+        parent, tok = divmod(i, v)
+        seq = prefixes[r][parent] + [tok]
+        if tok == EOS_ID:
+            if rank < beam:
+                finished.append((s / length_penalty(len(seq), alpha), seq[:-1]))
+        else:
+            live.append((s, parent, tok, seq))
+            if len(live) == beam:
+                break
+    return live
+
+
+def _row_done(live: list, finished: list, step: int, cap: int, alpha: float) -> bool:
+    """Whether a row's search is over after `step`: at its cap its live hypotheses are finished as they are
+    (no eos); before, when no live one can end better than its best finished one."""
+    if step + 1 >= cap:
+        finished.extend((s / length_penalty(len(seq), alpha), seq) for s, _, _, seq in live)
+        return True
+    if not live:
+        return True
+    if not finished:
+        return False
+    # a live hypothesis ends with length in [step + 2, cap] and a score <= its current one (<= 0)
+    bound = live[0][0] / max(length_penalty(step + 2, alpha), length_penalty(cap, alpha))
+    return max(f[0] for f in finished) >= bound

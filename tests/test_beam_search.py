@@ -1,0 +1,198 @@
+"""Beam search against exhaustive search: on toy models whose next-token distribution is a lookup (every
+hypothesis up to the cap enumerated) and on a tiny encoder-decoder; a case where ranking finished
+hypotheses by raw score among the live ones pruned the best one; batching (padding, per-row caps)."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from embinit.models import ModelConfig, build_model
+from embinit.train import decoding
+from embinit.train.decoding import BOS_ID, EOS_ID, PAD_ID, beam_search, greedy, length_penalty, translate
+
+torch.set_num_threads(1)
+ALPHA = 0.6
+
+
+class LookupModel:
+    """The decoding interface of `EncoderDecoder` (encode, start_state, decode_step, reorder_state) over a
+    next-token distribution `logits(source, prefix)`: no network, so exhaustive search is cheap."""
+
+    def __init__(self, logits, vocab: int, max_positions: int):
+        self.logits, self.vocab = logits, vocab
+        self.cfg = SimpleNamespace(max_positions=max_positions)
+
+    def encode(self, src):
+        return src, None
+
+    def start_state(self, memory, mask):
+        return {"rows": [(tuple(r), ()) for r in memory.tolist()]}
+
+    def reorder_state(self, state, index):
+        state["rows"] = [state["rows"][i] for i in index.tolist()]
+
+    def decode_step(self, tokens, state):
+        rows = [(src, prefix + (t,)) for (src, prefix), t in zip(state["rows"], tokens[:, 0].tolist())]
+        state["rows"] = rows
+        # the prefix fed starts with bos, which is not part of the hypothesis
+        return torch.stack([self.logits(src, prefix[1:]) for src, prefix in rows])
+
+
+def logprobs(logits: torch.Tensor) -> torch.Tensor:
+    logits = logits.clone().float()
+    logits[PAD_ID] = logits[BOS_ID] = float("-inf")
+    return torch.log_softmax(logits, -1)
+
+
+def exhaustive(score_next, vocab: int, cap: int) -> tuple[float, list[int]]:
+    """The best (normalised score, tokens) over every hypothesis: ending in eos within `cap` tokens, or `cap`
+    tokens without one. `score_next(prefix)` gives the next token's log-probabilities."""
+    best = (float("-inf"), [])
+    stack = [((), 0.0)]
+    while stack:
+        prefix, s = stack.pop()
+        lp = score_next(prefix).tolist()
+        for tok in range(vocab):
+            if lp[tok] == float("-inf"):
+                continue
+            seq, total = prefix + (tok,), s + lp[tok]
+            if tok == EOS_ID:
+                best = max(best, (total / length_penalty(len(seq), ALPHA), list(prefix)))
+            elif len(seq) == cap:
+                best = max(best, (total / length_penalty(len(seq), ALPHA), list(seq)))
+            else:
+                stack.append((seq, total))
+    return best
+
+
+def hypothesis_score(score_next, tokens: list[int], cap: int) -> float:
+    seq = list(tokens) + ([] if len(tokens) == cap else [EOS_ID])
+    total = sum(float(score_next(tuple(seq[:i]))[t]) for i, t in enumerate(seq))
+    return total / length_penalty(len(seq), ALPHA)
+
+
+def model_scorer(m, src_row: torch.Tensor):
+    """`score_next` of an encoder-decoder for one source row [1, S], by the whole (uncached) decoder."""
+    memory, mask = m.encode(src_row)
+
+    def score_next(prefix):
+        tgt = torch.tensor([[BOS_ID, *prefix]])
+        return logprobs(m.output(m.decode(tgt, memory, mask))[0, -1])
+    return score_next
+
+
+def random_lookup(seed: int, vocab: int):
+    def logits(src, prefix):
+        g = torch.Generator().manual_seed(hash((seed, src, prefix)) % 2 ** 31)
+        return 2.0 * torch.randn(vocab, generator=g)
+    return logits
+
+
+@pytest.fixture
+def caps_by_source(monkeypatch):
+    """Each row's cap = its source length (eos counted) + 1, so rows batched together have other caps and
+    exhaustive search stays small."""
+    monkeypatch.setattr(decoding, "max_decode_len", lambda n, limit: min(limit - 1, n + 1))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_with_a_beam_wide_enough_for_everything_beam_search_finds_the_exhaustive_best(seed, caps_by_source):
+    """Every row of a padded batch, each at its own cap (3, 4 or 2 tokens), gets the hypothesis exhaustive
+    search finds: the bookkeeping of finished hypotheses, the penalty, the caps and the stopping rule."""
+    vocab = 6   # 4 specials, 2 words: 3 tokens other than eos per step
+    m = LookupModel(random_lookup(seed, vocab), vocab, max_positions=64)
+    sources = [[4, 5], [5, 4, 4], [4]]
+    src = decoding.pad([s + [EOS_ID] for s in sources])
+    got = beam_search(m, src, beam=128)   # >= 4 * 3^(cap - 1) candidates at the last step: no pruning
+    for row, hyp in zip(src.tolist(), got):
+        cap = sum(t != PAD_ID for t in row) + 1
+        score_next = (lambda key: lambda prefix: logprobs(m.logits(key, prefix)))(tuple(row))
+        best_score, best = exhaustive(score_next, vocab, cap)
+        assert hyp == best
+        assert hypothesis_score(score_next, hyp, cap) == pytest.approx(best_score, abs=1e-9)
+
+
+def test_beam_search_of_a_tiny_encoder_decoder_finds_the_exhaustive_best():
+    cfg = ModelConfig(d_model=16, heads=4, layers=2, ff_dim=32, max_positions=4)   # cap: 3 tokens
+    g = torch.Generator().manual_seed(0)
+    m = build_model("translation", {"src": torch.randn(8, 16, generator=g), "tgt": torch.randn(6, 16, generator=g)},
+                    cfg, num_labels=2, generator=torch.Generator().manual_seed(1)).eval()
+    src = torch.tensor([[4, 5, EOS_ID], [6, 7, EOS_ID], [7, EOS_ID, PAD_ID]])
+    with torch.no_grad():
+        got = beam_search(m, src, beam=64)
+        for r, hyp in enumerate(got):
+            score_next = model_scorer(m, src[r:r + 1])
+            best_score, best = exhaustive(score_next, 6, cap=3)
+            assert hypothesis_score(score_next, hyp, 3) == pytest.approx(best_score, abs=1e-5)
+            assert hyp == best
+
+
+def crafted_logits(src, prefix):
+    """`eos` and `a eos` are likely; `b c c c c eos` is less likely but longer, and its normalised score
+    is the best: -1.30 / 1.439 = -0.90 against -1.0 (`eos`) and -1.15 / 1.097 = -1.05 (`a eos`)."""
+    unk, a, b, c = 1, 4, 5, 6
+    p = {(): {EOS_ID: .368, a: .333, b: .287, unk: .010, c: .002}, (a,): {EOS_ID: .95}}
+    for k in range(1, 5):
+        p[(b,) + (c,) * (k - 1)] = {c: .99}
+    p[(b, c, c, c, c)] = {EOS_ID: .99}
+    probs = p.get(prefix, {EOS_ID: .2})
+    rest = (1.0 - sum(probs.values())) / max(5 - len(probs), 1)
+    out = torch.full((7,), float("-inf"))
+    for t in (unk, EOS_ID, a, b, c):
+        out[t] = math.log(probs.get(t, rest))
+    return out
+
+
+def test_finished_hypotheses_do_not_take_live_slots_so_a_better_long_one_survives():
+    """With beam 2, `eos` finishes at step 1 and `a` and `b` stay live; the old search kept `eos` in one of
+    the two slots (extended by padding at no cost), pruned `b` at once and returned the empty output."""
+    m = LookupModel(crafted_logits, 7, max_positions=8)   # cap 7
+    src = torch.tensor([[4, EOS_ID]])
+    best_score, best = exhaustive(lambda prefix: logprobs(crafted_logits((), prefix)), 7, cap=7)
+    assert best == [5, 6, 6, 6, 6]
+    assert beam_search(m, src, beam=2) == [best]
+
+
+def tiny_model(seed=0):
+    cfg = ModelConfig(d_model=16, heads=4, layers=2, ff_dim=32, max_positions=64)
+    g = torch.Generator().manual_seed(seed)
+    tables = {"src": torch.randn(20, 16, generator=g), "tgt": torch.randn(12, 16, generator=g)}
+    init = torch.Generator().manual_seed(seed + 1)
+    return build_model("translation", tables, cfg, num_labels=2, generator=init).eval()
+
+
+def test_beam_of_one_scores_at_least_as_well_as_greedy():
+    """Greedy's hypothesis is always among those a beam of one finishes (its path is the live one until it
+    takes eos), and the search stops only when nothing live can beat the best finished one."""
+    m = tiny_model()
+    src = torch.randint(4, 20, (6, 5), generator=torch.Generator().manual_seed(3))
+    src[:, -1] = EOS_ID
+    with torch.no_grad():
+        caps = decoding.row_caps(src, m.cfg.max_positions).tolist()
+        for r, (g, b1) in enumerate(zip(greedy(m, src), beam_search(m, src, beam=1))):
+            score_next = model_scorer(m, src[r:r + 1])
+            assert hypothesis_score(score_next, b1, caps[r]) >= hypothesis_score(score_next, g, caps[r]) - 1e-5
+
+
+def test_a_sentence_translates_the_same_alone_or_in_a_padded_batch_with_finished_rows():
+    m = tiny_model(seed=4)
+    gen = torch.Generator().manual_seed(5)
+    sources = [torch.randint(4, 20, (n,), generator=gen).tolist() for n in (2, 9, 4, 13, 1, 6)]
+    alone = translate(m, sources, beam_size=4, batch_size=1)
+    together = translate(m, sources, beam_size=4, batch_size=len(sources))
+    assert together == alone
+    assert all(not {EOS_ID, PAD_ID, BOS_ID} & set(h) for h in together)
+
+
+def test_only_beam_search_trials_have_new_keys():
+    """Trials decoded by beam search score other BLEU now: their keys say so, so stored runs of the old
+    search are not reused; greedy trials (the default) keep their keys."""
+    from embinit.config import TrialConfig
+    assert TrialConfig(task="multi30k", init="xavier", seed=0, beam_size=4).key_fields()["beam_search"] == \
+        "finished_aside"
+    for cfg in (TrialConfig(task="multi30k", init="xavier", seed=0), TrialConfig(task="sst2", init="xavier", seed=0)):
+        assert "beam_search" not in cfg.key_fields()
