@@ -5,6 +5,7 @@ The validation metrics are scripted, so each decision is pinned without training
 from __future__ import annotations
 
 import pytest
+import torch
 
 from embinit.config import TrialConfig
 from embinit.errors import EmbinitError
@@ -140,3 +141,25 @@ def test_finish_refuses_a_best_checkpoint_of_another_epoch_than_the_best(tmp_pat
     again.status = "finished"
     with pytest.raises(EmbinitError, match=r"epoch 3, but the trial's best epoch is 2"):
         finish(again, {"mode": "single"}, t0=0.0)
+
+
+@pytest.mark.parametrize("folder", [True, False])
+def test_the_test_metrics_are_the_best_epochs_weights(tmp_path, folder):
+    """The weights differ at each epoch's end; the test metrics are computed on the best epoch's (from
+    best.pt, or kept in memory without a folder), not on the last epoch's."""
+    m = _member(tmp_path if folder else None)
+    _scripted(m, [5.0, 3.0, 4.0])
+    weights = []
+    for epoch in (1, 2, 3):
+        with torch.no_grad():
+            for p in m.model.parameters():
+                p.mul_(0.5 + 0.25 * epoch)
+        weights.append({k: v.clone() for k, v in m.model.state_dict().items()})
+        epoch_end(m, epoch, train_loss=1.0, tokens=10, seconds=1.0, t0=0.0)
+    result = finish(m, {"mode": "single"}, t0=0.0)
+    for k, v in m.model.state_dict().items():
+        assert torch.equal(v, weights[1][k]), k
+    m.model.load_state_dict(weights[1])
+    assert result.test == m.task.test(m.model)
+    m.model.load_state_dict(weights[2])
+    assert result.test != m.task.test(m.model)
