@@ -4,8 +4,8 @@ Order of checks: the body parses (JSON, or YAML with a YAML content type, safe l
 way no key given twice); nothing asks for environment expansion; the spec validates
 (`embinit.spec.load_spec`, every problem listed, with its paths' problems and a line saying what was not
 checked); its paths lie inside the configured roots; it logs to the service's MLflow store; it has no
-more trials than the limit; then its bounds, hub models (offline: pinned hub datasets too), model sizes and
-data folders, all in one answer.
+more trials than the limit; then its bounds, hub models (offline: pinned hub datasets too), model sizes,
+data folders and what the caller checks (`more`: resources, the MLflow experiment), all in one answer.
 Each failure is an `HTTPException` with a precise `detail`: a 422 lists its problems in the one shape of
 `service.problems`.
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 from fastapi import HTTPException
@@ -234,9 +234,11 @@ def resource_problems(spec: ExperimentSpec, nodes: list[dict[str, float]] | None
     return out
 
 
-def prepare(data: dict[str, Any], settings: Settings, tracking_uri: str) -> Submission:
+def prepare(data: dict[str, Any], settings: Settings, tracking_uri: str,
+            more: Callable[[ExperimentSpec], list[tuple[str, str]]] | None = None) -> Submission:
     """Validate and confine a submitted spec, and expand it; raises HTTPException(422) listing every
-    problem."""
+    problem. `more(spec)`: the problems the caller finds in the validated spec (the cluster's resources,
+    the MLflow experiment), listed in the same answer as the spec's own."""
     hostile = hostile_values(data, settings.max_list_items)
     if hostile:
         raise unprocessable(_env_refs(data) + hostile, settings.max_problems)
@@ -264,6 +266,7 @@ def prepare(data: dict[str, Any], settings: Settings, tracking_uri: str) -> Subm
     # on a local Ray the trials read the data folders this process sees: one lacking a file fails every
     # trial of its task, so say it now (a cluster's nodes may hold other copies: left to the trials)
     problems += data_problems(spec) if settings.ray_address is None else []
+    problems += more(spec) if more is not None else []
     if problems:
         raise unprocessable(problems, settings.max_problems)
     return Submission(spec=spec, plan=plan, data=canonical, spec_hash=spec.spec_hash(),

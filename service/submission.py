@@ -56,11 +56,18 @@ def foreign_experiment(session, store, spec) -> list[tuple[str, str]]:
     return []
 
 
+def problems(spec, session, settings, runner, store) -> list[tuple[str, str]]:
+    """What this service finds wrong with a valid spec: trials no node can run, another team's MLflow
+    experiment. Passed to `service.specs.prepare`, so one 422 lists them with the spec's own problems."""
+    return (resource_problems(spec, nodes(runner) if settings.check_cluster_resources else None)
+            + foreign_experiment(session, store, spec))
+
+
 def submit(sub: Submission, rerun: bool, session, settings, runner, store, reconciler) -> Outcome:
-    """Record and start the experiment of `sub` (or return the one this spec already has)."""
-    problems = resource_problems(sub.spec, nodes(runner) if settings.check_cluster_resources else None)
+    """Record and start the experiment of `sub` (or return the one this spec already has); `sub` passed
+    `problems` when it was prepared."""
     with _submit_lock:
-        problems += foreign_experiment(session, store, sub.spec)
+        problems = foreign_experiment(session, store, sub.spec)  # again: another spec may have taken it since
         if problems:
             raise unprocessable(problems, settings.max_problems)
         existing, changed = _existing(session, sub, rerun, reconciler)

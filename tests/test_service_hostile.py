@@ -173,6 +173,19 @@ def test_resources_no_node_has_are_refused_at_submit(client, cluster):
     assert client.post("/experiments", json={**SPEC, "resources": {"gpus": 1}}).status_code == 202
 
 
+def test_one_answer_lists_the_bounds_the_resources_and_the_mlflow_experiment(client, cluster):
+    # Each used to be a 422 of its own: the bounds first, then the resources and the experiment, so a
+    # spec with all three took three submissions to learn what was wrong with it.
+    cluster.mlflow_experiments.add("team-b-study")
+    r = client.post("/experiments", json={**SPEC, "retries": 50, "resources": {"cpus": 16},
+                                          "mlflow": {"experiment": "team-b-study"}})
+    found = problems(r)
+    assert "50 exceeds this service's limit of 10" in found["retries"]
+    assert "the largest node has 4 CPUs" in found["resources.cpus"]
+    assert "was not created by this service" in found["mlflow.experiment"]
+    assert nothing_stored(client)
+
+
 def test_four_gpu_specs_do_not_lock_everyone_out(client):
     for i in range(4):
         assert client.post("/experiments", json={**SPEC, "seeds": [i], "resources": {"gpus": 1}}).status_code == 422

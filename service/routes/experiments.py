@@ -54,7 +54,8 @@ def submit(request: Request, response: Response, body: BodyDep, session: Session
            rerun: Annotated[bool, Query(description="start again even if this spec was submitted")] = False):
     """Submit an experiment spec (JSON, or YAML with a YAML content type)."""
     with scoped():   # the tasks this spec defines are seen by this request alone (embinit.task_registry)
-        sub = prepare(parse_body(body, request.headers.get("content-type")), settings, store.tracking_uri)
+        sub = prepare(parse_body(body, request.headers.get("content-type")), settings, store.tracking_uri,
+                      more=lambda spec: submission.problems(spec, session, settings, runner, store))
         outcome = submission.submit(sub, rerun, session, settings, runner, store, reconciler)
     if not outcome.created:
         response.status_code = 200
