@@ -199,10 +199,12 @@ def _too_many(n: int, settings: Settings) -> HTTPException:
 
 
 def bound_problems(spec: ExperimentSpec, plan: tuple | list, settings: Settings) -> list[tuple[str, str]]:
-    """Values beyond the service's bounds (the settings named in embinit.bounds.BOUNDS), once per field
-    and value, wherever they were set (defaults, a task, an axis, a search grid, an Optuna range or a
-    task defined in the spec, whose own defaults its trials leave unset in their configs)."""
+    """Values beyond the service's bounds (the settings named in embinit.bounds.BOUNDS), once per place
+    the spec sets them (its field path; the field's name where no place holds the value), wherever they
+    were set (defaults, a task, an axis, a search grid, an Optuna range or a task defined in the spec,
+    whose own defaults its trials leave unset in their configs)."""
     problems: dict[tuple[str, str], None] = {}
+    data = spec.canonical()
     if spec.resources.cpus < settings.min_cpus_per_trial:
         problems[("resources.cpus", f"{spec.resources.cpus} is below this service's minimum of "
                   f"{settings.min_cpus_per_trial} CPUs per trial")] = None
@@ -215,8 +217,35 @@ def bound_problems(spec: ExperimentSpec, plan: tuple | list, settings: Settings)
         values += [getattr(space, "high", None)]
         limit = getattr(settings, bound.setting)
         for value in sorted({v for v in values if over_setting(key, v, limit)}):
-            problems[(key, over_setting(key, value, limit))] = None
+            for loc in _bound_locs(data, key, value) or [key]:
+                problems[(loc, over_setting(key, value, limit))] = None
     return list(problems)
+
+
+def _bound_locs(data: Any, key: str, value: float, loc: tuple = ()) -> list[str]:
+    """Where the spec's data sets `key` to `value` (`tasks[1].epochs`, `axes.d_model[1]`,
+    `search.space.epochs.high`), so a 422 names the place to fix, not only the field's name."""
+    if isinstance(data, list):
+        return [found for i, item in enumerate(data) for found in _bound_locs(item, key, value, loc + (i,))]
+    if not isinstance(data, dict):
+        return []
+    out = []
+    for k, v in data.items():
+        if k == key:
+            out += [format_loc(place) for place in _leaves(v, value, loc + (k,))]
+        elif k != "extras":   # free-form: a key named like a field there is not that field
+            out += _bound_locs(v, key, value, loc + (k,))
+    return out
+
+
+def _leaves(data: Any, value: float, loc: tuple) -> list[tuple]:
+    """The places under `loc` whose number is `value` (a scalar, an axis list, a search range's bound)."""
+    if isinstance(data, list):
+        return [place for i, item in enumerate(data) for place in _leaves(item, value, loc + (i,))]
+    if isinstance(data, dict):
+        return [place for k, item in data.items() for place in _leaves(item, value, loc + (k,))]
+    number = isinstance(data, (int, float)) and not isinstance(data, bool)
+    return [loc] if number and data == value else []
 
 
 def resource_problems(spec: ExperimentSpec, nodes: list[dict[str, float]] | None) -> list[tuple[str, str]]:

@@ -193,12 +193,13 @@ def test_four_gpu_specs_do_not_lock_everyone_out(client):
 
 
 @pytest.mark.parametrize("spec, loc, msg", [
-    ({**SPEC, "defaults": {"epochs": 100000}}, "epochs", "100000 exceeds this service's limit of 1000"),
-    ({**SPEC, "axes": {"d_model": [64, 1000000]}}, "d_model", "1000000 exceeds this service's limit of 4096"),
-    ({**SPEC, "tasks": [{"task": "synthetic_lm", "layers": 1000}]}, "layers", "limit of 64 (setting max_layers)"),
+    ({**SPEC, "defaults": {"epochs": 100000}}, "defaults.epochs", "100000 exceeds this service's limit of 1000"),
+    ({**SPEC, "axes": {"d_model": [64, 1000000]}}, "axes.d_model[1]", "1000000 exceeds this service's limit of 4096"),
+    ({**SPEC, "tasks": [{"task": "synthetic_lm", "layers": 1000}]}, "tasks[0].layers",
+     "limit of 64 (setting max_layers)"),
     ({**SPEC, "search": {"method": "optuna", "num_samples": 2,
                  "space": {"epochs": {"low": 1, "high": 5000, "type": "int"}}}},
-     "epochs", "5000 exceeds"),
+     "search.space.epochs.high", "5000 exceeds"),
     ({**SPEC, "resources": {"cpus": 0.001}}, "resources.cpus", "below this service's minimum of 0.25 CPUs"),
 ])
 def test_bounds(client, spec, loc, msg):
@@ -206,10 +207,19 @@ def test_bounds(client, spec, loc, msg):
     assert nothing_stored(client)
 
 
+def test_a_value_beyond_a_bound_is_named_where_the_spec_sets_it(client):
+    # The 422 named the field alone (`epochs`): with three tasks, which one? The docs promise a path.
+    spec = {**SPEC, "tasks": ["synthetic_translation", {"task": "synthetic_lm", "epochs": 5000},
+                              {"task": "synthetic_classification", "epochs": 3}]}
+    assert problems(client.post("/experiments", json=spec)) == {
+        "tasks[1].epochs": "5000 exceeds this service's limit of 1000 (setting max_epochs)"}
+    assert nothing_stored(client)
+
+
 def test_bounds_are_settings(make_client):
     client = make_client(max_epochs=5)
     r = client.post("/experiments", json={**SPEC, "defaults": {"epochs": 6}})
-    assert "6 exceeds this service's limit of 5 (setting max_epochs)" in problems(r)["epochs"]
+    assert "6 exceeds this service's limit of 5 (setting max_epochs)" in problems(r)["defaults.epochs"]
 
 
 # ---- 6: validation cost ---------------------------------------------------------------------------------

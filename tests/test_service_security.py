@@ -82,12 +82,12 @@ def test_a_seed_count_is_bounded_before_its_list_is_built():
 
 
 @pytest.mark.parametrize("spec, loc, msg", [
-    ({**SPEC, "defaults": {"max_len": 100_000}}, "max_len", "100000 exceeds this service's limit of 8192 "
+    ({**SPEC, "defaults": {"max_len": 100_000}}, "defaults.max_len", "100000 exceeds this service's limit of 8192 "
                                                             "(setting max_len)"),
     ({**SPEC, "retries": 50}, "retries", "50 exceeds this service's limit of 10 (setting max_retries)"),
-    ({**SPEC, "axes": {"lr": [1e-3, 5.0]}}, "lr", "5 exceeds this service's limit of 1 (setting max_lr)"),
-    ({**SPEC, "defaults": {"batch_size": 10**6}}, "batch_size", "(setting max_batch_size)"),
-    ({**SPEC, "defaults": {"beam_size": 1000}}, "beam_size", "(setting max_beam_size)"),
+    ({**SPEC, "axes": {"lr": [1e-3, 5.0]}}, "axes.lr[1]", "5 exceeds this service's limit of 1 (setting max_lr)"),
+    ({**SPEC, "defaults": {"batch_size": 10**6}}, "defaults.batch_size", "(setting max_batch_size)"),
+    ({**SPEC, "defaults": {"beam_size": 1000}}, "defaults.beam_size", "(setting max_beam_size)"),
 ])
 def test_the_service_caps_them_further_with_its_settings(client, spec, loc, msg):
     assert msg in problems(client.post("/experiments", json=spec))[loc]
@@ -101,7 +101,7 @@ def test_the_settings_come_from_the_one_table(make_client):
             assert getattr(settings, b.setting) == b.default, name
     client = make_client(max_len=64, max_retries=1)
     r = client.post("/experiments", json={**SPEC, "defaults": {"max_len": 65}, "retries": 2})
-    assert problems(r) == {"max_len": "65 exceeds this service's limit of 64 (setting max_len)",
+    assert problems(r) == {"defaults.max_len": "65 exceeds this service's limit of 64 (setting max_len)",
                            "retries": "2 exceeds this service's limit of 1 (setting max_retries)"}
 
 

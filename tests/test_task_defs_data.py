@@ -249,8 +249,8 @@ def test_a_definitions_defaults_have_the_bounds_of_a_specs_own_values(tmp_path):
             {"imdb": {**IMDB, "epochs": 5000, "d_model": 8192}}, [{"task": "imdb", "data_dir": str(tmp_path)}]))
     assert r.status_code == 422, r.text
     assert {p["loc"]: p["msg"] for p in r.json()["detail"]} == {
-        "epochs": "5000 exceeds this service's limit of 1000 (setting max_epochs)",
-        "d_model": "8192 exceeds this service's limit of 4096 (setting max_d_model)"}
+        "define_tasks.imdb.epochs": "5000 exceeds this service's limit of 1000 (setting max_epochs)",
+        "define_tasks.imdb.d_model": "8192 exceeds this service's limit of 4096 (setting max_d_model)"}
 
 
 def test_a_definition_with_problems_says_its_data_files_wait_for_it(tmp_path):
