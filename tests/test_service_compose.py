@@ -263,3 +263,32 @@ def test_ray_token_auth_stays_on_in_the_cluster(service):
     assert "ray_auth_token" in SERVICES[service]["secrets"]
     assert environment["RAY_AUTH_TOKEN_PATH"] == "/run/secrets/ray_auth_token"
     assert "file" in COMPOSE["secrets"]["ray_auth_token"]
+
+
+def _setup_commands() -> dict[str, list[str]]:
+    """The shell commands that set up the stack: docs/deployment.md's compose block, and the usage
+    lines at the head of docker-compose.yml (comments cut)."""
+    doc = (ROOT / "docs" / "deployment.md").read_text()
+    block = doc.split("## On a cluster: docker compose")[1].split("```bash")[1].split("```")[0]
+    head = [line.removeprefix("#").strip() for line in RAW.splitlines()[:12] if line.startswith("#   ")]
+    cut = [line.split("  #")[0].strip() for line in block.splitlines() if line.strip()]
+    return {"docs/deployment.md": cut, "docker-compose.yml": [line.split("  #")[0].strip() for line in head]}
+
+
+@pytest.mark.parametrize("where", ["docs/deployment.md", "docker-compose.yml"])
+def test_the_setup_commands_make_the_ray_token_before_the_first_up(where):
+    """Every service reads the secret `ray_auth_token` from a file: compose cannot start them until it
+    exists. The printed commands made the password and then went straight to `docker compose up`."""
+    commands = _setup_commands()[where]
+    first_up = next(i for i, c in enumerate(commands) if re.search(r"docker compose .*\bup\b", c))
+    secret = Path(resolved(COMPOSE["secrets"]["ray_auth_token"]["file"])).name
+    assert any(re.search(rf">\s*(\./)?{secret}$", c) for c in commands[:first_up]), commands
+
+
+def test_the_api_token_outlives_the_next_up():
+    """`EMBINIT_API_TOKEN=... docker compose up -d api` gave the API a token no one could read back, and
+    the block's next `docker compose up` (to scale the workers) recreated the API without it: writes
+    open to all again. Compose keeps a setting for every later `up` only in `.env` (or the environment)."""
+    commands = _setup_commands()["docs/deployment.md"]
+    assert not [c for c in commands if re.match(r"(\w+=\S+\s+)+docker compose", c) and "EMBINIT_API_TOKEN" in c]
+    assert any(re.fullmatch(r'echo "EMBINIT_API_TOKEN=\$\(openssl rand -hex \d+\)" >> \.env', c) for c in commands)
