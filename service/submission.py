@@ -104,6 +104,8 @@ def _existing(session, sub: Submission, rerun: bool, reconciler) -> tuple[Experi
     same_spec = session.scalars(select(Experiment).where(Experiment.spec_hash == sub.spec_hash)
                                 .options(defer(Experiment.spec), defer(Experiment.report))
                                 .order_by(Experiment.created_at.desc()).limit(SAME_SPEC_LOOKBACK)).all()
+    # an experiment whose driver never started ran nothing: the same POST again (its 503 says so) starts it
+    same_spec = [e for e in same_spec if not (e.status == "failed" and not e.driver)]
     existing = next((e for e in same_spec if e.trial_keys == sub.trial_keys), None)
     if existing is None:
         return None, (same_spec[0] if same_spec else None)
@@ -139,7 +141,9 @@ def _start(exp: Experiment, sub: Submission, session, runner, store) -> None:
         why = scrubbed(str(e), [store.tracking_uri, store.trial_store_uri])
         exp.status, exp.error, exp.finished_at = "failed", f"could not start the Ray driver: {why}", utcnow()
         session.commit()
-        raise HTTPException(503, detail=f"experiment {exp.id} could not be started: {why}") from None
+        raise HTTPException(503, headers={"Retry-After": "10"}, detail=(
+            f"experiment {exp.id} could not be started: {why}; nothing ran: send the same request again to "
+            f"retry")) from None
     session.commit()
     # A cancel that came while the driver was starting found no driver to tell (the route tells it when
     # it reads a driver name after recording the cancel): read the cancel after recording the name, so

@@ -496,6 +496,24 @@ def test_driver_start_failure_is_recorded(make_settings, cluster):
         assert exp["status"] == "failed" and exp["error"].startswith("could not start the Ray driver")
 
 
+def test_a_submission_whose_driver_did_not_start_is_retried_by_the_same_request(make_settings, cluster):
+    # The 503's experiment ran nothing, yet the same POST again was answered with it (200, "created":
+    # false, failed): a client retrying the 503 got a dead experiment, and only ?rerun=true started it.
+    runner = FakeRunner(cluster, fail_start=True)
+    app = create_app(make_settings(), runner=runner, store=FakeStore(cluster))
+    with TestClient(app) as client:
+        r = submit(client)
+        assert r.status_code == 503 and r.headers["retry-after"] == "10"
+        assert r.json()["detail"].endswith("nothing ran: send the same request again to retry")
+        failed = client.get("/experiments").json()["items"][0]
+        runner.fail_start = False   # Ray is back
+        again = submit(client)
+        assert again.status_code == 202 and again.json()["created"] is True, again.json()
+        assert again.json()["id"] != failed["id"]
+        assert client.get(f"/experiments/{failed['id']}").json()["status"] == "failed"   # kept, as it was
+        assert submit(client).json() == {**again.json(), "created": False}   # and then deduplicated as ever
+
+
 # ---- auth ----------------------------------------------------------------------------------------
 
 def test_token_guards_writes(make_client):
