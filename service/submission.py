@@ -72,7 +72,7 @@ def submit(sub: Submission, rerun: bool, session, settings, runner, store, recon
             raise unprocessable(problems, settings.max_problems)
         existing, changed = _existing(session, sub, rerun, reconciler)
         if existing is not None:
-            return Outcome(existing, created=False)
+            return Outcome(existing, created=False, notices=_ended_short(existing))
         notices = [_changed_files(changed)] if changed is not None else []
         _check_limit(session, settings, reconciler)
         exp = Experiment(id=uuid.uuid4().hex[:12], name=sub.spec.name, spec=sub.data, spec_hash=sub.spec_hash,
@@ -94,6 +94,16 @@ SAME_SPEC_LOOKBACK = 100
 def _changed_files(other: Experiment) -> str:
     return (f"experiment {other.id} has this spec, but the content of its files has changed since: this "
             f"experiment trains on the files as they are now")
+
+
+def _ended_short(exp: Experiment) -> list[str]:
+    """What a resubmission answered with a failed or cancelled experiment must say: nothing starts again
+    unless asked (its trials that did not finish are run by a rerun, its finished ones reused)."""
+    if exp.status not in ("failed", "cancelled"):
+        return []
+    return [f"experiment {exp.id} with this spec is {exp.status} and was not started again; submit with "
+            f"?rerun=true (`embinit experiments submit --rerun`) to run the trials it did not finish "
+            f"(finished ones are reused)"]
 
 
 def _existing(session, sub: Submission, rerun: bool, reconciler) -> tuple[Experiment | None, Experiment | None]:

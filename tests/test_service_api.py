@@ -110,6 +110,12 @@ def test_same_spec_is_the_same_experiment_unless_rerun(client, cluster):
     assert busy.json()["detail"] == (f"experiment {first['id']} with this spec is still queued; cancel it or "
                                      "wait before re-running")
     FakeRunner(cluster).advance(f"embinit-exp-{first['id']}", "failed", error="boom", finished=1, failed=3)
+    ended = submit(client)
+    assert ended.status_code == 200 and ended.json()["id"] == first["id"] and ended.json()["status"] == "failed"
+    # it said nothing: a researcher resubmitting after a restart read "already submitted ... failed" alone
+    assert ended.json()["notices"] == [
+        f"experiment {first['id']} with this spec is failed and was not started again; submit with ?rerun=true "
+        "(`embinit experiments submit --rerun`) to run the trials it did not finish (finished ones are reused)"]
     rerun = submit(client, params={"rerun": "true"})
     assert rerun.status_code == 202 and rerun.json()["id"] != first["id"]
     assert rerun.json()["spec_hash"] == first["spec_hash"]
