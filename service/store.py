@@ -235,9 +235,18 @@ class ResultStore:
         return self._current(("trials",), exp, lambda: self._trials(exp))
 
     def _trials(self, exp) -> list[dict[str, Any]]:
-        runs = {key: trial_row(rec) for key, rec in self._records(exp).items()}
+        from embinit.spec import drawn_in
+
+        chosen = self._records(exp)
+        if drawn_in(exp.spec):  # an Optuna search draws its configs, so its trials' keys, at run time
+            sweeps = sweep_runs(exp, self._reads(exp), since_submit=False)
+            runs = {key: trial_row(rec) for key, rec in chosen.items() if rec.parent_id in sweeps}
+            keys = self._drawn_keys(exp, runs)
+        else:
+            runs = {key: trial_row(rec) for key, rec in chosen.items()}
+            keys = exp.trial_keys
         planned = {}
-        if not all(k in runs for k in exp.trial_keys):
+        if not all(k in runs for k in keys):
             try:
                 planned = self._planned(exp)
             except Exception:  # a spec stored by an older version: show keys without configs
@@ -247,7 +256,7 @@ class ResultStore:
         unrun, why = ("cancelled", "never started: the experiment was cancelled") if exp.status == "cancelled" \
             else ("pending", None)
         out = []
-        for key in exp.trial_keys:
+        for key in keys:
             run = runs.get(key)
             config = run["config"] if run else planned.get(key, {}).get("config", {})
             out.append({"key": key, "status": run["status"] if run else unrun,
@@ -257,6 +266,23 @@ class ResultStore:
                         "run_id": run["run_id"] if run else None,
                         "error": (run["error"] if run["status"] in STOPPED else None) if run else why})
         return out
+
+    def _drawn_keys(self, exp, runs: dict[str, dict[str, Any]]) -> list[str]:
+        """An Optuna search's trial keys: `exp.trial_keys` are its planned points x seeds, which no run has;
+        its trials are the runs its spec's sweeps trained (`runs`), in plan order, then the plan's key of
+        each point and seed that has no run yet (its draws are still to come)."""
+        try:
+            planned = self._planned(exp)
+        except Exception:  # a spec stored by an older version: its runs alone
+            return sorted(runs)
+        order: dict[tuple, int] = {}
+        for key in exp.trial_keys:
+            if key in planned:
+                order.setdefault(_point(planned[key], planned[key]["seed"]), len(order))
+        slot = {key: order.get(_point(run, run["config"].get("seed")), len(order)) for key, run in runs.items()}
+        waiting = [key for key in exp.trial_keys
+                   if key in planned and order[_point(planned[key], planned[key]["seed"])] not in slot.values()]
+        return sorted(runs, key=lambda key: (slot[key], key)) + waiting
 
     def _planned(self, exp) -> dict[str, dict[str, Any]]:
         from embinit.spec import load_spec
@@ -306,3 +332,8 @@ class ResultStore:
         except Exception:  # a spec stored by an older version: no plan to compare with
             return None
         return [{"key": k, **plan[k]} for k in exp.trial_keys if k in plan]
+
+
+def _point(row: dict[str, Any], seed: Any) -> tuple:
+    """A planned trial's or a run's place in the plan: task, init label and seed."""
+    return row.get("task"), row.get("label"), seed

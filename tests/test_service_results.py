@@ -118,6 +118,42 @@ def test_optuna_results_hold_only_the_trials_of_the_experiments_own_sweeps(clien
     assert (row["init"], row["n"], row["mean"]) == ("Xavier", 2, pytest.approx(0.605))
 
 
+def test_an_optuna_searchs_trial_table_lists_the_trials_it_drew(client):
+    """An Optuna search draws each trial's config (so its key) at run time: the table listed its planned
+    points x seeds instead, every one `pending` with no run, also once the search had finished."""
+    from mlflow.entities import Metric
+
+    from embinit.tracking import run_writers
+    from service.db import Experiment
+    c, uri = client
+    exp_id = c.post("/experiments", json=OPTUNA).json()["id"]
+    with c.app.state.sessions() as s:
+        spec_hash = s.get(Experiment, exp_id).spec_hash
+    exp = mlflow_store.ensure_experiment(OPTUNA["name"], uri)
+    mine = run_writers.start_parent_run(exp, uri, spec_hash, "{}", 8)
+    other = run_writers.start_parent_run(exp, uri, "another-spec", "{}", 1)
+    drawn = {}
+    for parent, init, label, seed, lr in [(mine, "xavier", "Xavier", s, lr) for s in (0, 1) for lr in (1e-3, 2e-3)] \
+            + [(mine, "normal", "Normal", 0, 3e-3), (other, "xavier", "Xavier", 0, 5e-3)]:
+        cfg = {"task": "synthetic_classification", "init": init, "seed": seed, "lr": lr}
+        key = f"{label}-{seed}-{lr}"
+        run = trial_run.TrialRun.open(uri, exp, parent, cfg, key, label, {"axes": {}, "point": {"lr": lr}})
+        now = int(time.time() * 1000)
+        mlflow_store.client(uri).log_batch(run.run_id, metrics=[Metric("best/val/acc", 0.5, now, 0)])
+        mlflow_store.client(uri).set_tag(run.run_id, records.STATUS_TAG, "finished")
+        mlflow_store.client(uri).set_terminated(run.run_id, "FINISHED")
+        drawn[key] = run.run_id
+    page = c.get(f"/experiments/{exp_id}/trials").json()
+    rows = [(t["label"], t["seed"], t["status"], t["config"].get("lr"), t["run_id"]) for t in page["items"]]
+    assert rows == [("Xavier", 0, "finished", 1e-3, drawn["Xavier-0-0.001"]),
+                    ("Xavier", 0, "finished", 2e-3, drawn["Xavier-0-0.002"]),
+                    ("Xavier", 1, "finished", 1e-3, drawn["Xavier-1-0.001"]),
+                    ("Xavier", 1, "finished", 2e-3, drawn["Xavier-1-0.002"]),
+                    ("Normal", 0, "finished", 3e-3, drawn["Normal-0-0.003"]),
+                    ("Normal", 1, "pending", None, None)]   # its draws still to come; another spec's run left out
+    assert page["total"] == 6
+
+
 def test_a_failed_trial_says_why_in_the_trial_table(client):
     """A researcher whose experiment failed reads each trial's reason in `/trials`, not only in MLflow."""
     c, uri = client
