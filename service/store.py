@@ -200,21 +200,34 @@ class ResultStore:
     def counts(self, exp) -> dict[str, int]:
         """The experiment's trials by state; a key another experiment (or an earlier run) trained is
         `reused`, not `finished`."""
+        from embinit.spec import drawn_in
+
         uri = self._reads(exp)
-        return count_trial_states(uri, exp.mlflow_experiment, exp.trial_keys, sweeps=sweep_runs(exp, uri))
+        if not drawn_in(exp.spec):
+            return count_trial_states(uri, exp.mlflow_experiment, exp.trial_keys, sweeps=sweep_runs(exp, uri))
+        # an Optuna search: its trials are the runs its spec's sweeps drew (`exp.trial_keys`, its planned
+        # points x seeds, have none), the rest still to draw
+        mine = sweep_runs(exp, uri, since_submit=False)
+        drawn = [key for key, rec in _chosen(uri, exp.mlflow_experiment).items() if rec.parent_id in mine]
+        out = count_trial_states(uri, exp.mlflow_experiment, drawn, sweeps=sweep_runs(exp, uri))
+        out["pending"] += max(0, exp.n_trials - len(drawn))
+        return out
 
     def close_orphans(self, exp, reason: str, status: str = "FAILED") -> int:
         """Close what this experiment left RUNNING in MLflow although its driver is gone: its trial runs
         (one that keeps a checkpoint says that a rerun resumes it, and stays resumable) and its sweep
         (parent) runs. Returns how many trial runs were closed."""
+        from embinit.spec import drawn_in
         from embinit.tracking import mlflow_store, run_readers, run_writers
 
         exp_id = mlflow_store.experiment_id(exp.mlflow_experiment, exp.tracking_uri)
         if exp_id is None:
             return 0
         keys = set(exp.trial_keys)
+        # an Optuna search's trials are those its sweeps drew, whose keys are none of its planned ones
+        sweeps = sweep_runs(exp, exp.tracking_uri) if drawn_in(exp.spec) else None
         orphans = [r for r in run_readers.trial_records(exp_id, exp.tracking_uri, status="RUNNING")
-                   if r.key in keys]
+                   if (r.key in keys if sweeps is None else r.parent_id in sweeps)]
         for rec in orphans:
             run_writers.close_run(exp.tracking_uri, rec, reason, status)
         run_writers.close_sweeps(exp_id, exp.tracking_uri, exp.spec_hash, reason, status)

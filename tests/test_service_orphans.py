@@ -5,6 +5,8 @@ experiment is left alone."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from fastapi.testclient import TestClient
 
@@ -58,3 +60,45 @@ def test_a_lost_driver_s_sweep_run_is_closed_and_a_checkpointed_trial_stays_resu
     assert recs[keys[1]].status == "failed" and not recs[keys[1]].resumable
     assert records.by_key(recs.values())[keys[0]].run_id == kept.run_id
     assert fresh.run_id == recs[keys[1]].run_id
+
+
+OPTUNA = {**SPEC, "name": "orphans-optuna", "tasks": ["synthetic_classification"],
+          "search": {"method": "optuna", "num_samples": 2, "space": {"lr": {"low": 1e-4, "high": 1e-2, "log": True}}}}
+
+
+def test_a_lost_optuna_search_closes_the_trials_it_drew_and_counts_them(tmp_path):
+    """An Optuna search's trial keys are drawn at run time, none of its planned ones: its lost driver's
+    running trials stayed RUNNING in MLflow (`/trials`: running, for ever), and its counts found no trial
+    at all (every one pending, the finished ones too)."""
+    from mlflow.entities import Metric
+
+    (tmp_path / "data").mkdir()
+    uri = mlflow_store.resolve_uri(f"sqlite:///{tmp_path}/m.db")
+    cluster = FakeCluster()
+    settings = Settings(database_url=f"sqlite:///{tmp_path}/state.db", tracking_uri=uri,
+                        data_roots=[tmp_path / "data"], pretrained_roots=[], refresh_interval_s=0.0,
+                        check_cluster_resources=False, _env_file=None)
+    with TestClient(create_app(settings, runner=FakeRunner(cluster), store=ResultStore(uri))) as client:
+        exp = client.post("/experiments", json=OPTUNA).json()
+        exp_id = mlflow_store.ensure_experiment(OPTUNA["name"], uri)
+        parent = run_writers.start_parent_run(exp_id, uri, exp["spec_hash"], "name: orphans-optuna\n", 4)
+        other = run_writers.start_parent_run(exp_id, uri, "another-spec", "name: other\n", 1)
+        config = {"task": "synthetic_classification", "init": "xavier", "seed": 0, "lr": 1e-3}
+        done = trial_run.TrialRun.open(uri, exp_id, parent, config, "drawn-done", "Xavier", {})
+        now = int(time.time() * 1000)
+        mlflow_store.client(uri).log_batch(done.run_id, metrics=[Metric("best/val/acc", 0.5, now, 0)])
+        mlflow_store.client(uri).set_tag(done.run_id, records.STATUS_TAG, "finished")
+        mlflow_store.client(uri).set_terminated(done.run_id, "FINISHED")
+        alive = trial_run.TrialRun.open(uri, exp_id, parent, {**config, "lr": 2e-3}, "drawn-alive", "Xavier", {})
+        theirs = trial_run.TrialRun.open(uri, exp_id, other, {**config, "lr": 3e-3}, "theirs", "Xavier", {})
+        FakeRunner(cluster).lose(f"embinit-exp-{exp['id']}")
+
+        after = client.get(exp["status_url"]).json()
+        assert after["status"] == "failed"
+        assert after["counts"] == {"pending": 2, "running": 0, "finished": 1, "failed": 1, "reused": 0}
+        rows = {t["run_id"]: t["status"] for t in client.get(f"{exp['status_url']}/trials").json()["items"]}
+        assert rows[done.run_id] == "finished" and rows[alive.run_id] == "failed" and theirs.run_id not in rows
+    c = mlflow_store.client(uri)
+    assert c.get_run(alive.run_id).info.status == "FAILED"
+    assert "Ray driver is gone" in c.get_run(alive.run_id).data.tags[records.ERROR_TAG]
+    assert c.get_run(theirs.run_id).info.status == "RUNNING"   # another spec's trial: not this experiment's
