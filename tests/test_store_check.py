@@ -3,12 +3,14 @@ MLflow opens it (MLflow would make any SQLite file an MLflow store), without wri
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from embinit.errors import EmbinitError
 from embinit.tracking.store_check import require_store, resolved, sqlite_store, uri_problem
 from embinit.tracking.prepare import prepare_store
-from helpers.bad_stores import notes_db, random_bytes, snapshot, stamped_old, state_db, truncated
+from helpers.bad_stores import checkpoint_cut_short, notes_db, random_bytes, snapshot, stamped_old, state_db, truncated
 
 
 @pytest.mark.parametrize("uri, message", [
@@ -73,6 +75,28 @@ def test_a_file_that_is_no_mlflow_store_is_named_and_left_as_it_is(make, message
     with pytest.raises(EmbinitError, match=message):
         sqlite_store(db)
     assert snapshot(db) == before
+
+
+def test_a_store_whose_log_holds_the_pages_a_full_disk_kept_from_the_file_is_no_damaged_store(real, tmp_path):
+    """A sweep on a full disk left its store's main file shorter than its header says, the pages it lacks in
+    the write-ahead log beside it (a checkpoint cut short); SQLite reads them there. It was refused as "a
+    damaged SQLite database: truncated ...; restore it from a copy", so the rerun that closes the dead
+    sweep's runs and resumes it could not start, and the advice was to replace a healthy store."""
+    db = checkpoint_cut_short(real, tmp_path / "cut.db")
+    header_size = int.from_bytes(db.read_bytes()[28:32], "big") * int.from_bytes(db.read_bytes()[16:18], "big")
+    assert db.stat().st_size < header_size   # what the size check saw
+    assert sqlite_store(db).state == "current"
+    import sqlite3
+    conn = sqlite3.connect(db)
+    assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    conn.close()
+
+
+def test_a_truncated_store_beside_a_log_that_is_no_sqlite_log_is_still_refused(real, tmp_path):
+    db = truncated(real, tmp_path / "cut.db")
+    Path(f"{db}-wal").write_bytes(b"not a log" * 100)
+    with pytest.raises(EmbinitError, match="is a damaged SQLite database: truncated"):
+        sqlite_store(db)
 
 
 def half_converted(path):

@@ -182,9 +182,24 @@ def _short(path: Path, head: bytes) -> str | None:
     page = 65536 if page == 1 else page
     pages, valid = int.from_bytes(head[28:32], "big"), head[92:96] == head[24:28]
     size = path.stat().st_size
-    if valid and pages and size < pages * page:
+    if valid and pages and size < pages * page and not _log_holds_pages(path, page):
         return f"truncated ({size} bytes of the {pages * page} its header gives)"
     return None
+
+
+def _log_holds_pages(path: Path, page: int) -> bool:
+    """Whether a write-ahead log beside the file holds pages of it: then the file may be shorter than its
+    header says, its last pages in the log, where SQLite reads them (a checkpoint cut short by a full disk
+    leaves it so); whether they are all there is SQLite's to tell, reading the schema."""
+    try:
+        with open(f"{path}-wal", "rb") as f:
+            head = f.read(32)
+            size = f.seek(0, 2)
+    except OSError:
+        return False
+    magic, log_page = int.from_bytes(head[:4], "big"), int.from_bytes(head[8:12], "big")
+    # the log's header: its magic number, and the database's page size (section 4.1 of the file format)
+    return len(head) == 32 and magic in (0x377F0682, 0x377F0683) and log_page == page and size >= 32 + 24 + page
 
 
 def _read_schema(path: Path) -> tuple[list[str], dict[str, set], str | None]:

@@ -74,3 +74,27 @@ def snapshot(path: Path) -> tuple[bytes, list[str], list[str]]:
         except sqlite3.DatabaseError:   # a damaged file: its bytes tell
             pass
     return path.read_bytes(), tables, sorted(p.name for p in path.parent.iterdir())
+
+
+def checkpoint_cut_short(src: Path, dst: Path) -> Path:
+    """A copy of the store at `src` as a checkpoint cut short by a full disk leaves it (seen after a sweep
+    on a full tmpfs): its write-ahead log holds commits that grew the database, and the main file's first
+    page already gives the grown size while the pages that extend it never reached the disk. Healthy:
+    SQLite reads those pages from the log (`PRAGMA integrity_check` says ok)."""
+    copy_store(src, dst)
+    conn = sqlite3.connect(dst)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA wal_autocheckpoint=0")   # the commits below stay in the log
+    conn.execute("CREATE TABLE embinit_filler (b BLOB)")
+    conn.execute("INSERT INTO embinit_filler VALUES (zeroblob(200000))")
+    conn.commit()
+    pages = conn.execute("PRAGMA page_count").fetchone()[0]
+    log = Path(f"{dst}-wal").read_bytes()   # read while the connection keeps the log
+    conn.close()   # checkpoints and removes the log: both are put back below, as the disk held them
+    Path(f"{dst}-wal").write_bytes(log)
+    size = dst.stat().st_size
+    page = int.from_bytes(dst.read_bytes()[16:18], "big")
+    head = bytearray(dst.read_bytes()[:size - 20 * page])   # the extending pages never written
+    head[28:32] = pages.to_bytes(4, "big")   # the header already says the grown size
+    dst.write_bytes(bytes(head))
+    return dst
