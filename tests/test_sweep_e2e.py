@@ -176,3 +176,22 @@ def test_a_failing_trial_is_recorded_and_the_sweep_continues(ray_local, tmp_path
     assert errors["GloVe"].startswith("EmbinitError: ")   # a user error: one line, no traceback
     assert len(result.report.failed) == 2
     assert "injected failure" in result.report.to_markdown()
+
+
+def test_tune_that_cannot_read_its_own_state_back_leaves_the_trials_outcomes_said(ray_local, tmp_path, monkeypatch):
+    """A full disk under Tune's storage left an errored trial's `error.pkl` empty: `tuner.fit()` ran every
+    trial, then raised `EOFError: Ran out of input` building its ResultGrid, and the sweep failed with that
+    message (the command with its traceback), its trials' runs closed "the sweep failed: EOFError: Ran out
+    of input" and each trial's own error hidden. embinit reads no Tune result: the sweep ends as it would."""
+    from ray.tune.experiment.trial import Trial
+
+    def empty_error_file(self):
+        raise EOFError("Ran out of input")
+    monkeypatch.setattr(Trial, "get_pickled_error", empty_error_file)
+    s = spec("readback", tmp_path, seeds=1, retries=0, inits=["xavier", "normal"])
+    result = run_sweep(s, progress=False, extra_callbacks=lambda cfg: [Raise("normal")])
+    assert {t["label"]: t["status"] for t in result.trials} == {"Xavier": "finished", "Normal": "failed"}
+    (failed,) = [t for t in result.trials if t["status"] == "failed"]
+    assert "injected failure" in failed["error"] and "EOFError" not in failed["error"]
+    sweep = mlflow_store.client(result.tracking_uri).get_run(result.parent_run_id)
+    assert sweep.info.status == "FINISHED" and "embinit.error" not in sweep.data.tags

@@ -72,10 +72,26 @@ def unregister(name: str) -> None:
 
 
 def fit(tuner, name: str):
-    """`tuner.fit()` for Tune run `name`, then what it leaves removed (`discard`, `unregister`); its results."""
+    """`tuner.fit()` for Tune run `name`, then what it leaves removed (`discard`, `unregister`); its results,
+    or None when Tune ran every trial but could not read its own state back (`_read_back_failed`)."""
     try:
-        results = tuner.fit()
+        try:
+            results = tuner.fit()
+        except Exception as e:
+            if not _read_back_failed(tuner):
+                raise
+            log.warning("Tune ran the sweep's trials but could not read its own state back (%s: %s); the "
+                        "trials' outcomes are in MLflow; Tune's state is kept", type(e).__name__, e)
+            return None
         discard(results)
         return results
     finally:
         unregister(name)
+
+
+def _read_back_failed(tuner) -> bool:
+    """Whether `tuner.fit()` raised after its trials had all ended, while building its ResultGrid from
+    Tune's files: an errored trial's `error.pkl` that a full disk left empty is `EOFError: Ran out of
+    input` there. That failed the whole sweep with that message, its never-started trials' runs too, and
+    hid each trial's own error, which MLflow holds (embinit never reads Tune's results)."""
+    return getattr(getattr(tuner, "_local_tuner", None), "_experiment_analysis", None) is not None
