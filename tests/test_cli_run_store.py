@@ -133,3 +133,16 @@ def test_a_password_given_on_the_command_line_is_not_printed_in_the_resume_comma
     resume = err.split("`")[1]
     words = expanded(resume, {"EMBINIT_TRACKING_URI": tracking, STORE_ENV: store}).stdout.splitlines()
     assert words == ["run", spec, "--tracking-uri", tracking, "--store-uri", store]
+
+
+def test_the_summary_says_which_trials_another_sweep_trained_meanwhile(spec, monkeypatch, capsys):
+    """Two `embinit run` of one spec on one store at once: each key trains once (the other waits on its
+    claim and reuses it), yet both commands said "4/4 trials finished (0 reused)", as if each had trained
+    all four; the sweep's run counted the other's work (`sweep/shared`), the command did not say it."""
+    from embinit.sweep.run import SweepResult
+    trials = [{"status": "finished"}] * 4
+    monkeypatch.setattr("embinit.sweep.run_sweep", lambda spec, **kw: SweepResult(
+        "demo", "1", "p", "sqlite:////tmp/x.db", planned=4, reused=0, trials=trials, wall_s=1.0, shared=3,
+        report=None))
+    assert main(["run", spec, "--quiet"]) == 0
+    assert "4/4 trials finished (0 reused, 3 trained meanwhile by another sweep), 0 failed" in capsys.readouterr().out

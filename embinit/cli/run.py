@@ -112,7 +112,9 @@ def _sweep(args, spec, run_sweep, terminated) -> int:
               f"if it was opened, is closed as FAILED with this error); fix the cause and run "
               f"{_resume(args)} again to resume: finished trials are reused.", file=sys.stderr, flush=True)
         return 1
-    print(f"{result.n_finished}/{result.planned} trials finished ({result.reused} reused), {result.n_failed} "
+    # a key another sweep trained while this one ran (it waited on the key's claim) is no work of this one
+    shared = f", {result.shared} trained meanwhile by another sweep" if result.shared else ""
+    print(f"{result.n_finished}/{result.planned} trials finished ({result.reused} reused{shared}), {result.n_failed} "
           f"failed, in {result.wall_s:.0f} s. MLflow: experiment {result.experiment!r} at "
           f"{masked(result.tracking_uri)}")
     print("\n".join(next_steps(result.experiment, result.tracking_uri)), flush=True)
