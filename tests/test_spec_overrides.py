@@ -183,3 +183,19 @@ def test_an_empty_seeds_says_it_must_not_be_empty(capsys):
         with pytest.raises(SpecError, match=r"seeds: must not be empty") as e:
             load_spec({"name": "x", "tasks": ["sst2"], "inits": ["xavier"], "seeds": empty})
         assert len(e.value.problems) == 1
+
+
+def test_an_unknown_override_hides_none_of_the_other_problems(tmp_path, capsys):
+    """`embinit run SPEC epochs=-1 inits=glvoe bogus=1` said one problem, the unknown key: fixed, the next
+    run named the other two. One error lists every problem, the overrides' and the spec's alike."""
+    with pytest.raises(SpecError) as e:
+        load_spec(QUICK, ["epochs=-1", "inits=glvoe", "bogus=1"])
+    text = str(e.value)
+    assert "'bogus' is neither a spec field nor a hyperparameter" in text
+    assert "got -1 (from the command-line override epochs=-1)" in text
+    assert "'glvoe' is not a registered init" in text
+    with pytest.raises(SpecError):   # well-formed overrides beside a malformed one: still refused
+        load_spec(QUICK, ["epochs=2", "bogus=1"])
+    assert main(["run", str(QUICK), "epochs=-1", "inits=glvoe", "bogus=1", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "(3 problems)" in err and "epochs=-1" in err and "glvoe" in err and "bogus" in err

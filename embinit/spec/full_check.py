@@ -48,7 +48,7 @@ def spec_problems(source: Any, overrides: list[str] | tuple[str, ...] = (), *, l
                   sizes: bool = True) -> tuple[ExperimentSpec | None, list[tuple[str, str]], list[str]]:
     """(the spec, or None when it does not validate; every problem found; what was not checked because
     of them)."""
-    data, base, keys = spec_data(source, overrides)
+    data, base, keys, bad = spec_data(source, overrides)   # `bad`: malformed overrides, left out of `data`
     context = {"base_dir": base}
     try:
         spec = ExperimentSpec.model_validate(data, context=context)
@@ -61,7 +61,7 @@ def spec_problems(source: Any, overrides: list[str] | tuple[str, ...] = (), *, l
         spec, problems = None, as_written(e.problems, data)
         checked, fields = None, _fields(data, context)
     notes = [m for p, m in problems if (p, m) == ("", CROSS_NOT_CHECKED)]
-    problems = blamed([p for p in problems if p != ("", CROSS_NOT_CHECKED)], keys)
+    problems = bad + blamed([p for p in problems if p != ("", CROSS_NOT_CHECKED)], keys)
     plans: dict[int, list] = {}
 
     def one_seed(s: ExperimentSpec) -> list:
@@ -78,7 +78,7 @@ def spec_problems(source: Any, overrides: list[str] | tuple[str, ...] = (), *, l
         found = _size_problems(checked, bool(problems or notes), one_seed)
         problems += [p for p in found if p[0]]
         notes += [m for p, m in found if not p]
-    return spec, problems, notes
+    return (None if bad else spec), problems, notes
 
 
 def _definitions_not_read(problems: list[tuple[str, str]]) -> list[str]:

@@ -63,29 +63,34 @@ def load_spec(source: Any, overrides: list[str] | tuple[str, ...] = ()) -> Exper
     every problem. `overrides`: command-line `key=value` items (embinit.spec.overrides), applied to the
     spec's data before validation; a problem they cause names the override. (`embinit.spec.full_check`
     adds the problems of local paths, data folders and model sizes to the same list.)"""
-    data, base, keys = spec_data(source, overrides)
+    data, base, keys, bad = spec_data(source, overrides)
     try:
-        return ExperimentSpec.model_validate(data, context={"base_dir": base})
+        spec = ExperimentSpec.model_validate(data, context={"base_dir": base})
     except ValidationError as e:
         found = as_written(problems_of(e, ExperimentSpec), data)
     except SpecError as e:
         found = as_written(e.problems, data)
-    raise SpecError(blamed(found, keys)) from None
+    else:
+        if not bad:
+            return spec
+        found = []
+    raise SpecError(bad + blamed(found, keys)) from None
 
 
 def spec_data(source: Any, overrides: list[str] | tuple[str, ...] = ()) -> tuple[dict[str, Any], Path | None,
-                                                                              dict[str, str]]:
-    """(the raw spec data with `overrides` applied, the folder of its file or None, {overridden key: the
-    override item}); raises SpecError when the source cannot be read or an override is malformed."""
+                                                                              dict[str, str], list[tuple[str, str]]]:
+    """(the raw spec data with the well-formed `overrides` applied, the folder of its file or None,
+    {overridden key: the override item}, the problems of the malformed overrides, which are left out of the
+    data: the caller lists them with the problems the rest has); raises SpecError when the source cannot be
+    read."""
     data, base = _read(source)
     if not overrides:
-        return data, base, {}
+        return data, base, {}, []
     from embinit.spec import overrides as override_items
     items = list(overrides)
     new, problems = override_items.apply(data, items, set(ExperimentSpec.model_fields))
-    if problems:
-        raise SpecError([(f"override {k}", m) for k, m in problems])
-    return new, base, {item.partition("=")[0].strip(): item for item in items}
+    return (new, base, {item.partition("=")[0].strip(): item for item in items},
+            [(f"override {k}", m) for k, m in problems])
 
 
 def blamed(problems: list[tuple[str, str]], keys: dict[str, str]) -> list[tuple[str, str]]:
