@@ -3,6 +3,10 @@ MLflow opens it (MLflow would make any SQLite file an MLflow store), without wri
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -97,6 +101,45 @@ def test_a_truncated_store_beside_a_log_that_is_no_sqlite_log_is_still_refused(r
     Path(f"{db}-wal").write_bytes(b"not a log" * 100)
     with pytest.raises(EmbinitError, match="is a damaged SQLite database: truncated"):
         sqlite_store(db)
+
+
+def _check_read_only(folder: Path) -> str:
+    """What `sqlite_store` says of `folder`/mlflow.db where the folder cannot be written: made so by its
+    permissions, or, for root (whom they do not stop), by a read-only bind mount in a mount namespace of
+    its own (skipped where none can be made)."""
+    code = ("import sys\nfrom pathlib import Path\nfrom embinit.tracking.store_check import sqlite_store\n"
+            "try:\n    sqlite_store(Path(sys.argv[1]))\nexcept Exception as e:\n    print(e)\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    if os.geteuid() != 0:
+        folder.chmod(0o555)
+        try:
+            return subprocess.run([sys.executable, "-c", code, str(folder / "mlflow.db")], env=env,
+                                  capture_output=True, text=True, timeout=120).stdout
+        finally:
+            folder.chmod(0o755)
+    if shutil.which("unshare") is None:
+        pytest.skip("no unshare to make a read-only mount")
+    script = (f'mount --bind "$1" "$1" && mount -o remount,ro,bind "$1" && exec "{sys.executable}" -c "$2" '
+              f'"$1/mlflow.db"')
+    done = subprocess.run(["unshare", "-m", "sh", "-c", script, "sh", str(folder), code], env=env,
+                          capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:
+        pytest.skip(f"no read-only mount here: {done.stderr.strip()[:200]}")
+    return done.stdout
+
+
+def test_a_store_on_a_read_only_disk_is_said_read_only_not_damaged(real, tmp_path):
+    """A WAL store (as embinit makes them) on a read-only disk or in a folder this user may not write:
+    SQLite cannot make its -shm file and says "unable to open database file". It was called "a damaged or
+    truncated file?; restore it from a copy", the advice to replace a healthy store."""
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    shutil.copy(real, folder / "mlflow.db")
+    assert (folder / "mlflow.db").read_bytes()[18:20] == b"\x02\x02"   # WAL mode
+    said = _check_read_only(folder)
+    assert "cannot be written here (read-only)" in said and "WAL mode" in said, said
+    assert "damaged" not in said
+    assert sqlite_store(folder / "mlflow.db").state == "current"   # writable again: the same file is a store
 
 
 def half_converted(path):

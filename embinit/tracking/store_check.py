@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import re
 import sqlite3
 import time
@@ -122,11 +123,23 @@ def sqlite_store(path: Path) -> StoreState:
     try:
         tables, columns, revision = _read_schema(path)
     except sqlite3.Error as e:
-        raise EmbinitError(f"{path} cannot be read as an SQLite database ({e}: a damaged or truncated file?); "
-                           f"restore it from a copy, or give a new file or an MLflow store") from None
+        raise EmbinitError(_unreadable(path, head, e)) from None
     if not tables:
         return StoreState(path, "empty")
     return _as_store(path, tables, columns, revision)
+
+
+def _unreadable(path: Path, head: bytes, e: sqlite3.Error) -> str:
+    """Why SQLite could not read the file: a store in WAL mode (as embinit makes them, header bytes 18-19)
+    on a read-only disk or in a folder this process may not write, where SQLite cannot make the -shm file
+    it reads one through ("unable to open database file"): that store is not damaged; else a damaged file."""
+    locked = [str(p) for p in (path, path.parent) if not os.access(p, os.W_OK)]
+    if head[18:20] == b"\x02\x02" and locked:
+        return (f"{path} cannot be opened ({e}): {' and '.join(locked)} cannot be written here (read-only), and "
+                f"SQLite reads a store in WAL mode, as embinit makes them, only where it can write its -shm and "
+                f"-wal files beside it; make it writable, or copy the store (with its -wal file) to a writable disk")
+    return (f"{path} cannot be read as an SQLite database ({e}: a damaged or truncated file?); restore it from a "
+            f"copy, or give a new file or an MLflow store")
 
 
 def _as_store(path, tables: list[str], columns: dict[str, set], revision: str | None,
