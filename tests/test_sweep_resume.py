@@ -10,6 +10,7 @@ catches nothing), after epoch 2 was checkpointed and logged. The slow test at th
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 import subprocess
@@ -455,3 +456,22 @@ def test_a_killed_driver_and_ray_resume_the_trial_when_the_spec_runs_again(tmp_p
     assert "RUNNING" not in left.values(), left   # before: the dead sweep's run stayed RUNNING for ever
     closed = mlflow_store.client(uri).get_run(dead.info.run_id)
     assert (closed.info.status, closed.data.tags[records.STATUS_TAG]) == ("KILLED", "interrupted")
+
+
+def test_one_store_spelled_two_ways_has_one_experiment_folder(tmp_path):
+    """`--tracking-uri sqlite:////data/m.db` and the same file through a symlink (or with `./`): two runs of
+    one spec at once trained every key twice (8 FINISHED runs for 4 keys, measured), each blind to the
+    other's claims, and a rerun spelled the other way restarted its interrupted trials from epoch 0."""
+    tmp_path = tmp_path.resolve()
+    (tmp_path / "store").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "store")
+    canonical = f"sqlite:///{tmp_path}/store/m.db"
+    spellings = [canonical, f"sqlite:///{tmp_path}/link/m.db", f"sqlite:///{tmp_path}/store/./m.db",
+                 f"sqlite:///{tmp_path}//store/m.db"]
+    folders = {resume.experiment_folder(SweepContext(uri, "1", "p", cache_dir=str(tmp_path))) for uri in spellings}
+    assert len(folders) == 1
+    # a URI already canonical keeps the folder it had: checkpoints kept before this change still resume
+    digest = hashlib.sha256(f"{canonical}\0{1}".encode()).hexdigest()[:12]
+    assert folders.pop().name == f"1-{digest}"
+    server = SweepContext("http://127.0.0.1:5000", "1", "p", cache_dir=str(tmp_path))
+    assert resume.store_identity(server.tracking_uri) == "http://127.0.0.1:5000"

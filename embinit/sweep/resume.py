@@ -96,9 +96,19 @@ def checkpoint_root(cache_dir: str | Path | None) -> Path:
 
 def experiment_folder(ctx: SweepContext) -> Path:
     """The folder of the sweep's MLflow experiment (experiment ids repeat across tracking stores)."""
-    uri, exp_id = ctx.tracking_uri, str(ctx.experiment_id)
+    uri, exp_id = store_identity(ctx.tracking_uri), str(ctx.experiment_id)
     digest = hashlib.sha256(f"{uri}\0{exp_id}".encode()).hexdigest()[:12]
     return checkpoint_root(ctx.cache_dir) / f"{re.sub(r'[^A-Za-z0-9_-]', '_', exp_id)[:40]}-{digest}"
+
+
+def store_identity(uri: str) -> str:
+    """The tracking store as one name however its path is spelled: a SQLite file by its real path (symlinks,
+    `.` and `//` resolved; a URI already so is unchanged, and so is its folder), other stores as given. Two
+    spellings of one store made two experiment folders: two sweeps of a spec on it trained every key
+    twice (neither saw the other's claims), and a rerun did not find its interrupted trials' checkpoints."""
+    from embinit.tracking.store_check import sqlite_path
+    path = sqlite_path(uri)
+    return uri if path is None else f"sqlite:///{os.path.realpath(path)}"
 
 
 @contextmanager
