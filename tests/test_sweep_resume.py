@@ -475,3 +475,40 @@ def test_one_store_spelled_two_ways_has_one_experiment_folder(tmp_path):
     assert folders.pop().name == f"1-{digest}"
     server = SweepContext("http://127.0.0.1:5000", "1", "p", cache_dir=str(tmp_path))
     assert resume.store_identity(server.tracking_uri) == "http://127.0.0.1:5000"
+
+
+@pytest.mark.parametrize("where", ["outputs", "run id", "fused outputs"])
+def test_a_full_disk_after_the_run_opened_is_recorded_in_the_run(tmp_path, no_tune, monkeypatch, where):
+    """A sweep whose checkpoint disk filled up: the trial raised OSError (ENOSPC) writing its outputs, or
+    its folder's run id just after opening its run; that run stayed RUNNING without the error and was
+    closed by the sweep as "the trial did not finish: its worker died more often than `retries` allows",
+    the cause in Tune's log alone. The run is closed FAILED with the error; a retry reopens it."""
+    import errno
+    from embinit.sweep import fused, trainable
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    if where == "run id":
+        monkeypatch.setattr(resume.Claim, "sync", full)
+    else:
+        monkeypatch.setattr(fused if where.startswith("fused") else trainable, "artifacts", full)
+    spec = setup(tmp_path, f"full-{where.replace(' ', '-')}", mlflow={"tracking_uri": f"sqlite:///{tmp_path}/m.db",
+                                                                      "log_plots": False})
+    units = units_of(spec, fused=where.startswith("fused"))
+    with pytest.raises(OSError, match="No space left"):
+        sweep(spec, units, [])
+    (run,) = trial_runs_of(spec)
+    assert run.info.status == "FAILED", run.data.tags
+    assert "No space left on device" in run.data.tags[records.ERROR_TAG]
+    monkeypatch.undo()
+    monkeypatch.setattr(tune, "report", lambda metrics, checkpoint=None: None)
+    monkeypatch.setattr(tune, "get_checkpoint", lambda: None)
+    sweep(spec, units, [])
+    runs = trial_runs_of(spec)
+    assert [r.info.status for r in runs] == ["FINISHED"]
+
+
+def trial_runs_of(spec) -> list:
+    uri = mlflow_store.resolve_uri(spec.mlflow.tracking_uri)
+    exp_id = mlflow_store.experiment_id(spec.experiment_name(), uri)
+    return [r for r in mlflow_store.search_runs(exp_id, uri) if records.KEY_TAG in r.data.tags]

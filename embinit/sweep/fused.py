@@ -210,13 +210,18 @@ def _train_group(todo: list[tuple], ctx: SweepContext, extra_callbacks: Callable
         for run in runs:
             run.fail(traceback.format_exc())
         raise  # Tune retries the group from its last checkpoint
-    for (_cfg, item, claim, _), run, result, own in zip(todo, runs, results, analysis_cbs):
-        res = result.to_dict()
-        files = artifacts(res, claim.path, ctx, item.label)
-        if ctx.log_plots:
-            files += analyses.plot_artifacts(own, res["history"], claim.path, item.label)
-        run.finish(res, files)
-        claim.discard()  # recorded: nothing left to resume
-        value = (res.get("best") or {}).get(item.metric)
-        values.append(math.nan if value is None else value)
+    try:
+        for (_cfg, item, claim, _), run, result, own in zip(todo, runs, results, analysis_cbs):
+            res = result.to_dict()
+            files = artifacts(res, claim.path, ctx, item.label)
+            if ctx.log_plots:
+                files += analyses.plot_artifacts(own, res["history"], claim.path, item.label)
+            run.finish(res, files)
+            claim.discard()  # recorded: nothing left to resume
+            value = (res.get("best") or {}).get(item.metric)
+            values.append(math.nan if value is None else value)
+    except Exception:   # their outputs or records (a full disk): the runs not recorded yet say why
+        for run in runs[len(values):]:
+            resume.fail_run(run, traceback.format_exc())
+        raise
     return values

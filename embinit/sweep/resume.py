@@ -40,10 +40,12 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import logging
 import os
 import re
 import shutil
 import tempfile
+import traceback
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -53,10 +55,12 @@ from typing import Any
 from embinit.tracking import run_readers, trial_run
 from embinit.cache_root import cache_root
 from embinit.storage import Mirror, Store
+from embinit.sweep.claims import ClaimLost
 from embinit.sweep.work import SweepContext
 from embinit.trusted import check_writable, is_trusted
 
 RUN_ID_FILE = "mlflow_run_id"
+log = logging.getLogger("embinit.sweep")
 
 
 @dataclass
@@ -286,9 +290,26 @@ def open_run(c: Claim, ctx: SweepContext, config: dict[str, Any], label: str,
     run = trial_run.TrialRun.open(uri, exp_id, ctx.parent_run_id, config, c.key, label, group,
                                  run_id=run_id, resumed_epoch=last_epoch(c.path, c.key), key_runs=key_runs,
                                  artifacts_via=ctx.tracking_uri)
-    id_file.write_text(run.run_id)
-    c.sync()  # a first attempt lost before its first epoch is still reopened on another node
+    try:
+        id_file.write_text(run.run_id)
+        c.sync()  # a first attempt lost before its first epoch is still reopened on another node
+    except ClaimLost:  # another node trains the key now, in this run: leave the run to it
+        raise
+    except Exception:  # the folder's disk is full, or the store refuses: the run says why
+        fail_run(run, traceback.format_exc())
+        raise
     return run
+
+
+def fail_run(run: trial_run.TrialRun, error: str) -> None:
+    """Close the trial's run FAILED with `error` (a traceback) before its attempt raises, so the record
+    says what stopped it: left RUNNING, the sweep closed it later as "the trial did not finish: its
+    worker died ...", the error in Tune's log alone. Best effort: a store that fails as well (its disk is
+    the full one) is logged, and the attempt's own exception is the one raised."""
+    try:
+        run.fail(error)
+    except Exception as e:
+        log.warning("could not record the failure in trial run %s: %s", run.run_id, e)
 
 
 def reused_value(ctx: SweepContext, c: Claim, metric: str, key_runs: list | None = None) -> float | None:

@@ -68,17 +68,31 @@ def _run_one(item: WorkItem, ctx: SweepContext, claim: resume.Claim,
              extra_callbacks) -> tuple[float | None, bool]:
     """Run (or reuse) one embinit trial in its claimed folder; returns its selection value (None when
     it failed) and whether another sweep's finished run was reused instead."""
-    from embinit.train import run_trial  # torch; only workers import it
     cfg = TrialConfig.from_dict(item.config)
-    metric, mode = item.selection
+    metric = item.metric
     key_runs = run_readers.key_records(ctx.experiment_id, ctx.runs_uri, claim.key)  # read once, for both
     done = resume.reused_value(ctx, claim, metric, key_runs)
     if done is not None:
         return done, True
-    out_dir = claim.path
     run = resume.open_run(claim, ctx, cfg.to_dict(), item.label, item.group(), key_runs)
+    try:
+        return _train_in(run, item, cfg, ctx, claim, extra_callbacks), False
+    except ClaimLost:  # another node trains the key now, in this run: leave the run to it
+        raise
+    except Exception:   # training, its outputs or its record (a full disk): the run says why, not Tune alone
+        resume.fail_run(run, traceback.format_exc())
+        raise  # Tune retries the trial (FailureConfig) from its last checkpoint
+
+
+def _train_in(run, item: WorkItem, cfg: TrialConfig, ctx: SweepContext, claim: resume.Claim,
+              extra_callbacks) -> float | None:
+    """Train the trial into its open run and record the result; its selection value, None after a user
+    error (recorded: it fails the same way on every retry)."""
+    from embinit.train import run_trial  # torch; only workers import it
+    metric, mode = item.selection
+    out_dir = claim.path
     if ctx.trainer == NOOP:  # no training: every epoch's made-up metrics at once (embinit.sweep.noop)
-        return _record(run, claim, noop_result(cfg, item.label), [], metric), False
+        return _record(run, claim, noop_result(cfg, item.label), [], metric)
     callbacks = [TrialReporter(run, claim, metric, mode or "max", ctx.one_machine)]
     analysis_cbs = analyses.trial_callbacks(ctx.analyses, cfg, run.log_metrics, out_dir)
     callbacks += analysis_cbs
@@ -89,17 +103,12 @@ def _run_one(item: WorkItem, ctx: SweepContext, claim: resume.Claim,
     except EmbinitError as e:  # a user error fails the same way on every retry: record it, go on
         claim.discard()
         run.fail(f"{type(e).__name__}: {e}", checkpoint=False)
-        return None, False
-    except ClaimLost:  # another node trains the key now, in this run: leave the run to it
-        raise
-    except Exception:
-        run.fail(traceback.format_exc())
-        raise  # Tune retries the trial (FailureConfig) from its last checkpoint
+        return None
     res = result.to_dict()
     files = artifacts(res, out_dir, ctx, item.label)
     if ctx.log_plots:
         files += analyses.plot_artifacts(analysis_cbs, res["history"], out_dir, item.label)
-    return _record(run, claim, res, files, metric), False
+    return _record(run, claim, res, files, metric)
 
 
 def _record(run, claim: resume.Claim, res: dict, files: list, metric: str) -> float:
