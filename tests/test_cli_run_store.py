@@ -146,3 +146,21 @@ def test_the_summary_says_which_trials_another_sweep_trained_meanwhile(spec, mon
         report=None))
     assert main(["run", spec, "--quiet"]) == 0
     assert "4/4 trials finished (0 reused, 3 trained meanwhile by another sweep), 0 failed" in capsys.readouterr().out
+
+
+def test_a_store_that_fails_mid_sweep_is_said_in_one_line_without_a_traceback(spec, monkeypatch, capsys):
+    """The MLflow store's disk filled up during a sweep (measured on a full tmpfs): the sweep could not
+    close its runs, and the command ended with MLflow's traceback ("database or disk is full"). It says
+    so in one line, without claiming the runs were closed, and how the rerun recovers."""
+    from mlflow.exceptions import MlflowException
+
+    def full(spec, **kwargs):
+        raise MlflowException("(sqlite3.OperationalError) database or disk is full")
+    monkeypatch.setattr("embinit.sweep.run_sweep", full)
+    monkeypatch.delenv(STORE_ENV, raising=False)
+    assert main(["run", spec, "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert "the sweep stopped: the MLflow store failed: MlflowException: (sqlite3.OperationalError) database or " \
+           "disk is full" in err
+    assert "stay RUNNING until the spec runs again" in err and f"embinit run {spec}" in err
+    assert "Traceback" not in err and "is closed as FAILED" not in err

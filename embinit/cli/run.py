@@ -98,6 +98,8 @@ def _say_interrupted(args, how: str) -> None:
 
 def _sweep(args, spec, run_sweep, terminated) -> int:
     from embinit.sweep.interrupt import how_interrupted
+    from mlflow.exceptions import MlflowException
+
     from embinit.sweep.run import error_text
     try:
         result = run_sweep(spec, address=args.address, tracking_uri=args.tracking_uri, progress=not args.quiet,
@@ -111,6 +113,14 @@ def _sweep(args, spec, run_sweep, terminated) -> int:
         print(f"embinit: error: the sweep stopped: {error_text(e)}. What MLflow holds is kept (the sweep's run, "
               f"if it was opened, is closed as FAILED with this error); fix the cause and run "
               f"{_resume(args)} again to resume: finished trials are reused.", file=sys.stderr, flush=True)
+        return 1
+    except MlflowException as e:
+        # the tracking store refused (its disk is full, it is locked or gone): said without a traceback, and
+        # without a claim that the runs were closed, which needed that store
+        print(f"embinit: error: the sweep stopped: the MLflow store failed: {error_text(e)}. What it holds is "
+              f"kept; runs it could not close stay RUNNING until the spec runs again, which closes them as "
+              f"interrupted (their driver is gone) and resumes: fix the cause and run {_resume(args)} again.",
+              file=sys.stderr, flush=True)
         return 1
     # a key another sweep trained while this one ran (it waited on the key's claim) is no work of this one
     shared = f", {result.shared} trained meanwhile by another sweep" if result.shared else ""
