@@ -45,3 +45,14 @@ def test_the_last_line_counts_one_trial_as_one_trial(tmp_path):
                       "seeds": 1})
     text = dry_run.dry_run(spec, f"sqlite:///{tmp_path}/mlflow.db")
     assert text.splitlines()[-1].startswith("1 trial; MLflow experiment 'one' at ")
+
+
+def test_an_epoch_under_a_second_is_not_costed_as_zero_seconds(monkeypatch):
+    spec = _spec({"cpus": 1})
+    shape = dry_run.shape_of(dry_run.TrialConfig.from_dict(spec.plan()[0].config))
+    for seconds, shown in ((0.42, "0.42"), (4.25, "4.2"), (37.4, "37")):
+        monkeypatch.setattr(dry_run, "past_epoch_s", lambda uri, read=None, s=seconds: {
+            shape.model: [(shape.batching, s)]})
+        row = next(line for line in dry_run.cost_lines(spec, spec.plan(), "sqlite:///x.db")
+                   if "synthetic_translation" in line)
+        assert row.split()[5] == shown, row

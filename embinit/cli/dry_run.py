@@ -254,7 +254,7 @@ def cost_lines(spec, plan, uri: str | None, done: set[str] = frozenset(), read: 
     for shape, n in shapes.items():
         per_epoch[shape], mark = epoch_s(shape, past)
         scaled |= mark == "~"
-        measured = f"{mark}{per_epoch[shape]:.0f}" if per_epoch[shape] is not None else "?"
+        measured = f"{mark}{_seconds(per_epoch[shape])}" if per_epoch[shape] is not None else "?"
         lines.append(f"  {n:>6}  {shape.epochs:>6}  {shape.task:22} {str(shape.d):>4} {shape.layers:>6}  "
                      f"{measured:>8}  {_size(shape)}")
     trial_epochs = sum(n * s.epochs for s, n in shapes.items())
@@ -278,6 +278,11 @@ def cost_lines(spec, plan, uri: str | None, done: set[str] = frozenset(), read: 
         lines.append("  s/epoch '?': no finished trial of that shape in the store yet; the sweep's progress "
                      "line gives an ETA once the first epoch has finished.")
     return lines
+
+
+def _seconds(s: float) -> str:
+    """Seconds to two significant figures below 10 (a small model's epoch takes 0.42 s, not "0"), whole above."""
+    return f"{s:.2g}" if s < 10 else f"{s:.0f}"
 
 
 def execution_lines(spec, plan) -> list[str]:
