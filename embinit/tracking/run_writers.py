@@ -137,8 +137,8 @@ def close_dead_sweeps(exp_id: str, uri: str, runs_uri: str | None = None) -> lis
         if driver_liveness.alive(driver) is not False:
             continue
         reason = (f"interrupted (its driver, {driver_liveness.describe(driver)}, ended without closing its runs: "
-                  "killed outright, e.g. by SIGKILL or the OOM killer); running the same spec again resumes: "
-                  "finished trials are reused")
+                  "killed outright, e.g. by SIGKILL or the OOM killer, or unable to write to this store); running "
+                  "the same spec again resumes: finished trials are reused")
         n = close_orphans(exp_id, runs_uri or uri, sweep.run_id, reason, "KILLED", "interrupted")
         close_sweep_run(sweep.run_id, uri, reason, "KILLED", "interrupted")
         said.append(f"sweep run {sweep.run_id} ({sweep.name}) and {n} trial run(s) of it were RUNNING, but its driver "
