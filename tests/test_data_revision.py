@@ -202,6 +202,27 @@ def test_offline_the_spec_check_refuses_a_pin_the_hub_cache_lacks(iwslt_hub):
     assert spec_problems(_spec({"task": "iwslt2017", "data_revision": OLD}))[1] == []
 
 
+def test_offline_the_spec_check_refuses_an_unpinned_hub_dataset_no_cache_holds(offline, tmp_path, monkeypatch):
+    """A task read from the hub without a pin: offline, with neither cache holding the dataset, every trial
+    would fail, so the check (of a valid spec and of one with other problems) names it beside them."""
+    from embinit.spec.full_check import spec_problems
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "datasets"))
+    spec = _spec({"task": "sst2"}, {"task": "synthetic_lm"})
+    why = ("sst2: no local data (no --data-dir given and $EMBINIT_DATA_DIR not set) and the Hugging Face "
+           "dataset 'nyu-mll/glue/sst2' could not be loaded (HF_HUB_OFFLINE is set, and it is not in the local "
+           "cache)")
+    problems = spec_problems(spec)[1]
+    assert [where for where, _ in problems] == ["tasks[0]"] and problems[0][1].startswith(why)
+    assert "needs: train.tsv, dev.tsv" in problems[0][1]
+    broken = dict(spec_problems({**spec, "pretrained": {"glove": "${EMBINIT_UNSET_VAR}/v.txt"}})[1])
+    assert broken["tasks[0]"].startswith(why) and "pretrained.glove" in broken
+    (offline / "datasets--nyu-mll--glue").mkdir(parents=True)   # a cached copy: the trials read it
+    assert spec_problems(spec)[1] == []
+    (offline / "datasets--nyu-mll--glue").rmdir()
+    monkeypatch.delenv("HF_HUB_OFFLINE")   # online: the trials fetch it
+    assert spec_problems(spec)[1] == []
+
+
 def test_train_takes_data_revision(iwslt_hub, tmp_path, capsys):
     import json
 
@@ -244,6 +265,7 @@ def test_the_service_takes_a_pin_and_refuses_one_that_cannot_apply(iwslt_hub, tm
     from service.specs import prepare
     settings = Settings(data_roots=[tmp_path], pretrained_roots=[tmp_path], tracking_uri=f"sqlite:///{tmp_path}/m.db")
     spec = _spec({"task": "iwslt2017", "data_revision": "v1"}, "sst2")
+    (iwslt_hub / "datasets--nyu-mll--glue").mkdir()   # offline, an unpinned hub dataset must be cached
     sub = prepare(spec, settings, settings.tracking_uri)
     assert [p.config["data_revision"] for p in sub.plan] == ["v1", None]
     assert sub.trial_keys[0] == TrialConfig.from_dict(sub.plan[0].config).key() != \

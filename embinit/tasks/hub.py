@@ -126,6 +126,17 @@ def _cached(path: str) -> bool:
             or (hub_cache() / f"datasets--{path.replace('/', '--')}").is_dir())
 
 
+def offline_uncached(task: str) -> str | None:
+    """Why `task`'s hub dataset (unpinned: a pin is checked with its revision) cannot load now: Hugging Face
+    is declared offline and no local cache holds a copy; else None. Reads the flags only, with no network
+    probe, so a preflight (the spec's check, the service's) stays fast; online, the trial fetches it."""
+    entry = task_entry(task).hub
+    var = set_flag("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+    if entry is None or var is None or _cached(entry.path):
+        return None
+    return f"{var} is set, and it is not in the local cache"
+
+
 def unreachable() -> str | None:
     """Why the hub cannot be asked now (declared offline, or its host does not answer), else None: checked
     before `datasets` is asked, which would spend half a minute in retries."""
@@ -140,7 +151,7 @@ def unreachable() -> str | None:
     return None
 
 
-def _no_data(task: str, splits: dict[str, str], looked: str, why: str) -> EmbinitError:
+def no_data_error(task: str, splits: dict[str, str], looked: str, why: str) -> EmbinitError:
     return EmbinitError(
         f"{task}: no local data ({looked}) and the Hugging Face dataset {hub_name(task)!r} could not be "
         f"loaded ({why}); put the files in a folder and pass it with --data-dir (a spec's data_dir), or "
@@ -155,7 +166,7 @@ def load_hub(task: str, splits: dict[str, str], looked: str, revision: str | Non
     hub = task_entry(task).hub
     source = f"hub:{hub_name(task)}" + (f"@{revision}" if revision is not None else "")
     if revision is not None and (why := offline_miss(pinned_id(task, revision), "dataset")) is not None:
-        raise _no_data(task, splits, looked, why)
+        raise no_data_error(task, splits, looked, why)
     try:
         if hub.archive:
             return _load_archive(task, hub, splits, revision, source)
@@ -164,7 +175,7 @@ def load_hub(task: str, splits: dict[str, str], looked: str, revision: str | Non
         raise
     except Exception as e:
         first = str(e).splitlines()[0] if str(e) else ""
-        raise _no_data(task, splits, looked, f"{type(e).__name__}: {first[:200]}") from None
+        raise no_data_error(task, splits, looked, f"{type(e).__name__}: {first[:200]}") from None
     return convert(task, ds, splits, source=source)
 
 

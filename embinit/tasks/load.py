@@ -89,9 +89,12 @@ def check_files(task: str, data_dir=None, train_split: str | None = None, eval_s
     if folder is None and not entry.generate and entry.hub is None:   # a task defined in a spec
         raise EmbinitError(f"{task}: no data folder (give its data_dir, or the spec's data_dir with a folder "
                            f"{task}/ in it), and the task has no copy on the hub")
-    if folder is None:
+    splits = source_splits(task, train_split, eval_split)
+    if folder is None:   # read from the hub: offline, only from its cache (every trial would fail)
+        if (why := hub.offline_uncached(task)) is not None:
+            raise hub.no_data_error(task, splits, _where_looked(task), why)
         return
-    layout, splits = entry.layout, source_splits(task, train_split, eval_split)
+    layout = entry.layout
     files = local.find_files(task, layout, folder, splits)
     version = (task, task_entry(task).definition, str(folder.resolve()), tuple(sorted(splits.items())),
                tuple((str(p), st.st_size, st.st_mtime_ns) for ps in files.values() for p in ps for st in [p.stat()]))
@@ -115,9 +118,7 @@ def locate(task: str, data_dir, splits: dict[str, str], seed: int, noise: float 
     layout = entry.layout
     folder = task_folder(task, data_dir, data_revision)
     if folder is None:
-        root = os.environ.get(DATA_ENV)
-        looked = (f"no --data-dir given; ${DATA_ENV}/{task} = {Path(root).expanduser() / task} does not exist"
-                  if root else f"no --data-dir given and ${DATA_ENV} not set")
+        looked = _where_looked(task)
         if entry.hub is None:   # a task defined in a spec has its files only
             raise EmbinitError(f"{task}: {looked}, and the task has no copy on the hub: give its data_dir")
         if data_revision is not None:
@@ -134,6 +135,13 @@ def locate(task: str, data_dir, splits: dict[str, str], seed: int, noise: float 
     if entry.definition:   # a task defined in a spec: how its files are read is part of what was read
         identity.append(entry.definition)
     return Source(folder, identity, lambda: local.read_local(task, layout, folder, splits))
+
+
+def _where_looked(task: str) -> str:
+    """Where a task without a data folder was looked for locally, for the no-data error."""
+    root = os.environ.get(DATA_ENV)
+    return (f"no --data-dir given; ${DATA_ENV}/{task} = {Path(root).expanduser() / task} does not exist"
+            if root else f"no --data-dir given and ${DATA_ENV} not set")
 
 
 def _check_args(min_freq, max_train_examples, max_len) -> None:
