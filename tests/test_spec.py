@@ -395,6 +395,22 @@ def test_a_spec_file_is_read_whatever_its_name_and_broken_files_say_what_is_wron
     assert shared.defaults.lr == 0.001
 
 
+def test_heads_that_do_not_divide_a_d_model_the_spec_sets_name_the_heads_to_choose(tmp_path):
+    """With d_model set (D=50 for GloVe 6B 50d, the offline specs), the fix is the heads: the divisors of
+    that D, not "set `d_model`", which is already set; with D the task default, setting d_model is a fix too."""
+    from embinit.spec import load_spec
+    spec = tmp_path / "s.yaml"
+    spec.write_text("name: s\ntasks:\n  - task: synthetic_translation\n    heads: 8\n    d_model: 50\n"
+                    "inits: [xavier]\nseeds: 1\n")
+    with pytest.raises(EmbinitError) as e:
+        load_spec(spec)
+    assert "heads=8 does not divide d_model=50" in str(e.value)
+    assert "choose heads from [1, 2, 5, 10, 25, 50]" in str(e.value) and "set `d_model`" not in str(e.value)
+    spec.write_text("name: s\ntasks:\n  - task: synthetic_translation\n    heads: 5\ninits: [xavier]\nseeds: 1\n")
+    with pytest.raises(EmbinitError, match=r"choose heads from \[1, 2, 4, 8, 16, 32\], or set `d_model` on the task"):
+        load_spec(spec)
+
+
 def test_entries_that_compute_the_same_trials_are_refused():
     spec = base(inits=["glove", {"tgt": {"source": "glove", "name": "Other"}}], pretrained={"glove": "/g.txt"})
     assert "trains the same trials" in problems(spec)["inits[1]"]

@@ -12,6 +12,7 @@ from typing import Any
 from embinit import bounds
 from embinit.config import HYPERPARAMETERS, RULE_FIELDS, config_problems, data_revision_problems, task_defaults
 from embinit.errors import trials_text
+from embinit.model_dims import divisors
 from embinit.init.registry import parse_init_spec
 from embinit.spec.fields import SpecFields
 from embinit.spec.inits import INIT_AXES, InitEntry, init_axis_problem, init_string, source_name
@@ -84,9 +85,12 @@ def _heads_problems(spec: SpecFields) -> list[tuple[str, str]]:
             cfg = trial_config(spec, task, init, spec.seeds[0])
             d_model = cfg.d_model or task_defaults(task.task).d_model
             if task.heads is not None and d_model % cfg.heads:
+                # a D the spec sets is kept: the heads are what to change (a default D may be set instead)
+                fix = f"choose heads from {divisors(d_model)}" + (
+                    "" if cfg.d_model else ", or set `d_model` on the task to a multiple of the heads")
                 out.append((f"tasks[{i}].heads", f"heads={cfg.heads} does not divide d_model={d_model}, the D of "
                             f"inits[{j}] ({init.label_for(has_source_table(task.task))}, no pretrained file to take "
-                            "D from); set `d_model` on the task"))
+                            f"D from); {fix}"))
                 break
     return out
 
