@@ -171,9 +171,15 @@ def test_similarity_from_mlflow_run_ids(tmp_path, capsys):
         with mlflow.start_run(experiment_id=exp) as run:
             mlflow.log_artifact(str(ckpt), artifact_path="checkpoint")
             run_ids.append(run.info.run_id)
-    out = run_json(capsys, ["similarity", run_ids[0], run_ids[1], "--k", "3", "--tracking-uri", uri,
-                            "--json"])
+    assert main(["similarity", run_ids[0], run_ids[1], "--k", "3", "--tracking-uri", uri, "--json"]) == 0
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)
     assert out["a"].startswith(f"run {run_ids[0]}") and out["tokens"] == 25
+    # named by the run's artifact, not by the temporary download (deleted once read), and without
+    # MLflow's "Downloading artifacts" progress bars on stderr
+    assert (out["a"], out["b"]) == (f"run {run_ids[0]} (checkpoint/best.pt:tok)",
+                                    f"run {run_ids[1]} (checkpoint/best.pt:tok)")
+    assert "Downloading artifacts" not in captured.err
     same = run_json(capsys, ["similarity", run_ids[0], f"runs:/{run_ids[0]}", "--k", "3",
                              "--tracking-uri", uri, "--json"])
     assert same["mean"] == 1.0

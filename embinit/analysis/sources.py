@@ -135,8 +135,10 @@ def load_embeddings(source: str | Path, key: str | None = None, top: int | None 
         downloads = cache_root() / "downloads"
         downloads.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=downloads) as dst:
-            emb = load_checkpoint(download_checkpoint(source, tracking_uri, dst), key)
-        emb.source = f"run {source} ({emb.source})"
+            path = download_checkpoint(source, tracking_uri, dst)
+            emb = load_checkpoint(path, key)
+        # the download is gone once read: name the run's artifact (what an analogy run records), not it
+        emb.source = f"run {source} ({emb.source.replace(str(path), BEST_ARTIFACT, 1)})"
     else:
         path = Path(source).expanduser()
         if not path.exists():

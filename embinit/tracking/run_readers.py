@@ -176,8 +176,9 @@ def artifact_file(run_id: str, path: str, dst: str | None = None, uri: str | Non
     MLflow's own tracking URI."""
     import mlflow
     try:
-        return Path(retry(lambda: mlflow.artifacts.download_artifacts(
-            run_id=run_id, artifact_path=path, tracking_uri=resolve_uri(uri) if uri else None, dst_path=dst)))
+        with _quiet_downloads():   # no progress bars between a command's lines (`embinit similarity RUN RUN`)
+            return Path(retry(lambda: mlflow.artifacts.download_artifacts(
+                run_id=run_id, artifact_path=path, tracking_uri=resolve_uri(uri) if uri else None, dst_path=dst)))
     except Exception as e:  # MLflow raises several types for a missing run / artifact
         raise EmbinitError(f"cannot download {path} of MLflow run {run_id}: "
                            f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
