@@ -129,7 +129,9 @@ def compared_metrics(rec: TrialRecord, result: dict[str, Any]) -> list[MetricRow
     """The record's `test/*` and `best/*` metrics beside the re-run's, named as the trial's run logs
     them (`embinit.tracking.trial_run.TrialRun.finish`) from its result dict (`TrialResult.to_dict`)."""
     rerun = {**flat_numbers(result.get("test") or {}), **flat_numbers(result.get("best") or {}, "best/")}
-    recorded = {k: v for k, v in rec.metrics.items() if k.startswith(COMPARED)}
+    # the result's test metrics include a translation's `oov/*` (embinit.train.oov_subset), logged under
+    # those names: the record's are read too, else each would count as differing from a missing value
+    recorded = {k: v for k, v in rec.metrics.items() if k.startswith(COMPARED) or k in rerun}
     return [MetricRow(n, recorded.get(n), rerun.get(n)) for n in sorted(set(recorded) | set(rerun))]
 
 

@@ -225,3 +225,16 @@ def test_the_verdict_tells_last_digit_differences_from_a_different_result():
     off = [MetricRow("test/loss", 1.2345678, 1.2345678), MetricRow("test/bleu", 30.0, 30.5)]
     assert "not reproduced: 1 of 2 metrics differ from the record's (test/bleu)" in comparison_text(rec, off, True)
     assert "a different key (another computation)" in comparison_text(rec, same, same_key=False)
+
+
+def test_a_translations_oov_metrics_are_compared_with_the_records():
+    """A translation trial whose target vocabulary has rows the pretrained file lacks logs `oov/*` beside
+    `test/*` (from its result's test metrics): the record's are read, so an exact re-run is "reproduced",
+    not "4 of 9 metrics differ" against missing recorded values (Multi30k with GloVe 6B 50d did so)."""
+    test = {"test/bleu": 0.0081, "test/loss": 5.53, "oov/test_sentences": 1.0, "oov/test_bleu": 1.96}
+    rec = TrialRecord("r1", "0123456789abcdef", "multi30k", "GloVe", "finished",
+                      metrics={**test, "best/val/loss": 5.52, "val/loss": 5.52, "oov/val_sentences": 0.0})
+    rows = rerun.compared_metrics(rec, {"test": {**test, "oov/val_sentences": 0.0}, "best": {"val/loss": 5.52}})
+    assert {r.name: (r.recorded, r.rerun) for r in rows} == {
+        **{k: (v, v) for k, v in test.items()}, "oov/val_sentences": (0.0, 0.0), "best/val/loss": (5.52, 5.52)}
+    assert "reproduced: all 6" in rerun.comparison_text(rec, rows, same_key=True)
