@@ -153,7 +153,8 @@ def comparison_text(rec: TrialRecord, rows: list[MetricRow], same_key: bool) -> 
     close = all(r.difference is not None and math.isclose(r.rerun, r.recorded, rel_tol=CLOSE, abs_tol=1e-9)
                 for r in rows if not r.equal)
     if not differ:
-        lines.append(f"reproduced: all {len(rows)} test/* and best/* metrics equal the record's")
+        kinds = " and ".join(sorted({f"{r.name.split('/')[0]}/*" for r in rows}))
+        lines.append(f"reproduced: all {len(rows)} {kinds} metrics equal the record's")
     elif same_key and close:
         lines.append(f"reproduced to within a relative {CLOSE:g}: {len(differ)} of {len(rows)} metrics differ in "
                      f"their last digits ({', '.join(differ)}), as another machine's or library's floating-point "
