@@ -21,14 +21,20 @@ pytestmark = pytest.mark.slow  # an MLflow SQLite store takes a few seconds to c
 SPEC = {"name": "orphans", "tasks": ["synthetic_translation"], "inits": ["xavier"], "seeds": 2}
 
 
-def test_a_lost_driver_s_sweep_run_is_closed_and_a_checkpointed_trial_stays_resumable(tmp_path):
+def _api(tmp_path):
+    """The API on a fake Ray and a real MLflow store in tmp_path: (the store's URI, the fake cluster, the app)."""
     (tmp_path / "data").mkdir()
     uri = mlflow_store.resolve_uri(f"sqlite:///{tmp_path}/m.db")
     cluster = FakeCluster()
     settings = Settings(database_url=f"sqlite:///{tmp_path}/state.db", tracking_uri=uri,
                         data_roots=[tmp_path / "data"], pretrained_roots=[], refresh_interval_s=0.0,
                         check_cluster_resources=False, _env_file=None)
-    with TestClient(create_app(settings, runner=FakeRunner(cluster), store=ResultStore(uri))) as client:
+    return uri, cluster, create_app(settings, runner=FakeRunner(cluster), store=ResultStore(uri))
+
+
+def test_a_lost_driver_s_sweep_run_is_closed_and_a_checkpointed_trial_stays_resumable(tmp_path):
+    uri, cluster, app = _api(tmp_path)
+    with TestClient(app) as client:
         sub = client.post("/experiments", json=SPEC)
         assert sub.status_code == 202, sub.text
         exp = sub.json()
@@ -72,13 +78,8 @@ def test_a_lost_optuna_search_closes_the_trials_it_drew_and_counts_them(tmp_path
     at all (every one pending, the finished ones too)."""
     from mlflow.entities import Metric
 
-    (tmp_path / "data").mkdir()
-    uri = mlflow_store.resolve_uri(f"sqlite:///{tmp_path}/m.db")
-    cluster = FakeCluster()
-    settings = Settings(database_url=f"sqlite:///{tmp_path}/state.db", tracking_uri=uri,
-                        data_roots=[tmp_path / "data"], pretrained_roots=[], refresh_interval_s=0.0,
-                        check_cluster_resources=False, _env_file=None)
-    with TestClient(create_app(settings, runner=FakeRunner(cluster), store=ResultStore(uri))) as client:
+    uri, cluster, app = _api(tmp_path)
+    with TestClient(app) as client:
         exp = client.post("/experiments", json=OPTUNA).json()
         exp_id = mlflow_store.ensure_experiment(OPTUNA["name"], uri)
         parent = run_writers.start_parent_run(exp_id, uri, exp["spec_hash"], "name: orphans-optuna\n", 4)

@@ -92,28 +92,39 @@ OPTUNA = {"name": "api-optuna", "tasks": ["synthetic_classification"], "inits": 
           "search": {"method": "optuna", "num_samples": 2, "space": {"lr": {"low": 1e-4, "high": 1e-2, "log": True}}}}
 
 
-def test_optuna_results_hold_only_the_trials_of_the_experiments_own_sweeps(client):
-    """Another spec's runs share the MLflow experiment's name: an Optuna search's table must not pool them."""
-    from mlflow.entities import Metric
-
+def _optuna_sweeps(c, uri, planned: int, other_planned: int):
+    """POST the Optuna spec; its MLflow experiment with the experiment's own sweep run (`planned` trials)
+    and another spec's (`other_planned`): (the API's experiment id, the MLflow experiment id, mine, other)."""
     from embinit.tracking import run_writers
     from service.db import Experiment
-    c, uri = client
     exp_id = c.post("/experiments", json=OPTUNA).json()["id"]
     with c.app.state.sessions() as s:
         spec_hash = s.get(Experiment, exp_id).spec_hash
     exp = mlflow_store.ensure_experiment(OPTUNA["name"], uri)
-    mine = run_writers.start_parent_run(exp, uri, spec_hash, "{}", 2)
-    other = run_writers.start_parent_run(exp, uri, "another-spec", "{}", 2)
+    mine = run_writers.start_parent_run(exp, uri, spec_hash, "{}", planned)
+    other = run_writers.start_parent_run(exp, uri, "another-spec", "{}", other_planned)
+    return exp_id, exp, mine, other
+
+
+def _finished_trial(uri, exp, parent, cfg, key, label, point, acc):
+    """A finished trial run under `parent` with `best/val/acc` = acc; its run id."""
+    from mlflow.entities import Metric
+    run = trial_run.TrialRun.open(uri, exp, parent, cfg, key, label, {"axes": {}, "point": point})
+    now = int(time.time() * 1000)
+    mlflow_store.client(uri).log_batch(run.run_id, metrics=[Metric("best/val/acc", acc, now, 0)])
+    mlflow_store.client(uri).set_tag(run.run_id, records.STATUS_TAG, "finished")
+    mlflow_store.client(uri).set_terminated(run.run_id, "FINISHED")
+    return run.run_id
+
+
+def test_optuna_results_hold_only_the_trials_of_the_experiments_own_sweeps(client):
+    """Another spec's runs share the MLflow experiment's name: an Optuna search's table must not pool them."""
+    c, uri = client
+    exp_id, exp, mine, other = _optuna_sweeps(c, uri, 2, 2)
     for parent, acc, tag in ((mine, 0.6, "m"), (other, 0.1, "o")):
         for seed in (0, 1):
             cfg = {"task": "synthetic_classification", "init": "xavier", "seed": seed, "lr": 1e-3}
-            run = trial_run.TrialRun.open(uri, exp, parent, cfg, f"{tag}{seed}", "Xavier",
-                                          {"axes": {}, "point": {"lr": 1e-3}})
-            now = int(time.time() * 1000)
-            mlflow_store.client(uri).log_batch(run.run_id, metrics=[Metric("best/val/acc", acc + seed / 100, now, 0)])
-            mlflow_store.client(uri).set_tag(run.run_id, records.STATUS_TAG, "finished")
-            mlflow_store.client(uri).set_terminated(run.run_id, "FINISHED")
+            _finished_trial(uri, exp, parent, cfg, f"{tag}{seed}", "Xavier", {"lr": 1e-3}, acc + seed / 100)
     (row,) = c.get(f"/experiments/{exp_id}/results").json()["rows"]
     assert (row["init"], row["n"], row["mean"]) == ("Xavier", 2, pytest.approx(0.605))
 
@@ -121,28 +132,14 @@ def test_optuna_results_hold_only_the_trials_of_the_experiments_own_sweeps(clien
 def test_an_optuna_searchs_trial_table_lists_the_trials_it_drew(client):
     """An Optuna search draws each trial's config (so its key) at run time: the table listed its planned
     points x seeds instead, every one `pending` with no run, also once the search had finished."""
-    from mlflow.entities import Metric
-
-    from embinit.tracking import run_writers
-    from service.db import Experiment
     c, uri = client
-    exp_id = c.post("/experiments", json=OPTUNA).json()["id"]
-    with c.app.state.sessions() as s:
-        spec_hash = s.get(Experiment, exp_id).spec_hash
-    exp = mlflow_store.ensure_experiment(OPTUNA["name"], uri)
-    mine = run_writers.start_parent_run(exp, uri, spec_hash, "{}", 8)
-    other = run_writers.start_parent_run(exp, uri, "another-spec", "{}", 1)
+    exp_id, exp, mine, other = _optuna_sweeps(c, uri, 8, 1)
     drawn = {}
     for parent, init, label, seed, lr in [(mine, "xavier", "Xavier", s, lr) for s in (0, 1) for lr in (1e-3, 2e-3)] \
             + [(mine, "normal", "Normal", 0, 3e-3), (other, "xavier", "Xavier", 0, 5e-3)]:
         cfg = {"task": "synthetic_classification", "init": init, "seed": seed, "lr": lr}
         key = f"{label}-{seed}-{lr}"
-        run = trial_run.TrialRun.open(uri, exp, parent, cfg, key, label, {"axes": {}, "point": {"lr": lr}})
-        now = int(time.time() * 1000)
-        mlflow_store.client(uri).log_batch(run.run_id, metrics=[Metric("best/val/acc", 0.5, now, 0)])
-        mlflow_store.client(uri).set_tag(run.run_id, records.STATUS_TAG, "finished")
-        mlflow_store.client(uri).set_terminated(run.run_id, "FINISHED")
-        drawn[key] = run.run_id
+        drawn[key] = _finished_trial(uri, exp, parent, cfg, key, label, {"lr": lr}, 0.5)
     page = c.get(f"/experiments/{exp_id}/trials").json()
     rows = [(t["label"], t["seed"], t["status"], t["config"].get("lr"), t["run_id"]) for t in page["items"]]
     assert rows == [("Xavier", 0, "finished", 1e-3, drawn["Xavier-0-0.001"]),
