@@ -197,3 +197,12 @@ def test_curve_axes_read_as_epochs_and_plain_losses():
     labels = [t.get_text() for t in ax.get_yticklabels(which="both") if t.get_text()]
     plt.close(fig)
     assert labels and all(re.fullmatch(r"\d+(\.\d+)?", text) for text in labels), labels
+
+
+def test_a_long_failure_reason_is_cut_with_an_ellipsis_that_says_so():
+    """A reason over 200 characters was cut mid-word with no mark (the fix hint at its end lost unseen)."""
+    from embinit.report.rows import failure_reason
+    long = "EmbinitError: " + "x" * 250 + " (give --data-dir)"
+    cut = failure_reason("Traceback (most recent call last):\n  ...\n" + long)
+    assert len(cut) == 200 and cut.endswith("…") and cut[:-1] == long[:199]
+    assert failure_reason("OSError: short") == "OSError: short" and failure_reason(None) == "unknown error"

@@ -137,9 +137,11 @@ def _best_point(trials: list[_Trial]) -> dict[str, Any]:
 
 
 def failure_reason(error: str | None) -> str:
-    """A failed trial's reason as reports show it: its error's last line (a traceback's exception)."""
+    """A failed trial's reason as reports show it: its error's last line (a traceback's exception), cut
+    to 200 characters with an ellipsis that says so (the whole error is the trial's `embinit.error`)."""
     lines = [ln.strip() for ln in (error or "unknown error").strip().splitlines() if ln.strip()]
-    return (lines[-1] if lines else "unknown error")[:200]
+    last = lines[-1] if lines else "unknown error"
+    return last if len(last) <= 200 else last[:199] + "…"
 
 
 def group_rows(gkey: tuple, members: list[_Trial], rows: list, run_ids: dict) -> list[dict[str, Any]]:
