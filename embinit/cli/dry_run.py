@@ -308,6 +308,14 @@ def execution_lines(spec, plan) -> list[str]:
                 f"alone; a cluster's slots may group them otherwise"]
 
 
+def not_reused_lines(spec, plan, recs: list) -> list[str]:
+    """The experiment's finished trials (of `recs`) the plan does not reuse, and why (a spec edited since:
+    embinit.sweep.not_reused); [] when none."""
+    from embinit.sweep.not_reused import notice_lines
+    notice = notice_lines(spec.experiment_name(), plan, recs)
+    return [""] + notice if notice else []
+
+
 def dry_run(spec, tracking_uri: str | None = None) -> str:
     """The expanded trial list, one trial a line, the cost, and the total; `tracking_uri` (the run's
     `--tracking-uri`) is the store the run would write, else the spec's."""
@@ -320,6 +328,7 @@ def dry_run(spec, tracking_uri: str | None = None) -> str:
     lines = trial_lines(spec, plan, done, unfinished_marks(plan, exp_id, read, recs, done))
     if not spec.drawn:
         lines += cost_lines(spec, plan, read, done, {exp_id: recs} if exp_id else None) + execution_lines(spec, plan)
+        lines += not_reused_lines(spec, plan, recs)
     notes = hub_notes(plan)
     lines += ([""] + notes if notes else []) + store_lines(store)
     n = spec.num_trials()

@@ -28,6 +28,7 @@ from embinit.sweep.analyses import shared_settings
 from embinit.sweep.fused import CPU_NOTE, fused_units, parallel_slots
 from embinit.sweep.interrupt import how_interrupted, interrupted_reason
 from embinit.sweep.job import TuneJob
+from embinit.sweep.not_reused import notice_lines
 from embinit.sweep.ray_runtime import RayRuntime
 from embinit.sweep.work import SweepContext, Unit, pack_units, units_to_run
 from embinit.trusted import check_writable
@@ -134,7 +135,11 @@ def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = 
     for line in run_writers.close_dead_sweeps(exp_id, uri, runs):   # an earlier driver killed outright
         if progress is True:
             print(f"[embinit] {line}", file=sys.stderr, flush=True)
-    finished = set(run_readers.finished_keys(exp_id, runs))
+    done = run_readers.trial_records(exp_id, runs, "FINISHED")   # read once: the keys reused, and those not
+    finished = set(run_readers.finished_keys(exp_id, runs, done))
+    if progress is True and not spec.drawn:   # an Optuna search's keys are drawn while it runs
+        for line in notice_lines(name, planned, done):   # a spec edited since: its earlier trials retrain
+            print(f"[embinit] {line}", file=sys.stderr, flush=True)
     units, reused = units_to_run(spec, finished, planned)
     linked = _earlier_sweep(spec, units, exp_id, uri)
     if linked is not None:  # nothing to train: no new, empty sweep run

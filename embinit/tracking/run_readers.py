@@ -32,10 +32,12 @@ if TYPE_CHECKING:
 PROGRESS_BAR = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"   # mlflow.environment_variables, read at each download
 
 
-def finished_keys(exp_id: str, uri: str | None = None) -> dict[str, str]:
+def finished_keys(exp_id: str, uri: str | None = None, recs: list[TrialRecord] | None = None) -> dict[str, str]:
     """trial key -> run id of its newest FINISHED run (finished or diverged: a result): the record
-    `records.by_key` chooses among the FINISHED `trial_records` (a SQL store read as plain rows)."""
-    return {key: rec.run_id for key, rec in by_key(trial_records(exp_id, uri, "FINISHED")).items() if key}
+    `records.by_key` chooses among the FINISHED `trial_records` (a SQL store read as plain rows; `recs`:
+    those records, where the caller has read them)."""
+    recs = trial_records(exp_id, uri, "FINISHED") if recs is None else recs
+    return {key: rec.run_id for key, rec in by_key(recs).items() if key}
 
 
 def key_records(exp_id: str, uri: str | None, key: str) -> list[TrialRecord]:

@@ -1,0 +1,142 @@
+"""Finished trials of a spec's experiment that running the spec does not reuse: their trial keys are not
+planned, because the spec was edited since (`epochs: 8` -> `9`, another lr, an added transform). The dry
+run and a run's start say how many and why: the config fields in which each differs from its nearest
+planned trial (same task, then same init label and seed where the plan has them), grouped by the set of
+differing fields, a few groups listed and the rest counted.
+
+Only finished runs (MLflow's FINISHED: finished or diverged) are said here; a failed or interrupted run of
+a planned key is resumed and marked elsewhere (embinit.cli.dry_run.unfinished_marks). A finished run of a
+task the spec does not plan is not said either: another spec sharing the experiment, or a task left out
+on purpose, whose trials no run of this spec could reuse. Torch-free: the dry run needs no torch.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from embinit.config import CODE_VERSION, TrialConfig
+from embinit.tracking.records import RESULT, TrialRecord, by_key
+
+GROUPS_SHOWN = 4   # groups of differing fields listed; the others are counted
+FIELDS_SHOWN = 4   # differing fields named per group
+PAIRS_SHOWN = 3    # (old -> new) value pairs shown per field
+VALUE_CHARS = 40   # a value longer than this (an `extras` mapping, a task definition) is cut
+
+
+def compared(config: dict[str, Any]) -> dict[str, Any]:
+    """A config as its key sees it: each unset hyperparameter at the task's default, without the fields
+    outside the key (threads, device). A config this embinit cannot read (an older one's field, a task
+    not registered here) is compared as it was stored."""
+    try:
+        out = TrialConfig.from_dict(config).resolved().to_dict()
+    except Exception:   # EmbinitError, or a TypeError of a value the dataclass cannot take
+        out = dict(config)
+    for name in TrialConfig.NOT_IN_KEY:
+        out.pop(name, None)
+    return out
+
+
+def differences(old: dict[str, Any], new: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """field -> (old value, new value) for each field where the two compared configs differ."""
+    return {k: (old.get(k), new.get(k)) for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)}
+
+
+def _slots(plan) -> dict[tuple, list[int]]:
+    """Planned trials (their indices) by (task, label, seed), (task, seed), (task, label) and (task,)."""
+    out: dict[tuple, list[int]] = {}
+    for i, p in enumerate(plan):
+        for slot in ((p.task, p.label, p.seed), (p.task, "seed", p.seed), (p.task, "label", p.label), (p.task,)):
+            out.setdefault(slot, []).append(i)
+    return out
+
+
+def _why(rec: TrialRecord, configs: list[dict], slots: dict[tuple, list[int]]) -> dict[str, tuple] | None:
+    """How `rec`'s config differs from the nearest planned trial's (the fewest differing fields among the
+    most alike slot); None when the plan has no trial of its task."""
+    old = compared(rec.config)
+    for slot in ((rec.task, rec.label, rec.seed), (rec.task, "seed", rec.seed), (rec.task, "label", rec.label),
+                 (rec.task,)):
+        if slot in slots:
+            diffs = (differences(old, configs[i]) for i in slots[slot])
+            return min(diffs, key=len)
+    return None
+
+
+def _unexplained(rec: TrialRecord) -> dict[str, tuple]:
+    """Why a key differs where the configs do not: the code version the run recorded, else nothing named
+    (a file input's content, or a rule of this embinit's keys)."""
+    if rec.code_version is not None and rec.code_version != CODE_VERSION:
+        return {"code_version": (rec.code_version, CODE_VERSION)}
+    return {}
+
+
+def not_reused(plan, recs: list[TrialRecord]) -> dict[tuple[str, ...], list[dict[str, tuple]]]:
+    """The experiment's finished trials (of `recs`, its trial records) whose keys `plan` lacks, grouped by
+    the fields in which each differs from its nearest planned trial: sorted field names -> one
+    (field -> (old, new)) per trial, largest group first. A key counts once (its newest finished run)."""
+    planned = {p.key for p in plan}
+    stale = [r for k, r in by_key(r for r in recs if r.status in RESULT).items() if k and k not in planned]
+    if not stale:
+        return {}
+    configs = [compared(p.config) for p in plan]
+    slots = _slots(plan)
+    groups: dict[tuple[str, ...], list[dict]] = {}
+    for rec in stale:
+        why = _why(rec, configs, slots)
+        if why is None:
+            continue   # a task this spec does not plan
+        why = why or _unexplained(rec)
+        groups.setdefault(tuple(why), []).append(why)
+    return dict(sorted(groups.items(), key=lambda kv: -len(kv[1])))
+
+
+def _value(v: Any) -> str:
+    """A value as a researcher wrote it: `0.15`, not `0.15000000000000002`; a long one cut."""
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    text = "unset" if v is None else v if isinstance(v, str) else json.dumps(v, sort_keys=True, default=str)
+    return text if len(text) <= VALUE_CHARS else text[:VALUE_CHARS - 3] + "..."
+
+
+def _field(name: str, whys: list[dict]) -> str:
+    """`epochs (8 → 9)`: a field with its distinct (old → new) pairs, a few shown."""
+    pairs = list(dict.fromkeys(f"{_value(w[name][0])} → {_value(w[name][1])}" for w in whys))
+    more = ", ..." if len(pairs) > PAIRS_SHOWN else ""
+    return f"{name} ({', '.join(pairs[:PAIRS_SHOWN])}{more})"
+
+
+def _reason(fields: tuple[str, ...], whys: list[dict]) -> str:
+    if not fields:
+        return ("their config equals this spec's, but their keys differ in what a key holds besides it (a file "
+                "input's content, or a rule of this embinit's version)")
+    named = ", ".join(_field(f, whys) for f in fields[:FIELDS_SHOWN])
+    more = f" and {len(fields) - FIELDS_SHOWN} more field{'s' if len(fields) - FIELDS_SHOWN != 1 else ''}" \
+        if len(fields) > FIELDS_SHOWN else ""
+    return f"their config differs from this spec's in {named}{more}"
+
+
+def _trials(n: int) -> str:
+    return f"{n} finished trial{'s' if n != 1 else ''}"
+
+
+def notice_lines(experiment: str, plan, recs: list[TrialRecord]) -> list[str]:
+    """What to say of the experiment's finished trials this plan does not reuse ([] when none): one line
+    for one group of differing fields, else a head line and a line per group (a few, the rest counted)."""
+    groups = not_reused(plan, recs)
+    if not groups:
+        return []
+    total = sum(len(whys) for whys in groups.values())
+    head = f"{_trials(total)} of experiment {experiment!r} in this store {'is' if total == 1 else 'are'} not reused"
+    if len(groups) == 1:
+        fields, whys = next(iter(groups.items()))
+        return [f"{head}: {_reason(fields, whys)}"]
+    shown = list(groups.items())[:GROUPS_SHOWN]
+    lines = [f"{head}, by what differs from the nearest planned trial:"]
+    lines += [f"  {len(whys)}: {_reason(fields, whys)}" for fields, whys in shown]
+    rest = list(groups.values())[GROUPS_SHOWN:]
+    if rest:
+        n = sum(map(len, rest))
+        lines.append(f"  and {n} more finished trial{'s' if n != 1 else ''}, in {len(rest)} other combination"
+                     f"{'s' if len(rest) != 1 else ''} of fields")
+    return lines

@@ -1,0 +1,98 @@
+"""A spec edited since its experiment's trials finished (`epochs: 2` -> `3`): those trials' keys are not
+planned, so they retrain; the dry run and the run's start say how many finished trials are not reused
+and by which config fields they differ from the nearest planned trial (embinit.sweep.not_reused)."""
+
+from __future__ import annotations
+
+import pytest
+
+from embinit.config import TrialConfig
+from embinit.spec import load_spec
+from embinit.sweep.noop import noop_result
+from embinit.sweep.not_reused import notice_lines
+from embinit.tracking import mlflow_store
+from embinit.tracking.records import TrialRecord
+from embinit.tracking.trial_run import TrialRun
+
+
+def _spec(uri: str, inits=("xavier",), **defaults):
+    return load_spec({"name": "edited", "tasks": ["synthetic_classification"], "inits": list(inits), "seeds": 2,
+                      "defaults": {"epochs": 2, **defaults}, "mlflow": {"tracking_uri": uri}})
+
+
+def _finish_all(spec) -> None:
+    """Every planned trial of `spec` finished in its store, as a sweep's worker writes one (no Ray)."""
+    uri = spec.mlflow.tracking_uri
+    exp_id = mlflow_store.ensure_experiment(spec.experiment_name(), uri)
+    for p in spec.plan():
+        cfg = TrialConfig.from_dict(p.config)
+        run = TrialRun.open(uri, exp_id, None, p.config, p.key, p.label, {"axes": {}, "point": {}})
+        run.finish(noop_result(cfg, p.label), [])
+
+
+@pytest.fixture
+def store(tmp_path) -> str:
+    uri = f"sqlite:///{tmp_path}/m.db"
+    _finish_all(_spec(uri))
+    return uri
+
+
+@pytest.mark.slow   # an MLflow store (SQLite), no Ray
+def test_a_dry_run_names_the_changed_field_of_the_trials_it_does_not_reuse(store):
+    from embinit.cli.dry_run import dry_run
+    text = dry_run(_spec(store, epochs=3))
+    assert ("2 finished trials of experiment 'edited' in this store are not reused: their config differs from "
+            "this spec's in epochs (2 → 3)") in text, text
+    text = dry_run(_spec(store, lr=0.002))   # an unset value is compared at the task's default
+    assert "are not reused: their config differs from this spec's in lr (0.001 → 0.002)" in text, text
+
+
+@pytest.mark.slow
+def test_an_unchanged_spec_or_one_that_only_adds_an_init_says_nothing_of_it(store):
+    """Every earlier trial is still planned (and reused): nothing to say, where an edit says it."""
+    from embinit.cli.dry_run import dry_run
+    edited = dry_run(_spec(store, epochs=1))
+    assert "2 finished trials of experiment 'edited' in this store are not reused" in edited, edited
+    for spec in (_spec(store), _spec(store, inits=("xavier", "normal"))):
+        text = dry_run(spec)
+        assert text.count("[finished: reused]") == 2 and "not reused" not in text, text
+
+
+@pytest.mark.slow
+def test_the_run_says_it_at_its_start(store, capsys):
+    """The edited spec's own trials are finished too, so the run trains nothing (no Ray): it still says why
+    the earlier ones were not reused."""
+    from embinit.sweep import run_sweep
+    edited = _spec(store, epochs=3)
+    _finish_all(edited)
+    result = run_sweep(edited, progress=True)
+    assert result.reused == 2
+    err = capsys.readouterr().err
+    assert ("[embinit] 2 finished trials of experiment 'edited' in this store are not reused: their config "
+            "differs from this spec's in epochs (2 → 3)") in err, err
+
+
+def _record(i: int, cfg: dict) -> TrialRecord:
+    c = TrialConfig.from_dict(cfg)
+    return TrialRecord(run_id=f"r{i}", key=c.key(), task=c.task, label="Xavier", status="finished",
+                       config=cfg, seed=c.seed, start_ms=i)
+
+
+def test_hundreds_of_trials_are_grouped_by_their_differing_fields_and_the_listing_is_capped():
+    spec = _spec("sqlite:///unused.db", epochs=3)
+    plan = spec.plan()
+    recs = [_record(i, {**plan[i % 2].config, "epochs": 2, "seed": i % 2, "lr": 1e-3 * (1 + i % 7),
+                        "dropout": 0.05 * (i % 6), "batch_size": 8 + i % 5, "layers": 1 + i % 4})
+            for i in range(300)]
+    recs += [_record(1000, {**plan[0].config, "epochs": 2})]
+    lines = notice_lines("edited", plan, recs)
+    assert lines[0] == ("301 finished trials of experiment 'edited' in this store are not reused, by what differs "
+                        "from the nearest planned trial:"), lines
+    assert len(lines) == 6 and lines[-1].startswith("  and ") and "other combinations of fields" in lines[-1], lines
+    assert all(len(line) < 400 for line in lines), lines
+    assert sum(int(line.split(":")[0]) for line in lines[1:5]) + int(lines[-1].split()[1]) == 301, lines
+    assert notice_lines("edited", plan, recs[-1:]) == [
+        "1 finished trial of experiment 'edited' in this store is not reused: their config differs from this "
+        "spec's in epochs (2 → 3)"]
+    failed = [TrialRecord(**{**r.__dict__, "status": "failed"}) for r in recs]
+    assert notice_lines("edited", plan, failed) == []   # resumed or reported elsewhere
