@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from embinit.config import TrialConfig
+from embinit.config import CODE_VERSION, TrialConfig
 from embinit.spec import load_spec
 from embinit.sweep.noop import noop_result
 from embinit.sweep.not_reused import notice_lines
@@ -94,5 +94,9 @@ def test_hundreds_of_trials_are_grouped_by_their_differing_fields_and_the_listin
     assert notice_lines("edited", plan, recs[-1:]) == [
         "1 finished trial of experiment 'edited' in this store is not reused: their config differs from this "
         "spec's in epochs (2 → 3)"]
+    same = TrialRecord(**{**_record(1001, plan[0].config).__dict__, "key": "of-an-older-embinit"})
+    assert notice_lines("edited", plan, [TrialRecord(**{**same.__dict__, "code_version": "1"})])[0].endswith(
+        f"their config differs from this spec's in code_version (1 → {CODE_VERSION})")
+    assert "their config equals this spec's, but their keys differ" in notice_lines("edited", plan, [same])[0]
     failed = [TrialRecord(**{**r.__dict__, "status": "failed"}) for r in recs]
     assert notice_lines("edited", plan, failed) == []   # resumed or reported elsewhere
