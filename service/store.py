@@ -11,7 +11,7 @@ import threading
 import time
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from embinit.tracking import records
 from embinit.errors import EmbinitError
@@ -87,6 +87,16 @@ def sweep_runs(exp, uri: str | None = None, since_submit: bool = True) -> set[st
     if since_submit:
         query += f" and attributes.start_time >= {int((exp.created_at.timestamp() - CLOCK_SLACK_S) * 1000)}"
     return {r.run_id for r in run_readers.sweep_records(exp_id, uri, query)}
+
+
+def drawn_records(exp, recs: Iterable[records.TrialRecord], uri: str | None = None,
+                  since_submit: bool = False) -> list[records.TrialRecord]:
+    """An Optuna search's trials among `recs`: it draws its configs, so its trials' keys, at run time, and
+    `exp.trial_keys` (its planned points x seeds) name none of them; its trials are the runs whose parent
+    is one of its spec's sweep runs (`sweep_runs`, read from `uri`; by default every one whenever started,
+    as a resubmitted search resumes from its earlier sweeps' trials)."""
+    sweeps = sweep_runs(exp, uri, since_submit)
+    return [rec for rec in recs if rec.parent_id in sweeps]
 
 
 # Trial states whose run keeps why it stopped (`embinit.error`): failed, cancelled, interrupted by Ctrl-C.
@@ -207,8 +217,7 @@ class ResultStore:
             return count_trial_states(uri, exp.mlflow_experiment, exp.trial_keys, sweeps=sweep_runs(exp, uri))
         # an Optuna search: its trials are the runs its spec's sweeps drew (`exp.trial_keys`, its planned
         # points x seeds, have none), the rest still to draw
-        mine = sweep_runs(exp, uri, since_submit=False)
-        drawn = [key for key, rec in _chosen(uri, exp.mlflow_experiment).items() if rec.parent_id in mine]
+        drawn = [rec.key for rec in drawn_records(exp, _chosen(uri, exp.mlflow_experiment).values(), uri)]
         out = count_trial_states(uri, exp.mlflow_experiment, drawn, sweeps=sweep_runs(exp, uri))
         out["pending"] += max(0, exp.n_trials - len(drawn))
         return out
@@ -223,11 +232,12 @@ class ResultStore:
         exp_id = mlflow_store.experiment_id(exp.mlflow_experiment, exp.tracking_uri)
         if exp_id is None:
             return 0
-        keys = set(exp.trial_keys)
-        # an Optuna search's trials are those its sweeps drew, whose keys are none of its planned ones
-        sweeps = sweep_runs(exp, exp.tracking_uri) if drawn_in(exp.spec) else None
-        orphans = [r for r in run_readers.trial_records(exp_id, exp.tracking_uri, status="RUNNING")
-                   if (r.key in keys if sweeps is None else r.parent_id in sweeps)]
+        running = run_readers.trial_records(exp_id, exp.tracking_uri, status="RUNNING")
+        if drawn_in(exp.spec):  # those of the sweeps its drivers started since it was submitted
+            orphans = drawn_records(exp, running, exp.tracking_uri, since_submit=True)
+        else:
+            keys = set(exp.trial_keys)
+            orphans = [rec for rec in running if rec.key in keys]
         for rec in orphans:
             run_writers.close_run(exp.tracking_uri, rec, reason, status)
         run_writers.close_sweeps(exp_id, exp.tracking_uri, exp.spec_hash, reason, status)
@@ -252,8 +262,7 @@ class ResultStore:
 
         chosen = self._records(exp)
         if drawn_in(exp.spec):  # an Optuna search draws its configs, so its trials' keys, at run time
-            sweeps = sweep_runs(exp, self._reads(exp), since_submit=False)
-            runs = {key: trial_row(rec) for key, rec in chosen.items() if rec.parent_id in sweeps}
+            runs = {rec.key: trial_row(rec) for rec in drawn_records(exp, chosen.values(), self._reads(exp))}
             keys = self._drawn_keys(exp, runs)
         else:
             runs = {key: trial_row(rec) for key, rec in chosen.items()}
@@ -330,8 +339,7 @@ class ResultStore:
         else:
             chosen = self._records(exp)
             if optuna:
-                sweeps = sweep_runs(exp, self._reads(exp), since_submit=False)
-                keys = {k for k, rec in chosen.items() if rec.parent_id in sweeps}
+                keys = {rec.key for rec in drawn_records(exp, chosen.values(), self._reads(exp))}
             else:
                 keys = set(exp.trial_keys)
             report = build_report(name, exp.tracking_uri, keys=keys, baseline=baseline, planned=planned,
