@@ -4,8 +4,9 @@ Order of checks: the body parses (JSON, or YAML with a YAML content type, safe l
 way no key given twice); nothing asks for environment expansion; the spec validates
 (`embinit.spec.load_spec`, every problem listed, with its paths' problems and a line saying what was not
 checked); its paths lie inside the configured roots; it logs to the service's MLflow store; it has no
-more trials than the limit; then its bounds, hub models (offline: pinned hub datasets too), model sizes,
-data folders and what the caller checks (`more`: resources, the MLflow experiment), all in one answer.
+more trials than the limit; then its bounds (`service.limits`), hub models (offline: pinned hub datasets
+too), model sizes, data folders and what the caller checks (`more`: the cluster's resources, the MLflow
+experiment), all in one answer.
 Each failure is an `HTTPException` with a precise `detail`: a 422 lists its problems in the one shape of
 `service.problems`.
 """
@@ -20,12 +21,12 @@ from typing import Any, Callable
 import yaml
 from fastapi import HTTPException
 
-from embinit.bounds import BOUNDS, over_setting
 from embinit.model_dims import dimension_problems
 from embinit.redact import masked
 from embinit.spec import (PRETRAINED_KEYS, ExperimentSpec, PlannedTrial, SpecError, SpecLoader, data_problems,
                           load_spec, offline_data_problems, unique_pairs, yaml_error)
 from service.hub import check_hub_ids
+from service.limits import bound_problems
 from service.paths import confine_paths, format_loc
 from service.problems import unprocessable
 from service.settings import Settings
@@ -196,71 +197,6 @@ def _confined(spec: ExperimentSpec, settings: Settings, tracking_uri: str) -> tu
 def _too_many(n: int, settings: Settings) -> HTTPException:
     return unprocessable([("", f"the spec expands into {n} trials; this service accepts at most "
                                 f"{settings.max_trials_per_experiment} per experiment")])
-
-
-def bound_problems(spec: ExperimentSpec, plan: tuple | list, settings: Settings) -> list[tuple[str, str]]:
-    """Values beyond the service's bounds (the settings named in embinit.bounds.BOUNDS), once per place
-    the spec sets them (its field path; the field's name where no place holds the value), wherever they
-    were set (defaults, a task, an axis, a search grid, an Optuna range or a task defined in the spec,
-    whose own defaults its trials leave unset in their configs)."""
-    problems: dict[tuple[str, str], None] = {}
-    data = spec.canonical()
-    if spec.resources.cpus < settings.min_cpus_per_trial:
-        problems[("resources.cpus", f"{spec.resources.cpus} is below this service's minimum of "
-                  f"{settings.min_cpus_per_trial} CPUs per trial")] = None
-    for key, bound in BOUNDS.items():
-        if bound.setting is None:
-            continue
-        values = [getattr(spec, key)] if key in ExperimentSpec.model_fields else [p.config.get(key) for p in plan]
-        values += [d.get(key) for d in (spec.define_tasks or {}).values()]   # a defined task's defaults
-        space = spec.search.space.get(key) if spec.search is not None else None
-        values += [getattr(space, "high", None)]
-        limit = getattr(settings, bound.setting)
-        for value in sorted({v for v in values if over_setting(key, v, limit)}):
-            for loc in _bound_locs(data, key, value) or [key]:
-                problems[(loc, over_setting(key, value, limit))] = None
-    return list(problems)
-
-
-def _bound_locs(data: Any, key: str, value: float, loc: tuple = ()) -> list[str]:
-    """Where the spec's data sets `key` to `value` (`tasks[1].epochs`, `axes.d_model[1]`,
-    `search.space.epochs.high`), so a 422 names the place to fix, not only the field's name."""
-    if isinstance(data, list):
-        return [found for i, item in enumerate(data) for found in _bound_locs(item, key, value, loc + (i,))]
-    if not isinstance(data, dict):
-        return []
-    out = []
-    for k, v in data.items():
-        if k == key:
-            out += [format_loc(place) for place in _leaves(v, value, loc + (k,))]
-        elif k != "extras":   # free-form: a key named like a field there is not that field
-            out += _bound_locs(v, key, value, loc + (k,))
-    return out
-
-
-def _leaves(data: Any, value: float, loc: tuple) -> list[tuple]:
-    """The places under `loc` whose number is `value` (a scalar, an axis list, a search range's bound)."""
-    if isinstance(data, list):
-        return [place for i, item in enumerate(data) for place in _leaves(item, value, loc + (i,))]
-    if isinstance(data, dict):
-        return [place for k, item in data.items() for place in _leaves(item, value, loc + (k,))]
-    number = isinstance(data, (int, float)) and not isinstance(data, bool)
-    return [loc] if number and data == value else []
-
-
-def resource_problems(spec: ExperimentSpec, nodes: list[dict[str, float]] | None) -> list[tuple[str, str]]:
-    """A trial must fit on one node of the cluster as it is now (`nodes`: each node's total resources;
-    None when unknown): a trial asking for more would wait forever and hold an experiment slot."""
-    if not nodes:
-        return []
-    out = []
-    for field, name, unit in (("cpus", "CPU", "CPUs"), ("gpus", "GPU", "GPUs")):
-        want, most = getattr(spec.resources, field), max(n.get(name, 0.0) for n in nodes)
-        if want > most:
-            have = f"no node has {unit}" if most == 0 else f"the largest node has {most:g} {unit}"
-            out.append((f"resources.{field}", f"each trial asks for {want:g} {unit} but {have}; "
-                                              f"the trials could never start"))
-    return out
 
 
 def prepare(data: dict[str, Any], settings: Settings, tracking_uri: str,

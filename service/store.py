@@ -1,4 +1,5 @@
-"""What the service reads from MLflow: trial states, per-trial rows, the Table-1 report.
+"""What the service reads from MLflow: trial states (which runs are an experiment's: `service.experiment_runs`),
+per-trial rows, the Table-1 report.
 
 MLflow queries over a thousand runs take a noticeable fraction of a second, so results are cached per
 experiment, keyed by the experiment's `updated_at` (which changes whenever its state or counts change);
@@ -11,12 +12,13 @@ import threading
 import time
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
-from embinit.tracking import records
 from embinit.errors import EmbinitError
+from embinit.tracking import records
 from embinit.tracking.mlflow_store import resolve_uri
-from embinit.tracking.run_readers import experiment_records, trial_row
+from embinit.tracking.run_readers import trial_row
+from service.experiment_runs import chosen_records, close_orphans, drawn_records, trial_counts
 
 
 # The layout of a stored report (`Experiment.report`): one stored by an older layout is built again.
@@ -39,64 +41,6 @@ def absolute_sqlite_uri(url: str) -> str:
     if url.startswith("sqlite:///") and not url.startswith("sqlite:////") and ":memory:" not in url:
         return "sqlite:///" + str(Path(url[len("sqlite:///"):]).resolve())
     return url
-
-
-def _chosen(tracking_uri: str, name: str) -> dict[str, records.TrialRecord]:
-    """The record of the run that stands for each trial key of MLflow experiment `name`."""
-    try:
-        recs = experiment_records(name, tracking_uri)
-    except EmbinitError:  # no MLflow experiment yet: nothing has run
-        return {}
-    return records.by_key(recs)
-
-
-def count_trial_states(tracking_uri: str, name: str, keys: list[str], reused: set[str] | frozenset = frozenset(),
-                       sweeps: set[str] | None = None) -> dict[str, int]:
-    """Trials of `keys` in MLflow experiment `name` by state: pending, running, finished (diverged
-    included), failed, and reused (not trained by this experiment: the keys in `reused`, and with
-    `sweeps`, the experiment's sweep runs, every key whose result another sweep trained)."""
-    chosen = _chosen(tracking_uri, name)
-    if sweeps is not None:
-        reused = set(reused) | records.trained_elsewhere(chosen, sweeps)
-    out = {"pending": 0, "running": 0, "finished": 0, "failed": 0, "reused": 0}
-    for key in keys:
-        status = chosen[key].status if key in chosen else "pending"
-        if status in records.RESULT:
-            status = "reused" if key in reused else "finished"
-        out[status if status in out else "pending"] += 1  # cancelled / interrupted: to be run again
-    return out
-
-
-# A sweep run started this long before its experiment's row was written still belongs to it (clocks of
-# the API and of the driver's node may differ by this much).
-CLOCK_SLACK_S = 60
-
-
-def sweep_runs(exp, uri: str | None = None, since_submit: bool = True) -> set[str]:
-    """Ids of the sweep (parent) runs of this experiment's spec (`embinit.spec_hash`), read from `uri`
-    (default the experiment's tracking URI): those its drivers started, since it was submitted; with
-    `since_submit=False` every one whenever started (an Optuna search resubmitted resumes from its
-    earlier sweeps' trials, which are its own)."""
-    from embinit.tracking import mlflow_store, run_readers
-
-    uri = uri or exp.tracking_uri
-    exp_id = mlflow_store.experiment_id(exp.mlflow_experiment, uri)
-    if exp_id is None:
-        return set()
-    query = f"tags.`{records.SPEC_HASH_TAG}` = '{exp.spec_hash}'"
-    if since_submit:
-        query += f" and attributes.start_time >= {int((exp.created_at.timestamp() - CLOCK_SLACK_S) * 1000)}"
-    return {r.run_id for r in run_readers.sweep_records(exp_id, uri, query)}
-
-
-def drawn_records(exp, recs: Iterable[records.TrialRecord], uri: str | None = None,
-                  since_submit: bool = False) -> list[records.TrialRecord]:
-    """An Optuna search's trials among `recs`: it draws its configs, so its trials' keys, at run time, and
-    `exp.trial_keys` (its planned points x seeds) name none of them; its trials are the runs whose parent
-    is one of its spec's sweep runs (`sweep_runs`, read from `uri`; by default every one whenever started,
-    as a resubmitted search resumes from its earlier sweeps' trials)."""
-    sweeps = sweep_runs(exp, uri, since_submit)
-    return [rec for rec in recs if rec.parent_id in sweeps]
 
 
 # Trial states whose run keeps why it stopped (`embinit.error`): failed, cancelled, interrupted by Ctrl-C.
@@ -166,7 +110,7 @@ class ResultStore:
     def _records(self, exp) -> dict[str, records.TrialRecord]:
         """The record that stands for each trial key of the experiment's MLflow experiment: read once
         per state and shared by its trial table and its report."""
-        return self._current(("records",), exp, lambda: _chosen(self._reads(exp), exp.mlflow_experiment))
+        return self._current(("records",), exp, lambda: chosen_records(self._reads(exp), exp.mlflow_experiment))
 
     def _reads(self, exp) -> str:
         """Where to read the experiment's runs: the database behind this API's tracking server when one is
@@ -208,40 +152,12 @@ class ResultStore:
         return done
 
     def counts(self, exp) -> dict[str, int]:
-        """The experiment's trials by state; a key another experiment (or an earlier run) trained is
-        `reused`, not `finished`."""
-        from embinit.spec import drawn_in
-
-        uri = self._reads(exp)
-        if not drawn_in(exp.spec):
-            return count_trial_states(uri, exp.mlflow_experiment, exp.trial_keys, sweeps=sweep_runs(exp, uri))
-        # an Optuna search: its trials are the runs its spec's sweeps drew (`exp.trial_keys`, its planned
-        # points x seeds, have none), the rest still to draw
-        drawn = [rec.key for rec in drawn_records(exp, _chosen(uri, exp.mlflow_experiment).values(), uri)]
-        out = count_trial_states(uri, exp.mlflow_experiment, drawn, sweeps=sweep_runs(exp, uri))
-        out["pending"] += max(0, exp.n_trials - len(drawn))
-        return out
+        """The experiment's trials by state (`experiment_runs.trial_counts`), read where `_reads` says."""
+        return trial_counts(exp, self._reads(exp))
 
     def close_orphans(self, exp, reason: str, status: str = "FAILED") -> int:
-        """Close what this experiment left RUNNING in MLflow although its driver is gone: its trial runs
-        (one that keeps a checkpoint says that a rerun resumes it, and stays resumable) and its sweep
-        (parent) runs. Returns how many trial runs were closed."""
-        from embinit.spec import drawn_in
-        from embinit.tracking import mlflow_store, run_readers, run_writers
-
-        exp_id = mlflow_store.experiment_id(exp.mlflow_experiment, exp.tracking_uri)
-        if exp_id is None:
-            return 0
-        running = run_readers.trial_records(exp_id, exp.tracking_uri, status="RUNNING")
-        if drawn_in(exp.spec):  # those of the sweeps its drivers started since it was submitted
-            orphans = drawn_records(exp, running, exp.tracking_uri, since_submit=True)
-        else:
-            keys = set(exp.trial_keys)
-            orphans = [rec for rec in running if rec.key in keys]
-        for rec in orphans:
-            run_writers.close_run(exp.tracking_uri, rec, reason, status)
-        run_writers.close_sweeps(exp_id, exp.tracking_uri, exp.spec_hash, reason, status)
-        return len(orphans)
+        """`experiment_runs.close_orphans`: what the experiment's gone driver left RUNNING is closed."""
+        return close_orphans(exp, reason, status)
 
     def has_experiment(self, name: str) -> bool:
         """Whether the MLflow store has an experiment of this name."""

@@ -14,8 +14,9 @@ from sqlalchemy.orm import defer
 
 from embinit.redact import scrubbed
 from service.db import ACTIVE, Experiment, utcnow
+from service.limits import resource_problems
 from service.problems import unprocessable
-from service.specs import Submission, resource_problems
+from service.specs import Submission
 
 _submit_lock = threading.Lock()  # dedup + limit + insert must not interleave within this process
 

@@ -12,7 +12,8 @@ from embinit.tracking import mlflow_store, records, trial_run
 from embinit.errors import EmbinitError
 from embinit.spec import load_spec
 from service.db import Experiment, utcnow
-from service.store import ResultStore, count_trial_states
+from service.experiment_runs import count_trial_states
+from service.store import ResultStore
 
 pytestmark = pytest.mark.slow  # MLflow's store setup takes a few seconds
 
@@ -125,13 +126,13 @@ def test_a_running_experiment_is_rebuilt_no_sooner_than_its_build_cost_allows(se
     uri, spec, exp = setup
     _write(uri, spec, {0: "finished"})
     reads = []
-    real = store_module._chosen
+    real = store_module.chosen_records
 
     def slow_chosen(*a):
         reads.append(1)
         time.sleep(0.05)
         return real(*a)
-    monkeypatch.setattr(store_module, "_chosen", slow_chosen)
+    monkeypatch.setattr(store_module, "chosen_records", slow_chosen)
     store = ResultStore(uri, live_cost_factor=4.0)
     first = store.trials(exp)
     store.report(exp)

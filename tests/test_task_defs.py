@@ -259,9 +259,10 @@ def test_a_defined_translation_pair_a_jsonl_classification_and_an_lm_corpus_trai
 LATER = """
 import json, subprocess, sys
 from types import SimpleNamespace
-from service.store import ResultStore, _chosen
+from service.experiment_runs import chosen_records
+from service.store import ResultStore
 uri, spec = sys.argv[1], json.loads(sys.argv[2])
-keys = sorted(_chosen(uri, spec["name"]))
+keys = sorted(chosen_records(uri, spec["name"]))
 exp = SimpleNamespace(id="e1", updated_at=0, status="succeeded", spec=spec, trial_keys=keys,
                       mlflow_experiment=spec["name"], tracking_uri=uri)
 store = ResultStore(uri)
