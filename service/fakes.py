@@ -11,6 +11,7 @@ from typing import Any
 
 from service.driver import DriverState
 from service.runner import driver_name
+from service.state import unrun_trial
 
 
 @dataclass
@@ -112,7 +113,7 @@ class FakeStore:
         return "7"
 
     def trials(self, exp) -> list[dict[str, Any]]:
-        unrun = "cancelled" if exp.status == "cancelled" else "pending"   # as ResultStore.trials
+        unrun, _ = unrun_trial(exp.status)   # as ResultStore.trials
         return [{"key": k, "status": self.cluster.mlflow.get(k, unrun), "config": {"key": k},
                  "metric": "test/bleu", "best_metric": 1.0 if self.cluster.mlflow.get(k) == "finished" else None,
                  "run_id": f"run-{k}" if k in self.cluster.mlflow else None} for k in exp.trial_keys]

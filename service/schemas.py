@@ -76,11 +76,11 @@ class Submitted(BaseModel):
 
 class Trial(BaseModel):
     key: str
-    status: TrialStatus = Field(description="pending (no run yet; cancelled once a cancel ended the experiment "
-                                            "before it started), running, finished, diverged (ran to its end "
-                                            "with a non-finite loss: no number), failed, cancelled, interrupted "
-                                            "(Ctrl-C of `embinit run`); a rerun trains all but finished and "
-                                            "diverged ones again")
+    status: TrialStatus = Field(description="pending (no run yet; cancelled or failed once a cancel or a "
+                                            "failure ended the experiment before it started), running, finished, "
+                                            "diverged (ran to its end with a non-finite loss: no number), failed, "
+                                            "cancelled, interrupted (Ctrl-C of `embinit run`); a rerun trains all "
+                                            "but finished and diverged ones again")
     label: str | None = None
     seed: int | None = None
     config: dict[str, Any]
@@ -88,7 +88,7 @@ class Trial(BaseModel):
     best_metric: float | None = None
     run_id: str | None = None
     error: str | None = Field(None, description="why a failed, cancelled or interrupted trial stopped (its "
-                                                "error, as MLflow keeps it)")
+                                                "error, as MLflow keeps it), or that it never started")
 
 
 class TrialPage(BaseModel):

@@ -43,7 +43,8 @@ LIVE_KEYS = ("eta_s", "running_trials")
 
 def settle_counts(status: str, counts: dict[str, int], n_trials: int) -> dict[str, int]:
     """Counts as the API shows them: a finished experiment has nothing running; what a cancel stopped
-    or never started is `cancelled`, what a failed experiment left running is `failed`."""
+    or never started is `cancelled`, what a failed experiment left running or never started is `failed`
+    (nothing `pending`: neither will start it; each such trial's row says so too, `unrun_trial`)."""
     out = {k: int(v) for k, v in counts.items() if k not in LIVE_KEYS}
     if status not in TERMINAL:
         return {**out, **{k: counts[k] for k in LIVE_KEYS if k in counts}}
@@ -54,8 +55,22 @@ def settle_counts(status: str, counts: dict[str, int], n_trials: int) -> dict[st
         out["pending"] = 0
         out["cancelled"] = max(0, n_trials - done)
     elif status == "failed":
-        out["failed"] = out.get("failed", 0) + stopped
+        unrun = stopped + out.get("pending", 0)
+        out["pending"] = 0
+        # a sweep's final counts may leave out trials without a finished run (driver.final_state): failed too
+        out["failed"] = max(out.get("failed", 0) + unrun, n_trials - out.get("finished", 0) - out.get("reused", 0))
     return out
+
+
+# Why a trial without a run will never start, once its experiment ended so (counted as its state, above).
+NEVER_STARTED = {"cancelled": "never started: the experiment was cancelled",
+                 "failed": "never started: the experiment failed"}
+
+
+def unrun_trial(status: str) -> tuple[str, str | None]:
+    """(status, error) of a trial row without a run in an experiment of `status`: `pending` while it may
+    still start; once a cancel or a failure ended the experiment, the experiment's state and why."""
+    return (status, NEVER_STARTED[status]) if status in NEVER_STARTED else ("pending", None)
 
 
 def _pid_alive(pid: int) -> bool:

@@ -175,6 +175,7 @@ class ResultStore:
 
     def _trials(self, exp) -> list[dict[str, Any]]:
         from embinit.spec import drawn_in
+        from service.state import unrun_trial
 
         chosen = self._records(exp)
         if drawn_in(exp.spec):  # an Optuna search draws its configs, so its trials' keys, at run time
@@ -189,10 +190,9 @@ class ResultStore:
                 planned = self._planned(exp)
             except Exception:  # a spec stored by an older version: show keys without configs
                 planned = {}
-        # a trial with no run: still to start, or, once a cancel ended the experiment, never started (what
-        # the experiment's counts call `cancelled`, `state.settle_counts`)
-        unrun, why = ("cancelled", "never started: the experiment was cancelled") if exp.status == "cancelled" \
-            else ("pending", None)
+        # a trial with no run: still to start, or, once a cancel or a failure ended the experiment, never
+        # started (what the experiment's counts call `cancelled` or `failed`, `state.settle_counts`)
+        unrun, why = unrun_trial(exp.status)
         out = []
         for key in keys:
             run = runs.get(key)

@@ -264,7 +264,8 @@ def test_a_lost_driver_leaves_no_run_running_and_no_running_count(client, cluste
     after = client.get(exp["status_url"]).json()
     assert after["status"] == "failed"
     assert cluster.mlflow[keys[1]] == "failed"     # the orphaned MLflow run was closed
-    assert after["counts"]["running"] == 0 and after["counts"]["failed"] == 1
+    # the closed run and the trial it never started: failed, nothing running or pending
+    assert after["counts"]["running"] == after["counts"]["pending"] == 0 and after["counts"]["failed"] == 2
 
 
 def test_a_failed_experiment_counts_nothing_running(client, cluster):
@@ -272,6 +273,23 @@ def test_a_failed_experiment_counts_nothing_running(client, cluster):
     FakeRunner(cluster).advance(f"embinit-exp-{exp['id']}", "failed", error="boom", running=1, finished=1)
     counts = client.get(exp["status_url"]).json()["counts"]
     assert counts["running"] == 0 and counts["failed"] == 1 and counts["finished"] == 1
+
+
+def test_a_failed_experiment_counts_what_it_never_started_as_failed(client, cluster):
+    """A failed experiment will start nothing more: `pending` would promise that it runs (docs/deployment.md:
+    its unfinished trials count as failed, as a cancelled one's count as cancelled), and its trial rows
+    without a run read failed too."""
+    exp = client.post("/experiments", json={**SPEC, "seeds": 4}).json()
+    FakeRunner(cluster).advance(f"embinit-exp-{exp['id']}", "failed", error="boom", pending=2, running=1, finished=1)
+    cluster.mlflow[cluster.specs[f"embinit-exp-{exp['id']}"]["keys"][0]] = "finished"
+    after = client.get(exp["status_url"]).json()
+    assert after["counts"] == {"pending": 0, "running": 0, "finished": 1, "failed": 3}
+    rows = client.get(f"{exp['status_url']}/trials").json()["items"]
+    assert [t["status"] for t in rows] == ["finished", "failed", "failed", "failed"]
+    # a sweep's final counts leave out what has no finished run and did not fail: failed all the same
+    exp = client.post("/experiments", json={**SPEC, "seeds": 3}).json()
+    FakeRunner(cluster).advance(f"embinit-exp-{exp['id']}", "failed", error="boom", finished=1, failed=1)
+    assert client.get(exp["status_url"]).json()["counts"] == {"pending": 0, "running": 0, "finished": 1, "failed": 2}
 
 
 def test_a_cancel_counts_what_it_stopped(client):

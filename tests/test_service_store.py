@@ -13,6 +13,7 @@ from embinit.errors import EmbinitError
 from embinit.spec import load_spec
 from service.db import Experiment, utcnow
 from service.experiment_runs import count_trial_states
+from service.state import settle_counts
 from service.store import ResultStore
 
 pytestmark = pytest.mark.slow  # MLflow's store setup takes a few seconds
@@ -79,6 +80,20 @@ def test_a_cancelled_experiments_unrun_trials_read_never_started(setup):
     assert [t["status"] for t in trials] == ["finished", "failed", "cancelled", "cancelled"]
     assert [t["error"] for t in trials[2:]] == ["never started: the experiment was cancelled"] * 2
     assert trials[0]["error"] is None
+
+
+def test_a_failed_experiments_unrun_trials_read_never_started_and_count_as_failed(setup):
+    # a failed experiment starts nothing more either: its trials without a run are not `pending` (which
+    # promises a run), they read failed, and the experiment's counts (state.settle_counts) say the same
+    uri, spec, exp = setup
+    _write(uri, spec, {0: "finished", 1: "failed"})
+    exp.status = "failed"
+    store = ResultStore(uri)
+    trials = store.trials(exp)
+    assert [t["status"] for t in trials] == ["finished", "failed", "failed", "failed"]
+    assert [t["error"] for t in trials[1:]] == ["ValueError: boom"] + ["never started: the experiment failed"] * 2
+    counts = settle_counts(exp.status, store.counts(exp), exp.n_trials)
+    assert counts["pending"] == counts["running"] == 0 and counts["failed"] == 3   # the finished run: reused here
 
 
 def test_trials_counts_and_report(setup):
