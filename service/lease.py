@@ -55,7 +55,10 @@ class Lease:
         self._stop = threading.Event()
 
     def acquire(self) -> None:
-        """Take the lease or raise `LeaseHeld` naming its holder (after `wait_s`)."""
+        """Take the lease or raise `LeaseHeld` naming its holder (after `wait_s`); held already (`embinit
+        serve` takes it before the app starts, whose startup takes it again), nothing to do."""
+        if self.held:
+            return
         deadline = time.monotonic() + self.wait_s
         while True:
             other = self._take()

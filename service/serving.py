@@ -12,6 +12,9 @@ many connections or requests are open, rather than letting them pile up.
 from __future__ import annotations
 
 import asyncio
+import errno
+import os
+import socket
 from typing import Any
 
 import h11
@@ -69,3 +72,39 @@ def uvicorn_options(settings: Settings) -> dict[str, Any]:
     """Keyword arguments for `uvicorn.run` / `uvicorn.Config` from the service's settings."""
     return {"http": protocol(settings.header_timeout_s), "timeout_keep_alive": settings.keep_alive_s,
             "limit_concurrency": settings.max_connections}
+
+
+def port_taken(host: str, port: int) -> str | None:
+    """Why `embinit serve` cannot listen on `host:port` because something already does, naming what (the
+    process, when this user may see it), said before the API starts anything; None when the port is free
+    (any other failure to listen is left to uvicorn, which says it). A moment later another process may
+    take it: uvicorn's own error is then the answer."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)   # as uvicorn binds: TIME_WAIT is no user
+        try:
+            sock.bind((host, port))
+        except OSError as e:
+            if e.errno != errno.EADDRINUSE:
+                return None
+            by = _listener(port)
+            return f"port {port} on {host} is already in use{f' by {by}' if by else ''}; stop it or choose " \
+                   f"another --port"
+    return None
+
+
+def _listener(port: int) -> str | None:
+    """`pid N (command line)` of the process listening on `port`, if this user may see it."""
+    import psutil
+
+    try:
+        pids = {c.pid for c in psutil.net_connections(kind="tcp")
+                if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid}
+        if not pids:
+            return None
+        proc = psutil.Process(min(pids))
+        argv = proc.cmdline() or [proc.name()]
+    except (psutil.Error, OSError):
+        return None
+    command = " ".join(" ".join([os.path.basename(argv[0]), *argv[1:]]).split())   # one line
+    return f"pid {proc.pid} ({command[:100]}{'...' if len(command) > 100 else ''})"

@@ -1,14 +1,22 @@
 """`embinit serve`: embedded defaults, what it prints, and where it listens (uvicorn is replaced by a
-recorder, so no server or Ray starts here; the real stack runs in tests/test_service_cluster.py)."""
+recorder, so no server or Ray starts here; the real stack runs in tests/test_service_cluster.py), and a
+second one in the same folder or on a taken port, refused in one line."""
 
 from __future__ import annotations
 
 import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import uvicorn
 
 from embinit.cli import main
+from embinit.holders import holder_id
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
@@ -65,3 +73,43 @@ def test_serve_limits_connections_and_keeps_ray_auth_for_clusters(served, monkey
     assert "RAY_AUTH_MODE" not in os.environ   # a cluster's token auth is left as it is
     assert main(["serve"]) == 0                               # the local Ray (loopback only): off
     assert os.environ["RAY_AUTH_MODE"] == "disabled"
+
+
+def test_a_second_serve_in_the_same_folder_is_refused_in_one_line(tmp_path):
+    """Its state database is owned (here by this process, alive, as a running `embinit serve` owns it): the
+    app's startup refused it, and uvicorn printed the refusal's traceback and exited 3. Now: one line
+    naming the database and its owner, exit 2, and nothing started (no banner, no MLflow store)."""
+    from service.db import make_sessionmaker, utcnow
+    from service.lease import ROW, LeaseRow
+
+    with make_sessionmaker(f"sqlite:///{tmp_path}/embinit-state.db")() as s:
+        s.add(LeaseRow(name=ROW, holder=holder_id(), version=0, heartbeat_at=utcnow(), acquired_at=utcnow()))
+        s.commit()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EMBINIT_")}
+    env.update(PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", RAY_USAGE_STATS_ENABLED="0")
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    out = subprocess.run([sys.executable, "-m", "embinit", "serve", "--port", str(port)], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, out.stderr[-3000:]
+    assert out.stderr.startswith(f"embinit: error: the state database sqlite:///{tmp_path}/embinit-state.db is "
+                                 f"owned by another embinit API ({holder_id()}, last heartbeat"), out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
+    assert out.stdout == "" and not (tmp_path / "mlflow.db").exists()
+
+
+def test_a_taken_port_is_refused_in_one_line_naming_who_listens(served, capsys):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["serve", "--port", str(port)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"embinit: error: port {port} on 127.0.0.1 is already in use by pid {os.getpid()} (")
+    assert err.rstrip().endswith("stop it or choose another --port") and len(err.strip().splitlines()) == 1
+    assert not served and "embinit API on" not in capsys.readouterr().out    # nothing started
+    from service.db import make_sessionmaker
+    from service.lease import LeaseRow
+    with make_sessionmaker("sqlite:///embinit-state.db")() as s:   # the lease it took first was given back
+        assert s.query(LeaseRow).count() == 0

@@ -28,7 +28,7 @@ def run(args) -> int:
     from embinit.errors import EmbinitError
     from embinit.tracking.mlflow_store import telemetry_off
     from service.main import create_app
-    from service.serving import uvicorn_options
+    from service.serving import port_taken, uvicorn_options
     from service.settings import Settings
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -48,6 +48,22 @@ def run(args) -> int:
     if settings.mlflow_ui_url is None and not settings.tracking_uri.startswith(("http://", "https://")):
         settings.mlflow_ui_url = "http://127.0.0.1:5000"  # where the printed `mlflow ui` command serves
     app = create_app(settings)
+    # A second API on this state database (another `embinit serve` in this folder), or the port taken, is
+    # refused here in one line (`embinit: error: ...`, exit 2), before anything starts: refused in the app's
+    # startup, uvicorn printed its traceback. The startup finds the lease held (service.main).
+    app.state.lease.acquire()
+    try:
+        taken = port_taken(args.host, args.port)
+        if taken:
+            raise EmbinitError(taken)
+        _banner(args, settings)
+        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, **uvicorn_options(settings))
+    finally:
+        app.state.lease.release()
+    return 0
+
+
+def _banner(args, settings) -> None:
     base = f"http://{args.host}:{args.port}"
     print(f"embinit API on {base}  (docs: {base}/docs)", flush=True)
     # passwords masked: the banner lands in terminals and logs (the UI command reads it from the service's
@@ -56,5 +72,3 @@ def run(args) -> int:
           flush=True)
     print(f"Ray: {settings.ray_address or 'local (started with the API, stopped with it)'}", flush=True)
     print(f"MLflow UI: {ui_command(settings.tracking_uri)}", flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, **uvicorn_options(settings))
-    return 0
