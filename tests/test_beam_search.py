@@ -1,6 +1,8 @@
 """Beam search against exhaustive search: on toy models whose next-token distribution is a lookup (every
 hypothesis up to the cap enumerated) and on a tiny encoder-decoder; a case where ranking finished
-hypotheses by raw score among the live ones pruned the best one; batching (padding, per-row caps)."""
+hypotheses by raw score among the live ones pruned the best one; batching (padding, per-row caps); the
+vectorised search against the row-by-row one it replaced (tests/helpers/beam_reference.py), hypothesis
+for hypothesis, ties included."""
 
 from __future__ import annotations
 
@@ -196,3 +198,49 @@ def test_only_beam_search_trials_have_new_keys():
         "finished_aside"
     for cfg in (TrialConfig(task="multi30k", init="xavier", seed=0), TrialConfig(task="sst2", init="xavier", seed=0)):
         assert "beam_search" not in cfg.key_fields()
+
+
+def rounded_lookup(seed: int, vocab: int, eos_bias: float):
+    """Logits on a coarse grid (many exact ties between hypotheses' scores), eos favoured by `eos_bias`."""
+    def logits(src, prefix):
+        g = torch.Generator().manual_seed(hash((seed, src, prefix)) % 2 ** 31)
+        out = torch.randint(-3, 3, (vocab,), generator=g).float()
+        out[EOS_ID] += eos_bias
+        return out
+    return logits
+
+
+def random_batch(gen: torch.Generator, rows: int, words: range) -> torch.Tensor:
+    """A padded source batch of `rows` sentences of 1..6 words from `words`, each ended by eos."""
+    lengths = torch.randint(1, 7, (rows,), generator=gen).tolist()
+    return decoding.pad([torch.randint(words.start, words.stop, (n,), generator=gen).tolist() + [EOS_ID]
+                         for n in lengths])
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_vectorised_search_returns_the_row_by_row_reference_hypotheses_on_lookup_models(seed, monkeypatch):
+    """Padded batches, beams 1..5, caps from 1 to 9 tokens per row, eos likely or unlikely, and ties
+    everywhere (logits on an integer grid): the same hypothesis as the search it replaced, row for row."""
+    from helpers.beam_reference import beam_search as reference
+    gen = torch.Generator().manual_seed(seed)
+    extra = int(torch.randint(0, 4, (), generator=gen))
+    monkeypatch.setattr(decoding, "max_decode_len", lambda n, limit: min(limit - 1, max(1, n - 3 + extra)))
+    vocab = int(torch.randint(5, 9, (), generator=gen))
+    make = rounded_lookup if seed % 2 else random_lookup
+    logits = make(seed, vocab, eos_bias=float(seed % 3)) if make is rounded_lookup else make(seed, vocab)
+    m = LookupModel(logits, vocab, max_positions=int(torch.randint(3, 12, (), generator=gen)))
+    src = random_batch(gen, rows=int(torch.randint(1, 9, (), generator=gen)), words=range(4, 9))
+    for beam in range(1, 6):
+        assert beam_search(m, src, beam) == reference(m, src, beam), beam
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_vectorised_search_returns_the_row_by_row_reference_hypotheses_on_tiny_encoder_decoders(seed):
+    """The real model (cached decoder state reordered each step), its own caps (1.5 x source + 10), rows of
+    a padded batch finishing at different steps."""
+    from helpers.beam_reference import beam_search as reference
+    m = tiny_model(seed)
+    src = random_batch(torch.Generator().manual_seed(100 + seed), rows=7, words=range(4, 20))
+    with torch.no_grad():
+        for beam in range(1, 6):
+            assert beam_search(m, src, beam) == reference(m, src, beam), beam

@@ -105,71 +105,73 @@ def beam_search(model, src: torch.Tensor, beam: int, alpha: float = 0.6) -> list
     by short finished ones whose raw log-probability is higher. A row stops when no live hypothesis can
     beat its best finished one (a live score only falls, and its penalty is at most that of the longest
     length left) or at its own cap (`row_caps`), where the live hypotheses are finished without eos.
-    Returns each row's best finished hypothesis (no bos/eos)."""
+    Returns each row's best finished hypothesis (no bos/eos); of equal scores, the first set aside.
+
+    Every row's bookkeeping is a tensor (rows x beam slots), so a step is the same few operations for any
+    batch: a finished row's slots stay empty (score -inf, token pad, parent slot 0) until all rows are."""
     b, dev = src.shape[0], src.device
-    caps = row_caps(src, model.cfg.max_positions).tolist()
+    caps = row_caps(src, model.cfg.max_positions)
+    steps = int(caps.max())
+    # the penalty of every length a search can reach, each as `length_penalty` computes it (float64)
+    penalties = torch.tensor([length_penalty(n, alpha) for n in range(steps + 2)], dtype=torch.float64, device=dev)
     memory, mask = model.encode(src)
     state = model.start_state(memory, mask)
     model.reorder_state(state, torch.arange(b, device=dev).repeat_interleave(beam))
-    scores = torch.full((b * beam,), float("-inf"), device=dev)
-    scores[::beam] = 0.0                                   # one live hypothesis (bos) per row at the start
-    prefixes = [[[] for _ in range(beam)] for _ in range(b)]
-    finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(b)]
-    done = [False] * b
+    scores = torch.full((b, beam), float("-inf"), device=dev)
+    scores[:, 0] = 0.0                                     # one live hypothesis (bos) per row at the start
+    live = torch.full((b, beam, steps), PAD_ID, dtype=torch.long, device=dev)   # the live hypotheses' tokens
+    best = {"score": torch.full((b,), float("-inf"), dtype=torch.float64, device=dev),
+            "tokens": torch.full((b, steps), PAD_ID, dtype=torch.long, device=dev)}
+    done = torch.zeros(b, dtype=torch.bool, device=dev)
     last = torch.full((b * beam, 1), BOS_ID, dtype=torch.long, device=dev)
-    for step in range(max(caps)):
+    first_slot = torch.arange(b, device=dev)[:, None] * beam
+    check = 1 if dev.type == "cpu" else EOS_CHECK_EVERY
+    for step in range(steps):
         logp = torch.log_softmax(_no_specials(model.decode_step(last, state).float()), dim=-1)
         v = logp.shape[-1]
-        total = (scores[:, None] + logp).view(b, beam * v)
-        top_s, top_i = (t.tolist() for t in total.topk(min(2 * beam, beam * v), dim=-1))
-        rows, toks, new_scores = [], [], []
-        for r in range(b):
-            live = [] if done[r] else _step_row(r, top_s[r], top_i[r], v, beam, prefixes, finished[r], alpha)
-            if not done[r]:
-                done[r] = _row_done(live, finished[r], step, caps[r], alpha)
-            live = [] if done[r] else live
-            live += [(float("-inf"), 0, PAD_ID, [])] * (beam - len(live))   # empty slots: never extended
-            rows += [r * beam + parent for _, parent, _, _ in live]
-            toks += [tok for _, _, tok, _ in live]
-            new_scores += [s for s, _, _, _ in live]
-            prefixes[r] = [seq for _, _, _, seq in live]
-        if all(done):
+        total = (scores.view(-1, 1) + logp).view(b, beam * v)
+        top_s, top_i = total.topk(min(2 * beam, beam * v), dim=-1)
+        parent, tok = top_i // v, top_i % v
+        ok = (top_s > float("-inf")) & ~done[:, None]
+        ended = (ok & (tok == EOS_ID))[:, :beam]
+        _set_aside(best, top_s[:, :beam], ended, _rows(live, parent[:, :beam]), penalties[step + 1])
+        scores, parent, tok, held = _first_live(top_s, parent, tok, ok & (tok != EOS_ID), beam)
+        live = _rows(live, parent)
+        live[:, :, step] = tok
+        at_cap = (caps <= step + 1) & ~done
+        _set_aside(best, scores, held & at_cap[:, None], live, penalties[step + 1])
+        # a live hypothesis ends with length in [step + 2, cap] and a score <= its current one (<= 0)
+        bound = scores[:, 0].double() / torch.maximum(penalties[step + 2], penalties[caps])
+        done |= at_cap | (best["score"] >= bound)          # no live one: bound -inf
+        if (step + 1) % check == 0 and bool(done.all()):
             break
-        model.reorder_state(state, torch.tensor(rows, device=dev))
-        last = torch.tensor(toks, device=dev)[:, None]
-        scores = torch.tensor(new_scores, device=dev)
-    return [max(f, key=lambda h: h[0])[1] if f else [] for f in finished]   # max keeps the first of ties
+        held &= ~done[:, None]
+        scores = scores.masked_fill(~held, float("-inf"))
+        model.reorder_state(state, (first_slot + parent.masked_fill(~held, 0)).view(-1))
+        last = tok.masked_fill(~held, PAD_ID).view(-1, 1)
+    return [_strip(row) for row in best["tokens"].tolist()]
 
 
-def _step_row(r: int, top_s: list, top_i: list, v: int, beam: int, prefixes, finished: list, alpha: float):
-    """Row r's candidates (best first): eos among the `beam` best goes to `finished`; returns the live
-    (score, parent, token, tokens) hypotheses, at most `beam`."""
-    live = []
-    for rank, (s, i) in enumerate(zip(top_s, top_i)):
-        if s == float("-inf"):
-            break
-        parent, tok = divmod(i, v)
-        seq = prefixes[r][parent] + [tok]
-        if tok == EOS_ID:
-            if rank < beam:
-                finished.append((s / length_penalty(len(seq), alpha), seq[:-1]))
-        else:
-            live.append((s, parent, tok, seq))
-            if len(live) == beam:
-                break
-    return live
+def _rows(live: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+    """The tokens [B, K, T] of each row's live hypotheses `slots` [B, K]."""
+    return live.gather(1, slots[..., None].expand(-1, -1, live.shape[2]))
 
 
-def _row_done(live: list, finished: list, step: int, cap: int, alpha: float) -> bool:
-    """Whether a row's search is over after `step`: at its cap its live hypotheses are finished as they are
-    (no eos); before, when no live one can end better than its best finished one."""
-    if step + 1 >= cap:
-        finished.extend((s / length_penalty(len(seq), alpha), seq) for s, _, _, seq in live)
-        return True
-    if not live:
-        return True
-    if not finished:
-        return False
-    # a live hypothesis ends with length in [step + 2, cap] and a score <= its current one (<= 0)
-    bound = live[0][0] / max(length_penalty(step + 2, alpha), length_penalty(cap, alpha))
-    return max(f[0] for f in finished) >= bound
+def _first_live(top_s, parent, tok, ok, beam: int):
+    """The first `beam` candidates (best first) where `ok`: their scores, parent slots and tokens, and
+    which slots hold one; an empty slot has score -inf, parent 0 and token pad."""
+    pick = torch.argsort((~ok).to(torch.uint8), dim=1, stable=True)[:, :beam]
+    held = ok.gather(1, pick)
+    return (top_s.gather(1, pick).masked_fill(~held, float("-inf")), parent.gather(1, pick).masked_fill(~held, 0),
+            tok.gather(1, pick).masked_fill(~held, PAD_ID), held)
+
+
+def _set_aside(best: dict, scores: torch.Tensor, ok: torch.Tensor, hyps: torch.Tensor, penalty) -> None:
+    """Finish the hypotheses `hyps` [B, K, T] where `ok`, scored `scores` / `penalty`: a row's best so far
+    gives way only to a strictly better one, so of equal scores the first finished (earlier step, then
+    better rank) stays."""
+    norm = torch.where(ok, scores.double() / penalty, float("-inf"))
+    top, idx = norm.max(dim=1)                             # max returns the first of equal maxima
+    better = top > best["score"]
+    best["score"] = torch.where(better, top, best["score"])
+    best["tokens"] = torch.where(better[:, None], _rows(hyps, idx[:, None])[:, 0], best["tokens"])
