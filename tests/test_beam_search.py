@@ -34,7 +34,7 @@ class LookupModel:
     def start_state(self, memory, mask):
         return {"rows": [(tuple(r), ()) for r in memory.tolist()]}
 
-    def reorder_state(self, state, index):
+    def reorder_state(self, state, index, memory=True):
         state["rows"] = [state["rows"][i] for i in index.tolist()]
 
     def decode_step(self, tokens, state):

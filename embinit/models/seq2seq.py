@@ -67,9 +67,12 @@ class EncoderDecoder(nn.Module):
         state["pos"] += 1
         return self.output(self.dec_norm(x))[:, -1]
 
-    def reorder_state(self, state: dict, index: torch.Tensor) -> None:
-        """Keep rows `index` of every cached tensor (beam search, dropping finished rows)."""
-        state["memory_kv"] = [(k[index], v[index]) for k, v in state["memory_kv"]]
+    def reorder_state(self, state: dict, index: torch.Tensor, memory: bool = True) -> None:
+        """Keep rows `index` of every cached tensor (beam search, dropping finished rows). memory=False
+        leaves the encoder memory's keys/values and mask as they are, for an `index` that sends every row
+        to one of the same source (beam search reordering a sentence's hypotheses: their copies are equal)."""
+        if memory:
+            state["memory_kv"] = [(k[index], v[index]) for k, v in state["memory_kv"]]
+            if state["memory_mask"] is not None:
+                state["memory_mask"] = state["memory_mask"][index]
         state["caches"] = [{n: t[index] for n, t in c.items()} for c in state["caches"]]
-        if state["memory_mask"] is not None:
-            state["memory_mask"] = state["memory_mask"][index]

@@ -147,7 +147,8 @@ def beam_search(model, src: torch.Tensor, beam: int, alpha: float = 0.6) -> list
             break
         held &= ~done[:, None]
         scores = scores.masked_fill(~held, float("-inf"))
-        model.reorder_state(state, (first_slot + parent.masked_fill(~held, 0)).view(-1))
+        # every slot's parent is a slot of its own row: the memory's copies need no reordering
+        model.reorder_state(state, (first_slot + parent.masked_fill(~held, 0)).view(-1), memory=False)
         last = tok.masked_fill(~held, PAD_ID).view(-1, 1)
     return [_strip(row) for row in best["tokens"].tolist()]
 
