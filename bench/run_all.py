@@ -41,6 +41,7 @@ BENCHES = {
     "bench_trainer": lambda: None,
     "bench_similarity": lambda: None,
     "bench_knn_exact": lambda: None,
+    "bench_beam_search": lambda: None,     # vectorised vs row-by-row beam search, 64 sentences, beams 4, 5 (CPU)
     "bench_sweep": lambda: None,
     "bench_fused": lambda: None,
     "bench_fused_ops": lambda: None,       # kernels per fused step as G grows (deterministic, seconds)
