@@ -5,12 +5,13 @@ The reference is tests/helpers/beam_reference.py (`embinit/train/decoding.py`'s 
 Multi30k-length sources (8 to 20 words) with the same small untrained encoder-decoder, at each beam,
 interleaved (old, new, old, new, ...) in this process; the best time of each is compared, and the ratio is
 the figure (the machine is shared: absolute seconds are not comparable across runs). The output layer's
-eos bias (`--eos-bias`) makes rows end at different lengths, as a trained model's do; the run records how
-long the hypotheses are, how many rows ran to their cap, and whether both searches returned the same
-hypotheses (they must). Runs are appended to bench/results/beam_search.json.
+weights times `--sharpness` make the next-token distributions peaked and its eos bias (`--eos-bias`) makes
+rows end at different lengths, as a trained model's do; the run records how long the hypotheses are, how
+many rows ran to their cap, and whether both searches returned the same hypotheses (they must).
+Runs are appended to bench/results/beam_search.json.
 
     python bench/bench_beam_search.py [--sentences 64] [--beams 4 5] [--d 256] [--vocab 6000] [--reps 3]
-                                      [--threads 2] [--device cpu]
+                                      [--threads 2] [--device cpu] [--sharpness 4] [--eos-bias 4]
 """
 
 from __future__ import annotations
@@ -59,14 +60,10 @@ def timed(search, model, src, beam):
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sentences", type=int, default=64)
     ap.add_argument("--beams", type=int, nargs="+", default=[4, 5])
-    ap.add_argument("--d", type=int, default=256)
-    ap.add_argument("--vocab", type=int, default=6000)
-    ap.add_argument("--sharpness", type=float, default=4.0)
-    ap.add_argument("--eos-bias", type=float, default=4.0)
-    ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=2)
+    for name, default in (("sentences", 64), ("d", 256), ("vocab", 6000), ("sharpness", 4.0), ("eos-bias", 4.0),
+                          ("reps", 3), ("threads", 2)):
+        ap.add_argument(f"--{name}", type=type(default), default=default)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "beam_search.json"))
     args = ap.parse_args(argv)

@@ -48,6 +48,8 @@ BOUNDS: dict[str, Bound] = {
     "batch_size": Bound(1, None, "max_batch_size", 65536, why="memory per trial"),
     "max_tokens": Bound(1, None, "max_batch_tokens", 10_000_000, why="memory per trial"),
     "beam_size": Bound(1, None, "max_beam_size", 64, why="decoding memory grows with the beam"),
+    "length_penalty": Bound(0, 10, why="GNMT's alpha (0: log-probability alone, 0.6 to 1 in use); beyond, the "
+                            "longest hypothesis wins whatever its probability"),
     "heads": Bound(1, None, why="attention heads split d_model"),
     "dropout": Bound(0, 1, why="a probability; 1 would drop everything", open="high"),
     "min_freq": Bound(1, None, why="a count of occurrences in the training data"),

@@ -118,6 +118,8 @@ class TrialConfig:
     data_revision: str | None = None    # the commit, tag or branch of the task's hub dataset read (a task
                                         # without data_dir); None: the hub's (or the hub cache's) main
     beam_size: int = 1                  # 1 = greedy decoding
+    length_penalty: float = 0.6         # beam search: GNMT's alpha, hypotheses ranked by log-probability over
+                                        # ((5 + length) / 6) ** alpha (embinit.train.decoding.length_penalty)
     precision: str = "fp32"             # PRECISIONS: fp32 | bf16 (autocast) | auto (bf16 where the CPU has bf16 units)
     threads: int | None = None          # torch intra-op threads; not part of the trial key
     device: str = "auto"                # not part of the trial key
@@ -130,7 +132,7 @@ class TrialConfig:
 
     NOT_IN_KEY = ("threads", "device")
     KEY_IF_SET = ("data_seed", "init_from", "tie_embeddings", "emb_seed",   # in the key only when not the default
-                  "cuda_graphs", "task_def", "data_revision")
+                  "cuda_graphs", "task_def", "data_revision", "length_penalty")
 
     # in the key unless at the value every earlier key computed with (so those keys stay reachable)
     KEY_OMIT_AT = {"pe_positions": 512}

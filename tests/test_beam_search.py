@@ -28,6 +28,9 @@ class LookupModel:
         self.logits, self.vocab = logits, vocab
         self.cfg = SimpleNamespace(max_positions=max_positions)
 
+    def eval(self):
+        return self
+
     def encode(self, src):
         return src, None
 
@@ -244,3 +247,27 @@ def test_vectorised_search_returns_the_row_by_row_reference_hypotheses_on_tiny_e
     with torch.no_grad():
         for beam in range(1, 6):
             assert beam_search(m, src, beam) == reference(m, src, beam), beam
+
+
+def test_the_length_penalty_is_the_trials_and_zero_ranks_by_log_probability_alone():
+    """alpha = 0: `eos` (-1.0) beats `a eos` (-1.15) and `b c c c c eos` (-1.30); the default 0.6 prefers
+    the long one."""
+    m = LookupModel(crafted_logits, 7, max_positions=8)
+    assert translate(m, [[4]], beam_size=2, alpha=0.0) == [[]]
+    assert translate(m, [[4]], beam_size=2) == translate(m, [[4]], beam_size=2, alpha=0.6) == [[5, 6, 6, 6, 6]]
+
+
+# computed on commit 5dafea0, before `length_penalty` existed: those trials' keys must still be reached
+KEYS_BEFORE = {(1, 4, None): "4a32d7cd06ecaf97", (0, 5, 64): "e6f1ae8cdb0bc855", (2, 1, None): "545e2a4fdbf2e1ca"}
+
+
+def test_trial_keys_at_the_default_length_penalty_are_unchanged_and_others_get_their_own():
+    from embinit.config import TrialConfig
+    for (seed, beam, batch), key in KEYS_BEFORE.items():
+        cfg = TrialConfig(task="multi30k", init="xavier", seed=seed, beam_size=beam, batch_size=batch)
+        assert cfg.key() == key
+        d = cfg.to_dict()
+        d.pop("length_penalty")                         # a config recorded before the field
+        assert TrialConfig.from_dict(d).key() == key
+    other = TrialConfig(task="multi30k", init="xavier", seed=1, beam_size=4, length_penalty=1.0)
+    assert other.key() != KEYS_BEFORE[(1, 4, None)] and other.key_fields()["length_penalty"] == 1.0

@@ -45,6 +45,8 @@ def test_every_numeric_hyperparameter_has_one_declared_bound_and_the_spec_applie
     ("pe_base", 0.0, "pe_base must be > 0, got 0"),
     ("heads", 0, "heads must be >= 1, got 0"),
     ("threads", 0, "threads must be >= 1, got 0"),
+    ("length_penalty", -0.5, "length_penalty must be >= 0, got -0.5"),
+    ("length_penalty", 11.0, "length_penalty must be <= 10"),
 ])
 def test_the_spec_and_the_trainer_refuse_the_same_values(name, value, msg):
     from embinit.train.prepare import check_config

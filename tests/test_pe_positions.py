@@ -87,5 +87,6 @@ def _key_without(cfg: TrialConfig, *names: str) -> str:
 def test_the_default_changes_trial_keys_and_512_reaches_the_old_ones():
     cfg = TrialConfig(task="multi30k", seed=1)
     legacy = dataclasses.replace(cfg, pe_positions=512)
-    assert legacy.key() == _key_without(cfg, "pe_positions", "emb_seed", "cuda_graphs", "task_def", "data_revision")
+    assert legacy.key() == _key_without(cfg, "pe_positions", "emb_seed", "cuda_graphs", "task_def", "data_revision",
+                                        "length_penalty")
     assert cfg.key() != legacy.key()

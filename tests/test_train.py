@@ -295,9 +295,13 @@ def test_sentence_pair_task_tracks_matched_and_mismatched_separately(tmp_path):
     assert r.best_epoch == r.best["val/acc_matched_epoch"]
 
 
-def test_beam_search_decodes_the_test_set(cache):
-    r = run_trial(small(epochs=1, beam_size=3), cache_dir=cache)
+def test_beam_search_decodes_the_test_set_with_the_trials_length_penalty(cache, monkeypatch):
+    from embinit.train import decoding
+    alphas, search = [], decoding.beam_search
+    monkeypatch.setattr(decoding, "beam_search", lambda *a: alphas.append(a[3]) or search(*a))
+    r = run_trial(small(epochs=1, beam_size=3, length_penalty=1.0), cache_dir=cache)
     assert r.status == "finished" and 0.0 <= r.test["test/bleu"] <= 100.0
+    assert alphas and set(alphas) == {1.0}
 
 
 def test_classification_validation_loss_and_accuracy_are_per_example():

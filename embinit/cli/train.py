@@ -99,7 +99,7 @@ def register(subparsers) -> None:
                       ("d-model", int), ("layers", int), ("heads", int), ("ff-dim", int),
                       ("dropout", float), ("min-freq", int), ("max-len", int),
                       ("max-train-examples", int), ("threads", int), ("beam-size", int),
-                      ("early-stopping-patience", int)):
+                      ("length-penalty", float), ("early-stopping-patience", int)):
         p.add_argument(f"--{name}", type=typ)
     p.add_argument("--pe-base", type=float, help="default: 10000")
     p.add_argument("--pe-positions", type=int,
@@ -138,8 +138,8 @@ def register(subparsers) -> None:
 _FIELD_FLAGS = ("task", "init", "src_init", "pretrained", "src_pretrained", "init_from", "oov", "tokenizer",
                 "seed", "emb_seed", "data_seed", "epochs", "batch_size", "max_tokens", "lr", "d_model", "layers",
                 "heads", "ff_dim", "dropout", "min_freq", "max_len", "max_train_examples", "threads", "beam_size",
-                "early_stopping_patience", "pe_base", "pe_positions", "data_dir", "data_revision", "precision",
-                "device", "task_def")
+                "length_penalty", "early_stopping_patience", "pe_base", "pe_positions", "data_dir", "data_revision",
+                "precision", "device", "task_def")
 _SWITCHES = {"pre_ln": ("pre_ln", True), "no_pos_encoding": ("pos_encoding", False),
              "freeze_embeddings": ("train_embeddings", False),
              "freeze_non_embeddings": ("freeze_non_embeddings", True), "tie_embeddings": ("tie_embeddings", True),

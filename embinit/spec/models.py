@@ -53,6 +53,7 @@ class Hyperparams(_Strict):
     early_stopping_patience: int | None = Field(None, **field_limits("early_stopping_patience"))
     max_train_examples: int | None = Field(None, **field_limits("max_train_examples"))
     beam_size: int | None = Field(None, **field_limits("beam_size"))
+    length_penalty: float | None = Field(None, **field_limits("length_penalty"))   # beam search's alpha
     precision: Literal[PRECISIONS] | None = None
     oov: str | None = None
     tokenizer: PathStr | None = None   # spacy | gpt2 | whitespace | a HF model folder or hub id

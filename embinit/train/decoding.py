@@ -35,8 +35,9 @@ def row_caps(src: torch.Tensor, limit: int) -> torch.Tensor:
 
 @torch.no_grad()
 def translate(model, sources: Sequence[Sequence[int]], beam_size: int = 1, batch_size: int = 128,
-              cached: bool = True, device="cpu", autocast=None) -> list[list[int]]:
-    """Token ids (no bos/eos) for each source (given without eos), in input order."""
+              cached: bool = True, device="cpu", autocast=None, alpha: float = 0.6) -> list[list[int]]:
+    """Token ids (no bos/eos) for each source (given without eos), in input order; `alpha`: beam search's
+    length penalty (`length_penalty`)."""
     model.eval()
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
     out: list[list[int]] = [[] for _ in sources]
@@ -45,7 +46,7 @@ def translate(model, sources: Sequence[Sequence[int]], beam_size: int = 1, batch
         src = pad([list(sources[i]) + [EOS_ID] for i in idx]).to(device)
         with autocast or nullcontext():
             if beam_size > 1:
-                hyps = beam_search(model, src, beam_size)
+                hyps = beam_search(model, src, beam_size, alpha)
             else:
                 hyps = greedy(model, src, cached=cached)
         for i, h in zip(idx, hyps):

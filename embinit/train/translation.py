@@ -109,8 +109,8 @@ class TranslationTask:
 
     def bleu(self, model, split: str) -> tuple[float, str]:
         sources = [s for s, _ in self.data.splits[split]]
-        hyp_ids = translate(model, sources, beam_size=self.cfg.beam_size, device=self.device,
-                            autocast=self.autocast())
+        hyp_ids = translate(model, sources, beam_size=self.cfg.beam_size, alpha=self.cfg.length_penalty,
+                            device=self.device, autocast=self.autocast())
         hyps = detokenize_all([self.data.vocab.decode(h) for h in hyp_ids], self.data.detokenize,
                               drop_unk=self.drop_unk)
         refs = self.data.references[split]
