@@ -229,7 +229,9 @@ class TrialConfig:
             d["bleu_tokenize"] = tokenize   # scored with 13a before (embinit.bleu_rules): those runs not reused
         if self._absorption_on_own_pe():
             d["absorption_pe"] = "trial"   # targeted the default PE table before: those runs not reused
-        if d.get("beam_size", 1) > 1:
+        if d.get("beam_size", 1) <= 1:
+            d.pop("length_penalty", None)  # ranks beam hypotheses only: greedy output is the same whatever it is
+        else:
             # decoded by a search that let finished hypotheses take live beam slots before (it pruned long
             # ones, embinit.train.decoding.beam_search): those runs' BLEU is not reused; greedy keys unchanged
             d["beam_search"] = "finished_aside"

@@ -271,3 +271,12 @@ def test_trial_keys_at_the_default_length_penalty_are_unchanged_and_others_get_t
         assert TrialConfig.from_dict(d).key() == key
     other = TrialConfig(task="multi30k", init="xavier", seed=1, beam_size=4, length_penalty=1.0)
     assert other.key() != KEYS_BEFORE[(1, 4, None)] and other.key_fields()["length_penalty"] == 1.0
+
+
+def test_a_greedy_trials_key_ignores_the_length_penalty_it_cannot_use():
+    """Greedy decoding ranks no hypotheses: a greedy trial that sets `length_penalty` computes what the
+    default does, and is the same trial (reused, not trained again)."""
+    from embinit.config import TrialConfig
+    greedy_other = TrialConfig(task="multi30k", init="xavier", seed=2, beam_size=1, length_penalty=1.0)
+    assert greedy_other.key() == KEYS_BEFORE[(2, 1, None)]
+    assert "length_penalty" not in greedy_other.key_fields()
