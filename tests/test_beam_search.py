@@ -280,3 +280,16 @@ def test_a_greedy_trials_key_ignores_the_length_penalty_it_cannot_use():
     greedy_other = TrialConfig(task="multi30k", init="xavier", seed=2, beam_size=1, length_penalty=1.0)
     assert greedy_other.key() == KEYS_BEFORE[(2, 1, None)]
     assert "length_penalty" not in greedy_other.key_fields()
+
+
+def test_a_spec_records_a_length_penalty_only_when_it_sets_one():
+    """A sweep is known by its spec's hash: specs that leave `length_penalty` unset keep the hash they had
+    before the field (tests/test_data_revision.py pins one); one that sets it, in a task or the defaults,
+    is another sweep."""
+    from embinit.spec import load_spec
+    base = {"name": "h", "tasks": [{"task": "multi30k", "beam_size": 4}], "inits": ["xavier"], "seeds": 1}
+    plain = load_spec(base)
+    assert "length_penalty" not in str(plain.canonical())
+    in_task = load_spec({**base, "tasks": [{"task": "multi30k", "beam_size": 4, "length_penalty": 1.0}]})
+    in_defaults = load_spec({**base, "defaults": {"length_penalty": 1.0}})
+    assert len({plain.spec_hash(), in_task.spec_hash(), in_defaults.spec_hash()}) == 3

@@ -153,7 +153,9 @@ def test_the_serve_banner_shows_no_password(tmp_path, monkeypatch, capsys):
 
     import service.main
     monkeypatch.setattr(uvicorn, "run", lambda app, **kw: None)
-    monkeypatch.setattr(service.main, "create_app", lambda settings: None)   # no database is opened
+    from types import SimpleNamespace
+    lease = SimpleNamespace(acquire=lambda: None, release=lambda: None)   # no database is opened
+    monkeypatch.setattr(service.main, "create_app", lambda settings: SimpleNamespace(state=SimpleNamespace(lease=lease)))
     monkeypatch.setenv("EMBINIT_TRACKING_URI", SECRET)
     monkeypatch.setenv("EMBINIT_DATABASE_URL", "postgresql+psycopg://api:s3cret2@db/state")
     monkeypatch.chdir(tmp_path)

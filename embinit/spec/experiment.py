@@ -78,10 +78,13 @@ class ExperimentSpec(SpecFields):
             data["mlflow"].pop("log_outputs")   # likewise for the default: outputs logged
         if data.get("define_tasks") is None:
             data.pop("define_tasks", None)      # likewise without tasks of its own
+        if (data.get("defaults") or {}).get("length_penalty", "set") is None:
+            data["defaults"].pop("length_penalty")   # likewise for beam search's default alpha
         for task in data.get("tasks") or []:
             task.pop("definition", None)        # define_tasks' own, put there by the spec
-            if task.get("data_revision", "set") is None:
-                task.pop("data_revision")       # likewise for a task whose hub dataset is not pinned
+            for later in ("data_revision", "length_penalty"):   # likewise when unset: an unpinned hub
+                if task.get(later, "set") is None:               # dataset, beam search's default alpha
+                    task.pop(later)
         return data
 
     def recorded(self) -> dict[str, Any]:
