@@ -25,11 +25,13 @@ def chosen_records(tracking_uri: str, name: str) -> dict[str, records.TrialRecor
 
 
 def count_trial_states(tracking_uri: str, name: str, keys: list[str], reused: set[str] | frozenset = frozenset(),
-                       sweeps: set[str] | None = None) -> dict[str, int]:
+                       sweeps: set[str] | None = None,
+                       chosen: dict[str, records.TrialRecord] | None = None) -> dict[str, int]:
     """Trials of `keys` in MLflow experiment `name` by state: pending, running, finished (diverged
     included), failed, and reused (not trained by this experiment: the keys in `reused`, and with
-    `sweeps`, the experiment's sweep runs, every key whose result another sweep trained)."""
-    chosen = chosen_records(tracking_uri, name)
+    `sweeps`, the experiment's sweep runs, every key whose result another sweep trained). `chosen`: the
+    experiment's `chosen_records` when the caller has read them (read here otherwise)."""
+    chosen = chosen_records(tracking_uri, name) if chosen is None else chosen
     if sweeps is not None:
         reused = set(reused) | records.trained_elsewhere(chosen, sweeps)
     out = {"pending": 0, "running": 0, "finished": 0, "failed": 0, "reused": 0}
@@ -82,8 +84,9 @@ def trial_counts(exp, uri: str) -> dict[str, int]:
         return count_trial_states(uri, exp.mlflow_experiment, exp.trial_keys, sweeps=sweep_runs(exp, uri))
     # an Optuna search: its trials are the runs its spec's sweeps drew (`exp.trial_keys`, its planned
     # points x seeds, have none), the rest still to draw
-    drawn = [rec.key for rec in drawn_records(exp, chosen_records(uri, exp.mlflow_experiment).values(), uri)]
-    out = count_trial_states(uri, exp.mlflow_experiment, drawn, sweeps=sweep_runs(exp, uri))
+    chosen = chosen_records(uri, exp.mlflow_experiment)
+    drawn = [rec.key for rec in drawn_records(exp, chosen.values(), uri)]
+    out = count_trial_states(uri, exp.mlflow_experiment, drawn, sweeps=sweep_runs(exp, uri), chosen=chosen)
     out["pending"] += max(0, exp.n_trials - len(drawn))
     return out
 

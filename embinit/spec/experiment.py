@@ -24,6 +24,11 @@ from embinit.spec.problems import SpecError
 
 # One whole study: the fields (embinit.spec.fields), checked across fields, with its expansion and identity.
 # (No docstring: it would become the JSON schema's description.)
+# Fields of the defaults and the task entries added after specs were first hashed: a spec that leaves one
+# unset keeps the hash it had before (an unpinned hub dataset, beam search's default length penalty).
+UNSET_LEAVES_HASH = ("data_revision", "length_penalty")
+
+
 class ExperimentSpec(SpecFields):
     @model_validator(mode="after")
     def _cross_checks(self):
@@ -78,13 +83,12 @@ class ExperimentSpec(SpecFields):
             data["mlflow"].pop("log_outputs")   # likewise for the default: outputs logged
         if data.get("define_tasks") is None:
             data.pop("define_tasks", None)      # likewise without tasks of its own
-        if (data.get("defaults") or {}).get("length_penalty", "set") is None:
-            data["defaults"].pop("length_penalty")   # likewise for beam search's default alpha
         for task in data.get("tasks") or []:
             task.pop("definition", None)        # define_tasks' own, put there by the spec
-            for later in ("data_revision", "length_penalty"):   # likewise when unset: an unpinned hub
-                if task.get(later, "set") is None:               # dataset, beam search's default alpha
-                    task.pop(later)
+        for entry in [data.get("defaults") or {}, *(data.get("tasks") or [])]:
+            for name in UNSET_LEAVES_HASH:      # likewise for the fields added later, when unset
+                if entry.get(name, "set") is None:
+                    entry.pop(name)
         return data
 
     def recorded(self) -> dict[str, Any]:
