@@ -189,6 +189,10 @@ class TrialConfig:
             return False   # an invalid init: the trainer refuses it with its own message
         return self.tokenizer_for(spec) not in WORD_LEVEL
 
+    def _table_inits(self) -> list[str]:
+        """The init spec of each table the trial builds: the target's, and the source side's when it has one."""
+        return [self.init] + ([self.src_init or self.init] if "src" in task_kind(self.task).sides else [])
+
     def _absorption_on_own_pe(self) -> bool:
         """Whether a table of this trial targets an absorption ratio (`rescale=absorption:R`) against a PE
         table other than the default (5,000 positions, base 10^4). Such a target was set against the
@@ -198,8 +202,20 @@ class TrialConfig:
         if self.pe_positions == defaults["pe_positions"] and self.pe_base == defaults["pe_base"]:
             return False
         from embinit.init.registry import reads_pe_table   # torch-free
-        inits = [self.init] + ([self.src_init or self.init] if "src" in task_kind(self.task).sides else [])
-        return any(reads_pe_table(init) for init in inits)
+        return any(reads_pe_table(init) for init in self._table_inits())
+
+    def _shuffled_subword_rows(self) -> bool:
+        """Whether a table of this trial is shuffled (`shuffle`) and fills its missing rows by `subword_mean`.
+        Those rows kept their own token's piece mean before, only its columns permuted (a leak of the
+        source's meaning into a shuffled table; embinit.init.transforms.shuffle): these trials compute
+        other tables now and their keys say so (`shuffle_subword`); every other key is unchanged."""
+        if self.oov != "subword_mean":
+            return False
+        from embinit.init.registry import parse_init_spec   # torch-free
+        try:
+            return any("shuffle" in parse_init_spec(init).transforms for init in self._table_inits())
+        except EmbinitError:
+            return False   # an invalid init: the trainer refuses it with its own message
 
     def key(self) -> str:
         """Stable identity of what this trial computes: sha256 of its canonical resolved config and the
@@ -229,6 +245,8 @@ class TrialConfig:
             d["bleu_tokenize"] = tokenize   # scored with 13a before (embinit.bleu_rules): those runs not reused
         if self._absorption_on_own_pe():
             d["absorption_pe"] = "trial"   # targeted the default PE table before: those runs not reused
+        if self._shuffled_subword_rows():
+            d["shuffle_subword"] = "permuted"   # kept their own piece means before: those runs not reused
         if d.get("beam_size", 1) <= 1:
             d.pop("length_penalty", None)  # ranks beam hypotheses only: greedy output is the same whatever it is
         else:

@@ -101,18 +101,57 @@ def test_shuffle_preserves_values_and_permutes_rows_and_columns(source):
     assert torch.equal(again, res.table)
 
 
-def test_shuffle_moves_subword_piece_means_by_the_same_column_permutation(tmp_path):
-    """`subword_mean` rows of a shuffled table are the pieces' mean in the shuffled space: the column
-    permutation read from a found row applies to them too."""
-    folder = tt.write_tiny_bert(tmp_path / "bert", dim=8)
+OOV_WORDS = ["cats", "dogs", "mats", "runs", "plays", "running", "played", "sats", "ons", "thes"]
+
+
+def _shuffled_with_subword_rows(folder, seed):
+    """A shuffled BERT table whose 10 missing words take subword means; the column permutation q (read
+    from the found row of "the") and the true piece means of the missing words, columns permuted by q."""
     pieces, weight = tt.bert_rows(folder)
-    res = build_table("bert+shuffle", Vocab(["the", "cats"]), pretrained=str(folder), oov="subword_mean",
-                      cache_dir=False, seed=0)
-    the = weight[pieces["the"]]
-    q = [int((the == v).nonzero()[0]) for v in res.table[0]]     # the shuffled row = the[q]
+    vocab = Vocab(["the", "cat", "dog", "on", "mat", "run", "play", "sat", "a"] + OOV_WORDS)
+    res = build_table("bert+shuffle", vocab, pretrained=str(folder), oov="subword_mean", cache_dir=False,
+                      seed=seed)
+    row = res.table[0]
+    source_row = next(weight[pieces[w]] for w in vocab.tokens[:9]
+                      if sorted(weight[pieces[w]].tolist()) == sorted(row.tolist()))
+    q = [int((source_row == v).nonzero()[0]) for v in row]   # the shuffled row = source_row[q]
     assert sorted(q) == list(range(8)) and q != list(range(8))
-    cats = weight[[pieces["cat"], pieces["##s"]]].double().mean(0).float()
-    assert torch.allclose(res.table[1], cats[q], atol=1e-7)
+    tok = {"cats": ["cat", "##s"], "dogs": ["dog", "##s"], "mats": ["mat", "##s"], "runs": ["run", "##s"],
+           "plays": ["play", "##s"], "running": ["run", "##ning"], "played": ["play", "##ed"],
+           "sats": ["sat", "##s"], "ons": ["on", "##s"], "thes": ["the", "##s"]}
+    means = torch.stack([weight[[pieces[p] for p in tok[w]]].double().mean(0).float()[q] for w in OOV_WORDS])
+    return res, means
+
+
+def test_shuffle_moves_subword_piece_means_to_other_missing_tokens(tmp_path):
+    """A shuffled table's `subword_mean` rows carry no token's own meaning: the missing words' piece means
+    are permuted among themselves (as the found rows are) and by the same columns. Before, each kept its
+    own mean with only the columns permuted (cosine 1 with its true mean, a leak into a shuffled table)."""
+    folder = tt.write_tiny_bert(tmp_path / "bert", dim=8)
+    for seed in (0, 1, 2):
+        res, means = _shuffled_with_subword_rows(folder, seed)
+        oov = res.table[9:]
+        assert res.oov_rows.tolist() == list(range(9, 19))
+        # the same set of rows (the values of the shuffled space) ...
+        taken = [next(j for j in range(10) if torch.allclose(r, means[j], atol=1e-6)) for r in oov]
+        assert sorted(taken) == list(range(10))
+        # ... but moved: few missing words keep their own mean (a random permutation of 10 fixes ~1)
+        assert sum(t == i for i, t in enumerate(taken)) <= 3, taken
+    again, _ = _shuffled_with_subword_rows(folder, 0)
+    assert torch.equal(again.table, _shuffled_with_subword_rows(folder, 0)[0].table)   # seeded
+
+
+def test_shuffle_leaves_the_other_oov_rules_draws_unchanged(tmp_path):
+    """The piece means' permutation is seeded from the shuffle's own draw, not from the build's generator:
+    a shuffled table with Xavier fill rows is what it was (its trials' keys are unchanged)."""
+    folder = tt.write_tiny_bert(tmp_path / "bert", dim=8)
+    vocab = Vocab(["the", "cat", "dog"] + OOV_WORDS)
+    res = build_table("bert+shuffle", vocab, pretrained=str(folder), oov="xavier", cache_dir=False, seed=4)
+    g = torch.Generator().manual_seed(4)
+    torch.randperm(3, generator=g), torch.randperm(8, generator=g)   # the shuffle's two permutations
+    a = xavier_bound(len(vocab), 8)
+    expected = torch.empty(10, 8).uniform_(-a, a, generator=g)
+    assert torch.equal(res.table[3:], expected)
 
 
 def test_shuffle_elements_mixes_values_across_rows(source):
@@ -173,3 +212,23 @@ def test_raw_source_keeps_xavier_oov_rows_as_in_the_paper(source):
     res = build_table("glove", VOCAB, pretrained=str(path), cache_dir=False)
     assert torch.equal(res.table[2], torch.tensor(vectors["w0"], dtype=torch.float32))
     assert res.table[[0, 1, 32]].abs().max().item() <= xavier_bound(len(VOCAB), 16)
+
+
+def test_only_shuffled_tables_with_subword_rows_change_trial_keys():
+    """Those trials' tables changed (their missing rows kept their own piece means before): their keys carry
+    `shuffle_subword`; every other key is as before."""
+    from embinit.config import TrialConfig
+
+    def marked(**kw):
+        return "shuffle_subword" in TrialConfig(**{"task": "synthetic_translation", **kw}).key_fields()
+
+    assert marked(init="bert+shuffle", oov="subword_mean")
+    assert marked(init="bert+standardize+shuffle", oov="subword_mean")
+    assert marked(init="xavier", src_init="mbert+shuffle", oov="subword_mean")
+    assert not marked(init="bert+shuffle")                                   # xavier fill rows: as before
+    assert not marked(init="bert+shuffle", oov="mean")
+    assert not marked(init="bert+shuffle_elements", oov="subword_mean")      # mapped through its pool already
+    assert not marked(init="bert+standardize", oov="subword_mean")
+    assert not marked(init="bert+shufle", oov="subword_mean")                # invalid: refused elsewhere
+    # a one-sided task has no source table: its src_init builds nothing
+    assert not marked(task="synthetic_lm", init="bert", src_init="bert+shuffle", oov="subword_mean")

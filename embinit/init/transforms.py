@@ -13,7 +13,13 @@ map for other source-space vectors (used to bring `subword_mean` rows into the t
   Xavier draw X_x of all N x D rows, using that draw's own sample mean and std, so the table hits the
   source's mean_p and sigma_p exactly. It fills every row; no pretrained row survives.
 - `shuffle` (Pretrained_Shuffled): permute the found rows, then the columns (seeded); the multiset of
-  values is unchanged. This is what the paper's method section (3.4) describes.
+  values is unchanged. This is what the paper's method section (3.4) describes. Other source-space
+  vectors (`subword_mean` piece means, given as one [k, D] batch) are permuted among themselves the same
+  way, rows then the same columns, so a missing token takes another missing token's mean, as a found
+  token takes another found token's row: no row keeps its own token's direction. (A lone piece mean,
+  k = 1, has nowhere to go; with columns permuted it is as shuffled as it can be among its kind.) That
+  row permutation is seeded from the transform's own draw, not from the generator, so every draw after
+  the transform (the OOV rule's) is what it was.
 - `shuffle_elements` (Pretrained_ShuffledElements): permute all n x D values of the found rows as one
   flat list (seeded), what the paper's Finding 3 says ("the elements"): the multiset of values is
   unchanged, but no row keeps its values together, so per-row norms and per-column statistics are mixed
@@ -23,6 +29,7 @@ map for other source-space vectors (used to bring `subword_mean` rows into the t
 
 from __future__ import annotations
 
+import hashlib
 from typing import Callable
 
 import torch
@@ -52,7 +59,14 @@ def match(rows: torch.Tensor, n_total: int, dim: int, generator: torch.Generator
 def shuffle(rows: torch.Tensor, n_total: int, dim: int, generator: torch.Generator) -> Fitted:
     row_perm = torch.randperm(rows.shape[0], generator=generator)
     col_perm = torch.randperm(rows.shape[1], generator=generator)
-    return Fitted(rows[row_perm][:, col_perm], False, lambda v: v[..., col_perm])
+    digest = hashlib.sha256(row_perm.numpy().tobytes() + col_perm.numpy().tobytes()).digest()
+    map_seed = int.from_bytes(digest[:8], "little") >> 2
+
+    def vector_map(v: torch.Tensor) -> torch.Tensor:   # [k, D]: rows permuted among themselves, then columns
+        order = torch.randperm(v.shape[0], generator=torch.Generator().manual_seed(map_seed))
+        return v[order][:, col_perm]
+
+    return Fitted(rows[row_perm][:, col_perm], False, vector_map)
 
 
 def shuffle_elements(rows: torch.Tensor, n_total: int, dim: int, generator: torch.Generator) -> Fitted:
