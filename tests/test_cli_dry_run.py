@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from embinit.cli import dry_run
+from embinit.cli.dry_run_store import Resume
 from embinit.spec import load_spec
 
 
@@ -56,3 +57,25 @@ def test_an_epoch_under_a_second_is_not_costed_as_zero_seconds(monkeypatch):
         row = next(line for line in dry_run.cost_lines(spec, spec.plan(), "sqlite:///x.db")
                    if "synthetic_translation" in line)
         assert row.split()[5] == shown, row
+
+
+def test_a_resumed_trial_costs_only_the_epochs_after_its_checkpoint(machine, monkeypatch):
+    """A trial the run resumes (an interrupted run's checkpoint after epoch e) trains epochs - e more; the
+    total and the wall-clock estimate count those, not the whole trial again."""
+    machine(2, 0)
+    spec = load_spec({"name": "r", "tasks": [{"task": "synthetic_translation", "epochs": 5}], "inits": ["xavier"],
+                      "seeds": 4, "resources": {"cpus": 1}})
+    plan = spec.plan()
+    shape = dry_run.shape_of(dry_run.TrialConfig.from_dict(plan[0].config))
+    monkeypatch.setattr(dry_run, "past_epoch_s", lambda uri, read=None: {shape.model: [(shape.batching, 6.0)]})
+
+    def text(resumed):
+        return "\n".join(dry_run.cost_lines(spec, plan, "sqlite:///x.db", resumed=resumed))
+
+    whole = text({})
+    assert "total: 20 trial-epochs" in whole and "2.0 trial-minutes" in whole and "resume" not in whole
+    resumed = {plan[0].key: Resume("interrupted after epoch 3", 3), plan[1].key: Resume("stale", None),
+               plan[2].key: Resume("failed after epoch 5", 5)}
+    cut = text(resumed)
+    assert "total: 12 trial-epochs" in cut and "1.2 trial-minutes" in cut, cut   # 20 - 3 - 5; unknown: in full
+    assert "2 trials resume from a checkpoint (marked above): the 8 epochs already trained are not counted" in cut

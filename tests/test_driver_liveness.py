@@ -100,8 +100,12 @@ def test_the_dry_run_says_where_an_interrupted_trial_resumes(tmp_path):
     assert ("[RUNNING in MLflow, not training: its sweep's driver (pid" in dry_run(spec, uri)
             and "the run resumes it after epoch 2]" in dry_run(spec, uri))
     run_writers.close_dead_sweeps(exp, uri)
-    (line,) = [x for x in dry_run(spec, uri).splitlines() if spec.plan()[0].key in x]
+    text = dry_run(spec, uri)
+    (line,) = [x for x in text.splitlines() if spec.plan()[0].key in x]
     assert line.endswith("[interrupted after epoch 2: the run resumes it from its checkpoint]"), line
+    # the cost counts the one epoch of 3 left after the checkpoint, not the whole trial
+    assert "1 trial resumes from a checkpoint (marked above): the 2 epochs already trained are not counted" in text
+    assert "  total: 1 trial-epochs;" in text, text
 
 
 @pytest.mark.slow   # MLflow stores

@@ -291,7 +291,7 @@ def test_an_out_of_date_store_is_told_how_to_upgrade_by_where_it_is():
     # file with SQLite's .backup, and `embinit run` keeps a copy of it beside it
     from pathlib import Path
 
-    from embinit.cli.dry_run import store_lines
+    from embinit.cli.dry_run_store import store_lines
     from embinit.redact import masked
     from embinit.tracking.store_check import StoreState, out_of_date
 

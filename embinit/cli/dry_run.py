@@ -15,17 +15,19 @@ from embinit.tracking.records import RESULT   # a trial run's statuses with a re
 from embinit.config import TrialConfig, task_defaults
 from embinit.redact import masked
 from embinit.cli.hub_notes import hub_notes
-from embinit.tracking.store_check import (StoreState, StoreUnreachable, database_store, is_server_database, resolved,
-                                          sqlite_path, sqlite_store)
+from embinit.cli.dry_run_store import (Resume, experiment_trials, finished_here, local_store, readable_store,
+                                       resumes, store_lines)
+from embinit.tracking.store_check import resolved
 
 
-def trial_lines(spec, plan, done: set[str] = frozenset(), marks: dict[str, str] | None = None) -> list[str]:
+def trial_lines(spec, plan, done: set[str] = frozenset(), resumed: dict[str, Resume] | None = None) -> list[str]:
     """One line a planned trial; `done`: the keys the store has finished (marked: the run reuses them);
-    `marks`: what the run does with a key's unfinished run (`unfinished_marks`)."""
+    `resumed`: what the run does with a key's unfinished run (`dry_run_store.resumes`)."""
     lines = [f"{'#':>4}  {'key':16}  {'task':24} {'init':22} seed  settings"]
     for i, p in enumerate(plan):
         settings = {**p.axes, **p.point}
-        mark = "  [finished: reused]" if p.key in done else f"  [{marks[p.key]}]" if p.key in (marks or {}) else ""
+        mark = ("  [finished: reused]" if p.key in done else f"  [{resumed[p.key].mark}]" if p.key in (resumed or {})
+                else "")
         lines.append(f"{i:>4}  {p.key}  {p.task:24} {p.label:22} {p.seed:>4}  "
                      f"{json.dumps(settings) if settings else ''}{mark}".rstrip())
     if spec.drawn:
@@ -158,87 +160,14 @@ def past_epoch_s(uri: str | None, read: dict[str, list] | None = None) -> dict[t
     return out
 
 
-def local_store(uri: str) -> StoreState | None:
-    """The store at `uri` when it is a database: a SQLite file, or a PostgreSQL or MySQL database (None: a
-    tracking server, not read by a dry run); one the run would refuse (not SQLite, another application's
-    tables) is an EmbinitError here too. Checked once per dry run."""
-    path = sqlite_path(uri)
-    if path is not None:
-        return sqlite_store(path)
-    if not is_server_database(uri):
-        return None
-    try:
-        return database_store(uri)
-    except StoreUnreachable as e:   # planned away from the cluster: the plan is still worth printing
-        return StoreState(masked(uri), "unreachable", problem=str(e))
-
-
-def readable_store(uri: str, store: StoreState | None) -> str | None:
-    """`uri` when the dry run reads it: an MLflow store in a database at this MLflow's schema (a dry run
-    starts nothing, creates nothing, migrates nothing); else None."""
-    return uri if store is not None and store.state == "current" else None
-
-
-def store_lines(store: StoreState | None) -> list[str]:
-    """A note on a store the run would upgrade (its finished trials are not read here)."""
-    if store is not None and store.state == "unreachable":
-        return ["", f"note: {store.problem}; the trials it has finished are not counted here"]
-    if store is None or store.state != "old":
-        return []
-    kept = ("keeping no copy of a database server's store (back it up first)" if store.on_server
-            else f"keeping a copy at {store.path}.bak-{store.revision}")
-    return ["", f"note: the MLflow store {store.path} has an out-of-date schema (revision {store.revision}; this "
-                f"MLflow reads {store.head}): the run upgrades it, {kept}; the trials it has finished are not "
-                f"counted here"]
-
-
-def experiment_trials(spec, uri: str | None) -> tuple[str | None, list]:
-    """(the id of the spec's experiment in the store at `uri`, its trial runs' records, newest first):
-    read once for the whole dry run (the reused keys, the unfinished marks and the measured epochs read
-    it three times before). (None, []): no store to read (`readable_store`) or no such experiment."""
-    if uri is None:
-        return None, []
-    from embinit.tracking import mlflow_store, run_readers
-    exp_id = mlflow_store.experiment_id(spec.experiment_name(), uri)
-    return exp_id, [] if exp_id is None else run_readers.trial_records(exp_id, uri)
-
-
-def finished_here(plan, recs: list) -> set[str]:
-    """The planned keys that the spec's experiment (its trial records `recs`) has finished: the run reuses
-    them (`run_readers.finished_keys`: a key with a FINISHED run)."""
-    return {r.key for r in recs if r.status in RESULT} & {p.key for p in plan}
-
-
-def unfinished_marks(plan, exp_id: str | None, uri: str | None, recs: list, done: set[str]) -> dict[str, str]:
-    """A mark per planned key (not in `done`) whose newest run (of `recs`, the experiment's records,
-    newest first) is unfinished with its checkpoint kept, saying where the run resumes it: an interrupted
-    or failed run, or one MLflow has RUNNING while its sweep is gone
-    (embinit.tracking.driver_liveness.stale_trials: nothing trains it). A run RUNNING in a live sweep is not
-    marked (the run waits for it and reuses its result)."""
-    if exp_id is None:
-        return {}
-    from embinit.tracking import driver_liveness
-    keys = {p.key for p in plan} - done
-    newest: dict[str, object] = {}
-    for r in recs:   # newest first
-        if r.key in keys:
-            newest.setdefault(r.key, r)
-    marks = {key: f"{r.status} after epoch {r.resume_epoch}: the run resumes it from its checkpoint"
-             for key, r in newest.items() if r.status in ("interrupted", "failed") and r.resumable}
-    running = [r for r in newest.values() if r.status == "running"]
-    marks.update({t["key"]: f"RUNNING in MLflow, not training: {t['why']}; the run resumes it"
-                  + (f" after epoch {t['resume_epoch']}" if t["resume_epoch"] is not None else "")
-                  for t in driver_liveness.stale_trials(exp_id, uri, running)})
-    return marks
-
-
-def cost_lines(spec, plan, uri: str | None, done: set[str] = frozenset(), read: dict[str, list] | None = None
-               ) -> list[str]:
+def cost_lines(spec, plan, uri: str | None, done: set[str] = frozenset(), read: dict[str, list] | None = None,
+               resumed: dict[str, Resume] | None = None) -> list[str]:
     """Per model shape: trials, epochs, size, and the seconds per epoch measured before in the store at
     `uri` (None: none read; `read`: the trial records of experiments already read, by id); then the total
     in trial-epochs and rounds, and a wall-clock estimate where every shape was measured. Trials in
-    `done` (finished in the store: reused) cost nothing and are left out."""
-    todo = [TrialConfig.from_dict(p.config) for p in plan if p.key not in done]
+    `done` (finished in the store: reused) cost nothing and are left out; a trial in `resumed` costs the
+    epochs after its checkpoint's."""
+    todo = [(p.key, TrialConfig.from_dict(p.config)) for p in plan if p.key not in done]
     if done:
         head = ["", f"{len(done)} of the {len(todo) + len(done)} trials already finished in experiment "
                      f"{spec.experiment_name()!r} of this store: the run reuses them (marked above)"]
@@ -246,7 +175,13 @@ def cost_lines(spec, plan, uri: str | None, done: set[str] = frozenset(), read: 
             return head + ["  nothing left to train."]
     else:
         head = []
-    shapes = Counter(shape_of(cfg) for cfg in todo)
+    shapes = Counter(shape_of(cfg) for _, cfg in todo)
+    # epochs each trial still trains: a resumed one after its checkpoint's epoch
+    resumed = resumed or {}
+    left: Counter = Counter()
+    for key, cfg in todo:
+        shape, trained = shape_of(cfg), resumed[key].epoch or 0 if key in resumed else 0
+        left[shape] += max(0, shape.epochs - trained)
     past = past_epoch_s(uri, read)
     lines = head + ["", "cost, per model shape" + (" (the trials left to train):" if done else ":"),
              f"  {'trials':>6}  {'epochs':>6}  {'task':22} {'D':>4} {'layers':>6}  {'s/epoch':>8}  model size"]
@@ -257,7 +192,13 @@ def cost_lines(spec, plan, uri: str | None, done: set[str] = frozenset(), read: 
         measured = f"{mark}{_seconds(per_epoch[shape])}" if per_epoch[shape] is not None else "?"
         lines.append(f"  {n:>6}  {shape.epochs:>6}  {shape.task:22} {str(shape.d):>4} {shape.layers:>6}  "
                      f"{measured:>8}  {_size(shape)}")
-    trial_epochs = sum(n * s.epochs for s, n in shapes.items())
+    trial_epochs = sum(left.values())
+    skipped = sum(n * s.epochs for s, n in shapes.items()) - trial_epochs
+    if skipped:
+        n_resumed = sum(1 for key, _ in todo if key in resumed and resumed[key].epoch)
+        lines.append(f"  {n_resumed} trial{'s' if n_resumed != 1 else ''} resume{'' if n_resumed != 1 else 's'} "
+                     f"from a checkpoint (marked above): the {skipped} epoch{'s' if skipped != 1 else ''} "
+                     "already trained are not counted below.")
     k, why = parallelism(spec)
     if k == 0:
         lines.append(f"  total: {trial_epochs} trial-epochs; no trial can start here ({why}): `embinit run` on this "
@@ -268,7 +209,7 @@ def cost_lines(spec, plan, uri: str | None, done: set[str] = frozenset(), read: 
     lines.append(f"  total: {trial_epochs} trial-epochs; {k} trials at a time here ({why}): about {rounds} "
                  f"round{'s' if rounds != 1 else ''} of up to {longest} epoch{'s' if longest != 1 else ''} each.")
     if all(v is not None for v in per_epoch.values()):
-        busy = sum(n * s.epochs * per_epoch[s] for s, n in shapes.items())
+        busy = sum(left[s] * per_epoch[s] for s in shapes)
         lines.append(f"  estimate from the trials of this shape already in the store (s/epoch, median): "
                      f"{busy / 60:.1f} trial-minutes, about {busy / k / 60:.1f} min of wall-clock at {k} at a time.")
         if scaled:
@@ -325,9 +266,11 @@ def dry_run(spec, tracking_uri: str | None = None) -> str:
     plan = spec.plan()   # once: planning a large grid hashes every trial's key
     exp_id, recs = experiment_trials(spec, read) if not spec.drawn else (None, [])   # the store read once
     done = finished_here(plan, recs)
-    lines = trial_lines(spec, plan, done, unfinished_marks(plan, exp_id, read, recs, done))
+    resumed = resumes(plan, exp_id, read, recs, done)
+    lines = trial_lines(spec, plan, done, resumed)
     if not spec.drawn:
-        lines += cost_lines(spec, plan, read, done, {exp_id: recs} if exp_id else None) + execution_lines(spec, plan)
+        lines += cost_lines(spec, plan, read, done, {exp_id: recs} if exp_id else None, resumed)
+        lines += execution_lines(spec, plan)
         lines += not_reused_lines(spec, plan, recs)
     notes = hub_notes(plan)
     lines += ([""] + notes if notes else []) + store_lines(store)

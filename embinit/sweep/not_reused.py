@@ -5,7 +5,7 @@ planned trial (same task, then same init label and seed where the plan has them)
 differing fields, a few groups listed and the rest counted.
 
 Only finished runs (MLflow's FINISHED: finished or diverged) are said here; a failed or interrupted run of
-a planned key is resumed and marked elsewhere (embinit.cli.dry_run.unfinished_marks). A finished run of a
+a planned key is resumed and marked elsewhere (embinit.cli.dry_run_store.resumes). A finished run of a
 task the spec does not plan is not said either: another spec sharing the experiment, or a task left out
 on purpose, whose trials no run of this spec could reuse. Torch-free: the dry run needs no torch.
 """

@@ -1,0 +1,95 @@
+"""What a dry run reads from the tracking store the run would write: whether it can read it (a database
+at this MLflow's schema; a dry run starts, creates and migrates nothing), the spec's experiment's trial
+records (read once), the planned keys they have finished (the run reuses them) and those it resumes from a
+checkpoint (`resumes`), which the trial lines mark and the cost counts from their checkpoint on."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from embinit.redact import masked
+from embinit.tracking.records import RESULT   # a trial run's statuses with a result (MLflow's FINISHED)
+from embinit.tracking.store_check import (StoreState, StoreUnreachable, database_store, is_server_database,
+                                          sqlite_path, sqlite_store)
+
+
+def local_store(uri: str) -> StoreState | None:
+    """The store at `uri` when it is a database: a SQLite file, or a PostgreSQL or MySQL database (None: a
+    tracking server, not read by a dry run); one the run would refuse (not SQLite, another application's
+    tables) is an EmbinitError here too. Checked once per dry run."""
+    path = sqlite_path(uri)
+    if path is not None:
+        return sqlite_store(path)
+    if not is_server_database(uri):
+        return None
+    try:
+        return database_store(uri)
+    except StoreUnreachable as e:   # planned away from the cluster: the plan is still worth printing
+        return StoreState(masked(uri), "unreachable", problem=str(e))
+
+
+def readable_store(uri: str, store: StoreState | None) -> str | None:
+    """`uri` when the dry run reads it: an MLflow store in a database at this MLflow's schema (a dry run
+    starts nothing, creates nothing, migrates nothing); else None."""
+    return uri if store is not None and store.state == "current" else None
+
+
+def store_lines(store: StoreState | None) -> list[str]:
+    """A note on a store the run would upgrade (its finished trials are not read here)."""
+    if store is not None and store.state == "unreachable":
+        return ["", f"note: {store.problem}; the trials it has finished are not counted here"]
+    if store is None or store.state != "old":
+        return []
+    kept = ("keeping no copy of a database server's store (back it up first)" if store.on_server
+            else f"keeping a copy at {store.path}.bak-{store.revision}")
+    return ["", f"note: the MLflow store {store.path} has an out-of-date schema (revision {store.revision}; this "
+                f"MLflow reads {store.head}): the run upgrades it, {kept}; the trials it has finished are not "
+                f"counted here"]
+
+
+def experiment_trials(spec, uri: str | None) -> tuple[str | None, list]:
+    """(the id of the spec's experiment in the store at `uri`, its trial runs' records, newest first):
+    read once for the whole dry run (the reused keys, the unfinished marks and the measured epochs read
+    it three times before). (None, []): no store to read (`readable_store`) or no such experiment."""
+    if uri is None:
+        return None, []
+    from embinit.tracking import mlflow_store, run_readers
+    exp_id = mlflow_store.experiment_id(spec.experiment_name(), uri)
+    return exp_id, [] if exp_id is None else run_readers.trial_records(exp_id, uri)
+
+
+def finished_here(plan, recs: list) -> set[str]:
+    """The planned keys that the spec's experiment (its trial records `recs`) has finished: the run reuses
+    them (`run_readers.finished_keys`: a key with a FINISHED run)."""
+    return {r.key for r in recs if r.status in RESULT} & {p.key for p in plan}
+
+
+class Resume(NamedTuple):
+    """What the run does with a planned key's unfinished run: `mark`, said on the trial's line, and the
+    epoch whose checkpoint it resumes after (None: not known; the trial is costed in full)."""
+    mark: str
+    epoch: int | None
+
+
+def resumes(plan, exp_id: str | None, uri: str | None, recs: list, done: set[str]) -> dict[str, Resume]:
+    """A `Resume` per planned key (not in `done`) whose newest run (of `recs`, the experiment's records,
+    newest first) is unfinished with its checkpoint kept: an interrupted or failed run, or one MLflow has
+    RUNNING while its sweep is gone (embinit.tracking.driver_liveness.stale_trials: nothing trains it). A
+    run RUNNING in a live sweep is not marked (the run waits for it and reuses its result)."""
+    if exp_id is None:
+        return {}
+    from embinit.tracking import driver_liveness
+    keys = {p.key for p in plan} - done
+    newest: dict[str, object] = {}
+    for r in recs:   # newest first
+        if r.key in keys:
+            newest.setdefault(r.key, r)
+    out = {key: Resume(f"{r.status} after epoch {r.resume_epoch}: the run resumes it from its checkpoint",
+                       r.resume_epoch)
+           for key, r in newest.items() if r.status in ("interrupted", "failed") and r.resumable}
+    running = [r for r in newest.values() if r.status == "running"]
+    out.update({t["key"]: Resume(f"RUNNING in MLflow, not training: {t['why']}; the run resumes it"
+                                 + (f" after epoch {t['resume_epoch']}" if t["resume_epoch"] is not None else ""),
+                                 t["resume_epoch"])
+                for t in driver_liveness.stale_trials(exp_id, uri, running)})
+    return out
