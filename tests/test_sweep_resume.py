@@ -26,7 +26,7 @@ from ray import tune
 from embinit.tracking import mlflow_store, records, run_readers, run_writers
 from embinit.report.table import build_report
 from embinit.spec import load_spec
-from embinit.sweep import resume
+from embinit.sweep import resume, trial_folders
 from embinit.sweep.analyses import shared_settings
 from embinit.sweep.work import SweepContext, Unit, work_item
 from embinit.sweep.trainable import train_unit
@@ -291,7 +291,7 @@ def test_outside_the_trusted_roots_nothing_is_kept(tmp_path, no_tune, monkeypatc
     spec = setup(tmp_path, "untrusted")
     first, outcome = sweep(spec, units_of(spec), [KillAfter(1)])
     assert outcome == "killed"
-    assert not resume.checkpoint_root(spec.cache_dir).exists()   # no pickle written outside the roots
+    assert not trial_folders.checkpoint_root(spec.cache_dir).exists()   # no pickle written outside the roots
     (run,) = trial_runs(first)
     assert records.CHECKPOINT_TAG not in run.data.tags           # so it does not claim to be resumable
 
@@ -474,7 +474,7 @@ def test_one_store_spelled_two_ways_has_one_experiment_folder(tmp_path):
     digest = hashlib.sha256(f"{canonical}\0{1}".encode()).hexdigest()[:12]
     assert folders.pop().name == f"1-{digest}"
     server = SweepContext("http://127.0.0.1:5000", "1", "p", cache_dir=str(tmp_path))
-    assert resume.store_identity(server.tracking_uri) == "http://127.0.0.1:5000"
+    assert trial_folders.store_identity(server.tracking_uri) == "http://127.0.0.1:5000"
 
 
 @pytest.mark.parametrize("where", ["outputs", "run id", "fused outputs"])

@@ -16,7 +16,7 @@ from embinit.config import TrialConfig, task_defaults
 from embinit.redact import masked
 from embinit.cli.hub_notes import hub_notes
 from embinit.cli.dry_run_store import (Resume, experiment_trials, finished_here, local_store, readable_store,
-                                       resumes, store_lines)
+                                       resumes, retired_folders, retired_lines, store_lines)
 from embinit.tracking.store_check import resolved
 
 
@@ -257,9 +257,10 @@ def not_reused_lines(spec, plan, recs: list) -> list[str]:
     return [""] + notice if notice else []
 
 
-def dry_run(spec, tracking_uri: str | None = None) -> str:
+def dry_run(spec, tracking_uri: str | None = None, prune_command: str = "embinit run SPEC --prune-checkpoints") -> str:
     """The expanded trial list, one trial a line, the cost, and the total; `tracking_uri` (the run's
-    `--tracking-uri`) is the store the run would write, else the spec's."""
+    `--tracking-uri`) is the store the run would write, else the spec's. `prune_command`: the command that
+    removes the checkpoint folders of trials the spec no longer plans, named where there are any."""
     uri = resolved(spec.tracking_uri(tracking_uri))
     store = local_store(uri)   # before anything is read: a file the run would refuse is an error here too
     read = readable_store(uri, store)
@@ -272,6 +273,7 @@ def dry_run(spec, tracking_uri: str | None = None) -> str:
         lines += cost_lines(spec, plan, read, done, {exp_id: recs} if exp_id else None, resumed)
         lines += execution_lines(spec, plan)
         lines += not_reused_lines(spec, plan, recs)
+        lines += retired_lines(retired_folders(spec, plan, exp_id, read), prune_command)
     notes = hub_notes(plan)
     lines += ([""] + notes if notes else []) + store_lines(store)
     n = spec.num_trials()

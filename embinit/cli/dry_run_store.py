@@ -93,3 +93,25 @@ def resumes(plan, exp_id: str | None, uri: str | None, recs: list, done: set[str
                                  t["resume_epoch"])
                 for t in driver_liveness.stale_trials(exp_id, uri, running)})
     return out
+
+
+def retired_folders(spec, plan, exp_id: str | None, uri: str | None) -> list:
+    """The checkpoint folders of the spec's experiment (`exp_id` in the store at `uri`) whose keys the plan
+    no longer has (embinit.sweep.trial_folders.retired); [] for an Optuna search (its keys are drawn while
+    it runs) or without a store to read."""
+    if exp_id is None or uri is None or spec.drawn:
+        return []
+    from embinit.sweep import trial_folders
+    folder = trial_folders.experiment_folder(spec.cache_dir, uri, exp_id)
+    return trial_folders.retired(folder, {p.key for p in plan})
+
+
+def retired_lines(retired: list, command: str) -> list[str]:
+    """A note on the folders of `retired_folders` (none: []); `command` is the one that removes them."""
+    if not retired:
+        return []
+    from embinit.sweep.trial_folders import size_text
+    n, size = len(retired), sum(r.size for r in retired)
+    return ["", f"note: {n} checkpoint folder{'s' if n != 1 else ''} ({size_text(size)}) in "
+                f"{retired[0].path.parent} belong{'s' if n == 1 else ''} to trials this spec no longer plans "
+                f"(interrupted before the spec was edited): nothing resumes them; `{command}` removes them"]

@@ -1,7 +1,8 @@
 """`embinit run SPEC.yaml`: run an experiment spec as a Ray Tune sweep recorded in MLflow.
 
 `--dry-run` validates the spec and prints the expanded trial list, its epochs, model sizes and cost
-without running anything. `key=value` arguments after the spec override it for this run
+without running anything; `--prune-checkpoints` removes the checkpoint folders of trials the spec no
+longer plans (embinit.cli.prune) and runs nothing either. `key=value` arguments after the spec override it for this run
 (embinit.spec.overrides): `embinit run SPEC epochs=2 seeds=2 inits=xavier,glove --dry-run`.
 `--store-uri` (or $EMBINIT_TRACKING_STORE_URI) with an `mlflow server` tracking URI: the trials write
 their run records to the database behind the server (checked to be it first), as the service does with
@@ -32,6 +33,10 @@ def register(subparsers) -> None:
                         "the MLflow experiment is named after the overrides)")
     p.add_argument("--dry-run", action="store_true",
                    help="print the expanded trials, their epochs, model sizes and cost; run nothing")
+    p.add_argument("--prune-checkpoints", action="store_true",
+                   help="remove the checkpoint folders of the spec's experiment whose trials the spec no longer "
+                        "plans (interrupted, then the spec was edited: nothing resumes them; the dry run counts "
+                        "them); run nothing")
     p.add_argument("--address", default=None, help="Ray cluster address (default: start a local Ray)")
     p.add_argument("--tracking-uri", default=None,
                    help="MLflow tracking URI (default: the spec's, else sqlite:///mlflow.db)")
@@ -46,7 +51,7 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     from embinit.cli import supervise
-    if getattr(args, "command_line", False) and not args.dry_run and supervise.wanted():
+    if getattr(args, "command_line", False) and not (args.dry_run or args.prune_checkpoints) and supervise.wanted():
         # the sweep runs in a child process, its local Ray out of reach of a signal to this one's group
         return supervise.supervise(sys.argv[1:], lambda how, code: _farewell_supervised(args, how, code))
     from embinit.sweep import guardian
@@ -54,9 +59,13 @@ def run(args) -> int:
     from embinit.spec.full_check import check_spec
     # every problem `run` would refuse in one list: fields, missing files (a sweep on a cluster leaves the
     # data folders to its nodes), dimensions that do not fit
-    spec = check_spec(args.spec, args.overrides, local=args.dry_run or args.address is None)
+    spec = check_spec(args.spec, args.overrides, local=args.dry_run or args.prune_checkpoints or args.address is None)
+    if args.prune_checkpoints:
+        from embinit.cli.prune import prune_checkpoints
+        print(prune_checkpoints(spec, args.tracking_uri))
+        return 0
     if args.dry_run:
-        print(dry_run(spec, args.tracking_uri))
+        print(dry_run(spec, args.tracking_uri, f"{resume_command(args)} --prune-checkpoints"))
         return 0
     from embinit.sweep import run_sweep
     from embinit.sweep.interrupt import terminate_as_interrupt

@@ -2,7 +2,8 @@
 from, and a claim on the key while it trains.
 
 A trial of key K, tracked in MLflow experiment E, trains in `<root>/checkpoints/<E's folder>/<K>/`, where
-root is the spec's `cache_dir` (else `$EMBINIT_CACHE_DIR`, else `~/.cache/embinit`). The folder holds the
+root is the spec's `cache_dir` (else `$EMBINIT_CACHE_DIR`, else `~/.cache/embinit`; the paths:
+embinit.sweep.trial_folders, which also finds the folders a spec no longer plans). The folder holds the
 trainer's `last.pt`, `last.json` and `best.pt` and `mlflow_run_id`, the run the trial logs into. It
 outlives the worker, the Ray session and the driver: when the spec runs again (after the whole local Ray
 or the API died), the trial finds the folder, reopens that MLflow run and the trainer continues after the
@@ -14,7 +15,8 @@ sharing it, in the same MLflow experiment) waits for it, then finds the finished
 it: the key is not trained twice. Without an object store the claim is an exclusive lock (flock) on
 `<K>.lock` beside the folder (a killed process holds no lock), which holds between sweeps that share the
 folder: one machine and one root, or a shared file system whose locks work. With the operator's object
-store (`SweepContext.storage`, embinit.storage) it is a lease in the store (embinit.sweep.claims), and
+store (`SweepContext.storage`, embinit.storage) it is a lease in the store (embinit.sweep.claims), with
+the same flock taken on the node after it (so a look at the node's folders sees the key in use), and
 the folder is mirrored there at every epoch end (`Claim.sync`) and fetched from there when the node's
 copy is older or missing: both hold across nodes that share no disk.
 
@@ -39,10 +41,8 @@ only when it holds a later epoch.
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import logging
 import os
-import re
 import shutil
 import tempfile
 import traceback
@@ -56,6 +56,7 @@ from embinit.tracking import run_readers, trial_run
 from embinit.cache_root import cache_root
 from embinit.storage import Mirror, Store
 from embinit.sweep.claims import ClaimLost
+from embinit.sweep.trial_folders import experiment_folder as experiment_folder_of
 from embinit.sweep.work import SweepContext
 from embinit.trusted import check_writable, is_trusted
 
@@ -94,25 +95,9 @@ def scratch() -> Path:
     return folder
 
 
-def checkpoint_root(cache_dir: str | Path | None) -> Path:
-    return cache_root(cache_dir).absolute() / "checkpoints"
-
-
 def experiment_folder(ctx: SweepContext) -> Path:
-    """The folder of the sweep's MLflow experiment (experiment ids repeat across tracking stores)."""
-    uri, exp_id = store_identity(ctx.tracking_uri), str(ctx.experiment_id)
-    digest = hashlib.sha256(f"{uri}\0{exp_id}".encode()).hexdigest()[:12]
-    return checkpoint_root(ctx.cache_dir) / f"{re.sub(r'[^A-Za-z0-9_-]', '_', exp_id)[:40]}-{digest}"
-
-
-def store_identity(uri: str) -> str:
-    """The tracking store as one name however its path is spelled: a SQLite file by its real path (symlinks,
-    `.` and `//` resolved; a URI already so is unchanged, and so is its folder), other stores as given. Two
-    spellings of one store made two experiment folders: two sweeps of a spec on it trained every key
-    twice (neither saw the other's claims), and a rerun did not find its interrupted trials' checkpoints."""
-    from embinit.tracking.store_check import sqlite_path
-    path = sqlite_path(uri)
-    return uri if path is None else f"sqlite:///{os.path.realpath(path)}"
+    """The folder of the sweep's MLflow experiment's trial folders (embinit.sweep.trial_folders)."""
+    return experiment_folder_of(ctx.cache_dir, ctx.tracking_uri, ctx.experiment_id)
 
 
 @contextmanager
@@ -156,6 +141,8 @@ def _store_claim(uri: str, base: Path, key: str) -> Iterator[Claim]:
     from embinit.sweep.claims import Lease
     store = Store.from_uri(uri)
     lease = Lease(store, f"{base.name}/{key}").acquire()
+    lock = base / f"{key}.lock"
+    fd = _lock(lock)   # after the lease: held by no other claim; marks the folder in use on this node
     c = Claim(key, base / key, persistent=True, mirror=Mirror(store, base.name, key, lease))
     try:
         c.path.mkdir(parents=True, exist_ok=True)
@@ -165,7 +152,9 @@ def _store_claim(uri: str, base: Path, key: str) -> Iterator[Claim]:
         try:
             if not c.path.is_dir() or not any(c.path.iterdir()):
                 shutil.rmtree(c.path, ignore_errors=True)
+                lock.unlink(missing_ok=True)   # while still locked, as `_file_claim` does
         finally:
+            os.close(fd)
             lease.release()
 
 
