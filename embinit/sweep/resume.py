@@ -142,7 +142,11 @@ def _store_claim(uri: str, base: Path, key: str) -> Iterator[Claim]:
     store = Store.from_uri(uri)
     lease = Lease(store, f"{base.name}/{key}").acquire()
     lock = base / f"{key}.lock"
-    fd = _lock(lock)   # after the lease: held by no other claim; marks the folder in use on this node
+    try:
+        fd = _lock(lock)   # after the lease: held by no other claim; marks the folder in use on this node
+    except BaseException:
+        lease.release()
+        raise
     c = Claim(key, base / key, persistent=True, mirror=Mirror(store, base.name, key, lease))
     try:
         c.path.mkdir(parents=True, exist_ok=True)
