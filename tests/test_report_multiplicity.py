@@ -141,3 +141,14 @@ def test_an_ablations_cells_are_one_family():
     assert len(rows) == 4 and {r["vs_baseline"]["holm_m"] for r in rows} == {4}
     ps = [r["vs_baseline"]["p"] for r in rows]
     assert [r["vs_baseline"]["p_holm"] for r in rows] == pytest.approx(holm(ps))
+
+
+def test_a_printed_p_value_never_rounds_across_the_significance_level():
+    """An adjusted p of 0.04996 is significant (the verdict holds after Holm): printed "0.05" it would read
+    as not significant. Three digits where they keep its side, more where they do not."""
+    assert report_p_text(0.04996) == "0.04996" and report_p_text(0.0499996) == "0.0499996"
+    assert report_p_text(0.05003) == "0.05" and report_p_text(0.05) == "0.05"   # not below 0.05 either way
+    assert [report_p_text(p) for p in (0.0123456, 0.3, 0.0496, 1.0, 0.0004, None)] == [
+        "0.0123", "0.3", "0.0496", "1", "<0.001", "-"]
+    for p in (0.0449, 0.04951, 0.049949, 0.0499, 0.04999999):
+        assert float(report_p_text(p)) < 0.05, p

@@ -156,11 +156,18 @@ CSV_COLUMNS = ["baseline", "diff", "diff_ci_low", "diff_ci_high", "test", "pairs
 
 
 def p_text(p: float | None) -> str:
-    """A p-value as tables print it: three significant digits (0.0496 and 0.0504 stay apart), `<0.001`
-    below that, `-` without a test."""
+    """A p-value as tables print it: three significant digits (0.0496 and 0.0504 stay apart), more where
+    three would round it across 0.05 (0.04996, not "0.05", which would read as not significant while
+    the verdict counts it as significant), `<0.001` below that, `-` without a test."""
     if p is None:
         return "-"
-    return "<0.001" if p < 0.001 else f"{p:.3g}"
+    if p < 0.001:
+        return "<0.001"
+    for digits in range(3, 18):
+        text = f"{p:.{digits}g}"
+        if (float(text) < SIGNIFICANCE) == (p < SIGNIFICANCE):
+            return text
+    return repr(p)
 
 
 def _p_cell(c: dict[str, Any]) -> str:
