@@ -146,3 +146,29 @@ def test_the_sections_sit_in_the_document_and_say_when_not_run(store):
 def test_sigma_multiples():
     assert sigma_multiple("4x") == 4.0 and sigma_multiple("0.25X") == 0.25
     assert sigma_multiple(0.05) is None and sigma_multiple("absorption:2") is None
+
+
+def test_a_seed_run_again_under_another_key_counts_by_its_newest_finished_run(tmp_path):
+    """The rule every other table counts by (`records.stand_ins`): key A's first run was cut off, key B
+    (the spec edited) finished, then A ran again and finished last: A's run stands for seed 0. Before,
+    the beyond-the-paper sections kept whichever key came last in the listing (B, whose first run is
+    younger than A's first)."""
+    import time
+
+    from embinit.reproduction.beyond import _by_seed, _oov_rows
+    from embinit.reproduction.inputs import load_trials
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    exp = mlflow_store.ensure_experiment("again", uri)
+    cfg = {"task": "multi30k", "init": "glove", "seed": 0, "oov": "mean"}
+    trial_run.TrialRun.open(uri, exp, None, cfg, "A", "GloVe", {"axes": {"sigma": "1x"}, "point": {}})  # cut off
+    for key, loss in (("B", 2.0), ("A", 1.0)):
+        time.sleep(0.02)
+        _trial(uri, exp, key, "GloVe", 0, {"sigma": "1x"}, {"val/loss": loss, "oov/val_loss": loss}, oov="mean")
+    trials, _ = load_trials("again", uri)
+    assert [t.key for t in trials] == ["A", "B"]   # the listing: by each key's oldest run
+    finished = [t for t in trials if t.status == "finished"]
+    metric = next(m for m in finished[0].metrics if m.endswith("val/loss") and not m.startswith("oov"))
+    assert _by_seed(finished, metric, label="GloVe", axis=("sigma", "1x")) == {0: 1.0}
+    (row,) = [r for r in _oov_rows(finished) if r["metric"] == "oov/val_loss"]
+    assert row["values"] == {0: 1.0} and row["n"] == 1

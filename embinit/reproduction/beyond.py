@@ -25,6 +25,7 @@ from embinit.report.baseline import adjust, holm_mark
 from embinit.reproduction.compare import compare_text, fmt, p_holm_text, paired
 from embinit.reproduction.export import Section
 from embinit.reproduction.inputs import load_trials
+from embinit.tracking import records
 
 SOURCE_ORDER = ("Xavier", "GloVe_Shuffled", "GloVe")
 
@@ -47,10 +48,18 @@ def sigma_multiple(value: Any) -> float | None:
         return None
 
 
+def _per_seed(trials, metric: str) -> dict[int, float]:
+    """seed -> `metric` of the run that stands for the seed (`records.stand_ins`, the rule `embinit report`
+    and the paper's sections count by: a seed run again under another key counts once, by its newest
+    finished run), where that run has a finite value."""
+    chosen = records.stand_ins(trials, lambda t: t.seed)
+    return {seed: t.metrics[metric] for seed, t in chosen.items()
+            if metric in t.metrics and math.isfinite(t.metrics[metric])}
+
+
 def _by_seed(trials, metric: str, **match) -> dict[int, float]:
-    return {t.seed: t.metrics[metric] for t in trials
-            if all(getattr(t, k) == v if k != "axis" else t.axes.get(v[0]) == v[1] for k, v in match.items())
-            and metric in t.metrics and math.isfinite(t.metrics[metric])}
+    return _per_seed([t for t in trials if all(getattr(t, k) == v if k != "axis" else t.axes.get(v[0]) == v[1]
+                                               for k, v in match.items())], metric)
 
 
 def _summary(values: dict[int, float]) -> dict[str, Any]:
@@ -172,8 +181,7 @@ def _oov_rows(trials) -> list[dict[str, Any]]:
     rows = []
     for metric, _, _ in OOV_METRICS:
         for rule in rules:
-            vals = {t.seed: t.metrics[metric] for t in trials
-                    if t.config.get("oov") == rule and metric in t.metrics and math.isfinite(t.metrics[metric])}
+            vals = _per_seed([t for t in trials if t.config.get("oov") == rule], metric)
             rows.append({"metric": metric, "rule": rule, **_summary(vals)})
     return rows
 
