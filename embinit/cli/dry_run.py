@@ -175,12 +175,13 @@ def cost_lines(spec, plan, uri: str | None, done: set[str] = frozenset(), read: 
             return head + ["  nothing left to train."]
     else:
         head = []
-    shapes = Counter(shape_of(cfg) for _, cfg in todo)
+    shaped = [(key, shape_of(cfg)) for key, cfg in todo]   # once each: D may come from a pretrained file
+    shapes = Counter(shape for _, shape in shaped)
     # epochs each trial still trains: a resumed one after its checkpoint's epoch
     resumed = resumed or {}
     left: Counter = Counter()
-    for key, cfg in todo:
-        shape, trained = shape_of(cfg), resumed[key].epoch or 0 if key in resumed else 0
+    for key, shape in shaped:
+        trained = resumed[key].epoch or 0 if key in resumed else 0
         left[shape] += max(0, shape.epochs - trained)
     past = past_epoch_s(uri, read)
     lines = head + ["", "cost, per model shape" + (" (the trials left to train):" if done else ":"),

@@ -4,7 +4,7 @@ folder a running trial holds is left, and so is every folder of a planned trial 
 
 from __future__ import annotations
 
-from embinit.cli.dry_run_store import experiment_trials, local_store, readable_store, retired_folders
+from embinit.cli.dry_run_store import local_store, readable_store, retired_folders
 from embinit.errors import EmbinitError
 from embinit.redact import masked
 from embinit.tracking.store_check import resolved
@@ -21,9 +21,9 @@ def prune_checkpoints(spec, tracking_uri: str | None = None) -> str:
     if read is None:
         raise EmbinitError(f"--prune-checkpoints reads the experiment from the store, and {masked(uri)} cannot be "
                            "read here (a tracking server, or a store at another MLflow schema); nothing was removed")
-    plan = spec.plan()
-    exp_id, _ = experiment_trials(spec, read)
-    found = retired_folders(spec, plan, exp_id, read)
+    from embinit.tracking import mlflow_store
+    exp_id = mlflow_store.experiment_id(spec.experiment_name(), read)   # its id only: no run is read
+    found = retired_folders(spec, spec.plan(), exp_id, read)
     if not found:
         return (f"no checkpoint folder of experiment {spec.experiment_name()!r} belongs to a trial the spec no "
                 "longer plans")

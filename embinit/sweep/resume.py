@@ -40,7 +40,6 @@ only when it holds a later epoch.
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 import shutil
@@ -56,7 +55,7 @@ from embinit.tracking import run_readers, trial_run
 from embinit.cache_root import cache_root
 from embinit.storage import Mirror, Store
 from embinit.sweep.claims import ClaimLost
-from embinit.sweep.trial_folders import experiment_folder as experiment_folder_of
+from embinit.sweep.trial_folders import experiment_folder as experiment_folder_of, key_lock
 from embinit.sweep.work import SweepContext
 from embinit.trusted import check_writable, is_trusted
 
@@ -123,7 +122,7 @@ def claim(ctx: SweepContext, key: str, restored: Path | None = None) -> Iterator
 def _file_claim(base: Path, key: str) -> Iterator[Claim]:
     """The claim as a `flock` on `<key>.lock` beside the folder: it holds where the folder is shared."""
     lock = base / f"{key}.lock"
-    fd = _lock(lock)
+    fd = key_lock(lock)
     c = Claim(key, base / key, persistent=True)
     try:
         yield c
@@ -143,7 +142,7 @@ def _store_claim(uri: str, base: Path, key: str) -> Iterator[Claim]:
     lease = Lease(store, f"{base.name}/{key}").acquire()
     lock = base / f"{key}.lock"
     try:
-        fd = _lock(lock)   # after the lease: held by no other claim; marks the folder in use on this node
+        fd = key_lock(lock)   # after the lease: held by no other claim; marks the folder in use on this node
     except BaseException:
         lease.release()
         raise
@@ -179,23 +178,6 @@ def claim_all(ctx: SweepContext, keys: list[str], restored: Path | None = None) 
     """Claims of several keys (a fused group), taken in sorted order so two groups never deadlock."""
     with ExitStack() as stack:
         yield {k: stack.enter_context(claim(ctx, k, restored)) for k in sorted(set(keys))}
-
-
-def _lock(path: Path) -> int:
-    """An fd holding an exclusive lock on `path`, the file that is there now (not one a finishing
-    holder removed while this process waited on it)."""
-    while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)  # never through a symlink
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)  # waits while another process trains the key
-            if os.fstat(fd).st_ino == os.stat(path).st_ino:
-                return fd
-        except FileNotFoundError:
-            pass
-        except BaseException:
-            os.close(fd)
-            raise
-        os.close(fd)
 
 
 def _ready(c: Claim, restored: Path | None) -> Claim:

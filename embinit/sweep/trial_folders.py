@@ -71,24 +71,31 @@ def _epoch(folder: Path, key: str) -> int | None:
         return None
 
 
-def _try_lock(path: Path) -> int | None:
-    """An fd holding an exclusive lock on `path` (created if absent), or None when another process holds
-    it (a trial training that key) or it was replaced meanwhile."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)   # never through a symlink
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        if os.fstat(fd).st_ino == os.stat(path).st_ino:
-            return fd
-    except (BlockingIOError, FileNotFoundError):
-        pass
-    os.close(fd)
-    return None
+def key_lock(path: Path, wait: bool = True) -> int | None:
+    """An fd holding an exclusive lock on `path` (created if absent), the file that is there now (not one a
+    finishing holder removed while this process waited on it): the claim on a trial key
+    (embinit.sweep.resume). `wait=False`: None at once when another process holds it."""
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)   # never through a symlink
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if os.fstat(fd).st_ino == os.stat(path).st_ino:
+                return fd
+        except FileNotFoundError:
+            pass
+        except BlockingIOError:   # only without waiting: a trial trains that key
+            os.close(fd)
+            return None
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
 
 
 def _in_use(lock: Path) -> bool:
     if not lock.exists():
         return False
-    fd = _try_lock(lock)
+    fd = key_lock(lock, wait=False)
     if fd is None:
         return True
     os.close(fd)
@@ -114,7 +121,7 @@ def prune(folders: list[Retired]) -> tuple[list[Retired], list[Retired]]:
     removed, skipped = [], []
     for r in folders:
         lock = r.path.parent / f"{r.key}.lock"
-        fd = _try_lock(lock)
+        fd = key_lock(lock, wait=False)
         if fd is None:
             skipped.append(r)
             continue
