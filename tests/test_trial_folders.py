@@ -14,10 +14,11 @@ import pytest
 
 from embinit.checkpoint_files import LAST, LAST_INFO, last_info_text
 from embinit.cli import main
+from embinit.cli import dry_run_store
 from embinit.cli.dry_run import dry_run
 from embinit.spec import load_spec
 from embinit.sweep import trial_folders
-from embinit.tracking import mlflow_store
+from embinit.tracking import mlflow_store, run_writers, trial_run
 
 
 def _folder(base: Path, key: str, epoch: int | None, size: int = 1000) -> Path:
@@ -28,6 +29,15 @@ def _folder(base: Path, key: str, epoch: int | None, size: int = 1000) -> Path:
     if epoch is not None:
         (path / LAST_INFO).write_text(last_info_text(key, epoch))
     return path
+
+
+def _interrupted(uri: str, exp: str, spec, planned) -> None:
+    """A run of trial `planned` in a sweep of `spec` (named as the spec), left unfinished."""
+    parent = run_writers.start_parent_run(exp, uri, spec.spec_hash(), spec.to_yaml(), spec.num_trials(),
+                                          run_name=spec.name)
+    run = trial_run.TrialRun.open(uri, exp, parent, planned.config, planned.key, planned.label,
+                                  {"axes": planned.axes, "point": planned.point})
+    run.fail("interrupted", status="KILLED")
 
 
 def test_retired_folders_are_the_unplanned_ones_no_process_holds(tmp_path):
@@ -70,22 +80,32 @@ def test_prune_leaves_a_folder_a_trial_took_after_the_listing(tmp_path):
 def test_the_dry_run_counts_an_edited_spec_s_old_folders_and_prune_removes_only_those(tmp_path, capsys):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     raw = {"name": "edited", "tasks": [{"task": "synthetic_translation", "epochs": 2}], "inits": ["xavier"],
-           "seeds": 1, "mlflow": {"tracking_uri": uri}, "cache_dir": str(tmp_path / "cache")}
-    (old,) = load_spec(raw).plan()
+           "seeds": 1, "mlflow": {"tracking_uri": uri, "experiment": "shared"}, "cache_dir": str(tmp_path / "cache")}
+    before = load_spec(raw)
+    (old,) = before.plan()
     raw["tasks"][0]["epochs"] = 3   # the spec edited after its trial was interrupted at epoch 1
     path = tmp_path / "spec.yaml"
     path.write_text(json.dumps(raw))
     spec = load_spec(raw)
     (new,) = spec.plan()
+    # another spec logging to the same experiment, interrupted too: its rerun resumes its folder
+    other = load_spec({**raw, "name": "other", "tasks": [{"task": "synthetic_translation", "epochs": 4}]})
+    (theirs,) = other.plan()
     exp = mlflow_store.ensure_experiment(spec.experiment_name(), uri)
+    _interrupted(uri, exp, before, old)
+    _interrupted(uri, exp, other, theirs)
     base = trial_folders.experiment_folder(spec.cache_dir, uri, exp)
     _folder(base, old.key, 1, size=2_500_000)
     _folder(base, new.key, 2)
+    _folder(base, theirs.key, 3, size=4_000_000)
+    _folder(base, "no-run", 1, size=1_000_000)   # no run in the store names it (deleted from MLflow)
 
     text = dry_run(spec, uri)
     assert (f"note: 1 checkpoint folder (2.5 MB) in {base} belongs to trials this spec no longer plans "
             "(interrupted before the spec was edited): nothing resumes them; `embinit run SPEC "
             "--prune-checkpoints` removes them") in text, text
+    assert (f"note: 2 checkpoint folders (5.0 MB) of trials of other specs sharing the experiment ('other') or "
+            f"that no run in this store names in {base}: the prune leaves them") in text, text
     assert main(["run", str(path), "--dry-run"]) == 0
     assert f"{path} --prune-checkpoints` removes them" in capsys.readouterr().out   # the command as run
 
@@ -93,10 +113,33 @@ def test_the_dry_run_counts_an_edited_spec_s_old_folders_and_prune_removes_only_
     out = capsys.readouterr().out
     assert out.startswith(f"removed 1 checkpoint folder (2.5 MB) of trials the spec no longer plans, from {base}:")
     assert f"  {old.key}     2.5 MB  after epoch 1" in out, out
+    assert "left 2 checkpoint folders (5.0 MB) of trials of other specs sharing the experiment" in out, out
     assert not (base / old.key).exists() and (base / new.key / LAST).is_file()   # the planned one: resumed
+    assert (base / theirs.key / LAST).is_file() and (base / "no-run" / LAST).is_file()
     assert "no longer plans" not in dry_run(spec, uri)
     assert main(["run", str(path), "--prune-checkpoints"]) == 0
-    assert "no checkpoint folder of experiment 'edited' belongs to a trial" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "no checkpoint folder of experiment 'shared' belongs to a trial" in out and "left 2" in out, out
+
+
+@pytest.mark.slow   # an MLflow store
+def test_a_key_another_spec_also_ran_is_not_retired_by_this_one(tmp_path):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    raw = {"name": "a", "tasks": [{"task": "synthetic_translation", "epochs": 2}], "inits": ["xavier"],
+           "seeds": 1, "mlflow": {"tracking_uri": uri, "experiment": "shared"}, "cache_dir": str(tmp_path / "cache")}
+    a, b = load_spec(raw), load_spec({**raw, "name": "b"})
+    (shared,) = a.plan()   # both specs plan this very trial
+    exp = mlflow_store.ensure_experiment("shared", uri)
+    _interrupted(uri, exp, a, shared)
+    _interrupted(uri, exp, b, shared)
+    base = trial_folders.experiment_folder(a.cache_dir, uri, exp)
+    _folder(base, shared.key, 1)
+    edited = load_spec({**raw, "tasks": [{"task": "synthetic_translation", "epochs": 3}]})   # a, edited
+    folders = dry_run_store.retired_folders(edited, edited.plan(), exp, uri)
+    assert folders.retired == [] and [r.key for r in folders.others] == [shared.key]
+    assert folders.owners == {shared.key: {"a", "b"}}
+    b_edited = load_spec({**raw, "name": "b", "tasks": [{"task": "synthetic_translation", "epochs": 5}]})
+    assert dry_run_store.retired_folders(b_edited, b_edited.plan(), exp, uri).retired == []   # a ran it too
 
 
 def test_prune_refuses_a_search_whose_trials_are_drawn(tmp_path, capsys):

@@ -274,7 +274,7 @@ def dry_run(spec, tracking_uri: str | None = None, prune_command: str = "embinit
         lines += cost_lines(spec, plan, read, done, {exp_id: recs} if exp_id else None, resumed)
         lines += execution_lines(spec, plan)
         lines += not_reused_lines(spec, plan, recs)
-        lines += retired_lines(retired_folders(spec, plan, exp_id, read), prune_command)
+        lines += retired_lines(retired_folders(spec, plan, exp_id, read, recs), spec.name, prune_command)
     notes = hub_notes(plan)
     lines += ([""] + notes if notes else []) + store_lines(store)
     n = spec.num_trials()

@@ -95,23 +95,68 @@ def resumes(plan, exp_id: str | None, uri: str | None, recs: list, done: set[str
     return out
 
 
-def retired_folders(spec, plan, exp_id: str | None, uri: str | None) -> list:
-    """The checkpoint folders of the spec's experiment (`exp_id` in the store at `uri`) whose keys the plan
-    no longer has (embinit.sweep.trial_folders.retired); [] for an Optuna search (its keys are drawn while
-    it runs) or without a store to read."""
+class Folders(NamedTuple):
+    """The checkpoint folders of the spec's experiment whose keys its plan no longer has
+    (embinit.sweep.trial_folders.Retired): `retired`, those of trials only sweeps of this spec (by its
+    name) ran, which the prune removes; `others`, which it leaves: those another spec sharing the
+    experiment ran too (its rerun resumes them) and those no run in the store names. `owners`: key -> the
+    names of the specs whose sweeps ran it."""
+    retired: list
+    others: list
+    owners: dict[str, set[str]]
+
+
+def retired_folders(spec, plan, exp_id: str | None, uri: str | None, recs: list | None = None) -> Folders:
+    """The spec's `Folders` in the store at `uri` (`exp_id`: its experiment there; `recs`: the experiment's
+    trial records when read already, else only the unplanned keys' are read); none for an Optuna search
+    (its keys are drawn while it runs) or without a store to read."""
     if exp_id is None or uri is None or spec.drawn:
-        return []
+        return Folders([], [], {})
     from embinit.sweep import trial_folders
     folder = trial_folders.experiment_folder(spec.cache_dir, uri, exp_id)
-    return trial_folders.retired(folder, {p.key for p in plan})
+    found = trial_folders.retired(folder, {p.key for p in plan})
+    owners = _owners(exp_id, uri, {r.key for r in found}, recs) if found else {}
+    mine = [r for r in found if owners.get(r.key) == {spec.name}]
+    return Folders(mine, [r for r in found if r not in mine], owners)
 
 
-def retired_lines(retired: list, command: str) -> list[str]:
-    """A note on the folders of `retired_folders` (none: []); `command` is the one that removes them."""
-    if not retired:
-        return []
+def _owners(exp_id: str, uri: str, keys: set[str], recs: list | None) -> dict[str, set[str]]:
+    """key -> the names of the sweeps (the spec's name, embinit.tracking.run_writers.start_parent_run)
+    whose runs of that key are in the store."""
+    from embinit.tracking import run_readers
+    if recs is None:
+        recs = [r for key in sorted(keys) for r in run_readers.key_records(exp_id, uri, key)]
+    sweeps = {s.run_id: s.name for s in run_readers.sweep_records(exp_id, uri)}
+    out: dict[str, set[str]] = {}
+    for r in recs:
+        if r.key in keys and r.parent_id in sweeps:
+            out.setdefault(r.key, set()).add(sweeps[r.parent_id])
+    return out
+
+
+def retired_lines(folders: Folders, spec_name: str, command: str) -> list[str]:
+    """A note on the folders of `retired_folders` (none: []); `command` is the one that removes the
+    spec's own."""
     from embinit.sweep.trial_folders import size_text
-    n, size = len(retired), sum(r.size for r in retired)
-    return ["", f"note: {n} checkpoint folder{'s' if n != 1 else ''} ({size_text(size)}) in "
-                f"{retired[0].path.parent} belong{'s' if n == 1 else ''} to trials this spec no longer plans "
-                f"(interrupted before the spec was edited): nothing resumes them; `{command}` removes them"]
+    lines = []
+    if folders.retired:
+        n, size = len(folders.retired), sum(r.size for r in folders.retired)
+        lines += ["", f"note: {n} checkpoint folder{'s' if n != 1 else ''} ({size_text(size)}) in "
+                      f"{folders.retired[0].path.parent} belong{'s' if n == 1 else ''} to trials this spec no "
+                      f"longer plans (interrupted before the spec was edited): nothing resumes them; `{command}` "
+                      "removes them"]
+    if folders.others:
+        lines += ["", f"note: {others_text(folders, spec_name)} in {folders.others[0].path.parent}: the prune leaves "
+                      "them (a spec's rerun resumes its own trials)"]
+    return lines
+
+
+def others_text(folders: Folders, spec_name: str) -> str:
+    """`n checkpoint folders (size) of trials of other specs ...`: the folders the prune leaves."""
+    from embinit.sweep.trial_folders import size_text
+    n, size = len(folders.others), sum(r.size for r in folders.others)
+    names = sorted({name for r in folders.others for name in folders.owners.get(r.key, ())} - {spec_name})
+    whose = ([f"of other specs sharing the experiment ({', '.join(map(repr, names))})"] if names else []) \
+        + (["that no run in this store names"] if any(not folders.owners.get(r.key) for r in folders.others)
+           else [])
+    return f"{n} checkpoint folder{'s' if n != 1 else ''} ({size_text(size)}) of trials {' or '.join(whose)}"

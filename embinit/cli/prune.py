@@ -1,10 +1,12 @@
 """`embinit run SPEC --prune-checkpoints`: remove the checkpoint folders of the spec's experiment whose
 trials the spec no longer plans (embinit.sweep.trial_folders), and say what went. Runs nothing else; a
-folder a running trial holds is left, and so is every folder of a planned trial (the run resumes those)."""
+folder a running trial holds is left, and so is every folder of a planned trial (the run resumes those)
+and every folder of a trial that a sweep of another spec logging to the same experiment ran, or that no
+run in the store names (embinit.cli.dry_run_store.retired_folders): only this spec's own are removed."""
 
 from __future__ import annotations
 
-from embinit.cli.dry_run_store import local_store, readable_store, retired_folders
+from embinit.cli.dry_run_store import local_store, others_text, readable_store, retired_folders
 from embinit.errors import EmbinitError
 from embinit.redact import masked
 from embinit.tracking.store_check import resolved
@@ -23,10 +25,13 @@ def prune_checkpoints(spec, tracking_uri: str | None = None) -> str:
                            "read here (a tracking server, or a store at another MLflow schema); nothing was removed")
     from embinit.tracking import mlflow_store
     exp_id = mlflow_store.experiment_id(spec.experiment_name(), read)   # its id only: no run is read
-    found = retired_folders(spec, spec.plan(), exp_id, read)
+    folders = retired_folders(spec, spec.plan(), exp_id, read)
+    found = folders.retired
+    left = ([f"left {others_text(folders, spec.name)} (a spec's rerun resumes its own trials)"]
+            if folders.others else [])
     if not found:
-        return (f"no checkpoint folder of experiment {spec.experiment_name()!r} belongs to a trial the spec no "
-                "longer plans")
+        return "\n".join([f"no checkpoint folder of experiment {spec.experiment_name()!r} belongs to a trial the "
+                          "spec no longer plans"] + left)
     removed, skipped = prune(found)
     lines = [f"removed {len(removed)} checkpoint folder{'s' if len(removed) != 1 else ''} "
              f"({size_text(sum(r.size for r in removed))}) of trials the spec no longer plans, from "
@@ -35,4 +40,4 @@ def prune_checkpoints(spec, tracking_uri: str | None = None) -> str:
               + (f"after epoch {r.epoch}" if r.epoch is not None else "no epoch saved") for r in removed]
     if skipped:
         lines.append(f"left {len(skipped)} a trial took meanwhile: " + ", ".join(r.key for r in skipped))
-    return "\n".join(lines)
+    return "\n".join(lines + left)

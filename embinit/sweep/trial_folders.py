@@ -8,9 +8,11 @@ removed; an interrupted or failed one's stays, so that running the spec again re
 When the spec is edited after an interruption (`epochs: 8` -> `9`, another lr), those trials get new keys
 and the old folders are never resumed: each holds `last.pt` and `best.pt` (tens to hundreds of MB).
 `retired` lists them (the dry run says how many and how large), `prune` removes them
-(`embinit run SPEC --prune-checkpoints`). A folder whose key another process holds (its `<K>.lock`, the
-claim of embinit.sweep.resume) is in use: it is neither counted nor removed. A copy mirrored to an object
-store (`SweepContext.storage`) is not touched here.
+(`embinit run SPEC --prune-checkpoints`: only those of trials this spec's own sweeps ran, by the tracking
+store's records, embinit.cli.dry_run_store; another spec logging to the experiment resumes its own). A
+folder whose key another process holds (its `<K>.lock`, the claim of embinit.sweep.resume) is in use: it
+is neither counted nor removed. A copy mirrored to an object store (`SweepContext.storage`) is not touched
+here.
 
 Torch-free and MLflow-free: the dry run reads it.
 """
