@@ -30,6 +30,22 @@ def test_overrides_shrink_the_study():
     assert load_spec(QUICK, ["lr=0.01", "pos_encoding=false"]).expand()[0].pos_encoding is False
 
 
+def test_an_init_named_as_written_in_the_spec_keeps_the_spec_s_entry(tmp_path):
+    """`inits=glove+standardize` with the spec's `{tgt: glove+standardize, src: xavier}` added a bare init
+    of the same label instead: English GloVe on the German source table, under the label GloVe_Xavier."""
+    path = tmp_path / "s.yaml"
+    path.write_text("name: t\ntasks: [multi30k]\npretrained: {glove: /g.txt}\nseeds: 1\ninits:\n  - xavier\n"
+                    "  - {tgt: glove, src: xavier}\n  - {tgt: glove+standardize, src: xavier}\n")
+    full = {p.label: p for p in load_spec(path).plan()}
+    for names in ("glove+standardize", "glove_xavier", "GloVe_Xavier", "xavier,glove+standardize,glove"):
+        small = load_spec(path, [f"inits={names}"])
+        assert small.num_trials() == len(names.split(",")), names
+        for p in small.plan():   # the spec's entries: the source side stays Xavier, the key is the spec's
+            assert p.config["src_init"] == "xavier" or p.label == "Xavier", (names, p.config)
+            assert p.key == full[p.label].key, names
+    assert load_spec(path, ["inits=glove+shuffle"]).plan()[0].config["src_init"] is None   # not in the spec
+
+
 def test_bad_overrides_are_named_with_every_problem():
     with pytest.raises(SpecError) as e:
         load_spec(QUICK, ["epoch=2", "lr"])

@@ -86,7 +86,9 @@ def _entry_names(entry: Any) -> set[str]:
         return set()
     names = {str(entry[k]).lower() for k in ("task", "label", "init", "name") if isinstance(entry.get(k), str)}
     tgt = entry.get("tgt")
-    if isinstance(tgt, dict):
+    if isinstance(tgt, str):   # `{tgt: glove+standardize, src: xavier}` answers to `glove+standardize`
+        names.add(tgt.lower())
+    elif isinstance(tgt, dict):
         names |= {str(tgt[k]).lower() for k in ("name", "source") if isinstance(tgt.get(k), str)}
     return names
 
@@ -102,10 +104,14 @@ def _label(entry: Any) -> str | None:
 
 
 def select(entries: list[Any], wanted: list[str]) -> list[Any]:
-    """The spec's entries named in `wanted`, in that order; unknown names as written (validated later)."""
+    """The spec's entries named in `wanted`, in that order; unknown names as written (validated later).
+    A name is an entry's label (`glove_xavier`), or an init written as its label reads
+    (`glove+standardize` is GloVe_Xavier: the spec's entry of that label, with its source side, not a bare
+    init of the same label that would also initialize the source table), else a name the entry gives."""
     out = []
     for name in wanted:
-        hit = [e for e in entries if name.lower() == _label(e)]   # a label first: `glove` is not GloVe_Xavier
+        named = {name.lower(), _label(name)} - {None}
+        hit = [e for e in entries if _label(e) in named]   # a label first: `glove` is not GloVe_Xavier
         hit = hit or [e for e in entries if name.lower() in _entry_names(e)]
         out += hit or [name]
     return out
