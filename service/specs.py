@@ -25,6 +25,7 @@ from embinit.model_dims import dimension_problems
 from embinit.redact import masked
 from embinit.spec import (PRETRAINED_KEYS, ExperimentSpec, PlannedTrial, SpecError, SpecLoader, data_problems,
                           load_spec, offline_data_problems, unique_pairs, yaml_error)
+from embinit.spec.vector_files import vector_file_problems
 from service.hub import check_hub_ids
 from service.limits import bound_problems
 from service.paths import confine_paths, format_loc
@@ -228,9 +229,10 @@ def prepare(data: dict[str, Any], settings: Settings, tracking_uri: str,
     problems += hub_problems
     problems += offline_data_problems(spec)   # offline, a task's data_revision this machine's hub cache lacks
     problems += dimension_problems(plan, spec.search)   # a d_model or heads that does not fit a local source's D
-    # on a local Ray the trials read the data folders this process sees: one lacking a file fails every
-    # trial of its task, so say it now (a cluster's nodes may hold other copies: left to the trials)
-    problems += data_problems(spec) if settings.ray_address is None else []
+    # on a local Ray the trials read the data folders and vector files this process sees: one lacking a
+    # file, or a file no trial can read, fails every trial of its task or init, so say it now (a cluster's
+    # nodes may hold other copies: left to the trials)
+    problems += data_problems(spec) + vector_file_problems(spec.paths()) if settings.ray_address is None else []
     problems += more(spec) if more is not None else []
     if problems:
         raise unprocessable(problems, settings.max_problems)

@@ -429,6 +429,16 @@ def test_a_data_folder_lacking_a_file_is_refused_at_submit(client, roots):
     assert "lacks dev_matched.tsv; dev_mismatched.tsv" in found["tasks[1].data_dir"]
 
 
+def test_a_vector_file_no_trial_can_read_is_refused_at_submit(client, roots):
+    _, pre = roots
+    (pre / "bad.txt").write_text("the 0.1 0.2\ncat 0.3\n")
+    spec = {**SPEC, "inits": ["xavier", {"tgt": "glove", "pretrained": "bad.txt"}], "tasks": [
+        {"task": "synthetic_translation", "d_model": 2, "heads": 1}]}
+    r = submit(client, spec)
+    assert r.status_code == 422, r.text
+    assert f"{(pre / 'bad.txt').resolve()}:2: expected a word and 2 values" in problems(r)["inits[1].pretrained"]
+
+
 def test_tracking_uri_is_the_services(client):
     r = submit(client, {**SPEC, "mlflow": {"tracking_uri": "sqlite:////tmp/elsewhere.db"}})
     assert r.status_code == 422

@@ -22,6 +22,7 @@ from embinit.spec.fields import SpecFields
 from embinit.spec.loading import (blamed, data_problems, missing_paths, offline_data_problems, spec_data,
                                   task_files_problem)
 from embinit.spec.problems import SpecError, as_written, problems_of
+from embinit.spec.vector_files import vector_file_problems
 
 CROSS_NOT_CHECKED = "checks across fields (pretrained sources per init, duplicate inits and tasks, heads vs. D) " \
                     "not run until the problems above are fixed"
@@ -73,6 +74,7 @@ def spec_problems(source: Any, overrides: list[str] | tuple[str, ...] = (), *, l
     if local:
         problems += _local_problems(spec, fields, data, base, {where for where, _ in problems})
         problems += _offline_hub_problems(spec, one_seed) + (offline_data_problems(spec) if spec is not None else [])
+        problems += vector_file_problems(spec.paths()) if spec is not None else []
         notes += _definitions_not_read(problems)
     if sizes:
         found = _size_problems(checked, bool(problems or notes), one_seed)

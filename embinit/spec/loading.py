@@ -122,9 +122,11 @@ def _blame(path: str, message: str, keys: dict[str, str]) -> str:
 def check_local_paths(spec: ExperimentSpec) -> None:
     """Paths written as filesystem paths (absolute, ./, ../, ~) must exist before any trial starts;
     other values may be hub ids (`bert-base-uncased`, `google/mt5-base`). Each task's local data folder
-    must hold the files its loader needs (`embinit.tasks.load.check_files`). Every problem is listed."""
+    must hold the files its loader needs (`embinit.tasks.load.check_files`), and each local word-vector file
+    must read (embinit.spec.vector_files). Every problem is listed."""
+    from embinit.spec.vector_files import vector_file_problems
     problems, missing = missing_paths(spec.paths())
-    problems += data_problems(spec, missing)
+    problems += data_problems(spec, missing) + vector_file_problems(spec.paths())
     if problems:
         raise SpecError(problems)
 

@@ -1,0 +1,61 @@
+"""The spec's check reads each local word-vector file it names (embinit.spec.vector_files): a broken row
+failed each trial of the init only once the sweep had started (after other inits had trained)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from embinit.spec import SpecError, check_local_paths, load_spec
+from embinit.spec.full_check import check_spec
+from embinit.spec.vector_files import vector_file_problems
+
+
+def _glove(path, rows):
+    path.write_bytes(b"".join(rows))
+    return path
+
+
+GOOD = [b"the 0.1 0.2 0.3\n", b"cat 0.4 0.5 0.6\n", b"dog 0.7 0.8 0.9\n"]
+
+
+def _spec(tmp_path, vectors):
+    return {"name": "v", "tasks": [{"task": "synthetic_translation", "d_model": 3, "heads": 1}],
+            "inits": ["xavier", {"tgt": "glove", "src": "xavier"}], "seeds": 1, "pretrained": {"glove": str(vectors)}}
+
+
+def test_a_broken_vector_file_is_a_spec_problem_with_each_bad_line(tmp_path):
+    bad = _glove(tmp_path / "bad.txt", GOOD[:1] + [b"cat 0.4 0.5\n", b"\xe9t\xe9 0.1 0.2 0.3\n"] + GOOD[2:])
+    with pytest.raises(SpecError) as e:
+        check_spec(_spec(tmp_path, bad))
+    found = dict(e.value.problems)
+    assert f"{bad}:2: expected a word and 3 values" in found["pretrained.glove"], found
+    assert f"{bad}:3" in found["pretrained.glove"] and "UTF-8" in found["pretrained.glove"], found
+    with pytest.raises(SpecError, match="bad.txt:2: expected a word and 3 values"):
+        check_local_paths(load_spec(_spec(tmp_path, bad)))   # the sweep's own check (the service's local Ray)
+    good = _glove(tmp_path / "good.txt", GOOD)
+    assert check_spec(_spec(tmp_path, good)).inits[1].tgt == "glove"
+    check_local_paths(load_spec(_spec(tmp_path, good)))
+
+
+def test_a_header_s_row_count_and_a_npy_without_its_vocabulary(tmp_path):
+    short = _glove(tmp_path / "w2v.txt", [b"5 3\n"] + GOOD)   # a truncated download
+    np.save(tmp_path / "m.npy", np.zeros((3, 3), dtype=np.float32))
+    npy = str(tmp_path / "m.npy")
+    found = dict(vector_file_problems([("pretrained.glove", str(short)), ("inits[0].pretrained", npy),
+                                       ("data_dir", str(short))]))   # not a vector field: not read
+    assert "the header says 5 rows but the file has 3" in found["pretrained.glove"], found
+    assert "no vocabulary file for" in found["inits[0].pretrained"], found
+    assert set(found) == {"pretrained.glove", "inits[0].pretrained"}
+    (tmp_path / "m.vocab.txt").write_text("the\ncat\ndog\n")
+    assert vector_file_problems([("inits[0].pretrained", str(tmp_path / "m.npy"))]) == []
+
+
+def test_a_file_is_read_again_once_it_changes(tmp_path):
+    path = _glove(tmp_path / "g.txt", GOOD)
+    assert vector_file_problems([("pretrained.glove", str(path))]) == []
+    _glove(path, GOOD + [b"owl 1.0\n"])
+    os.utime(path, ns=(1, 1))   # the mtime differs whatever the clock's resolution
+    assert "g.txt:4: expected a word and 3 values" in vector_file_problems([("pretrained.glove", str(path))])[0][1]
