@@ -30,8 +30,8 @@ from embinit.comparison import t_quantile
 from embinit.report.formatting import digits_by_metric, interval, number
 from embinit.tracking.records import TrialRecord
 from embinit.report.baseline import DEFAULT_BASELINE
-from embinit.report.notes import (code_version_notes, dev_selection_notes, no_value_notes, non_finite_notes,
-                                  other_point_notes, row_name, stale_notes, unconverged_notes)
+from embinit.report.notes import (clipped_notes, code_version_notes, dev_selection_notes, no_value_notes,
+                                  non_finite_notes, other_point_notes, row_name, stale_notes, unconverged_notes)
 from embinit.report.plots import label_order, mean_curves
 from embinit.report.rows import group, group_rows, summarize
 
@@ -87,7 +87,8 @@ class Report:
                          f"({_fmt(r['std'], d)}) | {r['n']} | {_fmt(r['best_epoch'], 1)}{last} | {_ci(r, d)} | "
                          f"{r['diverged']} | {r['failed']} | {r['running']} |")
         lines += coverage.markdown(self.completeness) + stale_notes(self.stale)
-        lines += unconverged_notes(self.rows) + non_finite_notes(self.rows) + no_value_notes(self.rows)
+        lines += unconverged_notes(self.rows) + clipped_notes(self.rows, digits)
+        lines += non_finite_notes(self.rows) + no_value_notes(self.rows)
         lines += other_point_notes(self.rows)
         lines += code_version_notes(self.rows) + dev_selection_notes(self.rows)
         lines += report_baseline.markdown(self.rows, self.baseline, row_name)

@@ -1,0 +1,27 @@
+"""The report's 95% interval is cut at the metric's range (a BLEU interval never goes below 0); where
+that cuts it, a note under Table 1 gives the t interval, so a cut interval does not read as a narrow one."""
+
+from __future__ import annotations
+
+from embinit.config import metric_range
+from embinit.report.formatting import digits_by_metric
+from embinit.report.notes import clipped_notes
+from embinit.report.table import summarize
+
+
+def _row(init, metric, values):
+    return {"task": "multi30k", "init": init, "axes": {}, "setting": {}, "point": {}, "metric": metric,
+            **summarize(values, metric_range(metric))}
+
+
+def test_an_interval_cut_at_the_metric_s_range_is_named_with_its_t_interval():
+    rows = [_row("Xavier", "test/bleu", [1.817, 2.463]),        # t interval [-1.963, 6.243]
+            _row("GloVe", "test/bleu", [30.0, 32.0, 31.0]),      # inside [0, 100]: no note
+            _row("Normal", "test/bleu", [3.0]),                  # n = 1: no interval, no note
+            _row("Top", "best/val/acc", [0.99, 0.999])]           # cut at 1
+    assert rows[0]["ci_low"] == 0.0 and rows[0]["ci95"] > rows[0]["mean"]
+    notes = clipped_notes(rows, digits_by_metric(rows))
+    assert notes[1].startswith("95% intervals cut at the metric's range"), notes
+    assert notes[2:] == ["- multi30k Xavier (test/bleu): t interval [-1.96, 6.24], shown as [0.00, 6.24]",
+                         "- multi30k Top (best/val/acc): t interval [0.9373, 1.0517], shown as [0.9373, 1.0000]"]
+    assert clipped_notes(rows[1:3], digits_by_metric(rows)) == []
