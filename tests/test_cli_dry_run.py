@@ -79,3 +79,18 @@ def test_a_resumed_trial_costs_only_the_epochs_after_its_checkpoint(machine, mon
     cut = text(resumed)
     assert "total: 12 trial-epochs" in cut and "1.2 trial-minutes" in cut, cut   # 20 - 3 - 5; unknown: in full
     assert "2 trials resume from a checkpoint (marked above): the 8 epochs already trained are not counted" in cut
+
+
+def test_a_translation_trial_s_line_names_its_source_table_s_init():
+    """The label leaves the source side out where it is Xavier or the target's own: `glove` alone (GloVe on
+    both tables) and `{tgt: glove, src: xavier}` were both `GloVe` on their lines."""
+    def lines(init):
+        spec = load_spec({"name": "src", "tasks": ["synthetic_translation", "synthetic_lm"], "seeds": 1,
+                          "inits": [init], "axes": {"lr": [0.001]}})
+        return [(line.split()[2], line.split()[3], line.split("  ")[-1]) for line in
+                dry_run.trial_lines(spec, spec.plan())[1:]]
+    assert lines({"tgt": "normal", "src": "xavier"}) == [
+        ("synthetic_translation", "Normal", '{"src": "xavier", "lr": 0.001}'),
+        ("synthetic_lm", "Normal", '{"lr": 0.001}')]   # no source table
+    assert lines("normal") == [("synthetic_translation", "Normal", '{"src": "normal", "lr": 0.001}'),
+                               ("synthetic_lm", "Normal", '{"lr": 0.001}')]

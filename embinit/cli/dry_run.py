@@ -18,6 +18,7 @@ from embinit.cli.hub_notes import hub_notes
 from embinit.cli.dry_run_store import (Resume, experiment_trials, finished_here, local_store, readable_store,
                                        resumes, retired_folders, retired_lines, store_lines)
 from embinit.tracking.store_check import resolved
+from embinit.spec.planning import has_source_table
 
 
 def trial_lines(spec, plan, done: set[str] = frozenset(), resumed: dict[str, Resume] | None = None) -> list[str]:
@@ -25,7 +26,9 @@ def trial_lines(spec, plan, done: set[str] = frozenset(), resumed: dict[str, Res
     `resumed`: what the run does with a key's unfinished run (`dry_run_store.resumes`)."""
     lines = [f"{'#':>4}  {'key':16}  {'task':24} {'init':22} seed  settings"]
     for i, p in enumerate(plan):
-        settings = {**p.axes, **p.point}
+        # the source table's init, which the label leaves out where it is Xavier or the target's own
+        src = {"src": p.config.get("src_init") or p.config["init"]} if has_source_table(p.task) else {}
+        settings = {**src, **p.axes, **p.point}
         mark = ("  [finished: reused]" if p.key in done else f"  [{resumed[p.key].mark}]" if p.key in (resumed or {})
                 else "")
         lines.append(f"{i:>4}  {p.key}  {p.task:24} {p.label:22} {p.seed:>4}  "
