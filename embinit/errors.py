@@ -1,8 +1,9 @@
 """User-facing errors.
 
 Anything a user can cause (a bad file, an unknown name, an invalid spec) raises `EmbinitError` with a
-one-line message that names the problem and the offending value. The CLI prints it without a traceback
-and exits non-zero; the service turns it into a 4xx.
+one-line message that names the problem and the offending value (a `ListedError`: each problem, which the
+CLI prints one a line). The CLI prints it without a traceback and exits non-zero; the service turns it
+into a 4xx.
 """
 
 from pathlib import Path
@@ -10,6 +11,25 @@ from pathlib import Path
 
 class EmbinitError(Exception):
     """A problem with the user's input, reported as one clear line."""
+
+    def listing(self) -> str:
+        """The message as the CLI prints it: the one line (`ListedError` lists its problems one a line)."""
+        return str(self)
+
+
+class ListedError(EmbinitError):
+    """Several problems under one head (`invalid experiment spec (3 problems):`): `str` joins them on one
+    line, as a log or the service keeps it; `listing()` puts each on its own line (`  - path: what`),
+    then the notes (what was not checked because of them), where there is more than one problem."""
+
+    def __init__(self, head: str, items: list[str], notes: list[str] | tuple[str, ...] = ()):
+        self.head, self.items, self.notes = head, list(items), list(notes)
+        super().__init__(f"{head} " + "; ".join(self.items + self.notes))
+
+    def listing(self) -> str:
+        if len(self.items) < 2:
+            return str(self)
+        return "\n".join([self.head, *(f"  - {item}" for item in self.items), *(f"  {n}" for n in self.notes)])
 
 
 MAX_LISTED = 10   # problems of one file named in its error; the rest are counted

@@ -94,6 +94,20 @@ def test_errors_are_one_line(api, capsys):
     assert code == 2 and f"cannot reach the embinit API at {unused}" in err and "embinit serve" in err
 
 
+def test_a_refused_spec_s_problems_print_one_a_line(api, capsys, tmp_path):
+    """The API's 422 lists each problem; the CLI printed them joined on one line of ~1,300 characters."""
+    base, _ = api
+    spec = tmp_path / "bad.yaml"
+    spec.write_text("name: bad\ntasks: [synthetic_classification]\ninits: [xavier, glvoe]\nepocs: 3\n"
+                    "defaults: {epochs: -2}\n")
+    code, _, err = cli(capsys, "submit", str(spec), "--url", base, "--token", TOKEN)
+    lines = err.splitlines()
+    assert code == 2 and lines[0] == f"embinit: error: POST {base}/experiments: 422", err
+    assert "  - inits[1]: 'glvoe' is not a registered init" in err and "  - epocs: unknown field 'epocs'" in err
+    assert "\n  - defaults.epochs: Input should be greater than or equal to 1, got -2\n" in err
+    assert all(line.startswith("  - ") for line in lines[1:]), err
+
+
 def test_url_and_token_from_the_environment(api):
     base, _ = api
     env = {**os.environ, "PYTHONPATH": str(ROOT), "EMBINIT_API_URL": base, "EMBINIT_API_TOKEN": TOKEN}

@@ -42,13 +42,14 @@ def test_optuna_dry_run_explains_the_budget(tmp_path, capsys):
     assert "12 trials" in out and "optuna: 3 points x 2 seeds" in out
 
 
-def test_invalid_spec_exits_2_with_every_problem_on_one_line(tmp_path, capsys):
+def test_invalid_spec_exits_2_with_every_problem_on_its_own_line(tmp_path, capsys):
     spec = tmp_path / "bad.yaml"
     spec.write_text("name: bad\ntasks: [nope]\ninits: [glove+standardise]\nseeds: 0\n")
     assert main(["run", str(spec), "--dry-run"]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("embinit: error: invalid experiment spec (3 problems)")
-    assert "tasks[0].task" in err and "inits[0]" in err and "seeds" in err
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == "embinit: error: invalid experiment spec (3 problems):"
+    assert [line.split(":")[0] for line in lines[1:4]] == ["  - tasks[0].task", "  - inits[0]", "  - seeds"]
+    assert len(lines) == 6 and all(line.startswith("  ") and " not " in line for line in lines[4:]), lines
 
 
 def test_missing_file_and_unset_variable(tmp_path, capsys, monkeypatch):
@@ -117,7 +118,9 @@ def test_dry_run_refuses_settings_no_trial_may_combine_with_the_other_problems(t
                     "defaults: {tie_embeddings: true, train_embeddings: false, freeze_non_embeddings: true}\n")
     assert main(["run", str(spec), "--dry-run"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("embinit: error: invalid experiment spec (3 problems): retries: ") and err.count("\n") == 1
+    assert err.startswith("embinit: error: invalid experiment spec (3 problems):\n  - retries: ")
+    assert len(err.splitlines()) == 5, err
+    assert err.endswith("\n  model sizes not checked until the problems above are fixed\n")
     assert ("trials synthetic_translation x Xavier: train_embeddings=False with freeze_non_embeddings=True "
             "leaves nothing to train") in err
     assert ("trials synthetic_translation x Xavier: tie_embeddings applies to language models only; "

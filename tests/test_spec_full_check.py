@@ -90,7 +90,7 @@ def test_dry_run_shows_every_problem_in_one_round(tmp_path, capsys):
                                      f"data_dir: {root}\npretrained: {{glove: ./glove.txt}}\n")
     assert main(["run", str(tmp_path / "s.yaml"), "--dry-run"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("embinit: error: invalid experiment spec (4 problems): retries:")
+    assert err.startswith("embinit: error: invalid experiment spec (4 problems):\n  - retries:")
     assert "inits[1]: duplicates inits[0]" in err and "glove.txt' does not exist" in err
     assert "lacks dev.tsv" in err and err.rstrip().endswith(SIZES_NOT_CHECKED)
 

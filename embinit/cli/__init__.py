@@ -2,7 +2,8 @@
 
 Every module in this package that defines `register(subparsers)` contributes its subcommands; the
 module adds a parser and sets `func` (a callable taking the parsed args and returning an exit code).
-User errors (`EmbinitError`) print as one line on stderr with exit code 2, never a traceback.
+User errors (`EmbinitError`) print on stderr with exit code 2, never a traceback: one line, or one line
+per problem where an error lists several (an invalid spec's, the API's 422).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except EmbinitError as e:
-        print(f"embinit: error: {e}", file=sys.stderr)
+        print(f"embinit: error: {e.listing()}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("embinit: interrupted", file=sys.stderr)

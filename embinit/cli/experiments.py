@@ -20,7 +20,7 @@ from pathlib import Path
 
 from embinit.cli.arg_types import http_url
 from embinit.commands import command
-from embinit.errors import EmbinitError
+from embinit.errors import EmbinitError, ListedError
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 
@@ -60,14 +60,16 @@ def register(subparsers) -> None:
     s.set_defaults(func=_submit)
 
 
-def _detail(body: bytes) -> str:
+def _detail(body: bytes) -> list[str]:
+    """What an answer's body says is wrong: one item, or a 422's every problem (of a spec, or of a query
+    parameter) one each."""
     try:
         detail = json.loads(body).get("detail", body.decode())
     except (ValueError, AttributeError):
-        return body.decode(errors="replace").strip()[:500]
-    if isinstance(detail, list):  # 422: every problem of a spec, or of a query parameter
-        return "; ".join(f"{_loc(d['loc'])}: {d['msg']}" if d.get("loc") else d.get("msg", str(d)) for d in detail)
-    return str(detail)
+        return [body.decode(errors="replace").strip()[:500]]
+    if isinstance(detail, list):
+        return [f"{_loc(d['loc'])}: {d['msg']}" if d.get("loc") else d.get("msg", str(d)) for d in detail]
+    return [str(detail)]
 
 
 def _loc(loc) -> str:
@@ -99,8 +101,8 @@ def request(args, method: str, path: str, body: bytes | None = None,
         detail = _detail(e.read())
         if e.code == 401:
             hint = "pass --token or set EMBINIT_API_TOKEN" if not token else "check --token / EMBINIT_API_TOKEN"
-            raise EmbinitError(f"{base} refused the request ({detail}); {hint}") from None
-        raise EmbinitError(f"{method} {base}{path}: {e.code} {detail}") from None
+            raise EmbinitError(f"{base} refused the request ({'; '.join(detail)}); {hint}") from None
+        raise ListedError(f"{method} {base}{path}: {e.code}", detail) from None
     except (urllib.error.URLError, OSError) as e:
         reason = getattr(e, "reason", e)
         raise EmbinitError(f"cannot reach the embinit API at {base} ({reason}); start it with "

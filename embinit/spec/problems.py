@@ -8,18 +8,19 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from embinit.errors import EmbinitError
+from embinit.errors import ListedError
 
 
-class SpecError(EmbinitError):
-    """An invalid spec; `.problems` lists every (path, message), the message joins them on one line.
-    `.notes`: what was not checked because of them (`model sizes not checked until ...`), said last."""
+class SpecError(ListedError):
+    """An invalid spec; `.problems` lists every (path, message), the message joins them on one line (the
+    CLI prints one a line, `ListedError.listing`). `.notes`: what was not checked because of them (`model
+    sizes not checked until ...`), said last."""
 
     def __init__(self, problems: list[tuple[str, str]], notes: list[str] | tuple[str, ...] = ()):
-        self.problems, self.notes = list(problems), list(notes)
-        joined = "; ".join([f"{p}: {m}" if p else m for p, m in self.problems] + self.notes)
+        self.problems = list(problems)
         super().__init__(f"invalid experiment spec ({len(self.problems)} problem"
-                         f"{'s' if len(self.problems) != 1 else ''}): {joined}")
+                         f"{'s' if len(self.problems) != 1 else ''}):",
+                         [f"{p}: {m}" if p else m for p, m in self.problems], notes)
 
 
 class InitFieldError(ValueError):
