@@ -104,6 +104,9 @@ def test_emb_seed_and_pe_positions_reach_the_trial_config():
      ["--src-pretrained: '/x/g.txt' is set but the src init 'xavier' draws from no pretrained source"]),
     (["--task", "synthetic_classification", "--init", "glove", "--pretrained", "/nonexistent/glove.txt"],
      ["--pretrained: '/nonexistent/glove.txt' does not exist"]),
+    # a seed out of range, named by this command's option (the spec's field is `seeds`)
+    (["--task", "synthetic_classification", "--seed", "-1"],
+     ["embinit: error: --seed: Input should be greater than or equal to 0, got -1;"]),
 ])
 def test_options_that_do_not_apply_are_refused_before_training(args, messages, tmp_path, capsys):
     code = main(["train", *args, "--threads", "1", "--epochs", "1", "--cache-dir", str(tmp_path)])

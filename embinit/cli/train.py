@@ -198,7 +198,8 @@ def rerun_config(args):
 # the spec field each flag fills (what `check_args` names a problem by)
 _SPEC_FLAGS = {"inits[0].src_pretrained": "--src-pretrained", "inits[0].pretrained": "--pretrained",
                "inits[0].src": "--src-init", "inits[0].tgt": "--init", "inits[0]": "--init",
-               "tasks[0].task": "--task", "tasks[0]": "--task", "seeds": "--seed", "define_tasks": "--task-def"}
+               "tasks[0].task": "--task", "tasks[0]": "--task", "seeds": "--seed", "seeds[0]": "--seed",
+               "define_tasks": "--task-def"}
 
 
 def as_spec(cfg) -> dict:
