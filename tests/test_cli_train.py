@@ -104,7 +104,11 @@ def test_emb_seed_and_pe_positions_reach_the_trial_config():
      ["--src-pretrained: '/x/g.txt' is set but the src init 'xavier' draws from no pretrained source"]),
     (["--task", "synthetic_classification", "--init", "glove", "--pretrained", "/nonexistent/glove.txt"],
      ["--pretrained: '/nonexistent/glove.txt' does not exist"]),
-    # a seed out of range, named by this command's option (the spec's field is `seeds`)
+    # a pretrained init without its file, and a seed out of range: named by this command's options
+    (["--task", "synthetic_classification", "--init", "glove"],
+     ["--init: 'glove' needs a pretrained file: pass its path with --pretrained PATH;"]),
+    (["--task", "synthetic_translation", "--src-init", "glove"],
+     ["--src-init: 'glove' needs a pretrained file: pass its path with --src-pretrained PATH;"]),
     (["--task", "synthetic_classification", "--seed", "-1"],
      ["embinit: error: --seed: Input should be greater than or equal to 0, got -1;"]),
 ])

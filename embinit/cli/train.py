@@ -200,6 +200,9 @@ _SPEC_FLAGS = {"inits[0].src_pretrained": "--src-pretrained", "inits[0].pretrain
                "inits[0].src": "--src-init", "inits[0].tgt": "--init", "inits[0]": "--init",
                "tasks[0].task": "--task", "tasks[0]": "--task", "seeds": "--seed", "seeds[0]": "--seed",
                "define_tasks": "--task-def"}
+# the option that gives a pretrained init its file, by the place of the init in the one-trial spec
+_PRETRAINED_FLAGS = {"inits[0]": "--pretrained", "inits[0].tgt": "--pretrained",
+                     "inits[0].src": "--src-pretrained"}
 
 
 def as_spec(cfg) -> dict:
@@ -231,8 +234,21 @@ def check_args(cfg) -> None:
     except SpecError as e:
         problems, notes = e.problems, e.notes
     if problems:
+        problems = [(where, _in_flags(cfg, where, msg)) for where, msg in problems]
         raise EmbinitError("; ".join([f"{_flag(where)}: {msg}" if _flag(where) else msg for where, msg in problems]
                                      + notes))
+
+
+def _in_flags(cfg, where: str, msg: str) -> str:
+    """A spec problem's message in this command's words: a pretrained init without its file names the
+    option that gives it, not the spec's `pretrained:` keys."""
+    from embinit.spec.checks import needs_pretrained
+    from embinit.spec.inits import source_name
+
+    for source in {source_name(cfg.init), source_name(cfg.src_init)} - {None}:
+        if where in _PRETRAINED_FLAGS and msg == needs_pretrained(source):
+            return needs_pretrained(source, f"pass its path with {_PRETRAINED_FLAGS[where]} PATH")
+    return msg
 
 
 def _flag(where: str) -> str | None:

@@ -44,6 +44,13 @@ def _range_problems(where: str, name: str, space) -> list[tuple[str, str]]:
     return out
 
 
+def needs_pretrained(source: str, how: str | None = None) -> str:
+    """The problem of pretrained init `source` without its file; `how` to give one: a spec's two ways
+    unless told (`embinit train` names its option)."""
+    return (f"{source!r} needs a pretrained file: "
+            + (how or f"set `pretrained: {{{source}: PATH}}` in the spec or `pretrained` on this init"))
+
+
 def _side_problems(spec: SpecFields, i: int, init: InitEntry,
                    translation: bool) -> list[tuple[str, str]]:
     """A pretrained side needs a source path (file formats have no default); options the trial
@@ -57,8 +64,7 @@ def _side_problems(spec: SpecFields, i: int, init: InitEntry,
         source = source_name(value)
         path = explicit or init.side_option(side, "pretrained")
         if source and pretrained_for(spec, value, path) is None:
-            out.append((where, f"{source!r} needs a pretrained file: set `pretrained: {{{source}: PATH}}` "
-                               "in the spec or `pretrained` on this init"))
+            out.append((where, needs_pretrained(source)))
         if init.side_option(side, "lowercase"):
             out.append((where + ".lowercase", "lowercase lookup cannot be set per init in a spec yet"))
     # a path no side reads would name a file the trials never used (a Xavier run "with" a GloVe file)
