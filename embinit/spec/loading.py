@@ -3,6 +3,7 @@ with every problem reported in one `SpecError`."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -94,29 +95,26 @@ def spec_data(source: Any, overrides: list[str] | tuple[str, ...] = ()) -> tuple
 
 
 def blamed(problems: list[tuple[str, str]], keys: dict[str, str]) -> list[tuple[str, str]]:
-    """Each problem's message naming the override that set its field, if one did. One override that set
-    a hyperparameter in several places (`epochs=abc`: `defaults.epochs` and each task's `epochs`) with
-    the same problem in each is said once, at its first place, naming the others."""
+    """Each problem's message naming the override that set its field, if one did. An override of a
+    hyperparameter (`epochs=abc`) sets it in several places (`defaults.epochs`, each task's `epochs`),
+    some of which the spec may not have (a spec without `defaults`): its problem is said once, at the
+    key the override wrote (`epochs`)."""
     if not keys:
         return list(problems)
-    out: list[tuple[str, str, list[str]]] = []   # (first path, message, the other paths)
-    by_override: dict[str, list[str]] = {}        # a message naming an override -> its other paths
-    for path, message in problems:
-        text = _blame(path, message, keys)
-        if text in by_override:
-            by_override[text].append(path)
-            continue
-        out.append((path, text, []))
-        if text != message:
-            by_override[text] = out[-1][2]
-    return [(first, text + (f" (also at {', '.join(more)})" if more else "")) for first, text, more in out]
+    return list(dict.fromkeys(_blame(path, message, keys) for path, message in problems))
 
 
-def _blame(path: str, message: str, keys: dict[str, str]) -> str:
-    """The message, prefixed with the override that set the field at `path`, if one did."""
+def _blame(path: str, message: str, keys: dict[str, str]) -> tuple[str, str]:
+    """The problem at `path`, its message naming the override that set the field, if one did (then at the
+    override's key where it set a hyperparameter)."""
+    from embinit.config import HYPERPARAMETERS
     field = path.replace("[", ".").split(".")
-    hit = next((item for key, item in keys.items() if key in field or path.startswith(key)), None)
-    return f"{message} (from the command-line override {hit})" if hit else message
+    key = next((key for key in keys if key in field or path.startswith(key)), None)
+    if key is None:
+        return path, message
+    if key in HYPERPARAMETERS and re.fullmatch(rf"(defaults|tasks\[\d+\])\.{key}", path):   # where it sets them
+        path = key
+    return path, f"{message} (from the command-line override {keys[key]})"
 
 
 def check_local_paths(spec: ExperimentSpec) -> None:
