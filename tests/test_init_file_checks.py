@@ -45,6 +45,17 @@ def test_every_problem_of_a_text_file_is_in_one_error_in_file_order(tmp_path):
     assert msg.count("re-encode the file as UTF-8") == 1 and msg.endswith("iconv -f latin1 -t utf-8)")
 
 
+def test_a_short_row_counts_its_values_in_words(tmp_path):
+    """"found 1 values": the count's noun agrees with it, as the file's D's does."""
+    path = tmp_path / "g.txt"
+    path.write_text("the 0.1 0.2\nbird 0.1\ncat 0.1 0.2 0.3\n")
+    msg = _err(path)
+    assert f"{path}:2: expected a word and 2 values (the file's D), found 1 value after 'bird'" in msg
+    assert f"{path}:3: expected a word and 2 values (the file's D), found 3 values after 'cat'" in msg
+    path.write_text("the 0.1\ncat 0.1 0.2 0.3\n")   # D=1
+    assert f"{path}:2: expected a word and 1 value (the file's D), found 3 values after 'cat'" in _err(path)
+
+
 def test_problems_beyond_the_cap_are_counted(tmp_path):
     path = tmp_path / "g.txt"
     path.write_text("the 0.1 0.2\n" + "".join(f"w{i} 0.1\n" for i in range(MAX_LISTED + 5)))

@@ -87,8 +87,10 @@ def _split_line(line: bytes, dim: int, path: Path, lineno: int) -> tuple[bytes, 
     if len(parts) < dim + 1 or not parts[0]:
         parts = line.split()
     if len(parts) < dim + 1 or (len(parts) > dim + 1 and _is_float(parts[1])):
-        raise EmbinitError(f"{path}:{lineno}: expected a word and {dim} values (the file's D), found "
-                           f"{len(parts) - 1} values after {parts[0].decode('utf-8', 'replace')!r}")
+        found = len(parts) - 1
+        raise EmbinitError(f"{path}:{lineno}: expected a word and {dim} value{'s' if dim != 1 else ''} (the "
+                           f"file's D), found {found} value{'s' if found != 1 else ''} after "
+                           f"{parts[0].decode('utf-8', 'replace')!r}")
     return b" ".join(parts[:-dim]), parts[-dim:]
 
 
