@@ -95,7 +95,10 @@ def test_recorded_paths_missing_here_are_one_error_naming_field_path_and_flag(st
 
 @pytest.mark.parametrize("case, message", [
     ("unknown", "no MLflow run 'no-such-run' in sqlite:///"),
-    ("sweep", "is a sweep run (embinit.kind=sweep): it has no embinit.config tag to re-run"),
+    # trial runs are not nested under their sweep's: no "child run" to look for
+    ("sweep", "is a sweep run (embinit.kind=sweep): it has no embinit.config tag to re-run; give the run id of a "
+              "trial run (named <label>-s<seed>, tagged embinit.trial_key), not a sweep's run; this sweep's "
+              "trials are tagged embinit.sweep_run={run_id}"),
     ("no store", "no MLflow store at "),
 ])
 def test_what_cannot_be_rerun_is_a_clear_error(case, message, store, tmp_path, capsys):
@@ -103,7 +106,7 @@ def test_what_cannot_be_rerun_is_a_clear_error(case, message, store, tmp_path, c
     run_id = {"unknown": "no-such-run", "sweep": store["parent"]}.get(case, store["trained"])
     code = main(["train", "--from-run", run_id, "--tracking-uri", uri, "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err
-    assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+    assert code == 2 and message.format(run_id=run_id) in err and len(err.strip().splitlines()) == 1, err
     assert sorted(p.name for p in tmp_path.iterdir()) == []   # nothing written: no store, no checkpoint
 
 

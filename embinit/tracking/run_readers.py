@@ -74,9 +74,11 @@ def trial_record(c, uri: str | None, run_id: str) -> TrialRecord:
     if rec is None or CONFIG_TAG not in run.data.tags:
         kind = run.data.tags.get(KIND_TAG)
         what = f"a {kind} run (embinit.kind={kind})" if kind else "not a trial run"
+        # a sweep's trials are runs of their own beside it, not nested under it (records.PARENT_TAG)
+        trials = f"; this sweep's trials are tagged {PARENT_TAG}={run_id}" if kind == "sweep" else ""
         raise EmbinitError(f"MLflow run {run_id!r} ({run.info.run_name or 'unnamed'}) in {where} is {what}: it has "
-                           f"no {CONFIG_TAG} tag to re-run; give the run id of one trial (a child run "
-                           f"named <label>-s<seed>, tagged {KEY_TAG})")
+                           f"no {CONFIG_TAG} tag to re-run; give the run id of a trial run (named <label>-s<seed>, "
+                           f"tagged {KEY_TAG}), not a sweep's run{trials}")
     return rec
 
 
