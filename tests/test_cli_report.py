@@ -57,6 +57,23 @@ def test_unknown_experiment(uri, capsys):
     assert "no MLflow experiment 'nope'" in capsys.readouterr().err
 
 
+def test_an_experiment_without_trial_runs_is_nothing_to_report(tmp_path, capsys):
+    """Analysis runs alone (`embinit analogy --log-experiment`) printed an empty Table 1 and exited 0."""
+    from embinit.tracking.run_writers import log_analysis_run
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    for i in range(2):
+        log_analysis_run("analogies only", uri, "analogy", f"a{i}", {}, {"acc": 0.5}, {})
+    mlflow_store.ensure_experiment("no runs", uri)
+    capsys.readouterr()   # MLflow's lines making the store
+    for name, held in (("analogies only", "2 analogy runs"), ("no runs", "no runs")):
+        for fmt in ("markdown", "json"):
+            assert main(["report", name, "--format", fmt, "--tracking-uri", uri]) == 2
+            out, err = capsys.readouterr()
+            assert out == "" and err == (f"embinit: error: MLflow experiment {name!r} in {uri} has no trial runs to "
+                                         f"report (tagged embinit.trial_key, logged by `embinit run`); it holds "
+                                         f"{held}\n")
+
+
 def test_report_on_a_store_that_is_not_there_names_it_and_creates_nothing(tmp_path, capsys, monkeypatch):
     from embinit.cli import main
     monkeypatch.chdir(tmp_path)

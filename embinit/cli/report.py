@@ -24,6 +24,9 @@ def run(args) -> int:
     from embinit.report.table import build_report
     require_store(args.tracking_uri)
     report = build_report(args.experiment, args.tracking_uri, baseline=args.baseline)
+    if not report.rows and not report.failed:   # an empty table is no report, as a missing experiment is none
+        from embinit.tracking.run_readers import no_trial_runs
+        raise no_trial_runs(args.experiment, args.tracking_uri)
     text = {"markdown": report.to_markdown, "csv": report.to_csv, "json": report.to_json,
             "latex": report.to_latex}[args.format]()
     print(text, end="" if text.endswith("\n") else "\n")

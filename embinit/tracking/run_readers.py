@@ -134,6 +134,17 @@ def finished_sweep(exp_id: str, uri: str, spec_hash: str) -> str | None:
     return max(runs, key=lambda r: r.start_ms).run_id if runs else None
 
 
+def no_trial_runs(experiment: str, uri: str | None = None) -> EmbinitError:
+    """The error for an experiment with nothing to report: it has no trial run, naming the runs it holds
+    by kind (`2 analogy runs`, logged by `embinit analogy --log-experiment`)."""
+    from collections import Counter
+    exp_id = experiment_id(experiment, uri)
+    kinds = Counter(r.data.tags.get(KIND_TAG, "untagged") for r in search_runs(exp_id, uri)) if exp_id else {}
+    held = ", ".join(f"{n} {kind} run{'s' if n != 1 else ''}" for kind, n in sorted(kinds.items()))
+    return EmbinitError(f"MLflow experiment {experiment!r} in {masked(resolve_uri(uri))} has no trial runs to "
+                        f"report (tagged {KEY_TAG}, logged by `embinit run`); it holds {held or 'no runs'}")
+
+
 def analysis_records(experiment: str, uri: str | None, kind: str) -> list[AnalysisRecord]:
     """The FINISHED runs of one analysis kind in an experiment, oldest first (empty when the experiment
     is missing)."""
