@@ -163,3 +163,23 @@ def test_every_trial_config_field_has_a_train_flag():
         assert hasattr(args, name), name
     cfg = train.config_from_args(args)
     assert (cfg.data_seed, cfg.tie_embeddings) == (7, True) and cfg.key() != TrialConfig(task="synthetic_lm").key()
+
+
+def test_src_pretrained_defaults_to_pretrained_for_a_pretrained_source_init(tmp_path):
+    """`--src-pretrained` defaults to `--pretrained` (its help, and the trial's config); the check refused
+    `--init glove --src-init glove --pretrained FILE` for want of a source-side file."""
+    import argparse
+
+    from embinit.cli.train import as_spec, check_args, config_from_args, register
+    (tmp_path / "g.txt").write_text("the 0.1 0.2 0.3 0.4\n")
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+
+    def cfg(*more):
+        return config_from_args(parser.parse_args(["train", "--task", "synthetic_translation", "--heads", "1",
+                                                   "--pretrained", str(tmp_path / "g.txt"), *more]))
+    both = cfg("--init", "glove", "--src-init", "glove")
+    check_args(both)
+    assert as_spec(both)["inits"][0]["src_pretrained"] == str(tmp_path / "g.txt")
+    assert "src_pretrained" not in as_spec(cfg("--init", "glove", "--src-init", "xavier"))["inits"][0]
+    check_args(cfg("--init", "glove", "--src-init", "xavier"))

@@ -208,6 +208,7 @@ _PRETRAINED_FLAGS = {"inits[0]": "--pretrained", "inits[0].tgt": "--pretrained",
 def as_spec(cfg) -> dict:
     """The one-trial experiment spec that trains `cfg`, so `embinit train` runs the spec's checks."""
     from embinit.config import HYPERPARAMETERS, TrialConfig
+    from embinit.spec.inits import source_name
     from embinit.task_registry import TASKS, task_kind
 
     defaults = TrialConfig(task=cfg.task)
@@ -216,7 +217,11 @@ def as_spec(cfg) -> dict:
     # TrialConfig's source side is (src_init or init, src_pretrained or pretrained)
     translation = cfg.task in TASKS and task_kind(cfg.task).two_sided
     src = cfg.src_init or (cfg.init if cfg.src_pretrained and translation else None)
-    init = {"tgt": cfg.init, "src": src, "pretrained": cfg.pretrained, "src_pretrained": cfg.src_pretrained}
+    # --src-pretrained defaults to --pretrained (as the trial reads it) for a source init with a pretrained
+    # source; the spec's entry has no such default, so it is written out
+    src_path = cfg.src_pretrained or (cfg.pretrained if src is not None and translation and source_name(src)
+                                      else None)
+    init = {"tgt": cfg.init, "src": src, "pretrained": cfg.pretrained, "src_pretrained": src_path}
     pin = {"data_revision": cfg.data_revision} if cfg.data_revision is not None else {}
     return {"name": "train", "tasks": [{"task": cfg.task, "data_dir": cfg.data_dir, **pin, **hyper}],
             "inits": [{k: v for k, v in init.items() if v is not None}], "seeds": [cfg.seed],
