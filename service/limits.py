@@ -19,11 +19,8 @@ def bound_problems(spec: ExperimentSpec, plan: tuple | list, settings: Settings)
     the spec sets them (its field path; the field's name where no place holds the value), wherever they
     were set (defaults, a task, an axis, a search grid, an Optuna range or a task defined in the spec,
     whose own defaults its trials leave unset in their configs)."""
-    problems: dict[tuple[str, str], None] = {}
+    problems: dict[tuple[str, str], None] = dict.fromkeys(_cpus_problems(spec.resources.cpus, settings))
     data = spec.canonical()
-    if spec.resources.cpus < settings.min_cpus_per_trial:
-        problems[("resources.cpus", f"{spec.resources.cpus} is below this service's minimum of "
-                  f"{settings.min_cpus_per_trial} CPUs per trial")] = None
     for key, bound in BOUNDS.items():
         if bound.setting is None:
             continue
@@ -38,30 +35,56 @@ def bound_problems(spec: ExperimentSpec, plan: tuple | list, settings: Settings)
     return list(problems)
 
 
-def _bound_locs(data: Any, key: str, value: float, loc: tuple = ()) -> list[str]:
+def written_bound_problems(data: dict[str, Any], settings: Settings) -> list[tuple[str, str]]:
+    """`bound_problems` of a spec that does not validate, from its data as sent: each number it writes
+    beyond a bound, at its place, so one answer lists them with its field problems. The values it leaves
+    to defaults (a task's own epochs) are checked once it validates."""
+    resources = data.get("resources")
+    cpus = resources.get("cpus") if isinstance(resources, dict) else None
+    problems = _cpus_problems(cpus, settings) if isinstance(cpus, (int, float)) and not isinstance(cpus, bool) else []
+    for key, bound in BOUNDS.items():
+        if bound.setting is not None:
+            limit = getattr(settings, bound.setting)
+            problems += [(format_loc(place), why) for place, value in _written(data, key)
+                         if (why := over_setting(key, value, limit))]
+    return problems
+
+
+def _cpus_problems(cpus: float, settings: Settings) -> list[tuple[str, str]]:
+    return [("resources.cpus", f"{cpus} is below this service's minimum of {settings.min_cpus_per_trial} "
+                               f"CPUs per trial")] if cpus < settings.min_cpus_per_trial else []
+
+
+def _bound_locs(data: Any, key: str, value: float) -> list[str]:
     """Where the spec's data sets `key` to `value` (`tasks[1].epochs`, `axes.d_model[1]`,
     `search.space.epochs.high`), so a 422 names the place to fix, not only the field's name."""
+    return [format_loc(place) for place, number in _written(data, key) if number == value]
+
+
+def _written(data: Any, key: str, loc: tuple = ()) -> list[tuple[tuple, float]]:
+    """(place, number) for each number the spec's data sets `key` to (a scalar, an axis list, a search
+    range's bound)."""
     if isinstance(data, list):
-        return [found for i, item in enumerate(data) for found in _bound_locs(item, key, value, loc + (i,))]
+        return [found for i, item in enumerate(data) for found in _written(item, key, loc + (i,))]
     if not isinstance(data, dict):
         return []
     out = []
     for k, v in data.items():
         if k == key:
-            out += [format_loc(place) for place in _leaves(v, value, loc + (k,))]
+            out += _leaves(v, loc + (k,))
         elif k != "extras":   # free-form: a key named like a field there is not that field
-            out += _bound_locs(v, key, value, loc + (k,))
+            out += _written(v, key, loc + (k,))
     return out
 
 
-def _leaves(data: Any, value: float, loc: tuple) -> list[tuple]:
-    """The places under `loc` whose number is `value` (a scalar, an axis list, a search range's bound)."""
+def _leaves(data: Any, loc: tuple) -> list[tuple[tuple, float]]:
+    """(place, number) for each number under `loc`."""
     if isinstance(data, list):
-        return [place for i, item in enumerate(data) for place in _leaves(item, value, loc + (i,))]
+        return [found for i, item in enumerate(data) for found in _leaves(item, loc + (i,))]
     if isinstance(data, dict):
-        return [place for k, item in data.items() for place in _leaves(item, value, loc + (k,))]
+        return [found for k, item in data.items() for found in _leaves(item, loc + (k,))]
     number = isinstance(data, (int, float)) and not isinstance(data, bool)
-    return [loc] if number and data == value else []
+    return [(loc, data)] if number else []
 
 
 def resource_problems(spec: ExperimentSpec, nodes: list[dict[str, float]] | None) -> list[tuple[str, str]]:

@@ -2,7 +2,8 @@
 
 Order of checks: the body parses (JSON, or YAML with a YAML content type, safe loader, no aliases; either
 way no key given twice); nothing asks for environment expansion; the spec validates
-(`embinit.spec.load_spec`, every problem listed, with its paths' problems and a line saying what was not
+(`embinit.spec.load_spec`; refused, every problem listed: the cross-field problems and model sizes of
+its valid part, its paths' problems, the bounds on the numbers it writes, and lines saying what was not
 checked); its paths lie inside the configured roots; it logs to the service's MLflow store; it has no
 more trials than the limit; then its bounds (`service.limits`), hub models (offline: pinned hub datasets
 too), model sizes, data folders and what the caller checks (`more`: the cluster's resources, the MLflow
@@ -25,9 +26,10 @@ from embinit.model_dims import dimension_problems
 from embinit.redact import masked
 from embinit.spec import (PRETRAINED_KEYS, ExperimentSpec, PlannedTrial, SpecError, SpecLoader, data_problems,
                           load_spec, offline_data_problems, unique_pairs, yaml_error)
+from embinit.spec.full_check import SIZES_NOT_CHECKED, spec_problems
 from embinit.spec.vector_files import vector_file_problems
 from service.hub import check_hub_ids
-from service.limits import bound_problems
+from service.limits import bound_problems, written_bound_problems
 from service.paths import confine_paths, format_loc
 from service.problems import unprocessable
 from service.settings import Settings
@@ -126,34 +128,49 @@ def _without_env(data: Any) -> Any:
     return "env-reference" if isinstance(data, str) and "${" in data else data
 
 
-def _field_problems(data: dict[str, Any], skip: set[str], settings: Settings) -> list[tuple[str, str]]:
-    """The field problems of `data`, less those at the locations in `skip` (already reported)."""
-    try:
-        _validate(data, settings)
-    except HTTPException as e:
-        return [(p["loc"], p["msg"]) for p in e.detail if isinstance(p, dict) and p.get("loc") not in skip
-                and p.get("msg") != NOT_CHECKED]
-    return []
-
-
 def _validate(data: dict[str, Any], settings: Settings) -> ExperimentSpec:
     """The submission's one validation, of its data with the paths already confined (a confined path can
     make two trials the same). Problems with the paths themselves are found on the validated spec's data
     (`_confined`), so they name the fields as the spec model has them."""
     try:
-        rewritten, _ = confine_paths(data, settings.data_roots, settings.pretrained_roots)
-    except OSError:  # a value no filesystem takes (a name too long): validated as written, as before
-        rewritten = data
-    try:
-        return load_spec(rewritten)
-    except SpecError as e:
-        raise unprocessable(e.problems + _path_problems(data, {loc for loc, _ in e.problems}, settings),
-                             settings.max_problems, (NOT_CHECKED,)) from None
+        return load_spec(_rewritten(data, settings))
+    except SpecError:
+        raise unprocessable(*_every_problem(data, set(), settings)) from None
     except RecursionError:
         raise unprocessable([("", "the spec is nested too deeply")]) from None
 
 
-NOT_CHECKED = "model sizes, hub models and data folders not checked until the problems above are fixed"
+def _rewritten(data: dict[str, Any], settings: Settings) -> dict[str, Any]:
+    try:
+        return confine_paths(data, settings.data_roots, settings.pretrained_roots)[0]
+    except OSError:  # a value no filesystem takes (a name too long): validated as written, as before
+        return data
+
+
+def _every_problem(data: dict[str, Any], skip: set[str], settings: Settings
+                   ) -> tuple[list[tuple[str, str]], int, list[str]]:
+    """(every problem of a spec that is refused, the most listed, what was not checked): the field
+    problems, the cross-field problems and model sizes of the part that validates
+    (`embinit.spec.full_check`), the paths' problems, and the service's bounds on the numbers it writes;
+    those at the locations in `skip` (already reported) left out. What needs the whole spec valid (hub
+    models, data folders, the bounds on values left to defaults) is said not checked."""
+    try:
+        _, found, notes = spec_problems(_rewritten(data, settings), local=False)
+    except SpecError as e:   # the spec cannot be read at all
+        found, notes = list(e.problems), [SIZES_NOT_CHECKED]
+    found = [p for p in found if p[0] not in skip]
+    found += _path_problems(data, skip | {loc for loc, _ in found}, settings)
+    reported = skip | {loc for loc, _ in found}
+    found += [p for p in written_bound_problems(data, settings) if p[0] not in reported]
+    sizes = SIZES_NOT_CHECKED in notes
+    notes = [n for n in notes if n != SIZES_NOT_CHECKED] + [NOT_CHECKED if sizes else NOT_CHECKED_BUT_SIZES]
+    return found, settings.max_problems, notes
+
+
+_WAITING = ("hub models, data folders and this service's bounds on the values the spec leaves to defaults "
+            "not checked until the problems above are fixed")
+NOT_CHECKED = f"model sizes, {_WAITING}"
+NOT_CHECKED_BUT_SIZES = _WAITING[0].upper() + _WAITING[1:]
 
 
 def _path_problems(data: dict[str, Any], skip: set[str], settings: Settings) -> list[tuple[str, str]]:
@@ -210,8 +227,8 @@ def prepare(data: dict[str, Any], settings: Settings, tracking_uri: str,
         raise unprocessable(_env_refs(data) + hostile, settings.max_problems)
     refs = _env_refs(data)
     if refs:   # the spec's other problems too, so one answer lists them all
-        raise unprocessable(refs + _field_problems(_without_env(data), {loc for loc, _ in refs}, settings),
-                             settings.max_problems, (NOT_CHECKED,))
+        found, limit, notes = _every_problem(_without_env(data), {loc for loc, _ in refs}, settings)
+        raise unprocessable(refs + found, limit, notes)
     seeds = data.get("seeds")
     if isinstance(seeds, int) and not isinstance(seeds, bool) and seeds > settings.max_trials_per_experiment:
         raise _too_many(seeds, settings)  # checked first: the spec would build a list this long

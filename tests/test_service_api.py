@@ -625,6 +625,19 @@ def test_model_sizes_and_data_folders_in_one_answer(client, roots):
     assert any("dimension 2 but the model's d_model is 4" in m for m in msgs)
 
 
+def test_a_field_problem_comes_with_heads_vs_d_and_the_bounds_in_one_answer(client):
+    """One task with a bad dropout, heads that do not divide d_model and an lr and a batch size beyond the
+    service's bounds: one 422 lists all four, and says the bounds were checked only on written values
+    (they used to come in three rounds: the dropout, then the heads, then the bounds)."""
+    spec = {**SPEC, "tasks": [{"task": "synthetic_translation", "dropout": 1.5, "heads": 7, "d_model": 64,
+                               "lr": 5, "batch_size": 100000}]}
+    found = problems(submit(client, spec))
+    assert "less than 1" in found["tasks[0].dropout"] and "heads=7 does not divide" in found["tasks[0].heads"]
+    assert found["tasks[0].lr"] == "5 exceeds this service's limit of 1 (setting max_lr)"
+    assert found["tasks[0].batch_size"].startswith("100000 exceeds this service's limit")
+    assert "bounds on the values the spec leaves to defaults not checked" in found[""]
+
+
 def test_a_rerun_while_the_cancel_is_under_way_says_so(make_settings, cluster):
     """`DELETE` then `POST ?rerun=true`, the way a script restarts an experiment: while the driver stops
     its trials the 409 says the cancel is under way and when to try again, not "cancel it"."""

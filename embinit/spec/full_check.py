@@ -124,6 +124,9 @@ _KEPT = {"task", "data_dir", "d_model", "heads", "emb_seed", *RULE_FIELDS}
 def _set_aside(rest: dict[str, Any], path: str) -> bool:
     """Leave the value at `path` out of `rest` (its default instead); False when the rest depends on it."""
     top = path.replace("[", ".").split(".")[0]
+    if top not in ExperimentSpec.model_fields:   # an unknown field: nothing reads it
+        rest.pop(top, None)
+        return True
     if top in _SET_ASIDE:
         if _SET_ASIDE[top] is None:
             rest.pop(top, None)
