@@ -95,6 +95,17 @@ def test_dry_run_shows_every_problem_in_one_round(tmp_path, capsys):
     assert "lacks dev.tsv" in err and err.rstrip().endswith(SIZES_NOT_CHECKED)
 
 
+def test_a_folder_lacking_a_file_has_its_other_files_read_in_the_same_round(tmp_path):
+    """The bad rows of the train file that is there come with the dev file that is not (they used to come
+    one round later)."""
+    root = _sst2_folder(tmp_path / "data")
+    (root / "sst2" / "train.tsv").write_text("sentence\tlabel\ngood\t1\nno tab here\n")
+    with pytest.raises(SpecError) as e:
+        check_spec({"name": "s", "tasks": ["sst2"], "inits": ["xavier"], "data_dir": str(root)})
+    found = dict(e.value.problems)["data_dir"]
+    assert "lacks dev.tsv" in found and "train.tsv:3: expected 2 tab-separated fields" in found
+
+
 def test_a_cache_dir_that_cannot_be_a_folder_is_a_problem_listed_with_the_others(tmp_path):
     """`cache_dir` need not exist (it is made on demand), but a file there, or under a file, is no folder:
     the sweep used to start, open its MLflow run and crash in Tune's storage (NotADirectoryError)."""

@@ -81,8 +81,8 @@ def source_splits(task: str, train_split: str | None = None, eval_split: str | N
 def check_files(task: str, data_dir=None, train_split: str | None = None, eval_split: str | None = None) -> None:
     """What `load_task` would refuse about a task's local files, found without tokenizing them (a
     preflight for sweeps, before Ray or MLflow): a data_dir that is no folder, a required file missing
-    (every one named), then what reading them refuses (`local.read_local`: bad rows, misaligned or
-    one-sided blank parallel lines, lines that are not UTF-8; every file's problems). A version of the
+    (every one named), and what reading the files there refuses (`local.read_local`: bad rows, misaligned
+    or one-sided blank parallel lines, lines that are not UTF-8; every file's problems). A version of the
     files read without a problem is not read again in this process (the service checks every submission)."""
     folder = task_folder(task, data_dir)
     entry = task_entry(task)
@@ -95,7 +95,10 @@ def check_files(task: str, data_dir=None, train_split: str | None = None, eval_s
             raise hub.no_data_error(task, splits, _where_looked(task), why)
         return
     layout = entry.layout
-    files = local.find_files(task, layout, folder, splits)
+    try:
+        files = local.find_files(task, layout, folder, splits)
+    except local.MissingFiles as e:   # the files it holds are read too: their problems in the same answer
+        raise EmbinitError(" | ".join([str(e), *local.present_problems(task, layout, folder, splits)])) from None
     version = (task, task_entry(task).definition, str(folder.resolve()), tuple(sorted(splits.items())),
                tuple((str(p), st.st_size, st.st_mtime_ns) for ps in files.values() for p in ps for st in [p.stat()]))
     if version not in _READ_WITHOUT_PROBLEMS:

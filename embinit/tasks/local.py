@@ -17,6 +17,10 @@ from embinit.tasks.raw import RawData
 from embinit.tasks.text_files import read_lines
 
 
+class MissingFiles(EmbinitError):
+    """A data folder lacks a file a split needs (`find_files`)."""
+
+
 def _pick(folder: Path, candidates: tuple[str, ...], suffixes: tuple[str, ...]) -> list[Path] | None:
     """The first candidate name for which every `<name><suffix>` exists, else None."""
     for name in candidates:
@@ -57,8 +61,28 @@ def find_files(task: str, layout: Layout, folder: Path, splits: dict[str, str]) 
             hint = (" (without a train file, pass train_split='valid', eval_split='test' as extras: a spec's "
                     "`extras: {train_split: valid, eval_split: test}`, embinit train's "
                     "`--extra train_split=valid --extra eval_split=test`)")
-        raise EmbinitError(f"{task}: data folder {folder} lacks {'; '.join(missing)}{hint}")
+        raise MissingFiles(f"{task}: data folder {folder} lacks {'; '.join(missing)}{hint}")
     return found
+
+
+def present_problems(task: str, layout: Layout, folder: Path, splits: dict[str, str]) -> list[str]:
+    """What reading the files of `splits` that `folder` holds refuses, for a folder that lacks others
+    (`MissingFiles`): their bad rows come with the missing files, not one round later. Labels taken from a
+    missing train file leave the rest unread, as it says."""
+    present = {}
+    for split, source in splits.items():
+        try:
+            find_files(task, layout, folder, {split: source})
+            present[split] = source
+        except MissingFiles:
+            continue
+    try:
+        read_local(task, layout, folder, present) if present else None
+    except MissingFiles:
+        return [f"its other files not read until {layout.files['train'][0]} is there (the labels come from it)"]
+    except EmbinitError as e:
+        return [str(e)]
+    return []
 
 
 def _trailing_blanks_dropped(lines: list[str]) -> list[str]:
