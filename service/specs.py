@@ -28,12 +28,20 @@ from embinit.spec import (PRETRAINED_KEYS, ExperimentSpec, PlannedTrial, SpecErr
                           load_spec, offline_data_problems, unique_pairs, yaml_error)
 from embinit.spec.full_check import SIZES_NOT_CHECKED, spec_problems
 from embinit.spec.vector_files import vector_file_problems
+from embinit.tasks.hub import DataAdvice
 from service.hub import check_hub_ids
 from service.limits import bound_problems, written_bound_problems
 from service.paths import confine_paths, format_loc
 from service.problems import unprocessable
 from service.settings import Settings
 
+# How a spec sent here gives a task its data (the no-data error's advice): a folder inside the data roots
+# named by the spec's or the task's data_dir, else this process's $EMBINIT_DATA_DIR, else the hub
+# (embinit.tasks.load.task_folder); not the command line's --data-dir.
+DATA_ADVICE = DataAdvice(
+    "no data_dir in the spec", "this service's $EMBINIT_DATA_DIR",
+    "put the files in a folder inside this service's data roots (setting EMBINIT_DATA_ROOTS) and give it as the "
+    "task's data_dir, or give the spec's data_dir a folder there holding {task}/")
 YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml")
 JSON_TYPES = ("application/json",)
 
@@ -249,7 +257,8 @@ def prepare(data: dict[str, Any], settings: Settings, tracking_uri: str,
     # on a local Ray the trials read the data folders and vector files this process sees: one lacking a
     # file, or a file no trial can read, fails every trial of its task or init, so say it now (a cluster's
     # nodes may hold other copies: left to the trials)
-    problems += data_problems(spec) + vector_file_problems(spec.paths()) if settings.ray_address is None else []
+    problems += (data_problems(spec, advice=DATA_ADVICE) + vector_file_problems(spec.paths())
+                 if settings.ray_address is None else [])
     problems += more(spec) if more is not None else []
     if problems:
         raise unprocessable(problems, settings.max_problems)

@@ -638,6 +638,21 @@ def test_a_field_problem_comes_with_heads_vs_d_and_the_bounds_in_one_answer(clie
     assert "bounds on the values the spec leaves to defaults not checked" in found[""]
 
 
+def test_a_task_without_data_hears_the_services_advice_not_the_command_lines(client, monkeypatch, tmp_path):
+    """Offline, a hub task with no data folder: the 422 says how a spec sent here gives it one (a data_dir
+    inside the data roots), not `--data-dir` (it used to give the command line's advice)."""
+    import huggingface_hub.constants
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "datasets"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.delenv("EMBINIT_DATA_DIR", raising=False)
+    found = problems(submit(client, {**SPEC, "tasks": ["sst2"]}))["tasks[0]"]
+    assert found.startswith("sst2: no local data (no data_dir in the spec and this service's $EMBINIT_DATA_DIR "
+                            "not set)")
+    assert "inside this service's data roots (setting EMBINIT_DATA_ROOTS)" in found and "--data-dir" not in found
+
+
 def test_a_rerun_while_the_cancel_is_under_way_says_so(make_settings, cluster):
     """`DELETE` then `POST ?rerun=true`, the way a script restarts an experiment: while the driver stops
     its trials the 409 says the cancel is under way and when to try again, not "cancel it"."""

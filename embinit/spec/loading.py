@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from pydantic import ValidationError
@@ -14,6 +14,9 @@ from embinit.file_inputs import folder_problem
 from embinit.spec.experiment import ExperimentSpec
 from embinit.spec.problems import SpecError, as_written, problems_of
 from embinit.spec.yaml_text import SpecLoader, shape_problem, yaml_error
+
+if TYPE_CHECKING:
+    from embinit.tasks.hub import DataAdvice
 
 
 def _read(source: Any) -> tuple[dict[str, Any], Path | None]:
@@ -150,9 +153,12 @@ def missing_paths(pairs: list[tuple[str, str]]) -> tuple[list[tuple[str, str]], 
     return problems, missing
 
 
-def data_problems(spec: ExperimentSpec, missing: list[Path] = ()) -> list[tuple[str, str]]:
+def data_problems(spec: ExperimentSpec, missing: list[Path] = (), advice: DataAdvice | None = None
+                  ) -> list[tuple[str, str]]:
     """(where, problem) for each task whose local data folder is no folder or lacks a file its loader
-    reads. A folder under one of `missing` (paths already reported) is not reported twice."""
+    reads. A folder under one of `missing` (paths already reported) is not reported twice. `advice`: how
+    the caller gives a task its data where it has none (`embinit.tasks.hub.DataAdvice`; the command
+    line's by default)."""
     from embinit.spec.planning import trial_config
 
     problems = []
@@ -161,7 +167,7 @@ def data_problems(spec: ExperimentSpec, missing: list[Path] = ()) -> list[tuple[
         if cfg.data_revision is not None and cfg.data_dir is None:   # a pinned hub dataset: no folder read
             continue
         where = f"tasks[{i}].data_dir" if task.data_dir else ("data_dir" if spec.data_dir else f"tasks[{i}]")
-        problems += task_files_problem(task.task, cfg.data_dir, cfg.extras, missing, where)
+        problems += task_files_problem(task.task, cfg.data_dir, cfg.extras, missing, where, advice)
     return problems
 
 
@@ -177,18 +183,19 @@ def offline_data_problems(spec: ExperimentSpec) -> list[tuple[str, str]]:
             and (why := offline_miss(pinned_id(task.task, task.data_revision), "dataset")) is not None]
 
 
-def task_files_problem(task: str, folder: str | None, extras: dict | None, missing: list[Path], where: str
-                       ) -> list[tuple[str, str]]:
+def task_files_problem(task: str, folder: str | None, extras: dict | None, missing: list[Path], where: str,
+                       advice: DataAdvice | None = None) -> list[tuple[str, str]]:
     """[(where, what `task`'s loader would refuse about `folder`)] or []; nothing for a folder under one
     of `missing` (a path already reported)."""
     from embinit.errors import EmbinitError
+    from embinit.tasks.hub import CLI_ADVICE
     from embinit.tasks.load import check_files
 
     if folder is not None and any(Path(folder).expanduser().is_relative_to(m) for m in missing):
         return []
     extras = extras or {}
     try:
-        check_files(task, folder, extras.get("train_split"), extras.get("eval_split"))
+        check_files(task, folder, extras.get("train_split"), extras.get("eval_split"), advice or CLI_ADVICE)
     except EmbinitError as e:
         return [(where, str(e))]
     return []

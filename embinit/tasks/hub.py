@@ -151,11 +151,26 @@ def unreachable() -> str | None:
     return None
 
 
-def no_data_error(task: str, splits: dict[str, str], looked: str, why: str) -> EmbinitError:
+@dataclasses.dataclass(frozen=True)
+class DataAdvice:
+    """How the caller gives a task its local data, for the no-data error: the command line's
+    (`CLI_ADVICE`) or the service's (`service.specs`), each naming its own flags, fields and settings."""
+
+    not_given: str   # what was not given: "no --data-dir given"
+    env: str         # the data root variable, as the caller knows it: "$EMBINIT_DATA_DIR"
+    fix: str         # how to give it; `{task}`: the task's name
+
+
+CLI_ADVICE = DataAdvice("no --data-dir given", "$EMBINIT_DATA_DIR",
+                        "put the files in a folder and pass it with --data-dir (a spec's data_dir), or set "
+                        "EMBINIT_DATA_DIR to a folder holding {task}/")
+
+
+def no_data_error(task: str, splits: dict[str, str], looked: str, why: str, advice: DataAdvice = CLI_ADVICE
+                  ) -> EmbinitError:
     return EmbinitError(
         f"{task}: no local data ({looked}) and the Hugging Face dataset {hub_name(task)!r} could not be "
-        f"loaded ({why}); put the files in a folder and pass it with --data-dir (a spec's data_dir), or "
-        f"set EMBINIT_DATA_DIR to a folder holding {task}/ (needs: {_needs(task, splits)})")
+        f"loaded ({why}); {advice.fix.format(task=task)} (needs: {_needs(task, splits)})")
 
 
 def load_hub(task: str, splits: dict[str, str], looked: str, revision: str | None = None) -> RawData:

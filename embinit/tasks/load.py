@@ -78,7 +78,8 @@ def source_splits(task: str, train_split: str | None = None, eval_split: str | N
         ({s: s for s in layout.files} if layout else None)
 
 
-def check_files(task: str, data_dir=None, train_split: str | None = None, eval_split: str | None = None) -> None:
+def check_files(task: str, data_dir=None, train_split: str | None = None, eval_split: str | None = None,
+                advice: hub.DataAdvice = hub.CLI_ADVICE) -> None:
     """What `load_task` would refuse about a task's local files, found without tokenizing them (a
     preflight for sweeps, before Ray or MLflow): a data_dir that is no folder, a required file missing
     (every one named), and what reading the files there refuses (`local.read_local`: bad rows, misaligned
@@ -92,7 +93,7 @@ def check_files(task: str, data_dir=None, train_split: str | None = None, eval_s
     splits = source_splits(task, train_split, eval_split)
     if folder is None:   # read from the hub: offline, only from its cache (every trial would fail)
         if (why := hub.offline_uncached(task)) is not None:
-            raise hub.no_data_error(task, splits, _where_looked(task), why)
+            raise hub.no_data_error(task, splits, _where_looked(task, advice), why, advice)
         return
     layout = entry.layout
     try:
@@ -140,11 +141,11 @@ def locate(task: str, data_dir, splits: dict[str, str], seed: int, noise: float 
     return Source(folder, identity, lambda: local.read_local(task, layout, folder, splits))
 
 
-def _where_looked(task: str) -> str:
+def _where_looked(task: str, advice: hub.DataAdvice = hub.CLI_ADVICE) -> str:
     """Where a task without a data folder was looked for locally, for the no-data error."""
     root = os.environ.get(DATA_ENV)
-    return (f"no --data-dir given; ${DATA_ENV}/{task} = {Path(root).expanduser() / task} does not exist"
-            if root else f"no --data-dir given and ${DATA_ENV} not set")
+    return (f"{advice.not_given}; {advice.env}/{task} = {Path(root).expanduser() / task} does not exist"
+            if root else f"{advice.not_given} and {advice.env} not set")
 
 
 def _check_args(min_freq, max_train_examples, max_len) -> None:
