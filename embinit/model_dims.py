@@ -14,11 +14,20 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from embinit.config import TrialConfig, task_defaults
 from embinit.errors import EmbinitError, trials_text
 from embinit.task_registry import task_kind
+
+
+class SizeError(EmbinitError):
+    """A model size that cannot be resolved; `fields`: the config fields to change, where the problem
+    lies in them alone (`d_model`, `heads`)."""
+
+    def __init__(self, message: str, fields: tuple[str, ...] = ()):
+        super().__init__(message)
+        self.fields = fields
 
 
 SIDE_NAMES = {"tok": "the init", "tgt": "the target init", "src": "the source init"}
@@ -42,15 +51,16 @@ def resolve_model_size(cfg: TrialConfig, user_heads: int | None, dims: dict[str,
     """D: cfg.d_model, else the pretrained source's D, else the task default; every pretrained source
     must agree with it. Heads: cfg.heads must divide D; when heads was left at the task default and
     does not divide D, the divisor of D nearest the default is used (GloVe 300d: 10, as in the paper).
-    An EmbinitError names every problem: a `d_model` the source's D contradicts and heads that divide
+    A SizeError names every problem: a `d_model` the source's D contradicts and heads that divide
     neither are two."""
     known = {side: d for side, d in dims.items() if d is not None}
     if len(set(known.values())) > 1:
         raise EmbinitError(f"the pretrained sources disagree on the embedding dimension: {known}")
     d_model = cfg.d_model or next(iter(known.values()), None) or task_defaults(cfg.task).d_model
-    problems = [f"{SIDE_NAMES.get(side, side)} has dimension {d} but the model's d_model is {d_model}; set "
-                "`d_model` to the source's D or leave it out (the source's D is used)"
-                for side, d in known.items() if d != d_model]
+    mismatched = [f"{SIDE_NAMES.get(side, side)} has dimension {d} but the model's d_model is {d_model}; set "
+                  "`d_model` to the source's D or leave it out (the source's D is used)"
+                  for side, d in known.items() if d != d_model]
+    problems, fields = list(mismatched), ("d_model",) if mismatched else ()
     heads = cfg.heads
     if d_model % heads:
         if user_heads is None:
@@ -60,8 +70,9 @@ def resolve_model_size(cfg: TrialConfig, user_heads: int | None, dims: dict[str,
                             f"{divisors(d_model)}" + "".join(
                                 f" (or, with d_model left out, from {divisors(d)})"
                                 for d in sorted(set(known.values())) if d != d_model and d % heads))
+            fields += ("heads",)
     if problems:
-        raise EmbinitError("; ".join(problems))
+        raise SizeError("; ".join(problems), fields)
     return d_model, heads
 
 
@@ -100,15 +111,18 @@ def _cached_dim(hub_id: str) -> int | None:
     return hf_dim(str(folder)) if folder is not None and (folder / "config.json").is_file() else None
 
 
-def dimension_problems(planned: Iterable[Any], search: Any = None) -> list[tuple[str, str]]:
+def dimension_problems(planned: Iterable[Any], search: Any = None,
+                       place: Callable[[list, str], str | None] | None = None) -> list[tuple[str, str]]:
     """(where, what) for every planned trial (`PlannedTrial`s) whose model size cannot be resolved:
     a local pretrained source whose D differs from the `d_model` set for it, two sides that disagree,
     `heads` that does not divide D, a local source that cannot be read. Each distinct problem once, with
     the trials it concerns. `search`: the spec's search; an Optuna search's `d_model` and `heads` values
-    are drawn while it runs, so each value its space allows is checked here (a grid's are in the plan)."""
+    are drawn while it runs, so each value its space allows is checked here (a grid's are in the plan).
+    `place(trials, field)`: the spec's path that sets `field` for all of `trials`, or None; a problem in
+    one field (a `d_model` the source's D contradicts) is said there, naming its trials, else at the trials."""
     dims: dict[tuple[str, str | None], int | None | str] = {}
-    seen: dict[tuple, str | None] = {}
-    found: dict[str, list[str]] = {}
+    seen: dict[tuple, tuple[str, tuple[str, ...]] | None] = {}
+    found: dict[tuple[str, tuple[str, ...]], list[Any]] = {}
     for p in planned:
         for c in _searched_variants(p.config, search):
             shape = tuple(c.get(k) for k in ("task", "init", "src_init", "pretrained", "src_pretrained",
@@ -116,8 +130,13 @@ def dimension_problems(planned: Iterable[Any], search: Any = None) -> list[tuple
             if shape not in seen:
                 seen[shape] = _problem(TrialConfig.from_dict(c), dims)
             if seen[shape] is not None:
-                found.setdefault(seen[shape], []).append(f"{p.task} x {p.label}")
-    return [(trials_text(sorted(set(trials))), why) for why, trials in found.items()]
+                found.setdefault(seen[shape], []).append(p)
+    out = []
+    for (why, fields), trials in found.items():
+        names = trials_text(sorted({f"{p.task} x {p.label}" for p in trials}))
+        loc = place(trials, fields[0]) if place is not None and len(fields) == 1 else None
+        out.append((loc, f"{names}: {why}") if loc else (names, why))
+    return out
 
 
 def check_dimensions(planned: Iterable[Any], search: Any = None) -> None:
@@ -129,9 +148,9 @@ def check_dimensions(planned: Iterable[Any], search: Any = None) -> None:
         raise SpecError(problems)
 
 
-def _problem(cfg: TrialConfig, dims: dict) -> str | None:
-    """Why the trial's model size cannot be resolved, None when it can (or when D is only known to the
-    hub); `dims` caches each source's D (or why it cannot be read)."""
+def _problem(cfg: TrialConfig, dims: dict) -> tuple[str, tuple[str, ...]] | None:
+    """(why the trial's model size cannot be resolved, the fields it lies in alone), None when it can (or
+    when D is only known to the hub); `dims` caches each source's D (or why it cannot be read)."""
     side_dims: dict[str, int | None] = {}
     for side, (init, pretrained) in side_sources(cfg).items():
         key = (str(init), pretrained)
@@ -141,12 +160,14 @@ def _problem(cfg: TrialConfig, dims: dict) -> str | None:
             except EmbinitError as e:
                 dims[key] = str(e)
         if isinstance(dims[key], str):
-            return dims[key]
+            return dims[key], ()
         side_dims[side] = dims[key]
     try:
         resolve_model_size(cfg.resolved(), cfg.heads, side_dims)
+    except SizeError as e:
+        return str(e), e.fields
     except EmbinitError as e:
-        return str(e)
+        return str(e), ()
     return None
 
 

@@ -2,7 +2,9 @@
 
 `loc` is always a string:
 - a field of the submitted spec, named as the spec's own problems name it (`embinit.spec.problems`):
-  `name`, `tasks[0].task`, `inits[2].transform`, `search.space.lr[1]`;
+  `name`, `tasks[0].task`, `inits[2].transform`, `search.space.lr[1]`; a problem of some planned
+  trials that lies in one field at the place that sets it (`tasks[0].d_model`), else at the trials
+  (`trials sst2 x GloVe`: settings no trial may combine);
 - a parameter of the request, prefixed with where it was sent: `query.limit`, `path.exp_id`,
   `header.<name>`;
 - `""` for the request as a whole: a body that does not parse, a spec that expands into too many

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Callable
 
 import yaml
@@ -27,6 +28,7 @@ from embinit.redact import masked
 from embinit.spec import (PRETRAINED_KEYS, ExperimentSpec, PlannedTrial, SpecError, SpecLoader, data_problems,
                           load_spec, offline_data_problems, unique_pairs, yaml_error)
 from embinit.spec.full_check import SIZES_NOT_CHECKED, spec_problems
+from embinit.spec.planning import field_place
 from embinit.spec.vector_files import vector_file_problems
 from embinit.tasks.hub import DataAdvice
 from service.hub import check_hub_ids
@@ -253,7 +255,8 @@ def prepare(data: dict[str, Any], settings: Settings, tracking_uri: str,
     hub_problems, notices = check_hub_ids(plan, settings.pretrained_roots, _locator(canonical))
     problems += hub_problems
     problems += offline_data_problems(spec)   # offline, a task's data_revision this machine's hub cache lacks
-    problems += dimension_problems(plan, spec.search)   # a d_model or heads that does not fit a local source's D
+    # a d_model or heads that does not fit a local source's D, said where the spec sets it
+    problems += dimension_problems(plan, spec.search, partial(field_place, spec))
     # on a local Ray the trials read the data folders and vector files this process sees: one lacking a
     # file, or a file no trial can read, fails every trial of its task or init, so say it now (a cluster's
     # nodes may hold other copies: left to the trials)

@@ -158,7 +158,8 @@ def test_a_cached_snapshot_gives_the_spec_check_its_width(hub, monkeypatch):
     monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
     wrong = "the init has dimension 8 but the model's d_model is 16"
     assert [m for _, m in spec_problems(_spec(f"org/tiny@{OLD}", d_model=16))[1]] == [
-        f"{wrong}; set `d_model` to the source's D or leave it out (the source's D is used)"]
+        f"trials synthetic_classification x Pretrained: {wrong}; set `d_model` to the source's D or leave it out "
+        f"(the source's D is used)"]
     assert spec_problems(_spec("org/tiny@v1", d_model=16))[1] == []
     assert spec_problems(_spec(f"org/tiny@{NEW}", d_model=16))[1] == []
     _offline(monkeypatch)

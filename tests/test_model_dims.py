@@ -138,8 +138,10 @@ def test_the_service_answers_422_with_each_problem(tmp_path):
         r = client.post("/experiments", json=body)
         assert r.status_code == 422, r.text
         (problem,) = r.json()["detail"]
-        assert problem["loc"] == "trials synthetic_classification x glove6"
-        assert "the init has dimension 6 but the model's d_model is 8" in problem["msg"]
+        # at the field to fix, as the API promises (it used to be the trials'), naming the trials
+        assert problem["loc"] == "tasks[0].d_model"
+        assert problem["msg"].startswith("trials synthetic_classification x glove6: the init has dimension 6 but "
+                                         "the model's d_model is 8")
         body["inits"].pop()
         assert client.post("/experiments", json=body).status_code == 202
 
@@ -175,6 +177,21 @@ def test_a_wide_integer_range_is_checked_at_its_ends_and_spread_points():
     assert _space_values([8, 16]) == [8, 16] and _space_values(None) == []
 
 
+def test_a_d_model_problem_is_said_where_the_spec_sets_it(tmp_path):
+    """At the one place that sets the d_model of the trials concerned (an axis value, the defaults), else,
+    where they take it from two places, at the trials."""
+    from embinit.spec.full_check import spec_problems
+    vectors(tmp_path / "g3.txt", 3)
+    base = {"name": "d", "seeds": 1, "inits": [{"tgt": "glove", "pretrained": str(tmp_path / "g3.txt")}]}
+    for extra, loc in (({"tasks": ["synthetic_classification"], "axes": {"d_model": [3, 16]}}, "axes.d_model[1]"),
+                       ({"tasks": ["synthetic_classification"], "defaults": {"d_model": 16}}, "defaults.d_model"),
+                       ({"tasks": [{"task": "synthetic_classification", "d_model": 16}, "synthetic_lm"],
+                         "defaults": {"d_model": 16}},
+                        "trials synthetic_classification x GloVe, synthetic_lm x GloVe")):
+        [(where, why)] = spec_problems({**base, **extra})[1]
+        assert where == loc and "dimension 3 but the model's d_model is 16" in why
+
+
 def test_the_dry_run_refuses_what_run_would(tmp_path, capsys):
     from embinit.cli import main
     vectors(tmp_path / "g3.txt", 3)
@@ -183,8 +200,8 @@ def test_the_dry_run_refuses_what_run_would(tmp_path, capsys):
                     "inits: [xavier, {tgt: glove, pretrained: ./g3.txt}]\nseeds: 2\n")
     assert main(["run", str(path), "--dry-run"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("embinit: error: invalid experiment spec (1 problem): "
-                          "trials synthetic_classification x GloVe")
+    assert err.startswith("embinit: error: invalid experiment spec (1 problem): tasks[0].d_model: "
+                          "trials synthetic_classification x GloVe: ")
     assert "the init has dimension 3 but the model's d_model is 16" in err
     path.write_text(path.read_text().replace(", d_model: 16", ""))
     assert main(["run", str(path), "--dry-run"]) == 0

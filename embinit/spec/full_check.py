@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import re
+from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable
@@ -19,6 +20,7 @@ from embinit.errors import trials_text
 from embinit.spec import path_fields
 from embinit.spec.experiment import ExperimentSpec
 from embinit.spec.fields import SpecFields
+from embinit.spec.planning import field_place
 from embinit.spec.loading import (blamed, data_problems, missing_paths, offline_data_problems, spec_data,
                                   task_files_problem)
 from embinit.spec.problems import SpecError, as_written, problems_of
@@ -247,6 +249,6 @@ def _size_problems(spec: ExperimentSpec | None, after_problems: bool,
     if spec is None:
         return [("", SIZES_NOT_CHECKED)] if after_problems else []
     try:
-        return dimension_problems(one_seed(spec), spec.search)
+        return dimension_problems(one_seed(spec), spec.search, partial(field_place, spec))
     except SpecError as e:
         return e.problems

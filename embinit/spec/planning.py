@@ -60,6 +60,29 @@ def plan(spec: SpecFields) -> list[PlannedTrial]:
     return out
 
 
+def field_place(spec: SpecFields, trials: list[PlannedTrial], field: str) -> str | None:
+    """The one place of the spec that sets `field` for every one of `trials` (`tasks[0].d_model`,
+    `defaults.d_model`, `axes.d_model[1]`, `search.space.d_model[0]`, an Optuna search's
+    `search.space.d_model`), so a problem in that field is said where to fix it; None where they take it
+    from several places, or from none (a task's default)."""
+    places = {_place(spec, p, field) for p in trials}
+    return places.pop() if len(places) == 1 and None not in places else None
+
+
+def _place(spec: SpecFields, p: PlannedTrial, field: str) -> str | None:
+    value = p.config.get(field)
+    if spec.search is not None and spec.search.drawn and field in spec.search.space:
+        return f"search.space.{field}"
+    for name, values in ((f"search.space.{field}", p.point), (f"axes.{field}", p.axes)):
+        if field in values:
+            listed = spec.search.space[field] if values is p.point else spec.axes[field]
+            return f"{name}[{listed.index(values[field])}]"
+    entries = [i for i, t in enumerate(spec.tasks) if t.task == p.task and t.set_values().get(field) == value]
+    if len(entries) == 1:
+        return f"tasks[{entries[0]}].{field}"
+    return f"defaults.{field}" if not entries and spec.defaults.set_values().get(field) == value else None
+
+
 def planned_count(spec: SpecFields) -> int:
     """len(plan(spec)), without expanding it."""
     n = len(spec.tasks) * len(spec.inits) * len(spec.seeds)
