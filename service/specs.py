@@ -165,7 +165,8 @@ def _every_problem(data: dict[str, Any], skip: set[str], settings: Settings
     those at the locations in `skip` (already reported) left out. What needs the whole spec valid (hub
     models, data folders, the bounds on values left to defaults) is said not checked."""
     try:
-        _, found, notes = spec_problems(_rewritten(data, settings), local=False)
+        _, found, notes = spec_problems(_rewritten(data, settings), local=False,
+                                        max_trials=settings.max_trials_per_experiment)
     except SpecError as e:   # the spec cannot be read at all
         found, notes = list(e.problems), [SIZES_NOT_CHECKED]
     found = [p for p in found if p[0] not in skip]

@@ -236,6 +236,18 @@ def test_long_lists_are_refused_before_validation(client):
     assert spent < 3.0, spent
 
 
+def test_a_refused_spec_with_a_huge_grid_is_not_planned(client):
+    """A field problem beside axes of 1.2 million trials: the sizes of the valid part are not checked (its
+    grid is beyond the trial limit), so the answer comes at once, saying model sizes were not checked."""
+    spec = {**SPEC, "name": "bad name!", "axes": {"epochs": list(range(1, 201)), "layers": list(range(1, 61)),
+                                                  "min_freq": list(range(1, 101))}}
+    t0 = time.process_time()
+    found = problems(client.post("/experiments", json=spec))
+    spent = time.process_time() - t0
+    assert set(found) == {"name", ""} and found[""].startswith("model sizes, ")
+    assert spent < 3.0, spent   # a sanity bound: planning the grid takes minutes
+
+
 def test_the_problem_list_is_capped(client):
     r = client.post("/experiments", json={**SPEC, "inits": [{"tgt": f"nosuch{i}"} for i in range(500)]})
     detail = r.json()["detail"]

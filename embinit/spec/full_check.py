@@ -48,9 +48,11 @@ def check_spec(source: Any, overrides: list[str] | tuple[str, ...] = (), *, loca
 
 
 def spec_problems(source: Any, overrides: list[str] | tuple[str, ...] = (), *, local: bool = True,
-                  sizes: bool = True) -> tuple[ExperimentSpec | None, list[tuple[str, str]], list[str]]:
+                  sizes: bool = True, max_trials: int | None = None
+                  ) -> tuple[ExperimentSpec | None, list[tuple[str, str]], list[str]]:
     """(the spec, or None when it does not validate; every problem found; what was not checked because
-    of them)."""
+    of them). `max_trials`: the most trials whose sizes are checked (the service's limit: a refused spec's
+    grid is not planned when it is larger; the count refuses it once the rest is fixed)."""
     data, base, keys, bad = spec_data(source, overrides)   # `bad`: malformed overrides, left out of `data`
     context = {"base_dir": base}
     try:
@@ -79,7 +81,7 @@ def spec_problems(source: Any, overrides: list[str] | tuple[str, ...] = (), *, l
         problems += vector_file_problems(spec.paths()) if spec is not None else []
         notes += _definitions_not_read(problems)
     if sizes:
-        found = _size_problems(checked, bool(problems or notes), one_seed)
+        found = _size_problems(checked, bool(problems or notes), one_seed, max_trials)
         problems += [p for p in found if p[0]]
         notes += [m for p, m in found if not p]
     return (None if bad else spec), problems, notes
@@ -240,12 +242,14 @@ def _defined_here(data: dict[str, Any], task: str) -> bool:
 
 
 def _size_problems(spec: ExperimentSpec | None, after_problems: bool,
-                   one_seed: Callable[[ExperimentSpec], list]) -> list[tuple[str, str]]:
+                   one_seed: Callable[[ExperimentSpec], list], max_trials: int | None = None) -> list[tuple[str, str]]:
     """The model-size problems of a spec that validated (its valid part), else a line saying they were
     not checked (only where there are problems above). A trial's size and the name a problem gives it
     (task x init) do not depend on its seed, so one seed is planned: the sweep or the dry run that
     follows expands the whole grid once (this check expanded it a second time)."""
     from embinit.model_dims import dimension_problems
+    if spec is not None and max_trials is not None and spec.num_trials() > max_trials:
+        return [("", SIZES_NOT_CHECKED)]
     if spec is None:
         return [("", SIZES_NOT_CHECKED)] if after_problems else []
     try:
