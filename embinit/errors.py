@@ -48,15 +48,22 @@ def trials_text(names: list[str]) -> str:
     return "trials " + ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
 
 
-def did_you_mean(name: str, valid) -> str:
-    """"; did you mean 'x'?" with the valid name closest to `name` (difflib), or "" when none is close."""
+def closest(name: str, valid, cutoff: float = 0.6) -> str | None:
+    """The valid name closest to `name` (difflib, at least `cutoff` alike; case-insensitively where nothing
+    is close as written), or None when none is close."""
     import difflib
     names = sorted(str(v) for v in valid)
-    close = difflib.get_close_matches(str(name), names, n=1) or \
-        difflib.get_close_matches(str(name).lower(), [v.lower() for v in names], n=1)
+    close = difflib.get_close_matches(str(name), names, n=1, cutoff=cutoff) or \
+        difflib.get_close_matches(str(name).lower(), [v.lower() for v in names], n=1, cutoff=cutoff)
     if close and close[0] not in names:  # matched case-insensitively: show the registered spelling
         close = [next(v for v in names if v.lower() == close[0])]
-    return f"; did you mean {close[0]!r}?" if close else ""
+    return close[0] if close else None
+
+
+def did_you_mean(name: str, valid) -> str:
+    """"; did you mean 'x'?" with the valid name closest to `name` (`closest`), or "" when none is close."""
+    close = closest(name, valid)
+    return f"; did you mean {close!r}?" if close else ""
 
 
 def unknown_name(kind: str, name: str, valid) -> EmbinitError:

@@ -246,6 +246,11 @@ TOP_FIELDS = sorted(ExperimentSpec.model_fields)
     ("resources.cpu", 1, "unknown field 'cpu'; did you mean 'cpus'?"),
     ("mlflow.experimnt", "e", "unknown field 'experimnt'; did you mean 'experiment'?"),
     ("analyses.similarity.refrence_seed", 0, "unknown field 'refrence_seed'; did you mean 'reference_seed'?"),
+    # a hyperparameter, or a typo of one, at the top level: where it goes
+    ("lr", 0.01, "unknown field 'lr': a hyperparameter is set per task (tasks: [{task: ..., lr: ...}]) or for "
+                 "every task under defaults (defaults: {lr: ...})"),
+    ("epocs", 3, "unknown field 'epocs'; did you mean the hyperparameter 'epochs'? It is set per task (tasks: "
+                 "[{task: ..., epochs: ...}]) or for every task under defaults (defaults: {epochs: ...})"),
 ])
 def test_a_misspelled_key_names_the_field_meant(where, value, message):
     """A typo in a key anywhere in the spec names the valid key closest to it (as a misspelled name of a

@@ -85,6 +85,16 @@ def _unknown_field(e: dict[str, Any], model: type | None) -> str:
     key = e["loc"][-1]
     valid = _fields_at(model, tuple(e["loc"][:-1]))
     hint = did_you_mean(str(key), valid) if valid else ""
+    if not hint and "defaults" in valid:   # the spec's top level: a hyperparameter (or a typo of one) there
+        from embinit.config import HYPERPARAMETERS
+        from embinit.errors import closest
+        # closer than a valid name's hint needs: a key of no meaning here (`foo`) is not taken for `oov`
+        name = key if key in HYPERPARAMETERS else closest(str(key), HYPERPARAMETERS, cutoff=0.8)
+        if name:
+            how = (f"set per task (tasks: [{{task: ..., {name}: ...}}]) or for every task under defaults "
+                   f"(defaults: {{{name}: ...}})")
+            return (f"unknown field {key!r}: a hyperparameter is {how}" if name == key else
+                    f"unknown field {key!r}; did you mean the hyperparameter {name!r}? It is {how}")
     return f"unknown field {key!r}" + (hint or (f"; valid: {valid}" if valid else ""))
 
 
