@@ -81,6 +81,15 @@ def seed_band(histories: list[dict[int, float]]) -> tuple[list[int], list[float]
     return epochs, [float(np.mean(v)) for v in at], [min(v) for v in at], [max(v) for v in at]
 
 
+_MARKERS, _LINES = "osD^vPX*", ("-", "--", "-.", ":")
+
+
+def line_style(i: int) -> dict:
+    """The `i`-th init's line: its own color, marker and dash, so two inits whose curves coincide (two
+    that never learn, each at BLEU 0) still show as two (a color alone hides the one drawn first)."""
+    return {"color": f"C{i % 10}", "marker": _MARKERS[i % len(_MARKERS)], "linestyle": _LINES[i % len(_LINES)]}
+
+
 def figure1(panels: list[tuple[str, dict[str, list[dict[int, float]]]]], path: Path, title: str) -> Path:
     """One panel per (metric, {init label: seed histories}), side by side (e.g. val/bleu beside
     val/loss): per init the mean over seeds as a line and the seeds' min-max as a shaded band."""
@@ -92,9 +101,10 @@ def figure1(panels: list[tuple[str, dict[str, list[dict[int, float]]]]], path: P
             if not histories:
                 continue
             epochs, mean, low, high = seed_band(histories)
-            ax.plot(epochs, mean, marker="o", markersize=3, color=f"C{i}",
+            style = line_style(i)
+            ax.plot(epochs, mean, markersize=4, markerfacecolor="none", **style,
                     label=f"{label} (mean of {len(histories)} seeds)")
-            ax.fill_between(epochs, low, high, color=f"C{i}", alpha=0.2, linewidth=0)
+            ax.fill_between(epochs, low, high, color=style["color"], alpha=0.2, linewidth=0)
         ax.set(ylabel=metric, title=metric)
         epoch_axis(ax)
         if metric.endswith("loss"):
