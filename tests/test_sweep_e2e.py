@@ -153,11 +153,13 @@ class Raise:
 
 
 def test_a_failing_trial_is_recorded_and_the_sweep_continues(ray_local, tmp_path):
-    bad = tmp_path / "bad.txt"
-    # a malformed vector file, a user error at setup: its first line gives D (16, the model's, so the plan's
-    # check of D passes), its second line is short
-    bad.write_text("the " + " ".join(["0.1"] * 16) + "\ncat 0.3\n")
     from embinit.tasks.synthetic import LEXICON
+    bad = tmp_path / "bad.txt"
+    # a vector file a trial cannot use, a user error at setup: its first line gives D (16, the model's, so
+    # the plan's check of D passes), and a word the vocabulary needs has a value that is no number (the
+    # spec's check reads every line's shape, not the values: only a trial knows the rows it needs)
+    needed = sorted(set(LEXICON.values()))[0]
+    bad.write_text("the " + " ".join(["0.1"] * 16) + f"\n{needed} " + " ".join(["abc"] * 16) + "\n")
     huge = tmp_path / "huge.txt"                 # finite but absurdly scaled: the loss overflows
     huge.write_text("".join(f"{w} " + " ".join(["1e30"] * 16) + "\n" for w in set(LEXICON.values())))
     s = spec("fail", tmp_path, seeds=1, pretrained={"glove": str(bad)}, retries=0, inits=[
