@@ -12,10 +12,11 @@ def register(subparsers) -> None:
                                           "(tune_configs/gpu/) or, when the store has none of those, the "
                                           "superseded CPU specs (tune_configs/offline/), and the Table-4 analogy "
                                           "runs. Experiments not run yet are shown as such.")
-    p.add_argument("--inputs", choices=("auto", "gpu", "offline"), default="auto",
+    p.add_argument("--inputs", choices=("auto", "gpu", "offline", "paper"), default="auto",
                    help="which sweeps to read: the GPU specs of tune_configs/gpu/, the superseded CPU specs of "
-                        "tune_configs/offline/, or (auto, the default) the first of these two whose experiments "
-                        "the store holds")
+                        "tune_configs/offline/, the paper's own 12 Table-1 experiments of tune_configs/paper/ "
+                        "(paper; never chosen by auto), or (auto, the default) the first of gpu, offline whose "
+                        "experiments the store holds")
     p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: sqlite:///mlflow.db)")
     p.add_argument("--out", default=None, metavar="FILE", help="write the markdown here (default: stdout)")
     p.add_argument("--exports", default=None, metavar="DIR", help="write reproduction.json and CSV tables here")

@@ -61,7 +61,30 @@ GPU_INPUTS = Inputs(
     analogy_experiment=GPU_ANALOGY,
     analogy_command=Inputs.analogy_command.replace("offline-table4-analogy-glove50", GPU_ANALOGY),
     dose_experiment="gpu-dose-response-sigma", dose_spec="tune_configs/gpu/dose_response_sigma.yaml")
-PRESETS = {"gpu": GPU_INPUTS, "offline": Inputs()}
+PAPER_ANALOGY = "paper-table4-analogy"
+# The paper's own experiments (tune_configs/paper/, for data and GPUs at the paper's scale): the 12 Table-1
+# blocks, each its own spec and experiment; Table 3's cells are recorded into the Multi30k GloVe one. The
+# paper's specs have no analogy run or studies beyond the paper: their sections say "not in this store"
+# (the analogy command is the paper's Table 4 on GloVe 300d; the studies are the GPU preset's specs).
+PAPER_INPUTS = Inputs(
+    groups=(Group("paper-sst2-glove", "sst2", "GloVe", "GloVe", "tune_configs/paper/sst2_glove.yaml"),
+            Group("paper-sst2-bert", "sst2", "BERT", "BERT", "tune_configs/paper/sst2_bert.yaml"),
+            Group("paper-sst2-t5", "sst2", "T5", "T5", "tune_configs/paper/sst2_t5.yaml"),
+            Group("paper-mnli-glove-grid", "mnli", "GloVe", "GloVe", "tune_configs/paper/mnli_glove.yaml"),
+            Group("paper-mnli-bert", "mnli", "BERT", "BERT", "tune_configs/paper/mnli_bert.yaml"),
+            Group("paper-mnli-t5", "mnli", "T5", "T5", "tune_configs/paper/mnli_t5.yaml"),
+            Group("paper-multi30k-glove", "multi30k", "GloVe", "GloVe", "tune_configs/paper/multi30k_glove.yaml"),
+            Group("paper-multi30k-mbert", "multi30k", "mBERT", "BERT", "tune_configs/paper/multi30k_mbert.yaml"),
+            Group("paper-multi30k-mt5", "multi30k", "mT5", "T5", "tune_configs/paper/multi30k_mt5.yaml"),
+            Group("paper-iwslt2017-glove", "iwslt2017", "GloVe", "GloVe", "tune_configs/paper/iwslt2017_glove.yaml"),
+            Group("paper-iwslt2017-mbert", "iwslt2017", "mBERT", "BERT", "tune_configs/paper/iwslt2017_mbert.yaml"),
+            Group("paper-iwslt2017-mt5", "iwslt2017", "mT5", "T5", "tune_configs/paper/iwslt2017_mt5.yaml")),
+    ablation_spec="tune_configs/paper/table3_ablation.yaml",
+    analogy_experiment=PAPER_ANALOGY,
+    analogy_command=Inputs.analogy_command.replace("glove.6B.50d", "glove.840B.300d")
+    .replace("offline-table4-analogy-glove50", PAPER_ANALOGY),
+    dose_experiment=GPU_INPUTS.dose_experiment, dose_spec=GPU_INPUTS.dose_spec)
+PRESETS = {"gpu": GPU_INPUTS, "offline": Inputs(), "paper": PAPER_INPUTS}
 
 
 class Trial(TrialRecord):
@@ -111,7 +134,8 @@ def choose_inputs(name: str, uri: str | None) -> str:
     other = [n for n in PRESETS if n not in names
              and any(mlflow_store.experiment_id(e, uri) is not None for e in _experiments(PRESETS[n]))]
     hint = f"; use --inputs {other[0]}, whose experiments are there" if other else \
-        "; run their specs first (tune_configs/gpu/run_batch.sh or tune_configs/offline/reproduce.sh)"
+        "; run their specs first (tune_configs/gpu/run_batch.sh, tune_configs/offline/reproduce.sh or "\
+        "tune_configs/paper/)"
     where = masked(mlflow_store.resolve_uri(uri))
     raise EmbinitError(f"none of the reproduction's experiments ({'--inputs ' + name}) are in "
                        f"{where}, which holds {have or 'no experiments'}. {wants}{hint}")
