@@ -131,3 +131,12 @@ SETTINGS: dict[tuple[str, str], dict[str, object]] = {
                           "lr": 2e-4, "seeds": 4, "source": "mT5 (D=768)",
                           "vocab": "18k de / 18k en (min freq 5)"},
 }
+
+# The files and hub models under which embinit's paper specs (tune_configs/paper/) run each source the paper
+# names by family and D above: a run of those specs is not flagged as another source (the settings table
+# compares the name a run read). GloVe: section 3.2 names the 840B Common Crawl vectors.
+RUN_AS: dict[str, tuple[str, ...]] = {
+    "GloVe 300d": ("glove.840B.300d.txt",), "bert-base-uncased": ("bert-base-uncased",),
+    "T5 (D=512)": ("t5-small",), "mBERT (D=768)": ("bert-base-multilingual-cased",),
+    "mT5 (D=768)": ("mt5-base",),
+}

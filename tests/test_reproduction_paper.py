@@ -55,7 +55,8 @@ def test_spot_checks_against_the_papers_text():
 
 def _t5_trial(uri, exp, label, seed, acc):
     cfg = {"task": "sst2", "init": label.lower(), "seed": seed, "d_model": 512, "heads": 8, "epochs": 5,
-           "layers": 3, "batch_size": 128, "lr": 1e-4, "train_embeddings": True, "pos_encoding": True}
+           "layers": 3, "batch_size": 128, "lr": 1e-4, "train_embeddings": True, "pos_encoding": True,
+           **({"pretrained": "t5-small"} if label != "Xavier" else {})}   # the family's default, as planned
     run = trial_run.TrialRun.open(uri, exp, None, cfg, f"{label}{seed}", label, {"axes": {}, "point": {}})
     run.finish({"status": "finished", "history": [{"epoch": 1, "val/loss": 0.4}], "test": {},
                 "best": {"val/acc": acc, "val/loss": 0.4}, "best_epoch": 2,
@@ -84,4 +85,7 @@ def test_a_paper_store_with_one_block_renders_it_beside_the_paper(tmp_path, caps
     assert "--inputs paper" in text and "**sst2, T5 (paper: T5)" in text
     assert "| T5 | 82.0 (0.6) | 3.6 |" in text and "| Xavier | 81.4 (0.5) | 1.4 |" in text
     assert "no trials in `paper-iwslt2017-mt5` yet" in text
+    # the source the paper names by family and D, run as the paper spec's hub model: not flagged
+    assert "| sst2 / T5 | source | T5 (D=512) | t5-small |" in text
+    assert "| sst2 / T5 | seeds | 5 | 3 **(differs)** |" in text
     assert "Not in this MLflow store yet" in text        # the studies beyond the paper

@@ -40,7 +40,8 @@ def settings(rep: ReproductionData) -> Section:
         for k in ("source", "d_model", "heads", "layers", "epochs", "batch_size", "lr", "seeds", "vocab"):
             # the vocabulary is built by the paper's rule (training data, min freq 2), so it is not flagged
             # an Xavier-only group (the paper's Xavier row at its setting) has no source to compare
-            same = k == "vocab" or (k == "source" and only_xavier) or str(ref.get(k, "—")) == str(here[k])
+            same = (k == "vocab" or (k == "source" and (only_xavier or here[k] in paper.RUN_AS.get(ref.get(k), ())))
+                    or str(ref.get(k, "—")) == str(here[k]))
             mark = "" if same else " **(differs)**"
             s.lines.append(f"| {g.task} / {g.paper_source} | {k} | {ref.get(k, '—')} | {here[k]}{mark} |")
     return s
