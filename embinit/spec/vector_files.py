@@ -31,7 +31,7 @@ def _names_vectors(where: str) -> bool:
 
 def file_problems(path: Path) -> list[str]:
     """The problems that make the vector file at `path` unreadable whatever vocabulary a trial needs ([]
-    when none; a folder, a hub model, is not read here)."""
+    when none); `vector_file_problems` passes files only (a model folder is the trial's to read)."""
     from embinit.init import source_files, vectors
     try:
         fmt = source_files.detect_format(path)
@@ -42,13 +42,13 @@ def file_problems(path: Path) -> list[str]:
         return [str(e)]
     st = path.stat()
     memo = (os.path.realpath(path), st.st_size, st.st_mtime_ns)
-    if memo not in _read and fmt != "hf":
+    if memo not in _read:
         try:
             vectors.words(path)
             _read[memo] = []
         except EmbinitError as e:
             _read[memo] = [str(e)]
-    return _read.get(memo, [])
+    return _read[memo]
 
 
 def vector_file_problems(pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:

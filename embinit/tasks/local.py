@@ -77,7 +77,8 @@ def present_problems(task: str, layout: Layout, folder: Path, splits: dict[str, 
         except MissingFiles:
             continue
     try:
-        read_local(task, layout, folder, present) if present else None
+        if present:
+            read_local(task, layout, folder, present)
     except MissingFiles:
         return [f"its other files not read until {layout.files['train'][0]} is there (the labels come from it)"]
     except EmbinitError as e:
