@@ -1,7 +1,9 @@
-"""Benchmark: the vectorised beam search against the row-by-row one it replaced.
+"""Benchmark: the vectorised beam search against the row-by-row one it replaced, and greedy decoding
+(`--beams 1`) that drops ended rows against the one that kept them.
 
 The reference is tests/helpers/beam_reference.py (`embinit/train/decoding.py`'s beam search as of commit
-5dafea0: a Python loop over the batch's rows at every step). Both decode the same batch of random
+5dafea0: a Python loop over the batch's rows at every step); for beam 1 it is tests/helpers/greedy_reference.py
+(greedy as of commit 4e37ba7, which decoded every row until all had ended). Both decode the same batch of random
 Multi30k-length sources (8 to 20 words) with the same small untrained encoder-decoder, at each beam,
 interleaved (old, new, old, new, ...) in this process; the best time of each is compared, and the ratio is
 the figure (the machine is shared: absolute seconds are not comparable across runs). The output layer's
@@ -10,7 +12,7 @@ rows end at different lengths, as a trained model's do; the run records how long
 many rows ran to their cap, and whether both searches returned the same hypotheses (they must).
 Runs are appended to bench/results/beam_search.json.
 
-    python bench/bench_beam_search.py [--sentences 64] [--beams 4 5] [--d 256] [--vocab 6000] [--reps 3]
+    python bench/bench_beam_search.py [--sentences 64] [--beams 1 4 5] [--d 256] [--vocab 6000] [--reps 3]
                                       [--threads 2] [--device cpu] [--sharpness 4] [--eos-bias 4]
 """
 
@@ -60,7 +62,7 @@ def timed(search, model, src, beam):
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--beams", type=int, nargs="+", default=[4, 5])
+    ap.add_argument("--beams", type=int, nargs="+", default=[1, 4, 5])
     for name, default in (("sentences", 64), ("d", 256), ("vocab", 6000), ("sharpness", 4.0), ("eos-bias", 4.0),
                           ("reps", 3), ("threads", 2)):
         ap.add_argument(f"--{name}", type=type(default), default=default)
@@ -69,8 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     import torch
 
-    from embinit.train.decoding import beam_search, row_caps
+    from embinit.train.decoding import beam_search, greedy, row_caps
     from helpers.beam_reference import beam_search as reference
+    from helpers.greedy_reference import greedy as greedy_reference
     torch.set_num_threads(args.threads)
     model, src = model_and_batch(args)
     caps = row_caps(src, model.cfg.max_positions).tolist()
@@ -80,7 +83,9 @@ def main(argv: list[str] | None = None) -> int:
     for beam in args.beams:
         times, outputs = {"old": [], "new": []}, {}
         for _ in range(args.reps):
-            for name, search in (("old", reference), ("new", beam_search)):
+            pair = (("old", greedy_reference), ("new", lambda m, s, _: greedy(m, s))) if beam == 1 else \
+                (("old", reference), ("new", beam_search))
+            for name, search in pair:
                 seconds, outputs[name] = timed(search, model, src, beam)
                 times[name].append(seconds)
         lengths = [len(h) for h in outputs["new"]]

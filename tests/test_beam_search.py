@@ -2,7 +2,7 @@
 hypothesis up to the cap enumerated) and on a tiny encoder-decoder; a case where ranking finished
 hypotheses by raw score among the live ones pruned the best one; batching (padding, per-row caps); the
 vectorised search against the row-by-row one it replaced (tests/helpers/beam_reference.py), hypothesis
-for hypothesis, ties included."""
+for hypothesis, ties included; greedy decoding that drops ended rows against the one that kept them."""
 
 from __future__ import annotations
 
@@ -225,6 +225,7 @@ def test_vectorised_search_returns_the_row_by_row_reference_hypotheses_on_lookup
     """Padded batches, beams 1..5, caps from 1 to 9 tokens per row, eos likely or unlikely, and ties
     everywhere (logits on an integer grid): the same hypothesis as the search it replaced, row for row."""
     from helpers.beam_reference import beam_search as reference
+    from helpers.greedy_reference import greedy as greedy_reference
     gen = torch.Generator().manual_seed(seed)
     extra = int(torch.randint(0, 4, (), generator=gen))
     monkeypatch.setattr(decoding, "max_decode_len", lambda n, limit: min(limit - 1, max(1, n - 3 + extra)))
@@ -235,6 +236,7 @@ def test_vectorised_search_returns_the_row_by_row_reference_hypotheses_on_lookup
     src = random_batch(gen, rows=int(torch.randint(1, 9, (), generator=gen)), words=range(4, 9))
     for beam in range(1, 6):
         assert beam_search(m, src, beam) == reference(m, src, beam), beam
+    assert greedy(m, src) == greedy_reference(m, src)   # ended rows dropped: the tokens of the old greedy
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -242,11 +244,14 @@ def test_vectorised_search_returns_the_row_by_row_reference_hypotheses_on_tiny_e
     """The real model (cached decoder state reordered each step), its own caps (1.5 x source + 10), rows of
     a padded batch finishing at different steps."""
     from helpers.beam_reference import beam_search as reference
+    from helpers.greedy_reference import greedy as greedy_reference
     m = tiny_model(seed)
     src = random_batch(torch.Generator().manual_seed(100 + seed), rows=7, words=range(4, 20))
     with torch.no_grad():
         for beam in range(1, 6):
             assert beam_search(m, src, beam) == reference(m, src, beam), beam
+        m.output.bias[EOS_ID] += 1.0   # rows that end at different steps
+        assert greedy(m, src) == greedy_reference(m, src)
 
 
 def test_the_length_penalty_is_the_trials_and_zero_ranks_by_log_probability_alone():
@@ -293,3 +298,49 @@ def test_a_spec_records_a_length_penalty_only_when_it_sets_one():
     in_task = load_spec({**base, "tasks": [{"task": "multi30k", "beam_size": 4, "length_penalty": 1.0}]})
     in_defaults = load_spec({**base, "defaults": {"length_penalty": 1.0}})
     assert len({plain.spec_hash(), in_task.spec_hash(), in_defaults.spec_hash()}) == 3
+
+
+def ends_after_first_token(src, prefix):
+    """A lookup whose rows end after as many tokens as their source's first token says, minus 3."""
+    out = torch.zeros(7)
+    out[EOS_ID if len(prefix) >= src[0] - 3 else 5] = 5.0
+    return out
+
+
+def test_greedy_drops_a_row_from_the_batch_once_it_has_ended():
+    """Rows ending after 6, 2, 1 and 4 tokens (7, 3, 2 and 5 steps with the eos): each step decodes only
+    the rows still going, and each row's output is the one it gets decoded alone."""
+    class Recording(LookupModel):
+        def decode_step(self, tokens, state):
+            sizes.append(tokens.shape[0])
+            return super().decode_step(tokens, state)
+
+    sizes: list[int] = []
+    m = Recording(ends_after_first_token, 7, max_positions=64)
+    src = torch.tensor([[9, EOS_ID], [5, EOS_ID], [4, EOS_ID], [7, EOS_ID]])
+    out = greedy(m, src)
+    assert out == [[5] * 6, [5, 5], [5], [5] * 4]
+    assert sizes == [4, 4, 3, 2, 2, 1, 1]
+    sizes.clear()
+    assert [greedy(m, src[r:r + 1])[0] for r in range(4)] == out
+
+
+def test_uncached_greedy_drops_ended_rows_too_and_gives_what_cached_greedy_gives():
+    m = tiny_model(seed=8)
+    with torch.no_grad():
+        m.output.bias[EOS_ID] += 1.0   # rows end at different steps, some at their caps
+    src = torch.randint(4, 20, (8, 7), generator=torch.Generator().manual_seed(7))
+    src[:, -1] = EOS_ID
+    src[2, 3:] = PAD_ID
+    rows_decoded = []
+    decode = m.decode
+    m.decode = lambda tgt, memory, mask: rows_decoded.append(tgt.shape[0]) or decode(tgt, memory, mask)
+    with torch.no_grad():
+        uncached, cached = greedy(m, src, cached=False), greedy(m, src, cached=True)
+    assert uncached == cached
+    caps = decoding.row_caps(src, m.cfg.max_positions).tolist()
+    # each row's steps: its tokens and its eos, or as many tokens as its cap
+    lengths = sorted(len(h) + (len(h) < cap) for h, cap in zip(cached, caps))
+    assert len(set(lengths)) > 2
+    assert rows_decoded == [sum(n > i for n in lengths) for i in range(lengths[-1])]
+    assert rows_decoded[-1] < rows_decoded[0]

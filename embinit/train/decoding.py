@@ -71,11 +71,18 @@ def greedy(model, src: torch.Tensor, cached: bool = True, steps: int | None = No
            stop_at_eos: bool = True) -> list[list[int]]:
     """Greedy decoding of a padded source batch, each row up to its own cap (`row_caps`). `steps`
     overrides the cap for every row; with stop_at_eos=False every row runs all `steps` (the benchmark's
-    fixed-length mode)."""
+    fixed-length mode).
+
+    A row that has emitted eos (or reached its cap) leaves the batch at the next check (every step on the
+    CPU, every `EOS_CHECK_EVERY` on an accelerator, where finding the rows syncs): its cached states and
+    encoder memory are dropped, so later steps compute only the rows still going. Each row's computation
+    never reads another row's, so its tokens do not depend on which rows are still in the batch."""
     memory, mask = model.encode(src)
     b = src.shape[0]
     caps = torch.full((b,), steps, device=src.device) if steps else row_caps(src, model.cfg.max_positions)
     steps = int(caps.max())
+    out = torch.full((b, steps), PAD_ID, dtype=torch.long, device=src.device)
+    rows = torch.arange(b, device=src.device)            # the batch row each live row came from
     ys = torch.full((b, 1), BOS_ID, dtype=torch.long, device=src.device)
     done = torch.zeros(b, dtype=torch.bool, device=src.device)
     state = model.start_state(memory, mask) if cached else None
@@ -86,11 +93,21 @@ def greedy(model, src: torch.Tensor, cached: bool = True, steps: int | None = No
         else:
             logits = model.output(model.decode(ys, memory, mask)[:, -1])
         nxt = _no_specials(logits).argmax(-1).masked_fill(done, PAD_ID)
+        out[rows, i] = nxt
         ys = torch.cat([ys, nxt[:, None]], dim=1)
         done |= (nxt == EOS_ID) | (caps <= i + 1)
-        if stop_at_eos and (i + 1) % check == 0 and bool(done.all()):
+        if not stop_at_eos or (i + 1) % check or i + 1 == steps:
+            continue
+        keep = (~done).nonzero().squeeze(1)                 # syncs on an accelerator
+        if keep.numel() == 0:
             break   # extra steps after every row finished only append padding: the output is the same
-    return [_strip(row[1:]) for row in ys.tolist()]
+        if keep.numel() < rows.numel():
+            rows, ys, caps, done = rows[keep], ys[keep], caps[keep], done[keep]
+            if cached:
+                model.reorder_state(state, keep)
+            else:
+                memory, mask = memory[keep], (None if mask is None else mask[keep])
+    return [_strip(row) for row in out.tolist()]
 
 
 def length_penalty(length: int, alpha: float) -> float:
