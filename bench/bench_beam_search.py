@@ -10,10 +10,15 @@ the figure (the machine is shared: absolute seconds are not comparable across ru
 weights times `--sharpness` make the next-token distributions peaked and its eos bias (`--eos-bias`) makes
 rows end at different lengths, as a trained model's do; the run records how long the hypotheses are, how
 many rows ran to their cap, and whether both searches returned the same hypotheses (they must).
+With `--pairs DIR` (a Multi30k-layout folder: val.de, val.en) the batch is instead every validation
+sentence, in `translate`'s batches of `--batch` sorted by source length, each source as long as its
+German sentence, and each row made to end (eos) after as many tokens as its English reference has words
+(`EndsAt`): the lengths a trained model's outputs have, which decide how much dropping ended rows saves.
 Runs are appended to bench/results/beam_search.json.
 
     python bench/bench_beam_search.py [--sentences 64] [--beams 1 4 5] [--d 256] [--vocab 6000] [--reps 3]
                                       [--threads 2] [--device cpu] [--sharpness 4] [--eos-bias 4]
+                                      [--pairs DATA/multi30k --batch 128]
 """
 
 from __future__ import annotations
@@ -43,19 +48,68 @@ def model_and_batch(args):
     with torch.no_grad():
         model.output.weight *= args.sharpness
         model.output.bias[EOS_ID] += args.eos_bias
+    if args.pairs:
+        return model, pair_batches(args, g)
     lengths = torch.randint(8, 21, (args.sentences,), generator=g).tolist()
     src = pad([torch.randint(4, args.vocab, (n,), generator=g).tolist() + [EOS_ID] for n in lengths])
-    return model, src.to(args.device)
+    return model, [(src.to(args.device), None)]
 
 
-def timed(search, model, src, beam):
+def pair_batches(args, g):
+    """(source batch, each row's output length) for the validation pairs of `args.pairs`, in `translate`'s
+    batches (sorted by source length)."""
     import torch
-    if src.device.type == "cuda":
+
+    from embinit.train.batching import pad
+    from embinit.train.decoding import EOS_ID
+    words = [[len(line.split()) for line in (Path(args.pairs) / f"val.{lang}").read_text().splitlines()]
+             for lang in ("de", "en")]
+    order = sorted(range(len(words[0])), key=lambda i: words[0][i])
+    out = []
+    for start in range(0, len(order), args.batch):
+        idx = order[start:start + args.batch]
+        src = pad([torch.randint(4, args.vocab, (words[0][i],), generator=g).tolist() + [EOS_ID] for i in idx])
+        out.append((src.to(args.device), torch.tensor([words[1][i] for i in idx], device=args.device)))
+    return out
+
+
+class EndsAt:
+    """`model`, each of whose rows emits eos after `lengths[row]` tokens and never before (the decoding
+    interface: encode, start_state, decode_step, reorder_state; the network's work is unchanged)."""
+
+    def __init__(self, model, lengths):
+        self.model, self.cfg, self.lengths = model, model.cfg, lengths
+
+    def encode(self, src):
+        return self.model.encode(src)
+
+    def start_state(self, memory, mask):
+        return {**self.model.start_state(memory, mask), "ends": self.lengths}
+
+    def reorder_state(self, state, index, memory=True):
+        self.model.reorder_state(state, index, memory=memory)
+        state["ends"] = state["ends"][index]
+
+    def decode_step(self, tokens, state):
+        import torch
+
+        from embinit.train.decoding import EOS_ID
+        logits = self.model.decode_step(tokens, state)
+        end = state["ends"] == state["pos"] - 1           # this step's token is the row's eos
+        top = logits.abs().amax(-1) + 1
+        logits[:, EOS_ID] = torch.where(end, top, torch.full_like(top, float("-inf")))
+        return logits
+
+
+def timed(search, model, batches, beam):
+    import torch
+    if batches[0][0].device.type == "cuda":
         torch.cuda.synchronize()
-    t0 = time.perf_counter()
+    t0, hyps = time.perf_counter(), []
     with torch.no_grad():
-        hyps = search(model, src, beam)
-    if src.device.type == "cuda":
+        for src, ends in batches:
+            hyps += search(model if ends is None else EndsAt(model, ends), src, beam)
+    if batches[0][0].device.type == "cuda":
         torch.cuda.synchronize()
     return time.perf_counter() - t0, hyps
 
@@ -67,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
                           ("reps", 3), ("threads", 2)):
         ap.add_argument(f"--{name}", type=type(default), default=default)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--pairs", help="a Multi30k-layout folder (val.de, val.en): decode its validation set")
+    ap.add_argument("--batch", type=int, default=128, help="sentences per batch with --pairs")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "beam_search.json"))
     args = ap.parse_args(argv)
     import torch
@@ -75,10 +131,11 @@ def main(argv: list[str] | None = None) -> int:
     from helpers.beam_reference import beam_search as reference
     from helpers.greedy_reference import greedy as greedy_reference
     torch.set_num_threads(args.threads)
-    model, src = model_and_batch(args)
-    caps = row_caps(src, model.cfg.max_positions).tolist()
+    model, batches = model_and_batch(args)
+    caps = [c for src, _ in batches for c in row_caps(src, model.cfg.max_positions).tolist()]
     result = {"benchmark": "beam_search", "cpu": cpu_model(), "device": args.device, "threads": args.threads,
-              "sentences": args.sentences, "d_model": args.d, "vocab": args.vocab, "layers": 3,
+              "sentences": len(caps), "pairs": args.pairs, "batch": args.batch if args.pairs else None,
+              "d_model": args.d, "vocab": args.vocab, "layers": 3,
               "eos_bias": args.eos_bias, "load_avg_1m": os.getloadavg()[0], "beams": {}}
     for beam in args.beams:
         times, outputs = {"old": [], "new": []}, {}
@@ -86,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
             pair = (("old", greedy_reference), ("new", lambda m, s, _: greedy(m, s))) if beam == 1 else \
                 (("old", reference), ("new", beam_search))
             for name, search in pair:
-                seconds, outputs[name] = timed(search, model, src, beam)
+                seconds, outputs[name] = timed(search, model, batches, beam)
                 times[name].append(seconds)
         lengths = [len(h) for h in outputs["new"]]
         result["beams"][beam] = {
