@@ -86,9 +86,11 @@ def test_recorded_paths_missing_here_are_one_error_naming_field_path_and_flag(st
     code = main(["train", "--from-run", run_id, "--tracking-uri", store["uri"], "--data-dir", str(tmp_path),
                  "--out", str(out_dir)])
     err = capsys.readouterr().err
-    assert code == 2 and len(err.strip().splitlines()) == 1, err
-    assert f"pretrained: the recorded path '{gone}/glove.txt' does not exist here (give --pretrained PATH" in err
-    assert f"init_from: the recorded path '{gone}/best.pt' does not exist here (give --init-from PATH" in err
+    lines = err.strip().splitlines()   # one a line
+    assert code == 2 and lines[0] == f"embinit: error: MLflow run {run_id} recorded file inputs this machine does " \
+                                     "not have:" and len(lines) == 3, err
+    assert f"\n  - pretrained: the recorded path '{gone}/glove.txt' does not exist here (give --pretrained PATH" in err
+    assert f"\n  - init_from: the recorded path '{gone}/best.pt' does not exist here (give --init-from PATH" in err
     assert "data_dir" not in err          # --data-dir pointed it at this machine's folder
     assert not out_dir.exists()           # nothing trained
 

@@ -110,7 +110,8 @@ def test_emb_seed_and_pe_positions_reach_the_trial_config():
     (["--task", "synthetic_translation", "--src-init", "glove"],
      ["--src-init: 'glove' needs a pretrained file: pass its path with --src-pretrained PATH;"]),
     (["--task", "synthetic_classification", "--seed", "-1"],
-     ["embinit: error: --seed: Input should be greater than or equal to 0, got -1;"]),
+     ["embinit: error: cannot train this trial (1 problem): --seed: Input should be greater than or equal to 0, "
+      "got -1;"]),
 ])
 def test_options_that_do_not_apply_are_refused_before_training(args, messages, tmp_path, capsys):
     code = main(["train", *args, "--threads", "1", "--epochs", "1", "--cache-dir", str(tmp_path)])
@@ -136,10 +137,22 @@ def test_train_lists_settings_no_trial_may_combine_with_its_other_problems(tmp_p
     (tmp_path / "sst2").mkdir()
     code = main(["train", "--task", "sst2", "--freeze-embeddings", "--freeze-non-embeddings",
                  "--data-dir", str(tmp_path / "sst2"), "--cache-dir", str(tmp_path)])
-    err = capsys.readouterr().err
-    assert code == 2 and len(err.strip().splitlines()) == 1, err
-    assert "--data-dir: sst2: data folder" in err
-    assert "train_embeddings=False with freeze_non_embeddings=True leaves nothing to train" in err
+    lines = capsys.readouterr().err.strip().splitlines()
+    # one problem a line, as `embinit run` lists a spec's
+    assert code == 2 and lines[0] == "embinit: error: cannot train this trial (2 problems):", lines
+    assert lines[1] == "  - train_embeddings=False with freeze_non_embeddings=True leaves nothing to train"
+    assert lines[2].startswith("  - --data-dir: sst2: data folder")
+    assert lines[3:] == ["  model sizes not checked until the problems above are fixed"]
+
+
+def test_a_task_definition_file_lists_its_problems_one_a_line(tmp_path, capsys):
+    path = tmp_path / "imdb.yaml"
+    path.write_text("like: nope\nfiles: {train: train.csv}\nlabel: [a, b]\n")
+    code = main(["train", "--task", "imdb", "--task-def", str(path), "--quiet"])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and lines[0] == f"embinit: error: --task-def {path}:", lines
+    assert any(line.startswith("  - like: 'nope' is not a built-in task") for line in lines[1:])
+    assert any(line.startswith("  - label: unknown field") for line in lines[1:])
 
 
 def test_every_trial_config_field_has_a_train_flag():

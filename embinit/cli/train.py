@@ -13,7 +13,7 @@ from pathlib import Path
 
 from embinit.cli.arg_types import folder_to_write
 from embinit.config import PRECISIONS
-from embinit.errors import EmbinitError
+from embinit.errors import EmbinitError, ListedError
 
 
 class ProgressBar:
@@ -172,8 +172,7 @@ def config_from_args(args):
         found = [(where.removeprefix(at).lstrip("."), msg)
                  for where, msg in task_defs.problems(args.task, args.task_def)]
         if found:
-            raise EmbinitError(f"--task-def {args.task_def.path}: "
-                               + "; ".join(f"{w}: {m}" if w else m for w, m in found))
+            raise ListedError(f"--task-def {args.task_def.path}:", [f"{w}: {m}" if w else m for w, m in found])
     return TrialConfig(**given_fields(args))
 
 
@@ -189,9 +188,9 @@ def rerun_config(args):
     recorded, given = rerun.recorded_config(rec), given_fields(args)
     missing = rerun.missing_inputs(recorded, set(given))
     if missing:
-        raise EmbinitError(f"MLflow run {rec.run_id} recorded file inputs this machine does not have: " + "; ".join(
+        raise ListedError(f"MLflow run {rec.run_id} recorded file inputs this machine does not have:", [
             f"{name}: the recorded path {path!r} does not exist here (give {_PATH_FLAGS[name]} PATH to your copy)"
-            for name, path in missing))
+            for name, path in missing])
     return rec, recorded, rerun.with_overrides(recorded, given)
 
 
@@ -230,7 +229,8 @@ def as_spec(cfg) -> dict:
 
 def check_args(cfg) -> None:
     """What a spec would refuse about this trial (an option no table uses, an unknown name, a missing
-    file or data file, a d_model/heads that cannot fit), as one error naming the flags."""
+    file or data file, a d_model/heads that cannot fit), as one error naming the flags (a `ListedError`:
+    one a line, as `embinit run` prints a spec's)."""
     from embinit.spec import SpecError
     from embinit.spec.full_check import spec_problems
 
@@ -240,8 +240,8 @@ def check_args(cfg) -> None:
         problems, notes = e.problems, e.notes
     if problems:
         problems = [(where, _in_flags(cfg, where, msg)) for where, msg in problems]
-        raise EmbinitError("; ".join([f"{_flag(where)}: {msg}" if _flag(where) else msg for where, msg in problems]
-                                     + notes))
+        raise ListedError(f"cannot train this trial ({len(problems)} problem{'s' if len(problems) != 1 else ''}):",
+                          [f"{_flag(where)}: {msg}" if _flag(where) else msg for where, msg in problems], notes)
 
 
 def _in_flags(cfg, where: str, msg: str) -> str:
