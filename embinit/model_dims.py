@@ -57,10 +57,14 @@ def resolve_model_size(cfg: TrialConfig, user_heads: int | None, dims: dict[str,
     if len(set(known.values())) > 1:
         raise EmbinitError(f"the pretrained sources disagree on the embedding dimension: {known}")
     d_model = cfg.d_model or next(iter(known.values()), None) or task_defaults(cfg.task).d_model
-    mismatched = [f"{SIDE_NAMES.get(side, side)} has dimension {d} but the model's d_model is {d_model}; set "
-                  "`d_model` to the source's D or leave it out (the source's D is used)"
-                  for side, d in known.items() if d != d_model]
-    problems, fields = list(mismatched), ("d_model",) if mismatched else ()
+    # the sides agree on D (else refused above): those whose D is not d_model are one problem, said once
+    wrong = [SIDE_NAMES.get(side, side) for side, d in known.items() if d != d_model]
+    problems, fields = [], ()
+    if wrong:
+        d, their = next(iter(known.values())), "their" if len(wrong) > 1 else "the source's"
+        problems.append(f"{' and '.join(wrong)} {'have' if len(wrong) > 1 else 'has'} dimension {d} but the model's "
+                        f"d_model is {d_model}; set `d_model` to {their} D or leave it out ({their} D is used)")
+        fields = ("d_model",)
     heads = cfg.heads
     if d_model % heads:
         if user_heads is None:

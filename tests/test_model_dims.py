@@ -108,6 +108,16 @@ def test_a_d_model_the_source_contradicts_and_heads_that_divide_neither_are_both
         "(the source's D is used); heads=5 does not divide d_model=64; choose heads from [1, 2, 4, 8, 16, 32, 64]"]
 
 
+def test_both_sides_of_one_source_contradicting_d_model_are_said_once(tmp_path):
+    """GloVe on both tables of a translation task: one sentence for the two sides, not the same one twice."""
+    glove = vectors(tmp_path / "glove8.txt", 8)
+    data = spec(tmp_path, task="synthetic_translation", inits=[{"tgt": "glove", "pretrained": glove}],
+                task_values={"d_model": 16})
+    assert [m for _, m in problems_of(data)] == [
+        "the target init and the source init have dimension 8 but the model's d_model is 16; set `d_model` to "
+        "their D or leave it out (their D is used)"]
+
+
 @pytest.mark.slow
 def test_run_sweep_refuses_before_writing_anything(tmp_path):
     from embinit.sweep import run_sweep
