@@ -3,11 +3,11 @@
 Order of checks: the body parses (JSON, or YAML with a YAML content type, safe loader, no aliases; either
 way no key given twice); nothing asks for environment expansion; the spec validates
 (`embinit.spec.load_spec`; refused, every problem listed: the cross-field problems and model sizes of
-its valid part, its paths' problems, the bounds on the numbers it writes, and lines saying what was not
-checked); its paths lie inside the configured roots; it logs to the service's MLflow store; it has no
-more trials than the limit; then its bounds (`service.limits`), hub models (offline: pinned hub datasets
-too), model sizes, data folders and what the caller checks (`more`: the cluster's resources, the MLflow
-experiment), all in one answer.
+its valid part, its paths' problems, on a local Ray its data folders inside the roots, the bounds on the
+numbers it writes, and lines saying what was not checked); its paths lie inside the configured roots; it
+logs to the service's MLflow store; it has no more trials than the limit; then its bounds
+(`service.limits`), hub models (offline: pinned hub datasets too), model sizes, data folders and what the
+caller checks (`more`: the cluster's resources, the MLflow experiment), all in one answer.
 Each failure is an `HTTPException` with a precise `detail`: a 422 lists its problems in the one shape of
 `service.problems`.
 """
@@ -18,6 +18,7 @@ import json
 import math
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 from typing import Any, Callable
 
 import yaml
@@ -26,7 +27,7 @@ from fastapi import HTTPException
 from embinit.model_dims import dimension_problems
 from embinit.redact import masked
 from embinit.spec import (PRETRAINED_KEYS, ExperimentSpec, PlannedTrial, SpecError, SpecLoader, data_problems,
-                          load_spec, offline_data_problems, unique_pairs, yaml_error)
+                          load_spec, offline_data_problems, path_fields, unique_pairs, yaml_error)
 from embinit.spec.full_check import SIZES_NOT_CHECKED, spec_problems
 from embinit.spec.planning import field_place
 from embinit.spec.vector_files import vector_file_problems
@@ -161,12 +162,19 @@ def _every_problem(data: dict[str, Any], skip: set[str], settings: Settings
                    ) -> tuple[list[tuple[str, str]], int, list[str]]:
     """(every problem of a spec that is refused, the most listed, what was not checked): the field
     problems, the cross-field problems and model sizes of the part that validates
-    (`embinit.spec.full_check`), the paths' problems, and the service's bounds on the numbers it writes;
-    those at the locations in `skip` (already reported) left out. What needs the whole spec valid (hub
-    models, data folders, the bounds on values left to defaults) is said not checked."""
+    (`embinit.spec.full_check`), the paths' problems, on a local Ray the data folders inside the roots (as
+    `prepare` checks a valid spec's), and the service's bounds on the numbers it writes; those at the
+    locations in `skip` (already reported) left out. What needs the whole spec valid (hub models, the
+    bounds on values left to defaults) is said not checked."""
     try:
-        _, found, notes = spec_problems(_rewritten(data, settings), local=False,
-                                        max_trials=settings.max_trials_per_experiment)
+        rewritten, refused = confine_paths(data, settings.data_roots, settings.pretrained_roots)
+    except OSError:   # a value no filesystem takes (a name too long): validated as written, no folder read
+        rewritten, refused = data, None
+    folders = settings.ray_address is None and refused is not None
+    try:
+        _, found, notes = spec_problems(rewritten, local=False, max_trials=settings.max_trials_per_experiment,
+                                        advice=DATA_ADVICE if folders else None,
+                                        unread=_refused_paths(rewritten, refused or []))
     except SpecError as e:   # the spec cannot be read at all
         found, notes = list(e.problems), [SIZES_NOT_CHECKED]
     found = [p for p in found if p[0] not in skip]
@@ -178,7 +186,14 @@ def _every_problem(data: dict[str, Any], skip: set[str], settings: Settings
     return found, settings.max_problems, notes
 
 
-_WAITING = ("hub models, data folders and this service's bounds on the values the spec leaves to defaults "
+def _refused_paths(rewritten: dict[str, Any], refused: list[str]) -> list[Path]:
+    """The values of the paths the roots refuse (`confine_paths`' problems, `loc: what`): no data folder
+    under them is read, their problem is the path's (`_path_problems`)."""
+    locs = {p.split(": ", 1)[0] for p in refused}
+    return [Path(value) for loc, value in path_fields.paths(rewritten) if loc in locs]
+
+
+_WAITING = ("hub models and this service's bounds on the values the spec leaves to defaults "
             "not checked until the problems above are fixed")
 NOT_CHECKED = f"model sizes, {_WAITING}"
 NOT_CHECKED_BUT_SIZES = _WAITING[0].upper() + _WAITING[1:]

@@ -625,6 +625,22 @@ def test_model_sizes_and_data_folders_in_one_answer(client, roots):
     assert any("dimension 2 but the model's d_model is 4" in m for m in msgs)
 
 
+def test_a_field_problem_comes_with_the_data_folders_problems(client, roots, tmp_path):
+    """A spec refused for a field also hears of its data folder inside the roots lacking a file (it used to
+    come one round later), with the service's advice; a folder outside the roots is not read."""
+    data, _ = roots
+    (data / "sst2").mkdir()
+    (data / "sst2" / "train.tsv").write_text("sentence\tlabel\ngood\t1\n")   # no dev.tsv
+    (tmp_path / "outside" / "sst2").mkdir(parents=True)
+    spec = {**SPEC, "tasks": [{"task": "sst2", "dropout": 1.5, "data_dir": str(data / "sst2")},
+                              {"task": "multi30k", "data_dir": str(tmp_path / "outside")}]}
+    found = problems(submit(client, spec))
+    assert "less than 1" in found["tasks[0].dropout"]
+    assert "lacks dev.tsv" in found["tasks[0].data_dir"]
+    assert "outside the allowed data roots" in found["tasks[1].data_dir"]   # said, not read
+    assert "data folders" not in found[""]
+
+
 def test_a_field_problem_comes_with_heads_vs_d_and_the_bounds_in_one_answer(client):
     """One task with a bad dropout, heads that do not divide d_model and an lr and a batch size beyond the
     service's bounds: one 422 lists all four, and says the bounds were checked only on written values

@@ -11,7 +11,7 @@ import re
 from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from pydantic import ValidationError
 
@@ -25,6 +25,9 @@ from embinit.spec.loading import (blamed, data_problems, missing_paths, offline_
                                   task_files_problem)
 from embinit.spec.problems import SpecError, as_written, problems_of
 from embinit.spec.vector_files import vector_file_problems
+
+if TYPE_CHECKING:
+    from embinit.tasks.hub import DataAdvice
 
 CROSS_NOT_CHECKED = "checks across fields (pretrained sources per init, duplicate inits and tasks, heads vs. D) " \
                     "not run until the problems above are fixed"
@@ -48,11 +51,14 @@ def check_spec(source: Any, overrides: list[str] | tuple[str, ...] = (), *, loca
 
 
 def spec_problems(source: Any, overrides: list[str] | tuple[str, ...] = (), *, local: bool = True,
-                  sizes: bool = True, max_trials: int | None = None
-                  ) -> tuple[ExperimentSpec | None, list[tuple[str, str]], list[str]]:
+                  sizes: bool = True, max_trials: int | None = None, advice: DataAdvice | None = None,
+                  unread: list[Path] = ()) -> tuple[ExperimentSpec | None, list[tuple[str, str]], list[str]]:
     """(the spec, or None when it does not validate; every problem found; what was not checked because
     of them). `max_trials`: the most trials whose sizes are checked (the service's limit: a refused spec's
-    grid is not planned when it is larger; the count refuses it once the rest is fixed)."""
+    grid is not planned when it is larger; the count refuses it once the rest is fixed). `advice`: how the
+    caller gives a task its data (`DataAdvice`, the command line's by default); with `local` off, given, the
+    data folders are still checked, none under `unread` (the paths the caller refuses itself, unread): the
+    service's check, which confines the paths to its roots."""
     data, base, keys, bad = spec_data(source, overrides)   # `bad`: malformed overrides, left out of `data`
     context = {"base_dir": base}
     try:
@@ -76,9 +82,12 @@ def spec_problems(source: Any, overrides: list[str] | tuple[str, ...] = (), *, l
             plans[id(s)] = s.model_copy(update={"seeds": s.seeds[:1]}).plan()
         return plans[id(s)]
     if local:
-        problems += _local_problems(spec, fields, data, base, {where for where, _ in problems})
+        problems += _local_problems(spec, fields, data, base, {where for where, _ in problems}, advice)
         problems += _offline_hub_problems(spec, one_seed) + (offline_data_problems(spec) if spec is not None else [])
         problems += vector_file_problems(spec.paths()) if spec is not None else []
+        notes += _definitions_not_read(problems)
+    elif advice is not None:
+        problems += _folder_problems(fields, data, base, list(unread), advice)
         notes += _definitions_not_read(problems)
     if sizes:
         found = _size_problems(checked, bool(problems or notes), one_seed, max_trials)
@@ -150,14 +159,20 @@ def _set_aside(rest: dict[str, Any], path: str) -> bool:
 
 
 def _local_problems(spec: ExperimentSpec | None, fields: SpecFields | None, data: dict[str, Any],
-                    base: Path | None, reported: set[str]) -> list[tuple[str, str]]:
-    """Paths that do not exist (the spec's, else the raw data's), then each task's data folder (from the
-    valid fields, else from each task entry that validates alone)."""
+                    base: Path | None, reported: set[str], advice: DataAdvice | None = None) -> list[tuple[str, str]]:
+    """Paths that do not exist (the spec's, else the raw data's), then each task's data folder."""
     pairs = spec.paths() if spec is not None else _raw_paths(data, base)
     problems, missing = missing_paths([(w, v) for w, v in pairs if w not in reported])
+    return problems + _folder_problems(fields, data, base, missing, advice)
+
+
+def _folder_problems(fields: SpecFields | None, data: dict[str, Any], base: Path | None, missing: list[Path],
+                     advice: DataAdvice | None) -> list[tuple[str, str]]:
+    """Each task's data folder (from the valid fields, else from each task entry that validates alone),
+    none under `missing` (paths already reported)."""
     if fields is not None:
-        return problems + data_problems(fields, missing)
-    return problems + _task_folder_problems(data, base, missing)
+        return data_problems(fields, missing, advice)
+    return _task_folder_problems(data, base, missing, advice)
 
 
 def _offline_hub_problems(spec: ExperimentSpec | None, one_seed: Callable[[ExperimentSpec], list]
@@ -205,7 +220,8 @@ def _raw_paths(data: dict[str, Any], base: Path | None) -> list[tuple[str, str]]
     return [(where, path) for where, value in path_fields.paths(data) if (path := _resolved(value, base))]
 
 
-def _task_folder_problems(data: dict[str, Any], base: Path | None, missing: list[Path]) -> list[tuple[str, str]]:
+def _task_folder_problems(data: dict[str, Any], base: Path | None, missing: list[Path],
+                          advice: DataAdvice | None = None) -> list[tuple[str, str]]:
     """`data_problems` for a spec that does not validate, from the raw data: each entry of a registered
     task, its folder (its `data_dir`, else the spec's `data_dir`/<task>, else $EMBINIT_DATA_DIR's) and its
     `extras` (else the defaults')."""
@@ -227,7 +243,7 @@ def _task_folder_problems(data: dict[str, Any], base: Path | None, missing: list
             continue
         extras = next((e for e in (entry.get("extras"), defaults.get("extras")) if isinstance(e, dict)), {})
         where = f"tasks[{i}].data_dir" if own else ("data_dir" if root else f"tasks[{i}]")
-        problems += task_files_problem(task, folder, extras, missing, where)
+        problems += task_files_problem(task, folder, extras, missing, where, advice)
     return problems
 
 
