@@ -60,8 +60,9 @@ def failure_reasons(trials: list[dict[str, Any]], most: int = 3) -> str:
     """The failed trials' reasons (each error's last line, as the report counts them), most common first:
     what a researcher reads in `GET /experiments/{id}` before opening MLflow."""
     from embinit.report.rows import failure_reason
+    from service.specs import api_terms
 
-    reasons = Counter(failure_reason(t.get("error")) for t in trials if t.get("status") == "failed")
+    reasons = Counter(failure_reason(api_terms(t.get("error"))) for t in trials if t.get("status") == "failed")
     parts = [f"{r} ({n} trial{'s' if n > 1 else ''})" for r, n in reasons.most_common(most)]
     if len(reasons) > most:
         parts.append(f"and {len(reasons) - most} other reasons")

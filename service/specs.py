@@ -31,7 +31,7 @@ from embinit.spec import (PRETRAINED_KEYS, ExperimentSpec, PlannedTrial, SpecErr
 from embinit.spec.full_check import SIZES_NOT_CHECKED, spec_problems
 from embinit.spec.planning import field_place
 from embinit.spec.vector_files import vector_file_problems
-from embinit.tasks.hub import DataAdvice
+from embinit.tasks.hub import DataAdvice, advised
 from service.hub import check_hub_ids
 from service.limits import bound_problems, written_bound_problems
 from service.paths import confine_paths, format_loc
@@ -45,6 +45,14 @@ DATA_ADVICE = DataAdvice(
     "no data_dir in the spec", "this service's $EMBINIT_DATA_DIR",
     "put the files in a folder inside this service's data roots (setting EMBINIT_DATA_ROOTS) and give it as the "
     "task's data_dir, or give the spec's data_dir a folder there holding {task}/")
+
+
+def api_terms(error: str | None) -> str | None:
+    """A trial's recorded error as the API shows it: the command line's advice for a task without data
+    said as a spec sent here gives a task its data (`DATA_ADVICE`); the MLflow record keeps the trial's."""
+    return advised(error, DATA_ADVICE) if error else error
+
+
 YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml")
 JSON_TYPES = ("application/json",)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -19,6 +20,7 @@ from embinit.tracking import records
 from embinit.tracking.mlflow_store import resolve_uri
 from embinit.tracking.run_readers import trial_row
 from service.experiment_runs import chosen_records, close_orphans, drawn_records, trial_counts
+from service.specs import api_terms
 
 
 # The layout of a stored report (`Experiment.report`): one stored by an older layout is built again.
@@ -109,8 +111,11 @@ class ResultStore:
 
     def _records(self, exp) -> dict[str, records.TrialRecord]:
         """The record that stands for each trial key of the experiment's MLflow experiment: read once
-        per state and shared by its trial table and its report."""
-        return self._current(("records",), exp, lambda: chosen_records(self._reads(exp), exp.mlflow_experiment))
+        per state and shared by its trial table and its report, a failed trial's error in the API's terms."""
+        def read() -> dict[str, records.TrialRecord]:
+            chosen = chosen_records(self._reads(exp), exp.mlflow_experiment)
+            return {key: replace(rec, error=api_terms(rec.error)) for key, rec in chosen.items()}
+        return self._current(("records",), exp, read)
 
     def _reads(self, exp) -> str:
         """Where to read the experiment's runs: the database behind this API's tracking server when one is

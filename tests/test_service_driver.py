@@ -68,6 +68,17 @@ def test_a_failed_experiment_names_its_trials_reasons_most_common_first(monkeypa
                                   "EmbinitError: empty overlap (1 trial); A: 1 (1 trial); and 2 other reasons")
 
 
+def test_a_failed_experiment_gives_its_trials_advice_in_the_services_terms(monkeypatch):
+    """A trial's no-data error advises the command line's `--data-dir`; `GET /experiments/{id}` says how a
+    spec sent to the service gives a task its data."""
+    from embinit.tasks.hub import no_data_error
+    error = f"EmbinitError: {no_data_error('sst2', {'train': 'train'}, 'no --data-dir given', 'offline')}"
+    driver = _drive(monkeypatch, lambda *a, **k: _result(finished=0, failed=4, errors=(error,)))
+    assert driver.state.error.startswith("all 4 trials failed: EmbinitError: sst2: no local data (no data_dir "
+                                         "in the spec) and")
+    assert "--data-dir" not in driver.state.error
+
+
 def test_the_database_behind_the_server_goes_to_the_sweep(monkeypatch):
     """A driver given the database behind the tracking server (EMBINIT_TRACKING_WRITE_DIRECT) hands it to
     the sweep, whose trial runs (their node and host tags included: embinit.tracking.trial_run) are

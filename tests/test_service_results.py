@@ -165,6 +165,27 @@ def test_a_failed_trial_says_why_in_the_trial_table(client):
     assert [t["error"] for t in items[1:]] == [None, None, None]   # pending trials have no error
 
 
+def test_a_trial_without_data_is_advised_in_the_services_terms(client):
+    """A trial reads the hub where a spec gives no data; when that fails its error advises the command
+    line's `--data-dir`, which a client of the API cannot pass: the trial table and the report say it as a
+    spec sent here gives a task its data (the MLflow record keeps the trial's own words)."""
+    from embinit.tasks.hub import no_data_error
+    c, uri = client
+    exp_id = c.post("/experiments", json=SPEC).json()["id"]
+    exp = mlflow_store.ensure_experiment(SPEC["name"], uri)
+    p = load_spec(SPEC).plan()[0]
+    run = trial_run.TrialRun.open(uri, exp, None, p.config, p.key, p.label, {"axes": {}, "point": {}})
+    error = no_data_error("sst2", {"train": "train"}, "no --data-dir given and $EMBINIT_DATA_DIR not set",
+                          "ConnectionError: offline")
+    assert "pass it with --data-dir" in str(error)   # the trial's own words
+    run.fail(f"EmbinitError: {error}")
+    shown = c.get(f"/experiments/{exp_id}/trials").json()["items"][0]["error"]
+    assert shown.startswith("EmbinitError: sst2: no local data (no data_dir in the spec and this service's "
+                            "$EMBINIT_DATA_DIR not set) and the Hugging Face dataset")
+    assert "give it as the task's data_dir, or give the spec's data_dir a folder there holding sst2/ (needs: " in shown
+    assert "--data-dir" not in shown and "--data-dir" not in c.get(f"/experiments/{exp_id}/results").text
+
+
 def test_a_latex_table_of_an_unfinished_experiment_says_so(client):
     """The LaTeX table goes into a paper as it is: one read while trials are missing must say so in the
     table itself (caption and a comment line), as the markdown does; a complete one says nothing."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import shutil
 import socket
 import zipfile
@@ -164,6 +165,17 @@ class DataAdvice:
 CLI_ADVICE = DataAdvice("no --data-dir given", "$EMBINIT_DATA_DIR",
                         "put the files in a folder and pass it with --data-dir (a spec's data_dir), or set "
                         "EMBINIT_DATA_DIR to a folder holding {task}/")
+
+
+def advised(text: str, advice: DataAdvice) -> str:
+    """`text`, an error a trial recorded, with the command line's advice for a task without data
+    (`CLI_ADVICE`: a trial gives it wherever it runs) said as `advice` says it (the service's view of a
+    trial's error: a spec's data_dir and its data roots, not `--data-dir`)."""
+    if CLI_ADVICE.not_given not in text:
+        return text
+    fix = re.escape(CLI_ADVICE.fix).replace(re.escape("{task}"), r"(\S+?)")
+    text = re.sub(fix, lambda m: advice.fix.format(task=m[1]), text)
+    return text.replace(CLI_ADVICE.not_given, advice.not_given).replace(CLI_ADVICE.env, advice.env)
 
 
 def no_data_error(task: str, splits: dict[str, str], looked: str, why: str, advice: DataAdvice = CLI_ADVICE
