@@ -323,6 +323,9 @@ def test_greedy_drops_a_row_from_the_batch_once_it_has_ended():
     assert sizes == [4, 4, 3, 2, 2, 1, 1]
     sizes.clear()
     assert [greedy(m, src[r:r + 1])[0] for r in range(4)] == out
+    sizes.clear()   # an accelerator's cadence: ended rows are fed padding until the check every 3 steps
+    assert greedy(m, src, check_every=3) == out
+    assert sizes == [4, 4, 4, 2, 2, 2, 1, 1, 1]   # the last row ends at step 7, seen at the check after 9
 
 
 def test_uncached_greedy_drops_ended_rows_too_and_gives_what_cached_greedy_gives():

@@ -68,13 +68,14 @@ def _strip(row: list[int]) -> list[int]:
 
 
 def greedy(model, src: torch.Tensor, cached: bool = True, steps: int | None = None,
-           stop_at_eos: bool = True) -> list[list[int]]:
+           stop_at_eos: bool = True, check_every: int | None = None) -> list[list[int]]:
     """Greedy decoding of a padded source batch, each row up to its own cap (`row_caps`). `steps`
     overrides the cap for every row; with stop_at_eos=False every row runs all `steps` (the benchmark's
     fixed-length mode).
 
     A row that has emitted eos (or reached its cap) leaves the batch at the next check (every step on the
-    CPU, every `EOS_CHECK_EVERY` on an accelerator, where finding the rows syncs): its cached states and
+    CPU, every `EOS_CHECK_EVERY` on an accelerator, where finding the rows syncs; `check_every` sets it): until
+    then it is fed padding. Once it leaves, its cached states and
     encoder memory are dropped, so later steps compute only the rows still going. Each row's computation
     never reads another row's, so its tokens do not depend on which rows are still in the batch."""
     memory, mask = model.encode(src)
@@ -86,7 +87,7 @@ def greedy(model, src: torch.Tensor, cached: bool = True, steps: int | None = No
     ys = torch.full((b, 1), BOS_ID, dtype=torch.long, device=src.device)
     done = torch.zeros(b, dtype=torch.bool, device=src.device)
     state = model.start_state(memory, mask) if cached else None
-    check = 1 if src.device.type == "cpu" else EOS_CHECK_EVERY
+    check = check_every or (1 if src.device.type == "cpu" else EOS_CHECK_EVERY)
     for i in range(steps):
         if cached:
             logits = model.decode_step(ys[:, -1:], state)
