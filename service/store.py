@@ -35,7 +35,9 @@ from service.specs import api_terms
 # 8: rows are compared by the model size they trained at (`embinit.model_size`), not the planned config's.
 # 9: rows count their finished seeds that logged no value of the metric (`no_value`, CSV too, with a note).
 # 10: rows carry `one_epoch` (seeds trained for a single epoch), which no longer count as still improving.
-REPORT_VERSION = 10
+# 11: translation rows carry `tables` (target and source init where the source table's differs; CSV
+#     `source_init`, a markdown note, the LaTeX caption).
+REPORT_VERSION = 11
 
 
 def absolute_sqlite_uri(url: str) -> str:

@@ -168,3 +168,21 @@ def test_small_means_keep_two_significant_digits():
     tex = report.to_latex()
     glove_line = next(line for line in tex.splitlines() if line.startswith("GloVe &"))
     assert "\\textbf{0.0183}" in tex and "0.0074 (0.0003)" in glove_line and "\\textbf" not in glove_line
+
+
+def test_a_translation_init_whose_source_table_is_another_init_says_so_in_every_format():
+    """`{tgt: glove, src: xavier}` is labelled "GloVe" (the paper's name for its row): the markdown, the
+    CSV and the LaTeX caption say that its source table is Xavier; an init on both tables, none."""
+    trials = [_trial(f"x{s}", "Xavier", s, {"test/bleu": v}) for s, v in enumerate(XAVIER[:3])]
+    trials += [TrialRecord(f"g{s}", f"g{s}", "multi30k", "GloVe", "finished",
+                           {"task": "multi30k", "init": "glove", "src_init": "xavier", "seed": s, "epochs": 20},
+                           {"axes": {}, "point": {}, "selection": ["val/loss", "min"]},
+                           {"best_epoch": 5, "test/bleu": 30.0 + s}, s, start_ms=2) for s in range(3)]
+    report = _report(trials)
+    md = report.to_markdown()
+    assert "- multi30k GloVe: target `glove`, source `xavier`" in md
+    assert "multi30k Xavier:" not in md
+    rows = list(csv.DictReader(io.StringIO(report.to_csv())))
+    assert {r["init"]: r["source_init"] for r in rows} == {"Xavier": "", "GloVe": "xavier"}
+    assert "GloVe on multi30k: source xavier" in report.to_latex()
+    assert "Source" not in _report(trials[:3]).to_markdown() + _report(trials[:3]).to_latex()

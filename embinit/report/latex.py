@@ -144,6 +144,11 @@ def _caption(experiment: str, rows: list[dict[str, Any]], baseline: str, usual_n
         chosen = "; ".join(f"{escape(init)} on {escape(task)}: " + escape(", ".join(
             f"{k}={v}" for k, v in point.items())) for (init, task), point in points.items())
         parts.append(f"Best search point per init: {chosen}.")
+    tables = {(r["init"], r["task"]): r["tables"] for r in rows if r.get("tables")}
+    if tables:
+        parts.append("Source (encoder) table initialized otherwise than the target table the row names: " + "; ".join(
+            f"{escape(init)} on {escape(task)}: source {escape(t['source'])}" for (init, task), t in tables.items())
+            + ".")
     dev = sorted({r["metric"] for r in rows if selected_on_dev(r["metric"])})
     if dev:
         parts.append(f"{escape(', '.join(dev))}: dev, selected on dev (the best epoch and search point are chosen "

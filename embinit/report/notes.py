@@ -1,8 +1,9 @@
 """The report's row names and the notes under its table: rows still improving at their last epoch, rows
 whose interval is cut at the metric's range, rows some of whose finished seeds logged a non-finite value
 or none (left out of their numbers), trials at the search points a row does not report, rows pooling
-seeds of several code versions, numbers selected on the dev set they are reported on, trials MLflow says
-are running whose sweep is gone."""
+seeds of several code versions, numbers selected on the dev set they are reported on, translation rows
+whose source table has another init than the target table the label names, trials MLflow says are
+running whose sweep is gone."""
 
 from __future__ import annotations
 
@@ -106,6 +107,17 @@ def selected_on_dev(metric: str) -> bool:
     it; GLUE's test labels are hidden): the best epoch, and with a search the best point, are chosen on
     the very numbers reported, so they lean optimistic (a winner's curse, larger with more seed noise)."""
     return metric.startswith("best/val/")
+
+
+def source_table_notes(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per translation row whose source (encoder) table has another init than the target
+    (decoder) table its label names."""
+    tables = {(r["task"], row_name(r, point=False)): r["tables"] for r in rows if r.get("tables")}
+    if not tables:
+        return []
+    return ["", "Source tables: these inits name the target (decoder) table; the source (encoder) table was "
+            "initialized otherwise:",
+            *(f"- {task} {name}: target `{t['target']}`, source `{t['source']}`" for (task, name), t in tables.items())]
 
 
 def dev_selection_notes(rows: list[dict[str, Any]]) -> list[str]:

@@ -144,6 +144,14 @@ def failure_reason(error: str | None) -> str:
     return last if len(last) <= 200 else last[:199] + "…"
 
 
+def source_table(t: _Trial) -> dict[str, str] | None:
+    """{"target": init, "source": init} for a translation trial whose source (encoder) table has another
+    init than its target table, which its label names (`{tgt: glove, src: xavier}` is "GloVe"); else None."""
+    cfg = _resolved(t)
+    source, target = cfg.get("src_init"), cfg.get("init")
+    return {"target": target, "source": source} if source and source != target else None
+
+
 def group_rows(gkey: tuple, members: list[_Trial], rows: list, run_ids: dict) -> list[dict[str, Any]]:
     """Append the group's rows (one per reported metric) and its run ids; return its failed trials."""
     task, label, axes, setting = gkey
@@ -155,6 +163,7 @@ def group_rows(gkey: tuple, members: list[_Trial], rows: list, run_ids: dict) ->
                                                                  if t.status == "failed")),
               "all_points": _counts(members)}
     like = report_baseline.basis(_setting(members[0])) if members else None   # what a baseline must share
+    tables = source_table(members[0]) if members else None
     entry = task_defs.entry_of(task, json.loads(setting).get("task_def"))
     for metric in entry.reported if entry is not None else []:
         finished = [t for t in chosen if t.status == "finished"]
@@ -171,7 +180,7 @@ def group_rows(gkey: tuple, members: list[_Trial], rows: list, run_ids: dict) ->
                      "best_at_last_epoch": at_last, "still_improving": bool(ok) and at_last > len(ok) / 2,
                      "one_epoch": one_epoch,
                      **counts, "non_finite": len(logged) - len(ok), "no_value": len(finished) - len(logged),
-                     "code_versions": _versions(ok),
+                     "code_versions": _versions(ok), "tables": tables,
                      "_basis": like})
     return [{"task": task, "init": label, "run_id": t.run_id, "reason": failure_reason(t.error)} for t in bad]
 

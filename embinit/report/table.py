@@ -31,7 +31,8 @@ from embinit.report.formatting import digits_by_metric, interval, number
 from embinit.tracking.records import TrialRecord
 from embinit.report.baseline import DEFAULT_BASELINE
 from embinit.report.notes import (clipped_notes, code_version_notes, dev_selection_notes, no_value_notes,
-                                  non_finite_notes, other_point_notes, row_name, stale_notes, unconverged_notes)
+                                  non_finite_notes, other_point_notes, row_name, source_table_notes, stale_notes,
+                                  unconverged_notes)
 from embinit.report.plots import label_order, mean_curves
 from embinit.report.rows import group, group_rows, summarize
 
@@ -63,7 +64,7 @@ class Report:
         cols = ["task", "init", "axes", "setting", "point", "metric", "split", "mean", "std", "n", "ci95", "ci_low",
                 "ci_high", "best_epoch", "best_at_last_epoch", "one_epoch", "diverged", "non_finite", "no_value",
                 "failed", "running", "never_started", "failure_reasons", "failed_all_points", "diverged_all_points",
-                "running_all_points", "code_versions", *report_baseline.CSV_COLUMNS]
+                "running_all_points", "code_versions", "source_init", *report_baseline.CSV_COLUMNS]
         w = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore")
         w.writeheader()
         for r in self.rows:
@@ -71,6 +72,7 @@ class Report:
                         "setting": json.dumps(r["setting"]) if r["setting"] else "",
                         "point": json.dumps(r["point"]) if r["point"] else "",
                         "code_versions": json.dumps(r.get("code_versions") or {}),
+                        "source_init": (r.get("tables") or {}).get("source", ""),
                         "failure_reasons": "; ".join(f"{k} (x{v})" for k, v in r["failure_reasons"].items()),
                         **{f"{k}_all_points": v for k, v in (r.get("all_points") or {}).items()},
                         **report_baseline.csv_columns(r)})
@@ -90,7 +92,7 @@ class Report:
         lines += unconverged_notes(self.rows) + clipped_notes(self.rows, digits)
         lines += non_finite_notes(self.rows) + no_value_notes(self.rows)
         lines += other_point_notes(self.rows)
-        lines += code_version_notes(self.rows) + dev_selection_notes(self.rows)
+        lines += code_version_notes(self.rows) + dev_selection_notes(self.rows) + source_table_notes(self.rows)
         lines += report_baseline.markdown(self.rows, self.baseline, row_name)
         lines += self._split_notes()
         if self.failed:
