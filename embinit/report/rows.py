@@ -114,6 +114,12 @@ def _epoch_metric(metric: str) -> str:
     return f"{metric}_epoch" if metric.startswith("best/") else "best_epoch"
 
 
+def best_point(trials: list[_Trial]) -> dict[str, Any]:
+    """The search point a report row of `trials` (one init's, of one setting) stands for: `_best_point`
+    of one trial per (point, seed), as the row counts them. The reproduction reads its rows' point by it."""
+    return _best_point(_one_per_seed(trials))
+
+
 def _best_point(trials: list[_Trial]) -> dict[str, Any]:
     """The search point with the best mean selection metric among its finished seeds, among the points
     that lost the fewest seeds (diverged, or no finite value)."""

@@ -15,6 +15,7 @@ from typing import Any
 from embinit.tracking import mlflow_store, records, run_readers
 from embinit.config import metric_range
 from embinit.errors import EmbinitError
+from embinit.report.rows import best_point
 from embinit.task_registry import primary_metric
 from embinit.reproduction.inputs import Group, Inputs, Trial, load_trials, role_of
 from embinit.tracking.run_records import AnalogyRun
@@ -62,9 +63,12 @@ class ReproductionData:
         default the main sweep's: trainable + PE), whatever its status: `records.stand_ins` with the seed
         as the slot, the rule `embinit report` counts by (a seed retried after a failure, or a spec run
         again under a new key, e.g. with more epochs, counts once: by its finished or diverged run, else
-        the newest)."""
+        the newest). With a search (the paper's MNLI grid), only the role's chosen point is read, the one
+        `embinit report` reports (`report.rows.best_point`)."""
         trials = [t for t in self.data[g.experiment][0] if t.task == g.task and t.cell == cell
                   and role_of(t.label, g.source) == role]
+        point = best_point(trials) if trials else {}
+        trials = [t for t in trials if t.point == point]
         return list(records.stand_ins(trials, lambda t: t.config.get("seed")).values())
 
     def main_trials(self, g: Group, role: str, cell: tuple[bool, bool] = (True, True)) -> list[Trial]:

@@ -1,0 +1,58 @@
+"""The reproduction of a grid-searched group (the paper's MNLI GloVe block: a search per init, 2 seeds a
+point): its tables read, per init, the point `embinit report` reports, and say which values were searched;
+its MNLI block shows matched and mismatched accuracy beside the paper's."""
+
+from __future__ import annotations
+
+import pytest
+
+from embinit.report.table import build_report
+from embinit.reproduction import Group, Inputs, Reproduction, render
+from embinit.tracking import mlflow_store, trial_run
+
+pytestmark = pytest.mark.slow  # an MLflow SQLite store takes a few seconds to create
+
+# label -> lr -> (matched, mismatched) per seed; the first point run is lr 1e-4 for every init
+GRID = {"Xavier": {1e-4: (0.55, 0.56), 1e-3: (0.61, 0.62)},
+        "GloVe": {1e-4: (0.50, 0.52), 1e-3: (0.58, 0.60)},
+        "GloVe_Xavier": {1e-4: (0.63, 0.64), 1e-3: (0.57, 0.58)}}
+ROWS = {1e-4: 999.0, 1e-3: 100.0}   # the table's rows differ by point (e.g. a searched min_freq)
+
+
+def _mnli_trial(uri, exp, label, lr, seed, matched):
+    cfg = {"task": "mnli", "init": label.lower(), "seed": seed, "d_model": 300, "heads": 10, "epochs": 9,
+           "layers": 3, "batch_size": 128, "lr": lr, "train_embeddings": True, "pos_encoding": True,
+           **({"pretrained": "/assets/glove.840B.300d.txt"} if label != "Xavier" else {})}
+    group = {"axes": {}, "point": {"lr": lr}, "selection": ["val/acc_matched", "max"]}
+    run = trial_run.TrialRun.open(uri, exp, None, cfg, f"{label}-{lr}-{seed}", label, group)
+    best = {"val/acc_matched": matched, "val/acc_matched_epoch": 3, "val/acc_mismatched": matched - 0.01,
+            "val/acc_mismatched_epoch": 4}
+    run.finish({"status": "finished", "history": [{"epoch": 1, "val/loss_matched": 0.9}], "test": {},
+                "best": best, "best_epoch": 3,
+                "emb_stats_init": {"emb/min": -1.0, "emb/max": 1.0, "emb/mean": 0.0, "emb/std": 0.5,
+                                   "emb/rows": ROWS[lr]}}, [])
+
+
+@pytest.fixture(scope="module")
+def grid(tmp_path_factory):
+    uri = f"sqlite:///{tmp_path_factory.mktemp('mlflow')}/mlflow.db"
+    exp = mlflow_store.ensure_experiment("mnli-grid", uri)
+    for lr in (1e-4, 1e-3):
+        for label, points in GRID.items():
+            for seed, matched in enumerate(points[lr]):
+                _mnli_trial(uri, exp, label, lr, seed, matched)
+    rep = Reproduction(uri, Inputs(groups=(Group("mnli-grid", "mnli", "GloVe", "GloVe", "g.yaml"),),
+                                   analogy_experiment="none"))
+    return uri, rep, render(rep, rep.build())
+
+
+def test_table1_reads_each_inits_chosen_point_as_the_report_does(grid):
+    """Before, Table 1 took one run per seed whatever its search point (the newest: here lr 1e-3 for every
+    init), where `embinit report` reports each init's best point (GloVe_Xavier's is lr 1e-4)."""
+    uri, rep, _ = grid
+    reported = {r["init"]: r for r in build_report("mnli-grid", uri).rows if r["metric"] == "best/val/acc_matched"}
+    rows = {r["init"]: r for r in rep.exports["table1"]}
+    assert reported["GloVe_Xavier"]["point"] == {"lr": 1e-4} and reported["GloVe"]["point"] == {"lr": 1e-3}
+    for label, row in rows.items():
+        assert row["n"] == 2 and row["mean"] == pytest.approx(100 * reported[label]["mean"])
+    assert rows["GloVe_Xavier"]["mean"] == pytest.approx(63.5)
