@@ -56,3 +56,16 @@ def test_table1_reads_each_inits_chosen_point_as_the_report_does(grid):
     for label, row in rows.items():
         assert row["n"] == 2 and row["mean"] == pytest.approx(100 * reported[label]["mean"])
     assert rows["GloVe_Xavier"]["mean"] == pytest.approx(63.5)
+
+
+def test_the_settings_show_the_point_each_inits_search_chose(grid):
+    """Before, the Settings table showed the first trial's config: lr 0.0001 "as the paper's", the point
+    run first, where Xavier's and GloVe's searches chose 0.001; and the vocabulary of the first GloVe run
+    (999 rows, at the point not chosen)."""
+    _, _, text = grid
+    settings = text[text.index("## Settings"):text.index("## Table 1")]
+    assert ("| mnli / GloVe | lr | 0.0001 | Xavier 0.001; GloVe 0.001; GloVe_Xavier 0.0001 (searched) "
+            "**(differs)** |") in settings
+    assert "| mnli / GloVe | vocab | 79k (min freq 2) | 100 rows in the table |" in settings
+    assert "| mnli / GloVe | epochs | 9 | 9 |" in settings and "| seeds | 2 | 2 |" in settings
+    assert "| mnli / GloVe | source | GloVe 300d | glove.840B.300d.txt |" in settings

@@ -16,35 +16,63 @@ from embinit.reproduction.export import Section
 from embinit.reproduction.inputs import ROLE_TEXT, ROLES, role_of
 
 
+SETTING_FIELDS = ("source", "d_model", "heads", "layers", "epochs", "batch_size", "lr", "seeds", "vocab")
+
+
 def settings(rep: ReproductionData) -> Section:
     s = Section("Settings: what differs from the paper")
-    s.lines += ["| group | setting | paper | here |", "|---|---|---|---|"]
+    s.lines += ["Each value is that of the runs the tables read: per init, one run per seed at the search "
+                "point `embinit report` reports (with a search, the best mean selection metric); a searched "
+                "field shows the point chosen, per init where the inits' searches chose differently.", "",
+                "| group | setting | paper | here |", "|---|---|---|---|"]
     for g in rep.inputs.groups:
-        trials = [t for t in rep.data[g.experiment][0] if t.task == g.task and t.cell == (True, True)]
-        if not trials:
+        slots = {role: rep.seed_slots(g, role) for role in ROLES}
+        slots = {role: ts for role, ts in slots.items() if ts}
+        if not slots:
             continue
-        defaults = task_defaults(g.task)
-        cfg = {k: (v if v is not None else getattr(defaults, k, None)) for k, v in trials[0].config.items()}
-        seeds = sorted({t.config.get("seed") for t in trials})
         ref = paper.SETTINGS.get((g.task, g.paper_source), {})
-        p_trials = [t for t in trials if role_of(t.label, g.source) == "P"]
-        rows_src = rep.values(p_trials, "init/emb/rows")
-        src_file = p_trials[0].config.get("pretrained") if p_trials else None
+        searched = sorted({k for ts in slots.values() for t in ts for k in t.point})
         only_xavier = xavier_only(rep, g)
-        shown_src = "none (Xavier only)" if only_xavier else Path(str(src_file)).name if src_file else g.source
-        here = {"source": shown_src, "d_model": cfg.get("d_model"),
-                "heads": cfg.get("heads"), "layers": cfg.get("layers"), "epochs": cfg.get("epochs"),
-                "batch_size": cfg.get("batch_size"), "lr": cfg.get("lr"), "seeds": len(seeds),
-                "vocab": f"{int(rows_src[0]):,} rows in the {'target ' if g.task == 'multi30k' else ''}table"
-                if rows_src else "—"}
-        for k in ("source", "d_model", "heads", "layers", "epochs", "batch_size", "lr", "seeds", "vocab"):
-            # the vocabulary is built by the paper's rule (training data, min freq 2), so it is not flagged
-            # an Xavier-only group (the paper's Xavier row at its setting) has no source to compare
-            same = (k == "vocab" or (k == "source" and (only_xavier or here[k] in paper.RUN_AS.get(ref.get(k), ())))
-                    or str(ref.get(k, "—")) == str(here[k]))
-            mark = "" if same else " **(differs)**"
-            s.lines.append(f"| {g.task} / {g.paper_source} | {k} | {ref.get(k, '—')} | {here[k]}{mark} |")
+        for k in (*SETTING_FIELDS, *(k for k in searched if k not in SETTING_FIELDS)):
+            here, values = _setting_text(rep, g, slots, k, only_xavier)
+            # the vocabulary is built by the paper's rule (training data, min freq 2), so it is not flagged;
+            # an Xavier-only group (the paper's Xavier row at its setting) has no source to compare; a
+            # searched field the paper gives no value of (it does not list its grid) is not either
+            same = (k == "vocab" or (k == "source" and (only_xavier or all(v in paper.RUN_AS.get(ref.get(k), ())
+                                                                          for v in values)))
+                    or (k in searched and k not in ref) or all(str(ref.get(k, "—")) == v for v in values))
+            mark = (" (searched)" if k in searched else "") + ("" if same else " **(differs)**")
+            s.lines.append(f"| {g.task} / {g.paper_source} | {k} | {ref.get(k, '—')} | {here}{mark} |")
     return s
+
+
+def _setting_text(rep: ReproductionData, g, slots: dict, k: str, only_xavier: bool) -> tuple[str, list[str]]:
+    """(the cell, its distinct values) of setting `k` over each role's runs (`slots`): one value when every
+    role's runs share it, else each role's (e.g. the learning rate each init's search chose)."""
+    defaults = task_defaults(g.task)
+    by_role = {}
+    for role, ts in slots.items():
+        if k == "seeds":
+            vals = [str(len({t.config.get("seed") for t in ts}))]
+        elif k == "source":
+            files = {Path(str(t.config["pretrained"])).name for t in ts if t.config.get("pretrained")}
+            vals = sorted(files) if role != "Xavier" else []
+        elif k == "vocab":
+            rows = {int(v) for v in rep.values(ts, "init/emb/rows")}
+            vals = [f"{'/'.join(f'{r:,}' for r in sorted(rows))} rows in the "
+                    f"{'target ' if g.task == 'multi30k' else ''}table"] if rows and role == "P" else []
+        else:
+            vals = sorted({str(t.config[k] if t.config.get(k) is not None else getattr(defaults, k, None))
+                           for t in ts if k in t.config})
+        if vals:
+            by_role[role] = vals
+    values = sorted({v for vals in by_role.values() for v in vals})
+    if k == "source" and (only_xavier or not values):
+        return ("none (Xavier only)" if only_xavier else g.source), [] if only_xavier else [g.source]
+    if len({tuple(v) for v in by_role.values()}) <= 1:
+        return ("/".join(values) or "—"), values
+    return "; ".join(f"{ROLE_TEXT[r].format(p=g.source)} {'/'.join(v)}" for r, v in by_role.items()), values
+
 
 def xavier_only(rep: ReproductionData, g) -> bool:
     """True for a group whose trials are all Xavier (tune_configs/gpu/multi30k_xavier300.yaml: the paper's
