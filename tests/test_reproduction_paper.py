@@ -42,6 +42,11 @@ def test_spot_checks_against_the_papers_text():
     assert paper.TABLE1[("iwslt2017", "T5")]["P"] == (15.7, 0.2, 19.3)
     assert paper.TABLE1[("iwslt2017", "T5")]["Xavier_P"] == (12.0, 0.7, 19.5)       # Table 7
     assert paper.TABLE1[("mnli", "BERT")]["P"] == (66.3, 0.6, 4.3)                  # matched, not 66.8
+    assert paper.TABLE1_MISMATCHED[("mnli", "BERT")]["P"] == (66.8, 0.6, 5.0)       # its mismatched
+    assert paper.TABLE1_MISMATCHED[("mnli", "GloVe")]["P"] == (58.2, 1.2, 7.5)
+    assert paper.TABLE1_MISMATCHED[("mnli", "T5")]["Xavier_P"] == (51.0, 0.5, 8.7)  # Table 7
+    assert {k: set(v) for k, v in paper.TABLE1_MISMATCHED.items()} == {
+        k: set(v) for k, v in paper.TABLE1.items() if k[0] == "mnli"}
     assert paper.TABLE1[("mnli", "GloVe")]["P_Xavier"] == (60.9, 0.0, 4.0)
     assert paper.TABLE1[("multi30k", "T5")]["P_Xavier"] == (44.9, 0.6, 8.3)
     assert paper.TABLE1[("sst2", "T5")]["P_Shuffled"] == (77.6, 1.0, 4.2)

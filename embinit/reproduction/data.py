@@ -16,7 +16,7 @@ from embinit.tracking import mlflow_store, records, run_readers
 from embinit.config import metric_range
 from embinit.errors import EmbinitError
 from embinit.report.rows import best_point
-from embinit.task_registry import primary_metric
+from embinit.task_registry import primary_metric, reported_metrics
 from embinit.reproduction.inputs import Group, Inputs, Trial, load_trials, role_of
 from embinit.tracking.run_records import AnalogyRun
 
@@ -80,10 +80,16 @@ class ReproductionData:
         return [t.metrics[metric] for t in trials if metric in t.metrics and math.isfinite(t.metrics[metric])]
 
     @staticmethod
-    def metric(task: str) -> tuple[str, str, float]:
-        """(metric, its name, scale to the paper's units)."""
-        m = primary_metric(task)
-        return (m, "test BLEU", 1.0) if "bleu" in m else (m, "best val. accuracy (%)", 100.0)
+    def metric(task: str, m: str | None = None) -> tuple[str, str, float]:
+        """(metric, its name, scale to the paper's units) of the task's Table-1 metric, or of `m`."""
+        m = m or primary_metric(task)
+        split = next((f"{s} " for s in ("matched", "mismatched") if m.endswith(f"_{s}")), "")
+        return (m, "test BLEU", 1.0) if "bleu" in m else (m, f"best val. {split}accuracy (%)", 100.0)
+
+    @staticmethod
+    def other_metrics(task: str) -> list[str]:
+        """The metrics the task reports beside its Table-1 metric (MNLI: the mismatched accuracy)."""
+        return [m for m in reported_metrics(task) if m != primary_metric(task)]
 
     def bounds(self, task: str) -> tuple[float, float]:
         """The range of the task's metric in the paper's units (confidence intervals are clipped to it)."""

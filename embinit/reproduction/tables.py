@@ -96,6 +96,7 @@ def table1(rep: ReproductionData) -> Section:
                     f"`{g.experiment}`**", "",
                     "| init | paper mean (σ) | paper epoch | here mean (σ) | n | 95% CI | best epoch | "
                     "best val. loss (σ) | failed | diverged |", "|---" * 10 + "|"]
+        first = len(rows)
         for role in ROLES:
             slots = rep.seed_slots(g, role)   # one run per seed, as `embinit report` counts them
             trials = rep.main_trials(g, role)
@@ -116,6 +117,8 @@ def table1(rep: ReproductionData) -> Section:
                          "paper_epoch": p[2] if p else None, "metric": m, **st,
                          "best_epoch": ep["mean"], "best_val_loss": vl["mean"], "failed": len(failed),
                          "diverged": len(diverged), "runs": [t.run_id for t in trials]})
+        for m2 in rep.other_metrics(g.task):
+            s.lines += _other_metric_lines(rep, g, m2, rows[first:])
     if rows:
         s.lines += ["", "Counted per seed, by the run `embinit report` counts for it (a result over a run in "
                     "progress over a failure, then the newest): n = the seeds whose run finished with a "
@@ -123,6 +126,30 @@ def table1(rep: ReproductionData) -> Section:
                     "failed and then finished on a retry is in n only)."]
     rep.exports["table1"] = rows
     return s
+
+# the paper's numbers of a metric a task reports beside its Table-1 metric
+PAPER_OTHER = {"best/val/acc_mismatched": paper.TABLE1_MISMATCHED}
+
+
+def _other_metric_lines(rep: ReproductionData, g, m: str, rows: list[dict]) -> list[str]:
+    """The group's Table-1 rows (`rows`, the runs its table read) on the task's other reported metric (MNLI:
+    the mismatched accuracy beside the matched), each beside the paper's; `rows` get it as m's entry."""
+    _, mname, scale = rep.metric(g.task, m)
+    ref = PAPER_OTHER.get(m, {}).get((g.task, g.paper_source), {})
+    lines = ["", f"{mname[0].upper()}{mname[1:]} of the same runs (best epoch: its own; paper: the second "
+             "number of its cells):", "",
+             "| init | paper mean (σ) | paper epoch | here mean (σ) | n | 95% CI | best epoch |", "|---" * 7 + "|"]
+    for row in rows:
+        trials = rep.main_trials(g, row["role"])
+        st = summarize([v * scale for v in rep.values(trials, m)], rep.bounds(g.task))
+        ep = summarize(rep.values(trials, f"{m}_epoch"), metric_range("best_epoch"))
+        p = ref.get(row["role"])
+        lines.append(f"| {row['init']} | {'—' if p is None else f'{p[0]} ({p[1]})'} | {'—' if p is None else p[2]} "
+                     f"| {mean_std(st)} | {st['n']} | {ci_text(st)} | {fmt(ep['mean'], 1)} |")
+        row[m] = {**st, "best_epoch": ep["mean"], "paper_mean": p[0] if p else None,
+                  "paper_std": p[1] if p else None, "paper_epoch": p[2] if p else None}
+    return lines
+
 
 def table2(rep: ReproductionData) -> Section:
     s = Section("Table 2 / Table 6: embedding statistics at init")
