@@ -532,3 +532,25 @@ def test_an_xavier_only_group_names_no_pretrained_source(store):
     assert "| multi30k / GloVe | source | GloVe 300d | none (Xavier only) |" in text
     (row,) = [r for r in rep.exports["table1"] if r["init"] == "Xavier" and r["mean"] == pytest.approx(35.0)]
     assert row["n"] == 3
+
+
+def test_table2s_paper_columns_name_their_table_and_the_text_agrees(store):
+    """Table 2 and Table 6 print the Multi30k GloVe block differently (GloVe_Xavier: -0.12, 0.26 in Table 2,
+    -0.17, 0.20 in Table 6). Before, the section's paper columns were unlabelled Table-2 and Table-6 ones
+    side by side, and its text quoted Table 6's Xavier range ±0.027 beside a column showing Table 2's
+    -0.03, 0.03."""
+    _, _, rep, sections = store
+    text = render(rep, sections)
+    table2 = text[text.index("## Table 2"):text.index("## Table 3")]
+    assert ("| group | init | min, max | mean (σ) | paper Table 2 min, max | paper Table 2 mean (σ) | "
+            "paper Table 6 min, max | scaled min, max | scaled σ | paper Table 6 scaled σ |") in table2
+    glove_xavier = next(ln for ln in table2.splitlines() if ln.startswith("| multi30k | GloVe_Xavier |"))
+    assert "| -0.12, 0.26 | 0.0 (0.02) | -0.17, 0.2 |" in glove_xavier and glove_xavier.count("| 0.27 |") == 1
+    xavier = next(ln for ln in table2.splitlines() if ln.startswith("| multi30k | Xavier |"))
+    assert "| -0.03, 0.03 | 0.0 (0.02) | -0.027, 0.027 |" in xavier
+    assert "its Xavier range from a 5,893 × 300 layer" in table2 and "±0.027" in table2
+    assert "(Table 2 -0.12, 0.26; Table 6 -0.17, 0.2)" in table2
+    sst = next(ln for ln in table2.splitlines() if ln.startswith("| sst2 | Xavier |"))
+    assert "| -0.02, 0.02 | 0.0 (0.01) | — |" in sst   # Table 6 is the Multi30k GloVe setting's only
+    (row,) = [r for r in rep.exports["table2"] if r["task"] == "multi30k" and r["role"] == "P_Xavier"]
+    assert (row["paper"][:2], row["paper_table6"][:2], row["paper_scaled_std"]) == ([-0.12, 0.26], [-0.17, 0.2], 0.27)

@@ -153,17 +153,23 @@ def _other_metric_lines(rep: ReproductionData, g, m: str, rows: list[dict]) -> l
 
 def table2(rep: ReproductionData) -> Section:
     s = Section("Table 2 / Table 6: embedding statistics at init")
+    t2, t6 = paper.TABLE2[("multi30k", "GloVe")]["P_Xavier"], paper.TABLE6["P_Xavier"]
     s.lines += ["Statistics of the initialized table the trials logged (`init/emb/*`: the target table for "
                 "translation, the only table for classification), mean over seeds. 'scaled' is ×√D, what "
                 "enters the transformer; 'PE' are the sinusoidal encodings of the trial's `pe_positions` at the "
                 "same D (default 5,000, as the paper's Table 6 at D = 300; runs logged before issue 23 used "
-                "512). Absorption = σ(scaled)/σ(PE). The paper's Table 6 caption says its statistics are of the "
-                "*encoder* table, from a 5,893 × 300 layer (its target vocabulary, appendix A.2); its Xavier "
-                "range ±0.027 fits N ≈ 7,930 rows, not 5,893 (±0.031): compare the σ-scale, not the third "
-                "digit. Here the Multi30k rows are the target table's (no German vectors: the source side is "
-                "Xavier).", "",
-                "| group | init | min, max | mean (σ) | paper min, max | paper mean (σ) | scaled min, max | "
-                "scaled σ | paper scaled σ | PE σ | absorption |", "|---" * 11 + "|"]
+                "512). Absorption = σ(scaled)/σ(PE). Each paper column names its table: Table 2 (and Table 8 "
+                "for Xavier_P), every block, two digits; Table 6, the Section-6 Multi30k GloVe 300d table, "
+                "three digits, raw and scaled, beside the Multi30k GloVe rows only. The two print that "
+                f"block's GloVe_Xavier range differently (Table 2 {t2[0]}, {t2[1]}; Table 6 {t6[0]}, {t6[1]}). "
+                "Table 6's caption says its statistics are of the *encoder* table, its Xavier range from a "
+                "5,893 × 300 layer (its target vocabulary, appendix A.2); that range, "
+                f"±{paper.TABLE6['Xavier'][1]}, fits N ≈ 7,930 rows, not 5,893 (±0.031): compare the σ-scale, "
+                "not the third digit. Here the Multi30k rows are the target table's (no German vectors: the "
+                "source side is Xavier).", "",
+                "| group | init | min, max | mean (σ) | paper Table 2 min, max | paper Table 2 mean (σ) | "
+                "paper Table 6 min, max | scaled min, max | scaled σ | paper Table 6 scaled σ | PE σ | "
+                "absorption |", "|---" * 12 + "|"]
     rows = []
     for g in rep.inputs.groups:
         ref2 = paper.TABLE2.get((g.task, g.paper_source), {})
@@ -179,21 +185,23 @@ def table2(rep: ReproductionData) -> Section:
                                        "pe_std", "absorption")}
             p = ref2.get(role)
             glove30k = g.task == "multi30k" and g.paper_source == "GloVe"
-            p6 = paper.TABLE6.get(f"{role} (scaled)") if glove30k else None
+            p6, p6s = (paper.TABLE6.get(role), paper.TABLE6.get(f"{role} (scaled)")) if glove30k else (None, None)
             label = ROLE_TEXT[role].format(p=g.source)
             s.lines.append(
                 f"| {g.task} | {label} | {fmt(st['min'], 3)}, {fmt(st['max'], 3)} | {fmt(st['mean'], 4)} "
                 f"({fmt(st['std'], 4)}) | {'—' if p is None else f'{p[0]}, {p[1]}'} | "
-                f"{'—' if p is None else f'{p[2]} ({p[3]})'} | {fmt(st['scaled_min'], 2)}, "
-                f"{fmt(st['scaled_max'], 2)} | {fmt(st['scaled_std'], 3)} | {'—' if p6 is None else p6[3]} | "
-                f"{fmt(st['pe_std'], 3)} | {fmt(st['absorption'], 2)} |")
+                f"{'—' if p is None else f'{p[2]} ({p[3]})'} | {'—' if p6 is None else f'{p6[0]}, {p6[1]}'} | "
+                f"{fmt(st['scaled_min'], 2)}, {fmt(st['scaled_max'], 2)} | {fmt(st['scaled_std'], 3)} | "
+                f"{'—' if p6s is None else p6s[3]} | {fmt(st['pe_std'], 3)} | {fmt(st['absorption'], 2)} |")
             rows.append({"task": g.task, "init": label, "role": role, **st,
-                         "paper": list(p) if p else None, "paper_scaled_std": p6[3] if p6 else None})
+                         "paper": list(p) if p else None, "paper_table6": list(p6) if p6 else None,
+                         "paper_scaled_std": p6s[3] if p6s else None})
     pe = paper.TABLE6["Pos. Enc."]
     s.lines += ["", f"The paper's position encodings (Table 6): min, max {pe[0]}, {pe[1]}; "
                     f"mean {pe[2]} (σ {pe[3]})."]
     rep.exports["table2"] = rows
     return s
+
 
 def table3(rep: ReproductionData) -> Section:
     g = next((g for g in rep.inputs.groups if g.task == "multi30k"), None)
