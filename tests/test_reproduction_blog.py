@@ -55,3 +55,29 @@ def test_the_blog_section_shows_both_scores_and_the_posts_number(rep):
 def test_the_document_carries_the_blog_section(rep):
     doc = render(rep, rep.build())
     assert "## The KNN-similarity blog post: its score beside Jaccard" in doc
+
+
+def test_a_run_unlike_the_posts_model_says_so(tmp_path):
+    """A small check of the blog spec (D = 32, 1 layer, whitespace tokenizer) was printed as "max_len 512,
+    ..." beside "the post: ~0.26", reading as the post's setup. Its settings now name D, layers and
+    tokenizer, each marked with the post's where they differ; a run as the post's (the task's own
+    tokenizer, `auto`: GPT-2; its 6 layers by default) is not marked."""
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    exp = mlflow_store.ensure_experiment("blog-exp1-from-scratch", uri)
+    cfg = {"task": "wikitext2", "init": "xavier", "seed": 1, "max_len": 64, "batch_size": 12, "lr": 1e-4,
+           "dropout": 0.2, "pre_ln": True, "epochs": 2}
+    for key, extra in (("tiny", {"d_model": 32, "layers": 1, "tokenizer": "whitespace", "emb_seed": 2}),
+                       ("post", {"d_model": 512, "emb_seed": 3})):
+        run = trial_run.TrialRun.open(uri, exp, None, {**cfg, **extra}, key, "Xavier",
+                                      {"axes": {"emb_seed": extra["emb_seed"]}, "point": {}})
+        run.log_metrics({"sim/knn_overlap_mean": 0.1, "sim/knn_jaccard_mean": 0.05}, 0)
+        run.finish({"status": "finished", "history": [{"epoch": 1, "val/loss": 5.0}], "test": {},
+                    "best": {"val/loss": 5.0}, "best_epoch": 1}, [])
+    rep = Reproduction(uri, Inputs(groups=(Group("blog-exp1-from-scratch", "multi30k", "GloVe", "GloVe", "a.yaml"),),
+                                   analogy_experiment="none"))
+    text = "\n".join(blog_section(rep).lines)
+    assert ("the post: ~26% (peak), with d_model 512 (the post), layers 6 (the post's code), tokenizer gpt2 "
+            "(the post)") in text
+    assert ("| seed 1, emb_seed 2 | d_model 32 **(the post: 512)**, layers 1 **(the post's code: 6)**, tokenizer "
+            "whitespace **(the post: gpt2)**, max_len 64, batch_size 12,") in text
+    assert "| seed 1, emb_seed 3 | d_model 512, layers 6, tokenizer gpt2, max_len 64," in text

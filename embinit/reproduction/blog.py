@@ -13,6 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from embinit.config import TrialConfig, task_defaults
+from embinit.errors import EmbinitError
+from embinit.init.registry import parse_init_spec
 from embinit.tracking import mlflow_store
 from embinit.reproduction.compare import fmt
 from embinit.reproduction.export import Section
@@ -23,7 +26,11 @@ if TYPE_CHECKING:
     from embinit.reproduction.data import ReproductionData
 
 SCORES = ("overlap", "jaccard")   # the post's code's score first
-SETTINGS = ("max_len", "batch_size", "lr", "dropout", "pre_ln", "epochs")
+SETTINGS = ("d_model", "layers", "tokenizer", "max_len", "batch_size", "lr", "dropout", "pre_ln", "epochs")
+# The model the post describes, beside each run's: its text states D and the tokenizer ("an embedding
+# dimension of 512 and the GPT-2 tokenizer"); the layers only its code does (configs.py: 6). A run without
+# them (e.g. a small CPU check) is marked, so its score does not read as the post's setup's.
+POST_MODEL = {"d_model": (512, "the post"), "layers": (6, "the post's code"), "tokenizer": ("gpt2", "the post")}
 
 
 @dataclass(frozen=True)
@@ -53,16 +60,41 @@ def _curve_cells(uri, run_id: str, score: str) -> dict:
     return {"init": hist[0][1], "peak": peak[1], "peak_step": peak[0], "end": hist[-1][1], "end_step": hist[-1][0]}
 
 
+def _post_model() -> str:
+    """What the post's model was, from `POST_MODEL`, each value with where it is stated."""
+    return ", ".join(f"{k} {v} ({where})" for k, (v, where) in POST_MODEL.items())
+
+
+def _settings(t) -> dict:
+    """The trial's `SETTINGS` as it trained: the task's defaults for those its config leaves unset, the D
+    its run recorded (`model_size`) and the tokenizer `auto` stands for."""
+    try:
+        cfg = TrialConfig.from_dict(t.config).resolved()
+        out = {k: getattr(cfg, k) for k in SETTINGS}
+        out["tokenizer"] = cfg.tokenizer_for(parse_init_spec(cfg.init))
+    except EmbinitError:   # a config this version cannot read: as recorded
+        out = {k: t.config.get(k) for k in SETTINGS}
+    out["d_model"] = t.model_size.get("d_model") or out["d_model"] or getattr(task_defaults(t.task), "d_model", None)
+    return out
+
+
+def _setting_text(k: str, v) -> str:
+    """`k v`, with the post's value where it states another (`POST_MODEL`)."""
+    post, where = POST_MODEL.get(k, (None, ""))
+    return f"{k} {v}" if post is None or str(post) == str(v) else f"{k} {v} **({where}: {post})**"
+
+
 def _run_lines(rep: ReproductionData, run: BlogRun, rows: list) -> list[str]:
     trials = [t for t in load_trials(run.experiment, rep.uri)[0] if t.status in ("finished", "running")]
     have = [t for t in trials if any(f"sim/knn_{s}_mean" in t.metrics for s in SCORES)]
-    lines = [f"**{run.title}** (`{run.experiment}`, {run.spec}); the post: ~{run.blog_value:.0%} ({run.blog_at})", ""]
+    lines = [f"**{run.title}** (`{run.experiment}`, {run.spec}); the post: ~{run.blog_value:.0%} ({run.blog_at}), "
+             f"with {_post_model()}", ""]
     if not have:
         return lines + ["No trial of it logged a similarity yet.", ""]
     lines += ["| trial | settings | score | at init | peak (step) | end (step) | the post |", "|---" * 7 + "|"]
     for t in sorted(have, key=lambda t: (t.config.get("seed", 0), t.config.get("emb_seed") or 0)):
         who = f"seed {t.config.get('seed')}, emb_seed {t.config.get('emb_seed', '—')}"
-        settings = ", ".join(f"{k} {t.config.get(k)}" for k in SETTINGS if t.config.get(k) is not None)
+        settings = ", ".join(_setting_text(k, v) for k, v in _settings(t).items() if v is not None)
         for score in SCORES:
             c = _curve_cells(rep.uri, t.run_id, score)
             post = f"~{run.blog_value:.2f} ({run.blog_at})" if score == "overlap" else "—"
@@ -81,7 +113,8 @@ def blog_section(rep: ReproductionData, runs: tuple[BlogRun, ...] = BLOG_RUNS) -
                 "score of the post's code and of its published numbers; `jaccard` = |∩| / |∪| is the formula "
                 "its text writes (jaccard = I / (2K − I) ≤ overlap = I / K). The settings follow the post's "
                 "repository (ryankish/DoEmbeddingsConverge, configs/configs.py); the specs say where embinit "
-                "differs.", ""]
+                "differs. Each run's settings are those it trained with; a model other than the post's (D, "
+                "layers, tokenizer) is marked with the post's value: its score is not of the post's setup.", ""]
     rows: list[dict] = []
     absent = []
     for run in runs:
