@@ -266,7 +266,7 @@ def test_the_length_penalty_is_the_trials_and_zero_ranks_by_log_probability_alon
 KEYS_BEFORE = {(1, 4, None): "4a32d7cd06ecaf97", (0, 5, 64): "e6f1ae8cdb0bc855", (2, 1, None): "545e2a4fdbf2e1ca"}
 
 
-def test_trial_keys_at_the_default_length_penalty_are_unchanged_and_others_get_their_own():
+def test_trial_keys_at_the_default_length_penalty_are_unchanged_and_others_get_their_own(version_of_the_pins):
     from embinit.config import TrialConfig
     for (seed, beam, batch), key in KEYS_BEFORE.items():
         cfg = TrialConfig(task="multi30k", init="xavier", seed=seed, beam_size=beam, batch_size=batch)
@@ -278,7 +278,7 @@ def test_trial_keys_at_the_default_length_penalty_are_unchanged_and_others_get_t
     assert other.key() != KEYS_BEFORE[(1, 4, None)] and other.key_fields()["length_penalty"] == 1.0
 
 
-def test_a_greedy_trials_key_ignores_the_length_penalty_it_cannot_use():
+def test_a_greedy_trials_key_ignores_the_length_penalty_it_cannot_use(version_of_the_pins):
     """Greedy decoding ranks no hypotheses: a greedy trial that sets `length_penalty` computes what the
     default does, and is the same trial (reused, not trained again)."""
     from embinit.config import TrialConfig

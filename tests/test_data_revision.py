@@ -156,7 +156,7 @@ KEYS_BEFORE = {("multi30k", 0): "4de251b2b1db3c51", ("iwslt2017", 1): "f5f93fa4a
                ("wikitext2", 0): "015d20f4d2f45780"}
 
 
-def test_the_key_holds_a_pin_only_where_one_is_set():
+def test_the_key_holds_a_pin_only_where_one_is_set(version_of_the_pins):
     for (task, seed), key in KEYS_BEFORE.items():
         assert TrialConfig(task, seed=seed).key() == key
         assert "data_revision" not in TrialConfig(task, seed=seed).key_fields()

@@ -8,9 +8,25 @@ from embinit.train.bleu import corpus_bleu, detokenize_all, is_lowercased
 from embinit.vocab import Vocab
 
 
-def test_unk_is_kept_and_specials_dropped_before_detokenizing():
+def test_unk_is_kept_as_one_word_and_specials_dropped_before_detokenizing():
     hyps = detokenize_all([["a", "<unk>", "dog", "runs", ".", "<eos>", "<pad>"]], lambda t: " ".join(t))
-    assert hyps == ["a <unk> dog runs ."]
+    assert hyps == ["a \u2047 dog runs ."]
+
+
+def test_a_kept_unk_is_one_missed_token_not_three():
+    """Written as "<unk>", 13a made it "<", "unk", ">": three misses and a longer output. As one word it is
+    one miss, as an unknown reference word would be: the score of a hypothesis with any other word there."""
+    ref = ["a brown dog runs on the grass ."]
+    kept = detokenize_all([["a", "<unk>", "dog", "runs", "on", "the", "grass", "."]], lambda t: " ".join(t))
+    assert corpus_bleu(kept, ref, lowercase=True)[0] == corpus_bleu(["a zebra dog runs on the grass ."], ref,
+                                                                     lowercase=True)[0]
+    assert corpus_bleu(kept, ref, lowercase=True)[0] > corpus_bleu(["a <unk> dog runs on the grass ."], ref,
+                                                                   lowercase=True)[0]
+
+
+def test_a_unk_glued_to_its_neighbours_by_a_subword_detokenizer_is_spaced_apart():
+    glued = detokenize_all([["Ġthe", "<unk>", "Ġdog"]], lambda t: "".join(t).replace("Ġ", " ").strip())
+    assert glued == ["the \u2047 dog"]
 
 
 def test_dropping_unk_is_an_explicit_option():
@@ -35,10 +51,10 @@ def test_trial_bleu_keeps_unk_by_default_and_says_so_in_the_signature(monkeypatc
     kept, sig_kept = _task_with_hypothesis(hyp, {}, monkeypatch).bleu(None, "test")
     dropped, sig_dropped = _task_with_hypothesis(hyp, {"bleu_drop_unk": True}, monkeypatch).bleu(None, "test")
     ref = "a brown dog runs on the grass ."
-    assert kept == corpus_bleu(["a <unk> dog runs on the grass ."], [ref], lowercase=True)[0]
+    assert kept == corpus_bleu(["a \u2047 dog runs on the grass ."], [ref], lowercase=True)[0]
     assert dropped == corpus_bleu(["a dog runs on the grass ."], [ref], lowercase=True)[0]
     assert kept != dropped
-    assert sig_kept.endswith("|unk:kept") and sig_dropped.endswith("|unk:dropped")
+    assert sig_kept.endswith("|unk:one-word") and sig_dropped.endswith("|unk:dropped")
     assert "tok:13a" in sig_kept and "case:lc" in sig_kept
 
 
@@ -57,7 +73,7 @@ def test_a_trials_references_are_tokenized_once_and_score_as_before(monkeypatch)
     for tokens in epochs:   # sacrebleu's own score of each epoch's hypotheses, references given
         bleu = BLEU(lowercase=True, force=True)
         score = bleu.corpus_score([" ".join(tokens)] * len(refs), [refs]).score
-        expected.append((score, f"{bleu.get_signature()}|unk:kept"))
+        expected.append((score, f"{bleu.get_signature()}|unk:one-word"))
     calls = []
     tokenize = Tokenizer13a.__call__.__wrapped__   # sacrebleu's tokenizer without its per-instance cache
     monkeypatch.setattr(Tokenizer13a, "__call__", lambda self, line: calls.append(line) or tokenize(self, line))

@@ -303,7 +303,7 @@ KEYS_BEFORE = {("multi30k", 1, None): "4c7359a9af18f441", ("sst2", 0, None): "1b
                ("synthetic_translation", 3, 16): "71ac140fdfb90cfd"}
 
 
-def test_trial_keys_without_cuda_graphs_are_unchanged_and_true_gets_its_own():
+def test_trial_keys_without_cuda_graphs_are_unchanged_and_true_gets_its_own(version_of_the_pins):
     for (task, seed, batch), key in KEYS_BEFORE.items():
         cfg = TrialConfig(task=task, seed=seed, batch_size=batch,
                           device="cuda" if task == "synthetic_translation" else "auto")
