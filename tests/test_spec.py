@@ -288,6 +288,24 @@ def test_same_label_twice_needs_an_explicit_label():
     assert [p.label for p in load_spec(spec).plan()][-1] == "GloVe-other"
 
 
+def test_an_init_s_own_oov_rule_is_in_its_label_and_tells_two_inits_apart():
+    # The rule of `{source: glove, oov: zeros}` was in the `oov` param only: its label (report, LaTeX table,
+    # run name, `embinit.init` tag) read GloVe, and next to `glove` the spec refused it as a duplicate label.
+    zeros = {"source": "glove", "oov": "zeros"}
+    spec = load_spec(base(tasks=["sst2"], inits=["glove", zeros, {"source": "glove", "transform": "match", "oov": "zeros"},
+                                                 {"source": "xavier", "oov": "mean"}],
+                          pretrained={"glove": "/g.txt"}, seeds=1))
+    plan = spec.plan()
+    assert [p.label for p in plan] == ["GloVe", "GloVe oov=zeros", "Xavier_GloVe", "Xavier"]   # no row to fill
+    assert [p.config["oov"] for p in plan[:2]] == ["xavier", "zeros"]
+    only_glove = load_spec(base(tasks=["sst2"], inits=["glove"], pretrained={"glove": "/g.txt"}, seeds=1))
+    assert plan[0].key == only_glove.plan()[0].key != plan[1].key   # the label is not in the key
+    two_sided = load_spec(base(inits=[{"tgt": zeros, "src": "xavier"},
+                                      {"tgt": {"source": "xavier", "oov": "mean"}, "src": "glove"}],
+                               pretrained={"glove": "/g.txt"}, seeds=1))
+    assert [p.label for p in two_sided.plan()] == ["GloVe oov=zeros", "Xavier|src:GloVe oov=mean"]
+
+
 def test_pretrained_file_source_without_a_path():
     found = problems(base(inits=["glove+standardize"]))
     assert "'glove' needs a pretrained file" in found["inits[0]"]

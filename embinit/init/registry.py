@@ -48,6 +48,8 @@ class Entry:
     any_source: bool = False     # transforms: also applies to random inits (the whole drawn table)
     takes_pe: bool = False       # transforms: targets a statistic of the PE table, so build_table passes
                                  # its `pe` (embinit.stats.PETable) as the keyword `pe`
+    covers_all: bool = False     # transforms: replaces every row of the table, so no row is left for an
+                                 # OOV rule to fill (`oov_applies`)
 
     def load(self) -> Callable:
         module, attribute = self.function.split(":")
@@ -87,7 +89,7 @@ TRANSFORM_INFO = {
     "standardize": Entry("{}_Xavier", "Pretrained_Xavier (eq. 1): (x - mean_p) * sigma_x / sigma_p on the found rows",
                          "embinit.init.transforms:standardize"),
     "match": Entry("Xavier_{}", "Xavier_Pretrained (eq. 4): a Xavier table rescaled to the pretrained mean/std "
-                   "(all rows)", "embinit.init.transforms:match"),
+                   "(all rows)", "embinit.init.transforms:match", covers_all=True),
     "shuffle": Entry("{}_Shuffled", "Pretrained_Shuffled: permute the found rows and the columns (seeded); values "
                      "unchanged", "embinit.init.transforms:shuffle"),
     "shuffle_elements": Entry("{}_ShuffledElements", "Pretrained_Shuffled by elements (the paper's Finding 3 "
@@ -194,6 +196,18 @@ def reads_pe_table(spec: Any) -> bool:
         return False
     return any(TRANSFORM_INFO[name].takes_pe and parse_sigma_target(arg)[0] == "absorption"
                for name, _, arg in (t.partition("=") for t in transforms))
+
+
+def oov_applies(spec: Any) -> bool:
+    """Whether the table of an init spec can have rows an OOV rule fills: a pretrained source's, unless a
+    transform replaces every row (`match`). A random init draws every row; for those tables the rule
+    changes nothing. An invalid spec: True (the trainer refuses it with its own message)."""
+    try:
+        parsed = parse_init_spec(spec)
+    except EmbinitError:
+        return True
+    return parsed.is_pretrained and not any(TRANSFORM_INFO[t.partition("=")[0]].covers_all
+                                            for t in parsed.transforms)
 
 
 def _check_transform(token: Any) -> str:

@@ -8,7 +8,8 @@ from typing import Annotated, Any
 from pydantic import Field, field_validator
 
 from embinit.errors import EmbinitError
-from embinit.init.registry import SOURCE_FAMILIES, InitSpecError, parse_init_spec, parse_sigma_target
+from embinit.init.registry import (DEFAULT_OOV, SOURCE_FAMILIES, InitSpecError, oov_applies, parse_init_spec,
+                                   parse_sigma_target)
 from embinit.spec.models import _Strict
 from embinit.spec.path_fields import PathStr
 from embinit.spec.problems import InitFieldError
@@ -63,7 +64,8 @@ class InitEntry(_Strict):
     src: InitString | dict[str, Any] | None = None
     pretrained: PathStr | None = None      # path/hub id for tgt's source (overrides the spec's)
     src_pretrained: PathStr | None = None
-    label: str | None = None           # report label; default: the paper's label of tgt (and src)
+    label: str | None = None           # report label; default: the paper's label of tgt (and src), with its own
+                                       # OOV rule where that is not the default (`GloVe oov=zeros`)
 
     @classmethod
     def shorthand(cls, entry: Any) -> Any:
@@ -103,11 +105,21 @@ class InitEntry(_Strict):
         if self.label:
             return self.label
         tgt = init_label(self.tgt)
-        if not translation or self.src is None:
-            return tgt
-        src = init_label(self.src)
-        # The paper varies the target (English) table and keeps Xavier on the German side for GloVe.
-        return tgt if src in (tgt, "Xavier") else f"{tgt}|src:{src}"
+        if translation and self.src is not None:
+            src = init_label(self.src)
+            # The paper varies the target (English) table and keeps Xavier on the German side for GloVe.
+            tgt = tgt if src in (tgt, "Xavier") else f"{tgt}|src:{src}"
+        return tgt + self._oov_text(translation)
+
+    def _oov_text(self, translation: bool) -> str:
+        """` oov=zeros` (as the report writes an axis value) for the entry's own OOV rule, the target side's
+        `oov` that its trials take, where it is not the default and a table of the entry has rows it fills
+        (`oov_applies`); "" otherwise, so an init's label without a rule of its own is what it was."""
+        rule = self.side_option("tgt", "oov")
+        sides = [self.tgt] + ([self.src] if translation and self.src is not None else [])
+        if rule in (None, DEFAULT_OOV) or not any(oov_applies(side) for side in sides):
+            return ""
+        return f" oov={rule}"
 
 
 def with_init_axes(init: InitEntry, overrides: dict[str, Any]) -> InitEntry:
