@@ -21,6 +21,7 @@ from typing import Any
 from embinit.bleu_rules import DEFAULT as BLEU_DEFAULT, bleu_tokenizer, target_language, tokenizer_problem
 from embinit.errors import EmbinitError, did_you_mean
 from embinit.file_inputs import key_values
+from embinit.init.registry import DEFAULT_OOV
 from embinit.task_registry import task_entry, task_kind, task_metric_ranges
 from embinit.task_types import TaskDefaults
 from embinit.tasks.synthetic import check_noise
@@ -88,7 +89,7 @@ class TrialConfig:
     src_init: str | None = None         # translation: source-side init spec; None -> same as `init`
     pretrained: str | None = None       # path or hub id of the pretrained source of `init`
     src_pretrained: str | None = None   # same for `src_init`; None -> `pretrained`
-    oov: str = "xavier"                 # rule for rows the pretrained source lacks
+    oov: str = DEFAULT_OOV              # rule for rows the pretrained source lacks
     tokenizer: str = "auto"             # auto: spaCy words, or the pretrained model's own tokenizer
     epochs: int | None = None
     batch_size: int | None = None
@@ -205,12 +206,19 @@ class TrialConfig:
         from embinit.init.registry import reads_pe_table   # torch-free
         return any(reads_pe_table(init) for init in self._table_inits())
 
+    def oov_applies(self) -> bool:
+        """Whether the OOV rule can change a table of this trial: some table has rows its source lacks
+        (embinit.init.registry `oov_applies`: not a random init's, not a `match`ed one's, which replace
+        every row). Where none does, `oov` is keyed at its default: the trials differ in nothing."""
+        from embinit.init.registry import oov_applies   # torch-free
+        return any(oov_applies(init) for init in self._table_inits())
+
     def _shuffled_subword_rows(self) -> bool:
         """Whether a table of this trial is shuffled (`shuffle`) and fills its missing rows by `subword_mean`.
         Those rows kept their own token's piece mean before, only its columns permuted (a leak of the
         source's meaning into a shuffled table; embinit.init.transforms.shuffle): these trials compute
         other tables now and their keys say so (`shuffle_subword`); every other key is unchanged."""
-        if self.oov != "subword_mean":
+        if self.oov != "subword_mean" or not self.oov_applies():
             return False
         from embinit.init.registry import parse_init_spec   # torch-free
         try:
@@ -246,6 +254,8 @@ class TrialConfig:
             d["bleu_tokenize"] = tokenize   # scored with 13a before (embinit.bleu_rules): those runs not reused
         if self._absorption_on_own_pe():
             d["absorption_pe"] = "trial"   # targeted the default PE table before: those runs not reused
+        if not self.oov_applies():
+            d["oov"] = DEFAULT_OOV   # no row for the rule to fill: one key whatever the rule (oov=xavier's)
         if self._shuffled_subword_rows():
             d["shuffle_subword"] = "permuted"   # kept their own piece means before: those runs not reused
         if d.get("beam_size", 1) <= 1:

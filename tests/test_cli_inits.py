@@ -53,6 +53,22 @@ def test_stats_json_with_a_pretrained_source(capsys, tmp_path):
     assert torch.isfinite(res.table).all()
 
 
+def test_stats_says_an_oov_rule_does_not_apply_to_a_table_without_missing_rows(capsys, tmp_path):
+    path = tt.write_text(tmp_path / "g.txt", tt.word_vectors(["a", "the", "in", "man", "dog"], dim=4))
+    for init, label in (("xavier", "Xavier"), ("glove+match", "Xavier_GloVe")):
+        argv = ["embeddings", "stats", "--vocab", str(EXAMPLE), "--init", init, "--dim", "4", "--pretrained",
+                str(path), "--cache-dir", str(tmp_path / "c"), "--json"]
+        assert main(argv + ["--oov", "zeros"]) == 0
+        zeros = capsys.readouterr()
+        assert f"note: --oov zeros does not apply to {label} ({init})" in zeros.err
+        assert main(argv) == 0
+        plain = capsys.readouterr()
+        assert json.loads(zeros.out) == json.loads(plain.out) and plain.err == ""   # the same table
+    assert main(["embeddings", "stats", "--vocab", str(EXAMPLE), "--init", "glove", "--pretrained", str(path),
+                 "--oov", "zeros"]) == 0
+    assert "does not apply" not in capsys.readouterr().err
+
+
 def test_stats_absorption_target_and_statistic_share_the_pe_table_given(capsys):
     argv = ["embeddings", "stats", "--vocab", str(EXAMPLE), "--init", "xavier+rescale=absorption:0.5", "--dim",
             "16", "--pe-length", "512", "--pe-base", "1000", "--json"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from embinit.cli import dry_run
 from embinit.config import TrialConfig, task_defaults
 from embinit.errors import EmbinitError
 from embinit.spec import ExperimentSpec, SpecError, load_spec
@@ -304,6 +305,41 @@ def test_an_init_s_own_oov_rule_is_in_its_label_and_tells_two_inits_apart():
                                       {"tgt": {"source": "xavier", "oov": "mean"}, "src": "glove"}],
                                pretrained={"glove": "/g.txt"}, seeds=1))
     assert [p.label for p in two_sided.plan()] == ["GloVe oov=zeros", "Xavier|src:GloVe oov=mean"]
+
+
+def test_an_oov_axis_does_not_apply_to_inits_without_rows_for_a_rule():
+    # Xavier and Xavier_GloVe (match replaces every row) were trained once per rule under other keys, and
+    # reported in rows identical to oov=xavier's (which counted in the Holm correction's m).
+    spec = load_spec(base(tasks=["sst2"], inits=["xavier", "glove+match", "glove"], pretrained={"glove": "/g.txt"},
+                          seeds=2, axes={"oov": ["xavier", "zeros"], "dropout": [0.1, 0.3]}))
+    plan = spec.plan()
+    per_init = {label: [p for p in plan if p.label == label] for label in ("Xavier", "Xavier_GloVe", "GloVe")}
+    assert [len(ts) for ts in per_init.values()] == [2 * 2, 2 * 2, 2 * 2 * 2] and spec.num_trials() == len(plan)
+    assert all(p.axes.keys() == {"dropout"} and p.config["oov"] == "xavier" for p in per_init["Xavier"])
+    assert {p.axes["oov"] for p in per_init["GloVe"]} == {"xavier", "zeros"}
+    assert len({p.key for p in plan}) == len(plan)
+    lines = dry_run.trial_lines(spec, plan)
+    assert "axis oov does not apply to sst2 x Xavier, sst2 x Xavier_GloVe: no table of theirs has rows" in lines[-1]
+    assert not [line for line in dry_run.trial_lines(load_spec(base()), load_spec(base()).plan()) if "apply" in line]
+
+
+def test_oov_is_keyed_at_its_default_where_no_table_has_rows_for_it():
+    # keys computed by the code before (cd020bc): where a rule fills rows they are the same, where none
+    # does (a random init, match) every rule now has oov=xavier's key
+    keys = {("sst2", "xavier", "xavier"): "1b37c5fb73a4b759", ("sst2", "glove", "xavier"): "404d3a67e24b44e9",
+            ("sst2", "glove", "zeros"): "0cb97032cfa8030b", ("sst2", "glove+match", "xavier"): "a8e5302d5549699e"}
+    for (task, init, oov), key in keys.items():
+        assert TrialConfig(task=task, init=init, pretrained="/g.txt" if "glove" in init else None, oov=oov).key() == key
+    assert TrialConfig(task="sst2", init="xavier", oov="zeros").key() == keys[("sst2", "xavier", "xavier")]
+    assert TrialConfig(task="sst2", init="glove+match", pretrained="/g.txt", oov="mean").key() == \
+        keys[("sst2", "glove+match", "xavier")]
+    # a translation trial's source table counts too: a GloVe source has rows for the rule
+    two_sided = TrialConfig(task="synthetic_translation", init="xavier", src_init="glove", src_pretrained="/g.txt",
+                            oov="zeros")
+    assert two_sided.oov_applies() and two_sided.key() == "de1c6da21f57029b"
+    matched = {oov: TrialConfig(task="synthetic_translation", init="glove+match", src_init="xavier",
+                                pretrained="/g.txt", oov=oov) for oov in ("zeros", "xavier")}
+    assert not matched["zeros"].oov_applies() and matched["zeros"].key() == matched["xavier"].key()
 
 
 def test_pretrained_file_source_without_a_path():

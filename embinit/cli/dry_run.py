@@ -18,7 +18,7 @@ from embinit.cli.hub_notes import hub_notes
 from embinit.cli.dry_run_store import (Resume, experiment_trials, finished_here, local_store, readable_store,
                                        resumes, retired_folders, retired_lines, store_lines)
 from embinit.tracking.store_check import resolved
-from embinit.spec.planning import has_source_table
+from embinit.spec.planning import has_source_table, moot_inits
 
 
 def trial_lines(spec, plan, done: set[str] = frozenset(), resumed: dict[str, Resume] | None = None) -> list[str]:
@@ -33,6 +33,10 @@ def trial_lines(spec, plan, done: set[str] = frozenset(), resumed: dict[str, Res
                 else "")
         lines.append(f"{i:>4}  {p.key}  {p.task:24} {p.label:22} {p.seed:>4}  "
                      f"{json.dumps(settings) if settings else ''}{mark}".rstrip())
+    for name, inits in moot_inits(spec).items():
+        lines.append(f"axis {name} does not apply to {', '.join(inits)}: no table of theirs has rows an OOV rule "
+                     f"fills (a random init draws every row, match replaces every row), so each is trained once "
+                     f"per seed, not once per {name} value")
     if spec.drawn:
         lines.append(f"optuna: {spec.search.num_samples} points x {len(spec.seeds)} seeds for each of the "
                      f"{len(plan) // len(spec.seeds)} (task, init, axes) groups above, drawn while running")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 from embinit.cli.arg_types import positive_float, positive_int
 
@@ -37,6 +38,7 @@ def _fmt(value) -> str:
 
 def run_stats(args) -> int:
     from embinit.init import build_table, parse_init_spec
+    from embinit.init.registry import oov_applies
     from embinit.stats import PETable, embedding_stats
     from embinit.vocab import Vocab
 
@@ -47,6 +49,10 @@ def run_stats(args) -> int:
     pe = PETable(args.pe_length, args.pe_base)   # one table for the absorption target and the statistic
     res = build_table(spec, vocab, dim=args.dim, seed=args.seed, pretrained=args.pretrained, oov=args.oov,
                       cache_dir=args.cache_dir, pe=pe)
+    if args.oov and not oov_applies(spec):   # a known rule (build_table refuses others) that changes nothing
+        print(f"note: --oov {args.oov} does not apply to {spec.label} ({spec}): no row of its table is left for an "
+              f"OOV rule (a random init draws every row, match replaces every row); the table is the same "
+              f"whatever the rule", file=sys.stderr)
     stats = embedding_stats(res.table, pe_length=pe.positions, pe_base=pe.base, coverage=res.coverage)
     if args.json:
         print(json.dumps({"init": str(spec), "label": res.label, "rows": len(vocab), "dim": res.dim,

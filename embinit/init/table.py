@@ -32,7 +32,7 @@ from embinit.init import hf, table_cache, vectors
 from embinit.init.aligned import Aligned, warn_duplicates
 from embinit.init.oov import OOV_RULES, OOVContext
 from embinit.init.random import INITS
-from embinit.init.registry import DEFAULT_OOV, TRANSFORM_INFO, InitSpec, parse_init_spec
+from embinit.init.registry import DEFAULT_OOV, TRANSFORM_INFO, InitSpec, oov_applies, parse_init_spec
 from embinit.init.source_files import npy_vocab_path, resolve_source
 from embinit.init.transforms import TRANSFORMS
 from embinit.stats import DEFAULT_PE, PETable
@@ -175,15 +175,16 @@ def build_table(spec, vocab, dim: int | None = None, generator: torch.Generator 
     spec = parse_init_spec(spec)
     vocab = _as_vocab(vocab)
     g = _generator(generator, seed)
+    rule = oov or spec.oov or DEFAULT_OOV
+    if rule not in OOV_RULES:
+        raise unknown_name("oov rule", rule, OOV_RULES)
     if not spec.is_pretrained:
         if not dim or dim < 1:
             raise EmbinitError(f"init {spec.source!r} needs a positive dimension (dim/--dim), got {dim!r}")
         return BuildResult(_random_table(spec, len(vocab), int(dim), g, pe), spec.label, int(dim), spec=spec)
-    rule = oov or spec.oov or DEFAULT_OOV
-    if rule not in OOV_RULES:
-        raise unknown_name("oov rule", rule, OOV_RULES)
+    filled = rule if oov_applies(spec) else None   # `match` replaces every row: no rule runs
     kind, location = resolve_source(spec, pretrained)
-    if rule == "subword_mean" and kind != "hf":
+    if filled == "subword_mean" and kind != "hf":
         raise EmbinitError(f"oov rule 'subword_mean' needs a source with a tokenizer (bert, mbert, t5, mt5, "
                            f"hf); {location} is a word-vector file without one")
     aligned, cached = load_aligned(kind, location, vocab, spec.lowercase, cache_dir)
@@ -197,7 +198,6 @@ def build_table(spec, vocab, dim: int | None = None, generator: torch.Generator 
     stats = {"mean_p": rows.mean().item(), "std_p": rows.std().item() if rows.numel() > 1 else 0.0}
     text = {"tokens": vocab.tokens, "corpus": _as_sentences(corpus, vocab), "cache_dir": cache_dir}
     table = _fill(spec, aligned, len(vocab), rule, g, text, pe)
-    filled = None if "match" in spec.transforms else rule
     missing = torch.ones(len(vocab), dtype=torch.bool)
     missing[aligned.found] = False
     return BuildResult(table, spec.label, aligned.dim, _coverage(vocab, aligned), stats, spec,

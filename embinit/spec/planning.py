@@ -4,6 +4,7 @@ with the coordinates the report groups by (`PlannedTrial`)."""
 from __future__ import annotations
 
 import itertools
+import math
 from pathlib import Path
 from typing import Any
 
@@ -43,20 +44,41 @@ def search_points(spec: SpecFields) -> list[dict[str, Any]]:
     return [dict(zip(keys, combo)) for combo in itertools.product(*spec.search.space.values())]
 
 
-def axis_points(spec: SpecFields) -> list[dict[str, Any]]:
-    keys = list(spec.axes)
-    return [dict(zip(keys, combo)) for combo in itertools.product(*spec.axes.values())]
+def axis_points(spec: SpecFields, moot: tuple[str, ...] | list[str] = ()) -> list[dict[str, Any]]:
+    """The points of the spec's axes, without the `moot` ones (`moot_axes`)."""
+    keys = [name for name in spec.axes if name not in moot]
+    return [dict(zip(keys, combo)) for combo in itertools.product(*(spec.axes[name] for name in keys))]
+
+
+def moot_axes(spec: SpecFields, task: TaskEntry, init: InitEntry) -> list[str]:
+    """The axes that change nothing `init` computes on `task`: `oov` where no table of its trials has rows
+    a rule fills (`TrialConfig.oov_applies`: a random init, a `match`ed source). Such an init is planned
+    once, not once per rule: its trials would differ in nothing (their keys are the same)."""
+    if "oov" not in spec.axes or trial_config(spec, task, init, spec.seeds[0]).oov_applies():
+        return []
+    return ["oov"]
+
+
+def moot_inits(spec: SpecFields) -> dict[str, list[str]]:
+    """Each axis that is moot for some inits (`moot_axes`) -> those inits, as `task x label`."""
+    out: dict[str, list[str]] = {}
+    for task, init in itertools.product(spec.tasks, spec.inits):
+        for name in moot_axes(spec, task, init):
+            out.setdefault(name, []).append(f"{task.task} x {init.label_for(has_source_table(task.task))}")
+    return out
 
 
 def plan(spec: SpecFields) -> list[PlannedTrial]:
-    """Every trial: tasks x inits x axes x search points x seeds, in that nesting order."""
+    """Every trial: tasks x inits x axes x search points x seeds, in that nesting order; an init's moot
+    axes (`moot_axes`) are left out of its points."""
     out = []
-    for task, init, axes, point, seed in itertools.product(
-            spec.tasks, spec.inits, axis_points(spec), search_points(spec), spec.seeds):
-        cfg = trial_config(spec, task, init, seed, {**axes, **point})
-        out.append(PlannedTrial(config=cfg.to_dict(), key=cfg.key(), task=task.task,
-                                label=init.label_for(has_source_table(task.task)), axes=axes,
-                                point=point, seed=seed))
+    for task, init in itertools.product(spec.tasks, spec.inits):
+        points = axis_points(spec, moot_axes(spec, task, init))
+        for axes, point, seed in itertools.product(points, search_points(spec), spec.seeds):
+            cfg = trial_config(spec, task, init, seed, {**axes, **point})
+            out.append(PlannedTrial(config=cfg.to_dict(), key=cfg.key(), task=task.task,
+                                    label=init.label_for(has_source_table(task.task)), axes=axes,
+                                    point=point, seed=seed))
     return out
 
 
@@ -85,9 +107,11 @@ def _place(spec: SpecFields, p: PlannedTrial, field: str) -> str | None:
 
 def planned_count(spec: SpecFields) -> int:
     """len(plan(spec)), without expanding it."""
-    n = len(spec.tasks) * len(spec.inits) * len(spec.seeds)
-    for values in spec.axes.values():
-        n *= len(values)
+    n = 0
+    for task, init in itertools.product(spec.tasks, spec.inits):
+        moot = moot_axes(spec, task, init)
+        n += math.prod(len(values) for name, values in spec.axes.items() if name not in moot)
+    n *= len(spec.seeds)
     if spec.search is not None and spec.search.method == "grid":
         for values in spec.search.space.values():
             n *= len(values)
