@@ -21,20 +21,21 @@ def pyplot():
     return plt
 
 
-def validation_curve(history: list[dict], path: Path, title: str) -> Path | None:
-    """val/loss (left axis) and the task's validation metric (right axis) per epoch."""
-    epochs = [h["epoch"] for h in history if "val/loss" in h]
+def validation_curve(history: list[dict], path: Path, title: str, loss: str = "val/loss") -> Path | None:
+    """The validation loss `loss` (left axis; the task's own, `task_registry.loss_metric`: MNLI logs
+    val/loss_matched) and the task's validation metric (right axis) per epoch."""
+    epochs = [h["epoch"] for h in history if loss in h]
     if not epochs:
         return None
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.plot(epochs, [h["val/loss"] for h in history if "val/loss" in h], "o-", color="C0")
+    ax.plot(epochs, [h[loss] for h in history if loss in h], "o-", color="C0")
     epoch_axis(ax)
-    ax.set_ylabel("val/loss", color="C0")
-    other = sorted(k for k in history[-1] if k.startswith("val/") and k != "val/loss")
+    ax.set_ylabel(loss, color="C0")
+    other = sorted(k for k in history[-1] if k.startswith("val/") and k != loss)
     if other:
         ax2 = ax.twinx()
-        ax2.plot(epochs, [h.get(other[0], math.nan) for h in history if "val/loss" in h], "s--", color="C1")
+        ax2.plot(epochs, [h.get(other[0], math.nan) for h in history if loss in h], "s--", color="C1")
         ax2.set_ylabel(other[0], color="C1")
     ax.set_title(title)
     fig.tight_layout()

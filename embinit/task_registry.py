@@ -254,10 +254,15 @@ def tracked_metrics(task: str) -> list[tuple[str, str]]:
         if m.startswith("best/val/") and name not in dict(out):
             out.append((name, "max" if higher_is_better(name) else "min"))
     for name, _ in list(out):
-        loss = name.replace("val/acc", "val/loss", 1) if name.startswith("val/acc") else None
+        loss = _split_loss(name)
         if loss and loss not in dict(out):
             out.append((loss, "min"))
     return out
+
+
+def _split_loss(metric: str) -> str | None:
+    """The loss on the split of a tracked accuracy (`val/acc_matched` -> `val/loss_matched`); None for another metric."""
+    return metric.replace("val/acc", "val/loss", 1) if metric.startswith("val/acc") else None
 
 
 def reported_metrics(task: str) -> list[str]:
@@ -268,6 +273,14 @@ def reported_metrics(task: str) -> list[str]:
 def curve_metric(task: str) -> str:
     """The validation curve Figure 1 shows; val/loss for a task the registry does not know."""
     return TASKS[task].curve if task in TASKS else "val/loss"
+
+
+def loss_metric(task: str | None) -> str:
+    """The validation loss the curves show beside `curve_metric`: the loss on the split the task selects its
+    best epoch on (`selection_metric`; MNLI's val/acc_matched -> val/loss_matched, the only val/loss it
+    logs is per split); val/loss where the selection metric is a loss or a perplexity (translation, LM) and
+    for a task the registry does not know."""
+    return (_split_loss(TASKS[task].selection[0]) if task in TASKS else None) or "val/loss"
 
 
 def task_metric_ranges() -> dict[str, tuple[float, float]]:

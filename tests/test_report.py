@@ -176,6 +176,35 @@ def test_plot_writes_mean_curves(store, tmp_path, monkeypatch):
     assert panels[0][1]["Xavier"] == [{1: 0.5, 2: 0.7}, {1: 0.5, 2: 0.8}, {1: 0.5, 2: 0.9}]  # per seed
 
 
+def test_mnli_curves_show_its_own_validation_loss(tmp_path, monkeypatch):
+    # MNLI logs a loss per split (val/loss_matched, val/loss_mismatched), no val/loss: the report's
+    # Figure 1 drew an empty val/loss panel, and no trial got a plots/val_curve.png
+    from types import SimpleNamespace
+    from embinit import plots
+    from embinit.sweep.reporting import artifacts
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    exp = mlflow_store.ensure_experiment("mnli", uri)
+    history = [{"epoch": e, "val/loss_matched": 1.0 / e, "val/acc_matched": 0.3 * e, "val/loss_mismatched": 1.1 / e,
+                "val/acc_mismatched": 0.3 * e} for e in (1, 2)]
+    for seed in range(2):
+        run = trial_run.TrialRun.open(uri, exp, None, {"task": "mnli", "init": "xavier", "seed": seed}, f"m{seed}",
+                                      "Xavier", {"axes": {}, "point": {}, "selection": ["val/acc_matched", "max"]})
+        for h in history:
+            run.log_epoch(h["epoch"], h)
+        run.finish({"status": "finished", "history": history, "best_epoch": 2,
+                    "best": {"val/acc_matched": 0.6, "val/acc_matched_epoch": 2}}, [])
+    drawn = []
+    monkeypatch.setattr(plots, "figure1", lambda panels, path, title: drawn.append(panels) or
+                        _real_figure1(panels, path, title))
+    assert [p.name for p in build_report("mnli", uri).plot(tmp_path / "figures")] == ["mnli.png"]
+    (panels,) = drawn
+    assert [metric for metric, _ in panels] == ["val/acc_matched", "val/loss_matched"]
+    assert panels[1][1]["Xavier"] == [{1: 1.0, 2: 0.5}] * 2   # per seed, not empty
+    ctx = SimpleNamespace(log_checkpoint=False, log_plots=True, log_outputs=False)
+    files = artifacts({"config": {"task": "mnli"}, "history": history}, tmp_path, ctx, "Xavier")
+    assert ("plots", str(tmp_path / "val_curve.png")) in files
+
+
 def test_seed_band():
     from embinit.plots import seed_band
     epochs, mean, low, high = seed_band([{1: 1.0, 2: 4.0}, {1: 3.0, 2: 2.0}, {1: 2.0}])

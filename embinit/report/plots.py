@@ -9,7 +9,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from embinit.task_registry import curve_metric
+from embinit.task_registry import curve_metric, loss_metric
 from embinit.tracking.run_readers import metric_histories
 
 
@@ -37,7 +37,8 @@ def _histories(uri: str | None, run_ids: list[str], metric: str) -> list[dict[in
 
 
 def mean_curves(report: Any, out_dir: Path) -> list[Path]:
-    """Figure 1 per task (and axes setting): the validation metric beside the validation loss, per init
+    """Figure 1 per task (and axes setting): the validation metric beside the validation loss (of the split
+    the task selects on, `task_registry.loss_metric`), per init
     the mean over seeds with the seeds' band (embinit.plots.figure1)."""
     from embinit.plots import figure1  # matplotlib only where a figure is drawn
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -47,7 +48,7 @@ def mean_curves(report: Any, out_dir: Path) -> list[Path]:
     paths = []
     for (task, axes), lines in sorted(figures.items()):
         lines = sorted(lines, key=lambda x: label_order(x[0]))
-        metrics = [curve_metric(task)] + (["val/loss"] if curve_metric(task) != "val/loss" else [])
+        metrics = list(dict.fromkeys([curve_metric(task), loss_metric(task)]))   # the metric, then its loss
         panels = [(m, {label: _histories(report.tracking_uri, run_ids, m) for label, run_ids in lines})
                   for m in metrics]
         if not any(h for _, by_label in panels for hs in by_label.values() for h in hs):

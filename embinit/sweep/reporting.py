@@ -18,6 +18,7 @@ from embinit.errors import EmbinitError
 from embinit.sweep import resume
 from embinit.sweep.resume import RUN_ID_FILE
 from embinit.sweep.work import SweepContext
+from embinit.task_registry import loss_metric
 
 log = logging.getLogger("embinit.sweep")
 
@@ -95,7 +96,8 @@ def artifacts(res: dict, out_dir: Path, ctx: SweepContext, label: str) -> list[t
         out += [(OUTPUTS_ARTIFACT_DIR, str(f)) for f in sorted(Path(out_dir).glob("*.txt")) if is_output_file(f.name)]
     if ctx.log_plots:
         from embinit import plots
-        curve = plots.validation_curve(res["history"], out_dir / "val_curve.png", label)
+        loss = loss_metric(res.get("config", {}).get("task"))   # MNLI's is val/loss_matched
+        curve = plots.validation_curve(res["history"], out_dir / "val_curve.png", label, loss)
         if curve:
             out.append(("plots", str(curve)))
         hist = _init_histogram(out_dir, label)
