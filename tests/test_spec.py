@@ -307,6 +307,17 @@ def test_an_init_s_own_oov_rule_is_in_its_label_and_tells_two_inits_apart():
     assert [p.label for p in two_sided.plan()] == ["GloVe oov=zeros", "Xavier|src:GloVe oov=mean"]
 
 
+def test_an_init_s_own_oov_rule_may_not_be_replaced_by_the_spec_s():
+    # the spec's `oov` (an axis, a default, a task's, a search) wins over the init's own in every trial, which
+    # trained `glove` under a label naming another rule
+    own = {"source": "glove", "oov": "zeros"}
+    for where, over in (("axes.oov", {"axes": {"oov": ["xavier", "mean"]}}), ("defaults.oov", {"defaults": {"oov": "mean"}}),
+                        ("tasks[0].oov", {"tasks": [{"task": "sst2", "oov": "mean"}]})):
+        found = problems({**base(tasks=["sst2"], inits=["xavier", own], pretrained={"glove": "/g.txt"}), **over})
+        assert found == {"inits[1]": f"its own oov 'zeros' is replaced by the rule {where} sets (for every init), so "
+                                     f"its trials would not use it: drop one of the two"}
+
+
 def test_an_oov_axis_does_not_apply_to_inits_without_rows_for_a_rule():
     # Xavier and Xavier_GloVe (match replaces every row) were trained once per rule under other keys, and
     # reported in rows identical to oov=xavier's (which counted in the Holm correction's m).

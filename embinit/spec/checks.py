@@ -193,7 +193,7 @@ def _init_problems(spec: SpecFields) -> list[tuple[str, str]]:
             problems.append((f"inits[{i}].src", "only translation tasks have a source side; tasks "
                              f"{[t.task for t in spec.tasks]} have one embedding table"))
         problems += _side_problems(spec, i, init, translation)
-        problems += _init_axis_clash(spec, i, init)
+        problems += _init_axis_clash(spec, i, init) + _own_oov_clash(spec, i, init)
         label = init.label_for(translation)
         # Two entries that compute the same trials (same key for some task) would train and report
         # one thing twice, e.g. `glove` and `{source: glove, name: X}` with the same file.
@@ -207,6 +207,21 @@ def _init_problems(spec: SpecFields) -> list[tuple[str, str]]:
         for other in (*same, ("label", label)):
             seen.setdefault(other, i)
     return problems
+
+
+def _own_oov_clash(spec: SpecFields, i: int, init: InitEntry) -> list[tuple[str, str]]:
+    """An init with its own OOV rule (`{source: glove, oov: zeros}`) in a spec that sets `oov` elsewhere: that
+    value replaces the init's in every trial (`planning.trial_config`), so the init's rule would do nothing
+    while its label names it, and its trials would be another init's (`glove` at `oov: zeros`) twice."""
+    own = init.side_option("tgt", "oov")
+    if own is None:
+        return []
+    search = spec.search.space if spec.search is not None else {}
+    places = (["axes.oov"] if "oov" in spec.axes else []) + (["search.space.oov"] if "oov" in search else []) + (
+        ["defaults.oov"] if "oov" in spec.defaults.set_values() else []) + [
+        f"tasks[{j}].oov" for j, task in enumerate(spec.tasks) if "oov" in task.set_values()]
+    return [(f"inits[{i}]", f"its own oov {own!r} is replaced by the rule {', '.join(places)} sets (for every init), "
+             f"so its trials would not use it: drop one of the two")] if places else []
 
 
 def _init_axis_clash(spec: SpecFields, i: int, init: InitEntry) -> list[tuple[str, str]]:
