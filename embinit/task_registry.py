@@ -261,7 +261,8 @@ def tracked_metrics(task: str) -> list[tuple[str, str]]:
 
 
 def _split_loss(metric: str) -> str | None:
-    """The loss on the split of a tracked accuracy (`val/acc_matched` -> `val/loss_matched`); None for another metric."""
+    """The loss on the split of a tracked accuracy (`val/acc_matched` -> `val/loss_matched`); None for
+    another metric."""
     return metric.replace("val/acc", "val/loss", 1) if metric.startswith("val/acc") else None
 
 

@@ -293,8 +293,8 @@ def test_an_init_s_own_oov_rule_is_in_its_label_and_tells_two_inits_apart():
     # The rule of `{source: glove, oov: zeros}` was in the `oov` param only: its label (report, LaTeX table,
     # run name, `embinit.init` tag) read GloVe, and next to `glove` the spec refused it as a duplicate label.
     zeros = {"source": "glove", "oov": "zeros"}
-    spec = load_spec(base(tasks=["sst2"], inits=["glove", zeros, {"source": "glove", "transform": "match", "oov": "zeros"},
-                                                 {"source": "xavier", "oov": "mean"}],
+    matched = {"source": "glove", "transform": "match", "oov": "zeros"}
+    spec = load_spec(base(tasks=["sst2"], inits=["glove", zeros, matched, {"source": "xavier", "oov": "mean"}],
                           pretrained={"glove": "/g.txt"}, seeds=1))
     plan = spec.plan()
     assert [p.label for p in plan] == ["GloVe", "GloVe oov=zeros", "Xavier_GloVe", "Xavier"]   # no row to fill
@@ -311,7 +311,8 @@ def test_an_init_s_own_oov_rule_may_not_be_replaced_by_the_spec_s():
     # the spec's `oov` (an axis, a default, a task's, a search) wins over the init's own in every trial, which
     # trained `glove` under a label naming another rule
     own = {"source": "glove", "oov": "zeros"}
-    for where, over in (("axes.oov", {"axes": {"oov": ["xavier", "mean"]}}), ("defaults.oov", {"defaults": {"oov": "mean"}}),
+    for where, over in (("axes.oov", {"axes": {"oov": ["xavier", "mean"]}}),
+                        ("defaults.oov", {"defaults": {"oov": "mean"}}),
                         ("tasks[0].oov", {"tasks": [{"task": "sst2", "oov": "mean"}]})):
         found = problems({**base(tasks=["sst2"], inits=["xavier", own], pretrained={"glove": "/g.txt"}), **over})
         assert found == {"inits[1]": f"its own oov 'zeros' is replaced by the rule {where} sets (for every init), so "
@@ -334,9 +335,9 @@ def test_an_oov_axis_does_not_apply_to_inits_without_rows_for_a_rule():
     assert not [line for line in dry_run.trial_lines(load_spec(base()), load_spec(base()).plan()) if "apply" in line]
 
 
-def test_oov_is_keyed_at_its_default_where_no_table_has_rows_for_it():
-    # keys computed by the code before (cd020bc): where a rule fills rows they are the same, where none
-    # does (a random init, match) every rule now has oov=xavier's key
+def test_oov_is_keyed_at_its_default_where_no_table_has_rows_for_it(version_of_the_pins):
+    # keys computed by the code before (cd020bc, CODE_VERSION 2): where a rule fills rows they are the same,
+    # where none does (a random init, match) every rule now has oov=xavier's key
     keys = {("sst2", "xavier", "xavier"): "1b37c5fb73a4b759", ("sst2", "glove", "xavier"): "404d3a67e24b44e9",
             ("sst2", "glove", "zeros"): "0cb97032cfa8030b", ("sst2", "glove+match", "xavier"): "a8e5302d5549699e"}
     for (task, init, oov), key in keys.items():
