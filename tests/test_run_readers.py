@@ -98,6 +98,24 @@ def test_a_resumed_attempt_logs_the_epochs_its_dead_attempt_checkpointed_but_nev
     assert run_readers.metric_history(uri, first.run_id, "val/loss").by_step[3] == 0.7
 
 
+def test_a_resumed_mnli_trial_logs_no_epoch_twice(store):
+    """MNLI logs its validation loss per split (val/loss_matched), never val/loss: `finish` read the epochs
+    already logged from val/loss, found none, and logged every epoch of the history again."""
+    uri, exp = store
+    config = {"task": "mnli", "init": "xavier", "seed": 1}
+    first = trial_run.TrialRun.open(uri, exp, None, config, "mnli-killed", "Xavier", {"axes": {}, "point": {}})
+    first.log_epoch(1, {"val/loss_matched": 0.9, "val/acc_matched": 0.5})
+    resumed = trial_run.TrialRun(uri, first.run_id, reopened=True)
+    resumed.log_epoch(2, {"val/loss_matched": 0.8, "val/acc_matched": 0.6})
+    history = [{"epoch": 1, "val/loss_matched": 0.9, "val/acc_matched": 0.5},
+               {"epoch": 2, "val/loss_matched": 0.8, "val/acc_matched": 0.6}]
+    resumed.finish({"status": "finished", "config": config, "history": history, "best_epoch": 2,
+                    "best": {"val/acc_matched": 0.6}}, [])
+    for metric in ("val/loss_matched", "val/acc_matched"):
+        steps = [m.step for m in mlflow_store.client(uri).get_metric_history(first.run_id, metric)]
+        assert sorted(steps) == [1, 2], (metric, steps)
+
+
 def test_a_trial_run_records_its_code_version(store):
     """The version is in the key too, which cannot be read back: the report needs it as a tag."""
     from embinit.config import CODE_VERSION

@@ -238,8 +238,11 @@ class TrialRun:
 
     def finish(self, result: dict[str, Any], artifacts: list[tuple[str, str]]) -> None:
         """Final metrics and tags of a returned trial (finished or diverged), then its artifacts."""
-        # A resumed attempt's history holds epochs an earlier (dead) attempt may not have logged.
-        logged = self.logged_steps("val/loss") | self.logged if self.reopened else self.logged
+        # A resumed attempt's history holds epochs an earlier (dead) attempt may not have logged: those
+        # without the task's validation loss (MNLI's is val/loss_matched; it logs no val/loss)
+        from embinit.task_registry import loss_metric
+        task = (result.get("config") or {}).get("task")
+        logged = self.logged_steps(loss_metric(task)) | self.logged if self.reopened else self.logged
         missing = [h for h in result["history"] if h.get("epoch") not in logged]
         metrics = [m for h in missing for m in metrics_at({k: v for k, v in h.items() if k != "epoch"},
                                                           step=h["epoch"])]
