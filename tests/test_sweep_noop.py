@@ -8,7 +8,7 @@ import pytest
 
 from embinit.tracking import mlflow_store, records
 from embinit.config import TrialConfig
-from embinit.task_registry import TASKS, primary_metric, reported_metrics
+from embinit.task_registry import TASKS, loss_metric, primary_metric, reported_metrics
 from embinit.spec import SpecError, load_spec
 from embinit.sweep.noop import noop_result, tracked
 from embinit.sweep.work import pack_units, units_to_run
@@ -25,6 +25,9 @@ def test_noop_result_has_the_tasks_metrics_in_range(task):
     assert primary in values and res["best_epoch"] in (1, 2, 3, 4)
     for name, _ in tracked(task):
         assert all(name in h for h in res["history"])
+    # the validation loss a trained trial of the task logs, and no other (MNLI: per split, no val/loss)
+    losses = {k for h in res["history"] for k in h if k.startswith("val/loss")}
+    assert loss_metric(task) in losses and ("val/loss" in losses) == (loss_metric(task) == "val/loss")
     assert all(m in values for m in reported_metrics(task))      # MNLI: matched and mismatched
     if primary.endswith(("bleu", "acc", "acc_matched")):
         assert 0 <= values[primary] <= (100 if primary.endswith("bleu") else 1)

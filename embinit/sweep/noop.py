@@ -17,16 +17,16 @@ from typing import Any
 
 from embinit.comparison import higher_is_better
 from embinit.config import TrialConfig, metric_range
-from embinit.task_registry import curve_metric, reported_metrics
+from embinit.task_registry import curve_metric, loss_metric, reported_metrics
 from embinit.task_registry import tracked_metrics as tracked
 
 NOOP = "noop"
 
 
 def _val_names(task: str) -> list[str]:
-    """Every validation metric a trial of `task` logs per epoch: the tracked ones, the curve, and the
-    validation twin of each reported test metric."""
-    names = ["val/loss", *(n for n, _ in tracked(task)), curve_metric(task)]
+    """Every validation metric a trial of `task` logs per epoch: its validation loss (MNLI's per split),
+    the tracked ones, the curve, and the validation twin of each reported test metric."""
+    names = [loss_metric(task), *(n for n, _ in tracked(task)), curve_metric(task)]
     names += ["val/" + m.removeprefix("test/") for m in reported_metrics(task) if m.startswith("test/")]
     return list(dict.fromkeys(names))
 
@@ -64,7 +64,7 @@ def noop_result(cfg: TrialConfig, label: str) -> dict[str, Any]:
     at_best = history[best_epoch - 1]
     test = {m: at_best["val/" + m.removeprefix("test/")] for m in reported_metrics(rc.task) if m.startswith("test/")}
     if test:
-        test["test/loss"] = at_best["val/loss"]
+        test["test/loss"] = at_best[loss_metric(rc.task)]
     return {"config": rc.to_dict(), "key": cfg.key(), "status": "finished", "diverged_step": None,
             "history": history, "best_epoch": best_epoch, "best": best, "test": test,
             "emb_stats_init": {}, "emb_stats_best": {}, "label": label, "src_label": None, "coverage": None,
