@@ -1,6 +1,6 @@
 """The MLflow UI as a user meets it: a real `mlflow server` on a small store written by embinit.tracking.trial_run,
 read in headless Chromium. Trials are rows of the run table (not folded under the sweep's run), their
-metrics and params are columns to pick, and "Group by" on the `embinit.init` tag gives the mean over seeds;
+metrics and params are columns to pick, and "Group by" on the `embinit.cell` tag gives the mean over seeds;
 runs read as `<label>-s<seed>` (whole, also when grouped), the sweep's run as the spec's name, the
 experiment's description as the spec's; a trial's params are the resolved config (no `None`) with the
 report's label as `init` and its model size; its Model-metrics tab, for a trial recorded by the sweep's
@@ -205,11 +205,12 @@ def test_group_by_init_shows_the_mean_over_seeds(page, server, store):
     headers = page.locator("[role=columnheader]").all_inner_texts()
     assert "test/bleu" in headers and "seed" in headers
     page.get_by_role("button", name="Group by").click()
-    page.get_by_role("menu").get_by_text("embinit.init", exact=True).click()
+    page.get_by_role("menu").get_by_text("embinit.cell", exact=True).click()
     page.keyboard.press("Escape")
-    # one group per init, two seeds each, and the mean of test/bleu over the seeds (90, 91 and 40, 41)
+    # one group per cell (init and task; no axes or search here), two seeds each, and the mean of test/bleu
+    # over the seeds (90, 91 and 40, 41)
     for group, mean in (("Xavier", "90.5"), ("Pretrained_Xavier", "40.5")):
-        page.get_by_text(f"Group: {group}", exact=True).first.wait_for(timeout=30_000)
+        page.get_by_text(f"Group: {group} (synthetic_translation)", exact=True).first.wait_for(timeout=30_000)
         page.get_by_text(f"{mean} (average)").first.wait_for(timeout=30_000)
     # the grouped rows read as label and seed, whole (not `synthetic_translation-Pre…`)
     assert _clipped_run_names(page) == {"Pretrained_Xavier-s1": False, "Pretrained_Xavier-s0": False,

@@ -130,3 +130,64 @@ def test_an_attempt_that_starts_over_gets_a_run_of_its_own(store):
     again = trial_run.TrialRun.open(uri, exp, "sweep", config(11), "k-over", "GloVe_Xavier", {}, resumed_epoch=3)
     assert again.run_id == over.run_id and again.reopened
     assert run_readers.newest_finished(run_readers.key_records(exp, uri, "k-over")) is None
+
+
+def _vectors(tmp) -> str:
+    from embinit.tasks.synthetic import LEXICON
+    path = tmp / "glove.txt"
+    path.write_text("".join(f"{w} " + " ".join(f"{(i + j) % 7 / 10:.1f}" for j in range(8)) + "\n"
+                            for i, w in enumerate(sorted(set(LEXICON.values())))))
+    return str(path)
+
+
+SIBLINGS = {   # the acceptance review's cases, at toy scale: a spec, and the names of two of its runs
+    "grid": ({"tasks": [{"task": "synthetic_classification"}], "seeds": [0, 1],
+              "search": {"method": "grid", "space": {"lr": [1.0e-4, 1.0e-3]}}},
+             ["Xavier-s0 lr=0.0001", "Xavier-s0 lr=0.001"]),
+    "table3": ({"tasks": [{"task": "synthetic_translation"}], "seeds": [0, 1],
+                "axes": {"train_embeddings": [False, True], "pos_encoding": [False, True]}},
+               ["Xavier-s0 train_embeddings=False,pos_encoding=False",
+                "Xavier-s1 train_embeddings=True,pos_encoding=False"]),
+    "oov": ({"tasks": [{"task": "synthetic_translation"}], "seeds": [0, 1],
+             "inits": [{"tgt": "glove+standardize", "src": "xavier"}], "axes": {"oov": ["xavier", "mean"]}},
+            ["GloVe_Xavier-s0 oov=xavier", "GloVe_Xavier-s0 oov=mean"]),
+    "blog": ({"tasks": [{"task": "synthetic_lm"}], "seeds": [1], "axes": {"emb_seed": [1, 2]}},
+             ["Xavier-s1 emb_seed=1", "Xavier-s1 emb_seed=2"]),
+}
+
+
+@pytest.mark.parametrize("study", sorted(SIBLINGS))
+def test_sibling_trials_have_distinct_names_and_a_cell_tag_that_pools_only_seeds(store, study, tmp_path):
+    """Found by an acceptance review: an MNLI grid had two runs named `Xavier-s0` (lr 1e-4 and 1e-3), a
+    Table 3 ablation four (its train/PE cells), an OOV study four `GloVe_Xavier-s0`, the blog two
+    `Xavier-s1` (emb_seed 1 and 2); "Group by embinit.init" pooled the grid points and cells. A run's name
+    now says its axes' and search point's values, and `embinit.cell` groups a cell's seeds, nothing more."""
+    from embinit.spec import load_spec
+    from embinit.spec.planning import plan
+    from embinit.sweep.work import work_item
+    uri, _ = store
+    data, names = SIBLINGS[study]
+    spec = load_spec({"name": f"siblings-{study}", "inits": ["xavier"], "pretrained": _vectors(tmp_path), **data})
+    exp = mlflow_store.ensure_experiment(spec.name, uri)
+    for p in plan(spec):
+        item = work_item(spec, p)
+        trial_run.TrialRun.open(uri, exp, None, item.config, item.key, item.label, item.group())
+    runs = mlflow_store.search_runs(exp, uri)
+    got = sorted(r.info.run_name for r in runs)
+    assert len(set(got)) == len(got) == len(plan(spec)), got
+    assert set(names) <= set(got), got
+    cells: dict[str, set] = {}
+    for r in runs:   # seeds pooled, grid points and cells apart
+        cells.setdefault(r.data.tags[records.CELL_TAG], set()).add(r.data.tags[records.SEED_TAG])
+    assert len(cells) == len(plan(spec)) // len(spec.seeds), cells
+    assert all(seeds == {str(s) for s in spec.seeds} for seeds in cells.values()), cells
+    task = spec.tasks[0].task
+    assert f"{names[0].replace('-s' + str(spec.seeds[0]), '')} ({task})" in cells, cells   # the name but its seed
+
+
+def test_a_name_keeps_an_optuna_points_value_short_and_a_plain_trials_name_as_before():
+    assert run_names.trial_run_name("Xavier", 0, {}, {"lr": 0.000123456789, "dropout": 0.1}) == \
+        "Xavier-s0 lr=0.000123457,dropout=0.1"
+    assert run_names.trial_run_name("GloVe_Xavier", 3, {}, {}) == "GloVe_Xavier-s3"
+    assert run_names.trial_cell("mnli", "GloVe", {"sigma": "4x"}, None) == "GloVe sigma=4x (mnli)"
+

@@ -10,16 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from embinit.task_registry import curve_metric, loss_metric
+from embinit.tracking.run_names import short
 from embinit.tracking.run_readers import metric_histories
 
 
 def setting_text(setting: str) -> str:
-    return "".join(f" {{{k}={_short(v)}}}" for k, v in json.loads(setting).items())
-
-
-def _short(value: Any, width: int = 40) -> str:
-    text = str(value)
-    return text if len(text) <= width else "…" + text[-(width - 1):]
+    return "".join(f" {{{k}={short(v)}}}" for k, v in json.loads(setting).items())
 
 
 def label_order(label: str) -> tuple:

@@ -35,6 +35,9 @@ RESULT = ("finished", "diverged")
 NODE_TAG, HOST_TAG = "embinit.node", "embinit.hostname"
 DEVICE_TAG = "embinit.device"  # where the trial trained, e.g. `cuda:0 (NVIDIA H100 80GB HBM3)` or `cpu`
 INIT_TAG = "embinit.init"  # the label again, under a name MLflow's "Group by" menu reads well
+# The label, axes' and search point's values and task as text (`run_names.trial_cell`, `GloVe lr=0.001 (mnli)`):
+# MLflow's "Group by" on it averages a grid point's or ablation cell's seeds. Runs from before it lack it.
+CELL_TAG = "embinit.cell"
 EXECUTION_TAG = "embinit.execution"  # separate | fused (the trial's result.json has the group)
 # `config.CODE_VERSION` when the run was created (in its key too, but a key cannot be read back): the
 # report says when a row pools seeds of several code versions. Runs from before the tag lack it.

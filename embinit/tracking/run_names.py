@@ -10,10 +10,38 @@ from embinit.errors import EmbinitError
 NOTE_TAG = "mlflow.note.content"  # MLflow's UI shows an experiment's (or run's) description from this tag
 
 
-def trial_run_name(label: str, seed: Any) -> str:
-    """A trial run's name: its label (the report's) and seed, e.g. `GloVe_Xavier-s0`; the label comes
-    first, so a narrow or grouped name column still shows it."""
-    return f"{label}-s{seed}"
+def trial_setting(axes: dict[str, Any] | None, point: dict[str, Any] | None) -> str:
+    """What tells a trial from its siblings of one label and seed: its axes' values, then its search
+    point's, as the `embinit.group` tag holds them, `name=value` joined by commas
+    (`train_embeddings=False,pos_encoding=True`, `lr=0.001,dropout=0.1`); empty for a trial of neither.
+    Floats to 6 significant digits (an Optuna point's `lr`), values past 40 characters cut at the front."""
+    values = {**(axes or {}), **(point or {})}
+    return ",".join(f"{k}={short(f'{v:.6g}' if isinstance(v, float) else v)}" for k, v in values.items())
+
+
+def trial_run_name(label: str, seed: Any, axes: dict[str, Any] | None = None,
+                   point: dict[str, Any] | None = None) -> str:
+    """A trial run's name: its label (the report's) and seed, then what tells it from its siblings
+    (`trial_setting`), e.g. `GloVe_Xavier-s0`, `Xavier-s0 lr=0.001`, `GloVe-s0 train_embeddings=False,
+    pos_encoding=False`; the label comes first, so a narrow or grouped name column still shows it. Only
+    the run's name: no key reads it, and runs named before the setting was added keep their names."""
+    setting = trial_setting(axes, point)
+    return f"{label}-s{seed}" + (f" {setting}" if setting else "")
+
+
+def trial_cell(task: str, label: str, axes: dict[str, Any] | None = None,
+               point: dict[str, Any] | None = None) -> str:
+    """The `embinit.cell` tag: the run's name but its seed, and the task, e.g. `GloVe lr=0.001 (mnli)`.
+    MLflow's "Group by" on it averages the seeds of each grid point and ablation cell, where
+    `embinit.init` pools them all; the label comes first, as in the name (a group's header is narrow)."""
+    setting = trial_setting(axes, point)
+    return label + (f" {setting}" if setting else "") + f" ({task})"
+
+
+def short(value: Any, width: int = 40) -> str:
+    """`value` as text, cut at the front past `width` characters (a path keeps its file name)."""
+    text = str(value)
+    return text if len(text) <= width else "…" + text[-(width - 1):]
 
 
 def trial_params(params: dict[str, str], label: str) -> dict[str, str]:

@@ -14,8 +14,10 @@ one child run per trial. A child run carries:
   `config.CODE_VERSION` its key was made with); `embinit.trainer_label` (with the result: the label of
   the init the trainer built on the target or only side) and, for a classifier, `embinit.labels` (JSON: the
   labels in the order of its outputs, a defined task's derived from its train file where not given);
-- tags `embinit.init` (= the label) and `embinit.group` for MLflow's run table: "Group by" the tag
-  `embinit.init` averages the seeds of each init;
+- tags `embinit.init` (= the label), `embinit.cell` (label, axes' and search point's values, task as text,
+  `run_names.trial_cell`) and `embinit.group` (JSON: axes, search point, selection metric) for MLflow's
+  run table: "Group by" the tag `embinit.cell` averages the seeds of each grid point and ablation cell
+  (`embinit.init` pools every point and cell of an init);
 - what the worker ran and read, set when the run is created or reopened: `mlflow.source.git.commit`
   (MLflow's own tag, the UI's "Version": the commit of the code this worker process imported,
   `embinit.tracking.provenance.process_commit`; none outside a git checkout) and `embinit.git_commits` (every
@@ -31,7 +33,8 @@ one child run per trial. A child run carries:
   key holds the id as written, whatever revision the hub served; a pinned id's revision is said
   beside), and `embinit.model_size` (JSON `d_model`, `heads` as the trainer resolved them, which the
   report compares rows by);
-- its name `<label>-s<seed>`; params: the flat config the model trains with (`TrainContext.cfg`: task
+- its name `<label>-s<seed>`, then its axes' and search point's values (`Xavier-s0 lr=0.001`,
+  `run_names.trial_run_name`); params: the flat config the model trains with (`TrainContext.cfg`: task
   defaults filled in, d_model and heads resolved against a pretrained source's D, precision as resolved;
   unset options left out), `init` = the label and `init_spec` = the init as written
   (embinit.tracking.run_names), and `model_parameters`/`trainable_parameters`, all logged when training starts
@@ -63,13 +66,13 @@ from typing import Any, Iterable
 from embinit.tracking import provenance
 from embinit.file_inputs import PREFIX, content_ids
 from embinit.tracking.mlflow_store import client, log_batch, metrics_at, retry
-from embinit.tracking.records import (BLEU_SIGNATURE_TAG, CHECKPOINT_TAG, CODE_VERSION_TAG, DATA_SOURCE_TAG,
-                                      DEVICE_TAG, ERROR_TAG, EXECUTION_TAG, GIT_COMMIT_TAG, GIT_COMMITS_TAG, GROUP_TAG,
-                                      HOST_TAG, HUB_REVISION_TAG, INIT_TAG, KEY_TAG, NODE_TAG, LABEL_TAG, LABELS_TAG,
-                                      MODEL_SIZE_TAG, PARENT_TAG, RESTARTED_TAG, RESULT, RESUMED_TAG, SEED_TAG,
-                                      SHA256_TAG, STATUS_TAG, SUPERSEDED_TAG, TASK_TAG, TRAINER_LABEL_TAG,
-                                      VERSIONS_TAG, config_tags)
-from embinit.tracking.run_names import planned_params, resolved_params, trial_params, trial_run_name
+from embinit.tracking.records import (BLEU_SIGNATURE_TAG, CELL_TAG, CHECKPOINT_TAG, CODE_VERSION_TAG,
+                                      DATA_SOURCE_TAG, DEVICE_TAG, ERROR_TAG, EXECUTION_TAG, GIT_COMMIT_TAG,
+                                      GIT_COMMITS_TAG, GROUP_TAG, HOST_TAG, HUB_REVISION_TAG, INIT_TAG, KEY_TAG,
+                                      NODE_TAG, LABEL_TAG, LABELS_TAG, MODEL_SIZE_TAG, PARENT_TAG, RESTARTED_TAG,
+                                      RESULT, RESUMED_TAG, SEED_TAG, SHA256_TAG, STATUS_TAG, SUPERSEDED_TAG,
+                                      TASK_TAG, TRAINER_LABEL_TAG, VERSIONS_TAG, config_tags)
+from embinit.tracking.run_names import planned_params, resolved_params, trial_cell, trial_params, trial_run_name
 from embinit.tracking.run_readers import key_records, metric_history
 
 # Embedding statistics kept as metrics (Table 2's columns, read by the reproduction); the rest of the
@@ -129,7 +132,9 @@ class TrialRun:
                        artifacts_via=artifacts_via, label=label, logged_params=run.data.params,
                        held={m.key: m.step for m in run.data.to_proto().metrics})
         from embinit.config import CODE_VERSION
+        axes, point = group.get("axes"), group.get("point")
         tags = {KEY_TAG: key, LABEL_TAG: label, INIT_TAG: label, TASK_TAG: config["task"],
+                CELL_TAG: trial_cell(config["task"], label, axes, point),
                 SEED_TAG: str(config["seed"]),
                 STATUS_TAG: "running", **config_tags(config),
                 GROUP_TAG: json.dumps(group, sort_keys=True, default=str), CODE_VERSION_TAG: CODE_VERSION,
@@ -138,7 +143,8 @@ class TrialRun:
             tags[PARENT_TAG] = parent_id
         if superseded:
             tags[RESTARTED_TAG] = superseded
-        run = retry(lambda: c.create_run(exp_id, run_name=trial_run_name(label, config["seed"]), tags=tags))
+        name = trial_run_name(label, config["seed"], axes, point)
+        run = retry(lambda: c.create_run(exp_id, run_name=name, tags=tags))
         if superseded:
             _close_superseded(c, superseded, run.info.run_id)
         return cls(uri, run.info.run_id, checkpoint_tagged=False, artifact_uri=run.info.artifact_uri,
