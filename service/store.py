@@ -37,7 +37,9 @@ from service.specs import api_terms
 # 10: rows carry `one_epoch` (seeds trained for a single epoch), which no longer count as still improving.
 # 11: translation rows carry `tables` (target and source init where the source table's differs; CSV
 #     `source_init`, a markdown note, the LaTeX caption).
-REPORT_VERSION = 11
+# 12: rows carry `eval_split_note` (CSV too, with a note): a language model's `val/*` measured on another split
+#     (`extras: {eval_split: test}`: val/* is the test split, and there is no separate test split).
+REPORT_VERSION = 12
 
 
 def absolute_sqlite_uri(url: str) -> str:

@@ -186,3 +186,25 @@ def test_a_translation_init_whose_source_table_is_another_init_says_so_in_every_
     assert {r["init"]: r["source_init"] for r in rows} == {"Xavier": "", "GloVe": "xavier"}
     assert "GloVe on multi30k: source xavier" in report.to_latex()
     assert "Source" not in _report(trials[:3]).to_markdown() + _report(trials[:3]).to_latex()
+
+
+def test_a_language_model_validated_on_the_test_split_says_so_also_for_runs_recorded_before():
+    """`extras: {train_split: valid, eval_split: test}` (the offline blog spec): val/* is the test split and
+    there is no test/ppl. The report said only "logged no value"; it now says which split val/* is, read
+    from the config every run records (runs from before the run's description say it too)."""
+    extras = {"train_split": "valid", "eval_split": "test"}
+    trials = [TrialRecord(f"k{s}", f"k{s}", "wikitext2", "Xavier", "finished",
+                          {"task": "wikitext2", "init": "xavier", "seed": s, "extras": extras},
+                          {"axes": {}, "point": {}, "selection": ["val/ppl", "min"]},
+                          {"best_epoch": 3, "best/val/ppl": 40.0 + s}, s, start_ms=s) for s in (0, 1)]
+    report = _report(trials)
+    said = "val/* is the test split (eval_split: test); no separate test split"
+    (row,) = report.rows
+    assert (row["metric"], row["n"], row["no_value"], row["eval_split_note"]) == ("test/ppl", 0, 2, said)
+    md = report.to_markdown()
+    assert f"- wikitext2 Xavier (test/ppl): 2 finished seed(s) logged no value of it: {said}" in md
+    assert f"- wikitext2 Xavier: {said}" in md
+    (line,) = csv.DictReader(io.StringIO(report.to_csv()))
+    assert line["eval_split_note"] == said
+    plain = _report([_trial("p0", "Xavier", 0, {"test/ppl": 30.0}, task="wikitext2")])
+    assert plain.rows[0]["eval_split_note"] is None and "Validated on another split" not in plain.to_markdown()

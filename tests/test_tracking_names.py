@@ -191,3 +191,52 @@ def test_a_name_keeps_an_optuna_points_value_short_and_a_plain_trials_name_as_be
     assert run_names.trial_run_name("GloVe_Xavier", 3, {}, {}) == "GloVe_Xavier-s3"
     assert run_names.trial_cell("mnli", "GloVe", {"sigma": "4x"}, None) == "GloVe sigma=4x (mnli)"
 
+
+def _wikitext_without_train(folder):
+    """A WikiText-2 copy without its train file, as the offline blog spec reads (valid and test only): the
+    spec's `data_dir` holds a folder per task."""
+    (folder / "wikitext2").mkdir(parents=True)
+    words = "the cat sat on a mat and the dog ran to the red door".split()
+    for split, shift in (("valid", 0), ("test", 3)):
+        lines = [" ".join(words[(i + j + shift) % len(words)] for j in range(12)) for i in range(40)]
+        (folder / "wikitext2" / f"wiki.{split}.tokens").write_text("\n".join(lines) + "\n")
+    return str(folder)
+
+
+def test_a_language_model_validated_on_the_test_split_says_so_in_its_run_and_the_report(store, tmp_path):
+    """Found by an acceptance review: a trial with `extras: {eval_split: test}` (the offline blog spec)
+    logged the test split as `val/ppl`, and `embinit report` showed test/ppl with n=0, "logged no value",
+    never saying that val/* is the test split. The names stay (the trainer selects on `val/ppl`; readers
+    of existing runs read it); the run's description and the report say which split it is."""
+    from ray import tune
+
+    from embinit.spec import load_spec
+    from embinit.sweep.trainable import train_unit
+    from embinit.sweep.work import SweepContext, units_to_run
+    from embinit.report.table import build_report
+    uri, _ = store
+    spec = load_spec({"name": "lm-on-test", "tasks": [{
+        "task": "wikitext2", "tokenizer": "whitespace", "epochs": 1, "batch_size": 4, "d_model": 16, "heads": 2,
+        "layers": 1, "ff_dim": 16, "max_len": 16, "extras": {"train_split": "valid", "eval_split": "test"}}],
+        "inits": ["xavier"], "seeds": [0], "data_dir": _wikitext_without_train(tmp_path / "wiki"),
+        "cache_dir": str(tmp_path / "cache"), "resources": {"cpus": 1},
+        "mlflow": {"tracking_uri": uri, "log_checkpoint": False, "log_plots": False}})
+    exp = mlflow_store.ensure_experiment(spec.experiment_name(), uri)
+    parent = run_writers.start_parent_run(exp, uri, spec.spec_hash(), spec.to_yaml(), 1, run_name=spec.name)
+    units, _ = units_to_run(spec, set())
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(tune, "report", lambda metrics, checkpoint=None: None)
+        mp.setattr(tune, "get_checkpoint", lambda: None)
+        train_unit({"unit": 0}, SweepContext(uri, exp, parent, log_checkpoint=False, log_plots=False,
+                                             cache_dir=spec.cache_dir), units)
+    (run,) = [r for r in mlflow_store.search_runs(exp, uri) if records.KEY_TAG in r.data.tags]
+    said = "val/* is the test split (eval_split: test); no separate test split"
+    assert run.data.tags[records.STATUS_TAG] == "finished", run.data.tags.get(records.ERROR_TAG)
+    assert "best/val/ppl" in run.data.metrics and "test/ppl" not in run.data.metrics   # as before
+    assert run.data.tags[run_names.NOTE_TAG] == said                   # the run's description in the UI
+    report = build_report(spec.experiment_name(), tracking_uri=uri)
+    (row,) = report.rows
+    assert (row["metric"], row["n"], row["no_value"], row["eval_split_note"]) == ("test/ppl", 0, 1, said)
+    md = report.to_markdown()
+    assert f"- wikitext2 Xavier (test/ppl): 1 finished seed(s) logged no value of it: {said}" in md
+    assert f"- wikitext2 Xavier: {said}" in md

@@ -1,9 +1,9 @@
 """The report's row names and the notes under its table: rows still improving at their last epoch, rows
 whose interval is cut at the metric's range, rows some of whose finished seeds logged a non-finite value
-or none (left out of their numbers), trials at the search points a row does not report, rows pooling
-seeds of several code versions, numbers selected on the dev set they are reported on, translation rows
-whose source table has another init than the target table the label names, trials MLflow says are
-running whose sweep is gone."""
+or none (left out of their numbers), rows whose `val/*` is another split (a language model's test split),
+trials at the search points a row does not report, rows pooling seeds of several code versions, numbers
+selected on the dev set they are reported on, translation rows whose source table has another init than
+the target table the label names, trials MLflow says are running whose sweep is gone."""
 
 from __future__ import annotations
 
@@ -71,9 +71,18 @@ def no_value_notes(rows: list[dict[str, Any]]) -> list[str]:
     is measured on; no finite validation value at any epoch, so no best epoch and no test metrics): they
     are not in its n, mean or comparison."""
     notes = [f"- {r['task']} {row_name(r)} ({r['metric']}): {r['no_value']} finished seed(s) logged no value of it"
-             for r in rows if r.get("no_value")]
+             + (f": {r['eval_split_note']}" if r.get("eval_split_note") else "") for r in rows if r.get("no_value")]
     return ["", "Left out of n, the mean and the comparison (finished without a value: no split the metric is "
             "measured on, or no finite validation value at any epoch, so no best epoch):", *notes] if notes else []
+
+
+def eval_split_notes(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per row (not per metric) whose `val/*` metrics were measured on another split than the
+    task's validation split (a language model's `extras: {eval_split: test}`, `tasks.raw.eval_split_note`):
+    its `best/val/*` and `selected/val/*` are that split's numbers, selected on it, and it may have no `test/*`."""
+    notes = {f"- {r['task']} {row_name(r)}: {r['eval_split_note']}": None for r in rows if r.get("eval_split_note")}
+    return ["", "Validated on another split than the task's own (the metrics keep the name `val/*`; their "
+            "epochs were selected on that split):", *notes] if notes else []
 
 
 def other_point_notes(rows: list[dict[str, Any]]) -> list[str]:

@@ -27,6 +27,7 @@ from embinit.comparison import no_spread, t_quantile
 from embinit.config import TrialConfig, metric_range
 from embinit.tracking.records import RESULT, TrialRecord
 from embinit.report.notes import DEV_SELECTED, selected_on_dev
+from embinit.tasks.raw import eval_split_note
 
 
 def summarize(values: list[float], bounds: tuple[float, float] = (-math.inf, math.inf)) -> dict[str, Any]:
@@ -170,6 +171,8 @@ def group_rows(gkey: tuple, members: list[_Trial], rows: list, run_ids: dict) ->
               "all_points": _counts(members)}
     like = report_baseline.basis(_setting(members[0])) if members else None   # what a baseline must share
     tables = source_table(members[0]) if members else None
+    # which split val/* is, where not the task's own (one per group: extras are part of its setting)
+    split_note = eval_split_note(_resolved(members[0]).get("extras")) if members else None
     entry = task_defs.entry_of(task, json.loads(setting).get("task_def"))
     for metric in entry.reported if entry is not None else []:
         finished = [t for t in chosen if t.status == "finished"]
@@ -186,7 +189,7 @@ def group_rows(gkey: tuple, members: list[_Trial], rows: list, run_ids: dict) ->
                      "best_at_last_epoch": at_last, "still_improving": bool(ok) and at_last > len(ok) / 2,
                      "one_epoch": one_epoch,
                      **counts, "non_finite": len(logged) - len(ok), "no_value": len(finished) - len(logged),
-                     "code_versions": _versions(ok), "tables": tables,
+                     "code_versions": _versions(ok), "tables": tables, "eval_split_note": split_note,
                      "_basis": like})
     return [{"task": task, "init": label, "run_id": t.run_id, "reason": failure_reason(t.error)} for t in bad]
 

@@ -30,9 +30,9 @@ from embinit.comparison import t_quantile
 from embinit.report.formatting import digits_by_metric, interval, number
 from embinit.tracking.records import TrialRecord
 from embinit.report.baseline import DEFAULT_BASELINE
-from embinit.report.notes import (clipped_notes, code_version_notes, dev_selection_notes, no_value_notes,
-                                  non_finite_notes, other_point_notes, row_name, source_table_notes, stale_notes,
-                                  unconverged_notes)
+from embinit.report.notes import (clipped_notes, code_version_notes, dev_selection_notes, eval_split_notes,
+                                  no_value_notes, non_finite_notes, other_point_notes, row_name, source_table_notes,
+                                  stale_notes, unconverged_notes)
 from embinit.report.plots import label_order, mean_curves
 from embinit.report.rows import group, group_rows, summarize
 
@@ -64,7 +64,7 @@ class Report:
         cols = ["task", "init", "axes", "setting", "point", "metric", "split", "mean", "std", "n", "ci95", "ci_low",
                 "ci_high", "best_epoch", "best_at_last_epoch", "one_epoch", "diverged", "non_finite", "no_value",
                 "failed", "running", "never_started", "failure_reasons", "failed_all_points", "diverged_all_points",
-                "running_all_points", "code_versions", "source_init", *report_baseline.CSV_COLUMNS]
+                "running_all_points", "code_versions", "source_init", "eval_split_note", *report_baseline.CSV_COLUMNS]
         w = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore")
         w.writeheader()
         for r in self.rows:
@@ -90,7 +90,7 @@ class Report:
                          f"{r['diverged']} | {r['failed']} | {r['running']} |")
         lines += coverage.markdown(self.completeness) + stale_notes(self.stale)
         lines += unconverged_notes(self.rows) + clipped_notes(self.rows, digits)
-        lines += non_finite_notes(self.rows) + no_value_notes(self.rows)
+        lines += non_finite_notes(self.rows) + no_value_notes(self.rows) + eval_split_notes(self.rows)
         lines += other_point_notes(self.rows)
         lines += code_version_notes(self.rows) + dev_selection_notes(self.rows) + source_table_notes(self.rows)
         lines += report_baseline.markdown(self.rows, self.baseline, row_name)

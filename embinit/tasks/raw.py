@@ -52,6 +52,22 @@ def lm_split_map(task: str, stream: bool, train_split: str | None, eval_split: s
     return mapping
 
 
+def eval_split_note(extras: dict | None) -> str | None:
+    """What a language-model trial's `val/*` metrics were measured on, said where it is not the task's
+    validation split: `val/* is the test split (eval_split: test)`, with `; no separate test split` where
+    `lm_split_map` leaves none (`train_split: valid, eval_split: test`: `test/*` is never logged). The
+    metric names stay `val/*` whatever the split (the trainer selects on them, readers of existing runs
+    read them); the trial's run and the report say this instead. None for the default split."""
+    extras = extras or {}
+    evals = extras.get("eval_split")
+    if evals in (None, "valid"):
+        return None
+    train = extras.get("train_split") or "train"
+    rest = [s for s in LM_SPLITS if s not in (train, evals)]
+    note = f"val/* is the {evals} split (eval_split: {evals})"
+    return note if rest == ["test"] else note + "; no separate test split"
+
+
 def label_id(value: str, layout: Layout, where: str) -> int:
     """A label as written in the data -> its id; unknown values are an error naming the valid ones."""
     try:

@@ -18,6 +18,9 @@ one child run per trial. A child run carries:
   `run_names.trial_cell`) and `embinit.group` (JSON: axes, search point, selection metric) for MLflow's
   run table: "Group by" the tag `embinit.cell` averages the seeds of each grid point and ablation cell
   (`embinit.init` pools every point and cell of an init);
+- for a language-model trial validated on another split than its own (`extras: {eval_split: test}`), the
+  run's description (MLflow's `mlflow.note.content`) says so: `val/* is the test split (eval_split: test);
+  no separate test split` (`tasks.raw.eval_split_note`; its metrics keep their names);
 - what the worker ran and read, set when the run is created or reopened: `mlflow.source.git.commit`
   (MLflow's own tag, the UI's "Version": the commit of the code this worker process imported,
   `embinit.tracking.provenance.process_commit`; none outside a git checkout) and `embinit.git_commits` (every
@@ -65,6 +68,7 @@ from typing import Any, Iterable
 
 from embinit.tracking import provenance
 from embinit.file_inputs import PREFIX, content_ids
+from embinit.tasks.raw import eval_split_note
 from embinit.tracking.mlflow_store import client, log_batch, metrics_at, retry
 from embinit.tracking.records import (BLEU_SIGNATURE_TAG, CELL_TAG, CHECKPOINT_TAG, CODE_VERSION_TAG,
                                       DATA_SOURCE_TAG, DEVICE_TAG, ERROR_TAG, EXECUTION_TAG, GIT_COMMIT_TAG,
@@ -72,7 +76,8 @@ from embinit.tracking.records import (BLEU_SIGNATURE_TAG, CELL_TAG, CHECKPOINT_T
                                       NODE_TAG, LABEL_TAG, LABELS_TAG, MODEL_SIZE_TAG, PARENT_TAG, RESTARTED_TAG,
                                       RESULT, RESUMED_TAG, SEED_TAG, SHA256_TAG, STATUS_TAG, SUPERSEDED_TAG,
                                       TASK_TAG, TRAINER_LABEL_TAG, VERSIONS_TAG, config_tags)
-from embinit.tracking.run_names import planned_params, resolved_params, trial_cell, trial_params, trial_run_name
+from embinit.tracking.run_names import (NOTE_TAG, planned_params, resolved_params, trial_cell, trial_params,
+                                        trial_run_name)
 from embinit.tracking.run_readers import key_records, metric_history
 
 # Embedding statistics kept as metrics (Table 2's columns, read by the reproduction); the rest of the
@@ -143,6 +148,8 @@ class TrialRun:
             tags[PARENT_TAG] = parent_id
         if superseded:
             tags[RESTARTED_TAG] = superseded
+        if note := eval_split_note(config.get("extras")):
+            tags[NOTE_TAG] = note   # the run's description in MLflow's UI: which split `val/*` is
         name = trial_run_name(label, config["seed"], axes, point)
         run = retry(lambda: c.create_run(exp_id, run_name=name, tags=tags))
         if superseded:
