@@ -26,7 +26,7 @@ def _mnli_trial(uri, exp, label, lr, seed, matched):
     group = {"axes": {}, "point": {"lr": lr}, "selection": ["val/acc_matched", "max"]}
     run = trial_run.TrialRun.open(uri, exp, None, cfg, f"{label}-{lr}-{seed}", label, group)
     best = {"val/acc_matched": matched, "val/acc_matched_epoch": 3, "val/acc_mismatched": matched - 0.01,
-            "val/acc_mismatched_epoch": 4}
+            "val/acc_mismatched_epoch": 4, "val/loss_matched": 2.0 - matched, "val/loss_matched_epoch": 3}
     run.finish({"status": "finished", "history": [{"epoch": 1, "val/loss_matched": 0.9}], "test": {},
                 "best": best, "best_epoch": 3,
                 "emb_stats_init": {"emb/min": -1.0, "emb/max": 1.0, "emb/mean": 0.0, "emb/std": 0.5,
@@ -87,3 +87,14 @@ def test_the_mnli_block_shows_matched_and_mismatched_beside_the_papers(grid):
         pytest.approx(58.0), 2, 58.2, 1.2, 7.5)
     reported = {r["init"]: r for r in build_report("mnli-grid", uri).rows if r["metric"] == "best/val/acc_mismatched"}
     assert mm["mean"] == pytest.approx(100 * reported["GloVe"]["mean"])
+
+
+def test_the_mnli_block_shows_the_matched_validation_loss_it_logs(grid):
+    """MNLI logs its loss per split (best/val/loss_matched), never best/val/loss: the block's loss column
+    showed "—" and the findings' loss comparisons had no values."""
+    _, rep, text = grid
+    table1 = text[text.index("## Table 1"):text.index("## Table 2")]
+    assert "best val. matched loss (σ) |" in table1
+    assert "| GloVe_Xavier | 60.9 (0.0) | 4.0 | 63.50 (0.71) | 2 | [57.15, 69.85] | 3.0 | 1.365 (0.007) |" in table1
+    losses = [f["loss"] for f in rep.exports["findings"] if f.get("task") == "mnli" and "loss" in f]
+    assert [x["n"] for x in losses].count((2, 2)) >= 2   # before: no seed had a value, (0, 0)

@@ -16,7 +16,7 @@ from embinit.tracking import mlflow_store, records, run_readers
 from embinit.config import metric_range
 from embinit.errors import EmbinitError
 from embinit.report.rows import best_point
-from embinit.task_registry import primary_metric, reported_metrics
+from embinit.task_registry import loss_metric, primary_metric, reported_metrics
 from embinit.reproduction.inputs import Group, Inputs, Trial, load_trials, role_of
 from embinit.tracking.run_records import AnalogyRun
 
@@ -84,7 +84,15 @@ class ReproductionData:
         """(metric, its name, scale to the paper's units) of the task's Table-1 metric, or of `m`."""
         m = m or primary_metric(task)
         split = next((f"{s} " for s in ("matched", "mismatched") if m.endswith(f"_{s}")), "")
+        if "loss" in m:
+            return m, f"best val. {split}loss", 1.0
         return (m, "test BLEU", 1.0) if "bleu" in m else (m, f"best val. {split}accuracy (%)", 100.0)
+
+    @staticmethod
+    def loss(task: str) -> str:
+        """The task's best validation loss: on the split it selects its best epoch on (MNLI's is per split:
+        best/val/loss_matched; it logs no best/val/loss)."""
+        return "best/" + loss_metric(task)
 
     @staticmethod
     def other_metrics(task: str) -> list[str]:

@@ -137,12 +137,12 @@ def findings_section(rep: ReproductionData) -> Section:
         c = paired(_by_seed(rep, g, a, m, scale), _by_seed(rep, g, b, m, scale))
         eff = paper_effect(g, a, b)
         v = verdict(c, expected, tolerate, eff)
-        lc = paired(_by_seed(rep, g, a, "best/val/loss"), _by_seed(rep, g, b, "best/val/loss"))
+        lc = paired(_by_seed(rep, g, a, rep.loss(g.task)), _by_seed(rep, g, b, rep.loss(g.task)))
         leff = paper_effect(g, a, b, loss=True)
         lv = verdict(lc, -expected, tolerate, leff)   # lower loss is better
         names = (name(g, a), name(g, b))
         q = _qualified(rep, g, a, b, m, c, v, names, expected)   # a side that lost seeds to divergence is not favoured
-        lq = _qualified(rep, g, a, b, "best/val/loss", lc, lv, names, expected)
+        lq = _qualified(rep, g, a, b, rep.loss(g.task), lc, lv, names, expected)
         gap = budget_gap(rep, g)
         out.append({"finding": f, "claim": f"{claim} ({g.task})", "task": g.task, "a": name(g, a),
                     "b": name(g, b), "metric": mname, **c, "paper_effect": eff, **q,

@@ -95,7 +95,7 @@ def table1(rep: ReproductionData) -> Section:
         s.lines += ["", f"**{g.task}, {block}; {mname}; MLflow experiment "
                     f"`{g.experiment}`**", "",
                     "| init | paper mean (σ) | paper epoch | here mean (σ) | n | 95% CI | best epoch | "
-                    "best val. loss (σ) | failed | diverged |", "|---" * 10 + "|"]
+                    f"{rep.metric(g.task, rep.loss(g.task))[1]} (σ) | failed | diverged |", "|---" * 10 + "|"]
         first = len(rows)
         for role in ROLES:
             slots = rep.seed_slots(g, role)   # one run per seed, as `embinit report` counts them
@@ -106,7 +106,7 @@ def table1(rep: ReproductionData) -> Section:
                 continue
             st = summarize(rep.scaled(g, role), rep.bounds(g.task))
             ep = summarize(rep.values(trials, "best_epoch"), metric_range("best_epoch"))
-            vl = summarize(rep.values(trials, "best/val/loss"), metric_range("best/val/loss"))
+            vl = summarize(rep.values(trials, rep.loss(g.task)), metric_range("best/val/loss"))
             p = ref.get(role)
             label = ROLE_TEXT[role].format(p=g.source)
             s.lines.append(f"| {label} | {'—' if p is None else f'{p[0]} ({p[1]})'} | "
