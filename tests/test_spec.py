@@ -511,3 +511,15 @@ def test_an_unknown_oov_rule_and_a_pretrained_path_no_init_reads_are_refused():
                                 {"tgt": "glove", "pretrained": "/g.txt", "src_pretrained": "/h.txt"}]})
     assert "'/g.txt' is set but the init 'xavier' draws from no pretrained source" in found["inits[0].pretrained"]
     assert "there is no `src` init" in found["inits[1].src_pretrained"]
+
+
+def test_a_source_sides_own_oov_rule_is_refused_not_ignored():
+    """A trial has one `oov`, for both tables, taken from the target side: a source side's other rule was
+    silently dropped (its trials filled the German table's rows by the target's rule)."""
+    spec = base(tasks=["multi30k"], pretrained={"glove": "/g.txt"})
+    bad = {**spec, "inits": [{"tgt": {"source": "glove"}, "src": {"source": "glove", "oov": "zeros"}}]}
+    with pytest.raises(SpecError) as e:
+        load_spec(bad)
+    assert e.value.problems[0][0] == "inits[0].src.oov" and "one OOV rule" in e.value.problems[0][1]
+    same = {**spec, "inits": [{"tgt": {"source": "glove", "oov": "zeros"}, "src": {"source": "glove", "oov": "zeros"}}]}
+    assert {p.config["oov"] for p in load_spec(same).plan()} == {"zeros"}

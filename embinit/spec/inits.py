@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from embinit.errors import EmbinitError
 from embinit.init.registry import (DEFAULT_OOV, SOURCE_FAMILIES, InitSpecError, oov_applies, parse_init_spec,
@@ -88,6 +88,19 @@ class InitEntry(_Strict):
             raise InitFieldError(str(e), field) from None
         if isinstance(v, str) and not v.strip():
             raise ValueError("an init spec must not be empty")
+        return v
+
+    @field_validator("src")
+    @classmethod
+    def _one_oov_rule(cls, v, info: ValidationInfo):
+        """A trial has one OOV rule (`oov`), for both tables: the target side's. A source side's own rule
+        that differs would be ignored, so it is refused."""
+        tgt = info.data.get("tgt")
+        own = v.get("oov") if isinstance(v, dict) else None
+        if own is not None and own != (tgt.get("oov") if isinstance(tgt, dict) else None):
+            raise InitFieldError(f"oov {own!r} on the source side: a trial has one OOV rule, for both tables; "
+                                 "give it on the target side (`tgt: {..., oov: ...}`) or as the task's `oov`",
+                                 "oov")
         return v
 
     def tgt_str(self) -> str:
