@@ -46,6 +46,25 @@ def test_an_init_named_as_written_in_the_spec_keeps_the_spec_s_entry(tmp_path):
     assert load_spec(path, ["inits=glove+shuffle"]).plan()[0].config["src_init"] is None   # not in the spec
 
 
+def test_an_init_is_selected_by_its_exact_label_else_by_its_init_string(tmp_path):
+    """`inits=glove` also kept `{source: glove, oov: zeros}` (labelled `GloVe oov=zeros`) and an entry the
+    spec labels `mine` whose init is GloVe, and `inits=GloVe oov=zeros` named no entry (then failed as an
+    init spec): a label selects exactly the entry of that label; an init string, with no entry of that
+    label, the entries whose target side is that init."""
+    path = tmp_path / "s.yaml"
+    path.write_text("name: t\ntasks: [sst2]\npretrained: {glove: /g.txt}\nseeds: 1\ninits:\n  - xavier\n"
+                    "  - glove\n  - {source: glove, oov: zeros}\n  - {tgt: {source: glove, oov: mean}, label: mine}\n")
+    full = {p.label: p.key for p in load_spec(path).plan()}
+    for names, labels in (("glove", ["GloVe"]), ("GloVe oov=zeros", ["GloVe oov=zeros"]), ("MINE", ["mine"]),
+                          ("mine,glove", ["mine", "GloVe"])):
+        plan = load_spec(path, [f"inits={names}"]).plan()
+        assert [p.label for p in plan] == labels, names
+        assert all(p.key == full[p.label] for p in plan), names
+    path.write_text("name: t\ntasks: [sst2]\npretrained: {glove: /g.txt}\nseeds: 1\ninits:\n  - xavier\n"
+                    "  - {source: glove, oov: zeros}\n  - {source: glove, oov: mean}\n")
+    assert [p.label for p in load_spec(path, ["inits=glove"]).plan()] == ["GloVe oov=zeros", "GloVe oov=mean"]
+
+
 def test_bad_overrides_are_named_with_every_problem():
     with pytest.raises(SpecError) as e:
         load_spec(QUICK, ["epoch=2", "lr"])

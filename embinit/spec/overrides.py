@@ -3,8 +3,9 @@ style of torchtune's `key=value` arguments: shrink a study to smoke-test it with
 
 - a hyperparameter (`epochs`, `lr`, `d_model`, ...: `config.HYPERPARAMETERS`) is set for every task: in
   `defaults` and in each task entry that fixes it;
-- `inits=a,b` / `tasks=a,b` keep the spec's entries of those names (an init by its label or its init
-  spec, case-insensitive; a task by its name), in that order; a name the spec lacks is added as written;
+- `inits=a,b` / `tasks=a,b` keep the spec's entries of those names (an init by its label, exactly, or
+  else by its init spec, case-insensitive; a task by its name), in that order; a name the spec lacks is
+  added as written;
 - `seeds=2` (a count), `seeds=0,3` or `seeds=[0,3]`; `name` and `mlflow.experiment` must not be empty;
   any other spec field by name or dotted path
   (`search.num_samples=2`, `mlflow.experiment=try`).
@@ -93,25 +94,40 @@ def _entry_names(entry: Any) -> set[str]:
     return names
 
 
-def _label(entry: Any) -> str | None:
-    """The paper label the spec gives an init entry, if it can say it without the init registry."""
-    from embinit.init.registry import parse_init_spec   # no torch
+def _labels(entry: Any) -> set[str]:
+    """The labels (lower case) an init entry's trials take (`InitEntry.label_for`: with and without a
+    source table), empty when the entry alone does not validate (validation names its problem later)."""
+    from embinit.spec.inits import InitEntry   # no torch
     try:
-        side = entry.get("tgt", entry) if isinstance(entry, dict) else entry
-        return parse_init_spec(side).label.lower()
-    except Exception:  # a structured translation entry the parser does not take alone: names suffice
+        init = InitEntry.model_validate(InitEntry.shorthand(entry))
+    except Exception:
+        return set()
+    return {init.label_for(True).lower(), init.label_for(False).lower()}
+
+
+def _init(entry: Any) -> str | None:
+    """The canonical init string (`glove+standardize`) of a name or of an entry's target side, if it is one."""
+    from embinit.spec.inits import init_string   # no torch
+    try:
+        side = entry.get("tgt", entry) if isinstance(entry, dict) and {"tgt", "src"} & set(entry) else entry
+        return init_string(side)
+    except Exception:  # not an init spec (a task's entry, a label): other names suffice
         return None
 
 
 def select(entries: list[Any], wanted: list[str]) -> list[Any]:
     """The spec's entries named in `wanted`, in that order; unknown names as written (validated later).
-    A name is an entry's label (`glove_xavier`), or an init written as its label reads
-    (`glove+standardize` is GloVe_Xavier: the spec's entry of that label, with its source side, not a bare
-    init of the same label that would also initialize the source table), else a name the entry gives."""
+    A name is, first, the label an entry's trials take (`glove_xavier`, `GloVe oov=zeros`): exactly the
+    entry of that label, so `glove` is the plain GloVe entry, not also `{source: glove, oov: zeros}`, whose
+    label is `GloVe oov=zeros`; else an init string: the entries whose target side is that init
+    (`glove+standardize` is the spec's `{tgt: glove+standardize, src: xavier}`, with its source side, not a
+    bare init that would also initialize the source table; `glove` with no GloVe-labelled entry: each GloVe
+    entry, whatever its OOV rule); else a name the entry gives (a task's)."""
     out = []
     for name in wanted:
-        named = {name.lower(), _label(name)} - {None}
-        hit = [e for e in entries if _label(e) in named]   # a label first: `glove` is not GloVe_Xavier
+        init = _init(name)
+        hit = [e for e in entries if name.lower() in _labels(e)]
+        hit = hit or [e for e in entries if init is not None and _init(e) == init]
         hit = hit or [e for e in entries if name.lower() in _entry_names(e)]
         out += hit or [name]
     return out
