@@ -196,3 +196,25 @@ def test_src_pretrained_defaults_to_pretrained_for_a_pretrained_source_init(tmp_
     assert as_spec(both)["inits"][0]["src_pretrained"] == str(tmp_path / "g.txt")
     assert "src_pretrained" not in as_spec(cfg("--init", "glove", "--src-init", "xavier"))["inits"][0]
     check_args(cfg("--init", "glove", "--src-init", "xavier"))
+
+
+@pytest.mark.slow
+def test_train_says_an_oov_rule_does_not_apply_to_a_table_without_missing_rows(tmp_path, capsys):
+    """`embinit train --init xavier --oov zeros` (and glove+match) said nothing: the rule changes no row,
+    the trial is the default rule's. It says so on stderr as `embinit embeddings stats` does; the trial
+    and its key are unchanged."""
+    from embinit.config import TrialConfig
+    from embinit.init import testing as tt
+    vectors = tt.write_text(tmp_path / "v.txt", tt.word_vectors(["the", "a", "dog"], dim=32))
+    argv = ["train", "--task", "synthetic_classification", "--epochs", "1", "--max-train-examples", "64",
+            "--threads", "1", "--quiet", "--json", "--cache-dir", str(tmp_path / "c")]
+    for init, label in (("xavier", "Xavier"), ("glove+match", "Xavier_GloVe")):
+        extra = ["--init", init, "--pretrained", str(vectors)] if init != "xavier" else ["--init", init]
+        assert main(argv + extra + ["--oov", "zeros"]) == 0
+        captured = capsys.readouterr()
+        assert f"note: --oov zeros does not apply to {label} ({init}): no row of its table" in captured.err
+        plain = TrialConfig(task="synthetic_classification", init=init, epochs=1, max_train_examples=64, threads=1,
+                            pretrained=str(vectors) if init != "xavier" else None)   # no --oov: the default rule
+        assert json.loads(captured.out)["key"] == plain.key()
+    assert main(argv + ["--init", "glove", "--pretrained", str(vectors), "--oov", "zeros"]) == 0
+    assert "does not apply" not in capsys.readouterr().err

@@ -36,6 +36,17 @@ def _fmt(value) -> str:
     return str(value)
 
 
+def oov_note(rule: str, inits: list, same: str) -> str:
+    """The note that `--oov RULE` changes nothing for `inits` (init specs none of whose tables has a row an
+    OOV rule fills, `oov_applies`); `same`: what stays the same whatever the rule ("the table")."""
+    from embinit.init.registry import parse_init_spec   # no torch
+    specs = [parse_init_spec(init) for init in inits]
+    names = ", ".join(dict.fromkeys(f"{s.label} ({s})" for s in specs))
+    tables = "its table" if len(specs) == 1 else "their tables"
+    return (f"note: --oov {rule} does not apply to {names}: no row of {tables} is left for an OOV rule (a random "
+            f"init draws every row, match replaces every row); {same} is the same whatever the rule")
+
+
 def run_stats(args) -> int:
     from embinit.init import build_table, parse_init_spec
     from embinit.init.registry import oov_applies
@@ -50,9 +61,7 @@ def run_stats(args) -> int:
     res = build_table(spec, vocab, dim=args.dim, seed=args.seed, pretrained=args.pretrained, oov=args.oov,
                       cache_dir=args.cache_dir, pe=pe)
     if args.oov and not oov_applies(spec):   # a known rule (build_table refuses others) that changes nothing
-        print(f"note: --oov {args.oov} does not apply to {spec.label} ({spec}): no row of its table is left for an "
-              f"OOV rule (a random init draws every row, match replaces every row); the table is the same "
-              f"whatever the rule", file=sys.stderr)
+        print(oov_note(args.oov, [spec], "the table"), file=sys.stderr)
     stats = embedding_stats(res.table, pe_length=pe.positions, pe_base=pe.base, coverage=res.coverage)
     if args.json:
         print(json.dumps({"init": str(spec), "label": res.label, "rows": len(vocab), "dim": res.dim,

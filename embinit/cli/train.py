@@ -308,9 +308,19 @@ def run(args) -> int:
         raise EmbinitError("--tracking-uri names the store of --from-run's run; give --from-run RUN_ID too")
     cfg = config_from_args(args)
     check_args(cfg)
+    _say_oov_moot(args, cfg)
     result = _train(args, cfg)
     print(result.to_json(indent=2) if args.json else summary(result))
     return 0
+
+
+def _say_oov_moot(args, cfg) -> None:
+    """A note on stderr when --oov changes no table of the trial (a random init's, a `match`ed one's), as
+    `embinit embeddings stats` says it: the trial and its key are those of the default rule."""
+    if args.oov and not cfg.oov_applies():
+        from embinit.cli.embeddings import oov_note
+        inits = [cfg.init] + ([cfg.src_init] if cfg.src_init else [])
+        print(oov_note(args.oov, inits, "the trial (and its key)"), file=sys.stderr, flush=True)
 
 
 def _train(args, cfg):
@@ -327,6 +337,7 @@ def _rerun(args) -> int:
 
     rec, recorded, cfg = rerun_config(args)
     check_args(cfg)
+    _say_oov_moot(args, cfg)
     notes = sys.stderr if args.json else sys.stdout
     print(f"re-running MLflow run {rec.run_id} ({rec.label}, {rec.task}, seed {cfg.seed}; recorded status "
           f"{rec.status})", file=notes)
