@@ -319,19 +319,25 @@ def test_an_init_s_own_oov_rule_may_not_be_replaced_by_the_spec_s():
                                      f"its trials would not use it: drop one of the two"}
 
 
-def test_an_oov_axis_does_not_apply_to_inits_without_rows_for_a_rule():
+@pytest.mark.parametrize("where", ["axes", "search"])
+def test_an_oov_axis_does_not_apply_to_inits_without_rows_for_a_rule(where):
     # Xavier and Xavier_GloVe (match replaces every row) were trained once per rule under other keys, and
-    # reported in rows identical to oov=xavier's (which counted in the Holm correction's m).
+    # reported in rows identical to oov=xavier's (which counted in the Holm correction's m); with `oov` in a
+    # grid search's space, once per rule under one key: the same trial twice in one plan
+    varied = {"oov": ["xavier", "zeros"], "dropout": [0.1, 0.3]}
     spec = load_spec(base(tasks=["sst2"], inits=["xavier", "glove+match", "glove"], pretrained={"glove": "/g.txt"},
-                          seeds=2, axes={"oov": ["xavier", "zeros"], "dropout": [0.1, 0.3]}))
+                          seeds=2, **({"axes": varied} if where == "axes" else
+                                      {"search": {"method": "grid", "space": varied}})))
     plan = spec.plan()
+    values = (lambda p: p.axes) if where == "axes" else (lambda p: p.point)
     per_init = {label: [p for p in plan if p.label == label] for label in ("Xavier", "Xavier_GloVe", "GloVe")}
     assert [len(ts) for ts in per_init.values()] == [2 * 2, 2 * 2, 2 * 2 * 2] and spec.num_trials() == len(plan)
-    assert all(p.axes.keys() == {"dropout"} and p.config["oov"] == "xavier" for p in per_init["Xavier"])
-    assert {p.axes["oov"] for p in per_init["GloVe"]} == {"xavier", "zeros"}
+    assert all(values(p).keys() == {"dropout"} and p.config["oov"] == "xavier" for p in per_init["Xavier"])
+    assert {values(p)["oov"] for p in per_init["GloVe"]} == {"xavier", "zeros"}
     assert len({p.key for p in plan}) == len(plan)
     lines = dry_run.trial_lines(spec, plan)
-    assert "axis oov does not apply to sst2 x Xavier, sst2 x Xavier_GloVe: no table of theirs has rows" in lines[-1]
+    place = "axis oov" if where == "axes" else "search.space.oov"
+    assert f"{place} does not apply to sst2 x Xavier, sst2 x Xavier_GloVe: no table of theirs has rows" in lines[-1]
     assert not [line for line in dry_run.trial_lines(load_spec(base()), load_spec(base()).plan()) if "apply" in line]
 
 

@@ -33,10 +33,11 @@ def trial_lines(spec, plan, done: set[str] = frozenset(), resumed: dict[str, Res
                 else "")
         lines.append(f"{i:>4}  {p.key}  {p.task:24} {p.label:22} {p.seed:>4}  "
                      f"{json.dumps(settings) if settings else ''}{mark}".rstrip())
-    for name, inits in moot_inits(spec).items():
-        lines.append(f"axis {name} does not apply to {', '.join(inits)}: no table of theirs has rows an OOV rule "
+    for place, inits in moot_inits(spec).items():
+        per = "per seed" if place.startswith("axis ") else "per seed and grid point of the other fields"
+        lines.append(f"{place} does not apply to {', '.join(inits)}: no table of theirs has rows an OOV rule "
                      f"fills (a random init draws every row, match replaces every row), so each is trained once "
-                     f"per seed, not once per {name} value")
+                     f"{per}, not once per {place.rpartition('.')[2].rpartition(' ')[2]} value")
     if spec.drawn:
         lines.append(f"optuna: {spec.search.num_samples} points x {len(spec.seeds)} seeds for each of the "
                      f"{len(plan) // len(spec.seeds)} (task, init, axes) groups above, drawn while running")

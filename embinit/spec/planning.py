@@ -36,12 +36,18 @@ def has_source_table(task: str) -> bool:
     return task_kind(task).two_sided
 
 
-def search_points(spec: SpecFields) -> list[dict[str, Any]]:
-    """Grid search points ([{}] without a grid search; Optuna points are drawn at run time)."""
+def search_points(spec: SpecFields, moot: tuple[str, ...] | list[str] = ()) -> list[dict[str, Any]]:
+    """Grid search points, without the `moot` fields (`moot_axes`) ([{}] without a grid search; Optuna
+    points are drawn at run time)."""
+    keys = [name for name in _grid(spec) if name not in moot]
     if spec.search is None or spec.search.method != "grid":
         return [{}]
-    keys = list(spec.search.space)
-    return [dict(zip(keys, combo)) for combo in itertools.product(*spec.search.space.values())]
+    return [dict(zip(keys, combo)) for combo in itertools.product(*(spec.search.space[name] for name in keys))]
+
+
+def _grid(spec: SpecFields) -> dict[str, list[Any]]:
+    """The grid search's space ({} without a grid search)."""
+    return spec.search.space if spec.search is not None and spec.search.method == "grid" else {}
 
 
 def axis_points(spec: SpecFields, moot: tuple[str, ...] | list[str] = ()) -> list[dict[str, Any]]:
@@ -51,30 +57,34 @@ def axis_points(spec: SpecFields, moot: tuple[str, ...] | list[str] = ()) -> lis
 
 
 def moot_axes(spec: SpecFields, task: TaskEntry, init: InitEntry) -> list[str]:
-    """The axes that change nothing `init` computes on `task`: `oov` where no table of its trials has rows
-    a rule fills (`TrialConfig.oov_applies`: a random init, a `match`ed source). Such an init is planned
-    once, not once per rule: its trials would differ in nothing (their keys are the same)."""
-    if "oov" not in spec.axes or trial_config(spec, task, init, spec.seeds[0]).oov_applies():
+    """The axes and grid-search fields that change nothing `init` computes on `task`: `oov` where no table
+    of its trials has rows a rule fills (`TrialConfig.oov_applies`: a random init, a `match`ed source). Such
+    an init is planned once, not once per rule: its trials would differ in nothing (their keys are the
+    same)."""
+    if not ("oov" in spec.axes or "oov" in _grid(spec)) or trial_config(spec, task, init,
+                                                                       spec.seeds[0]).oov_applies():
         return []
     return ["oov"]
 
 
 def moot_inits(spec: SpecFields) -> dict[str, list[str]]:
-    """Each axis that is moot for some inits (`moot_axes`) -> those inits, as `task x label`."""
+    """Each axis (`axis oov`) or grid-search field (`search.space.oov`) that is moot for some inits
+    (`moot_axes`) -> those inits, as `task x label`."""
     out: dict[str, list[str]] = {}
     for task, init in itertools.product(spec.tasks, spec.inits):
         for name in moot_axes(spec, task, init):
-            out.setdefault(name, []).append(f"{task.task} x {init.label_for(has_source_table(task.task))}")
+            place = f"axis {name}" if name in spec.axes else f"search.space.{name}"
+            out.setdefault(place, []).append(f"{task.task} x {init.label_for(has_source_table(task.task))}")
     return out
 
 
 def plan(spec: SpecFields) -> list[PlannedTrial]:
     """Every trial: tasks x inits x axes x search points x seeds, in that nesting order; an init's moot
-    axes (`moot_axes`) are left out of its points."""
+    axes and grid-search fields (`moot_axes`) are left out of its points."""
     out = []
     for task, init in itertools.product(spec.tasks, spec.inits):
-        points = axis_points(spec, moot_axes(spec, task, init))
-        for axes, point, seed in itertools.product(points, search_points(spec), spec.seeds):
+        moot = moot_axes(spec, task, init)
+        for axes, point, seed in itertools.product(axis_points(spec, moot), search_points(spec, moot), spec.seeds):
             cfg = trial_config(spec, task, init, seed, {**axes, **point})
             out.append(PlannedTrial(config=cfg.to_dict(), key=cfg.key(), task=task.task,
                                     label=init.label_for(has_source_table(task.task)), axes=axes,
@@ -110,12 +120,9 @@ def planned_count(spec: SpecFields) -> int:
     n = 0
     for task, init in itertools.product(spec.tasks, spec.inits):
         moot = moot_axes(spec, task, init)
-        n += math.prod(len(values) for name, values in spec.axes.items() if name not in moot)
-    n *= len(spec.seeds)
-    if spec.search is not None and spec.search.method == "grid":
-        for values in spec.search.space.values():
-            n *= len(values)
-    return n
+        n += math.prod(len(values) for name, values in (*spec.axes.items(), *_grid(spec).items())
+                       if name not in moot)
+    return n * len(spec.seeds)
 
 
 def trial_config(spec: SpecFields, task: TaskEntry, init: InitEntry, seed: int,
