@@ -153,6 +153,9 @@ SIBLINGS = {   # the acceptance review's cases, at toy scale: a spec, and the na
             ["GloVe_Xavier-s0 oov=xavier", "GloVe_Xavier-s0 oov=mean"]),
     "blog": ({"tasks": [{"task": "synthetic_lm"}], "seeds": [1], "axes": {"emb_seed": [1, 2]}},
              ["Xavier-s1 emb_seed=1", "Xavier-s1 emb_seed=2"]),
+    # two tasks: each run named `Xavier-s0` (the cell tag had the task, the name not)
+    "tasks": ({"tasks": [{"task": "synthetic_classification"}, {"task": "synthetic_lm"}], "seeds": [0, 1]},
+              ["Xavier-s0 (synthetic_classification)", "Xavier-s0 (synthetic_lm)"]),
 }
 
 
@@ -171,7 +174,8 @@ def test_sibling_trials_have_distinct_names_and_a_cell_tag_that_pools_only_seeds
     exp = mlflow_store.ensure_experiment(spec.name, uri)
     for p in plan(spec):
         item = work_item(spec, p)
-        trial_run.TrialRun.open(uri, exp, None, item.config, item.key, item.label, item.group())
+        trial_run.TrialRun.open(uri, exp, None, item.config, item.key, item.label, item.group(),
+                                name_task=item.name_task)
     runs = mlflow_store.search_runs(exp, uri)
     got = sorted(r.info.run_name for r in runs)
     assert len(set(got)) == len(got) == len(plan(spec)), got
@@ -182,13 +186,15 @@ def test_sibling_trials_have_distinct_names_and_a_cell_tag_that_pools_only_seeds
     assert len(cells) == len(plan(spec)) // len(spec.seeds), cells
     assert all(seeds == {str(s) for s in spec.seeds} for seeds in cells.values()), cells
     task = spec.tasks[0].task
-    assert f"{names[0].replace('-s' + str(spec.seeds[0]), '')} ({task})" in cells, cells   # the name but its seed
+    cell = names[0].replace('-s' + str(spec.seeds[0]), '')
+    assert (cell if len(spec.tasks) > 1 else f"{cell} ({task})") in cells, cells   # the name but its seed
 
 
 def test_a_name_keeps_an_optuna_points_value_short_and_a_plain_trials_name_as_before():
     assert run_names.trial_run_name("Xavier", 0, {}, {"lr": 0.000123456789, "dropout": 0.1}) == \
         "Xavier-s0 lr=0.000123457,dropout=0.1"
     assert run_names.trial_run_name("GloVe_Xavier", 3, {}, {}) == "GloVe_Xavier-s3"
+    assert run_names.trial_run_name("GloVe", 0, {}, {"lr": 0.001}, "mnli") == "GloVe-s0 lr=0.001 (mnli)"
     assert run_names.trial_cell("mnli", "GloVe", {"sigma": "4x"}, None) == "GloVe sigma=4x (mnli)"
 
 

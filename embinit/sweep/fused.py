@@ -187,7 +187,7 @@ def _train_group(todo: list[tuple], ctx: SweepContext, extra_callbacks: Callable
     from embinit.train.fused import run_fused
     runs, callbacks, analysis_cbs, reporters, values = [], [], [], [], []
     for cfg, item, claim, key_runs in todo:
-        run = resume.open_run(claim, ctx, cfg.to_dict(), item.label, item.group(), key_runs)
+        run = resume.open_run(claim, ctx, cfg.to_dict(), item.label, item.group(), key_runs, item.name_task)
         analysis_cbs.append(analyses.trial_callbacks(ctx.analyses, cfg, run.log_metrics, claim.path))
         reporters.append(MemberReporter(run, claim, *item.selection))
         cbs = [reporters[-1], *analysis_cbs[-1]]

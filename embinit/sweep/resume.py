@@ -251,10 +251,12 @@ def restored_checkpoint() -> Iterator[Path | None]:
 
 
 def open_run(c: Claim, ctx: SweepContext, config: dict[str, Any], label: str,
-             group: dict[str, Any], key_runs: list | None = None) -> trial_run.TrialRun:
+             group: dict[str, Any], key_runs: list | None = None,
+             name_task: str | None = None) -> trial_run.TrialRun:
     """The trial's MLflow run: the one its folder names when that run can go on (not finished, not
     deleted, of this key and experiment), else this sweep's unfinished run of the key, else a new one.
-    `key_runs`: the key's records as `run_readers.key_records` read them (read here when not given)."""
+    `key_runs`: the key's records as `run_readers.key_records` read them (read here when not given);
+    `name_task`: the task a new run's name says (`WorkItem.name_task`)."""
     from embinit.train.checkpoint import last_epoch
     uri, exp_id = ctx.runs_uri, ctx.experiment_id
     id_file = c.path / RUN_ID_FILE
@@ -264,7 +266,7 @@ def open_run(c: Claim, ctx: SweepContext, config: dict[str, Any], label: str,
         run_id = None
     run = trial_run.TrialRun.open(uri, exp_id, ctx.parent_run_id, config, c.key, label, group,
                                  run_id=run_id, resumed_epoch=last_epoch(c.path, c.key), key_runs=key_runs,
-                                 artifacts_via=ctx.tracking_uri)
+                                 artifacts_via=ctx.tracking_uri, name_task=name_task)
     try:
         id_file.write_text(run.run_id)
         c.sync()  # a first attempt lost before its first epoch is still reopened on another node

@@ -23,6 +23,7 @@ class WorkItem:
     point: dict[str, Any]
     selection: tuple[str, str]        # (metric, mode), e.g. ("val/bleu", "max")
     key: str
+    name_task: str | None = None      # the task, where the spec has several: its run's name says it
 
     @property
     def metric(self) -> str:
@@ -73,11 +74,14 @@ class SweepContext:
 
 
 def work_item(spec, p) -> WorkItem:
-    """What a worker needs to train one planned trial `p`: its config, label, group and selection metric."""
+    """What a worker needs to train one planned trial `p`: its config, label, group and selection metric;
+    the task for its run's name where the spec has several (the same label, seed and setting on each task
+    would give their runs one name; a single task's runs keep the names they had)."""
     metric, mode = selection_metric(p.task)
     if spec.search is not None and spec.search.metric:
         metric, mode = spec.search.metric, spec.search.mode or mode
-    return WorkItem(p.config, p.label, p.axes, p.point, (metric, mode), p.key)
+    several = len({t.task for t in spec.tasks}) > 1
+    return WorkItem(p.config, p.label, p.axes, p.point, (metric, mode), p.key, p.task if several else None)
 
 
 def units_to_run(spec, finished: set[str], planned=None) -> tuple[list[Unit], int]:

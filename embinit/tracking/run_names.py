@@ -20,13 +20,14 @@ def trial_setting(axes: dict[str, Any] | None, point: dict[str, Any] | None) -> 
 
 
 def trial_run_name(label: str, seed: Any, axes: dict[str, Any] | None = None,
-                   point: dict[str, Any] | None = None) -> str:
+                   point: dict[str, Any] | None = None, task: str | None = None) -> str:
     """A trial run's name: its label (the report's) and seed, then what tells it from its siblings
-    (`trial_setting`), e.g. `GloVe_Xavier-s0`, `Xavier-s0 lr=0.001`, `GloVe-s0 train_embeddings=False,
-    pos_encoding=False`; the label comes first, so a narrow or grouped name column still shows it. Only
+    (`trial_setting`), then `task` where given (a spec of several tasks: `WorkItem.name_task`), e.g.
+    `GloVe_Xavier-s0`, `Xavier-s0 lr=0.001`, `GloVe-s0 train_embeddings=False,pos_encoding=False`,
+    `GloVe-s0 (mnli)`; the label comes first, so a narrow or grouped name column still shows it. Only
     the run's name: no key reads it, and runs named before the setting was added keep their names."""
     setting = trial_setting(axes, point)
-    return f"{label}-s{seed}" + (f" {setting}" if setting else "")
+    return f"{label}-s{seed}" + (f" {setting}" if setting else "") + (f" ({task})" if task else "")
 
 
 def trial_cell(task: str, label: str, axes: dict[str, Any] | None = None,

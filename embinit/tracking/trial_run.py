@@ -37,7 +37,8 @@ one child run per trial. A child run carries:
   beside), and `embinit.model_size` (JSON `d_model`, `heads` as the trainer resolved them, which the
   report compares rows by);
 - its name `<label>-s<seed>`, then its axes' and search point's values (`Xavier-s0 lr=0.001`,
-  `run_names.trial_run_name`); params: the flat config the model trains with (`TrainContext.cfg`: task
+  `run_names.trial_run_name`), then, in a spec of several tasks, the task (`Xavier-s0 lr=0.001 (mnli)`);
+  params: the flat config the model trains with (`TrainContext.cfg`: task
   defaults filled in, d_model and heads resolved against a pretrained source's D, precision as resolved;
   unset options left out), `init` = the label and `init_spec` = the init as written
   (embinit.tracking.run_names), and `model_parameters`/`trainable_parameters`, all logged when training starts
@@ -113,11 +114,12 @@ class TrialRun:
     def open(cls, uri: str, exp_id: str, parent_id: str | None, config: dict[str, Any], key: str,
              label: str, group: dict[str, Any], run_id: str | None = None,
              resumed_epoch: int | None = None, key_runs: list | None = None,
-             artifacts_via: str | None = None) -> "TrialRun":
+             artifacts_via: str | None = None, name_task: str | None = None) -> "TrialRun":
         """Reuse `run_id` (a restarted attempt, or an earlier sweep's run whose checkpoint this one resumes
         after `resumed_epoch`) or this sweep's unfinished run of the key; else create one. `key_runs`: the
         key's records as `run_readers.key_records` read them (read here when not given). `artifacts_via`:
-        the tracking server whose database `uri` is (artifacts go through it)."""
+        the tracking server whose database `uri` is (artifacts go through it). `name_task`: the task a new
+        run's name says (a spec of several tasks; `run_names.trial_run_name`)."""
         c = client(uri)
         from mlflow.entities import Param
         params = [Param(k, v[:6000]) for k, v in planned_params(config, label).items()]
@@ -150,7 +152,7 @@ class TrialRun:
             tags[RESTARTED_TAG] = superseded
         if note := eval_split_note(config.get("extras")):
             tags[NOTE_TAG] = note   # the run's description in MLflow's UI: which split `val/*` is
-        name = trial_run_name(label, config["seed"], axes, point)
+        name = trial_run_name(label, config["seed"], axes, point, name_task)
         run = retry(lambda: c.create_run(exp_id, run_name=name, tags=tags))
         if superseded:
             _close_superseded(c, superseded, run.info.run_id)
