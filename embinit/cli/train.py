@@ -247,7 +247,7 @@ def check_args(cfg) -> None:
 def _in_flags(cfg, where: str, msg: str) -> str:
     """A spec problem's message in this command's words: a pretrained init without its file names the
     option that gives it, not the spec's `pretrained:` keys."""
-    from embinit.spec.checks import needs_pretrained
+    from embinit.spec.init_checks import needs_pretrained
     from embinit.spec.inits import source_name
 
     for source in {source_name(cfg.init), source_name(cfg.src_init)} - {None}:

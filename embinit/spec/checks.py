@@ -1,5 +1,5 @@
 """Checks that involve more than one field of a spec (run once every field is valid): axis and search
-values, pretrained sources per init side, duplicate inits and tasks, heads vs. D, the rules across a
+values, the init entries' (`embinit.spec.init_checks`), duplicate tasks, heads vs. D, the rules across a
 trial's fields (`embinit.config.config_problems`) over every planned trial, analyses and execution
 against the rest."""
 
@@ -13,11 +13,11 @@ from embinit import bounds
 from embinit.config import HYPERPARAMETERS, RULE_FIELDS, config_problems, data_revision_problems, task_defaults
 from embinit.errors import trials_text
 from embinit.model_dims import divisors
-from embinit.init.registry import parse_init_spec
 from embinit.spec.fields import SpecFields
-from embinit.spec.inits import INIT_AXES, InitEntry, init_axis_problem, init_string, source_name
+from embinit.spec.init_checks import init_problems
+from embinit.spec.inits import INIT_AXES, init_axis_problem, source_name
 from embinit.spec.models import typed_value
-from embinit.spec.planning import has_source_table, pretrained_for, trial_config
+from embinit.spec.planning import has_source_table, trial_config
 
 
 
@@ -41,41 +41,6 @@ def _range_problems(where: str, name: str, space) -> list[tuple[str, str]]:
             msg = found[0][1] if found else None
         if msg:
             out.append((f"{where}.{end}", msg))
-    return out
-
-
-def needs_pretrained(source: str, how: str | None = None) -> str:
-    """The problem of pretrained init `source` without its file; `how` to give one: a spec's two ways
-    unless told (`embinit train` names its option)."""
-    return (f"{source!r} needs a pretrained file: "
-            + (how or f"set `pretrained: {{{source}: PATH}}` in the spec or `pretrained` on this init"))
-
-
-def _side_problems(spec: SpecFields, i: int, init: InitEntry,
-                   translation: bool) -> list[tuple[str, str]]:
-    """A pretrained side needs a source path (file formats have no default); options the trial
-    config cannot carry are refused rather than silently dropped."""
-    out = []
-    sides = [("tgt", init.tgt, init.pretrained)]
-    if init.src is not None and translation:
-        sides.append(("src", init.src, init.src_pretrained))
-    for side, value, explicit in sides:
-        where = f"inits[{i}].{side}" if init.src is not None else f"inits[{i}]"
-        source = source_name(value)
-        path = explicit or init.side_option(side, "pretrained")
-        if source and pretrained_for(spec, value, path) is None:
-            out.append((where, needs_pretrained(source)))
-        if init.side_option(side, "lowercase"):
-            out.append((where + ".lowercase", "lowercase lookup cannot be set per init in a spec yet"))
-    # a path no side reads would name a file the trials never used (a Xavier run "with" a GloVe file)
-    for field, side, value in (("pretrained", "tgt", init.tgt), ("src_pretrained", "src", init.src)):
-        path = getattr(init, field)
-        if path is not None and (value is None or not source_name(value) or (side == "src" and not translation)):
-            which = f"the {side} init" if init.src is not None else "the init"
-            what = (f"{which} {init_string(value)!r} draws from no pretrained source" if value is not None
-                    else "there is no `src` init")
-            out.append((f"inits[{i}].{field}", f"{path!r} is set but {what}, so no table reads it; "
-                        "remove it or use a pretrained init (e.g. glove)"))
     return out
 
 
@@ -103,7 +68,7 @@ def _heads_problems(spec: SpecFields) -> list[tuple[str, str]]:
 
 def cross_check(spec: SpecFields) -> list[tuple[str, str]]:
     """Problems that involve more than one field (each field alone is valid)."""
-    return (_value_problems(spec) + _init_problems(spec) + _reference_seed_problems(spec)
+    return (_value_problems(spec) + init_problems(spec) + _reference_seed_problems(spec)
             + _heads_problems(spec) + _rule_problems(spec) + _execution_problems(spec) + _task_problems(spec)
             + _search_metric_problems(spec) + _graphs_problems(spec) + _data_revision_problems(spec))
 
@@ -181,58 +146,6 @@ def _value_problems(spec: SpecFields) -> list[tuple[str, str]]:
             else:  # an Optuna range: both ends valid values (embinit.bounds, the field's own constraints)
                 problems += _range_problems(where, name, values)
     return problems
-
-
-def _init_problems(spec: SpecFields) -> list[tuple[str, str]]:
-    """Sides the tasks lack, pretrained sources without a file, and inits that duplicate another."""
-    problems: list[tuple[str, str]] = []
-    translation = any(has_source_table(t.task) for t in spec.tasks)
-    seen: dict[Any, int] = {}
-    for i, init in enumerate(spec.inits):
-        if init.src is not None and not translation:
-            problems.append((f"inits[{i}].src", "only translation tasks have a source side; tasks "
-                             f"{[t.task for t in spec.tasks]} have one embedding table"))
-        problems += _side_problems(spec, i, init, translation)
-        problems += _init_axis_clash(spec, i, init) + _own_oov_clash(spec, i, init)
-        label = init.label_for(translation)
-        # Two entries that compute the same trials (same key for some task) would train and report
-        # one thing twice, e.g. `glove` and `{source: glove, name: X}` with the same file.
-        same = [("key", t.task, trial_config(spec, t, init, spec.seeds[0]).key()) for t in spec.tasks]
-        for other in (*same, ("label", label)):
-            if other in seen:
-                why = ("remove it or give it its own `label`" if other[0] == "label"
-                       else "remove it: it trains the same trials")
-                problems.append((f"inits[{i}]", f"duplicates inits[{seen[other]}] (label {label!r}); {why}"))
-                break
-        for other in (*same, ("label", label)):
-            seen.setdefault(other, i)
-    return problems
-
-
-def _own_oov_clash(spec: SpecFields, i: int, init: InitEntry) -> list[tuple[str, str]]:
-    """An init with its own OOV rule (`{source: glove, oov: zeros}`) in a spec that sets `oov` elsewhere: that
-    value replaces the init's in every trial (`planning.trial_config`), so the init's rule would do nothing
-    while its label names it, and its trials would be another init's (`glove` at `oov: zeros`) twice."""
-    own = init.side_option("tgt", "oov")
-    if own is None:
-        return []
-    search = spec.search.space if spec.search is not None else {}
-    places = (["axes.oov"] if "oov" in spec.axes else []) + (["search.space.oov"] if "oov" in search else []) + (
-        ["defaults.oov"] if "oov" in spec.defaults.set_values() else []) + [
-        f"tasks[{j}].oov" for j, task in enumerate(spec.tasks) if "oov" in task.set_values()]
-    return [(f"inits[{i}]", f"its own oov {own!r} is replaced by the rule {', '.join(places)} sets (for every init), "
-             f"so its trials would not use it: drop one of the two")] if places else []
-
-
-def _init_axis_clash(spec: SpecFields, i: int, init: InitEntry) -> list[tuple[str, str]]:
-    """An init whose target table already has the transform an init axis appends (`rescale=` under
-    `axes: {sigma: ...}`): the axis's would replace it, so the init's own would do nothing and its label
-    would name a scale no trial has."""
-    own = parse_init_spec(init.tgt).transforms
-    return [(f"inits[{i}]", f"its target table already has {token!r}, and the {name} axis appends "
-             f"{transform}=<value> to every init, which replaces it: drop one of the two")
-            for name, transform in INIT_AXES.items() if name in spec.axes
-            for token in own if token.partition("=")[0] == transform]
 
 
 def _reference_seed_problems(spec: SpecFields) -> list[tuple[str, str]]:
