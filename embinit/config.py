@@ -268,6 +268,11 @@ class TrialConfig:
         return d
 
 
+# The fields an init's trials may be planned without, where they change nothing it computes (`oov` for a
+# table with no rows a rule fills: `TrialConfig.oov_applies`, `spec.planning.moot_axes`): the report takes
+# such an init's rows as standing for every value of them (`report.baseline.within`).
+MOOT_FIELDS = ("oov",)
+
 # What a spec's tasks, inits and seeds set (the trial's identity); every other TrialConfig field is a
 # hyperparameter a spec may set per task, in `defaults`, as an ablation axis or in a search space.
 IDENTITY_FIELDS = ("task", "init", "seed", "src_init", "pretrained", "src_pretrained", "data_dir", "data_revision",

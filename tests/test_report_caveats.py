@@ -208,3 +208,49 @@ def test_a_language_model_validated_on_the_test_split_says_so_also_for_runs_reco
     assert line["eval_split_note"] == said
     plain = _report([_trial("p0", "Xavier", 0, {"test/ppl": 30.0}, task="wikitext2")])
     assert plain.rows[0]["eval_split_note"] is None and "Validated on another split" not in plain.to_markdown()
+
+
+def _axed(key, label, seed, value, axes):
+    group = {"axes": axes, "point": {}, "selection": ["val/loss", "min"]}
+    config = {"task": "multi30k", "init": label.lower(), "seed": seed, "epochs": 20}
+    return TrialRecord(key, key, "multi30k", label, "finished", config, group,
+                       {"best_epoch": 5, "test/bleu": value}, seed, start_ms=1)
+
+
+def test_an_init_planned_without_a_moot_axis_is_the_baseline_at_every_value_of_it():
+    """Under `axes: {oov: [xavier, zeros]}` Xavier is planned once, with no oov (its table has no rows for a
+    rule): each oov row of GloVe_Xavier is still compared with it; before, no row found its baseline and
+    the report said nothing. The plan of that spec counts Xavier's trials as run (no phantom row)."""
+    trials = [_axed(f"x{s}", "Xavier", s, 30.0 + s, {}) for s in range(3)]
+    trials += [_axed(f"g{v}{s}", "GloVe_Xavier", s, 31.0 + s + 0.1 * (v == "zeros") + 0.05 * s * s,
+                     {"oov": v}) for v in ("xavier", "zeros") for s in range(3)]
+    planned = [{"key": t.key, "task": "multi30k", "label": t.label, "axes": t.axes, "point": {}, "seed": t.seed}
+               for t in trials]
+    report = build_report("t", chosen={t.key: t for t in trials}, planned=planned)
+    compared = {json.dumps(r["axes"]): r["vs_baseline"] for r in report.rows if r["init"] == "GloVe_Xavier"}
+    assert set(compared) == {'{"oov": "xavier"}', '{"oov": "zeros"}'}
+    assert all(c and c["pairs"] == 3 and c["diff"] > 0.9 for c in compared.values())
+    assert report.completeness["unfinished"] == 0
+
+
+def test_an_older_plans_runs_at_each_value_of_a_now_moot_axis_stand_for_the_trial_planned_without_it():
+    """A store an older version wrote (Xavier run at oov=xavier and oov=zeros, keys of that version) read
+    with today's plan (Xavier once, no oov axis): its runs count, and no empty Xavier row is invented."""
+    old = [_axed(f"x{v}{s}", "Xavier", s, 30.0, {"oov": v}) for v in ("xavier", "zeros") for s in range(3)]
+    planned = [{"key": f"new{s}", "task": "multi30k", "label": "Xavier", "axes": {}, "point": {}, "seed": s}
+               for s in range(3)]
+    report = build_report("t", chosen={t.key: t for t in old}, planned=planned)
+    assert report.completeness["unfinished"] == 0
+    assert sorted(json.dumps(r["axes"]) for r in report.rows) == ['{"oov": "xavier"}', '{"oov": "zeros"}']
+
+
+def test_figure_1_draws_an_init_planned_without_a_moot_axis_in_each_figure_of_that_axis():
+    """Xavier (no oov) had a figure of its own and no figure held it beside the oov rows it is compared
+    with; a figure of other axes (pos_encoding) is left alone."""
+    from embinit.report.plots import _joined
+    figures = {("multi30k", "{}"): ["Xavier"], ("multi30k", '{"oov": "xavier"}'): ["GloVe_Xavier"],
+               ("multi30k", '{"oov": "zeros"}'): ["GloVe_Xavier"], ("sst2", "{}"): ["Xavier", "GloVe"],
+               ("sst2", '{"pos_encoding": false}'): ["GloVe"]}
+    assert _joined(figures) == {("multi30k", '{"oov": "xavier"}'): ["GloVe_Xavier", "Xavier"],
+                                ("multi30k", '{"oov": "zeros"}'): ["GloVe_Xavier", "Xavier"],
+                                ("sst2", "{}"): ["Xavier", "GloVe"], ("sst2", '{"pos_encoding": false}'): ["GloVe"]}

@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from embinit.config import MOOT_FIELDS
 from embinit.comparison import DIVERGENCE_RULE, direction, divergence_rule, higher_is_better, holm, paired
 from embinit.errors import EmbinitError, did_you_mean
 from embinit.report.formatting import digits_by_metric, number
@@ -45,6 +46,24 @@ def check_baseline(baseline: str, labels: set[str]) -> None:
 
 def _slot(row: dict[str, Any]) -> tuple[str, str, str]:
     return row["task"], json.dumps(row["axes"], sort_keys=True), row["metric"]
+
+
+def within(axes: dict[str, Any], other: dict[str, Any]) -> bool:
+    """Whether `other` is `axes` with, at most, axes its init may be planned without (`config.MOOT_FIELDS`:
+    Xavier under an `oov` axis, planned once): a row of `axes` stands for every value of those."""
+    return all(k in other and other[k] == v for k, v in axes.items()) and set(other) - set(axes) <= set(MOOT_FIELDS)
+
+
+def _candidates(row: dict[str, Any], base: dict[tuple, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The baseline's rows for `row`: those of its task, metric and axes, else those whose axes are a part
+    of its axes (the baseline was planned without an axis that does nothing for it)."""
+    exact = base.get(_slot(row))
+    if exact:
+        return exact
+    part = [b for (task, _, metric), rows in base.items() if (task, metric) == (row["task"], row["metric"])
+            for b in rows if within(b["axes"], row["axes"])]
+    most = max((len(b["axes"]) for b in part), default=0)
+    return [b for b in part if len(b["axes"]) == most]   # the closest: those sharing the most axes
 
 
 # Config fields that make an init what it is: rows compared with the baseline may differ in these only.
@@ -88,7 +107,7 @@ def compare_rows(rows: list[dict[str, Any]], baseline: str) -> None:
         if r["init"] == baseline:
             base.setdefault(_slot(r), []).append(r)
     for r in rows:
-        b, why = (None, None) if r["init"] == baseline else _baseline_row(r, base.get(_slot(r), []))
+        b, why = (None, None) if r["init"] == baseline else _baseline_row(r, _candidates(r, base))
         r["vs_baseline"] = None if b is None or not r["seeds"] or not b["seeds"] else {
             **with_divergence(comparison(r["seeds"], b["seeds"], r["metric"], baseline), r, b),
             "still_improving": bool(r.get("still_improving") or b.get("still_improving")),

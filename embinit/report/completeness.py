@@ -11,6 +11,7 @@ import json
 from collections import Counter
 from typing import Any, Iterable
 
+from embinit.report.baseline import within
 from embinit.tracking.records import RESULT, TrialRecord, stand_ins
 
 NEVER_STARTED = "never started"
@@ -31,10 +32,19 @@ def _statuses(planned: list[dict[str, Any]], trials: dict[str, TrialRecord]) -> 
     those of the same task, init, axes, search point and seed (the same trial under another key, e.g. one
     an older version keyed)."""
     by_slot = stand_ins(trials.values(), lambda t: _slot(t.task, t.label, t.axes, t.point, t.config.get("seed")))
+    # by the planned axes only: a trial planned without an axis that does nothing for its init
+    # (`planning.moot_axes`) stands for the runs an older plan made at each of its values
+    narrowed: dict[tuple, dict] = {}
     out = []
     for p in planned:
         slot = _slot(p["task"], p["label"], p["axes"], p.get("point", {}), p.get("seed"))
         rec = trials[p["key"]] if p["key"] in trials else by_slot.get(slot)
+        if rec is None:
+            names = tuple(sorted(p["axes"]))
+            if names not in narrowed:
+                narrowed[names] = stand_ins(trials.values(), lambda t, names=names: _slot(
+                    t.task, t.label, {k: v for k, v in t.axes.items() if k in names}, t.point, t.config.get("seed")))
+            rec = narrowed[names].get(slot)
         out.append(rec.status if rec is not None else NEVER_STARTED)
     return out
 
@@ -67,9 +77,11 @@ def completeness(planned: list[dict[str, Any]] | None, trials: dict[str, TrialRe
 
 def empty_groups(planned: list[dict[str, Any]] | None, have: set[tuple]) -> list[tuple]:
     """(task, label, axes json) of the planned groups not in `have` (none of their trials has a run), so
-    that the table still lists every planned init."""
+    that the table still lists every planned init. A group planned without an axis (`planning.moot_axes`)
+    is had where runs of it at a value of that axis are (an older plan's)."""
     groups = {(p["task"], p["label"], json.dumps(p["axes"], sort_keys=True)) for p in planned or []}
-    return sorted(groups - have)
+    return sorted(g for g in groups - have if not any(
+        h[:2] == g[:2] and within(json.loads(g[2]), json.loads(h[2])) for h in have))
 
 
 def sentence(c: dict[str, Any] | None) -> str | None:

@@ -9,6 +9,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from embinit.report.baseline import within
 from embinit.task_registry import curve_metric, loss_metric
 from embinit.tracking.run_names import short
 from embinit.tracking.run_readers import metric_histories
@@ -32,6 +33,20 @@ def _histories(uri: str | None, run_ids: list[str], metric: str) -> list[dict[in
     return [got[run_id].by_step for run_id in run_ids]
 
 
+def _joined(figures: dict[tuple, list]) -> dict[tuple, list]:
+    """The figures with the lines of an init planned without an axis (`planning.moot_axes`: Xavier under an
+    `oov` axis) drawn in each figure of that axis's values, beside the inits it is compared with, and no
+    figure of their own where such figures exist."""
+    axes = {key: json.loads(key[1]) for key in figures}
+    out: dict[tuple, list] = {}
+    for key, lines in figures.items():
+        wider = [k for k in figures if k[0] == key[0] and k != key and within(axes[key], axes[k])]
+        if not wider:
+            out[key] = lines + [line for k in figures if k[0] == key[0] and k != key
+                                and within(axes[k], axes[key]) for line in figures[k]]
+    return out
+
+
 def mean_curves(report: Any, out_dir: Path) -> list[Path]:
     """Figure 1 per task (and axes setting): the validation metric beside the validation loss (of the split
     the task selects on, `task_registry.loss_metric`), per init
@@ -41,6 +56,7 @@ def mean_curves(report: Any, out_dir: Path) -> list[Path]:
     figures: dict[tuple, list] = defaultdict(list)
     for (task, label, axes, setting), run_ids in report.run_ids.items():
         figures[(task, axes)].append((label + setting_text(setting), run_ids))
+    figures = _joined(figures)
     paths = []
     for (task, axes), lines in sorted(figures.items()):
         lines = sorted(lines, key=lambda x: label_order(x[0]))

@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from embinit.config import TrialConfig
+from embinit.config import MOOT_FIELDS, TrialConfig
 from embinit.spec.inits import InitEntry, family_default, source_name, with_init_axes
 from embinit.spec.fields import SpecFields
 from embinit.spec.models import TaskEntry
@@ -61,10 +61,10 @@ def moot_axes(spec: SpecFields, task: TaskEntry, init: InitEntry) -> list[str]:
     of its trials has rows a rule fills (`TrialConfig.oov_applies`: a random init, a `match`ed source). Such
     an init is planned once, not once per rule: its trials would differ in nothing (their keys are the
     same)."""
-    if not ("oov" in spec.axes or "oov" in _grid(spec)) or trial_config(spec, task, init,
-                                                                       spec.seeds[0]).oov_applies():
+    (oov,) = MOOT_FIELDS
+    if not (oov in spec.axes or oov in _grid(spec)) or trial_config(spec, task, init, spec.seeds[0]).oov_applies():
         return []
-    return ["oov"]
+    return [oov]
 
 
 def moot_inits(spec: SpecFields) -> dict[str, list[str]]:
