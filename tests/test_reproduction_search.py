@@ -98,3 +98,14 @@ def test_the_mnli_block_shows_the_matched_validation_loss_it_logs(grid):
     assert "| GloVe_Xavier | 60.9 (0.0) | 4.0 | 63.50 (0.71) | 2 | [57.15, 69.85] | 3.0 | 1.365 (0.007) |" in table1
     losses = [f["loss"] for f in rep.exports["findings"] if f.get("task") == "mnli" and "loss" in f]
     assert [x["n"] for x in losses].count((2, 2)) >= 2   # before: no seed had a value, (0, 0)
+
+
+def test_the_findings_read_the_classification_group_that_has_runs(grid):
+    """The paper preset lists SST-2 before MNLI: a store of MNLI runs alone got a findings section with its
+    legend and no claim, the first classification group (no runs) being taken."""
+    uri, _, _ = grid
+    groups = (Group("paper-sst2-glove", "sst2", "GloVe", "GloVe", "s.yaml"),
+              Group("mnli-grid", "mnli", "GloVe", "GloVe", "g.yaml"))
+    rep = Reproduction(uri, Inputs(groups=groups, analogy_experiment="none"))
+    rep.build()
+    assert {f.get("task") for f in rep.exports["findings"] if "task" in f} == {"mnli"}

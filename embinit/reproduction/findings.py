@@ -124,8 +124,11 @@ ON_PAR_RULE = ("An interval across 0 speaks for a side as well: *on par* for the
 
 def findings_section(rep: ReproductionData) -> Section:
     s = Section("The paper's three findings: do they reproduce here?")
-    tr = next((g for g in rep.inputs.groups if g.task == "multi30k"), None)
-    cl = next((g for g in rep.inputs.groups if g.task != "multi30k"), None)
+    # the first translation and the first classification group that has runs, else the first of each
+    # (whose claims then say they are not run): the paper preset lists SST-2 before MNLI
+    ran = [g for g in rep.inputs.groups if any(t.task == g.task for t in rep.data[g.experiment][0])]
+    tr, cl = (next((g for g in [*ran, *rep.inputs.groups] if (g.task == "multi30k") == translation), None)
+              for translation in (True, False))
 
     def name(g, role):
         return ROLE_TEXT[role].format(p=g.source)
