@@ -284,7 +284,7 @@ def test_duplicate_inits_and_tasks():
 
 def test_same_label_twice_needs_an_explicit_label():
     spec = base(inits=["glove", {"tgt": "glove", "pretrained": "/other.txt"}], pretrained={"glove": "/g.txt"})
-    assert "give it its own `label`" in problems(spec)["inits[1]"]
+    assert "give it its own `label` (beside `tgt`: `{tgt: ..., label: ...}`" in problems(spec)["inits[1]"]
     spec["inits"][1]["label"] = "GloVe-other"
     assert [p.label for p in load_spec(spec).plan()][-1] == "GloVe-other"
 

@@ -65,7 +65,8 @@ def init_problems(spec: SpecFields) -> list[tuple[str, str]]:
         same = [("key", t.task, trial_config(spec, t, init, spec.seeds[0]).key()) for t in spec.tasks]
         for other in (*same, ("label", label)):
             if other in seen:
-                why = ("remove it or give it its own `label`" if other[0] == "label"
+                why = ("remove it or give it its own `label` (beside `tgt`: `{tgt: ..., label: ...}`; an init "
+                       "written as `{source: ...}` takes none)" if other[0] == "label"
                        else "remove it: it trains the same trials")
                 problems.append((f"inits[{i}]", f"duplicates inits[{seen[other]}] (label {label!r}); {why}"))
                 break
