@@ -273,6 +273,12 @@ class TrialConfig:
 # such an init's rows as standing for every value of them (`report.baseline.within`).
 MOOT_FIELDS = ("oov",)
 
+
+def within(axes: dict[str, Any], other: dict[str, Any]) -> bool:
+    """Whether `other` is `axes` with, at most, fields its init may be planned without (`MOOT_FIELDS`:
+    Xavier under an `oov` axis, planned once): a report row of `axes` stands for every value of those."""
+    return all(k in other and other[k] == v for k, v in axes.items()) and set(other) - set(axes) <= set(MOOT_FIELDS)
+
 # What a spec's tasks, inits and seeds set (the trial's identity); every other TrialConfig field is a
 # hyperparameter a spec may set per task, in `defaults`, as an ablation axis or in a search space.
 IDENTITY_FIELDS = ("task", "init", "seed", "src_init", "pretrained", "src_pretrained", "data_dir", "data_revision",

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from embinit.config import MOOT_FIELDS
+from embinit.config import within
 from embinit.comparison import DIVERGENCE_RULE, direction, divergence_rule, higher_is_better, holm, paired
 from embinit.errors import EmbinitError, did_you_mean
 from embinit.report.formatting import digits_by_metric, number
@@ -46,12 +46,6 @@ def check_baseline(baseline: str, labels: set[str]) -> None:
 
 def _slot(row: dict[str, Any]) -> tuple[str, str, str]:
     return row["task"], json.dumps(row["axes"], sort_keys=True), row["metric"]
-
-
-def within(axes: dict[str, Any], other: dict[str, Any]) -> bool:
-    """Whether `other` is `axes` with, at most, axes its init may be planned without (`config.MOOT_FIELDS`:
-    Xavier under an `oov` axis, planned once): a row of `axes` stands for every value of those."""
-    return all(k in other and other[k] == v for k, v in axes.items()) and set(other) - set(axes) <= set(MOOT_FIELDS)
 
 
 def _candidates(row: dict[str, Any], base: dict[tuple, list[dict[str, Any]]]) -> list[dict[str, Any]]:

@@ -11,7 +11,7 @@ import json
 from collections import Counter
 from typing import Any, Iterable
 
-from embinit.report.baseline import within
+from embinit.config import within
 from embinit.tracking.records import RESULT, TrialRecord, stand_ins
 
 NEVER_STARTED = "never started"

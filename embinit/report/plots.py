@@ -9,7 +9,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from embinit.report.baseline import within
+from embinit.config import within
 from embinit.task_registry import curve_metric, loss_metric
 from embinit.tracking.run_names import short
 from embinit.tracking.run_readers import metric_histories

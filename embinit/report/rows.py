@@ -151,10 +151,10 @@ def failure_reason(error: str | None) -> str:
     return last if len(last) <= 200 else last[:199] + "…"
 
 
-def source_table(t: _Trial) -> dict[str, str] | None:
-    """{"target": init, "source": init} for a translation trial whose source (encoder) table has another
-    init than its target table, which its label names (`{tgt: glove, src: xavier}` is "GloVe"); else None."""
-    cfg = _resolved(t)
+def source_table(cfg: dict[str, Any]) -> dict[str, str] | None:
+    """{"target": init, "source": init} for a translation trial's resolved config whose source (encoder)
+    table has another init than its target table, which its label names (`{tgt: glove, src: xavier}` is
+    "GloVe"); else None."""
     source, target = cfg.get("src_init"), cfg.get("init")
     return {"target": target, "source": source} if source and source != target else None
 
@@ -170,9 +170,10 @@ def group_rows(gkey: tuple, members: list[_Trial], rows: list, run_ids: dict) ->
                                                                  if t.status == "failed")),
               "all_points": _counts(members)}
     like = report_baseline.basis(_setting(members[0])) if members else None   # what a baseline must share
-    tables = source_table(members[0]) if members else None
+    cfg = _resolved(members[0]) if members else {}   # the group's setting: one trial's config says it
+    tables = source_table(cfg)
     # which split val/* is, where not the task's own (one per group: extras are part of its setting)
-    split_note = eval_split_note(_resolved(members[0]).get("extras")) if members else None
+    split_note = eval_split_note(cfg.get("extras")) if members else None
     entry = task_defs.entry_of(task, json.loads(setting).get("task_def"))
     for metric in entry.reported if entry is not None else []:
         finished = [t for t in chosen if t.status == "finished"]
