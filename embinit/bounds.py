@@ -52,6 +52,8 @@ BOUNDS: dict[str, Bound] = {
                             "longest hypothesis wins whatever its probability"),
     "heads": Bound(1, None, why="attention heads split d_model"),
     "dropout": Bound(0, 1, why="a probability; 1 would drop everything", open="high"),
+    "attention_dropout": Bound(0, 1, why="a probability; 1 would drop every attention weight", open="high"),
+    "activation_dropout": Bound(0, 1, why="a probability; 1 would drop every feed-forward activation", open="high"),
     "min_freq": Bound(1, None, why="a count of occurrences in the training data"),
     "pe_base": Bound(0, None, why="the base of the encodings' wavelengths", open="low"),
     "early_stopping_patience": Bound(1, None, why="epochs without improvement"),

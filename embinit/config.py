@@ -99,7 +99,11 @@ class TrialConfig:
     layers: int | None = None
     heads: int | None = None
     ff_dim: int | None = None
-    dropout: float | None = None
+    dropout: float | None = None        # each sub-layer's output and the embeddings + PE (Vaswani et al.)
+    attention_dropout: float = 0.0      # on the softmaxed attention weights, every attention (fairseq's name;
+                                        # torch.nn.Transformer drops there at its `dropout`). 0: none, the paper's
+    activation_dropout: float = 0.0     # after the feed-forward activation, before its second linear (fairseq's
+                                        # name; nn.Transformer: its `dropout`). 0: none, the paper's
     min_freq: int | None = None
     max_len: int | None = None
     pe_base: float = 10000.0
@@ -134,7 +138,8 @@ class TrialConfig:
 
     NOT_IN_KEY = ("threads", "device")
     KEY_IF_SET = ("data_seed", "init_from", "tie_embeddings", "emb_seed",   # in the key only when not the default
-                  "cuda_graphs", "task_def", "data_revision", "length_penalty")
+                  "cuda_graphs", "task_def", "data_revision", "length_penalty", "attention_dropout",
+                  "activation_dropout")
 
     # in the key unless at the value every earlier key computed with (so those keys stay reachable)
     KEY_OMIT_AT = {"pe_positions": 512}

@@ -47,6 +47,8 @@ def test_every_numeric_hyperparameter_has_one_declared_bound_and_the_spec_applie
     ("threads", 0, "threads must be >= 1, got 0"),
     ("length_penalty", -0.5, "length_penalty must be >= 0, got -0.5"),
     ("length_penalty", 11.0, "length_penalty must be <= 10"),
+    ("attention_dropout", 1.0, "attention_dropout must be < 1"),
+    ("activation_dropout", -0.1, "activation_dropout must be >= 0, got -0.1"),
 ])
 def test_the_spec_and_the_trainer_refuse_the_same_values(name, value, msg):
     from embinit.train.prepare import check_config

@@ -146,7 +146,7 @@ def test_every_config_field_round_trips_through_from_run(store, tmp_path):
         pe_base=500.0, pe_positions=100, pre_ln=True, pos_encoding=False, train_embeddings=False,
         freeze_non_embeddings=True, tie_embeddings=True, early_stopping_patience=2, max_train_examples=50,
         data_dir=str(tmp_path / "data"), data_revision="v1", beam_size=2, precision="bf16", threads=2, device="cpu",
-        length_penalty=1.0, cuda_graphs=True, extras={"noise": 0.1})
+        length_penalty=1.0, cuda_graphs=True, extras={"noise": 0.1}, attention_dropout=0.1, activation_dropout=0.2)
     defaults = TrialConfig(task="synthetic_translation")
     same = [f.name for f in dataclasses.fields(TrialConfig) if getattr(cfg, f.name) == getattr(defaults, f.name)]
     assert same == [], f"give {same} a value other than the default, so that the test covers them"

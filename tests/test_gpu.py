@@ -70,6 +70,17 @@ def test_translation_trial_trains_on_cuda_and_repeats(tmp_path, deterministic):
     assert_learns_and_repeats(a, b)
 
 
+def test_attention_and_activation_dropout_train_and_repeat_on_cuda(tmp_path, deterministic):
+    """The written-out attention with dropout on its weights, and the feed-forward activation's dropout,
+    draw from the trial's seeded generator on the device too: the same seed twice, the same metrics."""
+    kw = {"dropout": 0.0, "attention_dropout": 0.1, "activation_dropout": 0.1}
+    a = run_trial(small(**kw), cache_dir=tmp_path)
+    b = run_trial(small(**kw), cache_dir=tmp_path)
+    assert_learns_and_repeats(a, b)
+    plain = run_trial(small(dropout=0.0, epochs=1), cache_dir=tmp_path)
+    assert plain.history[0]["train/loss"] != pytest.approx(a.history[0]["train/loss"], rel=1e-4)
+
+
 def test_bf16_autocast_trains_on_cuda(tmp_path):
     r = run_trial(small(precision="bf16"), cache_dir=tmp_path)
     assert r.status == "finished" and r.config["precision"] == "bf16"
@@ -158,6 +169,20 @@ def test_fused_members_are_their_separate_trials_on_cuda(tmp_path):
             assert a["val/loss"] == pytest.approx(b["val/loss"], rel=1e-4)
         for name, value in sep.test.items():
             assert f.test[name] == pytest.approx(value, rel=1e-4), name
+
+
+def test_fused_members_with_attention_and_activation_dropout_are_their_separate_trials_on_cuda(tmp_path):
+    """Each member draws its attention-weight and activation masks from its own generator on the device."""
+    from embinit.train.fused import run_fused
+    kw = {"epochs": 2, "max_train_examples": 200, "d_model": 16, "heads": 2, "ff_dim": 32, "dropout": 0.0,
+          "attention_dropout": 0.2, "activation_dropout": 0.2, "extras": {"val_bleu": False}}
+    cfgs = [small(seed=0, **kw), small(seed=1, init="normal", **kw)]
+    fused = run_fused(cfgs, cache_dir=tmp_path / "c")
+    for c, f in zip(cfgs, fused):
+        sep = run_trial(c, cache_dir=tmp_path / "c")
+        assert f.info["execution"]["mode"] == "fused" and f.status == sep.status == "finished"
+        for a, b in zip(sep.history, f.history):
+            assert a["val/loss"] == pytest.approx(b["val/loss"], rel=1e-4)
 
 
 @pytest.mark.parametrize("task", ["synthetic_classification", "synthetic_lm"])
@@ -258,6 +283,16 @@ def test_a_graphed_trial_with_dropout_repeats_and_learns(tmp_path, deterministic
     assert_learns_and_repeats(a, b)
     other = run_trial(small(cuda_graphs=True, seed=1, epochs=1), cache_dir=tmp_path)
     assert other.history[0]["train/loss"] != pytest.approx(a.history[0]["train/loss"], rel=REL)
+
+
+@graphs_only
+def test_a_graphed_trial_with_attention_and_activation_dropout_repeats_and_learns(tmp_path, deterministic):
+    """The graphs register the trial's generator: the attention-weight and activation masks, drawn from it
+    as every other mask, are fresh at each replay and the same for the same seed."""
+    kw = {"cuda_graphs": True, "attention_dropout": 0.1, "activation_dropout": 0.1}
+    a = run_trial(small(**kw), cache_dir=tmp_path)
+    b = run_trial(small(**kw), cache_dir=tmp_path)
+    assert_learns_and_repeats(a, b)
 
 
 @graphs_only

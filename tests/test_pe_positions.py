@@ -88,5 +88,5 @@ def test_the_default_changes_trial_keys_and_512_reaches_the_old_ones():
     cfg = TrialConfig(task="multi30k", seed=1)
     legacy = dataclasses.replace(cfg, pe_positions=512)
     assert legacy.key() == _key_without(cfg, "pe_positions", "emb_seed", "cuda_graphs", "task_def", "data_revision",
-                                        "length_penalty")
+                                        "length_penalty", "attention_dropout", "activation_dropout")
     assert cfg.key() != legacy.key()

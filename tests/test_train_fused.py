@@ -74,6 +74,33 @@ def test_fused_members_are_the_separate_trials(cache, task, kw, dropout, rel):
         assert pad["fused_slots"] > pad["separate_slots"]
 
 
+@pytest.mark.parametrize("task", ["synthetic_translation", "synthetic_classification", "synthetic_lm"])
+def test_fused_members_draw_their_own_attention_and_activation_dropout(cache, task):
+    """With only the attention-weight and feed-forward-activation dropout on, each fused member is its
+    separate trial: its masks come from its own generator, for its own batch's shape (translation
+    members' batches differ in length, so they are padded: cross-attention's weights are the member's
+    queries x its own source keys)."""
+    kw = {"dropout": 0.0, "attention_dropout": 0.2, "activation_dropout": 0.2}
+    cfgs = [cfg(0, task=task, **kw), cfg(1, task=task, **kw)]
+    sep = [run_trial(c, cache_dir=cache) for c in cfgs]
+    fused = run_fused(cfgs, cache_dir=cache)
+    for a, b in zip(sep, fused):
+        assert b.info["execution"]["mode"] == "fused"
+        assert_same_trial(a, b, 1e-4)
+    undropped = run_trial(cfg(0, task=task, dropout=0.0), cache_dir=cache)
+    assert not close(undropped.history[0]["train/loss"], sep[0].history[0]["train/loss"], 1e-3)   # masks drawn
+
+
+def test_members_of_other_dropout_rates_run_as_separate_trials(cache):
+    """A fused model has one rate a dropout site: members that differ in one train alone, each at its own."""
+    cfgs = [cfg(0, task="synthetic_lm", epochs=1, attention_dropout=0.1), cfg(1, task="synthetic_lm", epochs=1)]
+    fused = run_fused(cfgs, cache_dir=cache)
+    for c, f in zip(cfgs, fused):
+        assert f.info["execution"] == {"mode": "separate", "fuse_refused": "members differ in dropout (dropout, "
+                                       "attention_dropout, activation_dropout)"}
+        assert_same_trial(run_trial(c, cache_dir=cache), f, 0.0)
+
+
 def write_vectors(path, dim, value):
     words = sorted(set(LEXICON.values()))
     path.write_text("".join(f"{w} " + " ".join([str(value)] * dim) + "\n" for w in words))

@@ -101,6 +101,11 @@ def register(subparsers) -> None:
                       ("max-train-examples", int), ("threads", int), ("beam-size", int),
                       ("length-penalty", float), ("early-stopping-patience", int)):
         p.add_argument(f"--{name}", type=typ)
+    p.add_argument("--attention-dropout", type=float, metavar="P",
+                   help="dropout on the softmaxed attention weights, as torch.nn.Transformer and fairseq place it "
+                        "(default 0: none, the paper's)")
+    p.add_argument("--activation-dropout", type=float, metavar="P",
+                   help="dropout after the feed-forward activation, before its second linear (default 0: none)")
     p.add_argument("--pe-base", type=float, help="default: 10000")
     p.add_argument("--pe-positions", type=int,
                    help="position-encoding rows: the model's table and the statistics' (default 5000, the paper's)")
@@ -137,7 +142,8 @@ def register(subparsers) -> None:
 # TrialConfig fields set by the flag of the same name; the switches set a field to a fixed value
 _FIELD_FLAGS = ("task", "init", "src_init", "pretrained", "src_pretrained", "init_from", "oov", "tokenizer",
                 "seed", "emb_seed", "data_seed", "epochs", "batch_size", "max_tokens", "lr", "d_model", "layers",
-                "heads", "ff_dim", "dropout", "min_freq", "max_len", "max_train_examples", "threads", "beam_size",
+                "heads", "ff_dim", "dropout", "attention_dropout", "activation_dropout", "min_freq", "max_len",
+                "max_train_examples", "threads", "beam_size",
                 "length_penalty", "early_stopping_patience", "pe_base", "pe_positions", "data_dir", "data_revision",
                 "precision", "device", "task_def")
 _SWITCHES = {"pre_ln": ("pre_ln", True), "no_pos_encoding": ("pos_encoding", False),

@@ -22,7 +22,9 @@ class ModelConfig:
     heads: int = 8
     layers: int = 3
     ff_dim: int = 512
-    dropout: float = 0.1
+    dropout: float = 0.1         # each sub-layer's output and the embeddings + PE (Vaswani et al.)
+    attention_dropout: float = 0.0   # on the softmaxed attention weights (torch.nn.Transformer's, fairseq's)
+    activation_dropout: float = 0.0  # after the feed-forward activation, before its second linear
     max_positions: int = 512     # longest sequence (positions) the model accepts
     pe_positions: int | None = None  # rows of the position-encoding table (None: max_positions; never
                                      # fewer than max_positions). Rows past a sequence's end are never read
@@ -38,8 +40,11 @@ class ModelConfig:
         if self.d_model % self.heads:
             raise EmbinitError(f"heads={self.heads} does not divide d_model={self.d_model}; choose "
                                f"heads from {divisors(self.d_model)}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise EmbinitError(f"dropout must be in [0, 1), got {self.dropout}")
+        bad = [f"{name} must be in [0, 1), got {p}" for name, p in (
+            ("dropout", self.dropout), ("attention_dropout", self.attention_dropout),
+            ("activation_dropout", self.activation_dropout)) if not 0.0 <= p < 1.0]
+        if bad:
+            raise EmbinitError("; ".join(bad))
 
 
 class TokenEmbedding(nn.Module):

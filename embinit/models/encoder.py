@@ -22,7 +22,8 @@ class _Stack(nn.Module):
         super().__init__()
         self.cfg, self.pad_id = cfg, pad_id
         self.embed = TokenEmbedding(table, cfg)
-        args = (cfg.d_model, cfg.heads, cfg.ff_dim, cfg.dropout, cfg.pre_ln)
+        args = (cfg.d_model, cfg.heads, cfg.ff_dim, cfg.dropout, cfg.pre_ln, cfg.attention_dropout,
+                cfg.activation_dropout)
         self.layers = nn.ModuleList(EncoderLayer(*args) for _ in range(cfg.layers))
         self.norm = nn.LayerNorm(cfg.d_model) if cfg.pre_ln else nn.Identity()
 

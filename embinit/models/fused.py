@@ -31,16 +31,17 @@ class FusedEncoderDecoder(StackedModel):
             x = self._encoder_layer(x, f"encoder.{i}", shapes, mask=mask)
         return (self._norm(x, "enc_norm") if self.cfg.pre_ln else x), mask
 
-    def decode(self, tgt_in, memory, mask, shapes) -> torch.Tensor:
+    def decode(self, tgt_in, memory, mask, shapes, memory_shapes) -> torch.Tensor:
+        """shapes / memory_shapes: each member's own (rows, length) of its target / source batch."""
         x = self._embed(tgt_in, "tgt_embed", shapes)
         for i in range(self.cfg.layers):
             n = f"decoder.{i}"
-            x = self._residual(x, n + ".res1", lambda h, n=n: self._attend(h, n + ".self_attn", causal=True),
-                               shapes)
+            x = self._residual(x, n + ".res1",
+                               lambda h, n=n: self._attend(h, n + ".self_attn", shapes, causal=True), shapes)
             x = self._residual(x, n + ".res2",
-                               lambda h, n=n: self._attend(h, n + ".cross_attn", mask=mask, memory=memory),
-                               shapes)
-            x = self._residual(x, n + ".res3", lambda h, n=n: self._ff(h, n + ".ff"), shapes)
+                               lambda h, n=n: self._attend(h, n + ".cross_attn", shapes, mask=mask, memory=memory,
+                                                           memory_shapes=memory_shapes), shapes)
+            x = self._residual(x, n + ".res3", lambda h, n=n: self._ff(h, n + ".ff", shapes), shapes)
         return self._norm(x, "dec_norm") if self.cfg.pre_ln else x
 
     def losses(self, src, tgt_in, rows, targets, src_shapes, tgt_shapes) -> torch.Tensor:
@@ -50,5 +51,5 @@ class FusedEncoderDecoder(StackedModel):
         from the device); *_shapes: each member's own (rows, length). The output layer runs on those
         positions only."""
         memory, mask = self.encode(src, src_shapes)
-        hidden = self.decode(tgt_in, memory, mask, tgt_shapes)
+        hidden = self.decode(tgt_in, memory, mask, tgt_shapes, src_shapes)
         return self._mean_losses(self._linear(self._pick(hidden, rows).unsqueeze(1), "output").squeeze(1), targets)

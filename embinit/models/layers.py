@@ -2,9 +2,15 @@
 
 Written for speed on CPU without changing what is computed:
 - Dropout sits where Vaswani et al. (2017, section 5.4) put it: on each sub-layer's output before the
-  residual add, and on the sum of embeddings and position encodings. Unlike `torch.nn.Transformer` there
-  is no dropout on attention weights or inside the feed-forward layer; the paper describes neither, and
-  without attention dropout `scaled_dot_product_attention` can use its fused kernel.
+  residual add, and on the sum of embeddings and position encodings. By default (the paper's runs) there
+  is none on the attention weights or inside the feed-forward layer, where `torch.nn.Transformer` and
+  fairseq also put it: the paper describes neither, and without attention dropout
+  `scaled_dot_product_attention` can use its fused kernel. A trial's `attention_dropout` (on the
+  softmaxed weights of every attention) and `activation_dropout` (after the feed-forward activation,
+  before the second linear) switch them on; at 0 the computation is exactly the one without them.
+  Attention with dropout is written out (`dropped_attention`): SDPA's own `dropout_p` would draw its
+  mask from torch's global generator, not the trial's, so a seed would no longer fix every mask and a
+  fused group's members would not draw their own.
 - `FastDropout` draws its mask from 16 random bits per element (four elements per 64-bit draw) rather
   than `bernoulli_`'s one float per element: about 4x cheaper, with a drop probability of
   6554/65536 = 0.100006 for p=0.1 (recorded in `effective_p`). It takes an explicit generator, so a
@@ -69,9 +75,10 @@ def keep_lanes(draws: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor:
 class Attention(nn.Module):
     """Multi-head attention with fused projections; `self_attn` decides between QKV and Q + KV."""
 
-    def __init__(self, d_model: int, heads: int, self_attn: bool = True):
+    def __init__(self, d_model: int, heads: int, self_attn: bool = True, dropout: float = 0.0):
         super().__init__()
         self.heads, self.head_dim, self.self_attn = heads, d_model // heads, self_attn
+        self.drop = FastDropout(dropout)   # on the softmaxed attention weights (`attention_dropout`)
         if self_attn:
             self.qkv = nn.Linear(d_model, 3 * d_model)
             self.qkv.weight.fused_parts = 3  # read by xavier_init_
@@ -109,13 +116,15 @@ class Attention(nn.Module):
         else:
             q = self.q(x).view(b, t, self.heads, self.head_dim).transpose(1, 2)
             k, v = memory_kv if memory_kv is not None else self.project_kv(memory)
-        y = attend(q, k, v, mask, causal and mask is None)
+        drop = self.drop if self.training and self.drop.p > 0.0 else None
+        y = attend(q, k, v, mask, causal and mask is None, drop=drop)
         return self.out(y.transpose(1, 2).reshape(b, t, d))
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
-           causal: bool, pad_heads: bool | None = None) -> torch.Tensor:
-    """`scaled_dot_product_attention` in the layout and precision its fast kernels take.
+           causal: bool, pad_heads: bool | None = None, drop=None) -> torch.Tensor:
+    """`scaled_dot_product_attention` in the layout and precision its fast kernels take; with `drop` (a
+    function of the softmaxed weights [B, H, T, S]: attention dropout in training) `dropped_attention`.
 
     - CPU, bf16: attention runs in fp32. PyTorch's CPU flash-attention kernel is 3-10x slower in bf16
       than in fp32 at these sizes (head_dim 30-64, sequences of ~15-40; measured fwd+bwd on an AVX512-BF16
@@ -126,6 +135,8 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
       padded value columns are cut off) with the scale of the true head_dim. `pad_heads` forces it (tests).
       The kernel is flash or memory-efficient attention, never cuDNN's (CUDA_ATTENTION).
     """
+    if drop is not None:
+        return dropped_attention(q, k, v, mask, causal, drop)
     if q.device.type == "cuda":
         with sdpa_kernel(CUDA_ATTENTION):
             return _attend(q, k, v, mask, causal, pad_heads)
@@ -148,13 +159,31 @@ def _attend(q, k, v, mask, causal, pad_heads):
     return y[..., :hd]
 
 
+def dropped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+                      causal: bool, drop) -> torch.Tensor:
+    """softmax(q k^T / sqrt(head_dim), masked) -> `drop` -> times v, as `torch.nn.Transformer` places
+    attention dropout. `mask`: bool, True = attend; `causal`: position i sees 0..i (top-left aligned, as
+    SDPA's is_causal). The softmax runs in fp32."""
+    scores = torch.matmul(q, k.transpose(-2, -1)) * q.shape[-1] ** -0.5
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    if causal:
+        t, s = scores.shape[-2:]
+        scores = scores.masked_fill(torch.ones(t, s, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
+    weights = torch.softmax(scores.float(), dim=-1).to(v.dtype)
+    return torch.matmul(drop(weights), v)
+
+
 class FeedForward(nn.Module):
-    def __init__(self, d_model: int, ff_dim: int):
+    """fc2(drop(relu(fc1(x)))): `drop` is `activation_dropout` (none at 0, the default)."""
+
+    def __init__(self, d_model: int, ff_dim: int, dropout: float = 0.0):
         super().__init__()
         self.fc1, self.fc2 = nn.Linear(d_model, ff_dim), nn.Linear(ff_dim, d_model)
+        self.drop = FastDropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc2(F.relu(self.fc1(x)))
+        return self.fc2(self.drop(F.relu(self.fc1(x))))
 
 
 class _Residual(nn.Module):
@@ -172,9 +201,11 @@ class _Residual(nn.Module):
 
 
 class EncoderLayer(nn.Module):
-    def __init__(self, d_model: int, heads: int, ff_dim: int, dropout: float, pre_ln: bool):
+    def __init__(self, d_model: int, heads: int, ff_dim: int, dropout: float, pre_ln: bool,
+                 attention_dropout: float = 0.0, activation_dropout: float = 0.0):
         super().__init__()
-        self.attn, self.ff = Attention(d_model, heads), FeedForward(d_model, ff_dim)
+        self.attn = Attention(d_model, heads, dropout=attention_dropout)
+        self.ff = FeedForward(d_model, ff_dim, activation_dropout)
         self.res1 = _Residual(d_model, dropout, pre_ln)
         self.res2 = _Residual(d_model, dropout, pre_ln)
 
@@ -185,11 +216,12 @@ class EncoderLayer(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, d_model: int, heads: int, ff_dim: int, dropout: float, pre_ln: bool):
+    def __init__(self, d_model: int, heads: int, ff_dim: int, dropout: float, pre_ln: bool,
+                 attention_dropout: float = 0.0, activation_dropout: float = 0.0):
         super().__init__()
-        self.self_attn = Attention(d_model, heads)
-        self.cross_attn = Attention(d_model, heads, self_attn=False)
-        self.ff = FeedForward(d_model, ff_dim)
+        self.self_attn = Attention(d_model, heads, dropout=attention_dropout)
+        self.cross_attn = Attention(d_model, heads, self_attn=False, dropout=attention_dropout)
+        self.ff = FeedForward(d_model, ff_dim, activation_dropout)
         self.res1, self.res2, self.res3 = (_Residual(d_model, dropout, pre_ln) for _ in range(3))
 
     def forward(self, x, memory=None, memory_mask=None, memory_kv=None, cache: dict | None = None):

@@ -19,7 +19,8 @@ class EncoderDecoder(nn.Module):
         self.cfg, self.pad_id = cfg, pad_id
         self.src_embed = TokenEmbedding(src_table, cfg)
         self.tgt_embed = TokenEmbedding(tgt_table, cfg)
-        args = (cfg.d_model, cfg.heads, cfg.ff_dim, cfg.dropout, cfg.pre_ln)
+        args = (cfg.d_model, cfg.heads, cfg.ff_dim, cfg.dropout, cfg.pre_ln, cfg.attention_dropout,
+                cfg.activation_dropout)
         self.encoder = nn.ModuleList(EncoderLayer(*args) for _ in range(cfg.layers))
         self.decoder = nn.ModuleList(DecoderLayer(*args) for _ in range(cfg.layers))
         # pre-LN stacks end with a LayerNorm (post-LN outputs are already normalized)

@@ -23,6 +23,11 @@ from embinit.errors import EmbinitError
 from embinit.models import embedding
 from embinit.models.layers import FastDropout, attend, keep_lanes
 
+# The dropout sites of a member (ModelConfig fields): each sub-layer's output and the embeddings (`dropout`),
+# the softmaxed attention weights (`attention_dropout`), the feed-forward activation (`activation_dropout`).
+# A group's members share each rate (`run_fused` groups only members of one ModelConfig).
+SITES = ("dropout", "attention_dropout", "activation_dropout")
+
 IGNORE = -100   # the target id of a padded position or row of a member (never a loss term)
 
 
@@ -53,10 +58,11 @@ class StackedModel(nn.Module):
             p = nn.Parameter(stacked, requires_grad=dict(first.named_parameters())[n].requires_grad)
             self.register_parameter(_flat(n), p)
         self.register_buffer("pe", getattr(first, pe_of).pe, persistent=False)
-        self.p = first.cfg.dropout
-        drop = FastDropout(self.p)
-        self.effective_p = drop.effective_p
-        self.register_buffer("threshold", drop.threshold, persistent=False)
+        self.rates = {}   # site -> (p, effective p); each site's threshold is the buffer `threshold_<site>`
+        for site in SITES:
+            drop = FastDropout(getattr(first.cfg, site))
+            self.rates[site] = (drop.p, drop.effective_p)
+            self.register_buffer(f"threshold_{site}", drop.threshold, persistent=False)
 
     # the stacked parameters, in the members' parameter order ------------------------------------
     def stacked(self) -> list[nn.Parameter]:
@@ -92,32 +98,36 @@ class StackedModel(nn.Module):
         extra = (None,) * (x.dim() - 2)
         return y * w[(slice(None), *extra)] + b[(slice(None), *extra)]
 
-    def _drop(self, x: torch.Tensor, shapes: list[tuple[int, ...]]) -> torch.Tensor:
-        """Each member's FastDropout mask for its own leading shape ((rows, length) of a sequence batch,
-        (rows,) of pooled vectors), drawn from its own generator in the member's forward order.
+    def _drop(self, x: torch.Tensor, shapes: list[tuple[int, ...]], site: str = "dropout") -> torch.Tensor:
+        """Each member's FastDropout mask (of `site`'s rate, SITES) for its own leading shape ((rows,
+        length) of a sequence batch, (rows,) of pooled vectors, (rows, heads, queries, keys) of attention
+        weights; the dimensions after it are the group's, whole), drawn from its own generator in the
+        member's forward order.
 
         The kernels do not grow with G, bar one draw per member (each from its own generator): the
         members' draws go to slices of one buffer (a slice draws what a fresh tensor of its size would),
         one comparison makes every keep bit, and the mask is those bits in place when every member fills
         the padded shape (no padding), else one copy per member into a zero mask."""
-        if not self.training or self.p == 0.0:
+        p, effective_p = self.rates[site]
+        if not self.training or p == 0.0:
             return x
-        d, full = x.shape[-1], tuple(x.shape[1:-1])
-        sizes = [d * math.prod(shape) for shape in shapes]
+        lead = len(shapes[0])
+        full, tail = tuple(x.shape[1:1 + lead]), tuple(x.shape[1 + lead:])
+        sizes = [math.prod(tail) * math.prod(shape) for shape in shapes]
         words = [(n + 3) // 4 for n in sizes]                   # 4 int16 lanes per 64-bit draw
         draws = torch.empty(sum(words), dtype=torch.int64, device=x.device)
         start = 0
         for g, w in enumerate(words):
             draws[start:start + w].random_(generator=self.generators[g])
             start += w
-        keep = keep_lanes(draws, self.threshold)
-        scale = 1.0 / (1.0 - self.effective_p)
+        keep = keep_lanes(draws, getattr(self, f"threshold_{site}"))
+        scale = 1.0 / (1.0 - effective_p)
         if all(shape == full for shape in shapes) and sizes[0] % 4 == 0:
             return x * keep.view(x.shape).to(x.dtype).mul_(scale)
         mask = x.new_zeros(x.shape)
         lane = 0
         for g, (shape, n, w) in enumerate(zip(shapes, sizes, words)):
-            mask[(g, *(slice(0, s) for s in shape))] = keep[lane:lane + n].view(*shape, d)
+            mask[(g, *(slice(0, s) for s in shape))] = keep[lane:lane + n].view(*shape, *tail)
             lane += 4 * w
         return x * mask.mul_(scale)
 
@@ -134,16 +144,27 @@ class StackedModel(nn.Module):
             x = x + self.pe[:ids.shape[2]].to(x.dtype)
         return self._drop(x, shapes)
 
-    def _attend(self, x, name: str, mask=None, causal=False, memory=None) -> torch.Tensor:
+    def _attend(self, x, name: str, shapes, mask=None, causal=False, memory=None,
+                memory_shapes=None) -> torch.Tensor:
+        """`layers.Attention`; `shapes` (and `memory_shapes` for cross-attention): each member's own
+        (rows, length) of the queries (and keys), for its attention-dropout mask."""
         g, b, t, d = x.shape
         h = self.cfg.heads
         if memory is None:
+            s, memory_shapes = t, shapes
             q, k, v = self._linear(x, name + ".qkv").view(g * b, t, 3, h, d // h).permute(2, 0, 3, 1, 4)
         else:
             s = memory.shape[2]
             q = self._linear(x, name + ".q").view(g * b, t, h, d // h).transpose(1, 2)
             k, v = self._linear(memory, name + ".kv").view(g * b, s, 2, h, d // h).permute(2, 0, 3, 1, 4)
-        y = attend(q, k, v, mask, causal and mask is None)   # the separate model's kernel choice
+        own = [(rows, h, length, keys) for (rows, length), (_, keys) in zip(shapes, memory_shapes)]
+
+        def drop(weights: torch.Tensor) -> torch.Tensor:   # [G*B, H, T, S]: each member's mask for its own part
+            return self._drop(weights.view(g, b, h, t, s), own, "attention_dropout").view(g * b, h, t, s)
+
+        on = self.training and self.rates["attention_dropout"][0] > 0.0
+        # the separate model's kernel choice (`Attention.forward`)
+        y = attend(q, k, v, mask, causal and mask is None, drop=drop if on else None)
         return self._linear(y.transpose(1, 2).reshape(g, b, t, d), name + ".out")
 
     def _residual(self, x, name: str, f, shapes) -> torch.Tensor:
@@ -151,14 +172,15 @@ class StackedModel(nn.Module):
             return x + self._drop(f(self._norm(x, name + ".norm")), shapes)
         return self._norm(x + self._drop(f(x), shapes), name + ".norm")
 
-    def _ff(self, x, name: str) -> torch.Tensor:
-        return self._linear(F.relu(self._linear(x, name + ".fc1")), name + ".fc2")
+    def _ff(self, x, name: str, shapes) -> torch.Tensor:
+        hidden = self._drop(F.relu(self._linear(x, name + ".fc1")), shapes, "activation_dropout")
+        return self._linear(hidden, name + ".fc2")
 
     def _encoder_layer(self, x, name: str, shapes, mask=None, causal=False) -> torch.Tensor:
         """`layers.EncoderLayer` (self-attention, then feed-forward)."""
-        x = self._residual(x, name + ".res1", lambda h: self._attend(h, name + ".attn", mask=mask, causal=causal),
-                           shapes)
-        return self._residual(x, name + ".res2", lambda h: self._ff(h, name + ".ff"), shapes)
+        x = self._residual(x, name + ".res1",
+                           lambda h: self._attend(h, name + ".attn", shapes, mask=mask, causal=causal), shapes)
+        return self._residual(x, name + ".res2", lambda h: self._ff(h, name + ".ff", shapes), shapes)
 
     def _key_mask(self, ids: torch.Tensor) -> torch.Tensor | None:
         """[G*B, 1, 1, S], True = attend; a row of padding only (a member's batch has fewer rows than

@@ -26,7 +26,7 @@ from embinit.spec.problems import SpecError
 # (No docstring: it would become the JSON schema's description.)
 # Fields of the defaults and the task entries added after specs were first hashed: a spec that leaves one
 # unset keeps the hash it had before (an unpinned hub dataset, beam search's default length penalty).
-UNSET_LEAVES_HASH = ("data_revision", "length_penalty")
+UNSET_LEAVES_HASH = ("data_revision", "length_penalty", "attention_dropout", "activation_dropout")
 
 
 class ExperimentSpec(SpecFields):

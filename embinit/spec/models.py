@@ -41,6 +41,8 @@ class Hyperparams(_Strict):
     heads: int | None = Field(None, **field_limits("heads"))
     ff_dim: int | None = Field(None, **field_limits("ff_dim"))
     dropout: float | None = Field(None, **field_limits("dropout"))
+    attention_dropout: float | None = Field(None, **field_limits("attention_dropout"))   # on attention weights
+    activation_dropout: float | None = Field(None, **field_limits("activation_dropout"))  # inside feed-forward
     min_freq: int | None = Field(None, **field_limits("min_freq"))
     max_len: int | None = Field(None, **field_limits("max_len"))
     pe_base: float | None = Field(None, **field_limits("pe_base"))

@@ -20,7 +20,8 @@ from embinit.errors import EmbinitError
 
 # TrialConfig fields that change neither the tokenized task nor the aligned pretrained rows
 _IRRELEVANT = ("seed", "data_seed", "init_from", "lr", "epochs", "batch_size", "max_tokens", "layers",
-               "emb_seed", "pe_positions", "ff_dim", "dropout", "pe_base", "pre_ln", "pos_encoding", "train_embeddings",
+               "emb_seed", "pe_positions", "ff_dim", "dropout", "attention_dropout", "activation_dropout",
+               "pe_base", "pre_ln", "pos_encoding", "train_embeddings",
                "freeze_non_embeddings", "early_stopping_patience", "beam_size", "length_penalty", "precision",
                "threads", "device", "heads")
 

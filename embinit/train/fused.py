@@ -83,6 +83,9 @@ def _not_fusable(setups) -> str | None:
     shape = {n: p.shape for n, p in first.model.named_parameters()}
     trains = {n: p.requires_grad for n, p in first.model.named_parameters()}
     for s in setups[1:]:
+        rates = ("dropout", "attention_dropout", "activation_dropout")   # one rate a site for the whole group
+        if any(getattr(s.model_cfg, r) != getattr(first.model_cfg, r) for r in rates):
+            return "members differ in dropout (dropout, attention_dropout, activation_dropout)"
         if s.model_cfg != first.model_cfg or {n: p.shape for n, p in s.model.named_parameters()} != shape:
             return "members differ in model shape"
         if {n: p.requires_grad for n, p in s.model.named_parameters()} != trains:   # one flag per stacked weight

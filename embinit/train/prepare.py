@@ -191,8 +191,9 @@ def prepare(cfg: TrialConfig, cache_dir=None) -> Setup:
     rc, kind, data, tables = load_inputs(cfg, cache_dir, device)
     # sequences are truncated to max_len ids; <bos>/<eos> (and a pair's separator) need room beyond it
     model_cfg = ModelConfig(d_model=rc.d_model, heads=rc.heads, layers=rc.layers, ff_dim=rc.ff_dim,
-                            dropout=rc.dropout, max_positions=2 * rc.max_len + 2, pe_base=rc.pe_base,
-                            pe_positions=rc.pe_positions,
+                            dropout=rc.dropout, attention_dropout=rc.attention_dropout,
+                            activation_dropout=rc.activation_dropout, max_positions=2 * rc.max_len + 2,
+                            pe_base=rc.pe_base, pe_positions=rc.pe_positions,
                             pre_ln=rc.pre_ln, pos_encoding=rc.pos_encoding,
                             tie_embeddings=rc.tie_embeddings)
     g_model = torch.Generator().manual_seed(derive_seed(rc.seed, "model"))
