@@ -132,6 +132,22 @@ def test_train_lists_every_problem_of_the_data_folder_and_the_model_size(tmp_pat
     assert "dimension 3 but the model's d_model is 4" in err
 
 
+def test_model_size_problems_name_the_flags_not_the_spec_fields(tmp_path, capsys):
+    """`embinit train --heads 7` said "the D of inits[0]" and "set `d_model` on the task", and a source
+    whose D contradicts --d-model said "set `d_model`": a spec's words; the command has flags."""
+    code = main(["train", "--task", "synthetic_translation", "--heads", "7", "--cache-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2 and "--heads: heads=7 does not divide d_model=32, the D of --init (Xavier, " in err
+    assert "choose heads from [1, 2, 4, 8, 16, 32], or set --d-model to a multiple of the heads" in err
+    (tmp_path / "g.txt").write_text("the 0.1 0.2 0.3\n")
+    code = main(["train", "--task", "synthetic_classification", "--init", "glove", "--pretrained",
+                 str(tmp_path / "g.txt"), "--d-model", "4", "--cache-dir", str(tmp_path)])
+    err2 = capsys.readouterr().err
+    assert code == 2 and "set --d-model to the source's D or leave it out" in err2
+    for spec_word in ("inits[0]", "`d_model`", "on the task"):
+        assert spec_word not in err + err2
+
+
 def test_train_lists_settings_no_trial_may_combine_with_its_other_problems(tmp_path, capsys):
     """The spec's check (which `embinit train` runs first) knows the trainer's rules across fields."""
     (tmp_path / "sst2").mkdir()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -250,16 +251,28 @@ def check_args(cfg) -> None:
                           [f"{_flag(where)}: {msg}" if _flag(where) else msg for where, msg in problems], notes)
 
 
+# a spec's place (`inits[0]`, `tasks[0].heads`) or a backquoted field (`d_model`, "set `d_model` on the task")
+# in a problem's message, which this command names by its flag
+_SPEC_WORDS = re.compile(r"\b(?:inits|tasks|seeds)\[0\](?:\.\w+)?|`(\w+)`(?: on the task)?")
+
+
 def _in_flags(cfg, where: str, msg: str) -> str:
     """A spec problem's message in this command's words: a pretrained init without its file names the
-    option that gives it, not the spec's `pretrained:` keys."""
+    option that gives it, not the spec's `pretrained:` keys; a spec's place or field a flag sets is
+    that flag ("the D of --init", "set --d-model"), as `_flag` names where the problem lies."""
     from embinit.spec.init_checks import needs_pretrained
     from embinit.spec.inits import source_name
 
     for source in {source_name(cfg.init), source_name(cfg.src_init)} - {None}:
         if where in _PRETRAINED_FLAGS and msg == needs_pretrained(source):
             return needs_pretrained(source, f"pass its path with {_PRETRAINED_FLAGS[where]} PATH")
-    return msg
+    return _SPEC_WORDS.sub(_word_flag, msg)
+
+
+def _word_flag(m: re.Match) -> str:
+    if m[1] is None:   # a place in the one-trial spec
+        return _flag(m[0]) or m[0]
+    return _flag(m[1]) if m[1] in _FIELD_FLAGS else m[0]
 
 
 def _flag(where: str) -> str | None:
