@@ -234,3 +234,23 @@ def test_train_says_an_oov_rule_does_not_apply_to_a_table_without_missing_rows(t
         assert json.loads(captured.out)["key"] == plain.key()
     assert main(argv + ["--init", "glove", "--pretrained", str(vectors), "--oov", "zeros"]) == 0
     assert "does not apply" not in capsys.readouterr().err
+
+
+def test_the_summary_labels_an_oov_rule_as_a_sweep_does():
+    """`embinit train --init glove --oov zeros` printed `init=GloVe`, where a sweep labels the same init
+    `GloVe oov=zeros`; a rule that fills no row (a random init's) or the default one is not said."""
+    from embinit.cli.train import summary
+    from embinit.spec import InitEntry
+    from embinit.train.result import TrialResult
+
+    def line(init, oov, label, src_init=None, src_label=None):
+        config = {"task": "sst2", "init": init, "src_init": src_init, "oov": oov, "seed": 0, "d_model": 300,
+                  "heads": 10}
+        return summary(TrialResult(config=config, key="k", label=label, src_label=src_label)).splitlines()[0]
+    entry = InitEntry(tgt={"source": "glove", "oov": "zeros"})
+    assert f"init={entry.label_for(False)} seed=0" in line("glove", "zeros", "GloVe")
+    assert "init=GloVe oov=zeros seed=0" in line("glove", "zeros", "GloVe")
+    assert "init=GloVe seed=0" in line("glove", "xavier", "GloVe")
+    assert "init=Xavier seed=0" in line("xavier", "zeros", "Xavier")
+    assert "init=Xavier_GloVe seed=0" in line("glove+match", "mean", "Xavier_GloVe")
+    assert "init=GloVe src_init=Xavier oov=mean seed=0" in line("glove", "mean", "GloVe", "xavier", "Xavier")

@@ -302,8 +302,12 @@ def summary(result) -> str:
     def fmt(d):
         return ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in d.items())
 
-    lines = [f"trial {result.key}: {result.config['task']} init={result.label}"
+    from embinit.spec.inits import oov_text
+
+    c = result.config   # an OOV rule that fills rows is said as a sweep's label says it (`GloVe oov=zeros`)
+    lines = [f"trial {result.key}: {c['task']} init={result.label}"
              + (f" src_init={result.src_label}" if result.src_label else "")
+             + oov_text(c.get("oov"), [c.get("init"), c.get("src_init")])
              + f" seed={result.config['seed']} D={result.config['d_model']} heads={result.config['heads']}",
              f"status: {result.status}" + (f" at step {result.diverged_step}" if result.diverged_step else "")]
     if result.best:

@@ -128,11 +128,17 @@ class InitEntry(_Strict):
         """` oov=zeros` (as the report writes an axis value) for the entry's own OOV rule, the target side's
         `oov` that its trials take, where it is not the default and a table of the entry has rows it fills
         (`oov_applies`); "" otherwise, so an init's label without a rule of its own is what it was."""
-        rule = self.side_option("tgt", "oov")
         sides = [self.tgt] + ([self.src] if translation and self.src is not None else [])
-        if rule in (None, DEFAULT_OOV) or not any(oov_applies(side) for side in sides):
-            return ""
-        return f" oov={rule}"
+        return oov_text(self.side_option("tgt", "oov"), sides)
+
+
+def oov_text(rule: str | None, sides: list[Any]) -> str:
+    """` oov=RULE`, what a label says of an OOV rule that is not the default and fills rows of a table of
+    `sides` (their init specs); "" otherwise. An init entry's label (`GloVe oov=zeros`) and `embinit
+    train`'s summary both say a rule so."""
+    if rule in (None, DEFAULT_OOV) or not any(oov_applies(side) for side in sides if side is not None):
+        return ""
+    return f" oov={rule}"
 
 
 def with_init_axes(init: InitEntry, overrides: dict[str, Any]) -> InitEntry:
