@@ -293,11 +293,10 @@ def test_an_init_s_own_oov_rule_is_in_its_label_and_tells_two_inits_apart():
     # The rule of `{source: glove, oov: zeros}` was in the `oov` param only: its label (report, LaTeX table,
     # run name, `embinit.init` tag) read GloVe, and next to `glove` the spec refused it as a duplicate label.
     zeros = {"source": "glove", "oov": "zeros"}
-    matched = {"source": "glove", "transform": "match", "oov": "zeros"}
-    spec = load_spec(base(tasks=["sst2"], inits=["glove", zeros, matched, {"source": "xavier", "oov": "mean"}],
+    spec = load_spec(base(tasks=["sst2"], inits=["glove", zeros, "glove+match"],
                           pretrained={"glove": "/g.txt"}, seeds=1))
     plan = spec.plan()
-    assert [p.label for p in plan] == ["GloVe", "GloVe oov=zeros", "Xavier_GloVe", "Xavier"]   # no row to fill
+    assert [p.label for p in plan] == ["GloVe", "GloVe oov=zeros", "Xavier_GloVe"]
     assert [p.config["oov"] for p in plan[:2]] == ["xavier", "zeros"]
     only_glove = load_spec(base(tasks=["sst2"], inits=["glove"], pretrained={"glove": "/g.txt"}, seeds=1))
     assert plan[0].key == only_glove.plan()[0].key != plan[1].key   # the label is not in the key
@@ -305,6 +304,29 @@ def test_an_init_s_own_oov_rule_is_in_its_label_and_tells_two_inits_apart():
                                       {"tgt": {"source": "xavier", "oov": "mean"}, "src": "glove"}],
                                pretrained={"glove": "/g.txt"}, seeds=1))
     assert [p.label for p in two_sided.plan()] == ["GloVe oov=zeros", "Xavier|src:GloVe oov=mean"]
+
+
+def test_an_init_s_own_oov_rule_that_fills_no_row_is_refused():
+    """`{source: glove, transform: match, oov: zeros}` and `{source: xavier, oov: mean}` were accepted, labelled
+    without their rule (no row to fill) and trained as the default rule's trials: a rule written on the init
+    that does nothing. Refused, saying why; a rule that fills rows of the other table is kept."""
+    matched = {"source": "glove", "transform": "match", "oov": "zeros"}
+    found = problems(base(tasks=["sst2"], inits=["glove", matched, {"source": "xavier", "oov": "mean"}],
+                          pretrained={"glove": "/g.txt"}))
+    assert found == {
+        "inits[1].oov": "its own oov 'zeros' does nothing: its table has no row for an OOV rule to fill "
+                        "(Xavier_GloVe: match replaces every row), so its trials are the same whatever the rule; "
+                        "remove it",
+        "inits[2].oov": "its own oov 'mean' does nothing: its table has no row for an OOV rule to fill "
+                        "(Xavier: a random init draws every row), so its trials are the same whatever the rule; "
+                        "remove it"}
+    two_sided = problems(base(inits=[{"tgt": {"source": "xavier", "oov": "mean"}, "src": "glove+match"}],
+                              pretrained={"glove": "/g.txt"}))
+    assert list(two_sided) == ["inits[0].tgt.oov"]
+    assert "its tables have no row" in two_sided["inits[0].tgt.oov"]
+    assert "a random init draws every row and match replaces every row" in two_sided["inits[0].tgt.oov"]
+    load_spec(base(inits=[{"tgt": {"source": "xavier", "oov": "mean"}, "src": "glove"}],   # fills GloVe's rows
+                   pretrained={"glove": "/g.txt"}))
 
 
 def test_an_init_s_own_oov_rule_may_not_be_replaced_by_the_spec_s():

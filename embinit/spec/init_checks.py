@@ -1,13 +1,13 @@
 """Checks of a spec's init entries against the rest of it (run once every field is valid): sides the
-tasks lack, pretrained sources without a file and paths no side reads, an init's own OOV rule or
-transform that the spec's would replace, and entries that duplicate another (same label, or the same
-trials). `embinit.spec.checks` runs them with the other cross-field checks."""
+tasks lack, pretrained sources without a file and paths no side reads, an init's own OOV rule that fills no
+row or that the spec's would replace, a transform that the spec's would replace, and entries that duplicate
+another (same label, or the same trials). `embinit.spec.checks` runs them with the other cross-field checks."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from embinit.init.registry import parse_init_spec
+from embinit.init.registry import oov_applies, parse_init_spec
 from embinit.spec.fields import SpecFields
 from embinit.spec.inits import INIT_AXES, InitEntry, init_string, source_name
 from embinit.spec.planning import has_source_table, pretrained_for, trial_config
@@ -59,6 +59,7 @@ def init_problems(spec: SpecFields) -> list[tuple[str, str]]:
                              f"{[t.task for t in spec.tasks]} have one embedding table"))
         problems += _side_problems(spec, i, init, translation)
         problems += _init_axis_clash(spec, i, init) + _own_oov_clash(spec, i, init)
+        problems += _own_oov_moot(i, init, translation)
         label = init.label_for(translation)
         # Two entries that compute the same trials (same key for some task) would train and report
         # one thing twice, e.g. `glove` and `{source: glove, name: X}` with the same file.
@@ -88,6 +89,29 @@ def _own_oov_clash(spec: SpecFields, i: int, init: InitEntry) -> list[tuple[str,
         f"tasks[{j}].oov" for j, task in enumerate(spec.tasks) if "oov" in task.set_values()]
     return [(f"inits[{i}]", f"its own oov {own!r} is replaced by the rule {', '.join(places)} sets (for every init), "
              f"so its trials would not use it: drop one of the two")] if places else []
+
+
+def _own_oov_moot(i: int, init: InitEntry, translation: bool) -> list[tuple[str, str]]:
+    """An init with its own OOV rule (`{source: glove, transform: match, oov: zeros}`, `{source: xavier, oov:
+    mean}`) none of whose tables has a row a rule fills (`oov_applies`): the rule would do nothing, its
+    trials are the default rule's (same key) and its label does not name it. An `oov` axis over such an
+    init is harmless (it trains the init once); a rule written on the init itself is a mistake."""
+    own = init.side_option("tgt", "oov")
+    sides = [init.tgt] + ([init.src] if translation and init.src is not None else [])
+    if own is None or any(oov_applies(side) for side in sides):
+        return []
+    where = f"inits[{i}].tgt" if init.src is not None else f"inits[{i}]"
+    tables = "its table has" if len(sides) == 1 else "its tables have"
+    return [(f"{where}.oov", f"its own oov {own!r} does nothing: {tables} no row for an OOV rule to fill "
+             f"({init.label_for(translation)}: {no_oov_rows(sides)}), so its trials are the same whatever the "
+             "rule; remove it")]
+
+
+def no_oov_rows(sides: list[Any]) -> str:
+    """Why the tables of init specs `sides` (none of which `oov_applies`) have no row for an OOV rule."""
+    why = {"match replaces every row" if parse_init_spec(side).is_pretrained else "a random init draws every row"
+           for side in sides}
+    return " and ".join(sorted(why))
 
 
 def _init_axis_clash(spec: SpecFields, i: int, init: InitEntry) -> list[tuple[str, str]]:
