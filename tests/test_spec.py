@@ -329,6 +329,22 @@ def test_an_init_s_own_oov_rule_that_fills_no_row_is_refused():
                    pretrained={"glove": "/g.txt"}))
 
 
+def test_a_source_side_oov_rule_that_fills_no_row_is_refused_as_doing_nothing():
+    """`{tgt: glove, src: {source: xavier, oov: zeros}}` was refused with "give it on the target side", which
+    would change the GloVe table; the rule does nothing on a Xavier (or matched) source table, so the problem
+    says that. A source rule that fills rows keeps its advice (one rule per trial, on the target side)."""
+    for src, why in (({"source": "xavier", "oov": "zeros"}, "Xavier: a random init draws every row"),
+                     ({"source": "glove", "transform": "match", "oov": "zeros"},
+                      "Xavier_GloVe: match replaces every row")):
+        found = problems(base(inits=[{"tgt": "glove", "src": src}], pretrained={"glove": "/g.txt"}))
+        assert found == {"inits[0].src.oov": f"oov 'zeros' on the source side does nothing: its table has no row "
+                                             f"for an OOV rule to fill ({why}); remove it"}
+    found = problems(base(inits=[{"tgt": "xavier", "src": {"source": "glove", "oov": "zeros"}}],
+                          pretrained={"glove": "/g.txt"}))
+    assert found["inits[0].src.oov"].startswith("oov 'zeros' on the source side: a trial has one OOV rule, for "
+                                                "both tables; give it on the target side")
+
+
 def test_an_init_s_own_oov_rule_may_not_be_replaced_by_the_spec_s():
     # the spec's `oov` (an axis, a default, a task's, a search) wins over the init's own in every trial, which
     # trained `glove` under a label naming another rule

@@ -9,7 +9,7 @@ from typing import Any
 
 from embinit.init.registry import oov_applies, parse_init_spec
 from embinit.spec.fields import SpecFields
-from embinit.spec.inits import INIT_AXES, InitEntry, init_string, source_name
+from embinit.spec.inits import INIT_AXES, InitEntry, init_string, no_oov_rows, source_name
 from embinit.spec.planning import has_source_table, pretrained_for, trial_config
 
 
@@ -106,12 +106,6 @@ def _own_oov_moot(i: int, init: InitEntry, translation: bool) -> list[tuple[str,
              f"({init.label_for(translation)}: {no_oov_rows(sides)}), so its trials are the same whatever the "
              "rule; remove it")]
 
-
-def no_oov_rows(sides: list[Any]) -> str:
-    """Why the tables of init specs `sides` (none of which `oov_applies`) have no row for an OOV rule."""
-    why = {"match replaces every row" if parse_init_spec(side).is_pretrained else "a random init draws every row"
-           for side in sides}
-    return " and ".join(sorted(why))
 
 
 def _init_axis_clash(spec: SpecFields, i: int, init: InitEntry) -> list[tuple[str, str]]:

@@ -94,14 +94,18 @@ class InitEntry(_Strict):
     @classmethod
     def _one_oov_rule(cls, v, info: ValidationInfo):
         """A trial has one OOV rule (`oov`), for both tables: the target side's. A source side's own rule
-        that differs would be ignored, so it is refused."""
+        that differs would be ignored, so it is refused: where the source table has rows a rule fills, to
+        be given on the target side; where it has none (a random init, `match`), as a rule that does
+        nothing (moving it to the target side would change the target table)."""
         tgt = info.data.get("tgt")
         own = v.get("oov") if isinstance(v, dict) else None
-        if own is not None and own != (tgt.get("oov") if isinstance(tgt, dict) else None):
-            raise InitFieldError(f"oov {own!r} on the source side: a trial has one OOV rule, for both tables; "
-                                 "give it on the target side (`tgt: {..., oov: ...}`) or as the task's `oov`",
-                                 "oov")
-        return v
+        if own is None or own == (tgt.get("oov") if isinstance(tgt, dict) else None):
+            return v
+        if not oov_applies(v):
+            raise InitFieldError(f"oov {own!r} on the source side does nothing: its table has no row for an OOV "
+                                 f"rule to fill ({init_label(v)}: {no_oov_rows([v])}); remove it", "oov")
+        raise InitFieldError(f"oov {own!r} on the source side: a trial has one OOV rule, for both tables; "
+                             "give it on the target side (`tgt: {..., oov: ...}`) or as the task's `oov`", "oov")
 
     def tgt_str(self) -> str:
         return init_string(self.tgt)
@@ -130,6 +134,13 @@ class InitEntry(_Strict):
         (`oov_applies`); "" otherwise, so an init's label without a rule of its own is what it was."""
         sides = [self.tgt] + ([self.src] if translation and self.src is not None else [])
         return oov_text(self.side_option("tgt", "oov"), sides)
+
+
+def no_oov_rows(sides: list[Any]) -> str:
+    """Why the tables of init specs `sides` (none of which `oov_applies`) have no row for an OOV rule."""
+    why = {"match replaces every row" if parse_init_spec(side).is_pretrained else "a random init draws every row"
+           for side in sides}
+    return " and ".join(sorted(why))
 
 
 def oov_text(rule: str | None, sides: list[Any]) -> str:
