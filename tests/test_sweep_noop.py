@@ -116,16 +116,16 @@ def test_packed_units_record_every_trial_and_count_them(ray_local, tmp_path, mon
 def test_the_trial_name_creator_pickles_small_whatever_the_units():
     import cloudpickle
 
-    from embinit.sweep.tune_run import unit_name, unit_names
+    from embinit.sweep.tune_run import unit_name, unit_names, unit_title
     spec = load_spec({"name": "names", "tasks": ["synthetic_lm"], "inits": ["xavier"], "seeds": 400,
                       "execution": {"trainer": "noop", "trials_per_unit": 1}})
     from embinit.sweep.work import units_to_run
     units, _ = units_to_run(spec, set(), tuple(spec.plan()))
     sizes = []
     for n in (1, 400):
-        with unit_names(f"sweep-{n:03d}", units[:n]) as creator:
-            sizes.append(len(cloudpickle.dumps(creator)))
+        with unit_names(f"sweep-{n:03d}", units[:n]) as (creator, folders):
+            sizes.append(len(cloudpickle.dumps(creator)) + len(cloudpickle.dumps(folders)))
             trial = type("Trial", (), {"config": {"unit": n - 1}})()
-            assert creator(trial) == unit_name(units[n - 1])
-    assert sizes[0] == sizes[1] < 1000
-    assert creator(trial) == "unit-399"      # the sweep is over: a plain name, never an error
+            assert creator(trial) == unit_title(units[n - 1]) and folders(trial) == unit_name(units[n - 1])
+    assert sizes[0] == sizes[1] < 2000
+    assert creator(trial) == folders(trial) == "unit-399"      # the sweep is over: a plain name, never an error

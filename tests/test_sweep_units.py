@@ -173,3 +173,31 @@ def test_unit_names_say_how_many_trials_a_unit_holds():
     assert unit_name(Unit(items[:1])) == "Xavier-s0-00000000"
     assert unit_name(Unit(items, fused=True)) == "fused3-Xavier-s0-00000000"
     assert unit_name(Unit(items[1:])) == "2x-Xavier-s1-11111111"
+
+
+def test_the_running_trials_table_names_a_trial_as_its_mlflow_run():
+    """The progress table (and the service's status) named two trials of the blog's emb_seed axis alike,
+    `Xavier-s1-<key>`: Tune's trial name is now the MLflow run's name (axes, search point, task) and key; its
+    folder keeps the plain name."""
+    from embinit.sweep.progress import Progress
+    from embinit.sweep.tune_run import unit_name, unit_names, unit_title
+    from embinit.sweep.work import Unit, WorkItem
+    from embinit.tracking.run_names import trial_run_name
+
+    def item(emb_seed, key, point=None, task=None):
+        return WorkItem({"seed": 1}, "Xavier", {"emb_seed": emb_seed}, point or {}, ("val/bleu", "max"), key * 16,
+                        name_task=task)
+    units = [Unit((item(3, "a"),)), Unit((item(4, "b"),)), Unit((item(3, "c", {"lr": 0.001}, "mnli"), item(5, "d")))]
+    assert unit_title(units[0]) == f"{trial_run_name('Xavier', 1, {'emb_seed': 3})} [aaaaaaaa]"
+    assert [unit_title(u) for u in units] == ["Xavier-s1 emb_seed=3 [aaaaaaaa]", "Xavier-s1 emb_seed=4 [bbbbbbbb]",
+                                              "2x Xavier-s1 emb_seed=3,lr=0.001 (mnli) [cccccccc]"]
+    assert unit_name(units[0]) == "Xavier-s1-aaaaaaaa"   # Tune's folder: no spaces, no value's `/`
+    clock = iter(range(100))
+    progress = Progress(total=4, reused=0, clock=lambda: float(next(clock)), metric="val/bleu")
+    with unit_names("blog", units) as (names, folders):
+        for i in range(2):
+            trial = type("Trial", (), {"config": {"unit": i}, "trial_id": str(i), "__str__": lambda t: names(t)})()
+            progress.on_trial_start(0, [], trial)
+    table = "\n".join(progress.table())
+    assert "Xavier-s1 emb_seed=3 [aaaaaaaa]" in table and "Xavier-s1 emb_seed=4 [bbbbbbbb]" in table
+    assert [t["trial"] for t in progress.counts()["trials"]] == [unit_title(u) for u in units[:2]]

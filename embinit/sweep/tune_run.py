@@ -21,6 +21,7 @@ from embinit.sweep.ray_runtime import one_machine
 from embinit.sweep.trainable import train_unit
 from embinit.sweep.unit_table import UnitTable
 from embinit.sweep.work import Unit
+from embinit.tracking.run_names import trial_run_name
 
 
 class StopAll(tune.Stopper):
@@ -42,36 +43,50 @@ class StopAll(tune.Stopper):
         return {**self.__dict__, "should_stop": None}
 
 
-# Tune's name of each unit's trial, per sweep of this process (Tune asks for names in the driver only).
-_UNIT_NAMES: dict[str, tuple[str, ...]] = {}
+# Tune's name and folder name of each unit's trial, per sweep of this process (Tune asks for names in the
+# driver only).
+_UNIT_NAMES: dict[str, tuple[tuple[str, str], ...]] = {}
 
 
 def unit_name(unit: Unit) -> str:
-    """`Xavier-s0-5851390d`; a unit of several trials is named after its first and says how many
-    (`fused3-Xavier-s0-5851390d`, `3x-...` for trials run in turn)."""
+    """The folder of a unit's Tune trial, `Xavier-s0-5851390d`; a unit of several trials is named after its
+    first and says how many (`fused3-Xavier-s0-5851390d`, `3x-...` for trials run in turn)."""
     item = unit.trials[0]
-    name = f"{item.label}-s{item.config['seed']}-{item.key[:8]}"
-    if len(unit.trials) > 1:
-        name = f"{'fused' if unit.fused else ''}{len(unit.trials)}{'' if unit.fused else 'x'}-{name}"
-    return name
+    return _how_many(unit, "-") + f"{item.label}-s{item.config['seed']}-{item.key[:8]}"
 
 
-def trial_name(sweep: str, trial) -> str:
-    """Tune's `trial_name_creator`, bound to the sweep with `functools.partial`. Tune stores the creator
-    in every trial's state and writes the state of all trials at each of its checkpoints: a closure over
-    the units was pickled into each trial (2 MB of units x 400 trials: a 1.6 GB state file, a minute
-    before the first trial of a 10,000-trial sweep and GBs in the driver). A module function and the
-    sweep's name pickle in a few bytes."""
+def unit_title(unit: Unit) -> str:
+    """What the progress table (and the service's status) calls a unit's Tune trial: its first trial's MLflow
+    run name (label, seed, the axes' and search point's values, the task where the spec has several;
+    `run_names.trial_run_name`) and key, `Xavier-s0 emb_seed=3 [5851390d]`, where `unit_name` told two
+    trials of one label and seed apart by their keys alone; `fused3 ...`, `3x ...` for a unit of several.
+    Not a folder name (it may hold spaces and a value's `/`), so Tune's folders keep `unit_name`."""
+    item = unit.trials[0]
+    name = trial_run_name(item.label, item.config["seed"], item.axes, item.point, item.name_task)
+    return _how_many(unit, " ") + f"{name} [{item.key[:8]}]"
+
+
+def _how_many(unit: Unit, sep: str) -> str:
+    n = len(unit.trials)
+    return f"{'fused' if unit.fused else ''}{n}{'' if unit.fused else 'x'}{sep}" if n > 1 else ""
+
+
+def trial_name(sweep: str, trial, folder: bool = False) -> str:
+    """Tune's `trial_name_creator` (`folder`: its `trial_dirname_creator`), bound to the sweep with
+    `functools.partial`. Tune stores the creator in every trial's state and writes the state of all trials
+    at each of its checkpoints: a closure over the units was pickled into each trial (2 MB of units x 400
+    trials: a 1.6 GB state file, a minute before the first trial of a 10,000-trial sweep and GBs in the
+    driver). A module function and the sweep's name pickle in a few bytes."""
     names, i = _UNIT_NAMES.get(sweep, ()), trial.config["unit"]
-    return names[i] if i < len(names) else f"unit-{i}"
+    return names[i][folder] if i < len(names) else f"unit-{i}"
 
 
 @contextmanager
-def unit_names(sweep: str, units: list[Unit]) -> Iterator[Callable]:
-    """The sweep's trial name creator, while its units' names are registered."""
-    _UNIT_NAMES[sweep] = tuple(unit_name(u) for u in units)
+def unit_names(sweep: str, units: list[Unit]) -> Iterator[tuple[Callable, Callable]]:
+    """The sweep's trial name and folder name creators, while its units' names are registered."""
+    _UNIT_NAMES[sweep] = tuple((unit_title(u), unit_name(u)) for u in units)
     try:
-        yield functools.partial(trial_name, sweep)
+        yield functools.partial(trial_name, sweep), functools.partial(trial_name, sweep, folder=True)
     finally:
         _UNIT_NAMES.pop(sweep, None)
 
@@ -128,13 +143,13 @@ def run_tune(job: TuneJob, units: list[Unit]) -> bool:
     callbacks = progress_callback(job.progress, job.total, job.reused, per_unit=job.spec.execution.trials_per_unit,
                                   metric=selection_label(units), unit_sizes=[len(u.trials) for u in units])
     # Ctrl-C stops the trials, then raises KeyboardInterrupt
-    with stop_on_interrupt() as interrupted, unit_names(unique, units) as names:
+    with stop_on_interrupt() as interrupted, unit_names(unique, units) as (names, folders):
         stopper = StopAll(lambda: interrupted() or bool(job.should_stop()))
         tuner = tune.Tuner(
             make_trainable(job.spec, units, job.shared, job.extra_callbacks, unique),
             param_space={"unit": tune.grid_search(list(range(len(units))))},
             tune_config=tune.TuneConfig(max_concurrent_trials=job.spec.max_concurrent, reuse_actors=True,
-                                        trial_name_creator=names, trial_dirname_creator=names),
+                                        trial_name_creator=names, trial_dirname_creator=folders),
             run_config=run_config(job.spec, unique, job.storage, callbacks, stopper))
         tune_state.fit(tuner, unique)   # nothing reads Tune's state again (embinit.sweep.tune_state)
     return stopper.fired
