@@ -246,3 +246,34 @@ def test_a_language_model_validated_on_the_test_split_says_so_in_its_run_and_the
     md = report.to_markdown()
     assert f"- wikitext2 Xavier (test/ppl): 1 finished seed(s) logged no value of it: {said}" in md
     assert f"- wikitext2 Xavier: {said}" in md
+
+
+def test_a_trial_s_plots_are_titled_by_its_run_name(tmp_path, monkeypatch):
+    """`val_curve.png` (and the init histogram) were titled by the label alone, `Xavier`, for each trial of
+    an axis: the plots of `dropout=0.1` and `dropout=0.3` read alike. They take the run's name now."""
+    from ray import tune
+
+    from embinit import plots
+    from embinit.spec import load_spec
+    from embinit.sweep.trainable import train_unit
+    from embinit.sweep.work import SweepContext, units_to_run
+    monkeypatch.setattr(tune, "report", lambda metrics, checkpoint=None: None)
+    monkeypatch.setattr(tune, "get_checkpoint", lambda: None)
+    titles = []
+    curve, histogram = plots.validation_curve, plots.init_histogram
+    monkeypatch.setattr(plots, "validation_curve", lambda history, path, title, loss:
+                        titles.append(title) or curve(history, path, title, loss))
+    monkeypatch.setattr(plots, "init_histogram", lambda values, shape, path, title:
+                        titles.append(title) or histogram(values, shape, path, title))
+    uri = f"sqlite:///{tmp_path}/m.db"
+    spec = load_spec({"name": "titles", "tasks": [{"task": "synthetic_classification", "epochs": 1,
+                                                   "max_train_examples": 32, "ff_dim": 16, "heads": 2}],
+                      "inits": ["xavier"], "seeds": [0], "axes": {"dropout": [0.3]}, "cache_dir": str(tmp_path),
+                      "mlflow": {"tracking_uri": uri, "log_checkpoint": False}})
+    exp = mlflow_store.ensure_experiment("titles", uri)
+    parent = run_writers.start_parent_run(exp, uri, spec.spec_hash(), spec.to_yaml(), 1, run_name=spec.name)
+    units, _ = units_to_run(spec, set())
+    train_unit({"unit": 0}, SweepContext(uri, exp, parent, log_checkpoint=False, cache_dir=str(tmp_path)), units)
+    (run,) = [r for r in mlflow_store.search_runs(exp, uri) if records.KEY_TAG in r.data.tags]
+    assert run.info.run_name == "Xavier-s0 dropout=0.3"
+    assert titles == ["Xavier-s0 dropout=0.3", "Xavier-s0 dropout=0.3"]

@@ -213,9 +213,9 @@ def _train_group(todo: list[tuple], ctx: SweepContext, extra_callbacks: Callable
     try:
         for (_cfg, item, claim, _), run, result, own in zip(todo, runs, results, analysis_cbs):
             res = result.to_dict()
-            files = artifacts(res, claim.path, ctx, item.label)
+            files = artifacts(res, claim.path, ctx, item.run_name)
             if ctx.log_plots:
-                files += analyses.plot_artifacts(own, res["history"], claim.path, item.label)
+                files += analyses.plot_artifacts(own, res["history"], claim.path, item.run_name)
             run.finish(res, files)
             claim.discard()  # recorded: nothing left to resume
             value = (res.get("best") or {}).get(item.metric)

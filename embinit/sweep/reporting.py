@@ -84,10 +84,11 @@ def _save_init_sample(model, path: Path) -> None:
     write_init_sample(path, flat[::step].cpu().numpy(), tuple(weight.shape))  # plain arrays, no pickle
 
 
-def artifacts(res: dict, out_dir: Path, ctx: SweepContext, label: str) -> list[tuple[str, str]]:
+def artifacts(res: dict, out_dir: Path, ctx: SweepContext, title: str) -> list[tuple[str, str]]:
     """(artifact dir, local file): the best checkpoint, the per-example outputs (`outputs/`: translation's
     test hypotheses and references, a classifier's dev predictions and labels) and the two plots, each
-    unless the spec's `mlflow` settings turn it off."""
+    unless the spec's `mlflow` settings turn it off. `title`: the plots', the trial's run name (`WorkItem.run_name`:
+    its label, seed and axes' values, which tell it from its siblings)."""
     out: list[tuple[str, str]] = []
     best = out_dir / BEST
     if ctx.log_checkpoint and best.exists():
@@ -97,10 +98,10 @@ def artifacts(res: dict, out_dir: Path, ctx: SweepContext, label: str) -> list[t
     if ctx.log_plots:
         from embinit import plots
         loss = loss_metric(res.get("config", {}).get("task"))   # MNLI's is val/loss_matched
-        curve = plots.validation_curve(res["history"], out_dir / "val_curve.png", label, loss)
+        curve = plots.validation_curve(res["history"], out_dir / "val_curve.png", title, loss)
         if curve:
             out.append(("plots", str(curve)))
-        hist = _init_histogram(out_dir, label)
+        hist = _init_histogram(out_dir, title)
         if hist:
             out.append(("plots", str(hist)))
     return out

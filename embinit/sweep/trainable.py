@@ -105,9 +105,9 @@ def _train_in(run, item: WorkItem, cfg: TrialConfig, ctx: SweepContext, claim: r
         run.fail(f"{type(e).__name__}: {e}", checkpoint=False)
         return None
     res = result.to_dict()
-    files = artifacts(res, out_dir, ctx, item.label)
+    files = artifacts(res, out_dir, ctx, item.run_name)
     if ctx.log_plots:
-        files += analyses.plot_artifacts(analysis_cbs, res["history"], out_dir, item.label)
+        files += analyses.plot_artifacts(analysis_cbs, res["history"], out_dir, item.run_name)
     return _record(run, claim, res, files, metric)
 
 

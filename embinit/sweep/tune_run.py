@@ -21,7 +21,6 @@ from embinit.sweep.ray_runtime import one_machine
 from embinit.sweep.trainable import train_unit
 from embinit.sweep.unit_table import UnitTable
 from embinit.sweep.work import Unit
-from embinit.tracking.run_names import trial_run_name
 
 
 class StopAll(tune.Stopper):
@@ -62,8 +61,7 @@ def unit_title(unit: Unit) -> str:
     trials of one label and seed apart by their keys alone; `fused3 ...`, `3x ...` for a unit of several.
     Not a folder name (it may hold spaces and a value's `/`), so Tune's folders keep `unit_name`."""
     item = unit.trials[0]
-    name = trial_run_name(item.label, item.config["seed"], item.axes, item.point, item.name_task)
-    return _how_many(unit, " ") + f"{name} [{item.key[:8]}]"
+    return _how_many(unit, " ") + f"{item.run_name} [{item.key[:8]}]"
 
 
 def _how_many(unit: Unit, sep: str) -> str:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from embinit.task_registry import selection_metric
+from embinit.tracking.run_names import trial_run_name
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,12 @@ class WorkItem:
     @property
     def metric(self) -> str:
         return self.selection[0]
+
+    @property
+    def run_name(self) -> str:
+        """The name of its MLflow run (`Xavier-s1 emb_seed=3`; `run_names.trial_run_name`), which its
+        plots' titles and the running-trials table say too. (A reopened run keeps the name it was given.)"""
+        return trial_run_name(self.label, self.config["seed"], self.axes, self.point, self.name_task)
 
     def group(self) -> dict[str, Any]:
         """The run's `embinit.group` tag: axes, search point and selection metric."""
