@@ -205,6 +205,47 @@ def test_mnli_curves_show_its_own_validation_loss(tmp_path, monkeypatch):
     assert ("plots", str(tmp_path / "val_curve.png")) in files
 
 
+def test_a_figure_has_no_panel_for_a_metric_no_run_logged(tmp_path, monkeypatch):
+    """Translation trials that computed no validation BLEU got Figure 1 with an empty val/bleu panel beside
+    val/loss; the panel is left out."""
+    from embinit import plots
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    exp = mlflow_store.ensure_experiment("nobleu", uri)
+    history = [{"epoch": e, "val/loss": 1.0 / e} for e in (1, 2)]
+    run = trial_run.TrialRun.open(uri, exp, None, {"task": "synthetic_translation", "init": "xavier", "seed": 0},
+                                  "k0", "Xavier", {"axes": {}, "point": {}, "selection": ["val/loss", "min"]})
+    for h in history:
+        run.log_epoch(h["epoch"], h)
+    run.finish({"status": "finished", "history": history, "best_epoch": 2, "best": {"val/loss": 0.5}}, [])
+    drawn = []
+    monkeypatch.setattr(plots, "figure1", lambda panels, path, title: drawn.append(panels) or
+                        _real_figure1(panels, path, title))
+    assert [p.name for p in build_report("nobleu", uri).plot(tmp_path / "figures")] == ["synthetic_translation.png"]
+    assert [[metric for metric, _ in panels] for panels in drawn] == [["val/loss"]]
+
+
+def test_the_beyond_figures_have_no_panel_for_a_metric_no_row_has(tmp_path, monkeypatch):
+    """The dose-response figure drew all of val. loss, test loss and test BLEU: a classifier's rows left an
+    empty test BLEU panel. An OOV figure of one metric failed (one panel is no array of axes)."""
+    from types import SimpleNamespace
+
+    from embinit.reproduction import beyond_figures as bf
+    drawn, real = [], bf.pyplot
+
+    def spy():
+        plt = real()
+        return SimpleNamespace(subplots=lambda *a, **kw: drawn.append(plt.subplots(*a, **kw)) or drawn[-1],
+                               close=plt.close)
+    monkeypatch.setattr(bf, "pyplot", spy)
+    dose = [{"multiple": m, "mean": 1.0, "min": 0.9, "max": 1.1, "metric": metric, "source": "GloVe"}
+            for m in (0.25, 1.0) for metric in ("best/val/loss", "test/loss")]
+    assert bf.dose_figure(dose, tmp_path / "d.png") == tmp_path / "d.png"
+    assert [ax.get_title() for ax in drawn[-1][0].axes] == ["best val. loss", "test loss"]
+    oov = [{"metric": "best/val/loss", "mean": 1.0, "rule": rule, "values": {"0": 1.0}} for rule in ("xavier", "mean")]
+    assert bf.oov_figure(oov, tmp_path / "o.png") == tmp_path / "o.png"
+    assert [ax.get_title() for ax in drawn[-1][0].axes] == ["best val. loss"]
+
+
 def test_seed_band():
     from embinit.plots import seed_band
     epochs, mean, low, high = seed_band([{1: 1.0, 2: 4.0}, {1: 3.0, 2: 2.0}, {1: 2.0}])

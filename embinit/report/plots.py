@@ -63,7 +63,9 @@ def mean_curves(report: Any, out_dir: Path) -> list[Path]:
         metrics = list(dict.fromkeys([curve_metric(task), loss_metric(task)]))   # the metric, then its loss
         panels = [(m, {label: _histories(report.tracking_uri, run_ids, m) for label, run_ids in lines})
                   for m in metrics]
-        if not any(h for _, by_label in panels for hs in by_label.values() for h in hs):
+        # a panel no run logged (val/bleu of trials that computed no validation BLEU) would be drawn empty
+        panels = [(m, by_label) for m, by_label in panels if any(h for hs in by_label.values() for h in hs)]
+        if not panels:
             continue  # nothing finished yet (e.g. a cancelled sweep)
         suffix = "" if axes == "{}" else " " + axes
         name = f"{task}{'' if axes == '{}' else '-' + re.sub(r'[^A-Za-z0-9]+', '_', axes).strip('_')}.png"

@@ -19,12 +19,15 @@ DOSE_FIGURE, OOV_FIGURE = "dose_response.png", "oov_rules.png"
 
 
 def dose_figure(rows: list[dict], path: Path) -> Path | None:
+    """A panel per metric of DOSE_METRICS some row has (no empty test BLEU panel for a classifier's rows)."""
     rows = [r for r in rows if r["multiple"] is not None and r["mean"] is not None]
-    if not rows:
+    metrics = [m for m in DOSE_METRICS if any(r["metric"] == m[0] for r in rows)]
+    if not metrics:
         return None
     plt = pyplot()
-    fig, axes = plt.subplots(1, len(DOSE_METRICS), figsize=(4.2 * len(DOSE_METRICS), 3.4))
-    for ax, (metric, name, _) in zip(axes, DOSE_METRICS):
+    fig, axes = plt.subplots(1, len(metrics), figsize=(4.2 * len(metrics), 3.4), squeeze=False)
+    axes = axes[0]
+    for ax, (metric, name, _) in zip(axes, metrics):
         for src in dict.fromkeys(r["source"] for r in rows):
             pts = sorted((r["multiple"], r["mean"], r["min"], r["max"]) for r in rows
                          if r["metric"] == metric and r["source"] == src)
@@ -50,8 +53,8 @@ def oov_figure(rows: list[dict], path: Path) -> Path | None:
     if not metrics:
         return None
     plt = pyplot()
-    fig, axes = plt.subplots(1, len(metrics), figsize=(2.6 * len(metrics), 3.2))
-    for ax, (metric, name, _) in zip(axes, metrics):
+    fig, axes = plt.subplots(1, len(metrics), figsize=(2.6 * len(metrics), 3.2), squeeze=False)
+    for ax, (metric, name, _) in zip(axes[0], metrics):
         cells = [r for r in rows if r["metric"] == metric]
         for i, r in enumerate(cells):
             seeds = list((r.get("values") or {}).values())
