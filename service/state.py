@@ -226,8 +226,10 @@ class Reconciler:
         updates = {"status": state.status, "error": state.error or exp.error,
                    "started_at": exp.started_at or _ts(state.started_at),
                    "finished_at": exp.finished_at or _ts(state.finished_at)}
-        if state.counts:
-            updates["counts"] = settle_counts(state.status, state.counts, exp.n_trials)
+        # A driver that ended before reporting any counts (a spec its sweep refused) leaves the submission's
+        # (`pending: N`): settled too, so a failed experiment never says that a trial is pending
+        if state.counts or state.status in TERMINAL:
+            updates["counts"] = settle_counts(state.status, state.counts or exp.counts or {}, exp.n_trials)
         if updates["status"] not in TERMINAL:
             updates["finished_at"] = None
         for name, value in updates.items():

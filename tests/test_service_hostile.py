@@ -304,6 +304,23 @@ def test_a_failed_experiment_counts_what_it_never_started_as_failed(client, clus
     assert client.get(exp["status_url"]).json()["counts"] == {"pending": 0, "running": 0, "finished": 1, "failed": 2}
 
 
+def test_a_spec_the_driver_refuses_counts_its_trials_failed_not_pending(client, cluster):
+    """A driver that fails before any trial starts (its `run_sweep` refused the spec) reports no counts, as
+    the real one does: the experiment showed `failed` with the submission's `{pending: 1}`."""
+    import time
+
+    from service.driver import DriverState
+    exp = client.post("/experiments", json=SPEC).json()
+    cluster.drivers[f"embinit-exp-{exp['id']}"] = DriverState(
+        "failed", error="SpecError: invalid experiment spec (1 problem): ...", started_at=time.time(),
+        finished_at=time.time())
+    after = client.get(exp["status_url"]).json()
+    assert after["status"] == "failed" and after["error"].startswith("SpecError: ")
+    assert after["counts"] == {"pending": 0, "running": 0, "failed": 1}
+    rows = client.get(f"{exp['status_url']}/trials").json()["items"]
+    assert [t["status"] for t in rows] == ["failed"]
+
+
 def test_a_cancel_counts_what_it_stopped(client):
     exp = client.post("/experiments", json={**SPEC, "seeds": 3}).json()
     counts = client.delete(exp["status_url"]).json()["counts"]
