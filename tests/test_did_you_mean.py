@@ -38,6 +38,18 @@ def test_train_with_a_misspelled_task_or_init(capsys):
     assert "did you mean 'xavier'?" in capsys.readouterr().err
 
 
+def test_a_name_like_none_lists_the_valid_ones_and_suggests_none(capsys):
+    """`embinit train --oov bogus` suggested 'focus' (difflib's 0.6: three of five letters alike); the valid
+    rules are listed, and only a near miss is suggested."""
+    from embinit.init.registry import OOV_INFO
+    assert main(["train", "--task", "synthetic_classification", "--oov", "bogus", "--epochs", "1"]) == 2
+    err = capsys.readouterr().err
+    assert f"--oov: 'bogus' is not a registered oov rule; choose from {sorted(OOV_INFO)}" in err
+    assert "did you mean" not in err
+    assert did_you_mean("bogus", OOV_INFO) == ""
+    assert did_you_mean("cpm", ["cmp", "mnli"]) == "; did you mean 'cmp'?"   # a swapped pair still is one
+
+
 def test_build_table_oov_rule():
     from embinit.init import build_table
     with pytest.raises(EmbinitError, match=r"'zeroes' is not a registered oov rule.*did you mean 'zeros'\?"):
