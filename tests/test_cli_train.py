@@ -148,6 +148,21 @@ def test_model_size_problems_name_the_flags_not_the_spec_fields(tmp_path, capsys
         assert spec_word not in err + err2
 
 
+def test_a_model_size_the_trial_refuses_names_the_flags_too(monkeypatch, capsys):
+    """A hub source's D is read by the trial, not by the check before it: its "set `d_model` to the source's
+    D" came through in the spec's words."""
+    import embinit.train
+    from embinit.model_dims import SizeError
+
+    def refuse(cfg, **kw):
+        raise SizeError("the init has dimension 768 but the model's d_model is 512; set `d_model` to the source's "
+                        "D or leave it out (the source's D is used)", ("d_model",))
+    monkeypatch.setattr(embinit.train, "run_trial", refuse)
+    assert main(["train", "--task", "synthetic_classification", "--d-model", "512", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "d_model is 512; set --d-model to the source's D or leave it out" in err and "`d_model`" not in err
+
+
 def test_train_lists_settings_no_trial_may_combine_with_its_other_problems(tmp_path, capsys):
     """The spec's check (which `embinit train` runs first) knows the trainer's rules across fields."""
     (tmp_path / "sst2").mkdir()

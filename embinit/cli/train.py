@@ -347,10 +347,16 @@ def _say_oov_moot(args, cfg) -> None:
 
 
 def _train(args, cfg):
+    """The trial's result. A model size only the trial could check (a hub source's D, which `check_args`
+    does not read) is refused naming the flags, as `check_args` names them."""
+    from embinit.model_dims import SizeError
     from embinit.train import run_trial
 
-    return run_trial(cfg, out_dir=args.out, callbacks=(ProgressBar(not args.quiet),),
-                     resume=not args.no_resume, cache_dir=args.cache_dir)
+    try:
+        return run_trial(cfg, out_dir=args.out, callbacks=(ProgressBar(not args.quiet),),
+                         resume=not args.no_resume, cache_dir=args.cache_dir)
+    except SizeError as e:
+        raise EmbinitError(_SPEC_WORDS.sub(_word_flag, str(e))) from None
 
 
 def _rerun(args) -> int:
