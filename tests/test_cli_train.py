@@ -143,7 +143,9 @@ def test_model_size_problems_name_the_flags_not_the_spec_fields(tmp_path, capsys
     code = main(["train", "--task", "synthetic_classification", "--init", "glove", "--pretrained",
                  str(tmp_path / "g.txt"), "--d-model", "4", "--cache-dir", str(tmp_path)])
     err2 = capsys.readouterr().err
-    assert code == 2 and "set --d-model to the source's D or leave it out" in err2
+    # the one trial is not named ("--d-model: trials synthetic_classification x GloVe: the init has ...")
+    assert code == 2 and "--d-model: the init has dimension 3 but the model's d_model is 4; set --d-model to the " \
+                         "source's D or leave it out" in err2
     for spec_word in ("inits[0]", "`d_model`", "on the task"):
         assert spec_word not in err + err2
 

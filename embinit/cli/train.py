@@ -259,13 +259,16 @@ _SPEC_WORDS = re.compile(r"\b(?:inits|tasks|seeds)\[0\](?:\.\w+)?|`(\w+)`(?: on 
 def _in_flags(cfg, where: str, msg: str) -> str:
     """A spec problem's message in this command's words: a pretrained init without its file names the
     option that gives it, not the spec's `pretrained:` keys; a spec's place or field a flag sets is
-    that flag ("the D of --init", "set --d-model"), as `_flag` names where the problem lies."""
+    that flag ("the D of --init", "set --d-model"), as `_flag` names where the problem lies; the planned
+    trials a problem concerns are not named (there is one)."""
     from embinit.spec.init_checks import needs_pretrained
     from embinit.spec.inits import source_name
 
     for source in {source_name(cfg.init), source_name(cfg.src_init)} - {None}:
         if where in _PRETRAINED_FLAGS and msg == needs_pretrained(source):
             return needs_pretrained(source, f"pass its path with {_PRETRAINED_FLAGS[where]} PATH")
+    # a problem of some planned trials names them (`trials sst2 x GloVe: ...`); here they are this one
+    msg = re.sub(rf"^trials {re.escape(cfg.task)} x .+?: ", "", msg)
     return _SPEC_WORDS.sub(_word_flag, msg)
 
 
