@@ -114,6 +114,7 @@ class ExperimentDriver:
     def _run(self) -> None:
         from embinit.spec import load_spec
         from embinit.sweep import run_sweep
+        from service.specs import DATA_ADVICE
 
         self.state.started_at = time.time()  # still `queued` until a trial starts (resources permitting)
         # Ray wraps a worker's stderr in an object cloudpickle cannot pickle, and Tune pickles callbacks
@@ -123,7 +124,7 @@ class ExperimentDriver:
             result = run_sweep(load_spec(self.spec), tracking_uri=self.tracking_uri,
                                progress=functools.partial(_on_progress, self.name),
                                stop=functools.partial(_should_stop, self.name),
-                               store_uri=self.store_uri)
+                               store_uri=self.store_uri, advice=DATA_ADVICE)   # a trial's no-data advice: the service's
             self.state.counts = final_counts(result)
             self.state.status, self.state.error = final_state(result, self.stop.is_set())
         except BaseException as e:  # any failure must end as a recorded state

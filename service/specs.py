@@ -48,8 +48,10 @@ DATA_ADVICE = DataAdvice(
 
 
 def api_terms(error: str | None) -> str | None:
-    """A trial's recorded error as the API shows it: the command line's advice for a task without data
-    said as a spec sent here gives a task its data (`DATA_ADVICE`); the MLflow record keeps the trial's."""
+    """A trial's recorded error as the API shows it. A trial this service runs records its no-data advice
+    in these terms itself (the driver gives the sweep `DATA_ADVICE`); a record that still holds the
+    command line's (written before trials were told their caller, or by `embinit run` into this store) is
+    said as a spec sent here gives a task its data. The MLflow record is never rewritten."""
     return advised(error, DATA_ADVICE) if error else error
 
 

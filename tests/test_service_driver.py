@@ -82,7 +82,9 @@ def test_a_failed_experiment_gives_its_trials_advice_in_the_services_terms(monke
 def test_the_database_behind_the_server_goes_to_the_sweep(monkeypatch):
     """A driver given the database behind the tracking server (EMBINIT_TRACKING_WRITE_DIRECT) hands it to
     the sweep, whose trial runs (their node and host tags included: embinit.tracking.trial_run) are
-    written there, not through the server; the driver adds no trainer callback of its own."""
+    written there, not through the server; the driver adds no trainer callback of its own, only the
+    service's advice for a trial without data (tests/test_data_advice_recorded.py)."""
+    from service.specs import DATA_ADVICE
     seen = {}
 
     def sweep(spec, tracking_uri, progress, stop, store_uri, **more):
@@ -90,7 +92,7 @@ def test_the_database_behind_the_server_goes_to_the_sweep(monkeypatch):
         return _result()
     _drive(monkeypatch, sweep, "http://mlflow:5000", store_uri="postgresql+psycopg://u@db/mlflow")
     assert (seen["tracking_uri"], seen["store_uri"]) == ("http://mlflow:5000", "postgresql+psycopg://u@db/mlflow")
-    assert seen["more"] == {}
+    assert seen["more"] == {"advice": DATA_ADVICE}
 
 
 def test_a_raising_sweep_is_failed_with_its_error(monkeypatch):
@@ -104,7 +106,7 @@ def test_progress_stop_and_pickling(monkeypatch):
     seen = {}
     release = threading.Event()
 
-    def sweep(spec, tracking_uri, progress, stop, store_uri):
+    def sweep(spec, tracking_uri, progress, stop, store_uri, advice):
         seen["store_uri"] = store_uri
         for fn in (progress, stop):
             pickle.dumps(fn)  # what Tune does with its run config

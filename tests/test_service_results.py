@@ -166,9 +166,11 @@ def test_a_failed_trial_says_why_in_the_trial_table(client):
 
 
 def test_a_trial_without_data_is_advised_in_the_services_terms(client):
-    """A trial reads the hub where a spec gives no data; when that fails its error advises the command
-    line's `--data-dir`, which a client of the API cannot pass: the trial table and the report say it as a
-    spec sent here gives a task its data (the MLflow record keeps the trial's own words)."""
+    """A trial reads the hub where a spec gives no data; when that fails, a record written before trials
+    were told their caller (or by `embinit run` into this store) advises the command line's `--data-dir`,
+    which a client of the API cannot pass: the trial table and the report say it as a spec sent here gives
+    a task its data (the MLflow record keeps its own words). A trial the service runs now writes these
+    words itself (tests/test_data_advice_recorded.py)."""
     from embinit.tasks.hub import no_data_error
     c, uri = client
     exp_id = c.post("/experiments", json=SPEC).json()["id"]

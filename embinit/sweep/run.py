@@ -14,7 +14,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from embinit.tracking import (driver_liveness, mlflow_store, provenance, records, run_readers, run_writers,
     store_check, server_check as tracking_server)
@@ -33,6 +33,9 @@ from embinit.sweep.ray_runtime import RayRuntime
 from embinit.sweep.work import SweepContext, Unit, pack_units, units_to_run
 from embinit.trusted import check_writable
 from embinit.tracking.prepare import check_store_behind, check_store_shape, prepare_store
+
+if TYPE_CHECKING:
+    from embinit.tasks.hub import DataAdvice
 
 StopFlag = threading.Event | Callable[[], bool] | None
 
@@ -102,7 +105,7 @@ def _close_abandoned(exp_id: str, uri: str, parent: str, how: str, error: str | 
 def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = None,
               progress: bool | Callable[[dict], None] = True, stop: StopFlag = None, *,
               storage_path: str | None = None, extra_callbacks: Callable | None = None,
-              store_uri: str | None = None) -> SweepResult:
+              store_uri: str | None = None, advice: DataAdvice | None = None) -> SweepResult:
     """Run every trial of `spec` that MLflow has no finished run for, on local Ray (started and
     stopped here) or the cluster at `address`; returns the sweep's trials and its report.
 
@@ -112,6 +115,8 @@ def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = 
     store_uri: the database behind `tracking_uri` when that is an `mlflow server`: the trials' run
     records are written and read there directly, their artifacts still go through the server
     (docs/deployment.md); checked to be that server's store before anything starts.
+    advice: how the caller gives a task its data (`embinit.tasks.hub.DataAdvice`), which a trial without
+    data advises, in its error and its MLflow record; None: the command line's (--data-dir).
     """
     t0 = time.monotonic()
     spec = spec if isinstance(spec, ExperimentSpec) else load_spec(spec)
@@ -155,7 +160,7 @@ def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = 
                               log_plots=spec.mlflow.log_plots, log_outputs=spec.mlflow.log_outputs,
                               cache_dir=spec.cache_dir,
                               analyses=shared_settings(spec), storage=store,
-                              trainer=spec.execution.trainer, store_uri=store_uri)
+                              trainer=spec.execution.trainer, store_uri=store_uri, advice=advice)
         job = TuneJob(spec, planned, shared, storage, progress, _stop_fn(stop), extra_callbacks, address, reused)
         # should the local Ray die under the driver (a signal with it, or none), the driver closes the runs
         with abandon.closing(lambda how, error: _close_abandoned(exp_id, uri, parent, how, error)), \

@@ -11,7 +11,7 @@ which finds the folder on its node (or the store's copy), else Tune's last repor
 the whole sweep died (the local Ray, the API), running the spec again finds the folder. Either way
 `run_trial(resume=True)` continues after the last epoch, logging into the same MLflow run. With the
 spec's `analyses`, the probe and similarity callbacks (embinit.sweep.analyses) log into the trial's run
-as well.
+as well. A trial without data advises as the sweep's caller gives a task its data (`SweepContext.advice`).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from embinit.sweep.fused import run_group
 from embinit.sweep.noop import NOOP, noop_result
 from embinit.sweep.reporting import TrialReporter, artifacts
 from embinit.sweep.work import SweepContext, Unit, WorkItem
+from embinit.tasks.hub import advising
 
 
 def train_unit(config: dict[str, Any], shared: SweepContext, units: Sequence[Unit],
@@ -41,7 +42,7 @@ def train_unit(config: dict[str, Any], shared: SweepContext, units: Sequence[Uni
     overrides = {k: config[k] for k in shared.search_keys if k in config}
     objectives: list[float] = []
     reused = 0
-    with resume.restored_checkpoint() as restored:
+    with resume.restored_checkpoint() as restored, advising(shared.advice):   # the caller's no-data advice
         items = [_at_point(item, overrides) for item in unit.trials]
         if unit.fused:  # one fused model for the group (embinit.sweep.fused)
             objectives, reused = run_group(tuple(items), shared, restored, extra_callbacks)

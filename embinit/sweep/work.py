@@ -4,16 +4,19 @@
 - `Unit`: what one Tune trial runs: one item (grid), a fused group of items, up to
   `execution.trials_per_unit` grid items in turn, or an Optuna point's seeds in turn;
 - `SweepContext`: the settings every worker of a sweep shares (MLflow target, what to log, caches,
-  the searched keys, the analyses).
+  the searched keys, the analyses, how the sweep's caller gives a task its data).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from embinit.task_registry import selection_metric
 from embinit.tracking.run_names import trial_run_name
+
+if TYPE_CHECKING:
+    from embinit.tasks.hub import DataAdvice
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,11 @@ class SweepContext:
     # The sweep's Ray cannot span machines (embinit.sweep.ray_runtime.one_machine, set once connected):
     # a restarted trial finds its node-local checkpoint folder, so Tune need not copy it (resume.py).
     one_machine: bool = False
+    # How the sweep's caller gives a task its data, for a trial's no-data error (and so its MLflow record):
+    # the service's driver gives the service's (a spec's data_dir, its data roots); None: the command
+    # line's (--data-dir). The worker sets it around its trials (embinit.tasks.hub.advising); not part of
+    # any trial's config or key.
+    advice: DataAdvice | None = None
 
     @property
     def runs_uri(self) -> str:

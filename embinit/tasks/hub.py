@@ -7,14 +7,16 @@ reader produces, so the tests exercise the real conversion without a network.
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import os
 import re
 import shutil
 import socket
 import zipfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 from urllib.parse import urlparse
 
 from embinit.cache_root import cache_root
@@ -167,10 +169,33 @@ CLI_ADVICE = DataAdvice("no --data-dir given", "$EMBINIT_DATA_DIR",
                         "EMBINIT_DATA_DIR to a folder holding {task}/")
 
 
+# The advice a trial's no-data error gives: its caller's, set for the trial by the sweep's worker
+# (`advising`, from `SweepContext.advice`: the service's driver gives the service's), so the error, and
+# the MLflow record of it, says what that caller can do; the command line's outside any `advising`.
+_ADVICE: contextvars.ContextVar[DataAdvice] = contextvars.ContextVar("embinit_data_advice", default=CLI_ADVICE)
+
+
+@contextmanager
+def advising(advice: DataAdvice | None) -> Iterator[None]:
+    """Within: a task without data is advised as `advice` says (None: as the command line says)."""
+    token = _ADVICE.set(advice or CLI_ADVICE)
+    try:
+        yield
+    finally:
+        _ADVICE.reset(token)
+
+
+def current_advice(advice: DataAdvice | None = None) -> DataAdvice:
+    """`advice` when given, else the one in effect (`advising`; the command line's by default)."""
+    return advice or _ADVICE.get()
+
+
 def advised(text: str, advice: DataAdvice) -> str:
-    """`text`, an error a trial recorded, with the command line's advice for a task without data
-    (`CLI_ADVICE`: a trial gives it wherever it runs) said as `advice` says it (the service's view of a
-    trial's error: a spec's data_dir and its data roots, not `--data-dir`)."""
+    """`text`, an error a trial recorded, with the command line's advice for a task without data said as
+    `advice` says it (the service's view of a trial's error: a spec's data_dir and its data roots, not
+    `--data-dir`). A trial writes its caller's advice itself (`advising`); this reads the records that
+    still hold the command line's: those written before trials were told their caller (every trial then
+    gave the command line's, the service's too), and those of a command-line sweep into the same store."""
     if CLI_ADVICE.not_given not in text:
         return text
     fix = re.escape(CLI_ADVICE.fix).replace(re.escape("{task}"), r"(\S+?)")
@@ -178,11 +203,12 @@ def advised(text: str, advice: DataAdvice) -> str:
     return text.replace(CLI_ADVICE.not_given, advice.not_given).replace(CLI_ADVICE.env, advice.env)
 
 
-def no_data_error(task: str, splits: dict[str, str], looked: str, why: str, advice: DataAdvice = CLI_ADVICE
+def no_data_error(task: str, splits: dict[str, str], looked: str, why: str, advice: DataAdvice | None = None
                   ) -> EmbinitError:
+    """`advice`: how the caller gives a task its data (None: the one in effect, `current_advice`)."""
     return EmbinitError(
         f"{task}: no local data ({looked}) and the Hugging Face dataset {hub_name(task)!r} could not be "
-        f"loaded ({why}); {advice.fix.format(task=task)} (needs: {_needs(task, splits)})")
+        f"loaded ({why}); {current_advice(advice).fix.format(task=task)} (needs: {_needs(task, splits)})")
 
 
 def load_hub(task: str, splits: dict[str, str], looked: str, revision: str | None = None) -> RawData:

@@ -79,7 +79,7 @@ def source_splits(task: str, train_split: str | None = None, eval_split: str | N
 
 
 def check_files(task: str, data_dir=None, train_split: str | None = None, eval_split: str | None = None,
-                advice: hub.DataAdvice = hub.CLI_ADVICE) -> None:
+                advice: hub.DataAdvice | None = None) -> None:
     """What `load_task` would refuse about a task's local files, found without tokenizing them (a
     preflight for sweeps, before Ray or MLflow): a data_dir that is no folder, a required file missing
     (every one named), and what reading the files there refuses (`local.read_local`: bad rows, misaligned
@@ -141,8 +141,10 @@ def locate(task: str, data_dir, splits: dict[str, str], seed: int, noise: float 
     return Source(folder, identity, lambda: local.read_local(task, layout, folder, splits))
 
 
-def _where_looked(task: str, advice: hub.DataAdvice = hub.CLI_ADVICE) -> str:
-    """Where a task without a data folder was looked for locally, for the no-data error."""
+def _where_looked(task: str, advice: hub.DataAdvice | None = None) -> str:
+    """Where a task without a data folder was looked for locally, for the no-data error, in the words of
+    `advice` (None: the one in effect, `hub.current_advice`: a trial's caller's)."""
+    advice = hub.current_advice(advice)
     root = os.environ.get(DATA_ENV)
     return (f"{advice.not_given}; {advice.env}/{task} = {Path(root).expanduser() / task} does not exist"
             if root else f"{advice.not_given} and {advice.env} not set")
