@@ -59,3 +59,65 @@ def test_a_file_is_read_again_once_it_changes(tmp_path):
     _glove(path, GOOD + [b"owl 1.0\n"])
     os.utime(path, ns=(1, 1))   # the mtime differs whatever the clock's resolution
     assert "g.txt:4: expected a word and 3 values" in vector_file_problems([("pretrained.glove", str(path))])[0][1]
+
+
+def _problems_of_words(path) -> list[str]:
+    """What the check said before it streamed: the error of reading every word (`vectors.words`)."""
+    from embinit.errors import EmbinitError
+    from embinit.init import vectors
+    try:
+        vectors.words(path)
+        return []
+    except EmbinitError as e:
+        return [str(e)]
+
+
+def test_the_check_finds_what_reading_every_word_finds(tmp_path):
+    """The check reads a file through without keeping its words; what it finds is what `vectors.words`
+    (which the check called before) finds, in every format it reads and for every kind of problem."""
+    import gzip
+
+    from embinit.init import testing
+    from embinit.spec.vector_files import file_problems
+    vecs = testing.word_vectors([f"w{i}" for i in range(300)] + ["caf\u00e9"], dim=4)
+    clean = testing.write_text(tmp_path / "clean.txt", vecs).read_bytes() + b"w7 0.1 0.2 0.3 0.4\n"  # w7 again
+    lines = clean.splitlines(keepends=True)
+    files = {
+        "clean.txt": clean, "header.txt": b"302 4\n" + clean, "short-header.txt": b"400 4\n" + clean,
+        "broken.txt": b"".join(lines[:5] + [b"cat 0.4 0.5\n", b"\xe9t\xe9 0.1 0.2 0.3 0.4\n", b"\n"] + lines[5:]
+                               + [b" 0.1 0.2 0.3 0.4\n", b"two words 0.1 0.2 0.3 0.4\n"]),
+    }
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    (tmp_path / "broken.txt.gz").write_bytes(gzip.compress(files["broken.txt"]))
+    binary = testing.write_word2vec_bin(tmp_path / "w2v.bin", vecs).read_bytes()
+    (tmp_path / "cut.bin").write_bytes(binary[:-30])
+    testing.write_word2vec_bin(tmp_path / "w2v.bin.gz", vecs)
+    said = {}
+    for path in sorted(p for p in tmp_path.iterdir() if p.is_file()):
+        said[path.name] = file_problems(path)
+        assert said[path.name] == _problems_of_words(path), path.name
+    assert [name for name, problems in said.items() if problems] == ["broken.txt", "broken.txt.gz", "cut.bin",
+                                                                    "short-header.txt"]
+
+
+def test_the_check_holds_no_word_of_the_file(tmp_path):
+    """A 2M-word GloVe file's words alone are a few hundred MB: the check's peak memory does not grow with
+    the file, and is a small part of what holding every word takes (a ratio measured in one run;
+    bench/bench_vector_check.py measures a 500k-word file)."""
+    import tracemalloc
+
+    from embinit.init import vectors
+    from embinit.spec.vector_files import file_problems
+    path = tmp_path / "big.txt"
+    path.write_bytes(b"".join(b"word%07d 0.1 0.2\n" % i for i in range(20_000)))
+
+    def peak(fn) -> int:
+        tracemalloc.start()
+        try:
+            fn(path)
+            return tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    holding, checking = peak(vectors.words), peak(file_problems)
+    assert checking * 10 < holding, (checking, holding)

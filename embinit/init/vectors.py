@@ -218,18 +218,37 @@ def load_text(path: str | Path, tokens: list[str], lowercase: bool = False, *,
     return col.result(dim, problems, "lines")
 
 
+def _file_entries(path: Path):
+    """(entries, problems): the one parse of a text or word2vec binary vector file (`_entries`,
+    `_binary_entries`) as (position, word, _) triples, and the problems it collects."""
+    if is_word2vec_binary(path):
+        problems = _Problems(path, "entry ")
+        return ((k, word, None) for k, word, _ in _binary_entries(path, problems)), problems
+    problems = _Problems(path)
+    dim, n = _text_layout(path)
+    return _entries(path, dim, n, problems), problems
+
+
+def read_through(path: str | Path) -> None:
+    """Read a text or word2vec binary vector file through, raising the error `words(path)` would raise
+    (every problem of the file), holding none of its words: the spec's check (embinit.spec.vector_files),
+    which needs the problems alone. Its memory does not grow with the file (a 2M-word GloVe file's words
+    alone are a few hundred MB; docs/benchmarks.md)."""
+    path = check_file(path)
+    entries, problems = _file_entries(path)
+    with closing(entries):
+        for _ in entries:
+            pass
+    problems.raise_any()
+
+
 def words(path: str | Path, top: int | None = None) -> list[str]:
     """The words of a text or word2vec binary vector file in file order, each once (a repeated word's row
     is its first, as the loaders take it), the first `top` of them when given: the same parse and errors
-    as `load_text` / `load_word2vec_binary`, so loading `words(path)` gives a row for every word."""
+    as `load_text` / `load_word2vec_binary`, so loading `words(path)` gives a row for every word. Every
+    word is held: to check a file only, `read_through`."""
     path = check_file(path)
-    if is_word2vec_binary(path):
-        problems = _Problems(path, "entry ")
-        entries = ((k, word, None) for k, word, _ in _binary_entries(path, problems))
-    else:
-        problems = _Problems(path)
-        dim, n = _text_layout(path)
-        entries = _entries(path, dim, n, problems)
+    entries, problems = _file_entries(path)
     found: dict[bytes, None] = {}
     with closing(entries):
         for _, word, _ in entries:

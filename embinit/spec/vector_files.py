@@ -4,8 +4,9 @@ A trial reads its pretrained file when it builds its table, and the loaders chec
 (embinit.init.vectors: a line without a word and D values, a word that is not UTF-8, a header's N that
 is not the number of rows). A broken file found that way fails each trial of the init after the sweep
 has started (and after other inits' trials have trained). So the spec's check reads each local vector
-file it names once, the same parse (`vectors.words`, the `.npy` matrix and its vocabulary), and lists
-its problems with the others, at the field that names the file. The values of rows no trial needs are
+file it names once, the same parse (`vectors.read_through`: the one of `vectors.words`, holding no word;
+the `.npy` matrix and its vocabulary), and lists its problems with the others, at the field that names
+the file. The values of rows no trial needs are
 not parsed (nor are they by the trials): a needed row's bad value is still a trial's error.
 
 One pass costs about 0.5 s per 170 MB (GloVe 6B 50d, AMD EPYC); a file is read once per process for a
@@ -44,7 +45,7 @@ def file_problems(path: Path) -> list[str]:
     memo = (os.path.realpath(path), st.st_size, st.st_mtime_ns)
     if memo not in _read:
         try:
-            vectors.words(path)
+            vectors.read_through(path)
             _read[memo] = []
         except EmbinitError as e:
             _read[memo] = [str(e)]
