@@ -50,6 +50,7 @@ BENCHES = {
     "bench_store_scale": lambda: None,     # dry run, dedup, report, service reads at 50 / 200 / 800 trials (minutes)
     "bench_unit_fetch": lambda: None,      # a Tune trial finding its unit: the whole list per trial vs once
     "bench_leaks": lambda: None,           # a reused worker over N trials, a sweep's leftovers, the API (minutes)
+    "bench_sweep_start": lambda: None,     # a local sweep before its trials fan out: store, Ray start, warm-up
     "bench_vector_check": lambda: None,    # the spec check's peak memory on a 500k-word vector file, before / after
     "bench_tune_checkpoint": lambda: None,  # an epoch's tune.report with the trial folder as checkpoint vs without
     "bench_trainer_ab": _multi30k,

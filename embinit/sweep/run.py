@@ -212,8 +212,11 @@ def _execute(job: TuneJob, units: list[Unit]) -> bool:
         return run_optuna(job)
     if not units:
         return False
+    from embinit.sweep.warmup import prepare_here, prepare_on_ray
+    warm = None   # a Ray started here for this machine alone: the warm-up runs here while it starts
+    if spec.execution.trainer != "noop" and _starts_local_ray(job.address):
+        warm = prepare_here(units, spec.cache_dir)
     from embinit.sweep.gpu_share import check_on_ray
-    from embinit.sweep.warmup import prepare_on_ray
     from embinit.sweep.tune_run import run_tune  # imports ray
     with RayRuntime(job.address, spec.resources):
         if spec.execution.fuses(spec.resources.gpus):   # groups for the slots this cluster has
@@ -224,8 +227,16 @@ def _execute(job: TuneJob, units: list[Unit]) -> bool:
         units = pack_units(units, spec.execution.trials_per_unit)
         check_on_ray(spec.resources.gpus)       # several trials per GPU without MPS: say so once
         if spec.execution.trainer != "noop":    # the noop trainer reads no data
-            prepare_on_ray(units, spec.cache_dir)   # tokenize / align once, before the fan-out
+            # tokenize / align once, before the fan-out
+            warm.result() if warm is not None else prepare_on_ray(units, spec.cache_dir)
         return run_tune(job, units)
+
+
+def _starts_local_ray(address: str | None) -> bool:
+    """Whether `RayRuntime(address)` will start a Ray for this machine alone: no address, and no Ray
+    this process is connected to already (the caller's: a service driver's, a test's)."""
+    ray = sys.modules.get("ray")   # not imported: not connected (importing it here would delay the warm-up)
+    return address is None and not (ray is not None and ray.is_initialized())
 
 
 def _finish(spec, uri, runs, exp_id, parent, planned, reused, cancelled, t0, linked=False) -> SweepResult:

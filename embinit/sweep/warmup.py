@@ -9,11 +9,17 @@ make them wait for one builder; preparing first also keeps the workers' GPUs fro
 Trials that differ only in what the caches do not hold (seed, learning rate, model sizes, ...) share
 one preparation. A setting that fails here (a missing file, ...) is skipped: its trials report the
 error themselves, as they would without this step.
+
+Where the sweep starts its Ray here, for this machine alone, the workers read the files this process
+reads: the warm-up then runs in a thread of this process while Ray starts (`prepare_here`), not as a
+task once it has (`prepare_on_ray`, for a cluster or a Ray the caller owns).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import threading
+from concurrent.futures import Future
 from typing import Any
 
 from embinit.errors import EmbinitError
@@ -62,3 +68,19 @@ def prepare_on_ray(units: list, cache_dir=None) -> dict[str, Any]:
     """Run `prepare_units` as one Ray task (one CPU), so it reads the files where the workers do."""
     import ray
     return ray.get(ray.remote(num_cpus=1, num_gpus=0)(prepare_units).remote(units, cache_dir))
+
+
+def prepare_here(units: list, cache_dir=None) -> Future:
+    """`prepare_units` in a thread of this process, started before a Ray for this machine alone is (its
+    workers read the files this process reads): the warm-up overlaps Ray's start. The caller takes the
+    future's `result()` before the trials fan out; an error other than a skipped setting's is raised
+    there, as `prepare_on_ray` raises it."""
+    future: Future = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(prepare_units(units, cache_dir))
+        except BaseException as e:   # handed to the caller, as a Ray task's error is
+            future.set_exception(e)
+    threading.Thread(target=run, daemon=True, name="embinit-warmup").start()
+    return future
