@@ -18,7 +18,7 @@ from torch import nn
 from embinit.models import ModelConfig, build_model
 from embinit.models.fused import FusedEncoderDecoder
 from embinit.models.fused_encoder import FusedLM
-from embinit.models.layers import DecoderLayer, EncoderLayer, FastDropout
+from embinit.models.layers import Attention, DecoderLayer, EncoderLayer, FastDropout
 
 torch.set_num_threads(1)
 
@@ -339,3 +339,26 @@ def test_dropout_sites_and_order_are_torchs_in_training(pre_ln, monkeypatch):
         (0.3, b * t * ff), (0.1, b * t * d)]
     for trained, evaluated in ((ours_enc, evals[0]), (ours_dec, evals[1])):
         assert not torch.allclose(trained, evaluated)   # the masks were applied
+
+
+def test_a_padding_mask_and_causal_together_keep_both():
+    """`Attention(..., mask=..., causal=True)` joins the causal part to the padding mask (SDPA takes one or
+    the other; the causal part was dropped when a mask was given): equal to torch's layer given both."""
+    torch.manual_seed(0)
+    ours = Attention(16, 2).eval()
+    x = torch.randn(2, 5, 16)
+    keep = torch.tensor([[True] * 5, [True] * 3 + [False] * 2])
+    both = ours(x, mask=keep[:, None, None, :], causal=True)
+    ref = nn.MultiheadAttention(16, 2, batch_first=True).eval()
+    with torch.no_grad():
+        ref.in_proj_weight.copy_(ours.qkv.weight)
+        ref.in_proj_bias.copy_(ours.qkv.bias)
+        ref.out_proj.weight.copy_(ours.out.weight)
+        ref.out_proj.bias.copy_(ours.out.bias)
+    future = torch.ones(5, 5, dtype=torch.bool).triu(1)
+    want, _ = ref(x, x, x, key_padding_mask=~keep, attn_mask=future, need_weights=False)
+    torch.testing.assert_close(both[0], want[0])
+    torch.testing.assert_close(both[1, :3], want[1, :3])
+    causal_only = ours(x, causal=True)
+    assert not torch.allclose(both[1, :3], ours(x, mask=keep[:, None, None, :])[1, :3])   # causal kept
+    torch.testing.assert_close(both[0], causal_only[0])

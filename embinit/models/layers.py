@@ -117,8 +117,17 @@ class Attention(nn.Module):
             q = self.q(x).view(b, t, self.heads, self.head_dim).transpose(1, 2)
             k, v = memory_kv if memory_kv is not None else self.project_kv(memory)
         drop = self.drop if self.training and self.drop.p > 0.0 else None
-        y = attend(q, k, v, mask, causal and mask is None, drop=drop)
+        mask, causal = causal_mask(mask, causal, q.shape[-2], k.shape[-2])
+        y = attend(q, k, v, mask, causal, drop=drop)
         return self.out(y.transpose(1, 2).reshape(b, t, d))
+
+
+def causal_mask(mask: torch.Tensor | None, causal: bool, t: int, s: int):
+    """(mask, causal) for `attend`: with no mask, SDPA's own `is_causal`; with one, the causal part is
+    joined to it (top-left aligned, as `is_causal` is), since SDPA takes one or the other."""
+    if not causal or mask is None:
+        return mask, causal
+    return mask & torch.ones(t, s, dtype=torch.bool, device=mask.device).tril(), False
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,

@@ -21,7 +21,7 @@ from torch import nn
 
 from embinit.errors import EmbinitError
 from embinit.models import embedding
-from embinit.models.layers import FastDropout, attend, keep_lanes
+from embinit.models.layers import FastDropout, attend, causal_mask, keep_lanes
 
 # The dropout sites of a member (ModelConfig fields): each sub-layer's output and the embeddings (`dropout`),
 # the softmaxed attention weights (`attention_dropout`), the feed-forward activation (`activation_dropout`).
@@ -164,7 +164,8 @@ class StackedModel(nn.Module):
 
         on = self.training and self.rates["attention_dropout"][0] > 0.0
         # the separate model's kernel choice (`Attention.forward`)
-        y = attend(q, k, v, mask, causal and mask is None, drop=drop if on else None)
+        mask, causal = causal_mask(mask, causal, q.shape[-2], k.shape[-2])
+        y = attend(q, k, v, mask, causal, drop=drop if on else None)
         return self._linear(y.transpose(1, 2).reshape(g, b, t, d), name + ".out")
 
     def _residual(self, x, name: str, f, shapes) -> torch.Tensor:
