@@ -362,3 +362,15 @@ def test_a_padding_mask_and_causal_together_keep_both():
     causal_only = ours(x, causal=True)
     assert not torch.allclose(both[1, :3], ours(x, mask=keep[:, None, None, :])[1, :3])   # causal kept
     torch.testing.assert_close(both[0], causal_only[0])
+
+
+def test_written_out_attention_keeps_float64():
+    """`dropped_attention` (attention dropout on) softmaxes in fp32 for low precisions, but a float64 input
+    stays float64: with an identity `drop` it equals the reference attention to float64 precision."""
+    from embinit.models.layers import dropped_attention
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(2, 3, 4, 8, generator=g, dtype=torch.float64) for _ in range(3))
+    want = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    got = dropped_attention(q, k, v, None, True, lambda w: w)
+    assert got.dtype == torch.float64
+    torch.testing.assert_close(got, want, atol=1e-12, rtol=1e-12)

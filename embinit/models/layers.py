@@ -172,14 +172,14 @@ def dropped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: t
                       causal: bool, drop) -> torch.Tensor:
     """softmax(q k^T / sqrt(head_dim), masked) -> `drop` -> times v, as `torch.nn.Transformer` places
     attention dropout. `mask`: bool, True = attend; `causal`: position i sees 0..i (top-left aligned, as
-    SDPA's is_causal). The softmax runs in fp32."""
+    SDPA's is_causal). The softmax runs in fp32 (float64 input: in float64)."""
     scores = torch.matmul(q, k.transpose(-2, -1)) * q.shape[-1] ** -0.5
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     if causal:
         t, s = scores.shape[-2:]
         scores = scores.masked_fill(torch.ones(t, s, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
-    weights = torch.softmax(scores.float(), dim=-1).to(v.dtype)
+    weights = torch.softmax(scores, dim=-1, dtype=torch.promote_types(scores.dtype, torch.float32)).to(v.dtype)
     return torch.matmul(drop(weights), v)
 
 
