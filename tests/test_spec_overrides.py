@@ -240,3 +240,19 @@ def test_an_unknown_override_hides_none_of_the_other_problems(tmp_path, capsys):
     assert main(["run", str(QUICK), "epochs=-1", "inits=glvoe", "bogus=1", "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert "(3 problems)" in err and "epochs=-1" in err and "glvoe" in err and "bogus" in err
+
+
+def test_a_long_override_name_stays_unique_past_the_cut():
+    """Review M2: the suffix was cut at 60 characters, so `max_train_examples=600` and `=700` both logged
+    to `...-max_train_exampl`: one MLflow experiment for two smoke tests. A cut name now ends in a hash of
+    the whole overrides; a name within the limit is unchanged (existing experiments keep their names)."""
+    common = ["epochs=1", "seeds=2", "inits=xavier,pretrained,pretrained_xavier"]
+    a = load_spec(QUICK, [*common, "max_train_examples=600"]).experiment_name()
+    b = load_spec(QUICK, [*common, "max_train_examples=700"]).experiment_name()
+    assert a != b
+    for name in (a, b):
+        tail = name.removeprefix("quickstart-")
+        assert len(tail) == 60 and tail.startswith("epochs1-seeds2-initsxavier_pretrained_pretrained")
+        assert tail[-9] == "-" and all(c in "0123456789abcdef" for c in tail[-8:])
+    assert load_spec(QUICK, [*common, "max_train_examples=600"]).experiment_name() == a   # stable
+    assert load_spec(QUICK, ["epochs=2", "seeds=2"]).experiment_name() == "quickstart-epochs2-seeds2"

@@ -18,6 +18,7 @@ real one's report.
 from __future__ import annotations
 
 import copy
+import hashlib
 import re
 from typing import Any
 
@@ -152,11 +153,23 @@ def _set_hyperparameter(data: dict, key: str, value: Any) -> None:
             task[key] = value
 
 
+SUFFIX_MAX = 60   # a longer suffix is cut, and a hash of the full overrides keeps it unique
+
+
 def suffix(pairs: list[tuple[str, Any]]) -> str:
-    """`epochs=2 inits=xavier,glove` -> `epochs2-inits_xavier_glove` (an experiment-name suffix)."""
+    """`epochs=2 inits=xavier,glove` -> `epochs2-inits_xavier_glove` (an experiment-name suffix).
+
+    One over SUFFIX_MAX characters is cut and ends in 8 hex digits of a hash of the whole overrides
+    (`...-max_tr-3f2a9c01`), so overrides that differ past the cut (`max_train_examples=600` and `=700`)
+    name different experiments; a suffix within the limit is unchanged, so the experiments that existing
+    names identify keep them."""
     text = "-".join(f"{k}{v if not isinstance(v, (list, tuple)) else '_'.join(map(str, v))}".replace(",", "_")
                     for k, v in pairs)
-    return re.sub(r"[^A-Za-z0-9_.\-]", "", text)[:60]
+    clean = re.sub(r"[^A-Za-z0-9_.\-]", "", text)
+    if len(clean) <= SUFFIX_MAX:
+        return clean
+    digest = hashlib.sha256(repr(pairs).encode("utf-8")).hexdigest()[:8]
+    return f"{clean[:SUFFIX_MAX - len(digest) - 1]}-{digest}"
 
 
 def apply(data: dict[str, Any], items: list[str], spec_fields: set[str]) -> tuple[dict, list[tuple[str, str]]]:
