@@ -256,3 +256,17 @@ def test_a_long_override_name_stays_unique_past_the_cut():
         assert tail[-9] == "-" and all(c in "0123456789abcdef" for c in tail[-8:])
     assert load_spec(QUICK, [*common, "max_train_examples=600"]).experiment_name() == a   # stable
     assert load_spec(QUICK, ["epochs=2", "seeds=2"]).experiment_name() == "quickstart-epochs2-seeds2"
+
+
+def test_a_misspelt_override_gets_the_did_you_mean_a_misspelt_spec_field_gets():
+    """Review C1: `epoch=2` listed every spec field and hyperparameter but suggested none, where the same
+    typo in a spec file says "did you mean 'epochs'?"."""
+    with pytest.raises(SpecError) as e:
+        load_spec(QUICK, ["epoch=2"])
+    assert "'epoch' is neither a spec field nor a hyperparameter; did you mean 'epochs'? spec fields:" in str(e.value)
+    with pytest.raises(SpecError) as e:     # a dotted path: its first part, a spec field
+        load_spec(QUICK, ["serach.num_samples=2"])
+    assert "did you mean 'search'?" in str(e.value)
+    with pytest.raises(SpecError) as e:     # nothing close: no guess, the lists as before
+        load_spec(QUICK, ["zzzz=1"])
+    assert "did you mean" not in str(e.value) and "hyperparameter; spec fields:" in str(e.value)

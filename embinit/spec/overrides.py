@@ -25,6 +25,7 @@ from typing import Any
 import yaml
 
 from embinit.config import HYPERPARAMETERS
+from embinit.errors import did_you_mean
 from embinit.spec.yaml_text import SpecLoader, yaml_error
 
 LIST_FIELDS = ("inits", "tasks")
@@ -210,7 +211,8 @@ def apply(data: dict[str, Any], items: list[str], spec_fields: set[str]) -> tupl
             if problem:
                 problems.append((key, problem))
         else:
-            problems.append((key, f"{key!r} is neither a spec field nor a hyperparameter; spec fields: "
+            hint = did_you_mean(top, {*spec_fields, *HYPERPARAMETERS})   # as a misspelt field in a spec file
+            problems.append((key, f"{key!r} is neither a spec field nor a hyperparameter{hint or ';'} spec fields: "
                                   f"{sorted(spec_fields)}; hyperparameters: {sorted(HYPERPARAMETERS)}"))
     if pairs and not any(k in ("name", "mlflow.experiment") or k == "mlflow" for k, _ in pairs):
         mlflow = out.setdefault("mlflow", {})
