@@ -100,3 +100,51 @@ def test_hundreds_of_trials_are_grouped_by_their_differing_fields_and_the_listin
     assert "their config equals this spec's, but their keys differ" in notice_lines("edited", plan, [same])[0]
     failed = [TrialRecord(**{**r.__dict__, "status": "failed"}) for r in recs]
     assert notice_lines("edited", plan, failed) == []   # resumed or reported elsewhere
+
+
+def _own_task_spec(folder, description=None):
+    from tests.test_task_defs import IMDB
+    definition = {**IMDB, **({"description": description} if description else {})}
+    return load_spec({"name": "own", "define_tasks": {"imdb": definition},
+                      "tasks": [{"task": "imdb", "data_dir": str(folder)}], "inits": ["xavier"], "seeds": 2})
+
+
+def _finished(plan) -> list[TrialRecord]:
+    """Each planned trial finished, with the file digests its run tags (`embinit.sha256.<field>`)."""
+    from embinit.file_inputs import content_ids
+    return [TrialRecord(**{**_record(i, p.config).__dict__, "key": p.key, "file_digests": {
+        name: cid.removeprefix("sha256:") for name, cid in content_ids(p.config).items()}})
+            for i, p in enumerate(plan)]
+
+
+def test_a_changed_file_is_named_by_its_content_never_by_a_field_outside_the_key(tmp_path):
+    """Review M3: a copied data folder plus a `description` were reused (same bytes; the description is
+    not in the key), but once a file in the copy changed, the notice blamed `data_dir` (the path) and
+    `task_def` (the description): neither is the cause. It now compares as the key does: file inputs by
+    content, the definition without its description."""
+    import shutil
+    from embinit.task_registry import DEFINED, unregister
+    from tests.test_task_defs import imdb_folder, write_csv
+    try:
+        (tmp_path / "a").mkdir()
+        first = imdb_folder(tmp_path / "a")
+        recs = _finished(_own_task_spec(first.parent).plan())
+        copy = tmp_path / "b"
+        shutil.copytree(first.parent, copy)
+        moved = _own_task_spec(copy, description="my reviews")
+        assert {p.key for p in moved.plan()} == {r.key for r in recs}        # reused: nothing to say
+        assert notice_lines("own", moved.plan(), recs) == []
+        write_csv(copy / "imdb" / "train.csv", [("a changed sentence here", "positive")] * 24)
+        lines = notice_lines("own", _own_task_spec(copy, description="my reviews").plan(), recs)
+        assert len(lines) == 1 and lines[0].startswith(
+            "2 finished trials of experiment 'own' in this store are not reused: their config differs from this "
+            "spec's in the content of data_dir (..."), lines
+        assert lines[0].endswith("_b0/a → ..." + str(copy)[-37:] + ")") and "task_def" not in lines[0], lines
+        # at the same path: the content, at that path
+        write_csv(first / "train.csv", [("another sentence", "negative")] * 24)
+        lines = notice_lines("own", _own_task_spec(first.parent).plan(), recs)
+        assert lines[0].endswith("differs from this spec's in the content of data_dir (..." + str(first.parent)[-37:]
+                                 + ")"), lines
+    finally:
+        for name in list(DEFINED):
+            unregister(name)

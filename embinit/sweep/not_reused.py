@@ -2,7 +2,9 @@
 planned, because the spec was edited since (`epochs: 8` -> `9`, another lr, an added transform). The dry
 run and a run's start say how many and why: the config fields in which each differs from its nearest
 planned trial (same task, then same init label and seed where the plan has them), grouped by the set of
-differing fields, a few groups listed and the rest counted.
+differing fields, a few groups listed and the rest counted. Configs are compared as their keys are: a
+file input (data_dir, pretrained, ...) by its content ("the content of data_dir"), not its path; no field
+outside the key (a defined task's `description`, threads) is ever named.
 
 Only finished runs (MLflow's FINISHED: finished or diverged) are said here; a failed or interrupted run of
 a planned key is resumed and marked elsewhere (embinit.cli.dry_run_store.resumes). A finished run of a
@@ -12,10 +14,13 @@ on purpose, whose trials no run of this spec could reuse. Torch-free: the dry ru
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
 from embinit.config import CODE_VERSION, TrialConfig
+from embinit.file_inputs import PREFIX
+from embinit.path_keys import FILE_FIELDS
 from embinit.tracking.records import RESULT, TrialRecord, by_key
 
 GROUPS_SHOWN = 4   # groups of differing fields listed; the others are counted
@@ -24,16 +29,41 @@ PAIRS_SHOWN = 3    # (old -> new) value pairs shown per field
 VALUE_CHARS = 40   # a value longer than this (an `extras` mapping, a task definition) is cut
 
 
-def compared(config: dict[str, Any]) -> dict[str, Any]:
-    """A config as its key sees it: each unset hyperparameter at the task's default, without the fields
-    outside the key (threads, device). A config this embinit cannot read (an older one's field, a task
-    not registered here) is compared as it was stored."""
+@dataclasses.dataclass(frozen=True, eq=False)
+class FileInput:
+    """A file input as the key holds it: by its content (`sha256:...`); `path` is shown, not compared."""
+
+    path: Any
+    content: str
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, FileInput) and self.content == other.content
+
+    __hash__ = None
+
+
+_FIELDS = frozenset(f.name for f in dataclasses.fields(TrialConfig))
+
+
+def compared(config: dict[str, Any], digests: dict[str, str] | None = None) -> dict[str, Any]:
+    """A config as its key sees it (`TrialConfig.key_fields`): resolved, each unset hyperparameter at the
+    task's default, without the fields outside the key (threads, device, a defined task's `description`),
+    a file input (data_dir, pretrained, ...) by its content: `digests` (field -> hex, what a run tagged,
+    `TrialRecord.file_digests`), else this machine's file's. Only config fields: what a key adds besides
+    them (the code version, a scoring rule) follows from them or is said by `_unexplained`. A config this
+    embinit cannot read (an older one's field, a task not registered here) is compared as it was stored."""
     try:
-        out = TrialConfig.from_dict(config).resolved().to_dict()
+        keyed = TrialConfig.from_dict(config).key_fields()
     except Exception:   # EmbinitError, or a TypeError of a value the dataclass cannot take
         out = dict(config)
-    for name in TrialConfig.NOT_IN_KEY:
-        out.pop(name, None)
+        for name in TrialConfig.NOT_IN_KEY:
+            out.pop(name, None)
+        return out
+    keyed.update({name: PREFIX + hex_ for name, hex_ in (digests or {}).items() if name in keyed})
+    out = {k: v for k, v in keyed.items() if k in _FIELDS}
+    for name in FILE_FIELDS:
+        if isinstance(out.get(name), str) and out[name].startswith(PREFIX):
+            out[name] = FileInput(config.get(name), out[name])
     return out
 
 
@@ -54,7 +84,7 @@ def _slots(plan) -> dict[tuple, list[int]]:
 def _why(rec: TrialRecord, configs: list[dict], slots: dict[tuple, list[int]]) -> dict[str, tuple] | None:
     """How `rec`'s config differs from the nearest planned trial's (the fewest differing fields among the
     most alike slot); None when the plan has no trial of its task."""
-    old = compared(rec.config)
+    old = compared(rec.config, rec.file_digests)
     for slot in ((rec.task, rec.label, rec.seed), (rec.task, "seed", rec.seed), (rec.task, "label", rec.label),
                  (rec.task,)):
         if slot in slots:
@@ -65,7 +95,7 @@ def _why(rec: TrialRecord, configs: list[dict], slots: dict[tuple, list[int]]) -
 
 def _unexplained(rec: TrialRecord) -> dict[str, tuple]:
     """Why a key differs where the configs do not: the code version the run recorded, else nothing named
-    (a file input's content, or a rule of this embinit's keys)."""
+    (a rule of this embinit's keys, or a file input of a run that tagged no digest of it)."""
     if rec.code_version is not None and rec.code_version != CODE_VERSION:
         return {"code_version": (rec.code_version, CODE_VERSION)}
     return {}
@@ -92,7 +122,11 @@ def not_reused(plan, recs: list[TrialRecord]) -> dict[tuple[str, ...], list[dict
 
 
 def _value(v: Any) -> str:
-    """A value as a researcher wrote it: `0.15`, not `0.15000000000000002`; a long one cut."""
+    """A value as a researcher wrote it: `0.15`, not `0.15000000000000002`; a long one cut (a file input's
+    path: its end)."""
+    if isinstance(v, FileInput):   # a path's end tells it apart
+        text = "unset" if v.path is None else str(v.path)
+        return text if len(text) <= VALUE_CHARS else "..." + text[3 - VALUE_CHARS:]
     if isinstance(v, float):
         return f"{v:.6g}"
     text = "unset" if v is None else v if isinstance(v, str) else json.dumps(v, sort_keys=True, default=str)
@@ -101,15 +135,17 @@ def _value(v: Any) -> str:
 
 def _field(name: str, whys: list[dict]) -> str:
     """`epochs (8 → 9)`: a field with its distinct (old → new) pairs, a few shown."""
-    pairs = list(dict.fromkeys(f"{_value(w[name][0])} → {_value(w[name][1])}" for w in whys))
+    content = all(isinstance(v, FileInput) for w in whys for v in w[name])   # same path or not: its bytes
+    pairs = list(dict.fromkeys(_value(w[name][1]) if content and _value(w[name][0]) == _value(w[name][1])
+                               else f"{_value(w[name][0])} → {_value(w[name][1])}" for w in whys))
     more = ", ..." if len(pairs) > PAIRS_SHOWN else ""
-    return f"{name} ({', '.join(pairs[:PAIRS_SHOWN])}{more})"
+    return f"{'the content of ' if content else ''}{name} ({', '.join(pairs[:PAIRS_SHOWN])}{more})"
 
 
 def _reason(fields: tuple[str, ...], whys: list[dict]) -> str:
     if not fields:
-        return ("their config equals this spec's, but their keys differ in what a key holds besides it (a file "
-                "input's content, or a rule of this embinit's version)")
+        return ("their config equals this spec's, but their keys differ in what a key holds besides it (a rule "
+                "of this embinit's version, or a file input's content that their run did not record)")
     named = ", ".join(_field(f, whys) for f in fields[:FIELDS_SHOWN])
     more = f" and {len(fields) - FIELDS_SHOWN} more field{'s' if len(fields) - FIELDS_SHOWN != 1 else ''}" \
         if len(fields) > FIELDS_SHOWN else ""
