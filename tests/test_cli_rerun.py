@@ -244,3 +244,19 @@ def test_a_translations_oov_metrics_are_compared_with_the_records():
         **{k: (v, v) for k, v in test.items()}, "oov/val_sentences": (0.0, 0.0), "best/val/loss": (5.52, 5.52)}
     assert "reproduced: all 6 best/* and oov/* and test/* metrics equal the record's" in \
         rerun.comparison_text(rec, rows, same_key=True)
+
+
+def test_the_summary_names_the_trial_by_its_recorded_label(store, tmp_path, capsys):
+    """Review C3: a quickstart "Pretrained" trial re-run said `init=GloVe` (the trainer's label) in its
+    summary, under a header that said `Pretrained`: the summary now says the recorded label too."""
+    cfg = dataclasses.replace(store["cfg"], epochs=1, max_train_examples=100)
+    run = trial_run.TrialRun.open(store["uri"], store["exp"], None, cfg.to_dict(), cfg.key(), "Pretrained",
+                                  {"axes": {}, "point": {}})
+    from embinit.train import run_trial
+    run.finish(run_trial(cfg, cache_dir=str(tmp_path)).to_dict(), [])
+    code = main(["train", "--from-run", run.run_id, "--tracking-uri", store["uri"], "--quiet",
+                 "--cache-dir", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert f"re-running MLflow run {run.run_id} (Pretrained," in out
+    assert "synthetic_translation Pretrained (init=Xavier src_init=Xavier) seed=1" in out, out

@@ -271,3 +271,56 @@ def test_the_summary_labels_an_oov_rule_as_a_sweep_does():
     assert "init=Xavier seed=0" in line("xavier", "zeros", "Xavier")
     assert "init=Xavier_GloVe seed=0" in line("glove+match", "mean", "Xavier_GloVe")
     assert "init=GloVe src_init=Xavier oov=mean seed=0" in line("glove", "mean", "GloVe", "xavier", "Xavier")
+
+
+def test_the_summary_says_a_recorded_label_beside_the_trainer_s():
+    """Review C3: `train --from-run` of a quickstart "Pretrained" trial said `(Pretrained, ...)` in its
+    header but `init=GloVe` in the summary. Given the record's label, the summary says both."""
+    from embinit.cli.train import summary
+    from embinit.train.result import TrialResult
+    config = {"task": "sst2", "init": "glove", "src_init": None, "oov": "zeros", "seed": 0, "d_model": 300,
+              "heads": 10}
+    result = TrialResult(config=config, key="k", label="GloVe")
+    assert "sst2 Pretrained (init=GloVe oov=zeros) seed=0" in summary(result, label="Pretrained")
+    assert "sst2 init=GloVe oov=zeros seed=0" in summary(result, label="GloVe")   # the same: said once
+    assert summary(result).splitlines()[0] == summary(result, label=None).splitlines()[0]
+
+
+class _Stream:
+    def __init__(self, tty: bool):
+        self.tty, self.text = tty, ""
+
+    def isatty(self):
+        return self.tty
+
+    def write(self, s):
+        self.text += s
+
+    def flush(self):
+        pass
+
+
+def test_progress_is_a_line_per_epoch_where_stderr_is_not_a_terminal():
+    """Review C3: without --quiet, tqdm's per-batch redraws flooded a log file. Off a terminal the bar
+    gives one line per epoch with its metrics; on a terminal, the bar."""
+    from types import SimpleNamespace
+
+    from embinit.cli.train import ProgressBar
+    ctx = SimpleNamespace(epoch=1, epoch_steps=50, cfg=SimpleNamespace(epochs=2))
+
+    def run(bar):
+        for epoch in (1, 2):
+            ctx.epoch = epoch
+            for step in range(1, 51):
+                bar.on_step_end(ctx, step, 0.5)
+            bar.on_epoch_end(ctx, epoch, {"train/loss": 0.5, "val/acc": 0.75, "epoch": epoch})
+        bar.on_train_end(ctx, None)
+    log = _Stream(tty=False)
+    run(ProgressBar(stream=log))
+    assert log.text == "epoch 1/2: train_loss=0.5, val_acc=0.75\nepoch 2/2: train_loss=0.5, val_acc=0.75\n"
+    quiet = _Stream(tty=False)
+    run(ProgressBar(False, stream=quiet))
+    assert quiet.text == ""
+    term = _Stream(tty=True)
+    run(ProgressBar(stream=term))
+    assert "epoch 1/2" in term.text and "50/50" in term.text

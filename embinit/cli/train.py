@@ -18,29 +18,37 @@ from embinit.errors import EmbinitError, ListedError
 
 
 class ProgressBar:
-    """A tqdm bar on stderr per epoch, showing the running training loss; validation metrics after."""
+    """A tqdm bar on stderr per epoch, showing the running training loss; validation metrics after. On a
+    stderr that is not a terminal (a log file, a pipe) a bar's redraws would be a line per update: there,
+    one line per epoch with its metrics instead."""
 
-    def __init__(self, enabled: bool = True):
+    def __init__(self, enabled: bool = True, stream=None):
         self.enabled, self.bar = enabled, None
+        self.stream = stream if stream is not None else sys.stderr
+        isatty = getattr(self.stream, "isatty", None)
+        self.tty = bool(isatty and isatty())
 
     def on_step_end(self, ctx, step, loss):
-        if not self.enabled:
+        if not self.enabled or not self.tty:
             return
         if self.bar is None:
             from tqdm import tqdm
             self.bar = tqdm(total=ctx.epoch_steps, desc=f"epoch {ctx.epoch}/{ctx.cfg.epochs}",
-                            file=sys.stderr, leave=True, dynamic_ncols=True)
+                            file=self.stream, leave=True, dynamic_ncols=True)
         self.bar.update(1)
         if step % 10 == 0:
             self.bar.set_postfix(loss=f"{loss:.3f}")
 
     def on_epoch_end(self, ctx, epoch, metrics):
+        shown = {k.replace("/", "_"): f"{v:.4g}" for k, v in metrics.items()
+                 if k.startswith(("train/", "val/")) and isinstance(v, float)}
         if self.bar is not None:
-            shown = {k.replace("/", "_"): f"{v:.4g}" for k, v in metrics.items()
-                     if k.startswith(("train/", "val/")) and isinstance(v, float)}
             self.bar.set_postfix(shown)
             self.bar.close()
             self.bar = None
+        elif self.enabled and not self.tty and epoch is not None:
+            text = ", ".join(f"{k}={v}" for k, v in shown.items())
+            print(f"epoch {epoch}/{ctx.cfg.epochs}" + (f": {text}" if text else ""), file=self.stream, flush=True)
 
     on_train_end = lambda self, ctx, result: self.on_epoch_end(ctx, None, {})  # noqa: E731
 
@@ -136,7 +144,8 @@ def register(subparsers) -> None:
     p.add_argument("--cache-dir", help="cache of tokenized data and aligned vectors")
     p.add_argument("--json", action="store_true",
                    help="print the full result as JSON (with --from-run, the comparison goes to stderr)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress (a bar per epoch on a terminal, else a line per epoch)")
     p.set_defaults(func=run)
 
 
@@ -301,16 +310,21 @@ def _coverage_lines(coverage: dict | None) -> list[str]:
                "row)" if c.get("duplicate_words") else "") for side, c in sides]
 
 
-def summary(result) -> str:
+def summary(result, label: str | None = None) -> str:
+    """The trial's result in a few lines. `label`: the name a record gave the trial (`--from-run`'s, a
+    sweep's "Pretrained"), said first where it is not the trainer's own (`Pretrained (init=GloVe)`)."""
     def fmt(d):
         return ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in d.items())
 
     from embinit.spec.inits import oov_text
 
     c = result.config   # an OOV rule that fills rows is said as a sweep's label says it (`GloVe oov=zeros`)
-    lines = [f"trial {result.key}: {c['task']} init={result.label}"
+    relabel = bool(label) and label != result.label
+    init = f"{label} (init={result.label}" if relabel else f"init={result.label}"
+    lines = [f"trial {result.key}: {c['task']} {init}"
              + (f" src_init={result.src_label}" if result.src_label else "")
              + oov_text(c.get("oov"), [c.get("init"), c.get("src_init")])
+             + (")" if relabel else "")
              + f" seed={result.config['seed']} D={result.config['d_model']} heads={result.config['heads']}",
              f"status: {result.status}" + (f" at step {result.diverged_step}" if result.diverged_step else "")]
     if result.best:
@@ -375,7 +389,7 @@ def _rerun(args) -> int:
           f"{rec.status})", file=notes)
     print(rerun.key_report(rec, recorded, cfg), file=notes, flush=True)
     result = _train(args, cfg)
-    print(result.to_json(indent=2) if args.json else summary(result), flush=True)
+    print(result.to_json(indent=2) if args.json else summary(result, label=rec.label), flush=True)
     rows = rerun.compared_metrics(rec, result.to_dict())
     print(rerun.comparison_text(rec, rows, same_key=result.key == rec.key), file=notes)
     return 0
