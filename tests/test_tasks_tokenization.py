@@ -360,3 +360,38 @@ def test_reading_the_registry_loads_no_tokenizer_library_nor_the_task_pipeline()
                          env={**__import__("os").environ, "PYTHONPATH": str(root)})
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "[]"
+
+
+def test_a_folder_in_openai_s_gpt2_format_is_read_as_it_is(tmp_path):
+    """Review C7: a tokenizer folder holding OpenAI's encoder.json + vocab.bpe (no tokenizer.json or
+    vocab.json + merges.txt) failed in AutoTokenizer with "Couldn't instantiate the backend tokenizer from
+    one of: ". Given as a path, it now tokenizes as the registered `gpt2` does from the same files."""
+    folder = tmp_path / "gpt2_tokenizer"
+    gpt2_tokens = tiny_gpt2(folder)
+    (folder / "SOURCES.md").write_text("where the files came from\\n")
+    spec = resolve_tokenizer(str(folder))
+    assert spec.kind == "gpt2_files" and not spec.word_level and spec.source == str(folder.resolve())
+    backend = spec.load()
+    assert backend.full_vocab() == gpt2_tokens
+    assert backend.tokenize_batch(["the cat the"]) == [["the", "Ġcat", "Ġthe"]]
+    write(tmp_path / "wt" / "wiki.train.tokens", ["the cat the", "The Cat"])
+    write(tmp_path / "wt" / "wiki.valid.tokens", ["the cat"])
+    write(tmp_path / "wt" / "wiki.test.tokens", ["cat"])
+    data = load_task("wikitext2", data_dir=tmp_path / "wt", tokenizer=str(folder), min_freq=1, cache_dir=False)
+    assert data.vocab.decode(data.splits["train"][:4]) == ["the", "Ġcat", "Ġthe", "<eos>"]
+
+
+@pytest.mark.slow   # imports transformers
+def test_a_folder_transformers_cannot_read_says_which_files_a_tokenizer_needs(tmp_path):
+    """Review C7: the error named no file a tokenizer folder needs, and asked "offline?" of a local
+    folder. It lists the folder's files and the formats read, OpenAI's GPT-2 files among them."""
+    folder = tmp_path / "half"
+    folder.mkdir()
+    (folder / "encoder.json").write_text("{}")   # vocab.bpe missing: not OpenAI's format either
+    (folder / "SOURCES.md").write_text("where the files came from\n")
+    with pytest.raises(EmbinitError) as e:
+        resolve_tokenizer(str(folder)).load()
+    text = str(e.value)
+    assert "the folder holds ['SOURCES.md', 'encoder.json']" in text, text
+    assert "tokenizer.json, or vocab.json + merges.txt" in text and "encoder.json + vocab.bpe alone" in text
+    assert "offline?" not in text

@@ -37,6 +37,10 @@ from embinit.vocab import BOS, EOS, PAD
 WORD_LEVEL = ("spacy", "whitespace")
 GPT2_FILES = ("encoder.json", "vocab.bpe")
 GPT2_ENV = "EMBINIT_GPT2_DIR"
+# A Hugging Face tokenizer folder's own files: a folder with none of them but GPT2_FILES is OpenAI's
+# original GPT-2 format (encoder.json is vocab.json, vocab.bpe is merges.txt), read by Gpt2FilesBackend:
+# AutoTokenizer refused it ("Couldn't instantiate the backend tokenizer from one of: ").
+HF_TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "merges.txt", "vocab.txt")
 # Files in a Hugging Face model folder that do not define the tokenizer (weights): not in the identity.
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".h5", ".msgpack", ".onnx", ".ckpt")
 
@@ -105,6 +109,9 @@ def resolve_tokenizer(name: str, lang: str = "en", lowercase: bool = True,
     if name in TOKENIZERS:
         return TOKENIZERS[name](lang, lowercase, data_dir)
     path = Path(name).expanduser()
+    if path.is_dir() and _openai_gpt2(path):
+        ids = [_file_id(path / f) for f in GPT2_FILES]
+        return TokenizerSpec(name, "gpt2_files", lang, False, str(path.resolve()), ("gpt2_files", ids))
     if path.is_dir():
         files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.endswith(_WEIGHT_SUFFIXES))
         return TokenizerSpec(name, "hf", lang, False, str(path.resolve()),
@@ -117,6 +124,23 @@ def resolve_tokenizer(name: str, lang: str = "en", lowercase: bool = True,
     if (problem := revision_problem(name)) is not None:
         raise EmbinitError(f"tokenizer {problem}")
     return TokenizerSpec(name, "hf", lang, False, name, ("hf", name))
+
+
+def _openai_gpt2(folder: Path) -> bool:
+    """Whether `folder` holds GPT-2's tokenizer in OpenAI's original format only (GPT2_FILES, none of the
+    Hugging Face tokenizer files, no SentencePiece `.model`)."""
+    return (all((folder / f).is_file() for f in GPT2_FILES)
+            and not any((folder / f).exists() for f in HF_TOKENIZER_FILES) and not any(folder.glob("*.model")))
+
+
+def folder_hint(source: str) -> str:
+    """For a tokenizer folder transformers cannot load: the files it holds and those a tokenizer needs."""
+    folder = Path(source)
+    held = sorted(p.name for p in folder.iterdir() if p.is_file()) if folder.is_dir() else []
+    return (f"the folder holds {held}; a tokenizer folder needs tokenizer.json, or vocab.json + merges.txt "
+            f"(byte-level BPE, as GPT-2's), or vocab.txt (WordPiece), or a SentencePiece .model, or OpenAI's "
+            f"original GPT-2 files {' + '.join(GPT2_FILES)} alone (read as they are; they are vocab.json + "
+            f"merges.txt under other names, so renaming them converts the folder)")
 
 
 def unregistered_hint(name: str) -> str:
@@ -235,13 +259,14 @@ class HfBackend(Backend):
             unregistered = unregistered_hint(spec.name)
             hint = (f"put GPT-2's {' and '.join(GPT2_FILES)} in a folder and set ${GPT2_ENV} to it (or into "
                     f"the task's data folder)" if spec.name == "gpt2" else
+                    folder_hint(spec.source) if Path(spec.source).is_dir() else
                     "give a local folder with the tokenizer files (tokenizer.json, vocab.txt, ...)"
                     + (f"; or a tokenizer name: {unregistered}" if unregistered else ""))
             if (why := offline_miss(spec.source)) is not None:   # the revision asked, the ones cached
                 raise EmbinitError(f"cannot load tokenizer {spec.source!r}: {why}; {hint}") from None
             raise EmbinitError(f"cannot load tokenizer {spec.source!r} with transformers.AutoTokenizer "
                                f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
-                               f"offline? {hint}") from None
+                               f"{'' if Path(spec.source).is_dir() else 'offline? '}{hint}") from None
         if (error := empty_tokenizer(self.tok, spec.source)) is not None:
             raise error
         probe = self.tok.tokenize("Ab")
