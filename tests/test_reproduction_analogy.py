@@ -30,10 +30,11 @@ def _row(steps, correct, total=100, paper=None, pe_ratio=None):
             "accuracy": 100.0 * correct / total, "paper": paper, "pe_ratio": pe_ratio}
 
 
-def _log(uri, experiment, seed, rows, name=None):
+def _log(uri, experiment, seed, rows, name=None, **params):
     """A result.json in the layout `embinit analogy` has always logged (the writer every version has)."""
+    params = {"seed": seed, "top": 5893, **params}
     return run_writers.log_analysis_run(experiment, uri, "analogy", name or f"analogy-seed{seed}", {"seed": seed},
-                                        {}, {"rows": rows, "params": {"seed": seed, "top": 5893}, "ratio_sweep": []})
+                                        {}, {"rows": rows, "params": params, "ratio_sweep": []})
 
 
 def _rep(uri, experiment):
@@ -101,7 +102,7 @@ def test_a_run_without_a_readable_result_is_skipped_with_a_note_naming_it(tmp_pa
     rep = _rep(uri, experiment)
     assert [r.seed for r in rep.analogy_results] == [0] and len(rep.analogy_notes) == 3
     text = "\n".join(table4_section(rep).lines)
-    assert "1 runs (seeds of the random positions: 0)" in text
+    assert "1 runs, one per seed of the random positions (0)" in text
     for name, run_id in (("no-result", bare), ("garbled", garbled), ("wrong-rows", wrong)):
         assert f"- skipped: run '{name}' ({run_id})" in text
     assert {r["slug"]: r["n"] for r in rep.exports["table4"]} == {"raw": 1, "pe": 1}
@@ -117,3 +118,57 @@ def test_a_run_without_a_readable_result_is_skipped_with_a_note_naming_it(tmp_pa
     out = tmp_path / "repro.md"
     assert main(["reproduction", "--tracking-uri", uri, "--inputs", "offline", "--out", str(out)]) == 0
     assert f"- skipped: run 'no-result' ({bare}) has no readable result.json artifact" in out.read_text()
+
+
+# what the offline preset's analogy command logs (`Inputs.analogy_command`), by the names of its files
+OFFLINE = {"embeddings": "/a/glove.6B.50d.txt", "questions": "/d/analogy/questions-words.txt", "task": "multi30k",
+           "top": 5893, "words": 5400}
+
+
+def test_a_seed_logged_again_counts_once_by_its_newest_run(uri):
+    """reproduce.sh logs seeds 0-4 on every run: a repeated seed is the same computation, not a new seed
+    (review W1: n = 3 from 2 seeds, a narrower interval on a copy). The newest run of each seed counts."""
+    old = _log(uri, "again", 0, [_row((), 60), _row(("pe",), 2)], name="first", **OFFLINE)
+    new = _log(uri, "again", 0, [_row((), 61), _row(("pe",), 3)], name="second", **OFFLINE)
+    _log(uri, "again", 1, [_row((), 63), _row(("pe",), 5)], **OFFLINE)
+    rep = _rep(uri, "again")
+    text = "\n".join(table4_section(rep).lines)
+    rows = {r["slug"]: r for r in rep.exports["table4"]}
+    assert rows["raw"]["n"] == 2 and rows["raw"]["correct"] == [61, 63] and rows["pe"]["mean"] == pytest.approx(4.0)
+    assert [r.run_id for r in rep.analogy_results][0] == new
+    assert "2 runs, one per seed of the random positions (0, 1); an earlier run of a seed is left out" in text
+    assert f"- left out: run 'first' ({old}): seed 0 again; the newest run of that seed, 'second' ({new}), counts" \
+        in text
+    assert "| GloVe | — | 61–63/100 | 62.0 (1.4) | 2 |" in text
+
+
+def test_runs_of_another_configuration_are_left_out_and_named(uri):
+    """Runs logged with another --top/--task/embeddings are another measurement: not pooled. The table shows
+    the configuration the reproduction's command logs even when another has more seeds, and names the rest."""
+    for seed in (0, 1):
+        _log(uri, "configs", seed, [_row((), 60 + seed)], **OFFLINE)
+    for seed in (0, 1, 2):   # --top alone: the first 30000 rows of the file, another vocabulary
+        _log(uri, "configs", seed, [_row((), 40)], **{**OFFLINE, "task": "", "top": 30000, "words": 30000})
+    _log(uri, "configs", 0, [_row((), 20)], **{**OFFLINE, "embeddings": "/a/glove.6B.100d.txt"})
+    rep = _rep(uri, "configs")
+    text = "\n".join(table4_section(rep).lines)
+    assert [r.seed for r in rep.analogy_results] == [0, 1] and rep.exports["table4"][0]["correct"] == [60, 61]
+    assert "vocabulary: the 5893 most frequent target words of `multi30k` (5400 found in the vectors)" in text
+    assert "Runs of other configurations are not pooled with these (left out below)." in text
+    assert ("- left out: 3 runs (seeds 0, 1, 2) of another configuration: task `` (shown: `multi30k`), "
+            "top `30000` (shown: `5893`), words `30000` (shown: `5400`)") in text
+    assert ("- left out: 1 run (seeds 0) of another configuration: embeddings `glove.6B.100d.txt` (shown: "
+            "`glove.6B.50d.txt`)") in text
+
+
+def test_without_the_expected_configuration_the_one_with_most_seeds_is_shown(uri):
+    plain = {**OFFLINE, "task": "", "top": 5893, "words": 5893}
+    for seed in (0, 1, 2):
+        _log(uri, "most", seed, [_row((), 50)], **plain)
+    _log(uri, "most", 0, [_row((), 10)], **{**plain, "max_len": 50})
+    rep = _rep(uri, "most")
+    text = "\n".join(table4_section(rep).lines)
+    assert [r.seed for r in rep.analogy_results] == [0, 1, 2] and rep.exports["table4"][0]["mean"] == 50.0
+    # --top without --task is the file's first rows: no "most frequent target words of ``"
+    assert "vocabulary: the first 5893 rows of the embeddings file (no --task or --vocab)" in text
+    assert "of ``" not in text and "- left out: 1 run (seeds 0) of another configuration: max_len `50`" in text

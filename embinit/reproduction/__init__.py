@@ -10,7 +10,8 @@ Inputs (all MLflow experiments in one tracking store):
   `train_embeddings` / `pos_encoding` (cells are read from each trial's config, so a cell shared with
   the main sweep is the same run);
 - Table 4: runs of kind `analogy` (`embinit analogy --table4 --log-experiment NAME`), one per seed of
-  the random positions;
+  the random positions (the newest of a seed logged again; runs of one configuration, the others named
+  and left out: `embinit.reproduction.table4_runs`);
 - KNN match similarity: the `sim/knn_<metric>_mean` history the sweep's `analyses.similarity` logs on
   every seed but the reference one.
 

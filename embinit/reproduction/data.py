@@ -18,6 +18,7 @@ from embinit.errors import EmbinitError
 from embinit.report.rows import best_point
 from embinit.task_registry import loss_metric, primary_metric, reported_metrics
 from embinit.reproduction.inputs import Group, Inputs, Trial, load_trials, role_of
+from embinit.reproduction.table4_runs import Table4Runs, expected, select
 from embinit.tracking.run_records import AnalogyRun
 
 
@@ -41,14 +42,23 @@ class ReproductionData:
         self.exports: dict[str, list[dict[str, Any]]] = {}
 
     @cached_property
-    def _analogy(self) -> tuple[list[AnalogyRun], list[str]]:
+    def _analogy(self) -> tuple[Table4Runs, list[str]]:
         read, notes = run_readers.analogy_runs(self.analogy_runs)
-        return sorted(read, key=lambda r: str(r.seed)), notes
+        started = {r.run_id: r.start_ms for r in self.analogy_runs}
+        return select(read, started, expected(self.inputs.analogy_command)), notes
 
     @property
     def analogy_results(self) -> list[AnalogyRun]:
-        """The analogy runs' results, by the seed of their random positions (read once); a run without a
-        readable result.json is left out, with a note in `analogy_notes`."""
+        """The analogy runs Table 4 reads, by the seed of their random positions (read once): one
+        configuration, the newest finished run of each seed (`embinit.reproduction.table4_runs`; what
+        it left out is in `analogy_selection`); a run without a readable result.json is left out, with
+        a note in `analogy_notes`."""
+        return self._analogy[0].runs
+
+    @property
+    def analogy_selection(self) -> Table4Runs:
+        """The selection `analogy_results` comes from, with its notes on repeated seeds and on runs of
+        other configurations."""
         return self._analogy[0]
 
     @property

@@ -12,6 +12,7 @@ from embinit.report.table import summarize
 from embinit.reproduction.compare import ci_text, fmt, mean_std
 from embinit.reproduction.data import ReproductionData
 from embinit.reproduction.export import Section
+from embinit.reproduction.table4_runs import vocabulary_text
 from embinit.tracking.run_records import AnalogyRun
 
 
@@ -43,13 +44,18 @@ def table4_section(rep: ReproductionData) -> Section:
     if not results:
         s.lines += [f"No readable `analogy` run in experiment `{rep.inputs.analogy_experiment}`:", "", *skipped]
         return s
-    prm = results[0].params
-    s.lines += [f"{len(results)} runs (seeds of the random positions: "
-                f"{', '.join(str(r.seed) for r in results)}) in experiment "
+    prm, chosen = results[0].params, rep.analogy_selection
+    repeated = "; an earlier run of a seed is left out (the newest finished run of each seed counts)" \
+        if chosen.repeated else ""
+    left = [f"- left out: {note}" for note in chosen.repeated + chosen.other_configs]
+    apart = " Runs of other configurations are not pooled with these (left out below)." if chosen.other_configs \
+        else ""
+    s.lines += [f"{len(results)} runs, one per seed of the random positions "
+                f"({', '.join(str(r.seed) for r in results)}){repeated}, in experiment "
                 f"`{rep.inputs.analogy_experiment}`; embeddings `{Path(str(prm.get('embeddings'))).name}`, "
-                f"vocabulary: the {prm.get('top')} most frequent target words of `{prm.get('task')}` "
-                f"({prm.get('words')} found in the vectors); questions `{Path(str(prm.get('questions'))).name}`.",
-                *([""] + skipped if skipped else []),
+                f"vocabulary: {vocabulary_text(prm)}; questions `{Path(str(prm.get('questions'))).name}`."
+                f"{apart}",
+                *([""] + skipped + left if skipped or left else []),
                 "", "| row | paper | here correct/applicable | here acc. % mean (σ) | n | 95% CI | "
                 "σ(words)/σ(PE) |", "|---|---|---|---|---|---|---|"]
     rows = table4_rows(results)
