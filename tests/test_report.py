@@ -152,7 +152,7 @@ def test_formats(store):
     assert "Failed trials: 1" in md and "RuntimeError: out of memory" in md
     assert "pos_encoding=False" in md and "[lr=0.001]" in md
     table = list(csv.DictReader(io.StringIO(report.to_csv())))
-    assert len(table) == len(report.rows) and {"mean", "std", "n", "ci95", "best_epoch"} <= set(table[0])
+    assert len(table) == len(report.rows) and {"mean", "std", "n", "ci_low", "ci_high", "best_epoch"} <= set(table[0])
     data = json.loads(report.to_json())
     assert data["experiment"] == "rep" and len(data["rows"]) == len(report.rows)
     assert data["failed"][0]["init"] == "GloVe"

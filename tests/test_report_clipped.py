@@ -3,10 +3,16 @@ that cuts it, a note under Table 1 gives the t interval, so a cut interval does 
 
 from __future__ import annotations
 
+import csv
+import io
+
+import pytest
+
 from embinit.config import metric_range
 from embinit.report.formatting import digits_by_metric
 from embinit.report.notes import clipped_notes
-from embinit.report.table import summarize
+from embinit.report.table import build_report, summarize
+from embinit.tracking.records import TrialRecord
 
 
 def _row(init, metric, values):
@@ -25,3 +31,25 @@ def test_an_interval_cut_at_the_metric_s_range_is_named_with_its_t_interval():
     assert notes[2:] == ["- multi30k Xavier (test/bleu): t interval [-1.96, 6.24], shown as [0.00, 6.24]",
                          "- multi30k Top (best/val/acc): t interval [0.9373, 1.0517], shown as [0.9373, 1.0000]"]
     assert clipped_notes(rows[1:3], digits_by_metric(rows)) == []
+
+
+def test_the_csv_interval_is_the_clipped_one_and_the_half_width_says_it_is_not():
+    """Review C6: the CSV's `ci95` was the unclipped half-width beside the clipped bounds, so mean ± ci95
+    read 100.35 for a BLEU. The interval is `ci_low`/`ci_high`; the half-width is named as unclipped and
+    `ci_clipped` says where the two disagree."""
+    def trial(key, label, seed, value):
+        return TrialRecord(key, key, "multi30k", label, "finished",
+                           {"task": "multi30k", "init": label.lower(), "seed": seed, "epochs": 20},
+                           {"axes": {}, "point": {}, "selection": ["val/loss", "min"]},
+                           {"best_epoch": 5, "test/bleu": value}, seed, start_ms=len(key))
+    trials = [trial(f"x{s}", "Xavier", s, v) for s, v in enumerate([99.7, 99.9, 100.0])]
+    trials += [trial(f"g{s}", "GloVe", s, v) for s, v in enumerate([30.0, 32.0, 31.0])]
+    report = build_report("t", chosen={t.key: t for t in trials}, planned=[])
+    table = {r["init"]: r for r in csv.DictReader(io.StringIO(report.to_csv()))}
+    assert "ci95" not in table["Xavier"]
+    x, g = table["Xavier"], table["GloVe"]
+    mean, half = float(x["mean"]), float(x["ci95_half_width_unclipped"])
+    assert mean + half > 100.0 and float(x["ci_high"]) == 100.0 and x["ci_clipped"] == "True"
+    assert float(x["ci_low"]) == pytest.approx(mean - half)
+    assert g["ci_clipped"] == "False" and float(g["ci_high"]) == pytest.approx(
+        float(g["mean"]) + float(g["ci95_half_width_unclipped"]))

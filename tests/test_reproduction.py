@@ -459,7 +459,9 @@ def test_exports_and_cli(store, tmp_path, capsys):
     assert set(data) >= {"table1", "table2", "table3", "table4", "similarity", "findings"}
     with open(tmp_path / "exp" / "table1.csv") as fh:
         rows = list(csv.DictReader(fh))
-    assert len(rows) == 10 and {"task", "init", "mean", "std", "n", "ci95", "paper_mean"} <= set(rows[0])
+    assert len(rows) == 10 and {"task", "init", "mean", "std", "n", "ci_low", "ci_high", "paper_mean"} <= set(rows[0])
+    # review C6: the CSV names the half-width as unclipped (the interval is ci_low, ci_high); JSON keeps ci95
+    assert "ci95" not in rows[0] and "ci95_half_width_unclipped" in rows[0] and "ci95" in data["table1"][0]
     assert all(p.exists() for p in paths)
     # the CLI reads the GPU experiment names by default: a store without any is a clear error, not a
     # traceback; the superseded CPU names with --inputs offline

@@ -41,17 +41,23 @@ def one_epoch_notes(rows: list[dict[str, Any]]) -> list[str]:
             *notes] if notes else []
 
 
+def ci_clipped(r: dict[str, Any]) -> bool | None:
+    """Whether the row's t interval, mean ± ci95, reaches past its metric's range, so that [ci_low,
+    ci_high] is cut at the range's edge (None without an interval)."""
+    if r.get("ci95") is None or r.get("ci_low") is None or r.get("ci_high") is None:
+        return None
+    low, high, tol = r["mean"] - r["ci95"], r["mean"] + r["ci95"], 1e-9 * max(1.0, abs(r["mean"]))
+    return low < r["ci_low"] - tol or high > r["ci_high"] + tol
+
+
 def clipped_notes(rows: list[dict[str, Any]], digits: dict[tuple[str, str], int]) -> list[str]:
     """One line per row whose t interval reaches past its metric's range (a BLEU of 2.1 ± 4.1 over two
     seeds): the table shows it cut at the range's edge, narrower on that side than the t interval, which
     the line gives (`digits`: `formatting.digits_by_metric`)."""
     notes = []
     for r in rows:
-        if r.get("ci95") is None or r.get("ci_low") is None or r.get("ci_high") is None:
-            continue
-        low, high, tol = r["mean"] - r["ci95"], r["mean"] + r["ci95"], 1e-9 * max(1.0, abs(r["mean"]))
-        if low < r["ci_low"] - tol or high > r["ci_high"] + tol:
-            d = digits[r["task"], r["metric"]]
+        if ci_clipped(r):
+            low, high, d = r["mean"] - r["ci95"], r["mean"] + r["ci95"], digits[r["task"], r["metric"]]
             notes.append(f"- {r['task']} {row_name(r)} ({r['metric']}): t interval [{low:.{d}f}, {high:.{d}f}], "
                          f"shown as [{r['ci_low']:.{d}f}, {r['ci_high']:.{d}f}]")
     return ["", "95% intervals cut at the metric's range (the t interval reaches past it; more seeds narrow it):",

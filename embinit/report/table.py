@@ -30,7 +30,7 @@ from embinit.comparison import t_quantile
 from embinit.report.formatting import digits_by_metric, interval, number
 from embinit.tracking.records import TrialRecord
 from embinit.report.baseline import DEFAULT_BASELINE
-from embinit.report.notes import (clipped_notes, code_version_notes, dev_selection_notes, eval_split_notes,
+from embinit.report.notes import (ci_clipped, clipped_notes, code_version_notes, dev_selection_notes, eval_split_notes,
                                   no_value_notes, non_finite_notes, other_point_notes, row_name, source_table_notes,
                                   stale_notes, unconverged_notes)
 from embinit.report.plots import label_order, mean_curves
@@ -59,10 +59,15 @@ class Report:
         """One line per row. The counts `diverged`, `failed`, `running` are the row's trials at its search
         point (`*_all_points`: at every point); `never_started` is how many planned trials of the row's
         task, init and axes (every point) have no run at all, the "never started" of `completeness` (empty
-        without a plan; rows that split one init by setting each carry its count)."""
+        without a plan; rows that split one init by setting each carry its count). The 95% interval is
+        `ci_low`, `ci_high`, clipped to the metric's range like the mean; `ci_clipped` says the t interval
+        reached past the range (the markdown's "cut at the metric's range" note), and
+        `ci95_half_width_unclipped` is its half-width t·s/√n before the clipping, so mean ± it can leave
+        the range (JSON keeps it as `ci95`)."""
         buf = io.StringIO()
-        cols = ["task", "init", "axes", "setting", "point", "metric", "split", "mean", "std", "n", "ci95", "ci_low",
-                "ci_high", "best_epoch", "best_at_last_epoch", "one_epoch", "diverged", "non_finite", "no_value",
+        cols = ["task", "init", "axes", "setting", "point", "metric", "split", "mean", "std", "n", "ci_low", "ci_high",
+                "ci_clipped", "ci95_half_width_unclipped", "best_epoch", "best_at_last_epoch", "one_epoch", "diverged",
+                "non_finite", "no_value",
                 "failed", "running", "never_started", "failure_reasons", "failed_all_points", "diverged_all_points",
                 "running_all_points", "code_versions", "source_init", "eval_split_note", *report_baseline.CSV_COLUMNS]
         w = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore")
@@ -73,6 +78,7 @@ class Report:
                         "point": json.dumps(r["point"]) if r["point"] else "",
                         "code_versions": json.dumps(r.get("code_versions") or {}),
                         "source_init": (r.get("tables") or {}).get("source", ""),
+                        "ci95_half_width_unclipped": r.get("ci95"), "ci_clipped": ci_clipped(r),
                         "failure_reasons": "; ".join(f"{k} (x{v})" for k, v in r["failure_reasons"].items()),
                         **{f"{k}_all_points": v for k, v in (r.get("all_points") or {}).items()},
                         **report_baseline.csv_columns(r)})

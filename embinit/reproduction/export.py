@@ -26,6 +26,7 @@ def write_exports(rep: ReproductionData, out_dir: Path) -> list[Path]:
         rows = rep.exports.get(name) or []
         if not rows:
             continue
+        rows = [_csv_row(r) for r in rows]
         cols = [k for k in rows[0] if not isinstance(rows[0][k], (dict, list))]
         buf = io.StringIO()
         w = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore")
@@ -35,6 +36,13 @@ def write_exports(rep: ReproductionData, out_dir: Path) -> list[Path]:
         p.write_text(buf.getvalue())
         paths.append(p)
     return paths
+
+
+def _csv_row(row: dict) -> dict:
+    """A row as the CSVs hold it: `ci95`, the t interval's half-width before clipping, named so
+    (`ci95_half_width_unclipped`, as in `embinit report --format csv`); the interval is ci_low, ci_high,
+    clipped to the metric's range (mean ± the half-width can leave it). The JSON keeps `ci95`."""
+    return {("ci95_half_width_unclipped" if k == "ci95" else k): v for k, v in row.items()}
 
 
 def render(rep: ReproductionData, sections: list[Section], preamble: str = "", header: list[str] | None = None) -> str:
