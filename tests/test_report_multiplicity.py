@@ -152,3 +152,34 @@ def test_a_printed_p_value_never_rounds_across_the_significance_level():
         "0.0123", "0.3", "0.0496", "1", "<0.001", "-"]
     for p in (0.0449, 0.04951, 0.049949, 0.0499, 0.04999999):
         assert float(report_p_text(p)) < 0.05, p
+
+
+def test_each_configuration_of_an_experiment_is_its_own_family():
+    """Review C9: a spec run again with other epochs puts two configurations in one experiment; the report
+    shows their rows apart and compares each with its own configuration's baseline, so Holm's family is one
+    configuration's comparisons (m = 2 here, not 4 pooled over both)."""
+    def trial(key, label, seed, value, epochs):
+        config = {"task": "multi30k", "init": label.lower(), "seed": seed, "epochs": epochs}
+        return TrialRecord(key, key, "multi30k", label, "finished", config,
+                           {"axes": {}, "point": {}, "selection": ["val/loss", "min"]},
+                           {"best_epoch": 2, "test/bleu": value}, seed, start_ms=len(key))
+    labels = {3: ("Weak", "Noise1"), 4: ("GloVe", "Noise2")}
+    trials = []
+    for epochs, inits in labels.items():
+        trials += [trial(f"x{epochs}{s}", "Xavier", s, v, epochs) for s, v in enumerate(XAVIER)]
+        for label in inits:
+            trials += [trial(f"{label}{s}", label, s, XAVIER[s] + d, epochs) for s, d in enumerate(DIFFS[label])]
+    report = build_report("two", chosen={t.key: t for t in trials}, planned=[])
+    rows = {r["init"]: r["vs_baseline"] for r in report.rows if r["init"] != "Xavier"}
+    for epochs, inits in labels.items():
+        ps = [stats.ttest_rel([x + d for x, d in zip(XAVIER, DIFFS[label])], XAVIER).pvalue for label in inits]
+        for label, adjusted in zip(inits, holm(ps)):
+            c = rows[label]
+            assert (c["holm_m"], c["p_holm"]) == (2, pytest.approx(adjusted))
+            assert c["holm_family"] == {"epochs": epochs}
+    weak = rows["Weak"]   # p ~ 0.015: holds among its configuration's 2 tests (it would not among 4)
+    assert weak["verdict"] == "better" and weak["p_holm"] < 0.05 and weak["holds_after_holm"] is True
+    md = report.to_markdown()
+    assert "The rows come from 2 configurations (differing in epochs): each configuration's comparisons are " \
+           "their own family" in md
+    assert "configurations" not in _report().to_markdown().split("Holm's adjustment")[1].split("\n")[0]

@@ -6,7 +6,9 @@ when they share none. The verdict knows the metric's direction: a lower loss or 
 
 Multiplicity: comparing m inits with one baseline gives m chances of a false "better" or "worse" at 95%
 each. The family is every comparison with the baseline on one task and metric, over all its axes
-settings (the LaTeX table's column: an ablation's cells are read together); each comparison carries its
+settings (the LaTeX table's column: an ablation's cells are read together), within one configuration
+(`holm_family`: where an experiment holds several, e.g. a spec run again with other epochs, the fields
+that tell them apart; rows of different configurations are separate studies); each comparison carries its
 test's two-sided `p`, Holm's adjusted `p_holm` over its family of
 `holm_m` tests, and `holds_after_holm`: whether a better/worse verdict survives the adjustment (None
 for an inconclusive one). The verdict itself stays the 95% interval's, so it always agrees with the
@@ -105,17 +107,29 @@ def compare_rows(rows: list[dict[str, Any]], baseline: str) -> None:
         r["vs_baseline"] = None if b is None or not r["seeds"] or not b["seeds"] else {
             **with_divergence(comparison(r["seeds"], b["seeds"], r["metric"], baseline), r, b),
             "still_improving": bool(r.get("still_improving") or b.get("still_improving")),
-            "one_epoch": bool(r.get("one_epoch") or b.get("one_epoch"))}
+            "one_epoch": bool(r.get("one_epoch") or b.get("one_epoch")),
+            "holm_family": configuration(r, b)}
         if why:
             r["no_baseline"] = why
     for r in rows:
         r.pop("_basis", None)
     families: dict[tuple, list[dict[str, Any]]] = {}
-    for r in rows:   # one family per task and metric, every axes setting in it
-        if r.get("vs_baseline"):
-            families.setdefault((r["task"], r["metric"]), []).append(r["vs_baseline"])
+    for r in rows:   # one family per task, metric and configuration, every axes setting in it
+        c = r.get("vs_baseline")
+        if c:
+            families.setdefault((r["task"], r["metric"], json.dumps(c["holm_family"], sort_keys=True, default=str)),
+                                []).append(c)
     for family in families.values():
         adjust(family)
+
+
+def configuration(row: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
+    """Which of the experiment's configurations a comparison belongs to: the fields (not the init's own)
+    that tell the configurations of the row's or its baseline row's label apart (their `setting`; {}
+    with one configuration). Two configurations in one experiment (a spec run again with more epochs)
+    are two studies the report shows as separate rows: Holm's family is per configuration, so one's
+    comparisons do not make the other's stricter."""
+    return {**basis(base.get("setting") or {}), **basis(row.get("setting") or {})}
 
 
 SIGNIFICANCE = 0.05   # the level the 95% intervals and Holm's adjusted p-values are read at
@@ -198,6 +212,17 @@ HOLM_RULE = ("p: the test's two-sided p-value; in brackets Holm's adjustment for
              "treat it as tentative.")
 
 
+def family_text(compared: list[dict[str, Any]]) -> str:
+    """What the Holm rule adds where the comparisons come from several configurations: which fields make
+    them separate families ('' with one configuration)."""
+    families = {json.dumps(r["vs_baseline"].get("holm_family") or {}, sort_keys=True, default=str) for r in compared}
+    if len(families) < 2:
+        return ""
+    fields = sorted({k for f in families for k in json.loads(f)})
+    return (f" The rows come from {len(families)} configurations (differing in {', '.join(fields)}): each "
+            "configuration's comparisons are their own family, m counts that configuration's only.")
+
+
 def _seeds_text(c: dict[str, Any]) -> str:
     na, nb = c["n"]
     if c["test"] == "Welch":
@@ -240,7 +265,7 @@ def markdown(rows: list[dict[str, Any]], baseline: str, name: Any = None) -> lis
         lines.append(f"| {r['task']} | {init} | {r['metric']} ({better} is better) | {number(c['diff'], d)} | "
                      f"{_ci_text(c, d)} | {_seeds_text(c)} | {_p_cell(c)} | "
                      f"{c['verdict']}{holm_mark(c)}{note}{budget} |")
-    lines += ["", HOLM_RULE.format(baseline=baseline)]
+    lines += ["", HOLM_RULE.format(baseline=baseline) + family_text(compared)]
     if any((r["vs_baseline"].get("diverged") or [0, 0]) != [0, 0] for r in compared):
         lines += ["", DIVERGENCE_RULE]
     return lines + apart

@@ -20,6 +20,8 @@ With a search, each cell is its init's best search point (listed under the table
 
 from __future__ import annotations
 
+import json
+
 from collections import Counter
 from typing import Any
 
@@ -123,8 +125,11 @@ def _caption(experiment: str, rows: list[dict[str, Any]], baseline: str, usual_n
         parts.append(rf"$\uparrow$/$\downarrow$: better/worse than {escape(baseline)} (the 95\% confidence "
                      "interval of the difference, paired on the seeds both share, excludes 0).")
     if any((r.get("vs_baseline") or {}).get("holds_after_holm") is False for r in rows):
+        several = len({json.dumps((r.get("vs_baseline") or {}).get("holm_family") or {}, sort_keys=True, default=str)
+                       for r in rows if r.get("vs_baseline")}) > 1
         parts.append(r"In parentheses: not after Holm's correction for the comparisons with "
-                     f"{escape(baseline)} in the same column (task and metric).")
+                     f"{escape(baseline)} in the same column (task and metric"
+                     f"{', and configuration' if several else ''}).")
     if any(r.get("still_improving") for r in rows):
         parts.append(r"$\dagger$: the best epoch was the last for most seeds (still improving).")
     if any(r.get("one_epoch") for r in rows):
