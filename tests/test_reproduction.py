@@ -556,3 +556,42 @@ def test_table2s_paper_columns_name_their_table_and_the_text_agrees(store):
     assert "| -0.02, 0.02 | 0.0 (0.01) | — |" in sst   # Table 6 is the Multi30k GloVe setting's only
     (row,) = [r for r in rep.exports["table2"] if r["task"] == "multi30k" and r["role"] == "P_Xavier"]
     assert (row["paper"][:2], row["paper_table6"][:2], row["paper_scaled_std"]) == ([-0.12, 0.26], [-0.17, 0.2], 0.27)
+
+
+def test_the_json_export_carries_the_per_seed_values_of_every_interval(store, tmp_path):
+    """Review M6: reproduction.json held only run ids, so its intervals could not be recomputed from the
+    repository. Each summary and comparison now carries its per-seed values (seed -> value, run id): the
+    intervals recomputed from them are the exported ones."""
+    from embinit.comparison import paired as paired_t
+    from embinit.report.table import summarize as summary
+    _, _, rep, _ = store
+    write_exports(rep, tmp_path / "m6")
+    data = json.loads((tmp_path / "m6" / "reproduction.json").read_text())
+
+    def again(per_seed, bounds):
+        return summary([v["value"] for v in per_seed.values()], bounds)
+    checked = 0
+    for row in data["table1"]:
+        bounds = rep.bounds(row["task"])
+        assert set(row["runs"]) == {v["run_id"] for v in row["per_seed"].values()}
+        st = again(row["per_seed"], bounds)
+        for k in ("n", "mean", "std", "ci_low", "ci_high"):
+            assert st[k] == pytest.approx(row[k]), (row["init"], k)
+        checked += row["n"] >= 2
+    for row in data["table3"]:
+        for part, bounds in (("bleu", (0.0, 100.0)), ("val_loss", (0.0, math.inf))):
+            st = again(row[part]["per_seed"], bounds)
+            assert (st["n"], st["mean"], st["ci_low"]) == (row[part]["n"], pytest.approx(row[part]["mean"]),
+                                                          pytest.approx(row[part]["ci_low"]))
+    for f in [f for f in data["findings"] if "loss" in f]:   # finding 2 (a)'s intervals: Table 3's cells
+        for c in (f, f["loss"]):
+            values = {side: {s: v["value"] for s, v in c["per_seed"][side].items()} for side in ("a", "b")}
+            got = paired_t(values["a"], values["b"])
+            assert (got["diff"], got["ci95"], got["p"]) == (pytest.approx(c["diff"]), pytest.approx(c["ci95"]),
+                                                            pytest.approx(c["p"])), f["claim"]
+            checked += c["ci95"] is not None
+    for row in data["table4"]:
+        st = again(row["per_seed"], (0.0, 100.0))
+        assert (st["n"], st["mean"]) == (row["n"], pytest.approx(row["mean"]))
+        assert sorted(v["correct"] for v in row["per_seed"].values()) == sorted(row["correct"])
+    assert checked > 5   # intervals were there to recompute

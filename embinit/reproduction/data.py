@@ -89,6 +89,13 @@ class ReproductionData:
     def values(self, trials: list[Trial], metric: str) -> list[float]:
         return [t.metrics[metric] for t in trials if metric in t.metrics and math.isfinite(t.metrics[metric])]
 
+    def per_seed(self, trials: list[Trial], metric: str, scale: float = 1.0) -> dict[str, dict[str, Any]]:
+        """{seed: {"value", "run_id"}} of the trials with a finite `metric` (times `scale`: the paper's units):
+        the values an exported summary or comparison was computed from, so reproduction.json lets a
+        reader recompute every interval (review M6)."""
+        return {str(t.config.get("seed")): {"value": t.metrics[metric] * scale, "run_id": t.run_id}
+                for t in trials if metric in t.metrics and math.isfinite(t.metrics[metric])}
+
     @staticmethod
     def metric(task: str, m: str | None = None) -> tuple[str, str, float]:
         """(metric, its name, scale to the paper's units) of the task's Table-1 metric, or of `m`."""

@@ -147,9 +147,13 @@ def findings_section(rep: ReproductionData) -> Section:
         q = _qualified(rep, g, a, b, m, c, v, names, expected)   # a side that lost seeds to divergence is not favoured
         lq = _qualified(rep, g, a, b, rep.loss(g.task), lc, lv, names, expected)
         gap = budget_gap(rep, g)
+
+        def per_seed(metric, scale=1.0):   # the values the interval is computed from, per side (review M6)
+            return {side: rep.per_seed(rep.main_trials(g, role), metric, scale) for side, role in (("a", a), ("b", b))}
         out.append({"finding": f, "claim": f"{claim} ({g.task})", "task": g.task, "a": name(g, a),
                     "b": name(g, b), "metric": mname, **c, "paper_effect": eff, **q,
-                    "loss": {**lc, "paper_effect": leff, **lq},
+                    "per_seed": per_seed(m, scale),
+                    "loss": {**lc, "paper_effect": leff, **lq, "per_seed": per_seed(rep.loss(g.task))},
                     "disagree": _disagree(q["verdict"], lq["verdict"]),
                     **({"budget": gap, "verdict": NOT_COMPARABLE, "measured": q["verdict"]} if gap else {})})
     if tr:

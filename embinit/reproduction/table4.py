@@ -23,14 +23,18 @@ def table4_rows(results: list[AnalogyRun]) -> list[dict]:
     fullest = sorted(results, key=lambda r: -len(r.rows))
     rows = []
     for slug in dict.fromkeys(row.slug for r in fullest for row in r.rows):
-        hits = [row for r in results if (row := r.row(slug)) is not None]
+        pairs = [(r, row) for r in results if (row := r.row(slug)) is not None]
+        hits = [h for _, h in pairs]
         first = hits[0]
         accs = [h.accuracy for h in hits if h.accuracy is not None]
         ratios = [h.pe_ratio for h in hits if h.pe_ratio is not None]
         rows.append({"row": first.label, "slug": slug, "steps": list(first.steps), "paper": first.paper,
                      "total": first.total, "correct": [h.correct for h in hits],
                      "pe_ratio": statistics.fmean(ratios) if ratios else None,
-                     **summarize(accs, (0.0, 100.0))})
+                     **summarize(accs, (0.0, 100.0)),
+                     # what the summary is computed from, per seed of the positions (review M6)
+                     "per_seed": {str(r.seed): {"value": h.accuracy, "correct": h.correct, "total": h.total,
+                                                "run_id": r.run_id} for r, h in pairs if h.accuracy is not None}})
     return rows
 
 
@@ -94,10 +98,11 @@ def table4_ratio_lines(results: list[AnalogyRun], exports: dict) -> list[str]:
                   "value, one draw of positions per seed, accuracy mean (σ) over the seeds:", "",
                   "| σ(words)/σ(PE) | acc. % mean (σ) | n |", "|---|---|---|"]
         for ratio in grid:
-            accs = [x["accuracy"] for sw in sweeps for x in sw if x["ratio"] == ratio and x["accuracy"] is not None]
-            st = summarize(accs, (0.0, 100.0))
+            got = [(r, x) for r in results for x in r.ratio_sweep if x["ratio"] == ratio and x["accuracy"] is not None]
+            st = summarize([x["accuracy"] for _, x in got], (0.0, 100.0))
             lines.append(f"| {ratio:g} | {mean_std(st, 1)} | {st['n']} |")
-            out.append({"ratio": ratio, **st})
+            out.append({"ratio": ratio, **st, "per_seed": {str(r.seed): {"value": x["accuracy"], "run_id": r.run_id}
+                                                            for r, x in got}})
     else:
         lines += ["", "No ratio sweep in these analogy runs (recorded before `embinit analogy --table4` "
                   "logged one)."]

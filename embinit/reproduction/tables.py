@@ -85,7 +85,7 @@ def table1(rep: ReproductionData) -> Section:
     s = Section("Table 1 (and Table 7): task performance per init")
     rows = []
     for g in rep.inputs.groups:
-        m, mname, _ = rep.metric(g.task)
+        m, mname, scale = rep.metric(g.task)
         ref = paper.TABLE1.get((g.task, g.paper_source), {})
         if not any(t.task == g.task for t in rep.data[g.experiment][0]):
             s.lines += ["", f"**{g.task}, {g.source}**: no trials in `{g.experiment}` yet."]
@@ -116,7 +116,8 @@ def table1(rep: ReproductionData) -> Section:
                          "paper_mean": p[0] if p else None, "paper_std": p[1] if p else None,
                          "paper_epoch": p[2] if p else None, "metric": m, **st,
                          "best_epoch": ep["mean"], "best_val_loss": vl["mean"], "failed": len(failed),
-                         "diverged": len(diverged), "runs": [t.run_id for t in trials]})
+                         "diverged": len(diverged), "runs": [t.run_id for t in trials],
+                         "per_seed": rep.per_seed(trials, m, scale)})
         for m2 in rep.other_metrics(g.task):
             s.lines += _other_metric_lines(rep, g, m2, rows[first:])
     if rows:
@@ -147,7 +148,8 @@ def _other_metric_lines(rep: ReproductionData, g, m: str, rows: list[dict]) -> l
         lines.append(f"| {row['init']} | {'—' if p is None else f'{p[0]} ({p[1]})'} | {'—' if p is None else p[2]} "
                      f"| {mean_std(st)} | {st['n']} | {ci_text(st)} | {fmt(ep['mean'], 1)} |")
         row[m] = {**st, "best_epoch": ep["mean"], "paper_mean": p[0] if p else None,
-                  "paper_std": p[1] if p else None, "paper_epoch": p[2] if p else None}
+                  "paper_std": p[1] if p else None, "paper_epoch": p[2] if p else None,
+                  "per_seed": rep.per_seed(trials, m, scale)}
     return lines
 
 
@@ -231,7 +233,9 @@ def table3(rep: ReproductionData) -> Section:
                            f"{fmt(ep['mean'], 1)} | "
                            f"{mean_std(bleu)} | {bleu['n']} | {ci_text(bleu)} | {len(failed)} | {len(diverged)} |")
             rows.append({"init": label, "role": role, "train_embeddings": cell[0], "pos_encoding": cell[1],
-                         "bleu": bleu, "val_loss": vl, "best_epoch": ep["mean"], "paper": list(p) if p else None,
+                         "bleu": {**bleu, "per_seed": rep.per_seed(ts, "test/bleu")},
+                         "val_loss": {**vl, "per_seed": rep.per_seed(ts, "best/val/loss")},
+                         "best_epoch": ep["mean"], "paper": list(p) if p else None,
                          "seeds": sorted(t.config.get("seed") for t in ts), "failed": len(failed),
                          "diverged": len(diverged), "runs": [t.run_id for t in ts]})
     s.lines += ["", "Counted per seed, by the run `embinit report` counts for it (a result over a run in progress "
