@@ -102,7 +102,7 @@ def test_a_run_without_a_readable_result_is_skipped_with_a_note_naming_it(tmp_pa
     rep = _rep(uri, experiment)
     assert [r.seed for r in rep.analogy_results] == [0] and len(rep.analogy_notes) == 3
     text = "\n".join(table4_section(rep).lines)
-    assert "1 runs, one per seed of the random positions (0)" in text
+    assert "1 run, one per seed of the random positions (0)" in text
     for name, run_id in (("no-result", bare), ("garbled", garbled), ("wrong-rows", wrong)):
         assert f"- skipped: run '{name}' ({run_id})" in text
     assert {r["slug"]: r["n"] for r in rep.exports["table4"]} == {"raw": 1, "pe": 1}

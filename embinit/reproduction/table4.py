@@ -54,7 +54,7 @@ def table4_section(rep: ReproductionData) -> Section:
     left = [f"- left out: {note}" for note in chosen.repeated + chosen.other_configs]
     apart = " Runs of other configurations are not pooled with these (left out below)." if chosen.other_configs \
         else ""
-    s.lines += [f"{len(results)} runs, one per seed of the random positions "
+    s.lines += [f"{len(results)} run{'s' if len(results) != 1 else ''}, one per seed of the random positions "
                 f"({', '.join(str(r.seed) for r in results)}){repeated}, in experiment "
                 f"`{rep.inputs.analogy_experiment}`; embeddings `{Path(str(prm.get('embeddings'))).name}`, "
                 f"vocabulary: {vocabulary_text(prm)}; questions `{Path(str(prm.get('questions'))).name}`."
