@@ -145,6 +145,9 @@ class TrialConfig:
     KEY_OMIT_AT = {"pe_positions": 512}
 
     def __post_init__(self):
+        for f in dataclasses.fields(self):   # None means the default here too (a spec axis's `null`)
+            if f.default not in (None, dataclasses.MISSING) and getattr(self, f.name) is None:
+                setattr(self, f.name, f.default)
         if self.task_def is not None:
             from embinit import task_defs
             task_defs.ensure(self.task, self.task_def)

@@ -214,3 +214,16 @@ def test_a_fused_member_draws_the_masks_of_its_own_batch(site):
     b = batches[0]
     other = F.cross_entropy(members[0](b["src"], b["tgt_in"]).reshape(-1, 24), b["tgt_out"].reshape(-1))
     assert not torch.isclose(other, alone[0], rtol=1e-4)   # another generator: other masks, another loss
+
+
+def test_a_null_axis_value_is_the_default_with_its_key():
+    """`axes: {attention_dropout: [null, 0.2]}`: null means the default (0) and its key, as `dropout: null`
+    means the task's default. It was planned under a key of its own, and the trial then failed comparing
+    0.0 <= None. The same holds for any field with a default, e.g. `pe_base`."""
+    base = {"name": "t", "tasks": ["synthetic_classification"], "inits": ["xavier"], "seeds": [0]}
+    spec = load_spec({**base, "axes": {"attention_dropout": [None, 0.2], "pe_base": [None]}})
+    null, set_ = spec.expand()
+    assert (null.attention_dropout, null.pe_base) == (0.0, 10000.0)
+    assert null.key() == load_spec(base).expand()[0].key()
+    assert set_.attention_dropout == 0.2 and set_.key() != null.key()
+    assert TrialConfig(task="multi30k", activation_dropout=None, pe_base=None).key() == TrialConfig("multi30k").key()
