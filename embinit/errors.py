@@ -62,7 +62,21 @@ def closest(name: str, valid, cutoff: float = CLOSE_ENOUGH) -> str | None:
         difflib.get_close_matches(str(name).lower(), [v.lower() for v in names], n=1, cutoff=cutoff)
     if close and close[0] not in names:  # matched case-insensitively: show the registered spelling
         close = [next(v for v in names if v.lower() == close[0])]
-    return close[0] if close else None
+    return close[0] if close else _part_of(str(name), names)
+
+
+def _part_of(name: str, names: list[str]) -> str | None:
+    """The one valid name that `name` is a clear part of, where difflib finds none alike (a short name
+    against a long one): its last '/' part (`acc` for `val/acc`) or its beginning (`early_stop` for
+    `early_stopping_patience`); None for a name under 3 characters or a part of several names."""
+    if len(name) < 3:
+        return None
+    low = name.lower()
+    for hits in ([v for v in names if v.lower().rsplit("/", 1)[-1] == low],
+                 [v for v in names if v.lower().startswith(low)]):
+        if len(hits) == 1:
+            return hits[0]
+    return None
 
 
 def did_you_mean(name: str, valid) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from embinit.cli import main
-from embinit.errors import EmbinitError, did_you_mean, unknown_name
+from embinit.errors import EmbinitError, closest, did_you_mean, unknown_name
 from embinit.init import parse_init_spec
 
 
@@ -78,3 +78,15 @@ def test_a_misspelled_tokenizer_is_a_note_in_the_dry_run(tmp_path, capsys, monke
     assert f"trials synthetic_translation x Xavier: tokenizer 'spacey': 'spacey' is not in the Hugging Face cache " \
            f"{tmp_path / 'hub'} at any revision; HF_HUB_OFFLINE is set, so the hub is not asked; nor a tokenizer " \
            f"name: {close}" in err
+
+
+def test_a_short_name_that_is_part_of_one_valid_name_is_suggested():
+    """At 0.65 likeness difflib finds nothing for a short name against a long one (`acc` / `val/acc` is
+    0.6): the one valid name whose last '/' part, or whose beginning, it is, is suggested; a part of
+    several names, or under 3 characters, is not."""
+    metrics = ["val/acc", "val/loss", "test/bleu"]
+    assert closest("acc", metrics) == "val/acc"
+    assert closest("ppl", ["val/ppl", "val/loss"]) == "val/ppl"
+    assert closest("early_stop", ["early_stopping_patience", "epochs", "lr"]) == "early_stopping_patience"
+    assert closest("val", metrics) is None and closest("ep", ["epochs"]) is None
+    assert closest("bogus", ["xavier", "mean", "mean_cov", "subword_mean", "zeros", "focus"]) is None
