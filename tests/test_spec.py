@@ -327,6 +327,13 @@ def test_an_init_s_own_oov_rule_that_fills_no_row_is_refused():
     assert "a random init draws every row and match replaces every row" in two_sided["inits[0].tgt.oov"]
     load_spec(base(inits=[{"tgt": {"source": "xavier", "oov": "mean"}, "src": "glove"}],   # fills GloVe's rows
                    pretrained={"glove": "/g.txt"}))
+    # the default rule written out names nothing the trials do not do: accepted, as before that check
+    same = load_spec(base(tasks=["sst2"], inits=[{"source": "xavier", "oov": "xavier"}, "glove+match"],
+                          pretrained={"glove": "/g.txt"}))
+    assert [t.key() for t in same.expand()] == [t.key() for t in load_spec(base(
+        tasks=["sst2"], inits=["xavier", "glove+match"], pretrained={"glove": "/g.txt"})).expand()]
+    load_spec(base(inits=[{"tgt": "glove", "src": {"source": "xavier", "oov": "xavier"}}],
+                   pretrained={"glove": "/g.txt"}))
 
 
 def test_a_source_side_oov_rule_that_fills_no_row_is_refused_as_doing_nothing():

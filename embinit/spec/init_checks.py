@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from embinit.init.registry import oov_applies, parse_init_spec
+from embinit.init.registry import DEFAULT_OOV, oov_applies, parse_init_spec
 from embinit.spec.fields import SpecFields
 from embinit.spec.inits import INIT_AXES, InitEntry, init_string, no_oov_rows, source_name
 from embinit.spec.planning import has_source_table, pretrained_for, trial_config
@@ -95,10 +95,11 @@ def _own_oov_moot(i: int, init: InitEntry, translation: bool) -> list[tuple[str,
     """An init with its own OOV rule (`{source: glove, transform: match, oov: zeros}`, `{source: xavier, oov:
     mean}`) none of whose tables has a row a rule fills (`oov_applies`): the rule would do nothing, its
     trials are the default rule's (same key) and its label does not name it. An `oov` axis over such an
-    init is harmless (it trains the init once); a rule written on the init itself is a mistake."""
+    init is harmless (it trains the init once); a rule written on the init itself is a mistake, unless it is
+    the default (`oov: xavier`), which names nothing the trials do not do."""
     own = init.side_option("tgt", "oov")
     sides = [init.tgt] + ([init.src] if translation and init.src is not None else [])
-    if own is None or any(oov_applies(side) for side in sides):
+    if own in (None, DEFAULT_OOV) or any(oov_applies(side) for side in sides):   # the default written out: harmless
         return []
     where = f"inits[{i}].tgt" if init.src is not None else f"inits[{i}]"
     tables = "its table has" if len(sides) == 1 else "its tables have"

@@ -96,12 +96,15 @@ class InitEntry(_Strict):
         """A trial has one OOV rule (`oov`), for both tables: the target side's. A source side's own rule
         that differs would be ignored, so it is refused: where the source table has rows a rule fills, to
         be given on the target side; where it has none (a random init, `match`), as a rule that does
-        nothing (moving it to the target side would change the target table)."""
+        nothing (moving it to the target side would change the target table), unless it is the default rule
+        written out."""
         tgt = info.data.get("tgt")
         own = v.get("oov") if isinstance(v, dict) else None
         if own is None or own == (tgt.get("oov") if isinstance(tgt, dict) else None):
             return v
         if not oov_applies(v):
+            if own == DEFAULT_OOV:   # the default written out: nothing to mislead
+                return v
             raise InitFieldError(f"oov {own!r} on the source side does nothing: its table has no row for an OOV "
                                  f"rule to fill ({init_label(v)}: {no_oov_rows([v])}); remove it", "oov")
         raise InitFieldError(f"oov {own!r} on the source side: a trial has one OOV rule, for both tables; "
