@@ -20,7 +20,7 @@ from embinit.errors import unknown_name
 from embinit.hf_cache import cached_revisions, offline, revision_problem, snapshot, split_revision
 from embinit.init.registry import SOURCE_FAMILIES, parse_init_spec
 from embinit.spec import PlannedTrial
-from service.paths import TOKENIZER_NAMES
+from service.paths import TOKENIZER_NAMES, roots_shown
 
 HUB_TIMEOUT_S = 10.0
 
@@ -78,7 +78,7 @@ def check_hub_ids(plan: Iterable[PlannedTrial], roots: list[Path], locate) -> tu
     """(problems as (loc, msg), notices) for the hub ids of a spec's planned trials; `locate(value,
     tokenizer)` gives the spec location a value was written at (as a tokenizer, or as a source)."""
     problems, notices = [], []
-    shown = ", ".join(str(r) for r in roots) or "(no pretrained roots)"
+    shown = roots_shown(roots, "pretrained")
     for source, value in _candidates(plan):
         where = locate(value, source == "tokenizer")
         # a tokenizer value is also no registered name (a typo such as 'spacey' looks like a hub id)

@@ -28,6 +28,7 @@ from service.db import Experiment, make_sessionmaker
 from service.http_rules import install_http_rules
 from service.lease import Lease, LeaseHeld
 from service.monitor import Monitor
+from service.paths import roots_line
 from service.routes import catalog, experiments, health
 from service.settings import Settings, get_settings
 from service.problems import install_problem_handlers
@@ -201,4 +202,5 @@ def create_app(settings: Settings | None = None, runner=None, store=None) -> Fas
     app.openapi = _openapi(app)
     log.info("embinit service: state %s, tracking %s, ray %s (pid %d)", masked(settings.database_url),
              masked(settings.tracking_uri), settings.ray_address or "local", os.getpid())
+    log.info("embinit service: %s", roots_line(settings.data_roots, settings.pretrained_roots))
     return app

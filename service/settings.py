@@ -9,7 +9,7 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from embinit.bounds import setting_default
@@ -49,9 +49,13 @@ class Settings(BaseSettings):
     # Specs may name data and pretrained files only inside these folders (relative paths in a spec are
     # looked up inside them). Empty: no local files may be named at all. `tune_configs` (the bundled
     # specs' folder, relative to the working directory like the others) is a default pretrained root so
-    # a bundled spec posted as-is finds its files: `./data/synthetic_vectors.txt` is relative to it.
-    data_roots: list[Path] = Field(default_factory=lambda: [Path("data")])
-    pretrained_roots: list[Path] = Field(default_factory=lambda: [Path("pretrained"), Path("tune_configs")])
+    # a bundled spec posted as-is finds its files: `./data/synthetic_vectors.txt` is relative to it, when
+    # the API starts in the checkout's root. A relative root is made absolute against the working
+    # directory the settings are read in (the API's start), and kept so: the 422s, the start-up log and
+    # the drivers' trusted roots name the same folders, whatever a later working directory.
+    data_roots: list[Path] = Field(default_factory=lambda: [Path("data")], validate_default=True)
+    pretrained_roots: list[Path] = Field(default_factory=lambda: [Path("pretrained"), Path("tune_configs")],
+                                        validate_default=True)
 
     # Limits, each answered with a clear 4xx (413, 422, 429).
     max_body_bytes: int = 256 * 1024
@@ -113,6 +117,13 @@ class Settings(BaseSettings):
     # (renewed every third of it); a second API refuses to start, after waiting up to `lease_wait_s`.
     lease_ttl_s: float = Field(30.0, gt=0)
     lease_wait_s: float = Field(0.0, ge=0)
+
+    @field_validator("data_roots", "pretrained_roots")
+    @classmethod
+    def _absolute(cls, roots: list[Path]) -> list[Path]:
+        """Each root as an absolute path, joined to the working directory as written (no `..` collapsed,
+        no symlink followed: service.paths follows them when it checks, as it did the relative root)."""
+        return [root if root.is_absolute() else Path.cwd() / root for root in roots]
 
     def secret_uris(self) -> list[str | None]:
         """The URLs whose passwords the service holds: kept out of every answer and log line

@@ -148,8 +148,8 @@ def offline_hub(monkeypatch, tmp_path):
     ({**SPEC, "defaults": {"tokenizer": "spacy!"}}, "defaults.tokenizer",
      "nor a hub id like 'org/model'; did you mean 'spacy'?"),
     ({**SPEC, "defaults": {"init_from": "org/checkpoint"}}, "defaults.init_from",
-     "'org/checkpoint' is neither a file inside"),
-    ({**SPEC, "defaults": {"init_from": "best.pt"}}, "defaults.init_from", "'best.pt' is neither a file inside"),
+     "'org/checkpoint' is no file inside"),
+    ({**SPEC, "defaults": {"init_from": "best.pt"}}, "defaults.init_from", "'best.pt' is no file inside"),
     ({**SPEC, "analyses": {"similarity": {"reference": "org/model"}}}, "analyses.similarity.reference",
      "nor an MLflow run id (32 hex digits)"),
 ])

@@ -64,6 +64,7 @@ def run(args) -> int:
 
 
 def _banner(args, settings) -> None:
+    from service.paths import roots_line
     base = f"http://{args.host}:{args.port}"
     print(f"embinit API on {base}  (docs: {base}/docs)", flush=True)
     # passwords masked: the banner lands in terminals and logs (the UI command reads it from the service's
@@ -71,4 +72,6 @@ def _banner(args, settings) -> None:
     print(f"state database: {masked(settings.database_url)}   MLflow store: {masked(settings.tracking_uri)}",
           flush=True)
     print(f"Ray: {settings.ray_address or 'local (started with the API, stopped with it)'}", flush=True)
+    # where a spec's files must lie: relative defaults are this working directory's (docs/deployment.md)
+    print(roots_line(settings.data_roots, settings.pretrained_roots), flush=True)
     print(f"MLflow UI: {ui_command(settings.tracking_uri)}", flush=True)
