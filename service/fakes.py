@@ -97,7 +97,8 @@ class FakeStore:
     def counts(self, exp) -> dict[str, int]:
         out = {"pending": 0, "running": 0, "finished": 0, "failed": 0}
         for key in exp.trial_keys:
-            out[self.cluster.mlflow.get(key, "pending")] += 1
+            status = self.cluster.mlflow.get(key, "pending")
+            out[status if status in out else "pending"] += 1   # cancelled: to be run again, as the store says
         return out
 
     def close_orphans(self, exp, reason: str, status: str = "FAILED") -> int:

@@ -31,9 +31,12 @@ class ExperimentSummary(BaseModel):
     status: Status
     n_trials: int
     counts: dict[str, int] = Field(description="trials by state: pending, running, finished (trained by this "
-                                               "experiment), failed, reused (not trained by it: finished "
-                                               "before it, or by another experiment sharing the key)")
-    progress: float = Field(description="fraction of trials finished or failed, 0..1")
+                                               "experiment), failed (its run failed), reused (not trained by "
+                                               "it: finished before it, or by another experiment sharing the "
+                                               "key), cancelled (once a failed or cancelled experiment ended: "
+                                               "stopped while running, or never started)")
+    progress: float = Field(description="fraction of trials with a finished (trained or reused) or failed run, "
+                                        "0..1; cancelled trials have none")
     eta_s: float | None = Field(None, description="estimated seconds left: from the sweep's epoch times as soon "
                                 "as one epoch has ended, else from this run's trial rate")
     spec_hash: str

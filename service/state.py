@@ -42,35 +42,38 @@ LIVE_KEYS = ("eta_s", "running_trials")
 
 
 def settle_counts(status: str, counts: dict[str, int], n_trials: int) -> dict[str, int]:
-    """Counts as the API shows them: a finished experiment has nothing running; what a cancel stopped
-    or never started is `cancelled`, what a failed experiment left running or never started is `failed`
-    (nothing `pending`: neither will start it; each such trial's row says so too, `unrun_trial`)."""
+    """Counts as the API shows them: a finished experiment has nothing running or pending. `failed` counts
+    only trials whose run failed; a trial a failed or cancelled experiment stopped while it ran, or never
+    started, is `cancelled` (what MLflow tags a stopped trial; neither will start it: each such trial's
+    row says so too, `unrun_trial`). So `progress` (service.views: trials with a finished or failed run)
+    reads the same for a lost driver as for a cancel at the same point (docs/deployment.md)."""
     out = {k: int(v) for k, v in counts.items() if k not in LIVE_KEYS}
     if status not in TERMINAL:
         return {**out, **{k: counts[k] for k in LIVE_KEYS if k in counts}}
-    stopped = out.pop("running", 0)
     out["running"] = 0
-    if status == "cancelled":
+    if status in ("cancelled", "failed"):
+        out["pending"] = 0
+        if status == "failed":
+            out.setdefault("failed", 0)   # said, if only as 0: how many of a failed experiment's trials did
+        # the stopped and the never started, including trials a sweep's final counts leave out (those
+        # without a finished run that did not fail, driver.final_state)
         done = sum(out.get(k, 0) for k in ("finished", "failed", "reused"))
-        out["pending"] = 0
-        out["cancelled"] = max(0, n_trials - done)
-    elif status == "failed":
-        unrun = stopped + out.get("pending", 0)
-        out["pending"] = 0
-        # a sweep's final counts may leave out trials without a finished run (driver.final_state): failed too
-        out["failed"] = max(out.get("failed", 0) + unrun, n_trials - out.get("finished", 0) - out.get("reused", 0))
+        unrun = max(0, n_trials - done)
+        if unrun or status == "cancelled":
+            out["cancelled"] = unrun
     return out
 
 
-# Why a trial without a run will never start, once its experiment ended so (counted as its state, above).
+# Why a trial without a run will never start, once its experiment ended so (counted `cancelled`, above).
 NEVER_STARTED = {"cancelled": "never started: the experiment was cancelled",
                  "failed": "never started: the experiment failed"}
 
 
 def unrun_trial(status: str) -> tuple[str, str | None]:
     """(status, error) of a trial row without a run in an experiment of `status`: `pending` while it may
-    still start; once a cancel or a failure ended the experiment, the experiment's state and why."""
-    return (status, NEVER_STARTED[status]) if status in NEVER_STARTED else ("pending", None)
+    still start; once a cancel or a failure ended the experiment, `cancelled` and why (it did not fail:
+    it never ran)."""
+    return ("cancelled", NEVER_STARTED[status]) if status in NEVER_STARTED else ("pending", None)
 
 
 def _pid_alive(pid: int) -> bool:

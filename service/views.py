@@ -10,6 +10,9 @@ from service.state import LIVE_KEYS
 
 
 def progress(exp: Experiment) -> float:
+    """The fraction of trials with an outcome: a finished run (trained or reused) or a failed one. A trial
+    an ended experiment stopped or never started (`cancelled`, state.settle_counts) has none, so a failed
+    or cancelled experiment shows how far it got, never 100% for trials it did not run."""
     c = exp.counts or {}
     done = c.get("finished", 0) + c.get("failed", 0) + c.get("reused", 0)
     return round(min(1.0, done / exp.n_trials), 4) if exp.n_trials else 1.0

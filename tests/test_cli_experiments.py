@@ -115,3 +115,12 @@ def test_url_and_token_from_the_environment(api):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert '"total": 0' in proc.stdout
+
+
+def test_status_counts_say_what_an_ended_experiment_did_not_run():
+    """Review M8: a failed experiment that lost its driver after 12 reused trials read `12/18 done (6 failed,
+    12 reused)`, although none of the six ran; they are cancelled (docs/deployment.md, counts and progress)."""
+    from embinit.cli.experiments import _counts
+    exp = {"n_trials": 18, "counts": {"pending": 0, "running": 0, "finished": 0, "failed": 0, "reused": 12,
+                                      "cancelled": 6}}
+    assert _counts(exp) == "12/18 done (6 cancelled, 12 reused)"

@@ -276,37 +276,67 @@ def test_a_lost_driver_leaves_no_run_running_and_no_running_count(client, cluste
     after = client.get(exp["status_url"]).json()
     assert after["status"] == "failed"
     assert cluster.mlflow[keys[1]] == "failed"     # the orphaned MLflow run was closed
-    # the closed run and the trial it never started: failed, nothing running or pending
-    assert after["counts"]["running"] == after["counts"]["pending"] == 0 and after["counts"]["failed"] == 2
+    # the closed run failed (as MLflow says); the trial it never started is cancelled; nothing running or pending
+    assert after["counts"]["running"] == after["counts"]["pending"] == 0
+    assert after["counts"]["failed"] == 1 and after["counts"]["cancelled"] == 1 and after["progress"] == 0.6667
 
 
 def test_a_failed_experiment_counts_nothing_running(client, cluster):
     exp = client.post("/experiments", json={**SPEC, "seeds": 2}).json()
     FakeRunner(cluster).advance(f"embinit-exp-{exp['id']}", "failed", error="boom", running=1, finished=1)
     counts = client.get(exp["status_url"]).json()["counts"]
-    assert counts["running"] == 0 and counts["failed"] == 1 and counts["finished"] == 1
+    # the trial it stopped did not fail of its own: cancelled (docs/deployment.md, counts and progress)
+    assert counts["running"] == 0 and counts["failed"] == 0 and counts["cancelled"] == 1 and counts["finished"] == 1
 
 
-def test_a_failed_experiment_counts_what_it_never_started_as_failed(client, cluster):
-    """A failed experiment will start nothing more: `pending` would promise that it runs (docs/deployment.md:
-    its unfinished trials count as failed, as a cancelled one's count as cancelled), and its trial rows
-    without a run read failed too."""
+def test_a_failed_experiment_counts_what_it_never_ran_as_cancelled(client, cluster):
+    """A failed experiment will start nothing more: `pending` would promise that it runs, and `failed` would
+    say those trials ran and failed (docs/deployment.md, counts and progress): what it stopped or never
+    started counts as cancelled, as a cancelled one's does, its trial rows without a run read cancelled
+    too, and progress counts only trials with an outcome."""
     exp = client.post("/experiments", json={**SPEC, "seeds": 4}).json()
     FakeRunner(cluster).advance(f"embinit-exp-{exp['id']}", "failed", error="boom", pending=2, running=1, finished=1)
     cluster.mlflow[cluster.specs[f"embinit-exp-{exp['id']}"]["keys"][0]] = "finished"
     after = client.get(exp["status_url"]).json()
-    assert after["counts"] == {"pending": 0, "running": 0, "finished": 1, "failed": 3}
+    assert after["counts"] == {"pending": 0, "running": 0, "finished": 1, "failed": 0, "cancelled": 3}
+    assert after["progress"] == 0.25
     rows = client.get(f"{exp['status_url']}/trials").json()["items"]
-    assert [t["status"] for t in rows] == ["finished", "failed", "failed", "failed"]
-    # a sweep's final counts leave out what has no finished run and did not fail: failed all the same
+    assert [t["status"] for t in rows] == ["finished", "cancelled", "cancelled", "cancelled"]
+    # a sweep's final counts leave out what has no finished run and did not fail: cancelled all the same
     exp = client.post("/experiments", json={**SPEC, "seeds": 3}).json()
     FakeRunner(cluster).advance(f"embinit-exp-{exp['id']}", "failed", error="boom", finished=1, failed=1)
-    assert client.get(exp["status_url"]).json()["counts"] == {"pending": 0, "running": 0, "finished": 1, "failed": 2}
+    after = client.get(exp["status_url"]).json()
+    assert after["counts"] == {"pending": 0, "running": 0, "finished": 1, "failed": 1, "cancelled": 1}
+    assert after["progress"] == 0.6667
 
 
-def test_a_spec_the_driver_refuses_counts_its_trials_failed_not_pending(client, cluster):
+def test_a_lost_driver_reads_as_far_as_a_cancel_at_the_same_point(client, cluster):
+    """Review M8: after a restart lost the driver, an experiment that had 2 of 6 trials finished, one
+    running (MLflow: cancelled, as the trial tags itself when Tune stops it) and the rest never started read
+    `failed` at 100% with 4 failed; the same experiment cancelled read 33%."""
+    seen = {}
+    for how in ("lost", "cancelled"):
+        exp = client.post("/experiments", json={**SPEC, "seeds": 6, "description": how}).json()
+        driver = f"embinit-exp-{exp['id']}"
+        runner = FakeRunner(cluster)
+        runner.advance(driver, "running", running=1, finished=2, pending=3)
+        keys = cluster.specs[driver]["keys"]
+        cluster.mlflow.update({keys[0]: "finished", keys[1]: "finished", keys[2]: "cancelled"})
+        if how == "cancelled":
+            client.delete(exp["status_url"])
+        runner.lose(driver)
+        after = client.get(exp["status_url"]).json()
+        assert after["status"] == ("failed" if how == "lost" else "cancelled")
+        seen[how] = (after["counts"], after["progress"])
+    for counts, progress in seen.values():
+        assert (counts["finished"], counts.get("failed", 0), counts["cancelled"], progress) == (2, 0, 4, 0.3333)
+        assert counts["pending"] == counts["running"] == 0
+
+
+def test_a_spec_the_driver_refuses_counts_its_trials_cancelled_not_pending(client, cluster):
     """A driver that fails before any trial starts (its `run_sweep` refused the spec) reports no counts, as
-    the real one does: the experiment showed `failed` with the submission's `{pending: 1}`."""
+    the real one does: the experiment showed `failed` with the submission's `{pending: 1}`. None of its
+    trials ran: cancelled, not failed, and progress 0."""
     import time
 
     from service.driver import DriverState
@@ -316,9 +346,9 @@ def test_a_spec_the_driver_refuses_counts_its_trials_failed_not_pending(client, 
         finished_at=time.time())
     after = client.get(exp["status_url"]).json()
     assert after["status"] == "failed" and after["error"].startswith("SpecError: ")
-    assert after["counts"] == {"pending": 0, "running": 0, "failed": 1}
+    assert after["counts"] == {"pending": 0, "running": 0, "failed": 0, "cancelled": 1} and after["progress"] == 0
     rows = client.get(f"{exp['status_url']}/trials").json()["items"]
-    assert [t["status"] for t in rows] == ["failed"]
+    assert [t["status"] for t in rows] == ["cancelled"]
 
 
 def test_a_cancel_counts_what_it_stopped(client):

@@ -96,8 +96,10 @@ def test_a_lost_optuna_search_closes_the_trials_it_drew_and_counts_them(tmp_path
 
         after = client.get(exp["status_url"]).json()
         assert after["status"] == "failed"
-        # the closed run and the two draws it never made: failed (a failed experiment starts nothing more)
-        assert after["counts"] == {"pending": 0, "running": 0, "finished": 1, "failed": 3, "reused": 0}
+        # the closed run failed (MLflow says so); the two draws it never made: cancelled (a failed
+        # experiment starts nothing more, and they never ran)
+        assert after["counts"] == {"pending": 0, "running": 0, "finished": 1, "failed": 1, "reused": 0,
+                                   "cancelled": 2}
         rows = {t["run_id"]: t["status"] for t in client.get(f"{exp['status_url']}/trials").json()["items"]}
         assert rows[done.run_id] == "finished" and rows[alive.run_id] == "failed" and theirs.run_id not in rows
     c = mlflow_store.client(uri)

@@ -82,18 +82,20 @@ def test_a_cancelled_experiments_unrun_trials_read_never_started(setup):
     assert trials[0]["error"] is None
 
 
-def test_a_failed_experiments_unrun_trials_read_never_started_and_count_as_failed(setup):
+def test_a_failed_experiments_unrun_trials_read_never_started_and_count_as_cancelled(setup):
     # a failed experiment starts nothing more either: its trials without a run are not `pending` (which
-    # promises a run), they read failed, and the experiment's counts (state.settle_counts) say the same
+    # promises a run) nor `failed` (they never ran): they read cancelled, and the experiment's counts
+    # (state.settle_counts) say the same; the trial that ran and failed stays failed
     uri, spec, exp = setup
     _write(uri, spec, {0: "finished", 1: "failed"})
     exp.status = "failed"
     store = ResultStore(uri)
     trials = store.trials(exp)
-    assert [t["status"] for t in trials] == ["finished", "failed", "failed", "failed"]
+    assert [t["status"] for t in trials] == ["finished", "failed", "cancelled", "cancelled"]
     assert [t["error"] for t in trials[1:]] == ["ValueError: boom"] + ["never started: the experiment failed"] * 2
     counts = settle_counts(exp.status, store.counts(exp), exp.n_trials)
-    assert counts["pending"] == counts["running"] == 0 and counts["failed"] == 3   # the finished run: reused here
+    assert counts["pending"] == counts["running"] == 0   # the finished run: reused here
+    assert counts["failed"] == 1 and counts["cancelled"] == 2
 
 
 def test_trials_counts_and_report(setup):

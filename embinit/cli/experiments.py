@@ -117,7 +117,7 @@ def _counts(exp: dict) -> str:
     c = exp.get("counts", {})
     done = c.get("finished", 0) + c.get("reused", 0)
     text = f"{done}/{exp['n_trials']} done"
-    extra = [f"{c[k]} {k}" for k in ("running", "failed", "reused") if c.get(k)]
+    extra = [f"{c[k]} {k}" for k in ("running", "failed", "cancelled", "reused") if c.get(k)]
     return text + (f" ({', '.join(extra)})" if extra else "")
 
 
