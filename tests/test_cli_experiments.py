@@ -124,3 +124,13 @@ def test_status_counts_say_what_an_ended_experiment_did_not_run():
     exp = {"n_trials": 18, "counts": {"pending": 0, "running": 0, "finished": 0, "failed": 0, "reused": 12,
                                       "cancelled": 6}}
     assert _counts(exp) == "12/18 done (6 cancelled, 12 reused)"
+
+
+@pytest.mark.parametrize("status, shown", [("running", "running  (cancel requested)"), ("cancelled", "cancelled"),
+                                           ("succeeded", "succeeded")])
+def test_status_says_cancel_requested_only_while_the_cancel_is_under_way(capsys, status, shown):
+    """Review C4: a cancelled experiment printed `cancelled  (cancel requested)` after its cancel completed."""
+    from embinit.cli.experiments import _print_status
+    _print_status({"id": "abc", "name": "q", "status": status, "cancel_requested": True, "n_trials": 1,
+                   "counts": {}, "progress": 0.0, "eta_s": None, "mlflow": {}})
+    assert capsys.readouterr().out.splitlines()[0] == f"abc  q  {shown}"

@@ -719,10 +719,18 @@ def test_a_cancel_of_an_experiment_that_just_finished_is_a_409(client, cluster):
     exp_id = submit(client).json()["id"]
     FakeRunner(cluster).advance(f"embinit-exp-{exp_id}", "succeeded", finished=4)
     r = client.delete(f"/experiments/{exp_id}")
-    assert r.status_code == 409 and r.json()["detail"] == f"experiment {exp_id} is already succeeded"
+    assert r.status_code == 409 and r.json()["detail"] == f"experiment {exp_id} has already succeeded"
     exp = client.get(f"/experiments/{exp_id}").json()
     assert (exp["status"], exp["cancel_requested"]) == ("succeeded", False)
     assert f"embinit-exp-{exp_id}" not in cluster.cancelled
+
+
+def test_a_cancel_of_a_failed_experiment_says_it_has_failed(client, cluster):
+    """Review C4: the 409 read "is already succeeded" / "is already failed"."""
+    exp_id = submit(client).json()["id"]
+    FakeRunner(cluster).advance(f"embinit-exp-{exp_id}", "failed", error="boom", finished=1, failed=3)
+    r = client.delete(f"/experiments/{exp_id}")
+    assert r.status_code == 409 and r.json()["detail"] == f"experiment {exp_id} has already failed"
 
 
 def test_a_spec_that_defines_its_own_task(client, cluster, roots, tmp_path):

@@ -147,7 +147,9 @@ def _list(args) -> int:
 
 
 def _print_status(e: dict) -> None:
-    print(f"{e['id']}  {e['name']}  {e['status']}{'  (cancel requested)' if e.get('cancel_requested') else ''}")
+    # a cancel still under way says so; once the experiment has ended its status says what happened
+    stopping = e.get("cancel_requested") and e["status"] not in TERMINAL
+    print(f"{e['id']}  {e['name']}  {e['status']}{'  (cancel requested)' if stopping else ''}")
     print(f"  trials: {_counts(e)}, progress {e['progress']:.0%}, ETA {_eta(e.get('eta_s'))}")
     mlflow = e.get("mlflow") or {}
     print(f"  MLflow: experiment {mlflow.get('experiment_name')!r} in {mlflow.get('tracking_uri')}"

@@ -160,6 +160,10 @@ async def get_results(exp_id: str, request: Request,
     return await _read(request, ("results", exp_id, format, baseline), build)
 
 
+# A DELETE's 409, per final state, in words that read ("has already succeeded", not "is already succeeded").
+ENDED = {"succeeded": "has already succeeded", "failed": "has already failed", "cancelled": "is already cancelled"}
+
+
 @router.delete("/{exp_id}", response_model=ExperimentDetail, status_code=202,
                dependencies=[Depends(require_write)])
 def cancel(exp_id: str, session: SessionDep, settings: SettingsDep, runner: RunnerDep,
@@ -167,7 +171,7 @@ def cancel(exp_id: str, session: SessionDep, settings: SettingsDep, runner: Runn
     """Cancel an experiment: running trials stop, finished results stay."""
     exp = reconciler.refresh(session, _get(session, exp_id), force=True)  # it may have ended since last read
     if exp.status in TERMINAL:
-        raise HTTPException(409, detail=f"experiment {exp_id} is already {exp.status}")
+        raise HTTPException(409, detail=f"experiment {exp_id} {ENDED[exp.status]}")
     if exp.cancel_requested_at is None:
         exp.cancel_requested_at = exp.updated_at = utcnow()
         session.commit()
