@@ -243,7 +243,8 @@ def _task_folder_problems(data: dict[str, Any], base: Path | None, missing: list
             continue
         extras = next((e for e in (entry.get("extras"), defaults.get("extras")) if isinstance(e, dict)), {})
         where = f"tasks[{i}].data_dir" if own else ("data_dir" if root else f"tasks[{i}]")
-        problems += task_files_problem(task, folder, extras, missing, where, advice)
+        problems += task_files_problem(task, folder, extras, missing, where, advice,
+                                       root if where == "data_dir" else None, i)
     return problems
 
 

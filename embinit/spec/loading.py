@@ -167,7 +167,8 @@ def data_problems(spec: ExperimentSpec, missing: list[Path] = (), advice: DataAd
         if cfg.data_revision is not None and cfg.data_dir is None:   # a pinned hub dataset: no folder read
             continue
         where = f"tasks[{i}].data_dir" if task.data_dir else ("data_dir" if spec.data_dir else f"tasks[{i}]")
-        problems += task_files_problem(task.task, cfg.data_dir, cfg.extras, missing, where, advice)
+        root = str(Path(cfg.data_dir).parent) if where == "data_dir" and cfg.data_dir else None
+        problems += task_files_problem(task.task, cfg.data_dir, cfg.extras, missing, where, advice, root, i)
     return problems
 
 
@@ -184,9 +185,11 @@ def offline_data_problems(spec: ExperimentSpec) -> list[tuple[str, str]]:
 
 
 def task_files_problem(task: str, folder: str | None, extras: dict | None, missing: list[Path], where: str,
-                       advice: DataAdvice | None = None) -> list[tuple[str, str]]:
+                       advice: DataAdvice | None = None, root: str | None = None,
+                       index: int = 0) -> list[tuple[str, str]]:
     """[(where, what `task`'s loader would refuse about `folder`)] or []; nothing for a folder under one
-    of `missing` (a path already reported)."""
+    of `missing` (a path already reported). `root`: the spec's data_dir `folder` is `<root>/<task>` of
+    (tasks[`index`] sets none), named as what it is when it has no such folder."""
     from embinit.errors import EmbinitError
     from embinit.tasks.hub import CLI_ADVICE
     from embinit.tasks.load import check_files
@@ -194,8 +197,29 @@ def task_files_problem(task: str, folder: str | None, extras: dict | None, missi
     if folder is not None and any(Path(folder).expanduser().is_relative_to(m) for m in missing):
         return []
     extras = extras or {}
+    if root is not None and folder is not None and not Path(folder).expanduser().is_dir():
+        return [(where, _no_task_folder(task, root, index, extras))]
     try:
         check_files(task, folder, extras.get("train_split"), extras.get("eval_split"), advice or CLI_ADVICE)
     except EmbinitError as e:
         return [(where, str(e))]
     return []
+
+
+def _no_task_folder(task: str, root: str, index: int, extras: dict) -> str:
+    """The spec's data_dir has no folder for `task`: what a spec's data_dir is (the folder holding one
+    folder per task), where a task's own folder goes instead (`embinit train --data-dir` takes that one),
+    and, when `root` is itself the task's folder (one level too deep), its parent."""
+    from embinit.errors import EmbinitError
+    from embinit.tasks.load import check_files
+
+    text = (f"{task}: data_dir {root!r} has no folder {task}/: a spec's data_dir is the folder that holds one "
+            f"folder per task (like $EMBINIT_DATA_DIR), e.g. {str(Path(root) / task)!r}; a task's own folder goes "
+            f"in its entry, tasks[{index}].data_dir (the folder `embinit train --data-dir` takes)")
+    try:
+        check_files(task, root, extras.get("train_split"), extras.get("eval_split"))
+    except EmbinitError:
+        return text
+    parent = str(Path(root).expanduser().parent)
+    return (text + f". {root!r} itself holds {task}'s files: give its parent {parent!r} as data_dir, or "
+            f"set tasks[{index}].data_dir: {root}")
