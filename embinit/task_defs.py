@@ -145,7 +145,13 @@ def _kind_problems(at: str, kind: str, d: dict) -> list[tuple[str, str]]:
         if "labels" in d and not (labels and len(set(labels)) == len(labels) >= 2 and all(labels)):
             out.append((f"{at}.labels", "the label values as written in the files, in id order (at least 2, "
                                         "distinct); leave it out for the train file's values, sorted"))
-        if "label_names" in d and not (labels and _strings(d["label_names"], len(labels))):
+        if "label_names" in d and "labels" not in d:
+            # the names follow `labels`' order; left out, the labels are the train file's, known only once
+            # a trial reads it: names given without them could not be checked, nor matched up by the reader
+            out.append((f"{at}.label_names", "needs `labels` written out beside it: the label values as written "
+                                             "in the files, in id order, which the names follow one for one "
+                                             "(e.g. labels: [\"0\", \"1\"] with label_names: [neg, pos])"))
+        elif "label_names" in d and not (labels and _strings(d["label_names"], len(labels))):
             out.append((f"{at}.label_names", "one distinct name per label of `labels`"))
     else:
         out += [(f"{at}.{k}", "classification only") for k in ("labels", "label_names") if k in d]

@@ -135,8 +135,10 @@ def test_the_format_a_definition_says_or_its_files_suffixes_say(tmp_path):
     assert found["define_tasks.e.format"] == "translation files are read as <stem>.<language>; no format"
     assert found["define_tasks.e.columns"] == "classification and JSONL language-model corpora only"
     assert "at least 2, distinct" in found["define_tasks.f.labels"]
-    assert found["define_tasks.f.label_names"] == found["define_tasks.g.label_names"] == \
-        "one distinct name per label of `labels`"
+    assert found["define_tasks.f.label_names"] == "one distinct name per label of `labels`"
+    # names without `labels` (review M7): the message named a `labels` the user never gave
+    assert found["define_tasks.g.label_names"].startswith("needs `labels` written out beside it: the label values")
+    assert 'labels: ["0", "1"] with label_names: [neg, pos]' in found["define_tasks.g.label_names"]
     ok = load_spec(spec({"own": {**IMDB, "files": {"train": "train.tsv", "dev": "dev.tsv"}}}, ["sst2"]))
     assert ok.define_tasks["own"]["files"]["dev"] == "dev.tsv"
 
