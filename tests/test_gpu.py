@@ -171,34 +171,33 @@ def test_fused_members_are_their_separate_trials_on_cuda(tmp_path):
             assert f.test[name] == pytest.approx(value, rel=1e-4), name
 
 
-def test_fused_members_with_attention_and_activation_dropout_are_their_separate_trials_on_cuda(tmp_path):
-    """Each member draws its attention-weight and activation masks from its own generator on the device."""
+def _members_are_separate_trials(cfgs, tmp_path):
+    """Each fused member's validation curve is its separate trial's to float tolerance."""
     from embinit.train.fused import run_fused
-    kw = {"epochs": 2, "max_train_examples": 200, "d_model": 16, "heads": 2, "ff_dim": 32, "dropout": 0.0,
-          "attention_dropout": 0.2, "activation_dropout": 0.2, "extras": {"val_bleu": False}}
-    cfgs = [small(seed=0, **kw), small(seed=1, init="normal", **kw)]
     fused = run_fused(cfgs, cache_dir=tmp_path / "c")
     for c, f in zip(cfgs, fused):
         sep = run_trial(c, cache_dir=tmp_path / "c")
         assert f.info["execution"]["mode"] == "fused" and f.status == sep.status == "finished"
         for a, b in zip(sep.history, f.history):
             assert a["val/loss"] == pytest.approx(b["val/loss"], rel=1e-4)
+
+
+def test_fused_members_with_attention_and_activation_dropout_are_their_separate_trials_on_cuda(tmp_path):
+    """Each member draws its attention-weight and activation masks from its own generator on the device."""
+    kw = {"epochs": 2, "max_train_examples": 200, "d_model": 16, "heads": 2, "ff_dim": 32, "dropout": 0.0,
+          "attention_dropout": 0.2, "activation_dropout": 0.2, "extras": {"val_bleu": False}}
+    cfgs = [small(seed=0, **kw), small(seed=1, init="normal", **kw)]
+    _members_are_separate_trials(cfgs, tmp_path)
 
 
 @pytest.mark.parametrize("task", ["synthetic_classification", "synthetic_lm"])
 def test_fused_classifiers_and_lms_are_their_separate_trials_on_cuda(tmp_path, task):
     """The classification and LM fused models on the GPU (masks always built, losses read every 25
     steps): each member's validation curve is its separate CUDA trial's to float tolerance."""
-    from embinit.train.fused import run_fused
     kw = {"task": task, "epochs": 2, "max_train_examples": 200, "d_model": 16, "heads": 2, "ff_dim": 32,
           "dropout": 0.1}
     cfgs = [small(seed=0, **kw), small(seed=1, **kw), small(seed=0, init="normal", **kw)]
-    fused = run_fused(cfgs, cache_dir=tmp_path / "c")
-    for c, f in zip(cfgs, fused):
-        sep = run_trial(c, cache_dir=tmp_path / "c")
-        assert f.info["execution"]["mode"] == "fused" and f.status == sep.status == "finished"
-        for a, b in zip(sep.history, f.history):
-            assert a["val/loss"] == pytest.approx(b["val/loss"], rel=1e-4)
+    _members_are_separate_trials(cfgs, tmp_path)
 
 
 # CUDA graphs (`cuda_graphs: true`, embinit.train.graphed) ------------------------------------------------
