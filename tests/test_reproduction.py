@@ -8,12 +8,14 @@ from __future__ import annotations
 import csv
 import json
 import math
+import statistics
 
 import pytest
 from scipy import stats
 
 from embinit.tracking import mlflow_store, run_writers, trial_run
 from embinit.cli import main
+from embinit.config import metric_range
 from embinit.errors import EmbinitError
 from embinit.reproduction import (Group, Inputs, Reproduction, paired, render, role_of, verdict, welch,
                                   write_exports)
@@ -44,6 +46,33 @@ def _trial(uri, exp, key, task, label, seed, test, best, *, te=True, pe=True, si
                   "emb/scaled_std": sd * math.sqrt(50), "emb/pe_std": 0.7, "emb/absorption": sd * math.sqrt(50) / 0.7}
     run.finish({"status": "finished", "history": [{"epoch": 1, "val/loss": best["val/loss"]}], "test": test,
                 "best": best, "best_epoch": 1 + seed % 2, "emb_stats_init": init_stats}, [])
+
+
+def _study_trial(uri, exp, key, label, seed, axes, loss, oov="xavier"):
+    cfg = {"task": "multi30k", "init": label.lower(), "seed": seed, "oov": oov}
+    run = trial_run.TrialRun.open(uri, exp, None, cfg, key, label, {"axes": axes, "point": {}})
+    test = {"test/loss": loss + 0.1, "test/bleu": 30 - 5 * loss, "oov/val_loss": loss, "oov/val_bleu": 10 - loss,
+            "oov/test_loss": loss, "oov/test_bleu": 10 - loss}
+    run.finish({"status": "finished", "history": [{"epoch": 1, "val/loss": loss}], "test": test,
+                "best": {"val/loss": loss}, "best_epoch": 1}, [])
+
+
+def _studies(uri):
+    """Small dose-response and OOV-rule experiments (the studies beyond the paper; their sections are
+    tested in tests/test_reproduction_beyond.py); GloVe at 1x, seed 0 is run again under another key
+    with another value: the seed counts by that newer run."""
+    dose = mlflow_store.ensure_experiment("dose", uri)
+    for i, label in enumerate(("Xavier", "GloVe_Shuffled", "GloVe")):
+        for sigma in ("1x", "4x"):
+            for seed in (0, 1, 2):
+                _study_trial(uri, dose, f"{label}{sigma}{seed}", label, seed, {"sigma": sigma},
+                             4.0 + i / 10 - seed / 20 + (sigma == "4x") * seed / 7)
+    _study_trial(uri, dose, "GloVe1x0-again", "GloVe", 0, {"sigma": "1x"}, 3.5)
+    oov = mlflow_store.ensure_experiment("oov", uri)
+    for i, rule in enumerate(("xavier", "focus")):
+        for seed in (0, 1, 2):
+            _study_trial(uri, oov, f"{rule}{seed}", "GloVe_Xavier", seed, {"oov": rule}, 4.1 - i / 10 + seed ** 2 / 50,
+                         oov=rule)
 
 
 @pytest.fixture(scope="module")
@@ -78,8 +107,10 @@ def store(tmp_path_factory):
         run_writers.log_analysis_run("t4", uri, "analogy", f"a{seed}", {"seed": seed},
                                   {"analogy/raw/correct": 60.0}, {"rows": rows, "params": {"seed": seed, "top": 5893},
                                                                   "ratio_sweep": sweep})
+    _studies(uri)
     inputs = Inputs(groups=(Group("m30", "multi30k", "GloVe", "GloVe", "a.yaml"),
-                            Group("sst", "sst2", "MiniLM", "BERT", "b.yaml")), analogy_experiment="t4")
+                            Group("sst", "sst2", "MiniLM", "BERT", "b.yaml")), analogy_experiment="t4",
+                    dose_experiment="dose", oov_experiment="oov")
     rep = Reproduction(uri, inputs)
     return uri, inputs, rep, rep.build()
 
@@ -594,4 +625,35 @@ def test_the_json_export_carries_the_per_seed_values_of_every_interval(store, tm
         st = again(row["per_seed"], (0.0, 100.0))
         assert (st["n"], st["mean"]) == (row["n"], pytest.approx(row["mean"]))
         assert sorted(v["correct"] for v in row["per_seed"].values()) == sorted(row["correct"])
+    # the KNN similarity's summaries at init and at the end: their seeds' runs are Table 1's
+    runs = {(r["task"], r["init"], s): v["run_id"] for r in data["table1"] for s, v in r["per_seed"].items()}
+    sim_checked = 0
+    for row in data["similarity"]:
+        for when in ("at_init", "end"):
+            st = again(row[when]["per_seed"], metric_range("sim/knn_jaccard_mean"))
+            for k in ("n", "mean", "std", "ci_low", "ci_high"):
+                assert st[k] == pytest.approx(row[when][k]), (row["init"], when, k)
+            assert all(v["run_id"] == runs[row["task"], row["init"], s] for s, v in row[when]["per_seed"].items())
+            sim_checked += row[when]["n"] >= 2
+    assert sim_checked >= 4
     assert checked > 5   # intervals were there to recompute
+    # the studies beyond the paper: each cell's summary from its seeds' values, each value its seed's
+    # run's (the newest where a seed ran twice), so the paired contrasts can be recomputed by seed
+    from embinit.reproduction.inputs import load_trials
+    uri = rep.uri
+    for name, exp, match in (("dose_response", "dose", lambda t, r: t.label == r["source"]
+                              and t.axes.get("sigma") == r["sigma"]),
+                             ("oov_rules", "oov", lambda t, r: t.config.get("oov") == r["rule"])):
+        by_id = {t.run_id: t for t in load_trials(exp, uri)[0]}
+        assert data[name]
+        for row in data[name]:
+            per_seed = row["per_seed"]
+            v = [x["value"] for x in per_seed.values()]
+            assert (len(v), min(v), max(v)) == (row["n"], row["min"], row["max"]) and row["n"] == 3
+            assert (statistics.fmean(v), statistics.stdev(v)) == (pytest.approx(row["mean"]), pytest.approx(row["std"]))
+            for seed, x in per_seed.items():
+                t = by_id[x["run_id"]]
+                assert (str(t.seed), t.metrics[row["metric"]], match(t, row)) == (seed, x["value"], True)
+    (cell,) = [r for r in data["dose_response"] if (r["metric"], r["source"], r["sigma"]) == ("best/val/loss",
+                                                                                              "GloVe", "1x")]
+    assert cell["per_seed"]["0"]["value"] == 3.5   # the newer of seed 0's two runs

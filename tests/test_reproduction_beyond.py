@@ -169,6 +169,8 @@ def test_a_seed_run_again_under_another_key_counts_by_its_newest_finished_run(tm
     assert [t.key for t in trials] == ["A", "B"]   # the listing: by each key's oldest run
     finished = [t for t in trials if t.status == "finished"]
     metric = next(m for m in finished[0].metrics if m.endswith("val/loss") and not m.startswith("oov"))
-    assert _by_seed(finished, metric, label="GloVe", axis=("sigma", "1x")) == {0: 1.0}
+    chosen = _by_seed(finished, metric, label="GloVe", axis=("sigma", "1x"))   # seed -> its run
+    assert {seed: (t.key, t.metrics[metric]) for seed, t in chosen.items()} == {0: ("A", 1.0)}
     (row,) = [r for r in _oov_rows(finished) if r["metric"] == "oov/val_loss"]
-    assert row["values"] == {0: 1.0} and row["n"] == 1
+    assert row["values"] == {0: 1.0} and row["n"] == 1 and row["per_seed"] == {"0": {"value": 1.0,
+                                                                                   "run_id": chosen[0].run_id}}

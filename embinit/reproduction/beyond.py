@@ -48,24 +48,27 @@ def sigma_multiple(value: Any) -> float | None:
         return None
 
 
-def _per_seed(trials, metric: str) -> dict[int, float]:
-    """seed -> `metric` of the run that stands for the seed (`records.stand_ins`, the rule `embinit report`
-    and the paper's sections count by: a seed run again under another key counts once, by its newest
-    finished run), where that run has a finite value."""
+def _per_seed(trials, metric: str) -> dict[int, Any]:
+    """seed -> the run that stands for the seed (`records.stand_ins`, the rule `embinit report` and the
+    paper's sections count by: a seed run again under another key counts once, by its newest finished
+    run), where that run has a finite `metric`."""
     chosen = records.stand_ins(trials, lambda t: t.seed)
-    return {seed: t.metrics[metric] for seed, t in chosen.items()
-            if metric in t.metrics and math.isfinite(t.metrics[metric])}
+    return {seed: t for seed, t in chosen.items() if metric in t.metrics and math.isfinite(t.metrics[metric])}
 
 
-def _by_seed(trials, metric: str, **match) -> dict[int, float]:
+def _by_seed(trials, metric: str, **match) -> dict[int, Any]:
     return _per_seed([t for t in trials if all(getattr(t, k) == v if k != "axis" else t.axes.get(v[0]) == v[1]
                                                for k, v in match.items())], metric)
 
 
-def _summary(values: dict[int, float]) -> dict[str, Any]:
+def _summary(runs: dict[int, Any], metric: str) -> dict[str, Any]:
+    """The seeds' `metric`: mean, σ, n, range; `values` (seed -> value, what the contrasts pair) and
+    `per_seed` (seed -> value and run id, as the paper's sections export them: review M6)."""
+    values = {seed: t.metrics[metric] for seed, t in runs.items()}
     v = list(values.values())
     return {"mean": statistics.fmean(v) if v else None, "std": statistics.stdev(v) if len(v) > 1 else None,
-            "n": len(v), "min": min(v, default=None), "max": max(v, default=None), "values": values}
+            "n": len(v), "min": min(v, default=None), "max": max(v, default=None), "values": values,
+            "per_seed": {str(seed): {"value": t.metrics[metric], "run_id": t.run_id} for seed, t in runs.items()}}
 
 
 def _cell(s: dict[str, Any], digits: int) -> str:
@@ -99,7 +102,7 @@ def _dose_rows(trials) -> list[dict[str, Any]]:
     for metric, _, _ in DOSE_METRICS:
         for label in labels:
             for sigma in sigmas:
-                s = _summary(_by_seed(trials, metric, label=label, axis=("sigma", sigma)))
+                s = _summary(_by_seed(trials, metric, label=label, axis=("sigma", sigma)), metric)
                 rows.append({"metric": metric, "source": label, "sigma": sigma,
                              "multiple": sigma_multiple(sigma), **s})
     return rows
@@ -181,8 +184,8 @@ def _oov_rows(trials) -> list[dict[str, Any]]:
     rows = []
     for metric, _, _ in OOV_METRICS:
         for rule in rules:
-            vals = _per_seed([t for t in trials if t.config.get("oov") == rule], metric)
-            rows.append({"metric": metric, "rule": rule, **_summary(vals)})
+            runs = _per_seed([t for t in trials if t.config.get("oov") == rule], metric)
+            rows.append({"metric": metric, "rule": rule, **_summary(runs, metric)})
     return rows
 
 

@@ -49,6 +49,10 @@ def similarity_section(rep: ReproductionData) -> Section:
             label = ROLE_TEXT[role].format(p=g.source)
             first = summarize([hist[t.run_id][0][1] for t in ts if hist[t.run_id]], metric_range(metric))
             last = summarize([hist[t.run_id][-1][1] for t in ts if hist[t.run_id]], metric_range(metric))
+            # the values each summary is computed from, per seed (review M6, as ReproductionData.per_seed)
+            first["per_seed"], last["per_seed"] = ({str(t.config.get("seed")): {"value": hist[t.run_id][i][1],
+                                                                                 "run_id": t.run_id}
+                                                    for t in ts if hist[t.run_id]} for i in (0, -1))
             s.lines.append(f"| {label} | {mean_std(first, 3)} | {mean_std(last, 3)} | {last['n']} | "
                            f"{ci_text(last, 3)} |")
             curves[label] = {st: statistics.fmean([v for t in ts for s2, v in hist[t.run_id] if s2 == st]
