@@ -183,3 +183,42 @@ def test_each_configuration_of_an_experiment_is_its_own_family():
     assert "The rows come from 2 configurations (differing in epochs): each configuration's comparisons are " \
            "their own family" in md
     assert "configurations" not in _report().to_markdown().split("Holm's adjustment")[1].split("\n")[0]
+
+
+def test_a_verdict_not_after_holm_among_two_configurations_is_explained_per_configuration():
+    """Review C9's caption: where a verdict is marked "not after Holm" and the comparisons come from two
+    configurations of one experiment, the LaTeX caption says the correction is over the comparisons in the
+    same column *and configuration*, and the markdown's Holm rule says each configuration is its own family.
+    Weak (p ~ 0.015) is among 4 comparisons at epochs=3 (m = 4: not after Holm); GloVe is alone at epochs=4."""
+    def trial(key, label, seed, value, epochs):
+        config = {"task": "multi30k", "init": label.lower(), "seed": seed, "epochs": epochs}
+        return TrialRecord(key, key, "multi30k", label, "finished", config,
+                           {"axes": {}, "point": {}, "selection": ["val/loss", "min"]},
+                           {"best_epoch": 2, "test/bleu": value}, seed, start_ms=len(key))
+    labels = {3: ("Weak", "Noise1", "Noise2", "Noise3"), 4: ("GloVe",)}
+    trials = []
+    for epochs, inits in labels.items():
+        trials += [trial(f"x{epochs}{s}", "Xavier", s, v, epochs) for s, v in enumerate(XAVIER)]
+        for label in inits:
+            trials += [trial(f"{label}{s}", label, s, XAVIER[s] + d, epochs) for s, d in enumerate(DIFFS[label])]
+    report = build_report("two", chosen={t.key: t for t in trials}, planned=[])
+    rows = {r["init"]: r["vs_baseline"] for r in report.rows if r["init"] != "Xavier"}
+    weak = rows["Weak"]
+    assert (weak["verdict"], weak["holds_after_holm"], weak["holm_m"], weak["holm_family"]) == (
+        "better", False, 4, {"epochs": 3})
+    assert (rows["GloVe"]["holm_m"], rows["GloVe"]["holm_family"]) == (1, {"epochs": 4})
+    md = report.to_markdown()
+    assert "| better (not after Holm, m=4) |" in next(line for line in md.splitlines()
+                                                     if line.startswith("| multi30k | Weak |") and "is better)" in line)
+    assert ("Holm's adjustment for the m comparisons with Xavier on the same task and metric (every axes "
+            "setting). A verdict marked \"not after Holm\"") in md
+    assert ("The rows come from 2 configurations (differing in epochs): each configuration's comparisons are "
+            "their own family, m counts that configuration's only.") in md
+    tex = report.to_latex()
+    assert r"$^{(\uparrow)}$" in next(line for line in tex.splitlines() if line.startswith("Weak &"))
+    assert ("In parentheses: not after Holm's correction for the comparisons with Xavier in the same column "
+            "(task and metric, and configuration).") in tex
+    # one configuration, a verdict not after Holm too: the caption names no configuration
+    one = _report().to_latex()
+    assert "In parentheses: not after Holm's correction for the comparisons with Xavier in the same column " \
+           "(task and metric)." in one and "configuration" not in one
