@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from embinit.config import TrialConfig
+from embinit.errors import EmbinitError
 from embinit.init import table as init_build
 from embinit.sweep.work import Unit, WorkItem
 from embinit.sweep.warmup import distinct_configs, prepare_configs, prepare_units
@@ -122,36 +123,71 @@ def test_embedding_seeds_and_position_counts_share_one_warmup():
     assert len(distinct_configs(cfgs)) == 1
 
 
-def _execute_with_fake_ray(monkeypatch, address):
-    """`run._execute` of a one-task spec with Ray, its GPU check and Tune replaced: what ran the warm-up
-    (this process's thread or a Ray task), and whether it had begun when Ray's start began."""
+def _warmup_alive() -> list[str]:
+    """The warm-up threads running now."""
+    return [t.name for t in threading.enumerate() if t.name == "embinit-warmup" and t.is_alive()]
+
+
+def _wait_for(test, timeout=60.0):
+    end = time.monotonic() + timeout
+    while not (found := test()) and time.monotonic() < end:
+        time.sleep(0.05)
+    return found
+
+
+@pytest.fixture
+def stand_in(monkeypatch):
+    """`stand_in("slow_write")`: the warm-up's work replaced by a stand-in (tests/helpers/warmup_fakes.py)."""
+    from helpers import warmup_fakes
+
+    from embinit.sweep import warmup
+
+    def install(name):
+        monkeypatch.setattr(warmup, "prepare_configs", warmup_fakes.FAKES[name])
+    warmup_fakes.RELEASE.clear()
+    yield install
+    warmup_fakes.RELEASE.set()   # the old code's thread still pickling: let it end
+    assert _wait_for(lambda: not _warmup_alive(), 10), "a warm-up outlived its test"
+
+
+def _execute_with_fake_ray(monkeypatch, address, cache_dir, ray_start=None, **spec_fields):
+    """`run._execute` of a one-task Xavier spec with Ray, its GPU check and Tune replaced: what ran the
+    warm-up (this process's thread or a Ray task), and whether it had begun when Ray's start began;
+    `ray_start()` in Ray's start (it may raise, as a failed start does)."""
     from embinit.spec import load_spec
     from embinit.sweep import gpu_share, run, tune_run, warmup
     from embinit.sweep.job import TuneJob
     from embinit.sweep.work import SweepContext, units_to_run
-    seen, began = {}, threading.Event()
-
-    def prepare_units(units, cache_dir=None):
-        seen["warmup"] = threading.current_thread().name
-        began.set()
-        return {"prepared": 1, "skipped": []}
+    seen = {}
 
     class FakeRay:   # Ray's start: takes seconds; the warm-up has begun by its end, or it never overlapped
         def __init__(self, address, resources):
             pass
 
         def __enter__(self):
-            seen["began_during_ray_start"] = began.wait(5)
+            began = warmup_began.wait(5 if address is None else 0)
+            seen["began_during_ray_start"] = began
+            if ray_start is not None:
+                ray_start()
             return self
 
         def __exit__(self, *exc):
             pass
+    warmup_began = threading.Event()
+    prepare_configs = warmup.prepare_configs
+
+    def prepare_units(units, cache_dir=None, stop=None):   # records where it ran, then does the work
+        seen["warmup"] = threading.current_thread().name
+        warmup_began.set()
+        configs = [TrialConfig.from_dict(t.config) for u in units for t in u.trials]
+        return prepare_configs(configs, cache_dir, *([stop] if stop is not None else []))
     monkeypatch.setattr(warmup, "prepare_units", prepare_units)
     monkeypatch.setattr(warmup, "prepare_on_ray", lambda units, cache_dir=None: seen.setdefault("warmup", "ray task"))
     monkeypatch.setattr(run, "RayRuntime", FakeRay)
     monkeypatch.setattr(gpu_share, "check_on_ray", lambda gpus: None)
     monkeypatch.setattr(tune_run, "run_tune", lambda job, units: seen.setdefault("tuned", len(units)) and False)
-    spec = load_spec({"name": "w", "tasks": ["synthetic_translation"], "inits": ["xavier"], "seeds": 2})
+    spec = load_spec({"name": "w", "tasks": ["synthetic_translation"], "inits": ["xavier"], "seeds": 2,
+                      "cache_dir": str(cache_dir), **spec_fields})
     units, _ = units_to_run(spec, set())
     job = TuneJob(spec, tuple(spec.plan()), SweepContext("sqlite:///x.db", "1", "p"), "/tmp", progress=False,
                   address=address)
@@ -159,14 +195,81 @@ def _execute_with_fake_ray(monkeypatch, address):
     return seen
 
 
-def test_the_warm_up_runs_while_a_local_ray_starts(monkeypatch):
+def test_the_warm_up_runs_while_a_local_ray_starts(monkeypatch, tmp_path):
     """A Ray started here for this machine alone (no address; none connected) reads the files this process
     reads: the warm-up runs in a thread here from before Ray's start (which took 6.5 s of a CPU trial's
     12 s before its first step, docs/benchmarks.md), not as a Ray task after it (4.7 s more)."""
-    seen = _execute_with_fake_ray(monkeypatch, None)
+    seen = _execute_with_fake_ray(monkeypatch, None, tmp_path / "cache")
     assert seen == {"warmup": "embinit-warmup", "began_during_ray_start": True, "tuned": 2}
+    assert list((tmp_path / "cache" / "tasks").glob("synthetic_translation-*.pkl"))   # it did the work
 
 
-def test_a_cluster_s_warm_up_is_a_ray_task_where_the_workers_read(monkeypatch):
-    seen = _execute_with_fake_ray(monkeypatch, "ray://head:10001")
+def test_a_cluster_s_warm_up_is_a_ray_task_where_the_workers_read(monkeypatch, tmp_path):
+    seen = _execute_with_fake_ray(monkeypatch, "ray://head:10001", tmp_path / "cache")
     assert seen["warmup"] == "ray task" and seen["tuned"] == 2
+
+
+@pytest.mark.parametrize("failure", [EmbinitError("cannot start Ray: port taken"), KeyboardInterrupt()])
+def test_a_warm_up_stops_with_the_sweep(monkeypatch, tmp_path, stand_in, failure):
+    """Ray's start fails, or Ctrl-C comes, while the warm-up writes a cache entry: the warm-up ends with the
+    sweep (before: its thread went on after run_sweep had returned), and leaves no half-written entry
+    (before: `embinit run` exited with the entry's `.tmp` still in the cache)."""
+    from helpers.warmup_fakes import tmp_files
+    stand_in("slow_write")
+    cache = tmp_path / "cache"
+
+    def ray_start():
+        assert _wait_for(lambda: tmp_files(cache)), "the stand-in never began its write"
+        raise failure
+    with pytest.raises(type(failure), match=str(failure) or None):
+        _execute_with_fake_ray(monkeypatch, None, cache, ray_start)
+    assert not _warmup_alive()
+    assert tmp_files(cache) == []
+
+
+@pytest.mark.parametrize("name, error, text", [("embinit_error", EmbinitError, "fix the data folder"),
+                                               ("runtime_error", RuntimeError, "the warm-up broke")])
+def test_a_warm_up_error_is_the_sweep_s(monkeypatch, tmp_path, stand_in, name, error, text):
+    stand_in(name)
+    with pytest.raises(error, match=text):
+        _execute_with_fake_ray(monkeypatch, None, tmp_path / "cache")
+
+
+def test_a_resources_misfit_is_said_before_any_data_work(monkeypatch, tmp_path):
+    """More CPUs per trial than the machine has: refused before the warm-up starts (as before the warm-up
+    overlapped Ray's start), not after Ray's start, with the tokenizing already under way."""
+    from embinit.sweep import warmup
+    monkeypatch.setattr(warmup, "prepare_here", lambda *a: pytest.fail("the warm-up started"))
+    with pytest.raises(EmbinitError, match=r"resources.cpus: 100000 per trial, but this machine's Ray has"):
+        _execute_with_fake_ray(monkeypatch, None, tmp_path / "cache", resources={"cpus": 100000})
+
+
+def test_a_stopped_warm_up_begins_no_further_setting(tmp_path):
+    stop = threading.Event()
+    stop.set()
+    cfg = TrialConfig(task="synthetic_translation", init="xavier")
+    assert prepare_configs([cfg], tmp_path / "cache", stop) == {"prepared": 0, "skipped": []}
+
+
+@pytest.mark.parametrize("which", ["table", "focus"])
+def test_a_stopped_write_of_an_init_cache_leaves_no_tmp(monkeypatch, tmp_path, which):
+    """Stopped mid-write (a stopped warm-up's exception, Ctrl-C), the aligned-table and FOCUS caches remove
+    their temporary file, as the task cache does (before: only an OSError was handled, the `.tmp` stayed)."""
+    import numpy as np
+    import torch
+
+    from embinit.init import focus, table_cache
+    from embinit.init.aligned import Aligned
+
+    def stopped(obj, file, *a, **kw):
+        Path(file).write_bytes(b"half")
+        raise KeyboardInterrupt
+    path = tmp_path / "entry.pt"
+    with pytest.raises(KeyboardInterrupt):
+        if which == "table":
+            monkeypatch.setattr(torch, "save", stopped)
+            table_cache.save_entry(path, Aligned(torch.zeros(1, 2), torch.zeros(1, dtype=torch.long), 2, "x"))
+        else:
+            monkeypatch.setattr(np, "savez", lambda file, **kw: stopped(None, file))
+            focus._save(tmp_path / "entry.npz", np.zeros((1, 2)), np.zeros(1, dtype=bool))
+    assert list(tmp_path.iterdir()) == []

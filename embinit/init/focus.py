@@ -20,6 +20,7 @@ keyed by the training text, the vocabulary fingerprint, the fastText settings an
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -79,13 +80,17 @@ def _load(path: Path | None):
 def _save(path: Path | None, vectors: np.ndarray, known: np.ndarray) -> None:
     if path is None:
         return
+    tmp = path.with_name(f"{path.stem}.{os.getpid()}.tmp.npz")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.stem}.{os.getpid()}.tmp.npz")
         np.savez(tmp, vectors=vectors, known=known)
         os.replace(tmp, path)
-    except OSError:
-        pass  # a read-only cache location only costs speed
+    except BaseException as e:   # stopped mid-write too (a stopped warm-up's SystemExit, Ctrl-C): no half entry
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        if not isinstance(e, OSError):
+            raise
+        # an OSError: a read-only cache location only costs speed
 
 
 def auxiliary_vectors(tokens: Sequence[str], sentences: list[list[str]], seed: int,

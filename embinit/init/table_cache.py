@@ -8,6 +8,7 @@ Default location: `$EMBINIT_CACHE_DIR`, else `~/.cache/embinit`.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -53,10 +54,14 @@ def load_entry(path: Path) -> Aligned | None:
 def save_entry(path: Path, aligned: Aligned) -> None:
     if escapes(path.parent):  # a cache folder swapped for a symlink out of the trusted roots
         return
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
         torch.save(aligned.to_dict(), tmp)
         os.replace(tmp, path)
-    except OSError:
-        pass  # a read-only cache location only costs speed
+    except BaseException as e:   # stopped mid-write too (a stopped warm-up's SystemExit, Ctrl-C): no half entry
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        if not isinstance(e, OSError):
+            raise
+        # an OSError: a read-only cache location only costs speed

@@ -187,18 +187,30 @@ class RayRuntime:
         if not self.started or self.address is not None:
             return
         import ray
-        have = ray.cluster_resources()
-        problems = [f"resources.{name}: {want:g} per trial, but this machine's Ray has {have.get(key, 0):g}{why}"
-                    for name, key, want, why in (("cpus", "CPU", cpus, ""),
-                                                 ("gpus", "GPU", gpus, " (no CUDA device seen)"))
-                    if want > have.get(key, 0) + 1e-9]
-        if problems:
-            raise EmbinitError("the trials could never start on the local Ray: " + "; ".join(problems) +
-                               ". Lower the spec's resources (on a CPU machine: gpus: 0 and device: cpu), or "
-                               "run where they exist (a GPU machine, or a cluster joined with --address)")
+        _raise_misfit(ray.cluster_resources(), cpus, gpus)
 
     def __exit__(self, *exc) -> None:
         if self.started:
             import ray
             _LOCAL_RUNNING.clear()   # its processes end now on purpose: not a loss (embinit.sweep.abandon)
             ray.shutdown()
+
+
+def check_fits_machine(resources) -> None:
+    """Before a Ray for this machine alone starts (and the sweep's data work with it): the misfit that
+    needs no Ray to see, more CPUs per trial than this machine has (Ray never counts more, unless told to
+    with RAY_OVERRIDE_RESOURCES). The rest (a cgroup's quota, GPUs) `RayRuntime.check_fits` finds once
+    it is up."""
+    if resources is not None and "RAY_OVERRIDE_RESOURCES" not in os.environ:
+        _raise_misfit({"CPU": os.cpu_count() or 0, "GPU": float("inf")}, resources.cpus, 0)
+
+
+def _raise_misfit(have: dict, cpus: float, gpus: float) -> None:
+    problems = [f"resources.{name}: {want:g} per trial, but this machine's Ray has {have.get(key, 0):g}{why}"
+                for name, key, want, why in (("cpus", "CPU", cpus, ""),
+                                             ("gpus", "GPU", gpus, " (no CUDA device seen)"))
+                if want > have.get(key, 0) + 1e-9]
+    if problems:
+        raise EmbinitError("the trials could never start on the local Ray: " + "; ".join(problems) +
+                           ". Lower the spec's resources (on a CPU machine: gpus: 0 and device: cpu), or "
+                           "run where they exist (a GPU machine, or a cluster joined with --address)")

@@ -29,7 +29,7 @@ from embinit.sweep.fused import CPU_NOTE, fused_units, parallel_slots
 from embinit.sweep.interrupt import how_interrupted, interrupted_reason
 from embinit.sweep.job import TuneJob
 from embinit.sweep.not_reused import notice_lines
-from embinit.sweep.ray_runtime import RayRuntime
+from embinit.sweep.ray_runtime import RayRuntime, check_fits_machine
 from embinit.sweep.work import SweepContext, Unit, pack_units, units_to_run
 from embinit.trusted import check_writable
 from embinit.tracking.prepare import check_store_behind, check_store_shape, prepare_store
@@ -213,23 +213,29 @@ def _execute(job: TuneJob, units: list[Unit]) -> bool:
     if not units:
         return False
     from embinit.sweep.warmup import prepare_here, prepare_on_ray
-    warm = None   # a Ray started here for this machine alone: the warm-up runs here while it starts
-    if spec.execution.trainer != "noop" and _starts_local_ray(job.address):
-        warm = prepare_here(units, spec.cache_dir)
-    from embinit.sweep.gpu_share import check_on_ray
-    from embinit.sweep.tune_run import run_tune  # imports ray
-    with RayRuntime(job.address, spec.resources):
-        if spec.execution.fuses(spec.resources.gpus):   # groups for the slots this cluster has
-            slots = parallel_slots(spec.resources.cpus, spec.resources.gpus, spec.max_concurrent)
-            units = fused_units(units, spec.execution, slots)
-        elif spec.execution.fuse == "auto" and job.progress is True:
-            print(f"[embinit] {CPU_NOTE}", file=sys.stderr, flush=True)
-        units = pack_units(units, spec.execution.trials_per_unit)
-        check_on_ray(spec.resources.gpus)       # several trials per GPU without MPS: say so once
-        if spec.execution.trainer != "noop":    # the noop trainer reads no data
-            # tokenize / align once, before the fan-out
-            warm.result() if warm is not None else prepare_on_ray(units, spec.cache_dir)
-        return run_tune(job, units)
+    warm = None   # a Ray started here for this machine alone: the warm-up runs beside it while it starts
+    if _starts_local_ray(job.address):
+        check_fits_machine(spec.resources)   # a sure misfit: said before any data work
+        if spec.execution.trainer != "noop":
+            warm = prepare_here(units, spec.cache_dir)
+    try:
+        from embinit.sweep.gpu_share import check_on_ray
+        from embinit.sweep.tune_run import run_tune  # imports ray
+        with RayRuntime(job.address, spec.resources):
+            if spec.execution.fuses(spec.resources.gpus):   # groups for the slots this cluster has
+                slots = parallel_slots(spec.resources.cpus, spec.resources.gpus, spec.max_concurrent)
+                units = fused_units(units, spec.execution, slots)
+            elif spec.execution.fuse == "auto" and job.progress is True:
+                print(f"[embinit] {CPU_NOTE}", file=sys.stderr, flush=True)
+            units = pack_units(units, spec.execution.trials_per_unit)
+            check_on_ray(spec.resources.gpus)       # several trials per GPU without MPS: say so once
+            if spec.execution.trainer != "noop":    # the noop trainer reads no data
+                # tokenize / align once, before the fan-out
+                warm.result() if warm is not None else prepare_on_ray(units, spec.cache_dir)
+            return run_tune(job, units)
+    finally:   # however this ends (Ray's start failed, Ctrl-C, ...): no warm-up goes on without the sweep
+        if warm is not None:
+            warm.stop()
 
 
 def _starts_local_ray(address: str | None) -> bool:

@@ -12,17 +12,23 @@ error themselves, as they would without this step.
 
 Where the sweep starts its Ray here, for this machine alone, the workers read the files this process
 reads: the warm-up then runs in a thread of this process while Ray starts (`prepare_here`), not as a
-task once it has (`prepare_on_ray`, for a cluster or a Ray the caller owns).
+task once it has (`prepare_on_ray`, for a cluster or a Ray the caller owns). The thread is stopped with
+the sweep (`Warmup.stop`). It imports torch into the driver and leaves its freed data there for the
+sweep (docs/benchmarks.md, "The warm-up while Ray starts": a child process instead lost most of the
+start-time win on 2 shared cores).
 """
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import threading
 from concurrent.futures import Future
 from typing import Any
 
 from embinit.errors import EmbinitError
+
+STOP_WAIT_S = 5.0   # how long a stopped warm-up is waited for
 
 # TrialConfig fields that change neither the tokenized task nor the aligned pretrained rows
 _IRRELEVANT = ("seed", "data_seed", "init_from", "lr", "epochs", "batch_size", "max_tokens", "layers",
@@ -46,11 +52,14 @@ def distinct_configs(configs: list) -> list:
     return list(seen.values())
 
 
-def prepare_configs(configs: list, cache_dir=None) -> dict[str, Any]:
-    """Warm the caches for `configs` (TrialConfigs) on this machine; returns what was done."""
+def prepare_configs(configs: list, cache_dir=None, stop: threading.Event | None = None) -> dict[str, Any]:
+    """Warm the caches for `configs` (TrialConfigs) on this machine; returns what was done. Once `stop`
+    is set, no further setting is begun."""
     from embinit.train.prepare import load_inputs
     done, skipped = 0, []
     for cfg in distinct_configs(configs):
+        if stop is not None and stop.is_set():
+            break
         try:
             load_inputs(dataclasses.replace(cfg, device="cpu"), cache_dir)
             done += 1
@@ -59,9 +68,9 @@ def prepare_configs(configs: list, cache_dir=None) -> dict[str, Any]:
     return {"prepared": done, "skipped": skipped}
 
 
-def prepare_units(units: list, cache_dir=None) -> dict[str, Any]:
+def prepare_units(units: list, cache_dir=None, stop: threading.Event | None = None) -> dict[str, Any]:
     from embinit.config import TrialConfig
-    return prepare_configs([TrialConfig.from_dict(t.config) for u in units for t in u.trials], cache_dir)
+    return prepare_configs([TrialConfig.from_dict(t.config) for u in units for t in u.trials], cache_dir, stop)
 
 
 def prepare_on_ray(units: list, cache_dir=None) -> dict[str, Any]:
@@ -70,17 +79,48 @@ def prepare_on_ray(units: list, cache_dir=None) -> dict[str, Any]:
     return ray.get(ray.remote(num_cpus=1, num_gpus=0)(prepare_units).remote(units, cache_dir))
 
 
-def prepare_here(units: list, cache_dir=None) -> Future:
-    """`prepare_units` in a thread of this process, started before a Ray for this machine alone is (its
-    workers read the files this process reads): the warm-up overlaps Ray's start. The caller takes the
-    future's `result()` before the trials fan out; an error other than a skipped setting's is raised
-    there, as `prepare_on_ray` raises it."""
-    future: Future = Future()
+class WarmupStopped(BaseException):
+    """Raised in a warm-up's thread by `Warmup.stop`: it unwinds, so a cache entry being written is removed
+    (`embinit.tasks.cache.save`) and the entry's lock released."""
 
-    def run() -> None:
+
+class Warmup:
+    """`prepare_units` running in a thread of this process: `result()` waits for it (raising its error),
+    `stop()` ends it."""
+
+    def __init__(self, units: list, cache_dir=None):
+        self.stopping, self._future = threading.Event(), Future()
+        self.thread = threading.Thread(target=self._run, args=(units, cache_dir), daemon=True,
+                                       name="embinit-warmup")
+        self.thread.start()
+
+    def _run(self, units, cache_dir) -> None:
         try:
-            future.set_result(prepare_units(units, cache_dir))
-        except BaseException as e:   # handed to the caller, as a Ray task's error is
-            future.set_exception(e)
-    threading.Thread(target=run, daemon=True, name="embinit-warmup").start()
-    return future
+            try:
+                self._future.set_result(prepare_units(units, cache_dir, self.stopping))
+            except BaseException as e:   # handed to the caller, as a Ray task's error is
+                self._future.set_exception(e)
+        except WarmupStopped:   # stopped as it ended: nobody waits for it any more
+            pass
+
+    def result(self) -> dict[str, Any]:
+        return self._future.result()
+
+    def stop(self, wait_s: float = STOP_WAIT_S) -> None:
+        """Stop it if it still runs: no further setting begins, and `WarmupStopped` is raised in the
+        thread at its next Python step (a long call into C, a tokenizer's batch, finishes first); then
+        wait up to `wait_s` for it to end."""
+        if not self.thread.is_alive():
+            return
+        self.stopping.set()
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self.thread.ident),
+                                                   ctypes.py_object(WarmupStopped))
+        self.thread.join(wait_s)
+
+
+def prepare_here(units: list, cache_dir=None) -> Warmup:
+    """`prepare_units` in a thread of this process, started before a Ray for this machine alone is (its
+    workers read the files this process reads): the warm-up overlaps Ray's start. The caller takes its
+    `result()` before the trials fan out (an error other than a skipped setting's is raised there, as
+    `prepare_on_ray` raises it) and calls its `stop()` however it leaves (Ray failed to start, Ctrl-C)."""
+    return Warmup(units, cache_dir)
