@@ -224,6 +224,7 @@ def random_batch(gen: torch.Generator, rows: int, words: range) -> torch.Tensor:
 def test_vectorised_search_returns_the_row_by_row_reference_hypotheses_on_lookup_models(seed, monkeypatch):
     """Padded batches, beams 1..5, caps from 1 to 9 tokens per row, eos likely or unlikely, and ties
     everywhere (logits on an integer grid): the same hypothesis as the search it replaced, row for row."""
+    from helpers.beam_keep_rows_reference import beam_search as keep_rows_reference
     from helpers.beam_reference import beam_search as reference
     from helpers.greedy_reference import greedy as greedy_reference
     gen = torch.Generator().manual_seed(seed)
@@ -235,7 +236,9 @@ def test_vectorised_search_returns_the_row_by_row_reference_hypotheses_on_lookup
     m = LookupModel(logits, vocab, max_positions=int(torch.randint(3, 12, (), generator=gen)))
     src = random_batch(gen, rows=int(torch.randint(1, 9, (), generator=gen)), words=range(4, 9))
     for beam in range(1, 6):
-        assert beam_search(m, src, beam) == reference(m, src, beam), beam
+        want = reference(m, src, beam)
+        assert beam_search(m, src, beam) == want == keep_rows_reference(m, src, beam), beam
+        assert beam_search(m, src, beam, check_every=3) == want, beam   # an accelerator's cadence
     assert greedy(m, src) == greedy_reference(m, src)   # ended rows dropped: the tokens of the old greedy
 
 
@@ -243,13 +246,16 @@ def test_vectorised_search_returns_the_row_by_row_reference_hypotheses_on_lookup
 def test_vectorised_search_returns_the_row_by_row_reference_hypotheses_on_tiny_encoder_decoders(seed):
     """The real model (cached decoder state reordered each step), its own caps (1.5 x source + 10), rows of
     a padded batch finishing at different steps."""
+    from helpers.beam_keep_rows_reference import beam_search as keep_rows_reference
     from helpers.beam_reference import beam_search as reference
     from helpers.greedy_reference import greedy as greedy_reference
     m = tiny_model(seed)
     src = random_batch(torch.Generator().manual_seed(100 + seed), rows=7, words=range(4, 20))
     with torch.no_grad():
         for beam in range(1, 6):
-            assert beam_search(m, src, beam) == reference(m, src, beam), beam
+            want = reference(m, src, beam)
+            assert beam_search(m, src, beam) == want == keep_rows_reference(m, src, beam), beam
+            assert beam_search(m, src, beam, check_every=3) == want, beam
         m.output.bias[EOS_ID] += 1.0   # rows that end at different steps
         assert greedy(m, src) == greedy_reference(m, src)
 
@@ -347,3 +353,50 @@ def test_uncached_greedy_drops_ended_rows_too_and_gives_what_cached_greedy_gives
     assert len(set(lengths)) > 2
     assert rows_decoded == [sum(n > i for n in lengths) for i in range(lengths[-1])]
     assert rows_decoded[-1] < rows_decoded[0]
+
+
+def test_beam_search_drops_a_row_from_the_batch_once_it_has_stopped():
+    """Rows stopping after 7, 3, 2 and 5 steps (their hypotheses of 6, 2, 1 and 4 tokens and eos; nothing
+    live can beat them then): each step decodes only the beam slots of the rows still going, and each
+    row's hypothesis is the one it gets decoded alone. The search that kept every row decoded 8 slots at
+    every step."""
+    class Recording(LookupModel):
+        def decode_step(self, tokens, state):
+            sizes.append(tokens.shape[0])
+            return super().decode_step(tokens, state)
+
+    sizes: list[int] = []
+    m = Recording(ends_after_first_token, 7, max_positions=64)
+    src = torch.tensor([[9, EOS_ID], [5, EOS_ID], [4, EOS_ID], [7, EOS_ID]])
+    out = beam_search(m, src, beam=2)
+    assert out == [[5] * 6, [5, 5], [5], [5] * 4]
+    assert sizes == [8, 8, 6, 4, 4, 2, 2]
+    sizes.clear()
+    assert [beam_search(m, src[r:r + 1], beam=2)[0] for r in range(4)] == out
+    sizes.clear()   # an accelerator's cadence: stopped rows keep empty slots until the check every 3 steps
+    assert beam_search(m, src, beam=2, check_every=3) == out
+    assert sizes == [8, 8, 8, 4, 4, 4, 2, 2, 2]   # the last row stops at step 7, seen at the check after 9
+
+
+def test_beam_search_of_an_encoder_decoder_decodes_only_the_rows_still_going():
+    """The real model (cached keys/values, encoder memory and its padding mask dropped with a row): the
+    slots decoded at each step are the beam times the rows whose search alone runs that long, and every
+    row's hypothesis is its own alone."""
+    m = tiny_model(seed=9)
+    with torch.no_grad():
+        m.output.bias[EOS_ID] += 1.5   # rows stop at different steps
+    src = random_batch(torch.Generator().manual_seed(11), rows=6, words=range(4, 20))
+    sizes: list[int] = []
+    decode_step = m.decode_step
+    m.decode_step = lambda tokens, state: sizes.append(tokens.shape[0]) or decode_step(tokens, state)
+    with torch.no_grad():
+        alone, steps = [], []
+        for r in range(src.shape[0]):
+            row = src[r:r + 1, :int((src[r] != PAD_ID).sum())]
+            sizes.clear()
+            alone += beam_search(m, row, beam=3)
+            steps.append(len(sizes))
+        sizes.clear()
+        assert beam_search(m, src, beam=3) == alone
+    assert len(set(steps)) > 2
+    assert sizes == [3 * sum(n > i for n in steps) for i in range(max(steps))]

@@ -116,7 +116,8 @@ def length_penalty(length: int, alpha: float) -> float:
     return ((5.0 + length) / 6.0) ** alpha
 
 
-def beam_search(model, src: torch.Tensor, beam: int, alpha: float = 0.6) -> list[list[int]]:
+def beam_search(model, src: torch.Tensor, beam: int, alpha: float = 0.6,
+                check_every: int | None = None) -> list[list[int]]:
     """Beam search with cached decoder states (fairseq's and Hugging Face's algorithm). Each step ranks
     the `2 * beam` best extensions of a row's live hypotheses: one ending in eos among the `beam` best is
     set aside as finished, scored by its log-probability over `length_penalty(length, alpha)`; the best
@@ -127,7 +128,11 @@ def beam_search(model, src: torch.Tensor, beam: int, alpha: float = 0.6) -> list
     Returns each row's best finished hypothesis (no bos/eos); of equal scores, the first set aside.
 
     Every row's bookkeeping is a tensor (rows x beam slots), so a step is the same few operations for any
-    batch: a finished row's slots stay empty (score -inf, token pad, parent slot 0) until all rows are."""
+    batch. A row that has stopped leaves the batch at the next check (every step on the CPU, every
+    `EOS_CHECK_EVERY` on an accelerator, where finding the rows syncs; `check_every` sets it), as in
+    `greedy`: until then its slots stay empty (score -inf, token pad, parent slot 0); then its result is
+    kept and its slots' cached states, encoder memory and bookkeeping are dropped. A row's search never
+    reads another row's, so its hypothesis does not depend on which rows are still in the batch."""
     b, dev = src.shape[0], src.device
     caps = row_caps(src, model.cfg.max_positions)
     steps = int(caps.max())
@@ -141,14 +146,15 @@ def beam_search(model, src: torch.Tensor, beam: int, alpha: float = 0.6) -> list
     live = torch.full((b, beam, steps), PAD_ID, dtype=torch.long, device=dev)   # the live hypotheses' tokens
     best = {"score": torch.full((b,), float("-inf"), dtype=torch.float64, device=dev),
             "tokens": torch.full((b, steps), PAD_ID, dtype=torch.long, device=dev)}
+    out = best["tokens"].clone()                           # each batch row's result, once it has left
+    rows = torch.arange(b, device=dev)                     # the batch row each live row came from
     done = torch.zeros(b, dtype=torch.bool, device=dev)
     last = torch.full((b * beam, 1), BOS_ID, dtype=torch.long, device=dev)
-    first_slot = torch.arange(b, device=dev)[:, None] * beam
-    check = 1 if dev.type == "cpu" else EOS_CHECK_EVERY
+    check = check_every or (1 if dev.type == "cpu" else EOS_CHECK_EVERY)
     for step in range(steps):
         logp = torch.log_softmax(_no_specials(model.decode_step(last, state).float()), dim=-1)
-        v = logp.shape[-1]
-        total = (scores.view(-1, 1) + logp).view(b, beam * v)
+        n, v = scores.shape[0], logp.shape[-1]
+        total = (scores.view(-1, 1) + logp).view(n, beam * v)
         top_s, top_i = total.topk(min(2 * beam, beam * v), dim=-1)
         parent, tok = top_i // v, top_i % v
         ok = (top_s > float("-inf")) & ~done[:, None]
@@ -162,14 +168,28 @@ def beam_search(model, src: torch.Tensor, beam: int, alpha: float = 0.6) -> list
         # a live hypothesis ends with length in [step + 2, cap] and a score <= its current one (<= 0)
         bound = scores[:, 0].double() / torch.maximum(penalties[step + 2], penalties[caps])
         done |= at_cap | (best["score"] >= bound)          # no live one: bound -inf
-        if (step + 1) % check == 0 and bool(done.all()):
-            break
+        keep = None
+        if (step + 1) % check == 0:
+            keep = (~done).nonzero().squeeze(1)            # syncs on an accelerator
+            if keep.numel() == 0:
+                break
+            if keep.numel() == n:
+                keep = None
         held &= ~done[:, None]
         scores = scores.masked_fill(~held, float("-inf"))
-        # every slot's parent is a slot of its own row: the memory's copies need no reordering
-        model.reorder_state(state, (first_slot + parent.masked_fill(~held, 0)).view(-1), memory=False)
-        last = tok.masked_fill(~held, PAD_ID).view(-1, 1)
-    return [_strip(row) for row in best["tokens"].tolist()]
+        # every slot's parent is a slot of its own row
+        index = torch.arange(n, device=dev)[:, None] * beam + parent.masked_fill(~held, 0)
+        last = tok.masked_fill(~held, PAD_ID)
+        if keep is None:   # the memory's copies are a row's own: equal, so they need no reordering
+            model.reorder_state(state, index.view(-1), memory=False)
+        else:   # the rows that stopped leave (results kept, slots dropped); the memory follows the same index
+            out[rows] = best["tokens"]
+            model.reorder_state(state, index[keep].view(-1))
+            scores, last, live, caps, done, rows = (t[keep] for t in (scores, last, live, caps, done, rows))
+            best = {k: t[keep] for k, t in best.items()}
+        last = last.view(-1, 1)
+    out[rows] = best["tokens"]
+    return [_strip(row) for row in out.tolist()]
 
 
 def _rows(live: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
