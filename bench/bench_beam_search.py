@@ -1,15 +1,19 @@
-"""Benchmark: the vectorised beam search against the row-by-row one it replaced, and greedy decoding
-(`--beams 1`) that drops ended rows against the one that kept them.
+"""Benchmark: beam search that drops a row once it has stopped against the vectorised one that kept every
+row (or the row-by-row one before it), and greedy decoding (`--beams 1`) that drops ended rows against the
+one that kept them.
 
-The reference is tests/helpers/beam_reference.py (`embinit/train/decoding.py`'s beam search as of commit
-5dafea0: a Python loop over the batch's rows at every step); for beam 1 it is tests/helpers/greedy_reference.py
-(greedy as of commit 4e37ba7, which decoded every row until all had ended). Both decode the same batch of random
+The reference (`--baseline`) is tests/helpers/beam_keep_rows_reference.py (`keep_rows`: the beam search of
+commit 9d63a7c, vectorised across rows, every row in the batch until all had stopped) or
+tests/helpers/beam_reference.py (`row_by_row`: as of commit 5dafea0, a Python loop over the batch's rows at
+every step); for beam 1 it is tests/helpers/greedy_reference.py (greedy as of commit 4e37ba7, which decoded
+every row until all had ended). Both decode the same batch of random
 Multi30k-length sources (8 to 20 words) with the same small untrained encoder-decoder, at each beam,
 interleaved (old, new, old, new, ...) in this process; the best time of each is compared, and the ratio is
 the figure (the machine is shared: absolute seconds are not comparable across runs). The output layer's
 weights times `--sharpness` make the next-token distributions peaked and its eos bias (`--eos-bias`) makes
 rows end at different lengths, as a trained model's do; the run records how long the hypotheses are, how
-many rows ran to their cap, and whether both searches returned the same hypotheses (they must).
+many rows ran to their cap, and whether both searches returned the same hypotheses (they must: the run
+exits 1 when they do not).
 With `--pairs DIR` (a Multi30k-layout folder: val.de, val.en) the batch is instead every validation
 sentence, in `translate`'s batches of `--batch` sorted by source length, each source as long as its
 German sentence, and each row made to end (eos) after as many tokens as its English reference has words
@@ -18,7 +22,7 @@ Runs are appended to bench/results/beam_search.json.
 
     python bench/bench_beam_search.py [--sentences 64] [--beams 1 4 5] [--d 256] [--vocab 6000] [--reps 3]
                                       [--threads 2] [--device cpu] [--sharpness 4] [--eos-bias 4]
-                                      [--pairs DATA/multi30k --batch 128]
+                                      [--pairs DATA/multi30k --batch 128] [--baseline keep_rows|row_by_row]
 """
 
 from __future__ import annotations
@@ -123,12 +127,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--pairs", help="a Multi30k-layout folder (val.de, val.en): decode its validation set")
     ap.add_argument("--batch", type=int, default=128, help="sentences per batch with --pairs")
+    ap.add_argument("--baseline", choices=["keep_rows", "row_by_row"], default="keep_rows",
+                    help="the beam search (beam > 1) the current one is timed against")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "beam_search.json"))
     args = ap.parse_args(argv)
     import torch
 
     from embinit.train.decoding import beam_search, greedy, row_caps
-    from helpers.beam_reference import beam_search as reference
+    from helpers.beam_keep_rows_reference import beam_search as keep_rows
+    from helpers.beam_reference import beam_search as row_by_row
     from helpers.greedy_reference import greedy as greedy_reference
     torch.set_num_threads(args.threads)
     model, batches = model_and_batch(args)
@@ -136,12 +143,12 @@ def main(argv: list[str] | None = None) -> int:
     result = {"benchmark": "beam_search", "cpu": cpu_model(), "device": args.device, "threads": args.threads,
               "sentences": len(caps), "pairs": args.pairs, "batch": args.batch if args.pairs else None,
               "d_model": args.d, "vocab": args.vocab, "layers": 3,
-              "eos_bias": args.eos_bias, "load_avg_1m": os.getloadavg()[0], "beams": {}}
+              "baseline": args.baseline, "eos_bias": args.eos_bias, "load_avg_1m": os.getloadavg()[0], "beams": {}}
     for beam in args.beams:
         times, outputs = {"old": [], "new": []}, {}
         for _ in range(args.reps):
             pair = (("old", greedy_reference), ("new", lambda m, s, _: greedy(m, s))) if beam == 1 else \
-                (("old", reference), ("new", beam_search))
+                (("old", {"keep_rows": keep_rows, "row_by_row": row_by_row}[args.baseline]), ("new", beam_search))
             for name, search in pair:
                 seconds, outputs[name] = timed(search, model, batches, beam)
                 times[name].append(seconds)
@@ -154,6 +161,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"beam {beam}: old/new time {result['beams'][beam]['ratio_old_over_new']:.2f}, "
               f"same hypotheses: {result['beams'][beam]['same_hypotheses']}", flush=True)
     append_result(Path(args.out), result)
+    differ = [beam for beam, r in result["beams"].items() if not r["same_hypotheses"]]
+    if differ:   # a faster search that decodes other tokens is no result: the run is recorded, and fails
+        print(f"error: the searches returned different hypotheses at beam {differ}", file=sys.stderr)
+        return 1
     return 0
 
 
