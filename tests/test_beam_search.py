@@ -6,6 +6,8 @@ for hypothesis, ties included; greedy decoding that drops ended rows against the
 
 from __future__ import annotations
 
+import functools
+
 import math
 from types import SimpleNamespace
 
@@ -313,9 +315,16 @@ def ends_after_first_token(src, prefix):
     return out
 
 
-def test_greedy_drops_a_row_from_the_batch_once_it_has_ended():
-    """Rows ending after 6, 2, 1 and 4 tokens (7, 3, 2 and 5 steps with the eos): each step decodes only
-    the rows still going, and each row's output is the one it gets decoded alone."""
+@pytest.mark.parametrize("decode, sizes_every_step, sizes_every_3", [
+    (greedy, [4, 4, 3, 2, 2, 1, 1], [4, 4, 4, 2, 2, 2, 1, 1, 1]),
+    (functools.partial(beam_search, beam=2), [8, 8, 6, 4, 4, 2, 2], [8, 8, 8, 4, 4, 4, 2, 2, 2])],
+    ids=["greedy", "beam2"])
+def test_a_row_leaves_the_batch_once_its_search_has_stopped(decode, sizes_every_step, sizes_every_3):
+    """Rows ending after 6, 2, 1 and 4 tokens (7, 3, 2 and 5 steps with the eos; for beam search nothing
+    live can beat them then): each step decodes only the rows (beam slots) still going, and each row's
+    output is the one it gets decoded alone. The searches that kept every row decoded all at every step.
+    On an accelerator's cadence (a check every 3 steps) stopped rows stay until the check: the last row
+    stops at step 7 and is seen at the check after 9."""
     class Recording(LookupModel):
         def decode_step(self, tokens, state):
             sizes.append(tokens.shape[0])
@@ -324,14 +333,13 @@ def test_greedy_drops_a_row_from_the_batch_once_it_has_ended():
     sizes: list[int] = []
     m = Recording(ends_after_first_token, 7, max_positions=64)
     src = torch.tensor([[9, EOS_ID], [5, EOS_ID], [4, EOS_ID], [7, EOS_ID]])
-    out = greedy(m, src)
+    out = decode(m, src)
     assert out == [[5] * 6, [5, 5], [5], [5] * 4]
-    assert sizes == [4, 4, 3, 2, 2, 1, 1]
+    assert sizes == sizes_every_step
+    assert [decode(m, src[r:r + 1])[0] for r in range(4)] == out
     sizes.clear()
-    assert [greedy(m, src[r:r + 1])[0] for r in range(4)] == out
-    sizes.clear()   # an accelerator's cadence: ended rows are fed padding until the check every 3 steps
-    assert greedy(m, src, check_every=3) == out
-    assert sizes == [4, 4, 4, 2, 2, 2, 1, 1, 1]   # the last row ends at step 7, seen at the check after 9
+    assert decode(m, src, check_every=3) == out
+    assert sizes == sizes_every_3
 
 
 def test_uncached_greedy_drops_ended_rows_too_and_gives_what_cached_greedy_gives():
@@ -353,29 +361,6 @@ def test_uncached_greedy_drops_ended_rows_too_and_gives_what_cached_greedy_gives
     assert len(set(lengths)) > 2
     assert rows_decoded == [sum(n > i for n in lengths) for i in range(lengths[-1])]
     assert rows_decoded[-1] < rows_decoded[0]
-
-
-def test_beam_search_drops_a_row_from_the_batch_once_it_has_stopped():
-    """Rows stopping after 7, 3, 2 and 5 steps (their hypotheses of 6, 2, 1 and 4 tokens and eos; nothing
-    live can beat them then): each step decodes only the beam slots of the rows still going, and each
-    row's hypothesis is the one it gets decoded alone. The search that kept every row decoded 8 slots at
-    every step."""
-    class Recording(LookupModel):
-        def decode_step(self, tokens, state):
-            sizes.append(tokens.shape[0])
-            return super().decode_step(tokens, state)
-
-    sizes: list[int] = []
-    m = Recording(ends_after_first_token, 7, max_positions=64)
-    src = torch.tensor([[9, EOS_ID], [5, EOS_ID], [4, EOS_ID], [7, EOS_ID]])
-    out = beam_search(m, src, beam=2)
-    assert out == [[5] * 6, [5, 5], [5], [5] * 4]
-    assert sizes == [8, 8, 6, 4, 4, 2, 2]
-    sizes.clear()
-    assert [beam_search(m, src[r:r + 1], beam=2)[0] for r in range(4)] == out
-    sizes.clear()   # an accelerator's cadence: stopped rows keep empty slots until the check every 3 steps
-    assert beam_search(m, src, beam=2, check_every=3) == out
-    assert sizes == [8, 8, 8, 4, 4, 4, 2, 2, 2]   # the last row stops at step 7, seen at the check after 9
 
 
 def test_beam_search_of_an_encoder_decoder_decodes_only_the_rows_still_going():

@@ -158,18 +158,8 @@ def test_each_configuration_of_an_experiment_is_its_own_family():
     """Review C9: a spec run again with other epochs puts two configurations in one experiment; the report
     shows their rows apart and compares each with its own configuration's baseline, so Holm's family is one
     configuration's comparisons (m = 2 here, not 4 pooled over both)."""
-    def trial(key, label, seed, value, epochs):
-        config = {"task": "multi30k", "init": label.lower(), "seed": seed, "epochs": epochs}
-        return TrialRecord(key, key, "multi30k", label, "finished", config,
-                           {"axes": {}, "point": {}, "selection": ["val/loss", "min"]},
-                           {"best_epoch": 2, "test/bleu": value}, seed, start_ms=len(key))
     labels = {3: ("Weak", "Noise1"), 4: ("GloVe", "Noise2")}
-    trials = []
-    for epochs, inits in labels.items():
-        trials += [trial(f"x{epochs}{s}", "Xavier", s, v, epochs) for s, v in enumerate(XAVIER)]
-        for label in inits:
-            trials += [trial(f"{label}{s}", label, s, XAVIER[s] + d, epochs) for s, d in enumerate(DIFFS[label])]
-    report = build_report("two", chosen={t.key: t for t in trials}, planned=[])
+    report = build_report("two", chosen={t.key: t for t in _configurations(labels)}, planned=[])
     rows = {r["init"]: r["vs_baseline"] for r in report.rows if r["init"] != "Xavier"}
     for epochs, inits in labels.items():
         ps = [stats.ttest_rel([x + d for x, d in zip(XAVIER, DIFFS[label])], XAVIER).pvalue for label in inits]
@@ -190,18 +180,8 @@ def test_a_verdict_not_after_holm_among_two_configurations_is_explained_per_conf
     configurations of one experiment, the LaTeX caption says the correction is over the comparisons in the
     same column *and configuration*, and the markdown's Holm rule says each configuration is its own family.
     Weak (p ~ 0.015) is among 4 comparisons at epochs=3 (m = 4: not after Holm); GloVe is alone at epochs=4."""
-    def trial(key, label, seed, value, epochs):
-        config = {"task": "multi30k", "init": label.lower(), "seed": seed, "epochs": epochs}
-        return TrialRecord(key, key, "multi30k", label, "finished", config,
-                           {"axes": {}, "point": {}, "selection": ["val/loss", "min"]},
-                           {"best_epoch": 2, "test/bleu": value}, seed, start_ms=len(key))
     labels = {3: ("Weak", "Noise1", "Noise2", "Noise3"), 4: ("GloVe",)}
-    trials = []
-    for epochs, inits in labels.items():
-        trials += [trial(f"x{epochs}{s}", "Xavier", s, v, epochs) for s, v in enumerate(XAVIER)]
-        for label in inits:
-            trials += [trial(f"{label}{s}", label, s, XAVIER[s] + d, epochs) for s, d in enumerate(DIFFS[label])]
-    report = build_report("two", chosen={t.key: t for t in trials}, planned=[])
+    report = build_report("two", chosen={t.key: t for t in _configurations(labels)}, planned=[])
     rows = {r["init"]: r["vs_baseline"] for r in report.rows if r["init"] != "Xavier"}
     weak = rows["Weak"]
     assert (weak["verdict"], weak["holds_after_holm"], weak["holm_m"], weak["holm_family"]) == (
@@ -222,3 +202,19 @@ def test_a_verdict_not_after_holm_among_two_configurations_is_explained_per_conf
     one = _report().to_latex()
     assert "In parentheses: not after Holm's correction for the comparisons with Xavier in the same column " \
            "(task and metric)." in one and "configuration" not in one
+
+
+def _configurations(labels: dict[int, tuple[str, ...]]) -> list[TrialRecord]:
+    """Multi30k trials of one experiment at two `epochs` (two configurations): Xavier and each of its
+    labels (their seeds' test BLEU: XAVIER plus the label's DIFFS)."""
+    def trial(key, label, seed, value, epochs):
+        config = {"task": "multi30k", "init": label.lower(), "seed": seed, "epochs": epochs}
+        return TrialRecord(key, key, "multi30k", label, "finished", config,
+                           {"axes": {}, "point": {}, "selection": ["val/loss", "min"]},
+                           {"best_epoch": 2, "test/bleu": value}, seed, start_ms=len(key))
+    trials = []
+    for epochs, inits in labels.items():
+        trials += [trial(f"x{epochs}{s}", "Xavier", s, v, epochs) for s, v in enumerate(XAVIER)]
+        for label in inits:
+            trials += [trial(f"{label}{s}", label, s, XAVIER[s] + d, epochs) for s, d in enumerate(DIFFS[label])]
+    return trials
