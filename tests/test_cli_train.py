@@ -202,10 +202,10 @@ def test_every_trial_config_field_has_a_train_flag():
                               "--emb-seed", "3", "--extra", "k=1"])
     given = train.given_fields(args)
     assert (given["data_seed"], given["tie_embeddings"], given["emb_seed"]) == (7, True, 3)
-    settable = set(train._FIELD_FLAGS) | {field for field, _ in train._SWITCHES.values()} | {"extras"}
+    settable = set(train.FIELD_FLAGS) | {field for field, _ in train._SWITCHES.values()} | {"extras"}
     missing = sorted({f.name for f in dataclasses.fields(TrialConfig)} - settable)
     assert missing == [], f"TrialConfig fields with no `embinit train` flag: {missing}"
-    for name in train._FIELD_FLAGS:   # each named field's flag exists and lands on that field
+    for name in train.FIELD_FLAGS:   # each named field's flag exists and lands on that field
         assert hasattr(args, name), name
     cfg = train.config_from_args(args)
     assert (cfg.data_seed, cfg.tie_embeddings) == (7, True) and cfg.key() != TrialConfig(task="synthetic_lm").key()
@@ -216,7 +216,8 @@ def test_src_pretrained_defaults_to_pretrained_for_a_pretrained_source_init(tmp_
     `--init glove --src-init glove --pretrained FILE` for want of a source-side file."""
     import argparse
 
-    from embinit.cli.train import as_spec, check_args, config_from_args, register
+    from embinit.cli.train import config_from_args, register
+    from embinit.cli.train_checks import as_spec, check_args
     (tmp_path / "g.txt").write_text("the 0.1 0.2 0.3 0.4\n")
     parser = argparse.ArgumentParser()
     register(parser.add_subparsers())

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from pathlib import Path
 
 from embinit.cli.arg_types import folder_to_write
 from embinit.config import PRECISIONS
+from embinit.cli.train_checks import FIELD_FLAGS, check_args, in_flags
 from embinit.errors import EmbinitError, ListedError
 
 
@@ -149,13 +149,7 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
-# TrialConfig fields set by the flag of the same name; the switches set a field to a fixed value
-_FIELD_FLAGS = ("task", "init", "src_init", "pretrained", "src_pretrained", "init_from", "oov", "tokenizer",
-                "seed", "emb_seed", "data_seed", "epochs", "batch_size", "max_tokens", "lr", "d_model", "layers",
-                "heads", "ff_dim", "dropout", "attention_dropout", "activation_dropout", "min_freq", "max_len",
-                "max_train_examples", "threads", "beam_size",
-                "length_penalty", "early_stopping_patience", "pe_base", "pe_positions", "data_dir", "data_revision",
-                "precision", "device", "task_def")
+# the switches set a field to a fixed value (the flags of TrialConfig fields: `train_checks.FIELD_FLAGS`)
 _SWITCHES = {"pre_ln": ("pre_ln", True), "no_pos_encoding": ("pos_encoding", False),
              "freeze_embeddings": ("train_embeddings", False),
              "freeze_non_embeddings": ("freeze_non_embeddings", True), "tie_embeddings": ("tie_embeddings", True),
@@ -167,7 +161,7 @@ _PATH_FLAGS = {"data_dir": "--data-dir", "pretrained": "--pretrained", "src_pret
 
 def given_fields(args) -> dict:
     """The TrialConfig fields the flags given set (a flag left out sets nothing)."""
-    out = {name: getattr(args, name) for name in _FIELD_FLAGS if getattr(args, name) is not None}
+    out = {name: getattr(args, name) for name in FIELD_FLAGS if getattr(args, name) is not None}
     if isinstance(out.get("task_def"), dict):
         out["task_def"] = dict(out["task_def"])   # the definition, not the file it came from
     out.update({field: value for flag, (field, value) in _SWITCHES.items() if getattr(args, flag)})
@@ -208,94 +202,6 @@ def rerun_config(args):
             f"{name}: the recorded path {path!r} does not exist here (give {_PATH_FLAGS[name]} PATH to your copy)"
             for name, path in missing])
     return rec, recorded, rerun.with_overrides(recorded, given)
-
-
-# the spec field each flag fills (what `check_args` names a problem by)
-_SPEC_FLAGS = {"inits[0].src_pretrained": "--src-pretrained", "inits[0].pretrained": "--pretrained",
-               "inits[0].src": "--src-init", "inits[0].tgt": "--init", "inits[0]": "--init",
-               "tasks[0].task": "--task", "tasks[0]": "--task", "seeds": "--seed", "seeds[0]": "--seed",
-               "define_tasks": "--task-def"}
-# the option that gives a pretrained init its file, by the place of the init in the one-trial spec
-_PRETRAINED_FLAGS = {"inits[0]": "--pretrained", "inits[0].tgt": "--pretrained",
-                     "inits[0].src": "--src-pretrained"}
-
-
-def as_spec(cfg) -> dict:
-    """The one-trial experiment spec that trains `cfg`, so `embinit train` runs the spec's checks."""
-    from embinit.config import HYPERPARAMETERS, TrialConfig
-    from embinit.spec.inits import source_name
-    from embinit.task_registry import TASKS, task_kind
-
-    defaults = TrialConfig(task=cfg.task)
-    hyper = {k: getattr(cfg, k) for k in HYPERPARAMETERS
-             if getattr(cfg, k) != getattr(defaults, k) and k not in ("threads", "device")}
-    # TrialConfig's source side is (src_init or init, src_pretrained or pretrained)
-    translation = cfg.task in TASKS and task_kind(cfg.task).two_sided
-    src = cfg.src_init or (cfg.init if cfg.src_pretrained and translation else None)
-    # --src-pretrained defaults to --pretrained (as the trial reads it) for a source init with a pretrained
-    # source; the spec's entry has no such default, so it is written out
-    src_path = cfg.src_pretrained or (cfg.pretrained if src is not None and translation and source_name(src)
-                                      else None)
-    init = {"tgt": cfg.init, "src": src, "pretrained": cfg.pretrained, "src_pretrained": src_path}
-    pin = {"data_revision": cfg.data_revision} if cfg.data_revision is not None else {}
-    return {"name": "train", "tasks": [{"task": cfg.task, "data_dir": cfg.data_dir, **pin, **hyper}],
-            "inits": [{k: v for k, v in init.items() if v is not None}], "seeds": [cfg.seed],
-            **({"define_tasks": {cfg.task: cfg.task_def}} if cfg.task_def is not None else {})}
-
-
-def check_args(cfg) -> None:
-    """What a spec would refuse about this trial (an option no table uses, an unknown name, a missing
-    file or data file, a d_model/heads that cannot fit), as one error naming the flags (a `ListedError`:
-    one a line, as `embinit run` prints a spec's)."""
-    from embinit.spec import SpecError
-    from embinit.spec.full_check import spec_problems
-
-    try:
-        _, problems, notes = spec_problems(as_spec(cfg))
-    except SpecError as e:
-        problems, notes = e.problems, e.notes
-    if problems:
-        problems = [(where, _in_flags(cfg, where, msg)) for where, msg in problems]
-        raise ListedError(f"cannot train this trial ({len(problems)} problem{'s' if len(problems) != 1 else ''}):",
-                          [f"{_flag(where)}: {msg}" if _flag(where) else msg for where, msg in problems], notes)
-
-
-# a spec's place (`inits[0]`, `tasks[0].heads`) or a backquoted field (`d_model`, "set `d_model` on the task")
-# in a problem's message, which this command names by its flag
-_SPEC_WORDS = re.compile(r"\b(?:inits|tasks|seeds)\[0\](?:\.\w+)?|`(\w+)`(?: on the task)?")
-
-
-def _in_flags(cfg, where: str, msg: str) -> str:
-    """A spec problem's message in this command's words: a pretrained init without its file names the
-    option that gives it, not the spec's `pretrained:` keys; a spec's place or field a flag sets is
-    that flag ("the D of --init", "set --d-model"), as `_flag` names where the problem lies; the planned
-    trials a problem concerns are not named (there is one)."""
-    from embinit.spec.init_checks import needs_pretrained
-    from embinit.spec.inits import source_name
-
-    for source in {source_name(cfg.init), source_name(cfg.src_init)} - {None}:
-        if where in _PRETRAINED_FLAGS and msg == needs_pretrained(source):
-            return needs_pretrained(source, f"pass its path with {_PRETRAINED_FLAGS[where]} PATH")
-    # a problem of some planned trials names them (`trials sst2 x GloVe: ...`); here they are this one
-    msg = re.sub(rf"^trials {re.escape(cfg.task)} x .+?: ", "", msg)
-    return _SPEC_WORDS.sub(_word_flag, msg)
-
-
-def _word_flag(m: re.Match) -> str:
-    if m[1] is None:   # a place in the one-trial spec
-        return _flag(m[0]) or m[0]
-    return _flag(m[1]) if m[1] in _FIELD_FLAGS else m[0]
-
-
-def _flag(where: str) -> str | None:
-    if not where or where.startswith("trials "):   # a model-size problem names the trials; here there is one
-        return None
-    if where in _SPEC_FLAGS:
-        return _SPEC_FLAGS[where]
-    if where.startswith("define_tasks."):   # a problem of the definition file, at its field
-        return f"--task-def {where}"
-    field = where.removeprefix("tasks[0].").removeprefix("inits[0].")
-    return "--" + field.split(".")[0].split("[")[0].replace("_", "-")
 
 
 def _coverage_lines(coverage: dict | None) -> list[str]:
@@ -373,7 +279,7 @@ def _train(args, cfg):
         return run_trial(cfg, out_dir=args.out, callbacks=(ProgressBar(not args.quiet),),
                          resume=not args.no_resume, cache_dir=args.cache_dir)
     except SizeError as e:
-        raise EmbinitError(_SPEC_WORDS.sub(_word_flag, str(e))) from None
+        raise EmbinitError(in_flags(str(e))) from None
 
 
 def _rerun(args) -> int:
