@@ -71,8 +71,8 @@ def _studies(uri):
     oov = mlflow_store.ensure_experiment("oov", uri)
     for i, rule in enumerate(("xavier", "focus")):
         for seed in (0, 1, 2):
-            _study_trial(uri, oov, f"{rule}{seed}", "GloVe_Xavier", seed, {"oov": rule}, 4.1 - i / 10 + seed ** 2 / 50,
-                         oov=rule)
+            _study_trial(uri, oov, f"{rule}{seed}", "GloVe_Xavier", seed, {"oov": rule},
+                         4.1 - i / 10 + (1 + i) * seed ** 2 / 50, oov=rule)
 
 
 @pytest.fixture(scope="module")
@@ -657,3 +657,42 @@ def test_the_json_export_carries_the_per_seed_values_of_every_interval(store, tm
     (cell,) = [r for r in data["dose_response"] if (r["metric"], r["source"], r["sigma"]) == ("best/val/loss",
                                                                                               "GloVe", "1x")]
     assert cell["per_seed"]["0"]["value"] == 3.5   # the newer of seed 0's two runs
+    # the paired contrasts the studies' sections show: recomputed from the cells' per_seed values, paired by
+    # seed (paired t, 95%), Holm's adjustment over each metric's contrasts (one family per section and metric)
+    for name, rows_of, key in (("dose_response_contrasts", "dose_response", lambda r, side: (r["metric"], r[side],
+                                                                                               r["sigma"])),
+                               ("oov_rules_contrasts", "oov_rules", lambda r, side: (r["metric"], r[side]))):
+        cells = {(r["metric"], r["source"], r["sigma"]) if "source" in r else (r["metric"], r["rule"]): r["per_seed"]
+                 for r in data[rows_of]}
+        families: dict[str, list] = {}
+        for c in data[name]:
+            a, b = cells[key(c, "a")], cells[key(c, "b")]
+            assert c["per_seed"] == {"a": a, "b": b}
+            seeds = sorted(set(a) & set(b), key=str)
+            assert c["seeds"] == seeds and c["pairs"] == len(seeds) == 3 and c["n"] == [len(a), len(b)]
+            diffs = [a[s]["value"] - b[s]["value"] for s in seeds]
+            d = statistics.fmean(diffs)
+            assert c["diff"] == pytest.approx(d) and c["test"] == "paired t"
+            if max(diffs) - min(diffs) < 1e-9:   # identical differences (GloVe at 1x is 0.1 above its shuffle)
+                assert (c["ci95"], c["ci_low"], c["p"], c["p_holm"]) == (None, None, None, None)
+                assert c["reason"].startswith("zero variance") and c["verdict"] == "inconclusive"
+                continue
+            se = statistics.stdev(diffs) / math.sqrt(len(diffs))
+            half = stats.t.ppf(0.975, len(diffs) - 1) * se
+            p = 2 * stats.t.sf(abs(d / se), len(diffs) - 1)
+            assert (c["ci95"], c["ci_low"], c["ci_high"], c["p"]) == (
+                pytest.approx(half), pytest.approx(d - half), pytest.approx(d + half),
+                pytest.approx(p)), (name, c["metric"], c["a"], c["b"])
+            assert c["verdict"] == ("better" if (d - half > 0) == ("loss" not in c["metric"]) else "worse") \
+                if d - half > 0 or d + half < 0 else "inconclusive"
+            families.setdefault(c["metric"], []).append(c)
+        assert families
+        for metric, fam in families.items():   # Holm's step-down over the family's tests, by hand
+            order = sorted(range(len(fam)), key=lambda i: fam[i]["p"])
+            running = 0.0
+            for k, i in enumerate(order):
+                running = max(running, min(1.0, (len(fam) - k) * fam[i]["p"]))
+                assert (fam[i]["p_holm"], fam[i]["holm_m"]) == (pytest.approx(running), len(fam)), (name, metric)
+                assert fam[i]["holds_after_holm"] == ((running < 0.05) if fam[i]["verdict"] != "inconclusive" else None)
+    # as many as the document shows: 3 pairs x 2 sigmas per dose metric, `focus` − `xavier` per OOV metric
+    assert (len(data["dose_response_contrasts"]), len(data["oov_rules_contrasts"])) == (18, 6)

@@ -9,7 +9,9 @@
 
 Comparisons are the findings' paired t 95% intervals on per-seed differences (`compare.paired`; seeds
 pair across inits: one seed, one data order and one draw of the other weights). An experiment missing
-from the store is shown as not run. Figures (`write_figures`) go beside the exports.
+from the store is shown as not run. Figures (`write_figures`) go beside the exports. reproduction.json holds
+the cells (`dose_response`, `oov_rules`) and each contrast the document shows (`dose_response_contrasts`,
+`oov_rules_contrasts`: the comparison, its Holm adjustment, the seeds paired and both cells' per_seed).
 """
 
 from __future__ import annotations
@@ -126,6 +128,20 @@ def _compared(a: dict, b: dict, metric: str) -> dict[str, Any]:
     return {**cmp, "verdict": direction(cmp, metric)}
 
 
+def _exported(cmp: dict[str, Any], cell_a: dict | None, cell_b: dict | None, **where) -> dict[str, Any]:
+    """A contrast as reproduction.json holds it (the findings' shape): `where` (metric, a, b; sigma), the
+    comparison as the document shows it (diff, ci95 and its ci_low/ci_high, p, p_holm, holm_m,
+    holds_after_holm, n, pairs, test, reason, verdict), `seeds` (the seeds paired) and `per_seed`
+    ({"a": ..., "b": ...}: the cells' values by seed, what the interval is computed from)."""
+    ci = cmp["ci95"]
+    low, high = (cmp["diff"] - ci, cmp["diff"] + ci) if ci is not None and cmp["diff"] is not None else (None, None)
+    cell_a, cell_b = cell_a or {}, cell_b or {}
+    shared = sorted(set(cell_a.get("values", {})) & set(cell_b.get("values", {})), key=str)
+    seeds = [str(k) for k in shared] if cmp.get("pairs") else []
+    return {**where, **cmp, "n": list(cmp["n"]), "ci_low": low, "ci_high": high, "seeds": seeds,
+            "per_seed": {"a": cell_a.get("per_seed", {}), "b": cell_b.get("per_seed", {})}}
+
+
 def _mark(cmp: dict[str, Any]) -> str:
     """After a comparison's text: its p with Holm's over its family, and whether its interval excludes 0
     (then also whether that holds after Holm's adjustment)."""
@@ -133,15 +149,20 @@ def _mark(cmp: dict[str, Any]) -> str:
     return p_holm_text(cmp) + excludes
 
 
-def _contrasts(rows, metric: str, pairs: list[tuple[str, str]], digits: int) -> list[str]:
-    """Each (a, b) of `pairs` at every sigma, adjusted by Holm's method together: one family per metric."""
-    cells = {(r["source"], r["sigma"]): r["values"] for r in rows if r["metric"] == metric}
+def _contrasts(rows, metric: str, pairs: list[tuple[str, str]], digits: int,
+               exported: list[dict[str, Any]]) -> list[str]:
+    """Each (a, b) of `pairs` at every sigma, adjusted by Holm's method together: one family per metric;
+    each contrast is appended to `exported` (`_exported`) as the document shows it."""
+    cells = {(r["source"], r["sigma"]): r for r in rows if r["metric"] == metric}
     sigmas = list(dict.fromkeys(r["sigma"] for r in rows if r["metric"] == metric))
     sources = {src for src, _ in cells}
     pairs = [(a, b) for a, b in pairs if a in sources and b in sources]
-    compared = {(a, b, sigma): _compared(cells.get((a, sigma), {}), cells.get((b, sigma), {}), metric)
+    compared = {(a, b, sigma): _compared(cells.get((a, sigma), {}).get("values", {}),
+                                         cells.get((b, sigma), {}).get("values", {}), metric)
                 for a, b in pairs for sigma in sigmas}
     adjust(list(compared.values()))
+    exported += [_exported(cmp, cells.get((a, sigma)), cells.get((b, sigma)), metric=metric, a=a, b=b, sigma=sigma)
+                 for (a, b, sigma), cmp in compared.items()]
     out = []
     for a, b in pairs:
         diffs = [(sigma, compared[a, b, sigma]["diff"]) for sigma in sigmas]
@@ -158,6 +179,8 @@ def dose_response_section(rep) -> Section:
         return _not_run(title, rep.inputs.dose_spec)
     rows = _dose_rows(trials)
     rep.exports["dose_response"] = rows
+    contrasts: list[dict[str, Any]] = []
+    rep.exports["dose_response_contrasts"] = contrasts   # filled by _contrasts below, metric by metric
     sigmas = list(dict.fromkeys(r["sigma"] for r in rows))
     lines = [f"Spec `{rep.inputs.dose_spec}` (experiment `{rep.inputs.dose_experiment}`, {len(trials)} finished "
              "trials). The target table of each source is rescaled to σ (`rescale=<σ>`: rows centered, then "
@@ -174,7 +197,7 @@ def dose_response_section(rep) -> Section:
         lines += ["", "Paired differences per σ (paired t, 95%): the semantic effect (GloVe − GloVe_Shuffled) "
                   f"and the distribution effect (GloVe_Shuffled − Xavier). {HOLM_NOTE}", ""]
         lines += _contrasts(rows, metric, [("GloVe", "GloVe_Shuffled"), ("GloVe_Shuffled", "Xavier"),
-                                           ("GloVe", "Xavier")], digits) + [""]
+                                           ("GloVe", "Xavier")], digits, contrasts) + [""]
     return Section(title, lines)
 
 
@@ -213,12 +236,16 @@ def oov_rules_section(rep) -> Section:
     pairs += [("focus", r) for r in rules if "focus" in rules and r not in ("focus", "xavier")]
     lines += ["", "Paired differences (paired t, 95%): each rule against the default `xavier`, then `focus` "
               f"against the other rules. {HOLM_NOTE}", ""]
+    contrasts: list[dict[str, Any]] = []
     for metric, name, _ in OOV_METRICS:
-        vals = {r["rule"]: r["values"] for r in rows if r["metric"] == metric}
-        family = {(a, b): _compared(vals.get(a, {}), vals.get(b, {}), metric) for a, b in pairs}
+        cells = {r["rule"]: r for r in rows if r["metric"] == metric}
+        family = {(a, b): _compared(cells.get(a, {}).get("values", {}), cells.get(b, {}).get("values", {}), metric)
+                  for a, b in pairs}
         adjust(list(family.values()))
         for (a, b), cmp in family.items():
             lines.append(f"- {name}: {compare_text(a, b, cmp, 2 if 'bleu' in metric else 3)}{_mark(cmp)}")
+            contrasts.append(_exported(cmp, cells.get(a), cells.get(b), metric=metric, a=a, b=b))
+    rep.exports["oov_rules_contrasts"] = contrasts
     return Section(title, lines)
 
 
