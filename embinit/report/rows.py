@@ -34,7 +34,10 @@ def summarize(values: list[float], bounds: tuple[float, float] = (-math.inf, mat
     """mean, sample σ, n, the 95% CI half-width and the interval [ci_low, ci_high], the mean and the
     interval clipped to `bounds` (the metric's range: a BLEU of 100.00000000000004 from float rounding
     reads 100), so ci_low <= mean <= ci_high; the CI entries are None where n < 2 and where the values
-    are all equal (a zero-width interval from two equal seeds is no certainty: `comparison.no_spread`)."""
+    are all equal (a zero-width interval from two equal seeds is no certainty: `comparison.no_spread`).
+    Non-finite values (NaN, ±inf: a diverged seed's loss) are left out, as `comparison.paired` leaves them
+    out of a comparison: n counts the finite values, the ones the numbers are computed from."""
+    values = [v for v in values if math.isfinite(v)]
     n = len(values)
     if n == 0:
         return {"n": 0, "mean": None, "std": None, "ci95": None, "ci_low": None, "ci_high": None}
