@@ -163,6 +163,20 @@ def test_verdicts():
     assert verdict({"diff": 1.0, "ci95": None, "n": (1, 1)}, +1).startswith("same direction (n = 1 vs 1")
 
 
+def test_the_findings_legend_reads_intervals_as_verdict_does():
+    """The document's legend says when each verdict is given; `verdict` compares the interval's half-width
+    with the paper's effect, and a directional claim's narrow interval that holds the effect is inconclusive."""
+    from embinit.reproduction.findings import _findings_legend
+    # [-0.8, 1.2] against the paper's -1.5: 2.0 wide in all, half-width 1.0 < 1.5, the effect outside it
+    assert verdict({"diff": 0.2, "ci95": 1.0, "n": (5, 5)}, -1, effect=-1.5).startswith("does not reproduce")
+    # [-1.8, 0.2]: half-width 1.0 < 1.5 too, but it holds both 0 and -1.5
+    assert verdict({"diff": -0.8, "ci95": 1.0, "n": (5, 5)}, -1, effect=-1.5).startswith("inconclusive")
+    legend = _findings_legend()[0]
+    assert "its half-width (the ± of the interval) is larger than the difference the paper reports" in legend
+    assert "it holds both 0 and the paper's difference" in legend
+    assert "the same, and it excludes the paper's difference" in legend
+
+
 def test_table1_rows_beside_the_papers(store):
     _, _, rep, _ = store
     rows = {(r["task"], r["init"]): r for r in rep.exports["table1"]}

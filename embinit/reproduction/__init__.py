@@ -19,7 +19,8 @@ Verdicts compare two inits by a − b with a 95% interval: the paired t interval
 (seeds are paired across inits: one seed, one data order) of the seeds both inits share, Welch's only
 where they share none (`embinit.comparison`, also used by the report).
 "reproduces" when the interval lies on the paper's side of 0, "contradicts" on the other side,
-"inconclusive" when it includes 0 and is wider than the difference the paper reports; every finding is
+"inconclusive" when it includes 0 and its half-width is larger than the difference the paper reports
+(`compare.verdict` has the other readings: on par, does not reproduce); every finding is
 checked on the task metric and on the best validation loss, and a disagreement between them is marked.
 """
 

@@ -27,10 +27,11 @@ def verdict(cmp: dict[str, Any], expected: int, tolerate: bool = False, effect: 
     better"). effect: the size of the difference the paper reports (|a − b| in its tables), or None.
 
     "reproduces": the interval lies on the paper's side of 0; "contradicts": on the other side. An interval
-    across 0 is "inconclusive" when it is wider than the paper's effect (or the paper gives none): it could
-    not have told the paper's effect from 0. An interval across 0 and narrower than the effect is
-    "on par" for a tolerant claim, and "does not reproduce" for a directional one (the paper's effect
-    lies outside it)."""
+    across 0 is "inconclusive" when it is wider than the paper's effect, i.e. its half-width `ci95` exceeds
+    |effect| (or the paper gives none): centred on 0 it would hold the paper's effect, so it could not have
+    told that effect from 0. An interval across 0 whose half-width is at most |effect| is "on par" for a
+    tolerant claim, and for a directional one "does not reproduce" where the paper's effect lies outside it,
+    "inconclusive" where it lies inside."""
     d, ci = cmp["diff"], cmp["ci95"]
     if d is None:
         return "not measured"
