@@ -177,6 +177,20 @@ def test_the_findings_legend_reads_intervals_as_verdict_does():
     assert "the same, and it excludes the paper's difference" in legend
 
 
+def test_a_zero_difference_reads_as_no_difference():
+    """a − b = 0 lies on neither side of 0: not the paper's direction, not the opposite one, with or
+    without an interval; the legend names that reading."""
+    from embinit.reproduction.findings import _findings_legend
+    tied = paired({1: 20.0, 2: 21.0, 3: 22.0}, {1: 20.0, 2: 21.0, 3: 22.0})   # the same value on every seed
+    assert (tied["diff"], tied["ci95"]) == (0.0, None)
+    for expected in (+1, -1):
+        said = verdict(tied, expected)
+        assert said.startswith("no difference (n = 3 vs 3: zero variance") and "direction" not in said
+    across = verdict({"diff": 0.0, "ci95": 1.0, "n": (3, 3)}, -1)
+    assert across == "inconclusive (no difference; the paper gives no effect size)"
+    assert "*no difference* — a − b is 0" in _findings_legend()[0]
+
+
 def test_table1_rows_beside_the_papers(store):
     _, _, rep, _ = store
     rows = {(r["task"], r["init"]): r for r in rep.exports["table1"]}

@@ -31,21 +31,22 @@ def verdict(cmp: dict[str, Any], expected: int, tolerate: bool = False, effect: 
     |effect| (or the paper gives none): centred on 0 it would hold the paper's effect, so it could not have
     told that effect from 0. An interval across 0 whose half-width is at most |effect| is "on par" for a
     tolerant claim, and for a directional one "does not reproduce" where the paper's effect lies outside it,
-    "inconclusive" where it lies inside."""
+    "inconclusive" where it lies inside. Without an interval (one pair, or identical differences) the
+    verdict is the sign of a − b against the paper's and why: "same direction", "opposite direction", or
+    "no difference" where a − b is exactly 0 (neither side of 0, so neither the paper's nor the other);
+    an "inconclusive" names the sign the same way (`_sign_text`)."""
     d, ci = cmp["diff"], cmp["ci95"]
     if d is None:
         return "not measured"
-    same = d * expected > 0
     if ci is None:
         why = cmp.get("reason") if str(cmp.get("reason")).startswith("zero variance") else "no interval"
-        return (("same direction" if same else "opposite direction")
-                + f" (n = {cmp['n'][0]} vs {cmp['n'][1]}: {why})")
+        return f"{_sign_text(d, expected)} (n = {cmp['n'][0]} vs {cmp['n'][1]}: {why})"
     lo, hi = sorted((expected * (d - ci), expected * (d + ci)))   # the interval on the paper's side
     if lo > 0:
         return "reproduces"
     if hi < 0:
         return "contradicts"
-    direction = "same direction" if same else "opposite direction"
+    direction = _sign_text(d, expected)
     if effect is None or ci > abs(effect):
         return f"inconclusive ({direction}; the interval is wider than the paper's effect)" if effect is not None \
             else f"inconclusive ({direction}; the paper gives no effect size)"
@@ -53,6 +54,12 @@ def verdict(cmp: dict[str, Any], expected: int, tolerate: bool = False, effect: 
         return "reproduces (on par: the interval includes 0 and is narrower than the paper's effect)"
     return "does not reproduce (the interval includes 0 and excludes the paper's effect)" \
         if hi < abs(effect) else f"inconclusive ({direction})"
+
+
+def _sign_text(d: float, expected: int) -> str:
+    """a − b = `d` against the paper's sign `expected`: "same direction", "opposite direction", or "no
+    difference" for a d of exactly 0 (on neither side of 0)."""
+    return "no difference" if d == 0 else "same direction" if d * expected > 0 else "opposite direction"
 
 
 def favours(cmp: dict[str, Any], metric: str, said: str, expected: int) -> str:
