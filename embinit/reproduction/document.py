@@ -8,8 +8,9 @@ from embinit.reproduction.beyond import beyond_sections
 from embinit.reproduction.blog import blog_section
 from embinit.reproduction.data import ReproductionData
 from embinit.reproduction.export import Section
-from embinit.reproduction.findings import findings_section, similarity_section
+from embinit.reproduction.findings import findings_section
 from embinit.reproduction.runs import how_it_was_run
+from embinit.reproduction.similarity import similarity_section
 from embinit.reproduction.table4 import table4_section
 from embinit.reproduction.tables import settings, table1, table2, table3
 
