@@ -20,6 +20,7 @@ from embinit.tracking import mlflow_store
 from embinit.reproduction.compare import fmt
 from embinit.reproduction.export import Section
 from embinit.reproduction.inputs import load_trials
+from embinit.reproduction.knn_settings import run_settings, setting_text, settings_text
 from embinit.tracking.run_readers import metric_history
 
 if TYPE_CHECKING:
@@ -31,6 +32,7 @@ SETTINGS = ("d_model", "layers", "tokenizer", "max_len", "batch_size", "lr", "dr
 # dimension of 512 and the GPT-2 tokenizer"); the layers only its code does (configs.py: 6). A run without
 # them (e.g. a small CPU check) is marked, so its score does not read as the post's setup's.
 POST_MODEL = {"d_model": (512, "the post"), "layers": (6, "the post's code"), "tokenizer": ("gpt2", "the post")}
+POST_KNN = (10, "dot")   # the post's code's K and neighbour score (inner product), beside its runs' where they differ
 
 
 @dataclass(frozen=True)
@@ -85,12 +87,16 @@ def _setting_text(k: str, v) -> str:
 
 
 def _run_lines(rep: ReproductionData, run: BlogRun, rows: list) -> list[str]:
-    trials = [t for t in load_trials(run.experiment, rep.uri)[0] if t.status in ("finished", "running")]
+    trials, sweeps = load_trials(run.experiment, rep.uri)
+    trials = [t for t in trials if t.status in ("finished", "running")]
     have = [t for t in trials if any(f"sim/knn_{s}_mean" in t.metrics for s in SCORES)]
     lines = [f"**{run.title}** (`{run.experiment}`, {run.spec}); the post: ~{run.blog_value:.0%} ({run.blog_at}), "
              f"with {_post_model()}", ""]
     if not have:
         return lines + ["No trial of it logged a similarity yet.", ""]
+    knn = list(run_settings(have, sweeps, rep.uri).values())
+    post = f" **(the post's code: {setting_text(POST_KNN)})**" if any(k not in (None, POST_KNN) for k in knn) else ""
+    lines[0] += f"; its runs' KNN: {settings_text(knn)}{post}"
     lines += ["| trial | settings | score | at init | peak (step) | end (step) | the post |", "|---" * 7 + "|"]
     for t in sorted(have, key=lambda t: (t.config.get("seed", 0), t.config.get("emb_seed") or 0)):
         who = f"seed {t.config.get('seed')}, emb_seed {t.config.get('emb_seed', '—')}"
@@ -109,7 +115,8 @@ def _run_lines(rep: ReproductionData, run: BlogRun, rows: list) -> list[str]:
 def blog_section(rep: ReproductionData, runs: tuple[BlogRun, ...] = BLOG_RUNS) -> Section:
     s = Section("The KNN-similarity blog post: its score beside Jaccard")
     s.lines += ["KNN match similarity of two LMs that differ only in their token table's init (`emb_seed`), "
-                "K = 10, inner product, logged over training. `overlap` = |shared neighbours| / K is the "
+                "logged over training, with the K and neighbour measure given per experiment (as the spec of the "
+                "sweep that trained its runs set them). `overlap` = |shared neighbours| / K is the "
                 "score of the post's code and of its published numbers; `jaccard` = |∩| / |∪| is the formula "
                 "its text writes (jaccard = I / (2K − I) ≤ overlap = I / K). The settings follow the post's "
                 "repository (ryankish/DoEmbeddingsConverge, configs/configs.py); the specs say where embinit "

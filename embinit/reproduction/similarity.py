@@ -12,6 +12,7 @@ from embinit.report.table import summarize
 from embinit.reproduction.compare import ci_text, fmt, mean_std
 from embinit.reproduction.export import Section
 from embinit.reproduction.inputs import ROLE_TEXT, ROLES, role_of
+from embinit.reproduction.knn_settings import run_settings, settings_text
 from embinit.tracking.run_readers import metric_history
 
 if TYPE_CHECKING:
@@ -20,11 +21,12 @@ if TYPE_CHECKING:
 
 def similarity_section(rep: ReproductionData) -> Section:
     metric = f"sim/knn_{rep.inputs.similarity_metric}_mean"
-    s = Section("KNN match similarity between seeds (K = 10, inner product)")
-    s.lines += [f"`{metric}`: for every token, the {rep.inputs.similarity_metric} overlap of its 10 nearest "
+    s = Section("KNN match similarity between seeds")
+    s.lines += [f"`{metric}`: for every token, the {rep.inputs.similarity_metric} overlap of its K nearest "
                 "neighbours in two seeds' tables, averaged over tokens; each non-reference seed against the "
-                "reference seed of the same init, logged during training (step 0 = at init). Not reported "
-                "in the paper.", ""]
+                "reference seed of the same init, logged during training (step 0 = at init). K and the "
+                "neighbour measure (inner product or cosine) are given per experiment, as the spec of the sweep "
+                "that trained each run set them (`analyses.similarity`). Not reported in the paper.", ""]
     rows = []
     for g in rep.inputs.groups:
         # one run per seed, as Table 1 counts (a seed trained again under a new key is one pair, not two)
@@ -34,7 +36,8 @@ def similarity_section(rep: ReproductionData) -> Section:
             continue
         hist = {t.run_id: metric_history(rep.uri, t.run_id, metric).points for t in have}
         steps = sorted({st for h in hist.values() for st, _ in h})
-        s.lines += [f"**{g.task}, {g.source}** (`{g.experiment}`)", "",
+        knn = settings_text(run_settings(have, rep.data[g.experiment][1], rep.uri).values())
+        s.lines += [f"**{g.task}, {g.source}** (`{g.experiment}`; {knn})", "",
                     "| init | at init | end of training mean (σ) | n pairs | 95% CI |", "|---|---|---|---|---|"]
         curves = {}
         for role in ROLES:
