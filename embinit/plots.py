@@ -82,6 +82,21 @@ def seed_band(histories: list[dict[int, float]]) -> tuple[list[int], list[float]
     return epochs, [float(np.mean(v)) for v in at], [min(v) for v in at], [max(v) for v in at]
 
 
+def seeds_text(histories: list[dict[int, float]]) -> str:
+    """How many seeds each point of `seed_band`'s mean is over: "mean of 3 seeds", or where seeds stopped
+    early (early stopping, divergence) and later epochs are over fewer, each change after the last epoch
+    of the count before: "mean of 3 seeds; 2 after epoch 7; 1 after epoch 9"."""
+    epochs = sorted({e for h in histories for e in h})
+    counts = [sum(e in h for h in histories) for e in epochs]
+    if not counts:
+        return "no seeds"
+    text = f"mean of {counts[0]} seed{'s' if counts[0] != 1 else ''}"
+    for epoch, before, now in zip(epochs, counts, counts[1:]):
+        if now != before:
+            text += f"; {now} after epoch {epoch}"
+    return text
+
+
 _MARKERS, _LINES = "osD^vPX*", ("-", "--", "-.", ":")
 
 
@@ -93,9 +108,12 @@ def line_style(i: int) -> dict:
 
 def figure1(panels: list[tuple[str, dict[str, list[dict[int, float]]]]], path: Path, title: str) -> Path:
     """One panel per (metric, {init label: seed histories}), side by side (e.g. val/bleu beside
-    val/loss): per init the mean over seeds as a line and the seeds' min-max as a shaded band."""
+    val/loss): per init the mean over seeds as a line and the seeds' min-max as a shaded band, each
+    point over the seeds that logged that epoch; the legend says how many (`seeds_text`: fewer after a
+    seed stopped early). The first panel has the legend, another one too where its counts differ."""
     plt = pyplot()
     fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4), squeeze=False)
+    first_labels = None
     for ax, (metric, by_label) in zip(axes[0], panels):
         for i, (label, histories) in enumerate(by_label.items()):
             histories = [h for h in histories if h]
@@ -104,15 +122,18 @@ def figure1(panels: list[tuple[str, dict[str, list[dict[int, float]]]]], path: P
             epochs, mean, low, high = seed_band(histories)
             style = line_style(i)
             ax.plot(epochs, mean, markersize=4, markerfacecolor="none", **style,
-                    label=f"{label} (mean of {len(histories)} seeds)")
+                    label=f"{label} ({seeds_text(histories)})")
             ax.fill_between(epochs, low, high, color=style["color"], alpha=0.2, linewidth=0)
         ax.set(ylabel=metric, title=metric)
         epoch_axis(ax)
         if metric.endswith("loss"):
             log_axis(ax)
         ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=8)
-    fig.suptitle(f"{title}  (band: min-max over seeds)", fontsize=10)
+        labels = ax.get_legend_handles_labels()[1]
+        if first_labels is None or labels != first_labels:
+            ax.legend(fontsize=8)
+        first_labels = labels if first_labels is None else first_labels
+    fig.suptitle(f"{title}  (band: min-max over the seeds that logged each epoch)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

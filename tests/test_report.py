@@ -252,6 +252,26 @@ def test_seed_band():
     assert epochs == [1, 2] and mean == [2.0, 3.0] and low == [1.0, 2.0] and high == [3.0, 4.0]
 
 
+def test_figure1_says_how_many_seeds_each_point_is_over(tmp_path, monkeypatch):
+    """Each epoch's mean is over the seeds that logged it: after a seed stopped early (early stopping) the
+    later points are over fewer, which the legend said nothing of ("mean of 3 seeds" throughout)."""
+    from types import SimpleNamespace
+
+    from embinit import plots
+    real, closed = plots.pyplot(), []
+    monkeypatch.setattr(plots, "pyplot", lambda: SimpleNamespace(subplots=real.subplots, close=closed.append))
+    full = {e: 1.0 / e for e in range(1, 11)}
+    stopped = [full, full, {e: v for e, v in full.items() if e <= 7}]   # the third seed stopped after epoch 7
+    plots.figure1([("val/bleu", {"Xavier": [full] * 3, "GloVe": stopped}),
+                   ("val/loss", {"Xavier": [full] * 3, "GloVe": [full, {1: 1.0, 2: 0.5}]})], tmp_path / "f.png", "t")
+    (fig,) = closed
+    legends = [[t.get_text() for t in ax.get_legend().get_texts()] if ax.get_legend() else None for ax in fig.axes]
+    real.close(fig)
+    assert legends[0] == ["Xavier (mean of 3 seeds)", "GloVe (mean of 3 seeds; 2 after epoch 7)"]
+    assert legends[1] == ["Xavier (mean of 3 seeds)", "GloVe (mean of 2 seeds; 1 after epoch 2)"]   # counts differ
+    assert plots.seeds_text([{1: 0.0, 2: 0.0}, {1: 0.0}, {1: 0.0}]) == "mean of 3 seeds; 1 after epoch 1"
+
+
 def test_curve_axes_read_as_epochs_and_plain_losses():
     """A 2-epoch curve: ticks at whole epochs only, and a loss that spans less than a decade on its log
     axis labelled as numbers (matplotlib's default writes "6.4x10^0")."""

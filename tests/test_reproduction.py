@@ -191,6 +191,23 @@ def test_a_zero_difference_reads_as_no_difference():
     assert "*no difference* — a − b is 0" in _findings_legend()[0]
 
 
+def test_the_similarity_curve_says_how_many_pairs_each_step_is_over(tmp_path):
+    """The "over training" table averages each step over the pairs that logged it; a pair that stopped
+    early left later steps over fewer pairs, under a row that read as the mean of all of them."""
+    from embinit.reproduction.similarity import similarity_section
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    exp = mlflow_store.ensure_experiment("early", uri)
+    for seed in (1, 2, 3):
+        sim = [(0, 0.1), (100, 0.3)] + ([(200, 0.5 + seed / 10)] if seed < 3 else [])   # seed 3 stopped early
+        _trial(uri, exp, f"x{seed}", "multi30k", "Xavier", seed, {"test/bleu": 20.0}, {"val/loss": 3.0}, sim=sim)
+    rep = Reproduction(uri, Inputs(groups=(Group("early", "multi30k", "GloVe", "GloVe", "a.yaml"),),
+                                   analogy_experiment="none"))
+    text = "\n".join(similarity_section(rep).lines)
+    assert "| Xavier | 0.100 | 0.300 | 0.650 (n = 2) |" in text
+    (row,) = rep.exports["similarity"]
+    assert row["curve_n"] == {"0": 3, "100": 3, "200": 2} and row["end"]["n"] == 3
+
+
 def test_table1_rows_beside_the_papers(store):
     _, _, rep, _ = store
     rows = {(r["task"], r["init"]): r for r in rep.exports["table1"]}

@@ -53,20 +53,31 @@ def similarity_section(rep: ReproductionData) -> Section:
                                                     for t in ts if hist[t.run_id]} for i in (0, -1))
             s.lines.append(f"| {label} | {mean_std(first, 3)} | {mean_std(last, 3)} | {last['n']} | "
                            f"{ci_text(last, 3)} |")
-            curves[label] = {st: statistics.fmean([v for t in ts for s2, v in hist[t.run_id] if s2 == st]
-                                                  or [math.nan])
-                             for st in steps}
+            # each step's mean is over the pairs that logged it: fewer after a pair stopped early
+            at = {st: [v for t in ts for s2, v in hist[t.run_id] if s2 == st] for st in steps}
+            curves[label] = ({st: statistics.fmean(v) if v else math.nan for st, v in at.items()},
+                             {st: len(v) for st, v in at.items()}, sum(bool(hist[t.run_id]) for t in ts))
             rows.append({"task": g.task, "init": label, "at_init": first, "end": last,
-                         "curve": {str(k): v for k, v in curves[label].items()}})
+                         "curve": {str(k): v for k, v in curves[label][0].items()},
+                         "curve_n": {str(k): n for k, n in curves[label][1].items()}})
         if curves and steps:
-            show = steps if len(steps) <= 12 else steps[:: max(1, len(steps) // 10)] + [steps[-1]]
-            show = sorted(set(show))
-            s.lines += ["", "Over training (mean over pairs; columns: optimizer step):", "",
-                        "| init | " + " | ".join(str(x) for x in show) + " |", "|---" * (len(show) + 1) + "|"]
-            for label, c in curves.items():
-                s.lines.append(f"| {label} | " + " | ".join(fmt(c.get(x), 3) for x in show) + " |")
+            s.lines += _over_training(curves, steps)
         s.lines.append("")
     rep.exports["similarity"] = rows
     if not rows:
         s.lines.append(f"No trial logged `{metric}`.")
     return s
+
+
+def _over_training(curves: dict[str, tuple[dict, dict, int]], steps: list[int]) -> list[str]:
+    """The table of each init's mean curve ({label: (mean by step, pairs by step, the init's n pairs)}) at
+    up to ~12 of the steps; a mean over fewer pairs than the init's n gives its n beside it."""
+    show = steps if len(steps) <= 12 else steps[:: max(1, len(steps) // 10)] + [steps[-1]]
+    show = sorted(set(show))
+    lines = ["", "Over training (mean over the pairs that logged each step; columns: optimizer step; a value "
+             "over fewer pairs than the init's n pairs, e.g. after a seed stopped early, gives its n):", "",
+             "| init | " + " | ".join(str(x) for x in show) + " |", "|---" * (len(show) + 1) + "|"]
+    for label, (mean, n, pairs) in curves.items():
+        cells = [fmt(mean[x], 3) + (f" (n = {n[x]})" if 0 < n[x] < pairs else "") if n[x] else "—" for x in show]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return lines
