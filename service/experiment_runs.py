@@ -91,10 +91,11 @@ def trial_counts(exp, uri: str) -> dict[str, int]:
     return out
 
 
-def close_orphans(exp, reason: str, status: str = "FAILED") -> int:
+def close_orphans(exp, reason: str, status: str = "FAILED", tag: str | None = None) -> int:
     """Close what this experiment left RUNNING in MLflow although its driver is gone: its trial runs
     (one that keeps a checkpoint says that a rerun resumes it, and stays resumable) and its sweep
-    (parent) runs. Returns how many trial runs were closed."""
+    (parent) runs, as MLflow `status` with `embinit.status` `tag` (default: failed, cancelled when
+    KILLED). Returns how many trial runs were closed."""
     from embinit.spec import drawn_in
     from embinit.tracking import mlflow_store, run_readers, run_writers
 
@@ -108,6 +109,6 @@ def close_orphans(exp, reason: str, status: str = "FAILED") -> int:
         keys = set(exp.trial_keys)
         orphans = [rec for rec in running if rec.key in keys]
     for rec in orphans:
-        run_writers.close_run(exp.tracking_uri, rec, reason, status)
-    run_writers.close_sweeps(exp_id, exp.tracking_uri, exp.spec_hash, reason, status)
+        run_writers.close_run(exp.tracking_uri, rec, reason, status, tag)
+    run_writers.close_sweeps(exp_id, exp.tracking_uri, exp.spec_hash, reason, status, tag)
     return len(orphans)

@@ -101,10 +101,10 @@ class FakeStore:
             out[status if status in out else "pending"] += 1   # cancelled: to be run again, as the store says
         return out
 
-    def close_orphans(self, exp, reason: str, status: str = "FAILED") -> int:
+    def close_orphans(self, exp, reason: str, status: str = "FAILED", tag: str | None = None) -> int:
         orphans = [k for k in exp.trial_keys if self.cluster.mlflow.get(k) == "running"]
         for key in orphans:
-            self.cluster.mlflow[key] = "failed"
+            self.cluster.mlflow[key] = tag or ("failed" if status == "FAILED" else "cancelled")
         return len(orphans)
 
     def has_experiment(self, name: str) -> bool:

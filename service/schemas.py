@@ -82,7 +82,8 @@ class Trial(BaseModel):
     status: TrialStatus = Field(description="pending (no run yet; cancelled or failed once a cancel or a "
                                             "failure ended the experiment before it started), running, finished, "
                                             "diverged (ran to its end with a non-finite loss: no number), failed, "
-                                            "cancelled, interrupted (Ctrl-C of `embinit run`); a rerun trains all "
+                                            "cancelled, interrupted (Ctrl-C of `embinit run`, or its driver was lost: "
+                                            "it did not fail, and a rerun resumes it); a rerun trains all "
                                             "but finished and diverged ones again")
     label: str | None = None
     seed: int | None = None

@@ -209,10 +209,14 @@ class Reconciler:
 
     def _without_driver(self, exp: Experiment) -> DriverState:
         # Nothing writes to its MLflow runs any more (the API or Ray was killed): close the trial runs and
-        # the sweep runs still RUNNING. A trial that kept a checkpoint stays resumable: resubmitting the
-        # spec (?rerun=true) continues it, in the same run, after its last checkpointed epoch.
-        status = "KILLED" if exp.cancel_requested_at else "FAILED"
-        closed = self.store.close_orphans(exp, "the experiment's Ray driver is gone", status)
+        # the sweep runs still RUNNING, as interrupted (`records.INTERRUPTED`, as `embinit run` closes a
+        # lost driver's: the trials did not fail, so `counts.failed` leaves them out), or cancelled after a
+        # cancel. A trial that kept a checkpoint stays resumable: resubmitting the spec (?rerun=true)
+        # continues it, in the same run, after its last checkpointed epoch.
+        from embinit.tracking.records import INTERRUPTED
+
+        status, tag = ("KILLED", "cancelled") if exp.cancel_requested_at else INTERRUPTED
+        closed = self.store.close_orphans(exp, "interrupted: the experiment's Ray driver is gone", status, tag)
         if closed:
             log.info("experiment %s: closed %d orphaned MLflow runs", exp.id, closed)
         counts = self.store.counts(exp)

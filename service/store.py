@@ -49,7 +49,8 @@ def absolute_sqlite_uri(url: str) -> str:
     return url
 
 
-# Trial states whose run keeps why it stopped (`embinit.error`): failed, cancelled, interrupted by Ctrl-C.
+# Trial states whose run keeps why it stopped (`embinit.error`): failed, cancelled, interrupted (by Ctrl-C, or
+# its driver was lost).
 STOPPED = ("failed", "cancelled", "interrupted")
 
 
@@ -164,9 +165,9 @@ class ResultStore:
         """The experiment's trials by state (`experiment_runs.trial_counts`), read where `_reads` says."""
         return trial_counts(exp, self._reads(exp))
 
-    def close_orphans(self, exp, reason: str, status: str = "FAILED") -> int:
+    def close_orphans(self, exp, reason: str, status: str = "FAILED", tag: str | None = None) -> int:
         """`experiment_runs.close_orphans`: what the experiment's gone driver left RUNNING is closed."""
-        return close_orphans(exp, reason, status)
+        return close_orphans(exp, reason, status, tag)
 
     def has_experiment(self, name: str) -> bool:
         """Whether the MLflow store has an experiment of this name."""

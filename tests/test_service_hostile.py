@@ -275,10 +275,11 @@ def test_a_lost_driver_leaves_no_run_running_and_no_running_count(client, cluste
     runner.lose(driver)  # the API and its local Ray were killed
     after = client.get(exp["status_url"]).json()
     assert after["status"] == "failed"
-    assert cluster.mlflow[keys[1]] == "failed"     # the orphaned MLflow run was closed
-    # the closed run failed (as MLflow says); the trial it never started is cancelled; nothing running or pending
+    assert cluster.mlflow[keys[1]] == "interrupted"     # the orphaned MLflow run was closed
+    # the closed run was interrupted (its driver died, the trial did not fail), as `embinit run` closes it: it
+    # and the trial never started are cancelled, as a cancel at that point reads; nothing running or pending
     assert after["counts"]["running"] == after["counts"]["pending"] == 0
-    assert after["counts"]["failed"] == 1 and after["counts"]["cancelled"] == 1 and after["progress"] == 0.6667
+    assert after["counts"]["failed"] == 0 and after["counts"]["cancelled"] == 2 and after["progress"] == 0.3333
 
 
 def test_a_failed_experiment_counts_nothing_running(client, cluster):

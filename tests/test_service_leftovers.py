@@ -61,10 +61,10 @@ class FullDisk(FakeStore):
 
     space = False
 
-    def close_orphans(self, exp, reason, status="FAILED"):
+    def close_orphans(self, exp, reason, status="FAILED", tag=None):
         if not self.space:
             raise OSError(28, "No space left on device")
-        return super().close_orphans(exp, reason, status)
+        return super().close_orphans(exp, reason, status, tag)
 
 
 def test_closing_is_tried_again_until_the_disk_has_room(settings):

@@ -1,7 +1,8 @@
 """A lost driver's leftovers in a real MLflow store (the API with a fake Ray): the reconciler closes the
-experiment's sweep run as well as its trial runs, and a trial run that kept a checkpoint stays resumable
-(its error says that running the spec again resumes it). Another spec's sweep in the same MLflow
-experiment is left alone."""
+experiment's sweep run as well as its trial runs, as interrupted, as `embinit run` closes a lost driver's
+(`records.INTERRUPTED`: the trials did not fail, so they never count as failed), and a trial run that kept
+a checkpoint stays resumable (its error says that running the spec again resumes it). Another spec's sweep
+in the same MLflow experiment is left alone."""
 
 from __future__ import annotations
 
@@ -54,16 +55,21 @@ def test_a_lost_driver_s_sweep_run_is_closed_and_a_checkpointed_trial_stays_resu
         after = client.get(exp["status_url"]).json()
         assert after["status"] == "failed" and after["counts"]["running"] == 0
 
+        # the two stopped trials did not fail: none counts as failed (they were `failed: 2` before)
+        assert after["counts"]["failed"] == 0 and after["counts"]["cancelled"] == 2
+        rows = {t["run_id"]: t["status"] for t in client.get(f"{exp['status_url']}/trials").json()["items"]}
+        assert rows == {kept.run_id: "interrupted", fresh.run_id: "interrupted"}
+
     c = mlflow_store.client(uri)
     sweep = c.get_run(parent)
-    assert sweep.info.status == "FAILED"
-    assert sweep.data.tags[records.STATUS_TAG] == "failed"
+    # as `embinit run` closes a sweep whose driver it lost (embinit.sweep.guardian, close_dead_sweeps)
+    assert (sweep.info.status, sweep.data.tags[records.STATUS_TAG]) == records.INTERRUPTED == ("KILLED", "interrupted")
     assert "Ray driver is gone" in sweep.data.tags[records.ERROR_TAG]
     assert c.get_run(other).info.status == "RUNNING"       # not this experiment's
     recs = {r.key: r for r in run_readers.trial_records(exp_id, uri)}
-    assert recs[keys[0]].status == "failed" and recs[keys[0]].resume_epoch == 1
+    assert recs[keys[0]].status == "interrupted" and recs[keys[0]].resume_epoch == 1
     assert "running the spec again resumes this run" in recs[keys[0]].error
-    assert recs[keys[1]].status == "failed" and not recs[keys[1]].resumable
+    assert recs[keys[1]].status == "interrupted" and not recs[keys[1]].resumable
     assert records.by_key(recs.values())[keys[0]].run_id == kept.run_id
     assert fresh.run_id == recs[keys[1]].run_id
 
@@ -96,13 +102,13 @@ def test_a_lost_optuna_search_closes_the_trials_it_drew_and_counts_them(tmp_path
 
         after = client.get(exp["status_url"]).json()
         assert after["status"] == "failed"
-        # the closed run failed (MLflow says so); the two draws it never made: cancelled (a failed
-        # experiment starts nothing more, and they never ran)
-        assert after["counts"] == {"pending": 0, "running": 0, "finished": 1, "failed": 1, "reused": 0,
-                                   "cancelled": 2}
+        # the closed run was interrupted, not failed (its driver died, not the trial); with the two draws
+        # it never made: cancelled (a failed experiment starts nothing more)
+        assert after["counts"] == {"pending": 0, "running": 0, "finished": 1, "failed": 0, "reused": 0,
+                                   "cancelled": 3}
         rows = {t["run_id"]: t["status"] for t in client.get(f"{exp['status_url']}/trials").json()["items"]}
-        assert rows[done.run_id] == "finished" and rows[alive.run_id] == "failed" and theirs.run_id not in rows
+        assert rows[done.run_id] == "finished" and rows[alive.run_id] == "interrupted" and theirs.run_id not in rows
     c = mlflow_store.client(uri)
-    assert c.get_run(alive.run_id).info.status == "FAILED"
+    assert c.get_run(alive.run_id).info.status == "KILLED"
     assert "Ray driver is gone" in c.get_run(alive.run_id).data.tags[records.ERROR_TAG]
     assert c.get_run(theirs.run_id).info.status == "RUNNING"   # another spec's trial: not this experiment's

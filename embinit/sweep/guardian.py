@@ -89,6 +89,7 @@ def close_left_open(sweeps: list[dict], how: str | None, returncode: int) -> int
     checkpoints are kept: running the spec again resumes). Returns how many were closed."""
     from embinit.tracking import run_writers
     from embinit.tracking.mlflow_store import client
+    from embinit.tracking.records import INTERRUPTED
     if how is not None:
         reason = interrupted_reason(how)
     else:
@@ -98,7 +99,7 @@ def close_left_open(sweeps: list[dict], how: str | None, returncode: int) -> int
     for sweep in sweeps:
         if client(sweep["uri"]).get_run(sweep["parent"]).info.status != "RUNNING":
             continue   # closed by the driver (or its watcher) after all
-        run_writers.close_orphans(sweep["exp_id"], sweep["runs_uri"], sweep["parent"], reason, "KILLED", "interrupted")
-        run_writers.close_sweep_run(sweep["parent"], sweep["uri"], reason, "KILLED", "interrupted")
+        run_writers.close_orphans(sweep["exp_id"], sweep["runs_uri"], sweep["parent"], reason, *INTERRUPTED)
+        run_writers.close_sweep_run(sweep["parent"], sweep["uri"], reason, *INTERRUPTED)
         n += 1
     return n

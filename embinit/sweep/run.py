@@ -97,7 +97,7 @@ def _close_sweep(exp_id: str, uri: str, parent: str, reason: str, status: str, t
 def _close_abandoned(exp_id: str, uri: str, parent: str, how: str, error: str | None) -> None:
     """embinit.sweep.abandon's closer: interrupted by the signal `how`, or failed with `error` (Ray died)."""
     if error is None:
-        _close_sweep(exp_id, uri, parent, interrupted_reason(how), "KILLED", "interrupted")
+        _close_sweep(exp_id, uri, parent, interrupted_reason(how), *records.INTERRUPTED)
     else:
         _close_sweep(exp_id, uri, parent, f"the sweep failed: {error}", "FAILED", None)
 
@@ -171,7 +171,7 @@ def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = 
         run_writers.close_orphans(exp_id, uri, parent, reason, status="KILLED" if cancelled else "FAILED")
         result = _finish(spec, uri, runs, exp_id, parent, planned, reused, cancelled, t0)
     except KeyboardInterrupt as e:  # Ctrl-C (or SIGTERM, SIGHUP from the command line): not a failure; a rerun resumes
-        _close_sweep(exp_id, uri, parent, interrupted_reason(how_interrupted(e)), "KILLED", "interrupted")
+        _close_sweep(exp_id, uri, parent, interrupted_reason(how_interrupted(e)), *records.INTERRUPTED)
         raise
     except BaseException as e:   # the sweep's run and its unfinished trials say why, then the caller is told
         _close_sweep(exp_id, uri, parent, f"the sweep failed: {error_text(e)}", "FAILED", None,

@@ -76,9 +76,17 @@ RESTARTED_TAG, SUPERSEDED_TAG = "embinit.restarted_from", "embinit.superseded_by
 STATUS_RANK = {"finished": 3, "diverged": 3, "running": 2, "failed": 1, "cancelled": 0, "interrupted": 0}
 
 
+# How a run is closed when its sweep's driver is gone (killed outright, its Ray, node or API lost) or a
+# signal stopped the sweep: the trials did not fail on their own and a rerun resumes them, so they are
+# interrupted (counted as stopped, never as failed), by `embinit run` (its supervisor, its rerun's
+# `run_writers.close_dead_sweeps`) and by the service's reconciler alike: (MLflow status, STATUS_TAG).
+INTERRUPTED = ("KILLED", "interrupted")
+
+
 def run_status(run) -> str:
     """finished | diverged | failed | cancelled | interrupted | running, from MLflow's run status and
-    embinit's tag (a KILLED run is `interrupted` when Ctrl-C stopped its sweep, else `cancelled`)."""
+    embinit's tag (a KILLED run is `interrupted` when a signal stopped its sweep or its driver was lost,
+    `INTERRUPTED`; else `cancelled`)."""
     status = run.info.status
     if status == "FINISHED":
         return "diverged" if run.data.tags.get(STATUS_TAG) == "diverged" else "finished"

@@ -4,8 +4,8 @@ an analysis run, the experiment's description, and closing runs nothing writes t
 A sweep's run is named after its spec; the spec's description is the experiment's (`describe_experiment`);
 a rerun with nothing to train links the spec's last finished sweep run (`run_readers.finished_sweep`)
 instead of adding one. A sweep's parent run is FAILED when none of its trials has a result (all failed),
-KILLED when cancelled; one whose driver was lost is closed FAILED (KILLED) by the service with the reason
-in `embinit.error`.
+KILLED when cancelled; one whose driver was lost is closed as interrupted (`records.INTERRUPTED`), with its
+trial runs still RUNNING, by `embinit run` and by the service alike, with the reason in `embinit.error`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from embinit.tracking import driver_liveness
 from embinit.tracking.driver_liveness import DRIVER_TAG, HEARTBEAT_TAG
 from embinit.errors import EmbinitError
 from embinit.tracking.mlflow_store import client, ensure_experiment, log_batch, metrics_at, resolve_uri, retry
-from embinit.tracking.records import ERROR_TAG, KIND_TAG, N_TRIALS_TAG, SPEC_HASH_TAG, STATUS_TAG, TrialRecord
+from embinit.tracking.records import (ERROR_TAG, INTERRUPTED, KIND_TAG, N_TRIALS_TAG, SPEC_HASH_TAG, STATUS_TAG,
+                                      TrialRecord)
 from embinit.tracking.run_names import NOTE_TAG
 from embinit.tracking.run_readers import sweep_records, trial_records
 from embinit.tracking.run_records import SPEC_ARTIFACT, AnalogyRun
@@ -116,12 +117,14 @@ def close_run(uri: str, rec: TrialRecord, reason: str, status: str = "FAILED", t
     TrialRun(uri, rec.run_id).fail(reason, status=status, tag=tag)
 
 
-def close_sweeps(exp_id: str, uri: str, spec_hash: str, reason: str, status: str = "FAILED") -> int:
-    """Close the sweep (parent) runs of a spec still RUNNING although their driver is gone: MLflow status
-    `status`, `embinit.status` failed (cancelled when KILLED), the reason in `embinit.error`."""
+def close_sweeps(exp_id: str, uri: str, spec_hash: str, reason: str, status: str = "FAILED",
+                 tag: str | None = None) -> int:
+    """Close the sweep (parent) runs of a spec still RUNNING although nothing writes them any more: MLflow
+    status `status`, `embinit.status` `tag` (default: failed, cancelled when KILLED), the reason in
+    `embinit.error`."""
     runs = sweep_records(exp_id, uri, f"tags.`{SPEC_HASH_TAG}` = '{spec_hash}' and attributes.status = 'RUNNING'")
     for run in runs:
-        close_sweep_run(run.run_id, uri, reason, status)
+        close_sweep_run(run.run_id, uri, reason, status, tag)
     return len(runs)
 
 
@@ -139,8 +142,8 @@ def close_dead_sweeps(exp_id: str, uri: str, runs_uri: str | None = None) -> lis
         reason = (f"interrupted (its driver, {driver_liveness.describe(driver)}, ended without closing its runs: "
                   "killed outright, e.g. by SIGKILL or the OOM killer, or unable to write to this store); running "
                   "the same spec again resumes: finished trials are reused")
-        n = close_orphans(exp_id, runs_uri or uri, sweep.run_id, reason, "KILLED", "interrupted")
-        close_sweep_run(sweep.run_id, uri, reason, "KILLED", "interrupted")
+        n = close_orphans(exp_id, runs_uri or uri, sweep.run_id, reason, *INTERRUPTED)
+        close_sweep_run(sweep.run_id, uri, reason, *INTERRUPTED)
         said.append(f"sweep run {sweep.run_id} ({sweep.name}) and {n} trial run(s) of it were RUNNING, but its driver "
                     f"({driver_liveness.describe(driver)}) is gone: closed as interrupted")
     return said
