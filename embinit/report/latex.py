@@ -28,6 +28,7 @@ from typing import Any
 from embinit.comparison import higher_is_better
 from embinit.report.formatting import decimals, is_fraction, number
 from embinit.report.notes import row_name, selected_on_dev
+from embinit.tracking.run_names import value_text
 
 _SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
             "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
@@ -147,7 +148,7 @@ def _caption(experiment: str, rows: list[dict[str, Any]], baseline: str, usual_n
     points = {(r["init"], r["task"]): r["point"] for r in rows if r.get("point")}
     if points:
         chosen = "; ".join(f"{escape(init)} on {escape(task)}: " + escape(", ".join(
-            f"{k}={v}" for k, v in point.items())) for (init, task), point in points.items())
+            f"{k}={value_text(v)}" for k, v in point.items())) for (init, task), point in points.items())
         parts.append(f"Best search point per init: {chosen}.")
     tables = {(r["init"], r["task"]): r["tables"] for r in rows if r.get("tables")}
     if tables:

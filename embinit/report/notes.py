@@ -11,13 +11,14 @@ import json
 from typing import Any
 
 from embinit.report.plots import setting_text
+from embinit.tracking.run_names import value_text
 
 
 def row_name(r: dict[str, Any], point: bool = True) -> str:
     """The init with its axes, search point (unless `point` is False) and differing settings, as the
-    markdown tables show it."""
-    init = r["init"] + "".join(f" {k}={v}" for k, v in r["axes"].items())
-    init += "".join(f" [{k}={v}]" for k, v in r["point"].items()) if point else ""
+    markdown tables show it; values as run names write them (`run_names.value_text`)."""
+    init = r["init"] + "".join(f" {k}={value_text(v)}" for k, v in r["axes"].items())
+    init += "".join(f" [{k}={value_text(v)}]" for k, v in r["point"].items()) if point else ""
     return init + setting_text(json.dumps(r["setting"]))
 
 

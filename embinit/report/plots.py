@@ -11,12 +11,13 @@ from typing import Any
 
 from embinit.config import within
 from embinit.task_registry import curve_metric, loss_metric
-from embinit.tracking.run_names import short
+from embinit.tracking.run_names import short, value_text
 from embinit.tracking.run_readers import metric_histories
 
 
 def setting_text(setting: str) -> str:
-    return "".join(f" {{{k}={short(v)}}}" for k, v in json.loads(setting).items())
+    """The settings a row differs in (JSON), ` {name=value}` each, values as run names write them."""
+    return "".join(f" {{{k}={short(value_text(v))}}}" for k, v in json.loads(setting).items())
 
 
 def label_order(label: str) -> tuple:

@@ -10,13 +10,24 @@ from embinit.errors import EmbinitError
 NOTE_TAG = "mlflow.note.content"  # MLflow's UI shows an experiment's (or run's) description from this tag
 
 
+def value_text(value: Any) -> str:
+    """A setting's value (an axis's, a search point's) as run names, the report and its notes all write it:
+    a float to 6 significant digits (an Optuna point's `lr` 0.000123456789 is 0.000123457) that keeps its
+    decimal point (0.0, 1.0, 0.1, 0.0001, 0.0003, 1e-05), as the run's params and the spec write it;
+    anything else (an int, a bool, a string) as `str`."""
+    if not isinstance(value, float):
+        return str(value)
+    text = f"{value:.6g}"
+    return text + ".0" if text.lstrip("-").isdigit() else text
+
+
 def trial_setting(axes: dict[str, Any] | None, point: dict[str, Any] | None) -> str:
     """What tells a trial from its siblings of one label and seed: its axes' values, then its search
     point's, as the `embinit.group` tag holds them, `name=value` joined by commas
     (`train_embeddings=False,pos_encoding=True`, `lr=0.001,dropout=0.1`); empty for a trial of neither.
-    Floats to 6 significant digits (an Optuna point's `lr`), values past 40 characters cut at the front."""
+    Values as `value_text` writes them, past 40 characters cut at the front."""
     values = {**(axes or {}), **(point or {})}
-    return ",".join(f"{k}={short(f'{v:.6g}' if isinstance(v, float) else v)}" for k, v in values.items())
+    return ",".join(f"{k}={short(value_text(v))}" for k, v in values.items())
 
 
 def trial_run_name(label: str, seed: Any, axes: dict[str, Any] | None = None,
