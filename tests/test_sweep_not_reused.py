@@ -148,3 +148,43 @@ def test_a_changed_file_is_named_by_its_content_never_by_a_field_outside_the_key
     finally:
         for name in list(DEFINED):
             unregister(name)
+
+
+def test_long_values_alike_where_they_are_cut_are_shown_around_their_difference(tmp_path):
+    """A value past 40 characters was cut (a path at its start, anything else at its end) whatever the other
+    value was: two data folders with one long tail read as one path whose content changed, two task
+    definitions alike in their first 37 characters read `{"columns": ... → {"columns": ...`. Now both are cut
+    around their first difference."""
+    import shutil
+    from embinit.task_registry import DEFINED, unregister
+    from tests.test_task_defs import IMDB, imdb_folder, write_csv
+
+    def spec(folder, **definition):
+        return load_spec({"name": "own", "define_tasks": {"imdb": {**IMDB, **definition}},
+                          "tasks": [{"task": "imdb", "data_dir": str(folder)}], "inits": ["xavier"], "seeds": 2})
+    tail = "shared-corpora/sentiment-reviews/english"
+    try:
+        first = tmp_path / "run-1" / tail
+        first.mkdir(parents=True)
+        imdb_folder(first)
+        recs = _finished(spec(first).plan())
+        second = tmp_path / "run-2" / tail
+        shutil.copytree(first, second)
+        write_csv(second / "imdb" / "train.csv", [("a changed sentence here", "positive")] * 24)
+        (line,) = notice_lines("own", spec(second).plan(), recs)
+        shown = line.partition("the content of data_dir (")[2]
+        assert "/run-1/shared-corpora/" in shown.partition(" → ")[0], line
+        assert "/run-2/shared-corpora/" in shown.partition(" → ")[2], line
+        (line,) = notice_lines("own", spec(first, max_len=IMDB["max_len"] + 1).plan(), recs)
+        assert f'"max_len": {IMDB["max_len"]}, ' in line and f'"max_len": {IMDB["max_len"] + 1}, ' in line, line
+    finally:
+        for name in list(DEFINED):
+            unregister(name)
+
+
+def test_floats_alike_to_six_digits_are_shown_in_full():
+    plan = _spec("sqlite:///unused.db", lr=0.1234562).plan()
+    (line,) = notice_lines("edited", plan, [_record(0, {**plan[0].config, "lr": 0.1234561})])
+    assert line.endswith("differs from this spec's in lr (0.1234561 → 0.1234562)"), line
+    (line,) = notice_lines("edited", plan, [_record(0, {**plan[0].config, "lr": 0.1})])
+    assert line.endswith("differs from this spec's in lr (0.1 → 0.123456)"), line

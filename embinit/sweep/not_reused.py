@@ -22,11 +22,13 @@ from embinit.config import CODE_VERSION, TrialConfig
 from embinit.file_inputs import PREFIX
 from embinit.path_keys import FILE_FIELDS
 from embinit.tracking.records import RESULT, TrialRecord, by_key
+from embinit.tracking.run_names import value_text
 
 GROUPS_SHOWN = 4   # groups of differing fields listed; the others are counted
 FIELDS_SHOWN = 4   # differing fields named per group
 PAIRS_SHOWN = 3    # (old -> new) value pairs shown per field
 VALUE_CHARS = 40   # a value longer than this (an `extras` mapping, a task definition) is cut
+DIFF_CONTEXT = 16  # characters shown before the first difference of two long values a plain cut shows alike
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -121,23 +123,52 @@ def not_reused(plan, recs: list[TrialRecord]) -> dict[tuple[str, ...], list[dict
     return dict(sorted(groups.items(), key=lambda kv: -len(kv[1])))
 
 
-def _value(v: Any) -> str:
-    """A value as a researcher wrote it: `0.15`, not `0.15000000000000002`; a long one cut (a file input's
-    path: its end)."""
-    if isinstance(v, FileInput):   # a path's end tells it apart
-        text = "unset" if v.path is None else str(v.path)
-        return text if len(text) <= VALUE_CHARS else "..." + text[3 - VALUE_CHARS:]
+def _text(v: Any) -> str:
+    """A value in full as a researcher wrote it: `0.15`, not `0.15000000000000002` (`run_names.value_text`);
+    a file input's path."""
+    if isinstance(v, FileInput):
+        return "unset" if v.path is None else str(v.path)
     if isinstance(v, float):
-        return f"{v:.6g}"
-    text = "unset" if v is None else v if isinstance(v, str) else json.dumps(v, sort_keys=True, default=str)
-    return text if len(text) <= VALUE_CHARS else text[:VALUE_CHARS - 3] + "..."
+        return value_text(v)
+    return "unset" if v is None else v if isinstance(v, str) else json.dumps(v, sort_keys=True, default=str)
+
+
+def _value(v: Any) -> str:
+    """`_text`, a long one cut: a file input's path keeps its end (which tells paths apart), anything else
+    its start."""
+    text = _text(v)
+    if len(text) <= VALUE_CHARS:
+        return text
+    return "..." + text[3 - VALUE_CHARS:] if isinstance(v, FileInput) else text[:VALUE_CHARS - 3] + "..."
+
+
+def _around(text: str, at: int) -> str:
+    """`text` cut to about VALUE_CHARS characters from a little before position `at`."""
+    if len(text) <= VALUE_CHARS:
+        return text
+    start = max(0, at - DIFF_CONTEXT)
+    body = text[start:start + VALUE_CHARS - 6]
+    return ("..." if start else "") + body + ("..." if start + len(body) < len(text) else "")
+
+
+def _pair(old: Any, new: Any) -> str:
+    """`old → new`, each as `_value` shows it; where that cut would show two differing values alike (two long
+    paths with one end, two task definitions alike in their first characters, floats alike to 6 significant
+    digits), both are cut around their first difference instead, floats shown in full."""
+    a, b = _value(old), _value(new)
+    full = (repr(old), repr(new)) if isinstance(old, float) and isinstance(new, float) else (_text(old), _text(new))
+    if a == b and full[0] != full[1]:
+        at = next((i for i, (x, y) in enumerate(zip(*full)) if x != y), min(map(len, full)))
+        a, b = (_around(text, at) for text in full)
+    return f"{a} → {b}"
 
 
 def _field(name: str, whys: list[dict]) -> str:
-    """`epochs (8 → 9)`: a field with its distinct (old → new) pairs, a few shown."""
+    """`epochs (8 → 9)`: a field with its distinct (old → new) pairs, a few shown; a file input whose path
+    is the same (its content differs) shows the path once."""
     content = all(isinstance(v, FileInput) for w in whys for v in w[name])   # same path or not: its bytes
-    pairs = list(dict.fromkeys(_value(w[name][1]) if content and _value(w[name][0]) == _value(w[name][1])
-                               else f"{_value(w[name][0])} → {_value(w[name][1])}" for w in whys))
+    pairs = list(dict.fromkeys(_value(w[name][1]) if content and _text(w[name][0]) == _text(w[name][1])
+                               else _pair(*w[name]) for w in whys))
     more = ", ..." if len(pairs) > PAIRS_SHOWN else ""
     return f"{'the content of ' if content else ''}{name} ({', '.join(pairs[:PAIRS_SHOWN])}{more})"
 
