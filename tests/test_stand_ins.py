@@ -47,3 +47,20 @@ def test_report_completeness_and_reproduction_choose_the_same_run():
     assert {t.run_id for t in rep.seed_slots(group, "P")} == chosen
     assert [t.run_id for t in rep.main_trials(group, "P")] == ["retry-1"]
 
+
+
+def test_table4_takes_the_newest_run_of_each_seed_by_the_same_rule():
+    """Table 4's analogy runs have no status or start of their own (the start is MLflow's run info):
+    `table4_runs.select` takes the newest run of each seed (of equal starts, the later read) through
+    `stand_ins` with their start and one rank, not a copy of the rule."""
+    from embinit.reproduction.table4_runs import select
+    from embinit.tracking.run_records import AnalogyRun
+
+    runs = [AnalogyRun((), {"seed": seed}, run_id=run_id, name=run_id)
+            for run_id, seed in (("s0-new", 0), ("s1-tie-a", 1), ("s0-old", 0), ("s1-tie-b", 1), ("s2", 2))]
+    started = {"s0-new": 9, "s0-old": 1, "s1-tie-a": 5, "s1-tie-b": 5, "s2": 0}
+    chosen = select(runs, started, {})
+    assert [r.run_id for r in chosen.runs] == ["s0-new", "s1-tie-b", "s2"]
+    assert len(chosen.repeated) == 2 and not chosen.other_configs
+    same = records.stand_ins(runs, lambda r: str(r.seed), start=lambda r: started[r.run_id], strength=lambda r: 0)
+    assert sorted(r.run_id for r in same.values()) == [r.run_id for r in chosen.runs]

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import Any
 
+from embinit.tracking.records import stand_ins
 from embinit.tracking.run_records import AnalogyRun
 
 FILE_PARAMS = ("embeddings", "questions", "vocab")   # compared by file name
@@ -79,9 +80,9 @@ def select(results: list[AnalogyRun], started: dict[str, int], want: dict[str, A
         return (_matches(json.loads(text), want), len({str(r.seed) for r in runs}),
                 max(started.get(r.run_id, 0) for r in runs))
     chosen = max(by_config, key=rank)
-    newest: dict[str, AnalogyRun] = {}
-    for r in by_config[chosen]:
-        newest[str(r.seed)] = r   # a later run of the seed replaces an earlier one
+    # the newest run of each seed: the rule that picks a trial's run (records.stand_ins), all of equal rank
+    newest = stand_ins(by_config[chosen], lambda r: str(r.seed), start=lambda r: started.get(r.run_id, 0),
+                       strength=lambda r: 0)
     kept = {r.run_id for r in newest.values()}
     repeated = [f"run '{r.name}' ({r.run_id}): seed {r.seed} again; the newest run of that seed, "
                 f"'{newest[str(r.seed)].name}' ({newest[str(r.seed)].run_id}), counts"

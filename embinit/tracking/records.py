@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Callable, Hashable, Iterable
+from typing import Any, Callable, Hashable, Iterable, TypeVar
 
 # Tags of a trial's child run (see embinit.tracking.trial_run for the whole layout).
 KEY_TAG, LABEL_TAG, STATUS_TAG = "embinit.trial_key", "embinit.label", "embinit.status"
@@ -210,17 +210,23 @@ def rank(rec: TrialRecord) -> tuple[int, bool]:
     return STATUS_RANK[rec.status], rec.resumable
 
 
-def stand_ins(records: Iterable[TrialRecord], slot: Callable[[TrialRecord], Hashable] = lambda r: r.key
-              ) -> dict[Hashable, TrialRecord]:
+R = TypeVar("R")
+
+
+def stand_ins(records: Iterable[R], slot: Callable[[R], Hashable] = lambda r: r.key, *,
+              start: Callable[[R], int] = lambda r: r.start_ms,
+              strength: Callable[[R], Any] = rank) -> dict[Hashable, R]:
     """slot -> the record that stands for it, the one rule every reader uses (`slot(record)` names the
     slot: the trial key by default; the report's (search point, seed), completeness's planned trial, the
     reproduction's seed). The highest `rank` wins; among equal ranks the newest (the latest `start_ms`),
-    and among equal starts the later in `records`. Slots in the order of their oldest record."""
-    chosen: dict[Hashable, TrialRecord] = {}
-    for rec in sorted(records, key=lambda r: r.start_ms):   # stable: equal starts keep their order
+    and among equal starts the later in `records`. Slots in the order of their oldest record. `start` and
+    `strength` say where a record that is no trial record keeps its start and its rank: Table 4's analogy
+    runs (`embinit.reproduction.table4_runs`, all finished: the newest run of each seed) pass theirs."""
+    chosen: dict[Hashable, R] = {}
+    for rec in sorted(records, key=start):   # stable: equal starts keep their order
         name = slot(rec)
         old = chosen.get(name)
-        if old is None or rank(rec) >= rank(old):
+        if old is None or strength(rec) >= strength(old):
             chosen[name] = rec
     return chosen
 
