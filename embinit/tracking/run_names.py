@@ -12,13 +12,10 @@ NOTE_TAG = "mlflow.note.content"  # MLflow's UI shows an experiment's (or run's)
 
 def value_text(value: Any) -> str:
     """A setting's value (an axis's, a search point's) as run names, the report and its notes all write it:
-    a float to 6 significant digits (an Optuna point's `lr` 0.000123456789 is 0.000123457) that keeps its
-    decimal point (0.0, 1.0, 0.1, 0.0001, 0.0003, 1e-05), as the run's params and the spec write it;
-    anything else (an int, a bool, a string) as `str`."""
-    if not isinstance(value, float):
-        return str(value)
-    text = f"{value:.6g}"
-    return text + ".0" if text.lstrip("-").isdigit() else text
+    a float to 6 significant digits (an Optuna point's `lr` 0.000123456789 is 0.000123457; 0.0 is 0, 0.1
+    is 0.1, 1e-05 is 1e-05), as run names always have, so that a new seed's `embinit.cell` tag pools with
+    those of the runs already stored; anything else (an int, a bool, a string) as `str`."""
+    return f"{value:.6g}" if isinstance(value, float) else str(value)
 
 
 def trial_setting(axes: dict[str, Any] | None, point: dict[str, Any] | None) -> str:
