@@ -13,7 +13,7 @@ from embinit.config import TrialConfig
 from embinit.errors import EmbinitError
 from embinit.init import table as init_build
 from embinit.sweep.work import Unit, WorkItem
-from embinit.sweep.warmup import distinct_configs, prepare_configs, prepare_units
+from embinit.sweep.warmup import distinct_configs, prepare_configs, prepare_on_ray, prepare_units
 from embinit.tasks import load as task_load
 from embinit.tasks.synthetic import LEXICON
 from embinit.train import run_trial
@@ -182,7 +182,8 @@ def _execute_with_fake_ray(monkeypatch, address, cache_dir, ray_start=None, **sp
         configs = [TrialConfig.from_dict(t.config) for u in units for t in u.trials]
         return prepare_configs(configs, cache_dir, *([stop] if stop is not None else []))
     monkeypatch.setattr(warmup, "prepare_units", prepare_units)
-    monkeypatch.setattr(warmup, "prepare_on_ray", lambda units, cache_dir=None: seen.setdefault("warmup", "ray task"))
+    monkeypatch.setattr(warmup, "prepare_on_ray",
+                        lambda units, cache_dir=None, say=None: seen.setdefault("warmup", "ray task"))
     monkeypatch.setattr(run, "RayRuntime", FakeRay)
     monkeypatch.setattr(gpu_share, "check_on_ray", lambda gpus: None)
     monkeypatch.setattr(tune_run, "run_tune", lambda job, units: seen.setdefault("tuned", len(units)) and False)
@@ -273,3 +274,31 @@ def test_a_stopped_write_of_an_init_cache_leaves_no_tmp(monkeypatch, tmp_path, w
             monkeypatch.setattr(np, "savez", lambda file, **kw: stopped(None, file))
             focus._save(tmp_path / "entry.npz", np.zeros((1, 2)), np.zeros(1, dtype=bool))
     assert list(tmp_path.iterdir()) == []
+
+
+def test_preparing_on_a_busy_cluster_says_what_it_waits_for(ray_local):
+    """On a cluster whose CPUs other jobs' trials hold, the preparation task waits for one, and the sweep
+    printed nothing meanwhile (for minutes, while another sweep's trials ran): it now says what it waits
+    for, then prepares once a CPU frees."""
+    import ray
+    release = threading.Event()
+
+    @ray.remote(num_cpus=1)
+    class Holder:   # another job's trial, holding a CPU until told
+        def hold(self):
+            return True
+    holders = [Holder.remote() for _ in range(2)]
+    ray.get([h.hold.remote() for h in holders])   # both CPUs held
+    notes = []
+    timer = threading.Timer(1.5, lambda: ([ray.kill(h) for h in holders], release.set()))
+    timer.start()
+    try:
+        assert prepare_on_ray([], None, notes.append, note_after_s=0.3) == {"prepared": 0, "skipped": []}
+    finally:
+        timer.cancel()
+    assert release.is_set()   # it finished only once a CPU was freed
+    assert notes == ["preparing the data waits for a free CPU on the Ray cluster (2 CPUs, 0 free: other "
+                     "jobs' trials hold them); the sweep's trials start after it"]
+    notes.clear()   # with a CPU free and a quick preparation: nothing to say
+    assert prepare_on_ray([], None, notes.append, note_after_s=5) == {"prepared": 0, "skipped": []}
+    assert notes == []

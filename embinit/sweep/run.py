@@ -231,11 +231,19 @@ def _execute(job: TuneJob, units: list[Unit]) -> bool:
             check_on_ray(spec.resources.gpus)       # several trials per GPU without MPS: say so once
             if spec.execution.trainer != "noop":    # the noop trainer reads no data
                 # tokenize / align once, before the fan-out
-                warm.result() if warm is not None else prepare_on_ray(units, spec.cache_dir)
+                warm.result() if warm is not None else prepare_on_ray(units, spec.cache_dir, _note(job))
             return run_tune(job, units)
     finally:   # however this ends (Ray's start failed, Ctrl-C, ...): no warm-up goes on without the sweep
         if warm is not None:
             warm.stop()
+
+
+def _note(job):
+    """Where the sweep says a line before its trials' progress (stderr, with `[embinit]`), or None when
+    it shows no progress."""
+    if job.progress is not True:
+        return None
+    return lambda text: print(f"[embinit] {text}", file=sys.stderr, flush=True)
 
 
 def _starts_local_ray(address: str | None) -> bool:

@@ -24,7 +24,7 @@ import ctypes
 import dataclasses
 import threading
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, Callable
 
 from embinit.errors import EmbinitError
 
@@ -73,10 +73,29 @@ def prepare_units(units: list, cache_dir=None, stop: threading.Event | None = No
     return prepare_configs([TrialConfig.from_dict(t.config) for u in units for t in u.trials], cache_dir, stop)
 
 
-def prepare_on_ray(units: list, cache_dir=None) -> dict[str, Any]:
-    """Run `prepare_units` as one Ray task (one CPU), so it reads the files where the workers do."""
+# how long the preparation task may wait for a CPU of a cluster before the sweep says what it waits for
+WAIT_NOTE_S = 10.0
+
+
+def prepare_on_ray(units: list, cache_dir=None, say: Callable[[str], None] | None = None,
+                   note_after_s: float = WAIT_NOTE_S) -> dict[str, Any]:
+    """Run `prepare_units` as one Ray task (one CPU), so it reads the files where the workers do. On a
+    cluster whose CPUs other jobs' trials hold, the task waits for one, and the sweep would print nothing
+    meanwhile (it has not begun a trial): not done after `note_after_s`, `say` is told what it waits for."""
     import ray
-    return ray.get(ray.remote(num_cpus=1, num_gpus=0)(prepare_units).remote(units, cache_dir))
+    ref = ray.remote(num_cpus=1, num_gpus=0)(prepare_units).remote(units, cache_dir)
+    ready, _ = ray.wait([ref], timeout=note_after_s)
+    if not ready and say is not None:
+        say(waiting_note(ray.available_resources().get("CPU", 0.0), ray.cluster_resources().get("CPU", 0.0)))
+    return ray.get(ref)
+
+
+def waiting_note(free: float, total: float) -> str:
+    """What a sweep says while its preparation (one CPU) has not finished after `WAIT_NOTE_S`."""
+    if free >= 1:   # it holds a CPU: the work itself is long (a large corpus, many pretrained tables)
+        return "still preparing the data (tokenizing, aligning pretrained rows) before the first trial"
+    return (f"preparing the data waits for a free CPU on the Ray cluster ({total:g} CPUs, "
+            f"{max(free, 0):g} free: other jobs' trials hold them); the sweep's trials start after it")
 
 
 class WarmupStopped(BaseException):
