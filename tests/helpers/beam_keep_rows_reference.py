@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import torch
 
-from embinit.train.decoding import (BOS_ID, EOS_CHECK_EVERY, EOS_ID, PAD_ID, _no_specials, _strip,
-                                    length_penalty, row_caps)
+# the per-step pieces the change left as they were (choosing live candidates, finishing hypotheses) are the
+# module's own: only the batch's handling of stopped rows differs
+from embinit.train.decoding import (BOS_ID, EOS_CHECK_EVERY, EOS_ID, PAD_ID, _first_live, _no_specials, _rows,
+                                    _set_aside, _strip, length_penalty, row_caps)
 
 
 def beam_search(model, src: torch.Tensor, beam: int, alpha: float = 0.6) -> list[list[int]]:
@@ -57,27 +59,3 @@ def beam_search(model, src: torch.Tensor, beam: int, alpha: float = 0.6) -> list
         last = tok.masked_fill(~held, PAD_ID).view(-1, 1)
     return [_strip(row) for row in best["tokens"].tolist()]
 
-
-def _rows(live: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
-    """The tokens [B, K, T] of each row's live hypotheses `slots` [B, K]."""
-    return live.gather(1, slots[..., None].expand(-1, -1, live.shape[2]))
-
-
-def _first_live(top_s, parent, tok, ok, beam: int):
-    """The first `beam` candidates (best first) where `ok`: their scores, parent slots and tokens, and
-    which slots hold one; an empty slot has score -inf, parent 0 and token pad."""
-    pick = torch.argsort((~ok).to(torch.uint8), dim=1, stable=True)[:, :beam]
-    held = ok.gather(1, pick)
-    return (top_s.gather(1, pick).masked_fill(~held, float("-inf")), parent.gather(1, pick).masked_fill(~held, 0),
-            tok.gather(1, pick).masked_fill(~held, PAD_ID), held)
-
-
-def _set_aside(best: dict, scores: torch.Tensor, ok: torch.Tensor, hyps: torch.Tensor, penalty) -> None:
-    """Finish the hypotheses `hyps` [B, K, T] where `ok`, scored `scores` / `penalty`: a row's best so far
-    gives way only to a strictly better one, so of equal scores the first finished (earlier step, then
-    better rank) stays."""
-    norm = torch.where(ok, scores.double() / penalty, float("-inf"))
-    top, idx = norm.max(dim=1)                             # max returns the first of equal maxima
-    better = top > best["score"]
-    best["score"] = torch.where(better, top, best["score"])
-    best["tokens"] = torch.where(better[:, None], _rows(hyps, idx[:, None])[:, 0], best["tokens"])
