@@ -137,14 +137,15 @@ def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = 
     # where the trial runs are read and written: the server's database itself, when given and checked
     store_uri = check_store_behind(uri, store_uri, name, exp_id) if store_uri else None
     runs = store_uri or uri
+    say = _sayer(progress)
     for line in run_writers.close_dead_sweeps(exp_id, uri, runs):   # an earlier driver killed outright
-        if progress is True:
-            print(f"[embinit] {line}", file=sys.stderr, flush=True)
+        if say:
+            say(line)
     done = run_readers.trial_records(exp_id, runs, "FINISHED")   # read once: the keys reused, and those not
     finished = set(run_readers.finished_keys(exp_id, runs, done))
-    if progress is True and not spec.drawn:   # an Optuna search's keys are drawn while it runs
+    if say and not spec.drawn:   # an Optuna search's keys are drawn while it runs
         for line in notice_lines(name, planned, done):   # a spec edited since: its earlier trials retrain
-            print(f"[embinit] {line}", file=sys.stderr, flush=True)
+            say(line)
     units, reused = units_to_run(spec, finished, planned)
     linked = _earlier_sweep(spec, units, exp_id, uri)
     if linked is not None:  # nothing to train: no new, empty sweep run
@@ -213,6 +214,7 @@ def _execute(job: TuneJob, units: list[Unit]) -> bool:
     if not units:
         return False
     from embinit.sweep.warmup import prepare_here, prepare_on_ray
+    say = _sayer(job.progress)
     warm = None   # a Ray started here for this machine alone: the warm-up runs beside it while it starts
     if _starts_local_ray(job.address):
         check_fits_machine(spec.resources)   # a sure misfit: said before any data work
@@ -225,23 +227,23 @@ def _execute(job: TuneJob, units: list[Unit]) -> bool:
             if spec.execution.fuses(spec.resources.gpus):   # groups for the slots this cluster has
                 slots = parallel_slots(spec.resources.cpus, spec.resources.gpus, spec.max_concurrent)
                 units = fused_units(units, spec.execution, slots)
-            elif spec.execution.fuse == "auto" and job.progress is True:
-                print(f"[embinit] {CPU_NOTE}", file=sys.stderr, flush=True)
+            elif spec.execution.fuse == "auto" and say:
+                say(CPU_NOTE)
             units = pack_units(units, spec.execution.trials_per_unit)
             check_on_ray(spec.resources.gpus)       # several trials per GPU without MPS: say so once
             if spec.execution.trainer != "noop":    # the noop trainer reads no data
                 # tokenize / align once, before the fan-out
-                warm.result() if warm is not None else prepare_on_ray(units, spec.cache_dir, _note(job))
+                warm.result() if warm is not None else prepare_on_ray(units, spec.cache_dir, say)
             return run_tune(job, units)
     finally:   # however this ends (Ray's start failed, Ctrl-C, ...): no warm-up goes on without the sweep
         if warm is not None:
             warm.stop()
 
 
-def _note(job):
-    """Where the sweep says a line before its trials' progress (stderr, with `[embinit]`), or None when
-    it shows no progress."""
-    if job.progress is not True:
+def _sayer(progress) -> Callable[[str], None] | None:
+    """How the sweep says a line besides its trials' progress (stderr, after `[embinit]`) when it prints its
+    progress (`progress` True); None when it does not (a callable sink, or False)."""
+    if progress is not True:
         return None
     return lambda text: print(f"[embinit] {text}", file=sys.stderr, flush=True)
 
