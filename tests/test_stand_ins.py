@@ -29,6 +29,20 @@ def test_the_rule_status_then_resumable_then_newest():
     assert list(by_seed) == [0] and by_seed[0].run_id == "fin-old"   # finished beats every other status
 
 
+
+def test_an_interruption_after_a_failure_speaks_for_the_key():
+    """Failed and interrupted rank alike, so the newer attempt stands: a key whose run failed and whose
+    next attempt was interrupted (its sweep stopped, its driver lost; a rerun resumes it) shows
+    `interrupted`, not the old failure's error; the other way round the newer failure stands. A
+    resumable run still beats one that is not, and a cancellation stays below both."""
+    recs = [_rec("fail-old", "a", "failed", 1), _rec("intr-new", "a", "interrupted", 2),
+            _rec("intr-old", "b", "interrupted", 1), _rec("fail-new", "b", "failed", 2),
+            _rec("intr-kept", "c", "interrupted", 1, resume=3), _rec("fail-newer", "c", "failed", 2),
+            _rec("fail", "d", "failed", 1), _rec("cancel-new", "d", "cancelled", 2),
+            _rec("intr", "e", "interrupted", 1), _rec("cancel-newer", "e", "cancelled", 2)]
+    chosen = {k: r.run_id for k, r in records.stand_ins(recs).items()}
+    assert chosen == {"a": "intr-new", "b": "fail-new", "c": "intr-kept", "d": "fail", "e": "intr"}
+
 def test_report_completeness_and_reproduction_choose_the_same_run():
     """Seed 0 finished under an older key and diverged under a newer one (a rerun after a code version
     bump); seed 1 failed, then finished on a retry under another key. Each reader takes the newer result

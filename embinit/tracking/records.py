@@ -71,9 +71,11 @@ CHECKPOINT_TAG, RESUMED_TAG = "embinit.checkpoint_epoch", "embinit.resumed_after
 RESTARTED_TAG, SUPERSEDED_TAG = "embinit.restarted_from", "embinit.superseded_by"
 
 # Which run stands for a trial key when it has several (retries, re-runs): a result beats a run in
-# progress, which beats a failure, which beats a cancellation; among equals a resumable run (the one a
-# rerun continues) beats one that is not, then the newest run (`rank`).
-STATUS_RANK = {"finished": 3, "diverged": 3, "running": 2, "failed": 1, "cancelled": 0, "interrupted": 0}
+# progress, which beats an attempt that stopped unfinished (failed, or interrupted: its sweep was stopped
+# or its driver lost), which beats a cancellation; among equals a resumable run (the one a rerun
+# continues) beats one that is not, then the newest run (`rank`). Failed and interrupted rank alike, so
+# a key's newest attempt speaks for it: an old failure does not hide a later attempt's interruption.
+STATUS_RANK = {"finished": 3, "diverged": 3, "running": 2, "failed": 1, "interrupted": 1, "cancelled": 0}
 
 
 # How a run is closed when its sweep's driver is gone (killed outright, its Ray, node or API lost) or a
