@@ -146,6 +146,24 @@ def test_reference_seed_compares_with_the_other_seeds_snapshots(ray_local, tmp_p
     curve = similarity_curve(snaps / by_seed[0]["key"], snaps / by_seed[1]["key"], k=3)
     assert len(curve) >= 3 and curve[0]["step"] == 0
     assert logged == pytest.approx({c["step"]: c["mean"] for c in curve}, abs=1e-6)
+    assert settings_tags(uri, by_seed) == {0: SETTINGS | {"reference": "reference_seed 0 (this run is the reference)"},
+                                           1: SETTINGS}
+    # the same trials under a spec with another K: reused as they are, with the settings they ran with
+    again = run_sweep(load_spec(spec_data(tmp_path, {"similarity": {"reference_seed": 0, "snapshot_dir": str(snaps),
+                                                                    "every_n_steps": 4, "k": 5}},
+                                          seeds=[0, 1], max_concurrent=1, name="analyses-seeds")), progress=False)
+    assert again.reused == 2 and {t["run_id"] for t in again.trials} == {t["run_id"] for t in result.trials}
+    assert settings_tags(uri, by_seed)[1] == SETTINGS
+
+
+SETTINGS = {"k": "3", "neighbours": "dot", "scores": "jaccard", "every_n_steps": "4", "reference": "reference_seed 0"}
+
+
+def settings_tags(uri: str, by_seed: dict) -> dict[int, dict[str, str]]:
+    """seed -> the similarity settings its trial run recorded (`embinit.similarity.*` tags)."""
+    from embinit.tracking import records
+    return {seed: records.from_run(mlflow_store.client(uri).get_run(t["run_id"])).similarity
+            for seed, t in by_seed.items()}
 
 
 def test_reference_seed_similarity_in_a_fused_group(ray_local, tmp_path):
@@ -172,6 +190,8 @@ def test_reference_seed_similarity_in_a_fused_group(ray_local, tmp_path):
     assert logged == pytest.approx({c["step"]: c["mean"] for c in curve}, abs=1e-6)
     plots = {a.path for a in client.list_artifacts(by_seed[1]["run_id"], "plots")}
     assert "plots/similarity_curve.png" in plots
+    assert settings_tags(uri, by_seed) == {0: SETTINGS | {"reference": "reference_seed 0 (this run is the reference)"},
+                                           1: SETTINGS}
 
 
 def test_blog_configs_track_similarity_between_embedding_seeds(monkeypatch, tmp_path):

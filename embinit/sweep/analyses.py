@@ -11,6 +11,10 @@ the folder of its twin -- the same config at `reference_seed`. With `reference_e
 twin is the same config (same trial seed) at that embedding seed: the two runs differ only in their
 tables' init, as in the blog's code (embinit.analysis.similarity_callback.twin_of). The folder must be
 visible to every worker (local Ray, or a shared filesystem on a cluster).
+
+The trial's run records the similarity's settings (`run_tags`: K, the neighbour measure, the scores, how
+often, which reference) as tags beside its `sim/*` metrics, so runs can be compared on them in MLflow's UI;
+a finished run another sweep reused keeps those it was trained with.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from embinit.spec.models import Analyses
+from embinit.tracking.records import SIMILARITY_TAG
 
 
 def shared_settings(spec) -> dict[str, Any] | None:
@@ -39,6 +44,28 @@ def shared_settings(spec) -> dict[str, Any] | None:
             paths["reference"] = os.path.abspath(Path(sim.reference).expanduser())
         analyses = analyses.model_copy(update={"similarity": sim.model_copy(update=paths)})
     return analyses.model_dump()
+
+
+def run_tags(settings: dict[str, Any] | None, cfg) -> dict[str, str]:
+    """The similarity settings (`settings` from `shared_settings`) as the trial run `cfg` records them
+    (`records.SIMILARITY_TAG` + k, neighbours, scores, every_n_steps, reference; the reference seed's own
+    run says it is the reference); {} without a similarity analysis."""
+    sim = Analyses.model_validate(settings).similarity if settings else None
+    if sim is None:
+        return {}
+    from embinit.analysis.similarity_callback import twin_of  # torch; workers only
+    scores = [sim.metric] if isinstance(sim.metric, str) else sim.metric
+    if sim.reference_seed is not None:
+        reference = f"reference_seed {sim.reference_seed}"
+    elif sim.reference_emb_seed is not None:
+        reference = f"reference_emb_seed {sim.reference_emb_seed}"
+    else:
+        reference = "none (snapshots only)" if sim.reference is None else f"fixed {sim.reference}"
+    if reference.startswith("reference") and twin_of(sim, cfg) is None:
+        reference += " (this run is the reference)"
+    values = {"k": sim.k, "neighbours": sim.neighbours, "scores": ",".join(scores),
+              "every_n_steps": sim.every_n_steps, "reference": reference}
+    return {SIMILARITY_TAG + name: str(v) for name, v in values.items()}
 
 
 def trial_callbacks(settings: dict[str, Any] | None, cfg, log_fn: Callable[[dict, int], None],

@@ -189,6 +189,7 @@ def _train_group(todo: list[tuple], ctx: SweepContext, extra_callbacks: Callable
     for cfg, item, claim, key_runs in todo:
         run = resume.open_run(claim, ctx, cfg.to_dict(), item.label, item.group(), key_runs, item.name_task)
         analysis_cbs.append(analyses.trial_callbacks(ctx.analyses, cfg, run.log_metrics, claim.path))
+        run.note_similarity(analyses.run_tags(ctx.analyses, cfg))   # with the run's next write
         reporters.append(MemberReporter(run, claim, *item.selection))
         cbs = [reporters[-1], *analysis_cbs[-1]]
         cbs += list(extra_callbacks(cfg)) if extra_callbacks is not None else []

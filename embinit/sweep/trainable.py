@@ -96,6 +96,7 @@ def _train_in(run, item: WorkItem, cfg: TrialConfig, ctx: SweepContext, claim: r
         return _record(run, claim, noop_result(cfg, item.label), [], metric)
     callbacks = [TrialReporter(run, claim, metric, mode or "max", ctx.one_machine)]
     analysis_cbs = analyses.trial_callbacks(ctx.analyses, cfg, run.log_metrics, out_dir)
+    run.note_similarity(analyses.run_tags(ctx.analyses, cfg))   # with the run's next write
     callbacks += analysis_cbs
     if extra_callbacks is not None:
         callbacks += list(extra_callbacks(cfg))

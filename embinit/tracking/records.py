@@ -69,6 +69,15 @@ CHECKPOINT_TAG, RESUMED_TAG = "embinit.checkpoint_epoch", "embinit.resumed_after
 # A trial that started over without a checkpoint, in a run of its own: RESTARTED_TAG on the new run names
 # the dead attempt's run, closed failed with SUPERSEDED_TAG naming the new one (embinit.tracking.trial_run).
 RESTARTED_TAG, SUPERSEDED_TAG = "embinit.restarted_from", "embinit.superseded_by"
+# The spec's `analyses.similarity` a trial ran with (embinit.sweep.analyses.run_tags), SIMILARITY_TAG + field:
+# `k`, `neighbours` (dot | cosine), `scores` (comma-separated, the plotted one first), `every_n_steps` and
+# `reference` (`reference_seed 0`, `reference_emb_seed 1`, `fixed <path or run id>`, `none (snapshots only)`;
+# `... (this run is the reference)` on the reference itself). Tags, outside the key and the config (the
+# analyses never change a key), set on the runs a sweep trains, never on a finished run it reuses. A run
+# a rerun continued under other settings holds the latest attempt's; SIMILARITY_CHANGED_TAG then says what
+# changed (`k 10 -> 20`) where points measured before were logged. Runs from before these tags lack them.
+SIMILARITY_TAG = "embinit.similarity."
+SIMILARITY_CHANGED_TAG = SIMILARITY_TAG + "changed"
 
 # Which run stands for a trial key when it has several (retries, re-runs): a result beats a run in
 # progress, which beats an attempt that stopped unfinished (failed, or interrupted: its sweep was stopped
@@ -119,6 +128,7 @@ class TrialRecord:
     code_version: str | None = None  # `CODE_VERSION_TAG`; None on a run written before it was recorded
     model_size: dict[str, Any] = field(default_factory=dict)   # `MODEL_SIZE_TAG`: d_model, heads as trained
     file_digests: dict[str, str] = field(default_factory=dict)  # `SHA256_TAG` + field -> hex: what its key held
+    similarity: dict[str, str] = field(default_factory=dict)    # `SIMILARITY_TAG` + field -> value: its settings
 
     @property
     def resumable(self) -> bool:
@@ -174,7 +184,8 @@ def from_run(run) -> TrialRecord | None:
                        tags.get(ERROR_TAG), tags.get(PARENT_TAG), run.info.start_time or 0, run.info.end_time,
                        int(kept) if kept.isdigit() and status not in RESULT else None,
                        tags.get(DEVICE_TAG), tags.get(CODE_VERSION_TAG), _model_size(tags.get(MODEL_SIZE_TAG)),
-                       {k.removeprefix(SHA256_TAG): v for k, v in tags.items() if k.startswith(SHA256_TAG)})
+                       {k.removeprefix(SHA256_TAG): v for k, v in tags.items() if k.startswith(SHA256_TAG)},
+                       {k.removeprefix(SIMILARITY_TAG): v for k, v in tags.items() if k.startswith(SIMILARITY_TAG)})
 
 
 def _model_size(text: str | None) -> dict[str, Any]:

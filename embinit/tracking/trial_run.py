@@ -35,7 +35,8 @@ one child run per trial. A child run carries:
   (`<hub id>@<commit>` of the cached snapshot a side's sub-word rows, or a hub tokenizer, came from: the
   key holds the id as written, whatever revision the hub served; a pinned id's revision is said
   beside), and `embinit.model_size` (JSON `d_model`, `heads` as the trainer resolved them, which the
-  report compares rows by);
+  report compares rows by); with the spec's `analyses.similarity`, its settings: `embinit.similarity.k`,
+  `.neighbours`, `.scores`, `.every_n_steps` and `.reference` (`records.SIMILARITY_TAG`, `note_similarity`);
 - its name `<label>-s<seed>`, then its axes' and search point's values (`Xavier-s0 lr=0.001`,
   `run_names.trial_run_name`), then, in a spec of several tasks, the task (`Xavier-s0 lr=0.001 (mnli)`);
   params: the flat config the model trains with (`TrainContext.cfg`: task
@@ -75,8 +76,9 @@ from embinit.tracking.records import (BLEU_SIGNATURE_TAG, CELL_TAG, CHECKPOINT_T
                                       DATA_SOURCE_TAG, DEVICE_TAG, ERROR_TAG, EXECUTION_TAG, GIT_COMMIT_TAG,
                                       GIT_COMMITS_TAG, GROUP_TAG, HOST_TAG, HUB_REVISION_TAG, INIT_TAG, KEY_TAG,
                                       NODE_TAG, LABEL_TAG, LABELS_TAG, MODEL_SIZE_TAG, PARENT_TAG, RESTARTED_TAG,
-                                      RESULT, RESUMED_TAG, SEED_TAG, SHA256_TAG, STATUS_TAG, SUPERSEDED_TAG,
-                                      TASK_TAG, TRAINER_LABEL_TAG, VERSIONS_TAG, config_tags)
+                                      RESULT, RESUMED_TAG, SEED_TAG, SHA256_TAG, SIMILARITY_CHANGED_TAG,
+                                      SIMILARITY_TAG, STATUS_TAG, SUPERSEDED_TAG, TAG_VALUE_CHARS, TASK_TAG,
+                                      TRAINER_LABEL_TAG, VERSIONS_TAG, config_tags)
 from embinit.tracking.run_names import (NOTE_TAG, planned_params, resolved_params, trial_cell, trial_params,
                                         trial_run_name)
 from embinit.tracking.run_readers import key_records, metric_history
@@ -95,7 +97,8 @@ class TrialRun:
 
     def __init__(self, uri: str, run_id: str, reopened: bool = False, checkpoint_tagged: bool | None = None,
                  artifact_uri: str | None = None, params: list | None = None, artifacts_via: str | None = None,
-                 label: str | None = None, logged_params: Iterable[str] = (), held: dict[str, int] | None = None):
+                 label: str | None = None, logged_params: Iterable[str] = (), held: dict[str, int] | None = None,
+                 held_tags: dict[str, str] | None = None):
         self.uri, self.run_id, self.client = uri, run_id, client(uri)
         # The tracking URI that resolves the run's artifact location: the server when `uri` is the
         # database behind it (an `mlflow-artifacts:` location is served by the server only).
@@ -109,6 +112,8 @@ class TrialRun:
         self.params = list(params or ())  # the planned params, not yet logged: they go with the next batch
         self.label = label                # the spec's label: the `init` param
         self.logged_params = set(logged_params)   # names of the params the run has (they cannot change)
+        self.held_tags = dict(held_tags or {})    # a reopened run's similarity settings (`note_similarity`)
+        self.tags: list = []                      # tags not yet written: they go with the next batch
 
     @classmethod
     def open(cls, uri: str, exp_id: str, parent_id: str | None, config: dict[str, Any], key: str,
@@ -137,7 +142,8 @@ class TrialRun:
             return cls(uri, run_id, reopened=True, checkpoint_tagged=CHECKPOINT_TAG in run.data.tags,
                        artifact_uri=run.info.artifact_uri, params=[] if run.data.params else params,
                        artifacts_via=artifacts_via, label=label, logged_params=run.data.params,
-                       held={m.key: m.step for m in run.data.to_proto().metrics})
+                       held={m.key: m.step for m in run.data.to_proto().metrics},
+                       held_tags={k: v for k, v in run.data.tags.items() if k.startswith(SIMILARITY_TAG)})
         from embinit.config import CODE_VERSION
         axes, point = group.get("axes"), group.get("point")
         tags = {KEY_TAG: key, LABEL_TAG: label, INIT_TAG: label, TASK_TAG: config["task"],
@@ -179,10 +185,26 @@ class TrialRun:
         return run
 
     def _batch(self, metrics=(), params=(), tags=()) -> None:
-        """One write of metrics, params and tags; the planned params not yet logged go with it."""
-        log_batch(self.client, self.run_id, metrics, [*self.params, *params], tags)
+        """One write of metrics, params and tags; the planned params and the tags not yet logged go with it."""
+        log_batch(self.client, self.run_id, metrics, [*self.params, *params], [*self.tags, *tags])
         self.logged_params |= {p.key for p in [*self.params, *params]}
-        self.params = []
+        self.params, self.tags = [], []
+
+    def note_similarity(self, tags: dict[str, str]) -> None:
+        """The similarity analysis's settings this attempt measures with (`records.SIMILARITY_TAG` + field,
+        from `embinit.sweep.analyses.run_tags`), written with the run's next batch. Tags, not params: MLflow
+        refuses to change a param's value, and a rerun may continue this run under a spec whose analyses
+        differ (they are not in the key). The run then holds this attempt's values; where it already held
+        `sim/*` points measured with others, `SIMILARITY_CHANGED_TAG` says what changed (`k 10 -> 20`,
+        appended to what an earlier change wrote)."""
+        from mlflow.entities import RunTag
+        held = self.held_tags
+        changed = [f"{k.removeprefix(SIMILARITY_TAG)} {held[k]} -> {v}" for k, v in tags.items()
+                   if k in held and held[k] != v]
+        if changed and any(name.startswith("sim/") for name in self.held):
+            earlier = held.get(SIMILARITY_CHANGED_TAG)
+            tags = {**tags, SIMILARITY_CHANGED_TAG: "; ".join(filter(None, [earlier, ", ".join(changed)]))}
+        self.tags += [RunTag(k, v[-TAG_VALUE_CHARS:]) for k, v in tags.items()]
 
     def _log_text(self, text: str, name: str) -> None:
         import tempfile
