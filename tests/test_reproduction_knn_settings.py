@@ -71,3 +71,35 @@ def test_the_blog_section_states_the_k_and_measure_its_runs_used(rep):
 def test_settings_text_says_what_is_not_recorded():
     assert settings_text([None, None]).startswith("K and the neighbour measure not recorded")
     assert settings_text([(10, "dot"), (10, "dot")]) == "K = 10, inner product"
+
+
+def test_one_document_reads_each_sweeps_spec_once(rep, monkeypatch):
+    """The runs section shows each sweep's spec.yaml and the similarity and blog sections read K from it:
+    one download per sweep run for the whole document (`ReproductionData.sweep_spec`), including a sweep
+    whose spec is read as missing, not one per section."""
+    from embinit.reproduction import Reproduction
+    from embinit.tracking import run_readers
+    from embinit.tracking.run_records import SPEC_ARTIFACT
+    read, real = [], run_readers.artifact_text
+    monkeypatch.setattr(run_readers, "artifact_text", lambda r, path, uri=None: (
+        read.append(r.run_id) if path == SPEC_ARTIFACT else None) or real(r, path, uri))
+    fresh = Reproduction(rep.uri, rep.inputs)   # the module's `rep` has read its specs already
+    sections = {s.title: s for s in fresh.build()}
+    assert "K = 5, cosine (3 runs)" in "\n".join(sections["KNN match similarity between seeds"].lines)
+    sweeps = {r["run_id"] for r in fresh.exports["runs"]}
+    assert len(sweeps) == 3 and sweeps <= set(read)   # m30's two sweeps and sst's, read by both sections
+    assert len(read) == len(set(read)) == 4, read      # and the blog experiment's sweep, each once
+
+
+def test_a_sweep_without_a_spec_is_read_as_missing_once(rep, monkeypatch):
+    from embinit.reproduction import Reproduction
+    from embinit.tracking import run_readers
+    from embinit.tracking.records import KIND_TAG
+    exp = mlflow_store.ensure_experiment("no-spec", rep.uri)
+    mlflow_store.client(rep.uri).create_run(exp, run_name="old", tags={KIND_TAG: "sweep"})
+    (run,) = run_readers.sweep_records(exp, rep.uri)
+    read, real = [], run_readers.artifact_text
+    monkeypatch.setattr(run_readers, "artifact_text", lambda r, path, uri=None: read.append(r.run_id) or
+                        real(r, path, uri))
+    fresh = Reproduction(rep.uri, rep.inputs)
+    assert fresh.sweep_spec(run) is None and fresh.sweep_spec(run) is None and read == [run.run_id]

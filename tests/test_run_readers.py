@@ -203,9 +203,12 @@ def _sweep(uri: str, name: str, spec_yaml: str | None) -> tuple[str, SweepRecord
 def _summary(uri: str, exp: str, run: SweepRecord) -> str:
     from types import SimpleNamespace
 
+    from embinit.reproduction.data import ReproductionData
     from embinit.reproduction.runs import device_counts, sweep_lines
     found = device_counts(run.experiment_id, uri).get(run.run_id, Counter())   # as how_it_was_run reads them
-    lines, _ = sweep_lines(SimpleNamespace(uri=uri), exp, run, [], found)
+    rep = SimpleNamespace(uri=uri, _specs={})
+    rep.sweep_spec = lambda r: ReproductionData.sweep_spec(rep, r)   # the document's one cached reader
+    lines, _ = sweep_lines(rep, exp, run, [], found)
     return next(ln for ln in lines if ln.startswith("- spec: "))
 
 

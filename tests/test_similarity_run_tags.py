@@ -1,6 +1,7 @@
 """A trial run records the similarity analysis's settings it was measured with (`embinit.similarity.*`
 tags: K, the neighbour measure, the scores, how often, which reference), outside its key and config; a
-rerun that continues the run under other settings never fails on them and says what changed."""
+rerun that continues the run under other settings never fails on them and says what changed; the
+reproduction reads a run's own settings before its sweep's spec.yaml (embinit.reproduction.knn_settings)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 
 from embinit.config import TrialConfig
 from embinit.sweep.analyses import run_tags
-from embinit.tracking import mlflow_store, records, trial_run
+from embinit.tracking import mlflow_store, records, run_readers, run_writers, trial_run
 
 pytestmark = pytest.mark.slow  # an MLflow SQLite store takes a few seconds to create
 
@@ -90,3 +91,31 @@ def test_a_resume_under_other_settings_does_not_fail_and_says_what_changed(store
     last.log_metrics({"sim/knn_jaccard_mean": 0.5}, 30)
     assert _record(uri, first.run_id).similarity["changed"] == "k 3 -> 5, neighbours dot -> cosine; k 5 -> 7"
 
+
+def test_the_reproduction_reads_a_runs_own_settings_before_its_sweeps_spec(store, monkeypatch):
+    """A run with its own `embinit.similarity.*` tags is read from them, whatever its sweep's spec.yaml
+    says; an older run without them from its sweep's spec; a run with neither is not recorded."""
+    from embinit.reproduction.data import ReproductionData
+    from embinit.reproduction.inputs import load_trials
+    from embinit.reproduction.knn_settings import run_settings
+    uri, exp = store
+    spec = ("name: sim-tags\ntasks: [synthetic_lm]\ninits: [xavier]\nseeds: 3\nanalyses:\n"
+            "  similarity: {reference_seed: 0, k: 5, neighbours: cosine}\n")
+    sweep = run_writers.start_parent_run(exp, uri, "e" * 16, spec, 3)
+    ids = {}
+    for key, parent, tags in (("own", sweep, {"k": 8, "neighbours": "dot"}), ("old", sweep, None),
+                              ("none", None, None)):
+        run = trial_run.TrialRun.open(uri, exp, parent, {**CFG, "seed": len(ids) + 1}, key, "Xavier",
+                                      {"axes": {}, "point": {}})
+        if tags:
+            run.note_similarity(run_tags(_settings(reference_seed=0, **tags), TrialConfig.from_dict(CFG)))
+        run.log_metrics({"sim/knn_jaccard_mean": 0.2}, 0)
+        ids[key] = run.run_id
+    trials, sweeps = load_trials("sim-tags", uri)
+    rep = ReproductionData.__new__(ReproductionData)   # only its spec reader: no experiments to load
+    rep.uri, rep._specs = uri, {}
+    read, real = [], run_readers.artifact_text
+    monkeypatch.setattr(run_readers, "artifact_text", lambda r, name, u=None: read.append(r.run_id) or real(r, name, u))
+    got = run_settings(trials, sweeps, rep.sweep_spec)
+    assert got == {ids["own"]: (8, "dot"), ids["old"]: (5, "cosine"), ids["none"]: None}
+    assert read == [sweep]   # the spec is read for the run that lacks its own settings, once

@@ -94,7 +94,7 @@ def _run_lines(rep: ReproductionData, run: BlogRun, rows: list) -> list[str]:
              f"with {_post_model()}", ""]
     if not have:
         return lines + ["No trial of it logged a similarity yet.", ""]
-    knn = list(run_settings(have, sweeps, rep.uri).values())
+    knn = list(run_settings(have, sweeps, rep.sweep_spec).values())
     post = f" **(the post's code: {setting_text(POST_KNN)})**" if any(k not in (None, POST_KNN) for k in knn) else ""
     lines[0] += f"; its runs' KNN: {settings_text(knn)}{post}"
     lines += ["| trial | settings | score | at init | peak (step) | end (step) | the post |", "|---" * 7 + "|"]
@@ -115,9 +115,9 @@ def _run_lines(rep: ReproductionData, run: BlogRun, rows: list) -> list[str]:
 def blog_section(rep: ReproductionData, runs: tuple[BlogRun, ...] = BLOG_RUNS) -> Section:
     s = Section("The KNN-similarity blog post: its score beside Jaccard")
     s.lines += ["KNN match similarity of two LMs that differ only in their token table's init (`emb_seed`), "
-                "logged over training, with the K and neighbour measure given per experiment (as the spec of the "
-                "sweep that trained its runs set them). `overlap` = |shared neighbours| / K is the "
-                "score of the post's code and of its published numbers; `jaccard` = |∩| / |∪| is the formula "
+                "logged over training, with the K and neighbour measure given per experiment (as its runs recorded "
+                "them; older runs: the spec of the sweep that trained them). `overlap` = |shared neighbours| / K "
+                "is the score of the post's code and of its published numbers; `jaccard` = |∩| / |∪| is the formula "
                 "its text writes (jaccard = I / (2K − I) ≤ overlap = I / K). The settings follow the post's "
                 "repository (ryankish/DoEmbeddingsConverge, configs/configs.py); the specs say where embinit "
                 "differs. Each run's settings are those it trained with; a model other than the post's (D, "

@@ -19,7 +19,7 @@ from embinit.report.rows import best_point
 from embinit.task_registry import loss_metric, primary_metric, reported_metrics
 from embinit.reproduction.inputs import Group, Inputs, Trial, load_trials, role_of
 from embinit.reproduction.table4_runs import Table4Runs, expected, select
-from embinit.tracking.run_records import AnalogyRun
+from embinit.tracking.run_records import AnalogyRun, StoredSpec, SweepRecord
 
 
 class ReproductionData:
@@ -40,6 +40,19 @@ class ReproductionData:
                 not any(mlflow_store.experiment_id(e, uri) is not None for e in studies):
             raise EmbinitError(errors[0] if len(errors) == 1 else "; ".join(errors))
         self.exports: dict[str, list[dict[str, Any]]] = {}
+        self._specs: dict[str, StoredSpec | None] = {}   # sweep run id -> its spec.yaml (`sweep_spec`)
+
+    def sweep_spec(self, run: SweepRecord) -> StoredSpec | None:
+        """The spec a sweep run recorded (`run_readers.sweep_spec`), read once per document: the runs
+        section shows it and the similarity sections read their K from it (each read is an artifact
+        download, which a remote store pays for). None, also remembered, when the run has no readable
+        spec.yaml (a sweep recorded before embinit kept one)."""
+        if run.run_id not in self._specs:
+            try:
+                self._specs[run.run_id] = run_readers.sweep_spec(run, self.uri)
+            except EmbinitError:   # no spec.yaml artifact, or unreadable: "missing"
+                self._specs[run.run_id] = None
+        return self._specs[run.run_id]
 
     @cached_property
     def _analogy(self) -> tuple[Table4Runs, list[str]]:

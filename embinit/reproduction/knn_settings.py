@@ -1,51 +1,54 @@
 """K and the neighbour measure behind a run's logged KNN match similarity (`sim/knn_*`), read from what
 was recorded, for the sections that show that similarity (embinit.reproduction.similarity, .blog).
 
-A trial run records neither: its similarity settings are the spec's `analyses.similarity` (`k`, and
-`neighbours`: `dot` is the inner product, `cosine`), kept outside the trial config so that switching an
-analysis on does not change trial keys. The spec is recorded as the `spec.yaml` artifact of the sweep
-run that trained the trial (the trial's `embinit.sweep_run` tag, `TrialRecord.parent_id`), so that is
-where they are read. A run whose sweep run or spec cannot be read counts as not recorded, and the text
-says so rather than assume the defaults; runs that disagree are all named."""
+The similarity settings are the spec's `analyses.similarity` (`k`, and `neighbours`: `dot` is the inner
+product, `cosine`), kept outside the trial config so that switching an analysis on does not change trial
+keys. A trial run records them itself, as the tags `embinit.similarity.k` and `.neighbours`
+(`TrialRecord.similarity`, written by the sweep that trained it: embinit.sweep.analyses.run_tags); those
+are read first. An older run lacks them: its settings are then read from the spec the sweep run that
+trained it recorded, its `spec.yaml` artifact (the trial's `embinit.sweep_run` tag,
+`TrialRecord.parent_id`). A run with neither counts as not recorded, and the text says so rather than
+assume the defaults; runs that disagree are all named."""
 
 from __future__ import annotations
 
 from collections import Counter
-from typing import Iterable
+from typing import Callable, Iterable
 
-from embinit.errors import EmbinitError
 from embinit.tracking.records import TrialRecord
-from embinit.tracking.run_readers import sweep_spec
-from embinit.tracking.run_records import SweepRecord
+from embinit.tracking.run_records import StoredSpec, SweepRecord
 
 MEASURE_TEXT = {"dot": "inner product", "cosine": "cosine"}   # analysis.neighbours.NEIGHBOUR_METRICS
 
 Setting = tuple[int, str]   # (K, the neighbour measure as the spec names it)
 
 
-def _sweep_setting(sweep: SweepRecord, uri: str | None) -> Setting | None:
-    """(k, neighbours) of the spec the sweep run recorded; None where it cannot be read or has no
+def _run_setting(trial: TrialRecord) -> Setting | None:
+    """(k, neighbours) the trial run recorded in its own tags; None when it has not both (an older run)."""
+    k, measure = trial.similarity.get("k", ""), trial.similarity.get("neighbours")
+    return (int(k), measure) if k.isdigit() and measure else None
+
+
+def _sweep_setting(stored: StoredSpec | None) -> Setting | None:
+    """(k, neighbours) of the spec a sweep run recorded; None where it cannot be read or has no
     similarity analysis."""
-    try:
-        stored = sweep_spec(sweep, uri)
-    except EmbinitError:   # no spec.yaml, or unreadable
-        return None
-    sim = stored.spec.analyses.similarity if stored.spec is not None and stored.spec.analyses else None
+    spec = stored.spec if stored is not None else None
+    sim = spec.analyses.similarity if spec is not None and spec.analyses else None
     return None if sim is None else (sim.k, sim.neighbours)
 
 
 def run_settings(trials: Iterable[TrialRecord], sweeps: Iterable[SweepRecord],
-                 uri: str | None) -> dict[str, Setting | None]:
-    """{run id: (K, neighbour measure)} of each trial, from the spec of the sweep run that trained it
-    (one of `sweeps`); None where that is not recorded. Each sweep's spec is read once."""
+                 spec_of: Callable[[SweepRecord], StoredSpec | None]) -> dict[str, Setting | None]:
+    """{run id: (K, neighbour measure)} of each trial: the settings its run recorded (its
+    `embinit.similarity.*` tags), else, for a run from before those tags, the spec of the sweep run that
+    trained it (one of `sweeps`, read by `spec_of`: `ReproductionData.sweep_spec`, once per document);
+    None where neither is recorded. A sweep's spec is read only for the runs that lack their own."""
     by_id = {s.run_id: s for s in sweeps}
-    read: dict[str, Setting | None] = {}
     out = {}
     for t in trials:
-        sweep = by_id.get(t.parent_id or "")
-        if sweep is not None and sweep.run_id not in read:
-            read[sweep.run_id] = _sweep_setting(sweep, uri)
-        out[t.run_id] = read[sweep.run_id] if sweep is not None else None
+        own = _run_setting(t)
+        sweep = by_id.get(t.parent_id or "") if own is None else None
+        out[t.run_id] = own if own is not None else _sweep_setting(spec_of(sweep)) if sweep is not None else None
     return out
 
 
@@ -61,7 +64,7 @@ def settings_text(settings: Iterable[Setting | None]) -> str:
     counts = Counter(settings)
     unknown = counts.pop(None, 0)
     if not counts:
-        return "K and the neighbour measure not recorded (no sweep run's spec.yaml to read them from)"
+        return "K and the neighbour measure not recorded (not on the runs, nor in a sweep run's spec.yaml)"
     if len(counts) == 1:
         text = setting_text(next(iter(counts)))
     else:

@@ -10,7 +10,6 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 from embinit.tracking import mlflow_store, provenance, run_readers
-from embinit.errors import EmbinitError
 from embinit.reproduction.compare import duration
 from embinit.reproduction.export import Section
 from embinit.reproduction.inputs import load_trials
@@ -39,7 +38,7 @@ def devices(found: Counter) -> str:
 
 
 def _spec_summary(stored: StoredSpec | None) -> str:
-    """What the sweep's recorded spec ran (`run_readers.sweep_spec`): 'missing' without the artifact."""
+    """What the sweep's recorded spec ran (`ReproductionData.sweep_spec`): 'missing' without the artifact."""
     if stored is None:
         return "missing"
     spec = stored.spec
@@ -50,13 +49,6 @@ def _spec_summary(stored: StoredSpec | None) -> str:
             f"seeds {spec.seeds}")
 
 
-def _stored_spec(run: SweepRecord, uri: str | None) -> StoredSpec | None:
-    try:
-        return run_readers.sweep_spec(run, uri)
-    except EmbinitError:   # no spec.yaml artifact (a sweep recorded before embinit kept one): "missing"
-        return None
-
-
 def sweep_lines(rep: ReproductionData, exp: str, run: SweepRecord, trials: list,
                 found: Counter) -> tuple[list[str], dict]:
     """The lines describing one sweep run, and its row for the exports (`found`: its trials' devices,
@@ -65,7 +57,7 @@ def sweep_lines(rep: ReproductionData, exp: str, run: SweepRecord, trials: list,
     own = [t for t in trials if t.parent_id == run.run_id and t.end_ms]
     wall = (run.end_ms - run.start_ms) / 1000 if run.end_ms else None
     busy = sum((t.end_ms - t.start_ms) / 1000 for t in own)
-    stored = _stored_spec(run, rep.uri)
+    stored = rep.sweep_spec(run)   # read once per document (the similarity sections read it too)
     lines = [f"**`{exp}`, sweep run `{run.name}`** (run id `{run.run_id}`, {run.status})", "",
              f"- started {_when(run.start_ms)}; wall-clock {duration(wall)}; "
              f"{run.n_trials or '?'} trials planned, {len(own)} trained in this sweep "

@@ -25,8 +25,9 @@ def similarity_section(rep: ReproductionData) -> Section:
     s.lines += [f"`{metric}`: for every token, the {rep.inputs.similarity_metric} overlap of its K nearest "
                 "neighbours in two seeds' tables, averaged over tokens; each non-reference seed against the "
                 "reference seed of the same init, logged during training (step 0 = at init). K and the "
-                "neighbour measure (inner product or cosine) are given per experiment, as the spec of the sweep "
-                "that trained each run set them (`analyses.similarity`). Not reported in the paper.", ""]
+                "neighbour measure (inner product or cosine) are given per experiment, as each run recorded "
+                "them (older runs: the spec of the sweep that trained them, `analyses.similarity`). Not "
+                "reported in the paper.", ""]
     rows = []
     for g in rep.inputs.groups:
         # one run per seed, as Table 1 counts (a seed trained again under a new key is one pair, not two)
@@ -36,7 +37,7 @@ def similarity_section(rep: ReproductionData) -> Section:
             continue
         hist = {t.run_id: metric_history(rep.uri, t.run_id, metric).points for t in have}
         steps = sorted({st for h in hist.values() for st, _ in h})
-        knn = settings_text(run_settings(have, rep.data[g.experiment][1], rep.uri).values())
+        knn = settings_text(run_settings(have, rep.data[g.experiment][1], rep.sweep_spec).values())
         s.lines += [f"**{g.task}, {g.source}** (`{g.experiment}`; {knn})", "",
                     "| init | at init | end of training mean (σ) | n pairs | 95% CI |", "|---|---|---|---|---|"]
         curves = {}
