@@ -208,6 +208,21 @@ def test_the_similarity_curve_says_how_many_pairs_each_step_is_over(tmp_path):
     assert row["curve_n"] == {"0": 3, "100": 3, "200": 2} and row["end"]["n"] == 3
 
 
+def test_the_similarity_interval_says_it_is_given_the_one_reference_seed(store):
+    """Every pair of an init shares its one reference seed: the t interval over the pairs is for the mean
+    similarity to that seed, not over reference seeds; the column and the text say so (the exports keep
+    their keys)."""
+    from embinit.reproduction.similarity import similarity_section
+    _, _, rep, _ = store
+    sec = similarity_section(rep)
+    text = "\n".join(sec.lines)
+    assert "| init | at init | end of training mean (σ) | n pairs | 95% CI (given the reference seed) |" in text
+    assert "| n pairs | 95% CI |" not in text
+    assert ("The pairs of an init all share its one reference seed, so they are not independent draws of two "
+            "seeds") in text and "as a statement about the init it may be too narrow" in text
+    assert set(rep.exports["similarity"][0]) == {"task", "init", "at_init", "end", "curve", "curve_n"}
+
+
 def test_table1_rows_beside_the_papers(store):
     _, _, rep, _ = store
     rows = {(r["task"], r["init"]): r for r in rep.exports["table1"]}

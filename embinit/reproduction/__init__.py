@@ -13,8 +13,9 @@ Inputs (all MLflow experiments in one tracking store):
   the random positions (the newest of a seed logged again; runs of one configuration, the others named
   and left out: `embinit.reproduction.table4_runs`);
 - KNN match similarity: the `sim/knn_<metric>_mean` history the sweep's `analyses.similarity` logs on
-  every seed but the reference one; its K and neighbour measure as each run recorded them, else from the
-  spec.yaml of the sweep run that trained it (`embinit.reproduction.knn_settings`).
+  every seed but the reference one, its interval over the pairs given that one reference seed; its K and
+  neighbour measure as each run recorded them, else from the spec.yaml of the sweep run that trained it
+  (`embinit.reproduction.knn_settings`).
 
 Verdicts compare two inits by a − b with a 95% interval: the paired t interval on per-seed differences
 (seeds are paired across inits: one seed, one data order) of the seeds both inits share, Welch's only

@@ -1,5 +1,7 @@
 """The reproduction's section on the KNN match similarity between seeds: a function of the runs read
-(`ReproductionData`), from the `sim/knn_<metric>_mean` history the sweep's `analyses.similarity` logged."""
+(`ReproductionData`), from the `sim/knn_<metric>_mean` history the sweep's `analyses.similarity` logged.
+Each init's pairs share its one reference seed: their t interval is for the mean given that seed, and the
+table and text say so."""
 
 from __future__ import annotations
 
@@ -27,7 +29,11 @@ def similarity_section(rep: ReproductionData) -> Section:
                 "reference seed of the same init, logged during training (step 0 = at init). K and the "
                 "neighbour measure (inner product or cosine) are given per experiment, as each run recorded "
                 "them (older runs: the spec of the sweep that trained them, `analyses.similarity`). Not "
-                "reported in the paper.", ""]
+                "reported in the paper.", "",
+                "The pairs of an init all share its one reference seed, so they are not independent draws of "
+                "two seeds: the 95% interval, a t interval over the pairs, is for the mean similarity to that "
+                "reference seed. It leaves out how much the mean would move with another reference seed, so "
+                "as a statement about the init it may be too narrow.", ""]
     rows = []
     for g in rep.inputs.groups:
         # one run per seed, as Table 1 counts (a seed trained again under a new key is one pair, not two)
@@ -39,7 +45,8 @@ def similarity_section(rep: ReproductionData) -> Section:
         steps = sorted({st for h in hist.values() for st, _ in h})
         knn = settings_text(run_settings(have, rep.data[g.experiment][1], rep.sweep_spec).values())
         s.lines += [f"**{g.task}, {g.source}** (`{g.experiment}`; {knn})", "",
-                    "| init | at init | end of training mean (σ) | n pairs | 95% CI |", "|---|---|---|---|---|"]
+                    "| init | at init | end of training mean (σ) | n pairs | 95% CI (given the reference seed) |",
+                    "|---|---|---|---|---|"]
         curves = {}
         for role in ROLES:
             ts = [t for t in have if role_of(t.label, g.source) == role]
