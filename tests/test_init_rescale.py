@@ -13,7 +13,7 @@ from embinit.init.registry import InitSpecError
 from embinit.spec import ExperimentSpec, SpecError
 from embinit.spec.planning import planned_count
 from embinit.stats import PETable, embedding_stats
-from embinit.tracking.trial_run import _key_emb_stats
+from embinit.tracking.trial_results import key_emb_stats
 from embinit.train.trial import run_trial
 from embinit.vocab import Vocab
 
@@ -73,7 +73,7 @@ def test_a_trials_logged_absorption_is_the_target_at_its_own_pe_table():
     cfg = TrialConfig(**TRIAL, init="xavier+rescale=absorption:0.5", src_init="normal+rescale=absorption:3",
                       pe_positions=512, pe_base=1000.0)
     result = run_trial(cfg, cache_dir=False, resume=False).to_dict()
-    assert _key_emb_stats(result)["init/emb/absorption"] == pytest.approx(0.5, abs=1e-6)
+    assert key_emb_stats(result)["init/emb/absorption"] == pytest.approx(0.5, abs=1e-6)
     assert result["emb_stats_init"]["emb_src/absorption"] == pytest.approx(3.0, abs=1e-6)
 
 

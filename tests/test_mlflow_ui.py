@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from embinit.tracking import mlflow_store, records, run_writers, trial_run
+from embinit.tracking import mlflow_store, records, run_writers, trial_results, trial_run
 
 pytestmark = pytest.mark.slow
 
@@ -41,7 +41,7 @@ def _trial(uri, exp, parent, label, init, seed, bleu):
     history = [{"epoch": e, "val/loss": 2.0 / e, "val/bleu": bleu * e / 3} for e in (1, 2, 3)]
     for h in history:
         run.log_epoch(h["epoch"], h)
-    stats = {f"emb/{k}": 0.1 * i for i, k in enumerate(trial_run.KEY_EMB_STATS + ("row_norm_mean", "pe_max"))}
+    stats = {f"emb/{k}": 0.1 * i for i, k in enumerate(trial_results.KEY_EMB_STATS + ("row_norm_mean", "pe_max"))}
     run.finish({"status": "finished", "history": history, "best": {"val/loss": 0.67}, "best_epoch": 3,
                 "test": {"test/bleu": bleu}, "emb_stats_init": stats, "emb_stats_best": stats}, [])
     return run.run_id
@@ -264,7 +264,7 @@ def test_model_metrics_show_every_kind_a_real_trial_logs(page, server, store):
     sections = _chart_sections(page)
     # the curves (per epoch; analyses per optimizer step) and the one-value results of a real trial
     assert {"train", "val", "sim", "probe", "test", "best/val", "coverage/tgt", "init/emb"} <= set(sections), sections
-    assert sections["init/emb"] == len(trial_run.KEY_EMB_STATS), sections
+    assert sections["init/emb"] == len(trial_results.KEY_EMB_STATS), sections
     text = page.inner_text("body")
     assert "row_norm_mean" not in text and "best/emb" not in text  # the rest is in emb_stats.json
     page.screenshot(path=str(_shots() / "trial-metrics.png"))

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from embinit import task_registry
-from embinit.tracking import mlflow_store, records, run_readers, run_writers, trial_run
+from embinit.tracking import mlflow_store, records, run_readers, run_writers, trial_results, trial_run
 from embinit.errors import EmbinitError
 
 pytestmark = pytest.mark.slow  # creating an MLflow SQLite store takes a few seconds
@@ -164,7 +164,7 @@ def test_a_table_artifact_is_the_json_mlflow_writes_with_nulls_for_non_numbers()
 
     columns = {"statistic": ["a", "b", "c"], "init": [np.float32(0.5), float("nan"), None],
                "best": [float("inf"), 2, 3.25]}
-    text = trial_run.table_json(columns)
+    text = trial_results.table_json(columns)
     assert json.loads(text) == {"columns": ["statistic", "init", "best"],
                                 "data": [["a", 0.5, None], ["b", None, 2], ["c", None, 3.25]]}
     frame = pd.read_json(io.StringIO(text), orient="split")   # how MLflow reads a table back
@@ -187,4 +187,4 @@ def test_every_validation_metric_is_logged_at_the_selected_epoch(store):
     assert m["best/val/acc_mismatched"] == 0.58 and m["selected/val/acc_mismatched"] == 0.55
     assert m["selected/val/acc_matched"] == 0.61 and m["selected/val/loss"] == 1.0
     assert not [k for k in m if k.startswith("selected/") and not k.startswith("selected/val/")]
-    assert trial_run.selected_metrics(res["history"], None) == {}     # a diverged trial selected nothing
+    assert trial_results.selected_metrics(res["history"], None) == {}     # a diverged trial selected nothing

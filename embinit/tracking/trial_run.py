@@ -53,7 +53,8 @@ one child run per trial. A child run carries:
   mismatched accuracy at the matched-best epoch, a translation's val BLEU at its best-loss epoch),
   `best_epoch` and the key statistics of the initial target table (`init/emb/<KEY_EMB_STATS>`: Table 2's
   columns); every embedding statistic, at init and at the best
-  epoch, both tables, goes to the table artifact `emb_stats.json` (one row per statistic); with the
+  epoch, both tables, goes to the table artifact `emb_stats.json` (one row per statistic: these final
+  metrics, tags and table from the result, embinit.tracking.trial_results); with the
   spec's `analyses`, `sim/*` and `probe/*` at optimizer steps, `init/probe/*` and `best/probe/*`.
 
 Writes per trial, against a tracking server: the run's creation, one batch when training starts, one per
@@ -68,29 +69,19 @@ import json
 import socket
 from typing import Any, Iterable
 
-from embinit.tracking import provenance
+from embinit.tracking import provenance, trial_results
 from embinit.file_inputs import PREFIX, content_ids
 from embinit.tasks.raw import eval_split_note
 from embinit.tracking.mlflow_store import client, log_batch, metrics_at, retry
-from embinit.tracking.records import (BLEU_SIGNATURE_TAG, CELL_TAG, CHECKPOINT_TAG, CODE_VERSION_TAG,
-                                      DATA_SOURCE_TAG, DEVICE_TAG, ERROR_TAG, EXECUTION_TAG, GIT_COMMIT_TAG,
-                                      GIT_COMMITS_TAG, GROUP_TAG, HOST_TAG, HUB_REVISION_TAG, INIT_TAG, KEY_TAG,
-                                      NODE_TAG, LABEL_TAG, LABELS_TAG, MODEL_SIZE_TAG, PARENT_TAG, RESTARTED_TAG,
-                                      RESULT, RESUMED_TAG, SEED_TAG, SHA256_TAG, SIMILARITY_CHANGED_TAG,
-                                      SIMILARITY_TAG, STATUS_TAG, SUPERSEDED_TAG, TAG_VALUE_CHARS, TASK_TAG,
-                                      TRAINER_LABEL_TAG, VERSIONS_TAG, config_tags)
+from embinit.tracking.records import (CELL_TAG, CHECKPOINT_TAG, CODE_VERSION_TAG, DATA_SOURCE_TAG, DEVICE_TAG,
+                                      ERROR_TAG, GIT_COMMIT_TAG, GIT_COMMITS_TAG, GROUP_TAG, HOST_TAG,
+                                      HUB_REVISION_TAG, INIT_TAG, KEY_TAG, NODE_TAG, LABEL_TAG, MODEL_SIZE_TAG,
+                                      PARENT_TAG, RESTARTED_TAG, RESULT, RESUMED_TAG, SEED_TAG, SHA256_TAG,
+                                      SIMILARITY_CHANGED_TAG, SIMILARITY_TAG, STATUS_TAG, SUPERSEDED_TAG,
+                                      TAG_VALUE_CHARS, TASK_TAG, VERSIONS_TAG, config_tags)
 from embinit.tracking.run_names import (NOTE_TAG, planned_params, resolved_params, trial_cell, trial_params,
                                         trial_run_name)
 from embinit.tracking.run_readers import key_records, metric_history
-
-# Embedding statistics kept as metrics (Table 2's columns, read by the reproduction); the rest of the
-# ~70 statistics go to the `emb_stats.json` table artifact instead of one-value bar charts.
-KEY_EMB_STATS = ("rows", "min", "max", "mean", "std", "scaled_min", "scaled_max", "scaled_std", "pe_std",
-                 "absorption")
-EMB_STATS_FILE = "emb_stats.json"
-# MLflow's tag naming a run's table artifacts: the UI shows such a JSON file as a table.
-LOGGED_ARTIFACTS_TAG = "mlflow.loggedArtifacts"
-
 
 class TrialRun:
     """The MLflow child run of one trial, written from inside the trial's worker."""
@@ -283,30 +274,13 @@ class TrialRun:
         missing = [h for h in result["history"] if h.get("epoch") not in logged]
         metrics = [m for h in missing for m in metrics_at({k: v for k, v in h.items() if k != "epoch"},
                                                           step=h["epoch"])]
-        metrics += metrics_at(result.get("test") or {}) + metrics_at(result.get("best") or {}, prefix="best/")
-        metrics += metrics_at(selected_metrics(result["history"], result.get("best_epoch")), prefix="selected/")
-        metrics += metrics_at(_key_emb_stats(result))
-        extra = {"best_epoch": result.get("best_epoch"), "wall_time_s": result.get("wall_time_s"),
-                 "diverged_step": result.get("diverged_step"), "coverage": result.get("coverage") or {}}
-        metrics += metrics_at(extra)
-        from mlflow.entities import RunTag
-        # The label tag stays the spec's (it may be a custom `name`); the trainer's goes beside it.
-        tags = [RunTag(STATUS_TAG, result["status"]), RunTag(TRAINER_LABEL_TAG, result.get("label") or ""),
-                RunTag(EXECUTION_TAG, ((result.get("info") or {}).get("execution") or {}).get("mode", "separate"))]
-        if result.get("bleu_signature"):
-            tags.append(RunTag(BLEU_SIGNATURE_TAG, result["bleu_signature"]))
-        from mlflow.utils.validation import MAX_TAG_VAL_LENGTH
-        labels = ((result.get("info") or {}).get("data") or {}).get("label_names")
-        if isinstance(labels, list) and len(json.dumps(labels)) <= MAX_TAG_VAL_LENGTH:
-            tags.append(RunTag(LABELS_TAG, json.dumps(labels)))
-        table = emb_stats_table(result)
-        if table["statistic"]:
-            tags.append(RunTag(LOGGED_ARTIFACTS_TAG, json.dumps([{"path": EMB_STATS_FILE, "type": "table"}])))
-        self._batch(metrics=metrics, tags=tags)
+        table = trial_results.emb_stats_table(result)
+        self._batch(metrics=metrics + trial_results.final_metrics(result),
+                    tags=trial_results.final_tags(result, bool(table["statistic"])))
         self._drop_checkpoint_tag()  # a result: nothing to resume
         self._log_text(json.dumps(result, indent=1, default=str), "result.json")
         if table["statistic"]:
-            self._log_text(table_json(table), EMB_STATS_FILE)
+            self._log_text(trial_results.table_json(table), trial_results.EMB_STATS_FILE)
         for artifact_dir, path in artifacts:
             self._log_artifact(path, artifact_dir)
         retry(lambda: self.client.set_terminated(self.run_id, status="FINISHED"))
@@ -365,40 +339,3 @@ def host_tags() -> dict[str, str]:
     """Where this attempt runs: the host, and the Ray node when under Ray (the cluster's view of it)."""
     node = provenance.ray_node()
     return {HOST_TAG: socket.gethostname(), **({NODE_TAG: node} if node else {})}
-
-
-def _key_emb_stats(result: dict[str, Any]) -> dict[str, Any]:
-    """The initial target table's KEY_EMB_STATS, prefixed `init/`."""
-    init = result.get("emb_stats_init") or {}
-    return {f"init/emb/{k}": init[f"emb/{k}"] for k in KEY_EMB_STATS if f"emb/{k}" in init}
-
-
-def emb_stats_table(result: dict[str, Any]) -> dict[str, list]:
-    """Every embedding statistic as columns statistic, init, best (one row per statistic, e.g.
-    `emb/std`, `emb_src/absorption`), for `table_json`."""
-    init, best = result.get("emb_stats_init") or {}, result.get("emb_stats_best") or {}
-    names = sorted(set(init) | set(best))
-    return {"statistic": names, "init": [init.get(n) for n in names], "best": [best.get(n) for n in names]}
-
-
-def table_json(columns: dict[str, list]) -> str:
-    """Columns as the JSON of an MLflow table artifact (what `MlflowClient.log_table` writes: pandas'
-    "split" layout without the index; a value that is not a finite number, or missing, is null). Written
-    as a plain artifact, with the run's `mlflow.loggedArtifacts` tag set in the trial's final batch, it
-    costs one request where `log_table` makes five (it lists, reads the run twice and tags it alone)."""
-    import math
-    names = list(columns)
-
-    def cell(v):
-        v = v.item() if hasattr(v, "item") else v   # a numpy scalar
-        return None if isinstance(v, float) and not math.isfinite(v) else v
-    rows = [[cell(v) for v in row] for row in zip(*(columns[n] for n in names))]
-    return json.dumps({"columns": names, "data": rows}, allow_nan=False)
-
-
-def selected_metrics(history: list[dict[str, Any]], best_epoch: int | None) -> dict[str, float]:
-    """Every validation metric (`val/*`) of the epoch the criterion selected: the checkpoint whose test
-    metrics are reported. `best/*` is each metric's own best, possibly at another epoch (the paper reports
-    MNLI's matched and mismatched maxima); this is the one-checkpoint view."""
-    row = next((h for h in history if best_epoch is not None and h.get("epoch") == best_epoch), {})
-    return {k: v for k, v in row.items() if k.startswith("val/")}
