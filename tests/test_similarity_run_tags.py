@@ -119,3 +119,35 @@ def test_the_reproduction_reads_a_runs_own_settings_before_its_sweeps_spec(store
     got = run_settings(trials, sweeps, rep.sweep_spec)
     assert got == {ids["own"]: (8, "dot"), ids["old"]: (5, "cosine"), ids["none"]: None}
     assert read == [sweep]   # the spec is read for the run that lacks its own settings, once
+
+
+def test_the_reproduction_says_which_runs_curves_mix_settings(store):
+    """A run a rerun continued under other settings (its `embinit.similarity.changed` tag) holds its latest
+    K: the similarity section says so beside K, naming the run and what changed
+    (`knn_settings.changed_text`); a run that never changed adds nothing."""
+    from embinit.reproduction import Group, Inputs, Reproduction
+    from embinit.reproduction.knn_settings import changed_text
+    from embinit.reproduction.similarity import similarity_section
+    uri, exp = store
+    cfg, done = TrialConfig.from_dict(CFG), {"status": "finished", "history": [{"epoch": 1, "val/loss": 3.0}],
+                                            "test": {}, "best": {"val/loss": 3.0}, "best_epoch": 1}
+    runs = []
+    for seed, key in ((1, "a"), (2, "b")):
+        run = trial_run.TrialRun.open(uri, exp, None, {**CFG, "seed": seed}, key, "Xavier", {"axes": {}, "point": {}})
+        run.note_similarity(run_tags(_settings(reference_seed=0, k=3), cfg))
+        run.log_metrics({"sim/knn_jaccard_mean": 0.2}, 0)
+        run.log_epoch(1, {"val/loss": 3.0}, checkpoint=True)
+        runs.append(run)
+    runs[0].finish(done, [])
+    again = trial_run.TrialRun.open(uri, exp, None, {**CFG, "seed": 2}, "b", "Xavier", {"axes": {}, "point": {}},
+                                    run_id=runs[1].run_id, resumed_epoch=1)
+    again.note_similarity(run_tags(_settings(reference_seed=0, k=5), cfg))
+    again.log_metrics({"sim/knn_jaccard_mean": 0.3}, 10)
+    again.finish(done, [])
+    rep = Reproduction(uri, Inputs(groups=(Group("sim-tags", "synthetic_lm", "Xavier", "Xavier", "a.yaml"),),
+                                   analogy_experiment="none"))
+    text = "\n".join(similarity_section(rep).lines)
+    assert ("the runs differ: K = 3, inner product (1 run); K = 5, inner product (1 run); the settings changed "
+            f"during training in 1 run (a rerun continued it under another spec), so its curves mix settings: "
+            f"{runs[1].run_id[:8]}: k 3 -> 5") in text, text
+    assert changed_text([_record(uri, runs[0].run_id)]) == ""

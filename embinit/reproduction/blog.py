@@ -20,7 +20,7 @@ from embinit.tracking import mlflow_store
 from embinit.reproduction.compare import fmt
 from embinit.reproduction.export import Section
 from embinit.reproduction.inputs import load_trials
-from embinit.reproduction.knn_settings import run_settings, setting_text, settings_text
+from embinit.reproduction.knn_settings import changed_text, run_settings, setting_text, settings_text
 from embinit.tracking.run_readers import metric_history
 
 if TYPE_CHECKING:
@@ -96,7 +96,7 @@ def _run_lines(rep: ReproductionData, run: BlogRun, rows: list) -> list[str]:
         return lines + ["No trial of it logged a similarity yet.", ""]
     knn = list(run_settings(have, sweeps, rep.sweep_spec).values())
     post = f" **(the post's code: {setting_text(POST_KNN)})**" if any(k not in (None, POST_KNN) for k in knn) else ""
-    lines[0] += f"; its runs' KNN: {settings_text(knn)}{post}"
+    lines[0] += f"; its runs' KNN: {settings_text(knn)}{changed_text(have)}{post}"
     lines += ["| trial | settings | score | at init | peak (step) | end (step) | the post |", "|---" * 7 + "|"]
     for t in sorted(have, key=lambda t: (t.config.get("seed", 0), t.config.get("emb_seed") or 0)):
         who = f"seed {t.config.get('seed')}, emb_seed {t.config.get('emb_seed', '—')}"

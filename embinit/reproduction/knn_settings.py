@@ -8,7 +8,8 @@ keys. A trial run records them itself, as the tags `embinit.similarity.k` and `.
 are read first. An older run lacks them: its settings are then read from the spec the sweep run that
 trained it recorded, its `spec.yaml` artifact (the trial's `embinit.sweep_run` tag,
 `TrialRecord.parent_id`). A run with neither counts as not recorded, and the text says so rather than
-assume the defaults; runs that disagree are all named."""
+assume the defaults; runs that disagree are all named, and a run a rerun continued under other settings
+(its `embinit.similarity.changed` tag) is named with what changed (`changed_text`)."""
 
 from __future__ import annotations
 
@@ -72,6 +73,19 @@ def settings_text(settings: Iterable[Setting | None]) -> str:
     if unknown:
         text += f"; not recorded for {_runs(unknown)}"
     return text
+
+
+def changed_text(trials: Iterable[TrialRecord]) -> str:
+    """`; ...` naming the runs a rerun continued under other similarity settings after they had logged
+    points (their `embinit.similarity.changed` tag): the settings shown are their latest, and their
+    curves mix the two; "" when there are none."""
+    changed = [f"{t.run_id[:8]}: {t.similarity['changed']}" for t in trials if t.similarity.get("changed")]
+    if not changed:
+        return ""
+    one = len(changed) == 1
+    return (f"; the settings changed during training in {_runs(len(changed))} (a rerun continued "
+            f"{'it' if one else 'them'} under another spec), so {'its' if one else 'their'} curves mix "
+            "settings: " + "; ".join(changed))
 
 
 def _runs(n: int) -> str:

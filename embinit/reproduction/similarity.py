@@ -14,7 +14,7 @@ from embinit.report.table import summarize
 from embinit.reproduction.compare import ci_text, fmt, mean_std
 from embinit.reproduction.export import Section
 from embinit.reproduction.inputs import ROLE_TEXT, ROLES, role_of
-from embinit.reproduction.knn_settings import run_settings, settings_text
+from embinit.reproduction.knn_settings import changed_text, run_settings, settings_text
 from embinit.tracking.run_readers import metric_history
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ def similarity_section(rep: ReproductionData) -> Section:
             continue
         hist = {t.run_id: metric_history(rep.uri, t.run_id, metric).points for t in have}
         steps = sorted({st for h in hist.values() for st, _ in h})
-        knn = settings_text(run_settings(have, rep.data[g.experiment][1], rep.sweep_spec).values())
+        knn = settings_text(run_settings(have, rep.data[g.experiment][1], rep.sweep_spec).values()) + changed_text(have)
         s.lines += [f"**{g.task}, {g.source}** (`{g.experiment}`; {knn})", "",
                     "| init | at init | end of training mean (σ) | n pairs | 95% CI (given the reference seed) |",
                     "|---|---|---|---|---|"]
