@@ -75,18 +75,46 @@ class Lease:
     def acquire(self, poll_s: float | None = None) -> Lease:
         """Take the lease, waiting while a live holder has it; then renew it in the background."""
         poll = poll_s if poll_s is not None else min(2.0, self.ttl / 6)
+        while not self._take():
+            time.sleep(poll)
+        self._heartbeat_start()
+        return self
+
+    def try_acquire(self) -> bool:
+        """Take the lease unless a live holder has it (False at once, nothing taken); renewed in the
+        background while held, as `acquire`'s."""
+        if not self._take():
+            return False
+        self._heartbeat_start()
+        return True
+
+    def held(self) -> bool:
+        """Whether a live holder has the lease now: one `acquire` would wait for (not lapsed, not a
+        process of this host that no longer runs)."""
+        seen = self._seen()
+        return seen is not None and not self._lapsed(seen)
+
+    def _take(self) -> bool:
+        """One attempt: a new lease, or the one there taken over when it lapsed; False while a live
+        holder has it."""
         while not self._put(IfNoneMatch="*"):
             seen = self._seen()
             if seen is None:
                 continue  # released between our PUT and HEAD: try again at once
             etag, holder, age = seen
-            if (age > self.ttl or holder_gone(holder)) and self._put(IfMatch=etag):
+            if self._lapsed(seen) and self._put(IfMatch=etag):
                 log.warning("claim %s: took over the lease of %s (silent %.0f s)", self.name, holder, age)
-                break
-            time.sleep(poll)
+                return True
+            return False
+        return True
+
+    def _lapsed(self, seen: tuple[str, str, float]) -> bool:
+        _, holder, age = seen
+        return age > self.ttl or holder_gone(holder)
+
+    def _heartbeat_start(self) -> None:
         self._thread = threading.Thread(target=self._heartbeat, name=f"claim-{self.name}", daemon=True)
         self._thread.start()
-        return self
 
     def renew(self) -> bool:
         """Renew the lease now; False (and `lost` says why) when another process has taken it over."""
