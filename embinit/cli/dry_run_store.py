@@ -1,7 +1,12 @@
 """What a dry run reads from the tracking store the run would write: whether it can read it (a database
 at this MLflow's schema; a dry run starts, creates and migrates nothing), the spec's experiment's trial
 records (read once), the planned keys they have finished (the run reuses them) and those it resumes from a
-checkpoint (`resumes`), which the trial lines mark and the cost counts from their checkpoint on."""
+checkpoint (`resumes`), which the trial lines mark and the cost counts from their checkpoint on; and the
+checkpoint folders of trials the spec no longer plans (`retired_folders`), told the spec's own or others'
+by those records: this node's folders and, with the operator's object store (embinit.storage), the
+store's copies of them, by its listing (also those of keys trained on another node). The dry run counts
+them (`retired_lines`; a store that cannot be listed is a note), `--prune-checkpoints` removes the spec's
+own (embinit.cli.prune)."""
 
 from __future__ import annotations
 
@@ -100,24 +105,59 @@ class Folders(NamedTuple):
     (embinit.sweep.trial_folders.Retired): `retired`, those of trials only sweeps of this spec (by its
     name) ran, which the prune removes; `others`, which it leaves: those another spec sharing the
     experiment ran too (its rerun resumes them) and those no run in the store names. `owners`: key -> the
-    names of the specs whose sweeps ran it."""
+    names of the specs whose sweeps ran it. With the operator's object store (embinit.storage), the same
+    for its copies of trial folders (embinit.sweep.store_copies.Copy), this node's folder or none:
+    `copies` (the spec's own, also those whose key is in use: the prune leaves and names them),
+    `other_copies` (others', and unknown keys', not in use); `store`: where they are (`s3://...`);
+    `store_problem`: why the store's copies could not be read (the dry run notes it, the prune refuses)."""
     retired: list
     others: list
     owners: dict[str, set[str]]
+    copies: tuple | list = ()
+    other_copies: tuple | list = ()
+    store: str | None = None
+    store_problem: str | None = None
 
 
 def retired_folders(spec, plan, exp_id: str | None, uri: str | None, recs: list | None = None) -> Folders:
     """The spec's `Folders` in the store at `uri` (`exp_id`: its experiment there; `recs`: the experiment's
     trial records when read already, else only the unplanned keys' are read); none for an Optuna search
-    (its keys are drawn while it runs) or without a store to read."""
+    (its keys are drawn while it runs) or without a store to read. The object store's copies are read
+    when one is configured (`embinit.storage.configured`)."""
     if exp_id is None or uri is None or spec.drawn:
         return Folders([], [], {})
     from embinit.sweep import trial_folders
     folder = trial_folders.experiment_folder(spec.cache_dir, uri, exp_id)
-    found = trial_folders.retired(folder, {p.key for p in plan})
-    owners = _owners(exp_id, uri, {r.key for r in found}, recs) if found else {}
+    planned = {p.key for p in plan}
+    found = trial_folders.retired(folder, planned)
+    where, copies, problem = _store_copies(folder, planned)
+    keys = {r.key for r in found} | {c.key for c in copies}
+    owners = _owners(exp_id, uri, keys, recs) if keys else {}
     mine = [r for r in found if owners.get(r.key) == {spec.name}]
-    return Folders(mine, [r for r in found if r not in mine], owners)
+    my_copies = [c for c in copies if owners.get(c.key) == {spec.name}]
+    return Folders(mine, [r for r in found if r not in mine], owners, my_copies,
+                   [c for c in copies if c not in my_copies and not c.held], where, problem)
+
+
+def _store_copies(folder, planned: set[str]) -> tuple[str | None, list, str | None]:
+    """(where the store keeps the experiment's copies, those of keys not `planned`, why they could not be
+    read) with a configured object store; (None, [], None) without one. `folder`: this node's folder of
+    the experiment, whose name the store's copies go by."""
+    from embinit import storage
+    from embinit.errors import EmbinitError
+    try:
+        uri = storage.configured()
+    except EmbinitError as e:   # EMBINIT_STORAGE_URI is not an S3 location
+        return None, [], str(e)
+    if uri is None:
+        return None, [], None
+    from embinit.sweep import store_copies
+    store = storage.Store.from_uri(uri)
+    where = store_copies.location(store, folder.name)
+    try:
+        return where, store_copies.retired(store, folder.name, planned, folder), None
+    except EmbinitError as e:
+        return where, [], str(e)
 
 
 def _owners(exp_id: str, uri: str, keys: set[str], recs: list | None) -> dict[str, set[str]]:
@@ -135,8 +175,8 @@ def _owners(exp_id: str, uri: str, keys: set[str], recs: list | None) -> dict[st
 
 
 def retired_lines(folders: Folders, spec_name: str, command: str) -> list[str]:
-    """A note on the folders of `retired_folders` (none: []); `command` is the one that removes the
-    spec's own."""
+    """A note on the folders of `retired_folders`, and on the store's copies (none: []); `command` is the
+    one that removes the spec's own."""
     from embinit.sweep.trial_folders import size_text
     lines = []
     if folders.retired:
@@ -148,15 +188,37 @@ def retired_lines(folders: Folders, spec_name: str, command: str) -> list[str]:
     if folders.others:
         lines += ["", f"note: {others_text(folders, spec_name)} in {folders.others[0].path.parent}: the prune leaves "
                       "them (a spec's rerun resumes its own trials)"]
+    mine = [c for c in folders.copies if not c.held]   # one in use is not counted, as a node's folder
+    if mine:
+        n, size, away = len(mine), sum(c.size for c in mine), sum(not c.local for c in mine)
+        lines += ["", f"note: {copies_text(n, size)} of checkpoint folders in {folders.store} "
+                      f"belong{'s' if n == 1 else ''} to trials this spec no longer plans"
+                      + (f" ({away} with no folder on this node)" if away else "")
+                      + f": nothing resumes them; `{command}` removes them"]
+    if folders.other_copies:
+        lines += ["", f"note: {others_text(folders, spec_name, copies=True)} in {folders.store}: the prune "
+                      "leaves them (a spec's rerun resumes its own trials)"]
+    if folders.store_problem:
+        lines += ["", f"note: {folders.store_problem}; its copies of trial folders are not counted here"]
     return lines
 
 
-def others_text(folders: Folders, spec_name: str) -> str:
-    """`n checkpoint folders (size) of trials of other specs ...`: the folders the prune leaves."""
+def copies_text(n: int, size: int) -> str:
+    """`n store copies (size)`: copies of trial folders in the object store."""
     from embinit.sweep.trial_folders import size_text
-    n, size = len(folders.others), sum(r.size for r in folders.others)
-    names = sorted({name for r in folders.others for name in folders.owners.get(r.key, ())} - {spec_name})
+    return f"{n} store cop{'ies' if n != 1 else 'y'} ({size_text(size)})"
+
+
+def others_text(folders: Folders, spec_name: str, copies: bool = False) -> str:
+    """`n checkpoint folders (size) of trials of other specs ...`: the folders the prune leaves (`copies`:
+    the store's copies it leaves)."""
+    from embinit.sweep.trial_folders import size_text
+    items = folders.other_copies if copies else folders.others
+    n, size = len(items), sum(r.size for r in items)
+    names = sorted({name for r in items for name in folders.owners.get(r.key, ())} - {spec_name})
     whose = ([f"of other specs sharing the experiment ({', '.join(map(repr, names))})"] if names else []) \
-        + (["that no run in this store names"] if any(not folders.owners.get(r.key) for r in folders.others)
-           else [])
-    return f"{n} checkpoint folder{'s' if n != 1 else ''} ({size_text(size)}) of trials {' or '.join(whose)}"
+        + ([f"that no run in {'the tracking' if copies else 'this'} store names"]
+           if any(not folders.owners.get(r.key) for r in items) else [])
+    what = (copies_text(n, size) if copies
+            else f"{n} checkpoint folder{'s' if n != 1 else ''} ({size_text(size)})")
+    return f"{what} of trials {' or '.join(whose)}"

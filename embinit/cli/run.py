@@ -2,8 +2,9 @@
 
 `--dry-run` validates the spec and prints the expanded trial list, its epochs, model sizes and cost
 without running anything; `--prune-checkpoints` removes the checkpoint folders of trials the spec no
-longer plans (embinit.cli.prune) and runs nothing either. `key=value` arguments after the spec override it for this run
-(embinit.spec.overrides): `embinit run SPEC epochs=2 seeds=2 inits=xavier,glove --dry-run`.
+longer plans, and their object-store copies (embinit.cli.prune), and runs nothing either. `key=value`
+arguments after the spec override it for this run (embinit.spec.overrides):
+`embinit run SPEC epochs=2 seeds=2 inits=xavier,glove --dry-run`.
 `--store-uri` (or $EMBINIT_TRACKING_STORE_URI) with an `mlflow server` tracking URI: the trials write
 their run records to the database behind the server (checked to be it first), as the service does with
 EMBINIT_TRACKING_WRITE_DIRECT. Re-running the same spec resumes it: trials that already have a finished
@@ -36,7 +37,8 @@ def register(subparsers) -> None:
     p.add_argument("--prune-checkpoints", action="store_true",
                    help="remove the checkpoint folders of the spec's experiment whose trials the spec no longer "
                         "plans (interrupted, then the spec was edited: nothing resumes them; the dry run counts "
-                        "them); run nothing")
+                        "them), and their copies in the object store (EMBINIT_STORAGE_URI) when one is "
+                        "configured; run nothing")
     p.add_argument("--address", default=None, help="Ray cluster address (default: start a local Ray)")
     p.add_argument("--tracking-uri", default=None,
                    help="MLflow tracking URI (default: the spec's, else sqlite:///mlflow.db)")

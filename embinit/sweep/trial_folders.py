@@ -11,8 +11,9 @@ and the old folders are never resumed: each holds `last.pt` and `best.pt` (tens 
 (`embinit run SPEC --prune-checkpoints`: only those of trials this spec's own sweeps ran, by the tracking
 store's records, embinit.cli.dry_run_store; another spec logging to the experiment resumes its own). A
 folder whose key another process holds (its `<K>.lock`, the claim of embinit.sweep.resume) is in use: it
-is neither counted nor removed. A copy mirrored to an object store (`SweepContext.storage`) is not touched
-here.
+is neither counted nor removed (`key_in_use`). The copies mirrored to the operator's object store
+(`SweepContext.storage`), also those of keys trained on another node, are listed and removed by
+embinit.sweep.store_copies, under the key's lease; the prune does both.
 
 Torch-free and MLflow-free: the dry run reads it.
 """
@@ -94,7 +95,9 @@ def key_lock(path: Path, wait: bool = True) -> int | None:
         os.close(fd)
 
 
-def _in_use(lock: Path) -> bool:
+def key_in_use(folder: Path, key: str) -> bool:
+    """Whether a process holds the lock of `key` in `folder` (`experiment_folder`): a trial trains it."""
+    lock = folder / f"{key}.lock"
     if not lock.exists():
         return False
     fd = key_lock(lock, wait=False)
@@ -111,7 +114,7 @@ def retired(folder: Path, planned: set[str]) -> list[Retired]:
         return []
     out = []
     for path in sorted(p for p in folder.iterdir() if p.is_dir() and not p.is_symlink()):
-        if path.name in planned or _in_use(folder / f"{path.name}.lock"):
+        if path.name in planned or key_in_use(folder, path.name):
             continue
         out.append(Retired(path.name, path, _size(path), _epoch(path, path.name)))
     return out
