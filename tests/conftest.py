@@ -7,8 +7,9 @@ import pytest
 
 @pytest.fixture(autouse=True)
 def _isolated_env(monkeypatch, tmp_path):
-    """No test reads the user's data folders or writes into the user's cache (~/.cache/embinit)."""
-    for var in ("EMBINIT_DATA_DIR", "EMBINIT_GPT2_DIR"):
+    """No test reads the user's data folders or writes into the user's cache (~/.cache/embinit) or the
+    operator's object store (a test that wants one sets its own: tests/helpers/s3.py)."""
+    for var in ("EMBINIT_DATA_DIR", "EMBINIT_GPT2_DIR", "EMBINIT_STORAGE_URI"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("EMBINIT_CACHE_DIR", str(tmp_path / "default-cache"))
 
