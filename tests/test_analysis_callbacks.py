@@ -277,3 +277,26 @@ def test_the_last_probe_point_is_the_last_steps_table_and_the_best_is_logged_bes
     assert at_end["probe/absorption"] == pytest.approx(cb.probe(ctx_for(last * 0.01))["probe/absorption"])
     assert at_end["best/probe/absorption"] == pytest.approx(cb.probe(ctx_for(best))["probe/absorption"])
     assert at_end["probe/absorption"] != pytest.approx(at_end["best/probe/absorption"])
+
+
+def test_a_reference_snapshot_of_other_settings_is_a_missing_step_not_a_failure(tmp_path, caplog):
+    # the reference seed finished under K=3; the spec's analyses.similarity then asked K=5 (or cosine)
+    # and a rerun resumed another seed: it cannot compare those steps, and it must not fail its trial
+    traj_a, traj_b = tables(5, 3), tables(6, 3)
+    snap = tmp_path / "a_snaps"
+    train(ctx_for(traj_a[0]), traj_a, [SimilarityCallback(snapshot_dir=snap, every_n_steps=1, k=3)])
+    for k, neighbours in ((5, "dot"), (3, "cosine")):
+        logged = []
+        cb = SimilarityCallback(reference_snapshots=snap, every_n_steps=1, k=k, neighbours=neighbours,
+                                log_fn=lambda m, s, out=logged: out.append(s))
+        with caplog.at_level("WARNING", logger="embinit.analysis.similarity_callback"):
+            caplog.clear()
+            train(ctx_for(traj_b[0]), traj_b, [cb])
+        assert logged == [] and cb.missing_steps == [0, 1, 2]
+        said = [r.getMessage() for r in caplog.records]
+        assert len(said) == 1 and "K=3 dot neighbours" in said[0] and "other analyses.similarity" in said[0]
+    # fewer neighbours than the snapshot holds are still compared (the first k of its sorted K)
+    logged = []
+    train(ctx_for(traj_b[0]), traj_b, [SimilarityCallback(reference_snapshots=snap, every_n_steps=1, k=2,
+                                                          log_fn=lambda m, s: logged.append(s))])
+    assert logged == [0, 1, 2]

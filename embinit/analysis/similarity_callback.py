@@ -10,6 +10,10 @@ Two runs are not trained in lockstep; instead the reference is one of:
   writes snapshots, seed 1 reads them (start it after seed 0, or give `wait_s` for a concurrent one); a
   snapshot that is missing is skipped and listed in `missing_steps` (at once, without waiting, once the
   reference's series has ended: `snapshots.mark_end`, written at its train end, e.g. when it diverged).
+  A snapshot measured with fewer neighbours or another neighbour measure than this run's settings (the
+  spec's `analyses.similarity` changed after the reference trial wrote it: a finished reference is
+  reused, not run again) cannot be compared either: its step goes to `missing_steps` too, with one
+  warning naming the file; the similarity only observes training, so it never fails the trial.
 Step 0 (before any update) is measured at train start, so a curve starts from the two inits, and the
 last step at train end, on the table as the last epoch left it (by then a finished trial's model holds its
 best epoch's weights, which the trainer loaded for the test: kept at the last epoch's end for this).
@@ -20,6 +24,7 @@ A table holding NaN/inf (a diverging trial's, `trial_context.finite`) is not mea
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -29,10 +34,12 @@ import torch
 
 from embinit.analysis.neighbours import DEFAULT_BLOCK, NEIGHBOUR_METRICS, knn
 from embinit.analysis.similarity import SCORES, align, per_token_scores, summarize
-from embinit.analysis.snapshots import (clear_end, fingerprint, load_snapshot, mark_end, save_snapshot,
-                                       series_ended, snapshot_path)
+from embinit.analysis.snapshots import (OtherSettings, clear_end, fingerprint, load_snapshot, mark_end,
+                                       save_snapshot, series_ended, snapshot_path)
 from embinit.analysis.trial_context import AnalysisTrial, LogFn, context_seen, context_tokens, finite, model_table
 from embinit.errors import EmbinitError, unknown_name
+
+log = logging.getLogger(__name__)
 
 # How often a seed waiting for its reference seed's snapshot looks for it: the check is one stat, and a
 # seed that got ahead of its reference resumes within this of the file appearing (it slept 5 s before).
@@ -73,6 +80,7 @@ class SimilarityCallback:
         self._ref_knn = None       # its neighbour lists, once aligned
         self._last_step = None
         self._ended = None          # (step, (side, table)) at the latest epoch end not measured
+        self._other_settings_said = False   # warned once about a reference snapshot of other settings
 
     # ---- trainer events --------------------------------------------------------------------------
     def needs_weights(self, step: int) -> bool:
@@ -162,7 +170,15 @@ class SimilarityCallback:
         if not path.exists():
             self.missing_steps.append(step)
             return None
-        return load_snapshot(path, self.k, self.neighbours, fingerprint(tokens))
+        try:
+            return load_snapshot(path, self.k, self.neighbours, fingerprint(tokens))
+        except OtherSettings as e:   # the reference measured otherwise: nothing to compare at this step
+            if not self._other_settings_said:
+                log.warning("KNN similarity: step %d (and any later such step) not compared: %s; the "
+                            "reference trial wrote it under other analyses.similarity settings", step, e)
+                self._other_settings_said = True
+            self.missing_steps.append(step)
+            return None
 
     def _fixed_pair(self, table, tokens, idx):
         if self._ref_cache is None:

@@ -65,11 +65,16 @@ def save_snapshot(folder: Path, step: int, idx: torch.Tensor, k: int, neighbours
     return path
 
 
+class OtherSettings(EmbinitError):
+    """A snapshot measured with other settings than asked: fewer neighbours (K) or another neighbour
+    measure (a spec whose `analyses.similarity` changed since the reference trial wrote it)."""
+
+
 def load_snapshot(path: Path, k: int, neighbours: str, fp: str | None = None) -> torch.Tensor:
     snap = torch.load(path, map_location="cpu", weights_only=True)
     if snap["neighbours"] != neighbours or snap["k"] < k:
-        raise EmbinitError(f"{path} holds K={snap['k']} {snap['neighbours']} neighbours; "
-                           f"K={k} {neighbours} was asked")
+        raise OtherSettings(f"{path} holds K={snap['k']} {snap['neighbours']} neighbours; "
+                            f"K={k} {neighbours} was asked")
     if fp is not None and snap.get("fingerprint") not in (None, fp):
         raise EmbinitError(f"{path} was written for another vocabulary (fingerprint "
                            f"{snap['fingerprint']} vs {fp})")
