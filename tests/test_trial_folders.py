@@ -150,3 +150,37 @@ def test_prune_refuses_a_search_whose_trials_are_drawn(tmp_path, capsys):
         "search": {"method": "optuna", "num_samples": 2, "space": {"lr": {"low": 1e-4, "high": 1e-2, "log": True}}}}))
     assert main(["run", str(path), "--prune-checkpoints"]) != 0
     assert "an Optuna search draws its trials while it runs" in capsys.readouterr().err
+
+
+@pytest.mark.slow   # an MLflow store
+def test_pruned_trials_runs_no_longer_say_a_rerun_resumes_them(tmp_path, capsys):
+    # found in an acceptance run: after --prune-checkpoints, the spec's edit reverted, the dry run still
+    # said "[interrupted after epoch 2: the run resumes it from its checkpoint]" of a folder that was gone
+    from embinit.tracking.records import CHECKPOINT_TAG, INTERRUPTED
+    from embinit.tracking.run_readers import key_records
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    raw = {"name": "edited", "tasks": [{"task": "synthetic_translation", "epochs": 2}], "inits": ["xavier"],
+           "seeds": 1, "mlflow": {"tracking_uri": uri}, "cache_dir": str(tmp_path / "cache")}
+    before = load_spec(raw)
+    (old,) = before.plan()
+    exp = mlflow_store.ensure_experiment(before.experiment_name(), uri)
+    parent = run_writers.start_parent_run(exp, uri, before.spec_hash(), before.to_yaml(), 1, run_name=before.name)
+    run = trial_run.TrialRun.open(uri, exp, parent, old.config, old.key, old.label, {"axes": {}, "point": {}})
+    mlflow_store.client(uri).set_tag(run.run_id, CHECKPOINT_TAG, "1")   # interrupted after its first epoch
+    run_writers.close_orphans(exp, uri, parent, "interrupted (Ctrl-C)", *INTERRUPTED)
+    base = trial_folders.experiment_folder(before.cache_dir, uri, exp)
+    _folder(base, old.key, 1)
+    assert "[interrupted after epoch 1: the run resumes it from its checkpoint]" in dry_run(before, uri)
+
+    raw["tasks"][0]["epochs"] = 3   # the spec edited, its old trial's folder pruned, then the edit reverted
+    path = tmp_path / "spec.yaml"
+    path.write_text(json.dumps(raw))
+    assert main(["run", str(path), "--prune-checkpoints"]) == 0
+    assert f"  {old.key}" in capsys.readouterr().out and not (base / old.key).exists()
+    text = dry_run(before, uri)
+    assert "resumes it from its checkpoint" not in text and "resume from a checkpoint" not in text, text
+    (rec,) = key_records(exp, uri, old.key)
+    assert rec.status == "interrupted" and rec.resume_epoch is None
+    assert rec.error == ("interrupted (Ctrl-C); its checkpoint folder was removed (--prune-checkpoints): running the "
+                         "spec again starts it over")
+    assert CHECKPOINT_TAG not in mlflow_store.client(uri).get_run(run.run_id).data.tags

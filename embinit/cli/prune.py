@@ -7,7 +7,10 @@ run in the store names (embinit.cli.dry_run_store.retired_folders): only this sp
 With the operator's object store (`EMBINIT_STORAGE_URI`, embinit.storage) the same goes for the store's
 copies of trial folders (embinit.sweep.store_copies), by the same rule, also those of keys that trained
 on another node (no folder here): each is removed under its key's lease, and one whose lease a live
-process holds is left and named. A store that cannot be read is an error before anything is removed."""
+process holds is left and named. A store that cannot be read is an error before anything is removed.
+The runs of the trials whose checkpoints went (the node's folder and, with a store, its copy: nothing is
+left that a rerun could resume from) no longer say they keep one (`embinit.checkpoint_epoch` dropped, the
+error saying the folder was removed): reverting the edit starts those trials over."""
 
 from __future__ import annotations
 
@@ -44,7 +47,7 @@ def prune_checkpoints(spec, tracking_uri: str | None = None) -> str:
         where = f" (on this node or in the store, {folders.store})" if folders.store else ""
         return "\n".join([f"no checkpoint folder of experiment {spec.experiment_name()!r}{where} belongs to a "
                           "trial the spec no longer plans"] + left)
-    lines = []
+    lines, removed, skipped = [], [], []
     if found:
         removed, skipped = prune(found)
         lines += [f"removed {len(removed)} checkpoint folder{'s' if len(removed) != 1 else ''} "
@@ -54,14 +57,20 @@ def prune_checkpoints(spec, tracking_uri: str | None = None) -> str:
                   + (f"after epoch {r.epoch}" if r.epoch is not None else "no epoch saved") for r in removed]
         if skipped:
             lines.append(f"left {len(skipped)} a trial took meanwhile: " + ", ".join(r.key for r in skipped))
-    failed = _prune_copies(spec, exp_id, read, folders, lines) if folders.copies else []
-    if failed:
+    done = _prune_copies(spec, exp_id, read, folders, lines) if folders.copies else None
+    gone = {r.key for r in removed} | ({c.key for c in done.removed} if done else set())
+    if done:   # a copy still in the store (its key held, or not removed) is what a rerun resumes from
+        gone -= {c.key for c in done.held} | {c.key for c, _ in done.failed}
+    from embinit.tracking.run_writers import forget_checkpoints
+    forget_checkpoints(exp_id, read, sorted(gone - {r.key for r in skipped}))   # no rerun resumes them now
+    if done and done.failed:
         raise EmbinitError("\n".join(lines + left))
     return "\n".join(lines + left)
 
 
-def _prune_copies(spec, exp_id: str, uri: str, folders, lines: list[str]) -> list:
-    """Remove the spec's own store copies (`folders.copies`), saying so in `lines`; those it could not remove."""
+def _prune_copies(spec, exp_id: str, uri: str, folders, lines: list[str]):
+    """Remove the spec's own store copies (`folders.copies`), saying so in `lines`; what was done
+    (embinit.sweep.store_copies.Pruned)."""
     from embinit import storage
     from embinit.sweep import store_copies, trial_folders
     from embinit.sweep.trial_folders import size_text
@@ -80,4 +89,4 @@ def _prune_copies(spec, exp_id: str, uri: str, folders, lines: list[str]) -> lis
                      "is live, or its lock on this node): " + ", ".join(c.key for c in done.held))
     for c, why in done.failed:
         lines.append(f"could not remove the store copy of {c.key} ({size_text(c.size)}): {why}")
-    return done.failed
+    return done

@@ -17,10 +17,10 @@ from embinit.tracking import driver_liveness
 from embinit.tracking.driver_liveness import DRIVER_TAG, HEARTBEAT_TAG
 from embinit.errors import EmbinitError
 from embinit.tracking.mlflow_store import client, ensure_experiment, log_batch, metrics_at, resolve_uri, retry
-from embinit.tracking.records import (ERROR_TAG, INTERRUPTED, KIND_TAG, N_TRIALS_TAG, SPEC_HASH_TAG, STATUS_TAG,
-                                      TrialRecord)
+from embinit.tracking.records import (CHECKPOINT_TAG, ERROR_TAG, INTERRUPTED, KIND_TAG, N_TRIALS_TAG,
+                                      SPEC_HASH_TAG, STATUS_TAG, TrialRecord)
 from embinit.tracking.run_names import NOTE_TAG
-from embinit.tracking.run_readers import sweep_records, trial_records
+from embinit.tracking.run_readers import key_records, sweep_records, trial_records
 from embinit.tracking.run_records import SPEC_ARTIFACT, AnalogyRun
 from embinit.tracking.trial_run import TrialRun
 
@@ -110,11 +110,33 @@ def close_orphans(exp_id: str, uri: str, parent_id: str, reason: str, status: st
     return len(recs)
 
 
+KEPT = "; its checkpoint after epoch {epoch} is kept: running the spec again resumes this run"
+PRUNED = "; its checkpoint folder was removed (--prune-checkpoints): running the spec again starts it over"
+
+
 def close_run(uri: str, rec: TrialRecord, reason: str, status: str = "FAILED", tag: str | None = None) -> None:
     """Close a trial run nothing writes to any more; one that keeps a checkpoint says it resumes."""
     if rec.resume_epoch is not None:
-        reason += f"; its checkpoint after epoch {rec.resume_epoch} is kept: running the spec again resumes this run"
+        reason += KEPT.format(epoch=rec.resume_epoch)
     TrialRun(uri, rec.run_id).fail(reason, status=status, tag=tag)
+
+
+def forget_checkpoints(exp_id: str, uri: str, keys: list[str]) -> int:
+    """The runs of `keys` (trials whose checkpoint folders were just removed) no longer say they keep one:
+    their `embinit.checkpoint_epoch` tag goes (the dry run and the report read it as "resumes after epoch
+    N") and their error says the folder was removed. Returns how many runs changed."""
+    from mlflow.entities import RunTag
+    c, n = client(uri), 0
+    for key in keys:
+        for rec in key_records(exp_id, uri, key):
+            if rec.resume_epoch is None:
+                continue
+            kept = KEPT.format(epoch=rec.resume_epoch)
+            error = (rec.error or "").replace(kept, "")
+            log_batch(c, rec.run_id, tags=[RunTag(ERROR_TAG, (error + PRUNED)[-4000:])])
+            retry(lambda r=rec: c.delete_tag(r.run_id, CHECKPOINT_TAG))
+            n += 1
+    return n
 
 
 def close_sweeps(exp_id: str, uri: str, spec_hash: str, reason: str, status: str = "FAILED",
