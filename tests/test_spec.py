@@ -574,3 +574,14 @@ def test_a_source_sides_own_oov_rule_is_refused_not_ignored():
     assert e.value.problems[0][0] == "inits[0].src.oov" and "one OOV rule" in e.value.problems[0][1]
     same = {**spec, "inits": [{"tgt": {"source": "glove", "oov": "zeros"}, "src": {"source": "glove", "oov": "zeros"}}]}
     assert {p.config["oov"] for p in load_spec(same).plan()} == {"zeros"}
+
+
+def test_a_duplicate_on_some_tasks_only_says_on_which():
+    # `glove` puts GloVe on both tables of a translation task, `{tgt: glove, src: xavier}` on the target
+    # only: they train apart on multi30k and alike on sst2 (one table); "it trains the same trials" misled
+    spec = base(tasks=["synthetic_translation", "synthetic_classification"],
+                inits=["glove", {"tgt": "glove", "src": "xavier"}], pretrained={"glove": "/g.txt"})
+    assert problems(spec)["inits[1]"] == ("duplicates inits[0] (label 'GloVe'); remove it: it trains the same "
+                                          "trials on synthetic_classification (not on the other tasks)")
+    spec = base(inits=["xavier", "normal", "xavier"])   # the same trials on every task: said as before
+    assert problems(spec)["inits[2]"] == "duplicates inits[0] (label 'Xavier'); remove it: it trains the same trials"

@@ -68,12 +68,19 @@ def init_problems(spec: SpecFields) -> list[tuple[str, str]]:
             if other in seen:
                 why = ("remove it or give it its own `label` (beside `tgt`: `{tgt: ..., label: ...}`; an init "
                        "written as `{source: ...}` takes none)" if other[0] == "label"
-                       else "remove it: it trains the same trials")
+                       else "remove it: it trains the same trials" + _only_on(seen[other], same, seen))
                 problems.append((f"inits[{i}]", f"duplicates inits[{seen[other]}] (label {label!r}); {why}"))
                 break
         for other in (*same, ("label", label)):
             seen.setdefault(other, i)
     return problems
+
+
+def _only_on(j: int, same: list[tuple], seen: dict[Any, int]) -> str:
+    """' on sst2' where an init's trials are inits[j]'s on some of the tasks only (a translation task trains
+    `glove` and `{tgt: glove, src: xavier}` apart; a classifier, with one table, alike); '' on every task."""
+    alike = [task for _, task, key in same if seen.get(("key", task, key)) == j]
+    return "" if len(alike) == len(same) else f" on {', '.join(alike)} (not on the other tasks)"
 
 
 def _own_oov_clash(spec: SpecFields, i: int, init: InitEntry) -> list[tuple[str, str]]:
