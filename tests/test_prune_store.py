@@ -21,7 +21,8 @@ from embinit.spec import load_spec
 from embinit.storage import STORAGE_ENV, Store
 from embinit.sweep import store_copies, trial_folders
 from embinit.sweep.claims import Lease
-from embinit.tracking import mlflow_store
+from embinit.tracking import mlflow_store, run_readers
+from embinit.tracking.records import CHECKPOINT_TAG
 from helpers.s3 import objects, s3_server, use_store
 from test_trial_folders import _folder, _interrupted
 
@@ -118,6 +119,12 @@ def test_prune_removes_the_spec_s_own_store_copies_also_of_keys_trained_on_anoth
     _copy(store, folder, theirs.key, 3, 4_000_000)
     _copy(store, folder, "no-run", 1, 1_000_000)  # no run in the tracking store names it
     live = Lease(store, f"{folder}/{c.key}").acquire()
+    runs = {p.key: run_readers.key_records(exp, uri, p.key)[0].run_id for p in (a, b, c)}
+    for run_id in runs.values():   # each kept a checkpoint after epoch 1: a rerun would resume it
+        mlflow_store.client(uri).set_tag(run_id, CHECKPOINT_TAG, "1")
+
+    def resumes() -> dict[str, int | None]:
+        return {k: run_readers.key_records(exp, uri, k)[0].resume_epoch for k in runs}
     try:
         text = dry_run(spec, uri)
         assert f"note: 1 checkpoint folder (2.5 MB) in {base} belongs to trials this spec no longer plans" in text
@@ -144,12 +151,15 @@ def test_prune_removes_the_spec_s_own_store_copies_also_of_keys_trained_on_anoth
             c.key, new.key, theirs.key, "no-run"}, left
         assert [o for o in left if o.startswith("claims/")] == [f"claims/{folder}/{c.key}.lease"]   # released
         assert not (base / a.key).exists()
+        # a key with nothing left to resume from no longer says it resumes; the held key's copy is still there
+        assert resumes() == {a.key: None, b.key: None, c.key: 1}
     finally:
         live.release()
     assert main(["run", str(path), "--prune-checkpoints"]) == 0   # the key is free now: its copy goes
     out = capsys.readouterr().out
     assert out.startswith(f"removed 1 store copy (500.0 kB) of checkpoint folders of trials the spec no longer "
                           f"plans, from {where}:\n  {c.key}   500.0 kB  after epoch 1  (no folder on this node)"), out
+    assert resumes() == {a.key: None, b.key: None, c.key: None}
     assert main(["run", str(path), "--prune-checkpoints"]) == 0
     out = capsys.readouterr().out
     assert out.startswith(f"no checkpoint folder of experiment 'shared' (on this node or in the store, {where}) "
