@@ -156,6 +156,7 @@ def test_prune_refuses_a_search_whose_trials_are_drawn(tmp_path, capsys):
 def test_pruned_trials_runs_no_longer_say_a_rerun_resumes_them(tmp_path, capsys):
     # found in an acceptance run: after --prune-checkpoints, the spec's edit reverted, the dry run still
     # said "[interrupted after epoch 2: the run resumes it from its checkpoint]" of a folder that was gone
+    from embinit.sweep.interrupt import interrupted_reason
     from embinit.tracking.records import CHECKPOINT_TAG, INTERRUPTED
     from embinit.tracking.run_readers import key_records
     uri = f"sqlite:///{tmp_path}/mlflow.db"
@@ -167,7 +168,10 @@ def test_pruned_trials_runs_no_longer_say_a_rerun_resumes_them(tmp_path, capsys)
     parent = run_writers.start_parent_run(exp, uri, before.spec_hash(), before.to_yaml(), 1, run_name=before.name)
     run = trial_run.TrialRun.open(uri, exp, parent, old.config, old.key, old.label, {"axes": {}, "point": {}})
     mlflow_store.client(uri).set_tag(run.run_id, CHECKPOINT_TAG, "1")   # interrupted after its first epoch
-    run_writers.close_orphans(exp, uri, parent, "interrupted (Ctrl-C)", *INTERRUPTED)
+    run_writers.close_orphans(exp, uri, parent, interrupted_reason("Ctrl-C"), *INTERRUPTED)
+    (rec,) = key_records(exp, uri, old.key)   # a rerun's resuming is said once, with the epoch it continues after
+    assert rec.error == ("interrupted (Ctrl-C); running the same spec again resumes: finished trials are reused, "
+                         "and this run continues from its checkpoint after epoch 1")
     base = trial_folders.experiment_folder(before.cache_dir, uri, exp)
     _folder(base, old.key, 1)
     assert "[interrupted after epoch 1: the run resumes it from its checkpoint]" in dry_run(before, uri)
@@ -181,6 +185,6 @@ def test_pruned_trials_runs_no_longer_say_a_rerun_resumes_them(tmp_path, capsys)
     assert "resumes it from its checkpoint" not in text and "resume from a checkpoint" not in text, text
     (rec,) = key_records(exp, uri, old.key)
     assert rec.status == "interrupted" and rec.resume_epoch is None
-    assert rec.error == ("interrupted (Ctrl-C); its checkpoint folder was removed (--prune-checkpoints): running the "
-                         "spec again starts it over")
+    assert rec.error == ("interrupted (Ctrl-C); running the same spec again resumes: finished trials are reused; its "
+                         "checkpoint folder was removed (--prune-checkpoints): running the spec again starts it over")
     assert CHECKPOINT_TAG not in mlflow_store.client(uri).get_run(run.run_id).data.tags

@@ -110,14 +110,17 @@ def close_orphans(exp_id: str, uri: str, parent_id: str, reason: str, status: st
     return len(recs)
 
 
+# What a closed run that keeps a checkpoint adds to its reason: KEPT, or KEPT_TOO after a reason that says
+# a rerun resumes already (an interruption's, `interrupt.interrupted_reason`), so it is said once.
 KEPT = "; its checkpoint after epoch {epoch} is kept: running the spec again resumes this run"
+KEPT_TOO = ", and this run continues from its checkpoint after epoch {epoch}"
 PRUNED = "; its checkpoint folder was removed (--prune-checkpoints): running the spec again starts it over"
 
 
 def close_run(uri: str, rec: TrialRecord, reason: str, status: str = "FAILED", tag: str | None = None) -> None:
     """Close a trial run nothing writes to any more; one that keeps a checkpoint says it resumes."""
     if rec.resume_epoch is not None:
-        reason += KEPT.format(epoch=rec.resume_epoch)
+        reason += (KEPT_TOO if "again resumes" in reason else KEPT).format(epoch=rec.resume_epoch)
     TrialRun(uri, rec.run_id).fail(reason, status=status, tag=tag)
 
 
@@ -131,8 +134,9 @@ def forget_checkpoints(exp_id: str, uri: str, keys: list[str]) -> int:
         for rec in key_records(exp_id, uri, key):
             if rec.resume_epoch is None:
                 continue
-            kept = KEPT.format(epoch=rec.resume_epoch)
-            error = (rec.error or "").replace(kept, "")
+            error = rec.error or ""
+            for kept in (KEPT, KEPT_TOO):
+                error = error.replace(kept.format(epoch=rec.resume_epoch), "")
             log_batch(c, rec.run_id, tags=[RunTag(ERROR_TAG, (error + PRUNED)[-4000:])])
             retry(lambda r=rec: c.delete_tag(r.run_id, CHECKPOINT_TAG))
             n += 1
