@@ -49,8 +49,11 @@ def foreign_experiment(session, store, spec) -> list[tuple[str, str]]:
     users = set(session.scalars(select(Experiment.name).where(Experiment.mlflow_experiment == target)))
     session.commit()  # no database connection held across the MLflow read below
     if users - {spec.name}:
-        return [("mlflow.experiment", f"{target!r} holds the runs of other experiments "
-                                      f"({', '.join(sorted(users - {spec.name}))}); choose another name")]
+        others = sorted(users - {spec.name})
+        return [("mlflow.experiment", f"MLflow experiment {target!r} holds the runs of "
+                                      f"{'another spec' if len(others) == 1 else 'other specs'} submitted to this "
+                                      f"service (named {', '.join(map(repr, others))}; this one is "
+                                      f"{spec.name!r}); choose another name")]
     if not users and store.has_experiment(target):
         return [("mlflow.experiment", f"{target!r} already exists in the MLflow store and was not created "
                                       f"by this service for {spec.name!r}; choose another name")]

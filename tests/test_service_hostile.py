@@ -159,7 +159,9 @@ def test_another_teams_mlflow_experiment_is_refused(client, cluster):
     again = client.post("/experiments", json={**SPEC, "name": "a", "seeds": 2, "mlflow": {"experiment": "shared-a"}})
     assert again.status_code == 202, again.text               # the same spec name may go on filling it
     other = client.post("/experiments", json={**SPEC, "name": "b", "mlflow": {"experiment": "shared-a"}})
-    assert "holds the runs of other experiments (a)" in problems(other)["mlflow.experiment"]
+    assert problems(other)["mlflow.experiment"] == ("MLflow experiment 'shared-a' holds the runs of another spec "
+                                                    "submitted to this service (named 'a'; this one is 'b'); "
+                                                    "choose another name")
 
 
 def test_resources_no_node_has_are_refused_at_submit(client, cluster):
