@@ -300,3 +300,24 @@ def test_a_reference_snapshot_of_other_settings_is_a_missing_step_not_a_failure(
     train(ctx_for(traj_b[0]), traj_b, [SimilarityCallback(reference_snapshots=snap, every_n_steps=1, k=2,
                                                           log_fn=lambda m, s: logged.append(s))])
     assert logged == [0, 1, 2]
+
+
+def test_the_steps_not_compared_are_said_on_the_run_with_why(tmp_path):
+    """`sweep.analyses.not_compared_tags`: the steps a seed could not compare with its reference, split by
+    why (no snapshot; one written under other settings), for the run's `embinit.similarity.not_compared`."""
+    from embinit.sweep.analyses import not_compared_tags
+    from embinit.tracking.records import NOT_COMPARED_TAG
+    traj_a, traj_b = tables(5, 3), tables(6, 3)
+    snap = tmp_path / "a_snaps"
+    train(ctx_for(traj_a[0]), traj_a, [SimilarityCallback(snapshot_dir=snap, every_n_steps=1, k=3)])
+    (snap / "knn_step00000002.pt").unlink()   # that step's snapshot is gone
+    cb = SimilarityCallback(reference_snapshots=snap, every_n_steps=1, k=5, log_fn=lambda m, s: None)
+    train(ctx_for(traj_b[0]), traj_b, [cb])
+    assert not_compared_tags([cb]) == {NOT_COMPARED_TAG: (
+        "step 2 (1): no reference snapshot; steps 0, 1 (2): the reference's snapshots were written under other "
+        f"settings ({snap / 'knn_step00000000.pt'} holds K=3 dot neighbours; K=5 dot was asked)")}
+    compared = SimilarityCallback(reference_snapshots=snap, every_n_steps=1, k=3, log_fn=lambda m, s: None)
+    train(ctx_for(traj_b[0]), traj_b, [compared])
+    assert compared.missing_steps == [2] and not_compared_tags([compared]) == {
+        NOT_COMPARED_TAG: "step 2 (1): no reference snapshot"}
+    assert not_compared_tags([]) == {} and not_compared_tags([SimilarityCallback(reference_snapshots=snap)]) == {}

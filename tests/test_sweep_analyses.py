@@ -148,12 +148,22 @@ def test_reference_seed_compares_with_the_other_seeds_snapshots(ray_local, tmp_p
     assert logged == pytest.approx({c["step"]: c["mean"] for c in curve}, abs=1e-6)
     assert settings_tags(uri, by_seed) == {0: SETTINGS | {"reference": "reference_seed 0 (this run is the reference)"},
                                            1: SETTINGS}
-    # the same trials under a spec with another K: reused as they are, with the settings they ran with
+    # the same trials under a spec with another K: reused as they are, with the settings they ran with;
+    # a seed added then trains, and cannot compare with the reused reference's K=3 snapshots: its run says
+    # which steps it did not compare and why, and the trial is not failed for it
     again = run_sweep(load_spec(spec_data(tmp_path, {"similarity": {"reference_seed": 0, "snapshot_dir": str(snaps),
                                                                     "every_n_steps": 4, "k": 5}},
-                                          seeds=[0, 1], max_concurrent=1, name="analyses-seeds")), progress=False)
-    assert again.reused == 2 and {t["run_id"] for t in again.trials} == {t["run_id"] for t in result.trials}
-    assert settings_tags(uri, by_seed)[1] == SETTINGS
+                                          seeds=[0, 1, 2], max_concurrent=1, name="analyses-seeds")), progress=False)
+    assert again.reused == 2 and again.n_finished == 3, again.trials
+    assert {t["run_id"] for t in result.trials} < {t["run_id"] for t in again.trials}
+    assert settings_tags(uri, by_seed)[1] == SETTINGS   # every step compared: no not_compared tag
+    (new,) = [t for t in again.trials if t["config"]["seed"] == 2]
+    assert history(uri, new["run_id"], "sim/knn_jaccard_mean") == {}
+    tags = settings_tags(uri, {2: new})[2]
+    assert tags["k"] == "5" and tags["not_compared"].startswith("steps 0, 4, ")
+    assert tags["not_compared"].endswith(": the reference's snapshots were written under other settings ("
+                                         f"{snaps / by_seed[0]['key'] / 'knn_step00000000.pt'} holds K=3 dot "
+                                         "neighbours; K=5 dot was asked)"), tags
 
 
 SETTINGS = {"k": "3", "neighbours": "dot", "scores": "jaccard", "every_n_steps": "4", "reference": "reference_seed 0"}

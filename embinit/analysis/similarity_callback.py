@@ -80,7 +80,8 @@ class SimilarityCallback:
         self._ref_knn = None       # its neighbour lists, once aligned
         self._last_step = None
         self._ended = None          # (step, (side, table)) at the latest epoch end not measured
-        self._other_settings_said = False   # warned once about a reference snapshot of other settings
+        self.other_settings: list[int] = []   # the missing steps whose reference snapshot had other settings
+        self.other_settings_why: str | None = None   # the first such snapshot's mismatch, in words
 
     # ---- trainer events --------------------------------------------------------------------------
     def needs_weights(self, step: int) -> bool:
@@ -173,10 +174,11 @@ class SimilarityCallback:
         try:
             return load_snapshot(path, self.k, self.neighbours, fingerprint(tokens))
         except OtherSettings as e:   # the reference measured otherwise: nothing to compare at this step
-            if not self._other_settings_said:
+            if self.other_settings_why is None:
+                self.other_settings_why = str(e)
                 log.warning("KNN similarity: step %d (and any later such step) not compared: %s; the "
                             "reference trial wrote it under other analyses.similarity settings", step, e)
-                self._other_settings_said = True
+            self.other_settings.append(step)
             self.missing_steps.append(step)
             return None
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from embinit.spec.models import Analyses
-from embinit.tracking.records import SIMILARITY_TAG
+from embinit.tracking.records import NOT_COMPARED_TAG, SIMILARITY_TAG
 
 
 def shared_settings(spec) -> dict[str, Any] | None:
@@ -66,6 +66,31 @@ def run_tags(settings: dict[str, Any] | None, cfg) -> dict[str, str]:
     values = {"k": sim.k, "neighbours": sim.neighbours, "scores": ",".join(scores),
               "every_n_steps": sim.every_n_steps, "reference": reference}
     return {SIMILARITY_TAG + name: str(v) for name, v in values.items()}
+
+
+def not_compared_tags(callbacks: list) -> dict[str, str]:
+    """`{records.NOT_COMPARED_TAG: ...}` naming the steps this attempt's similarity callback could not
+    compare with its reference seed, and why: no snapshot of that step (the reference had not written it
+    within `wait_s`, or its series had ended, e.g. it diverged), or one written under other settings (the
+    spec's K or neighbour measure changed after the reference trial was trained; it is reused, not run
+    again). {} when every step was compared, or without a similarity analysis. On the run, so a gap in
+    its `sim/*` curve says why in MLflow, not only in the Ray worker's log."""
+    from embinit.analysis.similarity_callback import SimilarityCallback
+    sim = next((c for c in callbacks if isinstance(c, SimilarityCallback)), None)
+    if sim is None or not sim.missing_steps:
+        return {}
+    other = set(sim.other_settings)
+    absent = [st for st in sim.missing_steps if st not in other]
+    parts = ([f"{_steps(absent)}: no reference snapshot"] if absent else []) + (
+        [f"{_steps(sim.other_settings)}: the reference's snapshots were written under other settings "
+         f"({sim.other_settings_why})"] if other else [])
+    return {NOT_COMPARED_TAG: "; ".join(parts)}
+
+
+def _steps(steps: list[int], shown: int = 6) -> str:
+    """`steps 0, 100, 200 (3)`, the first `shown` and the last when there are more."""
+    listed = steps if len(steps) <= shown else [*steps[:shown - 1], "...", steps[-1]]
+    return f"step{'s' if len(steps) != 1 else ''} {', '.join(map(str, listed))} ({len(steps)})"
 
 
 def trial_callbacks(settings: dict[str, Any] | None, cfg, log_fn: Callable[[dict, int], None],

@@ -214,6 +214,7 @@ def _train_group(todo: list[tuple], ctx: SweepContext, extra_callbacks: Callable
     try:
         for (_cfg, item, claim, _), run, result, own in zip(todo, runs, results, analysis_cbs):
             res = result.to_dict()
+            run.note_tags(analyses.not_compared_tags(own))   # with the final batch
             files = artifacts(res, claim.path, ctx, item.run_name)
             if ctx.log_plots:
                 files += analyses.plot_artifacts(own, res["history"], claim.path, item.run_name)

@@ -107,6 +107,7 @@ def _train_in(run, item: WorkItem, cfg: TrialConfig, ctx: SweepContext, claim: r
         run.fail(f"{type(e).__name__}: {e}", checkpoint=False)
         return None
     res = result.to_dict()
+    run.note_tags(analyses.not_compared_tags(analysis_cbs))   # with the final batch
     files = artifacts(res, out_dir, ctx, item.run_name)
     if ctx.log_plots:
         files += analyses.plot_artifacts(analysis_cbs, res["history"], out_dir, item.run_name)

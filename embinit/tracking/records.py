@@ -78,6 +78,9 @@ RESTARTED_TAG, SUPERSEDED_TAG = "embinit.restarted_from", "embinit.superseded_by
 # changed (`k 10 -> 20`) where points measured before were logged. Runs from before these tags lack them.
 SIMILARITY_TAG = "embinit.similarity."
 SIMILARITY_CHANGED_TAG = SIMILARITY_TAG + "changed"
+# The steps an attempt could not compare with its reference seed, and why (embinit.sweep.analyses
+# .not_compared_tags): e.g. `steps 0, 100 (2): the reference's snapshots were written under other settings (...)`.
+NOT_COMPARED_TAG = SIMILARITY_TAG + "not_compared"
 
 # Which run stands for a trial key when it has several (retries, re-runs): a result beats a run in
 # progress, which beats an attempt that stopped unfinished (failed, or interrupted: its sweep was stopped

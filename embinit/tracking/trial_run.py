@@ -36,7 +36,9 @@ one child run per trial. A child run carries:
   key holds the id as written, whatever revision the hub served; a pinned id's revision is said
   beside), and `embinit.model_size` (JSON `d_model`, `heads` as the trainer resolved them, which the
   report compares rows by); with the spec's `analyses.similarity`, its settings: `embinit.similarity.k`,
-  `.neighbours`, `.scores`, `.every_n_steps` and `.reference` (`records.SIMILARITY_TAG`, `note_similarity`);
+  `.neighbours`, `.scores`, `.every_n_steps` and `.reference` (`records.SIMILARITY_TAG`, `note_similarity`),
+  and, where the latest attempt could not compare some steps with its reference, `.not_compared` (which
+  steps, and why: `embinit.sweep.analyses.not_compared_tags`, with the final batch);
 - its name `<label>-s<seed>`, then its axes' and search point's values (`Xavier-s0 lr=0.001`,
   `run_names.trial_run_name`), then, in a spec of several tasks, the task (`Xavier-s0 lr=0.001 (mnli)`);
   params: the flat config the model trains with (`TrainContext.cfg`: task
@@ -196,6 +198,11 @@ class TrialRun:
             earlier = held.get(SIMILARITY_CHANGED_TAG)
             tags = {**tags, SIMILARITY_CHANGED_TAG: "; ".join(filter(None, [earlier, ", ".join(changed)]))}
         self.tags += [RunTag(k, v[-TAG_VALUE_CHARS:]) for k, v in tags.items()]
+
+    def note_tags(self, tags: dict[str, str]) -> None:
+        """Tags written with the run's next batch (e.g. its final one: `finish`)."""
+        from mlflow.entities import RunTag
+        self.tags += [RunTag(k, v[:TAG_VALUE_CHARS]) for k, v in tags.items()]
 
     def _log_text(self, text: str, name: str) -> None:
         import tempfile
