@@ -15,6 +15,15 @@ def _isolated_env(monkeypatch, tmp_path):
 
 
 @pytest.fixture(scope="module")
+def endpoint():
+    """A real S3 server (moto's, in a thread) for the test module that asks for it: the object store's
+    endpoint URL (tests/helpers/s3.py: `use_store` points the process at a fresh bucket of it)."""
+    from helpers.s3 import s3_server
+    with s3_server() as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
 def ray_local():
     """A local two-CPU Ray for one test module (the sweep tests), shut down after it: on the loopback, as
     the local Ray `embinit run` starts (embinit.sweep.ray_runtime), so a sweep sees one machine."""

@@ -21,7 +21,7 @@ import pytest
 from embinit import checkpoint_files as cf
 from embinit.errors import EmbinitError
 from embinit.storage import Mirror, Store
-from helpers.s3 import s3_server, use_store
+from helpers.s3 import use_store
 
 ROOT = Path(__file__).resolve().parents[1]
 PLOTS_ONLY = SimpleNamespace(log_checkpoint=False, log_plots=True, log_outputs=True)   # a sweep's logging settings
@@ -49,12 +49,6 @@ def test_last_json_has_one_parser(text, epoch):
     assert cf.parse_last_info(text, "k") == epoch
     if epoch is not None or text[:1] == b"{":
         assert cf.parse_last_info(text.decode(errors="replace"), "k") == epoch
-
-
-@pytest.fixture(scope="module")
-def endpoint():
-    with s3_server() as url:
-        yield url
 
 
 def test_the_node_and_the_store_read_last_json_alike(endpoint, monkeypatch, tmp_path):

@@ -23,16 +23,10 @@ from embinit.sweep import store_copies, trial_folders
 from embinit.sweep.claims import Lease
 from embinit.tracking import mlflow_store, run_readers
 from embinit.tracking.records import CHECKPOINT_TAG
-from helpers.s3 import objects, s3_server, use_store
+from helpers.s3 import objects, use_store
 from test_trial_folders import _folder, _interrupted
 
 pytestmark = pytest.mark.slow   # an S3 server in a thread, MLflow SQLite stores
-
-
-@pytest.fixture(scope="module")
-def endpoint():
-    with s3_server() as url:
-        yield url
 
 
 @pytest.fixture

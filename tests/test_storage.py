@@ -16,13 +16,7 @@ import pytest
 from embinit.errors import EmbinitError
 from embinit.storage import Mirror, Store, configured
 from embinit.sweep.claims import ClaimLost, Lease
-from helpers.s3 import objects, s3_server, use_store
-
-
-@pytest.fixture(scope="module")
-def endpoint():
-    with s3_server() as url:
-        yield url
+from helpers.s3 import objects, use_store
 
 
 @pytest.fixture

@@ -23,18 +23,12 @@ from embinit.sweep.claims import TTL_ENV, ClaimLost
 from embinit.sweep.trainable import train_unit
 from embinit.sweep.work import SweepContext
 from embinit.trusted import TRUSTED_ROOTS_ENV
-from helpers.s3 import objects, s3_server, use_store
+from helpers.s3 import objects, use_store
 from test_sweep_resume import (TINY, Killed, KillAfter, Record, assert_resumed_in_one_run, attempt, setup, steps,
                                trial_runs, two_specs_share_a_key, units_of)
 from test_sweep_resume import no_tune, tune_session  # noqa: F401 (fixtures: Tune's session calls stood in for)
 
 pytestmark = pytest.mark.slow  # tiny trainings, MLflow SQLite stores, an S3 server in a thread
-
-
-@pytest.fixture(scope="module")
-def endpoint():
-    with s3_server() as url:
-        yield url
 
 
 @pytest.fixture
