@@ -95,3 +95,28 @@ def test_a_retried_trial_keeps_its_epoch_and_best_and_its_eta_counts_only_what_i
     _epoch(p, "a", 4, epochs=5, best=2.6)    # its first epoch after the retry: 8 s, 1 left
     (row,) = p.counts()["trials"]
     assert (row["epoch"], row["best"], row["eta"]) == ("4/5", "2.6", "0m08s")
+
+
+def test_a_resumed_trial_shows_its_epoch_and_best_from_its_start_and_its_eta_counts_no_epoch():
+    """A trial that resumes from its checkpoint (the spec run again after an interruption) reports the
+    epoch it resumes after and its best so far when it starts (`embinit_resumed`): its row shows them at
+    once, not `-` until its next epoch ends; no epoch ended here, so its time per epoch is measured from
+    its next one, and until then the sweep's ETA counts only its epochs left."""
+    clock = Clock()
+    p = Progress(total=2, reused=0, every=0.0, stream=io.StringIO(), clock=clock, metric="val/loss")
+    p.on_trial_start(0, [], trial("fresh"))
+    clock.t += 10
+    _epoch(p, "fresh", 1, epochs=5, best=3.0)      # 10 s an epoch: a 50 s trial
+    p.on_trial_start(0, [], trial("resumed"))
+    clock.t += 2
+    p.on_trial_result(0, [], trial("resumed"), {"embinit_epoch": 3, "embinit_epochs": 5, "embinit_best": 2.4,
+                                                "embinit_resumed": 1, "objective": 2.5})
+    row = p.counts()["trials"][1]
+    assert (row["trial"], row["epoch"], row["best"], row["eta"]) == ("resumed", "3/5", "2.4", "?")
+    assert p.trials["resumed"].clock.per_epoch_s() is None       # the report timed no epoch
+    # fresh: 40 s less the 2 s since its epoch; resumed: 2 of 5 epochs of a 50 s trial, less the 2 s it ran
+    assert p.counts()["eta_s"] == 38.0
+    clock.t += 10
+    _epoch(p, "resumed", 4, epochs=5, best=2.3)   # its first epoch here: 12 s from its start, 1 left
+    row = p.counts()["trials"][1]
+    assert (row["epoch"], row["best"], row["eta"]) == ("4/5", "2.3", "0m12s")

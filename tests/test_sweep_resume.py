@@ -253,15 +253,27 @@ def test_a_retry_without_a_tune_checkpoint_resumes_from_the_folder(tmp_path, tun
     assert attempt(shared, units, lambda cfg: [KillAfter(2)] if cfg.key() == last else []) == "killed"
     assert tune_session and all(files is None for _, files in tune_session)   # Tune holds no copy
     log: list = []
+    before = len(tune_session)
     assert attempt(shared, units, lambda cfg: [Record(log)]) == "done"        # Tune's retry of the trial
     starts = [e for e in log if e[0] == "start"]
     assert len(starts) == len(keys) and all(step > 0 for _, _, step in starts)   # epoch 2's optimizer steps
+    # each Tune trial says at its start where it resumes (the progress table's epoch and best so far),
+    # before any epoch's report, with no checkpoint (embinit.sweep.reporting.resumed_report)
+    resumed = [(m, files) for m, files in tune_session[before:] if m.get("embinit_resumed")]
+    assert len(resumed) == len(units) and tune_session[before][0].get("embinit_resumed")
+    for metrics, files in resumed:
+        assert (metrics["embinit_epoch"], metrics["embinit_epochs"], files) == (2, 4, None)
+        assert "objective" in metrics   # Tune's Optuna searcher reads it from every report
     assert sorted(e[2] for e in log if e[0] == "epoch") == sorted([3, 4] * len(keys))
     runs = trial_runs(shared)
     assert {r.data.tags[records.KEY_TAG] for r in runs} == keys and len(runs) == len(keys)   # no second run
     for run in runs:
         assert run.info.status == "FINISHED" and run.data.tags[records.RESUMED_TAG] == "2"
         assert steps(shared.tracking_uri, run.info.run_id, "val/loss") == [1, 2, 3, 4]
+    # the best so far it resumes with: the lowest val/loss (the selection) of epochs 1-2 (of the group's members)
+    kept = [m.value for r in runs for m in mlflow_store.client(shared.tracking_uri).get_metric_history(
+        r.info.run_id, "val/loss") if m.step <= 2]
+    assert len(units) == 1 and resumed[0][0]["embinit_best"] == pytest.approx(min(kept))
 
 
 @pytest.mark.parametrize("one_machine, trusted, copied", [(True, True, False), (False, True, True),

@@ -35,7 +35,7 @@ from embinit.task_registry import task_kind
 from embinit.errors import EmbinitError
 from embinit.sweep import analyses, resume
 from embinit.sweep.claims import ClaimLost
-from embinit.sweep.reporting import TrialReporter, artifacts
+from embinit.sweep.reporting import TrialReporter, artifacts, resumed_report
 from embinit.sweep.work import SweepContext, Unit, WorkItem
 
 MEMBER_FIELDS = ("seed", "data_seed", "emb_seed", "init", "src_init", "pretrained", "src_pretrained", "oov",
@@ -136,6 +136,7 @@ class MemberReporter(TrialReporter):
     """A member's epochs go to its own MLflow run; the group reports to Tune once (GroupReporter)."""
 
     last: float = math.nan   # the member's selection metric at its latest epoch
+    reports_resume = False   # the group reports it (GroupReporter.on_group_train_start)
 
     def on_epoch_end(self, ctx, epoch: int, metrics: dict[str, Any]) -> None:
         self.claim.sync()
@@ -153,15 +154,27 @@ class GroupReporter:
         self.claims, self.members, self.epochs = claims, members, epochs
         self.one_machine = one_machine  # SweepContext.one_machine: whether Tune's copy is needed (resume.py)
 
+    def on_group_train_start(self, epoch: int) -> None:
+        """A group resumed after `epoch` (> 0) says so at once, with its members' best so far
+        (embinit.sweep.reporting.resumed_report: no epoch ended, no checkpoint)."""
+        if epoch > 0:
+            from ray import tune
+            best, objective = self._best_and_objective()
+            tune.report(resumed_report(epoch, best, objective, self.epochs, embinit_trials=len(self.claims)))
+
     def on_group_epoch_end(self, epoch: int) -> None:
         from ray import tune
+        best, objective = self._best_and_objective()
+        with resume.tune_checkpoint(self.claims, self.one_machine) as checkpoint:
+            tune.report({"embinit_epoch": epoch, "embinit_trials": len(self.claims), "embinit_epochs": self.epochs,
+                         "embinit_best": best, "objective": objective}, checkpoint=checkpoint)
+
+    def _best_and_objective(self) -> tuple[float, float]:
+        """The members' best so far, and the mean of their latest selection metric."""
         finite = [m.last for m in self.members if math.isfinite(m.last)]
         bests = [m.best for m in self.members if math.isfinite(m.best)]
         best = (max(bests) if self.members[0].mode == "max" else min(bests)) if bests else math.nan
-        with resume.tune_checkpoint(self.claims, self.one_machine) as checkpoint:
-            tune.report({"embinit_epoch": epoch, "embinit_trials": len(self.claims), "embinit_epochs": self.epochs,
-                         "embinit_best": best, "objective": sum(finite) / len(finite) if finite else math.nan},
-                        checkpoint=checkpoint)
+        return best, sum(finite) / len(finite) if finite else math.nan
 
 
 def run_group(items: tuple[WorkItem, ...], ctx: SweepContext, restored: Path | None,

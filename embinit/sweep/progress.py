@@ -79,8 +79,9 @@ class Progress(Callback):
         clocks = [t.clock for t in self.trials.values()]
         unit = unit_estimate(self.durations, clocks)
         if unit is not None:
-            # a trial without an ended epoch yet: one trial's duration, less the time it has run
-            left = [c.eta_s(now) if c.per_epoch_s() is not None else max(0.0, unit - (now - c.started))
+            # a trial without an ended epoch yet: one trial's duration (the share of its epochs left when
+            # it resumed after some), less the time it has run
+            left = [c.eta_s(now) if c.per_epoch_s() is not None else max(0.0, unit * _share_left(c) - (now - c.started))
                     for c in clocks]
             return sweep_eta(left, math.ceil(pending / self._unit_size()), unit, self.slots)
         return elapsed / finished_here * (pending + sum(self.running.values())) if finished_here else None
@@ -145,7 +146,10 @@ class Progress(Callback):
             return
         epochs = result.get("embinit_epochs")
         epochs = int(epochs) if isinstance(epochs, (int, float)) and math.isfinite(epochs) else None
-        t.clock.epoch_end(int(result["embinit_epoch"]), epochs, self.clock())
+        if result.get("embinit_resumed"):   # where a resumed trial starts: no epoch ended here, none timed
+            t.clock.epoch, t.clock.epochs = int(result["embinit_epoch"]), epochs
+        else:
+            t.clock.epoch_end(int(result["embinit_epoch"]), epochs, self.clock())
         best = result.get("embinit_best")
         t.best = float(best) if isinstance(best, (int, float)) else math.nan
         self.emit()
@@ -187,6 +191,11 @@ def _started(trial, before: TrialProgress | None, now: float) -> TrialProgress:
         return TrialProgress(str(trial), TrialClock(now))
     clock = TrialClock(now, epoch=before.epoch, epochs=before.clock.epochs, prior_s=before.clock.per_epoch_s())
     return TrialProgress(str(trial), clock, best=before.best)
+
+
+def _share_left(c: TrialClock) -> float:
+    """The share of a trial's epochs still to train (a resumed trial's after its checkpoint's epoch)."""
+    return max(0, c.epochs - c.epoch) / c.epochs if c.epochs else 1.0
 
 
 def _live(stream) -> bool:

@@ -34,17 +34,32 @@ class TrialReporter:
     """Trainer callback: per-epoch metrics to MLflow, then `tune.report`, with the trial's claimed folder
     (embinit.sweep.resume) as the checkpoint where a restarted attempt needs Tune's copy of it."""
 
+    reports_resume = True   # a fused member's group reports its resume instead (embinit.sweep.fused)
+
     def __init__(self, run: trial_run.TrialRun, claim: resume.Claim, selection: str, mode: str = "max",
                  one_machine: bool = False):
         self.run, self.claim, self.selection, self.mode = run, claim, selection, mode
         self.one_machine = one_machine  # SweepContext.one_machine: whether Tune's copy is needed (resume.py)
         self.best = math.nan  # best-so-far of the selection metric, for the terminal's progress table
+        self.last = math.nan  # the selection metric at the latest epoch
 
     def on_train_start(self, ctx) -> None:
         # `ctx.cfg` is the config the model trains with (resolved d_model, heads, precision): its params
         self.run.log_train_start(ctx.cfg, ctx.model, device_name(ctx.model))
         if ctx.step == 0 and ctx.out_dir is not None:  # a fresh start, not a resumed attempt
             _save_init_sample(ctx.model, Path(ctx.out_dir) / INIT_SAMPLE)
+        if self.resumed(ctx) and self.reports_resume:
+            from ray import tune
+            tune.report(resumed_report(ctx.history[-1].get("epoch", len(ctx.history)), self.best, self.last,
+                                       getattr(ctx.cfg, "epochs", None)))
+
+    def resumed(self, ctx) -> bool:
+        """Whether the trial resumes after an epoch (its checkpoint's `ctx.history`); if so, `best` and
+        `last` become the best and the latest selection metric of the epochs it resumes after."""
+        history = getattr(ctx, "history", None) or []
+        for metrics in history:
+            self.last = self.track({k: v for k, v in mlflow_store.flat_numbers(metrics).items() if math.isfinite(v)})
+        return bool(history)
 
     def on_epoch_end(self, ctx, epoch: int, metrics: dict[str, Any]) -> None:
         from ray import tune
@@ -64,6 +79,15 @@ class TrialReporter:
                 objective <= self.best if self.mode == "max" else objective >= self.best)):
             self.best = objective
         return objective
+
+
+def resumed_report(epoch: int, best: float, objective: float, epochs: int | None, **more) -> dict[str, Any]:
+    """The Tune report a resumed trial (or fused group) sends at its start, so the progress table shows the
+    epoch it resumes after and its best so far at once, not `-` until its next epoch ends.
+    `embinit_resumed` tells embinit.sweep.progress that no epoch ended (its ETA counts none); `objective`
+    (which Tune's Optuna searcher reads from every report) repeats what that epoch's report said."""
+    return {"objective": objective, "embinit_epoch": epoch, "embinit_best": best,
+            "embinit_epochs": epochs or math.nan, "embinit_resumed": 1, **more}
 
 
 def device_name(model) -> str:

@@ -11,7 +11,7 @@ what another trial's callback writes at the same step (a KNN snapshot) gives its
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ class TrainContext:
     step: int = 0             # optimizer steps so far
     epoch: int = 0            # current (1-based) epoch; 0 before the first
     epoch_steps: int = 0      # number of batches in the current epoch (for progress bars)
+    history: list = field(default_factory=list)  # the ended epochs' metrics; a resumed trial's from its checkpoint
 
 
 def fire(callbacks, event: str, *args) -> None:

@@ -49,7 +49,9 @@ class FusedMember(Lane, Member):
 def run_fused(cfgs: list[TrialConfig], out_dirs=None, callbacks=None, group_callbacks=(),
               resume: bool = True, cache_dir=None, sync_every: int | None = None) -> list[TrialResult]:
     """Train `cfgs` as one fused group; `out_dirs` and `callbacks` are per member (as `run_trial`'s),
-    `group_callbacks` get `on_group_epoch_end(epoch)` after every member's epoch end. `sync_every`:
+    `group_callbacks` get `on_group_train_start(epoch)` after the members' `on_train_start` (`epoch`: the
+    one the group resumes after, 0 when it starts afresh) and `on_group_epoch_end(epoch)` after every
+    member's epoch end. `sync_every`:
     steps between loss reads (default `sync_interval` of the device)."""
     t0 = time.perf_counter()
     n = len(cfgs)
@@ -68,6 +70,7 @@ def run_fused(cfgs: list[TrialConfig], out_dirs=None, callbacks=None, group_call
     ordered = sorted(members, key=lambda m: step_order(m.callbacks))   # writers before readers
     for m in ordered:
         fire(m.callbacks, "on_train_start", m.ctx)
+    fire(group_callbacks, "on_group_train_start", max(m.start_epoch for m in members) - 1)
     stats = _train(active, group_callbacks, t0, sync_every)
     group = {"mode": "fused", "group_size": n, "group_keys": [m.key for m in members], "padding": stats}
     results = {id(m): finish(m, group, t0) for m in ordered}

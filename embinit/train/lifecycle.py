@@ -158,6 +158,7 @@ def start(cfg: TrialConfig, s, out_dir, callbacks, resume: bool, member_type: ty
         m.history, m.tracker = p["history"], BestTracker(task.tracked, p["best"], p["history"])
         m.start_epoch, m.stopped, m.elapsed = p["epoch"] + 1, p["stopped"], p["elapsed"]
         m.ctx.step, m.init_stats = p["step"], p["emb_stats_init"]
+    m.ctx.history = m.history   # one list: on_train_start sees where a resumed trial stands, epoch_end appends
     if m.start_epoch > s.cfg.epochs:
         m.stopped = True
     return m
