@@ -254,3 +254,27 @@ def test_figure_1_draws_an_init_planned_without_a_moot_axis_in_each_figure_of_th
     assert _joined(figures) == {("multi30k", '{"oov": "xavier"}'): ["GloVe_Xavier", "Xavier"],
                                 ("multi30k", '{"oov": "zeros"}'): ["GloVe_Xavier", "Xavier"],
                                 ("sst2", "{}"): ["Xavier", "GloVe"], ("sst2", '{"pos_encoding": false}'): ["GloVe"]}
+
+
+def test_a_planned_translation_init_that_never_started_still_says_its_source_table():
+    """A cancelled experiment: GloVe's trials ran, GloVe_Xavier's (`{tgt: glove+standardize, src: xavier}`)
+    never started. Its empty row is in the table, so the source-table note, the CSV's source_init and the
+    LaTeX caption say its source table from the plan, as they do for GloVe from its runs (they named
+    GloVe alone, which read as if GloVe_Xavier's source table were its target's)."""
+    cfg = {"task": "multi30k", "src_init": "xavier", "epochs": 20}
+    trials = [TrialRecord(f"g{s}", f"g{s}", "multi30k", "GloVe", "finished", {**cfg, "init": "glove", "seed": s},
+                          {"axes": {}, "point": {}, "selection": ["val/loss", "min"]},
+                          {"best_epoch": 5, "test/bleu": 30.0 + s}, s, start_ms=2) for s in range(2)]
+    planned = [{"key": t.key, "task": "multi30k", "label": "GloVe", "axes": {}, "point": {}, "seed": t.seed,
+                "config": t.config} for t in trials]
+    planned += [{"key": f"gx{s}", "task": "multi30k", "label": "GloVe_Xavier", "axes": {}, "point": {}, "seed": s,
+                 "config": {**cfg, "init": "glove+standardize", "seed": s}} for s in range(2)]
+    report = build_report("t", chosen={t.key: t for t in trials}, planned=planned)
+    md = report.to_markdown()
+    assert "Inits with no finished trial: multi30k: GloVe_Xavier." in md
+    assert "- multi30k GloVe: target `glove`, source `xavier`" in md
+    assert "- multi30k GloVe_Xavier: target `glove+standardize`, source `xavier`" in md
+    rows = list(csv.DictReader(io.StringIO(report.to_csv())))
+    assert {r["init"]: (r["n"], r["source_init"]) for r in rows} == {"GloVe": ("2", "xavier"),
+                                                                     "GloVe_Xavier": ("0", "xavier")}
+    assert "GloVe_Xavier on multi30k: source xavier" in report.to_latex().replace("\\_", "_")

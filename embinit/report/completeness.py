@@ -18,9 +18,19 @@ NEVER_STARTED = "never started"
 
 
 def planned_trials(plan: Iterable[Any]) -> list[dict[str, Any]]:
-    """`PlannedTrial`s as plain dicts: key, task, label, axes, search point, seed."""
-    return [{"key": p.key, "task": p.task, "label": p.label, "axes": p.axes, "point": p.point, "seed": p.seed}
-            for p in plan]
+    """`PlannedTrial`s as plain dicts: key, task, label, axes, search point, seed and config."""
+    return [{"key": p.key, "task": p.task, "label": p.label, "axes": p.axes, "point": p.point, "seed": p.seed,
+             "config": p.config} for p in plan]
+
+
+def planned_configs(planned: list[dict[str, Any]] | None) -> dict[tuple, dict[str, Any]]:
+    """(task, label, axes json) -> the config of its first planned trial (with one), so that a planned init
+    none of whose trials started still says what its label stands for (its source table: notes.py)."""
+    out: dict[tuple, dict[str, Any]] = {}
+    for p in planned or []:
+        if p.get("config"):
+            out.setdefault((p["task"], p["label"], json.dumps(p["axes"], sort_keys=True)), p["config"])
+    return out
 
 
 def _slot(task: str, label: str, axes: Any, point: Any, seed: Any) -> str:

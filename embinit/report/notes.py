@@ -127,7 +127,9 @@ def selected_on_dev(metric: str) -> bool:
 
 def source_table_notes(rows: list[dict[str, Any]]) -> list[str]:
     """One line per translation row whose source (encoder) table has another init than the target
-    (decoder) table its label names."""
+    (decoder) table its label names: a row's label means the same whether its trials ran or not, so a
+    planned init none of whose trials started (a cancelled experiment's empty row) is named as its plan
+    says (`rows.group_rows`' `planned_config`)."""
     tables = {(r["task"], row_name(r, point=False)): r["tables"] for r in rows if r.get("tables")}
     if not tables:
         return []

@@ -162,8 +162,11 @@ def source_table(cfg: dict[str, Any]) -> dict[str, str] | None:
     return {"target": target, "source": source} if source and source != target else None
 
 
-def group_rows(gkey: tuple, members: list[_Trial], rows: list, run_ids: dict) -> list[dict[str, Any]]:
-    """Append the group's rows (one per reported metric) and its run ids; return its failed trials."""
+def group_rows(gkey: tuple, members: list[_Trial], rows: list, run_ids: dict,
+               planned_config: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Append the group's rows (one per reported metric) and its run ids; return its failed trials.
+    `planned_config`: for a group without any run (a planned init none of whose trials started), a
+    planned trial's config, which says its tables (`source_table`) as a run's would."""
     task, label, axes, setting = gkey
     point = _best_point(members) if members else {}
     chosen = [t for t in members if t.point == point]
@@ -174,7 +177,9 @@ def group_rows(gkey: tuple, members: list[_Trial], rows: list, run_ids: dict) ->
               "all_points": _counts(members)}
     like = report_baseline.basis(_setting(members[0])) if members else None   # what a baseline must share
     cfg = _resolved(members[0]) if members else {}   # the group's setting: one trial's config says it
-    tables = source_table(cfg)
+    # which tables its label names: a run's config, else (no run yet) the plan's
+    tables = source_table(cfg if members or not planned_config else _resolve(json.dumps(
+        {k: v for k, v in planned_config.items() if k != "seed"}, sort_keys=True, default=str)))
     # which split val/* is, where not the task's own (one per group: extras are part of its setting)
     split_note = eval_split_note(cfg.get("extras")) if members else None
     entry = task_defs.entry_of(task, json.loads(setting).get("task_def"))

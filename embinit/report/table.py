@@ -151,9 +151,10 @@ def build_report(experiment_name: str, tracking_uri: str | None = None, keys: se
     groups = group(list(trials.values()))
     for task, label, axes in coverage.empty_groups(planned, {g[:3] for g in groups}):
         groups[(task, label, axes, "{}")] = []   # a planned init none of whose trials has a run
+    configs = coverage.planned_configs(planned)   # what an empty group's row says of its tables
     rows, failed, run_ids = [], [], {}
     for gkey in sorted(groups, key=lambda g: (g[0], label_order(g[1]), g[2], g[3])):
-        failed += group_rows(gkey, groups[gkey], rows, run_ids)
+        failed += group_rows(gkey, groups[gkey], rows, run_ids, configs.get(gkey[:3]))
     missing = coverage.never_started(planned, trials)
     for r in rows:   # the planned trials of the row's task, init and axes with no run (None: no plan)
         r["never_started"] = None if missing is None else missing.get(
