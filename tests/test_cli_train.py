@@ -49,6 +49,24 @@ def test_the_summary_says_how_little_of_the_vocabulary_a_source_covers(tmp_path,
     assert rows <= 4 < total and "vocabulary rows (" in line and "of the training tokens" in line
 
 
+def test_the_coverage_line_says_its_token_share_leaves_out_unk_tokens():
+    """On Multi30k (1,500 pairs, min_freq 2) GloVe had 1073 of 1077 target rows and the summary said "100.0% of
+    the training tokens", while 6.6% of them were <unk> (words below min_freq, which no source row covers):
+    the share counts the vocabulary's words only. It now says so; a coverage without a token share (a
+    vocabulary without counts) prints the rows alone instead of failing with a KeyError."""
+    from embinit.cli.train import _coverage_lines
+    cov = {"rows_found": 1073, "rows_total": 1077, "row_share": 1073 / 1077, "token_share": 1.0,
+           "duplicate_words": 0}
+    (line,) = _coverage_lines({"tgt": cov})
+    assert line == ("pretrained coverage (tgt): 1073 of 1077 vocabulary rows (99.6%), 100.0% of the training "
+                    "tokens of vocabulary words (those read as <unk> not counted)")
+    for share in (None, "absent"):
+        rows_only = {k: v for k, v in cov.items() if k != "token_share"}
+        if share is None:
+            rows_only["token_share"] = None
+        assert _coverage_lines(rows_only) == ["pretrained coverage: 1073 of 1077 vocabulary rows (99.6%)"]
+
+
 @pytest.mark.slow
 def test_the_summary_and_the_trial_count_the_words_the_file_repeats(tmp_path, capsys):
     """A vectors file with a word twice silently used its first row: the summary, the result's coverage and

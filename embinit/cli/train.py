@@ -204,6 +204,14 @@ def rerun_config(args):
     return rec, recorded, rerun.with_overrides(recorded, given)
 
 
+def _token_share_text(share: float | None) -> str:
+    """The token share in words: it counts the training tokens of the vocabulary's words (its counts), so a
+    token read as <unk> (a word below min_freq, never a source's row) is in neither side of it."""
+    if share is None:   # a vocabulary without counts, or no training tokens
+        return ""
+    return f", {share:.1%} of the training tokens of vocabulary words (those read as <unk> not counted)"
+
+
 def _coverage_lines(coverage: dict | None) -> list[str]:
     """How much of each vocabulary a pretrained source had (a source that barely overlaps the data is
     a Xavier table under the source's label: the summary says so, not only the JSON and MLflow)."""
@@ -211,7 +219,7 @@ def _coverage_lines(coverage: dict | None) -> list[str]:
         return []
     sides = [("", coverage)] if "rows_found" in coverage else [(f" ({side})", c) for side, c in coverage.items()]
     return [f"pretrained coverage{side}: {c['rows_found']} of {c['rows_total']} vocabulary rows "
-            f"({c['row_share']:.1%}), {c['token_share']:.1%} of the training tokens"
+            f"({c['row_share']:.1%})" + _token_share_text(c.get("token_share"))
             + (f"; {c['duplicate_words']} of its words occur more than once in the file (each takes its first "
                "row)" if c.get("duplicate_words") else "") for side, c in sides]
 
