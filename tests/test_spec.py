@@ -585,3 +585,30 @@ def test_a_duplicate_on_some_tasks_only_says_on_which():
                                           "trials on synthetic_classification (not on the other tasks)")
     spec = base(inits=["xavier", "normal", "xavier"])   # the same trials on every task: said as before
     assert problems(spec)["inits[2]"] == "duplicates inits[0] (label 'Xavier'); remove it: it trains the same trials"
+
+
+def test_subword_mean_on_a_source_without_a_tokenizer_is_a_spec_problem(tmp_path):
+    """`oov: subword_mean` (an axis value, a task's rule) over a GloVe init passed the spec's check and every
+    such trial failed when it built its table ("oov rule 'subword_mean' needs a source with a tokenizer");
+    the check now names each init it would fail for. A sub-word source (`hf`, or `pretrained` naming a
+    model folder) and a `match`ed table, which has no row for the rule, are left alone."""
+    from embinit.init import testing as tt
+    vectors = tt.write_text(tmp_path / "g.txt", tt.word_vectors(dim=8))
+    binary = tt.write_word2vec_bin(tmp_path / "w.bin", tt.word_vectors(dim=8))
+    bert = tt.write_tiny_bert(tmp_path / "bert")
+    found = problems(base(tasks=["sst2"], inits=["glove", {"source": "hf", "name": "B"}, "glove+match"],
+                          pretrained={"glove": str(vectors), "hf": str(bert)}, axes={"oov": ["mean", "subword_mean"]}))
+    assert found == {"axes.oov": (
+        f"oov 'subword_mean' needs a source with a tokenizer (bert, mbert, t5, mt5, hf), but GloVe (sst2) reads "
+        f"'glove' from {vectors}, a word-vector file without one, so its trials would fail: use another rule for "
+        "it (mean, mean_cov, focus, zeros, xavier)")}
+    # a translation init's source side is read with the same rule; a generic `pretrained` is told by its file
+    found = problems(base(tasks=[{"task": "synthetic_translation", "oov": "subword_mean"}],
+                          inits=[{"tgt": "pretrained", "src": "glove+standardize"}],
+                          pretrained={"glove": str(vectors), "pretrained": str(bert)}))
+    assert list(found) == ["inits[0]"] and "reads 'glove+standardize' from" in found["inits[0]"]
+    found = problems(base(tasks=[{"task": "sst2", "oov": "subword_mean"}], inits=["pretrained"],
+                          pretrained={"pretrained": str(binary)}))
+    assert list(found) == ["inits[0]"] and f"from {binary}, a word-vector file" in found["inits[0]"]
+    load_spec(base(tasks=[{"task": "sst2", "oov": "subword_mean"}], inits=["pretrained", "glove+match", "xavier"],
+                   pretrained={"glove": str(vectors), "pretrained": str(bert)}))

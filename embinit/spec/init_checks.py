@@ -1,13 +1,16 @@
 """Checks of a spec's init entries against the rest of it (run once every field is valid): sides the
 tasks lack, pretrained sources without a file and paths no side reads, an init's own OOV rule that fills no
-row or that the spec's would replace, a transform that the spec's would replace, and entries that duplicate
-another (same label, or the same trials). `embinit.spec.checks` runs them with the other cross-field checks."""
+row or that the spec's would replace, `subword_mean` on a source without a tokenizer, a transform that the
+spec's would replace, and entries that duplicate another (same label, or the same trials).
+`embinit.spec.checks` runs them with the other cross-field checks."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from embinit.errors import EmbinitError
 from embinit.init.registry import DEFAULT_OOV, oov_applies, parse_init_spec
+from embinit.init.source_files import resolve_source
 from embinit.spec.fields import SpecFields
 from embinit.spec.inits import INIT_AXES, InitEntry, init_string, no_oov_rows, source_name
 from embinit.spec.planning import has_source_table, pretrained_for, trial_config
@@ -59,7 +62,7 @@ def init_problems(spec: SpecFields) -> list[tuple[str, str]]:
                              f"{[t.task for t in spec.tasks]} have one embedding table"))
         problems += _side_problems(spec, i, init, translation)
         problems += _init_axis_clash(spec, i, init) + _own_oov_clash(spec, i, init)
-        problems += _own_oov_moot(i, init, translation)
+        problems += _own_oov_moot(i, init, translation) + _subword_mean_problems(spec, i, init)
         label = init.label_for(translation)
         # Two entries that compute the same trials (same key for some task) would train and report
         # one thing twice, e.g. `glove` and `{source: glove, name: X}` with the same file.
@@ -125,3 +128,42 @@ def _init_axis_clash(spec: SpecFields, i: int, init: InitEntry) -> list[tuple[st
              f"{transform}=<value> to every init, which replaces it: drop one of the two")
             for name, transform in INIT_AXES.items() if name in spec.axes
             for token in own if token.partition("=")[0] == transform]
+
+
+def _subword_mean_problems(spec: SpecFields, i: int, init: InitEntry) -> list[tuple[str, str]]:
+    """`oov: subword_mean` (the init's own, the task's, `defaults`' or an `oov` axis or search value) on a
+    table whose source has no tokenizer to split a missing word into pieces (a GloVe, word2vec, fastText or
+    .npy file): every such trial failed when it built its table, after the spec's check had passed it."""
+    search = spec.search.space.get("oov") if spec.search is not None else None
+    points = [("axes.oov", {"oov": v}) for v in spec.axes.get("oov", [])] + [
+        ("search.space.oov", {"oov": v}) for v in (search if isinstance(search, list) else [])]
+    out: list[tuple[str, str]] = []
+    for task in spec.tasks:
+        for where, point in points or [(f"inits[{i}]", {})]:
+            cfg = trial_config(spec, task, init, spec.seeds[0], point)
+            if cfg.oov != "subword_mean":
+                continue
+            sides = [(cfg.init, cfg.pretrained)] + ([(cfg.src_init, cfg.src_pretrained or cfg.pretrained)]
+                                                     if cfg.src_init else [])
+            for side, path in sides:
+                word_file = _word_vector_file(side, path)
+                if word_file is not None:
+                    out.append((where, f"oov 'subword_mean' needs a source with a tokenizer (bert, mbert, t5, "
+                                f"mt5, hf), but {init.label_for(cfg.src_init is not None)} ({task.task}) reads "
+                                f"{side!r} from {word_file}, a word-vector file without one, so its trials would "
+                                "fail: use another rule for it (mean, mean_cov, focus, zeros, xavier)"))
+    return list(dict.fromkeys(out))
+
+
+def _word_vector_file(side: str, path: str | None) -> str | None:
+    """The file of a table's pretrained source when an OOV rule fills rows of it and it has no tokenizer (a
+    word-vector file); None otherwise (a random or `match`ed table, a sub-word source, or a source that
+    cannot be resolved, which other checks name)."""
+    spec = parse_init_spec(side)
+    if not spec.is_pretrained or spec.is_subword or not oov_applies(spec):
+        return None
+    try:
+        kind, location = resolve_source(spec, path)
+    except EmbinitError:
+        return None
+    return None if kind == "hf" else location
