@@ -88,3 +88,19 @@ def test_errors_are_one_line_with_exit_2(capsys, tmp_path):
                  str(missing)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and str(missing) in err
+
+
+def test_stats_refuses_focus_saying_where_it_can_be_measured(capsys, tmp_path):
+    """`embinit embeddings stats --oov focus` failed with the library's hint, "build_table(..., corpus=[[token,
+    ...], ...]) (the trainer passes each side's training split)", which names no option of the command. It
+    now says the command has no training text and which command measures that table."""
+    path = tt.write_text(tmp_path / "g.txt", tt.word_vectors(["a", "the", "in", "man", "dog"], dim=4))
+    argv = ["embeddings", "stats", "--vocab", str(EXAMPLE), "--init", "glove", "--pretrained", str(path),
+            "--oov", "focus", "--cache-dir", str(tmp_path / "c")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "build_table" not in err and "embinit train --task TASK --init ... --oov focus" in err
+    assert err.startswith("embinit: error: --oov focus learns its fastText vectors from a task's training text")
+    # where no row is left for a rule (match), focus changes nothing, as any rule: the note, not an error
+    argv[argv.index("glove")] = "glove+match"
+    assert main(argv) == 0 and "--oov focus does not apply" in capsys.readouterr().err

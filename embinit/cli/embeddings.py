@@ -48,6 +48,7 @@ def oov_note(rule: str, inits: list, same: str) -> str:
 
 
 def run_stats(args) -> int:
+    from embinit.errors import EmbinitError
     from embinit.init import build_table, parse_init_spec
     from embinit.init.registry import oov_applies
     from embinit.stats import PETable, embedding_stats
@@ -57,6 +58,11 @@ def run_stats(args) -> int:
     spec = parse_init_spec(args.init)
     if args.lowercase:
         spec = parse_init_spec({**spec.to_dict(), "lowercase": True})
+    if args.oov == "focus" and oov_applies(spec):
+        raise EmbinitError("--oov focus learns its fastText vectors from a task's training text, which `embinit "
+                           "embeddings stats` does not have (it reads a vocabulary file only): train a trial with "
+                           "it (`embinit train --task TASK --init ... --oov focus`), whose init/emb/* statistics "
+                           "(emb_stats.json) are this table's, or choose another rule")
     pe = PETable(args.pe_length, args.pe_base)   # one table for the absorption target and the statistic
     res = build_table(spec, vocab, dim=args.dim, seed=args.seed, pretrained=args.pretrained, oov=args.oov,
                       cache_dir=args.cache_dir, pe=pe)
