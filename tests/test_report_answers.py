@@ -234,3 +234,35 @@ def test_a_trial_recorded_under_an_older_key_counts_as_run(uri, capsys):
     data = json.loads(_report(uri, capsys, "--format", "json", name="rekeyed"))
     assert (data["completeness"]["finished"], data["completeness"]["unfinished"]) == (2, 0)
     assert "Incomplete" not in _report(uri, capsys, name="rekeyed")
+
+
+def test_a_planned_cell_whose_trials_another_sweep_recorded_has_no_empty_row(uri, capsys):
+    """Table 3's ablation spec records into the main experiment, and its trainable + PE cell is the main sweep's
+    trials (the same keys), reused, so they keep the main sweep's row (`Xavier`). The report (the newest sweep's
+    plan) also listed `Xavier pos_encoding=True train_embeddings=True` with n = 0, in LaTeX "--: no finished
+    seed", while both its seeds had finished. A planned group whose trials have runs under another row is
+    now not listed as empty."""
+    main_spec = load_spec({"name": "shared-main", "tasks": ["synthetic_classification"], "inits": ["xavier"],
+                           "seeds": 2, "mlflow": {"experiment": "shared-cells"}})
+    ablation = load_spec({"name": "shared-ablation", "tasks": ["synthetic_classification"], "inits": ["xavier"],
+                          "seeds": 2, "axes": {"train_embeddings": [False, True]},
+                          "mlflow": {"experiment": "shared-cells"}})
+    exp = mlflow_store.ensure_experiment("shared-cells", uri)
+    main_keys = set()
+    for spec, axes_of in ((main_spec, lambda p: {}), (ablation, lambda p: p.axes)):
+        parent = run_writers.start_parent_run(exp, uri, spec.spec_hash(), spec.to_yaml(), spec.num_trials())
+        for p in spec.plan():
+            if p.key in main_keys:   # the ablation's trainable cell: reused, not trained again
+                continue
+            main_keys.add(p.key)
+            run = trial_run.TrialRun.open(uri, exp, parent, p.config, p.key, p.label,
+                                          {"axes": axes_of(p), "point": {}})
+            run.finish({"status": "finished", "history": [], "best": {"val/acc": 0.8}, "best_epoch": 1}, [])
+        run_writers.end_parent_run(parent, uri, "FINISHED", None, {})
+    assert {p.key for p in ablation.plan() if p.axes == {"train_embeddings": True}} <= {
+        p.key for p in main_spec.plan()}
+    data = json.loads(_report(uri, capsys, "--format", "json", name="shared-cells"))
+    assert sorted((r["init"], r["n"]) for r in data["rows"]) == [("Xavier", 2), ("Xavier", 2)]
+    assert sorted(json.dumps(r["axes"]) for r in data["rows"]) == ['{"train_embeddings": false}', "{}"]
+    assert data["completeness"]["unfinished"] == 0
+    assert "no finished seed" not in _report(uri, capsys, "--format", "latex", name="shared-cells")

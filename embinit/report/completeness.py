@@ -85,12 +85,18 @@ def completeness(planned: list[dict[str, Any]] | None, trials: dict[str, TrialRe
             "inits_without_results": [{"task": t, "init": label} for t, label in without]}
 
 
-def empty_groups(planned: list[dict[str, Any]] | None, have: set[tuple]) -> list[tuple]:
+def empty_groups(planned: list[dict[str, Any]] | None, have: set[tuple],
+                 recorded: Iterable[str] = ()) -> list[tuple]:
     """(task, label, axes json) of the planned groups not in `have` (none of their trials has a run), so
     that the table still lists every planned init. A group planned without an axis (`planning.moot_axes`)
-    is had where runs of it at a value of that axis are (an older plan's)."""
+    is had where runs of it at a value of that axis are (an older plan's); so is one a trial key of which
+    is in `recorded` (the keys with a run): another sweep of the experiment trained it under its own row
+    (Table 3's trainable + PE cell is the main sweep's trials), so it is not empty."""
+    recorded = set(recorded)
     groups = {(p["task"], p["label"], json.dumps(p["axes"], sort_keys=True)) for p in planned or []}
-    return sorted(g for g in groups - have if not any(
+    trained = {(p["task"], p["label"], json.dumps(p["axes"], sort_keys=True)) for p in planned or []
+               if p["key"] in recorded}
+    return sorted(g for g in groups - have - trained if not any(
         h[:2] == g[:2] and within(json.loads(g[2]), json.loads(h[2])) for h in have))
 
 

@@ -149,7 +149,7 @@ def build_report(experiment_name: str, tracking_uri: str | None = None, keys: se
         exp_id = exp_id or mlflow_store.experiment_id(experiment_name, tracking_uri)
         planned = coverage.planned_in_mlflow(exp_id, tracking_uri) if exp_id is not None else None
     groups = group(list(trials.values()))
-    for task, label, axes in coverage.empty_groups(planned, {g[:3] for g in groups}):
+    for task, label, axes in coverage.empty_groups(planned, {g[:3] for g in groups}, trials):
         groups[(task, label, axes, "{}")] = []   # a planned init none of whose trials has a run
     configs = coverage.planned_configs(planned)   # what an empty group's row says of its tables
     rows, failed, run_ids = [], [], {}
