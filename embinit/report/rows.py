@@ -55,7 +55,12 @@ _Trial = TrialRecord
 def _resolved(t: _Trial) -> dict[str, Any]:
     """The trial's config with its task's defaults filled in (a copy). Resolving does not read the
     seed, so the seeds of one setting share one resolution."""
-    config = dict(t.config)
+    return _resolved_config(t.config)
+
+
+def _resolved_config(config: dict[str, Any]) -> dict[str, Any]:
+    """`_resolved` of a config (a run's or a planned trial's)."""
+    config = dict(config)
     has_seed, seed = "seed" in config, config.pop("seed", None)
     out = dict(_resolve(json.dumps(config, sort_keys=True, default=str)))
     return {**out, "seed": seed} if has_seed else out
@@ -178,8 +183,7 @@ def group_rows(gkey: tuple, members: list[_Trial], rows: list, run_ids: dict,
     like = report_baseline.basis(_setting(members[0])) if members else None   # what a baseline must share
     cfg = _resolved(members[0]) if members else {}   # the group's setting: one trial's config says it
     # which tables its label names: a run's config, else (no run yet) the plan's
-    tables = source_table(cfg if members or not planned_config else _resolve(json.dumps(
-        {k: v for k, v in planned_config.items() if k != "seed"}, sort_keys=True, default=str)))
+    tables = source_table(cfg if members or not planned_config else _resolved_config(planned_config))
     # which split val/* is, where not the task's own (one per group: extras are part of its setting)
     split_note = eval_split_note(cfg.get("extras")) if members else None
     entry = task_defs.entry_of(task, json.loads(setting).get("task_def"))

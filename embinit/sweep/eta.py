@@ -26,6 +26,10 @@ class TrialClock:
     last_at: float | None = None
     prior_s: float | None = None  # seconds per epoch measured before a retry, until an epoch ends again
 
+    def resumed_at(self, epoch: int, epochs: int | None) -> None:
+        """Where a resumed trial starts (after `epoch` of `epochs`): no epoch ended here, none is timed."""
+        self.epoch, self.epochs = epoch, epochs
+
     def epoch_end(self, epoch: int, epochs: int | None, now: float) -> None:
         self.epoch, self.epochs, self.last_at = epoch, epochs, now
         self.epochs_seen += 1

@@ -89,12 +89,12 @@ def close_left_open(sweeps: list[dict], how: str | None, returncode: int) -> int
     checkpoints are kept: running the spec again resumes). Returns how many were closed."""
     from embinit.tracking import run_writers
     from embinit.tracking.mlflow_store import client
-    from embinit.tracking.records import INTERRUPTED
+    from embinit.tracking.records import INTERRUPTED, RERUN_RESUMES
     if how is not None:
         reason = interrupted_reason(how)
     else:
         reason = (f"interrupted (the sweep's driver ended without closing its runs: {how_ended(returncode)}); "
-                  "running the same spec again resumes: finished trials are reused")
+                  f"{RERUN_RESUMES}")
     n = 0
     for sweep in sweeps:
         if client(sweep["uri"]).get_run(sweep["parent"]).info.status != "RUNNING":

@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from typing import Callable, Iterator
 
 from embinit.sweep import abandon, hangup
+from embinit.tracking.records import RERUN_RESUMES
 
 
 class Interrupted(KeyboardInterrupt):
@@ -40,7 +41,7 @@ def how_interrupted(e: KeyboardInterrupt) -> str:
 
 def interrupted_reason(how: str = "Ctrl-C") -> str:
     """What an interrupted sweep's run and its stopped trials say (`how`: Ctrl-C, SIGTERM, SIGHUP)."""
-    return f"interrupted ({how}); running the same spec again resumes: finished trials are reused"
+    return f"interrupted ({how}); {RERUN_RESUMES}"
 
 
 def signal_name(sig: int) -> str:

@@ -147,7 +147,7 @@ class Progress(Callback):
         epochs = result.get("embinit_epochs")
         epochs = int(epochs) if isinstance(epochs, (int, float)) and math.isfinite(epochs) else None
         if result.get("embinit_resumed"):   # where a resumed trial starts: no epoch ended here, none timed
-            t.clock.epoch, t.clock.epochs = int(result["embinit_epoch"]), epochs
+            t.clock.resumed_at(int(result["embinit_epoch"]), epochs)
         else:
             t.clock.epoch_end(int(result["embinit_epoch"]), epochs, self.clock())
         best = result.get("embinit_best")

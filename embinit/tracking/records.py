@@ -95,6 +95,9 @@ STATUS_RANK = {"finished": 3, "diverged": 3, "running": 2, "failed": 1, "interru
 # interrupted (counted as stopped, never as failed), by `embinit run` (its supervisor, its rerun's
 # `run_writers.close_dead_sweeps`) and by the service's reconciler alike: (MLflow status, STATUS_TAG).
 INTERRUPTED = ("KILLED", "interrupted")
+# What an interruption's reason ends with (embinit.sweep.interrupt, guardian); a closed run that keeps a
+# checkpoint then adds only the epoch it continues after (run_writers.close_run), not the clause again.
+RERUN_RESUMES = "running the same spec again resumes: finished trials are reused"
 
 
 def run_status(run) -> str:

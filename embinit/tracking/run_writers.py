@@ -18,7 +18,7 @@ from embinit.tracking.driver_liveness import DRIVER_TAG, HEARTBEAT_TAG
 from embinit.errors import EmbinitError
 from embinit.tracking.mlflow_store import client, ensure_experiment, log_batch, metrics_at, resolve_uri, retry
 from embinit.tracking.records import (CHECKPOINT_TAG, ERROR_TAG, INTERRUPTED, KIND_TAG, N_TRIALS_TAG,
-                                      SPEC_HASH_TAG, STATUS_TAG, TrialRecord)
+                                      RERUN_RESUMES, SPEC_HASH_TAG, STATUS_TAG, TrialRecord)
 from embinit.tracking.run_names import NOTE_TAG
 from embinit.tracking.run_readers import key_records, sweep_records, trial_records
 from embinit.tracking.run_records import SPEC_ARTIFACT, AnalogyRun
@@ -110,8 +110,8 @@ def close_orphans(exp_id: str, uri: str, parent_id: str, reason: str, status: st
     return len(recs)
 
 
-# What a closed run that keeps a checkpoint adds to its reason: KEPT, or KEPT_TOO after a reason that says
-# a rerun resumes already (an interruption's, `interrupt.interrupted_reason`), so it is said once.
+# What a closed run that keeps a checkpoint adds to its reason: KEPT, or KEPT_TOO after a reason that ends
+# saying a rerun resumes already (`records.RERUN_RESUMES`, an interruption's), so it is said once.
 KEPT = "; its checkpoint after epoch {epoch} is kept: running the spec again resumes this run"
 KEPT_TOO = ", and this run continues from its checkpoint after epoch {epoch}"
 PRUNED = "; its checkpoint folder was removed (--prune-checkpoints): running the spec again starts it over"
@@ -120,7 +120,7 @@ PRUNED = "; its checkpoint folder was removed (--prune-checkpoints): running the
 def close_run(uri: str, rec: TrialRecord, reason: str, status: str = "FAILED", tag: str | None = None) -> None:
     """Close a trial run nothing writes to any more; one that keeps a checkpoint says it resumes."""
     if rec.resume_epoch is not None:
-        reason += (KEPT_TOO if "again resumes" in reason else KEPT).format(epoch=rec.resume_epoch)
+        reason += (KEPT_TOO if reason.endswith(RERUN_RESUMES) else KEPT).format(epoch=rec.resume_epoch)
     TrialRun(uri, rec.run_id).fail(reason, status=status, tag=tag)
 
 

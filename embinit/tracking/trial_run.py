@@ -190,19 +190,19 @@ class TrialRun:
         differ (they are not in the key). The run then holds this attempt's values; where it already held
         `sim/*` points measured with others, `SIMILARITY_CHANGED_TAG` says what changed (`k 10 -> 20`,
         appended to what an earlier change wrote)."""
-        from mlflow.entities import RunTag
         held = self.held_tags
         changed = [f"{k.removeprefix(SIMILARITY_TAG)} {held[k]} -> {v}" for k, v in tags.items()
                    if k in held and held[k] != v]
         if changed and any(name.startswith("sim/") for name in self.held):
             earlier = held.get(SIMILARITY_CHANGED_TAG)
             tags = {**tags, SIMILARITY_CHANGED_TAG: "; ".join(filter(None, [earlier, ", ".join(changed)]))}
-        self.tags += [RunTag(k, v[-TAG_VALUE_CHARS:]) for k, v in tags.items()]
+        self.note_tags(tags)
 
     def note_tags(self, tags: dict[str, str]) -> None:
-        """Tags written with the run's next batch (e.g. its final one: `finish`)."""
+        """Tags written with the run's next batch (e.g. its final one: `finish`); a value past MLflow's
+        length keeps its end (the latest of an appended list)."""
         from mlflow.entities import RunTag
-        self.tags += [RunTag(k, v[:TAG_VALUE_CHARS]) for k, v in tags.items()]
+        self.tags += [RunTag(k, v[-TAG_VALUE_CHARS:]) for k, v in tags.items()]
 
     def _log_text(self, text: str, name: str) -> None:
         import tempfile
