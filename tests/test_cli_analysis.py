@@ -49,6 +49,15 @@ def test_analogy_vocab_restriction_and_transform(files, tmp_path, capsys):
     top2 = run_json(capsys, ["analogy", "--embeddings", str(glove), "--questions", str(questions),
                              "--vocab", str(vocab), "--top", "2", "--json"])
     assert top2["rows"][0]["total"] == 0
+    # a --top above the vocabulary's size is every word, and the text says so (Table 4's "5,893 most
+    # frequent" of Multi30k's 5,888 words)
+    assert main(["analogy", "--embeddings", str(glove), "--questions", str(questions), "--vocab", str(vocab),
+                 "--top", "9"]) == 0
+    assert "--top 9 is more than the vocabulary's 5 words (specials dropped): every one of them is used" in \
+        capsys.readouterr().out
+    assert main(["analogy", "--embeddings", str(glove), "--questions", str(questions), "--vocab", str(vocab),
+                 "--top", "5"]) == 0
+    assert "is more than" not in capsys.readouterr().out
 
 
 def test_analogy_on_a_checkpoint_and_first_rows(files, tmp_path, capsys):

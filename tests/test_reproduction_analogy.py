@@ -161,6 +161,31 @@ def test_runs_of_another_configuration_are_left_out_and_named(uri):
             "`glove.6B.50d.txt`)") in text
 
 
+def test_a_top_above_the_vocabulary_says_every_word(uri, tmp_path):
+    """`--top 5893` over Multi30k's 5,888 words took all of them, which the table called "the 5893 most
+    frequent target words". A run records the restriction's size (`vocab_words`); a run logged before it
+    did is the same configuration (pooled, not left out), and keeps the old wording alone."""
+    _log(uri, "all", 0, [_row((), 60)], **OFFLINE)                        # logged before vocab_words
+    _log(uri, "all", 1, [_row((), 62)], **OFFLINE, vocab_words=5888)
+    rep = _rep(uri, "all")
+    text = "\n".join(table4_section(rep).lines)
+    assert [r.seed for r in rep.analogy_results] == [0, 1] and "left out" not in text
+    assert ("vocabulary: all 5888 target words of `multi30k` (`--top 5893` is more than there are) (5400 found "
+            "in the vectors)") in text
+    _log(uri, "cut", 0, [_row((), 60)], **{**OFFLINE, "top": 1000, "vocab_words": 1000})
+    assert "vocabulary: the 1000 most frequent target words of `multi30k`" in "\n".join(
+        table4_section(_rep(uri, "cut")).lines)
+    # the CLI records it: 4 words (specials dropped) under --top 9
+    vecs, questions, vocab = tmp_path / "v.txt", tmp_path / "q.txt", tmp_path / "vocab.txt"
+    vecs.write_text("".join(f"{w} {' '.join(str(float(v)) for v in vec)}\n" for w, vec in VECS.items()))
+    questions.write_text(QUESTIONS)
+    vocab.write_text("<pad>\n" + "".join(f"{w}\t{9 - i}\n" for i, w in enumerate(list(VECS)[:4])))
+    assert main(["analogy", "--embeddings", str(vecs), "--questions", str(questions), "--vocab", str(vocab),
+                 "--top", "9", "--tracking-uri", uri, "--log-experiment", "cli-all"]) == 0
+    (run,) = run_readers.analysis_records("cli-all", uri, "analogy")
+    assert run_readers.analogy_run(run).params["vocab_words"] == 4
+
+
 def test_without_the_expected_configuration_the_one_with_most_seeds_is_shown(uri):
     plain = {**OFFLINE, "task": "", "top": 5893, "words": 5893}
     for seed in (0, 1, 2):

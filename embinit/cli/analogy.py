@@ -92,7 +92,7 @@ def run(args) -> int:
     ratios = [chain_ratio(matrix, st, **ratio_kw) for st, _ in rows]
     sweep = ratio_sweep(matrix, tokens, questions, seed=args.seed, max_len=args.max_len, pe_base=args.pe_base,
                         case_insensitive=kw["case_insensitive"]) if args.table4 else []
-    record = _record(args, emb.source, questions.source, len(tokens), rows, results, ratios, sweep)
+    record = _record(args, emb.source, questions.source, len(tokens), n_total, rows, results, ratios, sweep)
     if args.log_experiment:
         from embinit.tracking import run_writers
         run_id = run_writers.log_analogy_run(args.log_experiment, args.tracking_uri, record,
@@ -104,6 +104,9 @@ def run(args) -> int:
         return 0
     skipped = f" ({questions.invalid:,} lines not of four words skipped)" if questions.invalid else ""
     print(f"{emb.source}: {len(tokens):,} words; {questions.count:,} questions in {questions.source}{skipped}")
+    if n_total is not None and args.top is not None and args.top > n_total:
+        print(f"--top {args.top:,} is more than the vocabulary's {n_total:,} words (specials dropped): every "
+              "one of them is used")
     _print_rows(args, rows, results, ratios)
     if sweep:
         print("ratio sweep: the same rows rescaled so that σ(words)/σ(PE) is each value, the same positions added")
@@ -132,10 +135,13 @@ def _print_rows(args, rows, results, ratios) -> None:
                 print(f"    {sec:<{width - 4}}  {_fmt(s)}  (oov {s['oov']})")
 
 
-def _record(args, source: str, questions: str, n_words: int, rows, results, ratios, sweep) -> AnalogyRun:
+def _record(args, source: str, questions: str, n_words: int, n_vocab: int | None, rows, results, ratios,
+            sweep) -> AnalogyRun:
     """What the run records (`embinit.tracking.run_records.AnalogyRun`): each row's result and σ(words)/σ(PE),
-    the ratio sweep, and the arguments it ran with."""
-    params = {"embeddings": source, "questions": questions, "words": n_words, "task": args.task or "",
+    the ratio sweep, and the arguments it ran with; with --task/--vocab, `vocab_words` is how many words the
+    restriction held (after --top), so a --top above the vocabulary's size is not read as a cut."""
+    params = {"embeddings": source, "questions": questions, "words": n_words,
+              **({"vocab_words": n_vocab} if n_vocab is not None else {}), "task": args.task or "",
               "vocab": args.vocab or "", "top": args.top if args.top is not None else "", "seed": args.seed,
               "max_len": args.max_len, "pe_base": args.pe_base, "case_sensitive": args.case_sensitive}
     return AnalogyRun(tuple(AnalogyRow.of(st, res.to_dict(), paper, ratio)

@@ -48,7 +48,9 @@ def table4_section(rep: ReproductionData) -> Section:
     if not results:
         s.lines += [f"No readable `analogy` run in experiment `{rep.inputs.analogy_experiment}`:", "", *skipped]
         return s
-    prm, chosen = results[0].params, rep.analogy_selection
+    # one configuration; a run that recorded the restriction's size (`vocab_words`) says the vocabulary best
+    prm = next((r.params for r in results if "vocab_words" in r.params), results[0].params)
+    chosen = rep.analogy_selection
     repeated = "; an earlier run of a seed is left out (the newest finished run of each seed counts)" \
         if chosen.repeated else ""
     left = [f"- left out: {note}" for note in chosen.repeated + chosen.other_configs]

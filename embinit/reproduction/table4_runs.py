@@ -45,9 +45,14 @@ def _norm(key: str, value: Any) -> Any:
     return str(value)   # params read back as logged: 5893 and "5893" are one value
 
 
+DESCRIPTIVE = ("seed", "vocab_words")   # not the configuration: the positions' seed; a count older runs lack
+
+
 def configuration(run: AnalogyRun) -> dict[str, Any]:
-    """What the run computed with, but its seed (file params by their name, values as text)."""
-    return {k: _norm(k, v) for k, v in sorted(run.params.items()) if k != "seed"}
+    """What the run computed with, but its seed and the restriction's size (`vocab_words`, which follows
+    from --task/--vocab and --top; runs logged before it was recorded have none) (file params by their
+    name, values as text)."""
+    return {k: _norm(k, v) for k, v in sorted(run.params.items()) if k not in DESCRIPTIVE}
 
 
 def expected(command: str) -> dict[str, Any]:
@@ -103,9 +108,12 @@ def select(results: list[AnalogyRun], started: dict[str, int], want: dict[str, A
 def vocabulary_text(params: dict[str, Any]) -> str:
     """Which words the runs' analogies were restricted to, as `embinit analogy` chose them (--task,
     --vocab, --top alone or nothing)."""
-    top, task, vocab = (_norm(k, params.get(k)) for k in ("top", "task", "vocab"))
+    top, task, vocab, held = (_norm(k, params.get(k)) for k in ("top", "task", "vocab", "vocab_words"))
     words = params.get("words")
     found = f" ({words} found in the vectors)" if words not in (None, "") else ""
+    if (task or vocab) and top and held and int(float(held)) < int(float(top)):   # --top above the size: all
+        where = f"target words of `{task}`" if task else f"words of the vocabulary file `{vocab}`"
+        return f"all {held} {where} (`--top {top}` is more than there are){found}"
     if task:
         return f"the {top + ' ' if top else ''}most frequent target words of `{task}`{found}"
     if vocab:
