@@ -1,9 +1,13 @@
 # Two commands set up a fresh machine:  `make run` (the main job) and `make test` (the test suite).
-# CPU torch is installed first from its pinned version, so no multi-GB CUDA build is pulled.
+# CPU torch is installed first from its pinned version, so no multi-GB CUDA build is pulled: PyPI's Linux
+# wheel of torch is the CUDA build, so the CPU build comes from PyTorch's CPU index (TORCH_INDEX; its
+# `2.13.0+cpu` is preferred to PyPI's `2.13.0`). TORCH_INDEX= (empty) takes pip's own choice, e.g. from a
+# local wheel folder; TORCH_INDEX=https://download.pytorch.org/whl/cu126 a CUDA build.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 TORCH_SPEC ?= torch==2.13.0
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 STAMP := $(VENV)/.installed
 
 .PHONY: install run lint test bench clean
@@ -14,9 +18,9 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	@echo "[make] 2/4 pip itself"
 	$(PIP) install --progress-bar on --upgrade pip
-	@echo "[make] 3/4 CPU torch ($(TORCH_SPEC)), the largest download"
-	$(PIP) install --progress-bar on "$(TORCH_SPEC)"
-	@echo "[make] 4/4 embinit and its test dependencies (ray, mlflow, fastapi, ...)"
+	@echo "[make] 3/4 torch ($(TORCH_SPEC) from $(or $(TORCH_INDEX),pip's indexes)), the largest download"
+	$(PIP) install --progress-bar on --no-deps $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) "$(TORCH_SPEC)"
+	@echo "[make] 4/4 embinit and its test dependencies (ray, mlflow, fastapi, ..., and torch's own)"
 	$(PIP) install --progress-bar on -e ".[test]"
 	touch $(STAMP)
 	@echo "[make] installed into $(VENV); its commands are in $(VENV)/bin (e.g. $(VENV)/bin/embinit)"
