@@ -15,6 +15,7 @@ from embinit.tracking.records import RESULT   # a trial run's statuses with a re
 from embinit.config import TrialConfig, task_defaults
 from embinit.redact import masked
 from embinit.cli.hub_notes import hub_notes
+from embinit.cli.oov_notes import own_tokenizer_lines
 from embinit.cli.dry_run_store import (Resume, experiment_trials, finished_here, local_store, readable_store,
                                        resumes, retired_folders, retired_lines, store_lines)
 from embinit.tracking.store_check import resolved
@@ -283,7 +284,7 @@ def dry_run(spec, tracking_uri: str | None = None, prune_command: str = "embinit
         lines += execution_lines(spec, plan)
         lines += not_reused_lines(spec, plan, recs)
         lines += retired_lines(retired_folders(spec, plan, exp_id, read, recs), spec.name, prune_command)
-    notes = hub_notes(plan)
+    notes = hub_notes(plan) + own_tokenizer_lines(plan)
     lines += ([""] + notes if notes else []) + store_lines(store)
     n = spec.num_trials()
     lines.append(f"{n} trial{'' if n == 1 else 's'}; MLflow experiment {spec.experiment_name()!r} at {masked(uri)}")
