@@ -451,6 +451,17 @@ def test_search_problems():
     assert "search.space" in problems(base(search={"space": {}}))
 
 
+def test_a_value_given_twice_in_an_axis_or_grid_is_refused():
+    """`lr: [2e-3, 2e-3]` planned each trial twice under one key: the sweep trained it once and ended
+    '2/4 trials finished, 0 failed'; duplicate seeds and inits are refused, so these are too (as typed)."""
+    found = problems(base(axes={"pos_encoding": [True, "true"]}, search={"space": {"lr": [2e-3, 1e-3, "2e-3"]}}))
+    assert found["axes.pos_encoding[1]"] == "repeats axes.pos_encoding[0] (True); remove it: it plans the same " \
+                                            "trials again"
+    assert found["search.space.lr[2]"] == "repeats search.space.lr[0] (0.002); remove it: it plans the same " \
+                                          "trials again"
+    assert len(found) == 2
+
+
 def test_a_search_selects_by_a_metric_the_trainer_tracks_in_its_direction():
     """A translation trial tracks the best val/loss only: `val/bleu` (or any test/ metric) has no best
     value, so every grid point would tie and the report would pick whichever ran first."""

@@ -134,18 +134,27 @@ def _value_problems(spec: SpecFields) -> list[tuple[str, str]]:
                          if (why := init_axis_problem(name, v))]
             continue
         problems += _check_values(f"axes.{name}", name, values)
+    problems += [p for name, values in spec.axes.items() for p in _repeats(f"axes.{name}", values)]
     if spec.search is not None:
         for name, values in spec.search.space.items():
             where = f"search.space.{name}"
             if name in spec.axes:
                 problems.append((where, f"{name!r} is both an ablation axis and searched; pick one"))
             if isinstance(values, list):
-                problems += _check_values(where, name, values)
+                problems += _check_values(where, name, values) + _repeats(where, values)
             elif name not in HYPERPARAMETERS:
                 problems += _check_values(where, name, [])
             else:  # an Optuna range: both ends valid values (embinit.bounds, the field's own constraints)
                 problems += _range_problems(where, name, values)
     return problems
+
+
+def _repeats(where: str, values: list[Any]) -> list[tuple[str, str]]:
+    """A value an axis or grid list gives twice (as typed: `1e-3` and `0.001` are one) plans the same
+    trials twice, under the same keys: the sweep trained them once and said half its trials never finished,
+    as duplicate seeds and inits are refused."""
+    return [(f"{where}[{i}]", f"repeats {where}[{values.index(v)}] ({v!r}); remove it: it plans the same trials "
+             f"again") for i, v in enumerate(values) if v in values[:i]]
 
 
 def _reference_seed_problems(spec: SpecFields) -> list[tuple[str, str]]:
