@@ -81,21 +81,33 @@ def command(name: str, *args: str | FromEnv) -> str:
                                                    for a in args)])
 
 
-def ui_command(tracking_uri: str, port: int = UI_PORT) -> str:
-    """How to look at a tracking store: a server's URL as is, else the `mlflow ui` command on `port`."""
+def runs_page(base: str, experiment_id: str | None) -> str:
+    """The MLflow UI's run table of an experiment (`base` alone without one). MLflow 3's UI opens an
+    experiment (its link, or a click in the list) on the GenAI overview (traces, token usage) whatever
+    its `mlflow.experimentKind`; the `/runs` route is the run table in MLflow 2 and 3 alike."""
+    base = base.rstrip("/")
+    return f"{base}/#/experiments/{experiment_id}/runs" if experiment_id else base
+
+
+def ui_command(tracking_uri: str, port: int = UI_PORT, experiment_id: str | None = None) -> str:
+    """How to look at a tracking store: a server's URL as is, else the `mlflow ui` command on `port`;
+    with `experiment_id`, the address of that experiment's run table."""
     if tracking_uri.startswith(("http://", "https://")):
-        return f"open {masked(tracking_uri)} (the MLflow server)"
+        return f"open {runs_page(masked(tracking_uri), experiment_id)} (the MLflow server)"
     return f"{command('mlflow', 'ui', '--backend-store-uri', uri_arg(tracking_uri), '--port', str(port))}" \
-           f"   # then open http://127.0.0.1:{port}"
+           f"   # then open {runs_page(f'http://127.0.0.1:{port}', experiment_id)}"
 
 
-def next_steps(experiment: str, tracking_uri: str, plot_dir: str = "plots/") -> list[str]:
-    """What to run after a sweep: its report with plots, and the MLflow UI. Both name the store by its
-    absolute URI, so they run as printed from any directory (not only the one the sweep ran in); a URI
-    with a password by `$EMBINIT_TRACKING_URI`, and a last line says so."""
+def next_steps(experiment: str, tracking_uri: str, plot_dir: str = "plots/",
+               experiment_id: str | None = None) -> list[str]:
+    """What to run after a sweep: its report with plots, and the MLflow UI (at the experiment's run
+    table, given its id). Both name the store by its absolute URI, so they run as printed from any
+    directory (not only the one the sweep ran in); a URI with a password by `$EMBINIT_TRACKING_URI`, and a
+    last line says so."""
     report = ["report", experiment, "--plot", plot_dir, "--tracking-uri", uri_arg(tracking_uri)]
     note = env_note(*report)
-    return ["next steps:", f"  {command('embinit', *report)}", f"  {ui_command(tracking_uri)}",
+    ui = ui_command(tracking_uri, experiment_id=experiment_id)
+    return ["next steps:", f"  {command('embinit', *report)}", f"  {ui}",
             *([f"  # {note}"] if note else [])]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from embinit.commands import runs_page
 from embinit.redact import masked, scrubbed
 from service.db import Experiment, utcnow
 from service.schemas import ExperimentDetail, ExperimentSummary, Links, MlflowLink
@@ -46,7 +47,7 @@ def links(exp_id: str) -> Links:
 def mlflow_link(exp: Experiment, settings: Settings) -> MlflowLink:
     url = None
     if settings.mlflow_ui_url and exp.mlflow_experiment_id:
-        url = f"{settings.mlflow_ui_url.rstrip('/')}/#/experiments/{exp.mlflow_experiment_id}"
+        url = runs_page(settings.mlflow_ui_url, exp.mlflow_experiment_id)   # the run table, not MLflow 3's GenAI page
     # a database URL's password stays in the service: any reader of the API would otherwise see it
     return MlflowLink(tracking_uri=masked(exp.tracking_uri), experiment_name=exp.mlflow_experiment,
                       experiment_id=exp.mlflow_experiment_id, url=url)

@@ -88,6 +88,17 @@ def test_next_steps_name_the_default_store_too(tmp_path, monkeypatch):
     assert shlex.split(steps[1].split("#")[0])[-2:] == ["--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db"]
 
 
+def test_the_printed_ui_address_is_the_experiments_run_table(tmp_path, monkeypatch):
+    """MLflow 3.17's UI opens an experiment at its bare address (or clicked in the list) on the GenAI
+    overview (traces, token usage), kind tag or not: the address printed after a sweep is its run table."""
+    monkeypatch.chdir(tmp_path)
+    steps = commands.next_steps("demo", mlflow_store.resolve_uri(None), experiment_id="3")
+    assert steps[2].endswith(f"# then open http://127.0.0.1:{commands.UI_PORT}/#/experiments/3/runs")
+    assert commands.ui_command("http://mlflow:5000/", experiment_id="3") == \
+        "open http://mlflow:5000/#/experiments/3/runs (the MLflow server)"
+    assert commands.ui_command("http://mlflow:5000") == "open http://mlflow:5000 (the MLflow server)"
+
+
 @pytest.mark.parametrize("doc", ["README.md", "docs/deployment.md"])
 def test_documented_commands_name_the_venv(doc):
     """In the docs' shell blocks, `embinit`/`mlflow` are called as `make run` installs them."""

@@ -337,6 +337,8 @@ def test_a_tracking_databases_password_is_not_shown_to_the_apis_readers():
                      mlflow_experiment="x", mlflow_experiment_id="7")
     link = mlflow_link(exp, Settings(_env_file=None))
     assert link.tracking_uri == "postgresql+psycopg://mlflow:***@db:5432/mlflow"
+    ui = mlflow_link(exp, Settings(_env_file=None, mlflow_ui_url="http://127.0.0.1:5000/")).url
+    assert ui == "http://127.0.0.1:5000/#/experiments/7/runs"   # the run table: MLflow 3's bare link is GenAI's
     assert exp.tracking_uri.endswith("s3cret@db:5432/mlflow")        # what the service itself uses
     server = Experiment(id="e2", tracking_uri="http://mlflow:5000", mlflow_experiment="x")
     assert mlflow_link(server, Settings(_env_file=None)).tracking_uri == "http://mlflow:5000"

@@ -138,7 +138,8 @@ def _sweep(args, spec, run_sweep, terminated) -> int:
     print(f"{result.n_finished}/{result.planned} trials finished ({result.reused} reused{shared}), {result.n_failed} "
           f"failed, in {result.wall_s:.0f} s. MLflow: experiment {result.experiment!r} at "
           f"{masked(result.tracking_uri)}")
-    print("\n".join(next_steps(result.experiment, result.tracking_uri)), flush=True)
+    print("\n".join(next_steps(result.experiment, result.tracking_uri, experiment_id=result.experiment_id)),
+          flush=True)
     return 1 if result.n_failed or result.cancelled else 0
 
 

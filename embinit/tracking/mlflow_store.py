@@ -93,7 +93,8 @@ def ensure_experiment(name: str, uri: str | None = None) -> str:
     exp = c.get_experiment_by_name(name)
     if exp is None:
         try:
-            # the kind tag makes MLflow 3's UI open the experiment on its run table, not the GenAI pages
+            # the kind tag marks it a model-training experiment; MLflow 3.17's UI still opens it on the
+            # GenAI overview, so the links embinit prints go to its run table (commands.runs_page)
             return retry(lambda: c.create_experiment(name, artifact_location=_exp_artifacts(uri, name),
                                                      tags={"mlflow.experimentKind": "custom_model_development"}))
         except Exception:  # a concurrent creator won the race
