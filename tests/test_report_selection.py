@@ -41,6 +41,26 @@ def test_a_point_that_lost_seeds_does_not_win_on_its_survivor():
     assert _report(trials).rows[0]["point"] == hot
 
 
+def test_a_point_the_newest_spec_does_not_search_is_said_when_it_wins():
+    """A grid run with lr 1e-3 and 1e-4, then the spec again without 1e-3 and with more seeds: the report over
+    the experiment still chose 1e-3 (every point competes) with no word, while the sweep's own table said 1e-4."""
+    hot, cool = {"lr": 1e-3}, {"lr": 1e-4}
+    trials = [_trial(f"h{s}", "Xavier", s, "finished", {"best/val/loss": 1.0, "test/bleu": 40.0}, hot)
+              for s in range(2)]
+    trials += [_trial(f"c{s}", "Xavier", s, "finished", {"best/val/loss": 2.0, "test/bleu": 30.0}, cool)
+               for s in range(3)]
+    planned = [{"key": f"c{s}", "task": "multi30k", "label": "Xavier", "axes": {}, "point": cool, "seed": s,
+                "config": None} for s in range(3)]
+    report = build_report("t", chosen={t.key: t for t in trials}, planned=planned)
+    assert report.rows[0]["point"] == hot and report.rows[0]["planned_points"] == [cool]
+    assert ("Reported at a search point the newest sweep's spec does not search (the best point is chosen among "
+            "every point the experiment's runs hold, the earlier sweeps' too):\n- multi30k Xavier [lr=0.001]: the "
+            "spec searches lr=0.0001\n") in report.to_markdown()
+    assert _report(trials).rows[0]["planned_points"] is None                      # no plan: nothing to say
+    planned += [{**planned[0], "key": "h0", "point": hot}]
+    assert "Reported at" not in build_report("t", chosen={t.key: t for t in trials}, planned=planned).to_markdown()
+
+
 def test_a_non_finite_value_is_left_out_and_said():
     trials = [_trial(f"x{s}", "Xavier", s, "finished", {"test/ppl": v}, task="synthetic_lm")
               for s, v in enumerate([20.0, 22.0, math.inf])]

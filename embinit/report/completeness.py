@@ -70,6 +70,20 @@ def never_started(planned: list[dict[str, Any]] | None, trials: dict[str, TrialR
     return dict(out)
 
 
+def points_outside(planned: list[dict[str, Any]] | None, task: str, label: str, axes: dict[str, Any],
+                   point: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """The search points the plan gives (task, label, axes) when `point` (a row's) is not one of them,
+    else None (also without a plan, or a row with no point): the row's point is an earlier, wider grid's
+    of the same experiment, which still competes for the best point."""
+    if not planned or not point:
+        return None
+    mine = [p["point"] for p in planned if (p["task"], p["label"], json.dumps(p["axes"], sort_keys=True))
+            == (task, label, json.dumps(axes, sort_keys=True))]
+    if not mine or point in mine:
+        return None
+    return list({json.dumps(p, sort_keys=True): p for p in mine}.values())
+
+
 def completeness(planned: list[dict[str, Any]] | None, trials: dict[str, TrialRecord]) -> dict[str, Any] | None:
     """planned, finished, unfinished (with their statuses) and the (task, init) pairs with no finished
     trial; None without a plan. `trials`: the experiment's record per trial key (`records.by_key`)."""

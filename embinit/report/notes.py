@@ -1,9 +1,10 @@
 """The report's row names and the notes under its table: rows still improving at their last epoch, rows
 whose interval is cut at the metric's range, rows some of whose finished seeds logged a non-finite value
 or none (left out of their numbers), rows whose `val/*` is another split (a language model's test split),
-trials at the search points a row does not report, rows pooling seeds of several code versions, numbers
-selected on the dev set they are reported on, translation rows whose source table has another init than
-the target table the label names, trials MLflow says are running whose sweep is gone."""
+trials at the search points a row does not report, rows reported at a point the newest spec does not
+search, rows pooling seeds of several code versions, numbers selected on the dev set they are reported on,
+translation rows whose source table has another init than the target table the label names, trials MLflow
+says are running whose sweep is gone."""
 
 from __future__ import annotations
 
@@ -103,6 +104,17 @@ def other_point_notes(rows: list[dict[str, Any]]) -> list[str]:
             notes[f"- {r['task']} {row_name(r)}: " + ", ".join(f"{v} {k}" for k, v in other.items())] = None
     return ["", "At the other search points (not in the table's counts, which are the reported point's):",
             *notes] if notes else []
+
+
+def outside_plan_notes(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per row reported at a search point the newest sweep's spec does not search
+    (`planned_points`: the ones it does): every point the experiment holds competes, so a point of an
+    earlier, wider grid can win, while the sweep's own table chose among its spec's points."""
+    notes = {f"- {r['task']} {row_name(r)}: the spec searches "
+             + "; ".join(", ".join(f"{k}={value_text(v)}" for k, v in p.items()) for p in r["planned_points"]): None
+             for r in rows if r.get("planned_points")}
+    return ["", "Reported at a search point the newest sweep's spec does not search (the best point is chosen "
+            "among every point the experiment's runs hold, the earlier sweeps' too):", *notes] if notes else []
 
 
 def code_version_notes(rows: list[dict[str, Any]]) -> list[str]:

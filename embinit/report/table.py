@@ -31,7 +31,8 @@ from embinit.report.formatting import digits_by_metric, interval, number
 from embinit.tracking.records import TrialRecord
 from embinit.report.baseline import DEFAULT_BASELINE
 from embinit.report.notes import (ci_clipped, clipped_notes, code_version_notes, dev_selection_notes, eval_split_notes,
-                                  no_value_notes, non_finite_notes, other_point_notes, row_name, source_table_notes,
+                                  no_value_notes, non_finite_notes, other_point_notes, outside_plan_notes, row_name,
+                                  source_table_notes,
                                   stale_notes, unconverged_notes)
 from embinit.report.plots import label_order, mean_curves
 from embinit.report.rows import group, group_rows, summarize
@@ -97,7 +98,7 @@ class Report:
         lines += coverage.markdown(self.completeness) + stale_notes(self.stale)
         lines += unconverged_notes(self.rows) + clipped_notes(self.rows, digits)
         lines += non_finite_notes(self.rows) + no_value_notes(self.rows) + eval_split_notes(self.rows)
-        lines += other_point_notes(self.rows)
+        lines += other_point_notes(self.rows) + outside_plan_notes(self.rows)
         lines += code_version_notes(self.rows) + dev_selection_notes(self.rows) + source_table_notes(self.rows)
         lines += report_baseline.markdown(self.rows, self.baseline, row_name)
         lines += self._split_notes()
@@ -159,6 +160,7 @@ def build_report(experiment_name: str, tracking_uri: str | None = None, keys: se
     for r in rows:   # the planned trials of the row's task, init and axes with no run (None: no plan)
         r["never_started"] = None if missing is None else missing.get(
             (r["task"], r["init"], json.dumps(r["axes"], sort_keys=True)), 0)
+        r["planned_points"] = coverage.points_outside(planned, r["task"], r["init"], r["axes"], r["point"])
     if baseline is not None:
         report_baseline.check_baseline(baseline, {r["init"] for r in rows})
     report_baseline.compare_rows(rows, baseline or DEFAULT_BASELINE)
