@@ -451,6 +451,14 @@ def test_search_problems():
     assert "search.space" in problems(base(search={"space": {}}))
 
 
+def test_one_value_where_a_search_space_wants_a_list_is_one_problem_naming_the_forms():
+    """`lr: 1e-3` gave two problems at one path, the second naming an internal class ('a valid dictionary or
+    instance of Range')."""
+    assert problems(base(search={"space": {"lr": 1e-3}})) == {"search.space": (
+        "lr: one value (0.001), not a list: a grid takes a list of values (lr: [0.001]), optuna a list or a range "
+        "(lr: {low: ..., high: ...})")}
+
+
 def test_a_value_given_twice_in_an_axis_or_grid_is_refused():
     """`lr: [2e-3, 2e-3]` planned each trial twice under one key: the sweep trained it once and ended
     '2/4 trials finished, 0 failed'; duplicate seeds and inits are refused, so these are too (as typed)."""

@@ -161,6 +161,20 @@ class Search(_Strict):
     metric: str | None = None   # default: the task's selection metric, e.g. val/acc_matched
     mode: Literal["min", "max"] | None = None
 
+    @field_validator("space", mode="before")
+    @classmethod
+    def _one_value(cls, space: Any) -> Any:
+        """`lr: 1e-3` failed both shapes a value may take, as two problems that named an internal class ('a
+        valid list', 'a valid dictionary or instance of Range'): one problem, with the forms it may take."""
+        if not isinstance(space, dict):
+            return space
+        bad = [f"{k}: one value ({v!r}), not a list: a grid takes a list of values ({k}: [{v!r}]), optuna a list "
+               f"or a range ({k}: {{low: ..., high: ...}})"
+               for k, v in space.items() if not isinstance(v, (list, dict, Range))]
+        if bad:
+            raise ValueError("; ".join(bad))
+        return space
+
     @field_validator("space")
     @classmethod
     def _values(cls, space, info: ValidationInfo):
