@@ -61,6 +61,20 @@ def test_a_point_the_newest_spec_does_not_search_is_said_when_it_wins():
     assert "Reported at" not in build_report("t", chosen={t.key: t for t in trials}, planned=planned).to_markdown()
 
 
+def test_the_curves_name_each_inits_reported_search_point(tmp_path, monkeypatch):
+    """With a search each init's curves are its best point's seeds: the legend said 'Xavier', 'GloVe' only."""
+    from embinit import plots
+    from embinit.report import plots as report_plots
+    trials = [_trial(f"{label}{lr}{s}", label, s, "finished", {"best/val/loss": loss + s}, {"lr": lr})
+              for label, best in (("Xavier", 1e-3), ("GloVe", 1e-4)) for lr in (1e-3, 1e-4) for s in range(2)
+              for loss in [1.0 if lr == best else 2.0]]
+    drawn = []
+    monkeypatch.setattr(report_plots, "_histories", lambda uri, run_ids, metric: [{1: 1.0}] * len(run_ids))
+    monkeypatch.setattr(plots, "figure1", lambda panels, path, title: drawn.append(panels) or path)
+    _report(trials).plot(tmp_path)
+    assert list(drawn[0][0][1]) == ["Xavier [lr=0.001]", "GloVe [lr=0.0001]"]
+
+
 def test_a_non_finite_value_is_left_out_and_said():
     trials = [_trial(f"x{s}", "Xavier", s, "finished", {"test/ppl": v}, task="synthetic_lm")
               for s, v in enumerate([20.0, 22.0, math.inf])]

@@ -55,12 +55,18 @@ def mean_curves(report: Any, out_dir: Path) -> list[Path]:
     from embinit.plots import figure1  # matplotlib only where a figure is drawn
     out_dir.mkdir(parents=True, exist_ok=True)
     figures: dict[tuple, list] = defaultdict(list)
+    order: dict[str, tuple] = {}
+    points = {(r["task"], r["init"], json.dumps(r["axes"], sort_keys=True),
+               json.dumps(r["setting"], sort_keys=True, default=str)): r["point"] for r in report.rows}
     for (task, label, axes, setting), run_ids in report.run_ids.items():
-        figures[(task, axes)].append((label + setting_text(setting), run_ids))
+        # the search point the line's seeds ran at, as the table's row names it: each init's best may differ
+        point = "".join(f" [{k}={value_text(v)}]" for k, v in (points.get((task, label, axes, setting)) or {}).items())
+        figures[(task, axes)].append((label + point + setting_text(setting), run_ids))
+        order[label + point + setting_text(setting)] = label_order(label)   # GloVe_Xavier [lr=...] by its label
     figures = _joined(figures)
     paths = []
     for (task, axes), lines in sorted(figures.items()):
-        lines = sorted(lines, key=lambda x: label_order(x[0]))
+        lines = sorted(lines, key=lambda x: (order[x[0]], x[0]))
         metrics = list(dict.fromkeys([curve_metric(task), loss_metric(task)]))   # the metric, then its loss
         panels = [(m, {label: _histories(report.tracking_uri, run_ids, m) for label, run_ids in lines})
                   for m in metrics]
