@@ -43,6 +43,8 @@ def test_optuna_search_runs_its_budget_and_resumes(ray_local, tmp_path):
     again = run_sweep(s, progress=False)                          # the budget is spent: nothing trains
     assert len(run_readers.list_trials("opt", result.tracking_uri)) == 4
     assert again.report.rows[0]["point"] == row["point"]
+    # the same points drawn again were reused: not 'trained meanwhile by another sweep' (shared)
+    assert (again.reused, again.shared, again.n_finished) == (4, 0, 4)
 
 
 def test_an_optuna_point_s_seeds_train_as_one_fused_group(ray_local, tmp_path):

@@ -149,8 +149,8 @@ def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = 
     units, reused = units_to_run(spec, finished, planned)
     linked = _earlier_sweep(spec, units, exp_id, uri)
     if linked is not None:  # nothing to train: no new, empty sweep run
-        return _print_report(_finish(spec, uri, runs, exp_id, linked, planned, reused, False, t0, linked=True),
-                             progress)
+        return _print_report(_finish(spec, uri, runs, exp_id, linked, planned, reused, False, t0, linked=True,
+                                     finished=finished), progress)
     parent = run_writers.start_parent_run(exp_id, uri, spec.spec_hash(), spec.to_yaml(), spec.num_trials(),
                                           run_name=spec.name)
     guardian.opened(exp_id, uri, runs, parent)   # should this process end before it closes them
@@ -170,7 +170,7 @@ def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = 
         reason = ("cancelled" if cancelled else
                   "the trial did not finish: its worker died more often than `retries` allows, or Ray stopped it")
         run_writers.close_orphans(exp_id, uri, parent, reason, status="KILLED" if cancelled else "FAILED")
-        result = _finish(spec, uri, runs, exp_id, parent, planned, reused, cancelled, t0)
+        result = _finish(spec, uri, runs, exp_id, parent, planned, reused, cancelled, t0, finished=finished)
     except KeyboardInterrupt as e:  # Ctrl-C (or SIGTERM, SIGHUP from the command line): not a failure; a rerun resumes
         _close_sweep(exp_id, uri, parent, interrupted_reason(how_interrupted(e)), *records.INTERRUPTED)
         raise
@@ -255,9 +255,11 @@ def _starts_local_ray(address: str | None) -> bool:
     return address is None and not (ray is not None and ray.is_initialized())
 
 
-def _finish(spec, uri, runs, exp_id, parent, planned, reused, cancelled, t0, linked=False) -> SweepResult:
+def _finish(spec, uri, runs, exp_id, parent, planned, reused, cancelled, t0, linked=False,
+            finished: set[str] = frozenset()) -> SweepResult:
     """The sweep's result and report, the trial runs read from `runs` (`uri`, or the database behind it);
-    the sweep's run closed with them unless `linked` (an earlier sweep's)."""
+    the sweep's run closed with them unless `linked` (an earlier sweep's). `finished`: the keys with a
+    finished run when the sweep started."""
     from embinit.report.completeness import planned_trials
     from embinit.report.table import build_report
     keys = {p.key for p in planned}
@@ -267,7 +269,10 @@ def _finish(spec, uri, runs, exp_id, parent, planned, reused, cancelled, t0, lin
     # The plan says what never finished; an Optuna search has none to compare with (drawn at run time).
     report = build_report(spec.experiment_name(), runs, keys=None if search else keys,
                           planned=[] if search else planned_trials(planned), chosen=chosen)
-    shared = max(0, len(records.trained_elsewhere(chosen, {parent})) - reused)
+    elsewhere = records.trained_elsewhere(chosen, {parent})
+    if search:   # its keys are drawn while it runs: those finished before it started are reused, not shared
+        reused = len(elsewhere & finished)
+    shared = max(0, len(elsewhere) - reused)
     result = SweepResult(spec.experiment_name(), exp_id, parent, uri, len(planned) if not search else
                          spec.num_trials(), reused, rows, cancelled, time.monotonic() - t0, report,
                          linked=linked, shared=shared)
