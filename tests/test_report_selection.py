@@ -41,6 +41,28 @@ def test_a_point_that_lost_seeds_does_not_win_on_its_survivor():
     assert _report(trials).rows[0]["point"] == hot
 
 
+def test_points_are_compared_on_the_seeds_they_share():
+    """A point whose other seeds failed won with its one seed (1.5) over a point of three seeds whose mean
+    (1.67) was worse, though on that same seed the other point was better (1.4): the best of several noisy
+    means favours the noisiest. Points now compete on the seeds every one finished (walkthrough, SST-2)."""
+    lone, full = {"lr": 1e-2}, {"lr": 3e-3}
+    trials = [_trial("l0", "GloVe", 0, "finished", {"best/val/loss": 1.5, "test/bleu": 41.0}, lone),
+              _trial("l1", "GloVe", 1, "failed", {}, lone), _trial("l2", "GloVe", 2, "running", {}, lone)]
+    trials += [_trial(f"f{s}", "GloVe", s, "finished", {"best/val/loss": loss, "test/bleu": 30.0 + s}, full)
+               for s, loss in enumerate((1.4, 1.8, 1.8))]
+    report = _report(trials)
+    (row,) = report.rows
+    assert row["point"] == full and row["n"] == 3 and row["point_compared_on"] == [0]   # the row: all 3 seeds
+    assert ("Search points compared on the seeds every point finished (their seeds differ; the row's numbers are "
+            "over all of its point's seeds):\n- multi30k GloVe [lr=0.003]: seeds 0\n") in report.to_markdown()
+    # the same seeds at every point: each point's own mean, as before, and nothing to say
+    trials[1:3] = [_trial(f"l{s}", "GloVe", s, "finished", {"best/val/loss": 1.5, "test/bleu": 41.0}, lone)
+                   for s in (1, 2)]
+    report = _report(trials)
+    assert report.rows[0]["point"] == lone and report.rows[0]["point_compared_on"] is None
+    assert "compared on the seeds" not in report.to_markdown()
+
+
 def test_a_point_the_newest_spec_does_not_search_is_said_when_it_wins():
     """A grid run with lr 1e-3 and 1e-4, then the spec again without 1e-3 and with more seeds: the report over
     the experiment still chose 1e-3 (every point competes) with no word, while the sweep's own table said 1e-4."""

@@ -1,10 +1,10 @@
 """The report's row names and the notes under its table: rows still improving at their last epoch, rows
 whose interval is cut at the metric's range, rows some of whose finished seeds logged a non-finite value
 or none (left out of their numbers), rows whose `val/*` is another split (a language model's test split),
-trials at the search points a row does not report, rows reported at a point the newest spec does not
-search, rows pooling seeds of several code versions, numbers selected on the dev set they are reported on,
-translation rows whose source table has another init than the target table the label names, trials MLflow
-says are running whose sweep is gone."""
+trials at the search points a row does not report, search points compared on the seeds they share, rows
+reported at a point the newest spec does not search, rows pooling seeds of several code versions, numbers
+selected on the dev set they are reported on, translation rows whose source table has another init than
+the target table the label names, trials MLflow says are running whose sweep is gone."""
 
 from __future__ import annotations
 
@@ -104,6 +104,16 @@ def other_point_notes(rows: list[dict[str, Any]]) -> list[str]:
             notes[f"- {r['task']} {row_name(r)}: " + ", ".join(f"{v} {k}" for k, v in other.items())] = None
     return ["", "At the other search points (not in the table's counts, which are the reported point's):",
             *notes] if notes else []
+
+
+def compared_seed_notes(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per row whose search points were compared on the seeds they share (`point_compared_on`:
+    some point lacks seeds another has, failed, running or never run): the best point is the best mean
+    on those, while the row's numbers are over every seed of the point it reports."""
+    notes = {f"- {r['task']} {row_name(r)}: seeds {', '.join(map(str, r['point_compared_on']))}": None
+             for r in rows if r.get("point_compared_on")}
+    return ["", "Search points compared on the seeds every point finished (their seeds differ; the row's numbers "
+            "are over all of its point's seeds):", *notes] if notes else []
 
 
 def outside_plan_notes(rows: list[dict[str, Any]]) -> list[str]:

@@ -126,29 +126,46 @@ def _epoch_metric(metric: str) -> str:
 def best_point(trials: list[_Trial]) -> dict[str, Any]:
     """The search point a report row of `trials` (one init's, of one setting) stands for: `_best_point`
     of one trial per (point, seed), as the row counts them. The reproduction reads its rows' point by it."""
-    return _best_point(_one_per_seed(trials))
+    return _best_point(_one_per_seed(trials))[0]
 
 
-def _best_point(trials: list[_Trial]) -> dict[str, Any]:
-    """The search point with the best mean selection metric among its finished seeds, among the points
-    that lost the fewest seeds (diverged, or no finite value)."""
+def _best_point(trials: list[_Trial]) -> tuple[dict[str, Any], list | None]:
+    """The search point with the best mean selection metric, among the points that lost the fewest seeds
+    (diverged, or no finite value), and the seeds it was compared on where they are not every point's own.
+
+    The means are over the seeds every such point finished with a value, where there are some: a point
+    whose other seeds failed, are still running or were never run competes on the seeds it shares, not
+    with a mean of fewer seeds (the best of several noisy means favours the noisiest: a point on 1 seed
+    won over one on 3 with a lower mean on the seed they shared). In a complete search every point has
+    the same seeds, and this is each point's mean. Without a shared seed, each point's own mean."""
     points: dict[str, list[_Trial]] = defaultdict(list)
     for t in trials:
         points[json.dumps(t.point, sort_keys=True)].append(t)
     if len(points) == 1:
-        return trials[0].point
+        return trials[0].point, None
     metric, mode = (trials[0].selection or ["val/loss", "min"])[:2]
+    values = {p: _seed_values(ts, metric) for p, ts in points.items()}
+    # a point that diverged on a seed loses to one that did not, however good its survivors (a learning
+    # rate too high for 2 seeds of 3 does not win on the third)
+    lost = {p: sum(t.status in RESULT for t in ts) - len(values[p]) for p, ts in points.items()}
+    least = min(lost.values())
+    contenders = [set(values[p]) for p in points if lost[p] == least and values[p]]
+    shared = set.intersection(*contenders) if contenders else set()
 
-    def score(ts: list[_Trial]) -> tuple[int, float]:
-        """(seeds lost, the mean's rank): a point that diverged on a seed loses to one that did not,
-        however good its survivors (a learning rate too high for 2 seeds of 3 does not win on the third)."""
-        done = [t for t in ts if t.status in RESULT]
-        vals = [t.metrics.get(f"best/{metric}") for t in done if t.status == "finished"]
-        vals = [v for v in vals if v is not None and math.isfinite(v)]
-        if not vals:
-            return len(done), math.inf
-        return len(done) - len(vals), statistics.fmean(vals) * (1 if mode == "min" else -1)
-    return json.loads(min(points, key=lambda p: score(points[p])))
+    def score(p: str) -> tuple[int, float]:
+        v = values[p]
+        if not v:
+            return lost[p], math.inf
+        seeds = shared if shared and lost[p] == least else v.keys()
+        return lost[p], statistics.fmean(v[s] for s in seeds) * (1 if mode == "min" else -1)
+    subset = shared and any(set(v) != shared for p, v in values.items() if lost[p] == least and v)
+    return json.loads(min(points, key=score)), sorted(shared, key=str) if subset else None
+
+
+def _seed_values(trials: list[_Trial], metric: str) -> dict:
+    """seed -> the finished trial's finite `best/<metric>` (the point's comparable seeds)."""
+    vals = {t.config.get("seed"): t.metrics.get(f"best/{metric}") for t in trials if t.status == "finished"}
+    return {s: v for s, v in vals.items() if v is not None and math.isfinite(v)}
 
 
 def failure_reason(error: str | None) -> str:
@@ -173,7 +190,7 @@ def group_rows(gkey: tuple, members: list[_Trial], rows: list, run_ids: dict,
     `planned_config`: for a group without any run (a planned init none of whose trials started), a
     planned trial's config, which says its tables (`source_table`) as a run's would."""
     task, label, axes, setting = gkey
-    point = _best_point(members) if members else {}
+    point, compared_on = _best_point(members) if members else ({}, None)
     chosen = [t for t in members if t.point == point]
     run_ids[gkey] = [t.run_id for t in chosen if t.status in RESULT]
     bad = [t for t in members if t.status == "failed"]
@@ -203,6 +220,7 @@ def group_rows(gkey: tuple, members: list[_Trial], rows: list, run_ids: dict,
                      "one_epoch": one_epoch,
                      **counts, "non_finite": len(logged) - len(ok), "no_value": len(finished) - len(logged),
                      "code_versions": _versions(ok), "tables": tables, "eval_split_note": split_note,
+                     "point_compared_on": compared_on,
                      "_basis": like})
     return [{"task": task, "init": label, "run_id": t.run_id, "reason": failure_reason(t.error)} for t in bad]
 

@@ -30,10 +30,10 @@ from embinit.comparison import t_quantile
 from embinit.report.formatting import digits_by_metric, interval, number
 from embinit.tracking.records import TrialRecord
 from embinit.report.baseline import DEFAULT_BASELINE
-from embinit.report.notes import (ci_clipped, clipped_notes, code_version_notes, dev_selection_notes, eval_split_notes,
-                                  no_value_notes, non_finite_notes, other_point_notes, outside_plan_notes, row_name,
-                                  source_table_notes,
-                                  stale_notes, unconverged_notes)
+from embinit.report.notes import (ci_clipped, clipped_notes, code_version_notes, compared_seed_notes,
+                                  dev_selection_notes, eval_split_notes, no_value_notes, non_finite_notes,
+                                  other_point_notes, outside_plan_notes, row_name, source_table_notes, stale_notes,
+                                  unconverged_notes)
 from embinit.report.plots import label_order, mean_curves
 from embinit.report.rows import group, group_rows, summarize
 
@@ -98,7 +98,7 @@ class Report:
         lines += coverage.markdown(self.completeness) + stale_notes(self.stale)
         lines += unconverged_notes(self.rows) + clipped_notes(self.rows, digits)
         lines += non_finite_notes(self.rows) + no_value_notes(self.rows) + eval_split_notes(self.rows)
-        lines += other_point_notes(self.rows) + outside_plan_notes(self.rows)
+        lines += other_point_notes(self.rows) + compared_seed_notes(self.rows) + outside_plan_notes(self.rows)
         lines += code_version_notes(self.rows) + dev_selection_notes(self.rows) + source_table_notes(self.rows)
         lines += report_baseline.markdown(self.rows, self.baseline, row_name)
         lines += self._split_notes()
