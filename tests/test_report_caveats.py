@@ -118,7 +118,8 @@ def test_counts_are_of_the_reported_point_and_running_is_shown():
     assert row["all_points"] == {"failed": 3, "diverged": 1, "running": 2}
     text = report.to_markdown()
     assert "| diverged | failed | running |" in text and "| 0 | 0 | 2 |" in text
-    assert "- multi30k Xavier [lr=0.0002]: 3 failed, 1 diverged" in text
+    # named by the point it reports, said as such: the counts are the other points' (walkthrough)
+    assert "- multi30k Xavier (reported at lr=0.0002): 3 failed, 1 diverged" in text
     (line,) = csv.DictReader(io.StringIO(report.to_csv()))
     assert (line["running"], line["failed"], line["failed_all_points"], line["diverged_all_points"]) == \
         ("2", "0", "3", "1")

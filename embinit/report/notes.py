@@ -101,7 +101,9 @@ def other_point_notes(rows: list[dict[str, Any]]) -> list[str]:
         here, every = {k: r.get(k) or 0 for k in ("failed", "diverged", "running")}, r.get("all_points") or {}
         other = {k: every.get(k, 0) - here[k] for k in here if every.get(k, 0) > here[k]}
         if other:
-            notes[f"- {r['task']} {row_name(r)}: " + ", ".join(f"{v} {k}" for k, v in other.items())] = None
+            at = ", ".join(f"{k}={value_text(v)}" for k, v in r["point"].items())
+            notes[f"- {r['task']} {row_name(r, point=False)} (reported at {at}): "
+                  + ", ".join(f"{v} {k}" for k, v in other.items())] = None
     return ["", "At the other search points (not in the table's counts, which are the reported point's):",
             *notes] if notes else []
 
