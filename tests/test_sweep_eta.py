@@ -97,6 +97,25 @@ def test_a_retried_trial_keeps_its_epoch_and_best_and_its_eta_counts_only_what_i
     assert (row["epoch"], row["best"], row["eta"]) == ("4/5", "2.6", "0m08s")
 
 
+def test_a_trial_waiting_for_its_retry_counts_pending_not_running():
+    """Between its node's death (on_trial_recover) and the retry's start a trial runs nowhere: seen on a
+    two-worker cluster with one worker killed, it stayed in the running table at its last epoch with ETA
+    0m00s, and counted running beside the trial that held the one slot left, for minutes."""
+    clock = Clock()
+    p = Progress(total=2, reused=0, every=0.0, stream=io.StringIO(), clock=clock, metric="val/loss")
+    p.on_trial_start(0, [], trial("a"))
+    p.on_trial_start(0, [], trial("b"))
+    clock.t += 10
+    _epoch(p, "a", 1, epochs=5, best=2.9)
+    p.on_trial_recover(0, [], trial("a"))   # its node died: Tune schedules a retry
+    c = p.counts()
+    assert (c["running"], c["pending"]) == (1, 1)
+    assert [r["trial"] for r in c["trials"]] == ["b"]
+    p.on_trial_start(0, [], trial("a"))     # the retry starts where the row left off
+    c = p.counts()
+    assert c["running"] == 2 and {r["trial"]: r["epoch"] for r in c["trials"]}["a"] == "1/5"
+
+
 def test_a_resumed_trial_shows_its_epoch_and_best_from_its_start_and_its_eta_counts_no_epoch():
     """A trial that resumes from its checkpoint (the spec run again after an interruption) reports the
     epoch it resumes after and its best so far when it starts (`embinit_resumed`): its row shows them at

@@ -55,6 +55,7 @@ class Progress(Callback):
         self.unit_sizes = unit_sizes      # trials of each unit (a Tune trial's config["unit"]): fused groups
         self.running: dict[str, int] = {}   # running Tune trials -> the embinit trials each holds
         self.trials: dict[str, TrialProgress] = {}  # running Tune trials by id
+        self.retrying: dict[str, TrialProgress] = {}  # errored Tune trials waiting for Tune's retry, by id
         self.done = self.failed = 0
         self.durations: list[float] = []  # full-length estimates of the trials that ended
         self.slots = 0                    # the most Tune trials seen running at once
@@ -137,7 +138,8 @@ class Progress(Callback):
         sized = self.unit_sizes is not None and isinstance(unit, int) and 0 <= unit < len(self.unit_sizes)
         self.running[trial.trial_id] = self.unit_sizes[unit] if sized else self.per_unit
         self.slots = max(self.slots, len(self.running))
-        self.trials[trial.trial_id] = _started(trial, self.trials.get(trial.trial_id), self.clock())
+        before = self.trials.get(trial.trial_id) or self.retrying.pop(trial.trial_id, None)
+        self.trials[trial.trial_id] = _started(trial, before, self.clock())
         self.emit(force=True)
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
@@ -157,7 +159,7 @@ class Progress(Callback):
     def _ended(self, trial) -> int:
         """The embinit trials the ended Tune trial held."""
         held = self.running.pop(trial.trial_id, self.per_unit)
-        t = self.trials.pop(trial.trial_id, None)
+        t = self.trials.pop(trial.trial_id, None) or self.retrying.pop(trial.trial_id, None)
         full = t.clock.full_s() if t is not None else None
         if full is not None:
             self.durations.append(full)
@@ -172,6 +174,17 @@ class Progress(Callback):
         self.failed += failed
         self.reused += reused
         self.done += per - failed - reused
+        self.emit(force=True)
+
+    def on_trial_recover(self, iteration, trials, trial, **info):
+        """The trial errored (its node died) and Tune will retry it: until the retry starts it runs
+        nowhere, so it counts as pending and leaves the running table (a row frozen at its last epoch with
+        ETA 0m00s, counted running beside the trials that do run, until a slot freed for it); its row is
+        kept for the retry, which resumes from its checkpoint (`_started`)."""
+        self.running.pop(trial.trial_id, None)
+        row = self.trials.pop(trial.trial_id, None)
+        if row is not None:
+            self.retrying[trial.trial_id] = row
         self.emit(force=True)
 
     def on_trial_error(self, iteration, trials, trial, **info):
