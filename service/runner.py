@@ -20,6 +20,7 @@ from concurrent.futures import Future
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from embinit.errors import EmbinitError
 from embinit.storage import STORAGE_ENV
 from embinit.trusted import TRUSTED_ROOTS_ENV
 from service.driver import DriverState, ExperimentDriver
@@ -33,6 +34,19 @@ def driver_env(trusted_roots: list[str] | None) -> dict[str, Any] | None:
     if os.environ.get(STORAGE_ENV):
         env_vars[STORAGE_ENV] = os.environ[STORAGE_ENV]
     return {"env_vars": env_vars} if env_vars else None
+
+
+def unreachable(address: str, error: BaseException) -> EmbinitError:
+    """Why the API could not join the Ray cluster at `address`, with the two usual causes and their fixes:
+    the address or its port, and Ray's token auth (seen: an API started without RAY_AUTH_MODE=token on a
+    token cluster waited 30 s, then printed a traceback ending in "ray client connection timeout")."""
+    mode = os.environ.get("RAY_AUTH_MODE")
+    port = "the head's Ray Client port (10001 by default)" if address.startswith("ray://") else "the GCS port"
+    auth = ("RAY_AUTH_MODE is unset here" if mode is None else f"RAY_AUTH_MODE={mode} here")
+    return EmbinitError(f"cannot connect to the Ray cluster at {address} ({type(error).__name__}: {error}). "
+                        f"Check that the address is right and that {port} is reachable from this machine; "
+                        f"a cluster with token auth (docs/deployment.md) needs RAY_AUTH_MODE=token and its "
+                        f"token (RAY_AUTH_TOKEN_PATH, or ~/.ray/auth_token) on the API too ({auth})")
 
 
 class Runner(Protocol):
@@ -165,7 +179,10 @@ class RayRunner:
         if self.address is not None:
             if self.node_ip and not self.address.startswith("ray://"):
                 kwargs["_node_ip_address"] = self.node_ip
-            ray.init(address=self.address, **kwargs)
+            try:
+                ray.init(address=self.address, **kwargs)
+            except Exception as e:  # Ray says only "ray client connection timeout", also for a token missing
+                raise unreachable(self.address, e) from e
             return
         from embinit.sweep.ray_runtime import local_ray_options
         from service import ray_reaper

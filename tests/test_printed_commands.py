@@ -166,7 +166,8 @@ def test_the_serve_banner_shows_no_password(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(uvicorn, "run", lambda app, **kw: None)
     from types import SimpleNamespace
     lease = SimpleNamespace(acquire=lambda: None, release=lambda: None)   # no database is opened
-    app = SimpleNamespace(state=SimpleNamespace(lease=lease))
+    runner = SimpleNamespace(connect=lambda: None)                        # nor a Ray cluster joined
+    app = SimpleNamespace(state=SimpleNamespace(lease=lease, runner=runner))
     monkeypatch.setattr(service.main, "create_app", lambda settings: app)
     monkeypatch.setenv("EMBINIT_TRACKING_URI", SECRET)
     monkeypatch.setenv("EMBINIT_DATABASE_URL", "postgresql+psycopg://api:s3cret2@db/state")

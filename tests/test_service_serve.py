@@ -26,6 +26,8 @@ def served(monkeypatch, tmp_path):
         monkeypatch.delenv(name, raising=False)
     calls = []
     monkeypatch.setattr(uvicorn, "run", lambda app, **kw: calls.append((app, kw)))
+    import ray
+    monkeypatch.setattr(ray, "init", lambda **kw: None)   # `serve` joins a cluster given by address first
     return calls
 
 
@@ -60,6 +62,23 @@ def test_bad_setting_is_a_one_line_error(served, capsys, monkeypatch):
     assert "EMBINIT_MAX_BODY_BYTES: Input should be a valid integer" in err
     assert len(err.strip().splitlines()) == 1
     assert not served
+
+
+def test_a_cluster_it_cannot_join_is_a_one_line_error_naming_the_token(served, capsys, monkeypatch):
+    """Seen on a lab cluster with token auth: an API started without RAY_AUTH_MODE=token waited 30 s for
+    the Ray Client, then printed uvicorn's startup traceback ending in "ray client connection timeout"."""
+    import ray
+
+    def refused(**kw):
+        raise ConnectionError("ray client connection timeout")
+    monkeypatch.setattr(ray, "init", refused)
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    assert main(["serve", "--ray-address", "ray://head:10001"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and not served
+    assert err.startswith("embinit: error: cannot connect to the Ray cluster at ray://head:10001")
+    assert "ray client connection timeout" in err and "10001" in err
+    assert "RAY_AUTH_MODE=token" in err and "RAY_AUTH_MODE is unset here" in err
 
 
 def test_serve_limits_connections_and_keeps_ray_auth_for_clusters(served, monkeypatch):

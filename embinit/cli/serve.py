@@ -57,6 +57,10 @@ def run(args) -> int:
         if taken:
             raise EmbinitError(taken)
         _banner(args, settings)
+        if settings.ray_address is not None:
+            # a cluster the API cannot join is refused here in one line too, naming the likely fixes
+            # (service.runner.unreachable), not in the startup's traceback
+            app.state.runner.connect()
         uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, **uvicorn_options(settings))
     finally:
         app.state.lease.release()
