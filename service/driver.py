@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 import sys
 import threading
 import time
@@ -84,8 +85,31 @@ def final_state(result, cancelled: bool) -> tuple[str, str | None]:
     parts = [f"{failed} failed"] if failed else []
     parts += [f"{missing} have no finished run"] if missing else []
     reasons = f"; failures: {failure_reasons(result.trials)}" if failed else ""
+    reasons += tune_reasons(getattr(result, "tune_errors", None) or [])
     return "failed", (f"only {result.n_finished} of {result.planned} trials finished ({', '.join(parts)}; "
                       f"see MLflow){reasons}; submit again with ?rerun=true to run the rest")
+
+
+def tune_reasons(errors: list[str], most: int = 3) -> str:
+    """Why Tune gave trials up (`name: last line of its error`), most common first: a trial that failed
+    before its MLflow run existed (seen: a Ray node without the object store's AWS_ENDPOINT_URL, whose
+    claim on its key failed) has no run to say so, and read only "have no finished run; see MLflow"."""
+    if not errors:
+        return ""
+    from embinit.report.rows import failure_reason
+    from service.specs import api_terms
+
+    # one reason per shape: the same error for other keys (a quoted URL or path of each) counts once
+    reasons, first = Counter(), {}
+    for e in errors:
+        reason = failure_reason(api_terms(e.split(": ", 1)[-1]))
+        shape = re.sub(r'"[^"]*"' + r"|'[^']*'", "…", reason)
+        reasons[shape] += 1
+        first.setdefault(shape, reason)
+    parts = [f"{first[r]} ({n} trial{'s' if n > 1 else ''})" for r, n in reasons.most_common(most)]
+    if len(reasons) > most:
+        parts.append(f"and {len(reasons) - most} other reasons")
+    return f"; Tune gave up on {len(errors)} trial{'s' if len(errors) > 1 else ''}: {'; '.join(parts)}"
 
 
 def live_counts(counts: dict[str, Any]) -> dict[str, Any]:

@@ -68,6 +68,21 @@ def test_a_failed_experiment_names_its_trials_reasons_most_common_first(monkeypa
                                   "EmbinitError: empty overlap (1 trial); A: 1 (1 trial); and 2 other reasons")
 
 
+def test_trials_tune_gave_up_on_before_their_run_existed_say_why(monkeypatch):
+    """Seen on a lab cluster: a Ray node without the object store's AWS_ENDPOINT_URL failed two trials
+    while claiming their keys, before their MLflow runs existed; the experiment said only "2 have no
+    finished run; see MLflow", and MLflow had nothing. The reason Tune kept now follows."""
+    result = _result(planned=6, finished=4)
+    why = 'botocore.exceptions.EndpointConnectionError: Could not connect to the endpoint URL: "https://b.s3.amazonaws.com/{}.lease"'
+    result.tune_errors = [f"Pretrained-s0 [9a2fd416]: {why.format('k1')}",   # one shape: counted together
+                          f"Pretrained_Xavier-s1 [3bd1b049]: {why.format('k2')}"]
+    driver = _drive(monkeypatch, lambda *a, **k: result)
+    assert driver.state.status == "failed"
+    assert driver.state.error == ("only 4 of 6 trials finished (2 have no finished run; see MLflow); Tune gave "
+                                  f"up on 2 trials: {why.format('k1')} (2 trials); submit again with ?rerun=true "
+                                  "to run the rest")
+
+
 def test_a_failed_experiment_gives_its_trials_advice_in_the_services_terms(monkeypatch):
     """A trial's no-data error advises the command line's `--data-dir`; `GET /experiments/{id}` says how a
     spec sent to the service gives a task its data."""

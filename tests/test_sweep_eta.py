@@ -116,6 +116,19 @@ def test_a_trial_waiting_for_its_retry_counts_pending_not_running():
     assert c["running"] == 2 and {r["trial"]: r["epoch"] for r in c["trials"]}["a"] == "1/5"
 
 
+def test_a_trial_tune_gives_up_on_keeps_the_last_line_of_its_error(tmp_path):
+    """What a sweep's result says of a trial that errored before its MLflow run existed (test_service_driver)."""
+    error = tmp_path / "error.txt"
+    error.write_text("Failure # 1\nTraceback (most recent call last):\n  File x\nOSError: store unreachable\n\n")
+    p = Progress(total=2, reused=0, every=0.0, stream=io.StringIO())
+    p.on_trial_start(0, [], trial("a"))
+    p.on_trial_error(0, [], _Trial(trial_id="a", last_result={}, error_file=str(error)))
+    p.on_trial_start(0, [], trial("b"))
+    p.on_trial_error(0, [], _Trial(trial_id="b", last_result={}, error_file=None))
+    assert p.errors == ["a: OSError: store unreachable", "b: (Tune kept no error text)"]
+    assert p.counts()["failed"] == 2
+
+
 def test_a_resumed_trial_shows_its_epoch_and_best_from_its_start_and_its_eta_counts_no_epoch():
     """A trial that resumes from its checkpoint (the spec run again after an interruption) reports the
     epoch it resumes after and its best so far when it starts (`embinit_resumed`): its row shows them at

@@ -4,7 +4,7 @@ what the workers get is `embinit.sweep.work`). `run_sweep` builds it once; the g
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -29,6 +29,7 @@ class TuneJob:
     extra_callbacks: Callable | None = None   # `f(TrialConfig) -> [trainer callbacks]`, called in the worker
     address: str | None = None        # the Ray cluster; None: a local Ray, started and stopped here
     reused: int = 0                   # planned trials MLflow had finished before this sweep
+    errors: list[str] = field(default_factory=list, compare=False, hash=False)  # Tune trials that errored for good, why
 
     @property
     def total(self) -> int:

@@ -57,6 +57,7 @@ class Progress(Callback):
         self.trials: dict[str, TrialProgress] = {}  # running Tune trials by id
         self.retrying: dict[str, TrialProgress] = {}  # errored Tune trials waiting for Tune's retry, by id
         self.done = self.failed = 0
+        self.errors: list[str] = []       # why each Tune trial errored for good (`error_line`), in order
         self.durations: list[float] = []  # full-length estimates of the trials that ended
         self.slots = 0                    # the most Tune trials seen running at once
         self.start = clock()
@@ -189,10 +190,23 @@ class Progress(Callback):
 
     def on_trial_error(self, iteration, trials, trial, **info):
         self.failed += self._ended(trial)
+        self.errors.append(f"{trial}: {error_line(trial)}")
         self.emit(force=True)
 
     def on_step_end(self, iteration, trials, **info):
         self.emit()
+
+
+def error_line(trial) -> str:
+    """The last line of the error Tune wrote for `trial` (its `error.txt` on the driver's node), e.g.
+    `botocore.exceptions.EndpointConnectionError: Could not connect to ...`: a trial that fails before its
+    MLflow run exists (its key's claim, a node without the store's endpoint) leaves no other trace."""
+    try:
+        with open(getattr(trial, "error_file", None), errors="replace") as f:
+            lines = [line.strip() for line in f if line.strip()]
+    except (OSError, TypeError):   # no file (Tune wrote none), or none named
+        return "(Tune kept no error text)"
+    return lines[-1] if lines else "(Tune kept no error text)"
 
 
 def _started(trial, before: TrialProgress | None, now: float) -> TrialProgress:

@@ -54,6 +54,7 @@ class SweepResult:
     report: Any = None                 # embinit.report.table.Report
     linked: bool = False               # nothing to train: parent_run_id is the spec's earlier sweep run
     shared: int = 0                    # finished by another sweep while this one ran (a shared key)
+    tune_errors: list[str] = field(default_factory=list)   # Tune trials that errored for good: "name: why"
 
     def count(self, status: str) -> int:
         return sum(1 for t in self.trials if t["status"] == status)
@@ -171,6 +172,7 @@ def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = 
                   "the trial did not finish: its worker died more often than `retries` allows, or Ray stopped it")
         run_writers.close_orphans(exp_id, uri, parent, reason, status="KILLED" if cancelled else "FAILED")
         result = _finish(spec, uri, runs, exp_id, parent, planned, reused, cancelled, t0, finished=finished)
+        result.tune_errors = list(job.errors)
     except KeyboardInterrupt as e:  # Ctrl-C (or SIGTERM, SIGHUP from the command line): not a failure; a rerun resumes
         _close_sweep(exp_id, uri, parent, interrupted_reason(how_interrupted(e)), *records.INTERRUPTED)
         raise

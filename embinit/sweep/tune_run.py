@@ -149,5 +149,8 @@ def run_tune(job: TuneJob, units: list[Unit]) -> bool:
             tune_config=tune.TuneConfig(max_concurrent_trials=job.spec.max_concurrent, reuse_actors=True,
                                         trial_name_creator=names, trial_dirname_creator=folders),
             run_config=run_config(job.spec, unique, job.storage, callbacks, stopper))
-        tune_state.fit(tuner, unique)   # nothing reads Tune's state again (embinit.sweep.tune_state)
+        try:
+            tune_state.fit(tuner, unique)   # nothing reads Tune's state again (embinit.sweep.tune_state)
+        finally:
+            job.errors.extend(e for c in callbacks if isinstance(c, Progress) for e in c.errors)
     return stopper.fired
