@@ -164,3 +164,24 @@ def test_the_api_passes_the_store_to_its_drivers_but_not_the_credentials(monkeyp
     monkeypatch.setenv("EMBINIT_STORAGE_URI", "s3://my-bucket/runs")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
     assert driver_env(["/r"]) == {"env_vars": {"EMBINIT_TRUSTED_ROOTS": "/r", "EMBINIT_STORAGE_URI": "s3://my-bucket/runs"}}
+
+
+def test_a_node_that_cannot_reach_the_store_names_itself_and_what_every_node_needs(tmp_path, monkeypatch):
+    """Seen on a lab cluster: a Ray worker started without AWS_ENDPOINT_URL claimed its trials' keys on AWS
+    itself, and the trials failed with only botocore's `Could not connect to the endpoint URL`."""
+    from botocore.exceptions import EndpointConnectionError
+
+    from embinit.sweep import resume
+
+    def refused(self, poll_s=None):
+        raise EndpointConnectionError(endpoint_url="https://runs.s3.amazonaws.com/team-a/claims/x/k.lease")
+    monkeypatch.setattr(Lease, "acquire", refused)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    with pytest.raises(EmbinitError) as e:
+        with resume._store_claim("s3://runs/team-a", tmp_path / "x", "k"):
+            pass
+    said = str(e.value)
+    assert said.startswith(f"the object store s3://runs/team-a (EMBINIT_STORAGE_URI) cannot be reached from the "
+                           f"Ray node {socket.gethostname()} (AWS_ENDPOINT_URL is unset: AWS itself here)")
+    assert "Could not connect to the endpoint URL" in said and "Every Ray node needs" in said
+    assert "docs/deployment.md" in said

@@ -60,6 +60,22 @@ def check_store(store: Store) -> None:
         probe.release()
 
 
+def unreachable(store: Store, error: BaseException) -> Exception:
+    """Why a trial could not claim its key in the store, naming this node and what each node needs (seen:
+    a Ray worker started without AWS_ENDPOINT_URL tried AWS itself, and its trials failed with only
+    botocore's `Could not connect to the endpoint URL: "https://BUCKET.s3.amazonaws.com/..."`)."""
+    import socket
+
+    from embinit.errors import EmbinitError
+    endpoint = os.environ.get("AWS_ENDPOINT_URL")
+    said = f"AWS_ENDPOINT_URL={endpoint}" if endpoint else "AWS_ENDPOINT_URL is unset: AWS itself"
+    return EmbinitError(f"the object store {store.uri} (EMBINIT_STORAGE_URI) cannot be reached from the Ray node "
+                        f"{socket.gethostname()} ({said} here): {type(error).__name__}: {error}. Every Ray node "
+                        "needs the store's endpoint (AWS_ENDPOINT_URL, unless the store is AWS S3) and its "
+                        "credentials (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or any AWS default source) "
+                        "in the environment its `ray start` ran in (docs/deployment.md, Storage across nodes)")
+
+
 class Lease:
     def __init__(self, store: Store, name: str, ttl: float | None = None):
         self.store, self.name = store, name

@@ -137,9 +137,14 @@ def _file_claim(base: Path, key: str) -> Iterator[Claim]:
 def _store_claim(uri: str, base: Path, key: str) -> Iterator[Claim]:
     """The claim as a lease in the store (embinit.sweep.claims), and the folder mirrored there: the
     node's own folder is a cache of the store's copy, fetched when the store's is newer."""
-    from embinit.sweep.claims import Lease
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from embinit.sweep.claims import Lease, unreachable
     store = Store.from_uri(uri)
-    lease = Lease(store, f"{base.name}/{key}").acquire()
+    try:
+        lease = Lease(store, f"{base.name}/{key}").acquire()
+    except (BotoCoreError, ClientError) as e:   # no endpoint, no credentials, refused: the node's setup
+        raise unreachable(store, e) from e
     lock = base / f"{key}.lock"
     try:
         fd = key_lock(lock)   # after the lease: held by no other claim; marks the folder in use on this node
