@@ -96,13 +96,14 @@ def tune_reasons(errors: list[str], most: int = 3) -> str:
     claim on its key failed) has no run to say so, and read only "have no finished run; see MLflow"."""
     if not errors:
         return ""
-    from embinit.report.rows import failure_reason
+    from embinit.errors import EmbinitError
     from service.specs import api_terms
 
     # one reason per shape: the same error for other keys (a quoted URL or path of each) counts once
     reasons, first = Counter(), {}
     for e in errors:
-        reason = failure_reason(api_terms(e.split(": ", 1)[-1]))
+        reason = api_terms(e.split(": ", 1)[-1]).removeprefix(f"{EmbinitError.__module__}.EmbinitError: ")
+        reason = reason if len(reason) <= 800 else reason[:799] + "…"   # ours name their fix at the end
         shape = re.sub(r'"[^"]*"' + r"|'[^']*'", "…", reason)
         reasons[shape] += 1
         first.setdefault(shape, reason)

@@ -81,6 +81,11 @@ def test_trials_tune_gave_up_on_before_their_run_existed_say_why(monkeypatch):
     assert driver.state.error == ("only 4 of 6 trials finished (2 have no finished run; see MLflow); Tune gave "
                                   f"up on 2 trials: {why.format('k1')} (2 trials); submit again with ?rerun=true "
                                   "to run the rest")
+    # embinit's own errors are said whole (they name their fix at the end), without their type
+    ours = "the object store s3://b (EMBINIT_STORAGE_URI) cannot be reached from the Ray node w1: " + "x" * 300
+    result.tune_errors = [f"Xavier-s0 [1]: embinit.errors.EmbinitError: {ours}. Every Ray node needs its endpoint"]
+    driver = _drive(monkeypatch, lambda *a, **k: result)
+    assert f"Tune gave up on 1 trial: {ours}. Every Ray node needs its endpoint (1 trial);" in driver.state.error
 
 
 def test_a_failed_experiment_gives_its_trials_advice_in_the_services_terms(monkeypatch):
