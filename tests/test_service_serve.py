@@ -54,6 +54,23 @@ def test_serve_on_an_existing_cluster(served, capsys, monkeypatch):
     assert "open http://mlflow:5000 (the MLflow server)" in out and app.state.settings.mlflow_ui_url is None
 
 
+def test_the_banner_says_the_object_store_and_whether_a_token_is_asked(served, capsys, monkeypatch):
+    """What an operator checks a lab setup by (seen missing on one: the banner named the state database,
+    MLflow and Ray, not whether checkpoints go to the store or the API asks for a token)."""
+    monkeypatch.delenv("EMBINIT_STORAGE_URI", raising=False)
+    monkeypatch.delenv("EMBINIT_API_TOKEN", raising=False)
+    assert main(["serve"]) == 0
+    out = capsys.readouterr().out
+    assert "object store: none (EMBINIT_STORAGE_URI unset: trial checkpoints stay on each node's disk)" in out
+    assert "API token: none (EMBINIT_API_TOKEN unset: whoever reaches the port may submit and cancel)" in out
+    monkeypatch.setenv("EMBINIT_STORAGE_URI", "s3://embinit-runs/team-a")
+    monkeypatch.setenv("EMBINIT_API_TOKEN", "t0ken")
+    assert main(["serve"]) == 0
+    out = capsys.readouterr().out
+    assert "object store: s3://embinit-runs/team-a (EMBINIT_STORAGE_URI)" in out
+    assert "API token: required on POST and DELETE" in out and "t0ken" not in out
+
+
 def test_bad_setting_is_a_one_line_error(served, capsys, monkeypatch):
     monkeypatch.setenv("EMBINIT_MAX_BODY_BYTES", "lots")
     assert main(["serve"]) == 2

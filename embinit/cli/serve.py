@@ -76,6 +76,14 @@ def _banner(args, settings) -> None:
     print(f"state database: {masked(settings.database_url)}   MLflow store: {masked(settings.tracking_uri)}",
           flush=True)
     print(f"Ray: {settings.ray_address or 'local (started with the API, stopped with it)'}", flush=True)
+    # what an operator checks a lab setup by: whether checkpoints outlive a node, and who may submit
+    from embinit.storage import STORAGE_ENV, configured
+    store = configured()
+    print(f"object store: {store} ({STORAGE_ENV})" if store else
+          f"object store: none ({STORAGE_ENV} unset: trial checkpoints stay on each node's disk)", flush=True)
+    guarded = "POST, DELETE and GET" if settings.reads_require_token else "POST and DELETE"
+    print(f"API token: required on {guarded}" if settings.api_token else
+          "API token: none (EMBINIT_API_TOKEN unset: whoever reaches the port may submit and cancel)", flush=True)
     # where a spec's files must lie: relative defaults are this working directory's (docs/deployment.md)
     print(roots_line(settings.data_roots, settings.pretrained_roots), flush=True)
     print(f"MLflow UI: {ui_command(settings.tracking_uri)}", flush=True)
