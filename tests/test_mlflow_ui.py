@@ -195,8 +195,8 @@ def _table(page, header: str) -> dict[str, str]:
 
 def test_trials_are_rows_of_the_run_table(page, server, store):
     # the address `embinit run` prints and the API's mlflow.url (the bare #/experiments/ID opens MLflow
-    # 3.17's GenAI overview); the sweep's row is named after the spec
-    _open(page, runs_page(server, store['exp']), "ui-study")
+    # 3.17's GenAI overview); the sweep's row is named after the spec and its number in the experiment
+    _open(page, runs_page(server, store['exp']), "ui-study #1")
     for name in RUN_NAMES:
         page.get_by_text(name, exact=True).first.wait_for(timeout=60_000)  # visible without expanding
     # the spec's description is the experiment's
@@ -213,7 +213,7 @@ def _clipped_run_names(page) -> dict[str, bool]:
 
 
 def test_group_by_init_shows_the_mean_over_seeds(page, server, store):
-    _open(page, f"{server}/#/experiments/{store['exp']}/runs", "ui-study")
+    _open(page, f"{server}/#/experiments/{store['exp']}/runs", "ui-study #1")
     page.get_by_role("button", name="Columns", exact=True).click()
     for name in ("test/bleu", "seed"):  # the trials' metrics and params are columns to pick
         page.get_by_role("dialog").get_by_text(name, exact=True).click()
@@ -300,7 +300,7 @@ def _green_status_icons(page) -> list[bool]:
 
 
 def test_an_all_failed_sweep_is_not_finished(page, server, store):
-    _open(page, f"{server}/#/experiments/{store['exp']}/runs", "ui-study")
+    _open(page, f"{server}/#/experiments/{store['exp']}/runs", "ui-study #1")
     assert _green_status_icons(page) == [True] * (1 + len(RUN_NAMES))  # the finished sweep and its trials: green
     _open(page, f"{server}/#/experiments/{store['failed_exp']}/runs", "ui-failed")
     assert _green_status_icons(page) == [False, False]  # its failed trial and the sweep itself: not green

@@ -57,8 +57,9 @@ def test_sweep_runs_are_read_as_records(store):
     provenance.record(parent, uri, {provenance.COMMAND_TAG: "embinit run s.yaml"})
     (rec,) = [r for r in run_readers.sweep_records(exp, uri) if r.run_id == parent]
     assert isinstance(rec, SweepRecord)
-    assert (rec.name, rec.status, rec.spec_hash, rec.n_trials, rec.experiment_id) == ("s", "RUNNING", "feedc0de" * 2,
-                                                                                      "4", exp)
+    assert (rec.spec_name, rec.status, rec.spec_hash, rec.n_trials, rec.experiment_id) == ("s", "RUNNING",
+                                                                                           "feedc0de" * 2, "4", exp)
+    assert rec.name.startswith("s #")   # the spec's name and the sweep's number in its experiment
     assert rec.start_ms > 0 and rec.end_ms is None and rec.artifact_uri
     assert provenance.read(rec.tags)["command"] == "embinit run s.yaml"
     run_writers.end_parent_run(parent, uri, "FINISHED", None, {})

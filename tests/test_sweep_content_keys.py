@@ -44,7 +44,7 @@ def test_a_copied_pretrained_file_reuses_its_trials_and_a_rerun_links_its_sweep(
     done = run_sweep(first, progress=False)
     assert (done.planned, done.reused, done.n_finished, done.linked) == (2, 0, 2, False)
     sweep = mlflow_store.client(uri).get_run(done.parent_run_id)
-    assert sweep.info.run_name == "copied"                                    # named after the spec
+    assert sweep.info.run_name == "copied #1"                                 # the spec's first sweep
     exp = mlflow_store.client(uri).get_experiment(done.experiment_id)
     assert exp.tags[run_names.NOTE_TAG] == "GloVe rows, copied file"         # the spec's description
     assert {r.info.run_name for r in runs(uri, None)} == {"GloVe-s0", "GloVe-s1"}   # label and seed

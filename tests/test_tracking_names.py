@@ -1,6 +1,6 @@
 """What MLflow's UI shows of embinit's runs (issue 22, item 13): trial runs named by label and seed, the
 `init` param the report's label (the spec as written in `init_spec`), the model size as params, no empty
-`embinit.checkpoint_epoch` tag once nothing is kept, sweep runs named after the spec, the spec's
+`embinit.checkpoint_epoch` tag once nothing is kept, sweep runs named after the spec and numbered, the spec's
 description as the experiment's. Real MLflow on a temporary SQLite store (no Ray)."""
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def test_no_empty_checkpoint_tag_once_nothing_is_kept(store):
 def test_sweep_runs_are_named_after_the_spec_and_its_description_is_the_experiments(store):
     uri, exp = store
     parent = run_writers.start_parent_run(exp, uri, "0123456789abcdef", "name: my-study\n", 2, run_name="my-study")
-    assert mlflow_store.client(uri).get_run(parent).info.run_name == "my-study"
+    assert mlflow_store.client(uri).get_run(parent).info.run_name.startswith("my-study #")
     assert run_readers.finished_sweep(exp, uri, "0123456789abcdef") is None   # still running
     run_writers.end_parent_run(parent, uri, "FINISHED", None, {})
     assert run_readers.finished_sweep(exp, uri, "0123456789abcdef") == parent
@@ -102,6 +102,27 @@ def test_sweep_runs_are_named_after_the_spec_and_its_description_is_the_experime
     assert mlflow_store.client(uri).get_experiment(exp).tags[run_names.NOTE_TAG] == "GloVe vs Xavier on Multi30k"
     run_writers.describe_experiment(exp, uri, "")   # a spec without one keeps what is there
     assert mlflow_store.client(uri).get_experiment(exp).tags[run_names.NOTE_TAG] == "GloVe vs Xavier on Multi30k"
+
+
+def test_each_sweep_of_a_spec_is_numbered_in_its_experiment(store):
+    """Found in an acceptance run: a spec run four times (its grid extended) gave four sweep runs of one
+    name in the run table. Each is now its spec's name and its number in the experiment, counted over
+    every sweep run there (another spec's, a deleted one's: a number is never given twice); the spec's
+    name stays readable from its tag, as an older run's from its name."""
+    uri, _ = store
+    c = mlflow_store.client(uri)
+    exp = mlflow_store.ensure_experiment("numbered", uri)
+    first = run_writers.start_parent_run(exp, uri, "aaaa0000", "name: sst2-grid\n", 2, run_name="sst2-grid")
+    second = run_writers.start_parent_run(exp, uri, "bbbb0000", "name: sst2-grid\n", 4, run_name="sst2-grid")
+    other = run_writers.start_parent_run(exp, uri, "cccc0000", "name: other\n", 1, run_name="other")
+    c.delete_run(second)
+    third = run_writers.start_parent_run(exp, uri, "dddd0000", "name: sst2-grid\n", 6, run_name="sst2-grid")
+    names = {run: c.get_run(run).info.run_name for run in (first, second, other, third)}
+    assert names == {first: "sst2-grid #1", second: "sst2-grid #2", other: "other #3", third: "sst2-grid #4"}
+    old = c.create_run(exp, run_name="legacy", tags={records.KIND_TAG: "sweep", records.SPEC_HASH_TAG: "eeee"})
+    spec_names = {r.run_id: r.spec_name for r in run_readers.sweep_records(exp, uri)}
+    assert spec_names == {first: "sst2-grid", other: "other", third: "sst2-grid", old.info.run_id: "legacy"}
+    assert run_names.sweep_run_name("sst2-grid", 12) == "sst2-grid #12"
 
 
 def test_an_attempt_that_starts_over_gets_a_run_of_its_own(store):

@@ -161,12 +161,12 @@ def _store_copies(folder, planned: set[str]) -> tuple[str | None, list, str | No
 
 
 def _owners(exp_id: str, uri: str, keys: set[str], recs: list | None) -> dict[str, set[str]]:
-    """key -> the names of the sweeps (the spec's name, embinit.tracking.run_writers.start_parent_run)
-    whose runs of that key are in the store."""
+    """key -> the names of the specs whose sweeps' runs of that key are in the store (a sweep run's
+    `SweepRecord.spec_name`: its `embinit.spec_name` tag, an older one's run name)."""
     from embinit.tracking import run_readers
     if recs is None:
         recs = [r for key in sorted(keys) for r in run_readers.key_records(exp_id, uri, key)]
-    sweeps = {s.run_id: s.name for s in run_readers.sweep_records(exp_id, uri)}
+    sweeps = {s.run_id: s.spec_name for s in run_readers.sweep_records(exp_id, uri)}
     out: dict[str, set[str]] = {}
     for r in recs:
         if r.key in keys and r.parent_id in sweeps:

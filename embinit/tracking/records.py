@@ -24,6 +24,9 @@ TAG_VALUE_CHARS = 8000
 TRAINER_LABEL_TAG, BLEU_SIGNATURE_TAG = "embinit.trainer_label", "embinit.bleu_signature"
 # Tags of a sweep's parent run and of analysis runs.
 SPEC_HASH_TAG, KIND_TAG, N_TRIALS_TAG = "embinit.spec_hash", "embinit.kind", "embinit.n_trials"
+# The name of the spec a sweep run ran (`run_writers.start_parent_run`): the run's own name adds its number in
+# the experiment (`sst2-grid #3`). Sweep runs from before the tag were named after the spec alone.
+SPEC_NAME_TAG = "embinit.spec_name"
 # A trial names its sweep's run in its own tag, not `mlflow.parentRunId`: MLflow's UI folds child runs
 # under a collapsed parent, and a sweep is read by comparing its trials side by side in the run table.
 PARENT_TAG = "embinit.sweep_run"

@@ -38,6 +38,13 @@ def trial_run_name(label: str, seed: Any, axes: dict[str, Any] | None = None,
     return f"{label}-s{seed}" + (f" {setting}" if setting else "") + (f" ({task})" if task else "")
 
 
+def sweep_run_name(spec_name: str, number: int) -> str:
+    """A sweep run's name: its spec's name and its number among its experiment's sweep runs, counted from
+    1 (`sst2-grid #3`), so that one spec's sweeps (rerun, its grid extended) are told apart in MLflow's run
+    table. Sweep runs named before the number was added keep the spec's name alone."""
+    return f"{spec_name} #{number}"
+
+
 def trial_cell(task: str, label: str, axes: dict[str, Any] | None = None,
                point: dict[str, Any] | None = None) -> str:
     """The `embinit.cell` tag: the run's name but its seed, and the task, e.g. `GloVe lr=0.001 (mnli)`.

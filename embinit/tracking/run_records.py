@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
-from embinit.tracking.records import KIND_TAG, N_TRIALS_TAG, SPEC_HASH_TAG
+from embinit.tracking.records import KIND_TAG, N_TRIALS_TAG, SPEC_HASH_TAG, SPEC_NAME_TAG
 
 if TYPE_CHECKING:
     from embinit.spec import ExperimentSpec
@@ -36,6 +36,12 @@ class SweepRecord:
     end_ms: int | None = None
     artifact_uri: str = ""
     tags: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def spec_name(self) -> str:
+        """The name of the spec it ran: its `embinit.spec_name` tag; a sweep run from before the tag was
+        named after its spec alone, so its name."""
+        return self.tags.get(SPEC_NAME_TAG) or self.name
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,12 @@
 """What embinit writes to MLflow besides a trial's own run (`embinit.tracking.trial_run`): a sweep's parent run,
 an analysis run, the experiment's description, and closing runs nothing writes to any more.
 
-A sweep's run is named after its spec; the spec's description is the experiment's (`describe_experiment`);
-a rerun with nothing to train links the spec's last finished sweep run (`run_readers.finished_sweep`)
-instead of adding one. A sweep's parent run is FAILED when none of its trials has a result (all failed),
-KILLED when cancelled; one whose driver was lost is closed as interrupted (`records.INTERRUPTED`), with its
-trial runs still RUNNING, by `embinit run` and by the service alike, with the reason in `embinit.error`.
+A sweep's run is named after its spec and its number in the experiment (`sst2-grid #3`); the spec's
+description is the experiment's (`describe_experiment`); a rerun with nothing to train links the spec's
+last finished sweep run (`run_readers.finished_sweep`) instead of adding one. A sweep's parent run is
+FAILED when none of its trials has a result (all failed), KILLED when cancelled; one whose driver was lost
+is closed as interrupted (`records.INTERRUPTED`), with its trial runs still RUNNING, by `embinit run` and
+by the service alike, with the reason in `embinit.error`.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from embinit.tracking.driver_liveness import DRIVER_TAG, HEARTBEAT_TAG
 from embinit.errors import EmbinitError
 from embinit.tracking.mlflow_store import client, ensure_experiment, log_batch, metrics_at, resolve_uri, retry
 from embinit.tracking.records import (CHECKPOINT_TAG, ERROR_TAG, INTERRUPTED, KIND_TAG, N_TRIALS_TAG,
-                                      RERUN_RESUMES, SPEC_HASH_TAG, STATUS_TAG, TrialRecord)
-from embinit.tracking.run_names import NOTE_TAG
+                                      RERUN_RESUMES, SPEC_HASH_TAG, SPEC_NAME_TAG, STATUS_TAG, TrialRecord)
+from embinit.tracking.run_names import NOTE_TAG, sweep_run_name
 from embinit.tracking.run_readers import key_records, sweep_records, trial_records
 from embinit.tracking.run_records import SPEC_ARTIFACT, AnalogyRun
 from embinit.tracking.trial_run import TrialRun
@@ -45,14 +46,37 @@ def describe_experiment(exp_id: str, uri: str, description: str) -> None:
 
 def start_parent_run(exp_id: str, uri: str, spec_hash: str, spec_yaml: str, n_trials: int,
                      run_name: str | None = None) -> str:
-    """A sweep's run, named `run_name` (the spec's name), else `sweep-<spec hash>`."""
+    """A sweep's run, named after `run_name` (the spec's name, else `sweep-<spec hash>`) and its number
+    among the experiment's sweep runs (`sweep_run_name`: `sst2-grid #3`), so that the sweeps of one spec
+    (its grid extended, run again) are told apart in the run table; the spec's name is its
+    `embinit.spec_name` tag too (`SweepRecord.spec_name`)."""
     c = client(uri)
-    run = retry(lambda: c.create_run(exp_id, run_name=run_name or f"sweep-{spec_hash[:8]}",
-                                     tags={SPEC_HASH_TAG: spec_hash, KIND_TAG: "sweep",
+    base = run_name or f"sweep-{spec_hash[:8]}"
+    run = retry(lambda: c.create_run(exp_id, run_name=base,
+                                     tags={SPEC_HASH_TAG: spec_hash, KIND_TAG: "sweep", SPEC_NAME_TAG: base,
                                            N_TRIALS_TAG: str(n_trials), DRIVER_TAG: driver_liveness.current(),
                                            HEARTBEAT_TAG: driver_liveness.beat_value()}))
-    retry(lambda: c.log_text(run.info.run_id, spec_yaml, SPEC_ARTIFACT))
-    return run.info.run_id
+    run_id = run.info.run_id
+    number = sweep_number(c, exp_id, run_id, run.info.start_time)
+    retry(lambda: c.update_run(run_id, name=sweep_run_name(base, number)))
+    retry(lambda: c.log_text(run_id, spec_yaml, SPEC_ARTIFACT))
+    return run_id
+
+
+def sweep_number(c, exp_id: str, run_id: str, start_ms: int) -> int:
+    """The sweep run `run_id`'s number in its experiment: 1 + how many sweep runs, deleted ones too (a
+    number is never given twice), started before it (at the same millisecond: of a smaller run id). Counted
+    after the run exists, so two sweeps started at once get different numbers."""
+    from mlflow.entities import ViewType
+    query = f"tags.`{KIND_TAG}` = 'sweep' and attributes.start_time <= {int(start_ms)}"
+    n, token = 0, None
+    while True:
+        page = retry(lambda t=token: c.search_runs([exp_id], query, run_view_type=ViewType.ALL,
+                                                   max_results=1000, page_token=t))
+        n += sum(1 for r in page if (r.info.start_time, r.info.run_id) <= (start_ms, run_id))
+        token = page.token
+        if not token:
+            return max(n, 1)
 
 
 def end_parent_run(run_id: str, uri: str, status: str, report_md: str | None,
