@@ -31,7 +31,7 @@ KINDS: dict[str, KindEntry] = {
         "embinit.models.seq2seq:EncoderDecoder", "embinit.train.translation:TranslationTask",
         "embinit.tasks.build:build_translation", "embinit.tasks.data:pair_text",
         "embinit.tasks.local:read_pairs", "embinit.tasks.hub:pair_row",
-        fused="embinit.models.fused:FusedEncoderDecoder", graphed=True),
+        fused="embinit.models.fused:FusedEncoderDecoder", graphed=True, decodes=True),
     "classification": KindEntry(
         "encoder-only classifier; accuracy", ("tok",), "embinit.models.encoder:EncoderClassifier",
         "embinit.train.classification:ClassificationTask", "embinit.tasks.build:build_classification",

@@ -42,6 +42,8 @@ class KindEntry:
                                   # source splits, GPT-2 brings its full vocabulary, tables may be tied
     graphed: bool = False         # its trials can train with a CUDA-graphed step (`cuda_graphs`,
                                   # embinit.train.graphed): translation only so far
+    decodes: bool = False         # its evaluation decodes output sequences (`beam_size`, `length_penalty`):
+                                  # translation; a classifier's and a language model's never read them
 
     @property
     def fusable(self) -> bool:

@@ -64,6 +64,28 @@ def test_a_rerun_reproduces_the_recorded_metrics_exactly(store, tmp_path, capsys
     assert "status: finished" in out   # the usual summary too
 
 
+def test_a_classifier_run_without_decoding_params_reruns_to_its_key_and_metrics(store, tmp_path, capsys):
+    """A classifier's run no longer logs the decoding options and `cuda_graphs` as params (they mean
+    nothing to it); `train --from-run` reads the config tag, which keeps them, so the rerun has the
+    record's key and metrics."""
+    import torch
+    cfg = TrialConfig(task="synthetic_classification", seed=2, epochs=2, max_train_examples=200, threads=1,
+                      precision="fp32", device="cpu")
+    run = trial_run.TrialRun.open(store["uri"], store["exp"], store["parent"], cfg.to_dict(), cfg.key(), "Xavier",
+                                  {"axes": {}, "point": {}})
+    run.log_train_start(cfg.resolved(), torch.nn.Linear(2, 2), "cpu")   # what a sweep's worker logs first
+    from embinit.train import run_trial
+    run.finish(run_trial(cfg, cache_dir=str(tmp_path / "rec")).to_dict(), [])
+    params = mlflow_store.client(store["uri"]).get_run(run.run_id).data.params
+    assert not {"beam_size", "length_penalty", "cuda_graphs", "tie_embeddings"} & set(params), params
+    code = main(["train", "--from-run", run.run_id, "--tracking-uri", store["uri"], "--quiet",
+                 "--cache-dir", str(tmp_path / "own-cache")])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert f"same key as the record: {cfg.key()}" in out, out
+    assert "reproduced: all" in out and "metrics equal the record's" in out, out
+
+
 def test_an_override_changes_the_key_and_names_the_field(store, tmp_path, capsys):
     code = main(["train", "--from-run", store["trained"], "--tracking-uri", store["uri"], "--epochs", "1",
                  "--quiet", "--json", "--cache-dir", str(tmp_path)])

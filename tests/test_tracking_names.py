@@ -39,6 +39,31 @@ def test_a_trial_run_is_named_by_label_and_seed_and_its_init_param_is_the_label(
     assert got.data.params["init_spec"] == "glove+standardize"        # the spec as written
 
 
+@pytest.mark.parametrize("task, over, left_out, kept", [
+    # found in an acceptance run: an SST-2 classifier's Overview listed beam_size=1, length_penalty=0.6 and
+    # cuda_graphs=False, options it never reads
+    ("synthetic_classification", {}, ["beam_size", "length_penalty", "cuda_graphs", "tie_embeddings"],
+     ["epochs", "dropout", "pos_encoding"]),
+    ("synthetic_lm", {}, ["beam_size", "length_penalty", "cuda_graphs"], ["tie_embeddings", "epochs"]),
+    ("synthetic_translation", {}, ["length_penalty", "cuda_graphs", "tie_embeddings"], ["beam_size", "epochs"]),
+    ("synthetic_translation", {"beam_size": 4, "length_penalty": 1.0}, ["cuda_graphs", "tie_embeddings"],
+     ["beam_size", "length_penalty"]),
+])
+def test_a_trial_s_params_leave_out_options_its_task_never_reads(store, task, over, left_out, kept):
+    """A trial's Overview lists the options it trained with: decoding options only where its task decodes
+    (translation; `length_penalty` only with a beam, as its key), `tie_embeddings` only for a language
+    model, `cuda_graphs` only when on. The config tag, which `train --from-run` reads, keeps every field."""
+    import torch
+    uri, exp = store
+    cfg = TrialConfig(task=task, seed=0, **over)
+    run = trial_run.TrialRun.open(uri, exp, None, cfg.to_dict(), f"k-idle-{task}-{len(over)}", "Xavier", {})
+    run.log_train_start(cfg.resolved(), torch.nn.Linear(3, 2), "cpu")
+    got = mlflow_store.client(uri).get_run(run.run_id)
+    assert not set(left_out) & set(got.data.params), got.data.params
+    assert set(kept) <= set(got.data.params), got.data.params
+    assert records.config_of(got.data.tags) == cfg.to_dict()
+
+
 def test_the_config_params_go_with_the_first_write_whichever_it_is(store):
     """One write fewer per trial: the params wait for the run's first batch (the model size, an epoch,
     the result or the failure); a reopened run whose first attempt died before any write gets them."""

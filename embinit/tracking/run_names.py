@@ -85,14 +85,43 @@ def flat_params(config: dict[str, Any]) -> dict[str, str]:
 
 
 def resolved_params(config: dict[str, Any]) -> dict[str, str]:
-    """The flat params of a trial config with the task defaults filled in and unset options (None)
-    left out, so the run table shows the values the trial trained with, not `None`."""
+    """The flat params of a trial config with the task defaults filled in, and unset options (None) and
+    options that mean nothing for the trial (`idle_options`) left out, so the run table shows the values
+    the trial trained with, not `None` or a classifier's `beam_size`. Display only: the config itself is
+    the run's `embinit.config` tag, which `embinit train --from-run`, the report and the service read."""
     from embinit.config import TrialConfig
     try:
         config = TrialConfig.from_dict(config).resolved().to_dict()
     except EmbinitError:
         pass  # not a TrialConfig (an older run's fields): log it as given
-    return {k: v for k, v in flat_params(config).items() if v != "None"}
+    idle = idle_options(config)
+    return {k: v for k, v in flat_params(config).items() if v != "None" and k not in idle}
+
+
+# Options a trial reads only where its task's kind uses them (`task_types.KindEntry`): decoding (`decodes`)
+# and tied tables (`stream`, a language model's; `config_problems` refuses them elsewhere).
+DECODING = ("beam_size", "length_penalty")
+
+
+def idle_options(config: dict[str, Any]) -> set[str]:
+    """The options of a trial config that change nothing its trial computes, left out of its params: the
+    decoding options of a task kind that does not decode (a classifier, a language model), `length_penalty`
+    under greedy decoding (`beam_size` 1: it ranks beam hypotheses only, and the key leaves it out too),
+    `tie_embeddings` of a kind other than a language model, and `cuda_graphs` while off (its default; on,
+    a translation trial's training step is graphed, and it is in the key)."""
+    from embinit.task_registry import task_kind
+    try:
+        kind = task_kind(str(config.get("task")))
+    except EmbinitError:
+        return set()   # a task this code no longer knows (an older run's): leave its options as given
+    idle = set() if kind.decodes else set(DECODING)
+    if config.get("beam_size") in (None, 0, 1):
+        idle.add("length_penalty")
+    if not kind.stream:
+        idle.add("tie_embeddings")
+    if config.get("cuda_graphs") is False:
+        idle.add("cuda_graphs")
+    return idle
 
 
 def planned_params(config: dict[str, Any], label: str) -> dict[str, str]:

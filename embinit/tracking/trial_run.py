@@ -41,14 +41,14 @@ one child run per trial. A child run carries:
   steps, and why: `embinit.sweep.analyses.not_compared_tags`, with the final batch);
 - its name `<label>-s<seed>`, then its axes' and search point's values (`Xavier-s0 lr=0.001`,
   `run_names.trial_run_name`), then, in a spec of several tasks, the task (`Xavier-s0 lr=0.001 (mnli)`);
-  params: the flat config the model trains with (`TrainContext.cfg`: task
-  defaults filled in, d_model and heads resolved against a pretrained source's D, precision as resolved;
-  unset options left out), `init` = the label and `init_spec` = the init as written
-  (embinit.tracking.run_names), and `model_parameters`/`trainable_parameters`, all logged when training starts
-  (with the model size: one write fewer per trial). A trial that never started logs its planned params
+  params: the flat config the model trains with (`TrainContext.cfg`: task defaults filled in, d_model and
+  heads resolved against a pretrained source's D, precision as resolved; unset options and those the trial
+  never reads left out: `run_names.idle_options`), `init` = the label and `init_spec` = the init as written
+  (embinit.tracking.run_names), and `model_parameters`/`trainable_parameters`, all logged when training
+  starts (with the model size: one write fewer per trial). A trial that never started logs its planned params
   with its failure (or its result: the no-work trainer), without what its plan leaves to the trainer
-  (`run_names.planned_params`); a reopened run keeps the params it has (they cannot change). The
-  config itself is the `embinit.config` tag from the run's creation;
+  (`run_names.planned_params`); a reopened run keeps the params it has (they cannot change). The config itself
+  is the `embinit.config` tag from the run's creation;
 - metrics: per epoch (step = epoch) `train/loss`, `val/loss`, `val/<metric>`, `tokens_per_s`, ...; at the
   end `test/*`, `best/<val metric>` (each one's own best over the epochs), `selected/val/*` (every
   validation metric at `best_epoch`, the checkpoint the criterion selected and `test/*` measured: MNLI's
