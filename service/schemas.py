@@ -88,9 +88,18 @@ class Trial(BaseModel):
     label: str | None = None
     seed: int | None = None
     config: dict[str, Any]
+    axes: dict[str, Any] = Field(default_factory=dict, description="the trial's ablation-axis values (the spec's "
+                                 "`axes`), e.g. {\"train_embeddings\": false}; {} without axes")
+    point: dict[str, Any] = Field(default_factory=dict, description="the trial's search point (the spec's "
+                                  "`search.space` values it ran at), e.g. {\"lr\": 0.001}, as the MLflow run name "
+                                  "and the report's row name show it; {} without a search, and for an Optuna "
+                                  "trial not yet drawn")
     metric: str | None = Field(None, description="the task's reported metric, e.g. test/bleu")
     best_metric: float | None = None
     run_id: str | None = None
+    run_name: str | None = Field(None, description="the run's name in the MLflow UI's run table, e.g. "
+                                 "`Xavier-s0 lr=0.001` (label, seed, axes' and search point's values); null "
+                                 "while the trial has no run")
     error: str | None = Field(None, description="why a failed, cancelled or interrupted trial stopped (its "
                                                 "error, as MLflow keeps it), or that it never started")
 

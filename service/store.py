@@ -206,12 +206,16 @@ class ResultStore:
         out = []
         for key in keys:
             run = runs.get(key)
-            config = run["config"] if run else planned.get(key, {}).get("config", {})
+            plan = planned.get(key, {})
+            config = run["config"] if run else plan.get("config", {})
             out.append({"key": key, "status": run["status"] if run else unrun,
-                        "label": run["label"] if run else planned.get(key, {}).get("label"),
+                        "label": run["label"] if run else plan.get("label"),
                         "seed": config.get("seed"), "config": config,
+                        # the grid point of the run, else of the plan (an Optuna point: once drawn, by its run)
+                        "axes": run["axes"] if run else plan.get("axes") or {},
+                        "point": run["point"] if run else plan.get("point") or {},
                         "metric": run["metric"] if run else None, "best_metric": run["value"] if run else None,
-                        "run_id": run["run_id"] if run else None,
+                        "run_id": run["run_id"] if run else None, "run_name": run["run_name"] if run else None,
                         "error": (run["error"] if run["status"] in STOPPED else None) if run else why})
         return out
 

@@ -81,6 +81,7 @@ def test_the_sql_reader_gives_the_records_search_runs_gives(store):
     assert _as_json(got) == _as_json(_by_search(exp, uri, ""))   # same records, same (newest first) order
     done = next(r for r in got if r.key == "done")
     assert done.metrics["best/val/loss"] == 0.5 and done.metrics["test/bleu"] != done.metrics["test/bleu"]
+    assert done.name == "Xavier-s0 init=xavier"   # its run's name, read from the runs table (the API's `/trials`)
 
 
 @pytest.mark.parametrize("status,parent", [("FINISHED", None), ("RUNNING", None), (None, 0), (None, 1),

@@ -149,6 +149,9 @@ def test_an_optuna_searchs_trial_table_lists_the_trials_it_drew(client):
                     ("Normal", 0, "finished", 3e-3, drawn["Normal-0-0.003"]),
                     ("Normal", 1, "pending", None, None)]   # its draws still to come; another spec's run left out
     assert page["total"] == 6
+    # each drawn trial's point as its run holds it (`embinit.group`); one not drawn yet has none
+    assert [t["point"] for t in page["items"]] == [{"lr": 1e-3}, {"lr": 2e-3}, {"lr": 1e-3}, {"lr": 2e-3},
+                                                   {"lr": 3e-3}, {}]
 
 
 def test_a_failed_trial_says_why_in_the_trial_table(client):
@@ -226,3 +229,24 @@ def test_the_trial_table_s_statuses_are_the_documented_ones(client):
     assert [t["error"] for t in items] == [None, "the experiment cancelled", None, None]
     schema = c.app.openapi()["components"]["schemas"]["Trial"]["properties"]["status"]
     assert set(schema["enum"]) == {"pending", *records.STATUS_RANK}
+
+
+def test_the_trial_table_names_each_trial_s_run_and_its_grid_point(client):
+    """Found in an acceptance run: a researcher scripting against `/trials` had each trial's config, but
+    not what the MLflow UI and the report show of it: its run's name and its axes' and search point's
+    values (the point only inside `config`). Each item now has them; a trial with no run has its planned
+    point and no run name."""
+    c, uri = client
+    spec = {**SPEC, "name": "api-grid", "inits": ["xavier"], "seeds": 1, "axes": {"pos_encoding": [False]},
+            "search": {"method": "grid", "space": {"lr": [1e-3, 2e-3]}}}
+    exp_id = c.post("/experiments", json=spec).json()["id"]
+    exp = mlflow_store.ensure_experiment(spec["name"], uri)
+    first, second = load_spec(spec).plan()
+    run = trial_run.TrialRun.open(uri, exp, None, first.config, first.key, first.label,
+                                  {"axes": first.axes, "point": first.point})   # as the sweep's worker opens it
+    items = c.get(f"/experiments/{exp_id}/trials").json()["items"]
+    assert [(t["run_name"], t["axes"], t["point"]) for t in items] == [
+        ("Xavier-s0 pos_encoding=False,lr=0.001", {"pos_encoding": False}, {"lr": 1e-3}),
+        (None, {"pos_encoding": False}, {"lr": 2e-3})]   # still pending: no run, its planned point
+    assert items[0]["run_name"] == mlflow_store.client(uri).get_run(run.run_id).info.run_name
+    assert {"axes", "point", "run_name"} <= set(c.app.openapi()["components"]["schemas"]["Trial"]["properties"])

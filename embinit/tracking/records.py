@@ -138,6 +138,7 @@ class TrialRecord:
     model_size: dict[str, Any] = field(default_factory=dict)   # `MODEL_SIZE_TAG`: d_model, heads as trained
     file_digests: dict[str, str] = field(default_factory=dict)  # `SHA256_TAG` + field -> hex: what its key held
     similarity: dict[str, str] = field(default_factory=dict)    # `SIMILARITY_TAG` + field -> value: its settings
+    name: str | None = None          # the run's name in MLflow's run table (`run_names.trial_run_name`)
 
     @property
     def resumable(self) -> bool:
@@ -194,7 +195,8 @@ def from_run(run) -> TrialRecord | None:
                        int(kept) if kept.isdigit() and status not in RESULT else None,
                        tags.get(DEVICE_TAG), tags.get(CODE_VERSION_TAG), _model_size(tags.get(MODEL_SIZE_TAG)),
                        {k.removeprefix(SHA256_TAG): v for k, v in tags.items() if k.startswith(SHA256_TAG)},
-                       {k.removeprefix(SIMILARITY_TAG): v for k, v in tags.items() if k.startswith(SIMILARITY_TAG)})
+                       {k.removeprefix(SIMILARITY_TAG): v for k, v in tags.items() if k.startswith(SIMILARITY_TAG)},
+                       getattr(run.info, "run_name", None) or None)
 
 
 def _model_size(text: str | None) -> dict[str, Any]:

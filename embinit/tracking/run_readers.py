@@ -106,13 +106,16 @@ def experiment_records(experiment_name: str, tracking_uri: str | None = None) ->
 
 
 def trial_row(rec: TrialRecord) -> dict[str, Any]:
-    """A record as a plain row: key, config, status, label, task, its reported metric and value, best
-    epoch, run id, error text (failed runs)."""
+    """A record as a plain row: key, config, status, label, task, its axes' and search point's values
+    (`axes`, `point`: what its run name and the report's row name show), its reported metric and value,
+    best epoch, run id and run name, error text (failed runs)."""
     entry = task_defs.entry_of(rec.task, rec.config.get("task_def") if isinstance(rec.config, dict) else None)
     metric = entry.primary if entry is not None else None
     return {"key": rec.key, "config": rec.config, "status": rec.status, "label": rec.label, "task": rec.task,
+            "axes": rec.axes or {}, "point": rec.point or {},
             "metric": metric, "value": rec.metrics.get(metric) if metric else None,
-            "best_epoch": rec.metrics.get("best_epoch"), "run_id": rec.run_id, "error": rec.error}
+            "best_epoch": rec.metrics.get("best_epoch"), "run_id": rec.run_id, "run_name": rec.name,
+            "error": rec.error}
 
 
 def list_trials(experiment_name: str, tracking_uri: str | None = None) -> list[dict[str, Any]]:

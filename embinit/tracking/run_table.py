@@ -4,7 +4,7 @@ three queries, without MLflow's ORM entities.
 `MlflowClient.search_runs` builds every run's params, tags and metrics as ORM objects, then as MLflow
 entities: ~7.7 ms per run (bench/bench_trial_writes.py measures it), so the report and the service's
 `/trials` and `/results` of a 10,000-trial experiment took over a minute. A trial record needs only the
-run's status and times, its tags and its latest metrics (`embinit.tracking.records.from_run`), which this reads as
+run's status, times and name, its tags and its latest metrics (`embinit.tracking.records.from_run`), which this reads as
 plain rows from MLflow's own tables (`runs`, `tags`, `latest_metrics`, named through MLflow's SQLAlchemy
 models, so a schema MLflow changes fails loudly here, not silently). Only for stores MLflow keeps in a SQL
 database it reaches directly (`sqlite:`, `postgresql:`, ...); an `http://` tracking server is read with
@@ -29,6 +29,7 @@ class RunInfo:
     status: str
     start_time: int | None
     end_time: int | None
+    run_name: str | None = None
 
 
 @dataclass
@@ -87,9 +88,9 @@ def rows(exp_id: str, uri: str | None, status: str | None = None, key: str | Non
 
     def read() -> list[RunRow]:
         with _engine(uri).connect() as conn:  # one read transaction: the three queries agree
-            out = {r.run_uuid: RunRow(RunInfo(r.run_uuid, r.status, r.start_time, r.end_time), RunData())
+            out = {r.run_uuid: RunRow(RunInfo(r.run_uuid, r.status, r.start_time, r.end_time, r.name), RunData())
                    for r in conn.execute(select(runs.c.run_uuid, runs.c.status, runs.c.start_time,
-                                                runs.c.end_time).where(*wanted)
+                                                runs.c.end_time, runs.c.name).where(*wanted)
                                          .order_by(runs.c.start_time.desc(), runs.c.run_uuid))}
             for run_id, name, value in conn.execute(select(tags.c.run_uuid, tags.c.key, tags.c.value)
                                                     .where(tags.c.run_uuid.in_(ids))):

@@ -119,7 +119,7 @@ async def get_experiment(exp_id: str, request: Request):
 @router.get("/{exp_id}/trials", response_model=TrialPage, dependencies=[Depends(require_read)])
 async def get_trials(exp_id: str, request: Request, limit: Annotated[int, Query(ge=1, le=10000)] = 1000,
                      offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0):
-    """Each trial's config, status, best metric and MLflow run id."""
+    """Each trial's config, axes and search point, status, best metric, MLflow run id and run name."""
     state = request.app.state
 
     def build(session):
