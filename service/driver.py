@@ -83,7 +83,7 @@ def final_state(result, cancelled: bool) -> tuple[str, str | None]:
         return "failed", f"all {failed} trials failed: {failure_reasons(result.trials)}"
     missing = result.planned - result.n_finished - failed
     parts = [f"{failed} failed"] if failed else []
-    parts += [f"{missing} have no finished run"] if missing else []
+    parts += [f"{missing} {'has' if missing == 1 else 'have'} no finished run"] if missing else []
     reasons = f"; failures: {failure_reasons(result.trials)}" if failed else ""
     reasons += tune_reasons(getattr(result, "tune_errors", None) or [])
     return "failed", (f"only {result.n_finished} of {result.planned} trials finished ({', '.join(parts)}; "

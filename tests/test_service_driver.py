@@ -45,7 +45,7 @@ def _drive(monkeypatch, sweep, tracking_uri: str = "sqlite:///x.db", store_uri: 
      "only 0 of 4 trials finished (4 have no finished run; see MLflow); submit again with ?rerun=true "
      "to run the rest"),
     (_result(finished=2, failed=1), "failed",
-     "only 2 of 4 trials finished (1 failed, 1 have no finished run; see MLflow); failures: ValueError: "
+     "only 2 of 4 trials finished (1 failed, 1 has no finished run; see MLflow); failures: ValueError: "
      "bad lr (1 trial); submit again with ?rerun=true to run the rest"),
     (_result(finished=1, cancelled=True), "cancelled", None),
     # a cancel that came after the last trial had finished cancelled nothing
