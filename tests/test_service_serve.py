@@ -52,6 +52,9 @@ def test_serve_on_an_existing_cluster(served, capsys, monkeypatch):
     assert app.state.runner.describe() == "ray at ray://head:10001"
     out = capsys.readouterr().out
     assert "open http://mlflow:5000 (the MLflow server)" in out and app.state.settings.mlflow_ui_url is None
+    # 0.0.0.0 is no address to open: the banner names the machine (the operator walkthrough)
+    assert f"embinit API on every interface (0.0.0.0), port 9000: e.g. http://{socket.gethostname()}:9000" in out
+    assert "http://0.0.0.0" not in out
 
 
 def test_the_banner_says_the_object_store_and_whether_a_token_is_asked(served, capsys, monkeypatch):

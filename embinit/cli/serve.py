@@ -69,8 +69,14 @@ def run(args) -> int:
 
 def _banner(args, settings) -> None:
     from service.paths import roots_line
-    base = f"http://{args.host}:{args.port}"
-    print(f"embinit API on {base}  (docs: {base}/docs)", flush=True)
+    if args.host in ("0.0.0.0", "::"):   # every interface: no address a client could open as printed
+        import socket
+        base = f"http://{socket.gethostname()}:{args.port}"
+        print(f"embinit API on every interface ({args.host}), port {args.port}: e.g. {base}  (docs: {base}/docs)",
+              flush=True)
+    else:
+        base = f"http://{args.host}:{args.port}"
+        print(f"embinit API on {base}  (docs: {base}/docs)", flush=True)
     # passwords masked: the banner lands in terminals and logs (the UI command reads it from the service's
     # own $EMBINIT_TRACKING_URI, embinit.commands)
     print(f"state database: {masked(settings.database_url)}   MLflow store: {masked(settings.tracking_uri)}",
