@@ -42,8 +42,11 @@ def test_a_trial_run_is_named_by_label_and_seed_and_its_init_param_is_the_label(
 @pytest.mark.parametrize("task, over, left_out, kept", [
     # found in an acceptance run: an SST-2 classifier's Overview listed beam_size=1, length_penalty=0.6 and
     # cuda_graphs=False, options it never reads
-    ("synthetic_classification", {}, ["beam_size", "length_penalty", "cuda_graphs", "tie_embeddings"],
+    ("synthetic_classification", {}, ["beam_size", "length_penalty", "cuda_graphs", "tie_embeddings", "oov"],
      ["epochs", "dropout", "pos_encoding"]),
+    # `oov` only where a table has rows for a rule: Xavier's has none (its key keeps the default), GloVe's may
+    ("synthetic_classification", {"init": "glove", "pretrained": "/g.txt"}, ["beam_size"], ["oov", "init"]),
+    ("synthetic_classification", {"init": "glove+match", "pretrained": "/g.txt"}, ["oov"], ["init"]),
     ("synthetic_lm", {}, ["beam_size", "length_penalty", "cuda_graphs"], ["tie_embeddings", "epochs"]),
     ("synthetic_translation", {}, ["length_penalty", "cuda_graphs", "tie_embeddings"], ["beam_size", "epochs"]),
     ("synthetic_translation", {"beam_size": 4, "length_penalty": 1.0}, ["cuda_graphs", "tie_embeddings"],
@@ -52,7 +55,8 @@ def test_a_trial_run_is_named_by_label_and_seed_and_its_init_param_is_the_label(
 def test_a_trial_s_params_leave_out_options_its_task_never_reads(store, task, over, left_out, kept):
     """A trial's Overview lists the options it trained with: decoding options only where its task decodes
     (translation; `length_penalty` only with a beam, as its key), `tie_embeddings` only for a language
-    model, `cuda_graphs` only when on. The config tag, which `train --from-run` reads, keeps every field."""
+    model, `cuda_graphs` only when on, `oov` only where a table has rows for a rule. The config tag, which
+    `train --from-run` reads, keeps every field."""
     import torch
     uri, exp = store
     cfg = TrialConfig(task=task, seed=0, **over)

@@ -107,8 +107,9 @@ def idle_options(config: dict[str, Any]) -> set[str]:
     """The options of a trial config that change nothing its trial computes, left out of its params: the
     decoding options of a task kind that does not decode (a classifier, a language model), `length_penalty`
     under greedy decoding (`beam_size` 1: it ranks beam hypotheses only, and the key leaves it out too),
-    `tie_embeddings` of a kind other than a language model, and `cuda_graphs` while off (its default; on,
-    a translation trial's training step is graphed, and it is in the key)."""
+    `tie_embeddings` of a kind other than a language model, `cuda_graphs` while off (its default; on,
+    a translation trial's training step is graphed, and it is in the key), and `oov` where no table has a
+    row for a rule (a random or `match`ed init: its key keeps `oov` at the default too)."""
     from embinit.task_registry import task_kind
     try:
         kind = task_kind(str(config.get("task")))
@@ -121,7 +122,19 @@ def idle_options(config: dict[str, Any]) -> set[str]:
         idle.add("tie_embeddings")
     if config.get("cuda_graphs") is False:
         idle.add("cuda_graphs")
+    if not _oov_applies(config):
+        idle.add("oov")
     return idle
+
+
+def _oov_applies(config: dict[str, Any]) -> bool:
+    """Whether the OOV rule can fill a row of the trial's tables (`TrialConfig.oov_applies`: not for a
+    random init, nor a `match`ed one, whose key keeps `oov` at its default); True where it cannot tell."""
+    from embinit.config import TrialConfig
+    try:
+        return TrialConfig.from_dict(config).oov_applies()
+    except (EmbinitError, TypeError):
+        return True
 
 
 def planned_params(config: dict[str, Any], label: str) -> dict[str, str]:
