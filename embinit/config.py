@@ -182,8 +182,13 @@ class TrialConfig:
         if self.tokenizer != "auto":
             return self.tokenizer
         if spec.is_subword:
-            return self.pretrained or spec.pretrained or spec.source
+            return self.source_of(spec)
         return task_entry(self.task).tokenizer
+
+    def source_of(self, spec) -> str:
+        """Where the main side's parsed init `spec` reads its pretrained table (and, for a sub-word init,
+        its own tokenizer): the trial's `pretrained`, else the spec's own, else its source name."""
+        return self.pretrained or spec.pretrained or spec.source
 
     def _subword_bleu_references(self) -> bool:
         """Whether this is a translation trial whose target tokenizer is sub-word: its BLEU references

@@ -15,6 +15,10 @@ from embinit.errors import EmbinitError
 
 PAD, UNK, BOS, EOS = "<pad>", "<unk>", "<bos>", "<eos>"
 SPECIALS = (PAD, UNK, BOS, EOS)
+# The roles of a Hugging Face tokenizer's special tokens that give each of embinit's specials a source row,
+# the first the tokenizer has (embinit.init.hf.special_aliases; the dry run's embinit.cli.oov_notes)
+SPECIAL_ROLES = {PAD: ("pad_token",), UNK: ("unk_token",), BOS: ("cls_token", "bos_token"),
+                 EOS: ("sep_token", "eos_token")}
 
 
 class Vocab:

@@ -20,10 +20,8 @@ from embinit.errors import EmbinitError
 from embinit.hf_cache import snapshot
 from embinit.init.registry import parse_init_spec
 from embinit.task_registry import task_kind
+from embinit.vocab import SPECIAL_ROLES as ROLES
 
-# embinit's specials and the tokenizer roles that give each a source row (embinit.init.hf.special_aliases)
-ROLES = {"<pad>": ("pad_token",), "<unk>": ("unk_token",), "<bos>": ("cls_token", "bos_token"),
-         "<eos>": ("sep_token", "eos_token")}
 FILES = ("tokenizer_config.json", "special_tokens_map.json")   # the later file's value wins, as in transformers
 
 
@@ -66,7 +64,7 @@ def own_source(config: dict) -> str | None:
         return None
     if len(task_kind(cfg.task).sides) != 1 or not spec.is_subword:
         return None
-    source = cfg.pretrained or spec.pretrained or spec.source
+    source = cfg.source_of(spec)
     return source if _same(cfg.tokenizer_for(spec), source) else None
 
 

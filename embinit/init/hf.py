@@ -21,7 +21,7 @@ import torch
 from embinit.errors import EmbinitError, empty_tokenizer, hf_load_error, problems_error
 from embinit.hf_cache import split_revision
 from embinit.init.aligned import Aligned, wanted_keys
-from embinit.vocab import BOS, EOS, PAD, UNK
+from embinit.vocab import BOS, EOS, PAD, SPECIAL_ROLES, UNK
 
 def identity(name: str) -> dict:
     """What the cache keys on: a local folder's files (name, size, mtime), or the hub id."""
@@ -113,8 +113,8 @@ def load_model_embeddings(name: str):
 
 
 def special_aliases(tok) -> dict[str, str]:
-    pairs = {PAD: [tok.pad_token], UNK: [tok.unk_token], BOS: [tok.cls_token, tok.bos_token],
-             EOS: [tok.sep_token, tok.eos_token]}
+    """embinit's special -> the tokenizer's token that stands for it (`SPECIAL_ROLES`), where it has one."""
+    pairs = {ours: [getattr(tok, role, None) for role in roles] for ours, roles in SPECIAL_ROLES.items()}
     return {ours: next(t for t in theirs if t) for ours, theirs in pairs.items() if any(theirs)}
 
 
