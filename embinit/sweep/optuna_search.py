@@ -3,9 +3,11 @@
 One Tune run per scientific point (task x init x axes): each Tune trial is one search point and runs
 the spec's seeds in turn, or when fusing (`execution.fuse`) as one fused group (each seed an embinit
 trial with its own MLflow run and key either way); the objective is their mean selection metric.
-Points that MLflow already has for every seed are given to the sampler as evaluated
-(`points_to_evaluate` + `evaluated_rewards`) and count against the budget, so resubmitting resumes
-the search rather than redrawing it; a re-suggested point trains nothing (its keys are done).
+Points that MLflow already has for every seed, as this search's own trials (the key it would train at the
+point, which another spec's epochs, data or code change; the point inside its space), are given to the
+sampler as evaluated (`points_to_evaluate` + `evaluated_rewards`) and count against the budget, so
+resubmitting resumes the search rather than redrawing it; a re-suggested point trains nothing (its keys
+are done).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import replace
 
 from ray import tune
 
+from embinit.config import TrialConfig
 from embinit.tracking import run_readers
 from embinit.tracking.records import TrialRecord
 from embinit.spec import ExperimentSpec, PlannedTrial, Range
@@ -57,17 +60,37 @@ def finished_by_setting(exp_id: str, uri: str) -> dict[tuple[str, str], list[Tri
     return out
 
 
+def in_space(spec: ExperimentSpec, point: dict) -> bool:
+    """Whether `point` is one this spec's search could draw: the same hyperparameters, each value one of a
+    list's or inside a range (an earlier spec's point outside a narrowed space is not part of this one)."""
+    space = spec.search.space
+    if set(point) != set(space):
+        return False
+    for k, v in point.items():
+        dom = space[k]
+        if isinstance(dom, list):
+            if v not in dom:
+                return False
+        elif not isinstance(v, (int, float)) or not dom.low <= v <= dom.high:
+            return False
+    return True
+
+
 def _evaluated(spec: ExperimentSpec, finished: dict[tuple[str, str], list[TrialRecord]],
                items: list[WorkItem]) -> tuple[list, list]:
     """Search points MLflow has finished for every seed of this group: (points, mean objectives);
-    `finished`: the experiment's FINISHED trial records (`finished_by_setting`)."""
-    keys = set(spec.search.space)
+    `finished`: the experiment's FINISHED trial records (`finished_by_setting`). A record counts only as
+    the trial this search would train at its point (the same key: an earlier spec's trials with other
+    epochs, data or code do not), at a point inside this spec's space."""
     label, task = items[0].label, items[0].config["task"]
     metric = items[0].metric
-    axes = items[0].axes
+    by_seed = {item.config["seed"]: item for item in items}
     by_point: dict[str, dict[int, float]] = defaultdict(dict)
     for rec in finished.get((label, task), ()):
-        if rec.group.get("axes") != axes or set(rec.point) != keys:
+        item = by_seed.get(rec.seed)
+        if item is None or rec.group.get("axes") != item.axes or not in_space(spec, rec.point):
+            continue
+        if TrialConfig.from_dict({**item.config, **rec.point}).key() != rec.key:
             continue
         by_point[json.dumps(rec.point, sort_keys=True)][rec.seed] = rec.metrics.get(f"best/{metric}", math.nan)
     seeds = set(spec.seeds)
