@@ -46,6 +46,12 @@ def test_optuna_search_runs_its_budget_and_resumes(ray_local, tmp_path):
     # the same points drawn again were reused: not 'trained meanwhile by another sweep' (shared)
     assert (again.reused, again.shared, again.n_finished) == (4, 0, 4)
 
+    longer = spec("opt", tmp_path, seeds=[0, 1], tasks=[{**TINY, "epochs": 2}], search={
+        "method": "optuna", "num_samples": 2, "space": {"lr": {"low": 1e-4, "high": 1e-2, "log": True}}})
+    run_sweep(longer, progress=False)                             # another search: its own budget trains
+    trials = run_readers.list_trials("opt", result.tracking_uri)
+    assert sorted(t["config"]["epochs"] for t in trials) == [1] * 4 + [2] * 4
+
 
 def test_an_optuna_point_s_seeds_train_as_one_fused_group(ray_local, tmp_path):
     """`fuse: auto` with Optuna: each point's two seeds are one fused group (both runs say so, each at
