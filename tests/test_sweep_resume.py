@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -180,6 +181,37 @@ def test_a_lost_sweep_resumes_its_trial_from_the_checkpoint_in_the_same_run(tmp_
     assert_resumed_in_one_run(second, first.parent_run_id, {p.key for p in spec.plan()}, 2)
     (rec,) = run_readers.trial_records(second.experiment_id, second.tracking_uri)
     assert rec.status == "finished" and not rec.resumable
+
+
+def test_a_rerun_that_finds_no_checkpoint_starts_over_in_a_run_of_its_own(tmp_path, no_tune):
+    """Found in an acceptance walkthrough: a trial interrupted after epoch 2 whose folder the rerun does not
+    find (its spec's `cache_dir` changed, a cleared cache, another node without the object store) trained
+    again from epoch 1 in a new run, as it must, but its interrupted run kept saying that running the spec
+    again continues it after epoch 2 (`embinit.checkpoint_epoch` 2), for ever. Now the new run names it
+    (`embinit.restarted_from`) and it is closed failed naming the new one (`embinit.superseded_by`), as a
+    dead attempt within one sweep is; the report counts the key once."""
+    spec = setup(tmp_path, "strand")
+    units = units_of(spec)
+    first, outcome = sweep(spec, units, [KillAfter(2)])
+    assert outcome == "killed"
+    run_writers.close_orphans(first.experiment_id, first.tracking_uri, first.parent_run_id,
+                              "interrupted (Ctrl-C)", *records.INTERRUPTED)
+    (dead,) = trial_runs(first)
+    assert dead.data.tags[records.CHECKPOINT_TAG] == "2"
+    shutil.rmtree(resume.experiment_folder(first))   # the rerun looks elsewhere: the folder is not there
+    log: list = []
+    second, outcome = sweep(spec, units, [Record(log)])
+    assert outcome == "done"
+    assert [e[2] for e in log if e[0] == "epoch"] == [1, 2, 3, 4]   # started over: nothing to resume from
+    c = mlflow_store.client(second.tracking_uri)
+    (new,) = [r for r in trial_runs(second) if r.info.run_id != dead.info.run_id]
+    old = c.get_run(dead.info.run_id)
+    assert new.info.status == "FINISHED" and new.data.tags[records.RESTARTED_TAG] == dead.info.run_id
+    assert (old.info.status, old.data.tags[records.STATUS_TAG]) == ("FAILED", "failed")
+    assert old.data.tags[records.SUPERSEDED_TAG] == new.info.run_id
+    assert records.CHECKPOINT_TAG not in old.data.tags and new.info.run_id in old.data.tags[records.ERROR_TAG]
+    (row,) = build_report("strand", second.tracking_uri).rows
+    assert row["n"] == 1 and not row.get("failed")
 
 
 def test_a_resumed_trial_logs_no_step_twice(tmp_path, no_tune):

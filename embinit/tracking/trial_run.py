@@ -114,7 +114,9 @@ class TrialRun:
              resumed_epoch: int | None = None, key_runs: list | None = None,
              artifacts_via: str | None = None, name_task: str | None = None) -> "TrialRun":
         """Reuse `run_id` (a restarted attempt, or an earlier sweep's run whose checkpoint this one resumes
-        after `resumed_epoch`) or this sweep's unfinished run of the key; else create one. `key_runs`: the
+        after `resumed_epoch`) or this sweep's unfinished run of the key; else create one (naming, and closing
+        as superseded, the dead attempt it starts over from, of this sweep or, one that said it kept a
+        checkpoint, of an earlier one: `_stranded`). `key_runs`: the
         key's records as `run_readers.key_records` read them (read here when not given). `artifacts_via`:
         the tracking server whose database `uri` is (artifacts go through it). `name_task`: the task a new
         run's name says (a spec of several tasks; `run_names.trial_run_name`)."""
@@ -123,6 +125,7 @@ class TrialRun:
         params = [Param(k, v[:6000]) for k, v in planned_params(config, label).items()]
         # the digests the key holds (memoized: the key's own hashing, or this, reads each file once)
         inputs = {SHA256_TAG + name: cid.removeprefix(PREFIX) for name, cid in content_ids(config).items()}
+        recs = None
         if run_id is None and parent_id is not None:
             recs = key_records(exp_id, uri, key) if key_runs is None else key_runs
             mine = [r for r in recs if r.parent_id == parent_id and r.status not in RESULT]
@@ -130,6 +133,8 @@ class TrialRun:
         superseded = None
         if run_id is not None and resumed_epoch is None and _holds_points(c, run_id):
             superseded, run_id = run_id, None   # this attempt starts over: its points are not that run's
+        elif run_id is None and resumed_epoch is None and recs:
+            superseded = _stranded(recs)   # an earlier sweep's attempt whose checkpoint this one did not find
         if run_id is not None:
             run = cls._reopen(c, run_id, parent_id, resumed_epoch, inputs)
             return cls(uri, run_id, reopened=True, checkpoint_tagged=CHECKPOINT_TAG in run.data.tags,
@@ -318,14 +323,23 @@ def _holds_points(c, run_id: str) -> bool:
     return bool(retry(lambda: c.get_run(run_id)).data.metrics)
 
 
+def _stranded(recs: list) -> str | None:
+    """The newest of a key's runs (`recs`) that an earlier sweep left unfinished saying it keeps a
+    checkpoint, when this attempt starts over without one (the folder is gone: a cleared cache, another
+    `cache_dir`, another node without the object store): left alone, it said forever that running the
+    spec again continues it after its epoch, while the trial trained again in another run."""
+    dead = [r for r in recs if r.status in ("interrupted", "failed") and r.resumable]
+    return max(dead, key=lambda r: r.start_ms).run_id if dead else None
+
+
 def _close_superseded(c, run_id: str, successor: str) -> None:
     """An unfinished run whose trial starts over from its first step without a checkpoint: the new attempt
     gets a run of its own (`RESTARTED_TAG` names this one), since MLflow keeps every point and the two
     attempts' histories would otherwise be spliced into one run (the new attempt's points at steps the dead
     one had logged were dropped, its later ones kept). This run is closed as failed, saying where its trial went."""
     from mlflow.entities import RunTag
-    error = (f"this attempt was cut off and its checkpoint is gone: the trial started over from its first step "
-             f"in run {successor}")
+    error = (f"this attempt was cut off and the next one found no checkpoint of it (its folder gone, or under "
+             f"another cache_dir or node): the trial started over from its first step in run {successor}")
     retry(lambda: c.log_batch(run_id, tags=[RunTag(STATUS_TAG, "failed"), RunTag(ERROR_TAG, error),
                                             RunTag(SUPERSEDED_TAG, successor)]))
     if CHECKPOINT_TAG in retry(lambda: c.get_run(run_id)).data.tags:   # its folder is gone: not resumable
