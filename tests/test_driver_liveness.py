@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from embinit.checkpoint_files import LAST_INFO, last_info_text
+from embinit.sweep import trial_folders
 from embinit.tracking import driver_liveness, mlflow_store, run_readers, run_writers
 from embinit.cli.dry_run import dry_run
 from embinit.tracking.driver_liveness import DRIVER_TAG, HEARTBEAT_TAG
@@ -93,10 +95,19 @@ def test_a_sweep_that_may_be_training_is_neither_flagged_nor_closed(tmp_path, dr
     assert [c.get_run(r).info.status for r in (parent, trial)] == ["RUNNING", "RUNNING"]
 
 
+def _kept(spec, uri: str, exp: str, epoch: int) -> None:
+    """The checkpoint folder the spec's trial leaves after `epoch` (its `last.json` is what is read)."""
+    (p,) = spec.plan()
+    folder = trial_folders.experiment_folder(spec.cache_dir, uri, exp) / p.key
+    folder.mkdir(parents=True)
+    (folder / LAST_INFO).write_text(last_info_text(p.key, epoch))
+
+
 @pytest.mark.slow   # MLflow stores
 def test_the_dry_run_says_where_an_interrupted_trial_resumes(tmp_path):
     spec, uri, exp, parent, trial = _sweep_with_an_open_trial(tmp_path, "resumes", _dead_driver())
     TrialRun(uri, trial).log_epoch(2, {"val/loss": 1.5, "train/loss": 2.0}, checkpoint=True)
+    _kept(spec, uri, exp, 2)
     assert ("[RUNNING in MLflow, not training: its sweep's driver (pid" in dry_run(spec, uri)
             and "the run resumes it after epoch 2]" in dry_run(spec, uri))
     run_writers.close_dead_sweeps(exp, uri)
@@ -143,3 +154,25 @@ def test_a_running_sweep_s_heartbeat_advances_and_stops_with_it(tmp_path):
     c.set_tag(parent, HEARTBEAT_TAG, "1000")
     time.sleep(1.0)
     assert c.get_run(parent).data.tags[HEARTBEAT_TAG] == "1000"            # stopped with the sweep
+
+
+@pytest.mark.slow   # MLflow stores
+def test_the_dry_run_says_a_trial_whose_checkpoint_is_not_here_starts_over(tmp_path):
+    """Found in an acceptance walkthrough: the run said it kept a checkpoint after epoch 2, but its folder is
+    not under this spec's cache_dir (the spec's `cache_dir` changed, a cleared cache, another node): the
+    dry run said `the run resumes it from its checkpoint` and costed 1 epoch, and the run trained all 3."""
+    spec, uri, exp, parent, trial = _sweep_with_an_open_trial(tmp_path, "elsewhere", _dead_driver())
+    TrialRun(uri, trial).log_epoch(2, {"val/loss": 1.5, "train/loss": 2.0}, checkpoint=True)
+    folder = trial_folders.experiment_folder(spec.cache_dir, uri, exp)
+    text = dry_run(spec, uri)
+    assert "[RUNNING in MLflow, not training: its sweep's driver (pid" in text and "resumes" not in text, text
+    assert (f"is gone, but its checkpoint is not in {folder} (another cache_dir or node, or a cleared cache): "
+            "the run starts it over]") in text, text
+    run_writers.close_dead_sweeps(exp, uri)
+    text = dry_run(spec, uri)
+    (line,) = [x for x in text.splitlines() if spec.plan()[0].key in x]
+    assert line.endswith(f"[interrupted after epoch 2, but its checkpoint is not in {folder} (another cache_dir "
+                         "or node, or a cleared cache): the run starts it over]"), line
+    assert "resumes from a checkpoint" not in text and "  total: 3 trial-epochs;" in text, text
+    _kept(spec, uri, exp, 2)   # the folder is back: the run resumes it
+    assert "[interrupted after epoch 2: the run resumes it from its checkpoint]" in dry_run(spec, uri)

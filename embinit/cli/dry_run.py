@@ -267,6 +267,16 @@ def not_reused_lines(spec, plan, recs: list) -> list[str]:
     return [""] + notice if notice else []
 
 
+def _checkpoints(spec, exp_id: str | None, uri: str | None):
+    """This node's folder of the experiment's trial checkpoints, where the run looks for those it resumes;
+    None with the operator's object store (the run fetches the store's copy) or no experiment yet."""
+    from embinit.storage import STORAGE_ENV
+    from embinit.sweep.trial_folders import experiment_folder
+    if exp_id is None or uri is None or os.environ.get(STORAGE_ENV, "").strip():
+        return None
+    return experiment_folder(spec.cache_dir, uri, exp_id)
+
+
 def dry_run(spec, tracking_uri: str | None = None, prune_command: str = "embinit run SPEC --prune-checkpoints") -> str:
     """The expanded trial list, one trial a line, the cost, and the total; `tracking_uri` (the run's
     `--tracking-uri`) is the store the run would write, else the spec's. `prune_command`: the command that
@@ -277,7 +287,7 @@ def dry_run(spec, tracking_uri: str | None = None, prune_command: str = "embinit
     plan = spec.plan()   # once: planning a large grid hashes every trial's key
     exp_id, recs = experiment_trials(spec, read) if not spec.drawn else (None, [])   # the store read once
     done = finished_here(plan, recs)
-    resumed = resumes(plan, exp_id, read, recs, done)
+    resumed = resumes(plan, exp_id, read, recs, done, _checkpoints(spec, exp_id, read))
     lines = trial_lines(spec, plan, done, resumed)
     if not spec.drawn:
         lines += cost_lines(spec, plan, read, done, {exp_id: recs} if exp_id else None, resumed)

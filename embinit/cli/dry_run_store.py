@@ -10,6 +10,7 @@ own (embinit.cli.prune)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import NamedTuple
 
 from embinit.redact import masked
@@ -76,11 +77,15 @@ class Resume(NamedTuple):
     epoch: int | None
 
 
-def resumes(plan, exp_id: str | None, uri: str | None, recs: list, done: set[str]) -> dict[str, Resume]:
+def resumes(plan, exp_id: str | None, uri: str | None, recs: list, done: set[str],
+            folder: Path | None = None) -> dict[str, Resume]:
     """A `Resume` per planned key (not in `done`) whose newest run (of `recs`, the experiment's records,
     newest first) is unfinished with its checkpoint kept: an interrupted or failed run, or one MLflow has
     RUNNING while its sweep is gone (embinit.tracking.driver_liveness.stale_trials: nothing trains it). A
-    run RUNNING in a live sweep is not marked (the run waits for it and reuses its result)."""
+    run RUNNING in a live sweep is not marked (the run waits for it and reuses its result). `folder`: this
+    node's folder of the experiment's checkpoints (embinit.sweep.trial_folders.experiment_folder); a key
+    whose run says it kept a checkpoint that the folder lacks is said to start over, and is costed in full
+    (None: not looked at, as with the operator's object store, whose copy the run fetches)."""
     if exp_id is None:
         return {}
     from embinit.tracking import driver_liveness
@@ -89,15 +94,26 @@ def resumes(plan, exp_id: str | None, uri: str | None, recs: list, done: set[str
     for r in recs:   # newest first
         if r.key in keys:
             newest.setdefault(r.key, r)
-    out = {key: Resume(f"{r.status} after epoch {r.resume_epoch}: the run resumes it from its checkpoint",
-                       r.resume_epoch)
+    out = {key: _resume(f"{r.status} after epoch {r.resume_epoch}", ": the run resumes it from its checkpoint",
+                        key, r.resume_epoch, folder)
            for key, r in newest.items() if r.status in ("interrupted", "failed") and r.resumable}
     running = [r for r in newest.values() if r.status == "running"]
-    out.update({t["key"]: Resume(f"RUNNING in MLflow, not training: {t['why']}; the run resumes it"
-                                 + (f" after epoch {t['resume_epoch']}" if t["resume_epoch"] is not None else ""),
-                                 t["resume_epoch"])
+    out.update({t["key"]: _resume(f"RUNNING in MLflow, not training: {t['why']}", "; the run resumes it"
+                                  + (f" after epoch {t['resume_epoch']}" if t["resume_epoch"] is not None else ""),
+                                  t["key"], t["resume_epoch"], folder)
                 for t in driver_liveness.stale_trials(exp_id, uri, running)})
     return out
+
+
+def _resume(said: str, resumes: str, key: str, epoch: int | None, folder: Path | None) -> Resume:
+    """The `Resume` of a key whose run `said` how it stopped, and kept a checkpoint after `epoch`: the run
+    `resumes` it, unless `folder` lacks that checkpoint (its run was moved to another `cache_dir` or node,
+    or the cache cleared): the run then starts the trial over in a run of its own."""
+    from embinit.sweep.trial_folders import kept_epoch
+    if folder is None or epoch is None or kept_epoch(folder, key) is not None:
+        return Resume(said + resumes, epoch)
+    return Resume(f"{said}, but its checkpoint is not in {folder} (another cache_dir or node, or a cleared "
+                  "cache): the run starts it over", None)
 
 
 class Folders(NamedTuple):

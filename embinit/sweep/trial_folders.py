@@ -74,6 +74,12 @@ def _epoch(folder: Path, key: str) -> int | None:
         return None
 
 
+def kept_epoch(folder: Path, key: str) -> int | None:
+    """The epoch whose checkpoint the trial folder of `key` under `folder` (`experiment_folder`) keeps; None
+    when it keeps none (no folder, or no readable `last.json`)."""
+    return _epoch(folder / key, key)
+
+
 def key_lock(path: Path, wait: bool = True) -> int | None:
     """An fd holding an exclusive lock on `path` (created if absent), the file that is there now (not one a
     finishing holder removed while this process waited on it): the claim on a trial key
