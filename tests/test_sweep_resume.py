@@ -214,6 +214,22 @@ def test_a_rerun_that_finds_no_checkpoint_starts_over_in_a_run_of_its_own(tmp_pa
     assert row["n"] == 1 and not row.get("failed")
 
 
+def test_a_restarted_unit_counts_the_trials_its_first_attempt_finished_as_done_not_reused(tmp_path, no_tune):
+    """Found in an acceptance walkthrough (`execution: {trials_per_unit: 3}`, a Ray worker killed mid-unit):
+    Tune's retry of the unit found the trials its first attempt had finished and reported them reused, as
+    if another sweep had trained them: the progress line ended `6/6 done (4 reused)` where the sweep's
+    summary said 2 reused. Only a run another sweep finished is reused."""
+    spec = setup(tmp_path, "unit", seeds=[0, 1])
+    items = [work_item(spec, p) for p in spec.plan()]
+    units, second = [Unit(tuple(items))], items[1].key
+    shared, outcome = sweep(spec, units, lambda cfg: [KillAfter(2)] if cfg.key() == second else [])
+    assert outcome == "killed"
+    assert attempt(shared, units, lambda cfg: []) == "done"      # Tune's retry, in the same sweep
+    assert (no_tune[-1]["embinit_trials"], no_tune[-1]["embinit_reused"]) == (2, 0)
+    sweep(spec, units, [])                                        # a later sweep reuses both
+    assert (no_tune[-1]["embinit_trials"], no_tune[-1]["embinit_reused"]) == (2, 2)
+
+
 def test_a_resumed_trial_logs_no_step_twice(tmp_path, no_tune):
     """The probe measures when training starts, at the resumed step: the step of the checkpoint's epoch,
     which the dead attempt had logged at that epoch's end, so the run's chart had two points there (as a

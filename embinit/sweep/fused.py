@@ -184,15 +184,15 @@ def run_group(items: tuple[WorkItem, ...], ctx: SweepContext, restored: Path | N
     `restored`: Tune's checkpoint of the group restored to disk (a restarted attempt), or None."""
     cfgs = [TrialConfig.from_dict(item.config) for item in items]
     with resume.claim_all(ctx, [item.key for item in items], restored) as claims:  # the driver's keys
-        values, todo = [], []
+        values, todo, reused = [], [], 0
         for cfg, item in zip(cfgs, items):
             key_runs = run_readers.key_records(ctx.experiment_id, ctx.runs_uri, item.key)  # once, for both
             done = resume.reused_value(ctx, claims[item.key], item.metric, key_runs)
             if done is not None:
                 values.append(done)
+                reused += not resume.finished_here(ctx, key_runs)   # a restarted group's own: done here
             else:
                 todo.append((cfg, item, claims[item.key], key_runs))
-        reused = len(values)
         return (values + _train_group(todo, ctx, extra_callbacks) if todo else values), reused
 
 

@@ -294,6 +294,14 @@ def fail_run(run: trial_run.TrialRun, error: str) -> None:
         log.warning("could not record the failure in trial run %s: %s", run.run_id, e)
 
 
+def finished_here(ctx: SweepContext, key_runs: list) -> bool:
+    """Whether the key's newest finished run (of its records `key_runs`) is this sweep's own: a unit or
+    group that Tune restarted finds the trials its first attempt finished, done here, not reused (the
+    progress line said `6/6 done (4 reused)` where the sweep's summary, from MLflow, said 2)."""
+    done = run_readers.newest_finished(key_runs)
+    return done is not None and done.parent_id == ctx.parent_run_id
+
+
 def reused_value(ctx: SweepContext, c: Claim, metric: str, key_runs: list | None = None) -> float | None:
     """The selection value of the key's finished run when it has one (another sweep finished it
     meanwhile, or while this one waited for the claim): reuse it, never train twice. `key_runs`: the
