@@ -79,6 +79,8 @@ def test_a_resumed_trial_costs_only_the_epochs_after_its_checkpoint(machine, mon
     cut = text(resumed)
     assert "total: 12 trial-epochs" in cut and "1.2 trial-minutes" in cut, cut   # 20 - 3 - 5; unknown: in full
     assert "2 trials resume from a checkpoint (marked above): the 8 epochs already trained are not counted" in cut
+    one = text({plan[0].key: Resume("interrupted after epoch 1", 1)})   # the walkthrough's "1 epoch ... are"
+    assert "1 trial resumes from a checkpoint (marked above): the 1 epoch already trained is not counted" in one, one
 
 
 def test_a_translation_trial_s_line_names_its_source_table_s_init():

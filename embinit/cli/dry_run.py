@@ -208,7 +208,7 @@ def cost_lines(spec, plan, uri: str | None, done: set[str] = frozenset(), read: 
         n_resumed = sum(1 for key, _ in todo if key in resumed and resumed[key].epoch)
         lines.append(f"  {n_resumed} trial{'s' if n_resumed != 1 else ''} resume{'' if n_resumed != 1 else 's'} "
                      f"from a checkpoint (marked above): the {skipped} epoch{'s' if skipped != 1 else ''} "
-                     "already trained are not counted below.")
+                     f"already trained {'are' if skipped != 1 else 'is'} not counted below.")
     k, why = parallelism(spec)
     if k == 0:
         lines.append(f"  total: {trial_epochs} trial-epochs; no trial can start here ({why}): `embinit run` on this "
