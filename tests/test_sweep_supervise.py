@@ -54,6 +54,19 @@ def test_the_exit_code_and_the_farewell_after_the_driver_ended(monkeypatch, code
     assert told == ([said] if said else [])
 
 
+@pytest.mark.parametrize("code, closes", [(130, 1), (1, 0)], ids=["quit-leaving-runs-open", "ended-by-ray"])
+def test_a_driver_that_said_it_was_interrupted_is_not_said_again(monkeypatch, code, closes):
+    """Found in the resume walkthrough: Ctrl-C twice printed `embinit: interrupted (Ctrl-C). ...` twice: the
+    driver said it, then quit at once leaving its runs open (exit 130) or was ended by its Ray (exit 1),
+    and the supervisor, closing the runs or seeing the driver cut short, said it again."""
+    told = []
+    monkeypatch.setattr(guardian, "close_left_open", lambda sweeps, how, rc: closes)
+    said = _lines({"opened": _sweep("a")}, guardian.SAID_INTERRUPTED)
+    received = [signal.SIGINT, signal.SIGINT]
+    assert supervise._after(code, said, received, lambda how, rc: told.append((how, rc))) == 130
+    assert told == []
+
+
 def test_a_store_that_fails_is_said_and_the_drivers_exit_code_kept(monkeypatch, capsys):
     def fails(sweeps, how, rc):
         raise OSError("disk full")

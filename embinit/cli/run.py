@@ -101,10 +101,12 @@ def _farewell_supervised(args, how: str | None, code: int) -> None:
 
 
 def _say_interrupted(args, how: str) -> None:
+    from embinit.sweep import guardian
     from embinit.sweep.hangup import say   # the terminal may be gone (SIGHUP)
     say(f"embinit: interrupted ({how}). Trials that finished are kept in MLflow; the stopped ones are marked "
         f"'interrupted'. Run {_resume(args)} again to resume: finished trials are reused, the rest "
         f"train.")
+    guardian.said_interrupted()   # in the driver: its supervisor, which may close its runs after it, says it once
 
 
 def _sweep(args, spec, run_sweep, terminated) -> int:

@@ -141,7 +141,8 @@ def _after(code: int, said: list[str], received: list[int], farewell: Callable[[
                        f"({guardian.how_ended(code)}): {type(e).__name__}: {e}")
     cut_short = code < 0 or code == 1
     if closed or (stops and cut_short):
-        farewell(how, code)
+        if not guardian.has_said_interrupted(said):   # a driver that said so quit (Ctrl-C twice) or was cut short after
+            farewell(how, code)
         if stops:
             return 128 + stops[0]
     return status

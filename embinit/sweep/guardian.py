@@ -68,6 +68,19 @@ def closed(parent: str) -> None:
     tell({"closed": parent})
 
 
+SAID_INTERRUPTED = {"said": "interrupted"}
+
+
+def said_interrupted() -> None:
+    """The driver said that it was interrupted (embinit.cli.run): the supervisor does not say it again."""
+    tell(SAID_INTERRUPTED)
+
+
+def has_said_interrupted(lines: list[str]) -> bool:
+    """Whether the driver's messages (`lines`, as read) include `said_interrupted`'s."""
+    return json.dumps(SAID_INTERRUPTED) in lines
+
+
 def left_open(lines: list[str]) -> list[dict]:
     """The sweeps the driver's messages (`lines`, as read) opened and did not close, in order."""
     sweeps: dict[str, dict] = {}
