@@ -162,4 +162,8 @@ def comparison_text(rec: TrialRecord, rows: list[MetricRow], same_key: bool) -> 
     else:
         lines.append(("not reproduced: " if same_key else "a different key (another computation): ")
                      + f"{len(differ)} of {len(rows)} metrics differ from the record's ({', '.join(differ)})")
+    if differ and len(rec.trained_on) > 1:
+        lines.append(f"the record was resumed from a checkpoint on another device or thread count (its attempts "
+                     f"trained on {' then '.join(rec.trained_on)}): a run trained on one of them from scratch "
+                     "need not reproduce it exactly")
     return "\n".join(lines)

@@ -252,6 +252,18 @@ def test_the_verdict_tells_last_digit_differences_from_a_different_result():
     off = [MetricRow("test/loss", 1.2345678, 1.2345678), MetricRow("test/bleu", 30.0, 30.5)]
     assert "not reproduced: 1 of 2 metrics differ from the record's (test/bleu)" in comparison_text(rec, off, True)
     assert "a different key (another computation)" in comparison_text(rec, same, same_key=False)
+    assert "resumed from a checkpoint" not in comparison_text(rec, off, True)
+
+
+def test_a_difference_from_a_run_resumed_on_other_threads_says_so():
+    """A record whose attempts trained on several thread counts (or devices) is not the computation of any
+    one of them from scratch: a difference says so; an equal re-run needs no such line."""
+    MetricRow, comparison_text = rerun.MetricRow, rerun.comparison_text
+    rec = TrialRecord("r", "k", "multi30k", "Xavier", "finished", trained_on=("cpu, 1 thread", "cpu, 2 threads"))
+    off = [MetricRow("test/bleu", 30.0, 30.5)]
+    assert ("the record was resumed from a checkpoint on another device or thread count (its attempts trained "
+            "on cpu, 1 thread then cpu, 2 threads)") in comparison_text(rec, off, True)
+    assert "resumed" not in comparison_text(rec, [MetricRow("test/bleu", 30.0, 30.0)], True)
 
 
 def test_a_translations_oov_metrics_are_compared_with_the_records():

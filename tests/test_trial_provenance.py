@@ -92,6 +92,29 @@ def test_the_train_start_batch_names_the_library_versions(store):
     assert set(versions) <= {"python", "torch", "numpy", "sacrebleu", "spacy", "mlflow", "embinit"}
 
 
+def test_a_run_resumed_with_other_threads_says_where_each_attempt_trained(store):
+    """Threads are not in the key, but a run resumed with more of them computes other numbers than either
+    count from scratch: the run keeps every change of device or thread count, in order."""
+    import torch
+    uri, exp = store
+    cfg = TrialConfig("synthetic_lm")
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        run = trial_run.TrialRun.open(uri, exp, "sweep-a", cfg.to_dict(), "k-threads", "Xavier", {})
+        run.log_train_start(cfg, torch.nn.Linear(2, 2), "cpu")
+        assert tags(uri, run.run_id)[records.TRAINED_ON_TAG] == "cpu, 1 thread"
+        for n in (2, 2):   # resumed with 2 threads, then again with 2: one entry for the change
+            torch.set_num_threads(n)
+            again = trial_run.TrialRun.open(uri, exp, "sweep-b", cfg.to_dict(), "k-threads", "Xavier", {},
+                                            run_id=run.run_id, resumed_epoch=3)
+            again.log_train_start(cfg, torch.nn.Linear(2, 2), "cpu")
+    finally:
+        torch.set_num_threads(threads)
+    got = records.from_run(mlflow_store.client(uri).get_run(run.run_id))
+    assert got.trained_on == ("cpu, 1 thread", "cpu, 2 threads")
+
+
 def test_a_trial_that_fails_before_training_logs_only_what_its_plan_knows(store):
     """heads left to the trainer may change with the source's D and `auto` is no precision: a failure
     before training leaves them out, so a retry that trains can log the values it trained with."""

@@ -36,6 +36,9 @@ RESULT = ("finished", "diverged")
 # where the trial's worker ran: its host name, and its Ray node's address when it ran under Ray (a resumed
 # trial names the node of its latest attempt)
 NODE_TAG, HOST_TAG = "embinit.node", "embinit.hostname"
+# every device and thread count the run's attempts trained on, in order (`cpu, 1 thread; cpu, 2 threads`): a run
+# resumed elsewhere has numbers a run trained there from scratch need not reproduce (embinit.rerun)
+TRAINED_ON_TAG, TRAINED_ON_SEP = "embinit.trained_on", "; "
 DEVICE_TAG = "embinit.device"  # where the trial trained, e.g. `cuda:0 (NVIDIA H100 80GB HBM3)` or `cpu`
 INIT_TAG = "embinit.init"  # the label again, under a name MLflow's "Group by" menu reads well
 # The label, axes' and search point's values and task as text (`run_names.trial_cell`, `GloVe lr=0.001 (mnli)`):
@@ -139,6 +142,7 @@ class TrialRecord:
     file_digests: dict[str, str] = field(default_factory=dict)  # `SHA256_TAG` + field -> hex: what its key held
     similarity: dict[str, str] = field(default_factory=dict)    # `SIMILARITY_TAG` + field -> value: its settings
     name: str | None = None          # the run's name in MLflow's run table (`run_names.trial_run_name`)
+    trained_on: tuple[str, ...] = ()  # `TRAINED_ON_TAG`: each device and thread count its attempts trained on
 
     @property
     def resumable(self) -> bool:
@@ -196,7 +200,8 @@ def from_run(run) -> TrialRecord | None:
                        tags.get(DEVICE_TAG), tags.get(CODE_VERSION_TAG), _model_size(tags.get(MODEL_SIZE_TAG)),
                        {k.removeprefix(SHA256_TAG): v for k, v in tags.items() if k.startswith(SHA256_TAG)},
                        {k.removeprefix(SIMILARITY_TAG): v for k, v in tags.items() if k.startswith(SIMILARITY_TAG)},
-                       getattr(run.info, "run_name", None) or None)
+                       getattr(run.info, "run_name", None) or None,
+                       tuple(e for e in tags.get(TRAINED_ON_TAG, "").split(TRAINED_ON_SEP) if e))
 
 
 def _model_size(text: str | None) -> dict[str, Any]:

@@ -28,6 +28,8 @@ one child run per trial. A child run carries:
   names both); `embinit.sha256.<field>` (the hex digest its key holds of each file input, e.g.
   `pretrained`, `data_dir`: embinit.file_inputs, hashed once per file version);
 - set when training starts, in its batch: `embinit.device` (e.g. `cpu`, `cuda:0 (NVIDIA H100 ...)`),
+  `embinit.trained_on` (each attempt's device and torch thread count where they changed, appended on
+  reopening: `cpu, 1 thread; cpu, 2 threads` for a run resumed with more threads),
   `embinit.versions` (JSON of python, torch, numpy, sacrebleu, spacy, mlflow, embinit) and
   `embinit.data_source` (`local:<folder>`, `hub:<dataset>[@<commit>]` or `generated`: without a
   data_dir the key is the same whichever the worker found; a `data_revision` that is no commit is said
@@ -80,7 +82,8 @@ from embinit.tracking.records import (CELL_TAG, CHECKPOINT_TAG, CODE_VERSION_TAG
                                       HUB_REVISION_TAG, INIT_TAG, KEY_TAG, NODE_TAG, LABEL_TAG, MODEL_SIZE_TAG,
                                       PARENT_TAG, RESTARTED_TAG, RESULT, RESUMED_TAG, SEED_TAG, SHA256_TAG,
                                       SIMILARITY_CHANGED_TAG, SIMILARITY_TAG, STATUS_TAG, SUPERSEDED_TAG,
-                                      TAG_VALUE_CHARS, TASK_TAG, VERSIONS_TAG, config_tags)
+                                      TAG_VALUE_CHARS, TASK_TAG, TRAINED_ON_SEP, TRAINED_ON_TAG,
+                                      VERSIONS_TAG, config_tags)
 from embinit.tracking.run_names import (NOTE_TAG, planned_params, resolved_params, trial_cell, trial_params,
                                         trial_run_name)
 from embinit.tracking.run_readers import key_records, metric_history
@@ -105,7 +108,8 @@ class TrialRun:
         self.params = list(params or ())  # the planned params, not yet logged: they go with the next batch
         self.label = label                # the spec's label: the `init` param
         self.logged_params = set(logged_params)   # names of the params the run has (they cannot change)
-        self.held_tags = dict(held_tags or {})    # a reopened run's similarity settings (`note_similarity`)
+        # a reopened run's similarity settings (`note_similarity`) and where it trained (`log_train_start`)
+        self.held_tags = dict(held_tags or {})
         self.tags: list = []                      # tags not yet written: they go with the next batch
 
     @classmethod
@@ -141,7 +145,8 @@ class TrialRun:
                        artifact_uri=run.info.artifact_uri, params=[] if run.data.params else params,
                        artifacts_via=artifacts_via, label=label, logged_params=run.data.params,
                        held={m.key: m.step for m in run.data.to_proto().metrics},
-                       held_tags={k: v for k, v in run.data.tags.items() if k.startswith(SIMILARITY_TAG)})
+                       held_tags={k: v for k, v in run.data.tags.items()
+                                  if k.startswith(SIMILARITY_TAG) or k == TRAINED_ON_TAG})
         from embinit.config import CODE_VERSION
         axes, point = group.get("axes"), group.get("point")
         tags = {KEY_TAG: key, LABEL_TAG: label, INIT_TAG: label, TASK_TAG: config["task"],
@@ -240,7 +245,8 @@ class TrialRun:
         """One batch when training starts. Params: the config the model trains with (`cfg`, the resolved
         TrialConfig: d_model and heads as resolved against a pretrained source's D, precision as
         resolved for the device), in place of the planned ones, and the model's size (`model_parameters`,
-        `trainable_parameters`); a reopened run keeps those it has. Tags: the device, the library
+        `trainable_parameters`); a reopened run keeps those it has. Tags: the device (and, appended, where each attempt
+        trained: `trained_on`), the library
         versions, where the data came from, and the hub snapshot of each side read from a hub id."""
         from mlflow.entities import Param, RunTag
 
@@ -251,7 +257,8 @@ class TrialRun:
         values["model_parameters"] = str(sum(p.numel() for p in model.parameters()))
         values["trainable_parameters"] = str(sum(p.numel() for p in model.parameters() if p.requires_grad))
         params = [Param(k, v[:6000]) for k, v in values.items() if k not in self.logged_params]
-        tags = {DEVICE_TAG: device, VERSIONS_TAG: provenance.library_versions(),
+        tags = {DEVICE_TAG: device, TRAINED_ON_TAG: trained_on(self.held_tags.get(TRAINED_ON_TAG), device),
+                VERSIONS_TAG: provenance.library_versions(),
                 DATA_SOURCE_TAG: data_origin(cfg.task, cfg.data_dir, cfg.data_revision),
                 MODEL_SIZE_TAG: json.dumps({"d_model": cfg.d_model, "heads": cfg.heads})}
         for field, hub_id in hub_ids(cfg.init, cfg.pretrained, cfg.src_init, cfg.src_pretrained,
@@ -345,6 +352,16 @@ def _close_superseded(c, run_id: str, successor: str) -> None:
     if CHECKPOINT_TAG in retry(lambda: c.get_run(run_id)).data.tags:   # its folder is gone: not resumable
         retry(lambda: c.delete_tag(run_id, CHECKPOINT_TAG))
     retry(lambda: c.set_terminated(run_id, status="FAILED"))
+
+
+def trained_on(previous: str | None, device: str) -> str:
+    """The run's `TRAINED_ON_TAG` (`previous`, as a reopened run holds it) with this attempt's device and
+    torch thread count appended where they differ from the last attempt's."""
+    import torch
+    n = torch.get_num_threads()
+    entry = f"{device}, {n} thread{'s' if n != 1 else ''}"
+    seen = [e for e in (previous or "").split(TRAINED_ON_SEP) if e]
+    return TRAINED_ON_SEP.join(seen if seen and seen[-1] == entry else [*seen, entry])
 
 
 def commit_tags(tags: dict[str, str]) -> dict[str, str]:
