@@ -11,7 +11,7 @@ import pytest
 
 from embinit.tracking import mlflow_store, trial_run
 from embinit.cli import main
-from helpers.bad_stores import notes_db, random_bytes, snapshot, stamped_old, state_db, truncated
+from helpers.bad_stores import damaged_pages, notes_db, random_bytes, snapshot, stamped_old, state_db, truncated
 
 pytestmark = pytest.mark.slow  # creates an MLflow SQLite store
 
@@ -121,6 +121,20 @@ def test_a_file_that_is_no_current_mlflow_store_is_refused_and_left_as_it_was(ki
     if kind == "old":
         assert (f'back it up (sqlite3 {db} ".backup {db}.bak") and upgrade it with `mlflow db upgrade '
                 f'sqlite:///{db}`, or let `embinit run` with this store upgrade it (it keeps a copy)') in err
+
+
+def test_a_store_damaged_past_its_schema_is_named_without_a_traceback(uri, tmp_path, capsys):
+    """A store whose schema reads but whose tables' pages are damaged passes the check at open: the damage
+    shows when a query reaches it. That was sqlalchemy's traceback (exit 1); now one line naming the
+    file and how to look at and save it (exit 2), and the file keeps its bytes."""
+    db = damaged_pages(Path(uri[len("sqlite:///"):]), tmp_path / "damaged.db")
+    before = snapshot(db)
+    assert main(["report", "cli", "--tracking-uri", f"sqlite:///{db}"]) == 2
+    err = capsys.readouterr().err
+    assert err == (f'embinit: error: {db} is a damaged SQLite database: SQLite found "database disk image is '
+                   f'malformed" reading its runs; restore it from a copy (`sqlite3 {db} "PRAGMA integrity_check"` '
+                   f'lists the damage, `sqlite3 {db} .recover` saves what it can)\n')
+    assert snapshot(db) == before
 
 
 @pytest.mark.parametrize("command", [["report", "cli"], ["reproduction"]])

@@ -50,6 +50,12 @@ def main(argv: list[str] | None = None) -> int:
         # output piped into e.g. `head`, which closed early: not an error of ours
         sys.stderr.close()
         return 0
+    except Exception as e:   # a store damaged past its schema, found only when a query reaches the damage
+        from embinit.tracking.store_check import damage_found, damaged_message
+        if (words := damage_found(e)) is None:
+            raise
+        print(f"embinit: error: {damaged_message(getattr(args, 'tracking_uri', None), words)}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -142,6 +142,35 @@ def _unreadable(path: Path, head: bytes, e: sqlite3.Error) -> str:
             f"copy, or give a new file or an MLflow store")
 
 
+# what SQLite says of a file whose pages past the schema are damaged: `sqlite_store` reads the schema
+# alone, so a command meets them only when its query reaches them
+DAMAGE = ("database disk image is malformed", "file is not a database")
+
+
+def damage_found(e: BaseException) -> str | None:
+    """SQLite's words for a damaged store in `e` or an error it wraps (MLflow and SQLAlchemy wrap
+    sqlite3's), or None: `e` is no such error."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, sqlite3.DatabaseError) or type(e).__module__.startswith(("sqlalchemy", "mlflow")):
+            words = next((d for d in DAMAGE if d in str(e)), None)
+            if words is not None:
+                return words
+        e = e.__cause__ or e.__context__
+    return None
+
+
+def damaged_message(uri: str | None, words: str) -> str:
+    """What to say of the store at `uri` (None: the one the command read, its default or the spec's) that
+    SQLite found damaged (`words`) while reading it."""
+    path = sqlite_path(resolve_uri(uri)) if uri and not uri_problem(uri) else None
+    where = str(path) if path else "the MLflow store this command read (--tracking-uri, the spec's or ./mlflow.db)"
+    check = f"sqlite3 {path}" if path else "sqlite3 PATH"
+    return (f"{where} is a damaged SQLite database: SQLite found \"{words}\" reading its runs; restore it from a "
+            f"copy (`{check} \"PRAGMA integrity_check\"` lists the damage, `{check} .recover` saves what it can)")
+
+
 def _as_store(path, tables: list[str], columns: dict[str, set], revision: str | None,
               fresh: str = "file") -> StoreState:
     """The store the schema read from `path` (a SQLite file, or a database's masked URL) is, or the

@@ -47,6 +47,21 @@ def truncated(src: Path, dst: Path) -> Path:
     return dst
 
 
+def damaged_pages(src: Path, dst: Path) -> Path:
+    """A copy of the store at `src` whose schema reads but whose `tags` and `runs` tables' first pages are
+    garbage: damage SQLite finds only when a query reaches those pages ("database disk image is malformed")."""
+    copy_store(src, dst)
+    conn = sqlite3.connect(dst)
+    page = conn.execute("PRAGMA page_size").fetchone()[0]
+    roots = [r[0] for r in conn.execute("SELECT rootpage FROM sqlite_master WHERE name IN ('tags', 'runs')")]
+    conn.close()
+    data = bytearray(dst.read_bytes())
+    for root in roots:   # pages count from 1
+        data[(root - 1) * page:root * page] = b"\xff\xee" * (page // 2)
+    dst.write_bytes(bytes(data))
+    return dst
+
+
 def stamped_old(src: Path, dst: Path) -> tuple[Path, str]:
     """A copy of the store at `src` whose schema revision is the one before the installed MLflow's head
     (what a read sees of a store an older MLflow wrote); (its path, that revision)."""
