@@ -243,3 +243,50 @@ def test_labels_without_names_count_every_splits_ids():
     assert built["num_labels"] == 4 and built["info"]["label_names"] == ["0", "1", "2", "3"]
     named = RawData("classification", rows, ["dev"], "test", label_names=["w", "x", "y", "z"])
     assert build_classification(named, {"tok": tok}, 1, 16, False)["num_labels"] == 4
+
+
+def test_a_line_that_is_not_utf8_hides_no_other_problem_of_its_file(tmp_path):
+    """A latin-1 line made the file's error name the lines that are not UTF-8 alone: its ragged rows and
+    unknown labels came one fix later. Each is named now, in line order, the re-encode hint with them."""
+    folder = sst2(tmp_path / "s", ["fine\t1"])
+    (folder / "train.tsv").write_bytes(b"sentence\tlabel\nfine\t1\ncaf\xe9\t1\nragged\t1\textra\nodd\t7\n")
+    with pytest.raises(EmbinitError) as e:
+        load("sst2", folder)
+    msg = str(e.value)
+    assert "train.tsv: 3 problems" in msg
+    assert (f"{folder}/train.tsv:3: not UTF-8: byte 0xe9 at column 4 in 'caf\\xe9\t1'; re-encode the file as UTF-8 "
+            f"(e.g. iconv -f latin1 -t utf-8) | {folder}/train.tsv:4: expected 2 tab-separated fields as in the "
+            f"header, got 3: 'ragged\\t1\\textra' | {folder}/train.tsv:5: unknown label '7'") in msg
+
+
+@pytest.mark.parametrize("fmt, columns, rows", [
+    ("csv", ("text", "label"), b'text,label\n"caf\xe9",1\nfine,1\nragged,1,extra\nodd,7\n'),
+    ("jsonl", ("text", "label"), b'{"text": "caf\xe9", "label": 1}\n{"text": "fine", "label": 1}\n[1]\n'
+                                 b'{"text": "odd", "label": 7}\n'),
+])
+def test_csv_and_jsonl_name_each_line_that_is_not_utf8_beside_their_other_problems(tmp_path, fmt, columns, rows):
+    from embinit.task_types import Layout
+    from embinit.tasks.labelled import READERS
+    path = tmp_path / f"train.{fmt}"
+    path.write_bytes(rows)
+    layout = Layout("classification", {"train": (path.name,)}, ("dev",), columns=columns, labels=("0", "1"),
+                    label_names=("0", "1"), format=fmt)
+    with pytest.raises(EmbinitError) as e:
+        READERS[fmt](path, layout)
+    msg = str(e.value)
+    first = 2 if fmt == "csv" else 1
+    assert f"{path}: 3 problems: {path}:{first}: not UTF-8: byte 0xe9" in msg
+    assert f"{path}:{first + 2}: " in msg and f"{path}:{first + 3}: unknown label '7'" in msg
+
+
+def test_both_files_of_a_pair_name_their_lines_that_are_not_utf8(tmp_path):
+    """train.de's latin-1 lines were named, train.en's only once train.de was fixed."""
+    folder = _multi30k(tmp_path / "m", "ein hund\neine katze\n", "a dog\na cat\n")
+    (folder / "train.de").write_bytes(b"ein hund\nStra\xdfe\n")
+    (folder / "train.en").write_bytes(b"caf\xe9\na cat\n")
+    with pytest.raises(EmbinitError) as e:
+        load("multi30k", folder)
+    msg = str(e.value)
+    assert "2 problems" in msg
+    assert f"{folder}/train.de:2: not UTF-8: byte 0xdf at column 5" in msg
+    assert f"{folder}/train.en:1: not UTF-8: byte 0xe9 at column 4" in msg

@@ -11,7 +11,7 @@ from pathlib import Path
 from embinit.errors import EmbinitError, problems_error
 from embinit.task_types import Layout
 from embinit.tasks.raw import label_id
-from embinit.tasks.text_files import read_lines
+from embinit.tasks.text_files import decoded_lines
 
 
 # Classification files. Each format's row source gives, in line order, `(where, values)` for a row (its
@@ -21,14 +21,17 @@ from embinit.tasks.text_files import read_lines
 def _tsv_rows(path: Path, layout: Layout) -> list:
     """GLUE TSV: columns found by header name; fields split on tabs without quote processing (GLUE's MNLI
     text contains unbalanced quotes)."""
-    lines = read_lines(path)
+    lines, bad = decoded_lines(path)
     if not lines:
         raise EmbinitError(f"{path} is empty; expected a header with columns {list(layout.columns)}")
     header = lines[0].split("\t")
     cols = _columns(path, header, layout)
     label_last = cols[-1] == len(header) - 1
-    out = []
+    out = [bad[1]] if 1 in bad else []
     for lineno, line in enumerate(lines[1:], 2):
+        if lineno in bad:   # named as it is; the file's other rows are still read
+            out.append(bad[lineno])
+            continue
         if not line.strip():
             continue
         fields = line.split("\t")
@@ -56,7 +59,8 @@ def _csv_rows(path: Path, layout: Layout) -> list:
     columns found by header name; a row is named by the line it starts on."""
     import csv
     import io
-    reader = csv.reader(io.StringIO("\n".join(read_lines(path)), newline=""), strict=True)
+    lines, bad = decoded_lines(path)
+    reader = csv.reader(io.StringIO("\n".join(lines), newline=""), strict=True)
     try:
         header = next(reader, None)
     except csv.Error as e:
@@ -64,7 +68,7 @@ def _csv_rows(path: Path, layout: Layout) -> list:
     if not header:
         raise EmbinitError(f"{path} is empty; expected a header with columns {list(layout.columns)}")
     cols = _columns(path, header, layout)
-    out = []
+    out = [bad[n] for n in range(1, reader.line_num + 1) if n in bad]
     while True:
         lineno = reader.line_num + 1
         try:
@@ -74,6 +78,9 @@ def _csv_rows(path: Path, layout: Layout) -> list:
         except csv.Error as e:
             out.append(f"{path}:{lineno}: not CSV: {e}")
             break   # the reader cannot go on past a broken quote
+        if spanned := [bad[n] for n in range(lineno, reader.line_num + 1) if n in bad]:
+            out.extend(spanned)   # a row on lines that are not UTF-8: those lines named, its other rows read
+            continue
         if not any(f.strip() for f in fields):
             continue
         if len(fields) != len(header):
@@ -88,7 +95,11 @@ def jsonl_rows(path: Path, layout: Layout, label: bool = True) -> list:
     (`1` and `1.0` read as the label "1"); a text must be a string."""
     import json
     out = []
-    for lineno, line in enumerate(read_lines(path), 1):
+    lines, bad = decoded_lines(path)
+    for lineno, line in enumerate(lines, 1):
+        if lineno in bad:
+            out.append(bad[lineno])
+            continue
         if not line.strip():
             continue
         where = f"{path}:{lineno}"

@@ -14,7 +14,7 @@ from embinit.task_types import Layout
 from embinit.tasks import iwslt
 from embinit.tasks.labelled import READERS, derive_labels, jsonl_rows
 from embinit.tasks.raw import RawData
-from embinit.tasks.text_files import read_lines
+from embinit.tasks.text_files import decoded_lines, read_lines
 
 
 class MissingFiles(EmbinitError):
@@ -97,15 +97,17 @@ def read_parallel(src_path: Path, tgt_path: Path) -> list[tuple[str, str]]:
     """Line-aligned (src, tgt) pairs. Blank lines at a file's end are no pairs; a line blank on both
     sides is skipped; a line blank on one side only (a sign of misalignment, and an empty target or
     source to train and score on) is an error naming each such line."""
-    src, tgt = read_lines(src_path), read_lines(tgt_path)
+    (src, src_bad), (tgt, tgt_bad) = decoded_lines(src_path), decoded_lines(tgt_path)
+    problems = [*src_bad.values(), *tgt_bad.values()]   # both files' lines that are not UTF-8, with the rest
     unit = "lines"
     if iwslt.is_release_file(src_path):
         src, tgt, unit = iwslt.read_release_file(src), iwslt.read_release_file(tgt), "sentences"
     src, tgt = _trailing_blanks_dropped(src), _trailing_blanks_dropped(tgt)
     if len(src) != len(tgt):
-        raise EmbinitError(f"misaligned parallel files: {src_path} has {len(src)} {unit} but {tgt_path} "
-                           f"has {len(tgt)} (not counting blank lines at the end)")
-    pairs, problems = [], []
+        raise problems_error(src_path.parent, [
+            *problems, f"misaligned parallel files: {src_path} has {len(src)} {unit} but {tgt_path} has "
+                       f"{len(tgt)} (not counting blank lines at the end)"])
+    pairs = []
     for lineno, (s, t) in enumerate(zip(src, tgt), 1):
         s, t = s.strip(), t.strip()
         if bool(s) != bool(t):

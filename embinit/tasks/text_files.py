@@ -9,27 +9,45 @@ from pathlib import Path
 from embinit.errors import EmbinitError, problems_error
 
 
-def _utf8_problems(path: Path, data: bytes) -> list[str]:
-    """`path:line: not UTF-8 ...` for each line of `data` that does not decode."""
-    problems = []
+def _utf8_problems(path: Path, data: bytes) -> dict[int, str]:
+    """{line number: `path:line: not UTF-8 ...`} for each line of `data` that does not decode."""
+    problems = {}
     for lineno, line in enumerate(data.split(b"\n"), 1):
         try:
             line.decode("utf-8")
         except UnicodeDecodeError as e:
-            problems.append(f"{path}:{lineno}: not UTF-8: byte 0x{line[e.start]:02x} at column {e.start + 1} in "
-                            f"'{line[:80].decode('utf-8', 'backslashreplace')}'")
+            problems[lineno] = (f"{path}:{lineno}: not UTF-8: byte 0x{line[e.start]:02x} at column {e.start + 1} "
+                                f"in '{line[:80].decode('utf-8', 'backslashreplace')}'")
     return problems
+
+
+UTF8_HINT = "re-encode the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)"
+
+
+def decoded_lines(path: Path) -> tuple[list[str], dict[int, str]]:
+    """The lines of a text file as `read_lines` gives them, and {line number: `path:line: not UTF-8 ...`}
+    for each line that is not UTF-8, kept with its bad bytes written as \\xNN: a reader of rows names
+    every other problem of the file beside those lines (the last one carries the hint to re-encode)."""
+    try:
+        with open(path, encoding="utf-8-sig", newline="\n") as f:
+            return [line.rstrip("\r\n") for line in f], {}
+    except UnicodeDecodeError:
+        data = path.read_bytes()
+    except OSError as e:
+        raise EmbinitError(f"cannot read {path}: {e}") from None
+    bad = _utf8_problems(path, data)
+    bad[max(bad)] += f"; {UTF8_HINT}"
+    text = data.decode("utf-8-sig", "backslashreplace")
+    lines = text.split("\n")
+    if text.endswith("\n"):   # as a file's lines end: no empty line after the last line break
+        lines.pop()
+    return [line.rstrip("\r") for line in lines], bad
 
 
 def read_lines(path: Path) -> list[str]:
     """The lines of a UTF-8 text file (a byte-order mark is skipped), without line ends ("\r\n" too). A file
     that is not UTF-8 is an error naming each line that is not (re-encode it, e.g. iconv -f latin1)."""
-    try:
-        with open(path, encoding="utf-8-sig", newline="\n") as f:
-            return [line.rstrip("\r\n") for line in f]
-    except UnicodeDecodeError:
-        problems = _utf8_problems(path, path.read_bytes())
-        raise problems_error(path, [*problems[:-1], problems[-1] + "; re-encode the file as UTF-8 (e.g. "
-                                                                  "iconv -f latin1 -t utf-8)"]) from None
-    except OSError as e:
-        raise EmbinitError(f"cannot read {path}: {e}") from None
+    lines, bad = decoded_lines(path)
+    if bad:
+        raise problems_error(path, list(bad.values()))
+    return lines
