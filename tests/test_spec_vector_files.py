@@ -40,6 +40,16 @@ def test_a_broken_vector_file_is_a_spec_problem_with_each_bad_line(tmp_path):
     check_local_paths(load_spec(_spec(tmp_path, good)))
 
 
+def test_a_file_whose_first_line_has_no_values_is_one_problem_not_a_dimension_of_0(tmp_path):
+    """A binary file given as GloVe text: its first line was the file's problem and, read by the size
+    check as a word with 0 values, a second one, 'the init has dimension 0 but the model's d_model is 3'."""
+    binary = _glove(tmp_path / "vectors.bin", [b"\x8f\x01\xfe\n", b"\x00\x17\x9a\n"])
+    with pytest.raises(SpecError) as e:
+        check_spec(_spec(tmp_path, binary))
+    assert e.value.problems == [("pretrained.glove", f"{binary}:1: expected `word v1 ... vD` or an `N D` header, "
+                                                     f"got b'\\x8f\\x01\\xfe\\n'")]
+
+
 def test_a_header_s_row_count_and_a_npy_without_its_vocabulary(tmp_path):
     short = _glove(tmp_path / "w2v.txt", [b"5 3\n"] + GOOD)   # a truncated download
     np.save(tmp_path / "m.npy", np.zeros((3, 3), dtype=np.float32))

@@ -138,11 +138,23 @@ def file_dim(path: str | Path, fmt: str) -> int:
     path = check_file(path)
     if fmt == "npy":
         return int(load_npy_matrix(path).shape[1])
+    if fmt == "text":   # a first line without values (a binary file's bytes) is no D of 0
+        return text_layout(path)[0]
     line = first_line(path)
     head = count_header(line)
     if head:
         return head[1]
     return len(line.split()) - 1
+
+
+def text_layout(path: Path) -> tuple[int, int | None]:
+    """(D, the N of an `N D` header or None without one) of a text vector file."""
+    first = first_line(path)
+    head = count_header(first)
+    dim = head[1] if head else len(first.split()) - 1
+    if dim < 1:
+        raise EmbinitError(f"{path}:1: expected `word v1 ... vD` or an `N D` header, got {first[:80]!r}")
+    return dim, head[0] if head else None
 
 
 def detect_format(path: str | Path) -> str:

@@ -32,7 +32,7 @@ from embinit.errors import EmbinitError, problems_error
 from embinit.init.aligned import Aligned, wanted_keys
 from embinit.init.source_files import (UTF8_HINT, check_file, count_header, first_line, is_word2vec_binary,
                                        load_npy_matrix, not_utf8, npy_vocab_path, open_binary,
-                                       read_npy_vocab)
+                                       read_npy_vocab, text_layout)
 
 SHOWN_PLACES = 3   # positions of a repeated word named in `Aligned.duplicates`
 
@@ -143,16 +143,6 @@ class _Collector:
                        duplicates=self.duplicates(unit))
 
 
-def _text_layout(path: Path) -> tuple[int, int | None]:
-    """(D, the N of an `N D` header or None without one) of a text vector file."""
-    first = first_line(path)
-    head = count_header(first)
-    dim = head[1] if head else len(first.split()) - 1
-    if dim < 1:
-        raise EmbinitError(f"{path}:1: expected `word v1 ... vD` or an `N D` header, got {first[:80]!r}")
-    return dim, head[0] if head else None
-
-
 def _entries(path: Path, dim: int, n: int | None, problems: _Problems):
     """(line number, word, line) for each non-blank line of a text vector file, in file order: the one
     parse of its lines (`load_text` and `words`). A line without a word and D values, or whose word is not
@@ -198,7 +188,7 @@ def load_text(path: str | Path, tokens: list[str], lowercase: bool = False, *,
               stop_when_found: bool = False) -> Aligned:
     """GloVe (no header) or word2vec/fastText text (`N D` header); .gz is decompressed on the fly."""
     path = check_file(path)
-    dim, n = _text_layout(path)
+    dim, n = text_layout(path)
     problems = _Problems(path)
     col = _Collector(wanted_keys(tokens, lowercase))
     wanted = col.wanted
@@ -225,7 +215,7 @@ def _file_entries(path: Path):
         problems = _Problems(path, "entry ")
         return ((k, word, None) for k, word, _ in _binary_entries(path, problems)), problems
     problems = _Problems(path)
-    dim, n = _text_layout(path)
+    dim, n = text_layout(path)
     return _entries(path, dim, n, problems), problems
 
 

@@ -91,7 +91,8 @@ def spec_problems(source: Any, overrides: list[str] | tuple[str, ...] = (), *, l
         notes += _definitions_not_read(problems)
     if sizes:
         found = _size_problems(checked, bool(problems or notes), one_seed, max_trials)
-        problems += [p for p in found if p[0]]
+        said = {m for _, m in problems}   # a vector file's problem, said at its field, is not said again at its trials
+        problems += [p for p in found if p[0] and p[1] not in said]
         notes += [m for p, m in found if not p]
     return (None if bad else spec), problems, notes
 
