@@ -248,9 +248,9 @@ def _confined(spec: ExperimentSpec, settings: Settings, tracking_uri: str) -> tu
     return spec, canonical
 
 
-def _too_many(n: int, settings: Settings) -> HTTPException:
-    return unprocessable([("", f"the spec expands into {n} trials; this service accepts at most "
-                                f"{settings.max_trials_per_experiment} per experiment")])
+def _too_many(n: int, settings: Settings) -> tuple[str, str]:
+    return ("", f"the spec expands into {n} trials; this service accepts at most "
+                f"{settings.max_trials_per_experiment} per experiment")
 
 
 def prepare(data: dict[str, Any], settings: Settings, tracking_uri: str,
@@ -267,11 +267,13 @@ def prepare(data: dict[str, Any], settings: Settings, tracking_uri: str,
         raise unprocessable(refs + found, limit, notes)
     seeds = data.get("seeds")
     if isinstance(seeds, int) and not isinstance(seeds, bool) and seeds > settings.max_trials_per_experiment:
-        raise _too_many(seeds, settings)  # checked first: the spec would build a list this long
+        # checked first: the spec would build a list this long; its other problems are those of one seed
+        found, limit, notes = _every_problem({**data, "seeds": 1}, set(), settings)
+        raise unprocessable([_too_many(seeds, settings), *found], limit, notes)
     spec, canonical = _confined(_validate(data, settings), settings, tracking_uri)
     n_trials = spec.num_trials()  # counted before the grid is built: it could be astronomically big
     if n_trials > settings.max_trials_per_experiment:
-        raise _too_many(n_trials, settings)
+        raise unprocessable([_too_many(n_trials, settings)])
     try:
         plan = tuple(spec.plan())
     except SpecError as e:

@@ -451,7 +451,21 @@ def test_trial_limit(make_client):
     assert r.status_code == 422
     assert problems(r)[""] == "the spec expands into 4 trials; this service accepts at most 3 per experiment"
     r = submit(client, {**SPEC, "seeds": 10 ** 12})
-    assert r.status_code == 422 and "expands into 1000000000000 trials" in problems(r)[""]
+    assert r.status_code == 422 and "expands into 1000000000000 trials" in r.json()["detail"][0]["msg"]
+
+
+def test_a_seed_count_past_the_limit_is_listed_with_the_specs_other_problems(make_client):
+    """`seeds: 10**12` was refused before the rest of the spec was read: its misspelled init and bad epochs
+    came one submission later."""
+    client = make_client(max_trials_per_experiment=3)
+    r = submit(client, {**SPEC, "seeds": 10 ** 12, "inits": ["xaviar"], "tasks": [
+        {"task": "synthetic_translation", "epochs": 0}]})
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"][0] == {"loc": "", "msg": "the spec expands into 1000000000000 trials; this service "
+                                                       "accepts at most 3 per experiment"}
+    found = problems(r)
+    assert "'xaviar' is not a registered init" in found["inits[0]"], found
+    assert "greater than or equal to 1, got 0" in found["tasks[0].epochs"], found
 
 
 def test_body_size_limit(make_client):
