@@ -1,6 +1,7 @@
 """HTTP rules every route keeps: a 405 names every method its path allows (`Allow`, RFC 9110 15.5.6),
 a 422 raised as an `HTTPException` has the one shape of `service.problems` whatever its detail, and a
-query parameter given more than once is a 422 instead of silently taking the last value."""
+query parameter given more than once, or one the route does not take (`?rerun` misspelled), is a 422
+instead of silently taking the last value or being ignored."""
 
 from __future__ import annotations
 
@@ -11,20 +12,26 @@ from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from embinit.errors import did_you_mean
 from service.problems import as_problems, respond
 
 METHODS = {"GET", "PUT", "POST", "DELETE", "OPTIONS", "HEAD", "PATCH", "TRACE"}
 
 
-def allowed_methods(app: FastAPI, path: str) -> list[str]:
-    """Every method the OpenAPI schema documents at `path` (Starlette names only the first route's);
-    empty for a path the schema does not document."""
+def _operations(app: FastAPI, path: str) -> dict:
+    """{method: its OpenAPI operation} the schema documents at `path`; empty for a path it does not."""
     for template, ops in app.openapi().get("paths", {}).items():
         pattern = "".join("[^/]+" if part.startswith("{") else re.escape(part)
                           for part in re.split(r"(\{[^/}]+\})", template))
         if re.fullmatch(pattern, path):
-            return sorted(m.upper() for m in ops if m.upper() in METHODS)
-    return []
+            return ops
+    return {}
+
+
+def allowed_methods(app: FastAPI, path: str) -> list[str]:
+    """Every method the OpenAPI schema documents at `path` (Starlette names only the first route's);
+    empty for a path the schema does not document."""
+    return sorted(m.upper() for m in _operations(app, path) if m.upper() in METHODS)
 
 
 def install_http_rules(app: FastAPI) -> None:
@@ -50,3 +57,19 @@ async def single_query_values(request: Request) -> None:
              "msg": f"query parameter {name!r} is given {len(values)} times ({', '.join(map(repr, values))}); "
                     f"give it once", "input": values}
             for name, values in ((name, request.query_params.getlist(name)) for name in repeated)])
+
+
+async def known_query_names(request: Request) -> None:
+    """Refuse a query parameter the route does not take (`?retry=true` for `?rerun=true`, `?stauts=`): it
+    would be ignored, and the answer be another than the one asked for."""
+    operation = _operations(request.app, request.url.path).get(request.method.lower())
+    if operation is None:
+        return
+    names = sorted(p["name"] for p in operation.get("parameters", []) if p.get("in") == "query")
+    unknown = sorted(set(request.query_params) - set(names))
+    if unknown:
+        takes = f"this route takes {', '.join(map(repr, names))}" if names else "this route takes none"
+        raise RequestValidationError([
+            {"type": "unknown_query_parameter", "loc": ("query", name),
+             "msg": f"unknown query parameter {name!r}; {takes}{did_you_mean(name, names)}", "input": None}
+            for name in unknown])

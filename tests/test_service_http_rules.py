@@ -59,6 +59,24 @@ def test_repeated_query_on_reads_and_submit(client):
     assert client.get(f"/experiments/{exp_id}/trials?limit=1&offset=0").status_code == 200
 
 
+def test_a_query_parameter_the_route_does_not_take_is_refused(client):
+    """`?retry=true` for `?rerun=true` submitted without the rerun, `?fromat=csv` answered JSON and
+    `?stauts=failed` listed every experiment: unknown names were ignored."""
+    exp_id = client.post("/experiments", json=SPEC).json()["id"]
+    for method, url, name, takes in [
+            ("POST", "/experiments?retry=true", "retry", "this route takes 'rerun'"),
+            ("GET", "/experiments?stauts=failed&limit=5", "stauts", "this route takes 'limit', 'offset', 'status'; "
+                                                                    "did you mean 'status'?"),
+            ("GET", f"/experiments/{exp_id}/results?fromat=csv", "fromat", "this route takes 'baseline', 'format'; "
+                                                                           "did you mean 'format'?"),
+            ("GET", f"/experiments/{exp_id}?verbose=1", "verbose", "this route takes none")]:
+        r = client.request(method, url, json=SPEC if method == "POST" else None)
+        assert r.status_code == 422, (url, r.text)
+        assert r.json()["detail"] == [{"loc": f"query.{name}", "msg": f"unknown query parameter {name!r}; {takes}"}]
+    assert client.get(f"/experiments/{exp_id}/results?format=csv").status_code == 200
+    assert client.get("/experiments?status=failed&limit=5").status_code == 200
+
+
 def test_schema_says_task_and_init_strings_are_not_empty(client):
     schemas = client.get("/openapi.json").json()["components"]["schemas"]
     assert schemas["TaskEntry"]["properties"]["task"]["minLength"] == 1

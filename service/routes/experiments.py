@@ -16,7 +16,7 @@ from service import submission, views
 from service.db import TERMINAL, Experiment, utcnow
 from service.deps import (BodyDep, ReconcilerDep, RunnerDep, SessionDep, SettingsDep, StoreDep, require_read,
                           require_write)
-from service.http_rules import single_query_values
+from service.http_rules import known_query_names, single_query_values
 from service.problems import unprocessable
 from service.schemas import ExperimentDetail, ExperimentPage, Status, Submitted, TrialPage
 from service.specs import JSON_TYPES, YAML_TYPES, parse_body, prepare
@@ -24,7 +24,8 @@ from service.store import REPORT_VERSION
 
 log = logging.getLogger("embinit.service")
 # A repeated query parameter (`?limit=5&limit=6`) is a 422 on every route here.
-router = APIRouter(prefix="/experiments", tags=["experiments"], dependencies=[Depends(single_query_values)])
+router = APIRouter(prefix="/experiments", tags=["experiments"],
+                   dependencies=[Depends(single_query_values), Depends(known_query_names)])
 MAX_OFFSET = 2 ** 31 - 1  # a bigger offset overflows the database's integer (found by the fuzz test)
 
 SPEC_BODY = {"requestBody": {"required": True, "content": {
