@@ -139,6 +139,20 @@ def test_options_that_do_not_apply_are_refused_before_training(args, messages, t
         assert message in err
 
 
+@pytest.mark.parametrize("init_flags, flag", [(["--init", "glvoe"], "--init"),
+                                              (["--src-init", "glvoe", "--src-pretrained", "/x/g.txt"], "--src-init")])
+def test_a_misspelled_init_is_listed_with_the_other_problems_of_the_flags(init_flags, flag, tmp_path, capsys):
+    """The init's problem was raised alone while the list was being worded (the flag's source family was
+    looked up for each problem), so a bad --epochs or --seed came one run later."""
+    code = main(["train", "--task", "synthetic_translation", *init_flags, "--epochs", "0", "--seed", "-1",
+                 "--cache-dir", str(tmp_path)])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and lines[0].startswith("embinit: error: cannot train this trial ("), lines
+    assert f"  - {flag}: 'glvoe' is not a registered init; choose from" in "\n".join(lines)
+    assert "  - --epochs: Input should be greater than or equal to 1, got 0" in lines
+    assert "  - --seed: Input should be greater than or equal to 0, got -1" in lines
+
+
 def test_train_lists_every_problem_of_the_data_folder_and_the_model_size(tmp_path, capsys):
     (tmp_path / "sst2").mkdir()
     (tmp_path / "sst2" / "train.tsv").write_text("sentence\tlabel\ngood\t1\n")

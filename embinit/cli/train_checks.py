@@ -29,7 +29,6 @@ _PRETRAINED_FLAGS = {"inits[0]": "--pretrained", "inits[0].tgt": "--pretrained",
 def as_spec(cfg) -> dict:
     """The one-trial experiment spec that trains `cfg`, so `embinit train` runs the spec's checks."""
     from embinit.config import HYPERPARAMETERS, TrialConfig
-    from embinit.spec.inits import source_name
     from embinit.task_registry import TASKS, task_kind
 
     defaults = TrialConfig(task=cfg.task)
@@ -40,13 +39,24 @@ def as_spec(cfg) -> dict:
     src = cfg.src_init or (cfg.init if cfg.src_pretrained and translation else None)
     # --src-pretrained defaults to --pretrained (as the trial reads it) for a source init with a pretrained
     # source; the spec's entry has no such default, so it is written out
-    src_path = cfg.src_pretrained or (cfg.pretrained if src is not None and translation and source_name(src)
+    src_path = cfg.src_pretrained or (cfg.pretrained if src is not None and translation and _source(src)
                                       else None)
     init = {"tgt": cfg.init, "src": src, "pretrained": cfg.pretrained, "src_pretrained": src_path}
     pin = {"data_revision": cfg.data_revision} if cfg.data_revision is not None else {}
     return {"name": "train", "tasks": [{"task": cfg.task, "data_dir": cfg.data_dir, **pin, **hyper}],
             "inits": [{k: v for k, v in init.items() if v is not None}], "seeds": [cfg.seed],
             **({"define_tasks": {cfg.task: cfg.task_def}} if cfg.task_def is not None else {})}
+
+
+def _source(init) -> str | None:
+    """The pretrained source family of an init flag's value; None for a random init, and for one that
+    does not parse (`--init glvoe`: the spec's check names it, beside the flags' other problems)."""
+    from embinit.errors import EmbinitError
+    from embinit.spec.inits import source_name
+    try:
+        return source_name(init)
+    except EmbinitError:
+        return None
 
 
 def check_args(cfg) -> None:
@@ -77,9 +87,8 @@ def _problem_in_flags(cfg, where: str, msg: str) -> str:
     that flag ("the D of --init", "set --d-model"), as `_flag` names where the problem lies; the planned
     trials a problem concerns are not named (there is one)."""
     from embinit.spec.init_checks import needs_pretrained
-    from embinit.spec.inits import source_name
 
-    for source in {source_name(cfg.init), source_name(cfg.src_init)} - {None}:
+    for source in {_source(cfg.init), _source(cfg.src_init)} - {None}:
         if where in _PRETRAINED_FLAGS and msg == needs_pretrained(source):
             return needs_pretrained(source, f"pass its path with {_PRETRAINED_FLAGS[where]} PATH")
     # a problem of some planned trials names them (`trials sst2 x GloVe: ...`); here they are this one
