@@ -43,6 +43,26 @@ def problems_error(path: Path, problems: list[str], hint: str = "") -> EmbinitEr
     return EmbinitError(head + " | ".join(problems[:MAX_LISTED]) + more + (f"; {hint}" if hint else ""))
 
 
+def each_read(head: str, reads: list) -> list:
+    """The result of each of `reads` (calls without arguments, each reading one input of a command that
+    does not depend on the others: a file, a name), or one error for all that fail: a ListedError under
+    `head` listing each problem where several do, the one error as it is where one does. A command's
+    inputs are then fixed in one round, not one run per mistake."""
+    results, failed = [], []
+    for read in reads:
+        try:
+            results.append(read())
+        except EmbinitError as e:
+            results.append(None)
+            failed.append(e)
+    if len(failed) == 1:
+        raise failed[0]
+    if failed:
+        items = [item for e in failed for item in (e.items if isinstance(e, ListedError) else [str(e)])]
+        raise ListedError(f"{head} ({len(items)} problems):", items)
+    return results
+
+
 def trials_text(names: list[str]) -> str:
     """`trials a, b, c and 2 more`: where a problem of some planned trials lies, as spec checks name them."""
     return "trials " + ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")

@@ -116,6 +116,33 @@ def test_analogy_user_errors(files, capsys):
     assert "embeddings not found" in capsys.readouterr().err
 
 
+def test_each_bad_input_of_a_command_is_listed_at_once(files, tmp_path, capsys):
+    """analogy named its first bad input (the transform, then the questions, then the vocabulary, then the
+    embeddings), similarity its A before its B, embeddings stats its vocabulary before its init: one run
+    per mistake. Each is listed now, one a line; a lone problem is still said as it was."""
+    glove, _ = files
+    binary = tmp_path / "vecs.bin"
+    binary.write_bytes(b"\x8f\x01\xfe\n")
+    cases = [
+        (["analogy", "--embeddings", str(tmp_path / "none.txt"), "--questions", str(glove), "--transform", "scael",
+          "--vocab", str(tmp_path / "none.vocab")],
+         "cannot run the analogy test (4 problems):", ["'scael' is not a registered analogy transform",
+                                                       f"{glove}: ",
+                                                       f"vocabulary file not found: {tmp_path / 'none.vocab'}",
+                                                       "embeddings not found: "]),
+        (["similarity", str(tmp_path / "none.txt"), str(binary)],
+         "cannot compare the tables (2 problems):", ["embeddings not found: ", f"{binary}:1: expected `word v1"]),
+        (["embeddings", "stats", "--vocab", str(tmp_path / "none.vocab"), "--init", "glvoe"],
+         "cannot build the table (2 problems):", ["vocabulary file not found: ", "'glvoe' is not a registered init"]),
+    ]
+    for argv, head, items in cases:
+        assert main(argv) == 2
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert lines[0] == f"embinit: error: {head}", lines
+        assert len(lines) == 1 + len(items) and all(line.startswith(f"  - {item}")
+                                                    for line, item in zip(lines[1:], items)), lines
+
+
 def save_npy(tmp_path, name, matrix, tokens):
     np.save(tmp_path / f"{name}.npy", matrix.numpy())
     (tmp_path / f"{name}.vocab.txt").write_text("\n".join(tokens) + "\n")

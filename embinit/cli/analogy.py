@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from embinit.errors import EmbinitError
+from embinit.errors import EmbinitError, each_read
 from embinit.tracking.run_records import AnalogyRow, AnalogyRun
 
 
@@ -69,14 +69,14 @@ def run(args) -> int:
     from embinit.analysis.sources import load_embeddings
     from embinit.analysis.table4 import EXTRA_ROWS, TABLE4_ROWS, chain_ratio, parse_steps, ratio_sweep, run_table4
 
-    steps = parse_steps(args.transform)
     if args.log_experiment:   # the store it will write to, before the analysis: created, upgraded or refused
         from embinit.tracking.prepare import prepare_store
         prepare_store(args.tracking_uri)
-    questions = load_questions(args.questions)
-    wanted = _restriction(args)
-    emb = load_embeddings(args.embeddings, key=args.key, tracking_uri=args.tracking_uri,
-                          top=args.top if wanted is None else None)
+    restricted = bool(args.vocab or args.task)   # --top then cuts the restriction, not the table
+    steps, questions, wanted, emb = each_read("cannot run the analogy test", [
+        lambda: parse_steps(args.transform), lambda: load_questions(args.questions), lambda: _restriction(args),
+        lambda: load_embeddings(args.embeddings, key=args.key, tracking_uri=args.tracking_uri,
+                                top=None if restricted else args.top)])
     if emb.tokens is None:
         raise EmbinitError(f"{emb.source} has no token names; analogies need them (a vocabulary file "
                            "beside the .npy)")

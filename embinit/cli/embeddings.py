@@ -48,14 +48,14 @@ def oov_note(rule: str, inits: list, same: str) -> str:
 
 
 def run_stats(args) -> int:
-    from embinit.errors import EmbinitError
+    from embinit.errors import EmbinitError, each_read
     from embinit.init import build_table, parse_init_spec
     from embinit.init.registry import oov_applies
     from embinit.stats import PETable, embedding_stats
     from embinit.vocab import Vocab
 
-    vocab = Vocab.load(args.vocab)
-    spec = parse_init_spec(args.init)
+    vocab, spec = each_read("cannot build the table", [lambda: Vocab.load(args.vocab),
+                                                       lambda: parse_init_spec(args.init)])
     if args.lowercase:
         spec = parse_init_spec({**spec.to_dict(), "lowercase": True})
     if args.oov == "focus" and oov_applies(spec):

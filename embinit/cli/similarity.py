@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from embinit.errors import EmbinitError
+from embinit.errors import EmbinitError, each_read
 
 
 def register(subparsers) -> None:
@@ -84,8 +84,9 @@ def run(args) -> int:
     from embinit.analysis.similarity import knn_match_similarity
     from embinit.analysis.sources import load_embeddings
 
-    ea = load_embeddings(args.a, key=args.key, top=args.top, tracking_uri=args.tracking_uri)
-    eb = load_embeddings(args.b, key=args.key, top=args.top, tracking_uri=args.tracking_uri)
+    ea, eb = each_read("cannot compare the tables", [
+        lambda: load_embeddings(args.a, key=args.key, top=args.top, tracking_uri=args.tracking_uri),
+        lambda: load_embeddings(args.b, key=args.key, top=args.top, tracking_uri=args.tracking_uri)])
     tokens, a, b, note = _paired(ea, eb)
     if args.exclude_punctuation and tokens is None:
         raise EmbinitError("--exclude-punctuation needs tables with token names")
