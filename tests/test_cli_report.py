@@ -86,6 +86,25 @@ def test_report_on_a_store_that_is_not_there_names_it_and_creates_nothing(tmp_pa
     assert list(tmp_path.iterdir()) == []   # no empty database left behind
 
 
+def test_reproduction_names_each_bad_file_option_before_reading_the_store(tmp_path, capsys):
+    """A --preamble or --epilogue that is not there, an --out that is a folder, an --exports that is a
+    file: each was a traceback once the report had been built (FileNotFoundError, IsADirectoryError).
+    They are listed before the store is read, and nothing is made."""
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "file.txt").write_text("x")
+    assert main(["reproduction", "--tracking-uri", f"sqlite:///{tmp_path}/none.db", "--preamble",
+                 str(tmp_path / "pre.md"), "--epilogue", str(tmp_path / "folder"), "--out", str(tmp_path / "folder"),
+                 "--exports", str(tmp_path / "file.txt")]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "embinit: error: cannot write the reproduction (4 problems):",
+        f"  - --preamble: '{tmp_path}/pre.md' does not exist",
+        f"  - --epilogue: '{tmp_path}/folder' is not a file",
+        f"  - --out: '{tmp_path}/folder' is a folder; give the markdown file's path (e.g. {tmp_path}/folder/"
+        f"reproduction.md)",
+        f"  - --exports: '{tmp_path}/file.txt' is a file, not a folder"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file.txt", "folder"]
+
+
 def _bad_store(kind: str, real: Path, folder: Path) -> tuple[Path, str]:
     """(a file of `kind` given as the store, what the error says of it)."""
     if kind == "old":

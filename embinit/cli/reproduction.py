@@ -25,12 +25,35 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
+def file_problems(args) -> list[str]:
+    """What is wrong with the files the command reads (--preamble, --epilogue) and writes (--out, --exports),
+    found before the store is read: they failed with a traceback once the report was built."""
+    from embinit.file_inputs import folder_problem
+
+    problems = []
+    for flag, value in (("--preamble", args.preamble), ("--epilogue", args.epilogue)):
+        if value and not Path(value).is_file():
+            problems.append(f"{flag}: {value!r} {'is not a file' if Path(value).exists() else 'does not exist'}")
+    if args.out and Path(args.out).is_dir():
+        problems.append(f"--out: {args.out!r} is a folder; give the markdown file's path "
+                        f"(e.g. {args.out}/reproduction.md)")
+    elif args.out and (why := folder_problem(Path(args.out).expanduser().parent, str(Path(args.out).parent))):
+        problems.append(f"--out: cannot write {args.out!r}: {why}")
+    if args.exports and (why := folder_problem(Path(args.exports).expanduser(), args.exports)):
+        problems.append(f"--exports: {why}")
+    return problems
+
+
 def run(args) -> int:
+    from embinit.errors import EmbinitError, ListedError
     from embinit.tracking.store_check import require_store
     from embinit.reproduction import Reproduction, render, write_exports
     from embinit.reproduction.frame import header
     from embinit.reproduction.inputs import PRESETS, choose_inputs
 
+    if problems := file_problems(args):
+        raise (EmbinitError(problems[0]) if len(problems) == 1 else
+               ListedError(f"cannot write the reproduction ({len(problems)} problems):", problems))
     require_store(args.tracking_uri)
     name = choose_inputs(args.inputs, args.tracking_uri)
     rep = Reproduction(args.tracking_uri, PRESETS[name])
