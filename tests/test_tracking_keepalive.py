@@ -66,7 +66,6 @@ def test_a_multi_worker_server_is_named_with_the_fix_and_a_one_worker_server_is_
     assert message in caplog.text
     fast = uvicorn_server(1)
     assert tracking_server.check(fast) is None
-    assert tracking_server.check(f"http://127.0.0.1:{free_port()}") is None   # nothing there: no warning
 
 
 def test_a_sweep_checks_its_tracking_server_before_it_writes_anything(uvicorn_server, monkeypatch, caplog):
@@ -80,3 +79,22 @@ def test_a_sweep_checks_its_tracking_server_before_it_writes_anything(uvicorn_se
     with pytest.raises(RuntimeError, match="stop here"):
         sweep_run.run_sweep(spec, tracking_uri=uvicorn_server(2))
     assert "Kludex/uvicorn#3149" in caplog.text
+
+
+def test_a_sweep_against_a_server_that_is_not_there_fails_at_once_naming_it(monkeypatch):
+    """MLflow's client retried a tracking URI where no server listens for minutes, saying nothing, before
+    the sweep's first call failed: `embinit run --tracking-uri http://127.0.0.1:1` sat silent. The check
+    names the server and the fix, before anything is written."""
+    from embinit.errors import EmbinitError
+    from embinit.sweep import run as sweep_run
+    monkeypatch.setattr(sweep_run.mlflow_store, "ensure_experiment",
+                        lambda *a: (_ for _ in ()).throw(AssertionError("the store was opened")))
+    uri = f"http://127.0.0.1:{free_port()}"
+    spec = {"name": "keepalive", "tasks": ["synthetic_translation"], "inits": ["xavier"], "seeds": 1}
+    t = time.monotonic()
+    with pytest.raises(EmbinitError) as e:
+        sweep_run.run_sweep(spec, tracking_uri=uri)
+    assert str(e.value) == (f"the MLflow server {uri} cannot be reached ([Errno 111] Connection refused); start it "
+                            f"(e.g. `mlflow server --backend-store-uri sqlite:///mlflow.db --workers 1`) or give the "
+                            f"URI of one that runs (--tracking-uri, the spec's mlflow.tracking_uri)")
+    assert time.monotonic() - t < 30

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import time
 
+from embinit.errors import EmbinitError
 from embinit.redact import masked
 
 log = logging.getLogger("embinit.tracking")
@@ -37,8 +38,9 @@ def keepalive_warning(uri: str, first_ms: float, later_ms: list[float]) -> str |
 
 def check(uri: str, requests_made: int = 4, timeout_s: float = 5.0) -> str | None:
     """Time `requests_made` requests of the server's `/health` on one connection and log the warning
-    when there is one (returned too). A server that cannot be reached gives no warning here: the sweep's
-    first MLflow call reports that."""
+    when there is one (returned too). A server that cannot be reached (refused, no such host, no answer in
+    `timeout_s`) is an EmbinitError: MLflow's own client retries such a server for minutes, in silence,
+    before the sweep's first call fails. A server that answers with an error gives no warning here."""
     if not uri.startswith(("http://", "https://")):
         return None
     import requests
@@ -50,9 +52,24 @@ def check(uri: str, requests_made: int = 4, timeout_s: float = 5.0) -> str | Non
                 t = time.perf_counter()
                 session.get(uri.rstrip("/") + "/health", timeout=timeout_s).raise_for_status()
                 times.append(1000 * (time.perf_counter() - t))
+    except (requests.ConnectionError, requests.Timeout) as e:
+        why = f"no answer in {timeout_s:g} s" if isinstance(e, requests.Timeout) else _reason(e)
+        raise EmbinitError(f"the MLflow server {masked(uri)} cannot be reached ({why}); start it (e.g. `mlflow "
+                           f"server --backend-store-uri sqlite:///mlflow.db --workers 1`) or give the URI of one "
+                           f"that runs (--tracking-uri, the spec's mlflow.tracking_uri)") from None
     except requests.RequestException:
         return None
     message = keepalive_warning(uri, times[0], times[1:])
     if message:
         log.warning(message)
     return message
+
+
+def _reason(e: Exception) -> str:
+    """The innermost reason of a connection error, e.g. "[Errno 111] Connection refused"."""
+    for _ in range(10):   # requests' error wraps urllib3's, which wraps the socket's
+        inner = getattr(e, "reason", None) or e.__context__
+        if not isinstance(inner, Exception):
+            break
+        e = inner
+    return str(e).rsplit(": ", 1)[-1] if str(e) else type(e).__name__
