@@ -167,7 +167,7 @@ def test_env_root_without_the_task_folder_is_reported(monkeypatch, tmp_path):
 
 def test_empty_split(tmp_path):
     folder = sst2(tmp_path / "s", ["fine\t1"], dev_rows=[])
-    with pytest.raises(EmbinitError, match=r"split\(s\) \['dev'\] have no examples"):
+    with pytest.raises(EmbinitError, match=r"dev\.tsv: no examples \(the dev split is empty\)"):
         load("sst2", folder)
 
 
@@ -290,3 +290,23 @@ def test_both_files_of_a_pair_name_their_lines_that_are_not_utf8(tmp_path):
     assert "2 problems" in msg
     assert f"{folder}/train.de:2: not UTF-8: byte 0xdf at column 5" in msg
     assert f"{folder}/train.en:1: not UTF-8: byte 0xe9 at column 4" in msg
+
+
+def test_a_split_with_no_examples_is_refused_by_the_spec_check(tmp_path):
+    """A header without rows passed the spec's check of the data folder (check_files): the sweep started
+    and each trial failed on 'split(s) ['train'] have no examples'. Each empty file is named now, with the
+    folder's other problems."""
+    from embinit.tasks.load import check_files
+    folder = sst2(tmp_path / "sst2", [""])
+    (folder / "dev.tsv").write_text("sentence\tlabel\nodd\t7\n")
+    with pytest.raises(EmbinitError) as e:
+        check_files("sst2", folder)
+    msg = str(e.value)
+    assert f"{folder}/train.tsv: no examples (the train split is empty)" in msg
+    assert f"{folder}/dev.tsv:2: unknown label '7'" in msg
+    folder = _multi30k(tmp_path / "m", "ein hund\n", "a dog\n")
+    for name in ("val.de", "val.en"):
+        (folder / name).write_text("\n")
+    with pytest.raises(EmbinitError, match=f"{folder}/val.de and {folder}/val.en: no examples "
+                                           r"\(the val split is empty\)"):
+        check_files("multi30k", folder)

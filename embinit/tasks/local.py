@@ -134,6 +134,9 @@ def read_local(task: str, layout: Layout, folder: Path, splits: dict[str, str]) 
             out[split] = read(paths, layout)
         except EmbinitError as e:
             problems.append(str(e))
+            continue
+        if not out[split]:   # a header alone, blank lines: every trial would fail on it (tasks.build)
+            problems.append(f"{' and '.join(str(p) for p in paths)}: no examples (the {split} split is empty)")
     if problems:
         raise EmbinitError(" | ".join(problems))
     evals = [s for s in layout.eval_splits if s in out]
