@@ -187,3 +187,14 @@ def test_latin1_word_in_word2vec_binary_is_refused(tmp_path):
     path.write_bytes(b"2 2\nthe " + row + b"\nstra\xdfe " + row + b"\n")
     assert "entry 2: not UTF-8" in _err(build_table, "word2vec", Vocab(["zzz"]), pretrained=str(path),
                                         cache_dir=False)
+
+
+@pytest.mark.parametrize("source", ["bert", "hf"])
+def test_a_word_vector_file_given_to_a_subword_init_is_named_a_file(tmp_path, source):
+    """`bert` with a GloVe text file was read as a hub id: "cannot load Hugging Face model 'g.txt' (hub id
+    (needs the network)): ... the config file ... is not a valid JSON file"."""
+    path = tmp_path / "g.txt"
+    path.write_text("the 0.1 0.2\n")
+    assert _err(source_dim, source, str(path)) == (
+        f"{path} is a file; init {source!r} reads a Hugging Face model folder or hub id (a word-vector file is "
+        f"read by init 'glove', 'word2vec', 'fasttext' or 'pretrained')")

@@ -300,6 +300,10 @@ def resolve_source(spec: InitSpec, pretrained: str | None = None) -> tuple[str, 
         raise EmbinitError(f"init {str(spec)!r} needs a pretrained source: pass a path"
                            f"{' or hub id' if spec.source == 'hf' else ''} (--pretrained)")
     if spec.is_subword:
+        if Path(location).expanduser().is_file():   # else read as a hub id: "its config is not valid JSON"
+            raise EmbinitError(f"{location} is a file; init {spec.source!r} reads a Hugging Face model folder or "
+                               f"hub id (a word-vector file is read by init 'glove', 'word2vec', 'fasttext' or "
+                               f"'pretrained')")
         if (problem := revision_problem(location)) is not None:
             raise EmbinitError(problem)
         return "hf", location
