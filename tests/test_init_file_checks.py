@@ -183,3 +183,13 @@ def test_a_good_file_loads_without_a_warning(tmp_path, recwarn):
         res = build_table("word2vec", VOCAB, pretrained=str(path), cache_dir=False)
         assert res.coverage["duplicate_words"] == 0 and res.coverage["rows_found"] == 3
     assert not recwarn.list
+
+
+def test_a_byte_order_mark_is_refused_not_read_into_the_first_word(tmp_path):
+    """A GloVe file saved with a BOM read its first word as '\\ufeffthe': that row was never found, and
+    the vocabulary's most frequent word got an OOV row, silently (coverage one row short)."""
+    path = tmp_path / "g.txt"
+    path.write_bytes(b"\xef\xbb\xbfthe 0.1 0.2\ncat 0.3 0.4\n")
+    msg = _err(path)
+    assert msg == (f"{path}:1: the file starts with a UTF-8 byte-order mark (bytes EF BB BF), which would be read "
+                   f"as part of its first word; remove it (e.g. sed -i '1s/^\\xEF\\xBB\\xBF//' {path})")

@@ -148,8 +148,13 @@ def file_dim(path: str | Path, fmt: str) -> int:
 
 
 def text_layout(path: Path) -> tuple[int, int | None]:
-    """(D, the N of an `N D` header or None without one) of a text vector file."""
+    """(D, the N of an `N D` header or None without one) of a text vector file. A byte-order mark is
+    refused: read as part of the first word ('\\ufeffthe'), it made that word's row an OOV row, silently."""
     first = first_line(path)
+    if first.startswith(b"\xef\xbb\xbf"):
+        raise EmbinitError(f"{path}:1: the file starts with a UTF-8 byte-order mark (bytes EF BB BF), which would "
+                           f"be read as part of its first word; remove it (e.g. sed -i '1s/^\\xEF\\xBB\\xBF//' "
+                           f"{path})")
     head = count_header(first)
     dim = head[1] if head else len(first.split()) - 1
     if dim < 1:
