@@ -99,7 +99,7 @@ class Vocab:
             raise EmbinitError(f"vocabulary file not found: {path}")
         tokens, counts, empty = [], {}, []
         try:
-            lines = path.read_text(encoding="utf-8").splitlines()
+            lines = path.read_text(encoding="utf-8-sig").splitlines()   # a byte-order mark is no part of a token
         except (OSError, UnicodeDecodeError) as e:
             raise EmbinitError(f"cannot read vocabulary file {path}: {e}") from None
         for lineno, line in enumerate(lines, 1):

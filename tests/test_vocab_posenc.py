@@ -111,3 +111,22 @@ def test_trial_config_resolution_and_errors():
         TrialConfig.from_dict({"task": "sst2", "learning_rate": 1})
     with pytest.raises(EmbinitError, match="not a registered task"):
         task_defaults("mnist")
+
+
+def test_a_byte_order_mark_is_no_part_of_the_first_token(tmp_path):
+    """A vocabulary saved with a BOM (a Windows editor) had '\\ufeffthe' for its first token: the pretrained
+    row of 'the' was never found, and the questions' first section header was read as a bad line."""
+    from embinit.analysis.analogy import load_questions
+    from helpers.analogy import QUESTIONS
+    (tmp_path / "v.txt").write_bytes(b"\xef\xbb\xbfthe\t5\nof\t3\n")
+    v = Vocab.load(tmp_path / "v.txt")
+    assert "the" in v.tokens and v.counts["the"] == 5 and not any("\ufeff" in t for t in v.tokens)
+    (tmp_path / "q.txt").write_bytes(b"\xef\xbb\xbf" + QUESTIONS.encode())
+    with_mark, without = load_questions(tmp_path / "q.txt"), load_questions(_plain(tmp_path, QUESTIONS))
+    assert (with_mark.sections, with_mark.count, with_mark.invalid) == (without.sections, without.count,
+                                                                         without.invalid)
+
+
+def _plain(tmp_path, text):
+    (tmp_path / "plain.txt").write_text(text)
+    return tmp_path / "plain.txt"

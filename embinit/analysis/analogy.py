@@ -73,7 +73,7 @@ def load_questions(path: str | Path) -> Questions:
     if not path.is_file():
         raise EmbinitError(f"questions file not found: {path}")
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")   # a byte-order mark is no part of the first line
     except (OSError, UnicodeDecodeError) as e:
         raise EmbinitError(f"cannot read questions file {path}: {e}") from None
     qs = parse_questions(text.splitlines(), str(path))
