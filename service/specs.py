@@ -29,6 +29,7 @@ from embinit.redact import masked
 from embinit.spec import (PRETRAINED_KEYS, ExperimentSpec, PlannedTrial, SpecError, SpecLoader, data_problems,
                           load_spec, offline_data_problems, path_fields, unique_pairs, yaml_error)
 from embinit.spec.full_check import SIZES_NOT_CHECKED, spec_problems
+from embinit.spec.yaml_text import not_a_mapping
 from embinit.spec.planning import field_place
 from embinit.spec.vector_files import vector_file_problems
 from embinit.tasks.hub import DataAdvice, advised
@@ -124,7 +125,7 @@ def parse_body(body: bytes, content_type: str | None) -> dict[str, Any]:
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise unprocessable([("", f"the body is not valid {kind}: {first}")]) from None
     if not isinstance(data, dict):
-        raise unprocessable([("", f"a spec must be a mapping at the top level, got {type(data).__name__}")])
+        raise unprocessable([("", not_a_mapping(data, "the body"))])
     return data
 
 

@@ -346,6 +346,9 @@ def test_a_byte_order_mark_is_accepted_in_json_as_in_yaml(client, ctype, body):
 @pytest.mark.parametrize("body, ctype, msg", [
     (b"{not json", "application/json", "the body is not valid JSON"),
     (b"[1, 2]", "application/json", "a spec must be a mapping at the top level, got list"),
+    (b"# nothing yet\n", "application/yaml", "the body is empty: a spec is a mapping with at least name, tasks "
+                                             "and inits"),   # was "got NoneType"
+    (b"null", "application/json", "the body is empty"),
     (b"a: &x [1]\nb: *x\n", "application/yaml", "YAML aliases (*name) are not accepted"),
     (b"\xff\xfe", "application/json", "the body is not UTF-8 text"),
     (b"[" * 5000 + b"]" * 5000, "application/json", "the body is not valid JSON"),

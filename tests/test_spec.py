@@ -510,6 +510,10 @@ def test_input_form_errors(tmp_path):
     assert "mapping at the top level" in str(pytest.raises(SpecError, load_spec, "- a\n- b\n").value)
     assert "cannot read spec file" in str(pytest.raises(SpecError, load_spec, str(tmp_path / "no.yaml")).value)
     assert "must be a mapping" in str(pytest.raises(SpecError, load_spec, 42).value)
+    (tmp_path / "empty.yaml").write_text("# to be written\n")   # said "got NoneType"
+    assert str(pytest.raises(SpecError, load_spec, tmp_path / "empty.yaml").value) == (
+        f"invalid experiment spec (1 problem): the spec in '{tmp_path / 'empty.yaml'}' is empty: a spec is a mapping "
+        f"with at least name, tasks and inits (e.g. tune_configs/quickstart.yaml)")
 
 
 def test_a_spec_file_is_read_whatever_its_name_and_broken_files_say_what_is_wrong(tmp_path):

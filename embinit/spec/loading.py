@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from embinit.file_inputs import folder_problem
 from embinit.spec.experiment import ExperimentSpec
 from embinit.spec.problems import SpecError, as_written, problems_of
-from embinit.spec.yaml_text import SpecLoader, shape_problem, yaml_error
+from embinit.spec.yaml_text import SpecLoader, not_a_mapping, shape_problem, yaml_error
 
 if TYPE_CHECKING:
     from embinit.tasks.hub import DataAdvice
@@ -45,7 +45,7 @@ def _read(source: Any) -> tuple[dict[str, Any], Path | None]:
     except yaml.YAMLError as e:
         raise SpecError([("", yaml_error(e, where))]) from None
     if not isinstance(data, dict):
-        raise SpecError([("", f"a spec must be a mapping at the top level, got {type(data).__name__}")])
+        raise SpecError([("", not_a_mapping(data, f"the spec{where}"))])
     if (problem := shape_problem(data)) is not None:
         raise SpecError([("", f"the spec{where} {problem}")])
     return data, base

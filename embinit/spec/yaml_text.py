@@ -48,6 +48,15 @@ class SpecLoader(yaml.SafeLoader):
 MAX_VALUES = 1_000_000   # a spec is a few hundred values; aliases nested 9 deep in 9s expand to 9^9
 
 
+def not_a_mapping(data: Any, what: str = "the spec") -> str:
+    """Why loaded spec data that is no mapping is no spec, in YAML's words (an empty file loads as None:
+    "got NoneType" named a Python type, not the empty file)."""
+    if data is None:
+        return (f"{what} is empty: a spec is a mapping with at least name, tasks and inits (e.g. "
+                f"tune_configs/quickstart.yaml)")
+    return f"a spec must be a mapping at the top level, got {type(data).__name__}"
+
+
 def shape_problem(data: Any) -> str | None:
     """What makes loaded spec data unusable whatever its fields: a value that contains itself (a YAML
     alias inside its own anchor, `a: &a [*a]`), or more than MAX_VALUES values once aliases are expanded
