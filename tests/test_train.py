@@ -136,8 +136,11 @@ def test_killed_trial_resumes_from_its_last_epoch(cache, tmp_path):
 
 def test_checkpoint_of_another_trial_is_refused(cache, tmp_path):
     run_trial(small(epochs=1), out_dir=tmp_path, cache_dir=cache)
-    with pytest.raises(EmbinitError, match="belongs to trial"):
+    with pytest.raises(EmbinitError, match="belongs to trial") as e:
         run_trial(small(epochs=1, seed=9), out_dir=tmp_path, cache_dir=cache)
+    # the fix in `embinit train`'s flags too (it said "use another out_dir or resume=False")
+    assert str(e.value).endswith("; use another out_dir (embinit train --out), or resume=False (--no-resume: this "
+                                 "trial starts afresh there and its checkpoints replace that trial's)")
 
 
 def test_best_checkpoint_format(cache, tmp_path):

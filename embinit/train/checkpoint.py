@@ -98,7 +98,8 @@ def load_last(out_dir: Path, key: str) -> dict | None:
     ckpt = read(path)   # UnreadableCheckpoint when damaged (resume_state moves it aside)
     if ckpt.get("key") != key:
         raise EmbinitError(f"{path} belongs to trial {ckpt.get('key')!r}, not {key!r}; use another "
-                           "out_dir or resume=False")
+                           "out_dir (embinit train --out), or resume=False (--no-resume: this trial starts afresh "
+                           "there and its checkpoints replace that trial's)")
     return ckpt
 
 
