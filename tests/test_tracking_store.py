@@ -72,6 +72,17 @@ def test_prepare_store_is_idempotent_and_skips_servers(tmp_path):
     assert is_database("postgresql+psycopg://u@h/db") and not is_database("https://mlflow.example")
 
 
+def test_a_store_under_a_file_is_refused_naming_the_file(tmp_path):
+    """sqlite:///notes.txt/mlflow.db said "could not be created or upgraded: FileExistsError: [Errno 17]
+    File exists: '.../notes.txt'"."""
+    (tmp_path / "notes.txt").write_text("x")
+    with pytest.raises(EmbinitError) as e:
+        prepare_store(f"sqlite:///{tmp_path}/notes.txt/mlflow.db")
+    assert str(e.value) == (f"the MLflow store {tmp_path}/notes.txt/mlflow.db cannot be made: "
+                            f"'{tmp_path}/notes.txt' is a file, not a folder")
+    assert (tmp_path / "notes.txt").read_text() == "x"
+
+
 def test_a_sqlite_store_is_in_wal_mode_so_readers_do_not_block_writers(tmp_path):
     """In SQLite's rollback journal a commit waits for every reader; in WAL mode a long read (a report
     over thousands of runs) and a trial's commit go on at once. The mode is kept in the file."""

@@ -35,6 +35,7 @@ from urllib.parse import quote
 
 from embinit.content_hash import file_lock
 from embinit.errors import EmbinitError
+from embinit.file_inputs import folder_problem
 from embinit.redact import masked
 from embinit.tracking.mlflow_store import resolve_uri
 from embinit.tracking.records import KEY_TAG
@@ -79,6 +80,8 @@ def prepare_store(uri: str | None = None) -> str:
         return "external"
     if (db := sqlite_path(uri)) is not None:
         sqlite_store(db)   # refused before anything (the lock file) is made beside it
+        if (problem := folder_problem(db.parent, str(db.parent))) is not None:   # was "FileExistsError: ..."
+            raise EmbinitError(f"the MLflow store {db} cannot be made: {problem}")
     elif is_server_database(uri):
         database_store(uri)   # another application's database is refused before MLflow makes tables in it
     import sqlalchemy
