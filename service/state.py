@@ -9,6 +9,7 @@ a cancel was asked for), with the reason in `error`.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import logging
 import os
@@ -170,7 +171,7 @@ class Reconciler:
         else:
             state = self._after_grace(exp, state)
             if state.status in ("failed", "cancelled"):
-                self._close_runs(exp, state)
+                state = self._closed(exp, state)
         self._apply(exp, state)
         if exp.mlflow_experiment_id is None:
             exp.mlflow_experiment_id = self.store.experiment_id(exp)
@@ -195,6 +196,20 @@ class Reconciler:
         self.runner.release(exp.driver)
         return DriverState("cancelled", counts=state.counts, started_at=state.started_at,
                            finished_at=time.time(), error="stopped after the cancel grace period")
+
+    def _closed(self, exp: Experiment, state: DriverState) -> DriverState:
+        """`state`, once the runs its driver left RUNNING are closed (`_close_runs`); a store SQLite finds
+        damaged never lets them close: then the state is recorded, its error naming the damage (retried,
+        the experiment stayed queued for good, its error None, the damage only in the server's log)."""
+        from embinit.tracking.store_check import damage_found, damaged_message
+        try:
+            self._close_runs(exp, state)
+        except Exception as e:
+            if (words := damage_found(e)) is None:
+                raise
+            unclosed = f"its MLflow runs could not be closed: {damaged_message(self.store.tracking_uri, words)}"
+            return dataclasses.replace(state, error=f"{state.error}; {unclosed}" if state.error else unclosed)
+        return state
 
     def _close_runs(self, exp: Experiment, state: DriverState) -> None:
         """The driver's last word was a failure (or it was stopped): nothing writes its MLflow runs any

@@ -85,3 +85,35 @@ def test_closing_is_tried_again_until_the_disk_has_room(settings):
         store.space = True                                                          # space freed
         assert client.get(f"/experiments/{exp_id}").json()["status"] == "failed"
         assert cluster.mlflow[key] == "failed" and driver in cluster.released
+
+
+class DamagedStore(FakeStore):
+    """MLflow's SQLite file is damaged past its schema: every read or write that reaches the damage fails."""
+
+    def close_orphans(self, exp, reason, status="FAILED", tag=None):
+        import sqlite3
+        raise sqlite3.DatabaseError("database disk image is malformed")
+
+
+def test_a_failure_whose_runs_a_damaged_store_cannot_close_is_recorded_naming_the_damage(settings):
+    """Closing was retried on every read, so the experiment stayed 'queued' for good, its error None, the
+    damage only in the server's log; now it fails, its error the driver's and the damage's, the driver
+    released."""
+    from fastapi.testclient import TestClient
+
+    from service.main import create_app
+
+    cluster = FakeCluster()
+    store = DamagedStore(cluster, tracking_uri="sqlite:////data/mlflow.db")
+    with TestClient(create_app(settings(monitor_interval_s=0), runner=FakeRunner(cluster), store=store)) as client:
+        exp_id = client.post("/experiments", json=SPEC).json()["id"]
+        driver = f"embinit-exp-{exp_id}"
+        FakeRunner(cluster).advance(driver, "failed", error="DatabaseError: database disk image is malformed",
+                                    running=1, pending=1)
+        exp = client.get(f"/experiments/{exp_id}").json()
+        assert exp["status"] == "failed" and driver in cluster.released
+        assert exp["error"] == (
+            "DatabaseError: database disk image is malformed; its MLflow runs could not be closed: /data/mlflow.db "
+            "is a damaged SQLite database: SQLite found \"database disk image is malformed\" reading its runs; "
+            "restore it from a copy (`sqlite3 /data/mlflow.db \"PRAGMA integrity_check\"` lists the damage, "
+            "`sqlite3 /data/mlflow.db .recover` saves what it can)")
