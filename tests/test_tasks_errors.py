@@ -310,3 +310,14 @@ def test_a_split_with_no_examples_is_refused_by_the_spec_check(tmp_path):
     with pytest.raises(EmbinitError, match=f"{folder}/val.de and {folder}/val.en: no examples "
                                            r"\(the val split is empty\)"):
         check_files("multi30k", folder)
+
+
+def test_the_folder_above_a_tasks_folder_given_as_its_folder_points_at_it(tmp_path):
+    """`embinit train --data-dir /data` (the folder of task folders, as $EMBINIT_DATA_DIR) said only that
+    /data lacks train.tsv and dev.tsv, not that /data/sst2 holds them."""
+    sst2(tmp_path / "sst2", ["fine\t1"])
+    with pytest.raises(EmbinitError) as e:
+        load("sst2", tmp_path)
+    assert str(e.value) == (f"sst2: data folder {tmp_path} lacks train.tsv; dev.tsv; {tmp_path / 'sst2'} holds them: "
+                            "the task's own folder is the one to give (embinit train's --data-dir, a spec task's "
+                            "data_dir), the folder above it a spec's data_dir")

@@ -61,6 +61,10 @@ def find_files(task: str, layout: Layout, folder: Path, splits: dict[str, str]) 
             hint = (" (without a train file, pass train_split='valid', eval_split='test' as extras: a spec's "
                     "`extras: {train_split: valid, eval_split: test}`, embinit train's "
                     "`--extra train_split=valid --extra eval_split=test`)")
+        if (folder / task).is_dir() and all(_pick(folder / task, layout.files[s], suffixes) for s in splits.values()):
+            # the folder that holds one folder per task, given where the task's own folder goes
+            hint += (f"; {folder / task} holds them: the task's own folder is the one to give (embinit train's "
+                     f"--data-dir, a spec task's data_dir), the folder above it a spec's data_dir")
         raise MissingFiles(f"{task}: data folder {folder} lacks {'; '.join(missing)}{hint}")
     return found
 
