@@ -210,6 +210,23 @@ def test_train_lists_settings_no_trial_may_combine_with_its_other_problems(tmp_p
     assert lines[3:] == ["  model sizes not checked until the problems above are fixed"]
 
 
+@pytest.mark.parametrize("text, problem", [
+    ("like: sst2\nfiles: {train: train.csv\n", "at line 3, column 1: expected ',' or '}', but got '<stream end>' "
+                                                "(while parsing a flow mapping at line 2, column 8)"),
+    ("like: sst2\nlike: mnli\n", "at line 2, column 1: 'like' is given twice (first at line 1) (while reading a "
+                                 "mapping at line 1, column 1)"),   # the last one won, silently
+])
+def test_a_task_definition_file_that_is_no_yaml_is_one_line_naming_where(text, problem, tmp_path, capsys):
+    """PyYAML's own message was five lines of "in '<unicode string>'" with a caret."""
+    path = tmp_path / "imdb.yaml"
+    path.write_text(text)
+    with pytest.raises(SystemExit):
+        main(["train", "--task", "imdb", "--task-def", str(path), "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == (f"embinit train: error: argument --task-def: cannot read a task definition: not valid YAML in "
+                       f"{str(path)!r} {problem}")
+
+
 def test_a_task_definition_file_lists_its_problems_one_a_line(tmp_path, capsys):
     path = tmp_path / "imdb.yaml"
     path.write_text("like: nope\nfiles: {train: train.csv}\nlabel: [a, b]\n")

@@ -71,9 +71,13 @@ class _DefinitionFile(dict):
 def _definition(path: str) -> dict:
     """A task definition (embinit.task_defs) from a YAML or JSON file."""
     import yaml
+
+    from embinit.spec.yaml_text import SpecLoader, yaml_error
     try:
-        data = yaml.safe_load(Path(path).expanduser().read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        data = yaml.load(Path(path).expanduser().read_text(encoding="utf-8"), Loader=SpecLoader)   # a SafeLoader
+    except yaml.YAMLError as e:   # one line, where the parser stopped; a key given twice too (as in a spec)
+        raise argparse.ArgumentTypeError(f"cannot read a task definition: {yaml_error(e, f' in {path!r}')}") from None
+    except (OSError, UnicodeDecodeError) as e:
         raise argparse.ArgumentTypeError(f"cannot read a task definition from {path}: {e}") from None
     if not isinstance(data, dict):
         raise argparse.ArgumentTypeError(f"{path} holds no mapping (like, files, ...): a task definition is one")
