@@ -74,6 +74,20 @@ def test_the_banner_says_the_object_store_and_whether_a_token_is_asked(served, c
     assert "API token: required on POST and DELETE" in out and "t0ken" not in out
 
 
+def test_a_list_setting_that_is_not_json_is_listed_with_the_other_bad_settings(served, capsys, monkeypatch):
+    """EMBINIT_DATA_ROOTS=/data (not JSON) was pydantic-settings' SettingsError: a traceback, the other bad
+    values unsaid. The environment is left as it was."""
+    import os
+    monkeypatch.setenv("EMBINIT_DATA_ROOTS", "/data")
+    monkeypatch.setenv("EMBINIT_MAX_BODY_BYTES", "lots")
+    assert main(["serve"]) == 2
+    assert capsys.readouterr().err == (
+        "embinit: error: invalid EMBINIT_* setting: EMBINIT_DATA_ROOTS: not JSON (a list is written as JSON, e.g. "
+        "EMBINIT_DATA_ROOTS='[\"/data\"]'), got '/data'; EMBINIT_MAX_BODY_BYTES: Input should be a valid integer, "
+        "unable to parse string as an integer, got 'lots'\n")
+    assert os.environ["EMBINIT_DATA_ROOTS"] == "/data"
+
+
 def test_bad_setting_is_a_one_line_error(served, capsys, monkeypatch):
     monkeypatch.setenv("EMBINIT_MAX_BODY_BYTES", "lots")
     assert main(["serve"]) == 2

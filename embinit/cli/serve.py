@@ -21,24 +21,53 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
+def _settings():
+    """The service's settings from the environment, or one EmbinitError listing each EMBINIT_* value they
+    refuse: a list that is not JSON (EMBINIT_DATA_ROOTS=/data) was pydantic-settings' SettingsError, a
+    traceback that hid the other values' problems."""
+    import re
+
+    from pydantic import ValidationError
+    from pydantic_settings import SettingsError
+
+    from embinit.errors import EmbinitError
+    from service.settings import Settings
+
+    problems, set_aside = [], {}
+    try:
+        while True:
+            try:
+                settings = Settings()
+                break
+            except SettingsError as e:   # a value read as JSON (a list) that is not: set it aside, read on
+                name = "EMBINIT_" + (re.search(r'field "(\w+)"', str(e)) or ["", "?"])[1].upper()
+                if name not in os.environ:   # from a .env file: said as pydantic-settings says it
+                    raise EmbinitError(f"invalid EMBINIT_* setting: {e}") from None
+                problems.append(f"{name}: not JSON (a list is written as JSON, e.g. {name}='[\"/data\"]'), got "
+                                f"{os.environ[name]!r}")
+                set_aside[name] = os.environ.pop(name)
+            except ValidationError as e:
+                problems += [f"EMBINIT_{'_'.join(map(str, err['loc'])).upper()}: {err['msg']}, got "
+                             f"{err.get('input')!r}" for err in e.errors()]
+                break
+    finally:
+        os.environ.update(set_aside)
+    if problems:
+        raise EmbinitError(f"invalid EMBINIT_* setting: {'; '.join(problems)}")
+    return settings
+
+
 def run(args) -> int:
     import uvicorn
-    from pydantic import ValidationError
 
     from embinit.errors import EmbinitError
     from embinit.tracking.mlflow_store import telemetry_off
     from service.main import create_app
     from service.serving import port_taken, uvicorn_options
-    from service.settings import Settings
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     telemetry_off()
-    try:
-        settings = Settings()
-    except ValidationError as e:
-        bad = "; ".join(f"EMBINIT_{'_'.join(map(str, err['loc'])).upper()}: {err['msg']}, got {err.get('input')!r}"
-                        for err in e.errors())
-        raise EmbinitError(f"invalid EMBINIT_* setting: {bad}") from None
+    settings = _settings()
     if args.ray_address:
         settings.ray_address = args.ray_address
     if settings.ray_address is None:
