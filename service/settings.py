@@ -58,20 +58,20 @@ class Settings(BaseSettings):
                                         validate_default=True)
 
     # Limits, each answered with a clear 4xx (413, 422, 429).
-    max_body_bytes: int = 256 * 1024
+    max_body_bytes: int = Field(256 * 1024, ge=1)
     # Seconds a client gets to send a whole request body (408 after that), so slow bodies cannot hold
     # connections open.
-    body_timeout_s: float = 10.0
+    body_timeout_s: float = Field(10.0, gt=0)
     # `embinit serve`'s HTTP server (service/serving.py): a connection whose request headers are not
     # complete this many seconds after they began (or after it opened) is closed; an idle keep-alive
     # connection is closed after `keep_alive_s`; beyond `max_connections` open connections or requests,
     # new requests get 503.
-    header_timeout_s: float = 10.0
-    keep_alive_s: int = 5
-    max_connections: int = 1000
-    max_trials_per_experiment: int = 2000
-    max_active_experiments: int = 4
-    max_page_size: int = 200
+    header_timeout_s: float = Field(10.0, gt=0)
+    keep_alive_s: int = Field(5, ge=0)
+    max_connections: int = Field(1000, ge=1)
+    max_trials_per_experiment: int = Field(2000, ge=1)
+    max_active_experiments: int = Field(4, ge=1)
+    max_page_size: int = Field(200, ge=1)
     # Bounds on what one trial may ask for (a 422 names the field): per-trial values beyond these would
     # hold the cluster for days or oversubscribe a node. Set them to what the cluster is sized for. The
     # defaults (and the hard limits no setting lifts) are declared once, in embinit.bounds.BOUNDS.
@@ -85,18 +85,18 @@ class Settings(BaseSettings):
     max_batch_size: int = setting_default("max_batch_size")
     max_batch_tokens: int = setting_default("max_batch_tokens")
     max_beam_size: int = setting_default("max_beam_size")
-    min_cpus_per_trial: float = 0.25
+    min_cpus_per_trial: float = Field(0.25, gt=0)
     # Refuse (422) a spec whose trials need more CPUs or GPUs than any node of the cluster has. Turn off
     # on an autoscaling cluster, where bigger nodes appear on demand.
     check_cluster_resources: bool = True
     # Validation costs CPU in proportion to the spec: lists are capped before the spec is validated,
     # and a 422 lists at most `max_problems` problems (then says how many more there were).
-    max_list_items: int = 1000
-    max_problems: int = 50
+    max_list_items: int = Field(1000, ge=1)
+    max_problems: int = Field(50, ge=1)   # 0 or less: a 422 listed none, or cut the last
 
     # How often a non-finished experiment's state is refreshed from Ray/MLflow on read (seconds);
     # reads in between are served from the state database.
-    refresh_interval_s: float = 2.0
+    refresh_interval_s: float = Field(2.0, ge=0)
     # How often the API itself follows up unfinished experiments (seconds; 0: only on read), so a finished
     # driver is released and a failed one's MLflow runs closed without anyone reading (service.monitor).
     monitor_interval_s: float = Field(10.0, ge=0)
@@ -108,7 +108,7 @@ class Settings(BaseSettings):
     # Client connection in trouble; being gone fails the experiment and closes its running MLflow runs).
     driver_gone_confirm_s: float = Field(10.0, ge=0)
     # Seconds a cancelled driver gets to stop its trials before it is killed.
-    cancel_grace_s: float = 30.0
+    cancel_grace_s: float = Field(30.0, ge=0)
     # Seconds an MLflow read of the API may take (a slow or absent tracking server: 503 with Retry-After
     # after that), and how many such reads run at once (their own threads, never the database's).
     mlflow_timeout_s: float = Field(10.0, gt=0)

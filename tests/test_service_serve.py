@@ -74,6 +74,21 @@ def test_the_banner_says_the_object_store_and_whether_a_token_is_asked(served, c
     assert "API token: required on POST and DELETE" in out and "t0ken" not in out
 
 
+def test_a_limit_of_zero_or_less_is_refused_at_start(served, capsys, monkeypatch):
+    """EMBINIT_MAX_PROBLEMS=0 started an API whose 422s listed no problem ("only the first 0 are listed"),
+    -1 one that cut the last; a body limit or timeout of 0 refused every request."""
+    for name, value in (("EMBINIT_MAX_PROBLEMS", "0"), ("EMBINIT_MAX_BODY_BYTES", "-5"),
+                        ("EMBINIT_BODY_TIMEOUT_S", "0"), ("EMBINIT_MAX_TRIALS_PER_EXPERIMENT", "0")):
+        monkeypatch.setenv(name, value)
+    assert main(["serve"]) == 2
+    assert capsys.readouterr().err == (
+        "embinit: error: invalid EMBINIT_* setting: EMBINIT_MAX_BODY_BYTES: Input should be greater than or equal "
+        "to 1, got '-5'; EMBINIT_BODY_TIMEOUT_S: Input should be greater than 0, got '0'; "
+        "EMBINIT_MAX_TRIALS_PER_EXPERIMENT: Input should be greater than or equal to 1, got '0'; "
+        "EMBINIT_MAX_PROBLEMS: Input should be greater than or equal to 1, got '0'\n")
+    assert not served
+
+
 def test_a_list_setting_that_is_not_json_is_listed_with_the_other_bad_settings(served, capsys, monkeypatch):
     """EMBINIT_DATA_ROOTS=/data (not JSON) was pydantic-settings' SettingsError: a traceback, the other bad
     values unsaid. The environment is left as it was."""
