@@ -131,3 +131,17 @@ def test_the_check_holds_no_word_of_the_file(tmp_path):
             tracemalloc.stop()
     holding, checking = peak(vectors.words), peak(file_problems)
     assert checking * 10 < holding, (checking, holding)
+
+
+def test_the_similarity_reference_file_is_read_through_too(tmp_path):
+    """The similarity analysis's fixed reference was checked to exist only: a broken vector file failed
+    every trial once the sweep had started. A checkpoint (.pt) or .npy reference is the trial's to read."""
+    bad = _glove(tmp_path / "ref.txt", GOOD[:1] + [b"cat 0.4\n"] + GOOD[2:])
+    (tmp_path / "ref.pt").write_bytes(b"not read here")
+    spec = {**_spec(tmp_path, _glove(tmp_path / "g.txt", GOOD)), "inits": ["xavier"]}
+    for reference, problem in ((bad, f"{bad}:2: expected a word and 3 values"), (tmp_path / "ref.pt", None)):
+        found = dict(vector_file_problems([("analyses.similarity.reference", str(reference))]))
+        assert (found.get("analyses.similarity.reference", "").startswith(problem) if problem else found == {}), found
+    with pytest.raises(SpecError) as e:
+        check_spec({**spec, "analyses": {"similarity": {"reference": str(bad)}}})
+    assert dict(e.value.problems)["analyses.similarity.reference"].startswith(f"{bad}:2: expected a word and 3 values")

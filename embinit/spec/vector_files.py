@@ -25,8 +25,17 @@ _VECTOR_FIELDS = ("pretrained", "src_pretrained")
 _read: dict[tuple[str, int, int], list[str]] = {}   # (real path, size, mtime_ns) -> its problems
 
 
-def _names_vectors(where: str) -> bool:
-    """Whether the field at `where` (`pretrained.glove`, `inits[1].tgt.pretrained`) names a vector source."""
+# the similarity analysis's fixed reference: a checkpoint (.pt, .pth), else a vector file its trials read
+# (embinit.analysis.sources.load_embeddings); a .npy's vocabulary is optional there, so only text and
+# word2vec files are read through
+_REFERENCE, _NOT_READ_AS_REFERENCE = "analyses.similarity.reference", (".pt", ".pth", ".npy")
+
+
+def _names_vectors(where: str, path: Path) -> bool:
+    """Whether the field at `where` (`pretrained.glove`, `inits[1].tgt.pretrained`, the similarity's
+    reference) names a vector file `path` to read through."""
+    if where == _REFERENCE:
+        return path.suffix not in _NOT_READ_AS_REFERENCE
     return any(part.split("[")[0] in _VECTOR_FIELDS for part in where.split("."))
 
 
@@ -58,6 +67,6 @@ def vector_file_problems(pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
     out = []
     for where, value in pairs:
         path = Path(value).expanduser()
-        if _names_vectors(where) and path.is_file():
+        if path.is_file() and _names_vectors(where, path):
             out += [(where, problem) for problem in file_problems(path)]
     return out
