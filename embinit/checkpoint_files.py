@@ -127,3 +127,16 @@ def read_init_sample(path: Path):
         raise refused(f"'values' must be a 1-D float array and 'shape' two positive integers (got "
                       f"{values.dtype}{list(values.shape)} and {shape.dtype}{list(shape.shape)})")
     return values, (int(shape[0]), int(shape[1]))
+
+
+def not_a_checkpoint(f) -> str | None:
+    """Why the open file `f` is no checkpoint torch.save wrote, from its first bytes (a GloVe file given as
+    `init_from` failed with torch's "pop from empty list"), or None when it may be one: the zip archive
+    torch.save writes since PyTorch 1.6 (a cut one too: torch's error says what is wrong with it) or an
+    older pickle."""
+    f.seek(0)
+    head = f.read(40)
+    f.seek(0)
+    if head.startswith((b"PK\x03\x04", b"\x80")):   # a zip's first entry; pickle's protocol opcode
+        return None
+    return f"not a PyTorch checkpoint (a trial's best.pt: the zip archive torch.save writes); it starts with {head!r}"

@@ -160,7 +160,8 @@ def test_hub_id_shaped_values_are_checked(client, offline_hub, spec, loc, msg):
 
 
 def test_what_those_fields_may_name_instead(client, offline_hub, tmp_path):
-    (tmp_path / "pretrained" / "best.pt").write_bytes(b"x")
+    import torch
+    torch.save({"tok": torch.zeros(1)}, tmp_path / "pretrained" / "best.pt")   # b"x" is no checkpoint: a 422 now
     for spec in ({**SPEC, "defaults": {"tokenizer": "whitespace"}},
                  {**SPEC, "axes": {"tokenizer": ["spacy", "whitespace"]}},
                  {**SPEC, "defaults": {"init_from": "best.pt"}},

@@ -4,10 +4,12 @@ failed each trial of the init only once the sweep had started (after other inits
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 import pytest
 
+from embinit.errors import EmbinitError
 from embinit.spec import SpecError, check_local_paths, load_spec
 from embinit.spec.full_check import check_spec
 from embinit.spec.vector_files import vector_file_problems
@@ -145,3 +147,22 @@ def test_the_similarity_reference_file_is_read_through_too(tmp_path):
     with pytest.raises(SpecError) as e:
         check_spec({**spec, "analyses": {"similarity": {"reference": str(bad)}}})
     assert dict(e.value.problems)["analyses.similarity.reference"].startswith(f"{bad}:2: expected a word and 3 values")
+
+
+def test_an_init_from_that_is_no_checkpoint_is_a_spec_problem_and_a_trials_error_names_it(tmp_path):
+    """A GloVe file given as `init_from` passed the check and failed every trial with torch's "cannot read
+    init_from checkpoint g.txt: pop from empty list"."""
+    import torch
+
+    from embinit.train.checkpoint import read
+    glove = _glove(tmp_path / "g.txt", GOOD)
+    why = ("not a PyTorch checkpoint (a trial's best.pt: the zip archive torch.save writes); it starts with "
+           f"{b''.join(GOOD)[:40]!r}")
+    assert vector_file_problems([("tasks[0].init_from", str(glove))]) == [("tasks[0].init_from", f"{glove}: {why}")]
+    with pytest.raises(SpecError) as e:
+        check_spec({**_spec(tmp_path, glove), "inits": ["xavier"], "defaults": {"init_from": str(glove)}})
+    assert dict(e.value.problems)["defaults.init_from"] == f"{glove}: {why}"
+    with pytest.raises(EmbinitError, match=f"cannot read init_from checkpoint {glove}: {re.escape(why)}$"):
+        read(glove, "init_from checkpoint")
+    torch.save({"tok": torch.zeros(2, 3)}, tmp_path / "best.pt")   # a checkpoint: no problem
+    assert vector_file_problems([("tasks[0].init_from", str(tmp_path / "best.pt"))]) == []

@@ -61,6 +61,14 @@ def file_problems(path: Path) -> list[str]:
     return _read[memo]
 
 
+def _checkpoint_problem(path: Path) -> str | None:
+    """Why an `init_from` file is no checkpoint (not the zip archive torch.save writes), read from its first
+    bytes without loading it: every trial would fail on it."""
+    from embinit.checkpoint_files import not_a_checkpoint
+    with open(path, "rb") as f:
+        return not_a_checkpoint(f)
+
+
 def vector_file_problems(pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
     """(where, problem) for each local vector file of `pairs` (field path, value: `ExperimentSpec.paths()`)
     that a trial could not read; a path that does not exist is `missing_paths`' to say."""
@@ -69,4 +77,6 @@ def vector_file_problems(pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
         path = Path(value).expanduser()
         if path.is_file() and _names_vectors(where, path):
             out += [(where, problem) for problem in file_problems(path)]
+        elif path.is_file() and where.rsplit(".", 1)[-1].split("[")[0] == "init_from":
+            out += [(where, f"{path}: {why}") for why in [_checkpoint_problem(path)] if why]
     return out

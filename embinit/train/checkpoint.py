@@ -19,7 +19,8 @@ from typing import Any
 
 import torch
 
-from embinit.checkpoint_files import BEST, LAST, LAST_INFO, is_output_file, last_info_text, parse_last_info
+from embinit.checkpoint_files import (BEST, LAST, LAST_INFO, is_output_file, last_info_text, not_a_checkpoint,
+                                      parse_last_info)
 from embinit.errors import EmbinitError
 from embinit.trusted import is_trusted, opened_path
 
@@ -88,7 +89,11 @@ def read(path: str | Path, what: str = "checkpoint") -> dict:
             return torch.load(f, map_location="cpu", weights_only=True)
         except Exception as e:  # truncated, foreign, or holding objects that are not weights
             first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+            if (why := not_a_checkpoint(f)) is not None:   # torch's words for it: "pop from empty list"
+                first = why
             raise UnreadableCheckpoint(f"cannot read {what} {path}: {first}") from None
+
+
 
 
 def load_last(out_dir: Path, key: str) -> dict | None:
