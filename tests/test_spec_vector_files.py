@@ -166,3 +166,25 @@ def test_an_init_from_that_is_no_checkpoint_is_a_spec_problem_and_a_trials_error
         read(glove, "init_from checkpoint")
     torch.save({"tok": torch.zeros(2, 3)}, tmp_path / "best.pt")   # a checkpoint: no problem
     assert vector_file_problems([("tasks[0].init_from", str(tmp_path / "best.pt"))]) == []
+
+
+def test_a_tokenizer_that_is_a_file_or_a_folder_without_one_is_a_spec_problem(tmp_path):
+    """Both passed the check and failed every trial: a file as "tokenizer folder 'vocab.txt' does not
+    exist" (it does), a folder without tokenizer files with transformers' "Couldn't instantiate ..."."""
+    (tmp_path / "tok").mkdir()
+    (tmp_path / "tok" / "vocab.txt").write_text("[PAD]\n[UNK]\nthe\n")
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
+    vocab = tmp_path / "tok" / "vocab.txt"
+    found = dict(vector_file_problems([("tasks[0].tokenizer", str(vocab)),
+                                       ("axes.tokenizer[1]", str(tmp_path / "model")),
+                                       ("defaults.tokenizer", str(tmp_path / "tok")), ("tasks[1].tokenizer", "spacy")]))
+    assert found == {
+        "tasks[0].tokenizer": f"tokenizer {str(vocab)!r} is a file; give the folder that holds a tokenizer's files "
+                              f"({tmp_path / 'tok'}, if this is one of them), a registered tokenizer ['spacy', "
+                              f"'whitespace', 'gpt2'] or a hub id",
+        "axes.tokenizer[1]": f"tokenizer folder '{tmp_path / 'model'}' holds no tokenizer: the folder holds "
+                             f"['config.json']; a tokenizer folder needs tokenizer.json, or vocab.json + merges.txt "
+                             f"(byte-level BPE, as GPT-2's), or vocab.txt (WordPiece), or a SentencePiece .model, or "
+                             f"OpenAI's original GPT-2 files encoder.json + vocab.bpe alone (read as they are; they "
+                             f"are vocab.json + merges.txt under other names, so renaming them converts the folder)"}

@@ -118,12 +118,34 @@ def resolve_tokenizer(name: str, lang: str = "en", lowercase: bool = True,
                              ("hf", [_file_id(p) for p in files]))
     # A hub id is "name" or "org/name", pinned as "<id>@<revision>" or not; anything else that looks like a
     # path is a missing folder.
+    if path.is_file():   # tokenizer.json or vocab.txt itself: the folder holding it is what loads
+        raise EmbinitError(f"tokenizer {name!r} is a file; give the folder that holds a tokenizer's files "
+                           f"({path.parent}, if this is one of them), a registered tokenizer {list(TOKENIZERS)} or "
+                           f"a hub id")
     if path_shaped(name) or Path(split_revision(name)[0]).suffix in (".json", ".txt"):
         raise EmbinitError(f"tokenizer folder {name!r} does not exist; give a registered tokenizer "
                            f"{list(TOKENIZERS)}, a Hugging Face tokenizer folder or a hub id")
     if (problem := revision_problem(name)) is not None:
         raise EmbinitError(f"tokenizer {problem}")
     return TokenizerSpec(name, "hf", lang, False, name, ("hf", name))
+
+
+def local_tokenizer_problem(name: str) -> str | None:
+    """Why a tokenizer value that names an existing local file or folder cannot be a tokenizer, found
+    without loading it (the spec's check): a file (`resolve_tokenizer` says which folder to give), or a
+    folder with none of a tokenizer's files (`folder_hint`); None otherwise (a name, a hub id, a folder
+    that may load)."""
+    path = Path(name).expanduser()
+    if name in TOKENIZERS or not path.exists():
+        return None
+    if path.is_file():
+        try:
+            resolve_tokenizer(name)
+        except EmbinitError as e:
+            return str(e)
+    if any((path / f).is_file() for f in HF_TOKENIZER_FILES + GPT2_FILES) or any(path.glob("*.model")):
+        return None
+    return f"tokenizer folder {name!r} holds no tokenizer: {folder_hint(str(path))}"
 
 
 def _openai_gpt2(folder: Path) -> bool:
