@@ -1,6 +1,7 @@
 """A tracking server whose every kept-alive request waits ~40 ms (uvicorn's multi-process mode leaves
 Nagle on, Kludex/uvicorn#3149; `mlflow server`'s default is 4 workers) is named once, with the fix, when
-a sweep starts; a one-process server, or one that cannot be reached, gives no warning."""
+a sweep starts; a one-process server gives no warning, and one that cannot be reached for the check's
+patience is an error naming it."""
 
 from __future__ import annotations
 
@@ -94,7 +95,41 @@ def test_a_sweep_against_a_server_that_is_not_there_fails_at_once_naming_it(monk
     t = time.monotonic()
     with pytest.raises(EmbinitError) as e:
         sweep_run.run_sweep(spec, tracking_uri=uri)
-    assert str(e.value) == (f"the MLflow server {uri} cannot be reached ([Errno 111] Connection refused); start it "
+    assert str(e.value) == (f"the MLflow server {uri} cannot be reached ([Errno 111] Connection refused, tried for "
+                            f"10 s); start it "
                             f"(e.g. `mlflow server --backend-store-uri sqlite:///mlflow.db --workers 1`) or give the "
                             f"URI of one that runs (--tracking-uri, the spec's mlflow.tracking_uri)")
     assert time.monotonic() - t < 30
+
+
+def test_a_server_that_comes_up_within_the_patience_is_used(tmp_path):
+    """A server restarting while an experiment starts (the API's driver, a CLI run) is waited for a few
+    seconds, not failed at once: the check goes on once it answers."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    class Health(BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"OK")
+
+        def log_message(self, *a):
+            pass
+
+    port = free_port()
+    servers = []
+
+    def start_later():
+        time.sleep(2.0)
+        servers.append(HTTPServer(("127.0.0.1", port), Health))
+        servers[0].serve_forever()
+    threading.Thread(target=start_later, daemon=True).start()
+    t = time.monotonic()
+    try:
+        assert tracking_server.check(f"http://127.0.0.1:{port}", patience_s=20) is None
+        assert time.monotonic() - t >= 2.0
+    finally:
+        if servers:
+            servers[0].shutdown()

@@ -36,29 +36,37 @@ def keepalive_warning(uri: str, first_ms: float, later_ms: list[float]) -> str |
             "scale it; docs/deployment.md)")
 
 
-def check(uri: str, requests_made: int = 4, timeout_s: float = 5.0) -> str | None:
+def check(uri: str, requests_made: int = 4, timeout_s: float = 5.0, patience_s: float = 10.0) -> str | None:
     """Time `requests_made` requests of the server's `/health` on one connection and log the warning
     when there is one (returned too). A server that cannot be reached (refused, no such host, no answer in
-    `timeout_s`) is an EmbinitError: MLflow's own client retries such a server for minutes, in silence,
-    before the sweep's first call fails. A server that answers with an error gives no warning here."""
+    `timeout_s`), tried again for `patience_s` (a server restarting while an experiment starts), is an
+    EmbinitError: MLflow's own client retries such a server for minutes, in silence, before the sweep's
+    first call fails. A server that answers with an error gives no warning here."""
     if not uri.startswith(("http://", "https://")):
         return None
     import requests
 
-    times = []
-    try:
-        with requests.Session() as session:
-            for _ in range(requests_made):
-                t = time.perf_counter()
-                session.get(uri.rstrip("/") + "/health", timeout=timeout_s).raise_for_status()
-                times.append(1000 * (time.perf_counter() - t))
-    except (requests.ConnectionError, requests.Timeout) as e:
-        why = f"no answer in {timeout_s:g} s" if isinstance(e, requests.Timeout) else _reason(e)
-        raise EmbinitError(f"the MLflow server {masked(uri)} cannot be reached ({why}); start it (e.g. `mlflow "
-                           f"server --backend-store-uri sqlite:///mlflow.db --workers 1`) or give the URI of one "
-                           f"that runs (--tracking-uri, the spec's mlflow.tracking_uri)") from None
-    except requests.RequestException:
-        return None
+    deadline = time.monotonic() + patience_s
+    while True:
+        times = []
+        try:
+            with requests.Session() as session:
+                for _ in range(requests_made):
+                    t = time.perf_counter()
+                    session.get(uri.rstrip("/") + "/health", timeout=timeout_s).raise_for_status()
+                    times.append(1000 * (time.perf_counter() - t))
+            break
+        except (requests.ConnectionError, requests.Timeout) as e:
+            if time.monotonic() < deadline:
+                time.sleep(1.0)
+                continue
+            why = f"no answer in {timeout_s:g} s" if isinstance(e, requests.Timeout) else _reason(e)
+            raise EmbinitError(f"the MLflow server {masked(uri)} cannot be reached ({why}, tried for "
+                               f"{patience_s:g} s); start it (e.g. `mlflow server --backend-store-uri "
+                               f"sqlite:///mlflow.db --workers 1`) or give the URI of one that runs (--tracking-uri, "
+                               f"the spec's mlflow.tracking_uri)") from None
+        except requests.RequestException:
+            return None
     message = keepalive_warning(uri, times[0], times[1:])
     if message:
         log.warning(message)

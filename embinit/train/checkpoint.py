@@ -94,8 +94,6 @@ def read(path: str | Path, what: str = "checkpoint") -> dict:
             raise UnreadableCheckpoint(f"cannot read {what} {path}: {first}") from None
 
 
-
-
 def load_last(out_dir: Path, key: str) -> dict | None:
     path = out_dir / LAST
     if not path.is_file():
