@@ -70,6 +70,17 @@ def failure_reasons(trials: list[dict[str, Any]], most: int = 3) -> str:
     return "; ".join(parts)
 
 
+def _all_failed(failed: int, reused: int) -> str:
+    """`all 4 trials failed`, `the 1 trial failed`; with trials reused from earlier sweeps, those it
+    trained (`all 1 trials failed` read as if nothing had a result)."""
+    head = f"all {failed} trials" if failed != 1 else "the 1 trial"
+    if not reused:
+        return f"{head} failed"
+    more = ("1 more was reused from an earlier sweep" if reused == 1 else
+            f"{reused} more were reused from earlier sweeps")
+    return f"{head} it trained failed ({more})"
+
+
 def final_state(result, cancelled: bool) -> tuple[str, str | None]:
     """(status, error) of a finished sweep: succeeded only when every planned trial has a finished run
     (trained now or reused), so a sweep that lost trials never passes for a complete one; and then
@@ -80,7 +91,7 @@ def final_state(result, cancelled: bool) -> tuple[str, str | None]:
     if result.cancelled or cancelled:
         return "cancelled", None
     if failed and failed >= ran:
-        return "failed", f"all {failed} trials failed: {failure_reasons(result.trials)}"
+        return "failed", f"{_all_failed(failed, result.reused)}: {failure_reasons(result.trials)}"
     missing = result.planned - result.n_finished - failed
     parts = [f"{failed} failed"] if failed else []
     parts += [f"{missing} {'has' if missing == 1 else 'have'} no finished run"] if missing else []

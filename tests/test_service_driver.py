@@ -40,6 +40,12 @@ def _drive(monkeypatch, sweep, tracking_uri: str = "sqlite:///x.db", store_uri: 
      "only 3 of 4 trials finished (1 failed; see MLflow); failures: ValueError: bad lr (1 trial); submit "
      "again with ?rerun=true to run the rest"),
     (_result(finished=0, failed=4), "failed", "all 4 trials failed: ValueError: bad lr (4 trials)"),
+    (_result(planned=1, finished=0, failed=1), "failed", "the 1 trial failed: ValueError: bad lr (1 trial)"),
+    # trials reused from an earlier sweep have results: the failure is of the trials this one trained
+    (_result(planned=2, reused=1, finished=1, failed=1), "failed",
+     "the 1 trial it trained failed (1 more was reused from an earlier sweep): ValueError: bad lr (1 trial)"),
+    (_result(planned=5, reused=2, finished=2, failed=3), "failed",
+     "all 3 trials it trained failed (2 more were reused from earlier sweeps): ValueError: bad lr (3 trials)"),
     # a sweep whose trials never ran (or ran elsewhere) is not a success: finished + reused != planned
     (_result(finished=0), "failed",
      "only 0 of 4 trials finished (4 have no finished run; see MLflow); submit again with ?rerun=true "
