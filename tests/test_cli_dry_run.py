@@ -96,3 +96,15 @@ def test_a_translation_trial_s_line_names_its_source_table_s_init():
         ("synthetic_lm", "Normal", '{"lr": 0.001}')]   # no source table
     assert lines("normal") == [("synthetic_translation", "Normal", '{"src": "normal", "lr": 0.001}'),
                                ("synthetic_lm", "Normal", '{"lr": 0.001}')]
+
+
+def test_a_tracking_server_that_does_not_answer_is_a_note_not_every_trial_to_train(tmp_path):
+    """A dry run reads a tracking server's trials through it; one that cannot be reached is said, so the
+    trials listed as still to train are not taken for the store's word."""
+    from live_server import free_port
+    spec = load_spec({"name": "one", "tasks": [{"task": "synthetic_lm", "epochs": 1}], "inits": ["xavier"],
+                      "seeds": 1})
+    uri = f"http://127.0.0.1:{free_port()}"
+    text = dry_run.dry_run(spec, uri)
+    assert (f"note: the MLflow server {uri} cannot be reached ([Errno 111] Connection refused); the trials it has "
+            "finished are not counted here") in text

@@ -117,3 +117,22 @@ def test_trials_write_their_runs_to_the_database_and_only_artifacts_through_the_
     finally:
         mlflow.set_tracking_uri(before)
     assert list(table.columns) == ["statistic", "init", "best"] and "emb/std" in set(table["statistic"])
+
+
+def test_a_dry_run_reads_the_trials_a_tracking_server_has_finished(server, tmp_path):
+    """A dry run against an `mlflow server` reads the spec's experiment through it, as the run does: a key
+    the server has finished is marked reused (it was read as still to train, every trial of it)."""
+    from embinit.cli.dry_run import dry_run
+    from embinit.tracking import trial_run
+    url, _, _ = server
+    spec = load_spec({"name": "dry-via-server", "seeds": [0, 1], "inits": ["xavier"],
+                      "tasks": [{"task": "synthetic_classification", "epochs": 1, "d_model": 16, "heads": 2}],
+                      "cache_dir": str(tmp_path / "cache"), "mlflow": {"tracking_uri": url}})
+    first, second = spec.plan()
+    exp = mlflow_store.ensure_experiment(spec.experiment_name(), url)
+    run = trial_run.TrialRun.open(url, exp, None, first.config, first.key, first.label, {"axes": {}, "point": {}})
+    run.finish({"status": "finished", "history": [{"epoch": 1, "val/loss": 1.0, "val/acc": 0.5}],
+                "best": {"val/acc": 0.5}, "best_epoch": 1, "test": {"test/acc": 0.5}}, [])
+    lines = dry_run(spec).splitlines()
+    assert any(first.key in line and "[finished: reused]" in line for line in lines)
+    assert any(second.key in line and "reused" not in line for line in lines)

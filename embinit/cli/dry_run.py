@@ -17,7 +17,7 @@ from embinit.redact import masked
 from embinit.cli.hub_notes import hub_notes
 from embinit.cli.oov_notes import own_tokenizer_lines
 from embinit.cli.dry_run_store import (Resume, experiment_trials, finished_here, local_store, readable_store,
-                                       resumes, retired_folders, retired_lines, store_lines)
+                                       resumes, retired_folders, retired_lines, server_store, store_lines)
 from embinit.tracking.store_check import resolved
 from embinit.spec.planning import has_source_table, moot_inits
 
@@ -282,7 +282,8 @@ def dry_run(spec, tracking_uri: str | None = None, prune_command: str = "embinit
     `--tracking-uri`) is the store the run would write, else the spec's. `prune_command`: the command that
     removes the checkpoint folders of trials the spec no longer plans, named where there are any."""
     uri = resolved(spec.tracking_uri(tracking_uri))
-    store = local_store(uri)   # before anything is read: a file the run would refuse is an error here too
+    # before anything is read: a file the run would refuse is an error here too; a server is read through
+    store = local_store(uri) or server_store(uri)
     read = readable_store(uri, store)
     plan = spec.plan()   # once: planning a large grid hashes every trial's key
     exp_id, recs = experiment_trials(spec, read) if not spec.drawn else (None, [])   # the store read once

@@ -34,6 +34,20 @@ def local_store(uri: str) -> StoreState | None:
         return StoreState(masked(uri), "unreachable", problem=str(e))
 
 
+def server_store(uri: str) -> StoreState | None:
+    """The store behind the tracking server at `uri` (http, https), as a dry run reads it: through the
+    server, which keeps its own schema ("current"), or "unreachable" when the server does not answer (its
+    trials are then not counted, and the note says so, instead of every trial read as still to train);
+    None for a URI that is no server."""
+    if not uri.startswith(("http://", "https://")):
+        return None
+    from embinit.tracking.server_check import unreachable
+    if (why := unreachable(uri)) is not None:
+        return StoreState(masked(uri), "unreachable", problem=f"the MLflow server {masked(uri)} cannot be reached "
+                                                              f"({why})")
+    return StoreState(masked(uri), "current")
+
+
 def readable_store(uri: str, store: StoreState | None) -> str | None:
     """`uri` when the dry run reads it: an MLflow store in a database at this MLflow's schema (a dry run
     starts nothing, creates nothing, migrates nothing); else None."""

@@ -73,6 +73,21 @@ def check(uri: str, requests_made: int = 4, timeout_s: float = 5.0, patience_s: 
     return message
 
 
+def unreachable(uri: str, timeout_s: float = 3.0) -> str | None:
+    """Why the tracking server at `uri` cannot be reached now (refused, no such host, no answer in
+    `timeout_s`), one try of its `/health`; None when it answers (even with an error status)."""
+    import requests
+    try:
+        requests.get(uri.rstrip("/") + "/health", timeout=timeout_s)
+    except requests.Timeout:
+        return f"no answer in {timeout_s:g} s"
+    except requests.ConnectionError as e:
+        return _reason(e)
+    except requests.RequestException:
+        return None
+    return None
+
+
 def _reason(e: Exception) -> str:
     """The innermost reason of a connection error, e.g. "[Errno 111] Connection refused"."""
     for _ in range(10):   # requests' error wraps urllib3's, which wraps the socket's
