@@ -43,3 +43,17 @@ def test_flags(text, pretrained, subword):
     spec = parse_init_spec(text)
     assert spec.is_pretrained is pretrained and spec.is_subword is subword
     assert isinstance(spec, InitSpec)
+
+
+@pytest.mark.parametrize("spec, named", [
+    ("glvoe+standardise", ["'glvoe' is not a registered init", "'standardise' is not a registered transform"]),
+    ("glove+standardise+shufle", ["did you mean 'standardize'?", "did you mean 'shuffle'?"]),
+    ({"source": "glvoe", "oov": "zro"}, ["did you mean 'glove'?", "'zro' is not a registered oov rule"]),
+])
+def test_every_wrong_part_of_an_init_is_named_at_once(spec, named):
+    """Each misspelt part is said in the one error: the transform was said only once the source was
+    fixed, one run later."""
+    from embinit.init import InitSpecError
+    with pytest.raises(InitSpecError) as e:
+        parse_init_spec(spec)
+    assert all(part in str(e.value) for part in named), str(e.value)

@@ -225,16 +225,31 @@ def _check_transform(token: Any) -> str:
 
 
 def _validated(source: str, transforms, oov, lowercase, pretrained, name) -> InitSpec:
-    _check_name("init", source, list(RANDOM_INITS) + list(SOURCE_FAMILIES), "source")
-    transforms = tuple(_check_transform(t) for t in transforms)
+    """The InitSpec, or one InitSpecError naming each part that is wrong (`glvoe+standardise`: both the
+    source and the transform, not the source alone and the transform one fix later)."""
+    problems: list[InitSpecError] = []
+
+    def check(fn, *args) -> None:
+        try:
+            fn(*args)
+        except InitSpecError as e:
+            problems.append(e)
+    check(_check_name, "init", source, list(RANDOM_INITS) + list(SOURCE_FAMILIES), "source")
+    transforms = tuple(transforms)
+    for t in transforms:
+        check(_check_transform, t)
+    if oov is not None:
+        check(_check_name, "oov rule", oov, OOV_INFO, "oov")
+    if not isinstance(lowercase, bool):
+        problems.append(InitSpecError(f"init spec 'lowercase' must be true or false, got {lowercase!r}"))
+    if len(problems) == 1:
+        raise problems[0]
+    if problems:
+        raise InitSpecError("; ".join(map(str, problems)))
     fixed = [t for t in transforms if not TRANSFORM_INFO[t.partition("=")[0]].any_source]
     if fixed and source in RANDOM_INITS:
         raise InitSpecError(f"transform {fixed[0]!r} applies to pretrained sources, not to the random "
                            f"init {source!r}; pretrained sources: {sorted(SOURCE_FAMILIES)}")
-    if oov is not None:
-        _check_name("oov rule", oov, OOV_INFO, "oov")
-    if not isinstance(lowercase, bool):
-        raise InitSpecError(f"init spec 'lowercase' must be true or false, got {lowercase!r}")
     return InitSpec(source, transforms, oov, lowercase, pretrained, name)
 
 
