@@ -39,7 +39,9 @@ from service.specs import api_terms
 #     `source_init`, a markdown note, the LaTeX caption).
 # 12: rows carry `eval_split_note` (CSV too, with a note): a language model's `val/*` measured on another split
 #     (`extras: {eval_split: test}`: val/* is the test split, and there is no separate test split).
-REPORT_VERSION = 12
+# 13: a row whose baseline row has no finished seed (never started, all diverged) says so in `no_baseline`
+#     (the markdown's "Rows without a comparison") instead of having no comparison without a word.
+REPORT_VERSION = 13
 
 
 def absolute_sqlite_uri(url: str) -> str:

@@ -167,7 +167,31 @@ def test_a_baseline_without_trials_gives_no_reason_to_misread():
             {"task": "multi30k", "init": "GloVe", "axes": {}, "metric": "test/bleu", "setting": {},
              "seeds": {"0": 1.0}, "_basis": {"epochs": 4}}]
     report_baseline.compare_rows(rows, "Xavier")
-    assert rows[1]["vs_baseline"] is None and "no_baseline" not in rows[1] and "_basis" not in rows[1]
+    # not "trained otherwise": the baseline's row has no trial to have been trained any way
+    assert rows[1]["vs_baseline"] is None and rows[1]["no_baseline"] == "Xavier has no finished seed here"
+    assert "_basis" not in rows[1]
+
+
+def test_a_row_whose_baseline_has_no_finished_seed_says_why_it_is_not_compared():
+    """A cancelled sweep that never started Xavier on one task, or an lr at which every Xavier seed
+    diverged, left the other inits' rows out of the comparison table without a word."""
+    trials = [_trial(f"x{s}", "Xavier", s, "diverged", {}) for s in range(2)]
+    trials += [_trial(f"g{s}", "GloVe", s, "finished", {"test/bleu": 30.0 + s}) for s in range(2)]
+    report = _report(trials)
+    glove = next(r for r in report.rows if r["init"] == "GloVe")
+    assert glove["vs_baseline"] is None and glove["no_baseline"] == "Xavier has no finished seed here (2 diverged)"
+    assert ("- multi30k GloVe (test/bleu): not compared with Xavier: Xavier has no finished seed here (2 diverged)"
+            in report.to_markdown())
+    from embinit.report import baseline as report_baseline
+    rows = [{"task": "sst2", "init": "Xavier", "axes": {}, "metric": "best/val/acc", "setting": {}, "seeds": {},
+             "never_started": 3, "_basis": None},
+            {"task": "sst2", "init": "GloVe", "axes": {}, "metric": "best/val/acc", "setting": {},
+             "seeds": {"0": 0.8}, "_basis": {"epochs": 4}},
+            {"task": "sst2", "init": "Normal", "axes": {}, "metric": "best/val/acc", "setting": {}, "seeds": {},
+             "never_started": 3, "_basis": None}]
+    report_baseline.compare_rows(rows, "Xavier")
+    assert rows[1]["no_baseline"] == "Xavier has no finished seed here (3 never started)"
+    assert "no_baseline" not in rows[2]   # nothing to compare on either side: no reason needed
 
 
 def test_rows_that_trained_at_another_model_size_are_not_compared():

@@ -95,15 +95,34 @@ def _baseline_row(row: dict[str, Any], candidates: list[dict[str, Any]]) -> tupl
     return None, f"the baseline was trained otherwise ({text})"
 
 
+# What became of a row's trials, as `no_result` names them.
+_OUTCOMES = {"diverged": "diverged", "non_finite": "non-finite", "no_value": "logged no value", "failed": "failed",
+             "running": "running", "never_started": "never started"}
+
+
+def no_result(baseline: str, candidates: list[dict[str, Any]]) -> str | None:
+    """Why a row with results has no comparison when the baseline's rows for it (`candidates`) have no
+    finished seed: a cancelled sweep that never started them, seeds that all diverged or failed (None when
+    the baseline has no row here, or one with seeds)."""
+    if not candidates or any(c["seeds"] for c in candidates):
+        return None
+    counts = {word: sum(c.get(k) or 0 for c in candidates) for k, word in _OUTCOMES.items()}
+    said = ", ".join(f"{n} {word}" for word, n in counts.items() if n)
+    return f"{baseline} has no finished seed here" + (f" ({said})" if said else "")
+
+
 def compare_rows(rows: list[dict[str, Any]], baseline: str) -> None:
     """Set each row's `vs_baseline` (None for the baseline's own rows and where it has no row trained
-    like this one: then `no_baseline` says why). Drops the rows' `_basis`."""
+    like this one, or one without a finished seed: then `no_baseline` says why). Drops the rows' `_basis`."""
     base: dict[tuple, list[dict[str, Any]]] = {}
     for r in rows:
         if r["init"] == baseline:
             base.setdefault(_slot(r), []).append(r)
     for r in rows:
-        b, why = (None, None) if r["init"] == baseline else _baseline_row(r, _candidates(r, base))
+        candidates = [] if r["init"] == baseline else _candidates(r, base)
+        b, why = (None, None) if r["init"] == baseline else _baseline_row(r, candidates)
+        if r["seeds"] and not why and (b is None or not b["seeds"]):
+            why = no_result(baseline, [b] if b is not None else candidates)
         r["vs_baseline"] = None if b is None or not r["seeds"] or not b["seeds"] else {
             **with_divergence(comparison(r["seeds"], b["seeds"], r["metric"], baseline), r, b),
             "still_improving": bool(r.get("still_improving") or b.get("still_improving")),
