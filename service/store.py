@@ -41,7 +41,8 @@ from service.specs import api_terms
 #     (`extras: {eval_split: test}`: val/* is the test split, and there is no separate test split).
 # 13: a row whose baseline row has no finished seed (never started, all diverged) says so in `no_baseline`
 #     (the markdown's "Rows without a comparison") instead of having no comparison without a word.
-REPORT_VERSION = 13
+# 14: the CSV's `verdict_note` of a row without a comparison says why (`no_baseline`: "not compared with Xavier: ...").
+REPORT_VERSION = 14
 
 
 def absolute_sqlite_uri(url: str) -> str:

@@ -5,7 +5,9 @@ said, instead of crashing the report). Records are built as MLflow's would be re
 
 from __future__ import annotations
 
+import csv
 import dataclasses
+import io
 import json
 import math
 
@@ -153,6 +155,8 @@ def test_an_init_is_compared_only_with_a_baseline_trained_like_it():
     assert "- multi30k GloVe (test/bleu): not compared with Xavier: the baseline was trained otherwise" in \
         report.to_markdown()
     assert "_basis" not in report.to_json() and "$^{\\downarrow" not in report.to_latex()
+    assert [r["verdict_note"] for r in csv.DictReader(io.StringIO(report.to_csv())) if r["init"] == "GloVe"] == [
+        "not compared with Xavier: the baseline was trained otherwise (epochs=10 here, 20 there)"]
     # GloVe at both budgets: the 20-epoch row is compared, the 10-epoch one is not
     both = _report(trials + runs("GloVe", "h", 20, [33.0, 34.0, 35.0]))
     rows = {(r["init"], r["setting"].get("epochs")): r for r in both.rows}
@@ -182,6 +186,9 @@ def test_a_row_whose_baseline_has_no_finished_seed_says_why_it_is_not_compared()
     assert glove["vs_baseline"] is None and glove["no_baseline"] == "Xavier has no finished seed here (2 diverged)"
     assert ("- multi30k GloVe (test/bleu): not compared with Xavier: Xavier has no finished seed here (2 diverged)"
             in report.to_markdown())
+    table = {r["init"]: r for r in csv.DictReader(io.StringIO(report.to_csv()))}   # the CSV says it too
+    assert table["GloVe"]["verdict_note"] == "not compared with Xavier: Xavier has no finished seed here (2 diverged)"
+    assert table["GloVe"]["verdict"] == table["Xavier"]["verdict_note"] == ""
     from embinit.report import baseline as report_baseline
     rows = [{"task": "sst2", "init": "Xavier", "axes": {}, "metric": "best/val/acc", "setting": {}, "seeds": {},
              "never_started": 3, "_basis": None},

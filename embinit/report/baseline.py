@@ -186,9 +186,12 @@ def with_divergence(c: dict[str, Any], row: dict[str, Any], base: dict[str, Any]
     return {**c, **divergence_rule(c["verdict"], c["verdict"], (row["init"], c["baseline"]), lost, seeds)}
 
 
-def csv_columns(row: dict[str, Any]) -> dict[str, Any]:
-    """The comparison as flat CSV columns (empty for a row without one)."""
+def csv_columns(row: dict[str, Any], baseline: str = DEFAULT_BASELINE) -> dict[str, Any]:
+    """The comparison as flat CSV columns (empty for a row without one, but for `verdict_note`, which then
+    says why there is none, as the markdown's "Rows without a comparison" does)."""
     c = row.get("vs_baseline") or {}
+    if not c and row.get("no_baseline"):
+        return {"verdict_note": f"not compared with {baseline}: {row['no_baseline']}"}
     return {"baseline": c.get("baseline", ""), "diff": c.get("diff"), "diff_ci_low": c.get("ci_low"),
             "diff_ci_high": c.get("ci_high"), "test": c.get("test", ""), "pairs": c.get("pairs"),
             "p": c.get("p"), "p_holm": c.get("p_holm"), "holm_m": c.get("holm_m"),

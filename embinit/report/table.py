@@ -82,7 +82,7 @@ class Report:
                         "ci95_half_width_unclipped": r.get("ci95"), "ci_clipped": ci_clipped(r),
                         "failure_reasons": "; ".join(f"{k} (x{v})" for k, v in r["failure_reasons"].items()),
                         **{f"{k}_all_points": v for k, v in (r.get("all_points") or {}).items()},
-                        **report_baseline.csv_columns(r)})
+                        **report_baseline.csv_columns(r, self.baseline)})
         return buf.getvalue()
 
     def to_markdown(self) -> str:
