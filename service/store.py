@@ -42,7 +42,8 @@ from service.specs import api_terms
 # 13: a row whose baseline row has no finished seed (never started, all diverged) says so in `no_baseline`
 #     (the markdown's "Rows without a comparison") instead of having no comparison without a word.
 # 14: the CSV's `verdict_note` of a row without a comparison says why (`no_baseline`: "not compared with Xavier: ...").
-REPORT_VERSION = 14
+# 15: numbers from 1e6 on print with 3 significant digits and an exponent (`1.76e+39`), not 40 digits.
+REPORT_VERSION = 15
 
 
 def absolute_sqlite_uri(url: str) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 
 import pytest
 
@@ -53,3 +54,21 @@ def test_the_csv_interval_is_the_clipped_one_and_the_half_width_says_it_is_not()
     assert float(x["ci_low"]) == pytest.approx(mean - half)
     assert g["ci_clipped"] == "False" and float(g["ci_high"]) == pytest.approx(
         float(g["mean"]) + float(g["ci95_half_width_unclipped"]))
+
+
+def test_an_exploding_perplexity_prints_with_an_exponent_not_forty_digits():
+    """An lr at which a language model blows up without diverging to inf left test/ppl at ~1e39: the table,
+    its clipped-interval note, the comparison and the LaTeX cell each printed it with 40 digits."""
+    def trial(key, label, seed, value):
+        return TrialRecord(key, key, "synthetic_lm", label, "finished", {"task": "synthetic_lm", "seed": seed},
+                           {"axes": {}, "point": {}, "selection": ["val/ppl", "min"]},
+                           {"best_epoch": 1, "test/ppl": value}, seed, start_ms=seed)
+    trials = [trial(f"x{s}", "Xavier", s, v) for s, v in enumerate([3.5e39, 1.7e28, 4.0])]
+    trials += [trial(f"n{s}", "Normal", s, v) for s, v in enumerate([3.0, 3.2, 3.1])]
+    report = build_report("t", chosen={t.key: t for t in trials}, planned=[])
+    text, latex = report.to_markdown(), report.to_latex()
+    assert "| synthetic_lm | Xavier | test/ppl | 1.17e+39 (2.02e+39) | 3 |" in text
+    assert "- synthetic_lm Xavier (test/ppl): t interval [-3.85e+39, 6.19e+39], shown as [1.00, 6.19e+39]" in text
+    assert "| synthetic_lm | Normal | test/ppl (lower is better) | -1.17e+39 | [-6.19e+39, 3.85e+39] |" in text
+    assert "Xavier & 1.17e+39 (2.02e+39)" in latex and "Normal & \\textbf{3.10} (0.10)" in latex
+    assert re.search(r"\d{10}", text + latex) is None, re.search(r".{40}\d{10}", text + latex)

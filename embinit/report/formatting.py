@@ -7,10 +7,17 @@ from collections.abc import Iterable
 from typing import Any
 
 
+LARGE = 1e6   # from here on a number prints with 3 significant digits and an exponent
+
+
 def number(v: float | None, digits: int = 2, missing: str = "-") -> str:
-    """`v` with `digits` decimals; `missing` for None and for a non-finite float."""
+    """`v` with `digits` decimals, or from `LARGE` on with 3 significant digits (`1.76e+39`: an exploding
+    perplexity's 40 digits before the point fill a table's cell and say nothing more); `missing` for None
+    and for a non-finite float."""
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return missing
+    if abs(v) >= LARGE:
+        return f"{v:.3g}"
     return f"{v:.{digits}f}"
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from embinit.report.formatting import number
 from embinit.report.plots import setting_text
 from embinit.tracking.run_names import value_text
 
@@ -60,8 +61,8 @@ def clipped_notes(rows: list[dict[str, Any]], digits: dict[tuple[str, str], int]
     for r in rows:
         if ci_clipped(r):
             low, high, d = r["mean"] - r["ci95"], r["mean"] + r["ci95"], digits[r["task"], r["metric"]]
-            notes.append(f"- {r['task']} {row_name(r)} ({r['metric']}): t interval [{low:.{d}f}, {high:.{d}f}], "
-                         f"shown as [{r['ci_low']:.{d}f}, {r['ci_high']:.{d}f}]")
+            notes.append(f"- {r['task']} {row_name(r)} ({r['metric']}): t interval [{number(low, d)}, "
+                         f"{number(high, d)}], shown as [{number(r['ci_low'], d)}, {number(r['ci_high'], d)}]")
     return ["", "95% intervals cut at the metric's range (the t interval reaches past it; more seeds narrow it):",
             *notes] if notes else []
 
