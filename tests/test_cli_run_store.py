@@ -164,3 +164,14 @@ def test_a_store_that_fails_mid_sweep_is_said_in_one_line_without_a_traceback(sp
            "disk is full" in err
     assert "stay RUNNING until the spec runs again" in err and f"embinit run {spec}" in err
     assert "Traceback" not in err and "is closed as FAILED" not in err
+
+
+def test_the_summary_says_how_many_finished_trials_diverged(spec, monkeypatch, capsys):
+    """An lr at which 9 of 16 trials diverged ended with "16/16 trials finished (0 reused), 0 failed":
+    diverged trials count as finished, but the table above has no value of theirs (formats walkthrough)."""
+    from embinit.sweep.run import SweepResult
+    trials = [{"status": "finished"}] * 3 + [{"status": "diverged"}] * 2
+    monkeypatch.setattr("embinit.sweep.run_sweep", lambda spec, **kw: SweepResult(
+        "demo", "1", "p", "sqlite:////tmp/x.db", planned=5, reused=1, trials=trials, wall_s=1.0, report=None))
+    assert main(["run", spec, "--quiet"]) == 0
+    assert "5/5 trials finished (1 reused, 2 diverged), 0 failed" in capsys.readouterr().out
