@@ -201,6 +201,25 @@ def test_a_row_whose_baseline_has_no_finished_seed_says_why_it_is_not_compared()
     assert "no_baseline" not in rows[2]   # nothing to compare on either side: no reason needed
 
 
+def test_a_row_of_a_task_the_baseline_never_trained_says_why_it_is_not_compared():
+    """Two specs logging to one experiment, Xavier and Normal on synthetic_lm, Normal and XavierNormal on
+    synthetic_classification: the classification rows had no comparison and no word why."""
+    trials = [_trial(f"x{s}", "Xavier", s, "finished", {"test/bleu": 30.0 + s}) for s in range(2)]
+    trials += [_trial(f"g{s}", "GloVe", s, "finished", {"test/bleu": 31.0 + s}) for s in range(2)]
+    trials += [_trial(f"n{s}", "Normal", s, "finished", {"best/val/acc": 0.8}, task="sst2") for s in range(2)]
+    report = _report(trials)
+    rows = {(r["task"], r["init"]): r for r in report.rows}
+    assert rows[("multi30k", "GloVe")]["vs_baseline"]["pairs"] == 2
+    assert "no_baseline" not in rows[("multi30k", "Xavier")]
+    assert rows[("sst2", "Normal")]["no_baseline"] == "Xavier has no row for this task"
+    assert "- sst2 Normal (best/val/acc): not compared with Xavier: Xavier has no row for this task" in \
+        report.to_markdown()
+    # an experiment without any Xavier says so once, not per row
+    alone = _report(trials[2:])
+    assert all("no_baseline" not in r for r in alone.rows)
+    assert "No Xavier rows to compare with" in alone.to_markdown()
+
+
 def test_rows_that_trained_at_another_model_size_are_not_compared():
     """A spec without `d_model`: Xavier trains at the task's D=512 (8 heads), GloVe 300d at D=300 (10
     heads), though both configs read d_model None. The report compares by the size each run trained at

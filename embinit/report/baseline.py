@@ -111,6 +111,17 @@ def no_result(baseline: str, candidates: list[dict[str, Any]]) -> str | None:
     return f"{baseline} has no finished seed here" + (f" ({said})" if said else "")
 
 
+def no_row(baseline: str, row: dict[str, Any], base: dict[tuple, list[dict[str, Any]]]) -> str | None:
+    """Why `row` has no comparison when the baseline has rows in the experiment but none for its task and
+    metric, or none at its axes (two specs with other inits logging to one experiment); None when the
+    baseline has no row at all (the report then says so once: "No Xavier rows to compare with")."""
+    if not base:
+        return None
+    if any((task, metric) == (row["task"], row["metric"]) for task, _, metric in base):
+        return f"{baseline} has no row at these axes"
+    return f"{baseline} has no row for this task"
+
+
 def compare_rows(rows: list[dict[str, Any]], baseline: str) -> None:
     """Set each row's `vs_baseline` (None for the baseline's own rows and where it has no row trained
     like this one, or one without a finished seed: then `no_baseline` says why). Drops the rows' `_basis`."""
@@ -121,8 +132,9 @@ def compare_rows(rows: list[dict[str, Any]], baseline: str) -> None:
     for r in rows:
         candidates = [] if r["init"] == baseline else _candidates(r, base)
         b, why = (None, None) if r["init"] == baseline else _baseline_row(r, candidates)
-        if r["seeds"] and not why and (b is None or not b["seeds"]):
-            why = no_result(baseline, [b] if b is not None else candidates)
+        if r["init"] != baseline and r["seeds"] and not why and (b is None or not b["seeds"]):
+            why = no_result(baseline, [b] if b is not None else candidates) or (
+                None if candidates else no_row(baseline, r, base))
         r["vs_baseline"] = None if b is None or not r["seeds"] or not b["seeds"] else {
             **with_divergence(comparison(r["seeds"], b["seeds"], r["metric"], baseline), r, b),
             "still_improving": bool(r.get("still_improving") or b.get("still_improving")),
