@@ -43,8 +43,10 @@ from service.specs import api_terms
 #     (the markdown's "Rows without a comparison") instead of having no comparison without a word.
 # 14: the CSV's `verdict_note` of a row without a comparison says why (`no_baseline`: "not compared with Xavier: ...").
 # 15: numbers from 1e6 on print with 3 significant digits and an exponent (`1.76e+39`), not 40 digits.
-# 16: a row of a task (or axes) the baseline has no row for says so in `no_baseline` ("Xavier has no row for this task").
-REPORT_VERSION = 16
+# 16: a row of a task (or axes) the baseline has no row for says so in `no_baseline`
+#     ("Xavier has no row for this task").
+# 17: the CSV's `verdict_note` carries the budget that qualifies a verdict ("at this budget: still improving").
+REPORT_VERSION = 17
 
 
 def absolute_sqlite_uri(url: str) -> str:

@@ -97,6 +97,8 @@ def test_baseline_option_and_csv(uri, capsys):
     table = {r["init"]: r for r in csv.DictReader(io.StringIO(_report(uri, capsys, "--format", "csv")))}
     assert table["GloVe"]["verdict"] == "worse" and table["GloVe"]["pairs"] == "3"
     assert float(table["GloVe"]["diff"]) == pytest.approx(-10.0) and table["Xavier"]["verdict"] == ""
+    # the budget that qualifies the verdict, which the markdown's verdict cell gives, is in the CSV too
+    assert table["GloVe"]["verdict_note"] == "at this budget: still improving"
 
 
 def test_latex_for_a_paper_carries_the_same_verdicts(uri, capsys):
@@ -145,6 +147,7 @@ def test_rows_trained_for_one_epoch_are_not_called_still_improving(uri, capsys):
     assert "| worse (after one epoch) |" in out
     table = {r["init"]: r for r in csv.DictReader(io.StringIO(_report(uri, capsys, "--format", "csv", name="one")))}
     assert table["GloVe"]["one_epoch"] == "3" and table["GloVe"]["best_at_last_epoch"] == "0"
+    assert table["GloVe"]["verdict_note"] == "after one epoch"
     tex = _report(uri, capsys, "--format", "latex", name="one")
     assert "\\dagger" not in tex and "trained for one epoch" in tex
 

@@ -209,7 +209,15 @@ def csv_columns(row: dict[str, Any], baseline: str = DEFAULT_BASELINE) -> dict[s
             "p": c.get("p"), "p_holm": c.get("p_holm"), "holm_m": c.get("holm_m"),
             "verdict": c.get("verdict", ""), "holds_after_holm": c.get("holds_after_holm"),
             "baseline_diverged": (c.get("diverged") or [None, None])[1],
-            "verdict_note": "; ".join(x for x in (c.get("note"), c.get("reason")) if x)}
+            "verdict_note": "; ".join(x for x in (c.get("note"), c.get("reason"), budget_text(c)) if x)}
+
+
+def budget_text(c: dict[str, Any]) -> str:
+    """What qualifies a comparison's verdict by the training budget: either row still improving at its last
+    epoch, or trained for one epoch ('' otherwise); the markdown's verdict cell and the CSV's
+    `verdict_note` say it alike."""
+    return ("at this budget: still improving" if c.get("still_improving")
+            else "after one epoch" if c.get("one_epoch") else "")
 
 
 CSV_COLUMNS = ["baseline", "diff", "diff_ci_low", "diff_ci_high", "test", "pairs", "p", "p_holm", "holm_m", "verdict",
@@ -292,8 +300,7 @@ def markdown(rows: list[dict[str, Any]], baseline: str, name: Any = None) -> lis
         c = r["vs_baseline"]
         better = "higher" if c["higher_is_better"] else "lower"
         init = name(r) if name else r["init"]
-        budget = (" (at this budget: still improving)" if c.get("still_improving")
-                  else " (after one epoch)" if c.get("one_epoch") else "")
+        budget = f" ({budget_text(c)})" if budget_text(c) else ""
         d = digits[r["task"], r["metric"]]
         note = f" ({c['note']})" if c.get("note") else ""
         lines.append(f"| {r['task']} | {init} | {r['metric']} ({better} is better) | {number(c['diff'], d)} | "
