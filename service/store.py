@@ -39,14 +39,12 @@ from service.specs import api_terms
 #     `source_init`, a markdown note, the LaTeX caption).
 # 12: rows carry `eval_split_note` (CSV too, with a note): a language model's `val/*` measured on another split
 #     (`extras: {eval_split: test}`: val/* is the test split, and there is no separate test split).
-# 13: a row whose baseline row has no finished seed (never started, all diverged) says so in `no_baseline`
-#     (the markdown's "Rows without a comparison") instead of having no comparison without a word.
-# 14: the CSV's `verdict_note` of a row without a comparison says why (`no_baseline`: "not compared with Xavier: ...").
-# 15: numbers from 1e6 on print with 3 significant digits and an exponent (`1.76e+39`), not 40 digits.
-# 16: a row of a task (or axes) the baseline has no row for says so in `no_baseline`
-#     ("Xavier has no row for this task").
-# 17: the CSV's `verdict_note` carries the budget that qualifies a verdict ("at this budget: still improving").
-REPORT_VERSION = 17
+# 13: a row without a comparison says why in `no_baseline` also where the baseline's row has no finished seed
+#     (never started, all diverged) or the baseline has no row for its task or axes (the markdown's "Rows
+#     without a comparison"); the CSV's `verdict_note` says it (`not compared with Xavier: ...`) and carries
+#     the budget that qualifies a verdict ("at this budget: still improving"); numbers from 1e6 on print with
+#     3 significant digits and an exponent (`1.76e+39`).
+REPORT_VERSION = 13
 
 
 def absolute_sqlite_uri(url: str) -> str:
