@@ -296,3 +296,23 @@ def test_a_long_failure_reason_is_cut_with_an_ellipsis_that_says_so():
     cut = failure_reason("Traceback (most recent call last):\n  ...\n" + long)
     assert len(cut) == 200 and cut.endswith("…") and cut[:-1] == long[:199]
     assert failure_reason("OSError: short") == "OSError: short" and failure_reason(None) == "unknown error"
+
+
+def test_a_figure_s_title_writes_its_axes_as_the_table_does(tmp_path, monkeypatch):
+    """A figure per axes setting is titled with the setting as the table's rows write it, `pos_encoding=False`,
+    not its JSON (`{"pos_encoding": false}`)."""
+    from embinit import plots
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    exp = mlflow_store.ensure_experiment("axes", uri)
+    history = [{"epoch": e, "val/loss": 1.0 / e, "val/acc": 0.3 * e} for e in (1, 2)]
+    run = trial_run.TrialRun.open(uri, exp, None, {"task": "synthetic_classification", "init": "xavier", "seed": 0},
+                                  "k0", "Xavier", {"axes": {"pos_encoding": False}, "point": {},
+                                                   "selection": ["val/acc", "max"]})
+    for h in history:
+        run.log_epoch(h["epoch"], h)
+    run.finish({"status": "finished", "history": history, "best_epoch": 2, "best": {"val/acc": 0.6}}, [])
+    titles = []
+    monkeypatch.setattr(plots, "figure1", lambda panels, path, title: titles.append(title) or
+                        _real_figure1(panels, path, title))
+    build_report("axes", uri).plot(tmp_path / "figures")
+    assert titles == ["axes: synthetic_classification pos_encoding=False"]

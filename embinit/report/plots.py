@@ -74,7 +74,8 @@ def mean_curves(report: Any, out_dir: Path) -> list[Path]:
         panels = [(m, by_label) for m, by_label in panels if any(h for hs in by_label.values() for h in hs)]
         if not panels:
             continue  # nothing finished yet (e.g. a cancelled sweep)
-        suffix = "" if axes == "{}" else " " + axes
+        # the axes as the table's rows write them (`pos_encoding=False lr=5`), not as JSON
+        suffix = "".join(f" {k}={value_text(v)}" for k, v in json.loads(axes).items())
         name = f"{task}{'' if axes == '{}' else '-' + re.sub(r'[^A-Za-z0-9]+', '_', axes).strip('_')}.png"
         paths.append(figure1(panels, out_dir / name, f"{report.experiment}: {task}{suffix}"))
     return paths
