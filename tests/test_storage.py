@@ -101,7 +101,9 @@ def test_the_lease_of_a_dead_process_on_this_host_is_taken_at_once(store):
                               Metadata={"holder": f"{socket.gethostname()}:{dead.pid}"})
     t0 = time.monotonic()
     Lease(store, "exp/k", ttl=60).acquire().release()
-    assert time.monotonic() - t0 < 5
+    # taken without waiting for the 60 s TTL: half of it is the bound, as one request to the S3 server took
+    # 5 s in a CI run on a loaded 2-core machine (the test had asserted < 5 s)
+    assert time.monotonic() - t0 < 30
 
 
 def test_a_folder_goes_up_and_comes_back_whole(store, tmp_path):
