@@ -209,14 +209,8 @@ def test_a_figure_has_no_panel_for_a_metric_no_run_logged(tmp_path, monkeypatch)
     """Translation trials that computed no validation BLEU got Figure 1 with an empty val/bleu panel beside
     val/loss; the panel is left out."""
     from embinit import plots
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
-    exp = mlflow_store.ensure_experiment("nobleu", uri)
-    history = [{"epoch": e, "val/loss": 1.0 / e} for e in (1, 2)]
-    run = trial_run.TrialRun.open(uri, exp, None, {"task": "synthetic_translation", "init": "xavier", "seed": 0},
-                                  "k0", "Xavier", {"axes": {}, "point": {}, "selection": ["val/loss", "min"]})
-    for h in history:
-        run.log_epoch(h["epoch"], h)
-    run.finish({"status": "finished", "history": history, "best_epoch": 2, "best": {"val/loss": 0.5}}, [])
+    uri = _one_trial(tmp_path, "nobleu", "synthetic_translation", {},
+                     [{"epoch": e, "val/loss": 1.0 / e} for e in (1, 2)], ("val/loss", "min"))
     drawn = []
     monkeypatch.setattr(plots, "figure1", lambda panels, path, title: drawn.append(panels) or
                         _real_figure1(panels, path, title))
@@ -302,17 +296,23 @@ def test_a_figure_s_title_writes_its_axes_as_the_table_does(tmp_path, monkeypatc
     """A figure per axes setting is titled with the setting as the table's rows write it, `pos_encoding=False`,
     not its JSON (`{"pos_encoding": false}`)."""
     from embinit import plots
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
-    exp = mlflow_store.ensure_experiment("axes", uri)
-    history = [{"epoch": e, "val/loss": 1.0 / e, "val/acc": 0.3 * e} for e in (1, 2)]
-    run = trial_run.TrialRun.open(uri, exp, None, {"task": "synthetic_classification", "init": "xavier", "seed": 0},
-                                  "k0", "Xavier", {"axes": {"pos_encoding": False}, "point": {},
-                                                   "selection": ["val/acc", "max"]})
-    for h in history:
-        run.log_epoch(h["epoch"], h)
-    run.finish({"status": "finished", "history": history, "best_epoch": 2, "best": {"val/acc": 0.6}}, [])
+    uri = _one_trial(tmp_path, "axes", "synthetic_classification", {"pos_encoding": False},
+                     [{"epoch": e, "val/loss": 1.0 / e, "val/acc": 0.3 * e} for e in (1, 2)], ("val/acc", "max"))
     titles = []
     monkeypatch.setattr(plots, "figure1", lambda panels, path, title: titles.append(title) or
                         _real_figure1(panels, path, title))
     build_report("axes", uri).plot(tmp_path / "figures")
     assert titles == ["axes: synthetic_classification pos_encoding=False"]
+
+
+def _one_trial(tmp_path, experiment: str, task: str, axes: dict, history: list[dict], selection: tuple) -> str:
+    """A store (its URI) with one finished Xavier trial of `task` at `axes`, its epochs `history`."""
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    exp = mlflow_store.ensure_experiment(experiment, uri)
+    run = trial_run.TrialRun.open(uri, exp, None, {"task": task, "init": "xavier", "seed": 0}, "k0", "Xavier",
+                                  {"axes": axes, "point": {}, "selection": list(selection)})
+    for h in history:
+        run.log_epoch(h["epoch"], h)
+    metric = selection[0]
+    run.finish({"status": "finished", "history": history, "best_epoch": 2, "best": {metric: history[-1][metric]}}, [])
+    return uri
