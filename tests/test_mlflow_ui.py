@@ -31,6 +31,8 @@ from embinit.tracking import mlflow_store, records, run_writers, trial_results, 
 
 pytestmark = pytest.mark.slow
 
+# as compose runs it: MLflow 3's job runner (seven polling Huey consumers, about a core while idle) off
+SERVER_ENV = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", "MLFLOW_DISABLE_TELEMETRY": "true"}
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]
@@ -127,7 +129,8 @@ def server(store):
         port = s.getsockname()[1]
     proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri", store["uri"],
                              "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-                            cwd=store["root"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            cwd=store["root"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, **SERVER_ENV})
     base = f"http://127.0.0.1:{port}"
     try:
         for _ in range(240):
