@@ -138,7 +138,8 @@ def _sweep(args, spec, run_sweep, terminated) -> int:
     # a key another sweep trained while this one ran (it waited on the key's claim) is no work of this one
     shared = f", {result.shared} trained meanwhile by another sweep" if result.shared else ""
     # a diverged trial ran to its end (it counts as finished) but has no value: the table's n leaves it out
-    diverged = f", {result.count('diverged')} diverged" if result.count("diverged") else ""
+    n_diverged = result.count("diverged")
+    diverged = f", {n_diverged} diverged" if n_diverged else ""
     print(f"{result.n_finished}/{result.planned} trials finished ({result.reused} reused{shared}{diverged}), "
           f"{result.n_failed} failed, in {result.wall_s:.0f} s. MLflow: experiment {result.experiment!r} at "
           f"{masked(result.tracking_uri)}")

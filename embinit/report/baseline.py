@@ -122,6 +122,20 @@ def no_row(baseline: str, row: dict[str, Any], base: dict[tuple, list[dict[str, 
     return f"{baseline} has no row for this task"
 
 
+def _baseline_for(row: dict[str, Any], base: dict[tuple, list[dict[str, Any]]], baseline: str) -> tuple:
+    """(the baseline row `row` is compared with, or None; why it has none to compare with, or None): the
+    baseline's own rows have neither; a row with seeds whose baseline row has no finished seed, or has no
+    row for its task or axes, is told why (`no_result`, `no_row`)."""
+    if row["init"] == baseline:
+        return None, None
+    candidates = _candidates(row, base)
+    b, why = _baseline_row(row, candidates)
+    if why or not row["seeds"] or (b is not None and b["seeds"]):
+        return b, why
+    return b, (no_result(baseline, [b] if b is not None else candidates)
+               or (None if candidates else no_row(baseline, row, base)))
+
+
 def compare_rows(rows: list[dict[str, Any]], baseline: str) -> None:
     """Set each row's `vs_baseline` (None for the baseline's own rows and where it has no row trained
     like this one, or one without a finished seed: then `no_baseline` says why). Drops the rows' `_basis`."""
@@ -130,11 +144,7 @@ def compare_rows(rows: list[dict[str, Any]], baseline: str) -> None:
         if r["init"] == baseline:
             base.setdefault(_slot(r), []).append(r)
     for r in rows:
-        candidates = [] if r["init"] == baseline else _candidates(r, base)
-        b, why = (None, None) if r["init"] == baseline else _baseline_row(r, candidates)
-        if r["init"] != baseline and r["seeds"] and not why and (b is None or not b["seeds"]):
-            why = no_result(baseline, [b] if b is not None else candidates) or (
-                None if candidates else no_row(baseline, r, base))
+        b, why = _baseline_for(r, base, baseline)
         r["vs_baseline"] = None if b is None or not r["seeds"] or not b["seeds"] else {
             **with_divergence(comparison(r["seeds"], b["seeds"], r["metric"], baseline), r, b),
             "still_improving": bool(r.get("still_improving") or b.get("still_improving")),

@@ -190,7 +190,7 @@ def run_group(items: tuple[WorkItem, ...], ctx: SweepContext, restored: Path | N
             done = resume.reused_value(ctx, claims[item.key], item.metric, key_runs)
             if done is not None:
                 values.append(done)
-                reused += not resume.finished_here(ctx, key_runs)   # a restarted group's own: done here
+                reused += not resume.finished_by_this_sweep(ctx, key_runs)   # a restarted group's own: done here
             else:
                 todo.append((cfg, item, claims[item.key], key_runs))
         return (values + _train_group(todo, ctx, extra_callbacks) if todo else values), reused

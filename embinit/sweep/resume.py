@@ -294,7 +294,7 @@ def fail_run(run: trial_run.TrialRun, error: str) -> None:
         log.warning("could not record the failure in trial run %s: %s", run.run_id, e)
 
 
-def finished_here(ctx: SweepContext, key_runs: list) -> bool:
+def finished_by_this_sweep(ctx: SweepContext, key_runs: list) -> bool:
     """Whether the key's newest finished run (of its records `key_runs`) is this sweep's own: a unit or
     group that Tune restarted finds the trials its first attempt finished, done here, not reused (the
     progress line said `6/6 done (4 reused)` where the sweep's summary, from MLflow, said 2)."""

@@ -74,7 +74,7 @@ def _run_one(item: WorkItem, ctx: SweepContext, claim: resume.Claim,
     key_runs = run_readers.key_records(ctx.experiment_id, ctx.runs_uri, claim.key)  # read once, for both
     done = resume.reused_value(ctx, claim, metric, key_runs)
     if done is not None:
-        return done, not resume.finished_here(ctx, key_runs)
+        return done, not resume.finished_by_this_sweep(ctx, key_runs)
     run = resume.open_run(claim, ctx, cfg.to_dict(), item.label, item.group(), key_runs, item.name_task)
     try:
         return _train_in(run, item, cfg, ctx, claim, extra_callbacks), False

@@ -60,7 +60,7 @@ def check(uri: str, requests_made: int = 4, timeout_s: float = 5.0, patience_s: 
             if time.monotonic() < deadline:
                 time.sleep(1.0)
                 continue
-            why = f"no answer in {timeout_s:g} s" if isinstance(e, requests.Timeout) else _reason(e)
+            why = _why(e, timeout_s)
             raise EmbinitError(f"the MLflow server {masked(uri)} cannot be reached ({why}, tried for "
                                f"{patience_s:g} s); start it (e.g. `mlflow server --backend-store-uri "
                                f"sqlite:///mlflow.db --workers 1`) or give the URI of one that runs (--tracking-uri, "
@@ -79,13 +79,17 @@ def unreachable(uri: str, timeout_s: float = 3.0) -> str | None:
     import requests
     try:
         requests.get(uri.rstrip("/") + "/health", timeout=timeout_s)
-    except requests.Timeout:
-        return f"no answer in {timeout_s:g} s"
-    except requests.ConnectionError as e:
-        return _reason(e)
+    except (requests.ConnectionError, requests.Timeout) as e:
+        return _why(e, timeout_s)
     except requests.RequestException:
         return None
     return None
+
+
+def _why(e: Exception, timeout_s: float) -> str:
+    """Why a request to the server failed to reach it: no answer in `timeout_s`, or the connection's reason."""
+    import requests
+    return f"no answer in {timeout_s:g} s" if isinstance(e, requests.Timeout) else _reason(e)
 
 
 def _reason(e: Exception) -> str:
