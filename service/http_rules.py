@@ -5,6 +5,7 @@ instead of silently taking the last value or being ignored."""
 
 from __future__ import annotations
 
+import functools
 import re
 
 from fastapi import FastAPI, Request
@@ -18,12 +19,18 @@ from service.problems import as_problems, respond
 METHODS = {"GET", "PUT", "POST", "DELETE", "OPTIONS", "HEAD", "PATCH", "TRACE"}
 
 
+@functools.lru_cache(maxsize=256)
+def _pattern(template: str) -> re.Pattern:
+    """The regular expression of an OpenAPI path template (`/experiments/{exp_id}`), compiled once: the
+    unknown-query check matches every `/experiments` request's path against the schema's templates."""
+    return re.compile("".join("[^/]+" if part.startswith("{") else re.escape(part)
+                              for part in re.split(r"(\{[^/}]+\})", template)))
+
+
 def _operations(app: FastAPI, path: str) -> dict:
     """{method: its OpenAPI operation} the schema documents at `path`; empty for a path it does not."""
     for template, ops in app.openapi().get("paths", {}).items():
-        pattern = "".join("[^/]+" if part.startswith("{") else re.escape(part)
-                          for part in re.split(r"(\{[^/}]+\})", template))
-        if re.fullmatch(pattern, path):
+        if _pattern(template).fullmatch(path):
             return ops
     return {}
 
