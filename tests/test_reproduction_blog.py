@@ -7,7 +7,8 @@ import pytest
 
 from embinit.tracking import mlflow_store, trial_run
 from embinit.reproduction import Group, Inputs, Reproduction, render
-from embinit.reproduction.blog import BLOG_RUNS, blog_section
+from embinit.reproduction.blog import blog_section
+from embinit.reproduction.inputs import BLOG_RUNS
 
 pytestmark = pytest.mark.slow  # an MLflow SQLite store takes a few seconds to create
 
@@ -81,3 +82,32 @@ def test_a_run_unlike_the_posts_model_says_so(tmp_path):
     assert ("| seed 1, emb_seed 2 | d_model 32 **(the post: 512)**, layers 1 **(the post's code: 6)**, tokenizer "
             "whitespace **(the post: gpt2)**, max_len 64, batch_size 12,") in text
     assert "| seed 1, emb_seed 3 | d_model 512, layers 6, tokenizer gpt2, max_len 64," in text
+
+
+def test_the_gpu_preset_reads_its_own_blog_experiments(tmp_path):
+    """The GPU preset read the CPU blog experiments (`blog-exp1-from-scratch`, ...), so the runs of
+    tune_configs/gpu/run_batch.sh blog1/blog2 (`gpu-blog-exp1`, `gpu-blog-exp2-*`) were "not run in this
+    store". It now reads those, and tells experiment 1's untied and tied twins apart."""
+    from embinit.reproduction.inputs import GPU_INPUTS
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    exp = mlflow_store.ensure_experiment("gpu-blog-exp1", uri)
+    for tie, peak in ((False, 0.30), (True, 0.40)):
+        cfg = {"task": "wikitext2", "init": "xavier", "seed": 1, "emb_seed": 2, "tie_embeddings": tie,
+               "epochs": 40}
+        run = trial_run.TrialRun.open(uri, exp, None, cfg, f"k{tie}", "Xavier",
+                                      {"axes": {"tie_embeddings": tie, "emb_seed": 2}, "point": {}})
+        for step, v in ((0, 0.01), (500, peak), (1000, 0.2)):
+            run.log_metrics({"sim/knn_overlap_mean": v}, step)
+        run.finish({"status": "finished", "history": [{"epoch": 1, "val/loss": 5.0}], "test": {},
+                    "best": {"val/loss": 5.0}, "best_epoch": 1}, [])
+    mlflow_store.ensure_experiment("m30", uri)
+    rep = Reproduction(uri, Inputs(**{**vars(GPU_INPUTS), "groups": (Group("m30", "multi30k", "GloVe", "GloVe",
+                                                                          "a.yaml"),)}))
+    text = "\n".join(blog_section(rep).lines)
+    assert "(`gpu-blog-exp1`, tune_configs/gpu/blog_exp1.yaml)" in text
+    assert "| seed 1, emb_seed 2, tie_embeddings False |" in text
+    assert "| seed 1, emb_seed 2, tie_embeddings True |" in text
+    assert "Not run in this store: `gpu-blog-exp2-untied`, `gpu-blog-exp2-tied`" in text
+    assert "blog-exp1-from-scratch" not in text
+    assert {(r["axes"]["tie_embeddings"], r["peak"]) for r in rep.exports["blog"] if r["score"] == "overlap"} == {
+        (False, 0.30), (True, 0.40)}

@@ -10,7 +10,6 @@ value at init, the peak (and its step) and the end. Experiments not in the store
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from embinit.config import TrialConfig, task_defaults
@@ -19,7 +18,7 @@ from embinit.init.registry import parse_init_spec
 from embinit.tracking import mlflow_store
 from embinit.reproduction.compare import fmt
 from embinit.reproduction.export import Section
-from embinit.reproduction.inputs import load_trials
+from embinit.reproduction.inputs import BlogRun, load_trials
 from embinit.reproduction.knn_settings import changed_text, run_settings, setting_text, settings_text
 from embinit.tracking.run_readers import metric_history
 
@@ -35,31 +34,17 @@ POST_MODEL = {"d_model": (512, "the post"), "layers": (6, "the post's code"), "t
 POST_KNN = (10, "dot")   # the post's code's K and neighbour score (inner product), beside its runs' where they differ
 
 
-@dataclass(frozen=True)
-class BlogRun:
-    experiment: str
-    title: str
-    spec: str
-    blog_value: float     # the post's published number (its code's score, a fraction)
-    blog_at: str          # "peak" or "end": where in its curve the post reads it
-
-
-BLOG_RUNS = (
-    BlogRun("blog-exp1-from-scratch", "experiment 1: from scratch, only the token table's init differs",
-            "tune_configs/blog/blog_exp1_from_scratch.yaml", 0.26, "peak"),
-    BlogRun("blog-exp1-from-scratch-offline", "experiment 1 on WikiText-2 valid (trained on the valid split)",
-            "tune_configs/blog/blog_exp1_from_scratch_offline.yaml", 0.26, "peak"),
-    BlogRun("blog-exp2-reinit-embeddings", "experiment 2: experiment 1's body frozen, token tables re-initialized",
-            "tune_configs/blog/blog_exp2_reinit_embeddings.yaml", 0.32, "end"),
-)
-
-
 def _curve_cells(uri, run_id: str, score: str) -> dict:
     hist = metric_history(uri, run_id, f"sim/knn_{score}_mean").points
     if not hist:
         return {}
     peak = max(hist, key=lambda p: (p[1], -p[0]))
     return {"init": hist[0][1], "peak": peak[1], "peak_step": peak[0], "end": hist[-1][1], "end_step": hist[-1][0]}
+
+
+def _other_axes(t) -> dict:
+    """The trial's axis values but `emb_seed` (whose values are the pair the score compares)."""
+    return {k: v for k, v in t.axes.items() if k != "emb_seed"}
 
 
 def _post_model() -> str:
@@ -98,8 +83,11 @@ def _run_lines(rep: ReproductionData, run: BlogRun, rows: list) -> list[str]:
     post = f" **(the post's code: {setting_text(POST_KNN)})**" if any(k not in (None, POST_KNN) for k in knn) else ""
     lines[0] += f"; its runs' KNN: {settings_text(knn)}{changed_text(have)}{post}"
     lines += ["| trial | settings | score | at init | peak (step) | end (step) | the post |", "|---" * 7 + "|"]
-    for t in sorted(have, key=lambda t: (t.config.get("seed", 0), t.config.get("emb_seed") or 0)):
-        who = f"seed {t.config.get('seed')}, emb_seed {t.config.get('emb_seed', '—')}"
+    for t in sorted(have, key=lambda t: (sorted(_other_axes(t).items()), t.config.get("seed", 0),
+                                         t.config.get("emb_seed") or 0)):
+        # the spec's other axes (gpu-blog-exp1 trains untied and tied twins in one experiment)
+        who = ", ".join([f"seed {t.config.get('seed')}, emb_seed {t.config.get('emb_seed', '—')}",
+                         *(f"{k} {v}" for k, v in sorted(_other_axes(t).items()))])
         settings = ", ".join(_setting_text(k, v) for k, v in _settings(t).items() if v is not None)
         for score in SCORES:
             c = _curve_cells(rep.uri, t.run_id, score)
@@ -107,12 +95,14 @@ def _run_lines(rep: ReproductionData, run: BlogRun, rows: list) -> list[str]:
             lines.append(f"| {who} | {settings} | {score} | {fmt(c.get('init'), 3)} | {fmt(c.get('peak'), 3)} "
                          f"({c.get('peak_step', '—')}) | {fmt(c.get('end'), 3)} ({c.get('end_step', '—')}) | {post} |")
             rows.append({"experiment": run.experiment, "run": t.run_id, "seed": t.config.get("seed"),
-                         "emb_seed": t.config.get("emb_seed"), "score": score, **c,
+                         "emb_seed": t.config.get("emb_seed"), "axes": _other_axes(t), "score": score, **c,
                          "blog": run.blog_value if score == "overlap" else None, "blog_at": run.blog_at})
     return lines + [""]
 
 
-def blog_section(rep: ReproductionData, runs: tuple[BlogRun, ...] = BLOG_RUNS) -> Section:
+def blog_section(rep: ReproductionData, runs: tuple[BlogRun, ...] | None = None) -> Section:
+    """The section for `runs`, by default the preset's (`Inputs.blog_runs`: the GPU preset reads its own
+    experiments, tune_configs/gpu/blog_*.yaml)."""
     s = Section("The KNN-similarity blog post: its score beside Jaccard")
     s.lines += ["KNN match similarity of two LMs that differ only in their token table's init (`emb_seed`), "
                 "logged over training, with the K and neighbour measure given per experiment (as its runs recorded "
@@ -124,7 +114,7 @@ def blog_section(rep: ReproductionData, runs: tuple[BlogRun, ...] = BLOG_RUNS) -
                 "layers, tokenizer) is marked with the post's value: its score is not of the post's setup.", ""]
     rows: list[dict] = []
     absent = []
-    for run in runs:
+    for run in rep.inputs.blog_runs if runs is None else runs:
         if mlflow_store.experiment_id(run.experiment, rep.uri) is None:
             absent.append(f"`{run.experiment}`")
             continue

@@ -28,6 +28,36 @@ class Group:
     spec: str            # the spec file that produced it (for the commands section)
 
 
+@dataclass(frozen=True)
+class BlogRun:
+    """One experiment of the KNN-similarity blog post as a preset runs it, and the post's number for it."""
+    experiment: str
+    title: str
+    spec: str
+    blog_value: float     # the post's published number (its code's score, a fraction)
+    blog_at: str          # "peak" or "end": where in its curve the post reads it
+
+
+BLOG_RUNS = (
+    BlogRun("blog-exp1-from-scratch", "experiment 1: from scratch, only the token table's init differs",
+            "tune_configs/blog/blog_exp1_from_scratch.yaml", 0.26, "peak"),
+    BlogRun("blog-exp1-from-scratch-offline", "experiment 1 on WikiText-2 valid (trained on the valid split)",
+            "tune_configs/blog/blog_exp1_from_scratch_offline.yaml", 0.26, "peak"),
+    BlogRun("blog-exp2-reinit-embeddings", "experiment 2: experiment 1's body frozen, token tables re-initialized",
+            "tune_configs/blog/blog_exp2_reinit_embeddings.yaml", 0.32, "end"),
+)
+# tune_configs/gpu/run_batch.sh blog1 and blog2: experiment 1 untied and tied in one experiment, experiment 2
+# once per tying (each starts from experiment 1's best.pt of the same tying)
+GPU_BLOG_RUNS = (
+    BlogRun("gpu-blog-exp1", "experiment 1: from scratch, only the token table's init differs (untied and tied)",
+            "tune_configs/gpu/blog_exp1.yaml", 0.26, "peak"),
+    BlogRun("gpu-blog-exp2-untied", "experiment 2, untied: experiment 1's body frozen, token tables re-initialized",
+            "tune_configs/gpu/blog_exp2_untied.yaml", 0.32, "end"),
+    BlogRun("gpu-blog-exp2-tied", "experiment 2, tied: experiment 1's body frozen, token table re-initialized",
+            "tune_configs/gpu/blog_exp2_tied.yaml", 0.32, "end"),
+)
+
+
 @dataclass
 class Inputs:
     """Where everything comes from; the defaults are the offline specs of tune_configs/offline/."""
@@ -47,6 +77,7 @@ class Inputs:
     dose_spec: str = "tune_configs/offline/dose_response_sigma.yaml"
     oov_experiment: str = "offline-oov-rules-focus"
     oov_spec: str = "tune_configs/offline/oov_rules_focus.yaml"
+    blog_runs: tuple[BlogRun, ...] = BLOG_RUNS   # the KNN-similarity post's experiments
     figure_dir: str = "reproduction"   # relative to the document (docs/), i.e. the --exports folder
 
 
@@ -60,7 +91,8 @@ GPU_INPUTS = Inputs(
     ablation_spec="tune_configs/gpu/table3_ablation_glove50.yaml",
     analogy_experiment=GPU_ANALOGY,
     analogy_command=Inputs.analogy_command.replace("offline-table4-analogy-glove50", GPU_ANALOGY),
-    dose_experiment="gpu-dose-response-sigma", dose_spec="tune_configs/gpu/dose_response_sigma.yaml")
+    dose_experiment="gpu-dose-response-sigma", dose_spec="tune_configs/gpu/dose_response_sigma.yaml",
+    blog_runs=GPU_BLOG_RUNS)
 PAPER_ANALOGY = "paper-table4-analogy"
 # The paper's own experiments (tune_configs/paper/, for data and GPUs at the paper's scale): the 12 Table-1
 # blocks, each its own spec and experiment; Table 3's cells are recorded into the Multi30k GloVe one. The
