@@ -139,3 +139,35 @@ def test_a_dry_run_reads_the_trials_a_tracking_server_has_finished(server, tmp_p
     lines = dry_run(spec).splitlines()
     assert any(first.key in line and "[finished: reused]" in line for line in lines)
     assert any(second.key in line and "reused" not in line for line in lines)
+
+
+def test_prune_reads_and_writes_the_experiment_through_a_tracking_server(server, tmp_path):
+    """`--prune-checkpoints` refused a tracking server ("cannot be read here"), though the run, the dry run
+    and the report all read one; it now reads the experiment through it, removes the retired folder and
+    drops the pruned run's checkpoint tag through it."""
+    from embinit.checkpoint_files import LAST, LAST_INFO, last_info_text
+    from embinit.cli.prune import prune_checkpoints
+    from embinit.sweep import trial_folders
+    from embinit.tracking import run_writers, trial_run
+    from embinit.sweep.interrupt import interrupted_reason
+    from embinit.tracking.records import CHECKPOINT_TAG, INTERRUPTED
+    url, _, _ = server
+    raw = {"name": "prune-via-server", "seeds": [0], "inits": ["xavier"],
+           "tasks": [{"task": "synthetic_classification", "epochs": 2, "d_model": 16, "heads": 2}],
+           "cache_dir": str(tmp_path / "cache"), "mlflow": {"tracking_uri": url}}
+    before = load_spec(raw)
+    (old,) = before.plan()
+    exp = mlflow_store.ensure_experiment(before.experiment_name(), url)
+    parent = run_writers.start_parent_run(exp, url, before.spec_hash(), before.to_yaml(), 1, run_name=before.name)
+    run = trial_run.TrialRun.open(url, exp, parent, old.config, old.key, old.label, {"axes": {}, "point": {}})
+    mlflow_store.client(url).set_tag(run.run_id, CHECKPOINT_TAG, "1")   # interrupted after its first epoch
+    run_writers.close_orphans(exp, url, parent, interrupted_reason("Ctrl-C"), *INTERRUPTED)
+    folder = trial_folders.experiment_folder(before.cache_dir, url, exp) / old.key
+    folder.mkdir(parents=True)
+    (folder / LAST).write_bytes(b"\0" * 100)
+    (folder / LAST_INFO).write_text(last_info_text(old.key, 1))
+    edited = load_spec({**raw, "tasks": [{**raw["tasks"][0], "epochs": 3}]})
+    text = prune_checkpoints(edited)
+    assert text.startswith("removed 1 checkpoint folder") and old.key in text, text
+    assert not folder.exists()
+    assert CHECKPOINT_TAG not in mlflow_store.client(url).get_run(run.run_id).data.tags

@@ -188,3 +188,15 @@ def test_pruned_trials_runs_no_longer_say_a_rerun_resumes_them(tmp_path, capsys)
     assert rec.error == ("interrupted (Ctrl-C); running the same spec again resumes: finished trials are reused; its "
                          "checkpoint folder was removed (--prune-checkpoints): running the spec again starts it over")
     assert CHECKPOINT_TAG not in mlflow_store.client(uri).get_run(run.run_id).data.tags
+
+
+def test_prune_against_a_tracking_server_that_does_not_answer_says_so(tmp_path, capsys):
+    from live_server import free_port
+    uri = f"http://127.0.0.1:{free_port()}"
+    path = tmp_path / "s.yaml"
+    path.write_text(json.dumps({"name": "p", "tasks": [{"task": "synthetic_translation", "epochs": 1}],
+                                "inits": ["xavier"], "seeds": 1, "mlflow": {"tracking_uri": uri}}))
+    assert main(["run", str(path), "--prune-checkpoints"]) != 0
+    err = capsys.readouterr().err
+    assert f"{uri} cannot be read here: the MLflow server {uri} cannot be reached" in err, err
+    assert err.rstrip().endswith("nothing was removed"), err

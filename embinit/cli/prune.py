@@ -8,13 +8,16 @@ With the operator's object store (`EMBINIT_STORAGE_URI`, embinit.storage) the sa
 copies of trial folders (embinit.sweep.store_copies), by the same rule, also those of keys that trained
 on another node (no folder here): each is removed under its key's lease, and one whose lease a live
 process holds is left and named. A store that cannot be read is an error before anything is removed.
+The tracking store is a database (SQLite, PostgreSQL, MySQL) read directly, or a tracking server read and
+written through it.
 The runs of the trials whose checkpoints went (the node's folder and, with a store, its copy: nothing is
 left that a rerun could resume from) no longer say they keep one (`embinit.checkpoint_epoch` dropped, the
 error saying the folder was removed): reverting the edit starts those trials over."""
 
 from __future__ import annotations
 
-from embinit.cli.dry_run_store import copies_text, local_store, others_text, readable_store, retired_folders
+from embinit.cli.dry_run_store import (copies_text, local_store, others_text, readable_store, retired_folders,
+                                       server_store)
 from embinit.errors import EmbinitError
 from embinit.redact import masked
 from embinit.tracking.store_check import resolved
@@ -29,10 +32,15 @@ def prune_checkpoints(spec, tracking_uri: str | None = None) -> str:
         raise EmbinitError("--prune-checkpoints: an Optuna search draws its trials while it runs, so no trial "
                            "folder can be told retired from its spec; nothing was removed")
     uri = resolved(spec.tracking_uri(tracking_uri))
-    read = readable_store(uri, local_store(uri))
+    store = local_store(uri) or server_store(uri)   # a tracking server is read (and written) through it
+    read = readable_store(uri, store)
     if read is None:
+        why = (f"the prune reads a database store or a tracking server, not a {uri.split(':', 1)[0]}: store"
+               if store is None else store.problem if store.state == "unreachable" else
+               f"it is at an older MLflow schema (revision {store.revision}; a run upgrades it)" if store.state == "old"
+               else "it holds no MLflow runs yet")
         raise EmbinitError(f"--prune-checkpoints reads the experiment from the store, and {masked(uri)} cannot be "
-                           "read here (a tracking server, or a store at another MLflow schema); nothing was removed")
+                           f"read here: {why}; nothing was removed")
     from embinit.tracking import mlflow_store
     exp_id = mlflow_store.experiment_id(spec.experiment_name(), read)   # its id only: no run is read
     folders = retired_folders(spec, spec.plan(), exp_id, read)
