@@ -44,7 +44,9 @@ from service.specs import api_terms
 #     without a comparison"); the CSV's `verdict_note` says it (`not compared with Xavier: ...`) and carries
 #     the budget that qualifies a verdict ("at this budget: still improving"); numbers from 1e6 on print with
 #     3 significant digits and an exponent (`1.76e+39`).
-REPORT_VERSION = 13
+# 14: LaTeX: a cell whose every seed diverged is `--$^\ddagger$`, counted in the caption's ‡ sentence
+#     (it was `--`, "no finished seed", the mark of a row never started).
+REPORT_VERSION = 14
 
 
 def absolute_sqlite_uri(url: str) -> str:

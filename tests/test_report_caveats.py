@@ -279,3 +279,15 @@ def test_a_planned_translation_init_that_never_started_still_says_its_source_tab
     assert {r["init"]: (r["n"], r["source_init"]) for r in rows} == {"GloVe": ("2", "xavier"),
                                                                      "GloVe_Xavier": ("0", "xavier")}
     assert "GloVe_Xavier on multi30k: source xavier" in report.to_latex().replace("\\_", "_")
+
+
+def test_latex_tells_a_row_whose_every_seed_diverged_from_one_that_never_finished():
+    """A row whose seeds all diverged printed `--` and the caption's "--: no finished seed", the mark of
+    a row still running or never started: the divergence, the finding, was not in the table."""
+    trials = [_trial(f"x{s}", "Xavier", s, {"test/bleu": v}) for s, v in enumerate(XAVIER[:3])]
+    trials += [_trial(f"g{s}", "GloVe", s, {}, status="diverged") for s in (0, 1, 2)]
+    tex = _report(trials).to_latex()
+    glove = next(line for line in tex.splitlines() if line.startswith("GloVe &"))
+    assert glove == "GloVe & --$^{\\ddagger}$ \\\\", glove
+    assert "$\\ddagger$: seeds diverged (GloVe on multi30k: 3 of 3)" in tex
+    assert "--$^{\\ddagger}$: every seed diverged." in tex and "no finished seed" not in tex

@@ -12,7 +12,7 @@ Marks, all explained in the caption the table carries:
 - ‡: some seeds diverged (the caption says how many): the mean is the survivors', and no ↑ is given on
   the survivors alone (`embinit.report.baseline.with_divergence`);
 - a subscript n where a cell's seed count differs from the table's usual one; `--` where a cell has
-  no finished seed;
+  no finished seed (`--‡` where every seed diverged);
 - an experiment with planned trials that have no result (still running, failed, never started) says so
   in the caption and in a comment line above the table (`embinit.report.completeness.sentence`).
 With a search, each cell is its init's best search point (listed under the table). Needs booktabs.
@@ -75,7 +75,7 @@ def _scale(r: dict[str, Any]) -> float:
 
 def _cell(r: dict[str, Any] | None, best: dict[tuple, float], usual_n: int | None, digits: int) -> str:
     if r is None or r["mean"] is None:
-        return "--"
+        return r"--$^{\ddagger}$" if r is not None and r.get("diverged") else "--"   # ‡: every seed diverged
     scale = _scale(r)
     mean = number(r["mean"] * scale, digits)
     if best.get(_column(r)) == r["mean"] and not r.get("diverged"):
@@ -136,13 +136,14 @@ def _caption(experiment: str, rows: list[dict[str, Any]], baseline: str, usual_n
     if any(r.get("one_epoch") for r in rows):
         parts.append("Some rows trained for one epoch: their best epoch is the only one, so nothing shows "
                      "whether they were still improving.")
-    lost = [r for r in rows if r.get("diverged") and r["mean"] is not None]
+    lost = [r for r in rows if r.get("diverged")]
     if lost:
         which = "; ".join(f"{escape(_row_key(r))} on {escape(r['task'])}: {r['diverged']} of "
                           f"{r['diverged'] + r['n'] + (r.get('non_finite') or 0) + (r.get('no_value') or 0)}"
                           for r in lost)
         parts.append(r"$\ddagger$: seeds diverged (" + which + "); the mean is over the survivors, is never bold, "
-                     r"and is not marked $\uparrow$ on the survivors alone.")
+                     r"and is not marked $\uparrow$ on the survivors alone"
+                     + (r"; --$^{\ddagger}$: every seed diverged." if any(r["mean"] is None for r in lost) else "."))
     if any(r["n"] != usual_n for r in rows if r["mean"] is not None):
         parts.append("$n$: the number of seeds where it differs.")
     points = {(r["init"], r["task"]): r["point"] for r in rows if r.get("point")}
@@ -159,7 +160,7 @@ def _caption(experiment: str, rows: list[dict[str, Any]], baseline: str, usual_n
     if dev:
         parts.append(f"{escape(', '.join(dev))}: dev, selected on dev (the best epoch and search point are chosen "
                      "on the dev set reported).")
-    if any(r["mean"] is None for r in rows):
+    if any(r["mean"] is None and not r.get("diverged") for r in rows):
         parts.append("--: no finished seed.")
     if incomplete:
         parts.append(escape(incomplete))
