@@ -416,6 +416,24 @@ def test_seed_problems():
     assert "seeds[0]" in problems(base(seeds=["a"]))
 
 
+def test_a_repeated_seed_is_named_beside_an_invalid_one():
+    """`seeds: [1, 1, a]` named only the `a`; the repeat came a round later."""
+    found = problems(base(seeds=[1, 1, "a"]))
+    assert "got 'a'" in found["seeds[2]"]
+    assert "1 is given more than once" in found["seeds"]
+    assert "given more than once" not in str(problems(base(seeds=[1, 2, "a"])))
+
+
+def test_an_invalid_emb_seed_value_beside_a_reference_emb_seed_is_a_spec_error():
+    """The planned embedding seeds were sorted with the invalid value among them: a raw TypeError."""
+    sim = {"similarity": {"reference_emb_seed": 7}}
+    found = problems(base(analyses=sim, axes={"emb_seed": ["abc"]}))
+    assert list(found) == ["axes.emb_seed[0]"]
+    found = problems(base(analyses=sim, search={"space": {"emb_seed": ["abc", 3]}}))
+    assert list(found) == ["search.space.emb_seed[0]"]
+    assert list(problems(base(analyses=sim, axes={"emb_seed": [3]}))) == ["analyses.similarity.reference_emb_seed"]
+
+
 def test_axis_problems():
     found = problems(base(axes={"pos_encoding": ["maybe"], "colour": [1], "epochs": []}))
     assert "valid boolean" in found["axes.pos_encoding[0]"]

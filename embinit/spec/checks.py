@@ -163,19 +163,23 @@ def _reference_seed_problems(spec: SpecFields) -> list[tuple[str, str]]:
         return [("analyses.similarity.reference_seed", f"seed {sim.reference_seed} is not one of "
                  f"the spec's seeds {spec.seeds}, so no trial would write its snapshots")]
     if sim is not None and sim.reference_emb_seed is not None:
-        planned = sorted(_emb_seeds(spec))
-        if sim.reference_emb_seed not in planned:
+        planned = _emb_seeds(spec)
+        if planned is not None and sim.reference_emb_seed not in planned:
             return [("analyses.similarity.reference_emb_seed", f"embedding seed {sim.reference_emb_seed} is "
                      f"not one the spec's trials use {planned}, so no trial would write its snapshots")]
     return []
 
 
-def _emb_seeds(spec: SpecFields) -> set[int]:
-    """Every embedding seed a trial of the spec may use (a superset; the grid is never expanded)."""
+def _emb_seeds(spec: SpecFields) -> list[int] | None:
+    """Every embedding seed a trial of the spec may use (a superset; the grid is never expanded), sorted;
+    None when an `emb_seed` axis or grid value is not a valid one (its own problem): which seed it was meant
+    to be is unknown, so the reference is not judged against the rest (a raw TypeError sorting 'abc' did)."""
     fixed = [h.emb_seed for h in (spec.defaults, *spec.tasks)]
-    out = set(spec.seeds) | {v for v in fixed if v is not None} | set(spec.axes.get("emb_seed", []))
     space = spec.search.space.get("emb_seed") if spec.search is not None else None
-    return out | set(space) if isinstance(space, list) else out
+    listed = [*spec.axes.get("emb_seed", []), *(space if isinstance(space, list) else [])]
+    if _check_values("", "emb_seed", listed):
+        return None
+    return sorted(set(spec.seeds) | {v for v in fixed if v is not None} | set(listed))
 
 
 def _task_problems(spec: SpecFields) -> list[tuple[str, str]]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, TypeAdapter, ValidationError, field_validator, model_validator
 
 from embinit import bounds
 from embinit.bounds import field_limits
@@ -15,7 +15,7 @@ from embinit.spec.inits import InitEntry
 from embinit.spec.models import (DRAWN, NAME_PATTERN, Analyses, Execution, Hyperparams, MlflowSettings, Resources,
                                  Search, TaskEntry, _Strict, as_typed)
 from embinit.spec.path_fields import PathStr
-from embinit.spec.problems import ProblemsError
+from embinit.spec.problems import ProblemsError, problems_of
 
 
 def drawn_in(data: dict[str, Any]) -> bool:
@@ -121,9 +121,42 @@ class SpecFields(_Strict):
             return list(range(v))
         return v
 
-    @field_validator("seeds")
+    @field_validator("seeds", mode="wrap")
     @classmethod
-    def _distinct(cls, v):
-        if len(set(v)) != len(v):
-            raise ValueError(f"seeds must be distinct, got {v}")
-        return v
+    def _distinct(cls, v, handler):
+        """A seed given twice is a problem beside the list's invalid items (`seeds: [1, 1, a]` named only
+        the `a`, and the repeat once that was fixed): every problem of the list, in one error."""
+        try:
+            seeds = handler(v)
+        except ValidationError as e:
+            repeat = _repeat(_valid_seeds(v)) if isinstance(v, list) else None
+            if repeat is None:
+                raise
+            raise ProblemsError([(f"seeds{p}", m) for p, m in problems_of(e)] + [("seeds", f"{repeat}, got {v}")]
+                                ) from None
+        if (repeat := _repeat(seeds)) is not None:
+            raise ValueError(f"{repeat}, got {seeds}")
+        return seeds
+
+
+_SEED = TypeAdapter(Annotated[int, Field(**field_limits("seed"))])
+
+
+def _valid_seeds(items: list[Any]) -> list[int]:
+    """The items of a seed list that are valid seeds, as seeds."""
+    out = []
+    for item in items:
+        try:
+            out.append(_SEED.validate_python(item))
+        except ValidationError:
+            pass
+    return out
+
+
+def _repeat(seeds: list[int]) -> str | None:
+    """Why `seeds` is not a list of distinct seeds (the seeds given more than once), or None."""
+    twice = sorted({s for i, s in enumerate(seeds) if s in seeds[:i]})
+    if not twice:
+        return None
+    return (f"seeds must be distinct: {', '.join(map(str, twice))} "
+            f"{'is' if len(twice) == 1 else 'are'} given more than once (a seed's trials would be planned twice)")
