@@ -72,6 +72,36 @@ def test_a_field_the_cross_checks_read_stops_them_and_says_so():
     assert CROSS_NOT_CHECKED in e.value.notes
 
 
+def _found(spec) -> dict[str, str]:
+    with pytest.raises(SpecError) as e:
+        check_spec(spec, local=False, sizes=False)
+    return dict(e.value.problems)
+
+
+def test_the_analyses_reference_seed_is_checked_beside_problems_that_stop_the_other_cross_checks():
+    """A reference seed no trial has was said only once an init typo (or a bad heads) was fixed: a second
+    round. It reads the seeds and the similarity settings only, so it is checked beside them."""
+    base = {"name": "s", "tasks": ["sst2"], "seeds": [1, 2], "analyses": {"similarity": {"reference_seed": 7}}}
+    for bad in ({"inits": ["xaviar"]}, {"inits": ["xavier"], "defaults": {"heads": "abc"}}):
+        found = _found({**base, **bad})
+        assert "seed 7 is not one of the spec's seeds [1, 2]" in found["analyses.similarity.reference_seed"], bad
+    emb = {**base, "inits": ["xaviar"], "analyses": {"similarity": {"reference_emb_seed": 7}},
+           "tasks": [{"task": "sst2", "emb_seed": 5}]}
+    assert "[1, 2, 5]" in _found(emb)["analyses.similarity.reference_emb_seed"]
+    # an invalid entry of analyses leaves its other entry checked (the whole of analyses was set aside)
+    found = _found({**base, "inits": ["xavier"], "analyses": {**base["analyses"], "probe": {"bogus": 1}}})
+    assert {"analyses.probe.bogus", "analyses.similarity.reference_seed"} <= set(found)
+
+
+def test_the_analyses_reference_seed_is_not_judged_against_seeds_with_problems():
+    base = {"name": "s", "tasks": ["sst2"], "inits": ["xaviar"]}
+    found = _found({**base, "seeds": [1, "a"], "analyses": {"similarity": {"reference_seed": 7}}})
+    assert "analyses.similarity.reference_seed" not in found
+    found = _found({**base, "tasks": [{"task": "sst2", "emb_seed": "x"}],
+                    "analyses": {"similarity": {"reference_emb_seed": 7}}})
+    assert "analyses.similarity.reference_emb_seed" not in found and "tasks[0].emb_seed" in found
+
+
 def test_missing_files_and_model_sizes_of_a_valid_spec_together(tmp_path):
     (tmp_path / "g.txt").write_text("good 0.1 0.2 0.3\n")
     spec = {"name": "s", "tasks": [{"task": "sst2", "d_model": 4}], "inits": ["glove"],

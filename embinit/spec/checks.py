@@ -68,7 +68,7 @@ def _heads_problems(spec: SpecFields) -> list[tuple[str, str]]:
 
 def cross_check(spec: SpecFields) -> list[tuple[str, str]]:
     """Problems that involve more than one field (each field alone is valid)."""
-    return (_value_problems(spec) + init_problems(spec) + _reference_seed_problems(spec)
+    return (_value_problems(spec) + init_problems(spec) + reference_seed_problems(spec)
             + _heads_problems(spec) + _rule_problems(spec) + _execution_problems(spec) + _task_problems(spec)
             + _search_metric_problems(spec) + _graphs_problems(spec) + _data_revision_problems(spec))
 
@@ -157,7 +157,9 @@ def _repeats(where: str, values: list[Any]) -> list[tuple[str, str]]:
              f"again") for i, v in enumerate(values) if v in values[:i]]
 
 
-def _reference_seed_problems(spec: SpecFields) -> list[tuple[str, str]]:
+def reference_seed_problems(spec: SpecFields) -> list[tuple[str, str]]:
+    """The similarity analysis' reference seed against the seeds the spec plans: the one check of `analyses`
+    across fields (`full_check` runs it alone, on the fields it reads, where the rest cannot be checked)."""
     sim = spec.analyses.similarity if spec.analyses is not None else None
     if sim is not None and sim.reference_seed is not None and sim.reference_seed not in spec.seeds:
         return [("analyses.similarity.reference_seed", f"seed {sim.reference_seed} is not one of "

@@ -34,7 +34,8 @@ CROSS_NOT_CHECKED = "checks across fields (pretrained sources per init, duplicat
 SIZES_NOT_CHECKED = "model sizes not checked until the problems above are fixed"
 
 # Top-level fields whose value no cross-field check, data folder or model size depends on (beyond the
-# checks of their own): with a problem in them only, the rest of the spec is checked without them.
+# checks of their own): with a problem in them only, the rest of the spec is checked without them. (Of
+# `analyses`, whose similarity reference the seeds are checked against, only the entry with the problem.)
 _SET_ASIDE = {"name": "unchecked", "description": None, "resources": None, "max_concurrent": None,
               "retries": None, "cache_dir": None, "mlflow": None, "analyses": None, "execution": None}
 
@@ -120,14 +121,42 @@ def _validated_part(data: dict[str, Any], context: dict, problems: list[tuple[st
     rest = copy.deepcopy(data)
     for path, _ in problems:
         if not _set_aside(rest, path):
-            return None, None, [("", CROSS_NOT_CHECKED)]
+            return None, None, _analyses_alone(rest, context) + [("", CROSS_NOT_CHECKED)]
     try:
         spec = ExperimentSpec.model_validate(rest, context=context)
         return spec, spec, []
     except SpecError as e:
         return None, _fields(rest, context), as_written(e.problems, rest)
     except ValidationError:
-        return None, None, [("", CROSS_NOT_CHECKED)]
+        return None, None, _analyses_alone(rest, context) + [("", CROSS_NOT_CHECKED)]
+
+
+def _analyses_alone(data: dict[str, Any], context: dict) -> list[tuple[str, str]]:
+    """The analyses' check across fields (`checks.reference_seed_problems`) where the rest cannot be checked
+    (an init or a seed count with a problem), on the fields it reads alone: the seeds, the similarity
+    settings and, for a `reference_emb_seed`, each `emb_seed` the spec sets. [] when one of those has a
+    problem itself: a reference is not judged against seeds that are not known yet."""
+    from embinit.spec.checks import reference_seed_problems
+    sim = data.get("analyses").get("similarity") if isinstance(data.get("analyses"), dict) else None
+    if not isinstance(sim, dict):
+        return []
+    part: dict[str, Any] = {"name": "analyses", "tasks": ["synthetic_classification"], "inits": ["xavier"],
+                            "analyses": {"similarity": sim}, **({"seeds": data["seeds"]} if "seeds" in data else {})}
+    if sim.get("reference_emb_seed") is not None:
+        tasks = data.get("tasks")
+        defaults, axes, search = (data.get(k) or {} for k in ("defaults", "axes", "search"))
+        if not isinstance(tasks, list) or not all(isinstance(x, dict) for x in (defaults, axes, search)):
+            return []
+        emb_seed = [{"emb_seed": t.get("emb_seed")} if isinstance(t, dict) else {} for t in [defaults, *tasks]]
+        part.update(defaults=emb_seed[0], tasks=[{"task": "synthetic_classification", **e} for e in emb_seed[1:]])
+        part.update(axes={k: v for k, v in axes.items() if k == "emb_seed"})
+        space = search.get("space")
+        if isinstance(space, dict) and isinstance(space.get("emb_seed"), list):
+            part["search"] = {"space": {"emb_seed": space["emb_seed"]}}
+    try:
+        return reference_seed_problems(SpecFields.model_validate(part, context=context))
+    except (ValidationError, SpecError):
+        return []
 
 
 # hyperparameters the cross-field checks read (heads vs. D, the planned embedding seeds, the rules across a
@@ -140,6 +169,10 @@ def _set_aside(rest: dict[str, Any], path: str) -> bool:
     top = path.replace("[", ".").split(".")[0]
     if top not in ExperimentSpec.model_fields:   # an unknown field: nothing reads it
         rest.pop(top, None)
+        return True
+    analyses = rest.get("analyses")
+    if top == "analyses" and "." in path and isinstance(analyses, dict):   # its one invalid entry: the rest checked
+        analyses.pop(path.split(".")[1], None)
         return True
     if top in _SET_ASIDE:
         if _SET_ASIDE[top] is None:
