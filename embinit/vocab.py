@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from embinit.errors import EmbinitError
+from embinit.text_files import read_lines
 
 PAD, UNK, BOS, EOS = "<pad>", "<unk>", "<bos>", "<eos>"
 SPECIALS = (PAD, UNK, BOS, EOS)
@@ -98,10 +99,9 @@ class Vocab:
         if not path.is_file():
             raise EmbinitError(f"vocabulary file not found: {path}")
         tokens, counts, empty = [], {}, []
-        try:
-            lines = path.read_text(encoding="utf-8-sig").splitlines()   # a byte-order mark is no part of a token
-        except (OSError, UnicodeDecodeError) as e:
-            raise EmbinitError(f"cannot read vocabulary file {path}: {e}") from None
+        # split on "\n" only, as `save` writes it (a token may hold U+2028 or U+0085); a byte-order mark is
+        # no part of a token; a file that is not UTF-8 is named line by line with the fix, not Python's codec
+        lines = read_lines(path)
         for lineno, line in enumerate(lines, 1):
             if not line.strip():
                 continue

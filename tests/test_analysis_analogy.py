@@ -150,6 +150,14 @@ def test_load_questions_errors(tmp_path):
     assert load_questions(p).count == base.count == 7 and load_questions(p).invalid == base.invalid + 1
 
 
+def test_a_questions_file_that_is_not_utf8_names_its_line_and_the_fix(tmp_path):
+    """It gave Python's codec message ("'utf-8' codec can't decode byte 0xe9 in position 12")."""
+    p = tmp_path / "q.txt"
+    p.write_bytes(b": capital\nparis france caf\xe9 italy\n")
+    with pytest.raises(EmbinitError, match=r"q.txt:2: not UTF-8: byte 0xe9 at column 17 .*iconv -f latin1"):
+        load_questions(p)
+
+
 def test_chain_steps():
     g = torch.Generator().manual_seed(1)
     x = torch.randn(40, 8, generator=g) * 3 + 1

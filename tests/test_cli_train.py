@@ -227,6 +227,16 @@ def test_a_task_definition_file_that_is_no_yaml_is_one_line_naming_where(text, p
                        f"{str(path)!r} {problem}")
 
 
+def test_a_task_definition_file_that_is_not_utf8_names_its_line_and_the_fix(tmp_path, capsys):
+    """It gave Python's codec message ("'utf-8' codec can't decode byte 0xe9 in position 16")."""
+    path = tmp_path / "imdb.yaml"
+    path.write_bytes(b"like: sst2\nlabel_names: [caf\xe9, ok]\n")
+    with pytest.raises(SystemExit):
+        main(["train", "--task", "imdb", "--task-def", str(path), "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"cannot read a task definition: {path}:2: not UTF-8: byte 0xe9 at column 18" in err and "iconv" in err
+
+
 def test_a_task_definition_file_lists_its_problems_one_a_line(tmp_path, capsys):
     path = tmp_path / "imdb.yaml"
     path.write_text("like: nope\nfiles: {train: train.csv}\nlabel: [a, b]\n")

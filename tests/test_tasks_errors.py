@@ -207,6 +207,16 @@ def test_not_utf8_names_each_line_and_its_byte(tmp_path):
     assert "train.tsv:5: not UTF-8: byte 0xef at column 3" in msg and "iconv" in msg
 
 
+def test_a_latin1_file_of_many_lines_keeps_the_fix_in_its_error(tmp_path):
+    """The hint to re-encode rode on the last line that is not UTF-8, which an error naming the first ten
+    problems cut off: a real Latin-1 file (hundreds of such lines) was told neither what nor how."""
+    folder = sst2(tmp_path / "s", ["fine\t1"])
+    (folder / "train.tsv").write_bytes(b"sentence\tlabel\n" + b"".join(b"caf\xe9 %d\t1\n" % i for i in range(12)))
+    with pytest.raises(EmbinitError) as e:
+        load("sst2", folder)
+    assert "(and 2 more)" in str(e.value) and "iconv -f latin1 -t utf-8" in str(e.value)
+
+
 def _multi30k(folder, train_de, train_en):
     for stem in ("val", "test_2016_flickr"):
         write(folder / f"{stem}.de", ["ein hund", "eine katze"])

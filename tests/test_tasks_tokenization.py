@@ -395,3 +395,29 @@ def test_a_folder_transformers_cannot_read_says_which_files_a_tokenizer_needs(tm
     assert "the folder holds ['SOURCES.md', 'encoder.json']" in text, text
     assert "tokenizer.json, or vocab.json + merges.txt" in text and "encoder.json + vocab.bpe alone" in text
     assert "offline?" not in text
+
+
+def _latin1_wordpiece(folder):
+    folder.mkdir()
+    (folder / "vocab.txt").write_bytes(b"[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nthe\ncaf\xe9\n")
+    (folder / "tokenizer_config.json").write_text('{"tokenizer_class": "BertTokenizer"}')
+    return folder
+
+
+def test_a_tokenizer_folder_whose_vocab_is_not_utf8_is_a_spec_problem_naming_the_line(tmp_path):
+    """A Latin-1 vocab.txt passed the spec check; each trial then failed with "stream did not contain valid
+    UTF-8", and the hint listed vocab.txt among the files the folder lacked."""
+    from embinit.tasks.tokenization import local_tokenizer_problem
+    folder = _latin1_wordpiece(tmp_path / "tok")
+    assert local_tokenizer_problem(str(folder)) == (f"{folder}/vocab.txt:7: not UTF-8: byte 0xe9 at column 4 in "
+                                                    "'caf\\xe9'; re-encode the file as UTF-8 (e.g. iconv -f latin1 "
+                                                    "-t utf-8)")
+
+
+@pytest.mark.slow   # imports transformers
+def test_loading_a_tokenizer_folder_whose_vocab_is_not_utf8_names_the_line(tmp_path):
+    folder = _latin1_wordpiece(tmp_path / "tok")
+    with pytest.raises(EmbinitError) as e:
+        resolve_tokenizer(str(folder)).load()
+    text = str(e.value)
+    assert f"{folder}/vocab.txt:7: not UTF-8" in text and "iconv" in text and "needs" not in text, text

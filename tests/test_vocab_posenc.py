@@ -71,6 +71,25 @@ def test_a_folder_given_as_the_vocabulary_file_is_named_a_folder(tmp_path):
         Vocab.load(tmp_path)
 
 
+def test_a_vocab_file_that_is_not_utf8_names_its_lines_and_the_fix(tmp_path):
+    """A Latin-1 vocab.txt gave Python's codec message ("'utf-8' codec can't decode byte 0xe9 in position
+    13: invalid continuation byte"): no line, no fix."""
+    path = tmp_path / "vocab.txt"
+    path.write_bytes(b"<pad>\nthe\ncaf\xe9\nna\xefve\n")
+    with pytest.raises(EmbinitError) as e:
+        Vocab.load(path)
+    msg = str(e.value)
+    assert f"{path}:3: not UTF-8: byte 0xe9 at column 4" in msg and f"{path}:4: not UTF-8: byte 0xef" in msg
+    assert msg.endswith("re-encode the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)") and "codec" not in msg
+
+
+def test_a_token_holding_a_unicode_line_separator_round_trips(tmp_path):
+    """`load` split lines as str.splitlines does (on U+2028, U+0085, ...), not on "\\n" as `save` writes."""
+    v = Vocab(["a\u2028b", "c\x85d", "e"])
+    v.save(tmp_path / "v.txt")
+    assert Vocab.load(tmp_path / "v.txt").tokens == v.tokens
+
+
 def test_example_vocab_file_is_a_real_vocabulary():
     from pathlib import Path
     v = Vocab.load(Path(__file__).parent / "data" / "example_vocab.txt")

@@ -31,6 +31,7 @@ import torch
 
 from embinit.analysis.neighbours import unit_rows
 from embinit.errors import EmbinitError
+from embinit.text_files import utf8_error
 from embinit.tracking.run_records import analogy_metrics
 
 QUESTION_BLOCK = 1024
@@ -74,8 +75,10 @@ def load_questions(path: str | Path) -> Questions:
         raise EmbinitError(f"questions file not found: {path}")
     try:
         text = path.read_text(encoding="utf-8-sig")   # a byte-order mark is no part of the first line
-    except (OSError, UnicodeDecodeError) as e:
+    except OSError as e:
         raise EmbinitError(f"cannot read questions file {path}: {e}") from None
+    except UnicodeDecodeError:   # each line that is not UTF-8, and how to re-encode it
+        raise utf8_error(path, path.read_bytes()) from None
     qs = parse_questions(text.splitlines(), str(path))
     if qs.count == 0 or qs.invalid > qs.count:
         raise EmbinitError(f"{path}: {qs.invalid} lines are not four words and {qs.count} are; is it an analogy "

@@ -77,8 +77,12 @@ def _definition(path: str) -> dict:
         data = yaml.load(Path(path).expanduser().read_text(encoding="utf-8"), Loader=SpecLoader)   # a SafeLoader
     except yaml.YAMLError as e:   # one line, where the parser stopped; a key given twice too (as in a spec)
         raise argparse.ArgumentTypeError(f"cannot read a task definition: {yaml_error(e, f' in {path!r}')}") from None
-    except (OSError, UnicodeDecodeError) as e:
+    except OSError as e:
         raise argparse.ArgumentTypeError(f"cannot read a task definition from {path}: {e}") from None
+    except UnicodeDecodeError:   # each line that is not UTF-8, and how to re-encode it
+        from embinit.text_files import utf8_error
+        error = utf8_error(Path(path).expanduser(), Path(path).expanduser().read_bytes())
+        raise argparse.ArgumentTypeError(f"cannot read a task definition: {error}") from None
     if not isinstance(data, dict):
         raise argparse.ArgumentTypeError(f"{path} holds no mapping (like, files, ...): a task definition is one")
     out = _DefinitionFile(data)

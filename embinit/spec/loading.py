@@ -14,6 +14,7 @@ from embinit.file_inputs import folder_problem
 from embinit.spec.experiment import ExperimentSpec
 from embinit.spec.problems import SpecError, as_written, problems_of
 from embinit.spec.yaml_text import SpecLoader, not_a_mapping, shape_problem, yaml_error
+from embinit.text_files import utf8_error
 
 if TYPE_CHECKING:
     from embinit.tasks.hub import DataAdvice
@@ -33,9 +34,9 @@ def _read(source: Any) -> tuple[dict[str, Any], Path | None]:
             text = path.read_text(encoding="utf-8")
         except OSError as e:
             raise SpecError([("", f"cannot read spec file {str(path)!r}: {e.strerror}")]) from None
-        except UnicodeDecodeError as e:
-            raise SpecError([("", f"spec file {str(path)!r} is not UTF-8 text: byte {e.object[e.start]:#04x} "
-                                  f"at position {e.start}")]) from None
+        except UnicodeDecodeError:   # each line that is not, and how to re-encode it
+            raise SpecError([("", f"spec file {str(path)!r} is not UTF-8 text: {utf8_error(path, path.read_bytes())}")]
+                            ) from None
     elif isinstance(source, str):
         text = source
     else:

@@ -11,7 +11,7 @@ from pathlib import Path
 from embinit.errors import EmbinitError, problems_error
 from embinit.task_types import Layout
 from embinit.tasks.raw import label_id
-from embinit.tasks.text_files import decoded_lines
+from embinit.text_files import decoded_lines
 
 
 # Classification files. Each format's row source gives, in line order, `(where, values)` for a row (its

@@ -14,7 +14,7 @@ from embinit.task_types import Layout
 from embinit.tasks import iwslt
 from embinit.tasks.labelled import READERS, derive_labels, jsonl_rows
 from embinit.tasks.raw import RawData
-from embinit.tasks.text_files import decoded_lines, read_lines
+from embinit.text_files import decoded_lines, read_lines
 
 
 class MissingFiles(EmbinitError):

@@ -25,6 +25,7 @@ import importlib.metadata
 import os
 import re
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
@@ -41,6 +42,9 @@ GPT2_ENV = "EMBINIT_GPT2_DIR"
 # original GPT-2 format (encoder.json is vocab.json, vocab.bpe is merges.txt), read by Gpt2FilesBackend:
 # AutoTokenizer refused it ("Couldn't instantiate the backend tokenizer from one of: ").
 HF_TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "merges.txt", "vocab.txt")
+# The text files of a tokenizer folder its libraries read as UTF-8 (`not_utf8_problem`).
+_TEXT_FILES = (*HF_TOKENIZER_FILES, *GPT2_FILES, "tokenizer_config.json", "special_tokens_map.json",
+               "added_tokens.json")
 # Files in a Hugging Face model folder that do not define the tokenizer (weights): not in the identity.
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".h5", ".msgpack", ".onnx", ".ckpt")
 
@@ -144,8 +148,23 @@ def local_tokenizer_problem(name: str) -> str | None:
         except EmbinitError as e:
             return str(e)
     if any((path / f).is_file() for f in HF_TOKENIZER_FILES + GPT2_FILES) or any(path.glob("*.model")):
-        return None
+        return not_utf8_problem(path)
     return f"tokenizer folder {name!r} holds no tokenizer: {folder_hint(str(path))}"
+
+
+def not_utf8_problem(folder: Path) -> str | None:
+    """Each line of the tokenizer files in `folder` that is not UTF-8 (a Latin-1 vocab.txt), with the fix,
+    else None: transformers and `tokenizers` said only "stream did not contain valid UTF-8", and the hint
+    then listed vocab.txt among the files the folder lacked."""
+    from embinit.errors import each_read
+    from embinit.text_files import require_utf8
+    files = [folder / f for f in _TEXT_FILES if (folder / f).is_file()]
+    try:
+        each_read(f"tokenizer folder {str(folder)!r}: files that are not UTF-8",
+                  [partial(require_utf8, f) for f in files])
+    except EmbinitError as e:
+        return str(e)
+    return None
 
 
 def _openai_gpt2(folder: Path) -> bool:
@@ -249,7 +268,8 @@ class Gpt2FilesBackend(Backend):
         try:
             self.tok = ByteLevelBPETokenizer(str(folder / "encoder.json"), str(folder / "vocab.bpe"))
         except Exception as e:  # the library raises plain Exceptions on malformed files
-            raise EmbinitError(f"cannot read GPT-2 tokenizer files in {folder}: {e}") from None
+            why = not_utf8_problem(folder) or str(e)
+            raise EmbinitError(f"cannot read GPT-2 tokenizer files in {folder}: {why}") from None
 
     def tokenize_batch(self, texts):
         return [e.tokens for e in self.tok.encode_batch(texts, add_special_tokens=False)]
@@ -278,6 +298,8 @@ class HfBackend(Backend):
         try:
             self.tok = _from_pretrained(spec.source)
         except Exception as e:
+            if Path(spec.source).is_dir() and (why := not_utf8_problem(Path(spec.source))) is not None:
+                raise EmbinitError(f"cannot load tokenizer {spec.source!r}: {why}") from None
             unregistered = unregistered_hint(spec.name)
             hint = (f"put GPT-2's {' and '.join(GPT2_FILES)} in a folder and set ${GPT2_ENV} to it (or into "
                     f"the task's data folder)" if spec.name == "gpt2" else
