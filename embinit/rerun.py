@@ -28,6 +28,11 @@ COMPARED = ("test/", "best/")   # the metrics a re-run is compared on: the check
 
 def recorded_config(rec: TrialRecord) -> TrialConfig:
     """The trial config of a record, as `TrialConfig.from_dict` reads it."""
+    if rec.config_problem is not None:   # its config read as {}: not "missing 1 required argument: 'task'"
+        raise EmbinitError(f"the {CONFIG_TAG} tag of MLflow run {rec.run_id} is {rec.config_problem}, so the trial "
+                           f"it records cannot be read back (a tag cut at MLflow's length limit by a run written "
+                           f"before long configs went on in {CONFIG_TAG}.1, .2, ..., or edited by hand); train "
+                           f"the trial from its spec or flags instead (embinit train --task ...)")
     try:
         return TrialConfig.from_dict(rec.config)
     except (EmbinitError, TypeError) as e:   # a field this code lacks, or a required one missing

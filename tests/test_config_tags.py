@@ -48,6 +48,28 @@ def test_a_config_mlflow_cut_before_reads_as_none_not_as_an_error():
     assert records.config_of({}) == {}
 
 
+@pytest.mark.parametrize("tag, problem", [
+    ('{"task": "intents", "task_def": {"labels": ["a", "b', "is not valid JSON (Unterminated string"),
+    ("[1, 2]", "is JSON but not an object (a list)"),
+])
+def test_a_config_tag_that_is_no_config_is_said_to_be_so_by_the_run_id_when_rerun(tag, problem):
+    """`embinit train --from-run` of such a run said "TrialConfig.__init__() missing 1 required positional
+    argument: 'task'", of the empty config the record reads it as."""
+    from types import SimpleNamespace
+
+    from embinit.errors import EmbinitError
+    from embinit.rerun import recorded_config
+    tags = {records.KEY_TAG: "k", records.CONFIG_TAG: tag}
+    run = SimpleNamespace(data=SimpleNamespace(tags=tags, metrics={}),
+                          info=SimpleNamespace(run_id="r-cut", status="FINISHED", start_time=0, end_time=None))
+    rec = records.from_run(run)
+    assert rec.config == {}
+    with pytest.raises(EmbinitError) as e:
+        recorded_config(rec)
+    assert str(e.value).startswith(f"the embinit.config tag of MLflow run r-cut {problem}"), str(e.value)
+    assert "'task'" not in str(e.value)
+
+
 def test_a_definition_is_at_most_100000_characters():
     with pytest.raises(SpecError, match=r"define_tasks.intents: the definition is 1\d\d,\d\d\d characters of JSON; "
                                         r"at most 100,000"):

@@ -143,6 +143,7 @@ class TrialRecord:
     similarity: dict[str, str] = field(default_factory=dict)    # `SIMILARITY_TAG` + field -> value: its settings
     name: str | None = None          # the run's name in MLflow's run table (`run_names.trial_run_name`)
     trained_on: tuple[str, ...] = ()  # `TRAINED_ON_TAG`: each device and thread count its attempts trained on
+    config_problem: str | None = None  # why CONFIG_TAG did not read as a config (then `config` is {})
 
     @property
     def resumable(self) -> bool:
@@ -171,15 +172,25 @@ def config_tags(config: dict[str, Any]) -> dict[str, str]:
 
 def config_of(tags: dict[str, str]) -> dict[str, Any]:
     """A trial run's config from its tags (`config_tags`); {} without one, or for one that is not JSON (a run
-    written before configs were continued, whose long config MLflow cut)."""
+    written before configs were continued, whose long config MLflow cut): `read_config` says why."""
+    return read_config(tags)[0]
+
+
+def read_config(tags: dict[str, str]) -> tuple[dict[str, Any], str | None]:
+    """(`config_of`, why the tag is no config or None): `not valid JSON (Expecting ',' delimiter: line 1
+    column 26 (char 25); 26 characters)` or `JSON but not an object (a list)`. The readers of a record
+    that need its config (`embinit train --from-run`) say so, not that the empty config lacks a `task`."""
     text, i = tags.get(CONFIG_TAG, "{}"), 1
     while f"{CONFIG_TAG}.{i}" in tags:
         text, i = text + tags[f"{CONFIG_TAG}.{i}"], i + 1
+    parts = f" in {CONFIG_TAG} and {CONFIG_TAG}.1-.{i - 1}" if i > 1 else ""
     try:
         config = json.loads(text)
-    except ValueError:
-        return {}
-    return config if isinstance(config, dict) else {}
+    except ValueError as e:
+        return {}, f"not valid JSON ({e}; {len(text)} characters{parts})"
+    if not isinstance(config, dict):
+        return {}, f"JSON but not an object (a {type(config).__name__})"
+    return config, None
 
 
 def from_run(run) -> TrialRecord | None:
@@ -189,7 +200,7 @@ def from_run(run) -> TrialRecord | None:
         return None
     seed, kept = tags.get(SEED_TAG), tags.get(CHECKPOINT_TAG, "")
     status = run_status(run)
-    config = config_of(tags)
+    config, config_problem = read_config(tags)
     _register_definition(tags.get(TASK_TAG), config)
     return TrialRecord(run.info.run_id, tags[KEY_TAG], tags.get(TASK_TAG, "?"), tags.get(LABEL_TAG, "?"),
                        status, config,
@@ -201,7 +212,7 @@ def from_run(run) -> TrialRecord | None:
                        {k.removeprefix(SHA256_TAG): v for k, v in tags.items() if k.startswith(SHA256_TAG)},
                        {k.removeprefix(SIMILARITY_TAG): v for k, v in tags.items() if k.startswith(SIMILARITY_TAG)},
                        getattr(run.info, "run_name", None) or None,
-                       tuple(e for e in tags.get(TRAINED_ON_TAG, "").split(TRAINED_ON_SEP) if e))
+                       tuple(e for e in tags.get(TRAINED_ON_TAG, "").split(TRAINED_ON_SEP) if e), config_problem)
 
 
 def _model_size(text: str | None) -> dict[str, Any]:
