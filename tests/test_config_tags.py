@@ -74,3 +74,14 @@ def test_a_definition_is_at_most_100000_characters():
     with pytest.raises(SpecError, match=r"define_tasks.intents: the definition is 1\d\d,\d\d\d characters of JSON; "
                                         r"at most 100,000"):
         load_spec(spec({"intents": {**IMDB, "labels": LABELS * 5}}, ["sst2"]))
+
+
+def test_a_group_tag_that_is_not_json_reads_as_no_group_not_as_an_error():
+    """One run's cut or edited `embinit.group` tag raised a bare JSONDecodeError in every reader of its
+    experiment (the report, the service, a resumed sweep)."""
+    from types import SimpleNamespace
+    for tag in ('{"axes": {', "[1]"):
+        tags = {records.KEY_TAG: "k", records.CONFIG_TAG: "{}", records.GROUP_TAG: tag}
+        run = SimpleNamespace(data=SimpleNamespace(tags=tags, metrics={}),
+                              info=SimpleNamespace(run_id="r", status="FINISHED", start_time=0, end_time=None))
+        assert records.from_run(run).group == {}

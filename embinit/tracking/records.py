@@ -204,7 +204,7 @@ def from_run(run) -> TrialRecord | None:
     _register_definition(tags.get(TASK_TAG), config)
     return TrialRecord(run.info.run_id, tags[KEY_TAG], tags.get(TASK_TAG, "?"), tags.get(LABEL_TAG, "?"),
                        status, config,
-                       json.loads(tags.get(GROUP_TAG, "{}")), dict(run.data.metrics),
+                       _group(tags.get(GROUP_TAG)), dict(run.data.metrics),
                        int(seed) if seed is not None and seed.lstrip("-").isdigit() else None,
                        tags.get(ERROR_TAG), tags.get(PARENT_TAG), run.info.start_time or 0, run.info.end_time,
                        int(kept) if kept.isdigit() and status not in RESULT else None,
@@ -213,6 +213,16 @@ def from_run(run) -> TrialRecord | None:
                        {k.removeprefix(SIMILARITY_TAG): v for k, v in tags.items() if k.startswith(SIMILARITY_TAG)},
                        getattr(run.info, "run_name", None) or None,
                        tuple(e for e in tags.get(TRAINED_ON_TAG, "").split(TRAINED_ON_SEP) if e), config_problem)
+
+
+def _group(text: str | None) -> dict[str, Any]:
+    """`GROUP_TAG`'s axes and search point ({} without the tag, or with one that is not a JSON object: one
+    run's cut or edited tag raised a bare JSONDecodeError in every reader of its experiment)."""
+    try:
+        group = json.loads(text) if text else {}
+    except ValueError:
+        return {}
+    return group if isinstance(group, dict) else {}
 
 
 def _model_size(text: str | None) -> dict[str, Any]:
