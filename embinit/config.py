@@ -192,7 +192,7 @@ class TrialConfig:
 
     def _subword_bleu_references(self) -> bool:
         """Whether this is a translation trial whose target tokenizer is sub-word: its BLEU references
-        are the text as that tokenizer writes it back (embinit.tasks.tokenization `Backend.references`),
+        are the text as that tokenizer writes it back (embinit.tasks.tokenizer_backends `Backend.references`),
         no longer the raw text. Such keys say so (`bleu_references`), so runs scored the old way are not
         reused; every other key is unchanged."""
         if not task_kind(self.task).two_sided:

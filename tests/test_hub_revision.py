@@ -124,7 +124,7 @@ def test_offline_a_pin_the_cache_lacks_is_named_with_the_revisions_it_holds(hub,
     tokenizer and the spec check, which refuses it before anything runs; a commit shortened is named."""
     from embinit.init.hf import load_model_embeddings
     from embinit.spec.full_check import spec_problems
-    from embinit.tasks.tokenization import HfBackend
+    from embinit.tasks.tokenizer_backends import HfBackend
     _offline(monkeypatch)
     held = f"which holds main = {NEW}; v1 = {OLD}"
     with pytest.raises(EmbinitError) as e:

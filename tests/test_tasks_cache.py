@@ -5,7 +5,7 @@ import pickle
 
 import pytest
 
-from embinit.tasks import cache, load_task, tokenization
+from embinit.tasks import cache, load_task, tokenization, tokenizer_backends
 from embinit.tasks.load import plan
 from helpers.files import write
 
@@ -119,13 +119,13 @@ def test_failed_write_leaves_no_partial_entry(tmp_path, monkeypatch):
 
 def test_a_hit_loads_no_tokenizer(sst2_dir, tmp_path, monkeypatch):
     """The point of the cache: a second trial pays neither for spaCy nor for tokenizing."""
-    monkeypatch.setitem(tokenization._BACKENDS, "spacy", tokenization.WhitespaceBackend)  # a cheap stand-in
+    monkeypatch.setitem(tokenizer_backends.BACKENDS, "spacy", tokenizer_backends.WhitespaceBackend)  # a cheap stand-in
     first = load(sst2_dir, tmp_path / "c", tokenizer="spacy")
 
     def no_backend(spec):
         raise AssertionError("a tokenizer was loaded on a cache hit")
 
-    monkeypatch.setitem(tokenization._BACKENDS, "spacy", no_backend)
+    monkeypatch.setitem(tokenizer_backends.BACKENDS, "spacy", no_backend)
     again = load(sst2_dir, tmp_path / "c", tokenizer="spacy")
     assert again.info["cache"] == "hit" and again.splits == first.splits
     assert again.detokenize(["a", "film", "."]) == "a film."

@@ -246,7 +246,8 @@ def test_labels_without_names_count_every_splits_ids():
     label missing from train, ids with a gap), not only the train labels' count."""
     from embinit.tasks.build import build_classification
     from embinit.tasks.raw import RawData
-    from embinit.tasks.tokenization import WhitespaceBackend, resolve_tokenizer
+    from embinit.tasks.tokenization import resolve_tokenizer
+    from embinit.tasks.tokenizer_backends import WhitespaceBackend
     rows = {"train": [("a good film", 0), ("a bad film", 2), ("good", 0)], "dev": [("a film", 3)]}
     tok = WhitespaceBackend(resolve_tokenizer("whitespace"))
     built = build_classification(RawData("classification", rows, ["dev"], "test"), {"tok": tok}, 1, 16, False)

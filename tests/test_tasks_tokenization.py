@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from embinit.errors import EmbinitError
-from embinit.tasks import load_task, tokenization
-from embinit.tasks.tokenization import WordDetokenizer, resolve_tokenizer
+from embinit.tasks import load_task, tokenization, tokenizer_backends
+from embinit.tasks.tokenization import resolve_tokenizer
+from embinit.tasks.tokenizer_backends import WordDetokenizer, detokenizer, load_backend
 from embinit.vocab import SPECIALS, Vocab
 from helpers.files import write
 
@@ -89,7 +90,7 @@ def test_gpt2_without_files_falls_back_to_the_hub_with_a_clear_error(monkeypatch
         asked.append(source)
         raise OSError("We couldn't connect to 'https://huggingface.co'")
 
-    monkeypatch.setattr(tokenization, "_from_pretrained", offline)
+    monkeypatch.setattr(tokenizer_backends, "_from_pretrained", offline)
     with pytest.raises(EmbinitError) as e:
         load_task("synthetic_lm", tokenizer="gpt2", cache_dir=False)
     assert asked == ["gpt2"]
@@ -139,7 +140,7 @@ def test_hf_tokenizer_folder_vocab_from_training_strings(hf_folder, tmp_path):
     assert data.info["lowercase"] is True          # detected from the tokenizer, not the flag
     resolved = resolve_tokenizer(str(hf_folder))
     assert resolved.kind == "hf" and resolved.source == str(hf_folder.resolve())
-    backend = resolved.load()       # the batched fast path gives exactly tokenize()'s strings
+    backend = load_backend(resolved)       # the batched fast path gives exactly tokenize()'s strings
     texts = ["The cats sat.", "THE MATS", "", "cat ?"]
     assert backend.tokenize_batch(texts) == [backend.tok.tokenize(t) for t in texts]
 
@@ -287,7 +288,7 @@ def test_contract_resolves_without_loading_and_says_what_it_is(tokenizer_name):
 
 def test_contract_same_text_same_tokens(tokenizer_name):
     spec = resolve_tokenizer(tokenizer_name)
-    first, second = spec.load(), spec.load()
+    first, second = load_backend(spec), load_backend(spec)
     tokens = first.tokenize_batch(CONTRACT_TEXTS)
     assert tokens == first.tokenize_batch(CONTRACT_TEXTS) == second.tokenize_batch(CONTRACT_TEXTS)
     assert tokens == [first.tokenize_batch([t])[0] for t in CONTRACT_TEXTS]   # batching changes nothing
@@ -301,7 +302,7 @@ def test_contract_a_perfect_output_writes_back_to_the_bleu_references(tokenizer_
     tokenizer's detokenizer as the hypotheses are, are its reference (`Backend.references`), and the
     reference tokenizes to the same tokens."""
     spec = resolve_tokenizer(tokenizer_name)
-    backend, detokenize = spec.load(), pickle.loads(pickle.dumps(spec.detokenizer()))
+    backend, detokenize = load_backend(spec), pickle.loads(pickle.dumps(detokenizer(spec)))
     tokens = backend.tokenize_batch(CONTRACT_TEXTS)
     references = backend.references(CONTRACT_TEXTS)
     assert [detokenize(["<bos>", *toks, "<eos>"]) for toks in tokens] == references
@@ -314,7 +315,7 @@ def test_contract_a_perfect_output_writes_back_to_the_bleu_references(tokenizer_
 
 def test_contract_full_vocabulary_when_the_backend_has_one(tokenizer_name):
     spec = resolve_tokenizer(tokenizer_name)
-    backend = spec.load()
+    backend = load_backend(spec)
     vocab = backend.full_vocab()
     if vocab is None:   # word level: the vocabulary is what the training text holds
         assert spec.word_level
@@ -339,11 +340,11 @@ def test_a_misspelled_name_that_loads_as_no_hub_id_names_the_closest(monkeypatch
     def offline(source):
         raise OSError("We couldn't connect to 'https://huggingface.co'")
 
-    monkeypatch.setattr(tokenization, "_from_pretrained", offline)
+    monkeypatch.setattr(tokenizer_backends, "_from_pretrained", offline)
     spec = resolve_tokenizer("spacey")
     assert spec.kind == "hf"
     with pytest.raises(EmbinitError) as e:
-        spec.load()
+        load_backend(spec)
     assert "cannot load tokenizer 'spacey'" in str(e.value)
     assert (f"'spacey' is not a registered tokenizer; choose from {sorted(tokenization.TOKENIZERS)}; "
             f"did you mean 'spacy'?") in str(e.value)
@@ -371,7 +372,7 @@ def test_a_folder_in_openai_s_gpt2_format_is_read_as_it_is(tmp_path):
     (folder / "SOURCES.md").write_text("where the files came from\\n")
     spec = resolve_tokenizer(str(folder))
     assert spec.kind == "gpt2_files" and not spec.word_level and spec.source == str(folder.resolve())
-    backend = spec.load()
+    backend = load_backend(spec)
     assert backend.full_vocab() == gpt2_tokens
     assert backend.tokenize_batch(["the cat the"]) == [["the", "Ġcat", "Ġthe"]]
     write(tmp_path / "wt" / "wiki.train.tokens", ["the cat the", "The Cat"])
@@ -390,7 +391,7 @@ def test_a_folder_transformers_cannot_read_says_which_files_a_tokenizer_needs(tm
     (folder / "encoder.json").write_text("{}")   # vocab.bpe missing: not OpenAI's format either
     (folder / "SOURCES.md").write_text("where the files came from\n")
     with pytest.raises(EmbinitError) as e:
-        resolve_tokenizer(str(folder)).load()
+        load_backend(resolve_tokenizer(str(folder)))
     text = str(e.value)
     assert "the folder holds ['SOURCES.md', 'encoder.json']" in text, text
     assert "tokenizer.json, or vocab.json + merges.txt" in text and "encoder.json + vocab.bpe alone" in text
@@ -418,6 +419,6 @@ def test_a_tokenizer_folder_whose_vocab_is_not_utf8_is_a_spec_problem_naming_the
 def test_loading_a_tokenizer_folder_whose_vocab_is_not_utf8_names_the_line(tmp_path):
     folder = _latin1_wordpiece(tmp_path / "tok")
     with pytest.raises(EmbinitError) as e:
-        resolve_tokenizer(str(folder)).load()
+        load_backend(resolve_tokenizer(str(folder)))
     text = str(e.value)
     assert f"{folder}/vocab.txt:7: not UTF-8" in text and "iconv" in text and "needs" not in text, text

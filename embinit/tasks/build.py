@@ -12,7 +12,8 @@ from collections import Counter
 from embinit.errors import EmbinitError
 from embinit.task_registry import kind_code, kind_entry
 from embinit.tasks.raw import RawData
-from embinit.tasks.tokenization import Backend, TokenizerSpec
+from embinit.tasks.tokenization import TokenizerSpec
+from embinit.tasks.tokenizer_backends import Backend, load_backend
 from embinit.vocab import EOS, SPECIALS, UNK, Vocab
 
 
@@ -127,7 +128,7 @@ def build(raw: RawData, src_spec: TokenizerSpec | None, tgt_spec: TokenizerSpec,
     def load(spec: TokenizerSpec) -> Backend:  # one backend per identity (HF loads are slow)
         key = json.dumps(spec.identity, default=str)
         if key not in backends:
-            backends[key] = spec.load()
+            backends[key] = load_backend(spec)
         return backends[key]
 
     sides = kind_entry(raw.kind).sides

@@ -17,6 +17,7 @@ from embinit.tasks.build import build
 from embinit.tasks.data import TaskData
 from embinit.tasks.raw import RawData, lm_split_map
 from embinit.tasks.tokenization import TokenizerSpec, resolve_tokenizer
+from embinit.tasks.tokenizer_backends import detokenizer
 
 DATA_ENV = "EMBINIT_DATA_DIR"
 
@@ -248,7 +249,7 @@ def load_task(task: str, data_dir: str | Path | None = None, tokenizer: str = "s
             "load_time_s": round(time.perf_counter() - start, 3)}
     return TaskData(name=task, kind=p.kind, vocab=payload["vocab"], src_vocab=payload["src_vocab"],
                     splits=payload["splits"], eval_splits=payload["eval_splits"],
-                    references=payload["references"], detokenize=p.tgt_spec.detokenizer(),
+                    references=payload["references"], detokenize=detokenizer(p.tgt_spec),
                     num_labels=payload["num_labels"], info=info)
 
 

@@ -14,7 +14,7 @@ code version 2 and before say `|unk:kept`: three tokens), so every logged score 
 `<bos>` and `<eos>` are always dropped (they are not words). Case: when the task's tokenization lowercased the text,
 BLEU is computed case-insensitively (recorded in the signature as `case:lc`), otherwise case-sensitively.
 References: with a word-level tokenizer, the raw target text; with a sub-word tokenizer, that text as the
-tokenizer writes it back (`Backend.references`, embinit.tasks.tokenization), the way the hypotheses are
+tokenizer writes it back (`Backend.references`, embinit.tasks.tokenizer_backends), the way the hypotheses are
 written, so a perfect output scores 100; the signature then ends in `|ref:tokenizer`.
 Tokenizer: sacrebleu's for the target language (`embinit.bleu_rules`: `zh`, `ja-mecab`, `ko-mecab`, else
 `13a`), named in the signature (`tok:`).
