@@ -432,6 +432,9 @@ def test_an_invalid_emb_seed_value_beside_a_reference_emb_seed_is_a_spec_error()
     found = problems(base(analyses=sim, search={"space": {"emb_seed": ["abc", 3]}}))
     assert list(found) == ["search.space.emb_seed[0]"]
     assert list(problems(base(analyses=sim, axes={"emb_seed": [3]}))) == ["analyses.similarity.reference_emb_seed"]
+    # `null` is a valid emb_seed (the trial's own seed): it was sorted among the ints, a TypeError
+    found = problems(base(analyses=sim, axes={"emb_seed": [None, 3]}))
+    assert "[0, 1, 3]" in found["analyses.similarity.reference_emb_seed"]
 
 
 def test_axis_problems():

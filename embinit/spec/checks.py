@@ -181,7 +181,8 @@ def _emb_seeds(spec: SpecFields) -> list[int] | None:
     listed = [*spec.axes.get("emb_seed", []), *(space if isinstance(space, list) else [])]
     if _check_values("", "emb_seed", listed):
         return None
-    return sorted(set(spec.seeds) | {v for v in fixed if v is not None} | set(listed))
+    # None (an axis value `null`) is the trial's own seed, among spec.seeds already
+    return sorted(set(spec.seeds) | {v for v in [*fixed, *listed] if v is not None})
 
 
 def _task_problems(spec: SpecFields) -> list[tuple[str, str]]:
