@@ -16,6 +16,7 @@ import numpy as np
 from embinit.errors import EmbinitError, hf_load_error, problems_error
 from embinit.hf_cache import revision_problem, split_revision
 from embinit.init.registry import SOURCE_FAMILIES, InitSpec, parse_init_spec
+from embinit.text_files import UTF8_HINT   # the one wording of the fix (vectors import it from here)
 
 # config keys that hold the input-embedding width, most specific first (ALBERT factorizes embeddings)
 DIM_KEYS = ("embedding_size", "d_model", "n_embd", "dim", "hidden_size")
@@ -75,7 +76,6 @@ def npy_vocab_path(path: Path) -> Path:
     return found
 
 
-UTF8_HINT = "re-encode the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)"
 
 
 def not_utf8(word: bytes, path: Path, where: str) -> str | None:
