@@ -252,9 +252,3 @@ def entry_of(task: str, definition: Any = None) -> TaskEntry | None:
     if isinstance(definition, dict):
         return _entry_of(task, json.dumps(definition, sort_keys=True, default=str))
     return TASKS.get(task)
-
-
-def is_defined(task: str) -> bool:
-    from embinit.task_registry import DEFINED
-    return task in DEFINED
-

@@ -45,10 +45,6 @@ class Vocab:
             kept = kept[: max(0, max_size - len(specials))]
         return cls(list(specials) + kept, {t: counter[t] for t in kept}, specials)
 
-    @classmethod
-    def from_tokens(cls, tokens: Iterable[str]) -> "Vocab":
-        return cls(list(tokens))
-
     def __len__(self) -> int:
         return len(self.tokens)
 

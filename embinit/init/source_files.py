@@ -89,13 +89,6 @@ def not_utf8(word: bytes, path: Path, where: str) -> str | None:
     return None
 
 
-def check_utf8(word: bytes, path: Path, where: str) -> None:
-    """Refuse a word that is not UTF-8 (`not_utf8`), with the hint to re-encode the file."""
-    problem = not_utf8(word, path, where)
-    if problem:
-        raise EmbinitError(f"{problem}; {UTF8_HINT}")
-
-
 def read_npy_vocab(path: Path, n_rows: int) -> list[str]:
     """The token of each of the `n_rows` rows of the .npy matrix `path`, from its vocabulary file: one
     token per line, split on "\\n" only (a token may hold any other character, "\\x85" or "\\u2028"

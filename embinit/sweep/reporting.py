@@ -16,18 +16,10 @@ from embinit.checkpoint_files import BEST, BEST_ARTIFACT_DIR, INIT_SAMPLE, OLD_I
     is_output_file, read_init_sample, write_init_sample
 from embinit.errors import EmbinitError
 from embinit.sweep import resume
-from embinit.sweep.resume import RUN_ID_FILE
 from embinit.sweep.work import SweepContext
 from embinit.task_registry import loss_metric
 
 log = logging.getLogger("embinit.sweep")
-
-
-def trial_run_id(out_dir: str | Path | None) -> str | None:
-    """The MLflow run id of the sweep trial training in `out_dir` (a trainer callback's `ctx.out_dir`),
-    None outside a sweep."""
-    id_file = Path(out_dir) / RUN_ID_FILE if out_dir is not None else None
-    return id_file.read_text().strip() if id_file is not None and id_file.exists() else None
 
 
 class TrialReporter:
