@@ -1,10 +1,14 @@
 """The lines of a UTF-8 text file a user gives (a task's data files, a vocabulary file, a spec), every line
 that is not UTF-8 named with the fix (re-encode it), not Python's codec message. Lines are split on "\\n"
 only (never on U+2028, U+0085 or a lone "\\r", which `str.splitlines` would treat as line breaks and so
-silently misalign parallel files). Below `tasks`, `vocab` and `spec`: it imports `embinit.errors` only."""
+silently misalign parallel files). A file whose name ends in .gz is gunzipped as it is read (Multi30k's
+repository ships its raw files as `train.de.gz`, ...). Below `tasks`, `vocab` and `spec`: it imports
+`embinit.errors` only."""
 
 from __future__ import annotations
 
+import gzip
+import zlib
 from pathlib import Path
 
 from embinit.errors import EmbinitError, problems_error
@@ -36,13 +40,17 @@ def decoded_lines(path: Path) -> tuple[list[str], dict[int, str]]:
     for each line that is not UTF-8, kept with its bad bytes written as \\xNN: a reader of rows names
     every other problem of the file beside those lines. The first one carries the hint to re-encode (on
     the last, it was cut from a Latin-1 file's error, which names only the first MAX_LISTED problems)."""
+    zipped = path.name.endswith(".gz")
     try:
-        with open(path, encoding="utf-8-sig", newline="\n") as f:
+        with (gzip.open(path, "rt", encoding="utf-8-sig", newline="\n") if zipped
+              else open(path, encoding="utf-8-sig", newline="\n")) as f:
             return [line.rstrip("\r\n") for line in f], {}
     except UnicodeDecodeError:
-        data = path.read_bytes()
-    except OSError as e:
-        raise EmbinitError(f"cannot read {path}: {e}") from None
+        data = gzip.decompress(path.read_bytes()) if zipped else path.read_bytes()
+    except (OSError, EOFError, zlib.error) as e:   # gzip: BadGzipFile (an OSError), a cut-off file's EOFError
+        raise EmbinitError(f"cannot read {path}: {e}"
+                           + ("; a .gz file must be gzip-compressed and whole (gunzip -t tests it)" if zipped
+                              else "")) from None
     bad = _utf8_problems(path, data)
     bad[min(bad)] += f"; {UTF8_HINT}"
     text = data.decode("utf-8-sig", "backslashreplace")

@@ -21,10 +21,18 @@ class MissingFiles(EmbinitError):
     """A data folder lacks a file a split needs (`find_files`)."""
 
 
+def _file(folder: Path, name: str) -> Path:
+    """`folder/name`, or its gzipped copy `name.gz` where only that exists (read as it is: text_files)."""
+    path = folder / name
+    zipped = folder / f"{name}.gz"
+    return zipped if not path.is_file() and zipped.is_file() else path
+
+
 def _pick(folder: Path, candidates: tuple[str, ...], suffixes: tuple[str, ...]) -> list[Path] | None:
-    """The first candidate name for which every `<name><suffix>` exists, else None."""
+    """The first candidate name for which every `<name><suffix>` (or `<name><suffix>.gz`) exists, else
+    None."""
     for name in candidates:
-        paths = [folder / f"{name}{s}" for s in suffixes]
+        paths = [_file(folder, f"{name}{s}") for s in suffixes]
         if all(p.is_file() for p in paths):
             return paths
     return None
@@ -35,7 +43,7 @@ def _missing_names(folder: Path, candidates: tuple[str, ...], suffixes: tuple[st
     (`val.en` when val.de is there), else each candidate's whole set (`val.de and val.en or valid.de and
     valid.en`)."""
     for name in candidates:
-        paths = [folder / f"{name}{s}" for s in suffixes]
+        paths = [_file(folder, f"{name}{s}") for s in suffixes]
         if any(p.is_file() for p in paths):
             return " and ".join(p.name for p in paths if not p.is_file())
     return " or ".join(" and ".join(f"{name}{s}" for s in suffixes) for name in candidates)
