@@ -72,7 +72,8 @@ _BUILTIN: dict[str, TaskEntry] = {
         layout=Layout("classification", {"train": ("train.tsv",), "dev": ("dev.tsv",)}, ("dev",),
                       columns=("sentence", "label"), labels=("0", "1"), label_names=("negative", "positive")),
         hub=Hub("nyu-mll/glue", "sst2", {"train": "train", "validation": "dev"}, ("sentence",))),
-    # GLUE MNLI: the label order is GLUE's / Hugging Face's (entailment 0, neutral 1, contradiction 2).
+    # GLUE MNLI: the label order is GLUE's / Hugging Face's (entailment 0, neutral 1, contradiction 2). The
+    # MultiNLI 1.0 release folder (multinli_1.0_*.jsonl) is read too: see multinli.py.
     "mnli": classification_task(
         TaskDefaults("classification", "GLUE MNLI entailment, best dev matched/mismatched accuracy",
                      epochs=10, batch_size=128, lr=1e-4, min_freq=2, metric="acc_matched"),
@@ -80,7 +81,7 @@ _BUILTIN: dict[str, TaskEntry] = {
                                          "dev_mismatched": ("dev_mismatched.tsv",)},
                       ("dev_matched", "dev_mismatched"), columns=("sentence1", "sentence2", "gold_label"),
                       labels=("entailment", "neutral", "contradiction"),
-                      label_names=("entailment", "neutral", "contradiction")),
+                      label_names=("entailment", "neutral", "contradiction"), release=True),
         hub=Hub("nyu-mll/glue", "mnli", {"train": "train", "validation_matched": "dev_matched",
                                          "validation_mismatched": "dev_mismatched"}, ("premise", "hypothesis"))),
     # A small, fast LM setting (6 layers, 8 heads, feed-forward 2,048 as the KNN-similarity blog's code;

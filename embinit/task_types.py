@@ -90,7 +90,8 @@ class Layout:
     labels: tuple[str, ...] = ()           # label values as written in the files, in id order; none (a
                                            # defined task's): the train file's, sorted (tasks/local.py)
     label_names: tuple[str, ...] = ()
-    release: bool = False                  # the unpacked IWSLT release (train.tags + XML) is read too
+    release: bool = False                  # the unpacked release is read too: IWSLT's (train.tags + XML),
+                                           # MultiNLI 1.0's (multinli_1.0_*.jsonl)
     format: str = "tsv"                    # classification files: tsv (GLUE's) | csv | jsonl; lm: text
                                            # (a defined one's; the built-in one's "tsv" reads as text) | jsonl
 

@@ -41,3 +41,59 @@ def test_a_cut_off_gz_file_is_named(tmp_path):
     (folder / "val.en.gz").write_bytes(whole[: len(whole) // 2])
     with pytest.raises(EmbinitError, match=r"val\.en\.gz.*gunzip -t"):
         check_files("multi30k", folder)
+
+
+def _nli(gold, s1, s2, annotators):
+    import json
+    return json.dumps({"annotator_labels": annotators, "genre": "slate", "gold_label": gold, "pairID": "1n",
+                       "promptID": 1, "sentence1": s1, "sentence1_binary_parse": f"( {s1} )",
+                       "sentence1_parse": f"(ROOT {s1})", "sentence2": s2, "sentence2_binary_parse": f"( {s2} )",
+                       "sentence2_parse": f"(ROOT {s2})"})
+
+
+def multinli_release(folder):
+    """multinli_1.0.zip unpacked: one JSON object a line; a dev line whose annotators reached no majority
+    has gold_label "-"."""
+    from helpers.files import write
+    write(folder / "multinli_1.0_train.jsonl", [
+        _nli("neutral", "Cream skimming has two dimensions.", "Product and geography work. ", ["neutral"]),
+        _nli("entailment", 'you know "if they decide', "You lose them.", ["entailment"]),
+        _nli("contradiction", "Gays and lesbians.", "Heterosexuals.", ["contradiction"])])
+    dev = [_nli("neutral", "The new rights are nice", "Everyone likes them", ["neutral", "entailment", "neutral"]),
+           _nli("-", "Nobody agrees.", "It is clear.", ["neutral", "contradiction", "entailment"]),
+           _nli("contradiction", "A list of winners.", "Nothing is listed.", ["contradiction"] * 5)]
+    write(folder / "multinli_1.0_dev_matched.jsonl", dev)
+    write(folder / "multinli_1.0_dev_mismatched.jsonl", dev[::-1])
+    for name in ("multinli_1.0_train.txt", "README.txt"):   # what else the archive holds: not read
+        write(folder / name, ["gold_label\tsentence1"])
+    return folder
+
+
+def test_mnli_reads_the_multinli_release_without_its_no_gold_lines(tmp_path):
+    folder = multinli_release(tmp_path / "multinli_1.0")
+    check_files("mnli", folder)
+    data = load_task("mnli", data_dir=folder, tokenizer="whitespace", min_freq=1, cache_dir=False)
+    assert data.info["sizes"] == {"train": 3, "dev_matched": 2, "dev_mismatched": 2}
+    assert data.info["files"]["dev_matched"] == ["multinli_1.0_dev_matched.jsonl"]
+    # GLUE's label ids: entailment 0, neutral 1, contradiction 2
+    assert [ex[-1] for ex in data.splits["train"]] == [1, 0, 2]
+    assert [ex[-1] for ex in data.splits["dev_matched"]] == [1, 2]
+    assert [ex[-1] for ex in data.splits["dev_mismatched"]] == [2, 1]
+
+
+def test_mnli_release_folder_missing_a_file_is_named(tmp_path):
+    folder = multinli_release(tmp_path / "multinli_1.0")
+    (folder / "multinli_1.0_dev_mismatched.jsonl").unlink()
+    with pytest.raises(EmbinitError, match="multinli_1.0_dev_mismatched.jsonl"):
+        check_files("mnli", folder)
+
+
+def test_glue_tsv_files_take_precedence_over_the_multinli_release(tmp_path):
+    from helpers.files import write
+    folder = multinli_release(tmp_path / "mnli")
+    header = "index\tgenre\tsentence1\tsentence2\tlabel1\tgold_label"
+    for name in ("train", "dev_matched", "dev_mismatched"):
+        write(folder / f"{name}.tsv", [header, "0\tslate\tA b .\tC d .\tneutral\tneutral"])
+    data = load_task("mnli", data_dir=folder, tokenizer="whitespace", min_freq=1, cache_dir=False)
+    assert data.info["sizes"] == {"train": 1, "dev_matched": 1, "dev_mismatched": 1}
+    assert data.info["files"]["train"] == ["train.tsv"]

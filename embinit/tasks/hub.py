@@ -237,7 +237,8 @@ def _needs(task: str, splits: dict[str, str]) -> str:
     if task_kind(task).two_sided:
         files = ", ".join(f"{layout.files[s][0]}.{{{layout.src_lang},{layout.tgt_lang}}}" for s in splits)
         return files + (" or the unpacked de-en release archive" if layout.release else "")
-    return ", ".join(layout.files[s][0] for s in splits.values())
+    files = ", ".join(layout.files[s][0] for s in splits.values())
+    return files + (" or the unpacked MultiNLI 1.0 release's multinli_1.0_*.jsonl" if layout.release else "")
 
 
 def convert(task: str, ds: Mapping[str, Any], splits: dict[str, str], source: str) -> RawData:

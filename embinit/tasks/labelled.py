@@ -160,6 +160,11 @@ def _read(rows: list, path: Path, layout: Layout) -> list[tuple]:
     return out
 
 
+def read_rows(rows: list, path: Path, layout: Layout) -> list[tuple]:
+    """[(text[, text_b], label_id)] of a row source's rows (`_read`), for a reader that filters them."""
+    return _read(rows, path, layout)
+
+
 def read_tsv(path: Path, layout: Layout) -> list[tuple]:
     """GLUE TSV -> [(text[, text_b], label_id)] (see `_tsv_rows`)."""
     return _read(_tsv_rows(path, layout), path, layout)

@@ -11,7 +11,7 @@ from pathlib import Path
 from embinit.errors import EmbinitError, problems_error
 from embinit.task_registry import kind_entry, load
 from embinit.task_types import Layout
-from embinit.tasks import iwslt
+from embinit.tasks import iwslt, multinli
 from embinit.tasks.labelled import READERS, derive_labels, jsonl_rows
 from embinit.tasks.raw import RawData
 from embinit.text_files import decoded_lines, read_lines
@@ -54,8 +54,11 @@ def find_files(task: str, layout: Layout, folder: Path, splits: dict[str, str]) 
     every missing file and the folder."""
     kind = kind_entry(layout.kind)
     suffixes = (f".{layout.src_lang}", f".{layout.tgt_lang}") if kind.two_sided else ("",)
-    if layout.release and iwslt.is_release(folder) and not _pick(folder, ("train",), suffixes):
-        return iwslt.release_files(folder, splits, (layout.src_lang, layout.tgt_lang))
+    if layout.release and not _pick(folder, layout.files["train"], suffixes):   # a release folder, not GLUE's
+        if kind.two_sided and iwslt.is_release(folder):                         # or the aligned line files
+            return iwslt.release_files(folder, splits, (layout.src_lang, layout.tgt_lang))
+        if not kind.two_sided and multinli.is_release(folder):
+            return multinli.release_files(folder, splits)
     found, missing = {}, []
     for split, source in splits.items():
         paths = _pick(folder, layout.files[source], suffixes)
@@ -166,6 +169,8 @@ def read_pairs(paths: list[Path], layout: Layout) -> list[tuple[str, str]]:
 
 
 def read_labelled(paths: list[Path], layout: Layout) -> list[tuple]:
+    if layout.release and multinli.is_release_file(paths[0]):
+        return multinli.read(paths[0], layout)
     return READERS[layout.format](paths[0], layout)
 
 
