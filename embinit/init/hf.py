@@ -103,6 +103,9 @@ def load_model_embeddings(name: str):
             model = AutoModel.from_pretrained(repo, revision=revision)
             weight = model.get_input_embeddings().weight.detach().to(torch.float32).clone()
     except Exception as e:
+        from embinit.tasks.tokenization import sentencepiece_problem
+        if (folder := _local_folder(name)) is not None and (why := sentencepiece_problem(folder)) is not None:
+            raise EmbinitError(f"cannot load Hugging Face model {name!r}: {why}") from None
         raise hf_load_error(name, e) from None
     finally:
         if bar:

@@ -79,6 +79,9 @@ def vector_file_problems(pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
             out += [(where, problem) for problem in file_problems(path)]
         elif path.is_file() and where.rsplit(".", 1)[-1].split("[")[0] == "init_from":
             out += [(where, f"{path}: {why}") for why in [_checkpoint_problem(path)] if why]
+        elif path.is_dir() and _names_vectors(where, path):   # a model folder: its tokenizer's package
+            from embinit.tasks.tokenization import sentencepiece_problem
+            out += [(where, why) for why in [sentencepiece_problem(path)] if why]
         elif where.rsplit(".", 1)[-1].split("[")[0] == "tokenizer":   # a file, a folder without a tokenizer
             from embinit.tasks.tokenization import local_tokenizer_problem
             out += [(where, why) for why in [local_tokenizer_problem(value)] if why]

@@ -127,6 +127,25 @@ def resolve_tokenizer(name: str, lang: str = "en", lowercase: bool = True,
     return TokenizerSpec(name, "hf", lang, False, name, ("hf", name))
 
 
+def _has_sentencepiece() -> bool:
+    import importlib.util
+    return importlib.util.find_spec("sentencepiece") is not None
+
+
+def sentencepiece_problem(folder: Path) -> str | None:
+    """Why transformers cannot read the tokenizer of a model folder that holds it as a SentencePiece model
+    alone (`spiece.model`, no tokenizer.json: Google's T5 and mT5 releases) where the `sentencepiece`
+    package is not installed, else None. transformers then falls back to reading the file as tiktoken's and
+    says to install `tiktoken`, which does not help."""
+    models = sorted(p.name for p in folder.glob("*.model")) if folder.is_dir() else []
+    if not models or (folder / "tokenizer.json").is_file() or _has_sentencepiece():
+        return None
+    return (f"{folder} holds its tokenizer as a SentencePiece model ({', '.join(models)}) without a tokenizer.json, "
+            f"and reading it needs the `sentencepiece` package, which is not installed: pip install sentencepiece "
+            f"(or, where it is installed, write the tokenizer.json beside it: "
+            f"AutoTokenizer.from_pretrained(FOLDER).save_pretrained(FOLDER))")
+
+
 def local_tokenizer_problem(name: str) -> str | None:
     """Why a tokenizer value that names an existing local file or folder cannot be a tokenizer, found
     without loading it (the spec's check): a file (`resolve_tokenizer` says which folder to give), or a
@@ -141,7 +160,7 @@ def local_tokenizer_problem(name: str) -> str | None:
         except EmbinitError as e:
             return str(e)
     if any((path / f).is_file() for f in HF_TOKENIZER_FILES + GPT2_FILES) or any(path.glob("*.model")):
-        return not_utf8_problem(path)
+        return sentencepiece_problem(path) or not_utf8_problem(path)
     return f"tokenizer folder {name!r} holds no tokenizer: {folder_hint(str(path))}"
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from embinit.errors import EmbinitError, empty_tokenizer, offline_miss
 from embinit.hf_cache import split_revision
 from embinit.tasks.tokenization import (GPT2_ENV, GPT2_FILES, TokenizerSpec, folder_hint, not_utf8_problem,
+                                        sentencepiece_problem,
                                         unregistered_hint)
 from embinit.vocab import BOS, EOS, PAD
 
@@ -116,6 +117,8 @@ class HfBackend(Backend):
             if Path(spec.source).is_dir() and (why := not_utf8_problem(Path(spec.source))) is not None:
                 raise EmbinitError(f"cannot load tokenizer {spec.source!r}: {why}") from None
             unregistered = unregistered_hint(spec.name)
+            if (why := sentencepiece_problem(Path(spec.source))) is not None:
+                raise EmbinitError(f"cannot load tokenizer {spec.source!r}: {why}") from None
             hint = (f"put GPT-2's {' and '.join(GPT2_FILES)} in a folder and set ${GPT2_ENV} to it (or into "
                     f"the task's data folder)" if spec.name == "gpt2" else
                     folder_hint(spec.source) if Path(spec.source).is_dir() else
