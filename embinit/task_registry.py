@@ -30,17 +30,17 @@ KINDS: dict[str, KindEntry] = {
         "encoder-decoder trained with teacher forcing; BLEU", ("src", "tgt"),
         "embinit.models.seq2seq:EncoderDecoder", "embinit.train.translation:TranslationTask",
         "embinit.tasks.build:build_translation", "embinit.tasks.data:pair_text",
-        "embinit.tasks.local:read_pairs", "embinit.tasks.hub:pair_row",
+        "embinit.tasks.local:read_pairs", "embinit.tasks.hub_rows:pair_row",
         fused="embinit.models.fused:FusedEncoderDecoder", graphed=True, decodes=True),
     "classification": KindEntry(
         "encoder-only classifier; accuracy", ("tok",), "embinit.models.encoder:EncoderClassifier",
         "embinit.train.classification:ClassificationTask", "embinit.tasks.build:build_classification",
         "embinit.tasks.data:labelled_text", "embinit.tasks.local:read_labelled",
-        "embinit.tasks.hub:labelled_row", fused="embinit.models.fused_encoder:FusedClassifier"),
+        "embinit.tasks.hub_rows:labelled_row", fused="embinit.models.fused_encoder:FusedClassifier"),
     "lm": KindEntry(
         "decoder-only language model; perplexity", ("tok",), "embinit.models.encoder:DecoderLM",
         "embinit.train.lm:LMTask", "embinit.tasks.build:build_lm", "embinit.tasks.data:stream_text",
-        "embinit.tasks.local:read_stream", "embinit.tasks.hub:stream_row", stream=True,
+        "embinit.tasks.local:read_stream", "embinit.tasks.hub_rows:stream_row", stream=True,
         fused="embinit.models.fused_encoder:FusedLM"),
 }
 

@@ -24,7 +24,7 @@ class KindEntry:
     model: an nn.Module class with `from_tables(tables, cfg, num_labels, pad_id)`; task: a class with
     `from_setup(setup, autocast)` meeting the `Task` protocol; build: RawData -> tokenized payload
     (embinit.tasks.build); read_split: (paths, layout) -> rows of one local split (embinit.tasks.local);
-    hub_row: (row, layout, columns, where) -> one example (embinit.tasks.hub); text: (TaskData, side)
+    hub_row: (row, layout, columns, where) -> one example (embinit.tasks.hub_rows); text: (TaskData, side)
     -> the side's training text as id lists (the `focus` OOV rule); fused: a `StackedModel` class
     (embinit.models.stacked) whose `losses` the kind's Task feeds in `fused_loss(fused, batches)`."""
 

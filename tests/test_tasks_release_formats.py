@@ -97,3 +97,48 @@ def test_glue_tsv_files_take_precedence_over_the_multinli_release(tmp_path):
     data = load_task("mnli", data_dir=folder, tokenizer="whitespace", min_freq=1, cache_dir=False)
     assert data.info["sizes"] == {"train": 1, "dev_matched": 1, "dev_mismatched": 1}
     assert data.info["files"]["train"] == ["train.tsv"]
+
+
+def glue_mnli_export(folder, how):
+    """nyu-mll/glue's mnli as `datasets` gives it: ClassLabel ids in GLUE's order, -1 on the test splits."""
+    datasets = pytest.importorskip("datasets")
+    features = datasets.Features({"premise": datasets.Value("string"), "hypothesis": datasets.Value("string"),
+                                  "label": datasets.ClassLabel(names=["entailment", "neutral", "contradiction"]),
+                                  "idx": datasets.Value("int32")})
+
+    def split(rows):
+        return datasets.Dataset.from_dict({"premise": [r[0] for r in rows], "hypothesis": [r[1] for r in rows],
+                                           "label": [r[2] for r in rows], "idx": list(range(len(rows)))},
+                                          features=features)
+    dev = [("The rights are nice ", "Everyone likes them", 1), ("A list of winners.", "Nothing is listed.", 2)]
+    test = [("Unlabelled.", "No label.", -1)]
+    dd = datasets.DatasetDict({"train": split([("A man runs.", "Someone moves.", 0), ("A dog sits.", "A cat sits.", 1),
+                                               ("Kids play.", "Kids sleep.", 2)]),
+                               "validation_matched": split(dev), "validation_mismatched": split(dev[::-1]),
+                               "test_matched": split(test), "test_mismatched": split(test)})
+    if how == "save_to_disk":
+        dd.save_to_disk(str(folder))
+    else:
+        folder.mkdir(parents=True)
+        for name, ds in dd.items():
+            ds.to_parquet(str(folder / f"{name}-00000-of-00001.parquet"))
+    return folder
+
+
+@pytest.mark.parametrize("how", ["save_to_disk", "parquet"])
+def test_mnli_reads_a_datasets_export(tmp_path, how):
+    folder = glue_mnli_export(tmp_path / "mnli", how)
+    check_files("mnli", folder)
+    data = load_task("mnli", data_dir=folder, tokenizer="whitespace", min_freq=1, cache_dir=False)
+    assert data.info["sizes"] == {"train": 3, "dev_matched": 2, "dev_mismatched": 2}
+    assert [ex[-1] for ex in data.splits["train"]] == [0, 1, 2]
+    assert [ex[-1] for ex in data.splits["dev_matched"]] == [1, 2]
+    assert [ex[-1] for ex in data.splits["dev_mismatched"]] == [2, 1]
+    assert data.info["loaded_from"] == str(folder.resolve())
+
+
+def test_a_parquet_export_missing_a_split_names_it(tmp_path):
+    folder = glue_mnli_export(tmp_path / "mnli", "parquet")
+    (folder / "validation_mismatched-00000-of-00001.parquet").unlink()
+    with pytest.raises(EmbinitError, match=r"validation_mismatched-\*\.parquet.*'validation_mismatched'"):
+        check_files("mnli", folder)

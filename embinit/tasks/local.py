@@ -11,14 +11,10 @@ from pathlib import Path
 from embinit.errors import EmbinitError, problems_error
 from embinit.task_registry import kind_entry, load
 from embinit.task_types import Layout
-from embinit.tasks import iwslt, multinli
+from embinit.tasks import exports, iwslt, multinli
 from embinit.tasks.labelled import READERS, derive_labels, jsonl_rows
-from embinit.tasks.raw import RawData
+from embinit.tasks.raw import MissingFiles, RawData
 from embinit.text_files import decoded_lines, read_lines
-
-
-class MissingFiles(EmbinitError):
-    """A data folder lacks a file a split needs (`find_files`)."""
 
 
 def _file(folder: Path, name: str) -> Path:
@@ -49,11 +45,22 @@ def _missing_names(folder: Path, candidates: tuple[str, ...], suffixes: tuple[st
     return " or ".join(" and ".join(f"{name}{s}" for s in suffixes) for name in candidates)
 
 
+def _export(task: str, layout: Layout, folder: Path) -> str | None:
+    """How `folder` holds the task's hub dataset as `datasets` exports it (tasks.exports), where it lacks the
+    task's raw train file(s); else None."""
+    suffixes = (f".{layout.src_lang}", f".{layout.tgt_lang}") if kind_entry(layout.kind).two_sided else ("",)
+    if _pick(folder, layout.files["train"], suffixes):
+        return None
+    return exports.kind(task, folder)
+
+
 def find_files(task: str, layout: Layout, folder: Path, splits: dict[str, str]) -> dict[str, list[Path]]:
     """{TaskData split: [paths]} for the source splits `splits` needs; a missing file is an error naming
     every missing file and the folder."""
     kind = kind_entry(layout.kind)
     suffixes = (f".{layout.src_lang}", f".{layout.tgt_lang}") if kind.two_sided else ("",)
+    if (how := _export(task, layout, folder)) is not None:
+        return exports.files(task, folder, how, splits)
     if layout.release and not _pick(folder, layout.files["train"], suffixes):   # a release folder, not GLUE's
         if kind.two_sided and iwslt.is_release(folder):                         # or the aligned line files
             return iwslt.release_files(folder, splits, (layout.src_lang, layout.tgt_lang))
@@ -72,7 +79,8 @@ def find_files(task: str, layout: Layout, folder: Path, splits: dict[str, str]) 
             hint = (" (without a train file, pass train_split='valid', eval_split='test' as extras: a spec's "
                     "`extras: {train_split: valid, eval_split: test}`, embinit train's "
                     "`--extra train_split=valid --extra eval_split=test`)")
-        if (folder / task).is_dir() and all(_pick(folder / task, layout.files[s], suffixes) for s in splits.values()):
+        if (folder / task).is_dir() and (all(_pick(folder / task, layout.files[s], suffixes) for s in splits.values())
+                                         or _export(task, layout, folder / task)):
             # the folder that holds one folder per task, given where the task's own folder goes
             hint += (f"; {folder / task} holds them: the task's own folder is the one to give (embinit train's "
                      f"--data-dir, a spec task's data_dir), the folder above it a spec's data_dir")
@@ -137,6 +145,8 @@ def read_parallel(src_path: Path, tgt_path: Path) -> list[tuple[str, str]]:
 
 def read_local(task: str, layout: Layout, folder: Path, splits: dict[str, str]) -> RawData:
     """Read the splits (TaskData name -> source name) of `task` from `folder`."""
+    if (how := _export(task, layout, folder)) is not None:
+        return exports.read(task, folder, how, splits)
     files = find_files(task, layout, folder, splits)
     derived = layout.kind == "classification" and not layout.labels
     if derived:

@@ -13,6 +13,10 @@ from embinit.errors import EmbinitError
 from embinit.task_types import Layout
 
 
+class MissingFiles(EmbinitError):
+    """A data folder lacks a file a split needs (`tasks.local.find_files`, `tasks.exports.files`)."""
+
+
 @dataclass
 class RawData:
     """splits: translation [(src, tgt)], classification [(text, label)] or [(text_a, text_b, label)]
