@@ -9,6 +9,7 @@ import codecs
 
 import gzip
 import json
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -32,11 +33,28 @@ def check_file(path: str | Path) -> Path:
 
 
 def open_binary(path: Path):
-    """`path` opened for binary reading, gunzipped when it ends in .gz."""
+    """`path` opened for binary reading, gunzipped when it ends in .gz; a zip archive's one file read from it
+    (GloVe's and fastText's English vectors are published as `glove.840B.300d.zip`, `crawl-300d-2M.vec.zip`)."""
     try:
-        return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
-    except OSError as e:
-        raise EmbinitError(f"cannot read pretrained file {path}: {e.strerror or e}") from None
+        if path.suffix == ".gz":
+            return gzip.open(path, "rb")
+        with open(path, "rb") as f:
+            zipped = f.read(4) == b"PK\x03\x04"
+        return _zip_member(path) if zipped else open(path, "rb")
+    except (OSError, zipfile.BadZipFile) as e:
+        raise EmbinitError(f"cannot read pretrained file {path}: {getattr(e, 'strerror', None) or e}") from None
+
+
+def _zip_member(path: Path):
+    """The one file of the zip archive `path`, opened for reading; an archive of several (glove.6B.zip holds
+    the 50d, 100d, 200d and 300d files) is an error naming them."""
+    with zipfile.ZipFile(path) as archive:
+        names = [i.filename for i in archive.infolist() if not i.is_dir()]
+        if len(names) != 1:
+            raise EmbinitError(f"{path} is a zip archive of {len(names)} files {names[:8]}; a vector file is read "
+                               f"from an archive that holds it alone: unzip it (unzip {path} -d DIR) and give the "
+                               f"file to read")
+        return archive.open(names[0])   # it keeps the archive's file open after the archive is closed
 
 
 def count_header(line: bytes) -> tuple[int, int] | None:
