@@ -1,5 +1,6 @@
-"""Vector files in the archives they are published in: GloVe's and fastText's English vectors come as zip
-files (glove.840B.300d.zip, crawl-300d-2M.vec.zip) of one file; glove.6B.zip holds four."""
+"""Vector files in the forms they are published in: GloVe's and fastText's English vectors come as zip
+files (glove.840B.300d.zip, crawl-300d-2M.vec.zip) of one file; glove.6B.zip holds four; fastText's
+Common Crawl vectors come beside its models (cc.de.300.vec.gz and cc.de.300.bin.gz)."""
 
 import zipfile
 
@@ -53,3 +54,17 @@ def test_a_zip_of_several_files_names_them_and_the_fix(tmp_path):
     assert "UTF-8" not in problem
     with pytest.raises(EmbinitError, match="unzip"):
         vectors.load_text(archive, ["the"])
+
+
+@pytest.mark.parametrize("name", ["cc.de.300.bin", "cc.de.300.bin.gz"])
+def test_a_fasttext_model_is_named_as_one_with_its_vec(tmp_path, name):
+    import gzip
+    import struct
+    # a fastText .bin: int32 magic 793712314, version 12, its args; then dictionary and matrices
+    data = struct.pack("<ii", 793712314, 12) + struct.pack("<12i", 300, 5, 5, 5, 1, 1, 2000000, 10, 1, 1, 3, 6) \
+        + b"\x00" * 5000 + b"\n" + b"\x01" * 100
+    path = tmp_path / name
+    path.write_bytes(gzip.compress(data) if name.endswith(".gz") else data)
+    [problem] = file_problems(path)
+    assert "fastText model" in problem and ".vec" in problem and len(problem) < 600
+    assert "UTF-8" not in problem

@@ -74,7 +74,15 @@ def first_line(path: Path) -> bytes:
             raise EmbinitError(f"cannot read pretrained file {path}: {e}") from None
     if not line.strip():
         raise EmbinitError(f"pretrained file is empty: {path}")
+    if line.startswith(FASTTEXT_MAGIC):
+        raise EmbinitError(f"{path} is a fastText model (the .bin that `fasttext` saves: subword buckets and all), not "
+                           f"a file of word vectors; give the .vec text file published beside it (cc.de.300.vec.gz "
+                           f"for cc.de.300.bin.gz), or write one from the model (fasttext's print-word-vectors, or "
+                           f"gensim's load_facebook_vectors(...).save_word2vec_format(...))")
     return line
+
+
+FASTTEXT_MAGIC = (793712314).to_bytes(4, "little")   # the first 4 bytes of a fastText .bin model
 
 
 def _npy_vocab_candidates(path: Path) -> list[Path]:
@@ -102,7 +110,7 @@ def not_utf8(word: bytes, path: Path, where: str) -> str | None:
     try:
         word.decode("utf-8")
     except UnicodeDecodeError as e:
-        return (f"{path}:{where}: not UTF-8: the word '{word.decode('utf-8', 'backslashreplace')}' has byte "
+        return (f"{path}:{where}: not UTF-8: the word '{word[:80].decode('utf-8', 'backslashreplace')}' has byte "
                 f"0x{word[e.start]:02x} at position {e.start}")
     return None
 

@@ -90,7 +90,7 @@ def _split_line(line: bytes, dim: int, path: Path, lineno: int) -> tuple[bytes, 
         found = len(parts) - 1
         raise EmbinitError(f"{path}:{lineno}: expected a word and {dim} value{'s' if dim != 1 else ''} (the "
                            f"file's D), found {found} value{'s' if found != 1 else ''} after "
-                           f"{parts[0].decode('utf-8', 'replace')!r}")
+                           f"{parts[0][:80].decode('utf-8', 'replace')!r}")
     return b" ".join(parts[:-dim]), parts[-dim:]
 
 
