@@ -53,3 +53,16 @@ def test_both_levels_are_accepted_where_they_belong(tmp_path):
     for spec in ({"data_dir": str(tmp_path / "data"), "tasks": ["sst2"]},
                  {"tasks": [{"task": "sst2", "data_dir": str(task_folder)}]}):
         check_spec({"name": "s", "inits": ["xavier"], "seeds": 1, **spec})   # no problem
+
+
+def test_glue_download_folder_names_are_named_with_the_link_to_make(tmp_path):
+    """GLUE's download_glue_data.py writes glue_data/SST-2/, glue_data/MNLI/: the spec's data_dir is then
+    that folder, but its task folders are not named as the tasks."""
+    glue = tmp_path / "glue_data"
+    _sst2(glue / "SST-2")
+    spec = {"name": "s", "tasks": [{"task": "sst2"}], "inits": ["xavier"], "seeds": 1, "data_dir": str(glue)}
+    msg = _problem(spec)
+    assert "It holds SST-2/" in msg and f"ln -s SST-2 {glue / 'sst2'}" in msg
+    assert f"tasks[0].data_dir: {glue / 'SST-2'}" in msg
+    (glue / "sst2").symlink_to("SST-2")
+    check_spec(spec)

@@ -207,6 +207,16 @@ def task_files_problem(task: str, folder: str | None, extras: dict | None, missi
     return []
 
 
+def _named_otherwise(task: str, root: Path) -> Path | None:
+    """A folder in `root` named as `task` but for case and punctuation (GLUE's SST-2/ for sst2, MNLI/ for
+    mnli), else None."""
+    def plain(name: str) -> str:
+        return "".join(c for c in name.lower() if c.isalnum())
+    found = [p for p in root.iterdir() if p.is_dir() and p.name != task and plain(p.name) == plain(task)] \
+        if root.is_dir() else []
+    return sorted(found)[0] if found else None
+
+
 def _no_task_folder(task: str, root: str, index: int, extras: dict) -> str:
     """The spec's data_dir has no folder for `task`: what a spec's data_dir is (the folder holding one
     folder per task), where a task's own folder goes instead (`embinit train --data-dir` takes that one),
@@ -217,6 +227,10 @@ def _no_task_folder(task: str, root: str, index: int, extras: dict) -> str:
     text = (f"{task}: data_dir {root!r} has no folder {task}/: a spec's data_dir is the folder that holds one "
             f"folder per task (like $EMBINIT_DATA_DIR), e.g. {str(Path(root) / task)!r}; a task's own folder goes "
             f"in its entry, tasks[{index}].data_dir (the folder `embinit train --data-dir` takes)")
+    if (other := _named_otherwise(task, Path(root).expanduser())) is not None:
+        return (text + f". It holds {other.name}/, the task's folder under another name (GLUE's download names them "
+                f"SST-2/, MNLI/): link it as "
+                f"{task} (ln -s {other.name} {Path(root) / task}) or set tasks[{index}].data_dir: {other}")
     try:
         check_files(task, root, extras.get("train_split"), extras.get("eval_split"))
     except EmbinitError:
