@@ -142,3 +142,20 @@ def test_a_parquet_export_missing_a_split_names_it(tmp_path):
     (folder / "validation_mismatched-00000-of-00001.parquet").unlink()
     with pytest.raises(EmbinitError, match=r"validation_mismatched-\*\.parquet.*'validation_mismatched'"):
         check_files("mnli", folder)
+
+
+def test_iwslt_release_one_level_down_or_still_packed_is_named(tmp_path):
+    import tarfile
+
+    from helpers.iwslt import iwslt_release
+    folder = tmp_path / "iwslt2017"
+    iwslt_release(folder / "de-en")   # as `tar xzf de-en.tgz` leaves it
+    with pytest.raises(EmbinitError, match=f"{folder / 'de-en'} holds the unpacked de-en release: give that folder"):
+        check_files("iwslt2017", folder)
+    packed = tmp_path / "packed"
+    packed.mkdir()
+    with tarfile.open(packed / "de-en.tgz", "w:gz") as tar:
+        tar.add(folder / "de-en", arcname="de-en")
+    with pytest.raises(EmbinitError, match=r"de-en\.tgz is the de-en release archive: unpack it \(tar xzf de-en\.tgz"):
+        check_files("iwslt2017", packed)
+    check_files("iwslt2017", folder / "de-en")

@@ -59,3 +59,19 @@ def read_release_file(lines: list[str]) -> list[str]:
             line = match.group(1).strip()
         out.append(line)
     return out
+
+
+def release_hint(folder: Path) -> str:
+    """For a folder that holds neither the aligned line files nor the release: where the release is, when
+    it is there in another form (unpacked one level down, as `tar xzf de-en.tgz` leaves it; still packed),
+    else which files the release has."""
+    inner = folder / PAIR
+    if is_release(inner):
+        return f"; {inner} holds the unpacked {PAIR} release: give that folder"
+    packed = sorted(p.name for p in folder.glob(f"{PAIR}.*") if p.name.endswith((".tgz", ".tar.gz", ".zip")))
+    if packed:
+        how = f"unzip {packed[0]}" if packed[0].endswith(".zip") else f"tar xzf {packed[0]}"
+        return (f"; {packed[0]} is the {PAIR} release archive: unpack it ({how}, in {folder}) and give "
+                f"{inner}")
+    return f" (or the unpacked {PAIR} release: train.tags.{PAIR}.de/.en and the IWSLT17.TED.*.xml files)"
+
