@@ -159,3 +159,18 @@ def test_iwslt_release_one_level_down_or_still_packed_is_named(tmp_path):
     with pytest.raises(EmbinitError, match=r"de-en\.tgz is the de-en release archive: unpack it \(tar xzf de-en\.tgz"):
         check_files("iwslt2017", packed)
     check_files("iwslt2017", folder / "de-en")
+
+
+def test_multinli_release_one_level_down_or_still_packed_is_named(tmp_path):
+    import zipfile
+    folder = tmp_path / "mnli"
+    multinli_release(folder / "multinli_1.0")   # as `unzip multinli_1.0.zip` leaves it
+    with pytest.raises(EmbinitError, match=f"{folder / 'multinli_1.0'} holds the unpacked MultiNLI 1.0 release"):
+        check_files("mnli", folder)
+    packed = tmp_path / "packed"
+    packed.mkdir()
+    with zipfile.ZipFile(packed / "multinli_1.0.zip", "w") as z:
+        for f in (folder / "multinli_1.0").iterdir():
+            z.write(f, f"multinli_1.0/{f.name}")
+    with pytest.raises(EmbinitError, match=r"unpack it \(unzip multinli_1\.0\.zip"):
+        check_files("mnli", packed)

@@ -79,8 +79,8 @@ def find_files(task: str, layout: Layout, folder: Path, splits: dict[str, str]) 
             hint = (" (without a train file, pass train_split='valid', eval_split='test' as extras: a spec's "
                     "`extras: {train_split: valid, eval_split: test}`, embinit train's "
                     "`--extra train_split=valid --extra eval_split=test`)")
-        if layout.release and kind.two_sided:
-            hint += iwslt.release_hint(folder)
+        if layout.release:
+            hint += iwslt.release_hint(folder) if kind.two_sided else multinli.release_hint(folder)
         if (folder / task).is_dir() and (all(_pick(folder / task, layout.files[s], suffixes) for s in splits.values())
                                          or _export(task, layout, folder / task)):
             # the folder that holds one folder per task, given where the task's own folder goes

@@ -48,3 +48,16 @@ def read(path: Path, layout: Layout) -> list[tuple]:
     layout = dataclasses.replace(layout, format="jsonl")
     rows = [r for r in jsonl_rows(path, layout) if isinstance(r, str) or r[1][-1].strip() != NO_GOLD]
     return read_rows(rows, path, layout)
+
+
+def release_hint(folder: Path) -> str:
+    """For a folder that holds neither GLUE's TSV files nor the release: where the release is, when it is
+    there in another form (unpacked one level down, as `unzip multinli_1.0.zip` leaves it; still packed)."""
+    inner = folder / "multinli_1.0"
+    if is_release(inner):
+        return f"; {inner} holds the unpacked MultiNLI 1.0 release: give that folder"
+    if (folder / "multinli_1.0.zip").is_file():
+        return (f"; multinli_1.0.zip is the MultiNLI 1.0 release archive: unpack it (unzip multinli_1.0.zip, in "
+                f"{folder}) and give {inner}")
+    return ""
+
