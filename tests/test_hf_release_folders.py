@@ -52,3 +52,32 @@ def test_loading_the_rows_names_sentencepiece_not_tiktoken(tmp_path, no_sentence
     with pytest.raises(EmbinitError, match="pip install sentencepiece") as e:
         load_model_embeddings(str(folder))
     assert "tiktoken" not in str(e.value)
+
+
+def test_a_google_style_mt5_folder_loads_its_rows_and_tokenizes(tmp_path):
+    """sentencepiece is a dependency: google/mt5-small's folder (spiece.model, no tokenizer.json), the
+    paper's mT5 source, loads here, its rows the checkpoint's input table (`shared`, not the untied lm_head),
+    and tokenizes a task's text."""
+    import sentencepiece as spm
+    import torch
+    from transformers import MT5Model, T5Config
+    from embinit.init.hf import load_model_embeddings
+    from embinit.tasks.tokenizer_backends import load_backend
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(["a man in a blue shirt is standing on a ladder", "two dogs play in the snow",
+                                 "ein Mann steht auf einer Leiter", "zwei Hunde spielen im Schnee"] * 50))
+    spm.SentencePieceTrainer.train(input=str(corpus), model_prefix=str(tmp_path / "spiece"), vocab_size=40,
+                                   pad_id=0, eos_id=1, unk_id=2, bos_id=-1, minloglevel=2)
+    folder = tmp_path / "mt5-small"
+    model = MT5Model(T5Config(vocab_size=40, d_model=8, d_kv=4, d_ff=16, num_layers=1, num_heads=2,
+                              decoder_start_token_id=0, tie_word_embeddings=False))
+    model.save_pretrained(folder)
+    (folder / "spiece.model").write_bytes((tmp_path / "spiece.model").read_bytes())
+    (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "T5Tokenizer"}))
+    assert not (folder / "tokenizer.json").exists()
+    assert tokenization.local_tokenizer_problem(str(folder)) is None
+    tok, rows = load_model_embeddings(str(folder))
+    assert torch.equal(rows, model.shared.weight.detach())
+    backend = load_backend(tokenization.resolve_tokenizer(str(folder)))
+    (tokens,) = backend.tokenize_batch(["two dogs in the snow"])
+    assert tokens[0].startswith("▁") and backend.to_string(tokens).strip() == "two dogs in the snow"
