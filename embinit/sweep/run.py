@@ -279,8 +279,22 @@ def _finish(spec, uri, runs, exp_id, parent, planned, reused, cancelled, t0, lin
                          spec.num_trials(), reused, rows, cancelled, time.monotonic() - t0, report,
                          linked=linked, shared=shared)
     if not linked:
+        _tag_points(uri, parent, [r for k, r in chosen.items() if search or k in keys])
         _close_parent(spec, uri, parent, result, report)
     return result
+
+
+def _tag_points(uri, parent, trials) -> None:
+    """Mark each search trial as its report's point or not (embinit.report.point_tags), naming this sweep."""
+    from mlflow.entities import RunTag
+
+    from embinit.report.point_tags import point_tags
+    if not any(t.point for t in trials):   # no search
+        return
+    c = mlflow_store.client(uri)
+    tags = point_tags(trials, mlflow_store.retry(lambda: c.get_run(parent)).info.run_name)
+    for run_id, values in tags.items():
+        mlflow_store.log_batch(c, run_id, tags=[RunTag(k, v) for k, v in values.items()])
 
 
 def _print_report(result: SweepResult, progress) -> SweepResult:

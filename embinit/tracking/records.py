@@ -75,6 +75,10 @@ CHECKPOINT_TAG, RESUMED_TAG = "embinit.checkpoint_epoch", "embinit.resumed_after
 # A trial that started over without a checkpoint, in a run of its own: RESTARTED_TAG on the new run names
 # the dead attempt's run, closed failed with SUPERSEDED_TAG naming the new one (embinit.tracking.trial_run).
 RESTARTED_TAG, SUPERSEDED_TAG = "embinit.restarted_from", "embinit.superseded_by"
+# Whether the trial's search point is the one its report row reports (embinit.report.point_tags), set on each
+# trial of a search by the sweep that reported it: `selected` | `not selected`, and in SEARCH_NOTE_TAG which
+# sweep chose which point by what. A later sweep of the trial's keys sets them again; runs from before lack them.
+SEARCH_POINT_TAG, SEARCH_NOTE_TAG = "embinit.search_point", "embinit.search_point_note"
 # The spec's `analyses.similarity` a trial ran with (embinit.sweep.analyses.run_tags), SIMILARITY_TAG + field:
 # `k`, `neighbours` (dot | cosine), `scores` (comma-separated, the plotted one first), `every_n_steps` and
 # `reference` (`reference_seed 0`, `reference_emb_seed 1`, `fixed <path or run id>`, `none (snapshots only)`;
