@@ -30,6 +30,8 @@ class TuneJob:
     address: str | None = None        # the Ray cluster; None: a local Ray, started and stopped here
     reused: int = 0                   # planned trials MLflow had finished before this sweep
     errors: list[str] = field(default_factory=list, compare=False, hash=False)  # Tune trials that errored for good, why
+    # (trial, why) of each trial of a Tune trial that errored for good (embinit.sweep.gave_up.GaveUp)
+    gave_up: list = field(default_factory=list, compare=False, hash=False)
 
     @property
     def total(self) -> int:

@@ -171,6 +171,9 @@ def run_sweep(spec: Any, address: str | None = None, tracking_uri: str | None = 
         reason = ("cancelled" if cancelled else
                   "the trial did not finish: its worker died more often than `retries` allows, or Ray stopped it")
         run_writers.close_orphans(exp_id, uri, parent, reason, status="KILLED" if cancelled else "FAILED")
+        if not spec.drawn:   # an Optuna trial's key is drawn in its worker: the plan's is not it
+            from embinit.sweep import gave_up
+            gave_up.record(exp_id, shared.runs_uri, parent, job.gave_up)
         result = _finish(spec, uri, runs, exp_id, parent, planned, reused, cancelled, t0, finished=finished)
         result.tune_errors = list(job.errors)
     except KeyboardInterrupt as e:  # Ctrl-C (or SIGTERM, SIGHUP from the command line): not a failure; a rerun resumes

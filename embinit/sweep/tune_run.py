@@ -14,6 +14,7 @@ from typing import Callable
 from ray import tune
 
 from embinit.sweep import tune_state
+from embinit.sweep.gave_up import GaveUp
 from embinit.sweep.interrupt import stop_on_interrupt
 from embinit.sweep.job import TuneJob
 from embinit.sweep.progress import Progress
@@ -140,6 +141,8 @@ def run_tune(job: TuneJob, units: list[Unit]) -> bool:
     unique = unique_name(job.spec)
     callbacks = progress_callback(job.progress, job.total, job.reused, per_unit=job.spec.execution.trials_per_unit,
                                   metric=selection_label(units), unit_sizes=[len(u.trials) for u in units])
+    gave_up = GaveUp(units)   # the trials Tune gives up on, which may have no run (embinit.sweep.gave_up)
+    callbacks = [*callbacks, gave_up]
     # Ctrl-C stops the trials, then raises KeyboardInterrupt
     with stop_on_interrupt() as interrupted, unit_names(unique, units) as (names, folders):
         stopper = StopAll(lambda: interrupted() or bool(job.should_stop()))
@@ -153,4 +156,5 @@ def run_tune(job: TuneJob, units: list[Unit]) -> bool:
             tune_state.fit(tuner, unique)   # nothing reads Tune's state again (embinit.sweep.tune_state)
         finally:
             job.errors.extend(e for c in callbacks if isinstance(c, Progress) for e in c.errors)
+            job.gave_up.extend(gave_up.items)
     return stopper.fired
