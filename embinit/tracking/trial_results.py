@@ -53,6 +53,20 @@ def final_tags(result: dict[str, Any], with_table: bool) -> list:
     return tags
 
 
+def diverged_note(result: dict[str, Any]) -> str | None:
+    """A diverged trial's run description (MLflow's `mlflow.note.content`): MLflow shows its run as a green
+    "Finished" like any result, with the `best/*` and `selected/val/*` of its epochs before the NaN, so the
+    run's page says what it is and what the report does with it. None for any other result."""
+    if result.get("status") != "diverged":
+        return None
+    epochs = sum(1 for h in result.get("history") or [] if "epoch" in h)
+    before = (f"best/* and selected/val/* are from the {epochs} epoch{'s' if epochs != 1 else ''} before it"
+              if epochs else "no epoch completed")
+    return (f"Diverged: the training loss was NaN/inf at optimizer step {result.get('diverged_step')}. "
+            f"No test metrics; the report counts this trial as diverged and leaves it out of its row's mean; "
+            f"{before}.")
+
+
 def key_emb_stats(result: dict[str, Any]) -> dict[str, Any]:
     """The initial target table's KEY_EMB_STATS, prefixed `init/`."""
     init = result.get("emb_stats_init") or {}

@@ -294,8 +294,12 @@ class TrialRun:
         metrics = [m for h in missing for m in metrics_at({k: v for k, v in h.items() if k != "epoch"},
                                                           step=h["epoch"])]
         table = trial_results.emb_stats_table(result)
-        self._batch(metrics=metrics + trial_results.final_metrics(result),
-                    tags=trial_results.final_tags(result, bool(table["statistic"])))
+        tags = trial_results.final_tags(result, bool(table["statistic"]))
+        if note := trial_results.diverged_note(result):   # the description says it (with the split's note)
+            from mlflow.entities import RunTag
+            split = eval_split_note((result.get("config") or {}).get("extras"))
+            tags.append(RunTag(NOTE_TAG, note + (f"\n\n{split}" if split else "")))
+        self._batch(metrics=metrics + trial_results.final_metrics(result), tags=tags)
         self._drop_checkpoint_tag()  # a result: nothing to resume
         self._log_text(json.dumps(result, indent=1, default=str), "result.json")
         if table["statistic"]:
