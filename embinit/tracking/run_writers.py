@@ -79,12 +79,25 @@ def sweep_number(c, exp_id: str, run_id: str, start_ms: int) -> int:
             return max(n, 1)
 
 
+def report_note(report_md: str, limit: int = 8000) -> str:
+    """The sweep run's description (its page's first text in MLflow's UI): its report in markdown, which
+    MLflow renders, cut at a line past `limit` characters (MLflow's limit on a tag's value) with a line
+    saying where the rest is."""
+    if len(report_md) <= limit:
+        return report_md
+    tail = "\n\n(cut here: the whole report is this run's artifact report.md)\n"
+    head = report_md[:limit - len(tail)]
+    return head[:head.rfind("\n") + 1 if "\n" in head else len(head)].rstrip("\n") + tail
+
+
 def end_parent_run(run_id: str, uri: str, status: str, report_md: str | None,
                    counts: dict[str, int], files: tuple[tuple[str, str], ...] = ()) -> None:
-    """Close a sweep's parent run with its report (markdown, and `files`: (artifact dir, path))."""
+    """Close a sweep's parent run with its report (markdown, also its description: `report_note`, and
+    `files`: (artifact dir, path))."""
     c = client(uri)
     if report_md:
         retry(lambda: c.log_text(run_id, report_md, "report.md"))
+        retry(lambda: c.set_tag(run_id, NOTE_TAG, report_note(report_md)))
     for artifact_dir, path in files:
         retry(lambda a=artifact_dir, p=path: c.log_artifact(run_id, p, a))
     for name, value in counts.items():
