@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from embinit.report.point_tags import point_tags
+from embinit.report.point_tags import cell_tags, point_tags
 from embinit.report.table import build_report
 from embinit.spec import load_spec
 from embinit.tracking import mlflow_store, records
@@ -67,3 +67,44 @@ def test_a_sweep_tags_its_search_trials_as_its_report_chose(ray_local, tmp_path)
     # what the UI's search box sends: the report's trials, and only those
     selected = mlflow_store.search_runs(exp, uri, f"tags.`{SEARCH_POINT_TAG}` = 'selected'")
     assert sorted(r.info.run_id for r in selected) == sorted(i for ids in result.report.run_ids.values() for i in ids)
+
+
+def _cell_trial(key, label, seed, epochs, cell, point=None):
+    t = _trial(key, label, seed, 1.0, point or {})
+    return TrialRecord(**{**t.__dict__, "config": {**t.config, "epochs": epochs}, "cell_tag": cell})
+
+
+def test_trials_of_one_init_run_with_other_settings_get_the_cells_of_their_report_rows():
+    trials = [_cell_trial("a3", "Xavier", 0, 3, "Xavier lr=0.001 (multi30k)", {"lr": 1e-3}),
+              _cell_trial("a4", "Xavier", 0, 4, "Xavier lr=0.001 (multi30k)", {"lr": 1e-3}),
+              _cell_trial("b4", "Xavier", 1, 4, "Xavier lr=0.001 {epochs=4} (multi30k)", {"lr": 1e-3}),  # set before
+              _cell_trial("old", "Xavier", 1, 3, None, {"lr": 1e-3}),   # a run from before the cell tag
+              _cell_trial("g", "GloVe", 0, 3, "GloVe (multi30k)")]     # one setting: left as it is
+    assert cell_tags(trials) == {"a3": "Xavier lr=0.001 {epochs=3} (multi30k)",
+                                 "a4": "Xavier lr=0.001 {epochs=4} (multi30k)",
+                                 "old": "Xavier lr=0.001 {epochs=3} (multi30k)"}
+    rows = build_report("t", chosen={t.key: t for t in trials}, planned=[]).rows
+    assert sorted(r["setting"]["epochs"] for r in rows if r["init"] == "Xavier") == [3, 4]
+
+
+@pytest.mark.slow
+def test_a_spec_run_again_with_more_epochs_groups_in_mlflow_as_its_report_rows(ray_local, tmp_path):
+    """Seen in the walkthrough: after `epochs: 3` -> `4`, MLflow's "Group by embinit.cell" averaged the
+    3- and 4-epoch seeds (Xavier 29.46) where `embinit report` has a row each (19.67, 39.26)."""
+    import statistics
+
+    from embinit.sweep import run_sweep
+    for epochs in (2, 3):
+        spec = load_spec(sweep_spec_data("cells", tmp_path, {"task": "synthetic_translation", "epochs": epochs},
+                                         inits=["xavier"], seeds=[0, 1], execution={"trainer": "noop"}))
+        run_sweep(spec, progress=False)
+    uri = mlflow_store.resolve_uri(spec.mlflow.tracking_uri)
+    runs = mlflow_store.search_runs(mlflow_store.experiment_id("cells", uri), uri, "tags.`embinit.trial_key` LIKE '%'")
+    cells: dict[str, list] = {}
+    for r in runs:
+        cells.setdefault(r.data.tags[records.CELL_TAG], []).append(r)
+    report = build_report("cells", uri)
+    assert sorted(cells) == ["Xavier {epochs=2} (synthetic_translation)", "Xavier {epochs=3} (synthetic_translation)"]
+    for row in report.rows:
+        members = cells[f"Xavier {{epochs={row['setting']['epochs']}}} (synthetic_translation)"]
+        assert row["mean"] == pytest.approx(statistics.fmean(r.data.metrics[row["metric"]] for r in members))

@@ -1,4 +1,5 @@
-"""Which trials of a search stand for their report row, as tags a researcher filters MLflow's run table by.
+"""Which trials of a search stand for their report row, and which row a trial is in, as tags a researcher
+filters and groups MLflow's run table by (`point_tags`, `cell_tags`).
 
 A search trains every point, and each point's trials finish like any other: in MLflow's run table a trial
 of a point the report did not choose looked like a final result. The sweep that reports them sets, on
@@ -6,17 +7,20 @@ each trial of a (task, init, axes) group with several points, `records.SEARCH_PO
 `not selected`: `tags.embinit.search_point = 'selected'` in the search box shows the reported trials alone)
 and `records.SEARCH_NOTE_TAG`, which says which sweep chose which point and by what. The point is the
 report's own (`rows.best_point` of `rows.group`), so tags and report cannot disagree for that sweep; a
-later sweep of the same keys sets them again. Trials of groups with one point get none.
+later sweep of the same keys sets them again. Trials of groups with one point get none. `cell_tags` keeps
+the `embinit.cell` tag, MLflow's "Group by", one report row's trials.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Iterable
 
-from embinit.report.rows import best_point, group
+from embinit.report.plots import setting_text
+from embinit.report.rows import best_point, by_setting, group
 from embinit.tracking.records import SEARCH_NOTE_TAG, SEARCH_POINT_TAG, TrialRecord
-from embinit.tracking.run_names import trial_setting
+from embinit.tracking.run_names import trial_cell, trial_setting
 
 SELECTED, NOT_SELECTED = "selected", "not selected"
 
@@ -43,3 +47,29 @@ def _note(sweep_name: str, task: str, label: str, chosen: dict[str, Any], member
     n_points = len({json.dumps(t.point, sort_keys=True) for t in members})
     return (f"{sweep_name} reports {label} ({task}) at {trial_setting(None, chosen)}, of {n_points} points: "
             f"the best mean best/{metric} ({mode}) over its seeds, among the points that lost the fewest seeds")
+
+
+def cell_tags(trials: Iterable[TrialRecord]) -> dict[str, str]:
+    """run id -> its `embinit.cell` where the run holds another: the cell the report's row of the trial names.
+    An init whose trials in the experiment differ in a setting (a spec run again with `epochs: 4` for 3)
+    has one report row per setting (`Xavier {epochs=4}`), but every run was given the cell of its label,
+    axes and point alone, so MLflow's "Group by" on it averaged the 3- and 4-epoch seeds into one mean the
+    report never shows. `trials`: every trial record of the experiment (each run of a seed too)."""
+    out = {}
+    for (task, _label, _axes, setting), members in by_setting(list(trials)).items():
+        if setting == "{}":   # the label's only setting: its cells stay as their runs were given them
+            continue
+        for t in members:
+            cell = _base(t, task) + setting_text(setting) + f" ({task})"
+            if t.cell_tag != cell:
+                out[t.run_id] = cell
+    return out
+
+
+def _base(t: TrialRecord, task: str) -> str:
+    """The run's cell without its task and any settings given it before (` {epochs=3}`): as it was created
+    (axes in the spec's order), or, for a run from before the tag, made from its record."""
+    end = f" ({task})"
+    if not t.cell_tag or not t.cell_tag.endswith(end):
+        return trial_cell(task, t.label, t.axes, t.point).removesuffix(end)
+    return re.sub(r"( \{[^{}=]+=[^{}]*\})+$", "", t.cell_tag.removesuffix(end))

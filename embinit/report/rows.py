@@ -105,6 +105,11 @@ def _seed_slot(t: _Trial) -> tuple:
 def group(trials: list[_Trial]) -> dict[tuple, list[_Trial]]:
     """(task, label, axes json, differing settings json) -> its trials. The last part is {} unless
     the label's trials were run with several settings; then it holds the fields that tell them apart."""
+    return {gkey: _one_per_seed(members) for gkey, members in by_setting(trials).items()}
+
+
+def by_setting(trials: list[_Trial]) -> dict[tuple, list[_Trial]]:
+    """`group`'s keys -> every trial of each, several runs of one seed included (`group` keeps one)."""
     by_label: dict[tuple, dict[str, list[_Trial]]] = defaultdict(lambda: defaultdict(list))
     for t in trials:
         setting = json.dumps(_setting(t), sort_keys=True, default=str)
@@ -115,7 +120,7 @@ def group(trials: list[_Trial]) -> dict[tuple, list[_Trial]]:
         differ = sorted({k for p in parsed for k in p if any(q.get(k) != p.get(k) for q in parsed)})
         for text, members in settings.items():
             which = {k: json.loads(text).get(k) for k in differ}
-            out[(*gkey, json.dumps(which, sort_keys=True, default=str))] = _one_per_seed(members)
+            out[(*gkey, json.dumps(which, sort_keys=True, default=str))] = members
     return out
 
 

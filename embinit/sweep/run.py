@@ -269,7 +269,8 @@ def _finish(spec, uri, runs, exp_id, parent, planned, reused, cancelled, t0, lin
     from embinit.report.table import build_report
     keys = {p.key for p in planned}
     search = spec.drawn
-    chosen = records.by_key(run_readers.experiment_records(spec.experiment_name(), runs), None if search else keys)
+    every = run_readers.experiment_records(spec.experiment_name(), runs)
+    chosen = records.by_key(every, None if search else keys)
     rows = [run_readers.trial_row(r) for r in chosen.values()]
     # The plan says what never finished; an Optuna search has none to compare with (drawn at run time).
     report = build_report(spec.experiment_name(), runs, keys=None if search else keys,
@@ -282,20 +283,23 @@ def _finish(spec, uri, runs, exp_id, parent, planned, reused, cancelled, t0, lin
                          spec.num_trials(), reused, rows, cancelled, time.monotonic() - t0, report,
                          linked=linked, shared=shared)
     if not linked:
-        _tag_points(uri, parent, [r for k, r in chosen.items() if search or k in keys])
+        _tag_points(uri, parent, [r for k, r in chosen.items() if search or k in keys], every)
         _close_parent(spec, uri, parent, result, report)
     return result
 
 
-def _tag_points(uri, parent, trials) -> None:
-    """Mark each search trial as its report's point or not (embinit.report.point_tags), naming this sweep."""
+def _tag_points(uri, parent, trials, every) -> None:
+    """Mark each search trial as its report's point or not, naming this sweep, and give every trial of the
+    experiment (`every`) the `embinit.cell` of its report row (embinit.report.point_tags)."""
     from mlflow.entities import RunTag
 
-    from embinit.report.point_tags import point_tags
-    if not any(t.point for t in trials):   # no search
-        return
+    from embinit.report.point_tags import cell_tags, point_tags
     c = mlflow_store.client(uri)
-    tags = point_tags(trials, mlflow_store.retry(lambda: c.get_run(parent)).info.run_name)
+    tags: dict[str, dict[str, str]] = {}
+    if any(t.point for t in trials):   # a search
+        tags = point_tags(trials, mlflow_store.retry(lambda: c.get_run(parent)).info.run_name)
+    for run_id, cell in cell_tags(every).items():
+        tags.setdefault(run_id, {})[records.CELL_TAG] = cell
     for run_id, values in tags.items():
         mlflow_store.log_batch(c, run_id, tags=[RunTag(k, v) for k, v in values.items()])
 

@@ -148,6 +148,7 @@ class TrialRecord:
     name: str | None = None          # the run's name in MLflow's run table (`run_names.trial_run_name`)
     trained_on: tuple[str, ...] = ()  # `TRAINED_ON_TAG`: each device and thread count its attempts trained on
     config_problem: str | None = None  # why CONFIG_TAG did not read as a config (then `config` is {})
+    cell_tag: str | None = None      # `CELL_TAG` as the run holds it (MLflow's "Group by")
 
     @property
     def resumable(self) -> bool:
@@ -216,7 +217,8 @@ def from_run(run) -> TrialRecord | None:
                        {k.removeprefix(SHA256_TAG): v for k, v in tags.items() if k.startswith(SHA256_TAG)},
                        {k.removeprefix(SIMILARITY_TAG): v for k, v in tags.items() if k.startswith(SIMILARITY_TAG)},
                        getattr(run.info, "run_name", None) or None,
-                       tuple(e for e in tags.get(TRAINED_ON_TAG, "").split(TRAINED_ON_SEP) if e), config_problem)
+                       tuple(e for e in tags.get(TRAINED_ON_TAG, "").split(TRAINED_ON_SEP) if e), config_problem,
+                       tags.get(CELL_TAG))
 
 
 def _group(text: str | None) -> dict[str, Any]:

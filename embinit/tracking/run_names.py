@@ -49,7 +49,9 @@ def trial_cell(task: str, label: str, axes: dict[str, Any] | None = None,
                point: dict[str, Any] | None = None) -> str:
     """The `embinit.cell` tag: the run's name but its seed, and the task, e.g. `GloVe lr=0.001 (mnli)`.
     MLflow's "Group by" on it averages the seeds of each grid point and ablation cell, where
-    `embinit.init` pools them all; the label comes first, as in the name (a group's header is narrow)."""
+    `embinit.init` pools them all; the label comes first, as in the name (a group's header is narrow).
+    Where a label's trials differ in a setting, the sweep adds it before the task, as the report's row
+    says it (`Xavier {epochs=4} (mnli)`: embinit.report.point_tags.cell_tags)."""
     setting = trial_setting(axes, point)
     return label + (f" {setting}" if setting else "") + f" ({task})"
 
