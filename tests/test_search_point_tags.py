@@ -26,15 +26,18 @@ def test_the_reported_point_is_selected_and_the_others_are_not():
     trials = [_trial("x-hot0", "Xavier", 0, 1.0, hot), _trial("x-hot1", "Xavier", 1, 1.2, hot),
               _trial("x-cool0", "Xavier", 0, 2.0, cool), _trial("x-cool1", "Xavier", 1, 2.2, cool),
               _trial("g-hot0", "GloVe", 0, 3.0, hot), _trial("g-cool0", "GloVe", 0, 2.5, cool)]
-    tags = point_tags(trials, "grid #2")
+    tags = point_tags(trials)
     rows = {r["init"]: r["point"] for r in build_report("t", chosen={t.key: t for t in trials}, planned=[]).rows}
     assert rows == {"Xavier": hot, "GloVe": cool}
     for t in trials:
         want = "selected" if t.point == rows[t.label] else "not selected"
         assert tags[t.run_id][SEARCH_POINT_TAG] == want, t.key
     assert tags["x-cool0"][SEARCH_NOTE_TAG] == (
-        "grid #2 reports Xavier (multi30k) at lr=0.001, of 2 points: the best mean best/val/loss (min) over its "
-        "seeds, among the points that lost the fewest seeds")
+        "Xavier (multi30k) is reported at lr=0.001, of 2 points: the best mean best/val/loss (min) over its seeds, "
+        "among the points that lost the fewest seeds")
+    # a run that holds its tags already is not written again
+    held = [TrialRecord(**{**t.__dict__, "shown": tags[t.run_id]}) for t in trials]
+    assert point_tags(held) == {}
 
 
 def test_a_point_whose_seeds_diverged_is_not_selected_and_trials_without_a_search_get_no_tag():
@@ -42,7 +45,7 @@ def test_a_point_whose_seeds_diverged_is_not_selected_and_trials_without_a_searc
     trials = [_trial("h0", "Xavier", 0, 0.5, hot), _trial("h1", "Xavier", 1, None, hot, "diverged"),
               _trial("c0", "Xavier", 0, 2.0, cool), _trial("c1", "Xavier", 1, 2.0, cool)]
     trials[1] = TrialRecord(**{**trials[1].__dict__, "metrics": {}})
-    tags = point_tags(trials + [_trial("solo", "GloVe", 0, 1.0, {})], "grid #1")
+    tags = point_tags(trials + [_trial("solo", "GloVe", 0, 1.0, {})])
     assert {k: v[SEARCH_POINT_TAG] for k, v in tags.items()} == {
         "h0": "not selected", "h1": "not selected", "c0": "selected", "c1": "selected"}
 
@@ -63,7 +66,7 @@ def test_a_sweep_tags_its_search_trials_as_its_report_chose(ray_local, tmp_path)
     for run in trials:
         label, point = run.data.tags[records.LABEL_TAG], {"lr": float(run.data.params["lr"])}
         assert run.data.tags[SEARCH_POINT_TAG] == ("selected" if point == reported[label] else "not selected")
-        assert run.data.tags[SEARCH_NOTE_TAG].startswith(f"pts #1 reports {label} (synthetic_translation) at lr=")
+        assert run.data.tags[SEARCH_NOTE_TAG].startswith(f"{label} (synthetic_translation) is reported at lr=")
     # what the UI's search box sends: the report's trials, and only those
     selected = mlflow_store.search_runs(exp, uri, f"tags.`{SEARCH_POINT_TAG}` = 'selected'")
     assert sorted(r.info.run_id for r in selected) == sorted(i for ids in result.report.run_ids.values() for i in ids)
@@ -71,7 +74,8 @@ def test_a_sweep_tags_its_search_trials_as_its_report_chose(ray_local, tmp_path)
 
 def _cell_trial(key, label, seed, epochs, cell, point=None):
     t = _trial(key, label, seed, 1.0, point or {})
-    return TrialRecord(**{**t.__dict__, "config": {**t.config, "epochs": epochs}, "cell_tag": cell})
+    return TrialRecord(**{**t.__dict__, "config": {**t.config, "epochs": epochs},
+                          "shown": {records.CELL_TAG: cell} if cell else {}})
 
 
 def test_trials_of_one_init_run_with_other_settings_get_the_cells_of_their_report_rows():
@@ -85,6 +89,10 @@ def test_trials_of_one_init_run_with_other_settings_get_the_cells_of_their_repor
                                  "old": "Xavier lr=0.001 {epochs=3} (multi30k)"}
     rows = build_report("t", chosen={t.key: t for t in trials}, planned=[]).rows
     assert sorted(r["setting"]["epochs"] for r in rows if r["init"] == "Xavier") == [3, 4]
+    # a search's note names the row as the report does
+    other = _cell_trial("c4", "Xavier", 0, 4, None, {"lr": 1e-4})
+    assert point_tags(trials + [other])["c4"][records.SEARCH_NOTE_TAG].startswith(
+        "Xavier {epochs=4} (multi30k) is reported at lr=0.001, of 2 points")
 
 
 @pytest.mark.slow

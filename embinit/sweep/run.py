@@ -283,21 +283,20 @@ def _finish(spec, uri, runs, exp_id, parent, planned, reused, cancelled, t0, lin
                          spec.num_trials(), reused, rows, cancelled, time.monotonic() - t0, report,
                          linked=linked, shared=shared)
     if not linked:
-        _tag_points(uri, parent, [r for k, r in chosen.items() if search or k in keys], every)
+        _tag_points(uri, list(records.by_key(every, None).values()), every)   # `embinit report`'s trials
         _close_parent(spec, uri, parent, result, report)
     return result
 
 
-def _tag_points(uri, parent, trials, every) -> None:
-    """Mark each search trial as its report's point or not, naming this sweep, and give every trial of the
-    experiment (`every`) the `embinit.cell` of its report row (embinit.report.point_tags)."""
+def _tag_points(uri, trials, every) -> None:
+    """Mark each search trial of the experiment (`trials`: one run per key, as `embinit report` reads them) as
+    its report row's point or not, and give every run (`every`) the `embinit.cell` of its report row
+    (embinit.report.point_tags): only the runs whose tags change are written."""
     from mlflow.entities import RunTag
 
     from embinit.report.point_tags import cell_tags, point_tags
     c = mlflow_store.client(uri)
-    tags: dict[str, dict[str, str]] = {}
-    if any(t.point for t in trials):   # a search
-        tags = point_tags(trials, mlflow_store.retry(lambda: c.get_run(parent)).info.run_name)
+    tags = point_tags(trials)
     for run_id, cell in cell_tags(every).items():
         tags.setdefault(run_id, {})[records.CELL_TAG] = cell
     for run_id, values in tags.items():

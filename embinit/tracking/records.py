@@ -76,9 +76,11 @@ CHECKPOINT_TAG, RESUMED_TAG = "embinit.checkpoint_epoch", "embinit.resumed_after
 # the dead attempt's run, closed failed with SUPERSEDED_TAG naming the new one (embinit.tracking.trial_run).
 RESTARTED_TAG, SUPERSEDED_TAG = "embinit.restarted_from", "embinit.superseded_by"
 # Whether the trial's search point is the one its report row reports (embinit.report.point_tags), set on each
-# trial of a search by the sweep that reported it: `selected` | `not selected`, and in SEARCH_NOTE_TAG which
-# sweep chose which point by what. A later sweep of the trial's keys sets them again; runs from before lack them.
+# trial of a search at the end of each sweep into its experiment: `selected` | `not selected`, and in
+# SEARCH_NOTE_TAG which point was chosen by what. Runs of searches no sweep ended since lack them.
 SEARCH_POINT_TAG, SEARCH_NOTE_TAG = "embinit.search_point", "embinit.search_point_note"
+# The tags a sweep sets again on runs it did not train (embinit.report.point_tags), read back to write only changes.
+SHOWN_TAGS = (CELL_TAG, SEARCH_POINT_TAG, SEARCH_NOTE_TAG)
 # The spec's `analyses.similarity` a trial ran with (embinit.sweep.analyses.run_tags), SIMILARITY_TAG + field:
 # `k`, `neighbours` (dot | cosine), `scores` (comma-separated, the plotted one first), `every_n_steps` and
 # `reference` (`reference_seed 0`, `reference_emb_seed 1`, `fixed <path or run id>`, `none (snapshots only)`;
@@ -148,7 +150,7 @@ class TrialRecord:
     name: str | None = None          # the run's name in MLflow's run table (`run_names.trial_run_name`)
     trained_on: tuple[str, ...] = ()  # `TRAINED_ON_TAG`: each device and thread count its attempts trained on
     config_problem: str | None = None  # why CONFIG_TAG did not read as a config (then `config` is {})
-    cell_tag: str | None = None      # `CELL_TAG` as the run holds it (MLflow's "Group by")
+    shown: dict[str, str] = field(default_factory=dict)   # `SHOWN_TAGS` the run holds (MLflow's run table)
 
     @property
     def resumable(self) -> bool:
@@ -218,7 +220,7 @@ def from_run(run) -> TrialRecord | None:
                        {k.removeprefix(SIMILARITY_TAG): v for k, v in tags.items() if k.startswith(SIMILARITY_TAG)},
                        getattr(run.info, "run_name", None) or None,
                        tuple(e for e in tags.get(TRAINED_ON_TAG, "").split(TRAINED_ON_SEP) if e), config_problem,
-                       tags.get(CELL_TAG))
+                       {k: tags[k] for k in SHOWN_TAGS if k in tags})
 
 
 def _group(text: str | None) -> dict[str, Any]:
