@@ -299,8 +299,12 @@ def _tag_points(uri, trials, every) -> None:
     tags = point_tags(trials)
     for run_id, cell in cell_tags(every).items():
         tags.setdefault(run_id, {})[records.CELL_TAG] = cell
-    for run_id, values in tags.items():
-        mlflow_store.log_batch(c, run_id, tags=[RunTag(k, v) for k, v in values.items()])
+    try:
+        for run_id, values in tags.items():
+            mlflow_store.log_batch(c, run_id, tags=[RunTag(k, v) for k, v in values.items()])
+    except Exception as e:   # labels for MLflow's run table: a store failing now is said, not the sweep's failure
+        print(f"[embinit] could not update the search-point and cell tags of the experiment's runs "
+              f"({error_text(e)}); the next sweep into it sets them", file=sys.stderr, flush=True)
 
 
 def _print_report(result: SweepResult, progress) -> SweepResult:
