@@ -148,20 +148,14 @@ def test_prune_reads_and_writes_the_experiment_through_a_tracking_server(server,
     from embinit.checkpoint_files import LAST, LAST_INFO, last_info_text
     from embinit.cli.prune import prune_checkpoints
     from embinit.sweep import trial_folders
-    from embinit.tracking import run_writers, trial_run
-    from embinit.sweep.interrupt import interrupted_reason
-    from embinit.tracking.records import CHECKPOINT_TAG, INTERRUPTED
+    from embinit.tracking.records import CHECKPOINT_TAG
+    from helpers.sweep import interrupted_after_epoch
     url, _, _ = server
     raw = {"name": "prune-via-server", "seeds": [0], "inits": ["xavier"],
            "tasks": [{"task": "synthetic_classification", "epochs": 2, "d_model": 16, "heads": 2}],
            "cache_dir": str(tmp_path / "cache"), "mlflow": {"tracking_uri": url}}
     before = load_spec(raw)
-    (old,) = before.plan()
-    exp = mlflow_store.ensure_experiment(before.experiment_name(), url)
-    parent = run_writers.start_parent_run(exp, url, before.spec_hash(), before.to_yaml(), 1, run_name=before.name)
-    run = trial_run.TrialRun.open(url, exp, parent, old.config, old.key, old.label, {"axes": {}, "point": {}})
-    mlflow_store.client(url).set_tag(run.run_id, CHECKPOINT_TAG, "1")   # interrupted after its first epoch
-    run_writers.close_orphans(exp, url, parent, interrupted_reason("Ctrl-C"), *INTERRUPTED)
+    exp, old, run = interrupted_after_epoch(url, before, 1)
     folder = trial_folders.experiment_folder(before.cache_dir, url, exp) / old.key
     folder.mkdir(parents=True)
     (folder / LAST).write_bytes(b"\0" * 100)

@@ -156,19 +156,14 @@ def test_prune_refuses_a_search_whose_trials_are_drawn(tmp_path, capsys):
 def test_pruned_trials_runs_no_longer_say_a_rerun_resumes_them(tmp_path, capsys):
     # found in an acceptance run: after --prune-checkpoints, the spec's edit reverted, the dry run still
     # said "[interrupted after epoch 2: the run resumes it from its checkpoint]" of a folder that was gone
-    from embinit.sweep.interrupt import interrupted_reason
-    from embinit.tracking.records import CHECKPOINT_TAG, INTERRUPTED
+    from embinit.tracking.records import CHECKPOINT_TAG
     from embinit.tracking.run_readers import key_records
+    from helpers.sweep import interrupted_after_epoch
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     raw = {"name": "edited", "tasks": [{"task": "synthetic_translation", "epochs": 2}], "inits": ["xavier"],
            "seeds": 1, "mlflow": {"tracking_uri": uri}, "cache_dir": str(tmp_path / "cache")}
     before = load_spec(raw)
-    (old,) = before.plan()
-    exp = mlflow_store.ensure_experiment(before.experiment_name(), uri)
-    parent = run_writers.start_parent_run(exp, uri, before.spec_hash(), before.to_yaml(), 1, run_name=before.name)
-    run = trial_run.TrialRun.open(uri, exp, parent, old.config, old.key, old.label, {"axes": {}, "point": {}})
-    mlflow_store.client(uri).set_tag(run.run_id, CHECKPOINT_TAG, "1")   # interrupted after its first epoch
-    run_writers.close_orphans(exp, uri, parent, interrupted_reason("Ctrl-C"), *INTERRUPTED)
+    exp, old, run = interrupted_after_epoch(uri, before, 1)   # interrupted after its first epoch
     (rec,) = key_records(exp, uri, old.key)   # a rerun's resuming is said once, with the epoch it continues after
     assert rec.error == ("interrupted (Ctrl-C); running the same spec again resumes: finished trials are reused, "
                          "and this run continues from its checkpoint after epoch 1")

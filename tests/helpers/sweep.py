@@ -23,3 +23,20 @@ def before_tune_state_goes(monkeypatch, look):
         return discard(results)
     monkeypatch.setattr(tune_state, "discard", looked)
     return seen
+
+
+def interrupted_after_epoch(uri: str, spec, epoch: int = 1):
+    """A sweep of `spec` (one planned trial) Ctrl-C'd after its trial's epoch `epoch`, recorded as embinit
+    records it: the trial's run interrupted, its checkpoint tag naming that epoch. Returns (experiment id,
+    the planned trial, the trial's run)."""
+    from embinit.sweep.interrupt import interrupted_reason
+    from embinit.tracking import mlflow_store, run_writers, trial_run
+    from embinit.tracking.records import CHECKPOINT_TAG, INTERRUPTED
+    (planned,) = spec.plan()
+    exp = mlflow_store.ensure_experiment(spec.experiment_name(), uri)
+    parent = run_writers.start_parent_run(exp, uri, spec.spec_hash(), spec.to_yaml(), 1, run_name=spec.name)
+    run = trial_run.TrialRun.open(uri, exp, parent, planned.config, planned.key, planned.label,
+                                  {"axes": {}, "point": {}})
+    mlflow_store.client(uri).set_tag(run.run_id, CHECKPOINT_TAG, str(epoch))
+    run_writers.close_orphans(exp, uri, parent, interrupted_reason("Ctrl-C"), *INTERRUPTED)
+    return exp, planned, run
