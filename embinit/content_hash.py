@@ -3,8 +3,11 @@
 A cache entry keyed by a file's path and mtime is worthless on another node (or after a copy); keyed by
 the file's sha256 it is valid wherever the same bytes are. Hashing a multi-GB vector file on every trial
 would cost seconds, so each digest is remembered under `<cache root>/digests/`, keyed by the file's
-(resolved path, size, mtime): a node hashes each file version once, and a stale memo can only cause a
-re-hash, never a wrong digest being trusted for changed content of another size or mtime.
+`stamp` (resolved path, size, mtime, inode, ctime): a node hashes each file version once. Size and mtime
+alone trusted a stale digest for a file replaced by another of its size with the same mtime (`cp -p`,
+`rsync -t`, `tar x`, `touch -r`) or written in place with its mtime set back; a replaced file has
+another inode and a written one another ctime, which no user can set back. A stale memo can only cause
+a re-hash.
 
 `entry_lock(path)` serializes the builders of one cache entry across processes on a node: the first
 builds and writes it, the others wait and then read it (N concurrent trials never build it N times).
@@ -24,12 +27,17 @@ from embinit.trusted import escapes
 CHUNK = 1 << 20
 
 
+def stamp(path: Path, st: os.stat_result) -> tuple:
+    """What tells one version of the file at `path` (resolved) from another without reading it: its size,
+    mtime, inode (and device) and ctime. The key of every memo of a file's content or checks."""
+    return (str(path), st.st_size, st.st_mtime_ns, st.st_dev, st.st_ino, st.st_ctime_ns)
+
+
 def file_digest(path: str | Path, cache_dir=None) -> str:
-    """sha256 of the file's bytes (hex), memoized per (path, size, mtime) under the cache root."""
+    """sha256 of the file's bytes (hex), memoized per `stamp` under the cache root."""
     p = Path(path).expanduser().resolve()
-    st = p.stat()
-    stamp = hashlib.sha256(f"{p}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:32]
-    memo = cache_root(cache_dir) / "digests" / stamp
+    name = "|".join(map(str, stamp(p, p.stat())))
+    memo = cache_root(cache_dir) / "digests" / hashlib.sha256(name.encode()).hexdigest()[:32]
     try:
         known = memo.read_text().strip()
         if len(known) == 64:

@@ -14,7 +14,8 @@ written. A folder's identity is the sha256 of its files' relative paths and dige
 with `.` skipped: `.git`, editor and OS leftovers), so a copied model or data folder keeps its trials.
 
 Cost: every file is hashed once per version. `content_hash.file_digest` remembers digests on disk per
-(path, size, mtime) under the cache root; on top of that this process remembers them by the same stamp,
+`content_hash.stamp` (path, size, mtime, inode, ctime) under the cache root; on top of that this process
+remembers them by the same stamp,
 so planning a spec of N trials stats its files N times and reads them at most once.
 
 Folders embinit writes into rather than reads (a cache, a checkpoint or plot folder): `folder_problem`
@@ -27,7 +28,7 @@ import hashlib
 import os
 from pathlib import Path
 
-from embinit.content_hash import file_digest
+from embinit.content_hash import file_digest, stamp
 from embinit.path_keys import FILE_FIELDS  # TrialConfig fields that may name a file or folder a trial reads
 PREFIX = "sha256:"
 
@@ -87,22 +88,21 @@ def key_values(config: dict) -> dict:
 
 
 def _file_digest(path: Path) -> str:
-    st = path.stat()
-    stamp = (str(path), st.st_size, st.st_mtime_ns)
-    if stamp not in _memo:
-        _memo[stamp] = file_digest(path)
-    return _memo[stamp]
+    key = stamp(path, path.stat())
+    if key not in _memo:
+        _memo[key] = file_digest(path)
+    return _memo[key]
 
 
 def _folder_digest(root: Path) -> str:
     files = _files(root)
-    stamp = (str(root), tuple((rel, st.st_size, st.st_mtime_ns) for rel, _, st in files))
-    if stamp not in _memo:
+    key = (str(root), tuple(stamp(path, st) for _, path, st in files))
+    if key not in _memo:
         h = hashlib.sha256()
         for rel, path, _ in files:
             h.update(f"{rel}\0{_file_digest(path)}\n".encode())
-        _memo[stamp] = h.hexdigest()
-    return _memo[stamp]
+        _memo[key] = h.hexdigest()
+    return _memo[key]
 
 
 def _files(root: Path) -> list[tuple[str, Path, os.stat_result]]:

@@ -85,3 +85,39 @@ def test_each_file_is_hashed_once_not_once_per_key(tmp_path, monkeypatch):
     monkeypatch.setattr(file_inputs, "file_digest", lambda p, *a: hashed.append(p) or real(p, *a))
     keys = {cfg(pretrained=path, data_dir=str(data), seed=s).key() for s in range(50)}
     assert len(keys) == 50 and len(hashed) == 2
+
+
+def _same_size_and_mtime(path, text: str, in_place: bool) -> None:
+    """Give `path` other bytes of its size and set its mtime back: `cp -p`/`rsync -t`/`tar x` of another
+    version over it (a new inode), or a write in place whose mtime a tool restored (`touch -r`)."""
+    st = os.stat(path)
+    assert len(text.encode()) == st.st_size
+    if in_place:
+        import time
+        time.sleep(0.05)   # past the ctime's clock tick
+        with open(path, "r+b") as f:
+            f.write(text.encode())
+    else:
+        other = path.with_name(path.name + ".new")
+        other.write_text(text)
+        os.replace(other, path)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert (os.stat(path).st_size, os.stat(path).st_mtime_ns) == (st.st_size, st.st_mtime_ns)
+
+
+@pytest.mark.parametrize("in_place", [False, True], ids=["replaced", "written-in-place"])
+@pytest.mark.parametrize("new_process", [False, True], ids=["same-process", "disk-memo"])
+def test_other_bytes_of_the_same_size_and_mtime_are_another_key(tmp_path, monkeypatch, in_place, new_process):
+    """Size and mtime alone were the digests' memo key, in this process and on disk: a file replaced by
+    another version of its size with its mtime (or written in place, the mtime set back) kept its old
+    digest, so its trials were taken as finished and its aligned rows read from the old file's cache."""
+    path = tmp_path / "vec.txt"
+    path.write_text("a 0.1 0.2\nb 0.3 0.4\n")
+    before = cfg(pretrained=str(path)).key()
+    _same_size_and_mtime(path, "a 0.9 0.2\nb 0.3 0.4\n", in_place)
+    if new_process:
+        monkeypatch.setattr(file_inputs, "_memo", {})
+    after = cfg(pretrained=str(path)).key()
+    file_inputs._memo.clear()
+    monkeypatch.setenv("EMBINIT_CACHE_DIR", str(tmp_path / "another-cache"))
+    assert after != before and after == cfg(pretrained=str(path)).key()   # the key of the bytes now there
