@@ -24,7 +24,7 @@ from pathlib import Path
 from embinit.cache_root import cache_root
 from embinit.trusted import escapes
 
-CHUNK = 1 << 20
+CHUNK = 1 << 16
 
 
 def stamp(path: Path, st: os.stat_result) -> tuple:
@@ -44,10 +44,11 @@ def file_digest(path: str | Path, cache_dir=None) -> str:
             return known
     except OSError:
         pass
-    h = hashlib.sha256()
-    with open(p, "rb") as f:
-        for chunk in iter(lambda: f.read(CHUNK), b""):
-            h.update(chunk)
+    h, buf = hashlib.sha256(), bytearray(CHUNK)   # one buffer, read into: a fixed footprint, no bytes per chunk
+    view = memoryview(buf)
+    with open(p, "rb", buffering=0) as f:
+        while n := f.readinto(buf):
+            h.update(view[:n])
     digest = h.hexdigest()
     try:
         if escapes(memo.parent):

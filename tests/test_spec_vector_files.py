@@ -188,3 +188,65 @@ def test_a_tokenizer_that_is_a_file_or_a_folder_without_one_is_a_spec_problem(tm
                              f"(byte-level BPE, as GPT-2's), or vocab.txt (WordPiece), or a SentencePiece .model, or "
                              f"OpenAI's original GPT-2 files encoder.json + vocab.bpe alone (read as they are; they "
                              f"are vocab.json + merges.txt under other names, so renaming them converts the folder)"}
+
+
+def _counted_reads(monkeypatch) -> list:
+    from embinit.init import vectors
+    reads, real = [], vectors.read_through
+    monkeypatch.setattr(vectors, "read_through", lambda p: reads.append(p) or real(p))
+    return reads
+
+
+def _new_process(monkeypatch):
+    from embinit import file_inputs
+    from embinit.spec import vector_files
+    monkeypatch.setattr(vector_files, "_read", {})
+    monkeypatch.setattr(file_inputs, "_memo", {})
+
+
+def test_a_sound_file_is_read_through_once_per_content_not_once_per_process(tmp_path, monkeypatch):
+    """Each `embinit run` (a rerun of a finished spec too), dry run and service process read every vector
+    file of the spec through: ~14 s for a 2.2M-word 300d file page-cached, a minute from disk. A file
+    found sound is remembered by its content, at another path too; other bytes are read again."""
+    reads = _counted_reads(monkeypatch)
+    path = _glove(tmp_path / "g.txt", GOOD)
+    for _ in range(3):
+        _new_process(monkeypatch)
+        assert vector_file_problems([("pretrained.glove", str(path))]) == []
+    copy = _glove(tmp_path / "copy.txt", GOOD)
+    _new_process(monkeypatch)
+    assert vector_file_problems([("pretrained.glove", str(copy))]) == []
+    assert len(reads) == 1
+    st = os.stat(path)   # other bytes of the same size and mtime: read, and the problem found
+    path.write_bytes(GOOD[0] + b"cat 0.4 0.500.6\n" + GOOD[2])   # a value lost
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    _new_process(monkeypatch)
+    assert "g.txt:2: expected a word and 3 values" in vector_file_problems([("pretrained.glove", str(path))])[0][1]
+    assert len(reads) == 2
+
+
+def test_a_broken_file_and_another_reader_s_mark_are_read_again(tmp_path, monkeypatch):
+    from embinit.spec import vector_files
+    reads = _counted_reads(monkeypatch)
+    bad = _glove(tmp_path / "bad.txt", GOOD[:1] + [b"cat 0.4 0.5\n"])
+    for _ in range(2):
+        _new_process(monkeypatch)
+        assert "bad.txt:2: expected a word and 3 values" in vector_file_problems([("pretrained.glove", str(bad))])[0][1]
+    good = _glove(tmp_path / "good.txt", GOOD)
+    _new_process(monkeypatch)
+    assert vector_file_problems([("pretrained.glove", str(good))]) == []
+    _new_process(monkeypatch)
+    monkeypatch.setattr(vector_files, "_reader_version", lambda: "other-code")   # the parse changed since
+    assert vector_file_problems([("pretrained.glove", str(good))]) == []
+    assert len(reads) == 4
+
+
+def test_an_unwritable_cache_only_costs_a_read(tmp_path, monkeypatch):
+    reads = _counted_reads(monkeypatch)
+    (tmp_path / "ro").write_text("a file where the cache folder would be")
+    monkeypatch.setenv("EMBINIT_CACHE_DIR", str(tmp_path / "ro"))
+    path = _glove(tmp_path / "g.txt", GOOD)
+    for _ in range(2):
+        _new_process(monkeypatch)
+        assert vector_file_problems([("pretrained.glove", str(path))]) == []
+    assert len(reads) == 2
