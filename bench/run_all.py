@@ -52,6 +52,7 @@ BENCHES = {
     "bench_leaks": lambda: None,           # a reused worker over N trials, a sweep's leftovers, the API (minutes)
     "bench_sweep_start": lambda: None,     # a local sweep before its trials fan out: store, Ray start, warm-up
     "bench_vector_check": lambda: None,    # the spec check's peak memory on a 500k-word vector file, before / after
+    "bench_spec_recheck": lambda: None,    # the spec check of a vector file in a later process: read again vs marked
     "bench_tune_checkpoint": lambda: None,  # an epoch's tune.report with the trial folder as checkpoint vs without
     "bench_trainer_ab": _multi30k,
     "bench_gpu": lambda: _cuda() or _multi30k(),
