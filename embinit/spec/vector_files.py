@@ -21,6 +21,7 @@ folders are not read here (`hf`: their weights load in the trial).
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 from pathlib import Path
 
@@ -50,7 +51,7 @@ def _names_vectors(where: str, path: Path) -> bool:
 def file_problems(path: Path) -> list[str]:
     """The problems that make the vector file at `path` unreadable whatever vocabulary a trial needs ([]
     when none); `vector_file_problems` passes files only (a model folder is the trial's to read)."""
-    from embinit.init import source_files, vectors
+    from embinit.init import source_files
     try:
         fmt = source_files.detect_format(path)
         if fmt == "npy":   # its shape and its vocabulary file (memory-mapped: cheap, so read each time)
@@ -65,6 +66,7 @@ def file_problems(path: Path) -> list[str]:
         if sound is not None and sound.is_file():
             _read[memo] = []
         else:
+            from embinit.init import vectors   # torch: not imported when the mark answers (~1 s)
             try:
                 vectors.read_through(path)
                 _read[memo] = []
@@ -77,10 +79,12 @@ def file_problems(path: Path) -> list[str]:
 def _reader_version() -> str:
     """A digest of the code that reads a vector file through (its parse and its checks): a mark made by
     other code is not trusted."""
-    from embinit.init import source_files, vectors
     h = hashlib.sha256()
-    for module in (vectors, source_files):
-        h.update(Path(module.__file__).read_bytes())
+    for module in ("embinit.init.vectors", "embinit.init.source_files"):   # found, not imported (torch)
+        found = importlib.util.find_spec(module)
+        if found is None or not found.origin or not os.path.isfile(found.origin):
+            raise OSError(f"no source file of {module}")   # (a frozen build): no mark is made or trusted
+        h.update(Path(found.origin).read_bytes())
     return h.hexdigest()[:16]
 
 
