@@ -226,7 +226,7 @@ def test_a_sound_file_is_read_through_once_per_content_not_once_per_process(tmp_
 
 
 def test_a_broken_file_and_another_reader_s_mark_are_read_again(tmp_path, monkeypatch):
-    from embinit.spec import vector_files
+    from embinit import sound_marks
     reads = _counted_reads(monkeypatch)
     bad = _glove(tmp_path / "bad.txt", GOOD[:1] + [b"cat 0.4 0.5\n"])
     for _ in range(2):
@@ -236,7 +236,7 @@ def test_a_broken_file_and_another_reader_s_mark_are_read_again(tmp_path, monkey
     _new_process(monkeypatch)
     assert vector_file_problems([("pretrained.glove", str(good))]) == []
     _new_process(monkeypatch)
-    monkeypatch.setattr(vector_files, "_reader_version", lambda: "other-code")   # the parse changed since
+    monkeypatch.setattr(sound_marks, "source_digest", lambda: "other-code")   # embinit changed since
     assert vector_file_problems([("pretrained.glove", str(good))]) == []
     assert len(reads) == 4
 

@@ -170,3 +170,38 @@ def test_iwslt_release_missing_and_misaligned_files(tmp_path):
     write(folder / "train.tags.de-en.en", ["<talkid>1</talkid>", "Hello world ."])
     with pytest.raises(EmbinitError, match=r"train\.tags\.de-en\.de has 2 sentences but .*\.en has 1"):
         load_task("iwslt2017", data_dir=folder, tokenizer="whitespace", cache_dir=False)
+
+
+def test_the_preflight_reads_sound_files_once_per_content_not_once_per_process(tmp_path, monkeypatch):
+    """`check_files` (every `embinit run`, dry run and service process: MNLI's 300 MB train.tsv is ~2 s)
+    remembered sound files per process only. A folder read without a problem is marked by its files'
+    content: a later process, or a copy of it, is not read again; other bytes of the same size and mtime
+    are, and their problem is found; a broken folder is read each time."""
+    import os
+
+    from embinit import file_inputs, sound_marks
+    from embinit.tasks import load, local
+    reads, real = [], local.read_local
+    monkeypatch.setattr(local, "read_local", lambda *a: reads.append(a[2]) or real(*a))
+
+    def check(folder):
+        monkeypatch.setattr(load, "_READ_WITHOUT_PROBLEMS", set())   # a new process
+        monkeypatch.setattr(file_inputs, "_memo", {})
+        load.check_files("multi30k", folder)
+
+    folder = translation_dir(tmp_path / "m")
+    for _ in range(3):
+        check(folder)
+    check(translation_dir(tmp_path / "copy"))
+    assert len(reads) == 1
+    train = folder / "train.en"
+    st = os.stat(train)
+    train.write_bytes(train.read_bytes().replace(b"a man sits .\n", b"\xe9 man sits .\n"))
+    os.utime(train, ns=(st.st_atime_ns, st.st_mtime_ns))
+    for _ in range(2):
+        with pytest.raises(EmbinitError, match="train.en:2: not UTF-8"):
+            check(folder)
+    assert len(reads) == 3
+    monkeypatch.setattr(sound_marks, "source_digest", lambda: "other code")
+    check(tmp_path / "copy")
+    assert len(reads) == 4

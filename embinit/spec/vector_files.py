@@ -9,26 +9,22 @@ the `.npy` matrix and its vocabulary), and lists its problems with the others, a
 the file. The values of rows no trial needs are
 not parsed (nor are they by the trials): a needed row's bad value is still a trial's error.
 
-One pass costs about 0.5 s per 170 MB (GloVe 6B 50d, AMD EPYC), ~14 s for a 2.2M-word 300d file (3.6 GB,
+One pass costs about 0.5 s per 170 MB (GloVe 6B 50d, AMD EPYC), ~8 s for a 2.2M-word 300d file (3.6 GB,
 page-cached; GloVe 840B is 5.6 GB). A file is read once per process for a given `content_hash.stamp`,
-so the CLI's check and the sweep's start do not read it twice; and a file found sound is remembered on
-disk by its content (`<cache root>/checked/`, the sha256 the trial keys hold anyway, with a digest of the
-code that reads it), so a rerun, a dry run or a restarted service does not read it again. Only a sound
-file is remembered: a broken one's problems name its path, and are read again. Hub ids and model
+so the CLI's check and the sweep's start do not read it twice; and a file found sound is marked on disk
+by its content (`embinit.sound_marks`: the sha256 the trial keys hold anyway, and embinit's source), so
+a rerun, a dry run or a restarted service does not read it again. Hub ids and model
 folders are not read here (`hf`: their weights load in the trial).
 """
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import os
 from pathlib import Path
 
-from embinit.cache_root import cache_root
-from embinit.content_hash import file_digest, stamp
+from embinit import sound_marks
+from embinit.content_hash import stamp
 from embinit.errors import EmbinitError
-from embinit.trusted import escapes
 
 _VECTOR_FIELDS = ("pretrained", "src_pretrained")
 _read: dict[tuple, list[str]] = {}   # `content_hash.stamp` of the real path -> its problems
@@ -62,49 +58,18 @@ def file_problems(path: Path) -> list[str]:
     real = Path(os.path.realpath(path))
     memo = stamp(real, real.stat())
     if memo not in _read:
-        sound = _sound_mark(real)
-        if sound is not None and sound.is_file():
+        mark = sound_marks.mark_for("vectors", [real])
+        if sound_marks.marked(mark):
             _read[memo] = []
         else:
             from embinit.init import vectors   # torch: not imported when the mark answers (~1 s)
             try:
                 vectors.read_through(path)
                 _read[memo] = []
-                _mark(sound)
+                sound_marks.make(mark)
             except EmbinitError as e:
                 _read[memo] = [str(e)]
     return _read[memo]
-
-
-def _reader_version() -> str:
-    """A digest of the code that reads a vector file through (its parse and its checks): a mark made by
-    other code is not trusted."""
-    h = hashlib.sha256()
-    for module in ("embinit.init.vectors", "embinit.init.source_files"):   # found, not imported (torch)
-        found = importlib.util.find_spec(module)
-        if found is None or not found.origin or not os.path.isfile(found.origin):
-            raise OSError(f"no source file of {module}")   # (a frozen build): no mark is made or trusted
-        h.update(Path(found.origin).read_bytes())
-    return h.hexdigest()[:16]
-
-
-def _sound_mark(path: Path) -> Path | None:
-    """`<cache root>/checked/<sha256 of the file>-<reader version>`: present when that content was read
-    through by this code without a problem. None when it cannot be told (an unreadable file or code)."""
-    try:
-        return cache_root() / "checked" / f"{file_digest(path)}-{_reader_version()}"
-    except OSError:
-        return None
-
-
-def _mark(sound: Path | None) -> None:
-    if sound is None or escapes(sound.parent):
-        return
-    try:
-        sound.parent.mkdir(parents=True, exist_ok=True)
-        sound.touch()
-    except OSError:
-        pass   # a read-only cache root only costs a read next time
 
 
 def _checkpoint_problem(path: Path) -> str | None:
