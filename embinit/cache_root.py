@@ -1,5 +1,6 @@
 """The root folder of embinit's on-disk caches, shared by all of them (task data in `tasks/`, aligned
-pretrained rows in `aligned/`, file digests in `digests/`, trial checkpoints in `checkpoints/`): the
+pretrained rows in `aligned/`, file digests in `digests/`, marks of files the spec's checks found sound in
+`checked/`, trial checkpoints in `checkpoints/`): the
 `cache_dir` given (a spec's or a flag's), else `$EMBINIT_CACHE_DIR`, else `~/.cache/embinit`."""
 
 from __future__ import annotations

@@ -85,7 +85,8 @@ def check_files(task: str, data_dir=None, train_split: str | None = None, eval_s
     preflight for sweeps, before Ray or MLflow): a data_dir that is no folder, a required file missing
     (every one named), and what reading the files there refuses (`local.read_local`: bad rows, misaligned
     or one-sided blank parallel lines, lines that are not UTF-8; every file's problems). A version of the
-    files read without a problem is not read again in this process (the service checks every submission)."""
+    files read without a problem is not read again in this process (the service checks every submission),
+nor, once marked (`embinit.sound_marks`), by a later one."""
     folder = task_folder(task, data_dir)
     entry = task_entry(task)
     if folder is None and not entry.generate and entry.hub is None:   # a task defined in a spec
