@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Callable
 
 from embinit import bounds, config, sound_marks
-from embinit.content_hash import entry_lock
+from embinit.content_hash import entry_lock, stamp
 from embinit.errors import EmbinitError
 from embinit.task_registry import kind_entry, load, task_entry, task_kind
 from embinit.tasks import cache, hub, local, synthetic
@@ -86,7 +86,7 @@ def check_files(task: str, data_dir=None, train_split: str | None = None, eval_s
     (every one named), and what reading the files there refuses (`local.read_local`: bad rows, misaligned
     or one-sided blank parallel lines, lines that are not UTF-8; every file's problems). A version of the
     files read without a problem is not read again in this process (the service checks every submission),
-nor, once marked (`embinit.sound_marks`), by a later one."""
+    nor, once marked (`embinit.sound_marks`), by a later one."""
     folder = task_folder(task, data_dir)
     entry = task_entry(task)
     if folder is None and not entry.generate and entry.hub is None:   # a task defined in a spec
@@ -103,7 +103,7 @@ nor, once marked (`embinit.sound_marks`), by a later one."""
     except local.MissingFiles as e:   # the files it holds are read too: their problems in the same answer
         raise EmbinitError(" | ".join([str(e), *local.present_problems(task, layout, folder, splits)])) from None
     version = (task, task_entry(task).definition, str(folder.resolve()), tuple(sorted(splits.items())),
-               tuple((str(p), st.st_size, st.st_mtime_ns) for ps in files.values() for p in ps for st in [p.stat()]))
+               tuple(stamp(p, p.stat()) for ps in files.values() for p in ps))
     if version not in _READ_WITHOUT_PROBLEMS:
         # files read without a problem by this code in another process (a rerun, a dry run, a restarted
         # service: MNLI's train.tsv is 300 MB, ~2 s): marked by their content and what else reading depends on
@@ -116,7 +116,7 @@ nor, once marked (`embinit.sound_marks`), by a later one."""
         _READ_WITHOUT_PROBLEMS.add(version)
 
 
-_READ_WITHOUT_PROBLEMS: set = set()   # check_files: (task, folder, splits, each file's path, size, mtime)
+_READ_WITHOUT_PROBLEMS: set = set()   # check_files: (task, folder, splits, each file's `content_hash.stamp`)
 
 
 def locate(task: str, data_dir, splits: dict[str, str], seed: int, noise: float = 0.0, cache_dir=None,
