@@ -290,3 +290,31 @@ def test_a_binary_file_whose_first_values_look_like_a_text_line_is_still_binary(
     for raw in (b"|\xf2\xb0>", b"ab c"):
         tiny = tt.write_word2vec_bin(tmp_path / "tiny.bin", {"w": np.array([struct.unpack("<f", raw)[0]])})
         assert detect_format(tiny) == "word2vec_bin", raw
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("in_place", [False, True], ids=["replaced", "written-in-place"])
+def test_a_model_folder_whose_weights_change_at_the_same_size_and_mtime_is_aligned_again(tmp_path, in_place):
+    """A model folder's aligned rows were cached by its files' (name, size, mtime): another checkpoint of
+    the same architecture (every file the same size) copied over it with its mtimes (`rsync -a`, `cp -p`)
+    was served the old checkpoint's rows. Keyed by the files' content now (the digests the trial keys
+    compute anyway, memoized on disk)."""
+    import shutil
+    import time
+    folder, other = tt.write_tiny_bert(tmp_path / "bert", dim=8), tt.write_tiny_bert(tmp_path / "b2", dim=8, seed=1)
+    vocab = Vocab(["the", "cats", "dog"])
+    cache = tmp_path / "cache"
+    first = build_table("hf", vocab, pretrained=str(folder), cache_dir=cache)
+    weights = folder / "model.safetensors"
+    st = os.stat(weights)
+    assert os.stat(other / "model.safetensors").st_size == st.st_size
+    if in_place:
+        time.sleep(0.05)
+        weights.write_bytes((other / "model.safetensors").read_bytes())
+    else:
+        shutil.copyfile(other / "model.safetensors", tmp_path / "new")
+        os.replace(tmp_path / "new", weights)
+    os.utime(weights, ns=(st.st_atime_ns, st.st_mtime_ns))
+    second = build_table("hf", vocab, pretrained=str(folder), cache_dir=cache)
+    assert not second.info["cached"] and not torch.equal(first.table, second.table)
+    assert torch.equal(second.table, build_table("hf", vocab, pretrained=str(other), cache_dir=False).table)

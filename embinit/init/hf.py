@@ -18,17 +18,20 @@ from pathlib import Path
 
 import torch
 
+from embinit.content_hash import file_digest
 from embinit.errors import EmbinitError, empty_tokenizer, hf_load_error, problems_error
 from embinit.hf_cache import split_revision
 from embinit.init.aligned import Aligned, wanted_keys
 from embinit.vocab import BOS, EOS, PAD, SPECIAL_ROLES, UNK
 
-def identity(name: str) -> dict:
-    """What the cache keys on: a local folder's files (name, size, mtime), or the hub id."""
+def identity(name: str, cache_dir=None) -> dict:
+    """What the cache keys on: a local folder's files by content (name, sha256: `content_hash.file_digest`,
+    memoized on disk, the digests a trial key holds), or the hub id. By (name, size, mtime), another
+    checkpoint of the same architecture copied over the folder with its mtimes (`rsync -a`, `cp -p`: every
+    file the same size) was served the old one's rows; by content, a copy elsewhere is not aligned again."""
     p = Path(name).expanduser()
     if p.is_dir():
-        files = sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in p.iterdir() if f.is_file())
-        return {"hf_folder": str(p.resolve()), "files": files}
+        return {"hf_folder_content": sorted((f.name, file_digest(f, cache_dir)) for f in p.iterdir() if f.is_file())}
     return {"hf_hub_id": name}
 
 

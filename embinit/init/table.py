@@ -75,7 +75,7 @@ def _generator(generator: torch.Generator | None, seed: int | None) -> torch.Gen
 
 def _identity(kind: str, location: str, cache_dir=None) -> dict:
     if kind == "hf":
-        return hf.identity(location)
+        return hf.identity(location, cache_dir)
     ident = table_cache.file_identity(location, cache_dir)
     if kind == "npy":   # the rows' names live in a second file
         ident["vocab"] = table_cache.file_identity(npy_vocab_path(Path(location).expanduser()), cache_dir)
