@@ -2,6 +2,7 @@
 
 import os
 import pickle
+import shutil
 
 import pytest
 
@@ -73,6 +74,12 @@ def test_key_depends_on_tokenizer_identity(sst2_dir, tmp_path, monkeypatch):
     assert changed != before
     (hf / "model.safetensors").write_bytes(b"weights")    # weights do not define the tokenizer
     assert plan("sst2", sst2_dir, tokenizer=str(hf)).key == changed
+    st = os.stat(hf / "tokenizer.json")   # other bytes of its size, its mtime kept (cp -p, rsync -a)
+    (hf / "tokenizer.json").write_text('{"changed": 2}')
+    os.utime(hf / "tokenizer.json", ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert plan("sst2", sst2_dir, tokenizer=str(hf)).key not in (before, changed)
+    shutil.copytree(hf, tmp_path / "copy")   # the same files elsewhere: the same tokenization
+    assert plan("sst2", sst2_dir, tokenizer=str(tmp_path / "copy")).key == plan("sst2", sst2_dir, tokenizer=str(hf)).key
 
 
 def test_changed_file_misses(sst2_dir, tmp_path):

@@ -27,6 +27,7 @@ from functools import partial
 from pathlib import Path
 from typing import Callable
 
+from embinit.content_hash import file_digest
 from embinit.errors import EmbinitError, unknown_name
 from embinit.hf_cache import path_shaped, revision_problem, split_revision
 
@@ -48,8 +49,10 @@ _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".h5", ".msgpack", ".
 
 
 def _file_id(path: Path) -> list:
-    st = path.stat()
-    return [str(path.resolve()), st.st_size, st.st_mtime_ns]
+    """A tokenizer file in cache keys: its name and content (`content_hash.file_digest`, memoized on disk).
+    By (path, size, mtime), a vocab.txt edited at its size with its mtime kept (`cp -p`, `rsync -a` of
+    another version) was served the old tokenization; by content, a copied folder is not tokenized again."""
+    return [path.name, file_digest(path)]
 
 
 @dataclass(frozen=True)
