@@ -1,13 +1,14 @@
 """The README's commands work: the two set-up commands exist and do what it says, and every
 `embinit ...` command it shows is a real command whose spec files parse."""
 
+import argparse
 import re
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from embinit.cli import main
+from embinit.cli import build_parser, main
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -66,3 +67,33 @@ def test_the_readme_does_not_claim_measured_findings_the_reproduction_lacks():
     doc = (ROOT / "docs" / "reproduction.md").read_text()
     if "not run yet" in doc:
         assert "not run yet" in entry and "findings measured" not in entry
+
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> dict:
+    return next((a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction)), {})
+
+
+def _table_usages():
+    """Each `embinit ...` usage in the README's table of commands: its parsers (an `a|b` word: each
+    of them) and the flags it shows."""
+    table = README.split("## The pieces")[1].split("\n\n")[1]
+    cells = re.findall(r"^\| `(embinit .*?)` \|", table.replace("\\|", "/"), flags=re.M)
+    for usage in (u for cell in cells for u in cell.split("`<br>`")):
+        parsers = [build_parser()]
+        for word in usage.split()[1:]:
+            if not re.fullmatch(r"[a-z]+(/[a-z]+)*", word):
+                break
+            parsers = [_subcommands(p)[w] for p in parsers for w in word.split("/")]
+        yield usage, parsers, re.findall(r"(?<![\w-])--[a-z][\w-]*", usage)
+
+
+def test_every_flag_in_the_readmes_table_of_commands_exists():
+    usages = list(_table_usages())
+    assert len(usages) >= 10
+    problems = []
+    for usage, parsers, flags in usages:
+        for parser in parsers:
+            known = {s for a in parser._actions for s in a.option_strings}
+            problems += [f"{parser.prog}: {f} ({usage})" for f in flags if f not in known]
+    assert not problems, problems
