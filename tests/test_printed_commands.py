@@ -179,3 +179,20 @@ def test_the_serve_banner_shows_no_password(tmp_path, monkeypatch, capsys):
            "postgresql+psycopg://mlflow:***@db:5432/mlflow" in out
     ui = next(ln for ln in out.splitlines() if ln.startswith("MLflow UI: "))
     assert SECRET in expanded(ui.removeprefix("MLflow UI: "), {"EMBINIT_TRACKING_URI": SECRET}).stdout
+
+
+def test_the_readmes_next_steps_are_what_the_quickstart_prints(tmp_path, monkeypatch):
+    """The README shows `make run`'s next steps from the repository root: each line is the printed one
+    with the store written relative (the quickstart's experiment is the first in a new store: id 1)."""
+    monkeypatch.chdir(tmp_path)
+    printed = commands.next_steps("quickstart", mlflow_store.resolve_uri(None), experiment_id="1")[1:]
+    readme = (ROOT / "README.md").read_text().split("from the repository root they are:")[1]
+    shown = readme.split("```bash\n")[1].split("```")[0].splitlines()
+    relative = [re.sub(r"\S*/bin/", ".venv/bin/", ln.strip()).replace(f"sqlite:///{tmp_path}/", "sqlite:///")
+                for ln in printed]
+    for line, want in zip(shown, relative, strict=True):
+        command, _, comment = line.partition("#")
+        if comment.strip().startswith("then open"):     # the UI line: the command and the address it prints
+            assert line.split() == want.split(), line
+        else:                                            # the report: the command without its store flag
+            assert want.split()[:-2] == command.split(), line
