@@ -104,3 +104,20 @@ def test_stats_refuses_focus_saying_where_it_can_be_measured(capsys, tmp_path):
     # where no row is left for a rule (match), focus changes nothing, as any rule: the note, not an error
     argv[argv.index("glove")] = "glove+match"
     assert main(argv) == 0 and "--oov focus does not apply" in capsys.readouterr().err
+
+
+def test_inits_says_a_zip_of_a_vector_file_is_read_as_it_is(capsys, tmp_path):
+    """`embinit inits` describes each word-vector family's files as the loader reads them: .gz, or a zip
+    archive holding the one file (as glove.840B.300d.zip and crawl-300d-2M.vec.zip are published)."""
+    import zipfile
+
+    words = ["a", "the", "in", "man", "dog"]
+    text = tt.write_text(tmp_path / "g.txt", tt.word_vectors(words, dim=4))
+    with zipfile.ZipFile(tmp_path / "g.zip", "w") as z:
+        z.write(text, "g.txt")
+    argv = ["embeddings", "stats", "--vocab", str(EXAMPLE), "--init", "glove", "--pretrained",
+            str(tmp_path / "g.zip"), "--cache-dir", str(tmp_path / "c"), "--json"]
+    assert main(argv) == 0 and json.loads(capsys.readouterr().out)["coverage"]["rows_found"] == len(words)
+    for family in ("glove", "word2vec", "fasttext"):
+        desc = DESCRIPTIONS["sources"][family]
+        assert ".gz" in desc and ".zip" in desc, family

@@ -69,9 +69,10 @@ RANDOM_INITS = {
 }
 
 SOURCE_FAMILIES = {
-    "glove": Entry("GloVe", "GloVe text file `word v1 ... vD` (optionally .gz)"),
-    "word2vec": Entry("Word2Vec", "word2vec text with an `N D` header, or binary (.bin, .bin.gz; told by the content)"),
-    "fasttext": Entry("FastText", "fastText .vec text with an `N D` header"),
+    "glove": Entry("GloVe", "GloVe text file `word v1 ... vD` (or .gz, or a .zip holding it)"),
+    "word2vec": Entry("Word2Vec", "word2vec text with an `N D` header, or binary (.bin; told by the content); "
+                                  "or .gz, or a .zip holding it"),
+    "fasttext": Entry("FastText", "fastText .vec text with an `N D` header (or .gz, or a .zip holding it)"),
     "npy": Entry("Pretrained", "a .npy matrix [V, D] plus its vocabulary file (X.vocab.txt)"),
     "bert": Entry("BERT", "BERT input embeddings + WordPiece tokenizer (D=768)", default="bert-base-uncased",
                   subword=True),
