@@ -97,3 +97,8 @@ def test_every_flag_in_the_readmes_table_of_commands_exists():
             known = {s for a in parser._actions for s in a.option_strings}
             problems += [f"{parser.prog}: {f} ({usage})" for f in flags if f not in known]
     assert not problems, problems
+
+
+def test_the_readmes_table_of_commands_has_a_row_for_every_command():
+    rows = {usage.split()[1] for usage, _, _ in _table_usages()}
+    assert rows == set(_subcommands(build_parser()))
