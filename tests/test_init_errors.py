@@ -119,6 +119,15 @@ def test_empty_overlap(tmp_path):
     assert "empty overlap" in msg and str(path) in msg
 
 
+def test_empty_overlap_shows_tokens_it_looked_up(tmp_path):
+    """A vocabulary file of sentences (one line each, not one token) finds nothing: the error shows what
+    it looked up, so the mistake is seen at once."""
+    path = tt.write_text(tmp_path / "g.txt", tt.word_vectors(dim=3))
+    vocab = Vocab(["<pad>", "<unk>", "A man in a red shirt .", "Two dogs play ."], specials=("<pad>", "<unk>"))
+    msg = _err(build_table, "glove", vocab, pretrained=str(path), cache_dir=False)
+    assert "'A man in a red shirt .', 'Two dogs play .'" in msg and "<pad>" not in msg
+
+
 def test_npy_without_vocabulary_file_or_mismatched(tmp_path):
     np.save(tmp_path / "m.npy", np.zeros((3, 2), dtype=np.float32))
     assert "m.vocab.txt" in _err(build_table, "npy", VOCAB, pretrained=str(tmp_path / "m.npy"), cache_dir=False)

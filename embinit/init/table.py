@@ -192,8 +192,10 @@ def build_table(spec, vocab, dim: int | None = None, generator: torch.Generator 
     if dim and dim != aligned.dim:
         raise EmbinitError(f"dimension mismatch: {location} has D={aligned.dim} but dim={dim} was requested")
     if aligned.found.numel() == 0:
-        raise EmbinitError(f"empty overlap: none of the {len(vocab)} vocabulary tokens is in {location}"
-                           f"{'' if spec.lowercase else ' (try lowercase lookup)'}")
+        looked_up = [t for t in vocab.tokens if t not in vocab.specials][:3]   # what was not found, e.g.
+        raise EmbinitError(f"empty overlap: none of the {len(vocab)} vocabulary tokens is in {location} "
+                           f"(looked up e.g. {', '.join(map(repr, looked_up))})"
+                           f"{'' if spec.lowercase else '; try lowercase lookup'}")
     rows = aligned.rows.double()
     stats = {"mean_p": rows.mean().item(), "std_p": rows.std().item() if rows.numel() > 1 else 0.0}
     text = {"tokens": vocab.tokens, "corpus": _as_sentences(corpus, vocab), "cache_dir": cache_dir}
