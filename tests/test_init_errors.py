@@ -126,6 +126,8 @@ def test_empty_overlap_shows_tokens_it_looked_up(tmp_path):
     vocab = Vocab(["<pad>", "<unk>", "A man in a red shirt .", "Two dogs play ."], specials=("<pad>", "<unk>"))
     msg = _err(build_table, "glove", vocab, pretrained=str(path), cache_dir=False)
     assert "'A man in a red shirt .', 'Two dogs play .'" in msg and "<pad>" not in msg
+    # the case hint names what can change it ("try lowercase lookup" named nothing a spec or `train` sets)
+    assert "`embinit embeddings stats --lowercase`" in msg and "`extras: {lowercase: false}`" in msg
 
 
 def test_npy_without_vocabulary_file_or_mismatched(tmp_path):

@@ -105,6 +105,12 @@ def load_aligned(kind: str, location: str, vocab: Vocab, lowercase: bool,
     return aligned, False
 
 
+# where an empty overlap may be a matter of case: what can change it (a spec cannot set lowercase lookup per
+# init: embinit.spec.init_checks)
+_LOWERCASE_HINT = ("; if it is a matter of case: `embinit embeddings stats --lowercase` looks up token.lower(), and a "
+                   "trial's word-level vocabulary is lowercased unless its task sets `extras: {lowercase: false}`")
+
+
 def _coverage(vocab: Vocab, aligned: Aligned) -> dict[str, Any]:
     found = aligned.found
     n_found, n = int(found.numel()), len(vocab)
@@ -195,7 +201,7 @@ def build_table(spec, vocab, dim: int | None = None, generator: torch.Generator 
         looked_up = [t for t in vocab.tokens if t not in vocab.specials][:3]   # what was not found, e.g.
         raise EmbinitError(f"empty overlap: none of the {len(vocab)} vocabulary tokens is in {location} "
                            f"(looked up e.g. {', '.join(map(repr, looked_up))})"
-                           f"{'' if spec.lowercase else '; try lowercase lookup'}")
+                           f"{'' if spec.lowercase else _LOWERCASE_HINT}")
     rows = aligned.rows.double()
     stats = {"mean_p": rows.mean().item(), "std_p": rows.std().item() if rows.numel() > 1 else 0.0}
     text = {"tokens": vocab.tokens, "corpus": _as_sentences(corpus, vocab), "cache_dir": cache_dir}
