@@ -46,7 +46,7 @@ def decoded_lines(path: Path) -> tuple[list[str], dict[int, str]]:
               else open(path, encoding="utf-8-sig", newline="\n")) as f:
             return [line.rstrip("\r\n") for line in f], {}
     except UnicodeDecodeError:
-        data = gzip.decompress(path.read_bytes()) if zipped else path.read_bytes()
+        data = _content(path)
     except (OSError, EOFError, zlib.error) as e:   # gzip: BadGzipFile (an OSError), a cut-off file's EOFError
         raise EmbinitError(f"cannot read {path}: {e}"
                            + ("; a .gz file must be gzip-compressed and whole (gunzip -t tests it)" if zipped
@@ -65,8 +65,13 @@ def read_lines(path: Path) -> list[str]:
     that is not UTF-8 is an error naming each line that is not (re-encode it, e.g. iconv -f latin1)."""
     lines, bad = decoded_lines(path)
     if bad:
-        raise utf8_error(path, path.read_bytes())
+        raise utf8_error(path, _content(path))
     return lines
+
+
+def _content(path: Path) -> bytes:
+    """The bytes the file's lines are made of: a .gz file's gunzipped (its compressed bytes have no lines)."""
+    return gzip.decompress(path.read_bytes()) if path.name.endswith(".gz") else path.read_bytes()
 
 
 def require_utf8(path: Path) -> None:

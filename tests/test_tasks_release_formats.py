@@ -32,6 +32,19 @@ def test_multi30k_gzipped_raw_files_are_read(tmp_path):
     assert data.src_vocab.decode(data.splits["train"][0][0]) == "zwei männer stehen .".split()
 
 
+def test_a_gz_text_file_that_is_not_utf8_is_named_by_its_own_lines(tmp_path):
+    """read_lines (a language model's stream files, a vocabulary) named the lines of a .gz file's compressed
+    bytes, not of its text."""
+    from embinit.text_files import read_lines
+    path = tmp_path / "wiki.train.tokens.gz"
+    with gzip.open(path, "wb") as f:
+        f.write("first line\n".encode() + "caf\xe9 au lait\n".encode("latin-1") + b"third\n")
+    with pytest.raises(EmbinitError) as e:
+        read_lines(path)
+    assert f"{path}:2: not UTF-8: byte 0xe9 at column 4 in 'caf\\xe9 au lait'" in str(e.value), str(e.value)
+    assert "iconv" in str(e.value)
+
+
 def test_a_cut_off_gz_file_is_named(tmp_path):
     folder = tmp_path / "raw"
     for stem in ("train", "val", "test_2016_flickr"):
